@@ -1,0 +1,112 @@
+"""One loader for both catalogs: shipped folders first, then user folders that override by id."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import TypeVar
+
+from dse.catalog.hardware import Hardware
+from dse.catalog.model import Model
+from dse.errors import InputError, UnknownIdError
+from dse.typed_data import build, read_toml
+
+CATALOG_ENV = "DSE_CATALOG_DIR"
+"""Environment variable naming extra catalog folders (``os.pathsep``-separated)."""
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHIPPED_HARDWARE = REPO_ROOT / "hardware_catalog"
+SHIPPED_MODELS = REPO_ROOT / "model_catalog"
+
+E = TypeVar("E", Hardware, Model)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The validated, frozen catalogs. Look entries up by id or alias."""
+
+    hardware_by_id: Mapping[str, Hardware]
+    models_by_id: Mapping[str, Model]
+    files: Mapping[str, Path]
+
+    def hardware(self, name: str) -> Hardware:
+        return _lookup("hardware", name, self.hardware_by_id)
+
+    def model(self, name: str) -> Model:
+        return _lookup("model", name, self.models_by_id)
+
+    def file_of(self, entry_id: str) -> Path:
+        return self.files[entry_id]
+
+
+def _lookup(kind: str, name: str, entries: Mapping[str, E]) -> E:
+    key = name.strip().lower()
+    if key in entries:
+        return entries[key]
+    for entry in entries.values():
+        if key in entry.aliases:
+            return entry
+    raise UnknownIdError(kind, name, list(entries))
+
+
+def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True) -> Catalog:
+    """Load the shipped catalogs, then each extra folder in order (later folders win by id).
+
+    An extra folder holds ``hardware/*.toml`` and/or ``models/*.toml``. Folders named in the
+    ``DSE_CATALOG_DIR`` environment variable come before ``extra_dirs``.
+    """
+    dirs: list[tuple[Path, Path]] = [(SHIPPED_HARDWARE, SHIPPED_MODELS)]
+    env = os.environ.get(CATALOG_ENV, "") if use_env else ""
+    for raw in [*filter(None, env.split(os.pathsep)), *extra_dirs]:
+        root = Path(raw)
+        if not root.is_dir():
+            raise InputError(str(root), "", "catalog folder must exist and be a folder")
+        dirs.append((root / "hardware", root / "models"))
+    hardware: dict[str, Hardware] = {}
+    models: dict[str, Model] = {}
+    files: dict[str, Path] = {}
+    for hw_dir, model_dir in dirs:
+        for path, entry in _load_folder(hw_dir, Hardware):
+            hardware[entry.id] = entry
+            files[entry.id] = path
+        for path, m in _load_folder(model_dir, Model):
+            models[m.id] = m
+            files[m.id] = path
+    if not hardware or not models:
+        raise InputError(str(SHIPPED_HARDWARE.parent), "", "catalog folders hold no entries")
+    _check_aliases("hardware", hardware, files)
+    _check_aliases("model", models, files)
+    return Catalog(MappingProxyType(hardware), MappingProxyType(models), MappingProxyType(files))
+
+
+def _load_folder(folder: Path, cls: type[E]) -> list[tuple[Path, E]]:
+    if not folder.is_dir():
+        return []
+    out = []
+    for path in sorted(folder.glob("*.toml")):
+        entry = build(cls, read_toml(path), source=str(path))
+        if entry.id != path.stem:
+            raise InputError(str(path), "id", f"must equal the file name '{path.stem}'", entry.id)
+        if entry.id != entry.id.lower():
+            raise InputError(str(path), "id", "must be lower case", entry.id)
+        out.append((path, entry))
+    return out
+
+
+def _check_aliases(kind: str, entries: Mapping[str, E], files: Mapping[str, Path]) -> None:
+    owner: dict[str, str] = {i: i for i in entries}
+    for entry in entries.values():
+        for alias in entry.aliases:
+            if alias != alias.lower():
+                raise InputError(str(files[entry.id]), "aliases", "must be lower case", alias)
+            if alias in owner and owner[alias] != entry.id:
+                raise InputError(
+                    str(files[entry.id]),
+                    "aliases",
+                    f"must not repeat an id or alias of {kind} '{owner[alias]}'",
+                    alias,
+                )
+            owner[alias] = entry.id

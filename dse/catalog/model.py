@@ -1,0 +1,272 @@
+"""The model catalog entry: one architecture, from its config.json.
+
+Parameter counts and KV sizes are derived here from the architecture, so the catalog stores the
+published figures only to check the derivation against (tests hold it within 3%).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from dse.typed_data import non_empty, positive, ruled
+from dse.units import Precision
+
+
+class AttentionKind(enum.Enum):
+    """The kind of the full (KV-bearing) attention layers."""
+
+    MLA = "mla"
+    GQA = "gqa"
+
+
+class EmbeddingCount(enum.Enum):
+    """Which embedding matrices the publisher counts in the active-parameter figure."""
+
+    BOTH = "both"
+    OUTPUT = "output"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class Mla:
+    """Multi-head latent attention: the cache holds one latent plus a rope key per token."""
+
+    kv_lora_rank: int = ruled(positive)
+    qk_rope_dim: int = ruled(positive)
+    qk_nope_dim: int = ruled(positive)
+    v_head_dim: int = ruled(positive)
+    q_lora_rank: int | None = ruled(positive, default=None)
+
+
+@dataclass(frozen=True)
+class SparseIndexer:
+    """DeepSeek sparse attention: a light indexer picks the top-k tokens each query reads."""
+
+    heads: int = ruled(positive)
+    head_dim: int = ruled(positive)
+    top_k_tokens: int = ruled(positive)
+    cache_elements_per_token_per_layer: int = ruled(positive)
+
+
+@dataclass(frozen=True)
+class LinearAttention:
+    """Linear-attention layers (Kimi Delta Attention): a fixed recurrent state per request."""
+
+    layers: int = ruled(positive)
+    heads: int = ruled(positive)
+    head_dim: int = ruled(positive)
+    state_bytes_per_element: float = ruled(positive, default=4.0)
+
+
+@dataclass(frozen=True)
+class SlidingWindow:
+    """Layers that attend only to the last ``window_tokens`` tokens."""
+
+    layers: int = ruled(positive)
+    window_tokens: int = ruled(positive)
+
+
+@dataclass(frozen=True)
+class Attention:
+    kind: AttentionKind
+    q_heads: int = ruled(positive)
+    kv_heads: int | None = ruled(positive, default=None)
+    head_dim: int | None = ruled(positive, default=None)
+    mla: Mla | None = None
+    sparse_indexer: SparseIndexer | None = None
+    linear: LinearAttention | None = None
+    sliding_window: SlidingWindow | None = None
+
+
+@dataclass(frozen=True)
+class Moe:
+    routed_experts: int = ruled(positive)
+    experts_per_token: int = ruled(positive)
+    shared_experts: int = ruled(lambda v: None if v >= 0 else "must be >= 0")
+    expert_ffn_dim: int = ruled(positive)
+    expert_input_dim: int | None = ruled(positive, default=None)
+    """Width the routed experts run in when it differs from ``hidden`` (a latent)."""
+
+
+@dataclass(frozen=True)
+class Published:
+    """Figures as published, kept to check the derivations against."""
+
+    params_total_b: float = ruled(positive)
+    params_active_b: float = ruled(positive)
+    kv_bytes_per_token_bf16: float = ruled(positive)
+    active_counts_embeddings: EmbeddingCount = EmbeddingCount.BOTH
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model architecture. Counts are element counts; bytes need a precision."""
+
+    id: str = ruled(non_empty)
+    name: str = ruled(non_empty)
+    status: str = ruled(non_empty)
+    layers: int = ruled(positive)
+    hidden: int = ruled(positive)
+    vocab: int = ruled(positive)
+    max_context: int = ruled(positive)
+    attention: Attention
+    native_weight_precision: Precision
+    published: Published
+    sources: tuple[str, ...] = ruled(non_empty)
+    expert_weight_precision: Precision | None = None
+    dense_layers: int = 0
+    dense_ffn_dim: int | None = ruled(positive, default=None)
+    moe: Moe | None = None
+    mtp_layers: int = 0
+    tied_embeddings: bool = False
+    aliases: tuple[str, ...] = ()
+    notes: str = ""
+
+    # ---- layer composition -------------------------------------------------------------
+    @property
+    def linear_layers(self) -> int:
+        lin = self.attention.linear
+        return lin.layers if lin else 0
+
+    @property
+    def sliding_layers(self) -> int:
+        sw = self.attention.sliding_window
+        return sw.layers if sw else 0
+
+    @property
+    def full_attention_layers(self) -> int:
+        """Layers that keep KV for every token of the context."""
+        return self.layers - self.linear_layers - self.sliding_layers
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.moe else 0
+
+    # ---- parameters ----------------------------------------------------------------
+    def attention_params_per_layer(self) -> float:
+        """Weights of one full-attention layer (projections only; norms are negligible)."""
+        a, h = self.attention, self.hidden
+        if a.kind is AttentionKind.MLA:
+            m = a.mla
+            assert m is not None
+            qk = m.qk_nope_dim + m.qk_rope_dim
+            q = h * m.q_lora_rank + m.q_lora_rank * a.q_heads * qk if m.q_lora_rank else (
+                h * a.q_heads * qk
+            )
+            kv = h * (m.kv_lora_rank + m.qk_rope_dim) + m.kv_lora_rank * a.q_heads * (
+                m.qk_nope_dim + m.v_head_dim
+            )
+            o = a.q_heads * m.v_head_dim * h
+            idx = 0.0
+            if a.sparse_indexer is not None:
+                ix = a.sparse_indexer
+                idx = (m.q_lora_rank or h) * ix.heads * ix.head_dim + h * ix.head_dim + h * ix.heads
+            return float(q + kv + o + idx)
+        assert a.kv_heads is not None and a.head_dim is not None
+        return float(2 * h * a.q_heads * a.head_dim + 2 * h * a.kv_heads * a.head_dim)
+
+    def linear_params_per_layer(self) -> float:
+        """One linear-attention layer: q, k, v, output gate and output projections."""
+        lin = self.attention.linear
+        return 0.0 if lin is None else 5.0 * self.hidden * lin.heads * lin.head_dim
+
+    def param_groups(self) -> dict[str, float]:
+        """Total parameters by group (MTP layers excluded, as publishers count them)."""
+        h = self.hidden
+        dense_ffn = 3.0 * h * (self.dense_ffn_dim or 0) * self.dense_layers
+        groups = {
+            "attention": self.attention_params_per_layer() * (self.layers - self.linear_layers)
+            + self.linear_params_per_layer() * self.linear_layers,
+            "dense_ffn": dense_ffn,
+            "shared_experts": 0.0,
+            "routed_experts": 0.0,
+            "moe_routing": 0.0,
+            "input_embedding": float(self.vocab * h),
+            "output_embedding": 0.0 if self.tied_embeddings else float(self.vocab * h),
+        }
+        if self.moe is not None:
+            m = self.moe
+            width = m.expert_input_dim or h
+            groups["shared_experts"] = 3.0 * h * m.expert_ffn_dim * m.shared_experts * self.moe_layers
+            groups["routed_experts"] = 3.0 * width * m.expert_ffn_dim * m.routed_experts * self.moe_layers
+            latent = 2.0 * h * width if width != h else 0.0
+            groups["moe_routing"] = (m.routed_experts * h + latent) * self.moe_layers
+        return groups
+
+    def params_total(self) -> float:
+        return sum(self.param_groups().values())
+
+    def params_active(self) -> float:
+        """Parameters touched per token, counting embeddings as the publisher does."""
+        g = self.param_groups()
+        routed = 0.0
+        if self.moe is not None:
+            routed = g["routed_experts"] * self.moe.experts_per_token / self.moe.routed_experts
+        emb = {
+            EmbeddingCount.BOTH: g["input_embedding"] + g["output_embedding"],
+            EmbeddingCount.OUTPUT: g["output_embedding"] or g["input_embedding"],
+            EmbeddingCount.NONE: 0.0,
+        }[self.published.active_counts_embeddings]
+        return g["attention"] + g["dense_ffn"] + g["shared_experts"] + g["moe_routing"] + routed + emb
+
+    # ---- KV cache and fixed per-request state ---------------------------------------
+    def kv_elements_per_token_per_layer(self) -> int:
+        a = self.attention
+        if a.kind is AttentionKind.MLA:
+            assert a.mla is not None
+            n = a.mla.kv_lora_rank + a.mla.qk_rope_dim
+        else:
+            assert a.kv_heads is not None and a.head_dim is not None
+            n = 2 * a.kv_heads * a.head_dim
+        if a.sparse_indexer is not None:
+            n += a.sparse_indexer.cache_elements_per_token_per_layer
+        return n
+
+    def kv_bytes_per_token(self, precision: Precision) -> float:
+        """KV bytes one more token of context adds, over all full-attention layers."""
+        return (
+            self.kv_elements_per_token_per_layer()
+            * self.full_attention_layers
+            * precision.bytes_per_element
+        )
+
+    def fixed_state_bytes_per_request(self, precision: Precision) -> float:
+        """State a running request holds whatever its context: linear-attention state (kept in
+        its own precision) plus the sliding-window layers' capped KV."""
+        total = 0.0
+        lin = self.attention.linear
+        if lin is not None:
+            total += lin.layers * lin.heads * lin.head_dim**2 * lin.state_bytes_per_element
+        sw = self.attention.sliding_window
+        if sw is not None:
+            total += (
+                sw.layers
+                * sw.window_tokens
+                * self.kv_elements_per_token_per_layer()
+                * precision.bytes_per_element
+            )
+        return total
+
+    def kv_bytes_per_request(self, context_tokens: float, precision: Precision) -> float:
+        """All cache a request of ``context_tokens`` holds: per-token KV plus fixed state.
+
+        Sliding-window layers hold ``min(context, window)`` tokens; for contexts shorter than the
+        window this overcounts by at most one window, which is negligible at serving lengths.
+        """
+        return context_tokens * self.kv_bytes_per_token(precision) + (
+            self.fixed_state_bytes_per_request(precision)
+        )
+
+    # ---- weights -------------------------------------------------------------------
+    def weight_bytes(self, precision: Precision | None = None) -> float:
+        """Bytes of all weights: routed experts at the expert precision, the rest at
+        ``precision`` (default: the native precision)."""
+        base = precision or self.native_weight_precision
+        expert = self.expert_weight_precision or base
+        if precision is not None and precision.bytes_per_element < expert.bytes_per_element:
+            expert = precision
+        g = self.param_groups()
+        return g["routed_experts"] * expert.bytes_per_element + (
+            sum(g.values()) - g["routed_experts"]
+        ) * base.bytes_per_element

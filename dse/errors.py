@@ -1,0 +1,72 @@
+"""The small error family of the engine.
+
+Three kinds, as the style guide asks:
+
+* :class:`InputError` - bad input (a catalog file, a study file, a flag). The CLI prints its one
+  line and exits with code 2. It always names where the input came from, the field, the value and
+  the rule it broke.
+* :class:`NoFeasibleDesign` - an expected outcome: no design satisfies the constraints. One line
+  naming the binding constraint with its numbers; exit code 3.
+* everything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class DseError(Exception):
+    """Base class of the errors the CLI turns into one line."""
+
+    exit_code = 1
+
+
+class InputError(DseError):
+    """Bad input: names the source, the field, the value and the rule.
+
+    Parameters
+    ----------
+    source
+        Where the input came from (a file path, ``--flag``, ``study spec``).
+    field
+        Dotted field name inside the source, empty if the whole source is bad.
+    rule
+        The rule that was broken, stated as a rule ("must be > 0").
+    value
+        The offending value, shown with ``repr``; omitted when ``...`` (the default).
+    """
+
+    exit_code = 2
+
+    def __init__(self, source: str, field: str, rule: str, value: object = ...) -> None:
+        self.source = str(source)
+        self.field = field
+        self.rule = rule
+        self.value = value
+        where = f"{self.source}: {field}" if field else self.source
+        shown = "" if value is ... else f" = {_short_repr(value)}"
+        super().__init__(f"{where}{shown}: {rule}")
+
+
+class UnknownIdError(InputError):
+    """An id that is not in a catalog; the message lists the valid ids."""
+
+    def __init__(self, kind: str, wanted: str, valid: list[str], source: str = "catalog") -> None:
+        self.valid = sorted(valid)
+        super().__init__(
+            source, kind, f"unknown {kind} id; valid ids: {', '.join(self.valid)}", wanted
+        )
+
+
+class NoFeasibleDesign(DseError):
+    """No design satisfies the constraints; ``binding`` names the constraint family."""
+
+    exit_code = 3
+
+    def __init__(self, binding: str, detail: str) -> None:
+        self.binding = binding
+        self.detail = detail
+        super().__init__(f"no feasible design: {binding}: {detail}")
+
+
+def _short_repr(value: object, limit: int = 80) -> str:
+    text = repr(value).replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,173 @@
+"""Every validation rule of the catalog loader, each with a broken file and its pinned message."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dse.catalog import load_catalog
+from dse.catalog.loader import SHIPPED_HARDWARE, SHIPPED_MODELS
+from dse.errors import InputError, UnknownIdError
+from tests.conftest import dse_cmd
+
+
+def _user_dir(tmp_path: Path, kind: str, name: str, text: str) -> Path:
+    folder = tmp_path / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.toml").write_text(text, encoding="utf-8")
+    return tmp_path
+
+
+def _b200(**replace: str) -> str:
+    text = (SHIPPED_HARDWARE / "b200.toml").read_text()
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+def _load_broken_hardware(tmp_path: Path, text: str, name: str = "b200") -> InputError:
+    root = _user_dir(tmp_path, "hardware", name, text)
+    with pytest.raises(InputError) as info:
+        load_catalog([root], use_env=False)
+    assert "\n" not in str(info.value)
+    assert str(root / "hardware" / f"{name}.toml") in str(info.value)
+    return info.value
+
+
+CASES = [
+    ("negative bandwidth", {"bandwidth_tb_per_s = 8.0": "bandwidth_tb_per_s = -8.0"},
+     r"hbm\.bandwidth_tb_per_s = -8\.0: must be > 0"),
+    ("zero capacity", {"capacity_gb = 180": "capacity_gb = 0"}, r"hbm\.capacity_gb = 0: must be > 0"),
+    ("string for number", {"capacity_gb = 180": 'capacity_gb = "180"'},
+     r"hbm\.capacity_gb = '180': must be a number"),
+    ("nan", {"capacity_gb = 180": "capacity_gb = nan"}, r"hbm\.capacity_gb = nan: must be a finite number"),
+    ("float for integer", {"domain_gpus = 8": "domain_gpus = 8.5"},
+     r"scale_up\.domain_gpus = 8\.5: must be an integer"),
+    ("bool for integer", {"domain_gpus = 8": "domain_gpus = true"},
+     r"scale_up\.domain_gpus = True: must be an integer"),
+    ("unknown enum", {'status = "shipping"': 'status = "rumoured"'},
+     r"status = 'rumoured': must be one of shipping, projected"),
+    ("unknown link kind", {'link_kind = "pcie"': 'link_kind = "usb"'},
+     r"host\.link_kind = 'usb': must be one of pcie, nvlink-c2c"),
+    ("sale unit", {"sale_unit_gpus = 8": "sale_unit_gpus = 4"},
+     r"sale_unit_gpus = 4: must be one of 8, 72"),
+    ("unknown key", {"tdp_w = 1000": "tdp_w = 1000\ntdp_watts = 1000"},
+     r"tdp_watts: unknown key; valid keys: .*tdp_w"),
+    ("missing key", {"[hbm]\ncapacity_gb = 180\n": "[hbm]\n"}, r"hbm\.capacity_gb: is required"),
+    ("missing table", {"[scale_out]\nnic_gbit_per_s_per_gpu = 400\n": ""}, r"scale_out: is required"),
+    ("string for table", {"[scale_out]\nnic_gbit_per_s_per_gpu = 400\n": "",
+                          "tdp_w = 1000": 'tdp_w = 1000\nscale_out = "fast"'},
+     r"scale_out = 'fast': must be a table"),
+    ("list item type", {'aliases = ["b200-hgx", "dgx-b200"]': 'aliases = ["b200-hgx", 3]'},
+     r"aliases\[1\] = 3: must be a string"),
+    ("id differs from file", {'id = "b200"': 'id = "b201"'}, r"id = 'b201': must equal the file name 'b200'"),
+]
+
+
+@pytest.mark.parametrize(("label", "replace", "message"), CASES, ids=[c[0] for c in CASES])
+def test_broken_hardware_file_names_file_field_value_and_rule(
+    tmp_path: Path, label: str, replace: dict[str, str], message: str
+) -> None:
+    err = _load_broken_hardware(tmp_path, _b200(**replace))
+    assert re.search(message, str(err)), str(err)
+
+
+def test_empty_sources_list_is_refused(tmp_path: Path) -> None:
+    text = re.sub(r"sources = \[.*\]", "sources = []", _b200())
+    err = _load_broken_hardware(tmp_path, text)
+    assert re.search(r"sources = \[\]: must not be empty", str(err))
+
+
+def test_bad_toml_syntax(tmp_path: Path) -> None:
+    err = _load_broken_hardware(tmp_path, "id = \n[[[")
+    assert "must be valid TOML" in str(err)
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    err = _load_broken_hardware(tmp_path, "   \n")
+    assert str(err).endswith("must not be empty")
+
+
+def test_not_utf8(tmp_path: Path) -> None:
+    folder = tmp_path / "hardware"
+    folder.mkdir()
+    (folder / "b200.toml").write_bytes(b"id = '\xff\xfe'")
+    with pytest.raises(InputError, match=r"b200\.toml: must be UTF-8 text"):
+        load_catalog([tmp_path], use_env=False)
+
+
+def test_upper_case_id_is_refused(tmp_path: Path) -> None:
+    err = _load_broken_hardware(tmp_path, _b200(**{'id = "b200"': 'id = "B200"'}), name="B200")
+    assert "must be lower case" in str(err)
+
+
+def test_alias_clash_names_both_entries(tmp_path: Path) -> None:
+    text = _b200(**{'id = "b200"': 'id = "b200-copy"', '"b200-hgx", ': '"h100", '})
+    err = _load_broken_hardware(tmp_path, text, name="b200-copy")
+    assert re.search(r"aliases = 'h100': must not repeat an id or alias of hardware 'h100-sxm'", str(err))
+
+
+def test_broken_model_file(tmp_path: Path) -> None:
+    text = (SHIPPED_MODELS / "kimi-k3.toml").read_text().replace("q_heads = 96", "q_heads = -96")
+    root = _user_dir(tmp_path, "models", "kimi-k3", text)
+    with pytest.raises(InputError, match=r"kimi-k3\.toml: attention\.q_heads = -96: must be > 0"):
+        load_catalog([root], use_env=False)
+
+
+def test_unknown_precision_in_model(tmp_path: Path) -> None:
+    text = (SHIPPED_MODELS / "kimi-k3.toml").read_text().replace(
+        'expert_weight_precision = "fp4"', 'expert_weight_precision = "int3"'
+    )
+    root = _user_dir(tmp_path, "models", "kimi-k3", text)
+    with pytest.raises(InputError, match=r"expert_weight_precision = 'int3': must be one of bf16, fp8, fp4"):
+        load_catalog([root], use_env=False)
+
+
+def test_missing_catalog_folder(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"nowhere: catalog folder must exist and be a folder"):
+        load_catalog([tmp_path / "nowhere"], use_env=False)
+
+
+def test_unknown_id_lists_valid_ids(catalog) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UnknownIdError, match=r"unknown hardware id; valid ids: a800-sxm, b200, b300"):
+        catalog.hardware("b250")
+    with pytest.raises(UnknownIdError, match=r"'gpt5'.*valid ids: deepseek-v3, deepseek-v3.2"):
+        catalog.model("gpt5")
+
+
+def test_user_folder_overrides_by_id_and_adds_entries(tmp_path: Path) -> None:
+    _user_dir(tmp_path, "hardware", "b200", _b200(**{"capacity_gb = 180": "capacity_gb = 192"}))
+    _user_dir(tmp_path, "hardware", "b200x", _b200(**{'id = "b200"': 'id = "b200x"',
+                                                      '"b200-hgx", "dgx-b200"': '"b200-next"'}))
+    cat = load_catalog([tmp_path], use_env=False)
+    assert cat.hardware("b200").hbm.capacity_gb == 192
+    assert cat.hardware("b200-next").id == "b200x"
+    assert len(cat.hardware_by_id) == 13
+
+
+def test_environment_variable_adds_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _user_dir(tmp_path, "hardware", "b200", _b200(**{"capacity_gb = 180": "capacity_gb = 200"}))
+    monkeypatch.setenv("DSE_CATALOG_DIR", str(tmp_path))
+    assert load_catalog().hardware("b200").hbm.capacity_gb == 200
+
+
+def test_cli_bad_catalog_exits_2_with_one_line(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    _user_dir(tmp_path, "hardware", "b200", _b200(**{"bandwidth_tb_per_s = 8.0": "bandwidth_tb_per_s = 0"}))
+    proc = subprocess.run(dse_cmd("--catalog-dir", str(tmp_path), "catalog", "list", "hardware"),
+                          capture_output=True, text=True, env=clean_env)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert re.fullmatch(r"dse: error: .*b200\.toml: hbm\.bandwidth_tb_per_s = 0: must be > 0", lines[0])
+
+
+def test_cli_unknown_id_exits_2(clean_env: dict[str, str]) -> None:
+    proc = subprocess.run(dse_cmd("catalog", "show", "b250"), capture_output=True, text=True, env=clean_env)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "valid ids: a800-sxm" in proc.stderr
