@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from dse import __version__
 from dse.catalog import load_catalog
-from dse.cli import catalog_cmd
+from dse.cli import calibrate_cmd, catalog_cmd, predict_cmd
 from dse.errors import DseError
 
 
@@ -28,10 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     catalog_cmd.add_parser(sub)
+    predict_cmd.add_parser(sub)
+    calibrate_cmd.add_parser(sub)
     return parser
 
 
-COMMANDS = {"catalog": catalog_cmd.run}
+COMMANDS = {"catalog": catalog_cmd.run, "predict": predict_cmd.run, "calibrate": calibrate_cmd.run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

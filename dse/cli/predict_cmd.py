@@ -1,0 +1,124 @@
+"""`dse predict`: serving figures of one deployment from flags, or of a CSV of deployments."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from dse.catalog import Catalog
+from dse.cli.table import format_table
+from dse.errors import InputError
+from dse.perf.benchmark_rows import INPUT_COLUMNS, OUTPUT_COLUMNS, evaluate, parse_row, predict_rows
+from dse.perf.params import load_params
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("predict", help="predict what a deployment serves (closed-loop load)")
+    p.add_argument("--batch", type=Path, metavar="IN.csv",
+                   help="CSV with the columns of inferencex_calibration.csv; needs --out")
+    p.add_argument("--out", type=Path, metavar="OUT.csv", help="where --batch writes its rows")
+    p.add_argument("--model", default="deepseek-v3")
+    p.add_argument("--hardware", help="hardware id or alias (b200, gb200, h100, mi355x, ...)")
+    p.add_argument("--framework", default="sglang", help="trt, sglang, atom (or dynamo-*)")
+    p.add_argument("--precision", default="fp8", choices=["fp4", "fp8", "bf16"],
+                   help="routed-expert weight precision")
+    p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative)")
+    p.add_argument("--isl", type=float, default=1024.0, help="nominal input tokens")
+    p.add_argument("--osl", type=float, default=1024.0, help="nominal output tokens")
+    p.add_argument("--conc", type=float, default=64.0, help="requests in flight")
+    p.add_argument("--tp", type=int, default=8, help="tensor parallel (GPUs of an aggregated instance)")
+    p.add_argument("--ep", type=int, default=8, help="expert parallel")
+    p.add_argument("--dp-attention", action="store_true", help="data-parallel attention")
+    p.add_argument("--disagg", action="store_true", help="separate prefill and decode pools")
+    p.add_argument("--prefill-tp", type=int, default=8)
+    p.add_argument("--prefill-ep", type=int, default=8)
+    p.add_argument("--prefill-dp-attention", action="store_true")
+    p.add_argument("--prefill-workers", type=int, default=1)
+    p.add_argument("--prefill-gpus", type=int, default=8, help="GPUs of the whole prefill pool")
+    p.add_argument("--decode-workers", type=int, default=1)
+    p.add_argument("--decode-gpus", type=int, default=8, help="GPUs of the whole decode pool")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace, catalog: Catalog) -> int:
+    params = load_params()
+    if args.batch is not None:
+        return _batch(args.batch, args.out, catalog, params)
+    if not args.hardware:
+        raise InputError("dse predict", "--hardware", "is required (or use --batch)")
+    row = _row_from_flags(args)
+    bench = parse_row(row, catalog, source="dse predict")
+    res = evaluate([bench], catalog, params)
+    figures = {
+        "tput_per_gpu": float(res.tput_per_gpu[0]),
+        "input_tput_per_prefill_gpu": float(res.input_tput_per_prefill_gpu[0]),
+        "output_tput_per_decode_gpu": float(res.output_tput_per_decode_gpu[0]),
+        "intvty_tok_s_user": float(res.intvty_tok_s_user[0]),
+        "tpot_ms": float(res.tpot_s[0]) * 1e3,
+        "ttft_s": float(res.ttft_s[0]),
+        "decode_batch_per_instance": float(res.decode_batch[0]),
+        "hbm_peak_gb_per_gpu": float(res.hbm_peak_bytes_per_gpu[0]) / 1e9,
+        "decode_step_ms": float(res.decode_step_s[0]) * 1e3,
+        "decode_gemm_ms": float(res.decode_gemm_s[0]) * 1e3,
+        "decode_attention_ms": float(res.decode_attention_s[0]) * 1e3,
+        "decode_comm_ms": float(res.decode_comm_s[0]) * 1e3,
+        "decode_overhead_ms": float(res.decode_overhead_s[0]) * 1e3,
+        "prefill_one_prompt_s": float(res.prefill_s[0]),
+        "prefill_utilization": float(res.prefill_utilization[0]),
+        "binding_regime": str(res.regime[0]),
+    }
+    if args.json:
+        print(json.dumps({"deployment": row, "prediction": figures}, indent=2))
+        return 0
+    print(f"{bench.model} on {bench.hardware} ({'disaggregated' if bench.disagg else 'aggregated'}, "
+          f"{row['framework']}, {row['precision']}{', MTP' if bench.mtp else ''}), "
+          f"ISL {row['isl']} OSL {row['osl']}, {row['conc']} requests in flight")
+    print(format_table(["figure", "value"], [[k, v] for k, v in figures.items()]))
+    return 0
+
+
+def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
+    dec_gpus = a.decode_gpus if a.disagg else a.tp
+    return {
+        "hardware": a.hardware, "framework": a.framework, "model": a.model,
+        "precision": a.precision, "spec_method": "mtp" if a.mtp else "none",
+        "disagg": str(a.disagg), "isl": f"{a.isl:g}", "osl": f"{a.osl:g}", "conc": f"{a.conc:g}",
+        "prefill_tp": str(a.prefill_tp if a.disagg else a.tp),
+        "prefill_ep": str(a.prefill_ep if a.disagg else a.ep),
+        "prefill_dp_attention": str(a.prefill_dp_attention if a.disagg else a.dp_attention),
+        "prefill_num_workers": str(a.prefill_workers), "num_prefill_gpu": str(a.prefill_gpus),
+        "decode_tp": str(a.tp), "decode_ep": str(a.ep), "decode_dp_attention": str(a.dp_attention),
+        "decode_num_workers": str(a.decode_workers), "num_decode_gpu": str(dec_gpus),
+    }
+
+
+def _batch(src: Path, out: Path | None, catalog: Catalog, params) -> int:  # type: ignore[no-untyped-def]
+    if out is None:
+        raise InputError("dse predict", "--out", "is required with --batch")
+    try:
+        with open(src, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header = list(reader.fieldnames or [])
+            rows = list(reader)
+    except OSError as exc:
+        raise InputError(str(src), "--batch", f"cannot be read ({exc.strerror})") from None
+    missing = [c for c in INPUT_COLUMNS if c not in header]
+    if missing:
+        raise InputError(str(src), missing[0], "is a required column")
+    result = predict_rows(rows, catalog, params, source=src.name)
+    columns = header + [c for c in OUTPUT_COLUMNS if c not in header]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+    with os.fdopen(fd, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(result)
+    os.replace(tmp, out)
+    failed = sum(1 for r in result if r["pred_error"])
+    print(f"wrote {len(result)} rows to {out} ({failed} could not be modelled)", file=sys.stderr)
+    return 0

@@ -1,0 +1,211 @@
+"""Benchmark-style deployments described by the columns of ``inferencex_calibration.csv``.
+
+The normalisation rules of that file (its ``gpus_used_for_normalization_note`` column):
+
+* aggregated rows use ``TP`` GPUs (the ``num_*_gpu`` columns there hold TP x EP and are ignored);
+* disaggregated rows use prefill + decode GPUs; input throughput is per prefill GPU, output per
+  decode GPU; ``*_num_workers`` instances of ``num_*_gpu / workers`` GPUs each. Rows with 0
+  workers are refused: their per-pool throughputs do not add up to their total under any split;
+* ``isl``/``osl`` are nominal: each request's lengths are uniform on 80-100% of nominal, so the
+  means are 0.9 x nominal;
+* interactivity is 1 / TPOT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dse.catalog import Catalog
+from dse.errors import DseError, InputError
+from dse.perf.params import PerfParams
+from dse.perf.pool import build_pool
+from dse.perf.serving import Deployment, ServingResult, closed_loop
+from dse.units import Precision
+
+INPUT_COLUMNS = (
+    "hardware", "framework", "model", "precision", "spec_method", "disagg", "isl", "osl", "conc",
+    "prefill_tp", "prefill_ep", "prefill_dp_attention", "prefill_num_workers", "num_prefill_gpu",
+    "decode_tp", "decode_ep", "decode_dp_attention", "decode_num_workers", "num_decode_gpu",
+)
+OUTPUT_COLUMNS = (
+    "pred_tput_per_gpu", "pred_input_tput_per_gpu", "pred_output_tput_per_gpu",
+    "pred_intvty_tok_s_user", "pred_tpot_ms", "pred_ttft_s", "pred_hbm_peak_gb_per_gpu",
+    "pred_binding_regime", "pred_error",
+)
+FRAMEWORK_ENGINE = {
+    "trt": "trt", "dynamo-trt": "trt",
+    "sglang": "sglang", "dynamo-sglang": "sglang", "mori-sglang": "sglang",
+    "atom": "atom", "vllm": "atom",
+}
+LENGTH_MEAN_OF_NOMINAL = 0.9
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    gpus: float
+    attn_tp: float
+    ep: float
+    instances: float
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One parsed row: a deployment under a closed-loop load."""
+
+    hardware: str
+    model: str
+    engine: str
+    weight_precision: Precision
+    mtp: bool
+    disagg: bool
+    isl: float
+    osl: float
+    conc: float
+    prefill: PoolSpec | None
+    decode: PoolSpec
+
+
+def _num(row: Mapping[str, str], key: str, source: str) -> float:
+    raw = str(row.get(key, "")).strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InputError(source, key, "must be a number", raw) from None
+    if not np.isfinite(value) or value < 0:
+        raise InputError(source, key, "must be a finite number >= 0", raw)
+    return value
+
+
+def _flag(row: Mapping[str, str], key: str, source: str) -> bool:
+    raw = str(row.get(key, "")).strip().lower()
+    if raw not in ("true", "false", "1", "0"):
+        raise InputError(source, key, "must be True or False", raw)
+    return raw in ("true", "1")
+
+
+def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str) -> PoolSpec:
+    tp = _num(row, f"{side}_tp", source)
+    ep = _num(row, f"{side}_ep", source) or 1.0
+    dpa = _flag(row, f"{side}_dp_attention", source)
+    if tp < 1:
+        raise InputError(source, f"{side}_tp", "must be >= 1", tp)
+    if not disagg:
+        gpus, instances = tp, 1.0
+    else:
+        total = _num(row, f"num_{side}_gpu", source)
+        workers = _num(row, f"{side}_num_workers", source)
+        if workers < 1:
+            # such rows' per-pool figures do not add up to their total under any split
+            raise InputError(source, f"{side}_num_workers",
+                             "must be >= 1 in a disaggregated row (the GPU split between pools "
+                             "is unknown)", workers)
+        gpus, instances = total / workers, workers
+        if gpus < 1 or gpus != int(gpus):
+            raise InputError(source, f"num_{side}_gpu",
+                             f"must split into {workers:g} whole instances", total)
+    attn_tp = 1.0 if dpa else min(tp, gpus)
+    if gpus % attn_tp:
+        raise InputError(source, f"{side}_tp", f"must divide the instance's {gpus:g} GPUs", tp)
+    if attn_tp < gpus and ep < gpus:
+        # attention data-parallel over the instance: the experts are spread over all its GPUs
+        # and every token must reach them (dispatch/combine), whatever the row's ep says
+        ep = gpus
+    return PoolSpec(gpus=gpus, attn_tp=attn_tp, ep=min(ep, gpus), instances=instances)
+
+
+def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> BenchRow:
+    hw = catalog.hardware(str(row.get("hardware", "")))
+    model = catalog.model(str(row.get("model", "")))
+    fw = str(row.get("framework", "")).strip().lower()
+    if fw not in FRAMEWORK_ENGINE:
+        raise InputError(source, "framework",
+                         f"must be one of {', '.join(sorted(FRAMEWORK_ENGINE))}", fw)
+    prec_raw = str(row.get("precision", "")).strip().lower()
+    if prec_raw not in ("fp4", "fp8", "bf16"):
+        raise InputError(source, "precision", "must be one of fp4, fp8, bf16", prec_raw)
+    spec = str(row.get("spec_method", "none")).strip().lower() or "none"
+    if spec not in ("mtp", "none"):
+        raise InputError(source, "spec_method", "must be mtp or none", spec)
+    if spec == "mtp" and model.mtp_layers == 0:
+        raise InputError(source, "spec_method", f"model {model.id} has no MTP layers", spec)
+    disagg = _flag(row, "disagg", source)
+    isl, osl, conc = (_num(row, k, source) for k in ("isl", "osl", "conc"))
+    if min(isl, osl, conc) <= 0:
+        raise InputError(source, "isl/osl/conc", "must be > 0", (isl, osl, conc))
+    return BenchRow(
+        hardware=hw.id, model=model.id, engine=FRAMEWORK_ENGINE[fw],
+        weight_precision=Precision(prec_raw), mtp=spec == "mtp", disagg=disagg,
+        isl=isl * LENGTH_MEAN_OF_NOMINAL, osl=osl * LENGTH_MEAN_OF_NOMINAL, conc=conc,
+        prefill=_pool(row, "prefill", disagg, source) if disagg else None,
+        decode=_pool(row, "decode", disagg, source),
+    )
+
+
+def evaluate(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> ServingResult:
+    """Serving figures for rows of one model and one topology (all agg or all disagg)."""
+    model = catalog.model(rows[0].model)
+    hws = [catalog.hardware(r.hardware) for r in rows]
+    engines = [params.engine(r.engine) for r in rows]
+    kvp = [e.kv_precision for e in engines]
+    wp = [r.weight_precision for r in rows]
+
+    def pool(specs: Sequence[PoolSpec]):  # type: ignore[no-untyped-def]
+        return build_pool(model, hws, gpus=[s.gpus for s in specs],
+                          attn_tp=[s.attn_tp for s in specs], ep=[s.ep for s in specs],
+                          weight_precision=wp, kv_precision=kvp)
+
+    disagg = rows[0].disagg
+    pre = [r.prefill for r in rows] if disagg else None
+    dep = Deployment(
+        prefill=pool(pre) if pre else None,  # type: ignore[arg-type]
+        decode=pool([r.decode for r in rows]),
+        prefill_instances=np.array([r.prefill.instances if r.prefill else 1.0 for r in rows]),
+        decode_instances=np.array([r.decode.instances for r in rows]),
+        isl=np.array([r.isl for r in rows]),
+        osl=np.array([r.osl for r in rows]),
+        speed=np.array([e.speed for e in engines]),
+        draft_tokens=np.array([e.mtp_draft_tokens if r.mtp else 0.0 for r, e in zip(rows, engines, strict=True)]),
+        accept_tokens=np.array([e.mtp_accept_tokens if r.mtp else 1.0 for r, e in zip(rows, engines, strict=True)]),
+    )
+    return closed_loop(dep, params, np.array([r.conc for r in rows]))
+
+
+def predict_rows(rows: Sequence[Mapping[str, str]], catalog: Catalog, params: PerfParams,
+                 source: str = "input") -> list[dict[str, object]]:
+    """Each input row with the ``pred_*`` columns added; a row that cannot be modelled gets
+    empty predictions and a ``pred_error`` message."""
+    out: list[dict[str, object]] = [dict(r) for r in rows]
+    parsed: dict[tuple[str, bool], list[tuple[int, BenchRow]]] = {}
+    for i, row in enumerate(rows):
+        for col in OUTPUT_COLUMNS:
+            out[i][col] = ""
+        try:
+            br = parse_row(row, catalog, source=f"{source} row {i + 1}")
+        except DseError as exc:
+            out[i]["pred_error"] = str(exc)
+            continue
+        parsed.setdefault((br.model, br.disagg), []).append((i, br))
+    for group in parsed.values():
+        idx = [i for i, _ in group]
+        res = evaluate([b for _, b in group], catalog, params)
+        for j, i in enumerate(idx):
+            if not np.isfinite(res.tput_per_gpu[j]):
+                out[i]["pred_error"] = (
+                    f"{res.regime[j]}: weights need "
+                    f"{res.hbm_peak_bytes_per_gpu[j] / 1e9:.0f} GB per GPU")
+                out[i]["pred_hbm_peak_gb_per_gpu"] = round(res.hbm_peak_bytes_per_gpu[j] / 1e9, 2)
+                continue
+            out[i].update({
+                "pred_tput_per_gpu": round(float(res.tput_per_gpu[j]), 3),
+                "pred_input_tput_per_gpu": round(float(res.input_tput_per_prefill_gpu[j]), 3),
+                "pred_output_tput_per_gpu": round(float(res.output_tput_per_decode_gpu[j]), 3),
+                "pred_intvty_tok_s_user": round(float(res.intvty_tok_s_user[j]), 3),
+                "pred_tpot_ms": round(float(res.tpot_s[j]) * 1e3, 3),
+                "pred_ttft_s": round(float(res.ttft_s[j]), 4),
+                "pred_hbm_peak_gb_per_gpu": round(float(res.hbm_peak_bytes_per_gpu[j]) / 1e9, 2),
+                "pred_binding_regime": str(res.regime[j]),
+            })
+    return out

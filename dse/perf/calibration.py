@@ -1,0 +1,198 @@
+"""Fit the performance model's efficiencies to measured serving runs.
+
+The fit minimises the log-error of tokens/s/GPU and of tokens/s/user over every row the model can
+describe, with a soft-L1 loss so a few odd runs do not steer it. Leave-one-hardware-out
+cross-validation refits without one GPU type and predicts it from its datasheet alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from dse import __version__
+from dse.catalog import Catalog
+from dse.errors import DseError
+from dse.perf.benchmark_rows import BenchRow, evaluate, parse_row
+from dse.perf.params import FITTED_SCALARS, PerfParams
+
+# (lower, upper) bounds of each fitted value
+BOUNDS = {
+    "gemm_eff": (0.1, 0.95), "prefill_gemm_eff": (0.1, 0.95), "attn_eff": (0.05, 0.95),
+    "hbm_eff": (0.3, 0.95), "link_eff": (0.1, 0.95), "nic_eff": (0.1, 0.95),
+    "step_overhead_ms": (0.05, 20.0), "layer_overhead_us": (0.1, 100.0),
+    "collective_latency_us": (0.5, 100.0), "comm_overlap": (0.0, 0.95),
+    "prefill_queue_factor": (0.05, 10.0), "amd_eff": (0.2, 1.5),
+}
+ENGINE_BOUNDS = {"speed": (0.4, 3.0), "mtp_accept_tokens": (1.0, 3.5)}
+
+
+@dataclass(frozen=True)
+class Measured:
+    row: BenchRow
+    tput_per_gpu: float
+    intvty: float
+    raw: Mapping[str, str]
+
+
+def read_measured(path: Path, catalog: Catalog) -> tuple[list[Measured], list[str]]:
+    """Rows the model can describe, and one message per row it cannot."""
+    out, skipped = [], []
+    with open(path, newline="") as fh:
+        for i, raw in enumerate(csv.DictReader(fh)):
+            try:
+                row = parse_row(raw, catalog, source=f"{path.name} row {i + 1}")
+            except DseError as exc:
+                skipped.append(str(exc))
+                continue
+            out.append(Measured(row, float(raw["tput_per_gpu_total"]),
+                                float(raw["median_intvty_tok_s_user"]), raw))
+    return out, skipped
+
+
+def predict_measured(data: Sequence[Measured], catalog: Catalog,
+                     params: PerfParams) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens/s/GPU, tokens/s/user) predicted for each measured row, in input order."""
+    tput = np.full(len(data), np.nan)
+    intv = np.full(len(data), np.nan)
+    groups: dict[tuple[str, bool], list[int]] = {}
+    for i, m in enumerate(data):
+        groups.setdefault((m.row.model, m.row.disagg), []).append(i)
+    for idx in groups.values():
+        res = evaluate([data[i].row for i in idx], catalog, params)
+        tput[idx] = res.tput_per_gpu
+        intv[idx] = res.intvty_tok_s_user
+    return tput, intv
+
+
+def _engines_used(data: Sequence[Measured]) -> list[str]:
+    return sorted({m.row.engine for m in data})
+
+
+def _unpack(x: np.ndarray, base: PerfParams, engines: Sequence[str], mtp: set[str]) -> PerfParams:
+    values = dict(zip(FITTED_SCALARS, x[: len(FITTED_SCALARS)], strict=True))
+    p = base.with_values(**values)
+    eng = dict(p.engines)
+    k = len(FITTED_SCALARS)
+    for name in engines:
+        speed = x[k]
+        k += 1
+        accept = eng[name].mtp_accept_tokens
+        if name in mtp:
+            accept = x[k]
+            k += 1
+        eng[name] = replace(eng[name], speed=float(speed), mtp_accept_tokens=float(accept))
+    return replace(p, engines=eng)
+
+
+def _pack(p: PerfParams, engines: Sequence[str], mtp: set[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x, lo, hi = [], [], []
+    for name in FITTED_SCALARS:
+        x.append(getattr(p, name))
+        lo.append(BOUNDS[name][0])
+        hi.append(BOUNDS[name][1])
+    for name in engines:
+        x.append(p.engines[name].speed)
+        lo.append(ENGINE_BOUNDS["speed"][0])
+        hi.append(ENGINE_BOUNDS["speed"][1])
+        if name in mtp:
+            x.append(p.engines[name].mtp_accept_tokens)
+            lo.append(ENGINE_BOUNDS["mtp_accept_tokens"][0])
+            hi.append(ENGINE_BOUNDS["mtp_accept_tokens"][1])
+    xa, la, ha = np.array(x), np.array(lo), np.array(hi)
+    return np.clip(xa, la + 1e-9, ha - 1e-9), la, ha
+
+
+def fit(data: Sequence[Measured], catalog: Catalog, start: PerfParams) -> PerfParams:
+    """Least-squares fit of the efficiencies to ``data`` (log errors, soft-L1 loss)."""
+    engines = _engines_used(data)
+    mtp = {m.row.engine for m in data if m.row.mtp}
+    x0, lo, hi = _pack(start, engines, mtp)
+    meas_t = np.log([m.tput_per_gpu for m in data])
+    meas_i = np.log([m.intvty for m in data])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        t, i = predict_measured(data, catalog, _unpack(x, start, engines, mtp))
+        r = np.concatenate([np.log(t) - meas_t, np.log(i) - meas_i])
+        return np.nan_to_num(r, nan=3.0, posinf=3.0, neginf=-3.0)
+
+    sol = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.15,
+                        x_scale="jac", max_nfev=400)
+    return _unpack(sol.x, start, engines, mtp)
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    n: int
+    tput_median_ape: float
+    tput_p75_ape: float
+    intvty_median_ape: float
+    intvty_p75_ape: float
+
+
+def error_stats(data: Sequence[Measured], tput: np.ndarray, intv: np.ndarray) -> ErrorStats:
+    mt = np.array([m.tput_per_gpu for m in data])
+    mi = np.array([m.intvty for m in data])
+    et = np.abs(tput / mt - 1.0)
+    ei = np.abs(intv / mi - 1.0)
+    et = np.where(np.isfinite(et), et, 1.0)
+    ei = np.where(np.isfinite(ei), ei, 1.0)
+    return ErrorStats(len(data), float(np.median(et)), float(np.percentile(et, 75)),
+                      float(np.median(ei)), float(np.percentile(ei, 75)))
+
+
+def leave_one_hardware_out(data: Sequence[Measured], catalog: Catalog,
+                           start: PerfParams) -> tuple[np.ndarray, np.ndarray]:
+    """Predictions for every row from a fit that never saw that row's hardware."""
+    tput = np.full(len(data), np.nan)
+    intv = np.full(len(data), np.nan)
+    for hw in sorted({m.row.hardware for m in data}):
+        train = [m for m in data if m.row.hardware != hw]
+        test_idx = [i for i, m in enumerate(data) if m.row.hardware == hw]
+        fitted = fit(train, catalog, start)
+        t, i = predict_measured([data[k] for k in test_idx], catalog, fitted)
+        tput[test_idx] = t
+        intv[test_idx] = i
+    return tput, intv
+
+
+def pair_order_agreement(data: Sequence[Measured], tput: np.ndarray, intv: np.ndarray,
+                         band: float = 0.25) -> float:
+    """Share of hardware pairs ranked right by tokens/s/GPU at about equal tokens/s/user.
+
+    Pairs are rows of different hardware, same lengths and topology, whose measured
+    interactivities lie within ``band`` of each other; a pair counts when measured and predicted
+    tokens/s/GPU (each scaled to the same interactivity by its local slope, here ignored) order
+    the two the same way."""
+    good = total = 0
+    for a in range(len(data)):
+        for b in range(a + 1, len(data)):
+            ma, mb = data[a], data[b]
+            if ma.row.hardware == mb.row.hardware or (ma.row.isl, ma.row.osl) != (mb.row.isl, mb.row.osl):
+                continue
+            if abs(np.log(ma.intvty / mb.intvty)) > np.log(1 + band):
+                continue
+            if abs(np.log(ma.tput_per_gpu / mb.tput_per_gpu)) < np.log(1.1):
+                continue  # too close to call in the measurements themselves
+            total += 1
+            good += (ma.tput_per_gpu > mb.tput_per_gpu) == (tput[a] > tput[b])
+    return good / total if total else float("nan")
+
+
+def provenance(data_path: Path, n_rows: int, n_skipped: int, stats: ErrorStats) -> dict[str, object]:
+    return {
+        "fitted_by": "dse calibrate",
+        "engine_version": __version__,
+        "data": str(data_path.name),
+        "rows_fitted": n_rows,
+        "rows_skipped": n_skipped,
+        "fitted_at_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "in_sample_tput_median_ape": round(stats.tput_median_ape, 4),
+        "in_sample_intvty_median_ape": round(stats.intvty_median_ape, 4),
+    }

@@ -1,0 +1,112 @@
+"""Efficiency factors of the performance model, and the file the calibration writes them to.
+
+The numbers here are *fitted*, never hand-tuned: ``dse calibrate`` fits them to the measured runs in
+``../shared/reference`` and writes ``dse/perf/calibration.json`` with its provenance. The defaults
+below are only the starting point of that fit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from dse.errors import InputError
+from dse.units import Precision
+
+CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """What differs between serving engines (TRT-LLM, SGLang, vLLM/ATOM) and their disaggregated
+    variants. ``speed`` multiplies kernel time; the MTP figures describe speculative decoding."""
+
+    name: str
+    kv_precision: Precision
+    mtp_draft_tokens: int
+    speed: float = 1.0
+    mtp_accept_tokens: float = 1.8
+
+
+@dataclass(frozen=True)
+class PerfParams:
+    """Global efficiencies (fractions of datasheet peaks) and overheads."""
+
+    gemm_eff: float = 0.55
+    prefill_gemm_eff: float = 0.45
+    attn_eff: float = 0.35
+    hbm_eff: float = 0.75
+    link_eff: float = 0.6
+    nic_eff: float = 0.6
+    step_overhead_ms: float = 2.0
+    layer_overhead_us: float = 10.0
+    collective_latency_us: float = 12.0
+    comm_overlap: float = 0.5
+    prefill_queue_factor: float = 1.0
+    hbm_reserve_fraction: float = 0.04
+    amd_eff: float = 0.7
+    engines: dict[str, EngineProfile] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def engine(self, name: str) -> EngineProfile:
+        try:
+            return self.engines[name]
+        except KeyError:
+            raise InputError(
+                "performance model", "engine",
+                f"unknown engine; valid engines: {', '.join(sorted(self.engines))}", name,
+            ) from None
+
+    def with_values(self, **values: float) -> PerfParams:
+        return replace(self, **values)
+
+
+DEFAULT_ENGINES = {
+    # kv precision: TRT-LLM and ATOM serve DeepSeek with an fp8 KV cache, SGLang with bf16 by default.
+    "trt": EngineProfile("trt", Precision.FP8, mtp_draft_tokens=3),
+    "sglang": EngineProfile("sglang", Precision.BF16, mtp_draft_tokens=3),
+    "atom": EngineProfile("atom", Precision.FP8, mtp_draft_tokens=3),
+}
+
+FITTED_SCALARS = (
+    "gemm_eff", "prefill_gemm_eff", "attn_eff", "hbm_eff", "link_eff", "nic_eff",
+    "step_overhead_ms", "layer_overhead_us", "collective_latency_us", "comm_overlap",
+    "prefill_queue_factor", "amd_eff",
+)
+
+
+def default_params() -> PerfParams:
+    return PerfParams(engines=dict(DEFAULT_ENGINES))
+
+
+def load_params(path: Path = CALIBRATION_FILE) -> PerfParams:
+    """The calibrated parameters; the uncalibrated defaults if no calibration was written yet."""
+    if not path.exists():
+        return default_params()
+    raw = json.loads(path.read_text())
+    engines = {
+        name: EngineProfile(
+            name=name,
+            kv_precision=Precision(e["kv_precision"]),
+            mtp_draft_tokens=int(e["mtp_draft_tokens"]),
+            speed=float(e["speed"]),
+            mtp_accept_tokens=float(e["mtp_accept_tokens"]),
+        )
+        for name, e in raw["engines"].items()
+    }
+    scalars = {k: float(v) for k, v in raw["params"].items()}
+    return PerfParams(**scalars, engines=engines, provenance=raw.get("provenance", {}))
+
+
+def params_to_json(params: PerfParams) -> str:
+    scalars = {k: v for k, v in asdict(params).items() if k not in ("engines", "provenance")}
+    engines = {
+        n: {"kv_precision": e.kv_precision.value, "mtp_draft_tokens": e.mtp_draft_tokens,
+            "speed": e.speed, "mtp_accept_tokens": e.mtp_accept_tokens}
+        for n, e in params.engines.items()
+    }
+    return json.dumps(
+        {"params": scalars, "engines": engines, "provenance": params.provenance}, indent=2
+    )

@@ -1,0 +1,178 @@
+"""A pool of identical serving instances as arrays: one element per candidate.
+
+Everything the stage cost functions need is here as numpy arrays of one length, so a single call
+evaluates many candidates (different hardware, parallelism, precision, lengths) at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dse.catalog import Hardware, Model
+from dse.catalog.model import AttentionKind
+from dse.errors import InputError
+from dse.units import GB, TB, Precision
+
+Array = np.ndarray
+
+
+@dataclass(frozen=True)
+class ModelTerms:
+    """Per-model scalars the cost functions use (counts, not bytes)."""
+
+    layers: float
+    full_layers: float
+    moe_layers: float
+    hidden: float
+    q_heads: float
+    kv_heads: float  # GQA KV heads; 1 for MLA
+    experts: float
+    experts_per_token: float
+    params_dense_active: float  # attention, dense FFN, shared experts, router, output embedding
+    params_routed_total: float
+    decode_qk_dim: float  # per head, absorbed MLA form in decode
+    decode_v_dim: float
+    prefill_qk_dim: float
+    prefill_v_dim: float
+    kv_elements_per_token: float  # over all full layers
+    fixed_state_bytes: float  # per request (linear-attention state, sliding windows)
+    mtp_layers: float
+
+    @classmethod
+    def of(cls, m: Model) -> ModelTerms:
+        g = m.param_groups()
+        a = m.attention
+        if a.kind is AttentionKind.MLA:
+            assert a.mla is not None
+            dqk_dec = a.mla.kv_lora_rank + a.mla.qk_rope_dim
+            dv_dec = float(a.mla.kv_lora_rank)
+            dqk_pf = a.mla.qk_nope_dim + a.mla.qk_rope_dim
+            dv_pf = float(a.mla.v_head_dim)
+            kv_heads = 1.0  # one latent shared by all heads: tensor parallelism replicates it
+        else:
+            assert a.head_dim is not None and a.kv_heads is not None
+            dqk_dec = dqk_pf = a.head_dim
+            dv_dec = dv_pf = float(a.head_dim)
+            kv_heads = float(a.kv_heads)
+        dense = sum(v for k, v in g.items() if k not in ("routed_experts", "input_embedding"))
+        moe = m.moe
+        return cls(
+            layers=m.layers,
+            full_layers=m.full_attention_layers,
+            moe_layers=m.moe_layers,
+            hidden=m.hidden,
+            q_heads=a.q_heads,
+            kv_heads=kv_heads,
+            experts=moe.routed_experts if moe else 1.0,
+            experts_per_token=moe.experts_per_token if moe else 0.0,
+            params_dense_active=dense,
+            params_routed_total=g["routed_experts"],
+            decode_qk_dim=dqk_dec,
+            decode_v_dim=dv_dec,
+            prefill_qk_dim=dqk_pf,
+            prefill_v_dim=dv_pf,
+            kv_elements_per_token=m.kv_bytes_per_token(Precision.BF16) / 2.0,
+            fixed_state_bytes=m.fixed_state_bytes_per_request(Precision.BF16),
+            mtp_layers=m.mtp_layers,
+        )
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One serving instance per element: its hardware, parallelism, precision and model."""
+
+    gpus: Array  # GPUs per instance
+    attn_tp: Array  # attention tensor-parallel degree (1 with DP attention)
+    ep: Array  # expert-parallel degree (experts tensor-split over gpus / ep inside)
+    # hardware (per GPU)
+    dense_tflops: Array  # peak for the non-expert GEMMs
+    expert_tflops: Array  # peak for the routed-expert GEMMs
+    attn_tflops: Array  # peak for attention (bf16 tensor cores)
+    hbm_bytes_per_s: Array
+    hbm_bytes: Array
+    scaleup_bytes_per_s: Array
+    domain_gpus: Array
+    nic_bytes_per_s: Array
+    is_amd: Array
+    # precision-dependent sizes
+    attn_weight_bytes: Array  # one copy; data-parallel attention ranks each hold one
+    dense_weight_bytes: Array  # other non-expert weights (dense FFN, shared experts, embeddings)
+    expert_weight_bytes: Array
+    kv_bytes_per_token: Array
+    act_bytes: Array  # bytes per element of the all-to-all dispatch (fp8 = 1)
+    model: ModelTerms
+
+    @property
+    def attn_dp(self) -> Array:
+        return self.gpus / self.attn_tp
+
+    @property
+    def kv_shard(self) -> Array:
+        """GPUs that split one copy of the KV cache: DP ranks times the useful head split."""
+        return self.attn_dp * np.minimum(self.attn_tp, self.model.kv_heads)
+
+
+def _peak(hw: Hardware, p: Precision) -> float:
+    v = hw.compute.tflops(p)
+    if v is None:
+        # refuse to extrapolate: a precision the hardware lacks falls back to the next wider one
+        wider = {Precision.FP4: Precision.FP8, Precision.FP8: Precision.BF16}.get(p)
+        if wider is None:
+            raise InputError(hw.id, "compute.bf16_dense_tflops", "is required to serve bf16")
+        return _peak(hw, wider)
+    return v
+
+
+def build_pool(
+    model: Model,
+    hardware: Sequence[Hardware],
+    *,
+    gpus: Sequence[float] | Array,
+    attn_tp: Sequence[float] | Array,
+    ep: Sequence[float] | Array,
+    weight_precision: Sequence[Precision],
+    kv_precision: Sequence[Precision],
+) -> Pool:
+    """Arrays for ``len(hardware)`` candidates of one model.
+
+    ``weight_precision`` is the routed-expert precision (fp4 or fp8 checkpoints); the other GEMMs run
+    at fp8 when the hardware has it, else bf16, and attention at bf16.
+    """
+    terms = ModelTerms.of(model)
+    n = len(hardware)
+    g = model.param_groups()
+    attn = g["attention"]
+    nonexp = sum(v for k, v in g.items() if k not in ("routed_experts", "attention"))
+    dense_p = [Precision.FP8 if h.compute.fp8_dense_tflops else Precision.BF16 for h in hardware]
+    return Pool(
+        gpus=np.asarray(gpus, dtype=float),
+        attn_tp=np.asarray(attn_tp, dtype=float),
+        ep=np.asarray(ep, dtype=float),
+        dense_tflops=np.array([_peak(h, p) for h, p in zip(hardware, dense_p, strict=True)]) * 1e12,
+        expert_tflops=np.array(
+            [_peak(h, p) for h, p in zip(hardware, weight_precision, strict=True)]
+        ) * 1e12,
+        # attention runs in bf16; hardware that publishes no bf16 figure (Rubin) runs it in fp8
+        attn_tflops=np.array(
+            [h.compute.bf16_dense_tflops or _peak(h, Precision.FP8) for h in hardware]
+        ) * 1e12,
+        hbm_bytes_per_s=np.array([h.hbm.bandwidth_tb_per_s for h in hardware]) * TB,
+        hbm_bytes=np.array([h.hbm.capacity_gb for h in hardware]) * GB,
+        scaleup_bytes_per_s=np.array([h.scale_up.gb_per_s_per_dir for h in hardware]) * GB,
+        domain_gpus=np.array([h.scale_up.domain_gpus for h in hardware], dtype=float),
+        nic_bytes_per_s=np.array([h.scale_out.nic_gb_per_s_per_gpu for h in hardware]) * GB,
+        is_amd=np.array([h.vendor == "amd" for h in hardware], dtype=float),
+        attn_weight_bytes=np.array([attn * p.bytes_per_element for p in dense_p]),
+        dense_weight_bytes=np.array([nonexp * p.bytes_per_element for p in dense_p]),
+        expert_weight_bytes=np.array(
+            [g["routed_experts"] * p.bytes_per_element for p in weight_precision]
+        ),
+        kv_bytes_per_token=np.array(
+            [terms.kv_elements_per_token * p.bytes_per_element for p in kv_precision]
+        ),
+        act_bytes=np.ones(n),
+        model=terms,
+    )

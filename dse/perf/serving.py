@@ -1,0 +1,188 @@
+"""Serving figures of a whole deployment: aggregated or disaggregated pools under a load.
+
+Two load models share the stage costs of :mod:`dse.perf.stages`:
+
+* closed loop at a fixed concurrency (how InferenceX and most benchmarks measure): solved for the
+  decode batch that makes Little's law hold, ``C = X (TTFT + osl TPOT)``;
+* open loop at an arrival rate (how production traffic arrives), used by the placement model.
+
+Aggregated instances interleave chunked prefill with decode steps, so prefill time stretches the
+time per output token. Disaggregated prefill queues in front of its pool (an M/D/1-style wait
+``q t rho / (1 - rho)``) and hands its KV to the decode pool over the NIC.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dse.perf.params import PerfParams
+from dse.perf.pool import Array, Pool
+from dse.perf.stages import forward_cost, kv_capacity_sequences, weight_bytes_per_gpu
+
+PREFILL_TOKENS_PER_RANK = 8192
+"""Tokens one attention-DP rank batches into a prefill forward (SGLang's and TRT-LLM's default
+chunk); the instance batches ``attn_dp`` times that."""
+
+RHO_MAX = 0.995
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Arrays describing one deployment per element."""
+
+    prefill: Pool | None  # None when aggregated
+    decode: Pool
+    prefill_instances: Array
+    decode_instances: Array
+    isl: Array  # mean input tokens
+    osl: Array  # mean output tokens
+    speed: Array  # engine kernel-time multiplier
+    draft_tokens: Array  # speculative tokens per step (0 without MTP)
+    accept_tokens: Array  # tokens accepted per step (1 without MTP)
+
+
+@dataclass(frozen=True)
+class ServingResult:
+    """Figures per element; throughputs in tokens/s, times in seconds, memory in bytes."""
+
+    requests_per_s: Array
+    tput_per_gpu: Array
+    input_tput_per_prefill_gpu: Array
+    output_tput_per_decode_gpu: Array
+    intvty_tok_s_user: Array
+    tpot_s: Array
+    ttft_s: Array
+    decode_batch: Array  # sequences per decode instance
+    hbm_peak_bytes_per_gpu: Array
+    prefill_hbm_bytes_per_gpu: Array
+    decode_step_s: Array
+    decode_gemm_s: Array
+    decode_attention_s: Array
+    decode_comm_s: Array
+    decode_overhead_s: Array
+    prefill_s: Array  # one prompt alone
+    prefill_utilization: Array
+    regime: Array  # str
+
+
+def _prefill_terms(d: Deployment, p: PerfParams) -> tuple[Array, Array, Array]:
+    """(time of one prompt alone, time of a full prefill batch, tokens of that batch)."""
+    pool = d.prefill if d.prefill is not None else d.decode
+    one = forward_cost(pool, p, tokens=d.isl, sequences=np.ones_like(d.isl), context=d.isl,
+                       prefill=True, speed=d.speed).total_s
+    batch_tokens = np.maximum(d.isl, PREFILL_TOKENS_PER_RANK * pool.attn_dp)
+    full = forward_cost(pool, p, tokens=batch_tokens, sequences=batch_tokens / d.isl,
+                        context=d.isl, prefill=True, speed=d.speed).total_s
+    return one, full, batch_tokens
+
+
+def _decode_step(d: Deployment, p: PerfParams, batch: Array):  # type: ignore[no-untyped-def]
+    ctx = d.isl + 0.5 * d.osl
+    cost = forward_cost(d.decode, p, tokens=batch * (1.0 + d.draft_tokens), sequences=batch,
+                        context=ctx, prefill=False, speed=d.speed)
+    m = d.decode.model
+    draft = 1.0 + d.draft_tokens * max(m.mtp_layers, 1.0) / m.layers
+    return cost, cost.total_s * draft
+
+
+class _Load:
+    """Everything that follows from a decode batch ``b`` per decode instance."""
+
+    def __init__(self, d: Deployment, p: PerfParams, pf: tuple[Array, Array, Array]) -> None:
+        self.d, self.p = d, p
+        self.one, self.full, self.batch_tokens = pf
+        self.prefill_rate = self.batch_tokens / self.full  # tokens/s per prefill instance
+
+    def at(self, b: Array) -> dict[str, Array]:
+        d, p = self.d, self.p
+        cost, step = _decode_step(d, p, b)
+        if d.prefill is None:
+            per_request = d.isl / self.prefill_rate
+            tpot = step / d.accept_tokens + b * per_request / d.osl
+            x = d.decode_instances * b / (d.osl * tpot)
+            rho = b * per_request / (d.osl * tpot)
+            transfer = 0.5 * tpot
+        else:
+            tpot = step / d.accept_tokens
+            x = d.decode_instances * b / (d.osl * tpot)
+            rho = x * d.isl / (d.prefill_instances * self.prefill_rate)
+            nic = np.minimum(d.prefill.nic_bytes_per_s, d.decode.nic_bytes_per_s) * p.nic_eff
+            transfer = d.isl * d.decode.kv_bytes_per_token / nic + step
+        rho_c = np.minimum(rho, RHO_MAX)
+        wait = p.prefill_queue_factor * self.full * rho_c / (1.0 - rho_c)
+        ttft = self.one + wait + transfer
+        conc = x * (ttft + d.osl * tpot)
+        conc = np.where(rho >= RHO_MAX, np.inf, conc)
+        return {"cost": cost, "step": step, "tpot": tpot, "x": x, "rho": rho, "ttft": ttft,
+                "conc": conc}
+
+
+def closed_loop(d: Deployment, p: PerfParams, concurrency: Array, iterations: int = 40) -> ServingResult:
+    """Serving figures at a fixed number of requests in flight (benchmark-style load)."""
+    load = _Load(d, p, _prefill_terms(d, p))
+    cap = kv_capacity_sequences(d.decode, p, d.isl + d.osl)
+    hi = np.minimum(np.maximum(cap, 1e-6), np.maximum(concurrency / d.decode_instances, 1e-3))
+    lo = np.full_like(hi, 1e-4)
+    for _ in range(iterations):
+        mid = np.sqrt(lo * hi)
+        too_many = load.at(mid)["conc"] > concurrency
+        hi = np.where(too_many, mid, hi)
+        lo = np.where(too_many, lo, mid)
+    b = lo
+    s = load.at(b)
+    # requests the decode pool cannot hold wait for a slot: Little's law gives their TTFT
+    ttft = np.maximum(s["ttft"], concurrency / np.maximum(s["x"], 1e-12) - d.osl * s["tpot"])
+    capacity_bound = (cap > 0) & (b >= 0.98 * cap)
+    return _result(d, p, load, s, b, ttft, capacity_bound, cap)
+
+
+def _result(d: Deployment, p: PerfParams, load: _Load, s: dict[str, Array], b: Array,
+            ttft: Array, capacity_bound: Array, cap: Array) -> ServingResult:
+    dec = d.decode
+    g_dec = dec.gpus * d.decode_instances
+    if d.prefill is None:
+        g_pf = g_dec
+        g_total = g_dec
+        pf_hbm = np.zeros_like(b)
+    else:
+        g_pf = d.prefill.gpus * d.prefill_instances
+        g_total = g_dec + g_pf
+        pf_act = load.batch_tokens * d.prefill.model.hidden * 2.0 * 8.0 / d.prefill.gpus
+        pf_hbm = weight_bytes_per_gpu(d.prefill) + pf_act + (
+            load.batch_tokens * d.prefill.kv_bytes_per_token / d.prefill.kv_shard)
+    x = s["x"]
+    per_seq = (d.isl + d.osl) * dec.kv_bytes_per_token + dec.model.fixed_state_bytes
+    act = b * (1.0 + d.draft_tokens) * dec.model.hidden * 2.0 * 8.0 / dec.attn_dp
+    hbm = weight_bytes_per_gpu(dec) + b * per_seq / dec.kv_shard + act
+    cost = s["cost"]
+    parts = np.stack([cost.gemm_s, cost.attention_s, cost.comm_s, cost.overhead_s])
+    top = np.argmax(parts, axis=0)
+    mem_bound = np.where(top == 0, ~cost.gemm_compute_bound, ~cost.attention_compute_bound)
+    regime = np.where(top == 2, "communication", np.where(top == 3, "overhead", np.where(
+        mem_bound, "hbm-bandwidth", "compute")))
+    regime = np.where(s["rho"] >= 0.9, "prefill-compute", regime)
+    regime = np.where(capacity_bound, "hbm-capacity", regime)
+    regime = np.where(cap <= 0, "weights-do-not-fit", regime)
+    nan = np.where(cap <= 0, np.nan, 1.0)
+    return ServingResult(
+        requests_per_s=x * nan,
+        tput_per_gpu=x * (d.isl + d.osl) / g_total * nan,
+        input_tput_per_prefill_gpu=x * d.isl / g_pf * nan,
+        output_tput_per_decode_gpu=x * d.osl / g_dec * nan,
+        intvty_tok_s_user=1.0 / s["tpot"] * nan,
+        tpot_s=s["tpot"] * nan,
+        ttft_s=ttft * nan,
+        decode_batch=b * nan,
+        hbm_peak_bytes_per_gpu=np.maximum(hbm, pf_hbm),
+        prefill_hbm_bytes_per_gpu=pf_hbm,
+        decode_step_s=s["step"],
+        decode_gemm_s=cost.gemm_s,
+        decode_attention_s=cost.attention_s,
+        decode_comm_s=cost.comm_s,
+        decode_overhead_s=cost.overhead_s,
+        prefill_s=load.one,
+        prefill_utilization=s["rho"],
+        regime=regime,
+    )

@@ -1,0 +1,140 @@
+"""Cost of one forward pass of a serving instance, per stage. Pure functions over arrays.
+
+Each cost is a roofline (FLOPs against peak, bytes against HBM bandwidth) for the GEMMs and for
+attention, plus communication (tensor-parallel all-reduce, expert-parallel dispatch/combine) and
+fixed overheads, each with a fitted efficiency from :class:`~dse.perf.params.PerfParams`.
+
+Expert-load imbalance: tokens are routed to ``ep`` GPUs; with ``n`` routed tokens per GPU on
+average, the busiest GPU gets about ``n + sqrt(2 n ln ep)`` (the maximum of ``ep`` Poisson counts),
+so the imbalance factor ``1 + sqrt(2 ln(ep) / n)`` shrinks as the batch grows, and is 1 at ep = 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dse.perf.params import PerfParams
+from dse.perf.pool import Array, Pool
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Seconds of one forward pass, split by what it spends them on."""
+
+    gemm_s: Array
+    attention_s: Array
+    comm_s: Array
+    overhead_s: Array
+    gemm_compute_bound: Array  # bool
+    attention_compute_bound: Array
+
+    @property
+    def total_s(self) -> Array:
+        return self.gemm_s + self.attention_s + self.comm_s + self.overhead_s
+
+
+def expert_imbalance(routed_tokens: Array, ep: Array) -> Array:
+    per_gpu = np.maximum(routed_tokens / ep, 1e-9)
+    return 1.0 + np.sqrt(2.0 * np.log(np.maximum(ep, 1.0)) / per_gpu).clip(max=ep - 1.0)
+
+
+def active_expert_fraction(tokens: Array, pool: Pool) -> Array:
+    """Share of experts that at least one of ``tokens`` is routed to (uniform routing)."""
+    m = pool.model
+    if m.experts_per_token == 0:
+        return np.zeros_like(tokens)
+    return 1.0 - np.power(1.0 - m.experts_per_token / m.experts, tokens)
+
+
+def _group_bandwidth(group: Array, pool: Pool, p: PerfParams) -> Array:
+    """Bytes/s per GPU for a collective over ``group`` GPUs: NVLink inside the scale-up domain,
+    the NIC for the share of peers outside it."""
+    outside = np.clip(1.0 - pool.domain_gpus / np.maximum(group, 1.0), 0.0, 1.0)
+    inv = (1.0 - outside) / (pool.scaleup_bytes_per_s * p.link_eff) + outside / (
+        pool.nic_bytes_per_s * p.nic_eff
+    )
+    return 1.0 / inv
+
+
+def _vendor_eff(pool: Pool, p: PerfParams) -> Array:
+    return 1.0 + pool.is_amd * (p.amd_eff - 1.0)
+
+
+def forward_cost(
+    pool: Pool,
+    p: PerfParams,
+    *,
+    tokens: Array,
+    sequences: Array,
+    context: Array,
+    prefill: bool,
+    speed: Array,
+) -> StepCost:
+    """One forward pass of an instance over ``tokens`` new tokens from ``sequences`` requests
+    whose attention reads ``context`` tokens each (for prefill: the prompt; causal, so half)."""
+    m = pool.model
+    g = pool.gpus
+    veff = _vendor_eff(pool, p)
+    gemm_eff = (p.prefill_gemm_eff if prefill else p.gemm_eff) * veff
+    hbm = pool.hbm_bytes_per_s * p.hbm_eff * veff
+
+    # GEMMs: dense part split evenly over the instance; routed experts carry the imbalance
+    routed = tokens * m.experts_per_token
+    imb = expert_imbalance(routed, pool.ep)
+    dense_flops = 2.0 * tokens * m.params_dense_active / g
+    routed_per_token = m.params_routed_total / max(m.experts, 1.0)
+    expert_flops = 2.0 * routed * routed_per_token * imb / g
+    gemm_compute = (dense_flops / pool.dense_tflops + expert_flops / pool.expert_tflops) / gemm_eff
+    dense_w = pool.attn_weight_bytes / pool.attn_tp + pool.dense_weight_bytes / g
+    expert_w = pool.expert_weight_bytes / g * active_expert_fraction(tokens, pool)
+    gemm_memory = (dense_w + expert_w) / hbm
+    gemm_s = np.maximum(gemm_compute, gemm_memory)
+
+    # attention: absorbed MLA in decode, full heads in prefill (causal: half the context)
+    dqk = m.prefill_qk_dim if prefill else m.decode_qk_dim
+    dv = m.prefill_v_dim if prefill else m.decode_v_dim
+    mean_ctx = context * (0.5 if prefill else 1.0)
+    attn_flops = 2.0 * tokens * m.full_layers * m.q_heads * mean_ctx * (dqk + dv) / g
+    attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff * veff)
+    state = m.fixed_state_bytes * (2.0 if not prefill else 0.0)  # read and write per token step
+    kv_read = 0.0 if prefill else 1.0
+    kv_bytes = sequences * (context * pool.kv_bytes_per_token * kv_read + state) / pool.kv_shard
+    kv_bytes = kv_bytes + tokens * pool.kv_bytes_per_token / pool.kv_shard  # writing new KV
+    attention_s = np.maximum(attn_compute, kv_bytes / hbm)
+
+    # communication: TP all-reduce twice per layer; EP dispatch (fp8) + combine (bf16)
+    tp = pool.attn_tp
+    ar_bytes = np.where(tp > 1, 2.0 * m.layers * 2.0 * (tp - 1) / tp * tokens / pool.attn_dp
+                        * m.hidden * 2.0, 0.0)
+    a2a_bytes = np.where(pool.ep > 1, m.moe_layers * tokens / g * m.experts_per_token * m.hidden
+                         * (pool.act_bytes + 2.0) * (1.0 - 1.0 / pool.ep), 0.0)
+    n_coll = np.where(tp > 1, 2.0 * m.layers, 0.0) + np.where(pool.ep > 1, 2.0 * m.moe_layers, 0.0)
+    comm = ar_bytes / _group_bandwidth(tp, pool, p) + a2a_bytes / _group_bandwidth(pool.ep, pool, p)
+    latency = n_coll * p.collective_latency_us * 1e-6 * np.where(
+        np.maximum(tp, pool.ep) > pool.domain_gpus, 3.0, 1.0)
+    comm_s = comm * (1.0 - p.comm_overlap) + latency
+
+    overhead_s = np.full_like(tokens, p.step_overhead_ms * 1e-3) + m.layers * p.layer_overhead_us * 1e-6
+    return StepCost(
+        gemm_s=gemm_s * speed,
+        attention_s=attention_s * speed,
+        comm_s=comm_s,
+        overhead_s=overhead_s,
+        gemm_compute_bound=gemm_compute >= gemm_memory,
+        attention_compute_bound=attn_compute >= kv_bytes / hbm,
+    )
+
+
+def kv_capacity_sequences(pool: Pool, p: PerfParams, context: Array) -> Array:
+    """Sequences of ``context`` tokens whose KV fits in the HBM left after weights and reserve
+    (per instance); negative when the weights alone do not fit."""
+    per_gpu_free = pool.hbm_bytes * (1.0 - p.hbm_reserve_fraction) - weight_bytes_per_gpu(pool)
+    per_seq = (context * pool.kv_bytes_per_token + pool.model.fixed_state_bytes) / pool.kv_shard
+    return per_gpu_free / per_seq
+
+
+def weight_bytes_per_gpu(pool: Pool) -> Array:
+    return (pool.attn_weight_bytes / pool.attn_tp
+            + (pool.dense_weight_bytes + pool.expert_weight_bytes) / pool.gpus)
