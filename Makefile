@@ -16,7 +16,10 @@ install: $(STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/dse catalog list hardware
-	$(VENV)/bin/dse catalog list models
+	$(VENV)/bin/dse predict --model deepseek-v3 --hardware gb200 --framework trt --precision fp4 \
+		--isl 8192 --osl 1024 --conc 256 --tp 8 --ep 8 --dp-attention
+	$(VENV)/bin/dse predict --model deepseek-v3 --hardware b200 --framework trt --precision fp4 \
+		--isl 8192 --osl 1024 --conc 256 --tp 8 --ep 8 --dp-attention
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -26,7 +29,8 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy dse formulations
 
 bench: $(STAMP)
-	$(PY) benchmarks/run_all.py
+	$(PY) benchmarks/perf_speed.py
+	$(PY) benchmarks/accuracy.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -11,6 +11,7 @@ from dse.catalog import Catalog
 from dse.errors import InputError
 from dse.perf import calibration as cal
 from dse.perf.params import CALIBRATION_FILE, default_params, params_to_json
+from dse.perf.published import POINTS, measured_per_gpu
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "reference" / (
     "inferencex_calibration.csv")
@@ -30,13 +31,19 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     data, skipped = cal.read_measured(args.data, catalog)
     if not data:
         raise InputError(str(args.data), "", "holds no row the model can describe")
-    fitted = cal.fit(data, catalog, default_params())
+    points_file = args.data.with_name("published_points.csv")
+    points, values = (), ()
+    if points_file.is_file():
+        measured = measured_per_gpu(points_file)
+        points, values = POINTS, tuple(measured[p.id] for p in POINTS)
+    fitted = cal.fit(data, catalog, default_params(), points, values)
     tput, intv = cal.predict_measured(data, catalog, fitted)
     stats = cal.error_stats(data, tput, intv)
     fitted = type(fitted)(**{**fitted.__dict__,
                              "provenance": cal.provenance(args.data, len(data), len(skipped), stats)})
     _write_atomic(args.out, params_to_json(fitted) + "\n")
-    print(f"fitted {len(data)} rows ({len(skipped)} skipped) -> {args.out}")
+    print(f"fitted {len(data)} rows ({len(skipped)} skipped) and {len(points)} stage points "
+          f"-> {args.out}")
     for msg in skipped:
         print(f"  skipped: {msg}")
     print(f"in-sample median abs error: tokens/s/GPU {stats.tput_median_ape:.1%}, "

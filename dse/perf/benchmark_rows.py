@@ -158,6 +158,7 @@ def evaluate(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> 
                           weight_precision=wp, kv_precision=kvp)
 
     disagg = rows[0].disagg
+    pairs = list(zip(rows, engines, strict=True))
     pre = [r.prefill for r in rows] if disagg else None
     dep = Deployment(
         prefill=pool(pre) if pre else None,  # type: ignore[arg-type]
@@ -167,8 +168,8 @@ def evaluate(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> 
         isl=np.array([r.isl for r in rows]),
         osl=np.array([r.osl for r in rows]),
         speed=np.array([e.speed for e in engines]),
-        draft_tokens=np.array([e.mtp_draft_tokens if r.mtp else 0.0 for r, e in zip(rows, engines, strict=True)]),
-        accept_tokens=np.array([e.mtp_accept_tokens if r.mtp else 1.0 for r, e in zip(rows, engines, strict=True)]),
+        draft_tokens=np.array([e.mtp_draft_tokens if r.mtp else 0.0 for r, e in pairs]),
+        accept_tokens=np.array([e.mtp_accept_tokens if r.mtp else 1.0 for r, e in pairs]),
     )
     return closed_loop(dep, params, np.array([r.conc for r in rows]))
 

@@ -21,6 +21,7 @@ from dse.catalog import Catalog
 from dse.errors import DseError
 from dse.perf.benchmark_rows import BenchRow, evaluate, parse_row
 from dse.perf.params import FITTED_SCALARS, PerfParams
+from dse.perf.published import StagePoint, predict_points
 
 # (lower, upper) bounds of each fitted value
 BOUNDS = {
@@ -109,17 +110,23 @@ def _pack(p: PerfParams, engines: Sequence[str], mtp: set[str]) -> tuple[np.ndar
     return np.clip(xa, la + 1e-9, ha - 1e-9), la, ha
 
 
-def fit(data: Sequence[Measured], catalog: Catalog, start: PerfParams) -> PerfParams:
-    """Least-squares fit of the efficiencies to ``data`` (log errors, soft-L1 loss)."""
-    engines = _engines_used(data)
+def fit(data: Sequence[Measured], catalog: Catalog, start: PerfParams,
+        points: Sequence[StagePoint] = (), point_values: Sequence[float] = ()) -> PerfParams:
+    """Least-squares fit of the efficiencies to ``data`` (log errors, soft-L1 loss), and to
+    stage-level ``points`` with their measured tokens/s per GPU."""
+    engines = sorted(set(_engines_used(data)) | ({"sglang"} if points else set()))
     mtp = {m.row.engine for m in data if m.row.mtp}
     x0, lo, hi = _pack(start, engines, mtp)
     meas_t = np.log([m.tput_per_gpu for m in data])
     meas_i = np.log([m.intvty for m in data])
+    meas_p = np.log(np.asarray(point_values, dtype=float))
 
     def residuals(x: np.ndarray) -> np.ndarray:
         t, i = predict_measured(data, catalog, _unpack(x, start, engines, mtp))
         r = np.concatenate([np.log(t) - meas_t, np.log(i) - meas_i])
+        if points:
+            pp = predict_points(catalog, _unpack(x, start, engines, mtp), tuple(points))
+            r = np.concatenate([r, np.log(pp) - meas_p])
         return np.nan_to_num(r, nan=3.0, posinf=3.0, neginf=-3.0)
 
     sol = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.15,
@@ -147,15 +154,19 @@ def error_stats(data: Sequence[Measured], tput: np.ndarray, intv: np.ndarray) ->
                       float(np.median(ei)), float(np.percentile(ei, 75)))
 
 
-def leave_one_hardware_out(data: Sequence[Measured], catalog: Catalog,
-                           start: PerfParams) -> tuple[np.ndarray, np.ndarray]:
-    """Predictions for every row from a fit that never saw that row's hardware."""
+def leave_one_hardware_out(data: Sequence[Measured], catalog: Catalog, start: PerfParams,
+                           points: Sequence[StagePoint] = (),
+                           point_values: Sequence[float] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """Predictions for every row from a fit that never saw that row's hardware (neither its
+    benchmark rows nor its stage points)."""
     tput = np.full(len(data), np.nan)
     intv = np.full(len(data), np.nan)
     for hw in sorted({m.row.hardware for m in data}):
         train = [m for m in data if m.row.hardware != hw]
         test_idx = [i for i, m in enumerate(data) if m.row.hardware == hw]
-        fitted = fit(train, catalog, start)
+        keep = [k for k, pt in enumerate(points) if catalog.hardware(pt.hardware).id != hw]
+        fitted = fit(train, catalog, start, [points[k] for k in keep],
+                     [point_values[k] for k in keep])
         t, i = predict_measured([data[k] for k in test_idx], catalog, fitted)
         tput[test_idx] = t
         intv[test_idx] = i

@@ -186,3 +186,41 @@ def _result(d: Deployment, p: PerfParams, load: _Load, s: dict[str, Array], b: A
         prefill_utilization=s["rho"],
         regime=regime,
     )
+
+
+def prefill_capacity(pool: Pool, p: PerfParams, *, isl: Array, batch_tokens: Array,
+                     speed: Array) -> Array:
+    """New (uncached) prompt tokens/s one instance prefills when kept busy with batches of
+    ``batch_tokens`` tokens."""
+    t = forward_cost(pool, p, tokens=batch_tokens, sequences=batch_tokens / isl, context=isl,
+                     prefill=True, speed=speed).total_s
+    return batch_tokens / t
+
+
+def decode_capacity_at_tpot(pool: Pool, p: PerfParams, *, context: Array, tpot_s: Array,
+                            speed: Array, draft_tokens: Array, accept_tokens: Array,
+                            iterations: int = 40) -> tuple[Array, Array]:
+    """(output tokens/s, sequences) of one decode instance at the largest batch whose time per
+    output token stays within ``tpot_s`` and whose KV fits in HBM. Zero where even one sequence
+    misses the target or the weights do not fit."""
+    cap = np.maximum(kv_capacity_sequences(pool, p, context), 0.0)
+    m = pool.model
+    draft = 1.0 + draft_tokens * max(m.mtp_layers, 1.0) / m.layers
+
+    def tpot(b: Array) -> Array:
+        cost = forward_cost(pool, p, tokens=b * (1.0 + draft_tokens), sequences=b,
+                            context=context, prefill=False, speed=speed)
+        return cost.total_s * draft / accept_tokens
+
+    lo = np.full_like(cap, 0.0)
+    hi = np.maximum(cap, 0.0)
+    ok_hi = tpot(np.maximum(hi, 1e-9)) <= tpot_s
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        ok = tpot(np.maximum(mid, 1e-9)) <= tpot_s
+        lo = np.where(ok, mid, lo)
+        hi = np.where(ok, hi, mid)
+    b = np.where(ok_hi, cap, lo)
+    b = np.where(b >= 1.0, b, 0.0)
+    rate = np.where(b > 0, b / tpot(np.maximum(b, 1e-9)), 0.0)
+    return rate, b

@@ -104,17 +104,28 @@ def forward_cost(
     kv_bytes = kv_bytes + tokens * pool.kv_bytes_per_token / pool.kv_shard  # writing new KV
     attention_s = np.maximum(attn_compute, kv_bytes / hbm)
 
-    # communication: TP all-reduce twice per layer; EP dispatch (fp8) + combine (bf16)
+    # communication: TP all-reduce twice per layer; EP dispatch (fp8) + combine (bf16).
+    # Across scale-up domains a token crosses the NIC once per remote domain it is routed to
+    # (forwarded inside the domain, as DeepEP does), not once per expert.
     tp = pool.attn_tp
     ar_bytes = np.where(tp > 1, 2.0 * m.layers * 2.0 * (tp - 1) / tp * tokens / pool.attn_dp
                         * m.hidden * 2.0, 0.0)
-    a2a_bytes = np.where(pool.ep > 1, m.moe_layers * tokens / g * m.experts_per_token * m.hidden
-                         * (pool.act_bytes + 2.0) * (1.0 - 1.0 / pool.ep), 0.0)
+    ar_s = ar_bytes / _group_bandwidth(tp, pool, p)
+    k = m.experts_per_token
+    token_bytes = m.moe_layers * tokens / g * m.hidden * (pool.act_bytes + 2.0)
+    domains = np.maximum(pool.ep / pool.domain_gpus, 1.0)
+    remote_domains = domains * (1.0 - np.power(1.0 - 1.0 / domains, k)) * (1.0 - 1.0 / domains)
+    local_share = np.minimum(pool.domain_gpus, pool.ep) / np.maximum(pool.ep, 1.0)
+    a2a_s = np.where(
+        pool.ep > 1,
+        token_bytes * k * local_share * (1.0 - 1.0 / pool.ep) / (pool.scaleup_bytes_per_s * p.link_eff)
+        + token_bytes * remote_domains / (pool.nic_bytes_per_s * p.nic_eff),
+        0.0,
+    )
     n_coll = np.where(tp > 1, 2.0 * m.layers, 0.0) + np.where(pool.ep > 1, 2.0 * m.moe_layers, 0.0)
-    comm = ar_bytes / _group_bandwidth(tp, pool, p) + a2a_bytes / _group_bandwidth(pool.ep, pool, p)
     latency = n_coll * p.collective_latency_us * 1e-6 * np.where(
         np.maximum(tp, pool.ep) > pool.domain_gpus, 3.0, 1.0)
-    comm_s = comm * (1.0 - p.comm_overlap) + latency
+    comm_s = (ar_s + a2a_s) * (1.0 - p.comm_overlap) + latency
 
     overhead_s = np.full_like(tokens, p.step_overhead_ms * 1e-3) + m.layers * p.layer_overhead_us * 1e-6
     return StepCost(

@@ -1,0 +1,57 @@
+"""Accuracy of the performance model against measured runs: in-sample and leave-one-hardware-out.
+
+Prints median and 75th-percentile absolute percentage error of tokens/s/GPU and tokens/s/user,
+overall and per hardware, the share of hardware pairs ordered right at about equal tokens/s/user,
+and the DeepSeek fleet check. Run: ``python benchmarks/accuracy.py`` (about a minute).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from dse.catalog import load_catalog
+from dse.perf import calibration as cal
+from dse.perf.params import default_params
+from dse.perf.published import POINTS, measured_per_gpu
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fleet_check import fleet_nodes  # noqa: E402
+
+REF = Path(__file__).resolve().parents[2] / "shared" / "reference"
+
+
+def _line(name: str, s: cal.ErrorStats) -> str:
+    return (f"| {name} | {s.n} | {s.tput_median_ape:.1%} | {s.tput_p75_ape:.1%} | "
+            f"{s.intvty_median_ape:.1%} | {s.intvty_p75_ape:.1%} |")
+
+
+def main() -> None:
+    catalog = load_catalog()
+    data, skipped = cal.read_measured(REF / "inferencex_calibration.csv", catalog)
+    measured = measured_per_gpu(REF / "published_points.csv")
+    values = [measured[p.id] for p in POINTS]
+    fitted = cal.fit(data, catalog, default_params(), POINTS, values)
+    t_in, i_in = cal.predict_measured(data, catalog, fitted)
+    t_lo, i_lo = cal.leave_one_hardware_out(data, catalog, default_params(), POINTS, values)
+    print(f"rows modelled: {len(data)}; skipped: {len(skipped)}")
+    header = ("| hardware | rows | tok/s/GPU median | tok/s/GPU p75 | tok/s/user median | "
+              "tok/s/user p75 |\n|---|---|---|---|---|---|")
+    for label, t, i in (("in-sample", t_in, i_in), ("leave-one-hardware-out", t_lo, i_lo)):
+        print(f"\n{label}\n{header}")
+        print(_line("all", cal.error_stats(data, t, i)))
+        for hw in sorted({m.row.hardware for m in data}):
+            idx = [k for k, m in enumerate(data) if m.row.hardware == hw]
+            print(_line(hw, cal.error_stats([data[k] for k in idx], t[idx], i[idx])))
+        print(f"hardware pairs ordered right at about equal tokens/s/user: "
+              f"{cal.pair_order_agreement(data, t, i):.1%}")
+    fleet = fleet_nodes(catalog, fitted)
+    print(f"\nDeepSeek fleet check: {fleet['nodes']:.1f} nodes against "
+          f"{fleet['published_nodes']} published ({fleet['error']:+.1%})")
+    _ = np  # numpy used through the calibration module
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Stage-level measurements from ``published_points.csv`` as structured calibration targets.
+
+Each entry reads its measured value from the CSV by row id; the structure (pool size, lengths,
+batch, precisions) is transcribed from that row's ``parallelism``/``batch`` text and cited by id.
+Rows whose batch or structure the source leaves open (B4c, B6a/b, G1, F1) are not used.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dse.catalog import Catalog
+from dse.perf.params import PerfParams
+from dse.perf.pool import build_pool
+from dse.perf.stages import forward_cost
+from dse.units import Precision
+
+
+@dataclass(frozen=True)
+class StagePoint:
+    id: str
+    stage: str  # "prefill" or "decode"
+    hardware: str
+    gpus: int
+    context: float  # prompt length (prefill) or KV length (decode)
+    batch_per_gpu: float  # tokens per GPU per forward (prefill) or sequences per GPU (decode)
+    expert_precision: Precision
+    kv_precision: Precision
+
+
+POINTS = (
+    StagePoint("A4", "prefill", "h800", 32, 4096, 16384, Precision.FP8, Precision.BF16),
+    StagePoint("B1a", "prefill", "h100-sxm", 32, 1024, 16384, Precision.FP8, Precision.BF16),
+    StagePoint("B1b", "prefill", "h100-sxm", 32, 2048, 16384, Precision.FP8, Precision.BF16),
+    StagePoint("B1c", "prefill", "h100-sxm", 32, 4096, 16384, Precision.FP8, Precision.BF16),
+    StagePoint("A5", "decode", "h800", 128, 4096, 128, Precision.FP8, Precision.BF16),
+    StagePoint("B2", "decode", "h100-sxm", 72, 2000, 256, Precision.FP8, Precision.BF16),
+    StagePoint("B4a", "decode", "gb200-nvl72", 48, 2000, 1408, Precision.FP4, Precision.FP8),
+)
+
+
+def measured_per_gpu(path: Path) -> dict[str, float]:
+    """Measured tokens/s per GPU of each point (per-node figures divided by 8)."""
+    out = {}
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            v = float(row["value"])
+            out[row["id"]] = v / 8.0 if row["metric"].endswith("per_node") else v
+    return {p.id: out[p.id] for p in POINTS}
+
+
+def predict_points(catalog: Catalog, params: PerfParams,
+                   points: tuple[StagePoint, ...] = POINTS) -> np.ndarray:
+    """Predicted tokens/s per GPU of each point (SGLang engine profile, no MTP)."""
+    model = catalog.model("deepseek-v3")
+    speed = np.array([params.engine("sglang").speed])
+    out = []
+    for pt in points:
+        pool = build_pool(model, [catalog.hardware(pt.hardware)], gpus=[pt.gpus], attn_tp=[1],
+                          ep=[pt.gpus], weight_precision=[pt.expert_precision],
+                          kv_precision=[pt.kv_precision])
+        if pt.stage == "prefill":
+            tokens = np.array([pt.batch_per_gpu * pt.gpus])
+            t = forward_cost(pool, params, tokens=tokens, sequences=tokens / pt.context,
+                             context=np.array([pt.context]), prefill=True, speed=speed).total_s
+        else:
+            tokens = np.array([pt.batch_per_gpu * pt.gpus])
+            t = forward_cost(pool, params, tokens=tokens, sequences=tokens,
+                             context=np.array([pt.context]), prefill=False, speed=speed).total_s
+        out.append(float(tokens[0] / t[0] / pt.gpus))
+    return np.array(out)

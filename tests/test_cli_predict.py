@@ -1,0 +1,103 @@
+"""`dse predict` (flags and batch) and `dse calibrate`, run as a user runs them."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dse.perf.benchmark_rows import INPUT_COLUMNS, OUTPUT_COLUMNS
+from dse.perf.params import CALIBRATION_FILE, load_params
+from tests.conftest import dse_cmd
+
+REF = Path(__file__).resolve().parents[2] / "shared" / "reference"
+
+
+def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(dse_cmd(*args), capture_output=True, text=True, env=env, check=False)
+
+
+def test_predict_one_deployment_json(clean_env: dict[str, str]) -> None:
+    proc = _run(clean_env, "predict", "--hardware", "gb200", "--precision", "fp4", "--tp", "8",
+                "--ep", "8", "--dp-attention", "--conc", "256", "--json")
+    assert proc.returncode == 0, proc.stderr
+    pred = json.loads(proc.stdout)["prediction"]
+    assert pred["tput_per_gpu"] > 0 and pred["intvty_tok_s_user"] > 0
+    assert 0 < pred["hbm_peak_gb_per_gpu"] <= 186
+    parts = sum(pred[k] for k in ("decode_gemm_ms", "decode_attention_ms", "decode_comm_ms",
+                                  "decode_overhead_ms"))
+    assert parts <= pred["decode_step_ms"] + 1e-6
+    assert pred["binding_regime"] in {"compute", "hbm-bandwidth", "communication", "overhead",
+                                      "hbm-capacity", "prefill-compute"}
+
+
+def test_predict_table_and_bad_flag(clean_env: dict[str, str]) -> None:
+    ok = _run(clean_env, "predict", "--hardware", "h200", "--framework", "trt")
+    assert ok.returncode == 0 and "tput_per_gpu" in ok.stdout
+    bad = _run(clean_env, "predict", "--hardware", "h200", "--framework", "tgi")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("dse: error: dse predict: framework = 'tgi': must be one of "
+                                  "atom, dynamo-sglang, dynamo-trt, mori-sglang, sglang, trt, vllm")
+
+
+def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(
+        tmp_path: Path, clean_env: dict[str, str]) -> None:
+    src = tmp_path / "in.csv"
+    with open(REF / "inferencex_calibration.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))[:5]
+    header = list(rows[0])
+    rows[1]["hardware"] = "tpu-v9"  # unknown hardware
+    rows[2]["conc"] = "lots"
+    with open(src, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=header)
+        w.writeheader()
+        w.writerows(rows)
+    out = tmp_path / "out.csv"
+    proc = _run(clean_env, "predict", "--batch", str(src), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    with open(out, newline="") as fh:
+        got = list(csv.DictReader(fh))
+    assert len(got) == 5
+    assert list(got[0])[: len(header)] == header
+    assert set(OUTPUT_COLUMNS) <= set(got[0])
+    assert "unknown hardware id" in got[1]["pred_error"] and got[1]["pred_tput_per_gpu"] == ""
+    assert "conc = 'lots': must be a number" in got[2]["pred_error"]
+    for row in (got[0], got[3], got[4]):
+        assert row["pred_error"] == ""
+        assert float(row["pred_tput_per_gpu"]) > 0
+        measured = float(row["tput_per_gpu_total"])
+        assert 0.33 < float(row["pred_tput_per_gpu"]) / measured < 3.0
+
+
+def test_predict_batch_missing_column(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    src = tmp_path / "in.csv"
+    src.write_text("hardware,model\nb200,dsr1\n")
+    proc = _run(clean_env, "predict", "--batch", str(src), "--out", str(tmp_path / "o.csv"))
+    assert proc.returncode == 2
+    assert "framework: is a required column" in proc.stderr
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_batch_rows_cover_the_columns_of_the_reference() -> None:
+    with open(REF / "inferencex_calibration.csv", newline="") as fh:
+        header = next(csv.reader(fh))
+    assert set(INPUT_COLUMNS) <= set(header)
+
+
+@pytest.mark.slow
+def test_calibration_is_reproducible(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    """Refitting from the reference data gives the values the engine ships with."""
+    out = tmp_path / "calibration.json"
+    proc = _run(clean_env, "calibrate", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    fresh = json.loads(out.read_text())
+    shipped = json.loads(CALIBRATION_FILE.read_text())
+    for key, value in shipped["params"].items():
+        assert fresh["params"][key] == pytest.approx(value, rel=1e-3, abs=1e-6), key
+    for name, eng in shipped["engines"].items():
+        assert fresh["engines"][name]["speed"] == pytest.approx(eng["speed"], rel=1e-3)
+    assert fresh["provenance"]["rows_fitted"] == 223
+    assert load_params().provenance["fitted_by"] == "dse calibrate"

@@ -1,0 +1,150 @@
+"""Physics of the stage performance model: hand-checked cases and properties."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dse.catalog import Catalog
+from dse.perf.params import PerfParams, default_params, load_params
+from dse.perf.pool import Pool, build_pool
+from dse.perf.serving import Deployment, closed_loop, decode_capacity_at_tpot
+from dse.perf.stages import expert_imbalance, forward_cost, kv_capacity_sequences
+from dse.units import Precision
+
+HW = ["h100", "h200", "b200", "gb200", "mi355x", "b300"]
+
+
+def _pool(catalog: Catalog, hw: str, gpus: int, attn_tp: int, prec: Precision = Precision.FP8,
+          model: str = "deepseek-v3") -> Pool:
+    return build_pool(catalog.model(model), [catalog.hardware(hw)], gpus=[gpus], attn_tp=[attn_tp],
+                      ep=[gpus], weight_precision=[prec], kv_precision=[Precision.FP8])
+
+
+def _decode_s(pool: Pool, p: PerfParams, batch: float, ctx: float = 2000.0) -> float:
+    c = forward_cost(pool, p, tokens=np.array([batch]), sequences=np.array([batch]),
+                     context=np.array([ctx]), prefill=False, speed=np.ones(1))
+    return float(c.total_s[0])
+
+
+def test_memory_bound_decode_step_is_bytes_over_bandwidth(catalog: Catalog) -> None:
+    """One sequence on 8 x H200 TP8, no overheads or communication: the step is the weight and
+    KV reads over HBM bandwidth, which we compute here by hand."""
+    p = replace(default_params(), hbm_eff=1.0, gemm_eff=1.0, attn_eff=1.0, step_overhead_ms=0.0,
+                layer_overhead_us=0.0, collective_latency_us=0.0, comm_overlap=1.0)
+    pool = _pool(catalog, "h200", 8, 8)
+    m = catalog.model("deepseek-v3")
+    g = m.param_groups()
+    attn_w = g["attention"] / 8
+    other_w = (sum(g.values()) - g["attention"] - g["routed_experts"]) / 8
+    active = 1 - (1 - 8 / 256) ** 1
+    expert_w = g["routed_experts"] / 8 * active
+    kv = (2000 + 1) * 35136  # MLA latent replicated on each TP rank, fp8
+    expected = (attn_w + other_w + expert_w + kv) / 4.8e12
+    assert _decode_s(pool, p, 1.0) == pytest.approx(expected, rel=1e-6)
+
+
+def test_imbalance_shrinks_with_batch_and_vanishes_without_ep() -> None:
+    ep = np.array([32.0, 32.0, 32.0, 1.0])
+    imb = expert_imbalance(np.array([64.0, 6400.0, 640000.0, 10.0]), ep)
+    assert imb[0] > imb[1] > imb[2] > 1.0
+    assert imb[3] == 1.0
+
+
+def test_mla_latent_is_replicated_under_attention_tp(catalog: Catalog) -> None:
+    tp = _pool(catalog, "b200", 8, 8)
+    dp = _pool(catalog, "b200", 8, 1)
+    assert tp.kv_shard[0] == 1 and dp.kv_shard[0] == 8
+    gqa = _pool(catalog, "b200", 8, 8, model="qwen3-235b-a22b")
+    assert gqa.kv_shard[0] == 4  # 4 KV heads: TP beyond 4 replicates them
+
+
+@settings(max_examples=60, deadline=None)
+@given(hw=st.sampled_from(HW), gpus=st.sampled_from([8, 16, 72]), dpa=st.booleans(),
+       batch=st.floats(1, 512), ctx=st.floats(100, 30000), factor=st.floats(1.0, 4.0),
+       which=st.sampled_from(["hbm_bytes_per_s", "dense_tflops", "expert_tflops", "attn_tflops",
+                              "scaleup_bytes_per_s", "nic_bytes_per_s"]))
+def test_more_bandwidth_or_compute_is_never_slower(catalog: Catalog, hw: str, gpus: int, dpa: bool,
+                                                   batch: float, ctx: float, factor: float,
+                                                   which: str) -> None:
+    p = load_params()
+    pool = _pool(catalog, hw, gpus, 1 if dpa else 8)
+    faster = replace(pool, **{which: getattr(pool, which) * factor})
+    assert _decode_s(faster, p, batch, ctx) <= _decode_s(pool, p, batch, ctx) * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(hw=st.sampled_from(HW), gpus=st.sampled_from([8, 16, 72]), dpa=st.booleans(),
+       ctx=st.floats(500, 20000), b1=st.floats(1, 4096), b2=st.floats(1, 4096))
+def test_larger_batch_never_lowers_throughput_before_memory_runs_out(
+        catalog: Catalog, hw: str, gpus: int, dpa: bool, ctx: float, b1: float, b2: float) -> None:
+    p = load_params()
+    pool = _pool(catalog, hw, gpus, 1 if dpa else 8)
+    cap = float(kv_capacity_sequences(pool, p, np.array([ctx]))[0])
+    lo, hi = sorted((b1, b2))
+    if hi > cap:
+        return
+    assert hi / _decode_s(pool, p, hi, ctx) >= lo / _decode_s(pool, p, lo, ctx) * (1 - 1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(hw=st.sampled_from(HW), tp=st.sampled_from([4, 8]), dpa=st.booleans(),
+       prec=st.sampled_from([Precision.FP8, Precision.FP4]), isl=st.sampled_from([1024.0, 8192.0]),
+       conc=st.floats(1, 8192))
+def test_residency_never_exceeds_capacity_in_a_feasible_design(
+        catalog: Catalog, hw: str, tp: int, dpa: bool, prec: Precision, isl: float,
+        conc: float) -> None:
+    p = load_params()
+    pool = _pool(catalog, hw, tp, 1 if dpa else tp, prec)
+    dep = Deployment(prefill=None, decode=pool, prefill_instances=np.ones(1),
+                     decode_instances=np.ones(1), isl=np.array([isl]), osl=np.array([1024.0]),
+                     speed=np.ones(1), draft_tokens=np.zeros(1), accept_tokens=np.ones(1))
+    res = closed_loop(dep, p, np.array([conc]))
+    if np.isfinite(res.tput_per_gpu[0]):
+        assert res.hbm_peak_bytes_per_gpu[0] <= pool.hbm_bytes[0]
+        assert res.tput_per_gpu[0] > 0 and res.ttft_s[0] > 0
+    else:
+        assert res.regime[0] == "weights-do-not-fit"
+
+
+def test_closed_loop_obeys_littles_law(catalog: Catalog) -> None:
+    p = load_params()
+    pool = _pool(catalog, "b200", 8, 1)
+    n = 3
+    dep = Deployment(prefill=None, decode=replace(pool, **{f: np.repeat(getattr(pool, f), n) for f in (
+        "gpus", "attn_tp", "ep", "dense_tflops", "expert_tflops", "attn_tflops", "hbm_bytes_per_s",
+        "hbm_bytes", "scaleup_bytes_per_s", "domain_gpus", "nic_bytes_per_s", "is_amd",
+        "attn_weight_bytes", "dense_weight_bytes", "expert_weight_bytes", "kv_bytes_per_token",
+        "act_bytes")}), prefill_instances=np.ones(n), decode_instances=np.ones(n),
+        isl=np.full(n, 1024.0), osl=np.full(n, 1024.0), speed=np.ones(n),
+        draft_tokens=np.zeros(n), accept_tokens=np.ones(n))
+    conc = np.array([4.0, 64.0, 512.0])
+    res = closed_loop(dep, p, conc)
+    in_flight = res.requests_per_s * (res.ttft_s + 1024.0 * res.tpot_s)
+    assert in_flight == pytest.approx(conc, rel=0.02)
+    assert np.all(np.diff(res.tput_per_gpu) > 0) and np.all(np.diff(res.intvty_tok_s_user) < 0)
+
+
+def test_decode_capacity_meets_its_tpot_target(catalog: Catalog) -> None:
+    p = load_params()
+    pool = _pool(catalog, "gb200", 72, 1)
+    rate, batch = decode_capacity_at_tpot(pool, p, context=np.array([4000.0]),
+                                          tpot_s=np.array([0.03]), speed=np.ones(1),
+                                          draft_tokens=np.zeros(1), accept_tokens=np.ones(1))
+    assert batch[0] > 1
+    assert batch[0] / rate[0] <= 0.03 * (1 + 1e-9)
+
+
+def test_kimi_k3_state_takes_room_from_the_batch(catalog: Catalog) -> None:
+    """69 KDA layers hold ~414 MiB per request whatever its context."""
+    p = load_params()
+    pool = build_pool(catalog.model("kimi-k3"), [catalog.hardware("b300")], gpus=[8], attn_tp=[1],
+                      ep=[8], weight_precision=[Precision.FP4], kv_precision=[Precision.FP8])
+    short = kv_capacity_sequences(pool, p, np.array([100.0]))[0]
+    free = 288e9 * (1 - p.hbm_reserve_fraction) - (
+        pool.attn_weight_bytes[0] + (pool.dense_weight_bytes[0] + pool.expert_weight_bytes[0]) / 8)
+    assert short == pytest.approx(free * 8 / (100 * 27648 / 2 + 414 * 2**20), rel=0.01)
