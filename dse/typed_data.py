@@ -50,9 +50,9 @@ def one_of(*allowed: int) -> Rule:
     return check
 
 
-def ruled(rule: Rule, **kwargs: Any) -> Any:
-    """A dataclass field carrying a validation rule."""
-    return dataclasses.field(metadata={"rule": rule}, **kwargs)
+def rule(check: Rule) -> dict[str, Rule]:
+    """Field metadata carrying a validation rule: ``field(metadata=rule(positive))``."""
+    return {"rule": check}
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -96,9 +96,9 @@ def build(cls: type[T], data: Mapping[str, Any], *, source: str, prefix: str = "
                 kwargs[name] = None
             continue
         value = _convert(hints[name], data[name], source=source, key=key)
-        rule = fld.metadata.get("rule")
-        if rule is not None and value is not None:
-            broken = rule(value)
+        check = fld.metadata.get("rule")
+        if check is not None and value is not None:
+            broken = check(value)
             if broken:
                 raise InputError(source, key, broken, data[name])
         kwargs[name] = value
@@ -128,7 +128,7 @@ def _convert(tp: Any, value: Any, *, source: str, key: str) -> Any:
             _convert(item_tp, v, source=source, key=f"{key}[{i}]") for i, v in enumerate(value)
         )
     if dataclasses.is_dataclass(tp):
-        return build(tp, value, source=source, prefix=key + ".")  # type: ignore[type-var]
+        return build(tp, value, source=source, prefix=key + ".")  # type: ignore[arg-type, type-var]
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         valid = [m.value for m in tp]
         if value not in valid:

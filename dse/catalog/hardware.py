@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from dse.typed_data import non_empty, one_of, positive, ruled
+from dse.typed_data import non_empty, one_of, positive, rule
 from dse.units import Precision
 
 
@@ -25,9 +25,9 @@ class HostLinkKind(enum.Enum):
 class Compute:
     """Dense peak compute per precision; ``None`` where the GPU lacks the format."""
 
-    bf16_dense_tflops: float | None = ruled(positive, default=None)
-    fp8_dense_tflops: float | None = ruled(positive, default=None)
-    fp4_dense_tflops: float | None = ruled(positive, default=None)
+    bf16_dense_tflops: float | None = field(default=None, metadata=rule(positive))
+    fp8_dense_tflops: float | None = field(default=None, metadata=rule(positive))
+    fp4_dense_tflops: float | None = field(default=None, metadata=rule(positive))
 
     def tflops(self, precision: Precision) -> float | None:
         """Peak for ``precision``; ``None`` when the hardware has no such format."""
@@ -40,22 +40,22 @@ class Compute:
 
 @dataclass(frozen=True)
 class Hbm:
-    capacity_gb: float = ruled(positive)
-    bandwidth_tb_per_s: float = ruled(positive)
+    capacity_gb: float = field(metadata=rule(positive))
+    bandwidth_tb_per_s: float = field(metadata=rule(positive))
 
 
 @dataclass(frozen=True)
 class ScaleUp:
     """The scale-up domain (NVLink, Infinity Fabric): GPUs that talk at memory-like speed."""
 
-    link: str = ruled(non_empty)
-    gb_per_s_per_dir: float = ruled(positive)
-    domain_gpus: int = ruled(positive)
+    link: str = field(metadata=rule(non_empty))
+    gb_per_s_per_dir: float = field(metadata=rule(positive))
+    domain_gpus: int = field(metadata=rule(positive))
 
 
 @dataclass(frozen=True)
 class ScaleOut:
-    nic_gbit_per_s_per_gpu: float = ruled(positive)
+    nic_gbit_per_s_per_gpu: float = field(metadata=rule(positive))
 
     @property
     def nic_gb_per_s_per_gpu(self) -> float:
@@ -66,24 +66,24 @@ class ScaleOut:
 class Host:
     """Host DRAM and the GPU-host link; bandwidth is the per-GPU share of a shared link."""
 
-    dram_gb_per_gpu: float = ruled(positive)
-    link: str = ruled(non_empty)
+    dram_gb_per_gpu: float = field(metadata=rule(positive))
+    link: str = field(metadata=rule(non_empty))
     link_kind: HostLinkKind
-    link_gb_per_s_per_dir: float = ruled(positive)
-    gpus_per_link: int = ruled(positive)
+    link_gb_per_s_per_dir: float = field(metadata=rule(positive))
+    gpus_per_link: int = field(metadata=rule(positive))
 
 
 @dataclass(frozen=True)
 class LocalNvme:
-    capacity_tb_per_gpu: float = ruled(positive)
-    read_gb_per_s_per_gpu: float = ruled(positive)
+    capacity_tb_per_gpu: float = field(metadata=rule(positive))
+    read_gb_per_s_per_gpu: float = field(metadata=rule(positive))
 
 
 @dataclass(frozen=True)
 class NetworkKvStore:
     """A pooled KV store reached over the scale-out NIC (3FS, Mooncake store)."""
 
-    read_gb_per_s_per_gpu: float = ruled(positive)
+    read_gb_per_s_per_gpu: float = field(metadata=rule(positive))
 
 
 @dataclass(frozen=True)
@@ -96,18 +96,18 @@ class Storage:
 class Prices:
     """US$ per GPU-hour for three cost bases (long-term rates, not on-demand)."""
 
-    usd_per_gpu_hour_own_hyperscaler: float | None = ruled(positive, default=None)
-    usd_per_gpu_hour_own_neocloud: float | None = ruled(positive, default=None)
-    usd_per_gpu_hour_rent_3yr: float | None = ruled(positive, default=None)
+    usd_per_gpu_hour_own_hyperscaler: float | None = field(default=None, metadata=rule(positive))
+    usd_per_gpu_hour_own_neocloud: float | None = field(default=None, metadata=rule(positive))
+    usd_per_gpu_hour_rent_3yr: float | None = field(default=None, metadata=rule(positive))
 
 
 @dataclass(frozen=True)
 class Hardware:
     """One accelerator as the engine sees it. Units live in the field names."""
 
-    id: str = ruled(non_empty)
-    name: str = ruled(non_empty)
-    vendor: str = ruled(non_empty)
+    id: str = field(metadata=rule(non_empty))
+    name: str = field(metadata=rule(non_empty))
+    vendor: str = field(metadata=rule(non_empty))
     status: Status
     compute: Compute
     hbm: Hbm
@@ -115,9 +115,9 @@ class Hardware:
     scale_out: ScaleOut
     host: Host
     storage: Storage
-    sources: tuple[str, ...] = ruled(non_empty)
-    tdp_w: float = ruled(positive)
-    sale_unit_gpus: int = ruled(one_of(8, 72))
+    sources: tuple[str, ...] = field(metadata=rule(non_empty))
+    tdp_w: float = field(metadata=rule(positive))
+    sale_unit_gpus: int = field(metadata=rule(one_of(8, 72)))
     prices: Prices = Prices()
     aliases: tuple[str, ...] = ()
     notes: str = ""

@@ -7,9 +7,9 @@ published figures only to check the derivation against (tests hold it within 3%)
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from dse.typed_data import non_empty, positive, ruled
+from dse.typed_data import non_empty, non_negative, positive, rule
 from dse.units import Precision
 
 
@@ -32,47 +32,47 @@ class EmbeddingCount(enum.Enum):
 class Mla:
     """Multi-head latent attention: the cache holds one latent plus a rope key per token."""
 
-    kv_lora_rank: int = ruled(positive)
-    qk_rope_dim: int = ruled(positive)
-    qk_nope_dim: int = ruled(positive)
-    v_head_dim: int = ruled(positive)
-    q_lora_rank: int | None = ruled(positive, default=None)
+    kv_lora_rank: int = field(metadata=rule(positive))
+    qk_rope_dim: int = field(metadata=rule(positive))
+    qk_nope_dim: int = field(metadata=rule(positive))
+    v_head_dim: int = field(metadata=rule(positive))
+    q_lora_rank: int | None = field(default=None, metadata=rule(positive))
 
 
 @dataclass(frozen=True)
 class SparseIndexer:
     """DeepSeek sparse attention: a light indexer picks the top-k tokens each query reads."""
 
-    heads: int = ruled(positive)
-    head_dim: int = ruled(positive)
-    top_k_tokens: int = ruled(positive)
-    cache_elements_per_token_per_layer: int = ruled(positive)
+    heads: int = field(metadata=rule(positive))
+    head_dim: int = field(metadata=rule(positive))
+    top_k_tokens: int = field(metadata=rule(positive))
+    cache_elements_per_token_per_layer: int = field(metadata=rule(positive))
 
 
 @dataclass(frozen=True)
 class LinearAttention:
     """Linear-attention layers (Kimi Delta Attention): a fixed recurrent state per request."""
 
-    layers: int = ruled(positive)
-    heads: int = ruled(positive)
-    head_dim: int = ruled(positive)
-    state_bytes_per_element: float = ruled(positive, default=4.0)
+    layers: int = field(metadata=rule(positive))
+    heads: int = field(metadata=rule(positive))
+    head_dim: int = field(metadata=rule(positive))
+    state_bytes_per_element: float = field(default=4.0, metadata=rule(positive))
 
 
 @dataclass(frozen=True)
 class SlidingWindow:
     """Layers that attend only to the last ``window_tokens`` tokens."""
 
-    layers: int = ruled(positive)
-    window_tokens: int = ruled(positive)
+    layers: int = field(metadata=rule(positive))
+    window_tokens: int = field(metadata=rule(positive))
 
 
 @dataclass(frozen=True)
 class Attention:
     kind: AttentionKind
-    q_heads: int = ruled(positive)
-    kv_heads: int | None = ruled(positive, default=None)
-    head_dim: int | None = ruled(positive, default=None)
+    q_heads: int = field(metadata=rule(positive))
+    kv_heads: int | None = field(default=None, metadata=rule(positive))
+    head_dim: int | None = field(default=None, metadata=rule(positive))
     mla: Mla | None = None
     sparse_indexer: SparseIndexer | None = None
     linear: LinearAttention | None = None
@@ -81,11 +81,11 @@ class Attention:
 
 @dataclass(frozen=True)
 class Moe:
-    routed_experts: int = ruled(positive)
-    experts_per_token: int = ruled(positive)
-    shared_experts: int = ruled(lambda v: None if v >= 0 else "must be >= 0")
-    expert_ffn_dim: int = ruled(positive)
-    expert_input_dim: int | None = ruled(positive, default=None)
+    routed_experts: int = field(metadata=rule(positive))
+    experts_per_token: int = field(metadata=rule(positive))
+    shared_experts: int = field(metadata=rule(non_negative))
+    expert_ffn_dim: int = field(metadata=rule(positive))
+    expert_input_dim: int | None = field(default=None, metadata=rule(positive))
     """Width the routed experts run in when it differs from ``hidden`` (a latent)."""
 
 
@@ -93,9 +93,9 @@ class Moe:
 class Published:
     """Figures as published, kept to check the derivations against."""
 
-    params_total_b: float = ruled(positive)
-    params_active_b: float = ruled(positive)
-    kv_bytes_per_token_bf16: float = ruled(positive)
+    params_total_b: float = field(metadata=rule(positive))
+    params_active_b: float = field(metadata=rule(positive))
+    kv_bytes_per_token_bf16: float = field(metadata=rule(positive))
     active_counts_embeddings: EmbeddingCount = EmbeddingCount.BOTH
 
 
@@ -103,20 +103,20 @@ class Published:
 class Model:
     """One model architecture. Counts are element counts; bytes need a precision."""
 
-    id: str = ruled(non_empty)
-    name: str = ruled(non_empty)
-    status: str = ruled(non_empty)
-    layers: int = ruled(positive)
-    hidden: int = ruled(positive)
-    vocab: int = ruled(positive)
-    max_context: int = ruled(positive)
+    id: str = field(metadata=rule(non_empty))
+    name: str = field(metadata=rule(non_empty))
+    status: str = field(metadata=rule(non_empty))
+    layers: int = field(metadata=rule(positive))
+    hidden: int = field(metadata=rule(positive))
+    vocab: int = field(metadata=rule(positive))
+    max_context: int = field(metadata=rule(positive))
     attention: Attention
     native_weight_precision: Precision
     published: Published
-    sources: tuple[str, ...] = ruled(non_empty)
+    sources: tuple[str, ...] = field(metadata=rule(non_empty))
     expert_weight_precision: Precision | None = None
     dense_layers: int = 0
-    dense_ffn_dim: int | None = ruled(positive, default=None)
+    dense_ffn_dim: int | None = field(default=None, metadata=rule(positive))
     moe: Moe | None = None
     mtp_layers: int = 0
     tied_embeddings: bool = False

@@ -11,7 +11,7 @@ from dse.catalog import Catalog
 from dse.errors import InputError
 from dse.perf import calibration as cal
 from dse.perf.params import CALIBRATION_FILE, default_params, params_to_json
-from dse.perf.published import POINTS, measured_per_gpu
+from dse.perf.published import POINTS, StagePoint, measured_per_gpu
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "reference" / (
     "inferencex_calibration.csv")
@@ -32,7 +32,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if not data:
         raise InputError(str(args.data), "", "holds no row the model can describe")
     points_file = args.data.with_name("published_points.csv")
-    points, values = (), ()
+    points: tuple[StagePoint, ...] = ()
+    values: tuple[float, ...] = ()
     if points_file.is_file():
         measured = measured_per_gpu(points_file)
         points, values = POINTS, tuple(measured[p.id] for p in POINTS)

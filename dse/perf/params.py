@@ -59,7 +59,7 @@ class PerfParams:
                 f"unknown engine; valid engines: {', '.join(sorted(self.engines))}", name,
             ) from None
 
-    def with_values(self, **values: float) -> PerfParams:
+    def with_values(self, **values: Any) -> PerfParams:
         return replace(self, **values)
 
 

@@ -14,12 +14,13 @@ time per output token. Disaggregated prefill queues in front of its pool (an M/D
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
-from dse.perf.stages import forward_cost, kv_capacity_sequences, weight_bytes_per_gpu
+from dse.perf.stages import StepCost, forward_cost, kv_capacity_sequences, weight_bytes_per_gpu
 
 PREFILL_TOKENS_PER_RANK = 8192
 """Tokens one attention-DP rank batches into a prefill forward (SGLang's and TRT-LLM's default
@@ -78,7 +79,7 @@ def _prefill_terms(d: Deployment, p: PerfParams) -> tuple[Array, Array, Array]:
     return one, full, batch_tokens
 
 
-def _decode_step(d: Deployment, p: PerfParams, batch: Array):  # type: ignore[no-untyped-def]
+def _decode_step(d: Deployment, p: PerfParams, batch: Array) -> tuple[StepCost, Array]:
     ctx = d.isl + 0.5 * d.osl
     cost = forward_cost(d.decode, p, tokens=batch * (1.0 + d.draft_tokens), sequences=batch,
                         context=ctx, prefill=False, speed=d.speed)
@@ -95,7 +96,7 @@ class _Load:
         self.one, self.full, self.batch_tokens = pf
         self.prefill_rate = self.batch_tokens / self.full  # tokens/s per prefill instance
 
-    def at(self, b: Array) -> dict[str, Array]:
+    def at(self, b: Array) -> dict[str, Any]:
         d, p = self.d, self.p
         cost, step = _decode_step(d, p, b)
         if d.prefill is None:
@@ -138,7 +139,7 @@ def closed_loop(d: Deployment, p: PerfParams, concurrency: Array, iterations: in
     return _result(d, p, load, s, b, ttft, capacity_bound, cap)
 
 
-def _result(d: Deployment, p: PerfParams, load: _Load, s: dict[str, Array], b: Array,
+def _result(d: Deployment, p: PerfParams, load: _Load, s: dict[str, Any], b: Array,
             ttft: Array, capacity_bound: Array, cap: Array) -> ServingResult:
     dec = d.decode
     g_dec = dec.gpus * d.decode_instances
