@@ -74,6 +74,9 @@ def read_toml(path: Path) -> dict[str, Any]:
 def build(cls: type[T], data: Mapping[str, Any], *, source: str, prefix: str = "") -> T:
     """Build the frozen dataclass ``cls`` from ``data``, validating every field.
 
+    A class may define ``problem(self) -> (key, rule, value) | None`` for rules across fields; it
+    is called once the fields are valid.
+
     Unknown keys, missing required keys, wrong types, NaN/inf and broken field rules raise
     :class:`InputError` with ``source`` and the dotted key.
     """
@@ -102,7 +105,12 @@ def build(cls: type[T], data: Mapping[str, Any], *, source: str, prefix: str = "
             if broken:
                 raise InputError(source, key, broken, data[name])
         kwargs[name] = value
-    return cls(**kwargs)
+    obj = cls(**kwargs)
+    problem = obj.problem() if hasattr(obj, "problem") else None
+    if problem is not None:
+        key, rule_text, value = problem
+        raise InputError(source, prefix + key, rule_text, value)
+    return obj
 
 
 def _is_optional(tp: Any) -> bool:

@@ -171,3 +171,51 @@ def test_cli_unknown_id_exits_2(clean_env: dict[str, str]) -> None:
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "valid ids: a800-sxm" in proc.stderr
+
+
+def _broken_model(tmp_path: Path, name: str, **replace: str) -> str:
+    text = (SHIPPED_MODELS / f"{name}.toml").read_text()
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    root = _user_dir(tmp_path, "models", name, text)
+    with pytest.raises(InputError) as info:
+        load_catalog([root], use_env=False)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(("name", "replace", "message"), [
+    ("deepseek-v3", {"experts_per_token = 8": "experts_per_token = 300"},
+     r"moe\.experts_per_token = 300: must be <= routed_experts \(256\)"),
+    ("deepseek-v3", {"dense_layers = 3": "dense_layers = 70"},
+     r"dense_layers = 70: must be <= layers \(61\)"),
+    ("deepseek-v3", {"mtp_layers = 1": "mtp_layers = -1"}, r"mtp_layers = -1: must be >= 0"),
+    ("deepseek-v3", {"dense_ffn_dim = 18432\n": ""}, r"dense_ffn_dim: is required when dense_layers > 0"),
+    ("deepseek-v3", {"[attention.mla]": "[attention.unused]"}, r"attention\.unused: unknown key"),
+    ("kimi-k3", {"layers = 69": "layers = 93"},
+     r"attention = 93: .*must leave at least one full attention layer of 93"),
+    ("qwen3-235b-a22b", {"kv_heads = 4\n": ""}, r"attention\.kv_heads: is required when kind = 'gqa'"),
+    ("deepseek-v3", {'kind = "mla"': 'kind = "mla"\nq_heads_extra = 1'}, r"unknown key"),
+], ids=["k>E", "dense>layers", "negative-mtp", "dense-ffn-missing", "mla-table-renamed",
+        "no-full-layer", "gqa-kv-heads-missing", "unknown-attention-key"])
+def test_cross_field_model_rules(tmp_path: Path, name: str, replace: dict[str, str],
+                                 message: str) -> None:
+    err = _broken_model(tmp_path, name, **replace)
+    assert re.search(message, err), err
+    assert "\n" not in err
+
+
+def test_mla_without_its_table(tmp_path: Path) -> None:
+    text = (SHIPPED_MODELS / "kimi-k2.toml").read_text()
+    text = text.split("[attention.mla]")[0] + "[moe]" + text.split("[moe]")[1]
+    root = _user_dir(tmp_path, "models", "kimi-k2", text)
+    with pytest.raises(InputError, match=r"attention\.mla: is required when kind = 'mla'"):
+        load_catalog([root], use_env=False)
+
+
+def test_model_id_may_not_repeat_a_hardware_id(tmp_path: Path) -> None:
+    text = (SHIPPED_MODELS / "kimi-k2.toml").read_text().replace('id = "kimi-k2"', 'id = "b200"')
+    root = _user_dir(tmp_path, "models", "b200", text.replace('aliases = ["kimi-k2-instruct", "k2"]',
+                                                              "aliases = []"))
+    with pytest.raises(InputError, match=r"id = 'b200': must not repeat the id of a hardware entry"):
+        load_catalog([root], use_env=False)

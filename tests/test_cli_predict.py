@@ -101,3 +101,28 @@ def test_calibration_is_reproducible(tmp_path: Path, clean_env: dict[str, str]) 
         assert fresh["engines"][name]["speed"] == pytest.approx(eng["speed"], rel=1e-3)
     assert fresh["provenance"]["rows_fitted"] == 223
     assert load_params().provenance["fitted_by"] == "dse calibrate"
+
+
+def _reference_rows(n: int) -> list[dict[str, str]]:
+    with open(REF / "inferencex_calibration.csv", newline="") as fh:
+        return list(csv.DictReader(fh))[:n]
+
+
+def test_one_row_that_fails_in_evaluation_does_not_abort_the_others(catalog) -> None:  # type: ignore[no-untyped-def]
+    from dse.perf.benchmark_rows import predict_rows
+
+    rows = _reference_rows(3)
+    bad = dict(rows[0], hardware="vr200", precision="bf16")  # no bf16 figure is published
+    out = predict_rows([*rows, bad], catalog, load_params())
+    assert all(r["pred_error"] == "" for r in out[:3])
+    assert "bf16" in str(out[3]["pred_error"]) and out[3]["pred_tput_per_gpu"] == ""
+
+
+def test_prefill_pool_whose_weights_do_not_fit_is_flagged(catalog) -> None:  # type: ignore[no-untyped-def]
+    from dse.perf.benchmark_rows import predict_rows
+
+    row = dict(_reference_rows(1)[0], precision="fp8", prefill_tp="1", prefill_ep="1",
+               prefill_dp_attention="False", prefill_num_workers="1", num_prefill_gpu="1")
+    out = predict_rows([row], catalog, load_params())[0]
+    assert out["pred_tput_per_gpu"] == ""
+    assert str(out["pred_error"]).startswith("prefill-weights-do-not-fit")

@@ -78,6 +78,14 @@ class Attention:
     linear: LinearAttention | None = None
     sliding_window: SlidingWindow | None = None
 
+    def problem(self) -> tuple[str, str, object] | None:
+        if self.kind is AttentionKind.MLA and self.mla is None:
+            return ("mla", "is required when kind = 'mla'", ...)
+        if self.kind is AttentionKind.GQA and (self.kv_heads is None or self.head_dim is None):
+            missing = "kv_heads" if self.kv_heads is None else "head_dim"
+            return (missing, "is required when kind = 'gqa'", ...)
+        return None
+
 
 @dataclass(frozen=True)
 class Moe:
@@ -87,6 +95,12 @@ class Moe:
     expert_ffn_dim: int = field(metadata=rule(positive))
     expert_input_dim: int | None = field(default=None, metadata=rule(positive))
     """Width the routed experts run in when it differs from ``hidden`` (a latent)."""
+
+    def problem(self) -> tuple[str, str, object] | None:
+        if self.experts_per_token > self.routed_experts:
+            return ("experts_per_token",
+                    f"must be <= routed_experts ({self.routed_experts})", self.experts_per_token)
+        return None
 
 
 @dataclass(frozen=True)
@@ -115,13 +129,25 @@ class Model:
     published: Published
     sources: tuple[str, ...] = field(metadata=rule(non_empty))
     expert_weight_precision: Precision | None = None
-    dense_layers: int = 0
+    dense_layers: int = field(default=0, metadata=rule(non_negative))
     dense_ffn_dim: int | None = field(default=None, metadata=rule(positive))
     moe: Moe | None = None
-    mtp_layers: int = 0
+    mtp_layers: int = field(default=0, metadata=rule(non_negative))
     tied_embeddings: bool = False
     aliases: tuple[str, ...] = ()
     notes: str = ""
+
+    def problem(self) -> tuple[str, str, object] | None:
+        if self.dense_layers > self.layers:
+            return ("dense_layers", f"must be <= layers ({self.layers})", self.dense_layers)
+        if self.dense_layers > 0 and self.dense_ffn_dim is None:
+            return ("dense_ffn_dim", "is required when dense_layers > 0", ...)
+        if self.moe is None and self.dense_layers != self.layers:
+            return ("moe", "is required unless every layer is dense", ...)
+        if self.linear_layers + self.sliding_layers >= self.layers:
+            return ("attention", "linear and sliding-window layers must leave at least one full "
+                    f"attention layer of {self.layers}", self.linear_layers + self.sliding_layers)
+        return None
 
     # ---- layer composition -------------------------------------------------------------
     @property

@@ -190,23 +190,33 @@ def predict_rows(rows: Sequence[Mapping[str, str]], catalog: Catalog, params: Pe
             continue
         parsed.setdefault((br.model, br.disagg), []).append((i, br))
     for group in parsed.values():
-        idx = [i for i, _ in group]
-        res = evaluate([b for _, b in group], catalog, params)
-        for j, i in enumerate(idx):
-            if not np.isfinite(res.tput_per_gpu[j]):
-                out[i]["pred_error"] = (
-                    f"{res.regime[j]}: weights need "
-                    f"{res.hbm_peak_bytes_per_gpu[j] / 1e9:.0f} GB per GPU")
-                out[i]["pred_hbm_peak_gb_per_gpu"] = round(res.hbm_peak_bytes_per_gpu[j] / 1e9, 2)
-                continue
-            out[i].update({
-                "pred_tput_per_gpu": round(float(res.tput_per_gpu[j]), 3),
-                "pred_input_tput_per_gpu": round(float(res.input_tput_per_prefill_gpu[j]), 3),
-                "pred_output_tput_per_gpu": round(float(res.output_tput_per_decode_gpu[j]), 3),
-                "pred_intvty_tok_s_user": round(float(res.intvty_tok_s_user[j]), 3),
-                "pred_tpot_ms": round(float(res.tpot_s[j]) * 1e3, 3),
-                "pred_ttft_s": round(float(res.ttft_s[j]), 4),
-                "pred_hbm_peak_gb_per_gpu": round(float(res.hbm_peak_bytes_per_gpu[j]) / 1e9, 2),
-                "pred_binding_regime": str(res.regime[j]),
-            })
+        try:
+            _fill(out, group, evaluate([b for _, b in group], catalog, params))
+        except DseError:
+            for i, b in group:  # find the rows that cannot be evaluated, keep the others
+                try:
+                    _fill(out, [(i, b)], evaluate([b], catalog, params))
+                except DseError as exc:
+                    out[i]["pred_error"] = str(exc)
     return out
+
+
+def _fill(out: list[dict[str, object]], group: Sequence[tuple[int, BenchRow]],
+          res: ServingResult) -> None:
+    for j, (i, _) in enumerate(group):
+        if not np.isfinite(res.tput_per_gpu[j]):
+            out[i]["pred_error"] = (
+                f"{res.regime[j]}: weights need "
+                f"{res.hbm_peak_bytes_per_gpu[j] / 1e9:.0f} GB per GPU")
+            out[i]["pred_hbm_peak_gb_per_gpu"] = round(res.hbm_peak_bytes_per_gpu[j] / 1e9, 2)
+            continue
+        out[i].update({
+            "pred_tput_per_gpu": round(float(res.tput_per_gpu[j]), 3),
+            "pred_input_tput_per_gpu": round(float(res.input_tput_per_prefill_gpu[j]), 3),
+            "pred_output_tput_per_gpu": round(float(res.output_tput_per_decode_gpu[j]), 3),
+            "pred_intvty_tok_s_user": round(float(res.intvty_tok_s_user[j]), 3),
+            "pred_tpot_ms": round(float(res.tpot_s[j]) * 1e3, 3),
+            "pred_ttft_s": round(float(res.ttft_s[j]), 4),
+            "pred_hbm_peak_gb_per_gpu": round(float(res.hbm_peak_bytes_per_gpu[j]) / 1e9, 2),
+            "pred_binding_regime": str(res.regime[j]),
+        })

@@ -150,7 +150,7 @@ def _result(d: Deployment, p: PerfParams, load: _Load, s: dict[str, Any], b: Arr
     else:
         g_pf = d.prefill.gpus * d.prefill_instances
         g_total = g_dec + g_pf
-        pf_act = load.batch_tokens * d.prefill.model.hidden * 2.0 * 8.0 / d.prefill.gpus
+        pf_act = load.batch_tokens * d.prefill.model.hidden * 2.0 * 8.0 / d.prefill.attn_dp
         pf_hbm = weight_bytes_per_gpu(d.prefill) + pf_act + (
             load.batch_tokens * d.prefill.kv_bytes_per_token / d.prefill.kv_shard)
     x = s["x"]
@@ -166,7 +166,11 @@ def _result(d: Deployment, p: PerfParams, load: _Load, s: dict[str, Any], b: Arr
     regime = np.where(s["rho"] >= 0.9, "prefill-compute", regime)
     regime = np.where(capacity_bound, "hbm-capacity", regime)
     regime = np.where(cap <= 0, "weights-do-not-fit", regime)
-    nan = np.where(cap <= 0, np.nan, 1.0)
+    pf_over = np.zeros(b.shape, dtype=bool)
+    if d.prefill is not None:
+        pf_over = pf_hbm > d.prefill.hbm_bytes * (1.0 - p.hbm_reserve_fraction)
+        regime = np.where(pf_over, "prefill-weights-do-not-fit", regime)
+    nan = np.where((cap <= 0) | pf_over, np.nan, 1.0)
     return ServingResult(
         requests_per_s=x * nan,
         tput_per_gpu=x * (d.isl + d.osl) / g_total * nan,

@@ -44,7 +44,7 @@ def active_expert_fraction(tokens: Array, pool: Pool) -> Array:
     """Share of experts that at least one of ``tokens`` is routed to (uniform routing)."""
     m = pool.model
     if m.experts_per_token == 0:
-        return np.zeros_like(tokens)
+        return np.zeros(np.shape(tokens))
     return 1.0 - np.power(1.0 - m.experts_per_token / m.experts, tokens)
 
 
@@ -74,6 +74,9 @@ def forward_cost(
 ) -> StepCost:
     """One forward pass of an instance over ``tokens`` new tokens from ``sequences`` requests
     whose attention reads ``context`` tokens each (for prefill: the prompt; causal, so half)."""
+    tokens = np.asarray(tokens, dtype=float)
+    sequences = np.asarray(sequences, dtype=float)
+    context = np.asarray(context, dtype=float)
     m = pool.model
     g = pool.gpus
     veff = _vendor_eff(pool, p)
