@@ -10,8 +10,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from dse.catalog import load_catalog
 from dse.perf import calibration as cal
 from dse.perf.params import default_params
@@ -50,7 +48,6 @@ def main() -> None:
     fleet = fleet_nodes(catalog, fitted)
     print(f"\nDeepSeek fleet check: {fleet['nodes']:.1f} nodes against "
           f"{fleet['published_nodes']} published ({fleet['error']:+.1%})")
-    _ = np  # numpy used through the calibration module
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from dse.catalog import Catalog
@@ -40,8 +41,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     fitted = cal.fit(data, catalog, default_params(), points, values)
     tput, intv = cal.predict_measured(data, catalog, fitted)
     stats = cal.error_stats(data, tput, intv)
-    fitted = type(fitted)(**{**fitted.__dict__,
-                             "provenance": cal.provenance(args.data, len(data), len(skipped), stats)})
+    fitted = replace(fitted, provenance=cal.provenance(args.data, len(data), len(skipped), stats))
     _write_atomic(args.out, params_to_json(fitted) + "\n")
     print(f"fitted {len(data)} rows ({len(skipped)} skipped) and {len(points)} stage points "
           f"-> {args.out}")

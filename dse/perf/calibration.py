@@ -177,10 +177,9 @@ def pair_order_agreement(data: Sequence[Measured], tput: np.ndarray, intv: np.nd
                          band: float = 0.25) -> float:
     """Share of hardware pairs ranked right by tokens/s/GPU at about equal tokens/s/user.
 
-    Pairs are rows of different hardware, same lengths and topology, whose measured
-    interactivities lie within ``band`` of each other; a pair counts when measured and predicted
-    tokens/s/GPU (each scaled to the same interactivity by its local slope, here ignored) order
-    the two the same way."""
+    Pairs are rows of different hardware and the same lengths whose measured interactivities lie
+    within ``band`` of each other and whose measured tokens/s/GPU differ by more than 10%; a pair
+    counts as right when the predictions order the two the same way as the measurements."""
     good = total = 0
     for a in range(len(data)):
         for b in range(a + 1, len(data)):
