@@ -113,15 +113,13 @@ def test_residency_never_exceeds_capacity_in_a_feasible_design(
 
 def test_closed_loop_obeys_littles_law(catalog: Catalog) -> None:
     p = load_params()
-    pool = _pool(catalog, "b200", 8, 1)
     n = 3
-    dep = Deployment(prefill=None, decode=replace(pool, **{f: np.repeat(getattr(pool, f), n) for f in (
-        "gpus", "attn_tp", "ep", "dense_tflops", "expert_tflops", "attn_tflops", "hbm_bytes_per_s",
-        "hbm_bytes", "scaleup_bytes_per_s", "domain_gpus", "nic_bytes_per_s", "is_amd",
-        "attn_weight_bytes", "dense_weight_bytes", "expert_weight_bytes", "kv_bytes_per_token",
-        "act_bytes")}), prefill_instances=np.ones(n), decode_instances=np.ones(n),
-        isl=np.full(n, 1024.0), osl=np.full(n, 1024.0), speed=np.ones(n),
-        draft_tokens=np.zeros(n), accept_tokens=np.ones(n))
+    pool = build_pool(catalog.model("deepseek-v3"), [catalog.hardware("b200")] * n, gpus=[8] * n,
+                      attn_tp=[1] * n, ep=[8] * n, weight_precision=[Precision.FP8] * n,
+                      kv_precision=[Precision.FP8] * n)
+    dep = Deployment(prefill=None, decode=pool, prefill_instances=np.ones(n),
+                     decode_instances=np.ones(n), isl=np.full(n, 1024.0), osl=np.full(n, 1024.0),
+                     speed=np.ones(n), draft_tokens=np.zeros(n), accept_tokens=np.ones(n))
     conc = np.array([4.0, 64.0, 512.0])
     res = closed_loop(dep, p, conc)
     in_flight = res.requests_per_s * (res.ttft_s + 1024.0 * res.tpot_s)
