@@ -16,7 +16,11 @@ FORBIDDEN = {
     "dse.catalog": ["dse.perf", "dse.sim", "dse.search", "dse.study", "dse.report",
                     "dse.export", "dse.cli", "formulations"],
     "dse.perf": ["dse.sim", "dse.search", "dse.study", "dse.cli", "formulations"],
-    "formulations": ["dse.cli", "dse.study", "dse.search"],
+    # formulations see numbers only: no engine objects cross into them
+    "formulations": ["dse."],
+    "dse.workload": ["dse.catalog", "dse.perf", "dse.placement", "dse.sim", "dse.search", "dse.study",
+                     "dse.cli", "formulations"],
+    "dse.placement": ["dse.sim", "dse.search", "dse.study", "dse.cli"],
     "dse.sim": ["dse.cli", "dse.study", "dse.search", "formulations"],
 }
 

@@ -32,6 +32,7 @@ class ModelTerms:
     experts: float
     experts_per_token: float
     params_dense_active: float  # attention, dense FFN, shared experts, router, output embedding
+    params_attention: float  # the attention share of params_dense_active
     params_routed_total: float
     decode_qk_dim: float  # per head, absorbed MLA form in decode
     decode_v_dim: float
@@ -69,6 +70,7 @@ class ModelTerms:
             experts=moe.routed_experts if moe else 1.0,
             experts_per_token=moe.experts_per_token if moe else 0.0,
             params_dense_active=dense,
+            params_attention=g["attention"],
             params_routed_total=g["routed_experts"],
             decode_qk_dim=dqk_dec,
             decode_v_dim=dv_dec,

@@ -71,9 +71,12 @@ def forward_cost(
     context: Array,
     prefill: bool,
     speed: Array,
+    cached: Array | float = 0.0,
 ) -> StepCost:
     """One forward pass of an instance over ``tokens`` new tokens from ``sequences`` requests
-    whose attention reads ``context`` tokens each (for prefill: the prompt; causal, so half)."""
+    whose attention reads ``context`` tokens each (for prefill: the new prompt tokens; causal, so
+    half of them on average). ``cached`` (prefill only) is the midfill case: tokens of each
+    sequence whose KV was reloaded rather than recomputed, which every new token also attends to."""
     tokens = np.asarray(tokens, dtype=float)
     sequences = np.asarray(sequences, dtype=float)
     context = np.asarray(context, dtype=float)
@@ -98,13 +101,15 @@ def forward_cost(
     # attention: absorbed MLA in decode, full heads in prefill (causal: half the context)
     dqk = m.prefill_qk_dim if prefill else m.decode_qk_dim
     dv = m.prefill_v_dim if prefill else m.decode_v_dim
-    mean_ctx = context * (0.5 if prefill else 1.0)
+    mean_ctx = context * 0.5 + cached if prefill else context
     attn_flops = 2.0 * tokens * m.full_layers * m.q_heads * mean_ctx * (dqk + dv) / g
     attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff * veff)
     state = m.fixed_state_bytes * (2.0 if not prefill else 0.0)  # read and write per token step
     kv_read = 0.0 if prefill else 1.0
     kv_bytes = sequences * (context * pool.kv_bytes_per_token * kv_read + state) / pool.kv_shard
     kv_bytes = kv_bytes + tokens * pool.kv_bytes_per_token / pool.kv_shard  # writing new KV
+    if prefill:  # a midfill reads the reloaded prefix once per forward
+        kv_bytes = kv_bytes + sequences * cached * pool.kv_bytes_per_token / pool.kv_shard
     attention_s = np.maximum(attn_compute, kv_bytes / hbm)
 
     # communication: TP all-reduce twice per layer; EP dispatch (fp8) + combine (bf16).

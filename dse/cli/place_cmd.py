@@ -1,0 +1,250 @@
+"""`dse place`: pools, counts and KV tiers for a traffic and its latency targets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dse.catalog import Catalog
+from dse.cli.table import format_table
+from dse.errors import InputError, NoFeasibleDesign
+from dse.perf.params import load_params
+from dse.placement import Limits, Objective, PlacementReport, PlacementRequest, Topology, place
+from dse.placement.request import PRICE_TIERS
+from dse.placement.serialize import report_to_dict
+from dse.typed_data import build
+from dse.units import Precision
+from dse.workload import Slo, Workload
+from formulations.placement_data import TIERS
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("place", help="size pools and place KV tiers for a traffic (MILP)")
+    p.add_argument("--model", default="deepseek-v3")
+    p.add_argument("--hardware", required=True, help="comma-separated hardware ids or aliases")
+    p.add_argument("--rate", type=float, required=True, help="requests per second")
+    p.add_argument("--isl", type=float, default=4096.0, help="mean input tokens of a fresh request")
+    p.add_argument("--osl", type=float, default=1024.0, help="mean output tokens")
+    p.add_argument(
+        "--returning-share",
+        type=float,
+        default=0.0,
+        help="fraction of requests that are later turns with a cached prefix",
+    )
+    p.add_argument("--prefix", type=float, default=0.0, help="cached prefix tokens of a returning turn")
+    p.add_argument("--suffix", type=float, default=0.0, help="new tokens of a returning turn")
+    p.add_argument(
+        "--think",
+        default="",
+        metavar="SHARE:SECONDS,...",
+        help="think-time bins of returning turns, e.g. 0.6:30,0.3:600,0.1:3600",
+    )
+    p.add_argument("--ttft", type=float, required=True, help="TTFT target, seconds")
+    p.add_argument("--tpot", type=float, required=True, help="TPOT target, seconds")
+    p.add_argument("--percentile", type=float, default=50.0, help="TTFT percentile the target applies to")
+    p.add_argument("--topology", default="auto", choices=[t.value for t in Topology])
+    p.add_argument("--objective", default="cost", choices=[o.value for o in Objective])
+    p.add_argument("--price-tier", default="own_hyperscaler", choices=PRICE_TIERS)
+    p.add_argument("--engine", default="trt", help="engine profile (trt, sglang, atom)")
+    p.add_argument(
+        "--precision", default="fp8", choices=["fp4", "fp8", "bf16"], help="routed-expert weight precision"
+    )
+    p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative decoding)")
+    p.add_argument("--budget", type=float, help="cap in $/hour (required by --objective goodput)")
+    p.add_argument("--power-kw", type=float, help="cap on GPU power, kW")
+    p.add_argument("--inventory", default="", metavar="HW=GPUS,...", help="GPUs available per hardware")
+    p.add_argument("--network-kv-tb", type=float, help="capacity of the network KV store, TB")
+    p.add_argument("--network-kv-usd-per-tb-hour", type=float, default=0.0)
+    p.add_argument(
+        "--latency-usd-per-s",
+        type=float,
+        default=0.0,
+        help="value of one request-second of reload wait (trades tiers against latency)",
+    )
+    p.add_argument("--time-limit", type=float, default=30.0, help="seconds per MILP solve")
+    p.add_argument("--gap", type=float, default=1e-4, help="relative MIP gap")
+    p.add_argument("--no-shadow-prices", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def request_from_args(args: argparse.Namespace, catalog: Catalog) -> PlacementRequest:
+    src = "dse place"
+    hardware = tuple(catalog.hardware(h.strip()).id for h in args.hardware.split(",") if h.strip())
+    think = []
+    for part in filter(None, (s.strip() for s in args.think.split(","))):
+        try:
+            share, dwell = (float(v) for v in part.split(":"))
+        except ValueError:
+            raise InputError(
+                src, "--think", "must be SHARE:SECONDS pairs separated by commas", part
+            ) from None
+        think.append({"share": share, "dwell_s": dwell})
+    workload = build(
+        Workload,
+        {
+            "requests_per_s": args.rate,
+            "input_tokens": args.isl,
+            "output_tokens": args.osl,
+            "returning_share": args.returning_share,
+            "cached_prefix_tokens": args.prefix,
+            "suffix_tokens": args.suffix,
+            "think": think,
+        },
+        source=src,
+    )
+    slo = build(Slo, {"ttft_s": args.ttft, "tpot_s": args.tpot, "percentile": args.percentile}, source=src)
+    inventory = {}
+    for part in filter(None, (s.strip() for s in args.inventory.split(","))):
+        key, _, value = part.partition("=")
+        try:
+            inventory[catalog.hardware(key.strip()).id] = int(value)
+        except ValueError:
+            raise InputError(src, "--inventory", "must be HW=GPUS pairs separated by commas", part) from None
+    limits = Limits(
+        budget_usd_hour=args.budget,
+        power_kw=args.power_kw,
+        inventory_gpus=inventory,
+        network_kv_capacity_tb=args.network_kv_tb,
+    )
+    return PlacementRequest(
+        model=catalog.model(args.model).id,
+        hardware=hardware,
+        workload=workload,
+        slo=slo,
+        topology=Topology(args.topology),
+        objective=Objective(args.objective),
+        price_tier=args.price_tier,
+        engine=args.engine,
+        weight_precision=Precision(args.precision),
+        mtp=args.mtp,
+        limits=limits,
+        network_kv_usd_per_tb_hour=args.network_kv_usd_per_tb_hour,
+        latency_usd_per_s=args.latency_usd_per_s,
+        time_limit_s=args.time_limit,
+        mip_rel_gap=args.gap,
+    )
+
+
+def run(args: argparse.Namespace, catalog: Catalog) -> int:
+    req = request_from_args(args, catalog)
+    report = place(req, catalog=catalog, params=load_params(), with_shadow_prices=not args.no_shadow_prices)
+    if args.json:
+        json.dump(report_to_dict(report), sys.stdout, indent=2)
+        print()
+    else:
+        print(render(report))
+    if report.best is None:
+        first = next((o.infeasibility for o in report.outcomes if o.infeasibility is not None), None)
+        if first is None:
+            raise NoFeasibleDesign("solver", "no topology returned a solution")
+        raise NoFeasibleDesign(first.binding, first.detail)
+    return 0
+
+
+def render(report: PlacementReport) -> str:
+    req = report.request
+    w, slo = req.workload, req.slo
+    lines = [
+        f"{req.model}: {w.requests_per_s:g} req/s ({w.returning_share:.0%} returning), "
+        f"TTFT <= {slo.ttft_s:g} s (p{slo.percentile:g}), TPOT <= {slo.tpot_s * 1e3:g} ms; "
+        f"hardware {', '.join(req.hardware)}; objective {req.objective.value} ({req.price_tier})",
+        "",
+    ]
+    rows = []
+    for o in report.outcomes:
+        star = "*" if report.best is o else ""
+        r = o.result
+        checked = (
+            (f"{o.check.rows} rows hold" if o.check.ok else f"{len(o.check.violations)} VIOLATED")
+            if o.check
+            else "-"
+        )
+        rows.append(
+            [
+                o.topology.value + star,
+                r.termination.value,
+                o.usd_per_hour if o.feasible else None,
+                o.gpus if o.feasible else None,
+                o.usd_per_million_tokens if o.feasible else None,
+                r.gap if o.feasible else None,
+                round(1e3 * (r.build_s + r.solve_s), 1),
+                o.candidates,
+                checked,
+            ]
+        )
+    lines.append(
+        format_table(
+            ["topology", "status", "$/hour", "GPUs", "$/M tokens", "gap", "ms", "units", "checker"], rows
+        )
+    )
+    for o in report.outcomes:
+        if o.infeasibility is not None:
+            lines.append(f"  {o.topology.value}: {o.infeasibility.binding}: {o.infeasibility.detail}")
+    best = report.best
+    if best is None:
+        return "\n".join(lines)
+    lines += [
+        "",
+        f"best: {best.topology.value}, {best.requests_per_s:g} req/s, "
+        f"{best.tokens_per_s:,.0f} tokens/s, ${best.usd_per_hour:,.2f}/hour",
+        "",
+    ]
+    prow = [
+        [
+            p.unit.role.name.lower(),
+            p.unit.hardware,
+            p.unit.parallel.label(),
+            p.instances,
+            p.gpus,
+            p.unit.decode_batch or None,
+            p.unit.prefill_share or None,
+            p.requests_per_s or None,
+            p.output_tokens_per_s or None,
+            p.unit.hbm_gb_per_gpu,
+            p.unit.ttft_s if p.unit.ttft_s == p.unit.ttft_s else None,
+            p.usd_per_hour,
+        ]
+        for p in best.pools
+    ]
+    lines.append(
+        format_table(
+            [
+                "role",
+                "hardware",
+                "shape",
+                "inst",
+                "GPUs",
+                "batch",
+                "pf share",
+                "req/s",
+                "out tok/s",
+                "HBM GB/GPU",
+                "TTFT s",
+                "$/hour",
+            ],
+            prow,
+        )
+    )
+    if best.tiers:
+        trow = [
+            [t.kv_class, t.returning_per_s, t.gb_per_session]
+            + [round(t.share[k], 3) for k in TIERS]
+            + [sum(t.stored_gb.values()) / 1e3, sum(t.reload_gb_s.values())]
+            for t in best.tiers
+        ]
+        lines += [
+            "",
+            format_table(["KV class", "returns/s", "GB/session", *TIERS, "resting TB", "reload GB/s"], trow),
+        ]
+    if report.shadow_prices:
+        srow = [
+            [s.hardware, s.resource, f"+1 {s.unit}/GPU", s.usd_per_hour, s.usd_per_gpu_hour]
+            for s in report.shadow_prices
+        ]
+        lines += [
+            "",
+            "shadow prices (LP over the chosen units, counts relaxed): $/hour saved",
+            format_table(["hardware", "resource", "change", "fleet $/h", "$/GPU-h"], srow),
+        ]
+    return "\n".join(lines)

@@ -1,0 +1,202 @@
+"""`place`: the cheapest (or smallest, or highest-goodput) deployment for a traffic and its targets.
+
+Build, solve, read back and report are separate: :func:`build_candidates` turns the request into
+MILP data, :class:`~formulations.solve.PlacementSolver` solves it, :func:`read_back` turns the
+solution into pools and a KV-tier plan, :mod:`formulations.placement_check` re-checks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dse.catalog import Catalog, load_catalog
+from dse.perf.params import PerfParams, load_params
+from dse.placement.candidates import Candidates, Exclusion, UnitInfo, build_candidates
+from dse.placement.explain import Infeasibility, ShadowPrice, explain, shadow_prices
+from dse.placement.request import PlacementRequest, Topology
+from formulations.placement_check import CheckReport, check, cost_usd_hour
+from formulations.placement_data import TIERS, Objective, PlacementSolution, Role
+from formulations.solve import PlacementSolver, SolutionStatus, SolveOptions, SolveResult, Termination
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """Instances of one unit in the design."""
+
+    unit: UnitInfo
+    instances: int
+    gpus: int
+    usd_per_hour: float
+    requests_per_s: float  # prefilled or midfilled here (0 for decode-only pools)
+    output_tokens_per_s: float  # decode capacity the pool provides at the TPOT target
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """Where one KV class rests between turns."""
+
+    kv_class: str
+    returning_per_s: float
+    dwell_s: float
+    gb_per_session: float
+    share: dict[str, float]  # tier -> fraction of the class
+    stored_gb: dict[str, float]  # tier -> GB resting there (Little's law)
+    reload_gb_s: dict[str, float]  # tier -> GB/s brought back
+
+
+@dataclass(frozen=True)
+class TopologyOutcome:
+    topology: Topology
+    result: SolveResult
+    candidates: int
+    exclusions: tuple[Exclusion, ...]
+    check: CheckReport | None
+    pools: tuple[PoolPlan, ...]
+    tiers: tuple[TierPlan, ...]
+    usd_per_hour: float
+    gpus: int
+    requests_per_s: float
+    tokens_per_s: float  # input + output tokens served per second
+    usd_per_million_tokens: float
+    infeasibility: Infeasibility | None
+
+    @property
+    def feasible(self) -> bool:
+        return self.result.has_solution
+
+
+@dataclass(frozen=True)
+class PlacementReport:
+    request: PlacementRequest
+    outcomes: tuple[TopologyOutcome, ...]
+    best: TopologyOutcome | None
+    shadow_prices: tuple[ShadowPrice, ...]
+
+
+def place(
+    req: PlacementRequest,
+    *,
+    catalog: Catalog | None = None,
+    params: PerfParams | None = None,
+    solver: PlacementSolver | None = None,
+    with_shadow_prices: bool = True,
+) -> PlacementReport:
+    """Solve the request for each of its topologies and keep the best by the objective."""
+    catalog = catalog if catalog is not None else load_catalog()
+    params = params if params is not None else load_params()
+    solver = (
+        solver
+        if solver is not None
+        else PlacementSolver(SolveOptions(time_limit_s=req.time_limit_s, mip_rel_gap=req.mip_rel_gap))
+    )
+    outcomes = []
+    built: dict[Topology, Candidates] = {}
+    for topo in req.topology.concrete():
+        cands = build_candidates(req, topo, catalog, params)
+        built[topo] = cands
+        outcomes.append(solve_candidates(req, cands, solver))
+    feasible = [o for o in outcomes if o.feasible]
+    best = min(feasible, key=lambda o: o.result.objective) if feasible else None
+    prices: tuple[ShadowPrice, ...] = ()
+    if best is not None and with_shadow_prices and best.result.solution is not None:
+        prices = shadow_prices(req, built[best.topology], best.result.solution, solver, catalog, params)
+    return PlacementReport(req, tuple(outcomes), best, prices)
+
+
+def solve_candidates(req: PlacementRequest, c: Candidates, solver: PlacementSolver) -> TopologyOutcome:
+    """Solve one topology's units; explain it when nothing is feasible."""
+    data = c.data
+    result = solver.solve(data) if data.n_units else _empty_result()
+    sol = result.solution
+    if sol is None:
+        return TopologyOutcome(
+            c.topology,
+            result,
+            data.n_units,
+            c.exclusions,
+            None,
+            (),
+            (),
+            np.nan,
+            0,
+            0.0,
+            0.0,
+            np.nan,
+            explain(c, solver),
+        )
+    pools, tiers = read_back(c, sol)
+    req_s = sol.scale * data.total_per_s
+    w = req.workload
+    tokens = req_s * (w.mean_prompt_tokens() + w.output_tokens)
+    cost = cost_usd_hour(data, sol)
+    return TopologyOutcome(
+        topology=c.topology,
+        result=result,
+        candidates=data.n_units,
+        exclusions=c.exclusions,
+        check=check(data, sol),
+        pools=pools,
+        tiers=tiers,
+        usd_per_hour=cost,
+        gpus=int(round(float((sol.sale_units * data.sale_gpus).sum()))),
+        requests_per_s=req_s,
+        tokens_per_s=tokens,
+        usd_per_million_tokens=cost / (3600.0 * tokens) * 1e6 if tokens > 0 else np.nan,
+        infeasibility=None,
+    )
+
+
+def _empty_result() -> SolveResult:
+    """No unit survived the candidate filters: nothing to solve."""
+    return SolveResult(Termination.INFEASIBLE, SolutionStatus.NONE, np.nan, np.nan, np.nan, 0.0, 0.0, None)
+
+
+def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ...], tuple[TierPlan, ...]]:
+    """Pools with at least one instance, and the tier plan per KV class."""
+    d = c.data
+    pools = []
+    served = sol.fresh + sol.returning.sum(axis=(1, 2))
+    for u in np.flatnonzero(sol.instances > 0.5):
+        k = int(round(sol.instances[u]))
+        g = int(k * d.unit_gpus[u])
+        pools.append(
+            PoolPlan(
+                unit=c.units[u],
+                instances=k,
+                gpus=g,
+                usd_per_hour=g * float(d.usd_per_gpu_hour[d.unit_hw[u]]),
+                requests_per_s=float(served[u]),
+                output_tokens_per_s=float(k * d.decode_tok_s[u]),
+            )
+        )
+    tiers = []
+    for ci, name in enumerate(d.class_names):
+        per_tier = sol.returning[:, ci, :].sum(axis=0)
+        total = max(float(per_tier.sum()), 1e-12)
+        tiers.append(
+            TierPlan(
+                kv_class=name,
+                returning_per_s=float(d.class_per_s[ci] * sol.scale),
+                dwell_s=float(d.class_dwell_s[ci]),
+                gb_per_session=float(d.class_gb[ci]),
+                share={t: float(per_tier[i] / total) for i, t in enumerate(TIERS)},
+                stored_gb={
+                    t: float(per_tier[i] * d.class_dwell_s[ci] * d.class_gb[ci])
+                    for i, t in enumerate(TIERS)
+                    if t != "drop"
+                },
+                reload_gb_s={
+                    t: float(per_tier[i] * d.class_gb[ci])
+                    for i, t in enumerate(TIERS)
+                    if t not in ("hbm", "drop")
+                },
+            )
+        )
+    order = {Role.PREFILL: 0, Role.MIXED: 1, Role.DECODE: 2, Role.ATTENTION: 3, Role.FFN: 4}
+    pools.sort(key=lambda p: (order[p.unit.role], p.unit.hardware))
+    return tuple(pools), tuple(tiers)
+
+
+__all__ = ["Objective", "PlacementReport", "PoolPlan", "TierPlan", "TopologyOutcome", "place", "read_back"]

@@ -1,0 +1,441 @@
+"""Candidate units for the placement MILP, priced by the stage performance model.
+
+A *unit* is one serving instance of one role (prefill, decode, aggregated, decode attention, decode
+experts) on one hardware, with its parallelism and operating point fixed. The MILP chooses how many
+of each; everything nonlinear (a decode batch that meets TPOT, a prefill utilisation that meets
+TTFT, the interference of chunked prefill with decode) is settled here, per unit:
+
+* **prefill** units run at the highest utilisation ``rho`` whose queueing wait keeps TTFT on target:
+  ``t_one + k * q * t_batch * rho / (1 - rho) + t_handoff <= TTFT`` (M/D/1-style wait with the
+  fitted queue factor ``q``; ``k`` turns the mean wait into the TTFT percentile, see
+  :class:`~dse.workload.Slo`);
+* **decode** units run the largest batch whose step keeps TPOT on target and whose KV fits;
+* **aggregated** units come at several prefill time shares ``phi``: decode steps must fit in
+  ``(1 - phi) * TPOT`` (chunked prefill takes the rest of the time) and a prompt's prefill
+  stretches by ``1 / phi``;
+* **attention / FFN** units (attention-FFN disaggregation) each get half the TPOT: with two
+  micro-batches in ping-pong, each side runs one micro-batch while the other runs the other;
+  FFN units come at several token batches.
+
+Midfill (a returning turn): the reload of its KV from the tier crosses that tier's link in
+``reload_s`` (added to TTFT, not to GPU busy time: copy engines move it), then the suffix is
+prefilled against the cached prefix. A dropped KV is recomputed in full instead. Resting KV lives
+with the units that midfill it (their HBM, host DRAM, local NVMe) or in the network store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dse.catalog import Catalog, Hardware
+from dse.errors import InputError
+from dse.perf.afd import afd_bytes_per_token, attention_side, ffn_side
+from dse.perf.params import PerfParams
+from dse.perf.pool import Array
+from dse.perf.serving import RHO_MAX, decode_capacity_at_tpot
+from dse.perf.stages import forward_cost, weight_bytes_per_gpu
+from dse.placement.request import PlacementRequest, Topology
+from dse.placement.shapes import Parallel, Shapes, tier_capacity
+from dse.units import GB
+from dse.workload import Slo, Workload
+from formulations.placement_data import TIERS, PlacementData, Role
+
+AGG_PREFILL_SHARES = (0.1, 0.2, 0.35, 0.5)
+FFN_TOKENS_PER_GPU = (16.0, 64.0, 256.0)  # sequences per GPU an FFN unit batches per step
+AFD_SIDE_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class UnitInfo:
+    """What a unit is, for reports: one entry per MILP unit."""
+
+    name: str
+    hardware: str
+    role: Role
+    parallel: Parallel
+    decode_batch: float  # sequences per instance
+    prefill_share: float  # aggregated units: time share given to prefill
+    hbm_gb_per_gpu: float  # weights + KV (+ resting KV it may hold) at the operating point
+    weights_gb_per_gpu: float
+    ttft_s: float  # fresh request at the unit's utilisation cap (nan for decode-only units)
+    tpot_s: float  # nan for prefill-only units
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """A unit shape that cannot serve, and why (with the numbers)."""
+
+    hardware: str
+    role: str
+    parallel: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Candidates:
+    data: PlacementData
+    units: tuple[UnitInfo, ...]
+    exclusions: tuple[Exclusion, ...]
+    topology: Topology
+
+
+@dataclass
+class _Row:
+    """MILP coefficients of one unit, filled by a role builder."""
+
+    info: UnitInfo
+    shape: int
+    n_classes: int
+    share: float = 0.0
+    fresh_s: float = np.inf
+    dec: float = 0.0
+    hbm_idle: float = 0.0
+    nic: float = 0.0
+    mid: Array = field(default_factory=lambda: np.zeros(0))
+    reload: Array = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        if self.mid.size == 0:
+            self.mid = np.full((self.n_classes, len(TIERS)), np.inf)
+            self.reload = np.zeros((self.n_classes, len(TIERS)))
+
+
+class _Builder:
+    """Collects units and exclusions for one request and topology."""
+
+    def __init__(self, req: PlacementRequest, s: Shapes) -> None:
+        self.req, self.s, self.p = req, s, s.params
+        self.slo: Slo = req.slo
+        self.classes = classes_of(req.workload)
+        self.rows: list[_Row] = []
+        self.excl: list[Exclusion] = []
+        for i in map(int, np.flatnonzero(~s.fits)):
+            self.exclude(
+                i,
+                "all",
+                f"weights need {s.weights_gb[i]:.1f} GB per GPU but {s.hw(i).id} offers "
+                f"{s.usable_gb[i]:.1f} GB after the {self.p.hbm_reserve_fraction:.0%} runtime reserve",
+            )
+
+    def exclude(self, i: int, role: str, reason: str) -> None:
+        self.excl.append(Exclusion(self.s.hw(i).id, role, self.s.par[i].label(), reason))
+
+    def info(
+        self,
+        i: int,
+        role: Role,
+        *,
+        suffix: str = "",
+        batch: float = 0.0,
+        phi: float = 0.0,
+        hbm_gb: float,
+        weights_gb: float | None = None,
+        ttft: float = np.nan,
+        tpot: float = np.nan,
+    ) -> UnitInfo:
+        s = self.s
+        return UnitInfo(
+            name=f"{s.hw(i).id}/{role.name.lower()}/{s.par[i].label()}{suffix}",
+            hardware=s.hw(i).id,
+            role=role,
+            parallel=s.par[i],
+            decode_batch=batch,
+            prefill_share=phi,
+            hbm_gb_per_gpu=hbm_gb,
+            weights_gb_per_gpu=float(s.weights_gb[i]) if weights_gb is None else weights_gb,
+            ttft_s=ttft,
+            tpot_s=tpot,
+        )
+
+    def prefill_side(self, row: _Row, i: int, *, share: float, stretch: float, handoff: bool) -> float:
+        """Fill the prefill coefficients of ``row`` for shape ``i`` when prefill gets ``share``
+        of its time (so a prompt stretches by ``stretch``); returns the fresh TTFT, or nan when
+        no utilisation meets the target."""
+        s, p, slo = self.s, self.p, self.slo
+        k_q = slo.wait_quantile_factor * p.prefill_queue_factor
+        fixed = s.fresh.one_s[i] * stretch + (s.fresh_handoff_s[i] if handoff else 0.0)
+        batch_s = s.fresh.batch_s[i] * stretch
+        room = slo.ttft_s - fixed
+        if room <= 0:
+            return np.nan
+        a = room / max(k_q * batch_s, 1e-12)
+        rho = min(a / (1.0 + a), RHO_MAX)
+        wait = k_q * batch_s * rho / (1.0 - rho)
+        row.share = share * rho
+        row.fresh_s = float(s.fresh.busy_s[i])
+        hand_mid = s.returning_handoff_s[i] if handoff else 0.0
+        mid_one = s.midfill.one_s[i] * stretch
+        for t, tier in enumerate(TIERS):
+            # ``reload`` is what the tier adds to TTFT over a prefix already in HBM
+            if tier == "drop":
+                busy = s.recompute.busy_s[i]
+                reload = max(s.recompute.one_s[i] * stretch - mid_one, 0.0)
+            else:
+                busy, reload = s.midfill.busy_s[i], s.reload_s(i, tier)
+            if reload + mid_one + hand_mid + wait <= slo.ttft_s:
+                row.mid[:, t] = busy
+                row.reload[:, t] = reload
+        return float(fixed + wait)
+
+    def add_prefill(self) -> None:
+        s = self.s
+        for i in map(int, np.flatnonzero(s.fits)):
+            row = _Row(self.info(i, Role.PREFILL, hbm_gb=0.0), i, len(self.classes), nic=float(s.nic_gb_s[i]))
+            ttft = self.prefill_side(row, i, share=1.0, stretch=1.0, handoff=True)
+            if not np.isfinite(ttft):
+                self.exclude(
+                    i,
+                    "prefill",
+                    f"TTFT {self.slo.ttft_s:g} s cannot be met: a prompt alone takes "
+                    f"{s.fresh.one_s[i]:.3f} s plus {s.fresh_handoff_s[i]:.3f} s of KV handoff",
+                )
+                continue
+            row.hbm_idle = max(float(s.free_unique_gb[i] - s.prefill_ws_gb[i]), 0.0)
+            used = s.weights_gb[i] + (s.prefill_ws_gb[i] + row.hbm_idle) / s.pool.kv_shard[i]
+            row.info = self.info(i, Role.PREFILL, hbm_gb=float(used), ttft=ttft)
+            self.rows.append(row)
+
+    def add_decode(self) -> None:
+        s, slo = self.s, self.slo
+        rate, batch = decode_capacity_at_tpot(
+            s.pool,
+            self.p,
+            context=s.decode_ctx,
+            tpot_s=np.full(len(s), slo.tpot_s),
+            speed=s.speed,
+            draft_tokens=s.draft,
+            accept_tokens=s.accept,
+        )
+        for i in map(int, np.flatnonzero(s.fits)):
+            if rate[i] <= 0:
+                self.exclude(i, "decode", _tpot_reason(slo, s.cap_seq[i]))
+                continue
+            used = s.weights_gb[i] + batch[i] * s.per_seq_gb[i] / s.pool.kv_shard[i]
+            info = self.info(
+                i, Role.DECODE, batch=float(batch[i]), hbm_gb=float(used), tpot=float(batch[i] / rate[i])
+            )
+            self.rows.append(_Row(info, i, len(self.classes), dec=float(rate[i]), nic=float(s.nic_gb_s[i])))
+
+    def add_mixed(self) -> None:
+        s, slo = self.s, self.slo
+        for phi in AGG_PREFILL_SHARES:
+            rate, batch = decode_capacity_at_tpot(
+                s.pool,
+                self.p,
+                context=s.decode_ctx,
+                tpot_s=np.full(len(s), slo.tpot_s * (1.0 - phi)),
+                speed=s.speed,
+                draft_tokens=s.draft,
+                accept_tokens=s.accept,
+            )
+            for i in map(int, np.flatnonzero(s.fits)):
+                if rate[i] <= 0:
+                    self.exclude(i, "mixed", f"at prefill share {phi:g}: " + _tpot_reason(slo, s.cap_seq[i]))
+                    continue
+                row = _Row(
+                    self.info(i, Role.MIXED, hbm_gb=0.0),
+                    i,
+                    len(self.classes),
+                    dec=float(rate[i] * (1.0 - phi)),
+                    nic=float(s.nic_gb_s[i]),
+                )
+                ttft = self.prefill_side(row, i, share=phi, stretch=1.0 / phi, handoff=False)
+                if not np.isfinite(ttft):
+                    self.exclude(
+                        i,
+                        "mixed",
+                        f"at prefill share {phi:g}: TTFT {slo.ttft_s:g} s cannot be met: "
+                        f"a prompt interleaved with decode takes {s.fresh.one_s[i] / phi:.3f} s",
+                    )
+                    continue
+                kv_used = batch[i] * s.per_seq_gb[i]
+                row.hbm_idle = max(float(s.free_unique_gb[i] - kv_used), 0.0)
+                row.info = self.info(
+                    i,
+                    Role.MIXED,
+                    suffix=f"/phi{phi:g}",
+                    batch=float(batch[i]),
+                    phi=phi,
+                    hbm_gb=float(s.weights_gb[i] + kv_used / s.pool.kv_shard[i]),
+                    ttft=ttft,
+                    tpot=slo.tpot_s,
+                )
+                self.rows.append(row)
+
+    def add_afd(self) -> None:
+        """Attention units (KV and attention weights) and FFN units (experts), half the TPOT each."""
+        s, slo, p = self.s, self.slo, self.p
+        att, ffn = attention_side(s.pool), ffn_side(s.pool)
+        half = np.full(len(s), slo.tpot_s * AFD_SIDE_SHARE)
+        _, batch = decode_capacity_at_tpot(
+            att,
+            p,
+            context=s.decode_ctx,
+            tpot_s=half,
+            speed=s.speed,
+            draft_tokens=s.draft,
+            accept_tokens=s.accept,
+        )
+        att_w = weight_bytes_per_gpu(att) / GB
+        for i in map(int, np.flatnonzero(s.fits)):
+            if batch[i] <= 0:
+                self.exclude(
+                    i, "attention", f"attention step cannot fit half of TPOT {slo.tpot_s * 1e3:g} ms"
+                )
+                continue
+            info = self.info(
+                i,
+                Role.ATTENTION,
+                batch=float(batch[i]),
+                weights_gb=float(att_w[i]),
+                hbm_gb=float(att_w[i] + batch[i] * s.per_seq_gb[i] / s.pool.kv_shard[i]),
+                tpot=slo.tpot_s,
+            )
+            # the step is paced by the TPOT target, not by the attention side alone
+            self.rows.append(
+                _Row(info, i, len(self.classes), dec=float(batch[i] / slo.tpot_s), nic=float(s.nic_gb_s[i]))
+            )
+        ffn_w = weight_bytes_per_gpu(ffn) / GB
+        for per_gpu in FFN_TOKENS_PER_GPU:
+            seqs = per_gpu * s.pool.gpus
+            # time per output token of the expert half; a step yields ``accept`` tokens per sequence
+            step = (
+                forward_cost(
+                    ffn,
+                    p,
+                    tokens=seqs * (1.0 + s.draft),
+                    sequences=seqs,
+                    context=np.zeros_like(seqs),
+                    prefill=False,
+                    speed=s.speed,
+                ).total_s
+                / s.accept
+            )
+            for i in map(int, np.flatnonzero(s.fits)):
+                if step[i] > half[i]:
+                    self.exclude(
+                        i,
+                        "ffn",
+                        f"expert step for {seqs[i]:.0f} sequences takes {step[i] * 1e3:.2f} ms, "
+                        f"over half of TPOT {slo.tpot_s * 1e3:g} ms",
+                    )
+                    continue
+                info = self.info(
+                    i,
+                    Role.FFN,
+                    suffix=f"/b{seqs[i]:.0f}",
+                    batch=float(seqs[i]),
+                    weights_gb=float(ffn_w[i]),
+                    hbm_gb=float(ffn_w[i]),
+                    tpot=slo.tpot_s,
+                )
+                self.rows.append(
+                    _Row(
+                        info, i, len(self.classes), dec=float(seqs[i] / slo.tpot_s), nic=float(s.nic_gb_s[i])
+                    )
+                )
+
+
+def _tpot_reason(slo: Slo, cap_seq: float) -> str:
+    if cap_seq < 1.0:
+        return f"not even one sequence's KV fits next to the weights ({cap_seq:.2f} sequences)"
+    return f"TPOT {slo.tpot_s * 1e3:g} ms cannot be met even at batch 1"
+
+
+def classes_of(w: Workload) -> list[tuple[str, float, float]]:
+    """(name, returning requests/s, dwell seconds) per think-time bin."""
+    if w.returning_share <= 0:
+        return []
+    return [(f"think{b.dwell_s:g}s", w.returning_per_s * b.share, b.dwell_s) for b in w.think]
+
+
+def build_candidates(
+    req: PlacementRequest,
+    topology: Topology,
+    catalog: Catalog,
+    params: PerfParams,
+    hardware: list[Hardware] | None = None,
+) -> Candidates:
+    """Units, their coefficients and the shapes left out, for one concrete topology.
+    ``hardware`` overrides the catalog entries (the shadow prices perturb them)."""
+    hws = hardware if hardware is not None else [catalog.hardware(h) for h in req.hardware]
+    s = Shapes(req, catalog.model(req.model), hws, params)
+    b = _Builder(req, s)
+    if topology is Topology.AGGREGATED:
+        b.add_mixed()
+    else:
+        b.add_prefill()
+        if topology is Topology.DISAGGREGATED:
+            b.add_decode()
+        else:
+            b.add_afd()
+    afd_gb = float(afd_bytes_per_token(s.pool)[0] / GB) if topology is Topology.AFD else 0.0
+    data = _assemble(req, s, b.rows, b.classes, afd_gb)
+    return Candidates(data, tuple(r.info for r in b.rows), tuple(b.excl), topology)
+
+
+def _price(hw: Hardware, tier: str) -> float:
+    v = getattr(hw.prices, f"usd_per_gpu_hour_{tier}")
+    if v is None:
+        raise InputError(
+            hw.id,
+            f"prices.usd_per_gpu_hour_{tier}",
+            "has no value; choose another price tier or add the price to the catalog",
+        )
+    return float(v)
+
+
+def _assemble(
+    req: PlacementRequest, s: Shapes, rows: list[_Row], classes: list[tuple[str, float, float]], afd_gb: float
+) -> PlacementData:
+    w, lim, hws = req.workload, req.limits, s.hws
+    ids = [hw.id for hw in hws]
+    for key in lim.inventory_gpus:
+        if key not in ids:
+            raise InputError(
+                "placement request",
+                f"limits.inventory_gpus.{key}",
+                f"names hardware that is not a candidate; candidates: {', '.join(ids)}",
+            )
+    nc = len(classes)
+
+    def finite_or_inf(v: float | None, scale: float = 1.0) -> float:
+        return v * scale if v is not None else np.inf
+
+    return PlacementData(
+        hw_names=tuple(ids),
+        sale_gpus=np.array([float(hw.sale_unit_gpus) for hw in hws]),
+        usd_per_gpu_hour=np.array([_price(hw, req.price_tier) for hw in hws]),
+        watts_per_gpu=np.array([float(hw.tdp_w) for hw in hws]),
+        inventory_gpus=np.array([float(lim.inventory_gpus.get(h, np.inf)) for h in ids]),
+        tier_gb_per_gpu=tier_capacity(hws),
+        tier_gb_s_per_gpu=s.tier_gb_s,
+        unit_names=tuple(r.info.name for r in rows),
+        unit_hw=np.array([s.hw_of[r.shape] for r in rows], dtype=int),
+        unit_role=np.array([int(r.info.role) for r in rows], dtype=int),
+        unit_gpus=np.array([float(s.par[r.shape].gpus) for r in rows]),
+        prefill_share=np.array([r.share for r in rows]),
+        fresh_s=np.array([r.fresh_s for r in rows]),
+        decode_tok_s=np.array([r.dec for r in rows]),
+        hbm_idle_gb=np.array([r.hbm_idle for r in rows]),
+        nic_gb_s=np.array([r.nic for r in rows]),
+        mid_s=np.array([r.mid for r in rows]).reshape(len(rows), nc, len(TIERS)),
+        reload_s=np.array([r.reload for r in rows]).reshape(len(rows), nc, len(TIERS)),
+        class_names=tuple(c[0] for c in classes),
+        class_per_s=np.array([c[1] for c in classes]),
+        class_dwell_s=np.array([c[2] for c in classes]),
+        class_gb=np.full(nc, s.resting_gb),
+        class_handoff_gb=np.full(nc, s.returning_handoff_gb),
+        fresh_per_s=w.fresh_per_s,
+        output_tokens=w.output_tokens,
+        fresh_handoff_gb=float(s.fresh_handoff_gb),
+        afd_gb_per_token=afd_gb,
+        budget_usd_hour=finite_or_inf(lim.budget_usd_hour),
+        power_w=finite_or_inf(lim.power_kw, 1e3),
+        network_capacity_gb=finite_or_inf(lim.network_kv_capacity_tb, 1e3),
+        network_usd_per_gb_hour=req.network_kv_usd_per_tb_hour / 1e3,
+        latency_usd_per_s=req.latency_usd_per_s,
+        objective=req.objective,
+    )

@@ -1,0 +1,244 @@
+"""Why a placement is infeasible, and what more of a resource would be worth.
+
+Infeasibility: first the candidate shapes (a role no unit can fill: weights that do not fit, a
+latency target no batch meets), then an elastic solve that opens the demand, inventory, power,
+budget and network-capacity rows and minimises their relative violation; what had to give, and by
+how much, is the answer.
+
+Shadow prices: the LP over the units a solution uses, with their counts relaxed, gives a
+multiplier per constraint. A hardware change (one more TB/s of HBM per GPU, say) changes the
+coefficients the performance model produced; by the envelope theorem the optimum moves by
+``sum_i lambda_i * delta g_i`` at the LP solution, where ``g_i`` are the rows of
+:func:`formulations.placement_check.residuals`. That includes every path through which the change
+acts: larger decode batches, more idle-KV room, faster reloads, faster handoffs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dse.catalog import Catalog, Hardware
+from dse.perf.params import PerfParams
+from dse.placement.candidates import Candidates, build_candidates
+from dse.placement.request import PlacementRequest, Topology
+from formulations.placement_check import residuals
+from formulations.placement_data import PlacementData, PlacementSolution, Role
+from formulations.solve import PlacementSolver
+
+REQUIRED_ROLES = {
+    Topology.AGGREGATED: (Role.MIXED,),
+    Topology.DISAGGREGATED: (Role.PREFILL, Role.DECODE),
+    Topology.AFD: (Role.PREFILL, Role.ATTENTION, Role.FFN),
+}
+
+
+DEMAND_PRIORITY = 1e-3  # demand slack costs 1000x a relative unit of any cap's slack
+
+
+@dataclass(frozen=True)
+class Infeasibility:
+    """The constraint family that binds, in words and numbers."""
+
+    binding: str
+    detail: str
+
+
+def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
+    data = c.data
+    roles = set(Role(int(r)) for r in data.unit_role)
+    for role in REQUIRED_ROLES[c.topology]:
+        if role not in roles:
+            reasons = [e for e in c.exclusions if e.role in (role.name.lower(), "all")]
+            shown = "; ".join(f"{e.hardware} {e.parallel}: {e.reason}" for e in _distinct(reasons)[:3])
+            return Infeasibility(f"no {role.name.lower()} unit", shown or "no candidate shapes")
+    if data.n_classes and not np.isfinite(data.mid_s).any():
+        return Infeasibility(
+            "returning-turn TTFT",
+            "no unit can reload or recompute a returning turn's "
+            f"{data.class_gb.max():.2f} GB of KV within the TTFT target",
+        )
+    # demand gives last: the question is which limit keeps the demand from being served
+    sizes = {
+        "fresh_demand": DEMAND_PRIORITY * max(data.fresh_per_s, 1e-9),
+        "returning_demand": DEMAND_PRIORITY * max(float(data.class_per_s.sum()), 1e-9),
+        "inventory": float(np.nansum(np.where(np.isfinite(data.inventory_gpus), data.inventory_gpus, 0.0)))
+        or 1.0,
+        "power": data.power_w if np.isfinite(data.power_w) else 1.0,
+        "budget": data.budget_usd_hour if np.isfinite(data.budget_usd_hour) else 1.0,
+        "network_capacity": data.network_capacity_gb if np.isfinite(data.network_capacity_gb) else 1.0,
+    }
+    el = solver.elastic(data, sizes)
+    if not el.result.has_solution:
+        return Infeasibility("unknown", f"the elastic model did not solve ({el.result.termination.value})")
+    sol = el.result.solution
+    assert sol is not None
+    texts = []
+    s = el.slacks
+    if s.get("inventory", 0.0) > 1e-6:
+        need = sol.sale_units * data.sale_gpus
+        parts = [
+            f"{h} {need[i]:.0f} of {data.inventory_gpus[i]:.0f}"
+            for i, h in enumerate(data.hw_names)
+            if np.isfinite(data.inventory_gpus[i])
+        ]
+        texts.append(
+            (
+                "inventory",
+                f"serving the demand needs {s['inventory']:.0f} GPUs more than the "
+                f"inventory holds (GPUs needed of available: {', '.join(parts)})",
+            )
+        )
+    if s.get("power", 0.0) > 1e-6:
+        texts.append(
+            (
+                "power",
+                f"serving the demand needs {(data.power_w + s['power']) / 1e3:,.1f} kW "
+                f"but the cap is {data.power_w / 1e3:,.1f} kW",
+            )
+        )
+    if s.get("budget", 0.0) > 1e-6:
+        texts.append(
+            (
+                "budget",
+                f"serving the demand costs ${data.budget_usd_hour + s['budget']:,.2f}/h "
+                f"but the budget is ${data.budget_usd_hour:,.2f}/h",
+            )
+        )
+    if s.get("network_capacity", 0.0) > 1e-6:
+        texts.append(
+            (
+                "network KV capacity",
+                f"resting KV needs {(data.network_capacity_gb + s['network_capacity']) / 1e3:,.1f} TB "
+                f"but the store holds {data.network_capacity_gb / 1e3:,.1f} TB",
+            )
+        )
+    for key, total in (
+        ("fresh_demand", data.fresh_per_s),
+        ("returning_demand", float(data.class_per_s.sum())),
+    ):
+        if s.get(key, 0.0) > 1e-6:
+            texts.append(
+                (key.replace("_", " "), f"only {total - s[key]:.3g} of {total:.3g} requests/s can be served")
+            )
+    if not texts:
+        return Infeasibility(
+            "unknown", "the elastic model needed no slack; the instance may be numerically hard"
+        )
+    return Infeasibility(" and ".join(t[0] for t in texts), "; ".join(t[1] for t in texts))
+
+
+def _distinct(items: list) -> list:  # type: ignore[type-arg]
+    seen, out = set(), []
+    for e in items:
+        key = (e.hardware, e.reason.split(":")[0])
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return out
+
+
+@dataclass(frozen=True)
+class ShadowPrice:
+    """What one more unit of a per-GPU resource on one hardware is worth at the optimum."""
+
+    hardware: str
+    resource: str  # hbm_bandwidth, hbm_capacity, host_link, nic
+    unit: str  # "TB/s", "GB", "GB/s"
+    usd_per_hour: float  # saved per hour across the fleet, if every GPU of this hardware had one more
+    usd_per_gpu_hour: float  # the same per GPU of this hardware in the design
+
+
+RESOURCES = {
+    # name: (unit, step per GPU, apply)
+    "hbm_bandwidth": (
+        "TB/s",
+        0.1,
+        lambda hw, d: replace(hw, hbm=replace(hw.hbm, bandwidth_tb_per_s=hw.hbm.bandwidth_tb_per_s + d)),
+    ),
+    "hbm_capacity": (
+        "GB",
+        4.0,
+        lambda hw, d: replace(hw, hbm=replace(hw.hbm, capacity_gb=hw.hbm.capacity_gb + d)),
+    ),
+    "host_link": (
+        "GB/s",
+        4.0,
+        lambda hw, d: replace(
+            hw, host=replace(hw.host, link_gb_per_s_per_dir=hw.host.link_gb_per_s_per_dir + d)
+        ),
+    ),
+    "nic": (
+        "GB/s",
+        4.0,
+        lambda hw, d: replace(
+            hw,
+            scale_out=replace(
+                hw.scale_out, nic_gbit_per_s_per_gpu=hw.scale_out.nic_gbit_per_s_per_gpu + 8.0 * d
+            ),
+        ),
+    ),
+}
+
+
+def shadow_prices(
+    req: PlacementRequest,
+    c: Candidates,
+    chosen: PlacementSolution,
+    solver: PlacementSolver,
+    catalog: Catalog,
+    params: PerfParams,
+) -> tuple[ShadowPrice, ...]:
+    """Value of one more TB/s of HBM bandwidth, GB of HBM, GB/s of host link and GB/s of NIC
+    per GPU, for each hardware the design uses (finite differences of the coefficients, priced
+    with the multipliers of the relaxed LP)."""
+    lp, duals = solver.relaxed_duals(c.data, chosen)
+    if not lp.has_solution or lp.solution is None:
+        return ()
+    x = lp.solution
+    base = residuals(c.data, x)
+    hws = [catalog.hardware(h) for h in req.hardware]
+    out = []
+    for h, hw in enumerate(hws):
+        gpus = float(x.sale_units[h] * c.data.sale_gpus[h])
+        if chosen.sale_units[h] < 0.5:
+            continue
+        for name, (unit, step, apply) in RESOURCES.items():
+            bumped: list[Hardware] = list(hws)
+            bumped[h] = apply(hw, step)
+            new = build_candidates(req, c.topology, catalog, params, hardware=bumped).data
+            moved = residuals(_align(new, c.data), x)
+            d_obj = sum(float(np.dot(duals[k], moved[k] - base[k])) for k in base if k in duals)
+            value = -d_obj / step
+            value = 0.0 if abs(value) < 1e-9 else value  # solver noise, and no "-0"
+            out.append(ShadowPrice(hw.id, name, unit, value, value / gpus if gpus > 0 else float("nan")))
+    return tuple(out)
+
+
+def _align(new: PlacementData, old: PlacementData) -> PlacementData:
+    """``new``'s coefficients in ``old``'s unit order; a unit that left keeps its old values."""
+    if new.unit_names == old.unit_names:
+        return new
+    where = {n: i for i, n in enumerate(new.unit_names)}
+    idx = [where.get(n, -1) for n in old.unit_names]
+
+    def pick(a_new: np.ndarray, a_old: np.ndarray) -> np.ndarray:
+        out = a_old.copy()
+        for i, j in enumerate(idx):
+            if j >= 0:
+                out[i] = a_new[j]
+        return out
+
+    return replace(
+        old,
+        prefill_share=pick(new.prefill_share, old.prefill_share),
+        fresh_s=pick(new.fresh_s, old.fresh_s),
+        decode_tok_s=pick(new.decode_tok_s, old.decode_tok_s),
+        hbm_idle_gb=pick(new.hbm_idle_gb, old.hbm_idle_gb),
+        nic_gb_s=pick(new.nic_gb_s, old.nic_gb_s),
+        mid_s=pick(new.mid_s, old.mid_s),
+        reload_s=pick(new.reload_s, old.reload_s),
+        tier_gb_per_gpu=new.tier_gb_per_gpu,
+        tier_gb_s_per_gpu=new.tier_gb_s_per_gpu,
+    )

@@ -1,0 +1,171 @@
+"""Instance shapes tried per hardware, and everything the performance model says about them.
+
+One :class:`Shapes` evaluates every (hardware, parallelism) shape of a request as one vectorised
+pool: weights and free HBM per GPU, the prefill cost of a fresh prompt, of a midfill (suffix against
+a reloaded prefix) and of a full recompute, the KV handoff time, and the tier reload bandwidths.
+The role builders in :mod:`dse.placement.candidates` turn these into operating points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dse.catalog import Hardware, Model
+from dse.perf.params import PerfParams
+from dse.perf.pool import Array, Pool, build_pool
+from dse.perf.serving import PREFILL_TOKENS_PER_RANK
+from dse.perf.stages import forward_cost, kv_capacity_sequences, weight_bytes_per_gpu
+from dse.placement.request import PlacementRequest
+from dse.units import GB
+from formulations.placement_data import TIERS
+
+
+@dataclass(frozen=True)
+class Parallel:
+    gpus: int
+    attn_tp: int
+    ep: int
+
+    def label(self) -> str:
+        attn = f"tp{self.attn_tp}" if self.attn_tp > 1 else "dpa"
+        return f"{self.gpus}gpu-{attn}-ep{self.ep}"
+
+
+def parallel_grid(hw: Hardware, model: Model) -> list[Parallel]:
+    """Instance shapes tried per hardware: tensor-parallel attention inside a node, and
+    data-parallel attention with expert parallelism that grows across nodes (or across the
+    rack on NVL72). Tensor parallelism never leaves the scale-up domain."""
+    moe = model.moe is not None
+    shapes = [Parallel(8, 8, 8 if moe else 1), Parallel(8, 1, 8 if moe else 1)]
+    if hw.scale_up.domain_gpus >= 16:
+        shapes.insert(0, Parallel(4, 4, 4 if moe else 1))
+    if model.moe is not None:
+        big = (16, 32, 64) if hw.scale_up.domain_gpus >= 64 else (16, 32)
+        shapes += [Parallel(g, 1, g) for g in big if g <= model.moe.routed_experts]
+    return shapes
+
+
+@dataclass(frozen=True)
+class PrefillCost:
+    """Per shape: seconds of one request alone, busy seconds per request when batched, and
+    seconds of one full batch (what a queued request waits behind)."""
+
+    one_s: Array
+    busy_s: Array
+    batch_s: Array
+
+
+def prefill_cost(pool: Pool, p: PerfParams, speed: Array, new: float, cached: float) -> PrefillCost:
+    """Prefilling ``new`` tokens of a request against ``cached`` ones already in HBM."""
+    new_a = np.full_like(pool.gpus, max(new, 1.0))
+    one = forward_cost(
+        pool,
+        p,
+        tokens=new_a,
+        sequences=np.ones_like(new_a),
+        context=new_a,
+        prefill=True,
+        speed=speed,
+        cached=cached,
+    ).total_s
+    batch = np.maximum(new_a, PREFILL_TOKENS_PER_RANK * pool.attn_dp)
+    full = forward_cost(
+        pool,
+        p,
+        tokens=batch,
+        sequences=batch / new_a,
+        context=new_a,
+        prefill=True,
+        speed=speed,
+        cached=cached,
+    ).total_s
+    return PrefillCost(one, full * new_a / batch, full)
+
+
+class Shapes:
+    """Every shape of a request on its hardware, evaluated once."""
+
+    def __init__(self, req: PlacementRequest, model: Model, hws: list[Hardware], params: PerfParams) -> None:
+        engine = params.engine(req.engine)
+        self.hws = hws
+        self.hw_of: list[int] = []
+        self.par: list[Parallel] = []
+        for i, hw in enumerate(hws):
+            for par in parallel_grid(hw, model):
+                self.hw_of.append(i)
+                self.par.append(par)
+        n = len(self.par)
+        pool = build_pool(
+            model,
+            [hws[i] for i in self.hw_of],
+            gpus=[q.gpus for q in self.par],
+            attn_tp=[q.attn_tp for q in self.par],
+            ep=[q.ep for q in self.par],
+            weight_precision=[req.weight_precision] * n,
+            kv_precision=[engine.kv_precision] * n,
+        )
+        self.pool, self.params = pool, params
+        self.speed = np.full(n, engine.speed)
+        self.draft = np.full(n, float(engine.mtp_draft_tokens if req.mtp else 0))
+        self.accept = np.full(n, engine.mtp_accept_tokens if req.mtp else 1.0)
+        w = req.workload
+        self.decode_ctx = np.full(n, w.mean_prompt_tokens() + 0.5 * w.output_tokens)
+        kv_gb = float(pool.kv_bytes_per_token[0] / GB)  # one KV precision per request
+        state_gb = pool.model.fixed_state_bytes / GB
+        self.per_seq_gb = self.decode_ctx * kv_gb + state_gb  # unique KV of one decoding sequence
+        self.prefill_ws_gb = np.maximum(w.input_tokens, PREFILL_TOKENS_PER_RANK * pool.attn_dp) * kv_gb
+
+        p = params
+        self.cap_seq = kv_capacity_sequences(pool, p, self.decode_ctx)
+        self.weights_gb = weight_bytes_per_gpu(pool) / GB
+        self.usable_gb = pool.hbm_bytes * (1.0 - p.hbm_reserve_fraction) / GB
+        self.free_unique_gb = np.maximum(self.usable_gb - self.weights_gb, 0.0) * pool.kv_shard
+        self.fits = self.cap_seq > 0
+
+        self.fresh = prefill_cost(pool, p, self.speed, w.input_tokens, 0.0)
+        self.midfill = prefill_cost(pool, p, self.speed, w.suffix_tokens, w.cached_prefix_tokens)
+        self.recompute = prefill_cost(pool, p, self.speed, w.returning_context_tokens, 0.0)
+        self.nic_gb_s = pool.nic_bytes_per_s * p.nic_eff * pool.gpus / GB  # one instance
+        # one request's KV leaves over the NICs of the GPUs that hold its shards
+        kv_nics = pool.nic_bytes_per_s * p.nic_eff * np.minimum(pool.gpus, pool.kv_shard) / GB
+        self.fresh_handoff_gb = w.input_tokens * kv_gb + state_gb
+        self.resting_gb = w.cached_prefix_tokens * kv_gb + state_gb  # a session between turns
+        self.returning_handoff_gb = w.returning_context_tokens * kv_gb + state_gb
+        self.fresh_handoff_s = self.fresh_handoff_gb / kv_nics
+        self.returning_handoff_s = self.returning_handoff_gb / kv_nics
+        self.tier_gb_s = tier_bandwidth(hws)  # (H, T) per GPU
+
+    def __len__(self) -> int:
+        return len(self.par)
+
+    def hw(self, i: int) -> Hardware:
+        return self.hws[self.hw_of[i]]
+
+    def reload_s(self, i: int, tier: str) -> float:
+        """Seconds to bring one resting session's KV back from ``tier`` into shape ``i``."""
+        if tier in ("hbm", "drop"):
+            return 0.0
+        bw = self.tier_gb_s[self.hw_of[i], TIERS.index(tier)] * self.pool.gpus[i]
+        return float(self.resting_gb / bw)
+
+
+def tier_bandwidth(hws: list[Hardware]) -> Array:
+    """(H, T) GB/s per GPU at which a tier's KV comes back: the host link's per-GPU share for
+    DRAM, the local NVMe read rate, the network KV store's read rate."""
+    out = np.zeros((len(hws), len(TIERS)))
+    for h, hw in enumerate(hws):
+        out[h, TIERS.index("dram")] = hw.host.link_gb_per_s_per_dir
+        out[h, TIERS.index("nvme")] = hw.storage.local_nvme.read_gb_per_s_per_gpu
+        out[h, TIERS.index("network")] = hw.storage.network_kv.read_gb_per_s_per_gpu
+    return out
+
+
+def tier_capacity(hws: list[Hardware]) -> Array:
+    """(H, T) GB per GPU a tier can hold (DRAM and NVMe; HBM room depends on the unit)."""
+    out = np.zeros((len(hws), len(TIERS)))
+    for h, hw in enumerate(hws):
+        out[h, TIERS.index("dram")] = hw.host.dram_gb_per_gpu
+        out[h, TIERS.index("nvme")] = hw.storage.local_nvme.capacity_tb_per_gpu * 1e3
+    return out

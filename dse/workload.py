@@ -1,0 +1,91 @@
+"""Traffic and latency targets: what a deployment must serve.
+
+A workload is an open-loop request stream. Some requests start a session (fresh prompts, prefilled
+from scratch); the rest are later turns of a session or agent loop that return after a think time
+with a long cached prefix and a short new suffix (the midfill case). Between turns each session's
+KV cache rests somewhere; how long it rests is binned by think time, and each bin is one KV class
+that the tiering model places. Lengths are means here; distributions belong to the simulator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from dse.typed_data import fraction, non_negative, positive, rule
+
+
+@dataclass(frozen=True)
+class ThinkBin:
+    """A share of returning turns that come back after about ``dwell_s`` seconds."""
+
+    share: float = field(metadata=rule(fraction))
+    dwell_s: float = field(metadata=rule(positive))
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Mean request stream. ``returning_share`` of requests are later turns that reuse
+    ``cached_prefix_tokens`` of KV and add ``suffix_tokens`` new ones."""
+
+    requests_per_s: float = field(metadata=rule(positive))
+    input_tokens: float = field(metadata=rule(positive))  # new prompt of a fresh request
+    output_tokens: float = field(metadata=rule(positive))
+    returning_share: float = field(default=0.0, metadata=rule(fraction))
+    cached_prefix_tokens: float = field(default=0.0, metadata=rule(non_negative))
+    suffix_tokens: float = field(default=0.0, metadata=rule(non_negative))
+    think: tuple[ThinkBin, ...] = ()
+
+    def problem(self) -> tuple[str, str, Any] | None:
+        if self.returning_share > 0:
+            if self.cached_prefix_tokens <= 0:
+                return (
+                    "cached_prefix_tokens",
+                    "must be positive when returning_share > 0",
+                    self.cached_prefix_tokens,
+                )
+            if not self.think:
+                return ("think", "needs at least one think-time bin when returning_share > 0", ...)
+            total = sum(b.share for b in self.think)
+            if not math.isclose(total, 1.0, abs_tol=1e-6):
+                return ("think", "shares must sum to 1", round(total, 6))
+        return None
+
+    @property
+    def fresh_per_s(self) -> float:
+        return self.requests_per_s * (1.0 - self.returning_share)
+
+    @property
+    def returning_per_s(self) -> float:
+        return self.requests_per_s * self.returning_share
+
+    @property
+    def returning_context_tokens(self) -> float:
+        """Tokens of a returning turn once its suffix is prefilled."""
+        return self.cached_prefix_tokens + self.suffix_tokens
+
+    def mean_prompt_tokens(self) -> float:
+        s = self.returning_share
+        return (1.0 - s) * self.input_tokens + s * self.returning_context_tokens
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Latency targets. ``percentile`` applies to TTFT (queueing has a tail); a decode step at a
+    given batch is deterministic in this model, so TPOT is held at its value at the mean context."""
+
+    ttft_s: float = field(metadata=rule(positive))
+    tpot_s: float = field(metadata=rule(positive))
+    percentile: float = field(default=50.0, metadata=rule(positive))
+
+    def problem(self) -> tuple[str, str, Any] | None:
+        if not 0.0 < self.percentile < 100.0:
+            return ("percentile", "must be in (0, 100)", self.percentile)
+        return None
+
+    @property
+    def wait_quantile_factor(self) -> float:
+        """Multiplier from the mean queueing wait to its percentile, taking the wait as
+        exponential (heavy-traffic M/G/1): ``-ln(1 - p)``, at least the mean itself."""
+        return max(1.0, -math.log(1.0 - self.percentile / 100.0))

@@ -1,0 +1,140 @@
+"""The numbers a placement MILP is built from: plain arrays, no engine objects.
+
+The engine (``dse.placement.candidates``) turns a model, hardware and workload into this; the
+formulation, the checker and the brute-force reference all read the same object, so they cannot
+disagree about inputs. Units: requests/s, tokens/s, seconds, GB, GB/s, $/hour, watts.
+
+Index sets
+----------
+``h`` hardware, ``u`` candidate units (a serving instance of one role on one hardware at one
+operating point), ``c`` KV classes (returning turns binned by think time), ``t`` tiers
+(:data:`TIERS`: where a class's KV rests between turns, or ``drop`` to recompute it).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+Array = np.ndarray
+
+TIERS = ("hbm", "dram", "nvme", "network", "drop")
+"""Where a class's KV rests between turns. ``drop`` frees it and recomputes the prefix on return."""
+
+LINK_TIERS = ("dram", "nvme", "network")  # tiers whose reloads cross a link with a bandwidth
+
+
+class Role(enum.IntEnum):
+    """What a unit does. Mixed units run prefill and decode on the same GPUs (aggregated)."""
+
+    PREFILL = 0
+    DECODE = 1
+    MIXED = 2
+    ATTENTION = 3  # decode attention of an attention-FFN disaggregated deployment
+    FFN = 4  # decode experts of an attention-FFN disaggregated deployment
+
+    @property
+    def prefills(self) -> bool:
+        return self in (Role.PREFILL, Role.MIXED)
+
+    @property
+    def decodes_tokens(self) -> bool:
+        """Counts toward the pooled decode demand of prefill-only units."""
+        return self in (Role.DECODE, Role.ATTENTION)
+
+
+class Objective(enum.Enum):
+    COST = "cost"  # $/hour (so $ per million tokens at the fixed demand)
+    GPUS = "gpus"
+    GOODPUT = "goodput"  # largest multiple of the demand served under the budget
+
+    @classmethod
+    def parse(cls, text: str) -> Objective:
+        return cls(text)
+
+
+@dataclass(frozen=True)
+class PlacementData:
+    """Everything the placement MILP needs. Arrays are read-only by convention."""
+
+    # hardware, shape (H,)
+    hw_names: tuple[str, ...]
+    sale_gpus: Array  # GPUs per purchasable unit (8-GPU node, 72-GPU rack)
+    usd_per_gpu_hour: Array
+    watts_per_gpu: Array
+    inventory_gpus: Array  # inf when unlimited
+    tier_gb_per_gpu: Array  # (H, T) capacity to rest idle KV per GPU (hbm column unused)
+    tier_gb_s_per_gpu: Array  # (H, T) reload bandwidth per GPU (hbm and drop columns unused)
+    # units, shape (U,)
+    unit_names: tuple[str, ...]
+    unit_hw: Array  # int index into hardware
+    unit_role: Array  # int Role
+    unit_gpus: Array
+    prefill_share: Array  # busy-time fraction a unit may spend prefilling and still meet TTFT
+    fresh_s: Array  # busy seconds to prefill one fresh request; inf where TTFT cannot be met
+    decode_tok_s: Array  # output tokens/s one unit sustains at the TPOT target
+    hbm_idle_gb: Array  # HBM one unit can lend to resting KV at its operating point
+    nic_gb_s: Array  # usable NIC bandwidth of one unit (KV handoff, attention-FFN traffic)
+    # per unit, class and tier, shape (U, C, T): busy seconds to serve one returning request of
+    # class c whose KV rests in tier t (reload + suffix, or full recompute for drop); inf where
+    # the reload misses the TTFT target or the unit cannot prefill
+    mid_s: Array
+    reload_s: Array  # (U, C, T) seconds the tier adds to that request's TTFT over a prefix in HBM
+    # classes, shape (C,)
+    class_names: tuple[str, ...]
+    class_per_s: Array  # returning requests/s of the class at demand scale 1
+    class_dwell_s: Array  # mean time its KV rests between turns (Little's law)
+    class_gb: Array  # KV of one resting session
+    class_handoff_gb: Array  # KV handed from a prefill unit to decode after the midfill
+    # demand at scale 1
+    fresh_per_s: float
+    output_tokens: float  # per request
+    fresh_handoff_gb: float  # KV handed from prefill to decode per fresh request
+    afd_gb_per_token: float  # attention<->FFN traffic per output token (0 if not split)
+    # caps (inf when absent)
+    budget_usd_hour: float = float("inf")
+    power_w: float = float("inf")
+    network_capacity_gb: float = float("inf")
+    network_usd_per_gb_hour: float = 0.0
+    latency_usd_per_s: float = 0.0  # penalty per request-second of reload time added to TTFTs
+    objective: Objective = Objective.COST
+
+    @property
+    def n_hw(self) -> int:
+        return len(self.hw_names)
+
+    @property
+    def n_units(self) -> int:
+        return len(self.unit_names)
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def total_per_s(self) -> float:
+        return self.fresh_per_s + float(self.class_per_s.sum())
+
+    def usd_per_sale_unit_hour(self) -> Array:
+        return self.usd_per_gpu_hour * self.sale_gpus
+
+    def structure(self) -> tuple[object, ...]:
+        """What fixes the shape of the built model; data with the same structure re-solves in
+        place. Finite caps are part of it, since an absent cap has no row."""
+        return (self.n_hw, tuple(self.unit_hw.tolist()), tuple(self.unit_role.tolist()), self.n_classes)
+
+
+@dataclass(frozen=True)
+class PlacementSolution:
+    """Values of the decision variables, in the units of :class:`PlacementData`."""
+
+    sale_units: Array  # (H,) integer nodes or racks bought
+    instances: Array  # (U,) integer instances of each unit
+    fresh: Array  # (U,) fresh requests/s prefilled on each unit
+    returning: Array  # (U, C, T) returning requests/s per unit, class and tier
+    scale: float  # multiple of the demand served
+
+    def gpus_per_hw(self, data: PlacementData) -> Array:
+        return self.sale_units * data.sale_gpus

@@ -1,0 +1,274 @@
+"""Solving placement models: one persistent HiGHS instance per model structure, one result type.
+
+:class:`PlacementSolver` builds the pyomo model the first time it sees a structure and afterwards
+only loads new parameter values into it, so search trials re-solve without rebuilding
+(``benchmarks/milp_speed.py`` measures both paths). Callers get a frozen :class:`SolveResult`
+and never see pyomo or HiGHS objects.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pyomo.environ as pyo
+from pyomo.contrib.solver.common.results import SolutionStatus as PyoSolution
+from pyomo.contrib.solver.common.results import TerminationCondition as PyoTermination
+from pyomo.contrib.solver.solvers.highs import Highs
+
+from formulations import placement
+from formulations.placement_data import TIERS, PlacementData, PlacementSolution, Role
+
+
+class Termination(enum.Enum):
+    """Why the solver stopped."""
+
+    OPTIMAL = "optimal"
+    TIME_LIMIT = "time_limit"
+    WORK_LIMIT = "work_limit"  # node or iteration limit: deterministic, unlike time
+    INFEASIBLE = "infeasible"
+    UNBOUNDED = "unbounded"
+    ERROR = "error"
+    UNKNOWN = "unknown"
+
+
+class SolutionStatus(enum.Enum):
+    """What came back, apart from why the solver stopped."""
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    NONE = "none"
+
+
+_TERMINATION = {
+    PyoTermination.convergenceCriteriaSatisfied: Termination.OPTIMAL,
+    PyoTermination.maxTimeLimit: Termination.TIME_LIMIT,
+    PyoTermination.iterationLimit: Termination.WORK_LIMIT,
+    PyoTermination.provenInfeasible: Termination.INFEASIBLE,
+    PyoTermination.locallyInfeasible: Termination.INFEASIBLE,
+    PyoTermination.infeasibleOrUnbounded: Termination.INFEASIBLE,
+    PyoTermination.unbounded: Termination.UNBOUNDED,
+    PyoTermination.error: Termination.ERROR,
+}
+_SOLUTION = {PyoSolution.optimal: SolutionStatus.OPTIMAL, PyoSolution.feasible: SolutionStatus.FEASIBLE}
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """One solve: why it stopped, what came back, objective and bound side by side.
+
+    ``objective`` and ``bound`` are the solver's, so they include the tie-break terms (weights of
+    1e-6 or less, see :mod:`formulations.placement`); read costs and GPU counts from the solution.
+    """
+
+    termination: Termination
+    solution_status: SolutionStatus
+    objective: float  # nan without a solution
+    bound: float  # best proven bound; nan when the solver gave none
+    gap: float  # relative, |objective - bound| / max(|objective|, 1e-9); nan when unknown
+    build_s: float  # 0 when the structure was already built
+    solve_s: float
+    solution: PlacementSolution | None = field(repr=False, default=None)
+
+    @property
+    def has_solution(self) -> bool:
+        return self.solution_status is not SolutionStatus.NONE
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    time_limit_s: float | None = None
+    mip_rel_gap: float = 1e-4
+    threads: int = 1
+    node_limit: int | None = None  # branch-and-bound nodes; a deterministic stand-in for time
+    polish: bool = True  # re-solve the continuous part exactly with the counts fixed
+
+
+class PlacementSolver:
+    """Re-solves placement data in place whenever its structure was seen before."""
+
+    def __init__(self, options: SolveOptions | None = None) -> None:
+        self.options = options or SolveOptions()
+        self._built: dict[tuple[object, ...], tuple[pyo.ConcreteModel, Highs]] = {}
+
+    def _instance(self, data: PlacementData) -> tuple[pyo.ConcreteModel, Highs, float]:
+        key = data.structure()
+        if key in self._built:
+            t0 = time.perf_counter()
+            m, solver = self._built[key]
+            placement.update(m, data)
+            return m, solver, -(time.perf_counter() - t0)  # negative: an update, not a build
+        t0 = time.perf_counter()
+        m = placement.build(data)
+        solver = Highs()
+        self._built[key] = (m, solver)
+        return m, solver, time.perf_counter() - t0
+
+    def solve(self, data: PlacementData) -> SolveResult:
+        """Solve; then, with the counts of the incumbent fixed, re-solve the LP that is left so
+        the continuous choices (tiers, routing) are exactly optimal rather than within the gap."""
+        m, solver, build = self._instance(data)
+        result, _ = self._run(m, solver, data)
+        sol = result.solution
+        if self.options.polish and sol is not None:
+            with _counts_relaxed(m, sol.instances, sol.instances, sol.sale_units, sol.sale_units):
+                polished, _ = self._run(m, solver, data)
+            if polished.solution is not None:
+                result = replace(result, solution=polished.solution, solve_s=result.solve_s + polished.solve_s)
+        return _with_build(result, max(build, 0.0))
+
+    def _run(
+        self, m: pyo.ConcreteModel, solver: Highs, data: PlacementData, *, duals: bool = False
+    ) -> tuple[SolveResult, dict[Any, float]]:
+        o = self.options
+        t0 = time.perf_counter()
+        res = solver.solve(
+            m,
+            load_solutions=False,
+            raise_exception_on_nonoptimal_result=False,
+            time_limit=o.time_limit_s,
+            rel_gap=o.mip_rel_gap,
+            threads=o.threads,
+            solver_options={
+                "output_flag": False,
+                "random_seed": 0,
+                **({"mip_max_nodes": o.node_limit} if o.node_limit is not None else {}),
+            },
+        )
+        solve_s = time.perf_counter() - t0
+        status = _SOLUTION.get(res.solution_status, SolutionStatus.NONE)
+        term = _TERMINATION.get(res.termination_condition, Termination.UNKNOWN)
+        sol = None
+        dual_values: dict[Any, float] = {}
+        if status is not SolutionStatus.NONE:
+            res.solution_loader.load_vars()
+            sol = _read_back(m, data)
+            if duals:
+                dual_values = dict(res.solution_loader.get_duals())
+        obj = float(res.incumbent_objective) if res.incumbent_objective is not None else float("nan")
+        bound = float(res.objective_bound) if res.objective_bound is not None else float("nan")
+        if term is Termination.OPTIMAL and np.isnan(bound):
+            bound = obj
+        gap = (
+            abs(obj - bound) / max(abs(obj), 1e-9)
+            if np.isfinite(obj) and np.isfinite(bound)
+            else float("nan")
+        )
+        return SolveResult(term, status, obj, bound, gap, 0.0, solve_s, sol), dual_values
+
+    def relaxed_duals(
+        self, data: PlacementData, chosen: PlacementSolution
+    ) -> tuple[SolveResult, dict[str, np.ndarray]]:
+        """The LP over the units and hardware a solution uses, counts continuous, and the
+        multiplier (>= 0) of every constraint, keyed and ordered like
+        :func:`formulations.placement_check.residuals`.
+
+        Fixing the counts themselves would make every price zero under a cost objective (cost
+        depends on counts alone); fixing which units are used and relaxing how many gives the
+        marginal cost of capacity around the chosen design."""
+        m, solver, _ = self._instance(data)
+        unbounded = np.full(data.n_units, np.inf)
+        x_ub = np.where(chosen.instances > 0.5, unbounded, 0.0)
+        n_ub = np.where(chosen.sale_units > 0.5, np.inf, 0.0)
+        with _counts_relaxed(m, np.zeros(data.n_units), x_ub, np.zeros(data.n_hw), n_ub):
+            result, raw = self._run(m, solver, data, duals=True)
+        return result, _family_duals(m, data, raw)
+
+    def elastic(self, data: PlacementData, scale: dict[str, float]) -> ElasticResult:
+        """Solve with the elastic slacks open (see :func:`formulations.placement.set_objective`)."""
+        m, solver, _ = self._instance(data)
+        placement.set_objective(m, data.objective, elastic=scale)
+        try:
+            result, _ = self._run(m, solver, data)
+            slacks = (
+                {k: float(pyo.value(m.slack[k])) for k in placement.ELASTIC} if result.has_solution else {}
+            )
+        finally:
+            placement.set_objective(m, data.objective)
+        return ElasticResult(result, slacks)
+
+
+@dataclass(frozen=True)
+class ElasticResult:
+    """An elastic solve and how much each elastic family had to give, in its own unit."""
+
+    result: SolveResult
+    slacks: dict[str, float]
+
+
+@contextmanager
+def _counts_relaxed(
+    m: pyo.ConcreteModel, x_lb: np.ndarray, x_ub: np.ndarray, n_lb: np.ndarray, n_ub: np.ndarray
+) -> Iterator[None]:
+    """Unit and sale-unit counts as continuous variables within bounds (inf: none), for the
+    duration of a block; integral and unbounded again afterwards."""
+    pairs = [(m.x, x_lb, x_ub), (m.n, n_lb, n_ub)]
+    try:
+        for var, lb, ub in pairs:
+            for i in var:
+                var[i].domain = pyo.NonNegativeReals
+                var[i].setlb(float(lb[i]))
+                var[i].setub(float(ub[i]) if np.isfinite(ub[i]) else None)
+        yield
+    finally:
+        for var, _, _ in pairs:
+            for i in var:
+                var[i].domain = pyo.NonNegativeIntegers
+                var[i].setlb(0.0)
+                var[i].setub(None)
+
+
+def _with_build(result: SolveResult, build_s: float) -> SolveResult:
+    return replace(result, build_s=build_s)
+
+
+def _read_back(m: pyo.ConcreteModel, data: PlacementData) -> PlacementSolution:
+    U, C, T = data.n_units, data.n_classes, len(TIERS)
+    r = np.zeros((U, C, T))
+    for (u, c, t), v in m.r.items():
+        r[u, c, t] = v.value or 0.0
+    return PlacementSolution(
+        sale_units=np.array([round(m.n[h].value or 0.0, 9) for h in range(data.n_hw)]),
+        instances=np.array([round(m.x[u].value or 0.0, 9) for u in range(U)]),
+        fresh=np.array([max(m.f[u].value or 0.0, 0.0) for u in range(U)]),
+        returning=np.maximum(r, 0.0),
+        scale=float(m.scale.value),
+    )
+
+
+def _family_duals(m: pyo.ConcreteModel, data: PlacementData, raw: dict[Any, float]) -> dict[str, np.ndarray]:
+    def get(con: Any) -> float:
+        return abs(float(raw.get(con, 0.0)))
+
+    role = data.unit_role
+    out: dict[str, np.ndarray] = {
+        "gpus_in_sale_units": np.array([get(m.gpus_in_sale_units[h]) for h in m.H]),
+        "fresh_demand": np.array([get(m.fresh_demand)]),
+        "prefill_time": np.array([get(m.prefill_time[u]) for u in m.U]),
+        "nic_out": np.array([get(m.nic_out[u]) for u in m.U]),
+        "tier_link": np.array([get(m.tier_link[t, u]) for t in ("dram", "nvme", "network") for u in m.U]),
+        "tier_capacity": np.array([get(m.tier_capacity[t, u]) for t in ("hbm", "dram", "nvme") for u in m.U]),
+    }
+    finite = np.isfinite(data.inventory_gpus)
+    if finite.any():
+        out["inventory"] = np.array([get(m.inventory_c[h]) for h in m.H])[finite]
+    if data.n_classes:
+        out["returning_demand"] = np.array([get(m.returning_demand[c]) for c in m.C])
+    mixed = [u for u in m.U if role[u] == Role.MIXED]
+    if mixed:
+        out["decode_mixed"] = np.array([get(m.decode_mixed[u]) for u in mixed])
+    for name in ("decode_pool", "handoff_in", "ffn_pool", "afd_attention", "afd_ffn"):
+        if hasattr(m, name):
+            out[name] = np.array([get(getattr(m, name))])
+    if np.isfinite(data.network_capacity_gb):
+        out["network_capacity"] = np.array([get(m.network_capacity)])
+    if np.isfinite(data.power_w):
+        out["power"] = np.array([get(m.power_c)])
+    if np.isfinite(data.budget_usd_hour):
+        out["budget"] = np.array([get(m.budget_c)])
+    return out

@@ -1,0 +1,178 @@
+"""`place` end to end on the real catalog and performance model: DeepSeek-V3 over B200, H200 and
+GB200, its checker, shadow prices, explanations and objectives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dse.catalog import Catalog, load_catalog
+from dse.errors import InputError
+from dse.perf.params import load_params
+from dse.placement import Limits, Objective, PlacementReport, PlacementRequest, Topology, place
+from dse.placement.candidates import build_candidates
+from dse.placement.explain import RESOURCES, shadow_prices
+from dse.workload import Slo, ThinkBin, Workload
+from formulations.placement_data import Role
+from formulations.solve import PlacementSolver
+
+HW = ("b200", "h200-sxm", "gb200-nvl72")
+SESSIONS = Workload(
+    requests_per_s=20.0,
+    input_tokens=4000.0,
+    output_tokens=1000.0,
+    returning_share=0.5,
+    cached_prefix_tokens=20000.0,
+    suffix_tokens=500.0,
+    think=(ThinkBin(0.6, 30.0), ThinkBin(0.3, 600.0), ThinkBin(0.1, 3600.0)),
+)
+SLO = Slo(ttft_s=2.0, tpot_s=0.05)
+
+
+def request(**over: object) -> PlacementRequest:
+    base: dict[str, object] = {"model": "deepseek-v3", "hardware": HW, "workload": SESSIONS, "slo": SLO}
+    base.update(over)
+    return PlacementRequest(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def report(catalog: Catalog) -> PlacementReport:
+    return place(request(), catalog=catalog)
+
+
+def test_deepseek_placement_is_priced_checked_and_meets_targets(
+    report: PlacementReport, catalog: Catalog
+) -> None:
+    best = report.best
+    assert best is not None
+    assert {o.topology for o in report.outcomes} == {
+        Topology.AGGREGATED,
+        Topology.DISAGGREGATED,
+        Topology.AFD,
+    }
+    for o in report.outcomes:
+        assert o.feasible and o.check is not None and o.check.ok, o.check
+        assert o.check.rows > 100
+    assert best.usd_per_hour == min(o.usd_per_hour for o in report.outcomes)
+    sol = best.result.solution
+    assert sol is not None
+    bought = {HW[h]: sol.sale_units[h] * catalog.hardware(HW[h]).sale_unit_gpus for h in range(len(HW))}
+    price = {h: catalog.hardware(h).prices.usd_per_gpu_hour_own_hyperscaler for h in HW}
+    assert best.usd_per_hour == pytest.approx(sum(bought[h] * price[h] for h in HW))  # type: ignore[operator]
+    for h in HW:  # whole nodes or racks, and at least the GPUs the pools use
+        assert bought[h] % catalog.hardware(h).sale_unit_gpus == 0
+        assert bought[h] >= sum(p.gpus for p in best.pools if p.unit.hardware == h)
+    assert best.usd_per_million_tokens == pytest.approx(best.usd_per_hour / (3600 * best.tokens_per_s) * 1e6)
+    for p in best.pools:
+        assert p.unit.hardware in HW
+        if p.unit.role.prefills:
+            assert p.unit.ttft_s <= SLO.ttft_s + 1e-9
+        if p.unit.role is Role.DECODE:
+            assert p.unit.tpot_s <= SLO.tpot_s + 1e-9
+        assert p.unit.hbm_gb_per_gpu <= 192.0  # no unit holds more than the largest HBM here
+    decode = sum(
+        p.output_tokens_per_s for p in best.pools if p.unit.role in (Role.DECODE, Role.MIXED, Role.ATTENTION)
+    )
+    assert decode >= SESSIONS.requests_per_s * SESSIONS.output_tokens * (1 - 1e-9)
+
+
+def test_every_kv_class_is_placed_and_resting_kv_follows_littles_law(report: PlacementReport) -> None:
+    best = report.best
+    assert best is not None and len(best.tiers) == 3
+    for t in best.tiers:
+        assert sum(t.share.values()) == pytest.approx(1.0)
+        stored = sum(t.stored_gb.values())
+        kept = 1.0 - t.share["drop"]
+        assert stored == pytest.approx(t.returning_per_s * kept * t.dwell_s * t.gb_per_session, rel=1e-6)
+
+
+def test_shadow_prices_cover_the_hardware_used_and_match_a_re_solve(catalog: Catalog) -> None:
+    req = request(
+        workload=Workload(requests_per_s=200.0, input_tokens=4000.0, output_tokens=1000.0),
+        slo=Slo(ttft_s=2.0, tpot_s=0.02),
+        topology=Topology.DISAGGREGATED,
+    )
+    params = load_params()
+    c = build_candidates(req, Topology.DISAGGREGATED, catalog, params)
+    solver = PlacementSolver()
+    res = solver.solve(c.data)
+    assert res.solution is not None
+    prices = shadow_prices(req, c, res.solution, solver, catalog, params)
+    used = {HW[h] for h in np.flatnonzero(res.solution.sale_units > 0)}
+    assert {p.hardware for p in prices} == used
+    assert {p.resource for p in prices} == set(RESOURCES)
+    assert all(np.isfinite(p.usd_per_hour) and p.usd_per_hour >= 0 for p in prices)
+    bandwidth = [p for p in prices if p.resource == "hbm_bandwidth" and p.usd_per_hour > 0]
+    assert bandwidth, "decode at 20 ms TPOT must value HBM bandwidth somewhere"
+    # the envelope-theorem price equals the change of the relaxed LP when re-solved with the change
+    lp0, _ = solver.relaxed_duals(c.data, res.solution)
+    hws = [catalog.hardware(h) for h in HW]
+    for p in bandwidth:
+        _, step, apply = RESOURCES[p.resource]
+        bumped = list(hws)
+        h = HW.index(p.hardware)
+        bumped[h] = apply(hws[h], step)
+        moved = build_candidates(req, Topology.DISAGGREGATED, catalog, params, hardware=bumped)
+        lp1, _ = solver.relaxed_duals(moved.data, res.solution)
+        assert (lp0.objective - lp1.objective) / step == pytest.approx(p.usd_per_hour, rel=0.05)
+
+
+def test_a_power_cap_explains_itself_with_numbers(catalog: Catalog) -> None:
+    rep = place(request(topology=Topology.DISAGGREGATED, limits=Limits(power_kw=10.0)), catalog=catalog)
+    assert rep.best is None
+    why = rep.outcomes[0].infeasibility
+    assert why is not None and why.binding == "power"
+    assert "but the cap is 10.0 kW" in why.detail
+    needed = float(why.detail.split("needs ")[1].split(" kW")[0].replace(",", ""))
+    assert needed > 10.0
+
+
+def test_weights_that_fit_nowhere_name_the_sizes(tmp_path: Path) -> None:
+    # a user catalog entry: a B200 with 24 GB of HBM
+    (tmp_path / "hardware").mkdir()
+    src = (Path(__file__).resolve().parents[1] / "hardware_catalog" / "b200.toml").read_text()
+    small = src.replace('id = "b200"', 'id = "tiny"').replace("capacity_gb = 180", "capacity_gb = 24")
+    small = "\n".join(line for line in small.splitlines() if not line.startswith("aliases"))
+    (tmp_path / "hardware" / "tiny.toml").write_text(small)
+    cat = load_catalog([tmp_path], use_env=False)
+    rep = place(
+        request(
+            hardware=("tiny",),
+            topology=Topology.AGGREGATED,
+            workload=Workload(requests_per_s=5.0, input_tokens=1000.0, output_tokens=500.0),
+        ),
+        catalog=cat,
+        with_shadow_prices=False,
+    )
+    assert rep.best is None
+    why = rep.outcomes[0].infeasibility
+    assert why is not None and why.binding == "no mixed unit"
+    assert "GB per GPU but tiny offers 23.0 GB after the 4% runtime reserve" in why.detail
+
+
+def test_goodput_spends_the_budget_on_more_traffic(catalog: Catalog) -> None:
+    rep = place(
+        request(
+            objective=Objective.GOODPUT, topology=Topology.DISAGGREGATED, limits=Limits(budget_usd_hour=200.0)
+        ),
+        catalog=catalog,
+        with_shadow_prices=False,
+    )
+    best = rep.best
+    assert best is not None and best.check is not None and best.check.ok
+    assert best.requests_per_s > SESSIONS.requests_per_s
+    assert best.usd_per_hour <= 200.0 + 1e-6
+
+
+def test_aggregated_units_split_time_between_prefill_and_decode(catalog: Catalog) -> None:
+    rep = place(request(topology=Topology.AGGREGATED), catalog=catalog, with_shadow_prices=False)
+    best = rep.best
+    assert best is not None
+    assert all(p.unit.role is Role.MIXED and 0 < p.unit.prefill_share < 1 for p in best.pools)
+
+
+def test_goodput_without_a_budget_is_bad_input() -> None:
+    with pytest.raises(InputError, match="limits.budget_usd_hour: is required by the goodput objective"):
+        request(objective=Objective.GOODPUT)
