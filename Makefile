@@ -31,6 +31,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/perf_speed.py
 	$(PY) benchmarks/accuracy.py
+	$(PY) benchmarks/milp_speed.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -119,7 +119,8 @@ class PlacementSolver:
             with _counts_relaxed(m, sol.instances, sol.instances, sol.sale_units, sol.sale_units):
                 polished, _ = self._run(m, solver, data)
             if polished.solution is not None:
-                result = replace(result, solution=polished.solution, solve_s=result.solve_s + polished.solve_s)
+                total = result.solve_s + polished.solve_s
+                result = replace(result, solution=polished.solution, solve_s=total)
         return _with_build(result, max(build, 0.0))
 
     def _run(

@@ -211,7 +211,8 @@ def shadow_prices(
             moved = residuals(_align(new, c.data), x)
             d_obj = sum(float(np.dot(duals[k], moved[k] - base[k])) for k in base if k in duals)
             value = -d_obj / step
-            value = 0.0 if abs(value) < 1e-9 else value  # solver noise, and no "-0"
+            noise = 1e-7 * max(abs(lp.objective), 1.0)  # below the solver's tolerances; and no "-0"
+            value = 0.0 if abs(value) < noise else value
             out.append(ShadowPrice(hw.id, name, unit, value, value / gpus if gpus > 0 else float("nan")))
     return tuple(out)
 

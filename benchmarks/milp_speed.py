@@ -1,0 +1,116 @@
+"""Placement MILP solve times: persistent re-solve against rebuilding, on study-sized instances.
+
+A study trial proposes one prefill and one decode shape per hardware; the MILP then sizes the pools
+and places three KV classes (5 tiers each). Each trial brings new coefficients (traffic, lengths,
+targets) for the same structure, so the persistent solver only loads values and re-solves.
+Also times the full ``dse place`` instance (every shape, three topologies).
+
+Prints figures, not verdicts. Run: ``python benchmarks/milp_speed.py [TRIALS]``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from dse.catalog import load_catalog
+from dse.perf.params import load_params
+from dse.placement import PlacementRequest, Topology, place
+from dse.placement.candidates import build_candidates
+from dse.workload import Slo, ThinkBin, Workload
+from formulations.placement_data import PlacementData, Role
+from formulations.solve import PlacementSolver
+
+HW = ("b200", "h200-sxm", "gb200-nvl72")
+THINK = (ThinkBin(0.6, 30.0), ThinkBin(0.3, 600.0), ThinkBin(0.1, 3600.0))
+
+
+def subset(d: PlacementData, keep: list[int]) -> PlacementData:
+    """The instance restricted to the units ``keep`` (what one trial proposes)."""
+    k = np.array(keep)
+    return replace(
+        d, unit_names=tuple(d.unit_names[i] for i in keep), unit_hw=d.unit_hw[k], unit_role=d.unit_role[k],
+        unit_gpus=d.unit_gpus[k], prefill_share=d.prefill_share[k], fresh_s=d.fresh_s[k],
+        decode_tok_s=d.decode_tok_s[k], hbm_idle_gb=d.hbm_idle_gb[k], nic_gb_s=d.nic_gb_s[k],
+        mid_s=d.mid_s[k], reload_s=d.reload_s[k])
+
+
+def trial_request(rng: np.random.Generator) -> PlacementRequest:
+    w = Workload(requests_per_s=float(rng.uniform(5, 300)), input_tokens=float(rng.uniform(1000, 8000)),
+                 output_tokens=float(rng.uniform(200, 2000)), returning_share=float(rng.uniform(0.2, 0.8)),
+                 cached_prefix_tokens=float(rng.uniform(5000, 60000)), suffix_tokens=float(rng.uniform(100, 2000)),
+                 think=THINK)
+    slo = Slo(ttft_s=float(rng.uniform(1.0, 5.0)), tpot_s=float(rng.uniform(0.03, 0.08)))
+    return PlacementRequest(model="deepseek-v3", hardware=HW, workload=w, slo=slo,
+                            topology=Topology.DISAGGREGATED)
+
+
+def pick_units(d: PlacementData) -> list[int]:
+    """The first prefill and the first decode shape of each hardware."""
+    keep = []
+    for h in range(d.n_hw):
+        for role in (Role.PREFILL, Role.DECODE):
+            idx = [u for u in range(d.n_units) if d.unit_hw[u] == h and d.unit_role[u] == role]
+            if idx:
+                keep.append(idx[0])
+    return keep
+
+
+def pct(a: list[float], q: float) -> float:
+    return float(np.percentile(np.array(a) * 1e3, q))
+
+
+def main(trials: int = 200) -> None:
+    catalog, params = load_catalog(), load_params()
+    rng = np.random.default_rng(0)
+    gen, instances = [], []
+    names: tuple[str, ...] | None = None
+    while len(instances) < trials:
+        req = trial_request(rng)
+        t0 = time.perf_counter()
+        full = build_candidates(req, Topology.DISAGGREGATED, catalog, params).data
+        gen.append(time.perf_counter() - t0)
+        keep = pick_units(full)
+        sub = subset(full, keep)
+        if names is None:
+            names = sub.unit_names
+        if sub.unit_names == names:  # same structure; a shape that drops out changes it
+            instances.append(sub)
+    warm = PlacementSolver()
+    resolve, feasible = [], 0
+    for d in instances:
+        t0 = time.perf_counter()
+        r = warm.solve(d)
+        resolve.append(time.perf_counter() - t0)
+        feasible += r.has_solution
+    rebuild = []
+    for d in instances[: max(20, trials // 5)]:
+        t0 = time.perf_counter()
+        PlacementSolver().solve(d)
+        rebuild.append(time.perf_counter() - t0)
+    d0 = instances[0]
+    print(f"study-sized instance: {d0.n_units} units on {d0.n_hw} hardware, {d0.n_classes} KV classes x 5 tiers;"
+          f" {trials} trials, {feasible} feasible")
+    print(f"  candidate generation (perf model, all shapes): median {pct(gen, 50):.1f} ms")
+    print(f"  persistent re-solve: median {pct(resolve, 50):.1f} ms, p95 {pct(resolve, 95):.1f} ms, "
+          f"max {pct(resolve, 100):.1f} ms (first solve builds: {resolve[0] * 1e3:.1f} ms)")
+    print(f"  rebuild + solve:     median {pct(rebuild, 50):.1f} ms, p95 {pct(rebuild, 95):.1f} ms "
+          f"({len(rebuild)} runs)")
+    print(f"  re-solve / rebuild median ratio: {pct(resolve[1:], 50) / pct(rebuild, 50):.2f}")
+
+    req = trial_request(np.random.default_rng(1))
+    req = replace(req, topology=Topology.AUTO)
+    t0 = time.perf_counter()
+    rep = place(req, catalog=catalog, params=params)
+    total = time.perf_counter() - t0
+    print(f"full `dse place` (every shape, 3 topologies, shadow prices): {total:.2f} s")
+    for o in rep.outcomes:
+        print(f"  {o.topology.value:14s} {o.candidates:3d} units: build {o.result.build_s * 1e3:6.1f} ms, "
+              f"solve {o.result.solve_s * 1e3:6.1f} ms, {o.result.termination.value}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 200)
