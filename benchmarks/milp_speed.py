@@ -32,20 +32,35 @@ def subset(d: PlacementData, keep: list[int]) -> PlacementData:
     """The instance restricted to the units ``keep`` (what one trial proposes)."""
     k = np.array(keep)
     return replace(
-        d, unit_names=tuple(d.unit_names[i] for i in keep), unit_hw=d.unit_hw[k], unit_role=d.unit_role[k],
-        unit_gpus=d.unit_gpus[k], prefill_share=d.prefill_share[k], fresh_s=d.fresh_s[k],
-        decode_tok_s=d.decode_tok_s[k], hbm_idle_gb=d.hbm_idle_gb[k], nic_gb_s=d.nic_gb_s[k],
-        mid_s=d.mid_s[k], reload_s=d.reload_s[k])
+        d,
+        unit_names=tuple(d.unit_names[i] for i in keep),
+        unit_hw=d.unit_hw[k],
+        unit_role=d.unit_role[k],
+        unit_gpus=d.unit_gpus[k],
+        prefill_share=d.prefill_share[k],
+        fresh_s=d.fresh_s[k],
+        decode_tok_s=d.decode_tok_s[k],
+        hbm_idle_gb=d.hbm_idle_gb[k],
+        nic_gb_s=d.nic_gb_s[k],
+        mid_s=d.mid_s[k],
+        reload_s=d.reload_s[k],
+    )
 
 
 def trial_request(rng: np.random.Generator) -> PlacementRequest:
-    w = Workload(requests_per_s=float(rng.uniform(5, 300)), input_tokens=float(rng.uniform(1000, 8000)),
-                 output_tokens=float(rng.uniform(200, 2000)), returning_share=float(rng.uniform(0.2, 0.8)),
-                 cached_prefix_tokens=float(rng.uniform(5000, 60000)), suffix_tokens=float(rng.uniform(100, 2000)),
-                 think=THINK)
+    w = Workload(
+        requests_per_s=float(rng.uniform(5, 300)),
+        input_tokens=float(rng.uniform(1000, 8000)),
+        output_tokens=float(rng.uniform(200, 2000)),
+        returning_share=float(rng.uniform(0.2, 0.8)),
+        cached_prefix_tokens=float(rng.uniform(5000, 60000)),
+        suffix_tokens=float(rng.uniform(100, 2000)),
+        think=THINK,
+    )
     slo = Slo(ttft_s=float(rng.uniform(1.0, 5.0)), tpot_s=float(rng.uniform(0.03, 0.08)))
-    return PlacementRequest(model="deepseek-v3", hardware=HW, workload=w, slo=slo,
-                            topology=Topology.DISAGGREGATED)
+    return PlacementRequest(
+        model="deepseek-v3", hardware=HW, workload=w, slo=slo, topology=Topology.DISAGGREGATED
+    )
 
 
 def pick_units(d: PlacementData) -> list[int]:
@@ -92,13 +107,19 @@ def main(trials: int = 200) -> None:
         PlacementSolver().solve(d)
         rebuild.append(time.perf_counter() - t0)
     d0 = instances[0]
-    print(f"study-sized instance: {d0.n_units} units on {d0.n_hw} hardware, {d0.n_classes} KV classes x 5 tiers;"
-          f" {trials} trials, {feasible} feasible")
+    print(
+        f"study-sized instance: {d0.n_units} units on {d0.n_hw} hardware, {d0.n_classes} KV classes"
+        f" x 5 tiers; {trials} trials, {feasible} feasible"
+    )
     print(f"  candidate generation (perf model, all shapes): median {pct(gen, 50):.1f} ms")
-    print(f"  persistent re-solve: median {pct(resolve, 50):.1f} ms, p95 {pct(resolve, 95):.1f} ms, "
-          f"max {pct(resolve, 100):.1f} ms (first solve builds: {resolve[0] * 1e3:.1f} ms)")
-    print(f"  rebuild + solve:     median {pct(rebuild, 50):.1f} ms, p95 {pct(rebuild, 95):.1f} ms "
-          f"({len(rebuild)} runs)")
+    print(
+        f"  persistent re-solve: median {pct(resolve, 50):.1f} ms, p95 {pct(resolve, 95):.1f} ms, "
+        f"max {pct(resolve, 100):.1f} ms (first solve builds: {resolve[0] * 1e3:.1f} ms)"
+    )
+    print(
+        f"  rebuild + solve:     median {pct(rebuild, 50):.1f} ms, p95 {pct(rebuild, 95):.1f} ms "
+        f"({len(rebuild)} runs)"
+    )
     print(f"  re-solve / rebuild median ratio: {pct(resolve[1:], 50) / pct(rebuild, 50):.2f}")
 
     req = trial_request(np.random.default_rng(1))
@@ -108,8 +129,10 @@ def main(trials: int = 200) -> None:
     total = time.perf_counter() - t0
     print(f"full `dse place` (every shape, 3 topologies, shadow prices): {total:.2f} s")
     for o in rep.outcomes:
-        print(f"  {o.topology.value:14s} {o.candidates:3d} units: build {o.result.build_s * 1e3:6.1f} ms, "
-              f"solve {o.result.solve_s * 1e3:6.1f} ms, {o.result.termination.value}")
+        print(
+            f"  {o.topology.value:14s} {o.candidates:3d} units: build {o.result.build_s * 1e3:6.1f} ms, "
+            f"solve {o.result.solve_s * 1e3:6.1f} ms, {o.result.termination.value}"
+        )
 
 
 if __name__ == "__main__":
