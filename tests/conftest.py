@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,24 @@ def clean_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("DSE_CATALOG_DIR", None)
     return env
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL server on 127.0.0.1 for the session: its URL, database `dse`.
+
+    Skipped where the server binaries are missing, except in CI (CI=true), where that fails: .ci/run
+    installs them, so CI always runs these tests.
+    """
+    import pg_server
+
+    if pg_server.find_pg_bin_dir() is None:
+        reason = "PostgreSQL server binaries not found (initdb/pg_ctl); .ci/run installs them"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    server = pg_server.PostgresServer()
+    try:
+        yield server.start()
+    finally:
+        server.stop()
