@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from dse.atomic import write_text
 from dse.catalog import Catalog
 from dse.errors import InputError
 from dse.perf import calibration as cal
@@ -42,7 +41,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     tput, intv = cal.predict_measured(data, catalog, fitted)
     stats = cal.error_stats(data, tput, intv)
     fitted = replace(fitted, provenance=cal.provenance(args.data, len(data), len(skipped), stats))
-    _write_atomic(args.out, params_to_json(fitted) + "\n")
+    write_text(args.out, params_to_json(fitted) + "\n")
     print(f"fitted {len(data)} rows ({len(skipped)} skipped) and {len(points)} stage points "
           f"-> {args.out}")
     for msg in skipped:
@@ -52,9 +51,3 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     return 0
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)

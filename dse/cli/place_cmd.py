@@ -21,9 +21,16 @@ from formulations.placement_data import TIERS
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("place", help="size pools and place KV tiers for a traffic (MILP)")
+    add_request_arguments(p, required=True)
+    p.add_argument("--no-shadow-prices", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None:
+    """The flags that describe a placement request (shared with `dse simulate`)."""
     p.add_argument("--model", default="deepseek-v3")
-    p.add_argument("--hardware", required=True, help="comma-separated hardware ids or aliases")
-    p.add_argument("--rate", type=float, required=True, help="requests per second")
+    p.add_argument("--hardware", required=required, help="comma-separated hardware ids or aliases")
+    p.add_argument("--rate", type=float, required=required, help="requests per second")
     p.add_argument("--isl", type=float, default=4096.0, help="mean input tokens of a fresh request")
     p.add_argument("--osl", type=float, default=1024.0, help="mean output tokens")
     p.add_argument(
@@ -40,8 +47,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         metavar="SHARE:SECONDS,...",
         help="think-time bins of returning turns, e.g. 0.6:30,0.3:600,0.1:3600",
     )
-    p.add_argument("--ttft", type=float, required=True, help="TTFT target, seconds")
-    p.add_argument("--tpot", type=float, required=True, help="TPOT target, seconds")
+    p.add_argument("--ttft", type=float, required=required, help="TTFT target, seconds")
+    p.add_argument("--tpot", type=float, required=required, help="TPOT target, seconds")
     p.add_argument("--percentile", type=float, default=50.0, help="TTFT percentile the target applies to")
     p.add_argument("--topology", default="auto", choices=[t.value for t in Topology])
     p.add_argument("--objective", default="cost", choices=[o.value for o in Objective])
@@ -64,8 +71,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per MILP solve")
     p.add_argument("--gap", type=float, default=1e-4, help="relative MIP gap")
-    p.add_argument("--no-shadow-prices", action="store_true")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
 
 
 def request_from_args(args: argparse.Namespace, catalog: Catalog) -> PlacementRequest:

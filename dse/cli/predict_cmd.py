@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from dse.atomic import atomic_path
 from dse.catalog import Catalog
 from dse.cli.table import format_table
 from dse.errors import InputError
@@ -113,12 +112,10 @@ def _batch(src: Path, out: Path | None, catalog: Catalog, params) -> int:  # typ
     result = predict_rows(rows, catalog, params, source=src.name)
     columns = header + [c for c in OUTPUT_COLUMNS if c not in header]
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    with os.fdopen(fd, "w", newline="") as fh:
+    with atomic_path(out) as tmp, tmp.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(result)
-    os.replace(tmp, out)
     failed = sum(1 for r in result if r["pred_error"])
     print(f"wrote {len(result)} rows to {out} ({failed} could not be modelled)", file=sys.stderr)
     return 0

@@ -31,6 +31,7 @@ class PoolPlan:
     usd_per_hour: float
     requests_per_s: float  # prefilled or midfilled here (0 for decode-only pools)
     output_tokens_per_s: float  # decode capacity the pool provides at the TPOT target
+    prefill_busy_s: float  # busy seconds of one instance per request it prefills (mean of its mix)
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,8 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
     d = c.data
     pools = []
     served = sol.fresh + sol.returning.sum(axis=(1, 2))
+    busy = np.multiply(sol.fresh, d.fresh_s, out=np.zeros_like(sol.fresh), where=sol.fresh > 0) + np.multiply(
+        sol.returning, d.mid_s, out=np.zeros_like(sol.returning), where=sol.returning > 0).sum(axis=(1, 2))
     for u in np.flatnonzero(sol.instances > 0.5):
         k = int(round(sol.instances[u]))
         g = int(k * d.unit_gpus[u])
@@ -169,6 +172,7 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
                 usd_per_hour=g * float(d.usd_per_gpu_hour[d.unit_hw[u]]),
                 requests_per_s=float(served[u]),
                 output_tokens_per_s=float(k * d.decode_tok_s[u]),
+            prefill_busy_s=float(busy[u] / served[u]) if served[u] > 0 else float("nan"),
             )
         )
     tiers = []

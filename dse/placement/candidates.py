@@ -61,6 +61,7 @@ class UnitInfo:
     weights_gb_per_gpu: float
     ttft_s: float  # fresh request at the unit's utilisation cap (nan for decode-only units)
     tpot_s: float  # nan for prefill-only units
+    prefill_batch_requests: float = 0.0  # fresh prompts one prefill forward batches together
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class _Builder:
         ttft: float = np.nan,
         tpot: float = np.nan,
     ) -> UnitInfo:
+        prefills = role in (Role.PREFILL, Role.MIXED)
         s = self.s
         return UnitInfo(
             name=f"{s.hw(i).id}/{role.name.lower()}/{s.par[i].label()}{suffix}",
@@ -147,6 +149,7 @@ class _Builder:
             weights_gb_per_gpu=float(s.weights_gb[i]) if weights_gb is None else weights_gb,
             ttft_s=ttft,
             tpot_s=tpot,
+            prefill_batch_requests=float(s.fresh.batch_s[i] / s.fresh.busy_s[i]) if prefills else 0.0,
         )
 
     def prefill_side(self, row: _Row, i: int, *, share: float, stretch: float, handoff: bool) -> float:

@@ -33,6 +33,8 @@ def plain(obj: Any) -> Any:
         return v if math.isfinite(v) else None
     if isinstance(obj, np.integer):
         return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
     return obj
 
 

@@ -1,0 +1,224 @@
+"""`dse simulate`: does a placement hold up over time? Verdicts, trajectories and a plot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dse.atomic import atomic_path, write_text
+from dse.catalog import Catalog
+from dse.cli.place_cmd import add_request_arguments, request_from_args
+from dse.cli.table import format_table
+from dse.errors import InputError, NoFeasibleDesign
+from dse.perf.params import load_params
+from dse.placement import place
+from dse.placement.serialize import plain, report_to_dict
+from dse.sim import (
+    ArrivalKind,
+    Arrivals,
+    OutputLengths,
+    Planner,
+    PlannerKind,
+    Scenario,
+    SimulationReport,
+    simulate,
+    trajectories_frame,
+)
+from dse.sim.from_placement import pipeline_from_placement
+from dse.sim.plot import plot_trajectories
+
+SRC = "dse simulate"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("simulate", help="check a placement over time (fluid model, discrete-event reference)")
+    p.add_argument("--placement", type=Path, metavar="PLACE.json",
+                   help="output of `dse place --json`; without it, the placement flags below are solved first")
+    add_request_arguments(p, required=False)
+    g = p.add_argument_group("scenario")
+    g.add_argument("--arrivals", default="constant", choices=[a.value for a in ArrivalKind if a is not ArrivalKind.TRACE]
+                   + ["trace"])
+    g.add_argument("--rate-scale", type=float, default=1.0, help="multiplies the placement's request rate")
+    g.add_argument("--burst-factor", type=float, default=2.0)
+    g.add_argument("--burst-start", type=float, default=600.0, help="seconds")
+    g.add_argument("--burst-s", type=float, default=300.0, help="burst length, seconds")
+    g.add_argument("--amplitude", type=float, default=0.5, help="diurnal swing, fraction of the rate")
+    g.add_argument("--period", type=float, default=3600.0, help="diurnal period, seconds")
+    g.add_argument("--trace", type=Path, metavar="RATES.csv", help="columns t_s,rate_per_s (piecewise constant)")
+    g.add_argument("--lengths", default="", metavar="SHARE:MEAN,...",
+                   help="output-length classes (exponential each); default one class at the workload mean")
+    g.add_argument("--buffer", type=float, default=float("inf"), help="requests the prefill->decode buffer holds")
+    g.add_argument("--planner", default="none", choices=[k.value for k in PlannerKind])
+    g.add_argument("--planner-period", type=float, default=60.0)
+    g.add_argument("--planner-delay", type=float, default=60.0, help="age of the measurements it acts on, s")
+    g.add_argument("--switch-s", type=float, default=30.0, help="seconds a moved instance reloads")
+    g.add_argument("--horizon", type=float, default=3600.0)
+    g.add_argument("--warmup", type=float, default=300.0)
+    g.add_argument("--dt", type=float, default=1.0, help="fluid time step, seconds")
+    g.add_argument("--des", action="store_true", help="also run the discrete-event reference")
+    g.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="write trajectories.parquet, trajectories.png and summary.json here")
+    p.add_argument("--json", action="store_true", help="machine-readable summary")
+
+
+def _placement_doc(args: argparse.Namespace, catalog: Catalog) -> dict[str, Any]:
+    if args.placement is not None:
+        try:
+            doc = json.loads(args.placement.read_text())
+        except OSError as exc:
+            raise InputError(str(args.placement), "", f"cannot be read ({exc.strerror})") from None
+        except json.JSONDecodeError as exc:
+            raise InputError(str(args.placement), "", f"is not JSON ({exc.msg} at line {exc.lineno})") from None
+        if not isinstance(doc, dict):
+            raise InputError(str(args.placement), "", "must hold a JSON object from `dse place --json`")
+        return doc
+    missing = [f for f in ("hardware", "rate", "ttft", "tpot") if getattr(args, f) is None]
+    if missing:
+        raise InputError(SRC, f"--{missing[0]}", "is required without --placement")
+    report = place(request_from_args(args, catalog), catalog=catalog, with_shadow_prices=False)
+    if report.best is None:
+        why = next((o.infeasibility for o in report.outcomes if o.infeasibility), None)
+        raise NoFeasibleDesign(why.binding if why else "solver", why.detail if why else "no solution")
+    return report_to_dict(report)
+
+
+def _pairs(text: str, flag: str) -> list[tuple[float, float]]:
+    out = []
+    for part in filter(None, (s.strip() for s in text.split(","))):
+        try:
+            a, b = (float(v) for v in part.split(":"))
+        except ValueError:
+            raise InputError(SRC, flag, "must be SHARE:MEAN pairs separated by commas", part) from None
+        out.append((a, b))
+    return out
+
+
+def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float) -> Scenario:
+    kind = ArrivalKind(args.arrivals)
+    trace_t: tuple[float, ...] = ()
+    trace_r: tuple[float, ...] = ()
+    if kind is ArrivalKind.TRACE:
+        if args.trace is None:
+            raise InputError(SRC, "--trace", "is required with --arrivals trace")
+        trace_t, trace_r = _read_trace(args.trace)
+    pairs = _pairs(args.lengths, "--lengths") or [(1.0, mean_output)]
+    if abs(sum(a for a, _ in pairs) - 1.0) > 1e-6 or any(a <= 0 or b <= 0 for a, b in pairs):
+        raise InputError(SRC, "--lengths", "shares must be positive and sum to 1, means positive", args.lengths)
+    for flag in ("horizon", "dt"):
+        if getattr(args, flag) <= 0:
+            raise InputError(SRC, f"--{flag}", "must be positive", getattr(args, flag))
+    if not 0 <= args.warmup < args.horizon:
+        raise InputError(SRC, "--warmup", "must be at least 0 and below --horizon", args.warmup)
+    return Scenario(
+        arrivals=Arrivals(kind, rate * args.rate_scale, burst_factor=args.burst_factor, burst_start_s=args.burst_start,
+                          burst_s=args.burst_s, amplitude=args.amplitude, period_s=args.period,
+                          trace_times_s=trace_t, trace_rates=tuple(r * args.rate_scale for r in trace_r)),
+        lengths=OutputLengths(tuple(a for a, _ in pairs), tuple(b for _, b in pairs)),
+        planner=Planner(PlannerKind(args.planner), period_s=args.planner_period, delay_s=args.planner_delay,
+                        switch_s=args.switch_s),
+        horizon_s=args.horizon, warmup_s=args.warmup)
+
+
+def _read_trace(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    import polars as pl
+
+    try:
+        df = pl.read_csv(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise InputError(str(path), "", f"cannot be read as CSV ({exc})") from None
+    for col in ("t_s", "rate_per_s"):
+        if col not in df.columns:
+            raise InputError(str(path), col, "is a required column")
+    t, r = df["t_s"].cast(float).to_list(), df["rate_per_s"].cast(float).to_list()
+    if any(b <= a for a, b in zip(t, t[1:], strict=False)) or any(v < 0 for v in r):
+        raise InputError(str(path), "t_s", "must increase, and rates must not be negative")
+    return tuple(t), tuple(r)
+
+
+def run(args: argparse.Namespace, catalog: Catalog) -> int:
+    params = load_params()
+    doc = _placement_doc(args, catalog)
+    source = str(args.placement) if args.placement else SRC
+    pipe, workload, slo, kv_gb = pipeline_from_placement(doc, catalog, params, buffer_max=args.buffer, source=source)
+    scenario = scenario_from_args(args, workload.requests_per_s, workload.output_tokens)
+    report = simulate(pipe, scenario, reference=args.des, seed=args.seed, dt=args.dt, kv_gb_per_seq=kv_gb)
+    summary = _summary_dict(report, slo.ttft_s, slo.tpot_s)
+    if args.out is not None:
+        _write_outputs(args.out, report, summary)
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2)
+        print()
+    else:
+        print(render(report, slo.ttft_s, slo.tpot_s))
+        if args.out is not None:
+            print(f"\nwrote {args.out}/trajectories.parquet, trajectories.png, summary.json")
+    return 0
+
+
+def _summary_dict(report: SimulationReport, ttft: float, tpot: float) -> dict[str, Any]:
+    def one(s: Any) -> dict[str, Any]:
+        return {k: plain(np.asarray(v).reshape(-1)[0]) for k, v in plain_fields(s).items()}
+
+    out: dict[str, Any] = {"targets": {"ttft_s": ttft, "tpot_s": tpot}, "fluid": one(report.fluid),
+                           "fluid_wall_s": report.fluid_s}
+    if report.reference is not None:
+        out["des"] = one(report.reference)
+        out["des_wall_s"] = report.reference_s
+    return out
+
+
+def plain_fields(s: Any) -> dict[str, Any]:
+    return {k: getattr(s, k) for k in s.__dataclass_fields__}
+
+
+def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any]) -> None:
+    text = json.dumps(summary, indent=2) + "\n"  # everything that can fail before the first write
+    frame = trajectories_frame(report)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "trajectories.parquet") as tmp:
+        frame.write_parquet(tmp, compression="zstd")
+    runs = {"fluid": report.fluid_trajectories}
+    if report.reference_trajectories is not None:
+        runs["des"] = report.reference_trajectories
+    plot_trajectories(runs, out / "trajectories.png", title=report.pipeline.label[0] if report.pipeline.label else "")
+    write_text(out / "summary.json", text)
+
+
+def render(report: SimulationReport, ttft: float, tpot: float) -> str:
+    rows = []
+    sims = [("fluid", report.fluid, report.fluid_s)]
+    if report.reference is not None:
+        sims.append(("discrete-event", report.reference, report.reference_s))
+    for name, s, wall in sims:
+        rows.append([name, float(s.requests_per_s[0]), float(s.output_tokens_per_s[0]), float(s.ttft_mean_s[0]),
+                     float(s.ttft_p99_s[0]), 1e3 * float(s.tpot_mean_s[0]), 1e3 * float(s.tpot_p99_s[0]),
+                     float(s.e2e_mean_s[0]), float(s.e2e_p99_s[0]), round(wall, 3)])
+    p = report.pipeline
+    lines = [
+        f"pipeline: {p.prefill_instances[0]:g} prefill servers x {p.prefill_s[0]:.3g} s, "
+        f"{p.decode_instances[0]:g} decode instances x {p.slots[0]:g} slots; "
+        f"capacity {p.prefill_capacity()[0]:.3g} req/s prefill, {p.decode_capacity(report.scenario.lengths)[0]:.3g} "
+        f"req/s decode; arrivals {report.scenario.arrivals.kind.value} at {report.scenario.arrivals.rate_per_s:g} req/s",
+        "",
+        format_table(["simulator", "req/s", "out tok/s", "TTFT s", "TTFT p99", "TPOT ms", "TPOT p99",
+                      "E2E s", "E2E p99", "wall s"], rows),
+        "",
+    ]
+    f = report.fluid
+    growth = float(f.backlog_growth_per_s[0])
+    lines.append(f"stable: {'yes' if f.stable[0] else 'NO'} (backlog growth {growth:+.3g} req/s over the last third)")
+    if f.oscillating[0]:
+        lines.append(f"oscillation: period {f.oscillation_period_s[0]:.0f} s, amplitude {f.oscillation_amplitude[0]:.3g}")
+    else:
+        lines.append("oscillation: none detected")
+    meets = f.ttft_mean_s[0] <= ttft and f.tpot_mean_s[0] <= tpot
+    lines.append(f"targets (TTFT {ttft:g} s, TPOT {tpot * 1e3:g} ms) on average: {'met' if meets else 'MISSED'}")
+    if f.near_capacity[0]:
+        lines.append("near capacity: the percentiles are low-confidence")
+    return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""A simulator pipeline from a placement (``dse place --json`` or a :class:`PlacementReport`).
+
+Prefill pools become one pool of servers: an instance that batches ``m`` prompts per forward is
+``m`` servers, each taking the batch time, so one request's prefill lasts a batch (as it does on
+the GPU) and the pool's throughput is the mix of fresh prompts and midfills the MILP routed to it. Decode pools become instances of the pool with the most instances,
+counted by capacity (a pool of another shape counts as the instances of equal tokens/s). The step
+table is the stage performance model's time per output token of that decode unit at every batch up
+to its operating point, which the engine uses as its batch cap. Aggregated units give a prefill
+server at their prefill time share and a decode instance whose steps stretch by ``1 / (1 - phi)``;
+attention-FFN units give decode instances paced by twice the attention half's step (each side
+has half the TPOT).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dse.catalog import Catalog
+from dse.errors import InputError
+from dse.perf.afd import attention_side
+from dse.perf.params import PerfParams
+from dse.perf.pool import build_pool
+from dse.perf.stages import forward_cost
+from dse.sim.scenario import Pipeline
+from dse.typed_data import build
+from dse.units import GB, Precision
+from dse.workload import Slo, Workload
+
+SOURCE = "placement"
+
+
+def _need(d: dict[str, Any], key: str, where: str) -> Any:
+    if key not in d or d[key] is None:
+        raise InputError(SOURCE, f"{where}{key}", "is required (write it with `dse place --json`)")
+    return d[key]
+
+
+def pipeline_from_placement(doc: dict[str, Any], catalog: Catalog, params: PerfParams, *,
+                            buffer_max: float = np.inf, source: str = SOURCE) -> tuple[Pipeline, Workload, Slo, float]:
+    """(pipeline, workload, targets, KV GB per decoding sequence) of the best design in ``doc``."""
+    req = _need(doc, "request", "")
+    best = doc.get("best")
+    if not best:
+        raise InputError(source, "best", "holds no feasible design to simulate")
+    workload = build(Workload, _need(req, "workload", "request."), source=source, prefix="request.workload")
+    slo = build(Slo, _need(req, "slo", "request."), source=source, prefix="request.slo")
+    model = catalog.model(_need(req, "model", "request."))
+    engine = params.engine(req.get("engine", "trt"))
+    wp = Precision(req.get("weight_precision", "fp8"))
+    mtp = bool(req.get("mtp", False))
+    draft = float(engine.mtp_draft_tokens if mtp else 0)
+    accept = engine.mtp_accept_tokens if mtp else 1.0
+    pools = _need(best, "pools", "best.")
+    ctx = workload.mean_prompt_tokens() + 0.5 * workload.output_tokens
+
+    servers, prefill_rate = 0.0, 0.0
+    decoders: list[tuple[dict[str, Any], float]] = []
+    for i, p in enumerate(pools):
+        unit = p["unit"]
+        role, x = unit["role"], float(p["instances"])
+        phi = float(unit.get("prefill_share") or 0.0)
+        busy = p.get("prefill_busy_s")
+        if role in ("prefill", "mixed") and busy:
+            servers += x * max(1.0, round(float(unit.get("prefill_batch_requests") or 1.0)))
+            prefill_rate += x * (phi if role == "mixed" else 1.0) / float(busy)
+        if role in ("decode", "mixed", "attention"):
+            if not unit.get("decode_batch"):
+                raise InputError(source, f"best.pools[{i}].unit.decode_batch", "must be positive for a decode pool")
+            decoders.append((p, phi))
+    if servers <= 0 or not decoders:
+        raise InputError(source, "best.pools", "needs a prefill-capable and a decode-capable pool")
+    main, phi = max(decoders, key=lambda d: d[0]["instances"])
+    unit = main["unit"]
+    hw = catalog.hardware(unit["hardware"])
+    par = unit["parallel"]
+    slots = int(max(1, np.floor(unit["decode_batch"])))
+    pool = build_pool(model, [hw] * (slots + 1), gpus=[par["gpus"]] * (slots + 1),
+                      attn_tp=[par["attn_tp"]] * (slots + 1), ep=[par["ep"]] * (slots + 1),
+                      weight_precision=[wp] * (slots + 1), kv_precision=[engine.kv_precision] * (slots + 1))
+    n = np.maximum(np.arange(slots + 1, dtype=float), 1e-9)
+    afd = unit["role"] == "attention"
+    step_pool = attention_side(pool) if afd else pool
+    step = forward_cost(step_pool, params, tokens=n * (1.0 + draft), sequences=n, context=np.full_like(n, ctx),
+                        prefill=False, speed=np.full_like(n, engine.speed)).total_s
+    mtp_layers = max(model.mtp_layers, 1.0)
+    tpot = step * (1.0 + draft * mtp_layers / model.layers) / accept
+    if afd:
+        tpot = 2.0 * tpot
+    if unit["role"] == "mixed":
+        tpot = tpot / (1.0 - phi)
+    # other decode pools count as instances of the main one with the same tokens/s
+    per_main = float(main["output_tokens_per_s"]) / float(main["instances"])
+    decode_x = sum(float(p["output_tokens_per_s"]) for p, _ in decoders) / per_main
+    handoff = 0.0 if unit["role"] == "mixed" else _handoff_s(workload, pool, params, engine.kv_precision)
+    kv_gb = (ctx * float(pool.kv_bytes_per_token[0]) + pool.model.fixed_state_bytes) / GB
+    pipe = Pipeline(
+        prefill_instances=np.array([servers]), prefill_s=np.array([servers / prefill_rate]),
+        handoff_s=np.array([handoff]), decode_instances=np.array([max(1.0, round(decode_x))]),
+        slots=np.array([float(slots)]), step_table=tpot[None, :], buffer_max=np.array([buffer_max]),
+        label=(f"{best.get('topology', '')}: {unit['name']}",))
+    return pipe, workload, slo, kv_gb
+
+
+def _handoff_s(w: Workload, pool: Any, p: PerfParams, kv: Precision) -> float:
+    nics = float(pool.nic_bytes_per_s[0]) * p.nic_eff * float(min(pool.gpus[0], pool.kv_shard[0]))
+    return float(w.input_tokens * float(pool.kv_bytes_per_token[0]) / nics)

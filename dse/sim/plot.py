@@ -1,0 +1,39 @@
+"""A PNG of simulated trajectories: traffic, queues, decode batch, instances per role."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dse.atomic import atomic_path
+from dse.sim.result import Trajectories
+
+
+def plot_trajectories(runs: dict[str, Trajectories], path: Path, *, title: str = "") -> None:
+    """Four panels, one line per run (``{"fluid": ..., "des": ...}``), configuration 0 of each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(4, 1, figsize=(9, 10), sharex=True)
+    panels = (
+        ("requests/s", lambda tr: ((tr.arrival_rate[0], "arrivals"), (tr.completions_per_s[0], "completions"))),
+        ("requests", lambda tr: ((tr.prefill_queue[0], "prefill queue"), (tr.buffer[0], "decode buffer"))),
+        ("sequences / instance", lambda tr: ((tr.decode_batch[0], "decode batch"),)),
+        ("instances", lambda tr: ((tr.prefill_instances[0], "prefill"), (tr.decode_instances[0], "decode"))),
+    )
+    for ax, (ylabel, series) in zip(axes, panels, strict=True):
+        for name, tr in runs.items():
+            for values, label in series(tr):
+                ax.plot(tr.t / 60.0, values, label=f"{label} ({name})", lw=1.0,
+                        ls="-" if name == "fluid" else ":")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    axes[-1].set_xlabel("minutes")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)

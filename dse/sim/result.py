@@ -1,0 +1,67 @@
+"""What a simulation returns: trajectories and a summary, the same shape from both simulators."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dse.sim.metrics import Oscillation, backlog_growth, detect_oscillation
+from dse.sim.scenario import Array, Scenario
+
+
+@dataclass(frozen=True)
+class Trajectories:
+    """Sampled state, shape (configs, samples); ``t`` is shared."""
+
+    t: Array
+    arrival_rate: Array  # requests/s
+    prefill_queue: Array  # requests waiting for or in prefill
+    buffer: Array  # prefilled requests waiting for a decode slot
+    decode_batch: Array  # sequences per decode instance
+    prefill_instances: Array  # serving (switching ones excluded)
+    decode_instances: Array
+    completions_per_s: Array
+    kv_active_gb: Array  # KV of the sequences decoding
+
+    def backlog(self) -> Array:
+        return self.prefill_queue + self.buffer
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Per configuration, over the horizon after the warm-up."""
+
+    requests_per_s: Array
+    output_tokens_per_s: Array
+    ttft_mean_s: Array
+    ttft_p99_s: Array
+    tpot_mean_s: Array
+    tpot_p99_s: Array
+    e2e_mean_s: Array
+    e2e_p99_s: Array
+    stable: Array  # bool
+    backlog_growth_per_s: Array
+    oscillating: Array  # bool
+    oscillation_period_s: Array
+    oscillation_amplitude: Array
+    near_capacity: Array  # bool: percentiles are low-confidence here
+    planner_moves: Array
+
+
+def verdicts(traj: Trajectories, scenario: Scenario) -> tuple[Array, Array, list[Oscillation]]:
+    """(stable, growth, oscillation per configuration): backlog growth over the last third; the
+    oscillation of prefill instances when a planner moves them, else of the prefill queue."""
+    after = traj.t >= scenario.warmup_s
+    rate = float(np.mean(scenario.arrivals.rate(traj.t)))
+    stable, growth = backlog_growth(traj.t, traj.backlog(), rate)
+    cp = traj.prefill_instances[:, after]
+    moved = (cp.max(axis=1) > cp.min(axis=1)) if after.any() else np.zeros(len(cp), dtype=bool)
+    signal = np.where(moved[:, None], traj.prefill_instances, traj.prefill_queue)[:, after]
+    floor = np.where(moved, 1.0, max(1.0, 0.5 * rate))
+    # the autocorrelation only where the swing is large enough to matter
+    lo, hi = np.percentile(signal, [5, 95], axis=1) if signal.shape[1] else (np.zeros(1), np.zeros(1))
+    swing = (hi - lo) / 2.0
+    osc = [detect_oscillation(traj.t[after], signal[i], min_amplitude=floor[i]) if swing[i] >= floor[i]
+           else Oscillation(False, float("nan"), float(swing[i])) for i in range(len(signal))]
+    return stable, growth, osc

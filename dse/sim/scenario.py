@@ -1,0 +1,160 @@
+"""What a simulation runs: the pipeline configurations and the traffic they face.
+
+A :class:`Pipeline` holds arrays with one element per configuration (the simulators are vectorised
+over configurations): a prefill pool of ``prefill_instances`` servers that each take
+``prefill_s`` seconds per request, a KV handoff of ``handoff_s``, a buffer of at most
+``buffer_max`` prefilled requests waiting for a decode slot, and a decode pool of
+``decode_instances`` instances with ``slots`` sequences each whose time per output token at batch
+``n`` is ``step_table[n]`` (taken from the stage performance model, so both simulators see the
+same physics). Output lengths are a mixture of exponentials (:class:`OutputLengths`): a
+long-tailed mixture is the multi-class fluid's classes.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+Array = np.ndarray
+
+
+class ArrivalKind(enum.Enum):
+    CONSTANT = "constant"
+    BURST = "burst"  # constant, times ``burst_factor`` during [burst_start_s, burst_start_s + burst_s)
+    DIURNAL = "diurnal"  # 1 + amplitude * sin(2 pi t / period)
+    TRACE = "trace"  # piecewise-constant rates given per interval
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """A Poisson process with a time-varying rate (requests/s)."""
+
+    kind: ArrivalKind
+    rate_per_s: float
+    burst_factor: float = 2.0
+    burst_start_s: float = 0.0
+    burst_s: float = 0.0
+    amplitude: float = 0.5
+    period_s: float = 86_400.0
+    trace_times_s: tuple[float, ...] = ()  # interval starts, ascending
+    trace_rates: tuple[float, ...] = ()
+
+    def rate(self, t: Array | float) -> Array:
+        t = np.asarray(t, dtype=float)
+        base = np.full(t.shape, self.rate_per_s)
+        if self.kind is ArrivalKind.BURST:
+            on = (t >= self.burst_start_s) & (t < self.burst_start_s + self.burst_s)
+            return np.where(on, base * self.burst_factor, base)
+        if self.kind is ArrivalKind.DIURNAL:
+            return base * (1.0 + self.amplitude * np.sin(2.0 * math.pi * t / self.period_s))
+        if self.kind is ArrivalKind.TRACE:
+            idx = np.searchsorted(np.asarray(self.trace_times_s), t, side="right") - 1
+            rates = np.asarray(self.trace_rates)
+            return np.where(idx >= 0, rates[np.clip(idx, 0, len(rates) - 1)], 0.0)
+        return base
+
+    def max_rate(self, horizon_s: float) -> float:
+        return float(self.rate(np.linspace(0.0, horizon_s, 4097)).max())
+
+
+@dataclass(frozen=True)
+class OutputLengths:
+    """Output tokens per request: class ``k`` with probability ``shares[k]`` has an exponential
+    length of mean ``means[k]`` (at least one token)."""
+
+    shares: tuple[float, ...]
+    means: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return float(np.dot(self.shares, self.means))
+
+    def quantile(self, q: float) -> float:
+        """The ``q`` quantile of the mixture (bisection on its CDF)."""
+        lo, hi = 0.0, 50.0 * max(self.means)
+        for _ in range(80):
+            mid = 0.5 * (lo + hi)
+            cdf = sum(s * (1.0 - math.exp(-mid / m)) for s, m in zip(self.shares, self.means, strict=True))
+            lo, hi = (mid, hi) if cdf < q else (lo, mid)
+        return 0.5 * (lo + hi)
+
+
+class PlannerKind(enum.Enum):
+    NONE = "none"
+    REACTIVE = "reactive"  # moves instances toward the stage whose (delayed) backlog is larger
+    HYSTERESIS = "hysteresis"  # reactive, with a dead band, two agreeing readings, and a wait for the
+    # last move to show in the (delayed) measurements before the next
+    PREDICTIVE = "predictive"  # sizes prefill from the arrival rate the router sees now
+
+
+@dataclass(frozen=True)
+class Planner:
+    """The slow loop that moves instances between prefill and decode (same GPUs, same shape).
+
+    Every ``period_s`` it reads measurements that are ``delay_s`` old and may move instances;
+    a moved instance serves nothing for ``switch_s`` while it reloads."""
+
+    kind: PlannerKind = PlannerKind.NONE
+    period_s: float = 60.0
+    delay_s: float = 60.0
+    switch_s: float = 30.0
+    threshold_s: float = 2.0  # backlog, in seconds of work, that triggers a move
+    max_move: int = 4
+    target_utilisation: float = 0.8  # predictive planner
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Configurations, one element per array entry."""
+
+    prefill_instances: Array
+    prefill_s: Array  # busy seconds of one prefill instance per request
+    handoff_s: Array
+    decode_instances: Array
+    slots: Array  # sequences per decode instance
+    step_table: Array  # (configs, max_slots + 1) seconds per output token at batch n
+    buffer_max: Array  # requests; inf for an unbounded buffer
+    label: tuple[str, ...] = field(default=())
+
+    @property
+    def n(self) -> int:
+        return len(self.prefill_instances)
+
+    def one(self, i: int) -> Pipeline:
+        """Configuration ``i`` alone."""
+        pick = slice(i, i + 1)
+        return Pipeline(self.prefill_instances[pick], self.prefill_s[pick], self.handoff_s[pick],
+                        self.decode_instances[pick], self.slots[pick], self.step_table[pick],
+                        self.buffer_max[pick], self.label[i:i + 1] if self.label else ())
+
+    def tpot(self, batch: Array) -> Array:
+        """Seconds per output token at per-instance ``batch`` (linear between table entries)."""
+        width = self.step_table.shape[1]
+        b = np.clip(np.asarray(batch, dtype=float), 0.0, width - 1.0)
+        lo = np.floor(b).astype(int)
+        hi = np.minimum(lo + 1, width - 1)
+        rows = np.arange(self.n) if b.ndim else 0
+        w = b - lo
+        return self.step_table[rows, lo] * (1 - w) + self.step_table[rows, hi] * w
+
+    def decode_capacity(self, lengths: OutputLengths) -> Array:
+        """Requests/s the decode pool completes with every slot full."""
+        full = self.tpot(self.slots)
+        return self.decode_instances * self.slots / (full * lengths.mean)
+
+    def prefill_capacity(self) -> Array:
+        return self.prefill_instances / self.prefill_s
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Traffic, lengths, planner and horizon; shared by every configuration of a run."""
+
+    arrivals: Arrivals
+    lengths: OutputLengths
+    planner: Planner = Planner()
+    horizon_s: float = 1800.0
+    warmup_s: float = 300.0  # left out of the summary statistics
