@@ -29,7 +29,7 @@ from dse.sim import (
     simulate,
     trajectories_frame,
 )
-from dse.sim.from_placement import pipeline_from_placement
+from dse.sim.from_placement import pipeline_from_placement, resting_classes
 from dse.sim.plot import plot_trajectories
 
 SRC = "dse simulate"
@@ -37,22 +37,37 @@ SRC = "dse simulate"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("simulate", help="check a placement over time (fluid model, discrete-event reference)")
-    p.add_argument("--placement", type=Path, metavar="PLACE.json",
-                   help="output of `dse place --json`; without it, the placement flags below are solved first")
+    p.add_argument(
+        "--placement",
+        type=Path,
+        metavar="PLACE.json",
+        help="output of `dse place --json`; without it, the placement flags below are solved first",
+    )
     add_request_arguments(p, required=False)
     g = p.add_argument_group("scenario")
-    g.add_argument("--arrivals", default="constant", choices=[a.value for a in ArrivalKind if a is not ArrivalKind.TRACE]
-                   + ["trace"])
+    g.add_argument(
+        "--arrivals",
+        default="constant",
+        choices=[a.value for a in ArrivalKind if a is not ArrivalKind.TRACE] + ["trace"],
+    )
     g.add_argument("--rate-scale", type=float, default=1.0, help="multiplies the placement's request rate")
     g.add_argument("--burst-factor", type=float, default=2.0)
     g.add_argument("--burst-start", type=float, default=600.0, help="seconds")
     g.add_argument("--burst-s", type=float, default=300.0, help="burst length, seconds")
     g.add_argument("--amplitude", type=float, default=0.5, help="diurnal swing, fraction of the rate")
     g.add_argument("--period", type=float, default=3600.0, help="diurnal period, seconds")
-    g.add_argument("--trace", type=Path, metavar="RATES.csv", help="columns t_s,rate_per_s (piecewise constant)")
-    g.add_argument("--lengths", default="", metavar="SHARE:MEAN,...",
-                   help="output-length classes (exponential each); default one class at the workload mean")
-    g.add_argument("--buffer", type=float, default=float("inf"), help="requests the prefill->decode buffer holds")
+    g.add_argument(
+        "--trace", type=Path, metavar="RATES.csv", help="columns t_s,rate_per_s (piecewise constant)"
+    )
+    g.add_argument(
+        "--lengths",
+        default="",
+        metavar="SHARE:MEAN,...",
+        help="output-length classes (exponential each); default one class at the workload mean",
+    )
+    g.add_argument(
+        "--buffer", type=float, default=float("inf"), help="requests the prefill->decode buffer holds"
+    )
     g.add_argument("--planner", default="none", choices=[k.value for k in PlannerKind])
     g.add_argument("--planner-period", type=float, default=60.0)
     g.add_argument("--planner-delay", type=float, default=60.0, help="age of the measurements it acts on, s")
@@ -62,8 +77,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     g.add_argument("--dt", type=float, default=1.0, help="fluid time step, seconds")
     g.add_argument("--des", action="store_true", help="also run the discrete-event reference")
     g.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, metavar="DIR",
-                   help="write trajectories.parquet, trajectories.png and summary.json here")
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write trajectories.parquet, trajectories.png and summary.json here",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable summary")
 
 
@@ -74,7 +93,9 @@ def _placement_doc(args: argparse.Namespace, catalog: Catalog) -> dict[str, Any]
         except OSError as exc:
             raise InputError(str(args.placement), "", f"cannot be read ({exc.strerror})") from None
         except json.JSONDecodeError as exc:
-            raise InputError(str(args.placement), "", f"is not JSON ({exc.msg} at line {exc.lineno})") from None
+            raise InputError(
+                str(args.placement), "", f"is not JSON ({exc.msg} at line {exc.lineno})"
+            ) from None
         if not isinstance(doc, dict):
             raise InputError(str(args.placement), "", "must hold a JSON object from `dse place --json`")
         return doc
@@ -109,20 +130,36 @@ def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float
         trace_t, trace_r = _read_trace(args.trace)
     pairs = _pairs(args.lengths, "--lengths") or [(1.0, mean_output)]
     if abs(sum(a for a, _ in pairs) - 1.0) > 1e-6 or any(a <= 0 or b <= 0 for a, b in pairs):
-        raise InputError(SRC, "--lengths", "shares must be positive and sum to 1, means positive", args.lengths)
+        raise InputError(
+            SRC, "--lengths", "shares must be positive and sum to 1, means positive", args.lengths
+        )
     for flag in ("horizon", "dt"):
         if getattr(args, flag) <= 0:
             raise InputError(SRC, f"--{flag}", "must be positive", getattr(args, flag))
     if not 0 <= args.warmup < args.horizon:
         raise InputError(SRC, "--warmup", "must be at least 0 and below --horizon", args.warmup)
     return Scenario(
-        arrivals=Arrivals(kind, rate * args.rate_scale, burst_factor=args.burst_factor, burst_start_s=args.burst_start,
-                          burst_s=args.burst_s, amplitude=args.amplitude, period_s=args.period,
-                          trace_times_s=trace_t, trace_rates=tuple(r * args.rate_scale for r in trace_r)),
+        arrivals=Arrivals(
+            kind,
+            rate * args.rate_scale,
+            burst_factor=args.burst_factor,
+            burst_start_s=args.burst_start,
+            burst_s=args.burst_s,
+            amplitude=args.amplitude,
+            period_s=args.period,
+            trace_times_s=trace_t,
+            trace_rates=tuple(r * args.rate_scale for r in trace_r),
+        ),
         lengths=OutputLengths(tuple(a for a, _ in pairs), tuple(b for _, b in pairs)),
-        planner=Planner(PlannerKind(args.planner), period_s=args.planner_period, delay_s=args.planner_delay,
-                        switch_s=args.switch_s),
-        horizon_s=args.horizon, warmup_s=args.warmup)
+        planner=Planner(
+            PlannerKind(args.planner),
+            period_s=args.planner_period,
+            delay_s=args.planner_delay,
+            switch_s=args.switch_s,
+        ),
+        horizon_s=args.horizon,
+        warmup_s=args.warmup,
+    )
 
 
 def _read_trace(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -145,9 +182,19 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     params = load_params()
     doc = _placement_doc(args, catalog)
     source = str(args.placement) if args.placement else SRC
-    pipe, workload, slo, kv_gb = pipeline_from_placement(doc, catalog, params, buffer_max=args.buffer, source=source)
+    pipe, workload, slo, kv_gb = pipeline_from_placement(
+        doc, catalog, params, buffer_max=args.buffer, source=source
+    )
     scenario = scenario_from_args(args, workload.requests_per_s, workload.output_tokens)
-    report = simulate(pipe, scenario, reference=args.des, seed=args.seed, dt=args.dt, kv_gb_per_seq=kv_gb)
+    report = simulate(
+        pipe,
+        scenario,
+        reference=args.des,
+        seed=args.seed,
+        dt=args.dt,
+        kv_gb_per_seq=kv_gb,
+        resting=resting_classes(doc),
+    )
     summary = _summary_dict(report, slo.ttft_s, slo.tpot_s)
     if args.out is not None:
         _write_outputs(args.out, report, summary)
@@ -165,8 +212,11 @@ def _summary_dict(report: SimulationReport, ttft: float, tpot: float) -> dict[st
     def one(s: Any) -> dict[str, Any]:
         return {k: plain(np.asarray(v).reshape(-1)[0]) for k, v in plain_fields(s).items()}
 
-    out: dict[str, Any] = {"targets": {"ttft_s": ttft, "tpot_s": tpot}, "fluid": one(report.fluid),
-                           "fluid_wall_s": report.fluid_s}
+    out: dict[str, Any] = {
+        "targets": {"ttft_s": ttft, "tpot_s": tpot},
+        "fluid": one(report.fluid),
+        "fluid_wall_s": report.fluid_s,
+    }
     if report.reference is not None:
         out["des"] = one(report.reference)
         out["des_wall_s"] = report.reference_s
@@ -186,7 +236,12 @@ def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any])
     runs = {"fluid": report.fluid_trajectories}
     if report.reference_trajectories is not None:
         runs["des"] = report.reference_trajectories
-    plot_trajectories(runs, out / "trajectories.png", title=report.pipeline.label[0] if report.pipeline.label else "")
+    plot_trajectories(
+        runs,
+        out / "trajectories.png",
+        resting_kv_gb=report.resting_kv_gb,
+        title=report.pipeline.label[0] if report.pipeline.label else "",
+    )
     write_text(out / "summary.json", text)
 
 
@@ -196,29 +251,64 @@ def render(report: SimulationReport, ttft: float, tpot: float) -> str:
     if report.reference is not None:
         sims.append(("discrete-event", report.reference, report.reference_s))
     for name, s, wall in sims:
-        rows.append([name, float(s.requests_per_s[0]), float(s.output_tokens_per_s[0]), float(s.ttft_mean_s[0]),
-                     float(s.ttft_p99_s[0]), 1e3 * float(s.tpot_mean_s[0]), 1e3 * float(s.tpot_p99_s[0]),
-                     float(s.e2e_mean_s[0]), float(s.e2e_p99_s[0]), round(wall, 3)])
+        rows.append(
+            [
+                name,
+                float(s.requests_per_s[0]),
+                float(s.output_tokens_per_s[0]),
+                float(s.ttft_mean_s[0]),
+                float(s.ttft_p99_s[0]),
+                1e3 * float(s.tpot_mean_s[0]),
+                1e3 * float(s.tpot_p99_s[0]),
+                float(s.e2e_mean_s[0]),
+                float(s.e2e_p99_s[0]),
+                round(wall, 3),
+            ]
+        )
     p = report.pipeline
     lines = [
         f"pipeline: {p.prefill_instances[0]:g} prefill servers x {p.prefill_s[0]:.3g} s, "
         f"{p.decode_instances[0]:g} decode instances x {p.slots[0]:g} slots; "
-        f"capacity {p.prefill_capacity()[0]:.3g} req/s prefill, {p.decode_capacity(report.scenario.lengths)[0]:.3g} "
-        f"req/s decode; arrivals {report.scenario.arrivals.kind.value} at {report.scenario.arrivals.rate_per_s:g} req/s",
+        f"capacity {p.prefill_capacity()[0]:.3g} req/s prefill, "
+        f"{p.decode_capacity(report.scenario.lengths)[0]:.3g} req/s decode; "
+        f"arrivals {report.scenario.arrivals.kind.value} at {report.scenario.arrivals.rate_per_s:g} req/s",
         "",
-        format_table(["simulator", "req/s", "out tok/s", "TTFT s", "TTFT p99", "TPOT ms", "TPOT p99",
-                      "E2E s", "E2E p99", "wall s"], rows),
+        format_table(
+            [
+                "simulator",
+                "req/s",
+                "out tok/s",
+                "TTFT s",
+                "TTFT p99",
+                "TPOT ms",
+                "TPOT p99",
+                "E2E s",
+                "E2E p99",
+                "wall s",
+            ],
+            rows,
+        ),
         "",
     ]
     f = report.fluid
     growth = float(f.backlog_growth_per_s[0])
-    lines.append(f"stable: {'yes' if f.stable[0] else 'NO'} (backlog growth {growth:+.3g} req/s over the last third)")
+    lines.append(
+        f"stable: {'yes' if f.stable[0] else 'NO'} (backlog growth {growth:+.3g} req/s over the last third)"
+    )
     if f.oscillating[0]:
-        lines.append(f"oscillation: period {f.oscillation_period_s[0]:.0f} s, amplitude {f.oscillation_amplitude[0]:.3g}")
+        lines.append(
+            f"oscillation: period {f.oscillation_period_s[0]:.0f} s, "
+            f"amplitude {f.oscillation_amplitude[0]:.3g}"
+        )
     else:
         lines.append("oscillation: none detected")
     meets = f.ttft_mean_s[0] <= ttft and f.tpot_mean_s[0] <= tpot
-    lines.append(f"targets (TTFT {ttft:g} s, TPOT {tpot * 1e3:g} ms) on average: {'met' if meets else 'MISSED'}")
+    lines.append(
+        f"targets (TTFT {ttft:g} s, TPOT {tpot * 1e3:g} ms) on average: {'met' if meets else 'MISSED'}"
+    )
     if f.near_capacity[0]:
         lines.append("near capacity: the percentiles are low-confidence")
+    if report.resting_kv_gb:
+        final = ", ".join(f"{k} {v[-1] / 1e3:.3g} TB" for k, v in report.resting_kv_gb.items() if v[-1] > 0)
+        lines.append(f"KV resting between turns at the end: {final or 'none'}")
     return "\n".join(lines)

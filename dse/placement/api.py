@@ -30,8 +30,12 @@ class PoolPlan:
     gpus: int
     usd_per_hour: float
     requests_per_s: float  # prefilled or midfilled here (0 for decode-only pools)
+    returning_per_s: float  # of which returning turns (midfills and recomputes)
     output_tokens_per_s: float  # decode capacity the pool provides at the TPOT target
     prefill_busy_s: float  # busy seconds of one instance per request it prefills (mean of its mix)
+    fresh_busy_s: float  # ... per fresh prompt (nan for decode-only pools)
+    midfill_busy_s: float  # ... per returning turn, over the tiers its KV comes from (nan if none)
+    reload_s: float  # mean seconds a returning turn's KV takes to come back (nan if none)
 
 
 @dataclass(frozen=True)
@@ -159,8 +163,12 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
     d = c.data
     pools = []
     served = sol.fresh + sol.returning.sum(axis=(1, 2))
-    busy = np.multiply(sol.fresh, d.fresh_s, out=np.zeros_like(sol.fresh), where=sol.fresh > 0) + np.multiply(
-        sol.returning, d.mid_s, out=np.zeros_like(sol.returning), where=sol.returning > 0).sum(axis=(1, 2))
+    fresh_busy = np.multiply(sol.fresh, d.fresh_s, out=np.zeros_like(sol.fresh), where=sol.fresh > 0)
+    ret = sol.returning
+    mid_busy = np.multiply(ret, d.mid_s, out=np.zeros_like(ret), where=ret > 0).sum(axis=(1, 2))
+    reload = (ret * d.reload_s).sum(axis=(1, 2))
+    ret_total = ret.sum(axis=(1, 2))
+    busy = fresh_busy + mid_busy
     for u in np.flatnonzero(sol.instances > 0.5):
         k = int(round(sol.instances[u]))
         g = int(k * d.unit_gpus[u])
@@ -171,8 +179,12 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
                 gpus=g,
                 usd_per_hour=g * float(d.usd_per_gpu_hour[d.unit_hw[u]]),
                 requests_per_s=float(served[u]),
+            returning_per_s=float(ret_total[u]),
                 output_tokens_per_s=float(k * d.decode_tok_s[u]),
             prefill_busy_s=float(busy[u] / served[u]) if served[u] > 0 else float("nan"),
+            fresh_busy_s=float(d.fresh_s[u]) if np.isfinite(d.fresh_s[u]) else float("nan"),
+            midfill_busy_s=float(mid_busy[u] / ret_total[u]) if ret_total[u] > 0 else float("nan"),
+            reload_s=float(reload[u] / ret_total[u]) if ret_total[u] > 0 else float("nan"),
             )
         )
     tiers = []

@@ -11,5 +11,15 @@ from dse.sim.scenario import (
     Scenario,
 )
 
-__all__ = ["ArrivalKind", "Arrivals", "OutputLengths", "Pipeline", "Planner", "PlannerKind", "Scenario",
-           "SimulationReport", "simulate", "trajectories_frame"]
+__all__ = [
+    "ArrivalKind",
+    "Arrivals",
+    "OutputLengths",
+    "Pipeline",
+    "Planner",
+    "PlannerKind",
+    "Scenario",
+    "SimulationReport",
+    "simulate",
+    "trajectories_frame",
+]

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
 from dse.sim.des import simulate_des
 from dse.sim.fluid import simulate_fluid
+from dse.sim.kv_tiers import TIER_NAMES, RestingClass, resting_kv_gb
 from dse.sim.result import Summary, Trajectories
-from dse.sim.scenario import Pipeline, Scenario
+from dse.sim.scenario import Array, Pipeline, Scenario
 
 
 @dataclass(frozen=True)
@@ -24,20 +25,32 @@ class SimulationReport:
     reference: Summary | None = None  # discrete-event run of configuration 0
     reference_trajectories: Trajectories | None = None
     reference_s: float = float("nan")
+    resting_kv_gb: dict[str, Array] = field(default_factory=dict)  # tier -> GB over the fluid's t
 
 
-def simulate(pipe: Pipeline, scenario: Scenario, *, reference: bool = False, seed: int = 0, dt: float = 1.0,
-             kv_gb_per_seq: float = 0.0) -> SimulationReport:
+def simulate(
+    pipe: Pipeline,
+    scenario: Scenario,
+    *,
+    reference: bool = False,
+    seed: int = 0,
+    dt: float = 1.0,
+    kv_gb_per_seq: float = 0.0,
+    resting: tuple[RestingClass, ...] = (),
+) -> SimulationReport:
     """Simulate every configuration with the fluid model; with ``reference``, configuration 0 also
-    request by request (seeded)."""
+    request by request (seeded). ``resting`` classes give the KV resting per tier over time."""
     t0 = time.perf_counter()
     fluid, ftraj = simulate_fluid(pipe, scenario, dt=dt, kv_gb_per_seq=kv_gb_per_seq)
+    tiers = resting_kv_gb(resting, scenario.arrivals, ftraj.t) if resting else {}
     t_fluid = time.perf_counter() - t0
     if not reference:
-        return SimulationReport(pipe, scenario, fluid, ftraj, t_fluid)
+        return SimulationReport(pipe, scenario, fluid, ftraj, t_fluid, resting_kv_gb=tiers)
     t0 = time.perf_counter()
     des, dtraj, _ = simulate_des(pipe.one(0), scenario, seed=seed)
-    return SimulationReport(pipe, scenario, fluid, ftraj, t_fluid, des, dtraj, time.perf_counter() - t0)
+    return SimulationReport(
+        pipe, scenario, fluid, ftraj, t_fluid, des, dtraj, time.perf_counter() - t0, tiers
+    )
 
 
 TRAJECTORY_COLUMNS = {
@@ -60,9 +73,13 @@ def trajectories_frame(report: SimulationReport) -> pl.DataFrame:
         runs.append(("des", report.reference_trajectories))
     for name, tr in runs:
         n, m = tr.prefill_queue.shape
-        cols = {"simulator": [name] * (n * m), "config": np.repeat(np.arange(n), m),
-                "t_s": np.tile(tr.t, n)}
+        cols = {"simulator": [name] * (n * m), "config": np.repeat(np.arange(n), m), "t_s": np.tile(tr.t, n)}
         for attr, col in TRAJECTORY_COLUMNS.items():
             cols[col] = np.asarray(getattr(tr, attr), dtype=float).reshape(-1)
+        for tier in TIER_NAMES:  # resting KV is a fluid quantity; the reference leaves it empty
+            series = report.resting_kv_gb.get(tier)
+            cols[f"resting_kv_{tier}_gb"] = (
+                np.tile(series, n) if name == "fluid" and series is not None else np.full(n * m, np.nan)
+            )
         frames.append(pl.DataFrame(cols))
     return pl.concat(frames)

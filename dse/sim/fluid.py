@@ -19,24 +19,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse.sim.metrics import queue_wait, wait_quantile, weighted_quantile
 from dse.sim.fluid_kernel import OUT, advance
+from dse.sim.metrics import weighted_quantile
 from dse.sim.planner import PlannerState
 from dse.sim.result import Summary, Trajectories, verdicts
 from dse.sim.scenario import Array, Pipeline, Scenario
 
-NEAR_CAPACITY = 0.95  # utilisation above which percentiles are flagged low-confidence
+NEAR_CAPACITY = 0.9  # peak utilisation above which percentiles are flagged low-confidence
 
 
-def simulate_fluid(pipe: Pipeline, scenario: Scenario, *, dt: float = 1.0,
-                   kv_gb_per_seq: Array | float = 0.0) -> tuple[Summary, Trajectories]:
+def simulate_fluid(
+    pipe: Pipeline, scenario: Scenario, *, dt: float = 1.0, kv_gb_per_seq: Array | float = 0.0
+) -> tuple[Summary, Trajectories]:
     """Simulate every configuration of ``pipe`` under ``scenario``."""
     n = pipe.n
     lengths = scenario.lengths
     steps = int(round(scenario.horizon_s / dt))
     t_arr = np.arange(steps) * dt
     lam_t = np.ascontiguousarray(scenario.arrivals.rate(t_arr), dtype=float)
-    qp = np.zeros(n)
+    q = np.zeros((4, n))  # reload, fresh prefill, midfill, handoff
     qb = np.zeros((n, len(lengths.shares)))
     active = np.zeros_like(qb)
     plan = PlannerState(scenario.planner, pipe)
@@ -45,6 +46,24 @@ def simulate_fluid(pipe: Pipeline, scenario: Scenario, *, dt: float = 1.0,
     tau_full = pipe.tpot(pipe.slots)
     share, mean_len = np.asarray(lengths.shares, dtype=float), np.asarray(lengths.means, dtype=float)
     table = np.ascontiguousarray(pipe.step_table, dtype=float)
+    stages = np.ascontiguousarray(
+        np.stack(
+            [
+                pipe.arrays(k)
+                for k in (
+                    "prefill_s",
+                    "midfill_s",
+                    "midfill_share",
+                    "reload_s",
+                    "reload_servers",
+                    "handoff_s",
+                    "handoff_servers",
+                    "slots",
+                    "buffer_max",
+                )
+            ]
+        )
+    )
     k = 0
     while k < steps:
         t = k * dt
@@ -59,16 +78,37 @@ def simulate_fluid(pipe: Pipeline, scenario: Scenario, *, dt: float = 1.0,
         # run until the next planner tick or switch completes, with the counts fixed
         nxt = min(plan.next_tick, float(plan.ready_at.min()), steps * dt)
         k1 = min(max(k + 1, int(np.ceil(nxt / dt - 1e-9))), steps)
-        advance(k, k1, dt, lam_t, plan.prefill.copy(), plan.decode.copy(), pipe.prefill_s.astype(float),
-                pipe.slots.astype(float), pipe.buffer_max.astype(float), table, share, mean_len, tau_full,
-                qp, qb, active, out)
+        advance(
+            k,
+            k1,
+            dt,
+            lam_t,
+            plan.prefill.copy(),
+            plan.decode.copy(),
+            stages,
+            table,
+            share,
+            mean_len,
+            tau_full,
+            q,
+            qb,
+            active,
+            out,
+        )
         k = k1
     r = {name: out[i] for name, i in OUT.items()}
     r["lam"] = np.broadcast_to(lam_t, (n, steps))
     traj = Trajectories(
-        t=t_arr, arrival_rate=r["lam"], prefill_queue=r["qp"], buffer=r["qb"], decode_batch=r["batch"],
-        prefill_instances=r["cp"], decode_instances=r["cd"], completions_per_s=r["done"],
-        kv_active_gb=r["batch"] * r["cd"] * np.asarray(kv_gb_per_seq, dtype=float).reshape(-1, 1))
+        t=t_arr,
+        arrival_rate=r["lam"],
+        prefill_queue=r["qp"],
+        buffer=r["qb"],
+        decode_batch=r["batch"],
+        prefill_instances=r["cp"],
+        decode_instances=r["cd"],
+        completions_per_s=r["done"],
+        kv_active_gb=r["batch"] * r["cd"] * np.asarray(kv_gb_per_seq, dtype=float).reshape(-1, 1),
+    )
     return _summarise(pipe, scenario, traj, r, plan.moves), traj
 
 
@@ -91,40 +131,32 @@ class _ArrayLog:
         return self.out[OUT["wait_p"], :, k], self.out[OUT["wait_b"], :, k]
 
 
-def _summarise(pipe: Pipeline, scenario: Scenario, traj: Trajectories, r: dict[str, Array],
-               moves: Array) -> Summary:
+def _summarise(
+    pipe: Pipeline, scenario: Scenario, traj: Trajectories, r: dict[str, Array], moves: Array
+) -> Summary:
     lengths = scenario.lengths
     after = traj.t >= scenario.warmup_s
     lam, done = r["lam"][:, after], r["done"][:, after]
-    mean_l = lengths.mean
-    scv_l = float(np.dot(lengths.shares, 2.0 * np.square(lengths.means))) / mean_l**2 - 1.0
-    wq_p, pw_p = queue_wait(r["rho_p"], traj.prefill_instances, pipe.prefill_s[:, None], 0.0)
-    tau = r["tau"]
-    wq_b, pw_b = queue_wait(r["rho_b"], traj.decode_instances * pipe.slots[:, None], mean_l * tau, scv_l)
-    # a decode instance admits at its next step boundary: half a step on average while it runs
-    fixed = pipe.prefill_s[:, None] + pipe.handoff_s[:, None] + 0.5 * tau * (r["batch"] > 0)
-    ttft_t = (r["wait_p"] + r["wait_b"] + wq_p + wq_b + fixed)[:, after]
-    tail_t = (r["wait_p"] + r["wait_b"] + fixed + wait_quantile(wq_p, pw_p, 0.99)
-              + wait_quantile(wq_b, pw_b, 0.99))[:, after]
     stable, growth, osc = verdicts(traj, scenario)
-    tau_a, done_w = tau[:, after], done
-    tpot_mean = (tau_a * (done_w + 1e-12)).sum(axis=1) / (done_w + 1e-12).sum(axis=1)
-    ttft_mean = (ttft_t * (lam + 1e-12)).sum(axis=1) / (lam + 1e-12).sum(axis=1)
-    util = np.maximum(np.mean(r["rho_p"][:, after], axis=1), np.mean(r["rho_b"][:, after], axis=1))
+    tau_a = r["tau"][:, after]
+    w_done, w_lam = done + 1e-12, lam + 1e-12
+    tpot_mean = (tau_a * w_done).sum(axis=1) / w_done.sum(axis=1)
+    ttft_mean = (r["ttft"][:, after] * w_lam).sum(axis=1) / w_lam.sum(axis=1)
     return Summary(
         requests_per_s=done.mean(axis=1),
         output_tokens_per_s=r["tok"][:, after].mean(axis=1),
         ttft_mean_s=ttft_mean,
-        ttft_p99_s=weighted_quantile(tail_t, lam, 0.99),
+        ttft_p99_s=weighted_quantile(r["ttft_p99"][:, after], lam, 0.99),
         tpot_mean_s=tpot_mean,
-        tpot_p99_s=weighted_quantile(tau_a, done_w, 0.99),
-        e2e_mean_s=ttft_mean + mean_l * tpot_mean,
+        tpot_p99_s=weighted_quantile(tau_a, done, 0.99),
+        e2e_mean_s=ttft_mean + lengths.mean * tpot_mean,
         e2e_p99_s=ttft_mean + lengths.quantile(0.99) * tpot_mean,
         stable=stable,
         backlog_growth_per_s=growth,
         oscillating=np.array([o.detected for o in osc]),
         oscillation_period_s=np.array([o.period_s for o in osc]),
         oscillation_amplitude=np.array([o.amplitude for o in osc]),
-        near_capacity=util > NEAR_CAPACITY,
+        # the peak, not the mean: a burst that nears capacity makes the tails uncertain too
+        near_capacity=r["util"][:, after].max(axis=1) > NEAR_CAPACITY,
         planner_moves=moves,
     )

@@ -10,8 +10,47 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-OUT = {name: i for i, name in enumerate(
-    ("qp", "qb", "batch", "cp", "cd", "done", "tau", "tok", "wait_p", "wait_b", "rho_p", "rho_b"))}
+OUT = {
+    name: i
+    for i, name in enumerate(
+        (
+            "qp",
+            "qb",
+            "batch",
+            "cp",
+            "cd",
+            "done",
+            "tau",
+            "tok",
+            "wait_p",
+            "wait_b",
+            "ttft",
+            "ttft_p99",
+            "util",
+        )
+    )
+}
+RHO_CAP = 0.98  # beyond, the fluid backlog itself carries the wait
+TAIL_Q = 0.99
+
+
+@njit(cache=True)
+def queue_wait(rho: float, servers: float, service_s: float, scv_service: float) -> tuple[float, float]:
+    """(mean wait, probability of waiting) of a G/G/c queue with Poisson arrivals (Sakasegawa):
+    ``P_wait ~ rho^(sqrt(2(c+1)) - 1)``, ``Wq = P_wait s / (c (1 - rho)) (1 + c_s^2) / 2``."""
+    r = min(max(rho, 0.0), RHO_CAP)
+    c = max(servers, 1.0)
+    p_wait = r ** (np.sqrt(2.0 * (c + 1.0)) - 1.0)
+    return p_wait * service_s / (c * (1.0 - r)) * (1.0 + scv_service) / 2.0, p_wait
+
+
+@njit(cache=True)
+def wait_quantile(wq: float, p_wait: float, q: float) -> float:
+    """The ``q`` quantile of a wait that, when it happens, is exponential."""
+    tail = 1.0 - q
+    if p_wait <= tail:
+        return 0.0
+    return wq / p_wait * np.log(p_wait / tail)
 
 
 @njit(cache=True)
@@ -25,21 +64,58 @@ def _tpot(table: np.ndarray, i: int, batch: float) -> float:
 
 
 @njit(cache=True)
-def advance(k0: int, k1: int, dt: float, lam_t: np.ndarray, cp: np.ndarray, cd: np.ndarray,
-            prefill_s: np.ndarray, slots: np.ndarray, buffer_max: np.ndarray, table: np.ndarray,
-            share: np.ndarray, mean_len: np.ndarray, tau_full: np.ndarray, qp: np.ndarray,
-            qb: np.ndarray, active: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+def _stage(queue: float, inflow: float, servers: float, service_s: float, dt: float) -> float:
+    """Outflow of a multi-server stage in one step (all of it when the stage has no limit)."""
+    if servers == np.inf or service_s <= 0.0:
+        return queue + inflow
+    return min(servers / service_s * dt, queue + inflow)
+
+
+@njit(cache=True)
+def advance(
+    k0: int,
+    k1: int,
+    dt: float,
+    lam_t: np.ndarray,
+    cp: np.ndarray,
+    cd: np.ndarray,
+    st: np.ndarray,
+    table: np.ndarray,
+    share: np.ndarray,
+    mean_len: np.ndarray,
+    tau_full: np.ndarray,
+    q: np.ndarray,
+    qb: np.ndarray,
+    active: np.ndarray,
+    out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """``st`` rows: prefill_s, midfill_s, midfill_share, reload_s, reload_servers, handoff_s,
+    handoff_servers, slots, buffer_max. ``q`` rows: reload, fresh prefill, midfill, handoff."""
     n, kk = active.shape
     mean_l = 0.0
+    second = 0.0
     for k in range(kk):
         mean_l += share[k] * mean_len[k]
+        second += share[k] * 2.0 * mean_len[k] ** 2
+    scv_l = second / mean_l**2 - 1.0  # of the exponential mixture of output lengths
     keep = np.empty(kk)
     pool = np.empty(kk)
     for step in range(k0, k1):
         lam = lam_t[step]
         for i in range(n):
-            mu_p = cp[i] / prefill_s[i]
-            out_p = min(mu_p * dt, qp[i] + lam * dt)
+            s_f, s_m, m = st[0, i], st[1, i], st[2, i]
+            s_r, c_r, s_h, c_h, slots, bmax = st[3, i], st[4, i], st[5, i], st[6, i], st[7, i], st[8, i]
+            # reload (returning turns), then prefill shared first come first served by fresh and midfill
+            out_r = _stage(q[0, i], m * lam * dt, c_r, s_r, dt)
+            q[0, i] += m * lam * dt - out_r
+            fresh = q[1, i] + (1.0 - m) * lam * dt
+            mid = q[2, i] + out_r
+            work = fresh * s_f + mid * s_m
+            theta = 1.0 if work <= cp[i] * dt else cp[i] * dt / work
+            out_f, out_m = theta * fresh, theta * mid
+            # handoff, then the buffer (which blocks the handoff when full)
+            hand_in = out_f + out_m
+            out_h = _stage(q[3, i], hand_in, c_h, s_h, dt)
             n_act = 0.0
             for k in range(kk):
                 n_act += active[i, k]
@@ -49,19 +125,21 @@ def advance(k0: int, k1: int, dt: float, lam_t: np.ndarray, cp: np.ndarray, cd: 
             for k in range(kk):
                 keep[k] = 1.0 / (1.0 + dt / (mean_len[k] * tau))
                 kept += active[i, k] * keep[k]
-            free = max(cd[i] * slots[i] - kept, 0.0)
+            free = max(cd[i] * slots - kept, 0.0)
             qb_tot = 0.0
             for k in range(kk):
                 qb_tot += qb[i, k]
-            admit = min(qb_tot + out_p, free)
-            out_p = max(min(out_p, buffer_max[i] - qb_tot + admit), 0.0)  # blocking
-            admit = min(admit, qb_tot + out_p)
+            admit = min(qb_tot + out_h, free)
+            out_h = max(min(out_h, bmax - qb_tot + admit), 0.0)
+            admit = min(admit, qb_tot + out_h)
+            q[1, i] = fresh - out_f
+            q[2, i] = mid - out_m
+            q[3, i] += hand_in - out_h
             pool_tot = 0.0
             for k in range(kk):
-                pool[k] = qb[i, k] + out_p * share[k]
+                pool[k] = qb[i, k] + out_h * share[k]
                 pool_tot += pool[k]
             frac = admit / max(pool_tot, 1e-12)
-            qp[i] += lam * dt - out_p
             done = 0.0
             tok = 0.0
             n_now = 0.0
@@ -76,8 +154,41 @@ def advance(k0: int, k1: int, dt: float, lam_t: np.ndarray, cp: np.ndarray, cd: 
                 tok += dep * mean_len[k]
                 n_now += active[i, k]
                 qb_now += qb[i, k]
-            cap_dec = cd[i] * slots[i] / (tau_full[i] * mean_l)
-            out[0, i, step] = qp[i] + out_p / dt * prefill_s[i]  # waiting + in service (Little)
+            # waits by Little's law on each backlog, plus the stationary queueing wait that a raw
+            # fluid lacks below capacity
+            s_mix = (1.0 - m) * s_f + m * s_m
+            mu_p = cp[i] / max(s_mix, 1e-12)
+            wait_p = (q[1, i] * s_f + q[2, i] * s_m) / max(cp[i], 1e-12)
+            cap_dec = cd[i] * slots / (tau_full[i] * mean_l)
+            wait_b = qb_now / max(cap_dec, 1e-12)
+            rho_p = lam / max(mu_p, 1e-12)
+            rho_b = lam * mean_l * tau / max(cd[i] * slots, 1e-12)
+            scv_p = ((1.0 - m) * s_f**2 + m * s_m**2) / max(s_mix**2, 1e-24) - 1.0
+            wq_p, pw_p = queue_wait(rho_p, cp[i], s_mix, scv_p)
+            wq_b, pw_b = queue_wait(rho_b, cd[i] * slots, mean_l * tau, scv_l)
+            wait_r, wq_r, pw_r, wait_h, wq_h, pw_h = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+            rho_r, rho_h = 0.0, 0.0
+            if c_r != np.inf and s_r > 0.0:
+                wait_r = q[0, i] * s_r / c_r
+                rho_r = m * lam * s_r / c_r
+                wq_r, pw_r = queue_wait(rho_r, c_r, s_r, 0.0)
+            if c_h != np.inf and s_h > 0.0:
+                wait_h = q[3, i] * s_h / c_h
+                rho_h = lam * s_h / c_h
+                wq_h, pw_h = queue_wait(rho_h, c_h, s_h, 0.0)
+            # a decode instance admits at its next step boundary: half a step while it runs
+            common = wait_p + wait_h + s_h + wait_b + (0.5 * tau if n_now > 0 else 0.0)
+            ttft_f = common + s_f
+            ttft_m = common + wait_r + s_r + s_m
+            # stage tails rarely peak together: combine them as a root sum of squares
+            tails = np.sqrt(
+                wait_quantile(wq_p, pw_p, TAIL_Q) ** 2
+                + wait_quantile(wq_b, pw_b, TAIL_Q) ** 2
+                + wait_quantile(wq_h, pw_h, TAIL_Q) ** 2
+                + wait_quantile(wq_r, pw_r, TAIL_Q) ** 2
+            )
+            # upstream of the buffer: reloading, waiting for or in prefill (Little), handing off
+            out[0, i, step] = q[0, i] + q[1, i] + q[2, i] + out_f / dt * s_f + out_m / dt * s_m + q[3, i]
             out[1, i, step] = qb_now
             out[2, i, step] = n_now / max(cd[i], 1e-12)
             out[3, i, step] = cp[i]
@@ -85,7 +196,8 @@ def advance(k0: int, k1: int, dt: float, lam_t: np.ndarray, cp: np.ndarray, cd: 
             out[5, i, step] = done / dt
             out[6, i, step] = tau
             out[7, i, step] = tok / dt
-            out[8, i, step] = qp[i] / max(mu_p, 1e-12)
-            out[9, i, step] = qb_now / max(cap_dec, 1e-12)
-            out[10, i, step] = lam / max(mu_p, 1e-12)
-            out[11, i, step] = lam * mean_l * tau / max(cd[i] * slots[i], 1e-12)
+            out[8, i, step] = wait_p
+            out[9, i, step] = wait_b
+            out[10, i, step] = (1.0 - m) * ttft_f + m * (ttft_m + wq_r) + wq_p + wq_b + wq_h
+            out[11, i, step] = max(ttft_f, ttft_m if m > 0 else 0.0) + tails
+            out[12, i, step] = max(max(rho_p, rho_b), max(rho_r, rho_h))

@@ -2,9 +2,11 @@
 
 Prefill pools become one pool of servers: an instance that batches ``m`` prompts per forward is
 ``m`` servers, each taking the batch time, so one request's prefill lasts a batch (as it does on
-the GPU) and the pool's throughput is the mix of fresh prompts and midfills the MILP routed to it. Decode pools become instances of the pool with the most instances,
-counted by capacity (a pool of another shape counts as the instances of equal tokens/s). The step
-table is the stage performance model's time per output token of that decode unit at every batch up
+the GPU) and the pool's throughput is the mix of fresh prompts and midfills the MILP routed to it.
+Returning turns first pass a reload stage (one session at a time per prefill instance, at the mean
+reload time of the tiers the MILP chose); every request passes a KV handoff stage. Decode pools
+become instances of the pool with the most instances, counted by capacity (a pool of another
+shape counts as the instances of equal tokens/s). The step table is the stage performance model's time per output token of that decode unit at every batch up
 to its operating point, which the engine uses as its batch cap. Aggregated units give a prefill
 server at their prefill time share and a decode instance whose steps stretch by ``1 / (1 - phi)``;
 attention-FFN units give decode instances paced by twice the attention half's step (each side
@@ -23,6 +25,7 @@ from dse.perf.afd import attention_side
 from dse.perf.params import PerfParams
 from dse.perf.pool import build_pool
 from dse.perf.stages import forward_cost
+from dse.sim.kv_tiers import RestingClass
 from dse.sim.scenario import Pipeline
 from dse.typed_data import build
 from dse.units import GB, Precision
@@ -37,8 +40,29 @@ def _need(d: dict[str, Any], key: str, where: str) -> Any:
     return d[key]
 
 
-def pipeline_from_placement(doc: dict[str, Any], catalog: Catalog, params: PerfParams, *,
-                            buffer_max: float = np.inf, source: str = SOURCE) -> tuple[Pipeline, Workload, Slo, float]:
+def resting_classes(doc: dict[str, Any]) -> tuple[RestingClass, ...]:
+    """The tier plan of the best design in ``doc`` as resting-KV classes."""
+    best = doc.get("best") or {}
+    total = float(doc["request"]["workload"]["requests_per_s"])
+    return tuple(
+        RestingClass(
+            share_of_arrivals=float(t["returning_per_s"]) / total,
+            dwell_s=float(t["dwell_s"]),
+            gb=float(t["gb_per_session"]),
+            tiers={k: float(v) for k, v in t["share"].items()},
+        )
+        for t in best.get("tiers", [])
+    )
+
+
+def pipeline_from_placement(
+    doc: dict[str, Any],
+    catalog: Catalog,
+    params: PerfParams,
+    *,
+    buffer_max: float = np.inf,
+    source: str = SOURCE,
+) -> tuple[Pipeline, Workload, Slo, float]:
     """(pipeline, workload, targets, KV GB per decoding sequence) of the best design in ``doc``."""
     req = _need(doc, "request", "")
     best = doc.get("best")
@@ -55,7 +79,8 @@ def pipeline_from_placement(doc: dict[str, Any], catalog: Catalog, params: PerfP
     pools = _need(best, "pools", "best.")
     ctx = workload.mean_prompt_tokens() + 0.5 * workload.output_tokens
 
-    servers, prefill_rate = 0.0, 0.0
+    servers = rate = instances = 0.0
+    fresh_w = mid_w = reload_w = fresh_n = mid_n = 0.0
     decoders: list[tuple[dict[str, Any], float]] = []
     for i, p in enumerate(pools):
         unit = p["unit"]
@@ -63,11 +88,26 @@ def pipeline_from_placement(doc: dict[str, Any], catalog: Catalog, params: PerfP
         phi = float(unit.get("prefill_share") or 0.0)
         busy = p.get("prefill_busy_s")
         if role in ("prefill", "mixed") and busy:
-            servers += x * max(1.0, round(float(unit.get("prefill_batch_requests") or 1.0)))
-            prefill_rate += x * (phi if role == "mixed" else 1.0) / float(busy)
+            stretch = 1.0 / phi if role == "mixed" else 1.0  # an aggregated unit prefills phi of the time
+            m = max(1.0, round(float(unit.get("prefill_batch_requests") or 1.0)))
+            servers += x * m
+            instances += x
+            rate += x / (float(busy) * stretch)
+            # weights: the requests/s this pool serves of each kind
+            ret = float(p.get("returning_per_s") or 0.0)
+            fresh = float(p.get("requests_per_s") or 0.0) - ret
+            if fresh > 0 and p.get("fresh_busy_s"):
+                fresh_w += fresh * float(p["fresh_busy_s"]) * stretch * m
+                fresh_n += fresh
+            if ret > 0 and p.get("midfill_busy_s"):
+                mid_w += ret * float(p["midfill_busy_s"]) * stretch * m
+                reload_w += ret * float(p.get("reload_s") or 0.0)
+                mid_n += ret
         if role in ("decode", "mixed", "attention"):
             if not unit.get("decode_batch"):
-                raise InputError(source, f"best.pools[{i}].unit.decode_batch", "must be positive for a decode pool")
+                raise InputError(
+                    source, f"best.pools[{i}].unit.decode_batch", "must be positive for a decode pool"
+                )
             decoders.append((p, phi))
     if servers <= 0 or not decoders:
         raise InputError(source, "best.pools", "needs a prefill-capable and a decode-capable pool")
@@ -76,14 +116,27 @@ def pipeline_from_placement(doc: dict[str, Any], catalog: Catalog, params: PerfP
     hw = catalog.hardware(unit["hardware"])
     par = unit["parallel"]
     slots = int(max(1, np.floor(unit["decode_batch"])))
-    pool = build_pool(model, [hw] * (slots + 1), gpus=[par["gpus"]] * (slots + 1),
-                      attn_tp=[par["attn_tp"]] * (slots + 1), ep=[par["ep"]] * (slots + 1),
-                      weight_precision=[wp] * (slots + 1), kv_precision=[engine.kv_precision] * (slots + 1))
+    pool = build_pool(
+        model,
+        [hw] * (slots + 1),
+        gpus=[par["gpus"]] * (slots + 1),
+        attn_tp=[par["attn_tp"]] * (slots + 1),
+        ep=[par["ep"]] * (slots + 1),
+        weight_precision=[wp] * (slots + 1),
+        kv_precision=[engine.kv_precision] * (slots + 1),
+    )
     n = np.maximum(np.arange(slots + 1, dtype=float), 1e-9)
     afd = unit["role"] == "attention"
     step_pool = attention_side(pool) if afd else pool
-    step = forward_cost(step_pool, params, tokens=n * (1.0 + draft), sequences=n, context=np.full_like(n, ctx),
-                        prefill=False, speed=np.full_like(n, engine.speed)).total_s
+    step = forward_cost(
+        step_pool,
+        params,
+        tokens=n * (1.0 + draft),
+        sequences=n,
+        context=np.full_like(n, ctx),
+        prefill=False,
+        speed=np.full_like(n, engine.speed),
+    ).total_s
     mtp_layers = max(model.mtp_layers, 1.0)
     tpot = step * (1.0 + draft * mtp_layers / model.layers) / accept
     if afd:
@@ -95,14 +148,34 @@ def pipeline_from_placement(doc: dict[str, Any], catalog: Catalog, params: PerfP
     decode_x = sum(float(p["output_tokens_per_s"]) for p, _ in decoders) / per_main
     handoff = 0.0 if unit["role"] == "mixed" else _handoff_s(workload, pool, params, engine.kv_precision)
     kv_gb = (ctx * float(pool.kv_bytes_per_token[0]) + pool.model.fixed_state_bytes) / GB
+    # one request's prefill lasts a batch on a server; the servers' mix reproduces the pool's rate
+    mean_busy = servers / rate
+    fresh_s = fresh_w / fresh_n if fresh_n > 0 else mean_busy
+    midfill_s = mid_w / mid_n if mid_n > 0 else mean_busy
+    share = workload.returning_share
+    mix = (1 - share) * fresh_s + share * midfill_s
+    fresh_s, midfill_s = fresh_s * mean_busy / mix, midfill_s * mean_busy / mix  # same total work
     pipe = Pipeline(
-        prefill_instances=np.array([servers]), prefill_s=np.array([servers / prefill_rate]),
-        handoff_s=np.array([handoff]), decode_instances=np.array([max(1.0, round(decode_x))]),
-        slots=np.array([float(slots)]), step_table=tpot[None, :], buffer_max=np.array([buffer_max]),
-        label=(f"{best.get('topology', '')}: {unit['name']}",))
+        prefill_instances=np.array([servers]),
+        prefill_s=np.array([fresh_s]),
+        handoff_s=np.array([handoff]),
+        decode_instances=np.array([max(1.0, round(decode_x))]),
+        slots=np.array([float(slots)]),
+        step_table=tpot[None, :],
+        buffer_max=np.array([buffer_max]),
+        label=(f"{best.get('topology', '')}: {unit['name']}",),
+        midfill_share=np.array([share]),
+        midfill_s=np.array([midfill_s]),
+        reload_s=np.array([reload_w / mid_n if mid_n > 0 else 0.0]),
+        # each prefill instance brings back one session's KV at a time over all its links, and
+        # hands one request's KV to decode at a time over the NICs that hold its shards
+        reload_servers=np.array([instances]),
+        handoff_servers=np.array([instances if handoff > 0 else np.inf]),
+    )
     return pipe, workload, slo, kv_gb
 
 
 def _handoff_s(w: Workload, pool: Any, p: PerfParams, kv: Precision) -> float:
+    """Seconds to hand one fresh prompt's KV to decode over the NICs that hold its shards."""
     nics = float(pool.nic_bytes_per_s[0]) * p.nic_eff * float(min(pool.gpus[0], pool.kv_shard[0]))
     return float(w.input_tokens * float(pool.kv_bytes_per_token[0]) / nics)

@@ -60,7 +60,7 @@ def detect_oscillation(t: Array, signal: Array, *, min_amplitude: float) -> Osci
     if not len(below):
         return Oscillation(False, float("nan"), amp)
     start = below[0]
-    lag = start + int(np.argmax(acf[start: len(acf) // 2])) if start < len(acf) // 2 else start
+    lag = start + int(np.argmax(acf[start : len(acf) // 2])) if start < len(acf) // 2 else start
     if lag >= len(acf) // 2 or acf[lag] < ACF_PEAK:
         return Oscillation(False, float("nan"), amp)
     return Oscillation(True, float(lag * (grid[1] - grid[0])), amp)
@@ -76,21 +76,3 @@ def weighted_quantile(values: Array, weights: Array, q: float) -> Array:
     cw = np.cumsum(np.take_along_axis(w, order, axis=1), axis=1)
     idx = np.argmax(cw >= q * cw[:, -1:], axis=1)
     return np.take_along_axis(v, order, axis=1)[np.arange(len(v)), idx]
-
-
-def queue_wait(rho: Array, servers: Array, service_s: Array, scv_service: Array | float) -> tuple[Array, Array]:
-    """(mean wait, probability of waiting) of a G/G/c queue with Poisson arrivals: Sakasegawa's
-    approximation ``P_wait ~ rho^(sqrt(2(c+1)) - 1)``, ``Wq = P_wait s / (c (1 - rho)) (1 + c_s^2) / 2``.
-    ``rho`` is held below 0.98: beyond, the fluid backlog itself carries the wait."""
-    r = np.clip(np.asarray(rho, dtype=float), 0.0, 0.98)
-    c = np.maximum(np.asarray(servers, dtype=float), 1.0)
-    p_wait = np.power(r, np.sqrt(2.0 * (c + 1.0)) - 1.0)
-    wq = p_wait * service_s / (c * (1.0 - r)) * (1.0 + scv_service) / 2.0
-    return wq, p_wait
-
-
-def wait_quantile(wq: Array, p_wait: Array, q: float) -> Array:
-    """The ``q`` quantile of the wait when waiting (given it happens) is exponential."""
-    tail = 1.0 - q
-    cond = wq / np.maximum(p_wait, 1e-12)
-    return np.where(p_wait > tail, cond * np.log(np.maximum(p_wait, 1e-12) / tail), 0.0)

@@ -8,10 +8,17 @@ traffic, never in the controller. Arrays hold one element per configuration.
 from __future__ import annotations
 
 import bisect
+from typing import Protocol
 
 import numpy as np
 
 from dse.sim.scenario import Array, Pipeline, Planner, PlannerKind
+
+
+class Measurements(Protocol):
+    """What the planner reads: the backlogs (seconds of work) measured at or before ``t``."""
+
+    def at(self, t: float) -> tuple[Array, Array]: ...
 
 
 class MeasurementLog:
@@ -65,7 +72,7 @@ class PlannerState:
     def due(self, t: float) -> bool:
         return t >= self.next_tick
 
-    def tick(self, t: float, log: MeasurementLog, arrival_rate: Array, pipe: Pipeline) -> Array:
+    def tick(self, t: float, log: Measurements, arrival_rate: Array, pipe: Pipeline) -> Array:
         """Decide moves at time ``t``; returns instances moved toward prefill (negative: toward
         decode), already removed from their old role and switching."""
         pl = self.planner
@@ -76,7 +83,9 @@ class PlannerState:
             move = want - (self.prefill + self.to_prefill)
         else:
             gap = bp - bd
-            move = np.where(np.abs(gap) > pl.threshold_s, np.sign(gap) * np.ceil(np.abs(gap) / pl.threshold_s), 0.0)
+            move = np.where(
+                np.abs(gap) > pl.threshold_s, np.sign(gap) * np.ceil(np.abs(gap) / pl.threshold_s), 0.0
+            )
             if pl.kind is PlannerKind.HYSTERESIS:
                 agree = np.sign(move) == self.previous
                 self.previous = np.sign(move)

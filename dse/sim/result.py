@@ -16,7 +16,7 @@ class Trajectories:
 
     t: Array
     arrival_rate: Array  # requests/s
-    prefill_queue: Array  # requests waiting for or in prefill
+    prefill_queue: Array  # requests upstream of the buffer: reloading, waiting for or in prefill, handing off
     buffer: Array  # prefilled requests waiting for a decode slot
     decode_batch: Array  # sequences per decode instance
     prefill_instances: Array  # serving (switching ones excluded)
@@ -62,6 +62,10 @@ def verdicts(traj: Trajectories, scenario: Scenario) -> tuple[Array, Array, list
     # the autocorrelation only where the swing is large enough to matter
     lo, hi = np.percentile(signal, [5, 95], axis=1) if signal.shape[1] else (np.zeros(1), np.zeros(1))
     swing = (hi - lo) / 2.0
-    osc = [detect_oscillation(traj.t[after], signal[i], min_amplitude=floor[i]) if swing[i] >= floor[i]
-           else Oscillation(False, float("nan"), float(swing[i])) for i in range(len(signal))]
+    osc = [
+        detect_oscillation(traj.t[after], signal[i], min_amplitude=floor[i])
+        if swing[i] >= floor[i]
+        else Oscillation(False, float("nan"), float(swing[i]))
+        for i in range(len(signal))
+    ]
     return stable, growth, osc

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -108,16 +108,38 @@ class Planner:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """Configurations, one element per array entry."""
+    """Configurations, one element per array entry. Stages in order: a returning turn first
+    reloads its KV (``reload_servers`` links of ``reload_s`` each; ``inf`` servers is a pure
+    delay); prefill servers take fresh prompts (``prefill_s``) and midfills (``midfill_s``) first
+    come first served; the KV handoff to decode (``handoff_servers`` of ``handoff_s``); the buffer;
+    decode."""
 
-    prefill_instances: Array
-    prefill_s: Array  # busy seconds of one prefill instance per request
+    prefill_instances: Array  # prefill servers
+    prefill_s: Array  # busy seconds of one server per fresh prompt
     handoff_s: Array
     decode_instances: Array
     slots: Array  # sequences per decode instance
     step_table: Array  # (configs, max_slots + 1) seconds per output token at batch n
     buffer_max: Array  # requests; inf for an unbounded buffer
     label: tuple[str, ...] = field(default=())
+    midfill_share: Array | None = None  # fraction of arrivals that are returning turns (default 0)
+    midfill_s: Array | None = None  # busy seconds of one server per midfill (default prefill_s)
+    reload_s: Array | None = None  # seconds one reload takes (default 0)
+    reload_servers: Array | None = None  # reloads in flight at once (default inf: no queue)
+    handoff_servers: Array | None = None  # handoffs in flight at once (default inf: no queue)
+
+    def __post_init__(self) -> None:
+        n = len(self.prefill_instances)
+        defaults = {
+            "midfill_share": np.zeros(n),
+            "midfill_s": self.prefill_s,
+            "reload_s": np.zeros(n),
+            "reload_servers": np.full(n, np.inf),
+            "handoff_servers": np.full(n, np.inf),
+        }
+        for name, value in defaults.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.asarray(value, dtype=float))
 
     @property
     def n(self) -> int:
@@ -125,10 +147,14 @@ class Pipeline:
 
     def one(self, i: int) -> Pipeline:
         """Configuration ``i`` alone."""
-        pick = slice(i, i + 1)
-        return Pipeline(self.prefill_instances[pick], self.prefill_s[pick], self.handoff_s[pick],
-                        self.decode_instances[pick], self.slots[pick], self.step_table[pick],
-                        self.buffer_max[pick], self.label[i:i + 1] if self.label else ())
+        parts = {f.name: getattr(self, f.name)[i : i + 1] for f in fields(self) if f.name != "label"}
+        return Pipeline(**parts, label=self.label[i : i + 1] if self.label else ())
+
+    def arrays(self, name: str) -> Array:
+        """A stage array, never None (for type checkers)."""
+        value = getattr(self, name)
+        assert value is not None
+        return np.asarray(value, dtype=float)
 
     def tpot(self, batch: Array) -> Array:
         """Seconds per output token at per-instance ``batch`` (linear between table entries)."""
@@ -146,7 +172,9 @@ class Pipeline:
         return self.decode_instances * self.slots / (full * lengths.mean)
 
     def prefill_capacity(self) -> Array:
-        return self.prefill_instances / self.prefill_s
+        """Requests/s the prefill servers finish at the pipeline's mix of fresh and returning."""
+        m = self.arrays("midfill_share")
+        return self.prefill_instances / ((1.0 - m) * self.prefill_s + m * self.arrays("midfill_s"))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,228 @@
+"""The fluid simulator against the discrete-event reference, its physics, and its verdicts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dse.sim import (
+    ArrivalKind,
+    Arrivals,
+    OutputLengths,
+    Pipeline,
+    Planner,
+    PlannerKind,
+    Scenario,
+    simulate,
+)
+from dse.sim.des import simulate_des
+from dse.sim.fluid import simulate_fluid
+from dse.sim.metrics import detect_oscillation, weighted_quantile
+
+TAIL = OutputLengths((0.9, 0.1), (200.0, 2000.0))  # mean 380 tokens, long-tailed
+
+
+def pipe(cp: float = 4, cd: float = 4, slots: int = 64, n: int = 1, buffer: float = np.inf) -> Pipeline:
+    """Prefill servers of 0.5 s; decode at 20 ms + 0.2 ms per sequence of batch."""
+    table = np.tile(0.02 + 0.0002 * np.arange(slots + 1), (n, 1))
+    return Pipeline(
+        np.full(n, float(cp)),
+        np.full(n, 0.5),
+        np.full(n, 0.01),
+        np.full(n, float(cd)),
+        np.full(n, float(slots)),
+        table,
+        np.full(n, buffer),
+    )
+
+
+def scenario(rate: float, **kw: object) -> Scenario:
+    base: dict[str, object] = {
+        "arrivals": Arrivals(ArrivalKind.CONSTANT, rate),
+        "lengths": TAIL,
+        "horizon_s": 1200.0,
+        "warmup_s": 300.0,
+    }
+    base.update(kw)
+    return Scenario(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("rate", [3.0, 6.0])
+def test_fluid_matches_the_discrete_event_reference_away_from_capacity(rate: float) -> None:
+    # capacities: prefill 8 req/s, decode about 20 req/s
+    f, _ = simulate_fluid(pipe(), scenario(rate))
+    d, _, _ = simulate_des(pipe(), scenario(rate), seed=3)
+    assert f.requests_per_s[0] == pytest.approx(d.requests_per_s[0], rel=0.05)
+    assert f.tpot_mean_s[0] == pytest.approx(d.tpot_mean_s[0], rel=0.10)
+    assert f.e2e_mean_s[0] == pytest.approx(d.e2e_mean_s[0], rel=0.10)
+    assert f.ttft_mean_s[0] == pytest.approx(d.ttft_mean_s[0], rel=0.15)
+    assert f.e2e_p99_s[0] == pytest.approx(d.e2e_p99_s[0], rel=0.25)
+    assert f.stable[0] and d.stable[0]
+
+
+def test_overload_is_unstable_in_both() -> None:
+    f, ft = simulate_fluid(pipe(cp=2), scenario(6.0))  # prefill capacity 4 req/s
+    d, _, _ = simulate_des(pipe(cp=2), scenario(6.0), seed=1)
+    assert not f.stable[0] and not d.stable[0]
+    assert f.backlog_growth_per_s[0] == pytest.approx(2.0, rel=0.05)  # 6 in, 4 out
+    assert ft.prefill_queue[0, -1] > ft.prefill_queue[0, len(ft.t) // 2]
+
+
+def test_the_discrete_event_reference_repeats_with_its_seed() -> None:
+    a, _, ra = simulate_des(pipe(), scenario(5.0, horizon_s=400.0, warmup_s=100.0), seed=7)
+    b, _, rb = simulate_des(pipe(), scenario(5.0, horizon_s=400.0, warmup_s=100.0), seed=7)
+    c, _, _ = simulate_des(pipe(), scenario(5.0, horizon_s=400.0, warmup_s=100.0), seed=8)
+    np.testing.assert_array_equal(ra.finished_s, rb.finished_s)
+    assert a.ttft_mean_s[0] == b.ttft_mean_s[0] and a.ttft_mean_s[0] != c.ttft_mean_s[0]
+
+
+def test_vectorised_configurations_equal_their_runs_alone() -> None:
+    many = Pipeline(
+        np.array([3.0, 4.0, 6.0]),
+        np.full(3, 0.5),
+        np.full(3, 0.01),
+        np.array([2.0, 4.0, 3.0]),
+        np.full(3, 64.0),
+        np.tile(0.02 + 0.0002 * np.arange(65), (3, 1)),
+        np.full(3, np.inf),
+    )
+    sc = scenario(
+        5.0, arrivals=Arrivals(ArrivalKind.BURST, 5.0, burst_factor=1.5, burst_start_s=400, burst_s=200)
+    )
+    together, _ = simulate_fluid(many, sc)
+    for i in range(3):
+        alone, _ = simulate_fluid(many.one(i), sc)
+        assert together.ttft_mean_s[i] == pytest.approx(alone.ttft_mean_s[0], rel=1e-12)
+        assert together.requests_per_s[i] == pytest.approx(alone.requests_per_s[0], rel=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rate=st.floats(0.5, 12.0),
+    cp=st.integers(1, 6),
+    cd=st.integers(1, 5),
+    burst=st.floats(1.0, 3.0),
+    buffer=st.sampled_from([5.0, 50.0, np.inf]),
+)
+def test_fluid_conserves_requests(rate: float, cp: int, cd: int, burst: float, buffer: float) -> None:
+    sc = scenario(
+        rate,
+        arrivals=Arrivals(ArrivalKind.BURST, rate, burst_factor=burst, burst_start_s=200, burst_s=100),
+        horizon_s=600.0,
+        warmup_s=0.0,
+    )
+    _, tr = simulate_fluid(pipe(cp=cp, cd=cd, buffer=buffer), sc, dt=1.0)
+    arrived = tr.arrival_rate[0].sum() * 1.0
+    done = tr.completions_per_s[0].sum() * 1.0
+    in_service = (tr.decode_batch[0] * tr.decode_instances[0])[-1]
+    waiting = tr.prefill_queue[0, -1] + tr.buffer[0, -1]
+    # the recorded prefill queue also counts the prefills in service (at most one per server)
+    assert done + in_service + waiting - cp - 1e-6 <= arrived <= done + in_service + waiting + 1e-6
+    assert (tr.buffer[0] <= buffer + 1e-6).all()
+
+
+@settings(max_examples=15, deadline=None)
+@given(rate=st.floats(1.0, 7.0), cd=st.integers(1, 4))
+def test_more_decode_instances_never_slow_a_request(rate: float, cd: int) -> None:
+    sc = scenario(rate, horizon_s=600.0, warmup_s=100.0)
+    a, _ = simulate_fluid(pipe(cd=cd), sc)
+    b, _ = simulate_fluid(pipe(cd=cd + 1), sc)
+    assert b.e2e_mean_s[0] <= a.e2e_mean_s[0] * (1 + 1e-9)
+    assert b.tpot_mean_s[0] <= a.tpot_mean_s[0] * (1 + 1e-9)
+
+
+def oscillation_case(kind: PlannerKind, delay: float) -> Scenario:
+    """Two prefill and six decode instances for 7 req/s: the planner must move instances."""
+    planner = Planner(kind, period_s=30.0, delay_s=delay, switch_s=20.0, threshold_s=2.0, max_move=3)
+    return scenario(7.0, planner=planner, horizon_s=3600.0, warmup_s=600.0)
+
+
+def test_a_reactive_planner_on_stale_measurements_oscillates_in_both_simulators() -> None:
+    sc = oscillation_case(PlannerKind.REACTIVE, 90.0)
+    f, ft = simulate_fluid(pipe(cp=2, cd=6), sc)
+    d, dt, _ = simulate_des(pipe(cp=2, cd=6), sc, seed=2)
+    assert f.oscillating[0] and d.oscillating[0]
+    assert f.oscillation_period_s[0] == pytest.approx(d.oscillation_period_s[0], rel=0.2)
+    # prefill and decode instances swing in anti-phase (the total is fixed)
+    total = ft.prefill_instances[0] + ft.decode_instances[0]
+    assert np.corrcoef(ft.prefill_instances[0][600:], ft.decode_instances[0][600:])[0, 1] < -0.5
+    assert total.max() <= 8.0
+
+
+@pytest.mark.parametrize(
+    "kind,delay",
+    [(PlannerKind.HYSTERESIS, 90.0), (PlannerKind.PREDICTIVE, 90.0), (PlannerKind.REACTIVE, 0.0)],
+)
+def test_damped_planners_settle(kind: PlannerKind, delay: float) -> None:
+    sc = oscillation_case(kind, delay)
+    f, ft = simulate_fluid(pipe(cp=2, cd=6), sc)
+    d, _, _ = simulate_des(pipe(cp=2, cd=6), sc, seed=2)
+    assert not f.oscillating[0] and not d.oscillating[0]
+    assert f.stable[0] and d.stable[0]
+    assert ft.prefill_instances[0, -1] >= 4  # enough prefill for 7 req/s at 2 req/s each
+
+
+def test_oscillation_detector_reads_a_known_period() -> None:
+    t = np.arange(0.0, 3600.0, 1.0)
+    swing = detect_oscillation(t, 3.0 + 2.0 * np.sign(np.sin(2 * np.pi * t / 300.0)), min_amplitude=1.0)
+    assert swing.detected and swing.period_s == pytest.approx(300.0, rel=0.02)
+    flat = detect_oscillation(t, np.full_like(t, 3.0), min_amplitude=1.0)
+    assert not flat.detected
+
+
+def test_weighted_quantile_by_hand() -> None:
+    v = np.array([[1.0, 2.0, 3.0, 4.0]])
+    assert weighted_quantile(v, np.array([[1.0, 1.0, 1.0, 1.0]]), 0.5)[0] == 2.0
+    assert weighted_quantile(v, np.array([[0.0, 0.0, 0.0, 1.0]]), 0.1)[0] == 4.0
+
+
+def test_simulate_api_runs_both_and_tabulates() -> None:
+    from dse.sim import trajectories_frame
+
+    rep = simulate(pipe(), scenario(4.0, horizon_s=300.0, warmup_s=60.0), reference=True, seed=1)
+    assert rep.reference is not None
+    df = trajectories_frame(rep)
+    assert set(df["simulator"].unique()) == {"fluid", "des"}
+    assert "decode_batch_per_instance" in df.columns and df.height > 500
+
+
+def test_midfill_and_handoff_stages_match_the_reference() -> None:
+    # 60% returning turns: 0.4 s reloads over 3 links, 0.3 s midfills; handoffs of 0.2 s over 4 links
+    p = Pipeline(
+        np.array([6.0]),
+        np.array([0.5]),
+        np.array([0.2]),
+        np.array([4.0]),
+        np.array([64.0]),
+        (0.02 + 0.0002 * np.arange(65))[None, :],
+        np.array([np.inf]),
+        midfill_share=np.array([0.6]),
+        midfill_s=np.array([0.3]),
+        reload_s=np.array([0.4]),
+        reload_servers=np.array([3.0]),
+        handoff_servers=np.array([4.0]),
+    )
+    assert p.prefill_capacity()[0] == pytest.approx(6.0 / (0.4 * 0.5 + 0.6 * 0.3))
+    sc = scenario(10.0, horizon_s=1800.0)
+    f, _ = simulate_fluid(p, sc)
+    d, _, reqs = simulate_des(p, sc, seed=4)
+    assert 0.55 < reqs.returning.mean() < 0.65
+    assert f.requests_per_s[0] == pytest.approx(d.requests_per_s[0], rel=0.05)
+    assert f.ttft_mean_s[0] == pytest.approx(d.ttft_mean_s[0], rel=0.15)
+    assert f.e2e_mean_s[0] == pytest.approx(d.e2e_mean_s[0], rel=0.10)
+    assert f.ttft_p99_s[0] == pytest.approx(d.ttft_p99_s[0], rel=0.25)
+
+
+def test_resting_kv_settles_at_littles_law() -> None:
+    from dse.sim.kv_tiers import RestingClass, resting_kv_gb
+
+    c = RestingClass(share_of_arrivals=0.5, dwell_s=60.0, gb=2.0, tiers={"dram": 0.75, "network": 0.25})
+    t = np.arange(0.0, 3600.0, 1.0)
+    kv = resting_kv_gb((c,), Arrivals(ArrivalKind.CONSTANT, 10.0), t)
+    level = 10.0 * 0.5 * 60.0 * 2.0  # returns/s x dwell x GB
+    assert kv["dram"][-1] == pytest.approx(0.75 * level, rel=1e-6)
+    assert kv["network"][-1] == pytest.approx(0.25 * level, rel=1e-6)
+    assert kv["hbm"].max() == 0.0
+    assert kv["dram"][60] == pytest.approx(0.75 * level * (1 - np.exp(-1.0)), rel=0.02)  # one dwell in
