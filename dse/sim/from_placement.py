@@ -6,8 +6,9 @@ the GPU) and the pool's throughput is the mix of fresh prompts and midfills the 
 Returning turns first pass a reload stage (one session at a time per prefill instance, at the mean
 reload time of the tiers the MILP chose); every request passes a KV handoff stage. Decode pools
 become instances of the pool with the most instances, counted by capacity (a pool of another
-shape counts as the instances of equal tokens/s). The step table is the stage performance model's time per output token of that decode unit at every batch up
-to its operating point, which the engine uses as its batch cap. Aggregated units give a prefill
+shape counts as the instances of equal tokens/s). The step table is the stage performance model's
+time per output token of that decode unit at every batch up to its operating point, which the
+engine uses as its batch cap. Aggregated units give a prefill
 server at their prefill time share and a decode instance whose steps stretch by ``1 / (1 - phi)``;
 attention-FFN units give decode instances paced by twice the attention half's step (each side
 has half the TPOT).
