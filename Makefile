@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/perf_speed.py
 	$(PY) benchmarks/accuracy.py
 	$(PY) benchmarks/milp_speed.py
+	$(PY) benchmarks/sim_validation.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
