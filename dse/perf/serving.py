@@ -202,20 +202,28 @@ def prefill_capacity(pool: Pool, p: PerfParams, *, isl: Array, batch_tokens: Arr
     return batch_tokens / t
 
 
-def decode_capacity_at_tpot(pool: Pool, p: PerfParams, *, context: Array, tpot_s: Array,
-                            speed: Array, draft_tokens: Array, accept_tokens: Array,
-                            iterations: int = 40) -> tuple[Array, Array]:
-    """(output tokens/s, sequences) of one decode instance at the largest batch whose time per
-    output token stays within ``tpot_s`` and whose KV fits in HBM. Zero where even one sequence
-    misses the target or the weights do not fit."""
-    cap = np.maximum(kv_capacity_sequences(pool, p, context), 0.0)
+def decode_tpot(pool: Pool, p: PerfParams, *, batch: Array, context: Array, speed: Array,
+                draft_tokens: Array, accept_tokens: Array) -> Array:
+    """Seconds per output token of one decode instance running ``batch`` sequences."""
     m = pool.model
     draft = 1.0 + draft_tokens * max(m.mtp_layers, 1.0) / m.layers
+    b = np.maximum(batch, 1e-9)
+    cost = forward_cost(pool, p, tokens=b * (1.0 + draft_tokens), sequences=b, context=context,
+                        prefill=False, speed=speed)
+    return cost.total_s * draft / accept_tokens
+
+
+def decode_capacity_at_tpot(pool: Pool, p: PerfParams, *, context: Array, tpot_s: Array,
+                            speed: Array, draft_tokens: Array, accept_tokens: Array,
+                            iterations: int = 40, max_batch: Array | float = np.inf) -> tuple[Array, Array]:
+    """(output tokens/s, sequences) of one decode instance at the largest batch, at most
+    ``max_batch``, whose time per output token stays within ``tpot_s`` and whose KV fits in HBM.
+    Zero where even one sequence misses the target or the weights do not fit."""
+    cap = np.minimum(np.maximum(kv_capacity_sequences(pool, p, context), 0.0), max_batch)
 
     def tpot(b: Array) -> Array:
-        cost = forward_cost(pool, p, tokens=b * (1.0 + draft_tokens), sequences=b,
-                            context=context, prefill=False, speed=speed)
-        return cost.total_s * draft / accept_tokens
+        return decode_tpot(pool, p, batch=b, context=context, speed=speed, draft_tokens=draft_tokens,
+                           accept_tokens=accept_tokens)
 
     lo = np.full_like(cap, 0.0)
     hi = np.maximum(cap, 0.0)

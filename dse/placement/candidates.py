@@ -42,8 +42,6 @@ from dse.units import GB
 from dse.workload import Slo, Workload
 from formulations.placement_data import TIERS, PlacementData, Role
 
-AGG_PREFILL_SHARES = (0.1, 0.2, 0.35, 0.5)
-FFN_TOKENS_PER_GPU = (16.0, 64.0, 256.0)  # sequences per GPU an FFN unit batches per step
 AFD_SIDE_SHARE = 0.5
 
 
@@ -112,6 +110,9 @@ class _Builder:
         self.classes = classes_of(req.workload)
         self.rows: list[_Row] = []
         self.excl: list[Exclusion] = []
+        self.opts = req.options
+        self.tiers = set(req.options.tiers)
+        self.cap = req.options.decode_max_batch if req.options.decode_max_batch is not None else np.inf
         for i in map(int, np.flatnonzero(~s.fits)):
             self.exclude(
                 i,
@@ -182,9 +183,18 @@ class _Builder:
                 row.reload[:, t] = reload
         return float(fixed + wait)
 
+    def shapes(self, role: str) -> list[int]:
+        """Shapes that fit and that the options allow for ``role`` ("prefill" or another)."""
+        o = self.opts
+        shapes, hws = (o.prefill_shapes, o.prefill_hardware) if role == "prefill" else (o.decode_shapes,
+                                                                                          o.decode_hardware)
+        s = self.s
+        return [int(i) for i in np.flatnonzero(s.fits)
+                if (shapes is None or s.par[int(i)].label() in shapes) and (hws is None or s.hw(int(i)).id in hws)]
+
     def add_prefill(self) -> None:
         s = self.s
-        for i in map(int, np.flatnonzero(s.fits)):
+        for i in self.shapes("prefill"):
             row = _Row(self.info(i, Role.PREFILL, hbm_gb=0.0), i, len(self.classes), nic=float(s.nic_gb_s[i]))
             ttft = self.prefill_side(row, i, share=1.0, stretch=1.0, handoff=True)
             if not np.isfinite(ttft):
@@ -210,8 +220,9 @@ class _Builder:
             speed=s.speed,
             draft_tokens=s.draft,
             accept_tokens=s.accept,
+            max_batch=self.cap,
         )
-        for i in map(int, np.flatnonzero(s.fits)):
+        for i in self.shapes("decode"):
             if rate[i] <= 0:
                 self.exclude(i, "decode", _tpot_reason(slo, s.cap_seq[i]))
                 continue
@@ -223,7 +234,7 @@ class _Builder:
 
     def add_mixed(self) -> None:
         s, slo = self.s, self.slo
-        for phi in AGG_PREFILL_SHARES:
+        for phi in self.opts.agg_prefill_shares:
             rate, batch = decode_capacity_at_tpot(
                 s.pool,
                 self.p,
@@ -232,8 +243,9 @@ class _Builder:
                 speed=s.speed,
                 draft_tokens=s.draft,
                 accept_tokens=s.accept,
+                max_batch=self.cap,
             )
-            for i in map(int, np.flatnonzero(s.fits)):
+            for i in self.shapes("decode"):
                 if rate[i] <= 0:
                     self.exclude(i, "mixed", f"at prefill share {phi:g}: " + _tpot_reason(slo, s.cap_seq[i]))
                     continue
@@ -280,9 +292,10 @@ class _Builder:
             speed=s.speed,
             draft_tokens=s.draft,
             accept_tokens=s.accept,
+            max_batch=self.cap,
         )
         att_w = weight_bytes_per_gpu(att) / GB
-        for i in map(int, np.flatnonzero(s.fits)):
+        for i in self.shapes("decode"):
             if batch[i] <= 0:
                 self.exclude(
                     i, "attention", f"attention step cannot fit half of TPOT {slo.tpot_s * 1e3:g} ms"
@@ -301,7 +314,7 @@ class _Builder:
                 _Row(info, i, len(self.classes), dec=float(batch[i] / slo.tpot_s), nic=float(s.nic_gb_s[i]))
             )
         ffn_w = weight_bytes_per_gpu(ffn) / GB
-        for per_gpu in FFN_TOKENS_PER_GPU:
+        for per_gpu in self.opts.ffn_tokens_per_gpu:
             seqs = per_gpu * s.pool.gpus
             # time per output token of the expert half; a step yields ``accept`` tokens per sequence
             step = (
@@ -316,7 +329,7 @@ class _Builder:
                 ).total_s
                 / s.accept
             )
-            for i in map(int, np.flatnonzero(s.fits)):
+            for i in self.shapes("decode"):
                 if step[i] > half[i]:
                     self.exclude(
                         i,

@@ -36,6 +36,39 @@ class Limits:
     network_kv_capacity_tb: float | None = None
 
 
+KV_POLICIES = {
+    "tiered": ("hbm", "dram", "nvme", "network", "drop"),  # the MILP chooses among every tier
+    "hbm-only": ("hbm", "drop"),  # prefix cache in HBM; what does not fit is recomputed
+    "offload": ("dram", "nvme", "network", "drop"),  # processed KV leaves HBM at once
+    "recompute": ("drop",),  # no prefix cache: every returning turn prefills its whole context
+}
+
+
+@dataclass(frozen=True)
+class UnitOptions:
+    """Which unit shapes and operating points the candidate builder may use (a search trial
+    narrows them to one each); ``None`` means every default."""
+
+    prefill_shapes: tuple[str, ...] | None = None  # Parallel labels, e.g. "8gpu-dpa-ep8"
+    decode_shapes: tuple[str, ...] | None = None  # also the shape of aggregated and attention/FFN units
+    prefill_hardware: tuple[str, ...] | None = None  # hardware ids prefill units may use
+    decode_hardware: tuple[str, ...] | None = None
+    prefill_chunk_tokens: int = 8192  # tokens one attention-DP rank batches per prefill forward
+    decode_max_batch: float | None = None  # cap on sequences per decode instance
+    agg_prefill_shares: tuple[float, ...] = (0.1, 0.2, 0.35, 0.5)
+    ffn_tokens_per_gpu: tuple[float, ...] = (16.0, 64.0, 256.0)
+    kv_policy: str = "tiered"
+
+    def __post_init__(self) -> None:
+        if self.kv_policy not in KV_POLICIES:
+            raise InputError("placement request", "options.kv_policy",
+                             f"must be one of {', '.join(KV_POLICIES)}", self.kv_policy)
+
+    @property
+    def tiers(self) -> tuple[str, ...]:
+        return KV_POLICIES[self.kv_policy]
+
+
 @dataclass(frozen=True)
 class PlacementRequest:
     model: str
@@ -49,6 +82,7 @@ class PlacementRequest:
     weight_precision: Precision = Precision.FP8  # routed-expert weights
     mtp: bool = False
     limits: Limits = Limits()
+    options: UnitOptions = UnitOptions()
     network_kv_usd_per_tb_hour: float = 0.0  # no sourced price: zero unless the user sets one
     latency_usd_per_s: float = 0.0  # value of a request-second of reload wait
     time_limit_s: float | None = 30.0

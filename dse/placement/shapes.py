@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dse.catalog import Hardware, Model
+from dse.errors import InputError
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool, build_pool
 from dse.perf.serving import PREFILL_TOKENS_PER_RANK
@@ -33,10 +34,34 @@ class Parallel:
         return f"{self.gpus}gpu-{attn}-ep{self.ep}"
 
 
-def parallel_grid(hw: Hardware, model: Model) -> list[Parallel]:
+def parse_shape(label: str) -> Parallel:
+    """``"16gpu-dpa-ep16"`` or ``"8gpu-tp8-ep8"`` as a :class:`Parallel`."""
+    try:
+        g, attn, ep = label.split("-")
+        gpus = int(g.removesuffix("gpu"))
+        tp = 1 if attn == "dpa" else int(attn.removeprefix("tp"))
+        return Parallel(gpus, tp, int(ep.removeprefix("ep")))
+    except ValueError:
+        raise InputError("shape", "label", "must look like 8gpu-tp8-ep8 or 16gpu-dpa-ep16", label) from None
+
+
+def parallel_grid(hw: Hardware, model: Model, extra: set[str] | None = None) -> list[Parallel]:
     """Instance shapes tried per hardware: tensor-parallel attention inside a node, and
     data-parallel attention with expert parallelism that grows across nodes (or across the
-    rack on NVL72). Tensor parallelism never leaves the scale-up domain."""
+    rack on NVL72). Tensor parallelism never leaves the scale-up domain. ``extra`` labels add
+    shapes (a study may ask for others) where they are valid on ``hw``."""
+    grid = _default_grid(hw, model)
+    have = {p.label() for p in grid}
+    for label in sorted(extra or ()):
+        par = parse_shape(label)
+        experts = model.moe.routed_experts if model.moe is not None else 1
+        if label not in have and par.attn_tp <= hw.scale_up.domain_gpus and par.ep <= max(experts, 1) \
+                and par.gpus % par.attn_tp == 0 and (par.ep == 1 or par.gpus % par.ep == 0 or par.ep % par.gpus == 0):
+            grid.append(par)
+    return grid
+
+
+def _default_grid(hw: Hardware, model: Model) -> list[Parallel]:
     moe = model.moe is not None
     shapes = [Parallel(8, 8, 8 if moe else 1), Parallel(8, 1, 8 if moe else 1)]
     if hw.scale_up.domain_gpus >= 16:
@@ -57,8 +82,10 @@ class PrefillCost:
     batch_s: Array
 
 
-def prefill_cost(pool: Pool, p: PerfParams, speed: Array, new: float, cached: float) -> PrefillCost:
-    """Prefilling ``new`` tokens of a request against ``cached`` ones already in HBM."""
+def prefill_cost(pool: Pool, p: PerfParams, speed: Array, new: float, cached: float,
+                 chunk_tokens: float = PREFILL_TOKENS_PER_RANK) -> PrefillCost:
+    """Prefilling ``new`` tokens of a request against ``cached`` ones already in HBM, in forwards
+    of ``chunk_tokens`` per attention-DP rank."""
     new_a = np.full_like(pool.gpus, max(new, 1.0))
     one = forward_cost(
         pool,
@@ -70,7 +97,7 @@ def prefill_cost(pool: Pool, p: PerfParams, speed: Array, new: float, cached: fl
         speed=speed,
         cached=cached,
     ).total_s
-    batch = np.maximum(new_a, PREFILL_TOKENS_PER_RANK * pool.attn_dp)
+    batch = np.maximum(new_a, chunk_tokens * pool.attn_dp)
     full = forward_cost(
         pool,
         p,
@@ -92,10 +119,15 @@ class Shapes:
         self.hws = hws
         self.hw_of: list[int] = []
         self.par: list[Parallel] = []
+        opts = req.options
+        wanted = None
+        if opts.prefill_shapes is not None or opts.decode_shapes is not None:
+            wanted = set(opts.prefill_shapes or ()) | set(opts.decode_shapes or ())
         for i, hw in enumerate(hws):
-            for par in parallel_grid(hw, model):
-                self.hw_of.append(i)
-                self.par.append(par)
+            for par in parallel_grid(hw, model, extra=wanted):
+                if wanted is None or par.label() in wanted:
+                    self.hw_of.append(i)
+                    self.par.append(par)
         n = len(self.par)
         pool = build_pool(
             model,
@@ -115,7 +147,8 @@ class Shapes:
         kv_gb = float(pool.kv_bytes_per_token[0] / GB)  # one KV precision per request
         state_gb = pool.model.fixed_state_bytes / GB
         self.per_seq_gb = self.decode_ctx * kv_gb + state_gb  # unique KV of one decoding sequence
-        self.prefill_ws_gb = np.maximum(w.input_tokens, PREFILL_TOKENS_PER_RANK * pool.attn_dp) * kv_gb
+        chunk = float(opts.prefill_chunk_tokens)
+        self.prefill_ws_gb = np.maximum(w.input_tokens, chunk * pool.attn_dp) * kv_gb
 
         p = params
         self.cap_seq = kv_capacity_sequences(pool, p, self.decode_ctx)
@@ -124,9 +157,9 @@ class Shapes:
         self.free_unique_gb = np.maximum(self.usable_gb - self.weights_gb, 0.0) * pool.kv_shard
         self.fits = self.cap_seq > 0
 
-        self.fresh = prefill_cost(pool, p, self.speed, w.input_tokens, 0.0)
-        self.midfill = prefill_cost(pool, p, self.speed, w.suffix_tokens, w.cached_prefix_tokens)
-        self.recompute = prefill_cost(pool, p, self.speed, w.returning_context_tokens, 0.0)
+        self.fresh = prefill_cost(pool, p, self.speed, w.input_tokens, 0.0, chunk)
+        self.midfill = prefill_cost(pool, p, self.speed, w.suffix_tokens, w.cached_prefix_tokens, chunk)
+        self.recompute = prefill_cost(pool, p, self.speed, w.returning_context_tokens, 0.0, chunk)
         self.nic_gb_s = pool.nic_bytes_per_s * p.nic_eff * pool.gpus / GB  # one instance
         # one request's KV leaves over the NICs of the GPUs that hold its shards
         kv_nics = pool.nic_bytes_per_s * p.nic_eff * np.minimum(pool.gpus, pool.kv_shard) / GB

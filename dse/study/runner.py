@@ -1,0 +1,224 @@
+"""Running a study: Optuna asks, :mod:`dse.study.trial` evaluates, Optuna is told.
+
+Storage is an embedded SQLite file in the run folder unless a URL is given (PostgreSQL for many
+workers on many machines). A rerun of the same study resumes: finished trials stay, a trial left
+running by a killed process is marked failed (and not counted), and only the rest of the budget
+runs. Workers sharing a storage stop when the study as a whole reaches its budget.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy
+
+from dse import __version__
+from dse.atomic import write_text
+from dse.catalog import Catalog, load_catalog
+from dse.errors import InputError
+from dse.perf.params import PerfParams, load_params
+from dse.placement.serialize import plain
+from dse.study.metrics import METRICS
+from dse.study.spec import StudySpec
+from dse.study.trial import choice_from_params, evaluate, objective_values, params_of, suggest
+from formulations.solve import PlacementSolver
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+MetricFn = Callable[[Mapping[str, float]], float]
+
+
+@dataclass(frozen=True)
+class ObjectiveDef:
+    """A study objective: a recorded metric, or a Python function of the trial's metrics."""
+
+    name: str
+    direction: str  # "minimize" or "maximize"
+    fn: MetricFn | None = None
+
+    @classmethod
+    def metric(cls, name: str) -> ObjectiveDef:
+        m = METRICS[name]
+        assert m.direction is not None
+        return cls(name, m.direction)
+
+
+def run_folder(out: Path, spec: StudySpec) -> Path:
+    return out / spec.name
+
+
+def default_storage(out: Path, spec: StudySpec) -> str:
+    return f"sqlite:///{(run_folder(out, spec) / 'study.db').resolve()}"
+
+
+def _sqlite_pragmas_if_sqlite(dbapi_connection: Any, record: Any) -> None:
+    if type(dbapi_connection).__module__.startswith("sqlite3"):
+        _sqlite_pragmas(dbapi_connection, record)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # write-ahead log: a commit is one append, and readers never block the writer; a crash keeps
+    # every committed trial (synchronous=NORMAL loses nothing committed on a process kill)
+    cur = dbapi_connection.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def _storage(url: str) -> optuna.storages.BaseStorage:
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+        sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite)
+    try:
+        return optuna.storages.RDBStorage(url, heartbeat_interval=None, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the driver's own error types differ per database
+        raise InputError("--storage", "url", f"cannot be opened ({type(exc).__name__}: {exc})", _redact(url)) from None
+
+
+def _redact(url: str) -> str:
+    """The URL without its password."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    cred, host = rest.rsplit("@", 1)
+    user = cred.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in cred else url
+
+
+def open_study(spec: StudySpec, storage: str, objectives: list[ObjectiveDef], seed: int) -> optuna.Study:
+    """Create the study or load it; its objectives must not have changed."""
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=20)
+    store = _storage(storage)
+    names = [o.name for o in objectives]
+    try:
+        study = optuna.create_study(study_name=spec.name, storage=store, sampler=sampler, load_if_exists=True,
+                                    directions=[o.direction for o in objectives])
+    except ValueError as exc:
+        raise InputError(_redact(storage), "objectives", f"differ from the stored study's ({exc})", names) from None
+    stored = study.user_attrs.get("objectives")
+    if stored is None:
+        study.set_user_attr("objectives", names)
+        study.set_user_attr("spec", plain(spec))
+        study.set_user_attr("engine_version", __version__)
+    elif stored != names:
+        raise InputError(_redact(storage), "objectives", f"the stored study optimises {stored}; use another --out "
+                         "or --storage for other objectives", names)
+    return study
+
+
+CONSTRAINT_KEYS = ("placement", "ttft_s", "tpot_s", "stability", "gpus")
+
+
+def _fail_stale(study: optuna.Study) -> int:
+    """Trials a killed process left RUNNING in a single-process storage: mark them failed."""
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        n += 1
+    return n
+
+
+def _memory_copy(study: optuna.Study, seed: int) -> optuna.Study:
+    """An in-memory study with the stored one's finished trials and a fresh seeded sampler."""
+    mem = optuna.create_study(directions=study.directions,
+                              sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=20))
+    mem.add_trials(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    return mem
+
+
+def _complete(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+@dataclass(frozen=True)
+class RunStats:
+    completed_before: int
+    ran: int
+    stale_failed: int
+    seconds: float
+
+
+def run(spec: StudySpec, *, out: Path = Path("runs"), storage: str | None = None, trials: int | None = None,
+        seed: int | None = None, objectives: list[ObjectiveDef] | None = None, progress: bool = False,
+        shared: bool = False, catalog: Catalog | None = None, params: PerfParams | None = None,
+        ) -> tuple[optuna.Study, RunStats]:
+    """Run (or resume) the study until ``trials`` (default: the spec's budget) are complete.
+
+    ``shared`` is for workers on one storage: stale RUNNING trials belong to live workers there,
+    so they are left alone."""
+    catalog = catalog if catalog is not None else load_catalog()
+    params = params if params is not None else load_params()
+    objectives = objectives or [ObjectiveDef.metric(n) for n in spec.objectives.names]
+    storage = storage or default_storage(out, spec)
+    budget = trials if trials is not None else spec.trials
+    study = open_study(spec, storage, objectives, spec.seed if seed is None else seed)
+    folder = run_folder(out, spec)
+    if storage.startswith("sqlite:///") or not shared:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text(folder / "spec.json", json.dumps(plain(spec), indent=2) + "\n")  # the resolved spec
+    stale = 0 if shared else _fail_stale(study)
+    before = _complete(study)
+    solver = PlacementSolver()
+    defs = [(o.name, o.direction, o.fn) for o in objectives]
+    t0 = time.perf_counter()
+    ran = 0
+    bar = _Progress(budget, before) if progress else None
+    done = before
+    # alone on a storage, the sampler works on an in-memory copy and each finished trial is
+    # written to the storage in one transaction as it completes; workers sharing a storage must
+    # ask it directly so they see each other's trials
+    asker = study if shared else _memory_copy(study, spec.seed if seed is None else seed)
+    while done < budget:
+        trial = asker.ask()
+        choice = suggest(trial, spec)
+        record = evaluate(spec, choice, catalog, params, solver)
+        for key in CONSTRAINT_KEYS:  # the same keys on every trial, so samplers can compare them
+            trial.set_constraint(key, record.constraints.get(key, 0.0))
+        trial.set_user_attr("record", {**record.attrs(), "choice": params_of(choice)})  # one write
+        asker.tell(trial, objective_values(record, defs))
+        if asker is not study:
+            study.add_trial(asker.trials[-1])
+        ran += 1
+        done = _complete(study) if shared else done + 1
+        if bar is not None:
+            bar.update(done, record)
+    if bar is not None:
+        bar.close()
+    return study, RunStats(before, ran, stale, time.perf_counter() - t0)
+
+
+def reevaluate(spec: StudySpec, trial: optuna.trial.FrozenTrial, catalog: Catalog, params: PerfParams,
+               solver: PlacementSolver) -> Any:
+    """The full record of a finished trial (deterministic), with its placement and simulation."""
+    return evaluate(spec, choice_from_params(trial.params, spec), catalog, params, solver)
+
+
+class _Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, total: int, done: int) -> None:
+        self.total, self.t0, self.start = total, time.perf_counter(), done
+        self.best: float | None = None
+
+    def update(self, done: int, record: Any) -> None:
+        v = record.metrics.get("usd_per_million_tokens") if record.feasible else None
+        if v is not None and (self.best is None or v < self.best):
+            self.best = v
+        frac = min(done / max(self.total, 1), 1.0)
+        bar = "#" * int(30 * frac)
+        rate = (done - self.start) / max(time.perf_counter() - self.t0, 1e-9)
+        best = f"best ${self.best:.4f}/M tok" if self.best is not None else "no feasible design yet"
+        sys.stderr.write(f"\r[{bar:<30s}] {done}/{self.total} trials, {rate:.1f}/s, {best}   ")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\n")

@@ -1,0 +1,202 @@
+"""Study files (``studies/*.toml``) as typed, validated specs: one table per concern.
+
+```toml
+name = "deepseek-v3-blackwell"      # must equal the file stem
+model = "deepseek-v3"
+hardware = ["b200", "gb200-nvl72"]
+trials = 200
+seed = 7
+
+[workload]   # dse.workload.Workload
+[slo]        # dse.workload.Slo
+[search]     # topologies, kv policies
+[search.prefill]   shapes, chunk_tokens
+[search.decode]    shapes, max_batch = [low, high]
+[search.aggregated] prefill_share = [low, high]
+[search.afd]        ffn_tokens_per_gpu = [..]
+[objectives]  names = [...]          # metrics from dse.study.metrics.METRICS
+[limits]      budget_usd_hour, power_kw, max_gpus
+[simulate]    horizon_s, arrivals, burst_factor, ...
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dse.errors import InputError, UnknownIdError
+from dse.placement.request import KV_POLICIES, PRICE_TIERS, Topology
+from dse.placement.shapes import parse_shape
+from dse.study.metrics import METRICS
+from dse.typed_data import build, non_empty, positive, read_toml, rule
+from dse.workload import Slo, Workload
+
+STUDIES_DIR = Path(__file__).resolve().parents[2] / "studies"
+
+
+def _shapes(value: tuple[str, ...]) -> str | None:
+    if not value:
+        return "must list at least one shape"
+    for label in value:
+        try:
+            parse_shape(label)
+        except InputError:
+            return f"has {label!r}, not a shape like 8gpu-tp8-ep8 or 16gpu-dpa-ep16"
+    return None
+
+
+def _range(value: tuple[float, ...]) -> str | None:
+    if len(value) != 2 or not 0 < value[0] <= value[1]:
+        return "must be [low, high] with 0 < low <= high"
+    return None
+
+
+def _positive_list(value: tuple[float, ...]) -> str | None:
+    if not value or any(v <= 0 for v in value):
+        return "must list positive numbers"
+    return None
+
+
+@dataclass(frozen=True)
+class PrefillSearch:
+    shapes: tuple[str, ...] = field(default=("8gpu-tp8-ep8", "8gpu-dpa-ep8", "16gpu-dpa-ep16"),
+                                    metadata=rule(_shapes))
+    chunk_tokens: tuple[float, ...] = field(default=(4096.0, 8192.0, 16384.0), metadata=rule(_positive_list))
+
+
+@dataclass(frozen=True)
+class DecodeSearch:
+    shapes: tuple[str, ...] = field(default=("8gpu-dpa-ep8", "16gpu-dpa-ep16", "32gpu-dpa-ep32"),
+                                    metadata=rule(_shapes))
+    max_batch: tuple[float, ...] = field(default=(16.0, 4096.0), metadata=rule(_range))
+
+
+@dataclass(frozen=True)
+class AggregatedSearch:
+    prefill_share: tuple[float, ...] = field(default=(0.05, 0.6), metadata=rule(_range))
+
+    def problem(self) -> tuple[str, str, Any] | None:
+        if self.prefill_share[1] >= 1.0:
+            return ("prefill_share", "must stay below 1 (decode needs some of the time)", list(self.prefill_share))
+        return None
+
+
+@dataclass(frozen=True)
+class AfdSearch:
+    ffn_tokens_per_gpu: tuple[float, ...] = field(default=(16.0, 64.0, 256.0), metadata=rule(_positive_list))
+
+
+@dataclass(frozen=True)
+class Search:
+    topologies: tuple[str, ...] = field(default=("aggregated", "disaggregated"), metadata=rule(non_empty))
+    kv_policies: tuple[str, ...] = field(default=("tiered",), metadata=rule(non_empty))
+    prefill: PrefillSearch = PrefillSearch()
+    decode: DecodeSearch = DecodeSearch()
+    aggregated: AggregatedSearch = AggregatedSearch()
+    afd: AfdSearch = AfdSearch()
+
+    def problem(self) -> tuple[str, str, Any] | None:
+        valid = [t.value for t in Topology if t is not Topology.AUTO]
+        for t in self.topologies:
+            if t not in valid:
+                return ("topologies", f"must be among {', '.join(valid)}", t)
+        for k in self.kv_policies:
+            if k not in KV_POLICIES:
+                return ("kv_policies", f"must be among {', '.join(KV_POLICIES)}", k)
+        return None
+
+
+@dataclass(frozen=True)
+class Objectives:
+    names: tuple[str, ...] = field(default=("usd_per_million_tokens",), metadata=rule(non_empty))
+
+    def problem(self) -> tuple[str, str, Any] | None:
+        for n in self.names:
+            if n not in METRICS or METRICS[n].direction is None:
+                valid = sorted(k for k, m in METRICS.items() if m.direction is not None)
+                return ("names", f"must be metrics with a direction: {', '.join(valid)}", n)
+        if len(set(self.names)) != len(self.names):
+            return ("names", "must not repeat a metric", list(self.names))
+        return None
+
+
+@dataclass(frozen=True)
+class StudyLimits:
+    budget_usd_hour: float | None = field(default=None, metadata=rule(positive))
+    power_kw: float | None = field(default=None, metadata=rule(positive))
+    max_gpus: float | None = field(default=None, metadata=rule(positive))  # a constraint on each design
+
+
+@dataclass(frozen=True)
+class SimulateSpec:
+    horizon_s: float = field(default=1800.0, metadata=rule(positive))
+    warmup_s: float = 300.0
+    dt_s: float = field(default=2.0, metadata=rule(positive))
+    arrivals: str = "constant"
+    burst_factor: float = field(default=1.5, metadata=rule(positive))
+    burst_start_s: float = 600.0
+    burst_s: float = 300.0
+    long_tail: bool = True  # 90% of requests at 1/2.8 of the mean length, 10% at 5.5x: same mean
+
+    def problem(self) -> tuple[str, str, Any] | None:
+        if self.arrivals not in ("constant", "burst"):
+            return ("arrivals", "must be constant or burst", self.arrivals)
+        if not 0 <= self.warmup_s < self.horizon_s:
+            return ("warmup_s", "must be at least 0 and below horizon_s", self.warmup_s)
+        return None
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    name: str = field(metadata=rule(non_empty))
+    model: str = field(metadata=rule(non_empty))
+    hardware: tuple[str, ...] = field(metadata=rule(non_empty))
+    workload: Workload
+    slo: Slo
+    description: str = ""
+    price_tier: str = "own_hyperscaler"
+    engine: str = "trt"
+    precision: str = "fp8"
+    mtp: bool = False
+    trials: int = field(default=100, metadata=rule(positive))
+    seed: int = 0
+    search: Search = Search()
+    objectives: Objectives = Objectives()
+    limits: StudyLimits = StudyLimits()
+    simulate: SimulateSpec = SimulateSpec()
+
+    def problem(self) -> tuple[str, str, Any] | None:
+        if self.price_tier not in PRICE_TIERS:
+            return ("price_tier", f"must be one of {', '.join(PRICE_TIERS)}", self.price_tier)
+        if self.precision not in ("fp4", "fp8", "bf16"):
+            return ("precision", "must be fp4, fp8 or bf16", self.precision)
+        return None
+
+
+def read_study(path: Path) -> StudySpec:
+    """A study file, validated; ids are checked against the catalog by :func:`check_ids`."""
+    spec = build(StudySpec, read_toml(path), source=str(path))
+    if spec.name != path.stem:
+        raise InputError(str(path), "name", f"must equal the file name {path.stem!r}", spec.name)
+    return spec
+
+
+def study_files(extra: Path | None = None) -> dict[str, Path]:
+    """Named studies: the shipped folder, then ``extra`` (which overrides by name)."""
+    out = {p.stem: p for p in sorted(STUDIES_DIR.glob("*.toml"))}
+    if extra is not None and extra.is_dir():
+        out.update({p.stem: p for p in sorted(extra.glob("*.toml"))})
+    return out
+
+
+def load_study(name_or_path: str | Path) -> StudySpec:
+    """By name (``studies/NAME.toml``) or by path to a TOML file."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        return read_study(path)
+    files = study_files()
+    if str(name_or_path) not in files:
+        raise UnknownIdError("study", str(name_or_path), list(files), source="studies")
+    return read_study(files[str(name_or_path)])

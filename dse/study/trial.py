@@ -1,0 +1,211 @@
+"""One trial of a study: the sampler's choice -> candidate units -> MILP -> fluid check -> record.
+
+:func:`suggest` asks an Optuna trial for a :class:`Choice` (the search space of the study's
+``[search]`` table, conditional on the topology); :func:`evaluate` is a pure function of the spec
+and the choice, so a trial can be re-evaluated later (exports re-simulate the Pareto front).
+Constraints are numbers where ``<= 0`` is feasible, as Optuna's constraint-aware samplers expect.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import optuna
+
+from dse.catalog import Catalog
+from dse.perf.params import PerfParams
+from dse.placement.api import TopologyOutcome, solve_candidates
+from dse.placement.candidates import build_candidates
+from dse.placement.request import Limits, PlacementRequest, Topology, UnitOptions
+from dse.placement.serialize import plain
+from dse.sim import ArrivalKind, Arrivals, OutputLengths, Scenario, simulate
+from dse.sim.api import SimulationReport
+from dse.sim.from_placement import pipeline_from_placement, resting_classes
+from dse.study.spec import StudySpec
+from dse.units import Precision
+from formulations.placement_data import Objective
+from formulations.solve import PlacementSolver
+
+INFEASIBLE = 1.0  # constraint value of a design the MILP could not place
+# values recorded for a trial without a design, so samplers can still rank it (constraints mark it)
+WORST = {"minimize": 1e12, "maximize": 0.0}
+
+
+@dataclass(frozen=True)
+class Choice:
+    topology: str
+    kv_policy: str
+    prefill_hardware: str
+    decode_hardware: str
+    prefill_shape: str
+    decode_shape: str
+    chunk_tokens: int
+    max_batch: int
+    prefill_share: float  # aggregated only
+    ffn_tokens_per_gpu: float  # attention-FFN only
+
+
+def suggest(trial: optuna.Trial, spec: StudySpec) -> Choice:
+    """Conditional search space: aggregated units have one hardware and shape; disaggregated
+    ones a prefill and a decode side; attention-FFN adds the expert-side batch."""
+    s = spec.search
+    topo = trial.suggest_categorical("topology", list(s.topologies))
+    kv = trial.suggest_categorical("kv_policy", list(s.kv_policies))
+    hw = list(spec.hardware)
+    lo, hi = int(s.decode.max_batch[0]), int(s.decode.max_batch[1])
+    chunk = int(trial.suggest_categorical("chunk_tokens", [int(c) for c in s.prefill.chunk_tokens]))
+    if topo == Topology.AGGREGATED.value:
+        h = trial.suggest_categorical("agg_hardware", hw)
+        shape = trial.suggest_categorical("agg_shape", list(s.decode.shapes))
+        share = trial.suggest_float("agg_prefill_share", s.aggregated.prefill_share[0], s.aggregated.prefill_share[1])
+        batch = trial.suggest_int("decode_max_batch", lo, hi, log=True)
+        return Choice(topo, kv, h, h, shape, shape, chunk, batch, share, 0.0)
+    ph = trial.suggest_categorical("prefill_hardware", hw)
+    ps = trial.suggest_categorical("prefill_shape", list(s.prefill.shapes))
+    dh = trial.suggest_categorical("decode_hardware", hw)
+    ds = trial.suggest_categorical("decode_shape", list(s.decode.shapes))
+    batch = trial.suggest_int("decode_max_batch", lo, hi, log=True)
+    ffn = 0.0
+    if topo == Topology.AFD.value:
+        ffn = float(trial.suggest_categorical("ffn_tokens_per_gpu", list(s.afd.ffn_tokens_per_gpu)))
+    return Choice(topo, kv, ph, dh, ps, ds, chunk, batch, 0.0, ffn)
+
+
+def choice_from_params(params: dict[str, Any], spec: StudySpec) -> Choice:
+    """The :class:`Choice` of a finished trial, from its recorded parameters."""
+    topo = params["topology"]
+    if topo == Topology.AGGREGATED.value:
+        h, shape = params["agg_hardware"], params["agg_shape"]
+        return Choice(topo, params["kv_policy"], h, h, shape, shape, int(params["chunk_tokens"]),
+                      int(params["decode_max_batch"]), float(params["agg_prefill_share"]), 0.0)
+    return Choice(topo, params["kv_policy"], params["prefill_hardware"], params["decode_hardware"],
+                  params["prefill_shape"], params["decode_shape"], int(params["chunk_tokens"]),
+                  int(params["decode_max_batch"]), 0.0, float(params.get("ffn_tokens_per_gpu", 0.0)))
+
+
+def request_for(spec: StudySpec, c: Choice, catalog: Catalog) -> PlacementRequest:
+    hardware = tuple(dict.fromkeys(catalog.hardware(h).id for h in (c.prefill_hardware, c.decode_hardware)))
+    return PlacementRequest(
+        model=catalog.model(spec.model).id, hardware=hardware, workload=spec.workload, slo=spec.slo,
+        topology=Topology(c.topology), objective=Objective.COST, price_tier=spec.price_tier, engine=spec.engine,
+        weight_precision=Precision(spec.precision), mtp=spec.mtp,
+        limits=Limits(budget_usd_hour=spec.limits.budget_usd_hour, power_kw=spec.limits.power_kw),
+        options=UnitOptions(
+            prefill_shapes=(c.prefill_shape,), decode_shapes=(c.decode_shape,),
+            prefill_hardware=(catalog.hardware(c.prefill_hardware).id,),
+            decode_hardware=(catalog.hardware(c.decode_hardware).id,),
+            prefill_chunk_tokens=c.chunk_tokens, decode_max_batch=float(c.max_batch),
+            agg_prefill_shares=(c.prefill_share,) if c.prefill_share > 0 else (0.2,),
+            ffn_tokens_per_gpu=(c.ffn_tokens_per_gpu,) if c.ffn_tokens_per_gpu > 0 else (64.0,),
+            kv_policy=c.kv_policy),
+        time_limit_s=10.0)
+
+
+def scenario_for(spec: StudySpec) -> Scenario:
+    sim, w = spec.simulate, spec.workload
+    if sim.long_tail:
+        lengths = OutputLengths((0.9, 0.1), (w.output_tokens / 2.8, w.output_tokens * 5.5))
+    else:
+        lengths = OutputLengths((1.0,), (w.output_tokens,))
+    kind = ArrivalKind(sim.arrivals)
+    return Scenario(Arrivals(kind, w.requests_per_s, burst_factor=sim.burst_factor, burst_start_s=sim.burst_start_s,
+                             burst_s=sim.burst_s), lengths, horizon_s=sim.horizon_s, warmup_s=sim.warmup_s)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """What a trial leaves behind (JSON-ready apart from the in-memory reports)."""
+
+    metrics: dict[str, float]
+    constraints: dict[str, float]  # <= 0 feasible
+    binding: str  # why the design is infeasible, or ""
+    pools: list[dict[str, Any]]
+    tiers: list[dict[str, Any]]
+    outcome: TopologyOutcome | None = None
+    simulation: SimulationReport | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return all(v <= 0 for v in self.constraints.values())
+
+    def attrs(self) -> dict[str, Any]:
+        """For Optuna's user attributes."""
+        return {"metrics": self.metrics, "constraints": self.constraints, "binding": self.binding,
+                "pools": self.pools, "tiers": self.tiers}
+
+
+def evaluate(spec: StudySpec, c: Choice, catalog: Catalog, params: PerfParams, solver: PlacementSolver
+             ) -> TrialRecord:
+    """Place the choice for the study's traffic, then check it over time."""
+    req = request_for(spec, c, catalog)
+    cands = build_candidates(req, Topology(c.topology), catalog, params)
+    outcome = solve_candidates(req, cands, solver)
+    if not outcome.feasible:
+        why = outcome.infeasibility
+        binding = f"{why.binding}: {why.detail}" if why else outcome.result.termination.value
+        return TrialRecord({"milp_solve_s": outcome.result.solve_s}, {"placement": INFEASIBLE}, binding, [], [])
+    doc = {"request": plain(req), "best": plain(outcome)}
+    pipe, workload, slo, kv_gb = pipeline_from_placement(doc, catalog, params)
+    sim = simulate(pipe, scenario_for(spec), dt=spec.simulate.dt_s, kv_gb_per_seq=kv_gb,
+                   resting=resting_classes(doc))
+    f = sim.fluid
+    ttft_pct = float(f.ttft_mean_s[0] if slo.percentile <= 50 else f.ttft_p99_s[0])
+    tpot = float(f.tpot_mean_s[0])
+    decode_gpus = sum(p.gpus for p in outcome.pools if p.unit.role.name in ("DECODE", "MIXED", "ATTENTION", "FFN"))
+    metrics = {
+        "usd_per_million_tokens": outcome.usd_per_million_tokens,
+        "usd_per_hour": outcome.usd_per_hour,
+        "gpus": float(outcome.gpus),
+        "tokens_per_s_per_gpu": outcome.tokens_per_s / max(outcome.gpus, 1),
+        "tokens_per_s_per_user": 1.0 / tpot if tpot > 0 else 0.0,
+        "output_tokens_per_s_per_decode_gpu": workload.requests_per_s * workload.output_tokens / max(decode_gpus, 1),
+        "ttft_s": float(f.ttft_mean_s[0]),
+        "ttft_pct_s": ttft_pct,
+        "tpot_s": tpot,
+        "e2e_s": float(f.e2e_mean_s[0]),
+        "hbm_peak_gb_per_gpu": max(p.unit.hbm_gb_per_gpu for p in outcome.pools),
+        "decode_batch": max(p.unit.decode_batch for p in outcome.pools),
+        "milp_solve_s": outcome.result.solve_s,
+        "sim_backlog_growth_per_s": float(f.backlog_growth_per_s[0]),
+    }
+    constraints = {
+        "placement": 0.0,
+        "ttft_s": ttft_pct - slo.ttft_s,
+        "tpot_s": tpot - slo.tpot_s,
+        # unstable: the backlog grows; the number is how fast
+        "stability": 0.0 if bool(f.stable[0]) else max(float(f.backlog_growth_per_s[0]), 1e-9),
+    }
+    if spec.limits.max_gpus is not None:
+        constraints["gpus"] = float(outcome.gpus) - spec.limits.max_gpus
+    binding = "" if all(v <= 0 for v in constraints.values()) else max(constraints, key=constraints.__getitem__)
+    pools = [{"role": p.unit.role.name.lower(), "hardware": p.unit.hardware, "shape": p.unit.parallel.label(),
+              "instances": p.instances, "gpus": p.gpus, "decode_batch": p.unit.decode_batch,
+              "prefill_share": p.unit.prefill_share, "hbm_gb_per_gpu": p.unit.hbm_gb_per_gpu,
+              "weights_gb_per_gpu": p.unit.weights_gb_per_gpu, "requests_per_s": p.requests_per_s,
+              "output_tokens_per_s": p.output_tokens_per_s, "usd_per_hour": p.usd_per_hour}
+             for p in outcome.pools]
+    tiers = [{"kv_class": t.kv_class, "returning_per_s": t.returning_per_s, "dwell_s": t.dwell_s,
+              "gb_per_session": t.gb_per_session, **{f"share_{k}": v for k, v in t.share.items()},
+              **{f"stored_{k}_gb": v for k, v in t.stored_gb.items()}} for t in outcome.tiers]
+    clean = {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items()}
+    return TrialRecord(clean, constraints, binding, pools, tiers, outcome, sim)  # type: ignore[arg-type]
+
+
+def params_of(c: Choice) -> dict[str, Any]:
+    return asdict(c)
+
+
+def objective_values(record: TrialRecord, objectives: list[tuple[str, str, Any]]) -> list[float]:
+    """One value per objective (name, direction, function of the metrics or None for a metric);
+    a trial without a design gets the worst value so samplers still learn from it."""
+    out = []
+    for name, direction, fn in objectives:
+        if "usd_per_hour" not in record.metrics:
+            out.append(WORST[direction])
+            continue
+        v = fn(record.metrics) if fn is not None else record.metrics.get(name)
+        out.append(float(v) if v is not None and np.isfinite(v) else WORST[direction])
+    return out
