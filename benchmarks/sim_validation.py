@@ -59,8 +59,15 @@ def scenarios(p: Pipeline) -> list[tuple[str, Pipeline, Scenario]]:
     )
     damped = replace(osc, kind=PlannerKind.HYSTERESIS)
     # 60% returning turns: reloads of 0.4 s over 4 links, midfills of 0.3 s, handoffs of 0.2 s over 6
-    midfill = replace(p, handoff_s=np.array([0.2]), midfill_share=np.array([0.6]), midfill_s=np.array([0.3]),
-                      reload_s=np.array([0.4]), reload_servers=np.array([4.0]), handoff_servers=np.array([6.0]))
+    midfill = replace(
+        p,
+        handoff_s=np.array([0.2]),
+        midfill_share=np.array([0.6]),
+        midfill_s=np.array([0.3]),
+        reload_s=np.array([0.4]),
+        reload_servers=np.array([4.0]),
+        handoff_servers=np.array([6.0]),
+    )
     mcap = capacity(midfill, TAIL)
     tilt = small(cp=2, cd=6, slots=64, slope=0.0002)  # 7 req/s needs 4-6 prefill: the planner must move
     return [
@@ -89,8 +96,11 @@ def scenarios(p: Pipeline) -> list[tuple[str, Pipeline, Scenario]]:
             ),
         ),
         ("long-tailed decode (70%)", p, const(0.7, LONG_TAIL)),
-        ("midfill-heavy (60% returning, 70%)", midfill, Scenario(Arrivals(ArrivalKind.CONSTANT, 0.7 * mcap), TAIL,
-                                                               horizon_s=1800, warmup_s=300)),
+        (
+            "midfill-heavy (60% returning, 70%)",
+            midfill,
+            Scenario(Arrivals(ArrivalKind.CONSTANT, 0.7 * mcap), TAIL, horizon_s=1800, warmup_s=300),
+        ),
         (
             "oscillation (reactive, 90 s stale)",
             tilt,

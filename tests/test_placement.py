@@ -71,7 +71,8 @@ def test_deepseek_placement_is_priced_checked_and_meets_targets(
             assert p.unit.ttft_s <= SLO.ttft_s + 1e-9
         if p.unit.role is Role.DECODE:
             assert p.unit.tpot_s <= SLO.tpot_s + 1e-9
-        assert p.unit.hbm_gb_per_gpu <= 192.0  # no unit holds more than the largest HBM here
+        hbm = {"b200": 180.0, "h200-sxm": 141.0, "gb200-nvl72": 186.0}[p.unit.hardware]
+        assert p.unit.hbm_gb_per_gpu <= p.hbm_gb_per_gpu <= hbm * 0.96 + 1e-6  # resting KV fits the reserve
     decode = sum(
         p.output_tokens_per_s for p in best.pools if p.unit.role in (Role.DECODE, Role.MIXED, Role.ATTENTION)
     )

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from dse import __version__
 from dse.catalog import load_catalog
-from dse.cli import calibrate_cmd, catalog_cmd, place_cmd, predict_cmd, simulate_cmd
+from dse.cli import calibrate_cmd, catalog_cmd, place_cmd, predict_cmd, simulate_cmd, study_cmd
 from dse.errors import DseError
 
 
@@ -32,11 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate_cmd.add_parser(sub)
     place_cmd.add_parser(sub)
     simulate_cmd.add_parser(sub)
+    study_cmd.add_parsers(sub)
     return parser
 
 
 COMMANDS = {"catalog": catalog_cmd.run, "predict": predict_cmd.run, "calibrate": calibrate_cmd.run,
-            "place": place_cmd.run, "simulate": simulate_cmd.run}
+            "place": place_cmd.run, "simulate": simulate_cmd.run,
+            "study": study_cmd.run, "worker": study_cmd.run, "export": study_cmd.run, "report": study_cmd.run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -208,7 +208,7 @@ def render(report: PlacementReport) -> str:
             p.unit.prefill_share or None,
             p.requests_per_s or None,
             p.output_tokens_per_s or None,
-            p.unit.hbm_gb_per_gpu,
+            p.hbm_gb_per_gpu,
             p.unit.ttft_s if p.unit.ttft_s == p.unit.ttft_s else None,
             p.usd_per_hour,
         ]

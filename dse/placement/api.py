@@ -28,6 +28,7 @@ class PoolPlan:
     unit: UnitInfo
     instances: int
     gpus: int
+    hbm_gb_per_gpu: float  # the unit's, plus the KV resting in its HBM between turns
     usd_per_hour: float
     requests_per_s: float  # prefilled or midfilled here (0 for decode-only pools)
     returning_per_s: float  # of which returning turns (midfills and recomputes)
@@ -168,6 +169,8 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
     mid_busy = np.multiply(ret, d.mid_s, out=np.zeros_like(ret), where=ret > 0).sum(axis=(1, 2))
     reload = (ret * d.reload_s).sum(axis=(1, 2))
     ret_total = ret.sum(axis=(1, 2))
+    t_hbm = TIERS.index("hbm")
+    resting_hbm = ret[:, :, t_hbm] @ (d.class_dwell_s * d.class_gb) if d.n_classes else np.zeros(d.n_units)
     busy = fresh_busy + mid_busy
     for u in np.flatnonzero(sol.instances > 0.5):
         k = int(round(sol.instances[u]))
@@ -177,6 +180,7 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
                 unit=c.units[u],
                 instances=k,
                 gpus=g,
+                hbm_gb_per_gpu=c.units[u].hbm_gb_per_gpu + float(resting_hbm[u]) / (k * c.units[u].kv_shard),
                 usd_per_hour=g * float(d.usd_per_gpu_hour[d.unit_hw[u]]),
                 requests_per_s=float(served[u]),
             returning_per_s=float(ret_total[u]),

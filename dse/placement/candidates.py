@@ -55,11 +55,12 @@ class UnitInfo:
     parallel: Parallel
     decode_batch: float  # sequences per instance
     prefill_share: float  # aggregated units: time share given to prefill
-    hbm_gb_per_gpu: float  # weights + KV (+ resting KV it may hold) at the operating point
+    hbm_gb_per_gpu: float  # weights + KV of the work in flight at the operating point
     weights_gb_per_gpu: float
     ttft_s: float  # fresh request at the unit's utilisation cap (nan for decode-only units)
     tpot_s: float  # nan for prefill-only units
     prefill_batch_requests: float = 0.0  # fresh prompts one prefill forward batches together
+    kv_shard: float = 1.0  # GPUs one copy of a sequence's KV is split over (resting KV per GPU)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ class _Builder:
             ttft_s=ttft,
             tpot_s=tpot,
             prefill_batch_requests=float(s.fresh.batch_s[i] / s.fresh.busy_s[i]) if prefills else 0.0,
+            kv_shard=float(s.pool.kv_shard[i]),
         )
 
     def prefill_side(self, row: _Row, i: int, *, share: float, stretch: float, handoff: bool) -> float:
@@ -186,11 +188,17 @@ class _Builder:
     def shapes(self, role: str) -> list[int]:
         """Shapes that fit and that the options allow for ``role`` ("prefill" or another)."""
         o = self.opts
-        shapes, hws = (o.prefill_shapes, o.prefill_hardware) if role == "prefill" else (o.decode_shapes,
-                                                                                          o.decode_hardware)
+        shapes, hws = (
+            (o.prefill_shapes, o.prefill_hardware)
+            if role == "prefill"
+            else (o.decode_shapes, o.decode_hardware)
+        )
         s = self.s
-        return [int(i) for i in np.flatnonzero(s.fits)
-                if (shapes is None or s.par[int(i)].label() in shapes) and (hws is None or s.hw(int(i)).id in hws)]
+        return [
+            int(i)
+            for i in np.flatnonzero(s.fits)
+            if (shapes is None or s.par[int(i)].label() in shapes) and (hws is None or s.hw(int(i)).id in hws)
+        ]
 
     def add_prefill(self) -> None:
         s = self.s
@@ -206,7 +214,7 @@ class _Builder:
                 )
                 continue
             row.hbm_idle = max(float(s.free_unique_gb[i] - s.prefill_ws_gb[i]), 0.0)
-            used = s.weights_gb[i] + (s.prefill_ws_gb[i] + row.hbm_idle) / s.pool.kv_shard[i]
+            used = s.weights_gb[i] + s.prefill_ws_gb[i] / s.pool.kv_shard[i]  # resting KV: read_back adds it
             row.info = self.info(i, Role.PREFILL, hbm_gb=float(used), ttft=ttft)
             self.rows.append(row)
 

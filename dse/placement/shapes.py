@@ -55,8 +55,13 @@ def parallel_grid(hw: Hardware, model: Model, extra: set[str] | None = None) -> 
     for label in sorted(extra or ()):
         par = parse_shape(label)
         experts = model.moe.routed_experts if model.moe is not None else 1
-        if label not in have and par.attn_tp <= hw.scale_up.domain_gpus and par.ep <= max(experts, 1) \
-                and par.gpus % par.attn_tp == 0 and (par.ep == 1 or par.gpus % par.ep == 0 or par.ep % par.gpus == 0):
+        if (
+            label not in have
+            and par.attn_tp <= hw.scale_up.domain_gpus
+            and par.ep <= max(experts, 1)
+            and par.gpus % par.attn_tp == 0
+            and (par.ep == 1 or par.gpus % par.ep == 0 or par.ep % par.gpus == 0)
+        ):
             grid.append(par)
     return grid
 
@@ -82,8 +87,14 @@ class PrefillCost:
     batch_s: Array
 
 
-def prefill_cost(pool: Pool, p: PerfParams, speed: Array, new: float, cached: float,
-                 chunk_tokens: float = PREFILL_TOKENS_PER_RANK) -> PrefillCost:
+def prefill_cost(
+    pool: Pool,
+    p: PerfParams,
+    speed: Array,
+    new: float,
+    cached: float,
+    chunk_tokens: float = PREFILL_TOKENS_PER_RANK,
+) -> PrefillCost:
     """Prefilling ``new`` tokens of a request against ``cached`` ones already in HBM, in forwards
     of ``chunk_tokens`` per attention-DP rank."""
     new_a = np.full_like(pool.gpus, max(new, 1.0))

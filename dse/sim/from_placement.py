@@ -120,13 +120,27 @@ def pipeline_from_placement(
     # the step time at up to 257 batches, interpolated to every batch up to the cap
     n = np.unique(np.round(np.linspace(0.0, slots, min(slots + 1, 257))))
     k = len(n)
-    pool = build_pool(model, [hw] * k, gpus=[par["gpus"]] * k, attn_tp=[par["attn_tp"]] * k, ep=[par["ep"]] * k,
-                      weight_precision=[wp] * k, kv_precision=[engine.kv_precision] * k)
+    pool = build_pool(
+        model,
+        [hw] * k,
+        gpus=[par["gpus"]] * k,
+        attn_tp=[par["attn_tp"]] * k,
+        ep=[par["ep"]] * k,
+        weight_precision=[wp] * k,
+        kv_precision=[engine.kv_precision] * k,
+    )
     n = np.maximum(n, 1e-9)
     afd = unit["role"] == "attention"
     step_pool = attention_side(pool) if afd else pool
-    step = forward_cost(step_pool, params, tokens=n * (1.0 + draft), sequences=n, context=np.full_like(n, ctx),
-                        prefill=False, speed=np.full_like(n, engine.speed)).total_s
+    step = forward_cost(
+        step_pool,
+        params,
+        tokens=n * (1.0 + draft),
+        sequences=n,
+        context=np.full_like(n, ctx),
+        prefill=False,
+        speed=np.full_like(n, engine.speed),
+    ).total_s
     step = np.interp(np.arange(slots + 1, dtype=float), n, step)
     mtp_layers = max(model.mtp_layers, 1.0)
     tpot = step * (1.0 + draft * mtp_layers / model.layers) / accept

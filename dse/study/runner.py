@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 import sqlalchemy
@@ -40,14 +40,14 @@ class ObjectiveDef:
     """A study objective: a recorded metric, or a Python function of the trial's metrics."""
 
     name: str
-    direction: str  # "minimize" or "maximize"
+    direction: Literal["minimize", "maximize"]
     fn: MetricFn | None = None
 
     @classmethod
     def metric(cls, name: str) -> ObjectiveDef:
         m = METRICS[name]
-        assert m.direction is not None
-        return cls(name, m.direction)
+        assert m.direction in ("minimize", "maximize")
+        return cls(name, "minimize" if m.direction == "minimize" else "maximize")
 
 
 def run_folder(out: Path, spec: StudySpec) -> Path:
@@ -81,7 +81,9 @@ def _storage(url: str) -> optuna.storages.BaseStorage:
     try:
         return optuna.storages.RDBStorage(url, heartbeat_interval=None, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the driver's own error types differ per database
-        raise InputError("--storage", "url", f"cannot be opened ({type(exc).__name__}: {exc})", _redact(url)) from None
+        raise InputError(
+            "--storage", "url", f"cannot be opened ({type(exc).__name__}: {exc})", _redact(url)
+        ) from None
 
 
 def _redact(url: str) -> str:
@@ -96,26 +98,34 @@ def _redact(url: str) -> str:
 
 def open_study(spec: StudySpec, storage: str, objectives: list[ObjectiveDef], seed: int) -> optuna.Study:
     """Create the study or load it; its objectives must not have changed."""
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=20)
+    sampler = make_sampler(spec, seed)
     store = _storage(storage)
     names = [o.name for o in objectives]
     try:
-        study = optuna.create_study(study_name=spec.name, storage=store, sampler=sampler, load_if_exists=True,
-                                    directions=[o.direction for o in objectives])
+        study = optuna.create_study(
+            study_name=spec.name,
+            storage=store,
+            sampler=sampler,
+            load_if_exists=True,
+            directions=[o.direction for o in objectives],
+        )
     except ValueError as exc:
-        raise InputError(_redact(storage), "objectives", f"differ from the stored study's ({exc})", names) from None
+        raise InputError(
+            _redact(storage), "objectives", f"differ from the stored study's ({exc})", names
+        ) from None
     stored = study.user_attrs.get("objectives")
     if stored is None:
         study.set_user_attr("objectives", names)
         study.set_user_attr("spec", plain(spec))
         study.set_user_attr("engine_version", __version__)
     elif stored != names:
-        raise InputError(_redact(storage), "objectives", f"the stored study optimises {stored}; use another --out "
-                         "or --storage for other objectives", names)
+        raise InputError(
+            _redact(storage),
+            "objectives",
+            f"the stored study optimises {stored}; use another --out or --storage for other objectives",
+            names,
+        )
     return study
-
-
-CONSTRAINT_KEYS = ("placement", "ttft_s", "tpot_s", "stability", "gpus")
 
 
 def _fail_stale(study: optuna.Study) -> int:
@@ -127,10 +137,21 @@ def _fail_stale(study: optuna.Study) -> int:
     return n
 
 
-def _memory_copy(study: optuna.Study, seed: int) -> optuna.Study:
+def make_sampler(spec: StudySpec, seed: int, budget: int | None = None) -> optuna.samplers.BaseSampler:
+    """The study's sampler, seeded. TPE samples its first trials at random: a fifth of the
+    budget, between 5 and 20."""
+    kind = spec.search.sampler
+    if kind == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=spec.search.population)
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    startup = min(20, max(5, (budget or spec.trials) // 5))
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
+
+
+def _memory_copy(study: optuna.Study, spec: StudySpec, seed: int, budget: int) -> optuna.Study:
     """An in-memory study with the stored one's finished trials and a fresh seeded sampler."""
-    mem = optuna.create_study(directions=study.directions,
-                              sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=20))
+    mem = optuna.create_study(directions=study.directions, sampler=make_sampler(spec, seed, budget))
     mem.add_trials(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
     return mem
 
@@ -147,10 +168,19 @@ class RunStats:
     seconds: float
 
 
-def run(spec: StudySpec, *, out: Path = Path("runs"), storage: str | None = None, trials: int | None = None,
-        seed: int | None = None, objectives: list[ObjectiveDef] | None = None, progress: bool = False,
-        shared: bool = False, catalog: Catalog | None = None, params: PerfParams | None = None,
-        ) -> tuple[optuna.Study, RunStats]:
+def run(
+    spec: StudySpec,
+    *,
+    out: Path = Path("runs"),
+    storage: str | None = None,
+    trials: int | None = None,
+    seed: int | None = None,
+    objectives: list[ObjectiveDef] | None = None,
+    progress: bool = False,
+    shared: bool = False,
+    catalog: Catalog | None = None,
+    params: PerfParams | None = None,
+) -> tuple[optuna.Study, RunStats]:
     """Run (or resume) the study until ``trials`` (default: the spec's budget) are complete.
 
     ``shared`` is for workers on one storage: stale RUNNING trials belong to live workers there,
@@ -176,13 +206,13 @@ def run(spec: StudySpec, *, out: Path = Path("runs"), storage: str | None = None
     # alone on a storage, the sampler works on an in-memory copy and each finished trial is
     # written to the storage in one transaction as it completes; workers sharing a storage must
     # ask it directly so they see each other's trials
-    asker = study if shared else _memory_copy(study, spec.seed if seed is None else seed)
+    asker = study if shared else _memory_copy(study, spec, spec.seed if seed is None else seed, budget)
     while done < budget:
         trial = asker.ask()
         choice = suggest(trial, spec)
         record = evaluate(spec, choice, catalog, params, solver)
-        for key in CONSTRAINT_KEYS:  # the same keys on every trial, so samplers can compare them
-            trial.set_constraint(key, record.constraints.get(key, 0.0))
+        # samplers see the worst violation (<= 0: feasible); each constraint is in the record
+        trial.set_constraint("violation", max(record.constraints.values()))
         trial.set_user_attr("record", {**record.attrs(), "choice": params_of(choice)})  # one write
         asker.tell(trial, objective_values(record, defs))
         if asker is not study:
@@ -196,8 +226,13 @@ def run(spec: StudySpec, *, out: Path = Path("runs"), storage: str | None = None
     return study, RunStats(before, ran, stale, time.perf_counter() - t0)
 
 
-def reevaluate(spec: StudySpec, trial: optuna.trial.FrozenTrial, catalog: Catalog, params: PerfParams,
-               solver: PlacementSolver) -> Any:
+def reevaluate(
+    spec: StudySpec,
+    trial: optuna.trial.FrozenTrial,
+    catalog: Catalog,
+    params: PerfParams,
+    solver: PlacementSolver,
+) -> Any:
     """The full record of a finished trial (deterministic), with its placement and simulation."""
     return evaluate(spec, choice_from_params(trial.params, spec), catalog, params, solver)
 

@@ -61,15 +61,17 @@ def _positive_list(value: tuple[float, ...]) -> str | None:
 
 @dataclass(frozen=True)
 class PrefillSearch:
-    shapes: tuple[str, ...] = field(default=("8gpu-tp8-ep8", "8gpu-dpa-ep8", "16gpu-dpa-ep16"),
-                                    metadata=rule(_shapes))
+    shapes: tuple[str, ...] = field(
+        default=("8gpu-tp8-ep8", "8gpu-dpa-ep8", "16gpu-dpa-ep16"), metadata=rule(_shapes)
+    )
     chunk_tokens: tuple[float, ...] = field(default=(4096.0, 8192.0, 16384.0), metadata=rule(_positive_list))
 
 
 @dataclass(frozen=True)
 class DecodeSearch:
-    shapes: tuple[str, ...] = field(default=("8gpu-dpa-ep8", "16gpu-dpa-ep16", "32gpu-dpa-ep32"),
-                                    metadata=rule(_shapes))
+    shapes: tuple[str, ...] = field(
+        default=("8gpu-dpa-ep8", "16gpu-dpa-ep16", "32gpu-dpa-ep32"), metadata=rule(_shapes)
+    )
     max_batch: tuple[float, ...] = field(default=(16.0, 4096.0), metadata=rule(_range))
 
 
@@ -79,7 +81,11 @@ class AggregatedSearch:
 
     def problem(self) -> tuple[str, str, Any] | None:
         if self.prefill_share[1] >= 1.0:
-            return ("prefill_share", "must stay below 1 (decode needs some of the time)", list(self.prefill_share))
+            return (
+                "prefill_share",
+                "must stay below 1 (decode needs some of the time)",
+                list(self.prefill_share),
+            )
         return None
 
 
@@ -92,6 +98,8 @@ class AfdSearch:
 class Search:
     topologies: tuple[str, ...] = field(default=("aggregated", "disaggregated"), metadata=rule(non_empty))
     kv_policies: tuple[str, ...] = field(default=("tiered",), metadata=rule(non_empty))
+    sampler: str = "tpe"  # tpe (multivariate), nsga2 (cheap per trial at large budgets), random
+    population: int = field(default=50, metadata=rule(positive))  # nsga2
     prefill: PrefillSearch = PrefillSearch()
     decode: DecodeSearch = DecodeSearch()
     aggregated: AggregatedSearch = AggregatedSearch()
@@ -105,6 +113,8 @@ class Search:
         for k in self.kv_policies:
             if k not in KV_POLICIES:
                 return ("kv_policies", f"must be among {', '.join(KV_POLICIES)}", k)
+        if self.sampler not in ("tpe", "nsga2", "random"):
+            return ("sampler", "must be tpe, nsga2 or random", self.sampler)
         return None
 
 

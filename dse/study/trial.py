@@ -9,6 +9,7 @@ Constraints are numbers where ``<= 0`` is feasible, as Optuna's constraint-aware
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -60,7 +61,9 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> Choice:
     if topo == Topology.AGGREGATED.value:
         h = trial.suggest_categorical("agg_hardware", hw)
         shape = trial.suggest_categorical("agg_shape", list(s.decode.shapes))
-        share = trial.suggest_float("agg_prefill_share", s.aggregated.prefill_share[0], s.aggregated.prefill_share[1])
+        share = trial.suggest_float(
+            "agg_prefill_share", s.aggregated.prefill_share[0], s.aggregated.prefill_share[1]
+        )
         batch = trial.suggest_int("decode_max_batch", lo, hi, log=True)
         return Choice(topo, kv, h, h, shape, shape, chunk, batch, share, 0.0)
     ph = trial.suggest_categorical("prefill_hardware", hw)
@@ -79,29 +82,59 @@ def choice_from_params(params: dict[str, Any], spec: StudySpec) -> Choice:
     topo = params["topology"]
     if topo == Topology.AGGREGATED.value:
         h, shape = params["agg_hardware"], params["agg_shape"]
-        return Choice(topo, params["kv_policy"], h, h, shape, shape, int(params["chunk_tokens"]),
-                      int(params["decode_max_batch"]), float(params["agg_prefill_share"]), 0.0)
-    return Choice(topo, params["kv_policy"], params["prefill_hardware"], params["decode_hardware"],
-                  params["prefill_shape"], params["decode_shape"], int(params["chunk_tokens"]),
-                  int(params["decode_max_batch"]), 0.0, float(params.get("ffn_tokens_per_gpu", 0.0)))
+        return Choice(
+            topo,
+            params["kv_policy"],
+            h,
+            h,
+            shape,
+            shape,
+            int(params["chunk_tokens"]),
+            int(params["decode_max_batch"]),
+            float(params["agg_prefill_share"]),
+            0.0,
+        )
+    return Choice(
+        topo,
+        params["kv_policy"],
+        params["prefill_hardware"],
+        params["decode_hardware"],
+        params["prefill_shape"],
+        params["decode_shape"],
+        int(params["chunk_tokens"]),
+        int(params["decode_max_batch"]),
+        0.0,
+        float(params.get("ffn_tokens_per_gpu", 0.0)),
+    )
 
 
 def request_for(spec: StudySpec, c: Choice, catalog: Catalog) -> PlacementRequest:
     hardware = tuple(dict.fromkeys(catalog.hardware(h).id for h in (c.prefill_hardware, c.decode_hardware)))
     return PlacementRequest(
-        model=catalog.model(spec.model).id, hardware=hardware, workload=spec.workload, slo=spec.slo,
-        topology=Topology(c.topology), objective=Objective.COST, price_tier=spec.price_tier, engine=spec.engine,
-        weight_precision=Precision(spec.precision), mtp=spec.mtp,
+        model=catalog.model(spec.model).id,
+        hardware=hardware,
+        workload=spec.workload,
+        slo=spec.slo,
+        topology=Topology(c.topology),
+        objective=Objective.COST,
+        price_tier=spec.price_tier,
+        engine=spec.engine,
+        weight_precision=Precision(spec.precision),
+        mtp=spec.mtp,
         limits=Limits(budget_usd_hour=spec.limits.budget_usd_hour, power_kw=spec.limits.power_kw),
         options=UnitOptions(
-            prefill_shapes=(c.prefill_shape,), decode_shapes=(c.decode_shape,),
+            prefill_shapes=(c.prefill_shape,),
+            decode_shapes=(c.decode_shape,),
             prefill_hardware=(catalog.hardware(c.prefill_hardware).id,),
             decode_hardware=(catalog.hardware(c.decode_hardware).id,),
-            prefill_chunk_tokens=c.chunk_tokens, decode_max_batch=float(c.max_batch),
+            prefill_chunk_tokens=c.chunk_tokens,
+            decode_max_batch=float(c.max_batch),
             agg_prefill_shares=(c.prefill_share,) if c.prefill_share > 0 else (0.2,),
             ffn_tokens_per_gpu=(c.ffn_tokens_per_gpu,) if c.ffn_tokens_per_gpu > 0 else (64.0,),
-            kv_policy=c.kv_policy),
-        time_limit_s=10.0)
+            kv_policy=c.kv_policy,
+        ),
+        time_limit_s=10.0,
+    )
 
 
 def scenario_for(spec: StudySpec) -> Scenario:
@@ -111,8 +144,18 @@ def scenario_for(spec: StudySpec) -> Scenario:
     else:
         lengths = OutputLengths((1.0,), (w.output_tokens,))
     kind = ArrivalKind(sim.arrivals)
-    return Scenario(Arrivals(kind, w.requests_per_s, burst_factor=sim.burst_factor, burst_start_s=sim.burst_start_s,
-                             burst_s=sim.burst_s), lengths, horizon_s=sim.horizon_s, warmup_s=sim.warmup_s)
+    return Scenario(
+        Arrivals(
+            kind,
+            w.requests_per_s,
+            burst_factor=sim.burst_factor,
+            burst_start_s=sim.burst_start_s,
+            burst_s=sim.burst_s,
+        ),
+        lengths,
+        horizon_s=sim.horizon_s,
+        warmup_s=sim.warmup_s,
+    )
 
 
 @dataclass(frozen=True)
@@ -133,12 +176,18 @@ class TrialRecord:
 
     def attrs(self) -> dict[str, Any]:
         """For Optuna's user attributes."""
-        return {"metrics": self.metrics, "constraints": self.constraints, "binding": self.binding,
-                "pools": self.pools, "tiers": self.tiers}
+        return {
+            "metrics": self.metrics,
+            "constraints": self.constraints,
+            "binding": self.binding,
+            "pools": self.pools,
+            "tiers": self.tiers,
+        }
 
 
-def evaluate(spec: StudySpec, c: Choice, catalog: Catalog, params: PerfParams, solver: PlacementSolver
-             ) -> TrialRecord:
+def evaluate(
+    spec: StudySpec, c: Choice, catalog: Catalog, params: PerfParams, solver: PlacementSolver
+) -> TrialRecord:
     """Place the choice for the study's traffic, then check it over time."""
     req = request_for(spec, c, catalog)
     cands = build_candidates(req, Topology(c.topology), catalog, params)
@@ -146,27 +195,34 @@ def evaluate(spec: StudySpec, c: Choice, catalog: Catalog, params: PerfParams, s
     if not outcome.feasible:
         why = outcome.infeasibility
         binding = f"{why.binding}: {why.detail}" if why else outcome.result.termination.value
-        return TrialRecord({"milp_solve_s": outcome.result.solve_s}, {"placement": INFEASIBLE}, binding, [], [])
+        return TrialRecord(
+            {"milp_solve_s": outcome.result.solve_s}, {"placement": INFEASIBLE}, binding, [], []
+        )
     doc = {"request": plain(req), "best": plain(outcome)}
     pipe, workload, slo, kv_gb = pipeline_from_placement(doc, catalog, params)
-    sim = simulate(pipe, scenario_for(spec), dt=spec.simulate.dt_s, kv_gb_per_seq=kv_gb,
-                   resting=resting_classes(doc))
+    sim = simulate(
+        pipe, scenario_for(spec), dt=spec.simulate.dt_s, kv_gb_per_seq=kv_gb, resting=resting_classes(doc)
+    )
     f = sim.fluid
     ttft_pct = float(f.ttft_mean_s[0] if slo.percentile <= 50 else f.ttft_p99_s[0])
     tpot = float(f.tpot_mean_s[0])
-    decode_gpus = sum(p.gpus for p in outcome.pools if p.unit.role.name in ("DECODE", "MIXED", "ATTENTION", "FFN"))
+    decode_gpus = sum(
+        p.gpus for p in outcome.pools if p.unit.role.name in ("DECODE", "MIXED", "ATTENTION", "FFN")
+    )
     metrics = {
         "usd_per_million_tokens": outcome.usd_per_million_tokens,
         "usd_per_hour": outcome.usd_per_hour,
         "gpus": float(outcome.gpus),
         "tokens_per_s_per_gpu": outcome.tokens_per_s / max(outcome.gpus, 1),
         "tokens_per_s_per_user": 1.0 / tpot if tpot > 0 else 0.0,
-        "output_tokens_per_s_per_decode_gpu": workload.requests_per_s * workload.output_tokens / max(decode_gpus, 1),
+        "output_tokens_per_s_per_decode_gpu": workload.requests_per_s
+        * workload.output_tokens
+        / max(decode_gpus, 1),
         "ttft_s": float(f.ttft_mean_s[0]),
         "ttft_pct_s": ttft_pct,
         "tpot_s": tpot,
         "e2e_s": float(f.e2e_mean_s[0]),
-        "hbm_peak_gb_per_gpu": max(p.unit.hbm_gb_per_gpu for p in outcome.pools),
+        "hbm_peak_gb_per_gpu": max(p.hbm_gb_per_gpu for p in outcome.pools),
         "decode_batch": max(p.unit.decode_batch for p in outcome.pools),
         "milp_solve_s": outcome.result.solve_s,
         "sim_backlog_growth_per_s": float(f.backlog_growth_per_s[0]),
@@ -180,16 +236,37 @@ def evaluate(spec: StudySpec, c: Choice, catalog: Catalog, params: PerfParams, s
     }
     if spec.limits.max_gpus is not None:
         constraints["gpus"] = float(outcome.gpus) - spec.limits.max_gpus
-    binding = "" if all(v <= 0 for v in constraints.values()) else max(constraints, key=constraints.__getitem__)
-    pools = [{"role": p.unit.role.name.lower(), "hardware": p.unit.hardware, "shape": p.unit.parallel.label(),
-              "instances": p.instances, "gpus": p.gpus, "decode_batch": p.unit.decode_batch,
-              "prefill_share": p.unit.prefill_share, "hbm_gb_per_gpu": p.unit.hbm_gb_per_gpu,
-              "weights_gb_per_gpu": p.unit.weights_gb_per_gpu, "requests_per_s": p.requests_per_s,
-              "output_tokens_per_s": p.output_tokens_per_s, "usd_per_hour": p.usd_per_hour}
-             for p in outcome.pools]
-    tiers = [{"kv_class": t.kv_class, "returning_per_s": t.returning_per_s, "dwell_s": t.dwell_s,
-              "gb_per_session": t.gb_per_session, **{f"share_{k}": v for k, v in t.share.items()},
-              **{f"stored_{k}_gb": v for k, v in t.stored_gb.items()}} for t in outcome.tiers]
+    binding = (
+        "" if all(v <= 0 for v in constraints.values()) else max(constraints, key=constraints.__getitem__)
+    )
+    pools = [
+        {
+            "role": p.unit.role.name.lower(),
+            "hardware": p.unit.hardware,
+            "shape": p.unit.parallel.label(),
+            "instances": p.instances,
+            "gpus": p.gpus,
+            "decode_batch": p.unit.decode_batch,
+            "prefill_share": p.unit.prefill_share,
+            "hbm_gb_per_gpu": p.hbm_gb_per_gpu,
+            "weights_gb_per_gpu": p.unit.weights_gb_per_gpu,
+            "requests_per_s": p.requests_per_s,
+            "output_tokens_per_s": p.output_tokens_per_s,
+            "usd_per_hour": p.usd_per_hour,
+        }
+        for p in outcome.pools
+    ]
+    tiers = [
+        {
+            "kv_class": t.kv_class,
+            "returning_per_s": t.returning_per_s,
+            "dwell_s": t.dwell_s,
+            "gb_per_session": t.gb_per_session,
+            **{f"share_{k}": v for k, v in t.share.items()},
+            **{f"stored_{k}_gb": v for k, v in t.stored_gb.items()},
+        }
+        for t in outcome.tiers
+    ]
     clean = {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items()}
     return TrialRecord(clean, constraints, binding, pools, tiers, outcome, sim)  # type: ignore[arg-type]
 
@@ -198,7 +275,7 @@ def params_of(c: Choice) -> dict[str, Any]:
     return asdict(c)
 
 
-def objective_values(record: TrialRecord, objectives: list[tuple[str, str, Any]]) -> list[float]:
+def objective_values(record: TrialRecord, objectives: Sequence[tuple[str, str, Any]]) -> list[float]:
     """One value per objective (name, direction, function of the metrics or None for a metric);
     a trial without a design gets the worst value so samplers still learn from it."""
     out = []

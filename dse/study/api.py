@@ -1,0 +1,159 @@
+"""The Python API of studies: load, change objectives, run, read results as polars tables.
+
+```python
+from dse.study import Study
+
+study = Study.load("deepseek-v3-blackwell").with_objective(
+    "usd_per_user", lambda m: m["usd_per_hour"] / (m["tokens_per_s_per_user"] or 1.0))
+res = study.run(trials=50, out=Path("runs"))
+res.trials            # polars DataFrame, one row per trial
+res.pareto            # the front of the objectives
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+import optuna
+import polars as pl
+
+from dse.catalog import Catalog, load_catalog
+from dse.perf.params import PerfParams, load_params
+from dse.placement.serialize import plain
+from dse.study.export import export_all
+from dse.study.results import (
+    kv_tiers_frame,
+    pareto_frame,
+    placements_frame,
+    sim_timeseries_frame,
+    trials_frame,
+)
+from dse.study.runner import MetricFn, ObjectiveDef, RunStats, default_storage, open_study, run
+from dse.study.spec import StudySpec, load_study
+
+
+@dataclass(frozen=True)
+class Study:
+    spec: StudySpec
+    objectives: tuple[ObjectiveDef, ...] = ()
+
+    @classmethod
+    def load(cls, name_or_path: str | Path) -> Study:
+        spec = load_study(name_or_path)
+        return cls(spec, tuple(ObjectiveDef.metric(n) for n in spec.objectives.names))
+
+    def with_objective(
+        self,
+        name: str,
+        fn: MetricFn | None = None,
+        direction: Literal["minimize", "maximize"] = "minimize",
+        *,
+        replace_all: bool = True,
+    ) -> Study:
+        """A study whose objective is ``fn(metrics)`` (or the metric ``name`` when ``fn`` is None),
+        replacing the current objectives or added to them."""
+        if direction not in ("minimize", "maximize"):
+            raise ValueError(f"direction must be minimize or maximize, not {direction!r}")
+        new = ObjectiveDef(name, direction, fn) if fn is not None else ObjectiveDef.metric(name)
+        return replace(self, objectives=(new,) if replace_all else (*self.objectives, new))
+
+    def run(
+        self,
+        *,
+        trials: int | None = None,
+        out: Path = Path("runs"),
+        storage: str | None = None,
+        seed: int | None = None,
+        progress: bool = False,
+        catalog: Catalog | None = None,
+        params: PerfParams | None = None,
+    ) -> StudyResults:
+        study, stats = run(
+            self.spec,
+            out=out,
+            storage=storage,
+            trials=trials,
+            seed=seed,
+            objectives=list(self.objectives),
+            progress=progress,
+            catalog=catalog,
+            params=params,
+        )
+        return StudyResults(self.spec, self.objectives, study, stats)
+
+    def results(self, *, out: Path = Path("runs"), storage: str | None = None) -> StudyResults:
+        """The results stored by an earlier run."""
+        study = open_study(
+            self.spec, storage or default_storage(out, self.spec), list(self.objectives), self.spec.seed
+        )
+        return StudyResults(self.spec, self.objectives, study, None)
+
+
+@dataclass
+class StudyResults:
+    spec: StudySpec
+    objectives: tuple[ObjectiveDef, ...]
+    study: optuna.Study
+    stats: RunStats | None
+    _catalog: Catalog | None = field(default=None, repr=False)
+
+    @property
+    def names(self) -> list[str]:
+        return [o.name for o in self.objectives]
+
+    @cached_property
+    def trials(self) -> pl.DataFrame:
+        return trials_frame(self.study, self.names)
+
+    @cached_property
+    def pareto(self) -> pl.DataFrame:
+        return pareto_frame(self.trials, self.names, [o.direction for o in self.objectives])
+
+    @cached_property
+    def placements(self) -> pl.DataFrame:
+        return placements_frame(self.study)
+
+    @cached_property
+    def kv_tiers(self) -> pl.DataFrame:
+        return kv_tiers_frame(self.study)
+
+    def best_trial(self) -> int | None:
+        """The feasible trial best on the first objective."""
+        if self.trials.is_empty() or not self.trials["feasible"].any():
+            return None
+        o = self.objectives[0]
+        col = f"objective_{o.name}"
+        feas = self.trials.filter(pl.col("feasible")).sort(col, descending=o.direction == "maximize")
+        return int(feas["trial"][0])
+
+    def sim_timeseries(self, trials: list[int] | None = None) -> pl.DataFrame:
+        chosen = (
+            trials
+            if trials is not None
+            else self.pareto["trial"].unique().to_list()[:5]
+            if not self.pareto.is_empty()
+            else []
+        )
+        return sim_timeseries_frame(self.study, self.spec, chosen, self._cat(), load_params())
+
+    def _cat(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = load_catalog()
+        return self._catalog
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        return {
+            "trials": self.trials,
+            "pareto": self.pareto,
+            "placements": self.placements,
+            "kv_tiers": self.kv_tiers,
+            "sim_timeseries": self.sim_timeseries(),
+        }
+
+    def export(self, out: Path) -> list[Path]:
+        """Parquet tables under ``out`` (hive partitions by study), atomically."""
+        return export_all(self.tables(), out, self.spec.name, plain(self.spec))

@@ -1,0 +1,183 @@
+"""A study's trials as flat tables (polars): trials, Pareto front, placements, KV tiers, and the
+simulated time series of the front. Column names carry their units. :data:`SCHEMA_VERSION`
+changes whenever a column is renamed, removed or changes meaning.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC
+from typing import Any
+
+import numpy as np
+import optuna
+import polars as pl
+
+from dse.catalog import Catalog
+from dse.perf.params import PerfParams
+from dse.sim.api import trajectories_frame
+from dse.study.spec import StudySpec
+from dse.study.trial import choice_from_params, evaluate
+from formulations.solve import PlacementSolver
+
+SCHEMA_VERSION = 1
+METRIC_COLUMNS = {  # metric -> column (unit in the name)
+    "usd_per_million_tokens": "usd_per_million_tokens",
+    "usd_per_hour": "usd_per_hour",
+    "gpus": "gpus",
+    "tokens_per_s_per_gpu": "tokens_per_s_per_gpu",
+    "tokens_per_s_per_user": "tokens_per_s_per_user",
+    "output_tokens_per_s_per_decode_gpu": "output_tokens_per_s_per_decode_gpu",
+    "ttft_s": "ttft_mean_s",
+    "ttft_pct_s": "ttft_pct_s",
+    "tpot_s": "tpot_mean_s",
+    "e2e_s": "e2e_mean_s",
+    "hbm_peak_gb_per_gpu": "hbm_peak_gb_per_gpu",
+    "decode_batch": "decode_batch_sequences",
+    "milp_solve_s": "milp_solve_s",
+    "sim_backlog_growth_per_s": "sim_backlog_growth_per_s",
+}
+PARAM_COLUMNS = (
+    "topology",
+    "kv_policy",
+    "prefill_hardware",
+    "prefill_shape",
+    "decode_hardware",
+    "decode_shape",
+    "chunk_tokens",
+    "max_batch",
+    "prefill_share",
+    "ffn_tokens_per_gpu",
+)
+CONSTRAINT_KEYS = ("placement", "ttft_s", "tpot_s", "stability", "gpus")
+
+
+def _utc(dt: Any) -> Any:
+    if dt is None:
+        return None
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def _records(study: optuna.Study) -> list[tuple[optuna.trial.FrozenTrial, dict[str, Any]]]:
+    return [
+        (t, t.user_attrs.get("record", {}))
+        for t in study.get_trials(deepcopy=False)
+        if t.state is optuna.trial.TrialState.COMPLETE
+    ]
+
+
+def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
+    """One row per finished trial."""
+    rows = []
+    for t, rec in _records(study):
+        choice = rec.get("choice", {})
+        metrics = rec.get("metrics", {})
+        cons = rec.get("constraints", {})
+        row: dict[str, Any] = {
+            "study": study.study_name,
+            "trial": t.number,
+            "state": t.state.name.lower(),
+            "started_utc": _utc(t.datetime_start),
+            "finished_utc": _utc(t.datetime_complete),
+            "duration_s": (t.datetime_complete - t.datetime_start).total_seconds()
+            if t.datetime_complete and t.datetime_start
+            else None,
+        }
+        row.update({f"p_{k}": choice.get(k) for k in PARAM_COLUMNS})
+        row.update({col: metrics.get(m) for m, col in METRIC_COLUMNS.items()})
+        row.update({f"c_{k}": float(cons.get(k, 0.0)) for k in CONSTRAINT_KEYS})
+        row["feasible"] = all(float(v) <= 0 for v in cons.values()) and bool(cons)
+        row["binding"] = rec.get("binding", "")
+        for name, v in zip(objectives, t.values or [], strict=False):
+            row[f"objective_{name}"] = v
+        rows.append(row)
+    schema = {"started_utc": pl.Datetime("us", "UTC"), "finished_utc": pl.Datetime("us", "UTC")}
+    return pl.DataFrame(rows, schema_overrides=schema, infer_schema_length=None) if rows else pl.DataFrame()
+
+
+def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[str]) -> pl.DataFrame:
+    """Feasible trials that no other feasible trial beats on every objective."""
+    if trials.is_empty():
+        return trials
+    feas = trials.filter(pl.col("feasible"))
+    if feas.is_empty():
+        return feas
+    vals = np.column_stack(
+        [
+            feas[f"objective_{o}"].to_numpy() * (1.0 if d == "minimize" else -1.0)
+            for o, d in zip(objectives, directions, strict=True)
+        ]
+    )
+    keep = np.ones(len(vals), dtype=bool)
+    for i in range(len(vals)):
+        others = np.delete(vals, i, axis=0)
+        dominated = np.any(np.all(others <= vals[i], axis=1) & np.any(others < vals[i], axis=1))
+        keep[i] = not dominated
+    return feas.filter(pl.Series(keep)).sort(f"objective_{objectives[0]}")
+
+
+def placements_frame(study: optuna.Study) -> pl.DataFrame:
+    """One row per trial and pool."""
+    rows = [
+        {"study": study.study_name, "trial": t.number, "pool": i, **p}
+        for t, rec in _records(study)
+        for i, p in enumerate(rec.get("pools", []))
+    ]
+    return pl.DataFrame(rows, infer_schema_length=None).rename(_units_pools()) if rows else pl.DataFrame()
+
+
+def _units_pools() -> dict[str, str]:
+    return {
+        "decode_batch": "decode_batch_sequences",
+        "requests_per_s": "requests_per_s",
+        "output_tokens_per_s": "output_tokens_per_s",
+    }
+
+
+def kv_tiers_frame(study: optuna.Study) -> pl.DataFrame:
+    """One row per trial, KV class and tier."""
+    rows = []
+    for t, rec in _records(study):
+        for c in rec.get("tiers", []):
+            for tier in ("hbm", "dram", "nvme", "network", "drop"):
+                rows.append(
+                    {
+                        "study": study.study_name,
+                        "trial": t.number,
+                        "kv_class": c["kv_class"],
+                        "returning_per_s": c["returning_per_s"],
+                        "dwell_s": c["dwell_s"],
+                        "gb_per_session": c["gb_per_session"],
+                        "tier": tier,
+                        "share": c.get(f"share_{tier}", 0.0),
+                        "stored_gb": c.get(f"stored_{tier}_gb", 0.0),
+                    }
+                )
+    return pl.DataFrame(rows) if rows else pl.DataFrame()
+
+
+def sim_timeseries_frame(
+    study: optuna.Study,
+    spec: StudySpec,
+    trial_numbers: list[int],
+    catalog: Catalog,
+    params: PerfParams,
+    every_s: float = 10.0,
+) -> pl.DataFrame:
+    """The fluid trajectories of the given trials, re-simulated (deterministic), one row per
+    trial and sample every ``every_s`` seconds."""
+    solver = PlacementSolver()
+    frames = []
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    for n in trial_numbers:
+        rec = evaluate(spec, choice_from_params(by_number[n].params, spec), catalog, params, solver)
+        if rec.simulation is None:
+            continue
+        df = trajectories_frame(rec.simulation).filter(pl.col("simulator") == "fluid")
+        step = (
+            max(int(round(every_s / max(float(df["t_s"][1] - df["t_s"][0]), 1e-9))), 1)
+            if df.height > 1
+            else 1
+        )
+        df = df.gather_every(step).drop("simulator", "config")
+        frames.append(df.with_columns(pl.lit(study.study_name).alias("study"), pl.lit(n).alias("trial")))
+    return pl.concat(frames) if frames else pl.DataFrame()

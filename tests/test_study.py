@@ -1,0 +1,170 @@
+"""Studies end to end: spec validation, a run, determinism, resume after a kill, the Python API
+with a custom objective, Parquet exports read back with DuckDB."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+from conftest import dse_cmd
+
+from dse.errors import InputError, UnknownIdError
+from dse.study import Study
+from dse.study.spec import load_study
+
+DATA = Path(__file__).resolve().parent / "data"
+TINY = DATA / "tiny-study.toml"
+
+
+def test_shipped_studies_load() -> None:
+    spec = load_study("deepseek-v3-blackwell")
+    assert spec.model == "deepseek-v3" and spec.trials > 0
+    with pytest.raises(UnknownIdError, match="unknown study id; valid ids: .*deepseek-v3-blackwell"):
+        load_study("no-such-study")
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (("trials = 12", "trials = -1"), "trials = -1: must be > 0"),
+        (
+            ('topologies = ["aggregated", "disaggregated"]', 'topologies = ["sideways"]'),
+            "search.topologies = 'sideways': must be among aggregated, disaggregated, afd",
+        ),
+        (('shapes = ["8gpu-dpa-ep8", "16gpu-dpa-ep16"]', 'shapes = ["eight-gpus"]'), "search.decode.shapes"),
+        (("max_batch = [32, 1024]", "max_batch = [1024, 32]"), "max_batch"),
+        (("ttft_s = 2.0", 'ttft_s = "fast"'), "slo.ttft_s"),
+        (('name = "tiny-study"', 'name = "other"'), "name = 'other': must equal the file name"),
+    ],
+)
+def test_bad_study_files_name_file_key_and_rule(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
+    text = TINY.read_text()
+    assert edit[0] in text
+    bad = tmp_path / "tiny-study.toml"
+    bad.write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(InputError, match=None) as err:
+        load_study(bad)
+    assert str(bad) in str(err.value) and message in str(err.value)
+
+
+def test_bad_study_exits_2_from_the_cli(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    bad = tmp_path / "tiny-study.toml"
+    bad.write_text(TINY.read_text().replace("[slo]\n", "[slo]\nfoo = 1\n"))
+    out = subprocess.run(
+        dse_cmd("study", "show", str(bad)), capture_output=True, text=True, env=clean_env, timeout=60
+    )
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "slo.foo" in out.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    out = tmp_path_factory.mktemp("runs")
+    return Study.load(TINY).run(out=out), out
+
+
+def test_a_run_records_trials_with_objectives_constraints_and_placements(tiny_run) -> None:  # type: ignore[no-untyped-def]
+    res, out = tiny_run
+    t = res.trials
+    assert t.height == 12 and t["trial"].to_list() == list(range(12))
+    assert t["feasible"].sum() >= 1
+    feas = t.filter(t["feasible"])
+    assert (feas["c_ttft_s"] <= 0).all() and (feas["c_tpot_s"] <= 0).all()
+    assert (feas["objective_usd_per_million_tokens"] == feas["usd_per_million_tokens"]).all()
+    assert set(res.placements["trial"].to_list()) >= set(feas["trial"].to_list())
+    assert not res.pareto.is_empty()
+    assert (out / "tiny-study" / "spec.json").exists() and (out / "tiny-study" / "study.db").exists()
+
+
+def test_the_same_seed_gives_the_same_results(tiny_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    first, _ = tiny_run
+    again = Study.load(TINY).run(out=tmp_path)
+    cols = ["trial", "p_topology", "p_decode_shape", "p_max_batch", "objective_usd_per_million_tokens"]
+    assert again.trials.select(cols).equals(first.trials.select(cols))
+
+
+def test_exports_read_back_with_duckdb(tiny_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    res, _ = tiny_run
+    paths = res.export(tmp_path / "exports")
+    assert {p.parent.parent.name for p in paths} == {
+        "trials",
+        "pareto",
+        "placements",
+        "kv_tiers",
+        "sim_timeseries",
+    }
+    glob = str(tmp_path / "exports" / "trials" / "*" / "*.parquet")
+    rows = duckdb.sql(
+        f"select study, count(*), min(usd_per_million_tokens) filter (where feasible) "
+        f"from read_parquet('{glob}', hive_partitioning=true) group by study"
+    ).fetchall()
+    assert rows[0][0] == "tiny-study" and rows[0][1] == 12
+    assert rows[0][2] == pytest.approx(
+        res.trials.filter(res.trials["feasible"])["usd_per_million_tokens"].min()
+    )
+    meta = dict(
+        (k.decode(), v.decode())
+        for _, k, v in duckdb.sql(f"select * from parquet_kv_metadata('{glob}')").fetchall()
+    )
+    assert meta["dse.schema_version"] == "1" and '"name": "tiny-study"' in meta["dse.study_spec"]
+    ts = duckdb.sql(f"select typeof(started_utc) from read_parquet('{glob}') limit 1").fetchall()[0][0]
+    assert ts == "TIMESTAMP WITH TIME ZONE"
+    assert not list((tmp_path / "exports").rglob("*.tmp"))
+
+
+def test_python_api_with_a_custom_objective(tmp_path: Path) -> None:
+    def usd_per_user(m):  # type: ignore[no-untyped-def]
+        return m["usd_per_hour"] / max(m["tokens_per_s_per_user"], 1e-9)
+
+    res = Study.load(TINY).with_objective("usd_per_user_speed", usd_per_user).run(trials=6, out=tmp_path)
+    t = res.trials
+    assert "objective_usd_per_user_speed" in t.columns and t.height == 6
+    feas = t.filter(t["feasible"])
+    expected = feas["usd_per_hour"] / feas["tokens_per_s_per_user"]
+    assert (feas["objective_usd_per_user_speed"] - expected).abs().max() < 1e-9
+
+
+def test_an_interrupted_run_resumes_without_losing_or_repeating_trials(
+    tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    db = tmp_path / "tiny-study" / "study.db"
+    proc = subprocess.Popen(
+        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "40", "--no-export"),
+        env=clean_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    done = 0
+    while time.time() < deadline and done < 5:
+        time.sleep(0.3)
+        if db.exists():
+            try:
+                with sqlite3.connect(db) as con:
+                    done = con.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0]
+            except sqlite3.OperationalError:
+                pass
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert 5 <= done < 40, done
+    with sqlite3.connect(db) as con:
+        before = {r[0] for r in con.execute("select number from trials where state = 'COMPLETE'")}
+    again = subprocess.run(
+        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "40", "--no-export"),
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr
+    with sqlite3.connect(db) as con:
+        states = con.execute("select state, count(*) from trials group by state").fetchall()
+        numbers = [r[0] for r in con.execute("select number from trials where state = 'COMPLETE'")]
+    counts = dict(states)
+    assert counts["COMPLETE"] == 40 and "RUNNING" not in counts
+    assert before <= set(numbers) and len(numbers) == len(set(numbers))
