@@ -15,11 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/dse catalog list hardware
-	$(VENV)/bin/dse predict --model deepseek-v3 --hardware gb200 --framework trt --precision fp4 \
-		--isl 8192 --osl 1024 --conc 256 --tp 8 --ep 8 --dp-attention
-	$(VENV)/bin/dse predict --model deepseek-v3 --hardware b200 --framework trt --precision fp4 \
-		--isl 8192 --osl 1024 --conc 256 --tp 8 --ep 8 --dp-attention
+	$(VENV)/bin/dse study run deepseek-v3-blackwell --out runs
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -33,6 +29,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/accuracy.py
 	$(PY) benchmarks/milp_speed.py
 	$(PY) benchmarks/sim_validation.py
+	$(PY) benchmarks/study_speed.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
