@@ -141,7 +141,7 @@ def build(data: PlacementData) -> pyo.ConcreteModel:
         m.handoff_in = pyo.Constraint(
             expr=sum(handoff(u) for u in prefill_only) <= sum(m.nic[u] * m.x[u] for u in decoders)
         )
-        if ffn:
+        if ffn or attention:  # attention-FFN disaggregated: both halves must carry the decode
             m.ffn_pool = pyo.Constraint(expr=m.osl * handed <= sum(m.dec[u] * m.x[u] for u in ffn))
             m.afd_attention = pyo.Constraint(
                 expr=m.afd_gb * m.osl * handed <= sum(m.nic[u] * m.x[u] for u in attention)

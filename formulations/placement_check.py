@@ -110,7 +110,7 @@ def residuals(data: PlacementData, sol: PlacementSolution) -> dict[str, Array]:
     network_reload = r[:, :, _T["network"]] @ data.class_gb
     g["nic_out"] = out + network_reload - data.nic_gb_s * x  # handoffs and network reloads
     ffn = role == Role.FFN
-    if ffn.any():
+    if ffn.any() or (role == Role.ATTENTION).any():
         handed = served[prefill_only].sum()
         g["ffn_pool"] = np.array([osl * handed - (data.decode_tok_s * x)[ffn].sum()])
         traffic = data.afd_gb_per_token * osl * handed

@@ -50,7 +50,8 @@ def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
     roles = set(Role(int(r)) for r in data.unit_role)
     for role in REQUIRED_ROLES[c.topology]:
         if role not in roles:
-            reasons = [e for e in c.exclusions if e.role in (role.name.lower(), "all")]
+            own = [e for e in c.exclusions if e.role == role.name.lower()]
+            reasons = own + [e for e in c.exclusions if e.role == "all"]  # the role's own reasons first
             shown = "; ".join(f"{e.hardware} {e.parallel}: {e.reason}" for e in _distinct(reasons)[:3])
             return Infeasibility(f"no {role.name.lower()} unit", shown or "no candidate shapes")
     if data.n_classes and not np.isfinite(data.mid_s).any():
