@@ -383,11 +383,19 @@ def test_attention_without_expert_units_cannot_serve() -> None:
     res = PlacementSolver().solve(data)
     assert res.termination is Termination.INFEASIBLE
     with_ffn = instance(
-        unit_names=("prefill", "attention", "ffn"), unit_hw=np.array([0, 0, 0]),
-        unit_role=np.array([Role.PREFILL, Role.ATTENTION, Role.FFN]), unit_gpus=np.full(3, 8.0),
-        prefill_share=np.array([0.8, 0.0, 0.0]), fresh_s=np.array([0.1, np.inf, np.inf]),
-        decode_tok_s=np.array([0.0, 3000.0, 4000.0]), hbm_idle_gb=np.zeros(3), nic_gb_s=np.full(3, 200.0),
-        mid_s=np.zeros((3, 0, NT)), reload_s=np.zeros((3, 0, NT)), afd_gb_per_token=0.001)
+        unit_names=("prefill", "attention", "ffn"),
+        unit_hw=np.array([0, 0, 0]),
+        unit_role=np.array([Role.PREFILL, Role.ATTENTION, Role.FFN]),
+        unit_gpus=np.full(3, 8.0),
+        prefill_share=np.array([0.8, 0.0, 0.0]),
+        fresh_s=np.array([0.1, np.inf, np.inf]),
+        decode_tok_s=np.array([0.0, 3000.0, 4000.0]),
+        hbm_idle_gb=np.zeros(3),
+        nic_gb_s=np.full(3, 200.0),
+        mid_s=np.zeros((3, 0, NT)),
+        reload_s=np.zeros((3, 0, NT)),
+        afd_gb_per_token=0.001,
+    )
     ok = PlacementSolver().solve(with_ffn)
     assert ok.solution is not None and check(with_ffn, ok.solution).ok
     assert ok.solution.instances.tolist() == [2.0, 2.0, 2.0]  # 5000 tokens/s: two of each decode half

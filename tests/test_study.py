@@ -171,37 +171,60 @@ def test_an_interrupted_run_resumes_without_losing_or_repeating_trials(
 
 
 def test_study_commands_end_to_end(tmp_path: Path, clean_env: dict[str, str]) -> None:
-    listed = subprocess.run(dse_cmd("study", "list"), capture_output=True, text=True, env=clean_env, timeout=60)
+    listed = subprocess.run(
+        dse_cmd("study", "list"), capture_output=True, text=True, env=clean_env, timeout=60
+    )
     assert listed.returncode == 0 and "deepseek-v3-blackwell" in listed.stdout
-    ran = subprocess.run(dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "8"),
-                         capture_output=True, text=True, env=clean_env, timeout=300)
+    ran = subprocess.run(
+        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "8"),
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=300,
+    )
     assert ran.returncode == 0, ran.stderr
     assert "8 trials run" in ran.stdout and "wrote 5 Parquet tables" in ran.stdout
     report = (tmp_path / "tiny-study" / "report" / "report.md").read_text()
     assert "## Best designs" in report and "## Binding constraints" in report
     (tmp_path / "tiny-study" / "exports").rename(tmp_path / "old-exports")
-    again = subprocess.run(dse_cmd("export", str(TINY), "--out", str(tmp_path)), capture_output=True, text=True,
-                           env=clean_env, timeout=300)
+    again = subprocess.run(
+        dse_cmd("export", str(TINY), "--out", str(tmp_path)),
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "tiny-study" / "exports" / "trials" / "study=tiny-study" / "part-0.parquet").exists()
-    rep = subprocess.run(dse_cmd("report", str(TINY), "--out", str(tmp_path)), capture_output=True, text=True,
-                         env=clean_env, timeout=300)
+    rep = subprocess.run(
+        dse_cmd("report", str(TINY), "--out", str(tmp_path)),
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=300,
+    )
     assert rep.returncode == 0 and rep.stdout.strip().endswith("report.md")
-    no_storage = subprocess.run(dse_cmd("worker", str(TINY)), capture_output=True, text=True, env=clean_env,
-                                timeout=60)
+    no_storage = subprocess.run(
+        dse_cmd("worker", str(TINY)), capture_output=True, text=True, env=clean_env, timeout=60
+    )
     assert no_storage.returncode == 2 and "--storage: is required" in no_storage.stderr
 
 
 def test_two_objectives_give_a_pareto_front(tmp_path: Path) -> None:
-    study = Study.load(TINY).with_objective("tokens_per_s_per_gpu", direction="maximize").with_objective(
-        "tokens_per_s_per_user", direction="maximize", replace_all=False)
+    study = (
+        Study.load(TINY)
+        .with_objective("tokens_per_s_per_gpu", direction="maximize")
+        .with_objective("tokens_per_s_per_user", direction="maximize", replace_all=False)
+    )
     res = study.run(trials=12, out=tmp_path)
     front = res.pareto
     assert not front.is_empty()
     feas = res.trials.filter(res.trials["feasible"])
     a, b = "objective_tokens_per_s_per_gpu", "objective_tokens_per_s_per_user"
     for row in front.iter_rows(named=True):  # nothing feasible beats a front member on both
-        better = feas.filter((feas[a] >= row[a]) & (feas[b] >= row[b]) & ((feas[a] > row[a]) | (feas[b] > row[b])))
+        better = feas.filter(
+            (feas[a] >= row[a]) & (feas[b] >= row[b]) & ((feas[a] > row[a]) | (feas[b] > row[b]))
+        )
         assert better.is_empty()
     off = feas.join(front.select("trial"), on="trial", how="anti")
     for row in off.iter_rows(named=True):  # everything else is beaten by someone on the front

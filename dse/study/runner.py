@@ -216,7 +216,7 @@ def run(
         trial.set_user_attr("record", {**record.attrs(), "choice": params_of(choice)})  # one write
         asker.tell(trial, objective_values(record, defs))
         if asker is not study:
-            study.add_trial(asker.trials[-1])
+            study.add_trial(asker.get_trials(deepcopy=False)[-1])  # .trials would deep-copy them all
         ran += 1
         done = _complete(study) if shared else done + 1
         if bar is not None:
