@@ -112,9 +112,11 @@ def summary(res: StudyResults, top: int = 5) -> str:
     if t.is_empty() or not t["feasible"].any():
         return "no feasible design: " + (t["binding"].mode()[0] if not t.is_empty() else "no trials")
     o = res.objectives[0]
-    best = t.filter(t["feasible"]).sort(f"objective_{o.name}", descending=o.direction == "maximize").head(top)
-    rows = [
-        [
+    ranked = t.filter(t["feasible"]).sort(f"objective_{o.name}", descending=o.direction == "maximize")
+    rows: list[list[object]] = []
+    seen: set[tuple[object, ...]] = set()
+    for r in ranked.iter_rows(named=True):
+        row = [
             r["trial"],
             r["p_topology"],
             f"{r['p_prefill_hardware']}/{r['p_prefill_shape']}",
@@ -127,8 +129,12 @@ def summary(res: StudyResults, top: int = 5) -> str:
             1e3 * r["tpot_mean_s"],
             r["hbm_peak_gb_per_gpu"],
         ]
-        for r in best.iter_rows(named=True)
-    ]
+        key = tuple(round(v, 6) if isinstance(v, float) else v for v in row[1:])
+        if key not in seen:  # designs that differ only in a knob that changed nothing show once
+            seen.add(key)
+            rows.append(row)
+        if len(rows) == top:
+            break
     return format_table(
         [
             "trial",
