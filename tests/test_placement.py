@@ -177,3 +177,30 @@ def test_aggregated_units_split_time_between_prefill_and_decode(catalog: Catalog
 def test_goodput_without_a_budget_is_bad_input() -> None:
     with pytest.raises(InputError, match="limits.budget_usd_hour: is required by the goodput objective"):
         request(objective=Objective.GOODPUT)
+
+
+@pytest.mark.parametrize(
+    "policy,allowed",
+    [
+        ("recompute", {"drop"}),
+        ("offload", {"dram", "nvme", "network", "drop"}),
+        ("hbm-only", {"hbm", "drop"}),
+    ],
+)
+def test_kv_policy_limits_where_kv_rests(catalog: Catalog, policy: str, allowed: set[str]) -> None:
+    from dse.placement.request import UnitOptions
+
+    # recomputing a 20k-token prefix needs a looser TTFT than reloading it
+    rep = place(
+        request(
+            topology=Topology.DISAGGREGATED,
+            options=UnitOptions(kv_policy=policy),
+            slo=Slo(ttft_s=10.0, tpot_s=0.05),
+        ),
+        catalog=catalog,
+        with_shadow_prices=False,
+    )
+    best = rep.best
+    assert best is not None and best.tiers
+    used = {tier for t in best.tiers for tier, share in t.share.items() if share > 1e-9}
+    assert used <= allowed, used

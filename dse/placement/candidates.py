@@ -158,12 +158,29 @@ class _Builder:
     def prefill_side(self, row: _Row, i: int, *, share: float, stretch: float, handoff: bool) -> float:
         """Fill the prefill coefficients of ``row`` for shape ``i`` when prefill gets ``share``
         of its time (so a prompt stretches by ``stretch``); returns the fresh TTFT, or nan when
-        no utilisation meets the target."""
+        no utilisation meets the target.
+
+        Fresh prompts and returning turns wait in one queue, so the utilisation cap is set by the
+        slower of a fresh prompt and the fastest allowed way back for a returning turn; a tier
+        whose reload then still misses TTFT is not allowed on this unit."""
         s, p, slo = self.s, self.p, self.slo
         k_q = slo.wait_quantile_factor * p.prefill_queue_factor
+        hand_mid = s.returning_handoff_s[i] if handoff else 0.0
+        mid_one = s.midfill.one_s[i] * stretch
+        paths = {}  # tier -> (busy seconds, what it adds to TTFT over a prefix in HBM)
+        for tier in TIERS:
+            if tier not in self.tiers:
+                continue
+            if tier == "drop":
+                paths[tier] = (s.recompute.busy_s[i], max(s.recompute.one_s[i] * stretch - mid_one, 0.0))
+            else:
+                paths[tier] = (s.midfill.busy_s[i], s.reload_s(i, tier))
         fixed = s.fresh.one_s[i] * stretch + (s.fresh_handoff_s[i] if handoff else 0.0)
+        slowest = fixed
+        if self.classes and paths:
+            slowest = max(fixed, min(r for _, r in paths.values()) + mid_one + hand_mid)
         batch_s = s.fresh.batch_s[i] * stretch
-        room = slo.ttft_s - fixed
+        room = slo.ttft_s - slowest
         if room <= 0:
             return np.nan
         a = room / max(k_q * batch_s, 1e-12)
@@ -171,18 +188,9 @@ class _Builder:
         wait = k_q * batch_s * rho / (1.0 - rho)
         row.share = share * rho
         row.fresh_s = float(s.fresh.busy_s[i])
-        hand_mid = s.returning_handoff_s[i] if handoff else 0.0
-        mid_one = s.midfill.one_s[i] * stretch
         for t, tier in enumerate(TIERS):
-            # ``reload`` is what the tier adds to TTFT over a prefix already in HBM
-            if tier == "drop":
-                busy = s.recompute.busy_s[i]
-                reload = max(s.recompute.one_s[i] * stretch - mid_one, 0.0)
-            else:
-                busy, reload = s.midfill.busy_s[i], s.reload_s(i, tier)
-            if reload + mid_one + hand_mid + wait <= slo.ttft_s:
-                row.mid[:, t] = busy
-                row.reload[:, t] = reload
+            if tier in paths and paths[tier][1] + mid_one + hand_mid + wait <= slo.ttft_s * (1 + 1e-9):
+                row.mid[:, t], row.reload[:, t] = paths[tier]
         return float(fixed + wait)
 
     def shapes(self, role: str) -> list[int]:
@@ -210,7 +218,13 @@ class _Builder:
                     i,
                     "prefill",
                     f"TTFT {self.slo.ttft_s:g} s cannot be met: a prompt alone takes "
-                    f"{s.fresh.one_s[i]:.3f} s plus {s.fresh_handoff_s[i]:.3f} s of KV handoff",
+                    f"{s.fresh.one_s[i]:.3f} s plus {s.fresh_handoff_s[i]:.3f} s of KV handoff"
+                    + (
+                        f", a returning turn's midfill {s.midfill.one_s[i]:.3f} s and its recompute "
+                        f"{s.recompute.one_s[i]:.3f} s"
+                        if self.classes
+                        else ""
+                    ),
                 )
                 continue
             row.hbm_idle = max(float(s.free_unique_gb[i] - s.prefill_ws_gb[i]), 0.0)

@@ -1,0 +1,98 @@
+"""The figures behind FINDINGS.md, read from the shipped studies' Parquet exports.
+
+Run the studies first (``dse study run NAME --out runs``), then ``python benchmarks/findings.py``.
+Prints figures, not verdicts; FINDINGS.md states the verdicts with these numbers.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+RUNS = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("runs")
+
+
+def trials(study: str) -> pl.DataFrame:
+    return pl.read_parquet(RUNS / study / "exports" / "trials" / f"study={study}" / "part-0.parquet")
+
+
+def table(study: str, name: str) -> pl.DataFrame:
+    return pl.read_parquet(RUNS / study / "exports" / name / f"study={study}" / "part-0.parquet")
+
+
+def front(df: pl.DataFrame, x: str, y: str) -> pl.DataFrame:
+    """Rows no other row beats on both ``x`` and ``y`` (both maximised)."""
+    a, b = df[x].to_numpy(), df[y].to_numpy()
+    keep = [not np.any((a >= a[i]) & (b >= b[i]) & ((a > a[i]) | (b > b[i]))) for i in range(len(a))]
+    return df.filter(pl.Series(keep)).sort(x)
+
+
+def kimi() -> None:
+    study = "kimi-k3-blackwell"
+    t = trials(study).filter(pl.col("feasible"))
+    print(f"[{study}] {t.height} feasible trials")
+    x, y = "tokens_per_s_per_user", "tokens_per_s_per_gpu"
+    overall = front(t, x, y)
+    for hw in sorted(t["p_decode_hardware"].unique().to_list()):
+        f = front(t.filter(pl.col("p_decode_hardware") == hw), x, y)
+        pts = ", ".join(f"{u:.0f}->{g:.0f}" for u, g in zip(f[x].to_list(), f[y].to_list(), strict=True))
+        print(f"  decode on {hw}: front (tok/s/user -> tok/s/GPU): {pts}")
+    for speed in (20.0, 30.0, 40.0, 45.0):
+        best = {}
+        for hw in sorted(t["p_decode_hardware"].unique().to_list()):
+            sub = t.filter((pl.col("p_decode_hardware") == hw) & (pl.col(x) >= speed))
+            best[hw] = sub[y].max() if sub.height else None
+        shown = ", ".join(f"{k} {v:.0f}" if v is not None else f"{k} none" for k, v in best.items())
+        print(f"  best tok/s/GPU at >= {speed:.0f} tok/s/user: {shown}")
+    hbm = overall["hbm_peak_gb_per_gpu"].to_numpy()
+    print(
+        f"  Pareto front: {overall.height} designs; peak HBM GB/GPU median {np.median(hbm):.1f}, "
+        f"max {hbm.max():.1f}; below 80 GB: {int((hbm < 80).sum())} of {len(hbm)}"
+    )
+    allh = t["hbm_peak_gb_per_gpu"].to_numpy()
+    print(
+        f"  all feasible: below 80 GB: {int((allh < 80).sum())} of {len(allh)}; median {np.median(allh):.1f}"
+    )
+    pl_ = table(study, "placements").join(overall.select("trial"), on="trial")
+    by_role = pl_.group_by("role").agg(
+        pl.col("hbm_gb_per_gpu").median().alias("median"),
+        pl.col("hbm_gb_per_gpu").max().alias("max"),
+        pl.col("weights_gb_per_gpu").median().alias("weights_median"),
+    )
+    print("  front pools, HBM GB/GPU by role:", by_role.sort("role").to_dicts())
+    topo = overall.group_by("p_topology").len().to_dicts()
+    print("  front topologies:", topo)
+
+
+def agentic() -> None:
+    study = "agentic-kv-tiering"
+    t = trials(study).filter(pl.col("feasible"))
+    print(f"[{study}] {t.height} feasible trials")
+    for col in ("p_kv_policy", "p_prefill_hardware"):
+        g = (
+            t.group_by(col)
+            .agg(pl.col("usd_per_million_tokens").min().alias("best_usd_per_m"), pl.len().alias("trials"))
+            .sort("best_usd_per_m")
+        )
+        print(f"  best $/M tokens by {col}: {g.to_dicts()}")
+    best = t.sort("usd_per_million_tokens").head(1)
+    n = int(best["trial"][0])
+    kv = table(study, "kv_tiers").filter(pl.col("trial") == n)
+    stored = kv.group_by("tier").agg(pl.col("stored_gb").sum() / 1e3).sort("tier")
+    print(
+        f"  best trial {n}: {best.select('p_topology', 'p_kv_policy', 'p_prefill_hardware', 'p_decode_hardware', 'gpus', 'usd_per_million_tokens').to_dicts()}"
+    )
+    print(f"  its resting KV (TB) by tier: {stored.to_dicts()}")
+    shares = kv.group_by("kv_class", "tier").agg(pl.col("share").sum()).filter(pl.col("share") > 0.001)
+    print(f"  its tier shares per class: {shares.sort('kv_class', 'tier').to_dicts()}")
+
+
+if __name__ == "__main__":
+    for fn in (kimi, agentic):
+        try:
+            fn()
+        except FileNotFoundError as exc:
+            print(f"{fn.__name__}: run the study first ({exc.filename})")
