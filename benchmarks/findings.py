@@ -82,7 +82,8 @@ def agentic() -> None:
     n = int(best["trial"][0])
     kv = table(study, "kv_tiers").filter(pl.col("trial") == n)
     stored = kv.group_by("tier").agg(pl.col("stored_gb").sum() / 1e3).sort("tier")
-    cols = ("p_topology", "p_kv_policy", "p_prefill_hardware", "p_decode_hardware", "gpus", "usd_per_million_tokens")
+    cols = ("p_topology", "p_kv_policy", "p_prefill_hardware", "p_decode_hardware", "gpus",
+            "usd_per_million_tokens")
     print(f"  best trial {n}: {best.select(*cols).to_dicts()}")
     print(f"  its resting KV (TB) by tier: {stored.to_dicts()}")
     shares = kv.group_by("kv_class", "tier").agg(pl.col("share").sum()).filter(pl.col("share") > 0.001)
