@@ -9,7 +9,8 @@ them independently; read that module for the algebra in numpy form.
 Every coefficient is a mutable ``Param``, so a new :class:`PlacementData` with the same
 :meth:`~PlacementData.structure` re-solves the built model in place (:func:`update`). Elastic
 slacks on demand, inventory, power, budget and network capacity are part of the structure with
-upper bound zero; :mod:`formulations.explain` opens them to find what makes an instance infeasible.
+upper bound zero; :meth:`formulations.solve.PlacementSolver.elastic` opens them to find what makes
+an instance infeasible.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pyomo.environ as pyo
 
-from formulations.placement_data import TIERS, Objective, PlacementData, Role
+from formulations.placement_data import CAPACITY_TIERS, LINK_TIERS, TIERS, Objective, PlacementData, Role
 
 INF_BOUND = 1e20
 TIE_BREAK = (
@@ -25,8 +26,6 @@ TIE_BREAK = (
 )
 ELASTIC = ("fresh_demand", "returning_demand", "inventory", "power", "budget", "network_capacity")
 _T = {t: i for i, t in enumerate(TIERS)}
-_CAP_TIERS = ("hbm", "dram", "nvme")
-_LINK_TIERS = ("dram", "nvme", "network")
 
 
 def _finite(v: float) -> float:
@@ -155,7 +154,7 @@ def build(data: PlacementData) -> pyo.ConcreteModel:
         ),
     )
     m.tier_link = pyo.Constraint(
-        [(t, u) for t in _LINK_TIERS for u in U],
+        [(t, u) for t in LINK_TIERS for u in U],
         rule=lambda m, t, u: (
             sum(m.r[u, c, _T[t]] * m.class_gb[c] for c in C) <= m.tier_bw[hw[u], _T[t]] * m.gpus[u] * m.x[u]
         ),
@@ -166,7 +165,7 @@ def build(data: PlacementData) -> pyo.ConcreteModel:
         room = m.hbm_idle[u] * m.x[u] if t == "hbm" else m.tier_gb[hw[u], _T[t]] * m.gpus[u] * m.x[u]
         return stored <= room
 
-    m.tier_capacity = pyo.Constraint([(t, u) for t in _CAP_TIERS for u in U], rule=capacity)
+    m.tier_capacity = pyo.Constraint([(t, u) for t in CAPACITY_TIERS for u in U], rule=capacity)
     m.network_capacity = pyo.Constraint(expr=m.net_stored <= m.net_cap + m.slack["network_capacity"])
     m.power_c = pyo.Constraint(
         expr=sum(m.watts[h] * m.sale[h] * m.n[h] for h in H) <= m.power + m.slack["power"]

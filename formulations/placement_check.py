@@ -14,7 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formulations.placement_data import TIERS, Array, Objective, PlacementData, PlacementSolution, Role
+from formulations.placement_data import (
+    CAPACITY_TIERS,
+    LINK_TIERS,
+    TIERS,
+    Array,
+    Objective,
+    PlacementData,
+    PlacementSolution,
+    Role,
+)
 
 FAMILY_UNITS = {
     "gpus_in_sale_units": "GPUs",
@@ -118,11 +127,11 @@ def residuals(data: PlacementData, sol: PlacementSolution) -> dict[str, Array]:
         g["afd_ffn"] = np.array([traffic - (data.nic_gb_s * x)[ffn].sum()])
     links = []
     caps = []
-    for t in ("dram", "nvme", "network"):
+    for t in LINK_TIERS:
         ti = _T[t]
         bw = data.tier_gb_s_per_gpu[data.unit_hw, ti] * data.unit_gpus * x
         links.append(r[:, :, ti] @ data.class_gb - bw)
-    for t in ("hbm", "dram", "nvme"):
+    for t in CAPACITY_TIERS:
         ti = _T[t]
         stored = r[:, :, ti] @ (data.class_dwell_s * data.class_gb)
         room = (
@@ -198,9 +207,13 @@ def check(data: PlacementData, sol: PlacementSolution, *, rel_tol: float = 1e-6)
 
 
 def _term_scale(data: PlacementData, sol: PlacementSolution) -> dict[str, float]:
-    """Typical magnitude per family, so the tolerance is relative."""
+    """Typical magnitude of each family's terms, so the tolerance is relative to the row's size."""
     served = float(served_per_unit(data, sol).sum()) + 1.0
     tok = served * data.output_tokens
+    returning = sol.scale * data.class_per_s
+    stored = float((returning * data.class_dwell_s * data.class_gb).sum()) + 1.0  # GB resting
+    reloads = float((returning * data.class_gb).sum()) + 1.0  # GB/s coming back
+    handoffs = served * max(data.fresh_handoff_gb, float(data.class_handoff_gb.max(initial=0.0))) + 1.0
     return {
         "gpus_in_sale_units": 1.0,
         "inventory": 1.0,
@@ -210,13 +223,13 @@ def _term_scale(data: PlacementData, sol: PlacementSolution) -> dict[str, float]
         "decode_mixed": tok,
         "decode_pool": tok,
         "ffn_pool": tok,
-        "nic_out": 1.0 + tok,
-        "handoff_in": 1.0 + tok,
-        "afd_attention": 1.0 + tok,
-        "afd_ffn": 1.0 + tok,
-        "tier_link": 1.0 + tok,
-        "tier_capacity": 1.0 + tok * 1e3,
-        "network_capacity": 1.0 + tok * 1e3,
+        "nic_out": handoffs + reloads,
+        "handoff_in": handoffs,
+        "afd_attention": 1.0 + data.afd_gb_per_token * tok,
+        "afd_ffn": 1.0 + data.afd_gb_per_token * tok,
+        "tier_link": reloads,
+        "tier_capacity": stored,
+        "network_capacity": stored,
         "power": 1e3,
         "budget": 1.0 + cost_usd_hour(data, sol),
     }

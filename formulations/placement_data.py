@@ -22,8 +22,8 @@ Array = np.ndarray
 
 TIERS = ("hbm", "dram", "nvme", "network", "drop")
 """Where a class's KV rests between turns. ``drop`` frees it and recomputes the prefix on return."""
-
-LINK_TIERS = ("dram", "nvme", "network")  # tiers whose reloads cross a link with a bandwidth
+LINK_TIERS = ("dram", "nvme", "network")  # reloads cross a link whose bandwidth is a row per unit
+CAPACITY_TIERS = ("hbm", "dram", "nvme")  # resting KV fills room per unit (network: one shared row)
 
 
 class Role(enum.IntEnum):
@@ -39,20 +39,11 @@ class Role(enum.IntEnum):
     def prefills(self) -> bool:
         return self in (Role.PREFILL, Role.MIXED)
 
-    @property
-    def decodes_tokens(self) -> bool:
-        """Counts toward the pooled decode demand of prefill-only units."""
-        return self in (Role.DECODE, Role.ATTENTION)
-
 
 class Objective(enum.Enum):
     COST = "cost"  # $/hour (so $ per million tokens at the fixed demand)
     GPUS = "gpus"
     GOODPUT = "goodput"  # largest multiple of the demand served under the budget
-
-    @classmethod
-    def parse(cls, text: str) -> Objective:
-        return cls(text)
 
 
 @dataclass(frozen=True)
@@ -117,12 +108,9 @@ class PlacementData:
     def total_per_s(self) -> float:
         return self.fresh_per_s + float(self.class_per_s.sum())
 
-    def usd_per_sale_unit_hour(self) -> Array:
-        return self.usd_per_gpu_hour * self.sale_gpus
-
     def structure(self) -> tuple[object, ...]:
         """What fixes the shape of the built model; data with the same structure re-solves in
-        place. Finite caps are part of it, since an absent cap has no row."""
+        place (caps are rows whose bound is infinite when absent, so they do not change it)."""
         return (self.n_hw, tuple(self.unit_hw.tolist()), tuple(self.unit_role.tolist()), self.n_classes)
 
 
@@ -135,6 +123,3 @@ class PlacementSolution:
     fresh: Array  # (U,) fresh requests/s prefilled on each unit
     returning: Array  # (U, C, T) returning requests/s per unit, class and tier
     scale: float  # multiple of the demand served
-
-    def gpus_per_hw(self, data: PlacementData) -> Array:
-        return self.sale_units * data.sale_gpus

@@ -22,7 +22,14 @@ from pyomo.contrib.solver.common.results import TerminationCondition as PyoTermi
 from pyomo.contrib.solver.solvers.highs import Highs
 
 from formulations import placement
-from formulations.placement_data import TIERS, PlacementData, PlacementSolution, Role
+from formulations.placement_data import (
+    CAPACITY_TIERS,
+    LINK_TIERS,
+    TIERS,
+    PlacementData,
+    PlacementSolution,
+    Role,
+)
 
 
 class Termination(enum.Enum):
@@ -62,8 +69,8 @@ _SOLUTION = {PyoSolution.optimal: SolutionStatus.OPTIMAL, PyoSolution.feasible: 
 class SolveResult:
     """One solve: why it stopped, what came back, objective and bound side by side.
 
-    ``objective`` and ``bound`` are the solver's, so they include the tie-break terms (weights of
-    1e-6 or less, see :mod:`formulations.placement`); read costs and GPU counts from the solution.
+    ``objective`` and ``bound`` are the solver's, so they include the small tie-break terms (see
+    :mod:`formulations.placement`); read costs and GPU counts from the solution.
     """
 
     termination: Termination
@@ -252,8 +259,8 @@ def _family_duals(m: pyo.ConcreteModel, data: PlacementData, raw: dict[Any, floa
         "fresh_demand": np.array([get(m.fresh_demand)]),
         "prefill_time": np.array([get(m.prefill_time[u]) for u in m.U]),
         "nic_out": np.array([get(m.nic_out[u]) for u in m.U]),
-        "tier_link": np.array([get(m.tier_link[t, u]) for t in ("dram", "nvme", "network") for u in m.U]),
-        "tier_capacity": np.array([get(m.tier_capacity[t, u]) for t in ("hbm", "dram", "nvme") for u in m.U]),
+        "tier_link": np.array([get(m.tier_link[t, u]) for t in LINK_TIERS for u in m.U]),
+        "tier_capacity": np.array([get(m.tier_capacity[t, u]) for t in CAPACITY_TIERS for u in m.U]),
     }
     finite = np.isfinite(data.inventory_gpus)
     if finite.any():

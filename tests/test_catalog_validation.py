@@ -39,31 +39,59 @@ def _load_broken_hardware(tmp_path: Path, text: str, name: str = "b200") -> Inpu
 
 
 CASES = [
-    ("negative bandwidth", {"bandwidth_tb_per_s = 8.0": "bandwidth_tb_per_s = -8.0"},
-     r"hbm\.bandwidth_tb_per_s = -8\.0: must be > 0"),
+    (
+        "negative bandwidth",
+        {"bandwidth_tb_per_s = 8.0": "bandwidth_tb_per_s = -8.0"},
+        r"hbm\.bandwidth_tb_per_s = -8\.0: must be > 0",
+    ),
     ("zero capacity", {"capacity_gb = 180": "capacity_gb = 0"}, r"hbm\.capacity_gb = 0: must be > 0"),
-    ("string for number", {"capacity_gb = 180": 'capacity_gb = "180"'},
-     r"hbm\.capacity_gb = '180': must be a number"),
+    (
+        "string for number",
+        {"capacity_gb = 180": 'capacity_gb = "180"'},
+        r"hbm\.capacity_gb = '180': must be a number",
+    ),
     ("nan", {"capacity_gb = 180": "capacity_gb = nan"}, r"hbm\.capacity_gb = nan: must be a finite number"),
-    ("float for integer", {"domain_gpus = 8": "domain_gpus = 8.5"},
-     r"scale_up\.domain_gpus = 8\.5: must be an integer"),
-    ("bool for integer", {"domain_gpus = 8": "domain_gpus = true"},
-     r"scale_up\.domain_gpus = True: must be an integer"),
-    ("unknown enum", {'status = "shipping"': 'status = "rumoured"'},
-     r"status = 'rumoured': must be one of shipping, projected"),
-    ("unknown link kind", {'link_kind = "pcie"': 'link_kind = "usb"'},
-     r"host\.link_kind = 'usb': must be one of pcie, nvlink-c2c"),
-    ("sale unit", {"sale_unit_gpus = 8": "sale_unit_gpus = 4"},
-     r"sale_unit_gpus = 4: must be one of 8, 72"),
-    ("unknown key", {"tdp_w = 1000": "tdp_w = 1000\ntdp_watts = 1000"},
-     r"tdp_watts: unknown key; valid keys: .*tdp_w"),
+    (
+        "float for integer",
+        {"domain_gpus = 8": "domain_gpus = 8.5"},
+        r"scale_up\.domain_gpus = 8\.5: must be an integer",
+    ),
+    (
+        "bool for integer",
+        {"domain_gpus = 8": "domain_gpus = true"},
+        r"scale_up\.domain_gpus = True: must be an integer",
+    ),
+    (
+        "unknown enum",
+        {'status = "shipping"': 'status = "rumoured"'},
+        r"status = 'rumoured': must be one of shipping, projected",
+    ),
+    (
+        "unknown link kind",
+        {'link_kind = "pcie"': 'link_kind = "usb"'},
+        r"host\.link_kind = 'usb': must be one of pcie, nvlink-c2c",
+    ),
+    ("sale unit", {"sale_unit_gpus = 8": "sale_unit_gpus = 4"}, r"sale_unit_gpus = 4: must be one of 8, 72"),
+    (
+        "unknown key",
+        {"tdp_w = 1000": "tdp_w = 1000\ntdp_watts = 1000"},
+        r"tdp_watts: unknown key; valid keys: .*tdp_w",
+    ),
     ("missing key", {"[hbm]\ncapacity_gb = 180\n": "[hbm]\n"}, r"hbm\.capacity_gb: is required"),
     ("missing table", {"[scale_out]\nnic_gbit_per_s_per_gpu = 400\n": ""}, r"scale_out: is required"),
-    ("string for table", {"[scale_out]\nnic_gbit_per_s_per_gpu = 400\n": "",
-                          "tdp_w = 1000": 'tdp_w = 1000\nscale_out = "fast"'},
-     r"scale_out = 'fast': must be a table"),
-    ("list item type", {'aliases = ["b200-hgx", "dgx-b200"]': 'aliases = ["b200-hgx", 3]'},
-     r"aliases\[1\] = 3: must be a string"),
+    (
+        "string for table",
+        {
+            "[scale_out]\nnic_gbit_per_s_per_gpu = 400\n": "",
+            "tdp_w = 1000": 'tdp_w = 1000\nscale_out = "fast"',
+        },
+        r"scale_out = 'fast': must be a table",
+    ),
+    (
+        "list item type",
+        {'aliases = ["b200-hgx", "dgx-b200"]': 'aliases = ["b200-hgx", 3]'},
+        r"aliases\[1\] = 3: must be a string",
+    ),
     ("id differs from file", {'id = "b200"': 'id = "b201"'}, r"id = 'b201': must equal the file name 'b200'"),
 ]
 
@@ -119,8 +147,10 @@ def test_broken_model_file(tmp_path: Path) -> None:
 
 
 def test_unknown_precision_in_model(tmp_path: Path) -> None:
-    text = (SHIPPED_MODELS / "kimi-k3.toml").read_text().replace(
-        'expert_weight_precision = "fp4"', 'expert_weight_precision = "int3"'
+    text = (
+        (SHIPPED_MODELS / "kimi-k3.toml")
+        .read_text()
+        .replace('expert_weight_precision = "fp4"', 'expert_weight_precision = "int3"')
     )
     root = _user_dir(tmp_path, "models", "kimi-k3", text)
     with pytest.raises(InputError, match=r"expert_weight_precision = 'int3': must be one of bf16, fp8, fp4"):
@@ -141,8 +171,12 @@ def test_unknown_id_lists_valid_ids(catalog) -> None:  # type: ignore[no-untyped
 
 def test_user_folder_overrides_by_id_and_adds_entries(tmp_path: Path) -> None:
     _user_dir(tmp_path, "hardware", "b200", _b200(**{"capacity_gb = 180": "capacity_gb = 192"}))
-    _user_dir(tmp_path, "hardware", "b200x", _b200(**{'id = "b200"': 'id = "b200x"',
-                                                      '"b200-hgx", "dgx-b200"': '"b200-next"'}))
+    _user_dir(
+        tmp_path,
+        "hardware",
+        "b200x",
+        _b200(**{'id = "b200"': 'id = "b200x"', '"b200-hgx", "dgx-b200"': '"b200-next"'}),
+    )
     cat = load_catalog([tmp_path], use_env=False)
     assert cat.hardware("b200").hbm.capacity_gb == 192
     assert cat.hardware("b200-next").id == "b200x"
@@ -157,8 +191,12 @@ def test_environment_variable_adds_a_folder(tmp_path: Path, monkeypatch: pytest.
 
 def test_cli_bad_catalog_exits_2_with_one_line(tmp_path: Path, clean_env: dict[str, str]) -> None:
     _user_dir(tmp_path, "hardware", "b200", _b200(**{"bandwidth_tb_per_s = 8.0": "bandwidth_tb_per_s = 0"}))
-    proc = subprocess.run(dse_cmd("--catalog-dir", str(tmp_path), "catalog", "list", "hardware"),
-                          capture_output=True, text=True, env=clean_env)
+    proc = subprocess.run(
+        dse_cmd("--catalog-dir", str(tmp_path), "catalog", "list", "hardware"),
+        capture_output=True,
+        text=True,
+        env=clean_env,
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
@@ -184,22 +222,42 @@ def _broken_model(tmp_path: Path, name: str, **replace: str) -> str:
     return str(info.value)
 
 
-@pytest.mark.parametrize(("name", "replace", "message"), [
-    ("deepseek-v3", {"experts_per_token = 8": "experts_per_token = 300"},
-     r"moe\.experts_per_token = 300: must be <= routed_experts \(256\)"),
-    ("deepseek-v3", {"dense_layers = 3": "dense_layers = 70"},
-     r"dense_layers = 70: must be <= layers \(61\)"),
-    ("deepseek-v3", {"mtp_layers = 1": "mtp_layers = -1"}, r"mtp_layers = -1: must be >= 0"),
-    ("deepseek-v3", {"dense_ffn_dim = 18432\n": ""}, r"dense_ffn_dim: is required when dense_layers > 0"),
-    ("deepseek-v3", {"[attention.mla]": "[attention.unused]"}, r"attention\.unused: unknown key"),
-    ("kimi-k3", {"layers = 69": "layers = 93"},
-     r"attention = 93: .*must leave at least one full attention layer of 93"),
-    ("qwen3-235b-a22b", {"kv_heads = 4\n": ""}, r"attention\.kv_heads: is required when kind = 'gqa'"),
-    ("deepseek-v3", {'kind = "mla"': 'kind = "mla"\nq_heads_extra = 1'}, r"unknown key"),
-], ids=["k>E", "dense>layers", "negative-mtp", "dense-ffn-missing", "mla-table-renamed",
-        "no-full-layer", "gqa-kv-heads-missing", "unknown-attention-key"])
-def test_cross_field_model_rules(tmp_path: Path, name: str, replace: dict[str, str],
-                                 message: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "replace", "message"),
+    [
+        (
+            "deepseek-v3",
+            {"experts_per_token = 8": "experts_per_token = 300"},
+            r"moe\.experts_per_token = 300: must be <= routed_experts \(256\)",
+        ),
+        (
+            "deepseek-v3",
+            {"dense_layers = 3": "dense_layers = 70"},
+            r"dense_layers = 70: must be <= layers \(61\)",
+        ),
+        ("deepseek-v3", {"mtp_layers = 1": "mtp_layers = -1"}, r"mtp_layers = -1: must be >= 0"),
+        ("deepseek-v3", {"dense_ffn_dim = 18432\n": ""}, r"dense_ffn_dim: is required when dense_layers > 0"),
+        ("deepseek-v3", {"[attention.mla]": "[attention.unused]"}, r"attention\.unused: unknown key"),
+        (
+            "kimi-k3",
+            {"layers = 69": "layers = 93"},
+            r"attention = 93: .*must leave at least one full attention layer of 93",
+        ),
+        ("qwen3-235b-a22b", {"kv_heads = 4\n": ""}, r"attention\.kv_heads: is required when kind = 'gqa'"),
+        ("deepseek-v3", {'kind = "mla"': 'kind = "mla"\nq_heads_extra = 1'}, r"unknown key"),
+    ],
+    ids=[
+        "k>E",
+        "dense>layers",
+        "negative-mtp",
+        "dense-ffn-missing",
+        "mla-table-renamed",
+        "no-full-layer",
+        "gqa-kv-heads-missing",
+        "unknown-attention-key",
+    ],
+)
+def test_cross_field_model_rules(tmp_path: Path, name: str, replace: dict[str, str], message: str) -> None:
     err = _broken_model(tmp_path, name, **replace)
     assert re.search(message, err), err
     assert "\n" not in err
@@ -215,7 +273,8 @@ def test_mla_without_its_table(tmp_path: Path) -> None:
 
 def test_model_id_may_not_repeat_a_hardware_id(tmp_path: Path) -> None:
     text = (SHIPPED_MODELS / "kimi-k2.toml").read_text().replace('id = "kimi-k2"', 'id = "b200"')
-    root = _user_dir(tmp_path, "models", "b200", text.replace('aliases = ["kimi-k2-instruct", "k2"]',
-                                                              "aliases = []"))
+    root = _user_dir(
+        tmp_path, "models", "b200", text.replace('aliases = ["kimi-k2-instruct", "k2"]', "aliases = []")
+    )
     with pytest.raises(InputError, match=r"id = 'b200': must not repeat the id of a hardware entry"):
         load_catalog([root], use_env=False)

@@ -21,17 +21,38 @@ def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_predict_one_deployment_json(clean_env: dict[str, str]) -> None:
-    proc = _run(clean_env, "predict", "--hardware", "gb200", "--precision", "fp4", "--tp", "8",
-                "--ep", "8", "--dp-attention", "--conc", "256", "--json")
+    proc = _run(
+        clean_env,
+        "predict",
+        "--hardware",
+        "gb200",
+        "--precision",
+        "fp4",
+        "--tp",
+        "8",
+        "--ep",
+        "8",
+        "--dp-attention",
+        "--conc",
+        "256",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     pred = json.loads(proc.stdout)["prediction"]
     assert pred["tput_per_gpu"] > 0 and pred["intvty_tok_s_user"] > 0
     assert 0 < pred["hbm_peak_gb_per_gpu"] <= 186
-    parts = sum(pred[k] for k in ("decode_gemm_ms", "decode_attention_ms", "decode_comm_ms",
-                                  "decode_overhead_ms"))
+    parts = sum(
+        pred[k] for k in ("decode_gemm_ms", "decode_attention_ms", "decode_comm_ms", "decode_overhead_ms")
+    )
     assert parts <= pred["decode_step_ms"] + 1e-6
-    assert pred["binding_regime"] in {"compute", "hbm-bandwidth", "communication", "overhead",
-                                      "hbm-capacity", "prefill-compute"}
+    assert pred["binding_regime"] in {
+        "compute",
+        "hbm-bandwidth",
+        "communication",
+        "overhead",
+        "hbm-capacity",
+        "prefill-compute",
+    }
 
 
 def test_predict_table_and_bad_flag(clean_env: dict[str, str]) -> None:
@@ -39,12 +60,15 @@ def test_predict_table_and_bad_flag(clean_env: dict[str, str]) -> None:
     assert ok.returncode == 0 and "tput_per_gpu" in ok.stdout
     bad = _run(clean_env, "predict", "--hardware", "h200", "--framework", "tgi")
     assert bad.returncode == 2
-    assert bad.stderr.strip() == ("dse: error: dse predict: framework = 'tgi': must be one of "
-                                  "atom, dynamo-sglang, dynamo-trt, mori-sglang, sglang, trt, vllm")
+    assert bad.stderr.strip() == (
+        "dse: error: dse predict: framework = 'tgi': must be one of "
+        "atom, dynamo-sglang, dynamo-trt, mori-sglang, sglang, trt, vllm"
+    )
 
 
 def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(
-        tmp_path: Path, clean_env: dict[str, str]) -> None:
+    tmp_path: Path, clean_env: dict[str, str]
+) -> None:
     src = tmp_path / "in.csv"
     with open(REF / "inferencex_calibration.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))[:5]
@@ -121,8 +145,15 @@ def test_one_row_that_fails_in_evaluation_does_not_abort_the_others(catalog) -> 
 def test_prefill_pool_whose_weights_do_not_fit_is_flagged(catalog) -> None:  # type: ignore[no-untyped-def]
     from dse.perf.benchmark_rows import predict_rows
 
-    row = dict(_reference_rows(1)[0], precision="fp8", prefill_tp="1", prefill_ep="1",
-               prefill_dp_attention="False", prefill_num_workers="1", num_prefill_gpu="1")
+    row = dict(
+        _reference_rows(1)[0],
+        precision="fp8",
+        prefill_tp="1",
+        prefill_ep="1",
+        prefill_dp_attention="False",
+        prefill_num_workers="1",
+        num_prefill_gpu="1",
+    )
     out = predict_rows([row], catalog, load_params())[0]
     assert out["pred_tput_per_gpu"] == ""
     assert str(out["pred_error"]).startswith("prefill-weights-do-not-fit")

@@ -88,3 +88,31 @@ def test_simulate_bad_input_exits_2_and_writes_nothing(tmp_path: Path, clean_env
         assert run.returncode == 2, (flags, run.stderr)
         assert message in run.stderr and run.stderr.count("\n") == 1
         assert not out.exists()
+
+
+def test_simulate_refuses_a_step_longer_than_the_horizon(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    trace = tmp_path / "empty.csv"
+    trace.write_text("t_s,rate_per_s\n")
+    base = [
+        "simulate",
+        "--hardware",
+        "b200",
+        "--rate",
+        "5",
+        "--ttft",
+        "2",
+        "--tpot",
+        "0.05",
+        "--topology",
+        "disaggregated",
+    ]
+    cases = {
+        ("--dt", "5000", "--horizon", "600"): "--dt = 5000.0: must not exceed --horizon",
+        ("--arrivals", "trace", "--trace", str(trace)): "t_s: needs at least one row",
+        ("--buffer", "-1"): "--buffer = -1.0: must be positive",
+    }
+    for flags, message in cases.items():
+        run = subprocess.run(
+            dse_cmd(*base, *flags), capture_output=True, text=True, env=clean_env, timeout=300
+        )
+        assert run.returncode == 2 and message in run.stderr, (flags, run.stderr)

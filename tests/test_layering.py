@@ -11,15 +11,38 @@ REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
     "dse.errors": ["dse.", "formulations"],
     "dse.units": ["dse.", "formulations"],
-    "dse.typed_data": ["dse.catalog", "dse.perf", "dse.sim", "dse.search", "dse.study",
-                       "dse.cli", "formulations"],
-    "dse.catalog": ["dse.perf", "dse.sim", "dse.search", "dse.study", "dse.report",
-                    "dse.export", "dse.cli", "formulations"],
+    "dse.typed_data": [
+        "dse.catalog",
+        "dse.perf",
+        "dse.sim",
+        "dse.search",
+        "dse.study",
+        "dse.cli",
+        "formulations",
+    ],
+    "dse.catalog": [
+        "dse.perf",
+        "dse.sim",
+        "dse.search",
+        "dse.study",
+        "dse.report",
+        "dse.export",
+        "dse.cli",
+        "formulations",
+    ],
     "dse.perf": ["dse.sim", "dse.search", "dse.study", "dse.cli", "formulations"],
     # formulations see numbers only: no engine objects cross into them
     "formulations": ["dse."],
-    "dse.workload": ["dse.catalog", "dse.perf", "dse.placement", "dse.sim", "dse.search", "dse.study",
-                     "dse.cli", "formulations"],
+    "dse.workload": [
+        "dse.catalog",
+        "dse.perf",
+        "dse.placement",
+        "dse.sim",
+        "dse.search",
+        "dse.study",
+        "dse.cli",
+        "formulations",
+    ],
     "dse.placement": ["dse.sim", "dse.search", "dse.study", "dse.cli"],
     "dse.sim": ["dse.cli", "dse.study", "dse.search", "formulations"],
 }
@@ -51,8 +74,12 @@ def _violations() -> list[str]:
         imported = _imports(path)
         for prefix, banned in FORBIDDEN.items():
             if mod == prefix or mod.startswith(prefix + "."):
-                bad += [f"{mod} imports {i}" for i in imported for b in banned
-                        if (i + ".").startswith(b) or i == b.rstrip(".")]
+                bad += [
+                    f"{mod} imports {i}"
+                    for i in imported
+                    for b in banned
+                    if (i + ".").startswith(b) or i == b.rstrip(".")
+                ]
         if not mod.startswith("dse.cli"):
             bad += [f"{mod} imports the CLI ({i})" for i in imported if i.startswith("dse.cli")]
     return bad

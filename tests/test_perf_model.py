@@ -19,23 +19,51 @@ from dse.units import Precision
 HW = ["h100", "h200", "b200", "gb200", "mi355x", "b300"]
 
 
-def _pool(catalog: Catalog, hw: str, gpus: int, attn_tp: int, prec: Precision = Precision.FP8,
-          model: str = "deepseek-v3") -> Pool:
-    return build_pool(catalog.model(model), [catalog.hardware(hw)], gpus=[gpus], attn_tp=[attn_tp],
-                      ep=[gpus], weight_precision=[prec], kv_precision=[Precision.FP8])
+def _pool(
+    catalog: Catalog,
+    hw: str,
+    gpus: int,
+    attn_tp: int,
+    prec: Precision = Precision.FP8,
+    model: str = "deepseek-v3",
+) -> Pool:
+    return build_pool(
+        catalog.model(model),
+        [catalog.hardware(hw)],
+        gpus=[gpus],
+        attn_tp=[attn_tp],
+        ep=[gpus],
+        weight_precision=[prec],
+        kv_precision=[Precision.FP8],
+    )
 
 
 def _decode_s(pool: Pool, p: PerfParams, batch: float, ctx: float = 2000.0) -> float:
-    c = forward_cost(pool, p, tokens=np.array([batch]), sequences=np.array([batch]),
-                     context=np.array([ctx]), prefill=False, speed=np.ones(1))
+    c = forward_cost(
+        pool,
+        p,
+        tokens=np.array([batch]),
+        sequences=np.array([batch]),
+        context=np.array([ctx]),
+        prefill=False,
+        speed=np.ones(1),
+    )
     return float(c.total_s[0])
 
 
 def test_memory_bound_decode_step_is_bytes_over_bandwidth(catalog: Catalog) -> None:
     """One sequence on 8 x H200 TP8, no overheads or communication: the step is the weight and
     KV reads over HBM bandwidth, which we compute here by hand."""
-    p = replace(default_params(), hbm_eff=1.0, gemm_eff=1.0, attn_eff=1.0, step_overhead_ms=0.0,
-                layer_overhead_us=0.0, collective_latency_us=0.0, comm_overlap=1.0)
+    p = replace(
+        default_params(),
+        hbm_eff=1.0,
+        gemm_eff=1.0,
+        attn_eff=1.0,
+        step_overhead_ms=0.0,
+        layer_overhead_us=0.0,
+        collective_latency_us=0.0,
+        comm_overlap=1.0,
+    )
     pool = _pool(catalog, "h200", 8, 8)
     m = catalog.model("deepseek-v3")
     g = m.param_groups()
@@ -64,13 +92,27 @@ def test_mla_latent_is_replicated_under_attention_tp(catalog: Catalog) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(hw=st.sampled_from(HW), gpus=st.sampled_from([8, 16, 72]), dpa=st.booleans(),
-       batch=st.floats(1, 512), ctx=st.floats(100, 30000), factor=st.floats(1.0, 4.0),
-       which=st.sampled_from(["hbm_bytes_per_s", "dense_tflops", "expert_tflops", "attn_tflops",
-                              "scaleup_bytes_per_s", "nic_bytes_per_s"]))
-def test_more_bandwidth_or_compute_is_never_slower(catalog: Catalog, hw: str, gpus: int, dpa: bool,
-                                                   batch: float, ctx: float, factor: float,
-                                                   which: str) -> None:
+@given(
+    hw=st.sampled_from(HW),
+    gpus=st.sampled_from([8, 16, 72]),
+    dpa=st.booleans(),
+    batch=st.floats(1, 512),
+    ctx=st.floats(100, 30000),
+    factor=st.floats(1.0, 4.0),
+    which=st.sampled_from(
+        [
+            "hbm_bytes_per_s",
+            "dense_tflops",
+            "expert_tflops",
+            "attn_tflops",
+            "scaleup_bytes_per_s",
+            "nic_bytes_per_s",
+        ]
+    ),
+)
+def test_more_bandwidth_or_compute_is_never_slower(
+    catalog: Catalog, hw: str, gpus: int, dpa: bool, batch: float, ctx: float, factor: float, which: str
+) -> None:
     p = load_params()
     pool = _pool(catalog, hw, gpus, 1 if dpa else 8)
     faster = replace(pool, **{which: getattr(pool, which) * factor})
@@ -78,10 +120,17 @@ def test_more_bandwidth_or_compute_is_never_slower(catalog: Catalog, hw: str, gp
 
 
 @settings(max_examples=40, deadline=None)
-@given(hw=st.sampled_from(HW), gpus=st.sampled_from([8, 16, 72]), dpa=st.booleans(),
-       ctx=st.floats(500, 20000), b1=st.floats(1, 4096), b2=st.floats(1, 4096))
+@given(
+    hw=st.sampled_from(HW),
+    gpus=st.sampled_from([8, 16, 72]),
+    dpa=st.booleans(),
+    ctx=st.floats(500, 20000),
+    b1=st.floats(1, 4096),
+    b2=st.floats(1, 4096),
+)
 def test_larger_batch_never_lowers_throughput_before_memory_runs_out(
-        catalog: Catalog, hw: str, gpus: int, dpa: bool, ctx: float, b1: float, b2: float) -> None:
+    catalog: Catalog, hw: str, gpus: int, dpa: bool, ctx: float, b1: float, b2: float
+) -> None:
     p = load_params()
     pool = _pool(catalog, hw, gpus, 1 if dpa else 8)
     cap = float(kv_capacity_sequences(pool, p, np.array([ctx]))[0])
@@ -92,17 +141,30 @@ def test_larger_batch_never_lowers_throughput_before_memory_runs_out(
 
 
 @settings(max_examples=40, deadline=None)
-@given(hw=st.sampled_from(HW), tp=st.sampled_from([4, 8]), dpa=st.booleans(),
-       prec=st.sampled_from([Precision.FP8, Precision.FP4]), isl=st.sampled_from([1024.0, 8192.0]),
-       conc=st.floats(1, 8192))
+@given(
+    hw=st.sampled_from(HW),
+    tp=st.sampled_from([4, 8]),
+    dpa=st.booleans(),
+    prec=st.sampled_from([Precision.FP8, Precision.FP4]),
+    isl=st.sampled_from([1024.0, 8192.0]),
+    conc=st.floats(1, 8192),
+)
 def test_residency_never_exceeds_capacity_in_a_feasible_design(
-        catalog: Catalog, hw: str, tp: int, dpa: bool, prec: Precision, isl: float,
-        conc: float) -> None:
+    catalog: Catalog, hw: str, tp: int, dpa: bool, prec: Precision, isl: float, conc: float
+) -> None:
     p = load_params()
     pool = _pool(catalog, hw, tp, 1 if dpa else tp, prec)
-    dep = Deployment(prefill=None, decode=pool, prefill_instances=np.ones(1),
-                     decode_instances=np.ones(1), isl=np.array([isl]), osl=np.array([1024.0]),
-                     speed=np.ones(1), draft_tokens=np.zeros(1), accept_tokens=np.ones(1))
+    dep = Deployment(
+        prefill=None,
+        decode=pool,
+        prefill_instances=np.ones(1),
+        decode_instances=np.ones(1),
+        isl=np.array([isl]),
+        osl=np.array([1024.0]),
+        speed=np.ones(1),
+        draft_tokens=np.zeros(1),
+        accept_tokens=np.ones(1),
+    )
     res = closed_loop(dep, p, np.array([conc]))
     if np.isfinite(res.tput_per_gpu[0]):
         assert res.hbm_peak_bytes_per_gpu[0] <= pool.hbm_bytes[0]
@@ -114,12 +176,26 @@ def test_residency_never_exceeds_capacity_in_a_feasible_design(
 def test_closed_loop_obeys_littles_law(catalog: Catalog) -> None:
     p = load_params()
     n = 3
-    pool = build_pool(catalog.model("deepseek-v3"), [catalog.hardware("b200")] * n, gpus=[8] * n,
-                      attn_tp=[1] * n, ep=[8] * n, weight_precision=[Precision.FP8] * n,
-                      kv_precision=[Precision.FP8] * n)
-    dep = Deployment(prefill=None, decode=pool, prefill_instances=np.ones(n),
-                     decode_instances=np.ones(n), isl=np.full(n, 1024.0), osl=np.full(n, 1024.0),
-                     speed=np.ones(n), draft_tokens=np.zeros(n), accept_tokens=np.ones(n))
+    pool = build_pool(
+        catalog.model("deepseek-v3"),
+        [catalog.hardware("b200")] * n,
+        gpus=[8] * n,
+        attn_tp=[1] * n,
+        ep=[8] * n,
+        weight_precision=[Precision.FP8] * n,
+        kv_precision=[Precision.FP8] * n,
+    )
+    dep = Deployment(
+        prefill=None,
+        decode=pool,
+        prefill_instances=np.ones(n),
+        decode_instances=np.ones(n),
+        isl=np.full(n, 1024.0),
+        osl=np.full(n, 1024.0),
+        speed=np.ones(n),
+        draft_tokens=np.zeros(n),
+        accept_tokens=np.ones(n),
+    )
     conc = np.array([4.0, 64.0, 512.0])
     res = closed_loop(dep, p, conc)
     in_flight = res.requests_per_s * (res.ttft_s + 1024.0 * res.tpot_s)
@@ -130,9 +206,15 @@ def test_closed_loop_obeys_littles_law(catalog: Catalog) -> None:
 def test_decode_capacity_meets_its_tpot_target(catalog: Catalog) -> None:
     p = load_params()
     pool = _pool(catalog, "gb200", 72, 1)
-    rate, batch = decode_capacity_at_tpot(pool, p, context=np.array([4000.0]),
-                                          tpot_s=np.array([0.03]), speed=np.ones(1),
-                                          draft_tokens=np.zeros(1), accept_tokens=np.ones(1))
+    rate, batch = decode_capacity_at_tpot(
+        pool,
+        p,
+        context=np.array([4000.0]),
+        tpot_s=np.array([0.03]),
+        speed=np.ones(1),
+        draft_tokens=np.zeros(1),
+        accept_tokens=np.ones(1),
+    )
     assert batch[0] > 1
     assert batch[0] / rate[0] <= 0.03 * (1 + 1e-9)
 
@@ -140,9 +222,17 @@ def test_decode_capacity_meets_its_tpot_target(catalog: Catalog) -> None:
 def test_kimi_k3_state_takes_room_from_the_batch(catalog: Catalog) -> None:
     """69 KDA layers hold ~414 MiB per request whatever its context."""
     p = load_params()
-    pool = build_pool(catalog.model("kimi-k3"), [catalog.hardware("b300")], gpus=[8], attn_tp=[1],
-                      ep=[8], weight_precision=[Precision.FP4], kv_precision=[Precision.FP8])
+    pool = build_pool(
+        catalog.model("kimi-k3"),
+        [catalog.hardware("b300")],
+        gpus=[8],
+        attn_tp=[1],
+        ep=[8],
+        weight_precision=[Precision.FP4],
+        kv_precision=[Precision.FP8],
+    )
     short = kv_capacity_sequences(pool, p, np.array([100.0]))[0]
     free = 288e9 * (1 - p.hbm_reserve_fraction) - (
-        pool.attn_weight_bytes[0] + (pool.dense_weight_bytes[0] + pool.expert_weight_bytes[0]) / 8)
+        pool.attn_weight_bytes[0] + (pool.dense_weight_bytes[0] + pool.expert_weight_bytes[0]) / 8
+    )
     assert short == pytest.approx(free * 8 / (100 * 27648 / 2 + 414 * 2**20), rel=0.01)

@@ -229,3 +229,46 @@ def test_two_objectives_give_a_pareto_front(tmp_path: Path) -> None:
     off = feas.join(front.select("trial"), on="trial", how="anti")
     for row in off.iter_rows(named=True):  # everything else is beaten by someone on the front
         assert not front.filter((front[a] >= row[a]) & (front[b] >= row[b])).is_empty()
+
+
+def test_a_resumed_run_does_not_replay_the_first_proposals(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    base = Study.load(TINY)
+    study = replace(base, spec=replace(base.spec, search=replace(base.spec.search, sampler="random")))
+    first = study.run(trials=4, out=tmp_path)
+    resumed = study.run(trials=8, out=tmp_path)
+    cols = [c for c in resumed.trials.columns if c.startswith("p_")]
+    old = first.trials.select(cols).rows()
+    new = resumed.trials.filter(resumed.trials["trial"] >= 4).select(cols).rows()
+    assert len(new) == 4 and new != old
+
+
+def test_storage_urls_hide_passwords_and_pick_the_shipped_driver() -> None:
+    from dse.study.runner import _driver_url, _redact
+
+    assert _redact("postgresql://bob:s3cret@db:5432/dse") == "postgresql://bob:***@db:5432/dse"
+    assert _redact("postgresql//bob:s3cret@db/dse") == "postgresql//bob:***@db/dse"
+    assert _redact("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+    assert _driver_url("postgresql://bob@db/dse") == "postgresql+psycopg2://bob@db/dse"
+    assert _driver_url("postgresql+psycopg2://bob@db/dse") == "postgresql+psycopg2://bob@db/dse"
+
+
+def test_export_of_a_study_never_run_is_bad_input(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    out = subprocess.run(
+        dse_cmd("export", str(TINY), "--out", str(tmp_path)),
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "study.db: does not exist: run the study first" in out.stderr
+    assert not (tmp_path / "tiny-study" / "study.db").exists()
+
+
+def test_ttft_percentile_sits_between_mean_and_p99() -> None:
+    from dse.study.trial import ttft_at_percentile
+
+    assert ttft_at_percentile(1.0, 3.0, 99.0) == pytest.approx(3.0)
+    assert ttft_at_percentile(1.0, 3.0, 50.0) == pytest.approx(1.0)
+    assert 1.0 < ttft_at_percentile(1.0, 3.0, 90.0) < 3.0

@@ -15,8 +15,15 @@ from dse.study.spec import StudySpec, load_study
 PNG = b"\x89PNG\r\n\x1a\n"
 OBJECTIVES = [("usd_per_million_tokens", "minimize")]
 LONG_BINDING = "placement: HBM of the decode pool " + "x" * 100  # cut to 80 characters in the report
-SECTIONS = ("# Study report: deepseek-v3-blackwell", "## Best designs", "## Pareto front",
-            "## Binding constraints", "## Best design detail", "## Peak HBM residency", "## Figures")
+SECTIONS = (
+    "# Study report: deepseek-v3-blackwell",
+    "## Best designs",
+    "## Pareto front",
+    "## Binding constraints",
+    "## Best design detail",
+    "## Peak HBM residency",
+    "## Figures",
+)
 
 
 @pytest.fixture(scope="module")
@@ -28,80 +35,159 @@ def _trials() -> pl.DataFrame:
     """Six trials: 0, 1, 2 feasible (peak HBM 70, 90, 75 GB: two of three below 80), 3 and 4
     infeasible on TTFT, 5 infeasible in placement. Trial 2 is the cheapest."""
     cost = [1.20, 0.95, 0.80, None, None, None]
-    return pl.DataFrame({
-        "study": ["s"] * 6,
-        "trial": [0, 1, 2, 3, 4, 5],
-        "p_topology": ["aggregated", "disaggregated", "disaggregated", "aggregated", "disaggregated",
-                       "aggregated"],
-        "p_kv_policy": ["tiered"] * 6,
-        "p_prefill_hardware": ["b200", "h200-sxm", "b200", "b200", "b200", "h200-sxm"],
-        "p_prefill_shape": ["8gpu-dpa-ep8", "8gpu-tp8-ep8", "8gpu-tp8-ep8", "16gpu-dpa-ep16", "8gpu-tp8-ep8",
-                            "8gpu-dpa-ep8"],
-        "p_decode_hardware": ["b200", "gb200-nvl72", "gb200-nvl72", "b200", "b200", "h200-sxm"],
-        "p_decode_shape": ["8gpu-dpa-ep8", "32gpu-dpa-ep32", "64gpu-dpa-ep64", "16gpu-dpa-ep16",
-                           "8gpu-dpa-ep8", "8gpu-dpa-ep8"],
-        "usd_per_million_tokens": cost,
-        "gpus": [64.0, 88.0, 72.0, None, None, None],
-        "tokens_per_s_per_gpu": [2375.0, 1727.0, 2111.0, None, None, None],
-        "tokens_per_s_per_user": [31.0, 45.0, 38.0, None, None, None],
-        "ttft_mean_s": [0.6, 0.4, 0.5, 3.1, 2.8, None],
-        "ttft_pct_s": [1.4, 0.9, 1.1, 7.0, 6.4, None],
-        "tpot_mean_s": [0.032, 0.022, 0.026, 0.03, 0.04, None],
-        "hbm_peak_gb_per_gpu": [70.0, 90.0, 75.0, 60.0, 65.0, None],
-        "feasible": [True, True, True, False, False, False],
-        "binding": ["", "", "", "ttft_s", "ttft_s", LONG_BINDING],
-        "objective_usd_per_million_tokens": [c if c is not None else 1e12 for c in cost],
-    })
+    return pl.DataFrame(
+        {
+            "study": ["s"] * 6,
+            "trial": [0, 1, 2, 3, 4, 5],
+            "p_topology": [
+                "aggregated",
+                "disaggregated",
+                "disaggregated",
+                "aggregated",
+                "disaggregated",
+                "aggregated",
+            ],
+            "p_kv_policy": ["tiered"] * 6,
+            "p_prefill_hardware": ["b200", "h200-sxm", "b200", "b200", "b200", "h200-sxm"],
+            "p_prefill_shape": [
+                "8gpu-dpa-ep8",
+                "8gpu-tp8-ep8",
+                "8gpu-tp8-ep8",
+                "16gpu-dpa-ep16",
+                "8gpu-tp8-ep8",
+                "8gpu-dpa-ep8",
+            ],
+            "p_decode_hardware": ["b200", "gb200-nvl72", "gb200-nvl72", "b200", "b200", "h200-sxm"],
+            "p_decode_shape": [
+                "8gpu-dpa-ep8",
+                "32gpu-dpa-ep32",
+                "64gpu-dpa-ep64",
+                "16gpu-dpa-ep16",
+                "8gpu-dpa-ep8",
+                "8gpu-dpa-ep8",
+            ],
+            "usd_per_million_tokens": cost,
+            "gpus": [64.0, 88.0, 72.0, None, None, None],
+            "tokens_per_s_per_gpu": [2375.0, 1727.0, 2111.0, None, None, None],
+            "tokens_per_s_per_user": [31.0, 45.0, 38.0, None, None, None],
+            "ttft_mean_s": [0.6, 0.4, 0.5, 3.1, 2.8, None],
+            "ttft_pct_s": [1.4, 0.9, 1.1, 7.0, 6.4, None],
+            "tpot_mean_s": [0.032, 0.022, 0.026, 0.03, 0.04, None],
+            "hbm_peak_gb_per_gpu": [70.0, 90.0, 75.0, 60.0, 65.0, None],
+            "feasible": [True, True, True, False, False, False],
+            "binding": ["", "", "", "ttft_s", "ttft_s", LONG_BINDING],
+            "objective_usd_per_million_tokens": [c if c is not None else 1e12 for c in cost],
+        }
+    )
 
 
 def _tables() -> dict[str, pl.DataFrame]:
     trials = _trials()
     pareto = trials.filter(pl.col("trial").is_in([2, 1])).sort("objective_usd_per_million_tokens")
     t = np.arange(50) * 10.0
-    sim = pl.DataFrame({
-        "trial": [0] * 5 + [2] * 50,  # trial 0 first: the best trial must still be chosen
-        "t_s": np.concatenate([t[:5], t]),
-        "arrival_rate_per_s": np.full(55, 40.0),
-        "prefill_queue_requests": np.concatenate([np.zeros(5), 5.0 * np.exp(-t / 100.0)]),
-        "buffer_requests": np.ones(55),
-        "decode_batch_per_instance": np.concatenate([np.zeros(5), 300.0 * (1 - np.exp(-t / 60.0))]),
-        "prefill_instances": np.full(55, 2.0),
-        "decode_instances": np.full(55, 1.0),
-        "completions_per_s": np.concatenate([np.zeros(5), 40.0 * (1 - np.exp(-t / 60.0))]),
-        "kv_active_gb": np.full(55, 500.0),
-        "resting_kv_hbm_gb": np.zeros(55),
-        "resting_kv_dram_gb": np.full(55, 100.0),
-        "resting_kv_nvme_gb": np.zeros(55),
-        "resting_kv_network_gb": np.zeros(55),
-    })
-    return {"trials": trials, "pareto": pareto, "placements": pl.DataFrame(), "kv_tiers": pl.DataFrame(),
-            "sim_timeseries": sim}
+    sim = pl.DataFrame(
+        {
+            "trial": [0] * 5 + [2] * 50,  # trial 0 first: the best trial must still be chosen
+            "t_s": np.concatenate([t[:5], t]),
+            "arrival_rate_per_s": np.full(55, 40.0),
+            "prefill_queue_requests": np.concatenate([np.zeros(5), 5.0 * np.exp(-t / 100.0)]),
+            "buffer_requests": np.ones(55),
+            "decode_batch_per_instance": np.concatenate([np.zeros(5), 300.0 * (1 - np.exp(-t / 60.0))]),
+            "prefill_instances": np.full(55, 2.0),
+            "decode_instances": np.full(55, 1.0),
+            "completions_per_s": np.concatenate([np.zeros(5), 40.0 * (1 - np.exp(-t / 60.0))]),
+            "kv_active_gb": np.full(55, 500.0),
+            "resting_kv_hbm_gb": np.zeros(55),
+            "resting_kv_dram_gb": np.full(55, 100.0),
+            "resting_kv_nvme_gb": np.zeros(55),
+            "resting_kv_network_gb": np.zeros(55),
+        }
+    )
+    return {
+        "trials": trials,
+        "pareto": pareto,
+        "placements": pl.DataFrame(),
+        "kv_tiers": pl.DataFrame(),
+        "sim_timeseries": sim,
+    }
 
 
 def _best() -> BestDesign:
     pools = [
-        {"role": "prefill", "hardware": "b200", "shape": "8gpu-tp8-ep8", "instances": 1, "gpus": 8,
-         "decode_batch": 0.0, "prefill_share": 0.0, "hbm_gb_per_gpu": 75.0, "usd_per_hour": 40.0},
-        {"role": "decode", "hardware": "gb200-nvl72", "shape": "64gpu-dpa-ep64", "instances": 1, "gpus": 64,
-         "decode_batch": 2048.0, "prefill_share": 0.0, "hbm_gb_per_gpu": 61.5, "usd_per_hour": 390.0},
+        {
+            "role": "prefill",
+            "hardware": "b200",
+            "shape": "8gpu-tp8-ep8",
+            "instances": 1,
+            "gpus": 8,
+            "decode_batch": 0.0,
+            "prefill_share": 0.0,
+            "hbm_gb_per_gpu": 75.0,
+            "usd_per_hour": 40.0,
+        },
+        {
+            "role": "decode",
+            "hardware": "gb200-nvl72",
+            "shape": "64gpu-dpa-ep64",
+            "instances": 1,
+            "gpus": 64,
+            "decode_batch": 2048.0,
+            "prefill_share": 0.0,
+            "hbm_gb_per_gpu": 61.5,
+            "usd_per_hour": 390.0,
+        },
     ]
     return BestDesign(
         trial=2,
         pools=pools,
-        metrics={"usd_per_million_tokens": 0.8, "gpus": 72.0, "tokens_per_s_per_gpu": 2111.0, "ttft_s": 0.5,
-                 "tpot_s": 0.026, "e2e_s": None},
+        metrics={
+            "usd_per_million_tokens": 0.8,
+            "gpus": 72.0,
+            "tokens_per_s_per_gpu": 2111.0,
+            "ttft_s": 0.5,
+            "tpot_s": 0.026,
+            "e2e_s": None,
+        },
         shadow_prices=[
-            {"hardware": "gb200-nvl72", "resource": "hbm_bandwidth", "unit": "TB/s", "usd_per_hour": 12.5,
-             "usd_per_gpu_hour": 0.195},
-            {"hardware": "b200", "resource": "hbm_capacity", "unit": "GB", "usd_per_hour": 0.0,
-             "usd_per_gpu_hour": float("nan")},
+            {
+                "hardware": "gb200-nvl72",
+                "resource": "hbm_bandwidth",
+                "unit": "TB/s",
+                "usd_per_hour": 12.5,
+                "usd_per_gpu_hour": 0.195,
+            },
+            {
+                "hardware": "b200",
+                "resource": "hbm_capacity",
+                "unit": "GB",
+                "usd_per_hour": 0.0,
+                "usd_per_gpu_hour": float("nan"),
+            },
         ],
-        sim={"stable": True, "oscillating": False, "oscillation_period_s": float("nan"), "ttft_mean_s": 0.5,
-             "ttft_p99_s": 1.3, "tpot_mean_s": 0.026, "e2e_mean_s": 21.3, "near_capacity": False},
-        stage_ms={"prefill b200 8gpu-tp8-ep8": {"gemm": 310.0, "attention": 95.0, "communication": 40.0,
-                                                "overhead": 8.0},
-                  "decode gb200-nvl72 64gpu-dpa-ep64": {"gemm": 12.0, "attention": 9.5, "communication": 4.0,
-                                                        "overhead": 2.6}},
+        sim={
+            "stable": True,
+            "oscillating": False,
+            "oscillation_period_s": float("nan"),
+            "ttft_mean_s": 0.5,
+            "ttft_p99_s": 1.3,
+            "tpot_mean_s": 0.026,
+            "e2e_mean_s": 21.3,
+            "near_capacity": False,
+        },
+        stage_ms={
+            "prefill b200 8gpu-tp8-ep8": {
+                "gemm": 310.0,
+                "attention": 95.0,
+                "communication": 40.0,
+                "overhead": 8.0,
+            },
+            "decode gb200-nvl72 64gpu-dpa-ep64": {
+                "gemm": 12.0,
+                "attention": 9.5,
+                "communication": 4.0,
+                "overhead": 2.6,
+            },
+        },
     )
 
 
@@ -179,9 +265,11 @@ def test_all_feasible_says_none_and_trajectory_falls_back(tmp_path: Path, spec: 
 def test_maximized_objective_ranks_descending(tmp_path: Path, spec: StudySpec) -> None:
     tables = _tables()
     tables["trials"] = tables["trials"].with_columns(
-        pl.col("tokens_per_s_per_gpu").alias("objective_tokens_per_s_per_gpu"))
-    md = write_report(tmp_path, spec=spec, objectives=[("tokens_per_s_per_gpu", "maximize")], tables=tables,
-                      best=None).read_text(encoding="utf-8")
+        pl.col("tokens_per_s_per_gpu").alias("objective_tokens_per_s_per_gpu")
+    )
+    md = write_report(
+        tmp_path, spec=spec, objectives=[("tokens_per_s_per_gpu", "maximize")], tables=tables, best=None
+    ).read_text(encoding="utf-8")
     assert [r[0] for r in _rows(_section(md, "## Best designs"))] == ["0", "2", "1"]
 
 
@@ -196,5 +284,11 @@ def test_below_share_ignores_non_finite() -> None:
 
 def test_cells_format_missing_noise_and_pipes() -> None:
     assert [fmt(None), fmt(float("nan")), fmt(True), fmt(-3e-18), fmt(2048), fmt(0.026, ".1f", 1e3)] == [
-        "-", "-", "yes", "0", "2,048", "26.0"]
+        "-",
+        "-",
+        "yes",
+        "0",
+        "2,048",
+        "26.0",
+    ]
     assert fmt("a|b") == "a\\|b"

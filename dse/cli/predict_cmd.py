@@ -111,7 +111,6 @@ def _batch(src: Path, out: Path | None, catalog: Catalog, params) -> int:  # typ
         raise InputError(str(src), missing[0], "is a required column")
     result = predict_rows(rows, catalog, params, source=src.name)
     columns = header + [c for c in OUTPUT_COLUMNS if c not in header]
-    out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp, tmp.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()

@@ -133,9 +133,14 @@ def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float
         raise InputError(
             SRC, "--lengths", "shares must be positive and sum to 1, means positive", args.lengths
         )
-    for flag in ("horizon", "dt"):
+    for flag in ("horizon", "dt", "rate_scale", "burst_factor", "buffer", "period", "planner_period"):
         if getattr(args, flag) <= 0:
-            raise InputError(SRC, f"--{flag}", "must be positive", getattr(args, flag))
+            raise InputError(SRC, f"--{flag.replace('_', '-')}", "must be positive", getattr(args, flag))
+    if args.dt > args.horizon:
+        raise InputError(SRC, "--dt", f"must not exceed --horizon ({args.horizon:g} s)", args.dt)
+    for flag in ("burst_start", "burst_s", "planner_delay", "switch_s"):
+        if getattr(args, flag) < 0:
+            raise InputError(SRC, f"--{flag.replace('_', '-')}", "must not be negative", getattr(args, flag))
     if not 0 <= args.warmup < args.horizon:
         raise InputError(SRC, "--warmup", "must be at least 0 and below --horizon", args.warmup)
     return Scenario(
@@ -172,7 +177,12 @@ def _read_trace(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
     for col in ("t_s", "rate_per_s"):
         if col not in df.columns:
             raise InputError(str(path), col, "is a required column")
-    t, r = df["t_s"].cast(float).to_list(), df["rate_per_s"].cast(float).to_list()
+    if df.height == 0:
+        raise InputError(str(path), "t_s", "needs at least one row")
+    try:
+        t, r = df["t_s"].cast(float).to_list(), df["rate_per_s"].cast(float).to_list()
+    except pl.exceptions.PolarsError:
+        raise InputError(str(path), "rate_per_s", "must hold numbers") from None
     if any(b <= a for a, b in zip(t, t[1:], strict=False)) or any(v < 0 for v in r):
         raise InputError(str(path), "t_s", "must increase, and rates must not be negative")
     return tuple(t), tuple(r)

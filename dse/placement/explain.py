@@ -10,7 +10,9 @@ multiplier per constraint. A hardware change (one more TB/s of HBM per GPU, say)
 coefficients the performance model produced; by the envelope theorem the optimum moves by
 ``sum_i lambda_i * delta g_i`` at the LP solution, where ``g_i`` are the rows of
 :func:`formulations.placement_check.residuals`. That includes every path through which the change
-acts: larger decode batches, more idle-KV room, faster reloads, faster handoffs.
+acts on a constraint: larger decode batches, more idle-KV room, faster reloads, faster handoffs.
+Prices are in $/hour (the LP is solved for cost whatever the placement optimised); a faster reload
+also lowers the optional latency cost, which these prices leave out.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dse.perf.params import PerfParams
 from dse.placement.candidates import Candidates, build_candidates
 from dse.placement.request import PlacementRequest, Topology
 from formulations.placement_check import residuals
-from formulations.placement_data import PlacementData, PlacementSolution, Role
+from formulations.placement_data import Objective, PlacementData, PlacementSolution, Role
 from formulations.solve import PlacementSolver
 
 REQUIRED_ROLES = {
@@ -194,11 +196,13 @@ def shadow_prices(
     """Value of one more TB/s of HBM bandwidth, GB of HBM, GB/s of host link and GB/s of NIC
     per GPU, for each hardware the design uses (finite differences of the coefficients, priced
     with the multipliers of the relaxed LP)."""
-    lp, duals = solver.relaxed_duals(c.data, chosen)
+    # priced in $/hour whatever the placement optimised (GPU counts or goodput have other units)
+    data = replace(c.data, objective=Objective.COST)
+    lp, duals = solver.relaxed_duals(data, chosen)
     if not lp.has_solution or lp.solution is None:
         return ()
     x = lp.solution
-    base = residuals(c.data, x)
+    base = residuals(data, x)
     hws = [catalog.hardware(h) for h in req.hardware]
     out = []
     for h, hw in enumerate(hws):
@@ -209,7 +213,7 @@ def shadow_prices(
             bumped: list[Hardware] = list(hws)
             bumped[h] = apply(hw, step)
             new = build_candidates(req, c.topology, catalog, params, hardware=bumped).data
-            moved = residuals(_align(new, c.data), x)
+            moved = residuals(_align(replace(new, objective=Objective.COST), data), x)
             d_obj = sum(float(np.dot(duals[k], moved[k] - base[k])) for k in base if k in duals)
             value = -d_obj / step
             noise = 1e-7 * max(abs(lp.objective), 1.0)  # below the solver's tolerances; and no "-0"

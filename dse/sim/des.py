@@ -70,7 +70,6 @@ class _Stage:
         self.free = servers
         self.service_s, self.kind, self.push = service_s, kind, push
         self.queue: deque[int] = deque()
-        self.waiting_s = 0.0
 
     def offer(self, t: float, r: int) -> None:
         self.queue.append(r)

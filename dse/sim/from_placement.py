@@ -25,7 +25,7 @@ from dse.errors import InputError
 from dse.perf.afd import attention_side
 from dse.perf.params import PerfParams
 from dse.perf.pool import build_pool
-from dse.perf.stages import forward_cost
+from dse.perf.serving import decode_tpot
 from dse.sim.kv_tiers import RestingClass
 from dse.sim.scenario import Pipeline
 from dse.typed_data import build
@@ -35,9 +35,9 @@ from dse.workload import Slo, Workload
 SOURCE = "placement"
 
 
-def _need(d: dict[str, Any], key: str, where: str) -> Any:
-    if key not in d or d[key] is None:
-        raise InputError(SOURCE, f"{where}{key}", "is required (write it with `dse place --json`)")
+def _need(d: dict[str, Any], key: str, where: str, source: str = SOURCE) -> Any:
+    if not isinstance(d, dict) or key not in d or d[key] is None:
+        raise InputError(source, f"{where}{key}", "is required (write it with `dse place --json`)")
     return d[key]
 
 
@@ -65,19 +65,36 @@ def pipeline_from_placement(
     source: str = SOURCE,
 ) -> tuple[Pipeline, Workload, Slo, float]:
     """(pipeline, workload, targets, KV GB per decoding sequence) of the best design in ``doc``."""
-    req = _need(doc, "request", "")
+    try:
+        return _build(doc, catalog, params, buffer_max, source)
+    except KeyError as exc:
+        raise InputError(
+            source, f"best.pools: {exc.args[0]}", "is required (write it with `dse place --json`)"
+        ) from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise InputError(
+            source, "best", f"is not a placement written by `dse place --json` ({exc})"
+        ) from None
+
+
+def _build(
+    doc: dict[str, Any], catalog: Catalog, params: PerfParams, buffer_max: float, source: str
+) -> tuple[Pipeline, Workload, Slo, float]:
+    req = _need(doc, "request", "", source)
     best = doc.get("best")
     if not best:
         raise InputError(source, "best", "holds no feasible design to simulate")
-    workload = build(Workload, _need(req, "workload", "request."), source=source, prefix="request.workload")
-    slo = build(Slo, _need(req, "slo", "request."), source=source, prefix="request.slo")
-    model = catalog.model(_need(req, "model", "request."))
+    workload = build(
+        Workload, _need(req, "workload", "request.", source), source=source, prefix="request.workload"
+    )
+    slo = build(Slo, _need(req, "slo", "request.", source), source=source, prefix="request.slo")
+    model = catalog.model(_need(req, "model", "request.", source))
     engine = params.engine(req.get("engine", "trt"))
     wp = Precision(req.get("weight_precision", "fp8"))
     mtp = bool(req.get("mtp", False))
     draft = float(engine.mtp_draft_tokens if mtp else 0)
     accept = engine.mtp_accept_tokens if mtp else 1.0
-    pools = _need(best, "pools", "best.")
+    pools = _need(best, "pools", "best.", source)
     ctx = workload.mean_prompt_tokens() + 0.5 * workload.output_tokens
 
     servers = rate = instances = 0.0
@@ -129,21 +146,18 @@ def pipeline_from_placement(
         weight_precision=[wp] * k,
         kv_precision=[engine.kv_precision] * k,
     )
-    n = np.maximum(n, 1e-9)
     afd = unit["role"] == "attention"
     step_pool = attention_side(pool) if afd else pool
-    step = forward_cost(
+    tpot = decode_tpot(
         step_pool,
         params,
-        tokens=n * (1.0 + draft),
-        sequences=n,
+        batch=np.maximum(n, 1e-9),
         context=np.full_like(n, ctx),
-        prefill=False,
         speed=np.full_like(n, engine.speed),
-    ).total_s
-    step = np.interp(np.arange(slots + 1, dtype=float), n, step)
-    mtp_layers = max(model.mtp_layers, 1.0)
-    tpot = step * (1.0 + draft * mtp_layers / model.layers) / accept
+        draft_tokens=np.full_like(n, draft),
+        accept_tokens=np.full_like(n, accept),
+    )
+    tpot = np.interp(np.arange(slots + 1, dtype=float), n, tpot)
     if afd:
         tpot = 2.0 * tpot
     if unit["role"] == "mixed":
@@ -151,7 +165,11 @@ def pipeline_from_placement(
     # other decode pools count as instances of the main one with the same tokens/s
     per_main = float(main["output_tokens_per_s"]) / float(main["instances"])
     decode_x = sum(float(p["output_tokens_per_s"]) for p, _ in decoders) / per_main
-    handoff = 0.0 if unit["role"] == "mixed" else _handoff_s(workload, pool, params, engine.kv_precision)
+    handoff = (
+        0.0
+        if unit["role"] == "mixed"
+        else _handoff_s(workload, prefill_pool(pools, catalog, model, wp, engine), params)
+    )
     kv_gb = (ctx * float(pool.kv_bytes_per_token[0]) + pool.model.fixed_state_bytes) / GB
     # one request's prefill lasts a batch on a server; the servers' mix reproduces the pool's rate
     mean_busy = servers / rate
@@ -164,7 +182,8 @@ def pipeline_from_placement(
         prefill_instances=np.array([servers]),
         prefill_s=np.array([fresh_s]),
         handoff_s=np.array([handoff]),
-        decode_instances=np.array([max(1.0, round(decode_x))]),
+        # whole instances, never fewer than the placement's capacity
+        decode_instances=np.array([max(1.0, float(np.ceil(decode_x - 1e-9)))]),
         slots=np.array([float(slots)]),
         step_table=tpot[None, :],
         buffer_max=np.array([buffer_max]),
@@ -180,7 +199,25 @@ def pipeline_from_placement(
     return pipe, workload, slo, kv_gb
 
 
-def _handoff_s(w: Workload, pool: Any, p: PerfParams, kv: Precision) -> float:
-    """Seconds to hand one fresh prompt's KV to decode over the NICs that hold its shards."""
+def prefill_pool(
+    pools: list[dict[str, Any]], catalog: Catalog, model: Any, wp: Precision, engine: Any
+) -> Any:
+    """The performance-model pool of the prefill unit with the most instances."""
+    pre = max((p for p in pools if p["unit"]["role"] == "prefill"), key=lambda p: p["instances"])
+    par = pre["unit"]["parallel"]
+    return build_pool(
+        model,
+        [catalog.hardware(pre["unit"]["hardware"])],
+        gpus=[par["gpus"]],
+        attn_tp=[par["attn_tp"]],
+        ep=[par["ep"]],
+        weight_precision=[wp],
+        kv_precision=[engine.kv_precision],
+    )
+
+
+def _handoff_s(w: Workload, pool: Any, p: PerfParams) -> float:
+    """Seconds to hand one fresh prompt's KV (and fixed state) to decode over the NICs of the
+    prefill GPUs that hold its shards."""
     nics = float(pool.nic_bytes_per_s[0]) * p.nic_eff * float(min(pool.gpus[0], pool.kv_shard[0]))
-    return float(w.input_tokens * float(pool.kv_bytes_per_token[0]) / nics)
+    return float((w.input_tokens * float(pool.kv_bytes_per_token[0]) + pool.model.fixed_state_bytes) / nics)

@@ -22,6 +22,7 @@ import optuna
 import polars as pl
 
 from dse.catalog import Catalog, load_catalog
+from dse.errors import InputError
 from dse.perf.params import PerfParams, load_params
 from dse.placement.serialize import plain
 from dse.study.export import export_all
@@ -83,13 +84,14 @@ class Study:
             catalog=catalog,
             params=params,
         )
-        return StudyResults(self.spec, self.objectives, study, stats)
+        return StudyResults(self.spec, self.objectives, study, stats, catalog)
 
     def results(self, *, out: Path = Path("runs"), storage: str | None = None) -> StudyResults:
-        """The results stored by an earlier run."""
-        study = open_study(
-            self.spec, storage or default_storage(out, self.spec), list(self.objectives), self.spec.seed
-        )
+        """The results stored by an earlier run; bad input when there is none."""
+        url = storage or default_storage(out, self.spec)
+        if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+            raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
+        study = open_study(self.spec, url, list(self.objectives), self.spec.seed)
         return StudyResults(self.spec, self.objectives, study, None)
 
 
@@ -131,14 +133,19 @@ class StudyResults:
         return int(feas["trial"][0])
 
     def sim_timeseries(self, trials: list[int] | None = None) -> pl.DataFrame:
-        chosen = (
-            trials
-            if trials is not None
-            else self.pareto["trial"].unique().to_list()[:5]
+        """Re-simulated trajectories of ``trials`` (default: the first five of the front)."""
+        if trials is None:
+            return self._front_series
+        return sim_timeseries_frame(self.study, self.spec, trials, self._cat(), load_params())
+
+    @cached_property
+    def _front_series(self) -> pl.DataFrame:
+        front = (
+            self.pareto["trial"].unique(maintain_order=True).to_list()[:5]
             if not self.pareto.is_empty()
             else []
         )
-        return sim_timeseries_frame(self.study, self.spec, chosen, self._cat(), load_params())
+        return sim_timeseries_frame(self.study, self.spec, front, self._cat(), load_params())
 
     def _cat(self) -> Catalog:
         if self._catalog is None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.catalog import load_catalog
+from dse.perf.afd import attention_side, ffn_side
 from dse.perf.params import load_params
 from dse.perf.pool import build_pool
 from dse.perf.stages import forward_cost
@@ -17,6 +17,7 @@ from dse.placement.request import Topology
 from dse.placement.shapes import parse_shape
 from dse.study.api import StudyResults
 from dse.study.report import BestDesign
+from dse.study.runner import TRIAL_SOLVE
 from dse.study.trial import choice_from_params, evaluate, request_for
 from dse.units import Precision
 from formulations.solve import PlacementSolver
@@ -26,10 +27,10 @@ def best_design(res: StudyResults) -> BestDesign | None:
     number = res.best_trial()
     if number is None:
         return None
-    catalog, params = load_catalog(), load_params()
+    catalog, params = res._cat(), load_params()
     trial = next(t for t in res.study.get_trials(deepcopy=False) if t.number == number)
     choice = choice_from_params(trial.params, res.spec)
-    solver = PlacementSolver()
+    solver = PlacementSolver(TRIAL_SOLVE)
     rec = evaluate(res.spec, choice, catalog, params, solver)
     if rec.outcome is None or rec.outcome.result.solution is None or rec.simulation is None:
         return None
@@ -62,15 +63,17 @@ def best_design(res: StudyResults) -> BestDesign | None:
             for p in prices
         ],
         sim=sim,
-        stage_ms=_stage_ms(res, rec.pools, catalog, params),
+        stage_ms=_stage_ms(res, rec.pools, catalog, params, choice.chunk_tokens),
     )
 
 
 def _stage_ms(
-    res: StudyResults, pools: list[dict[str, Any]], catalog: Any, params: Any
+    res: StudyResults, pools: list[dict[str, Any]], catalog: Any, params: Any, chunk_tokens: int
 ) -> dict[str, dict[str, float]]:
     """One step of each pool at its operating point: decode pools at their batch, prefill pools
-    on one full chunk, split into GEMMs, attention, communication and fixed overhead."""
+    on one full chunk, split into GEMMs, attention, communication and fixed overhead. Attention
+    and FFN pools run their half of the model; an aggregated pool's step is shown without the
+    prefill chunks interleaved with it."""
     spec = res.spec
     model = catalog.model(spec.model)
     engine = params.engine(spec.engine)
@@ -88,7 +91,7 @@ def _stage_ms(
             kv_precision=[engine.kv_precision],
         )
         if p["role"] == "prefill":
-            tokens = np.array([8192.0 * pool.attn_dp[0]])
+            tokens = np.array([float(chunk_tokens) * pool.attn_dp[0]])
             cost = forward_cost(
                 pool,
                 params,
@@ -100,8 +103,9 @@ def _stage_ms(
             )
         else:
             b = np.array([max(float(p["decode_batch"]), 1.0)])
+            half = {"attention": attention_side, "ffn": ffn_side}.get(p["role"])
             cost = forward_cost(
-                pool,
+                half(pool) if half is not None else pool,
                 params,
                 tokens=b,
                 sequences=b,

@@ -17,7 +17,7 @@ from dse.perf.params import PerfParams
 from dse.sim.api import trajectories_frame
 from dse.study.spec import StudySpec
 from dse.study.trial import choice_from_params, evaluate
-from formulations.solve import PlacementSolver
+from formulations.solve import PlacementSolver, SolveOptions
 
 SCHEMA_VERSION = 1
 METRIC_COLUMNS = {  # metric -> column (unit in the name)
@@ -165,7 +165,7 @@ def sim_timeseries_frame(
 ) -> pl.DataFrame:
     """The fluid trajectories of the given trials, re-simulated (deterministic), one row per
     trial and sample every ``every_s`` seconds."""
-    solver = PlacementSolver()
+    solver = PlacementSolver(SolveOptions(time_limit_s=10.0))
     frames = []
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
     for n in trial_numbers:

@@ -9,6 +9,7 @@ runs. Workers sharing a storage stop when the study as a whole reaches its budge
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -27,12 +28,13 @@ from dse.perf.params import PerfParams, load_params
 from dse.placement.serialize import plain
 from dse.study.metrics import METRICS
 from dse.study.spec import StudySpec
-from dse.study.trial import choice_from_params, evaluate, objective_values, params_of, suggest
-from formulations.solve import PlacementSolver
+from dse.study.trial import evaluate, objective_values, params_of, suggest
+from formulations.solve import PlacementSolver, SolveOptions
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 MetricFn = Callable[[Mapping[str, float]], float]
+TRIAL_SOLVE = SolveOptions(time_limit_s=10.0)  # one hard instance must not stall a study
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ def _storage(url: str) -> optuna.storages.BaseStorage:
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
         sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite)
     try:
-        return optuna.storages.RDBStorage(url, heartbeat_interval=None, **kwargs)
+        return optuna.storages.RDBStorage(_driver_url(url), heartbeat_interval=None, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the driver's own error types differ per database
         raise InputError(
             "--storage", "url", f"cannot be opened ({type(exc).__name__}: {exc})", _redact(url)
@@ -87,13 +89,22 @@ def _storage(url: str) -> optuna.storages.BaseStorage:
 
 
 def _redact(url: str) -> str:
-    """The URL without its password."""
-    if "@" not in url or "://" not in url:
+    """The URL without its password (whatever the scheme separator looks like)."""
+    if "@" not in url:
         return url
-    scheme, rest = url.split("://", 1)
-    cred, host = rest.rsplit("@", 1)
+    head, host = url.rsplit("@", 1)
+    scheme, sep, cred = head.rpartition("//")
+    if not sep:
+        scheme, cred = "", head
     user = cred.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in cred else url
+    return f"{scheme}{sep}{user}:***@{host}" if ":" in cred else url
+
+
+def _driver_url(url: str) -> str:
+    """SQLAlchemy's default PostgreSQL driver is psycopg 3; the project ships psycopg2."""
+    if url.startswith("postgresql://"):
+        return "postgresql+psycopg2://" + url.removeprefix("postgresql://")
+    return url
 
 
 def open_study(spec: StudySpec, storage: str, objectives: list[ObjectiveDef], seed: int) -> optuna.Study:
@@ -190,14 +201,16 @@ def run(
     objectives = objectives or [ObjectiveDef.metric(n) for n in spec.objectives.names]
     storage = storage or default_storage(out, spec)
     budget = trials if trials is not None else spec.trials
-    study = open_study(spec, storage, objectives, spec.seed if seed is None else seed)
+    base = spec.seed if seed is None else seed
+    # workers sharing a storage each need their own random stream, or they would propose alike
+    study = open_study(spec, storage, objectives, base + os.getpid() if shared else base)
     folder = run_folder(out, spec)
     if storage.startswith("sqlite:///") or not shared:
         folder.mkdir(parents=True, exist_ok=True)
         write_text(folder / "spec.json", json.dumps(plain(spec), indent=2) + "\n")  # the resolved spec
     stale = 0 if shared else _fail_stale(study)
     before = _complete(study)
-    solver = PlacementSolver()
+    solver = PlacementSolver(TRIAL_SOLVE)
     defs = [(o.name, o.direction, o.fn) for o in objectives]
     t0 = time.perf_counter()
     ran = 0
@@ -206,7 +219,8 @@ def run(
     # alone on a storage, the sampler works on an in-memory copy and each finished trial is
     # written to the storage in one transaction as it completes; workers sharing a storage must
     # ask it directly so they see each other's trials
-    asker = study if shared else _memory_copy(study, spec, spec.seed if seed is None else seed, budget)
+    # a resumed run reseeds with the number of trials already done, so it does not repeat them
+    asker = study if shared else _memory_copy(study, spec, base + 1_000_003 * before, budget)
     while done < budget:
         trial = asker.ask()
         choice = suggest(trial, spec)
@@ -224,17 +238,6 @@ def run(
     if bar is not None:
         bar.close()
     return study, RunStats(before, ran, stale, time.perf_counter() - t0)
-
-
-def reevaluate(
-    spec: StudySpec,
-    trial: optuna.trial.FrozenTrial,
-    catalog: Catalog,
-    params: PerfParams,
-    solver: PlacementSolver,
-) -> Any:
-    """The full record of a finished trial (deterministic), with its placement and simulation."""
-    return evaluate(spec, choice_from_params(trial.params, spec), catalog, params, solver)
 
 
 class _Progress:

@@ -155,6 +155,8 @@ class SimulateSpec:
             return ("arrivals", "must be constant or burst", self.arrivals)
         if not 0 <= self.warmup_s < self.horizon_s:
             return ("warmup_s", "must be at least 0 and below horizon_s", self.warmup_s)
+        if self.dt_s > self.horizon_s:
+            return ("dt_s", "must not exceed horizon_s", self.dt_s)
         return None
 
 
