@@ -12,7 +12,7 @@ from dse.cli.table import format_table
 from dse.errors import InputError
 from dse.placement.serialize import plain
 from dse.study import Study, StudyResults
-from dse.study.spec import load_study, study_files
+from dse.study.spec import StudySpec, load_study, study_files
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -76,9 +76,10 @@ def _show(args: argparse.Namespace, catalog: Catalog) -> int:
     return 0
 
 
-def _check_ids(spec: object, catalog: Catalog) -> None:
-    catalog.model(spec.model)  # type: ignore[attr-defined]
-    for h in spec.hardware:  # type: ignore[attr-defined]
+def _check_ids(spec: StudySpec, catalog: Catalog) -> None:
+    """Unknown model or hardware ids fail here, before any trial runs."""
+    catalog.model(spec.model)
+    for h in spec.hardware:
         catalog.hardware(h)
 
 

@@ -1,0 +1,199 @@
+"""The PNG figures of a study report: Pareto frontier, stage times, HBM residency, a trajectory.
+
+Each figure is drawn with matplotlib's Agg backend (imported when first needed) and written
+atomically; a figure without data is skipped with the reason, which the report prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from dse.atomic import atomic_path
+
+if TYPE_CHECKING:
+    from dse.study.report import BestDesign
+
+HBM_LINE_GB = 80.0  # the HBM of an H100/H200-class GPU: designs below it fit more hardware
+STAGES = ("gemm", "attention", "communication", "overhead")
+PNG_DPI = 110
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A PNG of the report: drawn, or skipped for the reason given."""
+
+    file: str
+    caption: str
+    skipped: str = ""  # why it was not drawn; "" when it was
+
+
+def floats_of(df: pl.DataFrame, col: str) -> np.ndarray:
+    if df.is_empty() or col not in df.columns:
+        return np.empty(0)
+    return df[col].cast(pl.Float64).drop_nulls().to_numpy()
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+
+
+def stage_names(stage_ms: dict[str, dict[str, float]]) -> list[str]:
+    """The known stages in their order, then any others in order of first appearance."""
+    seen = list(dict.fromkeys(k for v in stage_ms.values() for k in v))
+    return [s for s in STAGES if s in seen] + [s for s in seen if s not in STAGES]
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=PNG_DPI)
+    _pyplot().close(fig)
+
+
+def _draw(path: Path, caption: str, skipped: str, draw: Callable[[], Any]) -> Figure:
+    """Draw and save a figure unless there is a reason to skip it."""
+    if skipped:
+        return Figure(path.name, caption, skipped)
+    _save(draw(), path)
+    return Figure(path.name, caption)
+
+
+def pareto_png(path: Path, study: str, feasible: pl.DataFrame, pareto: pl.DataFrame) -> Figure:
+    x, y = "tokens_per_s_per_user", "tokens_per_s_per_gpu"
+
+    def points(df: pl.DataFrame) -> pl.DataFrame:
+        if df.is_empty() or x not in df.columns or y not in df.columns:
+            return pl.DataFrame()
+        return df.drop_nulls([x, y])
+
+    pts, front = points(feasible), points(pareto)
+
+    def draw() -> Any:
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(8, 5.5))
+        keys = [c for c in ("p_decode_hardware", "p_topology") if c in pts.columns]
+        groups = pts.partition_by(keys, maintain_order=True, as_dict=True) if keys else {("all",): pts}
+        markers = "osD^vP*Xh<>"
+        for i, (key, g) in enumerate(groups.items()):
+            ax.scatter(
+                g[x].to_numpy(),
+                g[y].to_numpy(),
+                s=22,
+                alpha=0.75,
+                marker=markers[i % len(markers)],
+                color=plt.get_cmap("tab10")(i % 10),
+                label=", ".join(str(k) for k in key),
+            )
+        if not front.is_empty():  # rings, not a line: the front is over the objectives, not these axes
+            ax.scatter(
+                front[x].to_numpy(),
+                front[y].to_numpy(),
+                s=110,
+                facecolors="none",
+                edgecolors="black",
+                linewidths=1.4,
+                label="Pareto front",
+            )
+        ax.set_xlabel("tokens/s per user (1 / TPOT)")
+        ax.set_ylabel("tokens/s per GPU")
+        ax.set_title(f"{study}: {pts.height} feasible designs")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, title="decode hardware, topology", title_fontsize=7)
+        fig.tight_layout()
+        return fig
+
+    return _draw(
+        path,
+        "Throughput per GPU against speed per user",
+        "" if not pts.is_empty() else "no feasible trials with both speeds",
+        draw,
+    )
+
+
+def stage_png(path: Path, best: BestDesign | None) -> Figure:
+    caption = "Stage times of one step of each pool of the best design"
+    stage_ms = best.stage_ms if best is not None else {}
+
+    def draw() -> Any:
+        plt = _pyplot()
+        labels = list(stage_ms)
+        fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(labels) + 2.5), 4.5))
+        bottom = np.zeros(len(labels))
+        for stage in stage_names(stage_ms):
+            ms = np.array([stage_ms[p].get(stage, 0.0) for p in labels])
+            ax.bar(labels, ms, bottom=bottom, label=stage)
+            bottom += ms
+        ax.set_ylabel("ms per step")
+        ax.set_title(f"trial {best.trial if best else '-'}: one step per pool", fontsize=10)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    return _draw(path, caption, "" if stage_ms else "no best design with a stage breakdown", draw)
+
+
+def hbm_png(path: Path, feasible: pl.DataFrame) -> Figure:
+    values = floats_of(feasible, "hbm_peak_gb_per_gpu")
+    values = values[np.isfinite(values)]
+
+    def draw() -> Any:
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        ax.hist(values, bins=min(30, max(5, values.size // 3)), color="tab:blue", alpha=0.8)
+        ax.axvline(HBM_LINE_GB, color="tab:red", ls="--", label=f"{HBM_LINE_GB:g} GB")
+        ax.set_xlabel("peak HBM residency, GB per GPU")
+        ax.set_ylabel("feasible trials")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    return _draw(
+        path,
+        "Peak HBM residency of feasible designs",
+        "" if values.size else "no feasible trials with a peak HBM residency",
+        draw,
+    )
+
+
+def trajectory_png(path: Path, trial: int | None, sim: pl.DataFrame) -> Figure:
+    caption = f"Simulated trajectory of trial {trial}" if trial is not None else "Simulated trajectory"
+    panels = (
+        ("requests/s", (("arrival_rate_per_s", "arrivals"), ("completions_per_s", "completions"))),
+        ("requests", (("prefill_queue_requests", "prefill queue"), ("buffer_requests", "decode buffer"))),
+        ("sequences / instance", (("decode_batch_per_instance", "decode batch"),)),
+    )
+
+    def draw() -> Any:
+        plt = _pyplot()
+        fig, axes = plt.subplots(len(panels), 1, figsize=(9, 8), sharex=True)
+        minutes = sim["t_s"].to_numpy() / 60.0
+        for ax, (ylabel, series) in zip(axes, panels, strict=True):
+            for col, label in series:
+                if col in sim.columns:
+                    ax.plot(minutes, sim[col].cast(pl.Float64).to_numpy(), label=label, lw=1.0)
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="upper right")
+        axes[-1].set_xlabel("minutes")
+        fig.suptitle(f"trial {trial}: fluid simulation", fontsize=10)
+        fig.tight_layout()
+        return fig
+
+    return _draw(path, caption, "" if not sim.is_empty() else "no simulated time series", draw)
