@@ -134,7 +134,7 @@ def test_an_interrupted_run_resumes_without_losing_or_repeating_trials(
 ) -> None:
     db = tmp_path / "tiny-study" / "study.db"
     proc = subprocess.Popen(
-        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "40", "--no-export"),
+        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "120", "--no-export"),
         env=clean_env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -151,11 +151,11 @@ def test_an_interrupted_run_resumes_without_losing_or_repeating_trials(
                 pass
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert 5 <= done < 40, done
+    assert 5 <= done < 120, done
     with sqlite3.connect(db) as con:
         before = {r[0] for r in con.execute("select number from trials where state = 'COMPLETE'")}
     again = subprocess.run(
-        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "40", "--no-export"),
+        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "120", "--no-export"),
         env=clean_env,
         capture_output=True,
         text=True,
@@ -166,7 +166,7 @@ def test_an_interrupted_run_resumes_without_losing_or_repeating_trials(
         states = con.execute("select state, count(*) from trials group by state").fetchall()
         numbers = [r[0] for r in con.execute("select number from trials where state = 'COMPLETE'")]
     counts = dict(states)
-    assert counts["COMPLETE"] == 40 and "RUNNING" not in counts
+    assert counts["COMPLETE"] == 120 and "RUNNING" not in counts
     assert before <= set(numbers) and len(numbers) == len(set(numbers))
 
 
