@@ -44,6 +44,8 @@ FORBIDDEN = {
         "formulations",
     ],
     "dse.placement": ["dse.sim", "dse.search", "dse.study", "dse.cli"],
+    "dse.study": ["dse.cli"],
+    "dse.atomic": ["dse.", "formulations"],
     "dse.sim": ["dse.cli", "dse.study", "dse.search", "formulations"],
 }
 
