@@ -28,6 +28,10 @@ ELASTIC = ("fresh_demand", "returning_demand", "inventory", "power", "budget", "
 _T = {t: i for i, t in enumerate(TIERS)}
 
 
+def _finite_or_zero(v: float) -> float:
+    return float(v) if np.isfinite(v) else 0.0
+
+
 def _finite(v: float) -> float:
     return float(v) if np.isfinite(v) else INF_BOUND
 
@@ -190,7 +194,7 @@ def update(m: pyo.ConcreteModel, data: PlacementData) -> None:
     """Load ``data``'s values into a model built for the same structure."""
     for h in range(data.n_hw):
         m.sale[h] = float(data.sale_gpus[h])
-        m.price[h] = float(data.usd_per_gpu_hour[h])
+        m.price[h] = _finite_or_zero(data.usd_per_gpu_hour[h])  # unpriced hardware: counts only
         m.watts[h] = float(data.watts_per_gpu[h])
         m.inventory[h] = _finite(data.inventory_gpus[h])
         for t in range(len(TIERS)):

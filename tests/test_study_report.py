@@ -292,3 +292,11 @@ def test_cells_format_missing_noise_and_pipes() -> None:
         "26.0",
     ]
     assert fmt("a|b") == "a\\|b"
+
+
+def test_hbm_histogram_of_equal_values(tmp_path: Path) -> None:
+    from dse.study.report_figures import hbm_png
+
+    df = pl.DataFrame({"hbm_peak_gb_per_gpu": [76.8] * 40})
+    fig = hbm_png(tmp_path / "hbm.png", df)
+    assert not fig.skipped and (tmp_path / "hbm.png").read_bytes()[:4] == b"\x89PNG"

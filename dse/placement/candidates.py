@@ -40,7 +40,7 @@ from dse.placement.request import PlacementRequest, Topology
 from dse.placement.shapes import Parallel, Shapes, tier_capacity
 from dse.units import GB
 from dse.workload import Slo, Workload
-from formulations.placement_data import TIERS, PlacementData, Role
+from formulations.placement_data import TIERS, Objective, PlacementData, Role
 
 AFD_SIDE_SHARE = 0.5
 
@@ -414,8 +414,12 @@ def build_candidates(
     return Candidates(data, tuple(r.info for r in b.rows), tuple(b.excl), topology)
 
 
-def _price(hw: Hardware, tier: str) -> float:
+def _price(hw: Hardware, tier: str, needed: bool) -> float:
+    """The price per GPU-hour; nan when the catalog has none and the objective does not need it
+    (a GPU-count placement of hardware without a public price)."""
     v = getattr(hw.prices, f"usd_per_gpu_hour_{tier}")
+    if v is None and not needed:
+        return float("nan")
     if v is None:
         raise InputError(
             hw.id,
@@ -445,7 +449,8 @@ def _assemble(
     return PlacementData(
         hw_names=tuple(ids),
         sale_gpus=np.array([float(hw.sale_unit_gpus) for hw in hws]),
-        usd_per_gpu_hour=np.array([_price(hw, req.price_tier) for hw in hws]),
+        usd_per_gpu_hour=np.array([_price(hw, req.price_tier, req.objective is not Objective.GPUS
+                                          or req.limits.budget_usd_hour is not None) for hw in hws]),
         watts_per_gpu=np.array([float(hw.tdp_w) for hw in hws]),
         inventory_gpus=np.array([float(lim.inventory_gpus.get(h, np.inf)) for h in ids]),
         tier_gb_per_gpu=tier_capacity(hws),

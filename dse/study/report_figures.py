@@ -155,7 +155,10 @@ def hbm_png(path: Path, feasible: pl.DataFrame) -> Figure:
     def draw() -> Any:
         plt = _pyplot()
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        ax.hist(values, bins=min(30, max(5, values.size // 3)), color="tab:blue", alpha=0.8)
+        # equal values (every design at the same residency) get one bin a GB wide around them
+        lo, hi = float(values.min()), float(values.max())
+        span = (lo - 0.5, hi + 0.5) if hi - lo < 1.0 else (lo, hi)
+        ax.hist(values, bins=min(30, max(5, values.size // 3)), range=span, color="tab:blue", alpha=0.8)
         ax.axvline(HBM_LINE_GB, color="tab:red", ls="--", label=f"{HBM_LINE_GB:g} GB")
         ax.set_xlabel("peak HBM residency, GB per GPU")
         ax.set_ylabel("feasible trials")

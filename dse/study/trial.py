@@ -116,7 +116,7 @@ def request_for(spec: StudySpec, c: Choice, catalog: Catalog) -> PlacementReques
         workload=spec.workload,
         slo=spec.slo,
         topology=Topology(c.topology),
-        objective=Objective.COST,
+        objective=_milp_objective(spec),
         price_tier=spec.price_tier,
         engine=spec.engine,
         weight_precision=Precision(spec.precision),
@@ -135,6 +135,11 @@ def request_for(spec: StudySpec, c: Choice, catalog: Catalog) -> PlacementReques
         ),
         time_limit_s=10.0,
     )
+
+
+def _milp_objective(spec: StudySpec) -> Objective:
+    """The MILP sizes pools for the fewest GPUs when the study counts GPUs, else for cost."""
+    return Objective.GPUS if spec.objectives.names[0] == "gpus" else Objective.COST
 
 
 def scenario_for(spec: StudySpec) -> Scenario:
