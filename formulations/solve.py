@@ -117,12 +117,14 @@ class PlacementSolver:
         return m, solver, time.perf_counter() - t0
 
     def solve(self, data: PlacementData) -> SolveResult:
-        """Solve; then, with the counts of the incumbent fixed, re-solve the LP that is left so
-        the continuous choices (tiers, routing) are exactly optimal rather than within the gap."""
+        """Solve; then, unless the MILP closed its gap, re-solve the LP left with the counts of the
+        incumbent fixed, so the continuous choices (tiers, routing) are exactly optimal rather
+        than within the gap."""
         m, solver, build = self._instance(data)
         result, _ = self._run(m, solver, data)
         sol = result.solution
-        if self.options.polish and sol is not None:
+        # a MILP proven optimal already has the optimal continuous part; within a gap it may not
+        if self.options.polish and sol is not None and not result.gap <= 1e-9:
             with _counts_relaxed(m, sol.instances, sol.instances, sol.sale_units, sol.sale_units):
                 polished, _ = self._run(m, solver, data)
             if polished.solution is not None:
