@@ -90,8 +90,42 @@ def agentic() -> None:
     print(f"  its tier shares per class: {shares.sort('kv_class', 'tier').to_dicts()}")
 
 
+def deepseek_production() -> None:
+    study = "deepseek-production"
+    t = trials(study).filter(pl.col("feasible")).sort("gpus")
+    best = int(t["trial"][0])
+    pools = table(study, "placements").filter(pl.col("trial") == best)
+    print(f"[{study}] {t.height} feasible trials; fewest GPUs {t['gpus'][0]:.0f} "
+          f"({t['gpus'][0] / 8:.1f} nodes) in trial {best}, TTFT {t['ttft_mean_s'][0]:.2f} s, "
+          f"TPOT {1e3 * t['tpot_mean_s'][0]:.1f} ms")
+    for p in pools.iter_rows(named=True):
+        print(f"  {p['role']}: {p['instances']} x {p['shape']} = {p['gpus']} GPUs, "
+              f"decode batch {p['decode_batch_sequences']:.0f}")
+
+
+def shadow_prices() -> None:
+    """+10% HBM bandwidth against +10% HBM capacity for the best design of each study."""
+    from dse.catalog import load_catalog
+    from dse.study import Study
+    from dse.study.best import best_design
+
+    catalog = load_catalog()
+    for study in ("deepseek-v3-blackwell", "agentic-kv-tiering", "kimi-k3-blackwell"):
+        best = best_design(Study.load(study).results(out=RUNS))
+        if best is None:
+            print(f"[{study}] no feasible design")
+            continue
+        for hw in sorted({p["hardware"] for p in best.shadow_prices}):
+            h = catalog.hardware(hw)
+            price = {p["resource"]: p["usd_per_hour"] for p in best.shadow_prices if p["hardware"] == hw}
+            bw, cap = 0.1 * h.hbm.bandwidth_tb_per_s, 0.1 * h.hbm.capacity_gb
+            print(f"[{study}] {hw}: +10% bandwidth ({bw:.2g} TB/s x ${price['hbm_bandwidth']:.3g}) = "
+                  f"${bw * price['hbm_bandwidth']:.2f}/h; +10% capacity ({cap:.3g} GB x "
+                  f"${price['hbm_capacity']:.3g}) = ${cap * price['hbm_capacity']:.2f}/h")
+
+
 if __name__ == "__main__":
-    for fn in (kimi, agentic):
+    for fn in (kimi, agentic, deepseek_production, shadow_prices):
         try:
             fn()
         except FileNotFoundError as exc:

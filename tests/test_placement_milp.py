@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +19,19 @@ from formulations.solve import PlacementSolver, SolutionStatus, SolveOptions, Te
 
 NT = len(TIERS)
 TI = {t: i for i, t in enumerate(TIERS)}
+
+
+def no_classes(units: int) -> dict[str, Any]:
+    """The KV-class fields of an instance without returning turns."""
+    return {
+        "mid_s": np.zeros((units, 0, NT)),
+        "reload_s": np.zeros((units, 0, NT)),
+        "class_names": (),
+        "class_per_s": np.zeros(0),
+        "class_dwell_s": np.zeros(0),
+        "class_gb": np.zeros(0),
+        "class_handoff_gb": np.zeros(0),
+    }
 
 
 def instance(
@@ -172,13 +186,7 @@ def hard(seed: int, units: int = 400, hws: int = 12) -> PlacementData:
         decode_tok_s=rng.uniform(500, 5000, units),
         hbm_idle_gb=np.zeros(units),
         nic_gb_s=np.full(units, 100.0),
-        mid_s=np.zeros((units, 0, NT)),
-        reload_s=np.zeros((units, 0, NT)),
-        class_names=(),
-        class_per_s=np.zeros(0),
-        class_dwell_s=np.zeros(0),
-        class_gb=np.zeros(0),
-        class_handoff_gb=np.zeros(0),
+        **no_classes(units),
         fresh_per_s=float(rng.uniform(2000, 4000)),
         output_tokens=1000.0,
         fresh_handoff_gb=0.3,
@@ -294,13 +302,7 @@ def small_instances(draw: st.DrawFn) -> PlacementData:
         decode_tok_s=np.array(dec),
         hbm_idle_gb=np.zeros(units),
         nic_gb_s=np.array([draw(f(5.0, 50.0)) for _ in range(units)]),
-        mid_s=np.zeros((units, 0, NT)),
-        reload_s=np.zeros((units, 0, NT)),
-        class_names=(),
-        class_per_s=np.zeros(0),
-        class_dwell_s=np.zeros(0),
-        class_gb=np.zeros(0),
-        class_handoff_gb=np.zeros(0),
+        **no_classes(units),
         fresh_per_s=draw(f(1.0, 12.0)),
         output_tokens=draw(f(100.0, 800.0)),
         fresh_handoff_gb=draw(f(0.1, 2.0)),

@@ -33,7 +33,7 @@ from dse.catalog import Catalog, Hardware
 from dse.errors import InputError
 from dse.perf.afd import afd_bytes_per_token, attention_side, ffn_side
 from dse.perf.params import PerfParams
-from dse.perf.pool import Array
+from dse.perf.pool import Array, Pool
 from dse.perf.serving import RHO_MAX, decode_capacity_at_tpot
 from dse.perf.stages import forward_cost, weight_bytes_per_gpu
 from dse.placement.request import PlacementRequest, Topology
@@ -232,18 +232,24 @@ class _Builder:
             row.info = self.info(i, Role.PREFILL, hbm_gb=float(used), ttft=ttft)
             self.rows.append(row)
 
-    def add_decode(self) -> None:
-        s, slo = self.s, self.slo
-        rate, batch = decode_capacity_at_tpot(
-            s.pool,
+    def decode_points(self, pool: Pool, tpot_s: float) -> tuple[Array, Array]:
+        """(output tokens/s, batch) of every shape of ``pool`` at the largest batch, up to the
+        options' cap, whose time per output token stays within ``tpot_s``."""
+        s = self.s
+        return decode_capacity_at_tpot(
+            pool,
             self.p,
             context=s.decode_ctx,
-            tpot_s=np.full(len(s), slo.tpot_s),
+            tpot_s=np.full(len(s), tpot_s),
             speed=s.speed,
             draft_tokens=s.draft,
             accept_tokens=s.accept,
             max_batch=self.cap,
         )
+
+    def add_decode(self) -> None:
+        s, slo = self.s, self.slo
+        rate, batch = self.decode_points(s.pool, slo.tpot_s)
         for i in self.shapes("decode"):
             if rate[i] <= 0:
                 self.exclude(i, "decode", _tpot_reason(slo, s.cap_seq[i]))
@@ -257,16 +263,7 @@ class _Builder:
     def add_mixed(self) -> None:
         s, slo = self.s, self.slo
         for phi in self.opts.agg_prefill_shares:
-            rate, batch = decode_capacity_at_tpot(
-                s.pool,
-                self.p,
-                context=s.decode_ctx,
-                tpot_s=np.full(len(s), slo.tpot_s * (1.0 - phi)),
-                speed=s.speed,
-                draft_tokens=s.draft,
-                accept_tokens=s.accept,
-                max_batch=self.cap,
-            )
+            rate, batch = self.decode_points(s.pool, slo.tpot_s * (1.0 - phi))
             for i in self.shapes("decode"):
                 if rate[i] <= 0:
                     self.exclude(i, "mixed", f"at prefill share {phi:g}: " + _tpot_reason(slo, s.cap_seq[i]))
@@ -306,16 +303,7 @@ class _Builder:
         s, slo, p = self.s, self.slo, self.p
         att, ffn = attention_side(s.pool), ffn_side(s.pool)
         half = np.full(len(s), slo.tpot_s * AFD_SIDE_SHARE)
-        _, batch = decode_capacity_at_tpot(
-            att,
-            p,
-            context=s.decode_ctx,
-            tpot_s=half,
-            speed=s.speed,
-            draft_tokens=s.draft,
-            accept_tokens=s.accept,
-            max_batch=self.cap,
-        )
+        _, batch = self.decode_points(att, slo.tpot_s * AFD_SIDE_SHARE)
         att_w = weight_bytes_per_gpu(att) / GB
         for i in self.shapes("decode"):
             if batch[i] <= 0:
@@ -449,8 +437,16 @@ def _assemble(
     return PlacementData(
         hw_names=tuple(ids),
         sale_gpus=np.array([float(hw.sale_unit_gpus) for hw in hws]),
-        usd_per_gpu_hour=np.array([_price(hw, req.price_tier, req.objective is not Objective.GPUS
-                                          or req.limits.budget_usd_hour is not None) for hw in hws]),
+        usd_per_gpu_hour=np.array(
+            [
+                _price(
+                    hw,
+                    req.price_tier,
+                    req.objective is not Objective.GPUS or req.limits.budget_usd_hour is not None,
+                )
+                for hw in hws
+            ]
+        ),
         watts_per_gpu=np.array([float(hw.tdp_w) for hw in hws]),
         inventory_gpus=np.array([float(lim.inventory_gpus.get(h, np.inf)) for h in ids]),
         tier_gb_per_gpu=tier_capacity(hws),

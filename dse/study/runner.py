@@ -79,7 +79,8 @@ def _storage(url: str) -> optuna.storages.BaseStorage:
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
-        sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite)
+        if not sqlalchemy.event.contains(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite):
+            sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite)
     try:
         return optuna.storages.RDBStorage(_driver_url(url), heartbeat_interval=None, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the driver's own error types differ per database

@@ -27,7 +27,7 @@ from dse.sim.api import SimulationReport
 from dse.sim.from_placement import pipeline_from_placement, resting_classes
 from dse.study.spec import StudySpec
 from dse.units import Precision
-from formulations.placement_data import Objective
+from formulations.placement_data import Objective, Role
 from formulations.solve import PlacementSolver
 
 INFEASIBLE = 1.0  # constraint value of a design the MILP could not place
@@ -211,9 +211,7 @@ def evaluate(
     f = sim.fluid
     ttft_pct = ttft_at_percentile(float(f.ttft_mean_s[0]), float(f.ttft_p99_s[0]), slo.percentile)
     tpot = float(f.tpot_mean_s[0])
-    decode_gpus = sum(
-        p.gpus for p in outcome.pools if p.unit.role.name in ("DECODE", "MIXED", "ATTENTION", "FFN")
-    )
+    decode_gpus = sum(p.gpus for p in outcome.pools if p.unit.role is not Role.PREFILL)
     metrics = {
         "usd_per_million_tokens": outcome.usd_per_million_tokens,
         "usd_per_hour": outcome.usd_per_hour,
