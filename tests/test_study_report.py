@@ -9,7 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from dse.study.report import BestDesign, below_share, fmt, unique_designs, write_report
+from dse.study.markdown import fmt
+from dse.study.report import BestDesign, below_share, unique_designs, write_report
 from dse.study.spec import StudySpec, load_study
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -13,6 +13,7 @@ from dse.errors import InputError
 from dse.placement.serialize import plain
 from dse.study import Study, StudyResults
 from dse.study.spec import StudySpec, load_study, study_files
+from dse.study.variants import study_catalog
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -77,10 +78,8 @@ def _show(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def _check_ids(spec: StudySpec, catalog: Catalog) -> None:
-    """Unknown model or hardware ids fail here, before any trial runs."""
-    catalog.model(spec.model)
-    for h in spec.hardware:
-        catalog.hardware(h)
+    """Unknown model, hardware or variant-base ids fail here, before any trial runs."""
+    study_catalog(spec, catalog)
 
 
 def _run(args: argparse.Namespace, catalog: Catalog) -> int:

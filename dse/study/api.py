@@ -35,6 +35,7 @@ from dse.study.results import (
 )
 from dse.study.runner import MetricFn, ObjectiveDef, RunStats, default_storage, open_study, run
 from dse.study.spec import StudySpec, load_study
+from dse.study.variants import study_catalog
 
 
 @dataclass(frozen=True)
@@ -148,9 +149,12 @@ class StudyResults:
         return sim_timeseries_frame(self.study, self.spec, front, self._cat(), load_params())
 
     def _cat(self) -> Catalog:
-        if self._catalog is None:
-            self._catalog = load_catalog()
-        return self._catalog
+        """The catalog with the study's what-if variants."""
+        return self._study_catalog
+
+    @cached_property
+    def _study_catalog(self) -> Catalog:
+        return study_catalog(self.spec, self._catalog if self._catalog is not None else load_catalog())
 
     def tables(self) -> dict[str, pl.DataFrame]:
         return {

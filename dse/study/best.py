@@ -13,12 +13,11 @@ from dse.perf.pool import build_pool
 from dse.perf.stages import forward_cost
 from dse.placement.candidates import build_candidates
 from dse.placement.explain import shadow_prices
-from dse.placement.request import Topology
 from dse.placement.shapes import parse_shape
 from dse.study.api import StudyResults
+from dse.study.replay import replay
 from dse.study.report import BestDesign
 from dse.study.runner import TRIAL_SOLVE
-from dse.study.trial import choice_from_params, evaluate, request_for
 from dse.units import Precision
 from formulations.solve import PlacementSolver
 
@@ -29,13 +28,12 @@ def best_design(res: StudyResults) -> BestDesign | None:
         return None
     catalog, params = res._cat(), load_params()
     trial = next(t for t in res.study.get_trials(deepcopy=False) if t.number == number)
-    choice = choice_from_params(trial.params, res.spec)
     solver = PlacementSolver(TRIAL_SOLVE)
-    rec = evaluate(res.spec, choice, catalog, params, solver)
-    if rec.outcome is None or rec.outcome.result.solution is None or rec.simulation is None:
+    rec = replay(res.spec, trial.params, catalog, params, solver)
+    req = rec.request
+    if rec.outcome is None or rec.outcome.result.solution is None or rec.simulation is None or req is None:
         return None
-    req = request_for(res.spec, choice, catalog)
-    cands = build_candidates(req, Topology(choice.topology), catalog, params)
+    cands = build_candidates(req, rec.outcome.topology, catalog, params)
     prices = shadow_prices(req, cands, rec.outcome.result.solution, solver, catalog, params)
     f = rec.simulation.fluid
     sim = {
@@ -63,7 +61,7 @@ def best_design(res: StudyResults) -> BestDesign | None:
             for p in prices
         ],
         sim=sim,
-        stage_ms=_stage_ms(res, rec.pools, catalog, params, choice.chunk_tokens),
+        stage_ms=_stage_ms(res, rec.pools, catalog, params, req.options.prefill_chunk_tokens),
     )
 
 

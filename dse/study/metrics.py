@@ -27,4 +27,25 @@ METRICS = {
     "decode_batch": Metric("sequences", None, "sequences per decode instance"),
     "milp_solve_s": Metric("s", None, "MILP solve time"),
     "sim_backlog_growth_per_s": Metric("requests/s", None, "backlog growth over the simulation's last third"),
+    "ttft_p99_s": Metric("s", "minimize", "99th-percentile time to first token, simulated"),
+    "queue_peak_prefill_requests": Metric(
+        "requests", None, "most requests waiting for or in prefill (incl. reload, handoff), simulated"
+    ),
+    "queue_peak_buffer_requests": Metric(
+        "requests", None, "most prefilled requests waiting for a decode slot"
+    ),
+    "planner_moves": Metric("moves", None, "instances the planner moved between prefill and decode"),
+    "oscillation_amplitude": Metric(
+        "instances or requests", None, "swing of a sustained oscillation, else 0"
+    ),
+    "hbm_bandwidth_usd_per_tbps_gpu_hour": Metric(
+        "$/h per TB/s per GPU",
+        None,
+        "shadow price of HBM bandwidth, decode hardware (grid studies)",
+    ),
+    "hbm_capacity_usd_per_gb_gpu_hour": Metric(
+        "$/h per GB per GPU",
+        None,
+        "shadow price of HBM capacity, decode hardware (grid studies)",
+    ),
 }

@@ -9,7 +9,6 @@ written atomically.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from dse.atomic import atomic_path
+from dse.study.markdown import fmt, md_table
 from dse.study.metrics import METRICS
 from dse.study.report_figures import (
     HBM_LINE_GB,
@@ -28,6 +28,13 @@ from dse.study.report_figures import (
     stage_names,
     stage_png,
     trajectory_png,
+)
+from dse.study.report_grid import (
+    effects_section,
+    grid_figures,
+    grid_section,
+    stage_memory_section,
+    whatif_section,
 )
 from dse.study.spec import StudySpec
 
@@ -84,21 +91,37 @@ def write_report(
     feasible = feasible_trials(trials)
     pareto = unique_designs(tables.get("pareto", pl.DataFrame()))
     sim_trial, sim = trajectory_of(tables.get("sim_timeseries", pl.DataFrame()), best)
-    figures = [
-        pareto_png(folder / "pareto.png", spec.name, feasible, pareto),
+    tail_figures = [
         stage_png(folder / "stage_breakdown.png", best),
-        hbm_png(folder / "hbm_residency.png", feasible),
         trajectory_png(folder / "sim_trajectory.png", sim_trial, sim),
     ]
-    sections = [
-        _overview(spec, objectives, trials, feasible),
-        _best_designs(spec, objectives, feasible),
-        _pareto_section(spec, objectives, pareto),
-        _binding_section(trials),
-        _detail_section(best),
-        _hbm_section(feasible, pareto),
-        _figures_section(figures),
-    ]
+    if spec.is_grid:  # a grid has no Pareto front: its points are the answer
+        figures = grid_figures(folder, spec, trials) + tail_figures
+        sections = [
+            _overview(spec, objectives, trials, feasible),
+            effects_section(spec, trials),
+            whatif_section(spec, trials),
+            stage_memory_section(spec, trials, tables.get("placements", pl.DataFrame())),
+            _binding_section(trials),
+            _detail_section(best),
+            _figures_section(figures),
+            grid_section(spec, trials),  # last: one row per point
+        ]
+    else:
+        figures = [
+            pareto_png(folder / "pareto.png", spec.name, feasible, pareto),
+            hbm_png(folder / "hbm_residency.png", feasible),
+            *tail_figures,
+        ]
+        sections = [
+            _overview(spec, objectives, trials, feasible),
+            _best_designs(spec, objectives, feasible),
+            _pareto_section(spec, objectives, pareto),
+            _binding_section(trials),
+            _detail_section(best),
+            _hbm_section(feasible, pareto),
+            _figures_section(figures),
+        ]
     path = folder / "report.md"
     with atomic_path(path) as tmp:
         tmp.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
@@ -146,35 +169,6 @@ def below_share(values: np.ndarray, limit: float) -> tuple[int, int]:
     """How many finite values lie strictly below ``limit``, and how many finite values there are."""
     finite = values[np.isfinite(values)]
     return int(np.count_nonzero(finite < limit)), int(finite.size)
-
-
-def fmt(value: Any, spec: str = "", scale: float = 1.0) -> str:
-    """One table cell: ``-`` for missing or non-finite numbers, yes/no for booleans, numbers
-    with ``spec`` (or four significant digits), text with Markdown pipes escaped."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool | np.bool_):
-        return "yes" if value else "no"
-    if isinstance(value, int | float | np.integer | np.floating):
-        x = float(value) * scale
-        if not math.isfinite(x):
-            return "-"
-        if spec:
-            return format(x, spec)
-        if isinstance(value, int | np.integer) and scale == 1.0:
-            return f"{int(value):,}"
-        if abs(x) < 1e-9:  # solver and integration noise around zero
-            return "0"
-        return f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool] = ()) -> str:
-    """A Markdown table of formatted cells; ``numeric`` columns are right-aligned."""
-    align = [("---:" if i < len(numeric) and numeric[i] else "---") for i in range(len(headers))]
-    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def _pair(row: dict[str, Any], a: str, b: str) -> str:

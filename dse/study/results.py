@@ -15,8 +15,8 @@ import polars as pl
 from dse.catalog import Catalog
 from dse.perf.params import PerfParams
 from dse.sim.api import trajectories_frame
+from dse.study.replay import replay
 from dse.study.spec import StudySpec
-from dse.study.trial import choice_from_params, evaluate
 from formulations.solve import PlacementSolver, SolveOptions
 
 SCHEMA_VERSION = 1
@@ -35,6 +35,13 @@ METRIC_COLUMNS = {  # metric -> column (unit in the name)
     "decode_batch": "decode_batch_sequences",
     "milp_solve_s": "milp_solve_s",
     "sim_backlog_growth_per_s": "sim_backlog_growth_per_s",
+    "ttft_p99_s": "ttft_p99_s",
+    "queue_peak_prefill_requests": "queue_peak_prefill_requests",
+    "queue_peak_buffer_requests": "queue_peak_buffer_requests",
+    "planner_moves": "planner_moves",
+    "oscillation_amplitude": "oscillation_amplitude",
+    "hbm_bandwidth_usd_per_tbps_gpu_hour": "hbm_bandwidth_usd_per_tbps_gpu_hour",
+    "hbm_capacity_usd_per_gb_gpu_hour": "hbm_capacity_usd_per_gb_gpu_hour",
 }
 PARAM_COLUMNS = (
     "topology",
@@ -82,6 +89,7 @@ def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
             if t.datetime_complete and t.datetime_start
             else None,
         }
+        row.update({f"x_{k}": v for k, v in rec.get("point", {}).items()})  # grid studies
         row.update({f"p_{k}": choice.get(k) for k in PARAM_COLUMNS})
         row.update({col: metrics.get(m) for m, col in METRIC_COLUMNS.items()})
         row.update({f"c_{k}": float(cons.get(k, 0.0)) for k in CONSTRAINT_KEYS})
@@ -169,7 +177,7 @@ def sim_timeseries_frame(
     frames = []
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
     for n in trial_numbers:
-        rec = evaluate(spec, choice_from_params(by_number[n].params, spec), catalog, params, solver)
+        rec = replay(spec, by_number[n].params, catalog, params, solver)
         if rec.simulation is None:
             continue
         df = trajectories_frame(rec.simulation).filter(pl.col("simulator") == "fluid")

@@ -28,7 +28,9 @@ from dse.perf.params import PerfParams, load_params
 from dse.placement.serialize import plain
 from dse.study.metrics import METRICS
 from dse.study.spec import StudySpec
-from dse.study.trial import evaluate, objective_values, params_of, suggest
+from dse.study.sweep import choice_of, evaluate_point, grid_sampler, suggest_point
+from dse.study.trial import TrialRecord, evaluate, objective_values, params_of, suggest
+from dse.study.variants import study_catalog
 from formulations.solve import PlacementSolver, SolveOptions
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -152,6 +154,8 @@ def _fail_stale(study: optuna.Study) -> int:
 def make_sampler(spec: StudySpec, seed: int, budget: int | None = None) -> optuna.samplers.BaseSampler:
     """The study's sampler, seeded. TPE samples its first trials at random: a fifth of the
     budget, between 5 and 20."""
+    if spec.is_grid:  # point ids index a grid shuffled by the seed: resumed runs and workers must agree
+        return grid_sampler(spec, spec.seed)
     kind = spec.search.sampler
     if kind == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=spec.search.population)
@@ -197,11 +201,11 @@ def run(
 
     ``shared`` is for workers on one storage: stale RUNNING trials belong to live workers there,
     so they are left alone."""
-    catalog = catalog if catalog is not None else load_catalog()
+    catalog = study_catalog(spec, catalog if catalog is not None else load_catalog())
     params = params if params is not None else load_params()
     objectives = objectives or [ObjectiveDef.metric(n) for n in spec.objectives.names]
     storage = storage or default_storage(out, spec)
-    budget = trials if trials is not None else spec.trials
+    budget = spec.budget(trials)
     base = spec.seed if seed is None else seed
     # workers sharing a storage each need their own random stream, or they would propose alike
     study = open_study(spec, storage, objectives, base + os.getpid() if shared else base)
@@ -222,13 +226,17 @@ def run(
     # ask it directly so they see each other's trials
     # a resumed run reseeds with the number of trials already done, so it does not repeat them
     asker = study if shared else _memory_copy(study, spec, base + 1_000_003 * before, budget)
+    evaluate_one = (
+        _grid_trial(spec, catalog, params, solver)
+        if spec.is_grid
+        else _search_trial(spec, catalog, params, solver)
+    )
     while done < budget:
         trial = asker.ask()
-        choice = suggest(trial, spec)
-        record = evaluate(spec, choice, catalog, params, solver)
+        record, extra = evaluate_one(trial)
         # samplers see the worst violation (<= 0: feasible); each constraint is in the record
         trial.set_constraint("violation", max(record.constraints.values()))
-        trial.set_user_attr("record", {**record.attrs(), "choice": params_of(choice)})  # one write
+        trial.set_user_attr("record", {**record.attrs(), **extra})  # one write
         asker.tell(trial, objective_values(record, defs))
         if asker is not study:
             study.add_trial(asker.get_trials(deepcopy=False)[-1])  # .trials would deep-copy them all
@@ -239,6 +247,31 @@ def run(
     if bar is not None:
         bar.close()
     return study, RunStats(before, ran, stale, time.perf_counter() - t0)
+
+
+TrialFn = Callable[[optuna.Trial], tuple[TrialRecord, dict[str, Any]]]
+
+
+def _search_trial(spec: StudySpec, catalog: Catalog, params: PerfParams, solver: PlacementSolver) -> TrialFn:
+    def one(trial: optuna.Trial) -> tuple[TrialRecord, dict[str, Any]]:
+        choice = suggest(trial, spec)
+        return evaluate(spec, choice, catalog, params, solver), {"choice": params_of(choice)}
+
+    return one
+
+
+def _grid_trial(spec: StudySpec, catalog: Catalog, params: PerfParams, solver: PlacementSolver) -> TrialFn:
+    cache: dict[Any, Any] = {}  # placements shared by points that differ only in dynamics
+
+    def one(trial: optuna.Trial) -> tuple[TrialRecord, dict[str, Any]]:
+        point = suggest_point(trial, spec)
+        rec = evaluate_point(spec, point, catalog, params, solver, cache)
+        extra: dict[str, Any] = {"point": point}
+        if rec.outcome is not None and rec.outcome.feasible and rec.request is not None:
+            extra["choice"] = params_of(choice_of(rec.outcome, rec.request))
+        return rec, extra
+
+    return one
 
 
 class _Progress:

@@ -17,12 +17,18 @@ seed = 7
 [objectives]  names = [...]          # metrics from dse.study.metrics.METRICS
 [limits]      budget_usd_hour, power_kw, max_gpus
 [simulate]    horizon_s, arrivals, burst_factor, ...
+[[variants]]  id, base, hbm_bandwidth_scale, hbm_capacity_scale   # what-if hardware
+[sweep]       axes (lists) of a grid study: model, hardware, input_tokens, tpot_s, burst_factor, ...
 ```
+
+A study with a ``[sweep]`` table is a grid study: every point of the grid is one trial, answered
+by the full placement (every listed shape and topology at once) and checked by the simulator.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +63,14 @@ def _positive_list(value: tuple[float, ...]) -> str | None:
     if not value or any(v <= 0 for v in value):
         return "must list positive numbers"
     return None
+
+
+def _optional_positives(value: tuple[float, ...]) -> str | None:
+    return _positive_list(value) if value else None
+
+
+def _non_negatives(value: tuple[float, ...]) -> str | None:
+    return "must list numbers >= 0" if any(v < 0 for v in value) else None
 
 
 @dataclass(frozen=True)
@@ -160,6 +174,78 @@ class SimulateSpec:
         return None
 
 
+OUTPUT_TAILS = ("none", "long", "heavy")  # output-length mixtures of dse.study.trial.output_lengths
+PLANNERS = ("none", "reactive", "hysteresis", "predictive")
+MAX_GRID = 5000
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A what-if hardware: ``base`` with its HBM bandwidth and capacity scaled (same price)."""
+
+    id: str = field(metadata=rule(non_empty))
+    base: str = field(metadata=rule(non_empty))
+    hbm_bandwidth_scale: float = field(default=1.0, metadata=rule(positive))
+    hbm_capacity_scale: float = field(default=1.0, metadata=rule(positive))
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """The axes of a grid study; an empty axis is not swept (the study's own value holds).
+
+    Placement axes (each point is placed anew): ``model``, ``hardware`` (the point may use only
+    that hardware), ``requests_per_s``, ``input_tokens``, ``output_tokens``,
+    ``cached_prefix_tokens``, ``ttft_s``, ``tpot_s``, ``kv_policy`` and ``headroom`` (pools
+    sized for ``(1 + headroom)`` times the traffic). Dynamics axes (the same placement, simulated anew):
+    ``burst_factor``, ``output_tail`` (none, long, heavy), ``planner``, ``planner_period_s``,
+    ``planner_delay_s`` (age of the measurements it acts on) and ``buffer_requests`` (prefilled
+    requests that may wait for a decode slot)."""
+
+    model: tuple[str, ...] = ()
+    hardware: tuple[str, ...] = ()
+    requests_per_s: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
+    input_tokens: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
+    output_tokens: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
+    cached_prefix_tokens: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
+    ttft_s: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
+    tpot_s: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
+    headroom: tuple[float, ...] = field(default=(), metadata=rule(_non_negatives))
+    burst_factor: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
+    output_tail: tuple[str, ...] = ()
+    planner: tuple[str, ...] = ()
+    planner_period_s: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
+    planner_delay_s: tuple[float, ...] = field(default=(), metadata=rule(_non_negatives))
+    buffer_requests: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
+    kv_policy: tuple[str, ...] = ()
+
+    def axes(self) -> dict[str, tuple[Any, ...]]:
+        """The swept axes in file order, each with its values."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
+
+    def size(self) -> int:
+        return math.prod(len(v) for v in self.axes().values()) if self.axes() else 0
+
+    def problem(self) -> tuple[str, str, Any] | None:
+        for name, values in self.axes().items():
+            if len(set(values)) != len(values):
+                return (name, "must not repeat a value", list(values))
+        for t in self.output_tail:
+            if t not in OUTPUT_TAILS:
+                return ("output_tail", f"must be among {', '.join(OUTPUT_TAILS)}", t)
+        for k in self.kv_policy:
+            if k not in KV_POLICIES:
+                return ("kv_policy", f"must be among {', '.join(KV_POLICIES)}", k)
+        for k in self.planner:
+            if k not in PLANNERS:
+                return ("planner", f"must be among {', '.join(PLANNERS)}", k)
+        for name in ("planner_period_s", "planner_delay_s"):
+            if getattr(self, name) and not self.planner:
+                return (name, "needs the planner axis (a planner to run with it)", ...)
+        if self.size() > MAX_GRID:
+            return ("", f"has {self.size()} points; a grid study may have at most {MAX_GRID}", ...)
+        return None
+
+
 @dataclass(frozen=True)
 class StudySpec:
     name: str = field(metadata=rule(non_empty))
@@ -178,12 +264,28 @@ class StudySpec:
     objectives: Objectives = Objectives()
     limits: StudyLimits = StudyLimits()
     simulate: SimulateSpec = SimulateSpec()
+    variants: tuple[Variant, ...] = ()
+    sweep: Sweep = Sweep()
+
+    @property
+    def is_grid(self) -> bool:
+        return self.sweep.size() > 0
+
+    def budget(self, trials: int | None = None) -> int:
+        """Trials to run: ``trials`` if given, else every grid point of a grid study, else ``trials``
+        of the file."""
+        if trials is not None:
+            return trials
+        return self.sweep.size() if self.is_grid else self.trials
 
     def problem(self) -> tuple[str, str, Any] | None:
         if self.price_tier not in PRICE_TIERS:
             return ("price_tier", f"must be one of {', '.join(PRICE_TIERS)}", self.price_tier)
         if self.precision not in ("fp4", "fp8", "bf16"):
             return ("precision", "must be fp4, fp8 or bf16", self.precision)
+        ids = [v.id for v in self.variants]
+        if len(set(ids)) != len(ids):
+            return ("variants", "must not repeat an id", ids)
         return None
 
 

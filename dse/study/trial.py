@@ -22,7 +22,7 @@ from dse.placement.api import TopologyOutcome, solve_candidates
 from dse.placement.candidates import build_candidates
 from dse.placement.request import Limits, PlacementRequest, Topology, UnitOptions
 from dse.placement.serialize import plain
-from dse.sim import ArrivalKind, Arrivals, OutputLengths, Scenario, simulate
+from dse.sim import ArrivalKind, Arrivals, OutputLengths, Planner, Scenario, simulate
 from dse.sim.api import SimulationReport
 from dse.sim.from_placement import pipeline_from_placement, resting_classes
 from dse.study.spec import StudySpec
@@ -142,12 +142,19 @@ def _milp_objective(spec: StudySpec) -> Objective:
     return Objective.GPUS if spec.objectives.names[0] == "gpus" else Objective.COST
 
 
-def scenario_for(spec: StudySpec) -> Scenario:
+def output_lengths(mean: float, tail: str) -> OutputLengths:
+    """Output lengths with mean ``mean``: ``none`` one exponential; ``long`` 90% at mean/2.8 and
+    10% at 5.5x; ``heavy`` 95% at mean/1.9 and 5% at 10.5x (same mean each)."""
+    if tail == "long":
+        return OutputLengths((0.9, 0.1), (mean / 2.8, mean * 5.5))
+    if tail == "heavy":
+        return OutputLengths((0.95, 0.05), (mean / 1.9, mean * 10.5))
+    return OutputLengths((1.0,), (mean,))
+
+
+def scenario_for(spec: StudySpec, tail: str | None = None, planner: Planner | None = None) -> Scenario:
     sim, w = spec.simulate, spec.workload
-    if sim.long_tail:
-        lengths = OutputLengths((0.9, 0.1), (w.output_tokens / 2.8, w.output_tokens * 5.5))
-    else:
-        lengths = OutputLengths((1.0,), (w.output_tokens,))
+    tail = tail if tail is not None else ("long" if sim.long_tail else "none")
     kind = ArrivalKind(sim.arrivals)
     return Scenario(
         Arrivals(
@@ -157,7 +164,8 @@ def scenario_for(spec: StudySpec) -> Scenario:
             burst_start_s=sim.burst_start_s,
             burst_s=sim.burst_s,
         ),
-        lengths,
+        output_lengths(w.output_tokens, tail),
+        planner=planner if planner is not None else Planner(),
         horizon_s=sim.horizon_s,
         warmup_s=sim.warmup_s,
     )
@@ -174,6 +182,7 @@ class TrialRecord:
     tiers: list[dict[str, Any]]
     outcome: TopologyOutcome | None = None
     simulation: SimulationReport | None = None
+    request: PlacementRequest | None = None
 
     @property
     def feasible(self) -> bool:
@@ -197,17 +206,35 @@ def evaluate(
     req = request_for(spec, c, catalog)
     cands = build_candidates(req, Topology(c.topology), catalog, params)
     outcome = solve_candidates(req, cands, solver)
+    return measure(spec, req, outcome, catalog, params, scenario_for(spec))
+
+
+def measure(
+    spec: StudySpec,
+    req: PlacementRequest,
+    outcome: TopologyOutcome,
+    catalog: Catalog,
+    params: PerfParams,
+    scenario: Scenario,
+    buffer_max: float = np.inf,
+) -> TrialRecord:
+    """The record of a placement outcome: its metrics, checked over time in ``scenario``."""
     if not outcome.feasible:
         why = outcome.infeasibility
         binding = f"{why.binding}: {why.detail}" if why else outcome.result.termination.value
         return TrialRecord(
-            {"milp_solve_s": outcome.result.solve_s}, {"placement": INFEASIBLE}, binding, [], []
+            {"milp_solve_s": outcome.result.solve_s},
+            {"placement": INFEASIBLE},
+            binding,
+            [],
+            [],
+            outcome,
+            None,
+            req,
         )
     doc = {"request": plain(req), "best": plain(outcome)}
-    pipe, workload, slo, kv_gb = pipeline_from_placement(doc, catalog, params)
-    sim = simulate(
-        pipe, scenario_for(spec), dt=spec.simulate.dt_s, kv_gb_per_seq=kv_gb, resting=resting_classes(doc)
-    )
+    pipe, workload, slo, kv_gb = pipeline_from_placement(doc, catalog, params, buffer_max=buffer_max)
+    sim = simulate(pipe, scenario, dt=spec.simulate.dt_s, kv_gb_per_seq=kv_gb, resting=resting_classes(doc))
     f = sim.fluid
     ttft_pct = ttft_at_percentile(float(f.ttft_mean_s[0]), float(f.ttft_p99_s[0]), slo.percentile)
     tpot = float(f.tpot_mean_s[0])
@@ -229,6 +256,11 @@ def evaluate(
         "decode_batch": max(p.unit.decode_batch for p in outcome.pools),
         "milp_solve_s": outcome.result.solve_s,
         "sim_backlog_growth_per_s": float(f.backlog_growth_per_s[0]),
+        "ttft_p99_s": float(f.ttft_p99_s[0]),
+        "queue_peak_prefill_requests": float(np.max(sim.fluid_trajectories.prefill_queue[0])),
+        "queue_peak_buffer_requests": float(np.max(sim.fluid_trajectories.buffer[0])),
+        "planner_moves": float(f.planner_moves[0]),
+        "oscillation_amplitude": float(f.oscillation_amplitude[0]),
     }
     constraints = {
         "placement": 0.0,
@@ -252,6 +284,7 @@ def evaluate(
             "decode_batch": p.unit.decode_batch,
             "prefill_share": p.unit.prefill_share,
             "hbm_gb_per_gpu": p.hbm_gb_per_gpu,
+            "working_gb_per_gpu": p.unit.hbm_gb_per_gpu,  # without the KV resting between turns
             "weights_gb_per_gpu": p.unit.weights_gb_per_gpu,
             "requests_per_s": p.requests_per_s,
             "output_tokens_per_s": p.output_tokens_per_s,
@@ -271,7 +304,7 @@ def evaluate(
         for t in outcome.tiers
     ]
     clean = {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items()}
-    return TrialRecord(clean, constraints, binding, pools, tiers, outcome, sim)  # type: ignore[arg-type]
+    return TrialRecord(clean, constraints, binding, pools, tiers, outcome, sim, req)  # type: ignore[arg-type]
 
 
 def ttft_at_percentile(mean: float, p99: float, percentile: float) -> float:

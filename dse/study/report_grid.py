@@ -1,0 +1,374 @@
+"""The report sections of a grid study (``[sweep]``): the grid itself, what-if hardware against
+its base at the same point, the fast memory each stage holds per GPU, and the dynamics axes.
+
+Each section reads the ``trials`` and ``placements`` tables (``x_<axis>`` columns hold the point)
+and returns Markdown; :func:`grid_figures` draws the PNGs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from dse.study.markdown import fmt, md_table
+from dse.study.report_figures import Figure, _draw, _pyplot
+from dse.study.results import METRIC_COLUMNS
+from dse.study.spec import StudySpec
+
+DYNAMICS_AXES = (
+    "burst_factor",
+    "output_tail",
+    "planner",
+    "planner_period_s",
+    "planner_delay_s",
+    "buffer_requests",
+)
+ROLES = ("prefill", "mixed", "decode", "attention", "ffn")
+MAX_SERIES = 12  # lines of the grid figure
+CLAIM_GB = (400.0, 500.0)  # "a single stage may need 400-500 GB of fast local memory"
+
+
+def axes_of(spec: StudySpec) -> list[str]:
+    return list(spec.sweep.axes())
+
+
+def _label(row: dict[str, Any], axes: list[str]) -> str:
+    return ", ".join(f"{a}={fmt(row.get('x_' + a))}" for a in axes)
+
+
+def grid_section(spec: StudySpec, trials: pl.DataFrame) -> str:
+    head = "## Grid"
+    axes = axes_of(spec)
+    if trials.is_empty():
+        return f"{head}\n\nNo finished points."
+    dynamics = any(a in DYNAMICS_AXES for a in axes)
+    pct = f"p{spec.slo.percentile:g}"
+    cols: list[tuple[str, str, str, float]] = [
+        ("GPUs", "gpus", ",.0f", 1.0),
+        ("$/M tokens", "usd_per_million_tokens", ".3f", 1.0),
+        ("tokens/s/GPU", "tokens_per_s_per_gpu", ",.0f", 1.0),
+        (f"TTFT {pct} (s)", "ttft_pct_s", ".2f", 1.0),
+        ("TPOT (ms)", "tpot_mean_s", ".1f", 1e3),
+        ("peak HBM (GB/GPU)", "hbm_peak_gb_per_gpu", ".0f", 1.0),
+    ]
+    if dynamics:
+        cols += [("TTFT p99 (s)", "ttft_p99_s", ".2f", 1.0)] if spec.slo.percentile != 99 else []
+        cols += [
+            ("peak prefill queue", "queue_peak_prefill_requests", ",.0f", 1.0),
+            ("peak decode buffer", "queue_peak_buffer_requests", ",.0f", 1.0),
+            ("planner moves", "planner_moves", ",.0f", 1.0),
+            ("oscillation", "oscillation_amplitude", ".1f", 1.0),
+        ]
+    rows = []
+    for r in trials.sort(["x_" + a for a in axes]).iter_rows(named=True):
+        design = (
+            f"{r.get('p_topology')}: {r.get('p_prefill_hardware')}/{r.get('p_prefill_shape')} + "
+            f"{r.get('p_decode_hardware')}/{r.get('p_decode_shape')}"
+            if r.get("p_topology")
+            else "-"
+        )
+        verdict = "ok" if r.get("feasible") else f"fails: {fmt(r.get('binding'))[:60]}"
+        rows.append(
+            [fmt(r.get("x_" + a)) for a in axes]
+            + [design]
+            + [fmt(r.get(c), s, k) for _, c, s, k in cols]
+            + [verdict]
+        )
+    table = md_table(
+        axes + ["design"] + [h for h, *_ in cols] + ["verdict"],
+        rows,
+        [False] * (len(axes) + 1) + [True] * len(cols) + [False],
+    )
+    intro = (
+        f"{trials.height} of {spec.sweep.size()} points. Each point is the cheapest design over every "
+        "listed shape and topology, checked by the fluid simulator."
+    )
+    return f"{head}\n\n{intro}\n\n{table}"
+
+
+def effects_section(spec: StudySpec, trials: pl.DataFrame) -> str:
+    """Each axis value against all points that share it: how many pass, and the medians."""
+    head = "## Effect of each axis"
+    if trials.is_empty():
+        return f"{head}\n\nNo finished points."
+    obj = objective_column(spec)
+    cols = [(f"median {obj}", obj, "median")]
+    if any(a in DYNAMICS_AXES for a in axes_of(spec)):
+        cols += [
+            ("median TTFT p99 (s)", "ttft_p99_s", "median"),
+            ("max prefill queue", "queue_peak_prefill_requests", "max"),
+            ("max decode buffer", "queue_peak_buffer_requests", "max"),
+            ("median planner moves", "planner_moves", "median"),
+            ("max swing", "oscillation_amplitude", "max"),
+        ]
+    cols = [c for c in cols if c[1] in trials.columns]
+    rows = []
+    for a in axes_of(spec):
+        for (value,), g in trials.sort("x_" + a).group_by(["x_" + a], maintain_order=True):
+            ok = int(g["feasible"].sum())
+            stats = [getattr(g[c].cast(pl.Float64).drop_nulls(), how)() for _, c, how in cols]
+            rows.append(
+                [a, fmt(value), str(g.height), f"{ok} ({ok / g.height:.0%})"] + [fmt(v) for v in stats]
+            )
+    intro = "Each value of each axis, over every point that has it (the other axes vary)."
+    table = md_table(
+        ["axis", "value", "points", "feasible"] + [h for h, *_ in cols],
+        rows,
+        [False, False, True, True] + [True] * len(cols),
+    )
+    return f"{head}\n\n{intro}\n\n{table}"
+
+
+def objective_column(spec: StudySpec) -> str:
+    """The trials column of the study's first objective (a recorded metric)."""
+    return METRIC_COLUMNS.get(spec.objectives.names[0], "usd_per_million_tokens")
+
+
+def whatif_frame(spec: StudySpec, trials: pl.DataFrame) -> pl.DataFrame:
+    """One row per variant and point: the variant's first objective (cost, GPUs, ...) against its
+    base's at the same values of the other axes (``change_pct`` < 0: the variant needs less)."""
+    axes = axes_of(spec)
+    cost = objective_column(spec)
+    if not spec.variants or "hardware" not in axes or trials.is_empty() or cost not in trials.columns:
+        return pl.DataFrame()
+    others = ["x_" + a for a in axes if a != "hardware"]
+    ok = (
+        trials.filter(pl.col("feasible"))
+        .select(["x_hardware", *others, cost] + _prices(trials))
+        .drop_nulls(cost)
+    )
+    frames = []
+    for v in spec.variants:
+        base = ok.filter(pl.col("x_hardware") == v.base).drop("x_hardware").rename({cost: "base_cost"})
+        var = ok.filter(pl.col("x_hardware") == v.id).select(["x_hardware", *others, cost])
+        if base.is_empty() or var.is_empty():
+            continue
+        j = var.join(base, on=others, how="inner") if others else var.join(base, how="cross")
+        frames.append(
+            j.with_columns(
+                pl.lit(v.id).alias("variant"),
+                pl.lit(v.base).alias("base"),
+                pl.lit(v.hbm_bandwidth_scale).alias("bandwidth_scale"),
+                pl.lit(v.hbm_capacity_scale).alias("capacity_scale"),
+                ((pl.col(cost) / pl.col("base_cost") - 1.0) * 100.0).alias("change_pct"),
+            )
+        )
+    return pl.concat(frames, how="diagonal") if frames else pl.DataFrame()
+
+
+def _prices(trials: pl.DataFrame) -> list[str]:
+    return [
+        c
+        for c in ("hbm_bandwidth_usd_per_tbps_gpu_hour", "hbm_capacity_usd_per_gb_gpu_hour")
+        if c in trials.columns
+    ]
+
+
+def whatif_section(spec: StudySpec, trials: pl.DataFrame) -> str:
+    head = "## What-if hardware"
+    wf = whatif_frame(spec, trials)
+    if wf.is_empty():
+        return f"{head}\n\nNo feasible pair of a variant and its base at the same point."
+    others = [a for a in axes_of(spec) if a != "hardware"]
+    col = objective_column(spec)
+    lines = [
+        f"The study's first objective ({col}) of each what-if variant against its base at the same "
+        "point (negative change: the variant needs less). Shadow prices are the base design's, per "
+        "GPU-hour: what +1 TB/s or +1 GB of HBM per GPU would save (none without a price)."
+    ]
+    for v in spec.variants:
+        part = wf.filter(pl.col("variant") == v.id)
+        if part.is_empty():
+            continue
+        ch = part["change_pct"].to_numpy()
+        lines.append(
+            f"- **{v.id}** (bandwidth x{v.hbm_bandwidth_scale:g}, capacity x{v.hbm_capacity_scale:g}): "
+            f"better at {int((ch < -0.05).sum())} of {ch.size} points; median change {np.median(ch):+.1f}%, "
+            f"range {ch.min():+.1f}% to {ch.max():+.1f}%"
+        )
+    lines += _head_to_head(spec, wf, others)
+    rows = []
+    for r in wf.sort(["x_" + a for a in others] + ["variant"]).iter_rows(named=True):
+        rows.append(
+            [fmt(r.get("x_" + a)) for a in others]
+            + [
+                r["variant"],
+                fmt(r["base_cost"], ".4g"),
+                fmt(r[col], ".4g"),
+                fmt(r["change_pct"], "+.1f"),
+                fmt(r.get("hbm_bandwidth_usd_per_tbps_gpu_hour"), ".3f"),
+                fmt(r.get("hbm_capacity_usd_per_gb_gpu_hour"), ".4f"),
+            ]
+        )
+    table = md_table(
+        others
+        + [
+            "variant",
+            f"base {col}",
+            f"variant {col}",
+            "change %",
+            "BW $/h per TB/s/GPU",
+            "HBM $/h per GB/GPU",
+        ],
+        rows,
+        [False] * (len(others) + 1) + [True] * 5,
+    )
+    return f"{head}\n\n" + "\n".join(lines) + f"\n\n{table}"
+
+
+def _head_to_head(spec: StudySpec, wf: pl.DataFrame, others: list[str]) -> list[str]:
+    """Per base with a bandwidth-only and a capacity-only variant: which saves more, how often."""
+    out = []
+    for base in dict.fromkeys(v.base for v in spec.variants):
+        bw = [
+            v
+            for v in spec.variants
+            if v.base == base and v.hbm_bandwidth_scale > 1 and v.hbm_capacity_scale == 1
+        ]
+        cap = [
+            v
+            for v in spec.variants
+            if v.base == base and v.hbm_capacity_scale > 1 and v.hbm_bandwidth_scale == 1
+        ]
+        if not bw or not cap:
+            continue
+        keys = ["x_" + a for a in others]
+        a = wf.filter(pl.col("variant") == bw[0].id).select([*keys, pl.col("change_pct").alias("bw")])
+        b = wf.filter(pl.col("variant") == cap[0].id).select([*keys, pl.col("change_pct").alias("cap")])
+        j = a.join(b, on=keys, how="inner") if keys else a.join(b, how="cross")
+        if j.is_empty():
+            continue
+        d = (j["bw"] - j["cap"]).to_numpy()
+        out.append(
+            f"- **{base}: bandwidth against capacity.** {bw[0].id} improves more than {cap[0].id} at "
+            f"{int((d < -0.05).sum())} of {d.size} points, less at {int((d > 0.05).sum())}, the same "
+            f"(within 0.05 points) at {int((np.abs(d) <= 0.05).sum())}."
+        )
+    return out
+
+
+def stage_memory_frame(spec: StudySpec, trials: pl.DataFrame, placements: pl.DataFrame) -> pl.DataFrame:
+    """Per feasible point and role, the largest per-GPU HBM residency of its pools (GB): in all
+    (``hbm_gb_per_gpu``), the working set (weights, KV of the work in flight, activations) and
+    the weights alone."""
+    need = {"hbm_gb_per_gpu", "working_gb_per_gpu", "weights_gb_per_gpu"}
+    if trials.is_empty() or placements.is_empty() or not need <= set(placements.columns):
+        return pl.DataFrame()
+    xs = ["x_" + a for a in axes_of(spec)]
+    ok = trials.filter(pl.col("feasible")).select(["trial", *xs])
+    return (
+        placements.join(ok, on="trial", how="inner")
+        .group_by(["trial", *xs, "role"])
+        .agg(pl.col(sorted(need)).max())
+        .sort([*xs, "role"])
+    )
+
+
+def stage_memory_section(spec: StudySpec, trials: pl.DataFrame, placements: pl.DataFrame) -> str:
+    head = "## Fast memory per stage"
+    sm = stage_memory_frame(spec, trials, placements)
+    if sm.is_empty():
+        return f"{head}\n\nNo feasible points."
+    axes = axes_of(spec)
+    xs = ["x_" + a for a in axes]
+    roles = [r for r in ROLES if r in set(sm["role"].to_list())]
+    rows = []
+    for _, g in sm.group_by(["trial"], maintain_order=True):
+        first = g.row(0, named=True)
+        by = {r["role"]: r for r in g.iter_rows(named=True)}
+        cells = [
+            f"{fmt(by[r]['hbm_gb_per_gpu'], '.0f')} ({fmt(by[r]['working_gb_per_gpu'], '.0f')})"
+            if r in by
+            else "-"
+            for r in roles
+        ]
+        rows.append([fmt(first.get(x)) for x in xs] + cells)
+    total, working = sm["hbm_gb_per_gpu"].to_numpy(), sm["working_gb_per_gpu"].to_numpy()
+    lo = CLAIM_GB[0]
+    lines = [
+        "Largest HBM residency per GPU of each stage's pools at the chosen design, in GB: all of it, "
+        "and in brackets the working set (weights, KV of the requests in flight, activations); the "
+        "rest is KV resting in HBM between a session's turns. A stage is held to its hardware's HBM; "
+        "a what-if variant with more capacity shows what a stage uses when it has it.",
+        f"- Largest residency: {total.max():.0f} GB per GPU; stage pools at or above {lo:g} GB: "
+        f"{int((total >= lo).sum())} of {total.size}.",
+        f"- Largest working set: {working.max():.0f} GB per GPU; at or above {lo:g} GB: "
+        f"{int((working >= lo).sum())} of {working.size}.",
+    ]
+    table = md_table(axes + [f"{r} GB/GPU" for r in roles], rows, [False] * len(axes) + [True] * len(roles))
+    return f"{head}\n\n" + "\n".join(lines) + f"\n\n{table}"
+
+
+def _both(row: dict[str, Any]) -> str:
+    return f"{fmt(row['hbm_gb_per_gpu'], '.0f')} ({fmt(row['working_gb_per_gpu'], '.0f')})"
+
+
+def grid_figures(folder: Path, spec: StudySpec, trials: pl.DataFrame) -> list[Figure]:
+    return [_grid_png(folder / "grid.png", spec, trials), _whatif_png(folder / "whatif.png", spec, trials)]
+
+
+def _grid_png(path: Path, spec: StudySpec, trials: pl.DataFrame) -> Figure:
+    """The first objective across the first axis, one line per combination of the others."""
+    axes = axes_of(spec)
+    y = "usd_per_million_tokens" if not spec.objectives.names else spec.objectives.names[0]
+    col = {"tpot_s": "tpot_mean_s", "ttft_s": "ttft_mean_s"}.get(y, y)
+    ok = trials.filter(pl.col("feasible")) if not trials.is_empty() else trials
+    skipped = "" if not ok.is_empty() and col in ok.columns and axes else "no feasible points"
+
+    def draw() -> Any:
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(8, 5))
+        x_axis, rest = axes[0], ["x_" + a for a in axes[1:]]
+        xs = list(dict.fromkeys(ok.sort("x_" + x_axis)["x_" + x_axis].to_list()))
+        groups = ok.partition_by(rest, maintain_order=True, as_dict=True) if rest else {(): ok}
+        for i, (key, g) in enumerate(list(groups.items())[:MAX_SERIES]):
+            g = g.sort("x_" + x_axis)
+            pos = [xs.index(v) for v in g["x_" + x_axis].to_list()]
+            label = ", ".join(f"{a[2:]}={k}" for a, k in zip(rest, key, strict=True)) or "all"
+            ax.plot(
+                pos, g[col].to_numpy(), marker="o", lw=1.0, label=label, color=plt.get_cmap("tab20")(i % 20)
+            )
+        ax.set_xticks(range(len(xs)), [str(v) for v in xs], fontsize=8)
+        ax.set_xlabel(x_axis)
+        ax.set_ylabel(y)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+        fig.tight_layout()
+        return fig
+
+    return _draw(path, f"{y} across {axes[0] if axes else 'the grid'}", skipped, draw)
+
+
+def _whatif_png(path: Path, spec: StudySpec, trials: pl.DataFrame) -> Figure:
+    wf = whatif_frame(spec, trials)
+    others = ["x_" + a for a in axes_of(spec) if a != "hardware"]
+
+    def draw() -> Any:
+        plt = _pyplot()
+        keys = wf.select(others).unique(maintain_order=True) if others else pl.DataFrame({"k": [0]})
+        labels = [", ".join(str(v) for v in row) for row in keys.iter_rows()]
+        variants = list(dict.fromkeys(wf["variant"].to_list()))
+        fig, ax = plt.subplots(figsize=(max(7.0, 0.45 * len(labels) * len(variants) + 2), 5))
+        width = 0.8 / max(len(variants), 1)
+        for i, v in enumerate(variants):
+            part = wf.filter(pl.col("variant") == v)
+            lookup = {tuple(r[:-1]): r[-1] for r in part.select([*others, "change_pct"]).iter_rows()}
+            vals = (
+                [lookup.get(tuple(row), np.nan) for row in keys.iter_rows()]
+                if others
+                else [part["change_pct"][0]]
+            )
+            ax.bar(np.arange(len(labels)) + i * width, vals, width, label=v)
+        ax.axhline(0.0, color="black", lw=0.8)
+        ax.set_xticks(np.arange(len(labels)) + 0.4 - width / 2, labels, rotation=60, ha="right", fontsize=6)
+        ax.set_ylabel(f"{objective_column(spec)} change vs base, %")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    skipped = "" if not wf.is_empty() else "no what-if variants with a feasible base at the same point"
+    return _draw(path, "Each what-if variant against its base, per point", skipped, draw)

@@ -1,0 +1,63 @@
+"""A study's catalog: the shipped (or given) catalog plus the study's what-if hardware variants,
+with every id the study names checked before a trial runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from types import MappingProxyType
+from typing import TypeVar
+
+from dse.catalog import Catalog
+from dse.catalog.hardware import Hardware, Hbm
+from dse.errors import InputError
+from dse.study.spec import StudySpec, Variant
+
+T = TypeVar("T")
+
+
+def variant_hardware(base: Hardware, v: Variant) -> Hardware:
+    """``base`` with scaled HBM; price, power, links and compute unchanged."""
+    return replace(
+        base,
+        id=v.id,
+        name=f"{base.name} (HBM bandwidth x{v.hbm_bandwidth_scale:g}, capacity x{v.hbm_capacity_scale:g})",
+        hbm=Hbm(
+            capacity_gb=base.hbm.capacity_gb * v.hbm_capacity_scale,
+            bandwidth_tb_per_s=base.hbm.bandwidth_tb_per_s * v.hbm_bandwidth_scale,
+        ),
+        aliases=(),
+        notes=f"what-if variant of {base.id}: HBM scaled as stated, everything else as {base.id}",
+    )
+
+
+def study_catalog(spec: StudySpec, catalog: Catalog) -> Catalog:
+    """``catalog`` with the study's variants added; unknown ids (model, hardware, variant bases,
+    sweep values) fail here as bad input naming the study field."""
+    source = f"study {spec.name}"
+    extra: dict[str, Hardware] = {}
+    files = dict(catalog.files)
+    for i, v in enumerate(spec.variants):
+        if v.id in catalog.hardware_by_id:
+            raise InputError(source, f"variants[{i}].id", "must not reuse a catalog hardware id", v.id)
+        base = _known(catalog.hardware, v.base, source, f"variants[{i}].base")
+        extra[v.id] = variant_hardware(base, v)
+        files[v.id] = catalog.file_of(base.id)
+    out = Catalog(
+        MappingProxyType({**catalog.hardware_by_id, **extra}), catalog.models_by_id, MappingProxyType(files)
+    )
+    _known(out.model, spec.model, source, "model")
+    for i, h in enumerate(spec.hardware):
+        _known(out.hardware, h, source, f"hardware[{i}]")
+    for i, m in enumerate(spec.sweep.model):
+        _known(out.model, m, source, f"sweep.model[{i}]")
+    for i, h in enumerate(spec.sweep.hardware):
+        _known(out.hardware, h, source, f"sweep.hardware[{i}]")
+    return out
+
+
+def _known(lookup: Callable[[str], T], name: str, source: str, field: str) -> T:
+    try:
+        return lookup(name)
+    except InputError as exc:
+        raise InputError(source, field, exc.rule, name) from None

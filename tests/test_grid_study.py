@@ -1,0 +1,184 @@
+"""Grid studies (``[sweep]``) and what-if hardware (``[[variants]]``): validation, one trial per
+point, resume without repeats, the physics of the variants, dynamics axes, the report."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import dse_cmd
+
+from dse.catalog import load_catalog
+from dse.cli.study_cmd import _write_all
+from dse.errors import InputError
+from dse.perf.params import load_params
+from dse.study import Study
+from dse.study.runner import TRIAL_SOLVE
+from dse.study.spec import load_study
+from dse.study.sweep import evaluate_point
+from dse.study.variants import study_catalog
+from formulations.solve import PlacementSolver
+
+DATA = Path(__file__).resolve().parent / "data"
+GRID = DATA / "tiny-grid.toml"
+
+
+@pytest.fixture(scope="module")
+def grid_run(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    out = tmp_path_factory.mktemp("grid")
+    return Study.load(GRID).run(out=out), out
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (("input_tokens = [2000, 8000]", "input_tokens = [2000, 2000]"), "sweep.input_tokens"),
+        (("input_tokens = [2000, 8000]", "input_tokens = [2000, -1]"), "sweep.input_tokens"),
+        (("[sweep]\n", '[sweep]\noutput_tail = ["fat"]\n'), "sweep.output_tail = 'fat': must be among"),
+        (("[sweep]\n", "[sweep]\nplanner_period_s = [30.0]\n"), "sweep.planner_period_s: needs the planner"),
+        (("[sweep]\n", '[sweep]\nkv_policy = ["anywhere"]\n'), "sweep.kv_policy = 'anywhere'"),
+        (
+            ("[sweep]\n", "[sweep]\nrequests_per_s = [" + ", ".join(str(i + 1) for i in range(3000)) + "]\n"),
+            "a grid study may have at most 5000",
+        ),
+        (("hbm_bandwidth_scale = 1.5", "hbm_bandwidth_scale = 0"), "variants[0].hbm_bandwidth_scale"),
+        (
+            ('id = "h200-cap150"', 'id = "h200-bw150"'),
+            "variants = ['h200-bw150', 'h200-bw150']: must not repeat",
+        ),
+    ],
+)
+def test_bad_grid_files_name_the_field(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
+    text = GRID.read_text()
+    assert edit[0] in text
+    bad = tmp_path / "tiny-grid.toml"
+    bad.write_text(text.replace(edit[0], edit[1], 1))
+    with pytest.raises(InputError) as err:
+        load_study(bad)
+    assert str(bad) in str(err.value) and message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (('base = "h200-sxm"', 'base = "h900"'), "variants[0].base = 'h900': unknown hardware id"),
+        (
+            ('id = "h200-bw150"', 'id = "b200"'),
+            "variants[0].id = 'b200': must not reuse a catalog hardware id",
+        ),
+        (
+            ('hardware = ["h200-sxm", "h200-bw150"', 'hardware = ["h200-sxm", "h200-bw999"'),
+            "sweep.hardware[1] = 'h200-bw999': unknown hardware id",
+        ),
+    ],
+)
+def test_unknown_ids_of_a_grid_exit_2_naming_the_field(
+    tmp_path: Path, clean_env: dict[str, str], edit: tuple[str, str], message: str
+) -> None:
+    text = GRID.read_text()
+    assert edit[0] in text
+    bad = tmp_path / "tiny-grid.toml"
+    bad.write_text(text.replace(edit[0], edit[1], 1))
+    out = subprocess.run(
+        dse_cmd("study", "run", str(bad), "--out", str(tmp_path / "runs")),
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=120,
+    )
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_variants_scale_hbm_and_keep_the_price() -> None:
+    spec = load_study(GRID)
+    cat = study_catalog(spec, load_catalog())
+    base, bw, cap = (cat.hardware(h) for h in ("h200-sxm", "h200-bw150", "h200-cap150"))
+    assert bw.hbm.bandwidth_tb_per_s == pytest.approx(1.5 * base.hbm.bandwidth_tb_per_s)
+    assert bw.hbm.capacity_gb == base.hbm.capacity_gb
+    assert cap.hbm.capacity_gb == pytest.approx(1.5 * base.hbm.capacity_gb)
+    assert cap.hbm.bandwidth_tb_per_s == base.hbm.bandwidth_tb_per_s
+    assert bw.prices == base.prices and bw.compute == base.compute and bw.tdp_w == base.tdp_w
+
+
+def test_a_grid_runs_each_point_once_with_its_design(grid_run) -> None:  # type: ignore[no-untyped-def]
+    res, _ = grid_run
+    t = res.trials
+    assert t.height == 6  # the budget of a grid is its size
+    points = t.select("x_input_tokens", "x_hardware").unique()
+    assert points.height == 6
+    ok = t.filter(pl.col("feasible"))
+    assert ok.height == 6
+    assert (ok["p_decode_hardware"] == ok["x_hardware"]).all()  # a point uses only its hardware
+    assert ok["hbm_bandwidth_usd_per_tbps_gpu_hour"].drop_nulls().len() == 6
+
+
+def test_more_hbm_at_the_same_price_never_costs_more(grid_run) -> None:  # type: ignore[no-untyped-def]
+    res, _ = grid_run
+    t = res.trials
+    for tokens in (2000.0, 8000.0):
+        cost = {
+            r["x_hardware"]: r["usd_per_million_tokens"]
+            for r in t.filter(pl.col("x_input_tokens") == tokens).iter_rows(named=True)
+        }
+        assert cost["h200-bw150"] <= cost["h200-sxm"] * (1 + 1e-6)
+        assert cost["h200-cap150"] <= cost["h200-sxm"] * (1 + 1e-6)
+    # at a tight TPOT the decode batch is bandwidth-bound: the extra bandwidth must pay somewhere
+    bw = t.filter(pl.col("x_hardware") == "h200-bw150")["usd_per_million_tokens"].sum()
+    base = t.filter(pl.col("x_hardware") == "h200-sxm")["usd_per_million_tokens"].sum()
+    assert bw < base
+
+
+def test_a_resumed_grid_runs_only_the_missing_points(tmp_path: Path) -> None:
+    study = Study.load(GRID)
+    first = study.run(out=tmp_path, trials=2)
+    assert first.trials.height == 2
+    full = study.run(out=tmp_path)
+    assert full.stats is not None and full.stats.ran == 4
+    assert full.trials.select("x_input_tokens", "x_hardware").unique().height == 6
+
+
+def test_grid_report_and_exports(grid_run) -> None:  # type: ignore[no-untyped-def]
+    res, out = grid_run
+    _write_all(res, out)
+    folder = out / "tiny-grid"
+    md = (folder / "report" / "report.md").read_text()
+    for head in ("## Effect of each axis", "## What-if hardware", "## Fast memory per stage", "## Grid"):
+        assert head in md
+    assert "h200-bw150 saves more than" not in md  # wording is about the objective, not savings
+    assert "bandwidth against capacity" in md
+    assert (folder / "report" / "whatif.png").read_bytes()[:4] == b"\x89PNG"
+    assert (folder / "report" / "grid.png").read_bytes()[:4] == b"\x89PNG"
+    trials = pl.read_parquet(folder / "exports" / "trials" / "study=tiny-grid" / "part-0.parquet")
+    assert {"x_input_tokens", "x_hardware"} <= set(trials.columns) and trials.height == 6
+
+
+def test_dynamics_axes_change_the_simulation_not_the_placement() -> None:
+    spec = load_study(DATA / "tiny-grid.toml")
+    cat = study_catalog(spec, load_catalog())
+    params, solver, cache = load_params(), PlacementSolver(TRIAL_SOLVE), {}
+    calm = evaluate_point(spec, {"burst_factor": 1.0}, cat, params, solver, cache)
+    burst = evaluate_point(spec, {"burst_factor": 2.0, "buffer_requests": 64.0}, cat, params, solver, cache)
+    assert len(cache) == 1  # one placement shared
+    assert calm.metrics["gpus"] == burst.metrics["gpus"]
+    assert burst.metrics["ttft_p99_s"] > 3 * calm.metrics["ttft_p99_s"]
+    assert burst.metrics["queue_peak_buffer_requests"] <= 64.0 + 1e-6  # the buffer holds its bound
+    moved = evaluate_point(
+        spec,
+        {"burst_factor": 2.0, "planner": "reactive", "planner_period_s": 30.0, "planner_delay_s": 300.0},
+        cat,
+        params,
+        solver,
+        cache,
+    )
+    assert moved.metrics["planner_moves"] > 0 and burst.metrics["planner_moves"] == 0
+    spare = evaluate_point(spec, {"headroom": 0.25}, cat, params, solver, cache)
+    assert spare.metrics["gpus"] > calm.metrics["gpus"]
+    # the cost of headroom is charged to the tokens actually served
+    per_gpu = spare.metrics["usd_per_hour"] / spare.metrics["gpus"]
+    assert spare.metrics["usd_per_million_tokens"] == pytest.approx(
+        spare.metrics["gpus"] * per_gpu / (3600 * 100.0 * 2800) * 1e6, rel=1e-6
+    )
