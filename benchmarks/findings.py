@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from dse.errors import DseError
+
 RUNS = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("runs")
 
 
@@ -82,8 +84,14 @@ def agentic() -> None:
     n = int(best["trial"][0])
     kv = table(study, "kv_tiers").filter(pl.col("trial") == n)
     stored = kv.group_by("tier").agg(pl.col("stored_gb").sum() / 1e3).sort("tier")
-    cols = ("p_topology", "p_kv_policy", "p_prefill_hardware", "p_decode_hardware", "gpus",
-            "usd_per_million_tokens")
+    cols = (
+        "p_topology",
+        "p_kv_policy",
+        "p_prefill_hardware",
+        "p_decode_hardware",
+        "gpus",
+        "usd_per_million_tokens",
+    )
     print(f"  best trial {n}: {best.select(*cols).to_dicts()}")
     print(f"  its resting KV (TB) by tier: {stored.to_dicts()}")
     shares = kv.group_by("kv_class", "tier").agg(pl.col("share").sum()).filter(pl.col("share") > 0.001)
@@ -95,12 +103,16 @@ def deepseek_production() -> None:
     t = trials(study).filter(pl.col("feasible")).sort("gpus")
     best = int(t["trial"][0])
     pools = table(study, "placements").filter(pl.col("trial") == best)
-    print(f"[{study}] {t.height} feasible trials; fewest GPUs {t['gpus'][0]:.0f} "
-          f"({t['gpus'][0] / 8:.1f} nodes) in trial {best}, TTFT {t['ttft_mean_s'][0]:.2f} s, "
-          f"TPOT {1e3 * t['tpot_mean_s'][0]:.1f} ms")
+    print(
+        f"[{study}] {t.height} feasible trials; fewest GPUs {t['gpus'][0]:.0f} "
+        f"({t['gpus'][0] / 8:.1f} nodes) in trial {best}, TTFT {t['ttft_mean_s'][0]:.2f} s, "
+        f"TPOT {1e3 * t['tpot_mean_s'][0]:.1f} ms"
+    )
     for p in pools.iter_rows(named=True):
-        print(f"  {p['role']}: {p['instances']} x {p['shape']} = {p['gpus']} GPUs, "
-              f"decode batch {p['decode_batch_sequences']:.0f}")
+        print(
+            f"  {p['role']}: {p['instances']} x {p['shape']} = {p['gpus']} GPUs, "
+            f"decode batch {p['decode_batch_sequences']:.0f}"
+        )
 
 
 def shadow_prices() -> None:
@@ -119,14 +131,119 @@ def shadow_prices() -> None:
             h = catalog.hardware(hw)
             price = {p["resource"]: p["usd_per_hour"] for p in best.shadow_prices if p["hardware"] == hw}
             bw, cap = 0.1 * h.hbm.bandwidth_tb_per_s, 0.1 * h.hbm.capacity_gb
-            print(f"[{study}] {hw}: +10% bandwidth ({bw:.2g} TB/s x ${price['hbm_bandwidth']:.3g}) = "
-                  f"${bw * price['hbm_bandwidth']:.2f}/h; +10% capacity ({cap:.3g} GB x "
-                  f"${price['hbm_capacity']:.3g}) = ${cap * price['hbm_capacity']:.2f}/h")
+            print(
+                f"[{study}] {hw}: +10% bandwidth ({bw:.2g} TB/s x ${price['hbm_bandwidth']:.3g}) = "
+                f"${bw * price['hbm_bandwidth']:.2f}/h; +10% capacity ({cap:.3g} GB x "
+                f"${price['hbm_capacity']:.3g}) = ${cap * price['hbm_capacity']:.2f}/h"
+            )
+
+
+def bandwidth_vs_capacity() -> None:
+    """Each what-if H200/B200 against its base at the same point."""
+    from dse.study.report_grid import whatif_frame
+    from dse.study.spec import load_study
+
+    study = "bandwidth-vs-capacity"
+    wf = whatif_frame(load_study(study), trials(study))
+    print(f"[{study}] {wf.height} variant-point pairs")
+    for v, g in sorted(wf.group_by("variant"), key=lambda kv: str(kv[0][0])):
+        ch = g["change_pct"].to_numpy()
+        print(
+            f"  {v[0]}: better at {(ch < -0.05).sum()} of {ch.size}; median {np.median(ch):+.1f}%, "
+            f"min {ch.min():+.1f}%"
+        )
+    for v in ("h200-cap150", "b200-cap150"):
+        won = wf.filter((pl.col("variant") == v) & (pl.col("change_pct") < -0.05))
+        print(
+            f"  {v} helps at: {won.select('x_model', 'x_input_tokens', 'x_tpot_s', 'change_pct').to_dicts()}"
+        )
+    for col in ("x_input_tokens", "x_tpot_s", "x_model"):
+        by = (
+            wf.filter(pl.col("variant").str.contains("bw150"))
+            .group_by(col)
+            .agg(pl.col("change_pct").median().alias("bw_median_pct"))
+            .sort(col)
+        )
+        print(f"  bandwidth variant by {col}: {by.to_dicts()}")
+
+
+def stage_memory() -> None:
+    """Per-GPU HBM per stage: in all, and the working set without resting KV."""
+    from dse.study.report_grid import stage_memory_frame
+    from dse.study.spec import load_study
+
+    study = "stage-memory-2027"
+    sm = stage_memory_frame(load_study(study), trials(study), table(study, "placements"))
+    print(f"[{study}] {sm.height} stage pools")
+    for hw, g in sorted(sm.group_by("x_hardware"), key=lambda kv: str(kv[0][0])):
+        print(
+            f"  {hw[0]}: max total {g['hbm_gb_per_gpu'].max():.0f} GB, max working set "
+            f"{g['working_gb_per_gpu'].max():.0f} GB, pools >= 400 GB total "
+            f"{(g['hbm_gb_per_gpu'] >= 400).sum()} / working "
+            f"{(g['working_gb_per_gpu'] >= 400).sum()} of {g.height}"
+        )
+    big = sm.filter(pl.col("working_gb_per_gpu") >= 400).select(
+        "x_model",
+        "x_hardware",
+        "x_cached_prefix_tokens",
+        "x_tpot_s",
+        "x_kv_policy",
+        "role",
+        "working_gb_per_gpu",
+    )
+    print(f"  working sets >= 400 GB: {big.to_dicts()}")
+
+
+def decode_variability() -> None:
+    study = "decode-variability"
+    t = trials(study)
+    print(f"[{study}] {t.height} points, {int(t['feasible'].sum())} feasible (TTFT p99 <= 2 s)")
+    for burst in sorted(t["x_burst_factor"].unique().to_list()):
+        g = t.filter(pl.col("x_burst_factor") == burst)
+        for head in sorted(g["x_headroom"].unique().to_list()):
+            h = g.filter(pl.col("x_headroom") == head)
+            print(
+                f"  burst x{burst:g}, headroom {head:g}: feasible {int(h['feasible'].sum())}/{h.height}; "
+                f"TTFT p99 median {h['ttft_p99_s'].median():.2f} s, max {h['ttft_p99_s'].max():.1f} s; "
+                f"peak prefill queue max {h['queue_peak_prefill_requests'].max():.0f}, "
+                f"peak decode buffer max {h['queue_peak_buffer_requests'].max():.0f}"
+            )
+    bursts = t.filter(pl.col("x_burst_factor") > 1)
+    moves = (
+        bursts.group_by("x_planner", "x_planner_period_s", "x_planner_delay_s")
+        .agg(
+            pl.col("planner_moves").median().alias("median_moves"),
+            pl.col("planner_moves").max().alias("max_moves"),
+            pl.col("ttft_p99_s").median().alias("ttft_p99_median_s"),
+            pl.col("feasible").sum().alias("feasible"),
+            pl.len().alias("points"),
+        )
+        .sort("x_planner", "x_planner_period_s", "x_planner_delay_s")
+    )
+    for row in moves.to_dicts():
+        print(f"  planner under bursts: {row}")
+    for buf in sorted(t["x_buffer_requests"].unique().to_list()):
+        b = t.filter((pl.col("x_buffer_requests") == buf) & (pl.col("x_burst_factor") > 1))
+        print(
+            f"  buffer {buf:g} under bursts: TTFT p99 median {b['ttft_p99_s'].median():.2f} s, "
+            f"peak prefill queue median {b['queue_peak_prefill_requests'].median():.0f}, "
+            f"peak buffer median {b['queue_peak_buffer_requests'].median():.0f}"
+        )
 
 
 if __name__ == "__main__":
-    for fn in (kimi, agentic, deepseek_production, shadow_prices):
+    for fn in (
+        kimi,
+        agentic,
+        deepseek_production,
+        shadow_prices,
+        bandwidth_vs_capacity,
+        stage_memory,
+        decode_variability,
+    ):
         try:
             fn()
         except FileNotFoundError as exc:
             print(f"{fn.__name__}: run the study first ({exc.filename})")
+        except DseError as exc:
+            print(f"{fn.__name__}: run the study first ({exc})")

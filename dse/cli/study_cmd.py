@@ -115,9 +115,11 @@ def summary(res: StudyResults, top: int = 5) -> str:
     ranked = t.filter(t["feasible"]).sort(f"objective_{o.name}", descending=o.direction == "maximize")
     rows: list[list[object]] = []
     seen: set[tuple[object, ...]] = set()
+    axes = list(res.spec.sweep.axes())  # a grid study shows each row's point
     for r in ranked.iter_rows(named=True):
         row = [
             r["trial"],
+            *(r[f"x_{a}"] for a in axes),
             r["p_topology"],
             f"{r['p_prefill_hardware']}/{r['p_prefill_shape']}",
             f"{r['p_decode_hardware']}/{r['p_decode_shape']}",
@@ -138,6 +140,7 @@ def summary(res: StudyResults, top: int = 5) -> str:
     return format_table(
         [
             "trial",
+            *axes,
             "topology",
             "prefill",
             "decode",

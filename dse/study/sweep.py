@@ -162,9 +162,8 @@ def evaluate_point(
     planner = None
     if "planner" in point:
         period = float(point.get("planner_period_s", 60.0))
-        planner = Planner(
-            PlannerKind(point["planner"]), period_s=period, delay_s=min(PLANNER_DELAY_S, period)
-        )
+        delay = float(point.get("planner_delay_s", min(PLANNER_DELAY_S, period)))
+        planner = Planner(PlannerKind(point["planner"]), period_s=period, delay_s=delay)
     scenario = scenario_for(s, tail=point.get("output_tail"), planner=planner)
     rec = measure(s, req, outcome, catalog, params, scenario, float(point.get("buffer_requests", np.inf)))
     if not outcome.feasible:
