@@ -24,12 +24,21 @@ class ThinkBin:
     dwell_s: float = field(metadata=rule(positive))
 
 
+MIN_REQUESTS_PER_S = 1e-3
+"""Below this rate the demand is within the MILP solver's feasibility tolerance (1e-6 requests/s
+was once "served" by zero GPUs); one instance serves any rate below it anyway."""
+
+
+def at_least_min_rate(value: float) -> str | None:
+    return None if value >= MIN_REQUESTS_PER_S else f"must be at least {MIN_REQUESTS_PER_S:g} requests/s"
+
+
 @dataclass(frozen=True)
 class Workload:
     """Mean request stream. ``returning_share`` of requests are later turns that reuse
     ``cached_prefix_tokens`` of KV and add ``suffix_tokens`` new ones."""
 
-    requests_per_s: float = field(metadata=rule(positive))
+    requests_per_s: float = field(metadata=rule(at_least_min_rate))
     input_tokens: float = field(metadata=rule(positive))  # new prompt of a fresh request
     output_tokens: float = field(metadata=rule(positive))
     returning_share: float = field(default=0.0, metadata=rule(fraction))

@@ -32,8 +32,9 @@ def clean_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A throwaway PostgreSQL server on 127.0.0.1 for the session: its URL, database `dse`.
+def postgres_server() -> Iterator[object]:
+    """A throwaway PostgreSQL server on 127.0.0.1 for the session (``tests/pg_server.py``), database
+    `dse`; its ``url`` is what SQLAlchemy and Optuna take, ``restart()`` bounces it.
 
     Skipped where the server binaries are missing, except in CI (CI=true), where that fails: .ci/run
     installs them, so CI always runs these tests.
@@ -47,6 +48,13 @@ def postgres_url() -> Iterator[str]:
         pytest.skip(reason)
     server = pg_server.PostgresServer()
     try:
-        yield server.start()
+        server.start()
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: object) -> str:
+    """The session server's URL (tests that need only the URL)."""
+    return str(postgres_server.url)  # type: ignore[attr-defined]

@@ -304,6 +304,13 @@ class PostgresServer:
             if pid_data_dir == str(self.data_dir) and "postgres" in cmdline:
                 os.kill(pid, signal.SIGKILL)
 
+    def restart(self, down_s: float = 2.0) -> None:
+        """Stop the server (fast shutdown, dropping every connection), stay down ``down_s``
+        seconds, start it again on the same port with the same data."""
+        self._run([self._bin("pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"], "pg_ctl stop")
+        time.sleep(down_s)
+        self._pg_ctl_start()
+
     def stop(self) -> None:
         """Stop the server (fast shutdown) and remove its folder. Safe to call more than once."""
         if self.root is None:

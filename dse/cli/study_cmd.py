@@ -12,6 +12,8 @@ from dse.cli.table import format_table
 from dse.errors import InputError
 from dse.placement.serialize import plain
 from dse.study import Study, StudyResults
+from dse.study.faults import StudyInterrupted
+from dse.study.runner import STALE_AFTER_S, _redact
 from dse.study.spec import StudySpec, load_study, study_files
 from dse.study.variants import study_catalog
 
@@ -33,6 +35,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     )
     _common(worker)
     worker.add_argument("--trials", type=int, help="the study's total budget (default: the spec's)")
+    worker.add_argument(
+        "--stale-after",
+        type=float,
+        default=STALE_AFTER_S,
+        metavar="S",
+        help="a trial whose worker sent no heartbeat for S seconds is marked failed and run again "
+        f"(default {STALE_AFTER_S:g})",
+    )
     export = sub.add_parser("export", help="write a study's Parquet tables")
     _common(export)
     report = sub.add_parser("report", help="write a study's Markdown report and plots")
@@ -103,7 +113,12 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
     )
     print(summary(res))
     if not args.no_export:
-        _write_all(res, args.out)
+        try:
+            _write_all(res, args.out)
+        except KeyboardInterrupt:
+            where = _redact(args.storage) if args.storage else str(args.out / res.spec.name / "study.db")
+            n = res.trials.height
+            raise StudyInterrupted(n, n, where, "exports and report") from None
     return 0
 
 
@@ -187,6 +202,8 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
 
     study = Study.load(args.name)
     _check_ids(study.spec, catalog)
+    if not args.stale_after > 0:
+        raise InputError("dse worker", "--stale-after", "must be > 0", args.stale_after)
     _, stats = run_trials(
         study.spec,
         out=args.out,
@@ -195,8 +212,12 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
         shared=True,
         objectives=list(study.objectives),
         catalog=catalog,
+        stale_after_s=args.stale_after,
     )
-    print(f"worker: {stats.ran} trials in {stats.seconds:.1f} s")
+    print(
+        f"worker: {stats.ran} trials in {stats.seconds:.1f} s"
+        + (f"; {stats.stale_failed} stale trials of dead workers marked failed" if stats.stale_failed else "")
+    )
     return 0
 
 

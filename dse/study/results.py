@@ -55,7 +55,7 @@ PARAM_COLUMNS = (
     "prefill_share",
     "ffn_tokens_per_gpu",
 )
-CONSTRAINT_KEYS = ("placement", "ttft_s", "tpot_s", "stability", "gpus")
+CONSTRAINT_KEYS = ("placement", "ttft_s", "tpot_s", "stability", "gpus", "wall_clock")
 
 
 def _utc(dt: Any) -> Any:

@@ -12,10 +12,11 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import optuna
 import sqlalchemy
@@ -26,9 +27,18 @@ from dse.catalog import Catalog, load_catalog
 from dse.errors import InputError
 from dse.perf.params import PerfParams, load_params
 from dse.placement.serialize import plain
+from dse.study.faults import (
+    STORAGE_ERRORS,
+    STORAGE_RETRY_S,
+    TRIAL_WALL_S,
+    StudyInterrupted,
+    TrialTimeout,
+    wall_clock,
+)
 from dse.study.metrics import METRICS
+from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec
-from dse.study.sweep import choice_of, evaluate_point, grid_sampler, suggest_point
+from dse.study.sweep import choice_of, evaluate_point, suggest_point
 from dse.study.trial import TrialRecord, evaluate, objective_values, params_of, suggest
 from dse.study.variants import study_catalog
 from formulations.solve import PlacementSolver, SolveOptions
@@ -37,6 +47,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 MetricFn = Callable[[Mapping[str, float]], float]
 TRIAL_SOLVE = SolveOptions(time_limit_s=10.0)  # one hard instance must not stall a study
+STALE_AFTER_S = 120.0  # shared storage: a trial silent this long lost its worker
 
 
 @dataclass(frozen=True)
@@ -76,19 +87,41 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cur.close()
 
 
-def _storage(url: str) -> optuna.storages.BaseStorage:
+def _storage(url: str, stale_after_s: float | None = None) -> optuna.storages.BaseStorage:
+    """Optuna's storage for ``url``. With ``stale_after_s`` (workers sharing a storage), trials
+    carry heartbeats and a trial silent for that long is stale: its worker died."""
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
         if not sqlalchemy.event.contains(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite):
             sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite)
+    else:  # a server may restart under a long study: test each pooled connection before use
+        kwargs["engine_kwargs"] = {"pool_pre_ping": True}
+    if stale_after_s is not None:
+        kwargs["heartbeat_interval"] = max(1, int(stale_after_s // 4))
+        kwargs["grace_period"] = max(1, int(stale_after_s))
     try:
-        return optuna.storages.RDBStorage(_driver_url(url), heartbeat_interval=None, **kwargs)
+        return _open_rdb(_driver_url(url), kwargs)
     except Exception as exc:  # noqa: BLE001 - the driver's own error types differ per database
         raise InputError(
             "--storage", "url", f"cannot be opened ({type(exc).__name__}: {exc})", _redact(url)
         ) from None
+
+
+def _open_rdb(url: str, kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
+    """Open (and on first use create) the tables; workers starting together on a fresh database
+    race to create them, and the loser retries once the winner is done."""
+    for attempt in range(5):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats
+                return optuna.storages.RDBStorage(url, **kwargs)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            if attempt == 4:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _redact(url: str) -> str:
@@ -110,10 +143,18 @@ def _driver_url(url: str) -> str:
     return url
 
 
-def open_study(spec: StudySpec, storage: str, objectives: list[ObjectiveDef], seed: int) -> optuna.Study:
+def open_study(
+    spec: StudySpec,
+    storage: str,
+    objectives: list[ObjectiveDef],
+    seed: int,
+    *,
+    stream: int = 0,
+    stale_after_s: float | None = None,
+) -> optuna.Study:
     """Create the study or load it; its objectives must not have changed."""
-    sampler = make_sampler(spec, seed)
-    store = _storage(storage)
+    sampler = make_sampler(spec, seed, stream=stream)
+    store = _storage(storage, stale_after_s)
     names = [o.name for o in objectives]
     try:
         study = optuna.create_study(
@@ -151,23 +192,9 @@ def _fail_stale(study: optuna.Study) -> int:
     return n
 
 
-def make_sampler(spec: StudySpec, seed: int, budget: int | None = None) -> optuna.samplers.BaseSampler:
-    """The study's sampler, seeded. TPE samples its first trials at random: a fifth of the
-    budget, between 5 and 20."""
-    if spec.is_grid:  # point ids index a grid shuffled by the seed: resumed runs and workers must agree
-        return grid_sampler(spec, spec.seed)
-    kind = spec.search.sampler
-    if kind == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=spec.search.population)
-    if kind == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    startup = min(20, max(5, (budget or spec.trials) // 5))
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
-
-
-def _memory_copy(study: optuna.Study, spec: StudySpec, seed: int, budget: int) -> optuna.Study:
+def _memory_copy(study: optuna.Study, spec: StudySpec, seed: int, budget: int, stream: int) -> optuna.Study:
     """An in-memory study with the stored one's finished trials and a fresh seeded sampler."""
-    mem = optuna.create_study(directions=study.directions, sampler=make_sampler(spec, seed, budget))
+    mem = optuna.create_study(directions=study.directions, sampler=make_sampler(spec, seed, budget, stream))
     mem.add_trials(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
     return mem
 
@@ -196,19 +223,32 @@ def run(
     shared: bool = False,
     catalog: Catalog | None = None,
     params: PerfParams | None = None,
+    trial_wall_s: float | None = TRIAL_WALL_S,
+    stale_after_s: float = STALE_AFTER_S,
 ) -> tuple[optuna.Study, RunStats]:
     """Run (or resume) the study until ``trials`` (default: the spec's budget) are complete.
 
-    ``shared`` is for workers on one storage: stale RUNNING trials belong to live workers there,
-    so they are left alone."""
+    ``shared`` is for workers on one storage: a running trial whose worker has sent no heartbeat
+    for ``stale_after_s`` is marked failed (and run again by someone), and a storage that goes
+    away (a server restart) is waited for. A trial over ``trial_wall_s`` is recorded as
+    infeasible with the reason. Ctrl-C raises :class:`StudyInterrupted`."""
     catalog = study_catalog(spec, catalog if catalog is not None else load_catalog())
     params = params if params is not None else load_params()
     objectives = objectives or [ObjectiveDef.metric(n) for n in spec.objectives.names]
     storage = storage or default_storage(out, spec)
     budget = spec.budget(trials)
     base = spec.seed if seed is None else seed
+    if shared and trial_wall_s is not None:
+        trial_wall_s = min(trial_wall_s, stale_after_s / 2)  # a live trial must never look stale
     # workers sharing a storage each need their own random stream, or they would propose alike
-    study = open_study(spec, storage, objectives, base + os.getpid() if shared else base)
+    study = open_study(
+        spec,
+        storage,
+        objectives,
+        base,
+        stream=os.getpid() if shared else 0,
+        stale_after_s=stale_after_s if shared else None,
+    )
     folder = run_folder(out, spec)
     if storage.startswith("sqlite:///") or not shared:
         folder.mkdir(parents=True, exist_ok=True)
@@ -225,28 +265,70 @@ def run(
     # written to the storage in one transaction as it completes; workers sharing a storage must
     # ask it directly so they see each other's trials
     # a resumed run reseeds with the number of trials already done, so it does not repeat them
-    asker = study if shared else _memory_copy(study, spec, base + 1_000_003 * before, budget)
+    asker = study if shared else _memory_copy(study, spec, base, budget, 1_000_003 * before)
     evaluate_one = (
         _grid_trial(spec, catalog, params, solver)
         if spec.is_grid
         else _search_trial(spec, catalog, params, solver)
     )
-    while done < budget:
-        trial = asker.ask()
-        record, extra = evaluate_one(trial)
-        # samplers see the worst violation (<= 0: feasible); each constraint is in the record
-        trial.set_constraint("violation", max(record.constraints.values()))
-        trial.set_user_attr("record", {**record.attrs(), **extra})  # one write
-        asker.tell(trial, objective_values(record, defs))
-        if asker is not study:
-            study.add_trial(asker.get_trials(deepcopy=False)[-1])  # .trials would deep-copy them all
-        ran += 1
-        done = _complete(study) if shared else done + 1
+    unreachable_since: float | None = None
+    try:
+        while done < budget:
+            try:
+                if shared:
+                    stale += len(optuna.storages.fail_stale_trials(study) or ())
+                trial = asker.ask()
+                if shared:
+                    cast(Any, study._storage).record_heartbeat(trial._trial_id)
+                record, extra = _bounded(evaluate_one, trial, trial_wall_s)
+                # samplers see the worst violation (<= 0: feasible); each constraint is in the record
+                trial.set_constraint("violation", max(record.constraints.values()))
+                trial.set_user_attr("record", {**record.attrs(), **extra})  # one write
+                asker.tell(trial, objective_values(record, defs))
+                if asker is not study:
+                    study.add_trial(asker.get_trials(deepcopy=False)[-1])  # .trials would deep-copy them all
+                done = _complete(study) if shared else done + 1
+                unreachable_since = None
+            except STORAGE_ERRORS as exc:
+                if not shared:
+                    raise
+                unreachable_since = _wait_for_storage(exc, storage, unreachable_since)
+                continue
+            ran += 1
+            if bar is not None:
+                bar.update(done, record)
+    except KeyboardInterrupt:
+        raise StudyInterrupted(done, budget, _redact(storage)) from None
+    finally:
         if bar is not None:
-            bar.update(done, record)
-    if bar is not None:
-        bar.close()
+            bar.close()
     return study, RunStats(before, ran, stale, time.perf_counter() - t0)
+
+
+def _bounded(
+    evaluate_one: TrialFn, trial: optuna.Trial, wall_s: float | None
+) -> tuple[TrialRecord, dict[str, Any]]:
+    """The trial's record, or an infeasible record naming the cap when it ran over it."""
+    try:
+        with wall_clock(wall_s):
+            return evaluate_one(trial)
+    except TrialTimeout:
+        why = f"wall clock: the trial ran over its {wall_s:g} s cap"
+        return TrialRecord({}, {"wall_clock": 1.0}, why, [], []), {"params": dict(trial.params)}
+
+
+def _wait_for_storage(exc: Exception, storage: str, since: float | None) -> float:
+    """Log and wait a little; give up with one line once the storage has been away too long."""
+    now = time.monotonic()
+    since = now if since is None else since
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if now - since > STORAGE_RETRY_S:
+        raise InputError(
+            _redact(storage), "storage", f"unreachable for {STORAGE_RETRY_S:g} s ({first[:120]})"
+        ) from None
+    sys.stderr.write(f"dse: storage unreachable ({first[:120]}); retrying\n")
+    time.sleep(1.0)
+    return since
 
 
 TrialFn = Callable[[optuna.Trial], tuple[TrialRecord, dict[str, Any]]]

@@ -1,0 +1,47 @@
+"""The samplers of a study, seeded so that runs repeat.
+
+In one process every sampler repeats exactly with the same seed. Across workers on a shared
+storage, the random sampler draws trial ``n``'s design from ``(seed, n)`` and the grid sampler's
+order comes from the study's seed, so the set of trials does not depend on which worker ran what;
+TPE and NSGA-II learn from the trials finished so far, so with several workers their proposals
+depend on the order trials finish in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.samplers._lazy_random_state import LazyRandomState
+
+from dse.study.spec import StudySpec
+from dse.study.sweep import grid_sampler
+
+
+class TrialSeededRandomSampler(optuna.samplers.RandomSampler):
+    """Random search whose draws for trial ``n`` depend only on the seed and ``n``."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed=seed)
+        self._base_seed = seed
+
+    def before_trial(self, study: Any, trial: Any) -> None:
+        self._rng = LazyRandomState((self._base_seed * 1_000_003 + trial.number) % 2**32)
+
+
+def make_sampler(
+    spec: StudySpec, seed: int, budget: int | None = None, stream: int = 0
+) -> optuna.samplers.BaseSampler:
+    """The study's sampler, seeded with ``seed``. ``stream`` separates the random streams of
+    learning samplers that must not propose alike (each worker; a resumed run); the grid and
+    random samplers ignore it, their draws being fixed by the seed and the trial. TPE samples its
+    first trials at random: a fifth of the budget, between 5 and 20."""
+    if spec.is_grid:  # point ids index a grid shuffled by the seed: resumed runs and workers must agree
+        return grid_sampler(spec, seed)
+    kind = spec.search.sampler
+    if kind == "random":
+        return TrialSeededRandomSampler(seed)
+    if kind == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed + stream, population_size=spec.search.population)
+    startup = min(20, max(5, (budget or spec.trials) // 5))
+    return optuna.samplers.TPESampler(seed=seed + stream, n_startup_trials=startup, multivariate=True)
