@@ -14,7 +14,7 @@ from dse.placement.serialize import plain
 from dse.study import Study, StudyResults
 from dse.study.faults import StudyInterrupted
 from dse.study.runner import STALE_AFTER_S, _redact
-from dse.study.spec import StudySpec, load_study, study_files
+from dse.study.spec import StudySpec, load_study, study_files, study_path
 from dse.study.variants import study_catalog
 
 
@@ -81,20 +81,21 @@ def _list(args: argparse.Namespace, catalog: Catalog) -> int:
 
 def _show(args: argparse.Namespace, catalog: Catalog) -> int:
     spec = load_study(args.name)
-    _check_ids(spec, catalog)
+    _check_ids(spec, catalog, args.name)
     json.dump(plain(spec), sys.stdout, indent=2)
     print()
     return 0
 
 
-def _check_ids(spec: StudySpec, catalog: Catalog) -> None:
-    """Unknown model, hardware or variant-base ids fail here, before any trial runs."""
-    study_catalog(spec, catalog)
+def _check_ids(spec: StudySpec, catalog: Catalog, name: str) -> None:
+    """Unknown model, hardware or variant-base ids fail here, naming the study file, before any
+    trial runs."""
+    study_catalog(spec, catalog, source=str(study_path(name)))
 
 
 def _run(args: argparse.Namespace, catalog: Catalog) -> int:
     study = Study.load(args.name)
-    _check_ids(study.spec, catalog)
+    _check_ids(study.spec, catalog, args.name)
     res = study.run(
         trials=args.trials,
         out=args.out,
@@ -201,7 +202,7 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.study.runner import run as run_trials
 
     study = Study.load(args.name)
-    _check_ids(study.spec, catalog)
+    _check_ids(study.spec, catalog, args.name)
     if not args.stale_after > 0:
         raise InputError("dse worker", "--stale-after", "must be > 0", args.stale_after)
     _, stats = run_trials(

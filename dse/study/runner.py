@@ -92,7 +92,13 @@ def _storage(url: str, stale_after_s: float | None = None) -> optuna.storages.Ba
     carry heartbeats and a trial silent for that long is stale: its worker died."""
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(url.removeprefix("sqlite:///")).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(
+                "--storage", "url", f"cannot be created ({exc.strerror}: {folder})", url
+            ) from None
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
         if not sqlalchemy.event.contains(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite):
             sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite)
@@ -237,6 +243,10 @@ def run(
     objectives = objectives or [ObjectiveDef.metric(n) for n in spec.objectives.names]
     storage = storage or default_storage(out, spec)
     budget = spec.budget(trials)
+    if budget < 1:
+        raise InputError("--trials", "", "must be at least 1", budget)
+    if out.exists() and not out.is_dir():
+        raise InputError("--out", "", "must be a folder, not a file", str(out))
     base = spec.seed if seed is None else seed
     if shared and trial_wall_s is not None:
         trial_wall_s = min(trial_wall_s, stale_after_s / 2)  # a live trial must never look stale

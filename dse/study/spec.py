@@ -305,12 +305,17 @@ def study_files(extra: Path | None = None) -> dict[str, Path]:
     return out
 
 
-def load_study(name_or_path: str | Path) -> StudySpec:
-    """By name (``studies/NAME.toml``) or by path to a TOML file."""
+def study_path(name_or_path: str | Path) -> Path:
+    """The file of a study given by name (``studies/NAME.toml``) or by path."""
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
-        return read_study(path)
+        return path
     files = study_files()
     if str(name_or_path) not in files:
         raise UnknownIdError("study", str(name_or_path), list(files), source="studies")
-    return read_study(files[str(name_or_path)])
+    return files[str(name_or_path)]
+
+
+def load_study(name_or_path: str | Path) -> StudySpec:
+    """By name (``studies/NAME.toml``) or by path to a TOML file."""
+    return read_study(study_path(name_or_path))

@@ -31,10 +31,10 @@ def variant_hardware(base: Hardware, v: Variant) -> Hardware:
     )
 
 
-def study_catalog(spec: StudySpec, catalog: Catalog) -> Catalog:
+def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) -> Catalog:
     """``catalog`` with the study's variants added; unknown ids (model, hardware, variant bases,
-    sweep values) fail here as bad input naming the study field."""
-    source = f"study {spec.name}"
+    sweep values) fail here as bad input naming the study (``source``: its file) and the field."""
+    source = source or f"study {spec.name}"
     extra: dict[str, Hardware] = {}
     files = dict(catalog.files)
     for i, v in enumerate(spec.variants):
