@@ -163,22 +163,31 @@ def test_extreme_requests_get_an_answer_or_the_binding_constraint(rate: float) -
         assert rep.best.gpus >= 8 and rep.best.requests_per_s == pytest.approx(rate, rel=1e-6)
 
 
+RANDOM = 'kv_policies = ["tiered", "recompute"]\nsampler = "random"'
+
+
 def _random_tiny(tmp_path: Path, name: str) -> Path:
     return _renamed(
         tmp_path,
         name,
-        **{'kv_policies = ["tiered", "recompute"]': 'kv_policies = ["tiered", "recompute"]\nsampler = "random"'},  # noqa: E501
+        **{'kv_policies = ["tiered", "recompute"]': RANDOM},
     )
 
 
-def _by_number(trials: pl.DataFrame, n: int) -> pl.DataFrame:
-    keep = [
-        c
-        for c in trials.columns
-        if c.startswith(("p_", "c_"))
-        or c in ("trial", "usd_per_hour", "gpus", "ttft_pct_s", "tpot_mean_s", "feasible", "binding")
-    ]
-    return trials.filter(pl.col("trial") < n).select(keep).sort("trial")
+TIMING = ("started_utc", "finished_utc", "duration_s", "milp_solve_s")  # wall-clock, not results
+
+
+def _parquet(res: Any, folder: Path, budget: int) -> dict[str, pl.DataFrame]:
+    """The exported tables of the first ``budget`` trials, read back, without timing columns."""
+    paths = res.export(folder)
+    out = {}
+    for path in paths:
+        df = pl.read_parquet(path)
+        if "trial" in df.columns:
+            keys = [c for c in ("trial", "pool", "kv_class", "tier", "t_s") if c in df.columns]
+            df = df.filter(pl.col("trial") < budget).sort(keys)
+        out[path.parent.parent.name] = df.drop([c for c in TIMING if c in df.columns])
+    return out
 
 
 def test_runs_repeat_across_processes_and_across_two_workers(
@@ -186,9 +195,12 @@ def test_runs_repeat_across_processes_and_across_two_workers(
 ) -> None:
     spec_path = _random_tiny(tmp_path, "repeat-study")
     budget = 10
-    one = Study.load(spec_path).run(out=tmp_path / "a", trials=budget).trials
-    again = Study.load(spec_path).run(out=tmp_path / "b", trials=budget).trials
-    assert _by_number(one, budget).equals(_by_number(again, budget))  # same process, same seed
+    study = Study.load(spec_path)
+    one = _parquet(study.run(out=tmp_path / "a", trials=budget), tmp_path / "a-x", budget)
+    again = _parquet(study.run(out=tmp_path / "b", trials=budget), tmp_path / "b-x", budget)
+    assert set(one) == {"trials", "pareto", "placements", "kv_tiers", "sim_timeseries"}
+    for name in one:  # same process, same seed: the same Parquet content
+        assert one[name].equals(again[name]), name
     cmd = dse_cmd("worker", str(spec_path), "--storage", postgres_url, "--trials", str(budget),
                   "--out", str(tmp_path / "w"))  # fmt: skip
     workers = [subprocess.Popen(cmd, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -196,9 +208,9 @@ def test_runs_repeat_across_processes_and_across_two_workers(
     for w in workers:
         _, err = w.communicate(timeout=600)
         assert w.returncode == 0, err
-    shared = Study.load(spec_path).results(storage=postgres_url).trials
-    assert shared.height >= budget
-    assert _by_number(shared, budget).equals(_by_number(one, budget))
+    shared = _parquet(study.results(storage=postgres_url), tmp_path / "w-x", budget)
+    for name in ("trials", "placements", "kv_tiers"):  # two workers: the same trials as one process
+        assert shared[name].equals(one[name]), name
 
 
 def test_a_database_restart_and_a_dead_worker_lose_nothing(
