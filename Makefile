@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench bench-aic clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,12 +24,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check dse formulations tests benchmarks
 	$(VENV)/bin/mypy dse formulations
 
+# every benchmark; figures to benchmarks/results/latest.{json,md} and the README table
 bench: $(STAMP)
-	$(PY) benchmarks/perf_speed.py
-	$(PY) benchmarks/accuracy.py
-	$(PY) benchmarks/milp_speed.py
-	$(PY) benchmarks/sim_validation.py
-	$(PY) benchmarks/study_speed.py
+	$(PY) benchmarks/run_all.py
+
+# the side-by-side with AIConfigurator (installs it into benchmarks/.aic-venv; about 7 minutes)
+bench-aic: $(STAMP)
+	$(PY) benchmarks/vs_aiconfigurator.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from record import figure
+
 from dse.catalog import load_catalog
 from dse.perf import calibration as cal
 from dse.perf.params import default_params
@@ -39,13 +41,17 @@ def main() -> None:
               "tok/s/user p75 |\n|---|---|---|---|---|---|")
     for label, t, i in (("in-sample", t_in, i_in), ("leave-one-hardware-out", t_lo, i_lo)):
         print(f"\n{label}\n{header}")
-        print(_line("all", cal.error_stats(data, t, i)))
+        stats = cal.error_stats(data, t, i)
+        print(_line("all", stats))
+        figure(f"{label}: tokens/s/GPU median error", 100 * stats.tput_median_ape, "%", f"{stats.n} rows")
+        figure(f"{label}: tokens/s/user median error", 100 * stats.intvty_median_ape, "%")
         for hw in sorted({m.row.hardware for m in data}):
             idx = [k for k, m in enumerate(data) if m.row.hardware == hw]
             print(_line(hw, cal.error_stats([data[k] for k in idx], t[idx], i[idx])))
         print(f"hardware pairs ordered right at about equal tokens/s/user: "
               f"{cal.pair_order_agreement(data, t, i):.1%}")
     fleet = fleet_nodes(catalog, fitted)
+    figure("DeepSeek fleet: nodes against published", 100 * fleet["error"], "%")
     print(f"\nDeepSeek fleet check: {fleet['nodes']:.1f} nodes against "
           f"{fleet['published_nodes']} published ({fleet['error']:+.1%})")
 

@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 
 import numpy as np
+from record import figure
 
 from dse.catalog import load_catalog
 from dse.perf.params import load_params
@@ -129,6 +130,9 @@ def main(trials: int = 200) -> None:
         f"({len(rebuild)} runs)"
     )
     print(f"  re-solve / rebuild median ratio: {pct(resolve[1:], 50) / pct(rebuild, 50):.2f}")
+    figure("MILP persistent re-solve median", pct(resolve, 50), "ms", f"{d0.n_units} units, {trials} trials")
+    figure("MILP persistent re-solve p95", pct(resolve, 95), "ms")
+    figure("MILP rebuild + solve median", pct(rebuild, 50), "ms")
     print(
         f"  of a re-solve: loading the parameters (placement.update) median {pct(load, 50):.1f} ms; "
         f"the solver calls (pyomo's sync to HiGHS and HiGHS; a polish LP when the MILP left a gap) "
@@ -141,6 +145,7 @@ def main(trials: int = 200) -> None:
     rep = place(req, catalog=catalog, params=params)
     total = time.perf_counter() - t0
     print(f"full `dse place` (every shape, 3 topologies, shadow prices): {total:.2f} s")
+    figure("full dse place (3 topologies, shadow prices)", total, "s")
     for o in rep.outcomes:
         print(
             f"  {o.topology.value:14s} {o.candidates:3d} units: build {o.result.build_s * 1e3:6.1f} ms, "

@@ -9,6 +9,7 @@ import sys
 import time
 
 import numpy as np
+from record import figure
 
 from dse.catalog import load_catalog
 from dse.perf.params import load_params
@@ -47,6 +48,8 @@ def main(n: int = 100_000) -> None:
     print(f"build arrays from catalog entries: {build_s:.2f} s ({n / build_s:,.0f} per s)")
     print(f"closed-loop predictions (40-step solve): {solve_s:.2f} s ({n / solve_s:,.0f} per s)")
     print(f"decode capacity at a TPOT target: {cap_s:.2f} s ({n / cap_s:,.0f} per s)")
+    figure("closed-loop predictions per second", n / solve_s, "1/s", f"{n:,} deployments in one call")
+    figure("decode capacity at a TPOT target per second", n / cap_s, "1/s")
 
 
 if __name__ == "__main__":

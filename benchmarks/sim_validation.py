@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 
 import numpy as np
+from record import figure
 
 from dse.catalog import load_catalog
 from dse.perf.params import load_params
@@ -178,6 +179,7 @@ def main() -> None:
     print(
         f"stability verdict agreement outside +-5% of capacity: {agree}/{total} = {100 * agree / total:.1f}%"
     )
+    figure("fluid vs DES stability verdicts agreeing (outside +-5% of capacity)", 100 * agree / total, "%")
 
     # speed at a realistic batch: DeepSeek-V3 on B200 from the placement engine
     catalog, params = load_catalog(), load_params()
@@ -233,6 +235,9 @@ def speed(catalog, params, rate: float) -> None:  # type: ignore[no-untyped-def]
         f"{1e3 * t_one:.2f} ms alone ({t_des / t_one:,.0f}x), {1e3 * t_many:.3f} ms per configuration in a "
         f"batch of 1000 ({t_des / t_many:,.0f}x)"
     )
+    figure(f"fluid simulation, 30 min at {rate:g} req/s", 1e3 * t_one, "ms")
+    figure(f"fluid per configuration in a batch of 1000, {rate:g} req/s", 1e3 * t_many, "ms")
+    figure(f"DES reference, 30 min at {rate:g} req/s", t_des, "s")
     print(
         f"  throughput fluid {f.requests_per_s[0]:.3f} vs DES {d.requests_per_s[0]:.3f} req/s; "
         f"E2E {f.e2e_mean_s[0]:.2f} vs {d.e2e_mean_s[0]:.2f} s; TPOT {1e3 * f.tpot_mean_s[0]:.2f} vs "

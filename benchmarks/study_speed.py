@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from record import figure
 
 import dse.study.trial as trial_mod
 from dse.catalog import load_catalog
@@ -74,6 +75,10 @@ def timed_study(trials: int, sampler: str) -> None:
         f"{1e3 * units / n:.1f} ms, MILP {1e3 * spent['milp'] / n:.1f} ms, "
         f"simulator {1e3 * spent['sim'] / n:.1f} ms"
     )
+    figure(f"{trials} trials ({sampler})", wall, "s", "deepseek-v3-blackwell into SQLite")
+    figure(f"trial overhead: sampler + storage ({sampler})", 1e3 * other / n, "ms")
+    figure(f"trial overhead: candidate units and bookkeeping ({sampler})", 1e3 * units / n, "ms")
+    figure(f"peak memory, {trials} trials ({sampler})", peak_mb, "MB")
     feas = res.trials.filter(res.trials["feasible"])
     print(
         f"  feasible {feas.height}/{res.trials.height}; "
@@ -137,6 +142,8 @@ def enumerable() -> None:
         f"enumerable study: {len(grid)} grid points (batch on a 6-point grid; the search samples it "
         f"log-uniformly), best ${best:.4f}/M tokens found by enumeration in {t_grid:.1f} s"
     )
+    within = int((r >= 0.99).sum())
+    figure("enumerable study: seeds within 1% of the enumerated best at 10% budget", within, "of 10")
     print(
         f"  Optuna with {budget} trials ({100 * budget / len(grid):.0f}%), 10 seeds: enumerated best / best "
         f"found median {100 * np.median(r):.1f}%, worst {100 * r.min():.1f}%; "
