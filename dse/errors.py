@@ -12,6 +12,8 @@ Three kinds, as the style guide asks:
 
 from __future__ import annotations
 
+import re
+
 
 class DseError(Exception):
     """Base class of the errors the CLI turns into one line."""
@@ -41,9 +43,12 @@ class InputError(DseError):
         self.field = field
         self.rule = rule
         self.value = value
-        where = f"{self.source}: {field}" if field else self.source
+        # one line whatever the input holds: a key or a path may carry a newline, and a rule may
+        # quote a driver's multi-line message
+        src, key = _printable(self.source), _printable(field)
+        where = f"{src}: {key}" if field else src
         shown = "" if value is ... else f" = {_short_repr(value)}"
-        super().__init__(f"{where}{shown}: {rule}")
+        super().__init__(f"{where}{shown}: {_printable(_LINE_BREAKS.sub(' ', rule))}")
 
 
 class UnknownIdError(InputError):
@@ -64,9 +69,24 @@ class NoFeasibleDesign(DseError):
     def __init__(self, binding: str, detail: str) -> None:
         self.binding = binding
         self.detail = detail
-        super().__init__(f"no feasible design: {binding}: {detail}")
+        super().__init__(_printable(_LINE_BREAKS.sub(" ", f"no feasible design: {binding}: {detail}")))
+
+
+_LINE_BREAKS = re.compile(r"\s*[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]\s*")
+
+
+def _printable(text: str) -> str:
+    """``text`` with every character that is not printable (line breaks, control and format
+    characters) shown as its escape, so a message stays one line and shows what the input holds."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _short_repr(value: object, limit: int = 80) -> str:
-    text = repr(value).replace("\n", "\\n")
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int of more than 4300 digits, a deeply nested list
+        text = f"<{type(value).__name__} too large to show>"
+    text = _printable(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."

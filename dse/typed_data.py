@@ -50,6 +50,30 @@ def one_of(*allowed: int) -> Rule:
     return check
 
 
+MAX_MAGNITUDE = 1e12
+MIN_MAGNITUDE = 1e-9
+"""Every number in a data file is 0 or between these in magnitude. Units live in the key names
+and are chosen so that real values sit far inside (the shipped files span 0.04 to 1e6), and the
+engine multiplies them by unit factors and by each other without overflowing float64."""
+
+
+def plausible(value: float) -> str | None:
+    """The range rule every number of a data file obeys (see :data:`MAX_MAGNITUDE`)."""
+    if value != 0 and not MIN_MAGNITUDE <= abs(value) <= MAX_MAGNITUDE:
+        return f"must be 0 or between {MIN_MAGNITUDE:g} and {MAX_MAGNITUDE:g} in magnitude"
+    return None
+
+
+def check_number(value: float, *, source: str, key: str, check: Rule | None = None) -> float:
+    """A number from a data file or a flag: finite, plausible, and ``check`` when given."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(source, key, "must be a finite number", value)
+    broken = plausible(value) or (check(value) if check is not None else None)
+    if broken:
+        raise InputError(source, key, broken, value)
+    return value
+
+
 def rule(check: Rule) -> dict[str, Rule]:
     """Field metadata carrying a validation rule: ``field(metadata=rule(positive))``."""
     return {"rule": check}
@@ -69,6 +93,10 @@ def read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(str(path), "", f"must be valid TOML ({exc})") from None
+    except RecursionError:
+        raise InputError(str(path), "", "must not nest arrays or tables hundreds deep") from None
+    except ValueError as exc:  # tomllib lets Python's own limits through: an int of 4300+ digits
+        raise InputError(str(path), "", f"must be valid TOML ({str(exc).split(';')[0]})") from None
 
 
 def build(cls: type[T], data: Mapping[str, Any], *, source: str, prefix: str = "") -> T:
@@ -86,9 +114,8 @@ def build(cls: type[T], data: Mapping[str, Any], *, source: str, prefix: str = "
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise InputError(
-            source, prefix + unknown[0], f"unknown key; valid keys: {', '.join(sorted(fields))}"
-        )
+        shown = unknown[0] or '""'  # the empty key, as TOML spells it (else the line names no key)
+        raise InputError(source, prefix + shown, f"unknown key; valid keys: {', '.join(sorted(fields))}")
     kwargs: dict[str, Any] = {}
     for name, fld in fields.items():
         key = prefix + name
@@ -132,9 +159,7 @@ def _convert(tp: Any, value: Any, *, source: str, key: str) -> Any:
         (item_tp, _ellipsis) = typing.get_args(tp)
         if not isinstance(value, list):
             raise InputError(source, key, "must be a list", value)
-        return tuple(
-            _convert(item_tp, v, source=source, key=f"{key}[{i}]") for i, v in enumerate(value)
-        )
+        return tuple(_convert(item_tp, v, source=source, key=f"{key}[{i}]") for i, v in enumerate(value))
     if dataclasses.is_dataclass(tp):
         return build(tp, value, source=source, prefix=key + ".")  # type: ignore[arg-type, type-var]
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
@@ -149,13 +174,11 @@ def _convert(tp: Any, value: Any, *, source: str, key: str) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise InputError(source, key, "must be an integer", value)
-        return value
+        return check_number(value, source=source, key=key)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InputError(source, key, "must be a number", value)
-        if not math.isfinite(value):
-            raise InputError(source, key, "must be a finite number", value)
-        return float(value)
+        return float(check_number(value, source=source, key=key))
     if tp is str:
         if not isinstance(value, str):
             raise InputError(source, key, "must be a string", value)

@@ -84,7 +84,7 @@ def test_bad_flags_exit_2_with_one_line(clean_env: dict[str, str]) -> None:
             "--think",
             "0.5:10",
         ): "think = 0.5: shares must sum to 1",
-        ("--objective", "goodput"): "limits.budget_usd_hour: is required by the goodput objective",
+        ("--objective", "goodput"): "--budget: is required by --objective goodput",
         ("--inventory", "b200=many"): "--inventory = 'b200=many': must be HW=GPUS",
     }
     for flags, message in cases.items():

@@ -61,7 +61,7 @@ def test_predict_table_and_bad_flag(clean_env: dict[str, str]) -> None:
     bad = _run(clean_env, "predict", "--hardware", "h200", "--framework", "tgi")
     assert bad.returncode == 2
     assert bad.stderr.strip() == (
-        "dse: error: dse predict: framework = 'tgi': must be one of "
+        "dse: error: dse predict: --framework = 'tgi': must be one of "
         "atom, dynamo-sglang, dynamo-trt, mori-sglang, sglang, trt, vllm"
     )
 

@@ -107,6 +107,8 @@ def test_kills_during_export_leave_only_whole_parquet_files(
         for f in exports.rglob("*.parquet"):  # every file a reader can see is whole
             assert pl.read_parquet(f).height >= 0
     assert kills >= 3, kills
+    # what a kill inside the write leaves: a hidden partial file, never a part-0.parquet
+    (exports / "trials" / "study=tiny-study" / ".part-0.parquet.killed.tmp").write_bytes(b"PAR1 half")
     final = subprocess.run(
         dse_cmd("export", str(TINY), "--out", str(tmp_path)), env=clean_env, capture_output=True, text=True,
         timeout=300,

@@ -7,9 +7,9 @@ import sys
 from collections.abc import Sequence
 
 from dse import __version__
-from dse.catalog import load_catalog
+from dse.catalog import Catalog, load_catalog
 from dse.cli import calibrate_cmd, catalog_cmd, place_cmd, predict_cmd, simulate_cmd, study_cmd
-from dse.errors import DseError
+from dse.errors import DseError, InputError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,14 +41,38 @@ COMMANDS = {"catalog": catalog_cmd.run, "predict": predict_cmd.run, "calibrate":
             "study": study_cmd.run, "worker": study_cmd.run, "export": study_cmd.run, "report": study_cmd.run}
 
 
+def _refuse_dashes_as_value(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """`--flag=--` gives the flag an empty list instead of an error in Python 3.11's argparse
+    (the `--` is dropped as the end-of-options marker): refuse it the way argparse refuses
+    `--flag --`, with its usage line and exit code 2."""
+    for arg in argv:
+        if arg == "--":
+            return
+        flag, eq, value = arg.partition("=")
+        if flag.startswith("--") and eq and value == "--":
+            parser.error(f"argument {flag}: expected one argument, not '--'")
+
+
+def _in_its_file(exc: DseError, catalog: Catalog | None) -> DseError:
+    """The engine names a catalog entry by its id (``b200: compute.bf16_dense_tflops: ...``); the
+    user needs the file that holds it."""
+    if isinstance(exc, InputError) and catalog is not None and exc.source in catalog.files:
+        return InputError(str(catalog.file_of(exc.source)), exc.field, exc.rule, exc.value)
+    return exc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: exit 0 on success, 2 on bad input, 3 when no design is feasible."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _refuse_dashes_as_value(parser, argv)
+    args = parser.parse_args(argv)
+    catalog: Catalog | None = None
     try:
         catalog = load_catalog(args.catalog_dir)
         return COMMANDS[args.command](args, catalog)
     except DseError as exc:
-        print(f"dse: error: {exc}", file=sys.stderr)
+        print(f"dse: error: {_in_its_file(exc, catalog)}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         return 0

@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 from dse.catalog import Catalog
 from dse.cli.table import format_table
-from dse.errors import InputError, NoFeasibleDesign
+from dse.errors import InputError, NoFeasibleDesign, UnknownIdError
 from dse.perf.params import load_params
 from dse.placement import Limits, Objective, PlacementReport, PlacementRequest, Topology, place
 from dse.placement.request import PRICE_TIERS
 from dse.placement.serialize import report_to_dict
-from dse.typed_data import build
+from dse.typed_data import Rule, build, check_number, non_negative, positive
 from dse.units import Precision
 from dse.workload import Slo, Workload
 from formulations.placement_data import TIERS
@@ -73,11 +75,74 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     p.add_argument("--gap", type=float, default=1e-4, help="relative MIP gap")
 
 
+FLAG_OF = {
+    "requests_per_s": "--rate",
+    "input_tokens": "--isl",
+    "output_tokens": "--osl",
+    "returning_share": "--returning-share",
+    "cached_prefix_tokens": "--prefix",
+    "suffix_tokens": "--suffix",
+    "think": "--think",
+    "ttft_s": "--ttft",
+    "tpot_s": "--tpot",
+    "percentile": "--percentile",
+}
+"""Flag of each field of the workload and the SLO, so an error names what the user typed."""
+
+OPTIONAL_NUMBERS: dict[str, Rule] = {
+    "budget": positive,
+    "power_kw": positive,
+    "network_kv_tb": non_negative,
+    "network_kv_usd_per_tb_hour": non_negative,
+    "latency_usd_per_s": non_negative,
+    "time_limit": positive,
+    "gap": non_negative,
+}
+"""Numeric flags outside the workload and the SLO, with their rules."""
+
+T = TypeVar("T")
 
 
-def request_from_args(args: argparse.Namespace, catalog: Catalog) -> PlacementRequest:
-    src = "dse place"
-    hardware = tuple(catalog.hardware(h.strip()).id for h in args.hardware.split(",") if h.strip())
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _by_flag(src: str, flag_name: str, lookup: Callable[[str], T], name: str) -> T:
+    """A catalog or engine lookup whose error names the flag instead of the catalog."""
+    try:
+        return lookup(name)
+    except UnknownIdError as exc:
+        raise InputError(src, flag_name, exc.rule, name) from None
+    except InputError as exc:
+        raise InputError(src, flag_name, exc.rule, exc.value) from None
+
+
+def _built(cls: type[T], data: dict[str, object], src: str) -> T:
+    """A workload or SLO from flags; a broken rule names the flag (``think[0].share`` is ``--think``)."""
+    try:
+        return build(cls, data, source=src)
+    except InputError as exc:
+        head = exc.field.split(".")[0].split("[")[0]
+        raise InputError(src, FLAG_OF.get(head, exc.field), exc.rule, exc.value) from None
+
+
+def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "dse place") -> PlacementRequest:
+    for name, check in OPTIONAL_NUMBERS.items():
+        if getattr(args, name) is not None:
+            check_number(getattr(args, name), source=src, key=flag_of(name), check=check)
+    hardware = tuple(
+        _by_flag(src, "--hardware", catalog.hardware, h.strip()).id
+        for h in args.hardware.split(",")
+        if h.strip()
+    )
+    if not hardware:
+        raise InputError(src, "--hardware", "must name at least one hardware id", args.hardware)
+    model = _by_flag(src, "--model", catalog.model, args.model).id
+    _by_flag(src, "--engine", load_params().engine, args.engine)
+    if args.objective == Objective.GOODPUT.value and args.budget is None:
+        raise InputError(
+            src, "--budget", "is required by --objective goodput (the most traffic a budget serves)"
+        )
     think = []
     for part in filter(None, (s.strip() for s in args.think.split(","))):
         try:
@@ -87,7 +152,7 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog) -> PlacementRe
                 src, "--think", "must be SHARE:SECONDS pairs separated by commas", part
             ) from None
         think.append({"share": share, "dwell_s": dwell})
-    workload = build(
+    workload = _built(
         Workload,
         {
             "requests_per_s": args.rate,
@@ -98,16 +163,18 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog) -> PlacementRe
             "suffix_tokens": args.suffix,
             "think": think,
         },
-        source=src,
+        src,
     )
-    slo = build(Slo, {"ttft_s": args.ttft, "tpot_s": args.tpot, "percentile": args.percentile}, source=src)
+    slo = _built(Slo, {"ttft_s": args.ttft, "tpot_s": args.tpot, "percentile": args.percentile}, src)
     inventory = {}
     for part in filter(None, (s.strip() for s in args.inventory.split(","))):
         key, _, value = part.partition("=")
         try:
-            inventory[catalog.hardware(key.strip()).id] = int(value)
+            gpus = int(value)
         except ValueError:
             raise InputError(src, "--inventory", "must be HW=GPUS pairs separated by commas", part) from None
+        check_number(gpus, source=src, key="--inventory", check=non_negative)
+        inventory[_by_flag(src, "--inventory", catalog.hardware, key.strip()).id] = gpus
     limits = Limits(
         budget_usd_hour=args.budget,
         power_kw=args.power_kw,
@@ -115,7 +182,7 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog) -> PlacementRe
         network_kv_capacity_tb=args.network_kv_tb,
     )
     return PlacementRequest(
-        model=catalog.model(args.model).id,
+        model=model,
         hardware=hardware,
         workload=workload,
         slo=slo,

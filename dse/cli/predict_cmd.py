@@ -14,6 +14,14 @@ from dse.cli.table import format_table
 from dse.errors import InputError
 from dse.perf.benchmark_rows import INPUT_COLUMNS, OUTPUT_COLUMNS, evaluate, parse_row, predict_rows
 from dse.perf.params import load_params
+from dse.typed_data import Rule, check_number, non_negative, positive
+
+SRC = "dse predict"
+NUMBERS: dict[str, Rule] = {
+    "isl": positive, "osl": positive, "conc": positive, "tp": positive, "ep": non_negative,
+    "prefill_tp": positive, "prefill_ep": non_negative, "prefill_workers": non_negative,
+    "prefill_gpus": positive, "decode_workers": non_negative, "decode_gpus": positive,
+}  # fmt: skip
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -49,9 +57,14 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if args.batch is not None:
         return _batch(args.batch, args.out, catalog, params)
     if not args.hardware:
-        raise InputError("dse predict", "--hardware", "is required (or use --batch)")
+        raise InputError(SRC, "--hardware", "is required (or use --batch)")
+    for name, check in NUMBERS.items():  # each flag, whether or not this topology reads it
+        check_number(getattr(args, name), source=SRC, key="--" + name.replace("_", "-"), check=check)
     row = _row_from_flags(args)
-    bench = parse_row(row, catalog, source="dse predict")
+    try:
+        bench = parse_row(row, catalog, source=SRC)
+    except InputError as exc:  # the row's column names are not what the user typed: name the flag
+        raise InputError(SRC, _flag_of(exc.field, args.disagg), exc.rule, exc.value) from None
     res = evaluate([bench], catalog, params)
     figures = {
         "tput_per_gpu": float(res.tput_per_gpu[0]),
@@ -81,6 +94,23 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     return 0
 
 
+def _flag_of(column: str, disagg: bool) -> str:
+    """The flag that set a column of the row :func:`_row_from_flags` builds."""
+    fixed = {
+        "hardware": "--hardware", "framework": "--framework", "model": "--model",
+        "precision": "--precision", "spec_method": "--mtp", "disagg": "--disagg", "isl": "--isl",
+        "osl": "--osl", "conc": "--conc", "decode_tp": "--tp", "decode_ep": "--ep",
+        "decode_dp_attention": "--dp-attention", "prefill_num_workers": "--prefill-workers",
+        "num_prefill_gpu": "--prefill-gpus", "decode_num_workers": "--decode-workers",
+        "num_decode_gpu": "--decode-gpus" if disagg else "--tp",
+    }  # fmt: skip
+    if column in fixed:
+        return fixed[column]
+    if column.startswith("prefill_"):  # aggregated rows take the prefill side from --tp/--ep
+        return "--" + (column if disagg else column.removeprefix("prefill_")).replace("_", "-")
+    return column
+
+
 def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
     dec_gpus = a.decode_gpus if a.disagg else a.tp
     return {
@@ -106,15 +136,22 @@ def _batch(src: Path, out: Path | None, catalog: Catalog, params) -> int:  # typ
             rows = list(reader)
     except OSError as exc:
         raise InputError(str(src), "--batch", f"cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(str(src), "--batch", f"must be UTF-8 text ({exc.reason})") from None
+    except csv.Error as exc:
+        raise InputError(str(src), "--batch", f"must be CSV ({exc})") from None
     missing = [c for c in INPUT_COLUMNS if c not in header]
     if missing:
         raise InputError(str(src), missing[0], "is a required column")
     result = predict_rows(rows, catalog, params, source=src.name)
     columns = header + [c for c in OUTPUT_COLUMNS if c not in header]
-    with atomic_path(out) as tmp, tmp.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(result)
+    try:
+        with atomic_path(out) as tmp, tmp.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(result)
+    except OSError as exc:
+        raise InputError(SRC, "--out", f"cannot be written ({exc.strerror})", str(out)) from None
     failed = sum(1 for r in result if r["pred_error"])
     print(f"wrote {len(result)} rows to {out} ({failed} could not be modelled)", file=sys.stderr)
     return 0

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,7 @@ import numpy as np
 
 from dse.atomic import atomic_path, write_text
 from dse.catalog import Catalog
-from dse.cli.place_cmd import add_request_arguments, request_from_args
+from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign
 from dse.perf.params import load_params
@@ -31,8 +34,27 @@ from dse.sim import (
 )
 from dse.sim.from_placement import pipeline_from_placement, resting_classes
 from dse.sim.plot import plot_trajectories
+from dse.typed_data import Rule, check_number, fraction, non_negative, positive
 
 SRC = "dse simulate"
+MAX_STEPS = 1e6
+"""Fluid time steps one run may take (--horizon / --dt): a week at one step a second."""
+MAX_DES_REQUESTS = 2e6
+"""Requests the discrete-event reference may simulate one by one (peak rate x --horizon)."""
+SCENARIO_NUMBERS: dict[str, Rule | None] = {
+    "rate_scale": None,  # None: the sign rules sit in scenario_from_args
+    "burst_factor": None,
+    "burst_start": None,
+    "burst_s": None,
+    "amplitude": fraction,  # a swing above 1 would make the rate negative
+    "period": None,
+    "planner_period": None,
+    "planner_delay": None,
+    "switch_s": None,
+    "horizon": None,
+    "warmup": None,
+    "dt": None,
+}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -89,35 +111,64 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def _placement_doc(args: argparse.Namespace, catalog: Catalog) -> dict[str, Any]:
     if args.placement is not None:
         try:
-            doc = json.loads(args.placement.read_text())
+            doc = json.loads(args.placement.read_text(encoding="utf-8"))
         except OSError as exc:
             raise InputError(str(args.placement), "", f"cannot be read ({exc.strerror})") from None
+        except UnicodeDecodeError as exc:
+            raise InputError(str(args.placement), "", f"must be UTF-8 text ({exc.reason})") from None
         except json.JSONDecodeError as exc:
             raise InputError(
                 str(args.placement), "", f"is not JSON ({exc.msg} at line {exc.lineno})"
             ) from None
+        except RecursionError:
+            raise InputError(
+                str(args.placement), "", "must not nest arrays or objects hundreds deep"
+            ) from None
+        except ValueError as exc:  # Python's own limits: an int of 4300+ digits
+            raise InputError(str(args.placement), "", f"is not JSON ({str(exc).split(';')[0]})") from None
         if not isinstance(doc, dict):
             raise InputError(str(args.placement), "", "must hold a JSON object from `dse place --json`")
         return doc
     missing = [f for f in ("hardware", "rate", "ttft", "tpot") if getattr(args, f) is None]
     if missing:
         raise InputError(SRC, f"--{missing[0]}", "is required without --placement")
-    report = place(request_from_args(args, catalog), catalog=catalog, with_shadow_prices=False)
+    report = place(request_from_args(args, catalog, SRC), catalog=catalog, with_shadow_prices=False)
     if report.best is None:
         why = next((o.infeasibility for o in report.outcomes if o.infeasibility), None)
         raise NoFeasibleDesign(why.binding if why else "solver", why.detail if why else "no solution")
     return report_to_dict(report)
 
 
-def _pairs(text: str, flag: str) -> list[tuple[float, float]]:
+def _pairs(text: str, flag_name: str) -> list[tuple[float, float]]:
     out = []
     for part in filter(None, (s.strip() for s in text.split(","))):
         try:
             a, b = (float(v) for v in part.split(":"))
         except ValueError:
-            raise InputError(SRC, flag, "must be SHARE:MEAN pairs separated by commas", part) from None
-        out.append((a, b))
+            raise InputError(SRC, flag_name, "must be SHARE:MEAN pairs separated by commas", part) from None
+        out.append(
+            (
+                check_number(a, source=SRC, key=flag_name, check=positive),
+                check_number(b, source=SRC, key=flag_name, check=positive),
+            )
+        )
     return out
+
+
+def check_scenario_flags(args: argparse.Namespace) -> None:
+    """Every number of the scenario flags finite and plausible; the rules no other check has."""
+    for name, check in SCENARIO_NUMBERS.items():
+        check_number(getattr(args, name), source=SRC, key=flag_of(name), check=check)
+    if args.buffer != float("inf"):  # the default: an unbounded buffer
+        check_number(args.buffer, source=SRC, key="--buffer")
+    check_number(args.seed, source=SRC, key="--seed", check=non_negative)
+
+
+def _check_steps(args: argparse.Namespace) -> None:
+    if args.horizon / args.dt > MAX_STEPS:
+        raise InputError(
+            SRC, "--dt", f"must give at most {MAX_STEPS:g} steps over --horizon ({args.horizon:g} s)", args.dt
+        )
 
 
 def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float) -> Scenario:
@@ -128,6 +179,7 @@ def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float
         if args.trace is None:
             raise InputError(SRC, "--trace", "is required with --arrivals trace")
         trace_t, trace_r = _read_trace(args.trace)
+    check_scenario_flags(args)
     pairs = _pairs(args.lengths, "--lengths") or [(1.0, mean_output)]
     if abs(sum(a for a, _ in pairs) - 1.0) > 1e-6 or any(a <= 0 or b <= 0 for a, b in pairs):
         raise InputError(
@@ -143,7 +195,8 @@ def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float
             raise InputError(SRC, f"--{flag.replace('_', '-')}", "must not be negative", getattr(args, flag))
     if not 0 <= args.warmup < args.horizon:
         raise InputError(SRC, "--warmup", "must be at least 0 and below --horizon", args.warmup)
-    return Scenario(
+    _check_steps(args)
+    scenario = Scenario(
         arrivals=Arrivals(
             kind,
             rate * args.rate_scale,
@@ -165,6 +218,17 @@ def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float
         horizon_s=args.horizon,
         warmup_s=args.warmup,
     )
+    if args.des:
+        requests = scenario.arrivals.max_rate(args.horizon) * args.horizon
+        if requests > MAX_DES_REQUESTS:
+            raise InputError(
+                SRC,
+                "--des",
+                f"simulates request by request: at most {MAX_DES_REQUESTS:g} requests "
+                "(peak rate x --horizon); shorten --horizon",
+                round(requests),
+            )
+    return scenario
 
 
 def _read_trace(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -183,8 +247,13 @@ def _read_trace(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
         t, r = df["t_s"].cast(float).to_list(), df["rate_per_s"].cast(float).to_list()
     except pl.exceptions.PolarsError:
         raise InputError(str(path), "rate_per_s", "must hold numbers") from None
-    if any(b <= a for a, b in zip(t, t[1:], strict=False)) or any(v < 0 for v in r):
-        raise InputError(str(path), "t_s", "must increase, and rates must not be negative")
+    for col, values in (("t_s", t), ("rate_per_s", r)):
+        for v in values:
+            if v is None:
+                raise InputError(str(path), col, "must hold a number in every row")
+            check_number(v, source=str(path), key=col, check=non_negative)
+    if any(b <= a for a, b in zip(t, t[1:], strict=False)):
+        raise InputError(str(path), "t_s", "must increase from row to row")
     return tuple(t), tuple(r)
 
 
@@ -237,22 +306,46 @@ def plain_fields(s: Any) -> dict[str, Any]:
     return {k: getattr(s, k) for k in s.__dataclass_fields__}
 
 
+OUTPUT_FILES = ("trajectories.parquet", "trajectories.png", "summary.json")
+
+
 def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any]) -> None:
+    """The three files, all or none: written into a temporary folder beside ``out``, then moved
+    in (a new ``out`` is the renamed folder), so a failure leaves no half-written output."""
     text = json.dumps(summary, indent=2) + "\n"  # everything that can fail before the first write
     frame = trajectories_frame(report)
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / "trajectories.parquet") as tmp:
-        frame.write_parquet(tmp, compression="zstd")
     runs = {"fluid": report.fluid_trajectories}
     if report.reference_trajectories is not None:
         runs["des"] = report.reference_trajectories
-    plot_trajectories(
-        runs,
-        out / "trajectories.png",
-        resting_kv_gb=report.resting_kv_gb,
-        title=report.pipeline.label[0] if report.pipeline.label else "",
-    )
-    write_text(out / "summary.json", text)
+    try:
+        if out.exists() and not out.is_dir():
+            raise NotADirectoryError(20, "Not a directory")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a new `out` is an ordinary folder
+    except OSError as exc:
+        raise InputError(SRC, "--out", f"cannot be written ({exc.strerror})", str(out)) from None
+    try:
+        with atomic_path(tmp / "trajectories.parquet") as part:
+            frame.write_parquet(part, compression="zstd")
+        plot_trajectories(
+            runs,
+            tmp / "trajectories.png",
+            resting_kv_gb=report.resting_kv_gb,
+            title=report.pipeline.label[0] if report.pipeline.label else "",
+        )
+        write_text(tmp / "summary.json", text)
+        if not out.exists():
+            os.rename(tmp, out)
+        else:
+            for name in OUTPUT_FILES:
+                os.replace(tmp / name, out / name)
+    except OSError as exc:
+        raise InputError(SRC, "--out", f"cannot be written ({exc.strerror})", str(out)) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def render(report: SimulationReport, ttft: float, tpot: float) -> str:

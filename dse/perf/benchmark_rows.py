@@ -19,10 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from dse.catalog import Catalog
-from dse.errors import DseError, InputError
+from dse.errors import DseError, InputError, UnknownIdError
 from dse.perf.params import PerfParams
 from dse.perf.pool import build_pool
 from dse.perf.serving import Deployment, ServingResult, closed_loop
+from dse.typed_data import plausible
 from dse.units import Precision
 
 INPUT_COLUMNS = (
@@ -76,6 +77,9 @@ def _num(row: Mapping[str, str], key: str, source: str) -> float:
         raise InputError(source, key, "must be a number", raw) from None
     if not np.isfinite(value) or value < 0:
         raise InputError(source, key, "must be a finite number >= 0", raw)
+    broken = plausible(value)
+    if broken:
+        raise InputError(source, key, broken, raw)
     return value
 
 
@@ -117,8 +121,11 @@ def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str) -> PoolS
 
 
 def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> BenchRow:
-    hw = catalog.hardware(str(row.get("hardware", "")))
-    model = catalog.model(str(row.get("model", "")))
+    try:
+        hw = catalog.hardware(str(row.get("hardware", "")))
+        model = catalog.model(str(row.get("model", "")))
+    except UnknownIdError as exc:  # the row names the id: say so, not just "catalog"
+        raise UnknownIdError(exc.field, str(exc.value), exc.valid, source=source) from None
     fw = str(row.get("framework", "")).strip().lower()
     if fw not in FRAMEWORK_ENGINE:
         raise InputError(source, "framework",
@@ -133,8 +140,9 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
         raise InputError(source, "spec_method", f"model {model.id} has no MTP layers", spec)
     disagg = _flag(row, "disagg", source)
     isl, osl, conc = (_num(row, k, source) for k in ("isl", "osl", "conc"))
-    if min(isl, osl, conc) <= 0:
-        raise InputError(source, "isl/osl/conc", "must be > 0", (isl, osl, conc))
+    for key, value in (("isl", isl), ("osl", osl), ("conc", conc)):
+        if value <= 0:
+            raise InputError(source, key, "must be > 0", value)
     return BenchRow(
         hardware=hw.id, model=model.id, engine=FRAMEWORK_ENGINE[fw],
         weight_precision=Precision(prec_raw), mtp=spec == "mtp", disagg=disagg,

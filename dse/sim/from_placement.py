@@ -41,6 +41,54 @@ def _need(d: dict[str, Any], key: str, where: str, source: str = SOURCE) -> Any:
     return d[key]
 
 
+def _number(value: Any, key: str, source: str, *, positive: bool) -> float:
+    """A finite number (> 0 when ``positive``, else >= 0), or bad input naming ``key``."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(source, key, "must be a number", value) from None
+    if not np.isfinite(x) or x < 0 or (positive and x == 0):
+        raise InputError(
+            source, key, "must be a finite number > 0" if positive else "must be finite and >= 0", value
+        )
+    return x
+
+
+def _check_pool(p: Any, i: int, source: str) -> None:
+    """The numbers of ``best.pools[i]`` the pipeline divides by or multiplies with."""
+    where = f"best.pools[{i}]"
+    if not isinstance(p, dict) or not isinstance(p.get("unit"), dict):
+        raise InputError(source, where, "must be a pool with a unit (write it with `dse place --json`)")
+    unit = _need(p, "unit", f"{where}.", source)
+    par = _need(unit, "parallel", f"{where}.unit.", source)
+    _number(_need(p, "instances", f"{where}.", source), f"{where}.instances", source, positive=True)
+    for k in ("gpus", "attn_tp", "ep"):
+        _number(
+            _need(par, k, f"{where}.unit.parallel.", source),
+            f"{where}.unit.parallel.{k}",
+            source,
+            positive=True,
+        )
+    role = _need(unit, "role", f"{where}.unit.", source)
+    if role in ("decode", "mixed", "attention"):
+        _number(_need(p, "output_tokens_per_s", f"{where}.", source), f"{where}.output_tokens_per_s", source,
+                positive=True)  # fmt: skip
+    for k in (
+        "prefill_busy_s",
+        "fresh_busy_s",
+        "midfill_busy_s",
+        "reload_s",
+        "requests_per_s",
+        "returning_per_s",
+    ):
+        if p.get(k) is not None and not (isinstance(p[k], float) and np.isnan(p[k])):
+            _number(p[k], f"{where}.{k}", source, positive=False)
+    if unit.get("prefill_share") is not None:
+        share = _number(unit["prefill_share"], f"{where}.unit.prefill_share", source, positive=False)
+        if share > 1:
+            raise InputError(source, f"{where}.unit.prefill_share", "must be between 0 and 1", share)
+
+
 def resting_classes(doc: dict[str, Any]) -> tuple[RestingClass, ...]:
     """The tier plan of the best design in ``doc`` as resting-KV classes."""
     best = doc.get("best") or {}
@@ -101,6 +149,7 @@ def _build(
     fresh_w = mid_w = reload_w = fresh_n = mid_n = 0.0
     decoders: list[tuple[dict[str, Any], float]] = []
     for i, p in enumerate(pools):
+        _check_pool(p, i, source)
         unit = p["unit"]
         role, x = unit["role"], float(p["instances"])
         phi = float(unit.get("prefill_share") or 0.0)

@@ -32,6 +32,8 @@ def write_table(df: pl.DataFrame, out: Path, table: str, study: str, spec: dict[
         "dse.table": table,
         "dse.study_spec": json.dumps(spec),
     }
+    for stale in folder.glob(f".{path.name}.*.tmp"):  # left by an export killed mid-write
+        stale.unlink(missing_ok=True)
     with atomic_path(path) as tmp:
         body.write_parquet(tmp, compression="zstd", metadata=meta)
     return path

@@ -20,6 +20,7 @@ from typing import Any, Literal, cast
 
 import optuna
 import sqlalchemy
+from optuna.storages._heartbeat import is_heartbeat_enabled
 
 from dse import __version__
 from dse.atomic import write_text
@@ -37,7 +38,7 @@ from dse.study.faults import (
 )
 from dse.study.metrics import METRICS
 from dse.study.samplers import make_sampler
-from dse.study.spec import StudySpec
+from dse.study.spec import StudySpec, seed_rule
 from dse.study.sweep import choice_of, evaluate_point, suggest_point
 from dse.study.trial import TrialRecord, evaluate, objective_values, params_of, suggest
 from dse.study.variants import study_catalog
@@ -111,7 +112,10 @@ def _storage(url: str, stale_after_s: float | None = None) -> optuna.storages.Ba
         return _open_rdb(_driver_url(url), kwargs)
     except Exception as exc:  # noqa: BLE001 - the driver's own error types differ per database
         raise InputError(
-            "--storage", "url", f"cannot be opened ({type(exc).__name__}: {exc})", _redact(url)
+            "--storage",
+            "url",
+            f"cannot be opened ({type(exc).__name__}: {_scrub(str(exc), url)})",
+            _redact(url),
         ) from None
 
 
@@ -140,6 +144,19 @@ def _redact(url: str) -> str:
         scheme, cred = "", head
     user = cred.split(":", 1)[0]
     return f"{scheme}{sep}{user}:***@{host}" if ":" in cred else url
+
+
+def _scrub(text: str, url: str) -> str:
+    """``text`` (a driver's error) without any piece of the URL's password: a driver that parses
+    an unescaped '@' in a password quotes the rest of it as the host."""
+    if "@" not in url or "//" not in url:
+        return text
+    cred = url.split("//", 1)[1].rsplit("@", 1)[0]
+    secret = cred.split(":", 1)[1] if ":" in cred else ""
+    for piece in sorted({secret, *secret.split("@")}, key=len, reverse=True):
+        if len(piece) >= 2:
+            text = text.replace(piece, "***")
+    return text
 
 
 def _driver_url(url: str) -> str:
@@ -198,6 +215,21 @@ def _fail_stale(study: optuna.Study) -> int:
     return n
 
 
+def _fail_dead(study: optuna.Study) -> int:
+    """Shared storage: mark failed the running trials whose heartbeats stopped (their worker
+    died); the budget counts complete trials, so someone runs another. The number failed here."""
+    storage = cast(Any, study._storage)
+    if not is_heartbeat_enabled(storage):
+        return 0
+    n = 0
+    for trial_id in storage._get_stale_trial_ids(study._study_id):
+        try:
+            n += bool(storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL))
+        except optuna.exceptions.UpdateFinishedTrialError:  # another worker got there first
+            pass
+    return n
+
+
 def _memory_copy(study: optuna.Study, spec: StudySpec, seed: int, budget: int, stream: int) -> optuna.Study:
     """An in-memory study with the stored one's finished trials and a fresh seeded sampler."""
     mem = optuna.create_study(directions=study.directions, sampler=make_sampler(spec, seed, budget, stream))
@@ -245,8 +277,11 @@ def run(
     budget = spec.budget(trials)
     if budget < 1:
         raise InputError("--trials", "", "must be at least 1", budget)
-    if out.exists() and not out.is_dir():
-        raise InputError("--out", "", "must be a folder, not a file", str(out))
+    blocked = next((d for d in (out, *out.parents) if d.exists() and not d.is_dir()), None)
+    if blocked is not None:
+        raise InputError("--out", "", f"must be a folder ({blocked} is a file)", str(out))
+    if seed is not None and seed_rule(seed):
+        raise InputError("--seed", "", str(seed_rule(seed)), seed)
     base = spec.seed if seed is None else seed
     if shared and trial_wall_s is not None:
         trial_wall_s = min(trial_wall_s, stale_after_s / 2)  # a live trial must never look stale
@@ -263,7 +298,9 @@ def run(
     if storage.startswith("sqlite:///") or not shared:
         folder.mkdir(parents=True, exist_ok=True)
         write_text(folder / "spec.json", json.dumps(plain(spec), indent=2) + "\n")  # the resolved spec
-    stale = 0 if shared else _fail_stale(study)
+    # a trial some dead process left running: alone on a storage, any; shared, one whose
+    # heartbeats stopped (checked again before every trial)
+    stale = _fail_dead(study) if shared else _fail_stale(study)
     before = _complete(study)
     solver = PlacementSolver(TRIAL_SOLVE)
     defs = [(o.name, o.direction, o.fn) for o in objectives]
@@ -286,7 +323,7 @@ def run(
         while done < budget:
             try:
                 if shared:
-                    stale += len(optuna.storages.fail_stale_trials(study) or ())
+                    stale += _fail_dead(study)
                 trial = asker.ask()
                 if shared:
                     cast(Any, study._storage).record_heartbeat(trial._trial_id)

@@ -65,6 +65,21 @@ def _positive_list(value: tuple[float, ...]) -> str | None:
     return None
 
 
+MAX_SEED = 2**32 - 1  # numpy's seeds
+
+
+def seed_rule(value: int) -> str | None:
+    return None if 0 <= value <= MAX_SEED else f"must be between 0 and {MAX_SEED}"
+
+
+def folder_name(value: str) -> str | None:
+    """A study's name names its run folder: one plain folder name, nothing that leaves ``--out``."""
+    bad = value in ("", ".", "..") or value != value.strip() or any(c in value for c in "/\\\0")
+    if bad:
+        return "must be a plain folder name (no path separators, not '.' or '..')"
+    return None
+
+
 def _optional_positives(value: tuple[float, ...]) -> str | None:
     return _positive_list(value) if value else None
 
@@ -248,7 +263,7 @@ class Sweep:
 
 @dataclass(frozen=True)
 class StudySpec:
-    name: str = field(metadata=rule(non_empty))
+    name: str = field(metadata=rule(folder_name))
     model: str = field(metadata=rule(non_empty))
     hardware: tuple[str, ...] = field(metadata=rule(non_empty))
     workload: Workload
@@ -259,7 +274,7 @@ class StudySpec:
     precision: str = "fp8"
     mtp: bool = False
     trials: int = field(default=100, metadata=rule(positive))
-    seed: int = 0
+    seed: int = field(default=0, metadata=rule(seed_rule))
     search: Search = Search()
     objectives: Objectives = Objectives()
     limits: StudyLimits = StudyLimits()
