@@ -213,6 +213,9 @@ def decode_tpot(pool: Pool, p: PerfParams, *, batch: Array, context: Array, spee
     return cost.total_s * draft / accept_tokens
 
 
+BATCH_TOLERANCE = 1e-3  # sequences: how close decode_capacity_at_tpot bisects the batch
+
+
 def decode_capacity_at_tpot(pool: Pool, p: PerfParams, *, context: Array, tpot_s: Array,
                             speed: Array, draft_tokens: Array, accept_tokens: Array,
                             iterations: int = 40, max_batch: Array | float = np.inf) -> tuple[Array, Array]:
@@ -228,6 +231,9 @@ def decode_capacity_at_tpot(pool: Pool, p: PerfParams, *, context: Array, tpot_s
     lo = np.full_like(cap, 0.0)
     hi = np.maximum(cap, 0.0)
     ok_hi = tpot(np.maximum(hi, 1e-9)) <= tpot_s
+    # bisect to a thousandth of a sequence, no further: each step is a full step-time evaluation
+    widest = float(np.max(hi[np.isfinite(hi)], initial=1.0))
+    iterations = min(iterations, int(np.ceil(np.log2(max(widest, 1.0) / BATCH_TOLERANCE))) + 1)
     for _ in range(iterations):
         mid = 0.5 * (lo + hi)
         ok = tpot(np.maximum(mid, 1e-9)) <= tpot_s

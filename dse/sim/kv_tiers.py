@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from dse.sim.scenario import Array as Arrays
 from dse.sim.scenario import Arrivals
@@ -32,16 +33,22 @@ def resting_kv_gb(classes: tuple[RestingClass, ...], arrivals: Arrivals, t: Arra
     out = {tier: np.zeros_like(t) for tier in TIER_NAMES}
     if not len(t):
         return out
-    rate = arrivals.rate(t)
+    rate = np.asarray(arrivals.rate(t), dtype=float)
     dt = np.diff(t, prepend=t[0])
     for c in classes:
-        stock = 0.0
-        series = np.empty_like(t)
-        for i in range(len(t)):
-            # exact for a rate held over the step: relax toward Little's level
-            level = rate[i] * c.share_of_arrivals * c.dwell_s * c.gb
-            stock = level + (stock - level) * np.exp(-dt[i] / c.dwell_s)
-            series[i] = stock
+        series = _relax(rate * (c.share_of_arrivals * c.dwell_s * c.gb), dt, float(c.dwell_s))
         for tier in TIER_NAMES:
             out[tier] += series * c.tiers.get(tier, 0.0)
+    return out
+
+
+@njit(cache=True)
+def _relax(level: Arrays, dt: Arrays, tau: float) -> Arrays:  # pragma: no cover - compiled
+    """The stock that relaxes toward ``level`` with time constant ``tau``, starting empty: exact
+    for a level held over each step (Little's law reached after a few dwell times)."""
+    out = np.empty_like(level)
+    stock = 0.0
+    for i in range(level.size):
+        stock = level[i] + (stock - level[i]) * np.exp(-dt[i] / tau)
+        out[i] = stock
     return out
