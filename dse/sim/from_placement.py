@@ -133,9 +133,9 @@ def _build(
     if not best:
         raise InputError(source, "best", "holds no feasible design to simulate")
     workload = build(
-        Workload, _need(req, "workload", "request.", source), source=source, prefix="request.workload"
+        Workload, _need(req, "workload", "request.", source), source=source, prefix="request.workload."
     )
-    slo = build(Slo, _need(req, "slo", "request.", source), source=source, prefix="request.slo")
+    slo = build(Slo, _need(req, "slo", "request.", source), source=source, prefix="request.slo.")
     model = catalog.model(_need(req, "model", "request.", source))
     engine = params.engine(req.get("engine", "trt"))
     wp = Precision(req.get("weight_precision", "fp8"))

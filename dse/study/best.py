@@ -13,12 +13,12 @@ from dse.perf.pool import build_pool
 from dse.perf.stages import forward_cost
 from dse.placement.candidates import build_candidates
 from dse.placement.explain import shadow_prices
+from dse.placement.request import PlacementRequest
 from dse.placement.shapes import parse_shape
 from dse.study.api import StudyResults
 from dse.study.replay import replay
 from dse.study.report import BestDesign
 from dse.study.runner import TRIAL_SOLVE
-from dse.units import Precision
 from formulations.solve import PlacementSolver
 
 
@@ -61,21 +61,21 @@ def best_design(res: StudyResults) -> BestDesign | None:
             for p in prices
         ],
         sim=sim,
-        stage_ms=_stage_ms(res, rec.pools, catalog, params, req.options.prefill_chunk_tokens),
+        stage_ms=_stage_ms(req, rec.pools, catalog, params),
     )
 
 
 def _stage_ms(
-    res: StudyResults, pools: list[dict[str, Any]], catalog: Any, params: Any, chunk_tokens: int
+    req: PlacementRequest, pools: list[dict[str, Any]], catalog: Any, params: Any
 ) -> dict[str, dict[str, float]]:
     """One step of each pool at its operating point: decode pools at their batch, prefill pools
     on one full chunk, split into GEMMs, attention, communication and fixed overhead. Attention
     and FFN pools run their half of the model; an aggregated pool's step is shown without the
-    prefill chunks interleaved with it."""
-    spec = res.spec
-    model = catalog.model(spec.model)
-    engine = params.engine(spec.engine)
-    w = spec.workload
+    prefill chunks interleaved with it. The model and traffic are the request's (a grid point's)."""
+    model = catalog.model(req.model)
+    engine = params.engine(req.engine)
+    w = req.workload
+    chunk_tokens = req.options.prefill_chunk_tokens
     out: dict[str, dict[str, float]] = {}
     for p in pools:
         par = parse_shape(p["shape"])
@@ -85,7 +85,7 @@ def _stage_ms(
             gpus=[par.gpus],
             attn_tp=[par.attn_tp],
             ep=[par.ep],
-            weight_precision=[Precision(spec.precision)],
+            weight_precision=[req.weight_precision],
             kv_precision=[engine.kv_precision],
         )
         if p["role"] == "prefill":

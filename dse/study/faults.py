@@ -3,8 +3,9 @@ goes away for a while, a Ctrl-C.
 
 * :func:`wall_clock` bounds one trial's wall time (SIGALRM in the main thread): a trial over its
   cap is recorded as infeasible with the reason, so one bad trial cannot stall a study.
-* :data:`STORAGE_ERRORS` are the database errors a worker on a shared storage waits out (a
-  server restart): it retries for :data:`STORAGE_RETRY_S` before giving up with one line.
+* :func:`storage_unreachable` sorts the database errors a worker on a shared storage waits out (a
+  server restart) from the rest: it retries for :data:`STORAGE_RETRY_S` before giving up with one
+  line; :func:`heartbeat` keeps a running trial's heartbeats coming.
 * :class:`StudyInterrupted` is what Ctrl-C becomes: where the run stopped and how to resume.
 """
 
@@ -23,12 +24,39 @@ from dse.errors import DseError
 
 TRIAL_WALL_S = 60.0  # default cap on one trial's wall time
 STORAGE_RETRY_S = 120.0  # how long a worker waits for an unreachable shared storage
-STORAGE_ERRORS = (
-    sqlalchemy.exc.OperationalError,
-    sqlalchemy.exc.InterfaceError,
-    sqlalchemy.exc.DBAPIError,
-    optuna.exceptions.StorageInternalError,  # Optuna's wrapper of a failed commit
-)
+STORAGE_ERRORS = (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError)  # caught, then sorted
+
+
+def storage_unreachable(exc: BaseException) -> bool:
+    """Whether a storage error means the database is away (worth waiting for), not a bug."""
+    if isinstance(exc, optuna.exceptions.StorageInternalError):  # Optuna's wrapper of a failed commit
+        return exc.__cause__ is not None and storage_unreachable(exc.__cause__)
+    if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
+        return True
+    if isinstance(exc, sqlalchemy.exc.PendingRollbackError):  # a session whose connection dropped
+        return True
+    return isinstance(exc, sqlalchemy.exc.DBAPIError) and bool(exc.connection_invalidated)
+
+
+@contextlib.contextmanager
+def heartbeat(storage: Any, trial_id: int, every_s: float) -> Iterator[None]:
+    """Record the trial's heartbeat every ``every_s`` while the block runs (a thread), so a long
+    trial never looks like one whose worker died; a beat lost to an unreachable storage is skipped."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            with contextlib.suppress(*STORAGE_ERRORS):
+                storage.record_heartbeat(trial_id)
+
+    storage.record_heartbeat(trial_id)  # at once: a trial without any beat is never seen as stale
+    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 class TrialTimeout(Exception):

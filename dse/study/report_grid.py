@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from dse.study.markdown import fmt, md_table
+from dse.study.metrics import METRICS
 from dse.study.report_figures import Figure, _draw, _pyplot
 from dse.study.results import METRIC_COLUMNS
 from dse.study.spec import StudySpec
@@ -122,6 +123,11 @@ def effects_section(spec: StudySpec, trials: pl.DataFrame) -> str:
     return f"{head}\n\n{intro}\n\n{table}"
 
 
+def _sign(spec: StudySpec) -> float:
+    """+1 when the first objective is minimised, -1 when maximised: sign * change < 0 is better."""
+    return -1.0 if METRICS[spec.objectives.names[0]].direction == "maximize" else 1.0
+
+
 def objective_column(spec: StudySpec) -> str:
     """The trials column of the study's first objective (a recorded metric)."""
     return METRIC_COLUMNS.get(spec.objectives.names[0], "usd_per_million_tokens")
@@ -183,11 +189,13 @@ def whatif_section(spec: StudySpec, trials: pl.DataFrame) -> str:
         part = wf.filter(pl.col("variant") == v.id)
         if part.is_empty():
             continue
-        ch = part["change_pct"].to_numpy()
+        raw = part["change_pct"].to_numpy()
+        ch = _sign(spec) * raw  # < 0: better, whatever the direction
         lines.append(
             f"- **{v.id}** (bandwidth x{v.hbm_bandwidth_scale:g}, capacity x{v.hbm_capacity_scale:g}): "
-            f"better at {int((ch < -0.05).sum())} of {ch.size} points; median change {np.median(ch):+.1f}%, "
-            f"range {ch.min():+.1f}% to {ch.max():+.1f}%"
+            f"better at {int((ch < -0.05).sum())} of {ch.size} points; median change "
+            f"{np.median(raw):+.1f}%, "
+            f"range {raw.min():+.1f}% to {raw.max():+.1f}%"
         )
     lines += _head_to_head(spec, wf, others)
     rows = []
@@ -241,7 +249,7 @@ def _head_to_head(spec: StudySpec, wf: pl.DataFrame, others: list[str]) -> list[
         j = a.join(b, on=keys, how="inner") if keys else a.join(b, how="cross")
         if j.is_empty():
             continue
-        d = (j["bw"] - j["cap"]).to_numpy()
+        d = _sign(spec) * (j["bw"] - j["cap"]).to_numpy()  # < 0: bandwidth does better
         out.append(
             f"- **{base}: bandwidth against capacity.** {bw[0].id} improves more than {cap[0].id} at "
             f"{int((d < -0.05).sum())} of {d.size} points, less at {int((d > 0.05).sum())}, the same "
@@ -279,12 +287,7 @@ def stage_memory_section(spec: StudySpec, trials: pl.DataFrame, placements: pl.D
     for _, g in sm.group_by(["trial"], maintain_order=True):
         first = g.row(0, named=True)
         by = {r["role"]: r for r in g.iter_rows(named=True)}
-        cells = [
-            f"{fmt(by[r]['hbm_gb_per_gpu'], '.0f')} ({fmt(by[r]['working_gb_per_gpu'], '.0f')})"
-            if r in by
-            else "-"
-            for r in roles
-        ]
+        cells = [_both(by[r]) if r in by else "-" for r in roles]
         rows.append([fmt(first.get(x)) for x in xs] + cells)
     total, working = sm["hbm_gb_per_gpu"].to_numpy(), sm["working_gb_per_gpu"].to_numpy()
     lo = CLAIM_GB[0]
@@ -313,8 +316,8 @@ def grid_figures(folder: Path, spec: StudySpec, trials: pl.DataFrame) -> list[Fi
 def _grid_png(path: Path, spec: StudySpec, trials: pl.DataFrame) -> Figure:
     """The first objective across the first axis, one line per combination of the others."""
     axes = axes_of(spec)
-    y = "usd_per_million_tokens" if not spec.objectives.names else spec.objectives.names[0]
-    col = {"tpot_s": "tpot_mean_s", "ttft_s": "ttft_mean_s"}.get(y, y)
+    y = spec.objectives.names[0]
+    col = objective_column(spec)
     ok = trials.filter(pl.col("feasible")) if not trials.is_empty() else trials
     skipped = "" if not ok.is_empty() and col in ok.columns and axes else "no feasible points"
 

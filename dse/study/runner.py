@@ -8,6 +8,7 @@ runs. Workers sharing a storage stop when the study as a whole reaches its budge
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -15,12 +16,15 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import optuna
 import sqlalchemy
+import sqlalchemy.orm
 from optuna.storages._heartbeat import is_heartbeat_enabled
+from optuna.storages._rdb import models as rdb_models
 
 from dse import __version__
 from dse.atomic import write_text
@@ -34,12 +38,14 @@ from dse.study.faults import (
     TRIAL_WALL_S,
     StudyInterrupted,
     TrialTimeout,
+    heartbeat,
+    storage_unreachable,
     wall_clock,
 )
 from dse.study.metrics import METRICS
 from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec, seed_rule
-from dse.study.sweep import choice_of, evaluate_point, suggest_point
+from dse.study.sweep import PREFIX, choice_of, evaluate_point, point_of, suggest_point
 from dse.study.trial import TrialRecord, evaluate, objective_values, params_of, suggest
 from dse.study.variants import study_catalog
 from formulations.solve import PlacementSolver, SolveOptions
@@ -216,18 +222,44 @@ def _fail_stale(study: optuna.Study) -> int:
 
 
 def _fail_dead(study: optuna.Study) -> int:
-    """Shared storage: mark failed the running trials whose heartbeats stopped (their worker
-    died); the budget counts complete trials, so someone runs another. The number failed here."""
+    """Shared storage: mark failed the running trials whose worker died (their heartbeats stopped,
+    or, for a trial whose worker died before its first beat, it started longer ago than the grace
+    period); the budget counts complete trials, so someone runs another. The number failed here."""
     storage = cast(Any, study._storage)
     if not is_heartbeat_enabled(storage):
         return 0
     n = 0
-    for trial_id in storage._get_stale_trial_ids(study._study_id):
+    for trial_id in _dead_trial_ids(getattr(storage, "_backend", storage), study._study_id):
         try:
             n += bool(storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL))
         except optuna.exceptions.UpdateFinishedTrialError:  # another worker got there first
             pass
     return n
+
+
+def _dead_trial_ids(storage: Any, study_id: int) -> list[int]:
+    """Optuna's stale trials, plus running trials that never beat and started before the grace
+    (``storage``: the RDB storage itself, under Optuna's cache)."""
+    grace = timedelta(seconds=storage.grace_period or 2 * storage.heartbeat_interval)
+    with storage.scoped_session() as session:
+        now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)
+        running = (
+            session.query(rdb_models.TrialModel)
+            .options(sqlalchemy.orm.selectinload(rdb_models.TrialModel.heartbeats))
+            .filter(rdb_models.TrialModel.state == optuna.trial.TrialState.RUNNING)
+            .filter(rdb_models.TrialModel.study_id == study_id)
+            .all()
+        )
+        return [
+            t.trial_id
+            for t in running
+            if (t.heartbeats and now - t.heartbeats[0].heartbeat > grace)
+            or (
+                not t.heartbeats
+                and t.datetime_start is not None
+                and datetime.now() - t.datetime_start > grace
+            )
+        ]
 
 
 def _memory_copy(study: optuna.Study, spec: StudySpec, seed: int, budget: int, stream: int) -> optuna.Study:
@@ -277,14 +309,14 @@ def run(
     budget = spec.budget(trials)
     if budget < 1:
         raise InputError("--trials", "", "must be at least 1", budget)
+    if spec.is_grid and budget > spec.sweep.size():
+        raise InputError("--trials", "", f"must be at most the grid's {spec.sweep.size()} points", budget)
     blocked = next((d for d in (out, *out.parents) if d.exists() and not d.is_dir()), None)
     if blocked is not None:
         raise InputError("--out", "", f"must be a folder ({blocked} is a file)", str(out))
     if seed is not None and seed_rule(seed):
         raise InputError("--seed", "", str(seed_rule(seed)), seed)
     base = spec.seed if seed is None else seed
-    if shared and trial_wall_s is not None:
-        trial_wall_s = min(trial_wall_s, stale_after_s / 2)  # a live trial must never look stale
     # workers sharing a storage each need their own random stream, or they would propose alike
     study = open_study(
         spec,
@@ -313,33 +345,44 @@ def run(
     # ask it directly so they see each other's trials
     # a resumed run reseeds with the number of trials already done, so it does not repeat them
     asker = study if shared else _memory_copy(study, spec, base, budget, 1_000_003 * before)
-    evaluate_one = (
-        _grid_trial(spec, catalog, params, solver)
-        if spec.is_grid
-        else _search_trial(spec, catalog, params, solver)
-    )
+    evaluate_one = _trial_fn(spec, catalog, params, solver)
     unreachable_since: float | None = None
+    # heartbeats outside Study.optimize are ours (faults.heartbeat); Optuna warns at every ask
+    warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used", UserWarning)
     try:
         while done < budget:
             try:
                 if shared:
                     stale += _fail_dead(study)
                 trial = asker.ask()
-                if shared:
-                    cast(Any, study._storage).record_heartbeat(trial._trial_id)
-                record, extra = _bounded(evaluate_one, trial, trial_wall_s)
-                # samplers see the worst violation (<= 0: feasible); each constraint is in the record
-                trial.set_constraint("violation", max(record.constraints.values()))
-                trial.set_user_attr("record", {**record.attrs(), **extra})  # one write
-                asker.tell(trial, objective_values(record, defs))
+                beats = (
+                    heartbeat(study._storage, trial._trial_id, max(1.0, stale_after_s / 4))
+                    if shared
+                    else contextlib.nullcontext()
+                )
+                with beats:
+                    record, extra, timed_out = _bounded(evaluate_one, trial, trial_wall_s)
+                if timed_out:  # the solver may hold a half-updated model: start clean
+                    solver = PlacementSolver(TRIAL_SOLVE)
+                    evaluate_one = _trial_fn(spec, catalog, params, solver)
+                try:
+                    # samplers see the worst violation (<= 0: feasible); each constraint is in the record
+                    trial.set_constraint("violation", max(record.constraints.values()))
+                    trial.set_user_attr("record", {**record.attrs(), **extra})  # one write
+                    asker.tell(trial, objective_values(record, defs))
+                except optuna.exceptions.UpdateFinishedTrialError:  # failed meanwhile as stale
+                    sys.stderr.write(f"dse: trial {trial.number} was failed by another worker; dropped\n")
+                    continue
                 if asker is not study:
                     study.add_trial(asker.get_trials(deepcopy=False)[-1])  # .trials would deep-copy them all
                 done = _complete(study) if shared else done + 1
                 unreachable_since = None
             except STORAGE_ERRORS as exc:
-                if not shared:
+                if not shared or not storage_unreachable(exc):
                     raise
                 unreachable_since = _wait_for_storage(exc, storage, unreachable_since)
+                with contextlib.suppress(Exception):  # a session a dropped connection broke
+                    cast(Any, getattr(study._storage, "_backend", study._storage)).scoped_session.remove()
                 continue
             ran += 1
             if bar is not None:
@@ -354,14 +397,19 @@ def run(
 
 def _bounded(
     evaluate_one: TrialFn, trial: optuna.Trial, wall_s: float | None
-) -> tuple[TrialRecord, dict[str, Any]]:
-    """The trial's record, or an infeasible record naming the cap when it ran over it."""
+) -> tuple[TrialRecord, dict[str, Any], bool]:
+    """The trial's record, or an infeasible record naming the cap when it ran over it (and True)."""
     try:
         with wall_clock(wall_s):
-            return evaluate_one(trial)
+            return (*evaluate_one(trial), False)
     except TrialTimeout:
         why = f"wall clock: the trial ran over its {wall_s:g} s cap"
-        return TrialRecord({}, {"wall_clock": 1.0}, why, [], []), {"params": dict(trial.params)}
+        extra: dict[str, Any] = (
+            {"point": point_of(trial.params)}
+            if any(k.startswith(PREFIX) for k in trial.params)
+            else {"params": dict(trial.params)}
+        )
+        return TrialRecord({}, {"wall_clock": 1.0}, why, [], []), extra, True
 
 
 def _wait_for_storage(exc: Exception, storage: str, since: float | None) -> float:
@@ -379,6 +427,10 @@ def _wait_for_storage(exc: Exception, storage: str, since: float | None) -> floa
 
 
 TrialFn = Callable[[optuna.Trial], tuple[TrialRecord, dict[str, Any]]]
+
+
+def _trial_fn(spec: StudySpec, catalog: Catalog, params: PerfParams, solver: PlacementSolver) -> TrialFn:
+    return (_grid_trial if spec.is_grid else _search_trial)(spec, catalog, params, solver)
 
 
 def _search_trial(spec: StudySpec, catalog: Catalog, params: PerfParams, solver: PlacementSolver) -> TrialFn:

@@ -41,7 +41,8 @@ def make_sampler(
     kind = spec.search.sampler
     if kind == "random":
         return TrialSeededRandomSampler(seed)
+    own = (seed + stream) % 2**32  # numpy's seeds are 32-bit
     if kind == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed + stream, population_size=spec.search.population)
+        return optuna.samplers.NSGAIISampler(seed=own, population_size=spec.search.population)
     startup = min(20, max(5, (budget or spec.trials) // 5))
-    return optuna.samplers.TPESampler(seed=seed + stream, n_startup_trials=startup, multivariate=True)
+    return optuna.samplers.TPESampler(seed=own, n_startup_trials=startup, multivariate=True)

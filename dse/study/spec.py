@@ -37,7 +37,7 @@ from dse.placement.request import KV_POLICIES, PRICE_TIERS, Topology
 from dse.placement.shapes import parse_shape
 from dse.study.metrics import METRICS
 from dse.typed_data import build, non_empty, positive, read_toml, rule
-from dse.workload import Slo, Workload
+from dse.workload import Slo, Workload, at_least_min_rate
 
 STUDIES_DIR = Path(__file__).resolve().parents[2] / "studies"
 
@@ -82,6 +82,10 @@ def folder_name(value: str) -> str | None:
 
 def _optional_positives(value: tuple[float, ...]) -> str | None:
     return _positive_list(value) if value else None
+
+
+def _rates(value: tuple[float, ...]) -> str | None:
+    return next((at_least_min_rate(v) for v in value if at_least_min_rate(v)), None)
 
 
 def _non_negatives(value: tuple[float, ...]) -> str | None:
@@ -218,7 +222,7 @@ class Sweep:
 
     model: tuple[str, ...] = ()
     hardware: tuple[str, ...] = ()
-    requests_per_s: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
+    requests_per_s: tuple[float, ...] = field(default=(), metadata=rule(_rates))
     input_tokens: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
     output_tokens: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
     cached_prefix_tokens: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))

@@ -38,11 +38,33 @@ PLANNER_DELAY_S = 30.0  # age of the planner's measurements unless swept (at mos
 
 
 class GridSampler(optuna.samplers.GridSampler):
-    """Optuna's grid sampler without its ``study.stop()`` once the grid is done: the runner asks
-    and tells itself, and stops at its budget (one trial per point)."""
+    """Optuna's grid sampler, choosing each trial's point by what the storage holds: a point is
+    taken when a complete or running trial has its values, so a failed trial's point is run again,
+    a resumed run (whatever its numbering or seed) runs only the missing points, and workers pick
+    at random among the free ones. No ``study.stop()`` once the grid is done: the runner asks and
+    tells itself and stops at its budget (one trial per point)."""
+
+    def before_trial(self, study: Any, trial: Any) -> None:
+        if "grid_id" in trial.system_attrs or "fixed_params" in trial.system_attrs:
+            return
+        live = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+        taken = {
+            tuple(_key(t.params[k]) for k in self._param_names)
+            for t in study._storage.get_all_trials(study._study_id, deepcopy=False, states=live)
+            if t._trial_id != trial._trial_id and all(k in t.params for k in self._param_names)
+        }
+        free = [i for i, g in enumerate(self._all_grids) if tuple(_key(v) for v in g) not in taken]
+        grid_id = int(self._rng.rng.choice(free)) if free else 0  # 0: the budget ran past the grid
+        study._storage.set_trial_system_attr(trial._trial_id, "search_space", self._search_space)
+        study._storage.set_trial_system_attr(trial._trial_id, "grid_id", grid_id)
 
     def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
         return None
+
+
+def _key(value: Any) -> Any:
+    """A grid value as stored and as listed compare equal (2000 and 2000.0)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
 def grid_space(spec: StudySpec) -> dict[str, list[Any]]:
