@@ -157,8 +157,8 @@ def ours(system: str, path: str) -> None:
             tpot = min(p.unit.tpot_s for p in b.pools if p.unit.tpot_s == p.unit.tpot_s)
             per_gpu, per_user = b.requests_per_s * OSL / gpus, 1.0 / tpot
             pts.append((per_user, per_gpu))
-            units[key] = b.candidates
             if tpot_ms == TPOT_MS:
+                units[key] = b.candidates
                 best[key] = {
                     "tokens_per_s_per_gpu": per_gpu,
                     "tokens_per_s_per_user": per_user,
