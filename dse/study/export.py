@@ -8,7 +8,9 @@ kv_tiers and sim_timeseries (the ``study`` column lives in the folder name, as h
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from dse.atomic import atomic_path
 from dse.study.results import SCHEMA_VERSION
 
 TABLES = ("trials", "pareto", "placements", "kv_tiers", "sim_timeseries")
+STALE_TMP_S = 600.0  # a temporary file this old belongs to no running export
 
 
 def write_table(df: pl.DataFrame, out: Path, table: str, study: str, spec: dict[str, Any]) -> Path:
@@ -33,7 +36,9 @@ def write_table(df: pl.DataFrame, out: Path, table: str, study: str, spec: dict[
         "dse.study_spec": json.dumps(spec),
     }
     for stale in folder.glob(f".{path.name}.*.tmp"):  # left by an export killed mid-write
-        stale.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # (a fresh one may be a concurrent export's: leave it)
+            if time.time() - stale.stat().st_mtime > STALE_TMP_S:
+                stale.unlink()
     with atomic_path(path) as tmp:
         body.write_parquet(tmp, compression="zstd", metadata=meta)
     return path
