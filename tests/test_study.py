@@ -245,7 +245,8 @@ def test_a_resumed_run_does_not_replay_the_first_proposals(tmp_path: Path) -> No
 
 
 def test_storage_urls_hide_passwords_and_pick_the_shipped_driver() -> None:
-    from dse.study.runner import _driver_url, _redact
+    from dse.study.storage import driver_url as _driver_url
+    from dse.study.storage import redact as _redact
 
     assert _redact("postgresql://bob:s3cret@db:5432/dse") == "postgresql://bob:***@db:5432/dse"
     assert _redact("postgresql//bob:s3cret@db/dse") == "postgresql//bob:***@db/dse"

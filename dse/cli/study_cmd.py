@@ -13,8 +13,8 @@ from dse.errors import InputError
 from dse.placement.serialize import plain
 from dse.study import Study, StudyResults
 from dse.study.faults import StudyInterrupted
-from dse.study.runner import STALE_AFTER_S, _redact
 from dse.study.spec import StudySpec, load_study, study_files, study_path
+from dse.study.storage import STALE_AFTER_S, redact
 from dse.study.variants import study_catalog
 
 
@@ -117,7 +117,7 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
         try:
             _write_all(res, args.out)
         except KeyboardInterrupt:
-            where = _redact(args.storage) if args.storage else str(args.out / res.spec.name / "study.db")
+            where = redact(args.storage) if args.storage else str(args.out / res.spec.name / "study.db")
             n = res.trials.height
             raise StudyInterrupted(n, n, where, "exports and report") from None
     return 0

@@ -16,15 +16,10 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import optuna
-import sqlalchemy
-import sqlalchemy.orm
-from optuna.storages._heartbeat import is_heartbeat_enabled
-from optuna.storages._rdb import models as rdb_models
 
 from dse import __version__
 from dse.atomic import write_text
@@ -34,7 +29,6 @@ from dse.perf.params import PerfParams, load_params
 from dse.placement.serialize import plain
 from dse.study.faults import (
     STORAGE_ERRORS,
-    STORAGE_RETRY_S,
     TRIAL_WALL_S,
     StudyInterrupted,
     TrialTimeout,
@@ -45,6 +39,7 @@ from dse.study.faults import (
 from dse.study.metrics import METRICS
 from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec, seed_rule
+from dse.study.storage import STALE_AFTER_S, fail_dead, fail_stale, open_storage, redact, wait_for_storage
 from dse.study.sweep import PREFIX, choice_of, evaluate_point, point_of, suggest_point
 from dse.study.trial import TrialRecord, evaluate, objective_values, params_of, suggest
 from dse.study.variants import study_catalog
@@ -54,7 +49,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 MetricFn = Callable[[Mapping[str, float]], float]
 TRIAL_SOLVE = SolveOptions(time_limit_s=10.0)  # one hard instance must not stall a study
-STALE_AFTER_S = 120.0  # shared storage: a trial silent this long lost its worker
 
 
 @dataclass(frozen=True)
@@ -80,98 +74,6 @@ def default_storage(out: Path, spec: StudySpec) -> str:
     return f"sqlite:///{(run_folder(out, spec) / 'study.db').resolve()}"
 
 
-def _sqlite_pragmas_if_sqlite(dbapi_connection: Any, record: Any) -> None:
-    if type(dbapi_connection).__module__.startswith("sqlite3"):
-        _sqlite_pragmas(dbapi_connection, record)
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # write-ahead log: a commit is one append, and readers never block the writer; a crash keeps
-    # every committed trial (synchronous=NORMAL loses nothing committed on a process kill)
-    cur = dbapi_connection.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.close()
-
-
-def _storage(url: str, stale_after_s: float | None = None) -> optuna.storages.BaseStorage:
-    """Optuna's storage for ``url``. With ``stale_after_s`` (workers sharing a storage), trials
-    carry heartbeats and a trial silent for that long is stale: its worker died."""
-    kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite:///"):
-        folder = Path(url.removeprefix("sqlite:///")).parent
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InputError(
-                "--storage", "url", f"cannot be created ({exc.strerror}: {folder})", url
-            ) from None
-        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
-        if not sqlalchemy.event.contains(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite):
-            sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite)
-    else:  # a server may restart under a long study: test each pooled connection before use
-        kwargs["engine_kwargs"] = {"pool_pre_ping": True}
-    if stale_after_s is not None:
-        kwargs["heartbeat_interval"] = max(1, int(stale_after_s // 4))
-        kwargs["grace_period"] = max(1, int(stale_after_s))
-    try:
-        return _open_rdb(_driver_url(url), kwargs)
-    except Exception as exc:  # noqa: BLE001 - the driver's own error types differ per database
-        raise InputError(
-            "--storage",
-            "url",
-            f"cannot be opened ({type(exc).__name__}: {_scrub(str(exc), url)})",
-            _redact(url),
-        ) from None
-
-
-def _open_rdb(url: str, kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
-    """Open (and on first use create) the tables; workers starting together on a fresh database
-    race to create them, and the loser retries once the winner is done."""
-    for attempt in range(5):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats
-                return optuna.storages.RDBStorage(url, **kwargs)
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
-            if attempt == 4:
-                raise
-            time.sleep(0.5 * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
-def _redact(url: str) -> str:
-    """The URL without its password (whatever the scheme separator looks like)."""
-    if "@" not in url:
-        return url
-    head, host = url.rsplit("@", 1)
-    scheme, sep, cred = head.rpartition("//")
-    if not sep:
-        scheme, cred = "", head
-    user = cred.split(":", 1)[0]
-    return f"{scheme}{sep}{user}:***@{host}" if ":" in cred else url
-
-
-def _scrub(text: str, url: str) -> str:
-    """``text`` (a driver's error) without any piece of the URL's password: a driver that parses
-    an unescaped '@' in a password quotes the rest of it as the host."""
-    if "@" not in url or "//" not in url:
-        return text
-    cred = url.split("//", 1)[1].rsplit("@", 1)[0]
-    secret = cred.split(":", 1)[1] if ":" in cred else ""
-    for piece in sorted({secret, *secret.split("@")}, key=len, reverse=True):
-        if len(piece) >= 2:
-            text = text.replace(piece, "***")
-    return text
-
-
-def _driver_url(url: str) -> str:
-    """SQLAlchemy's default PostgreSQL driver is psycopg 3; the project ships psycopg2."""
-    if url.startswith("postgresql://"):
-        return "postgresql+psycopg2://" + url.removeprefix("postgresql://")
-    return url
-
-
 def open_study(
     spec: StudySpec,
     storage: str,
@@ -183,7 +85,7 @@ def open_study(
 ) -> optuna.Study:
     """Create the study or load it; its objectives must not have changed."""
     sampler = make_sampler(spec, seed, stream=stream)
-    store = _storage(storage, stale_after_s)
+    store = open_storage(storage, stale_after_s)
     names = [o.name for o in objectives]
     try:
         study = optuna.create_study(
@@ -195,7 +97,7 @@ def open_study(
         )
     except ValueError as exc:
         raise InputError(
-            _redact(storage), "objectives", f"differ from the stored study's ({exc})", names
+            redact(storage), "objectives", f"differ from the stored study's ({exc})", names
         ) from None
     stored = study.user_attrs.get("objectives")
     if stored is None:
@@ -204,62 +106,12 @@ def open_study(
         study.set_user_attr("engine_version", __version__)
     elif stored != names:
         raise InputError(
-            _redact(storage),
+            redact(storage),
             "objectives",
             f"the stored study optimises {stored}; use another --out or --storage for other objectives",
             names,
         )
     return study
-
-
-def _fail_stale(study: optuna.Study) -> int:
-    """Trials a killed process left RUNNING in a single-process storage: mark them failed."""
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-        n += 1
-    return n
-
-
-def _fail_dead(study: optuna.Study) -> int:
-    """Shared storage: mark failed the running trials whose worker died (their heartbeats stopped,
-    or, for a trial whose worker died before its first beat, it started longer ago than the grace
-    period); the budget counts complete trials, so someone runs another. The number failed here."""
-    storage = cast(Any, study._storage)
-    if not is_heartbeat_enabled(storage):
-        return 0
-    n = 0
-    for trial_id in _dead_trial_ids(getattr(storage, "_backend", storage), study._study_id):
-        try:
-            n += bool(storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL))
-        except optuna.exceptions.UpdateFinishedTrialError:  # another worker got there first
-            pass
-    return n
-
-
-def _dead_trial_ids(storage: Any, study_id: int) -> list[int]:
-    """Optuna's stale trials, plus running trials that never beat and started before the grace
-    (``storage``: the RDB storage itself, under Optuna's cache)."""
-    grace = timedelta(seconds=storage.grace_period or 2 * storage.heartbeat_interval)
-    with storage.scoped_session() as session:
-        now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)
-        running = (
-            session.query(rdb_models.TrialModel)
-            .options(sqlalchemy.orm.selectinload(rdb_models.TrialModel.heartbeats))
-            .filter(rdb_models.TrialModel.state == optuna.trial.TrialState.RUNNING)
-            .filter(rdb_models.TrialModel.study_id == study_id)
-            .all()
-        )
-        return [
-            t.trial_id
-            for t in running
-            if (t.heartbeats and now - t.heartbeats[0].heartbeat > grace)
-            or (
-                not t.heartbeats
-                and t.datetime_start is not None
-                and datetime.now() - t.datetime_start > grace
-            )
-        ]
 
 
 def _memory_copy(study: optuna.Study, spec: StudySpec, seed: int, budget: int, stream: int) -> optuna.Study:
@@ -332,7 +184,7 @@ def run(
         write_text(folder / "spec.json", json.dumps(plain(spec), indent=2) + "\n")  # the resolved spec
     # a trial some dead process left running: alone on a storage, any; shared, one whose
     # heartbeats stopped (checked again before every trial)
-    stale = _fail_dead(study) if shared else _fail_stale(study)
+    stale = fail_dead(study) if shared else fail_stale(study)
     before = _complete(study)
     solver = PlacementSolver(TRIAL_SOLVE)
     defs = [(o.name, o.direction, o.fn) for o in objectives]
@@ -353,7 +205,7 @@ def run(
         while done < budget:
             try:
                 if shared:
-                    stale += _fail_dead(study)
+                    stale += fail_dead(study)
                 trial = asker.ask()
                 beats = (
                     heartbeat(study._storage, trial._trial_id, max(1.0, stale_after_s / 4))
@@ -380,7 +232,7 @@ def run(
             except STORAGE_ERRORS as exc:
                 if not shared or not storage_unreachable(exc):
                     raise
-                unreachable_since = _wait_for_storage(exc, storage, unreachable_since)
+                unreachable_since = wait_for_storage(exc, storage, unreachable_since)
                 with contextlib.suppress(Exception):  # a session a dropped connection broke
                     cast(Any, getattr(study._storage, "_backend", study._storage)).scoped_session.remove()
                 continue
@@ -388,7 +240,7 @@ def run(
             if bar is not None:
                 bar.update(done, record)
     except KeyboardInterrupt:
-        raise StudyInterrupted(done, budget, _redact(storage)) from None
+        raise StudyInterrupted(done, budget, redact(storage)) from None
     finally:
         if bar is not None:
             bar.close()
@@ -410,20 +262,6 @@ def _bounded(
             else {"params": dict(trial.params)}
         )
         return TrialRecord({}, {"wall_clock": 1.0}, why, [], []), extra, True
-
-
-def _wait_for_storage(exc: Exception, storage: str, since: float | None) -> float:
-    """Log and wait a little; give up with one line once the storage has been away too long."""
-    now = time.monotonic()
-    since = now if since is None else since
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if now - since > STORAGE_RETRY_S:
-        raise InputError(
-            _redact(storage), "storage", f"unreachable for {STORAGE_RETRY_S:g} s ({first[:120]})"
-        ) from None
-    sys.stderr.write(f"dse: storage unreachable ({first[:120]}); retrying\n")
-    time.sleep(1.0)
-    return since
 
 
 TrialFn = Callable[[optuna.Trial], tuple[TrialRecord, dict[str, Any]]]

@@ -1,0 +1,184 @@
+"""Optuna storages for studies: opening one (SQLite in the run folder, or a database server for
+many workers), keeping secrets out of what it prints, and the trials a dead process left running.
+
+SQLite runs in write-ahead-log mode (a commit is one append; a killed process loses nothing
+committed). On a shared storage, trials carry heartbeats (:func:`dse.study.faults.heartbeat`) and
+:func:`fail_dead` fails those whose worker stopped beating; a server that goes away is waited for
+(:func:`wait_for_storage`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import optuna
+import sqlalchemy
+import sqlalchemy.orm
+from optuna.storages._heartbeat import is_heartbeat_enabled
+from optuna.storages._rdb import models as rdb_models
+
+from dse.errors import InputError
+from dse.study.faults import STORAGE_RETRY_S
+
+STALE_AFTER_S = 120.0  # shared storage: a trial silent this long lost its worker
+
+
+def _sqlite_pragmas_if_sqlite(dbapi_connection: Any, record: Any) -> None:
+    if type(dbapi_connection).__module__.startswith("sqlite3"):
+        _sqlite_pragmas(dbapi_connection, record)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # write-ahead log: a commit is one append, and readers never block the writer; a crash keeps
+    # every committed trial (synchronous=NORMAL loses nothing committed on a process kill)
+    cur = dbapi_connection.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storages.BaseStorage:
+    """Optuna's storage for ``url``. With ``stale_after_s`` (workers sharing a storage), trials
+    carry heartbeats and a trial silent for that long is stale: its worker died."""
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite:///"):
+        folder = Path(url.removeprefix("sqlite:///")).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(
+                "--storage", "url", f"cannot be created ({exc.strerror}: {folder})", url
+            ) from None
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+        if not sqlalchemy.event.contains(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite):
+            sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite)
+    else:  # a server may restart under a long study: test each pooled connection before use
+        kwargs["engine_kwargs"] = {"pool_pre_ping": True}
+    if stale_after_s is not None:
+        kwargs["heartbeat_interval"] = max(1, int(stale_after_s // 4))
+        kwargs["grace_period"] = max(1, int(stale_after_s))
+    try:
+        return _open_rdb(driver_url(url), kwargs)
+    except Exception as exc:  # noqa: BLE001 - the driver's own error types differ per database
+        raise InputError(
+            "--storage",
+            "url",
+            f"cannot be opened ({type(exc).__name__}: {_scrub(str(exc), url)})",
+            redact(url),
+        ) from None
+
+
+def _open_rdb(url: str, kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
+    """Open (and on first use create) the tables; workers starting together on a fresh database
+    race to create them, and the loser retries once the winner is done."""
+    for attempt in range(5):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats
+                return optuna.storages.RDBStorage(url, **kwargs)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            if attempt == 4:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def redact(url: str) -> str:
+    """The URL without its password (whatever the scheme separator looks like)."""
+    if "@" not in url:
+        return url
+    head, host = url.rsplit("@", 1)
+    scheme, sep, cred = head.rpartition("//")
+    if not sep:
+        scheme, cred = "", head
+    user = cred.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}" if ":" in cred else url
+
+
+def _scrub(text: str, url: str) -> str:
+    """``text`` (a driver's error) without any piece of the URL's password: a driver that parses
+    an unescaped '@' in a password quotes the rest of it as the host."""
+    if "@" not in url or "//" not in url:
+        return text
+    cred = url.split("//", 1)[1].rsplit("@", 1)[0]
+    secret = cred.split(":", 1)[1] if ":" in cred else ""
+    for piece in sorted({secret, *secret.split("@")}, key=len, reverse=True):
+        if len(piece) >= 2:
+            text = text.replace(piece, "***")
+    return text
+
+
+def driver_url(url: str) -> str:
+    """SQLAlchemy's default PostgreSQL driver is psycopg 3; the project ships psycopg2."""
+    if url.startswith("postgresql://"):
+        return "postgresql+psycopg2://" + url.removeprefix("postgresql://")
+    return url
+
+
+def fail_stale(study: optuna.Study) -> int:
+    """Trials a killed process left RUNNING in a single-process storage: mark them failed."""
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        n += 1
+    return n
+
+
+def fail_dead(study: optuna.Study) -> int:
+    """Shared storage: mark failed the running trials whose worker died (their heartbeats stopped,
+    or, for a trial whose worker died before its first beat, it started longer ago than the grace
+    period); the budget counts complete trials, so someone runs another. The number failed here."""
+    storage = cast(Any, study._storage)
+    if not is_heartbeat_enabled(storage):
+        return 0
+    n = 0
+    for trial_id in _dead_trial_ids(getattr(storage, "_backend", storage), study._study_id):
+        try:
+            n += bool(storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL))
+        except optuna.exceptions.UpdateFinishedTrialError:  # another worker got there first
+            pass
+    return n
+
+
+def _dead_trial_ids(storage: Any, study_id: int) -> list[int]:
+    """Optuna's stale trials, plus running trials that never beat and started before the grace
+    (``storage``: the RDB storage itself, under Optuna's cache)."""
+    grace = timedelta(seconds=storage.grace_period or 2 * storage.heartbeat_interval)
+    with storage.scoped_session() as session:
+        now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)
+        running = (
+            session.query(rdb_models.TrialModel)
+            .options(sqlalchemy.orm.selectinload(rdb_models.TrialModel.heartbeats))
+            .filter(rdb_models.TrialModel.state == optuna.trial.TrialState.RUNNING)
+            .filter(rdb_models.TrialModel.study_id == study_id)
+            .all()
+        )
+        return [
+            t.trial_id
+            for t in running
+            if (t.heartbeats and now - t.heartbeats[0].heartbeat > grace)
+            or (
+                not t.heartbeats
+                and t.datetime_start is not None
+                and datetime.now() - t.datetime_start > grace
+            )
+        ]
+
+
+def wait_for_storage(exc: Exception, storage: str, since: float | None) -> float:
+    """Log and wait a little; give up with one line once the storage has been away too long."""
+    now = time.monotonic()
+    since = now if since is None else since
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if now - since > STORAGE_RETRY_S:
+        raise InputError(
+            redact(storage), "storage", f"unreachable for {STORAGE_RETRY_S:g} s ({first[:120]})"
+        ) from None
+    sys.stderr.write(f"dse: storage unreachable ({first[:120]}); retrying\n")
+    time.sleep(1.0)
+    return since
