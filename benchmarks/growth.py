@@ -16,22 +16,13 @@ from dse.placement import PlacementRequest, Topology
 from dse.placement.api import solve_candidates
 from dse.placement.candidates import build_candidates
 from dse.placement.serialize import plain
-from dse.sim import ArrivalKind, Arrivals, OutputLengths, Pipeline, Scenario, simulate
+from dse.sim import ArrivalKind, Arrivals, OutputLengths, Scenario, simulate
 from dse.sim.from_placement import pipeline_from_placement, resting_classes
 from dse.workload import Slo, ThinkBin, Workload
 from formulations.solve import PlacementSolver, SolveOptions
 
 HARDWARE = ("h200-sxm", "b200", "b300", "gb200-nvl72", "mi355x")
 REPEATS = 3
-PIPE_FIELDS = (
-    "prefill_instances",
-    "prefill_s",
-    "handoff_s",
-    "decode_instances",
-    "slots",
-    "step_table",
-    "buffer_max",
-)
 
 
 def workload(classes: int) -> Workload:
@@ -79,7 +70,7 @@ def main() -> None:
     simulate(pipe, sc, dt=1.0)  # compile
     print("fluid simulator (30 min at dt = 1 s, two output-length classes):")
     for n in (1, 10, 100, 1000):
-        many = Pipeline(*(np.repeat(getattr(pipe, k), n, axis=0) for k in PIPE_FIELDS))
+        many = pipe.tiled(n)
         t0 = time.perf_counter()
         simulate(many, sc, dt=1.0)
         per = (time.perf_counter() - t0) / n

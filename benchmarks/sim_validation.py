@@ -209,20 +209,7 @@ def speed(catalog, params, rate: float) -> None:  # type: ignore[no-untyped-def]
     for _ in range(reps):
         f, _ = simulate_fluid(real, sc)
     t_one = (time.perf_counter() - t0) / reps
-    many = Pipeline(
-        *(
-            np.repeat(getattr(real, k), 1000, axis=0)
-            for k in (
-                "prefill_instances",
-                "prefill_s",
-                "handoff_s",
-                "decode_instances",
-                "slots",
-                "step_table",
-                "buffer_max",
-            )
-        )
-    )
+    many = real.tiled(1000)
     t0 = time.perf_counter()
     simulate_fluid(many, sc)
     t_many = (time.perf_counter() - t0) / 1000

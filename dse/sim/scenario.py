@@ -150,6 +150,15 @@ class Pipeline:
         parts = {f.name: getattr(self, f.name)[i : i + 1] for f in fields(self) if f.name != "label"}
         return Pipeline(**parts, label=self.label[i : i + 1] if self.label else ())
 
+    def tiled(self, copies: int) -> Pipeline:
+        """Every configuration repeated ``copies`` times in a row (batched timing runs)."""
+        parts = {
+            f.name: np.repeat(getattr(self, f.name), copies, axis=0)
+            for f in fields(self)
+            if f.name != "label"
+        }
+        return Pipeline(**parts, label=tuple(x for x in self.label for _ in range(copies)))
+
     def arrays(self, name: str) -> Array:
         """A stage array, never None (for type checkers)."""
         value = getattr(self, name)

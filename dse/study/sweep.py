@@ -22,12 +22,11 @@ from dse.perf.params import PerfParams
 from dse.placement.api import TopologyOutcome, solve_candidates
 from dse.placement.candidates import build_candidates
 from dse.placement.explain import ShadowPrice, shadow_prices
-from dse.placement.request import Limits, PlacementRequest, Topology, UnitOptions
+from dse.placement.request import PlacementRequest, Topology, UnitOptions
 from dse.placement.serialize import plain
 from dse.sim import Planner, PlannerKind
 from dse.study.spec import StudySpec
-from dse.study.trial import Choice, TrialRecord, _milp_objective, measure, scenario_for
-from dse.units import Precision
+from dse.study.trial import Choice, TrialRecord, measure, scenario_for, study_request
 from formulations.placement_data import Role
 from formulations.solve import PlacementSolver
 
@@ -111,18 +110,12 @@ def request_at(
     hw = tuple(dict.fromkeys(catalog.hardware(h).id for h in spec.hardware))
     lo, hi = s.aggregated.prefill_share
     w = spec.workload
-    return PlacementRequest(
-        model=catalog.model(spec.model).id,
+    return study_request(
+        spec,
+        catalog,
         hardware=hw,
-        workload=replace(w, requests_per_s=w.requests_per_s * (1.0 + headroom)),
-        slo=spec.slo,
         topology=Topology.AUTO,
-        objective=_milp_objective(spec),
-        price_tier=spec.price_tier,
-        engine=spec.engine,
-        weight_precision=Precision(spec.precision),
-        mtp=spec.mtp,
-        limits=Limits(budget_usd_hour=spec.limits.budget_usd_hour, power_kw=spec.limits.power_kw),
+        workload=replace(w, requests_per_s=w.requests_per_s * (1.0 + headroom)),
         options=UnitOptions(
             prefill_shapes=s.prefill.shapes,
             decode_shapes=s.decode.shapes,

@@ -27,6 +27,7 @@ from dse.sim.api import SimulationReport
 from dse.sim.from_placement import pipeline_from_placement, resting_classes
 from dse.study.spec import StudySpec
 from dse.units import Precision
+from dse.workload import Workload
 from formulations.placement_data import Objective, Role
 from formulations.solve import PlacementSolver
 
@@ -109,19 +110,12 @@ def choice_from_params(params: dict[str, Any], spec: StudySpec) -> Choice:
 
 
 def request_for(spec: StudySpec, c: Choice, catalog: Catalog) -> PlacementRequest:
-    hardware = tuple(dict.fromkeys(catalog.hardware(h).id for h in (c.prefill_hardware, c.decode_hardware)))
-    return PlacementRequest(
-        model=catalog.model(spec.model).id,
-        hardware=hardware,
-        workload=spec.workload,
-        slo=spec.slo,
+    """The placement a search trial's choice asks for: one shape per side."""
+    return study_request(
+        spec,
+        catalog,
+        hardware=(c.prefill_hardware, c.decode_hardware),
         topology=Topology(c.topology),
-        objective=_milp_objective(spec),
-        price_tier=spec.price_tier,
-        engine=spec.engine,
-        weight_precision=Precision(spec.precision),
-        mtp=spec.mtp,
-        limits=Limits(budget_usd_hour=spec.limits.budget_usd_hour, power_kw=spec.limits.power_kw),
         options=UnitOptions(
             prefill_shapes=(c.prefill_shape,),
             decode_shapes=(c.decode_shape,),
@@ -134,6 +128,35 @@ def request_for(spec: StudySpec, c: Choice, catalog: Catalog) -> PlacementReques
             kv_policy=c.kv_policy,
         ),
         time_limit_s=10.0,
+    )
+
+
+def study_request(
+    spec: StudySpec,
+    catalog: Catalog,
+    *,
+    hardware: Sequence[str],
+    topology: Topology,
+    options: UnitOptions,
+    time_limit_s: float,
+    workload: Workload | None = None,
+) -> PlacementRequest:
+    """A placement request with the study's model, targets, prices and limits (one place for
+    what a search trial and a grid point share)."""
+    return PlacementRequest(
+        model=catalog.model(spec.model).id,
+        hardware=tuple(dict.fromkeys(catalog.hardware(h).id for h in hardware)),
+        workload=workload if workload is not None else spec.workload,
+        slo=spec.slo,
+        topology=topology,
+        objective=_milp_objective(spec),
+        price_tier=spec.price_tier,
+        engine=spec.engine,
+        weight_precision=Precision(spec.precision),
+        mtp=spec.mtp,
+        limits=Limits(budget_usd_hour=spec.limits.budget_usd_hour, power_kw=spec.limits.power_kw),
+        options=options,
+        time_limit_s=time_limit_s,
     )
 
 
