@@ -56,9 +56,7 @@ class UnknownIdError(InputError):
 
     def __init__(self, kind: str, wanted: str, valid: list[str], source: str = "catalog") -> None:
         self.valid = sorted(valid)
-        super().__init__(
-            source, kind, f"unknown {kind} id; valid ids: {', '.join(self.valid)}", wanted
-        )
+        super().__init__(source, kind, f"unknown {kind} id; valid ids: {', '.join(self.valid)}", wanted)
 
 
 class NoFeasibleDesign(DseError):

@@ -78,8 +78,7 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
     if not hardware or not models:
         raise InputError(str(SHIPPED_HARDWARE.parent), "", "catalog folders hold no entries")
     for shared in sorted(set(hardware) & set(models)):
-        raise InputError(str(files[shared]), "id", "must not repeat the id of a hardware entry",
-                         shared)
+        raise InputError(str(files[shared]), "id", "must not repeat the id of a hardware entry", shared)
     _check_aliases("hardware", hardware, files)
     _check_aliases("model", models, files)
     return Catalog(MappingProxyType(hardware), MappingProxyType(models), MappingProxyType(files))

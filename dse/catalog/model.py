@@ -98,8 +98,11 @@ class Moe:
 
     def problem(self) -> tuple[str, str, object] | None:
         if self.experts_per_token > self.routed_experts:
-            return ("experts_per_token",
-                    f"must be <= routed_experts ({self.routed_experts})", self.experts_per_token)
+            return (
+                "experts_per_token",
+                f"must be <= routed_experts ({self.routed_experts})",
+                self.experts_per_token,
+            )
         return None
 
 
@@ -145,8 +148,12 @@ class Model:
         if self.moe is None and self.dense_layers != self.layers:
             return ("moe", "is required unless every layer is dense", ...)
         if self.linear_layers + self.sliding_layers >= self.layers:
-            return ("attention", "linear and sliding-window layers must leave at least one full "
-                    f"attention layer of {self.layers}", self.linear_layers + self.sliding_layers)
+            return (
+                "attention",
+                "linear and sliding-window layers must leave at least one full "
+                f"attention layer of {self.layers}",
+                self.linear_layers + self.sliding_layers,
+            )
         return None
 
     # ---- layer composition -------------------------------------------------------------
@@ -177,9 +184,7 @@ class Model:
             m = a.mla
             assert m is not None
             qk = m.qk_nope_dim + m.qk_rope_dim
-            q = h * m.q_lora_rank + m.q_lora_rank * a.q_heads * qk if m.q_lora_rank else (
-                h * a.q_heads * qk
-            )
+            q = h * m.q_lora_rank + m.q_lora_rank * a.q_heads * qk if m.q_lora_rank else (h * a.q_heads * qk)
             kv = h * (m.kv_lora_rank + m.qk_rope_dim) + m.kv_lora_rank * a.q_heads * (
                 m.qk_nope_dim + m.v_head_dim
             )
@@ -252,9 +257,7 @@ class Model:
     def kv_bytes_per_token(self, precision: Precision) -> float:
         """KV bytes one more token of context adds, over all full-attention layers."""
         return (
-            self.kv_elements_per_token_per_layer()
-            * self.full_attention_layers
-            * precision.bytes_per_element
+            self.kv_elements_per_token_per_layer() * self.full_attention_layers * precision.bytes_per_element
         )
 
     def fixed_state_bytes_per_request(self, precision: Precision) -> float:
@@ -293,6 +296,7 @@ class Model:
         if precision is not None and precision.bytes_per_element < expert.bytes_per_element:
             expert = precision
         g = self.param_groups()
-        return g["routed_experts"] * expert.bytes_per_element + (
-            sum(g.values()) - g["routed_experts"]
-        ) * base.bytes_per_element
+        return (
+            g["routed_experts"] * expert.bytes_per_element
+            + (sum(g.values()) - g["routed_experts"]) * base.bytes_per_element
+        )

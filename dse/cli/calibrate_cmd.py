@@ -13,16 +13,23 @@ from dse.perf import calibration as cal
 from dse.perf.params import CALIBRATION_FILE, default_params, params_to_json
 from dse.perf.published import POINTS, StagePoint, measured_per_gpu
 
-DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "reference" / (
-    "inferencex_calibration.csv")
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "reference" / ("inferencex_calibration.csv")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("calibrate", help="fit the performance model to measured serving runs")
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                   help="measured runs (columns of inferencex_calibration.csv)")
-    p.add_argument("--out", type=Path, default=CALIBRATION_FILE,
-                   help="where to write the fitted values (default: the file the engine loads)")
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="measured runs (columns of inferencex_calibration.csv)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=CALIBRATION_FILE,
+        help="where to write the fitted values (default: the file the engine loads)",
+    )
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
@@ -42,12 +49,11 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     stats = cal.error_stats(data, tput, intv)
     fitted = replace(fitted, provenance=cal.provenance(args.data, len(data), len(skipped), stats))
     write_text(args.out, params_to_json(fitted) + "\n")
-    print(f"fitted {len(data)} rows ({len(skipped)} skipped) and {len(points)} stage points "
-          f"-> {args.out}")
+    print(f"fitted {len(data)} rows ({len(skipped)} skipped) and {len(points)} stage points -> {args.out}")
     for msg in skipped:
         print(f"  skipped: {msg}")
-    print(f"in-sample median abs error: tokens/s/GPU {stats.tput_median_ape:.1%}, "
-          f"tokens/s/user {stats.intvty_median_ape:.1%}")
+    print(
+        f"in-sample median abs error: tokens/s/GPU {stats.tput_median_ape:.1%}, "
+        f"tokens/s/user {stats.intvty_median_ape:.1%}"
+    )
     return 0
-
-

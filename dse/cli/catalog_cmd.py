@@ -51,9 +51,22 @@ def _list(kind: str, catalog: Catalog, *, as_json: bool) -> int:
             print(json.dumps([to_plain(h) for h in hw], indent=2))
             return 0
         rows = [_hardware_row(h) for h in hw]
-        print(format_table(
-            ["id", "status", "fp8_tflops", "fp4_tflops", "hbm_gb", "hbm_tb_per_s",
-             "scaleup_gpus", "host_link", "usd_per_gpu_hour_rent_3yr"], rows))
+        print(
+            format_table(
+                [
+                    "id",
+                    "status",
+                    "fp8_tflops",
+                    "fp4_tflops",
+                    "hbm_gb",
+                    "hbm_tb_per_s",
+                    "scaleup_gpus",
+                    "host_link",
+                    "usd_per_gpu_hour_rent_3yr",
+                ],
+                rows,
+            )
+        )
         return 0
     models = sorted(catalog.models_by_id.values(), key=lambda m: m.id)
     if as_json:
@@ -62,18 +75,46 @@ def _list(kind: str, catalog: Catalog, *, as_json: bool) -> int:
     rows = []
     for m in models:
         d = model_record(m)["derived"]
-        rows.append([m.id, m.attention.kind.value, d["params_total_b"], d["params_active_b"],
-                     d["kv_bytes_per_token_bf16"], d["fixed_state_bytes_per_request"] / 2**20,
-                     m.native_weight_precision.value])
-    print(format_table(["id", "attention", "params_total_b", "params_active_b",
-                        "kv_bytes_per_token_bf16", "fixed_state_mib_per_request", "weights"], rows))
+        rows.append(
+            [
+                m.id,
+                m.attention.kind.value,
+                d["params_total_b"],
+                d["params_active_b"],
+                d["kv_bytes_per_token_bf16"],
+                d["fixed_state_bytes_per_request"] / 2**20,
+                m.native_weight_precision.value,
+            ]
+        )
+    print(
+        format_table(
+            [
+                "id",
+                "attention",
+                "params_total_b",
+                "params_active_b",
+                "kv_bytes_per_token_bf16",
+                "fixed_state_mib_per_request",
+                "weights",
+            ],
+            rows,
+        )
+    )
     return 0
 
 
 def _hardware_row(h: Hardware) -> list[object]:
-    return [h.id, h.status.value, h.compute.fp8_dense_tflops, h.compute.fp4_dense_tflops,
-            h.hbm.capacity_gb, h.hbm.bandwidth_tb_per_s, h.scale_up.domain_gpus,
-            h.host.link_kind.value, h.prices.usd_per_gpu_hour_rent_3yr]
+    return [
+        h.id,
+        h.status.value,
+        h.compute.fp8_dense_tflops,
+        h.compute.fp4_dense_tflops,
+        h.hbm.capacity_gb,
+        h.hbm.bandwidth_tb_per_s,
+        h.scale_up.domain_gpus,
+        h.host.link_kind.value,
+        h.prices.usd_per_gpu_hour_rent_3yr,
+    ]
 
 
 def _show(entry_id: str, catalog: Catalog, *, as_json: bool) -> int:

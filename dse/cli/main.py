@@ -36,9 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"catalog": catalog_cmd.run, "predict": predict_cmd.run, "calibrate": calibrate_cmd.run,
-            "place": place_cmd.run, "simulate": simulate_cmd.run,
-            "study": study_cmd.run, "worker": study_cmd.run, "export": study_cmd.run, "report": study_cmd.run}
+COMMANDS = {
+    "catalog": catalog_cmd.run,
+    "predict": predict_cmd.run,
+    "calibrate": calibrate_cmd.run,
+    "place": place_cmd.run,
+    "simulate": simulate_cmd.run,
+    "study": study_cmd.run,
+    "worker": study_cmd.run,
+    "export": study_cmd.run,
+    "report": study_cmd.run,
+}
 
 
 def _refuse_dashes_as_value(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:

@@ -26,14 +26,19 @@ NUMBERS: dict[str, Rule] = {
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("predict", help="predict what a deployment serves (closed-loop load)")
-    p.add_argument("--batch", type=Path, metavar="IN.csv",
-                   help="CSV with the columns of inferencex_calibration.csv; needs --out")
+    p.add_argument(
+        "--batch",
+        type=Path,
+        metavar="IN.csv",
+        help="CSV with the columns of inferencex_calibration.csv; needs --out",
+    )
     p.add_argument("--out", type=Path, metavar="OUT.csv", help="where --batch writes its rows")
     p.add_argument("--model", default="deepseek-v3")
     p.add_argument("--hardware", help="hardware id or alias (b200, gb200, h100, mi355x, ...)")
     p.add_argument("--framework", default="sglang", help="trt, sglang, atom (or dynamo-*)")
-    p.add_argument("--precision", default="fp8", choices=["fp4", "fp8", "bf16"],
-                   help="routed-expert weight precision")
+    p.add_argument(
+        "--precision", default="fp8", choices=["fp4", "fp8", "bf16"], help="routed-expert weight precision"
+    )
     p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative)")
     p.add_argument("--isl", type=float, default=1024.0, help="nominal input tokens")
     p.add_argument("--osl", type=float, default=1024.0, help="nominal output tokens")
@@ -87,9 +92,11 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if args.json:
         print(json.dumps({"deployment": row, "prediction": figures}, indent=2))
         return 0
-    print(f"{bench.model} on {bench.hardware} ({'disaggregated' if bench.disagg else 'aggregated'}, "
-          f"{row['framework']}, {row['precision']}{', MTP' if bench.mtp else ''}), "
-          f"ISL {row['isl']} OSL {row['osl']}, {row['conc']} requests in flight")
+    print(
+        f"{bench.model} on {bench.hardware} ({'disaggregated' if bench.disagg else 'aggregated'}, "
+        f"{row['framework']}, {row['precision']}{', MTP' if bench.mtp else ''}), "
+        f"ISL {row['isl']} OSL {row['osl']}, {row['conc']} requests in flight"
+    )
     print(format_table(["figure", "value"], [[k, v] for k, v in figures.items()]))
     return 0
 
@@ -114,15 +121,25 @@ def _flag_of(column: str, disagg: bool) -> str:
 def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
     dec_gpus = a.decode_gpus if a.disagg else a.tp
     return {
-        "hardware": a.hardware, "framework": a.framework, "model": a.model,
-        "precision": a.precision, "spec_method": "mtp" if a.mtp else "none",
-        "disagg": str(a.disagg), "isl": f"{a.isl:g}", "osl": f"{a.osl:g}", "conc": f"{a.conc:g}",
+        "hardware": a.hardware,
+        "framework": a.framework,
+        "model": a.model,
+        "precision": a.precision,
+        "spec_method": "mtp" if a.mtp else "none",
+        "disagg": str(a.disagg),
+        "isl": f"{a.isl:g}",
+        "osl": f"{a.osl:g}",
+        "conc": f"{a.conc:g}",
         "prefill_tp": str(a.prefill_tp if a.disagg else a.tp),
         "prefill_ep": str(a.prefill_ep if a.disagg else a.ep),
         "prefill_dp_attention": str(a.prefill_dp_attention if a.disagg else a.dp_attention),
-        "prefill_num_workers": str(a.prefill_workers), "num_prefill_gpu": str(a.prefill_gpus),
-        "decode_tp": str(a.tp), "decode_ep": str(a.ep), "decode_dp_attention": str(a.dp_attention),
-        "decode_num_workers": str(a.decode_workers), "num_decode_gpu": str(dec_gpus),
+        "prefill_num_workers": str(a.prefill_workers),
+        "num_prefill_gpu": str(a.prefill_gpus),
+        "decode_tp": str(a.tp),
+        "decode_ep": str(a.ep),
+        "decode_dp_attention": str(a.dp_attention),
+        "decode_num_workers": str(a.decode_workers),
+        "num_decode_gpu": str(dec_gpus),
     }
 
 

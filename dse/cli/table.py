@@ -14,10 +14,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     numeric = [all(_is_num(r[i]) for r in rows) and bool(rows) for i in range(len(headers))]
 
     def line(values: Sequence[str]) -> str:
-        parts = [
-            v.rjust(w) if num else v.ljust(w)
-            for v, w, num in zip(values, widths, numeric, strict=True)
-        ]
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)]
         return "  ".join(parts).rstrip()
 
     out = [line(list(headers)), line(["-" * w for w in widths])]

@@ -27,19 +27,45 @@ from dse.typed_data import plausible
 from dse.units import Precision
 
 INPUT_COLUMNS = (
-    "hardware", "framework", "model", "precision", "spec_method", "disagg", "isl", "osl", "conc",
-    "prefill_tp", "prefill_ep", "prefill_dp_attention", "prefill_num_workers", "num_prefill_gpu",
-    "decode_tp", "decode_ep", "decode_dp_attention", "decode_num_workers", "num_decode_gpu",
+    "hardware",
+    "framework",
+    "model",
+    "precision",
+    "spec_method",
+    "disagg",
+    "isl",
+    "osl",
+    "conc",
+    "prefill_tp",
+    "prefill_ep",
+    "prefill_dp_attention",
+    "prefill_num_workers",
+    "num_prefill_gpu",
+    "decode_tp",
+    "decode_ep",
+    "decode_dp_attention",
+    "decode_num_workers",
+    "num_decode_gpu",
 )
 OUTPUT_COLUMNS = (
-    "pred_tput_per_gpu", "pred_input_tput_per_gpu", "pred_output_tput_per_gpu",
-    "pred_intvty_tok_s_user", "pred_tpot_ms", "pred_ttft_s", "pred_hbm_peak_gb_per_gpu",
-    "pred_binding_regime", "pred_error",
+    "pred_tput_per_gpu",
+    "pred_input_tput_per_gpu",
+    "pred_output_tput_per_gpu",
+    "pred_intvty_tok_s_user",
+    "pred_tpot_ms",
+    "pred_ttft_s",
+    "pred_hbm_peak_gb_per_gpu",
+    "pred_binding_regime",
+    "pred_error",
 )
 FRAMEWORK_ENGINE = {
-    "trt": "trt", "dynamo-trt": "trt",
-    "sglang": "sglang", "dynamo-sglang": "sglang", "mori-sglang": "sglang",
-    "atom": "atom", "vllm": "atom",
+    "trt": "trt",
+    "dynamo-trt": "trt",
+    "sglang": "sglang",
+    "dynamo-sglang": "sglang",
+    "mori-sglang": "sglang",
+    "atom": "atom",
+    "vllm": "atom",
 }
 LENGTH_MEAN_OF_NOMINAL = 0.9
 
@@ -103,13 +129,15 @@ def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str) -> PoolS
         workers = _num(row, f"{side}_num_workers", source)
         if workers < 1:
             # such rows' per-pool figures do not add up to their total under any split
-            raise InputError(source, f"{side}_num_workers",
-                             "must be >= 1 in a disaggregated row (the GPU split between pools "
-                             "is unknown)", workers)
+            raise InputError(
+                source,
+                f"{side}_num_workers",
+                "must be >= 1 in a disaggregated row (the GPU split between pools is unknown)",
+                workers,
+            )
         gpus, instances = total / workers, workers
         if gpus < 1 or gpus != int(gpus):
-            raise InputError(source, f"num_{side}_gpu",
-                             f"must split into {workers:g} whole instances", total)
+            raise InputError(source, f"num_{side}_gpu", f"must split into {workers:g} whole instances", total)
     attn_tp = 1.0 if dpa else min(tp, gpus)
     if gpus % attn_tp:
         raise InputError(source, f"{side}_tp", f"must divide the instance's {gpus:g} GPUs", tp)
@@ -128,8 +156,7 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
         raise UnknownIdError(exc.field, str(exc.value), exc.valid, source=source) from None
     fw = str(row.get("framework", "")).strip().lower()
     if fw not in FRAMEWORK_ENGINE:
-        raise InputError(source, "framework",
-                         f"must be one of {', '.join(sorted(FRAMEWORK_ENGINE))}", fw)
+        raise InputError(source, "framework", f"must be one of {', '.join(sorted(FRAMEWORK_ENGINE))}", fw)
     prec_raw = str(row.get("precision", "")).strip().lower()
     if prec_raw not in ("fp4", "fp8", "bf16"):
         raise InputError(source, "precision", "must be one of fp4, fp8, bf16", prec_raw)
@@ -144,9 +171,15 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
         if value <= 0:
             raise InputError(source, key, "must be > 0", value)
     return BenchRow(
-        hardware=hw.id, model=model.id, engine=FRAMEWORK_ENGINE[fw],
-        weight_precision=Precision(prec_raw), mtp=spec == "mtp", disagg=disagg,
-        isl=isl * LENGTH_MEAN_OF_NOMINAL, osl=osl * LENGTH_MEAN_OF_NOMINAL, conc=conc,
+        hardware=hw.id,
+        model=model.id,
+        engine=FRAMEWORK_ENGINE[fw],
+        weight_precision=Precision(prec_raw),
+        mtp=spec == "mtp",
+        disagg=disagg,
+        isl=isl * LENGTH_MEAN_OF_NOMINAL,
+        osl=osl * LENGTH_MEAN_OF_NOMINAL,
+        conc=conc,
         prefill=_pool(row, "prefill", disagg, source) if disagg else None,
         decode=_pool(row, "decode", disagg, source),
     )
@@ -161,9 +194,15 @@ def evaluate(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> 
     wp = [r.weight_precision for r in rows]
 
     def pool(specs: Sequence[PoolSpec]):  # type: ignore[no-untyped-def]
-        return build_pool(model, hws, gpus=[s.gpus for s in specs],
-                          attn_tp=[s.attn_tp for s in specs], ep=[s.ep for s in specs],
-                          weight_precision=wp, kv_precision=kvp)
+        return build_pool(
+            model,
+            hws,
+            gpus=[s.gpus for s in specs],
+            attn_tp=[s.attn_tp for s in specs],
+            ep=[s.ep for s in specs],
+            weight_precision=wp,
+            kv_precision=kvp,
+        )
 
     disagg = rows[0].disagg
     pairs = list(zip(rows, engines, strict=True))
@@ -182,8 +221,9 @@ def evaluate(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> 
     return closed_loop(dep, params, np.array([r.conc for r in rows]))
 
 
-def predict_rows(rows: Sequence[Mapping[str, str]], catalog: Catalog, params: PerfParams,
-                 source: str = "input") -> list[dict[str, object]]:
+def predict_rows(
+    rows: Sequence[Mapping[str, str]], catalog: Catalog, params: PerfParams, source: str = "input"
+) -> list[dict[str, object]]:
     """Each input row with the ``pred_*`` columns added; a row that cannot be modelled gets
     empty predictions and a ``pred_error`` message."""
     out: list[dict[str, object]] = [dict(r) for r in rows]
@@ -209,22 +249,23 @@ def predict_rows(rows: Sequence[Mapping[str, str]], catalog: Catalog, params: Pe
     return out
 
 
-def _fill(out: list[dict[str, object]], group: Sequence[tuple[int, BenchRow]],
-          res: ServingResult) -> None:
+def _fill(out: list[dict[str, object]], group: Sequence[tuple[int, BenchRow]], res: ServingResult) -> None:
     for j, (i, _) in enumerate(group):
         if not np.isfinite(res.tput_per_gpu[j]):
             out[i]["pred_error"] = (
-                f"{res.regime[j]}: weights need "
-                f"{res.hbm_peak_bytes_per_gpu[j] / 1e9:.0f} GB per GPU")
+                f"{res.regime[j]}: weights need {res.hbm_peak_bytes_per_gpu[j] / 1e9:.0f} GB per GPU"
+            )
             out[i]["pred_hbm_peak_gb_per_gpu"] = round(res.hbm_peak_bytes_per_gpu[j] / 1e9, 2)
             continue
-        out[i].update({
-            "pred_tput_per_gpu": round(float(res.tput_per_gpu[j]), 3),
-            "pred_input_tput_per_gpu": round(float(res.input_tput_per_prefill_gpu[j]), 3),
-            "pred_output_tput_per_gpu": round(float(res.output_tput_per_decode_gpu[j]), 3),
-            "pred_intvty_tok_s_user": round(float(res.intvty_tok_s_user[j]), 3),
-            "pred_tpot_ms": round(float(res.tpot_s[j]) * 1e3, 3),
-            "pred_ttft_s": round(float(res.ttft_s[j]), 4),
-            "pred_hbm_peak_gb_per_gpu": round(float(res.hbm_peak_bytes_per_gpu[j]) / 1e9, 2),
-            "pred_binding_regime": str(res.regime[j]),
-        })
+        out[i].update(
+            {
+                "pred_tput_per_gpu": round(float(res.tput_per_gpu[j]), 3),
+                "pred_input_tput_per_gpu": round(float(res.input_tput_per_prefill_gpu[j]), 3),
+                "pred_output_tput_per_gpu": round(float(res.output_tput_per_decode_gpu[j]), 3),
+                "pred_intvty_tok_s_user": round(float(res.intvty_tok_s_user[j]), 3),
+                "pred_tpot_ms": round(float(res.tpot_s[j]) * 1e3, 3),
+                "pred_ttft_s": round(float(res.ttft_s[j]), 4),
+                "pred_hbm_peak_gb_per_gpu": round(float(res.hbm_peak_bytes_per_gpu[j]) / 1e9, 2),
+                "pred_binding_regime": str(res.regime[j]),
+            }
+        )

@@ -25,11 +25,18 @@ from dse.perf.published import StagePoint, predict_points
 
 # (lower, upper) bounds of each fitted value
 BOUNDS = {
-    "gemm_eff": (0.1, 0.95), "prefill_gemm_eff": (0.1, 0.95), "attn_eff": (0.05, 0.95),
-    "hbm_eff": (0.3, 0.95), "link_eff": (0.1, 0.95), "nic_eff": (0.1, 0.95),
-    "step_overhead_ms": (0.05, 20.0), "layer_overhead_us": (0.1, 100.0),
-    "collective_latency_us": (0.5, 100.0), "comm_overlap": (0.0, 0.95),
-    "prefill_queue_factor": (0.05, 10.0), "amd_eff": (0.2, 1.5),
+    "gemm_eff": (0.1, 0.95),
+    "prefill_gemm_eff": (0.1, 0.95),
+    "attn_eff": (0.05, 0.95),
+    "hbm_eff": (0.3, 0.95),
+    "link_eff": (0.1, 0.95),
+    "nic_eff": (0.1, 0.95),
+    "step_overhead_ms": (0.05, 20.0),
+    "layer_overhead_us": (0.1, 100.0),
+    "collective_latency_us": (0.5, 100.0),
+    "comm_overlap": (0.0, 0.95),
+    "prefill_queue_factor": (0.05, 10.0),
+    "amd_eff": (0.2, 1.5),
 }
 ENGINE_BOUNDS = {"speed": (0.4, 3.0), "mtp_accept_tokens": (1.0, 3.5)}
 
@@ -52,13 +59,15 @@ def read_measured(path: Path, catalog: Catalog) -> tuple[list[Measured], list[st
             except DseError as exc:
                 skipped.append(str(exc))
                 continue
-            out.append(Measured(row, float(raw["tput_per_gpu_total"]),
-                                float(raw["median_intvty_tok_s_user"]), raw))
+            out.append(
+                Measured(row, float(raw["tput_per_gpu_total"]), float(raw["median_intvty_tok_s_user"]), raw)
+            )
     return out, skipped
 
 
-def predict_measured(data: Sequence[Measured], catalog: Catalog,
-                     params: PerfParams) -> tuple[np.ndarray, np.ndarray]:
+def predict_measured(
+    data: Sequence[Measured], catalog: Catalog, params: PerfParams
+) -> tuple[np.ndarray, np.ndarray]:
     """(tokens/s/GPU, tokens/s/user) predicted for each measured row, in input order."""
     tput = np.full(len(data), np.nan)
     intv = np.full(len(data), np.nan)
@@ -110,8 +119,13 @@ def _pack(p: PerfParams, engines: Sequence[str], mtp: set[str]) -> tuple[np.ndar
     return np.clip(xa, la + 1e-9, ha - 1e-9), la, ha
 
 
-def fit(data: Sequence[Measured], catalog: Catalog, start: PerfParams,
-        points: Sequence[StagePoint] = (), point_values: Sequence[float] = ()) -> PerfParams:
+def fit(
+    data: Sequence[Measured],
+    catalog: Catalog,
+    start: PerfParams,
+    points: Sequence[StagePoint] = (),
+    point_values: Sequence[float] = (),
+) -> PerfParams:
     """Least-squares fit of the efficiencies to ``data`` (log errors, soft-L1 loss), and to
     stage-level ``points`` with their measured tokens/s per GPU."""
     engines = sorted(set(_engines_used(data)) | ({"sglang"} if points else set()))
@@ -129,8 +143,9 @@ def fit(data: Sequence[Measured], catalog: Catalog, start: PerfParams,
             r = np.concatenate([r, np.log(pp) - meas_p])
         return np.nan_to_num(r, nan=3.0, posinf=3.0, neginf=-3.0)
 
-    sol = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.15,
-                        x_scale="jac", max_nfev=400)
+    sol = least_squares(
+        residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.15, x_scale="jac", max_nfev=400
+    )
     return _unpack(sol.x, start, engines, mtp)
 
 
@@ -150,13 +165,22 @@ def error_stats(data: Sequence[Measured], tput: np.ndarray, intv: np.ndarray) ->
     ei = np.abs(intv / mi - 1.0)
     et = np.where(np.isfinite(et), et, 1.0)
     ei = np.where(np.isfinite(ei), ei, 1.0)
-    return ErrorStats(len(data), float(np.median(et)), float(np.percentile(et, 75)),
-                      float(np.median(ei)), float(np.percentile(ei, 75)))
+    return ErrorStats(
+        len(data),
+        float(np.median(et)),
+        float(np.percentile(et, 75)),
+        float(np.median(ei)),
+        float(np.percentile(ei, 75)),
+    )
 
 
-def leave_one_hardware_out(data: Sequence[Measured], catalog: Catalog, start: PerfParams,
-                           points: Sequence[StagePoint] = (),
-                           point_values: Sequence[float] = ()) -> tuple[np.ndarray, np.ndarray]:
+def leave_one_hardware_out(
+    data: Sequence[Measured],
+    catalog: Catalog,
+    start: PerfParams,
+    points: Sequence[StagePoint] = (),
+    point_values: Sequence[float] = (),
+) -> tuple[np.ndarray, np.ndarray]:
     """Predictions for every row from a fit that never saw that row's hardware (neither its
     benchmark rows nor its stage points)."""
     tput = np.full(len(data), np.nan)
@@ -165,16 +189,16 @@ def leave_one_hardware_out(data: Sequence[Measured], catalog: Catalog, start: Pe
         train = [m for m in data if m.row.hardware != hw]
         test_idx = [i for i, m in enumerate(data) if m.row.hardware == hw]
         keep = [k for k, pt in enumerate(points) if catalog.hardware(pt.hardware).id != hw]
-        fitted = fit(train, catalog, start, [points[k] for k in keep],
-                     [point_values[k] for k in keep])
+        fitted = fit(train, catalog, start, [points[k] for k in keep], [point_values[k] for k in keep])
         t, i = predict_measured([data[k] for k in test_idx], catalog, fitted)
         tput[test_idx] = t
         intv[test_idx] = i
     return tput, intv
 
 
-def pair_order_agreement(data: Sequence[Measured], tput: np.ndarray, intv: np.ndarray,
-                         band: float = 0.25) -> float:
+def pair_order_agreement(
+    data: Sequence[Measured], tput: np.ndarray, intv: np.ndarray, band: float = 0.25
+) -> float:
     """Share of hardware pairs ranked right by tokens/s/GPU at about equal tokens/s/user.
 
     Pairs are rows of different hardware and the same lengths whose measured interactivities lie

@@ -58,8 +58,10 @@ class PerfParams:
             return self.engines[name]
         except KeyError:
             raise InputError(
-                "performance model", "engine",
-                f"unknown engine; valid engines: {', '.join(sorted(self.engines))}", name,
+                "performance model",
+                "engine",
+                f"unknown engine; valid engines: {', '.join(sorted(self.engines))}",
+                name,
             ) from None
 
     def with_values(self, **values: Any) -> PerfParams:
@@ -74,9 +76,18 @@ DEFAULT_ENGINES = {
 }
 
 FITTED_SCALARS = (
-    "gemm_eff", "prefill_gemm_eff", "attn_eff", "hbm_eff", "link_eff", "nic_eff",
-    "step_overhead_ms", "layer_overhead_us", "collective_latency_us", "comm_overlap",
-    "prefill_queue_factor", "amd_eff",
+    "gemm_eff",
+    "prefill_gemm_eff",
+    "attn_eff",
+    "hbm_eff",
+    "link_eff",
+    "nic_eff",
+    "step_overhead_ms",
+    "layer_overhead_us",
+    "collective_latency_us",
+    "comm_overlap",
+    "prefill_queue_factor",
+    "amd_eff",
 )
 
 
@@ -106,10 +117,12 @@ def load_params(path: Path = CALIBRATION_FILE) -> PerfParams:
 def params_to_json(params: PerfParams) -> str:
     scalars = {k: v for k, v in asdict(params).items() if k not in ("engines", "provenance")}
     engines = {
-        n: {"kv_precision": e.kv_precision.value, "mtp_draft_tokens": e.mtp_draft_tokens,
-            "speed": e.speed, "mtp_accept_tokens": e.mtp_accept_tokens}
+        n: {
+            "kv_precision": e.kv_precision.value,
+            "mtp_draft_tokens": e.mtp_draft_tokens,
+            "speed": e.speed,
+            "mtp_accept_tokens": e.mtp_accept_tokens,
+        }
         for n, e in params.engines.items()
     }
-    return json.dumps(
-        {"params": scalars, "engines": engines, "provenance": params.provenance}, indent=2
-    )
+    return json.dumps({"params": scalars, "engines": engines, "provenance": params.provenance}, indent=2)

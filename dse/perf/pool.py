@@ -154,13 +154,10 @@ def build_pool(
         attn_tp=np.asarray(attn_tp, dtype=float),
         ep=np.asarray(ep, dtype=float),
         dense_tflops=np.array([_peak(h, p) for h, p in zip(hardware, dense_p, strict=True)]) * 1e12,
-        expert_tflops=np.array(
-            [_peak(h, p) for h, p in zip(hardware, weight_precision, strict=True)]
-        ) * 1e12,
+        expert_tflops=np.array([_peak(h, p) for h, p in zip(hardware, weight_precision, strict=True)]) * 1e12,
         # attention runs in bf16; hardware that publishes no bf16 figure (Rubin) runs it in fp8
-        attn_tflops=np.array(
-            [h.compute.bf16_dense_tflops or _peak(h, Precision.FP8) for h in hardware]
-        ) * 1e12,
+        attn_tflops=np.array([h.compute.bf16_dense_tflops or _peak(h, Precision.FP8) for h in hardware])
+        * 1e12,
         hbm_bytes_per_s=np.array([h.hbm.bandwidth_tb_per_s for h in hardware]) * TB,
         hbm_bytes=np.array([h.hbm.capacity_gb for h in hardware]) * GB,
         scaleup_bytes_per_s=np.array([h.scale_up.gb_per_s_per_dir for h in hardware]) * GB,
@@ -169,9 +166,7 @@ def build_pool(
         is_amd=np.array([h.vendor == "amd" for h in hardware], dtype=float),
         attn_weight_bytes=np.array([attn * p.bytes_per_element for p in dense_p]),
         dense_weight_bytes=np.array([nonexp * p.bytes_per_element for p in dense_p]),
-        expert_weight_bytes=np.array(
-            [g["routed_experts"] * p.bytes_per_element for p in weight_precision]
-        ),
+        expert_weight_bytes=np.array([g["routed_experts"] * p.bytes_per_element for p in weight_precision]),
         kv_bytes_per_token=np.array(
             [terms.kv_elements_per_token * p.bytes_per_element for p in kv_precision]
         ),

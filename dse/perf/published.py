@@ -53,23 +53,44 @@ def measured_per_gpu(path: Path) -> dict[str, float]:
     return {p.id: out[p.id] for p in POINTS}
 
 
-def predict_points(catalog: Catalog, params: PerfParams,
-                   points: tuple[StagePoint, ...] = POINTS) -> np.ndarray:
+def predict_points(
+    catalog: Catalog, params: PerfParams, points: tuple[StagePoint, ...] = POINTS
+) -> np.ndarray:
     """Predicted tokens/s per GPU of each point (SGLang engine profile, no MTP)."""
     model = catalog.model("deepseek-v3")
     speed = np.array([params.engine("sglang").speed])
     out = []
     for pt in points:
-        pool = build_pool(model, [catalog.hardware(pt.hardware)], gpus=[pt.gpus], attn_tp=[1],
-                          ep=[pt.gpus], weight_precision=[pt.expert_precision],
-                          kv_precision=[pt.kv_precision])
+        pool = build_pool(
+            model,
+            [catalog.hardware(pt.hardware)],
+            gpus=[pt.gpus],
+            attn_tp=[1],
+            ep=[pt.gpus],
+            weight_precision=[pt.expert_precision],
+            kv_precision=[pt.kv_precision],
+        )
         if pt.stage == "prefill":
             tokens = np.array([pt.batch_per_gpu * pt.gpus])
-            t = forward_cost(pool, params, tokens=tokens, sequences=tokens / pt.context,
-                             context=np.array([pt.context]), prefill=True, speed=speed).total_s
+            t = forward_cost(
+                pool,
+                params,
+                tokens=tokens,
+                sequences=tokens / pt.context,
+                context=np.array([pt.context]),
+                prefill=True,
+                speed=speed,
+            ).total_s
         else:
             tokens = np.array([pt.batch_per_gpu * pt.gpus])
-            t = forward_cost(pool, params, tokens=tokens, sequences=tokens,
-                             context=np.array([pt.context]), prefill=False, speed=speed).total_s
+            t = forward_cost(
+                pool,
+                params,
+                tokens=tokens,
+                sequences=tokens,
+                context=np.array([pt.context]),
+                prefill=False,
+                speed=speed,
+            ).total_s
         out.append(float(tokens[0] / t[0] / pt.gpus))
     return np.array(out)

@@ -116,8 +116,9 @@ def forward_cost(
     # Across scale-up domains a token crosses the NIC once per remote domain it is routed to
     # (forwarded inside the domain, as DeepEP does), not once per expert.
     tp = pool.attn_tp
-    ar_bytes = np.where(tp > 1, 2.0 * m.layers * 2.0 * (tp - 1) / tp * tokens / pool.attn_dp
-                        * m.hidden * 2.0, 0.0)
+    ar_bytes = np.where(
+        tp > 1, 2.0 * m.layers * 2.0 * (tp - 1) / tp * tokens / pool.attn_dp * m.hidden * 2.0, 0.0
+    )
     ar_s = ar_bytes / _group_bandwidth(tp, pool, p)
     k = m.experts_per_token
     token_bytes = m.moe_layers * tokens / g * m.hidden * (pool.act_bytes + 2.0)
@@ -131,8 +132,12 @@ def forward_cost(
         0.0,
     )
     n_coll = np.where(tp > 1, 2.0 * m.layers, 0.0) + np.where(pool.ep > 1, 2.0 * m.moe_layers, 0.0)
-    latency = n_coll * p.collective_latency_us * 1e-6 * np.where(
-        np.maximum(tp, pool.ep) > pool.domain_gpus, 3.0, 1.0)
+    latency = (
+        n_coll
+        * p.collective_latency_us
+        * 1e-6
+        * np.where(np.maximum(tp, pool.ep) > pool.domain_gpus, 3.0, 1.0)
+    )
     comm_s = (ar_s + a2a_s) * (1.0 - p.comm_overlap) + latency
 
     overhead_s = np.full_like(tokens, p.step_overhead_ms * 1e-3) + m.layers * p.layer_overhead_us * 1e-6
@@ -155,5 +160,7 @@ def kv_capacity_sequences(pool: Pool, p: PerfParams, context: Array) -> Array:
 
 
 def weight_bytes_per_gpu(pool: Pool) -> Array:
-    return (pool.attn_weight_bytes / pool.attn_tp
-            + (pool.dense_weight_bytes + pool.expert_weight_bytes) / pool.gpus)
+    return (
+        pool.attn_weight_bytes / pool.attn_tp
+        + (pool.dense_weight_bytes + pool.expert_weight_bytes) / pool.gpus
+    )

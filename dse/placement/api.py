@@ -183,12 +183,12 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
                 hbm_gb_per_gpu=c.units[u].hbm_gb_per_gpu + float(resting_hbm[u]) / (k * c.units[u].kv_shard),
                 usd_per_hour=g * float(d.usd_per_gpu_hour[d.unit_hw[u]]),
                 requests_per_s=float(served[u]),
-            returning_per_s=float(ret_total[u]),
+                returning_per_s=float(ret_total[u]),
                 output_tokens_per_s=float(k * d.decode_tok_s[u]),
-            prefill_busy_s=float(busy[u] / served[u]) if served[u] > 0 else float("nan"),
-            fresh_busy_s=float(d.fresh_s[u]) if np.isfinite(d.fresh_s[u]) else float("nan"),
-            midfill_busy_s=float(mid_busy[u] / ret_total[u]) if ret_total[u] > 0 else float("nan"),
-            reload_s=float(reload[u] / ret_total[u]) if ret_total[u] > 0 else float("nan"),
+                prefill_busy_s=float(busy[u] / served[u]) if served[u] > 0 else float("nan"),
+                fresh_busy_s=float(d.fresh_s[u]) if np.isfinite(d.fresh_s[u]) else float("nan"),
+                midfill_busy_s=float(mid_busy[u] / ret_total[u]) if ret_total[u] > 0 else float("nan"),
+                reload_s=float(reload[u] / ret_total[u]) if ret_total[u] > 0 else float("nan"),
             )
         )
     tiers = []

@@ -61,8 +61,12 @@ class UnitOptions:
 
     def __post_init__(self) -> None:
         if self.kv_policy not in KV_POLICIES:
-            raise InputError("placement request", "options.kv_policy",
-                             f"must be one of {', '.join(KV_POLICIES)}", self.kv_policy)
+            raise InputError(
+                "placement request",
+                "options.kv_policy",
+                f"must be one of {', '.join(KV_POLICIES)}",
+                self.kv_policy,
+            )
 
     @property
     def tiers(self) -> tuple[str, ...]:

@@ -39,7 +39,15 @@ from dse.study.faults import (
 from dse.study.metrics import METRICS
 from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec, seed_rule
-from dse.study.storage import STALE_AFTER_S, fail_dead, fail_stale, open_storage, redact, wait_for_storage
+from dse.study.storage import (
+    STALE_AFTER_S,
+    fail_dead,
+    fail_stale,
+    open_storage,
+    redact,
+    wait_for_storage,
+    write_finished,
+)
 from dse.study.sweep import PREFIX, choice_of, evaluate_point, point_of, suggest_point
 from dse.study.trial import TrialRecord, evaluate, objective_values, params_of, suggest
 from dse.study.variants import study_catalog
@@ -220,13 +228,15 @@ def run(
                 try:
                     # samplers see the worst violation (<= 0: feasible); each constraint is in the record
                     trial.set_constraint("violation", max(record.constraints.values()))
-                    trial.set_user_attr("record", {**record.attrs(), **extra})  # one write
+                    stored = {"record": {**record.attrs(), **extra}}
+                    if asker is study:
+                        trial.set_user_attr("record", stored["record"])  # one write
                     asker.tell(trial, objective_values(record, defs))
                 except optuna.exceptions.UpdateFinishedTrialError:  # failed meanwhile as stale
                     sys.stderr.write(f"dse: trial {trial.number} was failed by another worker; dropped\n")
                     continue
-                if asker is not study:
-                    study.add_trial(asker.get_trials(deepcopy=False)[-1])  # .trials would deep-copy them all
+                if asker is not study:  # the sampler's copy needs no record: only the storage keeps it
+                    write_finished(study, asker.get_trials(deepcopy=False)[-1], stored)
                 done = _complete(study) if shared else done + 1
                 unreachable_since = None
             except STORAGE_ERRORS as exc:

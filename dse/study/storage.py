@@ -1,5 +1,6 @@
 """Optuna storages for studies: opening one (SQLite in the run folder, or a database server for
-many workers), keeping secrets out of what it prints, and the trials a dead process left running.
+many workers), writing a finished trial in one transaction, keeping secrets out of what it prints,
+and the trials a dead process left running.
 
 SQLite runs in write-ahead-log mode (a commit is one append; a killed process loses nothing
 committed). On a shared storage, trials carry heartbeats (:func:`dse.study.faults.heartbeat`) and
@@ -9,16 +10,18 @@ committed). On a shared storage, trials carry heartbeats (:func:`dse.study.fault
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import warnings
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
 import optuna
 import sqlalchemy
 import sqlalchemy.orm
+from optuna.distributions import distribution_to_json
 from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.storages._rdb import models as rdb_models
 
@@ -86,6 +89,70 @@ def _open_rdb(url: str, kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
                 raise
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def write_finished(
+    study: optuna.Study, trial: optuna.trial.FrozenTrial, user_attrs: dict[str, Any] | None = None
+) -> None:
+    """Store a finished trial (from the in-memory copy a lone run samples on) in one transaction,
+    with ``user_attrs`` added to its own.
+
+    ``Study.add_trial`` does the same in 20-30 ORM statements (a lookup and a flush per
+    parameter, each checked against every earlier trial's distribution): 13-26 ms a trial on
+    SQLite. Here it is one count and one insert per table, in Optuna's schema. The study's
+    parameters never change distribution (the spec fixes them), so the check is not needed;
+    ``tests/test_study_storage.py`` reads the trials back through Optuna."""
+    if trial.intermediate_values:
+        raise ValueError("study trials report no intermediate values")
+    storage = cast(Any, study._storage)
+    rdb = getattr(storage, "_backend", storage)
+    m = rdb_models
+    with rdb.engine.begin() as conn:  # commits at the end, rolls back on any error
+        trials = m.TrialModel.__table__
+        number = conn.execute(
+            sqlalchemy.select(sqlalchemy.func.count()).where(trials.c.study_id == study._study_id)
+        ).scalar_one()
+        trial_id = conn.execute(
+            trials.insert().values(
+                number=number,
+                study_id=study._study_id,
+                state=trial.state,
+                datetime_start=_naive_utc(trial.datetime_start),
+                datetime_complete=_naive_utc(trial.datetime_complete),
+            )
+        ).inserted_primary_key[0]
+        rows: dict[Any, list[dict[str, Any]]] = {
+            m.TrialParamModel: [
+                {
+                    "param_name": name,
+                    "param_value": dist.to_internal_repr(trial.params[name]),
+                    "distribution_json": distribution_to_json(dist),
+                }
+                for name, dist in trial.distributions.items()
+            ],
+            m.TrialValueModel: [_value_row(i, v) for i, v in enumerate(trial.values or [])],
+            m.TrialUserAttributeModel: [
+                {"key": k, "value_json": json.dumps(v)}
+                for k, v in {**trial.user_attrs, **(user_attrs or {})}.items()
+            ],
+            m.TrialSystemAttributeModel: [
+                {"key": k, "value_json": json.dumps(v)} for k, v in trial.system_attrs.items()
+            ],
+        }
+        for model, batch in rows.items():
+            if batch:
+                conn.execute(model.__table__.insert(), [{"trial_id": trial_id, **r} for r in batch])
+
+
+def _value_row(objective: int, value: float) -> dict[str, Any]:
+    """Optuna's stored form of an objective value: +-inf kept as a type, not a number."""
+    stored, kind = rdb_models.TrialValueModel.value_to_stored_repr(value)
+    return {"objective": objective, "value": stored, "value_type": kind}
+
+
+def _naive_utc(t: datetime | None) -> datetime | None:
+    """Optuna's RDB stores datetimes as naive UTC and reads them back as naive local time."""
+    return None if t is None else t.astimezone(UTC).replace(tzinfo=None)
 
 
 def redact(url: str) -> str:
