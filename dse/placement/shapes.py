@@ -87,39 +87,32 @@ class PrefillCost:
     batch_s: Array
 
 
-def prefill_cost(
+def prefill_costs(
     pool: Pool,
     p: PerfParams,
     speed: Array,
-    new: float,
-    cached: float,
+    cases: list[tuple[float, float]],
     chunk_tokens: float = PREFILL_TOKENS_PER_RANK,
-) -> PrefillCost:
-    """Prefilling ``new`` tokens of a request against ``cached`` ones already in HBM, in forwards
-    of ``chunk_tokens`` per attention-DP rank."""
-    new_a = np.full_like(pool.gpus, max(new, 1.0))
-    one = forward_cost(
+) -> list[PrefillCost]:
+    """Per case ``(new, cached)``: prefilling ``new`` tokens of a request against ``cached`` ones
+    already in HBM, in forwards of ``chunk_tokens`` per attention-DP rank. Every case, alone and
+    batched, is one vectorised evaluation (cases along a leading axis)."""
+    ones = np.ones_like(pool.gpus)
+    new = np.array([max(c[0], 1.0) for c in cases])[:, None] * ones  # (cases, shapes)
+    cached = np.array([c[1] for c in cases])[:, None]
+    batch = np.maximum(new, chunk_tokens * pool.attn_dp)
+    total = forward_cost(
         pool,
         p,
-        tokens=new_a,
-        sequences=np.ones_like(new_a),
-        context=new_a,
+        tokens=np.concatenate([new, batch]),
+        sequences=np.concatenate([np.ones_like(new), batch / new]),
+        context=np.concatenate([new, new]),
         prefill=True,
         speed=speed,
-        cached=cached,
+        cached=np.concatenate([cached, cached]),
     ).total_s
-    batch = np.maximum(new_a, chunk_tokens * pool.attn_dp)
-    full = forward_cost(
-        pool,
-        p,
-        tokens=batch,
-        sequences=batch / new_a,
-        context=new_a,
-        prefill=True,
-        speed=speed,
-        cached=cached,
-    ).total_s
-    return PrefillCost(one, full * new_a / batch, full)
+    one, full = total[: len(cases)], total[len(cases) :]
+    return [PrefillCost(one[i], full[i] * new[i] / batch[i], full[i]) for i in range(len(cases))]
 
 
 class Shapes:
@@ -168,9 +161,17 @@ class Shapes:
         self.free_unique_gb = np.maximum(self.usable_gb - self.weights_gb, 0.0) * pool.kv_shard
         self.fits = self.cap_seq > 0
 
-        self.fresh = prefill_cost(pool, p, self.speed, w.input_tokens, 0.0, chunk)
-        self.midfill = prefill_cost(pool, p, self.speed, w.suffix_tokens, w.cached_prefix_tokens, chunk)
-        self.recompute = prefill_cost(pool, p, self.speed, w.returning_context_tokens, 0.0, chunk)
+        self.fresh, self.midfill, self.recompute = prefill_costs(
+            pool,
+            p,
+            self.speed,
+            [
+                (w.input_tokens, 0.0),
+                (w.suffix_tokens, w.cached_prefix_tokens),
+                (w.returning_context_tokens, 0.0),
+            ],
+            chunk,
+        )
         self.nic_gb_s = pool.nic_bytes_per_s * p.nic_eff * pool.gpus / GB  # one instance
         # one request's KV leaves over the NICs of the GPUs that hold its shards
         kv_nics = pool.nic_bytes_per_s * p.nic_eff * np.minimum(pool.gpus, pool.kv_shard) / GB
