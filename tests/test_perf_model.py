@@ -236,3 +236,23 @@ def test_kimi_k3_state_takes_room_from_the_batch(catalog: Catalog) -> None:
         pool.attn_weight_bytes[0] + (pool.dense_weight_bytes[0] + pool.expert_weight_bytes[0]) / 8
     )
     assert short == pytest.approx(free * 8 / (100 * 27648 / 2 + 414 * 2**20), rel=0.01)
+
+
+def test_sliding_window_kv_takes_the_pools_kv_precision_and_linear_state_its_own(catalog: Catalog) -> None:
+    """gpt-oss's sliding-window KV halves under fp8 KV; Kimi K3's KDA state keeps its precision."""
+
+    def state(model: str, kv: Precision) -> float:
+        pool = build_pool(
+            catalog.model(model),
+            [catalog.hardware("b200")],
+            gpus=[8],
+            attn_tp=[1],
+            ep=[8],
+            weight_precision=[Precision.FP8],
+            kv_precision=[kv],
+        )
+        return float(pool.state_bytes[0])
+
+    assert state("gpt-oss-120b", Precision.FP8) == pytest.approx(state("gpt-oss-120b", Precision.BF16) / 2)
+    assert state("gpt-oss-120b", Precision.FP8) / 2**20 == pytest.approx(2.25)
+    assert state("kimi-k3", Precision.FP8) == pytest.approx(state("kimi-k3", Precision.BF16))

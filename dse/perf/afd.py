@@ -40,12 +40,16 @@ def ffn_side(pool: Pool) -> Pool:
         full_layers=0.0,
         q_heads=0.0,
         kv_elements_per_token=0.0,
-        fixed_state_bytes=0.0,
     )
     zero = np.zeros_like(pool.gpus)
     # no attention, so no tensor-parallel all-reduce of attention outputs
     return replace(
-        pool, model=m, attn_weight_bytes=zero, kv_bytes_per_token=zero, attn_tp=np.ones_like(pool.gpus)
+        pool,
+        model=m,
+        attn_weight_bytes=zero,
+        kv_bytes_per_token=zero,
+        state_bytes=zero,
+        attn_tp=np.ones_like(pool.gpus),
     )
 
 

@@ -39,7 +39,6 @@ class ModelTerms:
     prefill_qk_dim: float
     prefill_v_dim: float
     kv_elements_per_token: float  # over all full layers
-    fixed_state_bytes: float  # per request (linear-attention state, sliding windows)
     mtp_layers: float
 
     @classmethod
@@ -77,7 +76,6 @@ class ModelTerms:
             prefill_qk_dim=dqk_pf,
             prefill_v_dim=dv_pf,
             kv_elements_per_token=m.kv_bytes_per_token(Precision.BF16) / 2.0,
-            fixed_state_bytes=m.fixed_state_bytes_per_request(Precision.BF16),
             mtp_layers=m.mtp_layers,
         )
 
@@ -104,6 +102,7 @@ class Pool:
     dense_weight_bytes: Array  # other non-expert weights (dense FFN, shared experts, embeddings)
     expert_weight_bytes: Array
     kv_bytes_per_token: Array
+    state_bytes: Array  # per request whatever its context: linear-attention state, sliding-window KV
     act_bytes: Array  # bytes per element of the all-to-all dispatch (fp8 = 1)
     model: ModelTerms
 
@@ -170,6 +169,7 @@ def build_pool(
         kv_bytes_per_token=np.array(
             [terms.kv_elements_per_token * p.bytes_per_element for p in kv_precision]
         ),
+        state_bytes=np.array([model.fixed_state_bytes_per_request(p) for p in kv_precision]),
         act_bytes=np.ones(n),
         model=terms,
     )

@@ -179,7 +179,7 @@ def _result(
             + (load.batch_tokens * d.prefill.kv_bytes_per_token / d.prefill.kv_shard)
         )
     x = s["x"]
-    per_seq = (d.isl + d.osl) * dec.kv_bytes_per_token + dec.model.fixed_state_bytes
+    per_seq = (d.isl + d.osl) * dec.kv_bytes_per_token + dec.state_bytes
     act = b * (1.0 + d.draft_tokens) * dec.model.hidden * 2.0 * 8.0 / dec.attn_dp
     hbm = weight_bytes_per_gpu(dec) + b * per_seq / dec.kv_shard + act
     cost = s["cost"]

@@ -104,7 +104,7 @@ def forward_cost(
     mean_ctx = context * 0.5 + cached if prefill else context
     attn_flops = 2.0 * tokens * m.full_layers * m.q_heads * mean_ctx * (dqk + dv) / g
     attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff * veff)
-    state = m.fixed_state_bytes * (2.0 if not prefill else 0.0)  # read and write per token step
+    state = pool.state_bytes * (2.0 if not prefill else 0.0)  # read and write per token step
     kv_read = 0.0 if prefill else 1.0
     kv_bytes = sequences * (context * pool.kv_bytes_per_token * kv_read + state) / pool.kv_shard
     kv_bytes = kv_bytes + tokens * pool.kv_bytes_per_token / pool.kv_shard  # writing new KV
@@ -155,7 +155,7 @@ def kv_capacity_sequences(pool: Pool, p: PerfParams, context: Array) -> Array:
     """Sequences of ``context`` tokens whose KV fits in the HBM left after weights and reserve
     (per instance); negative when the weights alone do not fit."""
     per_gpu_free = pool.hbm_bytes * (1.0 - p.hbm_reserve_fraction) - weight_bytes_per_gpu(pool)
-    per_seq = (context * pool.kv_bytes_per_token + pool.model.fixed_state_bytes) / pool.kv_shard
+    per_seq = (context * pool.kv_bytes_per_token + pool.state_bytes) / pool.kv_shard
     return per_gpu_free / per_seq
 
 

@@ -149,7 +149,7 @@ class Shapes:
         w = req.workload
         self.decode_ctx = np.full(n, w.mean_prompt_tokens() + 0.5 * w.output_tokens)
         kv_gb = float(pool.kv_bytes_per_token[0] / GB)  # one KV precision per request
-        state_gb = pool.model.fixed_state_bytes / GB
+        state_gb = float(pool.state_bytes[0]) / GB  # one KV precision per request
         self.per_seq_gb = self.decode_ctx * kv_gb + state_gb  # unique KV of one decoding sequence
         chunk = float(opts.prefill_chunk_tokens)
         self.prefill_ws_gb = np.maximum(w.input_tokens, chunk * pool.attn_dp) * kv_gb

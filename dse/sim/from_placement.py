@@ -219,7 +219,7 @@ def _build(
         if unit["role"] == "mixed"
         else _handoff_s(workload, prefill_pool(pools, catalog, model, wp, engine), params)
     )
-    kv_gb = (ctx * float(pool.kv_bytes_per_token[0]) + pool.model.fixed_state_bytes) / GB
+    kv_gb = (ctx * float(pool.kv_bytes_per_token[0]) + float(pool.state_bytes[0])) / GB
     # one request's prefill lasts a batch on a server; the servers' mix reproduces the pool's rate
     mean_busy = servers / rate
     fresh_s = fresh_w / fresh_n if fresh_n > 0 else mean_busy
@@ -269,4 +269,4 @@ def _handoff_s(w: Workload, pool: Any, p: PerfParams) -> float:
     """Seconds to hand one fresh prompt's KV (and fixed state) to decode over the NICs of the
     prefill GPUs that hold its shards."""
     nics = float(pool.nic_bytes_per_s[0]) * p.nic_eff * float(min(pool.gpus[0], pool.kv_shard[0]))
-    return float((w.input_tokens * float(pool.kv_bytes_per_token[0]) + pool.model.fixed_state_bytes) / nics)
+    return float((w.input_tokens * float(pool.kv_bytes_per_token[0]) + float(pool.state_bytes[0])) / nics)
