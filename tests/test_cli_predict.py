@@ -157,3 +157,52 @@ def test_prefill_pool_whose_weights_do_not_fit_is_flagged(catalog) -> None:  # t
     out = predict_rows([row], catalog, load_params())[0]
     assert out["pred_tput_per_gpu"] == ""
     assert str(out["pred_error"]).startswith("prefill-weights-do-not-fit")
+
+
+AFD = dict(
+    hardware="b200", framework="sglang", model="dsr1", precision="fp8", spec_method="none", disagg="True",
+    isl="4000", osl="1000", conc="512", prefill_tp="8", prefill_ep="8", prefill_dp_attention="True",
+    prefill_num_workers="2", num_prefill_gpu="16", decode_tp="8", decode_ep="8", decode_dp_attention="True",
+    decode_num_workers="2", num_decode_gpu="16", num_ffn_gpu="16", ffn_num_workers="1", ffn_ep="16",
+)  # fmt: skip
+
+
+def test_predict_attention_ffn_disaggregated_from_flags_and_rows(
+    tmp_path: Path, clean_env: dict[str, str], catalog
+) -> None:  # type: ignore[no-untyped-def]
+    from dse.perf.benchmark_rows import predict_rows
+
+    flags = "--hardware b200 --afd --tp 8 --dp-attention --decode-gpus 16 --decode-workers 2 "
+    flags += "--ffn-gpus 16 --ffn-ep 16 --prefill-gpus 16 --prefill-workers 2 --prefill-dp-attention "
+    flags += "--isl 4000 --osl 1000 --conc 512 --json"
+    proc = _run(clean_env, "predict", *flags.split())
+    assert proc.returncode == 0, proc.stderr
+    pred = json.loads(proc.stdout)["prediction"]
+    row = predict_rows([AFD], catalog, load_params())[0]
+    assert row["pred_error"] == ""
+    assert float(row["pred_tput_per_gpu"]) == pytest.approx(pred["tput_per_gpu"], rel=1e-3)
+    # every GPU counts: 16 prefill, 16 attention, 16 expert
+    served = float(row["pred_output_tput_per_gpu"]) * 32 + float(row["pred_input_tput_per_gpu"]) * 16
+    assert served / 48 == pytest.approx(float(row["pred_tput_per_gpu"]), rel=1e-3)
+    parts = sum(
+        pred[k] for k in ("decode_gemm_ms", "decode_attention_ms", "decode_comm_ms", "decode_overhead_ms")
+    )
+    assert parts == pytest.approx(pred["decode_step_ms"])
+    # more expert instances never slow a step down; an expert pool too small for the experts fails
+    wider = predict_rows([dict(AFD, num_ffn_gpu="32", ffn_num_workers="2")], catalog, load_params())[0]
+    assert float(wider["pred_intvty_tok_s_user"]) >= float(row["pred_intvty_tok_s_user"]) * (1 - 1e-9)
+    tiny = predict_rows([dict(AFD, num_ffn_gpu="1", ffn_ep="1")], catalog, load_params())[0]
+    assert str(tiny["pred_error"]).startswith("ffn-weights-do-not-fit")
+    agg = predict_rows([dict(AFD, disagg="False")], catalog, load_params())[0]
+    assert "num_ffn_gpu" in str(agg["pred_error"]) and "disaggregated" in str(agg["pred_error"])
+
+
+def test_afd_step_follows_the_slower_side(catalog) -> None:  # type: ignore[no-untyped-def]
+    """With the expert pool cut from 16 GPUs to 8, its share of each step doubles and paces it."""
+    from dse.perf.benchmark_rows import evaluate, parse_row
+
+    p = load_params()
+    wide = evaluate([parse_row(AFD, catalog)], catalog, p)
+    narrow = evaluate([parse_row(dict(AFD, num_ffn_gpu="8", ffn_ep="8"), catalog)], catalog, p)
+    assert narrow.tpot_s[0] > wide.tpot_s[0]
+    assert narrow.decode_attention_s[0] == 0.0  # the expert side binds: no attention in its step

@@ -53,7 +53,7 @@ from dse.catalog import Hardware, Model, load_catalog
 from dse.catalog.loader import SHIPPED_HARDWARE, SHIPPED_MODELS
 from dse.cli.main import main
 from dse.errors import _printable
-from dse.perf.benchmark_rows import INPUT_COLUMNS
+from dse.perf.benchmark_rows import AFD_COLUMNS, INPUT_COLUMNS
 from dse.study.spec import STUDIES_DIR, StudySpec
 from dse.typed_data import MAX_MAGNITUDE, MIN_MAGNITUDE, fraction, non_empty, non_negative, positive
 
@@ -845,6 +845,9 @@ PREDICT_INTS = {
     "--prefill-gpus": positive,
     "--decode-workers": non_negative,
     "--decode-gpus": positive,
+    "--ffn-gpus": positive,
+    "--ffn-workers": non_negative,
+    "--ffn-ep": non_negative,
 }
 PREDICT_IDS = {
     "--hardware": ["b200", "gb200", "h100", "mi355x"],
@@ -883,7 +886,7 @@ def test_predict_flags(data: st.DataObject) -> None:
             mutated[flag] = data.draw(number_text)
     switches = data.draw(
         st.lists(
-            st.sampled_from(["--disagg", "--dp-attention", "--prefill-dp-attention", "--mtp"]),
+            st.sampled_from(["--disagg", "--afd", "--dp-attention", "--prefill-dp-attention", "--mtp"]),
             unique=True,
             max_size=2,
         )
@@ -924,12 +927,14 @@ def test_predict_batch_files(
     is refused (exit 2, one line naming the file) and OUT.csv is not written."""
     EXAMPLES["predict batch"] += 1
     rows = [dict(r) for r in batch_rows]
+    if data.draw(st.booleans()):  # attention-FFN disaggregated rows: the optional columns
+        rows = [dict(r, num_ffn_gpu="16", ffn_num_workers="1", ffn_ep="16") for r in rows]
     header = list(rows[0])
     kind = data.draw(st.sampled_from(["cell", "cell", "cell", "column", "text"]))
     must_fail = False
     if kind == "cell":
         i = data.draw(st.integers(0, len(rows) - 1))
-        col = data.draw(st.sampled_from(list(INPUT_COLUMNS)))
+        col = data.draw(st.sampled_from([*INPUT_COLUMNS, *(AFD_COLUMNS if "ffn_ep" in header else ())]))
         rows[i][col] = data.draw(st.one_of(number_text, junk_text))
         raw = _csv_text(rows, header).encode("utf-8", "surrogatepass")
     elif kind == "column":

@@ -21,6 +21,7 @@ NUMBERS: dict[str, Rule] = {
     "isl": positive, "osl": positive, "conc": positive, "tp": positive, "ep": non_negative,
     "prefill_tp": positive, "prefill_ep": non_negative, "prefill_workers": non_negative,
     "prefill_gpus": positive, "decode_workers": non_negative, "decode_gpus": positive,
+    "ffn_gpus": positive, "ffn_workers": non_negative, "ffn_ep": non_negative,
 }  # fmt: skip
 
 
@@ -54,6 +55,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--prefill-gpus", type=int, default=8, help="GPUs of the whole prefill pool")
     p.add_argument("--decode-workers", type=int, default=1)
     p.add_argument("--decode-gpus", type=int, default=8, help="GPUs of the whole decode pool")
+    p.add_argument(
+        "--afd",
+        action="store_true",
+        help="attention-FFN disaggregated decode (implies --disagg): --tp/--dp-attention/--decode-* "
+        "describe the attention pool, --ffn-* the expert pool",
+    )
+    p.add_argument("--ffn-gpus", type=int, default=8, help="GPUs of the whole expert pool (--afd)")
+    p.add_argument("--ffn-workers", type=int, default=1, help="expert-pool instances (--afd)")
+    p.add_argument(
+        "--ffn-ep", type=int, default=0, help="expert parallel per instance (--afd; 0: all its GPUs)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -65,6 +77,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         raise InputError(SRC, "--hardware", "is required (or use --batch)")
     for name, check in NUMBERS.items():  # each flag, whether or not this topology reads it
         check_number(getattr(args, name), source=SRC, key="--" + name.replace("_", "-"), check=check)
+    args.disagg = args.disagg or args.afd
     row = _row_from_flags(args)
     try:
         bench = parse_row(row, catalog, source=SRC)
@@ -93,7 +106,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         print(json.dumps({"deployment": row, "prediction": figures}, indent=2))
         return 0
     print(
-        f"{bench.model} on {bench.hardware} ({'disaggregated' if bench.disagg else 'aggregated'}, "
+        f"{bench.model} on {bench.hardware} ({bench.topology}, "
         f"{row['framework']}, {row['precision']}{', MTP' if bench.mtp else ''}), "
         f"ISL {row['isl']} OSL {row['osl']}, {row['conc']} requests in flight"
     )
@@ -110,6 +123,7 @@ def _flag_of(column: str, disagg: bool) -> str:
         "decode_dp_attention": "--dp-attention", "prefill_num_workers": "--prefill-workers",
         "num_prefill_gpu": "--prefill-gpus", "decode_num_workers": "--decode-workers",
         "num_decode_gpu": "--decode-gpus" if disagg else "--tp",
+        "num_ffn_gpu": "--ffn-gpus", "ffn_num_workers": "--ffn-workers", "ffn_ep": "--ffn-ep",
     }  # fmt: skip
     if column in fixed:
         return fixed[column]
@@ -140,6 +154,15 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
         "decode_dp_attention": str(a.dp_attention),
         "decode_num_workers": str(a.decode_workers),
         "num_decode_gpu": str(dec_gpus),
+        **(
+            {
+                "num_ffn_gpu": str(a.ffn_gpus),
+                "ffn_num_workers": str(a.ffn_workers),
+                "ffn_ep": str(a.ffn_ep or ""),
+            }
+            if a.afd
+            else {}
+        ),
     }
 
 

@@ -15,6 +15,10 @@ import numpy as np
 
 from dse.perf.pool import Array, Pool
 
+SIDE_SHARE = 0.5
+"""Share of a decode step each side may take: two micro-batches in ping-pong, each side runs one
+while the other runs the other, so each side's whole step must fit in half of it."""
+
 
 def attention_side(pool: Pool) -> Pool:
     """The pool as it runs attention only: attention weights and the KV cache, no experts."""

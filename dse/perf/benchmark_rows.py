@@ -9,6 +9,11 @@ The normalisation rules of that file (its ``gpus_used_for_normalization_note`` c
 * ``isl``/``osl`` are nominal: each request's lengths are uniform on 80-100% of nominal, so the
   means are 0.9 x nominal;
 * interactivity is 1 / TPOT.
+
+Beyond that file, a disaggregated row may describe attention-FFN disaggregated decode with the
+optional columns ``num_ffn_gpu``, ``ffn_num_workers`` and ``ffn_ep`` (:data:`AFD_COLUMNS`): the
+decode columns then describe the attention pool, and these the expert pool. Output throughput is
+per decode GPU of both pools.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 
 from dse.catalog import Catalog
 from dse.errors import DseError, InputError, UnknownIdError
+from dse.perf.afd import attention_side, ffn_side
 from dse.perf.params import PerfParams
 from dse.perf.pool import build_pool
 from dse.perf.serving import Deployment, ServingResult, closed_loop
@@ -47,6 +53,7 @@ INPUT_COLUMNS = (
     "decode_num_workers",
     "num_decode_gpu",
 )
+AFD_COLUMNS = ("num_ffn_gpu", "ffn_num_workers", "ffn_ep")  # optional: attention-FFN disaggregation
 OUTPUT_COLUMNS = (
     "pred_tput_per_gpu",
     "pred_input_tput_per_gpu",
@@ -92,7 +99,12 @@ class BenchRow:
     osl: float
     conc: float
     prefill: PoolSpec | None
-    decode: PoolSpec
+    decode: PoolSpec  # the attention pool when ``ffn`` is set
+    ffn: PoolSpec | None = None  # attention-FFN disaggregated decode: the expert pool
+
+    @property
+    def topology(self) -> str:
+        return "afd" if self.ffn is not None else "disaggregated" if self.disagg else "aggregated"
 
 
 def _num(row: Mapping[str, str], key: str, source: str) -> float:
@@ -182,11 +194,31 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
         conc=conc,
         prefill=_pool(row, "prefill", disagg, source) if disagg else None,
         decode=_pool(row, "decode", disagg, source),
+        ffn=_ffn_pool(row, disagg, source),
     )
 
 
+def _ffn_pool(row: Mapping[str, str], disagg: bool, source: str) -> PoolSpec | None:
+    """The expert pool of an attention-FFN disaggregated row, or None (no or empty AFD columns)."""
+    if not str(row.get("num_ffn_gpu") or "").strip() or _num(row, "num_ffn_gpu", source) == 0:
+        return None
+    if not disagg:
+        raise InputError(source, "num_ffn_gpu", "needs a disaggregated row (disagg True)", row["num_ffn_gpu"])
+    total = _num(row, "num_ffn_gpu", source)
+    workers = _num(row, "ffn_num_workers", source)
+    if workers < 1:
+        raise InputError(source, "ffn_num_workers", "must be >= 1 with num_ffn_gpu", workers)
+    gpus = total / workers
+    if gpus < 1 or gpus != int(gpus):
+        raise InputError(source, "num_ffn_gpu", f"must split into {workers:g} whole instances", total)
+    ep = _num(row, "ffn_ep", source) if str(row.get("ffn_ep") or "").strip() else gpus
+    if not 1 <= ep <= gpus:
+        raise InputError(source, "ffn_ep", f"must be between 1 and the instance's {gpus:g} GPUs", ep)
+    return PoolSpec(gpus=gpus, attn_tp=1.0, ep=ep, instances=workers)
+
+
 def evaluate(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> ServingResult:
-    """Serving figures for rows of one model and one topology (all agg or all disagg)."""
+    """Serving figures for rows of one model and one topology (:attr:`BenchRow.topology`)."""
     model = catalog.model(rows[0].model)
     hws = [catalog.hardware(r.hardware) for r in rows]
     engines = [params.engine(r.engine) for r in rows]
@@ -207,9 +239,11 @@ def evaluate(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> 
     disagg = rows[0].disagg
     pairs = list(zip(rows, engines, strict=True))
     pre = [r.prefill for r in rows] if disagg else None
+    ffn = [r.ffn for r in rows] if rows[0].ffn is not None else None
+    decode = pool([r.decode for r in rows])
     dep = Deployment(
         prefill=pool(pre) if pre else None,  # type: ignore[arg-type]
-        decode=pool([r.decode for r in rows]),
+        decode=attention_side(decode) if ffn else decode,
         prefill_instances=np.array([r.prefill.instances if r.prefill else 1.0 for r in rows]),
         decode_instances=np.array([r.decode.instances for r in rows]),
         isl=np.array([r.isl for r in rows]),
@@ -217,6 +251,8 @@ def evaluate(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> 
         speed=np.array([e.speed for e in engines]),
         draft_tokens=np.array([e.mtp_draft_tokens if r.mtp else 0.0 for r, e in pairs]),
         accept_tokens=np.array([e.mtp_accept_tokens if r.mtp else 1.0 for r, e in pairs]),
+        ffn=ffn_side(pool(ffn)) if ffn else None,  # type: ignore[arg-type]
+        ffn_instances=np.array([f.instances for f in ffn]) if ffn else None,  # type: ignore[union-attr]
     )
     return closed_loop(dep, params, np.array([r.conc for r in rows]))
 
@@ -227,7 +263,7 @@ def predict_rows(
     """Each input row with the ``pred_*`` columns added; a row that cannot be modelled gets
     empty predictions and a ``pred_error`` message."""
     out: list[dict[str, object]] = [dict(r) for r in rows]
-    parsed: dict[tuple[str, bool], list[tuple[int, BenchRow]]] = {}
+    parsed: dict[tuple[str, str], list[tuple[int, BenchRow]]] = {}
     for i, row in enumerate(rows):
         for col in OUTPUT_COLUMNS:
             out[i][col] = ""
@@ -236,7 +272,7 @@ def predict_rows(
         except DseError as exc:
             out[i]["pred_error"] = str(exc)
             continue
-        parsed.setdefault((br.model, br.disagg), []).append((i, br))
+        parsed.setdefault((br.model, br.topology), []).append((i, br))
     for group in parsed.values():
         try:
             _fill(out, group, evaluate([b for _, b in group], catalog, params))

@@ -71,9 +71,9 @@ def predict_measured(
     """(tokens/s/GPU, tokens/s/user) predicted for each measured row, in input order."""
     tput = np.full(len(data), np.nan)
     intv = np.full(len(data), np.nan)
-    groups: dict[tuple[str, bool], list[int]] = {}
+    groups: dict[tuple[str, str], list[int]] = {}
     for i, m in enumerate(data):
-        groups.setdefault((m.row.model, m.row.disagg), []).append(i)
+        groups.setdefault((m.row.model, m.row.topology), []).append(i)
     for idx in groups.values():
         res = evaluate([data[i].row for i in idx], catalog, params)
         tput[idx] = res.tput_per_gpu

@@ -8,7 +8,9 @@ Two load models share the stage costs of :mod:`dse.perf.stages`:
 
 Aggregated instances interleave chunked prefill with decode steps, so prefill time stretches the
 time per output token. Disaggregated prefill queues in front of its pool (an M/D/1-style wait
-``q t rho / (1 - rho)``) and hands its KV to the decode pool over the NIC.
+``q t rho / (1 - rho)``) and hands its KV to the decode pool over the NIC. Attention-FFN
+disaggregated decode splits each step between an attention pool and an expert pool
+(:mod:`dse.perf.afd`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from dse.perf.afd import SIDE_SHARE, afd_bytes_per_token
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
 from dse.perf.stages import StepCost, forward_cost, kv_capacity_sequences, weight_bytes_per_gpu
@@ -42,6 +45,10 @@ class Deployment:
     speed: Array  # engine kernel-time multiplier
     draft_tokens: Array  # speculative tokens per step (0 without MTP)
     accept_tokens: Array  # tokens accepted per step (1 without MTP)
+    # attention-FFN disaggregated decode: ``decode`` is the attention side
+    # (:func:`~dse.perf.afd.attention_side`) and ``ffn`` the expert side
+    ffn: Pool | None = None
+    ffn_instances: Array | None = None
 
 
 @dataclass(frozen=True)
@@ -98,9 +105,48 @@ def _decode_step(d: Deployment, p: PerfParams, batch: Array) -> tuple[StepCost, 
         prefill=False,
         speed=d.speed,
     )
+    if d.ffn is not None:
+        cost = _afd_step(d, p, batch, cost)
     m = d.decode.model
     draft = 1.0 + d.draft_tokens * max(m.mtp_layers, 1.0) / m.layers
     return cost, cost.total_s * draft
+
+
+def _afd_step(d: Deployment, p: PerfParams, batch: Array, att: StepCost) -> StepCost:
+    """A decode step split between the attention pool (``att``, ``batch`` sequences per instance)
+    and the expert pool (the attention pool's tokens shared among its instances). As for the
+    placement's attention and FFN units, each side's whole step must fit in
+    :data:`~dse.perf.afd.SIDE_SHARE` of it (two micro-batches in ping-pong), and so must the hidden
+    states crossing the attention instance's NICs; the slowest of the three paces the step, and
+    the breakdown is that one's, scaled to the step."""
+    assert d.ffn is not None and d.ffn_instances is not None
+    seqs = batch * d.decode_instances / d.ffn_instances
+    ffn = forward_cost(
+        d.ffn,
+        p,
+        tokens=seqs * (1.0 + d.draft_tokens),
+        sequences=seqs,
+        context=np.zeros_like(seqs),
+        prefill=False,
+        speed=d.speed,
+    )
+    nic = d.decode.nic_bytes_per_s * p.nic_eff * d.decode.gpus
+    xfer = afd_bytes_per_token(d.ffn) * batch * (1.0 + d.draft_tokens) / nic
+    use_att = att.total_s >= ffn.total_s
+    moved = xfer > np.maximum(att.total_s, ffn.total_s)
+    k = 1.0 / SIDE_SHARE
+
+    def side(a: Array, f: Array) -> Array:
+        return np.where(moved, 0.0, np.where(use_att, a, f) * k)
+
+    return StepCost(
+        gemm_s=side(att.gemm_s, ffn.gemm_s),
+        attention_s=side(att.attention_s, ffn.attention_s),
+        comm_s=np.where(moved, xfer * k, side(att.comm_s, ffn.comm_s)),
+        overhead_s=side(att.overhead_s, ffn.overhead_s),
+        gemm_compute_bound=np.where(use_att, att.gemm_compute_bound, ffn.gemm_compute_bound),
+        attention_compute_bound=att.attention_compute_bound,
+    )
 
 
 class _Load:
@@ -165,6 +211,10 @@ def _result(
 ) -> ServingResult:
     dec = d.decode
     g_dec = dec.gpus * d.decode_instances
+    ffn_hbm = np.zeros_like(b)
+    if d.ffn is not None and d.ffn_instances is not None:  # decode GPUs: both halves
+        g_dec = g_dec + d.ffn.gpus * d.ffn_instances
+        ffn_hbm = weight_bytes_per_gpu(d.ffn)
     if d.prefill is None:
         g_pf = g_dec
         g_total = g_dec
@@ -194,11 +244,15 @@ def _result(
     regime = np.where(s["rho"] >= 0.9, "prefill-compute", regime)
     regime = np.where(capacity_bound, "hbm-capacity", regime)
     regime = np.where(cap <= 0, "weights-do-not-fit", regime)
-    pf_over = np.zeros(b.shape, dtype=bool)
+    unfit = np.zeros(b.shape, dtype=bool)
     if d.prefill is not None:
-        pf_over = pf_hbm > d.prefill.hbm_bytes * (1.0 - p.hbm_reserve_fraction)
-        regime = np.where(pf_over, "prefill-weights-do-not-fit", regime)
-    nan = np.where((cap <= 0) | pf_over, np.nan, 1.0)
+        unfit = pf_hbm > d.prefill.hbm_bytes * (1.0 - p.hbm_reserve_fraction)
+        regime = np.where(unfit, "prefill-weights-do-not-fit", regime)
+    if d.ffn is not None:
+        ffn_over = ffn_hbm > d.ffn.hbm_bytes * (1.0 - p.hbm_reserve_fraction)
+        regime = np.where(ffn_over, "ffn-weights-do-not-fit", regime)
+        unfit = unfit | ffn_over
+    nan = np.where((cap <= 0) | unfit, np.nan, 1.0)
     return ServingResult(
         requests_per_s=x * nan,
         tput_per_gpu=x * (d.isl + d.osl) / g_total * nan,
@@ -208,7 +262,7 @@ def _result(
         tpot_s=s["tpot"] * nan,
         ttft_s=ttft * nan,
         decode_batch=b * nan,
-        hbm_peak_bytes_per_gpu=np.maximum(hbm, pf_hbm),
+        hbm_peak_bytes_per_gpu=np.maximum(np.maximum(hbm, pf_hbm), ffn_hbm),
         prefill_hbm_bytes_per_gpu=pf_hbm,
         decode_step_s=s["step"],
         decode_gemm_s=cost.gemm_s,

@@ -31,6 +31,7 @@ import numpy as np
 
 from dse.catalog import Catalog, Hardware
 from dse.errors import InputError
+from dse.perf.afd import SIDE_SHARE as AFD_SIDE_SHARE
 from dse.perf.afd import afd_bytes_per_token, attention_side, ffn_side
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
@@ -41,8 +42,6 @@ from dse.placement.shapes import Parallel, Shapes, tier_capacity
 from dse.units import GB
 from dse.workload import Slo, Workload
 from formulations.placement_data import TIERS, Objective, PlacementData, Role
-
-AFD_SIDE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
