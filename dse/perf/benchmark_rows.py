@@ -251,6 +251,7 @@ def evaluate(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> 
         speed=np.array([e.speed for e in engines]),
         draft_tokens=np.array([e.mtp_draft_tokens if r.mtp else 0.0 for r, e in pairs]),
         accept_tokens=np.array([e.mtp_accept_tokens if r.mtp else 1.0 for r, e in pairs]),
+        chunk_per_instance=np.array([e.prefill_chunk_per_instance for e in engines]),
         ffn=ffn_side(pool(ffn)) if ffn else None,  # type: ignore[arg-type]
         ffn_instances=np.array([f.instances for f in ffn]) if ffn else None,  # type: ignore[union-attr]
     )

@@ -38,6 +38,7 @@ BOUNDS = {
     "prefill_queue_factor": (0.05, 10.0),
     "amd_eff": (0.2, 1.5),
 }
+TTFT_WEIGHT = 0.3  # weight of a TTFT log-error against a tokens/s one (TTFT is noisier)
 ENGINE_BOUNDS = {"speed": (0.4, 3.0), "mtp_accept_tokens": (1.0, 3.5)}
 
 
@@ -69,8 +70,16 @@ def predict_measured(
     data: Sequence[Measured], catalog: Catalog, params: PerfParams
 ) -> tuple[np.ndarray, np.ndarray]:
     """(tokens/s/GPU, tokens/s/user) predicted for each measured row, in input order."""
+    t, i, _ = _predict_all(data, catalog, params)
+    return t, i
+
+
+def _predict_all(
+    data: Sequence[Measured], catalog: Catalog, params: PerfParams
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     tput = np.full(len(data), np.nan)
     intv = np.full(len(data), np.nan)
+    ttft = np.full(len(data), np.nan)
     groups: dict[tuple[str, str], list[int]] = {}
     for i, m in enumerate(data):
         groups.setdefault((m.row.model, m.row.topology), []).append(i)
@@ -78,7 +87,8 @@ def predict_measured(
         res = evaluate([data[i].row for i in idx], catalog, params)
         tput[idx] = res.tput_per_gpu
         intv[idx] = res.intvty_tok_s_user
-    return tput, intv
+        ttft[idx] = res.ttft_s
+    return tput, intv, ttft
 
 
 def _engines_used(data: Sequence[Measured]) -> list[str]:
@@ -86,18 +96,34 @@ def _engines_used(data: Sequence[Measured]) -> list[str]:
 
 
 def _unpack(x: np.ndarray, base: PerfParams, engines: Sequence[str], mtp: set[str]) -> PerfParams:
+    """Engine speeds are relative: the last engine's speed makes their geometric mean 1, so the
+    absolute kernel efficiency lives only in the (bounded) efficiencies, and an engine the fit
+    never saw runs at the average speed of those it did."""
     values = dict(zip(FITTED_SCALARS, x[: len(FITTED_SCALARS)], strict=True))
     p = base.with_values(**values)
     eng = dict(p.engines)
     k = len(FITTED_SCALARS)
-    for name in engines:
-        speed = x[k]
-        k += 1
+    log_speeds: list[float] = []
+    for j, name in enumerate(engines):
+        if j < len(engines) - 1:
+            speed = float(x[k])
+            k += 1
+        else:
+            speed = float(np.exp(-sum(log_speeds)))
+        log_speeds.append(float(np.log(speed)))
         accept = eng[name].mtp_accept_tokens
         if name in mtp:
             accept = x[k]
             k += 1
-        eng[name] = replace(eng[name], speed=float(speed), mtp_accept_tokens=float(accept))
+        eng[name] = replace(eng[name], speed=speed, mtp_accept_tokens=float(accept))
+    # engines without data: average speed (1) and the mean acceptance of the fitted MTP engines
+    seen = [n for n in engines if n in mtp]
+    mean_accept = float(np.mean([eng[n].mtp_accept_tokens for n in seen])) if seen else None
+    for name in eng:
+        if name not in engines:
+            eng[name] = replace(eng[name], speed=1.0)
+        if name not in mtp and mean_accept is not None:
+            eng[name] = replace(eng[name], mtp_accept_tokens=mean_accept)
     return replace(p, engines=eng)
 
 
@@ -107,10 +133,11 @@ def _pack(p: PerfParams, engines: Sequence[str], mtp: set[str]) -> tuple[np.ndar
         x.append(getattr(p, name))
         lo.append(BOUNDS[name][0])
         hi.append(BOUNDS[name][1])
-    for name in engines:
-        x.append(p.engines[name].speed)
-        lo.append(ENGINE_BOUNDS["speed"][0])
-        hi.append(ENGINE_BOUNDS["speed"][1])
+    for j, name in enumerate(engines):
+        if j < len(engines) - 1:
+            x.append(p.engines[name].speed)
+            lo.append(ENGINE_BOUNDS["speed"][0])
+            hi.append(ENGINE_BOUNDS["speed"][1])
         if name in mtp:
             x.append(p.engines[name].mtp_accept_tokens)
             lo.append(ENGINE_BOUNDS["mtp_accept_tokens"][0])
@@ -134,10 +161,14 @@ def fit(
     meas_t = np.log([m.tput_per_gpu for m in data])
     meas_i = np.log([m.intvty for m in data])
     meas_p = np.log(np.asarray(point_values, dtype=float))
+    # the median TTFT each run measured: it pins the prefill queue (it enters tokens/s only
+    # through Little's law, where other terms can stand in for it)
+    meas_f = np.log([max(float(m.raw.get("median_ttft_s") or "nan"), 1e-3) for m in data])
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        t, i = predict_measured(data, catalog, _unpack(x, start, engines, mtp))
-        r = np.concatenate([np.log(t) - meas_t, np.log(i) - meas_i])
+        t, i, f = _predict_all(data, catalog, _unpack(x, start, engines, mtp))
+        rf = TTFT_WEIGHT * np.where(np.isfinite(meas_f), np.log(f) - meas_f, 0.0)
+        r = np.concatenate([np.log(t) - meas_t, np.log(i) - meas_i, rf])
         if points:
             pp = predict_points(catalog, _unpack(x, start, engines, mtp), tuple(points))
             r = np.concatenate([r, np.log(pp) - meas_p])

@@ -28,6 +28,10 @@ class EngineProfile:
     mtp_draft_tokens: int
     speed: float = 1.0
     mtp_accept_tokens: float = 1.8
+    # SGLang divides --chunked-prefill-size by the DP size under DP attention (server_args.py:
+    # ``chunked_prefill_size // dp_size``), so its chunk is a budget for the whole instance;
+    # TRT-LLM and ATOM batch up to their token budget on every attention-DP rank.
+    prefill_chunk_per_instance: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ class PerfParams:
 DEFAULT_ENGINES = {
     # kv precision: TRT-LLM and ATOM serve DeepSeek with an fp8 KV cache, SGLang with bf16 by default.
     "trt": EngineProfile("trt", Precision.FP8, mtp_draft_tokens=3),
-    "sglang": EngineProfile("sglang", Precision.BF16, mtp_draft_tokens=3),
+    "sglang": EngineProfile("sglang", Precision.BF16, mtp_draft_tokens=3, prefill_chunk_per_instance=True),
     "atom": EngineProfile("atom", Precision.FP8, mtp_draft_tokens=3),
 }
 
@@ -107,6 +111,12 @@ def load_params(path: Path = CALIBRATION_FILE) -> PerfParams:
             mtp_draft_tokens=int(e["mtp_draft_tokens"]),
             speed=float(e["speed"]),
             mtp_accept_tokens=float(e["mtp_accept_tokens"]),
+            prefill_chunk_per_instance=bool(
+                e.get(
+                    "prefill_chunk_per_instance",
+                    name in DEFAULT_ENGINES and DEFAULT_ENGINES[name].prefill_chunk_per_instance,
+                )
+            ),
         )
         for name, e in raw["engines"].items()
     }
@@ -122,6 +132,7 @@ def params_to_json(params: PerfParams) -> str:
             "mtp_draft_tokens": e.mtp_draft_tokens,
             "speed": e.speed,
             "mtp_accept_tokens": e.mtp_accept_tokens,
+            "prefill_chunk_per_instance": e.prefill_chunk_per_instance,
         }
         for n, e in params.engines.items()
     }

@@ -45,6 +45,9 @@ class Deployment:
     speed: Array  # engine kernel-time multiplier
     draft_tokens: Array  # speculative tokens per step (0 without MTP)
     accept_tokens: Array  # tokens accepted per step (1 without MTP)
+    # True where the engine's prefill chunk is one budget for the whole instance (SGLang under
+    # DP attention) rather than one per attention-DP rank; None: per rank everywhere
+    chunk_per_instance: Array | None = None
     # attention-FFN disaggregated decode: ``decode`` is the attention side
     # (:func:`~dse.perf.afd.attention_side`) and ``ffn`` the expert side
     ffn: Pool | None = None
@@ -81,7 +84,9 @@ def _prefill_terms(d: Deployment, p: PerfParams) -> tuple[Array, Array, Array]:
     one = forward_cost(
         pool, p, tokens=d.isl, sequences=np.ones_like(d.isl), context=d.isl, prefill=True, speed=d.speed
     ).total_s
-    batch_tokens = np.maximum(d.isl, PREFILL_TOKENS_PER_RANK * pool.attn_dp)
+    per_instance = d.chunk_per_instance
+    ranks = pool.attn_dp if per_instance is None else np.where(per_instance, 1.0, pool.attn_dp)
+    batch_tokens = np.maximum(d.isl, PREFILL_TOKENS_PER_RANK * ranks)
     full = forward_cost(
         pool,
         p,

@@ -53,7 +53,7 @@ class UnitOptions:
     decode_shapes: tuple[str, ...] | None = None  # also the shape of aggregated and attention/FFN units
     prefill_hardware: tuple[str, ...] | None = None  # hardware ids prefill units may use
     decode_hardware: tuple[str, ...] | None = None
-    prefill_chunk_tokens: int = 8192  # tokens one attention-DP rank batches per prefill forward
+    prefill_chunk_tokens: int = 8192  # per prefill forward: per attention-DP rank, or per instance (SGLang)
     decode_max_batch: float | None = None  # cap on sequences per decode instance
     agg_prefill_shares: tuple[float, ...] = (0.1, 0.2, 0.35, 0.5)
     ffn_tokens_per_gpu: tuple[float, ...] = (16.0, 64.0, 256.0)
