@@ -71,8 +71,11 @@ def kimi() -> None:
 
 def agentic() -> None:
     study = "agentic-kv-tiering"
-    t = trials(study).filter(pl.col("feasible"))
+    every = trials(study)
+    t = every.filter(pl.col("feasible"))
     print(f"[{study}] {t.height} feasible trials")
+    tried = every.group_by("p_kv_policy").agg(pl.len().alias("trials"), pl.col("feasible").sum())
+    print(f"  trials and feasible by p_kv_policy: {tried.sort('p_kv_policy').to_dicts()}")
     for col in ("p_kv_policy", "p_prefill_hardware"):
         g = (
             t.group_by(col)
@@ -157,6 +160,23 @@ def bandwidth_vs_capacity() -> None:
         print(
             f"  {v} helps at: {won.select('x_model', 'x_input_tokens', 'x_tpot_s', 'change_pct').to_dicts()}"
         )
+    t = trials(study)
+    axes = ["x_model", "x_input_tokens", "x_tpot_s"]
+    for base in ("h200-sxm", "b200"):
+        short = base.split("-")[0]
+
+        def cost(hw: str) -> pl.DataFrame:
+            return t.filter(pl.col("x_hardware") == hw).select(
+                *axes, pl.col("usd_per_million_tokens").alias(hw)
+            )
+
+        j = cost(f"{short}-bw150").join(cost(f"{short}-cap150"), on=axes)
+        bw, cap = j[f"{short}-bw150"], j[f"{short}-cap150"]
+        print(
+            f"  {short} head to head: bandwidth variant cheaper at {(bw < cap * (1 - 1e-9)).sum()}, "
+            f"capacity variant at {(cap < bw * (1 - 1e-9)).sum()} of {j.height}; "
+            f"capacity wins at {j.filter(cap < bw * (1 - 1e-9)).select(*axes).to_dicts()}"
+        )
     for col in ("x_input_tokens", "x_tpot_s", "x_model"):
         by = (
             wf.filter(pl.col("variant").str.contains("bw150"))
@@ -192,6 +212,23 @@ def stage_memory() -> None:
         "working_gb_per_gpu",
     )
     print(f"  working sets >= 400 GB: {big.to_dicts()}")
+    by_tpot = sm.group_by("x_hardware", "x_tpot_s").agg(pl.col("working_gb_per_gpu").max().round(0))
+    print(f"  largest working set by TPOT: {by_tpot.sort('x_hardware', 'x_tpot_s').to_dicts()}")
+    t = trials(study)
+    axes = ["x_model", "x_cached_prefix_tokens", "x_tpot_s", "x_kv_policy"]
+    for base, x4 in (("gb300-nvl72", "gb300-hbm-x4"), ("vr200-nvl144", "vr200-hbm-x4")):
+
+        def gpus(hw: str) -> pl.DataFrame:
+            return t.filter(pl.col("x_hardware") == hw).select(*axes, pl.col("gpus").alias(hw))
+
+        j = gpus(base).join(gpus(x4), on=axes).drop_nulls()
+        cut = j.filter(pl.col(x4) < pl.col(base)).with_columns(
+            (100 * (pl.col(x4) / pl.col(base) - 1)).round(0).alias("change_pct")
+        )
+        print(
+            f"  {x4} against {base}: fewer GPUs at {cut.height} of {j.height} feasible pairs, "
+            f"{cut.select(*axes, 'change_pct').to_dicts()}"
+        )
 
 
 def decode_variability() -> None:
@@ -208,6 +245,15 @@ def decode_variability() -> None:
                 f"peak prefill queue max {h['queue_peak_prefill_requests'].max():.0f}, "
                 f"peak decode buffer max {h['queue_peak_buffer_requests'].max():.0f}"
             )
+    for head in sorted(t["x_headroom"].unique().to_list()):
+        print(
+            f"  headroom {head:g}: GPUs median {t.filter(pl.col('x_headroom') == head)['gpus'].median():.0f}"
+        )
+    for tail in sorted(t["x_output_tail"].unique().to_list()):
+        print(
+            f"  output tail {tail}: TTFT p99 median "
+            f"{t.filter(pl.col('x_output_tail') == tail)['ttft_p99_s'].median():.2f} s"
+        )
     bursts = t.filter(pl.col("x_burst_factor") > 1)
     moves = (
         bursts.group_by("x_planner", "x_planner_period_s", "x_planner_delay_s")
