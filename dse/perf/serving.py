@@ -32,6 +32,15 @@ chunk); the instance batches ``attn_dp`` times that."""
 RHO_MAX = 0.995
 
 
+def prefill_batch_tokens(
+    pool: Pool, new_tokens: Array | float, chunk_tokens: Array | float, per_instance: Array | bool
+) -> Array:
+    """Tokens one prefill forward batches: ``chunk_tokens`` on every attention-DP rank, or once
+    for the whole instance where the engine's chunk is one budget (``per_instance``: SGLang divides
+    ``chunked_prefill_size`` by the DP size), and never less than one prompt."""
+    return np.maximum(new_tokens, np.asarray(chunk_tokens) * np.where(per_instance, 1.0, pool.attn_dp))
+
+
 @dataclass(frozen=True)
 class Deployment:
     """Arrays describing one deployment per element."""
@@ -84,9 +93,8 @@ def _prefill_terms(d: Deployment, p: PerfParams) -> tuple[Array, Array, Array]:
     one = forward_cost(
         pool, p, tokens=d.isl, sequences=np.ones_like(d.isl), context=d.isl, prefill=True, speed=d.speed
     ).total_s
-    per_instance = d.chunk_per_instance
-    ranks = pool.attn_dp if per_instance is None else np.where(per_instance, 1.0, pool.attn_dp)
-    batch_tokens = np.maximum(d.isl, PREFILL_TOKENS_PER_RANK * ranks)
+    per_instance = False if d.chunk_per_instance is None else d.chunk_per_instance
+    batch_tokens = prefill_batch_tokens(pool, d.isl, PREFILL_TOKENS_PER_RANK, per_instance)
     full = forward_cost(
         pool,
         p,

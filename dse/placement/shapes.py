@@ -16,7 +16,7 @@ from dse.catalog import Hardware, Model
 from dse.errors import InputError
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool, build_pool
-from dse.perf.serving import PREFILL_TOKENS_PER_RANK
+from dse.perf.serving import PREFILL_TOKENS_PER_RANK, prefill_batch_tokens
 from dse.perf.stages import forward_cost, kv_capacity_sequences, weight_bytes_per_gpu
 from dse.placement.request import PlacementRequest
 from dse.units import GB
@@ -93,17 +93,15 @@ def prefill_costs(
     speed: Array,
     cases: list[tuple[float, float]],
     chunk_tokens: float = PREFILL_TOKENS_PER_RANK,
-    chunk_ranks: Array | None = None,
+    per_instance: bool = False,
 ) -> list[PrefillCost]:
     """Per case ``(new, cached)``: prefilling ``new`` tokens of a request against ``cached`` ones
-    already in HBM, in forwards of ``chunk_tokens`` per attention-DP rank (``chunk_ranks`` of
-    them: all of the instance's, or 1 for an engine whose chunk is a budget for the whole
-    instance). Every case, alone and batched, is one vectorised evaluation (cases along a leading
-    axis)."""
+    already in HBM, in forwards of :func:`~dse.perf.serving.prefill_batch_tokens`. Every case,
+    alone and batched, is one vectorised evaluation (cases along a leading axis)."""
     ones = np.ones_like(pool.gpus)
     new = np.array([max(c[0], 1.0) for c in cases])[:, None] * ones  # (cases, shapes)
     cached = np.array([c[1] for c in cases])[:, None]
-    batch = np.maximum(new, chunk_tokens * (pool.attn_dp if chunk_ranks is None else chunk_ranks))
+    batch = prefill_batch_tokens(pool, new, chunk_tokens, per_instance)
     total = forward_cost(
         pool,
         p,
@@ -155,10 +153,8 @@ class Shapes:
         state_gb = float(pool.state_bytes[0]) / GB  # one KV precision per request
         self.per_seq_gb = self.decode_ctx * kv_gb + state_gb  # unique KV of one decoding sequence
         chunk = float(opts.prefill_chunk_tokens)
-        # a prefill forward batches the chunk on every attention-DP rank, or once per instance
-        # where the engine's chunk is one budget (SGLang)
-        ranks = np.ones_like(pool.attn_dp) if engine.prefill_chunk_per_instance else pool.attn_dp
-        self.prefill_ws_gb = np.maximum(w.input_tokens, chunk * ranks) * kv_gb
+        per_instance = engine.prefill_chunk_per_instance
+        self.prefill_ws_gb = prefill_batch_tokens(pool, w.input_tokens, chunk, per_instance) * kv_gb
 
         p = params
         self.cap_seq = kv_capacity_sequences(pool, p, self.decode_ctx)
@@ -177,7 +173,7 @@ class Shapes:
                 (w.returning_context_tokens, 0.0),
             ],
             chunk,
-            ranks,
+            per_instance,
         )
         self.nic_gb_s = pool.nic_bytes_per_s * p.nic_eff * pool.gpus / GB  # one instance
         # one request's KV leaves over the NICs of the GPUs that hold its shards

@@ -10,6 +10,7 @@ import numpy as np
 from dse.perf.afd import attention_side, ffn_side
 from dse.perf.params import load_params
 from dse.perf.pool import build_pool
+from dse.perf.serving import prefill_batch_tokens
 from dse.perf.stages import forward_cost
 from dse.placement.candidates import build_candidates
 from dse.placement.explain import shadow_prices
@@ -69,9 +70,10 @@ def _stage_ms(
     req: PlacementRequest, pools: list[dict[str, Any]], catalog: Any, params: Any
 ) -> dict[str, dict[str, float]]:
     """One step of each pool at its operating point: decode pools at their batch, prefill pools
-    on one full chunk, split into GEMMs, attention, communication and fixed overhead. Attention
-    and FFN pools run their half of the model; an aggregated pool's step is shown without the
-    prefill chunks interleaved with it. The model and traffic are the request's (a grid point's)."""
+    on one full forward (:func:`~dse.perf.serving.prefill_batch_tokens`), split into GEMMs,
+    attention, communication and fixed overhead. Attention and FFN pools run their half of the
+    model; an aggregated pool's step is shown without the prefill chunks interleaved with it. The
+    model and traffic are the request's (a grid point's)."""
     model = catalog.model(req.model)
     engine = params.engine(req.engine)
     w = req.workload
@@ -89,7 +91,9 @@ def _stage_ms(
             kv_precision=[engine.kv_precision],
         )
         if p["role"] == "prefill":
-            tokens = np.array([float(chunk_tokens) * pool.attn_dp[0]])
+            tokens = prefill_batch_tokens(
+                pool, w.input_tokens, chunk_tokens, engine.prefill_chunk_per_instance
+            )
             cost = forward_cost(
                 pool,
                 params,
