@@ -37,6 +37,8 @@ BOUNDS = {
     "comm_overlap": (0.0, 0.95),
     "prefill_queue_factor": (0.05, 10.0),
     "amd_eff": (0.2, 1.5),
+    "nic_a2a_latency_us": (1.0, 300.0),
+    "nic_allreduce_latency_us": (1.0, 300.0),
 }
 TTFT_WEIGHT = 0.3  # weight of a TTFT log-error against a tokens/s one (TTFT is noisier)
 ENGINE_BOUNDS = {"speed": (0.4, 3.0), "mtp_accept_tokens": (1.0, 3.5)}

@@ -131,13 +131,14 @@ def forward_cost(
         + token_bytes * remote_domains / (pool.nic_bytes_per_s * p.nic_eff),
         0.0,
     )
-    n_coll = np.where(tp > 1, 2.0 * m.layers, 0.0) + np.where(pool.ep > 1, 2.0 * m.moe_layers, 0.0)
-    latency = (
-        n_coll
-        * p.collective_latency_us
-        * 1e-6
-        * np.where(np.maximum(tp, pool.ep) > pool.domain_gpus, 3.0, 1.0)
-    )
+    n_ar = np.where(tp > 1, 2.0 * m.layers, 0.0)
+    n_a2a = np.where(pool.ep > 1, 2.0 * m.moe_layers, 0.0)
+    # a collective whose group spans scale-up domains waits on RDMA round trips, not NVLink
+    # ones: PerfParams.nic_allreduce_latency_us / nic_a2a_latency_us (fitted 42 / 150 us)
+    # instead of the NVLink collective_latency_us (was a fixed 3x the latter)
+    ar_lat = np.where(tp > pool.domain_gpus, p.nic_allreduce_latency_us, p.collective_latency_us)
+    a2a_lat = np.where(pool.ep > pool.domain_gpus, p.nic_a2a_latency_us, p.collective_latency_us)
+    latency = (n_ar * ar_lat + n_a2a * a2a_lat) * 1e-6
     comm_s = (ar_s + a2a_s) * (1.0 - p.comm_overlap) + latency
 
     overhead_s = np.full_like(tokens, p.step_overhead_ms * 1e-3) + m.layers * p.layer_overhead_us * 1e-6
