@@ -120,6 +120,18 @@ def test_shadow_prices_cover_the_hardware_used_and_match_a_re_solve(catalog: Cat
         assert (lp0.objective - lp1.objective) / step == pytest.approx(p.usd_per_hour, rel=0.05)
 
 
+def test_shadow_prices_per_gpu_hour_are_per_gpu_of_the_design(report: PlacementReport) -> None:
+    """The relaxed LP may move a hardware's count (even to 0); the per-GPU price divides by the
+    GPUs the design itself buys of that hardware."""
+    assert report.best is not None and report.shadow_prices
+    gpus: dict[str, float] = {}
+    for pool in report.best.pools:
+        gpus[pool.unit.hardware] = gpus.get(pool.unit.hardware, 0.0) + pool.gpus
+    for p in report.shadow_prices:
+        assert np.isfinite(p.usd_per_gpu_hour), p
+        assert p.usd_per_gpu_hour == pytest.approx(p.usd_per_hour / gpus[p.hardware], abs=1e-12)
+
+
 def test_a_power_cap_explains_itself_with_numbers(catalog: Catalog) -> None:
     rep = place(request(topology=Topology.DISAGGREGATED, limits=Limits(power_kw=10.0)), catalog=catalog)
     assert rep.best is None

@@ -206,9 +206,10 @@ def shadow_prices(
     hws = [catalog.hardware(h) for h in req.hardware]
     out = []
     for h, hw in enumerate(hws):
-        gpus = float(x.sale_units[h] * c.data.sale_gpus[h])
         if chosen.sale_units[h] < 0.5:
             continue
+        # per GPU of the design (the relaxed LP may move this hardware's count, even to 0)
+        gpus = float(chosen.sale_units[h] * c.data.sale_gpus[h])
         for name, (unit, step, apply) in RESOURCES.items():
             bumped: list[Hardware] = list(hws)
             bumped[h] = apply(hw, step)
