@@ -60,8 +60,9 @@ def _timing(spent: dict[str, float], parts: dict[str, tuple[object, str]]):  # t
 
 def timed_study(trials: int, sampler: str) -> None:
     """A trial's parts: the MILP (parameter update, HiGHS, reading back) and the simulator
-    (building its pipeline from the placement, the run); the rest is the overhead: the sampler,
-    the storage write, candidate units from the performance model, and the trial record."""
+    (building its pipeline from the placement, the run); the rest is the overhead: the sampler
+    (with opening the study and its in-memory copy, spread over the trials), the storage write,
+    candidate units from the performance model, and the trial record."""
     parts = {
         "candidate units": (trial_mod, "build_candidates"),
         "MILP": (trial_mod, "solve_candidates"),

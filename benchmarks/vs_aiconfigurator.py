@@ -173,7 +173,8 @@ def ours(system: str, path: str) -> None:
         front[key] = sorted(pts)
     space = (
         f"agg {covered.get('agg', 0):,}, disagg {covered.get('disagg', 0):,} (shape, batch) configurations "
-        f"(every batch up to the best, by bisection) in {units.get('agg', 0)} + {units.get('disagg', 0)} "
+        f"(every batch up to the best, by a vectorised search) in "
+        f"{units.get('agg', 0)} + {units.get('disagg', 0)} "
         f"candidate units; the MILP chooses among every mix of their instance counts in {gpus} GPUs "
         f"({_mixes(gpus, [8, 16, 32])}+ prefill x decode mixes)"
     )
@@ -182,7 +183,7 @@ def ours(system: str, path: str) -> None:
 
 def _covered(cands: Any) -> int:
     """(shape, batch) configurations a candidate set stands for: a decode or aggregated unit runs
-    at the largest batch that meets the targets, found by bisection over every batch below it."""
+    at the largest batch that meets the targets, found by a vectorised search over every batch below it."""
     return sum(max(int(u.decode_batch), 1) for u in cands.units)
 
 

@@ -7,6 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dse.perf.benchmark_rows import INPUT_COLUMNS, OUTPUT_COLUMNS
@@ -123,6 +124,12 @@ def test_calibration_is_reproducible(tmp_path: Path, clean_env: dict[str, str]) 
         assert fresh["params"][key] == pytest.approx(value, rel=1e-3, abs=1e-6), key
     for name, eng in shipped["engines"].items():
         assert fresh["engines"][name]["speed"] == pytest.approx(eng["speed"], rel=1e-3)
+        assert fresh["engines"][name]["mtp_accept_tokens"] == pytest.approx(
+            eng["mtp_accept_tokens"], rel=1e-3
+        )
+        assert fresh["engines"][name]["prefill_chunk_per_instance"] == eng["prefill_chunk_per_instance"]
+    speeds = [e["speed"] for e in fresh["engines"].values()]
+    assert float(np.exp(np.mean(np.log(speeds)))) == pytest.approx(1.0, rel=1e-9)  # relative speeds
     assert fresh["provenance"]["rows_fitted"] == 223
     assert load_params().provenance["fitted_by"] == "dse calibrate"
 
@@ -195,6 +202,10 @@ def test_predict_attention_ffn_disaggregated_from_flags_and_rows(
     assert str(tiny["pred_error"]).startswith("ffn-weights-do-not-fit")
     agg = predict_rows([dict(AFD, disagg="False")], catalog, load_params())[0]
     assert "num_ffn_gpu" in str(agg["pred_error"]) and "disaggregated" in str(agg["pred_error"])
+    odd = predict_rows([dict(AFD, ffn_ep="3")], catalog, load_params())[0]
+    assert "ffn_ep" in str(odd["pred_error"]) and "must divide" in str(odd["pred_error"])
+    alone = _run(clean_env, "predict", "--hardware", "b200", "--ffn-gpus", "16")
+    assert alone.returncode == 2 and "--ffn-gpus = 16: needs --afd" in alone.stderr
 
 
 def test_afd_step_follows_the_slower_side(catalog) -> None:  # type: ignore[no-untyped-def]
@@ -209,3 +220,28 @@ def test_afd_step_follows_the_slower_side(catalog) -> None:  # type: ignore[no-u
     narrow = evaluate([parse_row(dict(afd, num_ffn_gpu="8", ffn_ep="8"), catalog)], catalog, p)
     assert narrow.tpot_s[0] > wide.tpot_s[0]
     assert narrow.decode_attention_s[0] == 0.0  # the expert side binds: no attention in its step
+
+
+def test_afd_step_is_paced_by_the_hidden_state_transfer_when_the_nics_are_slow(catalog) -> None:  # type: ignore[no-untyped-def]
+    """With NICs a thousand times slower, moving hidden states between the pools takes longer than
+    either side's compute: the step is then all communication, twice the transfer."""
+    from dataclasses import replace
+
+    from dse.perf.afd import SIDE_SHARE, afd_bytes_per_token
+    from dse.perf.benchmark_rows import deployment_of, evaluate, parse_row
+    from dse.perf.serving import _decode_step
+
+    p = load_params()
+    row = parse_row(AFD, catalog)
+    res = evaluate([row], catalog, p)
+    slow = replace(p, nic_eff=p.nic_eff / 1000)
+    dep = deployment_of([row], catalog, slow)
+    b = np.array([64.0])
+    cost, step = _decode_step(dep, slow, b)
+    assert dep.ffn is not None
+    sent = afd_bytes_per_token(dep.ffn) * b
+    nic = dep.decode.nic_bytes_per_s * slow.nic_eff * dep.decode.gpus
+    assert cost.comm_s[0] == pytest.approx(float(sent[0] / nic[0]) / SIDE_SHARE)
+    assert cost.gemm_s[0] == cost.attention_s[0] == cost.overhead_s[0] == 0.0
+    assert step[0] == pytest.approx(cost.comm_s[0])
+    assert res.decode_comm_s[0] < cost.comm_s[0]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from dse.catalog import Catalog
 from dse.perf.params import PerfParams, default_params, load_params
 from dse.perf.pool import Pool, build_pool
-from dse.perf.serving import Deployment, closed_loop, decode_capacity_at_tpot
+from dse.perf.serving import Deployment, closed_loop, decode_capacity_at_tpot, decode_tpot
 from dse.perf.stages import expert_imbalance, forward_cost, kv_capacity_sequences
 from dse.units import Precision
 
@@ -217,6 +217,43 @@ def test_decode_capacity_meets_its_tpot_target(catalog: Catalog) -> None:
     )
     assert batch[0] > 1
     assert batch[0] / rate[0] <= 0.03 * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("n", [1, 3, 100, 5000])  # 128, 128, 20 and 1 (bisection) batches a round
+def test_decode_capacity_is_the_largest_batch_that_meets_tpot(catalog: Catalog, n: int) -> None:
+    """Against a plain bisection to 1e-6 sequences, whatever the number of candidates."""
+    p = load_params()
+    rng = np.random.default_rng(n)
+    names = ["b200", "h200", "gb200", "mi355x"]
+    pool = build_pool(
+        catalog.model("deepseek-v3"),
+        [catalog.hardware(names[i]) for i in rng.integers(0, len(names), n)],
+        gpus=np.full(n, 8.0),
+        attn_tp=np.ones(n),
+        ep=np.full(n, 8.0),
+        weight_precision=[Precision.FP8] * n,
+        kv_precision=[Precision.FP8] * n,
+    )
+    kw = {
+        "context": rng.choice([1000.0, 8000.0, 60000.0], n),
+        "speed": np.ones(n),
+        "draft_tokens": np.zeros(n),
+        "accept_tokens": np.ones(n),
+    }
+    tpot_s = rng.choice([0.015, 0.03, 0.1], n)
+    max_batch = rng.choice([64.0, np.inf], n)
+    _, batch = decode_capacity_at_tpot(pool, p, tpot_s=tpot_s, max_batch=max_batch, **kw)
+    cap = np.minimum(kv_capacity_sequences(pool, p, kw["context"]), max_batch)
+    lo, hi = np.zeros(n), np.maximum(cap, 0.0)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        ok = decode_tpot(pool, p, batch=np.maximum(mid, 1e-9), **kw) <= tpot_s
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    ref = np.where(lo >= 1.0, lo, 0.0)
+    ref = np.where(decode_tpot(pool, p, batch=np.maximum(cap, 1e-9), **kw) <= tpot_s, cap, ref)
+    ref = np.where(ref >= 1.0, ref, 0.0)
+    assert np.allclose(batch, ref, atol=1e-3), (batch, ref)
+    assert (batch > 0).any()
 
 
 def test_kimi_k3_state_takes_room_from_the_batch(catalog: Catalog) -> None:

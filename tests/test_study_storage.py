@@ -4,6 +4,8 @@ TPE's log Phi(x) computed by scipy. Each must give what Optuna's own code gives.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -95,3 +97,67 @@ def test_tpe_log_ndtr_is_scipys_and_agrees_with_optunas_own() -> None:
     ours = _truncnorm._log_ndtr(x)
     # Optuna's form loses relative precision near x = 6, where log Phi is about -1e-9
     assert np.allclose(ours, theirs, rtol=1e-7, atol=1e-15)
+
+
+def test_numbers_count_every_earlier_trial_and_the_record_is_merged(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    study = optuna.create_study(storage=open_storage(url), study_name="s")
+    study.ask()  # a running trial (number 0) and a failed one (number 1) come first
+    failed = study.ask()
+    study.tell(failed, state=TrialState.FAIL)
+    done = create_trial(value=2.0, params={"batch": 8}, distributions={"batch": DISTS["batch"]})
+    done.user_attrs["kept"] = 1
+    write_finished(study, done, {"record": {"metrics": {"gpus": 8.0}}})
+    back = optuna.load_study(study_name="s", storage=url).get_trials()
+    assert [t.number for t in back] == [0, 1, 2]
+    assert back[2].user_attrs == {"kept": 1, "record": {"metrics": {"gpus": 8.0}}}
+
+
+WRITER = """
+import sys
+import optuna
+from optuna.distributions import IntDistribution
+from optuna.trial import create_trial
+from dse.study.storage import open_storage, write_finished
+
+study = optuna.load_study(study_name="s", storage=open_storage(sys.argv[1]))
+for i in range(int(sys.argv[2])):
+    t = create_trial(value=float(i), params={"b": i}, distributions={"b": IntDistribution(0, 1000)})
+    write_finished(study, t, {"writer": sys.argv[3]})
+"""
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_writers_sharing_a_storage_never_number_two_trials_alike(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "postgresql":
+        url = str(request.getfixturevalue("postgres_url"))
+        name = f"s-{tmp_path.name}"
+    else:
+        url, name = f"sqlite:///{tmp_path / 'x.db'}", "s"
+    optuna.create_study(storage=open_storage(url), study_name=name)
+    script = WRITER.replace('study_name="s"', f'study_name="{name}"')
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, url, "40", str(w)], stderr=subprocess.PIPE, text=True)
+        for w in range(3)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    numbers = [t.number for t in optuna.load_study(study_name=name, storage=url).get_trials()]
+    assert sorted(numbers) == list(range(120))
+
+
+def test_a_storage_of_another_schema_goes_through_optuna(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import dse.study.storage as storage_mod
+
+    monkeypatch.setattr(storage_mod, "SCHEMA_VERSION", "v0")
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    study = optuna.create_study(storage=open_storage(url), study_name="s")
+    called: list[int] = []
+    real = study.add_trial
+    monkeypatch.setattr(study, "add_trial", lambda t: (called.append(1), real(t)))
+    write_finished(study, create_trial(value=1.0), {"record": {"x": 1}})
+    assert called == [1]
+    assert optuna.load_study(study_name="s", storage=url).get_trials()[0].user_attrs == {"record": {"x": 1}}

@@ -77,6 +77,10 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         raise InputError(SRC, "--hardware", "is required (or use --batch)")
     for name, check in NUMBERS.items():  # each flag, whether or not this topology reads it
         check_number(getattr(args, name), source=SRC, key="--" + name.replace("_", "-"), check=check)
+    if not args.afd:  # the expert pool's flags mean nothing without one
+        for flag, default in (("ffn_gpus", 8), ("ffn_workers", 1), ("ffn_ep", 0)):
+            if getattr(args, flag) != default:
+                raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --afd", getattr(args, flag))
     args.disagg = args.disagg or args.afd
     row = _row_from_flags(args)
     try:

@@ -157,7 +157,10 @@ def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str) -> PoolS
         # attention data-parallel over the instance: the experts are spread over all its GPUs
         # and every token must reach them (dispatch/combine), whatever the row's ep says
         ep = gpus
-    return PoolSpec(gpus=gpus, attn_tp=attn_tp, ep=min(ep, gpus), instances=instances)
+    ep = min(ep, gpus)
+    if gpus % ep:
+        raise InputError(source, f"{side}_ep", f"must divide the instance's {gpus:g} GPUs", ep)
+    return PoolSpec(gpus=gpus, attn_tp=attn_tp, ep=ep, instances=instances)
 
 
 def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> BenchRow:
@@ -212,13 +215,18 @@ def _ffn_pool(row: Mapping[str, str], disagg: bool, source: str) -> PoolSpec | N
     if gpus < 1 or gpus != int(gpus):
         raise InputError(source, "num_ffn_gpu", f"must split into {workers:g} whole instances", total)
     ep = _num(row, "ffn_ep", source) if str(row.get("ffn_ep") or "").strip() else gpus
-    if not 1 <= ep <= gpus:
-        raise InputError(source, "ffn_ep", f"must be between 1 and the instance's {gpus:g} GPUs", ep)
+    if not 1 <= ep <= gpus or gpus % ep:
+        raise InputError(source, "ffn_ep", f"must divide the instance's {gpus:g} GPUs", ep)
     return PoolSpec(gpus=gpus, attn_tp=1.0, ep=ep, instances=workers)
 
 
 def evaluate(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> ServingResult:
     """Serving figures for rows of one model and one topology (:attr:`BenchRow.topology`)."""
+    return closed_loop(deployment_of(rows, catalog, params), params, np.array([r.conc for r in rows]))
+
+
+def deployment_of(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> Deployment:
+    """The deployments of rows of one model and one topology, one element per row."""
     model = catalog.model(rows[0].model)
     hws = [catalog.hardware(r.hardware) for r in rows]
     engines = [params.engine(r.engine) for r in rows]
@@ -241,7 +249,7 @@ def evaluate(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> 
     pre = [r.prefill for r in rows] if disagg else None
     ffn = [r.ffn for r in rows] if rows[0].ffn is not None else None
     decode = pool([r.decode for r in rows])
-    dep = Deployment(
+    return Deployment(
         prefill=pool(pre) if pre else None,  # type: ignore[arg-type]
         decode=attention_side(decode) if ffn else decode,
         prefill_instances=np.array([r.prefill.instances if r.prefill else 1.0 for r in rows]),
@@ -255,7 +263,6 @@ def evaluate(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> 
         ffn=ffn_side(pool(ffn)) if ffn else None,  # type: ignore[arg-type]
         ffn_instances=np.array([f.instances for f in ffn]) if ffn else None,  # type: ignore[union-attr]
     )
-    return closed_loop(dep, params, np.array([r.conc for r in rows]))
 
 
 def predict_rows(

@@ -165,7 +165,7 @@ def fit(
     meas_p = np.log(np.asarray(point_values, dtype=float))
     # the median TTFT each run measured: it pins the prefill queue (it enters tokens/s only
     # through Little's law, where other terms can stand in for it)
-    meas_f = np.log([max(float(m.raw.get("median_ttft_s") or "nan"), 1e-3) for m in data])
+    meas_f = np.log([_median_ttft_s(m) for m in data])
 
     def residuals(x: np.ndarray) -> np.ndarray:
         t, i, f = _predict_all(data, catalog, _unpack(x, start, engines, mtp))
@@ -179,7 +179,23 @@ def fit(
     sol = least_squares(
         residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.15, x_scale="jac", max_nfev=400
     )
-    return _unpack(sol.x, start, engines, mtp)
+    fitted = _unpack(sol.x, start, engines, mtp)
+    # the last engine's speed follows from the others (geometric mean 1), outside the solver's
+    # bounds: a fit that pushes it out of them is refused rather than shipped
+    lo_s, hi_s = ENGINE_BOUNDS["speed"]
+    last = fitted.engines[engines[-1]].speed
+    if not lo_s <= last <= hi_s:
+        raise DseError(f"dse calibrate: engine {engines[-1]}'s speed {last:.3g} left [{lo_s}, {hi_s}]")
+    return fitted
+
+
+def _median_ttft_s(m: Measured) -> float:
+    """The run's measured median TTFT (at least 1 ms), or nan where the cell is empty or not a
+    number: such a row then fits tokens/s only."""
+    try:
+        return max(float(m.raw.get("median_ttft_s") or "nan"), 1e-3)
+    except ValueError:
+        return float("nan")
 
 
 @dataclass(frozen=True)

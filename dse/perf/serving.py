@@ -130,8 +130,10 @@ def _afd_step(d: Deployment, p: PerfParams, batch: Array, att: StepCost) -> Step
     and the expert pool (the attention pool's tokens shared among its instances). As for the
     placement's attention and FFN units, each side's whole step must fit in
     :data:`~dse.perf.afd.SIDE_SHARE` of it (two micro-batches in ping-pong), and so must the hidden
-    states crossing the attention instance's NICs; the slowest of the three paces the step, and
-    the breakdown is that one's, scaled to the step."""
+    states crossing the NICs (of the attention instance that sends them, and of the expert
+    instance that receives ``decode_instances / ffn_instances`` times as many; over NICs as the
+    placement's AFD units assume, even where both pools share one NVLink domain); the slowest of
+    the three paces the step, and the breakdown is that one's, scaled to the step."""
     assert d.ffn is not None and d.ffn_instances is not None
     seqs = batch * d.decode_instances / d.ffn_instances
     ffn = forward_cost(
@@ -143,8 +145,11 @@ def _afd_step(d: Deployment, p: PerfParams, batch: Array, att: StepCost) -> Step
         prefill=False,
         speed=d.speed,
     )
-    nic = d.decode.nic_bytes_per_s * p.nic_eff * d.decode.gpus
-    xfer = afd_bytes_per_token(d.ffn) * batch * (1.0 + d.draft_tokens) / nic
+    sent = afd_bytes_per_token(d.ffn) * batch * (1.0 + d.draft_tokens)  # per attention instance
+    xfer = np.maximum(
+        sent / (d.decode.nic_bytes_per_s * p.nic_eff * d.decode.gpus),
+        sent * d.decode_instances / d.ffn_instances / (d.ffn.nic_bytes_per_s * p.nic_eff * d.ffn.gpus),
+    )
     use_att = att.total_s >= ffn.total_s
     moved = xfer > np.maximum(att.total_s, ffn.total_s)
     k = 1.0 / SIDE_SHARE
@@ -184,7 +189,7 @@ class _Load:
             x = d.decode_instances * b / (d.osl * tpot)
             rho = x * d.isl / (d.prefill_instances * self.prefill_rate)
             nic = np.minimum(d.prefill.nic_bytes_per_s, d.decode.nic_bytes_per_s) * p.nic_eff
-            transfer = d.isl * d.decode.kv_bytes_per_token / nic + step
+            transfer = (d.isl * d.decode.kv_bytes_per_token + d.decode.state_bytes) / nic + step
         rho_c = np.minimum(rho, RHO_MAX)
         wait = p.prefill_queue_factor * self.full * rho_c / (1.0 - rho_c)
         ttft = self.one + wait + transfer
@@ -360,7 +365,8 @@ def decode_capacity_at_tpot(
     hi = np.maximum(cap, 0.0)
     ok_hi = tpot(np.maximum(hi, 1e-9)) <= tpot_s
     widest = float(np.max(hi[np.isfinite(hi)], initial=1.0))
-    k = int(np.clip(SEARCH_POINTS // max(cap.size, 1), 1, 128))
+    size = int(np.prod(np.broadcast_shapes(cap.shape, np.shape(tpot_s), np.shape(context))))
+    k = int(np.clip(SEARCH_POINTS // max(size, 1), 1, 128))
     rounds = int(np.ceil(np.log(max(widest, 1.0) / BATCH_TOLERANCE) / np.log(k + 1)))
     frac = np.arange(1, k + 1)[:, None] / (k + 1)  # (points, 1)
     for _ in range(min(iterations, rounds)):

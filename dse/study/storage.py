@@ -10,6 +10,7 @@ committed). On a shared storage, trials carry heartbeats (:func:`dse.study.fault
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import time
@@ -29,6 +30,7 @@ from dse.errors import InputError
 from dse.study.faults import STORAGE_RETRY_S
 
 STALE_AFTER_S = 120.0  # shared storage: a trial silent this long lost its worker
+SCHEMA_VERSION = "v3.2.0.a"  # Optuna's RDB schema that write_finished writes; others go through Optuna
 
 
 def _sqlite_pragmas_if_sqlite(dbapi_connection: Any, record: Any) -> None:
@@ -99,28 +101,47 @@ def write_finished(
 
     ``Study.add_trial`` does the same in 20-30 ORM statements (a lookup and a flush per
     parameter, each checked against every earlier trial's distribution): 13-26 ms a trial on
-    SQLite. Here it is one count and one insert per table, in Optuna's schema. The study's
-    parameters never change distribution (the spec fixes them), so the check is not needed;
-    ``tests/test_study_storage.py`` reads the trials back through Optuna."""
+    SQLite. Here it is one insert per table and the trial's number, in Optuna's schema
+    (:data:`SCHEMA_VERSION`; a storage of another version goes through ``Study.add_trial``). The
+    study's parameters never change distribution (the spec fixes them), so the check is not
+    needed; ``tests/test_study_storage.py`` reads the trials back through Optuna. As in Optuna,
+    the number is the count of the study's earlier trials, taken once this transaction holds the
+    write lock (PostgreSQL: a lock on the study's row; SQLite: the insert itself), so runs that
+    share a storage never number two trials alike."""
     if trial.intermediate_values:
         raise ValueError("study trials report no intermediate values")
     storage = cast(Any, study._storage)
     rdb = getattr(storage, "_backend", storage)
+    if rdb.get_current_version() != SCHEMA_VERSION:
+        done = copy.copy(trial)
+        done.user_attrs = {**trial.user_attrs, **(user_attrs or {})}
+        study.add_trial(done)
+        return
     m = rdb_models
     with rdb.engine.begin() as conn:  # commits at the end, rolls back on any error
         trials = m.TrialModel.__table__
-        number = conn.execute(
-            sqlalchemy.select(sqlalchemy.func.count()).where(trials.c.study_id == study._study_id)
-        ).scalar_one()
+        if conn.dialect.name != "sqlite":  # SQLite's first write takes the database's lock
+            studies = m.StudyModel.__table__
+            conn.execute(
+                sqlalchemy.select(studies.c.study_id)
+                .where(studies.c.study_id == study._study_id)
+                .with_for_update()
+            )
         trial_id = conn.execute(
             trials.insert().values(
-                number=number,
+                number=None,
                 study_id=study._study_id,
                 state=trial.state,
                 datetime_start=_naive_utc(trial.datetime_start),
                 datetime_complete=_naive_utc(trial.datetime_complete),
             )
         ).inserted_primary_key[0]
+        number = conn.execute(
+            sqlalchemy.select(sqlalchemy.func.count())
+            .where(trials.c.study_id == study._study_id)
+            .where(trials.c.trial_id < trial_id)
+        ).scalar_one()
+        conn.execute(trials.update().where(trials.c.trial_id == trial_id).values(number=number))
         rows: dict[Any, list[dict[str, Any]]] = {
             m.TrialParamModel: [
                 {
