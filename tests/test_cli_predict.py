@@ -245,3 +245,7 @@ def test_afd_step_is_paced_by_the_hidden_state_transfer_when_the_nics_are_slow(c
     assert cost.gemm_s[0] == cost.attention_s[0] == cost.overhead_s[0] == 0.0
     assert step[0] == pytest.approx(cost.comm_s[0])
     assert res.decode_comm_s[0] < cost.comm_s[0]
+    # one 8-GPU expert instance receives what two 8-GPU attention instances send: twice as long
+    narrow = deployment_of([parse_row(dict(AFD, num_ffn_gpu="8", ffn_ep="8"), catalog)], catalog, slow)
+    cost2, _ = _decode_step(narrow, slow, b)
+    assert cost2.comm_s[0] == pytest.approx(2 * cost.comm_s[0])

@@ -137,19 +137,9 @@ def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str) -> PoolS
     if not disagg:
         gpus, instances = tp, 1.0
     else:
-        total = _num(row, f"num_{side}_gpu", source)
-        workers = _num(row, f"{side}_num_workers", source)
-        if workers < 1:
-            # such rows' per-pool figures do not add up to their total under any split
-            raise InputError(
-                source,
-                f"{side}_num_workers",
-                "must be >= 1 in a disaggregated row (the GPU split between pools is unknown)",
-                workers,
-            )
-        gpus, instances = total / workers, workers
-        if gpus < 1 or gpus != int(gpus):
-            raise InputError(source, f"num_{side}_gpu", f"must split into {workers:g} whole instances", total)
+        # 0 workers: such rows' per-pool figures do not add up to their total under any split
+        why = "must be >= 1 in a disaggregated row (the GPU split between pools is unknown)"
+        gpus, instances = _instances(row, side, why, source)
     attn_tp = 1.0 if dpa else min(tp, gpus)
     if gpus % attn_tp:
         raise InputError(source, f"{side}_tp", f"must divide the instance's {gpus:g} GPUs", tp)
@@ -201,19 +191,26 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
     )
 
 
+def _instances(row: Mapping[str, str], side: str, no_workers: str, source: str) -> tuple[float, float]:
+    """(GPUs per instance, instances) of a pool: ``num_<side>_gpu`` split into
+    ``<side>_num_workers`` whole instances; ``no_workers`` is the rule when there are none."""
+    total = _num(row, f"num_{side}_gpu", source)
+    workers = _num(row, f"{side}_num_workers", source)
+    if workers < 1:
+        raise InputError(source, f"{side}_num_workers", no_workers, workers)
+    gpus = total / workers
+    if gpus < 1 or gpus != int(gpus):
+        raise InputError(source, f"num_{side}_gpu", f"must split into {workers:g} whole instances", total)
+    return gpus, workers
+
+
 def _ffn_pool(row: Mapping[str, str], disagg: bool, source: str) -> PoolSpec | None:
     """The expert pool of an attention-FFN disaggregated row, or None (no or empty AFD columns)."""
     if not str(row.get("num_ffn_gpu") or "").strip() or _num(row, "num_ffn_gpu", source) == 0:
         return None
     if not disagg:
         raise InputError(source, "num_ffn_gpu", "needs a disaggregated row (disagg True)", row["num_ffn_gpu"])
-    total = _num(row, "num_ffn_gpu", source)
-    workers = _num(row, "ffn_num_workers", source)
-    if workers < 1:
-        raise InputError(source, "ffn_num_workers", "must be >= 1 with num_ffn_gpu", workers)
-    gpus = total / workers
-    if gpus < 1 or gpus != int(gpus):
-        raise InputError(source, "num_ffn_gpu", f"must split into {workers:g} whole instances", total)
+    gpus, workers = _instances(row, "ffn", "must be >= 1 with num_ffn_gpu", source)
     ep = _num(row, "ffn_ep", source) if str(row.get("ffn_ep") or "").strip() else gpus
     if not 1 <= ep <= gpus or gpus % ep:
         raise InputError(source, "ffn_ep", f"must divide the instance's {gpus:g} GPUs", ep)
