@@ -6,7 +6,7 @@ evaluates many candidates (different hardware, parallelism, precision, lengths) 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,36 +140,49 @@ def build_pool(
     """Arrays for ``len(hardware)`` candidates of one model.
 
     ``weight_precision`` is the routed-expert precision (fp4 or fp8 checkpoints); the other GEMMs run
-    at fp8 when the hardware has it, else bf16, and attention at bf16.
+    at fp8 when the hardware has it, else bf16, and attention at bf16. The per-GPU figures are
+    worked out once per distinct (hardware, weight precision, KV precision): a study's pools hold
+    hundreds of candidates on a few GPUs.
     """
     terms = ModelTerms.of(model)
-    n = len(hardware)
     g = model.param_groups()
     attn = g["attention"]
     nonexp = sum(v for k, v in g.items() if k not in ("routed_experts", "attention"))
-    dense_p = [Precision.FP8 if h.compute.fp8_dense_tflops else Precision.BF16 for h in hardware]
+    index: dict[tuple[int, Precision, Precision], int] = {}
+    kinds: list[tuple[Hardware, Precision, Precision]] = []
+    of = np.empty(len(hardware), dtype=np.intp)
+    for i, (h, wp, kp) in enumerate(zip(hardware, weight_precision, kv_precision, strict=True)):
+        j = index.setdefault((id(h), wp, kp), len(kinds))
+        if j == len(kinds):
+            kinds.append((h, wp, kp))
+        of[i] = j
+
+    def per_kind(fn: Callable[[Hardware, Precision, Precision], float]) -> Array:
+        return np.array([fn(h, wp, kp) for h, wp, kp in kinds], dtype=float)[of]
+
+    def dense_p(h: Hardware) -> Precision:
+        return Precision.FP8 if h.compute.fp8_dense_tflops else Precision.BF16
+
     return Pool(
         gpus=np.asarray(gpus, dtype=float),
         attn_tp=np.asarray(attn_tp, dtype=float),
         ep=np.asarray(ep, dtype=float),
-        dense_tflops=np.array([_peak(h, p) for h, p in zip(hardware, dense_p, strict=True)]) * 1e12,
-        expert_tflops=np.array([_peak(h, p) for h, p in zip(hardware, weight_precision, strict=True)]) * 1e12,
+        dense_tflops=per_kind(lambda h, wp, kp: _peak(h, dense_p(h))) * 1e12,
+        expert_tflops=per_kind(lambda h, wp, kp: _peak(h, wp)) * 1e12,
         # attention runs in bf16; hardware that publishes no bf16 figure (Rubin) runs it in fp8
-        attn_tflops=np.array([h.compute.bf16_dense_tflops or _peak(h, Precision.FP8) for h in hardware])
+        attn_tflops=per_kind(lambda h, wp, kp: h.compute.bf16_dense_tflops or _peak(h, Precision.FP8))
         * 1e12,
-        hbm_bytes_per_s=np.array([h.hbm.bandwidth_tb_per_s for h in hardware]) * TB,
-        hbm_bytes=np.array([h.hbm.capacity_gb for h in hardware]) * GB,
-        scaleup_bytes_per_s=np.array([h.scale_up.gb_per_s_per_dir for h in hardware]) * GB,
-        domain_gpus=np.array([h.scale_up.domain_gpus for h in hardware], dtype=float),
-        nic_bytes_per_s=np.array([h.scale_out.nic_gb_per_s_per_gpu for h in hardware]) * GB,
-        is_amd=np.array([h.vendor == "amd" for h in hardware], dtype=float),
-        attn_weight_bytes=np.array([attn * p.bytes_per_element for p in dense_p]),
-        dense_weight_bytes=np.array([nonexp * p.bytes_per_element for p in dense_p]),
-        expert_weight_bytes=np.array([g["routed_experts"] * p.bytes_per_element for p in weight_precision]),
-        kv_bytes_per_token=np.array(
-            [terms.kv_elements_per_token * p.bytes_per_element for p in kv_precision]
-        ),
-        state_bytes=np.array([model.fixed_state_bytes_per_request(p) for p in kv_precision]),
-        act_bytes=np.ones(n),
+        hbm_bytes_per_s=per_kind(lambda h, wp, kp: h.hbm.bandwidth_tb_per_s) * TB,
+        hbm_bytes=per_kind(lambda h, wp, kp: h.hbm.capacity_gb) * GB,
+        scaleup_bytes_per_s=per_kind(lambda h, wp, kp: h.scale_up.gb_per_s_per_dir) * GB,
+        domain_gpus=per_kind(lambda h, wp, kp: h.scale_up.domain_gpus),
+        nic_bytes_per_s=per_kind(lambda h, wp, kp: h.scale_out.nic_gb_per_s_per_gpu) * GB,
+        is_amd=per_kind(lambda h, wp, kp: h.vendor == "amd"),
+        attn_weight_bytes=per_kind(lambda h, wp, kp: attn * dense_p(h).bytes_per_element),
+        dense_weight_bytes=per_kind(lambda h, wp, kp: nonexp * dense_p(h).bytes_per_element),
+        expert_weight_bytes=per_kind(lambda h, wp, kp: g["routed_experts"] * wp.bytes_per_element),
+        kv_bytes_per_token=per_kind(lambda h, wp, kp: terms.kv_elements_per_token * kp.bytes_per_element),
+        state_bytes=per_kind(lambda h, wp, kp: model.fixed_state_bytes_per_request(kp)),
+        act_bytes=np.ones(len(hardware)),
         model=terms,
     )

@@ -15,6 +15,7 @@ import json
 import sys
 import time
 import warnings
+import weakref
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -112,7 +113,7 @@ def write_finished(
         raise ValueError("study trials report no intermediate values")
     storage = cast(Any, study._storage)
     rdb = getattr(storage, "_backend", storage)
-    if rdb.get_current_version() != SCHEMA_VERSION:
+    if _schema_version(rdb) != SCHEMA_VERSION:
         done = copy.copy(trial)
         done.user_attrs = {**trial.user_attrs, **(user_attrs or {})}
         study.add_trial(done)
@@ -163,6 +164,18 @@ def write_finished(
         for model, batch in rows.items():
             if batch:
                 conn.execute(model.__table__.insert(), [{"trial_id": trial_id, **r} for r in batch])
+
+
+def _schema_version(rdb: Any) -> str:
+    """The storage's schema version, read once per storage object: a schema changes only by an
+    ``optuna storage upgrade``, which no one runs under a study."""
+    version = _SCHEMA_OF.get(rdb)
+    if version is None:
+        version = _SCHEMA_OF[rdb] = rdb.get_current_version()
+    return version
+
+
+_SCHEMA_OF: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 def _value_row(objective: int, value: float) -> dict[str, Any]:

@@ -1,0 +1,140 @@
+"""Optuna's TPE with the work that depends only on the finished trials done once per trial.
+
+Optuna 5's TPE, for every parameter it samples, splits all earlier trials into good and bad
+(reading each trial's constraints anew) and converts every trial's parameters to their internal
+form: at 1,000 trials of the headline study that is ten passes over the history per trial, about
+20 ms. :class:`CachedTPESampler` proposes exactly what Optuna's TPE proposes with the same seed
+(``tests/test_tpe.py``), but splits once per trial and keeps each finished trial's parameters
+as columns it extends with the new trials only. While other trials run (workers sharing a
+storage, whom the constant liar counts with parameters still changing) it takes Optuna's own path.
+
+Optuna 5 also computes log Phi(x) one element at a time in Python (``np.frompyfunc`` behind a
+1,000-entry cache): 2.6 million calls, 60% of TPE's time, in 300 trials of the headline study.
+``scipy.special.log_ndtr`` is the same function in C and more exact in the tails; the tests check
+they agree. An Optuna without these private parts keeps its own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import optuna
+import scipy.special
+from optuna.distributions import BaseDistribution
+from optuna.samplers._tpe import sampler as tpe_sampler
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
+
+
+def _use_scipy_log_ndtr() -> None:
+    try:
+        from optuna.samplers._tpe import _truncnorm as truncnorm
+    except ImportError:
+        return
+    if hasattr(truncnorm, "_log_ndtr"):
+        setattr(truncnorm, "_log_ndtr", scipy.special.log_ndtr)  # noqa: B010 - a private attribute mypy does not know
+
+
+_use_scipy_log_ndtr()
+
+
+class CachedTPESampler(optuna.samplers.TPESampler):
+    """:class:`optuna.samplers.TPESampler`, same arguments and proposals, O(new trials) upkeep."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._split_key: tuple[int, int] | None = None
+        self._split: tuple[list[FrozenTrial], list[FrozenTrial]] | None = None
+        self._split_rows: list[tuple[list[FrozenTrial], np.ndarray]] = []  # each part of the split, its rows
+        self._row_of: dict[int, int] = {}  # trial number -> row of the columns
+        self._raw: list[dict[str, Any]] = []  # each row's parameters as the trial holds them
+        self._columns: dict[tuple[str, BaseDistribution], list[float]] = {}
+        self._violation: dict[int, float] = {}  # trial number -> summed positive constraints
+
+    def _sample(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        split = self._split_for(study, trial)
+        if split is None:
+            return super()._sample(study, trial, search_space)
+        below, above = split
+        mpe_below = self._build_parzen_estimator(study, search_space, below, handle_below=True)
+        mpe_above = self._build_parzen_estimator(study, search_space, above, handle_below=False)
+        samples_below = mpe_below.sample(self._rng.rng, self._n_ei_candidates)
+        acq = self._compute_acquisition_func(samples_below, mpe_below, mpe_above)
+        ret = optuna.samplers.TPESampler._compare(samples_below, acq)
+        for name, dist in search_space.items():
+            ret[name] = dist.to_external_repr(ret[name])
+        return ret
+
+    def _split_for(
+        self, study: Study, trial: FrozenTrial
+    ) -> tuple[list[FrozenTrial], list[FrozenTrial]] | None:
+        """The good and bad trials for ``trial``, as Optuna's ``_sample`` splits them, made at its
+        first parameter; None when other trials are running (workers sharing a storage, where the
+        constant liar counts them): Optuna's own path handles those."""
+        key = (id(study), trial.number)
+        if key == self._split_key:
+            return self._split
+        liar = self._constant_liar
+        states = (TrialState.COMPLETE, TrialState.PRUNED) + ((TrialState.RUNNING,) if liar else ())
+        trials = study._get_trials(deepcopy=False, states=states, use_cache=not liar)
+        trials = [t for t in trials if t.number != trial.number]
+        self._split_key, self._split, self._split_rows = key, None, []
+        if any(t.state == TrialState.RUNNING for t in trials):
+            return None
+        if self._gamma is None:
+            one = len(study.directions) <= 1
+            self._gamma = tpe_sampler.default_gamma if one else tpe_sampler.default_gamma_multiobjective
+        for t in trials:
+            if t.number not in self._row_of:
+                self._row_of[t.number] = len(self._raw)
+                self._raw.append(t.params)
+                self._violation[t.number] = tpe_sampler._get_infeasible_trial_score(t)
+        below, above = self._split_trials(study, trials, self._gamma(len(trials)))
+        self._split = (below, above)
+        self._split_rows = [
+            (part, np.fromiter((self._row_of[t.number] for t in part), dtype=np.intp, count=len(part)))
+            for part in (below, above)
+        ]
+        return self._split
+
+    def _split_trials(
+        self, study: Study, trials: list[FrozenTrial], n_below: int
+    ) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+        """Optuna's ``_split_trials`` for finished trials, reading each violation once."""
+        infeasible = [t for t in trials if self._violation[t.number] > 0]
+        complete = [t for t in trials if self._violation[t.number] <= 0 and t.state == TrialState.COMPLETE]
+        pruned = [t for t in trials if self._violation[t.number] <= 0 and t.state == TrialState.PRUNED]
+        below_c, above_c = tpe_sampler._split_complete_trials(complete, study, n_below)
+        n_below = max(0, n_below - len(below_c))
+        below_p, above_p = tpe_sampler._split_pruned_trials(pruned, study, n_below)
+        n_below = max(0, n_below - len(below_p))
+        ranked = sorted(infeasible, key=lambda t: self._violation[t.number])
+        n_inf = min(n_below, len(ranked))
+        below = sorted(below_c + below_p + ranked[:n_inf], key=lambda t: t.number)
+        above = sorted(above_c + above_p + ranked[n_inf:], key=lambda t: t.number)
+        return below, above
+
+    def _get_internal_repr(
+        self, trials: list[FrozenTrial], search_space: dict[str, BaseDistribution], study: Study
+    ) -> dict[str, np.ndarray]:
+        rows = next((r for part, r in self._split_rows if part is trials), None)
+        if rows is None:
+            return super()._get_internal_repr(trials, search_space, study)
+        cols = {name: np.asarray(self._column(name, dist))[rows] for name, dist in search_space.items()}
+        if not cols:
+            return {}
+        has_all = np.logical_and.reduce([~np.isnan(c) for c in cols.values()])
+        return {name: c[has_all] for name, c in cols.items()}
+
+    def _column(self, name: str, dist: BaseDistribution) -> list[float]:
+        """Every row's internal value of ``name`` under ``dist`` (nan where the trial lacks it),
+        extended over the rows added since it was last read."""
+        col = self._columns.setdefault((name, dist), [])
+        for params in self._raw[len(col) :]:
+            v = params.get(name)
+            col.append(math.nan if v is None else float(dist.to_internal_repr(v)))
+        return col
