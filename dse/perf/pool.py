@@ -170,8 +170,7 @@ def build_pool(
         dense_tflops=per_kind(lambda h, wp, kp: _peak(h, dense_p(h))) * 1e12,
         expert_tflops=per_kind(lambda h, wp, kp: _peak(h, wp)) * 1e12,
         # attention runs in bf16; hardware that publishes no bf16 figure (Rubin) runs it in fp8
-        attn_tflops=per_kind(lambda h, wp, kp: h.compute.bf16_dense_tflops or _peak(h, Precision.FP8))
-        * 1e12,
+        attn_tflops=per_kind(lambda h, wp, kp: h.compute.bf16_dense_tflops or _peak(h, Precision.FP8)) * 1e12,
         hbm_bytes_per_s=per_kind(lambda h, wp, kp: h.hbm.bandwidth_tb_per_s) * TB,
         hbm_bytes=per_kind(lambda h, wp, kp: h.hbm.capacity_gb) * GB,
         scaleup_bytes_per_s=per_kind(lambda h, wp, kp: h.scale_up.gb_per_s_per_dir) * GB,
