@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dse.catalog import Catalog
+from dse.perf.calibration import _identifiable
 from dse.perf.params import PerfParams, default_params, load_params
 from dse.perf.pool import Pool, build_pool
 from dse.perf.serving import Deployment, closed_loop, decode_capacity_at_tpot, decode_tpot
@@ -293,3 +294,14 @@ def test_sliding_window_kv_takes_the_pools_kv_precision_and_linear_state_its_own
     assert state("gpt-oss-120b", Precision.FP8) == pytest.approx(state("gpt-oss-120b", Precision.BF16) / 2)
     assert state("gpt-oss-120b", Precision.FP8) / 2**20 == pytest.approx(2.25)
     assert state("kimi-k3", Precision.FP8) == pytest.approx(state("kimi-k3", Precision.BF16))
+
+
+def test_calibration_keeps_values_no_residual_responds_to() -> None:
+    """A value the training rows cannot see (here the second) keeps its start instead of
+    drifting with the solver's scaling; the others stay free."""
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return np.array([x[0] - 1.0, 2.0 * x[2]])
+
+    free = _identifiable(residuals, np.array([0.5, 40.0, 0.3]), np.zeros(3), np.full(3, 300.0))
+    assert free.tolist() == [True, False, True]

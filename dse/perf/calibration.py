@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,7 +36,6 @@ BOUNDS = {
     "collective_latency_us": (0.5, 100.0),
     "comm_overlap": (0.0, 0.95),
     "prefill_queue_factor": (0.05, 10.0),
-    "amd_eff": (0.2, 1.5),
     "nic_a2a_latency_us": (1.0, 300.0),
     "nic_allreduce_latency_us": (1.0, 300.0),
 }
@@ -176,10 +175,25 @@ def fit(
             r = np.concatenate([r, np.log(pp) - meas_p])
         return np.nan_to_num(r, nan=3.0, posinf=3.0, neginf=-3.0)
 
+    free = _identifiable(residuals, x0, lo, hi)
+
+    def free_residuals(xf: np.ndarray) -> np.ndarray:
+        x = x0.copy()
+        x[free] = xf
+        return residuals(x)
+
     sol = least_squares(
-        residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.15, x_scale="jac", max_nfev=400
+        free_residuals,
+        x0[free],
+        bounds=(lo[free], hi[free]),
+        loss="soft_l1",
+        f_scale=0.15,
+        x_scale="jac",
+        max_nfev=400,
     )
-    fitted = _unpack(sol.x, start, engines, mtp)
+    x = x0.copy()
+    x[free] = sol.x
+    fitted = _unpack(x, start, engines, mtp)
     # the last engine's speed follows from the others (geometric mean 1), outside the solver's
     # bounds: a fit that pushes it out of them is refused rather than shipped
     lo_s, hi_s = ENGINE_BOUNDS["speed"]
@@ -187,6 +201,24 @@ def fit(
     if not lo_s <= last <= hi_s:
         raise DseError(f"dse calibrate: engine {engines[-1]}'s speed {last:.3g} left [{lo_s}, {hi_s}]")
     return fitted
+
+
+def _identifiable(
+    residuals: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """Which values the data can move: a value no residual responds to (a 5% step within its
+    bounds changes nothing, e.g. the latency of an all-reduce that crosses nodes when no training
+    row spans nodes with tensor parallelism) keeps its starting value. Left free, the solver's
+    Jacobian scaling lets it drift to wherever the trust region happens to take it, and a
+    leave-one-hardware-out fold then predicts the held-out GPU from that arbitrary value."""
+    base = residuals(x0)
+    free = np.ones(len(x0), dtype=bool)
+    for k in range(len(x0)):
+        x = x0.copy()
+        x[k] = x0[k] * 1.05 if x0[k] * 1.05 <= hi[k] else x0[k] * 0.95
+        x[k] = np.clip(x[k], lo[k], hi[k])
+        free[k] = not np.array_equal(residuals(x), base)
+    return free
 
 
 def _median_ttft_s(m: Measured) -> float:
