@@ -74,7 +74,7 @@ def test_tpe_log_ndtr_is_scipys_and_agrees_with_optunas_own() -> None:
 
 def test_same_proposals_while_another_trial_runs() -> None:
     """A worker sharing a storage sees the others' running trials; the constant liar counts them
-    and dse's TPE hands those splits to Optuna's own path."""
+    as bad trials with the parameters they have so far."""
     runs = []
     for cls in (optuna.samplers.TPESampler, CachedTPESampler):
         study = optuna.create_study(sampler=cls(seed=9, n_startup_trials=5, multivariate=True))
@@ -84,4 +84,33 @@ def test_same_proposals_while_another_trial_runs() -> None:
         study.optimize(lambda t: _objective(t, 1), n_trials=15)
         runs.append([t.params for t in study.trials])
     assert runs[0] == runs[1]
-    assert isinstance(study.sampler, CachedTPESampler) and study.sampler._split is None  # it fell back
+    assert isinstance(study.sampler, CachedTPESampler)
+    assert [p["batch"] for p in study.sampler._running] == [left.params["batch"]]  # counted as running
+
+
+@pytest.mark.parametrize("objectives", [1, 2])
+def test_same_proposals_one_trial_ahead(objectives: int) -> None:
+    """A lone run's sampler proposes trial k + 2 (all its parameters) once trial k is told, with
+    k + 1 running: dse.study.proposer's order."""
+    runs = []
+    for cls in (optuna.samplers.TPESampler, CachedTPESampler):
+        directions = ["minimize"] * objectives
+        study = optuna.create_study(sampler=cls(seed=4, n_startup_trials=6), directions=directions)
+
+        def propose(study: optuna.Study) -> tuple[optuna.Trial, float | tuple[float, float] | None]:
+            t = study.ask()
+            try:
+                return t, _objective(t, objectives)  # samples every parameter now
+            except optuna.TrialPruned:
+                return t, None
+
+        ahead = [propose(study), propose(study)]
+        for _ in range(60):
+            t, value = ahead.pop(0)
+            if value is None:
+                study.tell(t, state=optuna.trial.TrialState.PRUNED)
+            else:
+                study.tell(t, value)
+            ahead.append(propose(study))
+        runs.append([t.params for t in study.trials])
+    assert runs[0] == runs[1]

@@ -5,8 +5,7 @@ Optuna 5's TPE, for every parameter it samples, splits all earlier trials into g
 form: at 1,000 trials of the headline study that is ten passes over the history per trial, about
 20 ms. :class:`CachedTPESampler` proposes exactly what Optuna's TPE proposes with the same seed
 (``tests/test_tpe.py``), but splits once per trial and keeps each finished trial's parameters
-as columns it extends with the new trials only. While other trials run (workers sharing a
-storage, whom the constant liar counts with parameters still changing) it takes Optuna's own path.
+as columns it extends with the new trials only.
 
 Optuna 5 also computes log Phi(x) one element at a time in Python (``np.frompyfunc`` behind a
 1,000-entry cache): 2.6 million calls, 60% of TPE's time, in 300 trials of the headline study.
@@ -46,20 +45,18 @@ class CachedTPESampler(optuna.samplers.TPESampler):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._split_key: tuple[int, int] | None = None
-        self._split: tuple[list[FrozenTrial], list[FrozenTrial]] | None = None
+        self._split: tuple[list[FrozenTrial], list[FrozenTrial]] = ([], [])
         self._split_rows: list[tuple[list[FrozenTrial], np.ndarray]] = []  # each part of the split, its rows
         self._row_of: dict[int, int] = {}  # trial number -> row of the columns
         self._raw: list[dict[str, Any]] = []  # each row's parameters as the trial holds them
         self._columns: dict[tuple[str, BaseDistribution], list[float]] = {}
         self._violation: dict[int, float] = {}  # trial number -> summed positive constraints
+        self._running: list[dict[str, Any]] = []  # the running trials' parameters, rows after _raw
 
     def _sample(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        split = self._split_for(study, trial)
-        if split is None:
-            return super()._sample(study, trial, search_space)
-        below, above = split
+        below, above = self._split_for(study, trial)
         mpe_below = self._build_parzen_estimator(study, search_space, below, handle_below=True)
         mpe_above = self._build_parzen_estimator(study, search_space, above, handle_below=False)
         samples_below = mpe_below.sample(self._rng.rng, self._n_ei_candidates)
@@ -69,34 +66,40 @@ class CachedTPESampler(optuna.samplers.TPESampler):
             ret[name] = dist.to_external_repr(ret[name])
         return ret
 
-    def _split_for(
-        self, study: Study, trial: FrozenTrial
-    ) -> tuple[list[FrozenTrial], list[FrozenTrial]] | None:
+    def _split_for(self, study: Study, trial: FrozenTrial) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
         """The good and bad trials for ``trial``, as Optuna's ``_sample`` splits them, made at its
-        first parameter; None when other trials are running (workers sharing a storage, where the
-        constant liar counts them): Optuna's own path handles those."""
+        first parameter. Trials still running (the constant liar counts them: a worker's others on
+        a shared storage, the trial proposed ahead of a lone run's) go with the bad ones, as in
+        Optuna, with their parameters as they stand then; they get rows of their own, dropped at
+        the next split."""
         key = (id(study), trial.number)
         if key == self._split_key:
             return self._split
         liar = self._constant_liar
         states = (TrialState.COMPLETE, TrialState.PRUNED) + ((TrialState.RUNNING,) if liar else ())
-        trials = study._get_trials(deepcopy=False, states=states, use_cache=not liar)
-        trials = [t for t in trials if t.number != trial.number]
-        self._split_key, self._split, self._split_rows = key, None, []
-        if any(t.state == TrialState.RUNNING for t in trials):
-            return None
+        trials = [
+            t
+            for t in study._get_trials(deepcopy=False, states=states, use_cache=not liar)
+            if t.number != trial.number
+        ]
+        running = [t for t in trials if t.state == TrialState.RUNNING]
+        finished = [t for t in trials if t.state != TrialState.RUNNING] if running else trials
         if self._gamma is None:
             one = len(study.directions) <= 1
             self._gamma = tpe_sampler.default_gamma if one else tpe_sampler.default_gamma_multiobjective
-        for t in trials:
+        for t in finished:
             if t.number not in self._row_of:
                 self._row_of[t.number] = len(self._raw)
                 self._raw.append(t.params)
                 self._violation[t.number] = tpe_sampler._get_infeasible_trial_score(t)
-        below, above = self._split_trials(study, trials, self._gamma(len(trials)))
-        self._split = (below, above)
+        below, above = self._split_trials(study, finished, self._gamma(len(finished)))
+        if running:
+            above = sorted(above + running, key=lambda t: t.number)
+        self._running = [self._get_params(t, study) for t in running]
+        row_of = {**self._row_of, **{t.number: len(self._raw) + j for j, t in enumerate(running)}}
+        self._split_key, self._split = key, (below, above)
         self._split_rows = [
-            (part, np.fromiter((self._row_of[t.number] for t in part), dtype=np.intp, count=len(part)))
+            (part, np.fromiter((row_of[t.number] for t in part), dtype=np.intp, count=len(part)))
             for part in (below, above)
         ]
         return self._split
@@ -124,7 +127,10 @@ class CachedTPESampler(optuna.samplers.TPESampler):
         rows = next((r for part, r in self._split_rows if part is trials), None)
         if rows is None:
             return super()._get_internal_repr(trials, search_space, study)
-        cols = {name: np.asarray(self._column(name, dist))[rows] for name, dist in search_space.items()}
+        cols = {
+            name: np.asarray(self._column(name, dist) + self._values(self._running, name, dist))[rows]
+            for name, dist in search_space.items()
+        }
         if not cols:
             return {}
         has_all = np.logical_and.reduce([~np.isnan(c) for c in cols.values()])
@@ -134,7 +140,9 @@ class CachedTPESampler(optuna.samplers.TPESampler):
         """Every row's internal value of ``name`` under ``dist`` (nan where the trial lacks it),
         extended over the rows added since it was last read."""
         col = self._columns.setdefault((name, dist), [])
-        for params in self._raw[len(col) :]:
-            v = params.get(name)
-            col.append(math.nan if v is None else float(dist.to_internal_repr(v)))
+        col.extend(self._values(self._raw[len(col) :], name, dist))
         return col
+
+    @staticmethod
+    def _values(rows: list[dict[str, Any]], name: str, dist: BaseDistribution) -> list[float]:
+        return [math.nan if name not in p else float(dist.to_internal_repr(p[name])) for p in rows]
