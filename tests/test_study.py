@@ -149,9 +149,15 @@ def test_an_interrupted_run_resumes_without_losing_or_repeating_trials(
                     done = con.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0]
             except sqlite3.OperationalError:
                 pass
+    sampler = _children(proc.pid)  # the sampler's process, which stores the trials
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert 5 <= done < 120, done
+    assert len(sampler) == 1
+    gone = time.time() + 30  # orphaned, it stores what it was told and exits
+    while time.time() < gone and Path(f"/proc/{sampler[0]}").exists():
+        time.sleep(0.1)
+    assert not Path(f"/proc/{sampler[0]}").exists()
     with sqlite3.connect(db) as con:
         before = {r[0] for r in con.execute("select number from trials where state = 'COMPLETE'")}
     again = subprocess.run(
@@ -168,6 +174,25 @@ def test_an_interrupted_run_resumes_without_losing_or_repeating_trials(
     counts = dict(states)
     assert counts["COMPLETE"] == 120 and "RUNNING" not in counts
     assert before <= set(numbers) and len(numbers) == len(set(numbers))
+
+
+def _children(pid: int) -> list[int]:
+    found = (Path(f"/proc/{pid}/task") / t / "children" for t in os.listdir(f"/proc/{pid}/task"))
+    return [int(c) for f in found for c in f.read_text().split()]
+
+
+def test_a_failure_in_the_sampler_process_reaches_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sampler's process stores the trials; a write it cannot make stops the run with its error."""
+    import dse.study.proposer as proposer
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(proposer, "write_finished", full)  # the forked child inherits it
+    with pytest.raises(OSError, match="No space left"):
+        Study.load(TINY).run(out=tmp_path, trials=6)
 
 
 def test_study_commands_end_to_end(tmp_path: Path, clean_env: dict[str, str]) -> None:

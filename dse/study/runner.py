@@ -37,6 +37,7 @@ from dse.study.faults import (
     wall_clock,
 )
 from dse.study.metrics import METRICS
+from dse.study.proposer import Proposal, Proposer
 from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec, seed_rule
 from dse.study.storage import (
@@ -46,10 +47,9 @@ from dse.study.storage import (
     open_storage,
     redact,
     wait_for_storage,
-    write_finished,
 )
 from dse.study.sweep import PREFIX, choice_of, evaluate_point, point_of, suggest_point
-from dse.study.trial import TrialRecord, evaluate, objective_values, params_of, suggest
+from dse.study.trial import Choice, TrialRecord, evaluate, objective_values, params_of, suggest
 from dse.study.variants import study_catalog
 from formulations.solve import PlacementSolver, SolveOptions
 
@@ -120,13 +120,6 @@ def open_study(
             names,
         )
     return study
-
-
-def _memory_copy(study: optuna.Study, spec: StudySpec, seed: int, budget: int, stream: int) -> optuna.Study:
-    """An in-memory study with the stored one's finished trials and a fresh seeded sampler."""
-    mem = optuna.create_study(directions=study.directions, sampler=make_sampler(spec, seed, budget, stream))
-    mem.add_trials(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
-    return mem
 
 
 def _complete(study: optuna.Study) -> int:
@@ -200,11 +193,25 @@ def run(
     ran = 0
     bar = _Progress(budget, before) if progress else None
     done = before
-    # alone on a storage, the sampler works on an in-memory copy and each finished trial is
-    # written to the storage in one transaction as it completes; workers sharing a storage must
-    # ask it directly so they see each other's trials
-    # a resumed run reseeds with the number of trials already done, so it does not repeat them
-    asker = study if shared else _memory_copy(study, spec, base, budget, 1_000_003 * before)
+    # alone on a storage, the sampler works in its own process on an in-memory copy, one trial
+    # ahead (dse.study.proposer), and each finished trial is written to the storage in one
+    # transaction as it completes; workers sharing a storage ask it directly so they see each
+    # other's trials. A resumed run reseeds with the trials already done, so it does not repeat them.
+    proposer = (
+        None
+        if shared
+        else Proposer(
+            spec,
+            storage,
+            study.directions,
+            study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)),
+            seed=base,
+            budget=budget,
+            stream=1_000_003 * before,
+            todo=budget - before,
+        )
+    )
+    propose = suggest_point if spec.is_grid else suggest
     evaluate_one = _trial_fn(spec, catalog, params, solver)
     unreachable_since: float | None = None
     # heartbeats outside Study.optimize are ours (faults.heartbeat); Optuna warns at every ask
@@ -212,32 +219,37 @@ def run(
     try:
         while done < budget:
             try:
-                if shared:
+                if proposer is None:
                     stale += fail_dead(study)
-                trial = asker.ask()
-                beats = (
-                    heartbeat(study._storage, trial._trial_id, max(1.0, stale_after_s / 4))
-                    if shared
-                    else contextlib.nullcontext()
-                )
+                    trial = study.ask()
+                    design = propose(trial, spec)
+                    job = Proposal(trial.number, dict(trial.params), design)
+                    beats: contextlib.AbstractContextManager[Any] = heartbeat(
+                        study._storage, trial._trial_id, max(1.0, stale_after_s / 4)
+                    )
+                else:
+                    job, beats = proposer.next(), contextlib.nullcontext()
                 with beats:
-                    record, extra, timed_out = _bounded(evaluate_one, trial, trial_wall_s)
+                    record, extra, timed_out = _bounded(evaluate_one, job, trial_wall_s)
                 if timed_out:  # the solver may hold a half-updated model: start clean
                     solver = PlacementSolver(TRIAL_SOLVE)
                     evaluate_one = _trial_fn(spec, catalog, params, solver)
-                try:
-                    # samplers see the worst violation (<= 0: feasible); each constraint is in the record
-                    trial.set_constraint("violation", max(record.constraints.values()))
-                    stored = {"record": {**record.attrs(), **extra}}
-                    if asker is study:
+                # samplers see the worst violation (<= 0: feasible); each constraint is in the record
+                violation = max(record.constraints.values())
+                values = objective_values(record, defs)
+                stored = {"record": {**record.attrs(), **extra}}
+                if proposer is not None:  # its process stores the trial
+                    proposer.finish(job.number, values, violation, stored)
+                    done += 1
+                else:
+                    try:
+                        trial.set_constraint("violation", violation)
                         trial.set_user_attr("record", stored["record"])  # one write
-                    asker.tell(trial, objective_values(record, defs))
-                except optuna.exceptions.UpdateFinishedTrialError:  # failed meanwhile as stale
-                    sys.stderr.write(f"dse: trial {trial.number} was failed by another worker; dropped\n")
-                    continue
-                if asker is not study:  # the sampler's copy needs no record: only the storage keeps it
-                    write_finished(study, asker.get_trials(deepcopy=False)[-1], stored)
-                done = _complete(study) if shared else done + 1
+                        study.tell(trial, values)
+                    except optuna.exceptions.UpdateFinishedTrialError:  # failed meanwhile as stale
+                        sys.stderr.write(f"dse: trial {trial.number} was failed by another worker; dropped\n")
+                        continue
+                    done = _complete(study)
                 unreachable_since = None
             except STORAGE_ERRORS as exc:
                 if not shared or not storage_unreachable(exc):
@@ -252,29 +264,28 @@ def run(
     except KeyboardInterrupt:
         raise StudyInterrupted(done, budget, redact(storage)) from None
     finally:
+        if proposer is not None:
+            proposer.close()
         if bar is not None:
             bar.close()
     return study, RunStats(before, ran, stale, time.perf_counter() - t0)
 
 
 def _bounded(
-    evaluate_one: TrialFn, trial: optuna.Trial, wall_s: float | None
+    evaluate_one: TrialFn, job: Proposal, wall_s: float | None
 ) -> tuple[TrialRecord, dict[str, Any], bool]:
     """The trial's record, or an infeasible record naming the cap when it ran over it (and True)."""
     try:
         with wall_clock(wall_s):
-            return (*evaluate_one(trial), False)
+            return (*evaluate_one(job.design), False)
     except TrialTimeout:
         why = f"wall clock: the trial ran over its {wall_s:g} s cap"
-        extra: dict[str, Any] = (
-            {"point": point_of(trial.params)}
-            if any(k.startswith(PREFIX) for k in trial.params)
-            else {"params": dict(trial.params)}
-        )
+        grid = any(k.startswith(PREFIX) for k in job.params)
+        extra: dict[str, Any] = {"point": point_of(job.params)} if grid else {"params": job.params}
         return TrialRecord({}, {"wall_clock": 1.0}, why, [], []), extra, True
 
 
-TrialFn = Callable[[optuna.Trial], tuple[TrialRecord, dict[str, Any]]]
+TrialFn = Callable[[Any], tuple[TrialRecord, dict[str, Any]]]
 
 
 def _trial_fn(spec: StudySpec, catalog: Catalog, params: PerfParams, solver: PlacementSolver) -> TrialFn:
@@ -282,8 +293,7 @@ def _trial_fn(spec: StudySpec, catalog: Catalog, params: PerfParams, solver: Pla
 
 
 def _search_trial(spec: StudySpec, catalog: Catalog, params: PerfParams, solver: PlacementSolver) -> TrialFn:
-    def one(trial: optuna.Trial) -> tuple[TrialRecord, dict[str, Any]]:
-        choice = suggest(trial, spec)
+    def one(choice: Choice) -> tuple[TrialRecord, dict[str, Any]]:
         return evaluate(spec, choice, catalog, params, solver), {"choice": params_of(choice)}
 
     return one
@@ -292,8 +302,7 @@ def _search_trial(spec: StudySpec, catalog: Catalog, params: PerfParams, solver:
 def _grid_trial(spec: StudySpec, catalog: Catalog, params: PerfParams, solver: PlacementSolver) -> TrialFn:
     cache: dict[Any, Any] = {}  # placements shared by points that differ only in dynamics
 
-    def one(trial: optuna.Trial) -> tuple[TrialRecord, dict[str, Any]]:
-        point = suggest_point(trial, spec)
+    def one(point: dict[str, Any]) -> tuple[TrialRecord, dict[str, Any]]:
         rec = evaluate_point(spec, point, catalog, params, solver, cache)
         extra: dict[str, Any] = {"point": point}
         if rec.outcome is not None and rec.outcome.feasible and rec.request is not None:
