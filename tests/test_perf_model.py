@@ -270,7 +270,7 @@ def test_kimi_k3_state_takes_room_from_the_batch(catalog: Catalog) -> None:
         kv_precision=[Precision.FP8],
     )
     short = kv_capacity_sequences(pool, p, np.array([100.0]))[0]
-    free = 288e9 * (1 - p.hbm_reserve_fraction) - (
+    free = 288 * 2**30 * (1 - p.hbm_reserve_fraction) - (  # "288 GB" of HBM are GiB
         pool.attn_weight_bytes[0] + (pool.dense_weight_bytes[0] + pool.expert_weight_bytes[0]) / 8
     )
     assert short == pytest.approx(free * 8 / (100 * 27648 / 2 + 414 * 2**20), rel=0.01)
@@ -305,3 +305,46 @@ def test_calibration_keeps_values_no_residual_responds_to() -> None:
 
     free = _identifiable(residuals, np.array([0.5, 40.0, 0.3]), np.zeros(3), np.full(3, 300.0))
     assert free.tolist() == [True, False, True]
+
+
+def test_nvlink_all_to_all_latency_is_paid_per_peer(catalog: Catalog) -> None:
+    """Inside the scale-up domain an expert dispatch or combine signals every peer, so its fixed
+    cost grows with the EP group (GB200 NVL72 EP48 pays 47 peers, B200 EP8 seven), while a
+    tensor-parallel all-reduce pays the NVLink latency once per call."""
+    p = replace(default_params(), collective_latency_us=2.0, link_eff=1e9, nic_eff=1e9, comm_overlap=0.0)
+    m = catalog.model("deepseek-v3")
+
+    def comm_s(hw: str, gpus: int, attn_tp: int, ep: int) -> float:
+        pool = build_pool(
+            m,
+            [catalog.hardware(hw)],
+            gpus=[gpus],
+            attn_tp=[attn_tp],
+            ep=[ep],
+            weight_precision=[Precision.FP8],
+            kv_precision=[Precision.FP8],
+        )
+        c = forward_cost(
+            pool,
+            p,
+            tokens=np.ones(1),
+            sequences=np.ones(1),
+            context=np.ones(1),
+            prefill=False,
+            speed=np.ones(1),
+        )
+        return float(c.comm_s[0])
+
+    calls = 2 * m.moe_layers
+    assert comm_s("b200", 8, 1, 8) == pytest.approx(calls * 7 * 2e-6, rel=1e-3)
+    assert comm_s("gb200", 48, 1, 48) == pytest.approx(calls * 47 * 2e-6, rel=1e-3)
+    assert comm_s("b200", 8, 8, 1) == pytest.approx(2 * m.layers * 2e-6, rel=1e-3)  # TP8, no EP
+
+
+def test_hbm_capacity_is_read_in_binary_units(catalog: Catalog) -> None:
+    """Datasheet HBM "GB" are GiB (nvidia-smi: 183,359 MiB on a "180 GB" B200): DeepSeek-R1 fp8
+    on 4 x B200, as InferenceX serves it at 32 concurrent 8k-token requests, has room for them."""
+    pool = _pool(catalog, "b200", 4, 4)
+    assert pool.hbm_bytes[0] == 180 * 2**30
+    cap = kv_capacity_sequences(pool, default_params(), np.array([8192.0 * 0.9 + 1024.0 * 0.9]))
+    assert cap[0] >= 32

@@ -71,7 +71,8 @@ def test_deepseek_placement_is_priced_checked_and_meets_targets(
             assert p.unit.ttft_s <= SLO.ttft_s + 1e-9
         if p.unit.role is Role.DECODE:
             assert p.unit.tpot_s <= SLO.tpot_s + 1e-9
-        hbm = {"b200": 180.0, "h200-sxm": 141.0, "gb200-nvl72": 186.0}[p.unit.hardware]
+        # datasheet HBM "GB" are GiB (pool.HBM_GB_BYTES); residency is reported in 10^9 bytes
+        hbm = {"b200": 180.0, "h200-sxm": 141.0, "gb200-nvl72": 186.0}[p.unit.hardware] * 2**30 / 1e9
         assert p.unit.hbm_gb_per_gpu <= p.hbm_gb_per_gpu <= hbm * 0.96 + 1e-6  # resting KV fits the reserve
     decode = sum(
         p.output_tokens_per_s for p in best.pools if p.unit.role in (Role.DECODE, Role.MIXED, Role.ATTENTION)
@@ -162,7 +163,8 @@ def test_weights_that_fit_nowhere_name_the_sizes(tmp_path: Path) -> None:
     assert rep.best is None
     why = rep.outcomes[0].infeasibility
     assert why is not None and why.binding == "no mixed unit"
-    assert "GB per GPU but tiny offers 23.0 GB after the 4% runtime reserve" in why.detail
+    # "24 GB" of HBM are 24 GiB (pool.HBM_GB_BYTES): 25.8 GB, 24.7 GB after the reserve
+    assert "GB per GPU but tiny offers 24.7 GB after the 4% runtime reserve" in why.detail
 
 
 def test_goodput_spends_the_budget_on_more_traffic(catalog: Catalog) -> None:

@@ -46,12 +46,14 @@ class PerfParams:
     nic_eff: float = 0.6
     step_overhead_ms: float = 2.0
     layer_overhead_us: float = 10.0
+    # NVLink latency of one all-reduce, and of one all-to-all per peer (stages.nvlink_a2a_latency_us)
     collective_latency_us: float = 12.0
     comm_overlap: float = 0.5
     prefill_queue_factor: float = 1.0
     # HBM held back for the runtime and activations. Not fitted: bounded by the measured runs,
-    # since InferenceX serves DeepSeek-R1 fp8 on 4 x B200 (about 168 GB of weights per 180 GB GPU),
-    # so the reserve must stay below about 6.7%; 4% leaves room for a small KV cache there.
+    # since InferenceX serves DeepSeek-R1 fp8 on 4 x B200 (about 168 GB of weights per GPU of
+    # 180 GiB, 193 GB: pool.HBM_GB_BYTES), so the reserve must stay below about 13%; 4% leaves
+    # room for the KV cache of its 32 concurrent requests there.
     hbm_reserve_fraction: float = 0.04
     # Kernel-time factor for AMD GPUs. Not fitted any more (1: datasheet peaks as for NVIDIA): a
     # vendor factor is learnt from whichever AMD generation is in the fit and misleads the other

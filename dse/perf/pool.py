@@ -14,9 +14,16 @@ import numpy as np
 from dse.catalog import Hardware, Model
 from dse.catalog.model import AttentionKind
 from dse.errors import InputError
-from dse.units import GB, TB, Precision
+from dse.units import GB, GIB, TB, Precision
 
 Array = np.ndarray
+
+HBM_GB_BYTES = float(GIB)
+"""Bytes in one "GB" of a datasheet HBM capacity. Vendors count HBM in binary units (stacks of
+16, 24 or 36 GiB): nvidia-smi reports 81,559 MiB on an "80 GB" H100, 143,771 MiB on a "141 GB"
+H200 and 183,359 MiB on a "180 GB" B200, each the quoted figure in GiB within 0.5%. Read as
+10^9 bytes, the KV room left beside the weights came out too small (DeepSeek-R1 fp8 on 4 x
+B200: about 5 GB per GPU instead of 18), and capacity-bound runs were under-predicted by 2x."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +179,7 @@ def build_pool(
         # attention runs in bf16; hardware that publishes no bf16 figure (Rubin) runs it in fp8
         attn_tflops=per_kind(lambda h, wp, kp: h.compute.bf16_dense_tflops or _peak(h, Precision.FP8)) * 1e12,
         hbm_bytes_per_s=per_kind(lambda h, wp, kp: h.hbm.bandwidth_tb_per_s) * TB,
-        hbm_bytes=per_kind(lambda h, wp, kp: h.hbm.capacity_gb) * GB,
+        hbm_bytes=per_kind(lambda h, wp, kp: h.hbm.capacity_gb) * HBM_GB_BYTES,
         scaleup_bytes_per_s=per_kind(lambda h, wp, kp: h.scale_up.gb_per_s_per_dir) * GB,
         domain_gpus=per_kind(lambda h, wp, kp: h.scale_up.domain_gpus),
         nic_bytes_per_s=per_kind(lambda h, wp, kp: h.scale_out.nic_gb_per_s_per_gpu) * GB,

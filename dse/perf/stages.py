@@ -58,6 +58,17 @@ def _group_bandwidth(group: Array, pool: Pool, p: PerfParams) -> Array:
     return 1.0 / inv
 
 
+def nvlink_a2a_latency_us(ep: Array, p: PerfParams) -> Array:
+    """Latency of one expert-parallel dispatch or combine inside the scale-up domain: the
+    NVLink collective latency once per peer. Each rank writes its tokens (or an empty
+    count) to every other rank and then waits on a completion flag from each of them, so
+    the fixed cost grows with the group, not once per call as for an all-reduce: DeepEP's
+    README measures its low-latency dispatch over RDMA at 77 us on 8 ranks and 194 us on 256. Fitted
+    per peer (about 1 us), an EP8 call costs about 7 us and an EP48 one on GB200 NVL72 about
+    48 us, where a flat latency (fitted at its 0.5 us floor) had charged both the same."""
+    return p.collective_latency_us * np.maximum(np.asarray(ep, dtype=float) - 1.0, 1.0)
+
+
 def _vendor_eff(pool: Pool, p: PerfParams) -> Array:
     return 1.0 + pool.is_amd * (p.amd_eff - 1.0)
 
@@ -137,7 +148,7 @@ def forward_cost(
     # ones: PerfParams.nic_allreduce_latency_us / nic_a2a_latency_us (fitted 42 / 150 us)
     # instead of the NVLink collective_latency_us (was a fixed 3x the latter)
     ar_lat = np.where(tp > pool.domain_gpus, p.nic_allreduce_latency_us, p.collective_latency_us)
-    a2a_lat = np.where(pool.ep > pool.domain_gpus, p.nic_a2a_latency_us, p.collective_latency_us)
+    a2a_lat = np.where(pool.ep > pool.domain_gpus, p.nic_a2a_latency_us, nvlink_a2a_latency_us(pool.ep, p))
     latency = (n_ar * ar_lat + n_a2a * a2a_lat) * 1e-6
     comm_s = (ar_s + a2a_s) * (1.0 - p.comm_overlap) + latency
 
