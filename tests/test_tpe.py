@@ -13,7 +13,9 @@ from optuna.samplers._tpe import _truncnorm
 from dse.study.tpe import CachedTPESampler
 
 
-def _objective(trial: optuna.Trial, objectives: int, log2_cap: float = 9.0) -> float | tuple[float, float]:
+def _objective(
+    trial: optuna.Trial, objectives: int, log2_cap: float = 9.0, prune: bool = True
+) -> float | tuple[float, float]:
     topo = trial.suggest_categorical("topology", ["aggregated", "disaggregated"])
     batch = trial.suggest_int("batch", 1, 4096, log=True)
     if topo == "aggregated":
@@ -23,7 +25,7 @@ def _objective(trial: optuna.Trial, objectives: int, log2_cap: float = 9.0) -> f
         shape = trial.suggest_categorical("shape", ["8gpu", "16gpu", "32gpu"])
         chunk = trial.suggest_int("chunk", 1024, 16384, step=1024)
         cost = 0.5 / batch + {"8gpu": 0.3, "16gpu": 0.1, "32gpu": 0.2}[shape] + chunk / 1e5
-    if trial.number % 11 == 5:
+    if prune and trial.number % 11 == 5:
         raise optuna.TrialPruned()
     trial.set_constraint("violation", np.log2(batch) - log2_cap)  # batches over 2**cap are infeasible
     return cost if objectives == 1 else (cost, float(batch))
@@ -46,6 +48,21 @@ def test_same_proposals_as_optunas_tpe(objectives: int, multivariate: bool, cap:
     assert len({t["topology"] for t in ours}) == 2 and any("shape" in t for t in ours)
     assert any(np.log2(t["batch"]) > cap for t in ours[8:])  # infeasible trials among the proposals
     assert ours == theirs
+
+
+@pytest.mark.parametrize("direction", ["minimize", "maximize"])
+@pytest.mark.parametrize("cap", [9.0, 0.5])
+def test_same_proposals_without_pruned_trials(direction: str, cap: float) -> None:
+    """One objective and no pruned trial: the split runs over arrays."""
+    runs, samplers = [], []
+    for cls in (optuna.samplers.TPESampler, CachedTPESampler):
+        sampler = cls(seed=6, n_startup_trials=6, multivariate=True)
+        study = optuna.create_study(sampler=sampler, direction=direction)
+        study.optimize(lambda t: _objective(t, 1, cap, prune=False), n_trials=70)
+        runs.append([t.params for t in study.trials])
+        samplers.append(sampler)
+    assert runs[0] == runs[1]
+    assert isinstance(samplers[1], CachedTPESampler) and not samplers[1]._pruned and samplers[1]._rows
 
 
 def test_same_proposals_after_resuming_from_a_storage(tmp_path) -> None:

@@ -23,7 +23,7 @@ import optuna
 import scipy.special
 from optuna.distributions import BaseDistribution
 from optuna.samplers._tpe import sampler as tpe_sampler
-from optuna.study import Study
+from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 
@@ -52,6 +52,12 @@ class CachedTPESampler(optuna.samplers.TPESampler):
         self._columns: dict[tuple[str, BaseDistribution], list[float]] = {}
         self._violation: dict[int, float] = {}  # trial number -> summed positive constraints
         self._running: list[dict[str, Any]] = []  # the running trials' parameters, rows after _raw
+        # per row: the trial, its number, violation and first objective value; any pruned trial
+        self._rows: list[FrozenTrial] = []
+        self._row_numbers: list[int] = []
+        self._row_violation: list[float] = []
+        self._row_value: list[float] = []
+        self._pruned = False
 
     def _sample(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -89,9 +95,7 @@ class CachedTPESampler(optuna.samplers.TPESampler):
             self._gamma = tpe_sampler.default_gamma if one else tpe_sampler.default_gamma_multiobjective
         for t in finished:
             if t.number not in self._row_of:
-                self._row_of[t.number] = len(self._raw)
-                self._raw.append(t.params)
-                self._violation[t.number] = tpe_sampler._get_infeasible_trial_score(t)
+                self._add_row(t)
         below, above = self._split_trials(study, finished, self._gamma(len(finished)))
         if running:
             above = sorted(above + running, key=lambda t: t.number)
@@ -104,10 +108,23 @@ class CachedTPESampler(optuna.samplers.TPESampler):
         ]
         return self._split
 
+    def _add_row(self, t: FrozenTrial) -> None:
+        self._row_of[t.number] = len(self._raw)
+        self._raw.append(t.params)
+        self._violation[t.number] = tpe_sampler._get_infeasible_trial_score(t)
+        self._rows.append(t)
+        self._row_numbers.append(t.number)
+        self._row_violation.append(self._violation[t.number])
+        self._row_value.append(t.values[0] if t.values else math.nan)
+        self._pruned = self._pruned or t.state == TrialState.PRUNED
+
     def _split_trials(
         self, study: Study, trials: list[FrozenTrial], n_below: int
     ) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
-        """Optuna's ``_split_trials`` for finished trials, reading each violation once."""
+        """Optuna's ``_split_trials`` for finished trials, reading each violation once; in numpy
+        when every row is in ``trials`` and the study has one objective and no pruned trial."""
+        if len(trials) == len(self._rows) and len(study.directions) == 1 and not self._pruned:
+            return self._split_rows_one_objective(study, n_below)
         infeasible = [t for t in trials if self._violation[t.number] > 0]
         complete = [t for t in trials if self._violation[t.number] <= 0 and t.state == TrialState.COMPLETE]
         pruned = [t for t in trials if self._violation[t.number] <= 0 and t.state == TrialState.PRUNED]
@@ -120,6 +137,28 @@ class CachedTPESampler(optuna.samplers.TPESampler):
         below = sorted(below_c + below_p + ranked[:n_inf], key=lambda t: t.number)
         above = sorted(above_c + above_p + ranked[n_inf:], key=lambda t: t.number)
         return below, above
+
+    def _split_rows_one_objective(
+        self, study: Study, n_below: int
+    ) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+        """The same split over the rows as arrays: feasible trials best first (ties in trial
+        order, as Python's stable sort leaves them), then the infeasible by violation."""
+        number = np.asarray(self._row_numbers)
+        violation = np.asarray(self._row_violation)
+        sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
+        feasible = np.flatnonzero(violation <= 0)
+        ranked = feasible[np.lexsort((number[feasible], sign * np.asarray(self._row_value)[feasible]))]
+        infeasible = np.flatnonzero(violation > 0)
+        ranked_inf = infeasible[np.lexsort((number[infeasible], violation[infeasible]))]
+        n_good = min(n_below, len(ranked))
+        n_bad = min(max(0, n_below - n_good), len(ranked_inf))
+        below = np.concatenate([ranked[:n_good], ranked_inf[:n_bad]])
+        above = np.concatenate([ranked[n_good:], ranked_inf[n_bad:]])
+        rows = self._rows
+        return (
+            [rows[i] for i in below[np.argsort(number[below])]],
+            [rows[i] for i in above[np.argsort(number[above])]],
+        )
 
     def _get_internal_repr(
         self, trials: list[FrozenTrial], search_space: dict[str, BaseDistribution], study: Study
