@@ -4,8 +4,10 @@ Optuna 5's TPE, for every parameter it samples, splits all earlier trials into g
 (reading each trial's constraints anew) and converts every trial's parameters to their internal
 form: at 1,000 trials of the headline study that is ten passes over the history per trial, about
 20 ms. :class:`CachedTPESampler` proposes exactly what Optuna's TPE proposes with the same seed
-(``tests/test_tpe.py``), but splits once per trial and keeps each finished trial's parameters
-as columns it extends with the new trials only.
+(``tests/test_tpe.py``), but splits once per trial (over arrays when the study has one objective
+and no pruned trial) and keeps each finished trial's parameters as columns it extends with the
+new trials only. On a storage shared by workers it splits the trials as they stood at the
+trial's first parameter, where Optuna rereads them for each.
 
 Optuna 5 also computes log Phi(x) one element at a time in Python (``np.frompyfunc`` behind a
 1,000-entry cache): 2.6 million calls, 60% of TPE's time, in 300 trials of the headline study.
@@ -50,7 +52,6 @@ class CachedTPESampler(optuna.samplers.TPESampler):
         self._row_of: dict[int, int] = {}  # trial number -> row of the columns
         self._raw: list[dict[str, Any]] = []  # each row's parameters as the trial holds them
         self._columns: dict[tuple[str, BaseDistribution], list[float]] = {}
-        self._violation: dict[int, float] = {}  # trial number -> summed positive constraints
         self._running: list[dict[str, Any]] = []  # the running trials' parameters, rows after _raw
         # per row: the trial, its number, violation and first objective value; any pruned trial
         self._rows: list[FrozenTrial] = []
@@ -111,10 +112,9 @@ class CachedTPESampler(optuna.samplers.TPESampler):
     def _add_row(self, t: FrozenTrial) -> None:
         self._row_of[t.number] = len(self._raw)
         self._raw.append(t.params)
-        self._violation[t.number] = tpe_sampler._get_infeasible_trial_score(t)
         self._rows.append(t)
         self._row_numbers.append(t.number)
-        self._row_violation.append(self._violation[t.number])
+        self._row_violation.append(tpe_sampler._get_infeasible_trial_score(t))
         self._row_value.append(t.values[0] if t.values else math.nan)
         self._pruned = self._pruned or t.state == TrialState.PRUNED
 
@@ -125,14 +125,15 @@ class CachedTPESampler(optuna.samplers.TPESampler):
         when every row is in ``trials`` and the study has one objective and no pruned trial."""
         if len(trials) == len(self._rows) and len(study.directions) == 1 and not self._pruned:
             return self._split_rows_one_objective(study, n_below)
-        infeasible = [t for t in trials if self._violation[t.number] > 0]
-        complete = [t for t in trials if self._violation[t.number] <= 0 and t.state == TrialState.COMPLETE]
-        pruned = [t for t in trials if self._violation[t.number] <= 0 and t.state == TrialState.PRUNED]
+        violation = {t.number: self._row_violation[self._row_of[t.number]] for t in trials}
+        infeasible = [t for t in trials if violation[t.number] > 0]
+        complete = [t for t in trials if violation[t.number] <= 0 and t.state == TrialState.COMPLETE]
+        pruned = [t for t in trials if violation[t.number] <= 0 and t.state == TrialState.PRUNED]
         below_c, above_c = tpe_sampler._split_complete_trials(complete, study, n_below)
         n_below = max(0, n_below - len(below_c))
         below_p, above_p = tpe_sampler._split_pruned_trials(pruned, study, n_below)
         n_below = max(0, n_below - len(below_p))
-        ranked = sorted(infeasible, key=lambda t: self._violation[t.number])
+        ranked = sorted(infeasible, key=lambda t: violation[t.number])
         n_inf = min(n_below, len(ranked))
         below = sorted(below_c + below_p + ranked[:n_inf], key=lambda t: t.number)
         above = sorted(above_c + above_p + ranked[n_inf:], key=lambda t: t.number)
