@@ -249,3 +249,69 @@ def test_afd_step_is_paced_by_the_hidden_state_transfer_when_the_nics_are_slow(c
     narrow = deployment_of([parse_row(dict(AFD, num_ffn_gpu="8", ffn_ep="8"), catalog)], catalog, slow)
     cost2, _ = _decode_step(narrow, slow, b)
     assert cost2.comm_s[0] == pytest.approx(2 * cost.comm_s[0])
+
+
+CAPPED = dict(
+    hardware="h200", framework="dynamo-sglang", model="dsr1", precision="fp8", spec_method="mtp",
+    disagg="True", isl="1024", osl="1024", conc="2048", prefill_tp="8", prefill_ep="8",
+    prefill_dp_attention="True", prefill_num_workers="1", num_prefill_gpu="8", decode_tp="8",
+    decode_ep="8", decode_dp_attention="True", decode_num_workers="6", num_decode_gpu="48",
+)  # fmt: skip
+
+
+def test_running_request_cap_queues_the_requests_beyond_it(catalog) -> None:  # type: ignore[no-untyped-def]
+    from dse.perf.benchmark_rows import predict_rows
+
+    free, capped, loose = predict_rows(
+        [
+            CAPPED,
+            dict(CAPPED, decode_max_running_requests="128"),
+            dict(CAPPED, decode_max_running_requests=""),
+        ],
+        catalog,
+        load_params(),
+    )
+    assert free["pred_error"] == capped["pred_error"] == loose["pred_error"] == ""
+    assert float(capped["pred_tput_per_gpu"]) < 0.9 * float(free["pred_tput_per_gpu"])
+    assert float(capped["pred_ttft_s"]) > 1.5 * float(free["pred_ttft_s"])
+    assert capped["pred_binding_regime"] == "running-request-cap"
+    assert _preds(loose) == _preds(free)  # an empty cell is no cap
+    # a cap above the batch the load forms changes nothing
+    batch = predict_rows([dict(CAPPED, conc="64")], catalog, load_params())[0]
+    high = dict(CAPPED, conc="64", decode_max_running_requests="4096")
+    high = predict_rows([high], catalog, load_params())[0]
+    assert _preds(high) == _preds(batch)
+
+
+def _preds(row: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in row.items() if k.startswith("pred_")}
+
+
+@pytest.mark.parametrize("bad", ["0", "2.5", "-4", "many", "inf", "1e13"])
+def test_running_request_cap_refuses_what_is_not_a_count(catalog, bad: str) -> None:  # type: ignore[no-untyped-def]
+    from dse.perf.benchmark_rows import predict_rows
+
+    out = predict_rows([dict(CAPPED, decode_max_running_requests=bad)], catalog, load_params())[0]
+    assert out["pred_tput_per_gpu"] == ""
+    assert str(out["pred_error"]) == (
+        f"input row 1: decode_max_running_requests = '{bad}': must be a whole number from 1 to 1e+12 "
+        "(requests per instance)"
+    )
+
+
+def test_running_request_cap_flag(clean_env: dict[str, str]) -> None:
+    flags = "--hardware h200 --framework dynamo-sglang --mtp --disagg --prefill-dp-attention "
+    flags += "--prefill-gpus 8 --decode-gpus 48 --decode-workers 6 --tp 8 --ep 8 --dp-attention "
+    flags += "--conc 2048 --json"
+    free = _run(clean_env, "predict", *flags.split())
+    capped = _run(clean_env, "predict", *flags.split(), "--decode-max-running-requests", "128")
+    assert free.returncode == 0 and capped.returncode == 0, capped.stderr
+    a, b = (json.loads(p.stdout)["prediction"] for p in (free, capped))
+    assert b["tput_per_gpu"] < a["tput_per_gpu"] and b["ttft_s"] > a["ttft_s"]
+    assert b["decode_batch_per_instance"] <= 128 + 1e-6 and b["binding_regime"] == "running-request-cap"
+    bad = _run(clean_env, "predict", "--hardware", "h200", "--decode-max-running-requests", "0")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "dse: error: dse predict: --decode-max-running-requests = '0': must be a whole number from 1 "
+        "to 1e+12 (requests per instance)"
+    )

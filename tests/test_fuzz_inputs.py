@@ -53,7 +53,7 @@ from dse.catalog import Hardware, Model, load_catalog
 from dse.catalog.loader import SHIPPED_HARDWARE, SHIPPED_MODELS
 from dse.cli.main import main
 from dse.errors import _printable
-from dse.perf.benchmark_rows import AFD_COLUMNS, INPUT_COLUMNS
+from dse.perf.benchmark_rows import AFD_COLUMNS, CAP_COLUMNS, INPUT_COLUMNS
 from dse.study.spec import STUDIES_DIR, StudySpec
 from dse.typed_data import MAX_MAGNITUDE, MIN_MAGNITUDE, fraction, non_empty, non_negative, positive
 
@@ -848,6 +848,7 @@ PREDICT_INTS = {
     "--ffn-gpus": positive,
     "--ffn-workers": non_negative,
     "--ffn-ep": non_negative,
+    "--decode-max-running-requests": positive,
 }
 PREDICT_IDS = {
     "--hardware": ["b200", "gb200", "h100", "mi355x"],
@@ -929,12 +930,15 @@ def test_predict_batch_files(
     rows = [dict(r) for r in batch_rows]
     if data.draw(st.booleans()):  # attention-FFN disaggregated rows: the optional columns
         rows = [dict(r, num_ffn_gpu="16", ffn_num_workers="1", ffn_ep="16") for r in rows]
+    if data.draw(st.booleans()):  # the optional running-request cap
+        rows = [dict(r, decode_max_running_requests="128") for r in rows]
     header = list(rows[0])
+    optional = [c for c in (*AFD_COLUMNS, *CAP_COLUMNS) if c in header]
     kind = data.draw(st.sampled_from(["cell", "cell", "cell", "column", "text"]))
     must_fail = False
     if kind == "cell":
         i = data.draw(st.integers(0, len(rows) - 1))
-        col = data.draw(st.sampled_from([*INPUT_COLUMNS, *(AFD_COLUMNS if "ffn_ep" in header else ())]))
+        col = data.draw(st.sampled_from([*INPUT_COLUMNS, *optional]))
         rows[i][col] = data.draw(st.one_of(number_text, junk_text))
         raw = _csv_text(rows, header).encode("utf-8", "surrogatepass")
     elif kind == "column":

@@ -56,6 +56,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--decode-workers", type=int, default=1)
     p.add_argument("--decode-gpus", type=int, default=8, help="GPUs of the whole decode pool")
     p.add_argument(
+        "--decode-max-running-requests",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the engine's cap on requests one decode instance (aggregated: one instance) runs at "
+        "once, e.g. SGLang's --max-running-requests; the rest wait (default: only the KV cache caps)",
+    )
+    p.add_argument(
         "--afd",
         action="store_true",
         help="attention-FFN disaggregated decode (implies --disagg): --tp/--dp-attention/--decode-* "
@@ -128,6 +136,7 @@ def _flag_of(column: str, disagg: bool) -> str:
         "num_prefill_gpu": "--prefill-gpus", "decode_num_workers": "--decode-workers",
         "num_decode_gpu": "--decode-gpus" if disagg else "--tp",
         "num_ffn_gpu": "--ffn-gpus", "ffn_num_workers": "--ffn-workers", "ffn_ep": "--ffn-ep",
+        "decode_max_running_requests": "--decode-max-running-requests",
     }  # fmt: skip
     if column in fixed:
         return fixed[column]
@@ -158,6 +167,9 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
         "decode_dp_attention": str(a.dp_attention),
         "decode_num_workers": str(a.decode_workers),
         "num_decode_gpu": str(dec_gpus),
+        "decode_max_running_requests": ""
+        if a.decode_max_running_requests is None
+        else str(a.decode_max_running_requests),
         **(
             {
                 "num_ffn_gpu": str(a.ffn_gpus),

@@ -14,6 +14,11 @@ Beyond that file, a disaggregated row may describe attention-FFN disaggregated d
 optional columns ``num_ffn_gpu``, ``ffn_num_workers`` and ``ffn_ep`` (:data:`AFD_COLUMNS`): the
 decode columns then describe the attention pool, and these the expert pool. Output throughput is
 per decode GPU of both pools.
+
+An engine's cap on the requests one instance runs at once (SGLang's ``--max-running-requests``,
+vLLM's ``--max-num-seqs``, TRT-LLM's ``max_batch_size``) is the optional column
+``decode_max_running_requests`` (:data:`CAP_COLUMNS`), per decode instance (per instance in an
+aggregated row); empty means no cap beyond the KV cache. Requests beyond it wait for a slot.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dse.perf.afd import attention_side, ffn_side
 from dse.perf.params import PerfParams
 from dse.perf.pool import build_pool
 from dse.perf.serving import Deployment, ServingResult, closed_loop
-from dse.typed_data import plausible
+from dse.typed_data import MAX_MAGNITUDE, plausible
 from dse.units import Precision
 
 INPUT_COLUMNS = (
@@ -54,6 +59,7 @@ INPUT_COLUMNS = (
     "num_decode_gpu",
 )
 AFD_COLUMNS = ("num_ffn_gpu", "ffn_num_workers", "ffn_ep")  # optional: attention-FFN disaggregation
+CAP_COLUMNS = ("decode_max_running_requests",)  # optional: the engine's running-request cap
 OUTPUT_COLUMNS = (
     "pred_tput_per_gpu",
     "pred_input_tput_per_gpu",
@@ -101,6 +107,7 @@ class BenchRow:
     prefill: PoolSpec | None
     decode: PoolSpec  # the attention pool when ``ffn`` is set
     ffn: PoolSpec | None = None  # attention-FFN disaggregated decode: the expert pool
+    decode_max_running: float = float("inf")  # requests one decode instance runs at once
 
     @property
     def topology(self) -> str:
@@ -188,7 +195,25 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
         prefill=_pool(row, "prefill", disagg, source) if disagg else None,
         decode=_pool(row, "decode", disagg, source),
         ffn=_ffn_pool(row, disagg, source),
+        decode_max_running=_running_cap(row, source),
     )
+
+
+def _running_cap(row: Mapping[str, str], source: str) -> float:
+    """``decode_max_running_requests``: a whole number from 1 to 1e12, or empty (no cap)."""
+    key = CAP_COLUMNS[0]
+    raw = str(row.get(key) or "").strip()
+    if not raw:
+        return float("inf")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (np.isfinite(value) and value >= 1 and value == int(value)) or plausible(value):
+        raise InputError(
+            source, key, f"must be a whole number from 1 to {MAX_MAGNITUDE:g} (requests per instance)", raw
+        )
+    return value
 
 
 def _instances(row: Mapping[str, str], side: str, no_workers: str, source: str) -> tuple[float, float]:
@@ -259,6 +284,7 @@ def deployment_of(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams
         chunk_per_instance=np.array([e.prefill_chunk_per_instance for e in engines]),
         ffn=ffn_side(pool(ffn)) if ffn else None,  # type: ignore[arg-type]
         ffn_instances=np.array([f.instances for f in ffn]) if ffn else None,  # type: ignore[union-attr]
+        max_batch=np.array([r.decode_max_running for r in rows]),
     )
 
 

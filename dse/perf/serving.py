@@ -61,6 +61,9 @@ class Deployment:
     # (:func:`~dse.perf.afd.attention_side`) and ``ffn`` the expert side
     ffn: Pool | None = None
     ffn_instances: Array | None = None
+    # the engine's cap on sequences one decode instance runs at once (SGLang's
+    # ``--max-running-requests``); None: only the KV cache caps it
+    max_batch: Array | None = None
 
 
 @dataclass(frozen=True)
@@ -202,7 +205,9 @@ def closed_loop(d: Deployment, p: PerfParams, concurrency: Array, iterations: in
     """Serving figures at a fixed number of requests in flight (benchmark-style load)."""
     load = _Load(d, p, _prefill_terms(d, p))
     cap = kv_capacity_sequences(d.decode, p, d.isl + d.osl)
-    hi = np.minimum(np.maximum(cap, 1e-6), np.maximum(concurrency / d.decode_instances, 1e-3))
+    limit = np.inf if d.max_batch is None else d.max_batch
+    slots = np.minimum(np.maximum(cap, 1e-6), limit)  # sequences an instance may hold
+    hi = np.minimum(slots, np.maximum(concurrency / d.decode_instances, 1e-3))
     lo = np.full_like(hi, 1e-4)
     for _ in range(iterations):
         mid = np.sqrt(lo * hi)
@@ -211,10 +216,12 @@ def closed_loop(d: Deployment, p: PerfParams, concurrency: Array, iterations: in
         lo = np.where(too_many, lo, mid)
     b = lo
     s = load.at(b)
-    # requests the decode pool cannot hold wait for a slot: Little's law gives their TTFT
+    # requests the decode pool cannot hold (KV cache or the engine's cap) wait for a slot:
+    # Little's law gives their TTFT
     ttft = np.maximum(s["ttft"], concurrency / np.maximum(s["x"], 1e-12) - d.osl * s["tpot"])
     capacity_bound = (cap > 0) & (b >= 0.98 * cap)
-    return _result(d, p, load, s, b, ttft, capacity_bound, cap)
+    cap_bound = (limit < cap) & (b >= 0.98 * limit)
+    return _result(d, p, load, s, b, ttft, capacity_bound, cap, cap_bound)
 
 
 def _result(
@@ -226,6 +233,7 @@ def _result(
     ttft: Array,
     capacity_bound: Array,
     cap: Array,
+    cap_bound: Array | None = None,
 ) -> ServingResult:
     dec = d.decode
     g_dec = dec.gpus * d.decode_instances
@@ -261,6 +269,8 @@ def _result(
     )
     regime = np.where(s["rho"] >= 0.9, "prefill-compute", regime)
     regime = np.where(capacity_bound, "hbm-capacity", regime)
+    if cap_bound is not None:
+        regime = np.where(cap_bound, "running-request-cap", regime)
     regime = np.where(cap <= 0, "weights-do-not-fit", regime)
     unfit = np.zeros(b.shape, dtype=bool)
     if d.prefill is not None:
