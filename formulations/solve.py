@@ -9,6 +9,8 @@ and never see pyomo or HiGHS objects.
 from __future__ import annotations
 
 import enum
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -137,19 +139,20 @@ class PlacementSolver:
     ) -> tuple[SolveResult, dict[Any, float]]:
         o = self.options
         t0 = time.perf_counter()
-        res = solver.solve(
-            m,
-            load_solutions=False,
-            raise_exception_on_nonoptimal_result=False,
-            time_limit=o.time_limit_s,
-            rel_gap=o.mip_rel_gap,
-            threads=o.threads,
-            solver_options={
-                "output_flag": False,
-                "random_seed": 0,
-                **({"mip_max_nodes": o.node_limit} if o.node_limit is not None else {}),
-            },
-        )
+        with _ctrl_c_after():
+            res = solver.solve(
+                m,
+                load_solutions=False,
+                raise_exception_on_nonoptimal_result=False,
+                time_limit=o.time_limit_s,
+                rel_gap=o.mip_rel_gap,
+                threads=o.threads,
+                solver_options={
+                    "output_flag": False,
+                    "random_seed": 0,
+                    **({"mip_max_nodes": o.node_limit} if o.node_limit is not None else {}),
+                },
+            )
         solve_s = time.perf_counter() - t0
         status = _SOLUTION.get(res.solution_status, SolutionStatus.NONE)
         term = _TERMINATION.get(res.termination_condition, Termination.UNKNOWN)
@@ -282,3 +285,21 @@ def _family_duals(m: pyo.ConcreteModel, data: PlacementData, raw: dict[Any, floa
     if np.isfinite(data.budget_usd_hour):
         out["budget"] = np.array([get(m.budget_c)])
     return out
+
+
+@contextmanager
+def _ctrl_c_after() -> Iterator[None]:
+    """Ctrl-C during a HiGHS solve takes effect once the solve returns (milliseconds in a study,
+    the time limit at most): interrupted inside it, pyomo's thread that copies the solver's
+    output reads a closed pipe and prints a traceback over the run's one-line message."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # only the main thread handles signals; None: a handler Python did not install
+        return
+    hit: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda *_: hit.append(1))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if hit:
+            signal.raise_signal(signal.SIGINT)  # to the handler that was there before

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import signal
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 
 from formulations.placement_check import check, cost_usd_hour
 from formulations.placement_data import TIERS, Objective, PlacementData, PlacementSolution, Role
-from formulations.solve import PlacementSolver, SolutionStatus, SolveOptions, Termination
+from formulations.solve import PlacementSolver, SolutionStatus, SolveOptions, Termination, _ctrl_c_after
 
 NT = len(TIERS)
 TI = {t: i for i, t in enumerate(TIERS)}
@@ -405,3 +407,15 @@ def test_attention_without_expert_units_cannot_serve() -> None:
     ok = PlacementSolver().solve(with_ffn)
     assert ok.solution is not None and check(with_ffn, ok.solution).ok
     assert ok.solution.instances.tolist() == [2.0, 2.0, 2.0]  # 5000 tokens/s: two of each decode half
+
+
+def test_ctrl_c_during_a_solve_takes_effect_once_it_returns() -> None:
+    """Interrupted inside HiGHS, pyomo's output-copying thread prints a traceback; so the
+    interrupt waits for the solve and then reaches the handler that was there before."""
+    went_on = []
+    with pytest.raises(KeyboardInterrupt):
+        with _ctrl_c_after():
+            os.kill(os.getpid(), signal.SIGINT)
+            went_on.append(1)  # the solve is not cut short
+    assert went_on == [1]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
