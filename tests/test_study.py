@@ -298,3 +298,20 @@ def test_ttft_percentile_sits_between_mean_and_p99() -> None:
     assert ttft_at_percentile(1.0, 3.0, 99.0) == pytest.approx(3.0)
     assert ttft_at_percentile(1.0, 3.0, 50.0) == pytest.approx(1.0)
     assert 1.0 < ttft_at_percentile(1.0, 3.0, 90.0) < 3.0
+
+
+def test_a_failure_of_the_last_write_reaches_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last trial's write fails after the run's loop is over: closing the sampler's process raises it."""
+    import dse.study.proposer as proposer
+
+    real, calls = proposer.write_finished, []
+
+    def full_at_last(*args: object, **kwargs: object) -> None:
+        calls.append(1)
+        if len(calls) == 4:
+            raise OSError(28, "No space left on device")
+        real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(proposer, "write_finished", full_at_last)  # the forked child inherits it
+    with pytest.raises(OSError, match="No space left"):
+        Study.load(TINY).run(out=tmp_path, trials=4)

@@ -110,26 +110,20 @@ class Proposer:
 
     def close(self) -> None:
         """Stop the child once it has stored every finished trial; raise what it failed with."""
-        if self._proc.pid is None or self._conn.closed:
+        if self._conn.closed:
             return
         try:
-            self._conn.send(None)
-            while True:
-                self._receive()  # proposals nobody needs now; an error raises
-        except (EOFError, OSError):  # the child is done (or gone)
-            pass
+            with contextlib.suppress(OSError):  # the child is gone already
+                self._conn.send(None)
+            with contextlib.suppress(EOFError):  # the child is done
+                while True:
+                    self._receive()  # proposals nobody needs now; the child's error raises
         finally:
             self._conn.close()
             self._proc.join(timeout=60.0)
             if self._proc.is_alive():
                 self._proc.terminate()
                 self._proc.join()
-
-    def __enter__(self) -> Proposer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _ask(self) -> None:
         self._conn.send(("ask",))
