@@ -14,6 +14,7 @@ import duckdb
 import pytest
 from conftest import dse_cmd
 
+import dse.study.proposer as proposer
 from dse.errors import InputError, UnknownIdError
 from dse.study import Study
 from dse.study.spec import load_study
@@ -185,7 +186,6 @@ def test_a_failure_in_the_sampler_process_reaches_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The sampler's process stores the trials; a write it cannot make stops the run with its error."""
-    import dse.study.proposer as proposer
 
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
@@ -302,8 +302,6 @@ def test_ttft_percentile_sits_between_mean_and_p99() -> None:
 
 def test_a_failure_of_the_last_write_reaches_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The last trial's write fails after the run's loop is over: closing the sampler's process raises it."""
-    import dse.study.proposer as proposer
-
     real, calls = proposer.write_finished, []
 
     def full_at_last(*args: object, **kwargs: object) -> None:
