@@ -292,7 +292,10 @@ def _ctrl_c_after() -> Iterator[None]:
     """Ctrl-C during a HiGHS solve takes effect once the solve returns (milliseconds in a study,
     the time limit at most): interrupted inside it, pyomo's thread that copies the solver's
     output reads a closed pipe and prints a traceback over the run's one-line message."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (
+        None,
+        signal.SIG_IGN,
+    ):
         yield  # only the main thread handles signals; None: a handler Python did not install
         return
     hit: list[int] = []

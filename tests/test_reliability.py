@@ -61,7 +61,16 @@ def test_ctrl_c_says_where_the_run_stopped_and_the_rerun_resumes(
 ) -> None:
     db = tmp_path / "tiny-study" / "study.db"
     cmd = dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "200", "--no-export")
-    proc = subprocess.Popen(cmd, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd,
+        env=clean_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Ctrl-C as in a terminal: a test run started in the background of a shell without job
+        # control would hand the run SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - no threads yet
+    )
     assert _wait_for(db, 4) >= 4
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
