@@ -20,6 +20,18 @@ class DseError(Exception):
 
     exit_code = 1
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # rebuilt from its message and attributes, whatever the subclass's constructor takes: a
+        # study's sampler process hands its errors to the run this way
+        return (_restore, (type(self), str(self), dict(self.__dict__)))
+
+
+def _restore(cls: type[DseError], message: str, state: dict[str, object]) -> DseError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
+
 
 class InputError(DseError):
     """Bad input: names the source, the field, the value and the rule.

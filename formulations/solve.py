@@ -291,7 +291,8 @@ def _family_duals(m: pyo.ConcreteModel, data: PlacementData, raw: dict[Any, floa
 def _ctrl_c_after() -> Iterator[None]:
     """Ctrl-C during a HiGHS solve takes effect once the solve returns (milliseconds in a study,
     the time limit at most): interrupted inside it, pyomo's thread that copies the solver's
-    output reads a closed pipe and prints a traceback over the run's one-line message."""
+    output reads a closed pipe and prints a traceback over the run's one-line message. A second
+    Ctrl-C interrupts at once (a solve without a time limit can take long)."""
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (
         None,
         signal.SIG_IGN,
@@ -299,7 +300,16 @@ def _ctrl_c_after() -> Iterator[None]:
         yield  # only the main thread handles signals; None: a handler Python did not install
         return
     hit: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda *_: hit.append(1))
+
+    def later(signum: int, frame: object) -> None:
+        if hit:  # pressed again: the user means it now
+            hit.clear()
+            signal.signal(signal.SIGINT, previous)
+            signal.raise_signal(signal.SIGINT)
+            return
+        hit.append(1)
+
+    previous = signal.signal(signal.SIGINT, later)
     try:
         yield
     finally:

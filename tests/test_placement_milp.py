@@ -425,3 +425,19 @@ def test_ctrl_c_during_a_solve_takes_effect_once_it_returns() -> None:
     finally:
         signal.signal(signal.SIGINT, outer)
     assert went_on == [1]
+
+
+def test_a_second_ctrl_c_interrupts_a_solve_at_once() -> None:
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    went_on = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _ctrl_c_after():
+                os.kill(os.getpid(), signal.SIGINT)
+                went_on.append(1)
+                os.kill(os.getpid(), signal.SIGINT)
+                went_on.append(2)  # not reached: the second press interrupts here
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
+    assert went_on == [1]

@@ -3,10 +3,12 @@ with a custom objective, Parquet exports read back with DuckDB."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -313,3 +315,71 @@ def test_a_failure_of_the_last_write_reaches_the_run(tmp_path: Path, monkeypatch
     monkeypatch.setattr(proposer, "write_finished", full_at_last)  # the forked child inherits it
     with pytest.raises(OSError, match="No space left"):
         Study.load(TINY).run(out=tmp_path, trials=4)
+
+
+def test_an_orphaned_sampler_process_stores_every_trial_it_was_told(
+    tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    """The parent dies with trials told but not yet stored (slow writes) and a proposal unread:
+    the child stores all six, quietly, and exits."""
+    db = tmp_path / "s.db"
+    parent = subprocess.run(
+        [sys.executable, str(DATA / "orphan_parent.py"), str(db)],
+        env=clean_env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert parent.returncode == 0, parent.stderr
+    child = Path(f"/proc/{int(parent.stdout.split()[0])}")
+    gone = time.time() + 30
+    while time.time() < gone and child.exists():
+        time.sleep(0.1)
+    assert not child.exists()
+    with sqlite3.connect(db) as con:
+        assert con.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0] == 6
+    assert "Traceback" not in parent.stderr
+
+
+def _pool_run(out: str) -> list[dict[str, object]]:
+    return Study.load(TINY).run(out=Path(out), trials=8).trials.select("p_topology", "p_max_batch").to_dicts()
+
+
+def test_a_run_inside_a_pool_worker_samples_in_its_own_process_with_the_same_trials(tmp_path: Path) -> None:
+    """A multiprocessing.Pool worker is a daemon and may not start the sampler's process. (Spawned:
+    a worker forked from this process, whose polars threads hold locks, can hang in polars.)"""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        inside = pool.apply(_pool_run, (str(tmp_path / "pool"),))
+    assert inside == _pool_run(str(tmp_path / "alone"))
+
+
+def test_an_input_error_in_the_sampler_process_reaches_the_run_as_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(url: str, *args: object) -> None:
+        raise InputError("--storage", "url", "cannot be opened (too many clients)", url)
+
+    monkeypatch.setattr(proposer, "open_storage", refused)  # the forked child inherits it
+    with pytest.raises(InputError, match="too many clients") as got:
+        Study.load(TINY).run(out=tmp_path, trials=3)
+    assert got.value.field == "url" and got.value.exit_code == 2
+
+
+def test_closing_raises_when_the_sampler_process_cannot_finish_its_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def stuck(*args: object, **kwargs: object) -> None:
+        time.sleep(30)
+
+    monkeypatch.setattr(proposer, "write_finished", stuck)
+    monkeypatch.setattr(proposer, "CLOSE_WAIT_S", 0.5)
+    with pytest.raises(RuntimeError, match="had not stored every finished trial"):
+        Study.load(TINY).run(out=tmp_path, trials=1)
+
+
+def test_a_killed_sampler_process_stops_the_run_with_one_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def killed(*args: object, **kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)  # in the child: as the out-of-memory killer would
+
+    monkeypatch.setattr(proposer, "write_finished", killed)
+    with pytest.raises(RuntimeError, match=r"the sampler process ended \(exit code -9\)"):
+        Study.load(TINY).run(out=tmp_path, trials=5)

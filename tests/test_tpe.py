@@ -131,3 +131,15 @@ def test_same_proposals_one_trial_ahead(objectives: int) -> None:
             ahead.append(propose(study))
         runs.append([t.params for t in study.trials])
     assert runs[0] == runs[1]
+
+
+def test_same_proposals_when_one_sampler_serves_two_studies() -> None:
+    runs = []
+    for cls in (optuna.samplers.TPESampler, CachedTPESampler):
+        sampler = cls(seed=1, n_startup_trials=5, multivariate=True)
+        first = optuna.create_study(sampler=sampler)
+        first.optimize(lambda t: (t.suggest_float("x", 0, 10) - 2) ** 2, n_trials=20)
+        second = optuna.create_study(sampler=sampler)
+        second.optimize(lambda t: (t.suggest_float("x", 0, 10) - 8) ** 2, n_trials=20)
+        runs.append([t.params for t in second.trials])
+    assert runs[0] == runs[1]

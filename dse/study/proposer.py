@@ -6,7 +6,8 @@ simulator wait for. A lone run instead hands its sampler (on an in-memory copy o
 trials) to a child process that proposes trial k + 1 while trial k is evaluated, as a second
 worker would: the constant liar counts the trial under evaluation. The order is fixed (trial
 k + 2 is proposed once trial k is told, never earlier or later), so a seed gives the same trials
-however fast either side runs.
+however fast either side runs, and a run that may not start processes (inside a daemon process,
+such as a ``multiprocessing.Pool`` worker) keeps the same order in its own process.
 
 The child also writes each finished trial to the storage (one transaction, with the sampler's
 own attributes: NSGA-II's generation, TPE's relative parameters) as it is told. It ignores Ctrl-C:
@@ -20,9 +21,9 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import signal
+import time
 import traceback
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ from dse.study.sweep import suggest_point
 from dse.study.trial import suggest
 
 AHEAD = 1  # trials proposed beyond the one under evaluation
+CLOSE_WAIT_S = 60.0  # how long closing waits for the child's last writes
 
 
 @dataclass(frozen=True)
@@ -47,18 +49,53 @@ class Proposal:
     design: Any
 
 
-class Proposer:
-    """Proposals for ``todo`` trials from the study's sampler in a child process, which stores
-    them in ``storage`` (a URL) once finished.
+@dataclass(frozen=True)
+class _Setup:
+    """What the sampler's side needs: the spec, the stored study's directions and finished
+    trials, and the seeding of :func:`dse.study.samplers.make_sampler`."""
 
-    ``history`` are the study's finished trials; the sampler is seeded as
+    spec: StudySpec
+    directions: list[optuna.study.StudyDirection]
+    history: list[optuna.trial.FrozenTrial]
+    seed: int
+    budget: int
+    stream: int
+
+
+class _Sampling:
+    """The sampler on an in-memory copy of the study; finished trials go to ``stored``."""
+
+    def __init__(self, setup: _Setup, stored: optuna.Study) -> None:
+        sampler = make_sampler(setup.spec, setup.seed, setup.budget, setup.stream)
+        self.study = optuna.create_study(directions=setup.directions, sampler=sampler)
+        self.study.add_trials(setup.history)
+        self.stored, self.spec = stored, setup.spec
+        self.running: dict[int, optuna.Trial] = {}
+
+    def ask(self) -> Proposal:
+        trial = self.study.ask()
+        design = (suggest_point if self.spec.is_grid else suggest)(trial, self.spec)
+        self.running[trial.number] = trial
+        return Proposal(trial.number, dict(trial.params), design)
+
+    def tell(self, number: int, values: list[float], violation: float, user_attrs: dict[str, Any]) -> None:
+        trial = self.running.pop(number)
+        trial.set_constraint("violation", violation)
+        self.study.tell(trial, values)
+        write_finished(self.stored, self.study._storage.get_trial(trial._trial_id), user_attrs)
+
+
+class Proposer:
+    """Proposals for ``todo`` trials of ``study`` (stored at the URL ``storage``) from its
+    sampler in a child process, which stores them once finished; in this process when it may
+    not start one. ``history`` are the study's finished trials; the sampler is seeded as
     :func:`dse.study.samplers.make_sampler` seeds it with ``seed``, ``budget`` and ``stream``."""
 
     def __init__(
         self,
         spec: StudySpec,
+        study: optuna.Study,
         storage: str,
-        directions: Sequence[optuna.study.StudyDirection],
         history: list[optuna.trial.FrozenTrial],
         *,
         seed: int,
@@ -66,29 +103,23 @@ class Proposer:
         stream: int,
         todo: int,
     ) -> None:
-        fork = "fork" in multiprocessing.get_all_start_methods()  # no imports to repeat in the child
-        ctx = multiprocessing.get_context("fork" if fork else None)
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(
-            target=_serve,
-            args=(
-                child,
-                self._conn if fork else None,
-                spec,
-                storage,
-                list(directions),
-                history,
-                seed,
-                budget,
-                stream,
-            ),
-            daemon=True,
-            name="dse-sampler",
-        )
-        self._proc.start()
-        child.close()
+        setup = _Setup(spec, list(study.directions), history, seed, budget, stream)
         self._proposals: deque[Proposal] = deque()
         self._todo, self._asked = todo, 0
+        self._local: _Sampling | None = None
+        self._conn: multiprocessing.connection.Connection | None = None
+        if multiprocessing.current_process().daemon:  # a daemon may not have children
+            self._local = _Sampling(setup, study)
+        else:
+            fork = "fork" in multiprocessing.get_all_start_methods()  # no imports to repeat
+            ctx = multiprocessing.get_context("fork" if fork else None)
+            self._conn, child = ctx.Pipe()
+            parents = self._conn if fork else None
+            self._proc = ctx.Process(
+                target=_serve, args=(child, parents, setup, storage), daemon=True, name="dse-sampler"
+            )
+            self._proc.start()
+            child.close()
         for _ in range(min(todo, 1 + AHEAD)):
             self._ask()
 
@@ -97,85 +128,112 @@ class Proposer:
         while not self._proposals:
             try:
                 self._receive()
-            except EOFError:
-                raise RuntimeError(f"the sampler process ended (exit code {self._proc.exitcode})") from None
+            except (EOFError, ConnectionError):
+                raise self._ended() from None
         return self._proposals.popleft()
 
     def finish(self, number: int, values: list[float], violation: float, user_attrs: dict[str, Any]) -> None:
         """Tell the sampler trial ``number``'s objective values and worst constraint violation
-        (<= 0: feasible); the child stores it, with ``user_attrs`` added, and asks ahead."""
-        self._conn.send(("tell", number, values, violation, user_attrs))
+        (<= 0: feasible); it stores the trial, with ``user_attrs`` added, and proposes ahead."""
+        if self._local is not None:
+            self._local.tell(number, values, violation, user_attrs)
+        else:
+            self._send(("tell", number, values, violation, user_attrs))
         if self._asked < self._todo:
             self._ask()
 
     def close(self) -> None:
         """Stop the child once it has stored every finished trial; raise what it failed with."""
-        if self._conn.closed:
+        if self._conn is None or self._conn.closed:
             return
+        deadline = time.monotonic() + CLOSE_WAIT_S
         try:
             with contextlib.suppress(OSError):  # the child is gone already
                 self._conn.send(None)
-            with contextlib.suppress(EOFError):  # the child is done
-                while True:
+            with contextlib.suppress(EOFError, ConnectionError):  # the child is done
+                while self._conn.poll(max(0.0, deadline - time.monotonic())):
                     self._receive()  # proposals nobody needs now; the child's error raises
         finally:
             self._conn.close()
-            self._proc.join(timeout=60.0)
-            if self._proc.is_alive():
-                self._proc.terminate()
-                self._proc.join()
+            self._proc.join(timeout=max(0.1, deadline - time.monotonic()))
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join()
+            raise RuntimeError(
+                f"the sampler process had not stored every finished trial after {CLOSE_WAIT_S:g} s "
+                "and was stopped; a rerun finds what was stored and runs the rest"
+            )
+
+    def _pipe(self) -> multiprocessing.connection.Connection:
+        assert self._conn is not None
+        return self._conn
+
+    def _send(self, msg: tuple[Any, ...]) -> None:
+        try:
+            self._pipe().send(msg)
+        except (BrokenPipeError, ConnectionError):
+            raise self._ended() from None
+
+    def _ended(self) -> RuntimeError:
+        """The child died (killed, out of memory) before it was told to stop; the error it may
+        have sent first is the better message."""
+        with contextlib.suppress(EOFError, ConnectionError):
+            while self._pipe().poll(1.0):
+                self._receive()
+        self._proc.join(timeout=5.0)
+        return RuntimeError(f"the sampler process ended (exit code {self._proc.exitcode})")
 
     def _ask(self) -> None:
-        self._conn.send(("ask",))
         self._asked += 1
+        if self._local is not None:
+            self._proposals.append(self._local.ask())
+        else:
+            self._send(("ask",))
 
     def _receive(self) -> None:
-        got, body = self._conn.recv()
+        try:
+            got, body = self._pipe().recv()
+        except (EOFError, ConnectionError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a reply that does not load: the child's odd error
+            raise RuntimeError(f"the sampler process sent a reply that does not load: {exc!r}") from None
         if got == "error":
             raise body
-        self._proposals.append(Proposal(*body))
+        self._proposals.append(body)
 
 
 def _serve(
     conn: multiprocessing.connection.Connection,
     parents: multiprocessing.connection.Connection | None,
-    spec: StudySpec,
+    setup: _Setup,
     storage: str,
-    directions: list[optuna.study.StudyDirection],
-    history: list[optuna.trial.FrozenTrial],
-    seed: int,
-    budget: int,
-    stream: int,
 ) -> None:
-    """The child: ask and propose; tell and store; until the parent closes the pipe."""
+    """The child: ask and propose; tell and store; until the parent closes the pipe. A parent
+    that died leaves its last messages in the pipe: the child stores the trials they tell."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes the pipe
     if parents is not None:  # a forked child holds the parent's end too: close it, or no EOF comes
         parents.close()
-    propose = suggest_point if spec.is_grid else suggest
-    running: dict[int, optuna.Trial] = {}
+    gone = False  # the parent went away: store what it told, propose nothing
     try:
-        study = optuna.create_study(directions=directions, sampler=make_sampler(spec, seed, budget, stream))
-        study.add_trials(history)
-        stored = optuna.load_study(study_name=spec.name, storage=open_storage(storage))
+        stored = optuna.load_study(study_name=setup.spec.name, storage=open_storage(storage))
+        sampling = _Sampling(setup, stored)
         while (msg := conn.recv()) is not None:
-            if msg[0] == "ask":
-                trial = study.ask()
-                design = propose(trial, spec)
-                running[trial.number] = trial
-                conn.send(("proposal", (trial.number, dict(trial.params), design)))
-            else:
-                _, number, values, violation, user_attrs = msg
-                trial = running.pop(number)
-                trial.set_constraint("violation", violation)
-                study.tell(trial, values)
-                write_finished(stored, study._storage.get_trial(trial._trial_id), user_attrs)
-    except (EOFError, BrokenPipeError):  # the parent went away: everything it told is stored
+            if msg[0] == "tell":
+                sampling.tell(*msg[1:])
+            elif not gone:
+                proposal = sampling.ask()
+                try:
+                    conn.send(("proposal", proposal))
+                except (BrokenPipeError, ConnectionResetError):
+                    gone = True
+    except (EOFError, ConnectionError):  # the parent went away and every message it sent is read
         return
     except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it
-        try:
-            conn.send(("error", exc))
-        except Exception:  # noqa: BLE001 - an exception that does not pickle
-            conn.send(("error", RuntimeError("sampler process: " + traceback.format_exc())))
+        with contextlib.suppress(OSError):
+            try:
+                conn.send(("error", exc))
+            except Exception:  # noqa: BLE001 - an exception that does not pickle
+                conn.send(("error", RuntimeError("sampler process: " + traceback.format_exc())))
         with contextlib.suppress(EOFError, OSError):  # until the parent, which reads it next, closes
             while conn.recv() is not None:
                 pass

@@ -202,8 +202,8 @@ def run(
         if shared
         else Proposer(
             spec,
+            study,
             storage,
-            study.directions,
             study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)),
             seed=base,
             budget=budget,

@@ -46,6 +46,12 @@ class CachedTPESampler(optuna.samplers.TPESampler):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._forget(None)
+
+    def _forget(self, owner: tuple[int, int] | None) -> None:
+        """Start the rows afresh for the study ``owner`` (its storage and id): a sampler handed
+        to another study must not split that study's trials with the first one's rows."""
+        self._owner = owner
         self._split_key: tuple[int, int] | None = None
         self._split: tuple[list[FrozenTrial], list[FrozenTrial]] = ([], [])
         self._split_rows: list[tuple[list[FrozenTrial], np.ndarray]] = []  # each part of the split, its rows
@@ -82,6 +88,9 @@ class CachedTPESampler(optuna.samplers.TPESampler):
         key = (id(study), trial.number)
         if key == self._split_key:
             return self._split
+        owner = (id(study._storage), study._study_id)
+        if owner != self._owner:
+            self._forget(owner)
         liar = self._constant_liar
         states = (TrialState.COMPLETE, TrialState.PRUNED) + ((TrialState.RUNNING,) if liar else ())
         trials = [
