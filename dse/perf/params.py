@@ -55,11 +55,10 @@ class PerfParams:
     # 180 GiB, 193 GB: pool.HBM_GB_BYTES), so the reserve must stay below about 13%; 4% leaves
     # room for the KV cache of its 32 concurrent requests there.
     hbm_reserve_fraction: float = 0.04
-    # Kernel-time factor for AMD GPUs. Not fitted any more (1: datasheet peaks as for NVIDIA): a
-    # vendor factor is learnt from whichever AMD generation is in the fit and misleads the other
-    # (fitted without MI355X it was 0.75 and under-predicted MI355X by 25%; with only MI355X the
-    # datasheet alone predicts it within 1% in-sample). Kept so older calibration files load.
-    amd_eff: float = 1.0
+    # No vendor factor: AMD GPUs run at the same efficiencies of their datasheet peaks. A fitted
+    # one was learnt from whichever AMD generation was in the fit and misled the other (fitted
+    # without MI355X it was 0.75 and under-predicted MI355X by 25%; with only MI355X the
+    # datasheet alone predicts it within 1% in-sample).
     # Latency of one expert-parallel dispatch or combine whose peers span scale-up domains. Such
     # an all-to-all goes GPU-initiated over RDMA (DeepEP low-latency / MoRI-EP kernels: IBGDA
     # puts, a completion flag per peer, and the wait on the slowest remote rank). DeepEP's README

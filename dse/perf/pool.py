@@ -103,7 +103,6 @@ class Pool:
     scaleup_bytes_per_s: Array
     domain_gpus: Array
     nic_bytes_per_s: Array
-    is_amd: Array
     # precision-dependent sizes
     attn_weight_bytes: Array  # one copy; data-parallel attention ranks each hold one
     dense_weight_bytes: Array  # other non-expert weights (dense FFN, shared experts, embeddings)
@@ -183,7 +182,6 @@ def build_pool(
         scaleup_bytes_per_s=per_kind(lambda h, wp, kp: h.scale_up.gb_per_s_per_dir) * GB,
         domain_gpus=per_kind(lambda h, wp, kp: h.scale_up.domain_gpus),
         nic_bytes_per_s=per_kind(lambda h, wp, kp: h.scale_out.nic_gb_per_s_per_gpu) * GB,
-        is_amd=per_kind(lambda h, wp, kp: h.vendor == "amd"),
         attn_weight_bytes=per_kind(lambda h, wp, kp: attn * dense_p(h).bytes_per_element),
         dense_weight_bytes=per_kind(lambda h, wp, kp: nonexp * dense_p(h).bytes_per_element),
         expert_weight_bytes=per_kind(lambda h, wp, kp: g["routed_experts"] * wp.bytes_per_element),

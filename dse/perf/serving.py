@@ -233,7 +233,7 @@ def _result(
     ttft: Array,
     capacity_bound: Array,
     cap: Array,
-    cap_bound: Array | None = None,
+    cap_bound: Array,
 ) -> ServingResult:
     dec = d.decode
     g_dec = dec.gpus * d.decode_instances
@@ -269,8 +269,7 @@ def _result(
     )
     regime = np.where(s["rho"] >= 0.9, "prefill-compute", regime)
     regime = np.where(capacity_bound, "hbm-capacity", regime)
-    if cap_bound is not None:
-        regime = np.where(cap_bound, "running-request-cap", regime)
+    regime = np.where(cap_bound, "running-request-cap", regime)
     regime = np.where(cap <= 0, "weights-do-not-fit", regime)
     unfit = np.zeros(b.shape, dtype=bool)
     if d.prefill is not None:

@@ -69,10 +69,6 @@ def nvlink_a2a_latency_us(ep: Array, p: PerfParams) -> Array:
     return p.collective_latency_us * np.maximum(np.asarray(ep, dtype=float) - 1.0, 1.0)
 
 
-def _vendor_eff(pool: Pool, p: PerfParams) -> Array:
-    return 1.0 + pool.is_amd * (p.amd_eff - 1.0)
-
-
 def forward_cost(
     pool: Pool,
     p: PerfParams,
@@ -93,9 +89,8 @@ def forward_cost(
     context = np.asarray(context, dtype=float)
     m = pool.model
     g = pool.gpus
-    veff = _vendor_eff(pool, p)
-    gemm_eff = (p.prefill_gemm_eff if prefill else p.gemm_eff) * veff
-    hbm = pool.hbm_bytes_per_s * p.hbm_eff * veff
+    gemm_eff = p.prefill_gemm_eff if prefill else p.gemm_eff
+    hbm = pool.hbm_bytes_per_s * p.hbm_eff
 
     # GEMMs: dense part split evenly over the instance; routed experts carry the imbalance
     routed = tokens * m.experts_per_token
@@ -114,7 +109,7 @@ def forward_cost(
     dv = m.prefill_v_dim if prefill else m.decode_v_dim
     mean_ctx = context * 0.5 + cached if prefill else context
     attn_flops = 2.0 * tokens * m.full_layers * m.q_heads * mean_ctx * (dqk + dv) / g
-    attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff * veff)
+    attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff)
     state = pool.state_bytes * (2.0 if not prefill else 0.0)  # read and write per token step
     kv_read = 0.0 if prefill else 1.0
     kv_bytes = sequences * (context * pool.kv_bytes_per_token * kv_read + state) / pool.kv_shard
