@@ -4,7 +4,8 @@
    with NSGA-II and with TPE: wall time, the split of a trial (sampler and storage, candidate
    units, MILP, simulator), and the peak memory of the process.
 2. A small study whose grid can be enumerated: evaluate every point, then let Optuna search with
-   10% of that many evaluations (over several seeds) and report how close it gets to the best.
+   10% of that many evaluations (over several seeds) and report how close it gets to the best,
+   with the warm start (the full placement's designs first) and without it (the sampler alone).
 3. The headline study at its budget (500 trials) with TPE and with NSGA-II, three seeds each: the
    cheapest design each run finds.
 
@@ -32,6 +33,7 @@ from dse.perf.params import load_params
 from dse.study import Study
 from dse.study.spec import load_study
 from dse.study.trial import Choice, evaluate
+from dse.study.warm_start import warm_start_params
 from formulations.solve import PlacementSolver
 
 
@@ -165,35 +167,43 @@ def enumerable() -> None:
             best = min(best, rec.metrics["usd_per_million_tokens"])
     t_grid = time.perf_counter() - t0
     budget = max(1, len(grid) // 10)
-    reached = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in range(10):
-            res = (
-                Study(replace(spec, name=f"enum-{seed}", trials=budget, seed=seed))
-                .with_objective("usd_per_million_tokens")
-                .run(out=Path(tmp))
-            )
-            feas = res.trials.filter(res.trials["feasible"])
-            found = feas["usd_per_million_tokens"].min() if feas.height else np.inf
-            reached.append(best / found if found else 0.0)
-    r = np.array(reached)
     print(
         f"enumerable study: {len(grid)} grid points (batch on a 6-point grid; the search samples it "
         f"log-uniformly), best ${best:.4f}/M tokens found by enumeration in {t_grid:.1f} s"
     )
-    within = int((r >= 0.99).sum())
-    figure("enumerable study: seeds within 1% of the enumerated best at 10% budget", within, "of 10")
-    print(
-        f"  Optuna with {budget} trials ({100 * budget / len(grid):.0f}%), 10 seeds: enumerated best / best "
-        f"found median {100 * np.median(r):.1f}%, worst {100 * r.min():.1f}%; "
-        f"within 1% in {int((r >= 0.99).sum())}/10"
-    )
+    for warm in (True, False):
+        search = replace(spec.search, warm_start=warm)
+        reached, first = [], []
+        with tempfile.TemporaryDirectory() as tmp:
+            for seed in range(10):
+                res = (
+                    Study(replace(spec, name=f"enum-{seed}", trials=budget, seed=seed, search=search))
+                    .with_objective("usd_per_million_tokens")
+                    .run(out=Path(tmp))
+                )
+                feas = res.trials.filter(res.trials["feasible"])
+                found = feas["usd_per_million_tokens"].min() if feas.height else np.inf
+                reached.append(best / found if found else 0.0)
+                t0 = res.trials.filter(res.trials["trial"] == 0)
+                first.append(best / t0["usd_per_million_tokens"][0] if t0["feasible"][0] else 0.0)
+        r = np.array(reached)
+        label = "warm start" if warm else "sampler alone, no warm start"
+        within = int((r >= 0.99).sum())
+        name = f"enumerable study ({label}): seeds within 1% of the enumerated best at 10% budget"
+        figure(name, within, "of 10")
+        print(
+            f"  {label}: Optuna with {budget} trials ({100 * budget / len(grid):.0f}%), 10 seeds: enumerated "
+            f"best / best found median {100 * np.median(r):.1f}%, worst {100 * r.min():.1f}%; within 1% in "
+            f"{within}/10; the first trial alone reaches {100 * np.median(first):.1f}% (median)"
+        )
 
 
 def sampler_quality(trials: int = 500, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
     """The cheapest design TPE and NSGA-II each find in the headline study's budget, per seed,
     against the cheapest either found."""
     found: dict[str, list[float]] = {}
+    catalog, params, solver = load_catalog(), load_params(), PlacementSolver()
+    warm: list[float] = []
     for sampler in ("tpe", "nsga2"):
         for seed in seeds:
             study = Study.load("deepseek-v3-blackwell")
@@ -201,9 +211,16 @@ def sampler_quality(trials: int = 500, seeds: tuple[int, ...] = (1, 2, 3)) -> No
             study = replace(study, spec=replace(study.spec, seed=seed, search=search))
             with tempfile.TemporaryDirectory() as tmp:
                 t = study.run(trials=trials, out=Path(tmp)).trials
-            cheapest = float(t.filter(t["feasible"])["usd_per_million_tokens"].min())
-            found.setdefault(sampler, []).append(cheapest)
+            ok = t.filter(t["feasible"])
+            found.setdefault(sampler, []).append(float(ok["usd_per_million_tokens"].min()))
+            n_warm = len(warm_start_params(study.spec, catalog, params, solver, trials // 5))
+            first = ok.filter(ok["trial"] < n_warm)["usd_per_million_tokens"]
+            warm.append(float(first.min()) if first.len() else np.inf)
     best = min(min(v) for v in found.values())
+    print(
+        f"  the warm-start trials alone: cheapest ${min(warm):.4f}/M tokens "
+        f"({100 * best / min(warm):.1f}% of the best)"
+    )
     for sampler, costs in found.items():
         print(
             f"{sampler}, {trials} trials, seeds {seeds}: cheapest $/M tokens {[round(c, 4) for c in costs]}"

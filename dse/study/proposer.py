@@ -60,6 +60,7 @@ class _Setup:
     seed: int
     budget: int
     stream: int
+    first: list[dict[str, Any]]  # parameters of trials to run first, unless already run
 
 
 class _Sampling:
@@ -69,6 +70,8 @@ class _Sampling:
         sampler = make_sampler(setup.spec, setup.seed, setup.budget, setup.stream)
         self.study = optuna.create_study(directions=setup.directions, sampler=sampler)
         self.study.add_trials(setup.history)
+        for p in setup.first:
+            self.study.enqueue_trial(p, skip_if_exists=True)
         self.stored, self.spec = stored, setup.spec
         self.running: dict[int, optuna.Trial] = {}
 
@@ -89,7 +92,8 @@ class Proposer:
     """Proposals for ``todo`` trials of ``study`` (stored at the URL ``storage``) from its
     sampler in a child process, which stores them once finished; in this process when it may
     not start one. ``history`` are the study's finished trials; the sampler is seeded as
-    :func:`dse.study.samplers.make_sampler` seeds it with ``seed``, ``budget`` and ``stream``."""
+    :func:`dse.study.samplers.make_sampler` seeds it with ``seed``, ``budget`` and ``stream``;
+    ``first`` are parameters to propose before it samples, each unless a finished trial has them."""
 
     def __init__(
         self,
@@ -102,8 +106,9 @@ class Proposer:
         budget: int,
         stream: int,
         todo: int,
+        first: list[dict[str, Any]] | None = None,
     ) -> None:
-        setup = _Setup(spec, list(study.directions), history, seed, budget, stream)
+        setup = _Setup(spec, list(study.directions), history, seed, budget, stream, first or [])
         self._proposals: deque[Proposal] = deque()
         self._todo, self._asked = todo, 0
         self._local: _Sampling | None = None

@@ -51,6 +51,7 @@ from dse.study.storage import (
 from dse.study.sweep import PREFIX, choice_of, evaluate_point, point_of, suggest_point
 from dse.study.trial import Choice, TrialRecord, evaluate, objective_values, params_of, suggest
 from dse.study.variants import study_catalog
+from dse.study.warm_start import warm_start_params
 from formulations.solve import PlacementSolver, SolveOptions
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -193,6 +194,12 @@ def run(
     ran = 0
     bar = _Progress(budget, before) if progress else None
     done = before
+    # the search starts from the full placement's designs (dse.study.warm_start), each unless a
+    # finished trial has run it (a resumed run, another worker)
+    first = warm_start_params(spec, catalog, params, solver, min(max(1, budget // 5), budget - done))
+    if shared:
+        for p in first:
+            study.enqueue_trial(p, skip_if_exists=True)
     # alone on a storage, the sampler works in its own process on an in-memory copy, one trial
     # ahead (dse.study.proposer), and each finished trial is written to the storage in one
     # transaction as it completes; workers sharing a storage ask it directly so they see each
@@ -209,6 +216,7 @@ def run(
             budget=budget,
             stream=1_000_003 * before,
             todo=budget - before,
+            first=first,
         )
     )
     propose = suggest_point if spec.is_grid else suggest

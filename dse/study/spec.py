@@ -9,7 +9,7 @@ seed = 7
 
 [workload]   # dse.workload.Workload
 [slo]        # dse.workload.Slo
-[search]     # topologies, kv policies
+[search]     # topologies, kv policies, sampler, warm_start
 [search.prefill]   shapes, chunk_tokens
 [search.decode]    shapes, max_batch = [low, high]
 [search.aggregated] prefill_share = [low, high]
@@ -133,6 +133,7 @@ class Search:
     kv_policies: tuple[str, ...] = field(default=("tiered",), metadata=rule(non_empty))
     sampler: str = "tpe"  # tpe (multivariate), nsga2 (cheap per trial at large budgets), random
     population: int = field(default=50, metadata=rule(positive))  # nsga2
+    warm_start: bool = True  # first trials: the full placement's designs (dse.study.warm_start)
     prefill: PrefillSearch = PrefillSearch()
     decode: DecodeSearch = DecodeSearch()
     aggregated: AggregatedSearch = AggregatedSearch()

@@ -199,10 +199,13 @@ def evaluate_point(
 
 
 def choice_of(outcome: TopologyOutcome, req: PlacementRequest) -> Choice:
-    """The design a grid point chose, in the columns of a search trial (largest pool per side)."""
+    """The design a placement chose, in the columns of a search trial: the largest pool per side
+    (for attention-FFN designs the decode side is the attention pool; the expert pool gives the
+    tokens per expert GPU); the batch is the decode pool's operating batch."""
     pools = sorted(outcome.pools, key=lambda p: -p.gpus)
     pre = next((p for p in pools if p.unit.role in (Role.PREFILL, Role.MIXED)), None)
-    dec = next((p for p in pools if p.unit.role is not Role.PREFILL), None)
+    dec = next((p for p in pools if p.unit.role in (Role.DECODE, Role.MIXED, Role.ATTENTION)), None)
+    ffn = next((p for p in pools if p.unit.role is Role.FFN), None)
     return Choice(
         topology=outcome.topology.value,
         kv_policy=req.options.kv_policy,
@@ -213,7 +216,7 @@ def choice_of(outcome: TopologyOutcome, req: PlacementRequest) -> Choice:
         chunk_tokens=req.options.prefill_chunk_tokens,
         max_batch=int(round(dec.unit.decode_batch)) if dec else 0,
         prefill_share=float(pre.unit.prefill_share) if pre and pre.unit.role is Role.MIXED else 0.0,
-        ffn_tokens_per_gpu=0.0,
+        ffn_tokens_per_gpu=ffn.unit.decode_batch / ffn.unit.parallel.gpus if ffn else 0.0,
     )
 
 

@@ -109,6 +109,23 @@ def choice_from_params(params: dict[str, Any], spec: StudySpec) -> Choice:
     )
 
 
+def trial_params(c: Choice) -> dict[str, Any]:
+    """The Optuna parameters :func:`suggest` asks for that give ``c`` (the inverse of
+    :func:`choice_from_params`): what enqueues ``c`` as a trial."""
+    out: dict[str, Any] = {"topology": c.topology, "kv_policy": c.kv_policy}
+    out["chunk_tokens"] = int(c.chunk_tokens)
+    if c.topology == Topology.AGGREGATED.value:
+        out |= {"agg_hardware": c.prefill_hardware, "agg_shape": c.prefill_shape}
+        out |= {"agg_prefill_share": float(c.prefill_share)}
+    else:
+        out |= {"prefill_hardware": c.prefill_hardware, "prefill_shape": c.prefill_shape}
+        out |= {"decode_hardware": c.decode_hardware, "decode_shape": c.decode_shape}
+    out["decode_max_batch"] = int(c.max_batch)
+    if c.topology == Topology.AFD.value:
+        out["ffn_tokens_per_gpu"] = float(c.ffn_tokens_per_gpu)
+    return out
+
+
 def request_for(spec: StudySpec, c: Choice, catalog: Catalog) -> PlacementRequest:
     """The placement a search trial's choice asks for: one shape per side."""
     return study_request(

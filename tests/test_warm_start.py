@@ -1,0 +1,92 @@
+"""A search starts from the full placement's designs: the first trials are what one MILP over
+every listed hardware and shape picks, in the search's own parameters; a resumed run does not
+run them again; ``warm_start = false`` leaves the start to the sampler."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import optuna
+import pytest
+
+from dse.catalog import load_catalog
+from dse.perf.params import load_params
+from dse.placement.api import solve_candidates
+from dse.placement.candidates import build_candidates
+from dse.placement.request import Topology
+from dse.study import Study
+from dse.study.spec import StudySpec, load_study
+from dse.study.sweep import request_at
+from dse.study.trial import choice_from_params, suggest, trial_params
+from dse.study.warm_start import warm_start_params
+from formulations.solve import PlacementSolver
+
+TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
+
+
+def _warm(spec: StudySpec, limit: int = 10) -> list[dict[str, object]]:
+    return warm_start_params(spec, load_catalog(), load_params(), PlacementSolver(), limit)
+
+
+def _params(trials, number: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    row = trials.filter(trials["trial"] == number).row(0, named=True)
+    return {k: row[k] for k in trials.columns if k.startswith("p_")}
+
+
+def _choice_columns(params: dict[str, object], spec: StudySpec) -> dict[str, object]:
+    c = choice_from_params(params, spec)
+    return {"p_" + k: v for k, v in asdict(c).items()}
+
+
+@pytest.mark.parametrize("topologies", [("aggregated", "disaggregated"), ("disaggregated", "afd")])
+def test_suggest_asks_back_the_choice_its_parameters_came_from(topologies: tuple[str, ...]) -> None:
+    spec = load_study(TINY)
+    spec = replace(spec, search=replace(spec.search, topologies=topologies))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    for _ in range(40):
+        c = suggest(study.ask(), spec)
+        again = optuna.create_study()
+        again.enqueue_trial(trial_params(c))
+        assert suggest(again.ask(), spec) == c
+        assert choice_from_params(trial_params(c), spec) == c
+
+
+def test_the_first_trials_are_the_cheapest_full_placements_in_order() -> None:
+    spec = load_study(TINY)
+    catalog, params, solver = load_catalog(), load_params(), PlacementSolver()
+    costs = []
+    for kv in spec.search.kv_policies:
+        req = request_at(spec, catalog, 0.0, kv)
+        for t in spec.search.topologies:
+            o = solve_candidates(req, build_candidates(req, Topology(t), catalog, params), solver)
+            if o.feasible:
+                costs.append((o.usd_per_hour, kv, t))
+    warm = _warm(spec)
+    assert len(warm) == len(costs) >= 2  # one per feasible KV policy and topology
+    assert [(p["kv_policy"], p["topology"]) for p in warm] == [(kv, t) for _, kv, t in sorted(costs)]
+    assert all(p["decode_max_batch"] == 1024 for p in warm)  # the top of the study's range
+    assert len(_warm(spec, limit=1)) == 1
+    assert _warm(replace(spec, search=replace(spec.search, warm_start=False))) == []
+
+
+def test_a_run_evaluates_them_first_and_a_resumed_run_not_again(tmp_path: Path) -> None:
+    study = Study.load(TINY)
+    warm = _warm(study.spec, limit=2)  # a budget of 10 runs a fifth of it from the warm start
+    first = study.run(trials=1, out=tmp_path).trials  # 1 trial: only the cheapest
+    assert _params(first, 0) == _choice_columns(warm[0], study.spec)
+    assert first["feasible"][0]
+    resumed = study.run(trials=10, out=tmp_path).trials
+    rows = [_params(resumed, n) for n in range(10)]
+    assert rows[0] == _params(first, 0)
+    for p in warm:  # each exactly once
+        assert rows.count(_choice_columns(p, study.spec)) == 1
+    assert rows[1] == _choice_columns(warm[1], study.spec)
+
+
+def test_without_warm_start_the_sampler_starts(tmp_path: Path) -> None:
+    study = Study.load(TINY)
+    off = replace(study, spec=replace(study.spec, search=replace(study.spec.search, warm_start=False)))
+    trials = off.run(trials=3, out=tmp_path).trials
+    warm = [_choice_columns(p, study.spec) for p in _warm(study.spec)]
+    assert all(_params(trials, n) not in warm for n in range(3))
