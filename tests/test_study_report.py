@@ -274,6 +274,35 @@ def test_maximized_objective_ranks_descending(tmp_path: Path, spec: StudySpec) -
     assert [r[0] for r in _rows(_section(md, "## Best designs"))] == ["0", "2", "1"]
 
 
+@pytest.mark.parametrize(
+    ("warm", "said"),
+    [
+        (
+            [0],
+            "The sampled trials beat the best warm-start trial (the full placement's design, "
+            "trial 0: 1.2) by 33.3%.",
+        ),
+        (
+            [2, 3],
+            "The best is a warm-start trial (the full placement's design, trial 2); "
+            "no sampled trial beat it.",
+        ),
+        ([], None),
+    ],
+)
+def test_the_report_says_what_the_sampler_added_to_the_warm_start(
+    tmp_path: Path, spec: StudySpec, warm: list[int], said: str | None
+) -> None:
+    tables = _tables()
+    tables["trials"] = tables["trials"].with_columns(warm_start=pl.col("trial").is_in(warm))
+    md = write_report(tmp_path, spec=spec, objectives=OBJECTIVES, tables=tables, best=None).read_text("utf-8")
+    if said is None:
+        assert "warm" not in md
+        return
+    assert said in _section(md, "## Best designs")
+    assert f"{len(warm)} of them are the full placement's designs (the warm start)" in md
+
+
 def test_pareto_duplicates_are_dropped() -> None:
     pareto = _tables()["pareto"]
     assert unique_designs(pl.concat([pareto, pareto])).height == 2

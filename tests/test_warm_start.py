@@ -82,6 +82,7 @@ def test_a_run_evaluates_them_first_and_a_resumed_run_not_again(tmp_path: Path) 
     for p in warm:  # each exactly once
         assert rows.count(_choice_columns(p, study.spec)) == 1
     assert rows[1] == _choice_columns(warm[1], study.spec)
+    assert resumed["warm_start"].to_list() == [True, True] + [False] * 8  # the exports say which
 
 
 def test_without_warm_start_the_sampler_starts(tmp_path: Path) -> None:

@@ -240,6 +240,9 @@ def _overview(
         f"- **Objectives:** {', '.join(_objective_label(o, d) for o, d in objectives) or '(none)'}",
         f"- **Trials:** {n} finished: {ok} feasible, {n - ok} infeasible",
     ]
+    warm = int(trials["warm_start"].sum()) if "warm_start" in trials.columns else 0
+    if warm:
+        lines[-1] += f"; {warm} of them are the full placement's designs (the warm start), the rest sampled"
     return "\n".join(lines)
 
 
@@ -254,7 +257,31 @@ def _best_designs(spec: StudySpec, objectives: list[tuple[str, str]], feasible: 
     name, direction = objectives[0]
     top = ranked(feasible, objectives[0]).head(TOP_N)
     intro = f"The {top.height} best of {feasible.height} feasible trials by {name} ({direction})."
+    intro += _warm_start_verdict(feasible, objectives[0])
     return f"{head}\n\n{intro}\n\n{_design_table(top, _trial_columns(spec))}"
+
+
+def _warm_start_verdict(feasible: pl.DataFrame, objective: tuple[str, str]) -> str:
+    """What the sampler added to the warm start on the first objective, as a sentence."""
+    col = f"objective_{objective[0]}"
+    if "warm_start" not in feasible.columns or col not in feasible.columns:
+        return ""
+    warm = ranked(feasible.filter(pl.col("warm_start")), objective)
+    searched = ranked(feasible.filter(~pl.col("warm_start")), objective)
+    if warm.is_empty():
+        return ""
+    w = float(warm[col][0])
+    s = float(searched[col][0]) if not searched.is_empty() else None
+    if s is None or not (s > w if objective[1] == "maximize" else s < w):
+        trial = warm["trial"][0]
+        return (
+            f" The best is a warm-start trial (the full placement's design, trial {trial}); "
+            "no sampled trial beat it."
+        )
+    return (
+        f" The sampled trials beat the best warm-start trial (the full placement's design, trial "
+        f"{warm['trial'][0]}: {w:.4g}) by {abs(s / w - 1):.1%}."
+    )
 
 
 def _pareto_section(spec: StudySpec, objectives: list[tuple[str, str]], pareto: pl.DataFrame) -> str:

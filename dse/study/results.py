@@ -88,6 +88,8 @@ def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
             "duration_s": (t.datetime_complete - t.datetime_start).total_seconds()
             if t.datetime_complete and t.datetime_start
             else None,
+            # enqueued from the full placement (dse.study.warm_start) rather than sampled
+            "warm_start": "fixed_params" in t.system_attrs,
         }
         row.update({f"x_{k}": v for k, v in rec.get("point", {}).items()})  # grid studies
         row.update({f"p_{k}": choice.get(k) for k in PARAM_COLUMNS})
