@@ -85,6 +85,20 @@ def test_a_run_evaluates_them_first_and_a_resumed_run_not_again(tmp_path: Path) 
     assert resumed["warm_start"].to_list() == [True, True] + [False] * 8  # the exports say which
 
 
+def test_hardware_named_by_an_alias_comes_back_under_that_name() -> None:
+    spec = load_study(TINY)
+    alias = next(a for a in load_catalog().hardware("h200-sxm").aliases if a != "h200-sxm")
+    spec = replace(spec, hardware=(alias,))
+    catalog, params, solver = load_catalog(), load_params(), PlacementSolver()
+    warm = warm_start_params(spec, catalog, params, solver, 10)
+    named = {p[k] for p in warm for k in ("prefill_hardware", "decode_hardware", "agg_hardware") if k in p}
+    assert named == {alias}
+    study = optuna.create_study()
+    for p in warm:  # each enqueues into the study's own search space
+        study.enqueue_trial(p)
+        assert trial_params(suggest(study.ask(), spec)) == p
+
+
 def test_without_warm_start_the_sampler_starts(tmp_path: Path) -> None:
     study = Study.load(TINY)
     off = replace(study, spec=replace(study.spec, search=replace(study.spec.search, warm_start=False)))

@@ -37,6 +37,7 @@ def warm_start_params(
     if spec.is_grid or not s.warm_start or limit < 1:
         return []
     picked: list[tuple[float, dict[str, Any]]] = []
+    listed = {catalog.hardware(h).id: h for h in spec.hardware}  # the study may name an alias
     for kv in s.kv_policies:
         req = request_at(spec, catalog, 0.0, kv)
         for t in s.topologies:
@@ -48,7 +49,13 @@ def warm_start_params(
                 ffn = min(s.afd.ffn_tokens_per_gpu, key=lambda v: abs(v - c.ffn_tokens_per_gpu))
                 c = replace(c, ffn_tokens_per_gpu=float(ffn))
             # the cap the placement had: the trial then builds the same decode unit
-            c = replace(c, max_batch=int(s.decode.max_batch[1]))
+            hw = (
+                listed.get(c.prefill_hardware, c.prefill_hardware),
+                listed.get(c.decode_hardware, c.decode_hardware),
+            )
+            c = replace(
+                c, prefill_hardware=hw[0], decode_hardware=hw[1], max_batch=int(s.decode.max_batch[1])
+            )
             picked.append((outcome.result.objective, trial_params(c)))
     picked.sort(key=lambda p: p[0])
     return [p for _, p in picked[:limit]]
