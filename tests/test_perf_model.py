@@ -14,7 +14,7 @@ from dse.perf.calibration import _identifiable
 from dse.perf.params import PerfParams, default_params, load_params
 from dse.perf.pool import Pool, build_pool
 from dse.perf.serving import Deployment, closed_loop, decode_capacity_at_tpot, decode_tpot
-from dse.perf.stages import expert_imbalance, forward_cost, kv_capacity_sequences
+from dse.perf.stages import attention_rank_imbalance, expert_imbalance, forward_cost, kv_capacity_sequences
 from dse.units import Precision
 
 HW = ["h100", "h200", "b200", "gb200", "mi355x", "b300"]
@@ -82,6 +82,52 @@ def test_imbalance_shrinks_with_batch_and_vanishes_without_ep() -> None:
     imb = expert_imbalance(np.array([64.0, 6400.0, 640000.0, 10.0]), ep)
     assert imb[0] > imb[1] > imb[2] > 1.0
     assert imb[3] == 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(dp=st.sampled_from([1.0, 2.0, 8.0, 16.0, 72.0]), b1=st.floats(0.01, 1e5), b2=st.floats(0.01, 1e5))
+def test_busiest_attention_rank_evens_out_as_the_batch_grows(dp: float, b1: float, b2: float) -> None:
+    """The busiest data-parallel attention rank holds at most the whole batch (factor <= dp), at
+    least its share (>= 1), exactly its share without data parallelism, and a larger batch never
+    makes it hold more sequences per sequence of the batch."""
+    lo, hi = sorted((b1, b2))
+    imb = attention_rank_imbalance(np.array([lo, hi]), np.array([dp, dp]))
+    assert np.all(imb >= 1.0) and np.all(imb <= dp + 1e-12)
+    assert imb[1] <= imb[0] * (1 + 1e-12)
+    if dp == 1.0:
+        assert np.all(imb == 1.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    hw=st.sampled_from(HW),
+    gpus=st.sampled_from([8, 16, 72]),
+    ctx=st.floats(100, 30000),
+    b1=st.floats(1, 4096),
+    b2=st.floats(1, 4096),
+)
+def test_dp_attention_per_sequence_is_never_slower_with_more_sequences(
+    catalog: Catalog, hw: str, gpus: int, ctx: float, b1: float, b2: float
+) -> None:
+    """Under data-parallel attention the step waits for the busiest rank: a larger batch evens the
+    ranks out, so it never costs more attention time per sequence."""
+    p = load_params()
+    lo, hi = sorted((b1, b2))
+
+    def attn(pool: Pool, b: float) -> float:
+        c = forward_cost(
+            pool,
+            p,
+            tokens=np.array([b]),
+            sequences=np.array([b]),
+            context=np.array([ctx]),
+            prefill=False,
+            speed=np.ones(1),
+        )
+        return float(c.attention_s[0])
+
+    dp = _pool(catalog, hw, gpus, 1)
+    assert attn(dp, hi) / hi <= attn(dp, lo) / lo * (1 + 1e-9)
 
 
 def test_mla_latent_is_replicated_under_attention_tp(catalog: Catalog) -> None:

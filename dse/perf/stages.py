@@ -7,6 +7,8 @@ fixed overheads, each with a fitted efficiency from :class:`~dse.perf.params.Per
 Expert-load imbalance: tokens are routed to ``ep`` GPUs; with ``n`` routed tokens per GPU on
 average, the busiest GPU gets about ``n + sqrt(2 n ln ep)`` (the maximum of ``ep`` Poisson counts),
 so the imbalance factor ``1 + sqrt(2 ln(ep) / n)`` shrinks as the batch grows, and is 1 at ep = 1.
+Decode attention under data parallelism waits for its busiest rank the same way
+(:func:`attention_rank_imbalance`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,17 @@ class StepCost:
 def expert_imbalance(routed_tokens: Array, ep: Array) -> Array:
     per_gpu = np.maximum(routed_tokens / ep, 1e-9)
     return 1.0 + np.sqrt(2.0 * np.log(np.maximum(ep, 1.0)) / per_gpu).clip(max=ep - 1.0)
+
+
+def attention_rank_imbalance(sequences: Array, attn_dp: Array) -> Array:
+    """How much longer the busiest data-parallel attention rank takes than the average one in a
+    decode step. Each rank attends over the KV of its own requests, and requests land on ranks as
+    they arrive and leave when they finish (SGLang and TRT-LLM assign new requests round-robin or
+    to the shortest queue, but completions are random), so with ``n`` sequences per rank on
+    average the busiest of ``attn_dp`` ranks holds about ``n + sqrt(2 n ln attn_dp)``, as for the
+    expert load (:func:`expert_imbalance`). The step's collectives wait for it. 1 without data
+    parallelism; shrinks as the batch grows."""
+    return expert_imbalance(sequences, attn_dp)
 
 
 def active_expert_fraction(tokens: Array, pool: Pool) -> Array:
@@ -117,6 +130,8 @@ def forward_cost(
     if prefill:  # a midfill reads the reloaded prefix once per forward
         kv_bytes = kv_bytes + sequences * cached * pool.kv_bytes_per_token / pool.kv_shard
     attention_s = np.maximum(attn_compute, kv_bytes / hbm)
+    if not prefill:  # decode: the busiest data-parallel attention rank paces the step
+        attention_s = attention_s * attention_rank_imbalance(sequences, pool.attn_dp)
 
     # communication: TP all-reduce twice per layer; EP dispatch (fp8) + combine (bf16).
     # Across scale-up domains a token crosses the NIC once per remote domain it is routed to
