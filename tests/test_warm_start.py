@@ -19,7 +19,8 @@ from dse.study import Study
 from dse.study.spec import StudySpec, load_study
 from dse.study.sweep import request_at
 from dse.study.trial import choice_from_params, suggest, trial_params
-from dse.study.warm_start import warm_start_params
+from dse.study.warm_start import designs, warm_start_params
+from formulations.placement_data import Role
 from formulations.solve import PlacementSolver
 
 TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
@@ -52,21 +53,47 @@ def test_suggest_asks_back_the_choice_its_parameters_came_from(topologies: tuple
         assert choice_from_params(trial_params(c), spec) == c
 
 
-def test_the_first_trials_are_the_cheapest_full_placements_in_order() -> None:
-    spec = load_study(TINY)
+def _answers(spec: StudySpec) -> list[tuple[float, str, str, list[dict[str, object]]]]:
+    """Each feasible full placement of the tiny study: cost, KV policy, topology, its designs."""
     catalog, params, solver = load_catalog(), load_params(), PlacementSolver()
-    costs = []
+    out = []
     for kv in spec.search.kv_policies:
         req = request_at(spec, catalog, 0.0, kv)
         for t in spec.search.topologies:
             o = solve_candidates(req, build_candidates(req, Topology(t), catalog, params), solver)
             if o.feasible:
-                costs.append((o.usd_per_hour, kv, t))
+                listed = {h: h for h in spec.hardware}
+                out.append((o.usd_per_hour, kv, t, [trial_params(c) for c in designs(o, req, spec, listed)]))
+    return sorted(out, key=lambda a: a[0])
+
+
+def test_a_placement_mixing_units_gives_every_pairing_largest_pools_first() -> None:
+    spec = load_study(TINY)
+    req = request_at(spec, load_catalog(), 0.0, "recompute")
+    o = solve_candidates(
+        req, build_candidates(req, Topology.DISAGGREGATED, load_catalog(), load_params()), PlacementSolver()
+    )
+    pre = sorted((p for p in o.pools if p.unit.role is Role.PREFILL), key=lambda p: -p.gpus)
+    dec = [p for p in o.pools if p.unit.role is Role.DECODE]
+    assert len(pre) == 2 and len(dec) == 1  # the tiny study's answer mixes two prefill units
+    got = designs(o, req, spec, {h: h for h in spec.hardware})
+    assert [(c.prefill_hardware, c.prefill_shape) for c in got] == [
+        (p.unit.hardware, p.unit.parallel.label()) for p in pre
+    ]
+    assert {(c.decode_hardware, c.decode_shape) for c in got} == {(dec[0].unit.hardware, "8gpu-dpa-ep8")}
+
+
+def test_the_first_trials_take_each_placements_designs_in_turn_cheapest_first() -> None:
+    spec = load_study(TINY)
+    answers = _answers(spec)
     warm = _warm(spec)
-    assert len(warm) == len(costs) >= 2  # one per feasible KV policy and topology
-    assert [(p["kv_policy"], p["topology"]) for p in warm] == [(kv, t) for _, kv, t in sorted(costs)]
+    assert len(answers) >= 2
+    firsts = [d[0] for *_, d in answers]  # the first design of every answer, cheapest answer first
+    assert warm[: len(firsts)] == firsts
+    every = [p for *_, d in answers for p in d]
+    assert sorted(map(str, warm)) == sorted({str(p) for p in every}) and len(warm) == len(every)
     assert all(p["decode_max_batch"] == 1024 for p in warm)  # the top of the study's range
-    assert len(_warm(spec, limit=1)) == 1
+    assert _warm(spec, limit=1) == warm[:1]
     assert _warm(replace(spec, search=replace(spec.search, warm_start=False))) == []
 
 
@@ -105,3 +132,11 @@ def test_without_warm_start_the_sampler_starts(tmp_path: Path) -> None:
     trials = off.run(trials=3, out=tmp_path).trials
     warm = [_choice_columns(p, study.spec) for p in _warm(study.spec)]
     assert all(_params(trials, n) not in warm for n in range(3))
+
+
+def test_tpe_keeps_its_random_start_beside_the_warm_start() -> None:
+    from dse.study.samplers import make_sampler
+
+    spec = load_study(TINY)  # budget 12: 5 random trials
+    assert make_sampler(spec, 1)._n_startup_trials == 5
+    assert make_sampler(spec, 1, warm=6)._n_startup_trials == 11

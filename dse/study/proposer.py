@@ -67,7 +67,7 @@ class _Sampling:
     """The sampler on an in-memory copy of the study; finished trials go to ``stored``."""
 
     def __init__(self, setup: _Setup, stored: optuna.Study) -> None:
-        sampler = make_sampler(setup.spec, setup.seed, setup.budget, setup.stream)
+        sampler = make_sampler(setup.spec, setup.seed, setup.budget, setup.stream, len(setup.first))
         self.study = optuna.create_study(directions=setup.directions, sampler=sampler)
         self.study.add_trials(setup.history)
         for p in setup.first:

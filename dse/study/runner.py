@@ -91,9 +91,11 @@ def open_study(
     *,
     stream: int = 0,
     stale_after_s: float | None = None,
+    warm: int = 0,
 ) -> optuna.Study:
-    """Create the study or load it; its objectives must not have changed."""
-    sampler = make_sampler(spec, seed, stream=stream)
+    """Create the study or load it; its objectives must not have changed. ``warm`` is the number
+    of warm-start trials (:func:`dse.study.samplers.make_sampler`)."""
+    sampler = make_sampler(spec, seed, stream=stream, warm=warm)
     store = open_storage(storage, stale_after_s)
     names = [o.name for o in objectives]
     try:
@@ -171,6 +173,10 @@ def run(
     if seed is not None and seed_rule(seed):
         raise InputError("--seed", "", str(seed_rule(seed)), seed)
     base = spec.seed if seed is None else seed
+    solver = PlacementSolver(TRIAL_SOLVE)
+    # the search starts from the full placement's designs (dse.study.warm_start), each unless a
+    # finished trial has run it (a resumed run, another worker)
+    first = warm_start_params(spec, catalog, params, solver, max(1, budget // 5))
     # workers sharing a storage each need their own random stream, or they would propose alike
     study = open_study(
         spec,
@@ -179,6 +185,7 @@ def run(
         base,
         stream=os.getpid() if shared else 0,
         stale_after_s=stale_after_s if shared else None,
+        warm=len(first),
     )
     folder = run_folder(out, spec)
     if storage.startswith("sqlite:///") or not shared:
@@ -188,17 +195,13 @@ def run(
     # heartbeats stopped (checked again before every trial)
     stale = fail_dead(study) if shared else fail_stale(study)
     before = _complete(study)
-    solver = PlacementSolver(TRIAL_SOLVE)
     defs = [(o.name, o.direction, o.fn) for o in objectives]
     t0 = time.perf_counter()
     ran = 0
     bar = _Progress(budget, before) if progress else None
     done = before
-    # the search starts from the full placement's designs (dse.study.warm_start), each unless a
-    # finished trial has run it (a resumed run, another worker)
-    first = warm_start_params(spec, catalog, params, solver, min(max(1, budget // 5), budget - done))
-    if shared:
-        for p in first:
+    if shared:  # on the storage: no more than the budget still needs, or they would wait there
+        for p in first[: max(0, budget - done)]:
             study.enqueue_trial(p, skip_if_exists=True)
     # alone on a storage, the sampler works in its own process on an in-memory copy, one trial
     # ahead (dse.study.proposer), and each finished trial is written to the storage in one

@@ -31,12 +31,14 @@ class TrialSeededRandomSampler(optuna.samplers.RandomSampler):
 
 
 def make_sampler(
-    spec: StudySpec, seed: int, budget: int | None = None, stream: int = 0
+    spec: StudySpec, seed: int, budget: int | None = None, stream: int = 0, warm: int = 0
 ) -> optuna.samplers.BaseSampler:
     """The study's sampler, seeded with ``seed``. ``stream`` separates the random streams of
     learning samplers that must not propose alike (each worker; a resumed run); the grid and
     random samplers ignore it, their draws being fixed by the seed and the trial. TPE samples its
-    first trials at random: a fifth of the budget, between 5 and 20."""
+    first trials at random: a fifth of the budget, between 5 and 20, besides the ``warm`` trials
+    of the warm start (:mod:`dse.study.warm_start`), which are not random and would otherwise
+    take the place of random ones in its first picture of the space."""
     if spec.is_grid:  # point ids index a grid shuffled by the seed: resumed runs and workers must agree
         return grid_sampler(spec, seed)
     kind = spec.search.sampler
@@ -45,5 +47,5 @@ def make_sampler(
     own = (seed + stream) % 2**32  # numpy's seeds are 32-bit
     if kind == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=own, population_size=spec.search.population)
-    startup = min(20, max(5, (budget or spec.trials) // 5))
+    startup = min(20, max(5, (budget or spec.trials) // 5)) + warm
     return CachedTPESampler(seed=own, n_startup_trials=startup, multivariate=True)

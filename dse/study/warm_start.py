@@ -3,10 +3,14 @@
 The placement MILP already chooses exactly among every listed hardware and shape at once (as
 ``dse place`` does), which a search trial, with one hardware and shape per side, cannot. So a
 search starts from what it picks: for each KV policy and topology of the study, one MILP over all
-its units (the decode batch capped at the top of the study's range, the first prefill chunk),
-and each feasible answer, cheapest first, is enqueued as a trial in the search's own parameters
-(its largest pool per side). The sampler then explores from there what the MILP does not see:
-the batch cap, the chunk, the simulator's verdict, objectives other than cost.
+its units (the decode batch capped at the top of the study's range, the first prefill chunk).
+Its answer may mix several units per side (an 8-GPU B200 prefill pool beside a 32-GPU GB200 one);
+a trial cannot, so every pairing of a prefill-side and a decode-side pool of the answer is a
+design, the largest pools first. The first designs of every answer come first (cheapest answer
+first), then the second ones, and so on, so that a short list still covers every KV policy and
+topology. They are enqueued as trials in the search's own parameters; the sampler then explores
+from there what the MILP does not see: the batch cap, the chunk, the simulator's verdict,
+objectives other than cost, and the designs the projection to one unit per side misses.
 
 A few MILPs per run (0.02-1.5 s for the shipped studies); ``warm_start = false`` under
 ``[search]`` turns it off. Grid studies have no search to start.
@@ -14,48 +18,81 @@ A few MILPs per run (0.02-1.5 s for the shipped studies); ``warm_start = false``
 
 from __future__ import annotations
 
-from dataclasses import replace
+import itertools
 from typing import Any
 
 from dse.catalog import Catalog
 from dse.perf.params import PerfParams
-from dse.placement.api import solve_candidates
+from dse.placement.api import PoolPlan, TopologyOutcome, solve_candidates
 from dse.placement.candidates import build_candidates
-from dse.placement.request import Topology
+from dse.placement.request import PlacementRequest, Topology
 from dse.study.spec import StudySpec
-from dse.study.sweep import choice_of, request_at
-from dse.study.trial import trial_params
+from dse.study.sweep import request_at
+from dse.study.trial import Choice, trial_params
+from formulations.placement_data import Role
 from formulations.solve import PlacementSolver
 
 
 def warm_start_params(
     spec: StudySpec, catalog: Catalog, params: PerfParams, solver: PlacementSolver, limit: int
 ) -> list[dict[str, Any]]:
-    """The Optuna parameters of at most ``limit`` first trials, cheapest placement first (none
-    for a grid study or with ``warm_start`` off)."""
+    """The Optuna parameters of at most ``limit`` first trials (none for a grid study or with
+    ``warm_start`` off), in the order described above, without repeats."""
     s = spec.search
     if spec.is_grid or not s.warm_start or limit < 1:
         return []
-    picked: list[tuple[float, dict[str, Any]]] = []
+    answers: list[tuple[float, list[Choice]]] = []
     listed = {catalog.hardware(h).id: h for h in spec.hardware}  # the study may name an alias
     for kv in s.kv_policies:
         req = request_at(spec, catalog, 0.0, kv)
         for t in s.topologies:
             outcome = solve_candidates(req, build_candidates(req, Topology(t), catalog, params), solver)
-            if not outcome.feasible or outcome.result.objective is None:
-                continue
-            c = choice_of(outcome, req)
-            if t == Topology.AFD.value:  # the listed expert-side batch nearest the pool's
-                ffn = min(s.afd.ffn_tokens_per_gpu, key=lambda v: abs(v - c.ffn_tokens_per_gpu))
-                c = replace(c, ffn_tokens_per_gpu=float(ffn))
-            # the cap the placement had: the trial then builds the same decode unit
-            hw = (
-                listed.get(c.prefill_hardware, c.prefill_hardware),
-                listed.get(c.decode_hardware, c.decode_hardware),
-            )
-            c = replace(
-                c, prefill_hardware=hw[0], decode_hardware=hw[1], max_batch=int(s.decode.max_batch[1])
-            )
-            picked.append((outcome.result.objective, trial_params(c)))
-    picked.sort(key=lambda p: p[0])
-    return [p for _, p in picked[:limit]]
+            if outcome.feasible and outcome.result.objective is not None:
+                answers.append((outcome.result.objective, designs(outcome, req, spec, listed)))
+    answers.sort(key=lambda a: a[0])
+    out: list[dict[str, Any]] = []
+    for c in itertools.chain.from_iterable(itertools.zip_longest(*(d for _, d in answers))):
+        p = trial_params(c) if c is not None else None
+        if p is not None and p not in out:
+            out.append(p)
+    return out[:limit]
+
+
+def designs(
+    outcome: TopologyOutcome, req: PlacementRequest, spec: StudySpec, listed: dict[str, str]
+) -> list[Choice]:
+    """One unit per side from a placement's pools: every pairing of a prefill-side and a
+    decode-side pool (each aggregated pool alone), the pair with the larger pools first. The
+    decode cap is the one the placement had, the top of the study's range, so a trial builds
+    the same decode unit; hardware comes back under the name the study lists it by."""
+    pools = sorted(outcome.pools, key=lambda p: -p.gpus)
+
+    def side(*roles: Role) -> list[PoolPlan]:
+        return [p for p in pools if p.unit.role in roles]
+
+    if outcome.topology is Topology.AGGREGATED:
+        pairs = [(p, p) for p in side(Role.MIXED)]
+    else:
+        pre, dec = side(Role.PREFILL), side(Role.DECODE, Role.ATTENTION)
+        order = sorted(itertools.product(range(len(pre)), range(len(dec))), key=lambda ij: (sum(ij), ij))
+        pairs = [(pre[i], dec[j]) for i, j in order]
+    ffn = 0.0
+    expert = side(Role.FFN)
+    if expert:  # the listed expert-side batch nearest the largest expert pool's
+        per_gpu = expert[0].unit.decode_batch / expert[0].unit.parallel.gpus
+        ffn = float(min(spec.search.afd.ffn_tokens_per_gpu, key=lambda v: abs(v - per_gpu)))
+    return [
+        Choice(
+            topology=outcome.topology.value,
+            kv_policy=req.options.kv_policy,
+            prefill_hardware=listed.get(p.unit.hardware, p.unit.hardware),
+            decode_hardware=listed.get(d.unit.hardware, d.unit.hardware),
+            prefill_shape=p.unit.parallel.label(),
+            decode_shape=d.unit.parallel.label(),
+            chunk_tokens=req.options.prefill_chunk_tokens,
+            max_batch=int(spec.search.decode.max_batch[1]),
+            prefill_share=float(p.unit.prefill_share) if p.unit.role is Role.MIXED else 0.0,
+            ffn_tokens_per_gpu=ffn,
+        )
+        for p, d in pairs
+    ]
