@@ -303,6 +303,29 @@ def test_the_report_says_what_the_sampler_added_to_the_warm_start(
     assert f"{len(warm)} of them are the full placement's designs (the warm start)" in md
 
 
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [  # trial 0 is the warm start's; maximised
+        ([0.0, 2.5, None, None, None, None], "trial 0: 0) by 2.5."),  # no ratio to zero
+        ([-2.0, -1.0, None, None, None, None], "trial 0: -2) by 50.0%."),
+        ([1.0, float("nan"), 0.5, None, None, None], "no sampled trial beat it."),  # NaN does not count
+    ],
+)
+def test_the_warm_start_sentence_copes_with_zero_negative_and_missing_values(
+    tmp_path: Path, spec: StudySpec, values: list[float | None], said: str
+) -> None:
+    tables = _tables()
+    tables["trials"] = (
+        tables["trials"]
+        .with_columns(warm_start=pl.col("trial") == 0, feasible=pl.lit(True))
+        .with_columns(objective_tokens_per_s_per_gpu=pl.Series(values, dtype=pl.Float64))
+    )
+    md = write_report(
+        tmp_path, spec=spec, objectives=[("tokens_per_s_per_gpu", "maximize")], tables=tables, best=None
+    ).read_text(encoding="utf-8")
+    assert said in _section(md, "## Best designs")
+
+
 def test_pareto_duplicates_are_dropped() -> None:
     pareto = _tables()["pareto"]
     assert unique_designs(pl.concat([pareto, pareto])).height == 2

@@ -140,3 +140,34 @@ def test_tpe_keeps_its_random_start_beside_the_warm_start() -> None:
     spec = load_study(TINY)  # budget 12: 5 random trials
     assert make_sampler(spec, 1)._n_startup_trials == 5
     assert make_sampler(spec, 1, warm=6)._n_startup_trials == 11
+
+
+def test_a_warm_start_trial_that_failed_is_run_again_by_the_next_worker() -> None:
+    """Shared workers enqueue a design unless a complete, running or waiting trial has it; a
+    trial failed as stale (its worker died) does not count, as in a lone run."""
+    from dse.study.runner import _not_taken
+
+    a, b = {"x": 1}, {"x": 2}
+    study = optuna.create_study()
+    study.enqueue_trial(a)
+    assert _not_taken(study, [a, b]) == [b]  # waiting
+    t = study.ask({"x": optuna.distributions.IntDistribution(0, 3)})
+    assert _not_taken(study, [a, b]) == [b]  # running
+    study.tell(t, state=optuna.trial.TrialState.FAIL)
+    assert _not_taken(study, [a, b]) == [a, b]  # its worker died: run it again
+    study.enqueue_trial(a)
+    study.tell(study.ask({"x": optuna.distributions.IntDistribution(0, 3)}), 1.0)
+    assert _not_taken(study, [a, b]) == [b]  # done
+
+
+def test_aggregated_prefill_shares_stay_inside_the_studys_range() -> None:
+    spec = load_study(TINY)
+    spec = replace(
+        spec,
+        search=replace(spec.search, aggregated=replace(spec.search.aggregated, prefill_share=(0.05, 0.4375))),
+    )
+    shares = request_at(spec, load_catalog(), 0.0, "tiered").options.agg_prefill_shares
+    assert min(shares) >= 0.05 and max(shares) <= 0.4375 and len(shares) == 4
+    for p in _warm(spec):
+        if "agg_prefill_share" in p:
+            assert 0.05 <= p["agg_prefill_share"] <= 0.4375

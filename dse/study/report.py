@@ -262,25 +262,28 @@ def _best_designs(spec: StudySpec, objectives: list[tuple[str, str]], feasible: 
 
 
 def _warm_start_verdict(feasible: pl.DataFrame, objective: tuple[str, str]) -> str:
-    """What the sampler added to the warm start on the first objective, as a sentence."""
+    """What the sampler added to the warm start on the first objective, as a sentence (trials
+    whose objective is missing or not a number do not count)."""
     col = f"objective_{objective[0]}"
     if "warm_start" not in feasible.columns or col not in feasible.columns:
         return ""
-    warm = ranked(feasible.filter(pl.col("warm_start")), objective)
-    searched = ranked(feasible.filter(~pl.col("warm_start")), objective)
+    valid = feasible.filter(pl.col(col).is_not_null() & pl.col(col).cast(pl.Float64).is_finite())
+    warm = ranked(valid.filter(pl.col("warm_start")), objective)
+    searched = ranked(valid.filter(~pl.col("warm_start")), objective)
     if warm.is_empty():
         return ""
-    w = float(warm[col][0])
+    w, trial = float(warm[col][0]), warm["trial"][0]
     s = float(searched[col][0]) if not searched.is_empty() else None
     if s is None or not (s > w if objective[1] == "maximize" else s < w):
-        trial = warm["trial"][0]
         return (
             f" The best is a warm-start trial (the full placement's design, trial {trial}); "
             "no sampled trial beat it."
         )
+    # a ratio where both are of one sign and the warm one is not zero, else the difference
+    by = f"{abs(s / w - 1):.1%}" if w * s > 0 else f"{abs(s - w):.4g}"
     return (
         f" The sampled trials beat the best warm-start trial (the full placement's design, trial "
-        f"{warm['trial'][0]}: {w:.4g}) by {abs(s / w - 1):.1%}."
+        f"{trial}: {w:.4g}) by {by}."
     )
 
 

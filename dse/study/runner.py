@@ -83,6 +83,20 @@ def default_storage(out: Path, spec: StudySpec) -> str:
     return f"sqlite:///{(run_folder(out, spec) / 'study.db').resolve()}"
 
 
+def _not_taken(study: optuna.Study, first: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The designs of ``first`` no complete, running or waiting trial has: a warm-start trial whose
+    worker died (failed as stale) is run again, as a lone run would."""
+    live = (
+        optuna.trial.TrialState.COMPLETE,
+        optuna.trial.TrialState.RUNNING,
+        optuna.trial.TrialState.WAITING,
+    )
+    taken = [
+        t.system_attrs.get("fixed_params", t.params) for t in study.get_trials(deepcopy=False, states=live)
+    ]
+    return [p for p in first if p not in taken]
+
+
 def open_study(
     spec: StudySpec,
     storage: str,
@@ -91,11 +105,9 @@ def open_study(
     *,
     stream: int = 0,
     stale_after_s: float | None = None,
-    warm: int = 0,
 ) -> optuna.Study:
-    """Create the study or load it; its objectives must not have changed. ``warm`` is the number
-    of warm-start trials (:func:`dse.study.samplers.make_sampler`)."""
-    sampler = make_sampler(spec, seed, stream=stream, warm=warm)
+    """Create the study or load it; its objectives must not have changed."""
+    sampler = make_sampler(spec, seed, stream=stream)
     store = open_storage(storage, stale_after_s)
     names = [o.name for o in objectives]
     try:
@@ -173,19 +185,10 @@ def run(
     if seed is not None and seed_rule(seed):
         raise InputError("--seed", "", str(seed_rule(seed)), seed)
     base = spec.seed if seed is None else seed
-    solver = PlacementSolver(TRIAL_SOLVE)
-    # the search starts from the full placement's designs (dse.study.warm_start), each unless a
-    # finished trial has run it (a resumed run, another worker)
-    first = warm_start_params(spec, catalog, params, solver, max(1, budget // 5))
     # workers sharing a storage each need their own random stream, or they would propose alike
+    stream = os.getpid() if shared else 0
     study = open_study(
-        spec,
-        storage,
-        objectives,
-        base,
-        stream=os.getpid() if shared else 0,
-        stale_after_s=stale_after_s if shared else None,
-        warm=len(first),
+        spec, storage, objectives, base, stream=stream, stale_after_s=stale_after_s if shared else None
     )
     folder = run_folder(out, spec)
     if storage.startswith("sqlite:///") or not shared:
@@ -195,14 +198,20 @@ def run(
     # heartbeats stopped (checked again before every trial)
     stale = fail_dead(study) if shared else fail_stale(study)
     before = _complete(study)
+    solver = PlacementSolver(TRIAL_SOLVE)
+    # the search starts from the full placement's designs (dse.study.warm_start), each unless a
+    # trial has run it, is running it or waits with it (a resumed run, another worker)
+    first = warm_start_params(spec, catalog, params, solver, max(1, budget // 5)) if before < budget else []
+    if shared and first:  # TPE's random start-up beside them (the lone run's sampler gets it below)
+        study.sampler = make_sampler(spec, base, stream=stream, warm=len(first))
     defs = [(o.name, o.direction, o.fn) for o in objectives]
     t0 = time.perf_counter()
     ran = 0
     bar = _Progress(budget, before) if progress else None
     done = before
     if shared:  # on the storage: no more than the budget still needs, or they would wait there
-        for p in first[: max(0, budget - done)]:
-            study.enqueue_trial(p, skip_if_exists=True)
+        for p in _not_taken(study, first)[: max(0, budget - done)]:
+            study.enqueue_trial(p)
     # alone on a storage, the sampler works in its own process on an in-memory copy, one trial
     # ahead (dse.study.proposer), and each finished trial is written to the storage in one
     # transaction as it completes; workers sharing a storage ask it directly so they see each

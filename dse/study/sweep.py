@@ -123,7 +123,8 @@ def request_at(
             decode_hardware=hw,
             prefill_chunk_tokens=int(s.prefill.chunk_tokens[0]),
             decode_max_batch=float(s.decode.max_batch[1]),
-            agg_prefill_shares=tuple(float(x) for x in np.round(np.linspace(lo, hi, 4), 3)),
+            # rounded for the reports, and kept inside the study's range
+            agg_prefill_shares=tuple(float(x) for x in np.clip(np.round(np.linspace(lo, hi, 4), 3), lo, hi)),
             ffn_tokens_per_gpu=s.afd.ffn_tokens_per_gpu,
             kv_policy=kv_policy or s.kv_policies[0],
         ),

@@ -6,11 +6,12 @@ search starts from what it picks: for each KV policy and topology of the study, 
 its units (the decode batch capped at the top of the study's range, the first prefill chunk).
 Its answer may mix several units per side (an 8-GPU B200 prefill pool beside a 32-GPU GB200 one);
 a trial cannot, so every pairing of a prefill-side and a decode-side pool of the answer is a
-design, the largest pools first. The first designs of every answer come first (cheapest answer
-first), then the second ones, and so on, so that a short list still covers every KV policy and
-topology. They are enqueued as trials in the search's own parameters; the sampler then explores
-from there what the MILP does not see: the batch cap, the chunk, the simulator's verdict,
-objectives other than cost, and the designs the projection to one unit per side misses.
+design, the largest pools first. The first designs of every answer come first (the answer best
+by the MILP's objective first: cost, or GPUs when those are the study's first objective), then
+the second ones, and so on, so that a short list still covers every KV policy and topology. They
+are enqueued as trials in the search's own parameters; the sampler then explores from there what
+the MILP does not see: the batch cap, the chunk, the simulator's verdict, objectives other than
+cost, and the designs the projection to one unit per side misses.
 
 A few MILPs per run (0.02-1.5 s for the shipped studies); ``warm_start = false`` under
 ``[search]`` turns it off. Grid studies have no search to start.
