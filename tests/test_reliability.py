@@ -92,6 +92,27 @@ def test_ctrl_c_says_where_the_run_stopped_and_the_rerun_resumes(
     assert len(numbers) == target == len(set(numbers)) and running == 0
 
 
+def test_ctrl_c_just_after_a_trial_is_handed_over_counts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sampler process stores a trial after the run hands it over; a Ctrl-C in between must
+    still count it (CI once printed 13 where 14 were stored)."""
+    real = runner.Proposer.finish
+    told: list[int] = []
+
+    def finish_then_ctrl_c(self: Any, number: int, *args: Any) -> None:
+        real(self, number, *args)
+        told.append(number)
+        if len(told) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner.Proposer, "finish", finish_then_ctrl_c)
+    with pytest.raises(runner.StudyInterrupted) as caught:
+        runner.run(Study.load(TINY).spec, out=tmp_path, trials=20)
+    assert _complete(tmp_path / "tiny-study" / "study.db") == caught.value.done == 3
+    assert "interrupted after 3 of 20 trials; all 3 are stored in" in str(caught.value)
+
+
 def test_kills_during_export_leave_only_whole_parquet_files(
     tmp_path: Path, clean_env: dict[str, str]
 ) -> None:

@@ -236,6 +236,7 @@ def run(
     unreachable_since: float | None = None
     # heartbeats outside Study.optimize are ours (faults.heartbeat); Optuna warns at every ask
     warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used", UserWarning)
+    interrupted = False
     try:
         while done < budget:
             try:
@@ -282,12 +283,18 @@ def run(
             if bar is not None:
                 bar.update(done, record)
     except KeyboardInterrupt:
-        raise StudyInterrupted(done, budget, redact(storage)) from None
+        interrupted = True
     finally:
         if proposer is not None:
-            proposer.close()
+            proposer.close()  # the sampler process stores every trial it was told of
         if bar is not None:
             bar.close()
+    if interrupted:
+        # counted on the storage once the sampler process has stored what it was told: a Ctrl-C
+        # between telling it of a trial and counting that trial here must not under-count
+        with contextlib.suppress(*STORAGE_ERRORS):
+            done = _complete(study)
+        raise StudyInterrupted(done, budget, redact(storage)) from None
     return study, RunStats(before, ran, stale, time.perf_counter() - t0)
 
 
