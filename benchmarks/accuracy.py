@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 from record import figure
 
 from dse.catalog import load_catalog
@@ -24,8 +25,10 @@ REF = Path(__file__).resolve().parents[2] / "shared" / "reference"
 
 
 def _line(name: str, s: cal.ErrorStats) -> str:
-    return (f"| {name} | {s.n} | {s.tput_median_ape:.1%} | {s.tput_p75_ape:.1%} | "
-            f"{s.intvty_median_ape:.1%} | {s.intvty_p75_ape:.1%} |")
+    return (
+        f"| {name} | {s.n} | {s.tput_median_ape:.1%} | {s.tput_p75_ape:.1%} | "
+        f"{s.intvty_median_ape:.1%} | {s.intvty_p75_ape:.1%} |"
+    )
 
 
 def main() -> None:
@@ -37,8 +40,10 @@ def main() -> None:
     t_in, i_in = cal.predict_measured(data, catalog, fitted)
     t_lo, i_lo = cal.leave_one_hardware_out(data, catalog, default_params(), POINTS, values)
     print(f"rows modelled: {len(data)}; skipped: {len(skipped)}")
-    header = ("| hardware | rows | tok/s/GPU median | tok/s/GPU p75 | tok/s/user median | "
-              "tok/s/user p75 |\n|---|---|---|---|---|---|")
+    header = (
+        "| hardware | rows | tok/s/GPU median | tok/s/GPU p75 | tok/s/user median | "
+        "tok/s/user p75 |\n|---|---|---|---|---|---|"
+    )
     for label, t, i in (("in-sample", t_in, i_in), ("leave-one-hardware-out", t_lo, i_lo)):
         print(f"\n{label}\n{header}")
         stats = cal.error_stats(data, t, i)
@@ -48,12 +53,27 @@ def main() -> None:
         for hw in sorted({m.row.hardware for m in data}):
             idx = [k for k, m in enumerate(data) if m.row.hardware == hw]
             print(_line(hw, cal.error_stats([data[k] for k in idx], t[idx], i[idx])))
-        print(f"hardware pairs ordered right at about equal tokens/s/user: "
-              f"{cal.pair_order_agreement(data, t, i):.1%}")
+        print(
+            f"hardware pairs ordered right at about equal tokens/s/user: "
+            f"{cal.pair_order_agreement(data, t, i):.1%}"
+        )
+    little, step = cal.error_sources(data, catalog, fitted)
+
+    def ape(logs: np.ndarray, q: float) -> float:
+        return float(np.nanpercentile(np.abs(np.expm1(logs)), q))
+
+    print(
+        f"\nwhere the error lives: Little's law on each run's own median TTFT and TPOT gives its "
+        f"tokens/s/GPU within {ape(little, 50):.1%} (median); the model's TPOT at each run's "
+        f"measured decode batch is off by {ape(step, 50):.1%} (median; p75 {ape(step, 75):.1%})"
+    )
+    figure("TPOT at the measured decode batch: median error", 100 * ape(step, 50), "%")
     fleet = fleet_nodes(catalog, fitted)
     figure("DeepSeek fleet: nodes against published", 100 * fleet["error"], "%")
-    print(f"\nDeepSeek fleet check: {fleet['nodes']:.1f} nodes against "
-          f"{fleet['published_nodes']} published ({fleet['error']:+.1%})")
+    print(
+        f"\nDeepSeek fleet check: {fleet['nodes']:.1f} nodes against "
+        f"{fleet['published_nodes']} published ({fleet['error']:+.1%})"
+    )
 
 
 if __name__ == "__main__":

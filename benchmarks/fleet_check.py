@@ -28,15 +28,20 @@ def fleet_nodes(catalog: Catalog, params: PerfParams) -> dict[str, float]:
     h800 = [catalog.hardware("h800")]
     fp8 = [Precision.FP8]
     speed = np.array([params.engine("sglang").speed])
-    pf = build_pool(model, h800, gpus=[32], attn_tp=[1], ep=[32], weight_precision=fp8,
-                    kv_precision=fp8)
-    pf_rate = prefill_capacity(pf, params, isl=np.array([4096.0]),
-                               batch_tokens=np.array([16384.0 * 32]), speed=speed)[0]
-    dec = build_pool(model, h800, gpus=[144], attn_tp=[1], ep=[144], weight_precision=fp8,
-                     kv_precision=fp8)
+    pf = build_pool(model, h800, gpus=[32], attn_tp=[1], ep=[32], weight_precision=fp8, kv_precision=fp8)
+    pf_rate = prefill_capacity(
+        pf, params, isl=np.array([4096.0]), batch_tokens=np.array([16384.0 * 32]), speed=speed
+    )[0]
+    dec = build_pool(model, h800, gpus=[144], attn_tp=[1], ep=[144], weight_precision=fp8, kv_precision=fp8)
     dec_rate, batch = decode_capacity_at_tpot(
-        dec, params, context=np.array([4989.0]), tpot_s=np.array([TPOT_S]), speed=speed,
-        draft_tokens=np.array([1.0]), accept_tokens=np.array([ACCEPT]))
+        dec,
+        params,
+        context=np.array([4989.0]),
+        tpot_s=np.array([TPOT_S]),
+        speed=speed,
+        draft_tokens=np.array([1.0]),
+        accept_tokens=np.array([ACCEPT]),
+    )
     input_rate = INPUT_PER_DAY * (1.0 - HIT) / 86400.0
     output_rate = OUTPUT_PER_DAY / 86400.0
     pf_per_node = pf_rate / 4.0
@@ -57,12 +62,18 @@ def fleet_nodes(catalog: Catalog, params: PerfParams) -> dict[str, float]:
 def main() -> None:
     r = fleet_nodes(load_catalog(), load_params())
     print("DeepSeek fleet check (published_points.csv A1-A3)")
-    print(f"  prefill per node (uncached tokens/s): {r['prefill_tok_s_per_node_uncached']:,.0f} "
-          f"(published about 32,200)")
-    print(f"  decode per node (tokens/s):           {r['decode_tok_s_per_node']:,.0f} "
-          f"(published 14,800) at {r['decode_batch_per_gpu']:.0f} sequences per GPU")
-    print(f"  nodes: {r['prefill_nodes']:.1f} prefill + {r['decode_nodes']:.1f} decode = "
-          f"{r['nodes']:.1f} against {r['published_nodes']} published ({r['error']:+.1%})")
+    print(
+        f"  prefill per node (uncached tokens/s): {r['prefill_tok_s_per_node_uncached']:,.0f} "
+        f"(published about 32,200)"
+    )
+    print(
+        f"  decode per node (tokens/s):           {r['decode_tok_s_per_node']:,.0f} "
+        f"(published 14,800) at {r['decode_batch_per_gpu']:.0f} sequences per GPU"
+    )
+    print(
+        f"  nodes: {r['prefill_nodes']:.1f} prefill + {r['decode_nodes']:.1f} decode = "
+        f"{r['nodes']:.1f} against {r['published_nodes']} published ({r['error']:+.1%})"
+    )
 
 
 if __name__ == "__main__":

@@ -28,20 +28,41 @@ def main(n: int = 100_000) -> None:
     attn_tp = np.where(rng.random(n) < 0.5, 1.0, np.minimum(8.0, gpus))
     prec = [Precision.FP8] * n
     t0 = time.perf_counter()
-    pool = build_pool(catalog.model("deepseek-v3"), hws, gpus=gpus, attn_tp=attn_tp, ep=gpus,
-                      weight_precision=prec, kv_precision=prec)
+    pool = build_pool(
+        catalog.model("deepseek-v3"),
+        hws,
+        gpus=gpus,
+        attn_tp=attn_tp,
+        ep=gpus,
+        weight_precision=prec,
+        kv_precision=prec,
+    )
     build_s = time.perf_counter() - t0
-    dep = Deployment(prefill=None, decode=pool, prefill_instances=np.ones(n),
-                     decode_instances=np.ones(n), isl=rng.choice([1024.0, 8192.0], n),
-                     osl=np.full(n, 1024.0), speed=np.ones(n), draft_tokens=np.zeros(n),
-                     accept_tokens=np.ones(n))
+    dep = Deployment(
+        prefill=None,
+        decode=pool,
+        prefill_instances=np.ones(n),
+        decode_instances=np.ones(n),
+        isl=rng.choice([1024.0, 8192.0], n),
+        osl=np.full(n, 1024.0),
+        speed=np.ones(n),
+        draft_tokens=np.zeros(n),
+        accept_tokens=np.ones(n),
+    )
     conc = rng.choice([1.0, 16.0, 256.0, 2048.0], n)
     t0 = time.perf_counter()
     res = closed_loop(dep, params, conc)
     solve_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    decode_capacity_at_tpot(pool, params, context=dep.isl + 512.0, tpot_s=np.full(n, 0.03),
-                            speed=np.ones(n), draft_tokens=np.zeros(n), accept_tokens=np.ones(n))
+    decode_capacity_at_tpot(
+        pool,
+        params,
+        context=dep.isl + 512.0,
+        tpot_s=np.full(n, 0.03),
+        speed=np.ones(n),
+        draft_tokens=np.zeros(n),
+        accept_tokens=np.ones(n),
+    )
     cap_s = time.perf_counter() - t0
     ok = np.isfinite(res.tput_per_gpu).mean()
     print(f"candidates: {n:,} ({ok:.0%} fit in memory)")

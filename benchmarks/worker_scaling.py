@@ -58,8 +58,7 @@ def main(trials: int = 300) -> None:
             rate = done / wall
             base = base or rate
             print(
-                f"{n} worker(s): {done} trials in {wall:.1f} s = {rate:.2f} trials/s "
-                f"({rate / base:.2f}x one)"
+                f"{n} worker(s): {done} trials in {wall:.1f} s = {rate:.2f} trials/s ({rate / base:.2f}x one)"
             )
             figure(
                 f"study throughput, {n} worker(s) on PostgreSQL",

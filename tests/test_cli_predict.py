@@ -124,9 +124,7 @@ def test_calibration_is_reproducible(tmp_path: Path, clean_env: dict[str, str]) 
         assert fresh["params"][key] == pytest.approx(value, rel=1e-3, abs=1e-6), key
     for name, eng in shipped["engines"].items():
         assert fresh["engines"][name]["speed"] == pytest.approx(eng["speed"], rel=1e-3)
-        assert fresh["engines"][name]["mtp_accept_tokens"] == pytest.approx(
-            eng["mtp_accept_tokens"], rel=1e-3
-        )
+        assert fresh["engines"][name]["mtp_accept_rate"] == pytest.approx(eng["mtp_accept_rate"], rel=1e-3)
         assert fresh["engines"][name]["prefill_chunk_per_instance"] == eng["prefill_chunk_per_instance"]
     speeds = [e["speed"] for e in fresh["engines"].values()]
     assert float(np.exp(np.mean(np.log(speeds)))) == pytest.approx(1.0, rel=1e-9)  # relative speeds
@@ -224,7 +222,9 @@ def test_afd_step_follows_the_slower_side(catalog) -> None:  # type: ignore[no-u
 
 def test_afd_step_is_paced_by_the_hidden_state_transfer_when_the_nics_are_slow(catalog) -> None:  # type: ignore[no-untyped-def]
     """With NICs a thousand times slower, moving hidden states between the pools takes longer than
-    either side's compute: the step is then all communication, twice the transfer."""
+    either side's compute: the step is then all communication, twice the transfer. (Expert
+    instances of 8 GPUs, inside one HGX domain: a wider one's own all-to-all would cross the
+    slowed NICs too, and which of the two is slower would depend on the fitted latencies.)"""
     from dataclasses import replace
 
     from dse.perf.afd import SIDE_SHARE, afd_bytes_per_token
@@ -232,7 +232,7 @@ def test_afd_step_is_paced_by_the_hidden_state_transfer_when_the_nics_are_slow(c
     from dse.perf.serving import _decode_step
 
     p = load_params()
-    row = parse_row(AFD, catalog)
+    row = parse_row(dict(AFD, ffn_num_workers="2", ffn_ep="8"), catalog)
     res = evaluate([row], catalog, p)
     slow = replace(p, nic_eff=p.nic_eff / 1000)
     dep = deployment_of([row], catalog, slow)
@@ -246,6 +246,7 @@ def test_afd_step_is_paced_by_the_hidden_state_transfer_when_the_nics_are_slow(c
     assert step[0] == pytest.approx(cost.comm_s[0])
     assert res.decode_comm_s[0] < cost.comm_s[0]
     # one 8-GPU expert instance receives what two 8-GPU attention instances send: twice as long
+    # as two expert instances, which receive one attention instance's each
     narrow = deployment_of([parse_row(dict(AFD, num_ffn_gpu="8", ffn_ep="8"), catalog)], catalog, slow)
     cost2, _ = _decode_step(narrow, slow, b)
     assert cost2.comm_s[0] == pytest.approx(2 * cost.comm_s[0])
@@ -314,4 +315,95 @@ def test_running_request_cap_flag(clean_env: dict[str, str]) -> None:
     assert bad.stderr.strip() == (
         "dse: error: dse predict: --decode-max-running-requests = '0': must be a whole number from 1 "
         "to 1e+12 (requests per instance)"
+    )
+
+
+def test_tokens_per_speculative_step_follow_the_acceptance_rate() -> None:
+    from dse.perf.params import mtp_tokens_per_step
+
+    a = 0.7
+    assert mtp_tokens_per_step(a, 0) == pytest.approx(1.0)  # no drafts: the verified token only
+    assert mtp_tokens_per_step(a, 1) == pytest.approx(1.0 + a)
+    assert mtp_tokens_per_step(a, 3) == pytest.approx(1.0 + a + a**2 + a**3)
+    depths = mtp_tokens_per_step(a, np.arange(0, 12))
+    gains = np.diff(depths)
+    assert np.all(gains > 0) and np.all(np.diff(gains) < 0)  # deeper drafts gain ever less
+    assert depths[-1] < 1.0 / (1.0 - a)  # and never more than the geometric limit
+    assert mtp_tokens_per_step(0.9, 3) > mtp_tokens_per_step(0.5, 3)
+
+
+def test_draft_depth_of_a_row_sets_the_tokens_per_step(catalog) -> None:  # type: ignore[no-untyped-def]
+    from dse.perf.benchmark_rows import parse_row, predict_rows
+
+    params = load_params()
+    engine = params.engine("sglang")
+    default, one, deep, explicit = predict_rows(
+        [
+            CAPPED,
+            dict(CAPPED, mtp_draft_tokens="1"),
+            dict(CAPPED, mtp_draft_tokens="6"),
+            dict(CAPPED, mtp_draft_tokens=str(engine.mtp_draft_tokens)),
+        ],
+        catalog,
+        params,
+    )
+    assert all(r["pred_error"] == "" for r in (default, one, deep, explicit))
+    assert _preds(explicit) == _preds(default)  # the engine's depth is the default
+    assert float(one["pred_intvty_tok_s_user"]) < float(default["pred_intvty_tok_s_user"])
+    assert parse_row(dict(CAPPED, mtp_draft_tokens="1"), catalog).mtp_draft == 1.0
+    # a row without MTP takes 0 or nothing
+    plain = dict(CAPPED, spec_method="none")
+    base, zero = predict_rows([plain, dict(plain, mtp_draft_tokens="0")], catalog, params)
+    assert zero["pred_error"] == "" and _preds(zero) == _preds(base)
+
+
+@pytest.mark.parametrize(
+    ("spec", "bad", "rule"),
+    [
+        ("mtp", "0", "must be a whole number from 1 to 16 with MTP"),
+        ("mtp", "2.5", "must be a whole number from 1 to 16 with MTP"),
+        ("mtp", "17", "must be a whole number from 1 to 16 with MTP"),
+        ("mtp", "three", "must be a whole number from 1 to 16 with MTP"),
+        ("none", "3", "must be empty or 0 in a row without MTP (spec_method none)"),
+    ],
+)
+def test_draft_depth_refuses_what_cannot_be_one(catalog, spec: str, bad: str, rule: str) -> None:  # type: ignore[no-untyped-def]
+    from dse.perf.benchmark_rows import predict_rows
+
+    row = dict(CAPPED, spec_method=spec, mtp_draft_tokens=bad)
+    out = predict_rows([row], catalog, load_params())[0]
+    assert out["pred_tput_per_gpu"] == ""
+    assert out["pred_error"] == f"input row 1: mtp_draft_tokens = '{bad}': {rule}"
+
+
+def test_draft_depth_flag(clean_env: dict[str, str]) -> None:
+    flags = "--hardware b200 --framework trt --mtp --tp 8 --ep 8 --conc 64 --json".split()
+    deep = _run(clean_env, "predict", *flags, "--mtp-draft-tokens", "3")
+    shallow = _run(clean_env, "predict", *flags, "--mtp-draft-tokens", "1")
+    assert deep.returncode == 0 and shallow.returncode == 0, shallow.stderr
+    a, b = (json.loads(p.stdout)["prediction"] for p in (deep, shallow))
+    assert b["intvty_tok_s_user"] < a["intvty_tok_s_user"]
+    bad = _run(clean_env, "predict", "--hardware", "b200", "--mtp-draft-tokens", "2")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "dse: error: dse predict: --mtp-draft-tokens = '2': must be empty or 0 in a row without MTP "
+        "(spec_method none)"
+    )
+
+
+def test_kv_cache_dtype_of_a_row(catalog) -> None:  # type: ignore[no-untyped-def]
+    from dse.perf.benchmark_rows import predict_rows
+
+    # SGLang's default KV cache is bf16: an fp8 one halves the bytes per token, so the decode
+    # pool holds more sequences and attention reads less
+    full = dict(CAPPED, spec_method="none", conc="8192")
+    bf16, fp8, named = predict_rows(
+        [full, dict(full, kv_cache_dtype="fp8"), dict(full, kv_cache_dtype="BF16")], catalog, load_params()
+    )
+    assert bf16["pred_error"] == fp8["pred_error"] == named["pred_error"] == ""
+    assert _preds(named) == _preds(bf16)  # the engine's own precision, named
+    assert float(fp8["pred_tput_per_gpu"]) > float(bf16["pred_tput_per_gpu"])
+    bad = predict_rows([dict(full, kv_cache_dtype="int3")], catalog, load_params())[0]
+    assert bad["pred_error"] == (
+        "input row 1: kv_cache_dtype = 'int3': must be bf16, fp8 or fp4 (or empty: the engine's)"
     )

@@ -53,7 +53,7 @@ from dse.catalog import Hardware, Model, load_catalog
 from dse.catalog.loader import SHIPPED_HARDWARE, SHIPPED_MODELS
 from dse.cli.main import main
 from dse.errors import _printable
-from dse.perf.benchmark_rows import AFD_COLUMNS, CAP_COLUMNS, INPUT_COLUMNS
+from dse.perf.benchmark_rows import AFD_COLUMNS, ENGINE_COLUMNS, INPUT_COLUMNS
 from dse.study.spec import STUDIES_DIR, StudySpec
 from dse.typed_data import MAX_MAGNITUDE, MIN_MAGNITUDE, fraction, non_empty, non_negative, positive
 
@@ -849,6 +849,7 @@ PREDICT_INTS = {
     "--ffn-workers": non_negative,
     "--ffn-ep": non_negative,
     "--decode-max-running-requests": positive,
+    "--mtp-draft-tokens": positive,  # and at most 16, or 0 without --mtp: _predict_bad
 }
 PREDICT_IDS = {
     "--hardware": ["b200", "gb200", "h100", "mi355x"],
@@ -858,7 +859,13 @@ PREDICT_IDS = {
 }
 
 
-def _predict_bad(flag: str, text: str) -> bool:
+def _predict_bad(flag: str, text: str, mtp: bool) -> bool:
+    if flag == "--mtp-draft-tokens":  # 1-16 drafts with MTP; none (0) without
+
+        def drafts(v: float) -> str | None:
+            return None if (1 <= v <= 16 if mtp else v == 0) else "out of range"
+
+        return bad_int(text, drafts)
     if flag in PREDICT_FLOATS:
         return bad_float(text, PREDICT_FLOATS[flag])
     if flag in PREDICT_INTS:
@@ -892,7 +899,7 @@ def test_predict_flags(data: st.DataObject) -> None:
             max_size=2,
         )
     )
-    must_fail = any(_predict_bad(f, v) for f, v in mutated.items())
+    must_fail = any(_predict_bad(f, v, "--mtp" in switches) for f, v in mutated.items())
     base = {"--hardware": "b200"}
     argv = ["predict", *[f"{k}={v}" for k, v in {**base, **mutated}.items()], *switches, "--json"]
     o = run_cli("predict flags", argv)
@@ -932,8 +939,10 @@ def test_predict_batch_files(
         rows = [dict(r, num_ffn_gpu="16", ffn_num_workers="1", ffn_ep="16") for r in rows]
     if data.draw(st.booleans()):  # the optional running-request cap
         rows = [dict(r, decode_max_running_requests="128") for r in rows]
+    if data.draw(st.booleans()):  # the optional draft depth (2 in MTP rows, empty in the others)
+        rows = [dict(r, mtp_draft_tokens="2" if r["spec_method"] == "mtp" else "") for r in rows]
     header = list(rows[0])
-    optional = [c for c in (*AFD_COLUMNS, *CAP_COLUMNS) if c in header]
+    optional = [c for c in (*AFD_COLUMNS, *ENGINE_COLUMNS) if c in header]
     kind = data.draw(st.sampled_from(["cell", "cell", "cell", "column", "text"]))
     must_fail = False
     if kind == "cell":

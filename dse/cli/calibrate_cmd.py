@@ -47,7 +47,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     fitted = cal.fit(data, catalog, default_params(), points, values)
     tput, intv = cal.predict_measured(data, catalog, fitted)
     stats = cal.error_stats(data, tput, intv)
-    fitted = replace(fitted, provenance=cal.provenance(args.data, len(data), len(skipped), stats))
+    fitted = replace(fitted, provenance=cal.provenance(args.data, data, len(skipped), stats))
     write_text(args.out, params_to_json(fitted) + "\n")
     print(f"fitted {len(data)} rows ({len(skipped)} skipped) and {len(points)} stage points -> {args.out}")
     for msg in skipped:

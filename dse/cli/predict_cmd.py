@@ -64,6 +64,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "once, e.g. SGLang's --max-running-requests; the rest wait (default: only the KV cache caps)",
     )
     p.add_argument(
+        "--mtp-draft-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="draft tokens per speculative step with --mtp (TRT-LLM's num_nextn_predict_layers, "
+        "SGLang's --speculative-num-steps; default: the engine profile's)",
+    )
+    p.add_argument(
+        "--kv-cache-dtype",
+        choices=["bf16", "fp8", "fp4"],
+        default=None,
+        help="precision of the KV cache (default: the engine profile's)",
+    )
+    p.add_argument(
         "--afd",
         action="store_true",
         help="attention-FFN disaggregated decode (implies --disagg): --tp/--dp-attention/--decode-* "
@@ -137,6 +151,8 @@ def _flag_of(column: str, disagg: bool) -> str:
         "num_decode_gpu": "--decode-gpus" if disagg else "--tp",
         "num_ffn_gpu": "--ffn-gpus", "ffn_num_workers": "--ffn-workers", "ffn_ep": "--ffn-ep",
         "decode_max_running_requests": "--decode-max-running-requests",
+        "mtp_draft_tokens": "--mtp-draft-tokens",
+        "kv_cache_dtype": "--kv-cache-dtype",
     }  # fmt: skip
     if column in fixed:
         return fixed[column]
@@ -170,6 +186,8 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
         "decode_max_running_requests": ""
         if a.decode_max_running_requests is None
         else str(a.decode_max_running_requests),
+        "mtp_draft_tokens": "" if a.mtp_draft_tokens is None else str(a.mtp_draft_tokens),
+        "kv_cache_dtype": a.kv_cache_dtype or "",
         **(
             {
                 "num_ffn_gpu": str(a.ffn_gpus),

@@ -15,16 +15,29 @@ optional columns ``num_ffn_gpu``, ``ffn_num_workers`` and ``ffn_ep`` (:data:`AFD
 decode columns then describe the attention pool, and these the expert pool. Output throughput is
 per decode GPU of both pools.
 
-An engine's cap on the requests one instance runs at once (SGLang's ``--max-running-requests``,
-vLLM's ``--max-num-seqs``, TRT-LLM's ``max_batch_size``) is the optional column
-``decode_max_running_requests`` (:data:`CAP_COLUMNS`), per decode instance (per instance in an
-aggregated row); empty means no cap beyond the KV cache. Requests beyond it wait for a slot.
+Three engine settings are optional columns (:data:`ENGINE_COLUMNS`); empty means the default:
+
+* ``decode_max_running_requests``: the engine's cap on the requests one decode instance (one
+  instance in an aggregated row) runs at once (SGLang's ``--max-running-requests``, vLLM's
+  ``--max-num-seqs``, TRT-LLM's ``max_batch_size``); by default only the KV cache caps it.
+  Requests beyond it wait for a slot;
+* ``mtp_draft_tokens``: draft tokens per speculative step in an MTP row (TRT-LLM's
+  ``num_nextn_predict_layers``, SGLang's ``--speculative-num-steps``); by default the engine
+  profile's depth. Tokens accepted per step follow from the engine's fitted acceptance rate
+  (:func:`~dse.perf.params.mtp_tokens_per_step`);
+* ``kv_cache_dtype``: ``bf16``, ``fp8`` or ``fp4``, the KV cache's precision (TRT-LLM's
+  ``kv_cache_config.dtype``, SGLang's ``--kv-cache-dtype``); by default the engine profile's.
+
+:data:`RECIPE_SETTINGS` holds these settings for the InferenceX runs, read from their launch
+scripts and recipes; :func:`with_recipe_settings` adds them to the rows they belong to.
 """
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -59,7 +72,10 @@ INPUT_COLUMNS = (
     "num_decode_gpu",
 )
 AFD_COLUMNS = ("num_ffn_gpu", "ffn_num_workers", "ffn_ep")  # optional: attention-FFN disaggregation
-CAP_COLUMNS = ("decode_max_running_requests",)  # optional: the engine's running-request cap
+ENGINE_COLUMNS = ("decode_max_running_requests", "mtp_draft_tokens", "kv_cache_dtype")  # optional
+MAX_DRAFT_TOKENS = 16
+RECIPE_SETTINGS = Path(__file__).with_name("recipe_settings.csv")
+RECIPE_KEY = (*INPUT_COLUMNS, "date")  # what names a run of the reference file
 OUTPUT_COLUMNS = (
     "pred_tput_per_gpu",
     "pred_input_tput_per_gpu",
@@ -108,6 +124,8 @@ class BenchRow:
     decode: PoolSpec  # the attention pool when ``ffn`` is set
     ffn: PoolSpec | None = None  # attention-FFN disaggregated decode: the expert pool
     decode_max_running: float = float("inf")  # requests one decode instance runs at once
+    mtp_draft: float | None = None  # draft tokens per step (MTP rows); None: the engine's default
+    kv_precision: Precision | None = None  # the KV cache's precision; None: the engine's
 
     @property
     def topology(self) -> str:
@@ -196,12 +214,62 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
         decode=_pool(row, "decode", disagg, source),
         ffn=_ffn_pool(row, disagg, source),
         decode_max_running=_running_cap(row, source),
+        mtp_draft=_draft_tokens(row, spec == "mtp", source),
+        kv_precision=_kv_dtype(row, source),
     )
+
+
+def _kv_dtype(row: Mapping[str, str], source: str) -> Precision | None:
+    """``kv_cache_dtype``: bf16, fp8 or fp4, or empty (the engine's)."""
+    key = ENGINE_COLUMNS[2]
+    raw = str(row.get(key) or "").strip().lower()
+    if not raw:
+        return None
+    try:
+        return Precision(raw)
+    except ValueError:
+        raise InputError(source, key, "must be bf16, fp8 or fp4 (or empty: the engine's)", raw) from None
+
+
+def with_recipe_settings(
+    rows: Sequence[Mapping[str, str]], path: Path = RECIPE_SETTINGS
+) -> list[dict[str, str]]:
+    """``rows`` (of ``inferencex_calibration.csv``) with the engine settings their runs used:
+    :data:`ENGINE_COLUMNS` from ``path`` where a row of it names the same run (every input
+    column and the date equal). Cells the row has already are kept."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        known = {tuple(r[c] for c in RECIPE_KEY): r for r in csv.DictReader(fh)}
+    out = []
+    for row in rows:
+        settings = known.get(tuple(str(row.get(c, "")) for c in RECIPE_KEY), {})
+        extra = {c: settings[c] for c in ENGINE_COLUMNS if settings.get(c) and not str(row.get(c) or "")}
+        out.append({**row, **extra})
+    return out
+
+
+def _draft_tokens(row: Mapping[str, str], mtp: bool, source: str) -> float | None:
+    """``mtp_draft_tokens``: a whole number from 1 to :data:`MAX_DRAFT_TOKENS` in an MTP row,
+    empty (the engine's default) or 0 in a row without MTP."""
+    key = ENGINE_COLUMNS[1]
+    raw = str(row.get(key) or "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not mtp:
+        if value != 0:
+            raise InputError(source, key, "must be empty or 0 in a row without MTP (spec_method none)", raw)
+        return None
+    if not (np.isfinite(value) and value == int(value) and 1 <= value <= MAX_DRAFT_TOKENS):
+        raise InputError(source, key, f"must be a whole number from 1 to {MAX_DRAFT_TOKENS} with MTP", raw)
+    return value
 
 
 def _running_cap(row: Mapping[str, str], source: str) -> float:
     """``decode_max_running_requests``: a whole number from 1 to 1e12, or empty (no cap)."""
-    key = CAP_COLUMNS[0]
+    key = ENGINE_COLUMNS[0]
     raw = str(row.get(key) or "").strip()
     if not raw:
         return float("inf")
@@ -252,7 +320,8 @@ def deployment_of(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams
     model = catalog.model(rows[0].model)
     hws = [catalog.hardware(r.hardware) for r in rows]
     engines = [params.engine(r.engine) for r in rows]
-    kvp = [e.kv_precision for e in engines]
+    pairs = list(zip(rows, engines, strict=True))
+    kvp = [e.kv_precision if r.kv_precision is None else r.kv_precision for r, e in pairs]
     wp = [r.weight_precision for r in rows]
 
     def pool(specs: Sequence[PoolSpec]):  # type: ignore[no-untyped-def]
@@ -267,7 +336,9 @@ def deployment_of(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams
         )
 
     disagg = rows[0].disagg
-    pairs = list(zip(rows, engines, strict=True))
+    draft = np.array(
+        [(e.mtp_draft_tokens if r.mtp_draft is None else r.mtp_draft) if r.mtp else 0.0 for r, e in pairs]
+    )
     pre = [r.prefill for r in rows] if disagg else None
     ffn = [r.ffn for r in rows] if rows[0].ffn is not None else None
     decode = pool([r.decode for r in rows])
@@ -279,8 +350,8 @@ def deployment_of(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams
         isl=np.array([r.isl for r in rows]),
         osl=np.array([r.osl for r in rows]),
         speed=np.array([e.speed for e in engines]),
-        draft_tokens=np.array([e.mtp_draft_tokens if r.mtp else 0.0 for r, e in pairs]),
-        accept_tokens=np.array([e.mtp_accept_tokens if r.mtp else 1.0 for r, e in pairs]),
+        draft_tokens=draft,
+        accept_tokens=np.array([e.accept_tokens(n) for e, n in zip(engines, draft, strict=True)]),
         chunk_per_instance=np.array([e.prefill_chunk_per_instance for e in engines]),
         ffn=ffn_side(pool(ffn)) if ffn else None,  # type: ignore[arg-type]
         ffn_instances=np.array([f.instances for f in ffn]) if ffn else None,  # type: ignore[union-attr]

@@ -19,9 +19,18 @@ from scipy.optimize import least_squares
 from dse import __version__
 from dse.catalog import Catalog
 from dse.errors import DseError
-from dse.perf.benchmark_rows import BenchRow, evaluate, parse_row
+from dse.perf.benchmark_rows import (
+    ENGINE_COLUMNS,
+    RECIPE_SETTINGS,
+    BenchRow,
+    deployment_of,
+    evaluate,
+    parse_row,
+    with_recipe_settings,
+)
 from dse.perf.params import FITTED_SCALARS, PerfParams
 from dse.perf.published import StagePoint, predict_points
+from dse.perf.serving import tpot_at_batch
 
 # (lower, upper) bounds of each fitted value
 BOUNDS = {
@@ -40,7 +49,7 @@ BOUNDS = {
     "nic_allreduce_latency_us": (1.0, 300.0),
 }
 TTFT_WEIGHT = 0.3  # weight of a TTFT log-error against a tokens/s one (TTFT is noisier)
-ENGINE_BOUNDS = {"speed": (0.4, 3.0), "mtp_accept_tokens": (1.0, 3.5)}
+ENGINE_BOUNDS = {"speed": (0.4, 3.0), "mtp_accept_rate": (0.05, 0.98)}
 
 
 @dataclass(frozen=True)
@@ -51,19 +60,25 @@ class Measured:
     raw: Mapping[str, str]
 
 
-def read_measured(path: Path, catalog: Catalog) -> tuple[list[Measured], list[str]]:
-    """Rows the model can describe, and one message per row it cannot."""
+def read_measured(
+    path: Path, catalog: Catalog, settings: Path | None = RECIPE_SETTINGS
+) -> tuple[list[Measured], list[str]]:
+    """Rows the model can describe, and one message per row it cannot; each with the engine
+    settings its run used, from ``settings`` (:func:`~dse.perf.benchmark_rows.with_recipe_settings`;
+    None: the engine defaults)."""
     out, skipped = [], []
     with open(path, newline="") as fh:
-        for i, raw in enumerate(csv.DictReader(fh)):
-            try:
-                row = parse_row(raw, catalog, source=f"{path.name} row {i + 1}")
-            except DseError as exc:
-                skipped.append(str(exc))
-                continue
-            out.append(
-                Measured(row, float(raw["tput_per_gpu_total"]), float(raw["median_intvty_tok_s_user"]), raw)
-            )
+        rows = list(csv.DictReader(fh))
+    if settings is not None:
+        rows = with_recipe_settings(rows, settings)
+    for i, raw in enumerate(rows):
+        try:
+            row = parse_row(raw, catalog, source=f"{path.name} row {i + 1}")
+        except DseError as exc:
+            skipped.append(str(exc))
+            continue
+        tput, intvty = float(raw["tput_per_gpu_total"]), float(raw["median_intvty_tok_s_user"])
+        out.append(Measured(row, tput, intvty, raw))
     return out, skipped
 
 
@@ -92,6 +107,53 @@ def _predict_all(
     return tput, intv, ttft
 
 
+def measured_decode_batch(m: Measured) -> float:
+    """Sequences one decode instance of the run held, by Little's law on the decode pool: its
+    measured output tokens/s per instance times its measured median TPOT (nan without one)."""
+    r = m.row
+    tpot = _cell(m, "median_tpot_ms") / 1e3
+    if r.disagg:
+        out = _cell(m, "output_tput_per_gpu") * r.decode.gpus
+    else:
+        out = m.tput_per_gpu * r.decode.gpus * r.osl / (r.isl + r.osl)
+    return out * tpot
+
+
+def error_sources(
+    data: Sequence[Measured], catalog: Catalog, params: PerfParams
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where the error of the tokens/s predictions comes from, per row (log ratios, nan where
+    a figure is missing):
+
+    * Little's law on the run's own median TTFT and TPOT against its measured tokens/s/GPU: how
+      far the measurements themselves are from one steady closed loop;
+    * the model's TPOT at the run's measured decode batch (:func:`measured_decode_batch`)
+      against the measured TPOT: the step-time error with the load model taken out."""
+    little = np.full(len(data), np.nan)
+    step = np.full(len(data), np.nan)
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, m in enumerate(data):
+        r = m.row
+        gpus = r.decode.gpus * r.decode.instances + (r.prefill.gpus * r.prefill.instances if r.prefill else 0)
+        e2e = _cell(m, "median_ttft_s") + r.osl * _cell(m, "median_tpot_ms") / 1e3
+        little[i] = np.log(r.conc / e2e * (r.isl + r.osl) / gpus / m.tput_per_gpu)
+        if r.ffn is None:
+            groups.setdefault((r.model, r.topology), []).append(i)
+    for idx in groups.values():
+        d = deployment_of([data[i].row for i in idx], catalog, params)
+        batch = np.array([measured_decode_batch(data[i]) for i in idx])
+        measured = np.array([_cell(data[i], "median_tpot_ms") / 1e3 for i in idx])
+        step[idx] = np.log(tpot_at_batch(d, params, np.maximum(batch, 1e-6)) / measured)
+    return little, step
+
+
+def _cell(m: Measured, key: str) -> float:
+    try:
+        return float(m.raw.get(key) or "nan")
+    except ValueError:
+        return float("nan")
+
+
 def _engines_used(data: Sequence[Measured]) -> list[str]:
     return sorted({m.row.engine for m in data})
 
@@ -112,19 +174,19 @@ def _unpack(x: np.ndarray, base: PerfParams, engines: Sequence[str], mtp: set[st
         else:
             speed = float(np.exp(-sum(log_speeds)))
         log_speeds.append(float(np.log(speed)))
-        accept = eng[name].mtp_accept_tokens
+        accept = eng[name].mtp_accept_rate
         if name in mtp:
             accept = x[k]
             k += 1
-        eng[name] = replace(eng[name], speed=speed, mtp_accept_tokens=float(accept))
+        eng[name] = replace(eng[name], speed=speed, mtp_accept_rate=float(accept))
     # engines without data: average speed (1) and the mean acceptance of the fitted MTP engines
     seen = [n for n in engines if n in mtp]
-    mean_accept = float(np.mean([eng[n].mtp_accept_tokens for n in seen])) if seen else None
+    mean_accept = float(np.mean([eng[n].mtp_accept_rate for n in seen])) if seen else None
     for name in eng:
         if name not in engines:
             eng[name] = replace(eng[name], speed=1.0)
         if name not in mtp and mean_accept is not None:
-            eng[name] = replace(eng[name], mtp_accept_tokens=mean_accept)
+            eng[name] = replace(eng[name], mtp_accept_rate=mean_accept)
     return replace(p, engines=eng)
 
 
@@ -140,9 +202,9 @@ def _pack(p: PerfParams, engines: Sequence[str], mtp: set[str]) -> tuple[np.ndar
             lo.append(ENGINE_BOUNDS["speed"][0])
             hi.append(ENGINE_BOUNDS["speed"][1])
         if name in mtp:
-            x.append(p.engines[name].mtp_accept_tokens)
-            lo.append(ENGINE_BOUNDS["mtp_accept_tokens"][0])
-            hi.append(ENGINE_BOUNDS["mtp_accept_tokens"][1])
+            x.append(p.engines[name].mtp_accept_rate)
+            lo.append(ENGINE_BOUNDS["mtp_accept_rate"][0])
+            hi.append(ENGINE_BOUNDS["mtp_accept_rate"][1])
     xa, la, ha = np.array(x), np.array(lo), np.array(hi)
     return np.clip(xa, la + 1e-9, ha - 1e-9), la, ha
 
@@ -300,13 +362,17 @@ def pair_order_agreement(
     return good / total if total else float("nan")
 
 
-def provenance(data_path: Path, n_rows: int, n_skipped: int, stats: ErrorStats) -> dict[str, object]:
+def provenance(
+    data_path: Path, data: Sequence[Measured], n_skipped: int, stats: ErrorStats
+) -> dict[str, object]:
     return {
         "fitted_by": "dse calibrate",
         "engine_version": __version__,
         "data": str(data_path.name),
-        "rows_fitted": n_rows,
+        "rows_fitted": len(data),
         "rows_skipped": n_skipped,
+        # rows whose run's engine settings (draft depth, running cap, KV precision) were known
+        "rows_with_recipe_settings": sum(any(m.raw.get(c) for c in ENGINE_COLUMNS) for m in data),
         "fitted_at_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "in_sample_tput_median_ape": round(stats.tput_median_ape, 4),
         "in_sample_intvty_median_ape": round(stats.intvty_median_ape, 4),

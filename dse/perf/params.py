@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dse.errors import InputError
 from dse.units import Precision
 
@@ -25,13 +27,34 @@ class EngineProfile:
 
     name: str
     kv_precision: Precision
-    mtp_draft_tokens: int
+    mtp_draft_tokens: int  # the engine's default draft depth; a deployment may set its own
     speed: float = 1.0
-    mtp_accept_tokens: float = 1.8
+    # chance that a draft token is accepted, given the ones before it were (fitted per engine)
+    mtp_accept_rate: float = 0.6
     # SGLang divides --chunked-prefill-size by the DP size under DP attention (server_args.py:
     # ``chunked_prefill_size // dp_size``), so its chunk is a budget for the whole instance;
     # TRT-LLM and ATOM batch up to their token budget on every attention-DP rank.
     prefill_chunk_per_instance: bool = False
+
+    def accept_tokens(self, draft_tokens: Any) -> Any:
+        """Tokens a verification step emits with ``draft_tokens`` drafts (1 without MTP)."""
+        return mtp_tokens_per_step(self.mtp_accept_rate, draft_tokens)
+
+    @property
+    def mtp_accept_tokens(self) -> float:
+        """Tokens per step at the engine's default draft depth."""
+        return float(self.accept_tokens(self.mtp_draft_tokens))
+
+
+def mtp_tokens_per_step(accept_rate: Any, draft_tokens: Any) -> Any:
+    """Expected tokens per speculative step: the accepted prefix of ``draft_tokens`` drafts, each
+    accepted with probability ``accept_rate`` once the ones before it were, plus the token the
+    verification pass itself produces: ``(1 - a^(n+1)) / (1 - a)`` (Leviathan et al. 2023,
+    "Fast Inference from Transformers via Speculative Decoding", eq. 1). 1 with no drafts, and
+    it grows ever more slowly with the depth, so a deeper draft only pays while acceptance is high."""
+    a = np.minimum(np.asarray(accept_rate, dtype=float), 1.0 - 1e-9)
+    n = np.asarray(draft_tokens, dtype=float)
+    return (1.0 - np.power(a, n + 1.0)) / (1.0 - a)
 
 
 @dataclass(frozen=True)
@@ -128,7 +151,7 @@ def load_params(path: Path = CALIBRATION_FILE) -> PerfParams:
             kv_precision=Precision(e["kv_precision"]),
             mtp_draft_tokens=int(e["mtp_draft_tokens"]),
             speed=float(e["speed"]),
-            mtp_accept_tokens=float(e["mtp_accept_tokens"]),
+            mtp_accept_rate=float(e["mtp_accept_rate"]),
             prefill_chunk_per_instance=bool(
                 e.get(
                     "prefill_chunk_per_instance",
@@ -149,7 +172,8 @@ def params_to_json(params: PerfParams) -> str:
             "kv_precision": e.kv_precision.value,
             "mtp_draft_tokens": e.mtp_draft_tokens,
             "speed": e.speed,
-            "mtp_accept_tokens": e.mtp_accept_tokens,
+            "mtp_accept_rate": e.mtp_accept_rate,
+            "mtp_accept_tokens_at_default_drafts": e.mtp_accept_tokens,
             "prefill_chunk_per_instance": e.prefill_chunk_per_instance,
         }
         for n, e in params.engines.items()

@@ -201,6 +201,12 @@ class _Load:
         return {"cost": cost, "step": step, "tpot": tpot, "x": x, "rho": rho, "ttft": ttft, "conc": conc}
 
 
+def tpot_at_batch(d: Deployment, p: PerfParams, batch: Array) -> Array:
+    """Seconds per output token with ``batch`` sequences per decode instance, whatever load
+    formed that batch (aggregated: with the chunked prefill of the requests it turns over)."""
+    return np.asarray(_Load(d, p, _prefill_terms(d, p)).at(np.asarray(batch, dtype=float))["tpot"])
+
+
 def closed_loop(d: Deployment, p: PerfParams, concurrency: Array, iterations: int = 40) -> ServingResult:
     """Serving figures at a fixed number of requests in flight (benchmark-style load)."""
     load = _Load(d, p, _prefill_terms(d, p))
