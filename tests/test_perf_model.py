@@ -387,6 +387,36 @@ def test_nvlink_all_to_all_latency_is_paid_per_peer(catalog: Catalog) -> None:
     assert comm_s("b200", 8, 8, 1) == pytest.approx(2 * m.layers * 2e-6, rel=1e-3)  # TP8, no EP
 
 
+def test_expert_parallelism_under_tensor_parallel_attention_needs_no_all_to_all(catalog: Catalog) -> None:
+    """Under tensor-parallel attention every rank holds every token, so experts spread over the
+    ranks (TEP) need no dispatch: each rank computes its own experts' share and the all-reduce
+    ending the layer sums it. The instance communicates as the same one with replicated experts
+    (EP1), also across nodes (H100 TEP16), where a cross-node all-to-all latency was charged
+    twice per MoE layer; data-parallel attention (DEP) does need the all-to-all."""
+    p = default_params()
+    m = catalog.model("deepseek-v3")
+
+    def comm_s(hw: str, gpus: int, attn_tp: int, ep: int) -> float:
+        pool = build_pool(
+            m,
+            [catalog.hardware(hw)],
+            gpus=[gpus],
+            attn_tp=[attn_tp],
+            ep=[ep],
+            weight_precision=[Precision.FP8],
+            kv_precision=[Precision.FP8],
+        )
+        c = forward_cost(
+            pool, p, tokens=np.full(1, 64.0), sequences=np.full(1, 64.0), context=np.full(1, 2000.0),
+            prefill=False, speed=np.ones(1),
+        )  # fmt: skip
+        return float(c.comm_s[0])
+
+    for hw, g in (("b200", 8), ("h100", 16), ("gb200", 32)):
+        assert comm_s(hw, g, g, g) == pytest.approx(comm_s(hw, g, g, 1), rel=1e-12)
+        assert comm_s(hw, g, 1, g) > 0.0  # DEP: the all-to-all
+
+
 def test_hbm_capacity_is_read_in_binary_units(catalog: Catalog) -> None:
     """Datasheet HBM "GB" are GiB (nvidia-smi: 183,359 MiB on a "180 GB" B200): DeepSeek-R1 fp8
     on 4 x B200, as InferenceX serves it at 32 concurrent 8k-token requests, has room for them."""

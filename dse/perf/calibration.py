@@ -42,7 +42,11 @@ BOUNDS = {
     "nic_eff": (0.1, 0.95),
     "step_overhead_ms": (0.05, 20.0),
     "layer_overhead_us": (0.1, 100.0),
-    "collective_latency_us": (0.5, 100.0),
+    # NVLink latency per peer of an all-to-all (stages.nvlink_a2a_latency_us): at most what DeepEP's
+    # low-latency dispatch pays per peer over RDMA at its widest measured group (194 us over 255
+    # peers at EP256); left free up to 100 us, a fit without GB200 NVL72's wide groups put it at
+    # 10 us, which charged an EP48 all-to-all half a millisecond
+    "collective_latency_us": (0.5, 0.76),
     "comm_overlap": (0.0, 0.95),
     "prefill_queue_factor": (0.05, 10.0),
     "nic_a2a_latency_us": (1.0, 300.0),

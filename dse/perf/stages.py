@@ -135,7 +135,11 @@ def forward_cost(
 
     # communication: TP all-reduce twice per layer; EP dispatch (fp8) + combine (bf16).
     # Across scale-up domains a token crosses the NIC once per remote domain it is routed to
-    # (forwarded inside the domain, as DeepEP does), not once per expert.
+    # (forwarded inside the domain, as DeepEP does), not once per expert. Only data-parallel
+    # attention spreads the tokens over the ranks and needs the all-to-all: under tensor-parallel
+    # attention every rank holds every token after the attention all-reduce, computes its own
+    # experts' share of each, and the all-reduce that ends the MoE layer (the second one counted
+    # here) sums them, as SGLang's and TRT-LLM's expert-parallel MoE without DP attention do.
     tp = pool.attn_tp
     ar_bytes = np.where(
         tp > 1, 2.0 * m.layers * 2.0 * (tp - 1) / tp * tokens / pool.attn_dp * m.hidden * 2.0, 0.0
@@ -146,14 +150,15 @@ def forward_cost(
     domains = np.maximum(pool.ep / pool.domain_gpus, 1.0)
     remote_domains = domains * (1.0 - np.power(1.0 - 1.0 / domains, k)) * (1.0 - 1.0 / domains)
     local_share = np.minimum(pool.domain_gpus, pool.ep) / np.maximum(pool.ep, 1.0)
+    dispatch = (pool.ep > 1) & (pool.attn_dp > 1)
     a2a_s = np.where(
-        pool.ep > 1,
+        dispatch,
         token_bytes * k * local_share * (1.0 - 1.0 / pool.ep) / (pool.scaleup_bytes_per_s * p.link_eff)
         + token_bytes * remote_domains / (pool.nic_bytes_per_s * p.nic_eff),
         0.0,
     )
     n_ar = np.where(tp > 1, 2.0 * m.layers, 0.0)
-    n_a2a = np.where(pool.ep > 1, 2.0 * m.moe_layers, 0.0)
+    n_a2a = np.where(dispatch, 2.0 * m.moe_layers, 0.0)
     # a collective whose group spans scale-up domains waits on RDMA round trips, not NVLink
     # ones: PerfParams.nic_allreduce_latency_us / nic_a2a_latency_us (fitted 42 / 150 us)
     # instead of the NVLink collective_latency_us (was a fixed 3x the latter)
