@@ -415,6 +415,8 @@ def test_expert_parallelism_under_tensor_parallel_attention_needs_no_all_to_all(
     for hw, g in (("b200", 8), ("h100", 16), ("gb200", 32)):
         assert comm_s(hw, g, g, g) == pytest.approx(comm_s(hw, g, g, 1), rel=1e-12)
         assert comm_s(hw, g, 1, g) > 0.0  # DEP: the all-to-all
+    # experts over more GPUs than the instance has (8gpu-tp8-ep16): its tokens must reach them
+    assert comm_s("b200", 8, 8, 16) > comm_s("b200", 8, 8, 8)
 
 
 def test_hbm_capacity_is_read_in_binary_units(catalog: Catalog) -> None:

@@ -111,3 +111,25 @@ def test_error_sources_vanish_on_the_models_own_figures(catalog) -> None:  # typ
     little, step = cal.error_sources(own, catalog, params)
     assert np.nanmax(np.abs(little)) < 0.01  # rounding of the printed figures only
     assert np.nanmax(np.abs(step)) < 0.01
+
+
+def test_littles_law_counts_the_expert_pool_of_an_attention_ffn_row(catalog) -> None:  # type: ignore[no-untyped-def]
+    from dse.perf.benchmark_rows import predict_rows
+    from dse.perf.params import load_params
+
+    afd = dict(
+        hardware="b200", framework="sglang", model="dsr1", precision="fp8", spec_method="none",
+        disagg="True", isl="4000", osl="1000", conc="512", prefill_tp="8", prefill_ep="8",
+        prefill_dp_attention="True", prefill_num_workers="2", num_prefill_gpu="16", decode_tp="8",
+        decode_ep="8", decode_dp_attention="True", decode_num_workers="2", num_decode_gpu="16",
+        num_ffn_gpu="16", ffn_num_workers="1", ffn_ep="16",
+    )  # fmt: skip
+    row = predict_rows([afd], catalog, load_params())[0]
+    own = cal.Measured(
+        parse_row(row, catalog),
+        float(row["pred_tput_per_gpu"]),
+        float(row["pred_intvty_tok_s_user"]),
+        {"median_tpot_ms": str(row["pred_tpot_ms"]), "median_ttft_s": str(row["pred_ttft_s"])},
+    )
+    little, _ = cal.error_sources([own], catalog, load_params())
+    assert abs(little[0]) < 0.01

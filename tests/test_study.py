@@ -180,8 +180,13 @@ def test_an_interrupted_run_resumes_without_losing_or_repeating_trials(
 
 
 def _children(pid: int) -> list[int]:
-    found = (Path(f"/proc/{pid}/task") / t / "children" for t in os.listdir(f"/proc/{pid}/task"))
-    return [int(c) for f in found for c in f.read_text().split()]
+    kids: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            kids += [int(c) for c in (Path(f"/proc/{pid}/task") / task / "children").read_text().split()]
+        except FileNotFoundError:  # a thread (a heartbeat, a pool worker) that ended meanwhile
+            continue
+    return kids
 
 
 def test_a_failure_in_the_sampler_process_reaches_the_run(

@@ -45,7 +45,8 @@ BOUNDS = {
     # NVLink latency per peer of an all-to-all (stages.nvlink_a2a_latency_us): at most what DeepEP's
     # low-latency dispatch pays per peer over RDMA at its widest measured group (194 us over 255
     # peers at EP256); left free up to 100 us, a fit without GB200 NVL72's wide groups put it at
-    # 10 us, which charged an EP48 all-to-all half a millisecond
+    # 10 us, which charged an EP48 all-to-all half a millisecond. (The same value is the latency
+    # of one NVLink all-reduce, which NCCL takes longer over; the per-step overhead holds the rest.)
     "collective_latency_us": (0.5, 0.76),
     "comm_overlap": (0.0, 0.95),
     "prefill_queue_factor": (0.05, 10.0),
@@ -138,7 +139,7 @@ def error_sources(
     groups: dict[tuple[str, str], list[int]] = {}
     for i, m in enumerate(data):
         r = m.row
-        gpus = r.decode.gpus * r.decode.instances + (r.prefill.gpus * r.prefill.instances if r.prefill else 0)
+        gpus = sum(pool.gpus * pool.instances for pool in (r.prefill, r.decode, r.ffn) if pool is not None)
         e2e = _cell(m, "median_ttft_s") + r.osl * _cell(m, "median_tpot_ms") / 1e3
         little[i] = np.log(r.conc / e2e * (r.isl + r.osl) / gpus / m.tput_per_gpu)
         if r.ffn is None:

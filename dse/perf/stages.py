@@ -139,7 +139,9 @@ def forward_cost(
     # attention spreads the tokens over the ranks and needs the all-to-all: under tensor-parallel
     # attention every rank holds every token after the attention all-reduce, computes its own
     # experts' share of each, and the all-reduce that ends the MoE layer (the second one counted
-    # here) sums them, as SGLang's and TRT-LLM's expert-parallel MoE without DP attention do.
+    # here) sums them, as SGLang's and TRT-LLM's expert-parallel MoE without DP attention do;
+    # unless the expert group is wider than the instance, whose tokens must then reach experts
+    # on GPUs that do not hold them.
     tp = pool.attn_tp
     ar_bytes = np.where(
         tp > 1, 2.0 * m.layers * 2.0 * (tp - 1) / tp * tokens / pool.attn_dp * m.hidden * 2.0, 0.0
@@ -150,7 +152,7 @@ def forward_cost(
     domains = np.maximum(pool.ep / pool.domain_gpus, 1.0)
     remote_domains = domains * (1.0 - np.power(1.0 - 1.0 / domains, k)) * (1.0 - 1.0 / domains)
     local_share = np.minimum(pool.domain_gpus, pool.ep) / np.maximum(pool.ep, 1.0)
-    dispatch = (pool.ep > 1) & (pool.attn_dp > 1)
+    dispatch = (pool.ep > 1) & ((pool.attn_dp > 1) | (pool.ep > g))
     a2a_s = np.where(
         dispatch,
         token_bytes * k * local_share * (1.0 - 1.0 / pool.ep) / (pool.scaleup_bytes_per_s * p.link_eff)
