@@ -407,3 +407,16 @@ def test_kv_cache_dtype_of_a_row(catalog) -> None:  # type: ignore[no-untyped-de
     assert bad["pred_error"] == (
         "input row 1: kv_cache_dtype = 'int3': must be bf16, fp8 or fp4 (or empty: the engine's)"
     )
+
+
+def test_a_calibration_file_from_before_the_acceptance_rate_still_loads(tmp_path: Path) -> None:
+    """Files that held tokens per step at the default depth load with the rate that gives them."""
+    raw = json.loads(CALIBRATION_FILE.read_text())
+    for e in raw["engines"].values():
+        e["mtp_accept_tokens"] = e.pop("mtp_accept_tokens_at_default_drafts")
+        del e["mtp_accept_rate"]
+    old = tmp_path / "calibration.json"
+    old.write_text(json.dumps(raw))
+    now, then = load_params(), load_params(old)
+    for name, e in now.engines.items():
+        assert then.engines[name].mtp_accept_rate == pytest.approx(e.mtp_accept_rate, rel=1e-9)

@@ -151,7 +151,7 @@ def load_params(path: Path = CALIBRATION_FILE) -> PerfParams:
             kv_precision=Precision(e["kv_precision"]),
             mtp_draft_tokens=int(e["mtp_draft_tokens"]),
             speed=float(e["speed"]),
-            mtp_accept_rate=float(e["mtp_accept_rate"]),
+            mtp_accept_rate=_accept_rate(e),
             prefill_chunk_per_instance=bool(
                 e.get(
                     "prefill_chunk_per_instance",
@@ -163,6 +163,19 @@ def load_params(path: Path = CALIBRATION_FILE) -> PerfParams:
     }
     scalars = {k: float(v) for k, v in raw["params"].items()}
     return PerfParams(**scalars, engines=engines, provenance=raw.get("provenance", {}))
+
+
+def _accept_rate(engine: dict[str, Any]) -> float:
+    """The engine's acceptance rate; a file written before there was one (it held the tokens per
+    step at the default depth, ``mtp_accept_tokens``) gives the rate that reproduces them."""
+    if "mtp_accept_rate" in engine:
+        return float(engine["mtp_accept_rate"])
+    tokens, drafts = float(engine["mtp_accept_tokens"]), float(engine["mtp_draft_tokens"])
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # tokens per step grow with the rate: bisect
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if mtp_tokens_per_step(mid, drafts) < tokens else (lo, mid)
+    return 0.5 * (lo + hi)
 
 
 def params_to_json(params: PerfParams) -> str:
