@@ -171,3 +171,57 @@ def test_aggregated_prefill_shares_stay_inside_the_studys_range() -> None:
     for p in _warm(spec):
         if "agg_prefill_share" in p:
             assert 0.05 <= p["agg_prefill_share"] <= 0.4375
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_workers_starting_together_enqueue_each_design_once(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """Two workers that look for untaken designs at the same moment would both find them all and
+    both enqueue them: the lock on the database lets one look and enqueue, then the other (the
+    test holds the window open between looking and enqueueing, where the race was)."""
+    import threading
+    import time
+
+    import dse.study.runner as runner
+    from dse.study.storage import open_storage
+
+    if db == "sqlite":
+        url = f"sqlite:///{tmp_path / 'shared.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    name = f"enqueue-{db}-{tmp_path.name}"
+    optuna.create_study(study_name=name, storage=open_storage(url))
+    first = [{"x": i} for i in range(4)]
+    looked = threading.Barrier(2, timeout=2)
+    real = runner._not_taken
+
+    def slow(study: optuna.Study, designs: list[dict[str, object]]) -> list[dict[str, object]]:
+        found = real(study, designs)
+        try:
+            looked.wait()  # without the lock both threads get here before either enqueues
+        except threading.BrokenBarrierError:  # with it, the other waits on the lock instead
+            pass
+        time.sleep(0.2)
+        return found
+
+    monkeypatch.setattr(runner, "_not_taken", slow)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            study = optuna.load_study(study_name=name, storage=open_storage(url))
+            runner.enqueue_first(study, first, budget=10)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    waiting = optuna.load_study(study_name=name, storage=open_storage(url)).get_trials(
+        states=(optuna.trial.TrialState.WAITING,)
+    )
+    assert sorted(t.system_attrs["fixed_params"]["x"] for t in waiting) == [0, 1, 2, 3]

@@ -46,6 +46,7 @@ from dse.study.storage import (
     fail_stale,
     open_storage,
     redact,
+    storage_lock,
     wait_for_storage,
 )
 from dse.study.sweep import PREFIX, choice_of, evaluate_point, point_of, suggest_point
@@ -95,6 +96,15 @@ def _not_taken(study: optuna.Study, first: list[dict[str, Any]]) -> list[dict[st
         t.system_attrs.get("fixed_params", t.params) for t in study.get_trials(deepcopy=False, states=live)
     ]
     return [p for p in first if p not in taken]
+
+
+def enqueue_first(study: optuna.Study, first: list[dict[str, Any]], budget: int) -> None:
+    """Put the designs of ``first`` no trial has in the shared study's queue, no more than the
+    budget still needs (or they would wait there), under a lock on its database: workers that
+    start together would each find them untaken and enqueue them twice."""
+    with storage_lock(study, f"dse-enqueue-first:{study.study_name}"):
+        for p in _not_taken(study, first)[: max(0, budget - _complete(study))]:
+            study.enqueue_trial(p)
 
 
 def open_study(
@@ -209,9 +219,8 @@ def run(
     ran = 0
     bar = _Progress(budget, before) if progress else None
     done = before
-    if shared:  # on the storage: no more than the budget still needs, or they would wait there
-        for p in _not_taken(study, first)[: max(0, budget - done)]:
-            study.enqueue_trial(p)
+    if shared:
+        enqueue_first(study, first, budget)
     # alone on a storage, the sampler works in its own process on an in-memory copy, one trial
     # ahead (dse.study.proposer), and each finished trial is written to the storage in one
     # transaction as it completes; workers sharing a storage ask it directly so they see each

@@ -10,12 +10,16 @@ committed). On a shared storage, trials carry heartbeats (:func:`dse.study.fault
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
+import hashlib
 import json
 import sys
 import time
 import warnings
 import weakref
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -219,6 +223,39 @@ def driver_url(url: str) -> str:
     if url.startswith("postgresql://"):
         return "postgresql+psycopg2://" + url.removeprefix("postgresql://")
     return url
+
+
+@contextlib.contextmanager
+def storage_lock(study: optuna.Study, name: str) -> Iterator[None]:
+    """Hold a lock named ``name`` on the study's database for the block, so processes sharing it
+    (workers on many machines) run the block one at a time: a PostgreSQL advisory lock; on a
+    SQLite file, an exclusive lock on ``<file>.lock`` beside it (one machine shares a file). An
+    in-memory or other storage is not shared across processes and takes no lock."""
+    rdb = getattr(study._storage, "_backend", study._storage)
+    engine = getattr(rdb, "engine", None)
+    if engine is None:
+        yield
+        return
+    if engine.dialect.name == "postgresql":
+        key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+        with engine.connect() as con:
+            con.execute(sqlalchemy.text("select pg_advisory_lock(:k)"), {"k": key})
+            try:
+                yield
+            finally:
+                con.execute(sqlalchemy.text("select pg_advisory_unlock(:k)"), {"k": key})
+                con.commit()
+        return
+    database = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not database or database == ":memory:":
+        yield
+        return
+    with open(f"{database}.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def fail_stale(study: optuna.Study) -> int:
