@@ -353,6 +353,26 @@ def test_calibration_keeps_values_no_residual_responds_to() -> None:
     assert free.tolist() == [True, False, True]
 
 
+def _comm_s(
+    catalog: Catalog, p: PerfParams, hw: str, gpus: int, attn_tp: int, ep: int, batch: float, context: float
+) -> float:
+    """Communication seconds of one DeepSeek-V3 fp8 decode step on one instance."""
+    pool = build_pool(
+        catalog.model("deepseek-v3"),
+        [catalog.hardware(hw)],
+        gpus=[gpus],
+        attn_tp=[attn_tp],
+        ep=[ep],
+        weight_precision=[Precision.FP8],
+        kv_precision=[Precision.FP8],
+    )
+    c = forward_cost(
+        pool, p, tokens=np.full(1, batch), sequences=np.full(1, batch), context=np.full(1, context),
+        prefill=False, speed=np.ones(1),
+    )  # fmt: skip
+    return float(c.comm_s[0])
+
+
 def test_nvlink_all_to_all_latency_is_paid_per_peer(catalog: Catalog) -> None:
     """Inside the scale-up domain an expert dispatch or combine signals every peer, so its fixed
     cost grows with the EP group (GB200 NVL72 EP48 pays 47 peers, B200 EP8 seven), while a
@@ -361,25 +381,7 @@ def test_nvlink_all_to_all_latency_is_paid_per_peer(catalog: Catalog) -> None:
     m = catalog.model("deepseek-v3")
 
     def comm_s(hw: str, gpus: int, attn_tp: int, ep: int) -> float:
-        pool = build_pool(
-            m,
-            [catalog.hardware(hw)],
-            gpus=[gpus],
-            attn_tp=[attn_tp],
-            ep=[ep],
-            weight_precision=[Precision.FP8],
-            kv_precision=[Precision.FP8],
-        )
-        c = forward_cost(
-            pool,
-            p,
-            tokens=np.ones(1),
-            sequences=np.ones(1),
-            context=np.ones(1),
-            prefill=False,
-            speed=np.ones(1),
-        )
-        return float(c.comm_s[0])
+        return _comm_s(catalog, p, hw, gpus, attn_tp, ep, batch=1.0, context=1.0)
 
     calls = 2 * m.moe_layers
     assert comm_s("b200", 8, 1, 8) == pytest.approx(calls * 7 * 2e-6, rel=1e-3)
@@ -394,23 +396,9 @@ def test_expert_parallelism_under_tensor_parallel_attention_needs_no_all_to_all(
     (EP1), also across nodes (H100 TEP16), where a cross-node all-to-all latency was charged
     twice per MoE layer; data-parallel attention (DEP) does need the all-to-all."""
     p = default_params()
-    m = catalog.model("deepseek-v3")
 
     def comm_s(hw: str, gpus: int, attn_tp: int, ep: int) -> float:
-        pool = build_pool(
-            m,
-            [catalog.hardware(hw)],
-            gpus=[gpus],
-            attn_tp=[attn_tp],
-            ep=[ep],
-            weight_precision=[Precision.FP8],
-            kv_precision=[Precision.FP8],
-        )
-        c = forward_cost(
-            pool, p, tokens=np.full(1, 64.0), sequences=np.full(1, 64.0), context=np.full(1, 2000.0),
-            prefill=False, speed=np.ones(1),
-        )  # fmt: skip
-        return float(c.comm_s[0])
+        return _comm_s(catalog, p, hw, gpus, attn_tp, ep, batch=64.0, context=2000.0)
 
     for hw, g in (("b200", 8), ("h100", 16), ("gb200", 32)):
         assert comm_s(hw, g, g, g) == pytest.approx(comm_s(hw, g, g, 1), rel=1e-12)
