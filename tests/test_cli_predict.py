@@ -383,6 +383,11 @@ def test_draft_depth_flag(clean_env: dict[str, str]) -> None:
     assert deep.returncode == 0 and shallow.returncode == 0, shallow.stderr
     a, b = (json.loads(p.stdout)["prediction"] for p in (deep, shallow))
     assert b["intvty_tok_s_user"] < a["intvty_tok_s_user"]
+    said = json.loads(shallow.stdout)["assumed"]  # what the prediction took, shown with it
+    rate = load_params().engine("trt").mtp_accept_rate
+    assert said == {"kv_cache_dtype": "fp8", "mtp_draft_tokens": 1, "mtp_tokens_per_step": round(1 + rate, 4)}
+    table = _run(clean_env, "predict", *flags[:-1], "--mtp-draft-tokens", "1", "--kv-cache-dtype", "bf16")
+    assert f"MTP 1 draft ({1 + rate:.2f} tokens per step), KV bf16)" in table.stdout.splitlines()[0]
     bad = _run(clean_env, "predict", "--hardware", "b200", "--mtp-draft-tokens", "2")
     assert bad.returncode == 2
     assert bad.stderr.strip() == (

@@ -128,12 +128,22 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         "prefill_utilization": float(res.prefill_utilization[0]),
         "binding_regime": str(res.regime[0]),
     }
+    engine = params.engine(bench.engine)
+    drafts = (engine.mtp_draft_tokens if bench.mtp_draft is None else bench.mtp_draft) if bench.mtp else 0
+    assumed = {  # the engine settings the prediction took, given or the engine profile's
+        "kv_cache_dtype": (bench.kv_precision or engine.kv_precision).value,
+        "mtp_draft_tokens": int(drafts),
+        "mtp_tokens_per_step": round(float(engine.accept_tokens(drafts)), 4),
+    }
     if args.json:
-        print(json.dumps({"deployment": row, "prediction": figures}, indent=2))
+        print(json.dumps({"deployment": row, "assumed": assumed, "prediction": figures}, indent=2))
         return 0
+    per_step = assumed["mtp_tokens_per_step"]
+    plural = "" if drafts == 1 else "s"
+    mtp = f", MTP {drafts:g} draft{plural} ({per_step:.2f} tokens per step)" if bench.mtp else ""
     print(
         f"{bench.model} on {bench.hardware} ({bench.topology}, "
-        f"{row['framework']}, {row['precision']}{', MTP' if bench.mtp else ''}), "
+        f"{row['framework']}, {row['precision']}{mtp}, KV {assumed['kv_cache_dtype']}), "
         f"ISL {row['isl']} OSL {row['osl']}, {row['conc']} requests in flight"
     )
     print(format_table(["figure", "value"], [[k, v] for k, v in figures.items()]))
