@@ -87,12 +87,12 @@ class PerfParams:
     # puts, a completion flag per peer, and the wait on the slowest remote rank). DeepEP's README
     # (H800, CX7 400 Gb/s, 128 tokens per rank) measures 118 us dispatch / 195 us combine at EP16
     # and 155-194 / 273-369 us at EP32-256, an order of magnitude above an NVLink-only call.
-    # The model charged such calls 3x the NVLink latency; the fit gives ~150 us. Fitted, global,
+    # The model charged such calls 3x the NVLink latency; the fit gives 150-180 us. Fitted, global,
     # bounded.
     nic_a2a_latency_us: float = 40.0
     # The same for a tensor-parallel all-reduce spanning scale-up domains (NCCL over RDMA:
     # reduce-scatter inside the domain, an exchange across it, all-gather inside; tens of us
-    # for small messages); the fit gives ~42 us. Fitted, global, bounded.
+    # for small messages); the fits give 38-59 us. Fitted, global, bounded.
     nic_allreduce_latency_us: float = 40.0
     engines: dict[str, EngineProfile] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)

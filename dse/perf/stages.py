@@ -162,7 +162,7 @@ def forward_cost(
     n_ar = np.where(tp > 1, 2.0 * m.layers, 0.0)
     n_a2a = np.where(dispatch, 2.0 * m.moe_layers, 0.0)
     # a collective whose group spans scale-up domains waits on RDMA round trips, not NVLink
-    # ones: PerfParams.nic_allreduce_latency_us / nic_a2a_latency_us (fitted 42 / 150 us)
+    # ones: PerfParams.nic_allreduce_latency_us / nic_a2a_latency_us (fitted 59 / 180 us)
     # instead of the NVLink collective_latency_us (was a fixed 3x the latter)
     ar_lat = np.where(tp > pool.domain_gpus, p.nic_allreduce_latency_us, p.collective_latency_us)
     a2a_lat = np.where(pool.ep > pool.domain_gpus, p.nic_a2a_latency_us, nvlink_a2a_latency_us(pool.ep, p))
