@@ -417,8 +417,8 @@ def test_kv_cache_dtype_of_a_row(catalog) -> None:  # type: ignore[no-untyped-de
 def test_a_calibration_file_from_before_the_acceptance_rate_still_loads(tmp_path: Path) -> None:
     """Files that held tokens per step at the default depth load with the rate that gives them."""
     raw = json.loads(CALIBRATION_FILE.read_text())
-    for e in raw["engines"].values():
-        e["mtp_accept_tokens"] = e.pop("mtp_accept_tokens_at_default_drafts")
+    for name, e in raw["engines"].items():
+        e["mtp_accept_tokens"] = load_params().engines[name].mtp_accept_tokens
         del e["mtp_accept_rate"]
     old = tmp_path / "calibration.json"
     old.write_text(json.dumps(raw))

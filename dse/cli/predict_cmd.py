@@ -12,7 +12,14 @@ from dse.atomic import atomic_path
 from dse.catalog import Catalog
 from dse.cli.table import format_table
 from dse.errors import InputError
-from dse.perf.benchmark_rows import INPUT_COLUMNS, OUTPUT_COLUMNS, evaluate, parse_row, predict_rows
+from dse.perf.benchmark_rows import (
+    INPUT_COLUMNS,
+    OUTPUT_COLUMNS,
+    evaluate,
+    parse_row,
+    predict_rows,
+    settings_of,
+)
 from dse.perf.params import load_params
 from dse.typed_data import Rule, check_number, non_negative, positive
 
@@ -129,9 +136,9 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         "binding_regime": str(res.regime[0]),
     }
     engine = params.engine(bench.engine)
-    drafts = (engine.mtp_draft_tokens if bench.mtp_draft is None else bench.mtp_draft) if bench.mtp else 0
+    kv, drafts = settings_of(bench, engine)
     assumed = {  # the engine settings the prediction took, given or the engine profile's
-        "kv_cache_dtype": (bench.kv_precision or engine.kv_precision).value,
+        "kv_cache_dtype": kv.value,
         "mtp_draft_tokens": int(drafts),
         "mtp_tokens_per_step": round(float(engine.accept_tokens(drafts)), 4),
     }

@@ -44,7 +44,7 @@ import numpy as np
 from dse.catalog import Catalog
 from dse.errors import DseError, InputError, UnknownIdError
 from dse.perf.afd import attention_side, ffn_side
-from dse.perf.params import PerfParams
+from dse.perf.params import EngineProfile, PerfParams
 from dse.perf.pool import build_pool
 from dse.perf.serving import Deployment, ServingResult, closed_loop
 from dse.typed_data import MAX_MAGNITUDE, plausible
@@ -315,13 +315,21 @@ def evaluate(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> 
     return closed_loop(deployment_of(rows, catalog, params), params, np.array([r.conc for r in rows]))
 
 
+def settings_of(row: BenchRow, engine: EngineProfile) -> tuple[Precision, float]:
+    """(KV precision, draft tokens per step) the row runs with: its own, else the engine's."""
+    kv = engine.kv_precision if row.kv_precision is None else row.kv_precision
+    if not row.mtp:
+        return kv, 0.0
+    return kv, float(engine.mtp_draft_tokens if row.mtp_draft is None else row.mtp_draft)
+
+
 def deployment_of(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams) -> Deployment:
     """The deployments of rows of one model and one topology, one element per row."""
     model = catalog.model(rows[0].model)
     hws = [catalog.hardware(r.hardware) for r in rows]
     engines = [params.engine(r.engine) for r in rows]
-    pairs = list(zip(rows, engines, strict=True))
-    kvp = [e.kv_precision if r.kv_precision is None else r.kv_precision for r, e in pairs]
+    settings = [settings_of(r, e) for r, e in zip(rows, engines, strict=True)]
+    kvp = [kv for kv, _ in settings]
     wp = [r.weight_precision for r in rows]
 
     def pool(specs: Sequence[PoolSpec]):  # type: ignore[no-untyped-def]
@@ -336,9 +344,7 @@ def deployment_of(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams
         )
 
     disagg = rows[0].disagg
-    draft = np.array(
-        [(e.mtp_draft_tokens if r.mtp_draft is None else r.mtp_draft) if r.mtp else 0.0 for r, e in pairs]
-    )
+    draft = np.array([n for _, n in settings])
     pre = [r.prefill for r in rows] if disagg else None
     ffn = [r.ffn for r in rows] if rows[0].ffn is not None else None
     decode = pool([r.decode for r in rows])

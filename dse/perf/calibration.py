@@ -291,10 +291,7 @@ def _identifiable(
 def _median_ttft_s(m: Measured) -> float:
     """The run's measured median TTFT (at least 1 ms), or nan where the cell is empty or not a
     number: such a row then fits tokens/s only."""
-    try:
-        return max(float(m.raw.get("median_ttft_s") or "nan"), 1e-3)
-    except ValueError:
-        return float("nan")
+    return max(_cell(m, "median_ttft_s"), 1e-3)
 
 
 @dataclass(frozen=True)

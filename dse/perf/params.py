@@ -186,7 +186,6 @@ def params_to_json(params: PerfParams) -> str:
             "mtp_draft_tokens": e.mtp_draft_tokens,
             "speed": e.speed,
             "mtp_accept_rate": e.mtp_accept_rate,
-            "mtp_accept_tokens_at_default_drafts": e.mtp_accept_tokens,
             "prefill_chunk_per_instance": e.prefill_chunk_per_instance,
         }
         for n, e in params.engines.items()
