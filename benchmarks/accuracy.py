@@ -2,7 +2,10 @@
 
 Prints median and 75th-percentile absolute percentage error of tokens/s/GPU and tokens/s/user,
 overall and per hardware, the share of hardware pairs ordered right at about equal tokens/s/user,
-and the DeepSeek fleet check. Run: ``python benchmarks/accuracy.py`` (about a minute).
+where the error lives, the TTFT error, the floor (the in-sample error left when each hardware and
+engine pair, or each software image, gets constants of its own) and the DeepSeek fleet check.
+Run: ``python benchmarks/accuracy.py`` (about two minutes). Every change to the model and its
+figures: ``benchmarks/ACCURACY_LOG.md``.
 """
 
 from __future__ import annotations
@@ -68,6 +71,27 @@ def main() -> None:
         f"measured decode batch is off by {ape(step, 50):.1%} (median; p75 {ape(step, 75):.1%})"
     )
     figure("TPOT at the measured decode batch: median error", 100 * ape(step, 50), "%")
+    ttft = cal.ttft_errors(data, catalog, fitted)
+    low = np.array([m.row.conc <= 16 for m in data])
+    print(
+        f"median TTFT, in-sample: median error {np.nanmedian(ttft):.0%}, "
+        f"p75 {np.nanpercentile(ttft, 75):.0%} "
+        f"(runs of at most 16 requests in flight: {np.nanmedian(ttft[low]):.0%})"
+    )
+    figure("TTFT in-sample: median error", 100 * np.nanmedian(ttft), "%")
+    print("\nthe floor: in-sample error when each cell of runs has its own kernel speed and MTP acceptance")
+    cells = {
+        "hardware and engine": lambda m: m.row.hardware,
+        "hardware, engine and software image": lambda m: f"{m.row.hardware}@{m.raw.get('image', '')}",
+    }
+    for name, cell in cells.items():
+        t, i, n = cal.fit_per_cell(data, catalog, default_params(), cell, POINTS, values)
+        s = cal.error_stats(data, t, i)
+        print(
+            f"  per {name} ({n} cells): tokens/s/GPU {s.tput_median_ape:.1%} / {s.tput_p75_ape:.1%}, "
+            f"tokens/s/user {s.intvty_median_ape:.1%} / {s.intvty_p75_ape:.1%} (median / p75)"
+        )
+        figure(f"floor per {name}: tokens/s/GPU median error", 100 * s.tput_median_ape, "%", f"{n} cells")
     fleet = fleet_nodes(catalog, fitted)
     figure("DeepSeek fleet: nodes against published", 100 * fleet["error"], "%")
     print(

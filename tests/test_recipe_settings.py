@@ -7,7 +7,6 @@ import csv
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from dse.perf import calibration as cal
@@ -76,60 +75,3 @@ def test_the_fit_sees_the_settings(catalog) -> None:  # type: ignore[no-untyped-
     assert {1.0, 2.0, 3.0} <= drafts and all(m.row.mtp_draft is None for m in without)
     assert any(m.row.kv_precision is not None for m in with_settings)
     assert any(m.row.decode_max_running < float("inf") for m in with_settings)
-
-
-def test_error_sources_vanish_on_the_models_own_figures(catalog) -> None:  # type: ignore[no-untyped-def]
-    """Rows whose 'measured' figures are the model's own predictions: Little's law holds on them
-    and the TPOT at their decode batch is the predicted one, so both error sources are ~0; a
-    wrong batch (e.g. counting the prefill GPUs) would not give that back."""
-    from dse.perf.benchmark_rows import predict_rows
-    from dse.perf.params import load_params
-
-    if not REF.exists():
-        pytest.skip(f"{REF} is not here")
-    params = load_params()
-    with open(REF, newline="", encoding="utf-8") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["prefill_num_workers"] != "0" or r["disagg"] != "True"]
-    picked = rows[:: max(1, len(rows) // 24)]
-    own = []
-    for row in predict_rows(picked, catalog, params):
-        if row["pred_error"]:
-            continue
-        own.append(
-            cal.Measured(
-                parse_row(row, catalog),
-                float(row["pred_tput_per_gpu"]),
-                float(row["pred_intvty_tok_s_user"]),
-                {
-                    "median_tpot_ms": str(row["pred_tpot_ms"]),
-                    "median_ttft_s": str(row["pred_ttft_s"]),
-                    "output_tput_per_gpu": str(row["pred_output_tput_per_gpu"]),
-                },
-            )
-        )
-    assert len(own) >= 20 and {m.row.disagg for m in own} == {True, False}
-    little, step = cal.error_sources(own, catalog, params)
-    assert np.nanmax(np.abs(little)) < 0.01  # rounding of the printed figures only
-    assert np.nanmax(np.abs(step)) < 0.01
-
-
-def test_littles_law_counts_the_expert_pool_of_an_attention_ffn_row(catalog) -> None:  # type: ignore[no-untyped-def]
-    from dse.perf.benchmark_rows import predict_rows
-    from dse.perf.params import load_params
-
-    afd = dict(
-        hardware="b200", framework="sglang", model="dsr1", precision="fp8", spec_method="none",
-        disagg="True", isl="4000", osl="1000", conc="512", prefill_tp="8", prefill_ep="8",
-        prefill_dp_attention="True", prefill_num_workers="2", num_prefill_gpu="16", decode_tp="8",
-        decode_ep="8", decode_dp_attention="True", decode_num_workers="2", num_decode_gpu="16",
-        num_ffn_gpu="16", ffn_num_workers="1", ffn_ep="16",
-    )  # fmt: skip
-    row = predict_rows([afd], catalog, load_params())[0]
-    own = cal.Measured(
-        parse_row(row, catalog),
-        float(row["pred_tput_per_gpu"]),
-        float(row["pred_intvty_tok_s_user"]),
-        {"median_tpot_ms": str(row["pred_tpot_ms"]), "median_ttft_s": str(row["pred_ttft_s"])},
-    )
-    little, _ = cal.error_sources([own], catalog, load_params())
-    assert abs(little[0]) < 0.01

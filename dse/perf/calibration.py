@@ -152,6 +152,14 @@ def error_sources(
     return little, step
 
 
+def ttft_errors(data: Sequence[Measured], catalog: Catalog, params: PerfParams) -> np.ndarray:
+    """Absolute relative error of the predicted TTFT against each run's measured median TTFT
+    (nan where the run has none)."""
+    _, _, ttft = _predict_all(data, catalog, params)
+    measured = np.array([_cell(m, "median_ttft_s") for m in data])
+    return np.abs(ttft / measured - 1.0)
+
+
 def _cell(m: Measured, key: str) -> float:
     try:
         return float(m.raw.get(key) or "nan")
@@ -339,6 +347,30 @@ def leave_one_hardware_out(
         tput[test_idx] = t
         intv[test_idx] = i
     return tput, intv
+
+
+def fit_per_cell(
+    data: Sequence[Measured],
+    catalog: Catalog,
+    start: PerfParams,
+    cell: Callable[[Measured], str],
+    points: Sequence[StagePoint] = (),
+    point_values: Sequence[float] = (),
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """In-sample predictions of a fit that gives every ``cell`` of rows (e.g. each hardware and
+    engine pair) its own engine profile: a kernel speed and an MTP acceptance rate of its own,
+    besides the global efficiencies. A floor, not a model: it measures how much of the error a
+    constant per cell could take out, which no datasheet can supply for hardware nobody has
+    measured. Returns (tokens/s/GPU, tokens/s/user, number of cells)."""
+    engines = dict(start.engines)
+    renamed = []
+    for m in data:
+        name = f"{m.row.engine}@{cell(m)}"
+        engines.setdefault(name, replace(engines[m.row.engine], name=name))
+        renamed.append(replace(m, row=replace(m.row, engine=name)))
+    fitted = fit(renamed, catalog, replace(start, engines=engines), points, point_values)
+    t, i = predict_measured(renamed, catalog, fitted)
+    return t, i, len({m.row.engine for m in renamed})
 
 
 def pair_order_agreement(
