@@ -414,3 +414,33 @@ def test_hbm_capacity_is_read_in_binary_units(catalog: Catalog) -> None:
     assert pool.hbm_bytes[0] == 180 * 2**30
     cap = kv_capacity_sequences(pool, default_params(), np.array([8192.0 * 0.9 + 1024.0 * 0.9]))
     assert cap[0] >= 32
+
+
+def test_pool_terms_computed_once_give_the_same_costs_bit_for_bit(catalog: Catalog) -> None:
+    """A solve over the batch computes a pool's batch-independent terms once (stages.pool_terms);
+    its costs are exactly those of computing them every pass, in decode and prefill, for a 2-D
+    grid of batches as the capacity search uses, and terms from other parameters are refused."""
+    from dse.perf.stages import pool_terms
+
+    p = load_params()
+    pool = build_pool(
+        catalog.model("deepseek-v3"),
+        [catalog.hardware(h) for h in ("b200", "h200", "gb200", "mi355x")],
+        gpus=[8, 16, 48, 8],
+        attn_tp=[8, 1, 1, 4],
+        ep=[1, 16, 48, 8],
+        weight_precision=[Precision.FP8] * 4,
+        kv_precision=[Precision.FP8] * 4,
+    )
+    terms = pool_terms(pool, p)
+    tokens = np.array([[1.0, 40.0, 700.0, 3.0], [9000.0, 2.0, 64.0, 256.0]])
+    for prefill in (False, True):
+        kw = dict(tokens=tokens, sequences=tokens / 2.0, context=np.full(4, 3000.0), prefill=prefill)
+        fresh = forward_cost(pool, p, speed=np.ones(4), **kw)  # type: ignore[arg-type]
+        reused = forward_cost(terms, p, speed=np.ones(4), **kw)  # type: ignore[arg-type]
+        for name in ("gemm_s", "attention_s", "comm_s", "overhead_s", "gemm_compute_bound"):
+            assert np.array_equal(getattr(fresh, name), getattr(reused, name)), name
+        assert fresh.total_s.shape == tokens.shape
+    with pytest.raises(AssertionError):
+        forward_cost(terms, replace(p, hbm_eff=0.5), tokens=tokens, sequences=tokens, context=1.0,
+                     prefill=False, speed=1.0)  # fmt: skip

@@ -357,11 +357,12 @@ def fit_per_cell(
     points: Sequence[StagePoint] = (),
     point_values: Sequence[float] = (),
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """In-sample predictions of a fit that gives every ``cell`` of rows (e.g. each hardware and
-    engine pair) its own engine profile: a kernel speed and an MTP acceptance rate of its own,
-    besides the global efficiencies. A floor, not a model: it measures how much of the error a
-    constant per cell could take out, which no datasheet can supply for hardware nobody has
-    measured. Returns (tokens/s/GPU, tokens/s/user, number of cells)."""
+    """In-sample predictions of a fit that gives the rows of each engine and ``cell`` value (with
+    ``cell`` the hardware: each hardware and engine pair) an engine profile of their own: a kernel
+    speed and an MTP acceptance rate, besides the global efficiencies. A floor, not a model: it
+    measures how much of the error a constant per cell could take out, which no datasheet can
+    supply for hardware nobody has measured. Returns (tokens/s/GPU, tokens/s/user, number of
+    cells)."""
     engines = dict(start.engines)
     renamed = []
     for m in data:

@@ -23,7 +23,14 @@ import numpy as np
 from dse.perf.afd import SIDE_SHARE, afd_bytes_per_token
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
-from dse.perf.stages import StepCost, forward_cost, kv_capacity_sequences, weight_bytes_per_gpu
+from dse.perf.stages import (
+    PoolTerms,
+    StepCost,
+    forward_cost,
+    kv_capacity_sequences,
+    pool_terms,
+    weight_bytes_per_gpu,
+)
 
 PREFILL_TOKENS_PER_RANK = 8192
 """Tokens one attention-DP rank batches into a prefill forward (SGLang's and TRT-LLM's default
@@ -110,10 +117,15 @@ def _prefill_terms(d: Deployment, p: PerfParams) -> tuple[Array, Array, Array]:
     return one, full, batch_tokens
 
 
-def _decode_step(d: Deployment, p: PerfParams, batch: Array) -> tuple[StepCost, Array]:
+def _decode_step(
+    d: Deployment, p: PerfParams, batch: Array, terms: tuple[PoolTerms, PoolTerms | None] | None = None
+) -> tuple[StepCost, Array]:
+    """The decode step at ``batch`` sequences per instance, and its time per verification pass;
+    ``terms``: the decode (and expert) pools' :func:`~dse.perf.stages.pool_terms` under ``p``."""
+    decode, ffn = terms if terms is not None else (d.decode, d.ffn)
     ctx = d.isl + 0.5 * d.osl
     cost = forward_cost(
-        d.decode,
+        decode,
         p,
         tokens=batch * (1.0 + d.draft_tokens),
         sequences=batch,
@@ -122,13 +134,16 @@ def _decode_step(d: Deployment, p: PerfParams, batch: Array) -> tuple[StepCost, 
         speed=d.speed,
     )
     if d.ffn is not None:
-        cost = _afd_step(d, p, batch, cost)
+        assert ffn is not None
+        cost = _afd_step(d, p, batch, cost, ffn)
     m = d.decode.model
     draft = 1.0 + d.draft_tokens * max(m.mtp_layers, 1.0) / m.layers
     return cost, cost.total_s * draft
 
 
-def _afd_step(d: Deployment, p: PerfParams, batch: Array, att: StepCost) -> StepCost:
+def _afd_step(
+    d: Deployment, p: PerfParams, batch: Array, att: StepCost, ffn_pool: Pool | PoolTerms
+) -> StepCost:
     """A decode step split between the attention pool (``att``, ``batch`` sequences per instance)
     and the expert pool (the attention pool's tokens shared among its instances). As for the
     placement's attention and FFN units, each side's whole step must fit in
@@ -140,7 +155,7 @@ def _afd_step(d: Deployment, p: PerfParams, batch: Array, att: StepCost) -> Step
     assert d.ffn is not None and d.ffn_instances is not None
     seqs = batch * d.decode_instances / d.ffn_instances
     ffn = forward_cost(
-        d.ffn,
+        ffn_pool,
         p,
         tokens=seqs * (1.0 + d.draft_tokens),
         sequences=seqs,
@@ -177,10 +192,12 @@ class _Load:
         self.d, self.p = d, p
         self.one, self.full, self.batch_tokens = pf
         self.prefill_rate = self.batch_tokens / self.full  # tokens/s per prefill instance
+        # what the decode step costs whatever the batch, computed once for the solve
+        self.terms = (pool_terms(d.decode, p), None if d.ffn is None else pool_terms(d.ffn, p))
 
     def at(self, b: Array) -> dict[str, Any]:
         d, p = self.d, self.p
-        cost, step = _decode_step(d, p, b)
+        cost, step = _decode_step(d, p, b, self.terms)
         if d.prefill is None:
             per_request = d.isl / self.prefill_rate
             tpot = step / d.accept_tokens + b * per_request / d.osl
@@ -318,7 +335,7 @@ def prefill_capacity(pool: Pool, p: PerfParams, *, isl: Array, batch_tokens: Arr
 
 
 def decode_tpot(
-    pool: Pool,
+    pool: Pool | PoolTerms,
     p: PerfParams,
     *,
     batch: Array,
@@ -327,8 +344,9 @@ def decode_tpot(
     draft_tokens: Array,
     accept_tokens: Array,
 ) -> Array:
-    """Seconds per output token of one decode instance running ``batch`` sequences."""
-    m = pool.model
+    """Seconds per output token of one decode instance running ``batch`` sequences (``pool``
+    may be its :func:`~dse.perf.stages.pool_terms` under ``p``)."""
+    m = (pool.pool if isinstance(pool, PoolTerms) else pool).model
     draft = 1.0 + draft_tokens * max(m.mtp_layers, 1.0) / m.layers
     b = np.maximum(batch, 1e-9)
     cost = forward_cost(
@@ -364,10 +382,11 @@ def decode_capacity_at_tpot(
     a thousandth of a sequence from 4,096 (a quarter of the time), where halving took 23
     evaluations; a batch of 100,000 candidates bisects."""
     cap = np.minimum(np.maximum(kv_capacity_sequences(pool, p, context), 0.0), max_batch)
+    terms = pool_terms(pool, p)  # what every step costs whatever the batch, once for the search
 
     def tpot(b: Array) -> Array:
         return decode_tpot(
-            pool,
+            terms,
             p,
             batch=b,
             context=context,

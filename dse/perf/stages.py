@@ -82,8 +82,66 @@ def nvlink_a2a_latency_us(ep: Array, p: PerfParams) -> Array:
     return p.collective_latency_us * np.maximum(np.asarray(ep, dtype=float) - 1.0, 1.0)
 
 
+@dataclass(frozen=True)
+class PoolTerms:
+    """The parts of a forward pass's cost that do not depend on the batch, for one pool under one
+    set of parameters: computed once by :func:`pool_terms` and reused by every
+    :func:`forward_cost` call of a solve that varies only the batch."""
+
+    pool: Pool
+    params: PerfParams
+    hbm: Array  # achieved HBM bytes/s
+    dense_w: Array  # non-expert weight bytes read per GPU per pass
+    expert_w: Array  # routed-expert weight bytes per GPU (all experts)
+    attn_dp: Array
+    kv_shard: Array
+    ar_bandwidth: Array  # bytes/s per GPU of the tensor-parallel all-reduce
+    link: Array  # NVLink bytes/s per GPU achieved
+    nic: Array  # NIC bytes/s per GPU achieved
+    local_share: Array
+    remote_domains: Array
+    peers_share: Array  # 1 - 1 / ep
+    dispatch: Array  # bool: the MoE layer dispatches and combines over an all-to-all
+    latency_s: Array  # fixed collective latency of one pass
+    overhead_s: Array  # fixed per-pass overhead
+
+
+def pool_terms(pool: Pool, p: PerfParams) -> PoolTerms:
+    m = pool.model
+    g = pool.gpus
+    tp = pool.attn_tp
+    k = m.experts_per_token
+    domains = np.maximum(pool.ep / pool.domain_gpus, 1.0)
+    dispatch = (pool.ep > 1) & ((pool.attn_dp > 1) | (pool.ep > g))
+    n_ar = np.where(tp > 1, 2.0 * m.layers, 0.0)
+    n_a2a = np.where(dispatch, 2.0 * m.moe_layers, 0.0)
+    # a collective whose group spans scale-up domains waits on RDMA round trips, not NVLink
+    # ones: PerfParams.nic_allreduce_latency_us / nic_a2a_latency_us (fitted 59 / 180 us)
+    # instead of the NVLink collective_latency_us (was a fixed 3x the latter)
+    ar_lat = np.where(tp > pool.domain_gpus, p.nic_allreduce_latency_us, p.collective_latency_us)
+    a2a_lat = np.where(pool.ep > pool.domain_gpus, p.nic_a2a_latency_us, nvlink_a2a_latency_us(pool.ep, p))
+    return PoolTerms(
+        pool=pool,
+        params=p,
+        hbm=pool.hbm_bytes_per_s * p.hbm_eff,
+        dense_w=pool.attn_weight_bytes / pool.attn_tp + pool.dense_weight_bytes / g,
+        expert_w=pool.expert_weight_bytes / g,
+        attn_dp=pool.attn_dp,
+        kv_shard=pool.kv_shard,
+        ar_bandwidth=_group_bandwidth(tp, pool, p),
+        link=pool.scaleup_bytes_per_s * p.link_eff,
+        nic=pool.nic_bytes_per_s * p.nic_eff,
+        local_share=np.minimum(pool.domain_gpus, pool.ep) / np.maximum(pool.ep, 1.0),
+        remote_domains=domains * (1.0 - np.power(1.0 - 1.0 / domains, k)) * (1.0 - 1.0 / domains),
+        peers_share=1.0 - 1.0 / pool.ep,
+        dispatch=dispatch,
+        latency_s=(n_ar * ar_lat + n_a2a * a2a_lat) * 1e-6,
+        overhead_s=np.full(np.shape(g), p.step_overhead_ms * 1e-3) + m.layers * p.layer_overhead_us * 1e-6,
+    )
+
+
 def forward_cost(
-    pool: Pool,
+    pool: Pool | PoolTerms,
     p: PerfParams,
     *,
     tokens: Array,
@@ -96,14 +154,18 @@ def forward_cost(
     """One forward pass of an instance over ``tokens`` new tokens from ``sequences`` requests
     whose attention reads ``context`` tokens each (for prefill: the new prompt tokens; causal, so
     half of them on average). ``cached`` (prefill only) is the midfill case: tokens of each
-    sequence whose KV was reloaded rather than recomputed, which every new token also attends to."""
+    sequence whose KV was reloaded rather than recomputed, which every new token also attends to.
+    ``pool`` may be its :func:`pool_terms` under ``p``, which a solve over the batch computes once."""
+    f = pool if isinstance(pool, PoolTerms) else pool_terms(pool, p)
+    assert f.params is p, "pool terms computed under other parameters"
+    pool = f.pool
     tokens = np.asarray(tokens, dtype=float)
     sequences = np.asarray(sequences, dtype=float)
     context = np.asarray(context, dtype=float)
     m = pool.model
     g = pool.gpus
     gemm_eff = p.prefill_gemm_eff if prefill else p.gemm_eff
-    hbm = pool.hbm_bytes_per_s * p.hbm_eff
+    hbm = f.hbm
 
     # GEMMs: dense part split evenly over the instance; routed experts carry the imbalance
     routed = tokens * m.experts_per_token
@@ -112,9 +174,8 @@ def forward_cost(
     routed_per_token = m.params_routed_total / max(m.experts, 1.0)
     expert_flops = 2.0 * routed * routed_per_token * imb / g
     gemm_compute = (dense_flops / pool.dense_tflops + expert_flops / pool.expert_tflops) / gemm_eff
-    dense_w = pool.attn_weight_bytes / pool.attn_tp + pool.dense_weight_bytes / g
-    expert_w = pool.expert_weight_bytes / g * active_expert_fraction(tokens, pool)
-    gemm_memory = (dense_w + expert_w) / hbm
+    expert_w = f.expert_w * active_expert_fraction(tokens, pool)
+    gemm_memory = (f.dense_w + expert_w) / hbm
     gemm_s = np.maximum(gemm_compute, gemm_memory)
 
     # attention: absorbed MLA in decode, full heads in prefill (causal: half the context)
@@ -125,13 +186,13 @@ def forward_cost(
     attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff)
     state = pool.state_bytes * (2.0 if not prefill else 0.0)  # read and write per token step
     kv_read = 0.0 if prefill else 1.0
-    kv_bytes = sequences * (context * pool.kv_bytes_per_token * kv_read + state) / pool.kv_shard
-    kv_bytes = kv_bytes + tokens * pool.kv_bytes_per_token / pool.kv_shard  # writing new KV
+    kv_bytes = sequences * (context * pool.kv_bytes_per_token * kv_read + state) / f.kv_shard
+    kv_bytes = kv_bytes + tokens * pool.kv_bytes_per_token / f.kv_shard  # writing new KV
     if prefill:  # a midfill reads the reloaded prefix once per forward
-        kv_bytes = kv_bytes + sequences * cached * pool.kv_bytes_per_token / pool.kv_shard
+        kv_bytes = kv_bytes + sequences * cached * pool.kv_bytes_per_token / f.kv_shard
     attention_s = np.maximum(attn_compute, kv_bytes / hbm)
     if not prefill:  # decode: the busiest data-parallel attention rank paces the step
-        attention_s = attention_s * attention_rank_imbalance(sequences, pool.attn_dp)
+        attention_s = attention_s * attention_rank_imbalance(sequences, f.attn_dp)
 
     # communication: TP all-reduce twice per layer; EP dispatch (fp8) + combine (bf16).
     # Across scale-up domains a token crosses the NIC once per remote domain it is routed to
@@ -144,37 +205,23 @@ def forward_cost(
     # on GPUs that do not hold them.
     tp = pool.attn_tp
     ar_bytes = np.where(
-        tp > 1, 2.0 * m.layers * 2.0 * (tp - 1) / tp * tokens / pool.attn_dp * m.hidden * 2.0, 0.0
+        tp > 1, 2.0 * m.layers * 2.0 * (tp - 1) / tp * tokens / f.attn_dp * m.hidden * 2.0, 0.0
     )
-    ar_s = ar_bytes / _group_bandwidth(tp, pool, p)
+    ar_s = ar_bytes / f.ar_bandwidth
     k = m.experts_per_token
     token_bytes = m.moe_layers * tokens / g * m.hidden * (pool.act_bytes + 2.0)
-    domains = np.maximum(pool.ep / pool.domain_gpus, 1.0)
-    remote_domains = domains * (1.0 - np.power(1.0 - 1.0 / domains, k)) * (1.0 - 1.0 / domains)
-    local_share = np.minimum(pool.domain_gpus, pool.ep) / np.maximum(pool.ep, 1.0)
-    dispatch = (pool.ep > 1) & ((pool.attn_dp > 1) | (pool.ep > g))
     a2a_s = np.where(
-        dispatch,
-        token_bytes * k * local_share * (1.0 - 1.0 / pool.ep) / (pool.scaleup_bytes_per_s * p.link_eff)
-        + token_bytes * remote_domains / (pool.nic_bytes_per_s * p.nic_eff),
+        f.dispatch,
+        token_bytes * k * f.local_share * f.peers_share / f.link + token_bytes * f.remote_domains / f.nic,
         0.0,
     )
-    n_ar = np.where(tp > 1, 2.0 * m.layers, 0.0)
-    n_a2a = np.where(dispatch, 2.0 * m.moe_layers, 0.0)
-    # a collective whose group spans scale-up domains waits on RDMA round trips, not NVLink
-    # ones: PerfParams.nic_allreduce_latency_us / nic_a2a_latency_us (fitted 59 / 180 us)
-    # instead of the NVLink collective_latency_us (was a fixed 3x the latter)
-    ar_lat = np.where(tp > pool.domain_gpus, p.nic_allreduce_latency_us, p.collective_latency_us)
-    a2a_lat = np.where(pool.ep > pool.domain_gpus, p.nic_a2a_latency_us, nvlink_a2a_latency_us(pool.ep, p))
-    latency = (n_ar * ar_lat + n_a2a * a2a_lat) * 1e-6
-    comm_s = (ar_s + a2a_s) * (1.0 - p.comm_overlap) + latency
+    comm_s = (ar_s + a2a_s) * (1.0 - p.comm_overlap) + f.latency_s
 
-    overhead_s = np.full_like(tokens, p.step_overhead_ms * 1e-3) + m.layers * p.layer_overhead_us * 1e-6
     return StepCost(
         gemm_s=gemm_s * speed,
         attention_s=attention_s * speed,
         comm_s=comm_s,
-        overhead_s=overhead_s,
+        overhead_s=f.overhead_s * np.ones_like(tokens),
         gemm_compute_bound=gemm_compute >= gemm_memory,
         attention_compute_bound=attn_compute >= kv_bytes / hbm,
     )
