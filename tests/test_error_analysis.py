@@ -83,6 +83,8 @@ def test_ttft_errors_vanish_on_the_models_own_figures_and_skip_missing_ones(
     assert len(own) >= 10 and np.nanmax(errors) < 0.01
     missing = cal.Measured(own[0].row, own[0].tput_per_gpu, own[0].intvty, {"median_ttft_s": "x"})
     assert np.isnan(cal.ttft_errors([missing], catalog, load_params())[0])
+    zero = cal.Measured(own[0].row, own[0].tput_per_gpu, own[0].intvty, {"median_ttft_s": "0"})
+    assert np.isnan(cal.ttft_errors([zero], catalog, load_params())[0])
     slower = cal.Measured(
         own[0].row,
         own[0].tput_per_gpu,

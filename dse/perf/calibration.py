@@ -154,9 +154,10 @@ def error_sources(
 
 def ttft_errors(data: Sequence[Measured], catalog: Catalog, params: PerfParams) -> np.ndarray:
     """Absolute relative error of the predicted TTFT against each run's measured median TTFT
-    (nan where the run has none)."""
+    (nan where the run has none, or a non-positive one)."""
     _, _, ttft = _predict_all(data, catalog, params)
     measured = np.array([_cell(m, "median_ttft_s") for m in data])
+    measured = np.where(measured > 0.0, measured, np.nan)
     return np.abs(ttft / measured - 1.0)
 
 

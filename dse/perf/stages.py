@@ -82,7 +82,7 @@ def nvlink_a2a_latency_us(ep: Array, p: PerfParams) -> Array:
     return p.collective_latency_us * np.maximum(np.asarray(ep, dtype=float) - 1.0, 1.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PoolTerms:
     """The parts of a forward pass's cost that do not depend on the batch, for one pool under one
     set of parameters: computed once by :func:`pool_terms` and reused by every
@@ -157,7 +157,8 @@ def forward_cost(
     sequence whose KV was reloaded rather than recomputed, which every new token also attends to.
     ``pool`` may be its :func:`pool_terms` under ``p``, which a solve over the batch computes once."""
     f = pool if isinstance(pool, PoolTerms) else pool_terms(pool, p)
-    assert f.params is p, "pool terms computed under other parameters"
+    if f.params is not p:
+        raise ValueError("forward_cost: pool terms computed under other parameters than p")
     pool = f.pool
     tokens = np.asarray(tokens, dtype=float)
     sequences = np.asarray(sequences, dtype=float)
