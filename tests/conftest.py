@@ -1,7 +1,9 @@
-"""Shared fixtures: the shipped catalog, and a helper that writes broken catalog files."""
+"""Shared fixtures: the shipped catalog, the InferenceX reference rows, and a helper that writes
+broken catalog files."""
 
 from __future__ import annotations
 
+import csv
 import os
 import sys
 from collections.abc import Iterator
@@ -12,11 +14,22 @@ import pytest
 from dse.catalog import Catalog, load_catalog
 
 REPO = Path(__file__).resolve().parents[1]
+# the measured runs the performance model is calibrated against (beside the checkout)
+INFERENCEX = REPO.parent / "shared" / "reference" / "inferencex_calibration.csv"
 
 
 @pytest.fixture(scope="session")
 def catalog() -> Catalog:
     return load_catalog(use_env=False)
+
+
+@pytest.fixture(scope="session")
+def reference() -> list[dict[str, str]]:
+    """The rows of ``inferencex_calibration.csv``; skipped where the reference folder is missing."""
+    if not INFERENCEX.exists():
+        pytest.skip(f"{INFERENCEX} is not here")
+    with open(INFERENCEX, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
 
 
 def dse_cmd(*args: str) -> list[str]:

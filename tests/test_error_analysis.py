@@ -4,26 +4,14 @@ shrinks where it must, and would not if it counted wrong."""
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-
 import numpy as np
 import pytest
+from conftest import INFERENCEX
 
 from dse.catalog import Catalog
 from dse.perf import calibration as cal
 from dse.perf.benchmark_rows import parse_row, predict_rows
 from dse.perf.params import default_params, load_params
-
-REF = Path(__file__).resolve().parents[2] / "shared" / "reference" / "inferencex_calibration.csv"
-
-
-@pytest.fixture(scope="module")
-def reference() -> list[dict[str, str]]:
-    if not REF.exists():
-        pytest.skip(f"{REF} is not here")
-    with open(REF, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
 
 
 def _own_figures(rows: list[dict[str, str]], catalog: Catalog) -> list[cal.Measured]:
@@ -99,9 +87,9 @@ def test_a_constant_per_cell_takes_out_what_the_datasheet_cannot(catalog: Catalo
     model misses MI300X by a quarter, while a kernel speed and acceptance of its own (one cell
     per hardware and engine) takes most of that out. The floor never touches the engines the
     caller passed in."""
-    if not REF.exists():
-        pytest.skip(f"{REF} is not here")
-    data, _ = cal.read_measured(REF, catalog)
+    if not INFERENCEX.exists():
+        pytest.skip(f"{INFERENCEX} is not here")
+    data, _ = cal.read_measured(INFERENCEX, catalog)
     amd = [m for m in data if m.row.hardware in ("mi300x", "mi355x")]
     mi300x = [k for k, m in enumerate(amd) if m.row.hardware == "mi300x"]
     start = default_params()

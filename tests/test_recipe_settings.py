@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import csv
 import re
-from pathlib import Path
 
 import pytest
+from conftest import INFERENCEX
 
 from dse.perf import calibration as cal
 from dse.perf.benchmark_rows import (
@@ -18,17 +18,8 @@ from dse.perf.benchmark_rows import (
     with_recipe_settings,
 )
 
-REF = Path(__file__).resolve().parents[2] / "shared" / "reference" / "inferencex_calibration.csv"
 # owner/repo:path@commit, and which entry of a file of many
 SOURCE = re.compile(r"^[\w.-]+/[\w.-]+:[\w./+-]+@[0-9a-f]{40}( \([^)]*\))?$")
-
-
-@pytest.fixture(scope="module")
-def reference() -> list[dict[str, str]]:
-    if not REF.exists():
-        pytest.skip(f"{REF} is not here")
-    with open(REF, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +57,10 @@ def test_settings_parse_and_fill_only_empty_engine_cells(
 
 
 def test_the_fit_sees_the_settings(catalog) -> None:  # type: ignore[no-untyped-def]
-    if not REF.exists():
-        pytest.skip(f"{REF} is not here")
-    with_settings, _ = cal.read_measured(REF, catalog)
-    without, _ = cal.read_measured(REF, catalog, settings=None)
+    if not INFERENCEX.exists():
+        pytest.skip(f"{INFERENCEX} is not here")
+    with_settings, _ = cal.read_measured(INFERENCEX, catalog)
+    without, _ = cal.read_measured(INFERENCEX, catalog, settings=None)
     assert len(with_settings) == len(without)
     drafts = {m.row.mtp_draft for m in with_settings if m.row.mtp}
     assert {1.0, 2.0, 3.0} <= drafts and all(m.row.mtp_draft is None for m in without)
