@@ -130,6 +130,53 @@ def test_calibration_is_reproducible(tmp_path: Path, clean_env: dict[str, str]) 
     assert float(np.exp(np.mean(np.log(speeds)))) == pytest.approx(1.0, rel=1e-9)  # relative speeds
     assert fresh["provenance"]["rows_fitted"] == 223
     assert load_params().provenance["fitted_by"] == "dse calibrate"
+    # the error figures dse predict quotes, cross-validation included, are the shipped ones
+    for key, value in shipped["provenance"].items():
+        if key.endswith("_ape"):
+            assert fresh["provenance"][key] == pytest.approx(value, abs=2e-3), key
+    assert fresh["provenance"]["loho_tput_median_ape"] > fresh["provenance"]["in_sample_tput_median_ape"]
+    assert fresh["provenance"]["hardware_fitted"] == shipped["provenance"]["hardware_fitted"]
+    assert "leave-one-hardware-out abs error" in proc.stdout
+
+
+def test_predict_states_its_expected_error(clean_env: dict[str, str]) -> None:
+    """The error to expect comes with each prediction: in-sample on measured hardware, the
+    leave-one-hardware-out figure on hardware the calibration never saw (B300), and a warning for
+    a model it never measured; --json carries the same."""
+    prov = load_params().provenance
+
+    def last_line(*flags: str) -> str:
+        proc = _run(clean_env, "predict", *flags, "--conc", "64")
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip().splitlines()[-1]
+
+    seen = last_line("--hardware", "b200")
+    assert "(in-sample: the calibration saw this hardware)" in seen
+    med, p75 = prov["in_sample_tput_median_ape"], prov["in_sample_tput_p75_ape"]
+    assert f"tokens/s/GPU {med:.0%} / {p75:.0%}" in seen
+    unseen = last_line("--hardware", "b300")
+    assert "(leave-one-hardware-out: the calibration did not see this hardware)" in unseen
+    assert f"tokens/s/GPU {prov['loho_tput_median_ape']:.0%} / {prov['loho_tput_p75_ape']:.0%}" in unseen
+    assert "unmeasured" not in seen + unseen
+    assert "deepseek-v3 runs only: this model's error is unmeasured" in last_line(
+        "--hardware", "b200", "--model", "kimi-k3"
+    )
+    js = _run(clean_env, "predict", "--hardware", "b300", "--conc", "64", "--json")
+    err = json.loads(js.stdout)["expected_error"]
+    assert err["basis"] == "leave-one-hardware-out"
+    assert err["tput_median_ape"] == prov["loho_tput_median_ape"] and err["model_fitted"] is True
+
+
+def test_no_expected_error_from_a_calibration_file_without_its_figures() -> None:
+    from dataclasses import replace
+
+    from dse.perf.calibration import expected_error
+
+    params = load_params()
+    old = {k: v for k, v in params.provenance.items() if not k.startswith("loho_")}
+    assert expected_error(replace(params, provenance=old), "b300", "deepseek-v3") is None
+    assert expected_error(replace(params, provenance=old), "b200", "deepseek-v3") is not None
+    assert expected_error(replace(params, provenance={}), "b200", "deepseek-v3") is None
 
 
 def _reference_rows(n: int) -> list[dict[str, str]]:

@@ -6,6 +6,7 @@ import argparse
 import csv
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from dse.atomic import atomic_path
@@ -20,6 +21,7 @@ from dse.perf.benchmark_rows import (
     predict_rows,
     settings_of,
 )
+from dse.perf.calibration import expected_error
 from dse.perf.params import load_params
 from dse.typed_data import Rule, check_number, non_negative, positive
 
@@ -142,8 +144,15 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         "mtp_draft_tokens": int(drafts),
         "mtp_tokens_per_step": round(float(engine.accept_tokens(drafts)), 4),
     }
+    error = expected_error(params, bench.hardware, bench.model)
     if args.json:
-        print(json.dumps({"deployment": row, "assumed": assumed, "prediction": figures}, indent=2))
+        out = {
+            "deployment": row,
+            "assumed": assumed,
+            "prediction": figures,
+            "expected_error": None if error is None else asdict(error),
+        }
+        print(json.dumps(out, indent=2))
         return 0
     per_step = assumed["mtp_tokens_per_step"]
     plural = "" if drafts == 1 else "s"
@@ -154,6 +163,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         f"ISL {row['isl']} OSL {row['osl']}, {row['conc']} requests in flight"
     )
     print(format_table(["figure", "value"], [[k, v] for k, v in figures.items()]))
+    if error is not None:
+        print(error.describe())
     return 0
 
 

@@ -399,9 +399,18 @@ def pair_order_agreement(
 
 
 def provenance(
-    data_path: Path, data: Sequence[Measured], n_skipped: int, stats: ErrorStats
+    data_path: Path,
+    data: Sequence[Measured],
+    n_skipped: int,
+    stats: ErrorStats,
+    ttft: np.ndarray,
+    loho: ErrorStats | None = None,
 ) -> dict[str, object]:
-    return {
+    """Where the fitted values came from and how far they are from the measurements: in-sample
+    error of tokens/s/GPU, tokens/s/user and TTFT (``ttft``: :func:`ttft_errors`), and, when the
+    cross-validation ran, the leave-one-hardware-out error (what to expect on hardware the fit did
+    not see; ``hardware_fitted`` names what it did see)."""
+    out: dict[str, object] = {
         "fitted_by": "dse calibrate",
         "engine_version": __version__,
         "data": str(data_path.name),
@@ -409,7 +418,79 @@ def provenance(
         "rows_skipped": n_skipped,
         # rows whose run's engine settings (draft depth, running cap, KV precision) were known
         "rows_with_recipe_settings": sum(any(m.raw.get(c) for c in ENGINE_COLUMNS) for m in data),
+        "hardware_fitted": sorted({m.row.hardware for m in data}),
+        "models_fitted": sorted({m.row.model for m in data}),
         "fitted_at_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "in_sample_tput_median_ape": round(stats.tput_median_ape, 4),
+        "in_sample_tput_p75_ape": round(stats.tput_p75_ape, 4),
         "in_sample_intvty_median_ape": round(stats.intvty_median_ape, 4),
+        "in_sample_intvty_p75_ape": round(stats.intvty_p75_ape, 4),
+        "in_sample_ttft_median_ape": round(float(np.nanmedian(ttft)), 4),
     }
+    if loho is not None:
+        out |= {
+            "loho_tput_median_ape": round(loho.tput_median_ape, 4),
+            "loho_tput_p75_ape": round(loho.tput_p75_ape, 4),
+            "loho_intvty_median_ape": round(loho.intvty_median_ape, 4),
+            "loho_intvty_p75_ape": round(loho.intvty_p75_ape, 4),
+        }
+    return out
+
+
+@dataclass(frozen=True)
+class ExpectedError:
+    """How far a prediction may be from a measurement (absolute relative errors), and on what
+    basis: "in-sample" where the calibration saw the hardware, "leave-one-hardware-out" where not.
+    ``models_fitted``: the models the calibration measured; for any other the error is unmeasured."""
+
+    basis: str
+    tput_median_ape: float
+    tput_p75_ape: float
+    intvty_median_ape: float
+    intvty_p75_ape: float
+    ttft_median_ape: float | None  # in-sample (TTFT is not cross-validated)
+    models_fitted: tuple[str, ...]
+    model_fitted: bool
+
+    def describe(self) -> str:
+        if self.basis == "in-sample":
+            seen = "the calibration saw this hardware"
+        else:
+            seen = "the calibration did not see this hardware"
+        ttft = ""
+        if self.ttft_median_ape is not None:
+            ttft = f"; TTFT {self.ttft_median_ape:.0%} (median, in-sample)"
+        model = ""
+        if not self.model_fitted:
+            fitted = ", ".join(self.models_fitted)
+            model = f"; measured on {fitted} runs only: this model's error is unmeasured"
+        return (
+            f"expected error against measured runs ({self.basis}: {seen}), median / p75: "
+            f"tokens/s/GPU {self.tput_median_ape:.0%} / {self.tput_p75_ape:.0%}, "
+            f"tokens/s/user {self.intvty_median_ape:.0%} / {self.intvty_p75_ape:.0%}{ttft}{model}"
+        )
+
+
+def expected_error(params: PerfParams, hardware: str, model: str) -> ExpectedError | None:
+    """How far a prediction of ``model`` on ``hardware`` may be from a measurement, from the
+    calibration's provenance: the in-sample error where the fit saw that hardware, the
+    leave-one-hardware-out error where it did not (None for a file without these figures)."""
+    prov = params.provenance
+    seen = hardware in prov.get("hardware_fitted", ())
+    prefix = "in_sample" if seen else "loho"
+    keys = ("tput_median_ape", "tput_p75_ape", "intvty_median_ape", "intvty_p75_ape")
+    if not all(f"{prefix}_{k}" in prov for k in keys):
+        return None
+    ttft = prov.get("in_sample_ttft_median_ape")
+    t_med, t_p75, i_med, i_p75 = (float(prov[f"{prefix}_{k}"]) for k in keys)
+    models = tuple(prov.get("models_fitted", ()))
+    return ExpectedError(
+        "in-sample" if seen else "leave-one-hardware-out",
+        t_med,
+        t_p75,
+        i_med,
+        i_p75,
+        ttft_median_ape=None if ttft is None else float(ttft),
+        models_fitted=models,
+        model_fitted=model in models,
+    )
