@@ -97,16 +97,17 @@ class ServingResult:
     regime: Array  # str
 
 
-def _prefill_terms(d: Deployment, p: PerfParams) -> tuple[Array, Array, Array]:
-    """(time of one prompt alone, time of a full prefill batch, tokens of that batch)."""
-    pool = d.prefill if d.prefill is not None else d.decode
+def _prefill_terms(d: Deployment, p: PerfParams, terms: PoolTerms) -> tuple[Array, Array, Array]:
+    """(time of one prompt alone, time of a full prefill batch, tokens of that batch);
+    ``terms``: the prefill pool's :func:`~dse.perf.stages.pool_terms` under ``p``."""
+    pool = terms.pool
     one = forward_cost(
-        pool, p, tokens=d.isl, sequences=np.ones_like(d.isl), context=d.isl, prefill=True, speed=d.speed
+        terms, p, tokens=d.isl, sequences=np.ones_like(d.isl), context=d.isl, prefill=True, speed=d.speed
     ).total_s
     per_instance = False if d.chunk_per_instance is None else d.chunk_per_instance
     batch_tokens = prefill_batch_tokens(pool, d.isl, PREFILL_TOKENS_PER_RANK, per_instance)
     full = forward_cost(
-        pool,
+        terms,
         p,
         tokens=batch_tokens,
         sequences=batch_tokens / d.isl,
@@ -188,12 +189,15 @@ def _afd_step(
 class _Load:
     """Everything that follows from a decode batch ``b`` per decode instance."""
 
-    def __init__(self, d: Deployment, p: PerfParams, pf: tuple[Array, Array, Array]) -> None:
+    def __init__(self, d: Deployment, p: PerfParams) -> None:
         self.d, self.p = d, p
-        self.one, self.full, self.batch_tokens = pf
+        # what a pass costs whatever the batch, once per pool for the solve (an aggregated
+        # instance prefills on its decode pool)
+        decode = pool_terms(d.decode, p)
+        prefill = decode if d.prefill is None else pool_terms(d.prefill, p)
+        self.terms = (decode, None if d.ffn is None else pool_terms(d.ffn, p))
+        self.one, self.full, self.batch_tokens = _prefill_terms(d, p, prefill)
         self.prefill_rate = self.batch_tokens / self.full  # tokens/s per prefill instance
-        # what the decode step costs whatever the batch, computed once for the solve
-        self.terms = (pool_terms(d.decode, p), None if d.ffn is None else pool_terms(d.ffn, p))
 
     def at(self, b: Array) -> dict[str, Any]:
         d, p = self.d, self.p
@@ -221,12 +225,12 @@ class _Load:
 def tpot_at_batch(d: Deployment, p: PerfParams, batch: Array) -> Array:
     """Seconds per output token with ``batch`` sequences per decode instance, whatever load
     formed that batch (aggregated: with the chunked prefill of the requests it turns over)."""
-    return np.asarray(_Load(d, p, _prefill_terms(d, p)).at(np.asarray(batch, dtype=float))["tpot"])
+    return np.asarray(_Load(d, p).at(np.asarray(batch, dtype=float))["tpot"])
 
 
 def closed_loop(d: Deployment, p: PerfParams, concurrency: Array, iterations: int = 40) -> ServingResult:
     """Serving figures at a fixed number of requests in flight (benchmark-style load)."""
-    load = _Load(d, p, _prefill_terms(d, p))
+    load = _Load(d, p)
     cap = kv_capacity_sequences(d.decode, p, d.isl + d.osl)
     limit = np.inf if d.max_batch is None else d.max_batch
     slots = np.minimum(np.maximum(cap, 1e-6), limit)  # sequences an instance may hold
