@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import polars as pl
 import pytest
 from conftest import dse_cmd
 
@@ -114,7 +115,7 @@ def test_exports_read_back_with_duckdb(tiny_run, tmp_path: Path) -> None:  # typ
         (k.decode(), v.decode())
         for _, k, v in duckdb.sql(f"select * from parquet_kv_metadata('{glob}')").fetchall()
     )
-    assert meta["dse.schema_version"] == "1" and '"name": "tiny-study"' in meta["dse.study_spec"]
+    assert meta["dse.schema_version"] == "2" and '"name": "tiny-study"' in meta["dse.study_spec"]
     ts = duckdb.sql(f"select typeof(started_utc) from read_parquet('{glob}') limit 1").fetchall()[0][0]
     assert ts == "TIMESTAMP WITH TIME ZONE"
     assert not list((tmp_path / "exports").rglob("*.tmp"))
@@ -218,6 +219,17 @@ def test_study_commands_end_to_end(tmp_path: Path, clean_env: dict[str, str]) ->
     assert "8 trials run" in ran.stdout and "wrote 5 Parquet tables" in ran.stdout
     report = (tmp_path / "tiny-study" / "report" / "report.md").read_text()
     assert "## Best designs" in report and "## Binding constraints" in report
+    trials = pl.read_parquet(tmp_path / "tiny-study" / "exports" / "trials" / "*" / "*.parquet")
+    best = (
+        trials.filter(pl.col("feasible"))
+        .sort("usd_per_million_tokens")
+        .unique("design", keep="first", maintain_order=True)
+        .head(5)
+    )
+    lines = ran.stdout.splitlines()
+    table = lines[lines.index(next(x for x in lines if x.startswith("trial  trials"))) + 2 :][: best.height]
+    shown = [tuple(int(v) for v in x.split()[:2]) for x in table]  # each design once, with its trial count
+    assert shown == list(zip(best["trial"], best["design_trials"], strict=True))
     (tmp_path / "tiny-study" / "exports").rename(tmp_path / "old-exports")
     again = subprocess.run(
         dse_cmd("export", str(TINY), "--out", str(tmp_path)),
@@ -258,8 +270,9 @@ def test_two_objectives_give_a_pareto_front(tmp_path: Path) -> None:
             (feas[a] >= row[a]) & (feas[b] >= row[b]) & ((feas[a] > row[a]) | (feas[b] > row[b]))
         )
         assert better.is_empty()
-    off = feas.join(front.select("trial"), on="trial", how="anti")
-    for row in off.iter_rows(named=True):  # everything else is beaten by someone on the front
+    assert front["design"].n_unique() == front.height  # each design once, as its first front trial
+    off = feas.join(front.select("design"), on="design", how="anti")
+    for row in off.iter_rows(named=True):  # every other design is beaten by someone on the front
         assert not front.filter((front[a] >= row[a]) & (front[b] >= row[b])).is_empty()
 
 

@@ -10,7 +10,8 @@ import polars as pl
 import pytest
 
 from dse.study.markdown import fmt
-from dse.study.report import BestDesign, below_share, unique_designs, write_report
+from dse.study.report import BestDesign, below_share, write_report
+from dse.study.results import distinct_designs, pareto_frame, with_designs
 from dse.study.spec import StudySpec, load_study
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -49,6 +50,7 @@ def _trials() -> pl.DataFrame:
                 "aggregated",
             ],
             "p_kv_policy": ["tiered"] * 6,
+            "p_max_batch": [512, 256, 1024, 512, 512, 512],
             "p_prefill_hardware": ["b200", "h200-sxm", "b200", "b200", "b200", "h200-sxm"],
             "p_prefill_shape": [
                 "8gpu-dpa-ep8",
@@ -216,7 +218,8 @@ def test_report_sections_numbers_and_pngs(tmp_path: Path, spec: StudySpec) -> No
 
     best_rows = _rows(_section(md, "## Best designs"))
     assert [r[0] for r in best_rows] == ["2", "1", "0"]  # cheapest first, infeasible left out
-    assert "gb200-nvl72" in best_rows[0][3] and best_rows[0][6] == "0.800"
+    assert best_rows[0][1] == "1"  # trials with its design
+    assert "gb200-nvl72" in best_rows[0][4] and best_rows[0][7] == "0.800"
 
     assert [r[0] for r in _rows(_section(md, "## Pareto front"))] == ["2", "1"]
 
@@ -326,9 +329,38 @@ def test_the_warm_start_sentence_copes_with_zero_negative_and_missing_values(
     assert said in _section(md, "## Best designs")
 
 
-def test_pareto_duplicates_are_dropped() -> None:
-    pareto = _tables()["pareto"]
-    assert unique_designs(pl.concat([pareto, pareto])).height == 2
+def _alike(trials: pl.DataFrame, first: int, new: int, **changes: object) -> pl.DataFrame:
+    """``trials`` with a trial ``new``: a copy of trial ``first`` with ``changes``."""
+    row = trials.filter(pl.col("trial") == first).with_columns(trial=pl.lit(new, pl.Int64))
+    row = row.with_columns(**{k: pl.lit(v, dtype=trials.schema[k]) for k, v in changes.items()})
+    return pl.concat([trials, row])
+
+
+def test_trials_that_deliver_the_same_design_are_one_design() -> None:
+    t = _alike(
+        _trials(), 2, 6, p_max_batch=None, ttft_mean_s=0.5 * (1 + 3e-4), tpot_mean_s=0.026 * (1 - 2e-7)
+    )
+    t = _alike(t, 2, 7, ttft_mean_s=0.5 * 1.01)  # 1% slower to first token: another design
+    t = _alike(t, 2, 8, p_decode_hardware="b200")  # other hardware, the same figures: another design
+    t = _alike(t, 3, 9, ttft_pct_s=7.0 + 1e-9)  # an infeasible trial's twin
+    d = with_designs(t.sample(fraction=1.0, shuffle=True, seed=3))  # row order does not matter
+    design = dict(zip(d["trial"].to_list(), d["design"].to_list(), strict=True))
+    count = dict(zip(d["trial"].to_list(), d["design_trials"].to_list(), strict=True))
+    assert design == {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 2, 7: 7, 8: 8, 9: 3}
+    assert count[2] == count[6] == 2 and count[3] == 2 and count[7] == count[8] == count[0] == 1
+    assert distinct_designs(t)["trial"].to_list() == [0, 1, 2, 3, 4, 5, 7, 8]
+
+
+def test_the_front_and_the_report_show_each_design_once(tmp_path: Path, spec: StudySpec) -> None:
+    t = with_designs(_alike(_trials(), 2, 6, ttft_mean_s=0.5 * (1 + 1e-4)))
+    front = pareto_frame(t, ["usd_per_million_tokens"], ["minimize"])
+    assert front["trial"].to_list() == [2] and front["design_trials"].to_list() == [2]
+    tables = {**_tables(), "trials": t, "pareto": front}
+    md = write_report(tmp_path, spec=spec, objectives=OBJECTIVES, tables=tables, best=None).read_text()
+    best = _section(md, "## Best designs")
+    assert "The 3 best of 3 distinct designs (4 feasible trials)" in best
+    assert re.search(r"^\| 2 \| 2 \| disaggregated", best, re.M) and not re.search(r"^\| 6 \|", best, re.M)
+    assert "1 non-dominated design." in _section(md, "## Pareto front")
 
 
 def test_below_share_ignores_non_finite() -> None:

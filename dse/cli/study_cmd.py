@@ -13,6 +13,7 @@ from dse.errors import InputError
 from dse.placement.serialize import plain
 from dse.study import Study, StudyResults
 from dse.study.faults import StudyInterrupted
+from dse.study.results import distinct_designs
 from dse.study.spec import StudySpec, load_study, study_files, study_path
 from dse.study.storage import STALE_AFTER_S, redact
 from dse.study.variants import study_catalog
@@ -124,17 +125,17 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def summary(res: StudyResults, top: int = 5) -> str:
+    """The best ``top`` designs on the first objective, each once (its first trial)."""
     t = res.trials
     if t.is_empty() or not t["feasible"].any():
         return "no feasible design: " + (t["binding"].mode()[0] if not t.is_empty() else "no trials")
     o = res.objectives[0]
     ranked = t.filter(t["feasible"]).sort(f"objective_{o.name}", descending=o.direction == "maximize")
-    rows: list[list[object]] = []
-    seen: set[tuple[object, ...]] = set()
     axes = list(res.spec.sweep.axes())  # a grid study shows each row's point
-    for r in ranked.iter_rows(named=True):
-        row = [
+    rows: list[list[object]] = [
+        [
             r["trial"],
+            r["design_trials"],
             *(r[f"x_{a}"] for a in axes),
             r["p_topology"],
             f"{r['p_prefill_hardware']}/{r['p_prefill_shape']}",
@@ -147,15 +148,12 @@ def summary(res: StudyResults, top: int = 5) -> str:
             1e3 * r["tpot_mean_s"],
             r["hbm_peak_gb_per_gpu"],
         ]
-        key = tuple(round(v, 6) if isinstance(v, float) else v for v in row[1:])
-        if key not in seen:  # designs that differ only in a knob that changed nothing show once
-            seen.add(key)
-            rows.append(row)
-        if len(rows) == top:
-            break
+        for r in distinct_designs(ranked).head(top).iter_rows(named=True)
+    ]
     return format_table(
         [
             "trial",
+            "trials",
             *axes,
             "topology",
             "prefill",

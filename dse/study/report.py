@@ -36,6 +36,7 @@ from dse.study.report_grid import (
     stage_memory_section,
     whatif_section,
 )
+from dse.study.results import distinct_designs
 from dse.study.spec import StudySpec
 
 TOP_N = 5  # rows of the best-designs table
@@ -89,7 +90,7 @@ def write_report(
     """
     trials = tables.get("trials", pl.DataFrame())
     feasible = feasible_trials(trials)
-    pareto = unique_designs(tables.get("pareto", pl.DataFrame()))
+    pareto = distinct_designs(tables.get("pareto", pl.DataFrame()))
     sim_trial, sim = trajectory_of(tables.get("sim_timeseries", pl.DataFrame()), best)
     tail_figures = [
         stage_png(folder / "stage_breakdown.png", best),
@@ -139,14 +140,6 @@ def feasible_trials(trials: pl.DataFrame) -> pl.DataFrame:
     return trials.filter(pl.col("feasible").fill_null(False))
 
 
-def unique_designs(df: pl.DataFrame) -> pl.DataFrame:
-    """Rows with distinct parameter sets (``p_*`` columns), first occurrence kept, order kept."""
-    params = [c for c in df.columns if c.startswith("p_")]
-    if df.is_empty() or not params:
-        return df
-    return df.unique(subset=params, keep="first", maintain_order=True)
-
-
 def ranked(feasible: pl.DataFrame, objective: tuple[str, str]) -> pl.DataFrame:
     """Feasible trials, best first on one objective (its ``objective_<name>`` column); unranked
     (trial order) when the column is missing."""
@@ -191,12 +184,28 @@ def _trial_columns(spec: StudySpec) -> list[Column]:
     ]
 
 
+_ALIKE = (
+    'Each design shows once, as its first trial; "trials" counts the trials that found it (the'
+    " same hardware, shapes and outcome, differing only in settings that changed nothing, such as"
+    " a batch cap above the load)."
+)
+
+
 def _design_table(df: pl.DataFrame, columns: list[Column]) -> str:
-    """Trial, topology, KV policy, hardware and shapes, then ``columns``."""
-    headers = ["trial", "topology", "KV policy", "hardware (prefill / decode)", "shape (prefill / decode)"]
+    """Trial, how many trials found its design, topology, KV policy, hardware and shapes, then
+    ``columns``."""
+    headers = [
+        "trial",
+        "trials",
+        "topology",
+        "KV policy",
+        "hardware (prefill / decode)",
+        "shape (prefill / decode)",
+    ]
     rows = [
         [
             fmt(r.get("trial")),
+            fmt(r.get("design_trials")),
             fmt(r.get("p_topology")),
             fmt(r.get("p_kv_policy")),
             _pair(r, "p_prefill_hardware", "p_decode_hardware"),
@@ -205,7 +214,7 @@ def _design_table(df: pl.DataFrame, columns: list[Column]) -> str:
         + [fmt(r.get(col), spec, scale) for _, col, spec, scale in columns]
         for r in df.iter_rows(named=True)
     ]
-    numeric = [True, False, False, False, False] + [True] * len(columns)
+    numeric = [True, True, False, False, False, False] + [True] * len(columns)
     return md_table(headers + [h for h, *_ in columns], rows, numeric)
 
 
@@ -251,12 +260,16 @@ def _best_designs(spec: StudySpec, objectives: list[tuple[str, str]], feasible: 
     if feasible.is_empty():
         return f"{head}\n\nNo feasible designs."
     if not objectives:
-        return f"{head}\n\nNo objective to rank by; first {TOP_N} feasible trials.\n\n" + _design_table(
-            feasible.head(TOP_N), _trial_columns(spec)
+        return f"{head}\n\nNo objective to rank by; the first {TOP_N} feasible designs.\n\n" + _design_table(
+            distinct_designs(feasible).head(TOP_N), _trial_columns(spec)
         )
     name, direction = objectives[0]
-    top = ranked(feasible, objectives[0]).head(TOP_N)
-    intro = f"The {top.height} best of {feasible.height} feasible trials by {name} ({direction})."
+    designs = distinct_designs(ranked(feasible, objectives[0]))
+    top = designs.head(TOP_N)
+    intro = (
+        f"The {top.height} best of {designs.height} distinct designs ({feasible.height} feasible trials)"
+        f" by {name} ({direction}). {_ALIKE}"
+    )
     intro += _warm_start_verdict(feasible, objectives[0])
     return f"{head}\n\n{intro}\n\n{_design_table(top, _trial_columns(spec))}"
 
@@ -298,7 +311,7 @@ def _pareto_section(spec: StudySpec, objectives: list[tuple[str, str]], pareto: 
         if f"objective_{o}" in pareto.columns
     ]
     plural = "s" if pareto.height != 1 else ""
-    intro = f"{pareto.height} non-dominated design{plural} (distinct parameter sets)."
+    intro = f"{pareto.height} non-dominated design{plural}. {_ALIKE}"
     return f"{head}\n\n{intro}\n\n{_design_table(pareto, cols)}"
 
 

@@ -1,6 +1,11 @@
 """A study's trials as flat tables (polars): trials, Pareto front, placements, KV tiers, and the
 simulated time series of the front. Column names carry their units. :data:`SCHEMA_VERSION`
 changes whenever a column is renamed, removed or changes meaning.
+
+Many trials of a search land on the same design: a batch cap above what the load fills, or a
+chunk that changes nothing, gives the same hardware, shapes and outcome. :func:`with_designs`
+names each trial's design by the first trial that delivered it, so the front, the report and the
+run's summary show each design once.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from dse.study.replay import replay
 from dse.study.spec import StudySpec
 from formulations.solve import PlacementSolver, SolveOptions
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the trials' design and design_trials; one front row per design
 METRIC_COLUMNS = {  # metric -> column (unit in the name)
     "usd_per_million_tokens": "usd_per_million_tokens",
     "usd_per_hour": "usd_per_hour",
@@ -56,6 +61,13 @@ PARAM_COLUMNS = (
     "ffn_tokens_per_gpu",
 )
 CONSTRAINT_KEYS = ("placement", "ttft_s", "tpot_s", "stability", "gpus", "wall_clock")
+CHOICE_COLUMNS = tuple(
+    f"p_{k}"
+    for k in ("topology", "kv_policy", "prefill_hardware", "prefill_shape", "decode_hardware", "decode_shape")
+)
+NOT_OUTCOME = ("decode_batch_sequences", "milp_solve_s")  # a setting and a timing, not what a design delivers
+# outcomes within 0.1% are the same design: far below the model's error, and the tables show 3-4 figures
+DESIGN_RTOL, DESIGN_ATOL = 1e-3, 1e-6
 
 
 def _utc(dt: Any) -> Any:
@@ -101,11 +113,59 @@ def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
             row[f"objective_{name}"] = v
         rows.append(row)
     schema = {"started_utc": pl.Datetime("us", "UTC"), "finished_utc": pl.Datetime("us", "UTC")}
-    return pl.DataFrame(rows, schema_overrides=schema, infer_schema_length=None) if rows else pl.DataFrame()
+    if not rows:
+        return pl.DataFrame()
+    return with_designs(pl.DataFrame(rows, schema_overrides=schema, infer_schema_length=None))
+
+
+def with_designs(trials: pl.DataFrame) -> pl.DataFrame:
+    """``trials`` with ``design``, the first trial with the same design, and ``design_trials``, how
+    many trials have it (a table that has ``design`` already is returned as it is).
+
+    The same design: the same grid point, topology, KV policy, hardware and shapes, and the same
+    outcome, every metric but the decode batch and the solve time and every constraint and
+    objective, within :data:`DESIGN_RTOL` (or :data:`DESIGN_ATOL` near zero): the simulator's
+    last digits move with settings that change nothing else. In trial order, a trial takes the
+    design of the first earlier design it matches, else starts its own. Works on whichever of
+    these columns the table has."""
+    if trials.is_empty() or "design" in trials.columns:
+        return trials
+    outcome = set(METRIC_COLUMNS.values()) - set(NOT_OUTCOME)
+    keys = [c for c in trials.columns if c.startswith("x_") or c in CHOICE_COLUMNS]
+    values = [c for c in trials.columns if c in outcome or c.startswith(("c_", "objective_"))]
+    numbers = trials["trial"].to_list()
+    key_rows = trials.select(keys).rows() if keys else [()] * trials.height
+    x = (
+        trials.select(pl.col(c).cast(pl.Float64) for c in values).to_numpy().astype(float)
+        if values
+        else np.zeros((trials.height, 0))
+    )
+    firsts: dict[tuple[Any, ...], list[int]] = {}  # choice -> rows that started a design
+    design = np.empty(trials.height, dtype=np.int64)
+    for i in np.argsort(numbers, kind="stable"):
+        starts = firsts.setdefault(key_rows[i], [])
+        alike = [
+            j for j in starts if np.allclose(x[i], x[j], rtol=DESIGN_RTOL, atol=DESIGN_ATOL, equal_nan=True)
+        ]
+        if alike:
+            design[i] = design[alike[0]]
+        else:
+            starts.append(int(i))
+            design[i] = numbers[i]
+    out = trials.with_columns(design=pl.Series(design))
+    return out.with_columns(design_trials=pl.len().over("design").cast(pl.UInt32))
+
+
+def distinct_designs(df: pl.DataFrame) -> pl.DataFrame:
+    """The first row of each design, in the table's order."""
+    if df.is_empty():
+        return df
+    return with_designs(df).unique(subset="design", keep="first", maintain_order=True)
 
 
 def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[str]) -> pl.DataFrame:
-    """Feasible trials that no other feasible trial beats on every objective."""
+    """Feasible trials that no other feasible trial beats on every objective, the first of each
+    design (:func:`with_designs`), best first on the first objective."""
     if trials.is_empty():
         return trials
     feas = trials.filter(pl.col("feasible"))
@@ -122,7 +182,10 @@ def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[s
         others = np.delete(vals, i, axis=0)
         dominated = np.any(np.all(others <= vals[i], axis=1) & np.any(others < vals[i], axis=1))
         keep[i] = not dominated
-    return feas.filter(pl.Series(keep)).sort(f"objective_{objectives[0]}")
+    front = distinct_designs(feas.filter(pl.Series(keep)).sort("trial"))
+    return front.sort(
+        f"objective_{objectives[0]}", descending=directions[0] == "maximize", maintain_order=True
+    )
 
 
 def placements_frame(study: optuna.Study) -> pl.DataFrame:
