@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from dse.errors import DseError
+from dse.study.results import speed_front as front
 
 RUNS = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("runs")
 
@@ -23,13 +24,6 @@ def trials(study: str) -> pl.DataFrame:
 
 def table(study: str, name: str) -> pl.DataFrame:
     return pl.read_parquet(RUNS / study / "exports" / name / f"study={study}" / "part-0.parquet")
-
-
-def front(df: pl.DataFrame, x: str, y: str) -> pl.DataFrame:
-    """Rows no other row beats on both ``x`` and ``y`` (both maximised)."""
-    a, b = df[x].to_numpy(), df[y].to_numpy()
-    keep = [not np.any((a >= a[i]) & (b >= b[i]) & ((a > a[i]) | (b > b[i]))) for i in range(len(a))]
-    return df.filter(pl.Series(keep)).sort(x)
 
 
 def kimi() -> None:

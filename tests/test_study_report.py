@@ -11,7 +11,7 @@ import pytest
 
 from dse.study.markdown import fmt
 from dse.study.report import BestDesign, below_share, write_report
-from dse.study.results import distinct_designs, pareto_frame, with_designs
+from dse.study.results import distinct_designs, pareto_frame, speed_front, with_designs
 from dse.study.spec import StudySpec, load_study
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -385,3 +385,15 @@ def test_hbm_histogram_of_equal_values(tmp_path: Path) -> None:
     df = pl.DataFrame({"hbm_peak_gb_per_gpu": [76.8] * 40})
     fig = hbm_png(tmp_path / "hbm.png", df)
     assert not fig.skipped and (tmp_path / "hbm.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_speed_front_keeps_what_nothing_beats_on_both_speeds() -> None:
+    df = pl.DataFrame(
+        {
+            "trial": [0, 1, 2, 3, 4, 5],
+            "user": [20.0, 30.0, 30.0, 40.0, 25.0, None],
+            "gpu": [900.0, 700.0, 650.0, 300.0, 600.0, 5000.0],
+        }
+    )
+    # 2 is beaten by 1 (same speed, less per GPU), 4 by 1; 5 has no speed per user
+    assert speed_front(df, "user", "gpu")["trial"].to_list() == [0, 1, 3]

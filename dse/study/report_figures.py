@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from dse.atomic import atomic_path
+from dse.study.results import speed_front
 
 if TYPE_CHECKING:
     from dse.study.report import BestDesign
@@ -89,15 +90,18 @@ def pareto_png(path: Path, study: str, feasible: pl.DataFrame, pareto: pl.DataFr
         groups = pts.partition_by(keys, maintain_order=True, as_dict=True) if keys else {("all",): pts}
         markers = "osD^vP*Xh<>"
         for i, (key, g) in enumerate(groups.items()):
+            color = plt.get_cmap("tab10")(i % 10)
             ax.scatter(
                 g[x].to_numpy(),
                 g[y].to_numpy(),
                 s=22,
-                alpha=0.75,
+                alpha=0.45,
                 marker=markers[i % len(markers)],
-                color=plt.get_cmap("tab10")(i % 10),
+                color=color,
                 label=", ".join(str(k) for k in key),
             )
+            f = speed_front(g, x, y)  # the group's frontier: the most per GPU at each speed
+            ax.plot(f[x].to_numpy(), f[y].to_numpy(), color=color, linewidth=1.6, alpha=0.9)
         if not front.is_empty():  # rings, not a line: the front is over the objectives, not these axes
             ax.scatter(
                 front[x].to_numpy(),
@@ -110,7 +114,7 @@ def pareto_png(path: Path, study: str, feasible: pl.DataFrame, pareto: pl.DataFr
             )
         ax.set_xlabel("tokens/s per user (1 / TPOT)")
         ax.set_ylabel("tokens/s per GPU")
-        ax.set_title(f"{study}: {pts.height} feasible designs")
+        ax.set_title(f"{study}: {pts.height} feasible trials, the frontier of each (lines)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, title="decode hardware, topology", title_fontsize=7)
         fig.tight_layout()
@@ -118,7 +122,8 @@ def pareto_png(path: Path, study: str, feasible: pl.DataFrame, pareto: pl.DataFr
 
     return _draw(
         path,
-        "Throughput per GPU against speed per user",
+        "Throughput per GPU against speed per user: every feasible trial, the frontier of each"
+        " decode hardware and topology (lines), the study's Pareto front (rings)",
         "" if not pts.is_empty() else "no feasible trials with both speeds",
         draw,
     )

@@ -163,6 +163,15 @@ def distinct_designs(df: pl.DataFrame) -> pl.DataFrame:
     return with_designs(df).unique(subset="design", keep="first", maintain_order=True)
 
 
+def speed_front(df: pl.DataFrame, x: str, y: str) -> pl.DataFrame:
+    """Rows no other row beats on both ``x`` and ``y`` (both maximised, rows missing either
+    left out), by ``x``: the frontier of throughput against speed, whatever the objectives."""
+    df = df.drop_nulls([x, y])
+    a, b = df[x].to_numpy(), df[y].to_numpy()
+    keep = [not np.any((a >= a[i]) & (b >= b[i]) & ((a > a[i]) | (b > b[i]))) for i in range(len(a))]
+    return df.filter(pl.Series(keep, dtype=pl.Boolean)).sort(x)
+
+
 def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[str]) -> pl.DataFrame:
     """Feasible trials that no other feasible trial beats on every objective, the first of each
     design (:func:`with_designs`), best first on the first objective."""
