@@ -140,18 +140,22 @@ def with_designs(trials: pl.DataFrame) -> pl.DataFrame:
         if values
         else np.zeros((trials.height, 0))
     )
-    firsts: dict[tuple[Any, ...], list[int]] = {}  # choice -> rows that started a design
-    design = np.empty(trials.height, dtype=np.int64)
+    groups: dict[tuple[Any, ...], list[int]] = {}  # choice -> its rows in trial order
     for i in np.argsort(numbers, kind="stable"):
-        starts = firsts.setdefault(key_rows[i], [])
-        alike = [
-            j for j in starts if np.allclose(x[i], x[j], rtol=DESIGN_RTOL, atol=DESIGN_ATOL, equal_nan=True)
-        ]
-        if alike:
-            design[i] = design[alike[0]]
-        else:
-            starts.append(int(i))
-            design[i] = numbers[i]
+        groups.setdefault(key_rows[i], []).append(int(i))
+    design = np.empty(trials.height, dtype=np.int64)
+    for rows in groups.values():
+        starts = np.empty((len(rows), x.shape[1]))  # the outcome of each design begun so far
+        first: list[int] = []  # and its trial
+        for i in rows:
+            same = np.isclose(starts[: len(first)], x[i], rtol=DESIGN_RTOL, atol=DESIGN_ATOL, equal_nan=True)
+            hit = np.flatnonzero(same.all(axis=1))
+            if hit.size:
+                design[i] = first[hit[0]]
+            else:
+                starts[len(first)] = x[i]
+                first.append(numbers[i])
+                design[i] = numbers[i]
     out = trials.with_columns(design=pl.Series(design))
     return out.with_columns(design_trials=pl.len().over("design").cast(pl.UInt32))
 
