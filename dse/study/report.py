@@ -185,9 +185,9 @@ def _trial_columns(spec: StudySpec) -> list[Column]:
 
 
 _ALIKE = (
-    'Each design shows once, as its first trial; "trials" counts the trials that found it (the'
-    " same hardware, shapes and outcome, differing only in settings that changed nothing, such as"
-    " a batch cap above the load)."
+    'Each design shows once, as its best trial (the first, among equals); "trials" counts the'
+    " trials that found it (the same hardware, shapes and outcome, differing only in settings"
+    " that changed nothing, such as a batch cap above the load)."
 )
 
 

@@ -177,8 +177,9 @@ def speed_front(df: pl.DataFrame, x: str, y: str) -> pl.DataFrame:
 
 
 def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[str]) -> pl.DataFrame:
-    """Feasible trials that no other feasible trial beats on every objective, the first of each
-    design (:func:`with_designs`), best first on the first objective."""
+    """Feasible trials that no other feasible trial beats on every objective, best first on the
+    first objective, each design (:func:`with_designs`) once: its best trial on the front (the
+    first, among equals)."""
     if trials.is_empty():
         return trials
     feas = trials.filter(pl.col("feasible"))
@@ -195,10 +196,10 @@ def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[s
         others = np.delete(vals, i, axis=0)
         dominated = np.any(np.all(others <= vals[i], axis=1) & np.any(others < vals[i], axis=1))
         keep[i] = not dominated
-    front = distinct_designs(feas.filter(pl.Series(keep)).sort("trial"))
-    return front.sort(
-        f"objective_{objectives[0]}", descending=directions[0] == "maximize", maintain_order=True
+    best_first = feas.filter(pl.Series(keep)).sort(
+        [f"objective_{objectives[0]}", "trial"], descending=[directions[0] == "maximize", False]
     )
+    return distinct_designs(best_first)
 
 
 def placements_frame(study: optuna.Study) -> pl.DataFrame:
