@@ -125,7 +125,7 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def summary(res: StudyResults, top: int = 5) -> str:
-    """The best ``top`` designs on the first objective, each once (its first trial)."""
+    """The best ``top`` designs on the first objective, each once (its best trial)."""
     t = res.trials
     if t.is_empty() or not t["feasible"].any():
         return "no feasible design: " + (t["binding"].mode()[0] if not t.is_empty() else "no trials")
