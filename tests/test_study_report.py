@@ -51,6 +51,7 @@ def _trials() -> pl.DataFrame:
             ],
             "p_kv_policy": ["tiered"] * 6,
             "p_max_batch": [512, 256, 1024, 512, 512, 512],
+            "decode_batch_sequences": [512.0, 256.0, 700.0, 512.0, 512.0, None],
             "p_prefill_hardware": ["b200", "h200-sxm", "b200", "b200", "b200", "h200-sxm"],
             "p_prefill_shape": [
                 "8gpu-dpa-ep8",
@@ -234,7 +235,7 @@ def test_report_sections_numbers_and_pngs(tmp_path: Path, spec: StudySpec) -> No
     hbm = _rows(_section(md, "## Peak HBM residency"))
     assert hbm[0][:3] == ["feasible trials", "3", "67% (2 of 3)"]  # 70 and 75 of 70, 75, 90
     assert hbm[0][3:] == ["75.0", "90.0"]
-    assert hbm[1][:3] == ["Pareto front", "2", "50% (1 of 2)"]  # 75 of 75, 90
+    assert hbm[1][:3] == ["Pareto front designs", "2", "50% (1 of 2)"]  # 75 of 75, 90
 
     assert "Simulated trajectory of trial 2" in md
     for name in ("pareto.png", "stage_breakdown.png", "hbm_residency.png", "sim_trajectory.png"):
@@ -337,18 +338,28 @@ def _alike(trials: pl.DataFrame, first: int, new: int, **changes: object) -> pl.
 
 
 def test_trials_that_deliver_the_same_design_are_one_design() -> None:
-    t = _alike(
-        _trials(), 2, 6, p_max_batch=None, ttft_mean_s=0.5 * (1 + 3e-4), tpot_mean_s=0.026 * (1 - 2e-7)
-    )
+    # 6: trial 2 with another batch cap and decode batch and the simulator's last digits moved
+    t = _alike(_trials(), 2, 6, p_max_batch=None, decode_batch_sequences=300.0, ttft_mean_s=0.5 * (1 + 3e-4))
     t = _alike(t, 2, 7, ttft_mean_s=0.5 * 1.01)  # 1% slower to first token: another design
     t = _alike(t, 2, 8, p_decode_hardware="b200")  # other hardware, the same figures: another design
     t = _alike(t, 3, 9, ttft_pct_s=7.0 + 1e-9)  # an infeasible trial's twin
-    d = with_designs(t.sample(fraction=1.0, shuffle=True, seed=3))  # row order does not matter
+    t = _alike(t, 2, 10, feasible=False)  # just over a limit: not the feasible one
+    d = with_designs(t.reverse())  # later trials first: designs still go by trial number
     design = dict(zip(d["trial"].to_list(), d["design"].to_list(), strict=True))
     count = dict(zip(d["trial"].to_list(), d["design_trials"].to_list(), strict=True))
-    assert design == {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 2, 7: 7, 8: 8, 9: 3}
-    assert count[2] == count[6] == 2 and count[3] == 2 and count[7] == count[8] == count[0] == 1
-    assert distinct_designs(t)["trial"].to_list() == [0, 1, 2, 3, 4, 5, 7, 8]
+    assert design == {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 2, 7: 7, 8: 8, 9: 3, 10: 10}
+    assert count[2] == count[6] == 2 and count[3] == 2 and count[7] == count[8] == count[10] == 1
+    assert distinct_designs(t)["trial"].to_list() == [0, 1, 2, 3, 4, 5, 7, 8, 10]
+
+
+def test_gpus_and_grid_points_part_designs_exactly() -> None:
+    two = pl.DataFrame({"trial": [0, 1], "gpus": [8000.0, 8008.0], "usd_per_million_tokens": [1.0, 1.0005]})
+    assert with_designs(two)["design"].to_list() == [0, 1]  # a node apart, 0.1% apart: two designs
+    grid = pl.DataFrame(
+        {"trial": [0, 1], "x_requests_per_s": [40.0, 40.04], "usd_per_million_tokens": [1.0] * 2}
+    )
+    assert with_designs(grid)["design"].to_list() == [0, 1]
+    assert with_designs(grid.drop("x_requests_per_s"))["design"].to_list() == [0, 0]
 
 
 def test_the_front_and_the_report_show_each_design_once(tmp_path: Path, spec: StudySpec) -> None:
@@ -365,6 +376,8 @@ def test_the_front_and_the_report_show_each_design_once(tmp_path: Path, spec: St
     t = t.with_columns(objective_tokens_per_s_per_user=pl.col("tokens_per_s_per_user"))
     two = pareto_frame(t, ["usd_per_million_tokens", "tokens_per_s_per_user"], ["minimize", "maximize"])
     assert two["trial"].to_list() == [2, 7] and two["design"].to_list() == [2, 1]  # 7 beats 1, alike
+    speed = pareto_frame(t, ["tokens_per_s_per_user", "usd_per_million_tokens"], ["maximize", "minimize"])
+    assert speed["trial"].to_list() == [7, 2]  # best first on a maximised objective
 
 
 def test_below_share_ignores_non_finite() -> None:

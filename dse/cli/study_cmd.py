@@ -13,7 +13,7 @@ from dse.errors import InputError
 from dse.placement.serialize import plain
 from dse.study import Study, StudyResults
 from dse.study.faults import StudyInterrupted
-from dse.study.results import distinct_designs
+from dse.study.results import distinct_designs, ranked
 from dse.study.spec import StudySpec, load_study, study_files, study_path
 from dse.study.storage import STALE_AFTER_S, redact
 from dse.study.variants import study_catalog
@@ -130,7 +130,7 @@ def summary(res: StudyResults, top: int = 5) -> str:
     if t.is_empty() or not t["feasible"].any():
         return "no feasible design: " + (t["binding"].mode()[0] if not t.is_empty() else "no trials")
     o = res.objectives[0]
-    ranked = t.filter(t["feasible"]).sort(f"objective_{o.name}", descending=o.direction == "maximize")
+    best = ranked(t.filter(t["feasible"]), (o.name, o.direction))
     axes = list(res.spec.sweep.axes())  # a grid study shows each row's point
     rows: list[list[object]] = [
         [
@@ -148,7 +148,7 @@ def summary(res: StudyResults, top: int = 5) -> str:
             1e3 * r["tpot_mean_s"],
             r["hbm_peak_gb_per_gpu"],
         ]
-        for r in distinct_designs(ranked).head(top).iter_rows(named=True)
+        for r in distinct_designs(best).head(top).iter_rows(named=True)
     ]
     return format_table(
         [

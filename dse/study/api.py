@@ -30,6 +30,7 @@ from dse.study.results import (
     kv_tiers_frame,
     pareto_frame,
     placements_frame,
+    ranked,
     sim_timeseries_frame,
     trials_frame,
 )
@@ -129,9 +130,7 @@ class StudyResults:
         if self.trials.is_empty() or not self.trials["feasible"].any():
             return None
         o = self.objectives[0]
-        col = f"objective_{o.name}"
-        feas = self.trials.filter(pl.col("feasible")).sort(col, descending=o.direction == "maximize")
-        return int(feas["trial"][0])
+        return int(ranked(self.trials.filter(pl.col("feasible")), (o.name, o.direction))["trial"][0])
 
     def sim_timeseries(self, trials: list[int] | None = None) -> pl.DataFrame:
         """Re-simulated trajectories of ``trials`` (default: the first five of the front)."""

@@ -36,7 +36,7 @@ from dse.study.report_grid import (
     stage_memory_section,
     whatif_section,
 )
-from dse.study.results import distinct_designs
+from dse.study.results import distinct_designs, ranked
 from dse.study.spec import StudySpec
 
 TOP_N = 5  # rows of the best-designs table
@@ -138,15 +138,6 @@ def feasible_trials(trials: pl.DataFrame) -> pl.DataFrame:
     if trials.is_empty() or "feasible" not in trials.columns:
         return pl.DataFrame()
     return trials.filter(pl.col("feasible").fill_null(False))
-
-
-def ranked(feasible: pl.DataFrame, objective: tuple[str, str]) -> pl.DataFrame:
-    """Feasible trials, best first on one objective (its ``objective_<name>`` column); unranked
-    (trial order) when the column is missing."""
-    col = f"objective_{objective[0]}"
-    if feasible.is_empty() or col not in feasible.columns:
-        return feasible
-    return feasible.sort(col, descending=objective[1] == "maximize", nulls_last=True)
 
 
 def trajectory_of(sim: pl.DataFrame, best: BestDesign | None) -> tuple[int | None, pl.DataFrame]:
@@ -453,14 +444,14 @@ def _hbm_section(feasible: pl.DataFrame, pareto: pl.DataFrame) -> str:
     col = "hbm_peak_gb_per_gpu"
     rows = [
         _hbm_row("feasible trials", floats_of(feasible, col)),
-        _hbm_row("Pareto front", floats_of(pareto, col)),
+        _hbm_row("Pareto front designs", floats_of(pareto, col)),
     ]
     intro = (
         f"Largest HBM residency of any pool of a design, in GB per GPU, and the share of designs "
         f"below {HBM_LINE_GB:g} GB."
     )
     table = md_table(
-        ["designs", "trials", f"below {HBM_LINE_GB:g} GB", "median (GB/GPU)", "max (GB/GPU)"],
+        ["of", "count", f"below {HBM_LINE_GB:g} GB", "median (GB/GPU)", "max (GB/GPU)"],
         rows,
         [False, True, True, True, True],
     )

@@ -66,6 +66,8 @@ CHOICE_COLUMNS = tuple(
     for k in ("topology", "kv_policy", "prefill_hardware", "prefill_shape", "decode_hardware", "decode_shape")
 )
 NOT_OUTCOME = ("decode_batch_sequences", "milp_solve_s")  # a setting and a timing, not what a design delivers
+# compared exactly: a node more is another design; the constraints' verdict, not their margins
+EXACT_COLUMNS = ("gpus", "feasible")
 # outcomes within 0.1% are the same design: far below the model's error, and the tables show 3-4 figures
 DESIGN_RTOL, DESIGN_ATOL = 1e-3, 1e-6
 
@@ -119,20 +121,21 @@ def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
 
 
 def with_designs(trials: pl.DataFrame) -> pl.DataFrame:
-    """``trials`` with ``design``, the first trial with the same design, and ``design_trials``, how
-    many trials have it (a table that has ``design`` already is returned as it is).
+    """``trials`` (which must have ``trial``) with ``design``, the first trial with the same
+    design, and ``design_trials``, how many trials have it; a table that has ``design`` already
+    (e.g. one filtered from a table that got it) is returned as it is.
 
-    The same design: the same grid point, topology, KV policy, hardware and shapes, and the same
-    outcome, every metric but the decode batch and the solve time and every constraint and
-    objective, within :data:`DESIGN_RTOL` (or :data:`DESIGN_ATOL` near zero): the simulator's
-    last digits move with settings that change nothing else. In trial order, a trial takes the
-    design of the first earlier design it matches, else starts its own. Works on whichever of
-    these columns the table has."""
+    The same design: the same grid point, topology, KV policy, hardware, shapes, GPUs and
+    feasibility, exactly, and the same outcome, every other metric but the decode batch and the
+    solve time, and every objective, within :data:`DESIGN_RTOL` of the design's first trial (or
+    :data:`DESIGN_ATOL` near zero; missing matches missing): the simulator's last digits move
+    with settings that change nothing else. In trial order, a trial joins the first design whose
+    first trial it matches, else starts its own. Columns the table lacks are left out."""
     if trials.is_empty() or "design" in trials.columns:
         return trials
-    outcome = set(METRIC_COLUMNS.values()) - set(NOT_OUTCOME)
-    keys = [c for c in trials.columns if c.startswith("x_") or c in CHOICE_COLUMNS]
-    values = [c for c in trials.columns if c in outcome or c.startswith(("c_", "objective_"))]
+    outcome = set(METRIC_COLUMNS.values()) - set(NOT_OUTCOME) - set(EXACT_COLUMNS)
+    keys = [c for c in trials.columns if c.startswith("x_") or c in CHOICE_COLUMNS or c in EXACT_COLUMNS]
+    values = [c for c in trials.columns if c in outcome or c.startswith("objective_")]
     numbers = trials["trial"].to_list()
     key_rows = trials.select(keys).rows() if keys else [()] * trials.height
     x = (
@@ -167,6 +170,16 @@ def distinct_designs(df: pl.DataFrame) -> pl.DataFrame:
     return with_designs(df).unique(subset="design", keep="first", maintain_order=True)
 
 
+def ranked(df: pl.DataFrame, objective: tuple[str, str]) -> pl.DataFrame:
+    """``df`` best first on one objective (its ``objective_<name>`` column; ``(name, direction)``),
+    missing values last, equals in trial order; as it is when the column is missing."""
+    col = f"objective_{objective[0]}"
+    if df.is_empty() or col not in df.columns:
+        return df
+    by = [col, "trial"] if "trial" in df.columns else [col]
+    return df.sort(by, descending=[objective[1] == "maximize", False][: len(by)], nulls_last=True)
+
+
 def speed_front(df: pl.DataFrame, x: str, y: str) -> pl.DataFrame:
     """Rows no other row beats on both ``x`` and ``y`` (both maximised, rows missing either
     left out), by ``x``: the frontier of throughput against speed, whatever the objectives."""
@@ -196,10 +209,7 @@ def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[s
         others = np.delete(vals, i, axis=0)
         dominated = np.any(np.all(others <= vals[i], axis=1) & np.any(others < vals[i], axis=1))
         keep[i] = not dominated
-    best_first = feas.filter(pl.Series(keep)).sort(
-        [f"objective_{objectives[0]}", "trial"], descending=[directions[0] == "maximize", False]
-    )
-    return distinct_designs(best_first)
+    return distinct_designs(ranked(feas.filter(pl.Series(keep)), (objectives[0], directions[0])))
 
 
 def placements_frame(study: optuna.Study) -> pl.DataFrame:
