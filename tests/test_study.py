@@ -3,6 +3,7 @@ with a custom objective, Parquet exports read back with DuckDB."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -252,6 +253,52 @@ def test_study_commands_end_to_end(tmp_path: Path, clean_env: dict[str, str]) ->
         dse_cmd("worker", str(TINY)), capture_output=True, text=True, env=clean_env, timeout=60
     )
     assert no_storage.returncode == 2 and "--storage: is required" in no_storage.stderr
+
+
+def test_a_terminal_shows_a_progress_bar(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    import pty
+
+    master, slave = pty.openpty()
+    ran = subprocess.run(
+        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "4"),
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=clean_env,
+        timeout=300,
+    )
+    os.close(slave)
+    chunks = []
+    with contextlib.suppress(OSError):  # EIO once the terminal's last writer is gone
+        while data := os.read(master, 4096):
+            chunks.append(data)
+    os.close(master)
+    bar = b"".join(chunks).decode()
+    assert ran.returncode == 0
+    assert "] 4/4 trials," in bar and "best $" in bar and "/M tok" in bar
+    piped = subprocess.run(  # not a terminal: no bar
+        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path / "again"), "--trials", "2"),
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=300,
+    )
+    assert piped.returncode == 0 and "trials," not in piped.stderr
+
+
+def test_the_progress_bar_follows_the_first_objective(capsys: pytest.CaptureFixture[str]) -> None:
+    from dse.study.runner import _Progress
+
+    bar = _Progress(10, 0, ("tokens_per_s_per_gpu", "maximize"))
+    bar.update(1, True, 900.0)
+    bar.update(2, False, 5000.0)  # infeasible: not the best
+    bar.update(3, True, 1250.0)
+    bar.update(4, True, 1000.0)
+    last = capsys.readouterr().err.split("\r")[-1]
+    assert "4/10 trials" in last and "best tokens_per_s_per_gpu 1,250 tokens/s/GPU" in last
+    low = _Progress(2, 0, ("ttft_p99_s", "minimize"))
+    low.update(1, True, 0.8)
+    low.update(2, True, 1.2)
+    assert "best ttft_p99_s 0.8 s" in capsys.readouterr().err.split("\r")[-1]
 
 
 def test_two_objectives_give_a_pareto_front(tmp_path: Path) -> None:

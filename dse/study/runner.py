@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 import time
@@ -217,7 +218,7 @@ def run(
     defs = [(o.name, o.direction, o.fn) for o in objectives]
     t0 = time.perf_counter()
     ran = 0
-    bar = _Progress(budget, before) if progress else None
+    bar = _Progress(budget, before, (defs[0][0], defs[0][1])) if progress else None
     done = before
     if shared:
         enqueue_first(study, first, budget)
@@ -290,7 +291,7 @@ def run(
                 continue
             ran += 1
             if bar is not None:
-                bar.update(done, record)
+                bar.update(done, record.feasible, values[0] if values else None)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -349,22 +350,29 @@ def _grid_trial(spec: StudySpec, catalog: Catalog, params: PerfParams, solver: P
 
 
 class _Progress:
-    """A one-line progress bar on stderr."""
+    """A one-line progress bar on stderr, with the best feasible value of the first objective."""
 
-    def __init__(self, total: int, done: int) -> None:
+    def __init__(self, total: int, done: int, objective: tuple[str, str]) -> None:
         self.total, self.t0, self.start = total, time.perf_counter(), done
+        self.name, self.maximize = objective[0], objective[1] == "maximize"
         self.best: float | None = None
 
-    def update(self, done: int, record: Any) -> None:
-        v = record.metrics.get("usd_per_million_tokens") if record.feasible else None
-        if v is not None and (self.best is None or v < self.best):
-            self.best = v
+    def update(self, done: int, feasible: bool, value: float | None) -> None:
+        if feasible and value is not None and math.isfinite(value):
+            if self.best is None or (value > self.best if self.maximize else value < self.best):
+                self.best = value
         frac = min(done / max(self.total, 1), 1.0)
         bar = "#" * int(30 * frac)
         rate = (done - self.start) / max(time.perf_counter() - self.t0, 1e-9)
-        best = f"best ${self.best:.4f}/M tok" if self.best is not None else "no feasible design yet"
+        best = f"best {self._shown(self.best)}" if self.best is not None else "no feasible design yet"
         sys.stderr.write(f"\r[{bar:<30s}] {done}/{self.total} trials, {rate:.1f}/s, {best}   ")
         sys.stderr.flush()
+
+    def _shown(self, v: float) -> str:
+        if self.name == "usd_per_million_tokens":
+            return f"${v:.4f}/M tok"
+        unit = METRICS[self.name].unit if self.name in METRICS else ""
+        return f"{self.name} {v:,.4g} {unit}".rstrip()
 
     def close(self) -> None:
         sys.stderr.write("\n")
