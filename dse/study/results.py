@@ -184,9 +184,16 @@ def speed_front(df: pl.DataFrame, x: str, y: str) -> pl.DataFrame:
     """Rows no other row beats on both ``x`` and ``y`` (both maximised, rows missing either
     left out), by ``x``: the frontier of throughput against speed, whatever the objectives."""
     df = df.drop_nulls([x, y])
-    a, b = df[x].to_numpy(), df[y].to_numpy()
-    keep = [not np.any((a >= a[i]) & (b >= b[i]) & ((a > a[i]) | (b > b[i]))) for i in range(len(a))]
-    return df.filter(pl.Series(keep, dtype=pl.Boolean)).sort(x)
+    keep = non_dominated(-np.column_stack([df[x].to_numpy(), df[y].to_numpy()]))
+    return df.filter(pl.Series(keep)).sort(x)
+
+
+def non_dominated(vals: np.ndarray) -> np.ndarray:
+    """Which rows of ``vals`` (a column per objective, smaller better) no other row beats: as good
+    on every column and better on one."""
+    return np.array(
+        [not np.any(np.all(vals <= v, axis=1) & np.any(vals < v, axis=1)) for v in vals], dtype=bool
+    )
 
 
 def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[str]) -> pl.DataFrame:
@@ -204,11 +211,7 @@ def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[s
             for o, d in zip(objectives, directions, strict=True)
         ]
     )
-    keep = np.ones(len(vals), dtype=bool)
-    for i in range(len(vals)):
-        others = np.delete(vals, i, axis=0)
-        dominated = np.any(np.all(others <= vals[i], axis=1) & np.any(others < vals[i], axis=1))
-        keep[i] = not dominated
+    keep = non_dominated(vals)
     return distinct_designs(ranked(feas.filter(pl.Series(keep)), (objectives[0], directions[0])))
 
 
