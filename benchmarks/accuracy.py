@@ -19,12 +19,12 @@ from record import figure
 from dse.catalog import load_catalog
 from dse.perf import calibration as cal
 from dse.perf.params import default_params
+from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS
 from dse.perf.published import POINTS, measured_per_gpu
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fleet_check import fleet_nodes  # noqa: E402
 
-REF = Path(__file__).resolve().parents[2] / "shared" / "reference"
 
 
 def _line(name: str, s: cal.ErrorStats) -> str:
@@ -36,8 +36,8 @@ def _line(name: str, s: cal.ErrorStats) -> str:
 
 def main() -> None:
     catalog = load_catalog()
-    data, skipped = cal.read_measured(REF / "inferencex_calibration.csv", catalog)
-    measured = measured_per_gpu(REF / "published_points.csv")
+    data, skipped = cal.read_measured(MEASURED_RUNS, catalog)
+    measured = measured_per_gpu(PUBLISHED_POINTS)
     values = [measured[p.id] for p in POINTS]
     fitted = cal.fit(data, catalog, default_params(), POINTS, values)
     t_in, i_in = cal.predict_measured(data, catalog, fitted)

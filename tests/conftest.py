@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from dse.catalog import Catalog, load_catalog
+from dse.paths import MEASURED_RUNS
 
 REPO = Path(__file__).resolve().parents[1]
-# the measured runs the performance model is calibrated against (beside the checkout)
-INFERENCEX = REPO.parent / "shared" / "reference" / "inferencex_calibration.csv"
 
 
 @pytest.fixture(scope="session")
@@ -25,10 +24,8 @@ def catalog() -> Catalog:
 
 @pytest.fixture(scope="session")
 def reference() -> list[dict[str, str]]:
-    """The rows of ``inferencex_calibration.csv``; skipped where the reference folder is missing."""
-    if not INFERENCEX.exists():
-        pytest.skip(f"{INFERENCEX} is not here")
-    with open(INFERENCEX, newline="", encoding="utf-8") as fh:
+    """The rows of ``reference/inferencex_calibration.csv``, the measured runs the model is calibrated on."""
+    with open(MEASURED_RUNS, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from dse.catalog import Catalog
+from dse.paths import REFERENCE_DIR as REFERENCE
 from dse.units import Precision
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"  # ../shared beside the repo
 
 
 def _rows(name: str) -> list[dict[str, str]]:
@@ -24,6 +24,22 @@ def test_every_hardware_row_has_an_entry(catalog: Catalog) -> None:
     assert len(catalog.hardware_by_id) == 12
 
 
+def test_every_cited_source_is_named_in_the_repository(catalog: Catalog) -> None:
+    """A catalog entry cites ``TAG: document <address>`` as ``reference/SOURCES.md`` lists it, or a
+    file of ``reference/``."""
+    listed = dict(
+        line[2:].split(": ", 1) for line in (REFERENCE / "SOURCES.md").read_text().splitlines() if line[:2] == "- "
+    )
+    entries = [*catalog.hardware_by_id.values(), *catalog.models_by_id.values()]
+    for entry in entries:
+        for source in entry.sources:
+            if source.startswith("reference/"):
+                assert (REFERENCE.parent / source.split()[0]).is_file(), (entry.id, source)
+            else:
+                tag, text = source.split(": ", 1)
+                assert listed[tag].replace(" (no single address)", "") == text, (entry.id, tag)
+
+
 def test_hardware_entries_match_reference_numbers(catalog: Catalog) -> None:
     for row in _rows("hardware.csv"):
         hw = catalog.hardware(row["id"])
@@ -31,7 +47,7 @@ def test_hardware_entries_match_reference_numbers(catalog: Catalog) -> None:
         assert hw.hbm.bandwidth_tb_per_s == float(row["hbm_tb_per_s"])
         assert hw.scale_up.domain_gpus == int(row["scaleup_domain_gpus"])
         assert hw.status.value == row["status"]
-        assert set(row["sources"].split(";")) <= set(hw.sources)
+        assert set(row["sources"].split(";")) <= {s.split(":")[0] for s in hw.sources}
         if row["fp8_dense_tflops"]:
             assert hw.compute.fp8_dense_tflops == float(row["fp8_dense_tflops"])
         else:

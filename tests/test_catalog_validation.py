@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dse.catalog import load_catalog
-from dse.catalog.loader import SHIPPED_HARDWARE, SHIPPED_MODELS
+from dse.paths import SHIPPED_HARDWARE, SHIPPED_MODELS
 from dse.errors import InputError, UnknownIdError
 from tests.conftest import dse_cmd
 

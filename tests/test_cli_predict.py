@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dse.paths import MEASURED_RUNS
 from dse.perf.benchmark_rows import INPUT_COLUMNS, OUTPUT_COLUMNS
 from dse.perf.params import CALIBRATION_FILE, load_params
 from tests.conftest import dse_cmd
 
-REF = Path(__file__).resolve().parents[2] / "shared" / "reference"
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -71,7 +71,7 @@ def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(
     tmp_path: Path, clean_env: dict[str, str]
 ) -> None:
     src = tmp_path / "in.csv"
-    with open(REF / "inferencex_calibration.csv", newline="") as fh:
+    with open(MEASURED_RUNS, newline="") as fh:
         rows = list(csv.DictReader(fh))[:5]
     header = list(rows[0])
     rows[1]["hardware"] = "tpu-v9"  # unknown hardware
@@ -107,7 +107,7 @@ def test_predict_batch_missing_column(tmp_path: Path, clean_env: dict[str, str])
 
 
 def test_batch_rows_cover_the_columns_of_the_reference() -> None:
-    with open(REF / "inferencex_calibration.csv", newline="") as fh:
+    with open(MEASURED_RUNS, newline="") as fh:
         header = next(csv.reader(fh))
     assert set(INPUT_COLUMNS) <= set(header)
 
@@ -180,7 +180,7 @@ def test_no_expected_error_from_a_calibration_file_without_its_figures() -> None
 
 
 def _reference_rows(n: int) -> list[dict[str, str]]:
-    with open(REF / "inferencex_calibration.csv", newline="") as fh:
+    with open(MEASURED_RUNS, newline="") as fh:
         return list(csv.DictReader(fh))[:n]
 
 

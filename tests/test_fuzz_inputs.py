@@ -50,11 +50,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dse.catalog import Hardware, Model, load_catalog
-from dse.catalog.loader import SHIPPED_HARDWARE, SHIPPED_MODELS
+from dse.paths import MEASURED_RUNS, SHIPPED_HARDWARE, SHIPPED_MODELS, STUDIES_DIR
 from dse.cli.main import main
 from dse.errors import _printable
 from dse.perf.benchmark_rows import AFD_COLUMNS, ENGINE_COLUMNS, INPUT_COLUMNS
-from dse.study.spec import STUDIES_DIR, StudySpec
+from dse.study.spec import StudySpec
 from dse.typed_data import MAX_MAGNITUDE, MIN_MAGNITUDE, fraction, non_empty, non_negative, positive
 
 REPO = Path(__file__).resolve().parents[1]
@@ -906,14 +906,11 @@ def test_predict_flags(data: st.DataObject) -> None:
     check_flags(o, mutated, must_fail, ["dse predict"])
 
 
-BATCH_REF = REPO.parent / "shared" / "reference" / "inferencex_calibration.csv"
 
 
 @pytest.fixture(scope="module")
 def batch_rows() -> list[dict[str, str]]:
-    if not BATCH_REF.exists():
-        pytest.skip(f"{BATCH_REF} is not here")
-    with open(BATCH_REF, newline="", encoding="utf-8") as fh:
+    with open(MEASURED_RUNS, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))[:6]
 
 

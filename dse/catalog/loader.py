@@ -12,14 +12,12 @@ from typing import TypeVar
 from dse.catalog.hardware import Hardware
 from dse.catalog.model import Model
 from dse.errors import InputError, UnknownIdError
+from dse.paths import SHIPPED_HARDWARE, SHIPPED_MODELS
 from dse.typed_data import build, read_toml
 
 CATALOG_ENV = "DSE_CATALOG_DIR"
 """Environment variable naming extra catalog folders (``os.pathsep``-separated)."""
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SHIPPED_HARDWARE = REPO_ROOT / "hardware_catalog"
-SHIPPED_MODELS = REPO_ROOT / "model_catalog"
 
 E = TypeVar("E", Hardware, Model)
 

@@ -11,11 +11,11 @@ import numpy as np
 from dse.atomic import write_text
 from dse.catalog import Catalog
 from dse.errors import InputError
+from dse.paths import MEASURED_RUNS
 from dse.perf import calibration as cal
 from dse.perf.params import CALIBRATION_FILE, default_params, params_to_json
 from dse.perf.published import POINTS, StagePoint, measured_per_gpu
 
-DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "reference" / ("inferencex_calibration.csv")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--data",
         type=Path,
-        default=DEFAULT_DATA,
+        default=MEASURED_RUNS,
         help="measured runs (columns of inferencex_calibration.csv)",
     )
     p.add_argument(

@@ -1,7 +1,7 @@
 """Efficiency factors of the performance model, and the file the calibration writes them to.
 
 The numbers here are *fitted*, never hand-tuned: ``dse calibrate`` fits them to the measured runs in
-``../shared/reference`` and writes ``dse/perf/calibration.json`` with its provenance. The defaults
+``reference/`` and writes ``dse/perf/calibration.json`` with its provenance. The defaults
 below are only the starting point of that fit.
 """
 

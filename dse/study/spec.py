@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from dse.errors import InputError, UnknownIdError
+from dse.paths import STUDIES_DIR
 from dse.placement.request import KV_POLICIES, PRICE_TIERS, Topology
 from dse.placement.shapes import parse_shape
 from dse.study.metrics import METRICS
 from dse.typed_data import build, non_empty, positive, read_toml, rule
 from dse.workload import Slo, Workload, at_least_min_rate
 
-STUDIES_DIR = Path(__file__).resolve().parents[2] / "studies"
 
 
 def _shapes(value: tuple[str, ...]) -> str | None:

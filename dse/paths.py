@@ -1,0 +1,17 @@
+"""Where the data the repository ships lives: catalogs, studies and the reference measurements.
+
+The project reads no path outside its own checkout (``tests/test_standalone.py`` holds it to that).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_HARDWARE = REPO_ROOT / "hardware_catalog"
+SHIPPED_MODELS = REPO_ROOT / "model_catalog"
+STUDIES_DIR = REPO_ROOT / "studies"
+REFERENCE_DIR = REPO_ROOT / "reference"
+"""Public measurements and specifications, vendored with their sources (``reference/README.md``)."""
+MEASURED_RUNS = REFERENCE_DIR / "inferencex_calibration.csv"
+PUBLISHED_POINTS = REFERENCE_DIR / "published_points.csv"
