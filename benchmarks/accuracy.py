@@ -17,14 +17,13 @@ import numpy as np
 from record import figure
 
 from dse.catalog import load_catalog
+from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS
 from dse.perf import calibration as cal
 from dse.perf.params import default_params
-from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS
 from dse.perf.published import POINTS, measured_per_gpu
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fleet_check import fleet_nodes  # noqa: E402
-
 
 
 def _line(name: str, s: cal.ErrorStats) -> str:

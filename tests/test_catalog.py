@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import pytest
 
 from dse.catalog import Catalog
 from dse.paths import REFERENCE_DIR as REFERENCE
 from dse.units import Precision
-
 
 
 def _rows(name: str) -> list[dict[str, str]]:
@@ -28,7 +26,9 @@ def test_every_cited_source_is_named_in_the_repository(catalog: Catalog) -> None
     """A catalog entry cites ``TAG: document <address>`` as ``reference/SOURCES.md`` lists it, or a
     file of ``reference/``."""
     listed = dict(
-        line[2:].split(": ", 1) for line in (REFERENCE / "SOURCES.md").read_text().splitlines() if line[:2] == "- "
+        line[2:].split(": ", 1)
+        for line in (REFERENCE / "SOURCES.md").read_text().splitlines()
+        if line[:2] == "- "
     )
     entries = [*catalog.hardware_by_id.values(), *catalog.models_by_id.values()]
     for entry in entries:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dse.catalog import load_catalog
-from dse.paths import SHIPPED_HARDWARE, SHIPPED_MODELS
 from dse.errors import InputError, UnknownIdError
+from dse.paths import SHIPPED_HARDWARE, SHIPPED_MODELS
 from tests.conftest import dse_cmd
 
 

@@ -16,7 +16,6 @@ from dse.perf.params import CALIBRATION_FILE, load_params
 from tests.conftest import dse_cmd
 
 
-
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(dse_cmd(*args), capture_output=True, text=True, env=env, check=False)
 

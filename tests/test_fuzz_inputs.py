@@ -50,9 +50,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dse.catalog import Hardware, Model, load_catalog
-from dse.paths import MEASURED_RUNS, SHIPPED_HARDWARE, SHIPPED_MODELS, STUDIES_DIR
 from dse.cli.main import main
 from dse.errors import _printable
+from dse.paths import MEASURED_RUNS, SHIPPED_HARDWARE, SHIPPED_MODELS, STUDIES_DIR
 from dse.perf.benchmark_rows import AFD_COLUMNS, ENGINE_COLUMNS, INPUT_COLUMNS
 from dse.study.spec import StudySpec
 from dse.typed_data import MAX_MAGNITUDE, MIN_MAGNITUDE, fraction, non_empty, non_negative, positive

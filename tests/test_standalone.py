@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS, REFERENCE_DIR, REPO_ROOT
 

@@ -17,7 +17,6 @@ from dse.perf.params import CALIBRATION_FILE, default_params, params_to_json
 from dse.perf.published import POINTS, StagePoint, measured_per_gpu
 
 
-
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("calibrate", help="fit the performance model to measured serving runs")
     p.add_argument(

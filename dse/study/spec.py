@@ -41,7 +41,6 @@ from dse.typed_data import build, non_empty, positive, read_toml, rule
 from dse.workload import Slo, Workload, at_least_min_rate
 
 
-
 def _shapes(value: tuple[str, ...]) -> str | None:
     if not value:
         return "must list at least one shape"
