@@ -26,6 +26,7 @@ RESULTS = HERE / "results"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 BENCHES = (
+    "startup",
     "perf_speed",
     "accuracy",
     "milp_speed",

@@ -18,12 +18,13 @@ from formulations.placement_data import (
     CAPACITY_TIERS,
     LINK_TIERS,
     TIERS,
-    Array,
     Objective,
     PlacementData,
     PlacementSolution,
     Role,
 )
+
+Array = np.ndarray
 
 FAMILY_UNITS = {
     "gpus_in_sale_units": "GPUs",

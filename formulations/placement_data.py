@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy for the annotations only: the CLI reads the enums below at start-up
+    import numpy as np
 
-Array = np.ndarray
+    Array = np.ndarray
 
 TIERS = ("hbm", "dram", "nvme", "network", "drop")
 """Where a class's KV rests between turns. ``drop`` frees it and recomputes the prefix on return."""

@@ -20,7 +20,7 @@ def test_list_hardware_json_has_all_twelve(clean_env: dict[str, str]) -> None:
     assert len(entries) == 12
     b200 = next(e for e in entries if e["id"] == "b200")
     assert b200["hbm"]["bandwidth_tb_per_s"] == 8.0
-    assert b200["sources"][0] == "S1"
+    assert b200["sources"][0].startswith("S1: ai-dynamo/aiconfigurator")
 
 
 def test_list_models_json_has_derived_figures(clean_env: dict[str, str]) -> None:

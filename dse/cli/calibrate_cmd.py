@@ -6,15 +6,10 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from dse.atomic import write_text
 from dse.catalog import Catalog
 from dse.errors import InputError
-from dse.paths import MEASURED_RUNS
-from dse.perf import calibration as cal
-from dse.perf.params import CALIBRATION_FILE, default_params, params_to_json
-from dse.perf.published import POINTS, StagePoint, measured_per_gpu
+from dse.paths import CALIBRATION_FILE, MEASURED_RUNS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -40,6 +35,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
+    import numpy as np
+
+    from dse.perf import calibration as cal
+    from dse.perf.params import default_params, params_to_json
+    from dse.perf.published import POINTS, StagePoint, measured_per_gpu
+
     if not args.data.is_file():
         raise InputError(str(args.data), "--data", "must be an existing CSV file")
     data, skipped = cal.read_measured(args.data, catalog)

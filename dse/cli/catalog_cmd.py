@@ -17,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("catalog", help="list and show hardware and model catalog entries")
     csub = p.add_subparsers(dest="catalog_cmd", required=True)
     lp = csub.add_parser("list", help="a table of one catalog")
-    lp.add_argument("kind", choices=["hardware", "models"])
+    lp.add_argument("kind", nargs="?", choices=["hardware", "models"], help="one catalog (default: both)")
     lp.add_argument("--json", action="store_true", help="machine-readable output")
     sp = csub.add_parser("show", help="every field of one entry, with units and sources")
     sp.add_argument("id", help="hardware or model id (or alias)")
@@ -26,7 +26,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if args.catalog_cmd == "list":
-        return _list(args.kind, catalog, as_json=args.json)
+        kinds = [args.kind] if args.kind else ["hardware", "models"]
+        if args.json:
+            records = {kind: _records(kind, catalog) for kind in kinds}
+            print(json.dumps(records[args.kind] if args.kind else records, indent=2))
+            return 0
+        print("\n\n".join(_table(kind, catalog) for kind in kinds))
+        return 0
     return _show(args.id, catalog, as_json=args.json)
 
 
@@ -44,34 +50,31 @@ def model_record(m: Model) -> dict[str, Any]:
     return rec
 
 
-def _list(kind: str, catalog: Catalog, *, as_json: bool) -> int:
+def _records(kind: str, catalog: Catalog) -> list[dict[str, Any]]:
+    """One catalog's entries as plain values (models with their derived figures), sorted by id."""
     if kind == "hardware":
-        hw = sorted(catalog.hardware_by_id.values(), key=lambda h: h.id)
-        if as_json:
-            print(json.dumps([to_plain(h) for h in hw], indent=2))
-            return 0
-        rows = [_hardware_row(h) for h in hw]
-        print(
-            format_table(
-                [
-                    "id",
-                    "status",
-                    "fp8_tflops",
-                    "fp4_tflops",
-                    "hbm_gb",
-                    "hbm_tb_per_s",
-                    "scaleup_gpus",
-                    "host_link",
-                    "usd_per_gpu_hour_rent_3yr",
-                ],
-                rows,
-            )
+        return [to_plain(h) for h in sorted(catalog.hardware_by_id.values(), key=lambda h: h.id)]
+    return [model_record(m) for m in sorted(catalog.models_by_id.values(), key=lambda m: m.id)]
+
+
+def _table(kind: str, catalog: Catalog) -> str:
+    if kind == "hardware":
+        rows = [_hardware_row(h) for h in sorted(catalog.hardware_by_id.values(), key=lambda h: h.id)]
+        return format_table(
+            [
+                "id",
+                "status",
+                "fp8_tflops",
+                "fp4_tflops",
+                "hbm_gb",
+                "hbm_tb_per_s",
+                "scaleup_gpus",
+                "host_link",
+                "usd_per_gpu_hour_rent_3yr",
+            ],
+            rows,
         )
-        return 0
     models = sorted(catalog.models_by_id.values(), key=lambda m: m.id)
-    if as_json:
-        print(json.dumps([model_record(m) for m in models], indent=2))
-        return 0
     rows = []
     for m in models:
         d = model_record(m)["derived"]
@@ -86,21 +89,18 @@ def _list(kind: str, catalog: Catalog, *, as_json: bool) -> int:
                 m.native_weight_precision.value,
             ]
         )
-    print(
-        format_table(
-            [
-                "id",
-                "attention",
-                "params_total_b",
-                "params_active_b",
-                "kv_bytes_per_token_bf16",
-                "fixed_state_mib_per_request",
-                "weights",
-            ],
-            rows,
-        )
+    return format_table(
+        [
+            "id",
+            "attention",
+            "params_total_b",
+            "params_active_b",
+            "kv_bytes_per_token_bf16",
+            "fixed_state_mib_per_request",
+            "weights",
+        ],
+        rows,
     )
-    return 0
 
 
 def _hardware_row(h: Hardware) -> list[object]:

@@ -1,10 +1,15 @@
-"""The `dse` command line. Only this package parses flags; it calls the engine's API."""
+"""The `dse` command line. Only this package parses flags; it calls the engine's API.
+
+Start-up stays cheap: the command modules import only light vocabulary (enums, catalogs) at the top
+and import the engine (pyomo, optuna, polars, numba, scipy, matplotlib) inside the command that runs,
+so `dse --help` and `dse catalog list` pay for none of it (``tests/test_startup.py``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from dse import __version__
 from dse.catalog import Catalog, load_catalog
@@ -12,8 +17,32 @@ from dse.cli import calibrate_cmd, catalog_cmd, place_cmd, predict_cmd, simulate
 from dse.errors import DseError, InputError
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Shows each option's default after its help, when it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default in (None, False, argparse.SUPPRESS)
+            or not action.option_strings
+            or (isinstance(default, list) and not default)
+        ):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of `dse` and of each of its commands: defaults shown in ``--help``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="dse",
         description="Design-space exploration for serving mixture-of-experts models.",
     )
@@ -26,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra catalog folder with hardware/*.toml and models/*.toml; overrides by id "
         "(repeatable; also DSE_CATALOG_DIR)",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     catalog_cmd.add_parser(sub)
     predict_cmd.add_parser(sub)
     calibrate_cmd.add_parser(sub)

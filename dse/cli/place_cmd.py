@@ -1,4 +1,7 @@
-"""`dse place`: pools, counts and KV tiers for a traffic and its latency targets."""
+"""`dse place`: pools, counts and KV tiers for a traffic and its latency targets.
+
+The solver and the performance model are imported inside the functions that use them: building
+the parser must stay cheap."""
 
 from __future__ import annotations
 
@@ -6,31 +9,34 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from dse.catalog import Catalog
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, UnknownIdError
-from dse.perf.params import load_params
-from dse.placement import Limits, Objective, PlacementReport, PlacementRequest, Topology, place
-from dse.placement.request import PRICE_TIERS
-from dse.placement.serialize import report_to_dict
+from dse.perf.frameworks import ENGINES
+from dse.placement.request import PRICE_TIERS, Limits, PlacementRequest, Topology
 from dse.typed_data import Rule, build, check_number, non_negative, positive
 from dse.units import Precision
 from dse.workload import Slo, Workload
-from formulations.placement_data import TIERS
+from formulations.placement_data import TIERS, Objective
+
+if TYPE_CHECKING:
+    from dse.placement.api import PlacementReport
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("place", help="size pools and place KV tiers for a traffic (MILP)")
     add_request_arguments(p, required=True)
-    p.add_argument("--no-shadow-prices", action="store_true")
+    p.add_argument(
+        "--no-shadow-prices", action="store_true", help="skip the LP that prices bandwidth and capacity"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None:
     """The flags that describe a placement request (shared with `dse simulate`)."""
-    p.add_argument("--model", default="deepseek-v3")
+    p.add_argument("--model", default="deepseek-v3", help="model id or alias (dse catalog list models)")
     p.add_argument("--hardware", required=required, help="comma-separated hardware ids or aliases")
     p.add_argument("--rate", type=float, required=required, help="requests per second")
     p.add_argument("--isl", type=float, default=4096.0, help="mean input tokens of a fresh request")
@@ -52,10 +58,23 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     p.add_argument("--ttft", type=float, required=required, help="TTFT target, seconds")
     p.add_argument("--tpot", type=float, required=required, help="TPOT target, seconds")
     p.add_argument("--percentile", type=float, default=50.0, help="TTFT percentile the target applies to")
-    p.add_argument("--topology", default="auto", choices=[t.value for t in Topology])
-    p.add_argument("--objective", default="cost", choices=[o.value for o in Objective])
-    p.add_argument("--price-tier", default="own_hyperscaler", choices=PRICE_TIERS)
-    p.add_argument("--engine", default="trt", help="engine profile (trt, sglang, atom)")
+    p.add_argument(
+        "--topology",
+        default="auto",
+        choices=[t.value for t in Topology],
+        help="aggregated (prefill and decode share GPUs), disaggregated, afd (decode attention and "
+        "experts apart too), or auto (solve each, keep the best)",
+    )
+    p.add_argument(
+        "--objective",
+        default="cost",
+        choices=[o.value for o in Objective],
+        help="cost ($/hour), gpus, or goodput (most traffic under --budget)",
+    )
+    p.add_argument(
+        "--price-tier", default="own_hyperscaler", choices=PRICE_TIERS, help="cost basis of a GPU-hour"
+    )
+    p.add_argument("--engine", default="trt", metavar="NAME", help="engine profile: " + ", ".join(ENGINES))
     p.add_argument(
         "--precision", default="fp8", choices=["fp4", "fp8", "bf16"], help="routed-expert weight precision"
     )
@@ -64,7 +83,12 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     p.add_argument("--power-kw", type=float, help="cap on GPU power, kW")
     p.add_argument("--inventory", default="", metavar="HW=GPUS,...", help="GPUs available per hardware")
     p.add_argument("--network-kv-tb", type=float, help="capacity of the network KV store, TB")
-    p.add_argument("--network-kv-usd-per-tb-hour", type=float, default=0.0)
+    p.add_argument(
+        "--network-kv-usd-per-tb-hour",
+        type=float,
+        default=0.0,
+        help="price of the network KV store, $/TB-hour",
+    )
     p.add_argument(
         "--latency-usd-per-s",
         type=float,
@@ -137,6 +161,8 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
     )
     if not hardware:
         raise InputError(src, "--hardware", "must name at least one hardware id", args.hardware)
+    from dse.perf.params import load_params
+
     model = _by_flag(src, "--model", catalog.model, args.model).id
     _by_flag(src, "--engine", load_params().engine, args.engine)
     if args.objective == Objective.GOODPUT.value and args.budget is None:
@@ -201,6 +227,10 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.perf.params import load_params
+    from dse.placement.api import place
+    from dse.placement.serialize import report_to_dict
+
     req = request_from_args(args, catalog)
     report = place(req, catalog=catalog, params=load_params(), with_shadow_prices=not args.no_shadow_prices)
     if args.json:

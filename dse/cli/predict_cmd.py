@@ -1,4 +1,6 @@
-"""`dse predict`: serving figures of one deployment from flags, or of a CSV of deployments."""
+"""`dse predict`: serving figures of one deployment from flags, or of a CSV of deployments.
+
+The performance model is imported inside :func:`run`: building the parser must stay cheap."""
 
 from __future__ import annotations
 
@@ -13,16 +15,7 @@ from dse.atomic import atomic_path
 from dse.catalog import Catalog
 from dse.cli.table import format_table
 from dse.errors import InputError
-from dse.perf.benchmark_rows import (
-    INPUT_COLUMNS,
-    OUTPUT_COLUMNS,
-    evaluate,
-    parse_row,
-    predict_rows,
-    settings_of,
-)
-from dse.perf.calibration import expected_error
-from dse.perf.params import load_params
+from dse.perf.frameworks import FRAMEWORK_ENGINE
 from dse.typed_data import Rule, check_number, non_negative, positive
 
 SRC = "dse predict"
@@ -43,9 +36,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="CSV with the columns of inferencex_calibration.csv; needs --out",
     )
     p.add_argument("--out", type=Path, metavar="OUT.csv", help="where --batch writes its rows")
-    p.add_argument("--model", default="deepseek-v3")
+    p.add_argument("--model", default="deepseek-v3", help="model id or alias (dse catalog list models)")
     p.add_argument("--hardware", help="hardware id or alias (b200, gb200, h100, mi355x, ...)")
-    p.add_argument("--framework", default="sglang", help="trt, sglang, atom (or dynamo-*)")
+    p.add_argument(
+        "--framework",
+        default="sglang",
+        metavar="NAME",
+        help="serving framework: "
+        + ", ".join(FRAMEWORK_ENGINE)
+        + " (each prices as its engine profile: "
+        + ", ".join(f"{f} as {e}" for f, e in FRAMEWORK_ENGINE.items() if f != e)
+        + ")",
+    )
     p.add_argument(
         "--precision", default="fp8", choices=["fp4", "fp8", "bf16"], help="routed-expert weight precision"
     )
@@ -57,12 +59,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--ep", type=int, default=8, help="expert parallel")
     p.add_argument("--dp-attention", action="store_true", help="data-parallel attention")
     p.add_argument("--disagg", action="store_true", help="separate prefill and decode pools")
-    p.add_argument("--prefill-tp", type=int, default=8)
-    p.add_argument("--prefill-ep", type=int, default=8)
-    p.add_argument("--prefill-dp-attention", action="store_true")
-    p.add_argument("--prefill-workers", type=int, default=1)
+    p.add_argument(
+        "--prefill-tp", type=int, default=8, help="tensor parallel of a prefill instance (--disagg)"
+    )
+    p.add_argument(
+        "--prefill-ep", type=int, default=8, help="expert parallel of a prefill instance (--disagg)"
+    )
+    p.add_argument(
+        "--prefill-dp-attention", action="store_true", help="data-parallel attention in prefill (--disagg)"
+    )
+    p.add_argument("--prefill-workers", type=int, default=1, help="prefill instances (--disagg)")
     p.add_argument("--prefill-gpus", type=int, default=8, help="GPUs of the whole prefill pool")
-    p.add_argument("--decode-workers", type=int, default=1)
+    p.add_argument("--decode-workers", type=int, default=1, help="decode instances (--disagg)")
     p.add_argument("--decode-gpus", type=int, default=8, help="GPUs of the whole decode pool")
     p.add_argument(
         "--decode-max-running-requests",
@@ -101,6 +109,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.perf.benchmark_rows import evaluate, parse_row, settings_of
+    from dse.perf.calibration import expected_error
+    from dse.perf.params import load_params
+
     params = load_params()
     if args.batch is not None:
         return _batch(args.batch, args.out, catalog, params)
@@ -229,6 +241,8 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
 
 
 def _batch(src: Path, out: Path | None, catalog: Catalog, params) -> int:  # type: ignore[no-untyped-def]
+    from dse.perf.benchmark_rows import INPUT_COLUMNS, OUTPUT_COLUMNS, predict_rows
+
     if out is None:
         raise InputError("dse predict", "--out", "is required with --batch")
     try:

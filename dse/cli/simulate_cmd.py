@@ -1,4 +1,7 @@
-"""`dse simulate`: does a placement hold up over time? Verdicts, trajectories and a plot."""
+"""`dse simulate`: does a placement hold up over time? Verdicts, trajectories and a plot.
+
+The simulators, the solver and polars are imported inside the functions that use them: building
+the parser must stay cheap."""
 
 from __future__ import annotations
 
@@ -9,32 +12,19 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from dse.atomic import atomic_path, write_text
 from dse.catalog import Catalog
 from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign
-from dse.perf.params import load_params
-from dse.placement import place
-from dse.placement.serialize import plain, report_to_dict
-from dse.sim import (
-    ArrivalKind,
-    Arrivals,
-    OutputLengths,
-    Planner,
-    PlannerKind,
-    Scenario,
-    SimulationReport,
-    simulate,
-    trajectories_frame,
-)
-from dse.sim.from_placement import pipeline_from_placement, resting_classes
-from dse.sim.plot import plot_trajectories
+from dse.sim.kinds import ArrivalKind, PlannerKind
 from dse.typed_data import Rule, check_number, fraction, non_negative, positive
+
+if TYPE_CHECKING:
+    from dse.sim.api import SimulationReport
+    from dse.sim.scenario import Scenario
 
 SRC = "dse simulate"
 MAX_STEPS = 1e6
@@ -70,10 +60,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     g.add_argument(
         "--arrivals",
         default="constant",
-        choices=[a.value for a in ArrivalKind if a is not ArrivalKind.TRACE] + ["trace"],
+        choices=[a.value for a in ArrivalKind],
+        help="constant, burst (--burst-*), diurnal (--amplitude, --period) or trace (--trace)",
     )
     g.add_argument("--rate-scale", type=float, default=1.0, help="multiplies the placement's request rate")
-    g.add_argument("--burst-factor", type=float, default=2.0)
+    g.add_argument("--burst-factor", type=float, default=2.0, help="rate multiple during the burst")
     g.add_argument("--burst-start", type=float, default=600.0, help="seconds")
     g.add_argument("--burst-s", type=float, default=300.0, help="burst length, seconds")
     g.add_argument("--amplitude", type=float, default=0.5, help="diurnal swing, fraction of the rate")
@@ -90,15 +81,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     g.add_argument(
         "--buffer", type=float, default=float("inf"), help="requests the prefill->decode buffer holds"
     )
-    g.add_argument("--planner", default="none", choices=[k.value for k in PlannerKind])
-    g.add_argument("--planner-period", type=float, default=60.0)
+    g.add_argument(
+        "--planner",
+        default="none",
+        choices=[k.value for k in PlannerKind],
+        help="the slow loop that moves instances between prefill and decode",
+    )
+    g.add_argument("--planner-period", type=float, default=60.0, help="seconds between planner decisions")
     g.add_argument("--planner-delay", type=float, default=60.0, help="age of the measurements it acts on, s")
     g.add_argument("--switch-s", type=float, default=30.0, help="seconds a moved instance reloads")
-    g.add_argument("--horizon", type=float, default=3600.0)
-    g.add_argument("--warmup", type=float, default=300.0)
+    g.add_argument("--horizon", type=float, default=3600.0, help="simulated seconds")
+    g.add_argument("--warmup", type=float, default=300.0, help="seconds left out of the statistics")
     g.add_argument("--dt", type=float, default=1.0, help="fluid time step, seconds")
     g.add_argument("--des", action="store_true", help="also run the discrete-event reference")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help="seed of the discrete-event reference")
     p.add_argument(
         "--out",
         type=Path,
@@ -132,6 +128,9 @@ def _placement_doc(args: argparse.Namespace, catalog: Catalog) -> dict[str, Any]
     missing = [f for f in ("hardware", "rate", "ttft", "tpot") if getattr(args, f) is None]
     if missing:
         raise InputError(SRC, f"--{missing[0]}", "is required without --placement")
+    from dse.placement.api import place
+    from dse.placement.serialize import report_to_dict
+
     report = place(request_from_args(args, catalog, SRC), catalog=catalog, with_shadow_prices=False)
     if report.best is None:
         why = next((o.infeasibility for o in report.outcomes if o.infeasibility), None)
@@ -172,6 +171,8 @@ def _check_steps(args: argparse.Namespace) -> None:
 
 
 def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float) -> Scenario:
+    from dse.sim.scenario import Arrivals, OutputLengths, Planner, Scenario
+
     kind = ArrivalKind(args.arrivals)
     trace_t: tuple[float, ...] = ()
     trace_r: tuple[float, ...] = ()
@@ -258,6 +259,10 @@ def _read_trace(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.perf.params import load_params
+    from dse.sim.api import simulate
+    from dse.sim.from_placement import pipeline_from_placement, resting_classes
+
     params = load_params()
     doc = _placement_doc(args, catalog)
     source = str(args.placement) if args.placement else SRC
@@ -288,6 +293,10 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def _summary_dict(report: SimulationReport, ttft: float, tpot: float) -> dict[str, Any]:
+    import numpy as np
+
+    from dse.placement.serialize import plain
+
     def one(s: Any) -> dict[str, Any]:
         return {k: plain(np.asarray(v).reshape(-1)[0]) for k, v in plain_fields(s).items()}
 
@@ -312,6 +321,9 @@ OUTPUT_FILES = ("trajectories.parquet", "trajectories.png", "summary.json")
 def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any]) -> None:
     """The three files, all or none: written into a temporary folder beside ``out``, then moved
     in (a new ``out`` is the renamed folder), so a failure leaves no half-written output."""
+    from dse.sim.api import trajectories_frame
+    from dse.sim.plot import plot_trajectories
+
     text = json.dumps(summary, indent=2) + "\n"  # everything that can fail before the first write
     frame = trajectories_frame(report)
     runs = {"fluid": report.fluid_trajectories}

@@ -1,4 +1,8 @@
-"""`dse study list|show|run`, `dse worker`, `dse export`, `dse report`."""
+"""`dse study list|show|run|export|report|worker` (``dse export``, ``dse report`` and ``dse worker``
+are aliases of the last three).
+
+Optuna, polars and the engine are imported inside the commands: building the parser must stay cheap.
+"""
 
 from __future__ import annotations
 
@@ -6,33 +10,42 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dse.catalog import Catalog
 from dse.cli.table import format_table
-from dse.errors import InputError
-from dse.placement.serialize import plain
-from dse.study import Study, StudyResults
-from dse.study.faults import StudyInterrupted
-from dse.study.results import distinct_designs, ranked
-from dse.study.spec import StudySpec, load_study, study_files, study_path
-from dse.study.storage import STALE_AFTER_S, redact
-from dse.study.variants import study_catalog
+from dse.errors import InputError, NoFeasibleDesign
+from dse.study.timeouts import STALE_AFTER_S
+
+if TYPE_CHECKING:
+    from dse.study.api import StudyResults
+    from dse.study.spec import StudySpec
+
+ALIASES = ("export", "report", "worker")
+"""Commands of `dse study` that also stand at the top level (`dse export` is `dse study export`)."""
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    study = sub.add_parser("study", help="named studies: list, show, run")
-    ssub = study.add_subparsers(dest="study_command", required=True)
-    ssub.add_parser("list", help="the studies in studies/")
-    show = ssub.add_parser("show", help="a study's resolved spec")
+    study = sub.add_parser("study", help="named studies: list, show, run, export, report, worker")
+    ssub = study.add_subparsers(dest="study_command", required=True, metavar="COMMAND")
+    lp = ssub.add_parser("list", help="the studies in studies/")
+    lp.add_argument("--json", action="store_true", help="machine-readable output")
+    show = ssub.add_parser("show", help="a study's resolved spec (JSON)")
     show.add_argument("name", help="study name or path to a .toml file")
     runp = ssub.add_parser("run", help="run or resume a study, then export its tables and report")
     _common(runp)
     runp.add_argument("--trials", type=int, help="total trials to reach (default: the study's budget)")
     runp.add_argument("--seed", type=int, help="sampler seed (default: the study's)")
-    runp.add_argument("--no-progress", action="store_true")
+    runp.add_argument("--no-progress", action="store_true", help="no progress bar on a terminal")
     runp.add_argument("--no-export", action="store_true", help="skip the Parquet tables and the report")
+    for name in ALIASES:
+        _ALIAS_BUILDERS[name](ssub, name)
+        _ALIAS_BUILDERS[name](sub, name, alias=True)
+
+
+def _add_worker(sub: argparse._SubParsersAction, name: str, alias: bool = False) -> None:  # type: ignore[type-arg]
     worker = sub.add_parser(
-        "worker", help="run trials of a study on a shared storage until its budget is reached"
+        name, help=_help("run trials of a study on a shared storage until its budget is reached", alias, name)
     )
     _common(worker)
     worker.add_argument("--trials", type=int, help="the study's total budget (default: the spec's)")
@@ -41,46 +54,81 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         type=float,
         default=STALE_AFTER_S,
         metavar="S",
-        help="a trial whose worker sent no heartbeat for S seconds is marked failed and run again "
-        f"(default {STALE_AFTER_S:g})",
+        help="a trial whose worker sent no heartbeat for S seconds is marked failed and run again",
     )
-    export = sub.add_parser("export", help="write a study's Parquet tables")
-    _common(export)
-    report = sub.add_parser("report", help="write a study's Markdown report and plots")
-    _common(report)
+
+
+def _add_export(sub: argparse._SubParsersAction, name: str, alias: bool = False) -> None:  # type: ignore[type-arg]
+    _common(sub.add_parser(name, help=_help("write a study's Parquet tables", alias, name)))
+
+
+def _add_report(sub: argparse._SubParsersAction, name: str, alias: bool = False) -> None:  # type: ignore[type-arg]
+    _common(sub.add_parser(name, help=_help("write a study's Markdown report and plots", alias, name)))
+
+
+_ALIAS_BUILDERS = {"export": _add_export, "report": _add_report, "worker": _add_worker}
+
+
+def _help(text: str, alias: bool, name: str) -> str:
+    return f"same as `dse study {name}`" if alias else text
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="study name or path to a .toml file")
-    p.add_argument("--out", type=Path, default=Path("runs"), help="run folder (default: runs/)")
+    p.add_argument("--out", type=Path, default=Path("runs"), help="run folder")
     p.add_argument("--storage", help="Optuna storage URL (default: sqlite in the run folder)")
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
-    if args.command == "study":
-        return {"list": _list, "show": _show, "run": _run}[args.study_command](args, catalog)
-    return {"worker": _worker, "export": _export, "report": _report}[args.command](args, catalog)
+    command = args.study_command if args.command == "study" else args.command
+    commands = {
+        "list": _list,
+        "show": _show,
+        "run": _run,
+        "worker": _worker,
+        "export": _export,
+        "report": _report,
+    }
+    return commands[command](args, catalog)
 
 
 def _list(args: argparse.Namespace, catalog: Catalog) -> int:
-    rows = []
-    for name, path in study_files().items():
-        spec = load_study(path)
-        rows.append(
-            [
-                name,
-                spec.model,
-                ", ".join(spec.hardware),
-                spec.trials,
-                ", ".join(spec.objectives.names),
-                spec.description[:60],
-            ]
-        )
+    from dse.study.spec import load_study, study_files
+
+    specs = {name: load_study(path) for name, path in study_files().items()}
+    if args.json:
+        out = [
+            {
+                "study": name,
+                "model": spec.model,
+                "hardware": list(spec.hardware),
+                "trials": spec.trials,
+                "objectives": list(spec.objectives.names),
+                "description": spec.description,
+            }
+            for name, spec in specs.items()
+        ]
+        print(json.dumps(out, indent=2))
+        return 0
+    rows = [
+        [
+            name,
+            spec.model,
+            ", ".join(spec.hardware),
+            spec.trials,
+            ", ".join(spec.objectives.names),
+            spec.description[:60],
+        ]
+        for name, spec in specs.items()
+    ]
     print(format_table(["study", "model", "hardware", "trials", "objectives", "description"], rows))
     return 0
 
 
 def _show(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.placement.serialize import plain
+    from dse.study.spec import load_study
+
     spec = load_study(args.name)
     _check_ids(spec, catalog, args.name)
     json.dump(plain(spec), sys.stdout, indent=2)
@@ -91,10 +139,17 @@ def _show(args: argparse.Namespace, catalog: Catalog) -> int:
 def _check_ids(spec: StudySpec, catalog: Catalog, name: str) -> None:
     """Unknown model, hardware or variant-base ids fail here, naming the study file, before any
     trial runs."""
+    from dse.study.spec import study_path
+    from dse.study.variants import study_catalog
+
     study_catalog(spec, catalog, source=str(study_path(name)))
 
 
 def _run(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.study.api import Study
+    from dse.study.faults import StudyInterrupted
+    from dse.study.storage import redact
+
     study = Study.load(args.name)
     _check_ids(study.spec, catalog, args.name)
     res = study.run(
@@ -121,11 +176,27 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
             where = redact(args.storage) if args.storage else str(args.out / res.spec.name / "study.db")
             n = res.trials.height
             raise StudyInterrupted(n, n, where, "exports and report") from None
+    if res.trials.is_empty() or not res.trials["feasible"].any():
+        raise _no_feasible(res)
     return 0
+
+
+def _no_feasible(res: StudyResults) -> NoFeasibleDesign:
+    """The most frequent reason the trials failed, with the numbers of its first trial."""
+    t = res.trials
+    if t.is_empty():
+        return NoFeasibleDesign("budget", "no trial completed")
+    family = t["binding"].fill_null("").str.split(": ").list.first()
+    common = family.mode().sort()[0]
+    detail = t.filter(family == common)["binding"][0]
+    share = f"{int((family == common).sum())} of {t.height} trials"
+    return NoFeasibleDesign(common or "unknown", f"{detail.partition(': ')[2] or detail} ({share})")
 
 
 def summary(res: StudyResults, top: int = 5) -> str:
     """The best ``top`` designs on the first objective, each once (its best trial)."""
+    from dse.study.results import distinct_designs, ranked
+
     t = res.trials
     if t.is_empty() or not t["feasible"].any():
         return "no feasible design: " + (t["binding"].mode()[0] if not t.is_empty() else "no trials")
@@ -197,6 +268,7 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
         raise InputError(
             "dse worker", "--storage", "is required: workers share a database (postgresql://...)"
         )
+    from dse.study.api import Study
     from dse.study.runner import run as run_trials
 
     study = Study.load(args.name)
@@ -221,6 +293,8 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def _export(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.study.api import Study
+
     res = Study.load(args.name).results(out=args.out, storage=args.storage)
     paths = res.export(args.out / res.spec.name / "exports")
     for p in paths:
@@ -229,6 +303,8 @@ def _export(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def _report(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.study.api import Study
+
     res = Study.load(args.name).results(out=args.out, storage=args.storage)
     print(_write_report(res, args.out / res.spec.name))
     return 0

@@ -44,6 +44,7 @@ import numpy as np
 from dse.catalog import Catalog
 from dse.errors import DseError, InputError, UnknownIdError
 from dse.perf.afd import attention_side, ffn_side
+from dse.perf.frameworks import FRAMEWORK_ENGINE
 from dse.perf.params import EngineProfile, PerfParams
 from dse.perf.pool import build_pool
 from dse.perf.serving import Deployment, ServingResult, closed_loop
@@ -87,15 +88,6 @@ OUTPUT_COLUMNS = (
     "pred_binding_regime",
     "pred_error",
 )
-FRAMEWORK_ENGINE = {
-    "trt": "trt",
-    "dynamo-trt": "trt",
-    "sglang": "sglang",
-    "dynamo-sglang": "sglang",
-    "mori-sglang": "sglang",
-    "atom": "atom",
-    "vllm": "atom",
-}
 LENGTH_MEAN_OF_NOMINAL = 0.9
 
 

@@ -15,9 +15,8 @@ from typing import Any
 import numpy as np
 
 from dse.errors import InputError
+from dse.paths import CALIBRATION_FILE
 from dse.units import Precision
-
-CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from typing import Protocol
 
 import numpy as np
 
-from dse.sim.scenario import Array, Pipeline, Planner, PlannerKind
+from dse.sim.kinds import PlannerKind
+from dse.sim.scenario import Array, Pipeline, Planner
 
 
 class Measurements(Protocol):

@@ -12,20 +12,14 @@ long-tailed mixture is the multi-class fluid's classes.
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from dse.sim.kinds import ArrivalKind, PlannerKind
+
 Array = np.ndarray
-
-
-class ArrivalKind(enum.Enum):
-    CONSTANT = "constant"
-    BURST = "burst"  # constant, times ``burst_factor`` during [burst_start_s, burst_start_s + burst_s)
-    DIURNAL = "diurnal"  # 1 + amplitude * sin(2 pi t / period)
-    TRACE = "trace"  # piecewise-constant rates given per interval
 
 
 @dataclass(frozen=True)
@@ -80,14 +74,6 @@ class OutputLengths:
             cdf = sum(s * (1.0 - math.exp(-mid / m)) for s, m in zip(self.shares, self.means, strict=True))
             lo, hi = (mid, hi) if cdf < q else (lo, mid)
         return 0.5 * (lo + hi)
-
-
-class PlannerKind(enum.Enum):
-    NONE = "none"
-    REACTIVE = "reactive"  # moves instances toward the stage whose (delayed) backlog is larger
-    HYSTERESIS = "hysteresis"  # reactive, with a dead band, two agreeing readings, and a wait for the
-    # last move to show in the (delayed) measurements before the next
-    PREDICTIVE = "predictive"  # sizes prefill from the arrival rate the router sees now
 
 
 @dataclass(frozen=True)

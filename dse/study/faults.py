@@ -4,8 +4,8 @@ goes away for a while, a Ctrl-C.
 * :func:`wall_clock` bounds one trial's wall time (SIGALRM in the main thread): a trial over its
   cap is recorded as infeasible with the reason, so one bad trial cannot stall a study.
 * :func:`storage_unreachable` sorts the database errors a worker on a shared storage waits out (a
-  server restart) from the rest: it retries for :data:`STORAGE_RETRY_S` before giving up with one
-  line; :func:`heartbeat` keeps a running trial's heartbeats coming.
+  server restart) from the rest: it retries for :data:`dse.study.timeouts.STORAGE_RETRY_S` before
+  giving up with one line; :func:`heartbeat` keeps a running trial's heartbeats coming.
 * :class:`StudyInterrupted` is what Ctrl-C becomes: where the run stopped and how to resume.
 """
 
@@ -22,8 +22,6 @@ import sqlalchemy.exc
 
 from dse.errors import DseError
 
-TRIAL_WALL_S = 60.0  # default cap on one trial's wall time
-STORAGE_RETRY_S = 120.0  # how long a worker waits for an unreachable shared storage
 STORAGE_ERRORS = (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError)  # caught, then sorted
 
 

@@ -30,7 +30,6 @@ from dse.perf.params import PerfParams, load_params
 from dse.placement.serialize import plain
 from dse.study.faults import (
     STORAGE_ERRORS,
-    TRIAL_WALL_S,
     StudyInterrupted,
     TrialTimeout,
     heartbeat,
@@ -42,7 +41,6 @@ from dse.study.proposer import Proposal, Proposer
 from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec, seed_rule
 from dse.study.storage import (
-    STALE_AFTER_S,
     fail_dead,
     fail_stale,
     open_storage,
@@ -51,6 +49,7 @@ from dse.study.storage import (
     wait_for_storage,
 )
 from dse.study.sweep import PREFIX, choice_of, evaluate_point, point_of, suggest_point
+from dse.study.timeouts import STALE_AFTER_S, TRIAL_WALL_S
 from dse.study.trial import Choice, TrialRecord, evaluate, objective_values, params_of, suggest
 from dse.study.variants import study_catalog
 from dse.study.warm_start import warm_start_params

@@ -32,9 +32,8 @@ from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.storages._rdb import models as rdb_models
 
 from dse.errors import InputError
-from dse.study.faults import STORAGE_RETRY_S
+from dse.study.timeouts import STORAGE_RETRY_S
 
-STALE_AFTER_S = 120.0  # shared storage: a trial silent this long lost its worker
 SCHEMA_VERSION = "v3.2.0.a"  # Optuna's RDB schema that write_finished writes; others go through Optuna
 
 

@@ -1,0 +1,53 @@
+"""Start-up of the `dse` command against bare Python, alternating, in one run.
+
+The command line imports the engine only inside the command that runs, so listing the catalogs or
+printing the help costs a small multiple of starting Python at all (target: within 12x of
+``python -c "import argparse"``). Prints figures, not verdicts; compare the ratios, since these
+machines are noisy. Run: ``python benchmarks/startup.py [ROUNDS]``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from record import figure
+
+DSE = shutil.which("dse", path=str(Path(sys.executable).parent)) or "dse"
+COMMANDS = {
+    "bare python": [sys.executable, "-c", "import argparse"],
+    "dse --help": [DSE, "--help"],
+    "dse --version": [DSE, "--version"],
+    "dse catalog list": [DSE, "catalog", "list"],
+    "dse study list": [DSE, "study", "list"],
+}
+
+
+def wall(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t0
+
+
+def main(rounds: int = 15) -> None:
+    for cmd in COMMANDS.values():  # warm the file cache once
+        wall(cmd)
+    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    for _ in range(rounds):  # alternate, so a slow moment of the machine hits every command
+        for name, cmd in COMMANDS.items():
+            times[name].append(wall(cmd))
+    bare = statistics.median(times["bare python"])
+    print(f"{'command':<20} {'median s':>9} {'min s':>7} {'max s':>7} {'x bare':>7}   ({rounds} rounds)")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"{name:<20} {med:9.3f} {min(ts):7.3f} {max(ts):7.3f} {med / bare:7.1f}")
+        if name != "bare python":
+            figure(f"{name}: start-up", med, "s", f"{med / bare:.1f}x bare python ({bare:.3f} s)")
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:2]))

@@ -1,0 +1,21 @@
+"""Serving frameworks as measured runs name them, and the engine profile each is priced with.
+
+Plain data, cheap to import: the CLI lists the names in its help. The profiles themselves (KV
+precision, draft depth, fitted overheads) live in ``dse.perf.params``; a test checks the two agree.
+"""
+
+from __future__ import annotations
+
+FRAMEWORK_ENGINE: dict[str, str] = {
+    "trt": "trt",
+    "dynamo-trt": "trt",
+    "sglang": "sglang",
+    "dynamo-sglang": "sglang",
+    "mori-sglang": "sglang",
+    "atom": "atom",
+    "vllm": "atom",
+}
+"""Framework name (a measured run's ``framework`` column, ``dse predict --framework``) to engine profile."""
+
+ENGINES: tuple[str, ...] = tuple(dict.fromkeys(FRAMEWORK_ENGINE.values()))
+"""The engine profiles, in first-seen order: ``dse place --engine`` and study files name these."""

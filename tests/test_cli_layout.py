@@ -1,0 +1,109 @@
+"""One command layout: `dse study ...` holds every study command (top-level aliases stay), every
+listing takes ``--json``, ``--help`` shows defaults and accepted values, and "no feasible design"
+is exit code 3 with its reason from studies and from `dse place` alike."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from dse.cli.main import build_parser, main
+from dse.perf.frameworks import ENGINES, FRAMEWORK_ENGINE
+from dse.perf.params import load_params
+
+TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse: --help, usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _parsers(parser: argparse.ArgumentParser, prog: str = "dse") -> dict[str, argparse.ArgumentParser]:
+    """Every parser of the command line by its command path. argparse has no public walk over its
+    sub-commands, so this reads its actions (a test's look inside, not the engine's)."""
+    out = {prog: parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out |= _parsers(sub, f"{prog} {name}")
+    return out
+
+
+@pytest.mark.parametrize("command", ["export", "report", "worker"])
+def test_study_commands_live_under_study_and_keep_their_aliases(command: str) -> None:
+    parser = build_parser()
+    canonical = parser.parse_args(["study", command, "tiny", "--out", "x", "--storage", "sqlite:///y"])
+    alias = parser.parse_args([command, "tiny", "--out", "x", "--storage", "sqlite:///y"])
+    assert canonical.study_command == command and alias.command == command
+    assert (canonical.name, canonical.out, canonical.storage) == (alias.name, alias.out, alias.storage)
+
+
+def test_every_option_has_help_and_shows_its_default() -> None:
+    for prog, parser in _parsers(build_parser()).items():
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction) or action.dest == "help":
+                continue
+            assert action.help, f"{prog} {action.option_strings or action.dest}: no help"
+        # the help of each option: its entry in the options list, which starts "  --flag"
+        entries = re.split(r"\n(?=  -)", parser.format_help().split("options:", 1)[1])
+        for action in parser._actions:
+            if action.option_strings and action.default not in (None, False, argparse.SUPPRESS, []):
+                flag = action.option_strings[-1]
+                entry = next(e for e in entries if e.split() and e.split()[0].rstrip(",") in action.option_strings)
+                assert "default" in entry, f"{prog} {flag}: default {action.default!r} not shown"
+
+
+def test_accepted_values_are_listed() -> None:
+    helps = {prog: p.format_help() for prog, p in _parsers(build_parser()).items()}
+    predict = " ".join(helps["dse predict"].split())
+    assert all(f in predict for f in FRAMEWORK_ENGINE)
+    place = " ".join(helps["dse place"].split())
+    assert all(e in place for e in ENGINES)
+    assert "{aggregated,disaggregated,afd,auto}" in place
+    assert set(ENGINES) == set(load_params().engines)  # the help lists what the engine accepts
+
+
+@pytest.mark.parametrize("argv", [["catalog", "list"], ["catalog", "list", "models"], ["study", "list"]])
+def test_every_listing_takes_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, _ = _run(capsys, *argv, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    if argv == ["catalog", "list"]:
+        assert set(doc) == {"hardware", "models"} and any(h["id"] == "b200" for h in doc["hardware"])
+    elif argv[0] == "study":
+        assert {"study", "model", "hardware", "trials", "objectives"} <= set(doc[0])
+        assert "deepseek-v3-blackwell" in {s["study"] for s in doc}
+    else:
+        assert "deepseek-v3" in {m["id"] for m in doc}
+
+
+def test_place_with_no_feasible_design_exits_3_with_the_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(
+        capsys, "place", "--hardware", "b200", "--rate", "5", "--ttft", "0.001", "--tpot", "0.05",
+        "--no-shadow-prices", "--topology", "aggregated",
+    )  # fmt: skip
+    assert code == 3
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("dse: error: no feasible design: ") and any(c.isdigit() for c in line)
+
+
+def test_a_study_with_no_feasible_design_exits_3_with_the_reason(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    spec = tmp_path / "tiny-study.toml"
+    spec.write_text(TINY.read_text().replace("ttft_s = 2.0", "ttft_s = 0.001"))
+    code, out, err = _run(capsys, "study", "run", str(spec), "--out", str(tmp_path), "--trials", "3")
+    assert code == 3
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("dse: error: no feasible design: ") and "of 3 trials" in line
+    assert (tmp_path / "tiny-study" / "exports").is_dir()  # the tables and report are written first
+    assert "wrote" in out

@@ -1,0 +1,70 @@
+"""Start-up stays cheap: the command line imports the engine only inside the command that runs.
+
+Each check runs in a fresh interpreter (the process is the point: what one test imported would hide
+what another imports). The times themselves are measured by ``benchmarks/startup.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("pyomo", "optuna", "polars", "numba", "scipy", "matplotlib", "highspy", "sqlalchemy", "numpy")
+
+PROBE = """
+import contextlib, io, json, sys
+from dse.cli.main import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        code = main({argv!r})
+    except SystemExit as exc:
+        code = exc.code
+print(json.dumps({{"code": code, "out": out.getvalue(), "heavy": [m for m in {heavy!r} if m in sys.modules]}}))
+"""
+
+
+def _probe(argv: list[str]) -> dict[str, object]:
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE.format(argv=argv, heavy=HEAVY)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(proc.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_importing_the_command_line_imports_no_heavy_library() -> None:
+    code = f"import sys, dse.cli.main as m; m.build_parser(); print([h for h in {HEAVY!r} if h in sys.modules])"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("argv", "shows"),
+    [
+        (["--help"], "study"),
+        (["--version"], "dse "),
+        (["catalog", "list"], "gb200-nvl72"),
+        (["catalog", "show", "b200", "--json"], '"hbm"'),
+        (["study", "--help"], "worker"),
+        (["place", "--help"], "--topology"),
+        (["predict", "--help"], "--framework"),
+        (["simulate", "--help"], "--planner"),
+    ],
+)
+def test_light_commands_import_no_heavy_library(argv: list[str], shows: str) -> None:
+    res = _probe(argv)
+    assert res["code"] == 0
+    assert shows in str(res["out"])
+    assert res["heavy"] == []
+
+
+def test_a_command_that_solves_still_imports_its_engine() -> None:
+    """The probe itself can see heavy imports: `dse predict` needs numpy and loads it."""
+    res = _probe(["predict", "--hardware", "b200", "--json"])
+    assert res["code"] == 0
+    assert "numpy" in res["heavy"]  # type: ignore[operator]
