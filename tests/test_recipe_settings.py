@@ -7,8 +7,8 @@ import csv
 import re
 
 import pytest
-from conftest import INFERENCEX
 
+from dse.paths import MEASURED_RUNS as INFERENCEX  # the measured runs, vendored in reference/
 from dse.perf import calibration as cal
 from dse.perf.benchmark_rows import (
     ENGINE_COLUMNS,
