@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import Cli
 
 from dse.catalog import load_catalog
 from dse.errors import InputError, UnknownIdError
 from dse.paths import SHIPPED_HARDWARE, SHIPPED_MODELS
-from tests.conftest import dse_cmd
 
 
 def _user_dir(tmp_path: Path, kind: str, name: str, text: str) -> Path:
@@ -189,26 +188,21 @@ def test_environment_variable_adds_a_folder(tmp_path: Path, monkeypatch: pytest.
     assert load_catalog().hardware("b200").hbm.capacity_gb == 200
 
 
-def test_cli_bad_catalog_exits_2_with_one_line(tmp_path: Path, clean_env: dict[str, str]) -> None:
+def test_cli_bad_catalog_exits_2_with_one_line(tmp_path: Path, cli: Cli) -> None:
     _user_dir(tmp_path, "hardware", "b200", _b200(**{"bandwidth_tb_per_s = 8.0": "bandwidth_tb_per_s = 0"}))
-    proc = subprocess.run(
-        dse_cmd("--catalog-dir", str(tmp_path), "catalog", "list", "hardware"),
-        capture_output=True,
-        text=True,
-        env=clean_env,
-    )
-    assert proc.returncode == 2
-    assert proc.stdout == ""
-    lines = proc.stderr.strip().splitlines()
+    proc = cli("--catalog-dir", tmp_path, "catalog", "list", "hardware")
+    assert proc.code == 2
+    assert proc.out == ""
+    lines = proc.err.strip().splitlines()
     assert len(lines) == 1
     assert re.fullmatch(r"dse: error: .*b200\.toml: hbm\.bandwidth_tb_per_s = 0: must be > 0", lines[0])
 
 
-def test_cli_unknown_id_exits_2(clean_env: dict[str, str]) -> None:
-    proc = subprocess.run(dse_cmd("catalog", "show", "b250"), capture_output=True, text=True, env=clean_env)
-    assert proc.returncode == 2
-    assert "Traceback" not in proc.stderr
-    assert "valid ids: a800-sxm" in proc.stderr
+def test_cli_unknown_id_exits_2(cli: Cli) -> None:
+    proc = cli("catalog", "show", "b250")
+    assert proc.code == 2
+    assert "Traceback" not in proc.err
+    assert "valid ids: a800-sxm" in proc.err
 
 
 def _broken_model(tmp_path: Path, name: str, **replace: str) -> str:

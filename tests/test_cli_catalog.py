@@ -3,30 +3,26 @@
 from __future__ import annotations
 
 import json
-import subprocess
+
+from conftest import Cli
 
 from dse import __version__
-from tests.conftest import dse_cmd
 
 
-def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(dse_cmd(*args), capture_output=True, text=True, env=env, check=False)
-
-
-def test_list_hardware_json_has_all_twelve(clean_env: dict[str, str]) -> None:
-    proc = _run(clean_env, "catalog", "list", "hardware", "--json")
-    assert proc.returncode == 0, proc.stderr
-    entries = json.loads(proc.stdout)
+def test_list_hardware_json_has_all_twelve(cli: Cli) -> None:
+    proc = cli("catalog", "list", "hardware", "--json")
+    assert proc.code == 0, proc.err
+    entries = json.loads(proc.out)
     assert len(entries) == 12
     b200 = next(e for e in entries if e["id"] == "b200")
     assert b200["hbm"]["bandwidth_tb_per_s"] == 8.0
     assert b200["sources"][0].startswith("S1: ai-dynamo/aiconfigurator")
 
 
-def test_list_models_json_has_derived_figures(clean_env: dict[str, str]) -> None:
-    proc = _run(clean_env, "catalog", "list", "models", "--json")
-    assert proc.returncode == 0, proc.stderr
-    entries = {e["id"]: e for e in json.loads(proc.stdout)}
+def test_list_models_json_has_derived_figures(cli: Cli) -> None:
+    proc = cli("catalog", "list", "models", "--json")
+    assert proc.code == 0, proc.err
+    entries = {e["id"]: e for e in json.loads(proc.out)}
     assert len(entries) == 9
     ds = entries["deepseek-v3"]["derived"]
     assert ds["kv_bytes_per_token_bf16"] == 70272
@@ -34,28 +30,28 @@ def test_list_models_json_has_derived_figures(clean_env: dict[str, str]) -> None
     assert abs(ds["params_total_b"] - 671) < 671 * 0.03
 
 
-def test_list_tables_for_people(clean_env: dict[str, str]) -> None:
-    proc = _run(clean_env, "catalog", "list", "hardware")
-    assert proc.returncode == 0
-    assert "gb200-nvl72" in proc.stdout and "hbm_tb_per_s" in proc.stdout
+def test_list_tables_for_people(cli: Cli) -> None:
+    proc = cli("catalog", "list", "hardware")
+    assert proc.code == 0
+    assert "gb200-nvl72" in proc.out and "hbm_tb_per_s" in proc.out
 
 
-def test_show_by_alias_gives_every_field_and_the_file(clean_env: dict[str, str]) -> None:
-    proc = _run(clean_env, "catalog", "show", "gb200", "--json")
-    rec = json.loads(proc.stdout)
+def test_show_by_alias_gives_every_field_and_the_file(cli: Cli) -> None:
+    proc = cli("catalog", "show", "gb200", "--json")
+    rec = json.loads(proc.out)
     assert rec["id"] == "gb200-nvl72"
     assert rec["file"].endswith("hardware_catalog/gb200-nvl72.toml")
-    text = _run(clean_env, "catalog", "show", "kimi-k3").stdout
+    text = cli("catalog", "show", "kimi-k3").out
     assert "attention.linear.layers" in text and "derived.params_total_b" in text
 
 
-def test_version_and_help(clean_env: dict[str, str]) -> None:
-    assert _run(clean_env, "--version").stdout.strip() == f"dse {__version__}"
-    helptext = _run(clean_env, "--help").stdout
+def test_version_and_help(cli: Cli) -> None:
+    assert cli("--version").out.strip() == f"dse {__version__}"
+    helptext = cli("--help").out
     assert "catalog" in helptext
 
 
-def test_usage_error_exits_2(clean_env: dict[str, str]) -> None:
-    proc = _run(clean_env, "catalog", "list", "gpus")
-    assert proc.returncode == 2
-    assert "invalid choice" in proc.stderr
+def test_usage_error_exits_2(cli: Cli) -> None:
+    proc = cli("catalog", "list", "gpus")
+    assert proc.code == 2
+    assert "invalid choice" in proc.err

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
-from conftest import dse_cmd
+from conftest import Cli, Result
 
 BASE = [
     "place",
@@ -24,13 +23,13 @@ BASE = [
 ]
 
 
-def run(env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(dse_cmd(*BASE, *extra), capture_output=True, text=True, env=env, timeout=300)
+def run(cli: Cli, *extra: str) -> Result:
+    return cli(*BASE, *extra)
 
 
-def test_place_prints_pools_tiers_and_shadow_prices(clean_env: dict[str, str]) -> None:
+def test_place_prints_pools_tiers_and_shadow_prices(cli: Cli) -> None:
     out = run(
-        clean_env,
+        cli,
         "--returning-share",
         "0.5",
         "--prefix",
@@ -40,16 +39,16 @@ def test_place_prints_pools_tiers_and_shadow_prices(clean_env: dict[str, str]) -
         "--think",
         "0.6:30,0.4:600",
     )
-    assert out.returncode == 0, out.stderr
-    text = out.stdout
+    assert out.code == 0, out.err
+    text = out.out
     for needle in ("best: ", "role", "KV class", "think30s", "shadow prices", "hbm_bandwidth", "rows hold"):
         assert needle in text, needle
 
 
-def test_place_json_round_trips(clean_env: dict[str, str]) -> None:
-    out = run(clean_env, "--topology", "disaggregated", "--json", "--no-shadow-prices")
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+def test_place_json_round_trips(cli: Cli) -> None:
+    out = run(cli, "--topology", "disaggregated", "--json", "--no-shadow-prices")
+    assert out.code == 0, out.err
+    doc = json.loads(out.out)
     assert doc["schema_version"] == 1 and doc["best_topology"] == "disaggregated"
     best = doc["best"]
     assert best["check"]["violations"] == []
@@ -58,15 +57,15 @@ def test_place_json_round_trips(clean_env: dict[str, str]) -> None:
     assert best["usd_per_hour"] > 0 and best["result"]["termination"] == "optimal"
 
 
-def test_infeasible_placement_is_an_answer_with_exit_3(clean_env: dict[str, str]) -> None:
-    out = run(clean_env, "--topology", "disaggregated", "--power-kw", "10")
-    assert out.returncode == 3
-    assert out.stderr.strip().count("\n") == 0
-    assert out.stderr.startswith("dse: error: no feasible design: power: serving the demand needs ")
-    assert "infeasible" in out.stdout
+def test_infeasible_placement_is_an_answer_with_exit_3(cli: Cli) -> None:
+    out = run(cli, "--topology", "disaggregated", "--power-kw", "10")
+    assert out.code == 3
+    assert out.err.strip().count("\n") == 0
+    assert out.err.startswith("dse: error: no feasible design: power: serving the demand needs ")
+    assert "infeasible" in out.out
 
 
-def test_bad_flags_exit_2_with_one_line(clean_env: dict[str, str]) -> None:
+def test_bad_flags_exit_2_with_one_line(cli: Cli) -> None:
     cases = {
         (
             "--think",
@@ -88,15 +87,9 @@ def test_bad_flags_exit_2_with_one_line(clean_env: dict[str, str]) -> None:
         ("--inventory", "b200=many"): "--inventory = 'b200=many': must be HW=GPUS",
     }
     for flags, message in cases.items():
-        out = run(clean_env, *flags)
-        assert out.returncode == 2, (flags, out.stderr)
-        assert message in out.stderr, (flags, out.stderr)
-        assert out.stderr.strip().count("\n") == 0
-    out = subprocess.run(
-        dse_cmd("place", "--hardware", "b201", "--rate", "1", "--ttft", "1", "--tpot", "0.1"),
-        capture_output=True,
-        text=True,
-        env=clean_env,
-        timeout=60,
-    )
-    assert out.returncode == 2 and "unknown hardware id" in out.stderr
+        out = run(cli, *flags)
+        assert out.code == 2, (flags, out.err)
+        assert message in out.err, (flags, out.err)
+        assert out.err.strip().count("\n") == 0
+    out = cli("place", "--hardware", "b201", "--rate", "1", "--ttft", "1", "--tpot", "0.1")
+    assert out.code == 2 and "unknown hardware id" in out.err

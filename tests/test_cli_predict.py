@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import Cli
 
 from dse.paths import MEASURED_RUNS
 from dse.perf.benchmark_rows import INPUT_COLUMNS, OUTPUT_COLUMNS
 from dse.perf.params import CALIBRATION_FILE, load_params
-from tests.conftest import dse_cmd
 
 
-def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(dse_cmd(*args), capture_output=True, text=True, env=env, check=False)
-
-
-def test_predict_one_deployment_json(clean_env: dict[str, str]) -> None:
-    proc = _run(
-        clean_env,
+def test_predict_one_deployment_json(cli: Cli) -> None:
+    proc = cli(
         "predict",
         "--hardware",
         "gb200",
@@ -37,8 +31,8 @@ def test_predict_one_deployment_json(clean_env: dict[str, str]) -> None:
         "256",
         "--json",
     )
-    assert proc.returncode == 0, proc.stderr
-    pred = json.loads(proc.stdout)["prediction"]
+    assert proc.code == 0, proc.err
+    pred = json.loads(proc.out)["prediction"]
     assert pred["tput_per_gpu"] > 0 and pred["intvty_tok_s_user"] > 0
     assert 0 < pred["hbm_peak_gb_per_gpu"] <= 186
     parts = sum(
@@ -55,19 +49,19 @@ def test_predict_one_deployment_json(clean_env: dict[str, str]) -> None:
     }
 
 
-def test_predict_table_and_bad_flag(clean_env: dict[str, str]) -> None:
-    ok = _run(clean_env, "predict", "--hardware", "h200", "--framework", "trt")
-    assert ok.returncode == 0 and "tput_per_gpu" in ok.stdout
-    bad = _run(clean_env, "predict", "--hardware", "h200", "--framework", "tgi")
-    assert bad.returncode == 2
-    assert bad.stderr.strip() == (
+def test_predict_table_and_bad_flag(cli: Cli) -> None:
+    ok = cli("predict", "--hardware", "h200", "--framework", "trt")
+    assert ok.code == 0 and "tput_per_gpu" in ok.out
+    bad = cli("predict", "--hardware", "h200", "--framework", "tgi")
+    assert bad.code == 2
+    assert bad.err.strip() == (
         "dse: error: dse predict: --framework = 'tgi': must be one of "
         "atom, dynamo-sglang, dynamo-trt, mori-sglang, sglang, trt, vllm"
     )
 
 
 def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(
-    tmp_path: Path, clean_env: dict[str, str]
+    tmp_path: Path, cli: Cli
 ) -> None:
     src = tmp_path / "in.csv"
     with open(MEASURED_RUNS, newline="") as fh:
@@ -80,8 +74,8 @@ def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(
         w.writeheader()
         w.writerows(rows)
     out = tmp_path / "out.csv"
-    proc = _run(clean_env, "predict", "--batch", str(src), "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
+    proc = cli("predict", "--batch", str(src), "--out", str(out))
+    assert proc.code == 0, proc.err
     with open(out, newline="") as fh:
         got = list(csv.DictReader(fh))
     assert len(got) == 5
@@ -96,12 +90,12 @@ def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(
         assert 0.33 < float(row["pred_tput_per_gpu"]) / measured < 3.0
 
 
-def test_predict_batch_missing_column(tmp_path: Path, clean_env: dict[str, str]) -> None:
+def test_predict_batch_missing_column(tmp_path: Path, cli: Cli) -> None:
     src = tmp_path / "in.csv"
     src.write_text("hardware,model\nb200,dsr1\n")
-    proc = _run(clean_env, "predict", "--batch", str(src), "--out", str(tmp_path / "o.csv"))
-    assert proc.returncode == 2
-    assert "framework: is a required column" in proc.stderr
+    proc = cli("predict", "--batch", str(src), "--out", str(tmp_path / "o.csv"))
+    assert proc.code == 2
+    assert "framework: is a required column" in proc.err
     assert not (tmp_path / "o.csv").exists()
 
 
@@ -111,12 +105,12 @@ def test_batch_rows_cover_the_columns_of_the_reference() -> None:
     assert set(INPUT_COLUMNS) <= set(header)
 
 
-@pytest.mark.slow
-def test_calibration_is_reproducible(tmp_path: Path, clean_env: dict[str, str]) -> None:
+@pytest.mark.e2e
+def test_calibration_is_reproducible(tmp_path: Path, cli: Cli) -> None:
     """Refitting from the reference data gives the values the engine ships with."""
     out = tmp_path / "calibration.json"
-    proc = _run(clean_env, "calibrate", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
+    proc = cli("calibrate", "--out", str(out))
+    assert proc.code == 0, proc.err
     fresh = json.loads(out.read_text())
     shipped = json.loads(CALIBRATION_FILE.read_text())
     for key, value in shipped["params"].items():
@@ -135,19 +129,19 @@ def test_calibration_is_reproducible(tmp_path: Path, clean_env: dict[str, str]) 
             assert fresh["provenance"][key] == pytest.approx(value, abs=2e-3), key
     assert fresh["provenance"]["loho_tput_median_ape"] > fresh["provenance"]["in_sample_tput_median_ape"]
     assert fresh["provenance"]["hardware_fitted"] == shipped["provenance"]["hardware_fitted"]
-    assert "leave-one-hardware-out abs error" in proc.stdout
+    assert "leave-one-hardware-out abs error" in proc.out
 
 
-def test_predict_states_its_expected_error(clean_env: dict[str, str]) -> None:
+def test_predict_states_its_expected_error(cli: Cli) -> None:
     """The error to expect comes with each prediction: in-sample on measured hardware, the
     leave-one-hardware-out figure on hardware the calibration never saw (B300), and a warning for
     a model it never measured; --json carries the same."""
     prov = load_params().provenance
 
     def last_line(*flags: str) -> str:
-        proc = _run(clean_env, "predict", *flags, "--conc", "64")
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout.strip().splitlines()[-1]
+        proc = cli("predict", *flags, "--conc", "64")
+        assert proc.code == 0, proc.err
+        return proc.out.strip().splitlines()[-1]
 
     seen = last_line("--hardware", "b200")
     assert "(in-sample: the calibration saw this hardware)" in seen
@@ -160,8 +154,8 @@ def test_predict_states_its_expected_error(clean_env: dict[str, str]) -> None:
     assert "deepseek-v3 runs only: this model's error is unmeasured" in last_line(
         "--hardware", "b200", "--model", "kimi-k3"
     )
-    js = _run(clean_env, "predict", "--hardware", "b300", "--conc", "64", "--json")
-    err = json.loads(js.stdout)["expected_error"]
+    js = cli("predict", "--hardware", "b300", "--conc", "64", "--json")
+    err = json.loads(js.out)["expected_error"]
     assert err["basis"] == "leave-one-hardware-out"
     assert err["tput_median_ape"] == prov["loho_tput_median_ape"] and err["model_fitted"] is True
 
@@ -219,16 +213,16 @@ AFD = dict(
 
 
 def test_predict_attention_ffn_disaggregated_from_flags_and_rows(
-    tmp_path: Path, clean_env: dict[str, str], catalog
+    tmp_path: Path, cli: Cli, catalog
 ) -> None:  # type: ignore[no-untyped-def]
     from dse.perf.benchmark_rows import predict_rows
 
     flags = "--hardware b200 --afd --tp 8 --dp-attention --decode-gpus 16 --decode-workers 2 "
     flags += "--ffn-gpus 16 --ffn-ep 16 --prefill-gpus 16 --prefill-workers 2 --prefill-dp-attention "
     flags += "--isl 4000 --osl 1000 --conc 512 --json"
-    proc = _run(clean_env, "predict", *flags.split())
-    assert proc.returncode == 0, proc.stderr
-    pred = json.loads(proc.stdout)["prediction"]
+    proc = cli("predict", *flags.split())
+    assert proc.code == 0, proc.err
+    pred = json.loads(proc.out)["prediction"]
     row = predict_rows([AFD], catalog, load_params())[0]
     assert row["pred_error"] == ""
     assert float(row["pred_tput_per_gpu"]) == pytest.approx(pred["tput_per_gpu"], rel=1e-3)
@@ -248,8 +242,8 @@ def test_predict_attention_ffn_disaggregated_from_flags_and_rows(
     assert "num_ffn_gpu" in str(agg["pred_error"]) and "disaggregated" in str(agg["pred_error"])
     odd = predict_rows([dict(AFD, ffn_ep="3")], catalog, load_params())[0]
     assert "ffn_ep" in str(odd["pred_error"]) and "must divide" in str(odd["pred_error"])
-    alone = _run(clean_env, "predict", "--hardware", "b200", "--ffn-gpus", "16")
-    assert alone.returncode == 2 and "--ffn-gpus = 16: needs --afd" in alone.stderr
+    alone = cli("predict", "--hardware", "b200", "--ffn-gpus", "16")
+    assert alone.code == 2 and "--ffn-gpus = 16: needs --afd" in alone.err
 
 
 def test_afd_step_follows_the_slower_side(catalog) -> None:  # type: ignore[no-untyped-def]
@@ -346,19 +340,19 @@ def test_running_request_cap_refuses_what_is_not_a_count(catalog, bad: str) -> N
     )
 
 
-def test_running_request_cap_flag(clean_env: dict[str, str]) -> None:
+def test_running_request_cap_flag(cli: Cli) -> None:
     flags = "--hardware h200 --framework dynamo-sglang --mtp --disagg --prefill-dp-attention "
     flags += "--prefill-gpus 8 --decode-gpus 48 --decode-workers 6 --tp 8 --ep 8 --dp-attention "
     flags += "--conc 2048 --json"
-    free = _run(clean_env, "predict", *flags.split())
-    capped = _run(clean_env, "predict", *flags.split(), "--decode-max-running-requests", "128")
-    assert free.returncode == 0 and capped.returncode == 0, capped.stderr
-    a, b = (json.loads(p.stdout)["prediction"] for p in (free, capped))
+    free = cli("predict", *flags.split())
+    capped = cli("predict", *flags.split(), "--decode-max-running-requests", "128")
+    assert free.code == 0 and capped.code == 0, capped.err
+    a, b = (json.loads(p.out)["prediction"] for p in (free, capped))
     assert b["tput_per_gpu"] < a["tput_per_gpu"] and b["ttft_s"] > a["ttft_s"]
     assert b["decode_batch_per_instance"] <= 128 + 1e-6 and b["binding_regime"] == "running-request-cap"
-    bad = _run(clean_env, "predict", "--hardware", "h200", "--decode-max-running-requests", "0")
-    assert bad.returncode == 2
-    assert bad.stderr.strip() == (
+    bad = cli("predict", "--hardware", "h200", "--decode-max-running-requests", "0")
+    assert bad.code == 2
+    assert bad.err.strip() == (
         "dse: error: dse predict: --decode-max-running-requests = '0': must be a whole number from 1 "
         "to 1e+12 (requests per instance)"
     )
@@ -422,21 +416,21 @@ def test_draft_depth_refuses_what_cannot_be_one(catalog, spec: str, bad: str, ru
     assert out["pred_error"] == f"input row 1: mtp_draft_tokens = '{bad}': {rule}"
 
 
-def test_draft_depth_flag(clean_env: dict[str, str]) -> None:
+def test_draft_depth_flag(cli: Cli) -> None:
     flags = "--hardware b200 --framework trt --mtp --tp 8 --ep 8 --conc 64 --json".split()
-    deep = _run(clean_env, "predict", *flags, "--mtp-draft-tokens", "3")
-    shallow = _run(clean_env, "predict", *flags, "--mtp-draft-tokens", "1")
-    assert deep.returncode == 0 and shallow.returncode == 0, shallow.stderr
-    a, b = (json.loads(p.stdout)["prediction"] for p in (deep, shallow))
+    deep = cli("predict", *flags, "--mtp-draft-tokens", "3")
+    shallow = cli("predict", *flags, "--mtp-draft-tokens", "1")
+    assert deep.code == 0 and shallow.code == 0, shallow.err
+    a, b = (json.loads(p.out)["prediction"] for p in (deep, shallow))
     assert b["intvty_tok_s_user"] < a["intvty_tok_s_user"]
-    said = json.loads(shallow.stdout)["assumed"]  # what the prediction took, shown with it
+    said = json.loads(shallow.out)["assumed"]  # what the prediction took, shown with it
     rate = load_params().engine("trt").mtp_accept_rate
     assert said == {"kv_cache_dtype": "fp8", "mtp_draft_tokens": 1, "mtp_tokens_per_step": round(1 + rate, 4)}
-    table = _run(clean_env, "predict", *flags[:-1], "--mtp-draft-tokens", "1", "--kv-cache-dtype", "bf16")
-    assert f"MTP 1 draft ({1 + rate:.2f} tokens per step), KV bf16)" in table.stdout.splitlines()[0]
-    bad = _run(clean_env, "predict", "--hardware", "b200", "--mtp-draft-tokens", "2")
-    assert bad.returncode == 2
-    assert bad.stderr.strip() == (
+    table = cli("predict", *flags[:-1], "--mtp-draft-tokens", "1", "--kv-cache-dtype", "bf16")
+    assert f"MTP 1 draft ({1 + rate:.2f} tokens per step), KV bf16)" in table.out.splitlines()[0]
+    bad = cli("predict", "--hardware", "b200", "--mtp-draft-tokens", "2")
+    assert bad.code == 2
+    assert bad.err.strip() == (
         "dse: error: dse predict: --mtp-draft-tokens = '2': must be empty or 0 in a row without MTP "
         "(spec_method none)"
     )

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import polars as pl
-from conftest import dse_cmd
+from conftest import Cli
 
 PLACE = [
     "place",
@@ -30,34 +29,28 @@ PLACE = [
 ]
 
 
-def test_simulate_a_placement_with_the_reference(tmp_path: Path, clean_env: dict[str, str]) -> None:
-    placed = subprocess.run(dse_cmd(*PLACE), capture_output=True, text=True, env=clean_env, timeout=300)
-    assert placed.returncode == 0, placed.stderr
+def test_simulate_a_placement_with_the_reference(tmp_path: Path, cli: Cli) -> None:
+    placed = cli(*PLACE)
+    assert placed.code == 0, placed.err
     plan = tmp_path / "place.json"
-    plan.write_text(placed.stdout)
+    plan.write_text(placed.out)
     out = tmp_path / "sim"
-    run = subprocess.run(
-        dse_cmd(
-            "simulate",
-            "--placement",
-            str(plan),
-            "--des",
-            "--horizon",
-            "600",
-            "--warmup",
-            "120",
-            "--lengths",
-            "0.9:300,0.1:2300",
-            "--out",
-            str(out),
-        ),
-        capture_output=True,
-        text=True,
-        env=clean_env,
-        timeout=300,
+    run = cli(
+        "simulate",
+        "--placement",
+        plan,
+        "--des",
+        "--horizon",
+        "600",
+        "--warmup",
+        "120",
+        "--lengths",
+        "0.9:300,0.1:2300",
+        "--out",
+        out,
     )
-    assert run.returncode == 0, run.stderr
-    assert "discrete-event" in run.stdout and "stable: yes" in run.stdout
+    assert run.code == 0, run.err
+    assert "discrete-event" in run.out and "stable: yes" in run.out
     df = pl.read_parquet(out / "trajectories.parquet")
     assert set(df["simulator"].unique()) == {"fluid", "des"}
     assert df.filter(pl.col("simulator") == "fluid")["t_s"].max() >= 599.0
@@ -68,7 +61,7 @@ def test_simulate_a_placement_with_the_reference(tmp_path: Path, clean_env: dict
     assert (out / "trajectories.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_simulate_bad_input_exits_2_and_writes_nothing(tmp_path: Path, clean_env: dict[str, str]) -> None:
+def test_simulate_bad_input_exits_2_and_writes_nothing(tmp_path: Path, cli: Cli) -> None:
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps({"request": {}, "best": None}))
     cases = {
@@ -78,19 +71,13 @@ def test_simulate_bad_input_exits_2_and_writes_nothing(tmp_path: Path, clean_env
     }
     for flags, message in cases.items():
         out = tmp_path / "never"
-        run = subprocess.run(
-            dse_cmd("simulate", *flags, "--out", str(out)),
-            capture_output=True,
-            text=True,
-            env=clean_env,
-            timeout=120,
-        )
-        assert run.returncode == 2, (flags, run.stderr)
-        assert message in run.stderr and run.stderr.count("\n") == 1
+        run = cli("simulate", *flags, "--out", out)
+        assert run.code == 2, (flags, run.err)
+        assert message in run.err and run.err.count("\n") == 1
         assert not out.exists()
 
 
-def test_simulate_refuses_a_step_longer_than_the_horizon(tmp_path: Path, clean_env: dict[str, str]) -> None:
+def test_simulate_refuses_a_step_longer_than_the_horizon(tmp_path: Path, cli: Cli) -> None:
     trace = tmp_path / "empty.csv"
     trace.write_text("t_s,rate_per_s\n")
     base = [
@@ -112,7 +99,5 @@ def test_simulate_refuses_a_step_longer_than_the_horizon(tmp_path: Path, clean_e
         ("--buffer", "-1"): "--buffer = -1.0: must be positive",
     }
     for flags, message in cases.items():
-        run = subprocess.run(
-            dse_cmd(*base, *flags), capture_output=True, text=True, env=clean_env, timeout=300
-        )
-        assert run.returncode == 2 and message in run.stderr, (flags, run.stderr)
+        run = cli(*base, *flags)
+        assert run.code == 2 and message in run.err, (flags, run.err)

@@ -3,12 +3,11 @@ point, resume without repeats, the physics of the variants, dynamics axes, the r
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import dse_cmd
+from conftest import Cli
 
 from dse.catalog import load_catalog
 from dse.cli.study_cmd import _write_all
@@ -75,21 +74,15 @@ def test_bad_grid_files_name_the_field(tmp_path: Path, edit: tuple[str, str], me
     ],
 )
 def test_unknown_ids_of_a_grid_exit_2_naming_the_field(
-    tmp_path: Path, clean_env: dict[str, str], edit: tuple[str, str], message: str
+    tmp_path: Path, cli: Cli, edit: tuple[str, str], message: str
 ) -> None:
     text = GRID.read_text()
     assert edit[0] in text
     bad = tmp_path / "tiny-grid.toml"
     bad.write_text(text.replace(edit[0], edit[1], 1))
-    out = subprocess.run(
-        dse_cmd("study", "run", str(bad), "--out", str(tmp_path / "runs")),
-        capture_output=True,
-        text=True,
-        env=clean_env,
-        timeout=120,
-    )
-    assert out.returncode == 2, out.stderr
-    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    out = cli("study", "run", bad, "--out", tmp_path / "runs")
+    assert out.code == 2, out.err
+    assert message in out.err and len(out.err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 import polars as pl
 import pytest
-from conftest import dse_cmd
+from conftest import Cli, dse_cmd
 
 import dse.study.runner as runner
 from dse.errors import InputError, NoFeasibleDesign
@@ -57,7 +57,7 @@ def _renamed(tmp_path: Path, name: str, **edits: str) -> Path:
 
 
 def test_ctrl_c_says_where_the_run_stopped_and_the_rerun_resumes(
-    tmp_path: Path, clean_env: dict[str, str]
+    tmp_path: Path, clean_env: dict[str, str], cli: Cli
 ) -> None:
     db = tmp_path / "tiny-study" / "study.db"
     cmd = dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "200", "--no-export")
@@ -80,12 +80,9 @@ def test_ctrl_c_says_where_the_run_stopped_and_the_rerun_resumes(
     assert f"interrupted after {stopped} of 200 trials; all {stopped} are stored in" in err
     assert "Run the same command again to resume" in err
     target = stopped + 3
-    again = subprocess.run(
-        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", str(target), "--no-export"),
-        env=clean_env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert again.returncode == 0, again.stderr
-    assert "3 trials run in" in again.stdout and f"({stopped} before" in again.stdout
+    again = cli("study", "run", TINY, "--out", tmp_path, "--trials", target, "--no-export")  # in process
+    assert again.code == 0, again.err
+    assert "3 trials run in" in again.out and f"({stopped} before" in again.out
     with sqlite3.connect(db) as con:
         numbers = [r[0] for r in con.execute("select number from trials where state = 'COMPLETE'")]
         running = con.execute("select count(*) from trials where state = 'RUNNING'").fetchone()[0]
@@ -114,13 +111,10 @@ def test_ctrl_c_just_after_a_trial_is_handed_over_counts_it(
 
 
 def test_kills_during_export_leave_only_whole_parquet_files(
-    tmp_path: Path, clean_env: dict[str, str]
+    tmp_path: Path, clean_env: dict[str, str], cli: Cli
 ) -> None:
-    run = subprocess.run(
-        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "8"),
-        env=clean_env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
+    run = cli("study", "run", TINY, "--out", tmp_path, "--trials", "8")
+    assert run.code == 0, run.err
     exports = tmp_path / "tiny-study" / "exports"
     rng = random.Random(9)
     kills = 0
@@ -141,11 +135,8 @@ def test_kills_during_export_leave_only_whole_parquet_files(
     partial = exports / "trials" / "study=tiny-study" / ".part-0.parquet.killed.tmp"
     partial.write_bytes(b"PAR1 half")
     os.utime(partial, (time.time() - 3600, time.time() - 3600))  # an hour old: no export is writing it
-    final = subprocess.run(
-        dse_cmd("export", str(TINY), "--out", str(tmp_path)), env=clean_env, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert final.returncode == 0, final.stderr
+    final = cli("export", TINY, "--out", tmp_path)
+    assert final.code == 0, final.err
     assert pl.read_parquet(exports / "trials" / "study=tiny-study" / "part-0.parquet").height == 8
     assert not partial.exists(), "an export removes the old temporary files of killed ones"
 
@@ -248,14 +239,14 @@ def test_runs_repeat_across_processes_and_across_two_workers(
 
 
 def test_a_database_restart_and_a_dead_worker_lose_nothing(
-    tmp_path: Path, postgres_server: Any, clean_env: dict[str, str]
+    tmp_path: Path, postgres_server: Any, clean_env: dict[str, str], cli: Cli
 ) -> None:
     spec_path = _renamed(tmp_path, "fault-study")
     url, budget = postgres_server.url, 40
-    cmd = dse_cmd("worker", str(spec_path), "--storage", url, "--trials", str(budget), "--out", str(tmp_path),
-                  "--stale-after", "4")  # fmt: skip
-    procs = [subprocess.Popen(cmd, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]  # fmt: skip
+    argv = ["worker", str(spec_path), "--storage", url, "--trials", str(budget), "--out", str(tmp_path),
+            "--stale-after", "4"]  # fmt: skip
+    procs = [subprocess.Popen(dse_cmd(*argv), env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]  # fmt: skip
 
     def complete() -> int:
         try:
@@ -276,8 +267,8 @@ def test_a_database_restart_and_a_dead_worker_lose_nothing(
     assert procs[1].returncode == 0, err
     assert "storage unreachable" in err  # it waited the restart out
     time.sleep(5.0)  # let a trial the dead worker left running go stale, then one more worker cleans up
-    last = subprocess.run(cmd, env=clean_env, capture_output=True, text=True, timeout=300)
-    assert last.returncode == 0, last.stderr
+    last = cli(*argv)  # in process: the one that cleans up
+    assert last.code == 0, last.err
     study = optuna.load_study(study_name="fault-study", storage=url)
     trials = study.get_trials(deepcopy=False)
     states = [t.state for t in trials]

@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
-from conftest import dse_cmd
+from conftest import Cli, dse_cmd
 
 import dse.study.proposer as proposer
 from dse.errors import InputError, UnknownIdError
@@ -58,13 +58,11 @@ def test_bad_study_files_name_file_key_and_rule(tmp_path: Path, edit: tuple[str,
     assert str(bad) in str(err.value) and message in str(err.value)
 
 
-def test_bad_study_exits_2_from_the_cli(tmp_path: Path, clean_env: dict[str, str]) -> None:
+def test_bad_study_exits_2_from_the_cli(tmp_path: Path, cli: Cli) -> None:
     bad = tmp_path / "tiny-study.toml"
     bad.write_text(TINY.read_text().replace("[slo]\n", "[slo]\nfoo = 1\n"))
-    out = subprocess.run(
-        dse_cmd("study", "show", str(bad)), capture_output=True, text=True, env=clean_env, timeout=60
-    )
-    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "slo.foo" in out.stderr
+    out = cli("study", "show", bad)
+    assert out.code == 2 and out.err.count("\n") == 1 and "slo.foo" in out.err
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +133,7 @@ def test_python_api_with_a_custom_objective(tmp_path: Path) -> None:
 
 
 def test_an_interrupted_run_resumes_without_losing_or_repeating_trials(
-    tmp_path: Path, clean_env: dict[str, str]
+    tmp_path: Path, clean_env: dict[str, str], cli: Cli
 ) -> None:
     db = tmp_path / "tiny-study" / "study.db"
     proc = subprocess.Popen(
@@ -165,14 +163,8 @@ def test_an_interrupted_run_resumes_without_losing_or_repeating_trials(
     assert not Path(f"/proc/{sampler[0]}").exists()
     with sqlite3.connect(db) as con:
         before = {r[0] for r in con.execute("select number from trials where state = 'COMPLETE'")}
-    again = subprocess.run(
-        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "120", "--no-export"),
-        env=clean_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert again.returncode == 0, again.stderr
+    again = cli("study", "run", TINY, "--out", tmp_path, "--trials", "120", "--no-export")  # in process
+    assert again.code == 0, again.err
     with sqlite3.connect(db) as con:
         states = con.execute("select state, count(*) from trials group by state").fetchall()
         numbers = [r[0] for r in con.execute("select number from trials where state = 'COMPLETE'")]
@@ -204,20 +196,12 @@ def test_a_failure_in_the_sampler_process_reaches_the_run(
         Study.load(TINY).run(out=tmp_path, trials=6)
 
 
-def test_study_commands_end_to_end(tmp_path: Path, clean_env: dict[str, str]) -> None:
-    listed = subprocess.run(
-        dse_cmd("study", "list"), capture_output=True, text=True, env=clean_env, timeout=60
-    )
-    assert listed.returncode == 0 and "deepseek-v3-blackwell" in listed.stdout
-    ran = subprocess.run(
-        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "8"),
-        capture_output=True,
-        text=True,
-        env=clean_env,
-        timeout=300,
-    )
-    assert ran.returncode == 0, ran.stderr
-    assert "8 trials run" in ran.stdout and "wrote 5 Parquet tables" in ran.stdout
+def test_study_commands_end_to_end(tmp_path: Path, cli: Cli) -> None:
+    listed = cli("study", "list")
+    assert listed.code == 0 and "deepseek-v3-blackwell" in listed.out
+    ran = cli("study", "run", TINY, "--out", tmp_path, "--trials", "8")
+    assert ran.code == 0, ran.err
+    assert "8 trials run" in ran.out and "wrote 5 Parquet tables" in ran.out
     report = (tmp_path / "tiny-study" / "report" / "report.md").read_text()
     assert "## Best designs" in report and "## Binding constraints" in report
     trials = pl.read_parquet(tmp_path / "tiny-study" / "exports" / "trials" / "*" / "*.parquet")
@@ -227,35 +211,21 @@ def test_study_commands_end_to_end(tmp_path: Path, clean_env: dict[str, str]) ->
         .unique("design", keep="first", maintain_order=True)
         .head(5)
     )
-    lines = ran.stdout.splitlines()
+    lines = ran.out.splitlines()
     table = lines[lines.index(next(x for x in lines if x.startswith("trial  trials"))) + 2 :][: best.height]
     shown = [tuple(int(v) for v in x.split()[:2]) for x in table]  # each design once, with its trial count
     assert shown == list(zip(best["trial"], best["design_trials"], strict=True))
     (tmp_path / "tiny-study" / "exports").rename(tmp_path / "old-exports")
-    again = subprocess.run(
-        dse_cmd("export", str(TINY), "--out", str(tmp_path)),
-        capture_output=True,
-        text=True,
-        env=clean_env,
-        timeout=300,
-    )
-    assert again.returncode == 0, again.stderr
+    again = cli("export", TINY, "--out", tmp_path)
+    assert again.code == 0, again.err
     assert (tmp_path / "tiny-study" / "exports" / "trials" / "study=tiny-study" / "part-0.parquet").exists()
-    rep = subprocess.run(
-        dse_cmd("report", str(TINY), "--out", str(tmp_path)),
-        capture_output=True,
-        text=True,
-        env=clean_env,
-        timeout=300,
-    )
-    assert rep.returncode == 0 and rep.stdout.strip().endswith("report.md")
-    no_storage = subprocess.run(
-        dse_cmd("worker", str(TINY)), capture_output=True, text=True, env=clean_env, timeout=60
-    )
-    assert no_storage.returncode == 2 and "--storage: is required" in no_storage.stderr
+    rep = cli("report", TINY, "--out", tmp_path)
+    assert rep.code == 0 and rep.out.strip().endswith("report.md")
+    no_storage = cli("worker", TINY)
+    assert no_storage.code == 2 and "--storage: is required" in no_storage.err
 
 
-def test_a_terminal_shows_a_progress_bar(tmp_path: Path, clean_env: dict[str, str]) -> None:
+def test_a_terminal_shows_a_progress_bar(tmp_path: Path, clean_env: dict[str, str], cli: Cli) -> None:
     import pty
 
     master, slave = pty.openpty()
@@ -275,14 +245,8 @@ def test_a_terminal_shows_a_progress_bar(tmp_path: Path, clean_env: dict[str, st
     bar = b"".join(chunks).decode()
     assert ran.returncode == 0
     assert "] 4/4 trials," in bar and "best $" in bar and "/M tok" in bar
-    piped = subprocess.run(  # not a terminal: no bar
-        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path / "again"), "--trials", "2"),
-        capture_output=True,
-        text=True,
-        env=clean_env,
-        timeout=300,
-    )
-    assert piped.returncode == 0 and "trials," not in piped.stderr
+    piped = cli("study", "run", TINY, "--out", tmp_path / "again", "--trials", "2")  # not a terminal: no bar
+    assert piped.code == 0 and "trials," not in piped.err
 
 
 def test_the_progress_bar_follows_the_first_objective(capsys: pytest.CaptureFixture[str]) -> None:
@@ -347,15 +311,9 @@ def test_storage_urls_hide_passwords_and_pick_the_shipped_driver() -> None:
     assert _driver_url("postgresql+psycopg2://bob@db/dse") == "postgresql+psycopg2://bob@db/dse"
 
 
-def test_export_of_a_study_never_run_is_bad_input(tmp_path: Path, clean_env: dict[str, str]) -> None:
-    out = subprocess.run(
-        dse_cmd("export", str(TINY), "--out", str(tmp_path)),
-        capture_output=True,
-        text=True,
-        env=clean_env,
-        timeout=60,
-    )
-    assert out.returncode == 2 and "study.db: does not exist: run the study first" in out.stderr
+def test_export_of_a_study_never_run_is_bad_input(tmp_path: Path, cli: Cli) -> None:
+    out = cli("export", TINY, "--out", tmp_path)
+    assert out.code == 2 and "study.db: does not exist: run the study first" in out.err
     assert not (tmp_path / "tiny-study" / "study.db").exists()
 
 
