@@ -3,7 +3,7 @@
 Runs each script in ``BENCHES`` as its own process (their output streams through), collects the
 figures they record (:mod:`record`), and writes ``benchmarks/results/latest.json`` (machine,
 versions, date, every figure) and ``benchmarks/results/latest.md`` (a table), then puts the table
-into the README between its ``bench`` markers. Figures, not verdicts: compare ratios within one run,
+into ``docs/benchmarks.md`` between its ``bench`` markers. Figures, not verdicts: compare ratios within one run,
 these machines are noisy. ``python benchmarks/run_all.py [NAME ...]`` runs some of them.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
-README = ROOT / "README.md"
+BENCH_PAGE = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 BENCHES = (
     "startup",
@@ -110,11 +110,11 @@ def main(names: list[str]) -> int:
     )
     md = f"{head}\n\n{table(figures)}\n"
     (RESULTS / "latest.md").write_text(md)
-    if len(chosen) == len(BENCHES) and not failed and README.exists():
-        text = README.read_text()
+    if len(chosen) == len(BENCHES) and not failed and BENCH_PAGE.exists():
+        text = BENCH_PAGE.read_text()
         if BEGIN in text and END in text:
             a, b = text.index(BEGIN) + len(BEGIN), text.index(END)
-            README.write_text(text[:a] + "\n" + md + text[b:])
+            BENCH_PAGE.write_text(text[:a] + "\n" + md + text[b:])
     print(
         f"\nwrote {RESULTS / 'latest.json'} and {RESULTS / 'latest.md'}"
         + (f"; failed: {failed}" if failed else "")
