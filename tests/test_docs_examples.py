@@ -1,0 +1,318 @@
+"""The examples of README.md and docs/*.md run, and the output they show is what the code prints.
+
+Each page runs in its own temporary working directory, its blocks in page order:
+
+- **Shell blocks** (```sh, ```bash, ```shell, ```console): every line that starts with ``dse `` or
+  ``$ dse `` (a line ending in ``\\`` continues on the next) runs in-process through
+  ``dse.cli.main.main(argv)``, argv from ``shlex.split`` with the comment removed. It must exit 0,
+  or N where the line ends in the comment ``# exits N`` (a block that shows a failure on purpose).
+  A trailing ``> FILE`` writes the command's standard output to FILE, as the shell would. Other
+  lines (``make run``, ``python ...``) are not run.
+- **Budgets**: the test runs every ``dse study run`` and ``dse study worker`` line (and the
+  ``dse worker`` alias) with ``--trials`` at most 20: it lowers a larger value and appends
+  ``--trials 20`` to a line without one. So a page may show a full-budget command; the output
+  shown under a line the test changed is compared by the end-to-end test only (the headline).
+- **Output**: in a ```console block, the lines after a ``$ dse ...`` line, up to the next line that
+  starts with ``$``, are what it prints (standard output, then standard error, as a terminal shows
+  them). They are compared line by line, blank lines left out and runs of spaces taken as one (a
+  table's column widths follow its values); ``…`` in the shown text stands for one word that
+  varies from run to run (seconds, solver milliseconds) and matches anything without a space.
+- **Files**: a block right after an ``<!-- file: PATH -->`` comment is written to PATH (a study
+  file, a CSV) before the commands after it run.
+- **Python**: ```python blocks run with ``exec``, in order, in one namespace per page.
+
+The headline study at its full budget (the command ``make run`` runs, read from the Makefile) is
+the end-to-end test: it must print what the README shows (its design is deterministic for the
+study's seed; only the seconds vary) and write the files the README lists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dse.cli.main import main
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
+SHELLS = {"sh", "bash", "shell", "console"}
+TRIALS_CAP = 20
+README_MAX_LINES = 300
+FILE_MARK = re.compile(r"^<!--\s*file:\s*(\S+)\s*-->\s*$")
+EXITS = re.compile(r"#\s*exits\s+(\d+)\s*$")
+VARIES = "…"
+
+
+@dataclass
+class Command:
+    line: str  # as the page shows it, without the `$ `
+    where: str  # page:line
+    expect_rc: int = 0
+    shown: list[str] = field(default_factory=list)  # the output the page shows (console blocks)
+
+
+@dataclass
+class Block:
+    kind: str  # "commands", "python" or "file"
+    where: str
+    text: str = ""
+    path: str = ""
+    commands: list[Command] = field(default_factory=list)
+
+
+def parse(page: Path) -> list[Block]:
+    """The runnable blocks of a Markdown page, in order."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    rel = page.relative_to(REPO)
+    blocks: list[Block] = []
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^```(\w*)\s*$", lines[i])
+        if not m:
+            i += 1
+            continue
+        lang, start = m.group(1), i + 1
+        end = start
+        while end < len(lines) and lines[end].strip() != "```":
+            end += 1
+        body = lines[start:end]
+        where = f"{rel}:{start}"
+        mark = FILE_MARK.match(lines[i - 1]) if i > 0 else None
+        if mark:
+            blocks.append(Block("file", where, text="\n".join(body) + "\n", path=mark.group(1)))
+        elif lang == "python":
+            blocks.append(Block("python", where, text="\n".join(body) + "\n"))
+        elif lang in SHELLS:
+            blocks.append(Block("commands", where, commands=_commands(body, lang == "console", rel, start)))
+        i = end + 1
+    return blocks
+
+
+def _commands(body: list[str], console: bool, rel: Path, start: int) -> list[Command]:
+    out: list[Command] = []
+    current: Command | None = None
+    n = 0
+    while n < len(body):
+        raw, lineno = body[n], start + n + 1
+        while raw.rstrip().endswith("\\") and n + 1 < len(body):
+            n += 1
+            raw = raw.rstrip()[:-1] + " " + body[n].strip()
+        n += 1
+        text = raw.strip()
+        prompt = text.startswith("$ ")
+        cmd = text[2:].strip() if prompt else text
+        if cmd.startswith("dse ") and (prompt or not console):
+            m = EXITS.search(cmd)
+            current = Command(cmd, f"{rel}:{lineno}", int(m.group(1)) if m else 0)
+            out.append(current)
+        elif prompt:
+            current = None  # a command the test does not run: its output is not ours
+        elif console and current is not None:
+            current.shown.append(raw)
+    return out
+
+
+def capped(argv: list[str]) -> tuple[list[str], bool]:
+    """``argv`` with a study's budget at most TRIALS_CAP; True if that changed it."""
+    runs = argv[:2] in (["study", "run"], ["study", "worker"]) or argv[:1] == ["worker"]
+    if not runs:
+        return argv, False
+    if "--trials" in argv:
+        k = argv.index("--trials") + 1
+        if int(argv[k]) <= TRIALS_CAP:
+            return argv, False
+        return [*argv[:k], str(TRIALS_CAP), *argv[k + 1 :]], True
+    if _budget(argv[2] if argv[0] == "study" else argv[1]) <= TRIALS_CAP:
+        return argv, False  # a small grid study: its budget is its grid, which --trials may not exceed
+    return [*argv, "--trials", str(TRIALS_CAP)], True
+
+
+def _budget(study: str) -> int:
+    from dse.study.spec import load_study
+
+    return load_study(study).budget()
+
+
+class _Tee(io.StringIO):
+    def __init__(self, both: io.StringIO) -> None:
+        super().__init__()
+        self.both = both
+
+    def write(self, s: str) -> int:
+        self.both.write(s)
+        return super().write(s)
+
+
+def run_dse(argv: list[str]) -> tuple[int, str, str]:
+    """Exit code, standard output, and both streams as a terminal shows them."""
+    both = io.StringIO()
+    out, err = _Tee(both), _Tee(both)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:  # argparse: --help, a bad flag
+            rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    return rc, out.getvalue(), both.getvalue()
+
+
+def _argv(cmd: Command) -> tuple[list[str], str | None]:
+    argv = shlex.split(cmd.line, comments=True)
+    assert argv[0] == "dse"
+    argv = argv[1:]
+    target = None
+    if ">" in argv:
+        k = argv.index(">")
+        assert k == len(argv) - 2, f"{cmd.where}: only a trailing `> FILE` is understood"
+        target, argv = argv[k + 1], argv[:k]
+    if argv[:1] == ["calibrate"]:  # without --out it would rewrite the shipped dse/perf/calibration.json
+        assert "--out" in argv, f"{cmd.where}: a documented `dse calibrate` must write elsewhere (--out)"
+    return argv, target
+
+
+def _pattern(shown: str) -> re.Pattern[str]:
+    words = shown.split()
+    parts = [r"\S+" if w == VARIES else re.escape(w).replace(re.escape(VARIES), r"\S+") for w in words]
+    return re.compile(r"\s+".join(parts))
+
+
+def matches(shown: list[str], printed: str) -> str | None:
+    """None when ``printed`` is what ``shown`` shows; otherwise what differs."""
+    want = [s.strip() for s in shown if s.strip()]
+    got = [s.strip() for s in printed.splitlines() if s.strip()]
+    for k, (w, g) in enumerate(zip(want, got, strict=False)):
+        if not _pattern(w).fullmatch(g):
+            return f"line {k + 1}:\n  shown:   {w}\n  printed: {g}"
+    if len(want) != len(got):
+        return f"shown {len(want)} lines, printed {len(got)}:\n" + "\n".join(got)
+    return None
+
+
+def run_page(page: Path, skip: str = "") -> list[str]:
+    """Runs a page's blocks in the current directory; returns the commands it ran. A ``skip``
+    command that shows output is left to the end-to-end test."""
+    ran: list[str] = []
+    namespace: dict[str, Any] = {"__name__": "__docs__"}
+    for block in parse(page):
+        if block.kind == "file":
+            path = Path(block.path)
+            assert not path.is_absolute() and ".." not in path.parts, block.where
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(block.text, encoding="utf-8")
+        elif block.kind == "python":
+            exec(compile(block.text, block.where, "exec"), namespace)  # noqa: S102 - our own docs
+        else:
+            for cmd in block.commands:
+                if cmd.line == skip and cmd.shown:
+                    continue
+                argv, target = _argv(cmd)
+                argv, changed = capped(argv)
+                rc, out, both = run_dse(argv)
+                assert rc == cmd.expect_rc, (
+                    f"{cmd.where}: `{cmd.line}` exited {rc}, not {cmd.expect_rc}:\n{both}"
+                )
+                if target is not None:
+                    Path(target).write_text(out, encoding="utf-8")
+                if cmd.shown and not changed:
+                    diff = matches(cmd.shown, both)
+                    assert diff is None, (
+                        f"{cmd.where}: `{cmd.line}` no longer prints what the page shows, {diff}"
+                    )
+                ran.append(cmd.line)
+    return ran
+
+
+def make_run_command() -> str:
+    """The command of the Makefile's ``run`` target, as a page writes it (``dse ...``)."""
+    lines = (REPO / "Makefile").read_text().splitlines()
+    k = next(i for i, line in enumerate(lines) if line.startswith("run:"))
+    recipe = lines[k + 1].strip()
+    assert recipe.startswith("$(VENV)/bin/dse "), recipe
+    return recipe.removeprefix("$(VENV)/bin/")
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DSE_CATALOG_DIR", raising=False)
+    return tmp_path
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
+def test_the_examples_of_each_page_run(page: Path, workdir: Path) -> None:
+    run_page(page, skip=make_run_command())
+
+
+def test_the_pages_have_examples_and_the_readme_stays_short() -> None:
+    commands = {p.name: [c for b in parse(p) if b.kind == "commands" for c in b.commands] for p in PAGES}
+    assert len(commands["README.md"]) >= 10
+    for name in ("accuracy.md", "benchmarks.md", "studies.md", "schema.md"):
+        assert (REPO / "docs" / name).is_file(), name
+    assert len(README.read_text().splitlines()) <= README_MAX_LINES
+    readme = [c.line for c in commands["README.md"]]
+    for command in ("catalog", "predict", "calibrate", "place", "simulate", "study list", "study show",
+                    "study run", "study export", "study report", "study worker"):  # fmt: skip
+        assert any(line.startswith(f"dse {command} ") or line == f"dse {command}" for line in readme), command
+
+
+LINK = re.compile(r"\]\(([^)\s]*)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings."""
+    heads = [line.lstrip("#").strip() for line in page.read_text().splitlines() if line.startswith("#")]
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in heads}
+
+
+def test_links_between_the_pages_lead_somewhere() -> None:
+    broken = []
+    for page in [*PAGES, REPO / "FINDINGS.md", REPO / "benchmarks" / "ACCURACY_LOG.md"]:
+        for target in LINK.findall(page.read_text()):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in _anchors(dest)):
+                broken.append(f"{page.relative_to(REPO)}: {target}")
+    assert broken == []
+
+
+def test_the_checker_itself() -> None:
+    assert matches(["a  1.5 s  …", "", "x"], "a 1.5   s 12.25\nx\n") is None
+    assert matches(["a 1.5 s"], "a 1.6 s") is not None
+    assert matches(["a", "b"], "a") is not None
+    assert matches(["run in … s (0 before)"], "run in 12.7 s (0 before)") is None
+    head = ["study", "run", "deepseek-v3-blackwell"]
+    assert capped(head) == ([*head, "--trials", "20"], True)
+    assert capped([*head, "--trials", "500"]) == ([*head, "--trials", "20"], True)
+    assert capped([*head, "--trials", "5"]) == ([*head, "--trials", "5"], False)
+    assert capped(["place", "--rate", "1"])[1] is False
+    assert capped(["worker", "deepseek-v3-blackwell"])[1] is True
+
+
+@pytest.mark.e2e
+def test_make_run_prints_what_the_readme_shows(workdir: Path) -> None:
+    headline = make_run_command()
+    blocks = [c for b in parse(README) if b.kind == "commands" for c in b.commands if c.line == headline]
+    assert blocks and blocks[0].shown, f"the README shows no output of `{headline}` (make run)"
+    rc, _, both = run_dse(shlex.split(headline)[1:])
+    assert rc == 0, both
+    diff = matches(blocks[0].shown, both)
+    assert diff is None, f"make run no longer prints what the README shows, {diff}"
+    name = shlex.split(headline)[3]
+    folder = workdir / "runs" / name
+    for table in ("trials", "pareto", "placements", "kv_tiers", "sim_timeseries"):
+        assert (folder / "exports" / table / f"study={name}" / "part-0.parquet").is_file(), table
+    for f in ("study.db", "spec.json", "report/report.md", "report/pareto.png", "report/stage_breakdown.png",
+              "report/hbm_residency.png", "report/sim_trajectory.png"):  # fmt: skip
+        assert (folder / f).is_file(), f
+    text = README.read_text()
+    for f in ("report.md", "pareto.png", "stage_breakdown.png", "hbm_residency.png", "sim_trajectory.png"):
+        assert f in text, f"the README does not name {f}"
