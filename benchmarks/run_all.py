@@ -3,8 +3,8 @@
 Runs each script in ``BENCHES`` as its own process (their output streams through), collects the
 figures they record (:mod:`record`), and writes ``benchmarks/results/latest.json`` (machine,
 versions, date, every figure) and ``benchmarks/results/latest.md`` (a table), then puts the table
-into ``docs/benchmarks.md`` between its ``bench`` markers. Figures, not verdicts: compare ratios within one run,
-these machines are noisy. ``python benchmarks/run_all.py [NAME ...]`` runs some of them.
+into ``docs/benchmarks.md`` between its ``bench`` markers. Figures, not verdicts: compare ratios within
+one run, these machines are noisy. ``python benchmarks/run_all.py [NAME ...]`` runs some of them.
 """
 
 from __future__ import annotations
