@@ -17,8 +17,19 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/dse study run deepseek-v3-blackwell --out runs
 
+# two groups, one after the other: the quick tests, then the long end-to-end ones (marker e2e, see
+# pyproject.toml); each prints pytest's summary and its wall time. Fails if either group fails;
+# a group that selects no test (pytest exit 5) is not a failure.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	@fail=0; \
+	for group in "not e2e" "e2e"; do \
+		echo "== pytest -m '$$group'"; \
+		start=$$(date +%s); \
+		$(PY) -m pytest -q -m "$$group"; rc=$$?; \
+		echo "== pytest -m '$$group': exit $$rc, $$(( $$(date +%s) - start )) s"; \
+		if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then fail=1; fi; \
+	done; \
+	exit $$fail
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dse formulations tests benchmarks
