@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +29,46 @@ def atomic_path(path: Path) -> Iterator[Path]:
             os.remove(tmp)
 
 
+STALE_TMP_S = 600.0
+"""A temporary file or folder this old belongs to no running writer (a killed one left it)."""
+
+
+def remove_stale(path: Path) -> None:
+    """Remove the temporary files and folders beside ``path`` that a killed writer left; a fresh one
+    may be a concurrent writer's, and stays."""
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        with contextlib.suppress(OSError):
+            if time.time() - stale.stat().st_mtime > STALE_TMP_S:
+                if stale.is_dir():
+                    shutil.rmtree(stale, ignore_errors=True)
+                else:
+                    stale.unlink()
+
+
 def write_text(path: Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+@contextlib.contextmanager
+def atomic_folder(path: Path) -> Iterator[Path]:
+    """A temporary folder beside ``path`` to fill; put in place of ``path`` when the block ends
+    without an error, removed otherwise. A reader sees the old folder or the whole new one (for the
+    instant between two renames, none). Temporary folders a killed writer left are removed first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(path)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary folder
+        old = None
+        if path.exists():
+            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+            os.replace(path, old / path.name)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

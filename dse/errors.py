@@ -7,6 +7,8 @@ Three kinds, as the style guide asks:
   the rule it broke.
 * :class:`NoFeasibleDesign` - an expected outcome: no design satisfies the constraints. One line
   naming the binding constraint with its numbers; exit code 3.
+* :class:`StorageFault` - the disk or database a run writes to refused (full, read-only,
+  locked): one line naming the cause and the path; exit code 1. What was stored is kept.
 * everything else is a bug and keeps its traceback.
 """
 
@@ -80,6 +82,19 @@ class NoFeasibleDesign(DseError):
         self.binding = binding
         self.detail = detail
         super().__init__(_printable(_LINE_BREAKS.sub(" ", f"no feasible design: {binding}: {detail}")))
+
+
+class StorageFault(DseError):
+    """The storage a run writes to refused a write or an open: ``cause`` in words, ``where`` the path
+    or (password-free) URL. Nothing already stored is lost; the same command resumes once it is
+    fixed."""
+
+    exit_code = 1
+
+    def __init__(self, where: str, cause: str, detail: str = "") -> None:
+        self.where, self.cause = where, cause
+        more = f" ({detail})" if detail else ""
+        super().__init__(_printable(_LINE_BREAKS.sub(" ", f"{where}: {cause}{more}")))
 
 
 _LINE_BREAKS = re.compile(r"\s*[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]\s*")

@@ -10,21 +10,13 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import Cli
 
-from dse.cli.main import build_parser, main
+from dse.cli.main import build_parser
 from dse.perf.frameworks import ENGINES, FRAMEWORK_ENGINE
 from dse.perf.params import load_params
 
 TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse: --help, usage errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _parsers(parser: argparse.ArgumentParser, prog: str = "dse") -> dict[str, argparse.ArgumentParser]:
@@ -58,7 +50,9 @@ def test_every_option_has_help_and_shows_its_default() -> None:
         for action in parser._actions:
             if action.option_strings and action.default not in (None, False, argparse.SUPPRESS, []):
                 flag = action.option_strings[-1]
-                entry = next(e for e in entries if e.split() and e.split()[0].rstrip(",") in action.option_strings)
+                entry = next(
+                    e for e in entries if e.split() and e.split()[0].rstrip(",") in action.option_strings
+                )
                 assert "default" in entry, f"{prog} {flag}: default {action.default!r} not shown"
 
 
@@ -73,8 +67,8 @@ def test_accepted_values_are_listed() -> None:
 
 
 @pytest.mark.parametrize("argv", [["catalog", "list"], ["catalog", "list", "models"], ["study", "list"]])
-def test_every_listing_takes_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
-    code, out, _ = _run(capsys, *argv, "--json")
+def test_every_listing_takes_json(cli: Cli, argv: list[str]) -> None:
+    code, out, _ = cli(*argv, "--json")
     assert code == 0
     doc = json.loads(out)
     if argv == ["catalog", "list"]:
@@ -86,9 +80,8 @@ def test_every_listing_takes_json(capsys: pytest.CaptureFixture[str], argv: list
         assert "deepseek-v3" in {m["id"] for m in doc}
 
 
-def test_place_with_no_feasible_design_exits_3_with_the_reason(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _run(
-        capsys, "place", "--hardware", "b200", "--rate", "5", "--ttft", "0.001", "--tpot", "0.05",
+def test_place_with_no_feasible_design_exits_3_with_the_reason(cli: Cli) -> None:
+    code, _, err = cli("place", "--hardware", "b200", "--rate", "5", "--ttft", "0.001", "--tpot", "0.05",
         "--no-shadow-prices", "--topology", "aggregated",
     )  # fmt: skip
     assert code == 3
@@ -96,12 +89,10 @@ def test_place_with_no_feasible_design_exits_3_with_the_reason(capsys: pytest.Ca
     assert line.startswith("dse: error: no feasible design: ") and any(c.isdigit() for c in line)
 
 
-def test_a_study_with_no_feasible_design_exits_3_with_the_reason(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_a_study_with_no_feasible_design_exits_3_with_the_reason(cli: Cli, tmp_path: Path) -> None:
     spec = tmp_path / "tiny-study.toml"
     spec.write_text(TINY.read_text().replace("ttft_s = 2.0", "ttft_s = 0.001"))
-    code, out, err = _run(capsys, "study", "run", str(spec), "--out", str(tmp_path), "--trials", "3")
+    code, out, err = cli("study", "run", str(spec), "--out", str(tmp_path), "--trials", "3")
     assert code == 3
     line = err.strip().splitlines()[-1]
     assert line.startswith("dse: error: no feasible design: ") and "of 3 trials" in line

@@ -135,7 +135,7 @@ def test_a_resumed_grid_runs_only_the_missing_points(tmp_path: Path) -> None:
 
 
 def test_a_grid_budget_beyond_the_grid_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="--trials = 7: must be at most the grid's 6 points"):
+    with pytest.raises(InputError, match="^trials = 7: must be at most the grid's 6 points"):  # API words
         Study.load(GRID).run(out=tmp_path, trials=7)
 
 

@@ -23,7 +23,8 @@ with contextlib.redirect_stdout(out):
         code = main({argv!r})
     except SystemExit as exc:
         code = exc.code
-print(json.dumps({{"code": code, "out": out.getvalue(), "heavy": [m for m in {heavy!r} if m in sys.modules]}}))
+heavy = [m for m in {heavy!r} if m in sys.modules]
+print(json.dumps({{"code": code, "out": out.getvalue(), "heavy": heavy}}))
 """
 
 
@@ -38,7 +39,9 @@ def _probe(argv: list[str]) -> dict[str, object]:
 
 
 def test_importing_the_command_line_imports_no_heavy_library() -> None:
-    code = f"import sys, dse.cli.main as m; m.build_parser(); print([h for h in {HEAVY!r} if h in sys.modules])"
+    code = (
+        f"import sys, dse.cli.main as m; m.build_parser(); print([h for h in {HEAVY!r} if h in sys.modules])"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
 

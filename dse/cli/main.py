@@ -7,14 +7,17 @@ so `dse --help` and `dse catalog list` pay for none of it (``tests/test_startup.
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dse import __version__
-from dse.catalog import Catalog, load_catalog
-from dse.cli import calibrate_cmd, catalog_cmd, place_cmd, predict_cmd, simulate_cmd, study_cmd
 from dse.errors import DseError, InputError
+
+if TYPE_CHECKING:
+    from dse.catalog import Catalog
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -42,6 +45,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dse.cli import calibrate_cmd, catalog_cmd, place_cmd, predict_cmd, simulate_cmd, study_cmd
+
     parser = Parser(
         prog="dse",
         description="Design-space exploration for serving mixture-of-experts models.",
@@ -66,16 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {
-    "catalog": catalog_cmd.run,
-    "predict": predict_cmd.run,
-    "calibrate": calibrate_cmd.run,
-    "place": place_cmd.run,
-    "simulate": simulate_cmd.run,
-    "study": study_cmd.run,
-    "worker": study_cmd.run,
-    "export": study_cmd.run,
-    "report": study_cmd.run,
+    "catalog": "catalog_cmd",
+    "predict": "predict_cmd",
+    "calibrate": "calibrate_cmd",
+    "place": "place_cmd",
+    "simulate": "simulate_cmd",
+    "study": "study_cmd",
+    "worker": "study_cmd",
+    "export": "study_cmd",
+    "report": "study_cmd",
 }
+"""The module of ``dse.cli`` whose ``run(args, catalog)`` carries out each command."""
 
 
 def _refuse_dashes_as_value(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
@@ -99,20 +105,44 @@ def _in_its_file(exc: DseError, catalog: Catalog | None) -> DseError:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: exit 0 on success, 2 on bad input, 3 when no design is feasible."""
+    """Entry point: exit 0 on success, 2 on bad input, 3 when no design is feasible, 130 when
+    interrupted (Ctrl-C, from the first instruction on: the engine is imported in here)."""
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        print("dse: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # a reader that stopped early (`| head`): what was written stands
+        _silence_stdout()
+        return 0
+
+
+def _main(argv: list[str]) -> int:
+    import importlib
+
+    from dse.catalog import load_catalog
+
     parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
     _refuse_dashes_as_value(parser, argv)
     args = parser.parse_args(argv)
     catalog: Catalog | None = None
     try:
         catalog = load_catalog(args.catalog_dir)
-        return COMMANDS[args.command](args, catalog)
+        command = importlib.import_module(f"dse.cli.{COMMANDS[args.command]}")
+        return int(command.run(args, catalog))
     except DseError as exc:
         print(f"dse: error: {_in_its_file(exc, catalog)}", file=sys.stderr)
         return exc.exit_code
-    except BrokenPipeError:
-        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush at exit does not report the
+    broken pipe again (the recipe of Python's signal documentation)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # a stdout with no descriptor (a test's capture)
+        pass
 
 
 if __name__ == "__main__":

@@ -7,16 +7,21 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dse.atomic import atomic_path
 from dse.catalog import Catalog
 from dse.cli.table import format_table
-from dse.errors import InputError
+from dse.errors import InputError, NoFeasibleDesign
 from dse.perf.frameworks import FRAMEWORK_ENGINE
 from dse.typed_data import Rule, check_number, non_negative, positive
+
+if TYPE_CHECKING:
+    from dse.perf.serving import ServingResult
 
 SRC = "dse predict"
 NUMBERS: dict[str, Rule] = {
@@ -109,7 +114,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
-    from dse.perf.benchmark_rows import evaluate, parse_row, settings_of
+    from dse.perf.benchmark_rows import evaluate, parse_row, settings_of, unfit_reason
     from dse.perf.calibration import expected_error
     from dse.perf.params import load_params
 
@@ -131,6 +136,9 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     except InputError as exc:  # the row's column names are not what the user typed: name the flag
         raise InputError(SRC, _flag_of(exc.field, args.disagg), exc.rule, exc.value) from None
     res = evaluate([bench], catalog, params)
+    if not math.isfinite(float(res.tput_per_gpu[0])):  # nothing to predict: say why, not a table of NaN
+        hbm = catalog.hardware(bench.hardware).hbm.capacity_gb
+        raise NoFeasibleDesign(str(res.regime[0]), f"{unfit_reason(res, 0)}; {bench.hardware} has {hbm:g} GB")
     figures = {
         "tput_per_gpu": float(res.tput_per_gpu[0]),
         "input_tput_per_prefill_gpu": float(res.input_tput_per_prefill_gpu[0]),
@@ -141,10 +149,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         "decode_batch_per_instance": float(res.decode_batch[0]),
         "hbm_peak_gb_per_gpu": float(res.hbm_peak_bytes_per_gpu[0]) / 1e9,
         "decode_step_ms": float(res.decode_step_s[0]) * 1e3,
-        "decode_gemm_ms": float(res.decode_gemm_s[0]) * 1e3,
-        "decode_attention_ms": float(res.decode_attention_s[0]) * 1e3,
-        "decode_comm_ms": float(res.decode_comm_s[0]) * 1e3,
-        "decode_overhead_ms": float(res.decode_overhead_s[0]) * 1e3,
+        **_step_breakdown(res),
         "prefill_one_prompt_s": float(res.prefill_s[0]),
         "prefill_utilization": float(res.prefill_utilization[0]),
         "binding_regime": str(res.regime[0]),
@@ -159,12 +164,14 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     error = expected_error(params, bench.hardware, bench.model)
     if args.json:
         out = {
-            "deployment": row,
+            "deployment": {k: _typed(v) for k, v in row.items()},
             "assumed": assumed,
-            "prediction": figures,
+            "prediction": {
+                k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in figures.items()
+            },
             "expected_error": None if error is None else asdict(error),
         }
-        print(json.dumps(out, indent=2))
+        print(json.dumps(out, indent=2, allow_nan=False))
         return 0
     per_step = assumed["mtp_tokens_per_step"]
     plural = "" if drafts == 1 else "s"
@@ -178,6 +185,45 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if error is not None:
         print(error.describe())
     return 0
+
+
+def _step_breakdown(res: ServingResult) -> dict[str, float | str]:
+    """What a decode step spends its time on, in ms. Attention-FFN disaggregated, ``decode_*`` is
+    the attention pool's pass and ``expert_*`` the expert pool's, beside the hidden states'
+    transfer; the slowest of the three paces the step."""
+    if res.afd is None:
+        return {
+            "decode_gemm_ms": float(res.decode_gemm_s[0]) * 1e3,
+            "decode_attention_ms": float(res.decode_attention_s[0]) * 1e3,
+            "decode_comm_ms": float(res.decode_comm_s[0]) * 1e3,
+            "decode_overhead_ms": float(res.decode_overhead_s[0]) * 1e3,
+        }
+    att, ex = res.afd.attention, res.afd.experts
+    return {
+        "decode_gemm_ms": float(att.gemm_s[0]) * 1e3,
+        "decode_attention_ms": float(att.attention_s[0]) * 1e3,
+        "decode_comm_ms": float(att.comm_s[0]) * 1e3,
+        "decode_overhead_ms": float(att.overhead_s[0]) * 1e3,
+        "expert_gemm_ms": float(ex.gemm_s[0]) * 1e3,
+        "expert_comm_ms": float(ex.comm_s[0]) * 1e3,
+        "expert_overhead_ms": float(ex.overhead_s[0]) * 1e3,
+        "afd_transfer_ms": float(res.afd.transfer_s[0]) * 1e3,
+        "decode_paced_by": str(res.afd.paced_by()[0]),
+    }
+
+
+def _typed(text: str) -> object:
+    """A deployment value as JSON types it: a bool, a number, null for a setting left to the engine."""
+    if text in ("True", "False"):
+        return text == "True"
+    if text == "":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def _flag_of(column: str, disagg: bool) -> str:

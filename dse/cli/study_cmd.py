@@ -162,6 +162,14 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
     )
     assert res.stats is not None
     s = res.stats
+    wrote: list[str] = []
+    if not args.no_export:  # before anything is printed: a reader that stops early (`| head`) loses none
+        try:
+            wrote = _write_all(res, args.out)
+        except KeyboardInterrupt:
+            where = redact(args.storage) if args.storage else str(args.out / res.spec.name / "study.db")
+            n = res.trials.height
+            raise StudyInterrupted(n, n, where, "exports and report") from None
     print(
         f"{study.spec.name}: {s.ran} trials run in {s.seconds:.1f} s ({s.completed_before} before"
         + (f", {s.stale_failed} left running by an interrupted run marked failed" if s.stale_failed else "")
@@ -169,13 +177,8 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
         "feasible"
     )
     print(summary(res))
-    if not args.no_export:
-        try:
-            _write_all(res, args.out)
-        except KeyboardInterrupt:
-            where = redact(args.storage) if args.storage else str(args.out / res.spec.name / "study.db")
-            n = res.trials.height
-            raise StudyInterrupted(n, n, where, "exports and report") from None
+    for line in wrote:
+        print(line)
     if res.trials.is_empty() or not res.trials["feasible"].any():
         raise _no_feasible(res)
     return 0
@@ -241,12 +244,12 @@ def summary(res: StudyResults, top: int = 5) -> str:
     )
 
 
-def _write_all(res: StudyResults, out: Path) -> None:
+def _write_all(res: StudyResults, out: Path) -> list[str]:
+    """The Parquet tables and the report; what was written, as lines to print."""
     folder = out / res.spec.name
     paths = res.export(folder / "exports")
-    print(f"wrote {len(paths)} Parquet tables under {folder / 'exports'}")
     path = _write_report(res, folder)
-    print(f"wrote {path}")
+    return [f"wrote {len(paths)} Parquet tables under {folder / 'exports'}", f"wrote {path}"]
 
 
 def _write_report(res: StudyResults, folder: Path) -> Path:

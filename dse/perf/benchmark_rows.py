@@ -38,6 +38,7 @@ import csv
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -367,6 +368,10 @@ def predict_rows(
     for i, row in enumerate(rows):
         for col in OUTPUT_COLUMNS:
             out[i][col] = ""
+        shape = _short_or_long(row)
+        if shape:
+            out[i]["pred_error"] = f"{source} row {i + 1}: {shape}"
+            continue
         try:
             br = parse_row(row, catalog, source=f"{source} row {i + 1}")
         except DseError as exc:
@@ -385,12 +390,29 @@ def predict_rows(
     return out
 
 
+def _short_or_long(row: Mapping[Any, object]) -> str:
+    """What is wrong with a CSV row that has fewer or more fields than the header (``csv.DictReader``
+    gives the missing ones ``None`` and files the extra ones under the key ``None``); "" if none."""
+    missing = [k for k, v in row.items() if k is not None and v is None]
+    if missing:
+        have = len(row) - len(missing)
+        return f"has {have} of {len(row)} fields: the row is short ({missing[0]} and after are missing)"
+    extra = row.get(None)
+    if extra:
+        n = len(extra) if isinstance(extra, list) else 1
+        return f"has {len(row) - 1 + n} fields, {n} more than the header's {len(row) - 1}"
+    return ""
+
+
+def unfit_reason(res: ServingResult, j: int) -> str:
+    """Why deployment ``j`` serves nothing (its throughput is NaN): what its weights need."""
+    return f"weights need {res.hbm_peak_bytes_per_gpu[j] / 1e9:.0f} GB per GPU"
+
+
 def _fill(out: list[dict[str, object]], group: Sequence[tuple[int, BenchRow]], res: ServingResult) -> None:
     for j, (i, _) in enumerate(group):
         if not np.isfinite(res.tput_per_gpu[j]):
-            out[i]["pred_error"] = (
-                f"{res.regime[j]}: weights need {res.hbm_peak_bytes_per_gpu[j] / 1e9:.0f} GB per GPU"
-            )
+            out[i]["pred_error"] = f"{res.regime[j]}: {unfit_reason(res, j)}"
             out[i]["pred_hbm_peak_gb_per_gpu"] = round(res.hbm_peak_bytes_per_gpu[j] / 1e9, 2)
             continue
         out[i].update(

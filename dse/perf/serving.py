@@ -15,7 +15,7 @@ disaggregated decode splits each step between an attention pool and an expert po
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from dse.perf.afd import SIDE_SHARE, afd_bytes_per_token
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
 from dse.perf.stages import (
+    AfdSplit,
     PoolTerms,
     StepCost,
     forward_cost,
@@ -95,6 +96,7 @@ class ServingResult:
     prefill_s: Array  # one prompt alone
     prefill_utilization: Array
     regime: Array  # str
+    afd: AfdSplit | None = None  # attention-FFN disaggregated: the step by pool (decode_* pace it)
 
 
 def _prefill_terms(d: Deployment, p: PerfParams, terms: PoolTerms) -> tuple[Array, Array, Array]:
@@ -176,6 +178,10 @@ def _afd_step(
     def side(a: Array, f: Array) -> Array:
         return np.where(moved, 0.0, np.where(use_att, a, f) * k)
 
+    def scaled(c: StepCost) -> StepCost:
+        return replace(c, gemm_s=c.gemm_s * k, attention_s=c.attention_s * k, comm_s=c.comm_s * k,
+                       overhead_s=c.overhead_s * k)  # fmt: skip
+
     return StepCost(
         gemm_s=side(att.gemm_s, ffn.gemm_s),
         attention_s=side(att.attention_s, ffn.attention_s),
@@ -183,6 +189,7 @@ def _afd_step(
         overhead_s=side(att.overhead_s, ffn.overhead_s),
         gemm_compute_bound=np.where(use_att, att.gemm_compute_bound, ffn.gemm_compute_bound),
         attention_compute_bound=att.attention_compute_bound,
+        afd=AfdSplit(scaled(att), scaled(ffn), xfer * k),
     )
 
 
@@ -326,6 +333,7 @@ def _result(
         prefill_s=load.one,
         prefill_utilization=s["rho"],
         regime=regime,
+        afd=cost.afd,
     )
 
 

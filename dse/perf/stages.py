@@ -31,10 +31,29 @@ class StepCost:
     overhead_s: Array
     gemm_compute_bound: Array  # bool
     attention_compute_bound: Array
+    # attention-FFN disaggregated decode: each pool's own share of the step (the fields above are
+    # the share of whichever paces it)
+    afd: AfdSplit | None = None
 
     @property
     def total_s(self) -> Array:
         return self.gemm_s + self.attention_s + self.comm_s + self.overhead_s
+
+
+@dataclass(frozen=True)
+class AfdSplit:
+    """An attention-FFN disaggregated decode step by pool, in seconds of the step: the attention
+    pool's pass, the expert pool's pass and the hidden states' transfer run side by side (two
+    micro-batches in ping-pong), and the slowest of the three paces the step."""
+
+    attention: StepCost
+    experts: StepCost
+    transfer_s: Array
+
+    def paced_by(self) -> Array:
+        """Which of the three is slowest: ``attention pool``, ``expert pool`` or ``transfer``."""
+        a, e, x = self.attention.total_s, self.experts.total_s, self.transfer_s
+        return np.where((x > a) & (x > e), "transfer", np.where(a >= e, "attention pool", "expert pool"))
 
 
 def expert_imbalance(routed_tokens: Array, ep: Array) -> Array:

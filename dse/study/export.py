@@ -8,20 +8,18 @@ kv_tiers and sim_timeseries (the ``study`` column lives in the folder name, as h
 
 from __future__ import annotations
 
-import contextlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from dse import __version__
-from dse.atomic import atomic_path
+from dse.atomic import atomic_path, remove_stale
+from dse.study.faults import writing
 from dse.study.results import SCHEMA_VERSION
 
 TABLES = ("trials", "pareto", "placements", "kv_tiers", "sim_timeseries")
-STALE_TMP_S = 600.0  # a temporary file this old belongs to no running export
 
 
 def write_table(df: pl.DataFrame, out: Path, table: str, study: str, spec: dict[str, Any]) -> Path:
@@ -35,10 +33,7 @@ def write_table(df: pl.DataFrame, out: Path, table: str, study: str, spec: dict[
         "dse.table": table,
         "dse.study_spec": json.dumps(spec),
     }
-    for stale in folder.glob(f".{path.name}.*.tmp"):  # left by an export killed mid-write
-        with contextlib.suppress(OSError):  # (a fresh one may be a concurrent export's: leave it)
-            if time.time() - stale.stat().st_mtime > STALE_TMP_S:
-                stale.unlink()
+    remove_stale(path)  # left by an export killed mid-write
     with atomic_path(path) as tmp:
         body.write_parquet(tmp, compression="zstd", metadata=meta)
     return path
@@ -46,4 +41,5 @@ def write_table(df: pl.DataFrame, out: Path, table: str, study: str, spec: dict[
 
 def export_all(tables: dict[str, pl.DataFrame], out: Path, study: str, spec: dict[str, Any]) -> list[Path]:
     """Write every table (empty ones too, so a schema-less study still has its files)."""
-    return [write_table(tables[name], out, name, study, spec) for name in TABLES if name in tables]
+    with writing(out):
+        return [write_table(tables[name], out, name, study, spec) for name in TABLES if name in tables]

@@ -12,15 +12,18 @@ goes away for a while, a Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import signal
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import optuna
 import sqlalchemy.exc
 
-from dse.errors import DseError
+from dse.errors import DseError, StorageFault
 
 STORAGE_ERRORS = (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError)  # caught, then sorted
 
@@ -34,6 +37,70 @@ def storage_unreachable(exc: BaseException) -> bool:
     if isinstance(exc, sqlalchemy.exc.PendingRollbackError):  # a session whose connection dropped
         return True
     return isinstance(exc, sqlalchemy.exc.DBAPIError) and bool(exc.connection_invalidated)
+
+
+CAUSES = (
+    (("disk is full", "no space left", "disk quota"), "the disk is full"),
+    (("readonly database", "read-only file system", "read only file system"), "it is read-only"),
+    (("database is locked",), "the database is locked by another process"),
+    (("permission denied",), "permission denied"),
+)
+"""Words of the drivers (SQLite, PostgreSQL, the OS) and what they mean to the user."""
+
+
+def storage_fault(exc: BaseException, where: str, path: Path | None = None) -> StorageFault | None:
+    """``exc`` (a database or file error) as one line naming the cause and ``where``, or ``None``
+    when it is none of the causes a user can act on (a bug keeps its traceback).
+
+    The drivers' words name most causes. Where they do not (SQLite's "unable to open database
+    file" or "disk I/O error", polars' "transport error" on a full disk), ``path``, a file the
+    write went to, lets the folder tell: missing, read-only, or a disk with no room left."""
+    messages, seen = [], exc
+    for _ in range(5):  # the error, the driver's error it wraps, and so on
+        messages.append(str(seen))
+        if isinstance(seen, OSError) and seen.strerror:
+            messages.append(seen.strerror)
+        nxt = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+        if nxt is None or nxt is seen:
+            break
+        seen = nxt
+    text = " ".join(messages).lower()
+    for needles, cause in CAUSES:
+        said = next((m for m in messages if any(n in m.lower() for n in needles)), None)
+        if said is not None:  # the driver's own words, not a wrapper's guess
+            return StorageFault(where, cause, _first_line(said))
+    if path is None:
+        return None
+    folder = next(d for d in (path.parent, *path.parents) if d.is_dir())  # the root always is
+    if not os.access(folder, os.W_OK):
+        return StorageFault(where, "it is read-only")
+    if shutil.disk_usage(folder).free < FULL_BELOW_BYTES:
+        return StorageFault(where, "the disk is full", _first_line(messages[-1]))
+    if "unable to open database file" in text or "disk i/o error" in text:
+        return StorageFault(where, "the database file cannot be opened", _first_line(messages[-1]))
+    return None
+
+
+@contextlib.contextmanager
+def writing(folder: Path) -> Iterator[None]:
+    """Files written in the block that the disk refuses (full, read-only) end the command with one
+    line naming ``folder`` and the cause; any other error keeps its traceback."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - re-raised unless a storage cause explains it
+        fault = storage_fault(exc, str(folder), folder / "_")
+        if fault is None:
+            raise
+        raise fault from None
+
+
+FULL_BELOW_BYTES = 1 << 20
+"""A disk with less free room than this counts as full (SQLite needs room for its journal)."""
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line[:160]
 
 
 @contextlib.contextmanager

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dse.atomic import atomic_path
+from dse.atomic import atomic_folder
+from dse.study.faults import writing
 from dse.study.markdown import fmt, md_table
 from dse.study.metrics import METRICS
 from dse.study.report_figures import (
@@ -67,7 +68,7 @@ def write_report(
     tables: dict[str, pl.DataFrame],
     best: BestDesign | None,
 ) -> Path:
-    """Write ``folder/report.md`` and its PNGs; return the Markdown path.
+    """Write ``folder/report.md`` and its PNGs, all or nothing; return the Markdown path.
 
     Parameters
     ----------
@@ -88,6 +89,19 @@ def write_report(
     Path
         ``folder/report.md``.
     """
+    with writing(folder), atomic_folder(folder) as tmp:
+        _write(tmp, spec=spec, objectives=objectives, tables=tables, best=best)
+    return folder / "report.md"
+
+
+def _write(
+    folder: Path,
+    *,
+    spec: StudySpec,
+    objectives: list[tuple[str, str]],
+    tables: dict[str, pl.DataFrame],
+    best: BestDesign | None,
+) -> None:
     trials = tables.get("trials", pl.DataFrame())
     feasible = feasible_trials(trials)
     pareto = distinct_designs(tables.get("pareto", pl.DataFrame()))
@@ -123,10 +137,7 @@ def write_report(
             _hbm_section(feasible, pareto),
             _figures_section(figures),
         ]
-    path = folder / "report.md"
-    with atomic_path(path) as tmp:
-        tmp.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
-    return path
+    (folder / "report.md").write_text("\n\n".join(sections) + "\n", encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -59,6 +59,31 @@ def _pyplot() -> Any:
     return plt
 
 
+def drawable(text: str) -> tuple[str, str]:
+    """``text`` and a font family that draws every character of it: the default font when it can,
+    else an installed font that covers the text (a CJK study name), else the default font with each
+    character it lacks written as its code point (``U+5C0F``), rather than empty boxes and a warning
+    per glyph."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    default = font_manager.findfont(font_manager.FontProperties())
+    fonts = [default] + [f.fname for f in font_manager.fontManager.ttflist if f.fname != default]
+    wanted = {ord(c) for c in text if not c.isspace()}
+    covered: set[int] = set()
+    for path in fonts:
+        try:
+            chars = set(FT2Font(path).get_charmap())
+        except (OSError, RuntimeError):  # a font file matplotlib lists but cannot read
+            continue
+        if path == default:
+            covered = chars
+        if wanted <= chars and "Last Resort" not in font_manager.FontProperties(fname=path).get_name():
+            return text, font_manager.FontProperties(fname=path).get_name()
+    family = font_manager.FontProperties(fname=default).get_name()
+    return "".join(c if c.isspace() or ord(c) in covered else f"U+{ord(c):04X}" for c in text), family
+
+
 def _save(fig: Any, path: Path) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=PNG_DPI)
@@ -114,7 +139,8 @@ def pareto_png(path: Path, study: str, feasible: pl.DataFrame, pareto: pl.DataFr
             )
         ax.set_xlabel("tokens/s per user (1 / TPOT)")
         ax.set_ylabel("tokens/s per GPU")
-        ax.set_title(f"{study}: {pts.height} feasible trials, the frontier of each (lines)")
+        title, family = drawable(f"{study}: {pts.height} feasible trials, the frontier of each (lines)")
+        ax.set_title(title, fontfamily=family)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, title="decode hardware, topology", title_fontsize=7)
         fig.tight_layout()

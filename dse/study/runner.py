@@ -15,7 +15,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -33,6 +33,7 @@ from dse.study.faults import (
     StudyInterrupted,
     TrialTimeout,
     heartbeat,
+    storage_fault,
     storage_unreachable,
     wall_clock,
 )
@@ -43,8 +44,10 @@ from dse.study.spec import StudySpec, seed_rule
 from dse.study.storage import (
     fail_dead,
     fail_stale,
+    lone_writer,
     open_storage,
     redact,
+    sqlite_path,
     storage_lock,
     wait_for_storage,
 )
@@ -200,111 +203,139 @@ def run(
     study = open_study(
         spec, storage, objectives, base, stream=stream, stale_after_s=stale_after_s if shared else None
     )
-    folder = run_folder(out, spec)
-    if storage.startswith("sqlite:///") or not shared:
-        folder.mkdir(parents=True, exist_ok=True)
-        write_text(folder / "spec.json", json.dumps(plain(spec), indent=2) + "\n")  # the resolved spec
-    # a trial some dead process left running: alone on a storage, any; shared, one whose
-    # heartbeats stopped (checked again before every trial)
-    stale = fail_dead(study) if shared else fail_stale(study)
-    before = _complete(study)
-    solver = PlacementSolver(TRIAL_SOLVE)
-    # the search starts from the full placement's designs (dse.study.warm_start), each unless a
-    # trial has run it, is running it or waits with it (a resumed run, another worker)
-    first = warm_start_params(spec, catalog, params, solver, max(1, budget // 5)) if before < budget else []
-    if shared and first:  # TPE's random start-up beside them (the lone run's sampler gets it below)
-        study.sampler = make_sampler(spec, base, stream=stream, warm=len(first))
-    defs = [(o.name, o.direction, o.fn) for o in objectives]
-    t0 = time.perf_counter()
-    ran = 0
-    bar = _Progress(budget, before, (defs[0][0], defs[0][1])) if progress else None
-    done = before
-    if shared:
-        enqueue_first(study, first, budget)
-    # alone on a storage, the sampler works in its own process on an in-memory copy, one trial
-    # ahead (dse.study.proposer), and each finished trial is written to the storage in one
-    # transaction as it completes; workers sharing a storage ask it directly so they see each
-    # other's trials. A resumed run reseeds with the trials already done, so it does not repeat them.
-    proposer = (
-        None
-        if shared
-        else Proposer(
-            spec,
-            study,
-            storage,
-            study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)),
-            seed=base,
-            budget=budget,
-            stream=1_000_003 * before,
-            todo=budget - before,
-            first=first,
+    # one lone run per study at a time; Ctrl-C and storage faults become one line from here on
+    with _guarded(study, storage, budget, shared):
+        folder = run_folder(out, spec)
+        if storage.startswith("sqlite:///") or not shared:
+            folder.mkdir(parents=True, exist_ok=True)
+            write_text(folder / "spec.json", json.dumps(plain(spec), indent=2) + "\n")  # the resolved spec
+        # a trial some dead process left running: alone on a storage, any; shared, one whose
+        # heartbeats stopped (checked again before every trial)
+        stale = fail_dead(study) if shared else fail_stale(study)
+        before = _complete(study)
+        solver = PlacementSolver(TRIAL_SOLVE)
+        # the search starts from the full placement's designs (dse.study.warm_start), each unless a
+        # trial has run it, is running it or waits with it (a resumed run, another worker)
+        first = (
+            warm_start_params(spec, catalog, params, solver, max(1, budget // 5)) if before < budget else []
         )
-    )
-    propose = suggest_point if spec.is_grid else suggest
-    evaluate_one = _trial_fn(spec, catalog, params, solver)
-    unreachable_since: float | None = None
-    # heartbeats outside Study.optimize are ours (faults.heartbeat); Optuna warns at every ask
-    warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used", UserWarning)
-    interrupted = False
-    try:
-        while done < budget:
-            try:
-                if proposer is None:
-                    stale += fail_dead(study)
-                    trial = study.ask()
-                    design = propose(trial, spec)
-                    job = Proposal(trial.number, dict(trial.params), design)
-                    beats: contextlib.AbstractContextManager[Any] = heartbeat(
-                        study._storage, trial._trial_id, max(1.0, stale_after_s / 4)
-                    )
-                else:
-                    job, beats = proposer.next(), contextlib.nullcontext()
-                with beats:
-                    record, extra, timed_out = _bounded(evaluate_one, job, trial_wall_s)
-                if timed_out:  # the solver may hold a half-updated model: start clean
-                    solver = PlacementSolver(TRIAL_SOLVE)
-                    evaluate_one = _trial_fn(spec, catalog, params, solver)
-                # samplers see the worst violation (<= 0: feasible); each constraint is in the record
-                violation = max(record.constraints.values())
-                values = objective_values(record, defs)
-                stored = {"record": {**record.attrs(), **extra}}
-                if proposer is not None:  # its process stores the trial
-                    proposer.finish(job.number, values, violation, stored)
-                    done += 1
-                else:
-                    try:
-                        trial.set_constraint("violation", violation)
-                        trial.set_user_attr("record", stored["record"])  # one write
-                        study.tell(trial, values)
-                    except optuna.exceptions.UpdateFinishedTrialError:  # failed meanwhile as stale
-                        sys.stderr.write(f"dse: trial {trial.number} was failed by another worker; dropped\n")
-                        continue
-                    done = _complete(study)
-                unreachable_since = None
-            except STORAGE_ERRORS as exc:
-                if not shared or not storage_unreachable(exc):
-                    raise
-                unreachable_since = wait_for_storage(exc, storage, unreachable_since)
-                with contextlib.suppress(Exception):  # a session a dropped connection broke
-                    cast(Any, getattr(study._storage, "_backend", study._storage)).scoped_session.remove()
-                continue
-            ran += 1
+        if shared and first:  # TPE's random start-up beside them (the lone run's sampler gets it below)
+            study.sampler = make_sampler(spec, base, stream=stream, warm=len(first))
+        defs = [(o.name, o.direction, o.fn) for o in objectives]
+        t0 = time.perf_counter()
+        ran = 0
+        bar = _Progress(budget, before, (defs[0][0], defs[0][1])) if progress else None
+        done = before
+        if shared:
+            enqueue_first(study, first, budget)
+        # alone on a storage, the sampler works in its own process on an in-memory copy, one trial
+        # ahead (dse.study.proposer), and each finished trial is written to the storage in one
+        # transaction as it completes; workers sharing a storage ask it directly so they see each
+        # other's trials. A resumed run reseeds with the trials already done, so it does not repeat them.
+        proposer = (
+            None
+            if shared
+            else Proposer(
+                spec,
+                study,
+                storage,
+                study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)),
+                seed=base,
+                budget=budget,
+                stream=1_000_003 * before,
+                todo=budget - before,
+                first=first,
+            )
+        )
+        propose = suggest_point if spec.is_grid else suggest
+        evaluate_one = _trial_fn(spec, catalog, params, solver)
+        unreachable_since: float | None = None
+        # heartbeats outside Study.optimize are ours (faults.heartbeat); Optuna warns at every ask
+        warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used", UserWarning)
+        interrupted = False
+        try:
+            while done < budget:
+                try:
+                    if proposer is None:
+                        stale += fail_dead(study)
+                        trial = study.ask()
+                        design = propose(trial, spec)
+                        job = Proposal(trial.number, dict(trial.params), design)
+                        beats: contextlib.AbstractContextManager[Any] = heartbeat(
+                            study._storage, trial._trial_id, max(1.0, stale_after_s / 4)
+                        )
+                    else:
+                        job, beats = proposer.next(), contextlib.nullcontext()
+                    with beats:
+                        record, extra, timed_out = _bounded(evaluate_one, job, trial_wall_s)
+                    if timed_out:  # the solver may hold a half-updated model: start clean
+                        solver = PlacementSolver(TRIAL_SOLVE)
+                        evaluate_one = _trial_fn(spec, catalog, params, solver)
+                    # samplers see the worst violation (<= 0: feasible); each constraint is in the record
+                    violation = max(record.constraints.values())
+                    values = objective_values(record, defs)
+                    stored = {"record": {**record.attrs(), **extra}}
+                    if proposer is not None:  # its process stores the trial
+                        proposer.finish(job.number, values, violation, stored)
+                        done += 1
+                    else:
+                        try:
+                            trial.set_constraint("violation", violation)
+                            trial.set_user_attr("record", stored["record"])  # one write
+                            study.tell(trial, values)
+                        except optuna.exceptions.UpdateFinishedTrialError:  # failed meanwhile as stale
+                            sys.stderr.write(
+                                f"dse: trial {trial.number} was failed by another worker; dropped\n"
+                            )
+                            continue
+                        done = _complete(study)
+                    unreachable_since = None
+                except STORAGE_ERRORS as exc:
+                    if not shared or not storage_unreachable(exc):
+                        raise
+                    unreachable_since = wait_for_storage(exc, storage, unreachable_since)
+                    with contextlib.suppress(Exception):  # a session a dropped connection broke
+                        cast(Any, getattr(study._storage, "_backend", study._storage)).scoped_session.remove()
+                    continue
+                ran += 1
+                if bar is not None:
+                    bar.update(done, record.feasible, values[0] if values else None)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            if proposer is not None:
+                proposer.close()  # the sampler process stores every trial it was told of
             if bar is not None:
-                bar.update(done, record.feasible, values[0] if values else None)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        if proposer is not None:
-            proposer.close()  # the sampler process stores every trial it was told of
-        if bar is not None:
-            bar.close()
-    if interrupted:
-        # counted on the storage once the sampler process has stored what it was told: a Ctrl-C
-        # between telling it of a trial and counting that trial here must not under-count
-        with contextlib.suppress(*STORAGE_ERRORS):
-            done = _complete(study)
-        raise StudyInterrupted(done, budget, redact(storage)) from None
-    return study, RunStats(before, ran, stale, time.perf_counter() - t0)
+                bar.close()
+        if interrupted:
+            # counted on the storage once the sampler process has stored what it was told: a Ctrl-C
+            # between telling it of a trial and counting that trial here must not under-count
+            with contextlib.suppress(*STORAGE_ERRORS):
+                done = _complete(study)
+            raise StudyInterrupted(done, budget, redact(storage)) from None
+        return study, RunStats(before, ran, stale, time.perf_counter() - t0)
+
+
+@contextlib.contextmanager
+def _guarded(study: optuna.Study, storage: str, budget: int, shared: bool) -> Iterator[None]:
+    """The block holds the study for a lone run (:func:`lone_writer`; workers share it). Ctrl-C
+    before the trial loop (the warm start, the sampler process starting) says what is stored, as it
+    does in the loop; a storage that refuses (full, read-only, locked) is one line naming it."""
+    with contextlib.ExitStack() as held:
+        if not shared:
+            held.enter_context(lone_writer(study, storage))
+        try:
+            yield
+        except KeyboardInterrupt:
+            done = 0
+            with contextlib.suppress(*STORAGE_ERRORS):
+                done = _complete(study)
+            raise StudyInterrupted(done, budget, redact(storage)) from None
+        except STORAGE_ERRORS as exc:
+            fault = storage_fault(exc, redact(storage), sqlite_path(storage))
+            if fault is None:
+                raise
+            raise fault from None
 
 
 def _bounded(

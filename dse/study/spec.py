@@ -310,7 +310,18 @@ class StudySpec:
 
 def read_study(path: Path) -> StudySpec:
     """A study file, validated; ids are checked against the catalog by :func:`check_ids`."""
-    spec = build(StudySpec, read_toml(path), source=str(path))
+    data = read_toml(path)
+    sweep = data.get("sweep")
+    if isinstance(sweep, dict):  # an axis left out is not swept; one written empty is a slip
+        empty = next((k for k, v in sweep.items() if isinstance(v, list) and not v), None)
+        if empty is not None:
+            raise InputError(
+                str(path),
+                f"sweep.{empty}",
+                "must list at least one value (leave the axis out not to sweep it)",
+                [],
+            )
+    spec = build(StudySpec, data, source=str(path))
     if spec.name != path.stem:
         raise InputError(str(path), "name", f"must equal the file name {path.stem!r}", spec.name)
     return spec

@@ -15,6 +15,8 @@ import copy
 import fcntl
 import hashlib
 import json
+import os
+import socket
 import sys
 import time
 import warnings
@@ -22,7 +24,7 @@ import weakref
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import IO, Any, cast
 
 import optuna
 import sqlalchemy
@@ -32,6 +34,7 @@ from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.storages._rdb import models as rdb_models
 
 from dse.errors import InputError
+from dse.study.faults import storage_fault
 from dse.study.timeouts import STORAGE_RETRY_S
 
 SCHEMA_VERSION = "v3.2.0.a"  # Optuna's RDB schema that write_finished writes; others go through Optuna
@@ -74,6 +77,9 @@ def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storage
     try:
         return _open_rdb(driver_url(url), kwargs)
     except Exception as exc:  # noqa: BLE001 - the driver's own error types differ per database
+        fault = storage_fault(exc, redact(url), sqlite_path(url))
+        if fault is not None:
+            raise fault from None
         raise InputError(
             "--storage",
             "url",
@@ -215,6 +221,85 @@ def _scrub(text: str, url: str) -> str:
         if len(piece) >= 2:
             text = text.replace(piece, "***")
     return text
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URL (``None`` for a server or an in-memory one)."""
+    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else ""
+    return Path(path) if path and path != ":memory:" else None
+
+
+@contextlib.contextmanager
+def lone_writer(study: optuna.Study, url: str) -> Iterator[None]:
+    """Hold the study for one lone run (not a worker) for the block; refuse, naming the holder, when
+    another lone run holds it. Two lone runs of one study would each run the full budget and each
+    mark the other's running trials failed. SQLite: an exclusive lock on ``<file>.run-lock``,
+    which holds the holder's process id; PostgreSQL: an advisory lock on a connection kept for the
+    block, named after the holder (``application_name``)."""
+    rdb = getattr(study._storage, "_backend", study._storage)
+    engine = getattr(rdb, "engine", None)
+    name = f"dse-lone-run:{study.study_name}"
+    holder = f"dse study run (pid {os.getpid()} on {socket.gethostname()})"
+    if engine is not None and engine.dialect.name == "postgresql":
+        key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+        with engine.connect() as con:
+            con.execute(sqlalchemy.text("select set_config('application_name', :n, false)"), {"n": holder})
+            if not con.execute(sqlalchemy.text("select pg_try_advisory_lock(:k)"), {"k": key}).scalar():
+                other = con.execute(
+                    sqlalchemy.text(
+                        "select a.application_name from pg_locks l join pg_stat_activity a on a.pid = l.pid"
+                        " where l.locktype = 'advisory' and l.granted"
+                        " and l.classid::bigint = ((:k >> 32) & 4294967295)"
+                        " and l.objid::bigint = (:k & 4294967295)"
+                    ),
+                    {"k": key},
+                ).scalar()
+                raise _busy(redact(url), other or "another dse study run")
+            try:
+                yield
+            finally:
+                con.execute(sqlalchemy.text("select pg_advisory_unlock(:k)"), {"k": key})
+                con.commit()
+        return
+    path = sqlite_path(url)
+    if path is None:  # an in-memory storage is this process's own
+        yield
+        return
+    lock = Path(f"{path}.run-lock")
+    with open(lock, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _busy(str(path), _holder(fh)) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(holder + "\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fh.seek(0)
+            fh.truncate()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _holder(fh: IO[str]) -> str:
+    """Who holds a run lock, as it wrote in the file (it writes just after taking the lock)."""
+    for _ in range(20):
+        fh.seek(0)
+        if text := fh.read().strip():
+            return text
+        time.sleep(0.05)
+    return "another dse study run"
+
+
+def _busy(where: str, holder: str) -> InputError:
+    return InputError(
+        where,
+        "",
+        f"this study is being run by {holder}; wait for it to end, or join it as a worker "
+        "(dse study worker) on a PostgreSQL storage",
+    )
 
 
 def driver_url(url: str) -> str:

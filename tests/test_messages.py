@@ -1,0 +1,112 @@
+"""Each message says what happened, in the words of the interface the user called; machine output
+is strict. The cases an adversarial run found (issue "Reliability, round two")."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import Cli
+
+from dse.errors import InputError
+from dse.paths import MEASURED_RUNS
+from dse.study import Study
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _strict(text: str) -> object:
+    """JSON as a strict reader takes it: NaN and Infinity are not JSON."""
+
+    def refuse(token: str) -> object:
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_predict_json_is_strict_with_typed_deployment_values(cli: Cli) -> None:
+    res = cli("predict", "--hardware", "b200", "--decode-max-running-requests", "128", "--json")
+    assert res.code == 0, res.err
+    doc = _strict(res.out)
+    assert isinstance(doc, dict)
+    dep = doc["deployment"]
+    assert dep["decode_tp"] == 8 and dep["conc"] == 64 and dep["isl"] == 1024
+    assert dep["disagg"] is False and dep["decode_dp_attention"] is False
+    assert dep["decode_max_running_requests"] == 128 and dep["mtp_draft_tokens"] is None
+    assert dep["hardware"] == "b200"
+    assert all(v is None or not (isinstance(v, float) and math.isnan(v)) for v in doc["prediction"].values())
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_a_deployment_whose_weights_do_not_fit_exits_3_with_the_reason(cli: Cli, as_json: bool) -> None:
+    res = cli("predict", "--hardware", "b200", "--tp", "3", "--ep", "3", *(["--json"] if as_json else []))
+    assert res.code == 3
+    assert res.out == ""  # no table of NaN, no half a JSON document
+    assert res.err.strip() == (
+        "dse: error: no feasible design: weights-do-not-fit: weights need 224 GB per GPU; b200 has 180 GB"
+    )
+
+
+def test_an_empty_sweep_axis_is_refused_naming_it(cli: Cli, tmp_path: Path) -> None:
+    spec = tmp_path / "tiny-grid.toml"
+    text = (DATA / "tiny-grid.toml").read_text()
+    assert "input_tokens = [2000, 8000]" in text
+    spec.write_text(text.replace("input_tokens = [2000, 8000]", "input_tokens = []", 1))
+    res = cli("study", "run", spec, "--out", tmp_path)
+    assert res.code == 2
+    assert res.err.strip() == (
+        f"dse: error: {spec}: sweep.input_tokens = []: must list at least one value "
+        "(leave the axis out not to sweep it)"
+    )
+    assert not (tmp_path / "tiny-grid").exists()  # nothing ran
+
+
+def test_a_short_or_long_batch_row_says_so(cli: Cli, tmp_path: Path) -> None:
+    with open(MEASURED_RUNS, newline="") as fh:
+        rows = list(csv.reader(fh))
+    header, row = rows[0], rows[1]
+    src = tmp_path / "in.csv"
+    with open(src, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerows([header, row[:8], row + ["x", "y"], row])
+    res = cli("predict", "--batch", src, "--out", tmp_path / "out.csv")
+    assert res.code == 0, res.err
+    with open(tmp_path / "out.csv", newline="") as fh:
+        errors = [r["pred_error"] for r in csv.DictReader(fh)]
+    n = len(header)
+    assert (
+        errors[0]
+        == f"in.csv row 1: has 8 of {n} fields: the row is short ({header[8]} and after are missing)"
+    )
+    assert errors[1] == f"in.csv row 2: has {n + 2} fields, 2 more than the header's {n}"
+    assert errors[2] == ""
+
+
+def test_the_python_api_names_its_arguments_not_the_flags(tmp_path: Path) -> None:
+    """After a run with one objective, the same folder with another objective is refused in the
+    words of the API (``out=``), not of the command line (``--out``)."""
+    study = Study.load(DATA / "tiny-study.toml")
+    study.run(trials=2, out=tmp_path)
+    other = study.with_objective("tokens_per_s_per_gpu", direction="maximize")
+    with pytest.raises(InputError, match=r"use another out= or storage= for other objectives") as caught:
+        other.run(trials=2, out=tmp_path)
+    assert "--" not in str(caught.value)
+    with pytest.raises(InputError, match=r"^trials = 0: must be at least 1$"):
+        study.run(trials=0, out=tmp_path)
+
+
+def test_a_study_name_the_font_lacks_plots_without_warnings(tmp_path: Path) -> None:
+    from dse.study.report_figures import drawable
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a glyph warning fails the test
+        title, family = drawable("小研究: 3 feasible trials")
+        assert family
+        assert title.endswith(": 3 feasible trials")
+        # an installed font that covers the name draws it; otherwise its code points stand in
+        assert title.startswith("小研究") or title.startswith("U+5C0FU+7814U+7A76")
+        assert drawable("deepseek-v3-blackwell") == ("deepseek-v3-blackwell", family)

@@ -1,0 +1,271 @@
+"""What a study run does when its surroundings fail: a second run of the same study, a reader that
+stops early, Ctrl-C at any moment, a full or read-only disk, a kill during the report.
+
+Signals, pipes and a second process are the point of several of these, so they run `dse` as a
+subprocess; the disk cases mount a small tmpfs (root, as on these machines and in CI).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import Cli, dse_cmd
+
+from dse.errors import StorageFault
+from dse.study import Study
+from dse.study.faults import storage_fault
+from dse.study.storage import lone_writer
+
+TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
+
+
+def _complete(db: Path) -> int:
+    study = optuna.load_study(study_name="tiny-study", storage=f"sqlite:///{db}")
+    return len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+# ---------------------------------------------------------------------------------------------
+# one lone writer per study
+
+
+def test_a_second_lone_run_of_a_study_refuses_naming_the_running_process(cli: Cli, tmp_path: Path) -> None:
+    first = cli("study", "run", TINY, "--out", tmp_path, "--trials", "4", "--no-export")
+    assert first.code == 0, first.err
+    db = tmp_path / "tiny-study" / "study.db"
+    study = optuna.load_study(study_name="tiny-study", storage=f"sqlite:///{db}")
+    with lone_writer(study, f"sqlite:///{db}"):  # a run in progress holds the study
+        second = cli("study", "run", TINY, "--out", tmp_path, "--trials", "8", "--no-export")
+    assert second.code == 2
+    line = second.err.strip()
+    assert "\n" not in line and f"pid {os.getpid()}" in line and "being run by" in line
+    assert _complete(db) == 4  # it ran nothing, marked nothing failed
+    again = cli("study", "run", TINY, "--out", tmp_path, "--trials", "8", "--no-export")
+    assert again.code == 0 and _complete(db) == 8  # once the first is done, the study resumes
+
+
+def test_two_lone_runs_at_once_never_exceed_the_budget(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    """Started together into one folder: one runs the budget, the other refuses (the adversarial
+    run found 1,000 trials stored for a budget of 500)."""
+    args = dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "12", "--no-export")
+    procs = [subprocess.Popen(args, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]  # fmt: skip
+    results = [p.communicate(timeout=300) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes in ([0, 0], [0, 2]), results
+    if codes == [0, 2]:
+        assert any("being run by dse study run (pid" in err for _, err in results), results
+    assert _complete(tmp_path / "tiny-study" / "study.db") == 12
+
+
+def test_a_lone_run_on_postgresql_refuses_while_another_holds_the_study(
+    cli: Cli, postgres_url: str, tmp_path: Path
+) -> None:
+    spec = tmp_path / "tiny-lone-pg.toml"  # its own study name on the session's shared server
+    spec.write_text(TINY.read_text().replace('name = "tiny-study"', 'name = "tiny-lone-pg"'))
+    res = Study.load(spec).run(trials=2, out=tmp_path, storage=postgres_url)
+    with lone_writer(res.study, postgres_url):
+        second = cli("study", "run", spec, "--storage", postgres_url, "--out", tmp_path, "--trials", "4")
+    assert second.code == 2 and f"pid {os.getpid()}" in second.err, second.err
+    assert len(res.study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# output-side errors, Ctrl-C
+
+
+def test_a_reader_that_stops_early_still_gets_the_exports_and_the_report(
+    tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    """`dse study run NAME | head -1`: the run writes its tables and report before it prints."""
+    proc = subprocess.Popen(
+        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "6"),
+        env=clean_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # `head -1` exits
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, err
+    assert b"tiny-study" in first and "Traceback" not in err
+    folder = tmp_path / "tiny-study"
+    assert (folder / "report" / "report.md").is_file()
+    assert len(list((folder / "exports").glob("*/study=tiny-study/part-0.parquet"))) == 5
+
+
+IN_A_SOLVE = """
+import os, signal, sys
+import highspy
+real = highspy.Highs.run
+def run(self):  # Ctrl-C to the whole process group as HiGHS starts a solve
+    os.killpg(0, signal.SIGINT)
+    return real(self)
+highspy.Highs.run = run
+from dse.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+STUDY = ["study", "run", "deepseek-v3-blackwell", "--trials", "400"]
+PLACE = ["place", "--hardware", "b200,h200,gb200", "--rate", "200", "--ttft", "2", "--tpot", "0.05"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "when"),
+    [
+        (STUDY, 0.15),  # importing the engine
+        (STUDY, 1.0),  # the warm start's placements
+        (STUDY, 4.0),  # trials
+        (STUDY, "solve"),  # inside the first MILP solve (the warm start's)
+        (PLACE, "solve"),
+    ],
+)
+def test_ctrl_c_to_the_process_group_is_one_line_and_exit_130(
+    tmp_path: Path, clean_env: dict[str, str], argv: list[str], when: float | str
+) -> None:
+    """SIGINT to the whole process group (the terminal's Ctrl-C, which the sampler process gets
+    too) at several moments: one line, exit code 130, never a traceback or a run that goes on."""
+    out = ["--out", str(tmp_path)] if argv[0] == "study" else []
+    cmd = dse_cmd(*argv, *out) if when != "solve" else [sys.executable, "-c", IN_A_SOLVE, *argv, *out]
+    proc = subprocess.Popen(
+        cmd, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    if when != "solve":
+        time.sleep(float(when))
+        os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("dse: ") and "interrupted" in last
+
+
+# ---------------------------------------------------------------------------------------------
+# storage faults: full, read-only, locked
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MB tmpfs, unmounted after the test."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)]
+    mounted = subprocess.run(mount, capture_output=True)
+    if mounted.returncode != 0:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"cannot mount a tmpfs: {mounted.stderr!r}")
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(disk: Path, leave_kib: int = 0) -> None:
+    """Leave about ``leave_kib`` free on ``disk`` (none: write until it is full)."""
+    free = shutil.disk_usage(disk).free // 1024
+    with open(disk / "filler", "wb") as fh, contextlib.suppress(OSError):
+        for _ in range(max(0, free - leave_kib) // 64):
+            fh.write(b"\0" * 65536)
+            fh.flush()
+
+
+def test_a_full_disk_is_one_line_loses_nothing_and_the_run_resumes(cli: Cli, small_disk: Path) -> None:
+    first = cli("study", "run", TINY, "--out", small_disk, "--trials", "4", "--no-export")
+    assert first.code == 0, first.err
+    _fill(small_disk, 200)
+    full = cli("study", "run", TINY, "--out", small_disk, "--trials", "200", "--no-export")
+    assert full.code == 1
+    line = full.err.strip()
+    assert "\n" not in line and "the disk is full" in line and str(small_disk / "tiny-study") in line
+    (small_disk / "filler").unlink()
+    db = small_disk / "tiny-study" / "study.db"
+    stored = _complete(db)
+    assert stored >= 4  # what was stored before the disk filled is kept
+    resumed = cli("study", "run", TINY, "--out", small_disk, "--trials", "20", "--no-export")
+    assert resumed.code == 0, resumed.err
+    assert _complete(db) == 20
+
+
+def test_exports_and_report_on_a_full_disk_are_one_line_and_leave_no_partial_report(
+    cli: Cli, small_disk: Path
+) -> None:
+    assert cli("study", "run", TINY, "--out", small_disk, "--trials", "6").code == 0
+    report = (small_disk / "tiny-study" / "report" / "report.md").read_text()
+    _fill(small_disk)
+    for command in ("export", "report"):
+        res = cli("study", command, TINY, "--out", small_disk)
+        assert res.code == 1, res.err
+        assert "the disk is full" in res.err and "Traceback" not in res.err
+    assert (small_disk / "tiny-study" / "report" / "report.md").read_text() == report  # the old one stands
+    assert not list((small_disk / "tiny-study").glob(".report.*"))
+
+
+def test_a_read_only_study_folder_says_read_only(
+    cli: Cli, small_disk: Path, clean_env: dict[str, str]
+) -> None:
+    # the first run in its own process, so that this one holds no file open on the disk
+    first = dse_cmd("study", "run", str(TINY), "--out", str(small_disk), "--trials", "3", "--no-export")
+    assert subprocess.run(first, env=clean_env, capture_output=True).returncode == 0
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    res = cli("study", "run", TINY, "--out", small_disk, "--trials", "6")
+    assert res.code == 1
+    assert "it is read-only" in res.err and "unable to open" not in res.err
+
+
+def test_a_locked_database_is_named_as_locked(tmp_path: Path) -> None:
+    db = tmp_path / "study.db"
+    holder = sqlite3.connect(db)
+    holder.execute("create table t (x)")
+    holder.execute("begin exclusive")
+    try:
+        with pytest.raises(sqlite3.OperationalError) as caught:
+            sqlite3.connect(db, timeout=0).execute("select * from t")
+    finally:
+        holder.rollback()
+    fault = storage_fault(caught.value, f"sqlite:///{db}", db)
+    assert isinstance(fault, StorageFault) and fault.exit_code == 1
+    assert str(fault) == f"sqlite:///{db}: the database is locked by another process (database is locked)"
+
+
+def test_an_error_no_storage_cause_explains_keeps_its_traceback(tmp_path: Path) -> None:
+    assert storage_fault(ValueError("a bug"), "x", tmp_path / "study.db") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the report, written all or nothing
+
+
+def test_a_report_killed_while_drawing_leaves_the_last_whole_report(tmp_path: Path) -> None:
+    """SIGKILL in the middle of drawing (the adversarial run found a partial report/ and a 0-byte
+    .tmp file): the report folder is the previous one, whole."""
+    assert subprocess.run(dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "6"),
+                          capture_output=True).returncode == 0  # fmt: skip
+    folder = tmp_path / "tiny-study" / "report"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    # a report process that is killed as soon as it has drawn its first figure
+    script = (
+        "import os, signal, sys\n"
+        "import dse.study.report_figures as rf\n"
+        "real = rf._save\n"
+        "def save(fig, path):\n"
+        "    real(fig, path)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "rf._save = save\n"
+        "from dse.cli.main import main\n"
+        f"sys.exit(main(['study', 'report', {str(TINY)!r}, '--out', {str(tmp_path)!r}]))\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True)
+    assert killed.returncode == -signal.SIGKILL
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
