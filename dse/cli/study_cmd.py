@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dse.catalog import Catalog
 from dse.cli.table import format_table
@@ -177,6 +177,9 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
         "feasible"
     )
     print(summary(res))
+    if (best := best_block(res)) is not None:
+        print()
+        print(best)
     for line in wrote:
         print(line)
     if res.trials.is_empty() or not res.trials["feasible"].any():
@@ -242,6 +245,65 @@ def summary(res: StudyResults, top: int = 5) -> str:
         ],
         rows,
     )
+
+
+def best_block(res: StudyResults) -> str | None:
+    """The best design read out: its pools (for decode, the batch one instance may run within the
+    TPOT target and the output tokens/s that gives, against the batch it runs in the simulation,
+    by Little's law), the requests each is given, HBM and cost; where its KV rests between turns;
+    and what the simulator saw of it under the study's traffic. None without a feasible design."""
+    import polars as pl
+
+    from formulations.placement_data import TIERS
+
+    number = res.best_trial()
+    if number is None:
+        return None
+    r = res.trials.filter(pl.col("trial") == number).row(0, named=True)
+    w, slo, sim = res.spec.workload, res.spec.slo, res.spec.simulate
+    # a grid point's own traffic where the grid sweeps it
+    out_tok_s = r.get("x_requests_per_s", w.requests_per_s) * r.get("x_output_tokens", w.output_tokens)
+    in_flight = out_tok_s * r["tpot_mean_s"]  # sequences decoding at once (Little's law)
+
+    def pool_row(p: dict[str, Any]) -> list[object]:
+        running = in_flight / p["instances"] if p["output_tokens_per_s"] else None
+        return [p["role"], p["hardware"], p["shape"], p["instances"], p["gpus"], p["requests_per_s"] or None,
+                p["decode_batch_sequences"] or None, running, p["output_tokens_per_s"] or None,
+                p["hbm_gb_per_gpu"], p["usd_per_hour"]]  # fmt: skip
+
+    def of_best(table: pl.DataFrame) -> pl.DataFrame:  # a study with no such rows has no columns either
+        return table.filter(pl.col("trial") == number) if "trial" in table.columns else table
+
+    pools = [pool_row(p) for p in of_best(res.placements).iter_rows(named=True)]
+    head = ["pool", "hardware", "shape", "inst", "GPUs", "req/s", "batch cap", "batch run", "out tok/s cap"]
+    lines = [
+        f"best design, trial {number}: {r['p_topology']}, {int(r['gpus'])} GPUs, "
+        f"${r['usd_per_hour']:,.2f}/hour ({res.spec.price_tier}), "
+        f"${r['usd_per_million_tokens']:.4f} per million tokens",
+        format_table([*head, "HBM GB/GPU", "$/hour"], pools),
+    ]
+    tiers = of_best(res.kv_tiers)
+    if not tiers.is_empty():
+        rows = []
+        for (kv_class,), g in tiers.group_by("kv_class", maintain_order=True):
+            share = dict(zip(g["tier"], g["share"], strict=True))
+            first = g.row(0, named=True)
+            shares = [round(share.get(k, 0.0), 3) for k in TIERS]
+            rows.append([kv_class, first["returning_per_s"], first["gb_per_session"], *shares,
+                         float(g["stored_gb"].sum()) / 1e3])  # fmt: skip
+        lines += [
+            "",
+            format_table(["KV between turns", "returns/s", "GB/session", *TIERS, "resting TB"], rows),
+        ]
+    stable = "stable" if r["c_stability"] <= 0 else "NOT stable"
+    lines += [
+        "",
+        f"simulated {sim.horizon_s:g} s of the traffic: {stable}; TTFT p{slo.percentile:g} "
+        f"{r['ttft_pct_s']:.3g} s (p99 {r['ttft_p99_s']:.3g} s) against {slo.ttft_s:g} s; TPOT "
+        f"{1e3 * r['tpot_mean_s']:.3g} ms against {1e3 * slo.tpot_s:g} ms; prefill queue at most "
+        f"{r['queue_peak_prefill_requests']:.3g} requests",
+    ]
+    return "\n".join(lines)
 
 
 def _write_all(res: StudyResults, out: Path) -> list[str]:
