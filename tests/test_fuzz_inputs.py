@@ -54,7 +54,7 @@ from dse.cli.main import main
 from dse.errors import _printable
 from dse.paths import MEASURED_RUNS, SHIPPED_HARDWARE, SHIPPED_MODELS, STUDIES_DIR
 from dse.perf.benchmark_rows import AFD_COLUMNS, ENGINE_COLUMNS, INPUT_COLUMNS
-from dse.study.spec import StudySpec
+from dse.study.spec import StudySpec, Sweep
 from dse.typed_data import MAX_MAGNITUDE, MIN_MAGNITUDE, fraction, non_empty, non_negative, positive
 
 REPO = Path(__file__).resolve().parents[1]
@@ -671,7 +671,13 @@ def test_mutated_catalog_files(catalog_copy: Path, data: st.DataObject) -> None:
         check_refusal(shown, sources=[str(target)], names_key=names, must_fail=False)
         flags = ["--hardware", eid] if cls is Hardware else ["--hardware", "b200", "--model", eid]
         predicted = run_cli("catalog", ["--catalog-dir", catalog_copy, "predict", *flags, "--json"])
-        check_refusal(predicted, sources=["dse predict", str(target)], names_key=None, must_fail=False)
+        check_refusal(  # 3: the model's weights do not fit this hardware's default instance
+            predicted,
+            sources=["dse predict", str(target)],
+            names_key=None,
+            must_fail=False,
+            allowed=(0, 2, 3),
+        )
         hw = eid if cls is Hardware else "b200"
         model = ["--model", eid] if cls is Model else []
         placed = run_cli(
@@ -903,9 +909,17 @@ def test_predict_flags(data: st.DataObject) -> None:
     base = {"--hardware": "b200"}
     argv = ["predict", *[f"{k}={v}" for k, v in {**base, **mutated}.items()], *switches, "--json"]
     o = run_cli("predict flags", argv)
-    check_flags(o, mutated, must_fail, ["dse predict"])
-
-
+    check_flags(o, mutated, must_fail, ["dse predict"], allowed=(0, 2, 3))
+    if o.code == 0:  # strict JSON (no NaN), typed values; a deployment that cannot serve exits 3
+        doc = json.loads(
+            o.stdout, parse_constant=lambda token: pytest.fail(f"{token} in --json:\n{o.context()}")
+        )
+        assert isinstance(doc["deployment"]["decode_tp"], int) and isinstance(
+            doc["deployment"]["disagg"], bool
+        )
+        assert math.isfinite(doc["prediction"]["tput_per_gpu"]), o.context()
+    elif o.code == 3:
+        assert error_line(o).startswith("dse: error: no feasible design: "), o.context()
 
 
 @pytest.fixture(scope="module")
@@ -940,13 +954,24 @@ def test_predict_batch_files(
         rows = [dict(r, mtp_draft_tokens="2" if r["spec_method"] == "mtp" else "") for r in rows]
     header = list(rows[0])
     optional = [c for c in (*AFD_COLUMNS, *ENGINE_COLUMNS) if c in header]
-    kind = data.draw(st.sampled_from(["cell", "cell", "cell", "column", "text"]))
+    kind = data.draw(st.sampled_from(["cell", "cell", "cell", "column", "text", "ragged"]))
     must_fail = False
     if kind == "cell":
         i = data.draw(st.integers(0, len(rows) - 1))
         col = data.draw(st.sampled_from([*INPUT_COLUMNS, *optional]))
         rows[i][col] = data.draw(st.one_of(number_text, junk_text))
         raw = _csv_text(rows, header).encode("utf-8", "surrogatepass")
+    elif kind == "ragged":  # a row cut short or run long: its error says so, the others are modelled
+        lines = _csv_text(rows, header).splitlines()
+        i = data.draw(st.integers(1, len(lines) - 1))
+        cells = lines[i].split(",")
+        cut = data.draw(st.integers(1, len(cells) + 3))
+        lines[i] = ",".join(cells[:cut] + ["x"] * max(0, cut - len(cells)))
+        raw = ("\n".join(lines) + "\n").encode()
+        ragged = (
+            i,
+            "the row is short" if cut < len(cells) else "more than the header" if cut > len(cells) else "",
+        )
     elif kind == "column":
         header.remove(data.draw(st.sampled_from(list(INPUT_COLUMNS))))
         raw = _csv_text(rows, header).encode()
@@ -970,6 +995,8 @@ def test_predict_batch_files(
         # each row is modelled (finite; a pool of 94 million GPUs rounds to 0 tokens/s/GPU) or says why not
         assert all(r["pred_error"] or 0 <= float(r["pred_tput_per_gpu"]) < math.inf for r in got), o.context()
         assert all("\n" not in (r["pred_error"] or "") for r in got)
+        if kind == "ragged" and ragged[1]:
+            assert ragged[1] in got[ragged[0] - 1]["pred_error"], o.context()
     else:
         assert not out.exists() and sorted(p.name for p in folder.iterdir()) == ["in.csv"], o.context()
 
@@ -1319,6 +1346,23 @@ def test_a_placement_with_zero_instances_is_bad_input(sim_inputs: dict[str, Path
     bad.write_text(json.dumps(doc))
     o = run_cli("known", ["simulate", "--placement", bad, "--horizon", "600", "--warmup", "60"])
     assert o.code == 2 and "instances" in error_line(o)
+
+
+@pytest.mark.parametrize("axis", [f.name for f in dataclasses.fields(Sweep)])
+def test_an_empty_sweep_axis_is_refused_naming_it(axis: str, tmp_path: Path) -> None:
+    """Every axis of `[sweep]` written as an empty list is a slip (left out, it is not swept)."""
+    head, _, rest = (REPO / "tests" / "data" / "tiny-grid.toml").read_text().partition("[sweep]\n")
+    sweep, _, tail = rest.partition("\n[")  # the [sweep] table alone, without the axis if it sweeps it
+    kept = [ln for ln in sweep.splitlines() if not ln.startswith(f"{axis} = ")]
+    spec = tmp_path / "tiny-grid.toml"
+    spec.write_text(head + "[sweep]\n" + "\n".join([f"{axis} = []", *kept]) + "\n\n[" + tail)
+    o = run_cli("empty sweep axis", ["study", "run", spec, "--out", tmp_path / "runs"])
+    assert o.code == 2, o.context()
+    assert error_line(o) == (
+        f"dse: error: {spec}: sweep.{axis} = []: "
+        "must list at least one value (leave the axis out not to sweep it)"
+    )
+    assert not (tmp_path / "runs").exists()
 
 
 def test_zz_fuzz_counts() -> None:

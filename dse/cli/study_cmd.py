@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,7 +90,26 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         "export": _export,
         "report": _report,
     }
-    return commands[command](args, catalog)
+    try:
+        return commands[command](args, catalog)
+    except InputError as exc:  # the engine names the arguments of its Python API; here they are flags
+        source, rule = _flags(exc.source, whole=True), _flags(exc.rule)
+        if (source, rule) == (exc.source, exc.rule):
+            raise
+        raise InputError(source, exc.field, rule, exc.value) from None
+
+
+FLAG_OF = {"trials": "--trials", "out": "--out", "storage": "--storage", "seed": "--seed"}
+"""The study runner's arguments (what its errors name) and the flags that set them."""
+_ARGUMENT = re.compile(r"(?<![\w./-])(" + "|".join(FLAG_OF) + r")=(?!\w)")  # `out=` in a sentence
+
+
+def _flags(text: str, whole: bool = False) -> str:
+    """``text`` with the runner's argument names as flags: a whole source (``out``; a study file's
+    own keys, such as its ``trials``, are fields and stay), or ``out=`` inside a sentence."""
+    if whole:
+        return FLAG_OF.get(text, text)
+    return _ARGUMENT.sub(lambda m: FLAG_OF[m.group(1)], text)
 
 
 def _list(args: argparse.Namespace, catalog: Catalog) -> int:

@@ -13,9 +13,6 @@ res.pareto            # the front of the objectives
 
 from __future__ import annotations
 
-import contextlib
-import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -78,18 +75,17 @@ class Study:
         catalog: Catalog | None = None,
         params: PerfParams | None = None,
     ) -> StudyResults:
-        with _in_api_words():
-            study, stats = run(
-                self.spec,
-                out=out,
-                storage=storage,
-                trials=trials,
-                seed=seed,
-                objectives=list(self.objectives),
-                progress=progress,
-                catalog=catalog,
-                params=params,
-            )
+        study, stats = run(
+            self.spec,
+            out=out,
+            storage=storage,
+            trials=trials,
+            seed=seed,
+            objectives=list(self.objectives),
+            progress=progress,
+            catalog=catalog,
+            params=params,
+        )
         return StudyResults(self.spec, self.objectives, study, stats, catalog)
 
     def results(self, *, out: Path = Path("runs"), storage: str | None = None) -> StudyResults:
@@ -97,28 +93,9 @@ class Study:
         url = storage or default_storage(out, self.spec)
         if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
             raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
-        with _in_api_words():
-            study = open_study(self.spec, url, list(self.objectives), self.spec.seed)
+        study = open_study(self.spec, url, list(self.objectives), self.spec.seed)
         return StudyResults(self.spec, self.objectives, study, None)
 
-
-API_WORDS = {"--trials": "trials=", "--out": "out=", "--storage": "storage=", "--seed": "seed="}
-"""The runner names its inputs as the command line spells them; from Python they are arguments."""
-_FLAG = re.compile(r"(?<![\w-])(" + "|".join(API_WORDS) + r")(?![\w-])")
-
-
-@contextlib.contextmanager
-def _in_api_words() -> Iterator[None]:
-    """Bad input raised in the block, reworded for a caller of the Python API (``out=``, not
-    ``--out``)."""
-    try:
-        yield
-    except InputError as exc:
-
-        def words(text: str, end: str = "=") -> str:  # `out=` in a sentence, `out` as a name
-            return _FLAG.sub(lambda m: API_WORDS[m.group(1)].removesuffix("=") + end, text)
-
-        raise InputError(words(exc.source, ""), words(exc.field, ""), words(exc.rule), exc.value) from None
 
 
 @dataclass

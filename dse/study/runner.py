@@ -144,7 +144,7 @@ def open_study(
         raise InputError(
             redact(storage),
             "objectives",
-            f"the stored study optimises {stored}; use another --out or --storage for other objectives",
+            f"the stored study optimises {stored}; use another out= or storage= for other objectives",
             names,
         )
     return study
@@ -189,14 +189,14 @@ def run(
     storage = storage or default_storage(out, spec)
     budget = spec.budget(trials)
     if budget < 1:
-        raise InputError("--trials", "", "must be at least 1", budget)
+        raise InputError("trials", "", "must be at least 1", budget)
     if spec.is_grid and budget > spec.sweep.size():
-        raise InputError("--trials", "", f"must be at most the grid's {spec.sweep.size()} points", budget)
+        raise InputError("trials", "", f"must be at most the grid's {spec.sweep.size()} points", budget)
     blocked = next((d for d in (out, *out.parents) if d.exists() and not d.is_dir()), None)
     if blocked is not None:
-        raise InputError("--out", "", f"must be a folder ({blocked} is a file)", str(out))
+        raise InputError("out", "", f"must be a folder ({blocked} is a file)", str(out))
     if seed is not None and seed_rule(seed):
-        raise InputError("--seed", "", str(seed_rule(seed)), seed)
+        raise InputError("seed", "", str(seed_rule(seed)), seed)
     base = spec.seed if seed is None else seed
     # workers sharing a storage each need their own random stream, or they would propose alike
     stream = os.getpid() if shared else 0

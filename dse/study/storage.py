@@ -64,7 +64,7 @@ def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storage
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise InputError(
-                "--storage", "url", f"cannot be created ({exc.strerror}: {folder})", url
+                "storage", "url", f"cannot be created ({exc.strerror}: {folder})", url
             ) from None
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
         if not sqlalchemy.event.contains(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite):
@@ -81,7 +81,7 @@ def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storage
         if fault is not None:
             raise fault from None
         raise InputError(
-            "--storage",
+            "storage",
             "url",
             f"cannot be opened ({type(exc).__name__}: {_scrub(str(exc), url)})",
             redact(url),
