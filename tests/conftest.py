@@ -7,8 +7,11 @@ import contextlib
 import csv
 import io
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,6 +21,7 @@ from dse.catalog import Catalog, load_catalog
 from dse.paths import MEASURED_RUNS
 
 REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "tests" / "data" / "tiny-study.toml"
 
 
 @pytest.fixture(scope="session")
@@ -71,6 +75,25 @@ def cli(monkeypatch: pytest.MonkeyPatch) -> Cli:
     return run_dse
 
 
+@pytest.fixture(scope="session")
+def _tiny_cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("DSE_CATALOG_DIR", raising=False)
+        out = tmp_path_factory.mktemp("tiny-cli-run")
+        return run_dse("study", "run", TINY, "--out", out, "--trials", "8"), out
+
+
+@pytest.fixture
+def tiny_cli_run(_tiny_cli_run: tuple[Result, Path], tmp_path: Path) -> Result:
+    """`dse study run tests/data/tiny-study.toml --out TMP_PATH --trials 8`, exports and report
+    included: what it printed, and its run folder in the test's ``tmp_path`` to change as it likes
+    (one run for the session, copied)."""
+    ran, out = _tiny_cli_run
+    if ran.code == 0:
+        shutil.copytree(out, tmp_path, dirs_exist_ok=True)
+    return ran
+
+
 def dse_cmd(*args: str) -> list[str]:
     """The CLI as a subprocess, through the interpreter running the tests: only where the process
     is the point (signals, a terminal, concurrent workers); elsewhere ``run_dse``."""
@@ -83,6 +106,54 @@ def clean_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("DSE_CATALOG_DIR", None)
     return env
+
+
+CALIBRATION_TEST = "test_calibration_is_reproducible"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The calibration's test runs last: its `dse calibrate` (half a minute of one core) runs
+    meanwhile, beside the other tests, on the second core (``calibration`` below)."""
+    items.sort(key=lambda item: item.originalname == CALIBRATION_TEST)  # stable: the rest keep their order
+
+
+@dataclass
+class Calibration:
+    """A `dse calibrate --out FILE` process started when the session starts."""
+
+    proc: subprocess.Popen[bytes]
+    folder: Path
+    file: Path
+
+    def result(self, timeout: float = 600) -> Result:
+        """Wait for it: its exit code, stdout and stderr."""
+        self.proc.wait(timeout=timeout)
+        out = (self.folder / "stdout").read_text()
+        return Result(self.proc.returncode, out, (self.folder / "stderr").read_text())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def calibration(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Calibration | None]:
+    """`dse calibrate` as a process of its own, started with the session when the calibration's
+    test is among those selected, so that its fit overlaps the other tests; that test (last, see
+    above) waits for it and checks what it wrote."""
+    if not any(item.originalname == CALIBRATION_TEST for item in request.session.items):
+        yield None
+        return
+    folder = tmp_path_factory.mktemp("calibrate")
+    env = dict(os.environ)
+    env.pop("DSE_CATALOG_DIR", None)
+    file = folder / "calibration.json"
+    with open(folder / "stdout", "wb") as out, open(folder / "stderr", "wb") as err:
+        proc = subprocess.Popen(dse_cmd("calibrate", "--out", str(file)), env=env, stdout=out, stderr=err)
+    try:
+        yield Calibration(proc, folder, file)
+    finally:
+        if proc.poll() is None:  # the session ended first (a failure with -x, Ctrl-C)
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture(scope="session")

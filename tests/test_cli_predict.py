@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Cli
+from conftest import Calibration, Cli
 
 from dse.paths import MEASURED_RUNS
 from dse.perf.benchmark_rows import INPUT_COLUMNS, OUTPUT_COLUMNS
@@ -106,10 +106,11 @@ def test_batch_rows_cover_the_columns_of_the_reference() -> None:
 
 
 @pytest.mark.e2e
-def test_calibration_is_reproducible(tmp_path: Path, cli: Cli) -> None:
-    """Refitting from the reference data gives the values the engine ships with."""
-    out = tmp_path / "calibration.json"
-    proc = cli("calibrate", "--out", str(out))
+def test_calibration_is_reproducible(calibration: Calibration | None) -> None:
+    """Refitting from the reference data gives the values the engine ships with. (`dse calibrate`
+    runs as a process started with the session, beside the other tests: see conftest.)"""
+    assert calibration is not None
+    proc, out = calibration.result(), calibration.file
     assert proc.code == 0, proc.err
     fresh = json.loads(out.read_text())
     shipped = json.loads(CALIBRATION_FILE.read_text())

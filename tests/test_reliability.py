@@ -4,6 +4,7 @@ solver limits, and runs that repeat across processes and workers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -16,7 +17,7 @@ from typing import Any
 import optuna
 import polars as pl
 import pytest
-from conftest import Cli, dse_cmd
+from conftest import Cli, Result, dse_cmd
 
 import dse.study.runner as runner
 from dse.errors import InputError, NoFeasibleDesign
@@ -56,6 +57,7 @@ def _renamed(tmp_path: Path, name: str, **edits: str) -> Path:
     return path
 
 
+@pytest.mark.e2e
 def test_ctrl_c_says_where_the_run_stopped_and_the_rerun_resumes(
     tmp_path: Path, clean_env: dict[str, str], cli: Cli
 ) -> None:
@@ -110,10 +112,11 @@ def test_ctrl_c_just_after_a_trial_is_handed_over_counts_it(
     assert "interrupted after 3 of 20 trials; all 3 are stored in" in str(caught.value)
 
 
+@pytest.mark.e2e
 def test_kills_during_export_leave_only_whole_parquet_files(
-    tmp_path: Path, clean_env: dict[str, str], cli: Cli
+    tmp_path: Path, clean_env: dict[str, str], cli: Cli, tiny_cli_run: Result
 ) -> None:
-    run = cli("study", "run", TINY, "--out", tmp_path, "--trials", "8")
+    run = tiny_cli_run  # dse study run TINY --out tmp_path --trials 8
     assert run.code == 0, run.err
     exports = tmp_path / "tiny-study" / "exports"
     rng = random.Random(9)
@@ -123,7 +126,8 @@ def test_kills_during_export_leave_only_whole_parquet_files(
             dse_cmd("export", str(TINY), "--out", str(tmp_path)),
             env=clean_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        time.sleep(rng.uniform(0.5, 4.0))  # import, re-simulation, the writes: somewhere in there
+        with contextlib.suppress(subprocess.TimeoutExpired):  # import, re-simulation, the writes:
+            proc.wait(timeout=rng.uniform(0.5, 4.0))  # somewhere in there (no idle wait once it ended)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             kills += 1
@@ -215,6 +219,7 @@ def _parquet(res: Any, folder: Path, budget: int) -> dict[str, pl.DataFrame]:
     return out
 
 
+@pytest.mark.e2e
 def test_runs_repeat_across_processes_and_across_two_workers(
     tmp_path: Path, postgres_url: str, clean_env: dict[str, str]
 ) -> None:
@@ -238,11 +243,12 @@ def test_runs_repeat_across_processes_and_across_two_workers(
         assert shared[name].equals(one[name]), name
 
 
+@pytest.mark.e2e
 def test_a_database_restart_and_a_dead_worker_lose_nothing(
     tmp_path: Path, postgres_server: Any, clean_env: dict[str, str], cli: Cli
 ) -> None:
     spec_path = _renamed(tmp_path, "fault-study")
-    url, budget = postgres_server.url, 40
+    url, budget = postgres_server.url, 24  # killed at 14 done: 10 left for the live worker and the last
     argv = ["worker", str(spec_path), "--storage", url, "--trials", str(budget), "--out", str(tmp_path),
             "--stale-after", "4"]  # fmt: skip
     procs = [subprocess.Popen(dse_cmd(*argv), env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
-from conftest import Cli, dse_cmd
+from conftest import Cli, Result, dse_cmd
 
 import dse.study.proposer as proposer
 from dse.errors import InputError, UnknownIdError
@@ -132,12 +132,13 @@ def test_python_api_with_a_custom_objective(tmp_path: Path) -> None:
     assert (feas["objective_usd_per_user_speed"] - expected).abs().max() < 1e-9
 
 
+@pytest.mark.e2e
 def test_an_interrupted_run_resumes_without_losing_or_repeating_trials(
     tmp_path: Path, clean_env: dict[str, str], cli: Cli
 ) -> None:
     db = tmp_path / "tiny-study" / "study.db"
     proc = subprocess.Popen(
-        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "120", "--no-export"),
+        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "40", "--no-export"),
         env=clean_env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -155,7 +156,7 @@ def test_an_interrupted_run_resumes_without_losing_or_repeating_trials(
     sampler = _children(proc.pid)  # the sampler's process, which stores the trials
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert 5 <= done < 120, done
+    assert 5 <= done < 40, done
     assert len(sampler) == 1
     gone = time.time() + 30  # orphaned, it stores what it was told and exits
     while time.time() < gone and Path(f"/proc/{sampler[0]}").exists():
@@ -163,13 +164,13 @@ def test_an_interrupted_run_resumes_without_losing_or_repeating_trials(
     assert not Path(f"/proc/{sampler[0]}").exists()
     with sqlite3.connect(db) as con:
         before = {r[0] for r in con.execute("select number from trials where state = 'COMPLETE'")}
-    again = cli("study", "run", TINY, "--out", tmp_path, "--trials", "120", "--no-export")  # in process
+    again = cli("study", "run", TINY, "--out", tmp_path, "--trials", "40", "--no-export")  # in process
     assert again.code == 0, again.err
     with sqlite3.connect(db) as con:
         states = con.execute("select state, count(*) from trials group by state").fetchall()
         numbers = [r[0] for r in con.execute("select number from trials where state = 'COMPLETE'")]
     counts = dict(states)
-    assert counts["COMPLETE"] == 120 and "RUNNING" not in counts
+    assert counts["COMPLETE"] == 40 and "RUNNING" not in counts
     assert before <= set(numbers) and len(numbers) == len(set(numbers))
 
 
@@ -196,10 +197,11 @@ def test_a_failure_in_the_sampler_process_reaches_the_run(
         Study.load(TINY).run(out=tmp_path, trials=6)
 
 
-def test_study_commands_end_to_end(tmp_path: Path, cli: Cli) -> None:
+@pytest.mark.e2e
+def test_study_commands_end_to_end(tmp_path: Path, cli: Cli, tiny_cli_run: Result) -> None:
     listed = cli("study", "list")
     assert listed.code == 0 and "deepseek-v3-blackwell" in listed.out
-    ran = cli("study", "run", TINY, "--out", tmp_path, "--trials", "8")
+    ran = tiny_cli_run  # dse study run TINY --out tmp_path --trials 8
     assert ran.code == 0, ran.err
     assert "8 trials run" in ran.out and "wrote 5 Parquet tables" in ran.out
     report = (tmp_path / "tiny-study" / "report" / "report.md").read_text()
@@ -225,12 +227,13 @@ def test_study_commands_end_to_end(tmp_path: Path, cli: Cli) -> None:
     assert no_storage.code == 2 and "--storage: is required" in no_storage.err
 
 
+@pytest.mark.e2e
 def test_a_terminal_shows_a_progress_bar(tmp_path: Path, clean_env: dict[str, str], cli: Cli) -> None:
     import pty
 
     master, slave = pty.openpty()
     ran = subprocess.run(
-        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "4"),
+        dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "4", "--no-export"),
         stdout=subprocess.PIPE,
         stderr=slave,
         env=clean_env,
@@ -340,6 +343,7 @@ def test_a_failure_of_the_last_write_reaches_the_run(tmp_path: Path, monkeypatch
         Study.load(TINY).run(out=tmp_path, trials=4)
 
 
+@pytest.mark.e2e
 def test_an_orphaned_sampler_process_stores_every_trial_it_was_told(
     tmp_path: Path, clean_env: dict[str, str]
 ) -> None:
@@ -365,6 +369,7 @@ def _pool_run(out: str) -> list[dict[str, object]]:
     return Study.load(TINY).run(out=Path(out), trials=8).trials.select("p_topology", "p_max_batch").to_dicts()
 
 
+@pytest.mark.e2e
 def test_a_run_inside_a_pool_worker_samples_in_its_own_process_with_the_same_trials(tmp_path: Path) -> None:
     """A multiprocessing.Pool worker is a daemon and may not start the sampler's process. (Spawned:
     a worker forked from this process, whose polars threads hold locks, can hang in polars.)"""
