@@ -17,6 +17,8 @@ import pytest
 
 from dse.study import Study
 
+pytestmark = pytest.mark.e2e  # a study run and a dashboard server each
+
 TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
 
 SERVE = (

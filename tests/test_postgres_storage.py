@@ -9,7 +9,10 @@ import uuid
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.trial import TrialState
+
+pytestmark = pytest.mark.e2e  # worker processes
 
 # One worker: load the study, wait for the go signal so the workers overlap, run n trials.
 WORKER = """

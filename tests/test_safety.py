@@ -218,6 +218,7 @@ def _run(
     )
 
 
+@pytest.mark.e2e
 def test_a_password_in_the_storage_url_is_never_written_or_printed(
     postgres_url: str, tmp_path: Path, clean_env: dict[str, str]
 ) -> None:

@@ -11,6 +11,8 @@ from dse.cli.study_cmd import _write_all
 from dse.study import Study
 from dse.study.spec import study_files
 
+pytestmark = pytest.mark.e2e  # whole studies
+
 
 @pytest.mark.parametrize("name", sorted(study_files()))
 def test_shipped_study_runs_on_a_reduced_budget(name: str, tmp_path: Path) -> None:

@@ -114,6 +114,7 @@ for i in range(int(sys.argv[2])):
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_writers_sharing_a_storage_never_number_two_trials_alike(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest

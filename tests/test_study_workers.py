@@ -6,7 +6,10 @@ import subprocess
 from pathlib import Path
 
 import optuna
+import pytest
 from conftest import dse_cmd
+
+pytestmark = pytest.mark.e2e  # worker processes
 
 TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
 
