@@ -7,11 +7,13 @@ solution into pools and a KV-tier plan, :mod:`formulations.placement_check` re-c
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from dse.catalog import Catalog, load_catalog
+from dse.context import Context
 from dse.perf.params import PerfParams, load_params
 from dse.placement.candidates import Candidates, Exclusion, UnitInfo, build_candidates
 from dse.placement.explain import Infeasibility, ShadowPrice, explain, shadow_prices
@@ -90,24 +92,34 @@ def place(
     with_shadow_prices: bool = True,
 ) -> PlacementReport:
     """Solve the request for each of its topologies and keep the best by the objective."""
-    catalog = catalog if catalog is not None else load_catalog()
-    params = params if params is not None else load_params()
-    solver = (
+    ctx = Context(
+        catalog if catalog is not None else load_catalog(),
+        params if params is not None else load_params(),
         solver
         if solver is not None
-        else PlacementSolver(SolveOptions(time_limit_s=req.time_limit_s, mip_rel_gap=req.mip_rel_gap))
+        else PlacementSolver(SolveOptions(time_limit_s=req.time_limit_s, mip_rel_gap=req.mip_rel_gap)),
     )
+    return place_best(req, req.topology.concrete(), ctx, with_shadow_prices=with_shadow_prices)
+
+
+def place_best(
+    req: PlacementRequest, topologies: Iterable[Topology], ctx: Context, *, with_shadow_prices: bool = True
+) -> PlacementReport:
+    """Solve ``req`` for each topology, keep the best feasible outcome by the MILP objective, and
+    price bandwidth and capacity at it (shadow prices). The one place that does this: ``dse
+    place``, a grid point and a search's warm start all call it."""
     outcomes = []
     built: dict[Topology, Candidates] = {}
-    for topo in req.topology.concrete():
-        cands = build_candidates(req, topo, catalog, params)
+    for topo in topologies:
+        cands = build_candidates(req, topo, ctx.catalog, ctx.params)
         built[topo] = cands
-        outcomes.append(solve_candidates(req, cands, solver))
+        outcomes.append(solve_candidates(req, cands, ctx.solver))
     feasible = [o for o in outcomes if o.feasible]
     best = min(feasible, key=lambda o: o.result.objective) if feasible else None
     prices: tuple[ShadowPrice, ...] = ()
     if best is not None and with_shadow_prices and best.result.solution is not None:
-        prices = shadow_prices(req, built[best.topology], best.result.solution, solver, catalog, params)
+        sol = best.result.solution
+        prices = shadow_prices(req, built[best.topology], sol, ctx.solver, ctx.catalog, ctx.params)
     return PlacementReport(req, tuple(outcomes), best, prices)
 
 
@@ -219,4 +231,13 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
     return tuple(pools), tuple(tiers)
 
 
-__all__ = ["Objective", "PlacementReport", "PoolPlan", "TierPlan", "TopologyOutcome", "place", "read_back"]
+__all__ = [
+    "Objective",
+    "PlacementReport",
+    "PoolPlan",
+    "TierPlan",
+    "TopologyOutcome",
+    "place",
+    "place_best",
+    "read_back",
+]

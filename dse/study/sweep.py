@@ -18,10 +18,9 @@ import numpy as np
 import optuna
 
 from dse.catalog import Catalog
+from dse.context import Context
 from dse.perf.params import PerfParams
-from dse.placement.api import TopologyOutcome, solve_candidates
-from dse.placement.candidates import build_candidates
-from dse.placement.explain import ShadowPrice, shadow_prices
+from dse.placement.api import PlacementReport, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology, UnitOptions
 from dse.placement.serialize import plain
 from dse.sim import Planner, PlannerKind
@@ -132,39 +131,13 @@ def request_at(
     )
 
 
-Placed = tuple[TopologyOutcome, tuple[ShadowPrice, ...]]
-
-
-def place_point(
-    req: PlacementRequest,
-    topologies: tuple[str, ...],
-    catalog: Catalog,
-    params: PerfParams,
-    solver: PlacementSolver,
-) -> Placed:
-    """The cheapest design over ``topologies`` (by the MILP objective) and its shadow prices; the
-    first topology's explanation when none is feasible."""
-    built, outcomes = {}, []
-    for t in topologies:
-        cands = build_candidates(req, Topology(t), catalog, params)
-        built[t] = cands
-        outcomes.append(solve_candidates(req, cands, solver))
-    feasible = [o for o in outcomes if o.feasible]
-    if not feasible:
-        return outcomes[0], ()
-    best = min(feasible, key=lambda o: o.result.objective)
-    assert best.result.solution is not None
-    prices = shadow_prices(req, built[best.topology.value], best.result.solution, solver, catalog, params)
-    return best, prices
-
-
 def evaluate_point(
     spec: StudySpec,
     point: dict[str, Any],
     catalog: Catalog,
     params: PerfParams,
     solver: PlacementSolver,
-    cache: dict[str, Placed] | None = None,
+    cache: dict[str, PlacementReport] | None = None,
 ) -> TrialRecord:
     """Place the point (or reuse its placement), simulate it in the point's dynamics, record."""
     s = spec_at(spec, point)
@@ -173,8 +146,11 @@ def evaluate_point(
     cache = cache if cache is not None else {}
     key = json.dumps(plain(req), sort_keys=True)
     if key not in cache:
-        cache[key] = place_point(req, s.search.topologies, catalog, params, solver)
-    outcome, prices = cache[key]
+        topologies = [Topology(t) for t in s.search.topologies]
+        cache[key] = place_best(req, topologies, Context(catalog, params, solver))
+    placed = cache[key]
+    # none feasible: the first topology's outcome explains why
+    outcome, prices = placed.best or placed.outcomes[0], placed.shadow_prices
     planner = None
     if "planner" in point:
         period = float(point.get("planner_period_s", 60.0))

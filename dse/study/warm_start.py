@@ -23,9 +23,9 @@ import itertools
 from typing import Any
 
 from dse.catalog import Catalog
+from dse.context import Context
 from dse.perf.params import PerfParams
-from dse.placement.api import PoolPlan, TopologyOutcome, solve_candidates
-from dse.placement.candidates import build_candidates
+from dse.placement.api import PoolPlan, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology
 from dse.study.spec import StudySpec
 from dse.study.sweep import request_at
@@ -44,10 +44,11 @@ def warm_start_params(
         return []
     answers: list[tuple[float, list[Choice]]] = []
     listed = {catalog.hardware(h).id: h for h in spec.hardware}  # the study may name an alias
+    ctx = Context(catalog, params, solver)
     for kv in s.kv_policies:
         req = request_at(spec, catalog, 0.0, kv)
-        for t in s.topologies:
-            outcome = solve_candidates(req, build_candidates(req, Topology(t), catalog, params), solver)
+        placed = place_best(req, [Topology(t) for t in s.topologies], ctx, with_shadow_prices=False)
+        for outcome in placed.outcomes:  # every topology's answer, not only the best
             if outcome.feasible and outcome.result.objective is not None:
                 answers.append((outcome.result.objective, designs(outcome, req, spec, listed)))
     answers.sort(key=lambda a: a[0])
