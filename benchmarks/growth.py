@@ -11,13 +11,13 @@ import numpy as np
 from record import figure
 
 from dse.catalog import load_catalog
+from dse.evaluation import design_of
 from dse.perf.params import load_params
 from dse.placement import PlacementRequest, Topology
 from dse.placement.api import solve_candidates
 from dse.placement.candidates import build_candidates
-from dse.placement.serialize import plain
 from dse.sim import ArrivalKind, Arrivals, OutputLengths, Scenario, simulate
-from dse.sim.from_placement import pipeline_from_placement, resting_classes
+from dse.sim.from_placement import pipeline_of
 from dse.workload import Slo, ThinkBin, Workload
 from formulations.solve import PlacementSolver, SolveOptions
 
@@ -62,9 +62,9 @@ def main() -> None:
     req = PlacementRequest(model="deepseek-v3", hardware=("b200",), workload=workload(4),
                            slo=Slo(ttft_s=3.0, tpot_s=0.05), topology=Topology.DISAGGREGATED)  # fmt: skip
     cands = build_candidates(req, Topology.DISAGGREGATED, catalog, params)
-    doc = {"request": plain(req), "best": plain(solve_candidates(req, cands, PlacementSolver()))}
-    pipe, w, _, kv_gb = pipeline_from_placement(doc, catalog, params)
-    resting = resting_classes(doc)
+    design = design_of(req, solve_candidates(req, cands, PlacementSolver()))
+    pipe, kv_gb = pipeline_of(design, catalog, params)
+    w, resting = design.workload, design.resting
     lengths = OutputLengths((0.9, 0.1), (300.0, 4400.0))
     sc = Scenario(Arrivals(ArrivalKind.CONSTANT, w.requests_per_s), lengths, horizon_s=1800.0, warmup_s=300.0)
     simulate(pipe, sc, dt=1.0)  # compile

@@ -16,13 +16,13 @@ import numpy as np
 from record import figure
 
 from dse.catalog import load_catalog
+from dse.evaluation import design_of
 from dse.perf.params import load_params
 from dse.placement import PlacementRequest, Topology, place
-from dse.placement.serialize import report_to_dict
 from dse.sim import ArrivalKind, Arrivals, OutputLengths, Pipeline, Planner, PlannerKind, Scenario
 from dse.sim.des import simulate_des
 from dse.sim.fluid import simulate_fluid
-from dse.sim.from_placement import pipeline_from_placement
+from dse.sim.from_placement import pipeline_of
 from dse.workload import Slo, Workload
 
 TAIL = OutputLengths((0.9, 0.1), (200.0, 2000.0))
@@ -195,8 +195,10 @@ def speed(catalog, params, rate: float) -> None:  # type: ignore[no-untyped-def]
         workload=Workload(requests_per_s=rate, input_tokens=4000.0, output_tokens=1000.0),
         slo=Slo(ttft_s=2.0, tpot_s=0.05),
     )
-    doc = report_to_dict(place(req, catalog=catalog, params=params, with_shadow_prices=False))
-    real, w, _, _ = pipeline_from_placement(doc, catalog, params)
+    placed = place(req, catalog=catalog, params=params, with_shadow_prices=False)
+    assert placed.best is not None
+    real, _ = pipeline_of(design_of(req, placed.best), catalog, params)
+    w = req.workload
     sc = Scenario(
         Arrivals(ArrivalKind.CONSTANT, w.requests_per_s),
         OutputLengths((1.0,), (w.output_tokens,)),

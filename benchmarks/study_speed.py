@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 from record import figure
 
+import dse.evaluation as evaluation_mod
+import dse.placement.api as placement_mod
 import dse.study.runner as runner_mod
-import dse.study.trial as trial_mod
 from dse.catalog import load_catalog
 from dse.perf.params import load_params
 from dse.study import Study
@@ -70,10 +71,10 @@ def timed_study(trials: int, sampler: str) -> None:
     the sampler's process happen once per run and are reported apart, as is the CPU time of the
     sampler's process (it runs beside the evaluation)."""
     parts = {
-        "candidate units": (trial_mod, "build_candidates"),
-        "MILP": (trial_mod, "solve_candidates"),
-        "simulator": (trial_mod, "pipeline_from_placement"),
-        "simulator run": (trial_mod, "simulate"),
+        "candidate units": (placement_mod, "build_candidates"),
+        "MILP": (placement_mod, "solve_candidates"),
+        "simulator": (evaluation_mod, "pipeline_of"),
+        "simulator run": (evaluation_mod, "simulate"),
         "evaluate": (runner_mod, "evaluate"),
         "start": (runner_mod, "open_study"),  # once per run: opening (creating) the storage
         "start copy": (runner_mod, "Proposer"),  # starting the sampler's process

@@ -321,7 +321,7 @@ def test_export_of_a_study_never_run_is_bad_input(tmp_path: Path, cli: Cli) -> N
 
 
 def test_ttft_percentile_sits_between_mean_and_p99() -> None:
-    from dse.study.trial import ttft_at_percentile
+    from dse.evaluation import ttft_at_percentile
 
     assert ttft_at_percentile(1.0, 3.0, 99.0) == pytest.approx(3.0)
     assert ttft_at_percentile(1.0, 3.0, 50.0) == pytest.approx(1.0)

@@ -24,6 +24,7 @@ from dse.typed_data import Rule, check_number, fraction, non_negative, positive
 
 if TYPE_CHECKING:
     from dse.sim.api import SimulationReport
+    from dse.sim.from_placement import SimDesign
     from dse.sim.scenario import Scenario
 
 SRC = "dse simulate"
@@ -104,7 +105,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--json", action="store_true", help="machine-readable summary")
 
 
-def _placement_doc(args: argparse.Namespace, catalog: Catalog) -> dict[str, Any]:
+def _design(args: argparse.Namespace, catalog: Catalog) -> SimDesign:
+    """The design to simulate: from ``--placement`` (validated at this edge), or solved here."""
+    from dse.evaluation import design_of
+    from dse.sim.from_placement import design_from_doc
+
     if args.placement is not None:
         try:
             doc = json.loads(args.placement.read_text(encoding="utf-8"))
@@ -124,18 +129,17 @@ def _placement_doc(args: argparse.Namespace, catalog: Catalog) -> dict[str, Any]
             raise InputError(str(args.placement), "", f"is not JSON ({str(exc).split(';')[0]})") from None
         if not isinstance(doc, dict):
             raise InputError(str(args.placement), "", "must hold a JSON object from `dse place --json`")
-        return doc
+        return design_from_doc(doc, str(args.placement))
     missing = [f for f in ("hardware", "rate", "ttft", "tpot") if getattr(args, f) is None]
     if missing:
         raise InputError(SRC, f"--{missing[0]}", "is required without --placement")
     from dse.placement.api import place
-    from dse.placement.serialize import report_to_dict
 
     report = place(request_from_args(args, catalog, SRC), catalog=catalog, with_shadow_prices=False)
     if report.best is None:
         why = next((o.infeasibility for o in report.outcomes if o.infeasibility), None)
         raise NoFeasibleDesign(why.binding if why else "solver", why.detail if why else "no solution")
-    return report_to_dict(report)
+    return design_of(report.request, report.best)
 
 
 def _pairs(text: str, flag_name: str) -> list[tuple[float, float]]:
@@ -261,14 +265,13 @@ def _read_trace(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.perf.params import load_params
     from dse.sim.api import simulate
-    from dse.sim.from_placement import pipeline_from_placement, resting_classes
+    from dse.sim.from_placement import pipeline_of
 
     params = load_params()
-    doc = _placement_doc(args, catalog)
+    design = _design(args, catalog)
     source = str(args.placement) if args.placement else SRC
-    pipe, workload, slo, kv_gb = pipeline_from_placement(
-        doc, catalog, params, buffer_max=args.buffer, source=source
-    )
+    pipe, kv_gb = pipeline_of(design, catalog, params, buffer_max=args.buffer, source=source)
+    workload, slo = design.workload, design.slo
     scenario = scenario_from_args(args, workload.requests_per_s, workload.output_tokens)
     report = simulate(
         pipe,
@@ -277,7 +280,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         seed=args.seed,
         dt=args.dt,
         kv_gb_per_seq=kv_gb,
-        resting=resting_classes(doc),
+        resting=design.resting,
     )
     summary = _summary_dict(report, slo.ttft_s, slo.tpot_s)
     if args.out is not None:
@@ -295,7 +298,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
 def _summary_dict(report: SimulationReport, ttft: float, tpot: float) -> dict[str, Any]:
     import numpy as np
 
-    from dse.placement.serialize import plain
+    from dse.plain import plain
 
     def one(s: Any) -> dict[str, Any]:
         return {k: plain(np.asarray(v).reshape(-1)[0]) for k, v in plain_fields(s).items()}

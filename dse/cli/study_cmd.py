@@ -146,7 +146,7 @@ def _list(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def _show(args: argparse.Namespace, catalog: Catalog) -> int:
-    from dse.placement.serialize import plain
+    from dse.plain import plain
     from dse.study.spec import load_study
 
     spec = load_study(args.name)

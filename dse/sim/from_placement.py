@@ -1,4 +1,6 @@
-"""A simulator pipeline from a placement (``dse place --json`` or a :class:`PlacementReport`).
+"""A simulator pipeline from a placement: a :class:`SimDesign`, made from a placement outcome
+(:func:`dse.evaluation.design_of`, a study trial) or read from ``dse place --json``
+(:func:`design_from_doc`, which validates the file once, at the edge).
 
 Prefill pools become one pool of servers: an instance that batches ``m`` prompts per forward is
 ``m`` servers, each taking the batch time, so one request's prefill lasts a batch (as it does on
@@ -12,10 +14,14 @@ engine uses as its batch cap. Aggregated units give a prefill
 server at their prefill time share and a decode instance whose steps stretch by ``1 / (1 - phi)``;
 attention-FFN units give decode instances paced by twice the attention half's step (each side
 has half the TPOT).
+
+The design is plain typed data (a study trial stores it), so the same pipeline can be built
+again later without solving anything.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,6 +39,61 @@ from dse.units import GB, Precision
 from dse.workload import Slo, Workload
 
 SOURCE = "placement"
+
+
+@dataclass(frozen=True)
+class SimPool:
+    """What the simulator needs of one pool of a placed design (per instance unless said)."""
+
+    role: str  # prefill, decode, mixed, attention, ffn
+    hardware: str
+    name: str
+    gpus: float
+    attn_tp: float
+    ep: float
+    instances: float
+    prefill_share: float  # an aggregated unit's time share for prefill
+    prefill_batch_requests: float  # fresh prompts one prefill forward batches
+    decode_batch: float  # the unit's operating batch (its cap in the simulation)
+    output_tokens_per_s: float  # the pool's decode capacity at the TPOT target
+    requests_per_s: float  # prefilled or midfilled here
+    returning_per_s: float
+    prefill_busy_s: float | None  # busy seconds of one instance per request it prefills
+    fresh_busy_s: float | None
+    midfill_busy_s: float | None
+    reload_s: float | None
+
+
+@dataclass(frozen=True)
+class SimDesign:
+    """A placed design as the simulator reads it: the request's model, engine and traffic, the
+    pools, and where KV rests between turns."""
+
+    model: str
+    engine: str
+    weight_precision: str
+    mtp: bool
+    topology: str
+    workload: Workload
+    slo: Slo
+    pools: tuple[SimPool, ...]
+    resting: tuple[RestingClass, ...]
+
+
+def design_from_record(data: dict[str, Any], source: str = "trial record") -> SimDesign:
+    """A :class:`SimDesign` as a study trial stored it (its plain values; a value a pool does not
+    have, such as a decode pool's prefill time, stored as null)."""
+    return SimDesign(
+        model=str(data["model"]),
+        engine=str(data["engine"]),
+        weight_precision=str(data["weight_precision"]),
+        mtp=bool(data["mtp"]),
+        topology=str(data["topology"]),
+        workload=build(Workload, data["workload"], source=source, prefix="workload."),
+        slo=build(Slo, data["slo"], source=source, prefix="slo."),
+        pools=tuple(SimPool(**p) for p in data["pools"]),
+        resting=tuple(RestingClass(**r) for r in data["resting"]),
+    )
 
 
 def _need(d: dict[str, Any], key: str, where: str, source: str = SOURCE) -> Any:
@@ -54,67 +115,109 @@ def _number(value: Any, key: str, source: str, *, positive: bool) -> float:
     return x
 
 
-def _check_pool(p: Any, i: int, source: str) -> None:
-    """The numbers of ``best.pools[i]`` the pipeline divides by or multiplies with."""
+OPTIONAL = (
+    "prefill_busy_s",
+    "fresh_busy_s",
+    "midfill_busy_s",
+    "reload_s",
+    "requests_per_s",
+    "returning_per_s",
+)
+"""Numbers of a pool that a placement may leave out (a decode pool prefills nothing)."""
+
+
+def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
+    """``best.pools[i]`` of a ``dse place --json`` file, checked: every number the pipeline
+    divides by or multiplies with."""
     where = f"best.pools[{i}]"
     if not isinstance(p, dict) or not isinstance(p.get("unit"), dict):
         raise InputError(source, where, "must be a pool with a unit (write it with `dse place --json`)")
     unit = _need(p, "unit", f"{where}.", source)
     par = _need(unit, "parallel", f"{where}.unit.", source)
-    _number(_need(p, "instances", f"{where}.", source), f"{where}.instances", source, positive=True)
-    for k in ("gpus", "attn_tp", "ep"):
-        _number(
+    instances = _number(
+        _need(p, "instances", f"{where}.", source), f"{where}.instances", source, positive=True
+    )
+    size = {
+        k: _number(
             _need(par, k, f"{where}.unit.parallel.", source),
             f"{where}.unit.parallel.{k}",
             source,
             positive=True,
         )
+        for k in ("gpus", "attn_tp", "ep")
+    }
     role = _need(unit, "role", f"{where}.unit.", source)
+    out_tok = 0.0
     if role in ("decode", "mixed", "attention"):
-        _number(_need(p, "output_tokens_per_s", f"{where}.", source), f"{where}.output_tokens_per_s", source,
-                positive=True)  # fmt: skip
-    for k in (
-        "prefill_busy_s",
-        "fresh_busy_s",
-        "midfill_busy_s",
-        "reload_s",
-        "requests_per_s",
-        "returning_per_s",
-    ):
-        if p.get(k) is not None and not (isinstance(p[k], float) and np.isnan(p[k])):
-            _number(p[k], f"{where}.{k}", source, positive=False)
+        key = "output_tokens_per_s"
+        out_tok = _number(_need(p, key, f"{where}.", source), f"{where}.{key}", source, positive=True)
+    opt: dict[str, float | None] = {}
+    for k in OPTIONAL:
+        v = p.get(k)
+        missing = v is None or (isinstance(v, float) and np.isnan(v))
+        opt[k] = None if missing else _number(v, f"{where}.{k}", source, positive=False)
+    share = 0.0
     if unit.get("prefill_share") is not None:
         share = _number(unit["prefill_share"], f"{where}.unit.prefill_share", source, positive=False)
         if share > 1:
             raise InputError(source, f"{where}.unit.prefill_share", "must be between 0 and 1", share)
-
-
-def resting_classes(doc: dict[str, Any]) -> tuple[RestingClass, ...]:
-    """The tier plan of the best design in ``doc`` as resting-KV classes."""
-    best = doc.get("best") or {}
-    total = float(doc["request"]["workload"]["requests_per_s"])
-    return tuple(
-        RestingClass(
-            share_of_arrivals=float(t["returning_per_s"]) / total,
-            dwell_s=float(t["dwell_s"]),
-            gb=float(t["gb_per_session"]),
-            tiers={k: float(v) for k, v in t["share"].items()},
-        )
-        for t in best.get("tiers", [])
+    return SimPool(
+        role=str(role),
+        hardware=str(unit["hardware"]),
+        name=str(unit.get("name", "")),
+        gpus=size["gpus"],
+        attn_tp=size["attn_tp"],
+        ep=size["ep"],
+        instances=instances,
+        prefill_share=share,
+        prefill_batch_requests=float(unit.get("prefill_batch_requests") or 0.0),
+        decode_batch=float(unit.get("decode_batch") or 0.0),
+        output_tokens_per_s=out_tok,
+        requests_per_s=opt["requests_per_s"] or 0.0,
+        returning_per_s=opt["returning_per_s"] or 0.0,
+        prefill_busy_s=opt["prefill_busy_s"],
+        fresh_busy_s=opt["fresh_busy_s"],
+        midfill_busy_s=opt["midfill_busy_s"],
+        reload_s=opt["reload_s"],
     )
 
 
-def pipeline_from_placement(
-    doc: dict[str, Any],
-    catalog: Catalog,
-    params: PerfParams,
-    *,
-    buffer_max: float = np.inf,
-    source: str = SOURCE,
-) -> tuple[Pipeline, Workload, Slo, float]:
-    """(pipeline, workload, targets, KV GB per decoding sequence) of the best design in ``doc``."""
+def design_from_doc(doc: dict[str, Any], source: str = SOURCE) -> SimDesign:
+    """The best design of a ``dse place --json`` document, validated once: a broken file is bad
+    input naming its key."""
     try:
-        return _build(doc, catalog, params, buffer_max, source)
+        req = _need(doc, "request", "", source)
+        best = doc.get("best")
+        if not best:
+            raise InputError(source, "best", "holds no feasible design to simulate")
+        workload = build(
+            Workload, _need(req, "workload", "request.", source), source=source, prefix="request.workload."
+        )
+        slo = build(Slo, _need(req, "slo", "request.", source), source=source, prefix="request.slo.")
+        pools = tuple(
+            _pool_from_doc(p, i, source) for i, p in enumerate(_need(best, "pools", "best.", source))
+        )
+        total = workload.requests_per_s
+        resting = tuple(
+            RestingClass(
+                share_of_arrivals=float(t["returning_per_s"]) / total,
+                dwell_s=float(t["dwell_s"]),
+                gb=float(t["gb_per_session"]),
+                tiers={k: float(v) for k, v in t["share"].items()},
+            )
+            for t in best.get("tiers", [])
+        )
+        return SimDesign(
+            model=str(_need(req, "model", "request.", source)),
+            engine=str(req.get("engine", "trt")),
+            weight_precision=str(req.get("weight_precision", "fp8")),
+            mtp=bool(req.get("mtp", False)),
+            topology=str(best.get("topology", "")),
+            workload=workload,
+            slo=slo,
+            pools=pools,
+            resting=resting,
+        )
     except KeyError as exc:
         raise InputError(
             source, f"best.pools: {exc.args[0]}", "is required (write it with `dse place --json`)"
@@ -125,77 +228,80 @@ def pipeline_from_placement(
         ) from None
 
 
-def _build(
-    doc: dict[str, Any], catalog: Catalog, params: PerfParams, buffer_max: float, source: str
-) -> tuple[Pipeline, Workload, Slo, float]:
-    req = _need(doc, "request", "", source)
-    best = doc.get("best")
-    if not best:
-        raise InputError(source, "best", "holds no feasible design to simulate")
-    workload = build(
-        Workload, _need(req, "workload", "request.", source), source=source, prefix="request.workload."
-    )
-    slo = build(Slo, _need(req, "slo", "request.", source), source=source, prefix="request.slo.")
-    model = catalog.model(_need(req, "model", "request.", source))
-    engine = params.engine(req.get("engine", "trt"))
-    wp = Precision(req.get("weight_precision", "fp8"))
-    mtp = bool(req.get("mtp", False))
-    draft = float(engine.mtp_draft_tokens if mtp else 0)
-    accept = engine.mtp_accept_tokens if mtp else 1.0
-    pools = _need(best, "pools", "best.", source)
+def pipeline_of(
+    design: SimDesign,
+    catalog: Catalog,
+    params: PerfParams,
+    *,
+    buffer_max: float = np.inf,
+    source: str = SOURCE,
+) -> tuple[Pipeline, float]:
+    """(pipeline, KV GB per decoding sequence) of ``design``."""
+    try:
+        return _pipeline(design, catalog, params, buffer_max, source)
+    except (TypeError, ValueError) as exc:  # a precision or engine the file names wrongly
+        raise InputError(
+            source, "request", f"is not a placement written by `dse place --json` ({exc})"
+        ) from None
+
+
+def _pipeline(
+    design: SimDesign, catalog: Catalog, params: PerfParams, buffer_max: float, source: str
+) -> tuple[Pipeline, float]:
+    workload = design.workload
+    model = catalog.model(design.model)
+    engine = params.engine(design.engine)
+    wp = Precision(design.weight_precision)
+    draft = float(engine.mtp_draft_tokens if design.mtp else 0)
+    accept = engine.mtp_accept_tokens if design.mtp else 1.0
+    pools = design.pools
     ctx = workload.mean_prompt_tokens() + 0.5 * workload.output_tokens
 
     servers = rate = instances = 0.0
     fresh_w = mid_w = reload_w = fresh_n = mid_n = 0.0
-    decoders: list[tuple[dict[str, Any], float]] = []
+    decoders: list[tuple[SimPool, float]] = []
     for i, p in enumerate(pools):
-        _check_pool(p, i, source)
-        unit = p["unit"]
-        role, x = unit["role"], float(p["instances"])
-        phi = float(unit.get("prefill_share") or 0.0)
-        busy = p.get("prefill_busy_s")
+        role, x, phi, busy = p.role, p.instances, p.prefill_share, p.prefill_busy_s
         if role in ("prefill", "mixed") and busy:
             stretch = 1.0 / phi if role == "mixed" else 1.0  # an aggregated unit prefills phi of the time
-            m = max(1.0, round(float(unit.get("prefill_batch_requests") or 1.0)))
+            m = max(1.0, round(p.prefill_batch_requests or 1.0))
             servers += x * m
             instances += x
-            rate += x / (float(busy) * stretch)
+            rate += x / (busy * stretch)
             # weights: the requests/s this pool serves of each kind
-            ret = float(p.get("returning_per_s") or 0.0)
-            fresh = float(p.get("requests_per_s") or 0.0) - ret
-            if fresh > 0 and p.get("fresh_busy_s"):
-                fresh_w += fresh * float(p["fresh_busy_s"]) * stretch * m
+            ret = p.returning_per_s
+            fresh = p.requests_per_s - ret
+            if fresh > 0 and p.fresh_busy_s:
+                fresh_w += fresh * p.fresh_busy_s * stretch * m
                 fresh_n += fresh
-            if ret > 0 and p.get("midfill_busy_s"):
-                mid_w += ret * float(p["midfill_busy_s"]) * stretch * m
-                reload_w += ret * float(p.get("reload_s") or 0.0)
+            if ret > 0 and p.midfill_busy_s:
+                mid_w += ret * p.midfill_busy_s * stretch * m
+                reload_w += ret * (p.reload_s or 0.0)
                 mid_n += ret
         if role in ("decode", "mixed", "attention"):
-            if not unit.get("decode_batch"):
+            if not p.decode_batch:
                 raise InputError(
                     source, f"best.pools[{i}].unit.decode_batch", "must be positive for a decode pool"
                 )
             decoders.append((p, phi))
     if servers <= 0 or not decoders:
         raise InputError(source, "best.pools", "needs a prefill-capable and a decode-capable pool")
-    main, phi = max(decoders, key=lambda d: d[0]["instances"])
-    unit = main["unit"]
-    hw = catalog.hardware(unit["hardware"])
-    par = unit["parallel"]
-    slots = int(max(1, np.floor(unit["decode_batch"])))
+    main, phi = max(decoders, key=lambda d: d[0].instances)
+    hw = catalog.hardware(main.hardware)
+    slots = int(max(1, np.floor(main.decode_batch)))
     # the step time at up to 257 batches, interpolated to every batch up to the cap
     n = np.unique(np.round(np.linspace(0.0, slots, min(slots + 1, 257))))
     k = len(n)
     pool = build_pool(
         model,
         [hw] * k,
-        gpus=[par["gpus"]] * k,
-        attn_tp=[par["attn_tp"]] * k,
-        ep=[par["ep"]] * k,
+        gpus=[main.gpus] * k,
+        attn_tp=[main.attn_tp] * k,
+        ep=[main.ep] * k,
         weight_precision=[wp] * k,
         kv_precision=[engine.kv_precision] * k,
     )
-    afd = unit["role"] == "attention"
+    afd = main.role == "attention"
     step_pool = attention_side(pool) if afd else pool
     tpot = decode_tpot(
         step_pool,
@@ -209,14 +315,14 @@ def _build(
     tpot = np.interp(np.arange(slots + 1, dtype=float), n, tpot)
     if afd:
         tpot = 2.0 * tpot
-    if unit["role"] == "mixed":
+    if main.role == "mixed":
         tpot = tpot / (1.0 - phi)
     # other decode pools count as instances of the main one with the same tokens/s
-    per_main = float(main["output_tokens_per_s"]) / float(main["instances"])
-    decode_x = sum(float(p["output_tokens_per_s"]) for p, _ in decoders) / per_main
+    per_main = main.output_tokens_per_s / main.instances
+    decode_x = sum(p.output_tokens_per_s for p, _ in decoders) / per_main
     handoff = (
         0.0
-        if unit["role"] == "mixed"
+        if main.role == "mixed"
         else _handoff_s(workload, prefill_pool(pools, catalog, model, wp, engine), params)
     )
     kv_gb = (ctx * float(pool.kv_bytes_per_token[0]) + float(pool.state_bytes[0])) / GB
@@ -236,7 +342,7 @@ def _build(
         slots=np.array([float(slots)]),
         step_table=tpot[None, :],
         buffer_max=np.array([buffer_max]),
-        label=(f"{best.get('topology', '')}: {unit['name']}",),
+        label=(f"{design.topology}: {main.name}",),
         midfill_share=np.array([share]),
         midfill_s=np.array([midfill_s]),
         reload_s=np.array([reload_w / mid_n if mid_n > 0 else 0.0]),
@@ -245,21 +351,18 @@ def _build(
         reload_servers=np.array([instances]),
         handoff_servers=np.array([instances if handoff > 0 else np.inf]),
     )
-    return pipe, workload, slo, kv_gb
+    return pipe, kv_gb
 
 
-def prefill_pool(
-    pools: list[dict[str, Any]], catalog: Catalog, model: Any, wp: Precision, engine: Any
-) -> Any:
+def prefill_pool(pools: tuple[SimPool, ...], catalog: Catalog, model: Any, wp: Precision, engine: Any) -> Any:
     """The performance-model pool of the prefill unit with the most instances."""
-    pre = max((p for p in pools if p["unit"]["role"] == "prefill"), key=lambda p: p["instances"])
-    par = pre["unit"]["parallel"]
+    pre = max((p for p in pools if p.role == "prefill"), key=lambda p: p.instances)
     return build_pool(
         model,
-        [catalog.hardware(pre["unit"]["hardware"])],
-        gpus=[par["gpus"]],
-        attn_tp=[par["attn_tp"]],
-        ep=[par["ep"]],
+        [catalog.hardware(pre.hardware)],
+        gpus=[pre.gpus],
+        attn_tp=[pre.attn_tp],
+        ep=[pre.ep],
         weight_precision=[wp],
         kv_precision=[engine.kv_precision],
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -181,3 +182,18 @@ class Scenario:
     planner: Planner = Planner()
     horizon_s: float = 1800.0
     warmup_s: float = 300.0  # left out of the summary statistics
+
+
+def scenario_from_record(data: dict[str, Any]) -> Scenario:
+    """A :class:`Scenario` from its plain values (as a study trial stores it)."""
+    a, lengths, planner = data["arrivals"], data["lengths"], data["planner"]
+    return Scenario(
+        arrivals=Arrivals(
+            **{**a, "kind": ArrivalKind(a["kind"]), "trace_times_s": tuple(a["trace_times_s"]),
+               "trace_rates": tuple(a["trace_rates"])}  # fmt: skip
+        ),
+        lengths=OutputLengths(tuple(lengths["shares"]), tuple(lengths["means"])),
+        planner=Planner(**{**planner, "kind": PlannerKind(planner["kind"])}),
+        horizon_s=float(data["horizon_s"]),
+        warmup_s=float(data["warmup_s"]),
+    )

@@ -24,7 +24,7 @@ import polars as pl
 from dse.catalog import Catalog, load_catalog
 from dse.errors import InputError
 from dse.perf.params import PerfParams, load_params
-from dse.placement.serialize import plain
+from dse.plain import plain
 from dse.study.export import export_all
 from dse.study.results import (
     kv_tiers_frame,
@@ -86,7 +86,14 @@ class Study:
             catalog=catalog,
             params=params,
         )
-        return StudyResults(self.spec, self.objectives, study, stats, catalog)
+        res = StudyResults(self.spec, self.objectives, study, stats, catalog)
+        from dse.context import Context
+        from dse.study.prices import store_best_prices  # the solver: only a run imports it
+        from dse.study.runner import TRIAL_SOLVE
+        from formulations.solve import PlacementSolver
+
+        store_best_prices(res, Context(res._cat(), params or load_params(), PlacementSolver(TRIAL_SOLVE)))
+        return res
 
     def results(self, *, out: Path = Path("runs"), storage: str | None = None) -> StudyResults:
         """The results stored by an earlier run; bad input when there is none."""
@@ -95,7 +102,6 @@ class Study:
             raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
         study = open_study(self.spec, url, list(self.objectives), self.spec.seed)
         return StudyResults(self.spec, self.objectives, study, None)
-
 
 
 @dataclass
@@ -137,7 +143,7 @@ class StudyResults:
         """Re-simulated trajectories of ``trials`` (default: the first five of the front)."""
         if trials is None:
             return self._front_series
-        return sim_timeseries_frame(self.study, self.spec, trials, self._cat(), load_params())
+        return sim_timeseries_frame(self.study, trials, self._cat(), load_params())
 
     @cached_property
     def _front_series(self) -> pl.DataFrame:
@@ -146,7 +152,7 @@ class StudyResults:
             if not self.pareto.is_empty()
             else []
         )
-        return sim_timeseries_frame(self.study, self.spec, front, self._cat(), load_params())
+        return sim_timeseries_frame(self.study, front, self._cat(), load_params())
 
     def _cat(self) -> Catalog:
         """The catalog with the study's what-if variants."""

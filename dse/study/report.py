@@ -17,9 +17,9 @@ import numpy as np
 import polars as pl
 
 from dse.atomic import atomic_folder
+from dse.metrics import METRICS
 from dse.study.faults import writing
 from dse.study.markdown import fmt, md_table
-from dse.study.metrics import METRICS
 from dse.study.report_figures import (
     HBM_LINE_GB,
     Figure,

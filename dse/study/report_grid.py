@@ -13,10 +13,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dse.metrics import METRIC_COLUMNS, METRICS
 from dse.study.markdown import fmt, md_table
-from dse.study.metrics import METRICS
 from dse.study.report_figures import Figure, _draw, _pyplot
-from dse.study.results import METRIC_COLUMNS
 from dse.study.spec import StudySpec
 
 DYNAMICS_AXES = (

@@ -18,36 +18,12 @@ import optuna
 import polars as pl
 
 from dse.catalog import Catalog
+from dse.metrics import CONSTRAINTS, METRIC_COLUMNS
 from dse.perf.params import PerfParams
 from dse.sim.api import trajectories_frame
-from dse.study.replay import replay
-from dse.study.spec import StudySpec
-from formulations.solve import PlacementSolver, SolveOptions
+from dse.sim.stored import simulate_stored
 
 SCHEMA_VERSION = 2  # 2: the trials' design and design_trials; one front row per design
-METRIC_COLUMNS = {  # metric -> column (unit in the name)
-    "usd_per_million_tokens": "usd_per_million_tokens",
-    "usd_per_hour": "usd_per_hour",
-    "gpus": "gpus",
-    "tokens_per_s_per_gpu": "tokens_per_s_per_gpu",
-    "tokens_per_s_per_user": "tokens_per_s_per_user",
-    "output_tokens_per_s_per_decode_gpu": "output_tokens_per_s_per_decode_gpu",
-    "ttft_s": "ttft_mean_s",
-    "ttft_pct_s": "ttft_pct_s",
-    "tpot_s": "tpot_mean_s",
-    "e2e_s": "e2e_mean_s",
-    "hbm_peak_gb_per_gpu": "hbm_peak_gb_per_gpu",
-    "decode_batch": "decode_batch_sequences",
-    "milp_solve_s": "milp_solve_s",
-    "sim_backlog_growth_per_s": "sim_backlog_growth_per_s",
-    "ttft_p99_s": "ttft_p99_s",
-    "queue_peak_prefill_requests": "queue_peak_prefill_requests",
-    "queue_peak_buffer_requests": "queue_peak_buffer_requests",
-    "planner_moves": "planner_moves",
-    "oscillation_amplitude": "oscillation_amplitude",
-    "hbm_bandwidth_usd_per_tbps_gpu_hour": "hbm_bandwidth_usd_per_tbps_gpu_hour",
-    "hbm_capacity_usd_per_gb_gpu_hour": "hbm_capacity_usd_per_gb_gpu_hour",
-}
 PARAM_COLUMNS = (
     "topology",
     "kv_policy",
@@ -60,7 +36,6 @@ PARAM_COLUMNS = (
     "prefill_share",
     "ffn_tokens_per_gpu",
 )
-CONSTRAINT_KEYS = ("placement", "ttft_s", "tpot_s", "stability", "gpus", "wall_clock")
 CHOICE_COLUMNS = tuple(
     f"p_{k}"
     for k in ("topology", "kv_policy", "prefill_hardware", "prefill_shape", "decode_hardware", "decode_shape")
@@ -108,7 +83,7 @@ def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
         row.update({f"x_{k}": v for k, v in rec.get("point", {}).items()})  # grid studies
         row.update({f"p_{k}": choice.get(k) for k in PARAM_COLUMNS})
         row.update({col: metrics.get(m) for m, col in METRIC_COLUMNS.items()})
-        row.update({f"c_{k}": float(cons.get(k, 0.0)) for k in CONSTRAINT_KEYS})
+        row.update({f"c_{k}": float(cons.get(k, 0.0)) for k in CONSTRAINTS})
         row["feasible"] = all(float(v) <= 0 for v in cons.values()) and bool(cons)
         row["binding"] = rec.get("binding", "")
         for name, v in zip(objectives, t.values or [], strict=False):
@@ -257,22 +232,21 @@ def kv_tiers_frame(study: optuna.Study) -> pl.DataFrame:
 
 def sim_timeseries_frame(
     study: optuna.Study,
-    spec: StudySpec,
     trial_numbers: list[int],
     catalog: Catalog,
     params: PerfParams,
     every_s: float = 10.0,
 ) -> pl.DataFrame:
-    """The fluid trajectories of the given trials, re-simulated (deterministic), one row per
-    trial and sample every ``every_s`` seconds."""
-    solver = PlacementSolver(SolveOptions(time_limit_s=10.0))
+    """The fluid trajectories of the given trials, one row per trial and sample every ``every_s``
+    seconds: each trial's stored design simulated again in its stored scenario (deterministic;
+    nothing is solved). Trials stored before records kept their design have none."""
     frames = []
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
     for n in trial_numbers:
-        rec = replay(spec, by_number[n].params, catalog, params, solver)
-        if rec.simulation is None:
+        sim = simulate_stored(by_number[n].user_attrs.get("record", {}).get("simulation"), catalog, params)
+        if sim is None:
             continue
-        df = trajectories_frame(rec.simulation).filter(pl.col("simulator") == "fluid")
+        df = trajectories_frame(sim).filter(pl.col("simulator") == "fluid")
         step = (
             max(int(round(every_s / max(float(df["t_s"][1] - df["t_s"][0]), 1e-9))), 1)
             if df.height > 1

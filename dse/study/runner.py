@@ -26,8 +26,9 @@ from dse import __version__
 from dse.atomic import write_text
 from dse.catalog import Catalog, load_catalog
 from dse.errors import InputError
+from dse.metrics import METRICS
 from dse.perf.params import PerfParams, load_params
-from dse.placement.serialize import plain
+from dse.plain import plain
 from dse.study.faults import (
     STORAGE_ERRORS,
     StudyInterrupted,
@@ -37,7 +38,6 @@ from dse.study.faults import (
     storage_unreachable,
     wall_clock,
 )
-from dse.study.metrics import METRICS
 from dse.study.proposer import Proposal, Proposer
 from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec, seed_rule

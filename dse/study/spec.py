@@ -14,7 +14,7 @@ seed = 7
 [search.decode]    shapes, max_batch = [low, high]
 [search.aggregated] prefill_share = [low, high]
 [search.afd]        ffn_tokens_per_gpu = [..]
-[objectives]  names = [...]          # metrics from dse.study.metrics.METRICS
+[objectives]  names = [...]          # metrics from dse.metrics.METRICS
 [limits]      budget_usd_hour, power_kw, max_gpus
 [simulate]    horizon_s, arrivals, burst_factor, ...
 [[variants]]  id, base, hbm_bandwidth_scale, hbm_capacity_scale   # what-if hardware
@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from dse.errors import InputError, UnknownIdError
+from dse.metrics import METRICS
 from dse.paths import STUDIES_DIR
 from dse.placement.request import KV_POLICIES, PRICE_TIERS, Topology
 from dse.placement.shapes import parse_shape
-from dse.study.metrics import METRICS
 from dse.typed_data import build, non_empty, positive, read_toml, rule
 from dse.workload import Slo, Workload, at_least_min_rate
 

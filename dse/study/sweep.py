@@ -19,13 +19,14 @@ import optuna
 
 from dse.catalog import Catalog
 from dse.context import Context
+from dse.evaluation import check
 from dse.perf.params import PerfParams
 from dse.placement.api import PlacementReport, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology, UnitOptions
-from dse.placement.serialize import plain
+from dse.plain import plain
 from dse.sim import Planner, PlannerKind
 from dse.study.spec import StudySpec
-from dse.study.trial import Choice, TrialRecord, measure, scenario_for, study_request
+from dse.study.trial import Choice, TrialRecord, record_of, scenario_for, study_request
 from formulations.placement_data import Role
 from formulations.solve import PlacementSolver
 
@@ -157,7 +158,16 @@ def evaluate_point(
         delay = float(point.get("planner_delay_s", min(PLANNER_DELAY_S, period)))
         planner = Planner(PlannerKind(point["planner"]), period_s=period, delay_s=delay)
     scenario = scenario_for(s, tail=point.get("output_tail"), planner=planner)
-    rec = measure(s, req, outcome, catalog, params, scenario, float(point.get("buffer_requests", np.inf)))
+    ev = check(
+        req,
+        outcome,
+        scenario,
+        Context(catalog, params, solver),
+        dt_s=s.simulate.dt_s,
+        buffer_max=float(point.get("buffer_requests", np.inf)),
+        max_gpus=s.limits.max_gpus,
+    )
+    rec = record_of(ev)
     if not outcome.feasible:
         return rec
     metrics: dict[str, float | None] = dict(rec.metrics)

@@ -10,28 +10,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import optuna
 
 from dse.catalog import Catalog
+from dse.context import Context
+from dse.evaluation import Evaluation
+from dse.evaluation import evaluate as evaluate_design
 from dse.perf.params import PerfParams
-from dse.placement.api import TopologyOutcome, solve_candidates
-from dse.placement.candidates import build_candidates
+from dse.placement.api import TopologyOutcome
 from dse.placement.request import Limits, PlacementRequest, Topology, UnitOptions
-from dse.placement.serialize import plain
-from dse.sim import ArrivalKind, Arrivals, OutputLengths, Planner, Scenario, simulate
+from dse.plain import plain
+from dse.sim import ArrivalKind, Arrivals, OutputLengths, Planner, Scenario
 from dse.sim.api import SimulationReport
-from dse.sim.from_placement import pipeline_from_placement, resting_classes
 from dse.study.spec import StudySpec
 from dse.units import Precision
 from dse.workload import Workload
-from formulations.placement_data import Objective, Role
+from formulations.placement_data import Objective
 from formulations.solve import PlacementSolver
 
-INFEASIBLE = 1.0  # constraint value of a design the MILP could not place
 # values recorded for a trial without a design, so samplers can still rank it (constraints mark it)
 WORST = {"minimize": 1e12, "maximize": 0.0}
 
@@ -213,20 +213,36 @@ def scenario_for(spec: StudySpec, tail: str | None = None, planner: Planner | No
 
 @dataclass(frozen=True)
 class TrialRecord:
-    """What a trial leaves behind (JSON-ready apart from the in-memory reports)."""
+    """What a trial leaves behind: JSON-ready, apart from the in-memory evaluation. What the
+    exports and the report need is stored here at trial time (the simulator's design, the stage
+    split), so they never place anything again."""
 
-    metrics: dict[str, float]
+    metrics: dict[str, float | None]
     constraints: dict[str, float]  # <= 0 feasible
     binding: str  # why the design is infeasible, or ""
     pools: list[dict[str, Any]]
     tiers: list[dict[str, Any]]
-    outcome: TopologyOutcome | None = None
-    simulation: SimulationReport | None = None
-    request: PlacementRequest | None = None
+    # what the exports and the report simulate again (no solve): the simulator's design
+    # (dse.sim.from_placement.SimDesign), its scenario and time step (dse.sim.stored)
+    simulation_inputs: dict[str, Any] | None = None
+    stage_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    evaluation: Evaluation | None = None
 
     @property
     def feasible(self) -> bool:
         return all(v <= 0 for v in self.constraints.values())
+
+    @property
+    def outcome(self) -> TopologyOutcome | None:
+        return self.evaluation.outcome if self.evaluation is not None else None
+
+    @property
+    def simulation(self) -> SimulationReport | None:
+        return self.evaluation.simulation if self.evaluation is not None else None
+
+    @property
+    def request(self) -> PlacementRequest | None:
+        return self.evaluation.request if self.evaluation is not None else None
 
     def attrs(self) -> dict[str, Any]:
         """For Optuna's user attributes."""
@@ -236,6 +252,8 @@ class TrialRecord:
             "binding": self.binding,
             "pools": self.pools,
             "tiers": self.tiers,
+            "simulation": self.simulation_inputs,
+            "stage_ms": self.stage_ms,
         }
 
 
@@ -244,76 +262,19 @@ def evaluate(
 ) -> TrialRecord:
     """Place the choice for the study's traffic, then check it over time."""
     req = request_for(spec, c, catalog)
-    cands = build_candidates(req, Topology(c.topology), catalog, params)
-    outcome = solve_candidates(req, cands, solver)
-    return measure(spec, req, outcome, catalog, params, scenario_for(spec))
-
-
-def measure(
-    spec: StudySpec,
-    req: PlacementRequest,
-    outcome: TopologyOutcome,
-    catalog: Catalog,
-    params: PerfParams,
-    scenario: Scenario,
-    buffer_max: float = np.inf,
-) -> TrialRecord:
-    """The record of a placement outcome: its metrics, checked over time in ``scenario``."""
-    if not outcome.feasible:
-        why = outcome.infeasibility
-        binding = f"{why.binding}: {why.detail}" if why else outcome.result.termination.value
-        return TrialRecord(
-            {"milp_solve_s": outcome.result.solve_s},
-            {"placement": INFEASIBLE},
-            binding,
-            [],
-            [],
-            outcome,
-            None,
-            req,
-        )
-    doc = {"request": plain(req), "best": plain(outcome)}
-    pipe, workload, slo, kv_gb = pipeline_from_placement(doc, catalog, params, buffer_max=buffer_max)
-    sim = simulate(pipe, scenario, dt=spec.simulate.dt_s, kv_gb_per_seq=kv_gb, resting=resting_classes(doc))
-    f = sim.fluid
-    ttft_pct = ttft_at_percentile(float(f.ttft_mean_s[0]), float(f.ttft_p99_s[0]), slo.percentile)
-    tpot = float(f.tpot_mean_s[0])
-    decode_gpus = sum(p.gpus for p in outcome.pools if p.unit.role is not Role.PREFILL)
-    metrics = {
-        "usd_per_million_tokens": outcome.usd_per_million_tokens,
-        "usd_per_hour": outcome.usd_per_hour,
-        "gpus": float(outcome.gpus),
-        "tokens_per_s_per_gpu": outcome.tokens_per_s / max(outcome.gpus, 1),
-        "tokens_per_s_per_user": 1.0 / tpot if tpot > 0 else 0.0,
-        "output_tokens_per_s_per_decode_gpu": workload.requests_per_s
-        * workload.output_tokens
-        / max(decode_gpus, 1),
-        "ttft_s": float(f.ttft_mean_s[0]),
-        "ttft_pct_s": ttft_pct,
-        "tpot_s": tpot,
-        "e2e_s": float(f.e2e_mean_s[0]),
-        "hbm_peak_gb_per_gpu": max(p.hbm_gb_per_gpu for p in outcome.pools),
-        "decode_batch": max(p.unit.decode_batch for p in outcome.pools),
-        "milp_solve_s": outcome.result.solve_s,
-        "sim_backlog_growth_per_s": float(f.backlog_growth_per_s[0]),
-        "ttft_p99_s": float(f.ttft_p99_s[0]),
-        "queue_peak_prefill_requests": float(np.max(sim.fluid_trajectories.prefill_queue[0])),
-        "queue_peak_buffer_requests": float(np.max(sim.fluid_trajectories.buffer[0])),
-        "planner_moves": float(f.planner_moves[0]),
-        "oscillation_amplitude": float(f.oscillation_amplitude[0]),
-    }
-    constraints = {
-        "placement": 0.0,
-        "ttft_s": ttft_pct - slo.ttft_s,
-        "tpot_s": tpot - slo.tpot_s,
-        # unstable: the backlog grows; the number is how fast
-        "stability": 0.0 if bool(f.stable[0]) else max(float(f.backlog_growth_per_s[0]), 1e-9),
-    }
-    if spec.limits.max_gpus is not None:
-        constraints["gpus"] = float(outcome.gpus) - spec.limits.max_gpus
-    binding = (
-        "" if all(v <= 0 for v in constraints.values()) else max(constraints, key=constraints.__getitem__)
+    ev = evaluate_design(
+        req,
+        [Topology(c.topology)],
+        scenario_for(spec),
+        Context(catalog, params, solver),
+        dt_s=spec.simulate.dt_s,
+        max_gpus=spec.limits.max_gpus,
     )
+    return record_of(ev)
+
+
+def record_of(ev: Evaluation) -> TrialRecord:
+    """The stored record of an evaluation."""
     pools = [
         {
             "role": p.unit.role.name.lower(),
@@ -330,7 +291,7 @@ def measure(
             "output_tokens_per_s": p.output_tokens_per_s,
             "usd_per_hour": p.usd_per_hour,
         }
-        for p in outcome.pools
+        for p in ev.outcome.pools
     ]
     tiers = [
         {
@@ -341,18 +302,18 @@ def measure(
             **{f"share_{k}": v for k, v in t.share.items()},
             **{f"stored_{k}_gb": v for k, v in t.stored_gb.items()},
         }
-        for t in outcome.tiers
+        for t in ev.outcome.tiers
     ]
-    clean = {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items()}
-    return TrialRecord(clean, constraints, binding, pools, tiers, outcome, sim, req)  # type: ignore[arg-type]
-
-
-def ttft_at_percentile(mean: float, p99: float, percentile: float) -> float:
-    """TTFT at ``percentile`` between the simulated mean and p99, taking the excess over the mean
-    as exponential: its quantile grows with ``ln(1 / (1 - p))``, which is 1 at about p63 (the
-    mean of an exponential) and ``ln 100`` at p99."""
-    grow = math.log(1.0 / (1.0 - percentile / 100.0))
-    return mean + (p99 - mean) * max(grow - 1.0, 0.0) / (math.log(100.0) - 1.0)
+    inputs = None
+    if ev.design is not None and ev.scenario is not None:
+        buffer = ev.buffer_max if math.isfinite(ev.buffer_max) else None
+        inputs = {
+            "design": plain(ev.design),
+            "scenario": plain(ev.scenario),
+            "dt_s": ev.dt_s,
+            "buffer_max": buffer,
+        }
+    return TrialRecord(ev.metrics, ev.constraints, ev.binding, pools, tiers, inputs, ev.stage_ms, ev)
 
 
 def params_of(c: Choice) -> dict[str, Any]:

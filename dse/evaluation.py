@@ -1,0 +1,250 @@
+"""What a design is worth: the spine from a placement request to the figures a study records.
+
+:func:`evaluate` places a request (:func:`dse.placement.api.place_best`), and :func:`check` takes
+a placed outcome from there: the simulator's typed design (:func:`design_of`), its pipeline, the
+fluid simulation in a scenario, and the :class:`Evaluation`: the request, the outcome, the
+metrics (keys of :data:`dse.metrics.METRICS`), the constraints (``<= 0`` feasible, keys of
+:data:`dse.metrics.CONSTRAINTS`), the binding one, and each pool's step split into GEMMs,
+attention, communication and overhead. Typed objects only: nothing here is turned into a dict and
+parsed back. A study trial is one call of :func:`evaluate` or :func:`check`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from dse.context import Context
+from dse.perf.afd import attention_side, ffn_side
+from dse.perf.pool import build_pool
+from dse.perf.serving import prefill_batch_tokens
+from dse.perf.stages import forward_cost
+from dse.placement.api import PoolPlan, TopologyOutcome, place_best
+from dse.placement.request import PlacementRequest, Topology
+from dse.sim.api import SimulationReport, simulate
+from dse.sim.from_placement import SimDesign, SimPool, pipeline_of
+from dse.sim.kv_tiers import RestingClass
+from dse.sim.scenario import Scenario
+from formulations.placement_data import Role
+
+INFEASIBLE = 1.0
+"""The ``placement`` constraint of a request the MILP could not place."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    request: PlacementRequest
+    outcome: TopologyOutcome
+    design: SimDesign | None  # None: nothing was placed
+    simulation: SimulationReport | None
+    metrics: dict[str, float | None]
+    constraints: dict[str, float]  # <= 0 feasible
+    binding: str  # the constraint that fails most, with its reason, or ""
+    stage_ms: dict[str, dict[str, float]]  # pool label -> stage -> ms of one step
+    scenario: Scenario | None = None  # what the design was simulated in (None: nothing placed)
+    dt_s: float = 1.0
+    buffer_max: float = np.inf
+
+    @property
+    def feasible(self) -> bool:
+        return all(v <= 0 for v in self.constraints.values())
+
+
+def evaluate(
+    req: PlacementRequest,
+    topologies: Iterable[Topology],
+    scenario: Scenario,
+    ctx: Context,
+    *,
+    dt_s: float,
+    max_gpus: float | None = None,
+) -> Evaluation:
+    """Place ``req`` over ``topologies`` (the best by the MILP objective; when none is feasible, the
+    first one's explanation) and :func:`check` the result."""
+    placed = place_best(req, topologies, ctx, with_shadow_prices=False)
+    outcome = placed.best if placed.best is not None else placed.outcomes[0]
+    return check(req, outcome, scenario, ctx, dt_s=dt_s, max_gpus=max_gpus)
+
+
+def check(
+    req: PlacementRequest,
+    outcome: TopologyOutcome,
+    scenario: Scenario,
+    ctx: Context,
+    *,
+    dt_s: float,
+    buffer_max: float = np.inf,
+    max_gpus: float | None = None,
+) -> Evaluation:
+    """A placed outcome checked over time in ``scenario``: metrics, constraints, stage split."""
+    if not outcome.feasible:
+        why = outcome.infeasibility
+        binding = f"{why.binding}: {why.detail}" if why else outcome.result.termination.value
+        return Evaluation(
+            req,
+            outcome,
+            None,
+            None,
+            {"milp_solve_s": outcome.result.solve_s},
+            {"placement": INFEASIBLE},
+            binding,
+            {},
+        )
+    design = design_of(req, outcome)
+    pipe, kv_gb = pipeline_of(design, ctx.catalog, ctx.params, buffer_max=buffer_max)
+    sim = simulate(pipe, scenario, dt=dt_s, kv_gb_per_seq=kv_gb, resting=design.resting)
+    metrics = _metrics(req, outcome, sim)
+    f = sim.fluid
+    constraints = {
+        "placement": 0.0,
+        "ttft_s": float(metrics["ttft_pct_s"] or 0.0) - req.slo.ttft_s,
+        "tpot_s": float(metrics["tpot_s"] or 0.0) - req.slo.tpot_s,
+        # unstable: the backlog grows; the number is how fast
+        "stability": 0.0 if bool(f.stable[0]) else max(float(f.backlog_growth_per_s[0]), 1e-9),
+    }
+    if max_gpus is not None:
+        constraints["gpus"] = float(outcome.gpus) - max_gpus
+    failing = {k: v for k, v in constraints.items() if v > 0}
+    binding = max(failing, key=failing.__getitem__) if failing else ""
+    stages = stage_split(req, outcome.pools, ctx)
+    return Evaluation(
+        req, outcome, design, sim, metrics, constraints, binding, stages, scenario, dt_s, buffer_max
+    )
+
+
+def _metrics(
+    req: PlacementRequest, outcome: TopologyOutcome, sim: SimulationReport
+) -> dict[str, float | None]:
+    f, w = sim.fluid, req.workload
+    ttft_pct = ttft_at_percentile(float(f.ttft_mean_s[0]), float(f.ttft_p99_s[0]), req.slo.percentile)
+    tpot = float(f.tpot_mean_s[0])
+    decode_gpus = sum(p.gpus for p in outcome.pools if p.unit.role is not Role.PREFILL)
+    metrics = {
+        "usd_per_million_tokens": outcome.usd_per_million_tokens,
+        "usd_per_hour": outcome.usd_per_hour,
+        "gpus": float(outcome.gpus),
+        "tokens_per_s_per_gpu": outcome.tokens_per_s / max(outcome.gpus, 1),
+        "tokens_per_s_per_user": 1.0 / tpot if tpot > 0 else 0.0,
+        "output_tokens_per_s_per_decode_gpu": w.requests_per_s * w.output_tokens / max(decode_gpus, 1),
+        "ttft_s": float(f.ttft_mean_s[0]),
+        "ttft_pct_s": ttft_pct,
+        "tpot_s": tpot,
+        "e2e_s": float(f.e2e_mean_s[0]),
+        "hbm_peak_gb_per_gpu": max(p.hbm_gb_per_gpu for p in outcome.pools),
+        "decode_batch": max(p.unit.decode_batch for p in outcome.pools),
+        "milp_solve_s": outcome.result.solve_s,
+        "sim_backlog_growth_per_s": float(f.backlog_growth_per_s[0]),
+        "ttft_p99_s": float(f.ttft_p99_s[0]),
+        "queue_peak_prefill_requests": float(np.max(sim.fluid_trajectories.prefill_queue[0])),
+        "queue_peak_buffer_requests": float(np.max(sim.fluid_trajectories.buffer[0])),
+        "planner_moves": float(f.planner_moves[0]),
+        "oscillation_amplitude": float(f.oscillation_amplitude[0]),
+    }
+    return {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items()}
+
+
+def ttft_at_percentile(mean: float, p99: float, percentile: float) -> float:
+    """TTFT at ``percentile`` between the simulated mean and p99, taking the excess over the mean
+    as exponential: its quantile grows with ``ln(1 / (1 - p))``, which is 1 at about p63 (the
+    mean of an exponential) and ``ln 100`` at p99."""
+    grow = math.log(1.0 / (1.0 - percentile / 100.0))
+    return mean + (p99 - mean) * max(grow - 1.0, 0.0) / (math.log(100.0) - 1.0)
+
+
+def stage_split(
+    req: PlacementRequest, pools: Iterable[PoolPlan], ctx: Context
+) -> dict[str, dict[str, float]]:
+    """One step of each pool at its operating point, in ms: decode pools at their batch, prefill
+    pools on one full forward (:func:`~dse.perf.serving.prefill_batch_tokens`), split into GEMMs,
+    attention, communication and fixed overhead. Attention and FFN pools run their half of the
+    model; an aggregated pool's step is shown without the prefill chunks interleaved with it."""
+    model, engine, w = ctx.catalog.model(req.model), ctx.params.engine(req.engine), req.workload
+    out: dict[str, dict[str, float]] = {}
+    for p in pools:
+        par = p.unit.parallel
+        pool = build_pool(
+            model,
+            [ctx.catalog.hardware(p.unit.hardware)],
+            gpus=[par.gpus],
+            attn_tp=[par.attn_tp],
+            ep=[par.ep],
+            weight_precision=[req.weight_precision],
+            kv_precision=[engine.kv_precision],
+        )
+        if p.unit.role is Role.PREFILL:
+            tokens = prefill_batch_tokens(
+                pool, w.input_tokens, req.options.prefill_chunk_tokens, engine.prefill_chunk_per_instance
+            )
+            tokens_, seqs, ctx_len, prefill = (
+                tokens,
+                tokens / w.input_tokens,
+                np.array([w.input_tokens]),
+                True,
+            )
+            step_pool = pool
+        else:
+            tokens_ = np.array([max(float(p.unit.decode_batch), 1.0)])
+            seqs, prefill = tokens_, False
+            ctx_len = np.array([w.mean_prompt_tokens() + 0.5 * w.output_tokens])
+            half = {Role.ATTENTION: attention_side, Role.FFN: ffn_side}.get(p.unit.role)
+            step_pool = half(pool) if half is not None else pool
+        cost = forward_cost(
+            step_pool, ctx.params, tokens=tokens_, sequences=seqs, context=ctx_len, prefill=prefill,
+            speed=np.array([engine.speed]),
+        )  # fmt: skip
+        out[f"{p.unit.role.name.lower()} {p.unit.hardware} {par.label()}"] = {
+            "gemm": 1e3 * float(cost.gemm_s[0]),
+            "attention": 1e3 * float(cost.attention_s[0]),
+            "communication": 1e3 * float(cost.comm_s[0]),
+            "overhead": 1e3 * float(cost.overhead_s[0]),
+        }
+    return out
+
+
+def _or_none(x: float) -> float | None:
+    return None if x is None or math.isnan(x) else float(x)
+
+
+def _sim_pool(p: PoolPlan) -> SimPool:
+    u = p.unit
+    return SimPool(
+        role=u.role.name.lower(),
+        hardware=u.hardware,
+        name=u.name,
+        gpus=float(u.parallel.gpus),
+        attn_tp=float(u.parallel.attn_tp),
+        ep=float(u.parallel.ep),
+        instances=float(p.instances),
+        prefill_share=float(u.prefill_share or 0.0),
+        prefill_batch_requests=float(u.prefill_batch_requests or 0.0),
+        decode_batch=float(u.decode_batch or 0.0),
+        output_tokens_per_s=float(p.output_tokens_per_s),
+        requests_per_s=float(p.requests_per_s),
+        returning_per_s=float(p.returning_per_s),
+        prefill_busy_s=_or_none(p.prefill_busy_s),
+        fresh_busy_s=_or_none(p.fresh_busy_s),
+        midfill_busy_s=_or_none(p.midfill_busy_s),
+        reload_s=_or_none(p.reload_s),
+    )
+
+
+def design_of(req: PlacementRequest, outcome: TopologyOutcome) -> SimDesign:
+    """The design of a feasible placement outcome, typed all the way."""
+    total = req.workload.requests_per_s
+    return SimDesign(
+        model=req.model,
+        engine=req.engine,
+        weight_precision=req.weight_precision.value,
+        mtp=req.mtp,
+        topology=outcome.topology.value,
+        workload=req.workload,
+        slo=req.slo,
+        pools=tuple(_sim_pool(p) for p in outcome.pools),
+        resting=tuple(
+            RestingClass(t.returning_per_s / total, t.dwell_s, t.gb_per_session, dict(t.share))
+            for t in outcome.tiers
+        ),
+    )

@@ -1,0 +1,90 @@
+"""The one registry of what an evaluation measures: each metric's name (the key an evaluation
+records and an objective names), unit, Parquet column and description, and the constraints with
+theirs. The trials table, the study-file check of objectives, the report's units and the schema
+table of ``docs/schema.md`` (:func:`markdown_table`; a test keeps the page in step) derive from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    unit: str
+    direction: str | None  # "minimize", "maximize", or None (recorded only)
+    doc: str
+    column: str = ""  # the Parquet column, when it is not the metric's name (a unit in the name)
+
+
+METRICS = {
+    "usd_per_million_tokens": Metric("$/M tokens", "minimize", "cost per million prompt + output tokens"),
+    "usd_per_hour": Metric("$/h", "minimize", "GPUs bought, at the study's price tier"),
+    "gpus": Metric("GPUs", "minimize", "GPUs bought, in whole nodes or racks"),
+    "tokens_per_s_per_gpu": Metric("tokens/s/GPU", "maximize", "prompt + output tokens per GPU bought"),
+    "tokens_per_s_per_user": Metric("tokens/s", "maximize", "decode speed one user sees (1 / TPOT)"),
+    "output_tokens_per_s_per_decode_gpu": Metric("tokens/s/GPU", "maximize", "output tokens per decode GPU"),
+    "ttft_s": Metric("s", "minimize", "mean time to first token, simulated", "ttft_mean_s"),
+    "ttft_pct_s": Metric("s", "minimize", "TTFT at the study's percentile, simulated"),
+    "tpot_s": Metric("s", "minimize", "mean time per output token, simulated", "tpot_mean_s"),
+    "e2e_s": Metric("s", "minimize", "mean end-to-end latency, simulated", "e2e_mean_s"),
+    "hbm_peak_gb_per_gpu": Metric("GB", "minimize", "largest HBM residency of any pool"),
+    "decode_batch": Metric("sequences", None, "sequences per decode instance", "decode_batch_sequences"),
+    "milp_solve_s": Metric("s", None, "MILP solve time"),
+    "sim_backlog_growth_per_s": Metric("requests/s", None, "backlog growth over the simulation's last third"),
+    "ttft_p99_s": Metric("s", "minimize", "99th-percentile time to first token, simulated"),
+    "queue_peak_prefill_requests": Metric(
+        "requests", None, "most requests waiting for or in prefill (incl. reload, handoff), simulated"
+    ),
+    "queue_peak_buffer_requests": Metric(
+        "requests", None, "most prefilled requests waiting for a decode slot"
+    ),
+    "planner_moves": Metric("moves", None, "instances the planner moved between prefill and decode"),
+    "oscillation_amplitude": Metric(
+        "instances or requests", None, "swing of a sustained oscillation, else 0"
+    ),
+    "hbm_bandwidth_usd_per_tbps_gpu_hour": Metric(
+        "$/h per TB/s per GPU",
+        None,
+        "shadow price of HBM bandwidth, decode hardware (grid studies)",
+    ),
+    "hbm_capacity_usd_per_gb_gpu_hour": Metric(
+        "$/h per GB per GPU",
+        None,
+        "shadow price of HBM capacity, decode hardware (grid studies)",
+    ),
+}
+
+
+def column(name: str) -> str:
+    """The Parquet column of metric ``name``."""
+    return METRICS[name].column or name
+
+
+METRIC_COLUMNS = {name: column(name) for name in METRICS}
+"""Metric -> column, in registry order: the metric columns of the trials table."""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    unit: str
+    doc: str
+
+
+CONSTRAINTS = {
+    "placement": Constraint("", "1 when the MILP found no placement, else 0"),
+    "ttft_s": Constraint("s", "TTFT at the study's percentile minus its target"),
+    "tpot_s": Constraint("s", "mean TPOT minus its target"),
+    "stability": Constraint("requests/s", "backlog growth of an unstable design, else 0"),
+    "gpus": Constraint("GPUs", "GPUs minus the study's cap (when it has one)"),
+    "wall_clock": Constraint("", "1 when the trial ran over its wall-clock cap, else 0"),
+}
+"""What a trial is checked against, as numbers where <= 0 is feasible (the ``c_<name>`` columns)."""
+
+
+def markdown_table() -> str:
+    """The metric and constraint columns of the trials table, for ``docs/schema.md``."""
+    rows = ["| column | unit | what |", "|---|---|---|"]
+    rows += [f"| `{column(n)}` | {m.unit} | {m.doc} |" for n, m in METRICS.items()]
+    rows += [f"| `c_{n}` | {c.unit} | {c.doc} (`<= 0` feasible) |" for n, c in CONSTRAINTS.items()]
+    return "\n".join(rows)
