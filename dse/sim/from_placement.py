@@ -245,96 +245,84 @@ def pipeline_of(
         ) from None
 
 
+@dataclass
+class _Prefill:
+    """The prefill-capable pools as one pool of servers, and the mix of work they are given."""
+
+    servers: float = 0.0  # an instance batching m prompts per forward is m servers
+    instances: float = 0.0
+    rate: float = 0.0  # requests/s the servers prefill when busy
+    fresh_w: float = 0.0  # requests/s x seconds, per kind, to weight the mean service times
+    fresh_n: float = 0.0
+    mid_w: float = 0.0
+    mid_n: float = 0.0
+    reload_w: float = 0.0
+
+    def add(self, p: SimPool) -> None:
+        x, phi, busy = p.instances, p.prefill_share, p.prefill_busy_s
+        if p.role not in ("prefill", "mixed") or not busy:
+            return
+        stretch = 1.0 / phi if p.role == "mixed" else 1.0  # an aggregated unit prefills phi of the time
+        m = max(1.0, round(p.prefill_batch_requests or 1.0))
+        self.servers += x * m
+        self.instances += x
+        self.rate += x / (busy * stretch)
+        ret = p.returning_per_s
+        fresh = p.requests_per_s - ret
+        if fresh > 0 and p.fresh_busy_s:
+            self.fresh_w += fresh * p.fresh_busy_s * stretch * m
+            self.fresh_n += fresh
+        if ret > 0 and p.midfill_busy_s:
+            self.mid_w += ret * p.midfill_busy_s * stretch * m
+            self.reload_w += ret * (p.reload_s or 0.0)
+            self.mid_n += ret
+
+    def service_s(self, returning_share: float) -> tuple[float, float]:
+        """(fresh, midfill) seconds per request on one server: each kind's mean, scaled so the
+        servers' mix reproduces the pool's rate (one request's prefill lasts a batch)."""
+        mean_busy = self.servers / self.rate
+        fresh_s = self.fresh_w / self.fresh_n if self.fresh_n > 0 else mean_busy
+        midfill_s = self.mid_w / self.mid_n if self.mid_n > 0 else mean_busy
+        mix = (1 - returning_share) * fresh_s + returning_share * midfill_s
+        return fresh_s * mean_busy / mix, midfill_s * mean_busy / mix  # the same total work
+
+
 def _pipeline(
     design: SimDesign, catalog: Catalog, params: PerfParams, buffer_max: float, source: str
 ) -> tuple[Pipeline, float]:
     workload = design.workload
-    model = catalog.model(design.model)
-    engine = params.engine(design.engine)
-    wp = Precision(design.weight_precision)
-    draft = float(engine.mtp_draft_tokens if design.mtp else 0)
-    accept = engine.mtp_accept_tokens if design.mtp else 1.0
-    pools = design.pools
-    ctx = workload.mean_prompt_tokens() + 0.5 * workload.output_tokens
-
-    servers = rate = instances = 0.0
-    fresh_w = mid_w = reload_w = fresh_n = mid_n = 0.0
-    decoders: list[tuple[SimPool, float]] = []
-    for i, p in enumerate(pools):
-        role, x, phi, busy = p.role, p.instances, p.prefill_share, p.prefill_busy_s
-        if role in ("prefill", "mixed") and busy:
-            stretch = 1.0 / phi if role == "mixed" else 1.0  # an aggregated unit prefills phi of the time
-            m = max(1.0, round(p.prefill_batch_requests or 1.0))
-            servers += x * m
-            instances += x
-            rate += x / (busy * stretch)
-            # weights: the requests/s this pool serves of each kind
-            ret = p.returning_per_s
-            fresh = p.requests_per_s - ret
-            if fresh > 0 and p.fresh_busy_s:
-                fresh_w += fresh * p.fresh_busy_s * stretch * m
-                fresh_n += fresh
-            if ret > 0 and p.midfill_busy_s:
-                mid_w += ret * p.midfill_busy_s * stretch * m
-                reload_w += ret * (p.reload_s or 0.0)
-                mid_n += ret
-        if role in ("decode", "mixed", "attention"):
+    model, engine, wp = (
+        catalog.model(design.model),
+        params.engine(design.engine),
+        Precision(design.weight_precision),
+    )
+    prefill = _Prefill()
+    decoders: list[SimPool] = []
+    for i, p in enumerate(design.pools):
+        prefill.add(p)
+        if p.role in ("decode", "mixed", "attention"):
             if not p.decode_batch:
                 raise InputError(
                     source, f"best.pools[{i}].unit.decode_batch", "must be positive for a decode pool"
                 )
-            decoders.append((p, phi))
-    if servers <= 0 or not decoders:
+            decoders.append(p)
+    if prefill.servers <= 0 or not decoders:
         raise InputError(source, "best.pools", "needs a prefill-capable and a decode-capable pool")
-    main, phi = max(decoders, key=lambda d: d[0].instances)
-    hw = catalog.hardware(main.hardware)
-    slots = int(max(1, np.floor(main.decode_batch)))
-    # the step time at up to 257 batches, interpolated to every batch up to the cap
-    n = np.unique(np.round(np.linspace(0.0, slots, min(slots + 1, 257))))
-    k = len(n)
-    pool = build_pool(
-        model,
-        [hw] * k,
-        gpus=[main.gpus] * k,
-        attn_tp=[main.attn_tp] * k,
-        ep=[main.ep] * k,
-        weight_precision=[wp] * k,
-        kv_precision=[engine.kv_precision] * k,
-    )
-    afd = main.role == "attention"
-    step_pool = attention_side(pool) if afd else pool
-    tpot = decode_tpot(
-        step_pool,
-        params,
-        batch=np.maximum(n, 1e-9),
-        context=np.full_like(n, ctx),
-        speed=np.full_like(n, engine.speed),
-        draft_tokens=np.full_like(n, draft),
-        accept_tokens=np.full_like(n, accept),
-    )
-    tpot = np.interp(np.arange(slots + 1, dtype=float), n, tpot)
-    if afd:
-        tpot = 2.0 * tpot
-    if main.role == "mixed":
-        tpot = tpot / (1.0 - phi)
+    main = max(decoders, key=lambda d: d.instances)
+    slots, tpot, pool = _step_table(design, main, catalog, params)
     # other decode pools count as instances of the main one with the same tokens/s
-    per_main = main.output_tokens_per_s / main.instances
-    decode_x = sum(p.output_tokens_per_s for p, _ in decoders) / per_main
+    decode_x = sum(p.output_tokens_per_s for p in decoders) / (main.output_tokens_per_s / main.instances)
     handoff = (
         0.0
         if main.role == "mixed"
-        else _handoff_s(workload, prefill_pool(pools, catalog, model, wp, engine), params)
+        else _handoff_s(workload, prefill_pool(design.pools, catalog, model, wp, engine), params)
     )
+    ctx = workload.mean_prompt_tokens() + 0.5 * workload.output_tokens
     kv_gb = (ctx * float(pool.kv_bytes_per_token[0]) + float(pool.state_bytes[0])) / GB
-    # one request's prefill lasts a batch on a server; the servers' mix reproduces the pool's rate
-    mean_busy = servers / rate
-    fresh_s = fresh_w / fresh_n if fresh_n > 0 else mean_busy
-    midfill_s = mid_w / mid_n if mid_n > 0 else mean_busy
     share = workload.returning_share
-    mix = (1 - share) * fresh_s + share * midfill_s
-    fresh_s, midfill_s = fresh_s * mean_busy / mix, midfill_s * mean_busy / mix  # same total work
+    fresh_s, midfill_s = prefill.service_s(share)
     pipe = Pipeline(
-        prefill_instances=np.array([servers]),
+        prefill_instances=np.array([prefill.servers]),
         prefill_s=np.array([fresh_s]),
         handoff_s=np.array([handoff]),
         # whole instances, never fewer than the placement's capacity
@@ -345,13 +333,49 @@ def _pipeline(
         label=(f"{design.topology}: {main.name}",),
         midfill_share=np.array([share]),
         midfill_s=np.array([midfill_s]),
-        reload_s=np.array([reload_w / mid_n if mid_n > 0 else 0.0]),
+        reload_s=np.array([prefill.reload_w / prefill.mid_n if prefill.mid_n > 0 else 0.0]),
         # each prefill instance brings back one session's KV at a time over all its links, and
         # hands one request's KV to decode at a time over the NICs that hold its shards
-        reload_servers=np.array([instances]),
-        handoff_servers=np.array([instances if handoff > 0 else np.inf]),
+        reload_servers=np.array([prefill.instances]),
+        handoff_servers=np.array([prefill.instances if handoff > 0 else np.inf]),
     )
     return pipe, kv_gb
+
+
+def _step_table(
+    design: SimDesign, main: SimPool, catalog: Catalog, params: PerfParams
+) -> tuple[int, Any, Any]:
+    """(slots, time per output token at every batch 0..slots, the pool) of the main decode pool:
+    the performance model at up to 257 batches, interpolated to every batch up to the cap."""
+    w, engine = design.workload, params.engine(design.engine)
+    slots = int(max(1, np.floor(main.decode_batch)))
+    n = np.unique(np.round(np.linspace(0.0, slots, min(slots + 1, 257))))
+    k = len(n)
+    pool = build_pool(
+        catalog.model(design.model),
+        [catalog.hardware(main.hardware)] * k,
+        gpus=[main.gpus] * k,
+        attn_tp=[main.attn_tp] * k,
+        ep=[main.ep] * k,
+        weight_precision=[Precision(design.weight_precision)] * k,
+        kv_precision=[engine.kv_precision] * k,
+    )
+    afd = main.role == "attention"
+    tpot = decode_tpot(
+        attention_side(pool) if afd else pool,
+        params,
+        batch=np.maximum(n, 1e-9),
+        context=np.full_like(n, w.mean_prompt_tokens() + 0.5 * w.output_tokens),
+        speed=np.full_like(n, engine.speed),
+        draft_tokens=np.full_like(n, float(engine.mtp_draft_tokens if design.mtp else 0)),
+        accept_tokens=np.full_like(n, engine.mtp_accept_tokens if design.mtp else 1.0),
+    )
+    tpot = np.interp(np.arange(slots + 1, dtype=float), n, tpot)
+    if afd:
+        tpot = 2.0 * tpot
+    if main.role == "mixed":
+        tpot = tpot / (1.0 - main.prefill_share)
+    return slots, tpot, pool
 
 
 def prefill_pool(pools: tuple[SimPool, ...], catalog: Catalog, model: Any, wp: Precision, engine: Any) -> Any:
