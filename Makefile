@@ -34,6 +34,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dse formulations tests benchmarks
 	$(VENV)/bin/mypy dse formulations
+	$(VENV)/bin/lint-imports pyproject.toml
 
 # every benchmark; figures to benchmarks/results/latest.{json,md} and the README table
 bench: $(STAMP)

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 from record import figure
 
+from dse.calibration import fit as cal
+from dse.calibration.published import POINTS, measured_per_gpu
 from dse.catalog import load_catalog
 from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS
-from dse.perf import calibration as cal
 from dse.perf.params import default_params
-from dse.perf.published import POINTS, measured_per_gpu
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fleet_check import fleet_nodes  # noqa: E402

@@ -164,7 +164,7 @@ def test_predict_states_its_expected_error(cli: Cli) -> None:
 def test_no_expected_error_from_a_calibration_file_without_its_figures() -> None:
     from dataclasses import replace
 
-    from dse.perf.calibration import expected_error
+    from dse.perf.expected_error import expected_error
 
     params = load_params()
     old = {k: v for k, v in params.provenance.items() if not k.startswith("loho_")}

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dse.calibration import fit as cal
 from dse.catalog import Catalog
 from dse.paths import MEASURED_RUNS as INFERENCEX  # the measured runs, vendored in reference/
-from dse.perf import calibration as cal
 from dse.perf.benchmark_rows import parse_row, predict_rows
 from dse.perf.params import default_params, load_params
 

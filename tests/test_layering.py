@@ -1,98 +1,34 @@
-"""Folders import downward only. This walks every import statement of the engine."""
+"""Folders import downward only: the layers contract of ``pyproject.toml`` ([tool.importlinter]),
+checked by import-linter over every import statement of the engine, inside functions too."""
 
 from __future__ import annotations
 
-import ast
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-
-# module prefix -> prefixes it must never import
-FORBIDDEN = {
-    "dse.errors": ["dse.", "formulations"],
-    "dse.units": ["dse.", "formulations"],
-    "dse.typed_data": [
-        "dse.catalog",
-        "dse.perf",
-        "dse.sim",
-        "dse.search",
-        "dse.study",
-        "dse.cli",
-        "formulations",
-    ],
-    "dse.catalog": [
-        "dse.perf",
-        "dse.sim",
-        "dse.search",
-        "dse.study",
-        "dse.report",
-        "dse.export",
-        "dse.cli",
-        "formulations",
-    ],
-    "dse.perf": ["dse.sim", "dse.search", "dse.study", "dse.cli", "formulations"],
-    # formulations see numbers only: no engine objects cross into them
-    "formulations": ["dse."],
-    "dse.workload": [
-        "dse.catalog",
-        "dse.perf",
-        "dse.placement",
-        "dse.sim",
-        "dse.search",
-        "dse.study",
-        "dse.cli",
-        "formulations",
-    ],
-    "dse.placement": ["dse.sim", "dse.search", "dse.study", "dse.cli"],
-    "dse.study": ["dse.cli"],
-    "dse.atomic": ["dse.", "formulations"],
-    "dse.sim": ["dse.cli", "dse.study", "dse.search", "formulations"],
-}
+LINT = Path(sys.executable).parent / "lint-imports"
 
 
-def _modules() -> dict[str, Path]:
-    out = {}
-    for root in ("dse", "formulations"):
-        for path in (REPO / root).rglob("*.py"):
-            rel = path.relative_to(REPO).with_suffix("")
-            name = ".".join(p for p in rel.parts if p != "__init__")
-            out[name] = path
-    return out
-
-
-def _imports(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
-
-
-def _violations() -> list[str]:
-    bad = []
-    for mod, path in _modules().items():
-        imported = _imports(path)
-        for prefix, banned in FORBIDDEN.items():
-            if mod == prefix or mod.startswith(prefix + "."):
-                bad += [
-                    f"{mod} imports {i}"
-                    for i in imported
-                    for b in banned
-                    if (i + ".").startswith(b) or i == b.rstrip(".")
-                ]
-        if not mod.startswith("dse.cli"):
-            bad += [f"{mod} imports the CLI ({i})" for i in imported if i.startswith("dse.cli")]
-    return bad
+def _lint(config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT), "--no-cache", str(config)], cwd=REPO, capture_output=True, text=True, check=False
+    )
 
 
 def test_folders_import_downward_only() -> None:
-    assert _violations() == []
+    proc = _lint(REPO / "pyproject.toml")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "1 kept, 0 broken" in proc.stdout
 
 
-def test_the_walker_sees_imports() -> None:
-    """Guard against a walker that finds nothing and so passes vacuously."""
-    imports = _imports(REPO / "dse" / "catalog" / "loader.py")
-    assert "dse.catalog.hardware" in imports and "dse.errors" in imports
-    assert len(_modules()) >= 8
+def test_the_contract_catches_an_upward_import(tmp_path: Path) -> None:
+    """Guard against a contract that passes vacuously: the layers upside down must break."""
+    config = tmp_path / "upside_down.toml"
+    config.write_text(
+        '[tool.importlinter]\nroot_packages = ["dse"]\n\n[[tool.importlinter.contracts]]\n'
+        'name = "upside down"\ntype = "layers"\nlayers = ["dse.errors", "dse.cli"]\n'
+    )
+    proc = _lint(config)
+    assert proc.returncode != 0 and "BROKEN" in proc.stdout

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dse.calibration.fit import _identifiable
 from dse.catalog import Catalog
-from dse.perf.calibration import _identifiable
 from dse.perf.params import PerfParams, default_params, load_params
 from dse.perf.pool import Pool, build_pool
 from dse.perf.serving import Deployment, closed_loop, decode_capacity_at_tpot, decode_tpot

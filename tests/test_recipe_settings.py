@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from dse.calibration import fit as cal
 from dse.paths import MEASURED_RUNS as INFERENCEX  # the measured runs, vendored in reference/
-from dse.perf import calibration as cal
 from dse.perf.benchmark_rows import (
     ENGINE_COLUMNS,
     RECIPE_KEY,

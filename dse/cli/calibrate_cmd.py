@@ -37,9 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     import numpy as np
 
-    from dse.perf import calibration as cal
+    from dse.calibration import fit as cal
+    from dse.calibration.published import POINTS, StagePoint, measured_per_gpu
     from dse.perf.params import default_params, params_to_json
-    from dse.perf.published import POINTS, StagePoint, measured_per_gpu
 
     if not args.data.is_file():
         raise InputError(str(args.data), "--data", "must be an existing CSV file")

@@ -115,7 +115,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.perf.benchmark_rows import evaluate, parse_row, settings_of, unfit_reason
-    from dse.perf.calibration import expected_error
+    from dse.perf.expected_error import expected_error
     from dse.perf.params import load_params
 
     params = load_params()

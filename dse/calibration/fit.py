@@ -17,6 +17,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from dse import __version__
+from dse.calibration.published import StagePoint, predict_points
 from dse.catalog import Catalog
 from dse.errors import DseError
 from dse.perf.benchmark_rows import (
@@ -29,7 +30,6 @@ from dse.perf.benchmark_rows import (
     with_recipe_settings,
 )
 from dse.perf.params import FITTED_SCALARS, PerfParams
-from dse.perf.published import StagePoint, predict_points
 from dse.perf.serving import tpot_at_batch
 
 # (lower, upper) bounds of each fitted value
@@ -435,62 +435,3 @@ def provenance(
             "loho_intvty_p75_ape": round(loho.intvty_p75_ape, 4),
         }
     return out
-
-
-@dataclass(frozen=True)
-class ExpectedError:
-    """How far a prediction may be from a measurement (absolute relative errors), and on what
-    basis: "in-sample" where the calibration saw the hardware, "leave-one-hardware-out" where not.
-    ``models_fitted``: the models the calibration measured; for any other the error is unmeasured."""
-
-    basis: str
-    tput_median_ape: float
-    tput_p75_ape: float
-    intvty_median_ape: float
-    intvty_p75_ape: float
-    ttft_median_ape: float | None  # in-sample (TTFT is not cross-validated)
-    models_fitted: tuple[str, ...]
-    model_fitted: bool
-
-    def describe(self) -> str:
-        if self.basis == "in-sample":
-            seen = "the calibration saw this hardware"
-        else:
-            seen = "the calibration did not see this hardware"
-        ttft = ""
-        if self.ttft_median_ape is not None:
-            ttft = f"; TTFT {self.ttft_median_ape:.0%} (median, in-sample)"
-        model = ""
-        if not self.model_fitted:
-            fitted = ", ".join(self.models_fitted)
-            model = f"; measured on {fitted} runs only: this model's error is unmeasured"
-        return (
-            f"expected error against measured runs ({self.basis}: {seen}), median / p75: "
-            f"tokens/s/GPU {self.tput_median_ape:.0%} / {self.tput_p75_ape:.0%}, "
-            f"tokens/s/user {self.intvty_median_ape:.0%} / {self.intvty_p75_ape:.0%}{ttft}{model}"
-        )
-
-
-def expected_error(params: PerfParams, hardware: str, model: str) -> ExpectedError | None:
-    """How far a prediction of ``model`` on ``hardware`` may be from a measurement, from the
-    calibration's provenance: the in-sample error where the fit saw that hardware, the
-    leave-one-hardware-out error where it did not (None for a file without these figures)."""
-    prov = params.provenance
-    seen = hardware in prov.get("hardware_fitted", ())
-    prefix = "in_sample" if seen else "loho"
-    keys = ("tput_median_ape", "tput_p75_ape", "intvty_median_ape", "intvty_p75_ape")
-    if not all(f"{prefix}_{k}" in prov for k in keys):
-        return None
-    ttft = prov.get("in_sample_ttft_median_ape")
-    t_med, t_p75, i_med, i_p75 = (float(prov[f"{prefix}_{k}"]) for k in keys)
-    models = tuple(prov.get("models_fitted", ()))
-    return ExpectedError(
-        "in-sample" if seen else "leave-one-hardware-out",
-        t_med,
-        t_p75,
-        i_med,
-        i_p75,
-        ttft_median_ape=None if ttft is None else float(ttft),
-        models_fitted=models,
-        model_fitted=model in models,
-    )
