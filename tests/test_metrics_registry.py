@@ -34,3 +34,30 @@ def test_a_trial_records_registered_metrics_and_constraints_and_exports_their_co
     assert {f"c_{c}" for c in CONSTRAINTS} <= set(trials.columns)
     for name in placed[0]["metrics"]:
         assert trials[METRIC_COLUMNS[name]].drop_nulls().len() > 0, name
+
+
+def test_a_run_stores_its_best_designs_shadow_prices_for_the_report(tmp_path: Path) -> None:
+    """The report's shadow prices are the ones the run stored for its best trial (computed once,
+    when the run ends), equal to a fresh solve of that trial's placement."""
+    from dse.context import Context
+    from dse.perf.params import load_params
+    from dse.placement.api import place_best
+    from dse.placement.request import Topology
+    from dse.study.best import PRICES_ATTR, best_design
+    from dse.study.runner import TRIAL_SOLVE
+    from dse.study.trial import choice_from_params, request_for
+    from formulations.solve import PlacementSolver
+
+    res = Study.load(TINY).run(trials=6, out=tmp_path)
+    best = res.best_trial()
+    assert best is not None
+    stored = res.study.user_attrs[PRICES_ATTR]
+    assert stored["trial"] == best and stored["prices"]
+    trial = next(t for t in res.study.get_trials() if t.number == best)
+    choice = choice_from_params(trial.params, res.spec)
+    ctx = Context(res._cat(), load_params(), PlacementSolver(TRIAL_SOLVE))
+    fresh = place_best(request_for(res.spec, choice, ctx.catalog), [Topology(choice.topology)], ctx)
+    assert [p["usd_per_hour"] for p in stored["prices"]] == [p.usd_per_hour for p in fresh.shadow_prices]
+    design = best_design(Study.load(TINY).results(out=tmp_path))
+    assert design is not None and design.trial == best and design.shadow_prices == stored["prices"]
+    assert design.stage_ms and design.sim["stable"] in (True, False)
