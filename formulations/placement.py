@@ -15,6 +15,8 @@ an instance infeasible.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyomo.environ as pyo
 
@@ -36,17 +38,66 @@ def _finite(v: float) -> float:
     return float(v) if np.isfinite(v) else INF_BOUND
 
 
+@dataclass(frozen=True)
+class _Index:
+    """The model's index ranges and which units play which role, read once from the data."""
+
+    H: range
+    U: range
+    C: range
+    T: range
+    role: list[Role]
+    hw: list[int]  # hardware of each unit
+
+    @classmethod
+    def of(cls, data: PlacementData) -> _Index:
+        return cls(
+            H=range(data.n_hw),
+            U=range(data.n_units),
+            C=range(data.n_classes),
+            T=range(len(TIERS)),
+            role=[Role(int(v)) for v in data.unit_role],
+            hw=[int(v) for v in data.unit_hw],
+        )
+
+    def units(self, *roles: Role) -> list[int]:
+        return [u for u in self.U if self.role[u] in roles]
+
+
 def build(data: PlacementData) -> pyo.ConcreteModel:
-    """A pyomo model for ``data``'s structure, with ``data``'s values loaded."""
+    """A pyomo model for ``data``'s structure, with ``data``'s values loaded.
+
+    Components are added in a fixed order (sets, parameters, variables, expressions, then each
+    constraint family and the objective): it is the order of HiGHS's rows and columns, on which
+    its path, and so a tie between equal optima, depends.
+    """
     m = pyo.ConcreteModel(name="placement")
-    H, U, C = range(data.n_hw), range(data.n_units), range(data.n_classes)
-    T = range(len(TIERS))
+    ix = _Index.of(data)
+    _add_sets(m, ix)
+    _add_params(m)
+    _add_variables(m)
+    _add_expressions(m, ix)
+    _add_purchase_rows(m, ix)
+    _add_demand_rows(m, ix)
+    _add_serving_rows(m, ix)
+    _add_transfer_rows(m, ix)
+    _add_storage_rows(m, ix)
+    _add_objective(m, ix)
+    update(m, data)
+    return m
+
+
+def _add_sets(m: pyo.ConcreteModel, ix: _Index) -> None:
     m.H, m.U, m.C, m.T = (
-        pyo.Set(initialize=H),
-        pyo.Set(initialize=U),
-        pyo.Set(initialize=C),
-        pyo.Set(initialize=T),
+        pyo.Set(initialize=ix.H),
+        pyo.Set(initialize=ix.U),
+        pyo.Set(initialize=ix.C),
+        pyo.Set(initialize=ix.T),
     )
+
+
+def _add_params(m: pyo.ConcreteModel) -> None:
+    """Every coefficient, mutable and zero until :func:`update` loads it."""
     mut = {"mutable": True, "initialize": 0.0}
     # hardware
     m.sale = pyo.Param(m.H, **mut)
@@ -84,6 +135,8 @@ def build(data: PlacementData) -> pyo.ConcreteModel:
     m.w_scale = pyo.Param(**mut)
     m.w_slack = pyo.Param(list(ELASTIC), **mut)
 
+
+def _add_variables(m: pyo.ConcreteModel) -> None:
     m.n = pyo.Var(m.H, domain=pyo.NonNegativeIntegers)
     m.x = pyo.Var(m.U, domain=pyo.NonNegativeIntegers)
     m.f = pyo.Var(m.U, domain=pyo.NonNegativeReals)
@@ -91,93 +144,133 @@ def build(data: PlacementData) -> pyo.ConcreteModel:
     m.scale = pyo.Var(domain=pyo.NonNegativeReals, bounds=(1.0, 1.0))
     m.slack = pyo.Var(list(ELASTIC), domain=pyo.NonNegativeReals, bounds=(0.0, 0.0))
 
-    role = [Role(int(v)) for v in data.unit_role]
-    hw = [int(v) for v in data.unit_hw]
-    prefill_only = [u for u in U if role[u] is Role.PREFILL]
-    decoders = [u for u in U if role[u] in (Role.DECODE, Role.ATTENTION)]
-    ffn = [u for u in U if role[u] is Role.FFN]
-    attention = [u for u in U if role[u] is Role.ATTENTION]
 
-    def served(u: int) -> pyo.Expression:
-        return m.f[u] + sum(m.r[u, c, t] for c in C for t in T)
+def _reload_wait(m: pyo.ConcreteModel, ix: _Index) -> pyo.Expression:
+    """Request-seconds of reload wait per second, over every unit, class and tier."""
+    return sum(m.r[u, c, t] * m.reload_s[u, c, t] for u in ix.U for c in ix.C for t in ix.T)
 
-    def handoff(u: int) -> pyo.Expression:
-        return m.f[u] * m.fresh_handoff + sum(m.r[u, c, t] * m.class_handoff[c] for c in C for t in T)
 
+def _add_expressions(m: pyo.ConcreteModel, ix: _Index) -> None:
+    """Resting KV in the network store, $/hour, the latency cost and the GPUs bought."""
     net = _T["network"]
-    m.net_stored = pyo.Expression(expr=sum(m.r[u, c, net] * m.dwell[c] * m.class_gb[c] for u in U for c in C))
-    m.cost = pyo.Expression(expr=sum(m.price[h] * m.sale[h] * m.n[h] for h in H) + m.net_price * m.net_stored)
-    m.latency_cost = pyo.Expression(
-        expr=3600.0
-        * m.latency_price
-        * sum(m.r[u, c, t] * m.reload_s[u, c, t] for u in U for c in C for t in T)
+    m.net_stored = pyo.Expression(
+        expr=sum(m.r[u, c, net] * m.dwell[c] * m.class_gb[c] for u in ix.U for c in ix.C)
     )
-    m.gpu_count = pyo.Expression(expr=sum(m.sale[h] * m.n[h] for h in H))
+    m.cost = pyo.Expression(
+        expr=sum(m.price[h] * m.sale[h] * m.n[h] for h in ix.H) + m.net_price * m.net_stored
+    )
+    m.latency_cost = pyo.Expression(expr=3600.0 * m.latency_price * _reload_wait(m, ix))
+    m.gpu_count = pyo.Expression(expr=sum(m.sale[h] * m.n[h] for h in ix.H))
 
+
+def _add_purchase_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
+    """Units fit in the nodes or racks bought, and those within the inventory."""
     m.gpus_in_sale_units = pyo.Constraint(
-        m.H, rule=lambda m, h: sum(m.gpus[u] * m.x[u] for u in U if hw[u] == h) <= m.sale[h] * m.n[h]
+        m.H, rule=lambda m, h: sum(m.gpus[u] * m.x[u] for u in ix.U if ix.hw[u] == h) <= m.sale[h] * m.n[h]
     )
     m.inventory_c = pyo.Constraint(
         m.H, rule=lambda m, h: m.sale[h] * m.n[h] <= m.inventory[h] + m.slack["inventory"]
     )
+
+
+def _add_demand_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
+    """Every fresh request and every returning turn of each class is served somewhere."""
     m.fresh_demand = pyo.Constraint(
-        expr=sum(m.f[u] for u in U) + m.slack["fresh_demand"] == m.scale * m.fresh_rate
+        expr=sum(m.f[u] for u in ix.U) + m.slack["fresh_demand"] == m.scale * m.fresh_rate
     )
     m.returning_demand = pyo.Constraint(
         m.C,
         rule=lambda m, c: (
-            sum(m.r[u, c, t] for u in U for t in T) + m.slack["returning_demand"] == m.scale * m.class_rate[c]
+            sum(m.r[u, c, t] for u in ix.U for t in ix.T) + m.slack["returning_demand"]
+            == m.scale * m.class_rate[c]
         ),
     )
+
+
+def _served(m: pyo.ConcreteModel, ix: _Index, u: int) -> pyo.Expression:
+    """Requests/s unit ``u`` prefills: fresh and returning."""
+    return m.f[u] + sum(m.r[u, c, t] for c in ix.C for t in ix.T)
+
+
+def _handoff(m: pyo.ConcreteModel, ix: _Index, u: int) -> pyo.Expression:
+    """GB/s of KV unit ``u`` hands to the decode pool."""
+    return m.f[u] * m.fresh_handoff + sum(m.r[u, c, t] * m.class_handoff[c] for c in ix.C for t in ix.T)
+
+
+def _add_serving_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
+    """Prefill time per unit, and decode tokens/s where the prefilled requests go."""
     m.prefill_time = pyo.Constraint(
         m.U,
         rule=lambda m, u: (
-            m.f[u] * m.fresh_s[u] + sum(m.r[u, c, t] * m.mid_s[u, c, t] for c in C for t in T)
+            m.f[u] * m.fresh_s[u] + sum(m.r[u, c, t] * m.mid_s[u, c, t] for c in ix.C for t in ix.T)
             <= m.share[u] * m.x[u]
         ),
     )
-    mixed = [u for u in U if role[u] is Role.MIXED]
-    m.decode_mixed = pyo.Constraint(mixed, rule=lambda m, u: served(u) * m.osl <= m.dec[u] * m.x[u])
+    m.decode_mixed = pyo.Constraint(
+        ix.units(Role.MIXED), rule=lambda m, u: _served(m, ix, u) * m.osl <= m.dec[u] * m.x[u]
+    )
+    prefill_only = ix.units(Role.PREFILL)
     if prefill_only:
-        handed = sum(served(u) for u in prefill_only)
-        m.decode_pool = pyo.Constraint(expr=m.osl * handed <= sum(m.dec[u] * m.x[u] for u in decoders))
-        m.handoff_in = pyo.Constraint(
-            expr=sum(handoff(u) for u in prefill_only) <= sum(m.nic[u] * m.x[u] for u in decoders)
+        _add_handed_decode_rows(m, ix, prefill_only)
+
+
+def _add_handed_decode_rows(m: pyo.ConcreteModel, ix: _Index, prefill_only: list[int]) -> None:
+    """Disaggregated: the decode pool carries what the prefill pool hands it, over its NICs."""
+    decoders = ix.units(Role.DECODE, Role.ATTENTION)
+    ffn, attention = ix.units(Role.FFN), ix.units(Role.ATTENTION)
+    handed = sum(_served(m, ix, u) for u in prefill_only)
+    m.decode_pool = pyo.Constraint(expr=m.osl * handed <= sum(m.dec[u] * m.x[u] for u in decoders))
+    m.handoff_in = pyo.Constraint(
+        expr=sum(_handoff(m, ix, u) for u in prefill_only) <= sum(m.nic[u] * m.x[u] for u in decoders)
+    )
+    if ffn or attention:  # attention-FFN disaggregated: both halves must carry the decode
+        m.ffn_pool = pyo.Constraint(expr=m.osl * handed <= sum(m.dec[u] * m.x[u] for u in ffn))
+        m.afd_attention = pyo.Constraint(
+            expr=m.afd_gb * m.osl * handed <= sum(m.nic[u] * m.x[u] for u in attention)
         )
-        if ffn or attention:  # attention-FFN disaggregated: both halves must carry the decode
-            m.ffn_pool = pyo.Constraint(expr=m.osl * handed <= sum(m.dec[u] * m.x[u] for u in ffn))
-            m.afd_attention = pyo.Constraint(
-                expr=m.afd_gb * m.osl * handed <= sum(m.nic[u] * m.x[u] for u in attention)
-            )
-            m.afd_ffn = pyo.Constraint(expr=m.afd_gb * m.osl * handed <= sum(m.nic[u] * m.x[u] for u in ffn))
+        m.afd_ffn = pyo.Constraint(expr=m.afd_gb * m.osl * handed <= sum(m.nic[u] * m.x[u] for u in ffn))
+
+
+def _add_transfer_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
+    """Each unit's NIC carries its handoffs and network reloads; each tier link its reloads."""
+    net = _T["network"]
     m.nic_out = pyo.Constraint(
         m.U,
         rule=lambda m, u: (
-            (handoff(u) if role[u] is Role.PREFILL else 0.0) + sum(m.r[u, c, net] * m.class_gb[c] for c in C)
+            (_handoff(m, ix, u) if ix.role[u] is Role.PREFILL else 0.0)
+            + sum(m.r[u, c, net] * m.class_gb[c] for c in ix.C)
             <= m.nic[u] * m.x[u]
         ),
     )
     m.tier_link = pyo.Constraint(
-        [(t, u) for t in LINK_TIERS for u in U],
+        [(t, u) for t in LINK_TIERS for u in ix.U],
         rule=lambda m, t, u: (
-            sum(m.r[u, c, _T[t]] * m.class_gb[c] for c in C) <= m.tier_bw[hw[u], _T[t]] * m.gpus[u] * m.x[u]
+            sum(m.r[u, c, _T[t]] * m.class_gb[c] for c in ix.C)
+            <= m.tier_bw[ix.hw[u], _T[t]] * m.gpus[u] * m.x[u]
         ),
     )
 
+
+def _add_storage_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
+    """Resting KV within each unit's tiers and the network store; power and budget caps."""
+
     def capacity(m: pyo.ConcreteModel, t: str, u: int) -> pyo.Expression:
-        stored = sum(m.r[u, c, _T[t]] * m.dwell[c] * m.class_gb[c] for c in C)
-        room = m.hbm_idle[u] * m.x[u] if t == "hbm" else m.tier_gb[hw[u], _T[t]] * m.gpus[u] * m.x[u]
+        stored = sum(m.r[u, c, _T[t]] * m.dwell[c] * m.class_gb[c] for c in ix.C)
+        room = m.hbm_idle[u] * m.x[u] if t == "hbm" else m.tier_gb[ix.hw[u], _T[t]] * m.gpus[u] * m.x[u]
         return stored <= room
 
-    m.tier_capacity = pyo.Constraint([(t, u) for t in CAPACITY_TIERS for u in U], rule=capacity)
+    m.tier_capacity = pyo.Constraint([(t, u) for t in CAPACITY_TIERS for u in ix.U], rule=capacity)
     m.network_capacity = pyo.Constraint(expr=m.net_stored <= m.net_cap + m.slack["network_capacity"])
     m.power_c = pyo.Constraint(
-        expr=sum(m.watts[h] * m.sale[h] * m.n[h] for h in H) <= m.power + m.slack["power"]
+        expr=sum(m.watts[h] * m.sale[h] * m.n[h] for h in ix.H) <= m.power + m.slack["power"]
     )
     m.budget_c = pyo.Constraint(expr=m.cost <= m.budget + m.slack["budget"])
 
+
+def _add_objective(m: pyo.ConcreteModel, ix: _Index) -> None:
+    """Weighted cost, GPUs, demand scale and slacks; the weights are set by :func:`set_objective`."""
     # ties between equally priced tiers break toward the faster reload
-    tie = TIE_BREAK * sum(m.r[u, c, t] * m.reload_s[u, c, t] for u in U for c in C for t in T)
+    tie = TIE_BREAK * _reload_wait(m, ix)
     m.obj = pyo.Objective(
         expr=m.w_cost * (m.cost + m.latency_cost)
         + tie
@@ -186,8 +279,6 @@ def build(data: PlacementData) -> pyo.ConcreteModel:
         + sum(m.w_slack[k] * m.slack[k] for k in ELASTIC),
         sense=pyo.minimize,
     )
-    update(m, data)
-    return m
 
 
 def update(m: pyo.ConcreteModel, data: PlacementData) -> None:
