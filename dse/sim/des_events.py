@@ -1,0 +1,303 @@
+"""One run of the discrete-event reference (:mod:`dse.sim.des`): its state and what each event
+does to it.
+
+Events wait in a heap ordered by time, then by the order they were pushed in (so a run repeats
+exactly); a prefill or decode step event carries the epoch of its server or instance, and is void
+when the planner took that one away meanwhile. Arrivals are not events: they are read from the
+drawn arrival times whenever the next one comes no later than the next event.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dse.sim.planner import MeasurementLog, PlannerState
+from dse.sim.scenario import Array, Pipeline, Scenario
+
+PREFILL, STEP, SAMPLE, RELOAD, HANDOFF = range(5)
+SAMPLED = ("t", "lam", "qp", "qb", "batch", "cp", "cd", "done")
+"""What a sample records: time, arrival rate, prefill-side queue, buffer, decode batch per
+instance, prefill and decode instances, completions per second."""
+
+
+@dataclass
+class _Decoder:
+    seqs: list[int] = field(default_factory=list)  # request ids
+    left: list[int] = field(default_factory=list)  # tokens still to produce, per sequence
+    busy: bool = False
+    alive: bool = True
+    epoch: int = 0  # invalidates a step event of an instance that was taken away
+
+
+@dataclass
+class _Server:
+    job: int = -1  # request id in service, or -1
+    alive: bool = True
+    epoch: int = 0
+
+
+class _Stage:
+    """A transfer stage: ``servers`` at once (inf: no limit), ``service_s`` each, FCFS."""
+
+    def __init__(
+        self, servers: float, service_s: float, kind: int, push: Callable[[float, int, int, int], None]
+    ) -> None:
+        self.free = servers
+        self.service_s, self.kind, self.push = service_s, kind, push
+        self.queue: deque[int] = deque()
+
+    def offer(self, t: float, r: int) -> None:
+        self.queue.append(r)
+        self.start(t)
+
+    def start(self, t: float) -> None:
+        while self.queue and self.free >= 1:
+            self.free -= 1
+            self.push(t + self.service_s, self.kind, self.queue.popleft(), 0)
+
+    def release(self, t: float) -> None:
+        self.free += 1
+        self.start(t)
+
+
+@dataclass(frozen=True)
+class RequestDraws:
+    """The random part of a run, drawn before it starts: per request, its arrival, its output
+    tokens, whether it is a returning turn and its prefill (or midfill) seconds."""
+
+    arrival_s: Array
+    lengths: Array  # int
+    returning: Array  # bool
+    service_s: Array
+
+
+class DesRun:
+    """The state of one run of configuration 0 of ``pipe``: servers, decode instances, queues,
+    the event heap, the planner, and the per-request times and samples it records."""
+
+    def __init__(self, pipe: Pipeline, scenario: Scenario, draws: RequestDraws, sample_s: float) -> None:
+        self.pipe, self.scenario, self.draws, self.sample_s = pipe, scenario, draws, sample_s
+        m = len(draws.arrival_s)
+        self.admitted = np.full(m, np.nan)  # entered a decode batch
+        self.finished = np.full(m, np.nan)
+        self.slots, self.bmax = int(pipe.slots[0]), float(pipe.buffer_max[0])
+        self.table = pipe.step_table[0]
+        self.tau_full = float(pipe.tpot(pipe.slots)[0])
+        self.plan = PlannerState(scenario.planner, pipe)
+        self.log = MeasurementLog(1)
+        self.servers = [_Server() for _ in range(int(pipe.prefill_instances[0]))]
+        self.decoders = [_Decoder() for _ in range(int(pipe.decode_instances[0]))]
+        self.queue: deque[int] = deque()  # waiting for a prefill server
+        self.buffer: deque[int] = deque()  # prefilled and handed off, waiting for a decode slot
+        self.blocked: deque[int] = deque()  # handed off while the buffer was full
+        self.left_of: dict[int, int] = {}  # tokens still to produce of preempted sequences
+        self.events: list[tuple[float, int, int, int, int]] = []  # (time, order, kind, index, epoch)
+        self.order = 0
+        self.reload = _Stage(
+            float(pipe.arrays("reload_servers")[0]), float(pipe.arrays("reload_s")[0]), RELOAD, self.push
+        )
+        self.handoff = _Stage(
+            float(pipe.arrays("handoff_servers")[0]), float(pipe.handoff_s[0]), HANDOFF, self.push
+        )
+        self.done_in_sample = 0
+        self.samples: dict[str, list[float]] = {k: [] for k in SAMPLED}
+
+    def run(self) -> None:
+        """Process arrivals and events in time order up to the horizon."""
+        handlers: dict[int, Callable[[float, int, int], None]] = {
+            RELOAD: self.on_reload,
+            PREFILL: self.on_prefill,
+            HANDOFF: self.on_handoff,
+            STEP: self.on_step,
+            SAMPLE: self.on_sample,
+        }
+        arr, events, horizon = self.draws.arrival_s, self.events, self.scenario.horizon_s
+        m = len(arr)
+        self.push(0.0, SAMPLE, 0, 0)
+        nxt = 0
+        while True:
+            t_ev = events[0][0] if events else np.inf
+            if nxt < m and arr[nxt] <= t_ev:
+                self.arrive(float(arr[nxt]), nxt)
+                nxt += 1
+                continue
+            if not events:
+                break
+            t, _, kind, i, epoch = heapq.heappop(events)
+            if t > horizon:
+                break
+            handlers[kind](t, i, epoch)
+
+    def push(self, t: float, kind: int, idx: int, epoch: int) -> None:
+        self.order += 1
+        heapq.heappush(self.events, (t, self.order, kind, idx, epoch))
+
+    # what each arrival and event does
+
+    def arrive(self, t: float, r: int) -> None:
+        if self.draws.returning[r]:
+            self.reload.offer(t, r)
+        else:
+            self.queue.append(r)
+            self.start_prefill(t)
+
+    def on_reload(self, t: float, r: int, epoch: int) -> None:
+        self.reload.release(t)
+        self.queue.append(r)
+        self.start_prefill(t)
+
+    def on_prefill(self, t: float, i: int, epoch: int) -> None:
+        sv = self.servers[i]
+        if not sv.alive or sv.epoch != epoch or sv.job < 0:
+            return
+        self.handoff.offer(t, sv.job)
+        sv.job = -1
+        self.start_prefill(t)
+
+    def on_handoff(self, t: float, r: int, epoch: int) -> None:
+        if len(self.buffer) >= self.bmax:
+            self.blocked.append(r)  # keeps its transfer slot until the buffer has room
+            return
+        self.buffer.append(r)
+        self.handoff.release(t)
+        self.wake(t)
+
+    def on_step(self, t: float, i: int, epoch: int) -> None:
+        """A decode step ends: every sequence has one more token; finished ones leave."""
+        d = self.decoders[i]
+        if not d.alive or d.epoch != epoch:
+            return
+        keep_s, keep_l = [], []
+        for r, left in zip(d.seqs, d.left, strict=True):
+            if left <= 1:
+                self.finished[r] = t
+                self.done_in_sample += 1
+            else:
+                keep_s.append(r)
+                keep_l.append(left - 1)
+        d.seqs, d.left = keep_s, keep_l
+        self.step(t, i)
+
+    def on_sample(self, t: float, i: int, epoch: int) -> None:
+        """Measurements, records and the planner."""
+        plan = self.plan
+        plan.release(t)
+        self.follow_planner(t)
+        self.record(t)
+        if plan.due(t):
+            plan.tick(t, self.log, np.array([float(self.scenario.arrivals.rate(t))]), self.pipe)
+            self.follow_planner(t)
+        if t + self.sample_s <= self.scenario.horizon_s:
+            self.push(t + self.sample_s, SAMPLE, 0, 0)
+
+    # prefill servers and decode instances
+
+    def start_prefill(self, t: float) -> None:
+        """Idle live servers take requests from the queue, in server order."""
+        for i, sv in enumerate(self.servers):
+            if not self.queue:
+                return
+            if sv.alive and sv.job < 0:
+                sv.job = self.queue.popleft()
+                self.push(t + float(self.draws.service_s[sv.job]), PREFILL, i, sv.epoch)
+
+    def admit(self, t: float, d: _Decoder) -> None:
+        """Fill ``d``'s free slots from the buffer (continuous batching)."""
+        buffer = self.buffer
+        while buffer and len(d.seqs) < self.slots:
+            r = buffer.popleft()
+            if np.isnan(self.admitted[r]):
+                self.admitted[r] = t
+            d.seqs.append(r)
+            d.left.append(self.left_of.pop(r, int(self.draws.lengths[r])))
+            if self.blocked:  # a buffer place freed: a held handoff completes
+                buffer.append(self.blocked.popleft())
+                self.handoff.release(t)
+
+    def step(self, t: float, i: int) -> None:
+        """Instance ``i`` admits what it can and starts its next step, or idles."""
+        d = self.decoders[i]
+        self.admit(t, d)
+        if d.seqs:
+            d.busy = True
+            self.push(t + float(self.table[len(d.seqs)]), STEP, i, d.epoch)
+        else:
+            d.busy = False
+
+    def wake(self, t: float) -> None:
+        """Idle live instances start stepping while the buffer holds requests."""
+        for i, d in enumerate(self.decoders):
+            if not self.buffer:
+                return
+            if d.alive and not d.busy:
+                self.step(t, i)
+
+    def follow_planner(self, t: float) -> None:
+        """Serve with the planner's counts, and put freed servers and instances to work."""
+        _apply_roles(self.plan, self.servers, self.decoders, self.queue, self.buffer, self.left_of)
+        self.start_prefill(t)
+        self.wake(t)
+
+    # what a sample records
+
+    def record(self, t: float) -> None:
+        """Log the backlogs the planner reads, and append one sample of the trajectories."""
+        cp, cd = self.plan.prefill[0], self.plan.decode[0]
+        in_prefill = len(self.queue) + sum(1 for s in self.servers if s.alive and s.job >= 0)
+        cap_dec = cd * self.slots / (self.tau_full * self.scenario.lengths.mean)
+        waiting_work = float(sum(self.draws.service_s[r] for r in self.queue))
+        self.log.record(
+            t,
+            np.array([waiting_work / max(cp, 1e-12)]),
+            np.array([len(self.buffer) / max(cap_dec, 1e-12)]),
+        )
+        live = [d for d in self.decoders if d.alive]
+        n_seq = sum(len(d.seqs) for d in live)
+        in_handoff = len(self.handoff.queue) + len(self.blocked)
+        for key, v in (
+            ("t", t),
+            ("lam", float(self.scenario.arrivals.rate(t))),
+            ("qp", in_prefill + len(self.reload.queue) + in_handoff),
+            ("qb", len(self.buffer)),
+            ("batch", n_seq / max(len(live), 1)),
+            ("cp", cp),
+            ("cd", cd),
+            ("done", self.done_in_sample / self.sample_s),
+        ):
+            self.samples[key].append(float(v))
+        self.done_in_sample = 0
+
+
+def _apply_roles(
+    plan: PlannerState,
+    servers: list[_Server],
+    decoders: list[_Decoder],
+    queue: deque[int],
+    buffer: deque[int],
+    left_of: dict[int, int],
+) -> None:
+    """Make the live servers and decoders match the planner's serving counts."""
+    alive_d = [d for d in decoders if d.alive]
+    for d in sorted(alive_d, key=lambda d: len(d.seqs))[: max(len(alive_d) - int(plan.decode[0]), 0)]:
+        d.alive, d.busy = False, False
+        d.epoch += 1
+        for r, left in reversed(list(zip(d.seqs, d.left, strict=True))):
+            left_of[r] = left
+            buffer.appendleft(r)
+        d.seqs, d.left = [], []
+    alive_s = [s for s in servers if s.alive]
+    for sv in sorted(alive_s, key=lambda s: s.job >= 0)[: max(len(alive_s) - int(plan.prefill[0]), 0)]:
+        sv.alive = False
+        sv.epoch += 1
+        if sv.job >= 0:
+            queue.appendleft(sv.job)
+        sv.job = -1
+    for _ in range(int(plan.decode[0]) - sum(d.alive for d in decoders)):
+        decoders.append(_Decoder())
+    for _ in range(int(plan.prefill[0]) - sum(s.alive for s in servers)):
+        servers.append(_Server())
