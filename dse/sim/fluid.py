@@ -28,6 +28,20 @@ from dse.sim.scenario import Array, Pipeline, Scenario
 NEAR_CAPACITY = 0.9  # peak utilisation above which percentiles are flagged low-confidence
 
 
+STAGE_ROWS = (
+    "prefill_s",
+    "midfill_s",
+    "midfill_share",
+    "reload_s",
+    "reload_servers",
+    "handoff_s",
+    "handoff_servers",
+    "slots",
+    "buffer_max",
+)
+"""The pipeline's stage arrays as the compiled kernel reads them: row ``i`` of its ``st``."""
+
+
 def simulate_fluid(
     pipe: Pipeline, scenario: Scenario, *, dt: float = 1.0, kv_gb_per_seq: Array | float = 0.0
 ) -> tuple[Summary, Trajectories]:
@@ -46,35 +60,14 @@ def simulate_fluid(
     tau_full = pipe.tpot(pipe.slots)
     share, mean_len = np.asarray(lengths.shares, dtype=float), np.asarray(lengths.means, dtype=float)
     table = np.ascontiguousarray(pipe.step_table, dtype=float)
-    stages = np.ascontiguousarray(
-        np.stack(
-            [
-                pipe.arrays(k)
-                for k in (
-                    "prefill_s",
-                    "midfill_s",
-                    "midfill_share",
-                    "reload_s",
-                    "reload_servers",
-                    "handoff_s",
-                    "handoff_servers",
-                    "slots",
-                    "buffer_max",
-                )
-            ]
-        )
-    )
+    stages = np.ascontiguousarray(np.stack([pipe.arrays(k) for k in STAGE_ROWS]))
     k = 0
     while k < steps:
         t = k * dt
         plan.release(t)
         if plan.due(t):
             plan.tick(t, log.upto(k), np.full(n, lam_t[k]), pipe)
-            n_act = active.sum(axis=1)
-            over = n_act - plan.decode * pipe.slots  # sequences of instances taken away
-            back = np.where(over > 0, over / np.maximum(n_act, 1e-12), 0.0)[:, None] * active
-            active -= back
-            qb += back
+            _return_taken_sequences(plan, pipe, qb, active)
         # run until the next planner tick or switch completes, with the counts fixed
         nxt = min(plan.next_tick, float(plan.ready_at.min()), steps * dt)
         k1 = min(max(k + 1, int(np.ceil(nxt / dt - 1e-9))), steps)
@@ -98,7 +91,22 @@ def simulate_fluid(
         k = k1
     r = {name: out[i] for name, i in OUT.items()}
     r["lam"] = np.broadcast_to(lam_t, (n, steps))
-    traj = Trajectories(
+    traj = _trajectories(t_arr, r, kv_gb_per_seq)
+    return _summarise(pipe, scenario, traj, r, plan.moves), traj
+
+
+def _return_taken_sequences(plan: PlannerState, pipe: Pipeline, qb: Array, active: Array) -> None:
+    """Decode instances the planner took away return their sequences to the buffer, in place:
+    each class gives back the same share of its decoding sequences."""
+    n_act = active.sum(axis=1)
+    over = n_act - plan.decode * pipe.slots  # sequences of instances taken away
+    back = np.where(over > 0, over / np.maximum(n_act, 1e-12), 0.0)[:, None] * active
+    active -= back
+    qb += back
+
+
+def _trajectories(t_arr: Array, r: dict[str, Array], kv_gb_per_seq: Array | float) -> Trajectories:
+    return Trajectories(
         t=t_arr,
         arrival_rate=r["lam"],
         prefill_queue=r["qp"],
@@ -109,7 +117,6 @@ def simulate_fluid(
         completions_per_s=r["done"],
         kv_active_gb=r["batch"] * r["cd"] * np.asarray(kv_gb_per_seq, dtype=float).reshape(-1, 1),
     )
-    return _summarise(pipe, scenario, traj, r, plan.moves), traj
 
 
 class _ArrayLog:
