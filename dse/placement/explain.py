@@ -48,22 +48,48 @@ class Infeasibility:
 
 
 def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
+    """What keeps ``c`` from a feasible placement: a role no candidate unit fills, a returning turn
+    no unit can serve in time, or else what the elastic solve had to give."""
     data = c.data
-    roles = set(Role(int(r)) for r in data.unit_role)
-    for role in REQUIRED_ROLES[c.topology]:
-        if role not in roles:
-            own = [e for e in c.exclusions if e.role == role.name.lower()]
-            reasons = own + [e for e in c.exclusions if e.role == "all"]  # the role's own reasons first
-            shown = "; ".join(f"{e.hardware} {e.parallel}: {e.reason}" for e in _distinct(reasons)[:3])
-            return Infeasibility(f"no {role.name.lower()} unit", shown or "no candidate shapes")
+    missing = _missing_role(c)
+    if missing is not None:
+        return missing
     if data.n_classes and not np.isfinite(data.mid_s).any():
         return Infeasibility(
             "returning-turn TTFT",
             "no unit can reload or recompute a returning turn's "
             f"{data.class_gb.max():.2f} GB of KV within the TTFT target",
         )
+    el = solver.elastic(data, _elastic_sizes(data))
+    if not el.result.has_solution:
+        return Infeasibility("unknown", f"the elastic model did not solve ({el.result.termination.value})")
+    sol = el.result.solution
+    assert sol is not None
+    texts = _slack_texts(data, sol, el.slacks)
+    if not texts:
+        return Infeasibility(
+            "unknown", "the elastic model needed no slack; the instance may be numerically hard"
+        )
+    return Infeasibility(" and ".join(t[0] for t in texts), "; ".join(t[1] for t in texts))
+
+
+def _missing_role(c: Candidates) -> Infeasibility | None:
+    """The first role the topology needs that no candidate unit fills, with up to three reasons
+    its shapes were excluded (the role's own first)."""
+    roles = set(Role(int(r)) for r in c.data.unit_role)
+    for role in REQUIRED_ROLES[c.topology]:
+        if role not in roles:
+            own = [e for e in c.exclusions if e.role == role.name.lower()]
+            reasons = own + [e for e in c.exclusions if e.role == "all"]  # the role's own reasons first
+            shown = "; ".join(f"{e.hardware} {e.parallel}: {e.reason}" for e in _distinct(reasons)[:3])
+            return Infeasibility(f"no {role.name.lower()} unit", shown or "no candidate shapes")
+    return None
+
+
+def _elastic_sizes(data: PlacementData) -> dict[str, float]:
+    """What each elastic family's slack is measured against (1 for a cap that is not set)."""
     # demand gives last: the question is which limit keeps the demand from being served
-    sizes = {
+    return {
         "fresh_demand": DEMAND_PRIORITY * max(data.fresh_per_s, 1e-9),
         "returning_demand": DEMAND_PRIORITY * max(float(data.class_per_s.sum()), 1e-9),
         "inventory": float(np.nansum(np.where(np.isfinite(data.inventory_gpus), data.inventory_gpus, 0.0)))
@@ -72,13 +98,11 @@ def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
         "budget": data.budget_usd_hour if np.isfinite(data.budget_usd_hour) else 1.0,
         "network_capacity": data.network_capacity_gb if np.isfinite(data.network_capacity_gb) else 1.0,
     }
-    el = solver.elastic(data, sizes)
-    if not el.result.has_solution:
-        return Infeasibility("unknown", f"the elastic model did not solve ({el.result.termination.value})")
-    sol = el.result.solution
-    assert sol is not None
+
+
+def _slack_texts(data: PlacementData, sol: PlacementSolution, s: dict[str, float]) -> list[tuple[str, str]]:
+    """(binding, detail) of each elastic family that had to give, in the numbers of its cap."""
     texts = []
-    s = el.slacks
     if s.get("inventory", 0.0) > 1e-6:
         need = sol.sale_units * data.sale_gpus
         parts = [
@@ -125,11 +149,7 @@ def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
             texts.append(
                 (key.replace("_", " "), f"only {total - s[key]:.3g} of {total:.3g} requests/s can be served")
             )
-    if not texts:
-        return Infeasibility(
-            "unknown", "the elastic model needed no slack; the instance may be numerically hard"
-        )
-    return Infeasibility(" and ".join(t[0] for t in texts), "; ".join(t[1] for t in texts))
+    return texts
 
 
 def _distinct(items: list) -> list:  # type: ignore[type-arg]
