@@ -22,7 +22,7 @@ from dse.workload import Slo, Workload
 from formulations.placement_data import TIERS, Objective
 
 if TYPE_CHECKING:
-    from dse.placement.api import PlacementReport
+    from dse.placement.api import PlacementReport, TopologyOutcome
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -247,14 +247,44 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def render(report: PlacementReport) -> str:
-    req = report.request
+    """The text of `dse place`: the request, a table of the topologies and why any is infeasible;
+    then, when one is feasible, the best one's pools, KV tiers and shadow prices."""
+    lines = [_request_line(report.request), "", _outcomes_table(report)]
+    for o in report.outcomes:
+        if o.infeasibility is not None:
+            lines.append(f"  {o.topology.value}: {o.infeasibility.binding}: {o.infeasibility.detail}")
+    best = report.best
+    if best is None:
+        return "\n".join(lines)
+    lines += [
+        "",
+        f"best: {best.topology.value}, {best.requests_per_s:g} req/s, "
+        f"{best.tokens_per_s:,.0f} tokens/s, ${best.usd_per_hour:,.2f}/hour",
+        "",
+        _pools_table(best),
+    ]
+    if best.tiers:
+        lines += ["", _tiers_table(best)]
+    if report.shadow_prices:
+        lines += [
+            "",
+            "shadow prices (LP over the chosen units, counts relaxed): $/hour saved",
+            _shadow_prices_table(report),
+        ]
+    return "\n".join(lines)
+
+
+def _request_line(req: PlacementRequest) -> str:
     w, slo = req.workload, req.slo
-    lines = [
+    return (
         f"{req.model}: {w.requests_per_s:g} req/s ({w.returning_share:.0%} returning), "
         f"TTFT <= {slo.ttft_s:g} s (p{slo.percentile:g}), TPOT <= {slo.tpot_s * 1e3:g} ms; "
-        f"hardware {', '.join(req.hardware)}; objective {req.objective.value} ({req.price_tier})",
-        "",
-    ]
+        f"hardware {', '.join(req.hardware)}; objective {req.objective.value} ({req.price_tier})"
+    )
+
+
+def _outcomes_table(report: PlacementReport) -> str:
+    """One row per topology solved: status, cost, GPUs, gap, solve time, units and the checker."""
     rows = []
     for o in report.outcomes:
         star = "*" if report.best is o else ""
@@ -277,24 +307,14 @@ def render(report: PlacementReport) -> str:
                 checked,
             ]
         )
-    lines.append(
-        format_table(
-            ["topology", "status", "$/hour", "GPUs", "$/M tokens", "gap", "ms", "units", "checker"], rows
-        )
+    return format_table(
+        ["topology", "status", "$/hour", "GPUs", "$/M tokens", "gap", "ms", "units", "checker"], rows
     )
-    for o in report.outcomes:
-        if o.infeasibility is not None:
-            lines.append(f"  {o.topology.value}: {o.infeasibility.binding}: {o.infeasibility.detail}")
-    best = report.best
-    if best is None:
-        return "\n".join(lines)
-    lines += [
-        "",
-        f"best: {best.topology.value}, {best.requests_per_s:g} req/s, "
-        f"{best.tokens_per_s:,.0f} tokens/s, ${best.usd_per_hour:,.2f}/hour",
-        "",
-    ]
-    prow = [
+
+
+def _pools_table(best: TopologyOutcome) -> str:
+    """One row per pool of the best topology."""
+    rows = [
         [
             p.unit.role.name.lower(),
             p.unit.hardware,
@@ -311,44 +331,39 @@ def render(report: PlacementReport) -> str:
         ]
         for p in best.pools
     ]
-    lines.append(
-        format_table(
-            [
-                "role",
-                "hardware",
-                "shape",
-                "inst",
-                "GPUs",
-                "batch",
-                "pf share",
-                "req/s",
-                "out tok/s",
-                "HBM GB/GPU",
-                "TTFT s",
-                "$/hour",
-            ],
-            prow,
-        )
+    return format_table(
+        [
+            "role",
+            "hardware",
+            "shape",
+            "inst",
+            "GPUs",
+            "batch",
+            "pf share",
+            "req/s",
+            "out tok/s",
+            "HBM GB/GPU",
+            "TTFT s",
+            "$/hour",
+        ],
+        rows,
     )
-    if best.tiers:
-        trow = [
-            [t.kv_class, t.returning_per_s, t.gb_per_session]
-            + [round(t.share[k], 3) for k in TIERS]
-            + [sum(t.stored_gb.values()) / 1e3, sum(t.reload_gb_s.values())]
-            for t in best.tiers
-        ]
-        lines += [
-            "",
-            format_table(["KV class", "returns/s", "GB/session", *TIERS, "resting TB", "reload GB/s"], trow),
-        ]
-    if report.shadow_prices:
-        srow = [
-            [s.hardware, s.resource, f"+1 {s.unit}/GPU", s.usd_per_hour, s.usd_per_gpu_hour]
-            for s in report.shadow_prices
-        ]
-        lines += [
-            "",
-            "shadow prices (LP over the chosen units, counts relaxed): $/hour saved",
-            format_table(["hardware", "resource", "change", "fleet $/h", "$/GPU-h"], srow),
-        ]
-    return "\n".join(lines)
+
+
+def _tiers_table(best: TopologyOutcome) -> str:
+    """One row per KV class: where its resting KV waits, how much, and the reload bandwidth."""
+    rows = [
+        [t.kv_class, t.returning_per_s, t.gb_per_session]
+        + [round(t.share[k], 3) for k in TIERS]
+        + [sum(t.stored_gb.values()) / 1e3, sum(t.reload_gb_s.values())]
+        for t in best.tiers
+    ]
+    return format_table(["KV class", "returns/s", "GB/session", *TIERS, "resting TB", "reload GB/s"], rows)
+
+
+def _shadow_prices_table(report: PlacementReport) -> str:
+    rows = [
+        [s.hardware, s.resource, f"+1 {s.unit}/GPU", s.usd_per_hour, s.usd_per_gpu_hour]
+        for s in report.shadow_prices
+    ]
+    return format_table(["hardware", "resource", "change", "fleet $/h", "$/GPU-h"], rows)
