@@ -104,7 +104,7 @@ def test_broken_hardware_file_names_file_field_value_and_rule(
 
 
 def test_empty_sources_list_is_refused(tmp_path: Path) -> None:
-    text = re.sub(r"sources = \[.*\]", "sources = []", _b200())
+    text = re.sub(r"sources = \[.*?\]\n", "sources = []\n", _b200(), flags=re.S)  # the list spans lines
     err = _load_broken_hardware(tmp_path, text)
     assert re.search(r"sources = \[\]: must not be empty", str(err))
 

@@ -67,21 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     place_cmd.add_parser(sub)
     simulate_cmd.add_parser(sub)
     study_cmd.add_parsers(sub)
+    runs = {"catalog": catalog_cmd.run, "predict": predict_cmd.run, "calibrate": calibrate_cmd.run,
+            "place": place_cmd.run, "simulate": simulate_cmd.run}  # fmt: skip
+    runs |= {name: study_cmd.run for name in ("study", *study_cmd.ALIASES)}
+    for name, run in runs.items():  # each command's ``run(args, catalog)``, found by parse_args
+        sub.choices[name].set_defaults(run=run)
     return parser
-
-
-COMMANDS = {
-    "catalog": "catalog_cmd",
-    "predict": "predict_cmd",
-    "calibrate": "calibrate_cmd",
-    "place": "place_cmd",
-    "simulate": "simulate_cmd",
-    "study": "study_cmd",
-    "worker": "study_cmd",
-    "export": "study_cmd",
-    "report": "study_cmd",
-}
-"""The module of ``dse.cli`` whose ``run(args, catalog)`` carries out each command."""
 
 
 def _refuse_dashes_as_value(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
@@ -118,8 +109,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    import importlib
-
     from dse.catalog import load_catalog
 
     parser = build_parser()
@@ -128,8 +117,7 @@ def _main(argv: list[str]) -> int:
     catalog: Catalog | None = None
     try:
         catalog = load_catalog(args.catalog_dir)
-        command = importlib.import_module(f"dse.cli.{COMMANDS[args.command]}")
-        return int(command.run(args, catalog))
+        return int(args.run(args, catalog))
     except DseError as exc:
         print(f"dse: error: {_in_its_file(exc, catalog)}", file=sys.stderr)
         return exc.exit_code

@@ -1,8 +1,10 @@
-"""Placement: which units, how many, on which hardware, and where KV rests between turns."""
+"""Placement: which units, how many, on which hardware, and where KV rests between turns.
+
+The names below are imported on first use (PEP 562), so that importing a light submodule (the
+request's enums, which the CLI offers as choices) does not import the solver.
+"""
 
 from typing import TYPE_CHECKING
-
-from dse.lazy import exports
 
 if TYPE_CHECKING:
     from dse.placement.api import PlacementReport, PoolPlan, TierPlan, TopologyOutcome, place
@@ -20,13 +22,19 @@ __all__ = [
     "TopologyOutcome",
     "place",
 ]
-__getattr__, __dir__ = exports(
-    __name__,
-    {
-        **dict.fromkeys(
-            ["PlacementReport", "PoolPlan", "TierPlan", "TopologyOutcome", "place"], "dse.placement.api"
-        ),
-        **dict.fromkeys(["Limits", "PlacementRequest", "Topology"], "dse.placement.request"),
-        "Objective": "formulations.placement_data",
-    },
-)
+
+
+def __getattr__(name: str) -> object:
+    if name in ("PlacementReport", "PoolPlan", "TierPlan", "TopologyOutcome", "place"):
+        import dse.placement.api as api
+
+        return getattr(api, name)
+    if name in ("Limits", "PlacementRequest", "Topology"):
+        import dse.placement.request as request
+
+        return getattr(request, name)
+    if name == "Objective":
+        from formulations.placement_data import Objective
+
+        return Objective
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,8 +1,10 @@
-"""Simulators: a fluid model of the serving pipeline and its discrete-event reference."""
+"""Simulators: a fluid model of the serving pipeline and its discrete-event reference.
+
+The names below are imported on first use (PEP 562), so that the CLI can offer the arrival and
+planner kinds as choices without compiling the simulators.
+"""
 
 from typing import TYPE_CHECKING
-
-from dse.lazy import exports
 
 if TYPE_CHECKING:
     from dse.sim.api import SimulationReport, simulate, trajectories_frame
@@ -21,11 +23,19 @@ __all__ = [
     "simulate",
     "trajectories_frame",
 ]
-__getattr__, __dir__ = exports(
-    __name__,
-    {
-        **dict.fromkeys(["SimulationReport", "simulate", "trajectories_frame"], "dse.sim.api"),
-        **dict.fromkeys(["ArrivalKind", "PlannerKind"], "dse.sim.kinds"),
-        **dict.fromkeys(["Arrivals", "OutputLengths", "Pipeline", "Planner", "Scenario"], "dse.sim.scenario"),
-    },
-)
+
+
+def __getattr__(name: str) -> object:
+    if name in ("SimulationReport", "simulate", "trajectories_frame"):
+        import dse.sim.api as api
+
+        return getattr(api, name)
+    if name in ("ArrivalKind", "PlannerKind"):
+        import dse.sim.kinds as kinds
+
+        return getattr(kinds, name)
+    if name in ("Arrivals", "OutputLengths", "Pipeline", "Planner", "Scenario"):
+        import dse.sim.scenario as scenario
+
+        return getattr(scenario, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
