@@ -14,8 +14,8 @@ from dse.catalog import load_catalog
 from dse.evaluation import design_of
 from dse.perf.params import load_params
 from dse.placement import PlacementRequest, Topology
-from dse.placement.api import solve_candidates
 from dse.placement.candidates import build_candidates
+from dse.placement.plan import solve_candidates
 from dse.sim import ArrivalKind, Arrivals, OutputLengths, Scenario, simulate
 from dse.sim.from_placement import pipeline_of
 from dse.workload import Slo, ThinkBin, Workload

@@ -27,7 +27,7 @@ import numpy as np
 from record import figure
 
 import dse.evaluation as evaluation_mod
-import dse.placement.api as placement_mod
+import dse.placement.plan as placement_mod
 import dse.study.runner as runner_mod
 from dse.catalog import load_catalog
 from dse.perf.params import load_params

@@ -1,6 +1,6 @@
 """What a design is worth: the spine from a placement request to the figures a study records.
 
-:func:`evaluate` places a request (:func:`dse.placement.api.place_best`), and :func:`check` takes
+:func:`evaluate` places a request (:func:`dse.placement.plan.place_best`), and :func:`check` takes
 a placed outcome from there: the simulator's typed design (:func:`design_of`), its pipeline, the
 fluid simulation in a scenario, and the :class:`Evaluation`: the request, the outcome, the
 metrics (keys of :data:`dse.metrics.METRICS`), the constraints (``<= 0`` feasible, keys of
@@ -22,12 +22,12 @@ from dse.perf.afd import attention_side, ffn_side
 from dse.perf.pool import build_pool
 from dse.perf.serving import prefill_batch_tokens
 from dse.perf.stages import forward_cost
-from dse.placement.api import PoolPlan, TopologyOutcome, place_best
+from dse.placement.plan import PoolPlan, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology
-from dse.sim.api import SimulationReport, simulate
 from dse.sim.from_placement import SimDesign, SimPool, pipeline_of
 from dse.sim.kv_tiers import RestingClass
 from dse.sim.scenario import Scenario
+from dse.sim.simulation import SimulationReport, simulate
 from formulations.placement_data import Role
 
 INFEASIBLE = 1.0

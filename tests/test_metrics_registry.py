@@ -41,7 +41,7 @@ def test_a_run_stores_its_best_designs_shadow_prices_for_the_report(tmp_path: Pa
     when the run ends), equal to a fresh solve of that trial's placement."""
     from dse.context import Context
     from dse.perf.params import load_params
-    from dse.placement.api import place_best
+    from dse.placement.plan import place_best
     from dse.placement.request import Topology
     from dse.study.best import PRICES_ATTR, best_design
     from dse.study.runner import TRIAL_SOLVE

@@ -19,7 +19,7 @@ from dse.sim import (
 )
 from dse.sim.des import simulate_des
 from dse.sim.fluid import simulate_fluid
-from dse.sim.metrics import detect_oscillation, weighted_quantile
+from dse.sim.statistics import detect_oscillation, weighted_quantile
 
 TAIL = OutputLengths((0.9, 0.1), (200.0, 2000.0))  # mean 380 tokens, long-tailed
 

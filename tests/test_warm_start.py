@@ -12,8 +12,8 @@ import pytest
 
 from dse.catalog import load_catalog
 from dse.perf.params import load_params
-from dse.placement.api import solve_candidates
 from dse.placement.candidates import build_candidates
+from dse.placement.plan import solve_candidates
 from dse.placement.request import Topology
 from dse.study import Study
 from dse.study.spec import StudySpec, load_study

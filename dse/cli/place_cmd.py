@@ -22,7 +22,7 @@ from dse.workload import Slo, Workload
 from formulations.placement_data import TIERS, Objective
 
 if TYPE_CHECKING:
-    from dse.placement.api import PlacementReport, TopologyOutcome
+    from dse.placement.plan import PlacementReport, TopologyOutcome
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -228,7 +228,7 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.perf.params import load_params
-    from dse.placement.api import place
+    from dse.placement.plan import place
     from dse.placement.serialize import report_to_dict
 
     req = request_from_args(args, catalog)

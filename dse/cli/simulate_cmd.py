@@ -23,9 +23,9 @@ from dse.sim.kinds import ArrivalKind, PlannerKind
 from dse.typed_data import Rule, check_number, fraction, non_negative, positive
 
 if TYPE_CHECKING:
-    from dse.sim.api import SimulationReport
     from dse.sim.from_placement import SimDesign
     from dse.sim.scenario import Scenario
+    from dse.sim.simulation import SimulationReport
 
 SRC = "dse simulate"
 MAX_STEPS = 1e6
@@ -133,7 +133,7 @@ def _design(args: argparse.Namespace, catalog: Catalog) -> SimDesign:
     missing = [f for f in ("hardware", "rate", "ttft", "tpot") if getattr(args, f) is None]
     if missing:
         raise InputError(SRC, f"--{missing[0]}", "is required without --placement")
-    from dse.placement.api import place
+    from dse.placement.plan import place
 
     report = place(request_from_args(args, catalog, SRC), catalog=catalog, with_shadow_prices=False)
     if report.best is None:
@@ -264,8 +264,8 @@ def _read_trace(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.perf.params import load_params
-    from dse.sim.api import simulate
     from dse.sim.from_placement import pipeline_of
+    from dse.sim.simulation import simulate
 
     params = load_params()
     design = _design(args, catalog)
@@ -324,8 +324,8 @@ OUTPUT_FILES = ("trajectories.parquet", "trajectories.png", "summary.json")
 def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any]) -> None:
     """The three files, all or none: written into a temporary folder beside ``out``, then moved
     in (a new ``out`` is the renamed folder), so a failure leaves no half-written output."""
-    from dse.sim.api import trajectories_frame
     from dse.sim.plot import plot_trajectories
+    from dse.sim.simulation import trajectories_frame
 
     text = json.dumps(summary, indent=2) + "\n"  # everything that can fail before the first write
     frame = trajectories_frame(report)

@@ -7,7 +7,7 @@ request's enums, which the CLI offers as choices) does not import the solver.
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dse.placement.api import PlacementReport, PoolPlan, TierPlan, TopologyOutcome, place
+    from dse.placement.plan import PlacementReport, PoolPlan, TierPlan, TopologyOutcome, place
     from dse.placement.request import Limits, PlacementRequest, Topology
     from formulations.placement_data import Objective
 
@@ -26,7 +26,7 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     if name in ("PlacementReport", "PoolPlan", "TierPlan", "TopologyOutcome", "place"):
-        import dse.placement.api as api
+        import dse.placement.plan as api
 
         return getattr(api, name)
     if name in ("Limits", "PlacementRequest", "Topology"):

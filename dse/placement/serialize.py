@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dse.placement.api import PlacementReport
+from dse.placement.plan import PlacementReport
 from dse.plain import plain
 
 SCHEMA_VERSION = 1

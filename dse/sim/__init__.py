@@ -7,9 +7,9 @@ planner kinds as choices without compiling the simulators.
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dse.sim.api import SimulationReport, simulate, trajectories_frame
     from dse.sim.kinds import ArrivalKind, PlannerKind
     from dse.sim.scenario import Arrivals, OutputLengths, Pipeline, Planner, Scenario
+    from dse.sim.simulation import SimulationReport, simulate, trajectories_frame
 
 __all__ = [
     "ArrivalKind",
@@ -27,7 +27,7 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     if name in ("SimulationReport", "simulate", "trajectories_frame"):
-        import dse.sim.api as api
+        import dse.sim.simulation as api
 
         return getattr(api, name)
     if name in ("ArrivalKind", "PlannerKind"):

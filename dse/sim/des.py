@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dse.sim.des_events import DesRun, RequestDraws
-from dse.sim.result import Summary, Trajectories, verdicts
+from dse.sim.outputs import Summary, Trajectories, verdicts
 from dse.sim.scenario import Array, Pipeline, Scenario
 
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 from dse.sim.fluid_kernel import OUT, advance
-from dse.sim.metrics import weighted_quantile
+from dse.sim.outputs import Summary, Trajectories, verdicts
 from dse.sim.planner import PlannerState
-from dse.sim.result import Summary, Trajectories, verdicts
 from dse.sim.scenario import Array, Pipeline, Scenario
+from dse.sim.statistics import weighted_quantile
 
 NEAR_CAPACITY = 0.9  # peak utilisation above which percentiles are flagged low-confidence
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from dse.atomic import atomic_path
-from dse.sim.result import Trajectories
+from dse.sim.outputs import Trajectories
 
 
 def plot_trajectories(

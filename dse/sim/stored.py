@@ -10,9 +10,9 @@ import numpy as np
 
 from dse.catalog import Catalog
 from dse.perf.params import PerfParams
-from dse.sim.api import SimulationReport, simulate
 from dse.sim.from_placement import design_from_record, pipeline_of
 from dse.sim.scenario import scenario_from_record
+from dse.sim.simulation import SimulationReport, simulate
 
 
 def simulate_stored(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from dse.context import Context
-from dse.placement.api import place_best
+from dse.placement.plan import place_best
 from dse.placement.request import Topology
 from dse.plain import plain
 from dse.study.api import StudyResults

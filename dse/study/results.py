@@ -20,7 +20,7 @@ import polars as pl
 from dse.catalog import Catalog
 from dse.metrics import CONSTRAINTS, METRIC_COLUMNS
 from dse.perf.params import PerfParams
-from dse.sim.api import trajectories_frame
+from dse.sim.simulation import trajectories_frame
 from dse.sim.stored import simulate_stored
 
 SCHEMA_VERSION = 2  # 2: the trials' design and design_trials; one front row per design

@@ -21,7 +21,7 @@ from dse.catalog import Catalog
 from dse.context import Context
 from dse.evaluation import check
 from dse.perf.params import PerfParams
-from dse.placement.api import PlacementReport, TopologyOutcome, place_best
+from dse.placement.plan import PlacementReport, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology, UnitOptions
 from dse.plain import plain
 from dse.sim import Planner, PlannerKind

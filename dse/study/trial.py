@@ -21,11 +21,11 @@ from dse.context import Context
 from dse.evaluation import Evaluation
 from dse.evaluation import evaluate as evaluate_design
 from dse.perf.params import PerfParams
-from dse.placement.api import TopologyOutcome
+from dse.placement.plan import TopologyOutcome
 from dse.placement.request import Limits, PlacementRequest, Topology, UnitOptions
 from dse.plain import plain
 from dse.sim import ArrivalKind, Arrivals, OutputLengths, Planner, Scenario
-from dse.sim.api import SimulationReport
+from dse.sim.simulation import SimulationReport
 from dse.study.spec import StudySpec
 from dse.units import Precision
 from dse.workload import Workload

@@ -25,7 +25,7 @@ from typing import Any
 from dse.catalog import Catalog
 from dse.context import Context
 from dse.perf.params import PerfParams
-from dse.placement.api import PoolPlan, TopologyOutcome, place_best
+from dse.placement.plan import PoolPlan, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology
 from dse.study.spec import StudySpec
 from dse.study.sweep import request_at

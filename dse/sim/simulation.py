@@ -11,7 +11,7 @@ import polars as pl
 from dse.sim.des import simulate_des
 from dse.sim.fluid import simulate_fluid
 from dse.sim.kv_tiers import TIER_NAMES, RestingClass, resting_kv_gb
-from dse.sim.result import Summary, Trajectories
+from dse.sim.outputs import Summary, Trajectories
 from dse.sim.scenario import Array, Pipeline, Scenario
 
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dse.sim.metrics import Oscillation, backlog_growth, detect_oscillation
 from dse.sim.scenario import Array, Scenario
+from dse.sim.statistics import Oscillation, backlog_growth, detect_oscillation
 
 
 @dataclass(frozen=True)
