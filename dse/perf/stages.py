@@ -214,29 +214,10 @@ def forward_cost(
     if not prefill:  # decode: the busiest data-parallel attention rank paces the step
         attention_s = attention_s * attention_rank_imbalance(sequences, f.attn_dp)
 
-    # communication: TP all-reduce twice per layer; EP dispatch (fp8) + combine (bf16).
-    # Across scale-up domains a token crosses the NIC once per remote domain it is routed to
-    # (forwarded inside the domain, as DeepEP does), not once per expert. Only data-parallel
-    # attention spreads the tokens over the ranks and needs the all-to-all: under tensor-parallel
-    # attention every rank holds every token after the attention all-reduce, computes its own
-    # experts' share of each, and the all-reduce that ends the MoE layer (the second one counted
-    # here) sums them, as SGLang's and TRT-LLM's expert-parallel MoE without DP attention do;
-    # unless the expert group is wider than the instance, whose tokens must then reach experts
-    # on GPUs that do not hold them.
-    tp = pool.attn_tp
-    ar_bytes = np.where(
-        tp > 1, 2.0 * m.layers * 2.0 * (tp - 1) / tp * tokens / f.attn_dp * m.hidden * 2.0, 0.0
-    )
-    ar_s = ar_bytes / f.ar_bandwidth
-    k = m.experts_per_token
-    token_bytes = m.moe_layers * tokens / g * m.hidden * (pool.act_bytes + 2.0)
-    a2a_s = np.where(
-        f.dispatch,
-        token_bytes * k * f.local_share * f.peers_share / f.link + token_bytes * f.remote_domains / f.nic,
-        0.0,
-    )
-    comm_s = (ar_s + a2a_s) * (1.0 - p.comm_overlap) + f.latency_s
-
+    # GEMMs and attention stay inline: as helpers, the large temporaries they free on return
+    # made glibc trim and re-fault the heap (a quarter more page faults, about 5% fewer
+    # closed-loop predictions/s in benchmarks/perf_speed.py); communication alone costs nothing
+    comm_s = _comm_seconds(f, tokens)
     return StepCost(
         gemm_s=gemm_s * speed,
         attention_s=attention_s * speed,
@@ -245,6 +226,35 @@ def forward_cost(
         gemm_compute_bound=gemm_compute >= gemm_memory,
         attention_compute_bound=attn_compute >= kv_bytes / hbm,
     )
+
+
+def _comm_seconds(f: PoolTerms, tokens: Array) -> Array:
+    """Seconds of communication not hidden behind compute, with the fixed collective latency.
+
+    TP all-reduce twice per layer; EP dispatch (fp8) + combine (bf16). Across scale-up domains a
+    token crosses the NIC once per remote domain it is routed to (forwarded inside the domain, as
+    DeepEP does), not once per expert. Only data-parallel attention spreads the tokens over the
+    ranks and needs the all-to-all: under tensor-parallel attention every rank holds every token
+    after the attention all-reduce, computes its own experts' share of each, and the all-reduce
+    that ends the MoE layer (the second one counted here) sums them, as SGLang's and TRT-LLM's
+    expert-parallel MoE without DP attention do; unless the expert group is wider than the
+    instance, whose tokens must then reach experts on GPUs that do not hold them.
+    """
+    pool, p = f.pool, f.params
+    m = pool.model
+    tp = pool.attn_tp
+    ar_bytes = np.where(
+        tp > 1, 2.0 * m.layers * 2.0 * (tp - 1) / tp * tokens / f.attn_dp * m.hidden * 2.0, 0.0
+    )
+    ar_s = ar_bytes / f.ar_bandwidth
+    k = m.experts_per_token
+    token_bytes = m.moe_layers * tokens / pool.gpus * m.hidden * (pool.act_bytes + 2.0)
+    a2a_s = np.where(
+        f.dispatch,
+        token_bytes * k * f.local_share * f.peers_share / f.link + token_bytes * f.remote_domains / f.nic,
+        0.0,
+    )
+    return (ar_s + a2a_s) * (1.0 - p.comm_overlap) + f.latency_s
 
 
 def kv_capacity_sequences(pool: Pool, p: PerfParams, context: Array) -> Array:
