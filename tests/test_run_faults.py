@@ -172,12 +172,12 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def _fill(disk: Path, leave_kib: int = 0) -> None:
-    """Leave about ``leave_kib`` free on ``disk`` (none: write until it is full)."""
-    free = shutil.disk_usage(disk).free // 1024
-    with open(disk / "filler", "wb") as fh, contextlib.suppress(OSError):
-        for _ in range(max(0, free - leave_kib) // 64):
-            fh.write(b"\0" * 65536)
-            fh.flush()
+    """Leave about ``leave_kib`` free on ``disk`` (none: write until not one more block fits)."""
+    with open(disk / "filler", "wb", buffering=0) as fh:  # unbuffered: a full disk refuses each write
+        for block in (1 << 16, 1 << 12, 1 << 9):
+            with contextlib.suppress(OSError):
+                while shutil.disk_usage(disk).free > leave_kib * 1024 + block or not leave_kib:
+                    fh.write(b"\0" * block)
 
 
 def test_a_full_disk_is_one_line_loses_nothing_and_the_run_resumes(cli: Cli, small_disk: Path) -> None:
