@@ -12,22 +12,32 @@ from __future__ import annotations
 from typing import Any
 
 import optuna
-from optuna.samplers._lazy_random_state import LazyRandomState
 
 from dse.study.spec import StudySpec
 from dse.study.sweep import grid_sampler
 from dse.study.tpe import CachedTPESampler
 
 
-class TrialSeededRandomSampler(optuna.samplers.RandomSampler):
-    """Random search whose draws for trial ``n`` depend only on the seed and ``n``."""
+class TrialSeededRandomSampler(optuna.samplers.BaseSampler):
+    """Random search whose draws for trial ``n`` depend only on the seed and ``n``: each trial
+    draws from Optuna's :class:`~optuna.samplers.RandomSampler` seeded with both."""
 
     def __init__(self, seed: int) -> None:
-        super().__init__(seed=seed)
-        self._base_seed = seed
+        self._seed = seed
+        self._draws = optuna.samplers.RandomSampler(seed=seed)
+
+    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+        return {}
+
+    def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
+        return {}
 
     def before_trial(self, study: Any, trial: Any) -> None:
-        self._rng = LazyRandomState((self._base_seed * 1_000_003 + trial.number) % 2**32)
+        """Called as a trial starts, before any of its parameters is sampled."""
+        self._draws = optuna.samplers.RandomSampler(seed=(self._seed * 1_000_003 + trial.number) % 2**32)
+
+    def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
+        return self._draws.sample_independent(study, trial, param_name, param_distribution)
 
 
 def make_sampler(

@@ -25,6 +25,7 @@ from dse.placement.plan import PlacementReport, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology, UnitOptions
 from dse.plain import plain
 from dse.sim import Planner, PlannerKind
+from dse.study.optuna_compat import grid_of, set_trial_system_attr
 from dse.study.spec import StudySpec
 from dse.study.trial import Choice, TrialRecord, record_of, scenario_for, study_request
 from formulations.placement_data import Role
@@ -47,15 +48,16 @@ class GridSampler(optuna.samplers.GridSampler):
         if "grid_id" in trial.system_attrs or "fixed_params" in trial.system_attrs:
             return
         live = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+        grid = grid_of(self)  # Optuna's shuffled grid and random state (dse.study.optuna_compat)
         taken = {
-            tuple(_key(t.params[k]) for k in self._param_names)
-            for t in study._storage.get_all_trials(study._study_id, deepcopy=False, states=live)
-            if t._trial_id != trial._trial_id and all(k in t.params for k in self._param_names)
+            tuple(_key(t.params[k]) for k in grid.names)
+            for t in study.get_trials(deepcopy=False, states=live)
+            if t.number != trial.number and all(k in t.params for k in grid.names)
         }
-        free = [i for i, g in enumerate(self._all_grids) if tuple(_key(v) for v in g) not in taken]
-        grid_id = int(self._rng.rng.choice(free)) if free else 0  # 0: the budget ran past the grid
-        study._storage.set_trial_system_attr(trial._trial_id, "search_space", self._search_space)
-        study._storage.set_trial_system_attr(trial._trial_id, "grid_id", grid_id)
+        free = [i for i, g in enumerate(grid.points) if tuple(_key(v) for v in g) not in taken]
+        grid_id = int(grid.rng.choice(free)) if free else 0  # 0: the budget ran past the grid
+        set_trial_system_attr(study, trial, "search_space", grid.search_space)
+        set_trial_system_attr(study, trial, "grid_id", grid_id)
 
     def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
         return None

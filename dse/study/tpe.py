@@ -9,51 +9,37 @@ and no pruned trial) and keeps each finished trial's parameters as columns it ex
 new trials only. On a storage shared by workers it splits the trials as they stood at the
 trial's first parameter, where Optuna rereads them for each.
 
-Optuna 5 also computes log Phi(x) one element at a time in Python (``np.frompyfunc`` behind a
-1,000-entry cache): 2.6 million calls, 60% of TPE's time, in 300 trials of the headline study.
-``scipy.special.log_ndtr`` is the same function in C and more exact in the tails; the tests check
-they agree. An Optuna without these private parts keeps its own.
+It replaces the two passes through :class:`dse.study.optuna_compat.TPEHooks`, which also samples
+with scipy's log Phi (``scipy.special.log_ndtr``, the same function in C).
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import numpy as np
-import optuna
-import scipy.special
 from optuna.distributions import BaseDistribution
-from optuna.samplers._tpe import sampler as tpe_sampler
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-
-def _use_scipy_log_ndtr() -> None:
-    try:
-        from optuna.samplers._tpe import _truncnorm as truncnorm
-    except ImportError:
-        return
-    if hasattr(truncnorm, "_log_ndtr"):
-        setattr(truncnorm, "_log_ndtr", scipy.special.log_ndtr)  # noqa: B010 - a private attribute mypy does not know
+from dse.study.optuna_compat import Split, TPEHooks, split_complete, split_pruned
 
 
-_use_scipy_log_ndtr()
-
-
-class CachedTPESampler(optuna.samplers.TPESampler):
+class CachedTPESampler(TPEHooks):
     """:class:`optuna.samplers.TPESampler`, same arguments and proposals, O(new trials) upkeep."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._forget(None)
 
-    def _forget(self, owner: tuple[int, int] | None) -> None:
-        """Start the rows afresh for the study ``owner`` (its storage and id): a sampler handed
-        to another study must not split that study's trials with the first one's rows."""
-        self._owner = owner
+    def _forget(self, study: Study | None) -> None:
+        """Start the rows afresh for ``study``: a sampler handed to another study must not split
+        that study's trials with the first one's rows."""
+        self._owner: weakref.ref[Study] | None = None if study is None else weakref.ref(study)
         self._split_key: tuple[int, int] | None = None
-        self._split: tuple[list[FrozenTrial], list[FrozenTrial]] = ([], [])
+        self._split: Split = ([], [])
         self._split_rows: list[tuple[list[FrozenTrial], np.ndarray]] = []  # each part of the split, its rows
         self._row_of: dict[int, int] = {}  # trial number -> row of the columns
         self._raw: list[dict[str, Any]] = []  # each row's parameters as the trial holds them
@@ -66,50 +52,29 @@ class CachedTPESampler(optuna.samplers.TPESampler):
         self._row_value: list[float] = []
         self._pruned = False
 
-    def _sample(
-        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
-    ) -> dict[str, Any]:
-        below, above = self._split_for(study, trial)
-        mpe_below = self._build_parzen_estimator(study, search_space, below, handle_below=True)
-        mpe_above = self._build_parzen_estimator(study, search_space, above, handle_below=False)
-        samples_below = mpe_below.sample(self._rng.rng, self._n_ei_candidates)
-        acq = self._compute_acquisition_func(samples_below, mpe_below, mpe_above)
-        ret = optuna.samplers.TPESampler._compare(samples_below, acq)
-        for name, dist in search_space.items():
-            ret[name] = dist.to_external_repr(ret[name])
-        return ret
-
-    def _split_for(self, study: Study, trial: FrozenTrial) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
-        """The good and bad trials for ``trial``, as Optuna's ``_sample`` splits them, made at its
-        first parameter. Trials still running (the constant liar counts them: a worker's others on
-        a shared storage, the trial proposed ahead of a lone run's) go with the bad ones, as in
+    def split(self, study: Study, trial: FrozenTrial) -> Split:
+        """The good and bad trials for ``trial``, as Optuna's TPE splits them, made at its first
+        parameter. Trials still running (the constant liar counts them: a worker's others on a
+        shared storage, the trial proposed ahead of a lone run's) go with the bad ones, as in
         Optuna, with their parameters as they stand then; they get rows of their own, dropped at
         the next split."""
+        if self._owner is None or self._owner() is not study:
+            self._forget(study)
         key = (id(study), trial.number)
         if key == self._split_key:
             return self._split
-        owner = (id(study._storage), study._study_id)
-        if owner != self._owner:
-            self._forget(owner)
-        liar = self._constant_liar
+        liar = self.constant_liar
         states = (TrialState.COMPLETE, TrialState.PRUNED) + ((TrialState.RUNNING,) if liar else ())
-        trials = [
-            t
-            for t in study._get_trials(deepcopy=False, states=states, use_cache=not liar)
-            if t.number != trial.number
-        ]
+        trials = [t for t in study.get_trials(deepcopy=False, states=states) if t.number != trial.number]
         running = [t for t in trials if t.state == TrialState.RUNNING]
         finished = [t for t in trials if t.state != TrialState.RUNNING] if running else trials
-        if self._gamma is None:
-            one = len(study.directions) <= 1
-            self._gamma = tpe_sampler.default_gamma if one else tpe_sampler.default_gamma_multiobjective
         for t in finished:
             if t.number not in self._row_of:
                 self._add_row(t)
-        below, above = self._split_trials(study, finished, self._gamma(len(finished)))
+        below, above = self._split_trials(study, finished, self.gamma(study)(len(finished)))
         if running:
             above = sorted(above + running, key=lambda t: t.number)
-        self._running = [self._get_params(t, study) for t in running]
+        self._running = [self.params_so_far(t, study) for t in running]
         row_of = {**self._row_of, **{t.number: len(self._raw) + j for j, t in enumerate(running)}}
         self._split_key, self._split = key, (below, above)
         self._split_rows = [
@@ -123,13 +88,11 @@ class CachedTPESampler(optuna.samplers.TPESampler):
         self._raw.append(t.params)
         self._rows.append(t)
         self._row_numbers.append(t.number)
-        self._row_violation.append(tpe_sampler._get_infeasible_trial_score(t))
+        self._row_violation.append(sum(v for v in t.constraints.values() if v > 0))  # Optuna's score
         self._row_value.append(t.values[0] if t.values else math.nan)
         self._pruned = self._pruned or t.state == TrialState.PRUNED
 
-    def _split_trials(
-        self, study: Study, trials: list[FrozenTrial], n_below: int
-    ) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+    def _split_trials(self, study: Study, trials: list[FrozenTrial], n_below: int) -> Split:
         """Optuna's ``_split_trials`` for finished trials, reading each violation once; in numpy
         when every row is in ``trials`` and the study has one objective and no pruned trial."""
         if len(trials) == len(self._rows) and len(study.directions) == 1 and not self._pruned:
@@ -138,9 +101,9 @@ class CachedTPESampler(optuna.samplers.TPESampler):
         infeasible = [t for t in trials if violation[t.number] > 0]
         complete = [t for t in trials if violation[t.number] <= 0 and t.state == TrialState.COMPLETE]
         pruned = [t for t in trials if violation[t.number] <= 0 and t.state == TrialState.PRUNED]
-        below_c, above_c = tpe_sampler._split_complete_trials(complete, study, n_below)
+        below_c, above_c = split_complete(complete, study, n_below)
         n_below = max(0, n_below - len(below_c))
-        below_p, above_p = tpe_sampler._split_pruned_trials(pruned, study, n_below)
+        below_p, above_p = split_pruned(pruned, study, n_below)
         n_below = max(0, n_below - len(below_p))
         ranked = sorted(infeasible, key=lambda t: violation[t.number])
         n_inf = min(n_below, len(ranked))
@@ -148,9 +111,7 @@ class CachedTPESampler(optuna.samplers.TPESampler):
         above = sorted(above_c + above_p + ranked[n_inf:], key=lambda t: t.number)
         return below, above
 
-    def _split_rows_one_objective(
-        self, study: Study, n_below: int
-    ) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+    def _split_rows_one_objective(self, study: Study, n_below: int) -> Split:
         """The same split over the rows as arrays: feasible trials best first (ties in trial
         order, as Python's stable sort leaves them), then the infeasible by violation."""
         number = np.asarray(self._row_numbers)
@@ -170,12 +131,13 @@ class CachedTPESampler(optuna.samplers.TPESampler):
             [rows[i] for i in above[np.argsort(number[above])]],
         )
 
-    def _get_internal_repr(
+    def observations(
         self, trials: list[FrozenTrial], search_space: dict[str, BaseDistribution], study: Study
     ) -> dict[str, np.ndarray]:
+        """A part of the split's columns, read from the rows kept (Optuna's own for other lists)."""
         rows = next((r for part, r in self._split_rows if part is trials), None)
         if rows is None:
-            return super()._get_internal_repr(trials, search_space, study)
+            return super().observations(trials, search_space, study)
         cols = {
             name: np.asarray(self._column(name, dist) + self._values(self._running, name, dist))[rows]
             for name, dist in search_space.items()

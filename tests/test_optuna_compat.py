@@ -1,0 +1,149 @@
+"""What dse.study.optuna_compat relies on in the installed Optuna, pinned: an Optuna that changes
+one of these fails here, naming it. Real SQLite storages."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+import scipy.special
+from optuna.samplers._tpe import _truncnorm
+from optuna.samplers._tpe import sampler as tpe_sampler
+from optuna.trial import TrialState, create_trial
+
+from dse.study import optuna_compat as compat
+from dse.study.storage import open_storage
+
+
+def _objective(trial: optuna.Trial) -> tuple[float, float]:
+    topo = trial.suggest_categorical("topology", ["a", "b"])
+    x = trial.suggest_float("x", 0.0, 1.0)
+    y = trial.suggest_int("y", 1, 64, log=True) if topo == "b" else 1
+    if trial.number % 7 == 3:
+        raise optuna.TrialPruned()
+    trial.set_constraint("violation", x - 0.8)
+    return (x - 0.3) ** 2 + 1.0 / y, float(y)
+
+
+class _Counting(compat.TPEHooks):
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.splits = self.reads = 0
+
+    def split(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> compat.Split:
+        self.splits += 1
+        return super().split(study, trial)
+
+    def observations(self, trials, search_space, study):  # type: ignore[no-untyped-def]
+        self.reads += 1
+        return super().observations(trials, search_space, study)
+
+
+@pytest.mark.parametrize("objectives", [1, 2])
+def test_tpe_hooks_as_they_stand_propose_what_optunas_tpe_proposes(objectives: int) -> None:
+    """Optuna still samples through ``_sample`` and reads parameters through ``_get_internal_repr``
+    (the hooks are called), and the copy of ``_sample`` is Optuna's (the same proposals)."""
+    runs = []
+    with compat.scipy_log_ndtr():  # the same log Phi on both sides
+        for cls in (optuna.samplers.TPESampler, _Counting):
+            sampler = cls(seed=2, n_startup_trials=5, multivariate=True)
+            study = optuna.create_study(sampler=sampler, directions=["minimize", "maximize"][:objectives])
+            study.optimize(lambda t: _objective(t)[:objectives], n_trials=40)
+            runs.append([t.params for t in study.trials])
+    assert runs[0] == runs[1]
+    assert isinstance(sampler, _Counting) and sampler.splits >= 30 and sampler.reads >= 2 * sampler.splits
+
+
+def test_tpe_settings_read_through_the_hooks() -> None:
+    one, two = optuna.create_study(), optuna.create_study(directions=["minimize", "minimize"])
+    assert compat.TPEHooks().gamma(one) is tpe_sampler.default_gamma
+    assert compat.TPEHooks().gamma(two) is tpe_sampler.default_gamma_multiobjective
+    assert compat.TPEHooks().constant_liar is True  # Optuna 5's default; dse's samplers rely on it
+    assert compat.TPEHooks(constant_liar=False).constant_liar is False
+    sampler = compat.TPEHooks(seed=1, n_startup_trials=2, multivariate=True)
+    study = optuna.create_study(sampler=sampler)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("z", 0, 1), n_trials=4)
+    running = study.ask()
+    running.suggest_float("x", 0, 1)  # both relative parameters are proposed; z not yet asked for
+    frozen = study.get_trials(deepcopy=False)[-1]
+    assert set(frozen.params) == {"x"} and set(sampler.params_so_far(frozen, study)) == {"x", "z"}
+    assert running.suggest_float("z", 0, 1) == sampler.params_so_far(frozen, study)["z"]
+
+
+def test_the_infeasible_score_dse_computes_is_optunas() -> None:
+    """dse.study.tpe scores a trial's infeasibility from its public constraints as Optuna does."""
+    for constraints in ([0.5, -1.0], [-0.5], [0.0, 2.0, 0.25]):
+        t = create_trial(value=1.0, system_attrs={"constraints": constraints})
+        assert sum(v for v in t.constraints.values() if v > 0) == tpe_sampler._get_infeasible_trial_score(t)
+
+
+def test_optunas_split_of_complete_and_pruned_trials_is_reached() -> None:
+    study = optuna.create_study(directions=["minimize", "maximize"])
+    trials = [create_trial(values=[float(i % 5), float(i % 3)]) for i in range(12)]
+    below, above = compat.split_complete(trials, study, 4)
+    assert len(below) == 4 and len(above) == 8
+    pruned = [create_trial(state=TrialState.PRUNED, intermediate_values={1: float(i)}) for i in range(5)]
+    below, above = compat.split_pruned(pruned, optuna.create_study(), 2)
+    assert [t.intermediate_values[1] for t in below] == [0.0, 1.0] and len(above) == 3
+
+
+def test_scipy_log_ndtr_is_swapped_in_only_for_the_block_and_agrees_with_optunas() -> None:
+    own = _truncnorm._log_ndtr
+    assert own is not scipy.special.log_ndtr  # nothing of Optuna's changed outside a block
+    with compat.scipy_log_ndtr():
+        assert _truncnorm._log_ndtr is scipy.special.log_ndtr
+        with compat.scipy_log_ndtr():  # nested: a sampler sampling inside a test's block
+            assert _truncnorm._log_ndtr is scipy.special.log_ndtr
+        assert _truncnorm._log_ndtr is scipy.special.log_ndtr
+    assert _truncnorm._log_ndtr is own
+    with pytest.raises(RuntimeError), compat.scipy_log_ndtr():
+        raise RuntimeError
+    assert _truncnorm._log_ndtr is own
+    x = np.concatenate([np.linspace(-40.0, 40.0, 4001), [-1e3, -20.0001, -19.999, 5.999, 6.001, 1e3]])
+    theirs = np.frompyfunc(_truncnorm._log_ndtr_single, 1, 1)(x).astype(float)
+    # Optuna's form loses relative precision near x = 6, where log Phi is about -1e-9
+    assert np.allclose(scipy.special.log_ndtr(x), theirs, rtol=1e-7, atol=1e-15)
+
+
+def test_the_grid_is_optunas_shuffled_grid_and_its_point_reaches_the_trial() -> None:
+    space = {"b": [1, 2, 3], "a": ["x", "y"]}
+    sampler = optuna.samplers.GridSampler(space, seed=7)
+    grid = compat.grid_of(sampler)
+    assert grid.names == ["a", "b"] and grid.search_space == {"a": ["x", "y"], "b": [1, 2, 3]}
+    assert sorted(grid.points) == sorted(itertools.product(["x", "y"], [1, 2, 3]))
+    assert grid.rng is compat.grid_of(sampler).rng  # one stream, drawn from across trials
+    study = optuna.create_study(sampler=sampler)
+    for _ in range(5):  # Optuna's own sampler gives trial n the shuffled grid's point n (not the last:
+        # telling it would stop the study)
+        t = study.ask()
+        point = (t.suggest_categorical("a", ["x", "y"]), t.suggest_categorical("b", [1, 2, 3]))
+        study.tell(t, 0.0)
+        assert point == grid.points[t.number] and study.trials[-1].system_attrs["grid_id"] == t.number
+
+
+def test_a_system_attribute_set_for_a_trial_is_stored(tmp_path: Path) -> None:
+    for storage in (None, open_storage(f"sqlite:///{tmp_path / 's.db'}")):
+        study = optuna.create_study(storage=storage)
+        trial = study.ask()
+        frozen = study.get_trials(deepcopy=False)[0]
+        compat.set_trial_system_attr(study, frozen, "grid_id", 3)
+        assert study.get_trials()[0].system_attrs["grid_id"] == 3 and trial.number == 0
+
+
+def test_storage_of_a_study_is_the_rdb_storage_it_was_opened_on(tmp_path: Path) -> None:
+    storage = open_storage(f"sqlite:///{tmp_path / 's.db'}")
+    assert compat.storage_of(optuna.create_study(storage=storage)) is storage
+    memory = optuna.create_study()
+    assert isinstance(compat.storage_of(memory), optuna.storages.InMemoryStorage)
+
+
+def test_optuna_warns_of_heartbeats_outside_optimize_in_the_words_the_runner_filters(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 's.db'}", stale_after_s=4.0))
+    with pytest.warns(UserWarning, match="^Heartbeat of storage is supposed to be used"):
+        study.ask()
