@@ -1,9 +1,11 @@
 """What dse.study.optuna_compat relies on in the installed Optuna, pinned: an Optuna that changes
-one of these fails here, naming it. Real SQLite storages."""
+one of these fails here, naming it. Real SQLite storages; the schema's rows are also checked
+against Optuna's own writes in tests/test_study_storage.py."""
 
 from __future__ import annotations
 
 import itertools
+import time
 import warnings
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from optuna.samplers._tpe import sampler as tpe_sampler
 from optuna.trial import TrialState, create_trial
 
 from dse.study import optuna_compat as compat
-from dse.study.storage import open_storage
+from dse.study.storage import StoredStudy, open_storage
 
 
 def _objective(trial: optuna.Trial) -> tuple[float, float]:
@@ -139,6 +141,27 @@ def test_storage_of_a_study_is_the_rdb_storage_it_was_opened_on(tmp_path: Path) 
     assert compat.storage_of(optuna.create_study(storage=storage)) is storage
     memory = optuna.create_study()
     assert isinstance(compat.storage_of(memory), optuna.storages.InMemoryStorage)
+
+
+def test_a_new_storage_has_the_schema_dse_writes(tmp_path: Path) -> None:
+    storage = open_storage(f"sqlite:///{tmp_path / 's.db'}")
+    assert storage.get_current_version() == compat.SCHEMA_VERSION
+    assert compat.knows_schema(storage)
+
+
+def test_dead_trials_are_those_optuna_finds_stale_and_those_that_never_beat(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # heartbeats outside Study.optimize
+        storage = open_storage(url, stale_after_s=1.0)  # beat every second, stale after one
+        stored = StoredStudy.of(optuna.create_study(storage=storage, study_name="s"), storage, url)
+        stopped, never, alive = (stored.study.ask() for _ in range(3))
+    storage.record_heartbeat(stored.trial_id(stopped.number))
+    time.sleep(2.2)
+    storage.record_heartbeat(stored.trial_id(alive.number))
+    dead = compat.dead_trial_ids(storage, stored.study_id)
+    assert dead == [stored.trial_id(stopped.number), stored.trial_id(never.number)]
+    assert storage._get_stale_trial_ids(stored.study_id) == dead[:1]  # Optuna's rule for those that beat
 
 
 def test_optuna_warns_of_heartbeats_outside_optimize_in_the_words_the_runner_filters(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ def test_a_second_lone_run_of_a_study_refuses_naming_the_running_process(cli: Cl
     assert first.code == 0, first.err
     db = tmp_path / "tiny-study" / "study.db"
     study = optuna.load_study(study_name="tiny-study", storage=f"sqlite:///{db}")
-    with lone_writer(study, f"sqlite:///{db}"):  # a run in progress holds the study
+    with lone_writer(study.study_name, f"sqlite:///{db}"):  # a run in progress holds the study
         second = cli("study", "run", TINY, "--out", tmp_path, "--trials", "8", "--no-export")
     assert second.code == 2
     line = second.err.strip()
@@ -74,7 +74,7 @@ def test_a_lone_run_on_postgresql_refuses_while_another_holds_the_study(
     spec = tmp_path / "tiny-lone-pg.toml"  # its own study name on the session's shared server
     spec.write_text(TINY.read_text().replace('name = "tiny-study"', 'name = "tiny-lone-pg"'))
     res = Study.load(spec).run(trials=2, out=tmp_path, storage=postgres_url)
-    with lone_writer(res.study, postgres_url):
+    with lone_writer(res.study.study_name, postgres_url):
         second = cli("study", "run", spec, "--storage", postgres_url, "--out", tmp_path, "--trials", "4")
     assert second.code == 2 and f"pid {os.getpid()}" in second.err, second.err
     assert len(res.study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 2

@@ -14,7 +14,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
-from dse.study.storage import open_storage, write_finished
+from dse.study.storage import StoredStudy, open_storage, write_finished
 
 DISTS = {
     "topology": CategoricalDistribution(("aggregated", "disaggregated")),
@@ -53,18 +53,22 @@ def _trials() -> list[optuna.trial.FrozenTrial]:
     return made
 
 
+def _created(url: str, directions: tuple[str, ...] = ("minimize",)) -> StoredStudy:
+    storage = open_storage(url)
+    study = optuna.create_study(storage=storage, study_name="s", directions=list(directions))
+    return StoredStudy.of(study, storage, url)
+
+
 def _stored(url: str, write) -> list[optuna.trial.FrozenTrial]:  # type: ignore[no-untyped-def]
-    study = optuna.create_study(
-        storage=open_storage(url), study_name="s", directions=["minimize", "maximize"]
-    )
+    stored = _created(url, ("minimize", "maximize"))
     for t in _trials():
-        write(study, t)
+        write(stored, t)
     return optuna.load_study(study_name="s", storage=url).get_trials(deepcopy=False)
 
 
 def test_a_trial_written_in_one_transaction_reads_back_as_optuna_writes_it(tmp_path: Path) -> None:
     ours = _stored(f"sqlite:///{tmp_path / 'ours.db'}", write_finished)
-    theirs = _stored(f"sqlite:///{tmp_path / 'theirs.db'}", lambda s, t: s.add_trial(t))
+    theirs = _stored(f"sqlite:///{tmp_path / 'theirs.db'}", lambda s, t: s.study.add_trial(t))
     assert [t.number for t in ours] == [0, 1, 2]
     fields = (
         "number state values params distributions user_attrs system_attrs "
@@ -78,23 +82,23 @@ def test_a_trial_written_in_one_transaction_reads_back_as_optuna_writes_it(tmp_p
 
 def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'x.db'}"
-    study = optuna.create_study(storage=open_storage(url), study_name="s")
+    stored = _created(url)
     bad = create_trial(value=1.0, params={"batch": 4}, distributions={"batch": DISTS["batch"]})
     bad.user_attrs["record"] = {"not json": object()}
     with pytest.raises(TypeError):
-        write_finished(study, bad)
+        write_finished(stored, bad)
     assert optuna.load_study(study_name="s", storage=url).get_trials() == []
 
 
 def test_numbers_count_every_earlier_trial_and_the_record_is_merged(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'x.db'}"
-    study = optuna.create_study(storage=open_storage(url), study_name="s")
-    study.ask()  # a running trial (number 0) and a failed one (number 1) come first
-    failed = study.ask()
-    study.tell(failed, state=TrialState.FAIL)
+    stored = _created(url)
+    stored.study.ask()  # a running trial (number 0) and a failed one (number 1) come first
+    failed = stored.study.ask()
+    stored.study.tell(failed, state=TrialState.FAIL)
     done = create_trial(value=2.0, params={"batch": 8}, distributions={"batch": DISTS["batch"]})
     done.user_attrs["kept"] = 1
-    write_finished(study, done, {"record": {"metrics": {"gpus": 8.0}}})
+    write_finished(stored, done, {"record": {"metrics": {"gpus": 8.0}}})
     back = optuna.load_study(study_name="s", storage=url).get_trials()
     assert [t.number for t in back] == [0, 1, 2]
     assert back[2].user_attrs == {"kept": 1, "record": {"metrics": {"gpus": 8.0}}}
@@ -105,12 +109,12 @@ import sys
 import optuna
 from optuna.distributions import IntDistribution
 from optuna.trial import create_trial
-from dse.study.storage import open_storage, write_finished
+from dse.study.storage import StoredStudy, write_finished
 
-study = optuna.load_study(study_name="s", storage=open_storage(sys.argv[1]))
+stored = StoredStudy.load(sys.argv[1], "s")
 for i in range(int(sys.argv[2])):
     t = create_trial(value=float(i), params={"b": i}, distributions={"b": IntDistribution(0, 1000)})
-    write_finished(study, t, {"writer": sys.argv[3]})
+    write_finished(stored, t, {"writer": sys.argv[3]})
 """
 
 
@@ -125,7 +129,7 @@ def test_writers_sharing_a_storage_never_number_two_trials_alike(
     else:
         url, name = f"sqlite:///{tmp_path / 'x.db'}", "s"
     optuna.create_study(storage=open_storage(url), study_name=name)
-    script = WRITER.replace('study_name="s"', f'study_name="{name}"')
+    script = WRITER.replace('sys.argv[1], "s"', f'sys.argv[1], "{name}"')
     procs = [
         subprocess.Popen([sys.executable, "-c", script, url, "40", str(w)], stderr=subprocess.PIPE, text=True)
         for w in range(3)
@@ -138,14 +142,15 @@ def test_writers_sharing_a_storage_never_number_two_trials_alike(
 
 
 def test_a_storage_of_another_schema_goes_through_optuna(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import dse.study.storage as storage_mod
+    import dse.study.optuna_compat as compat
 
-    monkeypatch.setattr(storage_mod, "SCHEMA_VERSION", "v0")
+    monkeypatch.setattr(compat, "SCHEMA_VERSION", "v0")
     url = f"sqlite:///{tmp_path / 'x.db'}"
-    study = optuna.create_study(storage=open_storage(url), study_name="s")
+    stored = _created(url)
     called: list[int] = []
-    real = study.add_trial
-    monkeypatch.setattr(study, "add_trial", lambda t: (called.append(1), real(t)))
-    write_finished(study, create_trial(value=1.0), {"record": {"x": 1}})
+    real = stored.study.add_trial
+    monkeypatch.setattr(stored.study, "add_trial", lambda t: (called.append(1), real(t)))
+    write_finished(stored, create_trial(value=1.0), {"record": {"x": 1}})
     assert called == [1]
     assert optuna.load_study(study_name="s", storage=url).get_trials()[0].user_attrs == {"record": {"x": 1}}
+

@@ -9,19 +9,25 @@ Optuna, so an upgrade that breaks one fails there, naming it, not somewhere insi
   :func:`scipy_log_ndtr` while it samples.
 * :func:`grid_of`, :func:`set_trial_system_attr`: what ``dse.study.sweep.GridSampler`` shares
   with Optuna's grid sampler.
+* :func:`insert_finished`, :func:`dead_trial_ids`: SQL on Optuna's database schema
+  (:data:`SCHEMA_VERSION`): a finished trial in one transaction, and trials that never beat.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
+import weakref
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, cast
 
 import numpy as np
 import optuna
 import scipy.special
-from optuna.distributions import BaseDistribution
+import sqlalchemy
+from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.samplers._tpe import sampler as tpe_sampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
@@ -178,3 +184,145 @@ def set_trial_system_attr(study: Study, trial: FrozenTrial, key: str, value: Any
     the trial has through the trial's system attributes, as Optuna's own GridSampler does; neither
     Study nor FrozenTrial sets one, and the storage's setter needs the trial's id."""
     study._storage.set_trial_system_attr(trial._trial_id, key, value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Optuna's database schema
+
+SCHEMA_VERSION = "v3.2.0.a"
+"""The schema (``RDBStorage.get_current_version()``) :func:`insert_finished` and
+:func:`dead_trial_ids` know; a storage of another goes through Optuna's public methods."""
+
+_TABLES = (
+    "studies",
+    "trials",
+    "trial_params",
+    "trial_values",
+    "trial_user_attributes",
+    "trial_system_attributes",
+    "trial_heartbeats",
+)
+_REFLECTED: weakref.WeakKeyDictionary[Any, dict[str, sqlalchemy.Table]] = weakref.WeakKeyDictionary()
+_VERSION: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def knows_schema(storage: optuna.storages.RDBStorage) -> bool:
+    """Whether the storage's schema is :data:`SCHEMA_VERSION` (read once per storage object: a
+    schema changes only by an ``optuna storage upgrade``, which no one runs under a study)."""
+    version = _VERSION.get(storage)
+    if version is None:
+        version = _VERSION[storage] = storage.get_current_version()
+    return version == SCHEMA_VERSION
+
+
+def _tables(engine: sqlalchemy.engine.Engine) -> dict[str, sqlalchemy.Table]:
+    """Optuna's tables as the database describes them (read once per engine)."""
+    tables = _REFLECTED.get(engine)
+    if tables is None:
+        meta = sqlalchemy.MetaData()
+        meta.reflect(engine, only=_TABLES)
+        tables = _REFLECTED[engine] = {name: meta.tables[name] for name in _TABLES}
+    return tables
+
+
+def insert_finished(
+    storage: optuna.storages.RDBStorage, study_id: int, trial: FrozenTrial, user_attrs: dict[str, Any]
+) -> None:
+    """Store a finished trial in one transaction, ``user_attrs`` added to its own.
+
+    Why not Optuna's: ``Study.add_trial`` takes 20-30 ORM statements (a lookup and a flush per
+    parameter, each checked against an earlier trial's distribution): 11-22 ms a trial on SQLite,
+    against 1 ms for one insert per table here, in the process that also samples. The study's
+    parameters never change distribution (the spec fixes them), so the check is not needed. As in
+    Optuna, the number is the count of the study's earlier trials, taken while this transaction
+    holds the write lock (PostgreSQL: a lock on the study's row first; SQLite: the insert that
+    counts), so writers sharing a storage never number two trials alike."""
+    t = _tables(storage.engine)
+    with storage.engine.begin() as conn:  # commits at the end, rolls back on any error
+        trials = t["trials"]
+        if conn.dialect.name != "sqlite":  # SQLite's first write takes the database's lock
+            studies = t["studies"]
+            conn.execute(
+                sqlalchemy.select(studies.c.study_id).where(studies.c.study_id == study_id).with_for_update()
+            )
+        earlier = (
+            sqlalchemy.select(sqlalchemy.func.count())
+            .select_from(trials)
+            .where(trials.c.study_id == study_id)
+            .scalar_subquery()
+        )
+        inserted = conn.execute(
+            trials.insert().values(
+                number=earlier,  # counted inside the insert, under the write lock
+                study_id=study_id,
+                state=trial.state.name,
+                datetime_start=_naive_utc(trial.datetime_start),
+                datetime_complete=_naive_utc(trial.datetime_complete),
+            )
+        )
+        trial_id = cast(Any, inserted.inserted_primary_key)[0]
+        for table, rows in _rows(trial, user_attrs).items():
+            if rows:
+                conn.execute(t[table].insert(), [{"trial_id": trial_id, **r} for r in rows])
+
+
+def _rows(trial: FrozenTrial, user_attrs: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """A trial's rows in Optuna's tables, by table (the trial's own row aside)."""
+    return {
+        "trial_params": [
+            {
+                "param_name": name,
+                "param_value": dist.to_internal_repr(trial.params[name]),
+                "distribution_json": distribution_to_json(dist),
+            }
+            for name, dist in trial.distributions.items()
+        ],
+        "trial_values": [_value_row(i, v) for i, v in enumerate(trial.values or [])],
+        "trial_user_attributes": [
+            {"key": k, "value_json": json.dumps(v)} for k, v in {**trial.user_attrs, **user_attrs}.items()
+        ],
+        "trial_system_attributes": [
+            {"key": k, "value_json": json.dumps(v)} for k, v in trial.system_attrs.items()
+        ],
+    }
+
+
+def _value_row(objective: int, value: float) -> dict[str, Any]:
+    """Optuna's stored form of an objective value: +-inf kept as a type, not a number."""
+    if value == float("inf"):
+        return {"objective": objective, "value": None, "value_type": "INF_POS"}
+    if value == float("-inf"):
+        return {"objective": objective, "value": None, "value_type": "INF_NEG"}
+    return {"objective": objective, "value": value, "value_type": "FINITE"}
+
+
+def _naive_utc(t: datetime | None) -> datetime | None:
+    """Optuna's RDB stores datetimes as naive UTC and reads them back as naive local time."""
+    return None if t is None else t.astimezone(UTC).replace(tzinfo=None)
+
+
+def dead_trial_ids(storage: optuna.storages.RDBStorage, study_id: int) -> list[int]:
+    """The study's running trials whose worker died: its heartbeats stopped for the grace period
+    (Optuna's stale trials), or it never beat and started longer ago than that.
+
+    Why not Optuna's: :func:`optuna.storages.fail_stale_trials` counts only trials that have beaten
+    once; a worker killed between asking for a trial and its first beat would leave the trial
+    running for ever (its grid point or warm-start design never run again). No public method
+    tells whether a trial has beaten."""
+    t = _tables(storage.engine)
+    trials, beats = t["trials"], t["trial_heartbeats"]
+    grace = timedelta(seconds=storage.grace_period or 2 * (storage.heartbeat_interval or 0))
+    query = (
+        sqlalchemy.select(trials.c.trial_id, trials.c.datetime_start, beats.c.heartbeat)
+        .select_from(trials.outerjoin(beats, beats.c.trial_id == trials.c.trial_id))
+        .where(trials.c.study_id == study_id, trials.c.state == TrialState.RUNNING.name)
+    )
+    with storage.engine.connect() as conn:
+        now = conn.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar_one().replace(tzinfo=None)
+        rows = conn.execute(query).all()
+    return [
+        trial_id
+        for trial_id, started, beat in rows
+        if (beat is not None and now - beat > grace)
+        or (beat is None and started is not None and datetime.now() - started > grace)
+    ]

@@ -31,7 +31,7 @@ import optuna
 
 from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec
-from dse.study.storage import open_storage, write_finished
+from dse.study.storage import StoredStudy, open_storage, write_finished
 from dse.study.sweep import suggest_point
 from dse.study.trial import suggest
 
@@ -66,7 +66,7 @@ class _Setup:
 class _Sampling:
     """The sampler on an in-memory copy of the study; finished trials go to ``stored``."""
 
-    def __init__(self, setup: _Setup, stored: optuna.Study) -> None:
+    def __init__(self, setup: _Setup, stored: StoredStudy) -> None:
         sampler = make_sampler(setup.spec, setup.seed, setup.budget, setup.stream, len(setup.first))
         self.study = optuna.create_study(directions=setup.directions, sampler=sampler)
         self.study.add_trials(setup.history)
@@ -84,22 +84,20 @@ class _Sampling:
     def tell(self, number: int, values: list[float], violation: float, user_attrs: dict[str, Any]) -> None:
         trial = self.running.pop(number)
         trial.set_constraint("violation", violation)
-        self.study.tell(trial, values)
-        write_finished(self.stored, self.study._storage.get_trial(trial._trial_id), user_attrs)
+        write_finished(self.stored, self.study.tell(trial, values), user_attrs)
 
 
 class Proposer:
-    """Proposals for ``todo`` trials of ``study`` (stored at the URL ``storage``) from its
-    sampler in a child process, which stores them once finished; in this process when it may
-    not start one. ``history`` are the study's finished trials; the sampler is seeded as
+    """Proposals for ``todo`` trials of the ``stored`` study from its sampler in a child
+    process, which stores them once finished; in this process when it may not start one.
+    ``history`` are the study's finished trials; the sampler is seeded as
     :func:`dse.study.samplers.make_sampler` seeds it with ``seed``, ``budget`` and ``stream``;
     ``first`` are parameters to propose before it samples, each unless a finished trial has them."""
 
     def __init__(
         self,
         spec: StudySpec,
-        study: optuna.Study,
-        storage: str,
+        stored: StoredStudy,
         history: list[optuna.trial.FrozenTrial],
         *,
         seed: int,
@@ -108,20 +106,20 @@ class Proposer:
         todo: int,
         first: list[dict[str, Any]] | None = None,
     ) -> None:
-        setup = _Setup(spec, list(study.directions), history, seed, budget, stream, first or [])
+        setup = _Setup(spec, list(stored.study.directions), history, seed, budget, stream, first or [])
         self._proposals: deque[Proposal] = deque()
         self._todo, self._asked = todo, 0
         self._local: _Sampling | None = None
         self._conn: multiprocessing.connection.Connection | None = None
         if multiprocessing.current_process().daemon:  # a daemon may not have children
-            self._local = _Sampling(setup, study)
+            self._local = _Sampling(setup, stored)
         else:
             fork = "fork" in multiprocessing.get_all_start_methods()  # no imports to repeat
             ctx = multiprocessing.get_context("fork" if fork else None)
             self._conn, child = ctx.Pipe()
             parents = self._conn if fork else None
             self._proc = ctx.Process(
-                target=_serve, args=(child, parents, setup, storage), daemon=True, name="dse-sampler"
+                target=_serve, args=(child, parents, setup, stored.url), daemon=True, name="dse-sampler"
             )
             self._proc.start()
             child.close()
@@ -216,11 +214,13 @@ def _serve(
     """The child: ask and propose; tell and store; until the parent closes the pipe. A parent
     that died leaves its last messages in the pipe: the child stores the trials they tell."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes the pipe
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # this process's own: no line per trial
     if parents is not None:  # a forked child holds the parent's end too: close it, or no EOF comes
         parents.close()
     gone = False  # the parent went away: store what it told, propose nothing
     try:
-        stored = optuna.load_study(study_name=setup.spec.name, storage=open_storage(storage))
+        store = open_storage(storage)
+        stored = StoredStudy.of(optuna.load_study(study_name=setup.spec.name, storage=store), store, storage)
         sampling = _Sampling(setup, stored)
         while (msg := conn.recv()) is not None:
             if msg[0] == "tell":

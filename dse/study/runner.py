@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import optuna
 
@@ -38,10 +38,12 @@ from dse.study.faults import (
     storage_unreachable,
     wall_clock,
 )
+from dse.study.optuna_compat import storage_of
 from dse.study.proposer import Proposal, Proposer
 from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec, seed_rule
 from dse.study.storage import (
+    StoredStudy,
     fail_dead,
     fail_stale,
     lone_writer,
@@ -57,8 +59,6 @@ from dse.study.trial import Choice, TrialRecord, evaluate, objective_values, par
 from dse.study.variants import study_catalog
 from dse.study.warm_start import warm_start_params
 from formulations.solve import PlacementSolver, SolveOptions
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 MetricFn = Callable[[Mapping[str, float]], float]
 TRIAL_SOLVE = SolveOptions(time_limit_s=10.0)  # one hard instance must not stall a study
@@ -101,11 +101,19 @@ def _not_taken(study: optuna.Study, first: list[dict[str, Any]]) -> list[dict[st
     return [p for p in first if p not in taken]
 
 
-def enqueue_first(study: optuna.Study, first: list[dict[str, Any]], budget: int) -> None:
+def enqueue_first(
+    study: optuna.Study,
+    first: list[dict[str, Any]],
+    budget: int,
+    *,
+    storage: optuna.storages.BaseStorage | None = None,
+) -> None:
     """Put the designs of ``first`` no trial has in the shared study's queue, no more than the
-    budget still needs (or they would wait there), under a lock on its database: workers that
-    start together would each find them untaken and enqueue them twice."""
-    with storage_lock(study, f"dse-enqueue-first:{study.study_name}"):
+    budget still needs (or they would wait there), under a lock on its database (``storage``, the
+    study's own by default): workers that start together would each find them untaken and enqueue
+    them twice."""
+    storage = storage if storage is not None else storage_of(study)
+    with storage_lock(storage, f"dse-enqueue-first:{study.study_name}"):
         for p in _not_taken(study, first)[: max(0, budget - _complete(study))]:
             study.enqueue_trial(p)
 
@@ -120,8 +128,22 @@ def open_study(
     stale_after_s: float | None = None,
 ) -> optuna.Study:
     """Create the study or load it; its objectives must not have changed."""
+    with _optuna_quiet():
+        return _open(spec, storage, objectives, seed, stream=stream, stale_after_s=stale_after_s).study
+
+
+def _open(
+    spec: StudySpec,
+    url: str,
+    objectives: list[ObjectiveDef],
+    seed: int,
+    *,
+    stream: int = 0,
+    stale_after_s: float | None = None,
+) -> StoredStudy:
+    """:func:`open_study`, with the storage it opened."""
     sampler = make_sampler(spec, seed, stream=stream)
-    store = open_storage(storage, stale_after_s)
+    store = open_storage(url, stale_after_s)
     names = [o.name for o in objectives]
     try:
         study = optuna.create_study(
@@ -132,9 +154,8 @@ def open_study(
             directions=[o.direction for o in objectives],
         )
     except ValueError as exc:
-        raise InputError(
-            redact(storage), "objectives", f"differ from the stored study's ({exc})", names
-        ) from None
+        why = f"differ from the stored study's ({exc})"
+        raise InputError(redact(url), "objectives", why, names) from None
     stored = study.user_attrs.get("objectives")
     if stored is None:
         study.set_user_attr("objectives", names)
@@ -142,12 +163,24 @@ def open_study(
         study.set_user_attr("engine_version", __version__)
     elif stored != names:
         raise InputError(
-            redact(storage),
+            redact(url),
             "objectives",
             f"the stored study optimises {stored}; use another out= or storage= for other objectives",
             names,
         )
-    return study
+    return StoredStudy.of(study, store, url)
+
+
+@contextlib.contextmanager
+def _optuna_quiet() -> Iterator[None]:
+    """Optuna's own info lines (a study created or loaded, each trial finished) are not a run's
+    output: at most warnings for the block, the caller's level after it."""
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(max(level, optuna.logging.WARNING))
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(level)
 
 
 def _complete(study: optuna.Study) -> int:
@@ -200,120 +233,123 @@ def run(
     base = spec.seed if seed is None else seed
     # workers sharing a storage each need their own random stream, or they would propose alike
     stream = os.getpid() if shared else 0
-    study = open_study(
-        spec, storage, objectives, base, stream=stream, stale_after_s=stale_after_s if shared else None
-    )
-    # one lone run per study at a time; Ctrl-C and storage faults become one line from here on
-    with _guarded(study, storage, budget, shared):
-        folder = run_folder(out, spec)
-        if storage.startswith("sqlite:///") or not shared:
-            folder.mkdir(parents=True, exist_ok=True)
-            write_text(folder / "spec.json", json.dumps(plain(spec), indent=2) + "\n")  # the resolved spec
-        # a trial some dead process left running: alone on a storage, any; shared, one whose
-        # heartbeats stopped (checked again before every trial)
-        stale = fail_dead(study) if shared else fail_stale(study)
-        before = _complete(study)
-        solver = PlacementSolver(TRIAL_SOLVE)
-        # the search starts from the full placement's designs (dse.study.warm_start), each unless a
-        # trial has run it, is running it or waits with it (a resumed run, another worker)
-        first = (
-            warm_start_params(spec, catalog, params, solver, max(1, budget // 5)) if before < budget else []
+    with _optuna_quiet():
+        stored = _open(
+            spec, storage, objectives, base, stream=stream, stale_after_s=stale_after_s if shared else None
         )
-        if shared and first:  # TPE's random start-up beside them (the lone run's sampler gets it below)
-            study.sampler = make_sampler(spec, base, stream=stream, warm=len(first))
-        defs = [(o.name, o.direction, o.fn) for o in objectives]
-        t0 = time.perf_counter()
-        ran = 0
-        bar = _Progress(budget, before, (defs[0][0], defs[0][1])) if progress else None
-        done = before
-        if shared:
-            enqueue_first(study, first, budget)
-        # alone on a storage, the sampler works in its own process on an in-memory copy, one trial
-        # ahead (dse.study.proposer), and each finished trial is written to the storage in one
-        # transaction as it completes; workers sharing a storage ask it directly so they see each
-        # other's trials. A resumed run reseeds with the trials already done, so it does not repeat them.
-        proposer = (
-            None
-            if shared
-            else Proposer(
-                spec,
-                study,
-                storage,
-                study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)),
-                seed=base,
-                budget=budget,
-                stream=1_000_003 * before,
-                todo=budget - before,
-                first=first,
+        study = stored.study
+        # one lone run per study at a time; Ctrl-C and storage faults become one line from here on
+        with _guarded(study, storage, budget, shared):
+            folder = run_folder(out, spec)
+            if storage.startswith("sqlite:///") or not shared:
+                folder.mkdir(parents=True, exist_ok=True)
+                # the resolved spec
+                write_text(folder / "spec.json", json.dumps(plain(spec), indent=2) + "\n")
+            # a trial some dead process left running: alone on a storage, any; shared, one whose
+            # heartbeats stopped (checked again before every trial)
+            stale = fail_dead(stored) if shared else fail_stale(stored)
+            before = _complete(study)
+            solver = PlacementSolver(TRIAL_SOLVE)
+            # the search starts from the full placement's designs (dse.study.warm_start), each unless a
+            # trial has run it, is running it or waits with it (a resumed run, another worker)
+            n_first = max(1, budget // 5) if before < budget else 0
+            first = warm_start_params(spec, catalog, params, solver, n_first) if n_first else []
+            if shared and first:  # TPE's random start-up beside them (the lone run's sampler gets it below)
+                study.sampler = make_sampler(spec, base, stream=stream, warm=len(first))
+            defs = [(o.name, o.direction, o.fn) for o in objectives]
+            t0 = time.perf_counter()
+            ran = 0
+            bar = _Progress(budget, before, (defs[0][0], defs[0][1])) if progress else None
+            done = before
+            if shared:
+                enqueue_first(study, first, budget, storage=stored.storage)
+            # alone on a storage, the sampler works in its own process on an in-memory copy, one trial
+            # ahead (dse.study.proposer), and each finished trial is written to the storage in one
+            # transaction as it completes; workers sharing a storage ask it directly so they see each
+            # other's trials. A resumed run reseeds with the trials already done, so it does not repeat them.
+            proposer = (
+                None
+                if shared
+                else Proposer(
+                    spec,
+                    stored,
+                    study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)),
+                    seed=base,
+                    budget=budget,
+                    stream=1_000_003 * before,
+                    todo=budget - before,
+                    first=first,
+                )
             )
-        )
-        propose = suggest_point if spec.is_grid else suggest
-        evaluate_one = _trial_fn(spec, catalog, params, solver)
-        unreachable_since: float | None = None
-        # heartbeats outside Study.optimize are ours (faults.heartbeat); Optuna warns at every ask
-        warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used", UserWarning)
-        interrupted = False
-        try:
-            while done < budget:
+            propose = suggest_point if spec.is_grid else suggest
+            evaluate_one = _trial_fn(spec, catalog, params, solver)
+            unreachable_since: float | None = None
+            # heartbeats outside Study.optimize are ours (faults.heartbeat); Optuna warns at every ask
+            interrupted = False
+            with warnings.catch_warnings():  # the process's own filters are kept
+                warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used", UserWarning)
                 try:
-                    if proposer is None:
-                        stale += fail_dead(study)
-                        trial = study.ask()
-                        design = propose(trial, spec)
-                        job = Proposal(trial.number, dict(trial.params), design)
-                        beats: contextlib.AbstractContextManager[Any] = heartbeat(
-                            study._storage, trial._trial_id, max(1.0, stale_after_s / 4)
-                        )
-                    else:
-                        job, beats = proposer.next(), contextlib.nullcontext()
-                    with beats:
-                        record, extra, timed_out = _bounded(evaluate_one, job, trial_wall_s)
-                    if timed_out:  # the solver may hold a half-updated model: start clean
-                        solver = PlacementSolver(TRIAL_SOLVE)
-                        evaluate_one = _trial_fn(spec, catalog, params, solver)
-                    # samplers see the worst violation (<= 0: feasible); each constraint is in the record
-                    violation = max(record.constraints.values())
-                    values = objective_values(record, defs)
-                    stored = {"record": {**record.attrs(), **extra}}
-                    if proposer is not None:  # its process stores the trial
-                        proposer.finish(job.number, values, violation, stored)
-                        done += 1
-                    else:
+                    while done < budget:
                         try:
-                            trial.set_constraint("violation", violation)
-                            trial.set_user_attr("record", stored["record"])  # one write
-                            study.tell(trial, values)
-                        except optuna.exceptions.UpdateFinishedTrialError:  # failed meanwhile as stale
-                            sys.stderr.write(
-                                f"dse: trial {trial.number} was failed by another worker; dropped\n"
-                            )
+                            if proposer is None:
+                                stale += fail_dead(stored)
+                                trial = study.ask()
+                                design = propose(trial, spec)
+                                job = Proposal(trial.number, dict(trial.params), design)
+                                beats: contextlib.AbstractContextManager[Any] = heartbeat(
+                                    stored.storage, stored.trial_id(trial.number), max(1.0, stale_after_s / 4)
+                                )
+                            else:
+                                job, beats = proposer.next(), contextlib.nullcontext()
+                            with beats:
+                                record, extra, timed_out = _bounded(evaluate_one, job, trial_wall_s)
+                            if timed_out:  # the solver may hold a half-updated model: start clean
+                                solver = PlacementSolver(TRIAL_SOLVE)
+                                evaluate_one = _trial_fn(spec, catalog, params, solver)
+                            # samplers see the worst violation (<= 0: feasible); each constraint is in
+                            # the record
+                            violation = max(record.constraints.values())
+                            values = objective_values(record, defs)
+                            attrs = {"record": {**record.attrs(), **extra}}
+                            if proposer is not None:  # its process stores the trial
+                                proposer.finish(job.number, values, violation, attrs)
+                                done += 1
+                            else:
+                                try:
+                                    trial.set_constraint("violation", violation)
+                                    trial.set_user_attr("record", attrs["record"])  # one write
+                                    study.tell(trial, values)
+                                except optuna.exceptions.UpdateFinishedTrialError:  # failed as stale
+                                    sys.stderr.write(
+                                        f"dse: trial {trial.number} was failed by another worker; dropped\n"
+                                    )
+                                    continue
+                                done = _complete(study)
+                            unreachable_since = None
+                        except STORAGE_ERRORS as exc:
+                            if not shared or not storage_unreachable(exc):
+                                raise
+                            unreachable_since = wait_for_storage(exc, storage, unreachable_since)
+                            with contextlib.suppress(Exception):  # a session a dropped connection broke
+                                stored.storage.remove_session()
                             continue
-                        done = _complete(study)
-                    unreachable_since = None
-                except STORAGE_ERRORS as exc:
-                    if not shared or not storage_unreachable(exc):
-                        raise
-                    unreachable_since = wait_for_storage(exc, storage, unreachable_since)
-                    with contextlib.suppress(Exception):  # a session a dropped connection broke
-                        cast(Any, getattr(study._storage, "_backend", study._storage)).scoped_session.remove()
-                    continue
-                ran += 1
-                if bar is not None:
-                    bar.update(done, record.feasible, values[0] if values else None)
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            if proposer is not None:
-                proposer.close()  # the sampler process stores every trial it was told of
-            if bar is not None:
-                bar.close()
-        if interrupted:
-            # counted on the storage once the sampler process has stored what it was told: a Ctrl-C
-            # between telling it of a trial and counting that trial here must not under-count
-            with contextlib.suppress(*STORAGE_ERRORS):
-                done = _complete(study)
-            raise StudyInterrupted(done, budget, redact(storage)) from None
-        return study, RunStats(before, ran, stale, time.perf_counter() - t0)
+                        ran += 1
+                        if bar is not None:
+                            bar.update(done, record.feasible, values[0] if values else None)
+                except KeyboardInterrupt:
+                    interrupted = True
+                finally:
+                    if proposer is not None:
+                        proposer.close()  # the sampler process stores every trial it was told of
+                    if bar is not None:
+                        bar.close()
+            if interrupted:
+                # counted on the storage once the sampler process has stored what it was told: a Ctrl-C
+                # between telling it of a trial and counting that trial here must not under-count
+                with contextlib.suppress(*STORAGE_ERRORS):
+                    done = _complete(study)
+                raise StudyInterrupted(done, budget, redact(storage)) from None
+            return study, RunStats(before, ran, stale, time.perf_counter() - t0)
 
 
 @contextlib.contextmanager
@@ -323,7 +359,7 @@ def _guarded(study: optuna.Study, storage: str, budget: int, shared: bool) -> It
     does in the loop; a storage that refuses (full, read-only, locked) is one line naming it."""
     with contextlib.ExitStack() as held:
         if not shared:
-            held.enter_context(lone_writer(study, storage))
+            held.enter_context(lone_writer(study.study_name, storage))
         try:
             yield
         except KeyboardInterrupt:

@@ -5,7 +5,8 @@ and the trials a dead process left running.
 SQLite runs in write-ahead-log mode (a commit is one append; a killed process loses nothing
 committed). On a shared storage, trials carry heartbeats (:func:`dse.study.faults.heartbeat`) and
 :func:`fail_dead` fails those whose worker stopped beating; a server that goes away is waited for
-(:func:`wait_for_storage`).
+(:func:`wait_for_storage`). What goes past Optuna's public interface is in
+:mod:`dse.study.optuna_compat`.
 """
 
 from __future__ import annotations
@@ -14,47 +15,40 @@ import contextlib
 import copy
 import fcntl
 import hashlib
-import json
 import os
 import socket
+import sqlite3
 import sys
 import time
 import warnings
-import weakref
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 
 import optuna
 import sqlalchemy
-import sqlalchemy.orm
-from optuna.distributions import distribution_to_json
-from optuna.storages._heartbeat import is_heartbeat_enabled
-from optuna.storages._rdb import models as rdb_models
 
 from dse.errors import InputError
 from dse.study.faults import storage_fault
+from dse.study.optuna_compat import dead_trial_ids, insert_finished, knows_schema
 from dse.study.timeouts import STORAGE_RETRY_S
 
-SCHEMA_VERSION = "v3.2.0.a"  # Optuna's RDB schema that write_finished writes; others go through Optuna
+
+class _WalConnection(sqlite3.Connection):
+    """A SQLite connection in write-ahead-log mode: a commit is one append, and readers never
+    block the writer; a crash keeps every committed trial (synchronous=NORMAL loses nothing
+    committed on a process kill). Given to the one engine of a storage (``connect_args``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cur = self.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
 
 
-def _sqlite_pragmas_if_sqlite(dbapi_connection: Any, record: Any) -> None:
-    if type(dbapi_connection).__module__.startswith("sqlite3"):
-        _sqlite_pragmas(dbapi_connection, record)
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # write-ahead log: a commit is one append, and readers never block the writer; a crash keeps
-    # every committed trial (synchronous=NORMAL loses nothing committed on a process kill)
-    cur = dbapi_connection.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.close()
-
-
-def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storages.BaseStorage:
+def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storages.RDBStorage:
     """Optuna's storage for ``url``. With ``stale_after_s`` (workers sharing a storage), trials
     carry heartbeats and a trial silent for that long is stale: its worker died."""
     kwargs: dict[str, Any] = {}
@@ -66,9 +60,7 @@ def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storage
             raise InputError(
                 "storage", "url", f"cannot be created ({exc.strerror}: {folder})", url
             ) from None
-        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
-        if not sqlalchemy.event.contains(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite):
-            sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", _sqlite_pragmas_if_sqlite)
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60, "factory": _WalConnection}}
     else:  # a server may restart under a long study: test each pooled connection before use
         kwargs["engine_kwargs"] = {"pool_pre_ping": True}
     if stale_after_s is not None:
@@ -103,99 +95,46 @@ def _open_rdb(url: str, kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
     raise AssertionError("unreachable")
 
 
+@dataclass(frozen=True)
+class StoredStudy:
+    """A study, the storage it was opened on (``url``), and its id there: what the storage's own
+    methods (heartbeats, trial states, the fast write) take, which a Study keeps to itself."""
+
+    study: optuna.Study
+    storage: optuna.storages.RDBStorage
+    url: str
+    study_id: int
+
+    @classmethod
+    def of(cls, study: optuna.Study, storage: optuna.storages.RDBStorage, url: str) -> StoredStudy:
+        return cls(study, storage, url, storage.get_study_id_from_name(study.study_name))
+
+    @classmethod
+    def load(cls, url: str, name: str) -> StoredStudy:
+        """The study ``name`` stored at ``url``."""
+        storage = open_storage(url)
+        return cls.of(optuna.load_study(study_name=name, storage=storage), storage, url)
+
+    def trial_id(self, number: int) -> int:
+        """The storage's id of the study's trial ``number``."""
+        return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
+
+
 def write_finished(
-    study: optuna.Study, trial: optuna.trial.FrozenTrial, user_attrs: dict[str, Any] | None = None
+    stored: StoredStudy, trial: optuna.trial.FrozenTrial, user_attrs: dict[str, Any] | None = None
 ) -> None:
     """Store a finished trial (from the in-memory copy a lone run samples on) in one transaction,
-    with ``user_attrs`` added to its own.
-
-    ``Study.add_trial`` does the same in 20-30 ORM statements (a lookup and a flush per
-    parameter, each checked against every earlier trial's distribution): 13-26 ms a trial on
-    SQLite. Here it is one insert per table, in Optuna's schema
-    (:data:`SCHEMA_VERSION`; a storage of another version goes through ``Study.add_trial``). The
-    study's parameters never change distribution (the spec fixes them), so the check is not
-    needed; ``tests/test_study_storage.py`` reads the trials back through Optuna. As in Optuna,
-    the number is the count of the study's earlier trials, taken while this transaction holds the
-    write lock (PostgreSQL: a lock on the study's row first; SQLite: the insert that counts), so
-    runs that share a storage never number two trials alike."""
+    with ``user_attrs`` added to its own: :func:`dse.study.optuna_compat.insert_finished`, 1 ms
+    against Optuna's 11-22 ms. A storage of another schema goes through ``Study.add_trial``;
+    ``tests/test_study_storage.py`` reads the trials back through Optuna and compares them."""
     if trial.intermediate_values:
         raise ValueError("study trials report no intermediate values")
-    storage = cast(Any, study._storage)
-    rdb = getattr(storage, "_backend", storage)
-    if _schema_version(rdb) != SCHEMA_VERSION:
+    if not knows_schema(stored.storage):
         done = copy.copy(trial)
         done.user_attrs = {**trial.user_attrs, **(user_attrs or {})}
-        study.add_trial(done)
+        stored.study.add_trial(done)
         return
-    m = rdb_models
-    with rdb.engine.begin() as conn:  # commits at the end, rolls back on any error
-        trials = m.TrialModel.__table__
-        if conn.dialect.name != "sqlite":  # SQLite's first write takes the database's lock
-            studies = m.StudyModel.__table__
-            conn.execute(
-                sqlalchemy.select(studies.c.study_id)
-                .where(studies.c.study_id == study._study_id)
-                .with_for_update()
-            )
-        earlier = (
-            sqlalchemy.select(sqlalchemy.func.count())
-            .select_from(trials)
-            .where(trials.c.study_id == study._study_id)
-            .scalar_subquery()
-        )
-        trial_id = conn.execute(
-            trials.insert().values(
-                number=earlier,  # counted inside the insert, under the write lock
-                study_id=study._study_id,
-                state=trial.state,
-                datetime_start=_naive_utc(trial.datetime_start),
-                datetime_complete=_naive_utc(trial.datetime_complete),
-            )
-        ).inserted_primary_key[0]
-        rows: dict[Any, list[dict[str, Any]]] = {
-            m.TrialParamModel: [
-                {
-                    "param_name": name,
-                    "param_value": dist.to_internal_repr(trial.params[name]),
-                    "distribution_json": distribution_to_json(dist),
-                }
-                for name, dist in trial.distributions.items()
-            ],
-            m.TrialValueModel: [_value_row(i, v) for i, v in enumerate(trial.values or [])],
-            m.TrialUserAttributeModel: [
-                {"key": k, "value_json": json.dumps(v)}
-                for k, v in {**trial.user_attrs, **(user_attrs or {})}.items()
-            ],
-            m.TrialSystemAttributeModel: [
-                {"key": k, "value_json": json.dumps(v)} for k, v in trial.system_attrs.items()
-            ],
-        }
-        for model, batch in rows.items():
-            if batch:
-                conn.execute(model.__table__.insert(), [{"trial_id": trial_id, **r} for r in batch])
-
-
-def _schema_version(rdb: Any) -> str:
-    """The storage's schema version, read once per storage object: a schema changes only by an
-    ``optuna storage upgrade``, which no one runs under a study."""
-    version = _SCHEMA_OF.get(rdb)
-    if version is None:
-        version = _SCHEMA_OF[rdb] = rdb.get_current_version()
-    return version
-
-
-_SCHEMA_OF: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-
-
-def _value_row(objective: int, value: float) -> dict[str, Any]:
-    """Optuna's stored form of an objective value: +-inf kept as a type, not a number."""
-    stored, kind = rdb_models.TrialValueModel.value_to_stored_repr(value)
-    return {"objective": objective, "value": stored, "value_type": kind}
-
-
-def _naive_utc(t: datetime | None) -> datetime | None:
-    """Optuna's RDB stores datetimes as naive UTC and reads them back as naive local time."""
-    return None if t is None else t.astimezone(UTC).replace(tzinfo=None)
+    insert_finished(stored.storage, stored.study_id, trial, user_attrs or {})
 
 
 def redact(url: str) -> str:
@@ -230,18 +169,46 @@ def sqlite_path(url: str) -> Path | None:
 
 
 @contextlib.contextmanager
-def lone_writer(study: optuna.Study, url: str) -> Iterator[None]:
-    """Hold the study for one lone run (not a worker) for the block; refuse, naming the holder, when
-    another lone run holds it. Two lone runs of one study would each run the full budget and each
-    mark the other's running trials failed. SQLite: an exclusive lock on ``<file>.run-lock``,
-    which holds the holder's process id; PostgreSQL: an advisory lock on a connection kept for the
-    block, named after the holder (``application_name``)."""
-    rdb = getattr(study._storage, "_backend", study._storage)
-    engine = getattr(rdb, "engine", None)
-    name = f"dse-lone-run:{study.study_name}"
+def lone_writer(study_name: str, url: str) -> Iterator[None]:
+    """Hold the study ``study_name`` stored at ``url`` for one lone run (not a worker) for the
+    block; refuse, naming the holder, when another lone run holds it. Two lone runs of one study
+    would each run the full budget and each mark the other's running trials failed. SQLite: an
+    exclusive lock on ``<file>.run-lock``, which holds the holder's process id; PostgreSQL: an
+    advisory lock on a connection of its own kept for the block, named after the holder
+    (``application_name``)."""
     holder = f"dse study run (pid {os.getpid()} on {socket.gethostname()})"
-    if engine is not None and engine.dialect.name == "postgresql":
-        key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+    if sqlalchemy.engine.make_url(driver_url(url)).get_backend_name() == "postgresql":
+        with _advisory_try_lock(url, f"dse-lone-run:{study_name}", holder):
+            yield
+        return
+    path = sqlite_path(url)
+    if path is None:  # an in-memory storage is this process's own
+        yield
+        return
+    with open(Path(f"{path}.run-lock"), "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _busy(str(path), _holder(fh)) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(holder + "\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fh.seek(0)
+            fh.truncate()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _advisory_try_lock(url: str, name: str, holder: str) -> Iterator[None]:
+    """A PostgreSQL advisory lock named ``name`` for the block, on a connection that names
+    ``holder``; refused, naming whoever holds it, when taken."""
+    key = _lock_key(name)
+    engine = sqlalchemy.create_engine(driver_url(url), poolclass=sqlalchemy.pool.NullPool)
+    try:
         with engine.connect() as con:
             con.execute(sqlalchemy.text("select set_config('application_name', :n, false)"), {"n": holder})
             if not con.execute(sqlalchemy.text("select pg_try_advisory_lock(:k)"), {"k": key}).scalar():
@@ -260,27 +227,13 @@ def lone_writer(study: optuna.Study, url: str) -> Iterator[None]:
             finally:
                 con.execute(sqlalchemy.text("select pg_advisory_unlock(:k)"), {"k": key})
                 con.commit()
-        return
-    path = sqlite_path(url)
-    if path is None:  # an in-memory storage is this process's own
-        yield
-        return
-    lock = Path(f"{path}.run-lock")
-    with open(lock, "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise _busy(str(path), _holder(fh)) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(holder + "\n")
-        fh.flush()
-        try:
-            yield
-        finally:
-            fh.seek(0)
-            fh.truncate()
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    finally:
+        engine.dispose()
+
+
+def _lock_key(name: str) -> int:
+    """A PostgreSQL advisory lock's 64-bit key for ``name``."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
 def _holder(fh: IO[str]) -> str:
@@ -310,18 +263,17 @@ def driver_url(url: str) -> str:
 
 
 @contextlib.contextmanager
-def storage_lock(study: optuna.Study, name: str) -> Iterator[None]:
-    """Hold a lock named ``name`` on the study's database for the block, so processes sharing it
-    (workers on many machines) run the block one at a time: a PostgreSQL advisory lock; on a
+def storage_lock(storage: optuna.storages.BaseStorage, name: str) -> Iterator[None]:
+    """Hold a lock named ``name`` on the storage's database for the block, so processes sharing
+    it (workers on many machines) run the block one at a time: a PostgreSQL advisory lock; on a
     SQLite file, an exclusive lock on ``<file>.lock`` beside it (one machine shares a file). An
     in-memory or other storage is not shared across processes and takes no lock."""
-    rdb = getattr(study._storage, "_backend", study._storage)
-    engine = getattr(rdb, "engine", None)
+    engine = getattr(storage, "engine", None)  # an RDBStorage's
     if engine is None:
         yield
         return
     if engine.dialect.name == "postgresql":
-        key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+        key = _lock_key(name)
         with engine.connect() as con:
             con.execute(sqlalchemy.text("select pg_advisory_lock(:k)"), {"k": key})
             try:
@@ -342,54 +294,27 @@ def storage_lock(study: optuna.Study, name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def fail_stale(study: optuna.Study) -> int:
+def fail_stale(stored: StoredStudy) -> int:
     """Trials a killed process left RUNNING in a single-process storage: mark them failed."""
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-        n += 1
-    return n
+    running = stored.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for t in running:
+        stored.storage.set_trial_state_values(stored.trial_id(t.number), optuna.trial.TrialState.FAIL)
+    return len(running)
 
 
-def fail_dead(study: optuna.Study) -> int:
+def fail_dead(stored: StoredStudy) -> int:
     """Shared storage: mark failed the running trials whose worker died (their heartbeats stopped,
     or, for a trial whose worker died before its first beat, it started longer ago than the grace
     period); the budget counts complete trials, so someone runs another. The number failed here."""
-    storage = cast(Any, study._storage)
-    if not is_heartbeat_enabled(storage):
+    if stored.storage.get_heartbeat_interval() is None:
         return 0
     n = 0
-    for trial_id in _dead_trial_ids(getattr(storage, "_backend", storage), study._study_id):
+    for trial_id in dead_trial_ids(stored.storage, stored.study_id):
         try:
-            n += bool(storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL))
+            n += bool(stored.storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL))
         except optuna.exceptions.UpdateFinishedTrialError:  # another worker got there first
             pass
     return n
-
-
-def _dead_trial_ids(storage: Any, study_id: int) -> list[int]:
-    """Optuna's stale trials, plus running trials that never beat and started before the grace
-    (``storage``: the RDB storage itself, under Optuna's cache)."""
-    grace = timedelta(seconds=storage.grace_period or 2 * storage.heartbeat_interval)
-    with storage.scoped_session() as session:
-        now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)
-        running = (
-            session.query(rdb_models.TrialModel)
-            .options(sqlalchemy.orm.selectinload(rdb_models.TrialModel.heartbeats))
-            .filter(rdb_models.TrialModel.state == optuna.trial.TrialState.RUNNING)
-            .filter(rdb_models.TrialModel.study_id == study_id)
-            .all()
-        )
-        return [
-            t.trial_id
-            for t in running
-            if (t.heartbeats and now - t.heartbeats[0].heartbeat > grace)
-            or (
-                not t.heartbeats
-                and t.datetime_start is not None
-                and datetime.now() - t.datetime_start > grace
-            )
-        ]
 
 
 def wait_for_storage(exc: Exception, storage: str, since: float | None) -> float:

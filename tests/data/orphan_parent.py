@@ -11,10 +11,12 @@ from pathlib import Path
 import dse.study.proposer as proposer
 from dse.study import runner
 from dse.study.spec import load_study
+from dse.study.storage import StoredStudy
 
 spec = load_study(Path(__file__).with_name("tiny-study.toml"))
 url = f"sqlite:///{sys.argv[1]}"
-study = runner.open_study(spec, url, [runner.ObjectiveDef.metric(n) for n in spec.objectives.names], 1)
+runner.open_study(spec, url, [runner.ObjectiveDef.metric(n) for n in spec.objectives.names], 1)  # created
+stored = StoredStudy.load(url, spec.name)
 real = proposer.write_finished
 
 
@@ -24,10 +26,10 @@ def slow(*args: object, **kwargs: object) -> None:
 
 
 proposer.write_finished = slow  # the forked child inherits it
-p = proposer.Proposer(spec, study, url, [], seed=1, budget=50, stream=0, todo=50)
+p = proposer.Proposer(spec, stored, [], seed=1, budget=50, stream=0, todo=50)
 for i in range(6):
     job = p.next()
-    p.finish(job.number, [1.0 + i] * len(study.directions), -1.0, {"record": {"i": i}})
+    p.finish(job.number, [1.0 + i] * len(stored.study.directions), -1.0, {"record": {"i": i}})
 time.sleep(0.05)  # the child sends a proposal ahead that this parent never reads
 print(p._proc.pid, flush=True)
 os._exit(0)
