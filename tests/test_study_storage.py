@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -154,3 +155,35 @@ def test_a_storage_of_another_schema_goes_through_optuna(tmp_path: Path, monkeyp
     assert called == [1]
     assert optuna.load_study(study_name="s", storage=url).get_trials()[0].user_attrs == {"record": {"x": 1}}
 
+
+OPENER = """
+import sys, time
+from pathlib import Path
+from dse.study.storage import open_storage
+
+ready, go = Path(sys.argv[2]), Path(sys.argv[3])
+ready.touch()
+while not go.exists():
+    time.sleep(0.001)
+open_storage(sys.argv[1])
+"""
+
+
+@pytest.mark.e2e
+def test_processes_opening_a_new_database_together_all_open_it(tmp_path: Path) -> None:
+    """Each creates Optuna's tables unless they exist; all but the first find them created under
+    their feet (SQLite: "table studies already exists") and open what the first made."""
+    for round_ in range(2):
+        folder = tmp_path / str(round_)
+        folder.mkdir()
+        go, url = folder / "go", f"sqlite:///{folder / 's.db'}"
+        ready = [folder / f"ready-{i}" for i in range(4)]
+        cmds = [[sys.executable, "-c", OPENER, url, str(r), str(go)] for r in ready]
+        procs = [subprocess.Popen(c, stderr=subprocess.PIPE, text=True) for c in cmds]
+        deadline = time.monotonic() + 120
+        while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        go.touch()
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err

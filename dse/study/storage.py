@@ -81,18 +81,26 @@ def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storage
 
 
 def _open_rdb(url: str, kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
-    """Open (and on first use create) the tables; workers starting together on a fresh database
+    """Open (and on first use create) the tables; processes starting together on a fresh database
     race to create them, and the loser retries once the winner is done."""
     for attempt in range(5):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats
                 return optuna.storages.RDBStorage(url, **kwargs)
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
-            if attempt == 4:
+        except sqlalchemy.exc.DBAPIError as exc:
+            if attempt == 4 or not _lost_creation_race(exc):
                 raise
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def _lost_creation_race(exc: sqlalchemy.exc.DBAPIError) -> bool:
+    """Another process created the tables first: PostgreSQL says so with an integrity or a
+    programming error, SQLite with "table ... already exists"."""
+    if isinstance(exc, sqlalchemy.exc.IntegrityError | sqlalchemy.exc.ProgrammingError):
+        return True
+    return isinstance(exc, sqlalchemy.exc.OperationalError) and "already exists" in str(exc.orig)
 
 
 @dataclass(frozen=True)
