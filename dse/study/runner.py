@@ -1,9 +1,13 @@
-"""Running a study: Optuna asks, :mod:`dse.study.trial` evaluates, Optuna is told.
+"""Running a study: a trial source proposes, :mod:`dse.study.trial` evaluates, the source stores.
 
 Storage is an embedded SQLite file in the run folder unless a URL is given (PostgreSQL for many
 workers on many machines). A rerun of the same study resumes: finished trials stay, a trial left
 running by a killed process is marked failed (and not counted), and only the rest of the budget
 runs. Workers sharing a storage stop when the study as a whole reaches its budget.
+
+:func:`run` opens the study and picks its trial source (:mod:`dse.study.sources`): a lone run's,
+whose sampler works in a process of its own, or a worker's on a shared storage. :func:`_trials`
+is the loop: ask the source, evaluate within the wall-clock cap, tell the source, show progress.
 """
 
 from __future__ import annotations
@@ -29,18 +33,11 @@ from dse.errors import InputError
 from dse.metrics import METRICS
 from dse.perf.params import PerfParams, load_params
 from dse.plain import plain
-from dse.study.faults import (
-    STORAGE_ERRORS,
-    StudyInterrupted,
-    TrialTimeout,
-    heartbeat,
-    storage_fault,
-    storage_unreachable,
-    wall_clock,
-)
+from dse.study.faults import STORAGE_ERRORS, StudyInterrupted, TrialTimeout, storage_fault, wall_clock
 from dse.study.optuna_compat import storage_of
 from dse.study.proposer import Proposal, Proposer
 from dse.study.samplers import make_sampler
+from dse.study.sources import LoneTrials, SharedTrials, TrialSource, complete
 from dse.study.spec import StudySpec, seed_rule
 from dse.study.storage import (
     StoredStudy,
@@ -51,11 +48,10 @@ from dse.study.storage import (
     redact,
     sqlite_path,
     storage_lock,
-    wait_for_storage,
 )
-from dse.study.sweep import PREFIX, choice_of, evaluate_point, point_of, suggest_point
+from dse.study.sweep import PREFIX, choice_of, evaluate_point, point_of
 from dse.study.timeouts import STALE_AFTER_S, TRIAL_WALL_S
-from dse.study.trial import Choice, TrialRecord, evaluate, objective_values, params_of, suggest
+from dse.study.trial import Choice, TrialRecord, evaluate, objective_values, params_of
 from dse.study.variants import study_catalog
 from dse.study.warm_start import warm_start_params
 from formulations.solve import PlacementSolver, SolveOptions
@@ -114,7 +110,7 @@ def enqueue_first(
     them twice."""
     storage = storage if storage is not None else storage_of(study)
     with storage_lock(storage, f"dse-enqueue-first:{study.study_name}"):
-        for p in _not_taken(study, first)[: max(0, budget - _complete(study))]:
+        for p in _not_taken(study, first)[: max(0, budget - complete(study))]:
             study.enqueue_trial(p)
 
 
@@ -183,10 +179,6 @@ def _optuna_quiet() -> Iterator[None]:
         optuna.logging.set_verbosity(level)
 
 
-def _complete(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
-
-
 @dataclass(frozen=True)
 class RunStats:
     completed_before: int
@@ -219,7 +211,41 @@ def run(
     catalog = study_catalog(spec, catalog if catalog is not None else load_catalog())
     params = params if params is not None else load_params()
     objectives = objectives or [ObjectiveDef.metric(n) for n in spec.objectives.names]
-    storage = storage or default_storage(out, spec)
+    url = storage or default_storage(out, spec)
+    budget = _budget(spec, trials, out, seed)
+    seed = spec.seed if seed is None else seed
+    # workers sharing a storage each need their own random stream, or they would propose alike
+    stream, stale_s = (os.getpid(), stale_after_s) if shared else (0, None)
+    with _optuna_quiet():
+        stored = _open(spec, url, objectives, seed, stream=stream, stale_after_s=stale_s)
+        # one lone run per study at a time; Ctrl-C and storage faults become one line from here on
+        with _guarded(stored, budget, shared):
+            _write_spec(out, spec, url, shared)
+            # a trial some dead process left running: alone on a storage, any; shared, one whose
+            # heartbeats stopped (checked again before every trial)
+            stale = fail_dead(stored) if shared else fail_stale(stored)
+            before = complete(stored.study)
+            solver = PlacementSolver(TRIAL_SOLVE)
+            # the search starts from the full placement's designs (dse.study.warm_start), each unless a
+            # trial has run it, is running it or waits with it (a resumed run, another worker)
+            n_first = max(1, budget // 5) if before < budget else 0
+            first = warm_start_params(spec, catalog, params, solver, n_first) if n_first else []
+            t0 = time.perf_counter()
+            shown = (objectives[0].name, objectives[0].direction)  # the bar's objective
+            bar = _Progress(budget, before, shown) if progress else None
+            source = (
+                _shared(spec, stored, first, budget, before, seed, stale_after_s)
+                if shared
+                else _lone(spec, stored, first, budget, before, seed)
+            )
+            evaluation = _Evaluation(spec, catalog, params, solver, trial_wall_s)
+            with _closing(source, bar, stored, budget), _ours_heartbeats():
+                ran = _trials(source, evaluation, objectives, budget, bar)
+        return stored.study, RunStats(before, ran, stale + source.stale, time.perf_counter() - t0)
+
+
+def _budget(spec: StudySpec, trials: int | None, out: Path, seed: int | None) -> int:
+    """The run's budget of complete trials; the arguments checked (named as the Python API names them)."""
     budget = spec.budget(trials)
     if budget < 1:
         raise InputError("trials", "", "must be at least 1", budget)
@@ -230,148 +256,154 @@ def run(
         raise InputError("out", "", f"must be a folder ({blocked} is a file)", str(out))
     if seed is not None and seed_rule(seed):
         raise InputError("seed", "", str(seed_rule(seed)), seed)
-    base = spec.seed if seed is None else seed
-    # workers sharing a storage each need their own random stream, or they would propose alike
-    stream = os.getpid() if shared else 0
-    with _optuna_quiet():
-        stored = _open(
-            spec, storage, objectives, base, stream=stream, stale_after_s=stale_after_s if shared else None
-        )
-        study = stored.study
-        # one lone run per study at a time; Ctrl-C and storage faults become one line from here on
-        with _guarded(study, storage, budget, shared):
-            folder = run_folder(out, spec)
-            if storage.startswith("sqlite:///") or not shared:
-                folder.mkdir(parents=True, exist_ok=True)
-                # the resolved spec
-                write_text(folder / "spec.json", json.dumps(plain(spec), indent=2) + "\n")
-            # a trial some dead process left running: alone on a storage, any; shared, one whose
-            # heartbeats stopped (checked again before every trial)
-            stale = fail_dead(stored) if shared else fail_stale(stored)
-            before = _complete(study)
-            solver = PlacementSolver(TRIAL_SOLVE)
-            # the search starts from the full placement's designs (dse.study.warm_start), each unless a
-            # trial has run it, is running it or waits with it (a resumed run, another worker)
-            n_first = max(1, budget // 5) if before < budget else 0
-            first = warm_start_params(spec, catalog, params, solver, n_first) if n_first else []
-            if shared and first:  # TPE's random start-up beside them (the lone run's sampler gets it below)
-                study.sampler = make_sampler(spec, base, stream=stream, warm=len(first))
-            defs = [(o.name, o.direction, o.fn) for o in objectives]
-            t0 = time.perf_counter()
-            ran = 0
-            bar = _Progress(budget, before, (defs[0][0], defs[0][1])) if progress else None
-            done = before
-            if shared:
-                enqueue_first(study, first, budget, storage=stored.storage)
-            # alone on a storage, the sampler works in its own process on an in-memory copy, one trial
-            # ahead (dse.study.proposer), and each finished trial is written to the storage in one
-            # transaction as it completes; workers sharing a storage ask it directly so they see each
-            # other's trials. A resumed run reseeds with the trials already done, so it does not repeat them.
-            proposer = (
-                None
-                if shared
-                else Proposer(
-                    spec,
-                    stored,
-                    study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)),
-                    seed=base,
-                    budget=budget,
-                    stream=1_000_003 * before,
-                    todo=budget - before,
-                    first=first,
-                )
-            )
-            propose = suggest_point if spec.is_grid else suggest
-            evaluate_one = _trial_fn(spec, catalog, params, solver)
-            unreachable_since: float | None = None
-            # heartbeats outside Study.optimize are ours (faults.heartbeat); Optuna warns at every ask
-            interrupted = False
-            with warnings.catch_warnings():  # the process's own filters are kept
-                warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used", UserWarning)
-                try:
-                    while done < budget:
-                        try:
-                            if proposer is None:
-                                stale += fail_dead(stored)
-                                trial = study.ask()
-                                design = propose(trial, spec)
-                                job = Proposal(trial.number, dict(trial.params), design)
-                                beats: contextlib.AbstractContextManager[Any] = heartbeat(
-                                    stored.storage, stored.trial_id(trial.number), max(1.0, stale_after_s / 4)
-                                )
-                            else:
-                                job, beats = proposer.next(), contextlib.nullcontext()
-                            with beats:
-                                record, extra, timed_out = _bounded(evaluate_one, job, trial_wall_s)
-                            if timed_out:  # the solver may hold a half-updated model: start clean
-                                solver = PlacementSolver(TRIAL_SOLVE)
-                                evaluate_one = _trial_fn(spec, catalog, params, solver)
-                            # samplers see the worst violation (<= 0: feasible); each constraint is in
-                            # the record
-                            violation = max(record.constraints.values())
-                            values = objective_values(record, defs)
-                            attrs = {"record": {**record.attrs(), **extra}}
-                            if proposer is not None:  # its process stores the trial
-                                proposer.finish(job.number, values, violation, attrs)
-                                done += 1
-                            else:
-                                try:
-                                    trial.set_constraint("violation", violation)
-                                    trial.set_user_attr("record", attrs["record"])  # one write
-                                    study.tell(trial, values)
-                                except optuna.exceptions.UpdateFinishedTrialError:  # failed as stale
-                                    sys.stderr.write(
-                                        f"dse: trial {trial.number} was failed by another worker; dropped\n"
-                                    )
-                                    continue
-                                done = _complete(study)
-                            unreachable_since = None
-                        except STORAGE_ERRORS as exc:
-                            if not shared or not storage_unreachable(exc):
-                                raise
-                            unreachable_since = wait_for_storage(exc, storage, unreachable_since)
-                            with contextlib.suppress(Exception):  # a session a dropped connection broke
-                                stored.storage.remove_session()
-                            continue
-                        ran += 1
-                        if bar is not None:
-                            bar.update(done, record.feasible, values[0] if values else None)
-                except KeyboardInterrupt:
-                    interrupted = True
-                finally:
-                    if proposer is not None:
-                        proposer.close()  # the sampler process stores every trial it was told of
-                    if bar is not None:
-                        bar.close()
-            if interrupted:
-                # counted on the storage once the sampler process has stored what it was told: a Ctrl-C
-                # between telling it of a trial and counting that trial here must not under-count
-                with contextlib.suppress(*STORAGE_ERRORS):
-                    done = _complete(study)
-                raise StudyInterrupted(done, budget, redact(storage)) from None
-            return study, RunStats(before, ran, stale, time.perf_counter() - t0)
+    return budget
+
+
+def _write_spec(out: Path, spec: StudySpec, url: str, shared: bool) -> None:
+    """The resolved spec, beside the results: in the run folder, which a worker on a database
+    server does not need."""
+    if url.startswith("sqlite:///") or not shared:
+        folder = run_folder(out, spec)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text(folder / "spec.json", json.dumps(plain(spec), indent=2) + "\n")
+
+
+def _lone(
+    spec: StudySpec, stored: StoredStudy, first: list[dict[str, Any]], budget: int, before: int, seed: int
+) -> LoneTrials:
+    """A lone run's trials: its sampler works in its own process on an in-memory copy, one trial
+    ahead (dse.study.proposer), and each finished trial is written to the storage in one
+    transaction as it completes. A resumed run reseeds with the trials already done, so it does
+    not repeat them."""
+    history = stored.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    todo = budget - before
+    proposer = Proposer(
+        spec, stored, history, seed=seed, budget=budget, stream=1_000_003 * before, todo=todo, first=first
+    )
+    return LoneTrials(proposer, before)
+
+
+def _shared(
+    spec: StudySpec,
+    stored: StoredStudy,
+    first: list[dict[str, Any]],
+    budget: int,
+    before: int,
+    seed: int,
+    stale_after_s: float,
+) -> SharedTrials:
+    """A worker's trials: it asks the shared storage itself, so workers see each other's trials.
+    The warm start's designs wait in the study's queue for whichever worker comes first; TPE keeps
+    its random start-up beside them (a lone run's sampler gets it in :class:`Proposer`)."""
+    if first:
+        stored.study.sampler = make_sampler(spec, seed, stream=os.getpid(), warm=len(first))
+    enqueue_first(stored.study, first, budget, storage=stored.storage)
+    return SharedTrials(spec, stored, stale_after_s, before)
+
+
+def _trials(
+    source: TrialSource,
+    evaluate_one: Callable[[Proposal], tuple[TrialRecord, dict[str, Any]]],
+    objectives: list[ObjectiveDef],
+    budget: int,
+    bar: _Progress | None,
+) -> int:
+    """Evaluate the source's trials until the study holds ``budget`` complete ones; the number
+    evaluated and stored here."""
+    defs = [(o.name, o.direction, o.fn) for o in objectives]
+    ran = 0
+    while source.done < budget:
+        try:
+            job = source.next()
+            with source.evaluating(job):
+                record, extra = evaluate_one(job)
+            values = objective_values(record, defs)
+            # samplers see the worst violation (<= 0: feasible); each constraint is in the record
+            told = source.finish(job, values, max(record.constraints.values()), {**record.attrs(), **extra})
+        except STORAGE_ERRORS as exc:
+            if not source.recover(exc):
+                raise
+            continue
+        if told:
+            ran += 1
+            if bar is not None:
+                bar.update(source.done, record.feasible, values[0] if values else None)
+    return ran
 
 
 @contextlib.contextmanager
-def _guarded(study: optuna.Study, storage: str, budget: int, shared: bool) -> Iterator[None]:
+def _closing(source: TrialSource, bar: _Progress | None, stored: StoredStudy, budget: int) -> Iterator[None]:
+    """Close the source and the bar however the block ends; Ctrl-C in it says what is stored,
+    counted once the source is closed (the sampler's process has stored what it was told: a
+    Ctrl-C between telling it of a trial and counting that trial here must not under-count)."""
+    interrupted = False
+    try:
+        yield
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        source.close()
+        if bar is not None:
+            bar.close()
+    if interrupted:
+        done = source.done
+        with contextlib.suppress(*STORAGE_ERRORS):
+            done = complete(stored.study)
+        raise StudyInterrupted(done, budget, redact(stored.url)) from None
+
+
+@contextlib.contextmanager
+def _ours_heartbeats() -> Iterator[None]:
+    """Heartbeats outside ``Study.optimize`` are ours (:func:`dse.study.faults.heartbeat`);
+    Optuna warns of them at every ask. Not shown in the block; the process's filters are kept."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used", UserWarning)
+        yield
+
+
+@contextlib.contextmanager
+def _guarded(stored: StoredStudy, budget: int, shared: bool) -> Iterator[None]:
     """The block holds the study for a lone run (:func:`lone_writer`; workers share it). Ctrl-C
     before the trial loop (the warm start, the sampler process starting) says what is stored, as it
     does in the loop; a storage that refuses (full, read-only, locked) is one line naming it."""
+    url = stored.url
     with contextlib.ExitStack() as held:
         if not shared:
-            held.enter_context(lone_writer(study.study_name, storage))
+            held.enter_context(lone_writer(stored.study.study_name, url))
         try:
             yield
         except KeyboardInterrupt:
             done = 0
             with contextlib.suppress(*STORAGE_ERRORS):
-                done = _complete(study)
-            raise StudyInterrupted(done, budget, redact(storage)) from None
+                done = complete(stored.study)
+            raise StudyInterrupted(done, budget, redact(url)) from None
         except STORAGE_ERRORS as exc:
-            fault = storage_fault(exc, redact(storage), sqlite_path(storage))
+            fault = storage_fault(exc, redact(url), sqlite_path(url))
             if fault is None:
                 raise
             raise fault from None
+
+
+class _Evaluation:
+    """A trial's evaluation within its wall-clock cap (:func:`_bounded`). A trial that ran over
+    may leave the solver holding a half-updated model: the next starts with a fresh one."""
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        catalog: Catalog,
+        params: PerfParams,
+        solver: PlacementSolver,
+        wall_s: float | None,
+    ) -> None:
+        self._setting, self._wall_s = (spec, catalog, params), wall_s
+        self._fn = _trial_fn(spec, catalog, params, solver)
+
+    def __call__(self, job: Proposal) -> tuple[TrialRecord, dict[str, Any]]:
+        record, extra, timed_out = _bounded(self._fn, job, self._wall_s)
+        if timed_out:
+            self._fn = _trial_fn(*self._setting, PlacementSolver(TRIAL_SOLVE))
+        return record, extra
 
 
 def _bounded(
@@ -392,6 +424,7 @@ TrialFn = Callable[[Any], tuple[TrialRecord, dict[str, Any]]]
 
 
 def _trial_fn(spec: StudySpec, catalog: Catalog, params: PerfParams, solver: PlacementSolver) -> TrialFn:
+    """What evaluates a trial's design: the seam between the runner and the evaluation."""
     return (_grid_trial if spec.is_grid else _search_trial)(spec, catalog, params, solver)
 
 
