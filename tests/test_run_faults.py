@@ -269,3 +269,38 @@ def test_a_report_killed_while_drawing_leaves_the_last_whole_report(tmp_path: Pa
     assert killed.returncode == -signal.SIGKILL
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+SWALLOWED = """
+import signal, sys
+import dse.evaluation as evaluation
+real = evaluation.check
+class Finalized:
+    def __del__(self):  # Ctrl-C arriving while a finalizer runs: Python prints it as ignored
+        signal.raise_signal(signal.SIGINT)
+calls = []
+def check(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 3:
+        Finalized()  # dropped at once: its finalizer runs here
+    return real(*args, **kwargs)
+evaluation.check = check
+from dse.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_ctrl_c_python_swallows_in_a_finalizer_still_stops_the_run(
+    tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    """The adversarial run saw a SIGINT to the process group have no effect: the run completed its
+    budget and exited 0. A KeyboardInterrupt raised inside a finalizer is printed as ignored and
+    lost; the handler remembers the signal and the trial loop stops at the next trial."""
+    argv = ["study", "run", str(TINY), "--out", str(tmp_path), "--trials", "40", "--no-export"]
+    proc = subprocess.run(
+        [sys.executable, "-c", SWALLOWED, *argv], env=clean_env, capture_output=True, text=True
+    )
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert proc.stderr.strip().startswith("dse: error: interrupted after")  # one line, no traceback
+    assert "\n" not in proc.stderr.strip()
+    assert _complete(tmp_path / "tiny-study" / "study.db") < 40

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from dse import __version__
+from dse import __version__, interrupt
 from dse.errors import DseError, InputError
 
 if TYPE_CHECKING:
@@ -99,7 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: exit 0 on success, 2 on bad input, 3 when no design is feasible, 130 when
     interrupted (Ctrl-C, from the first instruction on: the engine is imported in here)."""
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
+        with interrupt.remembered():
+            code = _main(list(sys.argv[1:] if argv is None else argv))
+            if code == 0 and interrupt.pressed():  # a Ctrl-C that landed where Python ignores it
+                raise KeyboardInterrupt
+            return code
     except KeyboardInterrupt:
         print("dse: interrupted", file=sys.stderr)
         return 130

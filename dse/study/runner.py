@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import optuna
 
-from dse import __version__
+from dse import __version__, interrupt
 from dse.atomic import write_text
 from dse.catalog import Catalog, load_catalog
 from dse.errors import InputError
@@ -313,6 +313,7 @@ def _trials(
     defs = [(o.name, o.direction, o.fn) for o in objectives]
     ran = 0
     while source.done < budget:
+        interrupt.check()  # a Ctrl-C Python swallowed (in a finalizer) still stops the run
         try:
             job = source.next()
             with source.evaluating(job):

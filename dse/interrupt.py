@@ -1,0 +1,58 @@
+"""Ctrl-C that cannot be lost.
+
+Python raises ``KeyboardInterrupt`` wherever the main thread is when SIGINT arrives. Inside a
+finalizer or a weakref callback, which garbage collection runs at any moment, the exception is
+printed as "ignored" and the program goes on: a study run could finish its whole budget after a
+Ctrl-C and exit 0. So the command line installs a handler that also remembers the signal, and the
+trial loop, and the command line once its command returns, check it; Python's own report of
+the ignored exception (a traceback on stderr) is left out.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+_pressed = threading.Event()  # process-wide, as the signal itself is
+
+
+def _handler(signum: int, frame: Any) -> None:
+    _pressed.set()
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def remembered() -> Iterator[None]:
+    """SIGINT remembered for the block (main thread only; elsewhere a no-op), the handler that was
+    there before put back after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _pressed.clear()
+    previous, hook = signal.signal(signal.SIGINT, _handler), sys.unraisablehook
+
+    def unraisable(info: Any) -> None:  # a Ctrl-C Python could not raise: remembered, not printed
+        if not isinstance(info.exc_value, KeyboardInterrupt):
+            hook(info)
+
+    sys.unraisablehook = unraisable
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = hook
+
+
+def pressed() -> bool:
+    """Whether Ctrl-C came since :func:`remembered` began, even one Python swallowed."""
+    return _pressed.is_set()
+
+
+def check() -> None:
+    """Raise ``KeyboardInterrupt`` if Ctrl-C came, even one Python swallowed."""
+    if _pressed.is_set():
+        raise KeyboardInterrupt
