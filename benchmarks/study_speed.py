@@ -32,8 +32,9 @@ import dse.study.runner as runner_mod
 from dse.catalog import load_catalog
 from dse.perf.params import load_params
 from dse.study import Study
+from dse.study.choice import Choice
 from dse.study.spec import load_study
-from dse.study.trial import Choice, evaluate
+from dse.study.trial import evaluate
 from formulations.solve import PlacementSolver
 
 

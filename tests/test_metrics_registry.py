@@ -44,8 +44,9 @@ def test_a_run_stores_its_best_designs_shadow_prices_for_the_report(tmp_path: Pa
     from dse.placement.plan import place_best
     from dse.placement.request import Topology
     from dse.study.best import PRICES_ATTR, best_design
+    from dse.study.choice import choice_from_params
     from dse.study.runner import TRIAL_SOLVE
-    from dse.study.trial import choice_from_params, request_for
+    from dse.study.trial import request_for
     from formulations.solve import PlacementSolver
 
     res = Study.load(TINY).run(trials=6, out=tmp_path)

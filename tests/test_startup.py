@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,16 @@ def test_a_command_that_solves_still_imports_its_engine() -> None:
     res = _probe(["predict", "--hardware", "b200", "--json"])
     assert res["code"] == 0
     assert "numpy" in res["heavy"]  # type: ignore[operator]
+
+
+def test_export_and_report_of_a_finished_study_import_no_solver(tmp_path: Path) -> None:
+    """Exports and the report read what the trials stored: no MILP is built or solved, so pyomo
+    and HiGHS are never imported (a fresh interpreter for each command)."""
+    tiny = str(Path(__file__).resolve().parent / "data" / "tiny-study.toml")
+    assert _probe(["study", "run", tiny, "--out", str(tmp_path), "--trials", "4", "--no-export"])["code"] == 0
+    for command in ("export", "report"):
+        res = _probe(["study", command, tiny, "--out", str(tmp_path)])
+        assert res["code"] == 0
+        solver = [m for m in res["heavy"] if m in ("pyomo", "highspy")]  # type: ignore[union-attr]
+        assert solver == [], f"dse study {command} imported {solver}"
+    assert (tmp_path / "tiny-study" / "report" / "report.md").is_file()

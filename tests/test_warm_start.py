@@ -16,9 +16,9 @@ from dse.placement.candidates import build_candidates
 from dse.placement.plan import solve_candidates
 from dse.placement.request import Topology
 from dse.study import Study
+from dse.study.choice import choice_from_params, suggest, trial_params
 from dse.study.spec import StudySpec, load_study
 from dse.study.sweep import request_at
-from dse.study.trial import choice_from_params, suggest, trial_params
 from dse.study.warm_start import designs, warm_start_params
 from formulations.placement_data import Role
 from formulations.solve import PlacementSolver

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import optuna
 import polars as pl
@@ -26,6 +26,7 @@ from dse.errors import InputError
 from dse.perf.params import PerfParams, load_params
 from dse.plain import plain
 from dse.study.export import export_all
+from dse.study.objectives import MetricFn, ObjectiveDef
 from dse.study.results import (
     kv_tiers_frame,
     pareto_frame,
@@ -34,9 +35,12 @@ from dse.study.results import (
     sim_timeseries_frame,
     trials_frame,
 )
-from dse.study.runner import MetricFn, ObjectiveDef, RunStats, default_storage, open_study, run
 from dse.study.spec import StudySpec, load_study
+from dse.study.storage import default_storage, open_study
 from dse.study.variants import study_catalog
+
+if TYPE_CHECKING:
+    from dse.study.runner import RunStats
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,8 @@ class Study:
         catalog: Catalog | None = None,
         params: PerfParams | None = None,
     ) -> StudyResults:
+        from dse.study.runner import run  # the solver and the simulator: only a run imports them
+
         study, stats = run(
             self.spec,
             out=out,

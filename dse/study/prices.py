@@ -16,8 +16,10 @@ from dse.placement.request import Topology
 from dse.plain import plain
 from dse.study.api import StudyResults
 from dse.study.best import PRICES_ATTR
-from dse.study.sweep import point_of, request_at, spec_at
-from dse.study.trial import choice_from_params, request_for
+from dse.study.choice import choice_from_params
+from dse.study.grid import point_of, spec_at
+from dse.study.sweep import request_at
+from dse.study.trial import request_for
 
 
 def store_best_prices(res: StudyResults, ctx: Context) -> None:

@@ -29,11 +29,11 @@ from typing import Any
 
 import optuna
 
+from dse.study.choice import suggest
+from dse.study.grid import suggest_point
 from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec
 from dse.study.storage import StoredStudy, open_storage, write_finished
-from dse.study.sweep import suggest_point
-from dse.study.trial import suggest
 
 AHEAD = 1  # trials proposed beyond the one under evaluation
 CLOSE_WAIT_S = 60.0  # how long closing waits for the child's last writes

@@ -19,21 +19,24 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import optuna
 
-from dse import __version__, interrupt
+from dse import interrupt
 from dse.atomic import write_text
 from dse.catalog import Catalog, load_catalog
 from dse.errors import InputError
 from dse.metrics import METRICS
 from dse.perf.params import PerfParams, load_params
 from dse.plain import plain
+from dse.study.choice import Choice, params_of
 from dse.study.faults import STORAGE_ERRORS, StudyInterrupted, TrialTimeout, storage_fault, wall_clock
+from dse.study.grid import PREFIX, point_of
+from dse.study.objectives import ObjectiveDef
 from dse.study.optuna_compat import storage_of
 from dse.study.proposer import Proposal, Proposer
 from dse.study.samplers import make_sampler
@@ -41,46 +44,25 @@ from dse.study.sources import LoneTrials, SharedTrials, TrialSource, complete
 from dse.study.spec import StudySpec, seed_rule
 from dse.study.storage import (
     StoredStudy,
+    default_storage,
     fail_dead,
     fail_stale,
     lone_writer,
-    open_storage,
+    open_stored,
+    optuna_quiet,
     redact,
+    run_folder,
     sqlite_path,
     storage_lock,
 )
-from dse.study.sweep import PREFIX, choice_of, evaluate_point, point_of
+from dse.study.sweep import choice_of, evaluate_point
 from dse.study.timeouts import STALE_AFTER_S, TRIAL_WALL_S
-from dse.study.trial import Choice, TrialRecord, evaluate, objective_values, params_of
+from dse.study.trial import TrialRecord, evaluate, objective_values
 from dse.study.variants import study_catalog
 from dse.study.warm_start import warm_start_params
 from formulations.solve import PlacementSolver, SolveOptions
 
-MetricFn = Callable[[Mapping[str, float]], float]
 TRIAL_SOLVE = SolveOptions(time_limit_s=10.0)  # one hard instance must not stall a study
-
-
-@dataclass(frozen=True)
-class ObjectiveDef:
-    """A study objective: a recorded metric, or a Python function of the trial's metrics."""
-
-    name: str
-    direction: Literal["minimize", "maximize"]
-    fn: MetricFn | None = None
-
-    @classmethod
-    def metric(cls, name: str) -> ObjectiveDef:
-        m = METRICS[name]
-        assert m.direction in ("minimize", "maximize")
-        return cls(name, "minimize" if m.direction == "minimize" else "maximize")
-
-
-def run_folder(out: Path, spec: StudySpec) -> Path:
-    return out / spec.name
-
-
-def default_storage(out: Path, spec: StudySpec) -> str:
-    return f"sqlite:///{(run_folder(out, spec) / 'study.db').resolve()}"
 
 
 def _not_taken(study: optuna.Study, first: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -112,71 +94,6 @@ def enqueue_first(
     with storage_lock(storage, f"dse-enqueue-first:{study.study_name}"):
         for p in _not_taken(study, first)[: max(0, budget - complete(study))]:
             study.enqueue_trial(p)
-
-
-def open_study(
-    spec: StudySpec,
-    storage: str,
-    objectives: list[ObjectiveDef],
-    seed: int,
-    *,
-    stream: int = 0,
-    stale_after_s: float | None = None,
-) -> optuna.Study:
-    """Create the study or load it; its objectives must not have changed."""
-    with _optuna_quiet():
-        return _open(spec, storage, objectives, seed, stream=stream, stale_after_s=stale_after_s).study
-
-
-def _open(
-    spec: StudySpec,
-    url: str,
-    objectives: list[ObjectiveDef],
-    seed: int,
-    *,
-    stream: int = 0,
-    stale_after_s: float | None = None,
-) -> StoredStudy:
-    """:func:`open_study`, with the storage it opened."""
-    sampler = make_sampler(spec, seed, stream=stream)
-    store = open_storage(url, stale_after_s)
-    names = [o.name for o in objectives]
-    try:
-        study = optuna.create_study(
-            study_name=spec.name,
-            storage=store,
-            sampler=sampler,
-            load_if_exists=True,
-            directions=[o.direction for o in objectives],
-        )
-    except ValueError as exc:
-        why = f"differ from the stored study's ({exc})"
-        raise InputError(redact(url), "objectives", why, names) from None
-    stored = study.user_attrs.get("objectives")
-    if stored is None:
-        study.set_user_attr("objectives", names)
-        study.set_user_attr("spec", plain(spec))
-        study.set_user_attr("engine_version", __version__)
-    elif stored != names:
-        raise InputError(
-            redact(url),
-            "objectives",
-            f"the stored study optimises {stored}; use another out= or storage= for other objectives",
-            names,
-        )
-    return StoredStudy.of(study, store, url)
-
-
-@contextlib.contextmanager
-def _optuna_quiet() -> Iterator[None]:
-    """Optuna's own info lines (a study created or loaded, each trial finished) are not a run's
-    output: at most warnings for the block, the caller's level after it."""
-    level = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(max(level, optuna.logging.WARNING))
-    try:
-        yield
-    finally:
-        optuna.logging.set_verbosity(level)
 
 
 @dataclass(frozen=True)
@@ -216,8 +133,8 @@ def run(
     seed = spec.seed if seed is None else seed
     # workers sharing a storage each need their own random stream, or they would propose alike
     stream, stale_s = (os.getpid(), stale_after_s) if shared else (0, None)
-    with _optuna_quiet():
-        stored = _open(spec, url, objectives, seed, stream=stream, stale_after_s=stale_s)
+    with optuna_quiet():
+        stored = open_stored(spec, url, objectives, seed, stream=stream, stale_after_s=stale_s)
         # one lone run per study at a time; Ctrl-C and storage faults become one line from here on
         with _guarded(stored, budget, shared):
             _write_spec(out, spec, url, shared)

@@ -13,8 +13,8 @@ from typing import Any
 
 import optuna
 
+from dse.study.grid import grid_sampler
 from dse.study.spec import StudySpec
-from dse.study.sweep import grid_sampler
 from dse.study.tpe import CachedTPESampler
 
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import optuna
 
+from dse.study.choice import suggest
 from dse.study.faults import heartbeat, storage_unreachable
+from dse.study.grid import suggest_point
 from dse.study.proposer import Proposal, Proposer
 from dse.study.spec import StudySpec
 from dse.study.storage import StoredStudy, fail_dead, wait_for_storage
-from dse.study.sweep import suggest_point
-from dse.study.trial import suggest
 
 
 class TrialSource(abc.ABC):

@@ -29,9 +29,14 @@ from typing import IO, Any
 import optuna
 import sqlalchemy
 
+from dse import __version__
 from dse.errors import InputError
+from dse.plain import plain
 from dse.study.faults import storage_fault
+from dse.study.objectives import ObjectiveDef
 from dse.study.optuna_compat import dead_trial_ids, insert_finished, knows_schema
+from dse.study.samplers import make_sampler
+from dse.study.spec import StudySpec
 from dse.study.timeouts import STORAGE_RETRY_S
 
 
@@ -337,3 +342,76 @@ def wait_for_storage(exc: Exception, storage: str, since: float | None) -> float
     sys.stderr.write(f"dse: storage unreachable ({first[:120]}); retrying\n")
     time.sleep(1.0)
     return since
+
+
+def run_folder(out: Path, spec: StudySpec) -> Path:
+    return out / spec.name
+
+
+def default_storage(out: Path, spec: StudySpec) -> str:
+    return f"sqlite:///{(run_folder(out, spec) / 'study.db').resolve()}"
+
+
+def open_study(
+    spec: StudySpec,
+    storage: str,
+    objectives: list[ObjectiveDef],
+    seed: int,
+    *,
+    stream: int = 0,
+    stale_after_s: float | None = None,
+) -> optuna.Study:
+    """Create the study or load it; its objectives must not have changed."""
+    with optuna_quiet():
+        return open_stored(spec, storage, objectives, seed, stream=stream, stale_after_s=stale_after_s).study
+
+
+def open_stored(
+    spec: StudySpec,
+    url: str,
+    objectives: list[ObjectiveDef],
+    seed: int,
+    *,
+    stream: int = 0,
+    stale_after_s: float | None = None,
+) -> StoredStudy:
+    """:func:`open_study`, with the storage it opened."""
+    sampler = make_sampler(spec, seed, stream=stream)
+    store = open_storage(url, stale_after_s)
+    names = [o.name for o in objectives]
+    try:
+        study = optuna.create_study(
+            study_name=spec.name,
+            storage=store,
+            sampler=sampler,
+            load_if_exists=True,
+            directions=[o.direction for o in objectives],
+        )
+    except ValueError as exc:
+        why = f"differ from the stored study's ({exc})"
+        raise InputError(redact(url), "objectives", why, names) from None
+    stored = study.user_attrs.get("objectives")
+    if stored is None:
+        study.set_user_attr("objectives", names)
+        study.set_user_attr("spec", plain(spec))
+        study.set_user_attr("engine_version", __version__)
+    elif stored != names:
+        raise InputError(
+            redact(url),
+            "objectives",
+            f"the stored study optimises {stored}; use another out= or storage= for other objectives",
+            names,
+        )
+    return StoredStudy.of(study, store, url)
+
+
+@contextlib.contextmanager
+def optuna_quiet() -> Iterator[None]:
+    """Optuna's own info lines (a study created or loaded, each trial finished) are not a run's
+    output: at most warnings for the block, the caller's level after it."""
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(max(level, optuna.logging.WARNING))
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(level)

@@ -15,7 +15,6 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import optuna
 
 from dse.catalog import Catalog
 from dse.context import Context
@@ -25,82 +24,12 @@ from dse.placement.plan import PlacementReport, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology, UnitOptions
 from dse.plain import plain
 from dse.sim import Planner, PlannerKind
-from dse.study.optuna_compat import grid_of, set_trial_system_attr
+from dse.study.choice import Choice
+from dse.study.grid import PLANNER_DELAY_S, spec_at
 from dse.study.spec import StudySpec
-from dse.study.trial import Choice, TrialRecord, record_of, scenario_for, study_request
+from dse.study.trial import TrialRecord, record_of, scenario_for, study_request
 from formulations.placement_data import Role
 from formulations.solve import PlacementSolver
-
-PREFIX = "x_"  # Optuna parameter names of the grid axes
-WORKLOAD_AXES = ("requests_per_s", "input_tokens", "output_tokens", "cached_prefix_tokens")
-SLO_AXES = ("ttft_s", "tpot_s")
-PLANNER_DELAY_S = 30.0  # age of the planner's measurements unless swept (at most its period)
-
-
-class GridSampler(optuna.samplers.GridSampler):
-    """Optuna's grid sampler, choosing each trial's point by what the storage holds: a point is
-    taken when a complete or running trial has its values, so a failed trial's point is run again,
-    a resumed run (whatever its numbering or seed) runs only the missing points, and workers pick
-    at random among the free ones. No ``study.stop()`` once the grid is done: the runner asks and
-    tells itself and stops at its budget (one trial per point)."""
-
-    def before_trial(self, study: Any, trial: Any) -> None:
-        if "grid_id" in trial.system_attrs or "fixed_params" in trial.system_attrs:
-            return
-        live = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
-        grid = grid_of(self)  # Optuna's shuffled grid and random state (dse.study.optuna_compat)
-        taken = {
-            tuple(_key(t.params[k]) for k in grid.names)
-            for t in study.get_trials(deepcopy=False, states=live)
-            if t.number != trial.number and all(k in t.params for k in grid.names)
-        }
-        free = [i for i, g in enumerate(grid.points) if tuple(_key(v) for v in g) not in taken]
-        grid_id = int(grid.rng.choice(free)) if free else 0  # 0: the budget ran past the grid
-        set_trial_system_attr(study, trial, "search_space", grid.search_space)
-        set_trial_system_attr(study, trial, "grid_id", grid_id)
-
-    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
-        return None
-
-
-def _key(value: Any) -> Any:
-    """A grid value as stored and as listed compare equal (2000 and 2000.0)."""
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
-
-
-def grid_space(spec: StudySpec) -> dict[str, list[Any]]:
-    return {PREFIX + k: list(v) for k, v in spec.sweep.axes().items()}
-
-
-def grid_sampler(spec: StudySpec, seed: int) -> GridSampler:
-    return GridSampler(grid_space(spec), seed=seed)
-
-
-def suggest_point(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
-    return {k: trial.suggest_categorical(PREFIX + k, list(v)) for k, v in spec.sweep.axes().items()}
-
-
-def point_of(params: dict[str, Any]) -> dict[str, Any]:
-    """A finished trial's grid point, from its recorded parameters."""
-    return {k.removeprefix(PREFIX): v for k, v in params.items() if k.startswith(PREFIX)}
-
-
-def spec_at(spec: StudySpec, point: dict[str, Any]) -> StudySpec:
-    """The study as one grid point sees it."""
-    changes: dict[str, Any] = {k: float(point[k]) for k in WORKLOAD_AXES if k in point}
-    workload = replace(spec.workload, **changes)
-    slo = replace(spec.slo, **{k: float(point[k]) for k in SLO_AXES if k in point})
-    sim = spec.simulate
-    if "burst_factor" in point:
-        sim = replace(sim, arrivals="burst", burst_factor=float(point["burst_factor"]))
-    return replace(
-        spec,
-        model=str(point.get("model", spec.model)),
-        hardware=(str(point["hardware"]),) if "hardware" in point else spec.hardware,
-        workload=workload,
-        slo=slo,
-        simulate=sim,
-    )
 
 
 def request_at(

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import optuna
 
 from dse.catalog import Catalog
 from dse.context import Context
@@ -26,6 +25,7 @@ from dse.placement.request import Limits, PlacementRequest, Topology, UnitOption
 from dse.plain import plain
 from dse.sim import ArrivalKind, Arrivals, OutputLengths, Planner, Scenario
 from dse.sim.simulation import SimulationReport
+from dse.study.choice import Choice
 from dse.study.spec import StudySpec
 from dse.units import Precision
 from dse.workload import Workload
@@ -34,96 +34,6 @@ from formulations.solve import PlacementSolver
 
 # values recorded for a trial without a design, so samplers can still rank it (constraints mark it)
 WORST = {"minimize": 1e12, "maximize": 0.0}
-
-
-@dataclass(frozen=True)
-class Choice:
-    topology: str
-    kv_policy: str
-    prefill_hardware: str
-    decode_hardware: str
-    prefill_shape: str
-    decode_shape: str
-    chunk_tokens: int
-    max_batch: int
-    prefill_share: float  # aggregated only
-    ffn_tokens_per_gpu: float  # attention-FFN only
-
-
-def suggest(trial: optuna.Trial, spec: StudySpec) -> Choice:
-    """Conditional search space: aggregated units have one hardware and shape; disaggregated
-    ones a prefill and a decode side; attention-FFN adds the expert-side batch."""
-    s = spec.search
-    topo = trial.suggest_categorical("topology", list(s.topologies))
-    kv = trial.suggest_categorical("kv_policy", list(s.kv_policies))
-    hw = list(spec.hardware)
-    lo, hi = int(s.decode.max_batch[0]), int(s.decode.max_batch[1])
-    chunk = int(trial.suggest_categorical("chunk_tokens", [int(c) for c in s.prefill.chunk_tokens]))
-    if topo == Topology.AGGREGATED.value:
-        h = trial.suggest_categorical("agg_hardware", hw)
-        shape = trial.suggest_categorical("agg_shape", list(s.decode.shapes))
-        share = trial.suggest_float(
-            "agg_prefill_share", s.aggregated.prefill_share[0], s.aggregated.prefill_share[1]
-        )
-        batch = trial.suggest_int("decode_max_batch", lo, hi, log=True)
-        return Choice(topo, kv, h, h, shape, shape, chunk, batch, share, 0.0)
-    ph = trial.suggest_categorical("prefill_hardware", hw)
-    ps = trial.suggest_categorical("prefill_shape", list(s.prefill.shapes))
-    dh = trial.suggest_categorical("decode_hardware", hw)
-    ds = trial.suggest_categorical("decode_shape", list(s.decode.shapes))
-    batch = trial.suggest_int("decode_max_batch", lo, hi, log=True)
-    ffn = 0.0
-    if topo == Topology.AFD.value:
-        ffn = float(trial.suggest_categorical("ffn_tokens_per_gpu", list(s.afd.ffn_tokens_per_gpu)))
-    return Choice(topo, kv, ph, dh, ps, ds, chunk, batch, 0.0, ffn)
-
-
-def choice_from_params(params: dict[str, Any], spec: StudySpec) -> Choice:
-    """The :class:`Choice` of a finished trial, from its recorded parameters."""
-    topo = params["topology"]
-    if topo == Topology.AGGREGATED.value:
-        h, shape = params["agg_hardware"], params["agg_shape"]
-        return Choice(
-            topo,
-            params["kv_policy"],
-            h,
-            h,
-            shape,
-            shape,
-            int(params["chunk_tokens"]),
-            int(params["decode_max_batch"]),
-            float(params["agg_prefill_share"]),
-            0.0,
-        )
-    return Choice(
-        topo,
-        params["kv_policy"],
-        params["prefill_hardware"],
-        params["decode_hardware"],
-        params["prefill_shape"],
-        params["decode_shape"],
-        int(params["chunk_tokens"]),
-        int(params["decode_max_batch"]),
-        0.0,
-        float(params.get("ffn_tokens_per_gpu", 0.0)),
-    )
-
-
-def trial_params(c: Choice) -> dict[str, Any]:
-    """The Optuna parameters :func:`suggest` asks for that give ``c`` (the inverse of
-    :func:`choice_from_params`): what enqueues ``c`` as a trial."""
-    out: dict[str, Any] = {"topology": c.topology, "kv_policy": c.kv_policy}
-    out["chunk_tokens"] = int(c.chunk_tokens)
-    if c.topology == Topology.AGGREGATED.value:
-        out |= {"agg_hardware": c.prefill_hardware, "agg_shape": c.prefill_shape}
-        out |= {"agg_prefill_share": float(c.prefill_share)}
-    else:
-        out |= {"prefill_hardware": c.prefill_hardware, "prefill_shape": c.prefill_shape}
-        out |= {"decode_hardware": c.decode_hardware, "decode_shape": c.decode_shape}
-    out["decode_max_batch"] = int(c.max_batch)
-    if c.topology == Topology.AFD.value:
-        out["ffn_tokens_per_gpu"] = float(c.ffn_tokens_per_gpu)
-    return out
 
 
 def request_for(spec: StudySpec, c: Choice, catalog: Catalog) -> PlacementRequest:
@@ -314,10 +224,6 @@ def record_of(ev: Evaluation) -> TrialRecord:
             "buffer_max": buffer,
         }
     return TrialRecord(ev.metrics, ev.constraints, ev.binding, pools, tiers, inputs, ev.stage_ms, ev)
-
-
-def params_of(c: Choice) -> dict[str, Any]:
-    return asdict(c)
 
 
 def objective_values(record: TrialRecord, objectives: Sequence[tuple[str, str, Any]]) -> list[float]:

@@ -27,9 +27,9 @@ from dse.context import Context
 from dse.perf.params import PerfParams
 from dse.placement.plan import PoolPlan, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology
+from dse.study.choice import Choice, trial_params
 from dse.study.spec import StudySpec
 from dse.study.sweep import request_at
-from dse.study.trial import Choice, trial_params
 from formulations.placement_data import Role
 from formulations.solve import PlacementSolver
 

@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 import dse.study.proposer as proposer
-from dse.study import runner
+from dse.study.objectives import ObjectiveDef
 from dse.study.spec import load_study
-from dse.study.storage import StoredStudy
+from dse.study.storage import StoredStudy, open_study
 
 spec = load_study(Path(__file__).with_name("tiny-study.toml"))
 url = f"sqlite:///{sys.argv[1]}"
-runner.open_study(spec, url, [runner.ObjectiveDef.metric(n) for n in spec.objectives.names], 1)  # created
+open_study(spec, url, [ObjectiveDef.metric(n) for n in spec.objectives.names], 1)  # created
 stored = StoredStudy.load(url, spec.name)
 real = proposer.write_finished
 
