@@ -103,5 +103,6 @@ def trial_params(c: Choice) -> dict[str, Any]:
     return out
 
 
-def params_of(c: Choice) -> dict[str, Any]:
+def choice_record(c: Choice) -> dict[str, Any]:
+    """The choice as the trial record stores it (``trial_params`` gives it as Optuna parameters)."""
     return asdict(c)

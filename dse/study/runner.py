@@ -33,7 +33,7 @@ from dse.errors import InputError
 from dse.metrics import METRICS
 from dse.perf.params import PerfParams, load_params
 from dse.plain import plain
-from dse.study.choice import Choice, params_of
+from dse.study.choice import Choice, choice_record
 from dse.study.faults import STORAGE_ERRORS, StudyInterrupted, TrialTimeout, storage_fault, wall_clock
 from dse.study.grid import PREFIX, point_of
 from dse.study.objectives import ObjectiveDef
@@ -348,7 +348,7 @@ def _trial_fn(spec: StudySpec, catalog: Catalog, params: PerfParams, solver: Pla
 
 def _search_trial(spec: StudySpec, catalog: Catalog, params: PerfParams, solver: PlacementSolver) -> TrialFn:
     def one(choice: Choice) -> tuple[TrialRecord, dict[str, Any]]:
-        return evaluate(spec, choice, catalog, params, solver), {"choice": params_of(choice)}
+        return evaluate(spec, choice, catalog, params, solver), {"choice": choice_record(choice)}
 
     return one
 
@@ -360,7 +360,7 @@ def _grid_trial(spec: StudySpec, catalog: Catalog, params: PerfParams, solver: P
         rec = evaluate_point(spec, point, catalog, params, solver, cache)
         extra: dict[str, Any] = {"point": point}
         if rec.outcome is not None and rec.outcome.feasible and rec.request is not None:
-            extra["choice"] = params_of(choice_of(rec.outcome, rec.request))
+            extra["choice"] = choice_record(choice_of(rec.outcome, rec.request))
         return rec, extra
 
     return one
