@@ -77,7 +77,7 @@ def timed_study(trials: int, sampler: str) -> None:
         "simulator": (evaluation_mod, "pipeline_of"),
         "simulator run": (evaluation_mod, "simulate"),
         "evaluate": (runner_mod, "evaluate"),
-        "start": (runner_mod, "open_study"),  # once per run: opening (creating) the storage
+        "start": (runner_mod, "open_stored"),  # once per run: opening (creating) the storage
         "start copy": (runner_mod, "Proposer"),  # starting the sampler's process
         "start warm": (runner_mod, "warm_start_params"),  # the full placement's designs
     }

@@ -56,3 +56,10 @@ def check() -> None:
     """Raise ``KeyboardInterrupt`` if Ctrl-C came, even one Python swallowed."""
     if _pressed.is_set():
         raise KeyboardInterrupt
+
+
+def settled() -> None:
+    """The process is about to exit with its code: a Ctrl-C from here on (a second press, or one
+    a solver deferred) must not turn a clean exit into Python's own death by SIGINT."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -110,6 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # a reader that stopped early (`| head`): what was written stands
         _silence_stdout()
         return 0
+    finally:
+        if argv is None:  # the process's own entry (not a caller's): its exit code stands
+            interrupt.settled()
 
 
 def _main(argv: list[str]) -> int:
