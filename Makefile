@@ -17,19 +17,26 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/dse study run deepseek-v3-blackwell --out runs
 
-# two groups, one after the other: the quick tests, then the long end-to-end ones (marker e2e, see
-# pyproject.toml); each prints pytest's summary and its wall time. Fails if either group fails;
-# a group that selects no test (pytest exit 5) is not a failure.
+# two groups side by side, one per core: the quick tests and the long end-to-end ones (marker e2e,
+# see pyproject.toml); each prints pytest's output and its wall time when it ends. Fails if either
+# group fails; a group that selects no test (pytest exit 5) is not a failure.
 test: $(STAMP)
-	@fail=0; \
-	for group in "not e2e" "e2e"; do \
-		echo "== pytest -m '$$group'"; \
-		start=$$(date +%s); \
-		$(PY) -m pytest -q -m "$$group"; rc=$$?; \
-		echo "== pytest -m '$$group': exit $$rc, $$(( $$(date +%s) - start )) s"; \
+	@out=$$(mktemp -d); start=$$(date +%s); \
+	for g in quick e2e; do \
+		if [ $$g = quick ]; then m="not e2e"; else m="e2e"; fi; \
+		( s=$$(date +%s); $(PY) -m pytest -q -m "$$m" -p no:cacheprovider >$$out/$$g.log 2>&1; rc=$$?; \
+		  echo "$$rc $$(( $$(date +%s) - s ))" >$$out/$$g.rc ) & \
+	done; \
+	wait; fail=0; \
+	for g in quick e2e; do \
+		if [ $$g = quick ]; then m="not e2e"; else m="e2e"; fi; \
+		read rc secs <$$out/$$g.rc; \
+		echo "== pytest -m '$$m'"; cat $$out/$$g.log; \
+		echo "== pytest -m '$$m': exit $$rc, $$secs s"; \
 		if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then fail=1; fi; \
 	done; \
-	exit $$fail
+	echo "== make test: $$(( $$(date +%s) - start )) s in all"; \
+	rm -rf $$out; exit $$fail
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dse formulations tests benchmarks

@@ -82,6 +82,7 @@ def test_ttft_errors_vanish_on_the_models_own_figures_and_skip_missing_ones(
     assert cal.ttft_errors([slower], catalog, load_params())[0] == pytest.approx(0.5, abs=0.01)
 
 
+@pytest.mark.e2e
 def test_a_constant_per_cell_takes_out_what_the_datasheet_cannot(catalog: Catalog) -> None:
     """MI300X runs slower than its datasheet says next to MI355X; fitted together, one global
     model misses MI300X by a quarter, while a kernel speed and acceptance of its own (one cell

@@ -651,6 +651,7 @@ def test_rewritten_valid_files_are_accepted(catalog_copy: Path, tmp_path: Path) 
         assert o.code == 0 and o.stderr == "", o.context()
 
 
+@pytest.mark.e2e
 @fuzz_settings(110)
 @given(data=st.data())
 def test_mutated_catalog_files(catalog_copy: Path, data: st.DataObject) -> None:
@@ -715,6 +716,7 @@ def test_mutated_catalog_files(catalog_copy: Path, data: st.DataObject) -> None:
 STUDY_FILES = sorted(STUDIES_DIR.glob("*.toml"))
 
 
+@pytest.mark.e2e
 @fuzz_settings(160)
 @given(data=st.data())
 def test_mutated_study_files(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:

@@ -54,6 +54,7 @@ def test_a_second_lone_run_of_a_study_refuses_naming_the_running_process(cli: Cl
     assert again.code == 0 and _complete(db) == 8  # once the first is done, the study resumes
 
 
+@pytest.mark.e2e
 def test_two_lone_runs_at_once_never_exceed_the_budget(tmp_path: Path, clean_env: dict[str, str]) -> None:
     """Started together into one folder: one runs the budget, the other refuses (the adversarial
     run found 1,000 trials stored for a budget of 500)."""
@@ -84,6 +85,7 @@ def test_a_lone_run_on_postgresql_refuses_while_another_holds_the_study(
 # output-side errors, Ctrl-C
 
 
+@pytest.mark.e2e
 def test_a_reader_that_stops_early_still_gets_the_exports_and_the_report(
     tmp_path: Path, clean_env: dict[str, str]
 ) -> None:
@@ -246,6 +248,7 @@ def test_an_error_no_storage_cause_explains_keeps_its_traceback(tmp_path: Path) 
 # the report, written all or nothing
 
 
+@pytest.mark.e2e
 def test_a_report_killed_while_drawing_leaves_the_last_whole_report(tmp_path: Path) -> None:
     """SIGKILL in the middle of drawing (the adversarial run found a partial report/ and a 0-byte
     .tmp file): the report folder is the previous one, whole."""

@@ -74,6 +74,7 @@ def test_a_command_that_solves_still_imports_its_engine() -> None:
     assert "numpy" in res["heavy"]  # type: ignore[operator]
 
 
+@pytest.mark.e2e
 def test_export_and_report_of_a_finished_study_import_no_solver(tmp_path: Path) -> None:
     """Exports and the report read what the trials stored: no MILP is built or solved, so pyomo
     and HiGHS are never imported (a fresh interpreter for each command)."""
