@@ -29,6 +29,8 @@ BENCHES = (
     "startup",
     "perf_speed",
     "accuracy",
+    "latency_accuracy",
+    "latency_speed",
     "milp_speed",
     "sim_validation",
     "growth",

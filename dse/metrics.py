@@ -25,8 +25,17 @@ METRICS = {
     "tokens_per_s_per_user": Metric("tokens/s", "maximize", "decode speed one user sees (1 / TPOT)"),
     "output_tokens_per_s_per_decode_gpu": Metric("tokens/s/GPU", "maximize", "output tokens per decode GPU"),
     "ttft_s": Metric("s", "minimize", "mean time to first token, simulated", "ttft_mean_s"),
-    "ttft_pct_s": Metric("s", "minimize", "TTFT at the study's percentile, simulated"),
+    "ttft_pct_s": Metric(
+        "s",
+        "minimize",
+        "TTFT at the study's percentile: the worse of the fluid and the engine-level simulations",
+    ),
     "tpot_s": Metric("s", "minimize", "mean time per output token, simulated", "tpot_mean_s"),
+    "engine_ttft_pct_s": Metric(
+        "s", None, "TTFT at the study's percentile, engine-level simulation (Poisson at the mean rate)"
+    ),
+    "engine_tpot_pct_s": Metric("s", None, "TPOT at the study's percentile, engine-level simulation"),
+    "engine_ttft_p99_s": Metric("s", None, "99th-percentile TTFT, engine-level simulation"),
     "e2e_s": Metric("s", "minimize", "mean end-to-end latency, simulated", "e2e_mean_s"),
     "hbm_peak_gb_per_gpu": Metric("GB", "minimize", "largest HBM residency of any pool"),
     "decode_batch": Metric("sequences", None, "sequences per decode instance", "decode_batch_sequences"),

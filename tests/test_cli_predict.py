@@ -88,6 +88,75 @@ def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(
         assert float(row["pred_tput_per_gpu"]) > 0
         measured = float(row["tput_per_gpu_total"])
         assert 0.33 < float(row["pred_tput_per_gpu"]) / measured < 3.0
+        # the simulated percentiles of the row's closed loop, in order, beside the measured ones
+        ttft = [float(row[f"pred_ttft_p{q}_s"]) for q in (50, 90, 99)]
+        assert 0 < ttft[0] <= ttft[1] <= ttft[2]
+        assert 0 < float(row["pred_tpot_p50_ms"]) <= float(row["pred_tpot_p99_ms"])
+        assert float(row["pred_e2el_p50_s"]) > ttft[0]
+        assert 0.2 < float(row["pred_tpot_p50_ms"]) / float(row["median_tpot_ms"]) < 5.0
+    assert got[1]["pred_ttft_p50_s"] == ""  # a row it cannot model has no percentiles either
+
+
+def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_path: Path) -> None:
+    """Closed loop by default (ten requests per client, as InferenceX), Poisson at a rate, a trace
+    replayed; each gives the percentiles asked, the same seed the same figures."""
+    base = ("predict", "--hardware", "b200", "--json", "--percentiles", "50,90,99.9")
+    closed = json.loads(cli(*base, "--conc", "32").out)["latency"]
+    assert closed["load"] == "closed loop, 32 requests in flight" and closed["requests"] == 320
+    p = closed["percentiles"]
+    assert list(p) == ["p50", "p90", "p99.9"]
+    assert p["p50"]["ttft_s"] <= p["p90"]["ttft_s"] <= p["p99.9"]["ttft_s"]
+    assert p["p50"]["tpot_ms"] <= p["p99.9"]["tpot_ms"] and p["p50"]["e2el_s"] > p["p50"]["ttft_s"]
+    poisson = cli(*base, "--load", "poisson", "--rate", "2", "--requests", "500", "--seed", "3")
+    again = cli(*base, "--load", "poisson", "--rate", "2", "--requests", "500", "--seed", "3")
+    assert poisson.code == 0 and poisson.out == again.out
+    lat = json.loads(poisson.out)["latency"]
+    assert lat["load"] == "poisson arrivals at 2 requests/s" and lat["requests"] == 500
+    assert lat["requests_per_s"] == pytest.approx(2.0, rel=0.15) and lat["warning"] is None
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,1000,100\n0.5,2000,50\n0.5,500,10\n")
+    replay = json.loads(cli(*base, "--load", "trace", "--trace", str(trace)).out)["latency"]
+    assert replay["load"] == "trace replay, 3 requests" and replay["requests"] == 3
+    text = cli("predict", "--hardware", "b200", "--conc", "8")
+    assert "latency, simulated: closed loop, 8 requests in flight; 80 requests" in text.out
+    assert "percentile" in text.out and "p99" in text.out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--percentiles", "50,100"), "--percentiles = '100': each must be a number in (0, 100)"),
+        (("--percentiles", "0"), "--percentiles = '0': each must be a number in (0, 100)"),
+        (("--load", "poisson"), "--rate: is required with --load poisson"),
+        (("--load", "poisson", "--rate", "0"), "--rate = 0.0: must be > 0"),
+        (("--load", "bursty", "--rate", "-1"), "--rate = -1.0: must be > 0"),
+        (("--load", "poisson", "--rate", "nan"), "--rate = nan: must be a finite number"),
+        (("--rate", "2"), "--rate = 2.0: needs --load poisson or bursty"),
+        (("--conc", "nan"), "--conc = nan: must be a finite number"),
+        (("--conc", "-4"), "--conc = -4.0: must be > 0"),
+        (("--load", "trace"), "--trace: is required with --load trace"),
+        (("--requests", "300000"), "--requests = 300000: must be at most 200,000"),
+    ],
+)
+def test_bad_latency_flags_are_one_line_and_exit_2(cli: Cli, flags: tuple[str, ...], message: str) -> None:
+    proc = cli("predict", "--hardware", "b200", *flags)
+    assert proc.code == 2 and proc.out == ""
+    assert proc.err.strip() == f"dse: error: dse predict: {message}"
+
+
+def test_a_trace_with_a_bad_row_names_it(cli: Cli, tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    for body, message in (
+        ("0,100,10\n0.5,abc,3\n", "row 2: input_tokens = 'abc': must be a number >= 1"),
+        ("1,100,10\n0.5,100,3\n", "row 2: arrival_s = '0.5': must not be earlier than the row before"),
+        ("0,100,0\n", "row 1: output_tokens = '0': must be a number >= 1"),
+    ):
+        trace.write_text("arrival_s,input_tokens,output_tokens\n" + body)
+        proc = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", str(trace))
+        assert proc.code == 2 and proc.err.strip() == f"dse: error: {trace} {message}"
+    trace.write_text("arrival_s,input_tokens\n0,100\n")
+    proc = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", str(trace))
+    assert proc.code == 2 and proc.err.strip() == f"dse: error: {trace}: output_tokens: is a required column"
 
 
 def test_predict_batch_missing_column(tmp_path: Path, cli: Cli) -> None:
@@ -131,6 +200,13 @@ def test_calibration_is_reproducible(calibration: Calibration | None) -> None:
     assert fresh["provenance"]["loho_tput_median_ape"] > fresh["provenance"]["in_sample_tput_median_ape"]
     assert fresh["provenance"]["hardware_fitted"] == shipped["provenance"]["hardware_fitted"]
     assert "leave-one-hardware-out abs error" in proc.out
+    # the latency side: its fitted offsets and cross-validated errors, as shipped
+    for key, value in shipped["latency"].items():
+        assert fresh["latency"][key] == pytest.approx(value, abs=1e-9), key
+    for basis in ("in_sample_median_ape", "loho_median_ape"):
+        for key, value in shipped["provenance"]["latency"][basis].items():
+            assert fresh["provenance"]["latency"][basis][key] == pytest.approx(value, abs=2e-3), key
+    assert "leave-one-hardware-out abs error of the simulated percentiles" in proc.out
 
 
 def test_predict_states_its_expected_error(cli: Cli) -> None:
@@ -159,6 +235,11 @@ def test_predict_states_its_expected_error(cli: Cli) -> None:
     err = json.loads(js.out)["expected_error"]
     assert err["basis"] == "leave-one-hardware-out"
     assert err["tput_median_ape"] == prov["loho_tput_median_ape"] and err["model_fitted"] is True
+    # the simulated percentiles' error on the same basis: cross-validated for unseen hardware
+    lat = prov["latency"]["loho_median_ape"]
+    assert err["latency_median_ape"] == lat
+    assert f"simulated TTFT p50 / p99 {lat['ttft_p50']:.0%} / {lat['ttft_p99']:.0%}" in unseen
+    assert f"TPOT p50 / p99 {lat['tpot_p50']:.0%} / {lat['tpot_p99']:.0%}" in unseen
 
 
 def test_no_expected_error_from_a_calibration_file_without_its_figures() -> None:
@@ -358,8 +439,12 @@ def test_running_request_cap_flag(cli: Cli) -> None:
     free = cli("predict", *flags.split())
     capped = cli("predict", *flags.split(), "--decode-max-running-requests", "128")
     assert free.code == 0 and capped.code == 0, capped.err
-    a, b = (json.loads(p.out)["prediction"] for p in (free, capped))
-    assert b["tput_per_gpu"] < a["tput_per_gpu"] and b["ttft_s"] > a["ttft_s"]
+    a, b = (json.loads(p.out) for p in (free, capped))
+    assert b["prediction"]["tput_per_gpu"] < a["prediction"]["tput_per_gpu"]
+    assert b["prediction"]["ttft_mean_s"] > a["prediction"]["ttft_mean_s"]
+    # the simulation holds the requests beyond the cap in the queue too: the TTFT tail grows
+    assert b["latency"]["percentiles"]["p99"]["ttft_s"] > a["latency"]["percentiles"]["p99"]["ttft_s"]
+    b = b["prediction"]
     assert b["decode_batch_per_instance"] <= 128 + 1e-6 and b["binding_regime"] == "running-request-cap"
     bad = cli("predict", "--hardware", "h200", "--decode-max-running-requests", "0")
     assert bad.code == 2

@@ -334,9 +334,11 @@ def leave_one_hardware_out(
     start: PerfParams,
     points: Sequence[StagePoint] = (),
     point_values: Sequence[float] = (),
+    fold_fits: dict[str, PerfParams] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Predictions for every row from a fit that never saw that row's hardware (neither its
-    benchmark rows nor its stage points)."""
+    benchmark rows nor its stage points); each fold's fit goes into ``fold_fits`` by the
+    hardware it left out, when given."""
     tput = np.full(len(data), np.nan)
     intv = np.full(len(data), np.nan)
     for hw in sorted({m.row.hardware for m in data}):
@@ -344,6 +346,8 @@ def leave_one_hardware_out(
         test_idx = [i for i, m in enumerate(data) if m.row.hardware == hw]
         keep = [k for k, pt in enumerate(points) if catalog.hardware(pt.hardware).id != hw]
         fitted = fit(train, catalog, start, [points[k] for k in keep], [point_values[k] for k in keep])
+        if fold_fits is not None:
+            fold_fits[hw] = fitted
         t, i = predict_measured([data[k] for k in test_idx], catalog, fitted)
         tput[test_idx] = t
         intv[test_idx] = i

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dse.atomic import write_text
 from dse.catalog import Catalog
 from dse.errors import InputError
 from dse.paths import CALIBRATION_FILE, MEASURED_RUNS
+
+if TYPE_CHECKING:
+    from dse.perf.params import PerfParams
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -29,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--no-cross-validation",
         action="store_true",
-        help="skip the leave-one-hardware-out refits (about 40 s); the file then carries the "
+        help="skip the leave-one-hardware-out refits (about a minute); the file then carries the "
         "in-sample error only",
     )
 
@@ -38,6 +42,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     import numpy as np
 
     from dse.calibration import fit as cal
+    from dse.calibration.latency import fit_latency
     from dse.calibration.published import POINTS, StagePoint, measured_per_gpu
     from dse.perf.params import default_params, params_to_json
 
@@ -57,10 +62,16 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     stats = cal.error_stats(data, tput, intv)
     ttft = cal.ttft_errors(data, catalog, fitted)
     loho = None
+    folds: dict[str, PerfParams] | None = None
     if not args.no_cross_validation:
-        t_lo, i_lo = cal.leave_one_hardware_out(data, catalog, default_params(), points, values)
+        folds = {}
+        t_lo, i_lo = cal.leave_one_hardware_out(data, catalog, default_params(), points, values, folds)
         loho = cal.error_stats(data, t_lo, i_lo)
-    fitted = replace(fitted, provenance=cal.provenance(args.data, data, len(skipped), stats, ttft, loho))
+    latency = fit_latency(data, catalog, fitted, folds)
+    prov = cal.provenance(args.data, data, len(skipped), stats, ttft, loho)
+    prov["latency"] = {"in_sample_median_ape": latency.in_sample, "loho_median_ape": latency.loho,
+                       "loho_median_ape_by_hardware": latency.loho_by_hardware}  # fmt: skip
+    fitted = replace(fitted, latency=latency.params, provenance=prov)
     write_text(args.out, params_to_json(fitted) + "\n")
     print(f"fitted {len(data)} rows ({len(skipped)} skipped) and {len(points)} stage points -> {args.out}")
     for msg in skipped:
@@ -71,5 +82,13 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
                 f"{label} abs error, median / p75: tokens/s/GPU {s.tput_median_ape:.1%} / "
                 f"{s.tput_p75_ape:.1%}, tokens/s/user {s.intvty_median_ape:.1%} / {s.intvty_p75_ape:.1%}"
             )
-    print(f"in-sample median abs error of the median TTFT: {float(np.nanmedian(ttft)):.0%}")
+    print(f"in-sample median abs error of the median TTFT (closed form): {float(np.nanmedian(ttft)):.0%}")
+    print(
+        f"latency: front end {latency.params.frontend_s * 1e3:.0f} ms, disaggregated hand-off "
+        f"{latency.params.handoff_s * 1e3:.0f} ms per request"
+    )
+    for label, errs in (("in-sample", latency.in_sample), ("leave-one-hardware-out", latency.loho)):
+        if errs is not None:
+            print(f"{label} abs error of the simulated percentiles, median: " + ", ".join(
+                f"{k.replace('_', ' ')} {v:.0%}" for k, v in errs.items()))  # fmt: skip
     return 0

@@ -21,6 +21,7 @@ from dse.perf.frameworks import FRAMEWORK_ENGINE
 from dse.typed_data import Rule, check_number, non_negative, positive
 
 if TYPE_CHECKING:
+    from dse.perf.latency import Latency, Lengths, Load
     from dse.perf.serving import ServingResult
 
 SRC = "dse predict"
@@ -110,11 +111,64 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--ffn-ep", type=int, default=0, help="expert parallel per instance (--afd; 0: all its GPUs)"
     )
+    _add_load_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+LOADS = ("closed", "poisson", "bursty", "trace")
+
+
+def _add_load_arguments(p: argparse.ArgumentParser) -> None:
+    """The load the latency simulation applies (the closed-form figures are always closed loop)."""
+    g = p.add_argument_group("latency simulation (TTFT, TPOT and end-to-end percentiles)")
+    g.add_argument(
+        "--load",
+        choices=LOADS,
+        default="closed",
+        help="closed: --conc clients, each sending its next request when its last completes (as "
+        "benchmark_serving and InferenceX measure); poisson or bursty: --rate requests/s; "
+        "trace: replay --trace",
+    )
+    g.add_argument(
+        "--rate", type=float, default=None, metavar="R", help="requests/s (--load poisson or bursty)"
+    )
+    g.add_argument(
+        "--burstiness",
+        type=float,
+        default=0.5,
+        metavar="K",
+        help="--load bursty: gamma-distributed gaps of shape K (1 is Poisson; smaller is burstier)",
+    )
+    g.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        metavar="FILE.csv",
+        help="--load trace: CSV with arrival_s, input_tokens, output_tokens per request",
+    )
+    g.add_argument(
+        "--requests",
+        type=int,
+        default=0,
+        metavar="N",
+        help="requests to simulate (default: 10 per client in a closed loop, as InferenceX; 2,000 open loop)",
+    )
+    g.add_argument(
+        "--long-tail",
+        type=float,
+        default=0.0,
+        metavar="SIGMA",
+        help="log-normal lengths of this sigma with the same mean (default 0: uniform on 80-100%% of "
+        "--isl and --osl, as benchmark_serving's random dataset at range ratio 0.8)",
+    )
+    g.add_argument(
+        "--percentiles", default="50,90,99", metavar="P,P,...", help="percentiles to report, each in (0, 100)"
+    )
+    g.add_argument("--seed", type=int, default=0, help="random seed of arrivals, lengths and MTP acceptance")
+
+
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
-    from dse.perf.benchmark_rows import evaluate, parse_row, settings_of, unfit_reason
+    from dse.perf.benchmark_rows import evaluate, latency_of, parse_row, settings_of, unfit_reason
     from dse.perf.expected_error import expected_error
     from dse.perf.params import load_params
 
@@ -130,6 +184,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
             if getattr(args, flag) != default:
                 raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --afd", getattr(args, flag))
     args.disagg = args.disagg or args.afd
+    load, lengths, percentiles = _load_of(args)
     row = _row_from_flags(args)
     try:
         bench = parse_row(row, catalog, source=SRC)
@@ -144,8 +199,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         "input_tput_per_prefill_gpu": float(res.input_tput_per_prefill_gpu[0]),
         "output_tput_per_decode_gpu": float(res.output_tput_per_decode_gpu[0]),
         "intvty_tok_s_user": float(res.intvty_tok_s_user[0]),
-        "tpot_ms": float(res.tpot_s[0]) * 1e3,
-        "ttft_s": float(res.ttft_s[0]),
+        "tpot_mean_ms": float(res.tpot_s[0]) * 1e3,
+        "ttft_mean_s": float(res.ttft_s[0]),
         "decode_batch_per_instance": float(res.decode_batch[0]),
         "hbm_peak_gb_per_gpu": float(res.hbm_peak_bytes_per_gpu[0]) / 1e9,
         "decode_step_ms": float(res.decode_step_s[0]) * 1e3,
@@ -162,6 +217,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         "mtp_tokens_per_step": round(float(engine.accept_tokens(drafts)), 4),
     }
     error = expected_error(params, bench.hardware, bench.model)
+    lat = latency_of(bench, catalog, params, load, lengths, args.requests, args.seed)
     if args.json:
         out = {
             "deployment": {k: _typed(v) for k, v in row.items()},
@@ -169,6 +225,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
             "prediction": {
                 k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in figures.items()
             },
+            "latency": _latency_json(lat, load, lengths, percentiles, args),
             "expected_error": None if error is None else asdict(error),
         }
         print(json.dumps(out, indent=2, allow_nan=False))
@@ -182,9 +239,101 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         f"ISL {row['isl']} OSL {row['osl']}, {row['conc']} requests in flight"
     )
     print(format_table(["figure", "value"], [[k, v] for k, v in figures.items()]))
+    _print_latency(lat, load, lengths, percentiles, args)
     if error is not None:
         print(error.describe())
     return 0
+
+
+def _load_of(args: argparse.Namespace) -> tuple[Load, Lengths, tuple[float, ...]]:
+    """The simulation's load, lengths and percentiles from the flags; bad values exit 2."""
+    from dse.perf.latency import MAX_REQUESTS, Lengths, Load, read_trace
+
+    percentiles = []
+    for part in str(args.percentiles).split(","):
+        try:
+            q = float(part)
+        except ValueError:
+            q = math.nan
+        if not 0.0 < q < 100.0:
+            raise InputError(SRC, "--percentiles", "each must be a number in (0, 100)", part.strip())
+        percentiles.append(q)
+    check_number(args.requests, source=SRC, key="--requests", check=non_negative)
+    if args.requests > MAX_REQUESTS:
+        raise InputError(SRC, "--requests", f"must be at most {MAX_REQUESTS:,}", args.requests)
+    check_number(args.long_tail, source=SRC, key="--long-tail", check=non_negative)
+    open_loop = args.load in ("poisson", "bursty")
+    if args.rate is not None and not open_loop:
+        raise InputError(SRC, "--rate", "needs --load poisson or bursty", args.rate)
+    if args.trace is not None and args.load != "trace":
+        raise InputError(SRC, "--trace", "needs --load trace", str(args.trace))
+    lengths = Lengths(args.isl, args.osl, tail_sigma=args.long_tail)
+    if args.load == "closed":
+        return Load("closed", concurrency=args.conc), lengths, tuple(percentiles)
+    if args.load == "trace":
+        if args.trace is None:
+            raise InputError(SRC, "--trace", "is required with --load trace")
+        return Load("trace", trace=read_trace(args.trace)), lengths, tuple(percentiles)
+    if args.rate is None:
+        raise InputError(SRC, "--rate", f"is required with --load {args.load}")
+    check_number(args.rate, source=SRC, key="--rate", check=positive)
+    check_number(args.burstiness, source=SRC, key="--burstiness", check=positive)
+    return Load(args.load, rate=args.rate, burstiness=args.burstiness), lengths, tuple(percentiles)
+
+
+def _latency_rows(lat: Latency, percentiles: tuple[float, ...]) -> list[list[object]]:
+    return [
+        [f"p{q:g}", lat.percentile("ttft", q), lat.percentile("tpot", q) * 1e3, lat.percentile("e2el", q)]
+        for q in percentiles
+    ]
+
+
+def _print_latency(
+    lat: Latency, load: Load, lengths: Lengths, percentiles: tuple[float, ...], args: argparse.Namespace
+) -> None:
+    print()
+    print(
+        f"latency, simulated: {load.describe()}; {len(lat.ttft_s)} requests, "
+        f"{_lengths_text(lengths)}, seed {args.seed}"
+    )
+    print(format_table(["percentile", "ttft_s", "tpot_ms", "e2el_s"], _latency_rows(lat, percentiles)))
+    print(
+        f"served {lat.requests_per_s:.4g} requests/s, "
+        f"{lat.output_tokens_per_s_per_gpu:.4g} output tokens/s/GPU; "
+        f"{lat.preempted} preempted"
+    )
+    if lat.warning:
+        print(f"warning: {lat.warning}", file=sys.stderr)
+
+
+def _lengths_text(lengths: Lengths) -> str:
+    if lengths.tail_sigma > 0:
+        return f"log-normal lengths (sigma {lengths.tail_sigma:g})"
+    return f"lengths {lengths.low:.0%}-100% of nominal"
+
+
+def _finite(v: object) -> object:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _latency_json(
+    lat: Latency, load: Load, lengths: Lengths, percentiles: tuple[float, ...], args: argparse.Namespace
+) -> dict[str, object]:
+    rows = _latency_rows(lat, percentiles)
+    return {
+        "load": load.describe(),
+        "requests": len(lat.ttft_s),
+        "lengths": _lengths_text(lengths),
+        "seed": args.seed,
+        "percentiles": {
+            str(r[0]): {"ttft_s": _finite(r[1]), "tpot_ms": _finite(r[2]), "e2el_s": _finite(r[3])}
+            for r in rows
+        },
+        "requests_per_s": _finite(lat.requests_per_s),
+        "output_tokens_per_s_per_gpu": _finite(lat.output_tokens_per_s_per_gpu),
+        "preempted": lat.preempted,
+        "warning": lat.warning,
+    }
 
 
 def _step_breakdown(res: ServingResult) -> dict[str, float | str]:

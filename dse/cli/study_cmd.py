@@ -267,6 +267,13 @@ def summary(res: StudyResults, top: int = 5) -> str:
     )
 
 
+def _price(r: dict[str, Any], tier: str) -> str:
+    """What the design costs, or that the catalog has no price for its hardware at ``tier``."""
+    if r["usd_per_hour"] is None or r["usd_per_million_tokens"] is None:
+        return f"no {tier} price in the catalog"
+    return f"${r['usd_per_hour']:,.2f}/hour ({tier}), ${r['usd_per_million_tokens']:.4f} per million tokens"
+
+
 def best_block(res: StudyResults) -> str | None:
     """The best design read out: its pools (for decode, the batch one instance may run within the
     TPOT target and the output tokens/s that gives, against the batch it runs in the simulation,
@@ -298,8 +305,7 @@ def best_block(res: StudyResults) -> str | None:
     head = ["pool", "hardware", "shape", "inst", "GPUs", "req/s", "batch cap", "batch run", "out tok/s cap"]
     lines = [
         f"best design, trial {number}: {r['p_topology']}, {int(r['gpus'])} GPUs, "
-        f"${r['usd_per_hour']:,.2f}/hour ({res.spec.price_tier}), "
-        f"${r['usd_per_million_tokens']:.4f} per million tokens",
+        + _price(r, res.spec.price_tier),
         format_table([*head, "HBM GB/GPU", "$/hour"], pools),
     ]
     tiers = of_best(res.kv_tiers)
@@ -316,10 +322,11 @@ def best_block(res: StudyResults) -> str | None:
             format_table(["KV between turns", "returns/s", "GB/session", *TIERS, "resting TB"], rows),
         ]
     stable = "stable" if r["c_stability"] <= 0 else "NOT stable"
+    p99 = max(r["ttft_p99_s"], r.get("engine_ttft_p99_s") or 0.0)  # the fluid's or the engine-level's
     lines += [
         "",
         f"simulated {sim.horizon_s:g} s of the traffic: {stable}; TTFT p{slo.percentile:g} "
-        f"{r['ttft_pct_s']:.3g} s (p99 {r['ttft_p99_s']:.3g} s) against {slo.ttft_s:g} s; TPOT "
+        f"{r['ttft_pct_s']:.3g} s (p99 {p99:.3g} s) against {slo.ttft_s:g} s; TPOT "
         f"{1e3 * r['tpot_mean_s']:.3g} ms against {1e3 * slo.tpot_s:g} ms; prefill queue at most "
         f"{r['queue_peak_prefill_requests']:.3g} requests",
     ]

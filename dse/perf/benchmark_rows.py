@@ -46,6 +46,7 @@ from dse.catalog import Catalog
 from dse.errors import DseError, InputError, UnknownIdError
 from dse.perf.afd import attention_side, ffn_side
 from dse.perf.frameworks import FRAMEWORK_ENGINE
+from dse.perf.latency import Latency, Lengths, Load, simulate_latency, tables_of
 from dse.perf.params import EngineProfile, PerfParams
 from dse.perf.pool import build_pool
 from dse.perf.serving import Deployment, ServingResult, closed_loop
@@ -87,6 +88,13 @@ OUTPUT_COLUMNS = (
     "pred_ttft_s",
     "pred_hbm_peak_gb_per_gpu",
     "pred_binding_regime",
+    # the engine-level simulation of the row's closed loop (dse.perf.latency)
+    "pred_ttft_p50_s",
+    "pred_ttft_p90_s",
+    "pred_ttft_p99_s",
+    "pred_tpot_p50_ms",
+    "pred_tpot_p99_ms",
+    "pred_e2el_p50_s",
     "pred_error",
 )
 LENGTH_MEAN_OF_NOMINAL = 0.9
@@ -387,7 +395,49 @@ def predict_rows(
                     _fill(out, [(i, b)], evaluate([b], catalog, params))
                 except DseError as exc:
                     out[i]["pred_error"] = str(exc)
+        _fill_latency(out, group, catalog, params)
     return out
+
+
+def benchmark_lengths(row: BenchRow) -> Lengths:
+    """The row's request lengths as its benchmark drew them: uniform on 80-100% of nominal."""
+    return Lengths(row.isl / LENGTH_MEAN_OF_NOMINAL, row.osl / LENGTH_MEAN_OF_NOMINAL)
+
+
+def latency_of(
+    row: BenchRow,
+    catalog: Catalog,
+    params: PerfParams,
+    load: Load | None = None,
+    lengths: Lengths | None = None,
+    requests: int = 0,
+    seed: int = 0,
+) -> Latency:
+    """The row's deployment simulated request by request (:mod:`dse.perf.latency`); by default
+    under its benchmark's load: a closed loop at its concurrency with its lengths."""
+    lengths = benchmark_lengths(row) if lengths is None else lengths
+    load = Load("closed", concurrency=row.conc) if load is None else load
+    tables = tables_of(deployment_of([row], catalog, params), params, [row.engine], [lengths])[0]
+    return simulate_latency(tables, load, lengths, requests=requests, seed=seed)
+
+
+def _fill_latency(
+    out: list[dict[str, object]], group: Sequence[tuple[int, BenchRow]], catalog: Catalog, params: PerfParams
+) -> None:
+    for i, row in group:
+        if out[i]["pred_error"]:
+            continue
+        s = latency_of(row, catalog, params).summary()
+        out[i].update(
+            {
+                "pred_ttft_p50_s": round(s["ttft_p50_s"], 4),
+                "pred_ttft_p90_s": round(s["ttft_p90_s"], 4),
+                "pred_ttft_p99_s": round(s["ttft_p99_s"], 4),
+                "pred_tpot_p50_ms": round(s["tpot_p50_ms"], 3),
+                "pred_tpot_p99_ms": round(s["tpot_p99_ms"], 3),
+                "pred_e2el_p50_s": round(s["e2el_p50_s"], 3),
+            }
+        )
 
 
 def _short_or_long(row: Mapping[Any, object]) -> str:

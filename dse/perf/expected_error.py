@@ -19,9 +19,11 @@ class ExpectedError:
     tput_p75_ape: float
     intvty_median_ape: float
     intvty_p75_ape: float
-    ttft_median_ape: float | None  # in-sample (TTFT is not cross-validated)
+    ttft_median_ape: float | None  # the closed-form TTFT against the measured median, in-sample
     models_fitted: tuple[str, ...]
     model_fitted: bool
+    # the simulated percentiles (ttft_p50, ttft_p99, tpot_p50, tpot_p99) on the same basis
+    latency_median_ape: dict[str, float] | None = None
 
     def describe(self) -> str:
         if self.basis == "in-sample":
@@ -29,7 +31,13 @@ class ExpectedError:
         else:
             seen = "the calibration did not see this hardware"
         ttft = ""
-        if self.ttft_median_ape is not None:
+        lat = self.latency_median_ape
+        if lat is not None:
+            ttft = (
+                f"; simulated TTFT p50 / p99 {lat['ttft_p50']:.0%} / {lat['ttft_p99']:.0%}, "
+                f"TPOT p50 / p99 {lat['tpot_p50']:.0%} / {lat['tpot_p99']:.0%} (median)"
+            )
+        elif self.ttft_median_ape is not None:
             ttft = f"; TTFT {self.ttft_median_ape:.0%} (median, in-sample)"
         model = ""
         if not self.model_fitted:
@@ -55,6 +63,7 @@ def expected_error(params: PerfParams, hardware: str, model: str) -> ExpectedErr
     ttft = prov.get("in_sample_ttft_median_ape")
     t_med, t_p75, i_med, i_p75 = (float(prov[f"{prefix}_{k}"]) for k in keys)
     models = tuple(prov.get("models_fitted", ()))
+    latency = prov.get("latency", {}).get("in_sample_median_ape" if seen else "loho_median_ape")
     return ExpectedError(
         "in-sample" if seen else "leave-one-hardware-out",
         t_med,
@@ -64,4 +73,5 @@ def expected_error(params: PerfParams, hardware: str, model: str) -> ExpectedErr
         ttft_median_ape=None if ttft is None else float(ttft),
         models_fitted=models,
         model_fitted=model in models,
+        latency_median_ape=None if latency is None else {k: float(v) for k, v in latency.items()},
     )

@@ -57,6 +57,24 @@ def mtp_tokens_per_step(accept_rate: Any, draft_tokens: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class LatencyParams:
+    """What the engine-level latency simulation (:mod:`dse.perf.latency`) adds to the step costs,
+    fitted on measured TTFT and TPOT percentiles (:mod:`dse.calibration.latency`)."""
+
+    # seconds a request spends outside the engine's forwards before its first token reaches the
+    # client: HTTP, tokenisation, the scheduler's hand-off, detokenising and streaming the token
+    frontend_s: float = 0.0
+    # prefill forwards take this many times the step model's time: prefill kernels (no CUDA
+    # graphs, variable shapes) run further below the datasheet than throughput reveals, since
+    # throughput is decode-bound and prices prefill only through its share of an aggregated step
+    prefill_scale: float = 1.0
+    # disaggregated only: seconds between a prompt's last prefill forward and its first token at
+    # the client beyond the KV transfer itself (the prefill and decode servers' hand-shake, the
+    # transfer's set-up, the decode server's admission and its stream)
+    handoff_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class PerfParams:
     """Global efficiencies (fractions of datasheet peaks) and overheads."""
 
@@ -95,6 +113,7 @@ class PerfParams:
     nic_allreduce_latency_us: float = 40.0
     engines: dict[str, EngineProfile] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
+    latency: LatencyParams = field(default_factory=LatencyParams)
 
     def engine(self, name: str) -> EngineProfile:
         try:
@@ -161,7 +180,8 @@ def load_params(path: Path = CALIBRATION_FILE) -> PerfParams:
         for name, e in raw["engines"].items()
     }
     scalars = {k: float(v) for k, v in raw["params"].items()}
-    return PerfParams(**scalars, engines=engines, provenance=raw.get("provenance", {}))
+    latency = LatencyParams(**{k: float(v) for k, v in raw.get("latency", {}).items()})
+    return PerfParams(**scalars, engines=engines, provenance=raw.get("provenance", {}), latency=latency)
 
 
 def _accept_rate(engine: dict[str, Any]) -> float:
@@ -178,7 +198,7 @@ def _accept_rate(engine: dict[str, Any]) -> float:
 
 
 def params_to_json(params: PerfParams) -> str:
-    scalars = {k: v for k, v in asdict(params).items() if k not in ("engines", "provenance")}
+    scalars = {k: v for k, v in asdict(params).items() if k not in ("engines", "provenance", "latency")}
     engines = {
         n: {
             "kv_precision": e.kv_precision.value,
@@ -189,4 +209,6 @@ def params_to_json(params: PerfParams) -> str:
         }
         for n, e in params.engines.items()
     }
-    return json.dumps({"params": scalars, "engines": engines, "provenance": params.provenance}, indent=2)
+    latency = asdict(params.latency)
+    out = {"params": scalars, "engines": engines, "latency": latency, "provenance": params.provenance}
+    return json.dumps(out, indent=2)

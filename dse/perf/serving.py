@@ -121,12 +121,17 @@ def _prefill_terms(d: Deployment, p: PerfParams, terms: PoolTerms) -> tuple[Arra
 
 
 def _decode_step(
-    d: Deployment, p: PerfParams, batch: Array, terms: tuple[PoolTerms, PoolTerms | None] | None = None
+    d: Deployment,
+    p: PerfParams,
+    batch: Array,
+    terms: tuple[PoolTerms, PoolTerms | None] | None = None,
+    context: Array | None = None,
 ) -> tuple[StepCost, Array]:
     """The decode step at ``batch`` sequences per instance, and its time per verification pass;
-    ``terms``: the decode (and expert) pools' :func:`~dse.perf.stages.pool_terms` under ``p``."""
+    ``terms``: the decode (and expert) pools' :func:`~dse.perf.stages.pool_terms` under ``p``;
+    ``context``: tokens each sequence attends to (default: the mean over a request's life)."""
     decode, ffn = terms if terms is not None else (d.decode, d.ffn)
-    ctx = d.isl + 0.5 * d.osl
+    ctx = d.isl + 0.5 * d.osl if context is None else context
     cost = forward_cost(
         decode,
         p,
@@ -227,6 +232,25 @@ class _Load:
         conc = x * (ttft + d.osl * tpot)
         conc = np.where(rho >= RHO_MAX, np.inf, conc)
         return {"cost": cost, "step": step, "tpot": tpot, "x": x, "rho": rho, "ttft": ttft, "conc": conc}
+
+
+def decode_step_seconds(d: Deployment, p: PerfParams, batch: Array, context: Array) -> Array:
+    """Seconds of one decode step (a verification pass with MTP) at ``batch`` sequences per
+    instance attending to ``context`` tokens each, without any prefill beside it."""
+    return np.asarray(_decode_step(d, p, np.asarray(batch, dtype=float), context=np.asarray(context))[1])
+
+
+def prefill_forward_seconds(d: Deployment, p: PerfParams, tokens: Array) -> Array:
+    """Seconds of one prefill forward of ``tokens`` prompt tokens (prompts of ``d.isl`` tokens)
+    on a prefill instance (aggregated: on the instance itself)."""
+    pool = d.decode if d.prefill is None else d.prefill
+    tokens = np.asarray(tokens, dtype=float)
+    return np.asarray(
+        forward_cost(
+            pool, p, tokens=tokens, sequences=np.maximum(tokens / d.isl, 1.0), context=d.isl,
+            prefill=True, speed=d.speed,
+        ).total_s
+    )  # fmt: skip
 
 
 def tpot_at_batch(d: Deployment, p: PerfParams, batch: Array) -> Array:

@@ -1,0 +1,57 @@
+"""How close the simulated TTFT and TPOT percentiles come to the measured runs, leave one
+hardware out: for each GPU type, the throughput fit and the latency offsets without its runs
+predict its p50 and p99 (what ``dse calibrate`` stores), against the closed-form TTFT as before.
+
+Prints figures, not verdicts. Run: ``python benchmarks/latency_accuracy.py`` (about 90 s).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from record import figure
+
+from dse.calibration import fit as cal
+from dse.calibration.latency import LABELS, fit_latency, measured_latency, simulate_measured
+from dse.catalog import load_catalog
+from dse.paths import MEASURED_RUNS
+from dse.perf.params import PerfParams, default_params, load_params
+
+
+def main() -> None:
+    catalog = load_catalog(use_env=False)
+    params = load_params()
+    data, _ = cal.read_measured(MEASURED_RUNS, catalog)
+    folds: dict[str, PerfParams] = {}
+    cal.leave_one_hardware_out(data, catalog, default_params(), fold_fits=folds)
+    fitted = fit_latency(data, catalog, params, folds)
+    print(f"{len(data)} measured runs; offsets fitted: front end {fitted.params.frontend_s * 1e3:.0f} ms, "
+          f"disaggregated hand-off {fitted.params.handoff_s * 1e3:.0f} ms")  # fmt: skip
+    head = "| | " + " | ".join(LABELS) + " |"
+    print(head.replace("_", " ") + "\n|---|" + "---|" * len(LABELS))
+    assert fitted.loho is not None and fitted.loho_by_hardware is not None
+    rows = [("in-sample, all", fitted.in_sample), ("leave-one-hardware-out, all", fitted.loho)]
+    rows += [(f"LOHO {hw}", errs) for hw, errs in fitted.loho_by_hardware.items()]
+    for label, errs in rows:
+        print(f"| {label} | " + " | ".join(f"{errs[k]:.1%}" for k in LABELS) + " |")
+    for k in LABELS:
+        figure(f"loho_{k}_median_ape", fitted.loho[k], "fraction")
+    ttft = cal.ttft_errors(data, catalog, params)
+    print(f"\nclosed-form TTFT against the measured median (in-sample): {np.nanmedian(ttft):.1%}")
+    _first_waves(data, catalog, params)
+
+
+def _first_waves(data: list[cal.Measured], catalog, params: PerfParams) -> None:  # type: ignore[no-untyped-def]
+    """The closed loop's p99 is its first wave: H200 with 8k-token prompts, measured against simulated."""
+    rows = [m for m in data if m.row.hardware == "h200-sxm" and m.row.isl > 5000 and not m.row.disagg]
+    sim = simulate_measured(rows, catalog, params)
+    meas = measured_latency(rows)
+    print("\nH200, 8k-token prompts, aggregated: TTFT p99 measured / simulated (s)")
+    for m, s, x in zip(rows, sim, meas, strict=True):
+        print(
+            f"  {m.row.engine:6s} {m.row.conc:5.0f} clients: "
+            f"{x[1]:7.3f} / {s[1] + params.latency.frontend_s:7.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""The engine-level latency of a placed design: its pools as engine instances, every request
+through their schedulers (:mod:`dse.perf.latency`) under Poisson arrivals at the design's traffic.
+
+Aggregated pools serve independent shares of the traffic (each its own ``requests_per_s``), so
+each is simulated alone and their requests pooled; a disaggregated design with one prefill pool
+and one decode pool (or one attention and one expert pool) is one deployment. Designs that mix
+hardware within a role are not simulated here (:func:`design_latency` returns None) and keep the
+fluid model's percentiles.
+
+* Returning turns prefill only their suffix: every request prefills the mean of the new tokens
+  (fresh prompts and suffixes); their reload is the fluid model's.
+* A prefill forward takes the placement's chunk (the fresh prompts it batches,
+  ``prefill_batch_requests``, times their length) of new tokens; each decode instance runs at
+  most the batch the placement sized it for, as the fluid model does.
+* A large fleet is simulated as a slice: its instance counts divided by their greatest common
+  divisor, at that share of the traffic (Poisson arrivals split evenly stay Poisson).
+* The window holds three end-to-end latencies at the targets (2,000 to 10,000 requests); its
+  first third, while the batches fill from empty, is left out of the percentiles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dse.catalog import Catalog
+from dse.perf.afd import attention_side, ffn_side
+from dse.perf.latency import LOW_OF_NOMINAL, Latency, Lengths, Load, simulate_latency, tables_of
+from dse.perf.params import PerfParams
+from dse.perf.pool import Pool, build_pool
+from dse.perf.serving import Deployment
+from dse.sim.from_placement import SimDesign, SimPool
+from dse.units import Precision
+from dse.workload import Workload
+
+MIN_REQUESTS, MAX_REQUESTS = 2000, 10_000  # a design's window: about 3-17 ms of simulation
+SEED = 0
+
+
+@dataclass(frozen=True)
+class DesignLatency:
+    """Per-request latency of a design's simulated window, all pools' requests together."""
+
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2el_s: np.ndarray
+    warning: str | None
+
+    def percentile(self, metric: str, q: float) -> float:
+        values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2el": self.e2el_s}[metric]
+        values = values[np.isfinite(values)]
+        return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def design_latency(
+    design: SimDesign, catalog: Catalog, params: PerfParams, seed: int = SEED
+) -> DesignLatency | None:
+    """The design's requests simulated at its mean traffic, or None where it cannot be (above)."""
+    groups = _deployments(design, catalog, params)
+    if not groups:
+        return None
+    w, slo = design.workload, design.slo
+    mean = (1.0 + LOW_OF_NOMINAL) / 2.0
+    lengths = Lengths(new_tokens(w) / mean, w.output_tokens / mean)
+    e2e_s = slo.ttft_s + w.output_tokens * slo.tpot_s
+    runs: list[Latency] = []
+    for d, rate, batch_requests in groups:
+        tables = tables_of(d, params, [design.engine], [lengths])[0]
+        if batch_requests > 0:  # the placement's chunk: the fresh prompts its forward batches
+            chunk = max(batch_requests * w.input_tokens, 1.0)
+            tables = replace(tables, chunk=chunk, pf_chunk=chunk)
+        n = int(np.clip(3.0 * rate * e2e_s, MIN_REQUESTS, MAX_REQUESTS))
+        lat = simulate_latency(tables, Load("poisson", rate=rate), lengths, requests=n, seed=seed)
+        runs.append(lat)
+    warnings = [r.warning for r in runs if r.warning]
+    steady = [slice(len(r.ttft_s) // 3, None) for r in runs]
+    return DesignLatency(
+        ttft_s=np.concatenate([r.ttft_s[k] for r, k in zip(runs, steady, strict=True)]),
+        tpot_s=np.concatenate([r.tpot_s[k] for r, k in zip(runs, steady, strict=True)]),
+        e2el_s=np.concatenate([r.e2el_s[k] for r, k in zip(runs, steady, strict=True)]),
+        warning=warnings[0] if warnings else None,
+    )
+
+
+def new_tokens(w: Workload) -> float:
+    """Prompt tokens a request prefills, on average: a fresh prompt, or a returning turn's suffix."""
+    return (1.0 - w.returning_share) * w.input_tokens + w.returning_share * w.suffix_tokens
+
+
+def _deployments(
+    design: SimDesign, catalog: Catalog, params: PerfParams
+) -> list[tuple[Deployment, float, float]]:
+    """(deployment, requests/s, prompts per prefill forward) per independently served share of
+    the traffic, sliced (above); [] if unsupported."""
+    by_role: dict[str, list[SimPool]] = {}
+    for p in design.pools:
+        by_role.setdefault(p.role, []).append(p)
+    if set(by_role) == {"mixed"}:
+        out = []
+        for p in by_role["mixed"]:
+            if p.requests_per_s > 0:
+                (one,), g = _slice((p,))
+                out.append(
+                    (
+                        _deployment(design, catalog, params, None, one),
+                        p.requests_per_s / g,
+                        p.prefill_batch_requests,
+                    )
+                )
+        return out
+    pre, dec = by_role.get("prefill", []), by_role.get("decode", [])
+    att, ffn = by_role.get("attention", []), by_role.get("ffn", [])
+    rate = design.workload.requests_per_s
+    if len(pre) == 1 and len(dec) == 1 and not att and not ffn:
+        (p, d), g = _slice((pre[0], dec[0]))
+        return [(_deployment(design, catalog, params, p, d), rate / g, p.prefill_batch_requests)]
+    if len(pre) == 1 and len(att) == 1 and len(ffn) == 1 and not dec:
+        (p, a, f), g = _slice((pre[0], att[0], ffn[0]))
+        return [(_deployment(design, catalog, params, p, a, f), rate / g, p.prefill_batch_requests)]
+    return []
+
+
+def _slice(pools: tuple[SimPool, ...]) -> tuple[tuple[SimPool, ...], int]:
+    """The pools with their instance counts divided by their greatest common divisor, and it."""
+    counts = [int(round(p.instances)) for p in pools]
+    g = math.gcd(*counts) if all(c >= 1 for c in counts) else 1
+    return tuple(replace(p, instances=c / g) for p, c in zip(pools, counts, strict=True)), max(g, 1)
+
+
+def _pool(design: SimDesign, catalog: Catalog, params: PerfParams, p: SimPool) -> Pool:
+    return build_pool(
+        catalog.model(design.model),
+        [catalog.hardware(p.hardware)],
+        gpus=[p.gpus],
+        attn_tp=[p.attn_tp],
+        ep=[p.ep],
+        weight_precision=[Precision(design.weight_precision)],
+        kv_precision=[params.engine(design.engine).kv_precision],
+    )
+
+
+def _deployment(
+    design: SimDesign,
+    catalog: Catalog,
+    params: PerfParams,
+    prefill: SimPool | None,
+    decode: SimPool,
+    ffn: SimPool | None = None,
+) -> Deployment:
+    engine = params.engine(design.engine)
+    drafts = float(engine.mtp_draft_tokens) if design.mtp else 0.0
+    w = design.workload
+
+    def one(x: float) -> np.ndarray:
+        return np.array([float(x)])
+
+    dec_pool = _pool(design, catalog, params, decode)
+    return Deployment(
+        prefill=None if prefill is None else _pool(design, catalog, params, prefill),
+        decode=attention_side(dec_pool) if ffn is not None else dec_pool,
+        prefill_instances=one(prefill.instances if prefill is not None else 1.0),
+        decode_instances=one(decode.instances),
+        isl=one(new_tokens(w)),
+        osl=one(w.output_tokens),
+        speed=one(engine.speed),
+        draft_tokens=one(drafts),
+        accept_tokens=one(engine.accept_tokens(drafts)),
+        chunk_per_instance=np.array([engine.prefill_chunk_per_instance]),
+        ffn=None if ffn is None else ffn_side(_pool(design, catalog, params, ffn)),
+        ffn_instances=None if ffn is None else one(ffn.instances),
+        max_batch=one(max(np.ceil(decode.decode_batch), 1.0)),
+    )

@@ -1,0 +1,186 @@
+"""The engine-level latency simulation (dse.perf.latency): against queueing closed forms, Little's
+law, the direction load moves it, seeds, and on deployments of the measured runs."""
+
+from __future__ import annotations
+
+import decimal
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from dse.catalog import Catalog
+from dse.perf.benchmark_rows import deployment_of, parse_row
+from dse.perf.latency import (
+    EngineTables,
+    Lengths,
+    Load,
+    Trace,
+    simulate_latency,
+    tables_of,
+)
+from dse.perf.params import load_params
+
+
+def _queue(service_s: float | None, per_token_s: float = 0.0, chunk: float = 1000.0) -> EngineTables:
+    """One prefill server in front of a decode pool that never holds anyone up: the TTFT is the
+    prefill queue's sojourn time. ``service_s``: every forward takes that long; else
+    ``per_token_s`` per prompt token (a work-conserving server over ``chunk``-token forwards)."""
+    tokens = np.array([1.0, 1e7])
+    cost = np.array([service_s, service_s]) if service_s is not None else tokens * per_token_s
+    n = np.array([1.0, 1e6])
+    return EngineTables(
+        agg=False, mixed=False, n_prefill=1, n_decode=1, dec_n=n, dec_a=np.full(2, 1e-9),
+        dec_b=np.zeros(2), pf_tokens=tokens, pf_cost=cost, chunk=chunk, pf_chunk=chunk, kv_cap=1e15,
+        run_cap=1 << 20, reserve=0.0, xfer_fixed=0.0, xfer_per_token=0.0, accept_mean=1.0,
+        accept_var=0.0, gpus=1.0,
+    )  # fmt: skip
+
+
+def _md1_wait_cdf(t: float, lam: float, s: float) -> float:
+    """P(W <= t) of the M/D/1 queue (Erlang 1909): ``(1 - rho) sum_{k <= t/s} (lam (k s - t))^k / k!
+    e^{lam (t - k s)}``."""
+    with decimal.localcontext() as ctx:  # the terms alternate and grow: 80 digits keep the sum exact
+        ctx.prec = 80
+        lam_, s_, t_ = (decimal.Decimal(repr(v)) for v in (lam, s, t))
+        total = decimal.Decimal(0)
+        for k in range(int(t / s) + 1):
+            x = lam_ * (k * s_ - t_)
+            total += x**k / math.factorial(k) * (-x).exp()
+        return float((1 - lam_ * s_) * total)
+
+
+def _md1_quantile(q: float, lam: float, s: float) -> float:
+    lo, hi = 0.0, 100.0 * s
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if _md1_wait_cdf(mid, lam, s) < q else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def test_a_prefill_queue_with_fixed_forwards_is_the_md1_queue() -> None:
+    s, rho = 0.1, 0.7
+    lam = rho / s
+    lat = simulate_latency(
+        _queue(s), Load("poisson", rate=lam), Lengths(1000, 2, low=1.0), requests=60_000, seed=3
+    )
+    wait = lat.ttft_s - s
+    assert wait.min() >= -1e-9
+    assert float(np.mean(wait)) == pytest.approx(rho * s / (2 * (1 - rho)), rel=0.05)
+    assert float(np.mean(wait <= 1e-9)) == pytest.approx(1 - rho, abs=0.01)  # P(no wait) = 1 - rho
+    for q in (50, 90, 99):
+        assert np.percentile(wait, q) == pytest.approx(_md1_quantile(q / 100, lam, s), rel=0.06, abs=0.004)
+
+
+def test_a_prefill_queue_with_exponential_prompts_is_the_mm1_queue() -> None:
+    """Prompts of exponential length on a server whose time is linear in tokens: the sojourn time
+    of M/M/1, exponential with rate ``mu - lambda``."""
+    rng = np.random.default_rng(5)
+    n, mean_tokens, per_token, rho = 40_000, 2000.0, 5e-5, 0.6
+    mu = 1.0 / (mean_tokens * per_token)
+    lam = rho * mu
+    isl = np.maximum(np.round(rng.exponential(mean_tokens, n)), 1.0)
+    trace = Trace(np.cumsum(rng.exponential(1 / lam, n)), isl, np.full(n, 2.0))
+    lat = simulate_latency(_queue(None, per_token, chunk=16.0), Load("trace", trace=trace), Lengths(1, 2))
+    for q in (50, 90, 99):
+        exact = -math.log(1 - q / 100) / (mu - lam)
+        assert np.percentile(lat.ttft_s, q) == pytest.approx(exact, rel=0.06)
+
+
+@pytest.fixture(scope="module")
+def b200(catalog: Catalog) -> tuple[EngineTables, Lengths]:
+    row = {
+        "hardware": "b200", "framework": "sglang", "model": "deepseek-v3", "precision": "fp8",
+        "spec_method": "none", "disagg": "False", "isl": "1024", "osl": "1024", "conc": "64",
+        "prefill_tp": "8", "prefill_ep": "8", "prefill_dp_attention": "False", "prefill_num_workers": "1",
+        "num_prefill_gpu": "8", "decode_tp": "8", "decode_ep": "8", "decode_dp_attention": "False",
+        "decode_num_workers": "1", "num_decode_gpu": "8",
+    }  # fmt: skip
+    params = load_params()
+    bench = parse_row(row, catalog)
+    lengths = Lengths(1024, 1024)
+    return tables_of(deployment_of([bench], catalog, params), params, ["sglang"], [lengths])[0], lengths
+
+
+def test_little_law_holds_in_a_closed_loop(b200: tuple[EngineTables, Lengths]) -> None:
+    """Clients that send their next request as the last one completes: throughput = clients /
+    end-to-end latency (the engine's latency: no front end here)."""
+    tables, lengths = b200
+    tables = replace(tables, frontend_s=0.0)
+    for clients in (8, 64):
+        lat = simulate_latency(
+            tables, Load("closed", concurrency=clients), lengths, requests=40 * clients, seed=1
+        )
+        assert lat.requests_per_s * float(np.mean(lat.e2el_s)) == pytest.approx(clients, rel=0.05)
+
+
+def test_more_load_never_lowers_the_ttft_p99(b200: tuple[EngineTables, Lengths]) -> None:
+    tables, lengths = b200
+    closed = [
+        simulate_latency(tables, Load("closed", concurrency=c), lengths, seed=2).percentile("ttft", 99)
+        for c in (4, 16, 64, 256)
+    ]
+    assert closed == sorted(closed) and closed[-1] > 2 * closed[0]
+    opened = [
+        simulate_latency(tables, Load("poisson", rate=r), lengths, requests=3000, seed=2).percentile(
+            "ttft", 99
+        )
+        for r in (1.0, 4.0, 8.0)
+    ]
+    assert opened == sorted(opened) and opened[-1] > opened[0]
+
+
+def test_the_same_seed_gives_the_same_percentiles(b200: tuple[EngineTables, Lengths]) -> None:
+    tables, lengths = b200
+    runs = [
+        simulate_latency(tables, Load("bursty", rate=4.0, burstiness=0.5), lengths, requests=800, seed=s)
+        for s in (7, 7, 8)
+    ]
+    assert runs[0].summary() == runs[1].summary()
+    assert runs[0].summary() != runs[2].summary()
+
+
+def test_bursty_arrivals_wait_longer_than_poisson_at_the_same_rate(
+    b200: tuple[EngineTables, Lengths],
+) -> None:
+    tables, lengths = b200
+    smooth = simulate_latency(tables, Load("poisson", rate=6.0), lengths, requests=3000, seed=4)
+    bursty = simulate_latency(
+        tables, Load("bursty", rate=6.0, burstiness=0.2), lengths, requests=3000, seed=4
+    )
+    assert bursty.percentile("ttft", 99) > 1.5 * smooth.percentile("ttft", 99)
+
+
+def test_aggregated_prefill_stretches_the_decode_of_the_running_requests(
+    b200: tuple[EngineTables, Lengths],
+) -> None:
+    """SGLang runs a prefill forward between decode steps: the more prompts arrive per second,
+    the longer the running requests' TPOT tail; without arrivals (one client) it is the step."""
+    tables, lengths = b200
+    alone = simulate_latency(tables, Load("closed", concurrency=1), lengths, requests=20, seed=1)
+    busy = simulate_latency(tables, Load("closed", concurrency=128), lengths, seed=1)
+    step_ms = (tables.dec_a[0] + tables.dec_b[0] * lengths.mean_isl) * 1e3
+    assert alone.percentile("tpot", 50) * 1e3 == pytest.approx(step_ms, rel=0.15)
+    assert busy.percentile("tpot", 99) > busy.percentile("tpot", 50) > alone.percentile("tpot", 50)
+
+
+def test_a_cache_too_small_for_every_output_preempts_and_still_serves_all(
+    b200: tuple[EngineTables, Lengths],
+) -> None:
+    tables, lengths = b200
+    small = replace(tables, kv_cap=40 * (lengths.isl + 0.3 * lengths.osl), reserve=0.0)
+    lat = simulate_latency(small, Load("closed", concurrency=64), lengths, seed=1)
+    assert lat.preempted > 0 and lat.warning is None
+    assert np.isfinite(lat.e2el_s).all()
+    roomy = simulate_latency(tables, Load("closed", concurrency=64), lengths, seed=1)
+    assert roomy.preempted == 0
+    assert lat.percentile("e2el", 50) > roomy.percentile("e2el", 50)
+
+
+def test_an_overloaded_open_loop_warns_with_the_figures(b200: tuple[EngineTables, Lengths]) -> None:
+    tables, lengths = b200
+    lat = simulate_latency(tables, Load("poisson", rate=200.0), lengths, requests=2000, seed=1)
+    assert lat.warning is not None and "not steady" in lat.warning and " s (first quarter" in lat.warning
+    calm = simulate_latency(tables, Load("poisson", rate=1.0), lengths, requests=2000, seed=1)
+    assert calm.warning is None
