@@ -43,6 +43,18 @@ from numba import njit
 IDLE, PREFILL, JUMP = 0, 1, 2
 INF = np.inf
 
+# The state lives in a few 2-D arrays, one column per field, so that a helper call passes five
+# arrays rather than forty (each array argument costs a reference count in and out).
+# per request, float
+ISL, OSL, READY, PF_REM, BASE, RESV, ARRIVE, FIRST, DONE = range(9)
+# per request, int
+LEFT, FIN, ADM, NXT = range(4)
+# per instance, float (decode or engine instances 0..D-1, prefill instances D..D+P-1)
+QUEUED, BUSY, T0, C0, GR, CTX, RES, RATIO = range(8)
+# per instance, int
+HEAD, TAIL, MODE, KK, SIGMA, NRUN, CHUNKED, NBATCH, MIXN, MINFIN = range(10)
+NEVER = 1 << 62  # MINFIN of an instance with nobody running
+
 
 @njit(cache=True)
 def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
@@ -93,373 +105,389 @@ def simulate(
     P = n_prefill if not agg else 0
     M = D + P
     cap = max(1, min(run_cap, N))
-    # queues: one FIFO linked list per instance (decode/engine 0..D-1, prefill D..D+P-1)
-    head = np.full(M, -1, np.int64)
-    tail = np.full(M, -1, np.int64)
-    nxt = np.full(N, -1, np.int64)
-    queued = np.zeros(M)  # requests (engine) or prompt tokens (prefill) queued
-    ready = np.zeros(N)  # when a queued request may be admitted (KV landed)
-    pf_rem = isl.astype(np.float64).copy()
-    base = isl.astype(np.float64).copy()  # context a request (re)joins its batch with
-    left = steps.astype(np.int64).copy()
-    fin_at = np.zeros(N, np.int64)
-    adm_sig = np.zeros(N, np.int64)
-    # engine instances: running requests, step counter, context sum, KV reserved
-    run = np.full((D, cap), -1, np.int64)
-    n_run = np.zeros(D, np.int64)
-    sigma = np.zeros(D, np.int64)
-    ctx = np.zeros(D)
-    res = np.zeros(D)
-    resv = np.zeros(N)  # KV each admitted request reserved
-    ratio = np.full(D, float(reserve))  # share of the output an admission reserves, per instance
-    chunked = np.full(M, -1, np.int64)  # the request a prefill chunk was cut from
-    batch = np.full((M, N if N < 4096 else 4096), -1, np.int64)  # requests of a prefill batch
-    n_batch = np.zeros(M, np.int64)
-    mode = np.zeros(M, np.int64)
-    busy = np.full(M, INF)  # when the iteration in progress ends (or the instance wakes)
-    t0 = np.zeros(D)
-    c0 = np.zeros(D)
-    gr = np.zeros(D)
-    kk = np.zeros(D, np.int64)
-    mix_n = np.zeros(M, np.int64)  # mixed iteration: the decode step it carries (running count)
+    rf = np.zeros((N, 9))
+    ri = np.zeros((N, 4), np.int64)
     for i in range(N):
-        t_arrive[i] = np.nan
-        t_first[i] = np.nan
-        t_done[i] = np.nan
+        rf[i, ISL] = isl[i]
+        rf[i, OSL] = osl[i]
+        rf[i, PF_REM] = isl[i]
+        rf[i, BASE] = isl[i]  # the context a request (re)joins its batch with
+        rf[i, ARRIVE] = np.nan
+        rf[i, FIRST] = np.nan
+        rf[i, DONE] = np.nan
+        ri[i, LEFT] = steps[i]
+        ri[i, NXT] = -1
+    mf = np.zeros((M, 8))
+    mi = np.zeros((M, 10), np.int64)
+    for m in range(M):
+        mf[m, BUSY] = INF
+        mf[m, RATIO] = reserve
+        mi[m, HEAD] = -1
+        mi[m, TAIL] = -1
+        mi[m, CHUNKED] = -1
+        mi[m, MINFIN] = NEVER  # the step count at which the first running request finishes
+    run = np.full((D, cap), -1, np.int64)
+    batch = np.full((M, N if N < 4096 else 4096), -1, np.int64)  # requests of a prefill batch
+    dec = np.empty((3, len(dec_n)))
+    dec[0], dec[1], dec[2] = dec_n, dec_a, dec_b
+    pf = np.empty((2, len(pf_tokens)))
+    pf[0], pf[1] = pf_tokens, pf_cost
+    pending = np.zeros(N, np.int64)  # requests that arrived and wait to be routed
+    n_pending = 0
     next_arrival = 0
     spawned = 0
-    if clients > 0:
-        for i in range(min(clients, N)):
-            t_arrive[i] = 0.0
+    if clients > 0:  # the first wave arrives at once
         spawned = min(clients, N)
+        for i in range(spawned):
+            rf[i, ARRIVE] = 0.0
+            pending[n_pending] = i
+            n_pending += 1
     done = 0
     preempted = 0
-    # closed loop: the first wave arrives now
-    pending_route = np.zeros(N, np.int64)
-    n_route = 0
-    if clients > 0:
-        for i in range(spawned):
-            pending_route[n_route] = i
-            n_route += 1
     now = 0.0
     while done < N:
-        # route what arrived
-        for r in range(n_route):
-            _route(pending_route[r], now, agg, D, P, head, tail, nxt, queued, ready, isl, n_run,
-                   mode, busy, t0, c0, gr, kk, cap)  # fmt: skip
-        n_route = 0
-        # the next event
-        t_next = INF
+        for r in range(n_pending):
+            _route(pending[r], now, agg, D, P, cap, rf, ri, mf, mi)
+        n_pending = 0
+        t_next = INF  # the next event
         who = -1
         if clients == 0 and next_arrival < N:
             t_next = arrivals[next_arrival]
         for m in range(M):
-            if busy[m] < t_next:
-                t_next = busy[m]
+            if mf[m, BUSY] < t_next:
+                t_next = mf[m, BUSY]
                 who = m
         if t_next == INF:
             break  # nothing can move: the rest can never be served
         now = t_next
-        if who < 0:
-            i = next_arrival
-            t_arrive[i] = now
+        if who < 0:  # an open-loop arrival
+            rf[next_arrival, ARRIVE] = now
+            pending[0] = next_arrival
+            n_pending = 1
             next_arrival += 1
-            pending_route[0] = i
-            n_route = 1
             continue
-        if who >= D:  # a prefill instance finished its forward
-            for b in range(n_batch[who]):
+        if who >= D:  # a prefill instance finished its forward: the KV moves to decode
+            for b in range(mi[who, NBATCH]):
                 i = batch[who, b]
-                j = _least_loaded(D, n_run, queued)
-                ready[i] = now + xfer_fixed + xfer_per_token * isl[i]
-                _push(j, i, head, tail, nxt)
-                queued[j] += 1.0
-                _wake(j, ready[i], n_run[j] < cap, mode, busy, t0, c0, gr, kk)
-            n_batch[who] = 0
-            _prefill_batch(who, now, head, tail, nxt, queued, pf_rem, pf_chunk, chunked, batch, n_batch,
-                           pf_tokens, pf_cost, mode, busy, True)  # fmt: skip
+                j = _least_loaded(D, mf, mi)
+                rf[i, READY] = now + xfer_fixed + xfer_per_token * rf[i, ISL]
+                _push(j, i, mi, ri)
+                mf[j, QUEUED] += 1.0
+                _wake(j, rf[i, READY], mi[j, NRUN] < cap, mf, mi)
+            mi[who, NBATCH] = 0
+            _prefill_batch(who, now, pf_chunk, rf, ri, mf, mi, batch, pf)
             continue
         j = who
         finished_from = done
-        if mode[j] == PREFILL:
-            if mix_n[j] > 0:  # the decode step the mixed forward carried
-                sigma[j] += 1
-                ctx[j] += n_run[j] * accept
-            for b in range(n_batch[j]):
-                i = batch[j, b]
-                t_first[i] = now
-                done = _join(j, i, now, run, n_run, sigma, ctx, isl, base, left, fin_at, adm_sig, t_done,
-                             done, res, resv)  # fmt: skip
-            n_batch[j] = 0
-            done = _retire(j, now, run, n_run, sigma, ctx, isl, base, accept, fin_at, adm_sig, t_done, res,
-                           resv, done)  # fmt: skip
-        elif mode[j] == JUMP:
-            ratio[j] = max(reserve, ratio[j] - 0.001 * kk[j])  # SGLang's decay, 0.001 a step
-            sigma[j] += kk[j]
-            ctx[j] += n_run[j] * accept * kk[j]
-            done = _retire(j, now, run, n_run, sigma, ctx, isl, base, accept, fin_at, adm_sig, t_done, res,
-                           resv, done)  # fmt: skip
-            while ctx[j] > kv_cap and n_run[j] > 1:
+        if mi[j, MODE] == PREFILL:
+            if mi[j, MIXN] > 0:  # the decode step the mixed forward carried
+                mi[j, SIGMA] += 1
+                mf[j, CTX] += mi[j, NRUN] * accept
+            for b in range(mi[j, NBATCH]):
+                done += _join(j, batch[j, b], now, rf, ri, mf, mi, run)
+            mi[j, NBATCH] = 0
+            done += _retire(j, now, accept, rf, ri, mf, mi, run)
+        elif mi[j, MODE] == JUMP:
+            mf[j, RATIO] = max(reserve, mf[j, RATIO] - 0.001 * mi[j, KK])  # SGLang's decay, 0.001 a step
+            mi[j, SIGMA] += mi[j, KK]
+            mf[j, CTX] += mi[j, NRUN] * accept * mi[j, KK]
+            done += _retire(j, now, accept, rf, ri, mf, mi, run)
+            while mf[j, CTX] > kv_cap and mi[j, NRUN] > 1:
                 preempted += 1
-                _preempt(j, run, n_run, sigma, ctx, isl, base, accept, fin_at, adm_sig, left, pf_rem, res,
-                         resv, head, tail, nxt, queued, ready, now)  # fmt: skip
-                ratio[j] = 1.0  # as SGLang raises its new-token ratio after a retraction
-        mode[j] = IDLE
-        busy[j] = INF
+                _preempt(j, now, accept, rf, ri, mf, mi, run)
+                mf[j, RATIO] = 1.0  # as SGLang raises its new-token ratio after a retraction
+        mi[j, MODE] = IDLE
+        mf[j, BUSY] = INF
         if clients > 0:  # each request that finished sends its client's next one, now
             for _ in range(done - finished_from):
                 if spawned < N:
-                    t_arrive[spawned] = now
-                    pending_route[n_route] = spawned
-                    n_route += 1
+                    rf[spawned, ARRIVE] = now
+                    pending[n_pending] = spawned
+                    n_pending += 1
                     spawned += 1
-        # route the new requests before this instance schedules, so it may take them now
-        for r in range(n_route):
-            _route(pending_route[r], now, agg, D, P, head, tail, nxt, queued, ready, isl, n_run,
-                   mode, busy, t0, c0, gr, kk, cap)  # fmt: skip
-        n_route = 0
-        _schedule(j, now, agg, mixed, head, tail, nxt, queued, ready, pf_rem, chunk, chunked, batch, n_batch,
-                  pf_tokens, pf_cost, mode, busy, run, n_run, sigma, ctx, res, isl, base, osl, ratio, resv,
-                  kv_cap, cap, accept, fin_at, adm_sig, left, t_first, t_done, dec_n, dec_a, dec_b, t0, c0,
-                  gr, kk, mix_n)  # fmt: skip
+        for r in range(n_pending):  # before this instance schedules, so it may take them now
+            _route(pending[r], now, agg, D, P, cap, rf, ri, mf, mi)
+        n_pending = 0
+        _schedule(j, now, agg, mixed, chunk, kv_cap, cap, accept, rf, ri, mf, mi, run, batch, dec, pf)
+    for i in range(N):
+        t_arrive[i] = rf[i, ARRIVE]
+        t_first[i] = rf[i, FIRST]
+        t_done[i] = rf[i, DONE]
     return preempted
 
 
 @njit(cache=True)
-def _push(q, i, head, tail, nxt):  # type: ignore[no-untyped-def]
-    nxt[i] = -1
-    if tail[q] < 0:
-        head[q] = i
+def _push(q, i, mi, ri):  # type: ignore[no-untyped-def]
+    ri[i, NXT] = -1
+    if mi[q, TAIL] < 0:
+        mi[q, HEAD] = i
     else:
-        nxt[tail[q]] = i
-    tail[q] = i
+        ri[mi[q, TAIL], NXT] = i
+    mi[q, TAIL] = i
 
 
 @njit(cache=True)
-def _push_front(q, i, head, tail, nxt):  # type: ignore[no-untyped-def]
-    nxt[i] = head[q]
-    head[q] = i
-    if tail[q] < 0:
-        tail[q] = i
+def _push_front(q, i, mi, ri):  # type: ignore[no-untyped-def]
+    ri[i, NXT] = mi[q, HEAD]
+    mi[q, HEAD] = i
+    if mi[q, TAIL] < 0:
+        mi[q, TAIL] = i
 
 
 @njit(cache=True)
-def _pop(q, head, tail, nxt):  # type: ignore[no-untyped-def]
-    i = head[q]
-    head[q] = nxt[i]
-    if head[q] < 0:
-        tail[q] = -1
-    nxt[i] = -1
+def _pop(q, mi, ri):  # type: ignore[no-untyped-def]
+    i = mi[q, HEAD]
+    mi[q, HEAD] = ri[i, NXT]
+    if mi[q, HEAD] < 0:
+        mi[q, TAIL] = -1
+    ri[i, NXT] = -1
     return i
 
 
 @njit(cache=True)
-def _least_loaded(D, n_run, queued):  # type: ignore[no-untyped-def]
+def _least_loaded(D, mf, mi):  # type: ignore[no-untyped-def]
     best, load = 0, INF
     for j in range(D):
-        x = n_run[j] + queued[j]
+        x = mi[j, NRUN] + mf[j, QUEUED]
         if x < load:
             best, load = j, x
     return best
 
 
 @njit(cache=True)
-def _wake(j, at, room, mode, busy, t0, c0, gr, kk):  # type: ignore[no-untyped-def]
+def _wake(j, at, room, mf, mi):  # type: ignore[no-untyped-def]
     """Engine instance ``j`` has a request it may admit from ``at``: an idle instance wakes then,
     a jump in progress ends at the step boundary after it."""
-    if mode[j] == IDLE:
-        if at < busy[j]:
-            busy[j] = at
-    elif mode[j] == JUMP and room and at < busy[j]:
-        k = _jump_steps(c0[j], gr[j], at - t0[j], kk[j])
-        kk[j] = k
-        busy[j] = t0[j] + k * c0[j] + gr[j] * k * (k - 1) * 0.5
+    if mi[j, MODE] == IDLE:
+        if at < mf[j, BUSY]:
+            mf[j, BUSY] = at
+    elif mi[j, MODE] == JUMP and room and at < mf[j, BUSY]:
+        k = _jump_steps(mf[j, C0], mf[j, GR], at - mf[j, T0], mi[j, KK])
+        mi[j, KK] = k
+        mf[j, BUSY] = mf[j, T0] + k * mf[j, C0] + mf[j, GR] * k * (k - 1) * 0.5
 
 
 @njit(cache=True)
-def _route(i, now, agg, D, P, head, tail, nxt, queued, ready, isl, n_run, mode, busy, t0, c0, gr, kk, cap):  # type: ignore[no-untyped-def]  # noqa: E501
+def _route(i, now, agg, D, P, cap, rf, ri, mf, mi):  # type: ignore[no-untyped-def]
+    """A request that arrived: to the engine instance with the fewest requests, or (disaggregated)
+    to the prefill instance with the fewest queued prompt tokens."""
     if agg or P == 0:
-        j = _least_loaded(D, n_run, queued)
-        ready[i] = now
-        _push(j, i, head, tail, nxt)
-        queued[j] += 1.0
-        _wake(j, now, n_run[j] < cap, mode, busy, t0, c0, gr, kk)
+        j = _least_loaded(D, mf, mi)
+        rf[i, READY] = now
+        _push(j, i, mi, ri)
+        mf[j, QUEUED] += 1.0
+        _wake(j, now, mi[j, NRUN] < cap, mf, mi)
         return
     best, load = D, INF
     for q in range(D, D + P):
-        if queued[q] < load:
-            best, load = q, queued[q]
-    _push(best, i, head, tail, nxt)
-    queued[best] += isl[i]
-    if mode[best] == IDLE and now < busy[best]:
-        busy[best] = now
+        if mf[q, QUEUED] < load:
+            best, load = q, mf[q, QUEUED]
+    _push(best, i, mi, ri)
+    mf[best, QUEUED] += rf[i, ISL]
+    if mi[best, MODE] == IDLE and now < mf[best, BUSY]:
+        mf[best, BUSY] = now
 
 
 @njit(cache=True)
-def _prefill_batch(q, now, head, tail, nxt, queued, pf_rem, budget, chunked, batch, n_batch, pf_tokens, pf_cost, mode, busy, pool):  # type: ignore[no-untyped-def]  # noqa: E501
+def _prefill_batch(q, now, budget, rf, ri, mf, mi, batch, pf):  # type: ignore[no-untyped-def]
     """A prefill pool instance: batch queued prompts up to the budget (cutting the last one)."""
     tokens = 0.0
     room = budget
-    while room > 0 and head[q] >= 0 and n_batch[q] < batch.shape[1]:
-        i = head[q]
-        take = min(pf_rem[i], room)
-        pf_rem[i] -= take
+    while room > 0 and mi[q, HEAD] >= 0 and mi[q, NBATCH] < batch.shape[1]:
+        i = mi[q, HEAD]
+        take = min(rf[i, PF_REM], room)
+        rf[i, PF_REM] -= take
         tokens += take
         room -= take
-        queued[q] -= take
-        if pf_rem[i] <= 0:
-            _pop(q, head, tail, nxt)
-            batch[q, n_batch[q]] = i
-            n_batch[q] += 1
+        mf[q, QUEUED] -= take
+        if rf[i, PF_REM] <= 0:
+            _pop(q, mi, ri)
+            batch[q, mi[q, NBATCH]] = i
+            mi[q, NBATCH] += 1
     if tokens > 0:
-        mode[q] = PREFILL
-        busy[q] = now + _interp(tokens, pf_tokens, pf_cost)
+        mi[q, MODE] = PREFILL
+        mf[q, BUSY] = now + _interp(tokens, pf[0], pf[1])
     else:
-        mode[q] = IDLE
-        busy[q] = INF
+        mi[q, MODE] = IDLE
+        mf[q, BUSY] = INF
 
 
 @njit(cache=True)
-def _join(j, i, now, run, n_run, sigma, ctx, isl, base, left, fin_at, adm_sig, t_done, done, res, resv):  # type: ignore[no-untyped-def]  # noqa: E501
-    """Request ``i`` has its first token and joins instance ``j``'s decode batch."""
-    if left[i] <= 0:
-        t_done[i] = now
-        res[j] -= resv[i]
-        return done + 1
-    run[j, n_run[j]] = i
-    n_run[j] += 1
-    adm_sig[i] = sigma[j]
-    fin_at[i] = sigma[j] + left[i]
-    ctx[j] += base[i]
-    return done
+def _join(j, i, now, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
+    """Request ``i`` has its first token and joins instance ``j``'s decode batch; 1 if that
+    was its only token."""
+    rf[i, FIRST] = now
+    if ri[i, LEFT] <= 0:
+        rf[i, DONE] = now
+        mf[j, RES] -= rf[i, RESV]
+        return 1
+    run[j, mi[j, NRUN]] = i
+    mi[j, NRUN] += 1
+    ri[i, ADM] = mi[j, SIGMA]
+    ri[i, FIN] = mi[j, SIGMA] + ri[i, LEFT]
+    mi[j, MINFIN] = min(mi[j, MINFIN], ri[i, FIN])
+    mf[j, CTX] += rf[i, BASE]
+    return 0
 
 
 @njit(cache=True)
-def _retire(j, now, run, n_run, sigma, ctx, isl, base, accept, fin_at, adm_sig, t_done, res, resv, done):  # type: ignore[no-untyped-def]  # noqa: E501
+def _retire(j, now, accept, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
+    """Requests of ``j`` that have all their tokens leave; how many."""
+    sigma = mi[j, SIGMA]
+    if mi[j, MINFIN] > sigma:  # nobody is done yet
+        return 0
     b = 0
-    while b < n_run[j]:
+    out = 0
+    first = NEVER
+    while b < mi[j, NRUN]:
         i = run[j, b]
-        if fin_at[i] <= sigma[j]:
-            t_done[i] = now
-            ctx[j] -= base[i] + (sigma[j] - adm_sig[i]) * accept
-            res[j] -= resv[i]
-            n_run[j] -= 1
-            run[j, b] = run[j, n_run[j]]
-            run[j, n_run[j]] = -1
-            done += 1
+        if ri[i, FIN] <= sigma:
+            rf[i, DONE] = now
+            mf[j, CTX] -= rf[i, BASE] + (sigma - ri[i, ADM]) * accept
+            mf[j, RES] -= rf[i, RESV]
+            mi[j, NRUN] -= 1
+            run[j, b] = run[j, mi[j, NRUN]]
+            run[j, mi[j, NRUN]] = -1
+            out += 1
         else:
+            first = min(first, ri[i, FIN])
             b += 1
-    if n_run[j] == 0:
-        ctx[j] = 0.0
-    return done
+    mi[j, MINFIN] = first
+    if mi[j, NRUN] == 0:
+        mf[j, CTX] = 0.0
+    return out
 
 
 @njit(cache=True)
-def _preempt(j, run, n_run, sigma, ctx, isl, base, accept, fin_at, adm_sig, left, pf_rem, res, resv, head, tail, nxt, queued, ready, now):  # type: ignore[no-untyped-def]  # noqa: E501
+def _preempt(j, now, accept, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
     """Preempt the newest running request of ``j``: back to the front of its queue, to recompute
     its prompt and what it generated."""
     newest, b_new = -1, -1
-    for b in range(n_run[j]):
+    for b in range(mi[j, NRUN]):
         i = run[j, b]
-        if newest < 0 or adm_sig[i] > adm_sig[newest]:
+        if newest < 0 or ri[i, ADM] > ri[newest, ADM]:
             newest, b_new = i, b
     i = newest
-    held = base[i] + (sigma[j] - adm_sig[i]) * accept
-    ctx[j] -= held
-    res[j] -= resv[i]
-    left[i] = fin_at[i] - sigma[j]
-    base[i] = held
-    pf_rem[i] = held
-    n_run[j] -= 1
-    run[j, b_new] = run[j, n_run[j]]
-    run[j, n_run[j]] = -1
-    ready[i] = now
-    _push_front(j, i, head, tail, nxt)
-    queued[j] += 1.0
+    held = rf[i, BASE] + (mi[j, SIGMA] - ri[i, ADM]) * accept
+    mf[j, CTX] -= held
+    mf[j, RES] -= rf[i, RESV]
+    ri[i, LEFT] = ri[i, FIN] - mi[j, SIGMA]
+    rf[i, BASE] = held
+    rf[i, PF_REM] = held
+    mi[j, NRUN] -= 1
+    run[j, b_new] = run[j, mi[j, NRUN]]
+    run[j, mi[j, NRUN]] = -1
+    rf[i, READY] = now
+    _push_front(j, i, mi, ri)
+    mf[j, QUEUED] += 1.0
+    first = NEVER
+    for b in range(mi[j, NRUN]):
+        first = min(first, ri[run[j, b], FIN])
+    mi[j, MINFIN] = first
 
 
 @njit(cache=True)
-def _schedule(j, now, agg, mixed, head, tail, nxt, queued, ready, pf_rem, chunk, chunked, batch, n_batch, pf_tokens, pf_cost, mode, busy, run, n_run, sigma, ctx, res, isl, base, osl, ratio, resv, kv_cap, cap, accept, fin_at, adm_sig, left, t_first, t_done, dec_n, dec_a, dec_b, t0, c0, gr, kk, mix_n):  # type: ignore[no-untyped-def]  # noqa: E501
+def _take_prefill(j, i, room, rf, mi, batch):  # type: ignore[no-untyped-def]
+    """Up to ``room`` tokens of request ``i``'s prompt into ``j``'s prefill forward; the tokens taken."""
+    take = min(rf[i, PF_REM], room)
+    rf[i, PF_REM] -= take
+    if rf[i, PF_REM] <= 0:
+        batch[j, mi[j, NBATCH]] = i
+        mi[j, NBATCH] += 1
+        if mi[j, CHUNKED] == i:
+            mi[j, CHUNKED] = -1
+    else:
+        mi[j, CHUNKED] = i
+    return take
+
+
+@njit(cache=True)
+def _aggregated_prefill(j, now, mixed, chunk, kv_cap, cap, rf, ri, mf, mi, run, batch, dec, pf):  # type: ignore[no-untyped-def]  # noqa: E501
+    """An aggregated instance's prefill forward, if it has prompt tokens to take; True if so."""
+    room = chunk
+    tokens = 0.0
+    c = mi[j, CHUNKED]
+    if c >= 0:  # the request a chunk was cut from goes first
+        took = _take_prefill(j, c, room, rf, mi, batch)
+        tokens += took
+        room -= took
+    while room > 0 and mi[j, CHUNKED] < 0 and mi[j, HEAD] >= 0 and mi[j, NBATCH] < batch.shape[1]:
+        i = mi[j, HEAD]
+        need = rf[i, ISL] + mf[j, RATIO] * rf[i, OSL]
+        slots = mi[j, NRUN] + mi[j, NBATCH]
+        if slots >= 1 and (slots >= cap or mf[j, RES] + need > kv_cap):
+            break
+        _pop(j, mi, ri)
+        mf[j, QUEUED] -= 1.0
+        mf[j, RES] += need
+        rf[i, RESV] = need
+        took = _take_prefill(j, i, room, rf, mi, batch)
+        tokens += took
+        room -= took
+    if tokens <= 0:
+        return False
+    dur = _interp(tokens, pf[0], pf[1])
+    if mixed and mi[j, NRUN] > 0:
+        n = float(mi[j, NRUN])
+        dur += _interp(n, dec[0], dec[1]) + _interp(n, dec[0], dec[2]) * mf[j, CTX]
+        mi[j, MIXN] = mi[j, NRUN]
+    mi[j, MODE] = PREFILL
+    mf[j, BUSY] = now + dur
+    return True
+
+
+@njit(cache=True)
+def _admit_transferred(j, now, kv_cap, cap, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
+    """A decode instance admits the requests whose KV has landed, while the cap and cache allow."""
+    while mi[j, HEAD] >= 0 and rf[mi[j, HEAD], READY] <= now and mi[j, NRUN] < cap:
+        i = mi[j, HEAD]
+        need = rf[i, ISL] + mf[j, RATIO] * rf[i, OSL]
+        if mi[j, NRUN] >= 1 and mf[j, RES] + need > kv_cap:
+            break
+        _pop(j, mi, ri)
+        mf[j, QUEUED] -= 1.0
+        rf[i, RESV] = need
+        mf[j, RES] += need
+        if np.isnan(rf[i, FIRST]):
+            rf[i, FIRST] = now
+        run[j, mi[j, NRUN]] = i
+        mi[j, NRUN] += 1
+        ri[i, ADM] = mi[j, SIGMA]
+        ri[i, FIN] = mi[j, SIGMA] + max(ri[i, LEFT], 1)
+        mi[j, MINFIN] = min(mi[j, MINFIN], ri[i, FIN])
+        mf[j, CTX] += rf[i, BASE]
+
+
+@njit(cache=True)
+def _schedule(j, now, agg, mixed, chunk, kv_cap, cap, accept, rf, ri, mf, mi, run, batch, dec, pf):  # type: ignore[no-untyped-def]  # noqa: E501
     """Engine instance ``j`` at a step boundary: admit, then a prefill forward or a decode jump."""
-    mix_n[j] = 0
+    mi[j, MIXN] = 0
     if agg:
-        tokens = 0.0
-        room = chunk
-        c = chunked[j]
-        if c >= 0:  # the request a chunk was cut from goes first
-            take = min(pf_rem[c], room)
-            pf_rem[c] -= take
-            tokens += take
-            room -= take
-            if pf_rem[c] <= 0:
-                batch[j, n_batch[j]] = c
-                n_batch[j] += 1
-                chunked[j] = -1
-        while room > 0 and chunked[j] < 0 and head[j] >= 0 and n_batch[j] < batch.shape[1]:
-            i = head[j]
-            need = isl[i] + ratio[j] * osl[i]
-            busy_slots = n_run[j] + n_batch[j]
-            if busy_slots >= 1 and (busy_slots >= cap or res[j] + need > kv_cap):
-                break
-            _pop(j, head, tail, nxt)
-            queued[j] -= 1.0
-            res[j] += need
-            resv[i] = need
-            take = min(pf_rem[i], room)
-            pf_rem[i] -= take
-            tokens += take
-            room -= take
-            if pf_rem[i] <= 0:
-                batch[j, n_batch[j]] = i
-                n_batch[j] += 1
-            else:
-                chunked[j] = i
-        if tokens > 0:
-            dur = _interp(tokens, pf_tokens, pf_cost)
-            if mixed and n_run[j] > 0:
-                n = float(n_run[j])
-                dur += _interp(n, dec_n, dec_a) + _interp(n, dec_n, dec_b) * ctx[j]
-                mix_n[j] = n_run[j]
-            mode[j] = PREFILL
-            busy[j] = now + dur
+        if _aggregated_prefill(j, now, mixed, chunk, kv_cap, cap, rf, ri, mf, mi, run, batch, dec, pf):
             return
-    else:  # a decode instance admits the requests whose KV has landed
-        while head[j] >= 0 and ready[head[j]] <= now and n_run[j] < cap:
-            i = head[j]
-            if n_run[j] >= 1 and res[j] + isl[i] + ratio[j] * osl[i] > kv_cap:
-                break
-            _pop(j, head, tail, nxt)
-            queued[j] -= 1.0
-            resv[i] = isl[i] + ratio[j] * osl[i]
-            res[j] += resv[i]
-            if np.isnan(t_first[i]):
-                t_first[i] = now
-            run[j, n_run[j]] = i
-            n_run[j] += 1
-            adm_sig[i] = sigma[j]
-            fin_at[i] = sigma[j] + max(left[i], 1)
-            ctx[j] += base[i]
-    if n_run[j] == 0:
-        mode[j] = IDLE
-        busy[j] = INF
-        if head[j] >= 0:  # a transfer still landing
-            busy[j] = max(ready[head[j]], now)
+    else:
+        _admit_transferred(j, now, kv_cap, cap, rf, ri, mf, mi, run)
+    n_run = mi[j, NRUN]
+    if n_run == 0:
+        mi[j, MODE] = IDLE
+        mf[j, BUSY] = INF
+        if mi[j, HEAD] >= 0:  # a transfer still landing
+            mf[j, BUSY] = max(rf[mi[j, HEAD], READY], now)
         return
-    k = fin_at[run[j, 0]] - sigma[j]
-    for b in range(1, n_run[j]):
-        k = min(k, fin_at[run[j, b]] - sigma[j])
-    n = float(n_run[j])
+    k = mi[j, MINFIN] - mi[j, SIGMA]  # steps until the first running request finishes
+    n = float(n_run)
     growth = n * accept
-    if ctx[j] + growth * k > kv_cap:  # stop where the cache overflows
-        k = max(1, int((kv_cap - ctx[j]) / growth))
+    if mf[j, CTX] + growth * k > kv_cap:  # stop where the cache overflows
+        k = max(1, int((kv_cap - mf[j, CTX]) / growth))
     k = max(k, 1)
-    a = _interp(n, dec_n, dec_a)
-    b_ = _interp(n, dec_n, dec_b)
-    t0[j] = now
-    c0[j] = a + b_ * ctx[j]
-    gr[j] = b_ * growth
-    kk[j] = k
-    mode[j] = JUMP
-    busy[j] = now + k * c0[j] + gr[j] * k * (k - 1) * 0.5
-    if not agg and head[j] >= 0 and n_run[j] < cap and ready[head[j]] > now:
-        _wake(j, max(ready[head[j]], now), True, mode, busy, t0, c0, gr, kk)
+    a = _interp(n, dec[0], dec[1])
+    b_ = _interp(n, dec[0], dec[2])
+    mf[j, T0] = now
+    mf[j, C0] = a + b_ * mf[j, CTX]
+    mf[j, GR] = b_ * growth
+    mi[j, KK] = k
+    mi[j, MODE] = JUMP
+    mf[j, BUSY] = now + k * mf[j, C0] + mf[j, GR] * k * (k - 1) * 0.5
+    h = mi[j, HEAD]
+    if not agg and h >= 0 and n_run < cap and rf[h, READY] > now:
+        _wake(j, max(rf[h, READY], now), True, mf, mi)

@@ -192,6 +192,8 @@ def element(obj: Any, k: int) -> Any:
 def tables_of(d: Deployment, p: PerfParams, engines: list[str], lengths: list[Lengths]) -> list[EngineTables]:
     """Each element of ``d`` as the simulation reads it, with the engine profile named for it."""
     n = len(np.atleast_1d(d.isl))
+    if n == 1:  # already one element
+        return [_tables(d, p, ENGINE_RULES[engines[0]], lengths[0])]
     return [_tables(element(d, k), p, ENGINE_RULES[engines[k]], lengths[k]) for k in range(n)]
 
 
@@ -204,8 +206,8 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
     run_cap = int(min(run_cap, max(cap_seqs * 4.0, 1.0), 1 << 20))
     n = np.unique(np.round(np.r_[np.arange(1.0, 17.0), np.geomspace(16.0, max(run_cap, 17), 40)]))
     c0 = isl + 0.5 * osl
-    t0 = decode_step_seconds(d, p, n, np.full_like(n, c0))
-    t1 = decode_step_seconds(d, p, n, np.full_like(n, 2.0 * c0))
+    both = decode_step_seconds(d, p, np.r_[n, n], np.r_[np.full_like(n, c0), np.full_like(n, 2.0 * c0)])
+    t0, t1 = both[: len(n)], both[len(n) :]
     b = np.maximum((t1 - t0) / (n * c0), 0.0)
     a = t0 - b * n * c0
     per_instance = (
