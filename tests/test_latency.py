@@ -184,3 +184,49 @@ def test_an_overloaded_open_loop_warns_with_the_figures(b200: tuple[EngineTables
     assert lat.warning is not None and "not steady" in lat.warning and " s (first quarter" in lat.warning
     calm = simulate_latency(tables, Load("poisson", rate=1.0), lengths, requests=2000, seed=1)
     assert calm.warning is None
+
+
+def test_a_returning_turn_prefills_its_suffix_and_decodes_over_its_prefix(
+    b200: tuple[EngineTables, Lengths],
+) -> None:
+    """A returning turn prefills only its 500 new tokens, as a fresh 500-token prompt does, but
+    holds its 20,000 cached tokens in the cache, which every decode step reads."""
+    tables, _ = b200
+    fresh = Lengths(500, 1024)
+    back = Lengths(500, 1024, returning_share=1.0, prefix=20_000, suffix=500)
+    load = Load("poisson", rate=1.0)
+    a = simulate_latency(tables, load, fresh, requests=400, seed=1)
+    b = simulate_latency(tables, load, back, requests=400, seed=1)
+    assert b.percentile("ttft", 50) == pytest.approx(a.percentile("ttft", 50), rel=0.1)
+    assert b.percentile("tpot", 50) > 1.1 * a.percentile("tpot", 50)
+
+
+def test_the_engine_check_queues_a_design_sized_to_its_last_decode_slot(catalog: Catalog) -> None:
+    """A placed design (a real HiGHS solve) passes the engine-level check; the same design with
+    its decode instances capped below the batch the traffic needs queues for slots under
+    Poisson arrivals: its TTFT at the percentile grows past the target, which makes a study's
+    trial infeasible (dse.evaluation takes the worse of this and the fluid's)."""
+    from dse.evaluation import design_of
+    from dse.perf.params import load_params
+    from dse.placement.plan import place
+    from dse.placement.request import PlacementRequest
+    from dse.sim.engine_latency import design_latency
+    from dse.workload import Slo, Workload
+
+    w = Workload(requests_per_s=20.0, input_tokens=4000.0, output_tokens=1000.0)
+    req = PlacementRequest(model="deepseek-v3", hardware=("b200",), workload=w, slo=Slo(2.0, 0.05, 90.0))
+    report = place(req, catalog=catalog)
+    assert report.best is not None
+    design = design_of(req, report.best)
+    params = load_params()
+    ok = design_latency(design, catalog, params)
+    assert ok is not None and ok.warning is None
+    assert ok.percentile("ttft", 90) < 2.0
+    in_flight = w.requests_per_s * w.output_tokens * ok.percentile("tpot", 50)  # Little's law
+    decode = [p for p in design.pools if p.role in ("decode", "mixed")]
+    slots = 0.8 * in_flight / sum(p.instances for p in decode)
+    tight = replace(
+        design, pools=tuple(replace(p, decode_batch=slots) if p in decode else p for p in design.pools)
+    )
+    late = design_latency(tight, catalog, params)
+    assert late is not None and late.percentile("ttft", 90) > 2.0

@@ -94,12 +94,14 @@ def _jump_steps(c0: float, g: float, elapsed: float, k_max: int) -> int:
 def simulate(
     agg, mixed, n_prefill, n_decode, clients, arrivals, isl, osl, steps, accept,
     dec_n, dec_a, dec_b, pf_tokens, pf_cost, chunk, pf_chunk, kv_cap, run_cap, reserve,
-    xfer_fixed, xfer_per_token, t_arrive, t_first, t_done,
+    xfer_fixed, xfer_per_token, t_arrive, t_first, t_done, cached,
 ):  # fmt: skip
     """Fill ``t_arrive``, ``t_first`` and ``t_done`` for every request; returns the number of
     preemptions. Lengths in tokens, times in seconds; ``steps`` are decode steps after the first
     token; ``dec_*`` tabulate ``A(n)`` and ``B(n)`` of a decode step; ``pf_*`` a prefill forward's
-    seconds by its tokens (per instance: ``chunk`` aggregated, ``pf_chunk`` on a prefill pool)."""
+    seconds by its tokens (per instance: ``chunk`` aggregated, ``pf_chunk`` on a prefill pool);
+    ``cached``: tokens of each request's context already in the cache (a returning turn's prefix),
+    held in the KV cache and attended to but not prefilled."""
     N = len(isl)
     D = n_decode
     P = n_prefill if not agg else 0
@@ -111,7 +113,7 @@ def simulate(
         rf[i, ISL] = isl[i]
         rf[i, OSL] = osl[i]
         rf[i, PF_REM] = isl[i]
-        rf[i, BASE] = isl[i]  # the context a request (re)joins its batch with
+        rf[i, BASE] = isl[i] + cached[i]  # the context a request (re)joins its batch with
         rf[i, ARRIVE] = np.nan
         rf[i, FIRST] = np.nan
         rf[i, DONE] = np.nan
@@ -170,7 +172,7 @@ def simulate(
             for b in range(mi[who, NBATCH]):
                 i = batch[who, b]
                 j = _least_loaded(D, mf, mi)
-                rf[i, READY] = now + xfer_fixed + xfer_per_token * rf[i, ISL]
+                rf[i, READY] = now + xfer_fixed + xfer_per_token * rf[i, BASE]
                 _push(j, i, mi, ri)
                 mf[j, QUEUED] += 1.0
                 _wake(j, rf[i, READY], mi[j, NRUN] < cap, mf, mi)
@@ -413,7 +415,7 @@ def _aggregated_prefill(j, now, mixed, chunk, kv_cap, cap, rf, ri, mf, mi, run, 
         room -= took
     while room > 0 and mi[j, CHUNKED] < 0 and mi[j, HEAD] >= 0 and mi[j, NBATCH] < batch.shape[1]:
         i = mi[j, HEAD]
-        need = rf[i, ISL] + mf[j, RATIO] * rf[i, OSL]
+        need = rf[i, BASE] + mf[j, RATIO] * rf[i, OSL]
         slots = mi[j, NRUN] + mi[j, NBATCH]
         if slots >= 1 and (slots >= cap or mf[j, RES] + need > kv_cap):
             break
@@ -441,7 +443,7 @@ def _admit_transferred(j, now, kv_cap, cap, rf, ri, mf, mi, run):  # type: ignor
     """A decode instance admits the requests whose KV has landed, while the cap and cache allow."""
     while mi[j, HEAD] >= 0 and rf[mi[j, HEAD], READY] <= now and mi[j, NRUN] < cap:
         i = mi[j, HEAD]
-        need = rf[i, ISL] + mf[j, RATIO] * rf[i, OSL]
+        need = rf[i, BASE] + mf[j, RATIO] * rf[i, OSL]
         if mi[j, NRUN] >= 1 and mf[j, RES] + need > kv_cap:
             break
         _pop(j, mi, ri)

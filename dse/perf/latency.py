@@ -104,17 +104,29 @@ class Load:
 @dataclass(frozen=True)
 class Lengths:
     """Request lengths: uniform on ``[low, 1] x`` nominal (benchmark_serving's random dataset), or
-    with ``tail_sigma > 0`` log-normal with the same mean (a long tail), capped at ``limit``."""
+    with ``tail_sigma > 0`` log-normal with the same mean (a long tail), capped at ``limit``. A
+    share ``returning_share`` of the requests are returning turns: ``prefix`` tokens of context
+    already cached, and a new ``suffix`` (nominal, drawn as the prompts are) to prefill."""
 
     isl: float
     osl: float
     low: float = LOW_OF_NOMINAL
     tail_sigma: float = 0.0
     limit: float = math.inf
+    returning_share: float = 0.0
+    prefix: float = 0.0
+    suffix: float = 0.0
 
     @property
     def mean_isl(self) -> float:
-        return self.isl * (1.0 + self.low) / 2.0
+        """New tokens a request prefills, on average."""
+        r = self.returning_share
+        return ((1.0 - r) * self.isl + r * self.suffix) * (1.0 + self.low) / 2.0
+
+    @property
+    def mean_context(self) -> float:
+        """Tokens of context a request holds once prefilled, on average (cached prefix included)."""
+        return self.mean_isl + self.returning_share * self.prefix
 
     @property
     def mean_osl(self) -> float:
@@ -198,14 +210,14 @@ def tables_of(d: Deployment, p: PerfParams, engines: list[str], lengths: list[Le
 
 
 def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) -> EngineTables:
-    isl, osl = lengths.mean_isl, lengths.mean_osl
+    isl, osl, ctx = lengths.mean_isl, lengths.mean_osl, lengths.mean_context
     d = replace(d, isl=np.array([isl]), osl=np.array([osl]))
-    cap_seqs = float(kv_capacity_sequences(d.decode, p, np.array([isl + osl]))[0])
-    kv_cap = max(cap_seqs, 0.0) * (isl + osl)
+    cap_seqs = float(kv_capacity_sequences(d.decode, p, np.array([ctx + osl]))[0])
+    kv_cap = max(cap_seqs, 0.0) * (ctx + osl)
     run_cap = math.inf if d.max_batch is None else float(np.asarray(d.max_batch).ravel()[0])
     run_cap = int(min(run_cap, max(cap_seqs * 4.0, 1.0), 1 << 20))
     n = np.unique(np.round(np.r_[np.arange(1.0, 17.0), np.geomspace(16.0, max(run_cap, 17), 40)]))
-    c0 = isl + 0.5 * osl
+    c0 = ctx + 0.5 * osl
     both = decode_step_seconds(d, p, np.r_[n, n], np.r_[np.full_like(n, c0), np.full_like(n, 2.0 * c0)])
     t0, t1 = both[: len(n)], both[len(n) :]
     b = np.maximum((t1 - t0) / (n * c0), 0.0)
@@ -265,21 +277,28 @@ def _accept_moments(mean: float, drafts: float) -> tuple[float, float]:
 
 def draw_requests(
     load: Load, lengths: Lengths, requests: int, rng: np.random.Generator
-) -> tuple[Array, Array, Array]:
-    """(arrival times, or empty for a closed loop; input lengths; output lengths)."""
+) -> tuple[Array, Array, Array, Array]:
+    """(arrival times, or empty for a closed loop; new prompt tokens; output tokens; cached
+    context tokens)."""
     if load.kind == "trace":
         assert load.trace is not None
-        return load.trace.arrival_s, load.trace.isl.astype(float), load.trace.osl.astype(float)
+        tr = load.trace
+        return tr.arrival_s, tr.isl.astype(float), tr.osl.astype(float), np.zeros(len(tr.isl))
     isl = _lengths(lengths.isl, lengths, requests, rng)
     osl = _lengths(lengths.osl, lengths, requests, rng)
+    cached = np.zeros(requests)
+    if lengths.returning_share > 0:
+        back = rng.random(requests) < lengths.returning_share
+        isl = np.where(back, _lengths(lengths.suffix, lengths, requests, rng), isl)
+        cached = np.where(back, lengths.prefix, 0.0)
     if load.kind == "closed":
-        return np.zeros(0), isl, osl
+        return np.zeros(0), isl, osl, cached
     if load.kind == "poisson":
         gaps = rng.exponential(1.0 / load.rate, requests)
     else:  # gamma with mean 1/rate and shape k: squared coefficient of variation 1/k
         k = load.burstiness
         gaps = rng.gamma(k, 1.0 / (load.rate * k), requests)
-    return np.cumsum(gaps), isl, osl
+    return np.cumsum(gaps), isl, osl, cached
 
 
 def _lengths(nominal: float, lengths: Lengths, n: int, rng: np.random.Generator) -> Array:
@@ -305,7 +324,7 @@ def simulate_latency(
         )
     requests = min(requests, MAX_REQUESTS)
     rng = np.random.default_rng(seed)
-    arrivals, isl, osl = draw_requests(load, lengths, requests, rng)
+    arrivals, isl, osl, cached = draw_requests(load, lengths, requests, rng)
     n = len(isl)
     later = np.maximum(osl - 1.0, 0.0)
     z = rng.standard_normal(n)
@@ -321,7 +340,7 @@ def simulate_latency(
     preempted = simulate(
         t.agg, t.mixed, t.n_prefill, t.n_decode, clients, arrivals, isl, osl, steps, t.accept_mean,
         t.dec_n, t.dec_a, t.dec_b, t.pf_tokens, t.pf_cost, t.chunk, t.pf_chunk, t.kv_cap, t.run_cap,
-        t.reserve, t.xfer_fixed, t.xfer_per_token, arrive, first, done,
+        t.reserve, t.xfer_fixed, t.xfer_per_token, arrive, first, done, cached,
     )  # fmt: skip
     extra = t.frontend_s + (0.0 if t.agg else t.handoff_s)  # after the engine, before the client
     return _latency(t, arrive, first + extra, done + extra, osl, int(preempted), load)

@@ -5,10 +5,11 @@ Aggregated pools serve independent shares of the traffic (each its own ``request
 each is simulated alone and their requests pooled; a disaggregated design with one prefill pool
 and one decode pool (or one attention and one expert pool) is one deployment. Designs that mix
 hardware within a role are not simulated here (:func:`design_latency` returns None) and keep the
-fluid model's percentiles.
+fluid model's percentiles; prefill pools of several shapes are simulated as one of the busiest
+one's shape with the same capacity (:func:`_one_prefill_pool`).
 
-* Returning turns prefill only their suffix: every request prefills the mean of the new tokens
-  (fresh prompts and suffixes); their reload is the fluid model's.
+* Returning turns prefill only their suffix and hold their cached prefix in the KV cache (which
+  their decode steps read); the prefix's reload is the fluid model's, not simulated here.
 * A prefill forward takes the placement's chunk (the fresh prompts it batches,
   ``prefill_batch_requests``, times their length) of new tokens; each decode instance runs at
   most the batch the placement sized it for, as the fluid model does.
@@ -63,7 +64,13 @@ def design_latency(
         return None
     w, slo = design.workload, design.slo
     mean = (1.0 + LOW_OF_NOMINAL) / 2.0
-    lengths = Lengths(new_tokens(w) / mean, w.output_tokens / mean)
+    lengths = Lengths(
+        w.input_tokens / mean,
+        w.output_tokens / mean,
+        returning_share=w.returning_share,
+        prefix=w.cached_prefix_tokens,
+        suffix=w.suffix_tokens / mean,
+    )
     e2e_s = slo.ttft_s + w.output_tokens * slo.tpot_s
     runs: list[Latency] = []
     for d, rate, batch_requests in groups:
@@ -112,6 +119,8 @@ def _deployments(
         return out
     pre, dec = by_role.get("prefill", []), by_role.get("decode", [])
     att, ffn = by_role.get("attention", []), by_role.get("ffn", [])
+    if len(pre) > 1:
+        pre = [_one_prefill_pool(pre)]
     rate = design.workload.requests_per_s
     if len(pre) == 1 and len(dec) == 1 and not att and not ffn:
         (p, d), g = _slice((pre[0], dec[0]))
@@ -120,6 +129,20 @@ def _deployments(
         (p, a, f), g = _slice((pre[0], att[0], ffn[0]))
         return [(_deployment(design, catalog, params, p, a, f), rate / g, p.prefill_batch_requests)]
     return []
+
+
+def _one_prefill_pool(pools: list[SimPool]) -> SimPool:
+    """Prefill pools of several shapes as one: the busiest one's shape, with as many instances
+    as give the same prompts per second in all (each instance at its busy seconds per prompt)."""
+    top = max(pools, key=lambda p: p.requests_per_s)
+    per_s = sum(p.instances / p.prefill_busy_s for p in pools if p.prefill_busy_s)
+    if not top.prefill_busy_s or per_s <= 0:
+        return top
+    return replace(
+        top,
+        instances=max(1.0, round(per_s * top.prefill_busy_s)),
+        requests_per_s=sum(p.requests_per_s for p in pools),
+    )
 
 
 def _slice(pools: tuple[SimPool, ...]) -> tuple[tuple[SimPool, ...], int]:
