@@ -269,4 +269,6 @@ def design_of(req: PlacementRequest, outcome: TopologyOutcome) -> SimDesign:
             RestingClass(t.returning_per_s / total, t.dwell_s, t.gb_per_session, dict(t.share))
             for t in outcome.tiers
         ),
+        mtp_draft_tokens=req.mtp_draft_tokens,
+        mtp_accept_rate=req.mtp_accept_rate,
     )

@@ -411,3 +411,40 @@ def test_a_killed_sampler_process_stops_the_run_with_one_message(
     monkeypatch.setattr(proposer, "write_finished", killed)
     with pytest.raises(RuntimeError, match=r"the sampler process ended \(exit code -9\)"):
         Study.load(TINY).run(out=tmp_path, trials=5)
+
+
+def test_a_study_decodes_with_its_own_mtp_settings(tmp_path: Path) -> None:
+    """`mtp_draft_tokens` and `mtp_accept_rate` reach the placement: one draft accepted 87.5% of
+    the time (DeepSeek's) packs more sequences per decode GPU at the same TPOT than the engine
+    profile's three at the fitted rate; without `mtp = true` they are refused."""
+    from dse.catalog import load_catalog
+    from dse.perf.params import load_params, with_mtp
+    from dse.placement.plan import place
+    from dse.placement.request import PlacementRequest, Topology
+    from dse.study.spec import load_study
+    from dse.workload import Slo, Workload
+    from formulations.placement_data import Objective, Role
+
+    profile = load_params().engine("sglang")
+    own = with_mtp(profile, 1, 0.875)
+    assert (own.mtp_draft_tokens, own.mtp_accept_rate) == (1, 0.875)
+    assert with_mtp(profile, None, None) is profile
+
+    def decode_batch(**mtp: object) -> float:
+        req = PlacementRequest(
+            model="deepseek-v3", hardware=("h800-sxm",), workload=Workload(50.0, 4000.0, 1000.0),
+            slo=Slo(30.0, 0.05), topology=Topology.DISAGGREGATED, objective=Objective.GPUS,
+            engine="sglang", mtp=True, **mtp,
+        )  # fmt: skip
+        best = place(req, catalog=load_catalog(use_env=False)).best
+        assert best is not None
+        return max(p.unit.decode_batch for p in best.pools if p.unit.role is Role.DECODE)
+
+    assert decode_batch(mtp_draft_tokens=1, mtp_accept_rate=0.875) > 1.1 * decode_batch()
+    spec = load_study("deepseek-production")
+    assert (spec.mtp, spec.mtp_draft_tokens, spec.mtp_accept_rate) == (True, 1, 0.875)
+    text = (Path(__file__).parent.parent / "studies" / "deepseek-production.toml").read_text()
+    bad = tmp_path / "deepseek-production.toml"
+    bad.write_text(text.replace("mtp = true", "mtp = false"))
+    with pytest.raises(InputError, match="mtp_draft_tokens = 1: needs mtp = true"):
+        load_study(bad)

@@ -45,6 +45,18 @@ class EngineProfile:
         return float(self.accept_tokens(self.mtp_draft_tokens))
 
 
+def with_mtp(engine: EngineProfile, draft_tokens: int | None, accept_rate: float | None) -> EngineProfile:
+    """The engine profile with a deployment's own speculative-decoding settings: its draft depth
+    and the rate its drafts are accepted at (None: the profile's, fitted on the measured runs)."""
+    if draft_tokens is None and accept_rate is None:
+        return engine
+    return replace(
+        engine,
+        mtp_draft_tokens=engine.mtp_draft_tokens if draft_tokens is None else int(draft_tokens),
+        mtp_accept_rate=engine.mtp_accept_rate if accept_rate is None else float(accept_rate),
+    )
+
+
 def mtp_tokens_per_step(accept_rate: Any, draft_tokens: Any) -> Any:
     """Expected tokens per speculative step: the accepted prefix of ``draft_tokens`` drafts, each
     accepted with probability ``accept_rate`` once the ones before it were, plus the token the

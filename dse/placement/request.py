@@ -85,6 +85,9 @@ class PlacementRequest:
     engine: str = "trt"  # engine profile of the calibration (kernel speed, KV precision)
     weight_precision: Precision = Precision.FP8  # routed-expert weights
     mtp: bool = False
+    # the deployment's own draft depth and acceptance rate (None: the engine profile's)
+    mtp_draft_tokens: int | None = None
+    mtp_accept_rate: float | None = None
     limits: Limits = Limits()
     options: UnitOptions = UnitOptions()
     network_kv_usd_per_tb_hour: float = 0.0  # no sourced price: zero unless the user sets one

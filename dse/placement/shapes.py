@@ -14,7 +14,7 @@ import numpy as np
 
 from dse.catalog import Hardware, Model
 from dse.errors import InputError
-from dse.perf.params import PerfParams
+from dse.perf.params import PerfParams, with_mtp
 from dse.perf.pool import Array, Pool, build_pool
 from dse.perf.serving import PREFILL_TOKENS_PER_RANK, prefill_batch_tokens
 from dse.perf.stages import forward_cost, kv_capacity_sequences, weight_bytes_per_gpu
@@ -120,7 +120,7 @@ class Shapes:
     """Every shape of a request on its hardware, evaluated once."""
 
     def __init__(self, req: PlacementRequest, model: Model, hws: list[Hardware], params: PerfParams) -> None:
-        engine = params.engine(req.engine)
+        engine = with_mtp(params.engine(req.engine), req.mtp_draft_tokens, req.mtp_accept_rate)
         self.hws = hws
         self.hw_of: list[int] = []
         self.par: list[Parallel] = []

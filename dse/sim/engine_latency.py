@@ -172,7 +172,7 @@ def _deployment(
     decode: SimPool,
     ffn: SimPool | None = None,
 ) -> Deployment:
-    engine = params.engine(design.engine)
+    engine = design.engine_of(params)
     drafts = float(engine.mtp_draft_tokens) if design.mtp else 0.0
     w = design.workload
 

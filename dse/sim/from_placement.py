@@ -29,7 +29,7 @@ import numpy as np
 from dse.catalog import Catalog
 from dse.errors import InputError
 from dse.perf.afd import attention_side
-from dse.perf.params import PerfParams
+from dse.perf.params import EngineProfile, PerfParams, with_mtp
 from dse.perf.pool import build_pool
 from dse.perf.serving import decode_tpot
 from dse.sim.kv_tiers import RestingClass
@@ -78,6 +78,13 @@ class SimDesign:
     slo: Slo
     pools: tuple[SimPool, ...]
     resting: tuple[RestingClass, ...]
+    # the deployment's own draft depth and acceptance rate (None: the engine profile's)
+    mtp_draft_tokens: int | None = None
+    mtp_accept_rate: float | None = None
+
+    def engine_of(self, params: PerfParams) -> EngineProfile:
+        """The engine profile this design runs with, its own MTP settings applied."""
+        return with_mtp(params.engine(self.engine), self.mtp_draft_tokens, self.mtp_accept_rate)
 
 
 def design_from_record(data: dict[str, Any], source: str = "trial record") -> SimDesign:
@@ -93,6 +100,8 @@ def design_from_record(data: dict[str, Any], source: str = "trial record") -> Si
         slo=build(Slo, data["slo"], source=source, prefix="slo."),
         pools=tuple(SimPool(**p) for p in data["pools"]),
         resting=tuple(RestingClass(**r) for r in data["resting"]),
+        mtp_draft_tokens=data.get("mtp_draft_tokens"),
+        mtp_accept_rate=data.get("mtp_accept_rate"),
     )
 
 
@@ -293,7 +302,7 @@ def _pipeline(
     workload = design.workload
     model, engine, wp = (
         catalog.model(design.model),
-        params.engine(design.engine),
+        design.engine_of(params),
         Precision(design.weight_precision),
     )
     prefill = _Prefill()
@@ -347,7 +356,7 @@ def _step_table(
 ) -> tuple[int, Any, Any]:
     """(slots, time per output token at every batch 0..slots, the pool) of the main decode pool:
     the performance model at up to 257 batches, interpolated to every batch up to the cap."""
-    w, engine = design.workload, params.engine(design.engine)
+    w, engine = design.workload, design.engine_of(params)
     slots = int(max(1, np.floor(main.decode_batch)))
     n = np.unique(np.round(np.linspace(0.0, slots, min(slots + 1, 257))))
     k = len(n)

@@ -71,6 +71,15 @@ def seed_rule(value: int) -> str | None:
     return None if 0 <= value <= MAX_SEED else f"must be between 0 and {MAX_SEED}"
 
 
+def draft_depth(value: int) -> str | None:
+    """Draft tokens per speculative step: a whole number from 1 to 16 (as ``dse predict`` takes)."""
+    return None if float(value).is_integer() and 1 <= value <= 16 else "must be a whole number from 1 to 16"
+
+
+def acceptance(value: float) -> str | None:
+    return None if 0 < value < 1 else "must be between 0 and 1, exclusive"
+
+
 def folder_name(value: str) -> str | None:
     """A study's name names its run folder: one plain folder name, nothing that leaves ``--out``."""
     bad = value in ("", ".", "..") or value != value.strip() or any(c in value for c in "/\\\0")
@@ -277,6 +286,9 @@ class StudySpec:
     engine: str = "trt"
     precision: str = "fp8"
     mtp: bool = False
+    # the deployment's own draft depth and acceptance rate with MTP (default: the engine profile's)
+    mtp_draft_tokens: int | None = field(default=None, metadata=rule(draft_depth))
+    mtp_accept_rate: float | None = field(default=None, metadata=rule(acceptance))
     trials: int = field(default=100, metadata=rule(positive))
     seed: int = field(default=0, metadata=rule(seed_rule))
     search: Search = Search()
@@ -305,6 +317,9 @@ class StudySpec:
         ids = [v.id for v in self.variants]
         if len(set(ids)) != len(ids):
             return ("variants", "must not repeat an id", ids)
+        if not self.mtp and (self.mtp_draft_tokens is not None or self.mtp_accept_rate is not None):
+            key = "mtp_draft_tokens" if self.mtp_draft_tokens is not None else "mtp_accept_rate"
+            return (key, "needs mtp = true", getattr(self, key))
         return None
 
 

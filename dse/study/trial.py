@@ -81,6 +81,8 @@ def study_request(
         engine=spec.engine,
         weight_precision=Precision(spec.precision),
         mtp=spec.mtp,
+        mtp_draft_tokens=spec.mtp_draft_tokens,
+        mtp_accept_rate=spec.mtp_accept_rate,
         limits=Limits(budget_usd_hour=spec.limits.budget_usd_hour, power_kw=spec.limits.power_kw),
         options=options,
         time_limit_s=time_limit_s,
