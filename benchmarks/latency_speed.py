@@ -14,7 +14,9 @@ from record import figure
 
 from dse.catalog import load_catalog
 from dse.perf.benchmark_rows import deployment_of, parse_row
-from dse.perf.latency import Lengths, Load, simulate_latency, tables_of
+from dse.perf.latency import simulate_latency
+from dse.perf.latency_inputs import Lengths, Load
+from dse.perf.latency_tables import tables_of
 from dse.perf.params import load_params
 
 ROW = {

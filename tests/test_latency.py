@@ -12,14 +12,9 @@ import pytest
 
 from dse.catalog import Catalog
 from dse.perf.benchmark_rows import deployment_of, parse_row
-from dse.perf.latency import (
-    EngineTables,
-    Lengths,
-    Load,
-    Trace,
-    simulate_latency,
-    tables_of,
-)
+from dse.perf.latency import simulate_latency
+from dse.perf.latency_inputs import Lengths, Load, Trace
+from dse.perf.latency_tables import EngineTables, tables_of
 from dse.perf.params import load_params
 
 

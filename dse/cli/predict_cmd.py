@@ -21,7 +21,8 @@ from dse.perf.frameworks import FRAMEWORK_ENGINE
 from dse.typed_data import Rule, check_number, non_negative, positive
 
 if TYPE_CHECKING:
-    from dse.perf.latency import Latency, Lengths, Load
+    from dse.perf.latency import Latency
+    from dse.perf.latency_inputs import Lengths, Load
     from dse.perf.serving import ServingResult
 
 SRC = "dse predict"
@@ -247,7 +248,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
 
 def _load_of(args: argparse.Namespace) -> tuple[Load, Lengths, tuple[float, ...]]:
     """The simulation's load, lengths and percentiles from the flags; bad values exit 2."""
-    from dse.perf.latency import MAX_REQUESTS, Lengths, Load, read_trace
+    from dse.perf.latency import MAX_REQUESTS
+    from dse.perf.latency_inputs import Lengths, Load, read_trace
 
     percentiles = []
     for part in str(args.percentiles).split(","):

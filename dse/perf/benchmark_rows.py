@@ -46,7 +46,9 @@ from dse.catalog import Catalog
 from dse.errors import DseError, InputError, UnknownIdError
 from dse.perf.afd import attention_side, ffn_side
 from dse.perf.frameworks import FRAMEWORK_ENGINE
-from dse.perf.latency import Latency, Lengths, Load, simulate_latency, tables_of
+from dse.perf.latency import Latency, simulate_latency
+from dse.perf.latency_inputs import Lengths, Load
+from dse.perf.latency_tables import tables_of
 from dse.perf.params import EngineProfile, PerfParams
 from dse.perf.pool import build_pool
 from dse.perf.serving import Deployment, ServingResult, closed_loop

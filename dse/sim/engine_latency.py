@@ -28,7 +28,9 @@ import numpy as np
 
 from dse.catalog import Catalog
 from dse.perf.afd import attention_side, ffn_side
-from dse.perf.latency import LOW_OF_NOMINAL, Latency, Lengths, Load, simulate_latency, tables_of
+from dse.perf.latency import Latency, simulate_latency
+from dse.perf.latency_inputs import LOW_OF_NOMINAL, Lengths, Load
+from dse.perf.latency_tables import tables_of
 from dse.perf.params import PerfParams
 from dse.perf.pool import Pool, build_pool
 from dse.perf.serving import Deployment

@@ -1,0 +1,159 @@
+"""What a latency simulation is given: how requests arrive (:class:`Load`, a :class:`Trace`) and
+how long they are (:class:`Lengths`), and the draw of one window of requests from them.
+
+Load as benchmark_serving applies it (``--max-concurrency C --request-rate inf``: C requests at
+once, each finishing request releasing the next; InferenceX sends ``10 C`` prompts with lengths
+uniform on 80-100% of nominal, ``--random-range-ratio 0.8``), or open loop: Poisson, bursty
+(gamma inter-arrivals, as benchmark_serving's ``--burstiness``), or a trace.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dse.errors import InputError
+from dse.perf.pool import Array
+
+LOW_OF_NOMINAL = 0.8  # InferenceX: --random-range-ratio 0.8, lengths uniform on [0.8, 1] x nominal
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Requests to replay: arrival times (seconds from the start) and lengths (tokens)."""
+
+    arrival_s: Array
+    isl: Array
+    osl: Array
+
+
+@dataclass(frozen=True)
+class Load:
+    """How requests arrive: ``closed`` (``concurrency`` clients, each sending its next request
+    when its last one completes), ``poisson`` (``rate`` per second), ``bursty`` (gamma
+    inter-arrivals of mean ``1/rate`` and shape ``burstiness``: below 1 burstier than Poisson)
+    or ``trace`` (replayed)."""
+
+    kind: str
+    concurrency: float = 0.0
+    rate: float = 0.0
+    burstiness: float = 1.0
+    trace: Trace | None = None
+
+    def describe(self) -> str:
+        if self.kind == "closed":
+            return f"closed loop, {self.concurrency:g} requests in flight"
+        if self.kind == "trace":
+            assert self.trace is not None
+            return f"trace replay, {len(self.trace.arrival_s)} requests"
+        shape = "" if self.kind == "poisson" else f", burstiness {self.burstiness:g}"
+        return f"{self.kind} arrivals at {self.rate:g} requests/s{shape}"
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Request lengths: uniform on ``[low, 1] x`` nominal (benchmark_serving's random dataset), or
+    with ``tail_sigma > 0`` log-normal with the same mean (a long tail), capped at ``limit``. A
+    share ``returning_share`` of the requests are returning turns: ``prefix`` tokens of context
+    already cached, and a new ``suffix`` (nominal, drawn as the prompts are) to prefill."""
+
+    isl: float
+    osl: float
+    low: float = LOW_OF_NOMINAL
+    tail_sigma: float = 0.0
+    limit: float = math.inf
+    returning_share: float = 0.0
+    prefix: float = 0.0
+    suffix: float = 0.0
+
+    @property
+    def mean_isl(self) -> float:
+        """New tokens a request prefills, on average."""
+        r = self.returning_share
+        return ((1.0 - r) * self.isl + r * self.suffix) * (1.0 + self.low) / 2.0
+
+    @property
+    def mean_context(self) -> float:
+        """Tokens of context a request holds once prefilled, on average (cached prefix included)."""
+        return self.mean_isl + self.returning_share * self.prefix
+
+    @property
+    def mean_osl(self) -> float:
+        return self.osl * (1.0 + self.low) / 2.0
+
+
+def draw_requests(
+    load: Load, lengths: Lengths, requests: int, rng: np.random.Generator
+) -> tuple[Array, Array, Array, Array]:
+    """(arrival times, or empty for a closed loop; new prompt tokens; output tokens; cached
+    context tokens)."""
+    if load.kind == "trace":
+        assert load.trace is not None
+        tr = load.trace
+        return tr.arrival_s, tr.isl.astype(float), tr.osl.astype(float), np.zeros(len(tr.isl))
+    isl = _lengths(lengths.isl, lengths, requests, rng)
+    osl = _lengths(lengths.osl, lengths, requests, rng)
+    cached = np.zeros(requests)
+    if lengths.returning_share > 0:
+        back = rng.random(requests) < lengths.returning_share
+        isl = np.where(back, _lengths(lengths.suffix, lengths, requests, rng), isl)
+        cached = np.where(back, lengths.prefix, 0.0)
+    if load.kind == "closed":
+        return np.zeros(0), isl, osl, cached
+    if load.kind == "poisson":
+        gaps = rng.exponential(1.0 / load.rate, requests)
+    else:  # gamma with mean 1/rate and shape k: squared coefficient of variation 1/k
+        k = load.burstiness
+        gaps = rng.gamma(k, 1.0 / (load.rate * k), requests)
+    return np.cumsum(gaps), isl, osl, cached
+
+
+def _lengths(nominal: float, lengths: Lengths, n: int, rng: np.random.Generator) -> Array:
+    if lengths.tail_sigma > 0:
+        mean = nominal * (1.0 + lengths.low) / 2.0
+        s = lengths.tail_sigma
+        x = rng.lognormal(math.log(mean) - 0.5 * s * s, s, n)
+    else:
+        x = rng.integers(int(nominal * lengths.low), int(nominal) + 1, n).astype(float)
+    return np.clip(np.round(x), 1.0, lengths.limit)
+
+
+def read_trace(path: Path) -> Trace:
+    """A trace file: CSV with columns ``arrival_s``, ``input_tokens``, ``output_tokens``, one row
+    per request, arrival times non-decreasing; a bad row is named."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header = list(reader.fieldnames or [])
+            rows = list(reader)
+    except OSError as exc:
+        raise InputError(str(path), "--trace", f"cannot be read ({exc.strerror})") from None
+    for col in ("arrival_s", "input_tokens", "output_tokens"):
+        if col not in header:
+            raise InputError(str(path), col, "is a required column")
+    if not rows:
+        raise InputError(str(path), "--trace", "has no requests")
+    values = np.empty((len(rows), 3))
+    last = 0.0
+    for i, row in enumerate(rows):
+        for c, (col, least) in enumerate((("arrival_s", 0.0), ("input_tokens", 1.0), ("output_tokens", 1.0))):
+            try:
+                x = float(row[col] or "")
+            except ValueError:
+                x = math.nan
+            if not math.isfinite(x) or x < least:
+                raise InputError(f"{path} row {i + 1}", col, f"must be a number >= {least:g}", row[col])
+            values[i, c] = x
+        if values[i, 0] < last:
+            raise InputError(
+                f"{path} row {i + 1}",
+                "arrival_s",
+                "must not be earlier than the row before",
+                row["arrival_s"],
+            )
+        last = values[i, 0]
+    return Trace(arrival_s=values[:, 0], isl=values[:, 1], osl=values[:, 2])

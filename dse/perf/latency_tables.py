@@ -1,0 +1,161 @@
+"""A deployment as the latency simulation reads it: its step costs tabulated once
+(:func:`tables_of`), with the scheduler rules of its engine (:data:`ENGINE_RULES`).
+
+KV admission reserves the prompt plus a share of the output: SGLang's ``new_token_ratio`` (from
+0.7, decaying toward about 0.1 while nothing is retracted), vLLM's blocks allocated as tokens come
+(nothing reserved), TensorRT-LLM's ``GUARANTEED_NO_EVICT`` (the whole output). vLLM and
+TensorRT-LLM carry the running requests' decode step in a prefill forward; SGLang runs the
+prefill batch as its own forward.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from dse.perf.latency_inputs import Lengths
+from dse.perf.params import PerfParams
+from dse.perf.pool import Array
+from dse.perf.serving import (
+    PREFILL_TOKENS_PER_RANK,
+    Deployment,
+    decode_step_seconds,
+    prefill_forward_seconds,
+)
+from dse.perf.stages import kv_capacity_sequences
+
+
+@dataclass(frozen=True)
+class EngineRules:
+    """How an engine's scheduler batches: ``mixed``, whether decode steps ride in the prefill
+    forward; ``reserve``, the share of a request's output its admission reserves in the KV cache."""
+
+    mixed: bool
+    reserve: float
+
+
+ENGINE_RULES = {
+    "sglang": EngineRules(mixed=False, reserve=0.1),
+    "trt": EngineRules(mixed=True, reserve=1.0),
+    "atom": EngineRules(mixed=True, reserve=0.0),
+}
+
+
+@dataclass(frozen=True)
+class EngineTables:
+    """One deployment as the simulation reads it (see :func:`tables_of`)."""
+
+    agg: bool
+    mixed: bool
+    n_prefill: int
+    n_decode: int
+    dec_n: Array
+    dec_a: Array
+    dec_b: Array
+    pf_tokens: Array
+    pf_cost: Array
+    chunk: float
+    pf_chunk: float
+    kv_cap: float
+    run_cap: int
+    reserve: float
+    xfer_fixed: float
+    xfer_per_token: float
+    accept_mean: float
+    accept_var: float
+    gpus: float
+    frontend_s: float = 0.0
+    handoff_s: float = 0.0
+
+
+def element(obj: Any, k: int) -> Any:
+    """Element ``k`` of a per-element dataclass (a :class:`Deployment`, a pool), as length-1 arrays."""
+    if not is_dataclass(obj) or isinstance(obj, type):
+        return obj
+    changes = {}
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] > 1:
+            changes[f.name] = v[k : k + 1]
+        elif is_dataclass(v):
+            changes[f.name] = element(v, k)
+    return replace(obj, **changes)
+
+
+def tables_of(d: Deployment, p: PerfParams, engines: list[str], lengths: list[Lengths]) -> list[EngineTables]:
+    """Each element of ``d`` as the simulation reads it, with the engine profile named for it."""
+    n = len(np.atleast_1d(d.isl))
+    if n == 1:  # already one element
+        return [_tables(d, p, ENGINE_RULES[engines[0]], lengths[0])]
+    return [_tables(element(d, k), p, ENGINE_RULES[engines[k]], lengths[k]) for k in range(n)]
+
+
+def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) -> EngineTables:
+    isl, osl, ctx = lengths.mean_isl, lengths.mean_osl, lengths.mean_context
+    d = replace(d, isl=np.array([isl]), osl=np.array([osl]))
+    cap_seqs = float(kv_capacity_sequences(d.decode, p, np.array([ctx + osl]))[0])
+    kv_cap = max(cap_seqs, 0.0) * (ctx + osl)
+    run_cap = math.inf if d.max_batch is None else float(np.asarray(d.max_batch).ravel()[0])
+    run_cap = int(min(run_cap, max(cap_seqs * 4.0, 1.0), 1 << 20))
+    n = np.unique(np.round(np.r_[np.arange(1.0, 17.0), np.geomspace(16.0, max(run_cap, 17), 40)]))
+    c0 = ctx + 0.5 * osl
+    both = decode_step_seconds(d, p, np.r_[n, n], np.r_[np.full_like(n, c0), np.full_like(n, 2.0 * c0)])
+    t0, t1 = both[: len(n)], both[len(n) :]
+    b = np.maximum((t1 - t0) / (n * c0), 0.0)
+    a = t0 - b * n * c0
+    per_instance = (
+        bool(np.asarray(d.chunk_per_instance).ravel()[0]) if d.chunk_per_instance is not None else False
+    )
+    dec_chunk = _chunk(d.decode, per_instance)
+    pf_chunk = dec_chunk if d.prefill is None else _chunk(d.prefill, per_instance)
+    top = max(dec_chunk, pf_chunk, isl) * 1.5
+    tok = np.unique(np.r_[np.geomspace(16.0, top, 28), isl])
+    pf = prefill_forward_seconds(d, p, tok) * p.latency.prefill_scale
+    mean, var = _accept_moments(float(d.accept_tokens[0]), float(d.draft_tokens[0]))
+    xfer_fixed = xfer_tok = 0.0
+    if d.prefill is not None:
+        nic = float(np.minimum(d.prefill.nic_bytes_per_s, d.decode.nic_bytes_per_s)[0]) * p.nic_eff
+        xfer_tok = float(d.decode.kv_bytes_per_token[0]) / nic
+        xfer_fixed = float(d.decode.state_bytes[0]) / nic
+    gpus = float((d.decode.gpus * d.decode_instances)[0])
+    if d.prefill is not None:
+        gpus += float((d.prefill.gpus * d.prefill_instances)[0])
+    if d.ffn is not None and d.ffn_instances is not None:
+        gpus += float((d.ffn.gpus * d.ffn_instances)[0])
+    return EngineTables(
+        agg=d.prefill is None, mixed=rules.mixed, n_prefill=int(d.prefill_instances[0]),
+        n_decode=int(d.decode_instances[0]), dec_n=n, dec_a=a, dec_b=b, pf_tokens=tok, pf_cost=pf,
+        chunk=dec_chunk, pf_chunk=pf_chunk, kv_cap=kv_cap, run_cap=run_cap, reserve=rules.reserve,
+        xfer_fixed=xfer_fixed, xfer_per_token=xfer_tok, accept_mean=mean, accept_var=var, gpus=gpus,
+        frontend_s=p.latency.frontend_s, handoff_s=p.latency.handoff_s,
+    )  # fmt: skip
+
+
+def _chunk(pool: Any, per_instance: bool) -> float:
+    """Prompt tokens one forward takes: the engine's chunk on every attention-DP rank, or once
+    per instance (:func:`~dse.perf.serving.prefill_batch_tokens`)."""
+    return float(
+        PREFILL_TOKENS_PER_RANK * (1.0 if per_instance else float(np.asarray(pool.attn_dp).ravel()[0]))
+    )
+
+
+def _accept_moments(mean: float, drafts: float) -> tuple[float, float]:
+    """Mean and variance of the tokens one verification step emits: ``1 + K`` where ``K``, the
+    accepted drafts, has ``P(K >= k) = a^k`` up to ``drafts``; ``a`` is the rate that gives ``mean``."""
+    n = int(round(drafts))
+    if n <= 0 or mean <= 1.0:
+        return 1.0, 0.0
+    lo, hi = 0.0, 1.0 - 1e-9
+    for _ in range(60):  # mean rises with a
+        a = 0.5 * (lo + hi)
+        lo, hi = (a, hi) if sum(a**k for k in range(n + 1)) < mean else (lo, a)
+    a = 0.5 * (lo + hi)
+    t = np.arange(1, n + 2, dtype=float)
+    prob = np.array([a ** (k - 1) * (1.0 - a) for k in range(1, n + 1)] + [a**n])
+    m = float((t * prob).sum())
+    return m, float((t * t * prob).sum() - m * m)
+
+
