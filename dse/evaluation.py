@@ -159,12 +159,13 @@ def _engine_metrics(
     lat = design_latency(design, ctx.catalog, ctx.params)
     ttft = lat.percentile("ttft", q) if lat is not None else math.nan
     tpot = lat.percentile("tpot", q) if lat is not None else math.nan
-    fluid_ttft = float(fluid["ttft_pct_s"] or 0.0)
+    fluid_ttft = fluid["ttft_pct_s"]  # None where the fluid model has none
+    worse = ttft if fluid_ttft is None else max(float(fluid_ttft), ttft)
     return {
         "engine_ttft_pct_s": _or_none(ttft),
         "engine_tpot_pct_s": _or_none(tpot),
         "engine_ttft_p99_s": _or_none(lat.percentile("ttft", 99.0) if lat is not None else math.nan),
-        "ttft_pct_s": max(fluid_ttft, ttft) if math.isfinite(ttft) else fluid_ttft,
+        "ttft_pct_s": fluid_ttft if math.isnan(ttft) else _or_none(worse),
     }
 
 

@@ -75,7 +75,7 @@ def abs_errors(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
 
 def fit_offsets(sim: np.ndarray, meas: np.ndarray, disagg: np.ndarray) -> tuple[float, float]:
     """(frontend, hand-off) seconds minimising the mean of the TTFT p50 and p99 median absolute
-    errors; the hand-off from the disaggregated runs once the front end is set by all."""
+    errors, over the grid of both at once (the hand-off moves the disaggregated runs only)."""
     best = (np.inf, 0.0, 0.0)
     for f in OFFSET_GRID:
         for h in OFFSET_GRID if disagg.any() else OFFSET_GRID[:1]:

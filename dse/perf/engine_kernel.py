@@ -5,14 +5,18 @@ One call simulates a whole deployment: ``D`` engine instances (aggregated: each 
 decodes; disaggregated: decode only) and ``P`` prefill instances (disaggregated only). The rules,
 and where they come from (see :mod:`dse.perf.latency` for the citations):
 
-* a request is routed on arrival to the instance with the fewest requests (aggregated, decode) or
-  the fewest queued prompt tokens (prefill), and waits there first come, first served;
+* requests wait at their instance first come, first served;
+* a request is routed on arrival to the instance with the fewest requests (running, queued or in
+  its prefill forward), or, disaggregated, to the prefill instance with the fewest prompt tokens
+  queued or in its forward;
 * an iteration of an aggregated instance first forms a prefill batch: the chunked request left
-  from the last iteration, then waiting requests while the token budget ``chunk`` lasts, the
-  running-request cap ``run_cap`` holds and the KV cache has room for the prompt plus
-  ``reserve`` times the output (a prompt longer than what is left of the budget is chunked);
-  with a prefill batch the iteration is a prefill forward, and, where the engine mixes
-  (``mixed``: vLLM, TensorRT-LLM), the running requests decode one step in the same forward;
+  from the last iteration, then waiting requests while the token budget ``chunk`` lasts (where
+  the engine mixes, ``mixed``: vLLM, TensorRT-LLM, less the running requests' decode tokens, which
+  take it first), the running-request cap ``run_cap`` holds and the KV cache has room both for
+  what is reserved (the prompt plus ``reserve`` times the output) and for what is held now plus
+  one more KV block of every running request (a prompt longer than what is left of the budget is
+  chunked); with a prefill batch the iteration
+  is a prefill forward, and, mixed, the running requests decode one step in the same forward;
   without one it is a decode step of every running request;
 * a decode step at ``n`` running requests whose contexts sum to ``S`` tokens lasts
   ``A(n) + B(n) S`` and gives each request ``accept`` tokens on average (MTP: its drafts'
@@ -20,13 +24,15 @@ and where they come from (see :mod:`dse.perf.latency` for the citations):
 * between two events (an arrival, a request finishing, a KV transfer landing) every step has the
   same batch, so the steps are taken in one jump whose length is closed-form; an event that lands
   during a jump ends it at the step boundary after it (continuous batching admits only there);
-* when the KV cache overflows (admission reserved less than the outputs grew to), the newest
-  running request is preempted: it returns to the front of the queue and recomputes its prompt
-  and the tokens it had (vLLM's and SGLang's recompute preemption);
+* when the KV cache overflows (admission reserved less than the outputs grew to), after a decode
+  step or a mixed forward, the newest running request is preempted: it returns to the front of
+  the queue, keeps its first token, and recomputes its prompt and the tokens it had (vLLM's and
+  SGLang's recompute preemption; disaggregated, the decode instance takes it back without the
+  recompute's time);
 * disaggregated: a prefill instance batches queued prompts up to its budget; each finished prompt
-  moves its KV to a decode instance in ``xfer_fixed + xfer_per_token * isl`` seconds and is
-  admitted there at a step boundary when the cap and the KV cache allow; its first token is
-  streamed then.
+  moves its KV (the cached prefix included) to a decode instance in ``xfer_fixed +
+  xfer_per_token * context`` seconds and is admitted there at a step boundary when the cap and
+  the KV cache allow, in the order its transfer began; its first token is streamed then.
 
 Load: closed loop (``clients > 0``: requests ``0..clients-1`` arrive at time 0 and each request
 finishing sends the next one at once, as benchmark_serving's ``--max-concurrency`` with
@@ -41,6 +47,7 @@ import numpy as np
 from numba import njit
 
 IDLE, PREFILL, JUMP = 0, 1, 2
+BLOCK_TOKENS = 16.0  # vLLM's KV block: an admission leaves room for one more block of every running request
 INF = np.inf
 
 # The state lives in a few 2-D arrays, one column per field, so that a helper call passes five
@@ -50,7 +57,7 @@ ISL, OSL, READY, PF_REM, BASE, RESV, ARRIVE, FIRST, DONE = range(9)
 # per request, int
 LEFT, FIN, ADM, NXT = range(4)
 # per instance, float (decode or engine instances 0..D-1, prefill instances D..D+P-1)
-QUEUED, BUSY, T0, C0, GR, CTX, RES, RATIO = range(8)
+QUEUED, BUSY, T0, C0, GR, CTX, RES, RATIO, FWD = range(9)
 # per instance, int
 HEAD, TAIL, MODE, KK, SIGMA, NRUN, CHUNKED, NBATCH, MIXN, MINFIN = range(10)
 NEVER = 1 << 62  # MINFIN of an instance with nobody running
@@ -82,12 +89,15 @@ def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
 def _jump_steps(c0: float, g: float, elapsed: float, k_max: int) -> int:
     """The step in progress ``elapsed`` seconds into a jump whose ``k``-th step ends at
     ``k c0 + g k (k - 1) / 2``: the smallest ``k >= 1`` whose end is at or after ``elapsed``."""
-    if g <= 1e-15:
-        k = math.ceil(elapsed / c0 - 1e-9)
-    else:
-        b = c0 - 0.5 * g
-        k = math.ceil((-b + math.sqrt(b * b + 2.0 * g * elapsed)) / g - 1e-9)
-    return max(1, min(k, k_max))
+    if elapsed <= 0.0:
+        return 1
+    b = c0 - 0.5 * g
+    root = b + math.sqrt(b * b + 2.0 * g * elapsed)  # the stable form of (-b + sqrt(...)) / g
+    k = math.ceil(2.0 * elapsed / root) if root > 0 else k_max
+    k = max(1, min(k, k_max))
+    while k < k_max and k * c0 + g * k * (k - 1) * 0.5 < elapsed:  # rounding left it short
+        k += 1
+    return k
 
 
 @njit(cache=True)
@@ -119,7 +129,7 @@ def simulate(
         rf[i, DONE] = np.nan
         ri[i, LEFT] = steps[i]
         ri[i, NXT] = -1
-    mf = np.zeros((M, 8))
+    mf = np.zeros((M, 9))
     mi = np.zeros((M, 10), np.int64)
     for m in range(M):
         mf[m, BUSY] = INF
@@ -177,27 +187,34 @@ def simulate(
                 mf[j, QUEUED] += 1.0
                 _wake(j, rf[i, READY], mi[j, NRUN] < cap, mf, mi)
             mi[who, NBATCH] = 0
+            mf[who, FWD] = 0.0
             _prefill_batch(who, now, pf_chunk, rf, ri, mf, mi, batch, pf)
             continue
         j = who
         finished_from = done
+        steps = 0
         if mi[j, MODE] == PREFILL:
             if mi[j, MIXN] > 0:  # the decode step the mixed forward carried
+                steps = 1
                 mi[j, SIGMA] += 1
                 mf[j, CTX] += mi[j, NRUN] * accept
             for b in range(mi[j, NBATCH]):
                 done += _join(j, batch[j, b], now, rf, ri, mf, mi, run)
             mi[j, NBATCH] = 0
-            done += _retire(j, now, accept, rf, ri, mf, mi, run)
+            mf[j, FWD] = 0.0
         elif mi[j, MODE] == JUMP:
-            mf[j, RATIO] = max(reserve, mf[j, RATIO] - 0.001 * mi[j, KK])  # SGLang's decay, 0.001 a step
-            mi[j, SIGMA] += mi[j, KK]
-            mf[j, CTX] += mi[j, NRUN] * accept * mi[j, KK]
+            steps = mi[j, KK]
+            mi[j, SIGMA] += steps
+            mf[j, CTX] += mi[j, NRUN] * accept * steps
+        if mi[j, MODE] != IDLE:
+            if reserve > 0:  # SGLang's new-token ratio decays by 0.001 a decode step
+                mf[j, RATIO] = max(reserve, mf[j, RATIO] - 0.001 * steps)
             done += _retire(j, now, accept, rf, ri, mf, mi, run)
             while mf[j, CTX] > kv_cap and mi[j, NRUN] > 1:
                 preempted += 1
                 _preempt(j, now, accept, rf, ri, mf, mi, run)
-                mf[j, RATIO] = 1.0  # as SGLang raises its new-token ratio after a retraction
+                if reserve > 0:  # and jumps to 1 after a retraction (vLLM reserves nothing, always)
+                    mf[j, RATIO] = 1.0
         mi[j, MODE] = IDLE
         mf[j, BUSY] = INF
         if clients > 0:  # each request that finished sends its client's next one, now
@@ -210,7 +227,15 @@ def simulate(
         for r in range(n_pending):  # before this instance schedules, so it may take them now
             _route(pending[r], now, agg, D, P, cap, rf, ri, mf, mi)
         n_pending = 0
-        _schedule(j, now, agg, mixed, chunk, kv_cap, cap, accept, rf, ri, mf, mi, run, batch, dec, pf)
+        before = done
+        done += _schedule(j, now, agg, mixed, chunk, kv_cap, cap, accept, rf, ri, mf, mi, run, batch, dec, pf)
+        if clients > 0:  # requests done on admission (one output token) release their clients too
+            for _ in range(done - before):
+                if spawned < N:
+                    rf[spawned, ARRIVE] = now
+                    pending[n_pending] = spawned
+                    n_pending += 1
+                    spawned += 1
     for i in range(N):
         t_arrive[i] = rf[i, ARRIVE]
         t_first[i] = rf[i, FIRST]
@@ -248,9 +273,10 @@ def _pop(q, mi, ri):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _least_loaded(D, mf, mi):  # type: ignore[no-untyped-def]
+    """The engine instance with the fewest requests: running, queued, or in its prefill forward."""
     best, load = 0, INF
     for j in range(D):
-        x = mi[j, NRUN] + mf[j, QUEUED]
+        x = mi[j, NRUN] + mf[j, QUEUED] + mi[j, NBATCH] + (1 if mi[j, CHUNKED] >= 0 else 0)
         if x < load:
             best, load = j, x
     return best
@@ -281,9 +307,9 @@ def _route(i, now, agg, D, P, cap, rf, ri, mf, mi):  # type: ignore[no-untyped-d
         _wake(j, now, mi[j, NRUN] < cap, mf, mi)
         return
     best, load = D, INF
-    for q in range(D, D + P):
-        if mf[q, QUEUED] < load:
-            best, load = q, mf[q, QUEUED]
+    for q in range(D, D + P):  # the prefill instance with the fewest prompt tokens queued or in its forward
+        if mf[q, QUEUED] + mf[q, FWD] < load:
+            best, load = q, mf[q, QUEUED] + mf[q, FWD]
     _push(best, i, mi, ri)
     mf[best, QUEUED] += rf[i, ISL]
     if mi[best, MODE] == IDLE and now < mf[best, BUSY]:
@@ -308,6 +334,7 @@ def _prefill_batch(q, now, budget, rf, ri, mf, mi, batch, pf):  # type: ignore[n
             mi[q, NBATCH] += 1
     if tokens > 0:
         mi[q, MODE] = PREFILL
+        mf[q, FWD] = tokens
         mf[q, BUSY] = now + _interp(tokens, pf[0], pf[1])
     else:
         mi[q, MODE] = IDLE
@@ -318,7 +345,8 @@ def _prefill_batch(q, now, budget, rf, ri, mf, mi, batch, pf):  # type: ignore[n
 def _join(j, i, now, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
     """Request ``i`` has its first token and joins instance ``j``'s decode batch; 1 if that
     was its only token."""
-    rf[i, FIRST] = now
+    if np.isnan(rf[i, FIRST]):  # a preempted request keeps the first token it had
+        rf[i, FIRST] = now
     if ri[i, LEFT] <= 0:
         rf[i, DONE] = now
         mf[j, RES] -= rf[i, RESV]
@@ -367,13 +395,15 @@ def _preempt(j, now, accept, rf, ri, mf, mi, run):  # type: ignore[no-untyped-de
     newest, b_new = -1, -1
     for b in range(mi[j, NRUN]):
         i = run[j, b]
-        if newest < 0 or ri[i, ADM] > ri[newest, ADM]:
+        later = ri[i, ADM] > ri[newest, ADM] or (ri[i, ADM] == ri[newest, ADM] and i > newest)
+        if newest < 0 or later:
             newest, b_new = i, b
     i = newest
     held = rf[i, BASE] + (mi[j, SIGMA] - ri[i, ADM]) * accept
     mf[j, CTX] -= held
     mf[j, RES] -= rf[i, RESV]
     ri[i, LEFT] = ri[i, FIN] - mi[j, SIGMA]
+    rf[i, OSL] = ri[i, LEFT] * accept  # what is left of its output: all a readmission reserves for
     rf[i, BASE] = held
     rf[i, PF_REM] = held
     mi[j, NRUN] -= 1
@@ -405,8 +435,9 @@ def _take_prefill(j, i, room, rf, mi, batch):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _aggregated_prefill(j, now, mixed, chunk, kv_cap, cap, rf, ri, mf, mi, run, batch, dec, pf):  # type: ignore[no-untyped-def]  # noqa: E501
-    """An aggregated instance's prefill forward, if it has prompt tokens to take; True if so."""
-    room = chunk
+    """An aggregated instance's prefill forward, if it has prompt tokens to take; True if so.
+    Mixed (vLLM, TensorRT-LLM): the running requests' decode tokens take the budget first."""
+    room = chunk - (mi[j, NRUN] if mixed else 0)
     tokens = 0.0
     c = mi[j, CHUNKED]
     if c >= 0:  # the request a chunk was cut from goes first
@@ -417,7 +448,9 @@ def _aggregated_prefill(j, now, mixed, chunk, kv_cap, cap, rf, ri, mf, mi, run, 
         i = mi[j, HEAD]
         need = rf[i, BASE] + mf[j, RATIO] * rf[i, OSL]
         slots = mi[j, NRUN] + mi[j, NBATCH]
-        if slots >= 1 and (slots >= cap or mf[j, RES] + need > kv_cap):
+        held = mf[j, CTX] + rf[i, BASE] + (slots + 1) * BLOCK_TOKENS  # held now, and the next block
+        full = mf[j, RES] + need > kv_cap or held > kv_cap
+        if slots >= 1 and (slots >= cap or full):
             break
         _pop(j, mi, ri)
         mf[j, QUEUED] -= 1.0
@@ -440,42 +473,53 @@ def _aggregated_prefill(j, now, mixed, chunk, kv_cap, cap, rf, ri, mf, mi, run, 
 
 @njit(cache=True)
 def _admit_transferred(j, now, kv_cap, cap, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
-    """A decode instance admits the requests whose KV has landed, while the cap and cache allow."""
+    """A decode instance admits the requests whose KV has landed, while the cap and cache allow;
+    how many were done on admission (their one output token came from prefill)."""
+    out = 0
     while mi[j, HEAD] >= 0 and rf[mi[j, HEAD], READY] <= now and mi[j, NRUN] < cap:
         i = mi[j, HEAD]
         need = rf[i, BASE] + mf[j, RATIO] * rf[i, OSL]
-        if mi[j, NRUN] >= 1 and mf[j, RES] + need > kv_cap:
+        held = mf[j, CTX] + rf[i, BASE] + (mi[j, NRUN] + 1) * BLOCK_TOKENS
+        full = mf[j, RES] + need > kv_cap or held > kv_cap
+        if mi[j, NRUN] >= 1 and full:
             break
         _pop(j, mi, ri)
         mf[j, QUEUED] -= 1.0
-        rf[i, RESV] = need
-        mf[j, RES] += need
         if np.isnan(rf[i, FIRST]):
             rf[i, FIRST] = now
+        if ri[i, LEFT] <= 0:
+            rf[i, DONE] = now
+            out += 1
+            continue
+        rf[i, RESV] = need
+        mf[j, RES] += need
         run[j, mi[j, NRUN]] = i
         mi[j, NRUN] += 1
         ri[i, ADM] = mi[j, SIGMA]
-        ri[i, FIN] = mi[j, SIGMA] + max(ri[i, LEFT], 1)
+        ri[i, FIN] = mi[j, SIGMA] + ri[i, LEFT]
         mi[j, MINFIN] = min(mi[j, MINFIN], ri[i, FIN])
         mf[j, CTX] += rf[i, BASE]
+    return out
 
 
 @njit(cache=True)
 def _schedule(j, now, agg, mixed, chunk, kv_cap, cap, accept, rf, ri, mf, mi, run, batch, dec, pf):  # type: ignore[no-untyped-def]  # noqa: E501
-    """Engine instance ``j`` at a step boundary: admit, then a prefill forward or a decode jump."""
+    """Engine instance ``j`` at a step boundary: admit, then a prefill forward or a decode jump;
+    how many requests were done on admission."""
     mi[j, MIXN] = 0
+    done = 0
     if agg:
         if _aggregated_prefill(j, now, mixed, chunk, kv_cap, cap, rf, ri, mf, mi, run, batch, dec, pf):
-            return
+            return 0
     else:
-        _admit_transferred(j, now, kv_cap, cap, rf, ri, mf, mi, run)
+        done = _admit_transferred(j, now, kv_cap, cap, rf, ri, mf, mi, run)
     n_run = mi[j, NRUN]
     if n_run == 0:
         mi[j, MODE] = IDLE
         mf[j, BUSY] = INF
         if mi[j, HEAD] >= 0:  # a transfer still landing
             mf[j, BUSY] = max(rf[mi[j, HEAD], READY], now)
-        return
+        return done
     k = mi[j, MINFIN] - mi[j, SIGMA]  # steps until the first running request finishes
     n = float(n_run)
     growth = n * accept
@@ -493,3 +537,4 @@ def _schedule(j, now, agg, mixed, chunk, kv_cap, cap, accept, rf, ri, mf, mi, ru
     h = mi[j, HEAD]
     if not agg and h >= 0 and n_run < cap and rf[h, READY] > now:
         _wake(j, max(rf[h, READY], now), True, mf, mi)
+    return done

@@ -38,6 +38,18 @@ MAX_REQUESTS = 200_000  # a simulated window's cap (about 0.3 s and 30 MB)
 BENCHMARK_PROMPTS_PER_CLIENT = 10  # InferenceX: --num-prompts $(( CONC * 10 ))
 
 
+def percentile_of(metric: str, values: Array, q: float) -> float:
+    """The ``q``-th percentile of per-request ``values`` of ``metric``. A request never served has
+    no TTFT or end-to-end latency (nan): it counts as infinitely late, so a window that could not
+    serve everyone cannot report a good tail; a TPOT is nan only where there is none (one output
+    token), and is left out."""
+    if metric == "tpot":
+        values = values[np.isfinite(values)]
+    else:
+        values = np.where(np.isnan(values), np.inf, values)
+    return float(np.percentile(values, q)) if len(values) else math.nan
+
+
 @dataclass(frozen=True)
 class Latency:
     """Per-request figures of one simulated run (seconds), and what the run served."""
@@ -53,8 +65,7 @@ class Latency:
 
     def percentile(self, metric: str, q: float) -> float:
         values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2el": self.e2el_s}[metric]
-        values = values[np.isfinite(values)]
-        return float(np.percentile(values, q)) if len(values) else math.nan
+        return percentile_of(metric, values, q)
 
     def summary(self, percentiles: tuple[float, ...] = PERCENTILES) -> dict[str, float]:
         """``ttft_p50_s``, ``tpot_p99_ms``, ``e2el_p90_s``, ... for each percentile."""
@@ -90,7 +101,7 @@ def simulate_latency(
         0.0,
     ).astype(np.int64)
     arrive, first, done = np.empty(n), np.empty(n), np.empty(n)
-    clients = int(min(load.concurrency, n)) if load.kind == "closed" else 0
+    clients = max(1, int(round(min(load.concurrency, n)))) if load.kind == "closed" else 0
     preempted = simulate(
         t.agg, t.mixed, t.n_prefill, t.n_decode, clients, arrivals, isl, osl, steps, t.accept_mean,
         t.dec_n, t.dec_a, t.dec_b, t.pf_tokens, t.pf_cost, t.chunk, t.pf_chunk, t.kv_cap, t.run_cap,

@@ -1,9 +1,11 @@
 """A deployment as the latency simulation reads it: its step costs tabulated once
 (:func:`tables_of`), with the scheduler rules of its engine (:data:`ENGINE_RULES`).
 
-KV admission reserves the prompt plus a share of the output: SGLang's ``new_token_ratio`` (from
-0.7, decaying toward about 0.1 while nothing is retracted), vLLM's blocks allocated as tokens come
-(nothing reserved), TensorRT-LLM's ``GUARANTEED_NO_EVICT`` (the whole output). vLLM and
+KV admission reserves the prompt plus a share of the output: SGLang's ``new_token_ratio`` (it
+starts at 0.7 and decays by 0.001 a step to about 0.1 while nothing is retracted, and a run spends
+most of its time at that floor, so the simulation starts there; a retraction sets it to 1),
+vLLM's blocks allocated as tokens come (nothing reserved), TensorRT-LLM's ``GUARANTEED_NO_EVICT``
+(the whole output). vLLM and
 TensorRT-LLM carry the running requests' decode step in a prefill forward; SGLang runs the
 prefill batch as its own forward.
 """

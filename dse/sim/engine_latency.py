@@ -28,7 +28,7 @@ import numpy as np
 
 from dse.catalog import Catalog
 from dse.perf.afd import attention_side, ffn_side
-from dse.perf.latency import Latency, simulate_latency
+from dse.perf.latency import Latency, percentile_of, simulate_latency
 from dse.perf.latency_inputs import LOW_OF_NOMINAL, Lengths, Load
 from dse.perf.latency_tables import tables_of
 from dse.perf.params import PerfParams
@@ -53,8 +53,7 @@ class DesignLatency:
 
     def percentile(self, metric: str, q: float) -> float:
         values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2el": self.e2el_s}[metric]
-        values = values[np.isfinite(values)]
-        return float(np.percentile(values, q)) if len(values) else float("nan")
+        return percentile_of(metric, values, q)
 
 
 def design_latency(
@@ -142,16 +141,16 @@ def _one_prefill_pool(pools: list[SimPool]) -> SimPool:
         return top
     return replace(
         top,
-        instances=max(1.0, round(per_s * top.prefill_busy_s)),
+        instances=max(1.0, math.ceil(per_s * top.prefill_busy_s - 1e-9)),
         requests_per_s=sum(p.requests_per_s for p in pools),
     )
 
 
 def _slice(pools: tuple[SimPool, ...]) -> tuple[tuple[SimPool, ...], int]:
     """The pools with their instance counts divided by their greatest common divisor, and it."""
-    counts = [int(round(p.instances)) for p in pools]
-    g = math.gcd(*counts) if all(c >= 1 for c in counts) else 1
-    return tuple(replace(p, instances=c / g) for p, c in zip(pools, counts, strict=True)), max(g, 1)
+    counts = [max(int(round(p.instances)), 1) for p in pools]
+    g = math.gcd(*counts)
+    return tuple(replace(p, instances=c / g) for p, c in zip(pools, counts, strict=True)), g
 
 
 def _pool(design: SimDesign, catalog: Catalog, params: PerfParams, p: SimPool) -> Pool:
