@@ -194,6 +194,11 @@ def test_a_returning_turn_prefills_its_suffix_and_decodes_over_its_prefix(
     b = simulate_latency(tables, load, back, requests=400, seed=1)
     assert b.percentile("ttft", 50) == pytest.approx(a.percentile("ttft", 50), rel=0.1)
     assert b.percentile("tpot", 50) > 1.1 * a.percentile("tpot", 50)
+    # a prefix resting in DRAM or storage comes back first: the TTFT carries its reload, in order
+    slow = replace(back, reload_s=0.5)
+    c = simulate_latency(tables, load, slow, requests=400, seed=1)
+    assert c.percentile("ttft", 50) == pytest.approx(b.percentile("ttft", 50) + 0.5, rel=0.1)
+    assert (c.ttft_s >= 0.5).all() and np.isfinite(c.e2el_s).all()
 
 
 def test_the_engine_check_queues_a_design_sized_to_its_last_decode_slot(catalog: Catalog) -> None:

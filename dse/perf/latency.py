@@ -100,15 +100,29 @@ def simulate_latency(
         ),
         0.0,
     ).astype(np.int64)
-    arrive, first, done = np.empty(n), np.empty(n), np.empty(n)
     clients = max(1, int(round(min(load.concurrency, n)))) if load.kind == "closed" else 0
+    # a returning turn reaches the engine once its prefix is back (open loop): run in that order
+    order = np.arange(n)
+    at_engine = arrivals  # empty in a closed loop
+    if clients == 0:
+        at_engine = arrivals + np.where(cached > 0, lengths.reload_s, 0.0)
+        order = np.argsort(at_engine, kind="stable")
+        at_engine = at_engine[order]
+    arrive, first, done = np.empty(n), np.empty(n), np.empty(n)
     preempted = simulate(
-        t.agg, t.mixed, t.n_prefill, t.n_decode, clients, arrivals, isl, osl, steps, t.accept_mean,
-        t.dec_n, t.dec_a, t.dec_b, t.pf_tokens, t.pf_cost, t.chunk, t.pf_chunk, t.kv_cap, t.run_cap,
-        t.reserve, t.xfer_fixed, t.xfer_per_token, arrive, first, done, cached,
+        t.agg, t.mixed, t.n_prefill, t.n_decode, clients, at_engine, isl[order], osl[order],
+        steps[order], t.accept_mean, t.dec_n, t.dec_a, t.dec_b, t.pf_tokens, t.pf_cost, t.chunk,
+        t.pf_chunk, t.kv_cap, t.run_cap, t.reserve, t.xfer_fixed, t.xfer_per_token, arrive, first, done,
+        cached[order],
     )  # fmt: skip
+    back = np.empty(n, dtype=np.int64)
+    back[order] = np.arange(n)  # request k ran as index back[k]
+    if clients == 0:
+        arrive = arrivals
+    else:
+        arrive = arrive[back]
     extra = t.frontend_s + (0.0 if t.agg else t.handoff_s)  # after the engine, before the client
-    return _latency(t, arrive, first + extra, done + extra, osl, int(preempted), load)
+    return _latency(t, arrive, first[back] + extra, done[back] + extra, osl, int(preempted), load)
 
 
 def _latency(
@@ -144,5 +158,3 @@ def _steady_warning(ttft: Array, ok: Array, load: Load) -> str | None:
             "or the window is too short"
         )
     return None
-
-

@@ -59,7 +59,8 @@ class Lengths:
     """Request lengths: uniform on ``[low, 1] x`` nominal (benchmark_serving's random dataset), or
     with ``tail_sigma > 0`` log-normal with the same mean (a long tail), capped at ``limit``. A
     share ``returning_share`` of the requests are returning turns: ``prefix`` tokens of context
-    already cached, and a new ``suffix`` (nominal, drawn as the prompts are) to prefill."""
+    already cached, and a new ``suffix`` (nominal, drawn as the prompts are) to prefill, once the
+    prefix has come back from where it rested (``reload_s``: open loop only)."""
 
     isl: float
     osl: float
@@ -69,6 +70,7 @@ class Lengths:
     returning_share: float = 0.0
     prefix: float = 0.0
     suffix: float = 0.0
+    reload_s: float = 0.0
 
     @property
     def mean_isl(self) -> float:

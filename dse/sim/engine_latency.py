@@ -8,8 +8,9 @@ hardware within a role are not simulated here (:func:`design_latency` returns No
 fluid model's percentiles; prefill pools of several shapes are simulated as one of the busiest
 one's shape with the same capacity (:func:`_one_prefill_pool`).
 
-* Returning turns prefill only their suffix and hold their cached prefix in the KV cache (which
-  their decode steps read); the prefix's reload is the fluid model's, not simulated here.
+* Returning turns wait for their prefix to come back (the placement's mean reload seconds, a
+  pure delay), then prefill only their suffix and hold the prefix in the KV cache, which their
+  decode steps read.
 * A prefill forward takes the placement's chunk (the fresh prompts it batches,
   ``prefill_batch_requests``, times their length) of new tokens; each decode instance runs at
   most the batch the placement sized it for, as the fluid model does.
@@ -71,6 +72,7 @@ def design_latency(
         returning_share=w.returning_share,
         prefix=w.cached_prefix_tokens,
         suffix=w.suffix_tokens / mean,
+        reload_s=_reload_s(design),
     )
     e2e_s = slo.ttft_s + w.output_tokens * slo.tpot_s
     runs: list[Latency] = []
@@ -90,6 +92,14 @@ def design_latency(
         e2el_s=np.concatenate([r.e2el_s[k] for r, k in zip(runs, steady, strict=True)]),
         warning=warnings[0] if warnings else None,
     )
+
+
+def _reload_s(design: SimDesign) -> float:
+    """Seconds a returning turn's prefix takes to come back, the placement's mean over the pools
+    that prefill returning turns (weighted by how many each takes)."""
+    pools = [p for p in design.pools if p.returning_per_s > 0 and p.reload_s is not None]
+    total = sum(p.returning_per_s for p in pools)
+    return sum(p.returning_per_s * float(p.reload_s or 0.0) for p in pools) / total if total > 0 else 0.0
 
 
 def new_tokens(w: Workload) -> float:
