@@ -325,6 +325,14 @@ def test_predict_attention_ffn_disaggregated_from_flags_and_rows(
     narrow = cli("predict", *flags.replace("--ffn-gpus 16 --ffn-ep 16", "--ffn-gpus 8 --ffn-ep 8").split())
     assert json.loads(narrow.out)["prediction"]["decode_paced_by"] == "expert pool"
     assert json.loads(narrow.out)["prediction"]["decode_attention_ms"] > 0
+    # the simulation steps at the pace of the slowest pool too: its TPOT is the closed form's step
+    # (disaggregated decode carries no prefill) for either expert pool, and so is the batch row's
+    for p in (proc, narrow):
+        doc = json.loads(p.out)
+        assert doc["latency"]["percentiles"]["p50"]["tpot_ms"] == pytest.approx(
+            doc["prediction"]["tpot_mean_ms"], rel=0.05
+        )
+    assert float(row["pred_tpot_p50_ms"]) == pytest.approx(pred["tpot_mean_ms"], rel=0.05)
     # more expert instances never slow a step down; an expert pool too small for the experts fails
     wider = predict_rows([dict(AFD, num_ffn_gpu="32", ffn_num_workers="2")], catalog, load_params())[0]
     assert float(wider["pred_intvty_tok_s_user"]) >= float(row["pred_intvty_tok_s_user"]) * (1 - 1e-9)
