@@ -74,6 +74,28 @@ class Workload:
         """Tokens of a returning turn once its suffix is prefilled."""
         return self.cached_prefix_tokens + self.suffix_tokens
 
+    def longest_context_tokens(self) -> float:
+        """The context a request reaches at its last output token: a fresh prompt and its answer,
+        or a returning turn's cached prefix, suffix and answer."""
+        fresh = self.input_tokens + self.output_tokens
+        if self.returning_share <= 0:
+            return fresh
+        return max(
+            fresh if self.returning_share < 1 else 0.0, self.returning_context_tokens + self.output_tokens
+        )
+
+    def context_problem(self, max_context: float, model: str) -> tuple[str, str, float] | None:
+        """(field, rule, value) when a request would outgrow ``model``'s context window."""
+        if self.longest_context_tokens() <= max_context:
+            return None
+        back = self.returning_share > 0 and self.returning_context_tokens >= self.input_tokens
+        key = "cached_prefix_tokens" if back else "input_tokens"
+        rule = (
+            f"with the other lengths and the output ({self.longest_context_tokens():,.0f} tokens) "
+            f"must fit {model}'s context of {max_context:,.0f} tokens"
+        )
+        return key, rule, getattr(self, key)
+
     def mean_prompt_tokens(self) -> float:
         s = self.returning_share
         return (1.0 - s) * self.input_tokens + s * self.returning_context_tokens

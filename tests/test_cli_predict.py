@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import Calibration, Cli
 
+from dse.catalog import Catalog
 from dse.paths import MEASURED_RUNS
 from dse.perf.benchmark_rows import INPUT_COLUMNS, OUTPUT_COLUMNS
 from dse.perf.params import CALIBRATION_FILE, load_params
@@ -60,9 +61,7 @@ def test_predict_table_and_bad_flag(cli: Cli) -> None:
     )
 
 
-def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(
-    tmp_path: Path, cli: Cli
-) -> None:
+def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(tmp_path: Path, cli: Cli) -> None:
     src = tmp_path / "in.csv"
     with open(MEASURED_RUNS, newline="") as fh:
         rows = list(csv.DictReader(fh))[:5]
@@ -136,12 +135,44 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         (("--conc", "-4"), "--conc = -4.0: must be > 0"),
         (("--load", "trace"), "--trace: is required with --load trace"),
         (("--requests", "300000"), "--requests = 300000: must be at most 200,000"),
+        (
+            ("--isl", "300000"),
+            "--isl = 300000.0: with osl (1024) must fit deepseek-v3's context of 163,840 tokens",
+        ),
+        (("--tp", "7", "--ep", "7"), "--tp = 7.0: must divide deepseek-v3's 128 attention heads"),
+        (("--tp", "1000"), "--tp = 1000.0: must divide deepseek-v3's 128 attention heads"),
     ],
 )
 def test_bad_latency_flags_are_one_line_and_exit_2(cli: Cli, flags: tuple[str, ...], message: str) -> None:
     proc = cli("predict", "--hardware", "b200", *flags)
     assert proc.code == 2 and proc.out == ""
     assert proc.err.strip() == f"dse: error: dse predict: {message}"
+
+
+def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
+    """Rows no engine runs are refused with the reason, each on its own: a prompt beyond the
+    model's context, attention TP that does not divide its heads, an aggregated row whose prefill
+    columns say another shape than the one instance that runs both."""
+    from dse.perf.benchmark_rows import predict_rows
+
+    base = dict(AFD, disagg="False", num_ffn_gpu="", ffn_num_workers="", ffn_ep="",
+                prefill_dp_attention="False", decode_dp_attention="False", num_decode_gpu="8",
+                num_prefill_gpu="8")  # fmt: skip
+    seven = {"decode_tp": "7", "prefill_tp": "7", "num_decode_gpu": "7"}
+    rows = [base, {**base, "isl": "200000"}, {**base, **seven}, {**base, "prefill_tp": "4"}]
+    out = predict_rows(rows, catalog, load_params(), source="runs.csv")
+    assert out[0]["pred_error"] == ""
+    assert out[1]["pred_error"] == (
+        "runs.csv row 2: isl = 200000.0: with osl (1000) must fit deepseek-v3's context of 163,840 tokens"
+    )
+    assert (
+        out[2]["pred_error"]
+        == "runs.csv row 3: decode_tp = 7.0: must divide deepseek-v3's 128 attention heads"
+    )
+    assert (
+        out[3]["pred_error"]
+        == "runs.csv row 4: prefill_tp = '4': must equal decode_tp (8) in an aggregated row"
+    )
 
 
 def test_a_trace_with_a_bad_row_names_it(cli: Cli, tmp_path: Path) -> None:
@@ -229,7 +260,12 @@ def test_predict_states_its_expected_error(cli: Cli) -> None:
     assert f"tokens/s/GPU {prov['loho_tput_median_ape']:.0%} / {prov['loho_tput_p75_ape']:.0%}" in unseen
     assert "unmeasured" not in seen + unseen
     assert "deepseek-v3 runs only: this model's error is unmeasured" in last_line(
-        "--hardware", "b200", "--model", "kimi-k3", "--precision", "fp4"  # fp8 weights do not fit 8 GPUs
+        "--hardware",
+        "b200",
+        "--model",
+        "kimi-k3",
+        "--precision",
+        "fp4",  # fp8 weights do not fit 8 GPUs
     )
     js = cli("predict", "--hardware", "b300", "--conc", "64", "--json")
     err = json.loads(js.out)["expected_error"]
@@ -294,9 +330,7 @@ AFD = dict(
 )  # fmt: skip
 
 
-def test_predict_attention_ffn_disaggregated_from_flags_and_rows(
-    tmp_path: Path, cli: Cli, catalog
-) -> None:  # type: ignore[no-untyped-def]
+def test_predict_attention_ffn_disaggregated_from_flags_and_rows(tmp_path: Path, cli: Cli, catalog) -> None:  # type: ignore[no-untyped-def]
     from dse.perf.benchmark_rows import predict_rows
 
     flags = "--hardware b200 --afd --tp 8 --dp-attention --decode-gpus 16 --decode-workers 2 "

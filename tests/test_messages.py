@@ -43,11 +43,11 @@ def test_predict_json_is_strict_with_typed_deployment_values(cli: Cli) -> None:
 
 @pytest.mark.parametrize("as_json", [True, False])
 def test_a_deployment_whose_weights_do_not_fit_exits_3_with_the_reason(cli: Cli, as_json: bool) -> None:
-    res = cli("predict", "--hardware", "b200", "--tp", "3", "--ep", "3", *(["--json"] if as_json else []))
+    res = cli("predict", "--hardware", "b200", "--tp", "2", "--ep", "2", *(["--json"] if as_json else []))
     assert res.code == 3
     assert res.out == ""  # no table of NaN, no half a JSON document
     assert res.err.strip() == (
-        "dse: error: no feasible design: weights-do-not-fit: weights need 224 GB per GPU; b200 has 180 GB"
+        "dse: error: no feasible design: weights-do-not-fit: weights need 336 GB per GPU; b200 has 180 GB"
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -63,6 +64,38 @@ def test_bad_study_exits_2_from_the_cli(tmp_path: Path, cli: Cli) -> None:
     bad.write_text(TINY.read_text().replace("[slo]\n", "[slo]\nfoo = 1\n"))
     out = cli("study", "show", bad)
     assert out.code == 2 and out.err.count("\n") == 1 and "slo.foo" in out.err
+
+
+def test_a_prompt_beyond_the_model_context_is_refused_before_any_trial(tmp_path: Path, cli: Cli) -> None:
+    """A study, a placement or a simulation whose requests outgrow the model's context window
+    (DeepSeek-V3: 163,840 tokens) says so in one line, naming the field or the flag."""
+    text = TINY.read_text()
+    long = tmp_path / "tiny-study.toml"
+    long.write_text(re.sub(r"input_tokens = [0-9.]+", "input_tokens = 300000.0", text, count=1))
+    out = cli("study", "run", long, "--out", tmp_path / "runs")
+    assert out.code == 2 and out.err.count("\n") == 1, out.err
+    assert f"{long}: workload.input_tokens = 300000.0: with the other lengths and the output" in out.err
+    assert "must fit deepseek-v3's context of 163,840 tokens" in out.err
+    assert not (tmp_path / "runs" / "tiny-study" / "study.db").exists()
+    for cmd in ("place", "simulate"):
+        flags = (
+            "--hardware",
+            "b200",
+            "--rate",
+            "10",
+            "--isl",
+            "300000",
+            "--osl",
+            "1000",
+            "--ttft",
+            "2",
+            "--tpot",
+            "0.05",
+        )
+        out = cli(cmd, *flags)
+        assert out.code == 2 and out.err.startswith(
+            f"dse: error: dse {cmd}: --isl = 300000.0: with the other"
+        ), out.err
 
 
 @pytest.fixture(scope="module")

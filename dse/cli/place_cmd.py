@@ -192,6 +192,10 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
         src,
     )
     slo = _built(Slo, {"ttft_s": args.ttft, "tpot_s": args.tpot, "percentile": args.percentile}, src)
+    m = catalog.model(model)
+    broken = workload.context_problem(m.max_context, m.id)
+    if broken is not None:  # the flags name it here; the placement would name the request's field
+        raise InputError(src, FLAG_OF[broken[0]], broken[1], broken[2])
     inventory = {}
     for part in filter(None, (s.strip() for s in args.inventory.split(","))):
         key, _, value = part.partition("=")

@@ -203,6 +203,28 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
     for key, value in (("isl", isl), ("osl", osl), ("conc", conc)):
         if value <= 0:
             raise InputError(source, key, "must be > 0", value)
+    if isl + osl > model.max_context:
+        raise InputError(
+            source,
+            "isl",
+            f"with osl ({osl:g}) must fit {model.id}'s context of {model.max_context:,} tokens",
+            isl,
+        )
+    if not disagg:  # one instance prefills and decodes: the prefill columns must describe it too
+        for col in ("tp", "ep", "dp_attention"):
+            pre, dec = str(row.get(f"prefill_{col}", "")).strip(), str(row.get(f"decode_{col}", "")).strip()
+            if pre and pre.lower() != dec.lower():
+                raise InputError(
+                    source, f"prefill_{col}", f"must equal decode_{col} ({dec}) in an aggregated row", pre
+                )
+    decode = _pool(row, "decode", disagg, source)
+    prefill = _pool(row, "prefill", disagg, source) if disagg else None
+    for side, pool in (("decode", decode), ("prefill", prefill)):
+        heads = model.attention.q_heads
+        if pool is not None and (pool.attn_tp > heads or heads % pool.attn_tp):
+            raise InputError(
+                source, f"{side}_tp", f"must divide {model.id}'s {heads} attention heads", pool.attn_tp
+            )
     return BenchRow(
         hardware=hw.id,
         model=model.id,
@@ -213,8 +235,8 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
         isl=isl * LENGTH_MEAN_OF_NOMINAL,
         osl=osl * LENGTH_MEAN_OF_NOMINAL,
         conc=conc,
-        prefill=_pool(row, "prefill", disagg, source) if disagg else None,
-        decode=_pool(row, "decode", disagg, source),
+        prefill=prefill,
+        decode=decode,
         ffn=_ffn_pool(row, disagg, source),
         decode_max_running=_running_cap(row, source),
         mtp_draft=_draft_tokens(row, spec == "mtp", source),

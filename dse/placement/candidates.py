@@ -386,9 +386,15 @@ def build_candidates(
     """Units, their coefficients and the shapes left out, for one concrete topology.
     ``hardware`` overrides the catalog entries (the shadow prices perturb them)."""
     hws = hardware if hardware is not None else [catalog.hardware(h) for h in req.hardware]
-    s = Shapes(req, catalog.model(req.model), hws, params)
+    model = catalog.model(req.model)
+    s = Shapes(req, model, hws, params)
     b = _Builder(req, s)
-    if topology is Topology.AGGREGATED:
+    broken = req.workload.context_problem(model.max_context, model.id)
+    if broken is not None:  # no shape can serve it: an answer (a grid point beyond the window), not a crash
+        b.excl.append(
+            Exclusion(model.id, "all", "any shape", f"workload.{broken[0]} = {broken[2]:g}: {broken[1]}")
+        )
+    elif topology is Topology.AGGREGATED:
         b.add_mixed()
     else:
         b.add_prefill()

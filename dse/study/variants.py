@@ -53,7 +53,21 @@ def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) 
         _known(out.model, m, source, f"sweep.model[{i}]")
     for i, h in enumerate(spec.sweep.hardware):
         _known(out.hardware, h, source, f"sweep.hardware[{i}]")
+    _fits_context(spec, out, source)
     return out
+
+
+def _fits_context(spec: StudySpec, catalog: Catalog, source: str) -> None:
+    """The study's requests fit its model's context window. (A grid point whose swept lengths or
+    model do not is an infeasible point, with the reason, not bad input: ``build_candidates``.)"""
+    s = spec.sweep
+    if spec.is_grid and (s.model or s.input_tokens or s.output_tokens or s.cached_prefix_tokens):
+        return
+    model = catalog.model(spec.model)
+    broken = spec.workload.context_problem(model.max_context, model.id)
+    if broken is not None:
+        key, rule, value = broken
+        raise InputError(source, f"workload.{key}", rule, value)
 
 
 def _known(lookup: Callable[[str], T], name: str, source: str, field: str) -> T:
