@@ -8,6 +8,7 @@ the dotted key, the value and the rule, so no raw dict travels past the loader.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import enum
 import math
@@ -77,6 +78,21 @@ def check_number(value: float, *, source: str, key: str, check: Rule | None = No
 def rule(check: Rule) -> dict[str, Rule]:
     """Field metadata carrying a validation rule: ``field(metadata=rule(positive))``."""
     return {"rule": check}
+
+
+def read_csv(path: Path, key: str) -> tuple[list[str], list[dict[str, str]]]:
+    """(header, rows) of a CSV file; an unreadable file, one that is not UTF-8 or not CSV becomes
+    one InputError line naming it and ``key`` (the flag or field that gave the path)."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            return list(reader.fieldnames or []), list(reader)
+    except OSError as exc:
+        raise InputError(str(path), key, f"cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), key, f"must be UTF-8 text ({exc.reason})") from None
+    except csv.Error as exc:
+        raise InputError(str(path), key, f"must be CSV ({exc})") from None
 
 
 def read_toml(path: Path) -> dict[str, Any]:

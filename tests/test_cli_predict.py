@@ -188,6 +188,9 @@ def test_a_trace_with_a_bad_row_names_it(cli: Cli, tmp_path: Path) -> None:
     trace.write_text("arrival_s,input_tokens\n0,100\n")
     proc = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", str(trace))
     assert proc.code == 2 and proc.err.strip() == f"dse: error: {trace}: output_tokens: is a required column"
+    trace.write_bytes(b"\xff\xfe\x00 not text")
+    proc = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", str(trace))
+    assert proc.code == 2 and proc.err.strip().startswith(f"dse: error: {trace}: --trace: must be UTF-8 text")
 
 
 def test_predict_batch_missing_column(tmp_path: Path, cli: Cli) -> None:

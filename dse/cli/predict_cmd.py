@@ -18,7 +18,7 @@ from dse.catalog import Catalog
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign
 from dse.perf.frameworks import FRAMEWORK_ENGINE
-from dse.typed_data import Rule, check_number, non_negative, positive
+from dse.typed_data import Rule, check_number, non_negative, positive, read_csv
 
 if TYPE_CHECKING:
     from dse.perf.latency import Latency
@@ -442,17 +442,7 @@ def _batch(src: Path, out: Path | None, catalog: Catalog, params) -> int:  # typ
 
     if out is None:
         raise InputError("dse predict", "--out", "is required with --batch")
-    try:
-        with open(src, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            header = list(reader.fieldnames or [])
-            rows = list(reader)
-    except OSError as exc:
-        raise InputError(str(src), "--batch", f"cannot be read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(str(src), "--batch", f"must be UTF-8 text ({exc.reason})") from None
-    except csv.Error as exc:
-        raise InputError(str(src), "--batch", f"must be CSV ({exc})") from None
+    header, rows = read_csv(src, "--batch")
     missing = [c for c in INPUT_COLUMNS if c not in header]
     if missing:
         raise InputError(str(src), missing[0], "is a required column")

@@ -218,29 +218,31 @@ def simulate(
         mi[j, MODE] = IDLE
         mf[j, BUSY] = INF
         if clients > 0:  # each request that finished sends its client's next one, now
-            for _ in range(done - finished_from):
-                if spawned < N:
-                    rf[spawned, ARRIVE] = now
-                    pending[n_pending] = spawned
-                    n_pending += 1
-                    spawned += 1
+            spawned, n_pending = _spawn(done - finished_from, now, spawned, N, rf, pending, n_pending)
         for r in range(n_pending):  # before this instance schedules, so it may take them now
             _route(pending[r], now, agg, D, P, cap, rf, ri, mf, mi)
         n_pending = 0
         before = done
         done += _schedule(j, now, agg, mixed, chunk, kv_cap, cap, accept, rf, ri, mf, mi, run, batch, dec, pf)
         if clients > 0:  # requests done on admission (one output token) release their clients too
-            for _ in range(done - before):
-                if spawned < N:
-                    rf[spawned, ARRIVE] = now
-                    pending[n_pending] = spawned
-                    n_pending += 1
-                    spawned += 1
+            spawned, n_pending = _spawn(done - before, now, spawned, N, rf, pending, n_pending)
     for i in range(N):
         t_arrive[i] = rf[i, ARRIVE]
         t_first[i] = rf[i, FIRST]
         t_done[i] = rf[i, DONE]
     return preempted
+
+
+@njit(cache=True)
+def _spawn(count, now, spawned, N, rf, pending, n_pending):  # type: ignore[no-untyped-def]
+    """A closed loop's clients whose requests finished send their next ones now: (spawned, pending)."""
+    for _ in range(count):
+        if spawned < N:
+            rf[spawned, ARRIVE] = now
+            pending[n_pending] = spawned
+            n_pending += 1
+            spawned += 1
+    return spawned, n_pending
 
 
 @njit(cache=True)

@@ -9,7 +9,6 @@ uniform on 80-100% of nominal, ``--random-range-ratio 0.8``), or open loop: Pois
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ import numpy as np
 
 from dse.errors import InputError
 from dse.perf.pool import Array
+from dse.typed_data import read_csv
 
 LOW_OF_NOMINAL = 0.8  # InferenceX: --random-range-ratio 0.8, lengths uniform on [0.8, 1] x nominal
 
@@ -127,13 +127,7 @@ def _lengths(nominal: float, lengths: Lengths, n: int, rng: np.random.Generator)
 def read_trace(path: Path) -> Trace:
     """A trace file: CSV with columns ``arrival_s``, ``input_tokens``, ``output_tokens``, one row
     per request, arrival times non-decreasing; a bad row is named."""
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            header = list(reader.fieldnames or [])
-            rows = list(reader)
-    except OSError as exc:
-        raise InputError(str(path), "--trace", f"cannot be read ({exc.strerror})") from None
+    header, rows = read_csv(path, "--trace")
     for col in ("arrival_s", "input_tokens", "output_tokens"):
         if col not in header:
             raise InputError(str(path), col, "is a required column")
