@@ -109,11 +109,16 @@ def simulate_latency(
         order = np.argsort(at_engine, kind="stable")
         at_engine = at_engine[order]
     arrive, first, done = np.empty(n), np.empty(n), np.empty(n)
+    # one type per argument, so the compiled kernel is one signature (each other costs a compile)
+    f64 = np.float64
     preempted = simulate(
-        t.agg, t.mixed, t.n_prefill, t.n_decode, clients, at_engine, isl[order], osl[order],
-        steps[order], t.accept_mean, t.dec_n, t.dec_a, t.dec_b, t.pf_tokens, t.pf_cost, t.chunk,
-        t.pf_chunk, t.kv_cap, t.run_cap, t.reserve, t.xfer_fixed, t.xfer_per_token, arrive, first, done,
-        cached[order],
+        bool(t.agg), bool(t.mixed), int(t.n_prefill), int(t.n_decode), int(clients),
+        np.asarray(at_engine, f64), np.asarray(isl[order], f64), np.asarray(osl[order], f64),
+        np.asarray(steps[order], np.int64), float(t.accept_mean), np.asarray(t.dec_n, f64),
+        np.asarray(t.dec_a, f64), np.asarray(t.dec_b, f64), np.asarray(t.pf_tokens, f64),
+        np.asarray(t.pf_cost, f64), float(t.chunk), float(t.pf_chunk), float(t.kv_cap), int(t.run_cap),
+        float(t.reserve), float(t.xfer_fixed), float(t.xfer_per_token), arrive, first, done,
+        np.asarray(cached[order], f64),
     )  # fmt: skip
     back = np.empty(n, dtype=np.int64)
     back[order] = np.arange(n)  # request k ran as index back[k]
