@@ -487,20 +487,9 @@ def _admit_transferred(j, now, kv_cap, cap, rf, ri, mf, mi, run):  # type: ignor
             break
         _pop(j, mi, ri)
         mf[j, QUEUED] -= 1.0
-        if np.isnan(rf[i, FIRST]):
-            rf[i, FIRST] = now
-        if ri[i, LEFT] <= 0:
-            rf[i, DONE] = now
-            out += 1
-            continue
         rf[i, RESV] = need
         mf[j, RES] += need
-        run[j, mi[j, NRUN]] = i
-        mi[j, NRUN] += 1
-        ri[i, ADM] = mi[j, SIGMA]
-        ri[i, FIN] = mi[j, SIGMA] + ri[i, LEFT]
-        mi[j, MINFIN] = min(mi[j, MINFIN], ri[i, FIN])
-        mf[j, CTX] += rf[i, BASE]
+        out += _join(j, i, now, rf, ri, mf, mi, run)  # its first token, streamed now
     return out
 
 

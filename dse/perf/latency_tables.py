@@ -115,7 +115,7 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
     pf_chunk = dec_chunk if d.prefill is None else _chunk(d.prefill, per_instance)
     top = max(dec_chunk, pf_chunk, isl) * 1.5
     tok = np.unique(np.r_[np.geomspace(16.0, top, 28), isl])
-    pf = prefill_forward_seconds(d, p, tok) * p.latency.prefill_scale
+    pf = prefill_forward_seconds(d, p, tok)
     mean, var = _accept_moments(float(d.accept_tokens[0]), float(d.draft_tokens[0]))
     xfer_fixed = xfer_tok = 0.0
     if d.prefill is not None:

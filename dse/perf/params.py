@@ -8,7 +8,7 @@ below are only the starting point of that fit.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +76,6 @@ class LatencyParams:
     # seconds a request spends outside the engine's forwards before its first token reaches the
     # client: HTTP, tokenisation, the scheduler's hand-off, detokenising and streaming the token
     frontend_s: float = 0.0
-    # prefill forwards take this many times the step model's time: prefill kernels (no CUDA
-    # graphs, variable shapes) run further below the datasheet than throughput reveals, since
-    # throughput is decode-bound and prices prefill only through its share of an aggregated step
-    prefill_scale: float = 1.0
     # disaggregated only: seconds between a prompt's last prefill forward and its first token at
     # the client beyond the KV transfer itself (the prefill and decode servers' hand-shake, the
     # transfer's set-up, the decode server's admission and its stream)
@@ -192,7 +188,8 @@ def load_params(path: Path = CALIBRATION_FILE) -> PerfParams:
         for name, e in raw["engines"].items()
     }
     scalars = {k: float(v) for k, v in raw["params"].items()}
-    latency = LatencyParams(**{k: float(v) for k, v in raw.get("latency", {}).items()})
+    known = {f.name for f in fields(LatencyParams)}  # a key an older file has and this one lacks is ignored
+    latency = LatencyParams(**{k: float(v) for k, v in raw.get("latency", {}).items() if k in known})
     return PerfParams(**scalars, engines=engines, provenance=raw.get("provenance", {}), latency=latency)
 
 
