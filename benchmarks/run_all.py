@@ -29,6 +29,7 @@ BENCHES = (
     "startup",
     "perf_speed",
     "accuracy",
+    "kernel_accuracy",
     "latency_accuracy",
     "latency_speed",
     "milp_speed",

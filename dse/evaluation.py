@@ -196,6 +196,7 @@ def stage_split(
             ep=[par.ep],
             weight_precision=[req.weight_precision],
             kv_precision=[engine.kv_precision],
+            engines=ctx.params.kernel_engines([req.engine]),
         )
         if p.unit.role is Role.PREFILL:
             tokens = prefill_batch_tokens(

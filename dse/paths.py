@@ -16,4 +16,15 @@ REFERENCE_DIR = REPO_ROOT / "reference"
 MEASURED_RUNS = REFERENCE_DIR / "inferencex_calibration.csv"
 PUBLISHED_POINTS = REFERENCE_DIR / "published_points.csv"
 CALIBRATION_FILE = REPO_ROOT / "dse" / "perf" / "calibration.json"
-"""The fitted performance parameters the engine loads; ``dse calibrate`` writes it."""
+"""The fitted performance parameters the engine ships; ``dse calibrate`` writes it."""
+CALIBRATION_ENV = "DSE_CALIBRATION"
+"""Environment variable naming another calibration file for every command to load and for
+``dse calibrate`` to write (one fitted with ``--kernels measured``, say)."""
+
+
+def calibration_file() -> Path:
+    """The calibration file the engine loads: ``$DSE_CALIBRATION`` if set, else the shipped one."""
+    import os
+
+    named = os.environ.get(CALIBRATION_ENV, "").strip()
+    return Path(named) if named else CALIBRATION_FILE

@@ -72,6 +72,7 @@ Cli = Callable[..., Result]  # the type of the ``cli`` fixture
 def cli(monkeypatch: pytest.MonkeyPatch) -> Cli:
     """``run_dse`` with no ``DSE_CATALOG_DIR`` in the environment (the in-process ``clean_env``)."""
     monkeypatch.delenv("DSE_CATALOG_DIR", raising=False)
+    monkeypatch.delenv("DSE_CALIBRATION", raising=False)
     return run_dse
 
 
@@ -102,9 +103,10 @@ def dse_cmd(*args: str) -> list[str]:
 
 @pytest.fixture
 def clean_env() -> dict[str, str]:
-    """The environment for a ``dse_cmd`` subprocess, without ``DSE_CATALOG_DIR``."""
+    """The environment for a ``dse_cmd`` subprocess, without ``DSE_CATALOG_DIR`` or ``DSE_CALIBRATION``."""
     env = dict(os.environ)
     env.pop("DSE_CATALOG_DIR", None)
+    env.pop("DSE_CALIBRATION", None)
     return env
 
 
@@ -145,6 +147,7 @@ def calibration(
     folder = tmp_path_factory.mktemp("calibrate")
     env = dict(os.environ)
     env.pop("DSE_CATALOG_DIR", None)
+    env.pop("DSE_CALIBRATION", None)
     file = folder / "calibration.json"
     with open(folder / "stdout", "wb") as out, open(folder / "stderr", "wb") as err:
         proc = subprocess.Popen(dse_cmd("calibrate", "--out", str(file)), env=env, stdout=out, stderr=err)

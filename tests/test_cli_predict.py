@@ -255,11 +255,11 @@ def test_predict_states_its_expected_error(cli: Cli) -> None:
         return proc.out.strip().splitlines()[-1]
 
     seen = last_line("--hardware", "b200")
-    assert "(in-sample: the calibration saw this hardware)" in seen
+    assert "(datasheet kernels, in-sample: the calibration saw this hardware)" in seen
     med, p75 = prov["in_sample_tput_median_ape"], prov["in_sample_tput_p75_ape"]
     assert f"tokens/s/GPU {med:.0%} / {p75:.0%}" in seen
     unseen = last_line("--hardware", "b300")
-    assert "(leave-one-hardware-out: the calibration did not see this hardware)" in unseen
+    assert "(datasheet kernels, leave-one-hardware-out: the calibration did not see this hardware)" in unseen
     assert f"tokens/s/GPU {prov['loho_tput_median_ape']:.0%} / {prov['loho_tput_p75_ape']:.0%}" in unseen
     assert "unmeasured" not in seen + unseen
     assert "deepseek-v3 runs only: this model's error is unmeasured" in last_line(

@@ -52,6 +52,8 @@ BOUNDS = {
     "prefill_queue_factor": (0.05, 10.0),
     "nic_a2a_latency_us": (1.0, 300.0),
     "nic_allreduce_latency_us": (1.0, 300.0),
+    "measured_scale": (0.3, 1.5),
+    "launch_saving_us": (0.0, 20.0),
 }
 TTFT_WEIGHT = 0.3  # weight of a TTFT log-error against a tokens/s one (TTFT is noisier)
 ENGINE_BOUNDS = {"speed": (0.4, 3.0), "mtp_accept_rate": (0.05, 0.98)}
@@ -409,6 +411,7 @@ def provenance(
     stats: ErrorStats,
     ttft: np.ndarray,
     loho: ErrorStats | None = None,
+    params_kernels: str = "datasheet",
 ) -> dict[str, object]:
     """Where the fitted values came from and how far they are from the measurements: in-sample
     error of tokens/s/GPU, tokens/s/user and TTFT (``ttft``: :func:`ttft_errors`), and, when the
@@ -416,6 +419,7 @@ def provenance(
     not see; ``hardware_fitted`` names what it did see)."""
     out: dict[str, object] = {
         "fitted_by": "dse calibrate",
+        "kernels": params_kernels,
         "engine_version": __version__,
         "data": str(data_path.name),
         "rows_fitted": len(data),

@@ -69,6 +69,7 @@ def predict_points(
             ep=[pt.gpus],
             weight_precision=[pt.expert_precision],
             kv_precision=[pt.kv_precision],
+            engines=params.kernel_engines(["sglang"]),
         )
         if pt.stage == "prefill":
             tokens = np.array([pt.batch_per_gpu * pt.gpus])

@@ -119,6 +119,12 @@ class Hardware:
     aliases: tuple[str, ...] = ()
     notes: str = ""
     assumptions: tuple[str, ...] = ()
+    # the GPU folder of AIConfigurator's measured kernel tables (aiconfigurator-core's
+    # systems/data/<folder>), empty where none were measured: dse.perf.kernels
+    measured_kernels: str = ""
+    # a what-if variant's measured kernels ran on its base's HBM: the bandwidth they were measured
+    # at (TB/s), None for the GPU itself
+    measured_hbm_tb_per_s: float | None = None
 
     @property
     def projected(self) -> bool:

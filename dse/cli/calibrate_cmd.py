@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from dse.atomic import write_text
 from dse.catalog import Catalog
 from dse.errors import InputError
-from dse.paths import CALIBRATION_FILE, MEASURED_RUNS
+from dse.paths import MEASURED_RUNS, calibration_file
 
 if TYPE_CHECKING:
     from dse.perf.params import PerfParams
@@ -27,8 +27,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--out",
         type=Path,
-        default=CALIBRATION_FILE,
-        help="where to write the fitted values (default: the file the engine loads)",
+        default=None,
+        help="where to write the fitted values (default: the file the engine loads, $DSE_CALIBRATION "
+        "or the shipped one)",
+    )
+    p.add_argument(
+        "--kernels",
+        choices=("datasheet", "measured"),
+        default="datasheet",
+        help="price ops from the datasheet roofline, or from AIConfigurator's measured kernel tables "
+        "where they cover the GPU and engine (the other ops and GPUs from the datasheet); the "
+        "file records which, and every command then prices with it (default: %(default)s, which "
+        "predicts the runs it did not see better: docs/accuracy.md)",
     )
     p.add_argument(
         "--no-cross-validation",
@@ -46,6 +56,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.calibration.published import POINTS, StagePoint, measured_per_gpu
     from dse.perf.params import default_params, params_to_json
 
+    args.out = args.out or calibration_file()
     if not args.data.is_file():
         raise InputError(str(args.data), "--data", "must be an existing CSV file")
     data, skipped = cal.read_measured(args.data, catalog)
@@ -57,7 +68,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if points_file.is_file():
         measured = measured_per_gpu(points_file)
         points, values = POINTS, tuple(measured[p.id] for p in POINTS)
-    fitted = cal.fit(data, catalog, default_params(), points, values)
+    start = replace(default_params(), kernels=args.kernels)
+    fitted = cal.fit(data, catalog, start, points, values)
     tput, intv = cal.predict_measured(data, catalog, fitted)
     stats = cal.error_stats(data, tput, intv)
     ttft = cal.ttft_errors(data, catalog, fitted)
@@ -65,15 +77,18 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     folds: dict[str, PerfParams] | None = None
     if not args.no_cross_validation:
         folds = {}
-        t_lo, i_lo = cal.leave_one_hardware_out(data, catalog, default_params(), points, values, folds)
+        t_lo, i_lo = cal.leave_one_hardware_out(data, catalog, start, points, values, folds)
         loho = cal.error_stats(data, t_lo, i_lo)
     latency = fit_latency(data, catalog, fitted, folds)
-    prov = cal.provenance(args.data, data, len(skipped), stats, ttft, loho)
+    prov = cal.provenance(args.data, data, len(skipped), stats, ttft, loho, args.kernels)
     prov["latency"] = {"in_sample_median_ape": latency.in_sample, "loho_median_ape": latency.loho,
                        "loho_median_ape_by_hardware": latency.loho_by_hardware}  # fmt: skip
     fitted = replace(fitted, latency=latency.params, provenance=prov)
     write_text(args.out, params_to_json(fitted) + "\n")
-    print(f"fitted {len(data)} rows ({len(skipped)} skipped) and {len(points)} stage points -> {args.out}")
+    print(
+        f"fitted {len(data)} rows ({len(skipped)} skipped) and {len(points)} stage points, "
+        f"{args.kernels} kernels -> {args.out}"
+    )
     for msg in skipped:
         print(f"  skipped: {msg}")
     for label, s in (("in-sample", stats), ("leave-one-hardware-out", loho)):

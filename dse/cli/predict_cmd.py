@@ -11,7 +11,7 @@ import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dse.atomic import atomic_path
 from dse.catalog import Catalog
@@ -21,6 +21,7 @@ from dse.perf.frameworks import FRAMEWORK_ENGINE
 from dse.typed_data import Rule, check_number, non_negative, positive, read_csv
 
 if TYPE_CHECKING:
+    from dse.perf.benchmark_rows import BenchRow
     from dse.perf.latency import Latency
     from dse.perf.latency_inputs import Lengths, Load
     from dse.perf.serving import ServingResult
@@ -169,8 +170,9 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
-    from dse.perf.benchmark_rows import evaluate, latency_of, parse_row, settings_of, unfit_reason
+    from dse.perf.benchmark_rows import evaluate, kernel_sources, latency_of, settings_of, unfit_reason
     from dse.perf.expected_error import expected_error
+    from dse.perf.kernel_data import problems
     from dse.perf.params import load_params
 
     params = load_params()
@@ -186,11 +188,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
                 raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --afd", getattr(args, flag))
     args.disagg = args.disagg or args.afd
     load, lengths, percentiles = _load_of(args)
-    row = _row_from_flags(args)
-    try:
-        bench = parse_row(row, catalog, source=SRC)
-    except InputError as exc:  # the row's column names are not what the user typed: name the flag
-        raise InputError(SRC, _flag_of(exc.field, args.disagg), exc.rule, exc.value) from None
+    row, bench = _deployment(args, catalog)
     res = evaluate([bench], catalog, params)
     if not math.isfinite(float(res.tput_per_gpu[0])):  # nothing to predict: say why, not a table of NaN
         hbm = catalog.hardware(bench.hardware).hbm.capacity_gb
@@ -219,14 +217,15 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     }
     error = expected_error(params, bench.hardware, bench.model)
     lat = latency_of(bench, catalog, params, load, lengths, args.requests, args.seed)
+    pools = kernel_sources(bench, catalog, params)
+    kernels = {"tier": params.kernels, "pools": pools, "problems": problems()}
     if args.json:
         out = {
             "deployment": {k: _typed(v) for k, v in row.items()},
             "assumed": assumed,
-            "prediction": {
-                k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in figures.items()
-            },
+            "prediction": {k: _finite(v) for k, v in figures.items()},
             "latency": _latency_json(lat, load, lengths, percentiles, args),
+            "kernels": kernels,
             "expected_error": None if error is None else asdict(error),
         }
         print(json.dumps(out, indent=2, allow_nan=False))
@@ -241,9 +240,33 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     )
     print(format_table(["figure", "value"], [[k, v] for k, v in figures.items()]))
     _print_latency(lat, load, lengths, percentiles, args)
+    print(_kernels_text(kernels))
     if error is not None:
         print(error.describe())
     return 0
+
+
+def _kernels_text(kernels: dict[str, Any]) -> str:
+    """One line per pool naming which source priced its ops, ops that share a source together."""
+    lines = [f"ops priced by ({kernels['tier']} tier):"]
+    for pool, ops in kernels["pools"].items():
+        by_source: dict[str, list[str]] = {}
+        for op, source in ops.items():
+            by_source.setdefault(source, []).append(op.replace("_", " "))
+        lines.append(f"  {pool}: " + "; ".join(f"{', '.join(o)}: {s}" for s, o in by_source.items()))
+    lines += [f"  note: {p}" for p in kernels["problems"]]
+    return "\n".join(lines)
+
+
+def _deployment(args: argparse.Namespace, catalog: Catalog) -> tuple[dict[str, str], BenchRow]:
+    """The flags as a measured-run row, and that row parsed; a bad value names its flag."""
+    from dse.perf.benchmark_rows import parse_row
+
+    row = _row_from_flags(args)
+    try:
+        return row, parse_row(row, catalog, source=SRC)
+    except InputError as exc:  # the row's column names are not what the user typed: name the flag
+        raise InputError(SRC, _flag_of(exc.field, args.disagg), exc.rule, exc.value) from None
 
 
 def _load_of(args: argparse.Namespace) -> tuple[Load, Lengths, tuple[float, ...]]:

@@ -46,6 +46,8 @@ from dse.catalog import Catalog
 from dse.errors import DseError, InputError, UnknownIdError
 from dse.perf.afd import attention_side, ffn_side
 from dse.perf.frameworks import FRAMEWORK_ENGINE
+from dse.perf.kernel_data import image_version
+from dse.perf.kernels import OPS
 from dse.perf.latency import Latency, simulate_latency
 from dse.perf.latency_inputs import Lengths, Load
 from dse.perf.latency_tables import tables_of
@@ -129,6 +131,7 @@ class BenchRow:
     decode_max_running: float = float("inf")  # requests one decode instance runs at once
     mtp_draft: float | None = None  # draft tokens per step (MTP rows); None: the engine's default
     kv_precision: Precision | None = None  # the KV cache's precision; None: the engine's
+    engine_version: str | None = None  # from the run's ``image``; None: the newest measured
 
     @property
     def topology(self) -> str:
@@ -241,6 +244,7 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
         decode_max_running=_running_cap(row, source),
         mtp_draft=_draft_tokens(row, spec == "mtp", source),
         kv_precision=_kv_dtype(row, source),
+        engine_version=image_version(str(row.get("image") or "")),
     )
 
 
@@ -366,6 +370,8 @@ def deployment_of(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams
             ep=[s.ep for s in specs],
             weight_precision=wp,
             kv_precision=kvp,
+            engines=params.kernel_engines([r.engine for r in rows]),
+            engine_versions=[r.engine_version for r in rows],
         )
 
     disagg = rows[0].disagg
@@ -388,6 +394,20 @@ def deployment_of(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams
         ffn_instances=np.array([f.instances for f in ffn]) if ffn else None,  # type: ignore[union-attr]
         max_batch=np.array([r.decode_max_running for r in rows]),
     )
+
+
+def kernel_sources(row: BenchRow, catalog: Catalog, params: PerfParams) -> dict[str, dict[str, str]]:
+    """Which source priced each op of each of the row's pools: ``measured <GPU tables> <engine>
+    <version>`` or ``datasheet``, by pool (prefill, decode, ffn; an aggregated row's one pool is
+    ``instance``) and op (:data:`~dse.perf.kernels.OPS`)."""
+    d = deployment_of([row], catalog, params)
+    out = {}
+    decode = "decode" if d.prefill is not None else "instance"  # an aggregated instance runs both
+    for name, pool in (("prefill", d.prefill), (decode, d.decode), ("ffn", d.ffn)):
+        if pool is not None:
+            k = pool.kernels if params.kernels == "measured" else None
+            out[name] = dict(k.sources[0]) if k is not None else {op: "datasheet" for op in OPS}
+    return out
 
 
 def predict_rows(

@@ -24,6 +24,7 @@ class ExpectedError:
     model_fitted: bool
     # the simulated percentiles (ttft_p50, ttft_p99, tpot_p50, tpot_p99) on the same basis
     latency_median_ape: dict[str, float] | None = None
+    kernels: str = "datasheet"  # the tier the calibration priced ops with (PerfParams.kernels)
 
     def describe(self) -> str:
         if self.basis == "in-sample":
@@ -44,7 +45,8 @@ class ExpectedError:
             fitted = ", ".join(self.models_fitted)
             model = f"; measured on {fitted} runs only: this model's error is unmeasured"
         return (
-            f"expected error against measured runs ({self.basis}: {seen}), median / p75: "
+            f"expected error against measured runs ({self.kernels} kernels, {self.basis}: {seen}), "
+            "median / p75: "
             f"tokens/s/GPU {self.tput_median_ape:.0%} / {self.tput_p75_ape:.0%}, "
             f"tokens/s/user {self.intvty_median_ape:.0%} / {self.intvty_p75_ape:.0%}{ttft}{model}"
         )
@@ -74,4 +76,5 @@ def expected_error(params: PerfParams, hardware: str, model: str) -> ExpectedErr
         models_fitted=models,
         model_fitted=model in models,
         latency_median_ape=None if latency is None else {k: float(v) for k, v in latency.items()},
+        kernels=params.kernels,
     )

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from dse.errors import InputError
-from dse.paths import CALIBRATION_FILE
+from dse.paths import CALIBRATION_ENV, CALIBRATION_FILE, calibration_file
 from dse.units import Precision
 
 
@@ -119,9 +119,22 @@ class PerfParams:
     # reduce-scatter inside the domain, an exchange across it, all-gather inside; tens of us
     # for small messages); the fits give 38-59 us. Fitted, global, bounded.
     nic_allreduce_latency_us: float = 40.0
+    # measured kernel time (dse.perf.kernels) per second the engine's forward spends on those
+    # kernels: below 1 where CUDA graphs, fused epilogues and overlapped streams save what the
+    # kernels measured one by one pay (their launches, their separate passes). Fitted, global.
+    measured_scale: float = 1.0
+    # microseconds of each measured kernel call that an engine's CUDA graph does not pay: the
+    # tables time kernels one launch at a time (about 5-20 us floors), a captured forward replays
+    # them back to back. Fitted, global, bounded by the floors.
+    launch_saving_us: float = 0.0
     engines: dict[str, EngineProfile] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     latency: LatencyParams = field(default_factory=LatencyParams)
+    # "datasheet": every op from the datasheet roofline; "measured": ops the measured kernel
+    # tables cover priced from them (dse.perf.kernels). The calibration records which tier its
+    # figures were fitted with (dse calibrate --kernels); a file from before the tier existed
+    # is "datasheet".
+    kernels: str = "datasheet"
 
     def engine(self, name: str) -> EngineProfile:
         try:
@@ -133,6 +146,12 @@ class PerfParams:
                 f"unknown engine; valid engines: {', '.join(sorted(self.engines))}",
                 name,
             ) from None
+
+    def kernel_engines(self, names: list[str]) -> list[str] | None:
+        """``names`` (an engine profile per pool element) when this calibration prices ops from the
+        measured kernel tables (:attr:`kernels`), None when from the datasheet: what
+        :func:`~dse.perf.pool.build_pool` takes as ``engines``."""
+        return names if self.kernels == "measured" else None
 
     def with_values(self, **values: Any) -> PerfParams:
         return replace(self, **values)
@@ -159,6 +178,8 @@ FITTED_SCALARS = (
     "prefill_queue_factor",
     "nic_a2a_latency_us",
     "nic_allreduce_latency_us",
+    "measured_scale",
+    "launch_saving_us",
 )
 
 
@@ -166,11 +187,26 @@ def default_params() -> PerfParams:
     return PerfParams(engines=dict(DEFAULT_ENGINES))
 
 
-def load_params(path: Path = CALIBRATION_FILE) -> PerfParams:
-    """The calibrated parameters; the uncalibrated defaults if no calibration was written yet."""
+KERNEL_TIERS = ("datasheet", "measured")
+
+
+def load_params(path: Path | None = None) -> PerfParams:
+    """The calibrated parameters (``path``, default :func:`~dse.paths.calibration_file`); the
+    uncalibrated defaults if the shipped calibration was not written yet."""
+    if path is None:
+        path = calibration_file()
+        if path != CALIBRATION_FILE and not path.is_file():
+            raise InputError(CALIBRATION_ENV, "", "must name an existing calibration file", str(path))
     if not path.exists():
         return default_params()
-    raw = json.loads(path.read_text())
+    try:
+        raw = json.loads(path.read_text())
+        kernels = str(raw.get("kernels", "datasheet"))
+    except (ValueError, AttributeError) as e:
+        rule = f"must be a calibration file written by dse calibrate ({e})"
+        raise InputError(str(path), "", rule) from None
+    if kernels not in KERNEL_TIERS:
+        raise InputError(str(path), "kernels", f"must be one of {', '.join(KERNEL_TIERS)}", kernels)
     engines = {
         name: EngineProfile(
             name=name,
@@ -190,7 +226,13 @@ def load_params(path: Path = CALIBRATION_FILE) -> PerfParams:
     scalars = {k: float(v) for k, v in raw["params"].items()}
     known = {f.name for f in fields(LatencyParams)}  # a key an older file has and this one lacks is ignored
     latency = LatencyParams(**{k: float(v) for k, v in raw.get("latency", {}).items() if k in known})
-    return PerfParams(**scalars, engines=engines, provenance=raw.get("provenance", {}), latency=latency)
+    return PerfParams(
+        **scalars,
+        engines=engines,
+        provenance=raw.get("provenance", {}),
+        latency=latency,
+        kernels=kernels,
+    )
 
 
 def _accept_rate(engine: dict[str, Any]) -> float:
@@ -207,7 +249,9 @@ def _accept_rate(engine: dict[str, Any]) -> float:
 
 
 def params_to_json(params: PerfParams) -> str:
-    scalars = {k: v for k, v in asdict(params).items() if k not in ("engines", "provenance", "latency")}
+    scalars = {
+        k: v for k, v in asdict(params).items() if k not in ("engines", "provenance", "latency", "kernels")
+    }
     engines = {
         n: {
             "kv_precision": e.kv_precision.value,
@@ -219,5 +263,11 @@ def params_to_json(params: PerfParams) -> str:
         for n, e in params.engines.items()
     }
     latency = asdict(params.latency)
-    out = {"params": scalars, "engines": engines, "latency": latency, "provenance": params.provenance}
+    out = {
+        "params": scalars,
+        "kernels": params.kernels,
+        "engines": engines,
+        "latency": latency,
+        "provenance": params.provenance,
+    }
     return json.dumps(out, indent=2)

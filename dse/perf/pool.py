@@ -7,13 +7,15 @@ evaluates many candidates (different hardware, parallelism, precision, lengths) 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dse.catalog import Hardware, Model
 from dse.catalog.model import AttentionKind
 from dse.errors import InputError
+from dse.perf.kernel_data import ENGINE_DIRS
+from dse.perf.kernels import KernelKey, MeasuredCurves, measured_curves
 from dse.units import GB, GIB, TB, Precision
 
 Array = np.ndarray
@@ -111,6 +113,9 @@ class Pool:
     state_bytes: Array  # per request whatever its context: linear-attention state, sliding-window KV
     act_bytes: Array  # bytes per element of the all-to-all dispatch (fp8 = 1)
     model: ModelTerms
+    # measured kernel speed (dse.perf.kernels) where the engine's tables cover the GPU; None: all
+    # ops priced from the datasheet
+    kernels: MeasuredCurves | None = None
 
     @property
     def attn_dp(self) -> Array:
@@ -142,6 +147,8 @@ def build_pool(
     ep: Sequence[float] | Array,
     weight_precision: Sequence[Precision],
     kv_precision: Sequence[Precision],
+    engines: Sequence[str] | None = None,
+    engine_versions: Sequence[str | None] | None = None,
 ) -> Pool:
     """Arrays for ``len(hardware)`` candidates of one model.
 
@@ -149,6 +156,10 @@ def build_pool(
     at fp8 when the hardware has it, else bf16, and attention at bf16. The per-GPU figures are
     worked out once per distinct (hardware, weight precision, KV precision): a study's pools hold
     hundreds of candidates on a few GPUs.
+
+    ``engines`` (engine profile per candidate, with the engine version each runs where known)
+    brings in the measured kernel tables of :mod:`dse.perf.kernels` where they cover the GPU;
+    without it every op is priced from the datasheet.
     """
     terms = ModelTerms.of(model)
     g = model.param_groups()
@@ -169,6 +180,10 @@ def build_pool(
     def dense_p(h: Hardware) -> Precision:
         return Precision.FP8 if h.compute.fp8_dense_tflops else Precision.BF16
 
+    kernels = None
+    if engines is not None:
+        kernels = _measured(model, terms, hardware, engines, engine_versions, weight_precision, kv_precision,
+                            (gpus, attn_tp, ep))  # fmt: skip
     return Pool(
         gpus=np.asarray(gpus, dtype=float),
         attn_tp=np.asarray(attn_tp, dtype=float),
@@ -189,4 +204,140 @@ def build_pool(
         state_bytes=per_kind(lambda h, wp, kp: model.fixed_state_bytes_per_request(kp)),
         act_bytes=np.ones(len(hardware)),
         model=terms,
+        kernels=kernels,
+    )
+
+
+def _measured(
+    model: Model,
+    terms: ModelTerms,
+    hardware: Sequence[Hardware],
+    engines: Sequence[str],
+    engine_versions: Sequence[str | None] | None,
+    weight_precision: Sequence[Precision],
+    kv_precision: Sequence[Precision],
+    shape: tuple[Sequence[float] | Array, Sequence[float] | Array, Sequence[float] | Array],
+) -> MeasuredCurves | None:
+    """The measured curves of each candidate (:func:`kernel_key` per distinct candidate)."""
+    n = len(hardware)
+    versions = engine_versions if engine_versions is not None else [None] * n
+    gpus, attn_tp, ep = (np.broadcast_to(np.asarray(a, dtype=float), n) for a in shape)
+    made: dict[tuple[object, ...], KernelKey | None] = {}
+
+    def key_of(h: Hardware, *rest: object) -> KernelKey | None:
+        k = (id(h), *rest)
+        if k not in made:
+            made[k] = kernel_key(model, terms, h, *rest)  # type: ignore[arg-type]
+        return made[k]
+
+    kernels = measured_curves(
+        [
+            key_of(h, e, v, wp, kp, float(gg), float(tp), float(ee))
+            for h, e, v, wp, kp, gg, tp, ee in zip(
+                hardware, engines, versions, weight_precision, kv_precision, gpus, attn_tp, ep, strict=True
+            )
+        ]
+    )
+    if kernels is None:
+        return None
+    return replace(kernels, variants=any(h.measured_hbm_tb_per_s is not None for h in hardware))
+
+
+def _dense_precision(h: Hardware) -> Precision:
+    return Precision.FP8 if h.compute.fp8_dense_tflops else Precision.BF16
+
+
+_GEMM_DTYPE = {Precision.FP8: "fp8_block", Precision.BF16: "bfloat16", Precision.FP4: "nvfp4"}
+_KV_DTYPE = {Precision.FP8: "fp8", Precision.BF16: "bfloat16", Precision.FP4: "fp8"}
+
+
+def gemm_shapes(model: Model, attn_tp: float) -> tuple[tuple[float, float, float], ...]:
+    """The dense GEMMs one attention rank runs in a forward pass, as (n, k, count): attention's
+    projections, the dense and shared-expert FFNs and the router in each layer that has them, and
+    the output head. Tensor parallelism splits each projection's heads or width; under data-parallel
+    attention (``attn_tp`` 1) every rank runs them whole on its own tokens, as SGLang and TRT-LLM
+    do. Routed experts are the MoE kernel's (:func:`dse.perf.kernels.measured_curves`)."""
+    h, tp, a = float(model.hidden), float(attn_tp), model.attention
+    full = float(model.layers - model.linear_layers)
+    out: list[tuple[float, float, float]] = []
+    if a.kind is AttentionKind.MLA:
+        assert a.mla is not None
+        ml = a.mla
+        qk = float(ml.qk_nope_dim + ml.qk_rope_dim)
+        if ml.q_lora_rank:
+            out += [(ml.q_lora_rank, h, full), (a.q_heads * qk / tp, ml.q_lora_rank, full)]
+        else:
+            out.append((a.q_heads * qk / tp, h, full))
+        out.append((ml.kv_lora_rank + ml.qk_rope_dim, h, full))
+        out.append((a.q_heads * (ml.qk_nope_dim + ml.v_head_dim) / tp, ml.kv_lora_rank, full))
+        out.append((h, a.q_heads * ml.v_head_dim / tp, full))
+    elif a.head_dim is not None and a.kv_heads is not None:
+        qkv = (a.q_heads + 2.0 * a.kv_heads) * a.head_dim / tp
+        out += [(qkv, h, full), (h, a.q_heads * a.head_dim / tp, full)]
+    else:  # any other attention: its weights as one projection in and one out
+        width = model.attention_params_per_layer() / h / 2.0 / tp
+        out += [(width, h, full), (h, width, full)]
+    if model.linear_layers:
+        width = model.linear_params_per_layer() / h / 2.0 / tp
+        out += [(width, h, float(model.linear_layers)), (h, width, float(model.linear_layers))]
+    if model.dense_layers and model.dense_ffn_dim:
+        f = float(model.dense_ffn_dim)
+        out += [(2.0 * f / tp, h, float(model.dense_layers)), (h, f / tp, float(model.dense_layers))]
+    if model.moe is not None:
+        moe, layers = model.moe, float(model.moe_layers)
+        if moe.shared_experts:
+            f = float(moe.expert_ffn_dim * moe.shared_experts)
+            out += [(2.0 * f / tp, h, layers), (h, f / tp, layers)]
+        out.append((float(moe.routed_experts), h, layers))
+    out.append((model.vocab / tp, h, 1.0))
+    return tuple((max(n, 1.0), max(k, 1.0), c) for n, k, c in out)
+
+
+def kernel_key(
+    model: Model,
+    terms: ModelTerms,
+    h: Hardware,
+    engine: str,
+    version: str | None,
+    wp: Precision,
+    kp: Precision,
+    gpus: float,
+    attn_tp: float,
+    ep: float,
+) -> KernelKey | None:
+    """What a candidate's measured curves depend on; None where no tables cover it."""
+    if not h.measured_kernels or engine not in ENGINE_DIRS:
+        return None
+    dp = _dense_precision(h)
+    mla = model.attention.kind is AttentionKind.MLA
+    return KernelKey(
+        system=h.measured_kernels,
+        engine=engine,
+        version=version,
+        hidden=terms.hidden,
+        expert_inter=terms.params_routed_total / max(terms.experts, 1.0) / (3.0 * terms.hidden),
+        experts=terms.experts,
+        experts_per_token=terms.experts_per_token,
+        q_heads=terms.q_heads,
+        mla=mla,
+        decode_qk=terms.decode_qk_dim,
+        decode_v=terms.decode_v_dim,
+        prefill_qk=terms.prefill_qk_dim,
+        prefill_v=terms.prefill_v_dim,
+        kv_bytes_per_token_layer=terms.kv_elements_per_token
+        / max(terms.full_layers, 1.0)
+        * kp.bytes_per_element,
+        gemm_shapes=gemm_shapes(model, attn_tp),
+        gemm_dtype=_GEMM_DTYPE[dp],
+        moe_dtype=_GEMM_DTYPE[wp],
+        kv_dtype=_KV_DTYPE[kp],
+        weight_bytes=wp.bytes_per_element,
+        dense_bytes=dp.bytes_per_element,
+        dense_peak=_peak(h, dp) * 1e12,
+        expert_peak=_peak(h, wp) * 1e12,
+        attn_peak=(h.compute.bf16_dense_tflops or _peak(h, Precision.FP8)) * 1e12,
+        hbm=(h.measured_hbm_tb_per_s or h.hbm.bandwidth_tb_per_s) * TB,
+        gpus=float(gpus),
+        attn_tp=float(attn_tp),
+        ep=float(ep),
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dse.perf.kernels import MeasuredCurves, lookup_1d, lookup_2d
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
 
@@ -197,6 +198,11 @@ def forward_cost(
     expert_w = f.expert_w * active_expert_fraction(tokens, pool)
     gemm_memory = (f.dense_w + expert_w) / hbm
     gemm_s = np.maximum(gemm_compute, gemm_memory)
+    kern = pool.kernels if p.kernels == "measured" else None
+    if kern is not None:
+        exp_roof = np.maximum(expert_flops / pool.expert_tflops, expert_w / pool.hbm_bytes_per_s)
+        measured = _measured_gemm_s(kern, pool, p, tokens / f.attn_dp, tokens, exp_roof)
+        gemm_s = np.where(kern.has["gemm"] & (kern.has["moe"] | (m.experts_per_token == 0)), measured, gemm_s)
 
     # attention: absorbed MLA in decode, full heads in prefill (causal: half the context)
     dqk = m.prefill_qk_dim if prefill else m.decode_qk_dim
@@ -211,6 +217,12 @@ def forward_cost(
     if prefill:  # a midfill reads the reloaded prefix once per forward
         kv_bytes = kv_bytes + sequences * cached * pool.kv_bytes_per_token / f.kv_shard
     attention_s = np.maximum(attn_compute, kv_bytes / hbm)
+    if kern is not None:
+        op = "prefill_attention" if prefill else "decode_attention"
+        roof = np.maximum(attn_flops / pool.attn_tflops, kv_bytes / pool.hbm_bytes_per_s)
+        ratio = lookup_2d(getattr(kern, op), kern.row_of, sequences / f.attn_dp, context)
+        timed = _in_engine(roof * ratio, m.full_layers, roof, p)
+        attention_s = np.where(kern.has[op], timed, attention_s)
     if not prefill:  # decode: the busiest data-parallel attention rank paces the step
         attention_s = attention_s * attention_rank_imbalance(sequences, f.attn_dp)
 
@@ -226,6 +238,33 @@ def forward_cost(
         gemm_compute_bound=gemm_compute >= gemm_memory,
         attention_compute_bound=attn_compute >= kv_bytes / hbm,
     )
+
+
+def _measured_gemm_s(
+    kern: MeasuredCurves, pool: Pool, p: PerfParams, rows: Array, tokens: Array, expert_roof: Array
+) -> Array:
+    """The GEMMs of a pass from the measured tables: the dense ones at their measured seconds for
+    ``rows`` per attention rank (scaled to ``pool``'s datasheet where it is a what-if variant),
+    the routed experts at their measured share of ``expert_roof`` for the instance's ``tokens``."""
+    r = kern.row_of
+    flops = kern.gemm_flops_per_row[r] * rows
+    weights = kern.gemm_weight_bytes[r]
+    dense_roof = np.maximum(flops / pool.dense_tflops, weights / pool.hbm_bytes_per_s)
+    dense = lookup_1d(kern.gemm, r, rows)
+    if kern.variants:  # measured on the GPU itself, scaled by the ratio of the rooflines on a variant
+        dense *= dense_roof / np.maximum(flops / kern.basis_dense_peak[r], weights / kern.basis_hbm[r])
+    experts = expert_roof * lookup_1d(kern.moe, r, tokens)
+    return _in_engine(dense, kern.gemm_calls[r], dense_roof, p) + _in_engine(
+        experts, pool.model.moe_layers, expert_roof, p
+    )
+
+
+def _in_engine(measured: Array, calls: Array | float, roof: Array, p: PerfParams) -> Array:
+    """Measured kernel seconds as a serving engine's forward spends them: less the launch cost of
+    each of ``calls`` kernels that its CUDA graph replays without (PerfParams.launch_saving_us),
+    never below the roofline, and scaled by what fusion and overlap save
+    (PerfParams.measured_scale). Both are fitted by ``dse calibrate --kernels measured``."""
+    return np.maximum(measured - calls * p.launch_saving_us * 1e-6, roof) * p.measured_scale
 
 
 def _comm_seconds(f: PoolTerms, tokens: Array) -> Array:

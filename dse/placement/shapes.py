@@ -142,6 +142,7 @@ class Shapes:
             ep=[q.ep for q in self.par],
             weight_precision=[req.weight_precision] * n,
             kv_precision=[engine.kv_precision] * n,
+            engines=params.kernel_engines([req.engine] * n),
         )
         self.pool, self.params = pool, params
         self.speed = np.full(n, engine.speed)

@@ -172,6 +172,7 @@ def _pool(design: SimDesign, catalog: Catalog, params: PerfParams, p: SimPool) -
         ep=[p.ep],
         weight_precision=[Precision(design.weight_precision)],
         kv_precision=[params.engine(design.engine).kv_precision],
+        engines=params.kernel_engines([design.engine]),
     )
 
 

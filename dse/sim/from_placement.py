@@ -324,7 +324,7 @@ def _pipeline(
     handoff = (
         0.0
         if main.role == "mixed"
-        else _handoff_s(workload, prefill_pool(design.pools, catalog, model, wp, engine), params)
+        else _handoff_s(workload, prefill_pool(design.pools, catalog, model, wp, engine, params), params)
     )
     ctx = workload.mean_prompt_tokens() + 0.5 * workload.output_tokens
     kv_gb = (ctx * float(pool.kv_bytes_per_token[0]) + float(pool.state_bytes[0])) / GB
@@ -368,6 +368,7 @@ def _step_table(
         ep=[main.ep] * k,
         weight_precision=[Precision(design.weight_precision)] * k,
         kv_precision=[engine.kv_precision] * k,
+        engines=params.kernel_engines([design.engine] * k),
     )
     afd = main.role == "attention"
     tpot = decode_tpot(
@@ -387,7 +388,9 @@ def _step_table(
     return slots, tpot, pool
 
 
-def prefill_pool(pools: tuple[SimPool, ...], catalog: Catalog, model: Any, wp: Precision, engine: Any) -> Any:
+def prefill_pool(
+    pools: tuple[SimPool, ...], catalog: Catalog, model: Any, wp: Precision, engine: Any, params: PerfParams
+) -> Any:
     """The performance-model pool of the prefill unit with the most instances."""
     pre = max((p for p in pools if p.role == "prefill"), key=lambda p: p.instances)
     return build_pool(
@@ -398,6 +401,7 @@ def prefill_pool(pools: tuple[SimPool, ...], catalog: Catalog, model: Any, wp: P
         ep=[pre.ep],
         weight_precision=[wp],
         kv_precision=[engine.kv_precision],
+        engines=params.kernel_engines([engine.name]),
     )
 
 

@@ -27,6 +27,7 @@ def variant_hardware(base: Hardware, v: Variant) -> Hardware:
             bandwidth_tb_per_s=base.hbm.bandwidth_tb_per_s * v.hbm_bandwidth_scale,
         ),
         aliases=(),
+        measured_hbm_tb_per_s=base.measured_hbm_tb_per_s or base.hbm.bandwidth_tb_per_s,
         notes=f"what-if variant of {base.id}: HBM scaled as stated, everything else as {base.id}",
     )
 

@@ -1,0 +1,299 @@
+"""The measured-kernel tier (dse.perf.kernels): AIConfigurator's tables read right and interpolated
+without overshoot, scaled for what-if variants, the datasheet path where they are missing or
+broken, and the tier chosen by the calibration and reported by dse predict."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import Cli
+
+from dse.catalog import Catalog
+from dse.perf import kernel_data, kernels
+from dse.perf.kernels import GRID_1D, STEP_1D, KernelKey, kernel_row
+from dse.perf.params import load_params
+from dse.perf.pool import build_pool, kernel_key
+from dse.perf.stages import forward_cost
+from dse.study.spec import Variant
+from dse.study.variants import variant_hardware
+from dse.units import Precision
+
+FP8 = Precision.FP8
+
+
+@pytest.fixture(autouse=True)
+def fresh_tables() -> Iterator[None]:
+    """Each test reads the tables (and meets their problems) afresh."""
+
+    def clear() -> None:
+        kernel_data.read_table.cache_clear()
+        kernels.kernel_row.cache_clear()
+        kernels._gemm_cache.clear()
+        kernel_data._problems.clear()
+
+    clear()
+    yield
+    clear()
+
+
+def _key(catalog: Catalog, hardware: str = "h200", engine: str = "sglang", **shape: float) -> KernelKey:
+    model = catalog.model("deepseek-v3")
+    from dse.perf.pool import ModelTerms
+
+    key = kernel_key(
+        model, ModelTerms.of(model), catalog.hardware(hardware), engine, None, FP8, Precision.BF16,
+        shape.get("gpus", 8.0), shape.get("attn_tp", 8.0), shape.get("ep", 8.0),
+    )  # fmt: skip
+    assert key is not None
+    return key
+
+
+def _measured_gemm(n: int, k: int) -> pl.DataFrame:
+    found = kernel_data.table_versions("h200_sxm", "gemm", "sglang", "gemm_perf")
+    version = kernel_data.preferred_versions(found, None)[0]
+    df = kernel_data.read_table("h200_sxm", "gemm", "sglang", version, "gemm_perf")
+    assert df is not None
+    return (
+        df.filter((pl.col("gemm_dtype") == "fp8_block") & (pl.col("n") == n) & (pl.col("k") == k))
+        .group_by("m")
+        .agg(pl.col("latency").min())
+        .sort("m")
+    )
+
+
+def test_a_measured_gemm_is_priced_at_its_measured_time(catalog: Catalog) -> None:
+    """At a shape and a row count the table measured, the GEMM curve gives the measured time
+    exactly; between two measured row counts it stays between their times (no overshoot)."""
+    measured = _measured_gemm(2048, 7168)
+    key = replace(_key(catalog), gemm_shapes=((2048.0, 7168.0, 1.0),))
+    curve = kernel_row(key).gemm
+    assert curve is not None
+    m, seconds = measured["m"].to_numpy(), measured["latency"].to_numpy() * 1e-3
+    on_grid = 0
+    for mm, s in zip(m, seconds, strict=True):
+        idx = np.log2(mm) / STEP_1D
+        if idx == round(idx) and idx < len(GRID_1D):
+            assert curve[int(idx)] == pytest.approx(s, rel=1e-9)
+            on_grid += 1
+    assert on_grid >= 10
+    inside = (GRID_1D > m[0]) & (GRID_1D < m[-1])
+    for x, value in zip(GRID_1D[inside], curve[inside], strict=True):
+        j = np.searchsorted(m, x)
+        lo, hi = sorted((seconds[j - 1], seconds[j]))
+        assert lo * (1 - 1e-12) <= value <= hi * (1 + 1e-12), x
+    # two GEMMs of the same shape take twice as long
+    double = replace(key, gemm_shapes=((2048.0, 7168.0, 2.0),))
+    assert kernel_row(double).gemm == pytest.approx(2.0 * curve)
+
+
+def test_ratio_on_grid_holds_the_end_ratios_beyond_the_measured_range() -> None:
+    xs = np.array([4.0, 16.0])
+    measured = np.array([2.0, 4.0])
+    roof = np.array([1.0, 4.0])  # ratios 2 and 1
+    grid = np.array([1.0, 4.0, 8.0, 16.0, 64.0])
+    ratio = kernels._ratio_on_grid(xs, measured, roof, grid, roof_grid=np.array([0.25, 1.0, 2.0, 4.0, 16.0]))
+    assert ratio[0] == pytest.approx(2.0) and ratio[-1] == pytest.approx(1.0)  # flat beyond
+    assert ratio[1] * 1.0 == pytest.approx(2.0) and ratio[3] * 4.0 == pytest.approx(4.0)  # exact at data
+    assert ratio[2] * 2.0 == pytest.approx(np.sqrt(2.0 * 4.0))  # log-log between
+
+
+def test_each_op_names_the_table_and_version_that_priced_it(catalog: Catalog) -> None:
+    pool = build_pool(
+        catalog.model("deepseek-v3"), [catalog.hardware("h200"), catalog.hardware("mi355x")],
+        gpus=[8, 8], attn_tp=[8, 8], ep=[8, 8], weight_precision=[FP8, FP8], kv_precision=[FP8, FP8],
+        engines=["sglang", "sglang"], engine_versions=["0.5.12", None],
+    )  # fmt: skip
+    assert pool.kernels is not None
+    h200, mi355x = pool.kernels.sources
+    assert h200["moe"] == "measured h200_sxm sglang 0.5.10"  # the newest measured not newer than 0.5.12
+    assert h200["gemm"] == "measured h200_sxm sglang 0.5.14"  # the only one measured
+    assert set(mi355x.values()) == {"datasheet"}
+
+
+def test_versions_nearest_the_run_are_tried_first() -> None:
+    versions = ["0.5.6.post2", "0.5.10", "0.5.14", "0.5.9"]
+    assert kernel_data.preferred_versions(versions, "0.5.12") == ["0.5.10", "0.5.9", "0.5.6.post2", "0.5.14"]
+    assert kernel_data.preferred_versions(versions, "0.5.1") == ["0.5.6.post2", "0.5.9", "0.5.10", "0.5.14"]
+    assert kernel_data.preferred_versions(versions, None)[0] == "0.5.14"
+    assert kernel_data.version_key("1.3.0rc20") < kernel_data.version_key("1.3.0")
+    assert kernel_data.version_key("0.5.12") < kernel_data.version_key("0.5.12.post1")
+    assert kernel_data.image_version("lmsysorg/sglang:v0.5.12-cu130") == "0.5.12"
+    assert kernel_data.image_version("nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc14") == "1.3.0rc14"
+    assert kernel_data.image_version("nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2") is None
+
+
+def _step(catalog: Catalog, hardware: object, tier: str, tokens: float, engines: list[str] | None) -> float:
+    pool = build_pool(
+        catalog.model("deepseek-v3"), [hardware], gpus=[8], attn_tp=[8], ep=[8],
+        weight_precision=[FP8], kv_precision=[FP8], engines=engines,
+    )  # fmt: skip
+    p = replace(load_params(), kernels=tier)
+    t = np.array([tokens])
+    return float(forward_cost(pool, p, tokens=t, sequences=t, context=t * 0 + 2000, prefill=False,
+                              speed=np.ones(1)).total_s[0])  # fmt: skip
+
+
+def test_a_gpu_without_tables_takes_the_datasheet_path_unchanged(catalog: Catalog) -> None:
+    mi355x, h200 = catalog.hardware("mi355x"), catalog.hardware("h200")
+    for tokens in (1.0, 64.0, 4096.0):
+        datasheet = _step(catalog, mi355x, "datasheet", tokens, None)
+        assert _step(catalog, mi355x, "measured", tokens, ["sglang"]) == datasheet
+        # and the datasheet tier ignores the tables of a GPU that has them
+        with_tables = _step(catalog, h200, "datasheet", tokens, ["sglang"])
+        assert with_tables == _step(catalog, h200, "datasheet", tokens, None)
+    assert _step(catalog, h200, "measured", 64.0, ["sglang"]) != _step(catalog, h200, "datasheet", 64.0, None)
+
+
+def test_a_what_if_variant_scales_the_measured_time_by_its_datasheet(catalog: Catalog) -> None:
+    """+50% HBM bandwidth: a single-token step's GEMMs read weights, so their measured time falls
+    by the ratio of the rooflines, 1.5x, while the compute-bound large batch barely moves."""
+    h200 = catalog.hardware("h200")
+    faster = variant_hardware(h200, Variant(id="h200-bw", base="h200-sxm", hbm_bandwidth_scale=1.5))
+    p = replace(load_params(), kernels="measured", launch_saving_us=0.0, measured_scale=1.0)
+
+    def gemm_s(hw: object, tokens: float) -> float:
+        pool = build_pool(
+            catalog.model("deepseek-v3"), [hw], gpus=[8], attn_tp=[8], ep=[8],
+            weight_precision=[FP8], kv_precision=[FP8], engines=["sglang"],
+        )  # fmt: skip
+        t = np.array([tokens])
+        return float(forward_cost(pool, p, tokens=t, sequences=t, context=t, prefill=False,
+                                  speed=np.ones(1)).gemm_s[0])  # fmt: skip
+
+    assert gemm_s(h200, 1.0) / gemm_s(faster, 1.0) == pytest.approx(1.5, rel=1e-6)
+    assert gemm_s(h200, 16384.0) / gemm_s(faster, 16384.0) < 1.1
+
+
+def _broken_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of H200's SGLang tables whose GEMM table is not Parquet."""
+    root = kernel_data.data_root()
+    assert root is not None
+    for folder in ("gemm", "moe", "mla"):
+        shutil.copytree(root / "h200_sxm" / folder / "sglang", tmp_path / "h200_sxm" / folder / "sglang")
+    bad = tmp_path / "h200_sxm" / "gemm" / "sglang" / "0.5.14" / "gemm_perf.parquet"
+    bad.write_bytes(b"PAR1 this is not a parquet file")
+    for other in (tmp_path / "h200_sxm" / "gemm" / "sglang").iterdir():
+        if other.name != "0.5.14":
+            shutil.rmtree(other)
+    monkeypatch.setattr(kernel_data, "data_root", lambda: tmp_path)
+    return bad
+
+
+def test_a_corrupt_table_is_one_line_naming_it_and_the_datasheet_prices_the_op(
+    catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = _broken_tables(tmp_path, monkeypatch)
+    row = kernel_row(_key(catalog))
+    assert row.gemm is None and row.moe is not None
+    assert row.source(_key(catalog))["gemm"] == "datasheet"
+    (line,) = kernel_data.problems()
+    assert str(bad) in line and "not a readable Parquet table" in line and "\n" not in line
+
+
+def test_without_the_package_every_op_is_priced_from_the_datasheet(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kernel_data.importlib.util, "find_spec", lambda name: None)
+    pool = build_pool(
+        catalog.model("deepseek-v3"), [catalog.hardware("h200")], gpus=[8], attn_tp=[8], ep=[8],
+        weight_precision=[FP8], kv_precision=[FP8], engines=["sglang"],
+    )  # fmt: skip
+    assert pool.kernels is None
+    (line,) = kernel_data.problems()
+    assert line == "aiconfigurator-core is not installed: every op is priced from the datasheet"
+
+
+def _measured_calibration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The shipped calibration with the measured tier switched on (no refit), as the file
+    `dse calibrate --kernels measured` writes would be named by DSE_CALIBRATION."""
+    from dse.paths import CALIBRATION_FILE
+
+    raw = json.loads(CALIBRATION_FILE.read_text())
+    raw["kernels"] = "measured"
+    file = tmp_path / "measured.json"
+    file.write_text(json.dumps(raw))
+    monkeypatch.setenv("DSE_CALIBRATION", str(file))
+    return file
+
+
+def test_predict_says_which_source_priced_each_op(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flags = ("predict", "--conc", "16", "--requests", "100")
+    proc = cli(*flags, "--hardware", "h200", "--json")
+    assert proc.code == 0, proc.err
+    shipped = json.loads(proc.out)["kernels"]
+    assert shipped["tier"] == "datasheet" and set(shipped["pools"]["instance"].values()) == {"datasheet"}
+    _measured_calibration(tmp_path, monkeypatch)
+    proc = cli(*flags, "--hardware", "h200", "--json")
+    assert proc.code == 0, proc.err
+    out = json.loads(proc.out)
+    assert out["kernels"]["tier"] == "measured"
+    decode = out["kernels"]["pools"]["instance"]
+    assert decode["gemm"].startswith("measured h200_sxm sglang ") and decode["moe"].startswith("measured")
+    assert out["expected_error"]["kernels"] == "measured"
+    amd = json.loads(cli(*flags, "--hardware", "mi355x", "--json").out)["kernels"]["pools"]["instance"]
+    assert set(amd.values()) == {"datasheet"}
+    text = cli(*flags, "--hardware", "h200", "--disagg").out
+    assert "ops priced by (measured tier):" in text
+    assert "  prefill: gemm, moe, decode attention, prefill attention: measured h200_sxm sglang" in text
+    assert "(measured kernels, " in text.strip().splitlines()[-1]
+
+
+def test_predict_reports_a_corrupt_table_and_still_predicts(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = _broken_tables(tmp_path / "tables", monkeypatch)
+    _measured_calibration(tmp_path, monkeypatch)
+    proc = cli("predict", "--hardware", "h200", "--conc", "16", "--requests", "100")
+    assert proc.code == 0, proc.err
+    assert "Traceback" not in proc.err
+    assert f"  note: {bad}: not a readable Parquet table" in proc.out
+    assert "gemm: datasheet" in proc.out
+
+
+def test_a_missing_or_bad_calibration_file_is_one_line(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DSE_CALIBRATION", str(tmp_path / "nowhere.json"))
+    proc = cli("predict", "--hardware", "h200")
+    assert proc.code == 2 and "DSE_CALIBRATION" in proc.err and "nowhere.json" in proc.err
+    file = _measured_calibration(tmp_path, monkeypatch)
+    raw = json.loads(file.read_text())
+    raw["kernels"] = "fast"
+    file.write_text(json.dumps(raw))
+    proc = cli("predict", "--hardware", "h200")
+    assert proc.code == 2 and f"{file}: kernels = 'fast': must be one of datasheet, measured" in proc.err
+    file.write_text("not json")
+    proc = cli("predict", "--hardware", "h200")
+    assert proc.code == 2 and len(proc.err.strip().splitlines()) == 1
+
+
+def test_calibrate_fits_the_measured_tier(cli: Cli, tmp_path: Path, reference: list[dict[str, str]]) -> None:
+    """`dse calibrate --kernels measured` refits what stays calibrated on that tier and records it:
+    on H200 and MI355X runs alone, the measured-kernel scale and launch saving move off their
+    starting values, and the file says which tier its figures belong to."""
+    import csv
+
+    rows = [r for r in reference if r["hardware"] in ("h200", "mi355x")]
+    data = tmp_path / "runs.csv"
+    with open(data, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    out = tmp_path / "measured.json"
+    flags = ("--kernels", "measured", "--data", str(data), "--out", str(out), "--no-cross-validation")
+    proc = cli("calibrate", *flags)
+    assert proc.code == 0, proc.err
+    assert "measured kernels ->" in proc.out
+    fitted = json.loads(out.read_text())
+    assert fitted["kernels"] == "measured" and fitted["provenance"]["kernels"] == "measured"
+    assert fitted["params"]["measured_scale"] != 1.0 and fitted["params"]["launch_saving_us"] != 0.0
+    assert load_params(out).kernels == "measured"
