@@ -119,6 +119,9 @@ class Hardware:
     aliases: tuple[str, ...] = ()
     notes: str = ""
     assumptions: tuple[str, ...] = ()
+    # GPUs one host (one OS, one launch of an engine's node-local ranks) holds: 8 on HGX boards, 4 on
+    # an NVL72 compute tray; an instance wider than this spans hosts
+    gpus_per_host: int = field(default=8, metadata=rule(positive))
     # the GPU folder of AIConfigurator's measured kernel tables (aiconfigurator-core's
     # systems/data/<folder>), empty where none were measured: dse.perf.kernels
     measured_kernels: str = ""

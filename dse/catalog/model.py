@@ -138,6 +138,8 @@ class Model:
     mtp_layers: int = field(default=0, metadata=rule(non_negative))
     tied_embeddings: bool = False
     aliases: tuple[str, ...] = ()
+    # the published checkpoint (a Hugging Face repository id) `dse deploy` launches; empty if none
+    checkpoint: str = ""
     notes: str = ""
 
     def problem(self) -> tuple[str, str, object] | None:

@@ -1,5 +1,5 @@
-"""`dse study list|show|run|export|report|worker` (``dse export``, ``dse report`` and ``dse worker``
-are aliases of the last three).
+"""`dse study list|show|run|export|report|worker|deploy` (``dse export``, ``dse report``,
+``dse worker`` and ``dse deploy`` are aliases of the last four).
 
 Optuna, polars and the engine are imported inside the commands: building the parser must stay cheap.
 """
@@ -22,12 +22,12 @@ if TYPE_CHECKING:
     from dse.study.api import StudyResults
     from dse.study.spec import StudySpec
 
-ALIASES = ("export", "report", "worker")
+ALIASES = ("export", "report", "worker", "deploy")
 """Commands of `dse study` that also stand at the top level (`dse export` is `dse study export`)."""
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    study = sub.add_parser("study", help="named studies: list, show, run, export, report, worker")
+    study = sub.add_parser("study", help="named studies: list, show, run, export, report, worker, deploy")
     ssub = study.add_subparsers(dest="study_command", required=True, metavar="COMMAND")
     lp = ssub.add_parser("list", help="the studies in studies/")
     lp.add_argument("--json", action="store_true", help="machine-readable output")
@@ -67,7 +67,21 @@ def _add_report(sub: argparse._SubParsersAction, name: str, alias: bool = False)
     _common(sub.add_parser(name, help=_help("write a study's Markdown report and plots", alias, name)))
 
 
-_ALIAS_BUILDERS = {"export": _add_export, "report": _add_report, "worker": _add_worker}
+def _add_deploy(sub: argparse._SubParsersAction, name: str, alias: bool = False) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        name, help=_help("write launch files for a study's best design (or a trial's)", alias, name)
+    )
+    _common(p)
+    p.add_argument(
+        "--engine",
+        required=True,
+        choices=("sglang", "trtllm", "vllm", "dynamo"),
+        help="the serving engine to launch; dynamo runs workers of the study's engine profile",
+    )
+    p.add_argument("--trial", type=int, help="this trial's design instead of the best one")
+
+
+_ALIAS_BUILDERS = {"export": _add_export, "report": _add_report, "worker": _add_worker, "deploy": _add_deploy}
 
 
 def _help(text: str, alias: bool, name: str) -> str:
@@ -89,6 +103,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         "worker": _worker,
         "export": _export,
         "report": _report,
+        "deploy": _deploy,
     }
     try:
         return commands[command](args, catalog)
@@ -391,6 +406,20 @@ def _export(args: argparse.Namespace, catalog: Catalog) -> int:
     paths = res.export(args.out / res.spec.name / "exports")
     for p in paths:
         print(p)
+    return 0
+
+
+def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.perf.params import load_params
+    from dse.study.api import Study
+    from dse.study.deploy import design_of_run, launch_files, write_deploy
+
+    res = Study.load(args.name).results(out=args.out, storage=args.storage)
+    design = design_of_run(res, args.trial, load_params())
+    folder = args.out / res.spec.name / "deploy"
+    files = launch_files(design, args.engine)
+    for path in write_deploy(files, folder):
+        print(path)
     return 0
 
 

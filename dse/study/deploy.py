@@ -1,0 +1,514 @@
+"""Launch files for a study's design: `dse deploy NAME --engine {sglang,trtllm,vllm,dynamo}`.
+
+For the best design of a study's run (or a trial's), one launch script per pool with the engine's
+own flags (tensor, expert and data-parallel attention sizes, the running-request cap, the chunked
+prefill budget, MTP drafts, the KV-cache precision), the instance counts, a Dynamo graph for
+Dynamo, and a README stating what was assumed. The flag names come from
+``dse/study/engine_flags.toml``, which cites the engine source each was read from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dse.catalog import Catalog
+from dse.errors import InputError, NoFeasibleDesign
+from dse.perf.params import PerfParams
+from dse.study.api import StudyResults
+from dse.study.spec import StudySpec
+from dse.units import Precision
+
+FLAGS_FILE = Path(__file__).with_name("engine_flags.toml")
+ENGINES = ("sglang", "trtllm", "vllm", "dynamo")
+BACKEND_OF_PROFILE = {"sglang": "sglang", "trt": "trtllm", "atom": "vllm"}
+"""The engine a study's engine profile (its calibration) stands for, as Dynamo's backend."""
+PORT = 8000
+SRC = "dse deploy"
+
+
+def engine_flags() -> dict[str, dict[str, str]]:
+    with open(FLAGS_FILE, "rb") as fh:
+        return tomllib.load(fh)
+
+
+@dataclass(frozen=True)
+class PoolLaunch:
+    """One pool of the design as an engine launches it."""
+
+    role: str  # prefill, decode or mixed
+    hardware: str
+    gpus: int  # per instance
+    attn_tp: int  # 1: data-parallel attention over all the instance's GPUs
+    ep: int
+    instances: int
+    gpus_per_host: int
+    max_running: int | None  # per instance; None: the engine's default
+    chunk_tokens: int | None
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // self.attn_tp
+
+    @property
+    def hosts(self) -> int:
+        """Hosts one instance spans."""
+        return max(1, math.ceil(self.gpus / self.gpus_per_host))
+
+    @property
+    def name(self) -> str:
+        return {"mixed": "instance"}.get(self.role, self.role)
+
+
+@dataclass(frozen=True)
+class Design:
+    """What the launch files need of a study's design."""
+
+    study: str
+    trial: int
+    model: str
+    model_repo: str
+    native_precision: str  # the checkpoint's expert precision
+    topology: str
+    precision: str
+    kv_dtype: Precision
+    mtp_drafts: int  # 0 without MTP
+    profile: str  # the study's engine profile (trt, sglang, atom)
+    pools: tuple[PoolLaunch, ...]
+    metrics: dict[str, Any]
+
+
+def design_of_run(res: StudyResults, trial: int | None, params: PerfParams) -> Design:
+    """The design of trial ``trial`` of a study's run, or of its best trial."""
+    number = res.best_trial() if trial is None else trial
+    if number is None:
+        raise NoFeasibleDesign("study", f"{res.spec.name} has no feasible trial to deploy")
+    found = next((t for t in res.study.get_trials(deepcopy=False) if t.number == number), None)
+    record = None if found is None else found.user_attrs.get("record")
+    if not record or not record.get("pools"):
+        raise InputError(SRC, "--trial", f"must name a feasible trial of {res.spec.name}", number)
+    return design_of(res.spec, number, record, res._cat(), params)
+
+
+def design_of(
+    spec: StudySpec, trial: int, record: dict[str, Any], catalog: Catalog, params: PerfParams
+) -> Design:
+    """The design a trial's record holds (pools, shapes, the engine settings it was priced with)."""
+    from dse.placement.shapes import parse_shape
+
+    choice = record.get("choice", {})
+    topology = str(choice.get("topology", ""))
+    if topology == "afd":
+        raise InputError(
+            SRC, "--trial", "is an attention-FFN disaggregated design, which no engine here launches", trial
+        )
+    engine = params.engine(spec.engine)
+    drafts = 0
+    if spec.mtp:
+        drafts = int(spec.mtp_draft_tokens if spec.mtp_draft_tokens is not None else engine.mtp_draft_tokens)
+    pools = []
+    for p in record.get("pools", []):
+        par = parse_shape(str(p["shape"]))
+        hw = catalog.hardware(str(p["hardware"]))
+        role = str(p["role"])
+        decodes = role in ("decode", "mixed")
+        max_batch = choice.get("max_batch")
+        pools.append(
+            PoolLaunch(
+                role=role,
+                hardware=hw.id,
+                gpus=par.gpus,
+                attn_tp=par.attn_tp,
+                ep=par.ep,
+                instances=int(p["instances"]),
+                gpus_per_host=hw.gpus_per_host,
+                max_running=int(max_batch) if decodes and max_batch else None,
+                # the prefill chunk budget; a decode pool keeps its engine's default
+                chunk_tokens=int(choice["chunk_tokens"])
+                if role != "decode" and choice.get("chunk_tokens")
+                else None,
+            )
+        )
+    model = catalog.model(spec.model)
+    return Design(
+        study=spec.name,
+        trial=trial,
+        model=model.id,
+        model_repo=model.checkpoint,
+        native_precision=(model.expert_weight_precision or model.native_weight_precision).value,
+        topology=topology,
+        precision=spec.precision,
+        kv_dtype=engine.kv_precision,
+        mtp_drafts=drafts,
+        profile=spec.engine,
+        pools=tuple(pools),
+        metrics=dict(record.get("metrics", {})),
+    )
+
+
+def launch_files(
+    design: Design, engine: str, flags: dict[str, dict[str, str]] | None = None
+) -> dict[str, str]:
+    """File name -> contents of the deployment of ``design`` on ``engine``."""
+    flags = flags or engine_flags()
+    if engine not in ENGINES:
+        raise InputError(SRC, "--engine", f"must be one of {', '.join(ENGINES)}", engine)
+    disagg = any(p.role == "prefill" for p in design.pools)
+    if disagg and engine in ("trtllm", "vllm"):
+        raise InputError(
+            SRC,
+            "--engine",
+            f"launches one aggregated server; this {design.topology} design needs sglang or dynamo",
+            engine,
+        )
+    files: dict[str, str] = {}
+    for pool in design.pools:
+        mode = pool.role if disagg else None
+        if engine == "sglang":
+            cmd = sglang_args(pool, design, flags["sglang"], mode)
+        elif engine == "vllm":
+            cmd = vllm_args(pool, design, flags["vllm"])
+        elif engine == "trtllm":
+            cmd = trtllm_args(pool, design, flags["trtllm"], f"{pool.name}.yaml")
+            files[f"{pool.name}.yaml"] = _yaml(trtllm_options(pool, design, flags["trtllm"]))
+        else:
+            cmd, extra = dynamo_args(pool, design, flags, mode)
+            files.update(extra)
+        files[f"{pool.name}.sh"] = _script(pool, design, cmd)
+    if engine == "dynamo":
+        files["frontend.sh"] = _script(
+            None, design, [*flags["dynamo"]["frontend"].split(), flags["dynamo"]["http_port"], str(PORT)]
+        )
+        files["graph.yaml"] = _yaml(dynamo_graph(design, files, flags))
+    files["instances.json"] = json.dumps(_instances(design), indent=2) + "\n"
+    files["README.md"] = _readme(design, engine, flags)
+    return files
+
+
+def _kv(design: Design, table: dict[str, str]) -> str:
+    return table["kv_fp8"] if design.kv_dtype is Precision.FP8 else table["kv_bf16"]
+
+
+def _per_rank(total: int | None, ranks: int) -> int | None:
+    return None if total is None else max(1, math.ceil(total / ranks))
+
+
+def sglang_args(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None) -> list[str]:
+    """SGLang: the instance's GPUs are its TP size; data-parallel attention splits them into
+    ``dp`` attention ranks. Its running-request cap and chunk are for the whole instance."""
+    args = [*f["launch"].split(), f["model"], "$MODEL", f["tp"], str(pool.gpus)]
+    args += _sglang_body(pool, design, f, mode)
+    return [*args, f["host"], "0.0.0.0", f["port"], str(PORT), f["trust"]]
+
+
+def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None) -> list[str]:
+    args: list[str] = []
+    if pool.ep > 1:
+        args += [f["ep"], str(pool.ep)]
+    if pool.attn_tp == 1 and pool.gpus > 1:
+        args += [f["dp_attention"], f["dp"], str(pool.dp)]
+    if pool.max_running is not None:
+        args += [f["max_running"], str(pool.max_running)]
+    if pool.chunk_tokens is not None:
+        args += [f["chunk"], str(pool.chunk_tokens)]
+    args += [f["kv_dtype"], _kv(design, f)]
+    if design.mtp_drafts:
+        d = design.mtp_drafts
+        args += [f["spec_algorithm"], f["spec_algorithm_mtp"], f["spec_steps"], str(d), f["spec_topk"], "1"]
+        args += [f["spec_draft_tokens"], str(d + 1)]
+    if mode is not None:
+        args += [f["disagg_mode"], mode, f["disagg_backend"], f["disagg_backend_value"]]
+    if pool.hosts > 1:
+        args += [f["nnodes"], str(pool.hosts), f["node_rank"], "$NODE_RANK", f["dist_init"], "$HEAD_ADDR"]
+    return args
+
+
+def vllm_args(pool: PoolLaunch, design: Design, f: dict[str, str]) -> list[str]:
+    """vLLM: tensor parallelism inside an attention rank, data parallelism across ranks, each
+    rank an engine with its own running-request cap (the instance's, split)."""
+    args = [*f["launch"].split(), "$MODEL", f["tp"], str(pool.attn_tp), f["dp"], str(pool.dp)]
+    if pool.ep > 1:
+        args.append(f["ep"])
+    cap = _per_rank(pool.max_running, pool.dp)
+    if cap is not None:
+        args += [f["max_running"], str(cap)]
+    if pool.chunk_tokens is not None:
+        args += [f["chunk"], str(pool.chunk_tokens)]
+    args += [f["kv_dtype"], _kv(design, f)]
+    if design.mtp_drafts:
+        spec = json.dumps({"method": f["spec_method"], "num_speculative_tokens": design.mtp_drafts})
+        args += [f["spec_config"], spec]
+    return [*args, f["host"], "0.0.0.0", f["port"], str(PORT), f["trust"]]
+
+
+def trtllm_args(pool: PoolLaunch, design: Design, f: dict[str, str], options: str) -> list[str]:
+    """TRT-LLM: the instance's GPUs are its TP size; its batch cap is per attention-DP rank."""
+    args = [f["launch"], "$MODEL", f["tp"], str(pool.gpus), f["ep"], str(pool.ep)]
+    cap = _per_rank(pool.max_running, pool.dp)
+    if cap is not None:
+        args += [f["max_running"], str(cap)]
+    if pool.chunk_tokens is not None:
+        args += [f["chunk"], str(pool.chunk_tokens)]
+    return [*args, f["options"], f"$HERE/{options}", f["host"], "0.0.0.0", f["port"], str(PORT), f["trust"]]
+
+
+def trtllm_options(pool: PoolLaunch, design: Design, f: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        f["yaml_dp_attention"]: pool.attn_tp == 1 and pool.gpus > 1,
+        f["yaml_kv"]: {f["yaml_kv_dtype"]: _kv(design, f)},
+    }
+    if design.mtp_drafts:
+        out[f["yaml_spec"]] = {
+            f["yaml_spec_type"]: f["yaml_spec_type_mtp"],
+            f["yaml_spec_layers"]: design.mtp_drafts,
+        }
+    return out
+
+
+def dynamo_args(
+    pool: PoolLaunch, design: Design, flags: dict[str, dict[str, str]], mode: str | None
+) -> tuple[list[str], dict[str, str]]:
+    """A Dynamo worker of the study's engine: its backend's own flags, and its role."""
+    d = flags["dynamo"]
+    backend = BACKEND_OF_PROFILE[design.profile]
+    role = mode or ("prefill_and_decode" if backend == "trtllm" else "agg")
+    if backend == "sglang":
+        args = [
+            *d["sglang_worker"].split(),
+            flags["sglang"]["model"],
+            "$MODEL",
+            flags["sglang"]["tp"],
+            str(pool.gpus),
+        ]
+        body = _sglang_body(pool, design, flags["sglang"], None)
+        mode_args = [d["sglang_mode"], mode, flags["sglang"]["disagg_backend"], "nixl"] if mode else []
+        return [*args, *body, *mode_args, flags["sglang"]["trust"]], {}
+    if backend == "vllm":
+        v = vllm_args(pool, design, flags["vllm"])
+        body = v[len(flags["vllm"]["launch"].split()) + 1 : v.index(flags["vllm"]["host"])]
+        return [*d["vllm_worker"].split(), d["vllm_model"], "$MODEL", d["vllm_mode"], role, *body], {}
+    options = f"{pool.name}.yaml"
+    args = [*d["trtllm_worker"].split(), d["trtllm_model"], "$MODEL", d["trtllm_mode"], role]
+    args += [d["trtllm_tp"], str(pool.gpus), d["trtllm_ep"], str(pool.ep)]
+    if pool.attn_tp == 1 and pool.gpus > 1:
+        args.append(d["trtllm_dp_attention"])
+    cap = _per_rank(pool.max_running, pool.dp)
+    if cap is not None:
+        args += [d["trtllm_max_running"], str(cap)]
+    if pool.chunk_tokens is not None:
+        args += [d["trtllm_chunk"], str(pool.chunk_tokens)]
+    args += [d["trtllm_options"], f"$HERE/{options}"]
+    return args, {options: _yaml(trtllm_options(pool, design, flags["trtllm"]))}
+
+
+def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """A DynamoGraphDeployment: the frontend and one worker service per pool, replicas = its
+    instances (one replica per host where an instance spans several)."""
+    d = flags["dynamo"]
+    services: dict[str, Any] = {"Frontend": {"componentType": "frontend", "replicas": 1}}
+    for pool in design.pools:
+        line = _command_line(files[f"{pool.name}.sh"])
+        words = shlex.split(line.replace("$MODEL", design.model_repo or "MODEL").replace("$HERE/", ""))
+        service: dict[str, Any] = {
+            "componentType": "worker",
+            "replicas": pool.instances,
+            "resources": {"limits": {"gpu": str(min(pool.gpus, pool.gpus_per_host))}},
+            "extraPodSpec": {"mainContainer": {"command": words[:3], "args": words[3:]}},
+        }
+        if pool.role in ("prefill", "decode"):
+            service["subComponentType"] = pool.role
+        if pool.hosts > 1:
+            service["multinode"] = {"nodeCount": pool.hosts}
+        services[pool.name] = service
+    return {
+        "apiVersion": d["api_version"],
+        "kind": d["kind"],
+        "metadata": {"name": f"{design.study}-trial-{design.trial}"},
+        "spec": {"services": services},
+    }
+
+
+def _command_line(script: str) -> str:
+    return next(line for line in script.splitlines() if line.startswith("exec ")).removeprefix("exec ")
+
+
+def _script(pool: PoolLaunch | None, design: Design, args: list[str]) -> str:
+    head = [
+        "#!/usr/bin/env bash",
+        f"# {design.study}, trial {design.trial}: " + (_pool_text(pool) if pool else "the Dynamo frontend"),
+        "set -euo pipefail",
+        'HERE="$(cd "$(dirname "$0")" && pwd)"',
+        f'MODEL="${{MODEL:-{design.model_repo}}}"'
+        if design.model_repo
+        else ': "${MODEL:?set MODEL to the checkpoint}"',
+    ]
+    if pool is not None and pool.hosts > 1:
+        head += [
+            f"# one instance spans {pool.hosts} hosts: run this on each with NODE_RANK 0..{pool.hosts - 1}",
+            'NODE_RANK="${NODE_RANK:?set NODE_RANK}"',
+            'HEAD_ADDR="${HEAD_ADDR:?set HEAD_ADDR to host:port of rank 0}"',
+        ]
+    return "\n".join([*head, "exec " + " ".join(_quote(a) for a in args)]) + "\n"
+
+
+def _quote(arg: str) -> str:
+    """Shell words; the script's own variables stay expandable."""
+    if arg.startswith("$") or arg.startswith('"$'):
+        return f'"{arg}"' if not arg.startswith('"') else arg
+    if arg.startswith("$HERE/"):
+        return f'"{arg}"'
+    return shlex.quote(arg)
+
+
+def _pool_text(pool: PoolLaunch) -> str:
+    attn = (
+        f"TP{pool.attn_tp} attention" if pool.attn_tp > 1 else f"data-parallel attention over {pool.dp} ranks"
+    )
+    return (
+        f"{pool.instances} x {pool.role} instance of {pool.gpus} {pool.hardware} GPUs "
+        f"({attn}, EP{pool.ep}), this script starts one"
+    )
+
+
+def _instances(design: Design) -> dict[str, Any]:
+    return {
+        "study": design.study,
+        "trial": design.trial,
+        "topology": design.topology,
+        "pools": [
+            {
+                "name": p.name,
+                "role": p.role,
+                "hardware": p.hardware,
+                "instances": p.instances,
+                "gpus_per_instance": p.gpus,
+                "hosts_per_instance": p.hosts,
+                "gpus": p.instances * p.gpus,
+                "attn_tp": p.attn_tp,
+                "attn_dp": p.dp,
+                "ep": p.ep,
+                "max_running_requests": p.max_running,
+                "chunk_tokens": p.chunk_tokens,
+            }
+            for p in design.pools
+        ],
+    }
+
+
+def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]]) -> str:
+    table = flags[engine]
+    lines = [
+        f"# {design.study}: trial {design.trial} on {engine}",
+        "",
+        f"Written by `dse deploy {design.study} --engine {engine}`. The {design.topology} design the "
+        f"study chose for {design.model}:",
+        "",
+        "| file | pool | instances | GPUs per instance | hosts per instance |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| `{p.name}.sh` | {p.role} on {p.hardware} | {p.instances} | {p.gpus} | {p.hosts} |"
+        for p in design.pools
+    ]
+    m = design.metrics
+    usd = m.get("usd_per_million_tokens")
+    lines += [
+        "",
+        "Run each pool's script once per instance (on each of its hosts where an instance spans several,"
+        " with `NODE_RANK` and `HEAD_ADDR` set)"
+        + (
+            ", and `frontend.sh` once; `graph.yaml` is the same"
+            " deployment for the Dynamo Kubernetes operator."
+            if engine == "dynamo"
+            else "."
+        ),
+        "",
+        "What it assumed:",
+        f"- the checkpoint: `MODEL` (default `{design.model_repo or 'none: set MODEL'}`), "
+        f"{design.precision} routed experts as the study priced them"
+        + (
+            f" (the default checkpoint's are {design.native_precision}: "
+            f"set `MODEL` to a {design.precision} one);"
+            if design.precision != design.native_precision
+            else ";"
+        ),
+        f"- the KV cache in {design.kv_dtype.value}, the study's engine profile `{design.profile}`'s;",
+        f"- MTP with {design.mtp_drafts} draft tokens per step;"
+        if design.mtp_drafts
+        else "- no speculative decoding;",
+        "- the running-request cap per decode instance and the prefill chunk are the trial's "
+        "(`instances.json`); an engine that caps per data-parallel rank gets the instance's cap split;",
+        f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
+        "(`dse/study/engine_flags.toml`): check them against the version you run;",
+        f"- port {PORT} on every server; a disaggregated design's KV moves over NIXL.",
+    ]
+    if engine == "sglang" and any(p.role == "prefill" for p in design.pools):
+        lines.append("- a router in front sends each request to a prefill and a decode server "
+                     "(`--engine dynamo` writes Dynamo's frontend for that);")  # fmt: skip
+    if engine == "dynamo":
+        lines.append("- `graph.yaml`'s workers read their options files (`*.yaml`) from their working "
+                     "directory: mount them there (a ConfigMap).")  # fmt: skip
+    if usd is not None:
+        lines += ["", f"The study priced this design at ${usd:.4f} per million tokens."]
+    return "\n".join(lines) + "\n"
+
+
+def _yaml(data: Any, indent: int = 0) -> str:
+    """YAML for plain dicts, lists, strings, numbers and booleans (JSON-style strings)."""
+    pad = "  " * indent
+    out = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if isinstance(v, dict | list) and v:
+                out.append(f"{pad}{k}:\n{_yaml(v, indent + 1)}")
+            else:
+                out.append(f"{pad}{k}: {_scalar(v)}")
+    else:
+        for v in data:
+            if isinstance(v, dict | list) and v:
+                inner = _yaml(v, indent + 1).lstrip()
+                out.append(f"{pad}- {inner}")
+            else:
+                out.append(f"{pad}- {_scalar(v)}")
+    return "\n".join(out) + ("\n" if indent == 0 else "")
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return str(v)
+    if v in ({}, []):
+        return json.dumps(v)
+    return json.dumps(str(v))
+
+
+def write_deploy(files: dict[str, str], folder: Path) -> list[Path]:
+    """The files under ``folder``, replaced whole: written in a sibling folder first and swapped
+    in, so an earlier deployment's files never mix with these and a failed write leaves the
+    earlier one as it was."""
+    import os
+    import shutil
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    fresh = folder.with_name(f".{folder.name}.{os.getpid()}.new")
+    old = folder.with_name(f".{folder.name}.{os.getpid()}.old")
+    shutil.rmtree(fresh, ignore_errors=True)
+    try:
+        fresh.mkdir()
+        for name, text in files.items():
+            (fresh / name).write_text(text, encoding="utf-8")
+            if name.endswith(".sh"):
+                (fresh / name).chmod(0o755)
+        if folder.exists():
+            folder.rename(old)
+        fresh.rename(folder)
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return [folder / name for name in files]
