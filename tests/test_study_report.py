@@ -16,7 +16,7 @@ from dse.study.spec import StudySpec, load_study
 
 PNG = b"\x89PNG\r\n\x1a\n"
 OBJECTIVES = [("usd_per_million_tokens", "minimize")]
-LONG_BINDING = "placement: HBM of the decode pool " + "x" * 100  # cut to 80 characters in the report
+LONG_BINDING = "placement: HBM of the decode pool needs 182.5 GB per GPU of 180 " + "x" * 60  # numbers
 SECTIONS = (
     "# Study report: deepseek-v3-blackwell",
     "## Best designs",
@@ -79,7 +79,7 @@ def _trials() -> pl.DataFrame:
             "tpot_mean_s": [0.032, 0.022, 0.026, 0.03, 0.04, None],
             "hbm_peak_gb_per_gpu": [70.0, 90.0, 75.0, 60.0, 65.0, None],
             "feasible": [True, True, True, False, False, False],
-            "binding": ["", "", "", "ttft_s", "ttft_s", LONG_BINDING],
+            "binding": ["", "", "", LONG_BINDING, "ttft_s", LONG_BINDING.replace("182.5", "191.25")],
             "objective_usd_per_million_tokens": [c if c is not None else 1e12 for c in cost],
         }
     )
@@ -178,6 +178,28 @@ def _best() -> BestDesign:
             "e2e_mean_s": 21.3,
             "near_capacity": False,
         },
+        settings={
+            "engine profile": "trt",
+            "KV cache": "fp8",
+            "MTP draft tokens per step": 0,
+            "running requests per decode instance (cap)": 1024,
+        },
+        tiers=[
+            {
+                "kv_class": "think60s",
+                "returning_per_s": 11.2,
+                "dwell_s": 60.0,
+                "share_hbm": 0.65,
+                "share_dram": 0.35,
+                "share_nvme": 0.0,
+                "share_network": 0.0,
+                "share_drop": 0.0,
+                "stored_hbm_gb": 283.4,
+                "stored_dram_gb": 152.4,
+                "stored_nvme_gb": 0.0,
+                "stored_network_gb": 0.0,
+            }
+        ],
         stage_ms={
             "prefill b200 8gpu-tp8-ep8": {
                 "gemm": 310.0,
@@ -225,11 +247,19 @@ def test_report_sections_numbers_and_pngs(tmp_path: Path, spec: StudySpec) -> No
     assert [r[0] for r in _rows(_section(md, "## Pareto front"))] == ["2", "1"]
 
     binding = _rows(_section(md, "## Binding constraints"))
-    assert binding[0] == ["ttft_s", "2", "67%"]  # most common first
-    assert binding[1][0] == LONG_BINDING[:80] and binding[1][1] == "1"
+    # the same constraint at other numbers counts once, most common first, its first line whole
+    assert binding[0] == [LONG_BINDING, "2", "67%"] and binding[1] == ["ttft_s", "1", "33%"]
 
     detail = _section(md, "## Best design detail")
     assert "Trial 2." in detail and "+1 TB/s/GPU" in detail and "stable: yes" in detail
+    assert "requests/s (load)" in detail and "output tokens/s (capacity)" in detail
+    assert "B200's \"180 GB\" holds 193.3 GB" in detail
+    settings = dict(r[:2] for r in _rows(detail[detail.index("### Engine settings") :]))
+    assert settings["running requests per decode instance (cap)"] == "1,024"
+    assert settings["KV cache"] == "fp8" and settings["MTP draft tokens per step"] == "0"
+    kv = _rows(detail[detail.index("### KV placement") :])
+    assert kv[0][:8] == ["think60s", "11.20", "60", "65%", "35%", "0%", "0%", "0%"]
+    assert kv[0][8:10] == ["0.283", "0.152"]  # TB stored in HBM and host DRAM
     assert "decode gb200-nvl72 64gpu-dpa-ep64" in detail and "28.10" in detail  # stage total, ms
 
     hbm = _rows(_section(md, "## Peak HBM residency"))

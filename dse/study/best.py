@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from dse.perf.params import load_params
+from dse.perf.params import PerfParams, load_params
 from dse.sim.stored import simulate_stored
 from dse.study.api import StudyResults
 from dse.study.report import BestDesign
+from dse.study.spec import StudySpec
 
 PRICES_ATTR = "best_shadow_prices"
 """The study's user attribute the run writes (:mod:`dse.study.prices`): ``{"trial", "prices"}``."""
@@ -22,7 +23,8 @@ def best_design(res: StudyResults) -> BestDesign | None:
         return None
     trial = next(t for t in res.study.get_trials(deepcopy=False) if t.number == number)
     record: dict[str, Any] = trial.user_attrs.get("record", {})
-    sim = simulate_stored(record.get("simulation"), res._cat(), load_params())
+    params = load_params()
+    sim = simulate_stored(record.get("simulation"), res._cat(), params)
     if sim is None:
         return None
     f = sim.fluid
@@ -45,4 +47,25 @@ def best_design(res: StudyResults) -> BestDesign | None:
         shadow_prices=prices,
         sim=verdicts,
         stage_ms=dict(record.get("stage_ms", {})),
+        settings=engine_settings(res.spec, dict(record.get("choice", {})), params),
+        tiers=list(record.get("tiers", [])),
     )
+
+
+def engine_settings(spec: StudySpec, choice: dict[str, Any], params: PerfParams) -> dict[str, Any]:
+    """What the engine of the design runs with, labelled: the study's engine profile, precisions
+    and MTP, and the trial's chunk and running-request cap (`dse deploy` writes the same)."""
+    engine = params.engine(spec.engine)
+    drafts = 0
+    if spec.mtp:
+        drafts = spec.mtp_draft_tokens if spec.mtp_draft_tokens is not None else engine.mtp_draft_tokens
+    return {
+        "engine profile": spec.engine,
+        "topology": choice.get("topology"),
+        "KV policy": choice.get("kv_policy"),
+        "routed-expert weights": spec.precision,
+        "KV cache": engine.kv_precision.value,
+        "MTP draft tokens per step": drafts,
+        "prefill chunk (tokens per forward)": choice.get("chunk_tokens"),
+        "running requests per decode instance (cap)": choice.get("max_batch"),
+    }

@@ -9,7 +9,8 @@ written atomically.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from dse.study.results import distinct_designs, ranked
 from dse.study.spec import StudySpec
 
 TOP_N = 5  # rows of the best-designs table
-BINDING_CHARS = 80  # binding texts are grouped on their first characters (the numbers vary after)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")  # binding texts are grouped with their numbers out
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class BestDesign:
     shadow_prices: list[dict[str, Any]]  # hardware, resource, unit, usd_per_hour, usd_per_gpu_hour
     sim: dict[str, Any]  # stable, oscillating, oscillation_period_s, ttft_*_s, tpot_mean_s, e2e_mean_s, ...
     stage_ms: dict[str, dict[str, float]]  # pool label -> stage -> ms of one step
+    settings: dict[str, Any] = field(default_factory=dict)  # engine settings, as labelled values
+    tiers: list[dict[str, Any]] = field(default_factory=list)  # KV placement per class (kv_tiers rows)
 
 
 # (header with unit, column, format spec, scale) of the trial tables
@@ -324,24 +327,17 @@ def _binding_section(trials: pl.DataFrame) -> str:
     bad = trials.filter(~pl.col("feasible").fill_null(False))
     if bad.is_empty():
         return f"{head}\n\nnone: all {trials.height} trials are feasible."
-    text = (
-        pl.col("binding").fill_null("").str.slice(0, BINDING_CHARS)
-        if "binding" in bad.columns
-        else pl.lit("")
+    texts = bad["binding"].fill_null("").to_list() if "binding" in bad.columns else [""] * bad.height
+    groups: dict[str, list[str]] = {}
+    for t in texts:  # the same constraint at other numbers is one group; its first line stands for it
+        groups.setdefault(_NUMBER.sub("#", t), []).append(t)
+    ordered = sorted(groups.values(), key=lambda g: (-len(g), g[0]))
+    rows = [[fmt(g[0] or "(not recorded)"), fmt(len(g)), f"{len(g) / bad.height:.0%}"] for g in ordered]
+    intro = (
+        f"{bad.height} of {trials.height} trials are infeasible; what bound them (trials whose "
+        "constraint differs only in its numbers are counted together, shown by the first one's):"
     )
-    counts = (
-        bad.select(text.alias("binding"))
-        .group_by("binding")
-        .len()
-        .sort(["len", "binding"], descending=[True, False])
-    )
-    rows = [[fmt(b or "(not recorded)"), fmt(k), f"{k / bad.height:.0%}"] for b, k in counts.iter_rows()]
-    intro = f"{bad.height} of {trials.height} trials are infeasible; what bound them:"
-    table = md_table(
-        ["binding constraint (first 80 characters)", "trials", "share of infeasible"],
-        rows,
-        [False, True, True],
-    )
+    table = md_table(["binding constraint", "trials", "share of infeasible"], rows, [False, True, True])
     return f"{head}\n\n{intro}\n\n{table}"
 
 
@@ -356,8 +352,8 @@ POOL_COLUMNS = (  # key, header with unit, format spec
     ("prefill_share", "prefill share", ".2f"),
     ("hbm_gb_per_gpu", "HBM (GB/GPU)", ".1f"),
     ("weights_gb_per_gpu", "weights (GB/GPU)", ".1f"),
-    ("requests_per_s", "requests/s", ",.2f"),
-    ("output_tokens_per_s", "output tokens/s", ",.0f"),
+    ("requests_per_s", "requests/s (load)", ",.2f"),
+    ("output_tokens_per_s", "output tokens/s (capacity)", ",.0f"),
     ("usd_per_hour", "$/hour", ",.2f"),
 )
 
@@ -366,6 +362,39 @@ def _pools_table(pools: list[dict[str, Any]]) -> str:
     present = [c for c in POOL_COLUMNS if any(c[0] in p for p in pools)]
     rows = [[fmt(p.get(key), spec) for key, _, spec in present] for p in pools]
     return md_table([h for _, h, _ in present], rows, [bool(spec) for *_, spec in present])
+
+
+POOLS_NOTE = (
+    "requests/s (load) is what the placement sends each pool at the study's request rate; output "
+    "tokens/s (capacity) is what its instances serve at their decode batch within the TPOT target. "
+    "HBM figures are GB of 10^9 bytes, and a datasheet's HBM capacity is in GiB: B200's \"180 GB\" "
+    "holds 193.3 GB, so a pool may show more than the datasheet's number."
+)
+KV_NOTE = (
+    "Where each class of returning conversation's KV rests between its turns: the share of the "
+    "class in each tier, and what the fleet stores there (TB, 10^12 bytes)."
+)
+_TIERS = ("hbm", "dram", "nvme", "network")
+
+
+def _settings_table(settings: dict[str, Any]) -> str:
+    return md_table(["setting", "value"], [[k, fmt(v)] for k, v in settings.items()], [False, False])
+
+
+def _tiers_table(tiers: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            fmt(t.get("kv_class")),
+            fmt(t.get("returning_per_s"), ",.2f"),
+            fmt(t.get("dwell_s"), ",.0f"),
+            *(fmt(t.get(f"share_{x}"), ".0%") for x in (*_TIERS, "drop")),
+            *(fmt(t.get(f"stored_{x}_gb"), ",.3f", 1e-3) for x in _TIERS),
+        ]
+        for t in tiers
+    ]
+    heads = ["class", "returning/s", "dwell (s)", *(f"in {x}" for x in _TIERS), "dropped"]
+    heads += [f"stored in {x} (TB)" for x in _TIERS]
+    return md_table(heads, rows, [False, True, True] + [True] * 9)
 
 
 def _metrics_table(metrics: dict[str, float | None]) -> str:
@@ -423,7 +452,11 @@ def _detail_section(best: BestDesign | None) -> str:
     if best is None:
         return f"{head}\n\nNo best design to detail."
     parts = [head, f"Trial {best.trial}."]
-    parts += ["### Pools", _pools_table(best.pools) if best.pools else "No pools recorded."]
+    parts += ["### Pools", _pools_table(best.pools) if best.pools else "No pools recorded.", POOLS_NOTE]
+    if best.settings:
+        parts += ["### Engine settings", _settings_table(best.settings)]
+    if best.tiers:
+        parts += ["### KV placement", KV_NOTE, _tiers_table(best.tiers)]
     if best.metrics:
         parts += ["### Metrics", _metrics_table(best.metrics)]
     parts += [
