@@ -7,11 +7,15 @@ release whose ``cli default`` runs offline) is installed into ``benchmarks/.aic-
 missing. The two tools run alternately, ``ROUNDS`` times each per system, each in its own process
 under ``/usr/bin/time`` (wall time and peak memory).
 
-Our side answers with the placement MILP at the goodput objective: the most traffic a budget of
-N GPUs serves (``Objective.GOODPUT``, budget = N x the GPU's price), per topology, at the TPOT
-target (and at a sweep of targets for the front). Output tokens/s per GPU divide by all N GPUs, as
-AIConfigurator does. Not part of ``make test``; writes ``benchmarks/results/vs_aiconfigurator.md``
-and ``vs_aiconfigurator_<system>.png``. Run: ``python benchmarks/vs_aiconfigurator.py [ROUNDS]``.
+Both sides are timed as whole command-line processes: AIConfigurator's ``cli default`` and
+``dse place`` with the goodput objective (the most traffic a budget of N GPUs serves, budget = N x
+the GPU's price), which answers aggregated, disaggregated and attention-FFN disaggregated in one
+process. Output tokens/s per GPU divide by all N GPUs of the cluster on both sides
+(AIConfigurator's ``tokens/s/gpu_cluster``). The fronts (dse at a sweep of TPOT targets) and dse's
+answer with AIConfigurator's TTFT definition are computed afterwards, untimed. Medians of at least
+three alternating rounds, with their spread. Not part of ``make test``; writes
+``benchmarks/results/vs_aiconfigurator.md`` and ``vs_aiconfigurator_<system>.png``. Run:
+``python benchmarks/vs_aiconfigurator.py [ROUNDS]``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import math
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,7 +44,7 @@ SYSTEMS = {  # AIConfigurator system -> (our hardware id, GPUs)
 }
 ISL, OSL, TTFT_MS, TPOT_MS = 4000, 1000, 1000, 30
 FRONT_TPOT_MS = (10, 12, 15, 20, 25, 30, 40, 50, 70, 100)
-ROUNDS = 2
+ROUNDS = 3
 
 
 @dataclass
@@ -92,8 +97,8 @@ def run_aic(system: str, gpus: int, run: Run) -> None:
             rows = list(csv.DictReader(found[0].open())) if found else []
             if rows:
                 r = rows[0]
-                run.best[topo] = {
-                    "tokens_per_s_per_gpu": float(r["tokens/s/gpu"]),
+                run.best[topo] = {  # over all GPUs of the cluster, as dse counts them
+                    "tokens_per_s_per_gpu": float(r.get("tokens/s/gpu_cluster") or r["tokens/s/gpu"]),
                     "tokens_per_s_per_user": float(r["tokens/s/user"]),
                     "ttft_ms": float(r["ttft"]),
                     "config": _aic_config(r, topo),
@@ -114,13 +119,52 @@ def _aic_config(r: dict[str, str], topo: str) -> str:
             f"{r['(d)parallel']} bs {r['(d)bs']}")  # fmt: skip
 
 
+def dse_place_cmd(system: str) -> list[str]:
+    """The question as `dse place` takes it: the most traffic N GPUs' price buys at the targets."""
+    from dse.catalog import load_catalog
+
+    hw_id, gpus = SYSTEMS[system]
+    price = load_catalog().hardware(hw_id).prices.usd_per_gpu_hour_own_hyperscaler
+    assert price is not None
+    dse = Path(sys.executable).with_name("dse")
+    return [str(dse), "place", "--model", "deepseek-r1", "--hardware", hw_id, "--rate", "1",
+            "--isl", str(ISL), "--osl", str(OSL), "--ttft", str(TTFT_MS / 1e3), "--tpot", str(TPOT_MS / 1e3),
+            "--percentile", "50", "--objective", "goodput", "--budget", f"{gpus * price * (1 + 1e-9):.6f}",
+            "--topology", "auto", "--no-shadow-prices", "--json"]  # fmt: skip
+
+
 def run_ours(system: str, run: Run) -> None:
-    with tempfile.NamedTemporaryFile("r", suffix=".json") as out:
-        wall, mb, _ = timed([sys.executable, str(Path(__file__)), "--ours", system, out.name])
-        doc = json.load(out)
+    """The whole `dse place` process, timed; its answer per topology from its JSON."""
+    wall, mb, out = timed(dse_place_cmd(system))
     run.wall_s.append(wall)
     run.peak_mb.append(mb)
-    run.best, run.space, run.best_unqueued = doc["best"], doc["space"], doc["best_unqueued"]
+    gpus = SYSTEMS[system][1]
+    doc = json.loads(out[out.index("{") :])
+    for o in doc["outcomes"]:
+        key = {"aggregated": "agg", "disaggregated": "disagg"}.get(o["topology"])
+        if key is None or not o["pools"]:
+            continue
+        tpots = [p["unit"]["tpot_s"] for p in o["pools"] if p["unit"]["tpot_s"]]
+        ttfts = [p["unit"]["ttft_s"] for p in o["pools"] if p["unit"]["ttft_s"]]
+        run.best[key] = {
+            "tokens_per_s_per_gpu": o["requests_per_s"] * OSL / gpus,
+            "tokens_per_s_per_user": 1.0 / min(tpots),
+            "ttft_ms": 1e3 * max(ttfts, default=0.0),
+            "config": " + ".join(
+                f"{p['instances']} x {p['unit']['role']} {p['unit']['name'].rsplit('/', 1)[-1]}"
+                + (f" bs {p['unit']['decode_batch']:.0f}" if p["unit"]["decode_batch"] else "")
+                for p in o["pools"]
+            ),
+        }
+
+
+def fronts_of_ours(system: str, run: Run) -> None:
+    """dse's fronts, space searched and answer with AIConfigurator's TTFT: in a process of its
+    own, not timed."""
+    with tempfile.NamedTemporaryFile("r", suffix=".json") as out:
+        subprocess.run([sys.executable, str(Path(__file__)), "--ours", system, out.name], check=True)
+        doc = json.load(out)
+    run.space, run.best_unqueued = doc["space"], doc["best_unqueued"]
     run.front = {k: [tuple(p) for p in v] for k, v in doc["front"].items()}  # type: ignore[misc]
 
 
@@ -281,8 +325,11 @@ def plot(system: str, aic: Run, us: Run) -> Path:
 
 
 def _med(xs: list[float]) -> float:
-    s = sorted(xs)
-    return s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
+    return statistics.median(xs)
+
+
+def _spread(xs: list[float], digits: int) -> str:
+    return f"{min(xs):.{digits}f}-{max(xs):.{digits}f}"
 
 
 def main(rounds: int) -> None:
@@ -293,12 +340,14 @@ def main(rounds: int) -> None:
         "# Side by side with AIConfigurator",
         "",
         f"DeepSeek-R1, ISL {ISL}, OSL {OSL}, TTFT <= {TTFT_MS} ms, TPOT <= {TPOT_MS} ms; AIConfigurator "
-        f"{AIC_VERSION} (`cli default`, trtllm) against `dse` (placement MILP, goodput objective), "
-        f"{rounds} alternating runs each, medians. Written by `python benchmarks/vs_aiconfigurator.py`.",
+        f"{AIC_VERSION} (`cli default`, trtllm) against `dse place` (placement MILP, goodput objective), "
+        f"each as a whole command-line process, {rounds} alternating rounds, medians with the spread "
+        "(min-max); output tokens/s per GPU over all the cluster's GPUs on both sides. Written by "
+        "`python benchmarks/vs_aiconfigurator.py`.",
         "",
-        "| system | tool | wall s | peak MB | best agg: tok/s/GPU @ tok/s/user | config "
-        "| best disagg: tok/s/GPU @ tok/s/user | config | space searched |",
-        "|---|---|---:|---:|---|---|---|---|---|",
+        "| system | tool | wall s (median) | wall s (spread) | peak MB | best agg: tok/s/GPU @ tok/s/user "
+        "| config | best disagg: tok/s/GPU @ tok/s/user | config | space searched |",
+        "|---|---|---:|---|---:|---|---|---|---|---|",
     ]
     speedups = []
     runs: dict[str, tuple[Run, Run]] = {}
@@ -311,6 +360,7 @@ def main(rounds: int) -> None:
                     run_aic(system, SYSTEMS[system][1], aic)
                 else:
                     run_ours(system, us)
+        fronts_of_ours(system, us)
         speedups.append(_med(aic.wall_s) / _med(us.wall_s))
         for run in (aic, us):
             cells = []
@@ -321,15 +371,20 @@ def main(rounds: int) -> None:
                     if b else ["none", "-"]
                 )  # fmt: skip
             lines.append(
-                f"| {system} | {run.tool} | {_med(run.wall_s):.2f} | {_med(run.peak_mb):.0f} | "
-                + " | ".join(cells)
-                + f" | {run.space} |"
+                f"| {system} | {run.tool} | {_med(run.wall_s):.2f} | {_spread(run.wall_s, 2)} | "
+                f"{_med(run.peak_mb):.0f} | " + " | ".join(cells) + f" | {run.space} |"
             )
         png = plot(system, aic, us)
         print(f"{system}: AIConfigurator {_med(aic.wall_s):.1f} s, dse {_med(us.wall_s):.2f} s "
               f"({speedups[-1]:.0f}x); {png.name}", flush=True)  # fmt: skip
     shown = ", ".join(f"{s}: {x:.0f}x" for s, x in zip(SYSTEMS, speedups, strict=True))
-    lines += ["", f"Speed-up (AIConfigurator wall / dse wall): {shown}.", "", *closer(runs), *sensitivity()]
+    lines += [
+        "",
+        f"Speed-up, CLI to CLI (median AIConfigurator wall / median dse wall, same run): {shown}.",
+        "",
+        *closer(runs),
+        *sensitivity(),
+    ]
     lines += [f"![{s}](vs_aiconfigurator_{s}.png)" for s in SYSTEMS]
     (RESULTS / "vs_aiconfigurator.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
