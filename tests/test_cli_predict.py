@@ -606,3 +606,18 @@ def test_a_calibration_file_from_before_the_acceptance_rate_still_loads(tmp_path
     now, then = load_params(), load_params(old)
     for name, e in now.engines.items():
         assert then.engines[name].mtp_accept_rate == pytest.approx(e.mtp_accept_rate, rel=1e-9)
+
+
+def test_an_engine_no_run_calibrated_is_marked_assumed(cli: Cli) -> None:
+    """vLLM on NVIDIA has no measured run: its profile takes the calibrated engines' mean speed and
+    MTP acceptance, and a prediction with it says so; a calibrated engine's does not."""
+    prov = load_params().provenance
+    assert "vllm" not in prov["engines_fitted"] and "sglang" in prov["engines_fitted"]
+    vllm = cli("predict", "--hardware", "h200", "--framework", "vllm", "--conc", "16", "--requests", "100")
+    assert vllm.code == 0, vllm.err
+    assert "engine profile vllm has no measured runs" in vllm.out.strip().splitlines()[-1]
+    sglang = cli(
+        "predict", "--hardware", "h200", "--framework", "sglang", "--conc", "16", "--requests", "100"
+    )
+    assert "no measured runs" not in sglang.out
+    assert load_params().engine("vllm").speed == 1.0

@@ -115,6 +115,14 @@ def test_a_design_no_engine_launches_is_refused() -> None:
         launch_files(_design(), "tgi")
 
 
+def test_dynamo_runs_workers_of_the_studys_engine() -> None:
+    from dataclasses import replace
+
+    for profile, worker in (("vllm", "vllm_worker"), ("sglang", "sglang_worker"), ("trt", "trtllm_worker")):
+        files = launch_files(replace(_design(), profile=profile), "dynamo")
+        assert _command(files["decode.sh"])[:3] == FLAGS["dynamo"][worker].split(), profile
+
+
 def test_dynamo_writes_a_graph_of_its_workers() -> None:
     files = launch_files(_design(), "dynamo")
     graph = files["graph.yaml"]

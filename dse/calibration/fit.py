@@ -427,6 +427,8 @@ def provenance(
         # rows whose run's engine settings (draft depth, running cap, KV precision) were known
         "rows_with_recipe_settings": sum(any(m.raw.get(c) for c in ENGINE_COLUMNS) for m in data),
         "hardware_fitted": sorted({m.row.hardware for m in data}),
+        # engine profiles with measured runs; the others are assumed (the fitted ones' mean speed)
+        "engines_fitted": _engines_used(data),
         "models_fitted": sorted({m.row.model for m in data}),
         "fitted_at_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "in_sample_tput_median_ape": round(stats.tput_median_ape, 4),

@@ -215,7 +215,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         "mtp_draft_tokens": int(drafts),
         "mtp_tokens_per_step": round(float(engine.accept_tokens(drafts)), 4),
     }
-    error = expected_error(params, bench.hardware, bench.model)
+    error = expected_error(params, bench.hardware, bench.model, bench.engine)
     lat = latency_of(bench, catalog, params, load, lengths, args.requests, args.seed)
     pools = kernel_sources(bench, catalog, params)
     kernels = {"tier": params.kernels, "pools": pools, "problems": problems()}

@@ -25,6 +25,8 @@ class ExpectedError:
     # the simulated percentiles (ttft_p50, ttft_p99, tpot_p50, tpot_p99) on the same basis
     latency_median_ape: dict[str, float] | None = None
     kernels: str = "datasheet"  # the tier the calibration priced ops with (PerfParams.kernels)
+    # an engine profile no measured run calibrated (its speed and MTP acceptance are assumed)
+    assumed_engine: str | None = None
 
     def describe(self) -> str:
         if self.basis == "in-sample":
@@ -44,6 +46,11 @@ class ExpectedError:
         if not self.model_fitted:
             fitted = ", ".join(self.models_fitted)
             model = f"; measured on {fitted} runs only: this model's error is unmeasured"
+        if self.assumed_engine is not None:
+            model += (
+                f"; engine profile {self.assumed_engine} has no measured runs: its speed and MTP "
+                "acceptance are the calibrated engines' mean, an assumption"
+            )
         return (
             f"expected error against measured runs ({self.kernels} kernels, {self.basis}: {seen}), "
             "median / p75: "
@@ -52,7 +59,9 @@ class ExpectedError:
         )
 
 
-def expected_error(params: PerfParams, hardware: str, model: str) -> ExpectedError | None:
+def expected_error(
+    params: PerfParams, hardware: str, model: str, engine: str | None = None
+) -> ExpectedError | None:
     """How far a prediction of ``model`` on ``hardware`` may be from a measurement, from the
     calibration's provenance: the in-sample error where the fit saw that hardware, the
     leave-one-hardware-out error where it did not (None for a file without these figures)."""
@@ -77,4 +86,7 @@ def expected_error(params: PerfParams, hardware: str, model: str) -> ExpectedErr
         model_fitted=model in models,
         latency_median_ape=None if latency is None else {k: float(v) for k, v in latency.items()},
         kernels=params.kernels,
+        assumed_engine=engine
+        if engine is not None and engine not in prov.get("engines_fitted", (engine,))
+        else None,
     )

@@ -13,7 +13,7 @@ FRAMEWORK_ENGINE: dict[str, str] = {
     "dynamo-sglang": "sglang",
     "mori-sglang": "sglang",
     "atom": "atom",
-    "vllm": "atom",
+    "vllm": "vllm",
 }
 """Framework name (a measured run's ``framework`` column, ``dse predict --framework``) to engine profile."""
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 PACKAGE = "aiconfigurator-core"
 PACKAGE_MODULE = "aiconfigurator_core"
 
-ENGINE_DIRS = {"trt": "trtllm", "sglang": "sglang"}
+ENGINE_DIRS = {"trt": "trtllm", "sglang": "sglang", "vllm": "vllm"}
 """dse engine profile -> the engine folder of the tables (ATOM runs on AMD GPUs, which have none)."""
 
 _problems: dict[str, str] = {}

@@ -42,7 +42,8 @@ class EngineRules:
 ENGINE_RULES = {
     "sglang": EngineRules(mixed=False, reserve=0.1),
     "trt": EngineRules(mixed=True, reserve=1.0),
-    "atom": EngineRules(mixed=True, reserve=0.0),
+    "atom": EngineRules(mixed=True, reserve=0.0),  # ATOM schedules as vLLM v1 does
+    "vllm": EngineRules(mixed=True, reserve=0.0),
 }
 
 

@@ -162,6 +162,10 @@ DEFAULT_ENGINES = {
     "trt": EngineProfile("trt", Precision.FP8, mtp_draft_tokens=3),
     "sglang": EngineProfile("sglang", Precision.BF16, mtp_draft_tokens=3, prefill_chunk_per_instance=True),
     "atom": EngineProfile("atom", Precision.FP8, mtp_draft_tokens=3),
+    # vLLM on NVIDIA GPUs: no measured run, so `dse calibrate` gives it the fitted engines' mean
+    # speed (1) and MTP acceptance. KV at the model's dtype (vLLM's --kv-cache-dtype auto), one
+    # MTP draft (vLLM's DeepSeek MTP proposes num_speculative_tokens drafts, recipes use 1).
+    "vllm": EngineProfile("vllm", Precision.BF16, mtp_draft_tokens=1),
 }
 
 FITTED_SCALARS = (
@@ -223,6 +227,8 @@ def load_params(path: Path | None = None) -> PerfParams:
         )
         for name, e in raw["engines"].items()
     }
+    for name, profile in DEFAULT_ENGINES.items():  # a profile newer than the file: its defaults
+        engines.setdefault(name, profile)
     scalars = {k: float(v) for k, v in raw["params"].items()}
     known = {f.name for f in fields(LatencyParams)}  # a key an older file has and this one lacks is ignored
     latency = LatencyParams(**{k: float(v) for k, v in raw.get("latency", {}).items() if k in known})

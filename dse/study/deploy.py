@@ -26,7 +26,7 @@ from dse.units import Precision
 
 FLAGS_FILE = Path(__file__).with_name("engine_flags.toml")
 ENGINES = ("sglang", "trtllm", "vllm", "dynamo")
-BACKEND_OF_PROFILE = {"sglang": "sglang", "trt": "trtllm", "atom": "vllm"}
+BACKEND_OF_PROFILE = {"sglang": "sglang", "trt": "trtllm", "atom": "vllm", "vllm": "vllm"}
 """The engine a study's engine profile (its calibration) stands for, as Dynamo's backend."""
 PORT = 8000
 SRC = "dse deploy"
