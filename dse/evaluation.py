@@ -20,6 +20,7 @@ import numpy as np
 from dse.context import Context
 from dse.perf.afd import attention_side, ffn_side
 from dse.perf.pool import build_pool
+from dse.perf.power import gpu_power_w, kwh_per_million_tokens, step_busy
 from dse.perf.serving import prefill_batch_tokens
 from dse.perf.stages import forward_cost
 from dse.placement.plan import PoolPlan, TopologyOutcome, place_best
@@ -112,6 +113,7 @@ def check(
     failing = {k: v for k, v in constraints.items() if v > 0}
     binding = max(failing, key=failing.__getitem__) if failing else ""
     stages = stage_split(req, outcome.pools, ctx)
+    metrics |= power_metrics(req, outcome, stages, ctx)
     return Evaluation(
         req, outcome, design, sim, metrics, constraints, binding, stages, scenario, dt_s, buffer_max
     )
@@ -169,6 +171,40 @@ def _engine_metrics(
     }
 
 
+def power_metrics(
+    req: PlacementRequest, outcome: TopologyOutcome, stages: dict[str, dict[str, float]], ctx: Context
+) -> dict[str, float | None]:
+    """Power at load and energy per token (:mod:`dse.perf.power`): each pool's GPUs draw by the
+    share of the time their kernels run: a decode or aggregated instance steps all the time, its
+    kernels the step's share of it (``stages``); a prefill instance's kernels run its busy share
+    of each second. Where the request prices energy, its cost is added to the cost per token."""
+    watts = 0.0
+    for p in outcome.pools:
+        st = stages[stage_label(p)]
+        busy = step_busy(st["gemm"], st["attention"], st["communication"], st["overhead"])
+        if p.unit.role is Role.PREFILL:
+            known = p.prefill_busy_s == p.prefill_busy_s  # nan where the pool serves nothing
+            busy *= min(p.requests_per_s * p.prefill_busy_s / p.instances, 1.0) if known else 1.0
+        tdp = ctx.catalog.hardware(p.unit.hardware).tdp_w
+        watts += p.gpus * float(gpu_power_w(tdp, busy, ctx.params.power))
+    kw = watts * req.energy.pue / 1e3
+    energy_usd_hour = kw * req.energy.usd_per_kwh
+    out: dict[str, float | None] = {
+        "power_kw": kw,
+        "kwh_per_million_tokens": _or_none(kwh_per_million_tokens(kw, outcome.tokens_per_s)),
+        "energy_usd_per_hour": energy_usd_hour,
+    }
+    if energy_usd_hour > 0 and outcome.tokens_per_s > 0:
+        total = outcome.usd_per_hour + energy_usd_hour
+        out["usd_per_million_tokens"] = total / (3600.0 * outcome.tokens_per_s) * 1e6
+    return out
+
+
+def stage_label(p: PoolPlan) -> str:
+    """The key of a pool in :func:`stage_split`."""
+    return f"{p.unit.role.name.lower()} {p.unit.hardware} {p.unit.parallel.label()}"
+
+
 def ttft_at_percentile(mean: float, p99: float, percentile: float) -> float:
     """TTFT at ``percentile`` between the simulated mean and p99, taking the excess over the mean
     as exponential: its quantile grows with ``ln(1 / (1 - p))``, which is 1 at about p63 (the
@@ -219,7 +255,7 @@ def stage_split(
             step_pool, ctx.params, tokens=tokens_, sequences=seqs, context=ctx_len, prefill=prefill,
             speed=np.array([engine.speed]),
         )  # fmt: skip
-        out[f"{p.unit.role.name.lower()} {p.unit.hardware} {par.label()}"] = {
+        out[stage_label(p)] = {
             "gemm": 1e3 * float(cost.gemm_s[0]),
             "attention": 1e3 * float(cost.attention_s[0]),
             "communication": 1e3 * float(cost.comm_s[0]),

@@ -18,7 +18,11 @@ class Metric:
 
 
 METRICS = {
-    "usd_per_million_tokens": Metric("$/M tokens", "minimize", "cost per million prompt + output tokens"),
+    "usd_per_million_tokens": Metric(
+        "$/M tokens",
+        "minimize",
+        "cost per million prompt + output tokens: GPU-hours, and energy where the study prices it ([energy])",
+    ),
     "usd_per_hour": Metric("$/h", "minimize", "GPUs bought, at the study's price tier"),
     "gpus": Metric("GPUs", "minimize", "GPUs bought, in whole nodes or racks"),
     "tokens_per_s_per_gpu": Metric("tokens/s/GPU", "maximize", "prompt + output tokens per GPU bought"),
@@ -37,6 +41,13 @@ METRICS = {
     "engine_tpot_pct_s": Metric("s", None, "TPOT at the study's percentile, engine-level simulation"),
     "engine_ttft_p99_s": Metric("s", None, "99th-percentile TTFT, engine-level simulation"),
     "e2e_s": Metric("s", "minimize", "mean end-to-end latency, simulated", "e2e_mean_s"),
+    "power_kw": Metric(
+        "kW", "minimize", "power the design's GPUs draw at its load, times the site's PUE ([energy])"
+    ),
+    "kwh_per_million_tokens": Metric("kWh/M tokens", "minimize", "energy per million prompt + output tokens"),
+    "energy_usd_per_hour": Metric(
+        "$/h", None, "energy at the study's price per kWh (0 when the GPU-hour rate holds it)"
+    ),
     "hbm_peak_gb_per_gpu": Metric("GB", "minimize", "largest HBM residency of any pool"),
     "decode_batch": Metric("sequences", None, "sequences per decode instance", "decode_batch_sequences"),
     "milp_solve_s": Metric("s", None, "MILP solve time"),

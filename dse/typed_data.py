@@ -35,6 +35,10 @@ def non_negative(value: float) -> str | None:
     return None if value >= 0 else "must be >= 0"
 
 
+def at_least_one(value: float) -> str | None:
+    return None if value >= 1.0 else "must be at least 1"
+
+
 def fraction(value: float) -> str | None:
     return None if 0 <= value <= 1 else "must be between 0 and 1"
 

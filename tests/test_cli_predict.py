@@ -237,6 +237,8 @@ def test_calibration_is_reproducible(calibration: Calibration | None) -> None:
     # the latency side: its fitted offsets and cross-validated errors, as shipped
     for key, value in shipped["latency"].items():
         assert fresh["latency"][key] == pytest.approx(value, abs=1e-9), key
+    for key, value in shipped["power"].items():  # the GPU power shares, fitted on the runs' power
+        assert fresh["power"][key] == pytest.approx(value, rel=1e-3), key
     for basis in ("in_sample_median_ape", "loho_median_ape"):
         for key, value in shipped["provenance"]["latency"][basis].items():
             assert fresh["provenance"]["latency"][basis][key] == pytest.approx(value, abs=2e-3), key

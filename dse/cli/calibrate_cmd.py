@@ -53,6 +53,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
 
     from dse.calibration import fit as cal
     from dse.calibration.latency import fit_latency
+    from dse.calibration.power import fit_power
     from dse.calibration.published import POINTS, StagePoint, measured_per_gpu
     from dse.perf.params import default_params, params_to_json
 
@@ -83,6 +84,14 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     prov = cal.provenance(args.data, data, len(skipped), stats, ttft, loho, args.kernels)
     prov["latency"] = {"in_sample_median_ape": latency.in_sample, "loho_median_ape": latency.loho,
                        "loho_median_ape_by_hardware": latency.loho_by_hardware}  # fmt: skip
+    power = fit_power(data, catalog, fitted)
+    if power is not None:
+        prov["power"] = {
+            "rows": power.rows,
+            "hardware": list(power.hardware),
+            "in_sample_median_ape": power.median_ape,
+        }
+        fitted = replace(fitted, power=power.params)
     fitted = replace(fitted, latency=latency.params, provenance=prov)
     write_text(args.out, params_to_json(fitted) + "\n")
     print(
@@ -102,6 +111,12 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         f"latency: front end {latency.params.frontend_s * 1e3:.0f} ms, disaggregated hand-off "
         f"{latency.params.handoff_s * 1e3:.0f} ms per request"
     )
+    if power is not None:
+        print(
+            f"power: {power.params.idle:.0%} of TDP idle, {power.params.full:.0%} with kernels running all "
+            f"the time; {power.rows} runs ({', '.join(power.hardware)}), in-sample median abs error "
+            f"{power.median_ape:.0%}; other GPUs assumed alike"
+        )
     for label, errs in (("in-sample", latency.in_sample), ("leave-one-hardware-out", latency.loho)):
         if errs is not None:
             print(f"{label} abs error of the simulated percentiles, median: " + ", ".join(

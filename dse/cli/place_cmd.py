@@ -15,13 +15,14 @@ from dse.catalog import Catalog
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, UnknownIdError
 from dse.perf.frameworks import ENGINES
-from dse.placement.request import PRICE_TIERS, Limits, PlacementRequest, Topology
-from dse.typed_data import Rule, build, check_number, non_negative, positive
+from dse.placement.request import PRICE_TIERS, Energy, Limits, PlacementRequest, Topology
+from dse.typed_data import Rule, at_least_one, build, check_number, non_negative, positive
 from dse.units import Precision
 from dse.workload import Slo, Workload
 from formulations.placement_data import TIERS, Objective
 
 if TYPE_CHECKING:
+    from dse.perf.params import PerfParams
     from dse.placement.plan import PlacementReport, TopologyOutcome
 
 
@@ -81,6 +82,16 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative decoding)")
     p.add_argument("--budget", type=float, help="cap in $/hour (required by --objective goodput)")
     p.add_argument("--power-kw", type=float, help="cap on GPU power, kW")
+    p.add_argument(
+        "--usd-per-kwh",
+        type=float,
+        default=0.0,
+        help="the site's energy price, added to the GPU-hour rate (0: the rate holds power, as the "
+        "shipped price tiers do)",
+    )
+    p.add_argument(
+        "--pue", type=float, default=1.0, help="the site's PUE: facility watts per watt of IT load"
+    )
     p.add_argument("--inventory", default="", metavar="HW=GPUS,...", help="GPUs available per hardware")
     p.add_argument("--network-kv-tb", type=float, help="capacity of the network KV store, TB")
     p.add_argument(
@@ -121,6 +132,8 @@ OPTIONAL_NUMBERS: dict[str, Rule] = {
     "latency_usd_per_s": non_negative,
     "time_limit": positive,
     "gap": non_negative,
+    "usd_per_kwh": non_negative,
+    "pue": at_least_one,
 }
 """Numeric flags outside the workload and the SLO, with their rules."""
 
@@ -224,6 +237,7 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
         mtp=args.mtp,
         limits=limits,
         network_kv_usd_per_tb_hour=args.network_kv_usd_per_tb_hour,
+        energy=Energy(usd_per_kwh=args.usd_per_kwh, pue=args.pue),
         latency_usd_per_s=args.latency_usd_per_s,
         time_limit_s=args.time_limit,
         mip_rel_gap=args.gap,
@@ -236,12 +250,14 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.placement.serialize import report_to_dict
 
     req = request_from_args(args, catalog)
-    report = place(req, catalog=catalog, params=load_params(), with_shadow_prices=not args.no_shadow_prices)
+    params = load_params()
+    report = place(req, catalog=catalog, params=params, with_shadow_prices=not args.no_shadow_prices)
+    energy = best_energy(report, catalog, params)
     if args.json:
-        json.dump(report_to_dict(report), sys.stdout, indent=2)
+        json.dump({**report_to_dict(report), "best_energy": energy}, sys.stdout, indent=2)
         print()
     else:
-        print(render(report))
+        print(render(report, energy))
     if report.best is None:
         first = next((o.infeasibility for o in report.outcomes if o.infeasibility is not None), None)
         if first is None:
@@ -250,7 +266,25 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     return 0
 
 
-def render(report: PlacementReport) -> str:
+def best_energy(
+    report: PlacementReport, catalog: Catalog, params: PerfParams
+) -> dict[str, float | None] | None:
+    """Power at load, energy per token and, where the request prices energy, its cost, of the best
+    design (:func:`dse.evaluation.power_metrics`)."""
+    from dse.context import Context
+    from dse.evaluation import power_metrics, stage_split
+    from formulations.solve import PlacementSolver
+
+    best = report.best
+    if best is None:
+        return None
+    ctx = Context(catalog, params, PlacementSolver())
+    out = power_metrics(report.request, best, stage_split(report.request, best.pools, ctx), ctx)
+    out.setdefault("usd_per_million_tokens", best.usd_per_million_tokens)
+    return out
+
+
+def render(report: PlacementReport, energy: dict[str, float | None] | None = None) -> str:
     """The text of `dse place`: the request, a table of the topologies and why any is infeasible;
     then, when one is feasible, the best one's pools, KV tiers and shadow prices."""
     lines = [_request_line(report.request), "", _outcomes_table(report)]
@@ -264,9 +298,10 @@ def render(report: PlacementReport) -> str:
         "",
         f"best: {best.topology.value}, {best.requests_per_s:g} req/s, "
         f"{best.tokens_per_s:,.0f} tokens/s, ${best.usd_per_hour:,.2f}/hour",
-        "",
-        _pools_table(best),
     ]
+    if energy is not None:
+        lines.append(_energy_line(report.request, energy))
+    lines += ["", _pools_table(best)]
     if best.tiers:
         lines += ["", _tiers_table(best)]
     if report.shadow_prices:
@@ -276,6 +311,17 @@ def render(report: PlacementReport) -> str:
             _shadow_prices_table(report),
         ]
     return "\n".join(lines)
+
+
+def _energy_line(req: PlacementRequest, e: dict[str, float | None]) -> str:
+    kw, kwh = e["power_kw"] or 0.0, e["kwh_per_million_tokens"]
+    line = f"power at load: {kw:,.1f} kW (PUE {req.energy.pue:g}), {kwh or float('nan'):.3g} kWh/M tokens"
+    if req.energy.usd_per_kwh > 0:
+        line += (
+            f"; energy ${e['energy_usd_per_hour'] or 0.0:,.2f}/hour at ${req.energy.usd_per_kwh:g}/kWh, "
+            f"${e['usd_per_million_tokens'] or float('nan'):.4f} per million tokens with it"
+        )
+    return line
 
 
 def _request_line(req: PlacementRequest) -> str:

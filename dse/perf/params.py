@@ -83,6 +83,17 @@ class LatencyParams:
 
 
 @dataclass(frozen=True)
+class PowerParams:
+    """Power a GPU draws as a share of its TDP: ``idle`` with no kernel running, rising linearly
+    to ``full`` when kernels run all the time (:func:`dse.perf.power.gpu_power_w`). Fitted on
+    the measured runs' average power (:mod:`dse.calibration.power`); the defaults are the fit's
+    starting point."""
+
+    idle: float = 0.3
+    full: float = 0.8
+
+
+@dataclass(frozen=True)
 class PerfParams:
     """Global efficiencies (fractions of datasheet peaks) and overheads."""
 
@@ -130,6 +141,7 @@ class PerfParams:
     engines: dict[str, EngineProfile] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     latency: LatencyParams = field(default_factory=LatencyParams)
+    power: PowerParams = field(default_factory=PowerParams)
     # "datasheet": every op from the datasheet roofline; "measured": ops the measured kernel
     # tables cover priced from them (dse.perf.kernels). The calibration records which tier its
     # figures were fitted with (dse calibrate --kernels); a file from before the tier existed
@@ -232,11 +244,13 @@ def load_params(path: Path | None = None) -> PerfParams:
     scalars = {k: float(v) for k, v in raw["params"].items()}
     known = {f.name for f in fields(LatencyParams)}  # a key an older file has and this one lacks is ignored
     latency = LatencyParams(**{k: float(v) for k, v in raw.get("latency", {}).items() if k in known})
+    power = PowerParams(**{k: float(v) for k, v in raw.get("power", {}).items() if k in ("idle", "full")})
     return PerfParams(
         **scalars,
         engines=engines,
         provenance=raw.get("provenance", {}),
         latency=latency,
+        power=power,
         kernels=kernels,
     )
 
@@ -255,9 +269,8 @@ def _accept_rate(engine: dict[str, Any]) -> float:
 
 
 def params_to_json(params: PerfParams) -> str:
-    scalars = {
-        k: v for k, v in asdict(params).items() if k not in ("engines", "provenance", "latency", "kernels")
-    }
+    sections = ("engines", "provenance", "latency", "power", "kernels")
+    scalars = {k: v for k, v in asdict(params).items() if k not in sections}
     engines = {
         n: {
             "kv_precision": e.kv_precision.value,
@@ -274,6 +287,7 @@ def params_to_json(params: PerfParams) -> str:
         "kernels": params.kernels,
         "engines": engines,
         "latency": latency,
+        "power": asdict(params.power),
         "provenance": params.provenance,
     }
     return json.dumps(out, indent=2)

@@ -27,6 +27,15 @@ PRICE_TIERS = ("own_hyperscaler", "own_neocloud", "rent_3yr")
 
 
 @dataclass(frozen=True)
+class Energy:
+    """The site's energy terms: its price per kWh (0: included in the GPU-hour rate) and PUE
+    (facility power per watt of IT load; 1: the GPUs' own draw)."""
+
+    usd_per_kwh: float = 0.0
+    pue: float = 1.0
+
+
+@dataclass(frozen=True)
 class Limits:
     """Optional caps; ``None`` means no cap."""
 
@@ -91,6 +100,9 @@ class PlacementRequest:
     limits: Limits = Limits()
     options: UnitOptions = UnitOptions()
     network_kv_usd_per_tb_hour: float = 0.0  # no sourced price: zero unless the user sets one
+    # energy, priced on top of the GPU-hour rate when the site's price is given: the shipped rates
+    # (SemiAnalysis's TCO per GPU-hour) already hold power, so 0 unless the user sets one
+    energy: Energy = Energy()
     latency_usd_per_s: float = 0.0  # value of a request-second of reload wait
     time_limit_s: float | None = 30.0
     mip_rel_gap: float = 1e-4

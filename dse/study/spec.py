@@ -16,6 +16,7 @@ seed = 7
 [search.afd]        ffn_tokens_per_gpu = [..]
 [objectives]  names = [...]          # metrics from dse.metrics.METRICS
 [limits]      budget_usd_hour, power_kw, max_gpus
+[energy]      usd_per_kwh, pue                      # energy priced on top of the GPU-hour rate
 [simulate]    horizon_s, arrivals, burst_factor, ...
 [[variants]]  id, base, hbm_bandwidth_scale, hbm_capacity_scale   # what-if hardware
 [sweep]       axes (lists) of a grid study: model, hardware, input_tokens, tpot_s, burst_factor, ...
@@ -37,7 +38,7 @@ from dse.metrics import METRICS
 from dse.paths import STUDIES_DIR
 from dse.placement.request import KV_POLICIES, PRICE_TIERS, Topology
 from dse.placement.shapes import parse_shape
-from dse.typed_data import build, non_empty, positive, read_toml, rule
+from dse.typed_data import at_least_one, build, non_empty, non_negative, positive, read_toml, rule
 from dse.workload import Slo, Workload, at_least_min_rate
 
 
@@ -175,6 +176,15 @@ class Objectives:
 
 
 @dataclass(frozen=True)
+class StudyEnergy:
+    """``[energy]``: the site's price per kWh, priced on top of the GPU-hour rate (0: the price
+    tier's rate includes power, as the shipped ones do), and its PUE."""
+
+    usd_per_kwh: float = field(default=0.0, metadata=rule(non_negative))
+    pue: float = field(default=1.0, metadata=rule(at_least_one))
+
+
+@dataclass(frozen=True)
 class StudyLimits:
     budget_usd_hour: float | None = field(default=None, metadata=rule(positive))
     power_kw: float | None = field(default=None, metadata=rule(positive))
@@ -294,6 +304,7 @@ class StudySpec:
     search: Search = Search()
     objectives: Objectives = Objectives()
     limits: StudyLimits = StudyLimits()
+    energy: StudyEnergy = StudyEnergy()
     simulate: SimulateSpec = SimulateSpec()
     variants: tuple[Variant, ...] = ()
     sweep: Sweep = Sweep()

@@ -21,7 +21,7 @@ from dse.evaluation import Evaluation
 from dse.evaluation import evaluate as evaluate_design
 from dse.perf.params import PerfParams
 from dse.placement.plan import TopologyOutcome
-from dse.placement.request import Limits, PlacementRequest, Topology, UnitOptions
+from dse.placement.request import Energy, Limits, PlacementRequest, Topology, UnitOptions
 from dse.plain import plain
 from dse.sim import ArrivalKind, Arrivals, OutputLengths, Planner, Scenario
 from dse.sim.simulation import SimulationReport
@@ -84,6 +84,7 @@ def study_request(
         mtp_draft_tokens=spec.mtp_draft_tokens,
         mtp_accept_rate=spec.mtp_accept_rate,
         limits=Limits(budget_usd_hour=spec.limits.budget_usd_hour, power_kw=spec.limits.power_kw),
+        energy=Energy(usd_per_kwh=spec.energy.usd_per_kwh, pue=spec.energy.pue),
         options=options,
         time_limit_s=time_limit_s,
     )

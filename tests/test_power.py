@@ -1,0 +1,71 @@
+"""Power at load and energy per token: the GPU power model, its fit, and what place and studies report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import Cli
+
+from dse.perf.params import PowerParams, load_params
+from dse.perf.power import gpu_power_w, kwh_per_million_tokens, step_busy
+
+PLACE = ("place", "--hardware", "b200,h200", "--rate", "20", "--isl", "4000", "--osl", "1000",
+         "--ttft", "2", "--tpot", "0.05", "--no-shadow-prices", "--json")  # fmt: skip
+
+
+def test_a_gpu_draws_more_the_busier_its_kernels() -> None:
+    p = PowerParams(idle=0.3, full=0.8)
+    watts = gpu_power_w(1000.0, np.array([0.0, 0.5, 1.0, 2.0]), p)
+    assert watts.tolist() == pytest.approx([300.0, 550.0, 800.0, 800.0])  # busy is a share: at most 1
+    assert step_busy(6.0, 2.0, 2.0, 10.0) == pytest.approx(0.5)  # the overhead waits on the host
+    assert kwh_per_million_tokens(10.0, 1000.0) == pytest.approx(10.0 * 1e6 / 3.6e6)
+
+
+def test_the_shipped_fit_is_the_measured_power_within_its_error() -> None:
+    """The shares come from the runs that report their power (MI355X's), with provenance."""
+    params = load_params()
+    prov = params.provenance["power"]
+    assert prov["hardware"] == ["mi355x"] and prov["rows"] == 10
+    assert 0.0 < params.power.idle < params.power.full <= 1.0
+    assert prov["in_sample_median_ape"] < 0.15
+
+
+def test_place_reports_power_and_prices_energy_on_top(cli: Cli) -> None:
+    free = cli(*PLACE)
+    assert free.code == 0, free.err
+    e0 = json.loads(free.out)["best_energy"]
+    assert e0["power_kw"] > 0 and e0["energy_usd_per_hour"] == 0.0
+    priced = cli(*PLACE, "--usd-per-kwh", "0.1", "--pue", "1.25")
+    assert priced.code == 0, priced.err
+    doc = json.loads(priced.out)
+    e1, best = doc["best_energy"], doc["best"]
+    assert e1["power_kw"] == pytest.approx(1.25 * e0["power_kw"])  # the facility's, at PUE 1.25
+    assert e1["energy_usd_per_hour"] == pytest.approx(0.1 * e1["power_kw"])
+    with_energy = (best["usd_per_hour"] + e1["energy_usd_per_hour"]) / (3600.0 * best["tokens_per_s"]) * 1e6
+    assert e1["usd_per_million_tokens"] == pytest.approx(with_energy)
+    assert e1["kwh_per_million_tokens"] == pytest.approx(
+        e1["power_kw"] * 1e6 / (3600.0 * best["tokens_per_s"])
+    )
+    text = cli(*PLACE[:-1], "--usd-per-kwh", "0.1").out
+    assert "power at load: " in text and "at $0.1/kWh" in text
+    bad = cli(*PLACE, "--pue", "0.9")
+    assert bad.code == 2 and "--pue = 0.9: must be at least 1" in bad.err
+
+
+def test_a_study_records_power_and_its_energy_terms_are_checked(
+    cli: Cli, tiny_cli_run: object, tmp_path: Path
+) -> None:
+    import polars as pl
+
+    trials = pl.read_parquet(tmp_path / "tiny-study" / "exports" / "trials")
+    feasible = trials.filter(pl.col("feasible"))
+    assert (feasible["power_kw"] > 0).all() and (feasible["kwh_per_million_tokens"] > 0).all()
+    assert (feasible["energy_usd_per_hour"] == 0).all()  # the tiny study prices no energy
+    spec = Path(__file__).parent / "data" / "tiny-study.toml"
+    bad = tmp_path / "bad.toml"
+    bad.write_text(spec.read_text() + "\n[energy]\npue = 0.5\n")
+    proc = cli("study", "show", str(bad))
+    assert proc.code == 2 and "energy.pue = 0.5: must be at least 1" in proc.err
