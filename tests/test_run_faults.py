@@ -307,3 +307,33 @@ def test_a_ctrl_c_python_swallows_in_a_finalizer_still_stops_the_run(
     assert proc.stderr.strip().startswith("dse: error: interrupted after")  # one line, no traceback
     assert "\n" not in proc.stderr.strip()
     assert _complete(tmp_path / "tiny-study" / "study.db") < 40
+
+
+PYRUN_INTERRUPT = """
+import ctypes, sys
+import dse.cli.main as cli
+
+def _main(argv):  # Ctrl-C inside code an extension module runs through PyRun_String
+    run = ctypes.pythonapi.PyRun_String
+    run.restype = ctypes.py_object
+    run.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.py_object, ctypes.py_object]
+    run(b"raise KeyboardInterrupt", 257, {}, {})
+    return 0
+
+cli._main = _main
+sys.exit(cli.main())
+"""
+
+
+def test_ctrl_c_in_code_run_through_pyrun_still_exits_130(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    """CPython marks a KeyboardInterrupt that escapes ``PyRun_*`` as unhandled, and a process run
+    with ``-m`` that carries the mark kills itself with SIGINT at exit, whatever its code, even
+    when the interrupt was caught: `dse` printed its line and died of the signal (exit -2), now
+    and then, when Ctrl-C came during the warm start's placements."""
+    (tmp_path / "interrupted_in_pyrun.py").write_text(PYRUN_INTERRUPT)
+    env = {**clean_env, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "interrupted_in_pyrun"], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == "dse: interrupted\n"

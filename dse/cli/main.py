@@ -106,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return code
     except KeyboardInterrupt:
         print("dse: interrupted", file=sys.stderr)
+        if argv is None:
+            _forget_unhandled_interrupt()
         return 130
     except BrokenPipeError:  # a reader that stopped early (`| head`): what was written stands
         _silence_stdout()
@@ -128,6 +130,18 @@ def _main(argv: list[str]) -> int:
     except DseError as exc:
         print(f"dse: error: {_in_its_file(exc, catalog)}", file=sys.stderr)
         return exc.exit_code
+
+
+def _forget_unhandled_interrupt() -> None:
+    """CPython marks a KeyboardInterrupt that escapes code run through ``PyRun_*`` (which some
+    extension modules call) as unhandled even once caught, and a process started with ``python -m``
+    that carries the mark kills itself with SIGINT as it exits, whatever its code: Ctrl-C during
+    such a call made `python -m dse.cli.main` print its line and die of the signal. Any later
+    ``PyRun_*`` evaluation clears the mark (CPython's ``run_eval_code_obj`` resets it before it
+    runs), and this one runs nothing."""
+    import ctypes
+
+    ctypes.pythonapi.PyRun_SimpleString(b"pass")
 
 
 def _silence_stdout() -> None:
