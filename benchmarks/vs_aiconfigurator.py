@@ -151,7 +151,7 @@ def run_ours(system: str, run: Run) -> None:
             "tokens_per_s_per_user": 1.0 / min(tpots),
             "ttft_ms": 1e3 * max(ttfts, default=0.0),
             "config": " + ".join(
-                f"{p['instances']} x {p['unit']['role']} {p['unit']['name'].rsplit('/', 1)[-1]}"
+                f"{p['instances']} x {p['unit']['role']} {p['unit']['name'].split('/')[2]}"
                 + (f" bs {p['unit']['decode_batch']:.0f}" if p["unit"]["decode_batch"] else "")
                 for p in o["pools"]
             ),

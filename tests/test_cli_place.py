@@ -93,3 +93,24 @@ def test_bad_flags_exit_2_with_one_line(cli: Cli) -> None:
         assert out.err.strip().count("\n") == 0
     out = cli("place", "--hardware", "b201", "--rate", "1", "--ttft", "1", "--tpot", "0.1")
     assert out.code == 2 and "unknown hardware id" in out.err
+
+
+def test_shapes_restrict_or_widen_the_instances_tried(cli: Cli) -> None:
+    """--shapes: only the listed instance shapes, default or not (expert TP inside a TP group:
+    8gpu-tp8-ep4 splits each expert 2-way in 4 expert groups), each checked against every
+    candidate hardware."""
+    flags = ("place", "--model", "deepseek-r1", "--hardware", "h200", "--rate", "2", "--isl", "4000",
+             "--osl", "1000", "--ttft", "2", "--tpot", "0.05", "--no-shadow-prices", "--json")  # fmt: skip
+    proc = cli(*flags, "--shapes", "8gpu-tp8-ep4")
+    assert proc.code == 0, proc.err
+    doc = json.loads(proc.out)
+    labels = {p["unit"]["name"].split("/")[2] for o in doc["outcomes"] for p in o["pools"]}
+    assert labels == {"8gpu-tp8-ep4"}  # the name's third part; an aggregated unit's fourth is its share
+    bad = cli(*flags, "--shapes", "8gpu-tp8-ep4,eight-gpus")
+    assert bad.code == 2 and "--shapes = 'eight-gpus': must look like 8gpu-tp8-ep8" in bad.err
+    wide = cli(*flags, "--shapes", "16gpu-tp16-ep16")
+    assert (
+        wide.code == 2 and "no candidate hardware can run it: attention TP 16 leaves h200-sxm's" in wide.err
+    )
+    odd = cli(*flags, "--shapes", "12gpu-tp3-ep12")
+    assert odd.code == 2 and "must divide the 12 GPUs and 128 heads" in odd.err

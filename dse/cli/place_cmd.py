@@ -11,11 +11,11 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from dse.catalog import Catalog
+from dse.catalog import Catalog, Hardware, Model
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, UnknownIdError
 from dse.perf.frameworks import ENGINES
-from dse.placement.request import PRICE_TIERS, Energy, Limits, PlacementRequest, Topology
+from dse.placement.request import PRICE_TIERS, Energy, Limits, PlacementRequest, Topology, UnitOptions
 from dse.typed_data import Rule, at_least_one, build, check_number, non_negative, positive
 from dse.units import Precision
 from dse.workload import Slo, Workload
@@ -93,6 +93,14 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
         "--pue", type=float, default=1.0, help="the site's PUE: facility watts per watt of IT load"
     )
     p.add_argument("--inventory", default="", metavar="HW=GPUS,...", help="GPUs available per hardware")
+    p.add_argument(
+        "--shapes",
+        default="",
+        metavar="LABEL,...",
+        help="instance shapes to consider, instead of the default ones: GPUs, attention tensor "
+        "parallelism (tpN, or dpa for data-parallel attention) and expert parallelism, e.g. "
+        "8gpu-tp8-ep4 (experts split 2-way inside each of 4 expert groups), 16gpu-dpa-ep16",
+    )
     p.add_argument("--network-kv-tb", type=float, help="capacity of the network KV store, TB")
     p.add_argument(
         "--network-kv-usd-per-tb-hour",
@@ -152,6 +160,22 @@ def _by_flag(src: str, flag_name: str, lookup: Callable[[str], T], name: str) ->
         raise InputError(src, flag_name, exc.rule, name) from None
     except InputError as exc:
         raise InputError(src, flag_name, exc.rule, exc.value) from None
+
+
+def _shapes_of(text: str, src: str, model: Model, hardware: list[Hardware]) -> tuple[str, ...] | None:
+    """``--shapes`` as labels (None: the default shapes), each one some candidate can run."""
+    from dse.placement.shapes import parse_shape, shape_problem
+
+    labels = tuple(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+    for label in labels:
+        try:
+            par = parse_shape(label)
+        except InputError as exc:
+            raise InputError(src, "--shapes", exc.rule, label) from None
+        problems = [shape_problem(par, h, model) for h in hardware]
+        if all(problems):
+            raise InputError(src, "--shapes", f"no candidate hardware can run it: {problems[0]}", label)
+    return labels or None
 
 
 def _built(cls: type[T], data: dict[str, object], src: str) -> T:
@@ -224,9 +248,11 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
         inventory_gpus=inventory,
         network_kv_capacity_tb=args.network_kv_tb,
     )
+    shapes = _shapes_of(args.shapes, src, m, [catalog.hardware(h) for h in hardware])
     return PlacementRequest(
         model=model,
         hardware=hardware,
+        options=UnitOptions(prefill_shapes=shapes, decode_shapes=shapes),
         workload=workload,
         slo=slo,
         topology=Topology(args.topology),

@@ -54,16 +54,27 @@ def parallel_grid(hw: Hardware, model: Model, extra: set[str] | None = None) -> 
     have = {p.label() for p in grid}
     for label in sorted(extra or ()):
         par = parse_shape(label)
-        experts = model.moe.routed_experts if model.moe is not None else 1
-        if (
-            label not in have
-            and par.attn_tp <= hw.scale_up.domain_gpus
-            and par.ep <= max(experts, 1)
-            and par.gpus % par.attn_tp == 0
-            and (par.ep == 1 or par.gpus % par.ep == 0 or par.ep % par.gpus == 0)
-        ):
+        if label not in have and shape_problem(par, hw, model) is None:
             grid.append(par)
     return grid
+
+
+def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
+    """Why ``hw`` cannot run ``model`` in shape ``par`` (None: it can): tensor parallelism stays
+    in the scale-up domain and divides the instance and the attention heads; expert parallelism
+    has an expert per group at least and divides the instance, or the instance it."""
+    experts = model.moe.routed_experts if model.moe is not None else 1
+    if par.attn_tp > hw.scale_up.domain_gpus:
+        return f"attention TP {par.attn_tp} leaves {hw.id}'s {hw.scale_up.domain_gpus}-GPU scale-up domain"
+    if par.gpus % par.attn_tp or model.attention.q_heads % par.attn_tp:
+        return (
+            f"attention TP {par.attn_tp} must divide the {par.gpus} GPUs and {model.attention.q_heads} heads"
+        )
+    if par.ep > max(experts, 1):
+        return f"EP {par.ep} exceeds {model.id}'s {experts} experts"
+    if not (par.ep == 1 or par.gpus % par.ep == 0 or par.ep % par.gpus == 0):
+        return f"EP {par.ep} must divide the {par.gpus} GPUs or be a multiple of them"
+    return None
 
 
 def _default_grid(hw: Hardware, model: Model) -> list[Parallel]:
