@@ -194,8 +194,15 @@ def _kv(design: Design, table: dict[str, str]) -> str:
     return table["kv_fp8"] if design.kv_dtype is Precision.FP8 else table["kv_bf16"]
 
 
-def _per_rank(total: int | None, ranks: int) -> int | None:
-    return None if total is None else max(1, math.ceil(total / ranks))
+def _per_rank_caps(pool: PoolLaunch, cap_flag: str, chunk_flag: str) -> list[str]:
+    """The running-request cap as an engine that caps each data-parallel rank takes it (the
+    instance's split over its ranks), and the prefill chunk, where the design sets them."""
+    out = []
+    if pool.max_running is not None:
+        out += [cap_flag, str(max(1, math.ceil(pool.max_running / pool.dp)))]
+    if pool.chunk_tokens is not None:
+        out += [chunk_flag, str(pool.chunk_tokens)]
+    return out
 
 
 def sglang_args(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None) -> list[str]:
@@ -234,11 +241,7 @@ def vllm_args(pool: PoolLaunch, design: Design, f: dict[str, str]) -> list[str]:
     args = [*f["launch"].split(), "$MODEL", f["tp"], str(pool.attn_tp), f["dp"], str(pool.dp)]
     if pool.ep > 1:
         args.append(f["ep"])
-    cap = _per_rank(pool.max_running, pool.dp)
-    if cap is not None:
-        args += [f["max_running"], str(cap)]
-    if pool.chunk_tokens is not None:
-        args += [f["chunk"], str(pool.chunk_tokens)]
+    args += _per_rank_caps(pool, f["max_running"], f["chunk"])
     args += [f["kv_dtype"], _kv(design, f)]
     if design.mtp_drafts:
         spec = json.dumps({"method": f["spec_method"], "num_speculative_tokens": design.mtp_drafts})
@@ -249,11 +252,7 @@ def vllm_args(pool: PoolLaunch, design: Design, f: dict[str, str]) -> list[str]:
 def trtllm_args(pool: PoolLaunch, design: Design, f: dict[str, str], options: str) -> list[str]:
     """TRT-LLM: the instance's GPUs are its TP size; its batch cap is per attention-DP rank."""
     args = [f["launch"], "$MODEL", f["tp"], str(pool.gpus), f["ep"], str(pool.ep)]
-    cap = _per_rank(pool.max_running, pool.dp)
-    if cap is not None:
-        args += [f["max_running"], str(cap)]
-    if pool.chunk_tokens is not None:
-        args += [f["chunk"], str(pool.chunk_tokens)]
+    args += _per_rank_caps(pool, f["max_running"], f["chunk"])
     return [*args, f["options"], f"$HERE/{options}", f["host"], "0.0.0.0", f["port"], str(PORT), f["trust"]]
 
 
@@ -297,11 +296,7 @@ def dynamo_args(
     args += [d["trtllm_tp"], str(pool.gpus), d["trtllm_ep"], str(pool.ep)]
     if pool.attn_tp == 1 and pool.gpus > 1:
         args.append(d["trtllm_dp_attention"])
-    cap = _per_rank(pool.max_running, pool.dp)
-    if cap is not None:
-        args += [d["trtllm_max_running"], str(cap)]
-    if pool.chunk_tokens is not None:
-        args += [d["trtllm_chunk"], str(pool.chunk_tokens)]
+    args += _per_rank_caps(pool, d["trtllm_max_running"], d["trtllm_chunk"])
     args += [d["trtllm_options"], f"$HERE/{options}"]
     return args, {options: _yaml(trtllm_options(pool, design, flags["trtllm"]))}
 
