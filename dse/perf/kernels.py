@@ -208,31 +208,35 @@ def kernel_row(key: KernelKey) -> KernelRow:
     used: dict[str, str] = {}
 
     def curve(
-        op: str, folder: str, table: str, build: Callable[[pl.DataFrame], Array | None]
+        op: str, folder: str, table: str, build: Callable[[pl.DataFrame, tuple[str, ...]], Array | None]
     ) -> Array | None:
-        """The first version (closest to the wanted one) whose table covers the key's shapes."""
+        """The first version (closest to the wanted one) whose table covers the key's shapes;
+        ``build`` gets the table and what names it (system, folder, engine, version, table)."""
         found = kernel_data.table_versions(key.system, folder, engine_dir, table)
         for v in kernel_data.preferred_versions(found, key.version):
             df = kernel_data.read_table(key.system, folder, engine_dir, v, table)
-            out = None if df is None else build(df)
+            out = None if df is None else build(df, (key.system, folder, engine_dir, v, table))
             if out is not None:
                 used[op] = f"{engine_dir} {v}"
                 return out
         return None
 
-    gemm = curve("gemm", "gemm", "gemm_perf", lambda df: _gemm_curve(key, df))
+    gemm = curve("gemm", "gemm", "gemm_perf", lambda df, source: _gemm_curve(key, df, source))
     moe = dec = pre = None
     if key.experts_per_token > 0:
-        moe = curve("moe", "moe", "moe_perf", lambda df: _moe_curve(key, df))
+        moe = curve("moe", "moe", "moe_perf", lambda df, _: _moe_curve(key, df))
     if key.mla:
         dec = curve(
             "decode_attention",
             "mla",
             "generation_mla_perf",
-            lambda df: _attention_curve(key, df, prefill=False),
+            lambda df, _: _attention_curve(key, df, prefill=False),
         )
         pre = curve(
-            "prefill_attention", "mla", "context_mla_perf", lambda df: _attention_curve(key, df, prefill=True)
+            "prefill_attention",
+            "mla",
+            "context_mla_perf",
+            lambda df, _: _attention_curve(key, df, prefill=True),
         )
     return KernelRow(gemm, moe, dec, pre, tuple(used.items()))
 
@@ -256,31 +260,37 @@ def _ratio_on_grid(xs: Array, measured: Array, roof: Array, grid: Array, roof_gr
     return np.where(inside, between, np.interp(lg, lx, measured / roof))
 
 
-def _gemm_curve(key: KernelKey, df: pl.DataFrame) -> Array | None:
+def _gemm_curve(key: KernelKey, df: pl.DataFrame, source: tuple[str, ...]) -> Array | None:
     """Seconds of one forward pass's dense GEMMs on one attention rank, by its rows (tokens per
     rank): each of the model's GEMM shapes (:attr:`KernelKey.gemm_shapes`) at the measured
     efficiency of the table's nearest shape, summed over the layers that run it."""
     total = np.zeros_like(GRID_1D)
     for n, k, count in key.gemm_shapes:
-        measured = _gemm_ratio(df, key.gemm_dtype, n, k, key.dense_peak, key.dense_bytes, key.hbm)
-        if measured is None:
+        ratio = _gemm_ratio(df, source, key.gemm_dtype, n, k, key.dense_peak, key.dense_bytes, key.hbm)
+        if ratio is None:
             return None
-        (tn, tk), ratio = measured
         total += count * ratio * _gemm_roofline(GRID_1D, n, k, key.dense_peak, key.dense_bytes, key.hbm)
     return total
 
 
-_gemm_cache: dict[tuple[object, ...], tuple[tuple[float, float], Array] | None] = {}
+_gemm_cache: dict[tuple[object, ...], Array | None] = {}
 
 
 def _gemm_ratio(
-    df: pl.DataFrame, dtype: str, n: float, k: float, peak: float, nbytes: float, hbm: float
-) -> tuple[tuple[float, float], Array] | None:
-    """The table's shape nearest (n, k) in ``dtype`` and its speed-of-light ratio on
-    :data:`GRID_1D`; cached per table and shape (a pool's keys share most of their shapes)."""
+    df: pl.DataFrame,
+    source: tuple[str, ...],
+    dtype: str,
+    n: float,
+    k: float,
+    peak: float,
+    nbytes: float,
+    hbm: float,
+) -> Array | None:
+    """The speed-of-light ratio on :data:`GRID_1D` of the table's shape nearest (n, k) in
+    ``dtype``; cached per table (``source`` names it) and shape: a pool's keys share most shapes."""
     import polars as pl
 
-    ckey = (id(df), dtype, n, k, peak, nbytes, hbm)
+    ckey = (source, dtype, n, k, peak, nbytes, hbm)
     if ckey in _gemm_cache:
         return _gemm_cache[ckey]
     d = df.filter(pl.col("gemm_dtype") == dtype)
@@ -292,7 +302,7 @@ def _gemm_ratio(
             m = rows["m"].to_numpy().astype(float)
             roof = _gemm_roofline(m, tn, tk, peak, nbytes, hbm)
             grid_roof = _gemm_roofline(GRID_1D, tn, tk, peak, nbytes, hbm)
-            out = ((tn, tk), _ratio_on_grid(m, rows["latency"].to_numpy() * 1e-3, roof, GRID_1D, grid_roof))
+            out = _ratio_on_grid(m, rows["latency"].to_numpy() * 1e-3, roof, GRID_1D, grid_roof)
     _gemm_cache[ckey] = out
     return out
 
