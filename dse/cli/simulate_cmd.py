@@ -25,6 +25,7 @@ from dse.typed_data import Rule, check_number, fraction, non_negative, positive
 if TYPE_CHECKING:
     from dse.sim.engine_latency import DesignLatency
     from dse.sim.from_placement import SimDesign
+    from dse.sim.kv_cache import KvCacheReport
     from dse.sim.scenario import Scenario
     from dse.sim.simulation import SimulationReport
     from dse.workload import Slo
@@ -268,6 +269,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.perf.params import load_params
     from dse.sim.engine_latency import design_latency
     from dse.sim.from_placement import pipeline_of
+    from dse.sim.kv_cache import simulate_kv_cache
     from dse.sim.simulation import simulate
 
     params = load_params()
@@ -288,6 +290,10 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     summary = _summary_dict(report, slo.ttft_s, slo.tpot_s)
     engine = design_latency(design, catalog, params, seed=args.seed)
     summary["engine"] = _engine_dict(engine, slo)
+    cache = (
+        simulate_kv_cache(design.resting, workload.requests_per_s, seed=args.seed) if design.resting else None
+    )
+    summary["kv_cache"] = None if cache is None else _cache_dict(cache)
     if args.out is not None:
         _write_outputs(args.out, report, summary)
     if args.json:
@@ -296,9 +302,38 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     else:
         print(render(report, slo.ttft_s, slo.tpot_s))
         print(_engine_line(engine, slo))
+        if cache is not None:
+            print(_cache_line(cache))
         if args.out is not None:
             print(f"\nwrote {args.out}/trajectories.parquet, trajectories.png, summary.json")
     return 0
+
+
+def _cache_dict(cache: KvCacheReport) -> dict[str, Any]:
+    return {
+        "capacity_gb": cache.capacity_gb,
+        "returns": cache.returns,
+        "simulated": cache.simulated["all"],
+        "planned": cache.planned["all"],
+        "difference": cache.difference(),
+        "by_class": {
+            k: {"simulated": v, "planned": cache.planned[k]} for k, v in cache.simulated.items() if k != "all"
+        },
+    }
+
+
+def _cache_line(cache: KvCacheReport) -> str:
+    """Where returning turns found their KV in the live cache, beside the plan's shares."""
+    sim, plan = cache.simulated["all"], cache.planned["all"]
+    parts = [
+        f"{'recomputed' if o == 'drop' else o} {sim[o]:.1%} (plan {plan[o]:.1%})"
+        for o in sim
+        if sim[o] > 0 or plan[o] > 0
+    ]
+    return (
+        "KV cache (least recently used over the plan's tier capacities, exponential think times; "
+        f"{cache.returns:,} returning turns): " + ", ".join(parts)
+    )
 
 
 def _engine_dict(engine: DesignLatency | None, slo: Slo) -> dict[str, Any] | None:

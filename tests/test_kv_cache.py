@@ -1,0 +1,60 @@
+"""KV as a live cache (dse.sim.kv_cache): least recently used over the plan's tier capacities."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import Cli
+
+from dse.sim.kv_cache import OUTCOMES, planned_capacity_gb, simulate_kv_cache
+from dse.sim.kv_tiers import RestingClass
+
+ALL_HBM = {"hbm": 1.0, "dram": 0.0, "nvme": 0.0, "network": 0.0, "drop": 0.0}
+
+
+def test_ample_hbm_keeps_every_session_and_none_drops_everything() -> None:
+    c = (RestingClass(0.5, 30.0, 0.4, ALL_HBM),)
+    ample = simulate_kv_cache(c, 10.0, capacity_gb={"hbm": 1e6}, seed=1)
+    assert ample.simulated["all"]["hbm"] == 1.0 and ample.returns > 500
+    none = simulate_kv_cache(c, 10.0, capacity_gb={}, seed=1)
+    assert none.simulated["all"]["drop"] == 1.0
+    assert sum(ample.simulated["all"][o] for o in OUTCOMES) == pytest.approx(1.0)
+
+
+def test_the_longest_resting_move_down_and_off_the_bottom() -> None:
+    """Short and long think times sharing an HBM tier the size of the short class's stock (the
+    plan's): least recently used keeps the newest 20 GB, 5 s of arrivals of both classes, so a
+    short session finds HBM only if it returns within 5 s (1 - e^-0.5 = 39% at a 10 s mean) and
+    DRAM otherwise, where the plan had them all in HBM; the long ones move to DRAM, as planned;
+    with no DRAM they drop."""
+    short = RestingClass(0.5, 10.0, 1.0, ALL_HBM)
+    long = RestingClass(0.5, 1000.0, 1.0, {"hbm": 0.0, "dram": 1.0, "nvme": 0.0, "network": 0.0, "drop": 0.0})
+    plan = planned_capacity_gb((short, long), 4.0)
+    assert plan["hbm"] == pytest.approx(4.0 * 0.5 * 10.0)
+    assert plan["dram"] == pytest.approx(4.0 * 0.5 * 1000.0)
+    r = simulate_kv_cache((short, long), 4.0, seed=2)
+    assert 0.3 < r.simulated["class0"]["hbm"] < 0.5 and r.simulated["class0"]["drop"] < 0.05
+    assert r.simulated["class1"]["hbm"] < 0.1 and r.difference("class0")["hbm"] < -0.5
+    assert r.simulated["class1"]["dram"] > 0.9 and r.planned["class1"]["dram"] == 1.0
+    no_dram = simulate_kv_cache((short, long), 4.0, capacity_gb={"hbm": plan["hbm"]}, seed=2)
+    assert no_dram.simulated["class1"]["drop"] > 0.8
+    assert r.difference("class1")["dram"] == pytest.approx(r.simulated["class1"]["dram"] - 1.0)
+
+
+def test_simulate_checks_the_plan_against_the_live_cache(cli: Cli) -> None:
+    proc = cli("simulate", "--hardware", "b200", "--rate", "8", "--isl", "2000", "--osl", "400",
+               "--returning-share", "0.5", "--prefix", "8000", "--suffix", "200", "--think", "0.7:30,0.3:600",
+               "--ttft", "2", "--tpot", "0.05", "--horizon", "900", "--json")  # fmt: skip
+    assert proc.code == 0, proc.err
+    kv = json.loads(proc.out)["kv_cache"]
+    assert kv["returns"] > 1000 and set(kv["simulated"]) == set(OUTCOMES)
+    assert sum(kv["simulated"].values()) == pytest.approx(1.0) and sum(
+        kv["planned"].values()
+    ) == pytest.approx(1.0)
+    for o in OUTCOMES:
+        assert kv["difference"][o] == pytest.approx(kv["simulated"][o] - kv["planned"][o])
+    text = cli("simulate", "--hardware", "b200", "--rate", "8", "--isl", "2000", "--osl", "400",
+               "--returning-share", "0.5", "--prefix", "8000", "--suffix", "200", "--think", "0.7:30,0.3:600",
+               "--ttft", "2", "--tpot", "0.05", "--horizon", "900").out  # fmt: skip
+    assert "KV cache (least recently used over the plan's tier capacities" in text
