@@ -82,25 +82,7 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative decoding)")
     p.add_argument("--budget", type=float, help="cap in $/hour (required by --objective goodput)")
     p.add_argument("--power-kw", type=float, help="cap on GPU power, kW")
-    p.add_argument(
-        "--usd-per-kwh",
-        type=float,
-        default=0.0,
-        help="the site's energy price, added to the GPU-hour rate (0: the rate holds power, as the "
-        "shipped price tiers do)",
-    )
-    p.add_argument(
-        "--pue", type=float, default=1.0, help="the site's PUE: facility watts per watt of IT load"
-    )
-    p.add_argument("--inventory", default="", metavar="HW=GPUS,...", help="GPUs available per hardware")
-    p.add_argument(
-        "--shapes",
-        default="",
-        metavar="LABEL,...",
-        help="instance shapes to consider, instead of the default ones: GPUs, attention tensor "
-        "parallelism (tpN, or dpa for data-parallel attention) and expert parallelism, e.g. "
-        "8gpu-tp8-ep4 (experts split 2-way inside each of 4 expert groups), 16gpu-dpa-ep16",
-    )
+    _add_energy_and_shapes(p)
     p.add_argument("--network-kv-tb", type=float, help="capacity of the network KV store, TB")
     p.add_argument(
         "--network-kv-usd-per-tb-hour",
@@ -148,6 +130,29 @@ OPTIONAL_NUMBERS: dict[str, Rule] = {
 T = TypeVar("T")
 
 
+def _add_energy_and_shapes(p: argparse.ArgumentParser) -> None:
+    """The site's energy terms, the GPU inventory and the instance shapes (part of the request)."""
+    p.add_argument(
+        "--usd-per-kwh",
+        type=float,
+        default=0.0,
+        help="the site's energy price, added to the GPU-hour rate (0: the rate holds power, as the "
+        "shipped price tiers do)",
+    )
+    p.add_argument(
+        "--pue", type=float, default=1.0, help="the site's PUE: facility watts per watt of IT load"
+    )
+    p.add_argument("--inventory", default="", metavar="HW=GPUS,...", help="GPUs available per hardware")
+    p.add_argument(
+        "--shapes",
+        default="",
+        metavar="LABEL,...",
+        help="instance shapes to consider, instead of the default ones: GPUs, attention tensor "
+        "parallelism (tpN, or dpa for data-parallel attention) and expert parallelism, e.g. "
+        "8gpu-tp8-ep4 (experts split 2-way inside each of 4 expert groups), 16gpu-dpa-ep16",
+    )
+
+
 def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -160,6 +165,25 @@ def _by_flag(src: str, flag_name: str, lookup: Callable[[str], T], name: str) ->
         raise InputError(src, flag_name, exc.rule, name) from None
     except InputError as exc:
         raise InputError(src, flag_name, exc.rule, exc.value) from None
+
+
+def _limits_of(args: argparse.Namespace, catalog: Catalog, src: str) -> Limits:
+    """The caps: budget, power, the GPUs available per hardware, the network KV store's size."""
+    inventory = {}
+    for part in filter(None, (s.strip() for s in args.inventory.split(","))):
+        key, _, value = part.partition("=")
+        try:
+            gpus = int(value)
+        except ValueError:
+            raise InputError(src, "--inventory", "must be HW=GPUS pairs separated by commas", part) from None
+        check_number(gpus, source=src, key="--inventory", check=non_negative)
+        inventory[_by_flag(src, "--inventory", catalog.hardware, key.strip()).id] = gpus
+    return Limits(
+        budget_usd_hour=args.budget,
+        power_kw=args.power_kw,
+        inventory_gpus=inventory,
+        network_kv_capacity_tb=args.network_kv_tb,
+    )
 
 
 def _shapes_of(text: str, src: str, model: Model, hardware: list[Hardware]) -> tuple[str, ...] | None:
@@ -233,21 +257,7 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
     broken = workload.context_problem(m.max_context, m.id)
     if broken is not None:  # the flags name it here; the placement would name the request's field
         raise InputError(src, FLAG_OF[broken[0]], broken[1], broken[2])
-    inventory = {}
-    for part in filter(None, (s.strip() for s in args.inventory.split(","))):
-        key, _, value = part.partition("=")
-        try:
-            gpus = int(value)
-        except ValueError:
-            raise InputError(src, "--inventory", "must be HW=GPUS pairs separated by commas", part) from None
-        check_number(gpus, source=src, key="--inventory", check=non_negative)
-        inventory[_by_flag(src, "--inventory", catalog.hardware, key.strip()).id] = gpus
-    limits = Limits(
-        budget_usd_hour=args.budget,
-        power_kw=args.power_kw,
-        inventory_gpus=inventory,
-        network_kv_capacity_tb=args.network_kv_tb,
-    )
+    limits = _limits_of(args, catalog, src)
     shapes = _shapes_of(args.shapes, src, m, [catalog.hardware(h) for h in hardware])
     return PlacementRequest(
         model=model,
