@@ -42,19 +42,35 @@ def test_the_longest_resting_move_down_and_off_the_bottom() -> None:
     assert r.difference("class1")["dram"] == pytest.approx(r.simulated["class1"]["dram"] - 1.0)
 
 
+def test_evicting_the_longest_think_time_first_keeps_the_short_ones_in_hbm() -> None:
+    """What the plan knows and LRU does not: whose turn comes back last. Evicting the long class
+    first keeps twice as many short sessions in HBM as LRU does (the rest of the plan's 100% is
+    the stock's swings above its mean, which a tier of the mean's size cannot hold)."""
+    short = RestingClass(0.5, 10.0, 1.0, ALL_HBM)
+    long = RestingClass(0.5, 1000.0, 1.0, {"hbm": 0.0, "dram": 1.0, "nvme": 0.0, "network": 0.0, "drop": 0.0})
+    lru = simulate_kv_cache((short, long), 4.0, seed=2)
+    think = simulate_kv_cache((short, long), 4.0, eviction="think", seed=2)
+    assert think.eviction == "think" and think.simulated["class0"]["hbm"] > 0.75
+    assert think.simulated["class0"]["hbm"] > 1.5 * lru.simulated["class0"]["hbm"]
+    assert think.simulated["class1"]["dram"] > 0.9
+    with pytest.raises(ValueError, match="eviction must be one of lru, think"):
+        simulate_kv_cache((short,), 4.0, eviction="fifo")
+
+
+SIMULATE = ("simulate", "--hardware", "b200", "--rate", "8", "--isl", "2000", "--osl", "400",
+            "--returning-share", "0.5", "--prefix", "8000", "--suffix", "200", "--think", "0.7:30,0.3:600",
+            "--ttft", "2", "--tpot", "0.05", "--horizon", "900")  # fmt: skip
+
+
 def test_simulate_checks_the_plan_against_the_live_cache(cli: Cli) -> None:
-    proc = cli("simulate", "--hardware", "b200", "--rate", "8", "--isl", "2000", "--osl", "400",
-               "--returning-share", "0.5", "--prefix", "8000", "--suffix", "200", "--think", "0.7:30,0.3:600",
-               "--ttft", "2", "--tpot", "0.05", "--horizon", "900", "--json")  # fmt: skip
+    proc = cli(*SIMULATE, "--json")
     assert proc.code == 0, proc.err
     kv = json.loads(proc.out)["kv_cache"]
     assert kv["returns"] > 1000 and set(kv["simulated"]) == set(OUTCOMES)
-    assert sum(kv["simulated"].values()) == pytest.approx(1.0) and sum(
-        kv["planned"].values()
-    ) == pytest.approx(1.0)
+    assert sum(kv["simulated"].values()) == pytest.approx(1.0)
+    assert sum(kv["planned"].values()) == pytest.approx(1.0)
     for o in OUTCOMES:
         assert kv["difference"][o] == pytest.approx(kv["simulated"][o] - kv["planned"][o])
-    text = cli("simulate", "--hardware", "b200", "--rate", "8", "--isl", "2000", "--osl", "400",
-               "--returning-share", "0.5", "--prefix", "8000", "--suffix", "200", "--think", "0.7:30,0.3:600",
-               "--ttft", "2", "--tpot", "0.05", "--horizon", "900").out  # fmt: skip
-    assert "KV cache (least recently used over the plan's tier capacities" in text
+    assert "KV cache (least recently used over the plan's tier capacities" in cli(*SIMULATE).out
+    think = cli(*SIMULATE, "--kv-eviction", "think", "--json")
+    assert json.loads(think.out)["kv_cache"]["eviction"] == "think"

@@ -99,6 +99,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     g.add_argument("--dt", type=float, default=1.0, help="fluid time step, seconds")
     g.add_argument("--des", action="store_true", help="also run the discrete-event reference")
     g.add_argument("--seed", type=int, default=0, help="seed of the discrete-event reference")
+    g.add_argument(
+        "--kv-eviction",
+        choices=("lru", "think"),
+        default="lru",
+        help="the live KV cache's eviction: the longest-resting entry (lru), or first the class with "
+        "the longest mean think time (think)",
+    )
     p.add_argument(
         "--out",
         type=Path,
@@ -290,9 +297,10 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     summary = _summary_dict(report, slo.ttft_s, slo.tpot_s)
     engine = design_latency(design, catalog, params, seed=args.seed)
     summary["engine"] = _engine_dict(engine, slo)
-    cache = (
-        simulate_kv_cache(design.resting, workload.requests_per_s, seed=args.seed) if design.resting else None
-    )
+    cache = None
+    if design.resting:
+        rate = workload.requests_per_s
+        cache = simulate_kv_cache(design.resting, rate, eviction=args.kv_eviction, seed=args.seed)
     summary["kv_cache"] = None if cache is None else _cache_dict(cache)
     if args.out is not None:
         _write_outputs(args.out, report, summary)
@@ -303,7 +311,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         print(render(report, slo.ttft_s, slo.tpot_s))
         print(_engine_line(engine, slo))
         if cache is not None:
-            print(_cache_line(cache))
+            print(_cache_line(cache, args.kv_eviction))
         if args.out is not None:
             print(f"\nwrote {args.out}/trajectories.parquet, trajectories.png, summary.json")
     return 0
@@ -316,13 +324,17 @@ def _cache_dict(cache: KvCacheReport) -> dict[str, Any]:
         "simulated": cache.simulated["all"],
         "planned": cache.planned["all"],
         "difference": cache.difference(),
+        "eviction": cache.eviction,
         "by_class": {
             k: {"simulated": v, "planned": cache.planned[k]} for k, v in cache.simulated.items() if k != "all"
         },
     }
 
 
-def _cache_line(cache: KvCacheReport) -> str:
+EVICTION_TEXT = {"lru": "least recently used", "think": "longest think time first"}
+
+
+def _cache_line(cache: KvCacheReport, eviction: str) -> str:
     """Where returning turns found their KV in the live cache, beside the plan's shares."""
     sim, plan = cache.simulated["all"], cache.planned["all"]
     parts = [
@@ -331,7 +343,7 @@ def _cache_line(cache: KvCacheReport) -> str:
         if sim[o] > 0 or plan[o] > 0
     ]
     return (
-        "KV cache (least recently used over the plan's tier capacities, exponential think times; "
+        f"KV cache ({EVICTION_TEXT[eviction]} over the plan's tier capacities, exponential think times; "
         f"{cache.returns:,} returning turns): " + ", ".join(parts)
     )
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from dse.sim.kv_tiers import TIER_NAMES, RestingClass
 
+EVICTIONS = ("lru", "think")
 OUTCOMES = (*TIER_NAMES, "drop")
 """Where a returning turn finds its KV: in a tier (reloaded from there) or dropped (recomputed)."""
 
@@ -33,6 +34,7 @@ class KvCacheReport:
     simulated: dict[str, dict[str, float]]  # class (or "all") -> outcome -> share of its returns
     planned: dict[str, dict[str, float]]
     returns: int  # returning turns counted (after the warm-up)
+    eviction: str = "lru"
 
     def difference(self, of: str = "all") -> dict[str, float]:
         """Simulated minus planned share of each outcome, for one class or all."""
@@ -55,11 +57,16 @@ def simulate_kv_cache(
     *,
     capacity_gb: dict[str, float] | None = None,
     horizon_dwells: float = 6.0,
+    eviction: str = "lru",
     seed: int = 0,
 ) -> KvCacheReport:
     """Run the cache for ``horizon_dwells`` times the longest mean think time (the first third a
     warm-up, not counted); ``capacity_gb`` per tier defaults to the plan's
-    (:func:`planned_capacity_gb`)."""
+    (:func:`planned_capacity_gb`). ``eviction``: ``lru`` moves the longest-resting entry down;
+    ``think`` moves an entry of the class with the longest mean think time first (its oldest),
+    which knows what the plan knows: whose turn comes back last."""
+    if eviction not in EVICTIONS:
+        raise ValueError(f"eviction must be one of {', '.join(EVICTIONS)}, not {eviction!r}")
     cap = capacity_gb if capacity_gb is not None else planned_capacity_gb(classes, requests_per_s)
     active = [c for c in classes if c.share_of_arrivals > 0 and c.dwell_s > 0]
     names = [f"class{i}" for i in range(len(classes))]
@@ -71,7 +78,9 @@ def simulate_kv_cache(
     )
     if not active:
         empty = dict.fromkeys(OUTCOMES, 0.0)
-        return KvCacheReport(cap, {**{n: dict(empty) for n in names}, "all": dict(empty)}, planned, 0)
+        return KvCacheReport(
+            cap, {**{n: dict(empty) for n in names}, "all": dict(empty)}, planned, 0, eviction
+        )
     rng = np.random.default_rng(seed)
     horizon = horizon_dwells * max(c.dwell_s for c in active)
     warmup = horizon / 3.0
@@ -87,12 +96,14 @@ def simulate_kv_cache(
             session_class.append(i)
             events.append((float(s), 0, len(session_class) - 1))
     heapq.heapify(events)
-    cache = _Cache(cap)
+    by_think = sorted(range(len(classes)), key=lambda i: -classes[i].dwell_s)
+    order = by_think if eviction == "think" else [0]  # the queues a full tier evicts from, in turn
+    cache = _Cache(cap, order)
     while events:
         t, kind, sid = heapq.heappop(events)
         c = classes[session_class[sid]]
         if kind == 0:
-            cache.put(sid, c.gb)
+            cache.put(sid, c.gb, session_class[sid] if eviction == "think" else 0)
             heapq.heappush(events, (t + float(rng.exponential(c.dwell_s)), 1, sid))
         else:
             found = cache.take(sid)
@@ -101,23 +112,26 @@ def simulate_kv_cache(
     simulated = {n: _shares(k) for n, k in counts.items()}
     all_counts = {o: sum(counts[n][o] for n in names) for o in OUTCOMES}
     simulated["all"] = _shares(all_counts)
-    return KvCacheReport(cap, simulated, planned, sum(all_counts.values()))
+    return KvCacheReport(cap, simulated, planned, sum(all_counts.values()), eviction)
 
 
 class _Cache:
-    """Tiers top to bottom, each a queue by arrival (the longest-resting entry at its head). An
+    """Tiers top to bottom, each with queues by arrival (one, or one per class), the one evicted
+    from first the first of ``order`` that holds a live entry, its head the longest-resting. An
     entry that returns leaves its tier's count at once and its queue when it reaches the head."""
 
-    def __init__(self, capacity_gb: dict[str, float]) -> None:
+    def __init__(self, capacity_gb: dict[str, float], order: list[int]) -> None:
         self.tiers = [t for t in TIER_NAMES if capacity_gb.get(t, 0.0) > 0]
         self.cap = {t: capacity_gb[t] for t in self.tiers}
         self.used = dict.fromkeys(self.tiers, 0.0)
-        self.queue: dict[str, deque[int]] = {t: deque() for t in self.tiers}
+        self.order = order
+        self.queue: dict[tuple[str, int], deque[int]] = {(t, g): deque() for t in self.tiers for g in order}
         self.where: dict[int, str] = {}
         self.gb: dict[int, float] = {}
+        self.group: dict[int, int] = {}
 
-    def put(self, sid: int, gb: float) -> None:
-        self.gb[sid] = gb
+    def put(self, sid: int, gb: float, group: int) -> None:
+        self.gb[sid], self.group[sid] = gb, group
         self._insert(0, sid)
 
     def _insert(self, level: int, sid: int) -> None:
@@ -125,20 +139,31 @@ class _Cache:
             self.where[sid] = "drop"
             return
         tier = self.tiers[level]
-        self.queue[tier].append(sid)
+        self.queue[tier, self.group[sid]].append(sid)
         self.where[sid] = tier
         self.used[tier] += self.gb[sid]
-        while self.used[tier] > self.cap[tier] + 1e-9 and self.queue[tier]:
-            old = self.queue[tier].popleft()
-            if self.where.get(old) != tier:
-                continue  # returned already: its count left the tier then
+        while self.used[tier] > self.cap[tier] + 1e-9:
+            old = self._oldest(tier)
+            if old is None:
+                break
             self.used[tier] -= self.gb[old]
             self._insert(level + 1, old)
+
+    def _oldest(self, tier: str) -> int | None:
+        """The live entry to move down: the head of the first queue in ``order`` that has one."""
+        for g in self.order:
+            q = self.queue[tier, g]
+            while q and self.where.get(q[0]) != tier:
+                q.popleft()  # returned already: its count left the tier then
+            if q:
+                return q.popleft()
+        return None
 
     def take(self, sid: int) -> str:
         """Where the session's KV was; it leaves the cache (its turn runs)."""
         tier = self.where.pop(sid, "drop")
         gb = self.gb.pop(sid, 0.0)
+        self.group.pop(sid, None)
         if tier != "drop":
             self.used[tier] -= gb
         return tier
