@@ -177,9 +177,6 @@ def build_pool(
     def per_kind(fn: Callable[[Hardware, Precision, Precision], float]) -> Array:
         return np.array([fn(h, wp, kp) for h, wp, kp in kinds], dtype=float)[of]
 
-    def dense_p(h: Hardware) -> Precision:
-        return Precision.FP8 if h.compute.fp8_dense_tflops else Precision.BF16
-
     kernels = None
     if engines is not None:
         kernels = _measured(model, terms, hardware, engines, engine_versions, weight_precision, kv_precision,
@@ -188,7 +185,7 @@ def build_pool(
         gpus=np.asarray(gpus, dtype=float),
         attn_tp=np.asarray(attn_tp, dtype=float),
         ep=np.asarray(ep, dtype=float),
-        dense_tflops=per_kind(lambda h, wp, kp: _peak(h, dense_p(h))) * 1e12,
+        dense_tflops=per_kind(lambda h, wp, kp: _peak(h, _dense_precision(h))) * 1e12,
         expert_tflops=per_kind(lambda h, wp, kp: _peak(h, wp)) * 1e12,
         # attention runs in bf16; hardware that publishes no bf16 figure (Rubin) runs it in fp8
         attn_tflops=per_kind(lambda h, wp, kp: h.compute.bf16_dense_tflops or _peak(h, Precision.FP8)) * 1e12,
@@ -197,8 +194,8 @@ def build_pool(
         scaleup_bytes_per_s=per_kind(lambda h, wp, kp: h.scale_up.gb_per_s_per_dir) * GB,
         domain_gpus=per_kind(lambda h, wp, kp: h.scale_up.domain_gpus),
         nic_bytes_per_s=per_kind(lambda h, wp, kp: h.scale_out.nic_gb_per_s_per_gpu) * GB,
-        attn_weight_bytes=per_kind(lambda h, wp, kp: attn * dense_p(h).bytes_per_element),
-        dense_weight_bytes=per_kind(lambda h, wp, kp: nonexp * dense_p(h).bytes_per_element),
+        attn_weight_bytes=per_kind(lambda h, wp, kp: attn * _dense_precision(h).bytes_per_element),
+        dense_weight_bytes=per_kind(lambda h, wp, kp: nonexp * _dense_precision(h).bytes_per_element),
         expert_weight_bytes=per_kind(lambda h, wp, kp: g["routed_experts"] * wp.bytes_per_element),
         kv_bytes_per_token=per_kind(lambda h, wp, kp: terms.kv_elements_per_token * kp.bytes_per_element),
         state_bytes=per_kind(lambda h, wp, kp: model.fixed_state_bytes_per_request(kp)),
