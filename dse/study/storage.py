@@ -101,11 +101,16 @@ def _open_rdb(url: str, kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
 
 
 def _lost_creation_race(exc: sqlalchemy.exc.DBAPIError) -> bool:
-    """Another process created the tables first: PostgreSQL says so with an integrity or a
-    programming error, SQLite with "table ... already exists"."""
+    """Another process created the tables first, or is creating them: PostgreSQL says so with an
+    integrity or a programming error, SQLite with "table ... already exists", or with "database
+    is locked" when its first connection turns the new file to write-ahead logging, which takes
+    the file whole and does not wait out SQLite's busy timeout."""
     if isinstance(exc, sqlalchemy.exc.IntegrityError | sqlalchemy.exc.ProgrammingError):
         return True
-    return isinstance(exc, sqlalchemy.exc.OperationalError) and "already exists" in str(exc.orig)
+    text = str(exc.orig)
+    return isinstance(exc, sqlalchemy.exc.OperationalError) and (
+        "already exists" in text or "database is locked" in text
+    )
 
 
 @dataclass(frozen=True)
