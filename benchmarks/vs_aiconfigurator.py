@@ -169,7 +169,8 @@ def fronts_of_ours(system: str, run: Run) -> None:
 
 
 def ours(system: str, path: str) -> None:
-    """Our answer, in this process: best per topology at the targets, and the fronts."""
+    """The untimed part of our side, in this process: the fronts, the space searched and the answer
+    with AIConfigurator's TTFT (the timed answer is `dse place`'s, :func:`run_ours`)."""
     from dse.catalog import load_catalog
     from dse.perf.params import load_params
     from dse.placement import Limits, Objective, PlacementRequest, Topology, place
@@ -182,7 +183,6 @@ def ours(system: str, path: str) -> None:
     hw = catalog.hardware(hw_id)
     price = hw.prices.usd_per_gpu_hour_own_hyperscaler
     assert price is not None
-    best: dict[str, dict[str, Any]] = {}
     front: dict[str, list[tuple[float, float]]] = {}
     units: dict[str, int] = {}
     covered: dict[str, int] = {}
@@ -206,17 +206,6 @@ def ours(system: str, path: str) -> None:
             pts.append((per_user, per_gpu))
             if tpot_ms == TPOT_MS:
                 units[key] = b.candidates
-                best[key] = {
-                    "tokens_per_s_per_gpu": per_gpu,
-                    "tokens_per_s_per_user": per_user,
-                    "ttft_ms": 1e3
-                    * max((p.unit.ttft_s for p in b.pools if p.unit.ttft_s == p.unit.ttft_s), default=0.0),
-                    "config": " + ".join(
-                        f"{p.instances} x {p.unit.role.name.lower()} {p.unit.parallel.label()}"
-                        + (f" bs {p.unit.decode_batch:.0f}" if p.unit.decode_batch else "")
-                        for p in b.pools
-                    ),
-                }
         front[key] = sorted(pts)
     unqueued = {k: _unqueued_best(t, hw.id, gpus, price, catalog, params) for k, t in (
         ("agg", Topology.AGGREGATED), ("disagg", Topology.DISAGGREGATED))}  # fmt: skip
@@ -227,7 +216,7 @@ def ours(system: str, path: str) -> None:
         f"candidate units; the MILP chooses among every mix of their instance counts in {gpus} GPUs "
         f"({_mixes(gpus, [8, 16, 32])}+ prefill x decode mixes)"
     )
-    doc = {"best": best, "front": front, "space": space, "best_unqueued": unqueued}
+    doc = {"front": front, "space": space, "best_unqueued": unqueued}
     Path(path).write_text(json.dumps(doc))
 
 

@@ -171,8 +171,8 @@ class _Cache:
 
 def _planned(c: RestingClass) -> dict[str, float]:
     shares = {o: float(c.tiers.get(o, 0.0)) for o in OUTCOMES}
-    rest = 1.0 - sum(shares[t] for t in TIER_NAMES)
-    shares["drop"] = max(shares["drop"], rest) if "drop" not in c.tiers else shares["drop"]
+    if "drop" not in c.tiers:  # what the tiers do not hold is dropped
+        shares["drop"] = max(1.0 - sum(shares[t] for t in TIER_NAMES), 0.0)
     return shares
 
 

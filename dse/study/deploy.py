@@ -353,11 +353,7 @@ def _script(pool: PoolLaunch | None, design: Design, args: list[str]) -> str:
 
 def _quote(arg: str) -> str:
     """Shell words; the script's own variables stay expandable."""
-    if arg.startswith("$") or arg.startswith('"$'):
-        return f'"{arg}"' if not arg.startswith('"') else arg
-    if arg.startswith("$HERE/"):
-        return f'"{arg}"'
-    return shlex.quote(arg)
+    return f'"{arg}"' if arg.startswith("$") else shlex.quote(arg)
 
 
 def _pool_text(pool: PoolLaunch) -> str:
