@@ -39,9 +39,12 @@ from formulations.solve import PlacementSolver
 
 
 @contextlib.contextmanager
-def _timing(spent: dict[str, float], parts: dict[str, tuple[object, str]]):  # type: ignore[no-untyped-def]
+def _timing(
+    spent: dict[str, float], parts: dict[str, tuple[object, str]], calls: dict[str, list[float]] | None = None
+):  # type: ignore[no-untyped-def]
     """Time the named functions of their modules while the block runs (every call adds to
-    ``spent[part]``), then put the originals back."""
+    ``spent[part]``, and is listed in ``calls[part]`` when that exists), then put the originals
+    back."""
     real = {part: getattr(mod, name) for part, (mod, name) in parts.items()}
 
     def wrap(part: str, fn):  # type: ignore[no-untyped-def]
@@ -50,7 +53,10 @@ def _timing(spent: dict[str, float], parts: dict[str, tuple[object, str]]):  # t
             try:
                 return fn(*a, **k)
             finally:
-                spent[part] += time.perf_counter() - t0
+                dt = time.perf_counter() - t0
+                spent[part] += dt
+                if calls is not None and part in calls:
+                    calls[part].append(dt)
 
         return timed
 
@@ -83,10 +89,11 @@ def timed_study(trials: int, sampler: str) -> None:
         "start warm": (runner_mod, "warm_start_params"),  # the full placement's designs
     }
     spent = dict.fromkeys(parts, 0.0)
+    calls: dict[str, list[float]] = {"MILP": []}
     study = Study.load("deepseek-v3-blackwell")
     study = replace(study, spec=replace(study.spec, search=replace(study.spec.search, sampler=sampler)))
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with tempfile.TemporaryDirectory() as tmp, _timing(spent, parts):
+    with tempfile.TemporaryDirectory() as tmp, _timing(spent, parts, calls):
         t0 = time.perf_counter()
         res = study.run(trials=trials, out=Path(tmp))
         wall = time.perf_counter() - t0
@@ -114,7 +121,13 @@ def timed_study(trials: int, sampler: str) -> None:
         f"latency {ms['engine latency']:.2f} ms); "
         f"beside them the sampler's process (sampling, storage writes) {1e3 * child_cpu / n:.2f} ms CPU"
     )
+    milp_ms = 1e3 * np.array(calls["MILP"])
+    print(
+        f"  MILP per call (every topology a trial solves, and the warm start's): median "
+        f"{np.median(milp_ms):.2f} ms, p95 {np.percentile(milp_ms, 95):.2f} ms over {milp_ms.size} calls"
+    )
     figure(f"{trials} trials ({sampler})", wall, "s", "deepseek-v3-blackwell into SQLite")
+    figure(f"MILP per call, median ({sampler})", float(np.median(milp_ms)), "ms", "headline study trials")
     figure(f"run start ({sampler})", start, "s", "once per run: storage, warm start, sampler process")
     figure(
         f"trial overhead ({sampler})", 1e3 * overhead / n, "ms", "all but the MILP, the simulator, the start"

@@ -1,9 +1,10 @@
 """Solving placement models: one persistent HiGHS instance per model structure, one result type.
 
-:class:`PlacementSolver` builds the pyomo model the first time it sees a structure and afterwards
-only loads new parameter values into it, so search trials re-solve without rebuilding
-(``benchmarks/milp_speed.py`` measures both paths). Callers get a frozen :class:`SolveResult`
-and never see pyomo or HiGHS objects.
+:class:`PlacementSolver` builds the pyomo model the first time it sees a structure and solves it
+through pyomo. Afterwards it only loads new parameter values into the model and re-solves it
+straight through highspy (:mod:`formulations.direct`), so search trials pay neither the rebuild
+nor pyomo's per-solve sync (``benchmarks/milp_speed.py`` measures all three paths). Callers get a
+frozen :class:`SolveResult` and never see pyomo or HiGHS objects.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import highspy
 import numpy as np
 import pyomo.core as pyo  # the modelling layer alone: pyomo.environ also loads every plugin (0.4 s more)
 from pyomo.contrib.solver.common.results import SolutionStatus as PyoSolution
@@ -24,6 +26,7 @@ from pyomo.contrib.solver.common.results import TerminationCondition as PyoTermi
 from pyomo.contrib.solver.solvers.highs import Highs
 
 from formulations import placement
+from formulations.direct import Columns, DirectModel
 from formulations.placement_data import (
     CAPACITY_TIERS,
     LINK_TIERS,
@@ -65,6 +68,20 @@ _TERMINATION = {
     PyoTermination.error: Termination.ERROR,
 }
 _SOLUTION = {PyoSolution.optimal: SolutionStatus.OPTIMAL, PyoSolution.feasible: SolutionStatus.FEASIBLE}
+_HIGHS_TERMINATION = {  # the same reading of HiGHS's status as pyomo's (its highs.py _postsolve)
+    highspy.HighsModelStatus.kOptimal: Termination.OPTIMAL,
+    highspy.HighsModelStatus.kTimeLimit: Termination.TIME_LIMIT,
+    highspy.HighsModelStatus.kIterationLimit: Termination.WORK_LIMIT,
+    highspy.HighsModelStatus.kSolutionLimit: Termination.WORK_LIMIT,
+    highspy.HighsModelStatus.kInfeasible: Termination.INFEASIBLE,
+    highspy.HighsModelStatus.kUnboundedOrInfeasible: Termination.INFEASIBLE,
+    highspy.HighsModelStatus.kUnbounded: Termination.UNBOUNDED,
+    highspy.HighsModelStatus.kLoadError: Termination.ERROR,
+    highspy.HighsModelStatus.kModelError: Termination.ERROR,
+    highspy.HighsModelStatus.kPresolveError: Termination.ERROR,
+    highspy.HighsModelStatus.kSolveError: Termination.ERROR,
+    highspy.HighsModelStatus.kPostsolveError: Termination.ERROR,
+}
 
 
 @dataclass(frozen=True)
@@ -96,6 +113,30 @@ class SolveOptions:
     threads: int = 1
     node_limit: int | None = None  # branch-and-bound nodes; a deterministic stand-in for time
     polish: bool = True  # re-solve the continuous part exactly with the counts fixed
+    direct: bool = True  # re-solve a structure seen before straight through highspy
+
+    def highs_options(self) -> dict[str, bool | float | int]:
+        """HiGHS's options for one solve, whichever path hands it the model."""
+        return {
+            "output_flag": False,
+            "random_seed": 0,
+            "threads": self.threads,
+            "mip_rel_gap": self.mip_rel_gap,
+            **({"time_limit": self.time_limit_s} if self.time_limit_s is not None else {}),
+            **({"mip_max_nodes": self.node_limit} if self.node_limit is not None else {}),
+        }
+
+
+@dataclass
+class _Built:
+    """One structure's pyomo model, pyomo's persistent solver for it and, from its first
+    re-solve, the direct path's compiled model and HiGHS instance."""
+
+    m: pyo.ConcreteModel
+    solver: Highs
+    direct: DirectModel | None = None
+    columns: Columns | None = None
+    highs: highspy.Highs | None = None
 
 
 class PlacementSolver:
@@ -103,55 +144,55 @@ class PlacementSolver:
 
     def __init__(self, options: SolveOptions | None = None) -> None:
         self.options = options or SolveOptions()
-        self._built: dict[tuple[object, ...], tuple[pyo.ConcreteModel, Highs]] = {}
+        self._built: dict[tuple[object, ...], _Built] = {}
 
-    def _instance(self, data: PlacementData) -> tuple[pyo.ConcreteModel, Highs, float]:
+    def _instance(self, data: PlacementData) -> tuple[_Built, float]:
+        """The structure's built model with ``data`` loaded, and the seconds a build took (0
+        when it was built before)."""
         key = data.structure()
-        if key in self._built:
-            t0 = time.perf_counter()
-            m, solver = self._built[key]
-            placement.update(m, data)
-            return m, solver, -(time.perf_counter() - t0)  # negative: an update, not a build
+        b = self._built.get(key)
+        if b is not None:
+            placement.update(b.m, data)
+            return b, 0.0
         t0 = time.perf_counter()
-        m = placement.build(data)
-        solver = Highs()
-        self._built[key] = (m, solver)
-        return m, solver, time.perf_counter() - t0
+        b = self._built[key] = _Built(placement.build(data), Highs())
+        return b, time.perf_counter() - t0
 
     def solve(self, data: PlacementData) -> SolveResult:
         """Solve; then, unless the MILP closed its gap, re-solve the LP left with the counts of the
         incumbent fixed, so the continuous choices (tiers, routing) are exactly optimal rather
         than within the gap."""
-        m, solver, build = self._instance(data)
-        result, _ = self._run(m, solver, data)
+        b, build = self._instance(data)
+        run = self._run if build or not self.options.direct else self._run_direct
+        result = run(b, data)
         sol = result.solution
         # a MILP proven optimal already has the optimal continuous part; within a gap it may not
         if self.options.polish and sol is not None and not result.gap <= 1e-9:
-            with _counts_relaxed(m, sol.instances, sol.instances, sol.sale_units, sol.sale_units):
-                polished, _ = self._run(m, solver, data)
+            with _counts_relaxed(b.m, sol.instances, sol.instances, sol.sale_units, sol.sale_units):
+                polished = run(b, data)
             if polished.solution is not None:
                 total = result.solve_s + polished.solve_s
                 result = replace(result, solution=polished.solution, solve_s=total)
-        return _with_build(result, max(build, 0.0))
+        return _with_build(result, build)
 
-    def _run(
-        self, m: pyo.ConcreteModel, solver: Highs, data: PlacementData, *, duals: bool = False
+    def _run(self, b: _Built, data: PlacementData) -> SolveResult:
+        return self._run_pyomo(b, data)[0]
+
+    def _run_pyomo(
+        self, b: _Built, data: PlacementData, *, duals: bool = False
     ) -> tuple[SolveResult, dict[Any, float]]:
         o = self.options
         t0 = time.perf_counter()
+        opts = o.highs_options()
         with _ctrl_c_after():
-            res = solver.solve(
-                m,
+            res = b.solver.solve(
+                b.m,
                 load_solutions=False,
                 raise_exception_on_nonoptimal_result=False,
-                time_limit=o.time_limit_s,
-                rel_gap=o.mip_rel_gap,
-                threads=o.threads,
-                solver_options={
-                    "output_flag": False,
-                    "random_seed": 0,
-                    **({"mip_max_nodes": o.node_limit} if o.node_limit is not None else {}),
-                },
+                time_limit=opts.pop("time_limit", None),
+                rel_gap=opts.pop("mip_rel_gap"),
+                threads=opts.pop("threads"),
+                solver_options=opts,
             )
         solve_s = time.perf_counter() - t0
         status = _SOLUTION.get(res.solution_status, SolutionStatus.NONE)
@@ -160,19 +201,44 @@ class PlacementSolver:
         dual_values: dict[Any, float] = {}
         if status is not SolutionStatus.NONE:
             res.solution_loader.load_vars()
-            sol = _read_back(m, data)
+            sol = _read_back(b.m, data)
             if duals:
                 dual_values = dict(res.solution_loader.get_duals())
         obj = float(res.incumbent_objective) if res.incumbent_objective is not None else float("nan")
         bound = float(res.objective_bound) if res.objective_bound is not None else float("nan")
-        if term is Termination.OPTIMAL and np.isnan(bound):
-            bound = obj
-        gap = (
-            abs(obj - bound) / max(abs(obj), 1e-9)
-            if np.isfinite(obj) and np.isfinite(bound)
-            else float("nan")
-        )
-        return SolveResult(term, status, obj, bound, gap, 0.0, solve_s, sol), dual_values
+        return _result(term, status, obj, bound, solve_s, sol), dual_values
+
+    def _run_direct(self, b: _Built, data: PlacementData) -> SolveResult:
+        """The same solve as :meth:`_run`, with the model handed to HiGHS as arrays."""
+        t0 = time.perf_counter()
+        if b.direct is None:
+            b.direct = DirectModel.of_persistent(b.m, b.solver)
+            b.columns = b.direct.columns(b.m, data.n_units, data.n_classes, len(TIERS))
+            b.highs = highspy.Highs()
+            for k, v in self.options.highs_options().items():
+                b.highs.setOptionValue(k, v)
+        h, cols = b.highs, b.columns
+        assert h is not None and cols is not None
+        h.passModel(b.direct.lp())
+        with _ctrl_c_after():
+            h.run()
+        solve_s = time.perf_counter() - t0
+        info = h.getInfo()
+        has = info.primal_solution_status == 2  # kSolutionStatusFeasible
+        model_status = h.getModelStatus()
+        term = _HIGHS_TERMINATION.get(model_status, Termination.UNKNOWN)
+        if not has:
+            status = SolutionStatus.NONE
+        else:
+            optimal = model_status == highspy.HighsModelStatus.kOptimal
+            status = SolutionStatus.OPTIMAL if optimal else SolutionStatus.FEASIBLE
+        obj = float(info.objective_function_value) if has else float("nan")
+        if info.mip_node_count == -1:  # an LP: no separate bound
+            bound = obj if status is SolutionStatus.OPTIMAL else float("nan")
+        else:
+            bound = float(info.mip_dual_bound)
+        sol = _from_columns(np.asarray(h.getSolution().col_value), cols, data) if has else None
+        return _result(term, status, obj, bound, solve_s, sol)
 
     def relaxed_duals(
         self, data: PlacementData, chosen: PlacementSolution
@@ -184,25 +250,25 @@ class PlacementSolver:
         Fixing the counts themselves would make every price zero under a cost objective (cost
         depends on counts alone); fixing which units are used and relaxing how many gives the
         marginal cost of capacity around the chosen design."""
-        m, solver, _ = self._instance(data)
+        b, _ = self._instance(data)
         unbounded = np.full(data.n_units, np.inf)
         x_ub = np.where(chosen.instances > 0.5, unbounded, 0.0)
         n_ub = np.where(chosen.sale_units > 0.5, np.inf, 0.0)
-        with _counts_relaxed(m, np.zeros(data.n_units), x_ub, np.zeros(data.n_hw), n_ub):
-            result, raw = self._run(m, solver, data, duals=True)
-        return result, _family_duals(m, data, raw)
+        with _counts_relaxed(b.m, np.zeros(data.n_units), x_ub, np.zeros(data.n_hw), n_ub):
+            result, raw = self._run_pyomo(b, data, duals=True)
+        return result, _family_duals(b.m, data, raw)
 
     def elastic(self, data: PlacementData, scale: dict[str, float]) -> ElasticResult:
         """Solve with the elastic slacks open (see :func:`formulations.placement.set_objective`)."""
-        m, solver, _ = self._instance(data)
-        placement.set_objective(m, data.objective, elastic=scale)
+        b, _ = self._instance(data)
+        placement.set_objective(b.m, data.objective, elastic=scale)
         try:
-            result, _ = self._run(m, solver, data)
+            result = self._run(b, data)
             slacks = (
-                {k: float(pyo.value(m.slack[k])) for k in placement.ELASTIC} if result.has_solution else {}
+                {k: float(pyo.value(b.m.slack[k])) for k in placement.ELASTIC} if result.has_solution else {}
             )
         finally:
-            placement.set_objective(m, data.objective)
+            placement.set_objective(b.m, data.objective)
         return ElasticResult(result, slacks)
 
 
@@ -238,6 +304,32 @@ def _counts_relaxed(
 
 def _with_build(result: SolveResult, build_s: float) -> SolveResult:
     return replace(result, build_s=build_s)
+
+
+def _result(
+    term: Termination,
+    status: SolutionStatus,
+    obj: float,
+    bound: float,
+    solve_s: float,
+    sol: PlacementSolution | None,
+) -> SolveResult:
+    if term is Termination.OPTIMAL and np.isnan(bound):
+        bound = obj
+    gap = abs(obj - bound) / max(abs(obj), 1e-9) if np.isfinite(obj) and np.isfinite(bound) else float("nan")
+    return SolveResult(term, status, obj, bound, gap, 0.0, solve_s, sol)
+
+
+def _from_columns(col: np.ndarray, cols: Columns, data: PlacementData) -> PlacementSolution:
+    """:func:`_read_back` from HiGHS's column values (a column HiGHS never saw is 0)."""
+    padded = np.append(col, 0.0)  # index -1 reads the 0 at the end
+    return PlacementSolution(
+        sale_units=np.round(padded[cols.n], 9),
+        instances=np.round(padded[cols.x], 9),
+        fresh=np.maximum(padded[cols.f], 0.0),
+        returning=np.maximum(padded[cols.r], 0.0),
+        scale=float(padded[cols.scale]),
+    )
 
 
 def _read_back(m: pyo.ConcreteModel, data: PlacementData) -> PlacementSolution:

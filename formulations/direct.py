@@ -1,0 +1,192 @@
+"""Re-solving a built placement model straight through highspy, without pyomo's per-solve sync.
+
+Pyomo stays the formulation and the source of truth. The rows and columns, their order, and the
+expression of every coefficient, bound and cost come from the pyomo model and from the HiGHS model
+pyomo's persistent interface built for it. Once per structure, every one of those expressions is
+compiled into a single Python function of the model's parameter values (:class:`DirectModel`).
+A re-solve then reads the values the parameters hold after :func:`formulations.placement.update`,
+evaluates that function, and passes the arrays to a HiGHS instance of its own. A trial changes
+coefficients and bounds only, so nothing else needs to move.
+
+Pyomo's persistent solver is left as it was: elastic solves and duals still go through it, and
+``tests/test_direct_solve.py`` checks that both paths return the same solutions. Pyomo's own
+re-solve walks every mutable expression and compares every parameter on each call, which is
+about two thirds of a study-sized re-solve outside HiGHS (``benchmarks/milp_speed.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import highspy
+import numpy as np
+import pyomo.core as pyo
+from pyomo.core.expr.numeric_expr import (
+    DivisionExpression,
+    NegationExpression,
+    PowExpression,
+    ProductExpression,
+    SumExpression,
+)
+from pyomo.core.expr.numvalue import native_numeric_types
+from pyomo.repn.standard_repn import generate_standard_repn
+
+_INF = highspy.kHighsInf
+_BIG = 1e20  # HiGHS's infinite_bound: a bound this large is no bound
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Where each decision variable of the placement model sits among the HiGHS columns (-1: in no
+    row and not in the objective, so HiGHS never saw it and its value is 0)."""
+
+    n: np.ndarray  # (H,)
+    x: np.ndarray  # (U,)
+    f: np.ndarray  # (U,)
+    r: np.ndarray  # (U, C, T)
+    scale: int
+
+
+class _Program:
+    """Python source for one function ``fill(P)`` that returns every expression's value, with
+    ``P`` the list of parameter values in :attr:`params` order."""
+
+    def __init__(self) -> None:
+        self.params: list[Any] = []
+        self._slot: dict[int, int] = {}
+        self.lines: list[str] = []
+
+    def slot(self, p: Any) -> int:
+        i = self._slot.get(id(p))
+        if i is None:
+            i = self._slot[id(p)] = len(self.params)
+            self.params.append(p)
+        return i
+
+    def code(self, e: Any) -> str:
+        """Python source for the value of ``e``, an expression of parameters and constants."""
+        if e is None:
+            raise TypeError("no expression")
+        if type(e) in native_numeric_types:
+            return repr(float(e))
+        if not e.is_expression_type():
+            if e.is_parameter_type():
+                return f"P[{self.slot(e)}]"
+            if e.is_constant():
+                return repr(float(pyo.value(e)))
+            raise TypeError(f"cannot compile {type(e).__name__}: it is not a parameter or a constant")
+        args = [self.code(a) for a in e.args]
+        if isinstance(e, SumExpression):
+            return "(" + " + ".join(args) + ")"
+        if isinstance(e, ProductExpression):
+            return f"({args[0]} * {args[1]})"
+        if isinstance(e, DivisionExpression):
+            return f"({args[0]} / {args[1]})"
+        if isinstance(e, NegationExpression):
+            return f"(-{args[0]})"
+        if isinstance(e, PowExpression):
+            return f"({args[0]} ** {args[1]})"
+        raise TypeError(f"cannot compile a {type(e).__name__} into the direct re-solve")
+
+    def compile(self, exprs: list[str]) -> Callable[[list[float]], tuple[float, ...]]:
+        src = "def fill(P):\n    return (\n" + "".join(f"        {e},\n" for e in exprs) + "    )\n"
+        scope: dict[str, Any] = {"INF": _INF}
+        exec(compile(src, "<placement coefficients>", "exec"), scope)  # noqa: S102 - our own source
+        return scope["fill"]
+
+
+class DirectModel:
+    """The LP/MIP of one built pyomo model as arrays HiGHS reads, refilled from the parameters."""
+
+    def __init__(self, m: pyo.ConcreteModel, var_col: dict[int, int], con_row: dict[Any, int]) -> None:
+        prog = _Program()
+        n_col, n_row = len(var_col), len(con_row)
+        self.n_col, self.n_row = n_col, n_row
+        self._vars: list[Any] = [None] * n_col
+        for v in m.component_data_objects(pyo.Var, descend_into=True):
+            if id(v) in var_col:
+                self._vars[var_col[id(v)]] = v
+        entries: list[tuple[int, int, str]] = []
+        lo, hi = ["-INF"] * n_row, ["INF"] * n_row
+        for con, row in con_row.items():
+            repn = generate_standard_repn(con.body, compute_values=False, quadratic=False)
+            if repn.nonlinear_expr is not None or repn.quadratic_vars:
+                raise TypeError(f"row {con.name} is not linear")
+            for v, coef in zip(repn.linear_vars, repn.linear_coefs, strict=True):
+                entries.append((row, var_col[id(v)], prog.code(coef)))
+            k = prog.code(repn.constant)
+            if con.has_lb():
+                lo[row] = f"({prog.code(con.lower)} - {k})"
+            if con.has_ub():
+                hi[row] = f"({prog.code(con.upper)} - {k})"
+        obj = next(m.component_data_objects(pyo.Objective, active=True))
+        if obj.sense != pyo.minimize:
+            raise TypeError("the direct re-solve expects a minimisation")
+        orepn = generate_standard_repn(obj.expr, compute_values=False, quadratic=False)
+        cost = {
+            var_col[id(v)]: prog.code(c) for v, c in zip(orepn.linear_vars, orepn.linear_coefs, strict=True)
+        }
+        entries.sort(key=lambda e: (e[1], e[0]))  # column-wise, as HiGHS stores its matrix
+        self._cost_cols = np.array(sorted(cost), dtype=np.int64)
+        self._a_index = np.array([r for r, _, _ in entries], dtype=np.int32)
+        self._a_start = np.searchsorted(np.array([c for _, c, _ in entries]), np.arange(n_col + 1)).astype(
+            np.int32
+        )
+        exprs = [e for _, _, e in entries] + lo + hi + [cost[c] for c in self._cost_cols.tolist()]
+        exprs.append(prog.code(orepn.constant))
+        self._n_nz = len(entries)
+        self._params = prog.params
+        self._fill = prog.compile(exprs)
+
+    @classmethod
+    def of_persistent(cls, m: pyo.ConcreteModel, solver: Any) -> DirectModel:
+        """From the rows and columns pyomo's persistent HiGHS interface gave ``m``'s components,
+        so both paths hand HiGHS the same model in the same order."""
+        if getattr(solver, "_model", None) is not m:
+            solver.set_instance(m)
+        return cls(m, dict(solver._pyomo_var_to_solver_var_map), dict(solver._pyomo_con_to_solver_con_map))
+
+    def columns(self, m: pyo.ConcreteModel, n_units: int, n_classes: int, n_tiers: int) -> Columns:
+        col = {id(v): i for i, v in enumerate(self._vars)}
+
+        def where(v: Any) -> int:
+            return col.get(id(v), -1)
+
+        return Columns(
+            n=np.array([where(m.n[h]) for h in m.H], dtype=np.int64),
+            x=np.array([where(m.x[u]) for u in m.U], dtype=np.int64),
+            f=np.array([where(m.f[u]) for u in m.U], dtype=np.int64),
+            r=np.array([where(v) for v in m.r.values()], dtype=np.int64).reshape(n_units, n_classes, n_tiers),
+            scale=where(m.scale),
+        )
+
+    def lp(self) -> highspy.HighsLp:
+        """The model as it stands: parameter values, variable bounds and domains read now."""
+        vals = np.array(self._fill([p.value for p in self._params]), dtype=np.float64)
+        nz, nr = self._n_nz, self.n_row
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = self.n_col, nr
+        cost = np.zeros(self.n_col)
+        cost[self._cost_cols] = vals[nz + 2 * nr : -1]
+        lp.col_cost_ = cost
+        lp.offset_ = float(vals[-1])
+        lb, ub, integer = np.empty(self.n_col), np.empty(self.n_col), []
+        for i, v in enumerate(self._vars):
+            low, up = v.bounds
+            lb[i] = -_INF if low is None else low
+            ub[i] = _INF if up is None else up
+            integer.append(
+                highspy.HighsVarType.kInteger if v.is_integer() else highspy.HighsVarType.kContinuous
+            )
+        lp.col_lower_, lp.col_upper_ = lb, ub
+        row = vals[nz : nz + 2 * nr]
+        row[np.abs(row) >= _BIG] *= _INF  # HiGHS's own reading of +-1e20 (pyomo's infinite bounds)
+        lp.row_lower_, lp.row_upper_ = row[:nr], row[nr:]
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = self._a_start
+        lp.a_matrix_.index_ = self._a_index
+        lp.a_matrix_.value_ = vals[:nz]
+        lp.integrality_ = integer
+        return lp

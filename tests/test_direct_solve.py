@@ -1,0 +1,165 @@
+"""The direct re-solve (formulations.direct): the model it hands HiGHS is the one pyomo hands it,
+and a re-solve answers what solving the same data alone answers, limits and infeasibility too."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from test_placement_milp import hard, instance
+
+from dse.catalog import load_catalog
+from dse.perf.params import load_params
+from dse.placement import PlacementRequest, Topology
+from dse.placement.candidates import build_candidates
+from dse.workload import Slo, ThinkBin, Workload
+from formulations import placement
+from formulations.direct import DirectModel
+from formulations.placement_check import check
+from formulations.placement_data import Objective, PlacementData
+from formulations.solve import PlacementSolver, SolveOptions, SolveResult, Termination
+
+THINK = (ThinkBin(0.6, 30.0), ThinkBin(0.3, 600.0), ThinkBin(0.1, 3600.0))
+
+
+def realistic(seed: int, topology: Topology = Topology.DISAGGREGATED) -> PlacementData:
+    """A trial as studies pose it: two hardware, three KV classes, engine-priced units."""
+    rng = np.random.default_rng(seed)
+    w = Workload(
+        requests_per_s=float(rng.uniform(5, 200)),
+        input_tokens=float(rng.uniform(1000, 8000)),
+        output_tokens=float(rng.uniform(200, 2000)),
+        returning_share=float(rng.uniform(0.2, 0.8)),
+        cached_prefix_tokens=float(rng.uniform(5000, 60000)),
+        suffix_tokens=float(rng.uniform(100, 2000)),
+        think=THINK,
+    )
+    req = PlacementRequest(
+        model="deepseek-v3",
+        hardware=("b200", "h200-sxm"),
+        workload=w,
+        slo=Slo(ttft_s=float(rng.uniform(1.0, 5.0)), tpot_s=float(rng.uniform(0.03, 0.08))),
+        topology=topology,
+    )
+    return build_candidates(req, topology, load_catalog(), load_params()).data
+
+
+def same_structure(n: int, topology: Topology) -> list[PlacementData]:
+    out: list[PlacementData] = []
+    seed = 0
+    while len(out) < n:
+        d = realistic(seed, topology)
+        seed += 1
+        if not out or d.structure() == out[0].structure():
+            out.append(d)
+    return out
+
+
+def assert_same(alone: SolveResult, again: SolveResult) -> None:
+    assert again.build_s == 0.0 and alone.build_s > 0.0  # the second one did re-solve
+    assert again.termination is alone.termination
+    assert again.solution_status is alone.solution_status
+    if not alone.has_solution:
+        assert again.solution is None and math.isnan(again.objective)
+        return
+    a, b = alone.solution, again.solution
+    assert a is not None and b is not None
+    assert b.instances.tolist() == a.instances.tolist()
+    assert b.sale_units.tolist() == a.sale_units.tolist()
+    np.testing.assert_allclose(b.fresh, a.fresh, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(b.returning, a.returning, rtol=0, atol=1e-9)
+    assert b.scale == pytest.approx(a.scale, rel=1e-12)
+    assert again.objective == pytest.approx(alone.objective, rel=1e-12)
+    assert again.gap == pytest.approx(alone.gap, abs=1e-12)
+
+
+def test_the_direct_model_is_the_one_pyomo_hands_highs() -> None:
+    first, second = same_structure(2, Topology.DISAGGREGATED)
+    m = placement.build(first)
+    from pyomo.contrib.solver.solvers.highs import Highs
+
+    solver = Highs()
+    solver.set_instance(m)
+    direct = DirectModel.of_persistent(m, solver)
+    placement.update(m, second)  # values change after the compile: both must follow them
+    solver.update()
+    theirs, ours = solver._solver_model.getLp(), direct.lp()
+    assert (ours.num_row_, ours.num_col_) == (theirs.num_row_, theirs.num_col_)
+    for field in ("col_cost_", "col_lower_", "col_upper_", "row_lower_", "row_upper_"):
+        np.testing.assert_array_equal(np.array(getattr(ours, field)), np.array(getattr(theirs, field)))
+    assert list(ours.integrality_) == list(theirs.integrality_)
+
+    def dense(lp: object) -> np.ndarray:
+        a, out = lp.a_matrix_, np.zeros((lp.num_row_, lp.num_col_))  # type: ignore[attr-defined]
+        for j in range(lp.num_col_):  # type: ignore[attr-defined]
+            for k in range(a.start_[j], a.start_[j + 1]):
+                out[a.index_[k], j] = a.value_[k]
+        return out
+
+    np.testing.assert_array_equal(dense(ours), dense(theirs))
+    assert np.count_nonzero(dense(ours)) > 100  # a real model, not an empty one
+
+
+@pytest.mark.parametrize("topology", [Topology.DISAGGREGATED, Topology.AGGREGATED])
+def test_a_resolve_answers_what_solving_the_data_alone_answers(topology: Topology) -> None:
+    warm = PlacementSolver()
+    for d in same_structure(8, topology):
+        warm.solve(d)  # the first builds through pyomo; the rest re-solve directly
+    for d in same_structure(8, topology)[1:]:
+        assert_same(PlacementSolver().solve(d), warm.solve(d))
+
+
+def test_a_resolve_follows_objective_caps_and_infeasibility() -> None:
+    warm = PlacementSolver()
+    warm.solve(instance(rate=10.0))
+    for d in (
+        instance(rate=30.0),
+        instance(rate=30.0, power_w=10_000.0),  # infeasible: the power cap
+        instance(rate=30.0, objective=Objective.GPUS),
+        instance(rate=30.0, budget_usd_hour=100.0, objective=Objective.GOODPUT),
+        instance(rate=12.0),
+    ):
+        assert_same(PlacementSolver().solve(d), warm.solve(d))
+    infeasible = warm.solve(instance(power_w=10_000.0))
+    assert infeasible.termination is Termination.INFEASIBLE
+    goodput = warm.solve(instance(budget_usd_hour=100.0, objective=Objective.GOODPUT))
+    assert goodput.solution is not None and goodput.solution.scale > 1.0
+
+
+def test_a_limited_resolve_keeps_its_incumbent_polished_and_its_gap() -> None:
+    options = SolveOptions(node_limit=1)
+    warm = PlacementSolver(options)
+    warm.solve(replace(hard(7), fresh_per_s=hard(7).fresh_per_s * 0.9))  # same structure, other data
+    alone, again = PlacementSolver(options).solve(hard(7)), warm.solve(hard(7))
+    assert again.termination is Termination.WORK_LIMIT and again.gap > 0.0
+    assert_same(alone, again)
+    assert again.solution is not None and check(hard(7), again.solution).ok
+
+
+def test_pyomo_paths_still_work_after_direct_resolves() -> None:
+    """Elastic solves and duals go through pyomo's persistent solver, which the direct path
+    never touched: it must pick up the data loaded since."""
+    solver = PlacementSolver()
+    solver.solve(instance(rate=10.0))
+    solver.solve(instance(rate=30.0))
+    data = instance(power_w=10_000.0)
+    el = solver.elastic(data, dict.fromkeys(placement.ELASTIC, 1.0) | {"power": 10_000.0})
+    assert el.slacks["power"] == pytest.approx(22_000.0)  # 4 nodes of 8 GPUs at 1 kW, less 10 kW
+    ok = solver.solve(instance(rate=30.0))
+    assert ok.solution is not None
+    res, duals = solver.relaxed_duals(instance(rate=30.0), ok.solution)
+    assert res.has_solution and duals["gpus_in_sale_units"][0] > 0.0
+
+
+def test_the_pyomo_resolve_is_still_there_to_compare() -> None:
+    d = same_structure(2, Topology.DISAGGREGATED)
+    via_pyomo = PlacementSolver(SolveOptions(direct=False))
+    via_pyomo.solve(d[0])
+    again = via_pyomo.solve(d[1])
+    alone = PlacementSolver().solve(d[1])
+    assert again.solution is not None and alone.solution is not None
+    assert again.solution.instances.tolist() == alone.solution.instances.tolist()
+    assert again.objective == pytest.approx(alone.objective, rel=1e-9)
+    assert again.build_s == 0.0
