@@ -35,6 +35,7 @@ BENCHES = (
     "milp_speed",
     "sim_validation",
     "growth",
+    "midfill",
     "study_speed",
     "worker_scaling",
 )

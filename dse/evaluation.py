@@ -125,7 +125,7 @@ def _metrics(
     f, w = sim.fluid, req.workload
     ttft_pct = ttft_at_percentile(float(f.ttft_mean_s[0]), float(f.ttft_p99_s[0]), req.slo.percentile)
     tpot = float(f.tpot_mean_s[0])
-    decode_gpus = sum(p.gpus for p in outcome.pools if p.unit.role is not Role.PREFILL)
+    decode_gpus = sum(p.gpus for p in outcome.pools if not p.unit.role.hands_off)
     metrics = {
         "usd_per_million_tokens": outcome.usd_per_million_tokens,
         "usd_per_hour": outcome.usd_per_hour,
@@ -182,7 +182,7 @@ def power_metrics(
     for p in outcome.pools:
         st = stages[stage_label(p)]
         busy = step_busy(st["gemm"], st["attention"], st["communication"], st["overhead"])
-        if p.unit.role is Role.PREFILL:
+        if p.unit.role.hands_off:
             known = p.prefill_busy_s == p.prefill_busy_s  # nan where the pool serves nothing
             busy *= min(p.requests_per_s * p.prefill_busy_s / p.instances, 1.0) if known else 1.0
         tdp = ctx.catalog.hardware(p.unit.hardware).tdp_w
@@ -234,16 +234,15 @@ def stage_split(
             kv_precision=[engine.kv_precision],
             engines=ctx.params.kernel_engines([req.engine]),
         )
-        if p.unit.role is Role.PREFILL:
+        cached = 0.0
+        if p.unit.role.hands_off:  # prefill: fresh prompts; midfill: suffixes against their prefix
+            midfill = p.unit.role is Role.MIDFILL
+            new = max(w.suffix_tokens, 1.0) if midfill else w.input_tokens
+            cached = w.cached_prefix_tokens if midfill else 0.0
             tokens = prefill_batch_tokens(
-                pool, w.input_tokens, req.options.prefill_chunk_tokens, engine.prefill_chunk_per_instance
+                pool, new, req.options.prefill_chunk_tokens, engine.prefill_chunk_per_instance
             )
-            tokens_, seqs, ctx_len, prefill = (
-                tokens,
-                tokens / w.input_tokens,
-                np.array([w.input_tokens]),
-                True,
-            )
+            tokens_, seqs, ctx_len, prefill = tokens, tokens / new, np.array([new]), True
             step_pool = pool
         else:
             tokens_ = np.array([max(float(p.unit.decode_batch), 1.0)])
@@ -253,7 +252,7 @@ def stage_split(
             step_pool = half(pool) if half is not None else pool
         cost = forward_cost(
             step_pool, ctx.params, tokens=tokens_, sequences=seqs, context=ctx_len, prefill=prefill,
-            speed=np.array([engine.speed]),
+            speed=np.array([engine.speed]), cached=cached,
         )  # fmt: skip
         out[stage_label(p)] = {
             "gemm": 1e3 * float(cost.gemm_s[0]),

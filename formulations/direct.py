@@ -3,7 +3,8 @@
 Pyomo stays the formulation and the source of truth. The rows and columns, their order, and the
 expression of every coefficient, bound and cost come from the pyomo model and from the HiGHS model
 pyomo's persistent interface built for it. Once per structure, every one of those expressions is
-compiled into a single Python function of the model's parameter values (:class:`DirectModel`).
+expanded into a polynomial in the model's parameters, all of them kept as numpy arrays, so that
+one vectorised evaluation gives every value (:class:`DirectModel`).
 A re-solve then reads the values the parameters hold after :func:`formulations.placement.update`,
 evaluates that function, and passes the arrays to a HiGHS instance of its own. A trial changes
 coefficients and bounds only, so nothing else needs to move.
@@ -26,7 +27,6 @@ import pyomo.core as pyo
 from pyomo.core.expr.numeric_expr import (
     DivisionExpression,
     NegationExpression,
-    PowExpression,
     ProductExpression,
     SumExpression,
 )
@@ -50,13 +50,14 @@ class Columns:
 
 
 class _Program:
-    """Python source for one function ``fill(P)`` that returns every expression's value, with
-    ``P`` the list of parameter values in :attr:`params` order."""
+    """Every expression's value as a polynomial in the parameters, evaluated with numpy: each
+    expression is a sum of monomials ``coefficient x product of parameters``. :meth:`code` adds
+    one expression; :meth:`compile` turns them all into one function of the parameter values."""
 
     def __init__(self) -> None:
         self.params: list[Any] = []
         self._slot: dict[int, int] = {}
-        self.lines: list[str] = []
+        self._terms: list[list[tuple[float, tuple[int, ...]]]] = []
 
     def slot(self, p: Any) -> int:
         i = self._slot.get(id(p))
@@ -65,36 +66,50 @@ class _Program:
             self.params.append(p)
         return i
 
-    def code(self, e: Any) -> str:
-        """Python source for the value of ``e``, an expression of parameters and constants."""
+    def code(self, e: Any) -> int:
+        """Add ``e``, an expression of parameters and constants; returns its index."""
+        self._terms.append(self._monomials(e))
+        return len(self._terms) - 1
+
+    def _monomials(self, e: Any) -> list[tuple[float, tuple[int, ...]]]:
         if e is None:
             raise TypeError("no expression")
         if type(e) in native_numeric_types:
-            return repr(float(e))
+            return [(float(e), ())]
         if not e.is_expression_type():
             if e.is_parameter_type():
-                return f"P[{self.slot(e)}]"
+                return [(1.0, (self.slot(e),))]
             if e.is_constant():
-                return repr(float(pyo.value(e)))
+                return [(float(pyo.value(e)), ())]
             raise TypeError(f"cannot compile {type(e).__name__}: it is not a parameter or a constant")
-        args = [self.code(a) for a in e.args]
+        args = [self._monomials(a) for a in e.args]
         if isinstance(e, SumExpression):
-            return "(" + " + ".join(args) + ")"
+            return [t for a in args for t in a]
         if isinstance(e, ProductExpression):
-            return f"({args[0]} * {args[1]})"
-        if isinstance(e, DivisionExpression):
-            return f"({args[0]} / {args[1]})"
+            return [(ca * cb, sa + sb) for ca, sa in args[0] for cb, sb in args[1]]
         if isinstance(e, NegationExpression):
-            return f"(-{args[0]})"
-        if isinstance(e, PowExpression):
-            return f"({args[0]} ** {args[1]})"
+            return [(-c, s) for c, s in args[0]]
+        if isinstance(e, DivisionExpression) and all(not s for _, s in args[1]):
+            return [(c / sum(d for d, _ in args[1]), s) for c, s in args[0]]
         raise TypeError(f"cannot compile a {type(e).__name__} into the direct re-solve")
 
-    def compile(self, exprs: list[str]) -> Callable[[list[float]], tuple[float, ...]]:
-        src = "def fill(P):\n    return (\n" + "".join(f"        {e},\n" for e in exprs) + "    )\n"
-        scope: dict[str, Any] = {"INF": _INF}
-        exec(compile(src, "<placement coefficients>", "exec"), scope)  # noqa: S102 - our own source
-        return scope["fill"]
+    def compile(self) -> Callable[[list[float]], np.ndarray]:
+        """``fill(values)``: every expression's value, in the order they were added."""
+        terms = [(k, c, s) for k, ts in enumerate(self._terms) for c, s in ts]
+        width = max((len(s) for _, _, s in terms), default=0)
+        one = len(self.params)  # the slot of a constant 1, padding shorter products
+        slots = np.full((len(terms), max(width, 1)), one, dtype=np.int64)
+        for j, (_, _, s) in enumerate(terms):
+            slots[j, : len(s)] = s
+        coef = np.array([c for _, c, _ in terms], dtype=np.float64)
+        owner = np.array([k for k, _, _ in terms], dtype=np.int64)
+        n = len(self._terms)
+
+        def fill(values: list[float]) -> np.ndarray:
+            v = np.append(np.asarray(values, dtype=np.float64), 1.0)
+            return np.bincount(owner, weights=coef * v[slots].prod(axis=1), minlength=n)
+
+        return fill
 
 
 class DirectModel:
@@ -108,19 +123,19 @@ class DirectModel:
         for v in m.component_data_objects(pyo.Var, descend_into=True):
             if id(v) in var_col:
                 self._vars[var_col[id(v)]] = v
-        entries: list[tuple[int, int, str]] = []
-        lo, hi = ["-INF"] * n_row, ["INF"] * n_row
+        entries: list[tuple[int, int, int]] = []  # (row, column, expression)
+        bounds = np.full((3, n_row), -1, dtype=np.int64)  # lower, upper, the body's constant; -1: none
         for con, row in con_row.items():
             repn = generate_standard_repn(con.body, compute_values=False, quadratic=False)
             if repn.nonlinear_expr is not None or repn.quadratic_vars:
                 raise TypeError(f"row {con.name} is not linear")
             for v, coef in zip(repn.linear_vars, repn.linear_coefs, strict=True):
                 entries.append((row, var_col[id(v)], prog.code(coef)))
-            k = prog.code(repn.constant)
+            bounds[2, row] = prog.code(repn.constant)
             if con.has_lb():
-                lo[row] = f"({prog.code(con.lower)} - {k})"
+                bounds[0, row] = prog.code(con.lower)
             if con.has_ub():
-                hi[row] = f"({prog.code(con.upper)} - {k})"
+                bounds[1, row] = prog.code(con.upper)
         obj = next(m.component_data_objects(pyo.Objective, active=True))
         if obj.sense != pyo.minimize:
             raise TypeError("the direct re-solve expects a minimisation")
@@ -129,16 +144,17 @@ class DirectModel:
             var_col[id(v)]: prog.code(c) for v, c in zip(orepn.linear_vars, orepn.linear_coefs, strict=True)
         }
         entries.sort(key=lambda e: (e[1], e[0]))  # column-wise, as HiGHS stores its matrix
-        self._cost_cols = np.array(sorted(cost), dtype=np.int64)
         self._a_index = np.array([r for r, _, _ in entries], dtype=np.int32)
         self._a_start = np.searchsorted(np.array([c for _, c, _ in entries]), np.arange(n_col + 1)).astype(
             np.int32
         )
-        exprs = [e for _, _, e in entries] + lo + hi + [cost[c] for c in self._cost_cols.tolist()]
-        exprs.append(prog.code(orepn.constant))
-        self._n_nz = len(entries)
+        self._a_expr = np.array([e for _, _, e in entries], dtype=np.int64)
+        self._bounds = bounds
+        self._cost_cols = np.array(sorted(cost), dtype=np.int64)
+        self._cost_expr = np.array([cost[c] for c in self._cost_cols.tolist()], dtype=np.int64)
+        self._offset_expr = prog.code(orepn.constant)
         self._params = prog.params
-        self._fill = prog.compile(exprs)
+        self._fill = prog.compile()
 
     @classmethod
     def of_persistent(cls, m: pyo.ConcreteModel, solver: Any) -> DirectModel:
@@ -164,14 +180,13 @@ class DirectModel:
 
     def lp(self) -> highspy.HighsLp:
         """The model as it stands: parameter values, variable bounds and domains read now."""
-        vals = np.array(self._fill([p.value for p in self._params]), dtype=np.float64)
-        nz, nr = self._n_nz, self.n_row
+        vals = self._fill([p.value for p in self._params])
         lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = self.n_col, nr
+        lp.num_col_, lp.num_row_ = self.n_col, self.n_row
         cost = np.zeros(self.n_col)
-        cost[self._cost_cols] = vals[nz + 2 * nr : -1]
+        cost[self._cost_cols] = vals[self._cost_expr]
         lp.col_cost_ = cost
-        lp.offset_ = float(vals[-1])
+        lp.offset_ = float(vals[self._offset_expr])
         lb, ub, integer = np.empty(self.n_col), np.empty(self.n_col), []
         for i, v in enumerate(self._vars):
             low, up = v.bounds
@@ -181,12 +196,16 @@ class DirectModel:
                 highspy.HighsVarType.kInteger if v.is_integer() else highspy.HighsVarType.kContinuous
             )
         lp.col_lower_, lp.col_upper_ = lb, ub
-        row = vals[nz : nz + 2 * nr]
-        row[np.abs(row) >= _BIG] *= _INF  # HiGHS's own reading of +-1e20 (pyomo's infinite bounds)
-        lp.row_lower_, lp.row_upper_ = row[:nr], row[nr:]
+        lo_i, hi_i, k_i = self._bounds
+        const = vals[k_i]
+        row_lo = np.where(lo_i >= 0, vals[lo_i] - const, -_INF)
+        row_hi = np.where(hi_i >= 0, vals[hi_i] - const, _INF)
+        for row in (row_lo, row_hi):
+            row[np.abs(row) >= _BIG] = np.sign(row[np.abs(row) >= _BIG]) * _INF  # HiGHS's reading of 1e20
+        lp.row_lower_, lp.row_upper_ = row_lo, row_hi
         lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
         lp.a_matrix_.start_ = self._a_start
         lp.a_matrix_.index_ = self._a_index
-        lp.a_matrix_.value_ = vals[:nz]
+        lp.a_matrix_.value_ = vals[self._a_expr]
         lp.integrality_ = integer
         return lp

@@ -128,6 +128,9 @@ def _add_params(m: pyo.ConcreteModel) -> None:
     m.power = pyo.Param(**mut)
     m.net_cap = pyo.Param(**mut)
     m.net_price = pyo.Param(**mut)
+    m.dram_price = pyo.Param(**mut)
+    m.nvme_price = pyo.Param(**mut)
+    m.energy_price = pyo.Param(m.H, **mut)
     m.latency_price = pyo.Param(**mut)
     # objective weights
     m.w_cost = pyo.Param(**mut)
@@ -150,15 +153,23 @@ def _reload_wait(m: pyo.ConcreteModel, ix: _Index) -> pyo.Expression:
     return sum(m.r[u, c, t] * m.reload_s[u, c, t] for u in ix.U for c in ix.C for t in ix.T)
 
 
+def _stored(m: pyo.ConcreteModel, ix: _Index, tier: str) -> pyo.Expression:
+    """GB of KV resting in ``tier`` over every unit and class (Little's law)."""
+    t = _T[tier]
+    return sum(m.r[u, c, t] * m.dwell[c] * m.class_gb[c] for u in ix.U for c in ix.C)
+
+
 def _add_expressions(m: pyo.ConcreteModel, ix: _Index) -> None:
-    """Resting KV in the network store, $/hour, the latency cost and the GPUs bought."""
-    net = _T["network"]
-    m.net_stored = pyo.Expression(
-        expr=sum(m.r[u, c, net] * m.dwell[c] * m.class_gb[c] for u in ix.U for c in ix.C)
-    )
+    """Resting KV in the network store, $/hour (GPUs and the storage resting KV fills), the
+    latency and energy costs, and the GPUs bought."""
+    m.net_stored = pyo.Expression(expr=_stored(m, ix, "network"))
     m.cost = pyo.Expression(
-        expr=sum(m.price[h] * m.sale[h] * m.n[h] for h in ix.H) + m.net_price * m.net_stored
+        expr=sum(m.price[h] * m.sale[h] * m.n[h] for h in ix.H)
+        + m.net_price * m.net_stored
+        + m.dram_price * _stored(m, ix, "dram")
+        + m.nvme_price * _stored(m, ix, "nvme")
     )
+    m.energy_cost = pyo.Expression(expr=sum(m.energy_price[h] * m.sale[h] * m.n[h] for h in ix.H))
     m.latency_cost = pyo.Expression(expr=3600.0 * m.latency_price * _reload_wait(m, ix))
     m.gpu_count = pyo.Expression(expr=sum(m.sale[h] * m.n[h] for h in ix.H))
 
@@ -209,7 +220,7 @@ def _add_serving_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
     m.decode_mixed = pyo.Constraint(
         ix.units(Role.MIXED), rule=lambda m, u: _served(m, ix, u) * m.osl <= m.dec[u] * m.x[u]
     )
-    prefill_only = ix.units(Role.PREFILL)
+    prefill_only = ix.units(Role.PREFILL, Role.MIDFILL)
     if prefill_only:
         _add_handed_decode_rows(m, ix, prefill_only)
 
@@ -237,7 +248,7 @@ def _add_transfer_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
     m.nic_out = pyo.Constraint(
         m.U,
         rule=lambda m, u: (
-            (_handoff(m, ix, u) if ix.role[u] is Role.PREFILL else 0.0)
+            (_handoff(m, ix, u) if ix.role[u].hands_off else 0.0)
             + sum(m.r[u, c, net] * m.class_gb[c] for c in ix.C)
             <= m.nic[u] * m.x[u]
         ),
@@ -272,7 +283,7 @@ def _add_objective(m: pyo.ConcreteModel, ix: _Index) -> None:
     # ties between equally priced tiers break toward the faster reload
     tie = TIE_BREAK * _reload_wait(m, ix)
     m.obj = pyo.Objective(
-        expr=m.w_cost * (m.cost + m.latency_cost)
+        expr=m.w_cost * (m.cost + m.latency_cost + m.energy_cost)
         + tie
         + m.w_gpus * m.gpu_count
         - m.w_scale * m.scale
@@ -319,6 +330,11 @@ def update(m: pyo.ConcreteModel, data: PlacementData) -> None:
     m.power = _finite(data.power_w)
     m.net_cap = _finite(data.network_capacity_gb)
     m.net_price = float(data.network_usd_per_gb_hour)
+    m.dram_price = float(data.dram_usd_per_gb_hour)
+    m.nvme_price = float(data.nvme_usd_per_gb_hour)
+    energy = data.energy_usd_per_gpu_hour
+    for h in range(data.n_hw):
+        m.energy_price[h] = float(energy[h]) if energy is not None else 0.0
     m.latency_price = float(data.latency_usd_per_s)
     set_objective(m, data.objective)
 

@@ -60,16 +60,32 @@ def served_per_unit(data: PlacementData, sol: PlacementSolution) -> Array:
     return sol.fresh + sol.returning.sum(axis=(1, 2))
 
 
-def network_stored_gb(data: PlacementData, sol: PlacementSolution) -> float:
-    t = _T["network"]
+def stored_gb(data: PlacementData, sol: PlacementSolution, tier: str) -> float:
+    """GB of KV resting in ``tier`` (Little's law over every unit and class)."""
+    t = _T[tier]
     return float((sol.returning[:, :, t] * data.class_dwell_s * data.class_gb).sum())
 
 
+def network_stored_gb(data: PlacementData, sol: PlacementSolution) -> float:
+    return stored_gb(data, sol, "network")
+
+
 def cost_usd_hour(data: PlacementData, sol: PlacementSolution) -> float:
+    """GPUs bought, and the network store, host DRAM and NVMe that resting KV fills."""
     gpus = sol.sale_units * data.sale_gpus
     return float(
-        (gpus * data.usd_per_gpu_hour).sum() + data.network_usd_per_gb_hour * network_stored_gb(data, sol)
+        (gpus * data.usd_per_gpu_hour).sum()
+        + data.network_usd_per_gb_hour * network_stored_gb(data, sol)
+        + data.dram_usd_per_gb_hour * stored_gb(data, sol, "dram")
+        + data.nvme_usd_per_gb_hour * stored_gb(data, sol, "nvme")
     )
+
+
+def energy_usd_hour(data: PlacementData, sol: PlacementSolution) -> float:
+    """The objective's energy term: every GPU bought at full draw."""
+    if data.energy_usd_per_gpu_hour is None:
+        return 0.0
+    return float((sol.sale_units * data.sale_gpus * data.energy_usd_per_gpu_hour).sum())
 
 
 def latency_usd_hour(data: PlacementData, sol: PlacementSolution) -> float:
@@ -79,7 +95,7 @@ def latency_usd_hour(data: PlacementData, sol: PlacementSolution) -> float:
 def objective_value(data: PlacementData, sol: PlacementSolution) -> float:
     """The primary objective as the MILP minimises it (goodput is negated)."""
     if data.objective is Objective.COST:
-        return cost_usd_hour(data, sol) + latency_usd_hour(data, sol)
+        return cost_usd_hour(data, sol) + latency_usd_hour(data, sol) + energy_usd_hour(data, sol)
     if data.objective is Objective.GPUS:
         return float((sol.sale_units * data.sale_gpus).sum())
     return -sol.scale
@@ -91,7 +107,7 @@ def residuals(data: PlacementData, sol: PlacementSolution) -> dict[str, Array]:
     x, n, f, r = sol.instances, sol.sale_units, sol.fresh, sol.returning
     role = data.unit_role
     osl = data.output_tokens
-    prefill_only = role == Role.PREFILL
+    prefill_only = (role == Role.PREFILL) | (role == Role.MIDFILL)  # they hand KV to decode
     decoders = (role == Role.DECODE) | (role == Role.ATTENTION)
     served = served_per_unit(data, sol)
     hw_onehot = data.unit_hw[None, :] == np.arange(data.n_hw)[:, None]  # (H, U)

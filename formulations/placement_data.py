@@ -36,10 +36,16 @@ class Role(enum.IntEnum):
     MIXED = 2
     ATTENTION = 3  # decode attention of an attention-FFN disaggregated deployment
     FFN = 4  # decode experts of an attention-FFN disaggregated deployment
+    MIDFILL = 5  # returning turns only (KV reload, suffix prefill), handed to decode: four-stage
 
     @property
     def prefills(self) -> bool:
-        return self in (Role.PREFILL, Role.MIXED)
+        return self in (Role.PREFILL, Role.MIXED, Role.MIDFILL)
+
+    @property
+    def hands_off(self) -> bool:
+        """Prefills for a separate decode pool, so hands it the KV over the NIC."""
+        return self in (Role.PREFILL, Role.MIDFILL)
 
 
 class Objective(enum.Enum):
@@ -91,6 +97,11 @@ class PlacementData:
     power_w: float = float("inf")
     network_capacity_gb: float = float("inf")
     network_usd_per_gb_hour: float = 0.0
+    dram_usd_per_gb_hour: float = 0.0  # capex of host DRAM that resting KV fills, per GB-hour
+    nvme_usd_per_gb_hour: float = 0.0
+    # energy at full draw, $ per GPU-hour bought (None: 0): the objective's, not the cost's, since
+    # the evaluation prices energy at the designs' real utilisation on top of the cost
+    energy_usd_per_gpu_hour: Array | None = None
     latency_usd_per_s: float = 0.0  # penalty per request-second of reload time added to TTFTs
     objective: Objective = Objective.COST
 

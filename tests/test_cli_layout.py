@@ -62,7 +62,7 @@ def test_accepted_values_are_listed() -> None:
     assert all(f in predict for f in FRAMEWORK_ENGINE)
     place = " ".join(helps["dse place"].split())
     assert all(e in place for e in ENGINES)
-    assert "{aggregated,disaggregated,afd,auto}" in place
+    assert "{aggregated,disaggregated,afd,four-stage,auto}" in place
     assert set(ENGINES) == set(load_params().engines)  # the help lists what the engine accepts
 
 

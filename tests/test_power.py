@@ -38,11 +38,12 @@ def test_place_reports_power_and_prices_energy_on_top(cli: Cli) -> None:
     assert free.code == 0, free.err
     e0 = json.loads(free.out)["best_energy"]
     assert e0["power_kw"] > 0 and e0["energy_usd_per_hour"] == 0.0
-    priced = cli(*PLACE, "--usd-per-kwh", "0.1", "--pue", "1.25")
+    facility = json.loads(cli(*PLACE, "--pue", "1.25").out)["best_energy"]  # unpriced: the same design
+    assert facility["power_kw"] == pytest.approx(1.25 * e0["power_kw"])  # the facility's, at PUE 1.25
+    priced = cli(*PLACE, "--usd-per-kwh", "0.1", "--pue", "1.25")  # the MILP now weighs energy too
     assert priced.code == 0, priced.err
     doc = json.loads(priced.out)
     e1, best = doc["best_energy"], doc["best"]
-    assert e1["power_kw"] == pytest.approx(1.25 * e0["power_kw"])  # the facility's, at PUE 1.25
     assert e1["energy_usd_per_hour"] == pytest.approx(0.1 * e1["power_kw"])
     with_energy = (best["usd_per_hour"] + e1["energy_usd_per_hour"]) / (3600.0 * best["tokens_per_s"]) * 1e6
     assert e1["usd_per_million_tokens"] == pytest.approx(with_energy)

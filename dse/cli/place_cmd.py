@@ -15,7 +15,15 @@ from dse.catalog import Catalog, Hardware, Model
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, UnknownIdError
 from dse.perf.frameworks import ENGINES
-from dse.placement.request import PRICE_TIERS, Energy, Limits, PlacementRequest, Topology, UnitOptions
+from dse.placement.request import (
+    PRICE_TIERS,
+    Energy,
+    Limits,
+    PlacementRequest,
+    Storage,
+    Topology,
+    UnitOptions,
+)
 from dse.typed_data import Rule, at_least_one, build, check_number, non_negative, positive
 from dse.units import Precision
 from dse.workload import Slo, Workload
@@ -64,7 +72,8 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
         default="auto",
         choices=[t.value for t in Topology],
         help="aggregated (prefill and decode share GPUs), disaggregated, afd (decode attention and "
-        "experts apart too), or auto (solve each, keep the best)",
+        "experts apart too), four-stage (afd, and a midfill pool for returning turns where one pays), "
+        "or auto (solve aggregated, disaggregated and afd, keep the best)",
     )
     p.add_argument(
         "--objective",
@@ -124,6 +133,10 @@ OPTIONAL_NUMBERS: dict[str, Rule] = {
     "gap": non_negative,
     "usd_per_kwh": non_negative,
     "pue": at_least_one,
+    "dram_usd_per_tb": non_negative,
+    "nvme_usd_per_tb": non_negative,
+    "network_usd_per_tb": non_negative,
+    "storage_years": positive,
 }
 """Numeric flags outside the workload and the SLO, with their rules."""
 
@@ -142,6 +155,14 @@ def _add_energy_and_shapes(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pue", type=float, default=1.0, help="the site's PUE: facility watts per watt of IT load"
     )
+    for tier, what in (("dram", "host DRAM"), ("nvme", "local NVMe"), ("network", "network storage")):
+        p.add_argument(
+            f"--{tier}-usd-per-tb",
+            type=float,
+            default=0.0,
+            help=f"capex of a TB of {what} that resting KV fills, over --storage-years (0: none)",
+        )
+    p.add_argument("--storage-years", type=float, default=4.0, help="years the storage capex is spread over")
     p.add_argument("--inventory", default="", metavar="HW=GPUS,...", help="GPUs available per hardware")
     p.add_argument(
         "--shapes",
@@ -274,6 +295,9 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
         limits=limits,
         network_kv_usd_per_tb_hour=args.network_kv_usd_per_tb_hour,
         energy=Energy(usd_per_kwh=args.usd_per_kwh, pue=args.pue),
+        storage=Storage(
+            args.dram_usd_per_tb, args.nvme_usd_per_tb, args.network_usd_per_tb, args.storage_years
+        ),
         latency_usd_per_s=args.latency_usd_per_s,
         time_limit_s=args.time_limit,
         mip_rel_gap=args.gap,

@@ -492,6 +492,7 @@ def render(report: SimulationReport, ttft: float, tpot: float) -> str:
     ]
     f = report.fluid
     growth = float(f.backlog_growth_per_s[0])
+    growth = growth if abs(growth) > 1e-9 else 0.0  # a fit's rounding, not a backlog
     lines.append(
         f"stable: {'yes' if f.stable[0] else 'NO'} (backlog growth {growth:+.3g} req/s over the last third)"
     )

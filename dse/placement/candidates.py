@@ -15,7 +15,11 @@ TTFT, the interference of chunked prefill with decode) is settled here, per unit
   stretches by ``1 / phi``;
 * **attention / FFN** units (attention-FFN disaggregation) each get half the TPOT: with two
   micro-batches in ping-pong, each side runs one micro-batch while the other runs the other;
-  FFN units come at several token batches.
+  FFN units come at several token batches;
+* **midfill** units (the four-stage topology) take returning turns only: their utilisation cap is
+  set by a batch of midfills and the fastest allowed way back, not by fresh prompts, and they
+  hand the KV to decode as prefill units do. Prefill units may still take returning turns, so the
+  MILP opens a midfill pool only where one pays.
 
 Midfill (a returning turn): the reload of its KV from the tier crosses that tier's link in
 ``reload_s`` (added to TTFT, not to GPU busy time: copy engines move it), then the suffix is
@@ -25,7 +29,8 @@ with the units that midfill it (their HBM, host DRAM, local NVMe) or in the netw
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import itertools
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -35,6 +40,7 @@ from dse.perf.afd import SIDE_SHARE as AFD_SIDE_SHARE
 from dse.perf.afd import afd_bytes_per_token, attention_side, ffn_side
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
+from dse.perf.power import gpu_power_w
 from dse.perf.serving import RHO_MAX, decode_capacity_at_tpot
 from dse.perf.stages import forward_cost, weight_bytes_per_gpu
 from dse.placement.request import PlacementRequest, Topology
@@ -137,8 +143,8 @@ class _Builder:
         ttft: float = np.nan,
         tpot: float = np.nan,
     ) -> UnitInfo:
-        prefills = role in (Role.PREFILL, Role.MIXED)
         s = self.s
+        cost = s.midfill if role is Role.MIDFILL else s.fresh
         return UnitInfo(
             name=f"{s.hw(i).id}/{role.name.lower()}/{s.par[i].label()}{suffix}",
             hardware=s.hw(i).id,
@@ -150,18 +156,33 @@ class _Builder:
             weights_gb_per_gpu=float(s.weights_gb[i]) if weights_gb is None else weights_gb,
             ttft_s=ttft,
             tpot_s=tpot,
-            prefill_batch_requests=float(s.fresh.batch_s[i] / s.fresh.busy_s[i]) if prefills else 0.0,
+            prefill_batch_requests=float(cost.batch_s[i] / cost.busy_s[i]) if role.prefills else 0.0,
             kv_shard=float(s.pool.kv_shard[i]),
         )
 
-    def prefill_side(self, row: _Row, i: int, *, share: float, stretch: float, handoff: bool) -> float:
+    def prefill_side(
+        self,
+        row: _Row,
+        i: int,
+        *,
+        share: float,
+        stretch: float,
+        handoff: bool,
+        fresh: bool = True,
+        slowest_tier: str | None = None,
+        alone: bool = False,
+    ) -> float:
         """Fill the prefill coefficients of ``row`` for shape ``i`` when prefill gets ``share``
-        of its time (so a prompt stretches by ``stretch``); returns the fresh TTFT, or nan when
-        no utilisation meets the target.
+        of its time (so a prompt stretches by ``stretch``); returns the fresh TTFT (a midfill
+        unit's, ``fresh`` False: a returning turn's by its fastest way back), or nan when no
+        utilisation meets the target.
 
         Fresh prompts and returning turns wait in one queue, so the utilisation cap is set by the
         slower of a fresh prompt and the fastest allowed way back for a returning turn; a tier
-        whose reload then still misses TTFT is not allowed on this unit."""
+        whose reload then still misses TTFT is not allowed on this unit. A midfill unit queues
+        returning turns alone, behind a batch of midfills, and its cap is set by the slowest way
+        back it takes, ``slowest_tier`` (so faster ones meet TTFT too); ``alone``, it prefills one
+        returning turn per forward (a short wait, at the busy time of an unbatched forward)."""
         s, p, slo = self.s, self.p, self.slo
         k_q = slo.wait_quantile_factor * p.prefill_queue_factor
         hand_mid = s.returning_handoff_s[i] if handoff else 0.0
@@ -171,14 +192,18 @@ class _Builder:
             if tier not in self.tiers:
                 continue
             if tier == "drop":
-                paths[tier] = (s.recompute.busy_s[i], max(s.recompute.one_s[i] * stretch - mid_one, 0.0))
+                busy = s.recompute.one_s[i] if alone else s.recompute.busy_s[i]
+                paths[tier] = (busy, max(s.recompute.one_s[i] * stretch - mid_one, 0.0))
             else:
-                paths[tier] = (s.midfill.busy_s[i], s.reload_s(i, tier))
+                paths[tier] = (s.midfill.one_s[i] if alone else s.midfill.busy_s[i], s.reload_s(i, tier))
         fixed = s.fresh.one_s[i] * stretch + (s.fresh_handoff_s[i] if handoff else 0.0)
-        slowest = fixed
+        slowest = fixed if fresh else np.inf
         if self.classes and paths:
-            slowest = max(fixed, min(r for _, r in paths.values()) + mid_one + hand_mid)
-        batch_s = s.fresh.batch_s[i] * stretch
+            back = min(r for _, r in paths.values()) + mid_one + hand_mid
+            if slowest_tier is not None and slowest_tier in paths:
+                back = paths[slowest_tier][1] + mid_one + hand_mid
+            slowest = max(fixed, back) if fresh else back
+        batch_s = (s.midfill.one_s[i] if alone else (s.fresh if fresh else s.midfill).batch_s[i]) * stretch
         room = slo.ttft_s - slowest
         if room <= 0:
             return np.nan
@@ -186,20 +211,20 @@ class _Builder:
         rho = min(a / (1.0 + a), RHO_MAX)
         wait = k_q * batch_s * rho / (1.0 - rho)
         row.share = share * rho
-        row.fresh_s = float(s.fresh.busy_s[i])
+        row.fresh_s = float(s.fresh.busy_s[i]) if fresh else np.inf
         for t, tier in enumerate(TIERS):
             if tier in paths and paths[tier][1] + mid_one + hand_mid + wait <= slo.ttft_s * (1 + 1e-9):
                 row.mid[:, t], row.reload[:, t] = paths[tier]
-        return float(fixed + wait)
+        return float((fixed if fresh else slowest) + wait)
 
     def shapes(self, role: str) -> list[int]:
-        """Shapes that fit and that the options allow for ``role`` ("prefill" or another)."""
+        """Shapes that fit and that the options allow for ``role`` ("prefill", "midfill" or
+        another)."""
         o = self.opts
-        shapes, hws = (
-            (o.prefill_shapes, o.prefill_hardware)
-            if role == "prefill"
-            else (o.decode_shapes, o.decode_hardware)
-        )
+        shapes, hws = {
+            "prefill": (o.prefill_shapes, o.prefill_hardware),
+            "midfill": (o.midfill_shapes or o.prefill_shapes, o.midfill_hardware),
+        }.get(role, (o.decode_shapes, o.decode_hardware))
         s = self.s
         return [
             int(i)
@@ -208,11 +233,29 @@ class _Builder:
         ]
 
     def add_prefill(self) -> None:
+        """A unit per shape at the utilisation that lets returning turns take the fastest way
+        back; where a slower tier (host DRAM, storage) then misses TTFT, another at the lower
+        utilisation that admits it, so resting KV can leave HBM at a price in prefill GPUs."""
         s = self.s
         for i in self.shapes("prefill"):
-            row = _Row(self.info(i, Role.PREFILL, hbm_gb=0.0), i, len(self.classes), nic=float(s.nic_gb_s[i]))
-            ttft = self.prefill_side(row, i, share=1.0, stretch=1.0, handoff=True)
-            if not np.isfinite(ttft):
+            seen: set[tuple[bool, ...]] = set()
+            for tier in [None, *(t for t in TIERS if t in self.tiers and self.classes)]:
+                row = _Row(
+                    self.info(i, Role.PREFILL, hbm_gb=0.0), i, len(self.classes), nic=float(s.nic_gb_s[i])
+                )
+                ttft = self.prefill_side(row, i, share=1.0, stretch=1.0, handoff=True, slowest_tier=tier)
+                admitted = tuple(np.isfinite(row.mid[0]).tolist()) if self.classes else ()
+                if not np.isfinite(ttft) or admitted in seen:
+                    continue
+                seen.add(admitted)
+                row.hbm_idle = max(float(s.free_unique_gb[i] - s.prefill_ws_gb[i]), 0.0)
+                used = (
+                    s.weights_gb[i] + s.prefill_ws_gb[i] / s.pool.kv_shard[i]
+                )  # resting KV: read_back adds it
+                suffix = "" if tier is None else f"/to-{tier}"
+                row.info = self.info(i, Role.PREFILL, suffix=suffix, hbm_gb=float(used), ttft=ttft)
+                self.rows.append(row)
+            if not seen:
                 self.exclude(
                     i,
                     "prefill",
@@ -225,11 +268,42 @@ class _Builder:
                         else ""
                     ),
                 )
-                continue
-            row.hbm_idle = max(float(s.free_unique_gb[i] - s.prefill_ws_gb[i]), 0.0)
-            used = s.weights_gb[i] + s.prefill_ws_gb[i] / s.pool.kv_shard[i]  # resting KV: read_back adds it
-            row.info = self.info(i, Role.PREFILL, hbm_gb=float(used), ttft=ttft)
-            self.rows.append(row)
+
+    def add_midfill(self) -> None:
+        """Units that take returning turns only, on every prefill shape (four-stage)."""
+        s = self.s
+        if not self.classes:
+            self.excl.append(Exclusion("all", "midfill", "any shape", "the workload has no returning turns"))
+            return
+        for i in self.shapes("midfill"):
+            seen: set[tuple[bool, tuple[bool, ...]]] = set()
+            # operating points: batched or one turn per forward, and the slowest way back admitted
+            for alone, tier in itertools.product((False, True), [t for t in TIERS if t in self.tiers]):
+                row = _Row(
+                    self.info(i, Role.MIDFILL, hbm_gb=0.0), i, len(self.classes), nic=float(s.nic_gb_s[i])
+                )
+                ttft = self.prefill_side(
+                    row, i, share=1.0, stretch=1.0, handoff=True, fresh=False, slowest_tier=tier, alone=alone
+                )
+                admitted = (alone, tuple(np.isfinite(row.mid[0]).tolist()))
+                if not np.isfinite(ttft) or admitted in seen:
+                    continue
+                seen.add(admitted)
+                row.hbm_idle = max(float(s.free_unique_gb[i] - s.prefill_ws_gb[i]), 0.0)
+                used = s.weights_gb[i] + s.prefill_ws_gb[i] / s.pool.kv_shard[i]
+                suffix = f"/to-{tier}" + ("/alone" if alone else "")
+                row.info = self.info(i, Role.MIDFILL, suffix=suffix, hbm_gb=float(used), ttft=ttft)
+                if alone:
+                    row.info = replace(row.info, prefill_batch_requests=1.0)
+                self.rows.append(row)
+            if not seen:
+                self.exclude(
+                    i,
+                    "midfill",
+                    f"TTFT {self.slo.ttft_s:g} s cannot be met by a returning turn: its midfill takes "
+                    f"{s.midfill.one_s[i]:.3f} s and its recompute {s.recompute.one_s[i]:.3f} s, "
+                    f"plus {s.returning_handoff_s[i]:.3f} s of KV handoff and the reload",
+                )
 
     def decode_points(self, pool: Pool, tpot_s: float) -> tuple[Array, Array]:
         """(output tokens/s, batch) of every shape of ``pool`` at the largest batch, up to the
@@ -398,13 +472,24 @@ def build_candidates(
         b.add_mixed()
     else:
         b.add_prefill()
+        if topology is Topology.FOUR_STAGE:
+            b.add_midfill()
         if topology is Topology.DISAGGREGATED:
             b.add_decode()
         else:
             b.add_afd()
-    afd_gb = float(afd_bytes_per_token(s.pool)[0] / GB) if topology is Topology.AFD else 0.0
+    split = topology in (Topology.AFD, Topology.FOUR_STAGE)
+    afd_gb = float(afd_bytes_per_token(s.pool)[0] / GB) if split else 0.0
     data = _assemble(req, s, b.rows, b.classes, afd_gb)
     return Candidates(data, tuple(r.info for r in b.rows), tuple(b.excl), topology)
+
+
+def energy_usd_per_gpu_hour(hw: Hardware, req: PlacementRequest, p: PerfParams) -> float:
+    """The energy a GPU of ``hw`` costs per hour at full draw (its kernels running all the
+    time), with the site's PUE and price: the MILP's linear stand-in, an upper bound on what a
+    design at its real utilisation draws (:func:`dse.evaluation.power_metrics` prices that)."""
+    kw = float(gpu_power_w(hw.tdp_w, 1.0, p.power)) / 1e3
+    return kw * req.energy.pue * req.energy.usd_per_kwh
 
 
 def _price(hw: Hardware, tier: str, needed: bool) -> float:
@@ -479,7 +564,10 @@ def _assemble(
         budget_usd_hour=finite_or_inf(lim.budget_usd_hour),
         power_w=finite_or_inf(lim.power_kw, 1e3),
         network_capacity_gb=finite_or_inf(lim.network_kv_capacity_tb, 1e3),
-        network_usd_per_gb_hour=req.network_kv_usd_per_tb_hour / 1e3,
+        network_usd_per_gb_hour=req.network_kv_usd_per_tb_hour / 1e3 + req.storage.usd_per_gb_hour("network"),
+        dram_usd_per_gb_hour=req.storage.usd_per_gb_hour("dram"),
+        nvme_usd_per_gb_hour=req.storage.usd_per_gb_hour("nvme"),
+        energy_usd_per_gpu_hour=np.array([energy_usd_per_gpu_hour(hw, req, s.params) for hw in hws]),
         latency_usd_per_s=req.latency_usd_per_s,
         objective=req.objective,
     )

@@ -33,6 +33,7 @@ REQUIRED_ROLES = {
     Topology.AGGREGATED: (Role.MIXED,),
     Topology.DISAGGREGATED: (Role.PREFILL, Role.DECODE),
     Topology.AFD: (Role.PREFILL, Role.ATTENTION, Role.FFN),
+    Topology.FOUR_STAGE: (Role.PREFILL, Role.ATTENTION, Role.FFN),  # a midfill pool is optional
 }
 
 

@@ -226,7 +226,7 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
                 },
             )
         )
-    order = {Role.PREFILL: 0, Role.MIXED: 1, Role.DECODE: 2, Role.ATTENTION: 3, Role.FFN: 4}
+    order = {Role.PREFILL: 0, Role.MIDFILL: 1, Role.MIXED: 2, Role.DECODE: 3, Role.ATTENTION: 4, Role.FFN: 5}
     pools.sort(key=lambda p: (order[p.unit.role], p.unit.hardware))
     return tuple(pools), tuple(tiers)
 

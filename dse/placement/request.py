@@ -15,7 +15,8 @@ class Topology(enum.Enum):
     AGGREGATED = "aggregated"  # prefill and decode share each instance (chunked prefill)
     DISAGGREGATED = "disaggregated"  # prefill pool hands KV to a decode pool
     AFD = "afd"  # disaggregated, and decode attention split from decode experts
-    AUTO = "auto"  # solve each of the above, keep the best
+    FOUR_STAGE = "four-stage"  # afd, and returning turns may get a midfill pool of their own
+    AUTO = "auto"  # solve aggregated, disaggregated and afd, keep the best (four-stage: ask for it)
 
     def concrete(self) -> tuple[Topology, ...]:
         if self is Topology.AUTO:
@@ -33,6 +34,30 @@ class Energy:
 
     usd_per_kwh: float = 0.0
     pue: float = 1.0
+
+
+@dataclass(frozen=True)
+class Storage:
+    """What resting KV costs beyond the GPU-hour rate: the capex of a TB of host DRAM, local NVMe
+    and network storage, spread over ``years``. 0 (the default): no sourced price, and the price
+    tiers' node prices hold the hosts' own DRAM and NVMe."""
+
+    dram_usd_per_tb: float = 0.0
+    nvme_usd_per_tb: float = 0.0
+    network_usd_per_tb: float = 0.0
+    years: float = 4.0
+
+    def usd_per_gb_hour(self, tier: str) -> float:
+        """The capex of holding one GB in ``tier`` for an hour."""
+        per_tb = {
+            "dram": self.dram_usd_per_tb,
+            "nvme": self.nvme_usd_per_tb,
+            "network": self.network_usd_per_tb,
+        }
+        return per_tb[tier] / 1e3 / (self.years * HOURS_PER_YEAR)
+
+
+HOURS_PER_YEAR = 8760.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +87,8 @@ class UnitOptions:
     decode_shapes: tuple[str, ...] | None = None  # also the shape of aggregated and attention/FFN units
     prefill_hardware: tuple[str, ...] | None = None  # hardware ids prefill units may use
     decode_hardware: tuple[str, ...] | None = None
+    midfill_shapes: tuple[str, ...] | None = None  # four-stage; None: the prefill units' shapes
+    midfill_hardware: tuple[str, ...] | None = None  # four-stage; None: every candidate hardware
     prefill_chunk_tokens: int = 8192  # per prefill forward: per attention-DP rank, or per instance (SGLang)
     decode_max_batch: float | None = None  # cap on sequences per decode instance
     agg_prefill_shares: tuple[float, ...] = (0.1, 0.2, 0.35, 0.5)
@@ -103,6 +130,7 @@ class PlacementRequest:
     # energy, priced on top of the GPU-hour rate when the site's price is given: the shipped rates
     # (SemiAnalysis's TCO per GPU-hour) already hold power, so 0 unless the user sets one
     energy: Energy = Energy()
+    storage: Storage = Storage()  # capex of the DRAM, NVMe and network storage resting KV fills
     latency_usd_per_s: float = 0.0  # value of a request-second of reload wait
     time_limit_s: float | None = 30.0
     mip_rel_gap: float = 1e-4

@@ -137,8 +137,9 @@ class Shapes:
         self.par: list[Parallel] = []
         opts = req.options
         wanted = None
-        if opts.prefill_shapes is not None or opts.decode_shapes is not None:
-            wanted = set(opts.prefill_shapes or ()) | set(opts.decode_shapes or ())
+        named = (opts.prefill_shapes, opts.decode_shapes, opts.midfill_shapes)
+        if any(v is not None for v in named):
+            wanted = set().union(*(v or () for v in named))
         for i, hw in enumerate(hws):
             for par in parallel_grid(hw, model, extra=wanted):
                 if wanted is None or par.label() in wanted:

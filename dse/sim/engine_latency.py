@@ -5,8 +5,9 @@ Aggregated pools serve independent shares of the traffic (each its own ``request
 each is simulated alone and their requests pooled; a disaggregated design with one prefill pool
 and one decode pool (or one attention and one expert pool) is one deployment. Designs that mix
 hardware within a role are not simulated here (:func:`design_latency` returns None) and keep the
-fluid model's percentiles; prefill pools of several shapes are simulated as one of the busiest
-one's shape with the same capacity (:func:`_one_prefill_pool`).
+fluid model's percentiles; prefill pools of several shapes, and a four-stage design's midfill
+pool, are simulated as one of the busiest one's shape with the same capacity
+(:func:`_one_prefill_pool`).
 
 * Returning turns wait for their prefix to come back (the placement's mean reload seconds, a
   pure delay), then prefill only their suffix and hold the prefix in the KV cache, which their
@@ -128,7 +129,7 @@ def _deployments(
                     )
                 )
         return out
-    pre, dec = by_role.get("prefill", []), by_role.get("decode", [])
+    pre, dec = by_role.get("prefill", []) + by_role.get("midfill", []), by_role.get("decode", [])
     att, ffn = by_role.get("attention", []), by_role.get("ffn", [])
     if len(pre) > 1:
         pre = [_one_prefill_pool(pre)]

@@ -5,6 +5,9 @@
 Prefill pools become one pool of servers: an instance that batches ``m`` prompts per forward is
 ``m`` servers, each taking the batch time, so one request's prefill lasts a batch (as it does on
 the GPU) and the pool's throughput is the mix of fresh prompts and midfills the MILP routed to it.
+A four-stage design's midfill pool joins those servers with the midfills it was given: one queue
+of the same total work, so the fluid model sees its capacity but not that it refuses fresh
+prompts (the engine-level simulation keeps the pools apart only as one prefill pool as well).
 Returning turns first pass a reload stage (one session at a time per prefill instance, at the mean
 reload time of the tiers the MILP chose); every request passes a KV handoff stage. Decode pools
 become instances of the pool with the most instances, counted by capacity (a pool of another
@@ -45,7 +48,7 @@ SOURCE = "placement"
 class SimPool:
     """What the simulator needs of one pool of a placed design (per instance unless said)."""
 
-    role: str  # prefill, decode, mixed, attention, ffn
+    role: str  # prefill, midfill, decode, mixed, attention, ffn
     hardware: str
     name: str
     gpus: float
@@ -269,7 +272,7 @@ class _Prefill:
 
     def add(self, p: SimPool) -> None:
         x, phi, busy = p.instances, p.prefill_share, p.prefill_busy_s
-        if p.role not in ("prefill", "mixed") or not busy:
+        if p.role not in ("prefill", "mixed", "midfill") or not busy:
             return
         stretch = 1.0 / phi if p.role == "mixed" else 1.0  # an aggregated unit prefills phi of the time
         m = max(1.0, round(p.prefill_batch_requests or 1.0))

@@ -25,11 +25,17 @@ class Choice:
     max_batch: int
     prefill_share: float  # aggregated only
     ffn_tokens_per_gpu: float  # attention-FFN only
+    midfill_hardware: str | None = None  # four-stage only: where a midfill pool may go
+    midfill_shape: str | None = None
+
+
+SPLIT_DECODE = (Topology.AFD.value, Topology.FOUR_STAGE.value)  # decode attention apart from experts
 
 
 def suggest(trial: optuna.Trial, spec: StudySpec) -> Choice:
     """Conditional search space: aggregated units have one hardware and shape; disaggregated
-    ones a prefill and a decode side; attention-FFN adds the expert-side batch."""
+    ones a prefill and a decode side; attention-FFN adds the expert-side batch, and four-stage
+    the hardware and shape a midfill pool may take."""
     s = spec.search
     topo = trial.suggest_categorical("topology", list(s.topologies))
     kv = trial.suggest_categorical("kv_policy", list(s.kv_policies))
@@ -49,10 +55,13 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> Choice:
     dh = trial.suggest_categorical("decode_hardware", hw)
     ds = trial.suggest_categorical("decode_shape", list(s.decode.shapes))
     batch = trial.suggest_int("decode_max_batch", lo, hi, log=True)
-    ffn = 0.0
-    if topo == Topology.AFD.value:
+    ffn, mh, ms = 0.0, None, None
+    if topo in SPLIT_DECODE:
         ffn = float(trial.suggest_categorical("ffn_tokens_per_gpu", list(s.afd.ffn_tokens_per_gpu)))
-    return Choice(topo, kv, ph, dh, ps, ds, chunk, batch, 0.0, ffn)
+    if topo == Topology.FOUR_STAGE.value:
+        mh = trial.suggest_categorical("midfill_hardware", hw)
+        ms = trial.suggest_categorical("midfill_shape", list(s.prefill.shapes))
+    return Choice(topo, kv, ph, dh, ps, ds, chunk, batch, 0.0, ffn, mh, ms)
 
 
 def choice_from_params(params: dict[str, Any], spec: StudySpec) -> Choice:
@@ -83,6 +92,8 @@ def choice_from_params(params: dict[str, Any], spec: StudySpec) -> Choice:
         int(params["decode_max_batch"]),
         0.0,
         float(params.get("ffn_tokens_per_gpu", 0.0)),
+        params.get("midfill_hardware"),
+        params.get("midfill_shape"),
     )
 
 
@@ -98,8 +109,10 @@ def trial_params(c: Choice) -> dict[str, Any]:
         out |= {"prefill_hardware": c.prefill_hardware, "prefill_shape": c.prefill_shape}
         out |= {"decode_hardware": c.decode_hardware, "decode_shape": c.decode_shape}
     out["decode_max_batch"] = int(c.max_batch)
-    if c.topology == Topology.AFD.value:
+    if c.topology in SPLIT_DECODE:
         out["ffn_tokens_per_gpu"] = float(c.ffn_tokens_per_gpu)
+    if c.topology == Topology.FOUR_STAGE.value:
+        out |= {"midfill_hardware": c.midfill_hardware, "midfill_shape": c.midfill_shape}
     return out
 
 

@@ -103,7 +103,7 @@ def design_of(
 
     choice = record.get("choice", {})
     topology = str(choice.get("topology", ""))
-    if topology == "afd":
+    if topology in ("afd", "four-stage"):
         raise InputError(
             SRC, "--trial", "is an attention-FFN disaggregated design, which no engine here launches", trial
         )

@@ -26,7 +26,7 @@ DYNAMICS_AXES = (
     "planner_delay_s",
     "buffer_requests",
 )
-ROLES = ("prefill", "mixed", "decode", "attention", "ffn")
+ROLES = ("prefill", "midfill", "mixed", "decode", "attention", "ffn")
 MAX_SERIES = 12  # lines of the grid figure
 CLAIM_GB = (400.0, 500.0)  # "a single stage may need 400-500 GB of fast local memory"
 

@@ -35,10 +35,21 @@ PARAM_COLUMNS = (
     "max_batch",
     "prefill_share",
     "ffn_tokens_per_gpu",
+    "midfill_hardware",
+    "midfill_shape",
 )
 CHOICE_COLUMNS = tuple(
     f"p_{k}"
-    for k in ("topology", "kv_policy", "prefill_hardware", "prefill_shape", "decode_hardware", "decode_shape")
+    for k in (
+        "topology",
+        "kv_policy",
+        "prefill_hardware",
+        "prefill_shape",
+        "decode_hardware",
+        "decode_shape",
+        "midfill_hardware",
+        "midfill_shape",
+    )
 )
 NOT_OUTCOME = ("decode_batch_sequences", "milp_solve_s")  # a setting and a timing, not what a design delivers
 # compared exactly: a node more is another design; the constraints' verdict, not their margins
@@ -266,3 +277,4 @@ def sim_timeseries_frame(
         df = df.gather_every(step).drop("simulator", "config")
         frames.append(df.with_columns(pl.lit(study.study_name).alias("study"), pl.lit(n).alias("trial")))
     return pl.concat(frames) if frames else pl.DataFrame()
+

@@ -17,6 +17,7 @@ seed = 7
 [objectives]  names = [...]          # metrics from dse.metrics.METRICS
 [limits]      budget_usd_hour, power_kw, max_gpus
 [energy]      usd_per_kwh, pue                      # energy priced on top of the GPU-hour rate
+[storage]     dram_usd_per_tb, nvme_usd_per_tb, network_usd_per_tb, years   # capex of resting KV
 [simulate]    horizon_s, arrivals, burst_factor, ...
 [[variants]]  id, base, hbm_bandwidth_scale, hbm_capacity_scale   # what-if hardware
 [sweep]       axes (lists) of a grid study: model, hardware, input_tokens, tpot_s, burst_factor, ...
@@ -185,6 +186,17 @@ class StudyEnergy:
 
 
 @dataclass(frozen=True)
+class StudyStorage:
+    """``[storage]``: capex per TB of the host DRAM, local NVMe and network storage resting KV
+    fills, spread over ``years`` (0: no sourced price; the node prices hold the hosts' own)."""
+
+    dram_usd_per_tb: float = field(default=0.0, metadata=rule(non_negative))
+    nvme_usd_per_tb: float = field(default=0.0, metadata=rule(non_negative))
+    network_usd_per_tb: float = field(default=0.0, metadata=rule(non_negative))
+    years: float = field(default=4.0, metadata=rule(positive))
+
+
+@dataclass(frozen=True)
 class StudyLimits:
     budget_usd_hour: float | None = field(default=None, metadata=rule(positive))
     power_kw: float | None = field(default=None, metadata=rule(positive))
@@ -305,6 +317,7 @@ class StudySpec:
     objectives: Objectives = Objectives()
     limits: StudyLimits = StudyLimits()
     energy: StudyEnergy = StudyEnergy()
+    storage: StudyStorage = StudyStorage()
     simulate: SimulateSpec = SimulateSpec()
     variants: tuple[Variant, ...] = ()
     sweep: Sweep = Sweep()

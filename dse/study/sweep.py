@@ -124,6 +124,7 @@ def choice_of(outcome: TopologyOutcome, req: PlacementRequest) -> Choice:
     pre = next((p for p in pools if p.unit.role in (Role.PREFILL, Role.MIXED)), None)
     dec = next((p for p in pools if p.unit.role in (Role.DECODE, Role.MIXED, Role.ATTENTION)), None)
     ffn = next((p for p in pools if p.unit.role is Role.FFN), None)
+    mid = next((p for p in pools if p.unit.role is Role.MIDFILL), None)
     return Choice(
         topology=outcome.topology.value,
         kv_policy=req.options.kv_policy,
@@ -135,11 +136,13 @@ def choice_of(outcome: TopologyOutcome, req: PlacementRequest) -> Choice:
         max_batch=int(round(dec.unit.decode_batch)) if dec else 0,
         prefill_share=float(pre.unit.prefill_share) if pre and pre.unit.role is Role.MIXED else 0.0,
         ffn_tokens_per_gpu=ffn.unit.decode_batch / ffn.unit.parallel.gpus if ffn else 0.0,
+        midfill_hardware=mid.unit.hardware if mid else None,
+        midfill_shape=mid.unit.parallel.label() if mid else None,
     )
 
 
 def _decode_hardware(outcome: TopologyOutcome) -> str | None:
-    pools = sorted((p for p in outcome.pools if p.unit.role is not Role.PREFILL), key=lambda p: -p.gpus)
+    pools = sorted((p for p in outcome.pools if not p.unit.role.hands_off), key=lambda p: -p.gpus)
     return pools[0].unit.hardware if pools else None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ from dse.evaluation import Evaluation
 from dse.evaluation import evaluate as evaluate_design
 from dse.perf.params import PerfParams
 from dse.placement.plan import TopologyOutcome
-from dse.placement.request import Energy, Limits, PlacementRequest, Topology, UnitOptions
+from dse.placement.request import Energy, Limits, PlacementRequest, Storage, Topology, UnitOptions
 from dse.plain import plain
 from dse.sim import ArrivalKind, Arrivals, OutputLengths, Planner, Scenario
 from dse.sim.simulation import SimulationReport
@@ -38,16 +38,19 @@ WORST = {"minimize": 1e12, "maximize": 0.0}
 
 def request_for(spec: StudySpec, c: Choice, catalog: Catalog) -> PlacementRequest:
     """The placement a search trial's choice asks for: one shape per side."""
+    midfill = (c.midfill_hardware,) if c.midfill_hardware else ()
     return study_request(
         spec,
         catalog,
-        hardware=(c.prefill_hardware, c.decode_hardware),
+        hardware=(c.prefill_hardware, c.decode_hardware, *midfill),
         topology=Topology(c.topology),
         options=UnitOptions(
             prefill_shapes=(c.prefill_shape,),
             decode_shapes=(c.decode_shape,),
             prefill_hardware=(catalog.hardware(c.prefill_hardware).id,),
             decode_hardware=(catalog.hardware(c.decode_hardware).id,),
+            midfill_shapes=(c.midfill_shape,) if c.midfill_shape else None,
+            midfill_hardware=tuple(catalog.hardware(h).id for h in midfill) or None,
             prefill_chunk_tokens=c.chunk_tokens,
             decode_max_batch=float(c.max_batch),
             agg_prefill_shares=(c.prefill_share,) if c.prefill_share > 0 else (0.2,),
@@ -85,6 +88,7 @@ def study_request(
         mtp_accept_rate=spec.mtp_accept_rate,
         limits=Limits(budget_usd_hour=spec.limits.budget_usd_hour, power_kw=spec.limits.power_kw),
         energy=Energy(usd_per_kwh=spec.energy.usd_per_kwh, pue=spec.energy.pue),
+        storage=Storage(**asdict(spec.storage)),
         options=options,
         time_limit_s=time_limit_s,
     )

@@ -78,6 +78,7 @@ def designs(
         pre, dec = side(Role.PREFILL), side(Role.DECODE, Role.ATTENTION)
         order = sorted(itertools.product(range(len(pre)), range(len(dec))), key=lambda ij: (sum(ij), ij))
         pairs = [(pre[i], dec[j]) for i, j in order]
+    mid = side(Role.MIDFILL)  # four-stage: the largest midfill pool, else the prefill side's place
     ffn = 0.0
     expert = side(Role.FFN)
     if expert:  # the listed expert-side batch nearest the largest expert pool's
@@ -95,6 +96,15 @@ def designs(
             max_batch=int(spec.search.decode.max_batch[1]),
             prefill_share=float(p.unit.prefill_share) if p.unit.role is Role.MIXED else 0.0,
             ffn_tokens_per_gpu=ffn,
+            **_midfill(outcome.topology, (mid or [p])[0], listed),
         )
         for p, d in pairs
     ]
+
+
+def _midfill(topology: Topology, pool: PoolPlan, listed: dict[str, str]) -> dict[str, str]:
+    """A four-stage choice's midfill hardware and shape, from ``pool``."""
+    if topology is not Topology.FOUR_STAGE:
+        return {}
+    hw = pool.unit.hardware
+    return {"midfill_hardware": listed.get(hw, hw), "midfill_shape": pool.unit.parallel.label()}
