@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import Cli
@@ -74,3 +75,17 @@ def test_simulate_checks_the_plan_against_the_live_cache(cli: Cli) -> None:
     assert "KV cache (least recently used over the plan's tier capacities" in cli(*SIMULATE).out
     think = cli(*SIMULATE, "--kv-eviction", "think", "--json")
     assert json.loads(think.out)["kv_cache"]["eviction"] == "think"
+
+
+def test_a_study_report_checks_its_best_design_as_a_live_cache(tiny_cli_run: object, tmp_path: Path) -> None:
+    """The report runs the best design's planned resting KV through the LRU cache and shows both."""
+    text = (tmp_path / "tiny-study" / "report" / "report.md").read_text()
+    section = text.split("### KV placement as a live cache", 1)[1].split("###", 1)[0]
+    rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| ")]
+    rows = [r for r in rows if not r[0].strip().startswith("---")]
+    assert [r[0].strip() for r in rows[1:]] == ["hbm", "dram", "nvme", "network", "drop"]
+    planned = [float(r[1].strip(" %")) for r in rows[1:]]
+    live = [float(r[2].strip(" %")) for r in rows[1:]]
+    diff = [float(r[3]) for r in rows[1:]]
+    assert sum(planned) == pytest.approx(100.0, abs=0.3) and sum(live) == pytest.approx(100.0, abs=0.3)
+    assert diff == pytest.approx([b - a for a, b in zip(planned, live, strict=True)], abs=0.11)

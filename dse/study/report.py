@@ -57,6 +57,8 @@ class BestDesign:
     stage_ms: dict[str, dict[str, float]]  # pool label -> stage -> ms of one step
     settings: dict[str, Any] = field(default_factory=dict)  # engine settings, as labelled values
     tiers: list[dict[str, Any]] = field(default_factory=list)  # KV placement per class (kv_tiers rows)
+    # the plan's resting KV run as a live LRU cache: outcome (tier or drop) -> (planned, simulated)
+    kv_cache: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 # (header with unit, column, format spec, scale) of the trial tables
@@ -375,6 +377,23 @@ KV_NOTE = (
     "class in each tier, and what the fleet stores there (TB, 10^12 bytes)."
 )
 _TIERS = ("hbm", "dram", "nvme", "network")
+KV_CACHE_NOTE = (
+    "The placement splits each class among tiers as flows (Little's law). A serving cache does not "
+    "choose per class: here each tier gets the capacity the plan rests there, a session's KV enters "
+    "HBM when its turn ends, the longest-resting entry moves down when a tier is full (least "
+    "recently used) and off the last tier it is dropped. Where returning turns found their KV, "
+    "planned and in that cache (`dse simulate` runs the same, and `--kv-eviction think`)."
+)
+
+
+def _kv_cache_table(cache: dict[str, tuple[float, float]]) -> str:
+    rows = [
+        [outcome, fmt(planned, ".1%"), fmt(simulated, ".1%"), fmt(100.0 * (simulated - planned), "+.1f")]
+        for outcome, (planned, simulated) in cache.items()
+    ]
+    return md_table(
+        ["found in", "planned", "live cache (LRU)", "difference (points)"], rows, [False, True, True, True]
+    )
 
 
 def _settings_table(settings: dict[str, Any]) -> str:
@@ -457,6 +476,8 @@ def _detail_section(best: BestDesign | None) -> str:
         parts += ["### Engine settings", _settings_table(best.settings)]
     if best.tiers:
         parts += ["### KV placement", KV_NOTE, _tiers_table(best.tiers)]
+    if best.kv_cache:
+        parts += ["### KV placement as a live cache", KV_CACHE_NOTE, _kv_cache_table(best.kv_cache)]
     if best.metrics:
         parts += ["### Metrics", _metrics_table(best.metrics)]
     parts += [
