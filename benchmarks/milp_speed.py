@@ -25,7 +25,7 @@ from dse.placement.candidates import build_candidates
 from dse.workload import Slo, ThinkBin, Workload
 from formulations import placement
 from formulations.placement_data import PlacementData, Role
-from formulations.solve import PlacementSolver, SolveOptions
+from formulations.solve import PlacementSolver, SolveOptions, SolveResult
 
 HW = ("b200", "h200-sxm", "gb200-nvl72")
 THINK = (ThinkBin(0.6, 30.0), ThinkBin(0.3, 600.0), ThinkBin(0.1, 3600.0))
@@ -77,6 +77,19 @@ def pick_units(d: PlacementData) -> list[int]:
     return keep
 
 
+def _same(a: SolveResult, b: SolveResult) -> bool:
+    """Counts, flows (to 1e-9) and objective alike."""
+    sa, sb = a.solution, b.solution
+    if sa is None or sb is None:
+        return sa is None and sb is None
+    return bool(
+        np.array_equal(sa.instances, sb.instances)
+        and np.allclose(sa.fresh, sb.fresh, rtol=0, atol=1e-9)
+        and np.allclose(sa.returning, sb.returning, rtol=0, atol=1e-9)
+        and abs(a.objective - b.objective) <= 1e-9 * max(abs(a.objective), 1.0)
+    )
+
+
 def pct(a: list[float], q: float) -> float:
     return float(np.percentile(np.array(a) * 1e3, q))
 
@@ -125,11 +138,16 @@ def main(trials: int = 200) -> None:
         load.append(t1 - t0)
         fill.append(t2 - t1)
         highs.append(time.perf_counter() - t2)
-    rebuild = []
+    rebuild, same = [], {"direct": 0, "pyomo": 0}
+    again = {"direct": PlacementSolver(), "pyomo": PlacementSolver(SolveOptions(direct=False))}
+    for s in again.values():
+        s.solve(instances[-1])  # built: what follows are re-solves
     for d in instances[: max(20, trials // 5)]:
         t0 = time.perf_counter()
-        PlacementSolver().solve(d)
+        alone = PlacementSolver().solve(d)
         rebuild.append(time.perf_counter() - t0)
+        for path, solver in again.items():
+            same[path] += _same(alone, solver.solve(d))
     d0 = instances[0]
     print(
         f"study-sized instance: {d0.n_units} units on {d0.n_hw} hardware, {d0.n_classes} KV classes"
@@ -150,6 +168,13 @@ def main(trials: int = 200) -> None:
         f"({len(rebuild)} runs)"
     )
     print(f"  re-solve / rebuild median ratio: {pct(resolve[1:], 50) / pct(rebuild, 50):.2f}")
+    n = len(rebuild)
+    print(
+        f"  the same solution as solving the data alone: direct re-solve {same['direct']} of {n}, "
+        f"pyomo persistent re-solve {same['pyomo']} of {n}"
+    )
+    figure("MILP re-solves equal to solving alone (direct)", same["direct"], "of", f"{n} trials")
+    figure("MILP re-solves equal to solving alone (pyomo persistent)", same["pyomo"], "of", f"{n} trials")
     ratio = pct(resolve[1:], 50) / pct(pyomo_resolve[1:], 50)
     print(f"  direct / pyomo re-solve median ratio: {ratio:.2f}")
     figure(
