@@ -36,13 +36,17 @@ def kimi() -> None:
         f = front(t.filter(pl.col("p_decode_hardware") == hw), x, y)
         pts = ", ".join(f"{u:.0f}->{g:.0f}" for u, g in zip(f[x].to_list(), f[y].to_list(), strict=True))
         print(f"  decode on {hw}: front (tok/s/user -> tok/s/GPU): {pts}")
-    for speed in (20.0, 30.0, 40.0, 45.0):
-        best = {}
-        for hw in sorted(t["p_decode_hardware"].unique().to_list()):
-            sub = t.filter((pl.col("p_decode_hardware") == hw) & (pl.col(x) >= speed))
-            best[hw] = sub[y].max() if sub.height else None
-        shown = ", ".join(f"{k} {v:.0f}" if v is not None else f"{k} none" for k, v in best.items())
-        print(f"  best tok/s/GPU at >= {speed:.0f} tok/s/user: {shown}")
+    single = t.filter(pl.col("p_prefill_hardware") == pl.col("p_decode_hardware"))
+    for label, rows in (("by decode hardware", t), ("single-hardware designs only", single)):
+        for speed in (20.0, 30.0, 40.0, 45.0):
+            best = {}
+            for hw in sorted(t["p_decode_hardware"].unique().to_list()):
+                sub = rows.filter((pl.col("p_decode_hardware") == hw) & (pl.col(x) >= speed))
+                best[hw] = sub[y].max() if sub.height else None
+            shown = ", ".join(f"{k} {v:.0f}" if v is not None else f"{k} none" for k, v in best.items())
+            print(f"  {label}: best tok/s/GPU at >= {speed:.0f} tok/s/user: {shown}")
+        fastest = rows.group_by("p_decode_hardware").agg(pl.col(x).max()).sort("p_decode_hardware")
+        print(f"  {label}: fastest design per hardware (tok/s/user): {fastest.to_dicts()}")
     hbm = overall["hbm_peak_gb_per_gpu"].to_numpy()
     print(
         f"  Pareto front: {overall.height} designs; peak HBM GB/GPU median {np.median(hbm):.1f}, "
@@ -182,6 +186,79 @@ def bandwidth_vs_capacity() -> None:
         print(f"  bandwidth variant by {col}: {by.to_dicts()}")
 
 
+def bandwidth_by_tpot(tie: float = 0.14) -> None:
+    """The +50% bandwidth and +50% capacity variants head to head, by TPOT range: which is
+    cheaper, and which by more than the model's error (``tie``)."""
+    study = "bandwidth-vs-capacity"
+    t = trials(study).filter(pl.col("feasible"))
+    axes = ["x_model", "x_input_tokens", "x_tpot_s"]
+    for lo, hi in ((0.025, 0.05), (0.1, 0.4)):
+        won = {
+            "bandwidth": 0,
+            "capacity": 0,
+            "equal": 0,
+            "bandwidth beyond the error": 0,
+            "capacity beyond the error": 0,
+        }
+        n = 0
+        for short in ("h200", "b200"):
+
+            def cost(hw: str) -> pl.DataFrame:
+                return t.filter(pl.col("x_hardware") == hw).select(
+                    *axes, pl.col("usd_per_million_tokens").alias(hw)
+                )
+
+            j = cost(f"{short}-bw150").join(cost(f"{short}-cap150"), on=axes)
+            j = j.filter(pl.col("x_tpot_s").is_between(lo, hi))
+            bw, cap = j[f"{short}-bw150"].to_numpy(), j[f"{short}-cap150"].to_numpy()
+            n += j.height
+            won["bandwidth"] += int((bw < cap * (1 - 1e-9)).sum())
+            won["capacity"] += int((cap < bw * (1 - 1e-9)).sum())
+            won["equal"] += int((np.abs(bw - cap) <= 1e-9 * cap).sum())
+            won["bandwidth beyond the error"] += int((bw * (1 + tie) < cap).sum())
+            won["capacity beyond the error"] += int((cap * (1 + tie) < bw).sum())
+        print(f"  TPOT {lo * 1e3:g}-{hi * 1e3:g} ms, {n} point pairs (H200 and B200): {won}")
+
+
+def hbm_residency(line: float = 80.0) -> None:
+    """Peak HBM residency per GPU against ``line`` GB over every study's feasible designs: several
+    traffic levels, models and instance shapes. Whole designs (their fullest pool) and decode
+    pools (decode, aggregated and attention pools) apart; a grid's base hardware only (its
+    what-if variants are not hardware one can buy)."""
+    from dse.study.spec import load_study
+
+    for study in ("kimi-k3-blackwell", "deepseek-v3-blackwell", "agentic-kv-tiering", "bandwidth-vs-capacity",
+                  "stage-memory-2027", "deepseek-production"):  # fmt: skip
+        try:
+            t = trials(study).filter(pl.col("feasible"))
+            pools = table(study, "placements")
+        except FileNotFoundError:
+            print(f"  {study}: run the study first")
+            continue
+        spec = load_study(study)
+        if "x_hardware" in t.columns:
+            variants = {v.id for v in spec.variants}
+            t = t.filter(~pl.col("x_hardware").is_in(list(variants)))
+        design = t["hbm_peak_gb_per_gpu"].to_numpy()
+        dec = pools.join(t.select("trial"), on="trial").filter(
+            pl.col("role").is_in(["decode", "mixed", "attention"])
+        )
+        d = dec["hbm_gb_per_gpu"].to_numpy()
+        rates = (
+            sorted({float(r) for r in t["x_requests_per_s"].to_list()})
+            if "x_requests_per_s" in t.columns
+            else []
+        )
+        rate = rates or [spec.workload.requests_per_s]
+        shapes = sorted(set(dec["shape"].to_list())) if "shape" in dec.columns else []
+        print(
+            f"  {study} ({spec.model if not rates else 'grid'}, {', '.join(f'{r:g}' for r in rate)} req/s): "
+            f"designs below {line:g} GB {int((design < line).sum())} of {design.size} "
+            f"(median {np.median(design):.1f}); decode pools below {int((d < line).sum())} of {d.size} "
+            f"(median {np.median(d) if d.size else float('nan'):.1f}); decode shapes {len(shapes)}"
+        )
+
+
 def stage_memory() -> None:
     """Per-GPU HBM per stage: in all, and the working set without resting KV."""
     from dse.study.report_grid import stage_memory_frame
@@ -279,6 +356,8 @@ if __name__ == "__main__":
         deepseek_production,
         shadow_prices,
         bandwidth_vs_capacity,
+        bandwidth_by_tpot,
+        hbm_residency,
         stage_memory,
         decode_variability,
     ):
