@@ -20,6 +20,8 @@ from dse.workload import Slo, ThinkBin, Workload
 from formulations.placement_data import TIERS, Role
 from formulations.solve import PlacementSolver
 
+pytestmark = pytest.mark.e2e  # placements with 100-150 units and a study run: beside the quick tests
+
 # agent sessions: most requests are later turns on a long prefix that rests for minutes, and the
 # TTFT target leaves a returning turn little time to bring it back from host DRAM or storage
 AGENTS = Workload(
