@@ -74,7 +74,8 @@ def main() -> None:
     used = sum(r[5] for r in rows)
     feasible = int(np.isfinite(savings).sum())
     print(
-        f"\n{len(rows)} points, {feasible} with a feasible four-stage design: a midfill pool opened at {used}; saving median {np.nanmedian(savings):.1%}, "
+        f"\n{len(rows)} points, {feasible} with a feasible four-stage design: a midfill pool opened at "
+        f"{used}; saving median {np.nanmedian(savings):.1%}, "
         f"largest {np.nanmax(savings):.1%}; beyond the model's {TIE:.0%} error at "
         f"{int((savings > TIE).sum())} points; against the best of aggregated, disaggregated and afd "
         f"(auto) median {np.nanmedian(vs_auto):.1%}, beyond the error at {int((vs_auto > TIE).sum())} "

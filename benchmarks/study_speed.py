@@ -28,6 +28,7 @@ from record import figure
 
 import dse.evaluation as evaluation_mod
 import dse.placement.plan as placement_mod
+import dse.sim.engine_latency as engine_latency_mod
 import dse.study.runner as runner_mod
 from dse.catalog import load_catalog
 from dse.perf.params import load_params
@@ -82,7 +83,7 @@ def timed_study(trials: int, sampler: str) -> None:
         "MILP": (placement_mod, "solve_candidates"),
         "simulator": (evaluation_mod, "pipeline_of"),
         "simulator run": (evaluation_mod, "simulate"),
-        "engine latency": (evaluation_mod, "design_latency"),
+        "engine latency": (engine_latency_mod, "design_latency"),
         "evaluate": (runner_mod, "evaluate"),
         "start": (runner_mod, "open_stored"),  # once per run: opening (creating) the storage
         "start copy": (runner_mod, "Proposer"),  # starting the sampler's process

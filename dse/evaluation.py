@@ -18,19 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from dse.context import Context
-from dse.perf.afd import attention_side, ffn_side
-from dse.perf.pool import build_pool
-from dse.perf.power import gpu_power_w, kwh_per_million_tokens, step_busy
-from dse.perf.serving import prefill_batch_tokens
-from dse.perf.stages import forward_cost
+from dse.design_power import power_metrics, stage_split
 from dse.placement.plan import PoolPlan, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology
-from dse.sim.engine_latency import design_latency
 from dse.sim.from_placement import SimDesign, SimPool, pipeline_of
 from dse.sim.kv_tiers import RestingClass
 from dse.sim.scenario import Scenario
 from dse.sim.simulation import SimulationReport, simulate
-from formulations.placement_data import Role
 
 INFEASIBLE = 1.0
 """The ``placement`` constraint of a request the MILP could not place."""
@@ -157,6 +151,8 @@ def _engine_metrics(
     the mean traffic; :mod:`dse.sim.engine_latency`), and the TTFT the constraint reads: the
     worse of it and the fluid model's over the scenario (where the design cannot be simulated
     request by request, the fluid model's alone). TPOT keeps the SLO's rule, its mean."""
+    from dse.sim.engine_latency import design_latency  # numba and scipy: not for `dse place`'s power line
+
     q = req.slo.percentile
     lat = design_latency(design, ctx.catalog, ctx.params)
     ttft = lat.percentile("ttft", q) if lat is not None else math.nan
@@ -171,96 +167,12 @@ def _engine_metrics(
     }
 
 
-def power_metrics(
-    req: PlacementRequest, outcome: TopologyOutcome, stages: dict[str, dict[str, float]], ctx: Context
-) -> dict[str, float | None]:
-    """Power at load and energy per token (:mod:`dse.perf.power`): each pool's GPUs draw by the
-    share of the time their kernels run: a decode or aggregated instance steps all the time, its
-    kernels the step's share of it (``stages``); a prefill instance's kernels run its busy share
-    of each second. Where the request prices energy, its cost is added to the cost per token."""
-    watts = 0.0
-    for p in outcome.pools:
-        st = stages[stage_label(p)]
-        busy = step_busy(st["gemm"], st["attention"], st["communication"], st["overhead"])
-        if p.unit.role.hands_off:
-            known = p.prefill_busy_s == p.prefill_busy_s  # nan where the pool serves nothing
-            busy *= min(p.requests_per_s * p.prefill_busy_s / p.instances, 1.0) if known else 1.0
-        tdp = ctx.catalog.hardware(p.unit.hardware).tdp_w
-        watts += p.gpus * float(gpu_power_w(tdp, busy, ctx.params.power))
-    kw = watts * req.energy.pue / 1e3
-    energy_usd_hour = kw * req.energy.usd_per_kwh
-    out: dict[str, float | None] = {
-        "power_kw": kw,
-        "kwh_per_million_tokens": _or_none(kwh_per_million_tokens(kw, outcome.tokens_per_s)),
-        "energy_usd_per_hour": energy_usd_hour,
-    }
-    if energy_usd_hour > 0 and outcome.tokens_per_s > 0:
-        total = outcome.usd_per_hour + energy_usd_hour
-        out["usd_per_million_tokens"] = total / (3600.0 * outcome.tokens_per_s) * 1e6
-    return out
-
-
-def stage_label(p: PoolPlan) -> str:
-    """The key of a pool in :func:`stage_split`."""
-    return f"{p.unit.role.name.lower()} {p.unit.hardware} {p.unit.parallel.label()}"
-
-
 def ttft_at_percentile(mean: float, p99: float, percentile: float) -> float:
     """TTFT at ``percentile`` between the simulated mean and p99, taking the excess over the mean
     as exponential: its quantile grows with ``ln(1 / (1 - p))``, which is 1 at about p63 (the
     mean of an exponential) and ``ln 100`` at p99."""
     grow = math.log(1.0 / (1.0 - percentile / 100.0))
     return mean + (p99 - mean) * max(grow - 1.0, 0.0) / (math.log(100.0) - 1.0)
-
-
-def stage_split(
-    req: PlacementRequest, pools: Iterable[PoolPlan], ctx: Context
-) -> dict[str, dict[str, float]]:
-    """One step of each pool at its operating point, in ms: decode pools at their batch, prefill
-    pools on one full forward (:func:`~dse.perf.serving.prefill_batch_tokens`), split into GEMMs,
-    attention, communication and fixed overhead. Attention and FFN pools run their half of the
-    model; an aggregated pool's step is shown without the prefill chunks interleaved with it."""
-    model, engine, w = ctx.catalog.model(req.model), ctx.params.engine(req.engine), req.workload
-    out: dict[str, dict[str, float]] = {}
-    for p in pools:
-        par = p.unit.parallel
-        pool = build_pool(
-            model,
-            [ctx.catalog.hardware(p.unit.hardware)],
-            gpus=[par.gpus],
-            attn_tp=[par.attn_tp],
-            ep=[par.ep],
-            weight_precision=[req.weight_precision],
-            kv_precision=[engine.kv_precision],
-            engines=ctx.params.kernel_engines([req.engine]),
-        )
-        cached = 0.0
-        if p.unit.role.hands_off:  # prefill: fresh prompts; midfill: suffixes against their prefix
-            midfill = p.unit.role is Role.MIDFILL
-            new = max(w.suffix_tokens, 1.0) if midfill else w.input_tokens
-            cached = w.cached_prefix_tokens if midfill else 0.0
-            tokens = prefill_batch_tokens(
-                pool, new, req.options.prefill_chunk_tokens, engine.prefill_chunk_per_instance
-            )
-            tokens_, seqs, ctx_len, prefill = tokens, tokens / new, np.array([new]), True
-            step_pool = pool
-        else:
-            tokens_ = np.array([max(float(p.unit.decode_batch), 1.0)])
-            seqs, prefill = tokens_, False
-            ctx_len = np.array([w.mean_prompt_tokens() + 0.5 * w.output_tokens])
-            half = {Role.ATTENTION: attention_side, Role.FFN: ffn_side}.get(p.unit.role)
-            step_pool = half(pool) if half is not None else pool
-        cost = forward_cost(
-            step_pool, ctx.params, tokens=tokens_, sequences=seqs, context=ctx_len, prefill=prefill,
-            speed=np.array([engine.speed]), cached=cached,
-        )  # fmt: skip
-        out[stage_label(p)] = {
-            "gemm": 1e3 * float(cost.gemm_s[0]),
-            "attention": 1e3 * float(cost.attention_s[0]),
-            "communication": 1e3 * float(cost.comm_s[0]),
-            "overhead": 1e3 * float(cost.overhead_s[0]),
-        }
-    return out
 
 
 def _or_none(x: float) -> float | None:

@@ -74,6 +74,16 @@ def test_a_command_that_solves_still_imports_its_engine() -> None:
     assert "numpy" in res["heavy"]  # type: ignore[operator]
 
 
+def test_place_imports_neither_the_simulators_nor_their_compiler() -> None:
+    """`dse place` solves and prints its power line; numba and scipy (the simulators') would add
+    about 1.3 s to every answer, the largest part of a whole `dse place` process."""
+    res = _probe(["place", "--hardware", "h200", "--rate", "4", "--ttft", "1", "--tpot", "0.03",
+                  "--no-shadow-prices"])  # fmt: skip
+    assert res["code"] == 0 and "power at load" in str(res["out"])
+    assert {"pyomo", "highspy"} <= set(res["heavy"])  # type: ignore[arg-type]
+    assert not {"numba", "scipy"} & set(res["heavy"])  # type: ignore[arg-type]
+
+
 @pytest.mark.e2e
 def test_export_and_report_of_a_finished_study_import_no_solver(tmp_path: Path) -> None:
     """Exports and the report read what the trials stored: no MILP is built or solved, so pyomo

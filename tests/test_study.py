@@ -453,7 +453,7 @@ def test_a_study_decodes_with_its_own_mtp_settings(tmp_path: Path) -> None:
     from dse.catalog import load_catalog
     from dse.perf.params import load_params, with_mtp
     from dse.placement.plan import place
-    from dse.placement.request import PlacementRequest, Topology
+    from dse.placement.request import PlacementRequest, Topology, UnitOptions
     from dse.study.spec import load_study
     from dse.workload import Slo, Workload
     from formulations.placement_data import Objective, Role
@@ -468,6 +468,8 @@ def test_a_study_decodes_with_its_own_mtp_settings(tmp_path: Path) -> None:
             model="deepseek-v3", hardware=("h800-sxm",), workload=Workload(50.0, 4000.0, 1000.0),
             slo=Slo(30.0, 0.05), topology=Topology.DISAGGREGATED, objective=Objective.GPUS,
             engine="sglang", mtp=True, **mtp,
+            # one decode shape, so the batches compare at the same instance
+            options=UnitOptions(decode_shapes=("32gpu-dpa-ep32",), prefill_shapes=("16gpu-dpa-ep16",)),
         )  # fmt: skip
         best = place(req, catalog=load_catalog(use_env=False)).best
         assert best is not None

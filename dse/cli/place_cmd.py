@@ -330,9 +330,9 @@ def best_energy(
     report: PlacementReport, catalog: Catalog, params: PerfParams
 ) -> dict[str, float | None] | None:
     """Power at load, energy per token and, where the request prices energy, its cost, of the best
-    design (:func:`dse.evaluation.power_metrics`)."""
+    design (:func:`dse.design_power.power_metrics`)."""
     from dse.context import Context
-    from dse.evaluation import power_metrics, stage_split
+    from dse.design_power import power_metrics, stage_split
     from formulations.solve import PlacementSolver
 
     best = report.best

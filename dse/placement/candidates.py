@@ -487,7 +487,7 @@ def build_candidates(
 def energy_usd_per_gpu_hour(hw: Hardware, req: PlacementRequest, p: PerfParams) -> float:
     """The energy a GPU of ``hw`` costs per hour at full draw (its kernels running all the
     time), with the site's PUE and price: the MILP's linear stand-in, an upper bound on what a
-    design at its real utilisation draws (:func:`dse.evaluation.power_metrics` prices that)."""
+    design at its real utilisation draws (:func:`dse.design_power.power_metrics` prices that)."""
     kw = float(gpu_power_w(hw.tdp_w, 1.0, p.power)) / 1e3
     return kw * req.energy.pue * req.energy.usd_per_kwh
 

@@ -78,14 +78,30 @@ def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
 
 
 def _default_grid(hw: Hardware, model: Model) -> list[Parallel]:
-    moe = model.moe is not None
-    shapes = [Parallel(8, 8, 8 if moe else 1), Parallel(8, 1, 8 if moe else 1)]
-    if hw.scale_up.domain_gpus >= 16:
-        shapes.insert(0, Parallel(4, 4, 4 if moe else 1))
-    if model.moe is not None:
-        big = (16, 32, 64) if hw.scale_up.domain_gpus >= 64 else (16, 32)
-        shapes += [Parallel(g, 1, g) for g in big if g <= model.moe.routed_experts]
-    return shapes
+    """Shapes generated from the model and the scale-up domain, powers of two from 4 GPUs:
+
+    * tensor-parallel attention over the whole instance while it stays within 8 GPUs and the
+      domain, with every expert on its own GPU group (EP = GPUs) or split 2-way (EP = GPUs / 2:
+      expert TP 2 inside the TP group, as TensorRT-LLM's TEP runs);
+    * data-parallel attention with expert parallelism over the instance, or over half of it (each
+      expert split 2-way), from 4 GPUs up to the experts: 64 GPUs at most in a 64-GPU domain or
+      larger, 32 across the nodes of a smaller one (the all-to-all then crosses the network).
+
+    Shapes whose weights do not fit are dropped later, with the sizes said
+    (:class:`dse.placement.candidates.Exclusion`). A dense model gets the tensor-parallel ones."""
+    domain = hw.scale_up.domain_gpus
+    experts = model.moe.routed_experts if model.moe is not None else 0
+    top = min(max(experts, 8), 64 if domain >= 64 else 32) if experts else min(domain, 8)
+    out: list[Parallel] = []
+    g = 4
+    while g <= top:
+        eps = (g, g // 2) if experts >= g else (1,)
+        if g <= min(8, domain):
+            out += [Parallel(g, g, ep) for ep in eps]
+        if experts:
+            out += [Parallel(g, 1, ep) for ep in eps]
+        g *= 2
+    return [p for p in out if shape_problem(p, hw, model) is None]
 
 
 @dataclass(frozen=True)
