@@ -10,6 +10,8 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@# bytecode once: where PYTHONDONTWRITEBYTECODE is set, every command would compile dse again
+	@$(PY) -m compileall -q dse formulations
 	@echo "compiling the numba kernels into their caches (once, about 20 s)"
 	@$(VENV)/bin/dse simulate --hardware b200 --rate 2 --isl 1000 --osl 100 --returning-share 0.5 \
 		--prefix 2000 --suffix 100 --think 1:60 --ttft 5 --tpot 0.1 --horizon 120 --warmup 0 >/dev/null
