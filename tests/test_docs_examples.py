@@ -245,7 +245,14 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
+LONG_PAGES = {README, REPO / "docs" / "cli.md"}  # about 20 s each: run beside the quick tests
+
+
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(p, marks=pytest.mark.e2e) if p in LONG_PAGES else p for p in PAGES],
+    ids=[str(p.relative_to(REPO)) for p in PAGES],
+)
 def test_the_examples_of_each_page_run(page: Path, workdir: Path) -> None:
     run_page(page, skip=make_run_command())
 
