@@ -218,3 +218,26 @@ def test_kv_policy_limits_where_kv_rests(catalog: Catalog, policy: str, allowed:
     assert best is not None and best.tiers
     used = {tier for t in best.tiers for tier, share in t.share.items() if share > 1e-9}
     assert used <= allowed, used
+
+
+def test_the_default_shapes_come_from_the_model_and_the_domain(catalog: Catalog) -> None:
+    """Powers of two from 4 GPUs; TP attention within 8 GPUs and the domain; DP attention with EP
+    up to the experts (64 in a 64-GPU domain, 32 across nodes); each expert whole or split 2-way;
+    every shape valid where it is offered."""
+    from dse.placement.shapes import parallel_grid, shape_problem
+
+    ds = catalog.model("deepseek-v3")
+    for hw_id, top in (("h200-sxm", 32), ("b200", 32), ("gb200-nvl72", 64)):
+        hw = catalog.hardware(hw_id)
+        grid = parallel_grid(hw, ds)
+        labels = {p.label() for p in grid}
+        assert all(shape_problem(p, hw, ds) is None for p in grid)
+        assert {"8gpu-tp8-ep8", "8gpu-tp8-ep4", "4gpu-tp4-ep4", f"{top}gpu-dpa-ep{top}"} <= labels
+        assert max(p.gpus for p in grid) == top and min(p.gpus for p in grid) == 4
+        assert all(p.attn_tp == 1 or p.gpus <= min(8, hw.scale_up.domain_gpus) for p in grid)
+        assert all(p.ep in (p.gpus, p.gpus // 2) for p in grid)
+    dense = catalog.model("llama-3.1-70b")
+    assert {p.label() for p in parallel_grid(catalog.hardware("h200-sxm"), dense)} == {
+        "4gpu-tp4-ep1",
+        "8gpu-tp8-ep1",
+    }

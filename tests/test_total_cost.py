@@ -10,26 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import Cli
+from test_placement import SESSIONS
 from test_placement_milp import instance
 
 from dse.catalog import Catalog
 from dse.placement import PlacementRequest, place
 from dse.placement.request import Energy, Storage
 from dse.study.spec import load_study
-from dse.workload import Slo, ThinkBin, Workload
+from dse.workload import Slo, Workload
 from formulations.placement_check import cost_usd_hour, energy_usd_hour, objective_value, stored_gb
 from formulations.placement_data import Role
 from formulations.solve import PlacementSolver
 
-SESSIONS = Workload(
-    requests_per_s=20.0,
-    input_tokens=4000.0,
-    output_tokens=1000.0,
-    returning_share=0.5,
-    cached_prefix_tokens=20000.0,
-    suffix_tokens=500.0,
-    think=(ThinkBin(0.6, 30.0), ThinkBin(0.3, 600.0), ThinkBin(0.1, 3600.0)),
-)
 PLACE = ["place", "--hardware", "b200", "--rate", "20", "--isl", "4000", "--osl", "1000",
          "--returning-share", "0.5", "--prefix", "20000", "--suffix", "500",
          "--think", "0.6:30,0.3:600,0.1:3600", "--ttft", "2", "--tpot", "0.05",
