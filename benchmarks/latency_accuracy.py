@@ -12,8 +12,9 @@ from record import figure
 
 from dse.calibration import fit as cal
 from dse.calibration.latency import LABELS, fit_latency, measured_latency, simulate_measured
+from dse.calibration.published import POINTS, measured_per_gpu
 from dse.catalog import load_catalog
-from dse.paths import MEASURED_RUNS
+from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS
 from dse.perf.params import PerfParams, default_params, load_params
 
 
@@ -22,7 +23,9 @@ def main() -> None:
     params = load_params()
     data, _ = cal.read_measured(MEASURED_RUNS, catalog)
     folds: dict[str, PerfParams] = {}
-    cal.leave_one_hardware_out(data, catalog, default_params(), fold_fits=folds)
+    measured = measured_per_gpu(PUBLISHED_POINTS)  # the stage points, as dse calibrate fits them
+    values = [measured[p.id] for p in POINTS]
+    cal.leave_one_hardware_out(data, catalog, default_params(), POINTS, values, folds)
     fitted = fit_latency(data, catalog, params, folds)
     print(f"{len(data)} measured runs; offsets fitted: front end {fitted.params.frontend_s * 1e3:.0f} ms, "
           f"disaggregated hand-off {fitted.params.handoff_s * 1e3:.0f} ms")  # fmt: skip
