@@ -13,8 +13,8 @@ from test_placement_milp import hard, instance
 from dse.catalog import load_catalog
 from dse.perf.params import load_params
 from dse.placement import PlacementRequest, Topology
-from dse.placement.request import UnitOptions
 from dse.placement.candidates import build_candidates
+from dse.placement.request import UnitOptions
 from dse.workload import Slo, ThinkBin, Workload
 from formulations import placement
 from formulations.direct import DirectModel

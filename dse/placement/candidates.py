@@ -11,8 +11,10 @@ TTFT, the interference of chunked prefill with decode) is settled here, per unit
   :class:`~dse.workload.Slo`);
 * **decode** units run the largest batch whose step keeps TPOT on target and whose KV fits;
 * **aggregated** units come at several prefill time shares ``phi``: decode steps must fit in
-  ``(1 - phi) * TPOT`` (chunked prefill takes the rest of the time) and a prompt's prefill
-  stretches by ``1 / phi``;
+  ``(1 - phi) * TPOT`` (prefill forwards take the rest of the time, and decode waits while they
+  run). A prompt is prefilled at full speed, as the engines run it (SGLang a prefill batch as its
+  own forward, vLLM and TensorRT-LLM a chunk of up to thousands of tokens beside the decode step),
+  after the decode step in progress and the queue of prompts ahead of it at utilisation ``phi``;
 * **attention / FFN** units (attention-FFN disaggregation) each get half the TPOT: with two
   micro-batches in ping-pong, each side runs one micro-batch while the other runs the other;
   FFN units come at several token batches;
@@ -165,15 +167,15 @@ class _Builder:
         row: _Row,
         i: int,
         *,
-        share: float,
-        stretch: float,
         handoff: bool,
         fresh: bool = True,
         slowest_tier: str | None = None,
         alone: bool = False,
+        rho_cap: float = RHO_MAX,
+        lead_s: float = 0.0,
     ) -> float:
-        """Fill the prefill coefficients of ``row`` for shape ``i`` when prefill gets ``share``
-        of its time (so a prompt stretches by ``stretch``); returns the fresh TTFT (a midfill
+        """Fill the prefill coefficients of ``row`` for shape ``i`` (its utilisation, the share of
+        its time it prefills, is ``row.share``); returns the fresh TTFT (a midfill
         unit's, ``fresh`` False: a returning turn's by its fastest way back), or nan when no
         utilisation meets the target.
 
@@ -182,38 +184,41 @@ class _Builder:
         whose reload then still misses TTFT is not allowed on this unit. A midfill unit queues
         returning turns alone, behind a batch of midfills, and its cap is set by the slowest way
         back it takes, ``slowest_tier`` (so faster ones meet TTFT too); ``alone``, it prefills one
-        returning turn per forward (a short wait, at the busy time of an unbatched forward)."""
+        returning turn per forward (a short wait, at the busy time of an unbatched forward).
+        ``rho_cap`` caps the utilisation (an aggregated unit's prefill share); ``lead_s`` comes
+        before any prefill starts (an aggregated unit's decode step in progress)."""
         s, p, slo = self.s, self.p, self.slo
         k_q = slo.wait_quantile_factor * p.prefill_queue_factor
         hand_mid = s.returning_handoff_s[i] if handoff else 0.0
-        mid_one = s.midfill.one_s[i] * stretch
+        mid_one = s.midfill.one_s[i]
         paths = {}  # tier -> (busy seconds, what it adds to TTFT over a prefix in HBM)
         for tier in TIERS:
             if tier not in self.tiers:
                 continue
             if tier == "drop":
                 busy = s.recompute.one_s[i] if alone else s.recompute.busy_s[i]
-                paths[tier] = (busy, max(s.recompute.one_s[i] * stretch - mid_one, 0.0))
+                paths[tier] = (busy, max(s.recompute.one_s[i] - mid_one, 0.0))
             else:
                 paths[tier] = (s.midfill.one_s[i] if alone else s.midfill.busy_s[i], s.reload_s(i, tier))
-        fixed = s.fresh.one_s[i] * stretch + (s.fresh_handoff_s[i] if handoff else 0.0)
+        fixed = lead_s + s.fresh.one_s[i] + (s.fresh_handoff_s[i] if handoff else 0.0)
         slowest = fixed if fresh else np.inf
         if self.classes and paths:
-            back = min(r for _, r in paths.values()) + mid_one + hand_mid
+            back = lead_s + min(r for _, r in paths.values()) + mid_one + hand_mid
             if slowest_tier is not None and slowest_tier in paths:
-                back = paths[slowest_tier][1] + mid_one + hand_mid
+                back = lead_s + paths[slowest_tier][1] + mid_one + hand_mid
             slowest = max(fixed, back) if fresh else back
-        batch_s = (s.midfill.one_s[i] if alone else (s.fresh if fresh else s.midfill).batch_s[i]) * stretch
+        batch_s = s.midfill.one_s[i] if alone else (s.fresh if fresh else s.midfill).batch_s[i]
         room = slo.ttft_s - slowest
         if room <= 0:
             return np.nan
         a = room / max(k_q * batch_s, 1e-12)
-        rho = min(a / (1.0 + a), RHO_MAX)
+        rho = min(a / (1.0 + a), RHO_MAX, rho_cap)
         wait = k_q * batch_s * rho / (1.0 - rho)
-        row.share = share * rho
+        row.share = rho
         row.fresh_s = float(s.fresh.busy_s[i]) if fresh else np.inf
         for t, tier in enumerate(TIERS):
-            if tier in paths and paths[tier][1] + mid_one + hand_mid + wait <= slo.ttft_s * (1 + 1e-9):
+            ttft_back = lead_s + paths[tier][1] + mid_one + hand_mid + wait if tier in paths else np.inf
+            if ttft_back <= slo.ttft_s * (1 + 1e-9):
                 row.mid[:, t], row.reload[:, t] = paths[tier]
         return float((fixed if fresh else slowest) + wait)
 
@@ -243,7 +248,7 @@ class _Builder:
                 row = _Row(
                     self.info(i, Role.PREFILL, hbm_gb=0.0), i, len(self.classes), nic=float(s.nic_gb_s[i])
                 )
-                ttft = self.prefill_side(row, i, share=1.0, stretch=1.0, handoff=True, slowest_tier=tier)
+                ttft = self.prefill_side(row, i, handoff=True, slowest_tier=tier)
                 admitted = tuple(np.isfinite(row.mid[0]).tolist()) if self.classes else ()
                 if not np.isfinite(ttft) or admitted in seen:
                     continue
@@ -282,9 +287,7 @@ class _Builder:
                 row = _Row(
                     self.info(i, Role.MIDFILL, hbm_gb=0.0), i, len(self.classes), nic=float(s.nic_gb_s[i])
                 )
-                ttft = self.prefill_side(
-                    row, i, share=1.0, stretch=1.0, handoff=True, fresh=False, slowest_tier=tier, alone=alone
-                )
+                ttft = self.prefill_side(row, i, handoff=True, fresh=False, slowest_tier=tier, alone=alone)
                 admitted = (alone, tuple(np.isfinite(row.mid[0]).tolist()))
                 if not np.isfinite(ttft) or admitted in seen:
                     continue
@@ -348,13 +351,14 @@ class _Builder:
                     dec=float(rate[i] * (1.0 - phi)),
                     nic=float(s.nic_gb_s[i]),
                 )
-                ttft = self.prefill_side(row, i, share=phi, stretch=1.0 / phi, handoff=False)
+                step = slo.tpot_s * (1.0 - phi)  # the decode step a prompt arrives during, at most
+                ttft = self.prefill_side(row, i, handoff=False, rho_cap=phi, lead_s=step)
                 if not np.isfinite(ttft):
                     self.exclude(
                         i,
                         "mixed",
-                        f"at prefill share {phi:g}: TTFT {slo.ttft_s:g} s cannot be met: "
-                        f"a prompt interleaved with decode takes {s.fresh.one_s[i] / phi:.3f} s",
+                        f"at prefill share {phi:g}: TTFT {slo.ttft_s:g} s cannot be met: a prompt "
+                        f"takes {s.fresh.one_s[i]:.3f} s after a decode step of up to {step:.3f} s",
                     )
                     continue
                 kv_used = batch[i] * s.per_seq_gb[i]

@@ -14,7 +14,8 @@ become instances of the pool with the most instances, counted by capacity (a poo
 shape counts as the instances of equal tokens/s). The step table is the stage performance model's
 time per output token of that decode unit at every batch up to its operating point, which the
 engine uses as its batch cap. Aggregated units give a prefill
-server at their prefill time share and a decode instance whose steps stretch by ``1 / (1 - phi)``;
+server at full speed (a prompt's prefill runs as its own forward, or as a chunk beside the decode
+step) and a decode instance whose steps stretch by ``1 / (1 - phi)``, its prefill time share;
 attention-FFN units give decode instances paced by twice the attention half's step (each side
 has half the TPOT).
 
@@ -271,21 +272,22 @@ class _Prefill:
     reload_w: float = 0.0
 
     def add(self, p: SimPool) -> None:
-        x, phi, busy = p.instances, p.prefill_share, p.prefill_busy_s
+        x, busy = p.instances, p.prefill_busy_s
         if p.role not in ("prefill", "mixed", "midfill") or not busy:
             return
-        stretch = 1.0 / phi if p.role == "mixed" else 1.0  # an aggregated unit prefills phi of the time
-        m = max(1.0, round(p.prefill_batch_requests or 1.0))
+        # an aggregated instance prefills the prompts that wait, forward after forward: at its
+        # prefill share that is mostly one, so one server at the busy time per prompt
+        m = 1.0 if p.role == "mixed" else max(1.0, round(p.prefill_batch_requests or 1.0))
         self.servers += x * m
         self.instances += x
-        self.rate += x / (busy * stretch)
+        self.rate += x / busy
         ret = p.returning_per_s
         fresh = p.requests_per_s - ret
         if fresh > 0 and p.fresh_busy_s:
-            self.fresh_w += fresh * p.fresh_busy_s * stretch * m
+            self.fresh_w += fresh * p.fresh_busy_s * m
             self.fresh_n += fresh
         if ret > 0 and p.midfill_busy_s:
-            self.mid_w += ret * p.midfill_busy_s * stretch * m
+            self.mid_w += ret * p.midfill_busy_s * m
             self.reload_w += ret * (p.reload_s or 0.0)
             self.mid_n += ret
 

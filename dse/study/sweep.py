@@ -81,23 +81,30 @@ def evaluate_point(
         topologies = [Topology(t) for t in s.search.topologies]
         cache[key] = place_best(req, topologies, Context(catalog, params, solver))
     placed = cache[key]
-    # none feasible: the first topology's outcome explains why
-    outcome, prices = placed.best or placed.outcomes[0], placed.shadow_prices
+    prices = placed.shadow_prices
     planner = None
     if "planner" in point:
         period = float(point.get("planner_period_s", 60.0))
         delay = float(point.get("planner_delay_s", min(PLANNER_DELAY_S, period)))
         planner = Planner(PlannerKind(point["planner"]), period_s=period, delay_s=delay)
     scenario = scenario_for(s, tail=point.get("output_tail"), planner=planner)
-    ev = check(
-        req,
-        outcome,
-        scenario,
-        Context(catalog, params, solver),
-        dt_s=s.simulate.dt_s,
-        buffer_max=float(point.get("buffer_requests", np.inf)),
-        max_gpus=s.limits.max_gpus,
-    )
+    # the best topology's design first; where the simulations reject it, the next topology's
+    # (by the objective); none feasible: the first topology's outcome explains why
+    ranked = sorted((o for o in placed.outcomes if o.feasible), key=lambda o: o.result.objective)
+    for outcome in ranked or [placed.outcomes[0]]:
+        ev = check(
+            req,
+            outcome,
+            scenario,
+            Context(catalog, params, solver),
+            dt_s=s.simulate.dt_s,
+            buffer_max=float(point.get("buffer_requests", np.inf)),
+            max_gpus=s.limits.max_gpus,
+        )
+        if ev.feasible:
+            break
+    if outcome is not placed.best:
+        prices = ()  # the shadow prices are the best topology's
     rec = record_of(ev)
     if not outcome.feasible:
         return rec
