@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dse.context import Context
 from dse.design_power import power_metrics, stage_split
-from dse.placement.plan import PoolPlan, TopologyOutcome, place_best
+from dse.placement.plan import PlacementReport, PoolPlan, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology
 from dse.sim.from_placement import SimDesign, SimPool, pipeline_of
 from dse.sim.kv_tiers import RestingClass
@@ -165,6 +165,59 @@ def _engine_metrics(
         "engine_ttft_p99_s": _or_none(lat.percentile("ttft", 99.0) if lat is not None else math.nan),
         "ttft_pct_s": fluid_ttft if math.isnan(ttft) else _or_none(worse),
     }
+
+
+@dataclass(frozen=True)
+class EngineCheck:
+    """One topology's design through the engine-level simulation (Poisson arrivals at its mean
+    traffic, every request through the engines' schedulers): TTFT and TPOT at the SLO's
+    percentile, None where the design cannot be simulated request by request (several decode
+    pools, or hardware mixed within a role: :mod:`dse.sim.engine_latency`), which then stands on
+    the MILP's own TTFT."""
+
+    topology: Topology
+    ttft_s: float | None
+    tpot_s: float | None
+    ttft_target_s: float
+    percentile: float
+
+    @property
+    def holds(self) -> bool:
+        return self.ttft_s is None or self.ttft_s <= self.ttft_target_s * (1.0 + 1e-9)
+
+    def describe(self) -> str:
+        name, q = self.topology.value, f"p{self.percentile:g}"
+        if self.ttft_s is None:
+            return f"{name}: not simulated request by request (several decode pools, or hardware mixed)"
+        verdict = "holds" if self.holds else "misses"
+        tpot_ms = 1e3 * (self.tpot_s or 0.0)
+        ttft = f"TTFT {q} {self.ttft_s:.3g} s against {self.ttft_target_s:g} s ({verdict})"
+        return f"{name}: {ttft}; TPOT {q} {tpot_ms:.3g} ms"
+
+
+def engine_checks(report: PlacementReport, ctx: Context) -> tuple[EngineCheck, ...]:
+    """Each feasible topology's design through the engine-level simulation, cheapest first."""
+    from dse.sim.engine_latency import design_latency  # numba: only when asked for
+
+    req, q = report.request, report.request.slo.percentile
+    out = []
+    for o in sorted((o for o in report.outcomes if o.feasible), key=lambda o: o.result.objective):
+        lat = design_latency(design_of(req, o), ctx.catalog, ctx.params)
+        ttft = lat.percentile("ttft", q) if lat is not None else None
+        tpot = lat.percentile("tpot", q) if lat is not None else None
+        out.append(EngineCheck(o.topology, ttft, tpot, req.slo.ttft_s, q))
+    return tuple(out)
+
+
+def confirmed(report: PlacementReport, checks: Iterable[EngineCheck]) -> PlacementReport:
+    """``report`` with its best the cheapest design whose engine-level TTFT holds (None: none
+    holds); the shadow prices are the MILP's best design's, so they go where that one fails."""
+    held = {c.topology for c in checks if c.holds}
+    ranked = sorted((o for o in report.outcomes if o.feasible), key=lambda o: o.result.objective)
+    best = next((o for o in ranked if o.topology in held), None)
+    if best is report.best:
+        return report
+    return replace(report, best=best, shadow_prices=())
 
 
 def ttft_at_percentile(mean: float, p99: float, percentile: float) -> float:

@@ -114,3 +114,30 @@ def test_shapes_restrict_or_widen_the_instances_tried(cli: Cli) -> None:
     )
     odd = cli(*flags, "--shapes", "12gpu-tp3-ep12")
     assert odd.code == 2 and "must divide the 12 GPUs and 128 heads" in odd.err
+
+
+GLM = ["place", "--model", "glm-4.6", "--hardware", "h200", "--rate", "200", "--isl", "2000", "--osl", "800",
+       "--tpot", "0.2", "--percentile", "90", "--engine", "trt", "--shapes",
+       "8gpu-dpa-ep8,16gpu-dpa-ep16,32gpu-dpa-ep32", "--no-shadow-prices"]  # fmt: skip
+
+
+def test_confirm_answers_with_the_cheapest_design_the_engine_simulation_holds(cli: Cli) -> None:
+    """GLM-4.6 on H200, TTFT 10 s at p90: the MILP's cheapest design is aggregated, and its
+    requests queue for decode slots once each goes through the scheduler (about 20 s at p90);
+    `--confirm` answers with the disaggregated design, which holds, and says why."""
+    plain = cli(*GLM, "--ttft", "10", "--json")
+    assert plain.code == 0, plain.err
+    assert json.loads(plain.out)["best_topology"] == "aggregated"
+    text = cli(*GLM, "--ttft", "10", "--confirm")
+    assert text.code == 0, text.err
+    assert "aggregated: TTFT p90 " in text.out and "against 10 s (misses)" in text.out
+    assert "disaggregated: TTFT p90 " in text.out and "best: disaggregated" in text.out
+    doc = json.loads(cli(*GLM, "--ttft", "10", "--confirm", "--json").out)
+    checks = {c["topology"]: c for c in doc["engine_check"]}
+    assert doc["best_topology"] == "disaggregated"
+    assert not checks["aggregated"]["holds"] and checks["aggregated"]["ttft_pct_s"] > 10.0
+    assert checks["disaggregated"]["holds"] and checks["disaggregated"]["ttft_pct_s"] <= 10.0
+    # a target no design holds is an answer: exit 3, each topology's figure on one line
+    none = cli(*GLM, "--ttft", "0.2", "--topology", "aggregated", "--confirm")
+    assert none.code == 3 and none.err.strip().count("\n") == 0, none.err
+    assert none.err.startswith("dse: error: no feasible design: engine-level TTFT: aggregated: TTFT p90 ")

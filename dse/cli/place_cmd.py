@@ -30,6 +30,7 @@ from dse.workload import Slo, Workload
 from formulations.placement_data import TIERS, Objective
 
 if TYPE_CHECKING:
+    from dse.evaluation import EngineCheck
     from dse.perf.params import PerfParams
     from dse.placement.plan import PlacementReport, TopologyOutcome
 
@@ -39,6 +40,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     add_request_arguments(p, required=True)
     p.add_argument(
         "--no-shadow-prices", action="store_true", help="skip the LP that prices bandwidth and capacity"
+    )
+    p.add_argument(
+        "--confirm",
+        action="store_true",
+        help="run each topology's design through the engine-level simulation (every request through "
+        "the engines' schedulers, Poisson at the mean traffic) and answer with the cheapest whose "
+        "TTFT holds at its percentile",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -312,12 +320,29 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     req = request_from_args(args, catalog)
     params = load_params()
     report = place(req, catalog=catalog, params=params, with_shadow_prices=not args.no_shadow_prices)
+    checks: tuple[EngineCheck, ...] = ()
+    if args.confirm:
+        from dse.context import Context
+        from dse.evaluation import confirmed, engine_checks
+        from formulations.solve import PlacementSolver
+
+        checks = engine_checks(report, Context(catalog, params, PlacementSolver()))
+        report = confirmed(report, checks)
     energy = best_energy(report, catalog, params)
     if args.json:
-        json.dump({**report_to_dict(report), "best_energy": energy}, sys.stdout, indent=2)
+        doc = {**report_to_dict(report), "best_energy": energy}
+        if args.confirm:
+            doc["engine_check"] = [
+                {"topology": c.topology.value, "ttft_pct_s": c.ttft_s, "tpot_pct_s": c.tpot_s,
+                 "percentile": c.percentile, "holds": c.holds}
+                for c in checks
+            ]  # fmt: skip
+        json.dump(doc, sys.stdout, indent=2)
         print()
     else:
-        print(render(report, energy))
+        print(render(report, energy, checks))
+    if report.best is None and checks:
+        raise NoFeasibleDesign("engine-level TTFT", "; ".join(c.describe() for c in checks))
     if report.best is None:
         first = next((o.infeasibility for o in report.outcomes if o.infeasibility is not None), None)
         if first is None:
@@ -344,13 +369,21 @@ def best_energy(
     return out
 
 
-def render(report: PlacementReport, energy: dict[str, float | None] | None = None) -> str:
-    """The text of `dse place`: the request, a table of the topologies and why any is infeasible;
-    then, when one is feasible, the best one's pools, KV tiers and shadow prices."""
+def render(
+    report: PlacementReport,
+    energy: dict[str, float | None] | None = None,
+    checks: tuple[EngineCheck, ...] = (),
+) -> str:
+    """The text of `dse place`: the request, a table of the topologies and why any is infeasible,
+    the engine-level check of each design (``--confirm``); then, when one is feasible, the best
+    one's pools, KV tiers and shadow prices."""
     lines = [_request_line(report.request), "", _outcomes_table(report)]
     for o in report.outcomes:
         if o.infeasibility is not None:
             lines.append(f"  {o.topology.value}: {o.infeasibility.binding}: {o.infeasibility.detail}")
+    if checks:
+        lines += ["", "engine-level check (Poisson at the mean traffic, requests through the schedulers):"]
+        lines += [f"  {c.describe()}" for c in checks]
     best = report.best
     if best is None:
         return "\n".join(lines)
