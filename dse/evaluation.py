@@ -21,7 +21,7 @@ from dse.context import Context
 from dse.design_power import power_metrics, stage_split
 from dse.placement.plan import PlacementReport, PoolPlan, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology
-from dse.sim.from_placement import SimDesign, SimPool, pipeline_of
+from dse.sim.from_placement import SimDesign, SimPool, pipeline_of, stage_replicas
 from dse.sim.kv_tiers import RestingClass
 from dse.sim.scenario import Scenario
 from dse.sim.simulation import SimulationReport, simulate
@@ -234,7 +234,7 @@ def _or_none(x: float) -> float | None:
 
 def _sim_pool(p: PoolPlan) -> SimPool:
     u = p.unit
-    return SimPool(
+    pool = SimPool(
         role=u.role.name.lower(),
         hardware=u.hardware,
         name=u.name,
@@ -253,6 +253,7 @@ def _sim_pool(p: PoolPlan) -> SimPool:
         midfill_busy_s=_or_none(p.midfill_busy_s),
         reload_s=_or_none(p.reload_s),
     )
+    return stage_replicas(pool, float(u.parallel.pp))
 
 
 def design_of(req: PlacementRequest, outcome: TopologyOutcome) -> SimDesign:

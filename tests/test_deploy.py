@@ -159,3 +159,27 @@ def test_deploy_writes_the_best_design_of_a_run(cli: Cli, tiny_cli_run: Result, 
     proc = cli("deploy", TINY, "--out", tmp_path, "--engine", "sglang", "--trial", "999")
     assert proc.code == 2 and "--trial = 999: must name a feasible trial of tiny-study" in proc.err
     assert (folder / "instances.json").exists()  # a refused deploy leaves the last one as it was
+
+
+def test_a_pipelined_prefill_pool_launches_its_stages_on_sglang_only() -> None:
+    """A 16-GPU prefill instance in two stages of TP8: SGLang's TP size is a stage's GPUs and
+    --pp-size the stages, over two hosts; engines dse writes no pipeline launch for refuse it."""
+    from dataclasses import replace
+
+    from dse.errors import InputError
+
+    design = _design()
+    staged = PoolLaunch("prefill", "h100-sxm", 16, 8, 8, 2, 8, max_running=None, chunk_tokens=8192, pp=2)
+    design = replace(design, pools=(staged, design.pools[1]), profile="sglang")
+    f = FLAGS["sglang"]
+    files = launch_files(design, "sglang")
+    words = _command(files["prefill.sh"])
+    pairs = dict(zip(words, words[1:], strict=False))
+    assert pairs[f["tp"]] == "8" and pairs[f["pp"]] == "2" and pairs[f["nnodes"]] == "2"
+    assert _flags_of(words) <= _values("sglang")
+    assert "2 pipeline stages of 8 GPUs" in files["prefill.sh"]
+    assert json.loads(files["instances.json"])["pools"][0]["pp"] == 2
+    dynamo = _command(launch_files(design, "dynamo")["prefill.sh"])
+    assert dynamo[dynamo.index(f["pp"]) + 1] == "2"
+    with pytest.raises(InputError, match="no pipeline-parallel launch here: the prefill pool runs 2 stages"):
+        launch_files(replace(design, profile="trt"), "dynamo")

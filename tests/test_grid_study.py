@@ -44,6 +44,10 @@ def grid_run(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyp
         ),
         (("hbm_bandwidth_scale = 1.5", "hbm_bandwidth_scale = 0"), "variants[0].hbm_bandwidth_scale"),
         (
+            ('shapes = ["8gpu-dpa-ep8", "16gpu-dpa-ep16"]', 'shapes = ["16gpu-pp2-dpa-ep8"]'),
+            "search.decode.shapes = ['16gpu-pp2-dpa-ep8']: has '16gpu-pp2-dpa-ep8': pipeline stages",
+        ),
+        (
             ('id = "h200-cap150"', 'id = "h200-bw150"'),
             "variants = ['h200-bw150', 'h200-bw150']: must not repeat",
         ),

@@ -293,3 +293,71 @@ def test_the_default_shapes_come_from_the_model_and_the_domain(catalog: Catalog)
         "4gpu-tp4-ep1",
         "8gpu-tp8-ep1",
     }
+
+
+def test_pipeline_stages_for_prefill_where_no_node_holds_the_weights(catalog: Catalog) -> None:
+    """DeepSeek-V3 at fp8 on H100 (8 x 80 GB cannot hold it): the generated shapes add two-stage
+    prefill instances of the 8-GPU shapes, H200 (141 GB) none. A stage holds half the layers (half
+    the one-node shape's weights per GPU); a prompt takes the one-node shape's time through both
+    stages, plus the activations' hop; two prompts are in flight (half its busy time per prompt).
+    Only prefill units take them."""
+    from dse.placement.shapes import Parallel, Shapes, parse_shape, shape_problem
+
+    params = load_params()
+    model = catalog.model("deepseek-v3")
+    req = request(
+        hardware=("h100-sxm", "h200-sxm"),
+        workload=Workload(requests_per_s=20.0, input_tokens=4000.0, output_tokens=1000.0),
+        topology=Topology.DISAGGREGATED,
+    )
+    s = Shapes(req, model, [catalog.hardware(h) for h in req.hardware], params)
+    at = {(s.hw(i).id, p.label()): i for i, p in enumerate(s.par)}
+    staged = [k for k in at if "-pp2-" in k[1]]
+    assert staged and {h for h, _ in staged} == {"h100-sxm"}
+    one, two = at[("h100-sxm", "8gpu-tp8-ep8")], at[("h100-sxm", "16gpu-pp2-tp8-ep8")]
+    assert not s.fits[one] and s.fits[two]
+    assert s.weights_gb[two] == pytest.approx(s.weights_gb[one] / 2)
+    assert s.fresh.busy_s[two] == pytest.approx(s.fresh.busy_s[one] / 2)
+    assert s.fresh.one_s[one] < s.fresh.one_s[two] < 1.01 * s.fresh.one_s[one]
+    units = build_candidates(req, Topology.DISAGGREGATED, catalog, params).units
+    assert {u.role for u in units if u.parallel.pp > 1} == {Role.PREFILL}
+    assert parse_shape("16gpu-pp2-tp8-ep8") == Parallel(16, 8, 8, pp=2)
+    assert Parallel(16, 8, 8, pp=2).label() == "16gpu-pp2-tp8-ep8"
+    problem = shape_problem(Parallel(16, 8, 8, pp=3), catalog.hardware("h100-sxm"), model)
+    assert problem is not None and "3 pipeline stages must divide the 16 GPUs" in problem
+    # docs/cli.md: on H100 alone the MILP prefills on pipelined instances
+    h100 = replace(req, hardware=("h100-sxm",), slo=Slo(ttft_s=2.0, tpot_s=0.05))
+    best = place(h100, catalog=catalog, params=params, with_shadow_prices=False).best
+    assert best is not None
+    (pre,) = [p for p in best.pools if p.unit.role is Role.PREFILL]
+    assert (pre.unit.parallel.label(), pre.instances) == ("16gpu-pp2-dpa-ep4", 3)
+
+
+def test_a_pipelined_prefill_pool_runs_in_both_simulations(catalog: Catalog) -> None:
+    """A disaggregated H100 design prefilling on two-stage instances: the fluid model and the
+    engine-level simulation run each instance as two one-stage replicas (the same prompts per
+    second, the same time per prompt through the stages), and the design meets its TTFT."""
+    from dse.evaluation import design_of
+    from dse.placement.request import UnitOptions
+    from dse.sim.engine_latency import design_latency
+    from dse.sim.from_placement import pipeline_of
+
+    params = load_params()
+    req = request(
+        hardware=("h100-sxm",),
+        workload=Workload(requests_per_s=20.0, input_tokens=4000.0, output_tokens=1000.0),
+        slo=Slo(ttft_s=2.0, tpot_s=0.05, percentile=90.0),
+        topology=Topology.DISAGGREGATED,
+        options=UnitOptions(prefill_shapes=("16gpu-pp2-dpa-ep8",), decode_shapes=("16gpu-dpa-ep16",)),
+    )
+    best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
+    assert best is not None
+    (pre,) = [p for p in best.pools if p.unit.role is Role.PREFILL]
+    assert pre.unit.parallel.pp == 2 and pre.gpus == 16 * pre.instances
+    design = design_of(req, best)
+    (sim_pre,) = [p for p in design.pools if p.role == "prefill"]
+    assert sim_pre.gpus == 8 and sim_pre.instances == 2 * pre.instances
+    assert sim_pre.prefill_busy_s == pytest.approx(2 * pre.prefill_busy_s)
+    pipeline_of(design, catalog, params)  # the fluid model builds it
+    lat = design_latency(design, catalog, params)
+    assert lat is not None and lat.percentile("ttft", 90.0) <= 2.0

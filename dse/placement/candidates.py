@@ -130,7 +130,9 @@ class _Builder:
             )
 
     def exclude(self, i: int, role: str, reason: str) -> None:
-        self.excl.append(Exclusion(self.s.hw(i).id, role, self.s.par[i].label(), reason))
+        e = Exclusion(self.s.hw(i).id, role, self.s.par[i].label(), reason)
+        if e not in self.excl:  # a role builder may ask for its shapes more than once
+            self.excl.append(e)
 
     def info(
         self,
@@ -224,18 +226,24 @@ class _Builder:
 
     def shapes(self, role: str) -> list[int]:
         """Shapes that fit and that the options allow for ``role`` ("prefill", "midfill" or
-        another)."""
+        another); pipeline stages for prefill and midfill only."""
         o = self.opts
         shapes, hws = {
             "prefill": (o.prefill_shapes, o.prefill_hardware),
             "midfill": (o.midfill_shapes or o.prefill_shapes, o.midfill_hardware),
         }.get(role, (o.decode_shapes, o.decode_hardware))
         s = self.s
-        return [
+        out = [
             int(i)
             for i in np.flatnonzero(s.fits)
             if (shapes is None or s.par[int(i)].label() in shapes) and (hws is None or s.hw(int(i)).id in hws)
         ]
+        if role in ("prefill", "midfill"):
+            return out
+        for i in out:
+            if s.par[i].pp > 1 and shapes is not None:  # asked for by name: say why not
+                self.exclude(i, role, "pipeline stages run prefill only")
+        return [i for i in out if s.par[i].pp == 1]
 
     def add_prefill(self) -> None:
         """A unit per shape at the utilisation that lets returning turns take the fastest way

@@ -19,30 +19,47 @@ from dse.perf.pool import Array, Pool, build_pool
 from dse.perf.serving import PREFILL_TOKENS_PER_RANK, prefill_batch_tokens
 from dse.perf.stages import forward_cost, kv_capacity_sequences, weight_bytes_per_gpu
 from dse.placement.request import PlacementRequest
-from dse.units import GB
+from dse.units import GB, Precision
 from formulations.placement_data import TIERS
 
 
 @dataclass(frozen=True)
 class Parallel:
+    """An instance's GPUs and how its work is split: attention TP (1: data-parallel attention),
+    expert parallelism, and pipeline stages (prefill only), each stage ``gpus / pp`` GPUs with
+    ``attn_tp`` and ``ep`` inside it and a share of the layers."""
+
     gpus: int
     attn_tp: int
     ep: int
+    pp: int = 1
+
+    @property
+    def stage_gpus(self) -> int:
+        return self.gpus // self.pp
 
     def label(self) -> str:
         attn = f"tp{self.attn_tp}" if self.attn_tp > 1 else "dpa"
-        return f"{self.gpus}gpu-{attn}-ep{self.ep}"
+        stages = f"pp{self.pp}-" if self.pp > 1 else ""
+        return f"{self.gpus}gpu-{stages}{attn}-ep{self.ep}"
 
 
 def parse_shape(label: str) -> Parallel:
-    """``"16gpu-dpa-ep16"`` or ``"8gpu-tp8-ep8"`` as a :class:`Parallel`."""
+    """``"16gpu-dpa-ep16"``, ``"8gpu-tp8-ep8"`` or ``"16gpu-pp2-tp8-ep8"`` as a :class:`Parallel`."""
     try:
-        g, attn, ep = label.split("-")
+        parts = label.split("-")
+        pp = 1
+        if len(parts) == 4 and parts[1].startswith("pp"):
+            pp = int(parts[1].removeprefix("pp"))
+            parts = [parts[0], parts[2], parts[3]]
+        g, attn, ep = parts
         gpus = int(g.removesuffix("gpu"))
         tp = 1 if attn == "dpa" else int(attn.removeprefix("tp"))
-        return Parallel(gpus, tp, int(ep.removeprefix("ep")))
+        return Parallel(gpus, tp, int(ep.removeprefix("ep")), pp)
     except ValueError:
-        raise InputError("shape", "label", "must look like 8gpu-tp8-ep8 or 16gpu-dpa-ep16", label) from None
+        raise InputError(
+            "shape", "label", "must look like 8gpu-tp8-ep8, 16gpu-dpa-ep16 or 16gpu-pp2-tp8-ep8", label
+        ) from None
 
 
 def parallel_grid(hw: Hardware, model: Model, extra: set[str] | None = None) -> list[Parallel]:
@@ -64,6 +81,13 @@ def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
     in the scale-up domain and divides the instance and the attention heads; expert parallelism
     has an expert per group at least and divides the instance, or the instance it."""
     experts = model.moe.routed_experts if model.moe is not None else 1
+    if par.pp > 1 and (par.gpus % par.pp or par.pp > model.layers):
+        return (
+            f"{par.pp} pipeline stages must divide the {par.gpus} GPUs "
+            f"and not outnumber {model.id}'s {model.layers} layers"
+        )
+    if par.pp > 1:  # the checks below are a stage's
+        par = Parallel(par.stage_gpus, par.attn_tp, par.ep)
     if par.attn_tp > hw.scale_up.domain_gpus:
         return f"attention TP {par.attn_tp} leaves {hw.id}'s {hw.scale_up.domain_gpus}-GPU scale-up domain"
     if par.gpus % par.attn_tp or model.attention.q_heads % par.attn_tp:
@@ -143,29 +167,76 @@ def prefill_costs(
     return [PrefillCost(one[i], full[i] * new[i] / batch[i], full[i]) for i in range(len(cases))]
 
 
+def _shape_list(
+    req: PlacementRequest, model: Model, hws: list[Hardware], params: PerfParams, kv: Precision
+) -> tuple[list[int], list[Parallel]]:
+    """(hardware index, shape) of every shape tried: the options' named shapes where they name
+    any, else the generated grid of each hardware with its pipelined prefill shapes."""
+    opts = req.options
+    wanted = None
+    named = (opts.prefill_shapes, opts.decode_shapes, opts.midfill_shapes)
+    if any(v is not None for v in named):
+        wanted = set().union(*(v or () for v in named))
+    hw_of: list[int] = []
+    par: list[Parallel] = []
+    for i, hw in enumerate(hws):
+        grid = parallel_grid(hw, model, extra=wanted)
+        if wanted is None:
+            grid += _pipelined(grid, hw, model, req, kv, params)
+        for q in grid:
+            if wanted is None or q.label() in wanted:
+                hw_of.append(i)
+                par.append(q)
+    return hw_of, par
+
+
+def _pipelined(
+    grid: list[Parallel], hw: Hardware, model: Model, req: PlacementRequest, kv: Precision, params: PerfParams
+) -> list[Parallel]:
+    """Two pipeline stages of each scale-up-domain-sized shape, where no shape within the domain
+    holds the weights (DeepSeek-V3 at fp8 on 8 x 80 GB H100): prefill over two nodes with TP and
+    EP inside each node, where the alternative is a TP or expert all-to-all across the network."""
+    domain = hw.scale_up.domain_gpus
+    inside = [q for q in grid if q.gpus <= domain]
+    if not inside:
+        return []
+    pool = build_pool(
+        model, [hw] * len(inside), gpus=[q.gpus for q in inside], attn_tp=[q.attn_tp for q in inside],
+        ep=[q.ep for q in inside], weight_precision=[req.weight_precision] * len(inside),
+        kv_precision=[kv] * len(inside),
+    )  # fmt: skip
+    room = pool.hbm_bytes * (1.0 - params.hbm_reserve_fraction) - weight_bytes_per_gpu(pool)
+    if (room > 0).any():
+        return []
+    widest = max(q.gpus for q in inside)
+    out = [Parallel(2 * q.gpus, q.attn_tp, q.ep, pp=2) for q in inside if q.gpus == widest]
+    return [q for q in out if shape_problem(q, hw, model) is None]
+
+
+def _staged(c: PrefillCost, pp: Array, pool: Pool, tokens: float, hidden: float) -> PrefillCost:
+    """A prefill cost of one stage's GPUs running every layer, made a pipeline's: a prompt takes
+    the same time through the stages plus the activations' hops between them (over the stage's
+    NICs), and ``pp`` prompts are in flight, so the busy time per prompt is a ``pp``-th."""
+    hop = tokens * hidden * 2.0 / (pool.nic_bytes_per_s * pool.gpus)  # bf16 activations
+    lag = (pp - 1.0) * hop
+    return PrefillCost(c.one_s + lag, c.busy_s / pp, c.batch_s + lag)
+
+
 class Shapes:
     """Every shape of a request on its hardware, evaluated once."""
 
     def __init__(self, req: PlacementRequest, model: Model, hws: list[Hardware], params: PerfParams) -> None:
         engine = with_mtp(params.engine(req.engine), req.mtp_draft_tokens, req.mtp_accept_rate)
         self.hws = hws
-        self.hw_of: list[int] = []
-        self.par: list[Parallel] = []
+        self.hw_of, self.par = _shape_list(req, model, hws, params, engine.kv_precision)
         opts = req.options
-        wanted = None
-        named = (opts.prefill_shapes, opts.decode_shapes, opts.midfill_shapes)
-        if any(v is not None for v in named):
-            wanted = set().union(*(v or () for v in named))
-        for i, hw in enumerate(hws):
-            for par in parallel_grid(hw, model, extra=wanted):
-                if wanted is None or par.label() in wanted:
-                    self.hw_of.append(i)
-                    self.par.append(par)
         n = len(self.par)
+        # a pipelined instance is priced as one stage's GPUs running every layer (the same work
+        # per GPU and the same latency a prompt takes through all stages), then corrected below
         pool = build_pool(
             model,
             [hws[i] for i in self.hw_of],
-            gpus=[q.gpus for q in self.par],
+            gpus=[q.stage_gpus for q in self.par],
             attn_tp=[q.attn_tp for q in self.par],
             ep=[q.ep for q in self.par],
             weight_precision=[req.weight_precision] * n,
@@ -173,6 +244,7 @@ class Shapes:
             engines=params.kernel_engines([req.engine] * n),
         )
         self.pool, self.params = pool, params
+        self.pp = np.array([float(q.pp) for q in self.par])
         self.speed = np.full(n, engine.speed)
         self.draft = np.full(n, float(engine.mtp_draft_tokens if req.mtp else 0))
         self.accept = np.full(n, engine.mtp_accept_tokens if req.mtp else 1.0)
@@ -185,11 +257,14 @@ class Shapes:
         per_instance = engine.prefill_chunk_per_instance
         self.prefill_ws_gb = prefill_batch_tokens(pool, w.input_tokens, chunk, per_instance) * kv_gb
 
-        p = params
+        p, pp = params, self.pp
         self.cap_seq = kv_capacity_sequences(pool, p, self.decode_ctx)
-        self.weights_gb = weight_bytes_per_gpu(pool) / GB
+        self.weights_gb = weight_bytes_per_gpu(pool) / GB / pp  # each stage holds its layers
         self.usable_gb = pool.hbm_bytes * (1.0 - p.hbm_reserve_fraction) / GB
-        self.free_unique_gb = np.maximum(self.usable_gb - self.weights_gb, 0.0) * pool.kv_shard
+        # KV room over the whole instance: each stage keeps its layers' share of a sequence's KV
+        self.free_unique_gb = np.maximum(self.usable_gb - self.weights_gb, 0.0) * pool.kv_shard * pp
+        staged = pp > 1
+        self.cap_seq = np.where(staged, np.floor(self.free_unique_gb / self.per_seq_gb), self.cap_seq)
         self.fits = self.cap_seq > 0
 
         self.fresh, self.midfill, self.recompute = prefill_costs(
@@ -204,9 +279,19 @@ class Shapes:
             chunk,
             per_instance,
         )
-        self.nic_gb_s = pool.nic_bytes_per_s * p.nic_eff * pool.gpus / GB  # one instance
-        # one request's KV leaves over the NICs of the GPUs that hold its shards
-        kv_nics = pool.nic_bytes_per_s * p.nic_eff * np.minimum(pool.gpus, pool.kv_shard) / GB
+        if staged.any():
+            self.fresh, self.midfill, self.recompute = (
+                _staged(c, pp, pool, new, model.hidden)
+                for c, new in zip(
+                    (self.fresh, self.midfill, self.recompute),
+                    (w.input_tokens, w.suffix_tokens, w.returning_context_tokens),
+                    strict=True,
+                )
+            )
+        self.instance_gpus = pool.gpus * pp
+        self.nic_gb_s = pool.nic_bytes_per_s * p.nic_eff * self.instance_gpus / GB  # one instance
+        # one request's KV leaves over the NICs of the GPUs that hold its shards (every stage's)
+        kv_nics = pool.nic_bytes_per_s * p.nic_eff * np.minimum(pool.gpus, pool.kv_shard) * pp / GB
         self.fresh_handoff_gb = w.input_tokens * kv_gb + state_gb
         self.resting_gb = w.cached_prefix_tokens * kv_gb + state_gb  # a session between turns
         self.returning_handoff_gb = w.returning_context_tokens * kv_gb + state_gb
@@ -224,7 +309,7 @@ class Shapes:
         """Seconds to bring one resting session's KV back from ``tier`` into shape ``i``."""
         if tier in ("hbm", "drop"):
             return 0.0
-        bw = self.tier_gb_s[self.hw_of[i], TIERS.index(tier)] * self.pool.gpus[i]
+        bw = self.tier_gb_s[self.hw_of[i], TIERS.index(tier)] * self.instance_gpus[i]
         return float(self.resting_gb / bw)
 
 

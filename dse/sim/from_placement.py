@@ -25,7 +25,7 @@ again later without solving anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -139,6 +139,23 @@ OPTIONAL = (
 """Numbers of a pool that a placement may leave out (a decode pool prefills nothing)."""
 
 
+def stage_replicas(p: SimPool, pp: float) -> SimPool:
+    """A pool of ``pp``-stage pipelined (prefill) instances as the simulators run it: each
+    instance as ``pp`` instances of one stage's GPUs running every layer, which is the same work
+    per GPU, the same time a prompt takes through the stages and the same prompts per second."""
+    if pp <= 1:
+        return p
+    busy = {k: getattr(p, k) * pp if getattr(p, k) else getattr(p, k)
+            for k in ("prefill_busy_s", "fresh_busy_s", "midfill_busy_s")}  # fmt: skip
+    return replace(
+        p,
+        gpus=p.gpus / pp,
+        instances=p.instances * pp,
+        prefill_batch_requests=p.prefill_batch_requests / pp,
+        **busy,
+    )
+
+
 def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
     """``best.pools[i]`` of a ``dse place --json`` file, checked: every number the pipeline
     divides by or multiplies with."""
@@ -174,7 +191,8 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
         share = _number(unit["prefill_share"], f"{where}.unit.prefill_share", source, positive=False)
         if share > 1:
             raise InputError(source, f"{where}.unit.prefill_share", "must be between 0 and 1", share)
-    return SimPool(
+    pp = _number(par.get("pp", 1), f"{where}.unit.parallel.pp", source, positive=True)
+    sim = SimPool(
         role=str(role),
         hardware=str(unit["hardware"]),
         name=str(unit.get("name", "")),
@@ -193,6 +211,7 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
         midfill_busy_s=opt["midfill_busy_s"],
         reload_s=opt["reload_s"],
     )
+    return stage_replicas(sim, pp)
 
 
 def design_from_doc(doc: dict[str, Any], source: str = SOURCE) -> SimDesign:

@@ -50,10 +50,16 @@ class PoolLaunch:
     gpus_per_host: int
     max_running: int | None  # per instance; None: the engine's default
     chunk_tokens: int | None
+    pp: int = 1  # pipeline stages (prefill), each of gpus / pp GPUs with attn_tp and ep inside
+
+    @property
+    def tp(self) -> int:
+        """The engine's TP size: a stage's GPUs."""
+        return self.gpus // self.pp
 
     @property
     def dp(self) -> int:
-        return self.gpus // self.attn_tp
+        return self.tp // self.attn_tp
 
     @property
     def hosts(self) -> int:
@@ -125,6 +131,7 @@ def design_of(
                 gpus=par.gpus,
                 attn_tp=par.attn_tp,
                 ep=par.ep,
+                pp=par.pp,
                 instances=int(p["instances"]),
                 gpus_per_host=hw.gpus_per_host,
                 max_running=int(max_batch) if decodes and max_batch else None,
@@ -164,6 +171,17 @@ def launch_files(
             SRC,
             "--engine",
             f"launches one aggregated server; this {design.topology} design needs sglang or dynamo",
+            engine,
+        )
+    staged = next((p for p in design.pools if p.pp > 1), None)
+    backend = BACKEND_OF_PROFILE[design.profile] if engine == "dynamo" else engine
+    uses_sglang = backend == "sglang"
+    if staged is not None and not uses_sglang:
+        raise InputError(
+            SRC,
+            "--engine",
+            f"has no pipeline-parallel launch here: the {staged.name} pool runs {staged.pp} stages "
+            "(SGLang's --pp-size launches it: --engine sglang, or dynamo on SGLang)",
             engine,
         )
     files: dict[str, str] = {}
@@ -208,16 +226,18 @@ def _per_rank_caps(pool: PoolLaunch, cap_flag: str, chunk_flag: str) -> list[str
 def sglang_args(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None) -> list[str]:
     """SGLang: the instance's GPUs are its TP size; data-parallel attention splits them into
     ``dp`` attention ranks. Its running-request cap and chunk are for the whole instance."""
-    args = [*f["launch"].split(), f["model"], "$MODEL", f["tp"], str(pool.gpus)]
+    args = [*f["launch"].split(), f["model"], "$MODEL", f["tp"], str(pool.tp)]
     args += _sglang_body(pool, design, f, mode)
     return [*args, f["host"], "0.0.0.0", f["port"], str(PORT), f["trust"]]
 
 
 def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None) -> list[str]:
     args: list[str] = []
+    if pool.pp > 1:
+        args += [f["pp"], str(pool.pp)]
     if pool.ep > 1:
         args += [f["ep"], str(pool.ep)]
-    if pool.attn_tp == 1 and pool.gpus > 1:
+    if pool.attn_tp == 1 and pool.tp > 1:
         args += [f["dp_attention"], f["dp"], str(pool.dp)]
     if pool.max_running is not None:
         args += [f["max_running"], str(pool.max_running)]
@@ -282,7 +302,7 @@ def dynamo_args(
             flags["sglang"]["model"],
             "$MODEL",
             flags["sglang"]["tp"],
-            str(pool.gpus),
+            str(pool.tp),
         ]
         body = _sglang_body(pool, design, flags["sglang"], None)
         mode_args = [d["sglang_mode"], mode, flags["sglang"]["disagg_backend"], "nixl"] if mode else []
@@ -360,9 +380,10 @@ def _pool_text(pool: PoolLaunch) -> str:
     attn = (
         f"TP{pool.attn_tp} attention" if pool.attn_tp > 1 else f"data-parallel attention over {pool.dp} ranks"
     )
+    stages = f"{pool.pp} pipeline stages of {pool.tp} GPUs, each with " if pool.pp > 1 else ""
     return (
         f"{pool.instances} x {pool.role} instance of {pool.gpus} {pool.hardware} GPUs "
-        f"({attn}, EP{pool.ep}), this script starts one"
+        f"({stages}{attn}, EP{pool.ep}), this script starts one"
     )
 
 
@@ -380,6 +401,7 @@ def _instances(design: Design) -> dict[str, Any]:
                 "gpus_per_instance": p.gpus,
                 "hosts_per_instance": p.hosts,
                 "gpus": p.instances * p.gpus,
+                "pp": p.pp,
                 "attn_tp": p.attn_tp,
                 "attn_dp": p.dp,
                 "ep": p.ep,

@@ -54,6 +54,15 @@ def _shapes(value: tuple[str, ...]) -> str | None:
     return None
 
 
+def _decode_shapes(value: tuple[str, ...]) -> str | None:
+    """Shapes, none of them pipelined: decode steps do not pipeline here."""
+    bad = _shapes(value)
+    if bad is not None:
+        return bad
+    staged = [label for label in value if parse_shape(label).pp > 1]
+    return f"has {staged[0]!r}: pipeline stages are for prefill shapes only" if staged else None
+
+
 def _range(value: tuple[float, ...]) -> str | None:
     if len(value) != 2 or not 0 < value[0] <= value[1]:
         return "must be [low, high] with 0 < low <= high"
@@ -113,7 +122,7 @@ class PrefillSearch:
 @dataclass(frozen=True)
 class DecodeSearch:
     shapes: tuple[str, ...] = field(
-        default=("8gpu-dpa-ep8", "16gpu-dpa-ep16", "32gpu-dpa-ep32"), metadata=rule(_shapes)
+        default=("8gpu-dpa-ep8", "16gpu-dpa-ep16", "32gpu-dpa-ep32"), metadata=rule(_decode_shapes)
     )
     max_batch: tuple[float, ...] = field(default=(16.0, 4096.0), metadata=rule(_range))
 
