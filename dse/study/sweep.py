@@ -89,8 +89,10 @@ def evaluate_point(
         planner = Planner(PlannerKind(point["planner"]), period_s=period, delay_s=delay)
     scenario = scenario_for(s, tail=point.get("output_tail"), planner=planner)
     # the best topology's design first; where the simulations reject it, the next topology's
-    # (by the objective); none feasible: the first topology's outcome explains why
+    # (by the objective); where they reject every one, the best's failure is the answer; none
+    # placed: the first topology's outcome explains why
     ranked = sorted((o for o in placed.outcomes if o.feasible), key=lambda o: o.result.objective)
+    tried = []
     for outcome in ranked or [placed.outcomes[0]]:
         ev = check(
             req,
@@ -101,8 +103,11 @@ def evaluate_point(
             buffer_max=float(point.get("buffer_requests", np.inf)),
             max_gpus=s.limits.max_gpus,
         )
+        tried.append((outcome, ev))
         if ev.feasible:
             break
+    else:
+        outcome, ev = tried[0]
     if outcome is not placed.best:
         prices = ()  # the shadow prices are the best topology's
     rec = record_of(ev)
