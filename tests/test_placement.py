@@ -331,6 +331,14 @@ def test_pipeline_stages_for_prefill_where_no_node_holds_the_weights(catalog: Ca
     assert best is not None
     (pre,) = [p for p in best.pools if p.unit.role is Role.PREFILL]
     assert (pre.unit.parallel.label(), pre.instances) == ("16gpu-pp2-dpa-ep4", 3)
+    # a pipelined shape asked for by name for decode is left out with the reason
+    from dse.placement.request import UnitOptions
+
+    named = replace(h100, topology=Topology.AUTO, options=UnitOptions(decode_shapes=("16gpu-pp2-tp8-ep8",)))
+    rep = place(named, catalog=catalog, params=params, with_shadow_prices=False)
+    assert rep.best is None
+    for o in rep.outcomes:
+        assert o.infeasibility is not None and "pipeline stages run prefill only" in o.infeasibility.detail
 
 
 def test_a_pipelined_prefill_pool_runs_in_both_simulations(catalog: Catalog) -> None:

@@ -224,9 +224,10 @@ class _Builder:
                 row.mid[:, t], row.reload[:, t] = paths[tier]
         return float((fixed if fresh else slowest) + wait)
 
-    def shapes(self, role: str) -> list[int]:
+    def shapes(self, role: str, unit: str | None = None) -> list[int]:
         """Shapes that fit and that the options allow for ``role`` ("prefill", "midfill" or
-        another); pipeline stages for prefill and midfill only."""
+        another); pipeline stages for prefill and midfill only (``unit``: the units the shapes
+        are for, where not ``role``, as the exclusions name them)."""
         o = self.opts
         shapes, hws = {
             "prefill": (o.prefill_shapes, o.prefill_hardware),
@@ -242,7 +243,7 @@ class _Builder:
             return out
         for i in out:
             if s.par[i].pp > 1 and shapes is not None:  # asked for by name: say why not
-                self.exclude(i, role, "pipeline stages run prefill only")
+                self.exclude(i, unit or role, "pipeline stages run prefill only")
         return [i for i in out if s.par[i].pp == 1]
 
     def add_prefill(self) -> None:
@@ -348,7 +349,7 @@ class _Builder:
         s, slo = self.s, self.slo
         for phi in self.opts.agg_prefill_shares:
             rate, batch = self.decode_points(s.pool, slo.tpot_s * (1.0 - phi))
-            for i in self.shapes("decode"):
+            for i in self.shapes("decode", unit="mixed"):
                 if rate[i] <= 0:
                     self.exclude(i, "mixed", f"at prefill share {phi:g}: " + _tpot_reason(slo, s.cap_seq[i]))
                     continue
@@ -390,7 +391,7 @@ class _Builder:
         half = np.full(len(s), slo.tpot_s * AFD_SIDE_SHARE)
         _, batch = self.decode_points(att, slo.tpot_s * AFD_SIDE_SHARE)
         att_w = weight_bytes_per_gpu(att) / GB
-        for i in self.shapes("decode"):
+        for i in self.shapes("decode", unit="attention"):
             if batch[i] <= 0:
                 self.exclude(
                     i, "attention", f"attention step cannot fit half of TPOT {slo.tpot_s * 1e3:g} ms"
@@ -424,7 +425,7 @@ class _Builder:
                 ).total_s
                 / s.accept
             )
-            for i in self.shapes("decode"):
+            for i in self.shapes("decode", unit="ffn"):
                 if step[i] > half[i]:
                     self.exclude(
                         i,
