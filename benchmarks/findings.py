@@ -349,6 +349,14 @@ def decode_variability() -> None:
         )
 
 
+def grid_topologies() -> None:
+    """The topology each grid point records (the cheapest whose design the simulations hold)."""
+    for study in ("bandwidth-vs-capacity", "stage-memory-2027"):
+        t = trials(study).filter(pl.col("feasible"))
+        counts = dict(t.group_by("p_topology").len().sort("p_topology").rows())
+        print(f"[{study}] topology of the {t.height} feasible points: {counts}")
+
+
 if __name__ == "__main__":
     for fn in (
         kimi,
@@ -360,6 +368,7 @@ if __name__ == "__main__":
         hbm_residency,
         stage_memory,
         decode_variability,
+        grid_topologies,
     ):
         try:
             fn()

@@ -201,7 +201,7 @@ def engine_checks(report: PlacementReport, ctx: Context) -> tuple[EngineCheck, .
 
     req, q = report.request, report.request.slo.percentile
     out = []
-    for o in sorted((o for o in report.outcomes if o.feasible), key=lambda o: o.result.objective):
+    for o in report.ranked():
         lat = design_latency(design_of(req, o), ctx.catalog, ctx.params)
         ttft = lat.percentile("ttft", q) if lat is not None else None
         tpot = lat.percentile("tpot", q) if lat is not None else None
@@ -213,8 +213,7 @@ def confirmed(report: PlacementReport, checks: Iterable[EngineCheck]) -> Placeme
     """``report`` with its best the cheapest design whose engine-level TTFT holds (None: none
     holds); the shadow prices are the MILP's best design's, so they go where that one fails."""
     held = {c.topology for c in checks if c.holds}
-    ranked = sorted((o for o in report.outcomes if o.feasible), key=lambda o: o.result.objective)
-    best = next((o for o in ranked if o.topology in held), None)
+    best = next((o for o in report.ranked() if o.topology in held), None)
     if best is report.best:
         return report
     return replace(report, best=best, shadow_prices=())

@@ -82,6 +82,10 @@ class PlacementReport:
     best: TopologyOutcome | None
     shadow_prices: tuple[ShadowPrice, ...]
 
+    def ranked(self) -> list[TopologyOutcome]:
+        """The feasible outcomes, best first by the MILP objective."""
+        return sorted((o for o in self.outcomes if o.feasible), key=lambda o: o.result.objective)
+
 
 def place(
     req: PlacementRequest,

@@ -91,9 +91,8 @@ def evaluate_point(
     # the best topology's design first; where the simulations reject it, the next topology's
     # (by the objective); where they reject every one, the best's failure is the answer; none
     # placed: the first topology's outcome explains why
-    ranked = sorted((o for o in placed.outcomes if o.feasible), key=lambda o: o.result.objective)
     tried = []
-    for outcome in ranked or [placed.outcomes[0]]:
+    for outcome in placed.ranked() or [placed.outcomes[0]]:
         ev = check(
             req,
             outcome,
