@@ -501,6 +501,24 @@ def test_running_request_cap_flag(cli: Cli) -> None:
     )
 
 
+def test_scheduler_recv_interval_flag(cli: Cli) -> None:
+    """SGLang looking for new requests every 30 decode steps: an aggregated instance busy decoding
+    sees a new request up to 30 steps late, so the TTFT median grows by about half of 30 steps."""
+    flags = "--hardware b200 --framework sglang --tp 8 --ep 8 --conc 64 --json".split()
+    every, late = (cli("predict", *flags, *extra) for extra in ([], ["--scheduler-recv-interval", "30"]))
+    assert every.code == 0 and late.code == 0, late.err
+    a, b = (json.loads(p.out) for p in (every, late))
+    step = a["latency"]["percentiles"]["p50"]["tpot_ms"] / 1e3
+    added = b["latency"]["percentiles"]["p50"]["ttft_s"] - a["latency"]["percentiles"]["p50"]["ttft_s"]
+    assert 10 * step < added < 20 * step, (added, step)
+    bad = cli("predict", "--hardware", "b200", "--scheduler-recv-interval", "0")
+    assert bad.code == 2
+    assert bad.err.strip() == (
+        "dse: error: dse predict: --scheduler-recv-interval = '0': must be a whole number from 1 to 1000 "
+        "(decode steps)"
+    )
+
+
 def test_tokens_per_speculative_step_follow_the_acceptance_rate() -> None:
     from dse.perf.params import mtp_tokens_per_step
 

@@ -858,6 +858,7 @@ PREDICT_INTS = {
     "--ffn-ep": non_negative,
     "--decode-max-running-requests": positive,
     "--mtp-draft-tokens": positive,  # and at most 16, or 0 without --mtp: _predict_bad
+    "--scheduler-recv-interval": positive,  # and at most 1000: _predict_bad
 }
 PREDICT_IDS = {
     "--hardware": ["b200", "gb200", "h100", "mi355x"],
@@ -874,6 +875,8 @@ def _predict_bad(flag: str, text: str, mtp: bool) -> bool:
             return None if (1 <= v <= 16 if mtp else v == 0) else "out of range"
 
         return bad_int(text, drafts)
+    if flag == "--scheduler-recv-interval":
+        return bad_int(text, lambda v: None if 1 <= v <= 1000 else "out of range")
     if flag in PREDICT_FLOATS:
         return bad_float(text, PREDICT_FLOATS[flag])
     if flag in PREDICT_INTS:

@@ -257,6 +257,31 @@ def test_an_idle_instance_takes_the_next_request() -> None:
         assert lat.ttft_s == pytest.approx([0.1, 0.1])
 
 
+def test_a_scheduler_looking_every_n_steps_sees_a_request_at_its_next_look() -> None:
+    """SGLang's --scheduler-recv-interval 30: after the first prompt's forward (0.05 s) the
+    instance decodes in 0.02 s steps and looks for new requests 30 steps later (0.65 s); a request
+    arriving at 0.1 s waits for that look, then its own forward (to 0.7 s). A forward is followed
+    by a look at once (one arriving at 0.7 s goes straight in), and the next look is 30 steps
+    after the last forward (one arriving at 0.8 s waits for 0.75 + 0.6 s). One arriving at an
+    idle instance is seen at once."""
+    tables = replace(_engine(True, step_s=0.02, prefill_s=0.05), recv_every=30)
+    lat = simulate_latency(tables, _trace([0.0, 0.1, 0.7, 0.8], 10, 200), Lengths(10, 200))
+    assert lat.ttft_s == pytest.approx([0.05, 0.7 - 0.1, 0.05, 0.75 + 0.6 + 0.05 - 0.8])
+    alone = simulate_latency(tables, _trace([0.0, 10.0], 10, 2), Lengths(10, 2))
+    assert alone.ttft_s == pytest.approx([0.05, 0.05])
+
+
+def test_a_scheduler_looking_every_n_steps_adds_half_of_them_to_the_ttft() -> None:
+    """Poisson arrivals at an instance that is always decoding: a request waits for the next look,
+    on average half of ``n`` steps, then its forward."""
+    base = _engine(True, step_s=0.02, prefill_s=0.05)
+    for n in (1, 10, 30):
+        lat = simulate_latency(
+            replace(base, recv_every=n), Load("poisson", rate=0.5), Lengths(100, 2000), requests=2000, seed=1
+        )
+        assert np.mean(lat.ttft_s) == pytest.approx(0.05 + 0.02 * max(n, 1) / 2, rel=0.05)
+
+
 def test_a_preempted_request_keeps_its_first_token_and_the_cache_is_not_thrashed() -> None:
     """Two requests share a cache that holds one and a half: the newer is preempted once, keeps the
     TTFT it had, and waits for room rather than coming back at once; ten such requests on a cache

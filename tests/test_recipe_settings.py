@@ -66,3 +66,6 @@ def test_the_fit_sees_the_settings(catalog) -> None:  # type: ignore[no-untyped-
     assert {1.0, 2.0, 3.0} <= drafts and all(m.row.mtp_draft is None for m in without)
     assert any(m.row.kv_precision is not None for m in with_settings)
     assert any(m.row.decode_max_running < float("inf") for m in with_settings)
+    # InferenceX's B200 SGLang scripts look for new requests every 30 decode steps from 16 clients
+    looks = {(m.row.conc >= 16, m.row.recv_interval) for m in with_settings if m.row.recv_interval > 1}
+    assert looks == {(True, 30.0), (False, 10.0), (True, 10.0)}

@@ -80,6 +80,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--prefill-gpus", type=int, default=8, help="GPUs of the whole prefill pool")
     p.add_argument("--decode-workers", type=int, default=1, help="decode instances (--disagg)")
     p.add_argument("--decode-gpus", type=int, default=8, help="GPUs of the whole decode pool")
+    _add_engine_settings(p)
+    p.add_argument(
+        "--afd",
+        action="store_true",
+        help="attention-FFN disaggregated decode (implies --disagg): --tp/--dp-attention/--decode-* "
+        "describe the attention pool, --ffn-* the expert pool",
+    )
+    p.add_argument("--ffn-gpus", type=int, default=8, help="GPUs of the whole expert pool (--afd)")
+    p.add_argument("--ffn-workers", type=int, default=1, help="expert-pool instances (--afd)")
+    p.add_argument(
+        "--ffn-ep", type=int, default=0, help="expert parallel per instance (--afd; 0: all its GPUs)"
+    )
+    _add_load_arguments(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _add_engine_settings(p: argparse.ArgumentParser) -> None:
+    """The engine settings a row of the reference file may carry (its optional engine columns)."""
     p.add_argument(
         "--decode-max-running-requests",
         type=int,
@@ -97,24 +115,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "SGLang's --speculative-num-steps; default: the engine profile's)",
     )
     p.add_argument(
+        "--scheduler-recv-interval",
+        type=int,
+        default=None,
+        metavar="N",
+        help="SGLang's --scheduler-recv-interval: an aggregated instance looks for new requests every "
+        "N decode steps (and after each prefill forward); default 1, every step",
+    )
+    p.add_argument(
         "--kv-cache-dtype",
         choices=["bf16", "fp8", "fp4"],
         default=None,
         help="precision of the KV cache (default: the engine profile's)",
     )
-    p.add_argument(
-        "--afd",
-        action="store_true",
-        help="attention-FFN disaggregated decode (implies --disagg): --tp/--dp-attention/--decode-* "
-        "describe the attention pool, --ffn-* the expert pool",
-    )
-    p.add_argument("--ffn-gpus", type=int, default=8, help="GPUs of the whole expert pool (--afd)")
-    p.add_argument("--ffn-workers", type=int, default=1, help="expert-pool instances (--afd)")
-    p.add_argument(
-        "--ffn-ep", type=int, default=0, help="expert parallel per instance (--afd; 0: all its GPUs)"
-    )
-    _add_load_arguments(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 LOADS = ("closed", "poisson", "bursty", "trace")
@@ -413,6 +426,7 @@ def _flag_of(column: str, disagg: bool) -> str:
         "decode_max_running_requests": "--decode-max-running-requests",
         "mtp_draft_tokens": "--mtp-draft-tokens",
         "kv_cache_dtype": "--kv-cache-dtype",
+        "scheduler_recv_interval": "--scheduler-recv-interval",
     }  # fmt: skip
     if column in fixed:
         return fixed[column]
@@ -448,6 +462,9 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
         else str(a.decode_max_running_requests),
         "mtp_draft_tokens": "" if a.mtp_draft_tokens is None else str(a.mtp_draft_tokens),
         "kv_cache_dtype": a.kv_cache_dtype or "",
+        "scheduler_recv_interval": ""
+        if a.scheduler_recv_interval is None
+        else str(a.scheduler_recv_interval),
         **(
             {
                 "num_ffn_gpu": str(a.ffn_gpus),

@@ -15,7 +15,7 @@ optional columns ``num_ffn_gpu``, ``ffn_num_workers`` and ``ffn_ep`` (:data:`AFD
 decode columns then describe the attention pool, and these the expert pool. Output throughput is
 per decode GPU of both pools.
 
-Three engine settings are optional columns (:data:`ENGINE_COLUMNS`); empty means the default:
+Four engine settings are optional columns (:data:`ENGINE_COLUMNS`); empty means the default:
 
 * ``decode_max_running_requests``: the engine's cap on the requests one decode instance (one
   instance in an aggregated row) runs at once (SGLang's ``--max-running-requests``, vLLM's
@@ -26,7 +26,11 @@ Three engine settings are optional columns (:data:`ENGINE_COLUMNS`); empty means
   profile's depth. Tokens accepted per step follow from the engine's fitted acceptance rate
   (:func:`~dse.perf.params.mtp_tokens_per_step`);
 * ``kv_cache_dtype``: ``bf16``, ``fp8`` or ``fp4``, the KV cache's precision (TRT-LLM's
-  ``kv_cache_config.dtype``, SGLang's ``--kv-cache-dtype``); by default the engine profile's.
+  ``kv_cache_config.dtype``, SGLang's ``--kv-cache-dtype``); by default the engine profile's;
+* ``scheduler_recv_interval``: SGLang's ``--scheduler-recv-interval``, the decode steps between
+  two looks of an aggregated instance's scheduler for new requests (it looks after every prefill
+  forward and when idle too); by default 1, every step. Disaggregated rows carry it as their
+  recipes set it; the simulation applies it to aggregated instances only.
 
 :data:`RECIPE_SETTINGS` holds these settings for the InferenceX runs, read from their launch
 scripts and recipes; :func:`with_recipe_settings` adds them to the rows they belong to.
@@ -79,7 +83,13 @@ INPUT_COLUMNS = (
     "num_decode_gpu",
 )
 AFD_COLUMNS = ("num_ffn_gpu", "ffn_num_workers", "ffn_ep")  # optional: attention-FFN disaggregation
-ENGINE_COLUMNS = ("decode_max_running_requests", "mtp_draft_tokens", "kv_cache_dtype")  # optional
+ENGINE_COLUMNS = (  # optional
+    "decode_max_running_requests",
+    "mtp_draft_tokens",
+    "kv_cache_dtype",
+    "scheduler_recv_interval",
+)
+MAX_RECV_INTERVAL = 1000
 MAX_DRAFT_TOKENS = 16
 RECIPE_SETTINGS = Path(__file__).with_name("recipe_settings.csv")
 RECIPE_KEY = (*INPUT_COLUMNS, "date")  # what names a run of the reference file
@@ -132,6 +142,7 @@ class BenchRow:
     mtp_draft: float | None = None  # draft tokens per step (MTP rows); None: the engine's default
     kv_precision: Precision | None = None  # the KV cache's precision; None: the engine's
     engine_version: str | None = None  # from the run's ``image``; None: the newest measured
+    recv_interval: float = 1.0  # decode steps between the scheduler's looks for new requests
 
     @property
     def topology(self) -> str:
@@ -245,7 +256,24 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
         mtp_draft=_draft_tokens(row, spec == "mtp", source),
         kv_precision=_kv_dtype(row, source),
         engine_version=image_version(str(row.get("image") or "")),
+        recv_interval=_recv_interval(row, source),
     )
+
+
+def _recv_interval(row: Mapping[str, str], source: str) -> float:
+    """``scheduler_recv_interval``: a whole number from 1 to :data:`MAX_RECV_INTERVAL`, or empty (1)."""
+    key = ENGINE_COLUMNS[3]
+    raw = str(row.get(key) or "").strip()
+    if not raw:
+        return 1.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (np.isfinite(value) and value == int(value) and 1 <= value <= MAX_RECV_INTERVAL):
+        rule = f"must be a whole number from 1 to {MAX_RECV_INTERVAL} (decode steps)"
+        raise InputError(source, key, rule, raw)
+    return value
 
 
 def _kv_dtype(row: Mapping[str, str], source: str) -> Precision | None:
@@ -393,6 +421,7 @@ def deployment_of(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams
         ffn=ffn_side(pool(ffn)) if ffn else None,  # type: ignore[arg-type]
         ffn_instances=np.array([f.instances for f in ffn]) if ffn else None,  # type: ignore[union-attr]
         max_batch=np.array([r.decode_max_running for r in rows]),
+        recv_interval=np.array([r.recv_interval for r in rows]),
     )
 
 

@@ -59,7 +59,7 @@ LEFT, FIN, ADM, NXT = range(4)
 # per instance, float (decode or engine instances 0..D-1, prefill instances D..D+P-1)
 QUEUED, BUSY, T0, C0, GR, CTX, RES, RATIO, FWD = range(9)
 # per instance, int
-HEAD, TAIL, MODE, KK, SIGMA, NRUN, CHUNKED, NBATCH, MIXN, MINFIN = range(10)
+HEAD, TAIL, MODE, KK, SIGMA, NRUN, CHUNKED, NBATCH, MIXN, MINFIN, RECV, UNSEEN = range(12)
 NEVER = 1 << 62  # MINFIN of an instance with nobody running
 
 
@@ -103,7 +103,7 @@ def _jump_steps(c0: float, g: float, elapsed: float, k_max: int) -> int:
 @njit(cache=True)
 def simulate(
     agg, mixed, n_prefill, n_decode, clients, arrivals, isl, osl, steps, accept,
-    dec_n, dec_a, dec_b, pf_tokens, pf_cost, chunk, pf_chunk, kv_cap, run_cap, reserve,
+    dec_n, dec_a, dec_b, pf_tokens, pf_cost, chunk, pf_chunk, kv_cap, run_cap, recv_every, reserve,
     xfer_fixed, xfer_per_token, t_arrive, t_first, t_done, cached,
 ):  # fmt: skip
     """Fill ``t_arrive``, ``t_first`` and ``t_done`` for every request; returns the number of
@@ -111,7 +111,8 @@ def simulate(
     token; ``dec_*`` tabulate ``A(n)`` and ``B(n)`` of a decode step; ``pf_*`` a prefill forward's
     seconds by its tokens (per instance: ``chunk`` aggregated, ``pf_chunk`` on a prefill pool);
     ``cached``: tokens of each request's context already in the cache (a returning turn's prefix),
-    held in the KV cache and attended to but not prefilled."""
+    held in the KV cache and attended to but not prefilled; ``recv_every``: the decode steps between
+    two looks of an aggregated instance's scheduler for new requests (1: every step)."""
     N = len(isl)
     D = n_decode
     P = n_prefill if not agg else 0
@@ -130,7 +131,8 @@ def simulate(
         ri[i, LEFT] = steps[i]
         ri[i, NXT] = -1
     mf = np.zeros((M, 9))
-    mi = np.zeros((M, 10), np.int64)
+    mi = np.zeros((M, 12), np.int64)
+    every = max(1, recv_every) if agg else 1
     for m in range(M):
         mf[m, BUSY] = INF
         mf[m, RATIO] = reserve
@@ -159,7 +161,7 @@ def simulate(
     now = 0.0
     while done < N:
         for r in range(n_pending):
-            _route(pending[r], now, agg, D, P, cap, rf, ri, mf, mi)
+            _route(pending[r], now, agg, D, P, cap, every, rf, ri, mf, mi)
         n_pending = 0
         t_next = INF  # the next event
         who = -1
@@ -215,15 +217,19 @@ def simulate(
                 _preempt(j, now, accept, rf, ri, mf, mi, run)
                 if reserve > 0:  # and jumps to 1 after a retraction (vLLM reserves nothing, always)
                     mf[j, RATIO] = 1.0
+        if every > 1:
+            _recv_point(j, every, mi)
         mi[j, MODE] = IDLE
         mf[j, BUSY] = INF
         if clients > 0:  # each request that finished sends its client's next one, now
             spawned, n_pending = _spawn(done - finished_from, now, spawned, N, rf, pending, n_pending)
         for r in range(n_pending):  # before this instance schedules, so it may take them now
-            _route(pending[r], now, agg, D, P, cap, rf, ri, mf, mi)
+            _route(pending[r], now, agg, D, P, cap, every, rf, ri, mf, mi)
         n_pending = 0
         before = done
-        done += _schedule(j, now, agg, mixed, chunk, kv_cap, cap, accept, rf, ri, mf, mi, run, batch, dec, pf)
+        done += _schedule(
+            j, now, agg, mixed, chunk, kv_cap, cap, every, accept, rf, ri, mf, mi, run, batch, dec, pf
+        )
         if clients > 0:  # requests done on admission (one output token) release their clients too
             spawned, n_pending = _spawn(done - before, now, spawned, N, rf, pending, n_pending)
     for i in range(N):
@@ -298,14 +304,48 @@ def _wake(j, at, room, mf, mi):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def _route(i, now, agg, D, P, cap, rf, ri, mf, mi):  # type: ignore[no-untyped-def]
+def _wake_at_recv(j, at, every, mf, mi):  # type: ignore[no-untyped-def]
+    """A request arrived at ``at`` during instance ``j``'s decode jump: the jump ends at the first
+    step boundary after it where the scheduler looks for new requests (every ``every`` steps since
+    it last looked)."""
+    k = _jump_steps(mf[j, C0], mf[j, GR], at - mf[j, T0], mi[j, KK])
+    k += (every - (mi[j, SIGMA] - mi[j, RECV] + k) % every) % every
+    if k < mi[j, KK]:
+        mi[j, KK] = k
+        mf[j, BUSY] = mf[j, T0] + k * mf[j, C0] + mf[j, GR] * k * (k - 1) * 0.5
+
+
+@njit(cache=True)
+def _recv_point(j, every, mi):  # type: ignore[no-untyped-def]
+    """Instance ``j`` at the end of a forward: SGLang's scheduler looks for new requests after a
+    prefill forward, when idle, and every ``every`` decode steps (``SchedulerRecvSkipper``: a
+    decode step counts 1, any other forward enough to look at once); at a look it sees every
+    request that has arrived."""
+    since = mi[j, SIGMA] - mi[j, RECV]
+    if mi[j, MODE] != JUMP or mi[j, NRUN] == 0 or since % every == 0:
+        mi[j, UNSEEN] = 0
+        mi[j, RECV] = mi[j, SIGMA]
+    else:  # it looked (and saw nothing new) at the last multiple passed
+        mi[j, RECV] = mi[j, SIGMA] - since % every
+
+
+@njit(cache=True)
+def _route(i, now, agg, D, P, cap, every, rf, ri, mf, mi):  # type: ignore[no-untyped-def]
     """A request that arrived: to the engine instance with the fewest requests, or (disaggregated)
-    to the prefill instance with the fewest queued prompt tokens."""
+    to the prefill instance with the fewest queued prompt tokens. An instance that looks for new
+    requests only every ``every`` decode steps sees it at once only when idle; otherwise at the
+    end of its forward in progress, or of the decode step where it next looks."""
     if agg or P == 0:
         j = _least_loaded(D, mf, mi)
         rf[i, READY] = now
         _push(j, i, mi, ri)
         mf[j, QUEUED] += 1.0
+        idle = mi[j, MODE] == IDLE and mi[j, NRUN] == 0 and mi[j, CHUNKED] < 0
+        if every > 1 and not idle:
+            mi[j, UNSEEN] += 1
+            if mi[j, MODE] == JUMP:
+                _wake_at_recv(j, now, every, mf, mi)
+            return
         _wake(j, now, mi[j, NRUN] < cap, mf, mi)
         return
     best, load = D, INF
@@ -446,7 +486,8 @@ def _aggregated_prefill(j, now, mixed, chunk, kv_cap, cap, rf, ri, mf, mi, run, 
         took = _take_prefill(j, c, room, rf, mi, batch)
         tokens += took
         room -= took
-    while room > 0 and mi[j, CHUNKED] < 0 and mi[j, HEAD] >= 0 and mi[j, NBATCH] < batch.shape[1]:
+    seen = mf[j, QUEUED] - mi[j, UNSEEN]  # the newest UNSEEN requests have not been looked for yet
+    while room > 0 and mi[j, CHUNKED] < 0 and seen > 0 and mi[j, NBATCH] < batch.shape[1]:
         i = mi[j, HEAD]
         need = rf[i, BASE] + mf[j, RATIO] * rf[i, OSL]
         slots = mi[j, NRUN] + mi[j, NBATCH]
@@ -456,6 +497,7 @@ def _aggregated_prefill(j, now, mixed, chunk, kv_cap, cap, rf, ri, mf, mi, run, 
             break
         _pop(j, mi, ri)
         mf[j, QUEUED] -= 1.0
+        seen -= 1.0
         mf[j, RES] += need
         rf[i, RESV] = need
         took = _take_prefill(j, i, room, rf, mi, batch)
@@ -494,7 +536,7 @@ def _admit_transferred(j, now, kv_cap, cap, rf, ri, mf, mi, run):  # type: ignor
 
 
 @njit(cache=True)
-def _schedule(j, now, agg, mixed, chunk, kv_cap, cap, accept, rf, ri, mf, mi, run, batch, dec, pf):  # type: ignore[no-untyped-def]  # noqa: E501
+def _schedule(j, now, agg, mixed, chunk, kv_cap, cap, every, accept, rf, ri, mf, mi, run, batch, dec, pf):  # type: ignore[no-untyped-def]  # noqa: E501
     """Engine instance ``j`` at a step boundary: admit, then a prefill forward or a decode jump;
     how many requests were done on admission."""
     mi[j, MIXN] = 0
@@ -516,6 +558,8 @@ def _schedule(j, now, agg, mixed, chunk, kv_cap, cap, accept, rf, ri, mf, mi, ru
     growth = n * accept
     if mf[j, CTX] + growth * k > kv_cap:  # stop where the cache overflows
         k = max(1, int((kv_cap - mf[j, CTX]) / growth))
+    if mi[j, UNSEEN] > 0:  # stop where the scheduler next looks for the requests that wait unseen
+        k = min(k, every - (mi[j, SIGMA] - mi[j, RECV]) % every)
     k = max(k, 1)
     a = _interp(n, dec[0], dec[1])
     b_ = _interp(n, dec[0], dec[2])

@@ -72,6 +72,7 @@ class EngineTables:
     gpus: float
     frontend_s: float = 0.0
     handoff_s: float = 0.0
+    recv_every: int = 1  # decode steps between two looks for new requests (aggregated instances)
 
 
 def element(obj: Any, k: int) -> Any:
@@ -103,6 +104,7 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
     kv_cap = max(cap_seqs, 0.0) * (ctx + osl)
     run_cap = math.inf if d.max_batch is None else float(np.asarray(d.max_batch).ravel()[0])
     run_cap = int(min(run_cap, max(cap_seqs * 4.0, 1.0), 1 << 20))
+    recv_every = 1 if d.recv_interval is None else int(np.asarray(d.recv_interval).ravel()[0])
     n = np.unique(np.round(np.r_[np.arange(1.0, 17.0), np.geomspace(16.0, max(run_cap, 17), 40)]))
     c0 = ctx + 0.5 * osl
     both = decode_step_seconds(d, p, np.r_[n, n], np.r_[np.full_like(n, c0), np.full_like(n, 2.0 * c0)])
@@ -133,7 +135,7 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
         n_decode=int(d.decode_instances[0]), dec_n=n, dec_a=a, dec_b=b, pf_tokens=tok, pf_cost=pf,
         chunk=dec_chunk, pf_chunk=pf_chunk, kv_cap=kv_cap, run_cap=run_cap, reserve=rules.reserve,
         xfer_fixed=xfer_fixed, xfer_per_token=xfer_tok, accept_mean=mean, accept_var=var, gpus=gpus,
-        frontend_s=p.latency.frontend_s, handoff_s=p.latency.handoff_s,
+        frontend_s=p.latency.frontend_s, handoff_s=p.latency.handoff_s, recv_every=recv_every,
     )  # fmt: skip
 
 

@@ -72,6 +72,9 @@ class Deployment:
     # the engine's cap on sequences one decode instance runs at once (SGLang's
     # ``--max-running-requests``); None: only the KV cache caps it
     max_batch: Array | None = None
+    # SGLang's ``--scheduler-recv-interval``: an aggregated instance looks for new requests only
+    # every this many decode steps (and after each prefill forward); None: every step
+    recv_interval: Array | None = None
 
 
 @dataclass(frozen=True)
