@@ -35,7 +35,7 @@ AGENTS = Workload(
 )
 SLO = Slo(ttft_s=1.0, tpot_s=0.05)
 FLAGS = [
-    "place", "--hardware", "b200,gb200", "--rate", "200", "--isl", "2000", "--osl", "800",
+    "place", "--hardware", "b200", "--rate", "200", "--isl", "2000", "--osl", "800",
     "--returning-share", "0.8", "--prefix", "100000", "--suffix", "2000", "--think", "0.5:300,0.5:1800",
     "--ttft", "1", "--tpot", "0.05",
 ]  # fmt: skip
@@ -44,7 +44,7 @@ DRAM = TIERS.index("dram")
 
 def request(topology: Topology, workload: Workload = AGENTS) -> PlacementRequest:
     return PlacementRequest(
-        model="deepseek-v3", hardware=("b200", "gb200-nvl72"), workload=workload, slo=SLO, topology=topology
+        model="deepseek-v3", hardware=("b200",), workload=workload, slo=SLO, topology=topology
     )
 
 
@@ -129,6 +129,7 @@ def test_a_four_stage_study_records_the_midfill_pool_in_its_tables(tmp_path: Pat
     text = toml.read_text()
     text = text.replace('name = "deepseek-v3-blackwell"', 'name = "four-stage-agents"')
     text = text.replace('topologies = ["aggregated", "disaggregated"]', 'topologies = ["four-stage"]')
+    text = text.replace('hardware = ["b200", "gb200-nvl72", "h200-sxm"]', 'hardware = ["b200"]')
     text = text.replace("requests_per_s = 40.0", "requests_per_s = 200.0")
     text = text.replace("input_tokens = 3000.0", "input_tokens = 2000.0")
     text = text.replace("returning_share = 0.4", "returning_share = 0.8")

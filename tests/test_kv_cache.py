@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import Cli
 
-from dse.sim.kv_cache import OUTCOMES, planned_capacity_gb, simulate_kv_cache
+from dse.sim.kv_cache import MIN_ENTRIES, OUTCOMES, planned_capacity_gb, simulate_kv_cache
 from dse.sim.kv_tiers import RestingClass
 
 ALL_HBM = {"hbm": 1.0, "dram": 0.0, "nvme": 0.0, "network": 0.0, "drop": 0.0}
@@ -56,6 +56,25 @@ def test_evicting_the_longest_think_time_first_keeps_the_short_ones_in_hbm() -> 
     assert think.simulated["class1"]["dram"] > 0.9
     with pytest.raises(ValueError, match="eviction must be one of lru, think"):
         simulate_kv_cache((short,), 4.0, eviction="fifo")
+
+
+def test_heavy_traffic_runs_scaled_down_with_the_same_shares() -> None:
+    """Rate and tier capacities divided alike leave the shares where they were (they depend on
+    capacity / (rate x GB)); a tier too small to hold MIN_ENTRIES sessions' KV scaled down is not.
+    Here the HBM tier holds 2,000 sessions, the newest 50 s of arrivals and more as returning ones
+    leave room, so a short session (100 s mean) finds it a little more often than 1 - e^-0.5."""
+    short = RestingClass(0.5, 100.0, 1.0, ALL_HBM)
+    long = RestingClass(0.5, 1000.0, 1.0, {"hbm": 0.0, "dram": 1.0, "nvme": 0.0, "network": 0.0, "drop": 0.0})
+    both = (short, long)
+    full = simulate_kv_cache(both, 40.0, horizon_dwells=3.0, seed=3)
+    scaled = simulate_kv_cache(both, 40.0, horizon_dwells=3.0, seed=3, max_sessions=20_000)
+    assert full.returns > 5 * scaled.returns and scaled.capacity_gb == full.capacity_gb
+    for cls, tier in (("class0", "hbm"), ("class0", "dram"), ("class1", "dram")):
+        assert scaled.simulated[cls][tier] == pytest.approx(full.simulated[cls][tier], abs=0.02)
+    assert 0.39 < full.simulated["class0"]["hbm"] < 0.5
+    small = {"hbm": MIN_ENTRIES * 1.0, "dram": 1e6}  # MIN_ENTRIES sessions of 1 GB: no room to scale
+    kept = simulate_kv_cache(both, 40.0, capacity_gb=small, horizon_dwells=3.0, max_sessions=1_000)
+    assert kept.returns == simulate_kv_cache(both, 40.0, capacity_gb=small, horizon_dwells=3.0).returns
 
 
 SIMULATE = ("simulate", "--hardware", "b200", "--rate", "8", "--isl", "2000", "--osl", "400",

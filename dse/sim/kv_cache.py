@@ -21,6 +21,8 @@ import numpy as np
 from dse.sim.kv_tiers import TIER_NAMES, RestingClass
 
 EVICTIONS = ("lru", "think")
+MAX_SESSIONS = 200_000  # sessions a run simulates at most (about 2 s); more traffic runs scaled down
+MIN_ENTRIES = 200  # sessions' KV the smallest tier still holds when traffic is scaled down
 OUTCOMES = (*TIER_NAMES, "drop")
 """Where a returning turn finds its KV: in a tier (reloaded from there) or dropped (recomputed)."""
 
@@ -59,12 +61,19 @@ def simulate_kv_cache(
     horizon_dwells: float = 6.0,
     eviction: str = "lru",
     seed: int = 0,
+    max_sessions: int = MAX_SESSIONS,
 ) -> KvCacheReport:
     """Run the cache for ``horizon_dwells`` times the longest mean think time (the first third a
     warm-up, not counted); ``capacity_gb`` per tier defaults to the plan's
     (:func:`planned_capacity_gb`). ``eviction``: ``lru`` moves the longest-resting entry down;
     ``think`` moves an entry of the class with the longest mean think time first (its oldest),
-    which knows what the plan knows: whose turn comes back last."""
+    which knows what the plan knows: whose turn comes back last.
+
+    Traffic that would start more than ``max_sessions`` sessions in the window runs with the
+    arrival rate and every tier's capacity divided by the same factor: with Poisson arrivals and
+    exponential think times the shares depend on capacity / (rate x GB), not on either alone, as
+    long as each tier still holds many sessions' KV (at least :data:`MIN_ENTRIES`, which bounds
+    the factor). The report gives the plan's capacities and the returns the run counted."""
     if eviction not in EVICTIONS:
         raise ValueError(f"eviction must be one of {', '.join(EVICTIONS)}, not {eviction!r}")
     cap = capacity_gb if capacity_gb is not None else planned_capacity_gb(classes, requests_per_s)
@@ -84,11 +93,12 @@ def simulate_kv_cache(
     rng = np.random.default_rng(seed)
     horizon = horizon_dwells * max(c.dwell_s for c in active)
     warmup = horizon / 3.0
+    scale = _scale_down(active, requests_per_s * horizon, cap, max_sessions)
     counts = {n: dict.fromkeys(OUTCOMES, 0) for n in names}
     events: list[tuple[float, int, int]] = []  # (time, kind 0 = rest begins / 1 = returns, session)
     session_class: list[int] = []
     for i, c in enumerate(classes):
-        rate = requests_per_s * c.share_of_arrivals
+        rate = requests_per_s * c.share_of_arrivals / scale
         if rate <= 0 or c.dwell_s <= 0:
             continue
         starts = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * horizon * 1.2) + 10))
@@ -98,7 +108,7 @@ def simulate_kv_cache(
     heapq.heapify(events)
     by_think = sorted(range(len(classes)), key=lambda i: -classes[i].dwell_s)
     order = by_think if eviction == "think" else [0]  # the queues a full tier evicts from, in turn
-    cache = _Cache(cap, order)
+    cache = _Cache({t: v / scale for t, v in cap.items()}, order)
     while events:
         t, kind, sid = heapq.heappop(events)
         c = classes[session_class[sid]]
@@ -113,6 +123,19 @@ def simulate_kv_cache(
     all_counts = {o: sum(counts[n][o] for n in names) for o in OUTCOMES}
     simulated["all"] = _shares(all_counts)
     return KvCacheReport(cap, simulated, planned, sum(all_counts.values()), eviction)
+
+
+def _scale_down(
+    active: list[RestingClass], requests: float, cap: dict[str, float], max_sessions: int
+) -> float:
+    """The factor that brings ``requests`` sessions down to ``max_sessions``, at most the one that
+    leaves the smallest tier :data:`MIN_ENTRIES` sessions of the largest KV; 1 when not needed."""
+    sessions = requests * sum(c.share_of_arrivals for c in active)
+    if sessions <= max_sessions:
+        return 1.0
+    smallest = min((v for v in cap.values() if v > 0), default=float("inf"))
+    room = smallest / (MIN_ENTRIES * max(c.gb for c in active))
+    return float(max(1.0, min(sessions / max_sessions, room)))
 
 
 class _Cache:

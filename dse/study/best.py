@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from dse.perf.params import PerfParams, load_params
 from dse.sim.from_placement import design_from_record
 from dse.sim.kv_cache import OUTCOMES, simulate_kv_cache
@@ -57,14 +55,14 @@ def best_design(res: StudyResults) -> BestDesign | None:
     )
 
 
-CACHE_RETURNS = 100_000  # returning turns the live-cache check runs at most (about 1 s)
+CACHE_SESSIONS = 100_000  # sessions the live-cache check runs at most (about 1 s)
 
 
 def kv_cache_check(inputs: dict[str, Any] | None) -> dict[str, tuple[float, float]]:
     """The design's planned resting KV run as a live LRU cache (:mod:`dse.sim.kv_cache`): per
     outcome, the planned and the simulated share of returning turns; empty without any. The
-    window is six of the longest think times, fewer where that would pass :data:`CACHE_RETURNS`
-    (at least three: the first third is the warm-up)."""
+    window is six of the longest think times; traffic that would start more than
+    :data:`CACHE_SESSIONS` sessions in it runs scaled down (rate and tier capacities alike)."""
     if not inputs:
         return {}
     design = design_from_record(inputs["design"])
@@ -72,9 +70,7 @@ def kv_cache_check(inputs: dict[str, Any] | None) -> dict[str, tuple[float, floa
     per_s = sum(rate * c.share_of_arrivals for c in design.resting if c.dwell_s > 0)
     if per_s <= 0:
         return {}
-    longest = max(c.dwell_s for c in design.resting)
-    dwells = float(np.clip(CACHE_RETURNS / (per_s * longest), 3.0, 6.0))
-    rep = simulate_kv_cache(design.resting, rate, horizon_dwells=dwells)
+    rep = simulate_kv_cache(design.resting, rate, max_sessions=CACHE_SESSIONS)
     return {o: (rep.planned["all"].get(o, 0.0), rep.simulated["all"][o]) for o in OUTCOMES}
 
 
