@@ -7,6 +7,8 @@ Prints figures, not verdicts. Run: ``python benchmarks/latency_accuracy.py`` (ab
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from record import figure
 
@@ -41,6 +43,7 @@ def main() -> None:
     ttft = cal.ttft_errors(data, catalog, params)
     print(f"\nclosed-form TTFT against the measured median (in-sample): {np.nanmedian(ttft):.1%}")
     _first_waves(data, catalog, params)
+    _recv_interval(data, catalog, params)
 
 
 def _first_waves(data: list[cal.Measured], catalog, params: PerfParams) -> None:  # type: ignore[no-untyped-def]
@@ -53,6 +56,24 @@ def _first_waves(data: list[cal.Measured], catalog, params: PerfParams) -> None:
         print(
             f"  {m.row.engine:6s} {m.row.conc:5.0f} clients: "
             f"{x[1]:7.3f} / {s[1] + params.latency.frontend_s:7.3f}"
+        )
+
+
+def _recv_interval(data: list[cal.Measured], catalog, params: PerfParams) -> None:  # type: ignore[no-untyped-def]
+    """The runs whose scripts set SGLang's --scheduler-recv-interval: measured TTFT p50 against the
+    simulated one with the interval and without it (fitted offsets added to both)."""
+    rows = [m for m in data if m.row.recv_interval > 1 and not m.row.disagg]
+    looked = simulate_measured(rows, catalog, params)
+    each_step = [replace(m, row=replace(m.row, recv_interval=1.0)) for m in rows]
+    every = simulate_measured(each_step, catalog, params)
+    meas = measured_latency(rows)
+    offset = params.latency.frontend_s
+    print("\nruns with --scheduler-recv-interval (aggregated): TTFT p50 measured / simulated / every step")
+    for m, s, e, x in zip(rows, looked, every, meas, strict=True):
+        r = m.row
+        print(
+            f"  {r.hardware} {r.engine} {r.isl:6.0f} in {r.conc:4.0f} clients, every {r.recv_interval:2.0f}: "
+            f"{x[0]:7.3f} / {s[0] + offset:7.3f} / {e[0] + offset:7.3f}"
         )
 
 
