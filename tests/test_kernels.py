@@ -276,6 +276,7 @@ def test_a_missing_or_bad_calibration_file_is_one_line(
     assert proc.code == 2 and len(proc.err.strip().splitlines()) == 1
 
 
+@pytest.mark.e2e  # a whole calibration (about 13 s): beside the quick tests, which are the longer group
 def test_calibrate_fits_the_measured_tier(cli: Cli, tmp_path: Path, reference: list[dict[str, str]]) -> None:
     """`dse calibrate --kernels measured` refits what stays calibrated on that tier and records it:
     on H200 and MI355X runs alone, the measured-kernel scale and launch saving move off their
