@@ -511,6 +511,8 @@ def test_scheduler_recv_interval_flag(cli: Cli) -> None:
     step = a["latency"]["percentiles"]["p50"]["tpot_ms"] / 1e3
     added = b["latency"]["percentiles"]["p50"]["ttft_s"] - a["latency"]["percentiles"]["p50"]["ttft_s"]
     assert 10 * step < added < 20 * step, (added, step)
+    text = cli("predict", *flags[:-1], "--scheduler-recv-interval", "30").out.splitlines()[0]
+    assert "new requests looked for every 30 decode steps" in text, text
     bad = cli("predict", "--hardware", "b200", "--scheduler-recv-interval", "0")
     assert bad.code == 2
     assert bad.err.strip() == (

@@ -246,9 +246,11 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     per_step = assumed["mtp_tokens_per_step"]
     plural = "" if drafts == 1 else "s"
     mtp = f", MTP {drafts:g} draft{plural} ({per_step:.2f} tokens per step)" if bench.mtp else ""
+    every = bench.recv_interval
+    looks = f", new requests looked for every {every:g} decode steps" if every > 1 else ""
     print(
         f"{bench.model} on {bench.hardware} ({bench.topology}, "
-        f"{row['framework']}, {row['precision']}{mtp}, KV {assumed['kv_cache_dtype']}), "
+        f"{row['framework']}, {row['precision']}{mtp}, KV {assumed['kv_cache_dtype']}{looks}), "
         f"ISL {row['isl']} OSL {row['osl']}, {row['conc']} requests in flight"
     )
     print(format_table(["figure", "value"], [[k, v] for k, v in figures.items()]))
