@@ -75,6 +75,8 @@ def test_heavy_traffic_runs_scaled_down_with_the_same_shares() -> None:
     small = {"hbm": MIN_ENTRIES * 1.0, "dram": 1e6}  # MIN_ENTRIES sessions of 1 GB: no room to scale
     kept = simulate_kv_cache(both, 40.0, capacity_gb=small, horizon_dwells=3.0, max_sessions=1_000)
     assert kept.returns == simulate_kv_cache(both, 40.0, capacity_gb=small, horizon_dwells=3.0).returns
+    no_kv = RestingClass(0.5, 100.0, 0.0, ALL_HBM)  # sessions with nothing cached: any factor will do
+    assert simulate_kv_cache((no_kv,), 1000.0, horizon_dwells=3.0, max_sessions=10_000).returns < 20_000
 
 
 SIMULATE = ("simulate", "--hardware", "b200", "--rate", "8", "--isl", "2000", "--osl", "400",

@@ -21,7 +21,7 @@ import numpy as np
 from dse.sim.kv_tiers import TIER_NAMES, RestingClass
 
 EVICTIONS = ("lru", "think")
-MAX_SESSIONS = 200_000  # sessions a run simulates at most (about 2 s); more traffic runs scaled down
+MAX_SESSIONS = 200_000  # sessions a run simulates at most (about 3 s); more traffic runs scaled down
 MIN_ENTRIES = 200  # sessions' KV the smallest tier still holds when traffic is scaled down
 OUTCOMES = (*TIER_NAMES, "drop")
 """Where a returning turn finds its KV: in a tier (reloaded from there) or dropped (recomputed)."""
@@ -134,7 +134,8 @@ def _scale_down(
     if sessions <= max_sessions:
         return 1.0
     smallest = min((v for v in cap.values() if v > 0), default=float("inf"))
-    room = smallest / (MIN_ENTRIES * max(c.gb for c in active))
+    gb = max(c.gb for c in active)
+    room = smallest / (MIN_ENTRIES * gb) if gb > 0 else float("inf")  # no KV to hold: any factor
     return float(max(1.0, min(sessions / max_sessions, room)))
 
 
