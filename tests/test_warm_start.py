@@ -69,13 +69,16 @@ def _answers(spec: StudySpec) -> list[tuple[float, str, str, list[dict[str, obje
 
 def test_a_placement_mixing_units_gives_every_pairing_largest_pools_first() -> None:
     spec = load_study(TINY)
-    req = request_at(spec, load_catalog(), 0.0, "recompute")
+    base = request_at(spec, load_catalog(), 0.0, "recompute")
+    # at 1.5x the tiny study's traffic its answer prefills on two units, B200 and H200 (at 1x the
+    # equally priced answers HiGHS may return include one with a single prefill unit)
+    req = replace(base, workload=replace(base.workload, requests_per_s=1.5 * base.workload.requests_per_s))
     o = solve_candidates(
         req, build_candidates(req, Topology.DISAGGREGATED, load_catalog(), load_params()), PlacementSolver()
     )
     pre = sorted((p for p in o.pools if p.unit.role is Role.PREFILL), key=lambda p: -p.gpus)
     dec = [p for p in o.pools if p.unit.role is Role.DECODE]
-    assert len(pre) == 2 and len(dec) == 1  # the tiny study's answer mixes two prefill units
+    assert len(pre) == 2 and len(dec) == 1
     got = designs(o, req, spec, {h: h for h in spec.hardware})
     assert [(c.prefill_hardware, c.prefill_shape) for c in got] == [
         (p.unit.hardware, p.unit.parallel.label()) for p in pre
