@@ -102,6 +102,9 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
     base = ("predict", "--hardware", "b200", "--json", "--percentiles", "50,90,99.9")
     closed = json.loads(cli(*base, "--conc", "32").out)["latency"]
     assert closed["load"] == "closed loop, 32 requests in flight" and closed["requests"] == 320
+    # a closed loop starts on a fresh server: its first wave waits the engine's fitted cold start
+    waits = load_params().latency.cold_start_s.values()
+    assert closed["cold_start_s"] > 0 and closed["cold_start_s"] in waits
     p = closed["percentiles"]
     assert list(p) == ["p50", "p90", "p99.9"]
     assert p["p50"]["ttft_s"] <= p["p90"]["ttft_s"] <= p["p99.9"]["ttft_s"]
@@ -111,13 +114,18 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
     assert poisson.code == 0 and poisson.out == again.out
     lat = json.loads(poisson.out)["latency"]
     assert lat["load"] == "poisson arrivals at 2 requests/s" and lat["requests"] == 500
+    assert lat["cold_start_s"] == 0.0  # an open loop has no first wave
     assert lat["requests_per_s"] == pytest.approx(2.0, rel=0.15) and lat["warning"] is None
     trace = tmp_path / "trace.csv"
     trace.write_text("arrival_s,input_tokens,output_tokens\n0,1000,100\n0.5,2000,50\n0.5,500,10\n")
     replay = json.loads(cli(*base, "--load", "trace", "--trace", str(trace)).out)["latency"]
     assert replay["load"] == "trace replay, 3 requests" and replay["requests"] == 3
     text = cli("predict", "--hardware", "b200", "--conc", "8")
-    assert "latency, simulated: closed loop, 8 requests in flight; 80 requests" in text.out
+    wait = json.loads(cli(*base, "--conc", "8").out)["latency"]["cold_start_s"]
+    assert (
+        f"latency, simulated: closed loop, 8 requests in flight; the first wave waits {wait:.3g} s "
+        "(a fresh server); 80 requests"
+    ) in text.out
     assert "percentile" in text.out and "p99" in text.out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import decimal
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -314,3 +315,91 @@ def test_a_closed_loop_below_one_client_is_one_client(b200: tuple[EngineTables, 
     ]
     assert runs[0].summary() == runs[1].summary() == runs[2].summary()
     assert np.isfinite(runs[0].ttft_s).all()
+
+
+def test_a_fresh_server_delays_the_closed_loops_first_wave_alone(b200: tuple[EngineTables, Lengths]) -> None:
+    """Closed loop, the engine starting ``cold_start_s`` after the clients is the same run shifted:
+    the first wave (every client's first request) waits exactly that much longer for its first
+    token and its end, every later request and every TPOT is as before. An open loop has no
+    first wave and ignores it."""
+    tables, lengths = b200
+    clients, cold = 16, 1.7
+    load = Load("closed", concurrency=clients)
+    warm = simulate_latency(tables, load, lengths, seed=4)
+    fresh = simulate_latency(tables, load, lengths, seed=4, cold_start_s=cold)
+    assert fresh.cold_start_s == cold and warm.cold_start_s == 0.0
+    np.testing.assert_allclose(fresh.ttft_s[:clients], warm.ttft_s[:clients] + cold, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(fresh.e2el_s[:clients], warm.e2el_s[:clients] + cold, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(fresh.ttft_s[clients:], warm.ttft_s[clients:])
+    np.testing.assert_allclose(fresh.tpot_s, warm.tpot_s, rtol=1e-12)
+    # ten prompts per client: the wave is the slowest tenth, so it moves the p99 and not the p50
+    assert fresh.percentile("ttft", 99) >= warm.percentile("ttft", 99) + 0.9 * cold
+    assert fresh.percentile("ttft", 50) == warm.percentile("ttft", 50)
+    poisson = Load("poisson", rate=5.0)
+    a = simulate_latency(tables, poisson, lengths, requests=500, seed=4)
+    b = simulate_latency(tables, poisson, lengths, requests=500, seed=4, cold_start_s=cold)
+    np.testing.assert_array_equal(a.ttft_s, b.ttft_s)
+    assert b.cold_start_s == 0.0
+
+
+def test_each_engine_and_vendor_waits_its_fitted_cold_start(catalog: Catalog) -> None:
+    """The shipped calibration carries a first-wave wait per engine and GPU vendor, fitted on the
+    measured runs; a measured run's replay takes its own, a pairing no run measured (vLLM) none."""
+    from dse.perf.benchmark_rows import cold_start_of
+
+    params = load_params()
+    waits = params.latency.cold_start_s
+    assert {"sglang/nvidia", "trt/nvidia", "sglang/amd"} <= set(waits)
+    assert all(0.0 <= v <= 5.0 for v in waits.values())
+    row = {
+        "hardware": "mi355x", "framework": "sglang", "model": "deepseek-v3", "precision": "fp8",
+        "spec_method": "none", "disagg": "False", "isl": "1024", "osl": "1024", "conc": "4",
+        "prefill_tp": "8", "prefill_ep": "8", "prefill_dp_attention": "False", "prefill_num_workers": "1",
+        "num_prefill_gpu": "8", "decode_tp": "8", "decode_ep": "8", "decode_dp_attention": "False",
+        "decode_num_workers": "1", "num_decode_gpu": "8",
+    }  # fmt: skip
+    assert cold_start_of(parse_row(row, catalog), catalog, params) == waits["sglang/amd"]
+    assert params.latency.cold_start("vllm", "nvidia") == 0.0
+
+
+def test_the_cold_start_fit_finds_the_wait_a_groups_p99_needs() -> None:
+    """Runs whose measured p99 sits a known wait above their first-wave-free replay: the fit
+    returns that wait for their group and none for a group already right; the offsets move every
+    TTFT alike. And a calibration file keeps the waits through writing and reading it."""
+    from dse.calibration.latency import COLD_GRID, Replays, fit_cold_starts, predicted
+    from dse.perf.params import LatencyParams
+
+    rng = np.random.default_rng(0)
+    rows, waits = 12, {"sglang/amd": 1.5, "trt/nvidia": 0.0}
+    group = np.array(["sglang/amd"] * 6 + ["trt/nvidia"] * 6)
+    base = rng.uniform(0.2, 0.8, rows)  # each run's p99 without a cold start, offsets left out
+    ttft = np.empty((rows, 2, len(COLD_GRID)))
+    ttft[:, 0, :] = (0.5 * base)[:, None]
+    ttft[:, 1, :] = base[:, None] + COLD_GRID[None, :]  # the first wave sets the p99
+    rep = Replays(ttft, np.full((rows, 2), 0.02), group)
+    disagg = np.zeros(rows, dtype=bool)
+    meas = np.full((rows, 4), np.nan)
+    meas[:, 1] = base + 0.06 + np.array([waits[g] for g in group])
+    fitted = fit_cold_starts(rep, meas, disagg, frontend_s=0.06, handoff_s=0.0)
+    assert fitted == pytest.approx(waits)
+    lp = LatencyParams(frontend_s=0.06, cold_start_s=fitted)
+    np.testing.assert_allclose(predicted(rep, disagg, lp)[:, 1], meas[:, 1], atol=1e-9)
+    np.testing.assert_allclose(predicted(rep, disagg, lp)[:, 0], 0.5 * base + 0.06, atol=1e-9)
+
+
+def test_a_calibration_file_keeps_the_cold_starts(tmp_path: Path) -> None:
+    """Written and read back, the waits are the same; a file from before there were any reads as
+    none (every closed loop then starts warm)."""
+    import json
+
+    from dse.perf.params import params_to_json
+
+    shipped = load_params()
+    file = tmp_path / "calibration.json"
+    file.write_text(params_to_json(shipped))
+    assert load_params(file).latency == shipped.latency
+    older = json.loads(file.read_text())
+    del older["latency"]["cold_start_s"]
+    file.write_text(json.dumps(older))
+    assert load_params(file).latency.cold_start_s == {}
+    assert load_params(file).latency.frontend_s == shipped.latency.frontend_s

@@ -335,8 +335,11 @@ def test_pipeline_stages_for_prefill_where_no_node_holds_the_weights(catalog: Ca
     assert best is not None
     pre = {p.unit.parallel.label(): p.instances for p in best.pools if p.unit.role is Role.PREFILL}
     assert pre.get("32gpu-dpa-ep16") == 1 and sum(pre.values()) == 2
-    offered = UnitOptions(prefill_shapes=("16gpu-pp2-tp8-ep8", "32gpu-dpa-ep16"), decode_shapes=("16gpu-dpa-ep8",))
-    staged_best = place(replace(h100, options=offered), catalog=catalog, params=params, with_shadow_prices=False).best
+    offered = UnitOptions(
+        prefill_shapes=("16gpu-pp2-tp8-ep8", "32gpu-dpa-ep16"), decode_shapes=("16gpu-dpa-ep8",)
+    )
+    staged = replace(h100, options=offered)
+    staged_best = place(staged, catalog=catalog, params=params, with_shadow_prices=False).best
     assert staged_best is not None
     pre = {p.unit.parallel.label(): p.instances for p in staged_best.pools if p.unit.role is Role.PREFILL}
     assert pre == {"32gpu-dpa-ep16": 1, "16gpu-pp2-tp8-ep8": 1}

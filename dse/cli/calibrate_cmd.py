@@ -107,9 +107,11 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
                 f"{s.tput_p75_ape:.1%}, tokens/s/user {s.intvty_median_ape:.1%} / {s.intvty_p75_ape:.1%}"
             )
     print(f"in-sample median abs error of the median TTFT (closed form): {float(np.nanmedian(ttft)):.0%}")
+    colds = ", ".join(f"{k} {v:g} s" for k, v in latency.params.cold_start_s.items())
     print(
         f"latency: front end {latency.params.frontend_s * 1e3:.0f} ms, disaggregated hand-off "
-        f"{latency.params.handoff_s * 1e3:.0f} ms per request"
+        f"{latency.params.handoff_s * 1e3:.0f} ms per request; a fresh server's first wave waits "
+        f"{colds or 'nothing'}"
     )
     if power is not None:
         print(

@@ -332,8 +332,9 @@ def _print_latency(
     lat: Latency, load: Load, lengths: Lengths, percentiles: tuple[float, ...], args: argparse.Namespace
 ) -> None:
     print()
+    cold = f"; the first wave waits {lat.cold_start_s:.3g} s (a fresh server)" if lat.cold_start_s else ""
     print(
-        f"latency, simulated: {load.describe()}; {len(lat.ttft_s)} requests, "
+        f"latency, simulated: {load.describe()}{cold}; {len(lat.ttft_s)} requests, "
         f"{_lengths_text(lengths)}, seed {args.seed}"
     )
     print(format_table(["percentile", "ttft_s", "tpot_ms", "e2el_s"], _latency_rows(lat, percentiles)))
@@ -362,6 +363,7 @@ def _latency_json(
     rows = _latency_rows(lat, percentiles)
     return {
         "load": load.describe(),
+        "cold_start_s": lat.cold_start_s,
         "requests": len(lat.ttft_s),
         "lengths": _lengths_text(lengths),
         "seed": args.seed,

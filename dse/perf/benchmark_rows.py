@@ -487,11 +487,19 @@ def latency_of(
     seed: int = 0,
 ) -> Latency:
     """The row's deployment simulated request by request (:mod:`dse.perf.latency`); by default
-    under its benchmark's load: a closed loop at its concurrency with its lengths."""
+    under its benchmark's load: a closed loop at its concurrency with its lengths, on a fresh
+    server (its first wave waits the engine's cold start on the row's GPUs)."""
     lengths = benchmark_lengths(row) if lengths is None else lengths
     load = Load("closed", concurrency=row.conc) if load is None else load
     tables = tables_of(deployment_of([row], catalog, params), params, [row.engine], [lengths])[0]
-    return simulate_latency(tables, load, lengths, requests=requests, seed=seed)
+    cold = cold_start_of(row, catalog, params)
+    return simulate_latency(tables, load, lengths, requests=requests, seed=seed, cold_start_s=cold)
+
+
+def cold_start_of(row: BenchRow, catalog: Catalog, params: PerfParams) -> float:
+    """Seconds a closed loop's first wave waits on a fresh server of the row's engine and GPUs
+    (:attr:`~dse.perf.params.LatencyParams.cold_start_s`)."""
+    return params.latency.cold_start(row.engine, catalog.hardware(row.hardware).vendor)
 
 
 def _fill_latency(

@@ -22,13 +22,15 @@ follows, and from where:
   for new requests after a prefill forward, when idle, and otherwise only every ``N`` decode
   steps, so a request arriving during a decode stretch waits for the next look (InferenceX's
   B200 SGLang DeepSeek-R1 scripts set 30 from 16 clients up: half of 30 steps of 25-35 ms);
-* load and lengths: :mod:`dse.perf.latency_inputs`.
+* load and lengths: :mod:`dse.perf.latency_inputs`;
+* closed loop, a fresh server's first burst: the first wave waits ``cold_start_s`` (fitted per
+  engine and GPU vendor) before the engine serves it (:func:`simulate_latency`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -66,6 +68,7 @@ class Latency:
     output_tokens_per_s_per_gpu: float
     preempted: int
     warning: str | None
+    cold_start_s: float = 0.0  # the first wave's wait on a fresh server (closed loop), 0 if none
 
     def percentile(self, metric: str, q: float) -> float:
         values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2el": self.e2el_s}[metric]
@@ -81,10 +84,20 @@ class Latency:
 
 
 def simulate_latency(
-    t: EngineTables, load: Load, lengths: Lengths, requests: int = 0, seed: int = 0
+    t: EngineTables,
+    load: Load,
+    lengths: Lengths,
+    requests: int = 0,
+    seed: int = 0,
+    cold_start_s: float = 0.0,
 ) -> Latency:
     """Simulate ``requests`` requests (0: ten per client in a closed loop, as InferenceX; 2,000
-    open loop; a trace's own count) and return each one's latency."""
+    open loop; a trace's own count) and return each one's latency.
+
+    Closed loop, the engine starts ``cold_start_s`` after the clients (a fresh server tuning its
+    kernels for the first burst, :attr:`~dse.perf.params.LatencyParams.cold_start_s`): the whole
+    run is the simulated one shifted that much later, so the first wave's TTFT and end-to-end
+    latency grow by it and every later request, sent when one finishes, is as simulated."""
     if requests <= 0:
         requests = (
             int(min(max(BENCHMARK_PROMPTS_PER_CLIENT * load.concurrency, 1), MAX_REQUESTS))
@@ -131,7 +144,11 @@ def simulate_latency(
     else:
         arrive = arrive[back]
     extra = t.frontend_s + (0.0 if t.agg else t.handoff_s)  # after the engine, before the client
-    return _latency(t, arrive, first[back] + extra, done[back] + extra, osl, int(preempted), load)
+    first, done = first[back] + extra, done[back] + extra
+    cold = cold_start_s if clients > 0 else 0.0
+    first[:clients] += cold  # the first wave: requests 0..clients-1, sent at time 0
+    done[:clients] += cold
+    return replace(_latency(t, arrive, first, done, osl, int(preempted), load), cold_start_s=cold)
 
 
 def _latency(
