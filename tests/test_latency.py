@@ -403,3 +403,20 @@ def test_a_calibration_file_keeps_the_cold_starts(tmp_path: Path) -> None:
     file.write_text(json.dumps(older))
     assert load_params(file).latency.cold_start_s == {}
     assert load_params(file).latency.frontend_s == shipped.latency.frontend_s
+
+
+def test_the_percentiles_at_every_wait_are_numpys() -> None:
+    """The fit's shortcut (only the top of each part, a percentile the waits cannot move computed
+    once) gives numpy's percentile of the raised values at every wait, unserved requests (inf)
+    included."""
+    from dse.calibration.latency import COLD_GRID, _with_waits
+
+    rng = np.random.default_rng(1)
+    for n, wave in ((10, 1), (40, 4), (160, 16), (2560, 256), (1000, 100), (7, 7)):
+        t = rng.exponential(1.0, n)
+        t[:wave] += rng.uniform(0.0, 3.0, wave)
+        if n == 1000:
+            t[5] = np.inf
+        for q in (50.0, 99.0):
+            want = [np.percentile(np.r_[t[:wave] + w, t[wave:]], q) for w in COLD_GRID]
+            np.testing.assert_allclose(_with_waits(t, wave, q), want, rtol=0, atol=1e-12)

@@ -91,9 +91,7 @@ def replay_measured(data: Sequence[Measured], catalog: Catalog, params: PerfPara
         lat = latency_of(m.row, catalog, bare, seed=SEED)
         wave = min(int(round(m.row.conc)), len(lat.ttft_s))  # the closed loop's first requests
         t = np.where(np.isnan(lat.ttft_s), np.inf, lat.ttft_s)
-        shifted = np.repeat(t[None, :], len(COLD_GRID), axis=0)
-        shifted[:, :wave] += COLD_GRID[:, None]
-        ttft[i] = np.percentile(shifted, [50.0, 99.0], axis=1)
+        ttft[i] = [_with_waits(t, wave, 50.0), _with_waits(t, wave, 99.0)]
         tpot[i] = [lat.percentile("tpot", 50.0), lat.percentile("tpot", 99.0)]
     group = np.array([f"{m.row.engine}/{catalog.hardware(m.row.hardware).vendor}" for m in data])
     return Replays(ttft, tpot, group)
@@ -133,6 +131,35 @@ class LatencyFit:
 
 def medians(err: np.ndarray) -> dict[str, float]:
     return {label: round(float(np.nanmedian(err[:, j])), 4) for j, label in enumerate(LABELS)}
+
+
+def _with_waits(t: np.ndarray, wave: int, q: float) -> np.ndarray:
+    """The ``q``-th percentile of ``t`` with its first ``wave`` values raised by each wait of
+    :data:`COLD_GRID` (numpy's linear interpolation). Only the values at or above the percentile's
+    lower rank can be it, so only the top of each part is kept; a percentile the largest wait
+    leaves where it was is the same at every wait (raising values never lowers one)."""
+    n = len(t)
+    at_ends = np.percentile(np.r_[t[:wave] + COLD_GRID[-1], t[wave:]], q)
+    if at_ends == np.percentile(t, q):
+        return np.full(len(COLD_GRID), at_ends)
+    pos = q / 100.0 * (n - 1)
+    lo = int(np.floor(pos))
+    top = n - lo  # the union's values of rank lo and up: among the top of each part
+    first = _top(t[:wave], top)
+    rest = _top(t[wave:], top)
+    raised = first[None, :] + COLD_GRID[:, None]
+    union = np.concatenate([raised, np.tile(rest, (len(COLD_GRID), 1))], axis=1)
+    k = union.shape[1] - top  # the column of rank lo
+    k1 = min(k + 1, union.shape[1] - 1)
+    union = np.partition(union, sorted({k, k1}), axis=1)
+    below, above = union[:, k], union[:, k1]
+    with np.errstate(invalid="ignore"):  # inf - inf: nan, as numpy's own percentile gives
+        return below + (pos - lo) * (above - below)
+
+
+def _top(x: np.ndarray, m: int) -> np.ndarray:
+    """The ``m`` largest values of ``x`` (all of it when it has fewer), in no order."""
+    return x if m >= len(x) else np.partition(x, len(x) - m)[len(x) - m :]
 
 
 def fit_cold_starts(
