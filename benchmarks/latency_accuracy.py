@@ -1,6 +1,7 @@
 """How close the simulated TTFT and TPOT percentiles come to the measured runs, leave one
-hardware out: for each GPU type, the throughput fit and the latency offsets without its runs
-predict its p50 and p99 (what ``dse calibrate`` stores), against the closed-form TTFT as before.
+hardware out: for each GPU type, the throughput fit, the latency offsets and the cold starts
+without its runs predict its p50 and p99 (what ``dse calibrate`` stores), against the closed-form
+TTFT as before.
 
 Prints figures, not verdicts. Run: ``python benchmarks/latency_accuracy.py`` (about 90 s).
 """
@@ -13,10 +14,11 @@ import numpy as np
 from record import figure
 
 from dse.calibration import fit as cal
-from dse.calibration.latency import LABELS, fit_latency, measured_latency, simulate_measured
+from dse.calibration.latency import LABELS, SEED, fit_latency, measured_latency
 from dse.calibration.published import POINTS, measured_per_gpu
 from dse.catalog import load_catalog
 from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS
+from dse.perf.benchmark_rows import latency_of
 from dse.perf.params import PerfParams, default_params, load_params
 
 
@@ -47,33 +49,29 @@ def main() -> None:
 
 
 def _first_waves(data: list[cal.Measured], catalog, params: PerfParams) -> None:  # type: ignore[no-untyped-def]
-    """The closed loop's p99 is its first wave: H200 with 8k-token prompts, measured against simulated."""
+    """The closed loop's p99 is its first wave: H200 with 8k-token prompts, measured against
+    simulated as calibrated (the offsets and the engine's cold start in)."""
     rows = [m for m in data if m.row.hardware == "h200-sxm" and m.row.isl > 5000 and not m.row.disagg]
-    sim = simulate_measured(rows, catalog, params)
     meas = measured_latency(rows)
     print("\nH200, 8k-token prompts, aggregated: TTFT p99 measured / simulated (s)")
-    for m, s, x in zip(rows, sim, meas, strict=True):
-        print(
-            f"  {m.row.engine:6s} {m.row.conc:5.0f} clients: "
-            f"{x[1]:7.3f} / {s[1] + params.latency.frontend_s:7.3f}"
-        )
+    for m, x in zip(rows, meas, strict=True):
+        sim = latency_of(m.row, catalog, params, seed=SEED).percentile("ttft", 99.0)
+        print(f"  {m.row.engine:6s} {m.row.conc:5.0f} clients: {x[1]:7.3f} / {sim:7.3f}")
 
 
 def _recv_interval(data: list[cal.Measured], catalog, params: PerfParams) -> None:  # type: ignore[no-untyped-def]
     """The runs whose scripts set SGLang's --scheduler-recv-interval: measured TTFT p50 against the
-    simulated one with the interval and without it (fitted offsets added to both)."""
+    simulated one (as calibrated) with the interval and without it."""
     rows = [m for m in data if m.row.recv_interval > 1 and not m.row.disagg]
-    looked = simulate_measured(rows, catalog, params)
-    each_step = [replace(m, row=replace(m.row, recv_interval=1.0)) for m in rows]
-    every = simulate_measured(each_step, catalog, params)
     meas = measured_latency(rows)
-    offset = params.latency.frontend_s
     print("\nruns with --scheduler-recv-interval (aggregated): TTFT p50 measured / simulated / every step")
-    for m, s, e, x in zip(rows, looked, every, meas, strict=True):
+    for m, x in zip(rows, meas, strict=True):
         r = m.row
+        looked = latency_of(r, catalog, params, seed=SEED).percentile("ttft", 50.0)
+        every = latency_of(replace(r, recv_interval=1.0), catalog, params, seed=SEED).percentile("ttft", 50.0)
         print(
             f"  {r.hardware} {r.engine} {r.isl:6.0f} in {r.conc:4.0f} clients, every {r.recv_interval:2.0f}: "
-            f"{x[0]:7.3f} / {s[0] + offset:7.3f} / {e[0] + offset:7.3f}"
+            f"{x[0]:7.3f} / {looked:7.3f} / {every:7.3f}"
         )
 
 

@@ -9,9 +9,9 @@ outside the engine's forwards before its first token reaches the client
 one simulation per parameter set by a grid search minimising the median absolute error of the
 TTFT p50 and p99. Third, per engine and GPU vendor, the wait of a fresh server's first wave
 (:attr:`~dse.perf.params.LatencyParams.cold_start_s`): it moves only that wave, a tenth of a
-run's requests and so its p99 (a run's mean TTFT over its median says the same: the excess is
-about a tenth of the first wave's wait), and is fitted on the group's TTFT p99 once the two
-offsets are.
+run's requests, so its p99 above all (a run's mean TTFT over its median says the same: the
+excess is about a tenth of the first wave's wait), and is fitted on the group's TTFT p99 once the
+two offsets are.
 
 Leave-one-hardware-out: for each GPU type, the step costs come from the throughput fit without
 it, the two offsets are fitted on the other GPUs' runs, and its runs are predicted.
@@ -89,7 +89,7 @@ def replay_measured(data: Sequence[Measured], catalog: Catalog, params: PerfPara
     tpot = np.full((len(data), 2), np.nan)
     for i, m in enumerate(data):
         lat = latency_of(m.row, catalog, bare, seed=SEED)
-        wave = min(int(round(m.row.conc)), len(lat.ttft_s))  # the closed loop's first requests
+        wave = lat.first_wave  # the closed loop's first requests, sent at once
         t = np.where(np.isnan(lat.ttft_s), np.inf, lat.ttft_s)
         ttft[i] = [_with_waits(t, wave, 50.0), _with_waits(t, wave, 99.0)]
         tpot[i] = [lat.percentile("tpot", 50.0), lat.percentile("tpot", 99.0)]
@@ -139,9 +139,10 @@ def _with_waits(t: np.ndarray, wave: int, q: float) -> np.ndarray:
     lower rank can be it, so only the top of each part is kept; a percentile the largest wait
     leaves where it was is the same at every wait (raising values never lowers one)."""
     n = len(t)
-    at_ends = np.percentile(np.r_[t[:wave] + COLD_GRID[-1], t[wave:]], q)
-    if at_ends == np.percentile(t, q):
-        return np.full(len(COLD_GRID), at_ends)
+    with np.errstate(invalid="ignore"):  # an inf beside the rank: numpy's nan
+        at_ends = np.percentile(np.r_[t[:wave] + COLD_GRID[-1], t[wave:]], q)
+        if at_ends == np.percentile(t, q):
+            return np.full(len(COLD_GRID), at_ends)
     pos = q / 100.0 * (n - 1)
     lo = int(np.floor(pos))
     top = n - lo  # the union's values of rank lo and up: among the top of each part
@@ -153,8 +154,10 @@ def _with_waits(t: np.ndarray, wave: int, q: float) -> np.ndarray:
     k1 = min(k + 1, union.shape[1] - 1)
     union = np.partition(union, sorted({k, k1}), axis=1)
     below, above = union[:, k], union[:, k1]
-    with np.errstate(invalid="ignore"):  # inf - inf: nan, as numpy's own percentile gives
-        return below + (pos - lo) * (above - below)
+    g = pos - lo
+    with np.errstate(invalid="ignore"):  # numpy's own lerp, so an inf beside the rank gives its nan
+        diff = above - below
+        return below + diff * g if g < 0.5 else above - diff * (1.0 - g)
 
 
 def _top(x: np.ndarray, m: int) -> np.ndarray:

@@ -69,6 +69,7 @@ class Latency:
     preempted: int
     warning: str | None
     cold_start_s: float = 0.0  # the first wave's wait on a fresh server (closed loop), 0 if none
+    first_wave: int = 0  # requests 0..first_wave-1 were sent at once at the start (closed loop)
 
     def percentile(self, metric: str, q: float) -> float:
         values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2el": self.e2el_s}[metric]
@@ -146,9 +147,11 @@ def simulate_latency(
     extra = t.frontend_s + (0.0 if t.agg else t.handoff_s)  # after the engine, before the client
     first, done = first[back] + extra, done[back] + extra
     cold = cold_start_s if clients > 0 else 0.0
-    first[:clients] += cold  # the first wave: requests 0..clients-1, sent at time 0
-    done[:clients] += cold
-    return replace(_latency(t, arrive, first, done, osl, int(preempted), load), cold_start_s=cold)
+    # the whole run shifted: every time but the first wave's sending (requests 0..clients-1, at 0)
+    first, done = first + cold, done + cold
+    arrive = np.r_[arrive[:clients], arrive[clients:] + cold]
+    lat = _latency(t, arrive, first, done, osl, int(preempted), load)
+    return replace(lat, cold_start_s=cold, first_wave=clients)
 
 
 def _latency(

@@ -254,7 +254,7 @@ def load_params(path: Path | None = None) -> PerfParams:
     for name, profile in DEFAULT_ENGINES.items():  # a profile newer than the file: its defaults
         engines.setdefault(name, profile)
     scalars = {k: float(v) for k, v in raw["params"].items()}
-    latency = _latency_params(raw.get("latency", {}))
+    latency = _latency_params(raw.get("latency", {}), path)
     power = PowerParams(**{k: float(v) for k, v in raw.get("power", {}).items() if k in ("idle", "full")})
     return PerfParams(
         **scalars,
@@ -266,13 +266,20 @@ def load_params(path: Path | None = None) -> PerfParams:
     )
 
 
-def _latency_params(raw: dict[str, Any]) -> LatencyParams:
+def _latency_params(raw: dict[str, Any], path: Path) -> LatencyParams:
     """The file's latency section; a key an older file has and this one lacks is ignored, and a
     file without ``cold_start_s`` (written before there was one) has no first-wave wait."""
     known = {f.name for f in fields(LatencyParams)} - {"cold_start_s"}
     scalars = {k: float(v) for k, v in raw.items() if k in known}
-    cold = {str(k): float(v) for k, v in dict(raw.get("cold_start_s", {})).items()}
-    return LatencyParams(**scalars, cold_start_s=cold)
+    waits = raw.get("cold_start_s", {})
+    ok = isinstance(waits, dict) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v < float("inf")
+        for v in waits.values()
+    )
+    if not ok:
+        rule = "must map engine/vendor to seconds >= 0"
+        raise InputError(str(path), "latency.cold_start_s", rule, json.dumps(waits)[:80])
+    return LatencyParams(**scalars, cold_start_s={str(k): float(v) for k, v in waits.items()})
 
 
 def _accept_rate(engine: dict[str, Any]) -> float:
