@@ -84,17 +84,19 @@ def test_a_prefill_queue_with_exponential_prompts_is_the_mm1_queue() -> None:
         assert np.percentile(lat.ttft_s, q) == pytest.approx(exact, rel=0.06)
 
 
+B200_ROW = {
+    "hardware": "b200", "framework": "sglang", "model": "deepseek-v3", "precision": "fp8",
+    "spec_method": "none", "disagg": "False", "isl": "1024", "osl": "1024", "conc": "64",
+    "prefill_tp": "8", "prefill_ep": "8", "prefill_dp_attention": "False", "prefill_num_workers": "1",
+    "num_prefill_gpu": "8", "decode_tp": "8", "decode_ep": "8", "decode_dp_attention": "False",
+    "decode_num_workers": "1", "num_decode_gpu": "8",
+}  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def b200(catalog: Catalog) -> tuple[EngineTables, Lengths]:
-    row = {
-        "hardware": "b200", "framework": "sglang", "model": "deepseek-v3", "precision": "fp8",
-        "spec_method": "none", "disagg": "False", "isl": "1024", "osl": "1024", "conc": "64",
-        "prefill_tp": "8", "prefill_ep": "8", "prefill_dp_attention": "False", "prefill_num_workers": "1",
-        "num_prefill_gpu": "8", "decode_tp": "8", "decode_ep": "8", "decode_dp_attention": "False",
-        "decode_num_workers": "1", "num_decode_gpu": "8",
-    }  # fmt: skip
     params = load_params()
-    bench = parse_row(row, catalog)
+    bench = parse_row(B200_ROW, catalog)
     lengths = Lengths(1024, 1024)
     return tables_of(deployment_of([bench], catalog, params), params, ["sglang"], [lengths])[0], lengths
 
@@ -354,13 +356,7 @@ def test_each_engine_and_vendor_waits_its_fitted_cold_start(catalog: Catalog) ->
     waits = params.latency.cold_start_s
     assert {"sglang/nvidia", "trt/nvidia", "sglang/amd"} <= set(waits)
     assert all(0.0 <= v <= 5.0 for v in waits.values())
-    row = {
-        "hardware": "mi355x", "framework": "sglang", "model": "deepseek-v3", "precision": "fp8",
-        "spec_method": "none", "disagg": "False", "isl": "1024", "osl": "1024", "conc": "4",
-        "prefill_tp": "8", "prefill_ep": "8", "prefill_dp_attention": "False", "prefill_num_workers": "1",
-        "num_prefill_gpu": "8", "decode_tp": "8", "decode_ep": "8", "decode_dp_attention": "False",
-        "decode_num_workers": "1", "num_decode_gpu": "8",
-    }  # fmt: skip
+    row = {**B200_ROW, "hardware": "mi355x", "conc": "4"}
     assert cold_start_of(parse_row(row, catalog), catalog, params) == waits["sglang/amd"]
     assert params.latency.cold_start("vllm", "nvidia") == 0.0
 

@@ -75,12 +75,6 @@ class Replays:
         return out
 
 
-def simulate_measured(data: Sequence[Measured], catalog: Catalog, params: PerfParams) -> np.ndarray:
-    """``(rows, 4)``: each run replayed under ``params`` without the fitted offsets and cold
-    starts: TTFT p50, p99 and TPOT p50, p99 in seconds."""
-    return replay_measured(data, catalog, params).at(np.zeros(len(data)))
-
-
 def replay_measured(data: Sequence[Measured], catalog: Catalog, params: PerfParams) -> Replays:
     """Each run replayed under ``params`` (its closed loop, :func:`latency_of`) without the fitted
     offsets and cold starts, with its TTFT percentiles at every first-wave wait of the grid."""
