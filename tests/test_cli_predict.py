@@ -127,6 +127,14 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         "(a fresh server); 80 requests"
     ) in text.out
     assert "percentile" in text.out and "p99" in text.out
+    # --warm-server: the engine starts with the clients; the first wave's TTFTs drop by the wait
+    warm = json.loads(cli(*base, "--conc", "8", "--warm-server").out)["latency"]
+    fresh = json.loads(cli(*base, "--conc", "8").out)["latency"]
+    assert warm["cold_start_s"] == 0.0 and fresh["cold_start_s"] == wait > 0
+    assert warm["percentiles"]["p50"]["ttft_s"] == pytest.approx(fresh["percentiles"]["p50"]["ttft_s"])
+    assert warm["percentiles"]["p99.9"]["ttft_s"] < fresh["percentiles"]["p99.9"]["ttft_s"] - 0.5 * wait
+    warm_text = cli("predict", "--hardware", "b200", "--conc", "8", "--warm-server").out
+    assert "latency, simulated: closed loop, 8 requests in flight; 80 requests" in warm_text
 
 
 @pytest.mark.parametrize(
@@ -142,6 +150,10 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         (("--conc", "nan"), "--conc = nan: must be a finite number"),
         (("--conc", "-4"), "--conc = -4.0: must be > 0"),
         (("--load", "trace"), "--trace: is required with --load trace"),
+        (
+            ("--load", "poisson", "--rate", "2", "--warm-server"),
+            "--warm-server: needs --load closed (an open loop has no first wave)",
+        ),
         (("--requests", "300000"), "--requests = 300000: must be at most 200,000"),
         (
             ("--isl", "300000"),

@@ -169,6 +169,12 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
         help="requests to simulate (default: 10 per client in a closed loop, as InferenceX; 2,000 open loop)",
     )
     g.add_argument(
+        "--warm-server",
+        action="store_true",
+        help="closed loop: the engine starts with the clients (default: a fresh server, whose first "
+        "wave waits the engine's fitted cold start, as the measured benchmarks ran)",
+    )
+    g.add_argument(
         "--long-tail",
         type=float,
         default=0.0,
@@ -229,7 +235,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         "mtp_tokens_per_step": round(float(engine.accept_tokens(drafts)), 4),
     }
     error = expected_error(params, bench.hardware, bench.model, bench.engine)
-    lat = latency_of(bench, catalog, params, load, lengths, args.requests, args.seed)
+    fresh = not args.warm_server
+    lat = latency_of(bench, catalog, params, load, lengths, args.requests, args.seed, fresh=fresh)
     pools = kernel_sources(bench, catalog, params)
     kernels = {"tier": params.kernels, "pools": pools, "problems": problems()}
     if args.json:
@@ -307,6 +314,8 @@ def _load_of(args: argparse.Namespace) -> tuple[Load, Lengths, tuple[float, ...]
         raise InputError(SRC, "--rate", "needs --load poisson or bursty", args.rate)
     if args.trace is not None and args.load != "trace":
         raise InputError(SRC, "--trace", "needs --load trace", str(args.trace))
+    if args.warm_server and args.load != "closed":
+        raise InputError(SRC, "--warm-server", "needs --load closed (an open loop has no first wave)")
     lengths = Lengths(args.isl, args.osl, tail_sigma=args.long_tail)
     if args.load == "closed":
         return Load("closed", concurrency=args.conc), lengths, tuple(percentiles)

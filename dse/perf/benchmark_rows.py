@@ -485,14 +485,15 @@ def latency_of(
     lengths: Lengths | None = None,
     requests: int = 0,
     seed: int = 0,
+    fresh: bool = True,
 ) -> Latency:
     """The row's deployment simulated request by request (:mod:`dse.perf.latency`); by default
     under its benchmark's load: a closed loop at its concurrency with its lengths, on a fresh
-    server (its first wave waits the engine's cold start on the row's GPUs)."""
+    server (``fresh``: its first wave waits the engine's cold start on the row's GPUs)."""
     lengths = benchmark_lengths(row) if lengths is None else lengths
     load = Load("closed", concurrency=row.conc) if load is None else load
     tables = tables_of(deployment_of([row], catalog, params), params, [row.engine], [lengths])[0]
-    cold = cold_start_of(row, catalog, params)
+    cold = cold_start_of(row, catalog, params) if fresh else 0.0
     return simulate_latency(tables, load, lengths, requests=requests, seed=seed, cold_start_s=cold)
 
 
