@@ -38,7 +38,8 @@ MEASURED = (
 )
 LABELS = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99")
 OFFSET_GRID = np.round(np.arange(0.0, 0.6001, 0.005), 3)  # seconds
-COLD_GRID = np.round(np.arange(0.0, 5.0001, 0.05), 2)  # seconds: a first wave's wait
+COLD_STEP = 0.05  # seconds between two waits the fit tries
+COLD_GRID = np.round(np.arange(0.0, 5.0001, COLD_STEP), 2)  # seconds: a first wave's wait
 SEED = 0
 
 
@@ -188,7 +189,7 @@ def cold_of(rep: Replays, lp: LatencyParams) -> np.ndarray:
     """Each row's first-wave wait under ``lp`` (:meth:`~dse.perf.params.LatencyParams.cold_start`),
     rounded to the grid."""
     waits = [lp.cold_start(*str(g).split("/", 1)) for g in rep.group]
-    return np.clip(np.round(np.array(waits, dtype=float) / 0.05) * 0.05, 0.0, COLD_GRID[-1])
+    return np.clip(np.round(np.array(waits, dtype=float) / COLD_STEP) * COLD_STEP, 0.0, COLD_GRID[-1])
 
 
 def predicted(rep: Replays, disagg: np.ndarray, lp: LatencyParams) -> np.ndarray:
