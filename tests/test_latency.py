@@ -15,7 +15,7 @@ from dse.catalog import Catalog
 from dse.perf.benchmark_rows import deployment_of, parse_row
 from dse.perf.latency import simulate_latency
 from dse.perf.latency_inputs import Lengths, Load, Trace
-from dse.perf.latency_tables import EngineTables, tables_of
+from dse.perf.latency_tables import ENGINE_RULES, EngineTables, tables_of
 from dse.perf.params import load_params
 
 
@@ -272,6 +272,27 @@ def test_a_scheduler_looking_every_n_steps_sees_a_request_at_its_next_look() -> 
     assert lat.ttft_s == pytest.approx([0.05, 0.7 - 0.1, 0.05, 0.75 + 0.6 + 0.05 - 0.8])
     alone = simulate_latency(tables, _trace([0.0, 10.0], 10, 2), Lengths(10, 2))
     assert alone.ttft_s == pytest.approx([0.05, 0.05])
+
+
+def test_a_prefill_server_that_hand_shakes_first_batches_a_prompt_a_forward_late() -> None:
+    """SGLang's disaggregated prefill server (``PrefillBootstrapQueue``): a prompt received during a
+    forward is admitted at the loop iteration after the next, so it misses the forward that
+    follows when another prompt fills it. Two prompts per forward of 0.1 s; three arrive at an idle
+    server at 0 (two go in at once), a fourth at 0.05. Without the hand-shake the fourth joins the
+    third in the forward at 0.1; with it, it runs alone at 0.2. A server that has nothing else to
+    batch takes a late prompt at once."""
+    tables = _engine(False, chunk=20)
+    arrivals = [0.0, 0.0, 0.0, 0.05]
+    plain = simulate_latency(tables, _trace(arrivals, 10, 2), Lengths(10, 2))
+    assert plain.ttft_s == pytest.approx([0.1, 0.1, 0.2, 0.15])
+    shaking = simulate_latency(replace(tables, bootstrap=True), _trace(arrivals, 10, 2), Lengths(10, 2))
+    assert shaking.ttft_s == pytest.approx([0.1, 0.1, 0.2, 0.25])
+    alone = simulate_latency(replace(tables, bootstrap=True), _trace([0.0, 0.05], 10, 2), Lengths(10, 2))
+    assert alone.ttft_s == pytest.approx([0.1, 0.15])  # its forward starts when the first ends
+
+
+def test_only_sglang_hand_shakes_before_prefill() -> None:
+    assert [e for e, rules in ENGINE_RULES.items() if rules.bootstrap] == ["sglang"]
 
 
 def test_a_scheduler_looking_every_n_steps_adds_half_of_them_to_the_ttft() -> None:

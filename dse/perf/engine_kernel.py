@@ -29,7 +29,12 @@ and where they come from (see :mod:`dse.perf.latency` for the citations):
   the queue, keeps its first token, and recomputes its prompt and the tokens it had (vLLM's and
   SGLang's recompute preemption; disaggregated, the decode instance takes it back without the
   recompute's time);
-* disaggregated: a prefill instance batches queued prompts up to its budget; each finished prompt
+* disaggregated: a prefill instance batches queued prompts up to its budget; where the engine
+  hand-shakes before prefill (``bootstrap``: SGLang's prefill server admits a request to its
+  waiting queue only once its KV receiver on the decode server is ready, polled once per loop
+  iteration), a prompt that arrives during a forward is received after it and admitted at the
+  iteration after that, so it misses the next forward when other prompts fill one (an idle
+  server's loop spins, and takes it at once); each finished prompt
   moves its KV (the cached prefix included) to a decode instance in ``xfer_fixed +
   xfer_per_token * context`` seconds and is admitted there at a step boundary when the cap and
   the KV cache allow, in the order its transfer began; its first token is streamed then.
@@ -61,6 +66,7 @@ QUEUED, BUSY, T0, C0, GR, CTX, RES, RATIO, FWD = range(9)
 # per instance, int
 HEAD, TAIL, MODE, KK, SIGMA, NRUN, CHUNKED, NBATCH, MIXN, MINFIN, RECV, UNSEEN = range(12)
 NEVER = 1 << 62  # MINFIN of an instance with nobody running
+LATER = 1e-9  # seconds: just after an event, so a forward formed at it leaves the request out
 
 
 @njit(cache=True)
@@ -104,7 +110,7 @@ def _jump_steps(c0: float, g: float, elapsed: float, k_max: int) -> int:
 def simulate(
     agg, mixed, n_prefill, n_decode, clients, arrivals, isl, osl, steps, accept,
     dec_n, dec_a, dec_b, pf_tokens, pf_cost, chunk, pf_chunk, kv_cap, run_cap, recv_every, reserve,
-    xfer_fixed, xfer_per_token, t_arrive, t_first, t_done, cached,
+    xfer_fixed, xfer_per_token, t_arrive, t_first, t_done, cached, bootstrap,
 ):  # fmt: skip
     """Fill ``t_arrive``, ``t_first`` and ``t_done`` for every request; returns the number of
     preemptions. Lengths in tokens, times in seconds; ``steps`` are decode steps after the first
@@ -112,7 +118,9 @@ def simulate(
     seconds by its tokens (per instance: ``chunk`` aggregated, ``pf_chunk`` on a prefill pool);
     ``cached``: tokens of each request's context already in the cache (a returning turn's prefix),
     held in the KV cache and attended to but not prefilled; ``recv_every``: the decode steps between
-    two looks of an aggregated instance's scheduler for new requests (1: every step)."""
+    two looks of an aggregated instance's scheduler for new requests (1: every step);
+    ``bootstrap``: a disaggregated prefill server admits a prompt one loop iteration after it
+    receives it."""
     N = len(isl)
     D = n_decode
     P = n_prefill if not agg else 0
@@ -161,7 +169,7 @@ def simulate(
     now = 0.0
     while done < N:
         for r in range(n_pending):
-            _route(pending[r], now, agg, D, P, cap, every, rf, ri, mf, mi)
+            _route(pending[r], now, agg, D, P, cap, every, bootstrap, rf, ri, mf, mi)
         n_pending = 0
         t_next = INF  # the next event
         who = -1
@@ -224,7 +232,7 @@ def simulate(
         if clients > 0:  # each request that finished sends its client's next one, now
             spawned, n_pending = _spawn(done - finished_from, now, spawned, N, rf, pending, n_pending)
         for r in range(n_pending):  # before this instance schedules, so it may take them now
-            _route(pending[r], now, agg, D, P, cap, every, rf, ri, mf, mi)
+            _route(pending[r], now, agg, D, P, cap, every, bootstrap, rf, ri, mf, mi)
         n_pending = 0
         before = done
         done += _schedule(
@@ -330,11 +338,13 @@ def _recv_point(j, every, mi):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def _route(i, now, agg, D, P, cap, every, rf, ri, mf, mi):  # type: ignore[no-untyped-def]
+def _route(i, now, agg, D, P, cap, every, bootstrap, rf, ri, mf, mi):  # type: ignore[no-untyped-def]
     """A request that arrived: to the engine instance with the fewest requests, or (disaggregated)
     to the prefill instance with the fewest queued prompt tokens. An instance that looks for new
     requests only every ``every`` decode steps sees it at once only when idle; otherwise at the
-    end of its forward in progress, or of the decode step where it next looks."""
+    end of its forward in progress, or of the decode step where it next looks. A prefill server
+    that hand-shakes first (``bootstrap``) and is in a forward can batch it only after the forward
+    that follows (``READY`` just past the current one's end)."""
     if agg or P == 0:
         j = _least_loaded(D, mf, mi)
         rf[i, READY] = now
@@ -352,6 +362,8 @@ def _route(i, now, agg, D, P, cap, every, rf, ri, mf, mi):  # type: ignore[no-un
     for q in range(D, D + P):  # the prefill instance with the fewest prompt tokens queued or in its forward
         if mf[q, QUEUED] + mf[q, FWD] < load:
             best, load = q, mf[q, QUEUED] + mf[q, FWD]
+    busy = mi[best, MODE] == PREFILL
+    rf[i, READY] = mf[best, BUSY] + LATER if bootstrap and busy else now
     _push(best, i, mi, ri)
     mf[best, QUEUED] += rf[i, ISL]
     if mi[best, MODE] == IDLE and now < mf[best, BUSY]:
@@ -360,11 +372,14 @@ def _route(i, now, agg, D, P, cap, every, rf, ri, mf, mi):  # type: ignore[no-un
 
 @njit(cache=True)
 def _prefill_batch(q, now, budget, rf, ri, mf, mi, batch, pf):  # type: ignore[no-untyped-def]
-    """A prefill pool instance: batch queued prompts up to the budget (cutting the last one)."""
+    """A prefill pool instance: batch queued prompts admitted by now (``READY``) up to the budget
+    (cutting the last one); with none admitted yet, wait for the first."""
     tokens = 0.0
     room = budget
     while room > 0 and mi[q, HEAD] >= 0 and mi[q, NBATCH] < batch.shape[1]:
         i = mi[q, HEAD]
+        if rf[i, READY] > now:  # queued in arrival order, so every later one waits too
+            break
         take = min(rf[i, PF_REM], room)
         rf[i, PF_REM] -= take
         tokens += take
@@ -380,7 +395,7 @@ def _prefill_batch(q, now, budget, rf, ri, mf, mi, batch, pf):  # type: ignore[n
         mf[q, BUSY] = now + _interp(tokens, pf[0], pf[1])
     else:
         mi[q, MODE] = IDLE
-        mf[q, BUSY] = INF
+        mf[q, BUSY] = rf[mi[q, HEAD], READY] if mi[q, HEAD] >= 0 else INF
 
 
 @njit(cache=True)

@@ -23,6 +23,10 @@ follows, and from where:
   steps, so a request arriving during a decode stretch waits for the next look (InferenceX's
   B200 SGLang DeepSeek-R1 scripts set 30 from 16 clients up: half of 30 steps of 25-35 ms);
 * load and lengths: :mod:`dse.perf.latency_inputs`;
+* SGLang's disaggregated prefill server hand-shakes each request with the decode server before
+  batching it (``disaggregation/prefill.py``: ``PrefillBootstrapQueue.pop_bootstrapped``, polled
+  once per loop iteration, after the requests are received): a prompt arriving during a forward
+  misses the next one when others fill it;
 * closed loop, a fresh server's first burst: the first wave waits ``cold_start_s`` (fitted per
   engine and GPU vendor) before the engine serves it (:func:`simulate_latency`).
 """
@@ -136,7 +140,7 @@ def simulate_latency(
         np.asarray(t.dec_a, f64), np.asarray(t.dec_b, f64), np.asarray(t.pf_tokens, f64),
         np.asarray(t.pf_cost, f64), float(t.chunk), float(t.pf_chunk), float(t.kv_cap), int(t.run_cap),
         int(t.recv_every), float(t.reserve), float(t.xfer_fixed), float(t.xfer_per_token), arrive, first,
-        done, np.asarray(cached[order], f64),
+        done, np.asarray(cached[order], f64), bool(t.bootstrap),
     )  # fmt: skip
     back = np.empty(n, dtype=np.int64)
     back[order] = np.arange(n)  # request k ran as index back[k]

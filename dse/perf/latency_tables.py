@@ -33,14 +33,18 @@ from dse.perf.stages import kv_capacity_sequences
 @dataclass(frozen=True)
 class EngineRules:
     """How an engine's scheduler batches: ``mixed``, whether decode steps ride in the prefill
-    forward; ``reserve``, the share of a request's output its admission reserves in the KV cache."""
+    forward; ``reserve``, the share of a request's output its admission reserves in the KV cache;
+    ``bootstrap``, whether a disaggregated prefill server hand-shakes with the decode server before
+    it batches a prompt (SGLang's ``PrefillBootstrapQueue``, polled once per loop iteration, so a
+    prompt arriving during a forward misses the next one)."""
 
     mixed: bool
     reserve: float
+    bootstrap: bool = False
 
 
 ENGINE_RULES = {
-    "sglang": EngineRules(mixed=False, reserve=0.1),
+    "sglang": EngineRules(mixed=False, reserve=0.1, bootstrap=True),
     "trt": EngineRules(mixed=True, reserve=1.0),
     "atom": EngineRules(mixed=True, reserve=0.0),  # ATOM schedules as vLLM v1 does
     "vllm": EngineRules(mixed=True, reserve=0.0),
@@ -73,6 +77,7 @@ class EngineTables:
     frontend_s: float = 0.0
     handoff_s: float = 0.0
     recv_every: int = 1  # decode steps between two looks for new requests (aggregated instances)
+    bootstrap: bool = False  # a disaggregated prefill server admits a prompt an iteration late
 
 
 def element(obj: Any, k: int) -> Any:
@@ -136,6 +141,7 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
         chunk=dec_chunk, pf_chunk=pf_chunk, kv_cap=kv_cap, run_cap=run_cap, reserve=rules.reserve,
         xfer_fixed=xfer_fixed, xfer_per_token=xfer_tok, accept_mean=mean, accept_var=var, gpus=gpus,
         frontend_s=p.latency.frontend_s, handoff_s=p.latency.handoff_s, recv_every=recv_every,
+        bootstrap=rules.bootstrap,
     )  # fmt: skip
 
 
