@@ -93,6 +93,9 @@ B200_ROW = {
 }  # fmt: skip
 
 
+DISAGG = {"disagg": "True", "num_prefill_gpu": "8", "num_decode_gpu": "16", "decode_num_workers": "2"}
+
+
 @pytest.fixture(scope="module")
 def b200(catalog: Catalog) -> tuple[EngineTables, Lengths]:
     params = load_params()
@@ -289,6 +292,35 @@ def test_a_prefill_server_that_hand_shakes_first_batches_a_prompt_a_forward_late
     assert shaking.ttft_s == pytest.approx([0.1, 0.1, 0.2, 0.25])
     alone = simulate_latency(replace(tables, bootstrap=True), _trace([0.0, 0.05], 10, 2), Lengths(10, 2))
     assert alone.ttft_s == pytest.approx([0.1, 0.15])  # its forward starts when the first ends
+
+
+def test_a_prompt_takes_its_attention_dp_ranks_share_of_a_prefill_forward() -> None:
+    """Under attention data parallelism a prompt runs on one rank, whose budget is the instance's
+    over the ranks (SGLang divides ``--chunked-prefill-size`` by the DP size). Two ranks of 10
+    tokens in a forward of 20 (0.1 s): two 20-token prompts each take 10 tokens of two forwards,
+    where one rank's worth of budget would run them one after the other; a 30-token prompt alone
+    takes three forwards, not two."""
+    tables = _engine(False, chunk=20)
+    two = _trace([0.0, 0.0], 20, 2)
+    assert simulate_latency(tables, two, Lengths(20, 2)).ttft_s == pytest.approx([0.1, 0.2])
+    ranks = replace(tables, pf_lane=10.0)
+    assert simulate_latency(ranks, two, Lengths(20, 2)).ttft_s == pytest.approx([0.2, 0.2])
+    long = _trace([0.0], 30, 2)
+    assert simulate_latency(tables, long, Lengths(30, 2)).ttft_s == pytest.approx([0.2])
+    assert simulate_latency(ranks, long, Lengths(30, 2)).ttft_s == pytest.approx([0.3])
+
+
+def test_a_prefill_pools_lane_is_its_chunk_over_its_attention_dp_ranks(catalog: Catalog) -> None:
+    """Read from a disaggregated row: a DP-attention prefill pool of 8 GPUs takes an eighth of its
+    chunk per prompt; a tensor-parallel one the whole chunk; an aggregated instance no lane."""
+    params = load_params()
+    for dpa, ranks in (("True", 8.0), ("False", 1.0)):
+        row = parse_row({**B200_ROW, **DISAGG, "prefill_dp_attention": dpa}, catalog)
+        t = tables_of(deployment_of([row], catalog, params), params, [row.engine], [Lengths(1000, 100)])[0]
+        assert t.pf_lane == pytest.approx(t.pf_chunk / ranks)
+    agg = parse_row(B200_ROW, catalog)
+    t = tables_of(deployment_of([agg], catalog, params), params, [agg.engine], [Lengths(1000, 100)])[0]
+    assert math.isinf(t.pf_lane)
 
 
 def test_only_sglang_hand_shakes_before_prefill() -> None:

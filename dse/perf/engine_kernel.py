@@ -34,7 +34,8 @@ and where they come from (see :mod:`dse.perf.latency` for the citations):
   waiting queue only once its KV receiver on the decode server is ready, polled once per loop
   iteration), a prompt that arrives during a forward is received after it and admitted at the
   iteration after that, so it misses the next forward when other prompts fill one (an idle
-  server's loop spins, and takes it at once); each finished prompt
+  server's loop spins, and takes it at once); a forward takes at most ``pf_lane`` tokens of one
+  prompt (under attention data parallelism its rank's share of the budget); each finished prompt
   moves its KV (the cached prefix included) to a decode instance in ``xfer_fixed +
   xfer_per_token * context`` seconds and is admitted there at a step boundary when the cap and
   the KV cache allow, in the order its transfer began; its first token is streamed then.
@@ -110,7 +111,7 @@ def _jump_steps(c0: float, g: float, elapsed: float, k_max: int) -> int:
 def simulate(
     agg, mixed, n_prefill, n_decode, clients, arrivals, isl, osl, steps, accept,
     dec_n, dec_a, dec_b, pf_tokens, pf_cost, chunk, pf_chunk, kv_cap, run_cap, recv_every, reserve,
-    xfer_fixed, xfer_per_token, t_arrive, t_first, t_done, cached, bootstrap,
+    xfer_fixed, xfer_per_token, t_arrive, t_first, t_done, cached, bootstrap, pf_lane,
 ):  # fmt: skip
     """Fill ``t_arrive``, ``t_first`` and ``t_done`` for every request; returns the number of
     preemptions. Lengths in tokens, times in seconds; ``steps`` are decode steps after the first
@@ -120,7 +121,7 @@ def simulate(
     held in the KV cache and attended to but not prefilled; ``recv_every``: the decode steps between
     two looks of an aggregated instance's scheduler for new requests (1: every step);
     ``bootstrap``: a disaggregated prefill server admits a prompt one loop iteration after it
-    receives it."""
+    receives it; ``pf_lane``: the most tokens of one prompt a prefill pool's forward takes."""
     N = len(isl)
     D = n_decode
     P = n_prefill if not agg else 0
@@ -198,7 +199,7 @@ def simulate(
                 _wake(j, rf[i, READY], mi[j, NRUN] < cap, mf, mi)
             mi[who, NBATCH] = 0
             mf[who, FWD] = 0.0
-            _prefill_batch(who, now, pf_chunk, rf, ri, mf, mi, batch, pf)
+            _prefill_batch(who, now, pf_chunk, pf_lane, rf, ri, mf, mi, batch, pf)
             continue
         j = who
         finished_from = done
@@ -371,24 +372,31 @@ def _route(i, now, agg, D, P, cap, every, bootstrap, rf, ri, mf, mi):  # type: i
 
 
 @njit(cache=True)
-def _prefill_batch(q, now, budget, rf, ri, mf, mi, batch, pf):  # type: ignore[no-untyped-def]
-    """A prefill pool instance: batch queued prompts admitted by now (``READY``) up to the budget
-    (cutting the last one); with none admitted yet, wait for the first."""
+def _prefill_batch(q, now, budget, lane, rf, ri, mf, mi, batch, pf):  # type: ignore[no-untyped-def]
+    """A prefill pool instance: batch queued prompts admitted by now (``READY``) up to the budget,
+    at most ``lane`` tokens of each (its attention-DP rank's share of the budget: a prompt longer
+    than that goes on in the next forward, beside the prompts after it); with none admitted yet,
+    wait for the first."""
     tokens = 0.0
     room = budget
-    while room > 0 and mi[q, HEAD] >= 0 and mi[q, NBATCH] < batch.shape[1]:
-        i = mi[q, HEAD]
+    prev = -1  # the queued request before i (-1: i is the head)
+    i = mi[q, HEAD]
+    while room > 0 and i >= 0 and mi[q, NBATCH] < batch.shape[1]:
         if rf[i, READY] > now:  # queued in arrival order, so every later one waits too
             break
-        take = min(rf[i, PF_REM], room)
+        take = min(rf[i, PF_REM], room, lane)
         rf[i, PF_REM] -= take
         tokens += take
         room -= take
         mf[q, QUEUED] -= take
+        nxt = ri[i, NXT]
         if rf[i, PF_REM] <= 0:
-            _pop(q, mi, ri)
+            _unlink(q, prev, i, mi, ri)
             batch[q, mi[q, NBATCH]] = i
             mi[q, NBATCH] += 1
+        else:
+            prev = i
+        i = nxt
     if tokens > 0:
         mi[q, MODE] = PREFILL
         mf[q, FWD] = tokens
@@ -396,6 +404,18 @@ def _prefill_batch(q, now, budget, rf, ri, mf, mi, batch, pf):  # type: ignore[n
     else:
         mi[q, MODE] = IDLE
         mf[q, BUSY] = rf[mi[q, HEAD], READY] if mi[q, HEAD] >= 0 else INF
+
+
+@njit(cache=True)
+def _unlink(q, prev, i, mi, ri):  # type: ignore[no-untyped-def]
+    """Take request ``i`` out of ``q``'s queue; ``prev`` is the one before it (-1: it is the head)."""
+    if prev < 0:
+        _pop(q, mi, ri)
+        return
+    ri[prev, NXT] = ri[i, NXT]
+    if mi[q, TAIL] == i:
+        mi[q, TAIL] = prev
+    ri[i, NXT] = -1
 
 
 @njit(cache=True)
