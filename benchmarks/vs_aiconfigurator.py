@@ -13,7 +13,9 @@ the GPU's price), which answers aggregated, disaggregated and attention-FFN disa
 process. Output tokens/s per GPU divide by all N GPUs of the cluster on both sides
 (AIConfigurator's ``tokens/s/gpu_cluster``). The fronts (dse at a sweep of TPOT targets) and dse's
 answer with AIConfigurator's TTFT definition are computed afterwards, untimed. Medians of at least
-three alternating rounds, with their spread. Not part of ``make test``; writes
+three alternating rounds, with their spread, after one untimed `dse place` per system (its numba
+kernels compiled into their caches, as `make install` leaves them; a source change since then
+would otherwise put their compilation in the first rounds). Not part of ``make test``; writes
 ``benchmarks/results/vs_aiconfigurator.md`` and ``vs_aiconfigurator_<system>.png``. Run:
 ``python benchmarks/vs_aiconfigurator.py [ROUNDS]``.
 """
@@ -340,6 +342,8 @@ def main(rounds: int) -> None:
     ]
     speedups = []
     runs: dict[str, tuple[Run, Run]] = {}
+    for system in SYSTEMS:  # untimed: dse's numba kernels cached, as `make install` leaves them
+        subprocess.run(dse_place_cmd(system), check=True, capture_output=True)
     for system in SYSTEMS:
         aic, us = Run("AIConfigurator"), Run("dse")
         runs[system] = (aic, us)

@@ -323,6 +323,20 @@ def test_a_prefill_pools_lane_is_its_chunk_over_its_attention_dp_ranks(catalog: 
     assert math.isinf(t.pf_lane)
 
 
+def test_a_placed_prefill_budget_keeps_each_ranks_share() -> None:
+    """The engine check runs a prefill pool at the placement's budget (the fresh prompts its
+    forward batches); under attention data parallelism of 8 ranks a prompt keeps an eighth of it,
+    without it the whole."""
+    from dse.sim.engine_latency import placed_chunk
+
+    ranks = replace(_engine(False, chunk=8192), pf_lane=1024.0)
+    placed = placed_chunk(ranks, 4 * 3000.0)
+    assert (placed.pf_chunk, placed.chunk, placed.pf_lane) == (12000.0, 12000.0, 1500.0)
+    whole = replace(_engine(False, chunk=8192), pf_lane=8192.0)  # tensor-parallel attention
+    assert placed_chunk(whole, 12000.0).pf_lane == 12000.0
+    assert math.isinf(placed_chunk(_engine(True, chunk=8192), 12000.0).pf_lane)  # no prefill pool
+
+
 def test_only_sglang_hand_shakes_before_prefill() -> None:
     assert [e for e, rules in ENGINE_RULES.items() if rules.bootstrap] == ["sglang"]
 

@@ -32,7 +32,7 @@ from dse.catalog import Catalog
 from dse.perf.afd import attention_side, ffn_side
 from dse.perf.latency import Latency, percentile_of, simulate_latency
 from dse.perf.latency_inputs import LOW_OF_NOMINAL, Lengths, Load
-from dse.perf.latency_tables import tables_of
+from dse.perf.latency_tables import EngineTables, tables_of
 from dse.perf.params import PerfParams
 from dse.perf.pool import Pool, build_pool
 from dse.perf.serving import Deployment
@@ -58,6 +58,13 @@ class DesignLatency:
         return percentile_of(metric, values, q)
 
 
+def placed_chunk(tables: EngineTables, tokens: float) -> EngineTables:
+    """``tables`` with the placement's prefill budget (``tokens``: the fresh prompts its forward
+    batches); under attention data parallelism a prompt keeps its rank's share of it."""
+    chunk = max(tokens, 1.0)
+    return replace(tables, chunk=chunk, pf_chunk=chunk, pf_lane=tables.pf_lane * chunk / tables.pf_chunk)
+
+
 def design_latency(
     design: SimDesign, catalog: Catalog, params: PerfParams, seed: int = SEED
 ) -> DesignLatency | None:
@@ -79,9 +86,8 @@ def design_latency(
     runs: list[Latency] = []
     for d, rate, batch_requests in groups:
         tables = tables_of(d, params, [design.engine], [lengths])[0]
-        if batch_requests > 0:  # the placement's chunk: the fresh prompts its forward batches
-            chunk = max(batch_requests * w.input_tokens, 1.0)
-            tables = replace(tables, chunk=chunk, pf_chunk=chunk)
+        if batch_requests > 0:
+            tables = placed_chunk(tables, batch_requests * w.input_tokens)
         n = int(np.clip(3.0 * rate * e2e_s, MIN_REQUESTS, MAX_REQUESTS))
         lat = simulate_latency(tables, Load("poisson", rate=rate), lengths, requests=n, seed=seed)
         runs.append(lat)
