@@ -337,6 +337,20 @@ def test_a_placed_prefill_budget_keeps_each_ranks_share() -> None:
     assert math.isinf(placed_chunk(_engine(True, chunk=8192), 12000.0).pf_lane)  # no prefill pool
 
 
+def test_a_decode_server_that_reserves_fixed_tokens_admits_fewer() -> None:
+    """SGLang's disaggregated decode server keeps 512 tokens past each prompt it holds
+    (``SGLANG_NUM_RESERVED_DECODE_TOKENS``), not a share of the output. Two 100-token prompts, one
+    forward, a cache of 300 tokens: reserving nothing past the prompts both decode at once; with 150
+    tokens each the second waits for the first's 100 steps of 0.01 s."""
+    tables = _engine(False, kv_cap=300.0)
+    both = _trace([0.0, 0.0], 100, 101)
+    assert simulate_latency(tables, both, Lengths(1, 2)).ttft_s == pytest.approx([0.1, 0.1])
+    reserving = replace(tables, dec_reserve=150.0)
+    assert simulate_latency(reserving, both, Lengths(1, 2)).ttft_s == pytest.approx([0.1, 1.1])
+    assert ENGINE_RULES["sglang"].decode_reserve_tokens == 512.0
+    assert all(r.decode_reserve_tokens == 0.0 for e, r in ENGINE_RULES.items() if e != "sglang")
+
+
 def test_only_sglang_hand_shakes_before_prefill() -> None:
     assert [e for e, rules in ENGINE_RULES.items() if rules.bootstrap] == ["sglang"]
 

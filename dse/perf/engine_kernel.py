@@ -38,7 +38,9 @@ and where they come from (see :mod:`dse.perf.latency` for the citations):
   prompt (under attention data parallelism its rank's share of the budget); each finished prompt
   moves its KV (the cached prefix included) to a decode instance in ``xfer_fixed +
   xfer_per_token * context`` seconds and is admitted there at a step boundary when the cap and
-  the KV cache allow, in the order its transfer began; its first token is streamed then.
+  the KV cache allow (reserving ``dec_reserve`` tokens past its prompt where the engine keeps a
+  fixed reserve, else its share of the output), in the order its transfer began; its first token
+  is streamed then.
 
 Load: closed loop (``clients > 0``: requests ``0..clients-1`` arrive at time 0 and each request
 finishing sends the next one at once, as benchmark_serving's ``--max-concurrency`` with
@@ -111,7 +113,7 @@ def _jump_steps(c0: float, g: float, elapsed: float, k_max: int) -> int:
 def simulate(
     agg, mixed, n_prefill, n_decode, clients, arrivals, isl, osl, steps, accept,
     dec_n, dec_a, dec_b, pf_tokens, pf_cost, chunk, pf_chunk, kv_cap, run_cap, recv_every, reserve,
-    xfer_fixed, xfer_per_token, t_arrive, t_first, t_done, cached, bootstrap, pf_lane,
+    xfer_fixed, xfer_per_token, t_arrive, t_first, t_done, cached, bootstrap, pf_lane, dec_reserve,
 ):  # fmt: skip
     """Fill ``t_arrive``, ``t_first`` and ``t_done`` for every request; returns the number of
     preemptions. Lengths in tokens, times in seconds; ``steps`` are decode steps after the first
@@ -121,7 +123,9 @@ def simulate(
     held in the KV cache and attended to but not prefilled; ``recv_every``: the decode steps between
     two looks of an aggregated instance's scheduler for new requests (1: every step);
     ``bootstrap``: a disaggregated prefill server admits a prompt one loop iteration after it
-    receives it; ``pf_lane``: the most tokens of one prompt a prefill pool's forward takes."""
+    receives it; ``pf_lane``: the most tokens of one prompt a prefill pool's forward takes;
+    ``dec_reserve``: tokens a disaggregated decode instance reserves past each prompt it admits
+    (0: ``reserve`` times the output)."""
     N = len(isl)
     D = n_decode
     P = n_prefill if not agg else 0
@@ -237,8 +241,9 @@ def simulate(
         n_pending = 0
         before = done
         done += _schedule(
-            j, now, agg, mixed, chunk, kv_cap, cap, every, accept, rf, ri, mf, mi, run, batch, dec, pf
-        )
+            j, now, agg, mixed, chunk, kv_cap, cap, every, accept, dec_reserve,
+            rf, ri, mf, mi, run, batch, dec, pf,
+        )  # fmt: skip
         if clients > 0:  # requests done on admission (one output token) release their clients too
             spawned, n_pending = _spawn(done - before, now, spawned, N, rf, pending, n_pending)
     for i in range(N):
@@ -551,13 +556,13 @@ def _aggregated_prefill(j, now, mixed, chunk, kv_cap, cap, rf, ri, mf, mi, run, 
 
 
 @njit(cache=True)
-def _admit_transferred(j, now, kv_cap, cap, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
+def _admit_transferred(j, now, kv_cap, cap, dec_reserve, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
     """A decode instance admits the requests whose KV has landed, while the cap and cache allow;
     how many were done on admission (their one output token came from prefill)."""
     out = 0
     while mi[j, HEAD] >= 0 and rf[mi[j, HEAD], READY] <= now and mi[j, NRUN] < cap:
         i = mi[j, HEAD]
-        need = rf[i, BASE] + mf[j, RATIO] * rf[i, OSL]
+        need = rf[i, BASE] + (dec_reserve if dec_reserve > 0 else mf[j, RATIO] * rf[i, OSL])
         held = mf[j, CTX] + rf[i, BASE] + (mi[j, NRUN] + 1) * BLOCK_TOKENS
         full = mf[j, RES] + need > kv_cap or held > kv_cap
         if mi[j, NRUN] >= 1 and full:
@@ -571,7 +576,7 @@ def _admit_transferred(j, now, kv_cap, cap, rf, ri, mf, mi, run):  # type: ignor
 
 
 @njit(cache=True)
-def _schedule(j, now, agg, mixed, chunk, kv_cap, cap, every, accept, rf, ri, mf, mi, run, batch, dec, pf):  # type: ignore[no-untyped-def]  # noqa: E501
+def _schedule(j, now, agg, mixed, chunk, kv_cap, cap, every, accept, dec_reserve, rf, ri, mf, mi, run, batch, dec, pf):  # type: ignore[no-untyped-def]  # noqa: E501
     """Engine instance ``j`` at a step boundary: admit, then a prefill forward or a decode jump;
     how many requests were done on admission."""
     mi[j, MIXN] = 0
@@ -580,7 +585,7 @@ def _schedule(j, now, agg, mixed, chunk, kv_cap, cap, every, accept, rf, ri, mf,
         if _aggregated_prefill(j, now, mixed, chunk, kv_cap, cap, rf, ri, mf, mi, run, batch, dec, pf):
             return 0
     else:
-        done = _admit_transferred(j, now, kv_cap, cap, rf, ri, mf, mi, run)
+        done = _admit_transferred(j, now, kv_cap, cap, dec_reserve, rf, ri, mf, mi, run)
     n_run = mi[j, NRUN]
     if n_run == 0:
         mi[j, MODE] = IDLE

@@ -30,6 +30,9 @@ follows, and from where:
 * attention data parallelism pins a prompt to one rank, whose share of the forward's token budget
   is the instance's over the ranks (SGLang ``server_args.py``: ``chunked_prefill_size //
   dp_size``): a prefill pool's forward takes at most that much of any one prompt;
+* SGLang's disaggregated decode server admits a request while its KV cache holds the prompt plus
+  ``SGLANG_NUM_RESERVED_DECODE_TOKENS`` (512) for each request it holds
+  (``disaggregation/decode.py``: ``DecodePreallocQueue._allocatable_tokens``);
 * closed loop, a fresh server's first burst: the first wave waits ``cold_start_s`` (fitted per
   engine and GPU vendor) before the engine serves it (:func:`simulate_latency`).
 """
@@ -143,7 +146,7 @@ def simulate_latency(
         np.asarray(t.dec_a, f64), np.asarray(t.dec_b, f64), np.asarray(t.pf_tokens, f64),
         np.asarray(t.pf_cost, f64), float(t.chunk), float(t.pf_chunk), float(t.kv_cap), int(t.run_cap),
         int(t.recv_every), float(t.reserve), float(t.xfer_fixed), float(t.xfer_per_token), arrive, first,
-        done, np.asarray(cached[order], f64), bool(t.bootstrap), float(t.pf_lane),
+        done, np.asarray(cached[order], f64), bool(t.bootstrap), float(t.pf_lane), float(t.dec_reserve),
     )  # fmt: skip
     back = np.empty(n, dtype=np.int64)
     back[order] = np.arange(n)  # request k ran as index back[k]

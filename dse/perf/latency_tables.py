@@ -36,15 +36,19 @@ class EngineRules:
     forward; ``reserve``, the share of a request's output its admission reserves in the KV cache;
     ``bootstrap``, whether a disaggregated prefill server hand-shakes with the decode server before
     it batches a prompt (SGLang's ``PrefillBootstrapQueue``, polled once per loop iteration, so a
-    prompt arriving during a forward misses the next one)."""
+    prompt arriving during a forward misses the next one); ``decode_reserve_tokens``, what a
+    disaggregated decode server reserves past each request's prompt in place of the share of its
+    output (SGLang's ``DecodePreallocQueue`` keeps ``SGLANG_NUM_RESERVED_DECODE_TOKENS``, 512 by
+    default, for every request it holds; 0: the share)."""
 
     mixed: bool
     reserve: float
     bootstrap: bool = False
+    decode_reserve_tokens: float = 0.0
 
 
 ENGINE_RULES = {
-    "sglang": EngineRules(mixed=False, reserve=0.1, bootstrap=True),
+    "sglang": EngineRules(mixed=False, reserve=0.1, bootstrap=True, decode_reserve_tokens=512.0),
     "trt": EngineRules(mixed=True, reserve=1.0),
     "atom": EngineRules(mixed=True, reserve=0.0),  # ATOM schedules as vLLM v1 does
     "vllm": EngineRules(mixed=True, reserve=0.0),
@@ -79,6 +83,7 @@ class EngineTables:
     recv_every: int = 1  # decode steps between two looks for new requests (aggregated instances)
     bootstrap: bool = False  # a disaggregated prefill server admits a prompt an iteration late
     pf_lane: float = math.inf  # a prefill pool's tokens of one prompt per forward (its DP rank's share)
+    dec_reserve: float = 0.0  # a disaggregated decode admission's tokens past a prompt (0: reserve x output)
 
 
 def element(obj: Any, k: int) -> Any:
@@ -143,6 +148,7 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
         xfer_fixed=xfer_fixed, xfer_per_token=xfer_tok, accept_mean=mean, accept_var=var, gpus=gpus,
         frontend_s=p.latency.frontend_s, handoff_s=p.latency.handoff_s, recv_every=recv_every,
         bootstrap=rules.bootstrap, pf_lane=_lane(d, pf_chunk),
+        dec_reserve=rules.decode_reserve_tokens if d.prefill is not None else 0.0,
     )  # fmt: skip
 
 
