@@ -303,7 +303,7 @@ def test_a_prompt_takes_its_attention_dp_ranks_share_of_a_prefill_forward() -> N
     tables = _engine(False, chunk=20)
     two = _trace([0.0, 0.0], 20, 2)
     assert simulate_latency(tables, two, Lengths(20, 2)).ttft_s == pytest.approx([0.1, 0.2])
-    ranks = replace(tables, pf_lane=10.0)
+    ranks = replace(tables, pf_ranks=2.0)
     assert simulate_latency(ranks, two, Lengths(20, 2)).ttft_s == pytest.approx([0.2, 0.2])
     long = _trace([0.0], 30, 2)
     assert simulate_latency(tables, long, Lengths(30, 2)).ttft_s == pytest.approx([0.2])
@@ -329,10 +329,10 @@ def test_a_placed_prefill_budget_keeps_each_ranks_share() -> None:
     without it the whole."""
     from dse.sim.engine_latency import placed_chunk
 
-    ranks = replace(_engine(False, chunk=8192), pf_lane=1024.0)
+    ranks = replace(_engine(False, chunk=8192), pf_ranks=8.0)
     placed = placed_chunk(ranks, 4 * 3000.0)
     assert (placed.pf_chunk, placed.chunk, placed.pf_lane) == (12000.0, 12000.0, 1500.0)
-    whole = replace(_engine(False, chunk=8192), pf_lane=8192.0)  # tensor-parallel attention
+    whole = _engine(False, chunk=8192)  # tensor-parallel attention: one rank
     assert placed_chunk(whole, 12000.0).pf_lane == 12000.0
     assert math.isinf(placed_chunk(_engine(True, chunk=8192), 12000.0).pf_lane)  # no prefill pool
 

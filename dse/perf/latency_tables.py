@@ -82,8 +82,14 @@ class EngineTables:
     handoff_s: float = 0.0
     recv_every: int = 1  # decode steps between two looks for new requests (aggregated instances)
     bootstrap: bool = False  # a disaggregated prefill server admits a prompt an iteration late
-    pf_lane: float = math.inf  # a prefill pool's tokens of one prompt per forward (its DP rank's share)
+    pf_ranks: float = 1.0  # a prefill pool's attention-DP ranks: a prompt runs on one of them
     dec_reserve: float = 0.0  # a disaggregated decode admission's tokens past a prompt (0: reserve x output)
+
+    @property
+    def pf_lane(self) -> float:
+        """Tokens of one prompt a prefill pool's forward takes: its rank's share of the budget
+        (no such pool, aggregated: no limit)."""
+        return math.inf if self.agg else self.pf_chunk / self.pf_ranks
 
 
 def element(obj: Any, k: int) -> Any:
@@ -147,17 +153,14 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
         chunk=dec_chunk, pf_chunk=pf_chunk, kv_cap=kv_cap, run_cap=run_cap, reserve=rules.reserve,
         xfer_fixed=xfer_fixed, xfer_per_token=xfer_tok, accept_mean=mean, accept_var=var, gpus=gpus,
         frontend_s=p.latency.frontend_s, handoff_s=p.latency.handoff_s, recv_every=recv_every,
-        bootstrap=rules.bootstrap, pf_lane=_lane(d, pf_chunk),
+        bootstrap=rules.bootstrap, pf_ranks=_ranks(d),
         dec_reserve=rules.decode_reserve_tokens if d.prefill is not None else 0.0,
     )  # fmt: skip
 
 
-def _lane(d: Deployment, pf_chunk: float) -> float:
-    """Tokens of one prompt a prefill pool's forward takes: under attention data parallelism each
-    prompt runs on one rank, whose budget is the instance's over the ranks."""
-    if d.prefill is None:
-        return math.inf
-    return pf_chunk / max(float(np.asarray(d.prefill.attn_dp).ravel()[0]), 1.0)
+def _ranks(d: Deployment) -> float:
+    """A prefill pool's attention-DP ranks (1: tensor-parallel attention, or no prefill pool)."""
+    return 1.0 if d.prefill is None else max(float(np.asarray(d.prefill.attn_dp).ravel()[0]), 1.0)
 
 
 def _chunk(pool: Any, per_instance: bool) -> float:

@@ -60,9 +60,10 @@ class DesignLatency:
 
 def placed_chunk(tables: EngineTables, tokens: float) -> EngineTables:
     """``tables`` with the placement's prefill budget (``tokens``: the fresh prompts its forward
-    batches); under attention data parallelism a prompt keeps its rank's share of it."""
+    batches); under attention data parallelism a prompt keeps its rank's share of it
+    (:attr:`~dse.perf.latency_tables.EngineTables.pf_lane`)."""
     chunk = max(tokens, 1.0)
-    return replace(tables, chunk=chunk, pf_chunk=chunk, pf_lane=tables.pf_lane * chunk / tables.pf_chunk)
+    return replace(tables, chunk=chunk, pf_chunk=chunk)
 
 
 def design_latency(
