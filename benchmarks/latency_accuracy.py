@@ -1,7 +1,7 @@
 """How close the simulated TTFT and TPOT percentiles come to the measured runs, leave one
-hardware out: for each GPU type, the throughput fit, the latency offsets and the cold starts
-without its runs predict its p50 and p99 (what ``dse calibrate`` stores), against the closed-form
-TTFT as before.
+hardware out: for each GPU type, the throughput fit, the latency offsets, the cold starts and the
+attention-DP prefill slowdown without its runs predict its p50 and p99 (what ``dse calibrate``
+stores), against the closed-form TTFT as before.
 
 Prints figures, not verdicts. Run: ``python benchmarks/latency_accuracy.py`` (about 90 s).
 """
@@ -32,7 +32,8 @@ def main() -> None:
     cal.leave_one_hardware_out(data, catalog, default_params(), POINTS, values, folds)
     fitted = fit_latency(data, catalog, params, folds)
     print(f"{len(data)} measured runs; offsets fitted: front end {fitted.params.frontend_s * 1e3:.0f} ms, "
-          f"disaggregated hand-off {fitted.params.handoff_s * 1e3:.0f} ms")  # fmt: skip
+          f"disaggregated hand-off {fitted.params.handoff_s * 1e3:.0f} ms; SGLang attention-DP prefill "
+          f"forwards x{fitted.params.dp_prefill_slowdown:g}")  # fmt: skip
     head = "| | " + " | ".join(LABELS) + " |"
     print(head.replace("_", " ") + "\n|---|" + "---|" * len(LABELS))
     assert fitted.loho is not None and fitted.loho_by_hardware is not None

@@ -351,6 +351,87 @@ def test_a_decode_server_that_reserves_fixed_tokens_admits_fewer() -> None:
     assert all(r.decode_reserve_tokens == 0.0 for e, r in ENGINE_RULES.items() if e != "sglang")
 
 
+def test_an_sglang_attention_dp_prefill_pool_takes_the_fitted_slowdown(catalog: Catalog) -> None:
+    """The fitted slowdown multiplies every forward of an SGLang prefill pool under attention data
+    parallelism, and nothing else: not its tensor-parallel pool, not TensorRT-LLM's attention-DP
+    pool, not an aggregated instance, not the decode steps."""
+    shipped = load_params()
+    none, slow = (
+        replace(shipped, latency=replace(shipped.latency, dp_prefill_slowdown=f)) for f in (1.0, 1.5)
+    )
+
+    def both(row: dict[str, str]) -> tuple[EngineTables, EngineTables]:
+        bench = parse_row(row, catalog)
+        d = deployment_of([bench], catalog, shipped)
+        before, after = (tables_of(d, p, [bench.engine], [Lengths(1000, 100)])[0] for p in (none, slow))
+        return before, after
+
+    sglang_dp = {**B200_ROW, **DISAGG, "prefill_dp_attention": "True"}
+    before, after = both(sglang_dp)
+    assert after.dp_prefill_slowed and after.pf_ranks > 1.0
+    np.testing.assert_allclose(after.pf_cost, 1.5 * before.pf_cost)
+    np.testing.assert_array_equal(after.dec_a, before.dec_a)
+    for row in (
+        {**B200_ROW, **DISAGG},  # tensor-parallel prefill pool
+        {**sglang_dp, "framework": "trt"},
+        B200_ROW,  # aggregated
+    ):
+        before, after = both(row)
+        assert not after.dp_prefill_slowed
+        np.testing.assert_array_equal(after.pf_cost, before.pf_cost)
+    assert [e for e, rules in ENGINE_RULES.items() if rules.dp_prefill_slowed] == ["sglang"]
+
+
+def test_the_slowdown_fit_finds_the_factor_the_runs_need() -> None:
+    """Runs whose replays scale with the slowdown (the slowed ones) and runs they leave alone,
+    measured at 1.3 times the first's forwards plus a 50 ms front end: the fit returns 1.3 and the
+    front end, and a run at another factor of the grid would pull it there."""
+    from dse.calibration.latency import COLD_GRID, SLOWDOWN_GRID, Replays, fit_slowdown
+
+    rng = np.random.default_rng(1)
+    rows = 16
+    slowed = np.arange(rows) < 8
+    base = rng.uniform(0.2, 2.0, rows)
+    group = np.array(["sglang/nvidia"] * rows)
+
+    def at(f: float) -> Replays:
+        t = base * np.where(slowed, f, 1.0)
+        ttft = np.repeat(np.stack([t, 2.0 * t], axis=1)[:, :, None], len(COLD_GRID), axis=2)
+        return Replays(ttft, np.full((rows, 2), 0.02), group)
+
+    reps = {f: at(f) for f in SLOWDOWN_GRID}
+    meas = np.full((rows, 4), np.nan)
+    truth = at(1.3).ttft[:, :, 0] + 0.05
+    meas[:, :2] = truth
+    fitted = fit_slowdown(reps, meas, np.zeros(rows, dtype=bool))
+    assert (fitted.dp_prefill_slowdown, fitted.frontend_s) == pytest.approx((1.3, 0.05))
+    meas[:, :2] = at(1.6).ttft[:, :, 0] + 0.05
+    assert fit_slowdown(reps, meas, np.zeros(rows, dtype=bool)).dp_prefill_slowdown == 1.6
+
+
+def test_the_offset_fit_is_the_grid_searched_one_pair_at_a_time() -> None:
+    """The offsets, fitted over the whole grid at once, are the pair a loop over it finds: the
+    least mean of the TTFT p50 and p99 median errors, the first of equal ones; runs missing a
+    value count in the other percentile only."""
+    from dse.calibration.latency import OFFSET_GRID, abs_errors, fit_offsets, with_offsets
+
+    rng = np.random.default_rng(2)
+    for k in range(3):
+        rows = 30
+        sim = np.c_[rng.uniform(0.05, 3.0, (rows, 2)), np.full((rows, 2), 0.02)]
+        disagg = rng.random(rows) < 0.5
+        meas = sim * rng.uniform(0.7, 1.6, sim.shape) + rng.uniform(0.0, 0.3, sim.shape)
+        meas[rng.random(rows) < 0.1, k % 2] = np.nan
+        best = (np.inf, 0.0, 0.0)
+        for f in OFFSET_GRID:
+            for h in OFFSET_GRID:
+                e = abs_errors(with_offsets(sim, disagg, f, h)[:, :2], meas[:, :2])
+                score = float(np.mean([np.nanmedian(e[:, 0]), np.nanmedian(e[:, 1])]))
+                if score < best[0] - 1e-12:
+                    best = (score, float(f), float(h))
+        assert fit_offsets(sim, meas, disagg) == (best[1], best[2])
+
+
 def test_only_sglang_hand_shakes_before_prefill() -> None:
     assert [e for e, rules in ENGINE_RULES.items() if rules.bootstrap] == ["sglang"]
 
@@ -468,8 +549,8 @@ def test_the_cold_start_fit_finds_the_wait_a_groups_p99_needs() -> None:
 
 
 def test_a_calibration_file_keeps_the_cold_starts(tmp_path: Path) -> None:
-    """Written and read back, the waits are the same; a file from before there were any reads as
-    none (every closed loop then starts warm)."""
+    """Written and read back, the waits and the slowdown are the same; a file from before there
+    were any reads as none (every closed loop then starts warm, no prefill pool slows)."""
     import json
 
     from dse.errors import InputError
@@ -481,8 +562,10 @@ def test_a_calibration_file_keeps_the_cold_starts(tmp_path: Path) -> None:
     assert load_params(file).latency == shipped.latency
     older = json.loads(file.read_text())
     del older["latency"]["cold_start_s"]
+    del older["latency"]["dp_prefill_slowdown"]
     file.write_text(json.dumps(older))
     assert load_params(file).latency.cold_start_s == {}
+    assert load_params(file).latency.dp_prefill_slowdown == 1.0
     assert load_params(file).latency.frontend_s == shipped.latency.frontend_s
     for bad in (1.5, None, {"sglang/amd": -1.0}, {"sglang/amd": "slow"}):
         older["latency"]["cold_start_s"] = bad

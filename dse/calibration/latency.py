@@ -13,8 +13,15 @@ run's requests, so its p99 above all (a run's mean TTFT over its median says the
 excess is about a tenth of the first wave's wait), and is fitted on the group's TTFT p99 once the
 two offsets are.
 
+Fourth, where an engine's rule says its attention-DP prefill servers run slower than the balanced
+pool the step costs price (:attr:`~dse.perf.latency_tables.EngineRules.dp_prefill_slowed`), how
+much slower (:attr:`~dse.perf.params.LatencyParams.dp_prefill_slowdown`): the runs it reaches are
+replayed at each factor of :data:`SLOWDOWN_GRID`, the offsets and cold starts fitted at each, and
+the factor whose fit leaves the least mean of the TTFT p50 and p99 median errors kept.
+
 Leave-one-hardware-out: for each GPU type, the step costs come from the throughput fit without
-it, the two offsets are fitted on the other GPUs' runs, and its runs are predicted.
+it, the offsets, cold starts and slowdown are fitted on the other GPUs' runs, and its runs are
+predicted.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import numpy as np
 
 from dse.calibration.fit import Measured
 from dse.catalog import Catalog
-from dse.perf.benchmark_rows import latency_of
+from dse.perf.benchmark_rows import latency_of, latency_tables_of
 from dse.perf.params import LatencyParams, PerfParams
 
 # (metric, percentile, the measured column, its unit in seconds)
@@ -41,6 +48,9 @@ OFFSET_GRID = np.round(np.arange(0.0, 0.6001, 0.005), 3)  # seconds
 COLD_STEP = 0.05  # seconds between two waits the fit tries
 COLD_GRID = np.round(np.arange(0.0, 5.0001, COLD_STEP), 2)  # seconds: a first wave's wait
 SEED = 0
+# times the step costs' forward an attention-DP prefill server of a slowed engine may take; the
+# fit picks one (1.45 in every leave-one-out fold but one, which took 1.6)
+SLOWDOWN_GRID = (1.0, 1.15, 1.3, 1.45, 1.6, 1.8)
 
 
 def measured_latency(data: Sequence[Measured]) -> np.ndarray:
@@ -76,20 +86,34 @@ class Replays:
         return out
 
 
-def replay_measured(data: Sequence[Measured], catalog: Catalog, params: PerfParams) -> Replays:
+def replay_measured(data: Sequence[Measured], catalog: Catalog, params: PerfParams) -> dict[float, Replays]:
     """Each run replayed under ``params`` (its closed loop, :func:`latency_of`) without the fitted
-    offsets and cold starts, with its TTFT percentiles at every first-wave wait of the grid."""
+    offsets and cold starts, with its TTFT percentiles at every first-wave wait of the grid; at
+    each attention-DP prefill slowdown of :data:`SLOWDOWN_GRID` (a run the slowdown does not reach
+    is replayed once and stands at every factor)."""
     bare = replace(params, latency=LatencyParams())
-    ttft = np.full((len(data), 2, len(COLD_GRID)), np.nan)
-    tpot = np.full((len(data), 2), np.nan)
-    for i, m in enumerate(data):
-        lat = latency_of(m.row, catalog, bare, seed=SEED)
-        wave = lat.first_wave  # the closed loop's first requests, sent at once
-        t = np.where(np.isnan(lat.ttft_s), np.inf, lat.ttft_s)
-        ttft[i] = [_with_waits(t, wave, 50.0), _with_waits(t, wave, 99.0)]
-        tpot[i] = [lat.percentile("tpot", 50.0), lat.percentile("tpot", 99.0)]
+    base = [_replay(m, catalog, bare) for m in data]
+    slowed = [latency_tables_of(m.row, catalog, bare).dp_prefill_slowed for m in data]
     group = np.array([f"{m.row.engine}/{catalog.hardware(m.row.hardware).vendor}" for m in data])
-    return Replays(ttft, tpot, group)
+    out = {}
+    for f in SLOWDOWN_GRID:
+        at = replace(params, latency=LatencyParams(dp_prefill_slowdown=f))
+        runs = [
+            _replay(m, catalog, at) if hit and f != 1.0 else b
+            for m, hit, b in zip(data, slowed, base, strict=True)
+        ]
+        out[f] = Replays(np.array([r[0] for r in runs]), np.array([r[1] for r in runs]), group)
+    return out
+
+
+def _replay(m: Measured, catalog: Catalog, params: PerfParams) -> tuple[np.ndarray, np.ndarray]:
+    """One run's TTFT p50 and p99 at each first-wave wait, ``(2, len(COLD_GRID))``, and its TPOT
+    p50 and p99."""
+    lat = latency_of(m.row, catalog, params, seed=SEED)
+    wave = lat.first_wave  # the closed loop's first requests, sent at once
+    t = np.where(np.isnan(lat.ttft_s), np.inf, lat.ttft_s)
+    ttft = np.array([_with_waits(t, wave, 50.0), _with_waits(t, wave, 99.0)])
+    return ttft, np.array([lat.percentile("tpot", 50.0), lat.percentile("tpot", 99.0)])
 
 
 def with_offsets(sim: np.ndarray, disagg: np.ndarray, frontend_s: float, handoff_s: float) -> np.ndarray:
@@ -105,15 +129,17 @@ def abs_errors(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
 
 def fit_offsets(sim: np.ndarray, meas: np.ndarray, disagg: np.ndarray) -> tuple[float, float]:
     """(frontend, hand-off) seconds minimising the mean of the TTFT p50 and p99 median absolute
-    errors, over the grid of both at once (the hand-off moves the disaggregated runs only)."""
-    best = (np.inf, 0.0, 0.0)
-    for f in OFFSET_GRID:
-        for h in OFFSET_GRID if disagg.any() else OFFSET_GRID[:1]:
-            e = abs_errors(with_offsets(sim, disagg, f, h)[:, :2], meas[:, :2])
-            score = float(np.mean([np.nanmedian(e[:, 0]), np.nanmedian(e[:, 1])]))
-            if score < best[0] - 1e-12:
-                best = (score, float(f), float(h))
-    return best[1], best[2]
+    errors, over the grid of both at once (the hand-off moves the disaggregated runs only); of
+    equal scores, the first with the front end, then the hand-off, smallest."""
+    hands = OFFSET_GRID if disagg.any() else OFFSET_GRID[:1]
+    score = np.zeros((len(OFFSET_GRID), len(hands)))
+    for k in range(2):  # TTFT p50, p99: each pair of offsets at once, over the runs with both values
+        ok = ~np.isnan(sim[:, k]) & ~np.isnan(meas[:, k])
+        hand = np.where(disagg[ok], 1.0, 0.0)[None, None, :] * hands[None, :, None]
+        off = OFFSET_GRID[:, None, None] + hand
+        score += np.median(np.abs((sim[ok, k] + off) / meas[ok, k] - 1.0), axis=2) / 2.0
+    i, j = np.unravel_index(int(np.argmin(score)), score.shape)  # the first of equal minima
+    return float(OFFSET_GRID[i]), float(hands[j])
 
 
 @dataclass(frozen=True)
@@ -197,31 +223,49 @@ def predicted(rep: Replays, disagg: np.ndarray, lp: LatencyParams) -> np.ndarray
     return with_offsets(rep.at(cold_of(rep, lp)), disagg, lp.frontend_s, lp.handoff_s)
 
 
+def fit_slowdown(reps: Mapping[float, Replays], meas: np.ndarray, disagg: np.ndarray) -> LatencyParams:
+    """The slowdown of ``reps`` (replays by factor, :func:`replay_measured`) whose offsets and cold
+    starts (:func:`fit_all`) leave the least mean of the TTFT p50 and p99 median absolute errors,
+    with those offsets and cold starts; on a tie the smaller factor."""
+    best: tuple[float, LatencyParams] | None = None
+    for f in sorted(reps):
+        lp = replace(fit_all(reps[f], meas, disagg), dp_prefill_slowdown=float(f))
+        e = abs_errors(predicted(reps[f], disagg, lp), meas)
+        score = float(np.mean([np.nanmedian(e[:, 0]), np.nanmedian(e[:, 1])]))
+        if best is None or score < best[0] - 1e-12:
+            best = (score, lp)
+    assert best is not None, "no replay to fit"
+    return best[1]
+
+
+def _rows(reps: Mapping[float, Replays], keep: np.ndarray) -> dict[float, Replays]:
+    return {f: Replays(r.ttft[keep], r.tpot[keep], r.group[keep]) for f, r in reps.items()}
+
+
 def fit_latency(
     data: Sequence[Measured],
     catalog: Catalog,
     params: PerfParams,
     fold_fits: Mapping[str, PerfParams] | None = None,
 ) -> LatencyFit:
-    """The offsets and cold starts fitted on every run, their in-sample error and, with the
-    throughput fits that left each GPU type out (``fold_fits``), the leave-one-hardware-out error
-    (the held-out GPU's group takes the wait its engine was fitted to on the other GPUs of its
-    vendor; a group with none there, none)."""
+    """The offsets, cold starts and attention-DP prefill slowdown fitted on every run, their
+    in-sample error and, with the throughput fits that left each GPU type out (``fold_fits``), the
+    leave-one-hardware-out error (the held-out GPU's group takes the wait its engine was fitted to
+    on the other GPUs of its vendor; a group with none there, none)."""
     meas = measured_latency(data)
     disagg = np.array([m.row.disagg for m in data])
-    rep = replay_measured(data, catalog, params)
-    fitted = fit_all(rep, meas, disagg)
-    in_sample = medians(abs_errors(predicted(rep, disagg, fitted), meas))
+    reps = replay_measured(data, catalog, params)
+    fitted = fit_slowdown(reps, meas, disagg)
+    in_sample = medians(abs_errors(predicted(reps[fitted.dp_prefill_slowdown], disagg, fitted), meas))
     if fold_fits is None:
         return LatencyFit(fitted, in_sample, None, None)
     hw = np.array([m.row.hardware for m in data])
     pred = np.full_like(meas, np.nan)
     for held, fold in fold_fits.items():
-        fold_rep = replay_measured(data, catalog, fold)
+        fold_reps = replay_measured(data, catalog, fold)
         train = hw != held
-        part = Replays(fold_rep.ttft[train], fold_rep.tpot[train], fold_rep.group[train])
-        lp = fit_all(part, meas[train], disagg[train])
-        held_rep = Replays(fold_rep.ttft[~train], fold_rep.tpot[~train], fold_rep.group[~train])
+        lp = fit_slowdown(_rows(fold_reps, train), meas[train], disagg[train])
+        held_rep = _rows(fold_reps, ~train)[lp.dp_prefill_slowdown]
         pred[~train] = predicted(held_rep, disagg[~train], lp)
     err = abs_errors(pred, meas)
     by_hw = {h_: medians(err[hw == h_]) for h_ in sorted(set(hw))}

@@ -111,7 +111,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     print(
         f"latency: front end {latency.params.frontend_s * 1e3:.0f} ms, disaggregated hand-off "
         f"{latency.params.handoff_s * 1e3:.0f} ms per request; a fresh server's first wave waits "
-        f"{colds or 'nothing'}"
+        f"{colds or 'nothing'}; attention-DP prefill forwards where the engine slows them (SGLang) take "
+        f"{latency.params.dp_prefill_slowdown:g}x the step costs'"
     )
     if power is not None:
         print(

@@ -54,7 +54,7 @@ from dse.perf.kernel_data import image_version
 from dse.perf.kernels import OPS
 from dse.perf.latency import Latency, simulate_latency
 from dse.perf.latency_inputs import Lengths, Load
-from dse.perf.latency_tables import tables_of
+from dse.perf.latency_tables import EngineTables, tables_of
 from dse.perf.params import EngineProfile, PerfParams
 from dse.perf.pool import build_pool
 from dse.perf.serving import Deployment, ServingResult, closed_loop
@@ -492,9 +492,17 @@ def latency_of(
     server (``fresh``: its first wave waits the engine's cold start on the row's GPUs)."""
     lengths = benchmark_lengths(row) if lengths is None else lengths
     load = Load("closed", concurrency=row.conc) if load is None else load
-    tables = tables_of(deployment_of([row], catalog, params), params, [row.engine], [lengths])[0]
+    tables = latency_tables_of(row, catalog, params, lengths)
     cold = cold_start_of(row, catalog, params) if fresh else 0.0
     return simulate_latency(tables, load, lengths, requests=requests, seed=seed, cold_start_s=cold)
+
+
+def latency_tables_of(
+    row: BenchRow, catalog: Catalog, params: PerfParams, lengths: Lengths | None = None
+) -> EngineTables:
+    """The row's deployment as the latency simulation reads it, for its benchmark's lengths by default."""
+    lengths = benchmark_lengths(row) if lengths is None else lengths
+    return tables_of(deployment_of([row], catalog, params), params, [row.engine], [lengths])[0]
 
 
 def cold_start_of(row: BenchRow, catalog: Catalog, params: PerfParams) -> float:

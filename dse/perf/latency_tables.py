@@ -39,16 +39,26 @@ class EngineRules:
     prompt arriving during a forward misses the next one); ``decode_reserve_tokens``, what a
     disaggregated decode server reserves past each request's prompt in place of the share of its
     output (SGLang's ``DecodePreallocQueue`` keeps ``SGLANG_NUM_RESERVED_DECODE_TOKENS``, 512 by
-    default, for every request it holds; 0: the share)."""
+    default, for every request it holds; 0: the share); ``dp_prefill_slowed``, whether an
+    attention-DP prefill server's forwards take the fitted
+    :attr:`~dse.perf.params.LatencyParams.dp_prefill_slowdown` times what the step costs price
+    (SGLang: its runs with such a pool measured 1.7x the simulated median TTFT at 1-64 clients and
+    2.4x above, those with a tensor-parallel one 0.9x and 1.4x, TensorRT-LLM's alike; the step
+    costs price a pool whose ranks share every forward evenly, where SGLang forms each rank's
+    batch from that rank's own queue and synchronises the ranks' batch shapes before every
+    forward, ``prepare_mlp_sync_batch``)."""
 
     mixed: bool
     reserve: float
     bootstrap: bool = False
     decode_reserve_tokens: float = 0.0
+    dp_prefill_slowed: bool = False
 
 
 ENGINE_RULES = {
-    "sglang": EngineRules(mixed=False, reserve=0.1, bootstrap=True, decode_reserve_tokens=512.0),
+    "sglang": EngineRules(
+        mixed=False, reserve=0.1, bootstrap=True, decode_reserve_tokens=512.0, dp_prefill_slowed=True
+    ),
     "trt": EngineRules(mixed=True, reserve=1.0),
     "atom": EngineRules(mixed=True, reserve=0.0),  # ATOM schedules as vLLM v1 does
     "vllm": EngineRules(mixed=True, reserve=0.0),
@@ -84,6 +94,7 @@ class EngineTables:
     bootstrap: bool = False  # a disaggregated prefill server admits a prompt an iteration late
     pf_ranks: float = 1.0  # a prefill pool's attention-DP ranks: a prompt runs on one of them
     dec_reserve: float = 0.0  # a disaggregated decode admission's tokens past a prompt (0: reserve x output)
+    dp_prefill_slowed: bool = False  # its prefill pool's forwards carry the fitted attention-DP slowdown
 
     @property
     def pf_lane(self) -> float:
@@ -135,7 +146,8 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
     pf_chunk = dec_chunk if d.prefill is None else _chunk(d.prefill, per_instance)
     top = max(dec_chunk, pf_chunk, isl) * 1.5
     tok = np.unique(np.r_[np.geomspace(16.0, top, 28), isl])
-    pf = prefill_forward_seconds(d, p, tok)
+    slowed = rules.dp_prefill_slowed and d.prefill is not None and _ranks(d) > 1.0
+    pf = prefill_forward_seconds(d, p, tok) * (p.latency.dp_prefill_slowdown if slowed else 1.0)
     mean, var = _accept_moments(float(d.accept_tokens[0]), float(d.draft_tokens[0]))
     xfer_fixed = xfer_tok = 0.0
     if d.prefill is not None:
@@ -155,6 +167,7 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
         frontend_s=p.latency.frontend_s, handoff_s=p.latency.handoff_s, recv_every=recv_every,
         bootstrap=rules.bootstrap, pf_ranks=_ranks(d),
         dec_reserve=rules.decode_reserve_tokens if d.prefill is not None else 0.0,
+        dp_prefill_slowed=slowed,
     )  # fmt: skip
 
 
@@ -186,5 +199,3 @@ def _accept_moments(mean: float, drafts: float) -> tuple[float, float]:
     prob = np.array([a ** (k - 1) * (1.0 - a) for k in range(1, n + 1)] + [a**n])
     m = float((t * prob).sum())
     return m, float((t * t * prob).sum() - m * m)
-
-

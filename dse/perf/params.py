@@ -86,6 +86,11 @@ class LatencyParams:
     # (benchmark_serving's warm-up repeats one prompt, which the prefix cache serves). In the
     # measured runs that wave is a tenth of the requests, so it sets the TTFT p99 at low load.
     cold_start_s: dict[str, float] = field(default_factory=dict)
+    # disaggregated only: how many times the step costs' forward an attention-DP prefill server
+    # takes, where its engine's rule says the balanced pool the step costs price is not what it
+    # runs (:attr:`~dse.perf.latency_tables.EngineRules.dp_prefill_slowed`: SGLang). Fitted on the
+    # measured TTFT percentiles of the runs it reaches (:mod:`dse.calibration.latency`); 1 is none.
+    dp_prefill_slowdown: float = 1.0
 
     def cold_start(self, engine: str, vendor: str) -> float:
         """The first wave's wait for ``engine`` on ``vendor``'s GPUs, 0 where no run measured it
