@@ -541,6 +541,27 @@ def test_scheduler_recv_interval_flag(cli: Cli) -> None:
     )
 
 
+def test_adp_balance_timeout_iters_flag(cli: Cli) -> None:
+    """TensorRT-LLM balancing 8 attention-DP ranks with a 60-iteration timer: at 64 clients a new
+    request rarely finds one queued for every rank, so it mostly waits for the timer, on average
+    about half of 60 steps; a row that cannot balance is refused, one line and exit 2."""
+    flags = "--hardware b200 --framework trt --tp 8 --ep 8 --dp-attention --conc 64 --json".split()
+    plain, held = (cli("predict", *flags, *extra) for extra in ([], ["--adp-balance-timeout-iters", "60"]))
+    assert plain.code == 0 and held.code == 0, held.err
+    a, b = (json.loads(p.out) for p in (plain, held))
+    step = a["latency"]["percentiles"]["p50"]["tpot_ms"] / 1e3
+    added = b["latency"]["percentiles"]["p50"]["ttft_s"] - a["latency"]["percentiles"]["p50"]["ttft_s"]
+    assert 10 * step < added < 45 * step, (added, step)
+    text = cli("predict", *flags[:-1], "--adp-balance-timeout-iters", "60").out.splitlines()[0]
+    assert "context requests held up to 60 iterations for every attention-DP rank" in text, text
+    bad = cli("predict", "--hardware", "b200", "--framework", "trt", "--adp-balance-timeout-iters", "60")
+    assert bad.code == 2
+    assert bad.err.strip() == (
+        "dse: error: dse predict: --adp-balance-timeout-iters = '60': only an aggregated TensorRT-LLM (trt) "
+        "row with attention DP balances its ranks"
+    )
+
+
 def test_tokens_per_speculative_step_follow_the_acceptance_rate() -> None:
     from dse.perf.params import mtp_tokens_per_step
 

@@ -432,6 +432,47 @@ def test_the_offset_fit_is_the_grid_searched_one_pair_at_a_time() -> None:
         assert fit_offsets(sim, meas, disagg) == (best[1], best[2])
 
 
+def test_balanced_attention_dp_ranks_let_a_lone_request_in_when_the_timer_runs_out() -> None:
+    """TensorRT-LLM's ``enable_balance`` over 2 ranks with a 5-iteration timer: three requests
+    decode (10 ms steps) after their prefill forward (0.1 s, ending at 0.1 s); one more arriving at
+    0.203 s waits for the timer's next multiple of 5 steps since that forward, at 0.25 s (without
+    balancing it joins at the step boundary after it, 0.21 s); two arriving together have one for
+    each rank and go at the next boundary; with fewer requests decoding than ranks it goes at once."""
+    tables = _engine(True, chunk=1e6)
+    balanced = replace(tables, recv_every=5, balance_ranks=2.0)
+
+    def ttft(t: EngineTables, arrivals: list[float]) -> np.ndarray:
+        return simulate_latency(t, _trace(arrivals, 10, 100), Lengths(10, 100)).ttft_s[3:]
+
+    assert ttft(tables, [0.0, 0.0, 0.0, 0.203]) == pytest.approx([0.31 - 0.203])
+    assert ttft(balanced, [0.0, 0.0, 0.0, 0.203]) == pytest.approx([0.35 - 0.203])
+    assert ttft(balanced, [0.0, 0.0, 0.0, 0.203, 0.203]) == pytest.approx([0.31 - 0.203] * 2)
+    one_running = simulate_latency(balanced, _trace([0.0, 0.203], 10, 100), Lengths(10, 100))
+    assert one_running.ttft_s[1] == pytest.approx(0.31 - 0.203)
+
+
+def test_the_balance_setting_is_read_for_trt_attention_dp_rows_only(catalog: Catalog) -> None:
+    """``adp_balance_timeout_iters`` reaches an aggregated TensorRT-LLM attention-DP instance's
+    tables (its ranks, its timer); any other row refuses it with one line naming the rule."""
+    from dse.errors import InputError
+
+    params = load_params()
+    trt_dp = {**B200_ROW, "framework": "trt", "prefill_dp_attention": "True", "decode_dp_attention": "True"}
+    bench = parse_row({**trt_dp, "adp_balance_timeout_iters": "60"}, catalog)
+    t = tables_of(deployment_of([bench], catalog, params), params, ["trt"], [Lengths(1000, 100)])[0]
+    assert (t.balance_ranks, t.recv_every) == (8.0, 60)
+    plain = parse_row(trt_dp, catalog)
+    t = tables_of(deployment_of([plain], catalog, params), params, ["trt"], [Lengths(1000, 100)])[0]
+    assert (t.balance_ranks, t.recv_every) == (0.0, 1)
+    rule = r"adp_balance_timeout_iters.*only an aggregated TensorRT-LLM \(trt\) row with attention DP"
+    for row in (B200_ROW, {**B200_ROW, "framework": "trt"}, {**trt_dp, **DISAGG}):
+        with pytest.raises(InputError, match=rule):
+            parse_row({**row, "adp_balance_timeout_iters": "60"}, catalog)
+    for bad in ("0", "2.5", "many"):
+        with pytest.raises(InputError, match=r"adp_balance_timeout_iters.*whole number from 1"):
+            parse_row({**trt_dp, "adp_balance_timeout_iters": bad}, catalog)
+
+
 def test_only_sglang_hand_shakes_before_prefill() -> None:
     assert [e for e, rules in ENGINE_RULES.items() if rules.bootstrap] == ["sglang"]
 

@@ -69,3 +69,7 @@ def test_the_fit_sees_the_settings(catalog) -> None:  # type: ignore[no-untyped-
     # InferenceX's B200 SGLang scripts look for new requests every 30 decode steps from 16 clients
     looks = {(m.row.conc >= 16, m.row.recv_interval) for m in with_settings if m.row.recv_interval > 1}
     assert looks == {(True, 30.0), (False, 10.0), (True, 10.0)}
+    # InferenceX's TensorRT-LLM scripts balance attention-DP ranks for 60 iterations at most
+    balanced = sorted((m.row.hardware, m.row.conc) for m in with_settings if m.row.adp_balance == 60.0)
+    assert balanced == [("b200", 64.0), ("b200", 128.0), ("b200", 256.0), ("h200-sxm", 256.0)]
+    assert all(m.row.adp_balance in (0.0, 60.0) for m in with_settings)

@@ -123,6 +123,15 @@ def _add_engine_settings(p: argparse.ArgumentParser) -> None:
         "N decode steps (and after each prefill forward); default 1, every step",
     )
     p.add_argument(
+        "--adp-balance-timeout-iters",
+        type=int,
+        default=None,
+        metavar="N",
+        help="TensorRT-LLM's attention_dp_config with enable_balance: an aggregated attention-DP "
+        "instance lets context requests in once every rank has one, or after N iterations "
+        "(timeout_iters; default: no balancing)",
+    )
+    p.add_argument(
         "--kv-cache-dtype",
         choices=["bf16", "fp8", "fp4"],
         default=None,
@@ -255,6 +264,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     mtp = f", MTP {drafts:g} draft{plural} ({per_step:.2f} tokens per step)" if bench.mtp else ""
     every = bench.recv_interval
     looks = f", new requests looked for every {every:g} decode steps" if every > 1 else ""
+    if bench.adp_balance:
+        looks += f", context requests held up to {bench.adp_balance:g} iterations for every attention-DP rank"
     print(
         f"{bench.model} on {bench.hardware} ({bench.topology}, "
         f"{row['framework']}, {row['precision']}{mtp}, KV {assumed['kv_cache_dtype']}{looks}), "
@@ -440,6 +451,7 @@ def _flag_of(column: str, disagg: bool) -> str:
         "mtp_draft_tokens": "--mtp-draft-tokens",
         "kv_cache_dtype": "--kv-cache-dtype",
         "scheduler_recv_interval": "--scheduler-recv-interval",
+        "adp_balance_timeout_iters": "--adp-balance-timeout-iters",
     }  # fmt: skip
     if column in fixed:
         return fixed[column]
@@ -478,6 +490,9 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
         "scheduler_recv_interval": ""
         if a.scheduler_recv_interval is None
         else str(a.scheduler_recv_interval),
+        "adp_balance_timeout_iters": ""
+        if a.adp_balance_timeout_iters is None
+        else str(a.adp_balance_timeout_iters),
         **(
             {
                 "num_ffn_gpu": str(a.ffn_gpus),

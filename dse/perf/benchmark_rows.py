@@ -15,7 +15,7 @@ optional columns ``num_ffn_gpu``, ``ffn_num_workers`` and ``ffn_ep`` (:data:`AFD
 decode columns then describe the attention pool, and these the expert pool. Output throughput is
 per decode GPU of both pools.
 
-Four engine settings are optional columns (:data:`ENGINE_COLUMNS`); empty means the default:
+Five engine settings are optional columns (:data:`ENGINE_COLUMNS`); empty means the default:
 
 * ``decode_max_running_requests``: the engine's cap on the requests one decode instance (one
   instance in an aggregated row) runs at once (SGLang's ``--max-running-requests``, vLLM's
@@ -30,7 +30,12 @@ Four engine settings are optional columns (:data:`ENGINE_COLUMNS`); empty means 
 * ``scheduler_recv_interval``: SGLang's ``--scheduler-recv-interval``, the decode steps between
   two looks of an aggregated instance's scheduler for new requests (it looks after every prefill
   forward and when idle too); by default 1, every step. Disaggregated rows carry it as their
-  recipes set it; the simulation applies it to aggregated instances only.
+  recipes set it; the simulation applies it to aggregated instances only;
+* ``adp_balance_timeout_iters``: TensorRT-LLM's ``attention_dp_config`` with ``enable_balance:
+  true``, its ``timeout_iters``: an aggregated attention-DP instance lets context requests into a
+  forward once every rank has one, or some rank has none decoding, or after that many
+  iterations (``batching_wait_iters`` is taken as 0, as every InferenceX script sets it); by
+  default no balancing. Aggregated TensorRT-LLM rows with attention DP only.
 
 :data:`RECIPE_SETTINGS` holds these settings for the InferenceX runs, read from their launch
 scripts and recipes; :func:`with_recipe_settings` adds them to the rows they belong to.
@@ -88,6 +93,7 @@ ENGINE_COLUMNS = (  # optional
     "mtp_draft_tokens",
     "kv_cache_dtype",
     "scheduler_recv_interval",
+    "adp_balance_timeout_iters",
 )
 MAX_RECV_INTERVAL = 1000
 MAX_DRAFT_TOKENS = 16
@@ -143,6 +149,7 @@ class BenchRow:
     kv_precision: Precision | None = None  # the KV cache's precision; None: the engine's
     engine_version: str | None = None  # from the run's ``image``; None: the newest measured
     recv_interval: float = 1.0  # decode steps between the scheduler's looks for new requests
+    adp_balance: float = 0.0  # iterations context requests may wait for every attention-DP rank to have one
 
     @property
     def topology(self) -> str:
@@ -257,6 +264,7 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
         kv_precision=_kv_dtype(row, source),
         engine_version=image_version(str(row.get("image") or "")),
         recv_interval=_recv_interval(row, source),
+        adp_balance=_adp_balance(row, FRAMEWORK_ENGINE[fw], disagg, decode, source),
     )
 
 
@@ -272,6 +280,26 @@ def _recv_interval(row: Mapping[str, str], source: str) -> float:
         value = float("nan")
     if not (np.isfinite(value) and value == int(value) and 1 <= value <= MAX_RECV_INTERVAL):
         rule = f"must be a whole number from 1 to {MAX_RECV_INTERVAL} (decode steps)"
+        raise InputError(source, key, rule, raw)
+    return value
+
+
+def _adp_balance(row: Mapping[str, str], engine: str, disagg: bool, decode: PoolSpec, source: str) -> float:
+    """``adp_balance_timeout_iters``: a whole number from 1 to :data:`MAX_RECV_INTERVAL` in an
+    aggregated TensorRT-LLM row with attention DP, or empty (no balancing, 0)."""
+    key = ENGINE_COLUMNS[4]
+    raw = str(row.get(key) or "").strip()
+    if not raw:
+        return 0.0
+    if engine != "trt" or disagg or decode.attn_tp >= decode.gpus:
+        rule = "only an aggregated TensorRT-LLM (trt) row with attention DP balances its ranks"
+        raise InputError(source, key, rule, raw)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (np.isfinite(value) and value == int(value) and 1 <= value <= MAX_RECV_INTERVAL):
+        rule = f"must be a whole number from 1 to {MAX_RECV_INTERVAL} (iterations)"
         raise InputError(source, key, rule, raw)
     return value
 
@@ -422,6 +450,7 @@ def deployment_of(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams
         ffn_instances=np.array([f.instances for f in ffn]) if ffn else None,  # type: ignore[union-attr]
         max_batch=np.array([r.decode_max_running for r in rows]),
         recv_interval=np.array([r.recv_interval for r in rows]),
+        adp_balance=np.array([r.adp_balance for r in rows]),
     )
 
 

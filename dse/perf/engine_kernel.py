@@ -9,6 +9,9 @@ and where they come from (see :mod:`dse.perf.latency` for the citations):
 * a request is routed on arrival to the instance with the fewest requests (running, queued or in
   its prefill forward), or, disaggregated, to the prefill instance with the fewest prompt tokens
   queued or in its forward;
+* where TensorRT-LLM balances attention-DP ranks (``balance``), an aggregated instance lets
+  queued requests into a prefill batch only once every rank has one, some rank has none
+  decoding, or ``recv_every`` steps passed since it last did (``_balance_adp_requests``);
 * an iteration of an aggregated instance first forms a prefill batch: the chunked request left
   from the last iteration, then waiting requests while the token budget ``chunk`` lasts (where
   the engine mixes, ``mixed``: vLLM, TensorRT-LLM, less the running requests' decode tokens, which
@@ -114,6 +117,7 @@ def simulate(
     agg, mixed, n_prefill, n_decode, clients, arrivals, isl, osl, steps, accept,
     dec_n, dec_a, dec_b, pf_tokens, pf_cost, chunk, pf_chunk, kv_cap, run_cap, recv_every, reserve,
     xfer_fixed, xfer_per_token, t_arrive, t_first, t_done, cached, bootstrap, pf_lane, dec_reserve,
+    balance,
 ):  # fmt: skip
     """Fill ``t_arrive``, ``t_first`` and ``t_done`` for every request; returns the number of
     preemptions. Lengths in tokens, times in seconds; ``steps`` are decode steps after the first
@@ -125,7 +129,9 @@ def simulate(
     ``bootstrap``: a disaggregated prefill server admits a prompt one loop iteration after it
     receives it; ``pf_lane``: the most tokens of one prompt a prefill pool's forward takes;
     ``dec_reserve``: tokens a disaggregated decode instance reserves past each prompt it admits
-    (0: ``reserve`` times the output)."""
+    (0: ``reserve`` times the output); ``balance``: an aggregated instance's attention-DP ranks
+    whose context requests wait for each other, ``recv_every`` steps at most (TensorRT-LLM's
+    ``enable_balance``; 0: none)."""
     N = len(isl)
     D = n_decode
     P = n_prefill if not agg else 0
@@ -174,7 +180,7 @@ def simulate(
     now = 0.0
     while done < N:
         for r in range(n_pending):
-            _route(pending[r], now, agg, D, P, cap, every, bootstrap, rf, ri, mf, mi)
+            _route(pending[r], now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi)
         n_pending = 0
         t_next = INF  # the next event
         who = -1
@@ -231,13 +237,13 @@ def simulate(
                 if reserve > 0:  # and jumps to 1 after a retraction (vLLM reserves nothing, always)
                     mf[j, RATIO] = 1.0
         if every > 1:
-            _recv_point(j, every, mi)
+            _recv_point(j, every, balance, mf, mi)
         mi[j, MODE] = IDLE
         mf[j, BUSY] = INF
         if clients > 0:  # each request that finished sends its client's next one, now
             spawned, n_pending = _spawn(done - finished_from, now, spawned, N, rf, pending, n_pending)
         for r in range(n_pending):  # before this instance schedules, so it may take them now
-            _route(pending[r], now, agg, D, P, cap, every, bootstrap, rf, ri, mf, mi)
+            _route(pending[r], now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi)
         n_pending = 0
         before = done
         done += _schedule(
@@ -330,13 +336,24 @@ def _wake_at_recv(j, at, every, mf, mi):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def _recv_point(j, every, mi):  # type: ignore[no-untyped-def]
+def _released(j, balance, mf, mi):  # type: ignore[no-untyped-def]
+    """TensorRT-LLM's attention-DP balance over ``balance`` ranks (0: none) lets instance ``j``'s
+    context requests into a forward before its timer runs out: once every rank has one (as many
+    queued as ranks: new requests go to the rank with the fewest) or some rank has none decoding
+    (fewer running than ranks)."""
+    return balance > 0 and (mf[j, QUEUED] >= balance or mi[j, NRUN] < balance)
+
+
+@njit(cache=True)
+def _recv_point(j, every, balance, mf, mi):  # type: ignore[no-untyped-def]
     """Instance ``j`` at the end of a forward: SGLang's scheduler looks for new requests after a
     prefill forward, when idle, and every ``every`` decode steps (``SchedulerRecvSkipper``: a
     decode step counts 1, any other forward enough to look at once); at a look it sees every
-    request that has arrived."""
+    request that has arrived. TensorRT-LLM's attention-DP balance is the same timer (its count of
+    iterations without context requests let in, reset when it lets them in), which also lets them
+    in once :func:`_released` says so."""
     since = mi[j, SIGMA] - mi[j, RECV]
-    if mi[j, MODE] != JUMP or mi[j, NRUN] == 0 or since % every == 0:
+    if mi[j, MODE] != JUMP or mi[j, NRUN] == 0 or since % every == 0 or _released(j, balance, mf, mi):
         mi[j, UNSEEN] = 0
         mi[j, RECV] = mi[j, SIGMA]
     else:  # it looked (and saw nothing new) at the last multiple passed
@@ -344,11 +361,12 @@ def _recv_point(j, every, mi):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def _route(i, now, agg, D, P, cap, every, bootstrap, rf, ri, mf, mi):  # type: ignore[no-untyped-def]
+def _route(i, now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi):  # type: ignore[no-untyped-def]
     """A request that arrived: to the engine instance with the fewest requests, or (disaggregated)
     to the prefill instance with the fewest queued prompt tokens. An instance that looks for new
     requests only every ``every`` decode steps sees it at once only when idle; otherwise at the
-    end of its forward in progress, or of the decode step where it next looks. A prefill server
+    end of its forward in progress, or of the decode step where it next looks (or, balancing
+    attention-DP ranks, the step after the one :func:`_released` lets it in). A prefill server
     that hand-shakes first (``bootstrap``) and is in a forward can batch it only after the forward
     that follows (``READY`` just past the current one's end)."""
     if agg or P == 0:
@@ -357,7 +375,7 @@ def _route(i, now, agg, D, P, cap, every, bootstrap, rf, ri, mf, mi):  # type: i
         _push(j, i, mi, ri)
         mf[j, QUEUED] += 1.0
         idle = mi[j, MODE] == IDLE and mi[j, NRUN] == 0 and mi[j, CHUNKED] < 0
-        if every > 1 and not idle:
+        if every > 1 and not idle and not _released(j, balance, mf, mi):
             mi[j, UNSEEN] += 1
             if mi[j, MODE] == JUMP:
                 _wake_at_recv(j, now, every, mf, mi)

@@ -22,6 +22,10 @@ follows, and from where:
   for new requests after a prefill forward, when idle, and otherwise only every ``N`` decode
   steps, so a request arriving during a decode stretch waits for the next look (InferenceX's
   B200 SGLang DeepSeek-R1 scripts set 30 from 16 clients up: half of 30 steps of 25-35 ms);
+* TensorRT-LLM's attention-DP balance (``attention_dp_config``, ``enable_balance``;
+  ``py_executor.py``: ``_balance_adp_requests``) holds an aggregated instance's context requests
+  until every rank has one, some rank has none decoding, or ``timeout_iters`` iterations passed
+  since it last let them in (InferenceX's scripts set 60 with attention DP);
 * load and lengths: :mod:`dse.perf.latency_inputs`;
 * SGLang's disaggregated prefill server hand-shakes each request with the decode server before
   batching it (``disaggregation/prefill.py``: ``PrefillBootstrapQueue.pop_bootstrapped``, polled
@@ -33,6 +37,9 @@ follows, and from where:
 * SGLang's disaggregated decode server admits a request while its KV cache holds the prompt plus
   ``SGLANG_NUM_RESERVED_DECODE_TOKENS`` (512) for each request it holds
   (``disaggregation/decode.py``: ``DecodePreallocQueue._allocatable_tokens``);
+* SGLang's attention-DP prefill servers take a fitted multiple of the step costs' forward
+  (:attr:`~dse.perf.params.LatencyParams.dp_prefill_slowdown`; not read from its source: its runs
+  measured it, :mod:`dse.calibration.latency`);
 * closed loop, a fresh server's first burst: the first wave waits ``cold_start_s`` (fitted per
   engine and GPU vendor) before the engine serves it (:func:`simulate_latency`).
 """
@@ -147,6 +154,7 @@ def simulate_latency(
         np.asarray(t.pf_cost, f64), float(t.chunk), float(t.pf_chunk), float(t.kv_cap), int(t.run_cap),
         int(t.recv_every), float(t.reserve), float(t.xfer_fixed), float(t.xfer_per_token), arrive, first,
         done, np.asarray(cached[order], f64), bool(t.bootstrap), float(t.pf_lane), float(t.dec_reserve),
+        float(t.balance_ranks),
     )  # fmt: skip
     back = np.empty(n, dtype=np.int64)
     back[order] = np.arange(n)  # request k ran as index back[k]

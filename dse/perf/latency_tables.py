@@ -95,6 +95,9 @@ class EngineTables:
     pf_ranks: float = 1.0  # a prefill pool's attention-DP ranks: a prompt runs on one of them
     dec_reserve: float = 0.0  # a disaggregated decode admission's tokens past a prompt (0: reserve x output)
     dp_prefill_slowed: bool = False  # its prefill pool's forwards carry the fitted attention-DP slowdown
+    # an aggregated instance's attention-DP ranks whose context requests wait for each other, at
+    # most ``recv_every`` steps (TensorRT-LLM's ``enable_balance``); 0: none
+    balance_ranks: float = 0.0
 
     @property
     def pf_lane(self) -> float:
@@ -133,6 +136,11 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
     run_cap = math.inf if d.max_batch is None else float(np.asarray(d.max_batch).ravel()[0])
     run_cap = int(min(run_cap, max(cap_seqs * 4.0, 1.0), 1 << 20))
     recv_every = 1 if d.recv_interval is None else int(np.asarray(d.recv_interval).ravel()[0])
+    balance = 0 if d.adp_balance is None else int(np.asarray(d.adp_balance).ravel()[0])
+    ranks = float(np.asarray(d.decode.attn_dp).ravel()[0])
+    balance_ranks = ranks if balance > 0 and d.prefill is None and ranks > 1 else 0.0
+    if balance_ranks:  # its timer counts iterations as SGLang's looks count decode steps
+        recv_every = balance
     n = np.unique(np.round(np.r_[np.arange(1.0, 17.0), np.geomspace(16.0, max(run_cap, 17), 40)]))
     c0 = ctx + 0.5 * osl
     both = decode_step_seconds(d, p, np.r_[n, n], np.r_[np.full_like(n, c0), np.full_like(n, 2.0 * c0)])
@@ -167,7 +175,7 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
         frontend_s=p.latency.frontend_s, handoff_s=p.latency.handoff_s, recv_every=recv_every,
         bootstrap=rules.bootstrap, pf_ranks=_ranks(d),
         dec_reserve=rules.decode_reserve_tokens if d.prefill is not None else 0.0,
-        dp_prefill_slowed=slowed,
+        dp_prefill_slowed=slowed, balance_ranks=balance_ranks,
     )  # fmt: skip
 
 

@@ -75,6 +75,10 @@ class Deployment:
     # SGLang's ``--scheduler-recv-interval``: an aggregated instance looks for new requests only
     # every this many decode steps (and after each prefill forward); None: every step
     recv_interval: Array | None = None
+    # TensorRT-LLM's ``attention_dp_config`` with ``enable_balance``: an aggregated attention-DP
+    # instance holds context requests until every rank has one, at most this many iterations
+    # (``timeout_iters``); None or 0: no balancing (its default)
+    adp_balance: Array | None = None
 
 
 @dataclass(frozen=True)
