@@ -270,17 +270,18 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
 
 def _recv_interval(row: Mapping[str, str], source: str) -> float:
     """``scheduler_recv_interval``: a whole number from 1 to :data:`MAX_RECV_INTERVAL`, or empty (1)."""
-    key = ENGINE_COLUMNS[3]
-    raw = str(row.get(key) or "").strip()
-    if not raw:
-        return 1.0
+    raw = str(row.get(ENGINE_COLUMNS[3]) or "").strip()
+    return _steps(raw, ENGINE_COLUMNS[3], "decode steps", source) if raw else 1.0
+
+
+def _steps(raw: str, key: str, unit: str, source: str) -> float:
+    """``raw`` as a whole number of steps from 1 to :data:`MAX_RECV_INTERVAL`, or one line naming ``key``."""
     try:
         value = float(raw)
     except ValueError:
         value = float("nan")
     if not (np.isfinite(value) and value == int(value) and 1 <= value <= MAX_RECV_INTERVAL):
-        rule = f"must be a whole number from 1 to {MAX_RECV_INTERVAL} (decode steps)"
-        raise InputError(source, key, rule, raw)
+        raise InputError(source, key, f"must be a whole number from 1 to {MAX_RECV_INTERVAL} ({unit})", raw)
     return value
 
 
@@ -294,14 +295,7 @@ def _adp_balance(row: Mapping[str, str], engine: str, disagg: bool, decode: Pool
     if engine != "trt" or disagg or decode.attn_tp >= decode.gpus:
         rule = "only an aggregated TensorRT-LLM (trt) row with attention DP balances its ranks"
         raise InputError(source, key, rule, raw)
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not (np.isfinite(value) and value == int(value) and 1 <= value <= MAX_RECV_INTERVAL):
-        rule = f"must be a whole number from 1 to {MAX_RECV_INTERVAL} (iterations)"
-        raise InputError(source, key, rule, raw)
-    return value
+    return _steps(raw, key, "iterations", source)
 
 
 def _kv_dtype(row: Mapping[str, str], source: str) -> Precision | None:
