@@ -612,6 +612,14 @@ def test_a_calibration_file_keeps_the_cold_starts(tmp_path: Path) -> None:
     assert load_params(file).latency.cold_start_s == {}
     assert load_params(file).latency.dp_prefill_slowdown == 1.0
     assert load_params(file).latency.frontend_s == shipped.latency.frontend_s
+    for key, bad, rule in (
+        ("dp_prefill_slowdown", 0.0, r"latency\.dp_prefill_slowdown.*must be a number > 0"),
+        ("dp_prefill_slowdown", "fast", r"latency\.dp_prefill_slowdown.*must be a number > 0"),
+        ("frontend_s", -0.1, r"latency\.frontend_s.*must be seconds >= 0"),
+    ):
+        file.write_text(json.dumps({**older, "latency": {**older["latency"], key: bad}}))
+        with pytest.raises(InputError, match=rule):
+            load_params(file)
     for bad in (1.5, None, {"sglang/amd": -1.0}, {"sglang/amd": "slow"}):
         older["latency"]["cold_start_s"] = bad
         file.write_text(json.dumps(older))

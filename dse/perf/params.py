@@ -275,7 +275,16 @@ def _latency_params(raw: dict[str, Any], path: Path) -> LatencyParams:
     """The file's latency section; a key an older file has and this one lacks is ignored, and a
     file without ``cold_start_s`` (written before there was one) has no first-wave wait."""
     known = {f.name for f in fields(LatencyParams)} - {"cold_start_s"}
-    scalars = {k: float(v) for k, v in raw.items() if k in known}
+    scalars = {}
+    for k, v in raw.items():
+        if k not in known:
+            continue
+        factor = k == "dp_prefill_slowdown"  # a multiple of a forward; the rest are seconds
+        number = isinstance(v, int | float) and not isinstance(v, bool) and v < float("inf")
+        if not (number and (v > 0.0 if factor else v >= 0.0)):
+            rule = "must be a number > 0" if factor else "must be seconds >= 0"
+            raise InputError(str(path), f"latency.{k}", rule, json.dumps(v)[:80])
+        scalars[k] = float(v)
     waits = raw.get("cold_start_s", {})
     ok = isinstance(waits, dict) and all(
         isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v < float("inf")
