@@ -629,19 +629,20 @@ def test_a_calibration_file_keeps_the_cold_starts(tmp_path: Path) -> None:
 
 
 def test_the_percentiles_at_every_wait_are_numpys() -> None:
-    """The fit's shortcut (only the top of each part, a percentile the waits cannot move computed
+    """The fit's shortcut (each percentile's ranks found in the two sorted parts, for every wait at
     once) gives numpy's percentile of the raised values at every wait, unserved requests (inf)
-    included."""
+    included, a wave of every request too."""
     from dse.calibration.latency import COLD_GRID, _with_waits
 
     rng = np.random.default_rng(1)
-    cases = [(10, 1), (40, 4), (160, 16), (2560, 256), (1000, 100), (7, 7), (4, 1), (10, 1)]
+    cases = [(10, 1), (40, 4), (160, 16), (2560, 256), (1000, 100), (7, 7), (4, 1), (10, 1), (10240, 1024)]
+    cases.append((2, 1))
     for case, (n, wave) in enumerate(cases):
         t = rng.exponential(1.0, n)
         t[:wave] += rng.uniform(0.0, 3.0, wave)
         if n == 1000:
             t[5] = np.inf
-        if case >= 6:  # an unserved request just above the p99's rank (numpy: nan), at a client
+        if case in (6, 7):  # an unserved request just above the p99's rank (numpy: nan), at a client
             t[-1] = np.inf
         for q in (50.0, 99.0):
             with np.errstate(invalid="ignore"):  # inf beside the rank: numpy's nan

@@ -156,34 +156,40 @@ def medians(err: np.ndarray) -> dict[str, float]:
 
 def _with_waits(t: np.ndarray, wave: int, q: float) -> np.ndarray:
     """The ``q``-th percentile of ``t`` with its first ``wave`` values raised by each wait of
-    :data:`COLD_GRID` (numpy's linear interpolation). Only the values at or above the percentile's
-    lower rank can be it, so only the top of each part is kept; a percentile the largest wait
-    leaves where it was is the same at every wait (raising values never lowers one)."""
+    :data:`COLD_GRID`, as numpy's linear interpolation gives it: the values at the percentile's
+    two ranks, each the k-th smallest of two sorted parts (the raised first wave and the rest),
+    found for every wait at once by a binary search over how many come from the first part."""
     n = len(t)
-    with np.errstate(invalid="ignore"):  # an inf beside the rank: numpy's nan
-        at_ends = np.percentile(np.r_[t[:wave] + COLD_GRID[-1], t[wave:]], q)
-        if at_ends == np.percentile(t, q):
-            return np.full(len(COLD_GRID), at_ends)
     pos = q / 100.0 * (n - 1)
     lo = int(np.floor(pos))
-    top = n - lo  # the union's values of rank lo and up: among the top of each part
-    first = _top(t[:wave], top)
-    rest = _top(t[wave:], top)
-    raised = first[None, :] + COLD_GRID[:, None]
-    union = np.concatenate([raised, np.tile(rest, (len(COLD_GRID), 1))], axis=1)
-    k = union.shape[1] - top  # the column of rank lo
-    k1 = min(k + 1, union.shape[1] - 1)
-    union = np.partition(union, sorted({k, k1}), axis=1)
-    below, above = union[:, k], union[:, k1]
+    if wave <= 0 or wave >= n:  # one part: every value raised alike, or none
+        raised = COLD_GRID if wave > 0 else np.zeros(len(COLD_GRID))
+        with np.errstate(invalid="ignore"):  # an inf beside the rank: numpy's nan
+            return np.percentile(t, q) + raised
+    first, rest = np.sort(t[:wave]), np.sort(t[wave:])
+    below = _kth(first, rest, COLD_GRID, lo + 1)
+    above = _kth(first, rest, COLD_GRID, min(lo + 1, n - 1) + 1)
     g = pos - lo
     with np.errstate(invalid="ignore"):  # numpy's own lerp, so an inf beside the rank gives its nan
         diff = above - below
         return below + diff * g if g < 0.5 else above - diff * (1.0 - g)
 
 
-def _top(x: np.ndarray, m: int) -> np.ndarray:
-    """The ``m`` largest values of ``x`` (all of it when it has fewer), in no order."""
-    return x if m >= len(x) else np.partition(x, len(x) - m)[len(x) - m :]
+def _kth(a: np.ndarray, b: np.ndarray, shift: np.ndarray, m: int) -> np.ndarray:
+    """For each value of ``shift``, the ``m``-th smallest (from 1) of ``a + shift`` and ``b``, both
+    sorted and neither empty: the smallest count ``i`` taken from ``a`` whose next value is not
+    below the ``(m - i)``-th of ``b``, by bisection on all shifts at once."""
+    p, q = len(a), len(b)
+    lo = np.full(len(shift), max(0, m - q))
+    hi = np.full(len(shift), min(p, m))
+    while (active := lo < hi).any():
+        mid = (lo + hi) // 2
+        more = active & (a[np.minimum(mid, p - 1)] + shift < b[np.clip(m - mid - 1, 0, q - 1)])
+        lo = np.where(more, mid + 1, lo)
+        hi = np.where(active & ~more, mid, hi)
+    from_a = np.where(lo > 0, a[np.maximum(lo - 1, 0)] + shift, -np.inf)
+    from_b = np.where(m - lo > 0, b[np.clip(m - lo - 1, 0, q - 1)], -np.inf)
+    return np.maximum(from_a, from_b)
 
 
 def fit_cold_starts(
