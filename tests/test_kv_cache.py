@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import Cli
 
 from dse.sim.kv_cache import MIN_ENTRIES, OUTCOMES, planned_capacity_gb, simulate_kv_cache
-from dse.sim.kv_tiers import RestingClass
+from dse.sim.kv_tiers import TIER_NAMES, RestingClass
 
 ALL_HBM = {"hbm": 1.0, "dram": 0.0, "nvme": 0.0, "network": 0.0, "drop": 0.0}
 
@@ -110,3 +111,89 @@ def test_a_study_report_checks_its_best_design_as_a_live_cache(tiny_cli_run: obj
     diff = [float(r[3]) for r in rows[1:]]
     assert sum(planned) == pytest.approx(100.0, abs=0.3) and sum(live) == pytest.approx(100.0, abs=0.3)
     assert diff == pytest.approx([b - a for a, b in zip(planned, live, strict=True)], abs=0.11)
+
+
+def _reference(
+    classes: tuple[RestingClass, ...], rate: float, cap: dict[str, float], eviction: str, seed: int
+) -> np.ndarray:
+    """The cache as the module describes it, event by event from a heap, each think time drawn
+    when its rest begins: per class, the count of each outcome of the returns after the warm-up."""
+    import heapq
+    from collections import deque
+
+    rng = np.random.default_rng(seed)
+    horizon = 6.0 * max(c.dwell_s for c in classes)
+    events: list[tuple[float, int, int]] = []
+    of: list[int] = []
+    for i, c in enumerate(classes):
+        r = rate * c.share_of_arrivals
+        starts = np.cumsum(rng.exponential(1.0 / r, size=int(r * horizon * 1.2) + 10))
+        for s in starts[starts < horizon]:
+            of.append(i)
+            events.append((float(s), 0, len(of) - 1))
+    heapq.heapify(events)
+    tiers = [t for t in TIER_NAMES if cap.get(t, 0.0) > 0]
+    groups = sorted(range(len(classes)), key=lambda i: -classes[i].dwell_s) if eviction == "think" else [0]
+    queue: dict[tuple[str, int], deque[int]] = {(t, g): deque() for t in tiers for g in groups}
+    used = dict.fromkeys(tiers, 0.0)
+    where: dict[int, str] = {}
+
+    def insert(level: int, sid: int) -> None:
+        if level == len(tiers):
+            where[sid] = "drop"
+            return
+        t = tiers[level]
+        queue[t, of[sid] if eviction == "think" else 0].append(sid)
+        where[sid], used[t] = t, used[t] + classes[of[sid]].gb
+        while used[t] > cap[t] + 1e-9:
+            old = None
+            for g in groups:
+                q = queue[t, g]
+                while q and where.get(q[0]) != t:
+                    q.popleft()
+                if q:
+                    old = q.popleft()
+                    break
+            if old is None:
+                break
+            used[t] -= classes[of[old]].gb
+            insert(level + 1, old)
+
+    counts = np.zeros((len(classes), len(OUTCOMES)), dtype=int)
+    while events:
+        t, kind, sid = heapq.heappop(events)
+        if kind == 0:
+            insert(0, sid)
+            heapq.heappush(events, (t + float(rng.exponential(classes[of[sid]].dwell_s)), 1, sid))
+            continue
+        tier = where.pop(sid)
+        if tier != "drop":
+            used[tier] -= classes[of[sid]].gb
+        if t >= horizon / 3.0:
+            counts[of[sid], OUTCOMES.index(tier)] += 1
+    return counts
+
+
+def test_the_cache_is_the_event_by_event_one() -> None:
+    """Think times drawn up front in the order the rests begin, the events sorted once: the same
+    outcome of every return as a heap taking them one by one, drawing each think time then, over
+    random classes, capacities and both evictions."""
+    rng = np.random.default_rng(3)
+    for case in range(12):
+        classes = tuple(
+            RestingClass(
+                share_of_arrivals=float(rng.uniform(0.1, 0.5)),
+                dwell_s=float(rng.choice([5.0, 30.0, 120.0])),
+                gb=float(rng.uniform(0.2, 4.0)),
+                tiers={"hbm": 0.5, "dram": 0.3},
+            )
+            for _ in range(int(rng.integers(1, 4)))
+        )
+        cap = {"hbm": float(rng.uniform(1.0, 40.0)), "dram": float(rng.uniform(0.0, 40.0))}
+        eviction = ("lru", "think")[case % 2]
+        rep = simulate_kv_cache(classes, 3.0, capacity_gb=cap, eviction=eviction, seed=case)
+        want = _reference(classes, 3.0, cap, eviction, case)
+        assert rep.returns == want.sum() > 0
+        for i in range(len(classes)):
+            got = np.array([rep.simulated[f"class{i}"][o] for o in OUTCOMES])
+            np.testing.assert_allclose(got, want[i] / max(want[i].sum(), 1), rtol=0, atol=1e-15)

@@ -12,7 +12,6 @@ tier, or a recompute) beside the plan's shares.
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from dataclasses import dataclass
 
@@ -21,7 +20,7 @@ import numpy as np
 from dse.sim.kv_tiers import TIER_NAMES, RestingClass
 
 EVICTIONS = ("lru", "think")
-MAX_SESSIONS = 200_000  # sessions a run simulates at most (about 3 s); more traffic runs scaled down
+MAX_SESSIONS = 200_000  # sessions a run simulates at most (about 0.3 s); more traffic runs scaled down
 MIN_ENTRIES = 200  # sessions' KV the smallest tier still holds when traffic is scaled down
 OUTCOMES = (*TIER_NAMES, "drop")
 """Where a returning turn finds its KV: in a tier (reloaded from there) or dropped (recomputed)."""
@@ -94,31 +93,34 @@ def simulate_kv_cache(
     horizon = horizon_dwells * max(c.dwell_s for c in active)
     warmup = horizon / 3.0
     scale = _scale_down(active, requests_per_s * horizon, cap, max_sessions)
-    counts = {n: dict.fromkeys(OUTCOMES, 0) for n in names}
-    events: list[tuple[float, int, int]] = []  # (time, kind 0 = rest begins / 1 = returns, session)
-    session_class: list[int] = []
-    for i, c in enumerate(classes):
-        rate = requests_per_s * c.share_of_arrivals / scale
-        if rate <= 0 or c.dwell_s <= 0:
-            continue
-        starts = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * horizon * 1.2) + 10))
-        for s in starts[starts < horizon]:
-            session_class.append(i)
-            events.append((float(s), 0, len(session_class) - 1))
-    heapq.heapify(events)
+    start, cls = _sessions(classes, requests_per_s, scale, horizon, rng)
+    # each session's think time, drawn in the order its rest begins (by time, then session), as a
+    # run that draws it when the rest begins does; then every event in time order (a rest's
+    # begin before a return at the same instant, then by session), the order a heap gives
+    n = len(start)
+    by_time = np.lexsort((np.arange(n), start))
+    dwell = np.empty(n)
+    dwell[by_time] = rng.exponential(np.array([c.dwell_s for c in classes])[cls[by_time]])
+    times = np.concatenate([start, start + dwell])
+    kinds = np.repeat(np.array([0, 1], dtype=np.int8), n)
+    events = np.lexsort((np.tile(np.arange(n), 2), kinds, times))
     by_think = sorted(range(len(classes)), key=lambda i: -classes[i].dwell_s)
     order = by_think if eviction == "think" else [0]  # the queues a full tier evicts from, in turn
-    cache = _Cache({t: v / scale for t, v in cap.items()}, order)
-    while events:
-        t, kind, sid = heapq.heappop(events)
-        c = classes[session_class[sid]]
-        if kind == 0:
-            cache.put(sid, c.gb, session_class[sid] if eviction == "think" else 0)
-            heapq.heappush(events, (t + float(rng.exponential(c.dwell_s)), 1, sid))
+    gb = np.array([c.gb for c in classes])[cls]
+    group = cls if eviction == "think" else np.zeros(n, dtype=np.int64)
+    cache = _Cache({t: v / scale for t, v in cap.items()}, order, gb.tolist(), group.tolist())
+    found = np.empty(n, dtype=np.int64)  # each session's outcome (index in OUTCOMES) on return
+    counted = np.zeros(n, dtype=bool)
+    for e in events.tolist():
+        if e < n:
+            cache.put(e)
         else:
-            found = cache.take(sid)
-            if t >= warmup:
-                counts[names[session_class[sid]]][found] += 1
+            sid = e - n
+            found[sid] = cache.take(sid)
+            counted[sid] = times[e] >= warmup
+    tally = np.zeros((len(classes), len(OUTCOMES)), dtype=np.int64)
+    np.add.at(tally, (cls[counted], found[counted]), 1)
+    counts = {name: {o: int(tally[i, k]) for k, o in enumerate(OUTCOMES)} for i, name in enumerate(names)}
     simulated = {n: _shares(k) for n, k in counts.items()}
     all_counts = {o: sum(counts[n][o] for n in names) for o in OUTCOMES}
     simulated["all"] = _shares(all_counts)
@@ -139,58 +141,80 @@ def _scale_down(
     return float(max(1.0, min(sessions / max_sessions, room)))
 
 
+def _sessions(
+    classes: tuple[RestingClass, ...],
+    requests_per_s: float,
+    scale: float,
+    horizon: float,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each session's start (Poisson per class at its rate over ``scale``, in class order) and
+    class."""
+    starts, cls = [], []
+    for i, c in enumerate(classes):
+        r = requests_per_s * c.share_of_arrivals / scale
+        if r <= 0 or c.dwell_s <= 0:
+            continue
+        t = np.cumsum(rng.exponential(1.0 / r, size=int(r * horizon * 1.2) + 10))
+        t = t[t < horizon]
+        starts.append(t)
+        cls.append(np.full(len(t), i, dtype=np.int64))
+    return np.concatenate(starts), np.concatenate(cls)
+
+
 class _Cache:
     """Tiers top to bottom, each with queues by arrival (one, or one per class), the one evicted
     from first the first of ``order`` that holds a live entry, its head the longest-resting. An
-    entry that returns leaves its tier's count at once and its queue when it reaches the head."""
+    entry that returns leaves its tier's count at once and its queue when it reaches the head.
+    Sessions are numbered from 0, with their KV's GB and queue group given up front; where a
+    session rests is an index of :data:`OUTCOMES` (the last, drop, when in no tier)."""
 
-    def __init__(self, capacity_gb: dict[str, float], order: list[int]) -> None:
-        self.tiers = [t for t in TIER_NAMES if capacity_gb.get(t, 0.0) > 0]
-        self.cap = {t: capacity_gb[t] for t in self.tiers}
-        self.used = dict.fromkeys(self.tiers, 0.0)
+    def __init__(
+        self, capacity_gb: dict[str, float], order: list[int], gb: list[float], group: list[int]
+    ) -> None:
+        self.tiers = [OUTCOMES.index(t) for t in TIER_NAMES if capacity_gb.get(t, 0.0) > 0]
+        self.cap = [capacity_gb[OUTCOMES[t]] + 1e-9 for t in self.tiers]
+        self.used = [0.0] * len(self.tiers)
         self.order = order
-        self.queue: dict[tuple[str, int], deque[int]] = {(t, g): deque() for t in self.tiers for g in order}
-        self.where: dict[int, str] = {}
-        self.gb: dict[int, float] = {}
-        self.group: dict[int, int] = {}
+        self.queue: list[dict[int, deque[int]]] = [{g: deque() for g in order} for _ in self.tiers]
+        self.level = [-1] * len(gb)  # the tier (position in self.tiers) a session rests in, -1 none
+        self.gb, self.group = gb, group
 
-    def put(self, sid: int, gb: float, group: int) -> None:
-        self.gb[sid], self.group[sid] = gb, group
+    def put(self, sid: int) -> None:
         self._insert(0, sid)
 
     def _insert(self, level: int, sid: int) -> None:
         if level >= len(self.tiers):
-            self.where[sid] = "drop"
+            self.level[sid] = -1
             return
-        tier = self.tiers[level]
-        self.queue[tier, self.group[sid]].append(sid)
-        self.where[sid] = tier
-        self.used[tier] += self.gb[sid]
-        while self.used[tier] > self.cap[tier] + 1e-9:
-            old = self._oldest(tier)
+        self.queue[level][self.group[sid]].append(sid)
+        self.level[sid] = level
+        self.used[level] += self.gb[sid]
+        while self.used[level] > self.cap[level]:
+            old = self._oldest(level)
             if old is None:
                 break
-            self.used[tier] -= self.gb[old]
+            self.used[level] -= self.gb[old]
             self._insert(level + 1, old)
 
-    def _oldest(self, tier: str) -> int | None:
+    def _oldest(self, level: int) -> int | None:
         """The live entry to move down: the head of the first queue in ``order`` that has one."""
         for g in self.order:
-            q = self.queue[tier, g]
-            while q and self.where.get(q[0]) != tier:
+            q = self.queue[level][g]
+            while q and self.level[q[0]] != level:
                 q.popleft()  # returned already: its count left the tier then
             if q:
                 return q.popleft()
         return None
 
-    def take(self, sid: int) -> str:
-        """Where the session's KV was; it leaves the cache (its turn runs)."""
-        tier = self.where.pop(sid, "drop")
-        gb = self.gb.pop(sid, 0.0)
-        self.group.pop(sid, None)
-        if tier != "drop":
-            self.used[tier] -= gb
-        return tier
+    def take(self, sid: int) -> int:
+        """Where the session's KV was (an index of OUTCOMES); it leaves the cache (its turn runs)."""
+        level = self.level[sid]
+        if level < 0:
+            return len(OUTCOMES) - 1
+        self.level[sid] = -1
+        self.used[level] -= self.gb[sid]
+        return self.tiers[level]
 
 
 def _planned(c: RestingClass) -> dict[str, float]:
