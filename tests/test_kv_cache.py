@@ -21,6 +21,8 @@ def test_ample_hbm_keeps_every_session_and_none_drops_everything() -> None:
     assert ample.simulated["all"]["hbm"] == 1.0 and ample.returns > 500
     none = simulate_kv_cache(c, 10.0, capacity_gb={}, seed=1)
     assert none.simulated["all"]["drop"] == 1.0
+    idle = simulate_kv_cache(c, 0.0, seed=1)  # no traffic: no returns, not an error
+    assert idle.returns == 0 and set(idle.simulated["all"].values()) == {0.0}
     assert sum(ample.simulated["all"][o] for o in OUTCOMES) == pytest.approx(1.0)
 
 

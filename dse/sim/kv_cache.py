@@ -159,6 +159,8 @@ def _sessions(
         t = t[t < horizon]
         starts.append(t)
         cls.append(np.full(len(t), i, dtype=np.int64))
+    if not starts:  # no traffic
+        return np.empty(0), np.empty(0, dtype=np.int64)
     return np.concatenate(starts), np.concatenate(cls)
 
 
@@ -173,7 +175,7 @@ class _Cache:
         self, capacity_gb: dict[str, float], order: list[int], gb: list[float], group: list[int]
     ) -> None:
         self.tiers = [OUTCOMES.index(t) for t in TIER_NAMES if capacity_gb.get(t, 0.0) > 0]
-        self.cap = [capacity_gb[OUTCOMES[t]] + 1e-9 for t in self.tiers]
+        self.cap = [capacity_gb[OUTCOMES[t]] + 1e-9 for t in self.tiers]  # full past it, to rounding
         self.used = [0.0] * len(self.tiers)
         self.order = order
         self.queue: list[dict[int, deque[int]]] = [{g: deque() for g in order} for _ in self.tiers]
