@@ -11,12 +11,14 @@ import csv
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import least_squares
 
 from dse import __version__
+from dse.calibration.folds import map_folds
 from dse.calibration.published import StagePoint, predict_points
 from dse.catalog import Catalog
 from dse.errors import DseError
@@ -337,23 +339,37 @@ def leave_one_hardware_out(
     points: Sequence[StagePoint] = (),
     point_values: Sequence[float] = (),
     fold_fits: dict[str, PerfParams] | None = None,
+    jobs: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Predictions for every row from a fit that never saw that row's hardware (neither its
     benchmark rows nor its stage points); each fold's fit goes into ``fold_fits`` by the
-    hardware it left out, when given."""
+    hardware it left out, when given. ``jobs`` folds are fitted at once (:mod:`.folds`)."""
     tput = np.full(len(data), np.nan)
     intv = np.full(len(data), np.nan)
-    for hw in sorted({m.row.hardware for m in data}):
-        train = [m for m in data if m.row.hardware != hw]
-        test_idx = [i for i, m in enumerate(data) if m.row.hardware == hw]
-        keep = [k for k, pt in enumerate(points) if catalog.hardware(pt.hardware).id != hw]
-        fitted = fit(train, catalog, start, [points[k] for k in keep], [point_values[k] for k in keep])
+    held = sorted({m.row.hardware for m in data})
+    one = partial(_fit_without, data, catalog, start, tuple(points), tuple(point_values))
+    for hw, fitted in zip(held, map_folds(one, held, jobs), strict=True):
         if fold_fits is not None:
             fold_fits[hw] = fitted
+        test_idx = [i for i, m in enumerate(data) if m.row.hardware == hw]
         t, i = predict_measured([data[k] for k in test_idx], catalog, fitted)
         tput[test_idx] = t
         intv[test_idx] = i
     return tput, intv
+
+
+def _fit_without(
+    data: Sequence[Measured],
+    catalog: Catalog,
+    start: PerfParams,
+    points: Sequence[StagePoint],
+    point_values: Sequence[float],
+    hw: str,
+) -> PerfParams:
+    """The fit on every row and stage point but ``hw``'s."""
+    train = [m for m in data if m.row.hardware != hw]
+    keep = [k for k, pt in enumerate(points) if catalog.hardware(pt.hardware).id != hw]
+    return fit(train, catalog, start, [points[k] for k in keep], [point_values[k] for k in keep])
 
 
 def fit_per_cell(

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
 from dse.calibration.fit import Measured
+from dse.calibration.folds import map_folds
 from dse.catalog import Catalog
 from dse.perf.benchmark_rows import latency_of, latency_tables_of
 from dse.perf.params import LatencyParams, PerfParams
@@ -253,22 +255,24 @@ def fit_latency(
     catalog: Catalog,
     params: PerfParams,
     fold_fits: Mapping[str, PerfParams] | None = None,
+    jobs: int = 1,
 ) -> LatencyFit:
     """The offsets, cold starts and attention-DP prefill slowdown fitted on every run, their
     in-sample error and, with the throughput fits that left each GPU type out (``fold_fits``), the
     leave-one-hardware-out error (the held-out GPU's group takes the wait its engine was fitted to
-    on the other GPUs of its vendor; a group with none there, none)."""
+    on the other GPUs of its vendor; a group with none there, none). The replays under each set
+    of step costs run ``jobs`` at once (:mod:`dse.calibration.folds`)."""
     meas = measured_latency(data)
     disagg = np.array([m.row.disagg for m in data])
-    reps = replay_measured(data, catalog, params)
+    folds = dict(fold_fits or {})
+    reps, *fold_sets = map_folds(partial(replay_measured, data, catalog), [params, *folds.values()], jobs)
     fitted = fit_slowdown(reps, meas, disagg)
     in_sample = medians(abs_errors(predicted(reps[fitted.dp_prefill_slowdown], disagg, fitted), meas))
     if fold_fits is None:
         return LatencyFit(fitted, in_sample, None, None)
     hw = np.array([m.row.hardware for m in data])
     pred = np.full_like(meas, np.nan)
-    for held, fold in fold_fits.items():
-        fold_reps = replay_measured(data, catalog, fold)
+    for held, fold_reps in zip(folds, fold_sets, strict=True):
         train = hw != held
         lp = fit_slowdown(_rows(fold_reps, train), meas[train], disagg[train])
         held_rep = _rows(fold_reps, ~train)[lp.dp_prefill_slowdown]

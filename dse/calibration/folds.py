@@ -1,0 +1,68 @@
+"""The leave-one-hardware-out folds of a calibration, side by side in processes.
+
+Each fold (a fit without one GPU type, the replays under it) depends on nothing another fold
+computes, so ``dse calibrate --jobs N`` runs up to N at once, each in a forked process: the
+function and its inputs (a catalog among them, which does not pickle) are the parent's, inherited
+at the fork, and only each fold's number goes over and its answer back. The answers are the ones
+one process gives, in the same order. One job, or a platform that cannot fork, runs them in turn
+in this process. A worker whose parent dies (killed, not asked to stop) exits within a second
+rather than running on as an orphan.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def default_jobs() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+PARENT_POLL_S = 0.5  # how often a worker checks that its parent still runs
+_TASK: tuple[Callable[[Any], Any], Sequence[Any]] | None = None  # what forked workers run
+
+
+def map_folds(fn: Callable[[T], R], items: Sequence[T], jobs: int = 1) -> list[R]:
+    """``[fn(x) for x in items]``, with up to ``jobs`` of them at once in forked processes."""
+    global _TASK
+    jobs = min(jobs, len(items))
+    if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [fn(x) for x in items]
+    _TASK = (fn, items)
+    fork = multiprocessing.get_context("fork")
+    try:
+        with ProcessPoolExecutor(jobs, fork, initializer=_exit_with, initargs=(os.getpid(),)) as pool:
+            return list(pool.map(_one, range(len(items))))
+    finally:
+        _TASK = None
+
+
+def _exit_with(parent: int) -> None:
+    """A worker's watch on its parent: once it is gone (the worker handed to another), exit."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _one(k: int) -> Any:
+    """The ``k``-th item's answer, in a worker forked while :data:`_TASK` was set."""
+    assert _TASK is not None, "a fold worker forked outside map_folds"
+    fn, items = _TASK
+    return fn(items[k])

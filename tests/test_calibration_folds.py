@@ -1,0 +1,78 @@
+"""`dse calibrate --jobs`: the leave-one-hardware-out folds side by side in forked processes
+(dse.calibration.folds). That the answers are the ones one process gives is checked on the whole
+calibration by test_calibration_is_reproducible, whose `dse calibrate` runs with a job per CPU
+against the shipped file, which one job fitted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import Cli
+
+from dse.calibration.folds import PARENT_POLL_S, map_folds
+from dse.errors import InputError
+
+
+def test_folds_run_in_other_processes_and_answer_in_order() -> None:
+    here = os.getpid()
+    out = map_folds(lambda x: (x * x, os.getpid()), list(range(7)), jobs=2)  # a lambda: nothing pickled
+    assert [v for v, _ in out] == [x * x for x in range(7)]
+    assert here not in {pid for _, pid in out} and len({pid for _, pid in out}) == 2
+    alone = map_folds(lambda x: (x + 1, os.getpid()), [1, 2], jobs=1)
+    assert alone == [(2, here), (3, here)]
+
+
+def test_a_fold_error_reaches_the_caller_as_itself() -> None:
+    def bad(x: int) -> int:
+        if x == 2:
+            raise InputError("runs.csv", "conc", "must be > 0", -1)
+        return x
+
+    with pytest.raises(InputError, match="runs.csv: conc = -1: must be > 0"):
+        map_folds(bad, [1, 2, 3], jobs=2)
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no process, or one nobody has reaped yet (a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_workers_exit_when_their_parent_is_killed() -> None:
+    script = (
+        "import os, sys, time\n"
+        "from dse.calibration.folds import map_folds\n"
+        "def fold(x):\n"
+        "    os.write(1, f'{os.getpid()}\\n'.encode())  # one write: the two workers' lines stay whole\n"
+        "    time.sleep(60)\n"
+        "map_folds(fold, [1, 2], jobs=2)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        workers = [int(proc.stdout.readline()) for _ in range(2)]
+    finally:
+        proc.kill()  # SIGKILL: the parent gets no chance to stop its workers
+        proc.wait()
+    deadline = time.monotonic() + 10 * PARENT_POLL_S + 5.0
+    while not all(_gone(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = [w for w in workers if not _gone(w)]
+    for w in alive:  # leave nothing behind whatever the verdict
+        os.kill(w, signal.SIGKILL)
+    assert alive == []
+
+
+def test_jobs_below_one_is_one_line(cli: Cli) -> None:
+    res = cli("calibrate", "--jobs", "0", "--out", "unused.json")
+    assert res.code == 2 and len(res.err.strip().splitlines()) == 1
+    assert "--jobs" in res.err and "at least 1" in res.err and not Path("unused.json").exists()
