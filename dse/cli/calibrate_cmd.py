@@ -56,15 +56,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
 
 
-def run(args: argparse.Namespace, catalog: Catalog) -> int:
-    import numpy as np
-
-    from dse.calibration import fit as cal
+def _check_flags(args: argparse.Namespace) -> None:
+    """The defaults that depend on the machine, and one line for a flag out of its range."""
     from dse.calibration.folds import default_jobs
-    from dse.calibration.latency import fit_latency
-    from dse.calibration.power import fit_power
-    from dse.calibration.published import POINTS, StagePoint, measured_per_gpu
-    from dse.perf.params import default_params, params_to_json
 
     args.out = args.out or calibration_file()
     if args.jobs is None:
@@ -73,6 +67,18 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         raise InputError("dse calibrate", "--jobs", "must be at least 1", args.jobs)
     if not args.data.is_file():
         raise InputError(str(args.data), "--data", "must be an existing CSV file")
+
+
+def run(args: argparse.Namespace, catalog: Catalog) -> int:
+    import numpy as np
+
+    from dse.calibration import fit as cal
+    from dse.calibration.latency import fit_latency
+    from dse.calibration.power import fit_power
+    from dse.calibration.published import POINTS, StagePoint, measured_per_gpu
+    from dse.perf.params import default_params, params_to_json
+
+    _check_flags(args)
     data, skipped = cal.read_measured(args.data, catalog)
     if not data:
         raise InputError(str(args.data), "", "holds no row the model can describe")
