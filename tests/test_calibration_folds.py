@@ -26,6 +26,10 @@ def test_folds_run_in_other_processes_and_answer_in_order() -> None:
     assert here not in {pid for _, pid in out} and len({pid for _, pid in out}) == 2
     alone = map_folds(lambda x: (x + 1, os.getpid()), [1, 2], jobs=1)
     assert alone == [(2, here), (3, here)]
+    # Ctrl-C is the parent's to handle: a worker that took it would print its own traceback
+    assert (
+        map_folds(lambda _: signal.getsignal(signal.SIGINT) is signal.SIG_IGN, [0, 1], jobs=2) == [True] * 2
+    )
 
 
 def test_a_fold_error_reaches_the_caller_as_itself() -> None:
@@ -76,3 +80,53 @@ def test_jobs_below_one_is_one_line(cli: Cli) -> None:
     res = cli("calibrate", "--jobs", "0", "--out", "unused.json")
     assert res.code == 2 and len(res.err.strip().splitlines()) == 1
     assert "--jobs" in res.err and "at least 1" in res.err and not Path("unused.json").exists()
+
+
+IN_A_FOLD = """
+import os, signal, sys
+import dse.calibration.folds as folds
+real = folds._one
+def one(k):  # Ctrl-C to the whole process group as the first fold starts in its worker
+    if k == 0:
+        os.killpg(0, signal.SIGINT)
+    answer = real(k)
+    os.write(1, f"fold {k} done\\n".encode())  # a fold that ran on after the Ctrl-C
+    return answer
+folds._one = one
+from dse.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.e2e  # a fit on two GPUs' runs before the folds start (about 5 s)
+def test_ctrl_c_in_the_folds_is_one_line_and_leaves_no_worker(
+    tmp_path: Path, clean_env: dict[str, str], reference: list[dict[str, str]]
+) -> None:
+    """SIGINT to the process group (a terminal's Ctrl-C reaches the workers too) while the folds
+    run: `dse calibrate` stops them rather than waiting for them, says so in one line with exit
+    code 130, writes no file, and leaves no worker behind."""
+    import csv
+
+    rows = [r for r in reference if r["hardware"] in ("h200", "mi355x")]
+    data = tmp_path / "runs.csv"
+    with open(data, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    out = tmp_path / "fitted.json"
+    argv = ["calibrate", "--data", str(data), "--out", str(out), "--jobs", "2"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", IN_A_FOLD, *argv],
+        env=clean_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    printed, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == ["dse: interrupted"] and not out.exists()
+    assert "done" not in printed  # the workers were stopped, not waited for
+    time.sleep(2 * PARENT_POLL_S)
+    left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert left == []

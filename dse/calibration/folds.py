@@ -5,14 +5,16 @@ computes, so ``dse calibrate --jobs N`` runs up to N at once, each in a forked p
 function and its inputs (a catalog among them, which does not pickle) are the parent's, inherited
 at the fork, and only each fold's number goes over and its answer back. The answers are the ones
 one process gives, in the same order. One job, or a platform that cannot fork, runs them in turn
-in this process. A worker whose parent dies (killed, not asked to stop) exits within a second
-rather than running on as an orphan.
+in this process. Ctrl-C is the parent's: it stops the workers and says so in one line; a worker
+whose parent dies (killed, not asked to stop) exits within a second rather than run on as an
+orphan.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -42,16 +44,25 @@ def map_folds(fn: Callable[[T], R], items: Sequence[T], jobs: int = 1) -> list[R
     if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [fn(x) for x in items]
     _TASK = (fn, items)
-    fork = multiprocessing.get_context("fork")
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(
+        jobs, multiprocessing.get_context("fork"), initializer=_worker, initargs=(os.getpid(),)
+    )
     try:
-        with ProcessPoolExecutor(jobs, fork, initializer=_exit_with, initargs=(os.getpid(),)) as pool:
-            return list(pool.map(_one, range(len(items))))
+        return list(pool.map(_one, range(len(items))))
+    except BaseException:  # Ctrl-C, a fold's error: stop the others now rather than wait for them
+        for worker in set(multiprocessing.active_children()) - before:
+            worker.terminate()
+        raise
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         _TASK = None
 
 
-def _exit_with(parent: int) -> None:
-    """A worker's watch on its parent: once it is gone (the worker handed to another), exit."""
+def _worker(parent: int) -> None:
+    """A worker leaves Ctrl-C to its parent, which stops it (no traceback of its own on the
+    terminal), and exits once its parent is gone (the worker handed to another)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def watch() -> None:
         while os.getppid() == parent:
