@@ -23,7 +23,8 @@ def test_folds_run_in_other_processes_and_answer_in_order() -> None:
     here = os.getpid()
     out = map_folds(lambda x: (x * x, os.getpid()), list(range(7)), jobs=2)  # a lambda: nothing pickled
     assert [v for v, _ in out] == [x * x for x in range(7)]
-    assert here not in {pid for _, pid in out} and len({pid for _, pid in out}) == 2
+    workers = {pid for _, pid in out}  # two at most: one may take every fold while the other starts
+    assert here not in workers and 1 <= len(workers) <= 2
     alone = map_folds(lambda x: (x + 1, os.getpid()), [1, 2], jobs=1)
     assert alone == [(2, here), (3, here)]
     # Ctrl-C is the parent's to handle: a worker that took it would print its own traceback
