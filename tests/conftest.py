@@ -36,6 +36,19 @@ def reference() -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+@pytest.fixture
+def two_gpu_runs(tmp_path: Path, reference: list[dict[str, str]]) -> Path:
+    """The measured runs of H200 and MI355X alone, as a CSV for `dse calibrate --data`: a fit of
+    seconds, and two GPUs to leave out in turn."""
+    rows = [r for r in reference if r["hardware"] in ("h200", "mi355x")]
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
 class Result(NamedTuple):
     """What `dse` gave back: exit code, stdout, stderr."""
 

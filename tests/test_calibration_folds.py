@@ -101,19 +101,12 @@ sys.exit(main(sys.argv[1:]))
 
 @pytest.mark.e2e  # a fit on two GPUs' runs before the folds start (about 5 s)
 def test_ctrl_c_in_the_folds_is_one_line_and_leaves_no_worker(
-    tmp_path: Path, clean_env: dict[str, str], reference: list[dict[str, str]]
+    tmp_path: Path, clean_env: dict[str, str], two_gpu_runs: Path
 ) -> None:
     """SIGINT to the process group (a terminal's Ctrl-C reaches the workers too) while the folds
     run: `dse calibrate` stops them rather than waiting for them, says so in one line with exit
     code 130, writes no file, and leaves no worker behind."""
-    import csv
-
-    rows = [r for r in reference if r["hardware"] in ("h200", "mi355x")]
-    data = tmp_path / "runs.csv"
-    with open(data, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    data = two_gpu_runs
     out = tmp_path / "fitted.json"
     argv = ["calibrate", "--data", str(data), "--out", str(out), "--jobs", "2"]
     proc = subprocess.Popen(

@@ -277,18 +277,11 @@ def test_a_missing_or_bad_calibration_file_is_one_line(
 
 
 @pytest.mark.e2e  # a whole calibration (about 13 s): beside the quick tests, which are the longer group
-def test_calibrate_fits_the_measured_tier(cli: Cli, tmp_path: Path, reference: list[dict[str, str]]) -> None:
+def test_calibrate_fits_the_measured_tier(cli: Cli, tmp_path: Path, two_gpu_runs: Path) -> None:
     """`dse calibrate --kernels measured` refits what stays calibrated on that tier and records it:
     on H200 and MI355X runs alone, the measured-kernel scale and launch saving move off their
     starting values, and the file says which tier its figures belong to."""
-    import csv
-
-    rows = [r for r in reference if r["hardware"] in ("h200", "mi355x")]
-    data = tmp_path / "runs.csv"
-    with open(data, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    data = two_gpu_runs
     out = tmp_path / "measured.json"
     flags = ("--kernels", "measured", "--data", str(data), "--out", str(out), "--no-cross-validation")
     proc = cli("calibrate", *flags)
