@@ -77,10 +77,11 @@ def test_workers_exit_when_their_parent_is_killed() -> None:
     assert alive == []
 
 
-def test_jobs_below_one_is_one_line(cli: Cli) -> None:
-    res = cli("calibrate", "--jobs", "0", "--out", "unused.json")
+def test_jobs_below_one_is_one_line(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "unused.json"
+    res = cli("calibrate", "--jobs", "0", "--out", str(out))
     assert res.code == 2 and len(res.err.strip().splitlines()) == 1
-    assert "--jobs" in res.err and "at least 1" in res.err and not Path("unused.json").exists()
+    assert "--jobs" in res.err and "at least 1" in res.err and not out.exists()
 
 
 IN_A_FOLD = """
