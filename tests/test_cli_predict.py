@@ -124,8 +124,12 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
     wait = json.loads(cli(*base, "--conc", "8").out)["latency"]["cold_start_s"]
     assert (
         f"latency, simulated: closed loop, 8 requests in flight; the first wave waits {wait:.3g} s "
-        "(a fresh server); 80 requests"
+        "(a fresh server, warm-up: one-prompt); 80 requests"
     ) in text.out
+    # a benchmark that sent the fresh server nothing first: its engine's wait without a warm-up
+    bare = json.loads(cli(*base, "--conc", "8", "--benchmark-warmup", "none").out)["latency"]
+    assert bare["benchmark_warmup"] == "none" and closed["benchmark_warmup"] == "one-prompt"
+    assert bare["cold_start_s"] == load_params().latency.cold_start_s["sglang/nvidia/none"] != wait
     assert "percentile" in text.out and "p99" in text.out
     # --warm-server: the engine starts with the clients; the first wave's TTFTs drop by the wait
     warm = json.loads(cli(*base, "--conc", "8", "--warm-server").out)["latency"]

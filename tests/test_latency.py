@@ -16,7 +16,7 @@ from dse.perf.benchmark_rows import deployment_of, parse_row
 from dse.perf.latency import simulate_latency
 from dse.perf.latency_inputs import Lengths, Load, Trace
 from dse.perf.latency_tables import ENGINE_RULES, EngineTables, tables_of
-from dse.perf.params import load_params
+from dse.perf.params import LatencyParams, load_params
 
 
 def _queue(service_s: float | None, per_token_s: float = 0.0, chunk: float = 1000.0) -> EngineTables:
@@ -392,7 +392,7 @@ def test_the_slowdown_fit_finds_the_factor_the_runs_need() -> None:
     rows = 16
     slowed = np.arange(rows) < 8
     base = rng.uniform(0.2, 2.0, rows)
-    group = np.array(["sglang/nvidia"] * rows)
+    group = np.array(["sglang/nvidia/random"] * rows)
 
     def at(f: float) -> Replays:
         t = base * np.where(slowed, f, 1.0)
@@ -477,6 +477,22 @@ def test_the_balance_setting_is_read_for_trt_attention_dp_rows_only(catalog: Cat
             parse_row({**trt_dp, "adp_balance_timeout_iters": bad}, catalog)
 
 
+def test_the_benchmark_warmup_column(catalog: Catalog) -> None:
+    """``benchmark_warmup`` is what the benchmark sent a fresh server first: by default the
+    harness InferenceX runs each topology with (copies of one prompt on one node, a run of random
+    prompts across nodes), as given otherwise; any other value gets one line naming the column."""
+    from dse.errors import InputError
+
+    assert parse_row(B200_ROW, catalog).warmup == "one-prompt"
+    assert parse_row({**B200_ROW, **DISAGG}, catalog).warmup == "random"
+    for given in ("none", "one-prompt", "random"):
+        assert parse_row({**B200_ROW, "benchmark_warmup": given}, catalog).warmup == given
+    with pytest.raises(
+        InputError, match=r"benchmark_warmup = 'cold'.*must be one of none, one-prompt, random"
+    ):
+        parse_row({**B200_ROW, "benchmark_warmup": "cold"}, catalog)
+
+
 def test_only_sglang_hand_shakes_before_prefill() -> None:
     assert [e for e, rules in ENGINE_RULES.items() if rules.bootstrap] == ["sglang"]
 
@@ -554,30 +570,37 @@ def test_a_fresh_server_delays_the_closed_loops_first_wave_alone(b200: tuple[Eng
     assert b.cold_start_s == 0.0
 
 
-def test_each_engine_and_vendor_waits_its_fitted_cold_start(catalog: Catalog) -> None:
-    """The shipped calibration carries a first-wave wait per engine and GPU vendor, fitted on the
-    measured runs; a measured run's replay takes its own, a pairing no run measured (vLLM) none."""
+def test_each_engine_vendor_and_warmup_waits_its_fitted_cold_start(catalog: Catalog) -> None:
+    """The shipped calibration carries a first-wave wait per engine, GPU vendor and benchmark
+    warm-up, fitted on the measured runs; a measured run's replay takes its own (the row's
+    ``benchmark_warmup``, by default its topology's harness), a pairing no run measured (vLLM)
+    none, and a file keyed by engine and vendor alone (fitted before warm-ups were told apart)
+    still gives its waits."""
     from dse.perf.benchmark_rows import cold_start_of
 
     params = load_params()
     waits = params.latency.cold_start_s
-    assert {"sglang/nvidia", "trt/nvidia", "sglang/amd"} <= set(waits)
+    assert {"sglang/nvidia/one-prompt", "trt/nvidia/none", "sglang/amd/random"} <= set(waits)
     assert all(0.0 <= v <= 5.0 for v in waits.values())
     row = {**B200_ROW, "hardware": "mi355x", "conc": "4"}
-    assert cold_start_of(parse_row(row, catalog), catalog, params) == waits["sglang/amd"]
-    assert params.latency.cold_start("vllm", "nvidia") == 0.0
+    assert cold_start_of(parse_row(row, catalog), catalog, params) == waits["sglang/amd/one-prompt"]
+    unwarmed = parse_row({**row, "benchmark_warmup": "none"}, catalog)
+    assert cold_start_of(unwarmed, catalog, params) == waits["sglang/amd/none"]
+    assert params.latency.cold_start("vllm", "nvidia", "one-prompt") == 0.0
+    older = LatencyParams(cold_start_s={"sglang/amd": 2.2})
+    assert older.cold_start("sglang", "amd", "none") == older.cold_start("sglang", "amd", "random") == 2.2
 
 
 def test_the_cold_start_fit_finds_the_wait_a_groups_p99_needs() -> None:
     """Runs whose measured p99 sits a known wait above their first-wave-free replay: the fit
-    returns that wait for their group and none for a group already right; the offsets move every
-    TTFT alike. And a calibration file keeps the waits through writing and reading it."""
+    returns that wait for their group (engine, vendor and the benchmark's warm-up: one engine's
+    two warm-ups apart) and none for a group already right; the offsets move every TTFT alike."""
     from dse.calibration.latency import COLD_GRID, Replays, fit_cold_starts, predicted
     from dse.perf.params import LatencyParams
 
     rng = np.random.default_rng(0)
-    rows, waits = 12, {"sglang/amd": 1.5, "trt/nvidia": 0.0}
-    group = np.array(["sglang/amd"] * 6 + ["trt/nvidia"] * 6)
+    rows, waits = 12, {"sglang/amd/none": 1.5, "sglang/amd/random": 0.4, "trt/nvidia/one-prompt": 0.0}
+    group = np.array(["sglang/amd/none"] * 4 + ["sglang/amd/random"] * 4 + ["trt/nvidia/one-prompt"] * 4)
     base = rng.uniform(0.2, 0.8, rows)  # each run's p99 without a cold start, offsets left out
     ttft = np.empty((rows, 2, len(COLD_GRID)))
     ttft[:, 0, :] = (0.5 * base)[:, None]
@@ -623,7 +646,7 @@ def test_a_calibration_file_keeps_the_cold_starts(tmp_path: Path) -> None:
     for bad in (1.5, None, {"sglang/amd": -1.0}, {"sglang/amd": "slow"}):
         older["latency"]["cold_start_s"] = bad
         file.write_text(json.dumps(older))
-        rule = r"latency\.cold_start_s.*must map engine/vendor to seconds >= 0"
+        rule = r"latency\.cold_start_s.*must map engine/vendor/warm-up to seconds >= 0"
         with pytest.raises(InputError, match=rule):
             load_params(file)
 

@@ -12,8 +12,10 @@ from dse.calibration import fit as cal
 from dse.paths import MEASURED_RUNS as INFERENCEX  # the measured runs, vendored in reference/
 from dse.perf.benchmark_rows import (
     ENGINE_COLUMNS,
+    HARNESS_WARMUP_SINCE,
     RECIPE_KEY,
     RECIPE_SETTINGS,
+    WARMUP_COLUMN,
     parse_row,
     with_recipe_settings,
 )
@@ -44,10 +46,15 @@ def test_settings_parse_and_fill_only_empty_engine_cells(
 ) -> None:  # type: ignore[no-untyped-def]
     merged = with_recipe_settings(reference)
     assert len(merged) == len(reference)
-    filled = [(r, m) for r, m in zip(reference, merged, strict=True) if r != m]
+    changed = [{k for k in m if m[k] != r.get(k)} for r, m in zip(reference, merged, strict=True)]
+    filled = [(r, m) for r, m, c in zip(reference, merged, changed, strict=True) if c & set(ENGINE_COLUMNS)]
     assert len(filled) == len(settings)
+    assert all(c <= {*ENGINE_COLUMNS, WARMUP_COLUMN} for c in changed)
+    # InferenceX's single-node harness sent no warm-up before 2026-01-21; the multi-node one did
+    unwarmed = [r["disagg"] == "False" and r["date"] < HARNESS_WARMUP_SINCE for r in reference]
+    assert [WARMUP_COLUMN in c for c in changed] == unwarmed and sum(unwarmed) >= 10
+    assert {m[WARMUP_COLUMN] for m, u in zip(merged, unwarmed, strict=True) if u} == {"none"}
     for raw, row in filled:
-        assert {k for k in row if row[k] != raw.get(k)} <= set(ENGINE_COLUMNS)
         if raw["prefill_num_workers"] != "0" or raw["disagg"] != "True":
             parse_row(row, catalog)  # a setting the model refuses would drop its run from the fit
     # a cell the row has already wins
@@ -73,3 +80,13 @@ def test_the_fit_sees_the_settings(catalog) -> None:  # type: ignore[no-untyped-
     balanced = sorted((m.row.hardware, m.row.conc) for m in with_settings if m.row.adp_balance == 60.0)
     assert balanced == [("b200", 64.0), ("b200", 128.0), ("b200", 256.0), ("h200-sxm", 256.0)]
     assert all(m.row.adp_balance in (0.0, 60.0) for m in with_settings)
+    # the benchmark's warm-up: none before the single-node harness sent one, then copies of one
+    # prompt; the multi-node harness's run of random prompts on every disaggregated run
+    warmups = {(m.row.disagg, m.raw["date"] >= HARNESS_WARMUP_SINCE, m.row.warmup) for m in with_settings}
+    assert warmups == {
+        (False, False, "none"),
+        (False, True, "one-prompt"),
+        (True, False, "random"),
+        (True, True, "random"),
+    }
+    assert {m.row.warmup for m in without} == {"one-prompt", "random"}

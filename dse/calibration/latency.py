@@ -7,11 +7,12 @@ outside the engine's forwards before its first token reaches the client
 (:attr:`~dse.perf.params.LatencyParams.frontend_s`) and, disaggregated, the hand-off's own
 (:attr:`~dse.perf.params.LatencyParams.handoff_s`). Both add to every TTFT, so they are fitted on
 one simulation per parameter set by a grid search minimising the median absolute error of the
-TTFT p50 and p99. Third, per engine and GPU vendor, the wait of a fresh server's first wave
-(:attr:`~dse.perf.params.LatencyParams.cold_start_s`): it moves only that wave, a tenth of a
-run's requests, so its p99 above all (a run's mean TTFT over its median says the same: the
-excess is about a tenth of the first wave's wait), and is fitted on the group's TTFT p99 once the
-two offsets are.
+TTFT p50 and p99. Third, per engine, GPU vendor and the benchmark's warm-up (none, copies of
+one prompt, or a run of random prompts: :data:`~dse.perf.benchmark_rows.WARMUPS`), the wait of a
+fresh server's first wave (:attr:`~dse.perf.params.LatencyParams.cold_start_s`): it moves only
+that wave, a tenth of a run's requests, so its p99 above all (a run's mean TTFT over its median
+says the same: the excess is about a tenth of the first wave's wait), and is fitted on the
+group's TTFT p99 once the two offsets are.
 
 Fourth, where an engine's rule says its attention-DP prefill servers run slower than the balanced
 pool the step costs price (:attr:`~dse.perf.latency_tables.EngineRules.dp_prefill_slowed`), how
@@ -72,11 +73,11 @@ def measured_latency(data: Sequence[Measured]) -> np.ndarray:
 class Replays:
     """Each measured run replayed without the fitted offsets and cold starts: its TTFT p50 and
     p99 as functions of its first wave's wait (on :data:`COLD_GRID`), its TPOT p50 and p99, and the
-    group (``engine/vendor``) whose wait applies to it."""
+    group (``engine/vendor/warm-up``) whose wait applies to it."""
 
     ttft: np.ndarray  # (rows, 2, len(COLD_GRID)): p50 and p99 at each wait
     tpot: np.ndarray  # (rows, 2)
-    group: np.ndarray  # (rows,) str
+    group: np.ndarray  # (rows,) str: engine/vendor/warm-up
 
     def at(self, cold: np.ndarray) -> np.ndarray:
         """``(rows, 4)`` percentiles with each row's first wave waiting ``cold[row]`` seconds (a
@@ -96,7 +97,9 @@ def replay_measured(data: Sequence[Measured], catalog: Catalog, params: PerfPara
     bare = replace(params, latency=LatencyParams())
     base = [_replay(m, catalog, bare) for m in data]
     slowed = [latency_tables_of(m.row, catalog, bare).dp_prefill_slowed for m in data]
-    group = np.array([f"{m.row.engine}/{catalog.hardware(m.row.hardware).vendor}" for m in data])
+    group = np.array(
+        [f"{m.row.engine}/{catalog.hardware(m.row.hardware).vendor}/{m.row.warmup}" for m in data]
+    )
     out = {}
     for f in SLOWDOWN_GRID:
         at = replace(params, latency=LatencyParams(dp_prefill_slowdown=f))
@@ -222,7 +225,7 @@ def fit_all(rep: Replays, meas: np.ndarray, disagg: np.ndarray) -> LatencyParams
 def cold_of(rep: Replays, lp: LatencyParams) -> np.ndarray:
     """Each row's first-wave wait under ``lp`` (:meth:`~dse.perf.params.LatencyParams.cold_start`),
     rounded to the grid."""
-    waits = [lp.cold_start(*str(g).split("/", 1)) for g in rep.group]
+    waits = [lp.cold_start(*str(g).split("/", 2)) for g in rep.group]
     return np.clip(np.round(np.array(waits, dtype=float) / COLD_STEP) * COLD_STEP, 0.0, COLD_GRID[-1])
 
 

@@ -184,6 +184,13 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
         "wave waits the engine's fitted cold start, as the measured benchmarks ran)",
     )
     g.add_argument(
+        "--benchmark-warmup",
+        choices=("none", "one-prompt", "random"),
+        help="what the benchmark sent the fresh server before its measured requests, which sets the "
+        "first wave's wait: nothing, copies of one prompt, or a run of random prompts (default: "
+        "InferenceX's harness, random with --disagg and one-prompt without)",
+    )
+    g.add_argument(
         "--long-tail",
         type=float,
         default=0.0,
@@ -253,7 +260,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
             "deployment": {k: _typed(v) for k, v in row.items()},
             "assumed": assumed,
             "prediction": {k: _finite(v) for k, v in figures.items()},
-            "latency": _latency_json(lat, load, lengths, percentiles, args),
+            "latency": _latency_json(lat, load, lengths, percentiles, args, bench.warmup),
             "kernels": kernels,
             "expected_error": None if error is None else asdict(error),
         }
@@ -272,7 +279,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         f"ISL {row['isl']} OSL {row['osl']}, {row['conc']} requests in flight"
     )
     print(format_table(["figure", "value"], [[k, v] for k, v in figures.items()]))
-    _print_latency(lat, load, lengths, percentiles, args)
+    _print_latency(lat, load, lengths, percentiles, args, bench.warmup)
     print(_kernels_text(kernels))
     if error is not None:
         print(error.describe())
@@ -349,10 +356,19 @@ def _latency_rows(lat: Latency, percentiles: tuple[float, ...]) -> list[list[obj
 
 
 def _print_latency(
-    lat: Latency, load: Load, lengths: Lengths, percentiles: tuple[float, ...], args: argparse.Namespace
+    lat: Latency,
+    load: Load,
+    lengths: Lengths,
+    percentiles: tuple[float, ...],
+    args: argparse.Namespace,
+    warmup: str,
 ) -> None:
     print()
-    cold = f"; the first wave waits {lat.cold_start_s:.3g} s (a fresh server)" if lat.cold_start_s else ""
+    cold = (
+        f"; the first wave waits {lat.cold_start_s:.3g} s (a fresh server, warm-up: {warmup})"
+        if lat.cold_start_s
+        else ""
+    )
     print(
         f"latency, simulated: {load.describe()}{cold}; {len(lat.ttft_s)} requests, "
         f"{_lengths_text(lengths)}, seed {args.seed}"
@@ -378,12 +394,18 @@ def _finite(v: object) -> object:
 
 
 def _latency_json(
-    lat: Latency, load: Load, lengths: Lengths, percentiles: tuple[float, ...], args: argparse.Namespace
+    lat: Latency,
+    load: Load,
+    lengths: Lengths,
+    percentiles: tuple[float, ...],
+    args: argparse.Namespace,
+    warmup: str,
 ) -> dict[str, object]:
     rows = _latency_rows(lat, percentiles)
     return {
         "load": load.describe(),
         "cold_start_s": lat.cold_start_s,
+        "benchmark_warmup": warmup,
         "requests": len(lat.ttft_s),
         "lengths": _lengths_text(lengths),
         "seed": args.seed,
@@ -452,6 +474,7 @@ def _flag_of(column: str, disagg: bool) -> str:
         "kv_cache_dtype": "--kv-cache-dtype",
         "scheduler_recv_interval": "--scheduler-recv-interval",
         "adp_balance_timeout_iters": "--adp-balance-timeout-iters",
+        "benchmark_warmup": "--benchmark-warmup",
     }  # fmt: skip
     if column in fixed:
         return fixed[column]
@@ -493,6 +516,7 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
         "adp_balance_timeout_iters": ""
         if a.adp_balance_timeout_iters is None
         else str(a.adp_balance_timeout_iters),
+        "benchmark_warmup": a.benchmark_warmup or "",
         **(
             {
                 "num_ffn_gpu": str(a.ffn_gpus),

@@ -39,6 +39,17 @@ Five engine settings are optional columns (:data:`ENGINE_COLUMNS`); empty means 
 
 :data:`RECIPE_SETTINGS` holds these settings for the InferenceX runs, read from their launch
 scripts and recipes; :func:`with_recipe_settings` adds them to the rows they belong to.
+
+One optional column describes the benchmark rather than the deployment, ``benchmark_warmup``
+(:data:`WARMUPS`): what the benchmark sent a fresh server before the requests it measured, which
+sets how long its first wave waits (:meth:`~dse.perf.params.LatencyParams.cold_start`):
+
+* ``none``: nothing (InferenceX's single-node harness before 2026-01-21);
+* ``one-prompt``: ``2 x conc`` copies of one prompt, which the prefix cache serves after the
+  first, so the batch shapes of real traffic stay new (its ``benchmark_serving.py
+  --num-warmups``, since InferenceX commit d053ae24e of 2026-01-21); the default aggregated;
+* ``random``: a whole run of ``2 x conc`` random prompts at the benchmark's concurrency
+  (srt-slurm's ``sa-bench``, which InferenceX's multi-node runs use); the default disaggregated.
 """
 
 from __future__ import annotations
@@ -95,6 +106,10 @@ ENGINE_COLUMNS = (  # optional
     "scheduler_recv_interval",
     "adp_balance_timeout_iters",
 )
+WARMUP_COLUMN = "benchmark_warmup"  # optional: see the module's docstring
+WARMUPS = ("none", "one-prompt", "random")
+# InferenceX's single-node harness sends warm-up requests from this date (commit d053ae24e)
+HARNESS_WARMUP_SINCE = "2026-01-21"
 MAX_RECV_INTERVAL = 1000
 MAX_DRAFT_TOKENS = 16
 RECIPE_SETTINGS = Path(__file__).with_name("recipe_settings.csv")
@@ -150,6 +165,7 @@ class BenchRow:
     engine_version: str | None = None  # from the run's ``image``; None: the newest measured
     recv_interval: float = 1.0  # decode steps between the scheduler's looks for new requests
     adp_balance: float = 0.0  # iterations context requests may wait for every attention-DP rank to have one
+    warmup: str = "one-prompt"  # what the benchmark sent a fresh server first (:data:`WARMUPS`)
 
     @property
     def topology(self) -> str:
@@ -265,7 +281,19 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
         engine_version=image_version(str(row.get("image") or "")),
         recv_interval=_recv_interval(row, source),
         adp_balance=_adp_balance(row, FRAMEWORK_ENGINE[fw], disagg, decode, source),
+        warmup=_warmup(row, disagg, source),
     )
+
+
+def _warmup(row: Mapping[str, str], disagg: bool, source: str) -> str:
+    """``benchmark_warmup``: one of :data:`WARMUPS`, or empty (``random`` disaggregated, as
+    InferenceX's multi-node harness; ``one-prompt`` aggregated, as its single-node one)."""
+    raw = str(row.get(WARMUP_COLUMN) or "").strip().lower()
+    if not raw:
+        return "random" if disagg else "one-prompt"
+    if raw not in WARMUPS:
+        raise InputError(source, WARMUP_COLUMN, f"must be one of {', '.join(WARMUPS)} (or empty)", raw)
+    return raw
 
 
 def _recv_interval(row: Mapping[str, str], source: str) -> float:
@@ -315,13 +343,19 @@ def with_recipe_settings(
 ) -> list[dict[str, str]]:
     """``rows`` (of ``inferencex_calibration.csv``) with the engine settings their runs used:
     :data:`ENGINE_COLUMNS` from ``path`` where a row of it names the same run (every input
-    column and the date equal). Cells the row has already are kept."""
+    column and the date equal); and with ``benchmark_warmup`` ``none`` where the run is
+    aggregated (InferenceX's single-node harness) and dated before :data:`HARNESS_WARMUP_SINCE`.
+    Cells the row has already are kept."""
     with open(path, newline="", encoding="utf-8") as fh:
         known = {tuple(r[c] for c in RECIPE_KEY): r for r in csv.DictReader(fh)}
     out = []
     for row in rows:
         settings = known.get(tuple(str(row.get(c, "")) for c in RECIPE_KEY), {})
         extra = {c: settings[c] for c in ENGINE_COLUMNS if settings.get(c) and not str(row.get(c) or "")}
+        single_node = str(row.get("disagg", "")).strip().lower() in ("false", "0")
+        date = str(row.get("date") or "")
+        if single_node and date and date < HARNESS_WARMUP_SINCE and not row.get(WARMUP_COLUMN):
+            extra[WARMUP_COLUMN] = "none"
         out.append({**row, **extra})
     return out
 
@@ -531,7 +565,7 @@ def latency_tables_of(
 def cold_start_of(row: BenchRow, catalog: Catalog, params: PerfParams) -> float:
     """Seconds a closed loop's first wave waits on a fresh server of the row's engine and GPUs
     (:attr:`~dse.perf.params.LatencyParams.cold_start_s`)."""
-    return params.latency.cold_start(row.engine, catalog.hardware(row.hardware).vendor)
+    return params.latency.cold_start(row.engine, catalog.hardware(row.hardware).vendor, row.warmup)
 
 
 def _fill_latency(

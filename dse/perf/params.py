@@ -81,10 +81,12 @@ class LatencyParams:
     # transfer's set-up, the decode server's admission and its stream)
     handoff_s: float = 0.0
     # closed loop only: seconds the first wave of a benchmark (every client's first request, sent
-    # at once) waits before the engine serves it, per "engine/vendor" (``sglang/amd``): the
-    # burst's batch shapes are new to a fresh server, whose kernels compile or tune for them
-    # (benchmark_serving's warm-up repeats one prompt, which the prefix cache serves). In the
-    # measured runs that wave is a tenth of the requests, so it sets the TTFT p99 at low load.
+    # at once) waits before the engine serves it, per "engine/vendor/warm-up", e.g.
+    # ``sglang/amd/one-prompt`` (the warm-up is what the benchmark sent the fresh server first,
+    # :data:`~dse.perf.benchmark_rows.WARMUPS`): the burst's batch shapes are new to a fresh
+    # server, whose kernels compile or tune for them (benchmark_serving's warm-up repeats one
+    # prompt, which the prefix cache serves). In the measured runs that wave is a tenth of the
+    # requests, so it sets the TTFT p99 at low load.
     cold_start_s: dict[str, float] = field(default_factory=dict)
     # disaggregated only: how many times the step costs' forward an attention-DP prefill server
     # takes, where its engine's rule says the balanced pool the step costs price is not what it
@@ -92,11 +94,13 @@ class LatencyParams:
     # measured TTFT percentiles of the runs it reaches (:mod:`dse.calibration.latency`); 1 is none.
     dp_prefill_slowdown: float = 1.0
 
-    def cold_start(self, engine: str, vendor: str) -> float:
-        """The first wave's wait for ``engine`` on ``vendor``'s GPUs, 0 where no run measured it
-        (left out of every fit, no guess did better: AMD's ATOM measures none, and taking AMD
-        SGLang's 2-3 s for it put ATOM's p99 at twice the measured)."""
-        return self.cold_start_s.get(f"{engine}/{vendor}", 0.0)
+    def cold_start(self, engine: str, vendor: str, warmup: str) -> float:
+        """The first wave's wait for ``engine`` on ``vendor``'s GPUs after the benchmark's
+        ``warmup``; a file fitted before warm-ups were told apart keys it by engine and vendor
+        alone. 0 where no run measured it (left out of every fit, no guess did better: AMD's ATOM
+        measures none, and taking AMD SGLang's 2-3 s for it put ATOM's p99 at twice the measured)."""
+        waits = self.cold_start_s
+        return waits.get(f"{engine}/{vendor}/{warmup}", waits.get(f"{engine}/{vendor}", 0.0))
 
 
 @dataclass(frozen=True)
@@ -291,7 +295,7 @@ def _latency_params(raw: dict[str, Any], path: Path) -> LatencyParams:
         for v in waits.values()
     )
     if not ok:
-        rule = "must map engine/vendor to seconds >= 0"
+        rule = "must map engine/vendor/warm-up to seconds >= 0"
         raise InputError(str(path), "latency.cold_start_s", rule, json.dumps(waits)[:80])
     return LatencyParams(**scalars, cold_start_s={str(k): float(v) for k, v in waits.items()})
 
