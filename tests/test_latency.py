@@ -491,6 +491,13 @@ def test_the_benchmark_warmup_column(catalog: Catalog) -> None:
         InputError, match=r"benchmark_warmup = 'cold'.*must be one of none, one-prompt, random"
     ):
         parse_row({**B200_ROW, "benchmark_warmup": "cold"}, catalog)
+    # dse predict offers the same values (its parser does not import the engine, for start-up)
+    from dse.cli.main import build_parser
+    from dse.perf.benchmark_rows import WARMUPS
+
+    sub = next(a for a in build_parser()._actions if a.choices and "predict" in a.choices)
+    flag = next(a for a in sub.choices["predict"]._actions if "--benchmark-warmup" in a.option_strings)
+    assert tuple(flag.choices) == WARMUPS
 
 
 def test_only_sglang_hand_shakes_before_prefill() -> None:
