@@ -478,9 +478,10 @@ def test_the_balance_setting_is_read_for_trt_attention_dp_rows_only(catalog: Cat
 
 
 def test_the_benchmark_warmup_column(catalog: Catalog) -> None:
-    """``benchmark_warmup`` is what the benchmark sent a fresh server first: by default the
-    harness InferenceX runs each topology with (copies of one prompt on one node, a run of random
-    prompts across nodes), as given otherwise; any other value gets one line naming the column."""
+    """``benchmark_warmup`` is what the benchmark sent a fresh server first: when empty, what
+    InferenceX's harness for the row's topology sends (copies of one prompt on one node, a run of
+    random prompts across nodes), else the value given; any other value gets one line naming the
+    column."""
     from dse.errors import InputError
 
     assert parse_row(B200_ROW, catalog).warmup == "one-prompt"
