@@ -42,13 +42,18 @@ def test_predict_json_is_strict_with_typed_deployment_values(cli: Cli) -> None:
 
 
 @pytest.mark.parametrize("as_json", [True, False])
-def test_a_deployment_whose_weights_do_not_fit_exits_3_with_the_reason(cli: Cli, as_json: bool) -> None:
+def test_weights_that_do_not_fit_exit_3_with_the_reason_and_a_wider_instance(cli: Cli, as_json: bool) -> None:
     res = cli("predict", "--hardware", "b200", "--tp", "2", "--ep", "2", *(["--json"] if as_json else []))
     assert res.code == 3
     assert res.out == ""  # no table of NaN, no half a JSON document
     assert res.err.strip() == (
         "dse: error: no feasible design: weights-do-not-fit: weights need 336 GB per GPU; b200 has 180 GB"
+        " (the weights fit on 4 GPUs: --tp 4 --ep 4)"
     )
+    assert cli("predict", "--hardware", "b200", "--tp", "4", "--ep", "4").code == 0  # the hint holds
+    # an instance the model cannot widen enough (8 GPUs of 80 GB at most 8x): no hint
+    dense = cli("predict", "--hardware", "h100", "--tp", "1", "--ep", "1", "--conc", "1")
+    assert dense.code == 3 and dense.err.strip().endswith("h100-sxm has 80 GB")
 
 
 def test_an_empty_sweep_axis_is_refused_naming_it(cli: Cli, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from dse.perf.benchmark_rows import BenchRow
     from dse.perf.latency import Latency
     from dse.perf.latency_inputs import Lengths, Load
+    from dse.perf.params import PerfParams
     from dse.perf.serving import ServingResult
 
 SRC = "dse predict"
@@ -227,7 +228,9 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     res = evaluate([bench], catalog, params)
     if not math.isfinite(float(res.tput_per_gpu[0])):  # nothing to predict: say why, not a table of NaN
         hbm = catalog.hardware(bench.hardware).hbm.capacity_gb
-        raise NoFeasibleDesign(str(res.regime[0]), f"{unfit_reason(res, 0)}; {bench.hardware} has {hbm:g} GB")
+        hint = _wider_that_fits(args, catalog, params)
+        why = f"{unfit_reason(res, 0)}; {bench.hardware} has {hbm:g} GB{hint}"
+        raise NoFeasibleDesign(str(res.regime[0]), why)
     figures = {
         "tput_per_gpu": float(res.tput_per_gpu[0]),
         "input_tput_per_prefill_gpu": float(res.input_tput_per_prefill_gpu[0]),
@@ -296,6 +299,27 @@ def _kernels_text(kernels: dict[str, Any]) -> str:
         lines.append(f"  {pool}: " + "; ".join(f"{', '.join(o)}: {s}" for s, o in by_source.items()))
     lines += [f"  note: {p}" for p in kernels["problems"]]
     return "\n".join(lines)
+
+
+def _wider_that_fits(args: argparse.Namespace, catalog: Catalog, params: PerfParams) -> str:
+    """For an aggregated instance whose weights do not fit: the smallest instance of 2, 4 or 8
+    times its GPUs (tensor and expert parallelism scaled alike) whose weights do, as the flags that
+    ask for it (expert parallelism only where there is some); "" if none does or the deployment is
+    disaggregated."""
+    from dse.perf.benchmark_rows import evaluate
+
+    if args.disagg:
+        return ""
+    for times in (2, 4, 8):
+        ep = args.ep * times if args.ep > 1 else args.ep
+        wider = argparse.Namespace(**{**vars(args), "tp": args.tp * times, "ep": ep})
+        try:
+            res = evaluate([_deployment(wider, catalog)[1]], catalog, params)
+        except InputError:  # wider than the model allows (heads, experts)
+            return ""
+        if math.isfinite(float(res.tput_per_gpu[0])):
+            return f" (the weights fit on {wider.tp} GPUs: --tp {wider.tp} --ep {wider.ep})"
+    return ""
 
 
 def _deployment(args: argparse.Namespace, catalog: Catalog) -> tuple[dict[str, str], BenchRow]:
