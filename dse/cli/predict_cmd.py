@@ -206,7 +206,7 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
-    from dse.perf.benchmark_rows import evaluate, kernel_sources, latency_of, settings_of, unfit_reason
+    from dse.perf.benchmark_rows import evaluate, kernel_sources, latency_of, settings_of
     from dse.perf.expected_error import expected_error
     from dse.perf.kernel_data import problems
     from dse.perf.params import load_params
@@ -227,10 +227,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     row, bench = _deployment(args, catalog)
     res = evaluate([bench], catalog, params)
     if not math.isfinite(float(res.tput_per_gpu[0])):  # nothing to predict: say why, not a table of NaN
-        hbm = catalog.hardware(bench.hardware).hbm.capacity_gb
-        hint = _wider_that_fits(args, catalog, params)
-        why = f"{unfit_reason(res, 0)}; {bench.hardware} has {hbm:g} GB{hint}"
-        raise NoFeasibleDesign(str(res.regime[0]), why)
+        raise _unfit(res, args, bench, catalog, params)
     figures = {
         "tput_per_gpu": float(res.tput_per_gpu[0]),
         "input_tput_per_prefill_gpu": float(res.input_tput_per_prefill_gpu[0]),
@@ -299,6 +296,18 @@ def _kernels_text(kernels: dict[str, Any]) -> str:
         lines.append(f"  {pool}: " + "; ".join(f"{', '.join(o)}: {s}" for s, o in by_source.items()))
     lines += [f"  note: {p}" for p in kernels["problems"]]
     return "\n".join(lines)
+
+
+def _unfit(
+    res: ServingResult, args: argparse.Namespace, bench: BenchRow, catalog: Catalog, params: PerfParams
+) -> NoFeasibleDesign:
+    """Why the deployment serves nothing: what its weights need against the GPU's memory, and a
+    wider instance that holds them where there is one."""
+    from dse.perf.benchmark_rows import unfit_reason
+
+    hbm = catalog.hardware(bench.hardware).hbm.capacity_gb
+    why = f"{unfit_reason(res, 0)}; {bench.hardware} has {hbm:g} GB"
+    return NoFeasibleDesign(str(res.regime[0]), why + _wider_that_fits(args, catalog, params))
 
 
 def _wider_that_fits(args: argparse.Namespace, catalog: Catalog, params: PerfParams) -> str:
