@@ -679,3 +679,21 @@ def test_the_percentiles_at_every_wait_are_numpys() -> None:
             with np.errstate(invalid="ignore"):  # inf beside the rank: numpy's nan
                 want = [np.percentile(np.r_[t[:wave] + w, t[wave:]], q) for w in COLD_GRID]
             np.testing.assert_allclose(_with_waits(t, wave, q), want, rtol=0, atol=1e-12, equal_nan=True)
+
+
+def test_a_replay_over_several_seeds_is_the_mean_of_each_seeds(catalog: Catalog) -> None:
+    """The calibration's replays under several draws of the runs' lengths and acceptances average
+    each percentile (every first-wave wait of the grid, TPOT too); one seed is that seed's replay,
+    and two seeds' draws differ (else averaging would measure nothing)."""
+    from dse.calibration.fit import Measured
+    from dse.calibration.latency import replay_measured
+
+    runs = [Measured(parse_row(row, catalog), 1.0, 1.0, {}) for row in (B200_ROW, {**B200_ROW, **DISAGG})]
+    params = load_params()
+    one, other, both = (replay_measured(runs, catalog, params, seeds=s) for s in ((0,), (1,), (0, 1)))
+    for f in one:
+        np.testing.assert_allclose(both[f].ttft, (one[f].ttft + other[f].ttft) / 2.0)
+        np.testing.assert_allclose(both[f].tpot, (one[f].tpot + other[f].tpot) / 2.0)
+    assert not np.array_equal(one[1.0].ttft, other[1.0].ttft)
+    default = replay_measured(runs, catalog, params)  # seed 0
+    assert np.array_equal(default[1.0].ttft, one[1.0].ttft)

@@ -89,13 +89,16 @@ class Replays:
         return out
 
 
-def replay_measured(data: Sequence[Measured], catalog: Catalog, params: PerfParams) -> dict[float, Replays]:
+def replay_measured(
+    data: Sequence[Measured], catalog: Catalog, params: PerfParams, seeds: Sequence[int] = (SEED,)
+) -> dict[float, Replays]:
     """Each run replayed under ``params`` (its closed loop, :func:`latency_of`) without the fitted
     offsets and cold starts, with its TTFT percentiles at every first-wave wait of the grid; at
     each attention-DP prefill slowdown of :data:`SLOWDOWN_GRID` (a run the slowdown does not reach
-    is replayed once and stands at every factor)."""
+    is replayed once and stands at every factor). With several ``seeds`` (draws of the run's
+    lengths and acceptances) each percentile is their mean."""
     bare = replace(params, latency=LatencyParams())
-    base = [_replay(m, catalog, bare) for m in data]
+    base = [_replay(m, catalog, bare, seeds) for m in data]
     slowed = [latency_tables_of(m.row, catalog, bare).dp_prefill_slowed for m in data]
     group = np.array(
         [f"{m.row.engine}/{catalog.hardware(m.row.hardware).vendor}/{m.row.warmup}" for m in data]
@@ -104,21 +107,26 @@ def replay_measured(data: Sequence[Measured], catalog: Catalog, params: PerfPara
     for f in SLOWDOWN_GRID:
         at = replace(params, latency=LatencyParams(dp_prefill_slowdown=f))
         runs = [
-            _replay(m, catalog, at) if hit and f != 1.0 else b
+            _replay(m, catalog, at, seeds) if hit and f != 1.0 else b
             for m, hit, b in zip(data, slowed, base, strict=True)
         ]
         out[f] = Replays(np.array([r[0] for r in runs]), np.array([r[1] for r in runs]), group)
     return out
 
 
-def _replay(m: Measured, catalog: Catalog, params: PerfParams) -> tuple[np.ndarray, np.ndarray]:
+def _replay(
+    m: Measured, catalog: Catalog, params: PerfParams, seeds: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
     """One run's TTFT p50 and p99 at each first-wave wait, ``(2, len(COLD_GRID))``, and its TPOT
-    p50 and p99."""
-    lat = latency_of(m.row, catalog, params, seed=SEED)
-    wave = lat.first_wave  # the closed loop's first requests, sent at once
-    t = np.where(np.isnan(lat.ttft_s), np.inf, lat.ttft_s)
-    ttft = np.array([_with_waits(t, wave, 50.0), _with_waits(t, wave, 99.0)])
-    return ttft, np.array([lat.percentile("tpot", 50.0), lat.percentile("tpot", 99.0)])
+    p50 and p99, each the mean over ``seeds``."""
+    ttfts, tpots = [], []
+    for seed in seeds:
+        lat = latency_of(m.row, catalog, params, seed=seed)
+        wave = lat.first_wave  # the closed loop's first requests, sent at once
+        t = np.where(np.isnan(lat.ttft_s), np.inf, lat.ttft_s)
+        ttfts.append([_with_waits(t, wave, 50.0), _with_waits(t, wave, 99.0)])
+        tpots.append([lat.percentile("tpot", 50.0), lat.percentile("tpot", 99.0)])
+    return np.mean(ttfts, axis=0), np.mean(tpots, axis=0)
 
 
 def with_offsets(sim: np.ndarray, disagg: np.ndarray, frontend_s: float, handoff_s: float) -> np.ndarray:
@@ -259,16 +267,20 @@ def fit_latency(
     params: PerfParams,
     fold_fits: Mapping[str, PerfParams] | None = None,
     jobs: int = 1,
+    seeds: Sequence[int] = (SEED,),
 ) -> LatencyFit:
     """The offsets, cold starts and attention-DP prefill slowdown fitted on every run, their
     in-sample error and, with the throughput fits that left each GPU type out (``fold_fits``), the
     leave-one-hardware-out error (the held-out GPU's group takes the wait its engine was fitted to
     on the other GPUs of its vendor; a group with none there, none). The replays under each set
-    of step costs run ``jobs`` at once (:mod:`dse.calibration.folds`)."""
+    of step costs run ``jobs`` at once (:mod:`dse.calibration.folds`), each run under every one
+    of ``seeds`` with its percentiles averaged (``dse calibrate`` replays one draw; the benchmark
+    ``benchmarks/latency_accuracy.py`` measures how far other draws move the figures)."""
     meas = measured_latency(data)
     disagg = np.array([m.row.disagg for m in data])
     folds = dict(fold_fits or {})
-    reps, *fold_sets = map_folds(partial(replay_measured, data, catalog), [params, *folds.values()], jobs)
+    replay = partial(replay_measured, data, catalog, seeds=seeds)
+    reps, *fold_sets = map_folds(replay, [params, *folds.values()], jobs)
     fitted = fit_slowdown(reps, meas, disagg)
     in_sample = medians(abs_errors(predicted(reps[fitted.dp_prefill_slowdown], disagg, fitted), meas))
     if fold_fits is None:
