@@ -122,6 +122,13 @@ class SolveOptions:
             "random_seed": 0,
             "threads": self.threads,
             "mip_rel_gap": self.mip_rel_gap,
+            # Placement MILPs are small (tens of rows after presolve) and HiGHS closes them at the
+            # root; its time goes to root machinery, not to search. The feasibility-jump heuristic
+            # and an unlimited cut pool cost more than they save here: without them a study-sized
+            # re-solve takes half the time (benchmarks/milp_speed.py; the log, session 22).
+            "mip_heuristic_run_feasibility_jump": False,
+            "mip_pool_soft_limit": 1,
+            "mip_lp_age_limit": 1,
             **({"time_limit": self.time_limit_s} if self.time_limit_s is not None else {}),
             **({"mip_max_nodes": self.node_limit} if self.node_limit is not None else {}),
         }

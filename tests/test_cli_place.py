@@ -116,14 +116,15 @@ def test_shapes_restrict_or_widen_the_instances_tried(cli: Cli) -> None:
     assert odd.code == 2 and "must divide the 12 GPUs and 128 heads" in odd.err
 
 
-GLM = ["place", "--model", "glm-4.6", "--hardware", "h200", "--rate", "200", "--isl", "2000", "--osl", "800",
+GLM = ["place", "--model", "glm-4.6", "--hardware", "h200", "--rate", "400", "--isl", "2000", "--osl", "800",
        "--tpot", "0.2", "--percentile", "90", "--engine", "trt", "--shapes",
        "8gpu-dpa-ep8,16gpu-dpa-ep16,32gpu-dpa-ep32", "--no-shadow-prices"]  # fmt: skip
 
 
 def test_confirm_answers_with_the_cheapest_design_the_engine_simulation_holds(cli: Cli) -> None:
-    """GLM-4.6 on H200, TTFT 10 s at p90: the MILP's cheapest design is aggregated, and its
-    requests queue for decode slots once each goes through the scheduler (about 20 s at p90);
+    """GLM-4.6 on H200 at 400 requests/s, TTFT 10 s at p90: the MILP's cheapest design is
+    aggregated, and its requests queue for decode slots once each goes through the scheduler
+    (about 13 s at p90);
     `--confirm` answers with the disaggregated design, which holds, and says why."""
     plain = cli(*GLM, "--ttft", "10", "--json")
     assert plain.code == 0, plain.err

@@ -249,11 +249,12 @@ def test_a_database_restart_and_a_dead_worker_lose_nothing(
     tmp_path: Path, postgres_server: Any, clean_env: dict[str, str], cli: Cli
 ) -> None:
     spec_path = _renamed(tmp_path, "fault-study")
-    # killed at 14 done: the rest for the live worker and the last. Trials take 0.03-0.4 s: with a
-    # budget of 24 and the restart once 6 were seen done, 9-17 were done by then and up to 22 once
-    # the server was back, so the live worker could finish without seeing the outage (a flake):
-    # 40, and the restart at the second trial done.
-    url, budget = postgres_server.url, 40
+    # killed at 40 done: the rest for the live worker and the last. The budget must outlast the
+    # outage (a pg_ctl stop, 2 s down, a start) or the live worker finishes without seeing it (a
+    # flake): at 24 trials and the restart once 6 were done it did; at 40, once MILP re-solves
+    # took half the time (session 22), the two workers sometimes finished 40 before the restart.
+    # Trials take 0.02-0.4 s: 160, and the restart at the second trial done.
+    url, budget = postgres_server.url, 160
     argv = ["worker", str(spec_path), "--storage", url, "--trials", str(budget), "--out", str(tmp_path),
             "--stale-after", "4"]  # fmt: skip
     procs = [subprocess.Popen(dse_cmd(*argv), env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -270,7 +271,7 @@ def test_a_database_restart_and_a_dead_worker_lose_nothing(
     while complete() < 2 and time.time() < deadline:
         time.sleep(0.1)
     postgres_server.restart(down_s=2.0)  # both workers lose their connections mid-study
-    while complete() < 14 and time.time() < deadline:
+    while complete() < 40 and time.time() < deadline:
         time.sleep(0.3)
     os.kill(procs[0].pid, signal.SIGKILL)  # one worker dies, most likely inside a trial
     procs[0].wait()
