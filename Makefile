@@ -23,13 +23,14 @@ run: $(STAMP)
 	$(VENV)/bin/dse study run deepseek-v3-blackwell --out runs
 
 # two groups side by side, one per core: the quick tests and the long end-to-end ones (marker e2e,
-# see pyproject.toml); each prints pytest's output and its wall time when it ends. Fails if either
-# group fails; a group that selects no test (pytest exit 5) is not a failure.
+# see pyproject.toml); each prints pytest's output (with its eight slowest tests) and its wall time
+# when it ends. Fails if either group fails; a group that selects no test (pytest exit 5) is not a
+# failure.
 test: $(STAMP)
 	@out=$$(mktemp -d); start=$$(date +%s); \
 	for g in quick e2e; do \
 		if [ $$g = quick ]; then m="not e2e"; else m="e2e"; fi; \
-		( s=$$(date +%s); $(PY) -m pytest -q -m "$$m" -p no:cacheprovider >$$out/$$g.log 2>&1; rc=$$?; \
+		( s=$$(date +%s); $(PY) -m pytest -q -m "$$m" -p no:cacheprovider --durations=8 >$$out/$$g.log 2>&1; rc=$$?; \
 		  echo "$$rc $$(( $$(date +%s) - s ))" >$$out/$$g.rc ) & \
 	done; \
 	wait; fail=0; \
