@@ -124,8 +124,8 @@ GLM = ["place", "--model", "glm-4.6", "--hardware", "h200", "--rate", "400", "--
 def test_confirm_answers_with_the_cheapest_design_the_engine_simulation_holds(cli: Cli) -> None:
     """GLM-4.6 on H200 at 400 requests/s, TTFT 10 s at p90: the MILP's cheapest design is
     aggregated, and its requests queue for decode slots once each goes through the scheduler
-    (about 13 s at p90);
-    `--confirm` answers with the disaggregated design, which holds, and says why."""
+    (about 13 s at p90); `--confirm` answers with the disaggregated design, which holds, and says
+    why. A TTFT no design holds exits 3 with each one's figure."""
     plain = cli(*GLM, "--ttft", "10", "--json")
     assert plain.code == 0, plain.err
     assert json.loads(plain.out)["best_topology"] == "aggregated"
