@@ -123,9 +123,11 @@ class SolveOptions:
             "threads": self.threads,
             "mip_rel_gap": self.mip_rel_gap,
             # Placement MILPs are small (tens of rows after presolve) and HiGHS closes them at the
-            # root; its time goes to root machinery, not to search. The feasibility-jump heuristic
-            # and an unlimited cut pool cost more than they save here: without them a study-sized
-            # re-solve takes half the time (benchmarks/milp_speed.py; the log, session 22).
+            # root, so its time goes to root machinery rather than search. The feasibility-jump
+            # heuristic, and a cut pool of up to 10,000 cuts kept in the LP for 10 rounds unused
+            # (HiGHS's defaults), cost more than they save here: without the heuristic, with one
+            # cut kept and cuts dropped after one round, HiGHS's run on a study-sized instance
+            # takes half the time for the same optima (docs/benchmarks.md, "The placement MILP").
             "mip_heuristic_run_feasibility_jump": False,
             "mip_pool_soft_limit": 1,
             "mip_lp_age_limit": 1,

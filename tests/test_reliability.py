@@ -251,9 +251,10 @@ def test_a_database_restart_and_a_dead_worker_lose_nothing(
     spec_path = _renamed(tmp_path, "fault-study")
     # killed at 40 done: the rest for the live worker and the last. The budget must outlast the
     # outage (a pg_ctl stop, 2 s down, a start) or the live worker finishes without seeing it (a
-    # flake): at 24 trials and the restart once 6 were done it did; at 40, once MILP re-solves
-    # took half the time (session 22), the two workers sometimes finished 40 before the restart.
-    # Trials take 0.02-0.4 s: 160, and the restart at the second trial done.
+    # flake): at 24 trials, the restart once 6 were done, it did; at 40, once the MILP's HiGHS
+    # options halved its solves (2026-12-02), the two workers sometimes finished all 40 before the
+    # server went down. Trials take 0.02-0.4 s, so two workers take about 2-30 s over 160, past
+    # the stop, the 2 s down and the start; the restart comes at the second trial done.
     url, budget = postgres_server.url, 160
     argv = ["worker", str(spec_path), "--storage", url, "--trials", str(budget), "--out", str(tmp_path),
             "--stale-after", "4"]  # fmt: skip
