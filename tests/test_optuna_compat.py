@@ -170,3 +170,72 @@ def test_optuna_warns_of_heartbeats_outside_optimize_in_the_words_the_runner_fil
         study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 's.db'}", stale_after_s=4.0))
     with pytest.warns(UserWarning, match="^Heartbeat of storage is supposed to be used"):
         study.ask()
+
+
+def _every_kind_of_trial(storage: optuna.storages.RDBStorage, name: str) -> optuna.Study:
+    """A two-objective study whose trials have every state, stored values of every type,
+    intermediate values, attributes and parameters of each distribution."""
+    study = optuna.create_study(storage=storage, study_name=name, directions=["minimize", "maximize"])
+    for i in range(9):
+        t = study.ask()
+        t.suggest_categorical("topology", ["aggregated", "disaggregated", None])
+        t.suggest_float("share", 0.0, 1.0)
+        t.suggest_int("batch", 1, 512, log=True)
+        t.suggest_float("chunk", 256.0, 8192.0, step=256.0)
+        t.set_user_attr("record", {"metrics": {"gpus": 8.0 * i}, "note": "x" * i})
+        t.set_user_attr("plain", i)
+        for step, v in enumerate([0.5, float("inf"), float("-inf"), float("nan")][: i % 5]):
+            storage.set_trial_intermediate_value(t._trial_id, step, v)  # report() is single-objective
+        if i % 4 == 1:
+            study.tell(t, state=TrialState.PRUNED)
+        elif i % 4 == 2:
+            study.tell(t, state=TrialState.FAIL)
+        elif i % 4 == 3 and i < 8:
+            study.tell(t, [float("inf"), float("-inf")] if i == 3 else [1.0 * i, -2.5])
+        elif i != 8:
+            t.set_user_attr("later", [1, 2])
+            study.tell(t, [0.25 * i, 3.0])
+    study.enqueue_trial({"share": 0.5})  # a waiting trial, with its fixed parameters as an attribute
+    return study
+
+
+def _same_trials(a: list[optuna.trial.FrozenTrial], b: list[optuna.trial.FrozenTrial]) -> bool:
+    """Trial lists equal field by field, NaN equal to NaN (an intermediate value may be one)."""
+
+    def fields(t: optuna.trial.FrozenTrial) -> dict[str, object]:
+        d = dict(vars(t))
+        d["intermediate_values"] = {k: repr(v) for k, v in t.intermediate_values.items()}
+        return d
+
+    return len(a) == len(b) and all(fields(x) == fields(y) for x, y in zip(a, b, strict=True))
+
+
+def test_trials_read_with_one_select_per_table_are_optunas(tmp_path: Path) -> None:
+    """read_trials against Optuna's own ORM read of the same storage: every field of every trial,
+    for every state filter and the incremental reads Optuna's cache makes; an unknown study is a
+    KeyError, as in Optuna."""
+    storage = open_storage(f"sqlite:///{tmp_path / 's.db'}")
+    assert isinstance(storage, compat.FastReadRDBStorage)
+    study = _every_kind_of_trial(storage, "kinds")
+    sid = storage.get_study_id_from_name("kinds")
+    theirs = optuna.storages.RDBStorage._get_trials
+    everything = theirs(storage, sid, None, set(), -1)
+    states = {t.state for t in everything}
+    assert states == {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING,
+                      TrialState.WAITING}  # fmt: skip
+    assert any(v == float("inf") for t in everything for v in t.values or [])
+    assert any(len(t.intermediate_values) == 4 for t in everything)
+    ids = [t._trial_id for t in everything]
+    for args in [
+        (None, set(), -1),
+        ((TrialState.COMPLETE,), set(), -1),
+        ((TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED), set(), -1),
+        (None, {ids[1], ids[4]}, ids[5]),  # the cache: the unfinished it holds, and the newer
+        (None, set(), ids[6]),
+        ((TrialState.FAIL,), {ids[2]}, ids[3]),
+    ]:
+        ours = compat.read_trials(storage, sid, *args)
+        assert ours and _same_trials(ours, theirs(storage, sid, *args)), args
+    assert _same_trials(study.get_trials(deepcopy=False), everything)  # through Optuna's cache too
+    with pytest.raises(KeyError):
+        compat.read_trials(storage, sid + 1)

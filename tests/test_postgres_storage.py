@@ -76,3 +76,24 @@ def test_two_worker_processes_share_one_study(postgres_url: str, tmp_path: Path)
     for seed, n in enumerate(TRIALS_PER_WORKER):
         assert sum(t.user_attrs["worker"] == seed for t in trials) == n
     assert all(t.value == (t.params["x"] - 2.0) ** 2 + t.params["y"] for t in trials)
+
+
+def test_trials_read_with_one_select_per_table_are_optunas_on_postgresql(postgres_url: str) -> None:
+    """The fast read against Optuna's ORM read on PostgreSQL, whose enum columns come back typed."""
+    from test_optuna_compat import _every_kind_of_trial, _same_trials
+
+    from dse.study import optuna_compat as compat
+    from dse.study.storage import open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(postgres_url)
+    assert isinstance(storage, compat.FastReadRDBStorage) and compat.knows_schema(storage)
+    name = f"kinds-{uuid.uuid4().hex[:8]}"
+    study = _every_kind_of_trial(storage, name)
+    sid = storage.get_study_id_from_name(name)
+    theirs = optuna.storages.RDBStorage._get_trials(storage, sid, None, set(), -1)
+    assert len(theirs) == 10 and _same_trials(compat.read_trials(storage, sid), theirs)
+    done = (TrialState.COMPLETE,)
+    assert _same_trials(compat.read_trials(storage, sid, done), optuna.storages.RDBStorage._get_trials(
+        storage, sid, done, set(), -1))  # fmt: skip
+    assert _same_trials(study.get_trials(deepcopy=False), theirs)

@@ -9,17 +9,19 @@ Optuna, so an upgrade that breaks one fails there, naming it, not somewhere insi
   :func:`scipy_log_ndtr` while it samples.
 * :func:`grid_of`, :func:`set_trial_system_attr`: what ``dse.study.sweep.GridSampler`` shares
   with Optuna's grid sampler.
-* :func:`insert_finished`, :func:`dead_trial_ids`: SQL on Optuna's database schema
-  (:data:`SCHEMA_VERSION`): a finished trial in one transaction, and trials that never beat.
+* :func:`insert_finished`, :func:`dead_trial_ids`, :func:`read_trials`: SQL on Optuna's database
+  schema (:data:`SCHEMA_VERSION`): a finished trial in one transaction, trials that never beat,
+  and a study's trials read back with one select per table (:class:`FastReadRDBStorage`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, cast
 
@@ -27,7 +29,7 @@ import numpy as np
 import optuna
 import scipy.special
 import sqlalchemy
-from optuna.distributions import BaseDistribution, distribution_to_json
+from optuna.distributions import BaseDistribution, distribution_to_json, json_to_distribution
 from optuna.samplers._tpe import sampler as tpe_sampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
@@ -190,8 +192,9 @@ def set_trial_system_attr(study: Study, trial: FrozenTrial, key: str, value: Any
 # Optuna's database schema
 
 SCHEMA_VERSION = "v3.2.0.a"
-"""The schema (``RDBStorage.get_current_version()``) :func:`insert_finished` and
-:func:`dead_trial_ids` know; a storage of another goes through Optuna's public methods."""
+"""The schema (``RDBStorage.get_current_version()``) :func:`insert_finished`,
+:func:`dead_trial_ids` and :func:`read_trials` know; a storage of another goes through Optuna's
+own methods."""
 
 _TABLES = (
     "studies",
@@ -200,6 +203,7 @@ _TABLES = (
     "trial_values",
     "trial_user_attributes",
     "trial_system_attributes",
+    "trial_intermediate_values",
     "trial_heartbeats",
 )
 _REFLECTED: weakref.WeakKeyDictionary[Any, dict[str, sqlalchemy.Table]] = weakref.WeakKeyDictionary()
@@ -326,3 +330,122 @@ def dead_trial_ids(storage: optuna.storages.RDBStorage, study_id: int) -> list[i
         if (beat is not None and now - beat > grace)
         or (beat is None and started is not None and datetime.now() - started > grace)
     ]
+
+
+class FastReadRDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage, reading a study's trials with :func:`read_trials` where it knows the
+    schema.
+
+    Why private: Optuna's cache over an RDB storage (``_CachedStorage``, which every Study opened
+    on one puts in front of it) reads the trials it does not hold through ``_get_trials``; this
+    overrides that one method, with its arguments, so the cache works as before."""
+
+    def _get_trials(
+        self,
+        study_id: int,
+        states: Container[TrialState] | None,
+        included_trial_ids: set[int],
+        trial_id_greater_than: int,
+    ) -> list[FrozenTrial]:
+        if not knows_schema(self):
+            return super()._get_trials(study_id, states, included_trial_ids, trial_id_greater_than)
+        return read_trials(self, study_id, states, included_trial_ids, trial_id_greater_than)
+
+
+_SPECIAL = {"INF_POS": float("inf"), "INF_NEG": float("-inf"), "NAN": float("nan")}
+"""Optuna's stored types of values that are not finite numbers (the value column is then empty)."""
+
+
+def read_trials(
+    storage: optuna.storages.RDBStorage,
+    study_id: int,
+    states: Container[TrialState] | None = None,
+    included_trial_ids: Iterable[int] = (),
+    trial_id_greater_than: int = -1,
+) -> list[FrozenTrial]:
+    """The study's trials in ``states`` (all when None), as Optuna's ``RDBStorage._get_trials``
+    returns them: by trial id, and, when ``trial_id_greater_than`` is not -1, only those above it
+    and those of ``included_trial_ids`` at or below it. Raises KeyError for a study not stored.
+
+    Why not Optuna's: it loads the trials through its ORM, an object per row: 0.45-0.9 s for a
+    1,000-trial study on SQLite, every time a run ends (its results) and a report or an export
+    opens one; one select per table and the rows turned into trials here take 0.12-0.2 s. The
+    selects share one transaction, as Optuna's do."""
+    t = _tables(storage.engine)
+    trials, studies = t["trials"], t["studies"]
+    where = [trials.c.study_id == study_id]
+    if states is not None:
+        where.append(trials.c.state.in_([s.name for s in cast(Iterable[TrialState], states)]))
+    if trial_id_greater_than > -1:
+        newer = trials.c.trial_id > trial_id_greater_than
+        included = [i for i in included_trial_ids if i <= trial_id_greater_than]
+        where.append(sqlalchemy.or_(trials.c.trial_id.in_(included), newer) if included else newer)
+    ids = sqlalchemy.select(trials.c.trial_id).where(*where).scalar_subquery()
+    with storage.engine.connect() as conn:
+        found = conn.execute(sqlalchemy.select(studies.c.study_id).where(studies.c.study_id == study_id))
+        if found.first() is None:
+            raise KeyError(f"No study with study_id {study_id} exists.")
+        heads = conn.execute(
+            sqlalchemy.select(
+                trials.c.trial_id,
+                trials.c.number,
+                trials.c.state,
+                trials.c.datetime_start,
+                trials.c.datetime_complete,
+            )
+            .where(*where)
+            .order_by(trials.c.trial_id)
+        ).all()
+
+        def rows(table: str, *columns: str) -> dict[int, list[Any]]:
+            """Each trial's rows of ``table`` (``columns``), in the order they were written."""
+            tab = t[table]
+            query = (
+                sqlalchemy.select(tab.c.trial_id, *(tab.c[c] for c in columns))
+                .where(tab.c.trial_id.in_(ids))
+                .order_by(tab.primary_key.columns.values()[0])
+            )
+            out: dict[int, list[Any]] = {}
+            for row in conn.execute(query):
+                out.setdefault(row[0], []).append(row[1:])
+            return out
+
+        params = rows("trial_params", "param_name", "param_value", "distribution_json")
+        values = rows("trial_values", "objective", "value", "value_type")
+        user = rows("trial_user_attributes", "key", "value_json")
+        system = rows("trial_system_attributes", "key", "value_json")
+        steps = rows("trial_intermediate_values", "step", "intermediate_value", "intermediate_value_type")
+    distribution = functools.lru_cache(maxsize=None)(json_to_distribution)  # a few distinct per study
+    out = []
+    for trial_id, number, state, start, complete in heads:
+        stored = values.get(trial_id)
+        objective_values: list[float] | None = None
+        if stored:
+            objective_values = [0.0] * len(stored)
+            for objective, v, kind in stored:
+                objective_values[objective] = _stored_value(v, kind)
+        ps = params.get(trial_id, [])
+        dists = {name: distribution(j) for name, _, j in ps}
+        out.append(
+            FrozenTrial(
+                number=number,
+                state=TrialState[state],
+                value=None,
+                values=objective_values,
+                datetime_start=start,
+                datetime_complete=complete,
+                params={name: dists[name].to_external_repr(v) for name, v, _ in ps},
+                distributions=dists,
+                user_attrs={k: json.loads(j) for k, j in user.get(trial_id, [])},
+                system_attrs={k: json.loads(j) for k, j in system.get(trial_id, [])},
+                intermediate_values={s: _stored_value(v, kind) for s, v, kind in steps.get(trial_id, [])},
+                trial_id=trial_id,
+            )
+        )
+    return out
+
+
+def _stored_value(value: float | None, kind: Any) -> float:
+    """A value as Optuna stores it (a number and a type) back as a float."""
+    name = getattr(kind, "name", kind)  # a string, or an enum where the database has the type
+    return float(value) if name == "FINITE" else _SPECIAL[name]

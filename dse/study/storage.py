@@ -34,7 +34,7 @@ from dse.errors import InputError
 from dse.plain import plain
 from dse.study.faults import storage_fault
 from dse.study.objectives import ObjectiveDef
-from dse.study.optuna_compat import dead_trial_ids, insert_finished, knows_schema
+from dse.study.optuna_compat import FastReadRDBStorage, dead_trial_ids, insert_finished, knows_schema
 from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec
 from dse.study.timeouts import STORAGE_RETRY_S
@@ -92,7 +92,7 @@ def _open_rdb(url: str, kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats
-                return optuna.storages.RDBStorage(url, **kwargs)
+                return FastReadRDBStorage(url, **kwargs)  # Optuna's, reading trials faster
         except sqlalchemy.exc.DBAPIError as exc:
             if attempt == 4 or not _lost_creation_race(exc):
                 raise
