@@ -448,4 +448,7 @@ def read_trials(
 def _stored_value(value: float | None, kind: Any) -> float:
     """A value as Optuna stores it (a number and a type) back as a float."""
     name = getattr(kind, "name", kind)  # a string, or an enum where the database has the type
-    return float(value) if name == "FINITE" else _SPECIAL[name]
+    if name != "FINITE":
+        return _SPECIAL[name]
+    assert value is not None  # Optuna stores a finite value's number
+    return float(value)
