@@ -21,7 +21,7 @@ import functools
 import json
 import threading
 import weakref
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, cast
 
@@ -415,6 +415,19 @@ def read_trials(
         user = rows("trial_user_attributes", "key", "value_json")
         system = rows("trial_system_attributes", "key", "value_json")
         steps = rows("trial_intermediate_values", "step", "intermediate_value", "intermediate_value_type")
+    return _frozen_trials(heads, params, values, user, system, steps)
+
+
+def _frozen_trials(
+    heads: Sequence[Any],
+    params: dict[int, list[Any]],
+    values: dict[int, list[Any]],
+    user: dict[int, list[Any]],
+    system: dict[int, list[Any]],
+    steps: dict[int, list[Any]],
+) -> list[FrozenTrial]:
+    """The trials from their rows (``heads``: the trials table's; the others by trial id), as
+    Optuna's ``_build_frozen_trial_from_trial_model`` makes them."""
     distribution = functools.lru_cache(maxsize=None)(json_to_distribution)  # a few distinct per study
     out = []
     for trial_id, number, state, start, complete in heads:
