@@ -16,6 +16,7 @@ from dse.catalog.model import AttentionKind
 from dse.errors import InputError
 from dse.perf.kernel_data import ENGINE_DIRS
 from dse.perf.kernels import KernelKey, MeasuredCurves, measured_curves
+from dse.perf.memo import Memo, floats
 from dse.units import GB, GIB, TB, Precision
 
 Array = np.ndarray
@@ -160,7 +161,41 @@ def build_pool(
     ``engines`` (engine profile per candidate, with the engine version each runs where known)
     brings in the measured kernel tables of :mod:`dse.perf.kernels` where they cover the GPU;
     without it every op is priced from the datasheet.
+
+    A datasheet pool of a few candidates is built once per process (:mod:`dse.perf.memo`): a
+    study's trials build the same ones again and again. The measured tier's pools are built each
+    time, as the tables they read may be reloaded (a test's other data folder).
     """
+    if engines is None and len(hardware) <= MEMO_MAX_CANDIDATES:
+        # the shape as tuples: the pool gets arrays of its own, never views of the caller's
+        shape = (floats(gpus), floats(attn_tp), floats(ep))
+        precisions = (tuple(weight_precision), tuple(kv_precision))
+        key = (id(model), tuple(id(h) for h in hardware), *shape, *precisions)
+        return _POOLS.get(
+            key,
+            (model, tuple(hardware)),
+            lambda: _build(model, hardware, *shape, weight_precision, kv_precision, None, None),
+        )
+    return _build(
+        model, hardware, gpus, attn_tp, ep, weight_precision, kv_precision, engines, engine_versions
+    )
+
+
+MEMO_MAX_CANDIDATES = 64  # larger pools (a placement's every shape at once) rarely repeat
+_POOLS = Memo()
+
+
+def _build(
+    model: Model,
+    hardware: Sequence[Hardware],
+    gpus: Sequence[float] | Array,
+    attn_tp: Sequence[float] | Array,
+    ep: Sequence[float] | Array,
+    weight_precision: Sequence[Precision],
+    kv_precision: Sequence[Precision],
+    engines: Sequence[str] | None,
+    engine_versions: Sequence[str | None] | None,
+) -> Pool:
     terms = ModelTerms.of(model)
     g = model.param_groups()
     attn = g["attention"]

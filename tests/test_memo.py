@@ -1,0 +1,78 @@
+"""The performance model's memo (dse.perf.memo): the same inputs give the same object, built
+once; other inputs (another hardware object, another parameter set) never meet its entry; what
+it shares is read-only; the caller's arrays stay the caller's; the measured tier is not memoised."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from dse.catalog import Catalog
+from dse.perf import pool as pool_module
+from dse.perf import stages
+from dse.perf.memo import Memo
+from dse.perf.params import load_params
+from dse.perf.pool import Pool, build_pool
+from dse.perf.stages import forward_cost, pool_terms
+from dse.units import Precision
+
+FP8 = Precision.FP8
+
+
+def _pool(catalog: Catalog, gpus: object, hw: str = "b200", engines: list[str] | None = None) -> Pool:
+    return build_pool(
+        catalog.model("deepseek-v3"), [catalog.hardware(hw)], gpus=gpus, attn_tp=[8], ep=[8],  # type: ignore[arg-type]
+        weight_precision=[FP8], kv_precision=[FP8], engines=engines,
+    )  # fmt: skip
+
+
+def test_a_pool_is_built_once_per_inputs_and_its_arrays_are_read_only(catalog: Catalog) -> None:
+    a = _pool(catalog, [8])
+    assert _pool(catalog, np.array([8.0])) is a  # the same numbers however they come
+    assert _pool(catalog, [16]) is not a and _pool(catalog, [8], hw="h200") is not a
+    with pytest.raises(ValueError, match="read-only"):
+        a.gpus[0] = 4.0
+    mine = np.array([8.0])
+    assert _pool(catalog, mine) is a and mine.flags.writeable  # the caller's array is left alone
+    model, b200 = catalog.model("deepseek-v3"), catalog.hardware("b200")
+    fresh = pool_module._build(model, [b200], [8.0], [8.0], [8.0], [FP8], [FP8], None, None)
+    for name in ("gpus", "hbm_bytes_per_s", "expert_weight_bytes", "kv_bytes_per_token"):
+        assert np.array_equal(getattr(a, name), getattr(fresh, name))  # the memo's is the builder's
+
+
+def test_a_what_if_hardware_object_never_meets_another_ones_entry(catalog: Catalog) -> None:
+    hw = catalog.hardware("b200")
+    faster = replace(hw, hbm=replace(hw.hbm, bandwidth_tb_per_s=2 * hw.hbm.bandwidth_tb_per_s))
+    model = catalog.model("deepseek-v3")
+    args = {"gpus": [8], "attn_tp": [8], "ep": [8], "weight_precision": [FP8], "kv_precision": [FP8]}
+    base, what_if = build_pool(model, [hw], **args), build_pool(model, [faster], **args)  # type: ignore[arg-type]
+    assert what_if.hbm_bytes_per_s[0] == 2 * base.hbm_bytes_per_s[0]
+
+
+def test_the_measured_tier_builds_its_pools_each_time(catalog: Catalog) -> None:
+    one, two = (_pool(catalog, [8], hw="h200", engines=["sglang"]) for _ in range(2))
+    assert one is not two
+
+
+def test_pool_terms_are_computed_once_per_pool_and_parameter_set(catalog: Catalog) -> None:
+    p = load_params()
+    pool = _pool(catalog, [8])
+    terms = pool_terms(pool, p)
+    assert pool_terms(pool, p) is terms
+    other = replace(p, hbm_eff=p.hbm_eff * 0.5)
+    assert pool_terms(pool, other) is not terms
+    assert pool_terms(pool, other).hbm[0] == pytest.approx(0.5 * terms.hbm[0])
+    kwargs = {"tokens": np.array([64.0]), "sequences": np.array([64.0]), "context": np.array([2048.0]),
+              "prefill": False, "speed": np.array([1.0])}  # fmt: skip
+    fresh = stages._pool_terms(pool, p)  # the builder itself, not memoised
+    assert forward_cost(terms, p, **kwargs).total_s[0] == forward_cost(fresh, p, **kwargs).total_s[0]
+
+
+def test_a_full_memo_starts_afresh() -> None:
+    memo = Memo(max_entries=3)
+    made = [memo.get(i, None, lambda i=i: i * 10) for i in range(3)]
+    assert made == [0, 10, 20] and len(memo) == 3
+    assert memo.get(1, None, lambda: -1) == 10  # a hit: not made again
+    assert memo.get(7, None, lambda: 70) == 70 and len(memo) == 1
