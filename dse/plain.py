@@ -12,6 +12,11 @@ import numpy as np
 
 def plain(obj: Any) -> Any:
     """Dataclasses, enums, numpy values and tuples as JSON-ready values; NaN and inf as None."""
+    kind = type(obj)
+    if kind is str or kind is int or kind is bool or obj is None:  # most values: nothing to do
+        return obj
+    if kind is float:
+        return obj if math.isfinite(obj) else None
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, enum.IntEnum):

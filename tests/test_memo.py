@@ -76,3 +76,19 @@ def test_a_full_memo_starts_afresh() -> None:
     assert made == [0, 10, 20] and len(memo) == 3
     assert memo.get(1, None, lambda: -1) == 10  # a hit: not made again
     assert memo.get(7, None, lambda: 70) == 70 and len(memo) == 1
+
+
+def test_a_pool_of_alike_candidates_is_keyed_by_the_first_and_the_count(catalog: Catalog) -> None:
+    model, b200, h200 = catalog.model("deepseek-v3"), catalog.hardware("b200"), catalog.hardware("h200")
+
+    def pool(hardware: list[object], gpus: list[float]) -> Pool:
+        n = len(hardware)
+        return build_pool(model, hardware, gpus=gpus, attn_tp=[8.0] * n, ep=[8.0] * n,  # type: ignore[arg-type]
+                          weight_precision=[FP8] * n, kv_precision=[FP8] * n)  # fmt: skip
+
+    alike = pool([b200] * 257, [8.0] * 257)
+    assert pool([b200] * 257, [8.0] * 257) is alike and len(alike.gpus) == 257
+    assert pool([b200] * 256, [8.0] * 256) is not alike  # another count
+    mixed = pool([b200] * 128 + [h200], [8.0] * 129)
+    assert pool([b200] * 128 + [h200], [8.0] * 129) is mixed and mixed.hbm_bytes[-1] != mixed.hbm_bytes[0]
+    assert pool([b200] * 129, [8.0] * 128 + [16.0]).gpus[-1] == 16.0  # one candidate differs: not alike

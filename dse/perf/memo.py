@@ -21,7 +21,7 @@ import numpy as np
 
 T = TypeVar("T")
 
-MAX_ENTRIES = 2048  # a study meets a few hundred; pools of at most 64 candidates: <= 25 MB
+MAX_ENTRIES = 1024  # a study meets a few hundred; pools of <= 257 candidates: <= 80 MB
 
 
 class Memo:

@@ -16,7 +16,7 @@ from dse.catalog.model import AttentionKind
 from dse.errors import InputError
 from dse.perf.kernel_data import ENGINE_DIRS
 from dse.perf.kernels import KernelKey, MeasuredCurves, measured_curves
-from dse.perf.memo import Memo, floats
+from dse.perf.memo import Memo
 from dse.units import GB, GIB, TB, Precision
 
 Array = np.ndarray
@@ -166,22 +166,41 @@ def build_pool(
     study's trials build the same ones again and again. The measured tier's pools are built each
     time, as the tables they read may be reloaded (a test's other data folder).
     """
-    if engines is None and len(hardware) <= MEMO_MAX_CANDIDATES:
-        # the shape as tuples: the pool gets arrays of its own, never views of the caller's
-        shape = (floats(gpus), floats(attn_tp), floats(ep))
-        precisions = (tuple(weight_precision), tuple(kv_precision))
-        key = (id(model), tuple(id(h) for h in hardware), *shape, *precisions)
+    if engines is None and 0 < len(hardware) <= MEMO_MAX_CANDIDATES:
+        # the shape as arrays of the pool's own, never views of the caller's
+        g, tp, e = (np.array(a, dtype=float).ravel() for a in (gpus, attn_tp, ep))
         return _POOLS.get(
-            key,
+            _pool_key(model, hardware, (g, tp, e), weight_precision, kv_precision),
             (model, tuple(hardware)),
-            lambda: _build(model, hardware, *shape, weight_precision, kv_precision, None, None),
+            lambda: _build(model, hardware, g, tp, e, weight_precision, kv_precision, None, None),
         )
     return _build(
         model, hardware, gpus, attn_tp, ep, weight_precision, kv_precision, engines, engine_versions
     )
 
 
-MEMO_MAX_CANDIDATES = 64  # larger pools (a placement's every shape at once) rarely repeat
+def _pool_key(
+    model: Model,
+    hardware: Sequence[Hardware],
+    shape: tuple[Array, ...],
+    weight_precision: Sequence[Precision],
+    kv_precision: Sequence[Precision],
+) -> tuple[object, ...]:
+    """The memo's key: every candidate's inputs, or, when all are alike (the simulator's
+    decode-step table: one unit at up to 257 batches), the first one's and their count."""
+    h0, w0, k0 = hardware[0], weight_precision[0], kv_precision[0]
+    if (
+        all(h is h0 for h in hardware)
+        and all(w is w0 for w in weight_precision)
+        and all(k is k0 for k in kv_precision)
+        and all(bool((a == a[0]).all()) for a in shape)
+    ):
+        return (id(model), len(hardware), id(h0), *(float(a[0]) for a in shape), w0, k0)
+    parts = (tuple(id(h) for h in hardware), *(tuple(a.tolist()) for a in shape))
+    return (id(model), *parts, tuple(weight_precision), tuple(kv_precision))
+
+
+MEMO_MAX_CANDIDATES = 257  # the simulator's decode-step table; a placement's every shape rarely repeats
 _POOLS = Memo()
 
 
