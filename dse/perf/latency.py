@@ -55,6 +55,7 @@ from dse.perf.engine_kernel import simulate
 from dse.perf.latency_inputs import Lengths, Load, draw_requests
 from dse.perf.latency_tables import EngineTables
 from dse.perf.pool import Array
+from dse.quantiles import percentile
 
 PERCENTILES = (50.0, 90.0, 99.0)
 MAX_REQUESTS = 200_000  # a simulated window's cap (about 0.3 s and 30 MB)
@@ -70,7 +71,7 @@ def percentile_of(metric: str, values: Array, q: float) -> float:
         values = values[np.isfinite(values)]
     else:
         values = np.where(np.isnan(values), np.inf, values)
-    return float(np.percentile(values, q)) if len(values) else math.nan
+    return percentile(values, q)
 
 
 @dataclass(frozen=True)

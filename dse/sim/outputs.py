@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dse.quantiles import percentile
 from dse.sim.scenario import Array, Scenario
 from dse.sim.statistics import Oscillation, backlog_growth, detect_oscillation
 
@@ -60,7 +61,11 @@ def verdicts(traj: Trajectories, scenario: Scenario) -> tuple[Array, Array, list
     signal = np.where(moved[:, None], traj.prefill_instances, traj.prefill_queue)[:, after]
     floor = np.where(moved, 1.0, max(1.0, 0.5 * rate))
     # the autocorrelation only where the swing is large enough to matter
-    lo, hi = np.percentile(signal, [5, 95], axis=1) if signal.shape[1] else (np.zeros(1), np.zeros(1))
+    if signal.shape[1]:
+        lo = np.array([percentile(row, 5.0) for row in signal])
+        hi = np.array([percentile(row, 95.0) for row in signal])
+    else:
+        lo, hi = np.zeros(1), np.zeros(1)
     swing = (hi - lo) / 2.0
     osc = [
         detect_oscillation(traj.t[after], signal[i], min_amplitude=floor[i])

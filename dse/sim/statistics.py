@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dse.quantiles import percentile
 from dse.sim.scenario import Array
 
 GROWTH_SHARE = 0.01  # a backlog growing faster than 1% of the arrival rate is not stable
@@ -44,7 +45,7 @@ def detect_oscillation(t: Array, signal: Array, *, min_amplitude: float) -> Osci
     first zero crossing, and the swing is at least ``min_amplitude``."""
     t = np.asarray(t, dtype=float)
     x = np.asarray(signal, dtype=float)
-    amp = float(np.percentile(x, 95) - np.percentile(x, 5)) / 2.0 if len(x) else 0.0
+    amp = (percentile(x, 95.0) - percentile(x, 5.0)) / 2.0 if len(x) else 0.0
     if len(x) < 8 or amp < min_amplitude:
         return Oscillation(False, float("nan"), amp)
     # resample to a uniform grid, then the autocorrelation of the detrended signal
