@@ -16,8 +16,12 @@ import numpy as np
 
 
 def percentile(values: np.ndarray, q: float) -> float:
-    """``float(np.percentile(values, q))`` for a one-dimensional float array; nan if it is empty
-    or holds a nan."""
+    """``float(np.percentile(values, q))`` for a one-dimensional array of float64 (or integer)
+    values; nan if it is empty or holds a nan. ``q`` in [0, 100], as numpy requires."""
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile {q!r} is outside [0, 100]")
+    if values.ndim != 1:
+        raise ValueError(f"percentile of a {values.ndim}-dimensional array: one dimension expected")
     n = values.shape[0]
     if n == 0:
         return math.nan

@@ -66,6 +66,8 @@ def test_pool_terms_are_computed_once_per_pool_and_parameter_set(catalog: Catalo
     assert pool_terms(pool, other).hbm[0] == pytest.approx(0.5 * terms.hbm[0])
     kwargs = {"tokens": np.array([64.0]), "sequences": np.array([64.0]), "context": np.array([2048.0]),
               "prefill": False, "speed": np.array([1.0])}  # fmt: skip
+    changed = replace(pool, ep=np.array([4.0]))  # not the memo's: its terms are made each time
+    assert pool_terms(changed, p) is not pool_terms(changed, p)
     fresh = stages._pool_terms(pool, p)  # the builder itself, not memoised
     assert forward_cost(terms, p, **kwargs).total_s[0] == forward_cost(fresh, p, **kwargs).total_s[0]
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import time
 import warnings
+from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -239,3 +241,37 @@ def test_trials_read_with_one_select_per_table_are_optunas(tmp_path: Path) -> No
     assert _same_trials(study.get_trials(deepcopy=False), everything)  # through Optuna's cache too
     with pytest.raises(KeyError):
         compat.read_trials(storage, sid + 1)
+
+
+@pytest.fixture
+def tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process in a time zone nine hours east of UTC, as a user's machine may be."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    assert time.localtime().tm_gmtoff == 9 * 3600  # the zone is known here
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_trials_read_outside_utc_carry_optunas_local_times(tmp_path: Path, tokyo: None) -> None:
+    """Optuna stores naive UTC and gives back naive local time; so does read_trials."""
+    storage = open_storage(f"sqlite:///{tmp_path / 's.db'}")
+    _every_kind_of_trial(storage, "tz")
+    sid = storage.get_study_id_from_name("tz")
+    theirs = optuna.storages.RDBStorage._get_trials(storage, sid, None, set(), -1)
+    ours = compat.read_trials(storage, sid)
+    assert _same_trials(ours, theirs)
+    started = theirs[0].datetime_start
+    assert started is not None and abs((started - datetime.now()).total_seconds()) < 60  # local, not UTC
+
+
+def test_a_trial_that_just_started_is_not_dead_outside_utc(tmp_path: Path, tokyo: None) -> None:
+    """Its start is stored as naive UTC; the rule compares it with now in UTC, not local time."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # heartbeats outside Study.optimize
+        storage = open_storage(url, stale_after_s=60.0)
+        stored = StoredStudy.of(optuna.create_study(storage=storage, study_name="s"), storage, url)
+        stored.study.ask()
+    assert compat.dead_trial_ids(storage, stored.study_id) == []

@@ -8,6 +8,7 @@ import math
 import warnings
 
 import numpy as np
+import pytest
 
 from dse.quantiles import percentile
 
@@ -37,3 +38,13 @@ def test_percentiles_are_numpys_to_the_bit() -> None:
     assert compared == 30_000
     assert math.isnan(percentile(np.array([]), 50.0))
     assert percentile(np.arange(11.0), 50.0) == 5.0 and percentile(np.arange(11.0), 95.0) == 9.5
+
+
+def test_a_percentile_outside_0_100_or_of_a_table_is_refused_as_numpy_refuses_it() -> None:
+    for q in (-1.0, 100.5, float("nan")):
+        with pytest.raises(ValueError, match="outside"):
+            percentile(np.arange(5.0), q)
+        with pytest.raises(ValueError):
+            np.percentile(np.arange(5.0), q)
+    with pytest.raises(ValueError, match="one dimension"):
+        percentile(np.ones((2, 3)), 50.0)

@@ -21,7 +21,8 @@ import numpy as np
 
 T = TypeVar("T")
 
-MAX_ENTRIES = 1024  # a study meets a few hundred; pools of <= 257 candidates: <= 80 MB
+MAX_ENTRIES = 1024  # a study meets a few hundred; a full memo of pools (<= 257 candidates) and their
+# terms holds at most about 70 MB
 
 
 class Memo:
@@ -31,6 +32,7 @@ class Memo:
 
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self._entries: dict[Hashable, tuple[Any, Any]] = {}
+        self._made: set[int] = set()  # ids of the values it holds
         self._max = max_entries
 
     def get(self, key: Hashable, keep: Any, make: Callable[[], T]) -> T:
@@ -39,15 +41,21 @@ class Memo:
             return hit[1]  # type: ignore[no-any-return]
         value = frozen(make())
         if len(self._entries) >= self._max:
-            self._entries.clear()
+            self.clear()
         self._entries[key] = (keep, value)
+        self._made.add(id(value))
         return value
+
+    def holds(self, value: object) -> bool:
+        """Whether ``value`` is one of the memo's (then it lives as long as its entry)."""
+        return id(value) in self._made
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def clear(self) -> None:
         self._entries.clear()
+        self._made.clear()
 
 
 def frozen(value: T) -> T:

@@ -200,6 +200,11 @@ def _pool_key(
     return (id(model), *parts, tuple(weight_precision), tuple(kv_precision))
 
 
+def memoised(pool: Pool) -> bool:
+    """Whether ``pool`` came from :func:`build_pool`'s memo (shared, read-only, long-lived)."""
+    return _POOLS.holds(pool)
+
+
 MEMO_MAX_CANDIDATES = 257  # the simulator's decode-step table; a placement's every shape rarely repeats
 _POOLS = Memo()
 

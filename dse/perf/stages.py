@@ -20,7 +20,7 @@ import numpy as np
 from dse.perf.kernels import MeasuredCurves, lookup_1d, lookup_2d
 from dse.perf.memo import Memo
 from dse.perf.params import PerfParams
-from dse.perf.pool import MEMO_MAX_CANDIDATES, Array, Pool
+from dse.perf.pool import Array, Pool, memoised
 
 
 @dataclass(frozen=True)
@@ -130,9 +130,9 @@ class PoolTerms:
 def pool_terms(pool: Pool, p: PerfParams) -> PoolTerms:
     """The batch-independent terms of ``pool`` under ``p``, computed once per (pool, parameter
     set) object pair while the memo holds it (:mod:`dse.perf.memo`; a study's trials meet the
-    same pools of :func:`~dse.perf.pool.build_pool`'s memo again and again); a large pool's,
-    each time."""
-    if np.size(pool.gpus) > MEMO_MAX_CANDIDATES:
+    same pools of :func:`~dse.perf.pool.build_pool`'s memo again and again); another pool's
+    (the measured tier's, a pool changed by ``replace``), each time."""
+    if not memoised(pool):
         return _pool_terms(pool, p)
     return _TERMS.get((id(pool), id(p)), (pool, p), lambda: _pool_terms(pool, p))
 
