@@ -68,9 +68,8 @@ SAMPLED_RTOL = 0.03
 
 
 def _utc(dt: Any) -> Any:
-    if dt is None:
-        return None
-    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+    """A trial's time in UTC: Optuna gives naive local time (it stores naive UTC)."""
+    return None if dt is None else dt.astimezone(UTC)
 
 
 def _records(study: optuna.Study) -> list[tuple[optuna.trial.FrozenTrial, dict[str, Any]]]:
