@@ -45,17 +45,22 @@ def _timing(
 ):  # type: ignore[no-untyped-def]
     """Time the named functions of their modules while the block runs (every call adds to
     ``spent[part]``, and is listed in ``calls[part]`` when that exists), then put the originals
-    back."""
+    back. What runs inside the warm start (its MILPs and candidate units) is listed but adds to
+    the warm start alone: the parts of a trial are the trials'."""
     real = {part: getattr(mod, name) for part, (mod, name) in parts.items()}
+    warm = [0]  # > 0 while the warm start runs
 
     def wrap(part: str, fn):  # type: ignore[no-untyped-def]
         def timed(*a, **k):  # type: ignore[no-untyped-def]
             t0 = time.perf_counter()
+            warm[0] += part == "start warm"
             try:
                 return fn(*a, **k)
             finally:
+                warm[0] -= part == "start warm"
                 dt = time.perf_counter() - t0
-                spent[part] += dt
+                if part == "start warm" or not warm[0]:
+                    spent[part] += dt
                 if calls is not None and part in calls:
                     calls[part].append(dt)
 
