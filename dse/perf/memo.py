@@ -66,8 +66,3 @@ def frozen(value: T) -> T:
             if isinstance(v, np.ndarray):
                 v.flags.writeable = False
     return value
-
-
-def floats(values: Any) -> tuple[float, ...]:
-    """A sequence or array of numbers as a hashable key part."""
-    return tuple(float(v) for v in np.ravel(np.asarray(values, dtype=float)))
