@@ -37,6 +37,7 @@ BENCHES = (
     "growth",
     "midfill",
     "study_speed",
+    "trial_eval",
     "worker_scaling",
 )
 PACKAGES = ("numpy", "polars", "pyomo", "highspy", "optuna", "numba", "dse")
