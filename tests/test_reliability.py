@@ -167,6 +167,28 @@ def test_a_trial_over_its_wall_clock_cap_is_recorded_not_waited_for(
     assert len(capped) == 1 and capped[0]["constraints"] == {"wall_clock": 1.0}
 
 
+def test_a_worker_waits_out_a_storage_away_at_its_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A database restart can meet a worker still starting (enqueueing the warm start's designs):
+    it waits, as in its trials, rather than exiting."""
+    import sqlalchemy
+
+    real, calls = runner.enqueue_first, []
+
+    def away_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise sqlalchemy.exc.OperationalError("SELECT 1", {}, ConnectionRefusedError("refused"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "enqueue_first", away_once)
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    _, stats = runner.run(Study.load(TINY).spec, out=tmp_path, storage=url, trials=3, shared=True)
+    assert len(calls) == 2 and stats.ran == 3
+    assert "dse: storage unreachable" in capsys.readouterr().err
+
+
 def test_a_rate_too_small_for_the_solver_is_refused() -> None:
     with pytest.raises(InputError, match="requests_per_s = 1e-06: must be at least 0.001 requests/s"):
         build(Workload, {"requests_per_s": 1e-6, "input_tokens": 2000.0, "output_tokens": 500.0}, source="w")

@@ -21,6 +21,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from dse.study.objectives import ObjectiveDef
 from dse.study.optuna_compat import storage_of
 from dse.study.proposer import Proposal, Proposer
 from dse.study.samplers import make_sampler
-from dse.study.sources import LoneTrials, SharedTrials, TrialSource, complete
+from dse.study.sources import LoneTrials, SharedTrials, TrialSource, complete, waited_out
 from dse.study.spec import StudySpec, seed_rule
 from dse.study.storage import (
     StoredStudy,
@@ -140,8 +141,11 @@ def run(
             _write_spec(out, spec, url, shared)
             # a trial some dead process left running: alone on a storage, any; shared, one whose
             # heartbeats stopped (checked again before every trial)
-            stale = fail_dead(stored) if shared else fail_stale(stored)
-            before = complete(stored.study)
+            if shared:  # a worker waits out a database away at start-up as in its trials
+                stale = waited_out(stored, partial(fail_dead, stored))
+                before = waited_out(stored, partial(complete, stored.study))
+            else:  # a lone run: a storage fault is one line
+                stale, before = fail_stale(stored), complete(stored.study)
             solver = PlacementSolver(TRIAL_SOLVE)
             # the search starts from the full placement's designs (dse.study.warm_start), each unless a
             # trial has run it, is running it or waits with it (a resumed run, another worker)
@@ -214,7 +218,7 @@ def _shared(
     its random start-up beside them (a lone run's sampler gets it in :class:`Proposer`)."""
     if first:
         stored.study.sampler = make_sampler(spec, seed, stream=os.getpid(), warm=len(first))
-    enqueue_first(stored.study, first, budget, storage=stored.storage)
+    waited_out(stored, partial(enqueue_first, stored.study, first, budget, storage=stored.storage))
     return SharedTrials(spec, stored, stale_after_s, before)
 
 

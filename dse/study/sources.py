@@ -15,16 +15,19 @@ from __future__ import annotations
 import abc
 import contextlib
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import optuna
 
 from dse.study.choice import suggest
-from dse.study.faults import heartbeat, storage_unreachable
+from dse.study.faults import STORAGE_ERRORS, heartbeat, storage_unreachable
 from dse.study.grid import suggest_point
 from dse.study.proposer import Proposal, Proposer
 from dse.study.spec import StudySpec
 from dse.study.storage import StoredStudy, fail_dead, wait_for_storage
+
+T = TypeVar("T")
 
 
 class TrialSource(abc.ABC):
@@ -133,6 +136,23 @@ class SharedTrials(TrialSource):
         with contextlib.suppress(Exception):  # a session a dropped connection broke
             self._stored.storage.remove_session()
         return True
+
+
+def waited_out(stored: StoredStudy, step: Callable[[], T]) -> T:
+    """``step()``, run again while the storage is away (one line each second, up to
+    :data:`dse.study.timeouts.STORAGE_RETRY_S`, as :meth:`SharedTrials.recover` waits): a worker's
+    start-up steps, which a database restart may meet as well as its trials. ``step`` must be
+    safe to repeat."""
+    since: float | None = None
+    while True:
+        try:
+            return step()
+        except STORAGE_ERRORS as exc:
+            if not storage_unreachable(exc):
+                raise
+            since = wait_for_storage(exc, stored.url, since)
+            with contextlib.suppress(Exception):  # a session a dropped connection broke
+                stored.storage.remove_session()
 
 
 def complete(study: optuna.Study) -> int:
