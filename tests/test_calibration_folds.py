@@ -85,9 +85,17 @@ def test_jobs_below_one_is_one_line(cli: Cli, tmp_path: Path) -> None:
 
 
 IN_A_FOLD = """
-import os, signal, sys
+import os, signal, sys, tempfile, time
 import dse.calibration.folds as folds
 real = folds._one
+real_worker, first = folds._worker, tempfile.mktemp()
+def worker(parent):  # the second worker still starting when the Ctrl-C comes, as on a busy machine
+    try:
+        os.close(os.open(first, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        time.sleep(1.0)
+    real_worker(parent)
+folds._worker = worker
 def one(k):  # Ctrl-C to the whole process group as the first fold starts in its worker
     if k == 0:
         os.killpg(0, signal.SIGINT)

@@ -12,12 +12,13 @@ orphan.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
 
@@ -49,7 +50,9 @@ def map_folds(fn: Callable[[T], R], items: Sequence[T], jobs: int = 1) -> list[R
         jobs, multiprocessing.get_context("fork"), initializer=_worker, initargs=(os.getpid(),)
     )
     try:
-        return list(pool.map(_one, range(len(items))))
+        with _ctrl_c_held():  # the first submit forks every worker
+            futures = [pool.submit(_one, k) for k in range(len(items))]
+        return [f.result() for f in futures]
     except BaseException:  # Ctrl-C, a fold's error: stop the others now rather than wait for them
         for worker in set(multiprocessing.active_children()) - before:
             worker.terminate()
@@ -59,10 +62,28 @@ def map_folds(fn: Callable[[T], R], items: Sequence[T], jobs: int = 1) -> list[R
         _TASK = None
 
 
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Ctrl-C held back (blocked, not lost) while the workers are forked: each is born with it
+    blocked, so one that reaches a worker before its initializer ignores it stays pending and is
+    dropped there, instead of a traceback from the worker's start; the parent gets it after the
+    block. Outside the main thread (no signal handling there) nothing is changed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _worker(parent: int) -> None:
     """A worker leaves Ctrl-C to its parent, which stops it (no traceback of its own on the
-    terminal), and exits once its parent is gone (the worker handed to another)."""
+    terminal), and exits once its parent is gone (the worker handed to another). It was forked
+    with Ctrl-C blocked (:func:`_ctrl_c_held`): ignored now, one that came meanwhile is dropped."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     def watch() -> None:
         while os.getppid() == parent:
