@@ -73,8 +73,9 @@ def network_stored_gb(data: PlacementData, sol: PlacementSolution) -> float:
 def cost_usd_hour(data: PlacementData, sol: PlacementSolution) -> float:
     """GPUs bought, and the network store, host DRAM and NVMe that resting KV fills."""
     gpus = sol.sale_units * data.sale_gpus
+    bought = gpus > 0  # hardware without a price costs nan only where the design buys it
     return float(
-        (gpus * data.usd_per_gpu_hour).sum()
+        (gpus[bought] * data.usd_per_gpu_hour[bought]).sum()
         + data.network_usd_per_gb_hour * network_stored_gb(data, sol)
         + data.dram_usd_per_gb_hour * stored_gb(data, sol, "dram")
         + data.nvme_usd_per_gb_hour * stored_gb(data, sol, "nvme")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 
+import pytest
 from conftest import Cli, Result
 
 BASE = [
@@ -142,3 +144,83 @@ def test_confirm_answers_with_the_cheapest_design_the_engine_simulation_holds(cl
     none = cli(*GLM, "--ttft", "0.2", "--topology", "aggregated", "--confirm")
     assert none.code == 3 and none.err.strip().count("\n") == 0, none.err
     assert none.err.startswith("dse: error: no feasible design: engine-level TTFT: aggregated: TTFT p90 ")
+
+
+ONE = ["place", "--hardware", "b200", "--rate", "20", "--isl", "4000", "--osl", "1000", "--ttft", "2",
+       "--tpot", "0.05", "--no-shadow-prices"]  # fmt: skip
+
+
+def test_a_shape_with_a_zero_degree_is_one_line_and_exit_2(cli: Cli) -> None:
+    for shape in ("8gpu-tp0-ep8", "8gpu-dpa-ep0", "0gpu-dpa-ep8", "16gpu-pp0-tp8-ep8"):
+        out = cli(*ONE, "--shapes", shape)
+        assert out.code == 2 and "Traceback" not in out.err, (shape, out.err)
+        assert f"--shapes = '{shape}': GPUs, TP, EP and pipeline stages must each be at least 1" in out.err
+
+
+def test_a_shape_written_another_way_is_the_same_shape(cli: Cli) -> None:
+    """tp1 is data-parallel attention and pp1 no pipeline: the shapes dse writes dpa and without
+    pp (an IndexError once, the shape matched nowhere)."""
+    canonical = cli(*ONE, "--topology", "disaggregated", "--shapes", "8gpu-tp8-ep8", "--json")
+    assert canonical.code == 0, canonical.err
+    for spelled in ("8gpu-pp1-tp8-ep8", "08gpu-tp8-ep8"):
+        out = cli(*ONE, "--topology", "disaggregated", "--shapes", spelled, "--json")
+        assert out.code == 0, (spelled, out.err)
+        got, want = json.loads(out.out)["best"], json.loads(canonical.out)["best"]
+        assert got["pools"] == want["pools"] and got["usd_per_hour"] == want["usd_per_hour"]
+    dpa = cli(*ONE, "--topology", "disaggregated", "--shapes", "8gpu-tp1-ep8", "--json")
+    assert dpa.code == 0, dpa.err
+    shapes = {p["unit"]["parallel"]["attn_tp"] for p in json.loads(dpa.out)["best"]["pools"]}
+    assert shapes == {1}
+
+
+def test_hardware_named_twice_is_one_candidate_with_one_inventory(cli: Cli) -> None:
+    """b200 twice (or by two names) once bought 24 GPUs against an inventory of 16: each copy had
+    its own cap."""
+    for hw in ("b200,b200", "b200,B200"):
+        args = ["--topology", "disaggregated", "--inventory", "b200=16"]
+        out = cli(*[hw if a == "b200" else a for a in ONE], *args)
+        assert out.code == 3, (hw, out.out, out.err)
+        assert "b200 24 of 16" in out.err and "needs 8 GPUs more" in out.err
+
+
+def test_an_inventory_of_none_says_the_gpus_the_demand_needs(cli: Cli) -> None:
+    """Against an inventory of 0 the explanation once served a sliver less of the demand to buy
+    fewer GPUs ("16 of 0"; "only 20 of 20 requests/s")."""
+    out = cli(*ONE, "--topology", "disaggregated", "--inventory", "b200=0")
+    assert out.code == 3
+    assert "needs 24 GPUs more than the inventory holds (GPUs needed of available: b200 24 of 0)" in out.err
+    assert "requests/s can be served" not in out.err
+    cli_ = cli(*[a.replace("b200", "b200,h200") for a in ONE], "--topology", "disaggregated",
+               "--inventory", "b200=0,h200=8")  # fmt: skip
+    assert cli_.code == 3
+    needed = re.search(r"b200 (\d+) of 0, h200-sxm (\d+) of 8", cli_.err)
+    assert needed is not None, cli_.err
+    more = int(needed[1]) + int(needed[2]) - 8  # every hardware's overshoot, not the largest one
+    assert f"needs {more} GPUs more" in cli_.err
+
+
+def test_a_solver_stopped_by_its_time_limit_says_so(cli: Cli) -> None:
+    out = cli(*ONE, "--topology", "four-stage", "--returning-share", "0.5", "--prefix", "20000",
+              "--suffix", "500", "--think", "0.6:30,0.3:600,0.1:3600", "--time-limit", "0.001")  # fmt: skip
+    assert out.code == 3, out.err
+    assert "solver limit: the solver stopped at its 0.001 s limit before it found any design" in out.err
+    assert "elastic" not in out.err
+
+
+def test_a_goodput_budget_that_buys_nothing_is_no_design(cli: Cli) -> None:
+    out = cli(*ONE, "--objective", "goodput", "--budget", "1")
+    assert out.code == 3, out.out
+    want = "budget: $1.00/h buys no instance that serves traffic (the cheapest instance costs $15.60/h)"
+    assert want in out.err
+
+
+def test_json_is_strict_where_a_figure_is_unknown(cli: Cli) -> None:
+    """vr200 has no price: its energy line's $ per million tokens is unknown, null in the JSON
+    (a bare NaN once, which strict parsers refuse); a design that buys none of it has a cost."""
+    out = cli(*[a.replace("b200", "vr200-nvl144") for a in ONE], "--objective", "gpus", "--json")
+    assert out.code == 0, out.err
+    doc = json.loads(out.out, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert doc["best_energy"]["usd_per_million_tokens"] is None
+    mixed = cli(*[a.replace("b200", "vr200-nvl144,b200") for a in ONE], "--objective", "gpus")
+    assert mixed.code == 0, mixed.err
+    assert "$nan" not in mixed.out

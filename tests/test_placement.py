@@ -381,3 +381,31 @@ def test_a_pipelined_prefill_pool_runs_in_both_simulations(catalog: Catalog) -> 
     pipeline_of(design, catalog, params)  # the fluid model builds it
     lat = design_latency(design, catalog, params)
     assert lat is not None and lat.percentile("ttft", 90.0) <= 2.0
+
+
+def test_a_pipelined_prefill_pool_holds_no_more_than_its_gpus_hbm() -> None:
+    """Each pipeline stage keeps its layers' share of the KV resting on the pool: per GPU, the
+    pool's share is divided by the stages too (123 GB on an 80 GB H100 once)."""
+    from dse.placement.request import UnitOptions
+    from dse.placement.shapes import Shapes
+
+    req = PlacementRequest(
+        model="deepseek-v3",
+        hardware=("h100-sxm",),
+        workload=Workload(
+            requests_per_s=20.0, input_tokens=4000.0, output_tokens=1000.0, returning_share=0.6,
+            cached_prefix_tokens=20000.0, suffix_tokens=500.0, think=(ThinkBin(1.0, 30.0),),
+        ),
+        slo=Slo(ttft_s=2.0, tpot_s=0.05),
+        topology=Topology.DISAGGREGATED,
+        options=UnitOptions(prefill_shapes=("16gpu-pp2-tp8-ep8",), decode_shapes=("16gpu-dpa-ep16",)),
+    )  # fmt: skip
+    catalog, params = load_catalog(), load_params()
+    report = place(req, catalog=catalog, params=params, with_shadow_prices=False)
+    assert report.best is not None
+    shapes = Shapes(req, catalog.model("deepseek-v3"), [catalog.hardware("h100-sxm")], params)
+    usable = float(shapes.usable_gb[0])
+    staged = [p for p in report.best.pools if p.unit.parallel.pp == 2]
+    assert staged and staged[0].hbm_gb_per_gpu > 0.9 * usable  # the resting KV fills it
+    for pool in report.best.pools:
+        assert pool.hbm_gb_per_gpu <= usable * (1 + 1e-9), pool.unit.name

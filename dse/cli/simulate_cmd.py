@@ -19,6 +19,7 @@ from dse.catalog import Catalog
 from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign
+from dse.plain import plain
 from dse.sim.kinds import ArrivalKind, PlannerKind
 from dse.typed_data import Rule, check_number, fraction, non_negative, positive
 
@@ -305,7 +306,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if args.out is not None:
         _write_outputs(args.out, report, summary)
     if args.json:
-        json.dump(summary, sys.stdout, indent=2)
+        json.dump(plain(summary), sys.stdout, indent=2, allow_nan=False)  # strict JSON: nan, inf are null
         print()
     else:
         print(render(report, slo.ttft_s, slo.tpot_s))
@@ -380,8 +381,6 @@ def _engine_line(engine: DesignLatency | None, slo: Slo) -> str:
 def _summary_dict(report: SimulationReport, ttft: float, tpot: float) -> dict[str, Any]:
     import numpy as np
 
-    from dse.plain import plain
-
     def one(s: Any) -> dict[str, Any]:
         return {k: plain(np.asarray(v).reshape(-1)[0]) for k, v in plain_fields(s).items()}
 
@@ -409,7 +408,8 @@ def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any])
     from dse.sim.plot import plot_trajectories
     from dse.sim.simulation import trajectories_frame
 
-    text = json.dumps(summary, indent=2) + "\n"  # everything that can fail before the first write
+    # everything that can fail before the first write; strict JSON (nan and inf are null)
+    text = json.dumps(plain(summary), indent=2, allow_nan=False) + "\n"
     frame = trajectories_frame(report)
     runs = {"fluid": report.fluid_trajectories}
     if report.reference_trajectories is not None:

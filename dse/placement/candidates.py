@@ -67,7 +67,7 @@ class UnitInfo:
     ttft_s: float  # fresh request at the unit's utilisation cap (nan for decode-only units)
     tpot_s: float  # nan for prefill-only units
     prefill_batch_requests: float = 0.0  # fresh prompts one prefill forward batches together
-    kv_shard: float = 1.0  # GPUs one copy of a sequence's KV is split over (resting KV per GPU)
+    kv_shard: float = 1.0  # GPUs a copy of a sequence's KV is split over, stages too (resting KV per GPU)
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,8 @@ class _Builder:
             ttft_s=ttft,
             tpot_s=tpot,
             prefill_batch_requests=float(cost.batch_s[i] / cost.busy_s[i]) if role.prefills else 0.0,
-            kv_shard=float(s.pool.kv_shard[i]),
+            # each pipeline stage holds its layers' share of every sequence's KV
+            kv_shard=float(s.pool.kv_shard[i] * s.pp[i]),
         )
 
     def prefill_side(
@@ -264,7 +265,7 @@ class _Builder:
                 seen.add(admitted)
                 row.hbm_idle = max(float(s.free_unique_gb[i] - s.prefill_ws_gb[i]), 0.0)
                 used = (
-                    s.weights_gb[i] + s.prefill_ws_gb[i] / s.pool.kv_shard[i]
+                    s.weights_gb[i] + s.prefill_ws_gb[i] / (s.pool.kv_shard[i] * s.pp[i])
                 )  # resting KV: read_back adds it
                 suffix = "" if tier is None else f"/to-{tier}"
                 row.info = self.info(i, Role.PREFILL, suffix=suffix, hbm_gb=float(used), ttft=ttft)
@@ -302,7 +303,7 @@ class _Builder:
                     continue
                 seen.add(admitted)
                 row.hbm_idle = max(float(s.free_unique_gb[i] - s.prefill_ws_gb[i]), 0.0)
-                used = s.weights_gb[i] + s.prefill_ws_gb[i] / s.pool.kv_shard[i]
+                used = s.weights_gb[i] + s.prefill_ws_gb[i] / (s.pool.kv_shard[i] * s.pp[i])
                 suffix = f"/to-{tier}" + ("/alone" if alone else "")
                 row.info = self.info(i, Role.MIDFILL, suffix=suffix, hbm_gb=float(used), ttft=ttft)
                 if alone:

@@ -38,6 +38,10 @@ REQUIRED_ROLES = {
 
 
 DEMAND_PRIORITY = 1e-3  # demand slack costs 1000x a relative unit of any cap's slack
+# a cap of zero has no size of its own: its slack is measured in 10,000s of its units (GPUs, W,
+# $/h, GB), cheap beside a sliver of the demand but still minimised (the GPUs an inventory of none
+# lacks are the GPUs the demand needs, not any count)
+ZERO_CAP_SIZE = 1e4
 
 
 @dataclass(frozen=True)
@@ -88,17 +92,28 @@ def _missing_role(c: Candidates) -> Infeasibility | None:
 
 
 def _elastic_sizes(data: PlacementData) -> dict[str, float]:
-    """What each elastic family's slack is measured against (1 for a cap that is not set)."""
+    """What each elastic family's slack is measured against: the cap (1 for a cap that is not set,
+    whose slack stays closed; :data:`ZERO_CAP_SIZE` for a cap of zero)."""
+    inventory = np.where(np.isfinite(data.inventory_gpus), data.inventory_gpus, 0.0)
+    set_any = bool(np.isfinite(data.inventory_gpus).any())
     # demand gives last: the question is which limit keeps the demand from being served
     return {
         "fresh_demand": DEMAND_PRIORITY * max(data.fresh_per_s, 1e-9),
         "returning_demand": DEMAND_PRIORITY * max(float(data.class_per_s.sum()), 1e-9),
-        "inventory": float(np.nansum(np.where(np.isfinite(data.inventory_gpus), data.inventory_gpus, 0.0)))
-        or 1.0,
-        "power": data.power_w if np.isfinite(data.power_w) else 1.0,
-        "budget": data.budget_usd_hour if np.isfinite(data.budget_usd_hour) else 1.0,
-        "network_capacity": data.network_capacity_gb if np.isfinite(data.network_capacity_gb) else 1.0,
+        "inventory": _cap_size(float(inventory.sum()) if set_any else np.inf),
+        "power": _cap_size(data.power_w),
+        "budget": _cap_size(data.budget_usd_hour),
+        "network_capacity": _cap_size(data.network_capacity_gb),
     }
+
+
+def _cap_size(cap: float) -> float:
+    """A cap's slack is measured in units of the cap. A cap of zero has none: measured in single
+    GPUs, serving a sliver less than the demand weighed less than a few GPUs more, and the answer
+    understated the GPUs needed."""
+    if not np.isfinite(cap):
+        return 1.0
+    return float(cap) if cap > 0 else ZERO_CAP_SIZE
 
 
 def _slack_texts(data: PlacementData, sol: PlacementSolution, s: dict[str, float]) -> list[tuple[str, str]]:
@@ -106,15 +121,18 @@ def _slack_texts(data: PlacementData, sol: PlacementSolution, s: dict[str, float
     texts = []
     if s.get("inventory", 0.0) > 1e-6:
         need = sol.sale_units * data.sale_gpus
+        capped = np.isfinite(data.inventory_gpus)
         parts = [
             f"{h} {need[i]:.0f} of {data.inventory_gpus[i]:.0f}"
             for i, h in enumerate(data.hw_names)
-            if np.isfinite(data.inventory_gpus[i])
+            if capped[i]
         ]
+        # one slack serves every hardware's row: what is missing is the sum of their overshoots
+        more = float(np.maximum(need[capped] - data.inventory_gpus[capped], 0.0).sum())
         texts.append(
             (
                 "inventory",
-                f"serving the demand needs {s['inventory']:.0f} GPUs more than the "
+                f"serving the demand needs {more:.0f} GPUs more than the "
                 f"inventory holds (GPUs needed of available: {', '.join(parts)})",
             )
         )
@@ -148,9 +166,21 @@ def _slack_texts(data: PlacementData, sol: PlacementSolution, s: dict[str, float
     ):
         if s.get(key, 0.0) > 1e-6:
             texts.append(
-                (key.replace("_", " "), f"only {total - s[key]:.3g} of {total:.3g} requests/s can be served")
+                (
+                    key.replace("_", " "),
+                    f"only {_served(total - s[key], total)} of {total:.6g} requests/s can be served",
+                )
             )
     return texts
+
+
+def _served(served: float, total: float) -> str:
+    """What can be served, with digits enough to tell it from the demand (19.95 of 20, not 20 of 20)."""
+    for digits in range(3, 10):
+        text = f"{served:.{digits}g}"
+        if float(text) != float(f"{total:.{digits}g}"):
+            return text
+    return f"{served:.10g}"
 
 
 def _distinct(items: list) -> list:  # type: ignore[type-arg]

@@ -19,7 +19,7 @@ from dse.placement.candidates import Candidates, Exclusion, UnitInfo, build_cand
 from dse.placement.explain import Infeasibility, ShadowPrice, explain, shadow_prices
 from dse.placement.request import PlacementRequest, Topology
 from formulations.placement_check import CheckReport, check, cost_usd_hour
-from formulations.placement_data import TIERS, Objective, PlacementSolution, Role
+from formulations.placement_data import TIERS, Objective, PlacementData, PlacementSolution, Role
 from formulations.solve import PlacementSolver, SolutionStatus, SolveOptions, SolveResult, Termination
 
 
@@ -72,7 +72,7 @@ class TopologyOutcome:
 
     @property
     def feasible(self) -> bool:
-        return self.result.has_solution
+        return self.result.has_solution and self.infeasibility is None
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,8 @@ def solve_candidates(req: PlacementRequest, c: Candidates, solver: PlacementSolv
     data = c.data
     result = solver.solve(data) if data.n_units else _empty_result()
     sol = result.solution
-    if sol is None:
+    served_none = _serves_nothing(data, sol)
+    if sol is None or served_none is not None:
         return TopologyOutcome(
             c.topology,
             result,
@@ -146,7 +147,7 @@ def solve_candidates(req: PlacementRequest, c: Candidates, solver: PlacementSolv
             0.0,
             0.0,
             np.nan,
-            explain(c, solver),
+            served_none or _unsolved(result, solver) or explain(c, solver),
         )
     pools, tiers = read_back(c, sol)
     req_s = sol.scale * data.total_per_s
@@ -167,6 +168,36 @@ def solve_candidates(req: PlacementRequest, c: Candidates, solver: PlacementSolv
         tokens_per_s=tokens,
         usd_per_million_tokens=cost / (3600.0 * tokens) * 1e6 if tokens > 0 else np.nan,
         infeasibility=None,
+    )
+
+
+def _serves_nothing(data: PlacementData, sol: PlacementSolution | None) -> Infeasibility | None:
+    """The goodput objective's answer when its budget buys no instance: a design of nothing
+    serves no traffic, so it is no design (None: the solution serves some, or there is none)."""
+    if sol is None or data.objective is not Objective.GOODPUT or sol.scale * data.total_per_s > 1e-9:
+        return None
+    # the least a unit's instance costs, bought in whole nodes or racks
+    nodes = np.ceil(data.unit_gpus / data.sale_gpus[data.unit_hw])
+    cheapest = float(np.nanmin(nodes * data.sale_gpus[data.unit_hw] * data.usd_per_gpu_hour[data.unit_hw]))
+    return Infeasibility(
+        "budget",
+        f"${data.budget_usd_hour:,.2f}/h buys no instance that serves traffic "
+        f"(the cheapest instance costs ${cheapest:,.2f}/h)",
+    )
+
+
+def _unsolved(result: SolveResult, solver: PlacementSolver) -> Infeasibility | None:
+    """A solve the time (or node) limit stopped before any design: no constraint is known to bind,
+    and more time may find one (None: the solver finished, and nothing is feasible)."""
+    if result.termination not in (Termination.TIME_LIMIT, Termination.WORK_LIMIT):
+        return None
+    seconds = solver.options.time_limit_s
+    timed = result.termination is Termination.TIME_LIMIT and seconds is not None
+    limit = f"its {seconds:g} s limit" if timed else "its limit"
+    return Infeasibility(
+        "solver limit",
+        f"the solver stopped at {limit} before it found any design, which does not show that none "
+        "exists: give it more time (dse place --time-limit)",
     )
 
 

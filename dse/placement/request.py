@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from dse.errors import InputError
+from dse.placement.parallel import canonical_shape
 from dse.units import Precision
 from dse.workload import Slo, Workload
 from formulations.placement_data import Objective
@@ -96,6 +97,10 @@ class UnitOptions:
     kv_policy: str = "tiered"
 
     def __post_init__(self) -> None:
+        for name in ("prefill_shapes", "decode_shapes", "midfill_shapes"):
+            labels = getattr(self, name)
+            if labels is not None:  # one spelling of each shape, the one shapes are matched by
+                object.__setattr__(self, name, tuple(dict.fromkeys(canonical_shape(x) for x in labels)))
         if self.kv_policy not in KV_POLICIES:
             raise InputError(
                 "placement request",
@@ -138,6 +143,9 @@ class PlacementRequest:
     def __post_init__(self) -> None:
         if not self.hardware:
             raise InputError("placement request", "hardware", "needs at least one hardware id")
+        # a hardware named twice (or by two of its names, resolved to one id) is one candidate:
+        # each copy would otherwise get the inventory cap of its own
+        object.__setattr__(self, "hardware", tuple(dict.fromkeys(self.hardware)))
         if self.price_tier not in PRICE_TIERS:
             raise InputError(
                 "placement request", "price_tier", f"must be one of {', '.join(PRICE_TIERS)}", self.price_tier

@@ -13,53 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from dse.catalog import Hardware, Model
-from dse.errors import InputError
 from dse.perf.params import PerfParams, with_mtp
 from dse.perf.pool import Array, Pool, build_pool
 from dse.perf.serving import PREFILL_TOKENS_PER_RANK, prefill_batch_tokens
 from dse.perf.stages import forward_cost, kv_capacity_sequences, weight_bytes_per_gpu
+from dse.placement.parallel import Parallel, parse_shape
 from dse.placement.request import PlacementRequest
 from dse.units import GB, Precision
 from formulations.placement_data import TIERS
-
-
-@dataclass(frozen=True)
-class Parallel:
-    """An instance's GPUs and how its work is split: attention TP (1: data-parallel attention),
-    expert parallelism, and pipeline stages (prefill only), each stage ``gpus / pp`` GPUs with
-    ``attn_tp`` and ``ep`` inside it and a share of the layers."""
-
-    gpus: int
-    attn_tp: int
-    ep: int
-    pp: int = 1
-
-    @property
-    def stage_gpus(self) -> int:
-        return self.gpus // self.pp
-
-    def label(self) -> str:
-        attn = f"tp{self.attn_tp}" if self.attn_tp > 1 else "dpa"
-        stages = f"pp{self.pp}-" if self.pp > 1 else ""
-        return f"{self.gpus}gpu-{stages}{attn}-ep{self.ep}"
-
-
-def parse_shape(label: str) -> Parallel:
-    """``"16gpu-dpa-ep16"``, ``"8gpu-tp8-ep8"`` or ``"16gpu-pp2-tp8-ep8"`` as a :class:`Parallel`."""
-    try:
-        parts = label.split("-")
-        pp = 1
-        if len(parts) == 4 and parts[1].startswith("pp"):
-            pp = int(parts[1].removeprefix("pp"))
-            parts = [parts[0], parts[2], parts[3]]
-        g, attn, ep = parts
-        gpus = int(g.removesuffix("gpu"))
-        tp = 1 if attn == "dpa" else int(attn.removeprefix("tp"))
-        return Parallel(gpus, tp, int(ep.removeprefix("ep")), pp)
-    except ValueError:
-        raise InputError(
-            "shape", "label", "must look like 8gpu-tp8-ep8, 16gpu-dpa-ep16 or 16gpu-pp2-tp8-ep8", label
-        ) from None
 
 
 def parallel_grid(hw: Hardware, model: Model, extra: set[str] | None = None) -> list[Parallel]:
@@ -71,7 +32,7 @@ def parallel_grid(hw: Hardware, model: Model, extra: set[str] | None = None) -> 
     have = {p.label() for p in grid}
     for label in sorted(extra or ()):
         par = parse_shape(label)
-        if label not in have and shape_problem(par, hw, model) is None:
+        if par.label() not in have and shape_problem(par, hw, model) is None:
             grid.append(par)
     return grid
 
