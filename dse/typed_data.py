@@ -88,7 +88,8 @@ def read_csv(path: Path, key: str) -> tuple[list[str], list[dict[str, str]]]:
     """(header, rows) of a CSV file; an unreadable file, one that is not UTF-8 or not CSV becomes
     one InputError line naming it and ``key`` (the flag or field that gave the path)."""
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        # utf-8-sig: the byte-order mark a spreadsheet's "CSV UTF-8" starts with is not a column's
+        with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
             return list(reader.fieldnames or []), list(reader)
     except OSError as exc:
@@ -97,6 +98,20 @@ def read_csv(path: Path, key: str) -> tuple[list[str], list[dict[str, str]]]:
         raise InputError(str(path), key, f"must be UTF-8 text ({exc.reason})") from None
     except csv.Error as exc:
         raise InputError(str(path), key, f"must be CSV ({exc})") from None
+
+
+def row_shape_problem(row: Mapping[Any, object]) -> str:
+    """What is wrong with a CSV row that has fewer or more fields than the header (``csv.DictReader``
+    gives the missing ones ``None`` and files the extra ones under the key ``None``); "" if none."""
+    missing = [k for k, v in row.items() if k is not None and v is None]
+    if missing:
+        have = len(row) - len(missing)
+        return f"has {have} of {len(row)} fields: the row is short ({missing[0]} and after are missing)"
+    extra = row.get(None)
+    if extra:
+        n = len(extra) if isinstance(extra, list) else 1
+        return f"has {len(row) - 1 + n} fields, {n} more than the header's {len(row) - 1}"
+    return ""
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -165,6 +166,15 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         ),
         (("--tp", "7", "--ep", "7"), "--tp = 7.0: must divide deepseek-v3's 128 attention heads"),
         (("--tp", "1000"), "--tp = 1000.0: must divide deepseek-v3's 128 attention heads"),
+        (("--seed", "-1"), "--seed = -1: must be >= 0"),
+        (("--load", "poisson", "--rate", "2", "--burstiness", "0"), "--burstiness = 0.0: needs --load bursty"),
+        (("--burstiness", "nan"), "--burstiness = nan: needs --load bursty"),
+        (("--load", "bursty", "--rate", "2", "--burstiness", "0"), "--burstiness = 0.0: must be > 0"),
+        (
+            ("--long-tail", "40"),
+            "--long-tail = 40.0: must be at most 3 (a wider log-normal keeps its mean only in a few "
+            "requests longer than any context)",
+        ),
     ],
 )
 def test_bad_latency_flags_are_one_line_and_exit_2(cli: Cli, flags: tuple[str, ...], message: str) -> None:
@@ -202,9 +212,15 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
 def test_a_trace_with_a_bad_row_names_it(cli: Cli, tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     for body, message in (
-        ("0,100,10\n0.5,abc,3\n", "row 2: input_tokens = 'abc': must be a number >= 1"),
+        ("0,100,10\n0.5,abc,3\n", "row 2: input_tokens = 'abc': must be a number >= 1 and <= 1e+12"),
         ("1,100,10\n0.5,100,3\n", "row 2: arrival_s = '0.5': must not be earlier than the row before"),
-        ("0,100,0\n", "row 1: output_tokens = '0': must be a number >= 1"),
+        ("0,100,0\n", "row 1: output_tokens = '0': must be a number >= 1 and <= 1e+12"),
+        ("1e300,100,10\n", "row 1: arrival_s = '1e300': must be a number >= 0 and <= 1e+12"),
+        # a request the model cannot take once hung the simulation (a step at a time past the KV cache)
+        ("0,1e21,10\n", "row 1: input_tokens = '1e21': must be a number >= 1 and <= 1e+12"),
+        ("0,100000,100000\n", "row 1: input_tokens = '100000 + 100000': with output_tokens must fit the "
+         "model's context of 163,840 tokens"),
+        ("0,100,10,99\n", "row 1: has 4 fields, 1 more than the header's 3"),
     ):
         trace.write_text("arrival_s,input_tokens,output_tokens\n" + body)
         proc = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", str(trace))
@@ -688,3 +704,56 @@ def test_an_engine_no_run_calibrated_is_marked_assumed(cli: Cli) -> None:
     )
     assert "no measured runs" not in sglang.out
     assert load_params().engine("vllm").speed == 1.0
+
+
+def test_a_trace_replay_is_priced_at_the_trace_alone(cli: Cli, tmp_path: Path) -> None:
+    """A replay's step costs come from its own requests: --isl once moved its TTFT (the tables were
+    the flags'); --requests and --long-tail do not apply to it, and a spreadsheet's byte-order mark
+    is no column."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0.0,12000,300\n0.4,11000,250\n0.9,13000,280\n")
+    runs = [cli("predict", "--hardware", "b200", "--load", "trace", "--trace", str(trace), "--json", *extra)
+            for extra in ([], ["--isl", "50000"], ["--isl", "512", "--osl", "64"])]  # fmt: skip
+    assert all(r.code == 0 for r in runs), [r.err for r in runs]
+    latency = [json.loads(r.out)["latency"] for r in runs]
+    assert latency[0]["percentiles"] == latency[1]["percentiles"] == latency[2]["percentiles"]
+    assert latency[0]["lengths"] == "the trace's lengths" and latency[0]["requests"] == 3
+    for flag, value in (("--requests", "1"), ("--long-tail", "1")):
+        proc = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", str(trace), flag, value)
+        assert proc.code == 2, proc.err
+        assert "does not apply to --load trace (the trace's requests are replayed)" in proc.err
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + trace.read_bytes())
+    again = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", str(bom), "--json")
+    assert again.code == 0, again.err
+    assert json.loads(again.out)["latency"]["percentiles"] == latency[0]["percentiles"]
+
+
+def test_a_window_too_short_for_a_steady_state_warns_with_its_figures(cli: Cli) -> None:
+    """Closed loop: fewer requests than two per client is mostly the first wave; open loop:
+    arrivals that end before a request is through never fill the batches. Each says so."""
+    short = cli("predict", "--hardware", "b200", "--conc", "256", "--requests", "100")
+    assert short.code == 0, short.err
+    assert "not steady: 100 requests for 256 clients, fewer than two each" in short.err
+    enough = cli("predict", "--hardware", "b200", "--conc", "8", "--requests", "80")
+    assert enough.code == 0 and "not steady" not in enough.err
+    brief = cli("predict", "--hardware", "b200", "--load", "poisson", "--rate", "64", "--requests", "40")
+    assert brief.code == 0, brief.err
+    assert re.search(r"not steady: the 40 arrivals span [0-9.]+ s, less than a request takes end to end "
+                     r"\(median [0-9.]+ s\)", brief.err), brief.err  # fmt: skip
+
+
+def test_percentiles_keep_the_digits_they_were_given(cli: Cli) -> None:
+    proc = cli("predict", "--hardware", "b200", "--conc", "4", "--percentiles", "50,99.99999,99.999999,50",
+               "--json")  # fmt: skip
+    assert proc.code == 0, proc.err
+    assert list(json.loads(proc.out)["latency"]["percentiles"]) == ["p50", "p99.99999", "p99.999999"]
+
+
+def test_long_tailed_lengths_stay_within_the_context() -> None:
+    from dse.perf.latency_inputs import Lengths, Load, draw_requests
+
+    lengths = Lengths(921.6, 921.6, tail_sigma=3.0, limit=163_840.0)
+    _, isl, osl, _ = draw_requests(Load("poisson", rate=1.0), lengths, 20_000, np.random.default_rng(0))
+    assert (isl + osl).max() <= 163_840 and isl.min() >= 1 and osl.min() >= 1
+    assert isl.max() > 20_000  # the tail is there, up to the cap

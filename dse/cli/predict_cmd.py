@@ -141,6 +141,8 @@ def _add_engine_settings(p: argparse.ArgumentParser) -> None:
 
 
 LOADS = ("closed", "poisson", "bursty", "trace")
+DEFAULT_BURSTINESS = 0.5  # --load bursty: gamma gaps of shape 0.5, a squared coefficient of variation of 2
+MAX_TAIL_SIGMA = 3.0  # --long-tail: sigma of the log-normal lengths
 
 
 def _add_load_arguments(p: argparse.ArgumentParser) -> None:
@@ -160,9 +162,10 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--burstiness",
         type=float,
-        default=0.5,
+        default=None,
         metavar="K",
-        help="--load bursty: gamma-distributed gaps of shape K (1 is Poisson; smaller is burstier)",
+        help=f"--load bursty: gamma-distributed gaps of shape K (1 is Poisson; smaller is burstier; "
+        f"default {DEFAULT_BURSTINESS:g})",
     )
     g.add_argument(
         "--trace",
@@ -223,7 +226,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
             if getattr(args, flag) != default:
                 raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --afd", getattr(args, flag))
     args.disagg = args.disagg or args.afd
-    load, lengths, percentiles = _load_of(args)
+    load, lengths, percentiles = _load_of(args, _context_of(args.model, catalog))
     row, bench = _deployment(args, catalog)
     res = evaluate([bench], catalog, params)
     if not math.isfinite(float(res.tput_per_gpu[0])):  # nothing to predict: say why, not a table of NaN
@@ -342,12 +345,13 @@ def _deployment(args: argparse.Namespace, catalog: Catalog) -> tuple[dict[str, s
         raise InputError(SRC, _flag_of(exc.field, args.disagg), exc.rule, exc.value) from None
 
 
-def _load_of(args: argparse.Namespace) -> tuple[Load, Lengths, tuple[float, ...]]:
-    """The simulation's load, lengths and percentiles from the flags; bad values exit 2."""
+def _load_of(args: argparse.Namespace, context: float) -> tuple[Load, Lengths, tuple[float, ...]]:
+    """The simulation's load, lengths and percentiles from the flags, a request's context within
+    the model's ``context``; bad values exit 2."""
     from dse.perf.latency import MAX_REQUESTS
-    from dse.perf.latency_inputs import Lengths, Load, read_trace
+    from dse.perf.latency_inputs import Lengths, Load, read_trace, trace_lengths
 
-    percentiles = []
+    percentiles: list[float] = []
     for part in str(args.percentiles).split(","):
         try:
             q = float(part)
@@ -355,35 +359,56 @@ def _load_of(args: argparse.Namespace) -> tuple[Load, Lengths, tuple[float, ...]
             q = math.nan
         if not 0.0 < q < 100.0:
             raise InputError(SRC, "--percentiles", "each must be a number in (0, 100)", part.strip())
-        percentiles.append(q)
+        if q not in percentiles:
+            percentiles.append(q)
+    if args.seed < 0:
+        raise InputError(SRC, "--seed", "must be >= 0", args.seed)
     check_number(args.requests, source=SRC, key="--requests", check=non_negative)
     if args.requests > MAX_REQUESTS:
         raise InputError(SRC, "--requests", f"must be at most {MAX_REQUESTS:,}", args.requests)
     check_number(args.long_tail, source=SRC, key="--long-tail", check=non_negative)
+    if args.long_tail > MAX_TAIL_SIGMA:
+        raise InputError(
+            SRC, "--long-tail", f"must be at most {MAX_TAIL_SIGMA:g} (a wider log-normal keeps its mean "
+            "only in a few requests longer than any context)", args.long_tail,
+        )  # fmt: skip
     open_loop = args.load in ("poisson", "bursty")
     if args.rate is not None and not open_loop:
         raise InputError(SRC, "--rate", "needs --load poisson or bursty", args.rate)
+    if args.burstiness is not None and args.load != "bursty":
+        raise InputError(SRC, "--burstiness", "needs --load bursty", args.burstiness)
     if args.trace is not None and args.load != "trace":
         raise InputError(SRC, "--trace", "needs --load trace", str(args.trace))
     if args.warm_server and args.load != "closed":
         raise InputError(SRC, "--warm-server", "needs --load closed (an open loop has no first wave)")
-    lengths = Lengths(args.isl, args.osl, tail_sigma=args.long_tail)
+    lengths = Lengths(args.isl, args.osl, tail_sigma=args.long_tail, limit=context)
     if args.load == "closed":
         return Load("closed", concurrency=args.conc), lengths, tuple(percentiles)
     if args.load == "trace":
         if args.trace is None:
             raise InputError(SRC, "--trace", "is required with --load trace")
-        return Load("trace", trace=read_trace(args.trace)), lengths, tuple(percentiles)
+        for flag, value in (("--requests", args.requests), ("--long-tail", args.long_tail)):
+            if value:  # a replay's requests and lengths are the trace's own
+                rule_ = "does not apply to --load trace (the trace's requests are replayed)"
+                raise InputError(SRC, flag, rule_, value)
+        trace = read_trace(args.trace, context)
+        return Load("trace", trace=trace), trace_lengths(trace), tuple(percentiles)
     if args.rate is None:
         raise InputError(SRC, "--rate", f"is required with --load {args.load}")
     check_number(args.rate, source=SRC, key="--rate", check=positive)
-    check_number(args.burstiness, source=SRC, key="--burstiness", check=positive)
-    return Load(args.load, rate=args.rate, burstiness=args.burstiness), lengths, tuple(percentiles)
+    burstiness = DEFAULT_BURSTINESS if args.burstiness is None else args.burstiness
+    check_number(burstiness, source=SRC, key="--burstiness", check=positive)
+    return Load(args.load, rate=args.rate, burstiness=burstiness), lengths, tuple(percentiles)
+
+
+def _label(q: float) -> str:
+    """A percentile's label, with the digits it was given (99.99999 is not p100)."""
+    return f"p{q:.15g}"
 
 
 def _latency_rows(lat: Latency, percentiles: tuple[float, ...]) -> list[list[object]]:
     return [
-        [f"p{q:g}", lat.percentile("ttft", q), lat.percentile("tpot", q) * 1e3, lat.percentile("e2el", q)]
+        [_label(q), lat.percentile("ttft", q), lat.percentile("tpot", q) * 1e3, lat.percentile("e2el", q)]
         for q in percentiles
     ]
 
@@ -404,7 +429,7 @@ def _print_latency(
     )
     print(
         f"latency, simulated: {load.describe()}{cold}; {len(lat.ttft_s)} requests, "
-        f"{_lengths_text(lengths)}, seed {args.seed}"
+        f"{_lengths_text(lengths, load)}, seed {args.seed}"
     )
     print(format_table(["percentile", "ttft_s", "tpot_ms", "e2el_s"], _latency_rows(lat, percentiles)))
     print(
@@ -416,7 +441,17 @@ def _print_latency(
         print(f"warning: {lat.warning}", file=sys.stderr)
 
 
-def _lengths_text(lengths: Lengths) -> str:
+def _context_of(model: str, catalog: Catalog) -> float:
+    """The model's context in tokens (unbounded for an unknown id: the deployment's check names it)."""
+    try:
+        return float(catalog.model(model).max_context)
+    except InputError:
+        return math.inf
+
+
+def _lengths_text(lengths: Lengths, load: Load) -> str:
+    if load.kind == "trace":
+        return "the trace's lengths"
     if lengths.tail_sigma > 0:
         return f"log-normal lengths (sigma {lengths.tail_sigma:g})"
     return f"lengths {lengths.low:.0%}-100% of nominal"
@@ -440,7 +475,7 @@ def _latency_json(
         "cold_start_s": lat.cold_start_s,
         "benchmark_warmup": warmup,
         "requests": len(lat.ttft_s),
-        "lengths": _lengths_text(lengths),
+        "lengths": _lengths_text(lengths, load),
         "seed": args.seed,
         "percentiles": {
             str(r[0]): {"ttft_s": _finite(r[1]), "tpot_ms": _finite(r[2]), "e2el_s": _finite(r[3])}

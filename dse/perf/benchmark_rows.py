@@ -58,7 +58,6 @@ import csv
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -74,7 +73,7 @@ from dse.perf.latency_tables import EngineTables, tables_of
 from dse.perf.params import EngineProfile, PerfParams
 from dse.perf.pool import build_pool
 from dse.perf.serving import Deployment, ServingResult, closed_loop
-from dse.typed_data import MAX_MAGNITUDE, plausible
+from dse.typed_data import MAX_MAGNITUDE, plausible, row_shape_problem
 from dse.units import Precision
 
 INPUT_COLUMNS = (
@@ -506,7 +505,7 @@ def predict_rows(
     for i, row in enumerate(rows):
         for col in OUTPUT_COLUMNS:
             out[i][col] = ""
-        shape = _short_or_long(row)
+        shape = row_shape_problem(row)
         if shape:
             out[i]["pred_error"] = f"{source} row {i + 1}: {shape}"
             continue
@@ -585,20 +584,6 @@ def _fill_latency(
                 "pred_e2el_p50_s": round(s["e2el_p50_s"], 3),
             }
         )
-
-
-def _short_or_long(row: Mapping[Any, object]) -> str:
-    """What is wrong with a CSV row that has fewer or more fields than the header (``csv.DictReader``
-    gives the missing ones ``None`` and files the extra ones under the key ``None``); "" if none."""
-    missing = [k for k, v in row.items() if k is not None and v is None]
-    if missing:
-        have = len(row) - len(missing)
-        return f"has {have} of {len(row)} fields: the row is short ({missing[0]} and after are missing)"
-    extra = row.get(None)
-    if extra:
-        n = len(extra) if isinstance(extra, list) else 1
-        return f"has {len(row) - 1 + n} fields, {n} more than the header's {len(row) - 1}"
-    return ""
 
 
 def unfit_reason(res: ServingResult, j: int) -> str:

@@ -185,24 +185,42 @@ def _latency(
     out_tps = float(osl[ok].sum()) / span / t.gpus if span > 0 else math.nan
     return Latency(
         ttft_s=ttft, tpot_s=tpot, e2el_s=e2el, output_tokens=osl, requests_per_s=float(rps),
-        output_tokens_per_s_per_gpu=out_tps, preempted=preempted, warning=_steady_warning(ttft, ok, load),
+        output_tokens_per_s_per_gpu=out_tps, preempted=preempted,
+        warning=_steady_warning(ttft, ok, load, arrive, e2el),
     )  # fmt: skip
 
 
-def _steady_warning(ttft: Array, ok: Array, load: Load) -> str | None:
-    """A warning when the window cannot show a steady state: requests never served, or (open
-    loop) a queue still growing, the TTFT median of the last quarter of arrivals over twice the
-    first quarter's."""
+def _steady_warning(ttft: Array, ok: Array, load: Load, arrive: Array, e2el: Array) -> str | None:
+    """A warning when the window cannot show a steady state: requests never served; a closed
+    loop of fewer than two requests per client (mostly its first wave, sent at once); an open
+    loop whose queue is still growing (the TTFT median of the last quarter of arrivals over twice
+    the first quarter's), or whose arrivals end before a request is through (its batches never
+    fill)."""
     if not ok.all():
         return f"{int((~ok).sum())} of {len(ok)} requests were never served: the deployment cannot serve them"
+    n = len(ttft)
     if load.kind == "closed":
+        if n < 2.0 * load.concurrency:
+            return (
+                f"not steady: {n} requests for {load.concurrency:g} clients, fewer than two each, so the "
+                f"window is mostly the first wave sent at once; simulate more requests (InferenceX "
+                f"sends ten per client)"
+            )
         return None
-    q = max(len(ttft) // 4, 1)
+    q = max(n // 4, 1)
     first, last = float(np.median(ttft[:q])), float(np.median(ttft[-q:]))
     if last > 2.0 * first and last - first > 0.05:
         return (
             f"not steady: the TTFT median grew from {first:.3g} s (first quarter of arrivals) to "
             f"{last:.3g} s (last quarter); the load exceeds what the deployment serves, "
             "or the window is too short"
+        )
+    span = float(np.max(arrive) - np.min(arrive))
+    through = float(np.median(e2el))
+    if span < through:
+        return (
+            f"not steady: the {n} arrivals span {span:.3g} s, less than a request takes end to end "
+            f"(median {through:.3g} s), so the batches never fill as the load would fill them; "
+            "simulate more requests"
         )
     return None

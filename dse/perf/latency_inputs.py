@@ -17,7 +17,7 @@ import numpy as np
 
 from dse.errors import InputError
 from dse.perf.pool import Array
-from dse.typed_data import read_csv
+from dse.typed_data import MAX_MAGNITUDE, plausible, read_csv, row_shape_problem
 
 LOW_OF_NOMINAL = 0.8  # InferenceX: --random-range-ratio 0.8, lengths uniform on [0.8, 1] x nominal
 
@@ -57,7 +57,8 @@ class Load:
 @dataclass(frozen=True)
 class Lengths:
     """Request lengths: uniform on ``[low, 1] x`` nominal (benchmark_serving's random dataset), or
-    with ``tail_sigma > 0`` log-normal with the same mean (a long tail), capped at ``limit``. A
+    with ``tail_sigma > 0`` log-normal with the same mean (a long tail); a request's context (its
+    cached prefix, prompt and output) is capped at ``limit``, the model's. A
     share ``returning_share`` of the requests are returning turns: ``prefix`` tokens of context
     already cached, and a new ``suffix`` (nominal, drawn as the prompts are) to prefill, once the
     prefix has come back from where it rested (``reload_s``: open loop only)."""
@@ -104,6 +105,9 @@ def draw_requests(
         back = rng.random(requests) < lengths.returning_share
         isl = np.where(back, _lengths(lengths.suffix, lengths, requests, rng), isl)
         cached = np.where(back, lengths.prefix, 0.0)
+    if math.isfinite(lengths.limit):  # a request's whole context within the model's (a long tail's)
+        isl = np.minimum(isl, np.maximum(lengths.limit - cached - 1.0, 1.0))
+        osl = np.minimum(osl, np.maximum(lengths.limit - cached - isl, 1.0))
     if load.kind == "closed":
         return np.zeros(0), isl, osl, cached
     if load.kind == "poisson":
@@ -124,9 +128,10 @@ def _lengths(nominal: float, lengths: Lengths, n: int, rng: np.random.Generator)
     return np.clip(np.round(x), 1.0, lengths.limit)
 
 
-def read_trace(path: Path) -> Trace:
+def read_trace(path: Path, context: float = math.inf) -> Trace:
     """A trace file: CSV with columns ``arrival_s``, ``input_tokens``, ``output_tokens``, one row
-    per request, arrival times non-decreasing; a bad row is named."""
+    per request, arrival times non-decreasing, each request within the model's ``context`` (its
+    prompt and output together); a bad row is named."""
     header, rows = read_csv(path, "--trace")
     for col in ("arrival_s", "input_tokens", "output_tokens"):
         if col not in header:
@@ -136,20 +141,29 @@ def read_trace(path: Path) -> Trace:
     values = np.empty((len(rows), 3))
     last = 0.0
     for i, row in enumerate(rows):
+        where = f"{path} row {i + 1}"
+        shape = row_shape_problem(row)
+        if shape:
+            raise InputError(where, "", shape)
         for c, (col, least) in enumerate((("arrival_s", 0.0), ("input_tokens", 1.0), ("output_tokens", 1.0))):
             try:
                 x = float(row[col] or "")
             except ValueError:
                 x = math.nan
-            if not math.isfinite(x) or x < least:
-                raise InputError(f"{path} row {i + 1}", col, f"must be a number >= {least:g}", row[col])
+            if not math.isfinite(x) or x < least or plausible(x):
+                rule = f"must be a number >= {least:g} and <= {MAX_MAGNITUDE:g}"
+                raise InputError(where, col, rule, row[col])
             values[i, c] = x
+        if values[i, 1] + values[i, 2] > context:
+            rule = f"with output_tokens must fit the model's context of {context:,.0f} tokens"
+            raise InputError(where, "input_tokens", rule, f"{row['input_tokens']} + {row['output_tokens']}")
         if values[i, 0] < last:
-            raise InputError(
-                f"{path} row {i + 1}",
-                "arrival_s",
-                "must not be earlier than the row before",
-                row["arrival_s"],
-            )
+            raise InputError(where, "arrival_s", "must not be earlier than the row before", row["arrival_s"])
         last = values[i, 0]
     return Trace(arrival_s=values[:, 0], isl=values[:, 1], osl=values[:, 2])
+
+
+def trace_lengths(trace: Trace) -> Lengths:
+    """The lengths a trace replay is priced at (the step-cost tables' prompt and context): its
+    requests' own means, drawn from nowhere."""
+    return Lengths(float(trace.isl.mean()), float(trace.osl.mean()), low=1.0)
