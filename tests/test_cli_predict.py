@@ -167,7 +167,10 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         (("--tp", "7", "--ep", "7"), "--tp = 7.0: must divide deepseek-v3's 128 attention heads"),
         (("--tp", "1000"), "--tp = 1000.0: must divide deepseek-v3's 128 attention heads"),
         (("--seed", "-1"), "--seed = -1: must be >= 0"),
-        (("--load", "poisson", "--rate", "2", "--burstiness", "0"), "--burstiness = 0.0: needs --load bursty"),
+        (
+            ("--load", "poisson", "--rate", "2", "--burstiness", "0"),
+            "--burstiness = 0.0: needs --load bursty",
+        ),
         (("--burstiness", "nan"), "--burstiness = nan: needs --load bursty"),
         (("--load", "bursty", "--rate", "2", "--burstiness", "0"), "--burstiness = 0.0: must be > 0"),
         (
