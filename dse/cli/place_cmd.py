@@ -24,7 +24,6 @@ from dse.placement.request import (
     Topology,
     UnitOptions,
 )
-from dse.plain import plain
 from dse.typed_data import Rule, at_least_one, build, check_number, non_negative, positive
 from dse.units import Precision
 from dse.workload import Slo, Workload
@@ -338,6 +337,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
                  "percentile": c.percentile, "holds": c.holds}
                 for c in checks
             ]  # fmt: skip
+        from dse.plain import plain  # numpy: not for the parser
+
         json.dump(plain(doc), sys.stdout, indent=2, allow_nan=False)  # strict JSON: nan is null
         print()
     else:

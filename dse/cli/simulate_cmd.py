@@ -19,7 +19,6 @@ from dse.catalog import Catalog
 from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign
-from dse.plain import plain
 from dse.sim.kinds import ArrivalKind, PlannerKind
 from dse.typed_data import Rule, check_number, fraction, non_negative, positive
 
@@ -306,6 +305,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if args.out is not None:
         _write_outputs(args.out, report, summary)
     if args.json:
+        from dse.plain import plain  # numpy: not for the parser
+
         json.dump(plain(summary), sys.stdout, indent=2, allow_nan=False)  # strict JSON: nan, inf are null
         print()
     else:
@@ -381,6 +382,8 @@ def _engine_line(engine: DesignLatency | None, slo: Slo) -> str:
 def _summary_dict(report: SimulationReport, ttft: float, tpot: float) -> dict[str, Any]:
     import numpy as np
 
+    from dse.plain import plain
+
     def one(s: Any) -> dict[str, Any]:
         return {k: plain(np.asarray(v).reshape(-1)[0]) for k, v in plain_fields(s).items()}
 
@@ -405,6 +408,7 @@ OUTPUT_FILES = ("trajectories.parquet", "trajectories.png", "summary.json")
 def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any]) -> None:
     """The three files, all or none: written into a temporary folder beside ``out``, then moved
     in (a new ``out`` is the renamed folder), so a failure leaves no half-written output."""
+    from dse.plain import plain
     from dse.sim.plot import plot_trajectories
     from dse.sim.simulation import trajectories_frame
 
