@@ -69,7 +69,11 @@ def test_bad_grid_files_name_the_field(tmp_path: Path, edit: tuple[str, str], me
         (('base = "h200-sxm"', 'base = "h900"'), "variants[0].base = 'h900': unknown hardware id"),
         (
             ('id = "h200-bw150"', 'id = "b200"'),
-            "variants[0].id = 'b200': must not reuse a catalog hardware id",
+            "variants[0].id = 'b200': must not reuse a catalog hardware id or alias",
+        ),
+        (  # in another case, lookups found the catalog's h200-sxm and the variant never applied
+            ('id = "h200-bw150"', 'id = "H200-SXM"'),
+            "variants[0].id = 'H200-SXM': must not reuse a catalog hardware id or alias",
         ),
         (
             ('hardware = ["h200-sxm", "h200-bw150"', 'hardware = ["h200-sxm", "h200-bw999"'),

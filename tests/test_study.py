@@ -47,6 +47,15 @@ def test_shipped_studies_load() -> None:
         (("max_batch = [32, 1024]", "max_batch = [1024, 32]"), "max_batch"),
         (("ttft_s = 2.0", 'ttft_s = "fast"'), "slo.ttft_s"),
         (('name = "tiny-study"', 'name = "other"'), "name = 'other': must equal the file name"),
+        # each of these once passed and then failed inside the run, after writing study.db
+        (("max_batch = [32, 1024]", "max_batch = [0.2, 0.5]"), "decode.max_batch = [0.2, 0.5]: must be"),
+        (("chunk_tokens = [8192]", "chunk_tokens = [0.5]"), "must list whole numbers of tokens >= 1"),
+        (("dt_s = 2.0", "dt_s = 500.0"), "simulate.dt_s = 500.0: must not exceed horizon_s less warmup_s"),
+        (('description = "test study"', 'description = "test study"\nengine = "foo"'),
+         "engine = 'foo': must be one of trt, sglang, atom, vllm"),
+        (('topologies = ["aggregated", "disaggregated"]',
+          'topologies = ["aggregated", "disaggregated"]\nsampler = "nsga2"\npopulation = 1'),
+         "search.population = 1: must be at least 2 (NSGA-II breeds pairs)"),
     ],
 )
 def test_bad_study_files_name_file_key_and_rule(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
@@ -483,3 +492,87 @@ def test_a_study_decodes_with_its_own_mtp_settings(tmp_path: Path) -> None:
     bad.write_text(text.replace("mtp = true", "mtp = false"))
     with pytest.raises(InputError, match="mtp_draft_tokens = 1: needs mtp = true"):
         load_study(bad)
+
+
+def test_a_study_with_no_design_exports_typed_tables_duckdb_reads(tmp_path: Path) -> None:
+    """A budget that buys nothing: every trial fails. Each table is still written with its
+    columns and types (a Parquet file without columns is one DuckDB refuses; metric columns were
+    Null-typed), and a maximised objective's missing value is null, not a number that ranks."""
+    spec = tmp_path / "tiny-study.toml"
+    spec.write_text(TINY.read_text() + "\n[limits]\nbudget_usd_hour = 0.001\n")
+    res = Study.load(spec).run(trials=4, out=tmp_path / "runs")
+    assert not res.trials["feasible"].any() and res.placements.is_empty()
+    assert res.trials.schema["usd_per_million_tokens"] == pl.Float64
+    assert res.trials["objective_usd_per_million_tokens"].null_count() == 4
+    res.export(tmp_path / "exports")
+    for table in ("trials", "placements", "kv_tiers", "sim_timeseries"):
+        glob = str(tmp_path / "exports" / table / "*" / "*.parquet")
+        cols = duckdb.sql(f"select * from read_parquet('{glob}', hive_partitioning=true)").columns
+        assert "trial" in cols, (table, cols)
+    glob = str(tmp_path / "exports" / "placements" / "*" / "*.parquet")
+    assert duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall() == [(0,)]
+
+
+def test_a_maximised_objective_without_a_value_ranks_last(tmp_path: Path) -> None:
+    """An objective that gives nan once stored 0, which beat every negative value it is maximised
+    over: the trial came out best."""
+
+    def neg_cost(m):  # type: ignore[no-untyped-def]
+        return float("nan") if m["gpus"] > 16 else -m["usd_per_million_tokens"]
+
+    res = Study.load(TINY).with_objective("neg_cost", neg_cost, "maximize").run(trials=12, out=tmp_path)
+    best = res.best_trial()
+    assert best is not None
+    row = res.trials.filter(pl.col("trial") == best)
+    assert row["gpus"][0] <= 16 and row["objective_neg_cost"][0] < 0
+    nan_rows = res.trials.filter(pl.col("feasible") & (pl.col("gpus") > 16))
+    assert nan_rows["objective_neg_cost"].null_count() == nan_rows.height
+
+
+def test_a_changed_study_does_not_resume_into_the_stored_one(tmp_path: Path, cli: Cli) -> None:
+    """Trials of 10 requests/s and of 20 would mix in one study, the best of them reported for
+    the file's traffic; a new budget or seed resumes."""
+    spec = tmp_path / "tiny-study.toml"
+    spec.write_text(TINY.read_text())
+    out = tmp_path / "runs"
+    assert cli("study", "run", str(spec), "--trials", "3", "--out", str(out)).code == 0
+    spec.write_text(TINY.read_text().replace("requests_per_s = 10.0", "requests_per_s = 20.0"))
+    for cmd in (["run", str(spec), "--trials", "5"], ["export", str(spec)]):
+        refused = cli("study", *cmd, "--out", str(out))
+        assert refused.code == 2, refused.err
+        assert "spec.workload.requests_per_s = 20.0: the stored study's trials ran with 10.0" in refused.err
+    spec.write_text(TINY.read_text().replace("trials = 12", "trials = 20").replace("seed = 3", "seed = 4"))
+    resumed = cli("study", "run", str(spec), "--trials", "5", "--out", str(out))
+    assert resumed.code == 0 and "(3 before)" in resumed.out, resumed.err
+
+
+def test_reading_a_study_from_a_database_that_does_not_hold_it_is_bad_input(tiny_run, cli: Cli) -> None:  # type: ignore[no-untyped-def]
+    """It once created an empty study of that name there and reported success."""
+    _, out = tiny_run
+    url = f"sqlite:///{out / 'tiny-study' / 'study.db'}"
+    other = cli("study", "export", "agentic-kv-tiering", "--storage", url, "--out", str(out / "x"))
+    assert other.code == 2
+    assert "study = 'agentic-kv-tiering': is not stored here (it holds tiny-study)" in other.err
+    assert optuna_names(url) == ["tiny-study"]
+
+
+def optuna_names(url: str) -> list[str]:
+    import optuna
+
+    return optuna.study.get_all_study_names(storage=url)
+
+
+def test_an_in_memory_storage_is_refused(tmp_path: Path, cli: Cli) -> None:
+    for url in ("sqlite://", "sqlite:///:memory:"):
+        out = cli("study", "run", str(TINY), "--trials", "2", "--out", str(tmp_path), "--storage", url)
+        assert out.code == 2 and "must name a database file or server" in out.err, out.err
+    assert not list(tmp_path.iterdir())
+
+
+def test_hardware_aliases_are_the_catalog_ids_in_every_table(tmp_path: Path) -> None:
+    spec = tmp_path / "tiny-study.toml"
+    aliases = TINY.read_text().replace('hardware = ["b200", "h200-sxm"]', 'hardware = ["dgx-b200", "H200"]')
+    spec.write_text(aliases)
+    res = Study.load(spec).run(trials=6, out=tmp_path / "runs")
+    named = set(res.trials["p_prefill_hardware"]) | set(res.trials["p_decode_hardware"])
+    assert named <= {"b200", "h200-sxm"} and set(res.placements["hardware"]) <= {"b200", "h200-sxm"}

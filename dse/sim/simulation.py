@@ -78,8 +78,9 @@ def trajectories_frame(report: SimulationReport) -> pl.DataFrame:
             cols[col] = np.asarray(getattr(tr, attr), dtype=float).reshape(-1)
         for tier in TIER_NAMES:  # resting KV is a fluid quantity; the reference leaves it empty
             series = report.resting_kv_gb.get(tier)
-            cols[f"resting_kv_{tier}_gb"] = (
-                np.tile(series, n) if name == "fluid" and series is not None else np.full(n * m, np.nan)
-            )
+            if name != "fluid":
+                cols[f"resting_kv_{tier}_gb"] = np.full(n * m, np.nan)
+            else:  # none resting (no returning turns) is 0 GB, which sums, not a missing value
+                cols[f"resting_kv_{tier}_gb"] = np.tile(series, n) if series is not None else np.zeros(n * m)
         frames.append(pl.DataFrame(cols))
     return pl.concat(frames)

@@ -36,8 +36,8 @@ from dse.study.results import (
     trials_frame,
 )
 from dse.study.spec import StudySpec, load_study
-from dse.study.storage import default_storage, open_study
-from dse.study.variants import study_catalog
+from dse.study.storage import default_storage, open_storage, open_study, redact
+from dse.study.variants import study_catalog, with_catalog_ids
 
 if TYPE_CHECKING:
     from dse.study.runner import RunStats
@@ -106,8 +106,14 @@ class Study:
         url = storage or default_storage(out, self.spec)
         if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
             raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
-        study = open_study(self.spec, url, list(self.objectives), self.spec.seed)
-        return StudyResults(self.spec, self.objectives, study, None)
+        held = optuna.study.get_all_study_names(storage=open_storage(url))
+        if self.spec.name not in held:  # reading must not create an empty study in someone's database
+            others = f" (it holds {', '.join(sorted(held))})" if held else " (it holds none)"
+            why = f"is not stored here{others}: run the study first"
+            raise InputError(redact(url), "study", why, self.spec.name)
+        spec = with_catalog_ids(self.spec, study_catalog(self.spec, load_catalog()))  # as the run stored it
+        study = open_study(spec, url, list(self.objectives), spec.seed)
+        return StudyResults(spec, self.objectives, study, None)
 
 
 @dataclass

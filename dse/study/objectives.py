@@ -8,6 +8,10 @@ from typing import Literal
 
 from dse.metrics import METRICS
 
+# the magnitude of the value a trial without one gets (no design, or an objective that gave nan):
+# the worst either way, so samplers still rank it; the exports show no value
+NO_VALUE = 1e12
+
 MetricFn = Callable[[Mapping[str, float]], float]
 
 

@@ -20,8 +20,10 @@ import polars as pl
 from dse.catalog import Catalog
 from dse.metrics import CONSTRAINTS, METRIC_COLUMNS
 from dse.perf.params import PerfParams
-from dse.sim.simulation import trajectories_frame
+from dse.sim.kv_tiers import TIER_NAMES
+from dse.sim.simulation import TRAJECTORY_COLUMNS, trajectories_frame
 from dse.sim.stored import simulate_stored
+from dse.study.objectives import NO_VALUE
 
 SCHEMA_VERSION = 2  # 2: the trials' design and design_trials; one front row per design
 PARAM_COLUMNS = (
@@ -67,6 +69,37 @@ SAMPLED_COLUMNS = (
 SAMPLED_RTOL = 0.03
 
 
+# each exported table's columns and types where no row says them (a study with no trial, no
+# design or no returning traffic writes its tables with every column, typed, and no row: a
+# Parquet file without columns is one that DuckDB refuses to read)
+TRIALS_SCHEMA: dict[str, Any] = {
+    "study": pl.String, "trial": pl.Int64, "state": pl.String,
+    "started_utc": pl.Datetime("us", "UTC"), "finished_utc": pl.Datetime("us", "UTC"),
+    "duration_s": pl.Float64, "warm_start": pl.Boolean,
+    **{col: pl.Float64 for col in METRIC_COLUMNS.values()},
+    **{f"c_{k}": pl.Float64 for k in CONSTRAINTS},
+    "feasible": pl.Boolean, "binding": pl.String,
+}  # fmt: skip
+PLACEMENTS_SCHEMA: dict[str, Any] = {
+    "study": pl.String, "trial": pl.Int64, "pool": pl.Int64, "role": pl.String, "hardware": pl.String,
+    "shape": pl.String, "instances": pl.Int64, "gpus": pl.Int64, "decode_batch_sequences": pl.Float64,
+    "prefill_share": pl.Float64, "hbm_gb_per_gpu": pl.Float64, "working_gb_per_gpu": pl.Float64,
+    "weights_gb_per_gpu": pl.Float64, "requests_per_s": pl.Float64, "output_tokens_per_s": pl.Float64,
+    "usd_per_hour": pl.Float64,
+}  # fmt: skip
+KV_TIERS_SCHEMA: dict[str, Any] = {
+    "study": pl.String, "trial": pl.Int64, "kv_class": pl.String, "returning_per_s": pl.Float64,
+    "dwell_s": pl.Float64, "gb_per_session": pl.Float64, "tier": pl.String, "share": pl.Float64,
+    "stored_gb": pl.Float64,
+}  # fmt: skip
+SIM_TIMESERIES_SCHEMA: dict[str, Any] = {
+    "t_s": pl.Float64,
+    **{col: pl.Float64 for col in TRAJECTORY_COLUMNS.values()},
+    **{f"resting_kv_{tier}_gb": pl.Float64 for tier in TIER_NAMES},
+    "study": pl.String, "trial": pl.Int64,
+}  # fmt: skip
+
+
 def _utc(dt: Any) -> Any:
     """A trial's time in UTC: Optuna gives naive local time (it stores naive UTC)."""
     return None if dt is None else dt.astimezone(UTC)
@@ -106,11 +139,12 @@ def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
         row["feasible"] = all(float(v) <= 0 for v in cons.values()) and bool(cons)
         row["binding"] = rec.get("binding", "")
         for name, v in zip(objectives, t.values or [], strict=False):
-            row[f"objective_{name}"] = v
+            row[f"objective_{name}"] = v if v is not None and abs(v) < NO_VALUE else None  # none: null
         rows.append(row)
-    schema = {"started_utc": pl.Datetime("us", "UTC"), "finished_utc": pl.Datetime("us", "UTC")}
+    schema: dict[str, Any] = {**TRIALS_SCHEMA, **{f"objective_{name}": pl.Float64 for name in objectives}}
     if not rows:
-        return pl.DataFrame()
+        return pl.DataFrame(schema=schema)
+    # a column no trial filled (a study whose every trial failed) is still its type, not Null
     return with_designs(pl.DataFrame(rows, schema_overrides=schema, infer_schema_length=None))
 
 
@@ -218,7 +252,10 @@ def placements_frame(study: optuna.Study) -> pl.DataFrame:
         for t, rec in _records(study)
         for i, p in enumerate(rec.get("pools", []))
     ]
-    return pl.DataFrame(rows, infer_schema_length=None).rename(_units_pools()) if rows else pl.DataFrame()
+    if not rows:
+        return pl.DataFrame(schema=PLACEMENTS_SCHEMA)
+    df = pl.DataFrame(rows, infer_schema_length=None).rename(_units_pools())
+    return df.cast({k: v for k, v in PLACEMENTS_SCHEMA.items() if k in df.columns})
 
 
 def _units_pools() -> dict[str, str]:
@@ -248,7 +285,7 @@ def kv_tiers_frame(study: optuna.Study) -> pl.DataFrame:
                         "stored_gb": c.get(f"stored_{tier}_gb", 0.0),
                     }
                 )
-    return pl.DataFrame(rows) if rows else pl.DataFrame()
+    return pl.DataFrame(rows, schema=KV_TIERS_SCHEMA)
 
 
 def sim_timeseries_frame(
@@ -274,6 +311,8 @@ def sim_timeseries_frame(
             else 1
         )
         df = df.gather_every(step).drop("simulator", "config")
-        frames.append(df.with_columns(pl.lit(study.study_name).alias("study"), pl.lit(n).alias("trial")))
-    return pl.concat(frames) if frames else pl.DataFrame()
+        frames.append(
+            df.with_columns(pl.lit(study.study_name).alias("study"), pl.lit(n, dtype=pl.Int64).alias("trial"))
+        )
+    return pl.concat(frames) if frames else pl.DataFrame(schema=SIM_TIMESERIES_SCHEMA)
 

@@ -37,6 +37,7 @@ from typing import Any
 from dse.errors import InputError, UnknownIdError
 from dse.metrics import METRICS
 from dse.paths import STUDIES_DIR
+from dse.perf.frameworks import ENGINES
 from dse.placement.request import KV_POLICIES, PRICE_TIERS, Topology
 from dse.placement.shapes import parse_shape
 from dse.typed_data import at_least_one, build, non_empty, non_negative, positive, read_toml, rule
@@ -107,6 +108,21 @@ def _rates(value: tuple[float, ...]) -> str | None:
     return next((at_least_min_rate(v) for v in value if at_least_min_rate(v)), None)
 
 
+def _token_counts(value: tuple[float, ...]) -> str | None:
+    """Token budgets: whole numbers of at least 1 (a chunk of 0.5 token is none)."""
+    if not value or any(v < 1 or not float(v).is_integer() for v in value):
+        return "must list whole numbers of tokens >= 1"
+    return None
+
+
+def _batch_range(value: tuple[float, ...]) -> str | None:
+    """Sequences per decode instance, searched on a log scale: whole numbers from 1."""
+    bad = _range(value)
+    if bad is None and value[0] < 1:
+        return "must be [low, high] with 1 <= low <= high (sequences per instance)"
+    return bad
+
+
 def _non_negatives(value: tuple[float, ...]) -> str | None:
     return "must list numbers >= 0" if any(v < 0 for v in value) else None
 
@@ -116,7 +132,7 @@ class PrefillSearch:
     shapes: tuple[str, ...] = field(
         default=("8gpu-tp8-ep8", "8gpu-dpa-ep8", "16gpu-dpa-ep16"), metadata=rule(_shapes)
     )
-    chunk_tokens: tuple[float, ...] = field(default=(4096.0, 8192.0, 16384.0), metadata=rule(_positive_list))
+    chunk_tokens: tuple[float, ...] = field(default=(4096.0, 8192.0, 16384.0), metadata=rule(_token_counts))
 
 
 @dataclass(frozen=True)
@@ -124,7 +140,7 @@ class DecodeSearch:
     shapes: tuple[str, ...] = field(
         default=("8gpu-dpa-ep8", "16gpu-dpa-ep16", "32gpu-dpa-ep32"), metadata=rule(_decode_shapes)
     )
-    max_batch: tuple[float, ...] = field(default=(16.0, 4096.0), metadata=rule(_range))
+    max_batch: tuple[float, ...] = field(default=(16.0, 4096.0), metadata=rule(_batch_range))
 
 
 @dataclass(frozen=True)
@@ -168,6 +184,8 @@ class Search:
                 return ("kv_policies", f"must be among {', '.join(KV_POLICIES)}", k)
         if self.sampler not in ("tpe", "nsga2", "random"):
             return ("sampler", "must be tpe, nsga2 or random", self.sampler)
+        if self.sampler == "nsga2" and self.population < 2:
+            return ("population", "must be at least 2 (NSGA-II breeds pairs)", self.population)
         return None
 
 
@@ -228,8 +246,8 @@ class SimulateSpec:
             return ("arrivals", "must be constant or burst", self.arrivals)
         if not 0 <= self.warmup_s < self.horizon_s:
             return ("warmup_s", "must be at least 0 and below horizon_s", self.warmup_s)
-        if self.dt_s > self.horizon_s:
-            return ("dt_s", "must not exceed horizon_s", self.dt_s)
+        if self.dt_s > self.horizon_s - self.warmup_s:
+            return ("dt_s", "must not exceed horizon_s less warmup_s (one step is measured)", self.dt_s)
         return None
 
 
@@ -347,6 +365,8 @@ class StudySpec:
             return ("price_tier", f"must be one of {', '.join(PRICE_TIERS)}", self.price_tier)
         if self.precision not in ("fp4", "fp8", "bf16"):
             return ("precision", "must be fp4, fp8 or bf16", self.precision)
+        if self.engine not in ENGINES:
+            return ("engine", f"must be one of {', '.join(ENGINES)}", self.engine)
         ids = [v.id for v in self.variants]
         if len(set(ids)) != len(ids):
             return ("variants", "must not repeat an id", ids)

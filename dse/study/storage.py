@@ -57,6 +57,11 @@ def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storage
     """Optuna's storage for ``url``. With ``stale_after_s`` (workers sharing a storage), trials
     carry heartbeats and a trial silent for that long is stale: its worker died."""
     kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite:") and sqlite_path(url) is None:
+        raise InputError(
+            "storage", "url", "must name a database file or server: an in-memory one is a single "
+            "process's, and a run samples in a process of its own", redact(url),
+        )  # fmt: skip
     if url.startswith("sqlite:///"):
         folder = Path(url.removeprefix("sqlite:///")).parent
         try:
@@ -407,7 +412,41 @@ def open_stored(
             f"the stored study optimises {stored}; use another out= or storage= for other objectives",
             names,
         )
+    changed = spec_change(study.user_attrs.get("spec"), plain(spec))
+    if changed is not None:
+        key, was, now = changed
+        raise InputError(
+            redact(url),
+            f"spec.{key}",
+            f"the stored study's trials ran with {was!r}, so they are another study's: use another "
+            "out= or storage= for the changed study, or put the file back as it was",
+            now,
+        )
     return StoredStudy.of(study, store, url)
+
+
+# what a resumed run may change: its budget, its sampler's seed, its description
+RESUMABLE = frozenset({"trials", "seed", "description"})
+
+
+def spec_change(stored: Any, now: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first setting (a dotted key, the stored value, the new one) in which the study stored
+    and the one to run differ, outside :data:`RESUMABLE`; None if none does, or if nothing was
+    stored. Only keys both hold are compared: a setting a later dse added, or one an older run
+    did not store, is no change."""
+    if not isinstance(stored, dict):
+        return None
+    return _first_difference({k: v for k, v in stored.items() if k not in RESUMABLE}, now, "")
+
+
+def _first_difference(stored: Any, now: Any, key: str) -> tuple[str, Any, Any] | None:
+    if isinstance(stored, dict) and isinstance(now, dict):
+        for k in sorted(stored.keys() & now.keys()):
+            found = _first_difference(stored[k], now[k], f"{key}.{k}" if key else str(k))
+            if found is not None:
+                return found
+        return None
+    return None if stored == now else (key, stored, now)
 
 
 @contextlib.contextmanager

@@ -26,14 +26,16 @@ from dse.plain import plain
 from dse.sim import ArrivalKind, Arrivals, OutputLengths, Planner, Scenario
 from dse.sim.simulation import SimulationReport
 from dse.study.choice import Choice
+from dse.study.objectives import NO_VALUE
 from dse.study.spec import StudySpec
 from dse.units import Precision
 from dse.workload import Workload
 from formulations.placement_data import Objective
 from formulations.solve import PlacementSolver
 
-# values recorded for a trial without a design, so samplers can still rank it (constraints mark it)
-WORST = {"minimize": 1e12, "maximize": 0.0}
+# values recorded for a trial without a design, so samplers can still rank it (constraints mark
+# it): the worst in either direction (0 was not, for a maximised objective that can be negative)
+WORST = {"minimize": NO_VALUE, "maximize": -NO_VALUE}
 
 
 def request_for(spec: StudySpec, c: Choice, catalog: Catalog) -> PlacementRequest:

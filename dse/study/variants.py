@@ -39,8 +39,9 @@ def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) 
     extra: dict[str, Hardware] = {}
     files = dict(catalog.files)
     for i, v in enumerate(spec.variants):
-        if v.id in catalog.hardware_by_id:
-            raise InputError(source, f"variants[{i}].id", "must not reuse a catalog hardware id", v.id)
+        if _resolves(catalog, v.id):  # in any case, or an alias: lookups would find the catalog's
+            rule = "must not reuse a catalog hardware id or alias"
+            raise InputError(source, f"variants[{i}].id", rule, v.id)
         base = _known(catalog.hardware, v.base, source, f"variants[{i}].base")
         extra[v.id] = variant_hardware(base, v)
         files[v.id] = catalog.file_of(base.id)
@@ -56,6 +57,23 @@ def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) 
         _known(out.hardware, h, source, f"sweep.hardware[{i}]")
     _fits_context(spec, out, source)
     return out
+
+
+def with_catalog_ids(spec: StudySpec, catalog: Catalog) -> StudySpec:
+    """``spec`` with its hardware named by ``catalog``'s ids (a study catalog: variants are their
+    own ids). An alias, or an id in another case, is the same hardware, and the trials' parameters
+    name it as the placements do (``dgx-b200`` in one table and ``b200`` in the other once)."""
+    hardware = tuple(dict.fromkeys(catalog.hardware(h).id for h in spec.hardware))
+    swept = tuple(catalog.hardware(h).id for h in spec.sweep.hardware)
+    return replace(spec, hardware=hardware, sweep=replace(spec.sweep, hardware=swept))
+
+
+def _resolves(catalog: Catalog, name: str) -> bool:
+    try:
+        catalog.hardware(name)
+    except InputError:
+        return False
+    return True
 
 
 def _fits_context(spec: StudySpec, catalog: Catalog, source: str) -> None:
