@@ -224,3 +224,9 @@ def test_json_is_strict_where_a_figure_is_unknown(cli: Cli) -> None:
     mixed = cli(*[a.replace("b200", "vr200-nvl144,b200") for a in ONE], "--objective", "gpus")
     assert mixed.code == 0, mixed.err
     assert "$nan" not in mixed.out
+
+
+def test_a_gap_of_one_or_more_is_refused(cli: Cli) -> None:
+    """A relative gap of 5 accepts any design (160 GPUs bought for pools of 20 once)."""
+    out = cli(*ONE, "--gap", "5")
+    assert out.code == 2 and "--gap = 5.0: must be at least 0 and below 1" in out.err

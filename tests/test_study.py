@@ -576,3 +576,11 @@ def test_hardware_aliases_are_the_catalog_ids_in_every_table(tmp_path: Path) -> 
     res = Study.load(spec).run(trials=6, out=tmp_path / "runs")
     named = set(res.trials["p_prefill_hardware"]) | set(res.trials["p_decode_hardware"])
     assert named <= {"b200", "h200-sxm"} and set(res.placements["hardware"]) <= {"b200", "h200-sxm"}
+
+
+def test_an_objective_that_is_no_metric_or_gives_no_number_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="name = 'nope': must be a metric with a direction: e2e_s, gpus"):
+        Study.load(TINY).with_objective("nope")
+    words = Study.load(TINY).with_objective("words", lambda m: "cheap")
+    with pytest.raises(InputError, match="objective: words = 'cheap': must return a number"):
+        words.run(trials=2, out=tmp_path)

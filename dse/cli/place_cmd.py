@@ -131,6 +131,11 @@ FLAG_OF = {
 }
 """Flag of each field of the workload and the SLO, so an error names what the user typed."""
 
+def gap_rule(value: float) -> str | None:
+    """A relative MIP gap: 0.05 stops within 5% of the optimum; 1 or more accepts any design."""
+    return None if 0 <= value < 1 else "must be at least 0 and below 1 (a relative gap: 0.05 is 5%)"
+
+
 OPTIONAL_NUMBERS: dict[str, Rule] = {
     "budget": positive,
     "power_kw": positive,
@@ -138,7 +143,7 @@ OPTIONAL_NUMBERS: dict[str, Rule] = {
     "network_kv_usd_per_tb_hour": non_negative,
     "latency_usd_per_s": non_negative,
     "time_limit": positive,
-    "gap": non_negative,
+    "gap": gap_rule,
     "usd_per_kwh": non_negative,
     "pue": at_least_one,
     "dram_usd_per_tb": non_negative,

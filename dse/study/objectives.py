@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from dse.errors import InputError
 from dse.metrics import METRICS
 
 # the magnitude of the value a trial without one gets (no design, or an objective that gave nan):
@@ -25,6 +26,10 @@ class ObjectiveDef:
 
     @classmethod
     def metric(cls, name: str) -> ObjectiveDef:
-        m = METRICS[name]
+        m = METRICS.get(name)
+        if m is None or m.direction is None:
+            valid = sorted(k for k, v in METRICS.items() if v.direction is not None)
+            rule = f"must be a metric with a direction: {', '.join(valid)}"
+            raise InputError("objective", "name", rule, name)
         assert m.direction in ("minimize", "maximize")
         return cls(name, "minimize" if m.direction == "minimize" else "maximize")

@@ -9,6 +9,7 @@ Constraints are numbers where ``<= 0`` is feasible, as Optuna's constraint-aware
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 
 from dse.catalog import Catalog
 from dse.context import Context
+from dse.errors import InputError
 from dse.evaluation import Evaluation
 from dse.evaluation import evaluate as evaluate_design
 from dse.perf.params import PerfParams
@@ -244,5 +246,7 @@ def objective_values(record: TrialRecord, objectives: Sequence[tuple[str, str, A
             out.append(WORST[direction])
             continue
         v = fn(record.metrics) if fn is not None else record.metrics.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
+            raise InputError("objective", name, "must return a number (or None: no value)", v)
         out.append(float(v) if v is not None and np.isfinite(v) else WORST[direction])
     return out
