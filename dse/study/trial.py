@@ -248,5 +248,6 @@ def objective_values(record: TrialRecord, objectives: Sequence[tuple[str, str, A
         v = fn(record.metrics) if fn is not None else record.metrics.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
             raise InputError("objective", name, "must return a number (or None: no value)", v)
-        out.append(float(v) if v is not None and np.isfinite(v) else WORST[direction])
+        x = float(v) if v is not None else math.nan
+        out.append(x if math.isfinite(x) else WORST[direction])
     return out
