@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from dse.catalog import Catalog
 from dse.context import Context
 from dse.errors import InputError
