@@ -584,3 +584,25 @@ def test_an_objective_that_is_no_metric_or_gives_no_number_is_bad_input(tmp_path
     words = Study.load(TINY).with_objective("words", lambda m: "cheap")
     with pytest.raises(InputError, match="objective: words = 'cheap': must return a number"):
         words.run(trials=2, out=tmp_path)
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # a heartbeat without optimize(): the worker here
+def test_a_lone_run_does_not_fail_the_trials_a_worker_is_running(tmp_path: Path, cli: Cli) -> None:
+    """A lone run marks every running trial failed (a lone run's own, left by a kill); a worker's,
+    beating now, it once failed under the worker (UpdateFinishedTrialError there) and ran its own
+    budget beside it. It is refused, naming the trial, and the trial keeps running."""
+    import optuna
+
+    from dse.study.storage import open_storage
+
+    out = tmp_path / "runs"
+    assert cli("study", "run", str(TINY), "--trials", "2", "--out", str(out)).code == 0
+    url = f"sqlite:///{out / 'tiny-study' / 'study.db'}"
+    storage = open_storage(url, stale_after_s=120.0)  # as a worker opens it: with heartbeats
+    study = optuna.load_study(study_name="tiny-study", storage=storage)
+    trial = study.ask()
+    storage.record_heartbeat(trial._trial_id)
+    lone = cli("study", "run", str(TINY), "--trials", "4", "--out", str(out))
+    assert lone.code == 2, lone.err
+    assert re.search(rf"storage: is in use by a worker \(trial {trial.number} beat \d+ s ago\)", lone.err)
+    assert study.get_trials(deepcopy=False)[trial.number].state is optuna.trial.TrialState.RUNNING

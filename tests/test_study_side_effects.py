@@ -36,6 +36,9 @@ def test_importing_the_study_engine_changes_nothing_of_optuna_or_the_process() -
 
 
 def test_a_run_keeps_the_warning_filters_and_optunas_log_level(tmp_path: Path) -> None:
+    # what a run imports first: importing scipy's packages (pyomo does) adds a filter of scipy's
+    import dse.study.runner  # noqa: F401
+
     optuna.logging.set_verbosity(optuna.logging.INFO)
     try:
         filters = list(warnings.filters)

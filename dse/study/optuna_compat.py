@@ -332,6 +332,26 @@ def dead_trial_ids(storage: optuna.storages.RDBStorage, study_id: int) -> list[i
     ]
 
 
+def live_beats(
+    storage: optuna.storages.RDBStorage, study_id: int, within_s: float
+) -> list[tuple[int, float]]:
+    """(trial number, seconds since its last heartbeat) of the study's running trials that beat
+    within the last ``within_s`` seconds: trials a worker is running now (a lone run sends no
+    heartbeats), the most recent first."""
+    t = _tables(storage.engine)
+    trials, beats = t["trials"], t["trial_heartbeats"]
+    query = (
+        sqlalchemy.select(trials.c.number, beats.c.heartbeat)
+        .select_from(trials.join(beats, beats.c.trial_id == trials.c.trial_id))
+        .where(trials.c.study_id == study_id, trials.c.state == TrialState.RUNNING.name)
+    )
+    with storage.engine.connect() as conn:
+        now = conn.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar_one().replace(tzinfo=None)
+        rows = conn.execute(query).all()
+    ages = sorted(((int(n), (now - beat).total_seconds()) for n, beat in rows), key=lambda r: r[1])
+    return [(n, age) for n, age in ages if age <= within_s]
+
+
 class FastReadRDBStorage(optuna.storages.RDBStorage):
     """Optuna's RDB storage, reading a study's trials with :func:`read_trials` where it knows the
     schema.

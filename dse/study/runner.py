@@ -146,7 +146,7 @@ def run(
                 stale = waited_out(stored, partial(fail_dead, stored))
                 before = waited_out(stored, partial(complete, stored.study))
             else:  # a lone run: a storage fault is one line
-                stale, before = fail_stale(stored), complete(stored.study)
+                stale, before = fail_stale(stored, stale_after_s), complete(stored.study)
             solver = PlacementSolver(TRIAL_SOLVE)
             # the search starts from the full placement's designs (dse.study.warm_start), each unless a
             # trial has run it, is running it or waits with it (a resumed run, another worker)

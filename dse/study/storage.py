@@ -34,7 +34,13 @@ from dse.errors import InputError
 from dse.plain import plain
 from dse.study.faults import storage_fault
 from dse.study.objectives import ObjectiveDef
-from dse.study.optuna_compat import FastReadRDBStorage, dead_trial_ids, insert_finished, knows_schema
+from dse.study.optuna_compat import (
+    FastReadRDBStorage,
+    dead_trial_ids,
+    insert_finished,
+    knows_schema,
+    live_beats,
+)
 from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec
 from dse.study.timeouts import STORAGE_RETRY_S
@@ -317,8 +323,17 @@ def storage_lock(storage: optuna.storages.BaseStorage, name: str) -> Iterator[No
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def fail_stale(stored: StoredStudy) -> int:
-    """Trials a killed process left RUNNING in a single-process storage: mark them failed."""
+def fail_stale(stored: StoredStudy, workers_stale_s: float) -> int:
+    """Trials a killed process left RUNNING in a single-process storage: mark them failed. A
+    storage a worker is running trials of (one beat within ``workers_stale_s``) is not a lone
+    run's: refused, so its trials are not failed under it (and the run's budget not overshot)."""
+    beats = live_beats(stored.storage, stored.study_id, workers_stale_s)
+    if beats:
+        number, age = beats[0]
+        raise InputError(
+            redact(stored.url), "storage", f"is in use by a worker (trial {number} beat {age:.0f} s ago): "
+            "join it with dse worker, or run once the workers are done",
+        )  # fmt: skip
     running = stored.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     for t in running:
         stored.storage.set_trial_state_values(stored.trial_id(t.number), optuna.trial.TrialState.FAIL)
