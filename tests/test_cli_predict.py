@@ -760,3 +760,15 @@ def test_long_tailed_lengths_stay_within_the_context() -> None:
     _, isl, osl, _ = draw_requests(Load("poisson", rate=1.0), lengths, 20_000, np.random.default_rng(0))
     assert (isl + osl).max() <= 163_840 and isl.min() >= 1 and osl.min() >= 1
     assert isl.max() > 20_000  # the tail is there, up to the cap
+
+
+def test_a_trace_longer_than_a_window_is_refused(cli: Cli, tmp_path: Path) -> None:
+    from dse.perf.latency import MAX_REQUESTS
+
+    trace = tmp_path / "long.csv"
+    rows = "".join(f"{i * 0.01:.2f},100,10\n" for i in range(MAX_REQUESTS + 1))
+    trace.write_text("arrival_s,input_tokens,output_tokens\n" + rows)
+    proc = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", str(trace))
+    assert proc.code == 2
+    want = f"{trace}: --trace = '200,001 rows': must hold at most 200,000 requests (a window's cap)"
+    assert proc.err.strip() == f"dse: error: {want}"

@@ -392,6 +392,9 @@ def _load_of(args: argparse.Namespace, context: float) -> tuple[Load, Lengths, t
                 rule_ = "does not apply to --load trace (the trace's requests are replayed)"
                 raise InputError(SRC, flag, rule_, value)
         trace = read_trace(args.trace, context)
+        if len(trace.isl) > MAX_REQUESTS:  # the window's cap, as --requests has it
+            rule_ = f"must hold at most {MAX_REQUESTS:,} requests (a window's cap)"
+            raise InputError(str(args.trace), "--trace", rule_, f"{len(trace.isl):,} rows")
         return Load("trace", trace=trace), trace_lengths(trace), tuple(percentiles)
     if args.rate is None:
         raise InputError(SRC, "--rate", f"is required with --load {args.load}")
