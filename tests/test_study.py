@@ -606,3 +606,19 @@ def test_a_lone_run_does_not_fail_the_trials_a_worker_is_running(tmp_path: Path,
     assert lone.code == 2, lone.err
     assert re.search(rf"storage: is in use by a worker \(trial {trial.number} beat \d+ s ago\)", lone.err)
     assert study.get_trials(deepcopy=False)[trial.number].state is optuna.trial.TrialState.RUNNING
+
+
+def test_a_worker_that_ends_stores_the_best_trials_shadow_prices(tmp_path: Path, cli: Cli) -> None:
+    """Only a lone run stored them: after workers, the report said "No shadow prices"."""
+    import optuna
+
+    from dse.study.best import PRICES_ATTR
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    done = cli("worker", str(TINY), "--storage", url, "--trials", "4", "--out", str(tmp_path))
+    assert done.code == 0, done.err
+    stored = optuna.load_study(study_name="tiny-study", storage=url).user_attrs[PRICES_ATTR]
+    assert stored["prices"] and isinstance(stored["trial"], int)
+    report = cli("study", "report", str(TINY), "--storage", url, "--out", str(tmp_path))
+    assert report.code == 0, report.err
+    assert "No shadow prices" not in (tmp_path / "tiny-study" / "report" / "report.md").read_text()

@@ -375,14 +375,14 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
         raise InputError(
             "dse worker", "--storage", "is required: workers share a database (postgresql://...)"
         )
-    from dse.study.api import Study
+    from dse.study.api import Study, StudyResults, priced
     from dse.study.runner import run as run_trials
 
     study = Study.load(args.name)
     _check_ids(study.spec, catalog, args.name)
     if not args.stale_after > 0:
         raise InputError("dse worker", "--stale-after", "must be > 0", args.stale_after)
-    _, stats = run_trials(
+    stored, stats = run_trials(
         study.spec,
         out=args.out,
         storage=args.storage,
@@ -392,6 +392,9 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
         catalog=catalog,
         stale_after_s=args.stale_after,
     )
+    # the study holds its budget: the best trial's shadow prices, as a lone run stores them (the
+    # report had none after workers); each worker that ends tries, the first one stores them
+    priced(StudyResults(study.spec, study.objectives, stored, stats, catalog))
     print(
         f"worker: {stats.ran} trials in {stats.seconds:.1f} s"
         + (f"; {stats.stale_failed} stale trials of dead workers marked failed" if stats.stale_failed else "")

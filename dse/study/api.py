@@ -93,12 +93,7 @@ class Study:
             params=params,
         )
         res = StudyResults(self.spec, self.objectives, study, stats, catalog)
-        from dse.context import Context
-        from dse.study.prices import store_best_prices  # the solver: only a run imports it
-        from dse.study.runner import TRIAL_SOLVE
-        from formulations.solve import PlacementSolver
-
-        store_best_prices(res, Context(res._cat(), params or load_params(), PlacementSolver(TRIAL_SOLVE)))
+        priced(res, params)
         return res
 
     def results(self, *, out: Path = Path("runs"), storage: str | None = None) -> StudyResults:
@@ -114,6 +109,17 @@ class Study:
         spec = with_catalog_ids(self.spec, study_catalog(self.spec, load_catalog()))  # as the run stored it
         study = open_study(spec, url, list(self.objectives), spec.seed)
         return StudyResults(spec, self.objectives, study, None)
+
+
+def priced(res: StudyResults, params: PerfParams | None = None) -> None:
+    """Shadow prices of the best trial, stored with the study (what a run ends with: a lone run,
+    and each worker once the study holds its budget)."""
+    from dse.context import Context
+    from dse.study.prices import store_best_prices  # the solver: only a run imports it
+    from dse.study.runner import TRIAL_SOLVE
+    from formulations.solve import PlacementSolver
+
+    store_best_prices(res, Context(res._cat(), params or load_params(), PlacementSolver(TRIAL_SOLVE)))
 
 
 @dataclass
