@@ -230,3 +230,10 @@ def test_a_gap_of_one_or_more_is_refused(cli: Cli) -> None:
     """A relative gap of 5 accepts any design (160 GPUs bought for pools of 20 once)."""
     out = cli(*ONE, "--gap", "5")
     assert out.code == 2 and "--gap = 5.0: must be at least 0 and below 1" in out.err
+
+
+def test_an_inventory_of_hardware_not_asked_for_names_the_flag(cli: Cli) -> None:
+    out = cli(*ONE, "--inventory", "h200=8")
+    assert out.code == 2
+    want = "dse place: --inventory = 'h200-sxm': names hardware that is not a candidate (--hardware b200)"
+    assert want in out.err

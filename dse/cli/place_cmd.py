@@ -292,6 +292,10 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
     if broken is not None:  # the flags name it here; the placement would name the request's field
         raise InputError(src, FLAG_OF[broken[0]], broken[1], broken[2])
     limits = _limits_of(args, catalog, src)
+    stray = next((h for h in limits.inventory_gpus if h not in hardware), None)
+    if stray is not None:  # the placement would name the request's field, not the flag
+        rule = f"names hardware that is not a candidate (--hardware {','.join(dict.fromkeys(hardware))})"
+        raise InputError(src, "--inventory", rule, stray)
     shapes = _shapes_of(args.shapes, src, m, [catalog.hardware(h) for h in hardware])
     return PlacementRequest(
         model=model,
