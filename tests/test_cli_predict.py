@@ -740,6 +740,8 @@ def test_a_window_too_short_for_a_steady_state_warns_with_its_figures(cli: Cli) 
     assert "not steady: 100 requests for 256 clients, fewer than two each" in short.err
     enough = cli("predict", "--hardware", "b200", "--conc", "8", "--requests", "80")
     assert enough.code == 0 and "not steady" not in enough.err
+    one = cli("predict", "--hardware", "b200", "--conc", "0.4")  # one client: its ten requests, not 4
+    assert one.code == 0 and "; 10 requests," in one.out, one.out
     brief = cli("predict", "--hardware", "b200", "--load", "poisson", "--rate", "64", "--requests", "40")
     assert brief.code == 0, brief.err
     assert re.search(r"not steady: the 40 arrivals span [0-9.]+ s, less than a request takes end to end "

@@ -119,7 +119,8 @@ def simulate_latency(
     latency grow by it and every later request, sent when one finishes, is as simulated."""
     if requests <= 0:
         requests = (
-            int(min(max(BENCHMARK_PROMPTS_PER_CLIENT * load.concurrency, 1), MAX_REQUESTS))
+            # ten per client, as many clients as the loop runs (--conc 0.4 is one client, not four requests)
+            int(min(BENCHMARK_PROMPTS_PER_CLIENT * max(1, round(load.concurrency)), MAX_REQUESTS))
             if load.kind == "closed"
             else 2000
         )
