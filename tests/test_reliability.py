@@ -302,10 +302,12 @@ def test_a_database_restart_and_a_dead_worker_lose_nothing(
     while complete() < 40 and time.time() < deadline:
         time.sleep(0.3)
     os.kill(procs[0].pid, signal.SIGKILL)  # one worker dies, most likely inside a trial
-    procs[0].wait()
+    _, dead_err = procs[0].communicate(timeout=60)
     out, err = procs[1].communicate(timeout=600)
     assert procs[1].returncode == 0, err
-    assert "storage unreachable" in err  # it waited the restart out
+    # the restart was met and waited out: by the live worker, or by the other before it died (on a
+    # loaded machine a worker may spend the whole outage inside one trial and never meet it)
+    assert "storage unreachable" in err + dead_err, (out, err, dead_err)
     time.sleep(5.0)  # let a trial the dead worker left running go stale, then one more worker cleans up
     last = cli(*argv)  # in process: the one that cleans up
     assert last.code == 0, last.err
