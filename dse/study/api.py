@@ -106,9 +106,10 @@ class Study:
             others = f" (it holds {', '.join(sorted(held))})" if held else " (it holds none)"
             why = f"is not stored here{others}: run the study first"
             raise InputError(redact(url), "study", why, self.spec.name)
-        spec = with_catalog_ids(self.spec, study_catalog(self.spec, load_catalog()))  # as the run stored it
+        base = load_catalog()  # once: the results keep it for their own catalog
+        spec = with_catalog_ids(self.spec, study_catalog(self.spec, base))  # as the run stored it
         study = open_study(spec, url, list(self.objectives), spec.seed)
-        return StudyResults(spec, self.objectives, study, None)
+        return StudyResults(spec, self.objectives, study, None, base)
 
 
 def priced(res: StudyResults, params: PerfParams | None = None) -> None:

@@ -313,20 +313,11 @@ def dead_trial_ids(storage: optuna.storages.RDBStorage, study_id: int) -> list[i
     once; a worker killed between asking for a trial and its first beat would leave the trial
     running for ever (its grid point or warm-start design never run again). No public method
     tells whether a trial has beaten."""
-    t = _tables(storage.engine)
-    trials, beats = t["trials"], t["trial_heartbeats"]
     grace = timedelta(seconds=storage.grace_period or 2 * (storage.heartbeat_interval or 0))
-    query = (
-        sqlalchemy.select(trials.c.trial_id, trials.c.datetime_start, beats.c.heartbeat)
-        .select_from(trials.outerjoin(beats, beats.c.trial_id == trials.c.trial_id))
-        .where(trials.c.study_id == study_id, trials.c.state == TrialState.RUNNING.name)
-    )
-    with storage.engine.connect() as conn:
-        now = conn.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar_one().replace(tzinfo=None)
-        rows = conn.execute(query).all()
+    now, rows = _running_beats(storage, study_id)
     return [
         trial_id
-        for trial_id, started, beat in rows
+        for trial_id, _, started, beat in rows
         if (beat is not None and now - beat > grace)
         or (beat is None and started is not None and datetime.now(UTC).replace(tzinfo=None) - started > grace)
     ]
@@ -338,18 +329,26 @@ def live_beats(
     """(trial number, seconds since its last heartbeat) of the study's running trials that beat
     within the last ``within_s`` seconds: trials a worker is running now (a lone run sends no
     heartbeats), the most recent first."""
+    now, rows = _running_beats(storage, study_id)
+    beating = [(int(n), (now - beat).total_seconds()) for _, n, _, beat in rows if beat is not None]
+    ages = sorted(beating, key=lambda r: r[1])
+    return [(n, age) for n, age in ages if age <= within_s]
+
+
+def _running_beats(storage: optuna.storages.RDBStorage, study_id: int) -> tuple[datetime, list[Any]]:
+    """The database's clock (naive UTC, as heartbeats are stored) and, for each of the study's
+    running trials, its id, number, start and last heartbeat (None: it never beat)."""
     t = _tables(storage.engine)
     trials, beats = t["trials"], t["trial_heartbeats"]
     query = (
-        sqlalchemy.select(trials.c.number, beats.c.heartbeat)
-        .select_from(trials.join(beats, beats.c.trial_id == trials.c.trial_id))
+        sqlalchemy.select(trials.c.trial_id, trials.c.number, trials.c.datetime_start, beats.c.heartbeat)
+        .select_from(trials.outerjoin(beats, beats.c.trial_id == trials.c.trial_id))
         .where(trials.c.study_id == study_id, trials.c.state == TrialState.RUNNING.name)
     )
     with storage.engine.connect() as conn:
         now = conn.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar_one().replace(tzinfo=None)
-        rows = conn.execute(query).all()
-    ages = sorted(((int(n), (now - beat).total_seconds()) for n, beat in rows), key=lambda r: r[1])
-    return [(n, age) for n, age in ages if age <= within_s]
+        rows = list(conn.execute(query).all())
+    return now, rows
 
 
 class FastReadRDBStorage(optuna.storages.RDBStorage):
