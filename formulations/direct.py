@@ -49,6 +49,23 @@ class Columns:
     scale: int
 
 
+def columns_of(m: pyo.ConcreteModel, var_col: dict[int, int]) -> Columns:
+    """Where ``m``'s variables sit among HiGHS's columns, from pyomo's map of variable (by id) to
+    column (pyomo's persistent interface keeps it, and :class:`DirectModel` uses the same)."""
+
+    def where(v: Any) -> int:
+        return var_col.get(id(v), -1)
+
+    shape = (len(m.U), len(m.C), len(m.T))
+    return Columns(
+        n=np.array([where(m.n[h]) for h in m.H], dtype=np.int64),
+        x=np.array([where(m.x[u]) for u in m.U], dtype=np.int64),
+        f=np.array([where(m.f[u]) for u in m.U], dtype=np.int64),
+        r=np.array([where(v) for v in m.r.values()], dtype=np.int64).reshape(shape),
+        scale=where(m.scale),
+    )
+
+
 class _Program:
     """Every expression's value as a polynomial in the parameters, evaluated with numpy: each
     expression is a sum of monomials ``coefficient x product of parameters``. :meth:`code` adds
@@ -163,20 +180,6 @@ class DirectModel:
         if getattr(solver, "_model", None) is not m:
             solver.set_instance(m)
         return cls(m, dict(solver._pyomo_var_to_solver_var_map), dict(solver._pyomo_con_to_solver_con_map))
-
-    def columns(self, m: pyo.ConcreteModel, n_units: int, n_classes: int, n_tiers: int) -> Columns:
-        col = {id(v): i for i, v in enumerate(self._vars)}
-
-        def where(v: Any) -> int:
-            return col.get(id(v), -1)
-
-        return Columns(
-            n=np.array([where(m.n[h]) for h in m.H], dtype=np.int64),
-            x=np.array([where(m.x[u]) for u in m.U], dtype=np.int64),
-            f=np.array([where(m.f[u]) for u in m.U], dtype=np.int64),
-            r=np.array([where(v) for v in m.r.values()], dtype=np.int64).reshape(n_units, n_classes, n_tiers),
-            scale=where(m.scale),
-        )
 
     def lp(self) -> highspy.HighsLp:
         """The model as it stands: parameter values, variable bounds and domains read now."""

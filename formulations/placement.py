@@ -30,10 +30,6 @@ ELASTIC = ("fresh_demand", "returning_demand", "inventory", "power", "budget", "
 _T = {t: i for i, t in enumerate(TIERS)}
 
 
-def _finite_or_zero(v: float) -> float:
-    return float(v) if np.isfinite(v) else 0.0
-
-
 def _finite(v: float) -> float:
     return float(v) if np.isfinite(v) else INF_BOUND
 
@@ -292,36 +288,41 @@ def _add_objective(m: pyo.ConcreteModel, ix: _Index) -> None:
     )
 
 
+def _store(param: pyo.Param, values: np.ndarray) -> None:
+    """Load an indexed parameter from an array shaped like its index. Every index exists (the
+    model was built for this structure) and every value is a finite float (:func:`update`
+    replaces infinities first), so pyomo's per-item validation is skipped: it was most of a
+    study trial's load (``benchmarks/milp_speed.py``)."""
+    keys = list(np.ndindex(values.shape)) if values.ndim > 1 else range(len(values))  # pyomo's own
+    param.store_values(dict(zip(keys, values.ravel().tolist(), strict=True)), check=False)
+
+
 def update(m: pyo.ConcreteModel, data: PlacementData) -> None:
     """Load ``data``'s values into a model built for the same structure."""
-    for h in range(data.n_hw):
-        m.sale[h] = float(data.sale_gpus[h])
-        m.price[h] = _finite_or_zero(data.usd_per_gpu_hour[h])  # unpriced hardware: counts only
-        m.watts[h] = float(data.watts_per_gpu[h])
-        m.inventory[h] = _finite(data.inventory_gpus[h])
-        for t in range(len(TIERS)):
-            m.tier_gb[h, t] = float(data.tier_gb_per_gpu[h, t])
-            m.tier_bw[h, t] = float(data.tier_gb_s_per_gpu[h, t])
-    for u in range(data.n_units):
-        m.gpus[u] = float(data.unit_gpus[u])
-        m.share[u] = float(data.prefill_share[u])
-        m.dec[u] = float(data.decode_tok_s[u])
-        m.hbm_idle[u] = max(float(data.hbm_idle_gb[u]), 0.0)
-        m.nic[u] = float(data.nic_gb_s[u])
-        fs = float(data.fresh_s[u])
-        m.fresh_s[u] = fs if np.isfinite(fs) else 0.0
-        m.f[u].setub(None if np.isfinite(fs) else 0.0)
-        for c in range(data.n_classes):
-            for t in range(len(TIERS)):
-                ms = float(data.mid_s[u, c, t])
-                m.mid_s[u, c, t] = ms if np.isfinite(ms) else 0.0
-                m.reload_s[u, c, t] = float(data.reload_s[u, c, t]) if np.isfinite(ms) else 0.0
-                m.r[u, c, t].setub(None if np.isfinite(ms) else 0.0)
-    for c in range(data.n_classes):
-        m.class_rate[c] = float(data.class_per_s[c])
-        m.dwell[c] = float(data.class_dwell_s[c])
-        m.class_gb[c] = float(data.class_gb[c])
-        m.class_handoff[c] = float(data.class_handoff_gb[c])
+    _store(m.sale, data.sale_gpus.astype(float))
+    _store(m.price, np.where(np.isfinite(data.usd_per_gpu_hour), data.usd_per_gpu_hour, 0.0))  # counts only
+    _store(m.watts, data.watts_per_gpu.astype(float))
+    _store(m.inventory, np.where(np.isfinite(data.inventory_gpus), data.inventory_gpus, INF_BOUND))
+    _store(m.tier_gb, data.tier_gb_per_gpu.astype(float))
+    _store(m.tier_bw, data.tier_gb_s_per_gpu.astype(float))
+    _store(m.gpus, data.unit_gpus.astype(float))
+    _store(m.share, data.prefill_share.astype(float))
+    _store(m.dec, data.decode_tok_s.astype(float))
+    _store(m.hbm_idle, np.maximum(data.hbm_idle_gb, 0.0).astype(float))
+    _store(m.nic, data.nic_gb_s.astype(float))
+    fresh_ok = np.isfinite(data.fresh_s)
+    _store(m.fresh_s, np.where(fresh_ok, data.fresh_s, 0.0))
+    for u, ok in enumerate(fresh_ok.tolist()):
+        m.f[u].setub(None if ok else 0.0)
+    mid_ok = np.isfinite(data.mid_s)
+    _store(m.mid_s, np.where(mid_ok, data.mid_s, 0.0))
+    _store(m.reload_s, np.where(mid_ok, data.reload_s, 0.0))
+    for (u, c, t), ok in zip(np.ndindex(mid_ok.shape), mid_ok.ravel().tolist(), strict=True):
+        m.r[u, c, t].setub(None if ok else 0.0)
+    _store(m.class_rate, data.class_per_s.astype(float))
+    _store(m.dwell, data.class_dwell_s.astype(float))
+    _store(m.class_gb, data.class_gb.astype(float))
+    _store(m.class_handoff, data.class_handoff_gb.astype(float))
     m.fresh_rate = float(data.fresh_per_s)
     m.osl = float(data.output_tokens)
     m.fresh_handoff = float(data.fresh_handoff_gb)
@@ -333,8 +334,7 @@ def update(m: pyo.ConcreteModel, data: PlacementData) -> None:
     m.dram_price = float(data.dram_usd_per_gb_hour)
     m.nvme_price = float(data.nvme_usd_per_gb_hour)
     energy = data.energy_usd_per_gpu_hour
-    for h in range(data.n_hw):
-        m.energy_price[h] = float(energy[h]) if energy is not None else 0.0
+    _store(m.energy_price, np.asarray(energy, dtype=float) if energy is not None else np.zeros(data.n_hw))
     m.latency_price = float(data.latency_usd_per_s)
     set_objective(m, data.objective)
 

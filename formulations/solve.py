@@ -1,10 +1,13 @@
 """Solving placement models: one persistent HiGHS instance per model structure, one result type.
 
-:class:`PlacementSolver` builds the pyomo model the first time it sees a structure and solves it
-through pyomo. Afterwards it only loads new parameter values into the model and re-solves it
-straight through highspy (:mod:`formulations.direct`), so search trials pay neither the rebuild
-nor pyomo's per-solve sync (``benchmarks/milp_speed.py`` measures all three paths). Callers get a
-frozen :class:`SolveResult` and never see pyomo or HiGHS objects.
+:class:`PlacementSolver` builds the pyomo model the first time it sees a structure, and pyomo's
+persistent interface turns it into HiGHS's arrays. Afterwards it only loads new parameter values
+into the model and reads the arrays straight from them (:mod:`formulations.direct`), so search
+trials pay neither the rebuild nor pyomo's per-solve sync (``benchmarks/milp_speed.py`` measures
+all three paths). Either way the arrays are solved the same way, in a HiGHS instance of the
+structure's own, from the root start (:func:`run_highs`), so a re-solve returns what solving the
+data alone returns. Elastic solves and duals go through pyomo's solver. Callers get a frozen
+:class:`SolveResult` and never see pyomo or HiGHS objects.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pyomo.contrib.solver.common.results import TerminationCondition as PyoTermi
 from pyomo.contrib.solver.solvers.highs import Highs
 
 from formulations import placement
-from formulations.direct import Columns, DirectModel
+from formulations.direct import Columns, DirectModel, columns_of
 from formulations.placement_data import (
     CAPACITY_TIERS,
     LINK_TIERS,
@@ -35,6 +38,7 @@ from formulations.placement_data import (
     PlacementSolution,
     Role,
 )
+from formulations.root_start import root_start
 
 
 class Termination(enum.Enum):
@@ -114,6 +118,7 @@ class SolveOptions:
     node_limit: int | None = None  # branch-and-bound nodes; a deterministic stand-in for time
     polish: bool = True  # re-solve the continuous part exactly with the counts fixed
     direct: bool = True  # re-solve a structure seen before straight through highspy
+    root_start: bool = True  # bound the counts and start from the rounded LP relaxation
 
     def highs_options(self) -> dict[str, bool | float | int]:
         """HiGHS's options for one solve, whichever path hands it the model."""
@@ -128,9 +133,17 @@ class SolveOptions:
             # (HiGHS's defaults), cost more than they save here: without the heuristic, with one
             # cut kept and cuts dropped after one round, HiGHS's run on a study-sized instance
             # takes half the time for the same optima (docs/benchmarks.md, "The placement MILP").
+            # The root start (formulations/root_start.py) hands HiGHS a first design, so its
+            # sub-MIP heuristics (RINS, RENS, the root reduced-cost one), cut separation below the
+            # root and strong branching take a further sixth off for the same optima there.
             "mip_heuristic_run_feasibility_jump": False,
             "mip_pool_soft_limit": 1,
             "mip_lp_age_limit": 1,
+            "mip_heuristic_run_rins": False,
+            "mip_heuristic_run_rens": False,
+            "mip_heuristic_run_root_reduced_cost": False,
+            "mip_allow_cut_separation_at_nodes": False,
+            "mip_pscost_minreliable": 0,
             **({"time_limit": self.time_limit_s} if self.time_limit_s is not None else {}),
             **({"mip_max_nodes": self.node_limit} if self.node_limit is not None else {}),
         }
@@ -138,8 +151,9 @@ class SolveOptions:
 
 @dataclass
 class _Built:
-    """One structure's pyomo model, pyomo's persistent solver for it and, from its first
-    re-solve, the direct path's compiled model and HiGHS instance."""
+    """One structure's pyomo model, pyomo's persistent solver for it, where its variables sit among
+    HiGHS's columns, the HiGHS instance that solves it and, from its first re-solve, the direct
+    path's compiled model."""
 
     m: pyo.ConcreteModel
     solver: Highs
@@ -172,17 +186,36 @@ class PlacementSolver:
         incumbent fixed, so the continuous choices (tiers, routing) are exactly optimal rather
         than within the gap."""
         b, build = self._instance(data)
-        run = self._run if build or not self.options.direct else self._run_direct
-        result = run(b, data)
+        result = self._run_highs(b, data, self._arrays(b, fresh=build > 0))
         sol = result.solution
         # a MILP proven optimal already has the optimal continuous part; within a gap it may not
         if self.options.polish and sol is not None and not result.gap <= 1e-9:
             with _counts_relaxed(b.m, sol.instances, sol.instances, sol.sale_units, sol.sale_units):
-                polished = run(b, data)
+                polished = self._run_highs(b, data, self._arrays(b, fresh=build > 0))
             if polished.solution is not None:
                 total = result.solve_s + polished.solve_s
                 result = replace(result, solution=polished.solution, solve_s=total)
         return _with_build(result, build)
+
+    def _arrays(self, b: _Built, *, fresh: bool) -> highspy.HighsLp:
+        """The model as HiGHS arrays. A structure built for this solve, or a solver told not to go
+        direct, has pyomo's persistent interface sync the model into its own HiGHS instance and
+        reads that; a structure seen before is read straight from the parameters
+        (:class:`formulations.direct.DirectModel`, the same arrays without pyomo's sync)."""
+        if fresh or not self.options.direct:
+            if getattr(b.solver, "_model", None) is not b.m:
+                b.solver.set_instance(b.m)
+                b.solver._solver_model.setOptionValue("output_flag", False)  # we only read it
+            else:
+                b.solver.update()
+            lp = b.solver._solver_model.getLp()
+        else:
+            if b.direct is None:
+                b.direct = DirectModel.of_persistent(b.m, b.solver)
+            lp = b.direct.lp()
+        if b.columns is None:
+            b.columns = columns_of(b.m, dict(b.solver._pyomo_var_to_solver_var_map))
+        return lp
 
     def _run(self, b: _Built, data: PlacementData) -> SolveResult:
         return self._run_pyomo(b, data)[0]
@@ -217,20 +250,17 @@ class PlacementSolver:
         bound = float(res.objective_bound) if res.objective_bound is not None else float("nan")
         return _result(term, status, obj, bound, solve_s, sol), dual_values
 
-    def _run_direct(self, b: _Built, data: PlacementData) -> SolveResult:
-        """The same solve as :meth:`_run`, with the model handed to HiGHS as arrays."""
+    def _run_highs(self, b: _Built, data: PlacementData, lp: highspy.HighsLp) -> SolveResult:
+        """Solve ``lp`` in this structure's own HiGHS instance, from the root start."""
         t0 = time.perf_counter()
-        if b.direct is None:
-            b.direct = DirectModel.of_persistent(b.m, b.solver)
-            b.columns = b.direct.columns(b.m, data.n_units, data.n_classes, len(TIERS))
+        if b.highs is None:
             b.highs = highspy.Highs()
             for k, v in self.options.highs_options().items():
                 b.highs.setOptionValue(k, v)
         h, cols = b.highs, b.columns
-        assert h is not None and cols is not None
-        h.passModel(b.direct.lp())
+        assert cols is not None
         with _ctrl_c_after():
-            h.run()
+            run_highs(h, lp, cols, data, start=self.options.root_start)
         solve_s = time.perf_counter() - t0
         info = h.getInfo()
         has = info.primal_solution_status == 2  # kSolutionStatusFeasible
@@ -279,6 +309,24 @@ class PlacementSolver:
         finally:
             placement.set_objective(b.m, data.objective)
         return ElasticResult(result, slacks)
+
+
+def run_highs(
+    h: highspy.Highs, lp: highspy.HighsLp, cols: Columns, data: PlacementData, *, start: bool = True
+) -> None:
+    """Solve ``lp`` in ``h``: a MILP from its root start (:mod:`formulations.root_start`: the
+    counts bounded, the rounded relaxation as first incumbent) unless ``start`` is False, an LP as
+    it is."""
+    first = root_start(h, lp, cols, data) if start else None
+    if first is not None:
+        lp.col_upper_ = first.upper
+    h.passModel(lp)
+    if first is not None:
+        design = highspy.HighsSolution()
+        design.col_value = first.design.tolist()
+        design.value_valid = True
+        h.setSolution(design)
+    h.run()
 
 
 @dataclass(frozen=True)

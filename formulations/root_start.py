@@ -1,0 +1,149 @@
+"""A head start for a placement MILP from its LP relaxation: bounds on the counts and a first design.
+
+HiGHS spends most of a study-sized solve at the root, and much of that on integer columns with no
+upper bound: its reduced-cost fixing walks up to 1,024 candidate bounds for each of them. No
+count in the placement model has a bound of its own, but an optimal design cannot buy what it does
+not need. So, before the MILP:
+
+1. Solve the LP relaxation (about half a millisecond on a study-sized model).
+2. Round it up into a design that is feasible by construction: every instance count up to the
+   next whole instance, then enough nodes or racks to hold them. Rounding up only adds capacity
+   to rows of the form load <= capacity x count, so the relaxation's flows still fit; the caps
+   on power, budget and inventory are checked, and any row the rounding breaks means no start.
+3. Bound every count by what a design no dearer than that one can hold:
+   - reduced costs: a count the relaxation leaves at zero with reduced cost ``d`` raises the
+     objective by at least ``d`` per unit, so it stays within ``(C - L) / d`` of zero, where
+     ``C`` is the rounded design's objective and ``L`` the relaxation's (the classic root
+     reduced-cost fixing, done once here instead of inside HiGHS's root loop);
+   - cost: with every other objective term non-negative, a hardware whose node costs ``c`` in
+     the objective is bought at most ``C / c`` times, and each unit on it fits in what those
+     nodes hold.
+
+Under goodput the relaxation spends the whole budget, so its rounding breaks the budget row and the
+MILP starts as before. No design that is at least as good as the rounded one is cut off, so the
+MILP's optimum is the same with or without the bounds; HiGHS also gets the rounded design as its
+first incumbent. ``benchmarks/milp_speed.py`` measures the effect; ``tests/test_root_start.py``
+checks that the bounds keep the optimum and that the rounded design is feasible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+
+from formulations.direct import Columns
+from formulations.placement_data import PlacementData
+
+_ROUND = 1e-9  # a count this close to a whole number is that number
+_SLACK = 1e-6  # added to every bound before it is floored: numerical noise never cuts the optimum
+_ROW_TOL = 1e-7  # a row of the rounded design may exceed its bound by this much, relative
+
+
+@dataclass(frozen=True)
+class Start:
+    """Column upper bounds for the MILP and a feasible design to start from."""
+
+    upper: np.ndarray  # every column's upper bound, counts tightened
+    design: np.ndarray  # every column's value in the rounded design
+    objective: float  # the rounded design's objective, offset included
+    relaxation: float  # the LP relaxation's objective, offset included
+
+
+def root_start(h: highspy.Highs, lp: highspy.HighsLp, cols: Columns, data: PlacementData) -> Start | None:
+    """The start for ``lp`` (a placement MILP as HiGHS arrays), or None when the relaxation has no
+    optimum or its rounding breaks a row. Leaves the relaxation loaded in ``h``."""
+    integer = np.array([int(t) for t in lp.integrality_]) == int(highspy.HighsVarType.kInteger)
+    counts = np.concatenate([cols.n[cols.n >= 0], cols.x[cols.x >= 0]])
+    if not integer.any() or set(np.flatnonzero(integer).tolist()) != set(counts.tolist()):
+        return None  # an LP, or integer columns this rounding does not know how to round
+    kept = lp.integrality_
+    lp.integrality_ = []
+    try:
+        h.passModel(lp)
+        h.run()
+    finally:
+        lp.integrality_ = kept
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    solution = h.getSolution()
+    value, reduced = np.array(solution.col_value), np.array(solution.col_dual)
+    design = _rounded(value, cols, data)
+    lower, upper = np.array(lp.col_lower_), np.array(lp.col_upper_)
+    if not _feasible(lp, design, lower, upper):
+        return None
+    cost = np.array(lp.col_cost_)
+    best = float(cost @ design)  # the objective without its constant offset
+    relaxation = h.getInfo().objective_function_value - lp.offset_
+    bounded = upper.copy()
+    _reduced_cost_bounds(bounded, counts, value, reduced, lower, best - relaxation)
+    _cost_bounds(bounded, cost, lower, lower == upper, cols, data, best)
+    return Start(bounded, design, best + lp.offset_, relaxation + lp.offset_)
+
+
+def _rounded(value: np.ndarray, cols: Columns, data: PlacementData) -> np.ndarray:
+    """The relaxation with every instance count rounded up and the nodes or racks to hold them."""
+    design = value.copy()
+    seen = cols.x >= 0
+    x = np.zeros(data.n_units)
+    x[seen] = np.ceil(value[cols.x[seen]] - _ROUND)
+    design[cols.x[seen]] = x[seen]
+    gpus = np.bincount(data.unit_hw, weights=data.unit_gpus * x, minlength=data.n_hw)
+    bought = cols.n >= 0
+    design[cols.n[bought]] = np.ceil(gpus / data.sale_gpus - _ROUND)[bought]
+    return design
+
+
+def _feasible(lp: highspy.HighsLp, design: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> bool:
+    a = lp.a_matrix_
+    start, index, value = np.asarray(a.start_), np.asarray(a.index_), np.asarray(a.value_)
+    owner = np.repeat(np.arange(len(start) - 1), np.diff(start))  # the column or row of each entry
+    if a.format_ == highspy.MatrixFormat.kRowwise:  # pyomo's persistent interface builds rows
+        activity = np.bincount(owner, weights=value * design[index], minlength=lp.num_row_)
+    else:
+        activity = np.bincount(index, weights=value * design[owner], minlength=lp.num_row_)
+    tol = _ROW_TOL * np.maximum(1.0, np.abs(activity))
+    rows_ok = (activity >= np.asarray(lp.row_lower_) - tol) & (activity <= np.asarray(lp.row_upper_) + tol)
+    return bool(rows_ok.all() and (design >= lower - _ROUND).all() and (design <= upper + _ROUND).all())
+
+
+def _reduced_cost_bounds(
+    upper: np.ndarray,
+    counts: np.ndarray,
+    value: np.ndarray,
+    reduced: np.ndarray,
+    lower: np.ndarray,
+    gap: float,
+) -> None:
+    """Counts the relaxation leaves at their lower bound stay within ``gap / reduced cost`` of it."""
+    gap = max(gap, 0.0) * (1 + 1e-9) + 1e-9
+    j = counts[(reduced[counts] > 1e-9) & (value[counts] <= lower[counts] + _ROUND)]
+    upper[j] = np.minimum(upper[j], np.floor(lower[j] + gap / reduced[j] + _SLACK))
+
+
+def _cost_bounds(
+    upper: np.ndarray,
+    cost: np.ndarray,
+    lower: np.ndarray,
+    fixed: np.ndarray,
+    cols: Columns,
+    data: PlacementData,
+    best: float,
+) -> None:
+    """Nodes or racks no dearer in all than the rounded design, and the units they can hold.
+    Only when every other term of the objective is non-negative (not so under goodput, whose
+    demand scale is rewarded)."""
+    if (cost[~fixed] < 0).any() or (lower[~fixed] < 0).any():
+        return
+    room = best - float(cost[fixed] @ lower[fixed])
+    bought = cols.n >= 0
+    per_node = np.where(bought, cost[cols.n], 0.0)
+    priced = bought & (per_node > 0)
+    nodes = np.full(data.n_hw, np.inf)
+    nodes[priced] = np.floor(room / per_node[priced] * (1 + 1e-9) + _SLACK)
+    n_cols = cols.n[priced]
+    upper[n_cols] = np.minimum(upper[n_cols], nodes[priced])
+    held = np.floor(data.sale_gpus[data.unit_hw] * nodes[data.unit_hw] / data.unit_gpus + _SLACK)
+    seen = cols.x >= 0
+    upper[cols.x[seen]] = np.minimum(upper[cols.x[seen]], held[seen])

@@ -1,0 +1,120 @@
+"""The root start (formulations.root_start): its rounded design is feasible, its bounds keep every
+design at least as good, and a MILP solved from it reaches the optimum it reaches without."""
+
+from __future__ import annotations
+
+import highspy
+import numpy as np
+import pytest
+from pyomo.contrib.solver.solvers.highs import Highs
+from test_direct_solve import realistic
+from test_placement_milp import instance
+
+from dse.placement import Topology
+from formulations import placement
+from formulations.direct import Columns, columns_of
+from formulations.placement_check import check
+from formulations.placement_data import Objective, PlacementData
+from formulations.root_start import Start, _cost_bounds, root_start
+from formulations.solve import PlacementSolver, SolveOptions, _from_columns
+
+
+def arrays(data: PlacementData) -> tuple[highspy.HighsLp, Columns]:
+    """The MILP of ``data`` as the arrays HiGHS reads, and where its variables sit."""
+    m = placement.build(data)
+    persistent = Highs()
+    persistent.set_instance(m)
+    return persistent._solver_model.getLp(), columns_of(m, dict(persistent._pyomo_var_to_solver_var_map))
+
+
+def highs() -> highspy.Highs:
+    """A HiGHS instance with the solver's options (HiGHS's thread scheduler is process-wide: an
+    instance with another thread count would break the solves after it)."""
+    h = highspy.Highs()
+    for k, v in SolveOptions().highs_options().items():
+        h.setOptionValue(k, v)
+    return h
+
+
+def started(data: PlacementData) -> tuple[Start | None, Columns]:
+    lp, cols = arrays(data)
+    return root_start(highs(), lp, cols, data), cols
+
+
+TOPOLOGIES = (Topology.DISAGGREGATED, Topology.AGGREGATED)
+CASES = [realistic(seed, topology) for seed in range(4) for topology in TOPOLOGIES]
+
+
+@pytest.mark.parametrize("data", CASES, ids=[f"case{i}" for i in range(len(CASES))])
+def test_the_rounded_design_is_feasible_and_the_optimum_lies_between_it_and_the_relaxation(
+    data: PlacementData,
+) -> None:
+    start, cols = started(data)
+    assert start is not None
+    design = _from_columns(start.design, cols, data)
+    assert check(data, design).ok
+    assert np.array_equal(design.instances, np.round(design.instances))  # whole instances
+    optimum = PlacementSolver(SolveOptions(root_start=False)).solve(data)
+    assert start.relaxation <= optimum.objective * (1 + 1e-9)
+    assert optimum.objective <= start.objective * (1 + 1e-4)
+
+
+@pytest.mark.parametrize("data", CASES, ids=[f"case{i}" for i in range(len(CASES))])
+def test_the_bounds_keep_the_optimum_and_bound_something(data: PlacementData) -> None:
+    start, cols = started(data)
+    assert start is not None
+    optimum = PlacementSolver(SolveOptions(root_start=False)).solve(data).solution
+    assert optimum is not None
+    assert (optimum.instances <= start.upper[cols.x] + 1e-9).all()
+    assert (optimum.sale_units <= start.upper[cols.n] + 1e-9).all()
+    assert np.isfinite(start.upper[cols.x]).all()  # every count bounded: the point of it
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        instance(rate=30.0),
+        instance(rate=30.0, classes=2),
+        instance(rate=30.0, objective=Objective.GPUS),
+        instance(rate=30.0, budget_usd_hour=100.0, objective=Objective.GOODPUT),
+        instance(rate=30.0, power_w=10_000.0),  # infeasible
+        *CASES[:4],
+    ],
+)
+def test_a_solve_from_the_start_reaches_the_optimum_without_it(data: PlacementData) -> None:
+    with_start = PlacementSolver().solve(data)
+    without = PlacementSolver(SolveOptions(root_start=False)).solve(data)
+    assert with_start.termination is without.termination
+    assert with_start.has_solution == without.has_solution
+    if without.has_solution:
+        assert with_start.objective == pytest.approx(without.objective, rel=1e-4)
+        assert with_start.solution is not None and check(data, with_start.solution).ok
+
+
+def test_goodput_has_no_start_and_a_rewarded_column_voids_the_cost_bounds() -> None:
+    """Goodput's relaxation spends the whole budget, so rounding up breaks the budget row: no
+    start. And the cost bounds need every other term of the objective non-negative: a column
+    with a negative cost (goodput's demand scale) leaves them out."""
+    goodput, _ = started(instance(rate=30.0, budget_usd_hour=100.0, objective=Objective.GOODPUT))
+    assert goodput is None
+    data = instance(rate=30.0)
+    lp, cols = arrays(data)
+    start = root_start(highs(), lp, cols, data)
+    assert start is not None and np.isfinite(start.upper[cols.n]).all()
+    cost, lower = np.array(lp.col_cost_), np.array(lp.col_lower_)
+    fixed = lower == np.array(lp.col_upper_)
+    free = int(np.flatnonzero(~fixed & (cost == 0))[0])
+    for sign, bounded in ((0.0, True), (-1.0, False)):
+        rewarded = cost.copy()
+        rewarded[free] = sign
+        upper = np.full(lp.num_col_, np.inf)
+        _cost_bounds(upper, rewarded, lower, fixed, cols, data, start.objective - lp.offset_)
+        assert np.isfinite(upper[cols.n]).all() == bounded
+
+
+def test_no_start_for_an_lp_or_an_infeasible_relaxation() -> None:
+    lp, cols = arrays(instance(rate=30.0))
+    lp.integrality_ = []
+    assert root_start(highs(), lp, cols, instance(rate=30.0)) is None
+    infeasible, _ = started(instance(rate=30.0, power_w=10_000.0))
+    assert infeasible is None
