@@ -3,6 +3,8 @@ design at least as good, and a MILP solved from it reaches the optimum it reache
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import highspy
 import numpy as np
 import pytest
@@ -73,11 +75,10 @@ def test_the_bounds_keep_the_optimum_and_bound_something(data: PlacementData) ->
 @pytest.mark.parametrize(
     "data",
     [
-        instance(rate=30.0),
-        instance(rate=30.0, classes=2),
-        instance(rate=30.0, objective=Objective.GPUS),
-        instance(rate=30.0, budget_usd_hour=100.0, objective=Objective.GOODPUT),
-        instance(rate=30.0, power_w=10_000.0),  # infeasible
+        replace(CASES[0], objective=Objective.GPUS),
+        replace(CASES[1], budget_usd_hour=500.0, objective=Objective.GOODPUT),
+        replace(CASES[0], power_w=1_000.0),  # infeasible
+        replace(CASES[2], inventory_gpus=np.array([48.0, np.inf])),  # a cap that binds: no start
         *CASES[:4],
     ],
 )
@@ -95,9 +96,9 @@ def test_goodput_has_no_start_and_a_rewarded_column_voids_the_cost_bounds() -> N
     """Goodput's relaxation spends the whole budget, so rounding up breaks the budget row: no
     start. And the cost bounds need every other term of the objective non-negative: a column
     with a negative cost (goodput's demand scale) leaves them out."""
-    goodput, _ = started(instance(rate=30.0, budget_usd_hour=100.0, objective=Objective.GOODPUT))
+    goodput, _ = started(replace(CASES[0], budget_usd_hour=500.0, objective=Objective.GOODPUT))
     assert goodput is None
-    data = instance(rate=30.0)
+    data = CASES[0]
     lp, cols = arrays(data)
     start = root_start(highs(), lp, cols, data)
     assert start is not None and np.isfinite(start.upper[cols.n]).all()
@@ -112,9 +113,10 @@ def test_goodput_has_no_start_and_a_rewarded_column_voids_the_cost_bounds() -> N
         assert np.isfinite(upper[cols.n]).all() == bounded
 
 
-def test_no_start_for_an_lp_or_an_infeasible_relaxation() -> None:
-    lp, cols = arrays(instance(rate=30.0))
+def test_no_start_for_an_lp_a_small_milp_or_an_infeasible_relaxation() -> None:
+    lp, cols = arrays(CASES[0])
     lp.integrality_ = []
-    assert root_start(highs(), lp, cols, instance(rate=30.0)) is None
-    infeasible, _ = started(instance(rate=30.0, power_w=10_000.0))
-    assert infeasible is None
+    assert root_start(highs(), lp, cols, CASES[0]) is None
+    small = instance(rate=30.0)  # one hardware: its nodes and two units
+    assert started(small)[0] is None and PlacementSolver().solve(small).has_solution
+    assert started(replace(CASES[0], power_w=1_000.0))[0] is None  # the power cap: infeasible
