@@ -20,10 +20,11 @@ not need. So, before the MILP:
      nodes hold.
 
 Under goodput the relaxation spends the whole budget, so its rounding breaks the budget row and the
-MILP starts as before; so does any cap (power, budget, inventory) that binds the relaxation. No design that is at least as good as the rounded one is cut off, so the
-MILP's optimum is the same with or without the bounds; HiGHS also gets the rounded design as its
-first incumbent. ``benchmarks/milp_speed.py`` measures the effect; ``tests/test_root_start.py``
-checks that the bounds keep the optimum and that the rounded design is feasible.
+MILP starts as before; so does any cap (power, budget, inventory) that binds the relaxation. No
+design that is at least as good as the rounded one is cut off, so the MILP's optimum is the same
+with or without the bounds; HiGHS also gets the rounded design as its first incumbent.
+``benchmarks/milp_speed.py`` measures the effect; ``tests/test_root_start.py`` checks that the
+bounds keep the optimum and that the rounded design is feasible.
 """
 
 from __future__ import annotations
