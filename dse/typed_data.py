@@ -87,11 +87,22 @@ def rule(check: Rule) -> dict[str, Rule]:
 def read_csv(path: Path, key: str) -> tuple[list[str], list[dict[str, str]]]:
     """(header, rows) of a CSV file; an unreadable file, one that is not UTF-8 or not CSV becomes
     one InputError line naming it and ``key`` (the flag or field that gave the path)."""
+    header, rows, _ = read_csv_lines(path, key)
+    return header, rows
+
+
+def read_csv_lines(path: Path, key: str) -> tuple[list[str], list[dict[str, str]], list[int]]:
+    """:func:`read_csv` and the line of the file each row ends on (the header is line 1; blank
+    lines, which hold no row, are counted), so that an error can name the line an editor shows."""
     try:
         # utf-8-sig: the byte-order mark a spreadsheet's "CSV UTF-8" starts with is not a column's
         with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
-            return list(reader.fieldnames or []), list(reader)
+            rows, lines = [], []
+            for row in reader:
+                rows.append(row)
+                lines.append(reader.line_num)
+            return list(reader.fieldnames or []), rows, lines
     except OSError as exc:
         raise InputError(str(path), key, f"cannot be read ({exc.strerror})") from None
     except UnicodeDecodeError as exc:

@@ -215,15 +215,17 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
 def test_a_trace_with_a_bad_row_names_it(cli: Cli, tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     for body, message in (
-        ("0,100,10\n0.5,abc,3\n", "row 2: input_tokens = 'abc': must be a number >= 1 and <= 1e+12"),
-        ("1,100,10\n0.5,100,3\n", "row 2: arrival_s = '0.5': must not be earlier than the row before"),
-        ("0,100,0\n", "row 1: output_tokens = '0': must be a number >= 1 and <= 1e+12"),
-        ("1e300,100,10\n", "row 1: arrival_s = '1e300': must be a number >= 0 and <= 1e+12"),
+        ("0,100,10\n0.5,abc,3\n", "line 3: input_tokens = 'abc': must be a number >= 1 and <= 1e+12"),
+        ("1,100,10\n0.5,100,3\n", "line 3: arrival_s = '0.5': must not be earlier than the row before"),
+        ("0,100,0\n", "line 2: output_tokens = '0': must be a number >= 1 and <= 1e+12"),
+        ("1e300,100,10\n", "line 2: arrival_s = '1e300': must be a number >= 0 and <= 1e+12"),
         # a request the model cannot take once hung the simulation (a step at a time past the KV cache)
-        ("0,1e21,10\n", "row 1: input_tokens = '1e21': must be a number >= 1 and <= 1e+12"),
-        ("0,100000,100000\n", "row 1: input_tokens = '100000 + 100000': with output_tokens must fit the "
+        ("0,1e21,10\n", "line 2: input_tokens = '1e21': must be a number >= 1 and <= 1e+12"),
+        ("0,100000,100000\n", "line 2: input_tokens = '100000 + 100000': with output_tokens must fit the "
          "model's context of 163,840 tokens"),
-        ("0,100,10,99\n", "row 1: has 4 fields, 1 more than the header's 3"),
+        ("0,100,10,99\n", "line 2: has 4 fields, 1 more than the header's 3"),
+        # the line an editor shows: blank lines hold no row but count
+        ("0,100,10\n\n\n0.5,abc,3\n", "line 5: input_tokens = 'abc': must be a number >= 1 and <= 1e+12"),
     ):
         trace.write_text("arrival_s,input_tokens,output_tokens\n" + body)
         proc = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", str(trace))
