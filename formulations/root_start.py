@@ -39,6 +39,7 @@ from formulations.placement_data import PlacementData
 
 _ROUND = 1e-9  # a count this close to a whole number is that number
 _SLACK = 1e-6  # added to every bound before it is floored: numerical noise never cuts the optimum
+_MARGIN = 1e-6  # the bounds keep every design up to this much (relative) dearer than the rounded one
 _ROW_TOL = 1e-7  # a row of the rounded design may exceed its bound by this much, relative
 # With this many counts or fewer (one hardware: its nodes and a unit or two), HiGHS closes the MILP at
 # its root in about a millisecond, less than the start's LP and rounding add: a re-solve's median
@@ -76,16 +77,17 @@ def root_start(h: highspy.Highs, lp: highspy.HighsLp, cols: Columns, data: Place
         return None
     solution = h.getSolution()
     value, reduced = np.array(solution.col_value), np.array(solution.col_dual)
-    design = _rounded(value, cols, data)
     lower, upper = np.array(lp.col_lower_), np.array(lp.col_upper_)
+    design = _rounded(np.clip(value, lower, upper), cols, data)  # the LP's values within its bounds
     if not _feasible(lp, design, lower, upper):
         return None
     cost = np.array(lp.col_cost_)
     best = float(cost @ design)  # the objective without its constant offset
     relaxation = h.getInfo().objective_function_value - lp.offset_
+    above = best + _MARGIN * max(1.0, abs(best))  # what the bounds keep every design at or below
     bounded = upper.copy()
-    _reduced_cost_bounds(bounded, counts, value, reduced, lower, best - relaxation)
-    _cost_bounds(bounded, cost, lower, lower == upper, cols, data, best)
+    _reduced_cost_bounds(bounded, counts, value, reduced, lower, above - relaxation)
+    _cost_bounds(bounded, cost, lower, lower == upper, cols, data, above)
     return Start(bounded, design, best + lp.offset_, relaxation + lp.offset_)
 
 
@@ -124,7 +126,7 @@ def _reduced_cost_bounds(
     gap: float,
 ) -> None:
     """Counts the relaxation leaves at their lower bound stay within ``gap / reduced cost`` of it."""
-    gap = max(gap, 0.0) * (1 + 1e-9) + 1e-9
+    gap = max(gap, 0.0)
     j = counts[(reduced[counts] > 1e-9) & (value[counts] <= lower[counts] + _ROUND)]
     upper[j] = np.minimum(upper[j], np.floor(lower[j] + gap / reduced[j] + _SLACK))
 
