@@ -186,12 +186,13 @@ class PlacementSolver:
         incumbent fixed, so the continuous choices (tiers, routing) are exactly optimal rather
         than within the gap."""
         b, build = self._instance(data)
-        result = self._run_highs(b, data, self._arrays(b, fresh=build > 0))
+        lp = self._arrays(b, fresh=build > 0)
+        result = self._run_highs(b, data, lp)
         sol = result.solution
         # a MILP proven optimal already has the optimal continuous part; within a gap it may not
         if self.options.polish and sol is not None and not result.gap <= 1e-9:
-            with _counts_relaxed(b.m, sol.instances, sol.instances, sol.sale_units, sol.sale_units):
-                polished = self._run_highs(b, data, self._arrays(b, fresh=build > 0))
+            assert b.columns is not None
+            polished = self._run_highs(b, data, _counts_fixed(lp, b.columns, sol))
             if polished.solution is not None:
                 total = result.solve_s + polished.solve_s
                 result = replace(result, solution=polished.solution, solve_s=total)
@@ -335,6 +336,17 @@ class ElasticResult:
 
     result: SolveResult
     slacks: dict[str, float]
+
+
+def _counts_fixed(lp: highspy.HighsLp, cols: Columns, sol: PlacementSolution) -> highspy.HighsLp:
+    """``lp`` made the LP left when the counts are fixed at ``sol``'s (changed in place)."""
+    lower, upper = np.array(lp.col_lower_), np.array(lp.col_upper_)
+    for where, values in ((cols.x, sol.instances), (cols.n, sol.sale_units)):
+        seen = where >= 0
+        lower[where[seen]] = upper[where[seen]] = values[seen]
+    lp.col_lower_, lp.col_upper_ = lower, upper
+    lp.integrality_ = []
+    return lp
 
 
 @contextmanager
