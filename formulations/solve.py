@@ -117,7 +117,7 @@ class SolveOptions:
     threads: int = 1
     node_limit: int | None = None  # branch-and-bound nodes; a deterministic stand-in for time
     polish: bool = True  # re-solve the continuous part exactly with the counts fixed
-    direct: bool = True  # re-solve a structure seen before straight through highspy
+    direct: bool = True  # read a structure seen before straight from its parameters (False: pyomo's sync)
     root_start: bool = True  # bound the counts and start from the rounded LP relaxation
 
     def highs_options(self) -> dict[str, bool | float | int]:
