@@ -290,9 +290,9 @@ def _add_objective(m: pyo.ConcreteModel, ix: _Index) -> None:
 
 def _store(param: pyo.Param, values: np.ndarray) -> None:
     """Load an indexed parameter from an array shaped like its index. Every index exists (the
-    model was built for this structure) and every value is a finite float (:func:`update`
-    replaces infinities first), so pyomo's per-item validation is skipped: it was most of a
-    study trial's load (``benchmarks/milp_speed.py``)."""
+    model was built for this structure) and every value is a plain float, the one an item-by-item
+    assignment would set, so pyomo's per-item validation is skipped: it was most of a study
+    trial's load (``benchmarks/milp_speed.py``)."""
     keys = list(np.ndindex(values.shape)) if values.ndim > 1 else range(len(values))  # pyomo's own
     param.store_values(dict(zip(keys, values.ravel().tolist(), strict=True)), check=False)
 

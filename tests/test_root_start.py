@@ -120,3 +120,5 @@ def test_no_start_for_an_lp_a_small_milp_or_an_infeasible_relaxation() -> None:
     small = instance(rate=30.0)  # one hardware: its nodes and two units
     assert started(small)[0] is None and PlacementSolver().solve(small).has_solution
     assert started(replace(CASES[0], power_w=1_000.0))[0] is None  # the power cap: infeasible
+    # a cap the relaxation fills: rounding the counts up breaks it, so there is no start
+    assert started(replace(CASES[2], inventory_gpus=np.array([48.0, np.inf])))[0] is None
