@@ -19,12 +19,12 @@ from dataclasses import replace
 import numpy as np
 from record import figure
 
-from dse.catalog import load_catalog
-from dse.perf.params import load_params
+from dse.catalog import Catalog, load_catalog
+from dse.perf.params import PerfParams, load_params
 from dse.placement import PlacementRequest, Topology, place
 from dse.placement.candidates import build_candidates
 from dse.workload import Slo, ThinkBin, Workload
-from formulations import placement
+from formulations import placement, root_start
 from formulations.placement_data import PlacementData, Role
 from formulations.solve import PlacementSolver, SolveOptions, SolveResult, run_highs
 
@@ -51,7 +51,7 @@ def subset(d: PlacementData, keep: list[int]) -> PlacementData:
     )
 
 
-def trial_request(rng: np.random.Generator) -> PlacementRequest:
+def trial_request(rng: np.random.Generator, hardware: tuple[str, ...] = HW) -> PlacementRequest:
     w = Workload(
         requests_per_s=float(rng.uniform(5, 300)),
         input_tokens=float(rng.uniform(1000, 8000)),
@@ -63,7 +63,7 @@ def trial_request(rng: np.random.Generator) -> PlacementRequest:
     )
     slo = Slo(ttft_s=float(rng.uniform(1.0, 5.0)), tpot_s=float(rng.uniform(0.03, 0.08)))
     return PlacementRequest(
-        model="deepseek-v3", hardware=HW, workload=w, slo=slo, topology=Topology.DISAGGREGATED
+        model="deepseek-v3", hardware=hardware, workload=w, slo=slo, topology=Topology.DISAGGREGATED
     )
 
 
@@ -95,22 +95,64 @@ def pct(a: list[float], q: float) -> float:
     return float(np.percentile(np.array(a) * 1e3, q))
 
 
-def main(trials: int = 200) -> None:
-    catalog, params = load_catalog(), load_params()
+def study_instances(
+    trials: int, hardware: tuple[str, ...], catalog: Catalog, params: PerfParams
+) -> tuple[list[PlacementData], list[float]]:
+    """``trials`` study-sized instances of one structure on ``hardware``, and the seconds each
+    candidate generation took."""
     rng = np.random.default_rng(0)
     gen, instances = [], []
     names: tuple[str, ...] | None = None
     while len(instances) < trials:
-        req = trial_request(rng)
+        req = trial_request(rng, hardware)
         t0 = time.perf_counter()
         full = build_candidates(req, Topology.DISAGGREGATED, catalog, params).data
         gen.append(time.perf_counter() - t0)
-        keep = pick_units(full)
-        sub = subset(full, keep)
+        sub = subset(full, pick_units(full))
         if names is None:
             names = sub.unit_names
         if sub.unit_names == names:  # same structure; a shape that drops out changes it
             instances.append(sub)
+    return instances, gen
+
+
+def root_start_by_hardware(catalog: Catalog, params: PerfParams, trials: int = 60) -> None:
+    """Re-solves with and without the root start, alternating, on one, two and three hardware: where
+    :data:`formulations.root_start.FEW_COUNTS` draws its line (the start is forced here, even on
+    MILPs that few counts leave out)."""
+    print(
+        f"re-solve median with (forced) / without the root start, by the hardware a trial proposes "
+        f"(shipped: no start at {root_start.FEW_COUNTS} counts or fewer):"
+    )
+    shipped, root_start.FEW_COUNTS = root_start.FEW_COUNTS, 0
+    try:
+        _started_against_plain(catalog, params, trials)
+    finally:
+        root_start.FEW_COUNTS = shipped
+
+
+def _started_against_plain(catalog: Catalog, params: PerfParams, trials: int) -> None:
+    for n in range(1, len(HW) + 1):
+        instances, _ = study_instances(trials, HW[:n], catalog, params)
+        started, plain = PlacementSolver(), PlacementSolver(SolveOptions(root_start=False))
+        started.solve(instances[0])
+        plain.solve(instances[0])
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(3):
+            for d in instances[1:]:
+                for solver, key in ((started, True), (plain, False)):
+                    t0 = time.perf_counter()
+                    solver.solve(d)
+                    times[key].append(time.perf_counter() - t0)
+        counts = 3 * n
+        w, wo = pct(times[True], 50), pct(times[False], 50)
+        print(f"  {n} hardware ({counts} counts): {w:.2f} ms with, {wo:.2f} ms without")
+        figure(f"MILP re-solve median, {n} hardware, with / without the root start", w / wo, "x")
+
+
+def main(trials: int = 200) -> None:
+    catalog, params = load_catalog(), load_params()
+    instances, gen = study_instances(trials, HW, catalog, params)
     warm, unstarted = PlacementSolver(), PlacementSolver(SolveOptions(root_start=False))
     resolve, solver_s, feasible, plain_resolve, agree = [], [], 0, [], 0
     for d in instances:  # with and without the root start, alternating (this machine is noisy)
@@ -215,6 +257,7 @@ def main(trials: int = 200) -> None:
             f"  {o.topology.value:14s} {o.candidates:3d} units: build {o.result.build_s * 1e3:6.1f} ms, "
             f"solve {o.result.solve_s * 1e3:6.1f} ms, {o.result.termination.value}"
         )
+    root_start_by_hardware(catalog, params)
 
 
 if __name__ == "__main__":

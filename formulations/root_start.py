@@ -42,9 +42,10 @@ _SLACK = 1e-6  # added to every bound before it is floored: numerical noise neve
 _MARGIN = 1e-6  # the bounds keep every design up to this much (relative) dearer than the rounded one
 _ROW_TOL = 1e-7  # a row of the rounded design may exceed its bound by this much, relative
 # With this many counts or fewer (one hardware: its nodes and a unit or two), HiGHS closes the MILP at
-# its root in about a millisecond, less than the start's LP and rounding add: a re-solve's median
-# 1.4 ms without the start against 2.1 ms with it. From two hardware up the start pays (9.6 -> 7.9
-# ms, three: 22 -> 13 ms), all medians of 59 study-sized trials in one run (2026-12-03).
+# its root in about a millisecond, less than the start's LP and rounding add. `python
+# benchmarks/milp_speed.py` (its last section) forces the start on 59 study-sized trials each:
+# one hardware 2.2 ms with it against 1.4 ms without; two 6.6 against 8.1 ms; three 11.4 against
+# 19.6 ms (medians, 2026-12-03).
 FEW_COUNTS = 4
 
 
