@@ -4,6 +4,10 @@ The command line imports the engine only inside the command that runs, so listin
 printing the help costs a small multiple of starting Python at all (target: within 12x of
 ``python -c "import argparse"``). Prints figures, not verdicts; compare the ratios, since these
 machines are noisy. Run: ``python benchmarks/startup.py [ROUNDS]``.
+
+Then what a command that runs a study imports before its first trial (the solver, the simulators,
+the study runner), against the same with the four scipy packages pyomo's import hook used to load
+(``formulations/pyomo_layer.py``): the seconds that hook cost every such process.
 """
 
 from __future__ import annotations
@@ -25,6 +29,12 @@ COMMANDS = {
     "dse catalog list": [DSE, "catalog", "list"],
     "dse study list": [DSE, "study", "list"],
 }
+ENGINE = "import formulations.solve, dse.evaluation, dse.sim.engine_latency, dse.study.runner"
+HOOKED = ENGINE + "; import scipy.stats, scipy.integrate, scipy.sparse, scipy.spatial"
+IMPORTS = {
+    "study engine import": [sys.executable, "-c", ENGINE],
+    "with pyomo's scipy": [sys.executable, "-c", HOOKED],
+}
 
 
 def wall(cmd: list[str]) -> float:
@@ -34,12 +44,7 @@ def wall(cmd: list[str]) -> float:
 
 
 def main(rounds: int = 15) -> None:
-    for cmd in COMMANDS.values():  # warm the file cache once
-        wall(cmd)
-    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for _ in range(rounds):  # alternate, so a slow moment of the machine hits every command
-        for name, cmd in COMMANDS.items():
-            times[name].append(wall(cmd))
+    times = _alternating(COMMANDS, rounds)
     bare = statistics.median(times["bare python"])
     print(f"{'command':<20} {'median s':>9} {'min s':>7} {'max s':>7} {'x bare':>7}   ({rounds} rounds)")
     for name, ts in times.items():
@@ -47,6 +52,21 @@ def main(rounds: int = 15) -> None:
         print(f"{name:<20} {med:9.3f} {min(ts):7.3f} {max(ts):7.3f} {med / bare:7.1f}")
         if name != "bare python":
             figure(f"{name}: start-up", med, "s", f"{med / bare:.1f}x bare python ({bare:.3f} s)")
+    engine = _alternating(IMPORTS, max(5, rounds // 3))
+    lean, hooked = (statistics.median(engine[name]) for name in IMPORTS)
+    print(f"the study engine's imports: {lean:.2f} s; with the scipy packages pyomo's hook loaded: "
+          f"{hooked:.2f} s")  # fmt: skip
+    figure("study engine imports", lean, "s", f"{hooked - lean:.2f} s less than with pyomo's scipy hook")
+
+
+def _alternating(commands: dict[str, list[str]], rounds: int) -> dict[str, list[float]]:
+    for cmd in commands.values():  # warm the file cache once
+        wall(cmd)
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(rounds):  # alternate, so a slow moment of the machine hits every command
+        for name, cmd in commands.items():
+            times[name].append(wall(cmd))
+    return times
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from typing import Any
 
 import highspy
 import numpy as np
-import pyomo.core as pyo
 from pyomo.core.expr.numeric_expr import (
     DivisionExpression,
     NegationExpression,
@@ -32,6 +31,8 @@ from pyomo.core.expr.numeric_expr import (
 )
 from pyomo.core.expr.numvalue import native_numeric_types
 from pyomo.repn.standard_repn import generate_standard_repn
+
+from formulations.pyomo_layer import pyo
 
 _INF = highspy.kHighsInf
 _BIG = 1e20  # HiGHS's infinite_bound: a bound this large is no bound

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pyomo.core as pyo  # the modelling layer alone: pyomo.environ also loads every plugin (0.4 s more)
 
 from formulations.placement_data import CAPACITY_TIERS, LINK_TIERS, TIERS, Objective, PlacementData, Role
+from formulations.pyomo_layer import pyo
 
 INF_BOUND = 1e20
 TIE_BREAK = (

@@ -23,7 +23,6 @@ from typing import Any
 
 import highspy
 import numpy as np
-import pyomo.core as pyo  # the modelling layer alone: pyomo.environ also loads every plugin (0.4 s more)
 from pyomo.contrib.solver.common.results import SolutionStatus as PyoSolution
 from pyomo.contrib.solver.common.results import TerminationCondition as PyoTermination
 from pyomo.contrib.solver.solvers.highs import Highs
@@ -38,6 +37,7 @@ from formulations.placement_data import (
     PlacementSolution,
     Role,
 )
+from formulations.pyomo_layer import pyo
 from formulations.root_start import root_start
 
 

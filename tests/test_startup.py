@@ -84,6 +84,20 @@ def test_place_imports_neither_the_simulators_nor_their_compiler() -> None:
     assert not {"numba", "scipy"} & set(res["heavy"])  # type: ignore[arg-type]
 
 
+def test_the_solver_and_the_simulators_leave_pyomos_scipy_packages_out() -> None:
+    """numba imports scipy to check its version, and pyomo's import hook then loaded scipy.stats,
+    .integrate, .sparse and .spatial (0.5-0.8 s a process) for solvers dse never uses; a study
+    process imports both pyomo and numba (``formulations/pyomo_layer.py``)."""
+    hooked = "(['scipy', 'stats'], ['scipy', 'integrate'], ['scipy', 'sparse'], ['scipy', 'spatial'])"
+    code = (
+        "import sys, formulations.solve, dse.evaluation, dse.sim.engine_latency, dse.study.runner; "
+        "print(sorted(m for m in sys.modules if m in ('scipy', 'numba', 'pyomo') "
+        f"or m.split('.')[:2] in {hooked}))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "['numba', 'pyomo', 'scipy']"
+
+
 @pytest.mark.e2e
 def test_export_and_report_of_a_finished_study_import_no_solver(tmp_path: Path) -> None:
     """Exports and the report read what the trials stored: no MILP is built or solved, so pyomo

@@ -27,7 +27,6 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 import optuna
-import scipy.special
 import sqlalchemy
 from optuna.distributions import BaseDistribution, distribution_to_json, json_to_distribution
 from optuna.samplers._tpe import sampler as tpe_sampler
@@ -151,6 +150,8 @@ def scipy_log_ndtr() -> Iterator[None]:
     if _truncnorm is None or not hasattr(_truncnorm, "_log_ndtr"):
         yield
         return
+    import scipy.special  # here: only a process that samples with TPE needs scipy
+
     with _SWAP:
         own = _truncnorm._log_ndtr
         setattr(_truncnorm, "_log_ndtr", scipy.special.log_ndtr)  # noqa: B010 - a private name mypy does not know
