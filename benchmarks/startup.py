@@ -7,15 +7,19 @@ machines are noisy. Run: ``python benchmarks/startup.py [ROUNDS]``.
 
 Then what a command that runs a study imports before its first trial (the solver, the simulators,
 the study runner), against the same with the four scipy packages pyomo's import hook used to load
-(``formulations/pyomo_layer.py``): the seconds that hook cost every such process.
+(``formulations/pyomo_layer.py``): the seconds that hook cost every such process. And the
+storage a fresh run opens: a new SQLite study file seeded from the cached empty database
+(``dse/study/sqlite_seed.py``), against Optuna creating it (the cache made unusable).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -57,6 +61,26 @@ def main(rounds: int = 15) -> None:
     print(f"the study engine's imports: {lean:.2f} s; with the scipy packages pyomo's hook loaded: "
           f"{hooked:.2f} s")  # fmt: skip
     figure("study engine imports", lean, "s", f"{hooked - lean:.2f} s less than with pyomo's scipy hook")
+    fresh_storage(max(5, rounds // 3))
+
+
+def fresh_storage(rounds: int) -> None:
+    """Open a new study file in a fresh process, seeded and not, alternating."""
+    with tempfile.TemporaryDirectory() as tmp:
+        blocked = Path(tmp) / "no-cache"
+        blocked.write_text("a file where the cache folder would go: no seed")
+        code = "import sys; from dse.study.storage import open_storage as o; o('sqlite:///' + sys.argv[1])"
+        times: dict[str, list[float]] = {"seeded": [], "created by Optuna": []}
+        for r in range(rounds + 1):  # the first round makes the cache's template
+            for name, env in (("seeded", {}), ("created by Optuna", {"XDG_CACHE_HOME": str(blocked)})):
+                path = Path(tmp) / f"{r}-{len(times[name])}-{name[0]}.db"
+                t0 = time.perf_counter()
+                subprocess.run([sys.executable, "-c", code, str(path)], env={**os.environ, **env}, check=True)
+                if r:
+                    times[name].append(time.perf_counter() - t0)
+    seeded, created = (statistics.median(v) for v in times.values())
+    print(f"a process that opens a new study file: {seeded:.2f} s seeded, {created:.2f} s created by Optuna")
+    figure("process opening a new study file (seeded)", seeded, "s", f"{created:.2f} s if Optuna creates it")
 
 
 def _alternating(commands: dict[str, list[str]], rounds: int) -> dict[str, list[float]]:

@@ -43,6 +43,7 @@ from dse.study.optuna_compat import (
 )
 from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec
+from dse.study.sqlite_seed import seed_sqlite
 from dse.study.timeouts import STORAGE_RETRY_S
 
 
@@ -77,6 +78,8 @@ def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storage
                 "storage", "url", f"cannot be created ({exc.strerror}: {folder})", url
             ) from None
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60, "factory": _WalConnection}}
+        if seed_sqlite(Path(url.removeprefix("sqlite:///"))):  # this Optuna's own schema: no check needed
+            kwargs["skip_compatibility_check"] = True
     else:  # a server may restart under a long study: test each pooled connection before use
         kwargs["engine_kwargs"] = {"pool_pre_ping": True}
     if stale_after_s is not None:
