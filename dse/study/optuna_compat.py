@@ -29,6 +29,7 @@ import numpy as np
 import optuna
 import sqlalchemy
 from optuna.distributions import BaseDistribution, distribution_to_json, json_to_distribution
+from optuna.samplers._base import _INDEPENDENT_SAMPLING_WARNING_TEMPLATE
 from optuna.samplers._tpe import sampler as tpe_sampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
@@ -82,6 +83,53 @@ class TPEHooks(optuna.samplers.TPESampler):
         """The internal values of ``search_space``'s parameters of the ``trials`` (a part of a
         split) that have them all, one array per parameter."""
         return super()._get_internal_repr(trials, search_space, study)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._finished_key: tuple[int, int] | None = None
+        self._finished: list[FrozenTrial] = []
+
+    def sample_independent(
+        self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        """Optuna 5.0's, with the finished trials read once per trial (:meth:`finished`)."""
+        trials = self.finished(study, trial)
+        if len(trials) < self._n_startup_trials:
+            return self._random_sampler.sample_independent(study, trial, param_name, param_distribution)
+        if self._warn_independent_sampling and self._is_multivariate(study):
+            if any(param_name in t.params for t in trials):
+                tpe_sampler._logger.warning(
+                    _INDEPENDENT_SAMPLING_WARNING_TEMPLATE.format(
+                        param_name=param_name,
+                        trial_number=trial.number,
+                        independent_sampler_name=self._random_sampler.__class__.__name__,
+                        sampler_name=self.__class__.__name__,
+                        fallback_reason=(
+                            "`multivariate=True,group=False` does not support dynamic search space"
+                            " (but `multivariate=True,group=True` works)"
+                        ),
+                    )
+                )
+        return self._sample(study, trial, {param_name: param_distribution})[param_name]
+
+    def _sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        if search_space == {} or len(self.finished(study, trial)) < self._n_startup_trials:
+            return {}
+        return self._sample(study, trial, search_space)
+
+    def finished(self, study: Study, trial: FrozenTrial) -> list[FrozenTrial]:
+        """The complete and pruned trials as Optuna's TPE reads them while it samples ``trial``:
+        Optuna filters its per-trial cache of the study's trials anew for the relative parameters
+        and for each parameter outside them (at 1,000 trials 0.5 ms a pass, five a trial of the
+        headline study); the same list, kept for the trial."""
+        key = (id(study), trial.number)
+        if self._finished_key != key:
+            states = (TrialState.COMPLETE, TrialState.PRUNED)
+            self._finished_key = key
+            self._finished = list(study._get_trials(deepcopy=False, states=states, use_cache=True))
+        return self._finished
 
     @property
     def constant_liar(self) -> bool:
