@@ -19,7 +19,10 @@ from __future__ import annotations
 import pyomo.core as pyo
 from pyomo.common import dependencies
 
-# Why private: pyomo registers the hook in this class-level table and offers no switch.
-dependencies.DeferredImportCallbackFinder._callbacks.pop("scipy", None)
+# Why private: pyomo registers the hook in this class-level table and offers no switch. A pyomo
+# without the table keeps its hook (slower, not wrong).
+_hooks = getattr(getattr(dependencies, "DeferredImportCallbackFinder", None), "_callbacks", None)
+if isinstance(_hooks, dict):
+    _hooks.pop("scipy", None)
 
 __all__ = ["pyo"]
