@@ -50,7 +50,8 @@ class _Counting(compat.TPEHooks):
 @pytest.mark.parametrize("objectives", [1, 2])
 def test_tpe_hooks_as_they_stand_propose_what_optunas_tpe_proposes(objectives: int) -> None:
     """Optuna still samples through ``_sample`` and reads parameters through ``_get_internal_repr``
-    (the hooks are called), and the copy of ``_sample`` is Optuna's (the same proposals)."""
+    (the hooks are called), and the copies of ``_sample``, ``sample_independent`` (``y`` is sampled
+    outside the relative space) and ``_sample_relative`` are Optuna's (the same proposals)."""
     runs = []
     with compat.scipy_log_ndtr():  # the same log Phi on both sides
         for cls in (optuna.samplers.TPESampler, _Counting):

@@ -66,7 +66,14 @@ class TPEHooks(optuna.samplers.TPESampler):
     Why private: TPESampler takes neither as an argument. ``_sample`` below is Optuna 5.0's, with
     :meth:`split` in place of its read and split of the trials, sampling under
     :func:`scipy_log_ndtr`; ``_get_internal_repr`` is where Optuna reads a part's parameters. The
-    accessors read settings TPESampler keeps private."""
+    accessors read settings TPESampler keeps private. ``sample_independent`` and
+    ``_sample_relative`` are Optuna 5.0's as well, with the finished trials read once per trial
+    (:meth:`finished`)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._finished_key: tuple[int, int] | None = None
+        self._finished: list[FrozenTrial] = []
 
     def split(self, study: Study, trial: FrozenTrial) -> Split:
         """The good and the bad trials for ``trial``, as Optuna splits them (called once for each
@@ -83,11 +90,6 @@ class TPEHooks(optuna.samplers.TPESampler):
         """The internal values of ``search_space``'s parameters of the ``trials`` (a part of a
         split) that have them all, one array per parameter."""
         return super()._get_internal_repr(trials, search_space, study)
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._finished_key: tuple[int, int] | None = None
-        self._finished: list[FrozenTrial] = []
 
     def sample_independent(
         self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
