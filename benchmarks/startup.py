@@ -6,8 +6,9 @@ printing the help costs a small multiple of starting Python at all (target: with
 machines are noisy. Run: ``python benchmarks/startup.py [ROUNDS]``.
 
 Then what a command that runs a study imports before its first trial (the solver, the simulators,
-the study runner), against the same with the four scipy packages pyomo's import hook used to load
-(``formulations/pyomo_layer.py``): the seconds that hook cost every such process. And the
+the study runner, in the order ``dse study run`` imports them), against the same with the four
+scipy packages pyomo's import hook used to load (``dse/scipy_hook.py``): the seconds that hook
+cost every such process. And the
 storage a fresh run opens: a new SQLite study file seeded from the cached empty database
 (``dse/study/sqlite_seed.py``), against Optuna creating it (the cache made unusable).
 """
@@ -33,7 +34,7 @@ COMMANDS = {
     "dse catalog list": [DSE, "catalog", "list"],
     "dse study list": [DSE, "study", "list"],
 }
-ENGINE = "import formulations.solve, dse.evaluation, dse.sim.engine_latency, dse.study.runner"
+ENGINE = "import dse.study.api, dse.study.runner, dse.evaluation, dse.sim.engine_latency"  # `dse study run`
 HOOKED = ENGINE + "; import scipy.stats, scipy.integrate, scipy.sparse, scipy.spatial"
 IMPORTS = {
     "study engine import": [sys.executable, "-c", ENGINE],

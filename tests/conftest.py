@@ -24,6 +24,20 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "data" / "tiny-study.toml"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cache_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The session's own cache folder (the empty Optuna database new study files start from,
+    ``dse/study/sqlite_seed.py``), for this process and the commands it starts: the tests leave
+    the user's ``~/.cache`` alone."""
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if before is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
+
+
 @pytest.fixture(scope="session")
 def catalog() -> Catalog:
     return load_catalog(use_env=False)

@@ -287,3 +287,23 @@ def test_the_trials_table_times_are_utc_outside_utc(tmp_path: Path, tokyo: None)
     frame = trials_frame(study, ["value"])
     started = frame["started_utc"][0]
     assert abs((started - datetime.now(UTC)).total_seconds()) < 60
+
+
+def test_tpe_hooks_filter_the_trials_once_per_trial(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Optuna's TPE filters its cached trial list once for the relative parameters and once for
+    each parameter outside them; the hooks' copies filter it once a trial."""
+    real = optuna.Study._get_trials
+    filtered = [0]
+
+    def counting(self, deepcopy=True, states=None, use_cache=False):  # type: ignore[no-untyped-def]
+        filtered[0] += states is not None
+        return real(self, deepcopy, states, use_cache)
+
+    monkeypatch.setattr(optuna.Study, "_get_trials", counting)
+    reads = []
+    for cls in (optuna.samplers.TPESampler, compat.TPEHooks):
+        filtered[0] = 0
+        study = optuna.create_study(sampler=cls(seed=2, n_startup_trials=5, multivariate=True))
+        study.optimize(lambda t: _objective(t)[0], n_trials=40)
+        reads.append(filtered[0])
+    assert reads[1] <= reads[0] - 40, reads

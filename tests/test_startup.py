@@ -29,9 +29,9 @@ print(json.dumps({{"code": code, "out": out.getvalue(), "heavy": heavy}}))
 """
 
 
-def _probe(argv: list[str]) -> dict[str, object]:
+def _probe(argv: list[str], heavy: tuple[str, ...] = HEAVY) -> dict[str, object]:
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE.format(argv=argv, heavy=HEAVY)],
+        [sys.executable, "-c", PROBE.format(argv=argv, heavy=heavy)],
         capture_output=True,
         text=True,
         check=True,
@@ -84,29 +84,42 @@ def test_place_imports_neither_the_simulators_nor_their_compiler() -> None:
     assert not {"numba", "scipy"} & set(res["heavy"])  # type: ignore[arg-type]
 
 
-def test_the_solver_and_the_simulators_leave_pyomos_scipy_packages_out() -> None:
+SCIPY_PACKAGES = ("scipy.stats", "scipy.integrate", "scipy.sparse", "scipy.spatial")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["study", "run", str(Path(__file__).resolve().parent / "data" / "tiny-study.toml"), "--trials", "2",
+         "--no-export", "--out", "{tmp}"],
+        ["simulate", "--hardware", "b200", "--rate", "4", "--isl", "1000", "--osl", "200", "--ttft", "2",
+         "--tpot", "0.05", "--horizon", "900"],
+    ],  # fmt: skip
+    ids=["study run", "simulate"],
+)
+def test_commands_with_the_solver_and_the_simulators_leave_pyomos_scipy_packages_out(
+    argv: list[str], tmp_path: Path
+) -> None:
     """numba imports scipy to check its version, and pyomo's import hook then loaded scipy.stats,
-    .integrate, .sparse and .spatial (0.5-0.8 s a process) for solvers dse never uses; a study
-    process imports both pyomo and numba (``formulations/pyomo_layer.py``)."""
-    hooked = "(['scipy', 'stats'], ['scipy', 'integrate'], ['scipy', 'sparse'], ['scipy', 'spatial'])"
-    code = (
-        "import sys, formulations.solve, dse.evaluation, dse.sim.engine_latency, dse.study.runner; "
-        "print(sorted(m for m in sys.modules if m in ('scipy', 'numba', 'pyomo') "
-        f"or m.split('.')[:2] in {hooked}))"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert proc.stdout.strip() == "['numba', 'pyomo', 'scipy']"
+    .integrate, .sparse and .spatial (0.5-0.8 s a process) for solvers dse never uses
+    (``dse/scipy_hook.py``); each command imports its modules in its own order."""
+    res = _probe([a.replace("{tmp}", str(tmp_path)) for a in argv], heavy=HEAVY + SCIPY_PACKAGES)
+    assert res["code"] == 0
+    assert {"pyomo", "numba", "scipy"} <= set(res["heavy"])
+    assert not set(SCIPY_PACKAGES) & set(res["heavy"])
 
 
 @pytest.mark.e2e
 def test_export_and_report_of_a_finished_study_import_no_solver(tmp_path: Path) -> None:
-    """Exports and the report read what the trials stored: no MILP is built or solved, so pyomo
-    and HiGHS are never imported (a fresh interpreter for each command)."""
+    """Exports and the report read what the trials stored: no MILP is built or solved, so pyomo's
+    modelling layer and HiGHS are never imported (a fresh interpreter for each command). Loading
+    the simulators loads pyomo's table of deferred imports, to drop its scipy hook
+    (``dse/scipy_hook.py``), and no more of pyomo."""
     tiny = str(Path(__file__).resolve().parent / "data" / "tiny-study.toml")
     assert _probe(["study", "run", tiny, "--out", str(tmp_path), "--trials", "4", "--no-export"])["code"] == 0
     for command in ("export", "report"):
-        res = _probe(["study", command, tiny, "--out", str(tmp_path)])
+        res = _probe(["study", command, tiny, "--out", str(tmp_path)], heavy=(*HEAVY, "pyomo.core"))
         assert res["code"] == 0
-        solver = [m for m in res["heavy"] if m in ("pyomo", "highspy")]  # type: ignore[union-attr]
+        solver = [m for m in res["heavy"] if m in ("pyomo.core", "highspy")]  # type: ignore[union-attr]
         assert solver == [], f"dse study {command} imported {solver}"
     assert (tmp_path / "tiny-study" / "report" / "report.md").is_file()

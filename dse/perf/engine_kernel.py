@@ -55,7 +55,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from dse.jit import njit
 
 IDLE, PREFILL, JUMP = 0, 1, 2
 BLOCK_TOKENS = 16.0  # vLLM's KV block: an admission leaves room for one more block of every running request

@@ -8,7 +8,8 @@ column ``OUT[name]`` of ``out``.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from dse.jit import njit
 
 OUT = {
     name: i

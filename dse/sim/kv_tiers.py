@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from dse.jit import njit
 from dse.sim.scenario import Array as Arrays
 from dse.sim.scenario import Arrivals
 

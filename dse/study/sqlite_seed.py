@@ -1,14 +1,13 @@
 """A new SQLite study file started from an empty Optuna database, made once per Optuna version.
 
-Optuna creates a new database's tables and then stamps them with its schema's revision through
-alembic, which means importing alembic and reading Optuna's thirty migration scripts: about 0.45 s
-of every fresh run's start, and again for every study a test suite creates. For one Optuna version
-the result is the same empty file every time. So the first fresh run keeps a copy in the user's
-cache folder (``$XDG_CACHE_HOME/dse``, else ``~/.cache/dse``), and later fresh runs start from
-it. Such a file is this Optuna version's own schema, so Optuna's check of the schema's revision
-(which reads the same scripts) is skipped for it too (``benchmarks/startup.py`` measures both).
-Nothing here is needed: when the cache cannot be written or read, Optuna creates the file as
-before.
+Optuna creates a new database's tables and then stamps them with its schema's revision, reading
+its migration scripts through alembic; opening a file checks that stamp against the same scripts.
+For one Optuna version the empty database is the same file every time. So the first fresh run
+keeps a copy in the user's cache folder (``$XDG_CACHE_HOME/dse``, else ``~/.cache/dse``), and
+later fresh runs start from it and skip the check: the file is this Optuna's own schema.
+``python benchmarks/startup.py`` measures a process opening a new study file both ways.
+Nothing here is needed: when the cache cannot be written or read, or holds a file that is not
+such a database, Optuna creates the study file as before.
 """
 
 from __future__ import annotations
@@ -16,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sqlite3
+import tempfile
 from pathlib import Path
 
 import optuna
@@ -23,18 +24,28 @@ import sqlalchemy
 from optuna import __version__ as optuna_version
 
 
-def seed_sqlite(path: Path) -> bool:
-    """Put an empty database of this Optuna version at ``path`` unless a file is there; whether it
-    did. A process that puts its own file there first (workers starting together) keeps it: the
-    seed is linked in, never moved over a file."""
+def seed_sqlite(url: str) -> bool:
+    """Put an empty database of this Optuna version at the file of the SQLite ``url`` unless a
+    file is there; whether it did. Not for a URL with options (``?...``): the file is SQLAlchemy's
+    reading of the URL. A process that puts its own file there first (workers starting together)
+    keeps it: the seed is linked in, never moved over a file."""
+    parsed = sqlalchemy.engine.make_url(url)
+    if parsed.query or not parsed.database or parsed.database == ":memory:":
+        return False
+    path = Path(parsed.database)
     if path.exists():
         return False
     template = template_file()
     if template is None:
         return False
-    part = path.with_name(f".{path.name}.{os.getpid()}.seed")
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".seed", dir=path.parent)
+    os.close(fd)
+    part = Path(name)
     try:
         shutil.copyfile(template, part)
+        if not _stamped(part):  # a damaged cache: drop it, Optuna creates the file
+            template.unlink(missing_ok=True)
+            return False
         os.link(part, path)  # fails if the file appeared meanwhile; replace() would overwrite it
     except OSError:
         return False  # Optuna creates it, or another process did
@@ -49,17 +60,31 @@ def template_file() -> Path | None:
     cannot hold it."""
     folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dse"
     path = folder / f"optuna-{optuna_version}-empty.db"
-    part = folder / f".{path.name}.{os.getpid()}"
+    part: Path | None = None
     try:
-        if path.is_file() and path.stat().st_size > 0:
+        if path.is_file():
             return path
         folder.mkdir(parents=True, exist_ok=True)
-        part.unlink(missing_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+        os.close(fd)
+        part = Path(name)
         storage = optuna.storages.RDBStorage(f"sqlite:///{part}")  # rollback journal: all in the file
         storage.engine.dispose()
         os.replace(part, path)  # whole or not at all, whoever writes it last
     except (OSError, sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.OptunaError):
-        with contextlib.suppress(OSError):
-            part.unlink(missing_ok=True)
+        if part is not None:
+            with contextlib.suppress(OSError):
+                part.unlink(missing_ok=True)
         return None
     return path
+
+
+def _stamped(path: Path) -> bool:
+    """Whether ``path`` is a SQLite database with Optuna's tables and one schema stamp."""
+    try:
+        with contextlib.closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as db:
+            stamps = db.execute("SELECT version_num FROM alembic_version").fetchall()
+            db.execute("SELECT 1 FROM studies LIMIT 1").fetchall()
+    except sqlite3.Error:
+        return False
+    return len(stamps) == 1

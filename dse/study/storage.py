@@ -78,7 +78,7 @@ def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storage
                 "storage", "url", f"cannot be created ({exc.strerror}: {folder})", url
             ) from None
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60, "factory": _WalConnection}}
-        if seed_sqlite(Path(url.removeprefix("sqlite:///"))):  # this Optuna's own schema: no check needed
+        if seed_sqlite(url):  # this Optuna's own schema: no check needed
             kwargs["skip_compatibility_check"] = True
     else:  # a server may restart under a long study: test each pooled connection before use
         kwargs["engine_kwargs"] = {"pool_pre_ping": True}
