@@ -28,14 +28,14 @@ TINY = REPO / "tests" / "data" / "tiny-study.toml"
 def _cache_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The session's own cache folder (the empty Optuna database new study files start from,
     ``dse/study/sqlite_seed.py``), for this process and the commands it starts: the tests leave
-    the user's ``~/.cache`` alone."""
-    before = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    the user's ``~/.cache/dse`` alone."""
+    before = os.environ.get("DSE_CACHE_DIR")
+    os.environ["DSE_CACHE_DIR"] = str(tmp_path_factory.mktemp("dse-cache"))
     yield
     if before is None:
-        del os.environ["XDG_CACHE_HOME"]
+        del os.environ["DSE_CACHE_DIR"]
     else:
-        os.environ["XDG_CACHE_HOME"] = before
+        os.environ["DSE_CACHE_DIR"] = before
 
 
 @pytest.fixture(scope="session")

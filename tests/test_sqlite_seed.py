@@ -17,8 +17,8 @@ from dse.study.storage import open_storage
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "cache"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
-    return folder / "dse" / f"optuna-{optuna_version}-empty.db"
+    monkeypatch.setenv("DSE_CACHE_DIR", str(folder))
+    return folder / f"optuna-{optuna_version}-empty.db"
 
 
 def _no_alembic_scripts(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,7 +88,7 @@ def test_a_damaged_cache_is_dropped_and_optuna_creates_the_file(tmp_path: Path, 
 def test_without_a_cache_optuna_creates_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where the cache folder would go")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    monkeypatch.setenv("DSE_CACHE_DIR", str(blocked / "dse"))
     assert template_file() is None
     storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}")
     optuna.create_study(storage=storage, study_name="s")

@@ -3,7 +3,8 @@
 Optuna creates a new database's tables and then stamps them with its schema's revision, reading
 its migration scripts through alembic; opening a file checks that stamp against the same scripts.
 For one Optuna version the empty database is the same file every time. So the first fresh run
-keeps a copy in the user's cache folder (``$XDG_CACHE_HOME/dse``, else ``~/.cache/dse``), and
+keeps a copy in the user's cache folder (``$DSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/dse``, else
+``~/.cache/dse``), and
 later fresh runs start from it and skip the check: the file is this Optuna's own schema.
 ``python benchmarks/startup.py`` measures a process opening a new study file both ways.
 Nothing here is needed: when the cache cannot be written or read, or holds a file that is not
@@ -58,10 +59,10 @@ def seed_sqlite(url: str) -> bool:
 def template_file() -> Path | None:
     """The cached empty database of this Optuna version, made now if missing; None if the cache
     cannot hold it."""
-    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dse"
-    path = folder / f"optuna-{optuna_version}-empty.db"
     part: Path | None = None
     try:
+        folder = Path(os.environ.get("DSE_CACHE_DIR") or _user_cache() / "dse")
+        path = folder / f"optuna-{optuna_version}-empty.db"
         if path.is_file():
             return path
         folder.mkdir(parents=True, exist_ok=True)
@@ -71,12 +72,17 @@ def template_file() -> Path | None:
         storage = optuna.storages.RDBStorage(f"sqlite:///{part}")  # rollback journal: all in the file
         storage.engine.dispose()
         os.replace(part, path)  # whole or not at all, whoever writes it last
-    except (OSError, sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.OptunaError):
+    except (OSError, RuntimeError, sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.OptunaError):
         if part is not None:
             with contextlib.suppress(OSError):
                 part.unlink(missing_ok=True)
         return None
     return path
+
+
+def _user_cache() -> Path:
+    """The user's cache folder; RuntimeError when there is no home to find it in."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 
 
 def _stamped(path: Path) -> bool:
