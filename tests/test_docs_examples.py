@@ -304,6 +304,7 @@ def test_the_checker_itself() -> None:
     assert capped(["worker", "deepseek-v3-blackwell"])[1] is True
 
 
+@pytest.mark.e2e  # the headline study's 500 trials: with the long tests, which finish sooner than the rest
 def test_make_run_prints_what_the_readme_shows(workdir: Path) -> None:
     headline = make_run_command()
     blocks = [c for b in parse(README) if b.kind == "commands" for c in b.commands if c.line == headline]
