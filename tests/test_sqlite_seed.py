@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import optuna
@@ -42,6 +44,9 @@ def test_a_fresh_file_is_seeded_and_serves_a_study(tmp_path: Path, cache: Path, 
     assert len(optuna.load_study(study_name="s", storage=open_storage(url)).trials) == 3  # reopened: checked
     assert optuna.get_all_study_names(open_storage(f"sqlite:///{tmp_path / 'first' / 'study.db'}")) == []
     assert not list((tmp_path / "second").glob(".*.seed")), "no copy left beside it"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "second" / "study.db").stat().st_mode) == 0o666 & ~umask  # as SQLite
 
 
 def test_an_existing_file_is_never_replaced(tmp_path: Path, cache: Path) -> None:

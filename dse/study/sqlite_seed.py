@@ -4,8 +4,8 @@ Optuna creates a new database's tables and then stamps them with its schema's re
 its migration scripts through alembic; opening a file checks that stamp against the same scripts.
 For one Optuna version the empty database is the same file every time. So the first fresh run
 keeps a copy in the user's cache folder (``$DSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/dse``, else
-``~/.cache/dse``), and
-later fresh runs start from it and skip the check: the file is this Optuna's own schema.
+``~/.cache/dse``), and later fresh runs start from it and skip the check: the file is this
+Optuna's own schema.
 ``python benchmarks/startup.py`` measures a process opening a new study file both ways.
 Nothing here is needed: when the cache cannot be written or read, or holds a file that is not
 such a database, Optuna creates the study file as before.
@@ -17,7 +17,7 @@ import contextlib
 import os
 import shutil
 import sqlite3
-import tempfile
+import uuid
 from pathlib import Path
 
 import optuna
@@ -39,11 +39,10 @@ def seed_sqlite(url: str) -> bool:
     template = template_file()
     if template is None:
         return False
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".seed", dir=path.parent)
-    os.close(fd)
-    part = Path(name)
+    part: Path | None = None
     try:
-        shutil.copyfile(template, part)
+        part = _unique(path, ".seed")
+        shutil.copyfile(template, part)  # a new file: the umask's mode, as SQLite would give it
         if not _stamped(part):  # a damaged cache: drop it, Optuna creates the file
             template.unlink(missing_ok=True)
             return False
@@ -51,8 +50,9 @@ def seed_sqlite(url: str) -> bool:
     except OSError:
         return False  # Optuna creates it, or another process did
     finally:
-        with contextlib.suppress(OSError):
-            part.unlink(missing_ok=True)
+        if part is not None:
+            with contextlib.suppress(OSError):
+                part.unlink(missing_ok=True)
     return True
 
 
@@ -66,9 +66,7 @@ def template_file() -> Path | None:
         if path.is_file():
             return path
         folder.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-        os.close(fd)
-        part = Path(name)
+        part = _unique(path, "")
         storage = optuna.storages.RDBStorage(f"sqlite:///{part}")  # rollback journal: all in the file
         storage.engine.dispose()
         os.replace(part, path)  # whole or not at all, whoever writes it last
@@ -78,6 +76,11 @@ def template_file() -> Path | None:
                 part.unlink(missing_ok=True)
         return None
     return path
+
+
+def _unique(path: Path, suffix: str) -> Path:
+    """A name beside ``path`` no other process or thread picks."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex}{suffix}")
 
 
 def _user_cache() -> Path:
