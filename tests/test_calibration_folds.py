@@ -172,3 +172,25 @@ def test_workers_are_forked_with_ctrl_c_held_not_lost() -> None:
             os._exit(code)
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_one_set_of_replays_is_dealt_over_the_jobs_and_put_back_in_order(catalog) -> None:  # type: ignore[no-untyped-def]
+    """`dse calibrate --no-cross-validation` replays the runs under one set of step costs: dealt
+    over two processes, the replays (TTFT, TPOT, the groups' names) are the ones one process gives."""
+    import numpy as np
+
+    from dse.calibration import fit as cal
+    from dse.calibration.latency import _replays, replay_measured
+    from dse.paths import MEASURED_RUNS
+    from dse.perf.params import load_params
+
+    data, _ = cal.read_measured(MEASURED_RUNS, catalog)
+    some = data[::15]  # 15 runs of every engine: parts of unequal length and name widths
+    assert len({m.row.engine for m in some}) >= 2 and len(some) % 2 == 1
+    params = load_params()
+    alone = replay_measured(some, catalog, params)
+    (dealt,) = _replays(some, catalog, [params], 2, (0,))
+    assert alone.keys() == dealt.keys()
+    for f, r in alone.items():
+        assert np.array_equal(r.ttft, dealt[f].ttft) and np.array_equal(r.tpot, dealt[f].tpot)
+        assert r.group.tolist() == dealt[f].group.tolist()

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 
 import numpy as np
 
@@ -257,6 +256,41 @@ def fit_slowdown(reps: Mapping[float, Replays], meas: np.ndarray, disagg: np.nda
     return best[1]
 
 
+def _replays(
+    data: Sequence[Measured], catalog: Catalog, sets: list[PerfParams], jobs: int, seeds: Sequence[int]
+) -> list[dict[float, Replays]]:
+    """:func:`replay_measured` under each set of step costs, ``jobs`` at once. With fewer sets
+    than jobs (no leave-one-out folds), each set's runs are dealt into parts (every ``parts``-th
+    run: the costly ones, replayed at every slowdown, spread evenly) replayed side by side, and
+    put back in their order: the same replays as one process gives."""
+    parts = max(1, min(jobs // len(sets), len(data)))
+    dealt = [list(data[j::parts]) for j in range(parts)]
+
+    def one(task: tuple[PerfParams, list[Measured]]) -> dict[float, Replays]:
+        return replay_measured(task[1], catalog, task[0], seeds=seeds)
+
+    done = map_folds(one, [(p, part) for p in sets for part in dealt], jobs)
+    return [_undealt(done[k * parts : (k + 1) * parts]) for k in range(len(sets))]
+
+
+def _undealt(parts: Sequence[Mapping[float, Replays]]) -> dict[float, Replays]:
+    """Replays of runs dealt into parts (part ``j`` holds runs ``j``, ``j + n``, ...), in the runs'
+    order."""
+    n = len(parts)
+
+    def back(rows: list[np.ndarray]) -> np.ndarray:
+        kind = np.result_type(*rows)  # the group names: the longest part's string width
+        out = np.empty((sum(len(r) for r in rows), *rows[0].shape[1:]), dtype=kind)
+        for j, r in enumerate(rows):
+            out[j::n] = r
+        return out
+
+    return {
+        f: Replays(*(back([getattr(p[f], name) for p in parts]) for name in ("ttft", "tpot", "group")))
+        for f in parts[0]
+    }
+
+
 def _rows(reps: Mapping[float, Replays], keep: np.ndarray) -> dict[float, Replays]:
     return {f: Replays(r.ttft[keep], r.tpot[keep], r.group[keep]) for f, r in reps.items()}
 
@@ -273,14 +307,14 @@ def fit_latency(
     in-sample error and, with the throughput fits that left each GPU type out (``fold_fits``), the
     leave-one-hardware-out error (the held-out GPU's group takes the wait its engine was fitted to
     on the other GPUs of its vendor; a group with none there, none). The replays under each set
-    of step costs run ``jobs`` at once (:mod:`dse.calibration.folds`), each run under every one
+    of step costs run ``jobs`` at once (:mod:`dse.calibration.folds`; one set alone, its runs
+    dealt over the jobs: :func:`_replays`), each run under every one
     of ``seeds`` with its percentiles averaged (``dse calibrate`` replays one draw; the benchmark
     ``benchmarks/latency_accuracy.py`` measures how far other draws move the figures)."""
     meas = measured_latency(data)
     disagg = np.array([m.row.disagg for m in data])
     folds = dict(fold_fits or {})
-    replay = partial(replay_measured, data, catalog, seeds=seeds)
-    reps, *fold_sets = map_folds(replay, [params, *folds.values()], jobs)
+    reps, *fold_sets = _replays(data, catalog, [params, *folds.values()], jobs, seeds)
     fitted = fit_slowdown(reps, meas, disagg)
     in_sample = medians(abs_errors(predicted(reps[fitted.dp_prefill_slowdown], disagg, fitted), meas))
     if fold_fits is None:
