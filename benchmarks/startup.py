@@ -73,7 +73,8 @@ def fresh_storage(rounds: int) -> None:
         code = "import sys; from dse.study.storage import open_storage as o; o('sqlite:///' + sys.argv[1])"
         times: dict[str, list[float]] = {"seeded": [], "created by Optuna": []}
         for r in range(rounds + 1):  # the first round makes the cache's template
-            for name, env in (("seeded", {}), ("created by Optuna", {"XDG_CACHE_HOME": str(blocked)})):
+            own, none = {"DSE_CACHE_DIR": str(Path(tmp) / "cache")}, {"DSE_CACHE_DIR": str(blocked / "dse")}
+            for name, env in (("seeded", own), ("created by Optuna", none)):
                 path = Path(tmp) / f"{r}-{len(times[name])}-{name[0]}.db"
                 t0 = time.perf_counter()
                 subprocess.run([sys.executable, "-c", code, str(path)], env={**os.environ, **env}, check=True)

@@ -124,8 +124,8 @@ class TPEHooks(optuna.samplers.TPESampler):
     def finished(self, study: Study, trial: FrozenTrial) -> list[FrozenTrial]:
         """The complete and pruned trials as Optuna's TPE reads them while it samples ``trial``.
         Optuna filters its cached list of the study's trials (made anew at each ask and tell)
-        once for the relative parameters and once for each parameter outside them: at 1,000
-        trials 0.5 ms a pass, five a trial of the headline study. This filters that same list
+        once for the relative parameters and once for each parameter outside them: five passes
+        over every trial for each trial of the headline study. This filters that same list
         once, and again whenever Optuna has made a new one (the list is held, so its identity
         is not reused)."""
         every = study._get_trials(deepcopy=False, use_cache=True)  # no states: the cached list itself
