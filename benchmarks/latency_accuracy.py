@@ -39,7 +39,8 @@ def main() -> None:
     fitted = fit_latency(data, catalog, params, folds, jobs)
     print(f"{len(data)} measured runs; offsets fitted: front end {fitted.params.frontend_s * 1e3:.0f} ms, "
           f"disaggregated hand-off {fitted.params.handoff_s * 1e3:.0f} ms; SGLang attention-DP prefill "
-          f"forwards x{fitted.params.dp_prefill_slowdown:g}")  # fmt: skip
+          f"forwards x{fitted.params.dp_prefill_slowdown:g}; aggregated prefill forwards "
+          f"x{fitted.params.agg_prefill_factor:g}")  # fmt: skip
     head = "| | " + " | ".join(LABELS) + " |"
     print(head.replace("_", " ") + "\n|---|" + "---|" * len(LABELS))
     assert fitted.loho is not None and fitted.loho_by_hardware is not None
@@ -49,10 +50,17 @@ def main() -> None:
         print(f"| {label} | " + " | ".join(f"{errs[k]:.1%}" for k in LABELS) + " |")
     for k in LABELS:
         figure(f"loho_{k}_median_ape", fitted.loho[k], "fraction")
+    assert fitted.loho_params is not None
+    print("\neach fold's fit, by the GPU left out: front end, hand-off, attention-DP prefill slowdown, "
+          "aggregated prefill factor")  # fmt: skip
+    for hw, lp in fitted.loho_params.items():
+        print(f"  {hw}: {lp.frontend_s * 1e3:.0f} ms, {lp.handoff_s * 1e3:.0f} ms, "
+              f"x{lp.dp_prefill_slowdown:g}, x{lp.agg_prefill_factor:g}")  # fmt: skip
     _seed_spread(data, catalog, params, folds, fitted.loho, jobs)
     ttft = cal.ttft_errors(data, catalog, params)
     print(f"\nclosed-form TTFT against the measured median (in-sample): {np.nanmedian(ttft):.1%}")
     _first_waves(data, catalog, params)
+    _prefill_slopes(data, catalog, params)
     _recv_interval(data, catalog, params)
 
 
@@ -88,6 +96,30 @@ def _first_waves(data: list[cal.Measured], catalog, params: PerfParams) -> None:
     for m, x in zip(rows, meas, strict=True):
         sim = latency_of(m.row, catalog, params, seed=SEED).percentile("ttft", 99.0)
         print(f"  {m.row.engine:6s} {m.row.conc:5.0f} clients: {x[1]:7.3f} / {sim:7.3f}")
+
+
+def _prefill_slopes(data: list[cal.Measured], catalog, params: PerfParams) -> None:  # type: ignore[no-untyped-def]
+    """Aggregated runs at 1-16 clients, by GPU and engine: how much the median TTFT rises per prompt
+    token from the 1k- to the 8k-token prompts (the medians of each), measured and simulated with
+    the step costs' prefill forward as priced (aggregated prefill factor 1) — the evidence for
+    fitting :attr:`~dse.perf.params.LatencyParams.agg_prefill_factor`."""
+    priced = replace(params, latency=replace(params.latency, agg_prefill_factor=1.0))
+    cells: dict[tuple[str, str], dict[bool, list[tuple[float, float, float]]]] = {}
+    for m, x in zip(data, measured_latency(data), strict=True):
+        r = m.row
+        if r.disagg or r.conc > 16 or np.isnan(x[0]):
+            continue
+        sim = latency_of(r, catalog, priced, seed=SEED).percentile("ttft", 50.0)
+        cells.setdefault((r.hardware, r.engine), {}).setdefault(r.isl > 4000, []).append((r.isl, x[0], sim))
+    print("\naggregated, 1-16 clients: TTFT p50 rise per prompt token, 1k to 8k prompts (us/token)")
+    print("| GPU | engine | runs | measured | simulated as priced | ratio |\n|---|---|---|---|---|---|")
+    for (hw, engine), by_len in sorted(cells.items()):
+        if len(by_len) < 2:
+            continue
+        short, long_ = (np.median(np.array(by_len[k]), axis=0) for k in (False, True))
+        rise = [(long_[j] - short[j]) / (long_[0] - short[0]) * 1e6 for j in (1, 2)]
+        runs = len(by_len[False]) + len(by_len[True])
+        print(f"| {hw} | {engine} | {runs} | {rise[0]:.0f} | {rise[1]:.0f} | {rise[0] / rise[1]:.2f} |")
 
 
 def _recv_interval(data: list[cal.Measured], catalog, params: PerfParams) -> None:  # type: ignore[no-untyped-def]

@@ -123,19 +123,23 @@ GLM = ["place", "--model", "glm-4.6", "--hardware", "h200", "--rate", "400", "--
        "8gpu-dpa-ep8,16gpu-dpa-ep16,32gpu-dpa-ep32", "--no-shadow-prices"]  # fmt: skip
 
 
+KIMI = ["place", "--model", "kimi-k2", "--hardware", "h200", "--rate", "400", "--isl", "2000", "--osl", "800",
+        "--tpot", "0.2", "--percentile", "90", "--engine", "trt", "--no-shadow-prices"]  # fmt: skip
+
+
 def test_confirm_answers_with_the_cheapest_design_the_engine_simulation_holds(cli: Cli) -> None:
-    """GLM-4.6 on H200 at 400 requests/s, TTFT 8 s at p90: the MILP's cheapest design is
-    aggregated, and its requests queue for decode slots once each goes through the scheduler
-    (about 14 s at p90); `--confirm` answers with the disaggregated design, which holds, and says
-    why. A TTFT no design holds exits 3 with each one's figure."""
-    plain = cli(*GLM, "--ttft", "8", "--json")
+    """Kimi-K2 on H200 at 400 requests/s, TTFT 8 s at p90: the MILP's cheapest design is
+    aggregated, and its requests queue once each goes through the scheduler (about 33 s at p90);
+    `--confirm` answers with the disaggregated design, which holds, and says why. A TTFT no design
+    holds (GLM-4.6 at 0.2 s, aggregated) exits 3 with each one's figure."""
+    plain = cli(*KIMI, "--ttft", "8", "--json")
     assert plain.code == 0, plain.err
     assert json.loads(plain.out)["best_topology"] == "aggregated"
-    text = cli(*GLM, "--ttft", "8", "--confirm")
+    text = cli(*KIMI, "--ttft", "8", "--confirm")
     assert text.code == 0, text.err
     assert "aggregated: TTFT p90 " in text.out and "against 8 s (misses)" in text.out
     assert "disaggregated: TTFT p90 " in text.out and "best: disaggregated" in text.out
-    doc = json.loads(cli(*GLM, "--ttft", "8", "--confirm", "--json").out)
+    doc = json.loads(cli(*KIMI, "--ttft", "8", "--confirm", "--json").out)
     checks = {c["topology"]: c for c in doc["engine_check"]}
     assert doc["best_topology"] == "disaggregated"
     assert not checks["aggregated"]["holds"] and checks["aggregated"]["ttft_pct_s"] > 8.0

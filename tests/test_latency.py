@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dse.catalog import Catalog
-from dse.perf.benchmark_rows import deployment_of, parse_row
+from dse.perf.benchmark_rows import deployment_of, latency_of, parse_row
 from dse.perf.latency import simulate_latency
 from dse.perf.latency_inputs import Lengths, Load, Trace
 from dse.perf.latency_tables import ENGINE_RULES, EngineTables, tables_of
@@ -399,31 +399,66 @@ def test_an_sglang_attention_dp_prefill_pool_takes_the_fitted_slowdown(catalog: 
     assert [e for e, rules in ENGINE_RULES.items() if rules.dp_prefill_slowed] == ["sglang"]
 
 
-def test_the_slowdown_fit_finds_the_factor_the_runs_need() -> None:
-    """Runs whose replays scale with the slowdown (the slowed ones) and runs they leave alone,
-    measured at 1.3 times the first's forwards plus a 50 ms front end: the fit returns 1.3 and the
-    front end, and a run at another factor of the grid would pull it there."""
-    from dse.calibration.latency import COLD_GRID, SLOWDOWN_GRID, Replays, fit_slowdown
+def test_the_aggregated_prefill_factor_scales_aggregated_prefill_forwards_alone(catalog: Catalog) -> None:
+    """The fitted aggregated prefill factor multiplies an aggregated instance's prefill forwards,
+    under every engine, and nothing else: not a disaggregated prefill pool's, not the decode steps;
+    and a shorter prefill leaves the aggregated instance's decode steps less stalled."""
+    shipped = load_params()
+    one, fast = (replace(shipped, latency=replace(shipped.latency, agg_prefill_factor=f)) for f in (1.0, 0.6))
+
+    def both(row: dict[str, str]) -> tuple[EngineTables, EngineTables]:
+        bench = parse_row(row, catalog)
+        d = deployment_of([bench], catalog, shipped)
+        before, after = (tables_of(d, p, [bench.engine], [Lengths(1000, 100)])[0] for p in (one, fast))
+        return before, after
+
+    for row in (B200_ROW, {**B200_ROW, "framework": "trt"}):
+        before, after = both(row)
+        assert after.agg
+        np.testing.assert_allclose(after.pf_cost, 0.6 * before.pf_cost)
+        np.testing.assert_array_equal(after.dec_a, before.dec_a)
+    before, after = both({**B200_ROW, **DISAGG})
+    np.testing.assert_array_equal(after.pf_cost, before.pf_cost)
+    bench = parse_row({**B200_ROW, "conc": "16"}, catalog)
+    tpot = [latency_of(bench, catalog, p, seed=0).percentile("tpot", 50.0) for p in (one, fast)]
+    assert tpot[1] < tpot[0]
+
+
+def test_the_factor_fit_finds_the_factors_the_runs_need() -> None:
+    """Runs whose replays scale with the slowdown (the slowed ones) and runs whose replays scale
+    with the aggregated prefill factor (TTFT and TPOT), measured at 1.3 times the first's forwards,
+    0.7 times the second's and a 50 ms front end: the fit returns both factors and the front end,
+    and runs at other factors of the grids pull it there. Replays no factor moves leave both at
+    their tie-breaks: the smallest slowdown, the aggregated factor 1."""
+    from dse.calibration.latency import AGG_PREFILL_GRID, COLD_GRID, SLOWDOWN_GRID, Replays, fit_factors
 
     rng = np.random.default_rng(1)
-    rows = 16
-    slowed = np.arange(rows) < 8
+    rows = 24
+    slowed = np.arange(rows) < rows // 2
+    agg = ~slowed
     base = rng.uniform(0.2, 2.0, rows)
     group = np.array(["sglang/nvidia/random"] * rows)
 
-    def at(f: float) -> Replays:
-        t = base * np.where(slowed, f, 1.0)
+    def at(f: float, a: float, moved: bool = True) -> Replays:
+        scale = np.where(slowed, f, 1.0) * np.where(agg, a, 1.0) if moved else np.ones(rows)
+        t = base * scale
         ttft = np.repeat(np.stack([t, 2.0 * t], axis=1)[:, :, None], len(COLD_GRID), axis=2)
-        return Replays(ttft, np.full((rows, 2), 0.02), group)
+        tpot = 0.02 * np.where(agg & moved, 0.5 + 0.5 * a, 1.0)
+        return Replays(ttft, np.repeat(tpot[:, None], 2, axis=1), group)
 
-    reps = {f: at(f) for f in SLOWDOWN_GRID}
+    reps = {(f, a): at(f, a) for f in SLOWDOWN_GRID for a in AGG_PREFILL_GRID}
     meas = np.full((rows, 4), np.nan)
-    truth = at(1.3).ttft[:, :, 0] + 0.05
-    meas[:, :2] = truth
-    fitted = fit_slowdown(reps, meas, np.zeros(rows, dtype=bool))
-    assert (fitted.dp_prefill_slowdown, fitted.frontend_s) == pytest.approx((1.3, 0.05))
-    meas[:, :2] = at(1.6).ttft[:, :, 0] + 0.05
-    assert fit_slowdown(reps, meas, np.zeros(rows, dtype=bool)).dp_prefill_slowdown == 1.6
+    for f, a in ((1.3, 0.7), (1.6, 0.9)):
+        truth = at(f, a)
+        meas[:, :2] = truth.ttft[:, :, 0] + 0.05
+        meas[:, 2:] = truth.tpot
+        fitted = fit_factors(reps, meas, np.zeros(rows, dtype=bool))
+        assert (fitted.dp_prefill_slowdown, fitted.agg_prefill_factor, fitted.frontend_s) == pytest.approx(
+            (f, a, 0.05)
+        )
+    still = {k: at(*k, moved=False) for k in reps}
+    fitted = fit_factors(still, meas, np.zeros(rows, dtype=bool))
+    assert (fitted.dp_prefill_slowdown, fitted.agg_prefill_factor) == (1.0, 1.0)
 
 
 def test_the_offset_fit_is_the_grid_searched_one_pair_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -656,13 +691,16 @@ def test_a_calibration_file_keeps_the_cold_starts(tmp_path: Path) -> None:
     older = json.loads(file.read_text())
     del older["latency"]["cold_start_s"]
     del older["latency"]["dp_prefill_slowdown"]
+    older["latency"].pop("agg_prefill_factor", None)
     file.write_text(json.dumps(older))
     assert load_params(file).latency.cold_start_s == {}
     assert load_params(file).latency.dp_prefill_slowdown == 1.0
+    assert load_params(file).latency.agg_prefill_factor == 1.0
     assert load_params(file).latency.frontend_s == shipped.latency.frontend_s
     for key, bad, rule in (
         ("dp_prefill_slowdown", 0.0, r"latency\.dp_prefill_slowdown.*must be a number > 0"),
         ("dp_prefill_slowdown", "fast", r"latency\.dp_prefill_slowdown.*must be a number > 0"),
+        ("agg_prefill_factor", -1.0, r"latency\.agg_prefill_factor.*must be a number > 0"),
         ("frontend_s", -0.1, r"latency\.frontend_s.*must be seconds >= 0"),
     ):
         file.write_text(json.dumps({**older, "latency": {**older["latency"], key: bad}}))
@@ -711,6 +749,6 @@ def test_a_replay_over_several_seeds_is_the_mean_of_each_seeds(catalog: Catalog)
     for f in one:
         np.testing.assert_allclose(both[f].ttft, (one[f].ttft + other[f].ttft) / 2.0)
         np.testing.assert_allclose(both[f].tpot, (one[f].tpot + other[f].tpot) / 2.0)
-    assert not np.array_equal(one[1.0].ttft, other[1.0].ttft)
+    assert not np.array_equal(one[(1.0, 1.0)].ttft, other[(1.0, 1.0)].ttft)
     default = replay_measured(runs, catalog, params)  # seed 0
-    assert np.array_equal(default[1.0].ttft, one[1.0].ttft)
+    assert np.array_equal(default[(1.0, 1.0)].ttft, one[(1.0, 1.0)].ttft)

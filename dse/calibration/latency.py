@@ -20,15 +20,22 @@ much slower (:attr:`~dse.perf.params.LatencyParams.dp_prefill_slowdown`): the ru
 replayed at each factor of :data:`SLOWDOWN_GRID`, the offsets and cold starts fitted at each, and
 the factor whose fit leaves the least mean of the TTFT p50 and p99 median errors kept.
 
+Fifth, how many times the step costs' prefill forward an aggregated instance's prefill takes
+(:attr:`~dse.perf.params.LatencyParams.agg_prefill_factor`): the aggregated runs are replayed at
+each factor of :data:`AGG_PREFILL_GRID`, and the pair of it and the slowdown (they reach disjoint
+runs) kept whose fit leaves the least of the TTFT score above plus the TPOT p50 median error,
+since an aggregated instance's prefill forwards also stall its decode steps.
+
 Leave-one-hardware-out: for each GPU type, the step costs come from the throughput fit without
-it, the offsets, cold starts and slowdown are fitted on the other GPUs' runs, and its runs are
-predicted.
+it, the offsets, cold starts, slowdown and aggregated prefill factor are fitted on the other GPUs'
+runs, and its runs are predicted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +60,9 @@ SEED = 0
 # times the step costs' forward an attention-DP prefill server of a slowed engine may take; the
 # fit picks one (1.45 in every leave-one-out fold but one, which took 1.6)
 SLOWDOWN_GRID = (1.0, 1.15, 1.3, 1.45, 1.6, 1.8)
+# times the step costs' prefill forward an aggregated instance may take; the fit picks one
+AGG_PREFILL_GRID = tuple(np.round(np.arange(0.6, 1.0001, 0.05), 2))
+Factors = tuple[float, float]  # (attention-DP prefill slowdown, aggregated prefill factor)
 
 
 def measured_latency(data: Sequence[Measured]) -> np.ndarray:
@@ -90,26 +100,41 @@ class Replays:
 
 def replay_measured(
     data: Sequence[Measured], catalog: Catalog, params: PerfParams, seeds: Sequence[int] = (SEED,)
-) -> dict[float, Replays]:
+) -> dict[Factors, Replays]:
     """Each run replayed under ``params`` (its closed loop, :func:`latency_of`) without the fitted
     offsets and cold starts, with its TTFT percentiles at every first-wave wait of the grid; at
-    each attention-DP prefill slowdown of :data:`SLOWDOWN_GRID` (a run the slowdown does not reach
-    is replayed once and stands at every factor). With several ``seeds`` (draws of the run's
-    lengths and acceptances) each percentile is their mean."""
+    each pair of an attention-DP prefill slowdown of :data:`SLOWDOWN_GRID` and an aggregated
+    prefill factor of :data:`AGG_PREFILL_GRID`. The two reach disjoint runs, so each run is
+    replayed at its own factor's values alone and stands at every value of the other (a run
+    neither reaches, once). With several ``seeds`` (draws of the run's lengths and acceptances)
+    each percentile is their mean."""
     bare = replace(params, latency=LatencyParams())
     base = [_replay(m, catalog, bare, seeds) for m in data]
     slowed = [latency_tables_of(m.row, catalog, bare).dp_prefill_slowed for m in data]
     group = np.array(
         [f"{m.row.engine}/{catalog.hardware(m.row.hardware).vendor}/{m.row.warmup}" for m in data]
     )
+
+    def at(reached: Sequence[bool], grid: Sequence[float], name: str) -> dict[float, list[Any]]:
+        """Each run's replay at each factor of ``grid`` (the LatencyParams field ``name``): its
+        own where ``reached``, else the base replay."""
+        out = {}
+        for f in grid:
+            factors: dict[str, Any] = {name: float(f)}
+            lp = replace(params, latency=LatencyParams(**factors))
+            out[f] = [
+                _replay(m, catalog, lp, seeds) if hit and f != 1.0 else b
+                for m, hit, b in zip(data, reached, base, strict=True)
+            ]
+        return out
+
+    by_slowdown = at(slowed, SLOWDOWN_GRID, "dp_prefill_slowdown")
+    by_agg = at([not m.row.disagg for m in data], AGG_PREFILL_GRID, "agg_prefill_factor")
     out = {}
     for f in SLOWDOWN_GRID:
-        at = replace(params, latency=LatencyParams(dp_prefill_slowdown=f))
-        runs = [
-            _replay(m, catalog, at, seeds) if hit and f != 1.0 else b
-            for m, hit, b in zip(data, slowed, base, strict=True)
-        ]
-        out[f] = Replays(np.array([r[0] for r in runs]), np.array([r[1] for r in runs]), group)
+        for a in AGG_PREFILL_GRID:
+            runs = [r if m.row.disagg else q for m, r, q in zip(data, by_slowdown[f], by_agg[a], strict=True)]
+            out[(f, a)] = Replays(np.array([r[0] for r in runs]), np.array([r[1] for r in runs]), group)
     return out
 
 
@@ -160,6 +185,7 @@ class LatencyFit:
     in_sample: dict[str, float]  # median absolute error per label
     loho: dict[str, float] | None
     loho_by_hardware: dict[str, dict[str, float]] | None
+    loho_params: dict[str, LatencyParams] | None = None  # each fold's fit, by the GPU it left out
 
 
 def medians(err: np.ndarray) -> dict[str, float]:
@@ -241,24 +267,33 @@ def predicted(rep: Replays, disagg: np.ndarray, lp: LatencyParams) -> np.ndarray
     return with_offsets(rep.at(cold_of(rep, lp)), disagg, lp.frontend_s, lp.handoff_s)
 
 
-def fit_slowdown(reps: Mapping[float, Replays], meas: np.ndarray, disagg: np.ndarray) -> LatencyParams:
-    """The slowdown of ``reps`` (replays by factor, :func:`replay_measured`) whose offsets and cold
-    starts (:func:`fit_all`) leave the least mean of the TTFT p50 and p99 median absolute errors,
-    with those offsets and cold starts; on a tie the smaller factor."""
+def fit_factors(reps: Mapping[Factors, Replays], meas: np.ndarray, disagg: np.ndarray) -> LatencyParams:
+    """The attention-DP prefill slowdown and aggregated prefill factor of ``reps`` (replays by
+    that pair, :func:`replay_measured`) whose offsets and cold starts (:func:`fit_all`) leave the
+    least mean of the TTFT p50 and p99 median absolute errors plus the TPOT p50 one, with those
+    offsets and cold starts; on a tie the smaller slowdown, then the factor nearer 1."""
     best: tuple[float, LatencyParams] | None = None
-    for f in sorted(reps):
-        lp = replace(fit_all(reps[f], meas, disagg), dp_prefill_slowdown=float(f))
-        e = abs_errors(predicted(reps[f], disagg, lp), meas)
-        score = float(np.mean([np.nanmedian(e[:, 0]), np.nanmedian(e[:, 1])]))
+    for f, a in sorted(reps, key=lambda k: (k[0], abs(k[1] - 1.0))):
+        lp = fit_all(reps[(f, a)], meas, disagg)
+        lp = replace(lp, dp_prefill_slowdown=float(f), agg_prefill_factor=float(a))
+        e = abs_errors(predicted(reps[(f, a)], disagg, lp), meas)
+        with np.errstate(all="ignore"):
+            med = [np.nanmedian(e[:, k]) if not np.isnan(e[:, k]).all() else 0.0 for k in range(3)]
+        score = float(np.mean(med[:2]) + med[2])
         if best is None or score < best[0] - 1e-12:
             best = (score, lp)
     assert best is not None, "no replay to fit"
     return best[1]
 
 
+def factors_of(lp: LatencyParams) -> Factors:
+    """The key of ``lp``'s replays in :func:`replay_measured`'s answer."""
+    return (lp.dp_prefill_slowdown, lp.agg_prefill_factor)
+
+
 def _replays(
     data: Sequence[Measured], catalog: Catalog, sets: list[PerfParams], jobs: int, seeds: Sequence[int]
-) -> list[dict[float, Replays]]:
+) -> list[dict[Factors, Replays]]:
     """:func:`replay_measured` under each set of step costs, ``jobs`` at once. With fewer sets
     than jobs (no leave-one-out folds), each set's runs are dealt into parts (every ``parts``-th
     run: the costly ones, replayed at every slowdown, spread evenly) replayed side by side, and
@@ -266,14 +301,14 @@ def _replays(
     parts = max(1, min(jobs // len(sets), len(data)))
     dealt = [list(data[j::parts]) for j in range(parts)]
 
-    def one(task: tuple[PerfParams, list[Measured]]) -> dict[float, Replays]:
+    def one(task: tuple[PerfParams, list[Measured]]) -> dict[Factors, Replays]:
         return replay_measured(task[1], catalog, task[0], seeds=seeds)
 
     done = map_folds(one, [(p, part) for p in sets for part in dealt], jobs)
     return [_undealt(done[k * parts : (k + 1) * parts]) for k in range(len(sets))]
 
 
-def _undealt(parts: Sequence[Mapping[float, Replays]]) -> dict[float, Replays]:
+def _undealt(parts: Sequence[Mapping[Factors, Replays]]) -> dict[Factors, Replays]:
     """Replays of runs dealt into parts (part ``j`` holds runs ``j``, ``j + n``, ...), in the runs'
     order."""
     n = len(parts)
@@ -291,7 +326,7 @@ def _undealt(parts: Sequence[Mapping[float, Replays]]) -> dict[float, Replays]:
     }
 
 
-def _rows(reps: Mapping[float, Replays], keep: np.ndarray) -> dict[float, Replays]:
+def _rows(reps: Mapping[Factors, Replays], keep: np.ndarray) -> dict[Factors, Replays]:
     return {f: Replays(r.ttft[keep], r.tpot[keep], r.group[keep]) for f, r in reps.items()}
 
 
@@ -303,7 +338,8 @@ def fit_latency(
     jobs: int = 1,
     seeds: Sequence[int] = (SEED,),
 ) -> LatencyFit:
-    """The offsets, cold starts and attention-DP prefill slowdown fitted on every run, their
+    """The offsets, cold starts, attention-DP prefill slowdown and aggregated prefill factor
+    fitted on every run, their
     in-sample error and, with the throughput fits that left each GPU type out (``fold_fits``), the
     leave-one-hardware-out error (the held-out GPU's group takes the wait its engine was fitted to
     on the other GPUs of its vendor; a group with none there, none). The replays under each set
@@ -315,17 +351,18 @@ def fit_latency(
     disagg = np.array([m.row.disagg for m in data])
     folds = dict(fold_fits or {})
     reps, *fold_sets = _replays(data, catalog, [params, *folds.values()], jobs, seeds)
-    fitted = fit_slowdown(reps, meas, disagg)
-    in_sample = medians(abs_errors(predicted(reps[fitted.dp_prefill_slowdown], disagg, fitted), meas))
+    fitted = fit_factors(reps, meas, disagg)
+    in_sample = medians(abs_errors(predicted(reps[factors_of(fitted)], disagg, fitted), meas))
     if fold_fits is None:
         return LatencyFit(fitted, in_sample, None, None)
     hw = np.array([m.row.hardware for m in data])
     pred = np.full_like(meas, np.nan)
+    fold_params = {}
     for held, fold_reps in zip(folds, fold_sets, strict=True):
         train = hw != held
-        lp = fit_slowdown(_rows(fold_reps, train), meas[train], disagg[train])
-        held_rep = _rows(fold_reps, ~train)[lp.dp_prefill_slowdown]
+        lp = fold_params[held] = fit_factors(_rows(fold_reps, train), meas[train], disagg[train])
+        held_rep = _rows(fold_reps, ~train)[factors_of(lp)]
         pred[~train] = predicted(held_rep, disagg[~train], lp)
     err = abs_errors(pred, meas)
     by_hw = {h_: medians(err[hw == h_]) for h_ in sorted(set(hw))}
-    return LatencyFit(fitted, in_sample, medians(err), by_hw)
+    return LatencyFit(fitted, in_sample, medians(err), by_hw, fold_params)

@@ -131,7 +131,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         f"latency: front end {latency.params.frontend_s * 1e3:.0f} ms, disaggregated hand-off "
         f"{latency.params.handoff_s * 1e3:.0f} ms per request; a fresh server's first wave waits "
         f"{colds or 'nothing'}; attention-DP prefill forwards where the engine slows them (SGLang) take "
-        f"{latency.params.dp_prefill_slowdown:g} times the step costs' forward"
+        f"{latency.params.dp_prefill_slowdown:g} times the step costs' forward, aggregated prefill forwards "
+        f"{latency.params.agg_prefill_factor:g} times"
     )
     if power is not None:
         print(

@@ -155,7 +155,10 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
     top = max(dec_chunk, pf_chunk, isl) * 1.5
     tok = np.unique(np.r_[np.geomspace(16.0, top, 28), isl])
     slowed = rules.dp_prefill_slowed and d.prefill is not None and _ranks(d) > 1.0
-    pf = prefill_forward_seconds(d, p, tok) * (p.latency.dp_prefill_slowdown if slowed else 1.0)
+    factor = p.latency.dp_prefill_slowdown if slowed else 1.0
+    if d.prefill is None:  # an aggregated instance's prefill: the fitted share of its priced forward
+        factor = p.latency.agg_prefill_factor
+    pf = prefill_forward_seconds(d, p, tok) * factor
     mean, var = _accept_moments(float(d.accept_tokens[0]), float(d.draft_tokens[0]))
     xfer_fixed = xfer_tok = 0.0
     if d.prefill is not None:

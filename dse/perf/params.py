@@ -93,6 +93,15 @@ class LatencyParams:
     # runs (:attr:`~dse.perf.latency_tables.EngineRules.dp_prefill_slowed`: SGLang). Fitted on the
     # measured TTFT percentiles of the runs it reaches (:mod:`dse.calibration.latency`); 1 is none.
     dp_prefill_slowdown: float = 1.0
+    # aggregated only: how many times the step costs' prefill forward an aggregated instance's
+    # prefill takes. The throughput fit prices a tensor-parallel instance's prefill mostly as
+    # all-reduce traffic at the bandwidth its decode steps' small messages reach (80% of an
+    # 8k-token forward on H200 TP8), which large messages beat; from 1k- to 8k-token prompts at
+    # 1-16 clients the measured median TTFT rises 0.5-0.75 times as fast as priced on B200
+    # TensorRT-LLM, H200 and MI355X SGLang (0.94-2.6 on H200 TensorRT-LLM, MI355X ATOM, MI300X:
+    # benchmarks/latency_accuracy.py). Fitted on the measured TTFT and TPOT percentiles, since
+    # these forwards also stall the decode steps (:mod:`dse.calibration.latency`); 1 is none.
+    agg_prefill_factor: float = 1.0
 
     def cold_start(self, engine: str, vendor: str, warmup: str) -> float:
         """The first wave's wait for ``engine`` on ``vendor``'s GPUs after the benchmark's
@@ -275,6 +284,9 @@ def load_params(path: Path | None = None) -> PerfParams:
     )
 
 
+FORWARD_FACTORS = ("dp_prefill_slowdown", "agg_prefill_factor")  # LatencyParams' multiples of a forward
+
+
 def _latency_params(raw: dict[str, Any], path: Path) -> LatencyParams:
     """The file's latency section; a key an older file has and this one lacks is ignored, and a
     file without ``cold_start_s`` (written before there was one) has no first-wave wait."""
@@ -283,7 +295,7 @@ def _latency_params(raw: dict[str, Any], path: Path) -> LatencyParams:
     for k, v in raw.items():
         if k not in known:
             continue
-        factor = k == "dp_prefill_slowdown"  # a multiple of a forward; the rest are seconds
+        factor = k in FORWARD_FACTORS  # a multiple of a forward; the rest are seconds
         number = isinstance(v, int | float) and not isinstance(v, bool) and v < float("inf")
         if not (number and (v > 0.0 if factor else v >= 0.0)):
             rule = "must be a number > 0" if factor else "must be seconds >= 0"
