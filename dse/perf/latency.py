@@ -40,6 +40,10 @@ follows, and from where:
 * SGLang's attention-DP prefill servers take a fitted multiple of the step costs' forward
   (:attr:`~dse.perf.params.LatencyParams.dp_prefill_slowdown`; not read from its source: its runs
   measured it, :mod:`dse.calibration.latency`);
+* an aggregated instance's prefill forwards take a fitted share of the step costs' forward
+  (:attr:`~dse.perf.params.LatencyParams.agg_prefill_factor`: the step costs price a
+  tensor-parallel prefill's all-reduces at decode's small-message bandwidth;
+  :mod:`dse.calibration.latency`);
 * closed loop, a fresh server's first burst: the first wave waits ``cold_start_s`` (fitted per
   engine and GPU vendor) before the engine serves it (:func:`simulate_latency`).
 """
