@@ -17,14 +17,13 @@ group's TTFT p99 once the two offsets are.
 Fourth, where an engine's rule says its attention-DP prefill servers run slower than the balanced
 pool the step costs price (:attr:`~dse.perf.latency_tables.EngineRules.dp_prefill_slowed`), how
 much slower (:attr:`~dse.perf.params.LatencyParams.dp_prefill_slowdown`): the runs it reaches are
-replayed at each factor of :data:`SLOWDOWN_GRID`, the offsets and cold starts fitted at each, and
-the factor whose fit leaves the least mean of the TTFT p50 and p99 median errors kept.
+replayed at each factor of :data:`SLOWDOWN_GRID`, with the offsets and cold starts fitted at each.
 
 Fifth, how many times the step costs' prefill forward an aggregated instance's prefill takes
 (:attr:`~dse.perf.params.LatencyParams.agg_prefill_factor`): the aggregated runs are replayed at
-each factor of :data:`AGG_PREFILL_GRID`, and the pair of it and the slowdown (they reach disjoint
-runs) kept whose fit leaves the least of the TTFT score above plus the TPOT p50 median error,
-since an aggregated instance's prefill forwards also stall its decode steps.
+each factor of :data:`AGG_PREFILL_GRID`. The pair of the two factors is kept (they reach disjoint
+runs) whose fit leaves the least mean of the TTFT p50 and p99 median errors plus the TPOT p50 one:
+an aggregated instance's prefill forwards also stall its decode steps.
 
 Leave-one-hardware-out: for each GPU type, the step costs come from the throughput fit without
 it, the offsets, cold starts, slowdown and aggregated prefill factor are fitted on the other GPUs'
