@@ -338,14 +338,14 @@ def fit_latency(
     seeds: Sequence[int] = (SEED,),
 ) -> LatencyFit:
     """The offsets, cold starts, attention-DP prefill slowdown and aggregated prefill factor
-    fitted on every run, their
-    in-sample error and, with the throughput fits that left each GPU type out (``fold_fits``), the
-    leave-one-hardware-out error (the held-out GPU's group takes the wait its engine was fitted to
-    on the other GPUs of its vendor; a group with none there, none). The replays under each set
-    of step costs run ``jobs`` at once (:mod:`dse.calibration.folds`; one set alone, its runs
-    dealt over the jobs: :func:`_replays`), each run under every one
-    of ``seeds`` with its percentiles averaged (``dse calibrate`` replays one draw; the benchmark
-    ``benchmarks/latency_accuracy.py`` measures how far other draws move the figures)."""
+    fitted on every run, their in-sample error and, with the throughput fits that left each GPU
+    type out (``fold_fits``), each fold's fit (``loho_params``) and the leave-one-hardware-out
+    error (the held-out GPU's group takes the wait its engine was fitted to on the other GPUs of
+    its vendor; a group with none there, none). The replays under each set of step costs run
+    ``jobs`` at once (:mod:`dse.calibration.folds`; one set alone, its runs dealt over the jobs:
+    :func:`_replays`), each run under every one of ``seeds`` with its percentiles averaged (``dse
+    calibrate`` replays one draw; the benchmark ``benchmarks/latency_accuracy.py`` measures how far
+    other draws move the figures)."""
     meas = measured_latency(data)
     disagg = np.array([m.row.disagg for m in data])
     folds = dict(fold_fits or {})
