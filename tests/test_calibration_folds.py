@@ -194,3 +194,42 @@ def test_one_set_of_replays_is_dealt_over_the_jobs_and_put_back_in_order(catalog
     for f, r in alone.items():
         assert np.array_equal(r.ttft, dealt[f].ttft) and np.array_equal(r.tpot, dealt[f].tpot)
         assert r.group.tolist() == dealt[f].group.tolist()
+
+
+def test_each_fold_keeps_its_latency_fit_and_predicts_its_gpu_with_it(catalog) -> None:  # type: ignore[no-untyped-def]
+    """The leave-one-hardware-out latency fit records each fold's offsets and factors (what
+    `benchmarks/latency_accuracy.py` prints), each on its grid, and the held-out GPU's errors are
+    the ones that fold's fit gives its runs."""
+    import numpy as np
+
+    from dse.calibration import fit as cal
+    from dse.calibration.latency import (
+        AGG_PREFILL_GRID,
+        SLOWDOWN_GRID,
+        _rows,
+        abs_errors,
+        factors_of,
+        fit_latency,
+        measured_latency,
+        medians,
+        predicted,
+        replay_measured,
+    )
+    from dse.paths import MEASURED_RUNS
+    from dse.perf.params import load_params
+
+    data, _ = cal.read_measured(MEASURED_RUNS, catalog)
+    some = [m for m in data if m.row.hardware in ("h200-sxm", "mi355x")][::6]
+    assert {m.row.disagg for m in some} == {False, True}
+    params = load_params()
+    fit = fit_latency(some, catalog, params, {"h200-sxm": params, "mi355x": params})
+    assert fit.loho_params is not None and fit.loho_by_hardware is not None
+    assert set(fit.loho_params) == {"h200-sxm", "mi355x"}
+    reps = replay_measured(some, catalog, params)
+    meas = measured_latency(some)
+    disagg = np.array([m.row.disagg for m in some])
+    for held, lp in fit.loho_params.items():
+        assert lp.dp_prefill_slowdown in SLOWDOWN_GRID and lp.agg_prefill_factor in AGG_PREFILL_GRID
+        mine = np.array([m.row.hardware == held for m in some])
+        pred = predicted(_rows(reps, mine)[factors_of(lp)], disagg[mine], lp)
+        assert medians(abs_errors(pred, meas[mine])) == fit.loho_by_hardware[held]
