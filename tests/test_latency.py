@@ -752,3 +752,22 @@ def test_a_replay_over_several_seeds_is_the_mean_of_each_seeds(catalog: Catalog)
     assert not np.array_equal(one[(1.0, 1.0)].ttft, other[(1.0, 1.0)].ttft)
     default = replay_measured(runs, catalog, params)  # seed 0
     assert np.array_equal(default[(1.0, 1.0)].ttft, one[(1.0, 1.0)].ttft)
+
+
+def test_each_run_is_replayed_at_the_factor_that_reaches_it(catalog: Catalog) -> None:
+    """The calibration's replays by (slowdown, aggregated factor): an aggregated run moves with the
+    aggregated prefill factor and stands at every slowdown; an SGLang attention-DP prefill pool's
+    run moves with the slowdown and stands at every aggregated factor."""
+    from dse.calibration.fit import Measured
+    from dse.calibration.latency import replay_measured
+
+    rows = (B200_ROW, {**B200_ROW, **DISAGG, "prefill_dp_attention": "True"})
+    runs = [Measured(parse_row(row, catalog), 1.0, 1.0, {}) for row in rows]
+    reps = replay_measured(runs, catalog, load_params())
+
+    def same(a: tuple[float, float], b: tuple[float, float], run: int) -> bool:
+        return bool(np.array_equal(reps[a].ttft[run], reps[b].ttft[run]))
+
+    assert same((1.45, 0.8), (1.0, 0.8), 0) and not same((1.0, 0.8), (1.0, 1.0), 0)
+    assert not np.array_equal(reps[(1.0, 0.8)].tpot[0], reps[(1.0, 1.0)].tpot[0])
+    assert same((1.45, 0.8), (1.45, 1.0), 1) and not same((1.45, 1.0), (1.0, 1.0), 1)
