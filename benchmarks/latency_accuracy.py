@@ -67,16 +67,24 @@ def main() -> None:
 def _seed_spread(data, catalog, params, folds, shipped, jobs) -> None:  # type: ignore[no-untyped-def]
     """The leave-one-out figures under other draws of the runs' lengths and acceptances: seeds 1
     and 2 alone, and each run's percentiles averaged over seeds 0-2 (``dse calibrate`` replays
-    seed 0). Each is a whole refit of the offsets, cold starts and slowdown."""
+    seed 0). Each is a whole refit of the offsets, cold starts and factors; each draw's folds'
+    factors (slowdown / aggregated prefill factor) are printed beside it."""
     print("\nleave-one-hardware-out, by the simulation's draw (median abs error)")
     print("| seeds | " + " | ".join(LABELS).replace("_", " ") + " |\n|---|" + "---|" * len(LABELS))
     print(f"| {SEED} (as calibrated) | " + " | ".join(f"{shipped[k]:.1%}" for k in LABELS) + " |")
     spread = {k: [shipped[k]] for k in LABELS}
+    picks = []
     for seeds in ((1,), (2,), (0, 1, 2)):
-        loho = fit_latency(data, catalog, params, folds, jobs, seeds=seeds).loho
-        assert loho is not None
+        fit = fit_latency(data, catalog, params, folds, jobs, seeds=seeds)
+        loho = fit.loho
+        assert loho is not None and fit.loho_params is not None
         label = ", ".join(map(str, seeds)) + (" averaged" if len(seeds) > 1 else "")
         print(f"| {label} | " + " | ".join(f"{loho[k]:.1%}" for k in LABELS) + " |")
+        folds_fit = ", ".join(
+            f"{hw} x{lp.dp_prefill_slowdown:g} / x{lp.agg_prefill_factor:g}"
+            for hw, lp in fit.loho_params.items()
+        )
+        picks.append(f"  seeds {label}: {folds_fit}")
         if len(seeds) == 1:
             for k in LABELS:
                 spread[k].append(loho[k])
@@ -85,6 +93,8 @@ def _seed_spread(data, catalog, params, folds, shipped, jobs) -> None:  # type: 
                 figure(f"loho_{k}_median_ape_seeds_averaged", loho[k], "fraction")
     for k in LABELS:
         figure(f"loho_{k}_median_ape_seed_spread", max(spread[k]) - min(spread[k]), "fraction", "seeds 0-2")
+    print("each draw's folds, by the GPU left out: attention-DP prefill slowdown / aggregated prefill factor")
+    print("\n".join(picks))
 
 
 def _first_waves(data: list[cal.Measured], catalog, params: PerfParams) -> None:  # type: ignore[no-untyped-def]

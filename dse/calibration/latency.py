@@ -295,7 +295,7 @@ def _replays(
 ) -> list[dict[Factors, Replays]]:
     """:func:`replay_measured` under each set of step costs, ``jobs`` at once. With fewer sets
     than jobs (no leave-one-out folds), each set's runs are dealt into parts (every ``parts``-th
-    run: the costly ones, replayed at every slowdown, spread evenly) replayed side by side, and
+    run: the costly ones, replayed at every factor, spread evenly) replayed side by side, and
     put back in their order: the same replays as one process gives."""
     parts = max(1, min(jobs // len(sets), len(data)))
     dealt = [list(data[j::parts]) for j in range(parts)]
