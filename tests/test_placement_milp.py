@@ -361,10 +361,47 @@ def test_milp_optimum_equals_brute_force(data: PlacementData) -> None:
         return
     assert res.solution is not None, res.termination
     assert check(data, res.solution).ok
+    assert res.objective == pytest.approx(cost_usd_hour(data, res.solution), rel=1e-6, abs=1e-6)
     if res.solution.instances.max() <= 6:
         assert res.objective == pytest.approx(expected, rel=1e-6, abs=1e-6)
     else:
         assert res.objective <= expected + 1e-6
+
+
+def test_a_start_design_taken_as_optimal_reports_its_own_cost() -> None:
+    """Found by the property test above: HiGHS 1.16 accepts the root start's design (one prefill
+    unit on h1, one decode unit on h0: two 4-GPU nodes, $8) as optimal but reports the objective
+    of its presolved space ($4), which misses the offset presolve took out. The answer is read
+    from the solution's own cost, and the bound moves with it."""
+    two = dict(sale_gpus=np.array([4.0, 4.0]), usd_per_gpu_hour=np.array([1.0, 1.0]))
+    data = instance(
+        rate=1.0,
+        hw_names=("h0", "h1"),
+        watts_per_gpu=np.array([1000.0, 1000.0]),
+        inventory_gpus=np.array([np.inf, np.inf]),
+        tier_gb_per_gpu=np.zeros((2, NT)),
+        tier_gb_s_per_gpu=np.zeros((2, NT)),
+        unit_names=("u0", "u1", "u2", "u3"),
+        unit_hw=np.array([1, 0, 0, 1]),
+        unit_role=np.array([Role.PREFILL, Role.PREFILL, Role.DECODE, Role.PREFILL]),
+        unit_gpus=np.full(4, 2.0),
+        prefill_share=np.array([1.0, 0.375, 0.0, 1.0]),
+        fresh_s=np.array([0.5, 0.5, np.inf, 0.5]),
+        decode_tok_s=np.array([0.0, 0.0, 500.0, 0.0]),
+        hbm_idle_gb=np.zeros(4),
+        nic_gb_s=np.full(4, 5.0),
+        mid_s=np.zeros((4, 0, NT)),
+        reload_s=np.zeros((4, 0, NT)),
+        output_tokens=100.0,
+        fresh_handoff_gb=1.0,
+        **two,
+    )
+    assert brute_force(data) == 8.0
+    res = PlacementSolver(SolveOptions(mip_rel_gap=0.0)).solve(data)
+    assert res.solution is not None and check(data, res.solution).ok
+    assert cost_usd_hour(data, res.solution) == pytest.approx(8.0)
+    assert res.objective == pytest.approx(8.0)
+    assert res.bound == pytest.approx(8.0) and res.gap == pytest.approx(0.0, abs=1e-9)
 
 
 def _solution_for(data: PlacementData, instances: list[float]) -> PlacementSolution:
