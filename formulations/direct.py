@@ -17,7 +17,7 @@ about two thirds of a study-sized re-solve outside HiGHS (``benchmarks/milp_spee
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +111,7 @@ class _Program:
             return [(c / sum(d for d, _ in args[1]), s) for c, s in args[0]]
         raise TypeError(f"cannot compile a {type(e).__name__} into the direct re-solve")
 
-    def compile(self) -> Callable[[list[float]], np.ndarray]:
+    def compile(self) -> Callable[[Sequence[float] | np.ndarray], np.ndarray]:
         """``fill(values)``: every expression's value, in the order they were added."""
         terms = [(k, c, s) for k, ts in enumerate(self._terms) for c, s in ts]
         width = max((len(s) for _, _, s in terms), default=0)
@@ -123,11 +123,36 @@ class _Program:
         owner = np.array([k for k, _, _ in terms], dtype=np.int64)
         n = len(self._terms)
 
-        def fill(values: list[float]) -> np.ndarray:
+        def fill(values: Sequence[float] | np.ndarray) -> np.ndarray:
             v = np.append(np.asarray(values, dtype=np.float64), 1.0)
             return np.bincount(owner, weights=coef * v[slots].prod(axis=1), minlength=n)
 
         return fill
+
+
+class _Gather:
+    """Where each of some components' items sits in the values given by component name: the
+    items' values as one array, in the items' order."""
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self._names: list[str] = []
+        where: list[tuple[int, int]] = []  # (component, position among its keys)
+        seen: dict[str, tuple[int, dict[Any, int]]] = {}
+        for item in items:
+            comp = item.parent_component()
+            name = comp.local_name
+            if name not in seen:
+                seen[name] = (len(self._names), {k: j for j, k in enumerate(comp.keys())})
+                self._names.append(name)
+            c, keys = seen[name]
+            where.append((c, keys[item.index()]))
+        self._comp = np.array([c for c, _ in where], dtype=np.int64)
+        self._pos = np.array([j for _, j in where], dtype=np.int64)
+
+    def take(self, values: Mapping[str, np.ndarray]) -> np.ndarray:
+        flat = [np.ravel(values[n]) for n in self._names]
+        starts = np.cumsum([0] + [len(f) for f in flat])
+        return np.concatenate(flat)[starts[self._comp] + self._pos] if flat else np.zeros(0)
 
 
 class DirectModel:
@@ -173,6 +198,12 @@ class DirectModel:
         self._offset_expr = prog.code(orepn.constant)
         self._params = prog.params
         self._fill = prog.compile()
+        self._integrality = [
+            highspy.HighsVarType.kInteger if v.is_integer() else highspy.HighsVarType.kContinuous
+            for v in self._vars
+        ]  # a variable's domain is the structure's
+        self._param_at = _Gather(prog.params)
+        self._var_at = _Gather(self._vars)
 
     @classmethod
     def of_persistent(cls, m: pyo.ConcreteModel, solver: Any) -> DirectModel:
@@ -184,21 +215,40 @@ class DirectModel:
 
     def lp(self) -> highspy.HighsLp:
         """The model as it stands: parameter values, variable bounds and domains read now."""
-        vals = self._fill([p.value for p in self._params])
+        lb, ub = np.empty(self.n_col), np.empty(self.n_col)
+        for i, v in enumerate(self._vars):
+            low, up = v.bounds
+            lb[i] = -_INF if low is None else low
+            ub[i] = _INF if up is None else up
+        integer = [
+            highspy.HighsVarType.kInteger if v.is_integer() else highspy.HighsVarType.kContinuous
+            for v in self._vars
+        ]
+        return self._arrays(self._fill([p.value for p in self._params]), lb, ub, integer)
+
+    def lp_from(
+        self, params: Mapping[str, np.ndarray], bounds: Mapping[str, tuple[np.ndarray, np.ndarray]]
+    ) -> highspy.HighsLp:
+        """The model with these values, without reading or writing the pyomo model: ``params``
+        maps every parameter component's name to its values and ``bounds`` every variable
+        component's name to its lower and upper bounds (inf: none), each an array in the order of
+        the component's keys (:func:`formulations.placement.param_values` and
+        :func:`~formulations.placement.var_bounds`). The same arrays as :meth:`lp` gives once the
+        model holds those values (``tests/test_direct_solve.py``); pyomo's per-item reads were
+        most of a re-solve outside HiGHS (``benchmarks/milp_speed.py``)."""
+        lb = np.clip(self._var_at.take({k: b[0] for k, b in bounds.items()}), -_INF, _INF)
+        ub = np.clip(self._var_at.take({k: b[1] for k, b in bounds.items()}), -_INF, _INF)
+        return self._arrays(self._fill(self._param_at.take(params)), lb, ub, self._integrality)
+
+    def _arrays(
+        self, vals: np.ndarray, lb: np.ndarray, ub: np.ndarray, integer: list[Any]
+    ) -> highspy.HighsLp:
         lp = highspy.HighsLp()
         lp.num_col_, lp.num_row_ = self.n_col, self.n_row
         cost = np.zeros(self.n_col)
         cost[self._cost_cols] = vals[self._cost_expr]
         lp.col_cost_ = cost
         lp.offset_ = float(vals[self._offset_expr])
-        lb, ub, integer = np.empty(self.n_col), np.empty(self.n_col), []
-        for i, v in enumerate(self._vars):
-            low, up = v.bounds
-            lb[i] = -_INF if low is None else low
-            ub[i] = _INF if up is None else up
-            integer.append(
-                highspy.HighsVarType.kInteger if v.is_integer() else highspy.HighsVarType.kContinuous
-            )
         lp.col_lower_, lp.col_upper_ = lb, ub
         lo_i, hi_i, k_i = self._bounds
         const = vals[k_i]

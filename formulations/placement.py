@@ -289,54 +289,99 @@ def _add_objective(m: pyo.ConcreteModel, ix: _Index) -> None:
 
 
 def _store(param: pyo.Param, values: np.ndarray) -> None:
-    """Load an indexed parameter from an array shaped like its index. Every index exists (the
-    model was built for this structure) and every value is a plain float, the one an item-by-item
-    assignment would set, so pyomo's per-item validation is skipped: it was most of a study
-    trial's load (``benchmarks/milp_speed.py``)."""
-    keys = list(np.ndindex(values.shape)) if values.ndim > 1 else range(len(values))  # pyomo's own
-    param.store_values(dict(zip(keys, values.ravel().tolist(), strict=True)), check=False)
+    """Load an indexed parameter from an array shaped like its index (in the order of its keys).
+    Every index exists (the model was built for this structure) and every value is a plain float,
+    the one an item-by-item assignment would set, so pyomo's per-item validation is skipped: it
+    was most of a study trial's load (``benchmarks/milp_speed.py``)."""
+    param.store_values(dict(zip(param.keys(), values.ravel().tolist(), strict=True)), check=False)
+
+
+def param_values(data: PlacementData) -> dict[str, np.ndarray]:
+    """Every parameter's value under ``data``, by name, each shaped like its index (a scalar as a
+    0-d array), the objective's weights included: what :func:`update` stores in the model and
+    what :meth:`formulations.direct.DirectModel.lp_from` reads without it."""
+    fresh_ok, mid_ok = np.isfinite(data.fresh_s), np.isfinite(data.mid_s)
+    energy = data.energy_usd_per_gpu_hour
+    out = {
+        "sale": data.sale_gpus,
+        "price": np.where(np.isfinite(data.usd_per_gpu_hour), data.usd_per_gpu_hour, 0.0),  # counts only
+        "watts": data.watts_per_gpu,
+        "inventory": np.where(np.isfinite(data.inventory_gpus), data.inventory_gpus, INF_BOUND),
+        "tier_gb": data.tier_gb_per_gpu,
+        "tier_bw": data.tier_gb_s_per_gpu,
+        "gpus": data.unit_gpus,
+        "share": data.prefill_share,
+        "dec": data.decode_tok_s,
+        "hbm_idle": np.maximum(data.hbm_idle_gb, 0.0),
+        "nic": data.nic_gb_s,
+        "fresh_s": np.where(fresh_ok, data.fresh_s, 0.0),
+        "mid_s": np.where(mid_ok, data.mid_s, 0.0),
+        "reload_s": np.where(mid_ok, data.reload_s, 0.0),
+        "class_rate": data.class_per_s,
+        "dwell": data.class_dwell_s,
+        "class_gb": data.class_gb,
+        "class_handoff": data.class_handoff_gb,
+        "fresh_rate": data.fresh_per_s,
+        "osl": data.output_tokens,
+        "fresh_handoff": data.fresh_handoff_gb,
+        "afd_gb": data.afd_gb_per_token,
+        "budget": _finite(data.budget_usd_hour),
+        "power": _finite(data.power_w),
+        "net_cap": _finite(data.network_capacity_gb),
+        "net_price": data.network_usd_per_gb_hour,
+        "dram_price": data.dram_usd_per_gb_hour,
+        "nvme_price": data.nvme_usd_per_gb_hour,
+        "energy_price": np.asarray(energy) if energy is not None else np.zeros(data.n_hw),
+        "latency_price": data.latency_usd_per_s,
+        **_weights(data.objective, None),
+    }
+    return {k: np.asarray(v, dtype=float) for k, v in out.items()}
+
+
+def var_bounds(data: PlacementData) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Every variable's lower and upper bounds under ``data`` (inf: none), by name, each shaped
+    like its index: the routes a unit cannot serve are closed, and the demand scale and the
+    elastic slacks are fixed or free as the objective wants (:func:`set_objective`)."""
+    goodput = data.objective is Objective.GOODPUT
+    inf = np.inf
+    return {
+        "n": (np.zeros(data.n_hw), np.full(data.n_hw, inf)),
+        "x": (np.zeros(data.n_units), np.full(data.n_units, inf)),
+        "f": (np.zeros(data.n_units), np.where(np.isfinite(data.fresh_s), inf, 0.0)),
+        "r": (np.zeros(data.mid_s.shape), np.where(np.isfinite(data.mid_s), inf, 0.0)),
+        "scale": (np.array(0.0 if goodput else 1.0), np.array(inf if goodput else 1.0)),
+        "slack": (np.zeros(len(ELASTIC)), np.zeros(len(ELASTIC))),
+    }
 
 
 def update(m: pyo.ConcreteModel, data: PlacementData) -> None:
     """Load ``data``'s values into a model built for the same structure."""
-    _store(m.sale, data.sale_gpus.astype(float))
-    _store(m.price, np.where(np.isfinite(data.usd_per_gpu_hour), data.usd_per_gpu_hour, 0.0))  # counts only
-    _store(m.watts, data.watts_per_gpu.astype(float))
-    _store(m.inventory, np.where(np.isfinite(data.inventory_gpus), data.inventory_gpus, INF_BOUND))
-    _store(m.tier_gb, data.tier_gb_per_gpu.astype(float))
-    _store(m.tier_bw, data.tier_gb_s_per_gpu.astype(float))
-    _store(m.gpus, data.unit_gpus.astype(float))
-    _store(m.share, data.prefill_share.astype(float))
-    _store(m.dec, data.decode_tok_s.astype(float))
-    _store(m.hbm_idle, np.maximum(data.hbm_idle_gb, 0.0).astype(float))
-    _store(m.nic, data.nic_gb_s.astype(float))
-    fresh_ok = np.isfinite(data.fresh_s)
-    _store(m.fresh_s, np.where(fresh_ok, data.fresh_s, 0.0))
-    for u, ok in enumerate(fresh_ok.tolist()):
-        m.f[u].setub(None if ok else 0.0)
-    mid_ok = np.isfinite(data.mid_s)
-    _store(m.mid_s, np.where(mid_ok, data.mid_s, 0.0))
-    _store(m.reload_s, np.where(mid_ok, data.reload_s, 0.0))
-    for (u, c, t), ok in zip(np.ndindex(mid_ok.shape), mid_ok.ravel().tolist(), strict=True):
-        m.r[u, c, t].setub(None if ok else 0.0)
-    _store(m.class_rate, data.class_per_s.astype(float))
-    _store(m.dwell, data.class_dwell_s.astype(float))
-    _store(m.class_gb, data.class_gb.astype(float))
-    _store(m.class_handoff, data.class_handoff_gb.astype(float))
-    m.fresh_rate = float(data.fresh_per_s)
-    m.osl = float(data.output_tokens)
-    m.fresh_handoff = float(data.fresh_handoff_gb)
-    m.afd_gb = float(data.afd_gb_per_token)
-    m.budget = _finite(data.budget_usd_hour)
-    m.power = _finite(data.power_w)
-    m.net_cap = _finite(data.network_capacity_gb)
-    m.net_price = float(data.network_usd_per_gb_hour)
-    m.dram_price = float(data.dram_usd_per_gb_hour)
-    m.nvme_price = float(data.nvme_usd_per_gb_hour)
-    energy = data.energy_usd_per_gpu_hour
-    _store(m.energy_price, np.asarray(energy, dtype=float) if energy is not None else np.zeros(data.n_hw))
-    m.latency_price = float(data.latency_usd_per_s)
+    for name, values in param_values(data).items():
+        param = getattr(m, name)
+        if param.is_indexed():
+            _store(param, values)
+        else:
+            param.set_value(float(values))
+    bounds = var_bounds(data)
+    for name in ("f", "r"):  # the counts keep their domain's bounds; the rest set_objective sets
+        var = getattr(m, name)
+        for v, up in zip(var.values(), bounds[name][1].ravel().tolist(), strict=True):
+            v.setub(None if up == np.inf else up)
     set_objective(m, data.objective)
+
+
+def _weights(objective: Objective, elastic: dict[str, float] | None) -> dict[str, float | list[float]]:
+    """The objective's weights (see :func:`set_objective`), by parameter name."""
+    slack = [1.0 / elastic[k] if elastic is not None else 0.0 for k in ELASTIC]
+    if elastic is not None:
+        return {"w_cost": 0.0, "w_gpus": 0.0, "w_scale": 0.0, "w_slack": slack}
+    goodput = objective is Objective.GOODPUT
+    return {
+        "w_cost": {Objective.COST: 1.0, Objective.GPUS: 1e-6, Objective.GOODPUT: 1e-6}[objective],
+        "w_gpus": 1.0 if objective is Objective.GPUS else 0.0,
+        "w_scale": 1.0 if goodput else 0.0,
+        "w_slack": slack,
+    }
 
 
 def set_objective(
@@ -350,10 +395,8 @@ def set_objective(
     m.scale.setub(None if goodput else 1.0)
     for k in ELASTIC:
         m.slack[k].setub(None if elastic is not None else 0.0)
-        m.w_slack[k] = 1.0 / elastic[k] if elastic is not None else 0.0
-    if elastic is not None:
-        m.w_cost, m.w_gpus, m.w_scale = 0.0, 0.0, 0.0
-        return
-    m.w_cost = {Objective.COST: 1.0, Objective.GPUS: 1e-6, Objective.GOODPUT: 1e-6}[objective]
-    m.w_gpus = 1.0 if objective is Objective.GPUS else 0.0
-    m.w_scale = 1.0 if goodput else 0.0
+    for name, value in _weights(objective, elastic).items():
+        if isinstance(value, list):
+            _store(getattr(m, name), np.array(value))
+        else:
+            getattr(m, name).set_value(value)

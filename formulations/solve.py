@@ -181,12 +181,23 @@ class PlacementSolver:
         b = self._built[key] = _Built(placement.build(data), Highs())
         return b, time.perf_counter() - t0
 
+    def _loaded(self, data: PlacementData) -> tuple[_Built, float, highspy.HighsLp]:
+        """The structure's built model, the seconds a build took and the model with ``data`` as
+        HiGHS arrays. A structure already read straight from its parameters
+        (:class:`formulations.direct.DirectModel`) gets ``data``'s values without pyomo: its
+        parameters keep what they held, and whatever reads them next loads ``data`` first
+        (:meth:`_instance`)."""
+        b = self._built.get(data.structure())
+        if b is not None and b.direct is not None and self.options.direct:
+            return b, 0.0, b.direct.lp_from(placement.param_values(data), placement.var_bounds(data))
+        b, build = self._instance(data)
+        return b, build, self._arrays(b, fresh=build > 0)
+
     def solve(self, data: PlacementData) -> SolveResult:
         """Solve; then, unless the MILP closed its gap, re-solve the LP left with the counts of the
         incumbent fixed, so the continuous choices (tiers, routing) are exactly optimal rather
         than within the gap."""
-        b, build = self._instance(data)
-        lp = self._arrays(b, fresh=build > 0)
+        b, build, lp = self._loaded(data)
         result = self._run_highs(b, data, lp)
         sol = result.solution
         # a MILP proven optimal already has the optimal continuous part; within a gap it may not

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -90,20 +91,51 @@ def test_the_direct_model_is_the_one_pyomo_hands_highs() -> None:
     placement.update(m, second)  # values change after the compile: both must follow them
     solver.update()
     theirs, ours = solver._solver_model.getLp(), direct.lp()
+    assert_same_lp(ours, theirs)
+    assert np.count_nonzero(dense(ours)) > 100  # a real model, not an empty one
+
+
+def dense(lp: Any) -> np.ndarray:
+    a, out = lp.a_matrix_, np.zeros((lp.num_row_, lp.num_col_))
+    for j in range(lp.num_col_):
+        for k in range(a.start_[j], a.start_[j + 1]):
+            out[a.index_[k], j] = a.value_[k]
+    return out
+
+
+def assert_same_lp(ours: Any, theirs: Any) -> None:
     assert (ours.num_row_, ours.num_col_) == (theirs.num_row_, theirs.num_col_)
     for field in ("col_cost_", "col_lower_", "col_upper_", "row_lower_", "row_upper_"):
         np.testing.assert_array_equal(np.array(getattr(ours, field)), np.array(getattr(theirs, field)))
     assert list(ours.integrality_) == list(theirs.integrality_)
-
-    def dense(lp: object) -> np.ndarray:
-        a, out = lp.a_matrix_, np.zeros((lp.num_row_, lp.num_col_))  # type: ignore[attr-defined]
-        for j in range(lp.num_col_):  # type: ignore[attr-defined]
-            for k in range(a.start_[j], a.start_[j + 1]):
-                out[a.index_[k], j] = a.value_[k]
-        return out
-
+    assert ours.offset_ == theirs.offset_
     np.testing.assert_array_equal(dense(ours), dense(theirs))
-    assert np.count_nonzero(dense(ours)) > 100  # a real model, not an empty one
+
+
+def test_the_model_from_data_alone_is_the_one_the_loaded_parameters_give() -> None:
+    """A re-solve takes its values from the data without loading them into pyomo; the arrays
+    are those the model gives once it holds them, whatever the objective, caps and routes."""
+    with_classes = same_structure(3, Topology.DISAGGREGATED)
+    closed = with_classes[2].mid_s.copy()
+    closed[0, 0, :] = np.inf  # a unit that cannot take a class's returning turns
+    fresh = np.where(np.arange(with_classes[2].n_units) == 0, np.inf, with_classes[2].fresh_s)
+    variants = [
+        *with_classes,
+        replace(with_classes[2], mid_s=closed, fresh_s=fresh),
+        replace(with_classes[1], objective=Objective.GPUS, power_w=50_000.0),
+        replace(with_classes[1], objective=Objective.GOODPUT, budget_usd_hour=500.0),
+        replace(with_classes[0], inventory_gpus=np.array([64.0, np.inf]), energy_usd_per_gpu_hour=np.ones(2)),
+    ]
+    m = placement.build(variants[0])
+    from pyomo.contrib.solver.solvers.highs import Highs
+
+    solver = Highs()
+    solver.set_instance(m)
+    direct = DirectModel.of_persistent(m, solver)
+    for d in [*variants, variants[0]]:
+        ours = direct.lp_from(placement.param_values(d), placement.var_bounds(d))
+        placement.update(m, d)
+        assert_same_lp(ours, direct.lp())
 
 
 @pytest.mark.parametrize("topology", [Topology.DISAGGREGATED, Topology.AGGREGATED])
