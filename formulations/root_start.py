@@ -22,7 +22,8 @@ not need. So, before the MILP:
 Under goodput the relaxation spends the whole budget, so its rounding breaks the budget row and the
 MILP starts as before; so does any cap (power, budget, inventory) that binds the relaxation. No
 design that is at least as good as the rounded one is cut off, so the MILP's optimum is the same
-with or without the bounds; HiGHS also gets the rounded design as its first incumbent.
+with or without the bounds. The rounded design sets the bounds and is not handed to HiGHS as a
+first incumbent (:func:`formulations.solve.run_highs` says why).
 ``benchmarks/milp_speed.py`` measures the effect; ``tests/test_root_start.py`` checks that the
 bounds keep the optimum and that the rounded design is feasible.
 """
@@ -51,7 +52,7 @@ FEW_COUNTS = 4
 
 @dataclass(frozen=True)
 class Start:
-    """Column upper bounds for the MILP and a feasible design to start from."""
+    """Column upper bounds for the MILP and the feasible design they come from."""
 
     upper: np.ndarray  # every column's upper bound, counts tightened
     design: np.ndarray  # every column's value in the rounded design

@@ -118,7 +118,7 @@ class SolveOptions:
     node_limit: int | None = None  # branch-and-bound nodes; a deterministic stand-in for time
     polish: bool = True  # re-solve the continuous part exactly with the counts fixed
     direct: bool = True  # read a structure seen before straight from its parameters (False: pyomo's sync)
-    root_start: bool = True  # bound the counts and start from the rounded LP relaxation
+    root_start: bool = True  # bound the counts by the rounded LP relaxation (formulations/root_start.py)
 
     def highs_options(self) -> dict[str, bool | float | int]:
         """HiGHS's options for one solve, whichever path hands it the model."""
@@ -133,9 +133,12 @@ class SolveOptions:
             # (HiGHS's defaults), cost more than they save here: without the heuristic, with one
             # cut kept and cuts dropped after one round, HiGHS's run on a study-sized instance
             # takes half the time for the same optima (docs/benchmarks.md, "The placement MILP").
-            # The root start (formulations/root_start.py) hands HiGHS a first design, so its
+            # With the counts bounded by the root start (formulations/root_start.py), its
             # sub-MIP heuristics (RINS, RENS, the root reduced-cost one), cut separation below the
-            # root and strong branching take a further sixth off for the same optima there.
+            # root and strong branching cost more than they find: without them a further sixth
+            # off for the same optima there (with the three heuristics back on, 15.1 against
+            # 13.7 ms at the median, the same optima: 2026-12-03, once the start's design was
+            # no longer handed over).
             "mip_heuristic_run_feasibility_jump": False,
             "mip_pool_soft_limit": 1,
             "mip_lp_age_limit": 1,
@@ -326,29 +329,31 @@ class PlacementSolver:
 
 
 def _objective_of(lp: highspy.HighsLp, values: np.ndarray) -> float:
-    """The objective of a solution, from the model's own costs. HiGHS 1.16 can drop the offset
-    its presolve took out when it accepts a start design as the optimum: its log then reads "MIP
-    start solution is feasible: objective value is 8" and, next line, "... in the reduced space:
-    objective value is 4", and it reports 4 for a solution that costs 8
-    (``tests/test_placement_milp.py::test_a_start_design_taken_as_optimal_reports_its_own_cost``)."""
+    """The objective of a solution, from the model's own costs rather than HiGHS's report of it.
+    HiGHS 1.16 dropped the offset its presolve took out when it accepted a start design handed to
+    it as the optimum: its log read "MIP start solution is feasible: objective value is 8" and,
+    next line, "... in the reduced space: objective value is 4", and it reported 4 for a solution
+    that cost 8 (:func:`run_highs` no longer hands it one;
+    ``tests/test_placement_milp.py::test_a_start_design_taken_as_optimal_reports_its_own_cost``)."""
     return float(np.dot(np.asarray(lp.col_cost_), values) + lp.offset_)
 
 
 def run_highs(
     h: highspy.Highs, lp: highspy.HighsLp, cols: Columns, data: PlacementData, *, start: bool = True
 ) -> None:
-    """Solve ``lp`` in ``h``: a MILP from its root start (:mod:`formulations.root_start`: the
-    counts bounded, the rounded relaxation as first incumbent) unless ``start`` is False, an LP as
-    it is."""
+    """Solve ``lp`` in ``h``: a MILP with its counts bounded by its root start
+    (:mod:`formulations.root_start`) unless ``start`` is False, an LP as it is.
+
+    The rounded design itself is not handed to HiGHS as a first incumbent. HiGHS 1.16 values a
+    user's start in its presolved model without the objective offset presolve took out, and then
+    prunes with that value: on one instance the start cost $20, HiGHS took it for $8 and proved it
+    "optimal" against a $16 design its bounds kept
+    (``tests/test_placement_milp.py::test_a_start_design_is_not_taken_for_cheaper_than_it_is``).
+    The bounds alone keep nearly all of the start's gain (``benchmarks/milp_speed.py``)."""
     first = root_start(h, lp, cols, data) if start else None
     if first is not None:
         lp.col_upper_ = first.upper
     h.passModel(lp)
-    if first is not None:
-        design = highspy.HighsSolution()
-        design.col_value = first.design.tolist()
-        design.value_valid = True
-        h.setSolution(design)
     h.run()
 
 

@@ -368,25 +368,20 @@ def test_milp_optimum_equals_brute_force(data: PlacementData) -> None:
         assert res.objective <= expected + 1e-6
 
 
-def test_a_start_design_taken_as_optimal_reports_its_own_cost() -> None:
-    """Found by the property test above: HiGHS 1.16 accepts the root start's design (one prefill
-    unit on h1, one decode unit on h0: two 4-GPU nodes, $8) as optimal but reports the objective
-    of its presolved space ($4), which misses the offset presolve took out. The answer is read
-    from the solution's own cost, and the bound moves with it."""
-    two = dict(sale_gpus=np.array([4.0, 4.0]), usd_per_gpu_hour=np.array([1.0, 1.0]))
-    data = instance(
+def _two_hardware(**over: Any) -> PlacementData:
+    """Two hardware of 4-GPU nodes and four units on them (three prefill, one decode, 2 GPUs each
+    unless ``over`` says otherwise), at 1 request/s of 100 output tokens: the shape of the
+    instances below."""
+    base: dict[str, Any] = dict(unit_gpus=np.full(4, 2.0))
+    return instance(
         rate=1.0,
         hw_names=("h0", "h1"),
+        sale_gpus=np.array([4.0, 4.0]),
         watts_per_gpu=np.array([1000.0, 1000.0]),
         inventory_gpus=np.array([np.inf, np.inf]),
         tier_gb_per_gpu=np.zeros((2, NT)),
         tier_gb_s_per_gpu=np.zeros((2, NT)),
         unit_names=("u0", "u1", "u2", "u3"),
-        unit_hw=np.array([1, 0, 0, 1]),
-        unit_role=np.array([Role.PREFILL, Role.PREFILL, Role.DECODE, Role.PREFILL]),
-        unit_gpus=np.full(4, 2.0),
-        prefill_share=np.array([1.0, 0.375, 0.0, 1.0]),
-        fresh_s=np.array([0.5, 0.5, np.inf, 0.5]),
         decode_tok_s=np.array([0.0, 0.0, 500.0, 0.0]),
         hbm_idle_gb=np.zeros(4),
         nic_gb_s=np.full(4, 5.0),
@@ -394,7 +389,22 @@ def test_a_start_design_taken_as_optimal_reports_its_own_cost() -> None:
         reload_s=np.zeros((4, 0, NT)),
         output_tokens=100.0,
         fresh_handoff_gb=1.0,
-        **two,
+        **(base | over),
+    )
+
+
+def test_a_start_design_taken_as_optimal_reports_its_own_cost() -> None:
+    """Found by the property test above: HiGHS 1.16, handed the root start's design (one prefill
+    unit on h1, one decode unit on h0: two 4-GPU nodes, $8) as a first incumbent, took it as
+    optimal and reported the objective of its presolved space ($4), which misses the offset
+    presolve took out. The answer is read from the solution's own cost, and the bound moves with
+    it."""
+    data = _two_hardware(
+        usd_per_gpu_hour=np.array([1.0, 1.0]),
+        unit_hw=np.array([1, 0, 0, 1]),
+        unit_role=np.array([Role.PREFILL, Role.PREFILL, Role.DECODE, Role.PREFILL]),
+        prefill_share=np.array([1.0, 0.375, 0.0, 1.0]),
+        fresh_s=np.array([0.5, 0.5, np.inf, 0.5]),
     )
     assert brute_force(data) == 8.0
     res = PlacementSolver(SolveOptions(mip_rel_gap=0.0)).solve(data)
@@ -402,6 +412,27 @@ def test_a_start_design_taken_as_optimal_reports_its_own_cost() -> None:
     assert cost_usd_hour(data, res.solution) == pytest.approx(8.0)
     assert res.objective == pytest.approx(8.0)
     assert res.bound == pytest.approx(8.0) and res.gap == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_start_design_is_not_taken_for_cheaper_than_it_is() -> None:
+    """Found by the property test with more examples: the root start rounds to a prefill unit on
+    h1 and the decode unit on h0 ($12 + $8 = $20); HiGHS 1.16, handed that design, valued it at
+    $8 in its presolved model and proved it optimal, though two nodes of h0 ($16: a prefill unit
+    beside the 4-GPU decode unit) were within the start's bounds. The start's bounds stay, its
+    design is no longer handed over."""
+    data = _two_hardware(
+        usd_per_gpu_hour=np.array([2.0, 3.0]),
+        unit_hw=np.array([0, 1, 0, 1]),
+        unit_role=np.array([Role.PREFILL, Role.PREFILL, Role.DECODE, Role.PREFILL]),
+        unit_gpus=np.array([2.0, 2.0, 4.0, 2.0]),
+        prefill_share=np.array([1.0, 1.0, 0.0, 1.0]),
+        fresh_s=np.array([0.5, 0.5, np.inf, 0.25]),
+    )
+    assert brute_force(data) == 16.0
+    res = PlacementSolver(SolveOptions(mip_rel_gap=0.0)).solve(data)
+    assert res.solution is not None and check(data, res.solution).ok
+    assert res.objective == pytest.approx(16.0)
+    assert res.solution.sale_units.tolist() == [2.0, 0.0]
 
 
 def _solution_for(data: PlacementData, instances: list[float]) -> PlacementSolution:
