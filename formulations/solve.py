@@ -38,7 +38,7 @@ from formulations.placement_data import (
     Role,
 )
 from formulations.pyomo_layer import pyo
-from formulations.root_start import root_start
+from formulations.root_start import Start, root_start
 
 
 class Termination(enum.Enum):
@@ -72,6 +72,7 @@ _TERMINATION = {
     PyoTermination.error: Termination.ERROR,
 }
 _SOLUTION = {PyoSolution.optimal: SolutionStatus.OPTIMAL, PyoSolution.feasible: SolutionStatus.FEASIBLE}
+_START_TOL = 1e-9  # relative: HiGHS's design is kept unless the rounded start's is cheaper by more
 _HIGHS_TERMINATION = {  # the same reading of HiGHS's status as pyomo's (its highs.py _postsolve)
     highspy.HighsModelStatus.kOptimal: Termination.OPTIMAL,
     highspy.HighsModelStatus.kTimeLimit: Termination.TIME_LIMIT,
@@ -275,25 +276,10 @@ class PlacementSolver:
         h, cols = b.highs, b.columns
         assert cols is not None
         with _ctrl_c_after():
-            run_highs(h, lp, cols, data, start=self.options.root_start)
+            first = run_highs(h, lp, cols, data, start=self.options.root_start)
         solve_s = time.perf_counter() - t0
-        info = h.getInfo()
-        has = info.primal_solution_status == 2  # kSolutionStatusFeasible
-        model_status = h.getModelStatus()
-        term = _HIGHS_TERMINATION.get(model_status, Termination.UNKNOWN)
-        if not has:
-            status = SolutionStatus.NONE
-        else:
-            optimal = model_status == highspy.HighsModelStatus.kOptimal
-            status = SolutionStatus.OPTIMAL if optimal else SolutionStatus.FEASIBLE
-        values = np.asarray(h.getSolution().col_value)
-        obj = _objective_of(lp, values) if has else float("nan")
-        if info.mip_node_count == -1:  # an LP: no separate bound
-            bound = obj if status is SolutionStatus.OPTIMAL else float("nan")
-        else:
-            # HiGHS reports the bound in the same space as its objective; move both together
-            bound = float(info.mip_dual_bound) + (obj - float(info.objective_function_value) if has else 0.0)
-        sol = _from_columns(values, cols, data) if has else None
+        term, status, obj, bound, values = _answer(h, lp, first)
+        sol = _from_columns(values, cols, data) if values is not None else None
         return _result(term, status, obj, bound, solve_s, sol)
 
     def relaxed_duals(
@@ -328,6 +314,35 @@ class PlacementSolver:
         return ElasticResult(result, slacks)
 
 
+def _answer(
+    h: highspy.Highs, lp: highspy.HighsLp, first: Start | None
+) -> tuple[Termination, SolutionStatus, float, float, np.ndarray | None]:
+    """What HiGHS's run in ``h`` answers: why it stopped, the solution's status, objective and
+    bound, and its column values (None without a solution). When HiGHS stops at a limit with no
+    design as good as the root start's rounded one (``first``, feasible by construction), the
+    rounded design is the answer: HiGHS is not handed it (:func:`run_highs`), and at a node limit
+    it can return a design twice as dear (``tests/test_root_start.py``)."""
+    info = h.getInfo()
+    has = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    model_status = h.getModelStatus()
+    term = _HIGHS_TERMINATION.get(model_status, Termination.UNKNOWN)
+    if not has:
+        status = SolutionStatus.NONE
+    else:
+        optimal = model_status == highspy.HighsModelStatus.kOptimal
+        status = SolutionStatus.OPTIMAL if optimal else SolutionStatus.FEASIBLE
+    values = np.asarray(h.getSolution().col_value) if has else None
+    obj = _objective_of(lp, values) if values is not None else float("nan")
+    if info.mip_node_count == -1:  # an LP: no separate bound
+        return term, status, obj, obj if status is SolutionStatus.OPTIMAL else float("nan"), values
+    # HiGHS reports the bound in the same space as its objective; move both together
+    bound = float(info.mip_dual_bound) + (obj - float(info.objective_function_value) if has else 0.0)
+    if first is not None and not obj <= first.objective + _START_TOL * max(1.0, abs(first.objective)):
+        values, obj, status = first.design, first.objective, SolutionStatus.FEASIBLE
+        bound = max(bound, first.relaxation) if np.isfinite(bound) else first.relaxation
+    return term, status, obj, bound, values
+
+
 def _objective_of(lp: highspy.HighsLp, values: np.ndarray) -> float:
     """The objective of a solution, from the model's own costs rather than HiGHS's report of it.
     HiGHS 1.16 dropped the offset its presolve took out when it accepted a start design handed to
@@ -340,7 +355,7 @@ def _objective_of(lp: highspy.HighsLp, values: np.ndarray) -> float:
 
 def run_highs(
     h: highspy.Highs, lp: highspy.HighsLp, cols: Columns, data: PlacementData, *, start: bool = True
-) -> None:
+) -> Start | None:
     """Solve ``lp`` in ``h``: a MILP with its counts bounded by its root start
     (:mod:`formulations.root_start`) unless ``start`` is False, an LP as it is.
 
@@ -355,6 +370,7 @@ def run_highs(
         lp.col_upper_ = first.upper
     h.passModel(lp)
     h.run()
+    return first
 
 
 @dataclass(frozen=True)
