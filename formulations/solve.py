@@ -364,7 +364,9 @@ def run_highs(
     prunes with that value: on one instance the start cost $20, HiGHS took it for $8 and proved it
     "optimal" against a $16 design its bounds kept
     (``tests/test_placement_milp.py::test_a_start_design_is_not_taken_for_cheaper_than_it_is``).
-    The bounds alone keep nearly all of the start's gain (``benchmarks/milp_speed.py``)."""
+    The bounds alone keep nearly all of the start's gain (``benchmarks/milp_speed.py``); when
+    HiGHS stops at a limit with nothing as good as the rounded design, that design is the answer
+    (:func:`_answer`). Returns the start, if any."""
     first = root_start(h, lp, cols, data) if start else None
     if first is not None:
         lp.col_upper_ = first.upper
