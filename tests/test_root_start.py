@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 from pyomo.contrib.solver.solvers.highs import Highs
 from test_direct_solve import realistic
-from test_placement_milp import instance
+from test_placement_milp import _two_hardware, instance
 
 from dse.placement import Topology
 from formulations import placement
 from formulations.direct import Columns, columns_of
-from formulations.placement_check import check
-from formulations.placement_data import Objective, PlacementData
+from formulations.placement_check import check, cost_usd_hour
+from formulations.placement_data import Objective, PlacementData, Role
 from formulations.root_start import Start, _cost_bounds, root_start
-from formulations.solve import PlacementSolver, SolveOptions, Termination, _from_columns
+from formulations.solve import PlacementSolver, SolveOptions, Termination, _answer, _from_columns
 
 
 def arrays(data: PlacementData) -> tuple[highspy.HighsLp, Columns]:
@@ -139,3 +139,32 @@ def test_at_a_node_limit_the_answer_is_never_dearer_than_the_rounded_start(topol
     assert limited.bound <= limited.objective and np.isfinite(limited.gap)
     full = PlacementSolver().solve(data)
     assert full.objective <= limited.objective * (1 + 1e-9)
+
+
+def test_the_objective_is_the_solutions_cost_whatever_highs_reports() -> None:
+    """HiGHS 1.16, handed the root start's design as a first incumbent, reports the objective of
+    its presolved model ($4) for a design that costs $8 (the solver no longer hands it one; this
+    hands it on purpose). The solver's reading of the run takes the solution's own cost, and the
+    bound moves with it."""
+    data = _two_hardware(
+        usd_per_gpu_hour=np.array([1.0, 1.0]),
+        unit_hw=np.array([1, 0, 0, 1]),
+        unit_role=np.array([Role.PREFILL, Role.PREFILL, Role.DECODE, Role.PREFILL]),
+        prefill_share=np.array([1.0, 0.375, 0.0, 1.0]),
+        fresh_s=np.array([0.5, 0.5, np.inf, 0.5]),
+    )
+    lp, cols = arrays(data)
+    h = highs()
+    start = root_start(h, lp, cols, data)
+    assert start is not None
+    lp.col_upper_ = start.upper
+    h.passModel(lp)
+    design = highspy.HighsSolution()
+    design.col_value = start.design.tolist()
+    design.value_valid = True
+    h.setSolution(design)
+    h.run()
+    assert h.getInfo().objective_function_value == pytest.approx(4.0)  # HiGHS's misreport
+    _, _, obj, bound, values = _answer(h, lp, None)
+    assert values is not None and cost_usd_hour(data, _from_columns(values, cols, data)) == pytest.approx(8.0)
+    assert obj == pytest.approx(8.0) and bound == pytest.approx(8.0)
