@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import decimal
 import math
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -486,6 +487,35 @@ def test_the_offset_fit_is_the_grid_searched_one_pair_at_a_time(monkeypatch: pyt
                 if score < best[0] - 1e-12:
                     best = (score, float(f), float(h))
         assert fit_offsets(sim, meas, disagg) == (best[1], best[2])
+
+
+def test_the_offset_scores_are_numpys_medians_over_every_pair_to_the_bit() -> None:
+    """Every pair's score, taken as the middle of two sorted rows, is what ``np.median`` gives over
+    a ``pairs x runs`` array, bit for bit: odd and even counts, ties (rounded values), runs missing
+    a percentile, and all, none or some of the runs disaggregated."""
+    from dse.calibration.latency import OFFSET_GRID, offset_scores
+
+    rng = np.random.default_rng(5)
+    for case in range(30):
+        rows = int(rng.integers(1, 40))
+        sim = rng.uniform(0.01, 3.0, (rows, 4))
+        meas = sim * rng.uniform(0.5, 2.5, (rows, 4))
+        if case % 2:
+            sim, meas = np.round(sim, 2), np.round(meas, 1) + 0.1
+        sim[rng.random((rows, 4)) < 0.1] = np.nan
+        disagg = rng.random(rows) < (0.0, 1.0, 0.5)[case % 3]
+        hands = OFFSET_GRID if disagg.any() else OFFSET_GRID[:1]
+        want = np.zeros((len(OFFSET_GRID), len(hands)))
+        for k in range(2):
+            ok = ~np.isnan(sim[:, k]) & ~np.isnan(meas[:, k])
+            hand = np.where(disagg[ok], 1.0, 0.0)[None, None, :] * hands[None, :, None]
+            off = OFFSET_GRID[:, None, None] + hand
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # no run with both values: nan
+                want += np.median(np.abs((sim[ok, k] + off) / meas[ok, k] - 1.0), axis=2) / 2.0
+        score, got_hands = offset_scores(sim, meas, disagg)
+        np.testing.assert_array_equal(got_hands, hands)
+        np.testing.assert_array_equal(score, want)
 
 
 def test_balanced_attention_dp_ranks_let_a_lone_request_in_when_the_timer_runs_out() -> None:
