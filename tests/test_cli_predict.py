@@ -776,3 +776,57 @@ def test_a_trace_longer_than_a_window_is_refused(cli: Cli, tmp_path: Path) -> No
     assert proc.code == 2
     want = f"{trace}: --trace = '200,001 rows': must hold at most 200,000 requests (a window's cap)"
     assert proc.err.strip() == f"dse: error: {want}"
+
+
+def test_a_batch_with_recipe_settings_predicts_the_runs_as_the_calibration_does(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """`--recipe-settings` adds the engine settings of the InferenceX runs the rows name, writes them
+    beside the predictions, and predicts each row as `dse calibrate` replays it; without the flag
+    the rows are modelled as they are, and the command says how many rows the settings would
+    change. The flag means nothing without `--batch`."""
+    from conftest import Result
+
+    from dse.calibration.fit import read_measured
+    from dse.catalog import load_catalog
+    from dse.perf.benchmark_rows import ENGINE_COLUMNS, latency_of, with_recipe_settings
+
+    with open(MEASURED_RUNS, newline="") as fh:
+        reference = list(csv.DictReader(fh))
+    merged = with_recipe_settings(reference)
+    pairs = list(enumerate(zip(reference, merged, strict=True)))
+    capped = [i for i, (a, b) in pairs if a != b and b.get(ENGINE_COLUMNS[0])]
+    plain = next(i for i, (a, b) in pairs if a == b)
+    keep = [*capped[:3], plain]
+    src = tmp_path / "in.csv"
+    with open(src, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(reference[0]))
+        w.writeheader()
+        w.writerows(reference[i] for i in keep)
+
+    def batch(*flags: str) -> tuple[Result, list[dict[str, str]]]:
+        out = tmp_path / f"out{len(flags)}.csv"
+        proc = cli("predict", "--batch", str(src), "--out", str(out), *flags)
+        assert proc.code == 0, proc.err
+        with open(out, newline="") as fh:
+            return proc, list(csv.DictReader(fh))
+
+    as_is, rows = batch()
+    assert "3 rows are InferenceX runs whose engine settings dse knows" in as_is.err
+    assert ENGINE_COLUMNS[0] not in rows[0]
+    flagged, with_settings = batch("--recipe-settings")
+    assert "InferenceX engine settings added to 3 rows" in flagged.err
+    for got, i in zip(with_settings, keep, strict=True):
+        assert got[ENGINE_COLUMNS[0]] == merged[i].get(ENGINE_COLUMNS[0], "")
+    assert with_settings[-1] == {**rows[-1], **{c: "" for c in with_settings[-1] if c not in rows[-1]}}
+    pairs_out = zip(rows[:3], with_settings[:3], strict=True)
+    assert any(a["pred_ttft_p50_s"] != b["pred_ttft_p50_s"] for a, b in pairs_out)
+    # each row as the calibration replays it: the measured run with its settings, the shipped fit
+    catalog = load_catalog(use_env=False)
+    data, _ = read_measured(src, catalog)
+    for m, got in zip(data, with_settings, strict=True):
+        s = latency_of(m.row, catalog, load_params()).summary()
+        assert float(got["pred_ttft_p50_s"]) == round(s["ttft_p50_s"], 4)
+    alone = cli("predict", "--hardware", "b200", "--recipe-settings")
+    assert alone.code == 2
+    assert alone.err.strip() == "dse: error: dse predict: --recipe-settings: needs --batch"

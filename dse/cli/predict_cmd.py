@@ -45,6 +45,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="CSV with the columns of inferencex_calibration.csv; needs --out",
     )
     p.add_argument("--out", type=Path, metavar="OUT.csv", help="where --batch writes its rows")
+    p.add_argument(
+        "--recipe-settings",
+        action="store_true",
+        help="with --batch: add the engine settings of the InferenceX runs the rows name (every input "
+        "column and the date equal; dse/perf/recipe_settings.csv) where a row has none, as dse "
+        "calibrate does, and write them beside the predictions",
+    )
     p.add_argument("--model", default="deepseek-v3", help="model id or alias (dse catalog list models)")
     p.add_argument("--hardware", help="hardware id or alias (b200, gb200, h100, mi355x, ...)")
     p.add_argument(
@@ -215,8 +222,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.perf.params import load_params
 
     params = load_params()
-    if args.batch is not None:
-        return _batch(args.batch, args.out, catalog, params)
+    if args.batch is not None or args.recipe_settings:
+        return _batch(args.batch, args.out, catalog, params, recipes=args.recipe_settings)
     if not args.hardware:
         raise InputError(SRC, "--hardware", "is required (or use --batch)")
     for name, check in NUMBERS.items():  # each flag, whether or not this topology reads it
@@ -600,17 +607,29 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
     }
 
 
-def _batch(src: Path, out: Path | None, catalog: Catalog, params) -> int:  # type: ignore[no-untyped-def]
-    from dse.perf.benchmark_rows import INPUT_COLUMNS, OUTPUT_COLUMNS, predict_rows
+def _batch(src: Path | None, out: Path | None, catalog: Catalog, params, *, recipes: bool) -> int:  # type: ignore[no-untyped-def]
+    from dse.perf.benchmark_rows import (
+        ENGINE_COLUMNS,
+        INPUT_COLUMNS,
+        OUTPUT_COLUMNS,
+        WARMUP_COLUMN,
+        predict_rows,
+        with_recipe_settings,
+    )
 
+    if src is None:
+        raise InputError(SRC, "--recipe-settings", "needs --batch")
     if out is None:
-        raise InputError("dse predict", "--out", "is required with --batch")
+        raise InputError(SRC, "--out", "is required with --batch")
     header, rows = read_csv(src, "--batch")
     missing = [c for c in INPUT_COLUMNS if c not in header]
     if missing:
         raise InputError(str(src), missing[0], "is a required column")
-    result = predict_rows(rows, catalog, params, source=src.name)
-    columns = header + [c for c in OUTPUT_COLUMNS if c not in header]
+    known = with_recipe_settings(rows)
+    named = sum(1 for a, b in zip(rows, known, strict=True) if a != b)  # rows the settings would change
+    added = [c for c in (*ENGINE_COLUMNS, WARMUP_COLUMN) if c not in header] if recipes else []
+    result = predict_rows(known if recipes else rows, catalog, params, source=src.name)
+    columns = header + added + [c for c in OUTPUT_COLUMNS if c not in header]
     try:
         with atomic_path(out) as tmp, tmp.open("w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
@@ -620,4 +639,16 @@ def _batch(src: Path, out: Path | None, catalog: Catalog, params) -> int:  # typ
         raise InputError(SRC, "--out", f"cannot be written ({exc.strerror})", str(out)) from None
     failed = sum(1 for r in result if r["pred_error"])
     print(f"wrote {len(result)} rows to {out} ({failed} could not be modelled)", file=sys.stderr)
+    if recipes:
+        print(
+            f"InferenceX engine settings added to {named} rows, as dse calibrate adds them",
+            file=sys.stderr,
+        )
+    elif named:
+        print(
+            f"{named} rows are InferenceX runs whose engine settings dse knows "
+            "(dse/perf/recipe_settings.csv); --recipe-settings adds them, as dse calibrate does for its "
+            "accuracy figures",
+            file=sys.stderr,
+        )
     return 0
