@@ -245,7 +245,8 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-LONG_PAGES = {REPO / "docs" / "cli.md"}  # about 25 s: run beside the quick tests (the README with them)
+# about 25 s and 10 s: run beside the quick tests, the longer group (the README with them)
+LONG_PAGES = {REPO / "docs" / "cli.md", REPO / "docs" / "studies.md"}
 
 
 @pytest.mark.parametrize(
