@@ -5,7 +5,6 @@ The performance model is imported inside :func:`run`: building the parser must s
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import sys
@@ -13,12 +12,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dse.atomic import atomic_path
 from dse.catalog import Catalog
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign
 from dse.perf.frameworks import FRAMEWORK_ENGINE
-from dse.typed_data import Rule, check_number, non_negative, positive, read_csv
+from dse.typed_data import Rule, check_number, non_negative, positive
 
 if TYPE_CHECKING:
     from dse.perf.benchmark_rows import BenchRow
@@ -216,6 +214,7 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.cli.predict_batch import run_batch
     from dse.perf.benchmark_rows import evaluate, kernel_sources, latency_of, settings_of
     from dse.perf.expected_error import expected_error
     from dse.perf.kernel_data import problems
@@ -223,7 +222,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
 
     params = load_params()
     if args.batch is not None or args.recipe_settings:
-        return _batch(args.batch, args.out, catalog, params, recipes=args.recipe_settings)
+        return run_batch(args.batch, args.out, catalog, params, recipes=args.recipe_settings)
     if not args.hardware:
         raise InputError(SRC, "--hardware", "is required (or use --batch)")
     for name, check in NUMBERS.items():  # each flag, whether or not this topology reads it
@@ -605,50 +604,3 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
             else {}
         ),
     }
-
-
-def _batch(src: Path | None, out: Path | None, catalog: Catalog, params, *, recipes: bool) -> int:  # type: ignore[no-untyped-def]
-    from dse.perf.benchmark_rows import (
-        ENGINE_COLUMNS,
-        INPUT_COLUMNS,
-        OUTPUT_COLUMNS,
-        WARMUP_COLUMN,
-        predict_rows,
-        with_recipe_settings,
-    )
-
-    if src is None:
-        raise InputError(SRC, "--recipe-settings", "needs --batch")
-    if out is None:
-        raise InputError(SRC, "--out", "is required with --batch")
-    header, rows = read_csv(src, "--batch")
-    missing = [c for c in INPUT_COLUMNS if c not in header]
-    if missing:
-        raise InputError(str(src), missing[0], "is a required column")
-    known = with_recipe_settings(rows)
-    named = sum(1 for a, b in zip(rows, known, strict=True) if a != b)  # rows the settings would change
-    added = [c for c in (*ENGINE_COLUMNS, WARMUP_COLUMN) if c not in header] if recipes else []
-    result = predict_rows(known if recipes else rows, catalog, params, source=src.name)
-    columns = header + added + [c for c in OUTPUT_COLUMNS if c not in header]
-    try:
-        with atomic_path(out) as tmp, tmp.open("w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(result)
-    except OSError as exc:
-        raise InputError(SRC, "--out", f"cannot be written ({exc.strerror})", str(out)) from None
-    failed = sum(1 for r in result if r["pred_error"])
-    print(f"wrote {len(result)} rows to {out} ({failed} could not be modelled)", file=sys.stderr)
-    if recipes:
-        print(
-            f"InferenceX engine settings added to {named} rows, as dse calibrate adds them",
-            file=sys.stderr,
-        )
-    elif named:
-        print(
-            f"{named} rows are InferenceX runs whose engine settings dse knows "
-            "(dse/perf/recipe_settings.csv); --recipe-settings adds them, as dse calibrate does for its "
-            "accuracy figures",
-            file=sys.stderr,
-        )
-    return 0
