@@ -789,7 +789,7 @@ def test_a_batch_with_recipe_settings_predicts_the_runs_as_the_calibration_does(
 
     from dse.calibration.fit import read_measured
     from dse.catalog import load_catalog
-    from dse.perf.benchmark_rows import ENGINE_COLUMNS, latency_of, with_recipe_settings
+    from dse.perf.benchmark_rows import ENGINE_COLUMNS, WARMUP_COLUMN, latency_of, with_recipe_settings
 
     with open(MEASURED_RUNS, newline="") as fh:
         reference = list(csv.DictReader(fh))
@@ -811,11 +811,16 @@ def test_a_batch_with_recipe_settings_predicts_the_runs_as_the_calibration_does(
         with open(out, newline="") as fh:
             return proc, list(csv.DictReader(fh))
 
+    warmups = sum(merged[i].get(WARMUP_COLUMN) != reference[i].get(WARMUP_COLUMN) for i in keep)
+    what = (
+        "the engine settings of the InferenceX runs they name to 3 rows (dse/perf/recipe_settings.csv) "
+        f"and benchmark_warmup 'none' to {warmups} row{'' if warmups == 1 else 's'}"
+    )
     as_is, rows = batch()
-    assert "3 rows are InferenceX runs whose engine settings dse knows" in as_is.err
+    assert f"--recipe-settings would add {what}" in as_is.err
     assert ENGINE_COLUMNS[0] not in rows[0]
     flagged, with_settings = batch("--recipe-settings")
-    assert "InferenceX engine settings added to 3 rows" in flagged.err
+    assert f"added {what}" in flagged.err
     for got, i in zip(with_settings, keep, strict=True):
         assert got[ENGINE_COLUMNS[0]] == merged[i].get(ENGINE_COLUMNS[0], "")
     assert with_settings[-1] == {**rows[-1], **{c: "" for c in with_settings[-1] if c not in rows[-1]}}

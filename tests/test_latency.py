@@ -496,13 +496,16 @@ def test_the_offset_scores_are_numpys_medians_over_every_pair_to_the_bit() -> No
     from dse.calibration.latency import OFFSET_GRID, offset_scores
 
     rng = np.random.default_rng(5)
-    for case in range(30):
+    for case in range(31):
         rows = int(rng.integers(1, 40))
         sim = rng.uniform(0.01, 3.0, (rows, 4))
         meas = sim * rng.uniform(0.5, 2.5, (rows, 4))
         if case % 2:
             sim, meas = np.round(sim, 2), np.round(meas, 1) + 0.1
         sim[rng.random((rows, 4)) < 0.1] = np.nan
+        sim[rng.random(rows) < 0.1, 0] = np.inf  # a replay whose request never got its first token
+        if case == 30:
+            sim[:, 1] = np.nan  # no run with a p99: that half of every score is nan, as numpy's
         disagg = rng.random(rows) < (0.0, 1.0, 0.5)[case % 3]
         hands = OFFSET_GRID if disagg.any() else OFFSET_GRID[:1]
         want = np.zeros((len(OFFSET_GRID), len(hands)))

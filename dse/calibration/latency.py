@@ -73,7 +73,7 @@ def measured_latency(data: Sequence[Measured]) -> np.ndarray:
                 v = float(m.raw.get(col) or "nan") * unit
             except ValueError:
                 v = float("nan")
-            out[i, j] = v if v > 0 else np.nan
+            out[i, j] = v if v > 0 and np.isfinite(v) else np.nan  # "inf" in a CSV is no measurement
     return out
 
 
@@ -181,6 +181,7 @@ def offset_scores(sim: np.ndarray, meas: np.ndarray, disagg: np.ndarray) -> tupl
     aggregated runs' errors depend on the front end alone and the disaggregated ones' on the sum
     of both, so each is sorted once per value, and each pair's median is the middle of two sorted
     rows (:func:`_kth`). A tenth of the time; the latency fit runs this 54 times per fold."""
+    disagg = np.asarray(disagg, dtype=bool)
     hands = OFFSET_GRID if disagg.any() else OFFSET_GRID[:1]
     score = np.zeros((len(OFFSET_GRID), len(hands)))
     off = OFFSET_GRID[:, None] + hands[None, :]  # what a disaggregated run adds, the same float as before

@@ -39,7 +39,9 @@ def run_batch(
     if missing:
         raise InputError(str(src), missing[0], "is a required column")
     known = with_recipe_settings(rows)
-    named = sum(1 for a, b in zip(rows, known, strict=True) if a != b)  # rows the settings would change
+    pairs = list(zip(rows, known, strict=True))
+    engine = sum(1 for a, b in pairs if any(b.get(c) != a.get(c) for c in ENGINE_COLUMNS))
+    warmup = sum(1 for a, b in pairs if b.get(WARMUP_COLUMN) != a.get(WARMUP_COLUMN))
     added = [c for c in (*ENGINE_COLUMNS, WARMUP_COLUMN) if c not in header] if recipes else []
     result = predict_rows(known if recipes else rows, catalog, params, source=src.name)
     columns = header + added + [c for c in OUTPUT_COLUMNS if c not in header]
@@ -52,16 +54,17 @@ def run_batch(
         raise InputError(SRC, "--out", f"cannot be written ({exc.strerror})", str(out)) from None
     failed = sum(1 for r in result if r["pred_error"])
     print(f"wrote {len(result)} rows to {out} ({failed} could not be modelled)", file=sys.stderr)
+    what = (
+        f"the engine settings of the InferenceX runs they name to {_rows(engine)} "
+        f"(dse/perf/recipe_settings.csv) and benchmark_warmup 'none' to {_rows(warmup)} (single-node runs "
+        "dated before InferenceX's harness sent a warm-up)"
+    )
     if recipes:
-        print(
-            f"InferenceX engine settings added to {named} rows, as dse calibrate adds them",
-            file=sys.stderr,
-        )
-    elif named:
-        print(
-            f"{named} rows are InferenceX runs whose engine settings dse knows "
-            "(dse/perf/recipe_settings.csv); --recipe-settings adds them, as dse calibrate does for its "
-            "accuracy figures",
-            file=sys.stderr,
-        )
+        print(f"added {what}, as dse calibrate does", file=sys.stderr)
+    elif engine or warmup:
+        print(f"--recipe-settings would add {what}, as dse calibrate does for its accuracy", file=sys.stderr)
     return 0
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"

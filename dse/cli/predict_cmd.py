@@ -47,8 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--recipe-settings",
         action="store_true",
         help="with --batch: add the engine settings of the InferenceX runs the rows name (every input "
-        "column and the date equal; dse/perf/recipe_settings.csv) where a row has none, as dse "
-        "calibrate does, and write them beside the predictions",
+        "column and the date equal; dse/perf/recipe_settings.csv) where a row has none, and no warm-up "
+        "to single-node rows dated before InferenceX's harness sent one, as dse calibrate does; "
+        "written beside the predictions",
     )
     p.add_argument("--model", default="deepseek-v3", help="model id or alias (dse catalog list models)")
     p.add_argument("--hardware", help="hardware id or alias (b200, gb200, h100, mi355x, ...)")
