@@ -141,7 +141,7 @@ CALIBRATION_TEST = "test_calibration_is_reproducible"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The calibration's test runs last: its `dse calibrate` (about 115 s of CPU, its folds in
+    """The calibration's test runs last: its `dse calibrate` (about 90 s of CPU, its folds in
     processes of their own) runs meanwhile, beside the other tests (``calibration`` below)."""
     items.sort(key=lambda item: item.originalname == CALIBRATION_TEST)  # stable: the rest keep their order
 

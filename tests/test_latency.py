@@ -273,6 +273,25 @@ def _trace(arrivals: list[float], isl: float, osl: float) -> Load:
     return Load("trace", trace=Trace(np.array(arrivals), np.full(n, isl), np.full(n, osl)))
 
 
+def test_every_request_leaves_at_the_step_its_output_ends_whatever_the_others_do() -> None:
+    """Decode instances whose every step takes 10 ms, hundreds of requests running at once with
+    long-tailed outputs, arriving and leaving at every step: each request's time from its first
+    token to its last is its steps x 10 ms exactly, neither earlier nor later (the running requests
+    are a heap by the step they finish at; a mis-ordered heap lets some run on). And a closed loop
+    on the same instances: every client's requests, one after another, all served."""
+    tables = _engine(False, n_decode=2, step_s=0.01, prefill_s=1e-4)
+    open_loop = simulate_latency(
+        tables, Load("poisson", rate=400.0), Lengths(10, 100, tail_sigma=1.0), requests=4000, seed=4
+    )
+    steps = np.round((open_loop.e2el_s - open_loop.ttft_s) / 0.01)
+    assert open_loop.output_tokens.max() > 1000 and open_loop.output_tokens.min() < 20  # a long tail
+    np.testing.assert_allclose(steps, open_loop.output_tokens - 1, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(open_loop.tpot_s[open_loop.output_tokens > 1], 0.01, rtol=1e-9)
+    closed = simulate_latency(tables, Load("closed", concurrency=300), Lengths(10, 100), requests=3000)
+    assert np.isfinite(closed.e2el_s).all() and closed.preempted == 0
+    np.testing.assert_allclose(closed.tpot_s[closed.output_tokens > 1], 0.01, rtol=1e-9)
+
+
 def test_an_idle_instance_takes_the_next_request() -> None:
     """Two prefill instances (or two aggregated ones): a request arriving while the first is busy
     goes to the idle one, not behind the forward in progress."""

@@ -51,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--no-cross-validation",
         action="store_true",
-        help="skip the leave-one-hardware-out refits (about 60 s of a two-core machine); the file "
+        help="skip the leave-one-hardware-out refits (about 45 s of a two-core machine); the file "
         "then carries the in-sample error only",
     )
 

@@ -66,8 +66,8 @@ INF = np.inf
 # arrays rather than forty (each array argument costs a reference count in and out).
 # per request, float
 ISL, OSL, READY, PF_REM, BASE, RESV, ARRIVE, FIRST, DONE = range(9)
-# per request, int
-LEFT, FIN, ADM, NXT = range(4)
+# per request, int (HPOS: its place in its instance's heap of running requests)
+LEFT, FIN, ADM, NXT, HPOS = range(5)
 # per instance, float (decode or engine instances 0..D-1, prefill instances D..D+P-1)
 QUEUED, BUSY, T0, C0, GR, CTX, RES, RATIO, FWD = range(9)
 # per instance, int
@@ -139,7 +139,7 @@ def simulate(
     M = D + P
     cap = max(1, min(run_cap, N))
     rf = np.zeros((N, 9))
-    ri = np.zeros((N, 4), np.int64)
+    ri = np.zeros((N, 5), np.int64)
     for i in range(N):
         rf[i, ISL] = isl[i]
         rf[i, OSL] = osl[i]
@@ -160,7 +160,7 @@ def simulate(
         mi[m, TAIL] = -1
         mi[m, CHUNKED] = -1
         mi[m, MINFIN] = NEVER  # the step count at which the first running request finishes
-    run = np.full((D, cap), -1, np.int64)
+    run = np.full((D, cap), -1, np.int64)  # each instance's running requests: a heap by FIN
     batch = np.full((M, N if N < 4096 else 4096), -1, np.int64)  # requests of a prefill batch
     dec = np.empty((3, len(dec_n)))
     dec[0], dec[1], dec[2] = dec_n, dec_a, dec_b
@@ -452,10 +452,11 @@ def _join(j, i, now, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
         rf[i, DONE] = now
         mf[j, RES] -= rf[i, RESV]
         return 1
-    run[j, mi[j, NRUN]] = i
-    mi[j, NRUN] += 1
     ri[i, ADM] = mi[j, SIGMA]
     ri[i, FIN] = mi[j, SIGMA] + ri[i, LEFT]
+    run[j, mi[j, NRUN]] = i
+    mi[j, NRUN] += 1
+    _sift_up(j, mi[j, NRUN] - 1, ri, run)
     mi[j, MINFIN] = min(mi[j, MINFIN], ri[i, FIN])
     mf[j, CTX] += rf[i, BASE]
     return 0
@@ -463,30 +464,75 @@ def _join(j, i, now, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _retire(j, now, accept, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
-    """Requests of ``j`` that have all their tokens leave; how many."""
+    """Requests of ``j`` that have all their tokens leave; how many. The running requests are a
+    heap by the step count they finish at, so those finishing now come off its top, each in
+    ``log n`` (a scan of all of them, as before, made a 10,000-client closed loop quadratic)."""
     sigma = mi[j, SIGMA]
     if mi[j, MINFIN] > sigma:  # nobody is done yet
         return 0
-    b = 0
     out = 0
-    first = NEVER
-    while b < mi[j, NRUN]:
-        i = run[j, b]
-        if ri[i, FIN] <= sigma:
-            rf[i, DONE] = now
-            mf[j, CTX] -= rf[i, BASE] + (sigma - ri[i, ADM]) * accept
-            mf[j, RES] -= rf[i, RESV]
-            mi[j, NRUN] -= 1
-            run[j, b] = run[j, mi[j, NRUN]]
-            run[j, mi[j, NRUN]] = -1
-            out += 1
-        else:
-            first = min(first, ri[i, FIN])
-            b += 1
-    mi[j, MINFIN] = first
+    while mi[j, NRUN] > 0 and ri[run[j, 0], FIN] <= sigma:
+        i = run[j, 0]
+        rf[i, DONE] = now
+        mf[j, CTX] -= rf[i, BASE] + (sigma - ri[i, ADM]) * accept
+        mf[j, RES] -= rf[i, RESV]
+        _remove_at(j, 0, mi, ri, run)
+        out += 1
+    mi[j, MINFIN] = ri[run[j, 0], FIN] if mi[j, NRUN] > 0 else NEVER
     if mi[j, NRUN] == 0:
         mf[j, CTX] = 0.0
     return out
+
+
+@njit(cache=True)
+def _sift_up(j, b, ri, run):  # type: ignore[no-untyped-def]
+    """The request at place ``b`` of ``j``'s heap moved up to where its FIN belongs."""
+    i = run[j, b]
+    fin = ri[i, FIN]
+    while b > 0:
+        up = (b - 1) >> 1
+        q = run[j, up]
+        if ri[q, FIN] <= fin:
+            break
+        run[j, b] = q
+        ri[q, HPOS] = b
+        b = up
+    run[j, b] = i
+    ri[i, HPOS] = b
+
+
+@njit(cache=True)
+def _sift_down(j, b, n, ri, run):  # type: ignore[no-untyped-def]
+    """The request at place ``b`` of ``j``'s heap of ``n`` moved down to where its FIN belongs."""
+    i = run[j, b]
+    fin = ri[i, FIN]
+    while True:
+        c = 2 * b + 1
+        if c >= n:
+            break
+        if c + 1 < n and ri[run[j, c + 1], FIN] < ri[run[j, c], FIN]:
+            c += 1
+        q = run[j, c]
+        if ri[q, FIN] >= fin:
+            break
+        run[j, b] = q
+        ri[q, HPOS] = b
+        b = c
+    run[j, b] = i
+    ri[i, HPOS] = b
+
+
+@njit(cache=True)
+def _remove_at(j, b, mi, ri, run):  # type: ignore[no-untyped-def]
+    """Take the request at place ``b`` out of ``j``'s heap of running requests."""
+    n = mi[j, NRUN] - 1
+    mi[j, NRUN] = n
+    last = run[j, n]
+    run[j, n] = -1
+    if b < n:
+        run[j, b] = last
+        _sift_up(j, b, ri, run)
+        _sift_down(j, ri[last, HPOS], n, ri, run)
 
 
 @njit(cache=True)
@@ -507,16 +553,11 @@ def _preempt(j, now, accept, rf, ri, mf, mi, run):  # type: ignore[no-untyped-de
     rf[i, OSL] = ri[i, LEFT] * accept  # what is left of its output: all a readmission reserves for
     rf[i, BASE] = held
     rf[i, PF_REM] = held
-    mi[j, NRUN] -= 1
-    run[j, b_new] = run[j, mi[j, NRUN]]
-    run[j, mi[j, NRUN]] = -1
+    _remove_at(j, b_new, mi, ri, run)
     rf[i, READY] = now
     _push_front(j, i, mi, ri)
     mf[j, QUEUED] += 1.0
-    first = NEVER
-    for b in range(mi[j, NRUN]):
-        first = min(first, ri[run[j, b], FIN])
-    mi[j, MINFIN] = first
+    mi[j, MINFIN] = ri[run[j, 0], FIN] if mi[j, NRUN] > 0 else NEVER
 
 
 @njit(cache=True)
