@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from pyomo.contrib.solver.solvers.highs import Highs
 from test_direct_solve import realistic
-from test_placement_milp import _two_hardware, instance
+from test_placement_milp import eight_dollars_reported_as_four, instance
 
 from dse.placement import Topology
 from formulations import placement
 from formulations.direct import Columns, columns_of
 from formulations.placement_check import check, cost_usd_hour
-from formulations.placement_data import Objective, PlacementData, Role
+from formulations.placement_data import Objective, PlacementData
 from formulations.root_start import Start, _cost_bounds, root_start
 from formulations.solve import PlacementSolver, SolveOptions, Termination, _answer, _from_columns
 
@@ -146,13 +146,7 @@ def test_the_objective_is_the_solutions_cost_whatever_highs_reports() -> None:
     its presolved model ($4) for a design that costs $8 (the solver no longer hands it one; this
     hands it on purpose). The solver's reading of the run takes the solution's own cost, and the
     bound moves with it."""
-    data = _two_hardware(
-        usd_per_gpu_hour=np.array([1.0, 1.0]),
-        unit_hw=np.array([1, 0, 0, 1]),
-        unit_role=np.array([Role.PREFILL, Role.PREFILL, Role.DECODE, Role.PREFILL]),
-        prefill_share=np.array([1.0, 0.375, 0.0, 1.0]),
-        fresh_s=np.array([0.5, 0.5, np.inf, 0.5]),
-    )
+    data = eight_dollars_reported_as_four()
     lp, cols = arrays(data)
     h = highs()
     start = root_start(h, lp, cols, data)
