@@ -292,6 +292,35 @@ def test_every_request_leaves_at_the_step_its_output_ends_whatever_the_others_do
     np.testing.assert_allclose(closed.tpot_s[closed.output_tokens > 1], 0.01, rtol=1e-9)
 
 
+def test_the_heap_of_running_requests_gives_them_back_by_the_step_they_finish_at() -> None:
+    """The engine kernel's heap on its own: requests pushed as a join pushes them, some taken out
+    from the middle as a preemption takes them, the rest come off the top in the order of the step
+    they finish at, whatever the order they came in."""
+    from dse.perf.engine_kernel import FIN, NRUN, _remove_at, _sift_up
+
+    rng = np.random.default_rng(6)
+    for _ in range(20):
+        n = int(rng.integers(1, 200))
+        ri = np.zeros((n, 4), np.int64)
+        ri[:, FIN] = rng.integers(0, 50, n)  # ties too
+        run, mi = np.full((1, n), -1, np.int64), np.zeros((1, 12), np.int64)
+        for i in rng.permutation(n):
+            run[0, mi[0, NRUN]] = i
+            mi[0, NRUN] += 1
+            _sift_up(0, mi[0, NRUN] - 1, ri, run)
+        gone = set()
+        for _ in range(n // 3):  # preempted: from anywhere in the heap
+            b = int(rng.integers(0, mi[0, NRUN]))
+            gone.add(int(run[0, b]))
+            _remove_at(0, b, mi, ri, run)
+        order = []
+        while mi[0, NRUN] > 0:
+            order.append(int(run[0, 0]))
+            _remove_at(0, 0, mi, ri, run)
+        assert sorted(order) == sorted(set(range(n)) - gone)
+        assert list(ri[order, FIN]) == sorted(ri[order, FIN])
+
+
 def test_an_idle_instance_takes_the_next_request() -> None:
     """Two prefill instances (or two aggregated ones): a request arriving while the first is busy
     goes to the idle one, not behind the forward in progress."""

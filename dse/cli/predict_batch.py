@@ -28,8 +28,8 @@ def run_batch(
     src: Path | None, out: Path | None, catalog: Catalog, params: PerfParams, *, recipes: bool
 ) -> int:
     """Predict every row of ``src`` into ``out`` (the input columns, with ``recipes`` the engine
-    settings added, then the predictions); one line on standard error says how many rows could not
-    be modelled, and how many are InferenceX runs with known settings."""
+    settings added, then the predictions); on standard error, how many rows could not be modelled
+    and what ``recipes`` adds (or would add)."""
     if src is None:
         raise InputError(SRC, "--recipe-settings", "needs --batch")
     if out is None:

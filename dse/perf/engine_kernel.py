@@ -66,8 +66,8 @@ INF = np.inf
 # arrays rather than forty (each array argument costs a reference count in and out).
 # per request, float
 ISL, OSL, READY, PF_REM, BASE, RESV, ARRIVE, FIRST, DONE = range(9)
-# per request, int (HPOS: its place in its instance's heap of running requests)
-LEFT, FIN, ADM, NXT, HPOS = range(5)
+# per request, int
+LEFT, FIN, ADM, NXT = range(4)
 # per instance, float (decode or engine instances 0..D-1, prefill instances D..D+P-1)
 QUEUED, BUSY, T0, C0, GR, CTX, RES, RATIO, FWD = range(9)
 # per instance, int
@@ -139,7 +139,7 @@ def simulate(
     M = D + P
     cap = max(1, min(run_cap, N))
     rf = np.zeros((N, 9))
-    ri = np.zeros((N, 5), np.int64)
+    ri = np.zeros((N, 4), np.int64)
     for i in range(N):
         rf[i, ISL] = isl[i]
         rf[i, OSL] = osl[i]
@@ -495,10 +495,8 @@ def _sift_up(j, b, ri, run):  # type: ignore[no-untyped-def]
         if ri[q, FIN] <= fin:
             break
         run[j, b] = q
-        ri[q, HPOS] = b
         b = up
     run[j, b] = i
-    ri[i, HPOS] = b
 
 
 @njit(cache=True)
@@ -516,10 +514,8 @@ def _sift_down(j, b, n, ri, run):  # type: ignore[no-untyped-def]
         if ri[q, FIN] >= fin:
             break
         run[j, b] = q
-        ri[q, HPOS] = b
         b = c
     run[j, b] = i
-    ri[i, HPOS] = b
 
 
 @njit(cache=True)
@@ -529,10 +525,12 @@ def _remove_at(j, b, mi, ri, run):  # type: ignore[no-untyped-def]
     mi[j, NRUN] = n
     last = run[j, n]
     run[j, n] = -1
-    if b < n:
+    if b < n:  # the last one takes its place, and moves up or down from there
         run[j, b] = last
-        _sift_up(j, b, ri, run)
-        _sift_down(j, ri[last, HPOS], n, ri, run)
+        if b > 0 and ri[last, FIN] < ri[run[j, (b - 1) >> 1], FIN]:
+            _sift_up(j, b, ri, run)
+        else:
+            _sift_down(j, b, n, ri, run)
 
 
 @njit(cache=True)
