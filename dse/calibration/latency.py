@@ -180,13 +180,15 @@ def offset_scores(sim: np.ndarray, meas: np.ndarray, disagg: np.ndarray) -> tupl
     Bit for bit ``np.median`` over every pair at once, without its ``pairs x runs`` array: the
     aggregated runs' errors depend on the front end alone and the disaggregated ones' on the sum
     of both, so each is sorted once per value, and each pair's median is the middle of two sorted
-    rows (:func:`_kth`). A tenth of the time; the latency fit runs this 54 times per fold."""
+    rows (:func:`_kth`): 6-7 ms a call on the measured runs against 0.21-0.24 s
+    (``benchmarks/latency_speed.py``); the latency fit runs this 54 times per fold."""
     disagg = np.asarray(disagg, dtype=bool)
     hands = OFFSET_GRID if disagg.any() else OFFSET_GRID[:1]
     score = np.zeros((len(OFFSET_GRID), len(hands)))
     off = OFFSET_GRID[:, None] + hands[None, :]  # what a disaggregated run adds, the same float as before
     sums, which = np.unique(off, return_inverse=True)
     fronts = np.broadcast_to(np.arange(len(OFFSET_GRID))[:, None], off.shape).ravel()
+    which = which.ravel()  # numpy 2 gives the inverse the shape of ``off``
     for k in range(2):  # TTFT p50, p99: each over the runs with both values
         ok = ~np.isnan(sim[:, k]) & ~np.isnan(meas[:, k])
         d, s, m = disagg[ok], sim[ok, k], meas[ok, k]
@@ -196,9 +198,9 @@ def offset_scores(sim: np.ndarray, meas: np.ndarray, disagg: np.ndarray) -> tupl
         if n == 0:
             score += np.nan  # what np.median of no value gives
             continue
-        mid = _kth(agg, dis, fronts, which.ravel(), n // 2 + 1)
+        mid = _kth(agg, dis, fronts, which, n // 2 + 1)
         if n % 2 == 0:  # numpy's median of an even count: the mean of the two middle values
-            mid = (_kth(agg, dis, fronts, which.ravel(), n // 2) + mid) / 2.0
+            mid = (_kth(agg, dis, fronts, which, n // 2) + mid) / 2.0
         score += mid.reshape(off.shape) / 2.0
     return score, hands
 
