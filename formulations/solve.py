@@ -13,6 +13,7 @@ data alone returns. Elastic solves and duals go through pyomo's solver. Callers 
 from __future__ import annotations
 
 import enum
+import math
 import signal
 import threading
 import time
@@ -73,6 +74,9 @@ _TERMINATION = {
 }
 _SOLUTION = {PyoSolution.optimal: SolutionStatus.OPTIMAL, PyoSolution.feasible: SolutionStatus.FEASIBLE}
 _START_TOL = 1e-9  # relative: HiGHS's design is kept unless the rounded start's is cheaper by more
+_CUTOFF = 1e-6  # relative: HiGHS's MIP looks only for designs at most this much dearer than the start's
+# what HiGHS says when its cutoff leaves no design to find
+_CUT_OFF = (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kObjectiveBound)
 _HIGHS_TERMINATION = {  # the same reading of HiGHS's status as pyomo's (its highs.py _postsolve)
     highspy.HighsModelStatus.kOptimal: Termination.OPTIMAL,
     highspy.HighsModelStatus.kTimeLimit: Termination.TIME_LIMIT,
@@ -120,6 +124,7 @@ class SolveOptions:
     polish: bool = True  # re-solve the continuous part exactly with the counts fixed
     direct: bool = True  # read a structure seen before straight from its parameters (False: pyomo's sync)
     root_start: bool = True  # bound the counts by the rounded LP relaxation (formulations/root_start.py)
+    cutoff: bool = True  # and hand HiGHS the rounded design's objective as its MIP cutoff (run_highs)
 
     def highs_options(self) -> dict[str, bool | float | int]:
         """HiGHS's options for one solve, whichever path hands it the model."""
@@ -148,6 +153,10 @@ class SolveOptions:
             "mip_heuristic_run_root_reduced_cost": False,
             "mip_allow_cut_separation_at_nodes": False,
             "mip_pscost_minreliable": 0,
+            # Presolve at the root only, not again at each node: the presolved MILP is a few rows
+            # and columns, and a node's presolve costs more than it removes (with the root start's
+            # cutoff, study-sized re-solves take a fifth less, the same optima: docs/benchmarks.md).
+            "mip_root_presolve_only": True,
             **({"time_limit": self.time_limit_s} if self.time_limit_s is not None else {}),
             **({"mip_max_nodes": self.node_limit} if self.node_limit is not None else {}),
         }
@@ -276,7 +285,7 @@ class PlacementSolver:
         h, cols = b.highs, b.columns
         assert cols is not None
         with _ctrl_c_after():
-            first = run_highs(h, lp, cols, data, start=self.options.root_start)
+            first = run_highs(h, lp, cols, data, start=self.options.root_start, cutoff=self.options.cutoff)
         solve_s = time.perf_counter() - t0
         term, status, obj, bound, values = _answer(h, lp, first)
         sol = _from_columns(values, cols, data) if values is not None else None
@@ -354,25 +363,48 @@ def _objective_of(lp: highspy.HighsLp, values: np.ndarray) -> float:
 
 
 def run_highs(
-    h: highspy.Highs, lp: highspy.HighsLp, cols: Columns, data: PlacementData, *, start: bool = True
+    h: highspy.Highs,
+    lp: highspy.HighsLp,
+    cols: Columns,
+    data: PlacementData,
+    *,
+    start: bool = True,
+    cutoff: bool = True,
 ) -> Start | None:
     """Solve ``lp`` in ``h``: a MILP with its counts bounded by its root start
-    (:mod:`formulations.root_start`) unless ``start`` is False, an LP as it is.
+    (:mod:`formulations.root_start`) unless ``start`` is False, and cut off at the start's
+    objective unless ``cutoff`` is False; an LP as it is.
 
     The rounded design itself is not handed to HiGHS as a first incumbent. HiGHS 1.16 values a
     user's start in its presolved model without the objective offset presolve took out, and then
     prunes with that value: on one instance the start cost $20, HiGHS took it for $8 and proved it
     "optimal" against a $16 design its bounds kept
     (``tests/test_placement_milp.py::test_a_start_design_is_not_taken_for_cheaper_than_it_is``).
-    The bounds alone keep nearly all of the start's gain (``benchmarks/milp_speed.py``); when
-    HiGHS stops at a limit with nothing as good as the rounded design, that design is the answer
-    (:func:`_answer`). Returns the start, if any."""
+    Its objective is handed over instead, a hair above, as the MIP's cutoff (HiGHS's
+    ``objective_bound``): HiGHS prunes every node that cannot beat it, as an incumbent of that cost
+    would let it. A cutoff can only lose designs dearer than itself, so if HiGHS proves that no
+    design lies below it (which the rounded design, below it, rules out unless HiGHS values the
+    cutoff otherwise, as it does a start), the MILP runs again without one. When HiGHS stops at a
+    limit with nothing as good as the rounded design, that design is the answer (:func:`_answer`).
+    Returns the start, if any."""
     first = root_start(h, lp, cols, data) if start else None
     if first is not None:
         lp.col_upper_ = first.upper
     h.passModel(lp)
-    h.run()
+    bound = cutoff_of(first) if first is not None and cutoff else math.inf
+    h.setOptionValue("objective_bound", bound)
+    try:
+        h.run()
+    finally:  # the next run in this instance (a polish LP, another trial's relaxation) has none
+        h.setOptionValue("objective_bound", math.inf)
+    if bound < math.inf and h.getModelStatus() in _CUT_OFF:
+        h.run()
     return first
+
+
+def cutoff_of(first: Start) -> float:
+    """The objective above which HiGHS need not look, given the root start's rounded design."""
+    return first.objective + _CUTOFF * max(1.0, abs(first.objective))
 
 
 @dataclass(frozen=True)

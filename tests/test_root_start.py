@@ -13,7 +13,7 @@ from test_direct_solve import realistic
 from test_placement_milp import eight_dollars_reported_as_four, instance
 
 from dse.placement import Topology
-from formulations import placement
+from formulations import placement, solve
 from formulations.direct import Columns, columns_of
 from formulations.placement_check import check, cost_usd_hour
 from formulations.placement_data import Objective, PlacementData
@@ -139,6 +139,25 @@ def test_at_a_node_limit_the_answer_is_never_dearer_than_the_rounded_start(topol
     assert limited.bound <= limited.objective and np.isfinite(limited.gap)
     full = PlacementSolver().solve(data)
     assert full.objective <= limited.objective * (1 + 1e-9)
+
+
+def test_a_cutoff_that_leaves_nothing_to_find_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HiGHS's MIP is cut off at the rounded design's objective (formulations.solve.run_highs).
+    Were HiGHS to find nothing below its cutoff (a cutoff it valued lower than meant, as it values
+    a start: here set at half the rounded design's cost), the MILP runs again without one and
+    reaches the optimum, where the rounded design, far dearer, would otherwise be the answer."""
+    data = realistic(5, Topology.AGGREGATED)
+    start, _ = started(data)
+    assert start is not None
+    optimum = PlacementSolver(SolveOptions(cutoff=False)).solve(data)
+    assert optimum.termination is Termination.OPTIMAL
+    assert optimum.objective < start.objective * (1 - 1e-3)
+    assert PlacementSolver().solve(data).objective == pytest.approx(optimum.objective, rel=1e-4)
+    monkeypatch.setattr(solve, "_CUTOFF", -0.5)
+    assert solve.cutoff_of(start) < optimum.objective
+    cut = PlacementSolver().solve(data)
+    assert cut.termination is Termination.OPTIMAL
+    assert cut.objective == pytest.approx(optimum.objective, rel=1e-4)
 
 
 def test_the_objective_is_the_solutions_cost_whatever_highs_reports() -> None:
