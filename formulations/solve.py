@@ -392,13 +392,19 @@ def run_highs(
         lp.col_upper_ = first.upper
     h.passModel(lp)
     bound = cutoff_of(first) if first is not None and cutoff else math.inf
-    h.setOptionValue("objective_bound", bound)
+    t0 = time.perf_counter()
     try:
+        h.setOptionValue("objective_bound", bound)
         h.run()
     finally:  # the next run in this instance (a polish LP, another trial's relaxation) has none
         h.setOptionValue("objective_bound", math.inf)
     if bound < math.inf and h.getModelStatus() in _CUT_OFF:
-        h.run()
+        limit = float(h.getOptionValue("time_limit")[1])  # highspy answers (status, value)
+        try:  # within what is left of the time limit
+            h.setOptionValue("time_limit", max(limit - (time.perf_counter() - t0), 0.0))
+            h.run()
+        finally:
+            h.setOptionValue("time_limit", limit)
     return first
 
 

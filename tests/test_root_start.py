@@ -18,7 +18,7 @@ from formulations.direct import Columns, columns_of
 from formulations.placement_check import check, cost_usd_hour
 from formulations.placement_data import Objective, PlacementData
 from formulations.root_start import Start, _cost_bounds, root_start
-from formulations.solve import PlacementSolver, SolveOptions, Termination, _answer, _from_columns
+from formulations.solve import PlacementSolver, SolveOptions, Termination, _answer, _from_columns, run_highs
 
 
 def arrays(data: PlacementData) -> tuple[highspy.HighsLp, Columns]:
@@ -155,9 +155,26 @@ def test_a_cutoff_that_leaves_nothing_to_find_is_dropped(monkeypatch: pytest.Mon
     assert PlacementSolver().solve(data).objective == pytest.approx(optimum.objective, rel=1e-4)
     monkeypatch.setattr(solve, "_CUTOFF", -0.5)
     assert solve.cutoff_of(start) < optimum.objective
-    cut = PlacementSolver().solve(data)
+    solver = PlacementSolver(SolveOptions(time_limit_s=30.0))
+    cut = solver.solve(data)
     assert cut.termination is Termination.OPTIMAL
     assert cut.objective == pytest.approx(optimum.objective, rel=1e-4)
+    # the instance is left as it was: no cutoff for its next run, its own time limit
+    h = next(iter(solver._built.values())).highs
+    assert h is not None
+    assert h.getOptionValue("objective_bound")[1] == np.inf
+    assert h.getOptionValue("time_limit")[1] == 30.0
+
+
+def test_no_cutoff_outlives_the_milp_it_was_set_for() -> None:
+    """The cutoff is HiGHS's ``objective_bound``, an option of the instance, which its dual simplex
+    also stops at: the LP relaxation that starts the next trial and the polish LP must not see it."""
+    data = realistic(5, Topology.AGGREGATED)
+    lp, cols = arrays(data)
+    h = highs()
+    assert run_highs(h, lp, cols, data) is not None  # cut off at the start's objective
+    assert h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    assert h.getOptionValue("objective_bound")[1] == np.inf
 
 
 def test_the_objective_is_the_solutions_cost_whatever_highs_reports() -> None:
