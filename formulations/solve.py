@@ -76,7 +76,7 @@ _SOLUTION = {PyoSolution.optimal: SolutionStatus.OPTIMAL, PyoSolution.feasible: 
 _START_TOL = 1e-9  # relative: HiGHS's design is kept unless the rounded start's is cheaper by more
 _CUTOFF = 1e-6  # relative: HiGHS's MIP looks only for designs at most this much dearer than the start's
 # what HiGHS says when its cutoff leaves no design to find
-_CUT_OFF = (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kObjectiveBound)
+_NOTHING_BELOW_CUTOFF = (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kObjectiveBound)
 _HIGHS_TERMINATION = {  # the same reading of HiGHS's status as pyomo's (its highs.py _postsolve)
     highspy.HighsModelStatus.kOptimal: Termination.OPTIMAL,
     highspy.HighsModelStatus.kTimeLimit: Termination.TIME_LIMIT,
@@ -398,7 +398,7 @@ def run_highs(
         h.run()
     finally:  # the next run in this instance (a polish LP, another trial's relaxation) has none
         h.setOptionValue("objective_bound", math.inf)
-    if bound < math.inf and h.getModelStatus() in _CUT_OFF:
+    if bound < math.inf and h.getModelStatus() in _NOTHING_BELOW_CUTOFF:
         limit = float(h.getOptionValue("time_limit")[1])  # highspy answers (status, value)
         try:  # within what is left of the time limit
             h.setOptionValue("time_limit", max(limit - (time.perf_counter() - t0), 0.0))
