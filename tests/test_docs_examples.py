@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from dse.cli.main import main
@@ -324,3 +325,24 @@ def test_make_run_prints_what_the_readme_shows(workdir: Path) -> None:
     text = README.read_text()
     for f in ("report.md", "pareto.png", "stage_breakdown.png", "hbm_residency.png", "sim_trajectory.png"):
         assert f in text, f"the README does not name {f}"
+    trials = folder / "exports" / "trials" / f"study={name}" / "part-0.parquet"
+    assert_readme_prose_matches(text, both, trials)
+
+
+def assert_readme_prose_matches(readme: str, printed: str, trials_file: Path) -> None:
+    """The README's reading of the headline run ("**Here**") names figures the console block does
+    not show: the warm start's GPUs and cost (from the trials export), and the other trials of the
+    cheapest design with their TTFT range (from the printed table). Each must be the run's."""
+    here = " ".join(readme.split("**Here**", 1)[1].split("\n\n", 1)[0].split())
+    warm = re.search(r"warm start's design \(trial 0\), \w+ on (\d+) GPUs, costs \$(\d+\.\d+)", here)
+    others = re.search(r"\(trials ([\d, and]+):", here)
+    span = re.search(r"\((\d+\.\d+)-(\d+\.\d+) s at p90\)", here)
+    assert warm and others and span, f"the README's **Here** no longer reads as this test expects: {here}"
+    first = pl.read_parquet(trials_file).filter(pl.col("trial") == 0).row(0, named=True)
+    assert (int(warm[1]), warm[2]) == (int(first["gpus"]), f"{first['usd_per_million_tokens']:.4f}"), warm[0]
+    table = [line.split() for line in printed.splitlines() if re.match(r"\s*\d+\s+\d+\s+\w", line)]
+    rows = {int(cells[0]): cells for cells in table}
+    named = [int(t) for t in re.findall(r"\d+", others[1])]
+    assert all(t in rows for t in named), f"the README names trials {named}; the table shows {sorted(rows)}"
+    ttft = [float(rows[t][9]) for t in named]
+    assert (span[1], span[2]) == (f"{min(ttft):.2f}", f"{max(ttft):.2f}"), (span[0], ttft)
