@@ -30,6 +30,7 @@ BENCHES = (
     "perf_speed",
     "accuracy",
     "kernel_accuracy",
+    "overhead_split",
     "latency_accuracy",
     "latency_speed",
     "milp_speed",
