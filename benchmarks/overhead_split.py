@@ -8,7 +8,7 @@ one H200 node at 64 requests in flight (ISL 1024, OSL 1024, SGLang), each model'
 and tokens/s/GPU under the shipped calibration and under the same calibration with the whole
 fixed time charged per layer (the same sum at 61 layers, so DeepSeek's predictions stay).
 
-Prints figures, not verdicts. Run: ``python benchmarks/overhead_split.py`` (about 20 s).
+Prints figures, not verdicts. Run: ``python benchmarks/overhead_split.py`` (about 10 s).
 """
 
 from __future__ import annotations
@@ -22,15 +22,19 @@ from pathlib import Path
 
 from record import figure
 
+from dse.catalog import load_catalog
+from dse.paths import CALIBRATION_FILE
+
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ROOT / "dse" / "perf" / "calibration.json"
-CALIBRATED_LAYERS = 61  # DeepSeek-R1, the model of every measured run
+SHIPPED = CALIBRATION_FILE
+# every measured run is DeepSeek-R1, of DeepSeek-V3's depth
+CALIBRATED_LAYERS = load_catalog(use_env=False).model("deepseek-v3").layers
 # (model, GPUs of the instance): the smallest H200 instance whose weights fit
 MODELS = (("deepseek-v3", 8), ("qwen3-235b-a22b", 8), ("glm-4.6", 8), ("gpt-oss-120b", 1))
 
 
 def per_layer(calibration: dict[str, object]) -> dict[str, object]:
-    """The calibration with its fixed time at 61 layers charged per layer only."""
+    """The calibration with its fixed time at DeepSeek's depth charged per layer only."""
     p = dict(calibration["params"])  # type: ignore[call-overload]
     total_us = p["step_overhead_ms"] * 1e3 + CALIBRATED_LAYERS * p["layer_overhead_us"]
     p["step_overhead_ms"] = 0.0
