@@ -5,7 +5,8 @@ finalizer or a weakref callback, which garbage collection runs at any moment, th
 printed as "ignored" and the program goes on: a study run could finish its whole budget after a
 Ctrl-C and exit 0. So the command line installs a handler that also remembers the signal, and the
 trial loop, and the command line once its command returns, check it; Python's own report of
-the ignored exception (a traceback on stderr) is left out.
+the ignored exception (a traceback on stderr) is left out, as is the traceback of a helper
+thread that fails once Ctrl-C came.
 """
 
 from __future__ import annotations
@@ -39,12 +40,19 @@ def remembered() -> Iterator[None]:
         if not isinstance(info.exc_value, KeyboardInterrupt):
             hook(info)
 
-    sys.unraisablehook = unraisable
+    def in_thread(args: Any) -> None:
+        """A helper thread that fails once Ctrl-C came (pyomo's reader of a solver's output, whose
+        pipe the main thread closed as it unwound) fails because of it: the one line the command
+        prints says what happened, not the thread's traceback."""
+        if not _pressed.is_set():
+            thread_hook(args)
+
+    sys.unraisablehook, thread_hook, threading.excepthook = unraisable, threading.excepthook, in_thread
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        sys.unraisablehook = hook
+        sys.unraisablehook, threading.excepthook = hook, thread_hook
 
 
 def pressed() -> bool:

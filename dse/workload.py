@@ -89,7 +89,11 @@ class Workload:
         if self.longest_context_tokens() <= max_context:
             return None
         back = self.returning_share > 0 and self.returning_context_tokens >= self.input_tokens
+        prompt = self.returning_context_tokens if back else self.input_tokens
+        # the larger part names the field: the prompt's (a returning turn's prefix, or the
+        # input), or the output
         key = "cached_prefix_tokens" if back else "input_tokens"
+        key = "output_tokens" if self.output_tokens > prompt else key
         rule = (
             f"with the other lengths and the output ({self.longest_context_tokens():,.0f} tokens) "
             f"must fit {model}'s context of {max_context:,.0f} tokens"

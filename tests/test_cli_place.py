@@ -116,6 +116,10 @@ def test_shapes_restrict_or_widen_the_instances_tried(cli: Cli) -> None:
     )
     odd = cli(*flags, "--shapes", "12gpu-tp3-ep12")
     assert odd.code == 2 and "must divide the 12 GPUs and 128 heads" in odd.err
+    # an instance holds its experts: expert groups over more GPUs than it has are refused
+    over = cli(*flags, "--shapes", "8gpu-tp8-ep16")
+    assert over.code == 2 and over.err.count("\n") == 1, over.err
+    assert "no candidate hardware can run it: EP 16 must divide the 8 GPUs of the instance" in over.err
 
 
 GLM = ["place", "--model", "glm-4.6", "--hardware", "h200", "--rate", "400", "--isl", "2000", "--osl", "800",
@@ -217,6 +221,34 @@ def test_a_goodput_budget_that_buys_nothing_is_no_design(cli: Cli) -> None:
     assert out.code == 3, out.out
     want = "budget: $1.00/h buys no instance that serves traffic (the cheapest instance costs $15.60/h)"
     assert want in out.err
+
+
+def test_goodput_names_what_keeps_a_topology_from_traffic_its_budget_could_buy(cli: Cli) -> None:
+    """The budget buys an instance, but no expert pool meets TPOT 30 ms: the attention-FFN row
+    is infeasible for that reason, not the budget's. The header says the traffic is the most the
+    budget serves, and the best design's output tokens/s per GPU are printed."""
+    out = cli("place", "--model", "deepseek-r1", "--hardware", "b200", "--rate", "1", "--isl", "4000",
+              "--osl", "1000", "--ttft", "1", "--tpot", "0.03", "--objective", "goodput", "--budget",
+              "124.8", "--no-shadow-prices")  # fmt: skip
+    assert out.code == 0, out.err
+    assert out.out.startswith("deepseek-v3: the most traffic $124.80/hour serves (0% returning)")
+    afd = next(line for line in out.out.splitlines() if line.startswith("afd "))
+    assert afd.split()[1] == "infeasible", afd
+    assert "  afd: no ffn unit: " in out.out and "buys no instance" not in out.out
+    best = re.search(r"best: \w+, ([0-9.]+) req/s, [0-9,]+ tokens/s \(([0-9,]+) output tokens/s per GPU\)",
+                     out.out)  # fmt: skip
+    assert best is not None, out.out
+    gpus = json.loads(cli("place", "--model", "deepseek-r1", "--hardware", "b200", "--rate", "1", "--isl",
+                          "4000", "--osl", "1000", "--ttft", "1", "--tpot", "0.03", "--objective", "goodput",
+                          "--budget", "124.8", "--no-shadow-prices", "--json").out)  # fmt: skip
+    chosen = next(o for o in gpus["outcomes"] if o["topology"] == gpus["best_topology"])
+    per_gpu = float(best.group(1)) * 1000 / chosen["gpus"]
+    assert int(best.group(2).replace(",", "")) == pytest.approx(per_gpu, abs=1.0)
+
+
+def test_the_context_window_names_the_length_that_outgrows_it(cli: Cli) -> None:
+    out = cli(*[a if a != "1000" else "200000" for a in ONE])
+    assert out.code == 2 and out.err.startswith("dse: error: dse place: --osl = 200000.0: "), out.err
 
 
 def test_json_is_strict_where_a_figure_is_unknown(cli: Cli) -> None:

@@ -247,6 +247,42 @@ def test_predict_batch_missing_column(tmp_path: Path, cli: Cli) -> None:
     assert not (tmp_path / "o.csv").exists()
 
 
+def test_a_batch_refuses_the_flags_of_one_deployment(tmp_path: Path, cli: Cli) -> None:
+    """Each row names its deployment: a flag of one (a percentile out of range included) would be
+    silently ignored, so it is refused, as --out is without --batch."""
+    src = tmp_path / "in.csv"
+    src.write_text("hardware,model\nb200,dsr1\n")
+    for flags in (("--percentiles", "0"), ("--rate", "0"), ("--seed", "3"), ("--json",)):
+        proc = cli("predict", "--batch", str(src), "--out", str(tmp_path / "o.csv"), *flags)
+        assert proc.code == 2, (flags, proc.err)
+        rule = "does not apply to --batch (each row names its deployment)"
+        assert proc.err.strip() == f"dse: error: dse predict: {flags[0]}: {rule}"
+    assert not (tmp_path / "o.csv").exists()
+    alone = cli("predict", "--hardware", "b200", "--out", str(tmp_path / "o.csv"))
+    assert alone.code == 2 and "--out: needs --batch" in alone.err and not (tmp_path / "o.csv").exists()
+
+
+def test_a_mistyped_flag_is_one_line_and_exit_2(cli: Cli) -> None:
+    proc = cli("predict", "--hardware", "b200", "--conc", "abc")
+    assert proc.code == 2
+    assert proc.err == (
+        "dse: error: dse predict: argument --conc: invalid float value: 'abc' (see dse predict --help)\n"
+    )
+
+
+def test_an_open_loop_window_grows_until_its_ends_weigh_little(cli: Cli) -> None:
+    """12 requests/s on one B200 instance keep about a thousand in flight: 2,000 requests would be
+    mostly the batches filling and draining (TTFT p99 0.2 s against 3-4 s once steady). By default
+    the window grows to ten times the requests in flight; a window asked for says it is short."""
+    flags = ("predict", "--hardware", "b200", "--load", "poisson", "--rate", "12", "--json")
+    grown = json.loads(cli(*flags).out)["latency"]
+    short = json.loads(cli(*flags, "--requests", "2000").out)["latency"]
+    assert grown["warning"] is None and grown["requests"] > 8000, grown
+    assert "requests are in flight at once and the window has 2000" in short["warning"]
+    assert grown["percentiles"]["p99"]["ttft_s"] > 5 * short["percentiles"]["p99"]["ttft_s"]
+    assert grown["requests_per_s"] == pytest.approx(12.0, rel=0.05)  # served while the load lasts
+
+
 def test_batch_rows_cover_the_columns_of_the_reference() -> None:
     with open(MEASURED_RUNS, newline="") as fh:
         header = next(csv.reader(fh))
@@ -742,8 +778,9 @@ def test_a_window_too_short_for_a_steady_state_warns_with_its_figures(cli: Cli) 
     assert "not steady: 100 requests for 256 clients, fewer than two each" in short.err
     enough = cli("predict", "--hardware", "b200", "--conc", "8", "--requests", "80")
     assert enough.code == 0 and "not steady" not in enough.err
-    one = cli("predict", "--hardware", "b200", "--conc", "0.4")  # one client: its ten requests, not 4
-    assert one.code == 0 and "; 10 requests," in one.out, one.out
+    part = cli("predict", "--hardware", "b200", "--conc", "0.4")  # the simulation runs whole clients
+    assert part.code == 2
+    assert part.err.strip() == "dse: error: dse predict: --conc = 0.4: must be a whole number of clients"
     brief = cli("predict", "--hardware", "b200", "--load", "poisson", "--rate", "64", "--requests", "40")
     assert brief.code == 0, brief.err
     assert re.search(r"not steady: the 40 arrivals span [0-9.]+ s, less than a request takes end to end "

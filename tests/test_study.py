@@ -75,6 +75,23 @@ def test_bad_study_exits_2_from_the_cli(tmp_path: Path, cli: Cli) -> None:
     assert out.code == 2 and out.err.count("\n") == 1 and "slo.foo" in out.err
 
 
+def test_a_shape_no_hardware_of_the_study_runs_is_refused_before_trials(tmp_path: Path, cli: Cli) -> None:
+    """As `dse place --shapes` refuses it: expert groups over more GPUs than the instance, or ones
+    that do not divide it, would only spend trials on designs that cannot exist."""
+    text = TINY.read_text()
+    first = re.search(r'\[search\.prefill\]\nshapes = \["([^"]+)"', text)
+    assert first is not None
+    for shape, rule in (("8gpu-tp8-ep9", "EP 9 must divide the 8 GPUs"), ("8gpu-tp8-ep16", "EP 16 must")):
+        bad = tmp_path / "tiny-study.toml"
+        bad.write_text(text.replace(f'"{first.group(1)}"', f'"{shape}"', 1))
+        out = cli("study", "run", bad, "--out", tmp_path / "runs")
+        assert out.code == 2 and out.err.count("\n") == 1, out.err
+        field = f"{bad}: search.prefill.shapes[0] = '{shape}'"
+        assert f"{field}: no hardware of the study can run it: " in out.err
+        assert rule in out.err
+        assert not (tmp_path / "runs").exists()
+
+
 def test_a_prompt_beyond_the_model_context_is_refused_before_any_trial(tmp_path: Path, cli: Cli) -> None:
     """A study, a placement or a simulation whose requests outgrow the model's context window
     (DeepSeek-V3: 163,840 tokens) says so in one line, naming the field or the flag."""

@@ -11,7 +11,7 @@ import io
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from dse import __version__, interrupt
 from dse.errors import DseError, InputError
@@ -42,6 +42,12 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """One line and exit code 2, as every other refusal (argparse prints its usage first):
+        the command, what argparse found, and where the flags are listed."""
+        command = f"{self.prog}: " if self.prog != "dse" else ""
+        self.exit(2, f"dse: error: {command}{message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -55,7 +55,11 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     """The flags that describe a placement request (shared with `dse simulate`)."""
     p.add_argument("--model", default="deepseek-v3", help="model id or alias (dse catalog list models)")
     p.add_argument("--hardware", required=required, help="comma-separated hardware ids or aliases")
-    p.add_argument("--rate", type=float, required=required, help="requests per second")
+    p.add_argument(
+        "--rate",
+        type=float,
+        help="requests per second" + (" (required; with --objective goodput, default 1)" if required else ""),
+    )
     p.add_argument("--isl", type=float, default=4096.0, help="mean input tokens of a fresh request")
     p.add_argument("--osl", type=float, default=1024.0, help="mean output tokens")
     p.add_argument(
@@ -181,10 +185,14 @@ def _add_energy_and_shapes(p: argparse.ArgumentParser) -> None:
         "--shapes",
         default="",
         metavar="LABEL,...",
-        help="instance shapes to consider, instead of the default ones: GPUs, attention tensor "
-        "parallelism (tpN, or dpa for data-parallel attention) and expert parallelism, e.g. "
-        "8gpu-tp8-ep4 (experts split 2-way inside each of 4 expert groups), 16gpu-dpa-ep16",
+        help="instance shapes to consider, instead of the default ones: GPUs, pipeline stages (ppS, "
+        "prefill only, optional), attention tensor parallelism (tpN, or dpa for data-parallel "
+        "attention) and expert parallelism dividing the GPUs, e.g. 8gpu-tp8-ep4 (experts split 2-way "
+        "inside each of 4 expert groups), 16gpu-dpa-ep16, 16gpu-pp2-tp8-ep8",
     )
+
+
+GAP_SHOWN = 1e-6  # a MIP gap below this is rounding (HiGHS reports 1e-16 for a proven optimum): 0
 
 
 def flag_of(name: str) -> str:
@@ -199,6 +207,15 @@ def _by_flag(src: str, flag_name: str, lookup: Callable[[str], T], name: str) ->
         raise InputError(src, flag_name, exc.rule, name) from None
     except InputError as exc:
         raise InputError(src, flag_name, exc.rule, exc.value) from None
+
+
+def _rate_of(args: argparse.Namespace, src: str) -> float:
+    """The traffic, in requests/s; under goodput only the unit its multiples are counted in."""
+    if args.rate is not None:
+        return float(args.rate)
+    if args.objective == Objective.GOODPUT.value:
+        return 1.0
+    raise InputError(src, "--rate", "is required (requests per second), unless --objective goodput")
 
 
 def _limits_of(args: argparse.Namespace, catalog: Catalog, src: str) -> Limits:
@@ -260,10 +277,6 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
 
     model = _by_flag(src, "--model", catalog.model, args.model).id
     _by_flag(src, "--engine", load_params().engine, args.engine)
-    if args.objective == Objective.GOODPUT.value and args.budget is None:
-        raise InputError(
-            src, "--budget", "is required by --objective goodput (the most traffic a budget serves)"
-        )
     think = []
     for part in filter(None, (s.strip() for s in args.think.split(","))):
         try:
@@ -276,7 +289,7 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
     workload = _built(
         Workload,
         {
-            "requests_per_s": args.rate,
+            "requests_per_s": _rate_of(args, src),
             "input_tokens": args.isl,
             "output_tokens": args.osl,
             "returning_share": args.returning_share,
@@ -292,6 +305,12 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
     if broken is not None:  # the flags name it here; the placement would name the request's field
         raise InputError(src, FLAG_OF[broken[0]], broken[1], broken[2])
     limits = _limits_of(args, catalog, src)
+    if args.objective == Objective.GOODPUT.value and not limits.bounds(hardware):
+        rule = (
+            "is required by --objective goodput (the most traffic a budget serves), unless --power-kw "
+            "or an --inventory of every --hardware bounds it"
+        )
+        raise InputError(src, "--budget", rule)
     stray = next((h for h in limits.inventory_gpus if h not in hardware), None)
     if stray is not None:  # the placement would name the request's field, not the flag
         rule = f"names hardware that is not a candidate (--hardware {','.join(dict.fromkeys(hardware))})"
@@ -401,11 +420,12 @@ def render(
     lines += [
         "",
         f"best: {best.topology.value}, {best.requests_per_s:g} req/s, "
-        f"{best.tokens_per_s:,.0f} tokens/s, ${best.usd_per_hour:,.2f}/hour",
+        f"{best.tokens_per_s:,.0f} tokens/s ({_output_per_gpu(best, report.request):,.0f} output tokens/s "
+        f"per GPU), ${best.usd_per_hour:,.2f}/hour",
     ]
     if energy is not None:
         lines.append(_energy_line(report.request, energy))
-    lines += ["", _pools_table(best)]
+    lines += ["", _pools_table(best, report.request.slo.percentile)]
     if best.tiers:
         lines += ["", _tiers_table(best)]
     if report.shadow_prices:
@@ -428,10 +448,23 @@ def _energy_line(req: PlacementRequest, e: dict[str, float | None]) -> str:
     return line
 
 
+def _output_per_gpu(best: TopologyOutcome, req: PlacementRequest) -> float:
+    """Output tokens/s per GPU of the design, over every GPU it buys (AIConfigurator's
+    ``tokens/s/gpu_cluster`` when the design takes the whole cluster)."""
+    return best.requests_per_s * req.workload.output_tokens / best.gpus if best.gpus else float("nan")
+
+
 def _request_line(req: PlacementRequest) -> str:
     w, slo = req.workload, req.slo
+    traffic = f"{w.requests_per_s:g} req/s"
+    if req.objective is Objective.GOODPUT:  # the rate only sets the unit the caps buy multiples of
+        lim = req.limits
+        caps = [f"${lim.budget_usd_hour:,.2f}/hour"] if lim.budget_usd_hour is not None else []
+        caps += [f"{lim.power_kw:g} kW"] if lim.power_kw is not None else []
+        caps += [", ".join(f"{n} {h}" for h, n in lim.inventory_gpus.items())] if lim.inventory_gpus else []
+        traffic = f"the most traffic {' and '.join(caps)} serve{'s' if len(caps) == 1 else ''}"
     return (
-        f"{req.model}: {w.requests_per_s:g} req/s ({w.returning_share:.0%} returning), "
+        f"{req.model}: {traffic} ({w.returning_share:.0%} returning), "
         f"TTFT <= {slo.ttft_s:g} s (p{slo.percentile:g}), TPOT <= {slo.tpot_s * 1e3:g} ms; "
         f"hardware {', '.join(req.hardware)}; objective {req.objective.value} ({req.price_tier})"
     )
@@ -448,14 +481,16 @@ def _outcomes_table(report: PlacementReport) -> str:
             if o.check
             else "-"
         )
+        # the goodput objective's optimum may serve nothing: solved, yet no design
+        status = "infeasible" if o.infeasibility is not None and r.has_solution else r.termination.value
         rows.append(
             [
                 o.topology.value + star,
-                r.termination.value,
+                status,
                 o.usd_per_hour if o.feasible else None,
                 o.gpus if o.feasible else None,
                 o.usd_per_million_tokens if o.feasible else None,
-                r.gap if o.feasible else None,
+                (r.gap if r.gap > GAP_SHOWN else 0.0) if o.feasible else None,
                 round(1e3 * (r.build_s + r.solve_s), 1),
                 o.candidates,
                 checked,
@@ -466,8 +501,9 @@ def _outcomes_table(report: PlacementReport) -> str:
     )
 
 
-def _pools_table(best: TopologyOutcome) -> str:
-    """One row per pool of the best topology."""
+def _pools_table(best: TopologyOutcome, percentile: float) -> str:
+    """One row per pool of the best topology; its TTFT is the one the unit holds at the target's
+    percentile (a prefill unit's is the target it is sized for)."""
     rows = [
         [
             p.unit.role.name.lower(),
@@ -497,7 +533,7 @@ def _pools_table(best: TopologyOutcome) -> str:
             "req/s",
             "out tok/s",
             "HBM GB/GPU",
-            "TTFT s",
+            f"TTFT p{percentile:g} s",
             "$/hour",
         ],
         rows,

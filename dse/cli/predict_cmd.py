@@ -101,6 +101,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     _add_load_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    # every flag of one deployment, with its default: --batch refuses any given (each row names its own)
+    batch_own = {"batch", "out", "recipe_settings", "help", "catalog_dir"}
+    one = {
+        a.dest: (a.option_strings[0], a.default)
+        for a in p._actions
+        if a.option_strings and a.dest not in batch_own
+    }
+    p.set_defaults(one_deployment=one)
 
 
 def _add_engine_settings(p: argparse.ArgumentParser) -> None:
@@ -185,7 +193,8 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="requests to simulate (default: 10 per client in a closed loop, as InferenceX; 2,000 open loop)",
+        help="requests to simulate (default: 10 per client in a closed loop, as InferenceX; open loop "
+        "2,000, or ten times the requests in flight where that is more)",
     )
     g.add_argument(
         "--warm-server",
@@ -223,16 +232,9 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
 
     params = load_params()
     if args.batch is not None or args.recipe_settings:
+        _batch_alone(args)
         return run_batch(args.batch, args.out, catalog, params, recipes=args.recipe_settings)
-    if not args.hardware:
-        raise InputError(SRC, "--hardware", "is required (or use --batch)")
-    for name, check in NUMBERS.items():  # each flag, whether or not this topology reads it
-        check_number(getattr(args, name), source=SRC, key="--" + name.replace("_", "-"), check=check)
-    if not args.afd:  # the expert pool's flags mean nothing without one
-        for flag, default in (("ffn_gpus", 8), ("ffn_workers", 1), ("ffn_ep", 0)):
-            if getattr(args, flag) != default:
-                raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --afd", getattr(args, flag))
-    args.disagg = args.disagg or args.afd
+    _one_deployment(args)
     load, lengths, percentiles = _load_of(args, _context_of(args.model, catalog))
     row, bench = _deployment(args, catalog)
     res = evaluate([bench], catalog, params)
@@ -287,6 +289,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         f"{bench.model} on {bench.hardware} ({bench.topology}, "
         f"{row['framework']}, {row['precision']}{mtp}, KV {assumed['kv_cache_dtype']}{looks}), "
         f"ISL {row['isl']} OSL {row['osl']}, {row['conc']} requests in flight"
+        + ("" if load.kind == "closed" else f" (the figures; the latency below runs {load.describe()})")
     )
     print(format_table(["figure", "value"], [[k, v] for k, v in figures.items()]))
     _print_latency(lat, load, lengths, percentiles, args, bench.warmup)
@@ -294,6 +297,31 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if error is not None:
         print(error.describe())
     return 0
+
+
+def _one_deployment(args: argparse.Namespace) -> None:
+    """The flags of one deployment, checked; ``--afd`` implies ``--disagg``."""
+    if args.out is not None:
+        raise InputError(SRC, "--out", "needs --batch (one deployment prints its prediction)")
+    if not args.hardware:
+        raise InputError(SRC, "--hardware", "is required (or use --batch)")
+    for name, check in NUMBERS.items():  # each flag, whether or not this topology reads it
+        check_number(getattr(args, name), source=SRC, key="--" + name.replace("_", "-"), check=check)
+    if not float(args.conc).is_integer():  # the simulation runs whole clients; the closed form would not
+        raise InputError(SRC, "--conc", "must be a whole number of clients", args.conc)
+    if not args.afd:  # the expert pool's flags mean nothing without one
+        for flag, default in (("ffn_gpus", 8), ("ffn_workers", 1), ("ffn_ep", 0)):
+            if getattr(args, flag) != default:
+                raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --afd", getattr(args, flag))
+    args.disagg = args.disagg or args.afd
+
+
+def _batch_alone(args: argparse.Namespace) -> None:
+    """``--batch`` with no flag of one deployment: each row names its own, so a flag given beside
+    it would be silently ignored and read as applied."""
+    for dest, (flag, default) in args.one_deployment.items() if args.batch is not None else ():
+        if getattr(args, dest) != default:
+            raise InputError(SRC, flag, "does not apply to --batch (each row names its deployment)")
 
 
 def _kernels_text(kernels: dict[str, Any]) -> str:
@@ -388,6 +416,9 @@ def _load_of(args: argparse.Namespace, context: float) -> tuple[Load, Lengths, t
         raise InputError(SRC, "--trace", "needs --load trace", str(args.trace))
     if args.warm_server and args.load != "closed":
         raise InputError(SRC, "--warm-server", "needs --load closed (an open loop has no first wave)")
+    if args.benchmark_warmup is not None and (args.load != "closed" or args.warm_server):
+        rule = "needs --load closed on a fresh server (what a benchmark sent first sets its first wave)"
+        raise InputError(SRC, "--benchmark-warmup", rule, args.benchmark_warmup)
     lengths = Lengths(args.isl, args.osl, tail_sigma=args.long_tail, limit=context)
     if args.load == "closed":
         return Load("closed", concurrency=args.conc), lengths, tuple(percentiles)
@@ -483,7 +514,7 @@ def _latency_json(
     return {
         "load": load.describe(),
         "cold_start_s": lat.cold_start_s,
-        "benchmark_warmup": warmup,
+        "benchmark_warmup": warmup if load.kind == "closed" and not args.warm_server else None,
         "requests": len(lat.ttft_s),
         "lengths": _lengths_text(lengths, load),
         "seed": args.seed,

@@ -63,6 +63,10 @@ from dse.quantiles import percentile
 
 PERCENTILES = (50.0, 90.0, 99.0)
 MAX_REQUESTS = 200_000  # a simulated window's cap (about 0.3 s and 30 MB)
+# an open loop's window must hold this many times the requests in flight, so that its filling and
+# draining ends (one population each) are at most a fifth of it
+STEADY_WINDOWS = 10
+OPEN_REQUESTS = 2000  # an open loop's first window when the caller names no count
 BENCHMARK_PROMPTS_PER_CLIENT = 10  # InferenceX: --num-prompts $(( CONC * 10 ))
 
 
@@ -113,22 +117,47 @@ def simulate_latency(
     requests: int = 0,
     seed: int = 0,
     cold_start_s: float = 0.0,
+    windows: float = STEADY_WINDOWS,
 ) -> Latency:
-    """Simulate ``requests`` requests (0: ten per client in a closed loop, as InferenceX; 2,000
-    open loop; a trace's own count) and return each one's latency.
+    """Simulate ``requests`` requests (0: ten per client in a closed loop, as InferenceX; a trace's
+    own count; for Poisson or bursty arrivals 2,000, or as many more as make the window hold
+    ``windows`` times the requests in flight) and return each one's latency.
 
     Closed loop, the engine starts ``cold_start_s`` after the clients (a fresh server tuning its
     kernels for the first burst, :attr:`~dse.perf.params.LatencyParams.cold_start_s`): the whole
     run is the simulated one shifted that much later, so the first wave's TTFT and end-to-end
-    latency grow by it and every later request, sent when one finishes, is as simulated."""
+    latency grow by it, and every later request, sent when one finishes, is as simulated.
+
+    An open loop's window shorter than ``windows`` times the requests in flight warns
+    (:func:`_steady_warning`): a caller that reads only its steady middle asks for fewer."""
+    grow = requests <= 0 and load.kind in ("poisson", "bursty")
     if requests <= 0:
         requests = (
-            # ten per client, as many clients as the loop runs (--conc 0.4 is one client, not four requests)
+            # ten per client, as many clients as the loop runs
             int(min(BENCHMARK_PROMPTS_PER_CLIENT * max(1, round(load.concurrency)), MAX_REQUESTS))
             if load.kind == "closed"
-            else 2000
+            else OPEN_REQUESTS
         )
     requests = min(requests, MAX_REQUESTS)
+    lat = _window(t, load, lengths, requests, seed, cold_start_s, windows)
+    served = lat.e2el_s[np.isfinite(lat.e2el_s)]
+    if grow and served.size:  # Little's law on the first window: the requests in flight at once
+        steady = int(np.ceil(1.5 * windows * load.rate * float(np.median(served))))
+        if steady > requests:
+            lat = _window(t, load, lengths, min(steady, MAX_REQUESTS), seed, cold_start_s, windows)
+    return lat
+
+
+def _window(
+    t: EngineTables,
+    load: Load,
+    lengths: Lengths,
+    requests: int,
+    seed: int,
+    cold_start_s: float,
+    windows: float,
+) -> Latency:
+    """One simulated window of ``requests`` requests (:func:`simulate_latency`)."""
     rng = np.random.default_rng(seed)
     arrivals, isl, osl, cached = draw_requests(load, lengths, requests, rng)
     n = len(isl)
@@ -174,33 +203,50 @@ def simulate_latency(
     # the whole run shifted: every time but the first wave's sending (requests 0..clients-1, at 0)
     first, done = first + cold, done + cold
     arrive = np.r_[arrive[:clients], arrive[clients:] + cold]
-    lat = _latency(t, arrive, first, done, osl, int(preempted), load)
+    lat = _latency(t, arrive, first, done, osl, int(preempted), load, windows)
     return replace(lat, cold_start_s=cold, first_wave=clients)
 
 
 def _latency(
-    t: EngineTables, arrive: Array, first: Array, done: Array, osl: Array, preempted: int, load: Load
+    t: EngineTables,
+    arrive: Array,
+    first: Array,
+    done: Array,
+    osl: Array,
+    preempted: int,
+    load: Load,
+    windows: float = STEADY_WINDOWS,
 ) -> Latency:
     ttft = first - arrive
     e2el = done - arrive
     tpot = np.where(osl > 1, (done - first) / np.maximum(osl - 1.0, 1.0), np.nan)
     ok = np.isfinite(done)
     span = float(np.nanmax(done) - np.nanmin(arrive)) if ok.any() else math.nan
-    rps = ok.sum() / span if span > 0 else math.nan
-    out_tps = float(osl[ok].sum()) / span / t.gpus if span > 0 else math.nan
+    counted = ok
+    if load.kind != "closed" and ok.any():
+        # what the deployment serves while the load lasts: completions in the middle half of the
+        # arrivals (the first quarter fills the batches; after the last arrival they drain)
+        lo, hi = np.quantile(arrive, [0.25, 0.75])
+        counted = ok & (done >= lo) & (done < hi)
+        span = float(hi - lo)
+    rps = counted.sum() / span if span > 0 else math.nan
+    out_tps = float(osl[counted].sum()) / span / t.gpus if span > 0 else math.nan
     return Latency(
         ttft_s=ttft, tpot_s=tpot, e2el_s=e2el, output_tokens=osl, requests_per_s=float(rps),
         output_tokens_per_s_per_gpu=out_tps, preempted=preempted,
-        warning=_steady_warning(ttft, ok, load, arrive, e2el),
+        warning=_steady_warning(ttft, ok, load, arrive, e2el, windows),
     )  # fmt: skip
 
 
-def _steady_warning(ttft: Array, ok: Array, load: Load, arrive: Array, e2el: Array) -> str | None:
+def _steady_warning(
+    ttft: Array, ok: Array, load: Load, arrive: Array, e2el: Array, windows: float = STEADY_WINDOWS
+) -> str | None:
     """A warning when the window cannot show a steady state: requests never served; a closed
     loop of fewer than two requests per client (mostly its first wave, sent at once); an open
     loop whose queue is still growing (the TTFT median of the last quarter of arrivals over twice
-    the first quarter's), or whose arrivals end before a request is through (its batches never
-    fill)."""
+    the first quarter's), whose arrivals end before a request is through (its batches never
+    fill), or whose window holds fewer than ``windows`` times the requests in flight
+    (its filling and draining ends weigh too much)."""
     if not ok.all():
         return f"{int((~ok).sum())} of {len(ok)} requests were never served: the deployment cannot serve them"
     n = len(ttft)
@@ -227,5 +273,16 @@ def _steady_warning(ttft: Array, ok: Array, load: Load, arrive: Array, e2el: Arr
             f"not steady: the {n} arrivals span {span:.3g} s, less than a request takes end to end "
             f"(median {through:.3g} s), so the batches never fill as the load would fill them; "
             "simulate more requests"
+        )
+    # Little's law: the requests in flight at once. The window's first that many arrive while the
+    # batches fill, its last that many finish while they drain (no arrivals behind them), and both
+    # see less load than the steady state
+    in_flight = n / span * through if span > 0 else 0.0
+    if n < windows * in_flight:
+        return (
+            f"not steady: about {in_flight:.0f} requests are in flight at once and the window has {n}, "
+            f"so {min(1.0, 2.0 * in_flight / n):.0%} of it arrives while the batches fill or finishes "
+            f"while they drain (lower TTFT and TPOT than a steady load); simulate at least "
+            f"{windows * in_flight:.0f} requests"
         )
     return None

@@ -19,7 +19,7 @@ from dse.placement.candidates import Candidates, Exclusion, UnitInfo, build_cand
 from dse.placement.explain import Infeasibility, ShadowPrice, explain, shadow_prices
 from dse.placement.request import PlacementRequest, Topology
 from formulations.placement_check import CheckReport, check, cost_usd_hour
-from formulations.placement_data import TIERS, Objective, PlacementData, PlacementSolution, Role
+from formulations.placement_data import TIERS, Objective, PlacementSolution, Role
 from formulations.solve import PlacementSolver, SolutionStatus, SolveOptions, SolveResult, Termination
 
 
@@ -132,7 +132,7 @@ def solve_candidates(req: PlacementRequest, c: Candidates, solver: PlacementSolv
     data = c.data
     result = solver.solve(data) if data.n_units else _empty_result()
     sol = result.solution
-    served_none = _serves_nothing(data, sol)
+    served_none = _serves_nothing(c, sol, solver)
     if sol is None or served_none is not None:
         return TopologyOutcome(
             c.topology,
@@ -171,14 +171,21 @@ def solve_candidates(req: PlacementRequest, c: Candidates, solver: PlacementSolv
     )
 
 
-def _serves_nothing(data: PlacementData, sol: PlacementSolution | None) -> Infeasibility | None:
-    """The goodput objective's answer when its budget buys no instance: a design of nothing
-    serves no traffic, so it is no design (None: the solution serves some, or there is none)."""
+def _serves_nothing(
+    c: Candidates, sol: PlacementSolution | None, solver: PlacementSolver
+) -> Infeasibility | None:
+    """The goodput objective's answer when its optimum serves no traffic: a design of nothing is
+    no design (None: the solution serves some, or there is none). The budget binds when it buys
+    no instance; when it does, something else keeps every design at zero traffic (a role no unit
+    fills, a latency target), and :func:`explain` says what."""
+    data = c.data
     if sol is None or data.objective is not Objective.GOODPUT or sol.scale * data.total_per_s > 1e-9:
         return None
     # the least a unit's instance costs, bought in whole nodes or racks
     nodes = np.ceil(data.unit_gpus / data.sale_gpus[data.unit_hw])
     cheapest = float(np.nanmin(nodes * data.sale_gpus[data.unit_hw] * data.usd_per_gpu_hour[data.unit_hw]))
+    if cheapest <= data.budget_usd_hour:
+        return explain(c, solver)
     return Infeasibility(
         "budget",
         f"${data.budget_usd_hour:,.2f}/h buys no instance that serves traffic "

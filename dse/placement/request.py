@@ -70,6 +70,12 @@ class Limits:
     inventory_gpus: dict[str, int] = field(default_factory=dict)  # hardware id -> GPUs available
     network_kv_capacity_tb: float | None = None
 
+    def bounds(self, hardware: tuple[str, ...]) -> bool:
+        """Whether these caps bound what a design over ``hardware`` may buy: a budget, a power
+        cap, or an inventory of each hardware (what the goodput objective needs to be finite)."""
+        stocked = all(h in self.inventory_gpus for h in hardware)
+        return self.budget_usd_hour is not None or self.power_kw is not None or stocked
+
 
 KV_POLICIES = {
     "tiered": ("hbm", "dram", "nvme", "network", "drop"),  # the MILP chooses among every tier
@@ -150,9 +156,10 @@ class PlacementRequest:
             raise InputError(
                 "placement request", "price_tier", f"must be one of {', '.join(PRICE_TIERS)}", self.price_tier
             )
-        if self.objective is Objective.GOODPUT and self.limits.budget_usd_hour is None:
+        if self.objective is Objective.GOODPUT and not self.limits.bounds(self.hardware):
             raise InputError(
                 "placement request",
                 "limits.budget_usd_hour",
-                "is required by the goodput objective (the most traffic a budget serves)",
+                "is required by the goodput objective (the most traffic a budget serves), unless a "
+                "power cap or an inventory of every candidate hardware bounds it",
             )

@@ -40,14 +40,17 @@ def parallel_grid(hw: Hardware, model: Model, extra: set[str] | None = None) -> 
 def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
     """Why ``hw`` cannot run ``model`` in shape ``par`` (None: it can): tensor parallelism stays
     in the scale-up domain and divides the instance and the attention heads; expert parallelism
-    has an expert per group at least and divides the instance, or the instance it."""
+    has an expert per group at least and divides the instance (experts that do not divide evenly
+    over the groups are spread unevenly, as engines place them with redundant copies: 256 over
+    EP 72 on an NVL72 rack)."""
     experts = model.moe.routed_experts if model.moe is not None else 1
     if par.pp > 1 and (par.gpus % par.pp or par.pp > model.layers):
         return (
             f"{par.pp} pipeline stages must divide the {par.gpus} GPUs "
             f"and not outnumber {model.id}'s {model.layers} layers"
         )
-    if par.pp > 1:  # the checks below are a stage's
+    staged = par.pp > 1
+    if staged:  # the checks below are a stage's
         par = Parallel(par.stage_gpus, par.attn_tp, par.ep)
     if par.attn_tp > hw.scale_up.domain_gpus:
         return f"attention TP {par.attn_tp} leaves {hw.id}'s {hw.scale_up.domain_gpus}-GPU scale-up domain"
@@ -57,8 +60,8 @@ def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
         )
     if par.ep > max(experts, 1):
         return f"EP {par.ep} exceeds {model.id}'s {experts} experts"
-    if not (par.ep == 1 or par.gpus % par.ep == 0 or par.ep % par.gpus == 0):
-        return f"EP {par.ep} must divide the {par.gpus} GPUs or be a multiple of them"
+    if par.gpus % par.ep:  # an instance holds its experts: EP spans its GPUs (a stage's), or a part
+        return f"EP {par.ep} must divide the {par.gpus} GPUs of {'a stage' if staged else 'the instance'}"
     return None
 
 

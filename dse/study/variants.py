@@ -11,6 +11,8 @@ from typing import TypeVar
 from dse.catalog import Catalog
 from dse.catalog.hardware import Hardware, Hbm
 from dse.errors import InputError
+from dse.placement.parallel import parse_shape
+from dse.placement.shapes import shape_problem
 from dse.study.spec import StudySpec, Variant
 
 T = TypeVar("T")
@@ -56,6 +58,7 @@ def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) 
     for i, h in enumerate(spec.sweep.hardware):
         _known(out.hardware, h, source, f"sweep.hardware[{i}]")
     _fits_context(spec, out, source)
+    _runnable_shapes(spec, out, source)
     return out
 
 
@@ -87,6 +90,22 @@ def _fits_context(spec: StudySpec, catalog: Catalog, source: str) -> None:
     if broken is not None:
         key, rule, value = broken
         raise InputError(source, f"workload.{key}", rule, value)
+
+
+def _runnable_shapes(spec: StudySpec, catalog: Catalog, source: str) -> None:
+    """Each shape the search lists runs on some hardware of the study, as ``dse place --shapes``
+    checks it: a shape none can run would only spend trials. (A grid that sweeps the model is
+    checked point by point.)"""
+    if spec.is_grid and spec.sweep.model:
+        return
+    model = catalog.model(spec.model)
+    hardware = [catalog.hardware(h) for h in dict.fromkeys((*spec.hardware, *spec.sweep.hardware))]
+    for side, shapes in (("prefill", spec.search.prefill.shapes), ("decode", spec.search.decode.shapes)):
+        for i, label in enumerate(shapes):
+            problems = [shape_problem(parse_shape(label), h, model) for h in hardware]
+            if all(problems):
+                rule = f"no hardware of the study can run it: {problems[0]}"
+                raise InputError(source, f"search.{side}.shapes[{i}]", rule, label)
 
 
 def _known(lookup: Callable[[str], T], name: str, source: str, field: str) -> T:
