@@ -101,3 +101,32 @@ def test_simulate_refuses_a_step_longer_than_the_horizon(tmp_path: Path, cli: Cl
     for flags, message in cases.items():
         run = cli(*base, *flags)
         assert run.code == 2 and message in run.err, (flags, run.err)
+
+
+def test_the_engine_level_check_runs_the_scenario_s_traffic(tmp_path: Path, cli: Cli) -> None:
+    """Three times the placed traffic is unstable in the fluid model, and the engine-level check,
+    at the scenario's mean rate, misses its target too (it had run the placement's own rate)."""
+    plan = tmp_path / "place.json"
+    plan.write_text(cli(*PLACE).out)
+    base = ["simulate", "--placement", plan, "--horizon", "600", "--warmup", "100", "--json"]
+    same, more = (json.loads(cli(*base, "--rate-scale", s).out) for s in ("1", "3"))
+    assert same["engine"]["requests_per_s"] == 10.0 and more["engine"]["requests_per_s"] == 30.0
+    assert same["engine"]["meets_ttft_at_percentile"] and not more["engine"]["meets_ttft_at_percentile"]
+
+
+def test_flags_the_run_would_ignore_are_refused(tmp_path: Path, cli: Cli) -> None:
+    """A --placement holds its request; a burst's, a diurnal swing's, a trace's and a planner's
+    flags need their kind: each would otherwise be silently ignored."""
+    plan = tmp_path / "place.json"
+    plan.write_text(cli(*PLACE).out)
+    cases = {
+        ("--rate", "40"): "--rate = 40.0: does not apply with --placement",
+        ("--tpot", "0.01"): "--tpot = 0.01: does not apply with --placement",
+        ("--burst-factor", "3"): "--burst-factor = '3.0': needs --arrivals burst",
+        ("--trace", "rates.csv"): "--trace = 'rates.csv': needs --arrivals trace",
+        ("--arrivals", "burst", "--amplitude", "0.2"): "--amplitude = '0.2': needs --arrivals diurnal",
+        ("--switch-s", "10"): "--switch-s = 10.0: needs --planner",
+    }
+    for flags, want in cases.items():
+        res = cli("simulate", "--placement", plan, *flags)
+        assert res.code == 2 and res.err.count("\n") == 1 and want in res.err, (flags, res.err)

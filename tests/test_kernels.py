@@ -171,6 +171,38 @@ def test_a_what_if_variant_scales_the_measured_time_by_its_datasheet(catalog: Ca
     assert gemm_s(h200, 16384.0) / gemm_s(faster, 16384.0) < 1.1
 
 
+def test_an_override_by_id_with_more_bandwidth_is_priced_as_a_variant(tmp_path: Path) -> None:
+    """A user's h200-sxm.toml that raises HBM bandwidth 1.5x keeps the shipped tables'
+    folder: they were measured at the shipped bandwidth, so the override scales them as a variant
+    does (it had kept the measured times, and more bandwidth could predict less)."""
+    from dse.catalog import load_catalog
+    from dse.paths import SHIPPED_HARDWARE
+
+    folder = tmp_path / "hardware"
+    folder.mkdir()
+    text = (SHIPPED_HARDWARE / "h200-sxm.toml").read_text()
+    shipped = load_catalog(use_env=False).hardware("h200-sxm")
+    old = f"bandwidth_tb_per_s = {shipped.hbm.bandwidth_tb_per_s:g}"
+    assert old in text
+    faster = f"bandwidth_tb_per_s = {1.5 * shipped.hbm.bandwidth_tb_per_s:g}"
+    (folder / "h200-sxm.toml").write_text(text.replace(old, faster))
+    override = load_catalog([tmp_path], use_env=False).hardware("h200-sxm")
+    assert override.measured_hbm_tb_per_s == shipped.hbm.bandwidth_tb_per_s
+    assert shipped.measured_hbm_tb_per_s is None  # the shipped GPU itself: its own tables
+    p = replace(load_params(), kernels="measured", launch_saving_us=0.0, measured_scale=1.0)
+
+    def gemm_s(hw: object) -> float:
+        pool = build_pool(
+            load_catalog(use_env=False).model("deepseek-v3"), [hw], gpus=[8], attn_tp=[8], ep=[8],
+            weight_precision=[FP8], kv_precision=[FP8], engines=["sglang"],
+        )  # fmt: skip
+        t = np.ones(1)
+        return float(forward_cost(pool, p, tokens=t, sequences=t, context=t, prefill=False,
+                                  speed=np.ones(1)).gemm_s[0])  # fmt: skip
+
+    assert gemm_s(shipped) / gemm_s(override) == pytest.approx(1.5, rel=1e-6)
+
+
 def _broken_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A copy of H200's SGLang tables whose GEMM table is not Parquet."""
     root = kernel_data.data_root()

@@ -639,3 +639,38 @@ def test_a_worker_that_ends_stores_the_best_trials_shadow_prices(tmp_path: Path,
     report = cli("study", "report", str(TINY), "--storage", url, "--out", str(tmp_path))
     assert report.code == 0, report.err
     assert "No shadow prices" not in (tmp_path / "tiny-study" / "report" / "report.md").read_text()
+
+
+def test_an_objective_cannot_pass_for_another(tmp_path: Path) -> None:
+    """A function under a built-in metric's name would store its values as the metric's; a metric
+    keeps its own direction; a stored study is not resumed to optimise the other way."""
+    base = Study.load(TINY)
+    with pytest.raises(InputError, match="usd_per_million_tokens.*built-in metric's name"):
+        base.with_objective("usd_per_million_tokens", lambda m: -m["gpus"])
+    with pytest.raises(InputError, match="direction.*minimized by its metric's definition, not maximized"):
+        base.with_objective("usd_per_million_tokens", direction="maximize")
+    with pytest.raises(InputError, match="letters, digits and underscores"):
+        base.with_objective("", lambda m: 1.0)
+    with pytest.raises(InputError, match="already an objective"):
+        base.with_objective("gpus_used", lambda m: m["gpus"]).with_objective(
+            "gpus_used", lambda m: m["gpus"], replace_all=False
+        )
+    base.with_objective("gpus_used", lambda m: m["gpus"]).run(trials=2, out=tmp_path)
+    again = base.with_objective("gpus_used", lambda m: m["gpus"], "maximize")
+    with pytest.raises(InputError, match="the stored study minimizes them; .* to maximize them"):
+        again.run(trials=3, out=tmp_path)
+
+
+def test_an_objective_reading_an_exported_column_name_is_told_the_metric(tmp_path: Path) -> None:
+    study = Study.load(TINY).with_objective("mean_ttft", lambda m: m["ttft_mean_s"])
+    with pytest.raises(InputError, match="the exported column 'ttft_mean_s' is the metric 'ttft_s' here"):
+        study.run(trials=2, out=tmp_path)
+
+
+def test_a_study_whose_first_trial_failed_on_bad_input_pins_no_objective(tmp_path: Path) -> None:
+    """The failed run stored no trial, so another objective may run in the same folder."""
+    with pytest.raises(InputError, match="must return a number"):
+        Study.load(TINY).with_objective("words", lambda m: "cheap").run(trials=2, out=tmp_path)
+    study = Study.load(TINY).with_objective("gpus_used", lambda m: m["gpus"], "maximize")
+    res = study.run(trials=2, out=tmp_path)
+    assert "objective_gpus_used" in res.trials.columns and res.trials.height == 2

@@ -7,8 +7,8 @@ cross-validation refits without one GPU type and predicts it from its datasheet 
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -21,9 +21,10 @@ from dse import __version__
 from dse.calibration.folds import map_folds
 from dse.calibration.published import StagePoint, predict_points
 from dse.catalog import Catalog
-from dse.errors import DseError
+from dse.errors import DseError, InputError
 from dse.perf.benchmark_rows import (
     ENGINE_COLUMNS,
+    INPUT_COLUMNS,
     RECIPE_SETTINGS,
     BenchRow,
     deployment_of,
@@ -33,6 +34,7 @@ from dse.perf.benchmark_rows import (
 )
 from dse.perf.params import FITTED_SCALARS, PerfParams
 from dse.perf.serving import tpot_at_batch
+from dse.typed_data import read_csv
 
 # (lower, upper) bounds of each fitted value
 BOUNDS = {
@@ -76,19 +78,36 @@ def read_measured(
     settings its run used, from ``settings`` (:func:`~dse.perf.benchmark_rows.with_recipe_settings`;
     None: the engine defaults)."""
     out, skipped = [], []
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
+    header, rows = read_csv(path, "--data")
+    missing = [c for c in (*INPUT_COLUMNS, *FITTED_COLUMNS) if c not in header]
+    if missing:
+        raise InputError(str(path), missing[0], "is a required column")
     if settings is not None:
         rows = with_recipe_settings(rows, settings)
     for i, raw in enumerate(rows):
+        source = f"{path.name} row {i + 1}"
         try:
-            row = parse_row(raw, catalog, source=f"{path.name} row {i + 1}")
+            row = parse_row(raw, catalog, source=source)
+            tput, intvty = (_measured(raw, col, source) for col in FITTED_COLUMNS)
         except DseError as exc:
             skipped.append(str(exc))
             continue
-        tput, intvty = float(raw["tput_per_gpu_total"]), float(raw["median_intvty_tok_s_user"])
         out.append(Measured(row, tput, intvty, raw))
     return out, skipped
+
+
+FITTED_COLUMNS = ("tput_per_gpu_total", "median_intvty_tok_s_user")  # what a run measured, fitted
+
+
+def _measured(raw: Mapping[str, str], col: str, source: str) -> float:
+    """A measured figure the fit takes the logarithm of: a finite number > 0."""
+    try:
+        value = float(raw.get(col) or "nan")
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(source, col, "must be a measured number > 0", raw.get(col))
+    return value
 
 
 def predict_measured(

@@ -7,16 +7,18 @@ Rows whose batch or structure the source leaves open (B4c, B6a/b, G1, F1) are no
 
 from __future__ import annotations
 
-import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from dse.catalog import Catalog
+from dse.errors import InputError
 from dse.perf.params import PerfParams
 from dse.perf.pool import build_pool
 from dse.perf.stages import forward_cost
+from dse.typed_data import read_csv
 from dse.units import Precision
 
 
@@ -45,11 +47,23 @@ POINTS = (
 
 def measured_per_gpu(path: Path) -> dict[str, float]:
     """Measured tokens/s per GPU of each point (per-node figures divided by 8)."""
+    header, rows = read_csv(path, "--points")
+    missing = [c for c in ("id", "metric", "value") if c not in header]
+    if missing:
+        raise InputError(str(path), missing[0], "is a required column")
     out = {}
-    with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            v = float(row["value"])
-            out[row["id"]] = v / 8.0 if row["metric"].endswith("per_node") else v
+    for i, row in enumerate(rows):
+        try:
+            v = float(row["value"] or "nan")
+        except ValueError:
+            v = math.nan
+        if not (math.isfinite(v) and v > 0):
+            rule = "must be a measured number > 0"
+            raise InputError(f"{path.name} row {i + 1}", "value", rule, row["value"])
+        out[row["id"]] = v / 8.0 if (row["metric"] or "").endswith("per_node") else v
+    absent = [p.id for p in POINTS if p.id not in out]
+    if absent:
+        raise InputError(str(path), "id", "must list every stage point the fit prices", absent[0])
     return {p.id: out[p.id] for p in POINTS}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TypeVar
@@ -66,9 +66,12 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
     hardware: dict[str, Hardware] = {}
     models: dict[str, Model] = {}
     files: dict[str, Path] = {}
+    measured_at: dict[str, float] = {}  # a measured-kernel folder -> the HBM TB/s it ran at
     for hw_dir, model_dir in dirs:
         for path, entry in _load_folder(hw_dir, Hardware):
-            hardware[entry.id] = entry
+            if hw_dir == SHIPPED_HARDWARE and entry.measured_kernels:
+                measured_at.setdefault(entry.measured_kernels, entry.hbm.bandwidth_tb_per_s)
+            hardware[entry.id] = _measured_at(entry, measured_at)
             files[entry.id] = path
         for path, m in _load_folder(model_dir, Model):
             models[m.id] = m
@@ -80,6 +83,17 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
     _check_aliases("hardware", hardware, files)
     _check_aliases("model", models, files)
     return Catalog(MappingProxyType(hardware), MappingProxyType(models), MappingProxyType(files))
+
+
+def _measured_at(h: Hardware, measured_at: Mapping[str, float]) -> Hardware:
+    """A user's entry that takes a shipped GPU's measured kernels at another HBM bandwidth (a
+    what-if override) prices them as a variant does: measured at the shipped GPU's bandwidth, and
+    scaled to its own (:mod:`dse.perf.kernels`). Without this its memory-bound kernels kept the
+    measured times, and more bandwidth could even predict less."""
+    at = measured_at.get(h.measured_kernels)
+    if at is None or h.measured_hbm_tb_per_s is not None or at == h.hbm.bandwidth_tb_per_s:
+        return h
+    return replace(h, measured_hbm_tb_per_s=at)
 
 
 def _load_folder(folder: Path, cls: type[E]) -> list[tuple[Path, E]]:

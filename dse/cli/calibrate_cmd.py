@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 from dse.atomic import write_text
 from dse.catalog import Catalog
 from dse.errors import InputError
-from dse.paths import MEASURED_RUNS, calibration_file
+from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS, calibration_file
 
 if TYPE_CHECKING:
     from dse.perf.params import PerfParams
@@ -24,6 +25,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default=MEASURED_RUNS,
         help="measured runs (columns of inferencex_calibration.csv)",
     )
+    p.add_argument(
+        "--points",
+        type=Path,
+        default=PUBLISHED_POINTS,
+        help="published stage-level measurements fitted beside the runs (columns of "
+        "published_points.csv; default: the shipped file)",
+    )
+    p.add_argument("--no-points", action="store_true", help="fit the runs alone, without stage points")
     p.add_argument(
         "--out",
         type=Path,
@@ -56,6 +65,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
 
 
+FEW_ROWS = 25  # about as many values as the throughput fit sets: fewer rows cannot pin them
+
+
 def _check_flags(args: argparse.Namespace) -> None:
     """The defaults that depend on the machine, and one line for a flag out of its range."""
     from dse.calibration.folds import default_jobs
@@ -67,6 +79,10 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise InputError("dse calibrate", "--jobs", "must be at least 1", args.jobs)
     if not args.data.is_file():
         raise InputError(str(args.data), "--data", "must be an existing CSV file")
+    if not args.no_points and not args.points.is_file():
+        raise InputError(str(args.points), "--points", "must be an existing CSV file (or --no-points)")
+    if args.out.is_dir():  # found before the fit, not after it
+        raise InputError(str(args.out), "--out", "must be a file to write, not a folder")
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
@@ -81,12 +97,15 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     _check_flags(args)
     data, skipped = cal.read_measured(args.data, catalog)
     if not data:
-        raise InputError(str(args.data), "", "holds no row the model can describe")
-    points_file = args.data.with_name("published_points.csv")
+        first = f" (the first: {skipped[0]})" if skipped else ""
+        raise InputError(str(args.data), "", f"holds no row the model can describe{first}")
+    if len(data) < FEW_ROWS:
+        print(f"warning: {len(data)} rows to fit {FEW_ROWS} or so values: the fit is poorly determined; "
+              "read its leave-one-hardware-out error before using it", file=sys.stderr)  # fmt: skip
     points: tuple[StagePoint, ...] = ()
     values: tuple[float, ...] = ()
-    if points_file.is_file():
-        measured = measured_per_gpu(points_file)
+    if not args.no_points:
+        measured = measured_per_gpu(args.points)
         points, values = POINTS, tuple(measured[p.id] for p in POINTS)
     start = replace(default_params(), kernels=args.kernels)
     fitted = cal.fit(data, catalog, start, points, values)

@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +60,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         metavar="PLACE.json",
         help="output of `dse place --json`; without it, the placement flags below are solved first",
     )
+    before = {id(a) for a in p._actions}
     add_request_arguments(p, required=False)
+    # the request's flags and defaults: a --placement carries its own request, and refuses them
+    request = {a.dest: (a.option_strings[0], a.default) for a in p._actions if id(a) not in before}
+    p.set_defaults(request_flags=request)
     g = p.add_argument_group("scenario")
     g.add_argument(
         "--arrivals",
@@ -121,6 +126,10 @@ def _design(args: argparse.Namespace, catalog: Catalog) -> SimDesign:
     from dse.sim.from_placement import design_from_doc
 
     if args.placement is not None:
+        for dest, (flag, default) in args.request_flags.items():
+            if getattr(args, dest) != default:  # silently ignored, it would read as simulated
+                rule = "does not apply with --placement, which holds its request (--rate-scale scales it)"
+                raise InputError(SRC, flag, rule, getattr(args, dest))
         try:
             doc = json.loads(args.placement.read_text(encoding="utf-8"))
         except OSError as exc:
@@ -168,12 +177,28 @@ def _pairs(text: str, flag_name: str) -> list[tuple[float, float]]:
     return out
 
 
+KIND_FLAGS: dict[str, dict[str, object]] = {  # each kind of arrivals' own flags, with their defaults
+    "burst": {"burst_factor": 2.0, "burst_start": 600.0, "burst_s": 300.0},
+    "diurnal": {"amplitude": 0.5, "period": 3600.0},
+    "trace": {"trace": None},
+}
+
+
 def check_scenario_flags(args: argparse.Namespace) -> None:
     """Every number of the scenario flags finite and plausible; the rules no other check has."""
     for name, check in SCENARIO_NUMBERS.items():
         check_number(getattr(args, name), source=SRC, key=flag_of(name), check=check)
     if args.buffer != float("inf"):  # the default: an unbounded buffer
         check_number(args.buffer, source=SRC, key="--buffer")
+    for kind, flags in KIND_FLAGS.items():  # a shape of another kind of arrivals would be ignored
+        for dest, default in flags.items():
+            value = getattr(args, dest)
+            if args.arrivals != kind and value != default:
+                raise InputError(SRC, flag_of(dest), f"needs --arrivals {kind}", str(value))
+    if args.planner == "none":
+        for dest, default in (("planner_period", 60.0), ("planner_delay", 60.0), ("switch_s", 30.0)):
+            if getattr(args, dest) != default:
+                raise InputError(SRC, flag_of(dest), "needs --planner", getattr(args, dest))
     check_number(args.seed, source=SRC, key="--seed", check=non_negative)
 
 
@@ -280,6 +305,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.sim.simulation import simulate
 
     params = load_params()
+    import numpy as np  # not for the parser
     design = _design(args, catalog)
     source = str(args.placement) if args.placement else SRC
     pipe, kv_gb = pipeline_of(design, catalog, params, buffer_max=args.buffer, source=source)
@@ -295,11 +321,12 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         resting=design.resting,
     )
     summary = _summary_dict(report, slo.ttft_s, slo.tpot_s)
-    engine = design_latency(design, catalog, params, seed=args.seed)
-    summary["engine"] = _engine_dict(engine, slo)
+    # the scenario's mean traffic (a --rate-scale, a burst, a trace), not the placement's
+    rate = float(np.mean(scenario.arrivals.rate(np.linspace(0.0, scenario.horizon_s, 4097))))
+    engine = design_latency(_at_rate(design, rate), catalog, params, seed=args.seed)
+    summary["engine"] = _engine_dict(engine, slo, rate)
     cache = None
     if design.resting:
-        rate = workload.requests_per_s
         cache = simulate_kv_cache(design.resting, rate, eviction=args.kv_eviction, seed=args.seed)
     summary["kv_cache"] = None if cache is None else _cache_dict(cache)
     if args.out is not None:
@@ -311,7 +338,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         print()
     else:
         print(render(report, slo.ttft_s, slo.tpot_s))
-        print(_engine_line(engine, slo))
+        print(_engine_line(engine, slo, rate))
         if cache is not None:
             print(_cache_line(cache, args.kv_eviction))
         if args.out is not None:
@@ -350,7 +377,7 @@ def _cache_line(cache: KvCacheReport, eviction: str) -> str:
     )
 
 
-def _engine_dict(engine: DesignLatency | None, slo: Slo) -> dict[str, Any] | None:
+def _engine_dict(engine: DesignLatency | None, slo: Slo, rate: float) -> dict[str, Any] | None:
     """The engine-level simulation's percentiles (None where the design mixes hardware in a role)."""
     if engine is None:
         return None
@@ -359,10 +386,21 @@ def _engine_dict(engine: DesignLatency | None, slo: Slo) -> dict[str, Any] | Non
     out |= {f"tpot_p{q:g}_s": engine.percentile("tpot", q) for q in qs}
     out["meets_ttft_at_percentile"] = bool(engine.percentile("ttft", slo.percentile) <= slo.ttft_s)
     out["warning"] = engine.warning
+    out["requests_per_s"] = rate  # the scenario's mean traffic, Poisson
     return out
 
 
-def _engine_line(engine: DesignLatency | None, slo: Slo) -> str:
+def _at_rate(design: SimDesign, rate: float) -> SimDesign:
+    """``design`` carrying ``rate`` requests/s: each pool's traffic scaled by the same factor."""
+    k = rate / design.workload.requests_per_s
+    if k == 1.0:
+        return design
+    pools = tuple(replace(p, requests_per_s=p.requests_per_s * k, returning_per_s=p.returning_per_s * k)
+                  for p in design.pools)  # fmt: skip
+    return replace(design, pools=pools, workload=replace(design.workload, requests_per_s=rate))
+
+
+def _engine_line(engine: DesignLatency | None, slo: Slo, rate: float) -> str:
     """What the engine-level simulation says of the design's TTFT at the target's percentile."""
     if engine is None:
         return "engine-level: not simulated (a role on more than one hardware); the fluid figures stand"
@@ -373,7 +411,8 @@ def _engine_line(engine: DesignLatency | None, slo: Slo) -> str:
     ttfts = ", ".join(f"p{x:g} {engine.percentile('ttft', x):.3g} s" for x in qs)
     tpots = ", ".join(f"p{x:g} {1e3 * engine.percentile('tpot', x):.3g} ms" for x in qs)
     line = (
-        f"engine-level (Poisson at the mean rate, every request through the schedulers): TTFT {ttfts}; "
+        f"engine-level (Poisson at the scenario's mean rate, {rate:.4g} requests/s, every request "
+        f"through the schedulers): TTFT {ttfts}; "
         f"TPOT {tpots}; TTFT target {slo.ttft_s:g} s at p{q:g}: {verdict}"
     )
     return line + (f"\nengine-level warning: {engine.warning}" if engine.warning else "")
@@ -483,11 +522,11 @@ def render(report: SimulationReport, ttft: float, tpot: float) -> str:
                 "req/s",
                 "out tok/s",
                 "TTFT mean s",
-                "TTFT p99",
+                "TTFT p99 s",
                 "TPOT mean ms",
-                "TPOT p99",
+                "TPOT p99 ms",
                 "E2E mean s",
-                "E2E p99",
+                "E2E p99 s",
                 "wall s",
             ],
             rows,

@@ -8,6 +8,7 @@ below are only the starting point of that fit.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -253,6 +254,46 @@ def load_params(path: Path | None = None) -> PerfParams:
         raise InputError(str(path), "", rule) from None
     if kernels not in KERNEL_TIERS:
         raise InputError(str(path), "kernels", f"must be one of {', '.join(KERNEL_TIERS)}", kernels)
+    try:
+        engines = _engines(raw["engines"])
+        scalars = _scalars(raw["params"], path)
+    except KeyError as e:
+        raise InputError(str(path), str(e.args[0]), "is missing (not a file dse calibrate wrote)") from None
+    except (ValueError, TypeError, AttributeError) as e:
+        rule = f"must be a calibration file written by dse calibrate ({e})"
+        raise InputError(str(path), "engines", rule) from None
+    latency = _latency_params(raw.get("latency", {}), path)
+    power = PowerParams(**{k: float(v) for k, v in raw.get("power", {}).items() if k in ("idle", "full")})
+    return PerfParams(
+        **scalars,
+        engines=engines,
+        provenance=raw.get("provenance", {}),
+        latency=latency,
+        power=power,
+        kernels=kernels,
+    )
+
+
+def _scalars(raw: dict[str, Any], path: Path) -> dict[str, float]:
+    """The file's fitted scalars: each a field of :class:`PerfParams`, a finite number >= 0, and
+    an efficiency (``*_eff``) a fraction of its datasheet peak in (0, 1]."""
+    known = {f.name for f in fields(PerfParams)}
+    out = {}
+    for k, v in raw.items():
+        if k not in known:
+            raise InputError(str(path), f"params.{k}", "is not a parameter of the performance model")
+        number = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        if not number or (k.endswith("_eff") and not 0 < v <= 1):
+            rule = "must be a number >= 0"
+            if k.endswith("_eff"):
+                rule = "must be a fraction of the datasheet peak in (0, 1]"
+            raise InputError(str(path), f"params.{k}", rule, v)
+        out[k] = float(v)
+    return out
+
+
+def _engines(raw: dict[str, Any]) -> dict[str, EngineProfile]:
+    """The file's engine profiles, and the defaults of engines newer than the file."""
     engines = {
         name: EngineProfile(
             name=name,
@@ -267,21 +308,11 @@ def load_params(path: Path | None = None) -> PerfParams:
                 )
             ),
         )
-        for name, e in raw["engines"].items()
+        for name, e in raw.items()
     }
     for name, profile in DEFAULT_ENGINES.items():  # a profile newer than the file: its defaults
         engines.setdefault(name, profile)
-    scalars = {k: float(v) for k, v in raw["params"].items()}
-    latency = _latency_params(raw.get("latency", {}), path)
-    power = PowerParams(**{k: float(v) for k, v in raw.get("power", {}).items() if k in ("idle", "full")})
-    return PerfParams(
-        **scalars,
-        engines=engines,
-        provenance=raw.get("provenance", {}),
-        latency=latency,
-        power=power,
-        kernels=kernels,
-    )
+    return engines
 
 
 FORWARD_FACTORS = ("dp_prefill_slowdown", "agg_prefill_factor")  # LatencyParams' multiples of a forward

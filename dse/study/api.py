@@ -57,16 +57,28 @@ class Study:
         self,
         name: str,
         fn: MetricFn | None = None,
-        direction: Literal["minimize", "maximize"] = "minimize",
+        direction: Literal["minimize", "maximize"] | None = None,
         *,
         replace_all: bool = True,
     ) -> Study:
         """A study whose objective is ``fn(metrics)`` (or the metric ``name`` when ``fn`` is None),
-        replacing the current objectives or added to them."""
-        if direction not in ("minimize", "maximize"):
+        replacing the current objectives or added to them. A function's direction defaults to
+        minimize; a metric's is its own (another is refused). A function may not take a metric's
+        name (its values would pass for the metric's in the stored study and its exports), nor an
+        objective's name the study already has."""
+        if direction not in (None, "minimize", "maximize"):
             raise ValueError(f"direction must be minimize or maximize, not {direction!r}")
-        new = ObjectiveDef(name, direction, fn) if fn is not None else ObjectiveDef.metric(name)
-        return replace(self, objectives=(new,) if replace_all else (*self.objectives, new))
+        if fn is not None:
+            new = ObjectiveDef.custom(name, fn, direction or "minimize")
+        else:
+            new = ObjectiveDef.metric(name)
+        if direction is not None and direction != new.direction:
+            rule = f"is {new.direction}d by its metric's definition, not {direction}d"
+            raise InputError("objective", "direction", rule, name)
+        kept = () if replace_all else self.objectives
+        if any(o.name == name for o in kept):
+            raise InputError("objective", "name", "is already an objective of the study", name)
+        return replace(self, objectives=(*kept, new))
 
     def run(
         self,

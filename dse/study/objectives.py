@@ -25,6 +25,16 @@ class ObjectiveDef:
     fn: MetricFn | None = None
 
     @classmethod
+    def custom(cls, name: str, fn: MetricFn, direction: Literal["minimize", "maximize"]) -> ObjectiveDef:
+        """``fn`` of a trial's metrics, under a name of its own (a column ``objective_<name>``)."""
+        if not name or not name.replace("_", "").isalnum():
+            raise InputError("objective", "name", "must be letters, digits and underscores", name)
+        if name in METRICS:
+            rule = "is a built-in metric's name: give the function a name of its own"
+            raise InputError("objective", "name", rule, name)
+        return cls(name, direction, fn)
+
+    @classmethod
     def metric(cls, name: str) -> ObjectiveDef:
         m = METRICS.get(name)
         if m is None or m.direction is None:

@@ -76,6 +76,10 @@ TRIALS_SCHEMA: dict[str, Any] = {
     "study": pl.String, "trial": pl.Int64, "state": pl.String,
     "started_utc": pl.Datetime("us", "UTC"), "finished_utc": pl.Datetime("us", "UTC"),
     "duration_s": pl.Float64, "warm_start": pl.Boolean,
+    # a choice no trial made (no four-stage trial: no midfill) is still its type, not Null, so
+    # that two studies' tables read together
+    **{f"p_{k}": pl.Float64 if k in ("prefill_share", "ffn_tokens_per_gpu") else
+       pl.Int64 if k in ("chunk_tokens", "max_batch") else pl.String for k in PARAM_COLUMNS},
     **{col: pl.Float64 for col in METRIC_COLUMNS.values()},
     **{f"c_{k}": pl.Float64 for k in CONSTRAINTS},
     "feasible": pl.Boolean, "binding": pl.String,

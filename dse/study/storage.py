@@ -407,17 +407,12 @@ def open_stored(
     sampler = make_sampler(spec, seed, stream=stream)
     store = open_storage(url, stale_after_s)
     names = [o.name for o in objectives]
-    try:
-        study = optuna.create_study(
-            study_name=spec.name,
-            storage=store,
-            sampler=sampler,
-            load_if_exists=True,
-            directions=[o.direction for o in objectives],
-        )
-    except ValueError as exc:
-        why = f"differ from the stored study's ({exc})"
-        raise InputError(redact(url), "objectives", why, names) from None
+    study = _created(spec.name, store, sampler, objectives, url)
+    pinned = (study.user_attrs.get("objectives"), [d.name.lower() for d in study.directions])
+    if pinned != (names, [o.direction for o in objectives]) and not study.get_trials(deepcopy=False):
+        # a study that holds no trial (its first failed on bad input) pins nothing: start it anew
+        optuna.delete_study(study_name=spec.name, storage=store)
+        study = _created(spec.name, store, sampler, objectives, url)
     stored = study.user_attrs.get("objectives")
     if stored is None:
         study.set_user_attr("objectives", names)
@@ -430,6 +425,14 @@ def open_stored(
             f"the stored study optimises {stored}; use another out= or storage= for other objectives",
             names,
         )
+    wanted = [o.direction for o in objectives]
+    held = [d.name.lower() for d in study.directions]
+    if held != wanted:  # Optuna loads a stored study whatever directions it is asked for
+        rule = (
+            f"the stored study {'/'.join(held)}s them; use another out= or storage= to "
+            f"{'/'.join(wanted)} them"
+        )
+        raise InputError(redact(url), "objectives", rule, names)
     changed = spec_change(study.user_attrs.get("spec"), plain(spec))
     if changed is not None:
         key, was, now = changed
@@ -441,6 +444,23 @@ def open_stored(
             now,
         )
     return StoredStudy.of(study, store, url)
+
+
+def _created(
+    name: str, store: Any, sampler: optuna.samplers.BaseSampler, objectives: list[ObjectiveDef], url: str
+) -> optuna.Study:
+    """The study ``name`` of the storage, created with the objectives' directions if it is new."""
+    try:
+        return optuna.create_study(
+            study_name=name,
+            storage=store,
+            sampler=sampler,
+            load_if_exists=True,
+            directions=[o.direction for o in objectives],
+        )
+    except ValueError as exc:
+        why = f"differ from the stored study's ({exc})"
+        raise InputError(redact(url), "objectives", why, [o.name for o in objectives]) from None
 
 
 # what a resumed run may change: its budget, its sampler's seed, its description

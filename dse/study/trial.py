@@ -19,6 +19,7 @@ from dse.context import Context
 from dse.errors import InputError
 from dse.evaluation import Evaluation
 from dse.evaluation import evaluate as evaluate_design
+from dse.metrics import METRIC_COLUMNS
 from dse.perf.params import PerfParams
 from dse.placement.plan import TopologyOutcome
 from dse.placement.request import Energy, Limits, PlacementRequest, Storage, Topology, UnitOptions
@@ -235,6 +236,21 @@ def record_of(ev: Evaluation) -> TrialRecord:
     return TrialRecord(ev.metrics, ev.constraints, ev.binding, pools, tiers, inputs, ev.stage_ms, ev)
 
 
+class _Metrics(dict):  # type: ignore[type-arg]
+    """A trial's metrics as an objective function reads them: a key it lacks is bad input that
+    lists the keys it has (an exported column's name, ``ttft_mean_s``, names its metric here)."""
+
+    def __init__(self, metrics: dict[str, Any], objective: str) -> None:
+        super().__init__(metrics)
+        self._objective = objective
+
+    def __missing__(self, key: str) -> Any:
+        metric = next((m for m, col in METRIC_COLUMNS.items() if col == key and m != key), None)
+        hint = f"the exported column {key!r} is the metric {metric!r} here; " if metric else ""
+        rule = f"reads a metric trials do not have: {hint}they have {', '.join(sorted(self))}"
+        raise InputError("objective", self._objective, rule, key)
+
+
 def objective_values(record: TrialRecord, objectives: Sequence[tuple[str, str, Any]]) -> list[float]:
     """One value per objective (name, direction, function of the metrics or None for a metric);
     a trial without a design gets the worst value so samplers still learn from it."""
@@ -243,7 +259,7 @@ def objective_values(record: TrialRecord, objectives: Sequence[tuple[str, str, A
         if "usd_per_hour" not in record.metrics:
             out.append(WORST[direction])
             continue
-        v = fn(record.metrics) if fn is not None else record.metrics.get(name)
+        v = fn(_Metrics(record.metrics, name)) if fn is not None else record.metrics.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
             raise InputError("objective", name, "must return a number (or None: no value)", v)
         x = float(v) if v is not None else math.nan

@@ -1,0 +1,93 @@
+"""`dse calibrate` on bad input: one line, exit 2, no file; a fit's stage points do not depend
+on where the runs' file lies."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from conftest import Cli
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _write(path: Path, rows: list[dict[str, str]]) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_bad_runs_files_are_one_line_before_any_fit(cli: Cli, tmp_path: Path, two_gpu_runs: Path) -> None:
+    out = tmp_path / "fitted.json"
+    rows = _rows(two_gpu_runs)
+    no_tput = _write(tmp_path / "no_tput.csv", [{k: v for k, v in r.items() if k != "tput_per_gpu_total"}
+                                                for r in rows])  # fmt: skip
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes(two_gpu_runs.read_bytes() + "caf\xe9\n".encode("latin-1"))
+    cases = {
+        (str(no_tput),): "no_tput.csv: tput_per_gpu_total: is a required column",
+        (str(latin),): "latin.csv: --data: must be UTF-8 text",
+        (str(two_gpu_runs), "--points", str(tmp_path / "no.csv")): "no.csv: --points: must be an existing",
+    }
+    for args, want in cases.items():
+        res = cli("calibrate", "--data", *args, "--out", str(out), "--no-cross-validation")
+        assert res.code == 2 and len(res.err.strip().splitlines()) == 1, res.err
+        assert want in res.err, res.err
+    folder = cli("calibrate", "--data", str(two_gpu_runs), "--out", str(tmp_path), "--no-cross-validation")
+    assert folder.code == 2 and "--out: must be a file to write, not a folder" in folder.err
+    assert not out.exists()
+
+
+def test_a_run_with_no_measured_throughput_is_skipped_and_the_points_are_the_shipped_ones(
+    cli: Cli, tmp_path: Path, two_gpu_runs: Path
+) -> None:
+    """A copy of the runs in another folder still fits the shipped stage points (they were read
+    from beside the runs' file, so a copy fitted none); a row whose throughput is not a measured
+    number > 0 is skipped with its reason, not fitted (a log of -5)."""
+    rows = _rows(two_gpu_runs)
+    rows[0]["tput_per_gpu_total"] = "-5"
+    data = _write(tmp_path / "elsewhere.csv", rows)
+    out = tmp_path / "fitted.json"
+    res = cli("calibrate", "--data", str(data), "--out", str(out), "--no-cross-validation", "--jobs", "1")
+    assert res.code == 0, res.err
+    assert f"({1} skipped) and 7 stage points" in res.out, res.out
+    assert "skipped: elsewhere.csv row 1: tput_per_gpu_total = '-5': must be a measured number > 0" in res.out
+    assert "RuntimeWarning" not in res.err and out.is_file()
+
+
+def test_a_broken_calibration_file_is_one_line(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$DSE_CALIBRATION naming a file with a value that is not a number, an efficiency above its
+    datasheet peak, a key the model lacks or a missing section: one line naming file and key."""
+    import json
+
+    from dse.paths import CALIBRATION_FILE
+
+    base = json.loads(CALIBRATION_FILE.read_text())
+    peak = "must be a fraction of the datasheet peak in (0, 1]"
+    cases = {
+        f"params.gemm_eff = 'fast': {peak}": ("params", "gemm_eff", "fast"),
+        f"params.hbm_eff = 7: {peak}": ("params", "hbm_eff", 7),
+        "params.warp_eff: is not a parameter of the performance model": ("params", "warp_eff", 0.5),
+        "engines: is missing": ("engines", None, None),
+    }
+    for want, (section, key, value) in cases.items():
+        doc = json.loads(json.dumps(base))
+        if key is None:
+            doc.pop(section)
+        else:
+            doc[section][key] = value
+        path = tmp_path / "broken.json"
+        path.write_text(json.dumps(doc))
+        monkeypatch.setenv("DSE_CALIBRATION", str(path))
+        res = cli("predict", "--hardware", "b200")
+        assert res.code == 2 and res.err.strip() == f"dse: error: {path}: {want}" + (
+            " (not a file dse calibrate wrote)" if key is None else ""
+        ), res.err
