@@ -49,10 +49,19 @@ METRICS = {
         "$/h", None, "energy at the study's price per kWh (0 when the GPU-hour rate holds it)"
     ),
     "hbm_peak_gb_per_gpu": Metric("GB", "minimize", "largest HBM residency of any pool"),
-    "decode_batch": Metric("sequences", None, "sequences per decode instance", "decode_batch_sequences"),
+    "decode_batch": Metric(
+        "sequences",
+        None,
+        "sequences a decode instance is sized to run at once (its batch cap)",
+        "decode_batch_sequences",
+    ),
     "milp_solve_s": Metric("s", None, "MILP solve time"),
     "sim_backlog_growth_per_s": Metric("requests/s", None, "backlog growth over the simulation's last third"),
-    "ttft_p99_s": Metric("s", "minimize", "99th-percentile time to first token, simulated"),
+    "ttft_p99_s": Metric(
+        "s",
+        "minimize",
+        "99th-percentile time to first token: the worse of the fluid and the engine-level simulations",
+    ),
     "queue_peak_prefill_requests": Metric(
         "requests", None, "most requests waiting for or in prefill (incl. reload, handoff), simulated"
     ),

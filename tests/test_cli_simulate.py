@@ -130,3 +130,17 @@ def test_flags_the_run_would_ignore_are_refused(tmp_path: Path, cli: Cli) -> Non
     for flags, want in cases.items():
         res = cli("simulate", "--placement", plan, *flags)
         assert res.code == 2 and res.err.count("\n") == 1 and want in res.err, (flags, res.err)
+
+
+def test_the_header_says_the_arrivals_the_scenario_runs(tmp_path: Path, cli: Cli) -> None:
+    plan = tmp_path / "place.json"
+    plan.write_text(cli(*PLACE).out)
+    rates = tmp_path / "rates.csv"
+    rates.write_text("t_s,rate_per_s\n0,5\n200,20\n400,5\n")
+    base = ["simulate", "--placement", plan, "--horizon", "600", "--warmup", "100"]
+    trace = cli(*base, "--arrivals", "trace", "--trace", rates)
+    assert trace.code == 0, trace.err
+    assert "arrivals from the trace, 10 req/s on average over the horizon" in trace.out, trace.out
+    burst = cli(*base, "--arrivals", "burst", "--burst-factor", "3", "--burst-start", "100",
+                "--burst-s", "50")  # fmt: skip
+    assert "arrivals at 10 req/s, x3 from 100 to 150 s" in burst.out, burst.out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from dse.typed_data import non_empty, one_of, positive, rule
+from dse.typed_data import non_empty, positive, rule
 from dse.units import Precision
 
 
@@ -114,7 +114,8 @@ class Hardware:
     storage: Storage
     sources: tuple[str, ...] = field(metadata=rule(non_empty))
     tdp_w: float = field(metadata=rule(positive))
-    sale_unit_gpus: int = field(metadata=rule(one_of(8, 72)))
+    # GPUs bought at once: a node (8 on HGX boards, 4 on a 4-GPU server) or a rack (72 on NVL72)
+    sale_unit_gpus: int = field(metadata=rule(positive))
     prices: Prices = Prices()
     aliases: tuple[str, ...] = ()
     notes: str = ""

@@ -390,6 +390,24 @@ def _engine_dict(engine: DesignLatency | None, slo: Slo, rate: float) -> dict[st
     return out
 
 
+def _arrivals_text(scenario: Scenario) -> str:
+    """The arrivals as the scenario runs them: a burst's factor and window, a swing's amplitude
+    and period, a trace's own mean (its rates, not the placement's)."""
+    import numpy as np  # not for the parser
+
+    a = scenario.arrivals
+    kind = a.kind.value
+    if kind == "burst":
+        end = a.burst_start_s + a.burst_s
+        return f"at {a.rate_per_s:g} req/s, x{a.burst_factor:g} from {a.burst_start_s:g} to {end:g} s"
+    if kind == "diurnal":
+        return f"at {a.rate_per_s:g} req/s, swinging {a.amplitude:.0%} over {a.period_s:g} s"
+    if kind == "trace":
+        mean = float(np.mean(a.rate(np.linspace(0.0, scenario.horizon_s, 4097))))
+        return f"from the trace, {mean:.3g} req/s on average over the horizon"
+    return f"{kind} at {a.rate_per_s:g} req/s"
+
+
 def _at_rate(design: SimDesign, rate: float) -> SimDesign:
     """``design`` carrying ``rate`` requests/s: each pool's traffic scaled by the same factor."""
     k = rate / design.workload.requests_per_s
@@ -514,7 +532,7 @@ def render(report: SimulationReport, ttft: float, tpot: float) -> str:
         f"{p.decode_instances[0]:g} decode instances x {p.slots[0]:g} slots; "
         f"capacity {p.prefill_capacity()[0]:.3g} req/s prefill, "
         f"{p.decode_capacity(report.scenario.lengths)[0]:.3g} req/s decode; "
-        f"arrivals {report.scenario.arrivals.kind.value} at {report.scenario.arrivals.rate_per_s:g} req/s",
+        f"arrivals {_arrivals_text(report.scenario)}",
         "",
         format_table(
             [

@@ -51,7 +51,7 @@ def grid_section(spec: StudySpec, trials: pl.DataFrame) -> str:
         ("$/M tokens", "usd_per_million_tokens", ".3f", 1.0),
         ("tokens/s/GPU", "tokens_per_s_per_gpu", ",.0f", 1.0),
         (f"TTFT {pct} (s)", "ttft_pct_s", ".2f", 1.0),
-        ("TPOT (ms)", "tpot_mean_s", ".1f", 1e3),
+        ("TPOT mean (ms)", "tpot_mean_s", ".1f", 1e3),
         ("peak HBM (GB/GPU)", "hbm_peak_gb_per_gpu", ".0f", 1.0),
     ]
     if dynamics:
