@@ -98,6 +98,10 @@ def read_csv_lines(path: Path, key: str) -> tuple[list[str], list[dict[str, str]
         # utf-8-sig: the byte-order mark a spreadsheet's "CSV UTF-8" starts with is not a column's
         with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
+            names = list(reader.fieldnames or [])
+            twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+            if twice is not None:  # the later column would silently win over the earlier
+                raise InputError(str(path), twice, "is a column the header names twice")
             rows, lines = [], []
             for row in reader:
                 rows.append(row)

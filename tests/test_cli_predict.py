@@ -224,6 +224,7 @@ def test_a_trace_with_a_bad_row_names_it(cli: Cli, tmp_path: Path) -> None:
         ("0,100000,100000\n", "line 2: input_tokens = '100000 + 100000': with output_tokens must fit the "
          "model's context of 163,840 tokens"),
         ("0,100,10,99\n", "line 2: has 4 fields, 1 more than the header's 3"),
+        ("0,100.5,10\n", "line 2: input_tokens = '100.5': must be a whole number of tokens"),
         # the line an editor shows: blank lines hold no row but count
         ("0,100,10\n\n\n0.5,abc,3\n", "line 5: input_tokens = 'abc': must be a number >= 1 and <= 1e+12"),
     ):
@@ -233,6 +234,10 @@ def test_a_trace_with_a_bad_row_names_it(cli: Cli, tmp_path: Path) -> None:
     trace.write_text("arrival_s,input_tokens\n0,100\n")
     proc = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", str(trace))
     assert proc.code == 2 and proc.err.strip() == f"dse: error: {trace}: output_tokens: is a required column"
+    trace.write_text("arrival_s,input_tokens,output_tokens,arrival_s\n0,100,10,5\n")  # which one holds?
+    proc = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", str(trace))
+    twice = f"dse: error: {trace}: arrival_s: is a column the header names twice"
+    assert proc.code == 2 and proc.err.strip() == twice
     trace.write_bytes(b"\xff\xfe\x00 not text")
     proc = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", str(trace))
     assert proc.code == 2 and proc.err.strip().startswith(f"dse: error: {trace}: --trace: must be UTF-8 text")

@@ -153,6 +153,8 @@ def read_trace(path: Path, context: float = math.inf) -> Trace:
             if not math.isfinite(x) or x < least or plausible(x):
                 rule = f"must be a number >= {least:g} and <= {MAX_MAGNITUDE:g}"
                 raise InputError(where, col, rule, row[col])
+            if c > 0 and not x.is_integer():  # a request's tokens are whole
+                raise InputError(where, col, "must be a whole number of tokens", row[col])
             values[i, c] = x
         if values[i, 1] + values[i, 2] > context:
             rule = f"with output_tokens must fit the model's context of {context:,.0f} tokens"

@@ -409,8 +409,8 @@ def open_stored(
     names = [o.name for o in objectives]
     study = _created(spec.name, store, sampler, objectives, url)
     pinned = (study.user_attrs.get("objectives"), [d.name.lower() for d in study.directions])
-    if pinned != (names, [o.direction for o in objectives]) and not study.get_trials(deepcopy=False):
-        # a study that holds no trial (its first failed on bad input) pins nothing: start it anew
+    if _pins_nothing(study, pinned, (names, [o.direction for o in objectives]), url):
+        # its first run failed on bad input before any trial was stored: start it anew
         optuna.delete_study(study_name=spec.name, storage=store)
         study = _created(spec.name, store, sampler, objectives, url)
     stored = study.user_attrs.get("objectives")
@@ -444,6 +444,17 @@ def open_stored(
             now,
         )
     return StoredStudy.of(study, store, url)
+
+
+def _pins_nothing(
+    study: optuna.Study, pinned: tuple[Any, list[str]], wanted: tuple[Any, list[str]], url: str
+) -> bool:
+    """Whether a stored study for other objectives holds nothing to keep: a lone run's (SQLite)
+    that stored no trial. Not one whose objectives are not written yet (a worker sharing the
+    storage created it a moment ago), nor one on a storage workers share."""
+    if pinned == wanted or pinned[0] is None or not url.startswith("sqlite"):
+        return False
+    return not study.get_trials(deepcopy=False)
 
 
 def _created(
