@@ -99,7 +99,8 @@ def read_csv_lines(path: Path, key: str) -> tuple[list[str], list[dict[str, str]
         with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
             names = list(reader.fieldnames or [])
-            twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+            # (empty names, a spreadsheet's trailing commas, hold no column anything reads)
+            twice = next((n for i, n in enumerate(names) if n and n in names[:i]), None)
             if twice is not None:  # the later column would silently win over the earlier
                 raise InputError(str(path), twice, "is a column the header names twice")
             rows, lines = [], []

@@ -286,6 +286,8 @@ def test_an_open_loop_window_grows_until_its_ends_weigh_little(cli: Cli) -> None
     assert "requests are in flight at once and the window has 2000" in short["warning"]
     assert grown["percentiles"]["p99"]["ttft_s"] > 5 * short["percentiles"]["p99"]["ttft_s"]
     assert grown["requests_per_s"] == pytest.approx(12.0, rel=0.05)  # served while the load lasts
+    brief = json.loads(cli(*flags, "--requests", "40").out)["latency"]  # no steady middle: all counted
+    assert brief["requests_per_s"] > 0 and "not steady" in brief["warning"]
 
 
 def test_batch_rows_cover_the_columns_of_the_reference() -> None:
@@ -785,7 +787,9 @@ def test_a_window_too_short_for_a_steady_state_warns_with_its_figures(cli: Cli) 
     assert enough.code == 0 and "not steady" not in enough.err
     part = cli("predict", "--hardware", "b200", "--conc", "0.4")  # the simulation runs whole clients
     assert part.code == 2
-    assert part.err.strip() == "dse: error: dse predict: --conc = 0.4: must be a whole number of clients"
+    assert part.err.strip() == (
+        "dse: error: dse predict: --conc = 0.4: must be a whole number of clients in a closed loop"
+    )
     brief = cli("predict", "--hardware", "b200", "--load", "poisson", "--rate", "64", "--requests", "40")
     assert brief.code == 0, brief.err
     assert re.search(r"not steady: the 40 arrivals span [0-9.]+ s, less than a request takes end to end "

@@ -141,6 +141,11 @@ def test_the_header_says_the_arrivals_the_scenario_runs(tmp_path: Path, cli: Cli
     trace = cli(*base, "--arrivals", "trace", "--trace", rates)
     assert trace.code == 0, trace.err
     assert "arrivals from the trace, 10 req/s on average over the horizon" in trace.out, trace.out
+    idle = tmp_path / "idle.csv"  # no traffic within the horizon: nothing to run through the engines
+    idle.write_text("t_s,rate_per_s\n0,0\n1000,5\n")
+    none = cli(*base, "--arrivals", "trace", "--trace", idle)
+    assert none.code == 0, none.err
+    assert "engine-level: not simulated (no traffic on average over the horizon)" in none.out
     burst = cli(*base, "--arrivals", "burst", "--burst-factor", "3", "--burst-start", "100",
                 "--burst-s", "50")  # fmt: skip
     assert "arrivals at 10 req/s, x3 from 100 to 150 s" in burst.out, burst.out

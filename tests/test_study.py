@@ -649,8 +649,10 @@ def test_an_objective_cannot_pass_for_another(tmp_path: Path) -> None:
         base.with_objective("usd_per_million_tokens", lambda m: -m["gpus"])
     with pytest.raises(InputError, match="direction.*minimized by its metric's definition, not maximized"):
         base.with_objective("usd_per_million_tokens", direction="maximize")
-    with pytest.raises(InputError, match="letters, digits and underscores"):
-        base.with_objective("", lambda m: 1.0)
+    for bad in ("", "cost per user", "kostenén"):
+        with pytest.raises(InputError, match="ASCII letters, digits"):
+            base.with_objective(bad, lambda m: 1.0)
+    base.with_objective("cost-per-user.v2", lambda m: 1.0)  # a name older studies may carry
     with pytest.raises(InputError, match="already an objective"):
         base.with_objective("gpus_used", lambda m: m["gpus"]).with_objective(
             "gpus_used", lambda m: m["gpus"], replace_all=False
@@ -667,10 +669,30 @@ def test_an_objective_reading_an_exported_column_name_is_told_the_metric(tmp_pat
         study.run(trials=2, out=tmp_path)
 
 
-def test_a_study_whose_first_trial_failed_on_bad_input_pins_no_objective(tmp_path: Path) -> None:
-    """The failed run stored no trial, so another objective may run in the same folder."""
+def test_a_study_whose_first_trial_failed_says_deleting_it_starts_over(tmp_path: Path) -> None:
+    """The failed run stored no trial: another objective is refused (a reader or another run may
+    be opening the study, so it is not deleted behind them), and the line says so."""
     with pytest.raises(InputError, match="must return a number"):
         Study.load(TINY).with_objective("words", lambda m: "cheap").run(trials=2, out=tmp_path)
     study = Study.load(TINY).with_objective("gpus_used", lambda m: m["gpus"], "maximize")
-    res = study.run(trials=2, out=tmp_path)
-    assert "objective_gpus_used" in res.trials.columns and res.trials.height == 2
+    with pytest.raises(InputError, match=r"optimises \['words'\].*; it holds no trial, so deleting it"):
+        study.run(trials=2, out=tmp_path)
+
+
+def test_a_study_stored_before_the_shape_rule_is_still_read(tmp_path: Path, cli: Cli) -> None:
+    """The shape rule guards runs, not stored results: a study whose spec holds a shape refused
+    today (as one stored before the rule would) still reports and exports."""
+    import optuna
+
+    from dse.plain import plain
+    from dse.study.spec import load_study
+
+    Study.load(TINY).run(trials=2, out=tmp_path)
+    text = TINY.read_text()
+    old = tmp_path / "tiny-study.toml"
+    old.write_text(text.replace('"8gpu-tp8-ep8"', '"8gpu-tp8-ep16"', 1))
+    db = f"sqlite:///{tmp_path / 'tiny-study' / 'study.db'}"
+    optuna.load_study(study_name="tiny-study", storage=db).set_user_attr("spec", plain(load_study(old)))
+    assert cli("study", "report", old, "--out", tmp_path).code == 0
+    refused = cli("study", "run", old, "--out", tmp_path, "--trials", "3")
+    assert refused.code == 2 and "search.prefill.shapes[0] = '8gpu-tp8-ep16'" in refused.err

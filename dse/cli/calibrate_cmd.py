@@ -79,6 +79,8 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise InputError("dse calibrate", "--jobs", "must be at least 1", args.jobs)
     if not args.data.is_file():
         raise InputError(str(args.data), "--data", "must be an existing CSV file")
+    if args.no_points and args.points != PUBLISHED_POINTS:
+        raise InputError("dse calibrate", "--points", "does not apply with --no-points", str(args.points))
     if not args.no_points and not args.points.is_file():
         raise InputError(str(args.points), "--points", "must be an existing CSV file (or --no-points)")
     if args.out.is_dir():  # found before the fit, not after it
@@ -120,6 +122,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         loho = cal.error_stats(data, t_lo, i_lo)
     latency = fit_latency(data, catalog, fitted, folds, args.jobs)
     prov = cal.provenance(args.data, data, len(skipped), stats, ttft, loho, args.kernels)
+    prov["stage_points"] = None if args.no_points else args.points.name  # what the fit took beside the runs
     prov["latency"] = {"in_sample_median_ape": latency.in_sample, "loho_median_ape": latency.loho,
                        "loho_median_ape_by_hardware": latency.loho_by_hardware}  # fmt: skip
     power = fit_power(data, catalog, fitted)

@@ -490,7 +490,7 @@ def _outcomes_table(report: PlacementReport) -> str:
                 o.usd_per_hour if o.feasible else None,
                 o.gpus if o.feasible else None,
                 o.usd_per_million_tokens if o.feasible else None,
-                (r.gap if r.gap > GAP_SHOWN else 0.0) if o.feasible else None,
+                (0.0 if 0.0 <= r.gap <= GAP_SHOWN else r.gap) if o.feasible else None,  # nan: unknown
                 round(1e3 * (r.build_s + r.solve_s), 1),
                 o.candidates,
                 checked,

@@ -307,8 +307,8 @@ def _one_deployment(args: argparse.Namespace) -> None:
         raise InputError(SRC, "--hardware", "is required (or use --batch)")
     for name, check in NUMBERS.items():  # each flag, whether or not this topology reads it
         check_number(getattr(args, name), source=SRC, key="--" + name.replace("_", "-"), check=check)
-    if not float(args.conc).is_integer():  # the simulation runs whole clients; the closed form would not
-        raise InputError(SRC, "--conc", "must be a whole number of clients", args.conc)
+    if args.load == "closed" and not float(args.conc).is_integer():  # the simulation runs whole clients
+        raise InputError(SRC, "--conc", "must be a whole number of clients in a closed loop", args.conc)
     if not args.afd:  # the expert pool's flags mean nothing without one
         for flag, default in (("ffn_gpus", 8), ("ffn_workers", 1), ("ffn_ep", 0)):
             if getattr(args, flag) != default:

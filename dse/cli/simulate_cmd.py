@@ -323,10 +323,10 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     summary = _summary_dict(report, slo.ttft_s, slo.tpot_s)
     # the scenario's mean traffic (a --rate-scale, a burst, a trace), not the placement's
     rate = float(np.mean(scenario.arrivals.rate(np.linspace(0.0, scenario.horizon_s, 4097))))
-    engine = design_latency(_at_rate(design, rate), catalog, params, seed=args.seed)
+    engine = design_latency(_at_rate(design, rate), catalog, params, seed=args.seed) if rate > 0 else None
     summary["engine"] = _engine_dict(engine, slo, rate)
     cache = None
-    if design.resting:
+    if design.resting and rate > 0:
         cache = simulate_kv_cache(design.resting, rate, eviction=args.kv_eviction, seed=args.seed)
     summary["kv_cache"] = None if cache is None else _cache_dict(cache)
     if args.out is not None:
@@ -420,6 +420,8 @@ def _at_rate(design: SimDesign, rate: float) -> SimDesign:
 
 def _engine_line(engine: DesignLatency | None, slo: Slo, rate: float) -> str:
     """What the engine-level simulation says of the design's TTFT at the target's percentile."""
+    if engine is None and rate <= 0:
+        return "engine-level: not simulated (no traffic on average over the horizon)"
     if engine is None:
         return "engine-level: not simulated (a role on more than one hardware); the fluid figures stand"
     q = slo.percentile

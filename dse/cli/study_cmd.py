@@ -165,19 +165,22 @@ def _show(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.study.spec import load_study
 
     spec = load_study(args.name)
-    _check_ids(spec, catalog, args.name)
+    _check_ids(spec, catalog, args.name, to_run=False)
     json.dump(plain(spec), sys.stdout, indent=2)
     print()
     return 0
 
 
-def _check_ids(spec: StudySpec, catalog: Catalog, name: str) -> None:
+def _check_ids(spec: StudySpec, catalog: Catalog, name: str, *, to_run: bool = True) -> None:
     """Unknown model, hardware or variant-base ids fail here, naming the study file, before any
-    trial runs."""
+    trial runs; and, ``to_run``, a search shape no hardware of the study can run."""
     from dse.study.spec import study_path
-    from dse.study.variants import study_catalog
+    from dse.study.variants import runnable_shapes, study_catalog
 
-    study_catalog(spec, catalog, source=str(study_path(name)))
+    source = str(study_path(name))
+    ours = study_catalog(spec, catalog, source=source)
+    if to_run:
+        runnable_shapes(spec, ours, source)
 
 
 def _run(args: argparse.Namespace, catalog: Catalog) -> int:

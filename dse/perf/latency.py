@@ -225,10 +225,12 @@ def _latency(
     counted = ok
     if load.kind != "closed" and ok.any():
         # what the deployment serves while the load lasts: completions in the middle half of the
-        # arrivals (the first quarter fills the batches; after the last arrival they drain)
-        lo, hi = np.quantile(arrive, [0.25, 0.75])
-        counted = ok & (done >= lo) & (done < hi)
-        span = float(hi - lo)
+        # arrivals (the first quarter fills the batches; after the last arrival they drain); a
+        # window too short to have one (the steady-state warning says so) counts them all
+        lo, hi = (float(x) for x in np.quantile(arrive, [0.25, 0.75]))
+        middle = ok & (done >= lo) & (done < hi)
+        if hi > lo and middle.any():
+            counted, span = middle, hi - lo
     rps = counted.sum() / span if span > 0 else math.nan
     out_tps = float(osl[counted].sum()) / span / t.gpus if span > 0 else math.nan
     return Latency(
@@ -268,11 +270,12 @@ def _steady_warning(
         )
     span = float(np.max(arrive) - np.min(arrive))
     through = float(np.median(e2el))
+    more = "a longer trace" if load.kind == "trace" else "more requests"  # a trace fixes its count
     if span < through:
         return (
             f"not steady: the {n} arrivals span {span:.3g} s, less than a request takes end to end "
             f"(median {through:.3g} s), so the batches never fill as the load would fill them; "
-            "simulate more requests"
+            f"simulate {more}"
         )
     # Little's law: the requests in flight at once. The window's first that many arrive while the
     # batches fill, its last that many finish while they drain (no arrivals behind them), and both
@@ -282,7 +285,7 @@ def _steady_warning(
         return (
             f"not steady: about {in_flight:.0f} requests are in flight at once and the window has {n}, "
             f"so {min(1.0, 2.0 * in_flight / n):.0%} of it arrives while the batches fill or finishes "
-            f"while they drain (lower TTFT and TPOT than a steady load); simulate at least "
-            f"{windows * in_flight:.0f} requests"
+            f"while they drain (lower TTFT and TPOT than a steady load); simulate {more}, at least "
+            f"{windows * in_flight:.0f}"
         )
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -14,6 +15,7 @@ from dse.metrics import METRICS
 NO_VALUE = 1e12
 
 MetricFn = Callable[[Mapping[str, float]], float]
+NAME = re.compile(r"[A-Za-z0-9_.-]+")  # a custom objective's name
 
 
 @dataclass(frozen=True)
@@ -27,8 +29,8 @@ class ObjectiveDef:
     @classmethod
     def custom(cls, name: str, fn: MetricFn, direction: Literal["minimize", "maximize"]) -> ObjectiveDef:
         """``fn`` of a trial's metrics, under a name of its own (a column ``objective_<name>``)."""
-        if not name or not name.replace("_", "").isalnum():
-            raise InputError("objective", "name", "must be letters, digits and underscores", name)
+        if not NAME.fullmatch(name):  # a column name BI tools and Hive partitions take as it is
+            raise InputError("objective", "name", "must be ASCII letters, digits, '_', '-' or '.'", name)
         if name in METRICS:
             rule = "is a built-in metric's name: give the function a name of its own"
             raise InputError("objective", "name", rule, name)

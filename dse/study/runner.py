@@ -59,7 +59,7 @@ from dse.study.storage import (
 from dse.study.sweep import choice_of, evaluate_point
 from dse.study.timeouts import STALE_AFTER_S, TRIAL_WALL_S
 from dse.study.trial import TrialRecord, evaluate, objective_values
-from dse.study.variants import study_catalog, with_catalog_ids
+from dse.study.variants import runnable_shapes, study_catalog, with_catalog_ids
 from dse.study.warm_start import warm_start_params
 from formulations.solve import PlacementSolver, SolveOptions
 
@@ -127,6 +127,7 @@ def run(
     away (a server restart) is waited for. A trial over ``trial_wall_s`` is recorded as
     infeasible with the reason. Ctrl-C raises :class:`StudyInterrupted`."""
     catalog = study_catalog(spec, catalog if catalog is not None else load_catalog())
+    runnable_shapes(spec, catalog)
     spec = with_catalog_ids(spec, catalog)
     params = params if params is not None else load_params()
     objectives = objectives or [ObjectiveDef.metric(n) for n in spec.objectives.names]

@@ -408,11 +408,6 @@ def open_stored(
     store = open_storage(url, stale_after_s)
     names = [o.name for o in objectives]
     study = _created(spec.name, store, sampler, objectives, url)
-    pinned = (study.user_attrs.get("objectives"), [d.name.lower() for d in study.directions])
-    if _pins_nothing(study, pinned, (names, [o.direction for o in objectives]), url):
-        # its first run failed on bad input before any trial was stored: start it anew
-        optuna.delete_study(study_name=spec.name, storage=store)
-        study = _created(spec.name, store, sampler, objectives, url)
     stored = study.user_attrs.get("objectives")
     if stored is None:
         study.set_user_attr("objectives", names)
@@ -422,7 +417,8 @@ def open_stored(
         raise InputError(
             redact(url),
             "objectives",
-            f"the stored study optimises {stored}; use another out= or storage= for other objectives",
+            f"the stored study optimises {stored}; use another out= or storage= for other "
+            f"objectives{_empty_note(study)}",
             names,
         )
     wanted = [o.direction for o in objectives]
@@ -430,7 +426,7 @@ def open_stored(
     if held != wanted:  # Optuna loads a stored study whatever directions it is asked for
         rule = (
             f"the stored study {'/'.join(held)}s them; use another out= or storage= to "
-            f"{'/'.join(wanted)} them"
+            f"{'/'.join(wanted)} them{_empty_note(study)}"
         )
         raise InputError(redact(url), "objectives", rule, names)
     changed = spec_change(study.user_attrs.get("spec"), plain(spec))
@@ -446,15 +442,11 @@ def open_stored(
     return StoredStudy.of(study, store, url)
 
 
-def _pins_nothing(
-    study: optuna.Study, pinned: tuple[Any, list[str]], wanted: tuple[Any, list[str]], url: str
-) -> bool:
-    """Whether a stored study for other objectives holds nothing to keep: a lone run's (SQLite)
-    that stored no trial. Not one whose objectives are not written yet (a worker sharing the
-    storage created it a moment ago), nor one on a storage workers share."""
-    if pinned == wanted or pinned[0] is None or not url.startswith("sqlite"):
-        return False
-    return not study.get_trials(deepcopy=False)
+def _empty_note(study: optuna.Study) -> str:
+    """What a refusal adds for a stored study that holds no trial yet (its first run failed on
+    bad input): it is still the other objectives' study, not deleted behind a reader or another
+    run that may be opening it, but deleting it loses nothing."""
+    return "" if study.get_trials(deepcopy=False) else "; it holds no trial, so deleting it starts over"
 
 
 def _created(

@@ -58,7 +58,6 @@ def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) 
     for i, h in enumerate(spec.sweep.hardware):
         _known(out.hardware, h, source, f"sweep.hardware[{i}]")
     _fits_context(spec, out, source)
-    _runnable_shapes(spec, out, source)
     return out
 
 
@@ -92,10 +91,12 @@ def _fits_context(spec: StudySpec, catalog: Catalog, source: str) -> None:
         raise InputError(source, f"workload.{key}", rule, value)
 
 
-def _runnable_shapes(spec: StudySpec, catalog: Catalog, source: str) -> None:
-    """Each shape the search lists runs on some hardware of the study, as ``dse place --shapes``
-    checks it: a shape none can run would only spend trials. (A grid that sweeps the model is
-    checked point by point.)"""
+def runnable_shapes(spec: StudySpec, catalog: Catalog, source: str | None = None) -> None:
+    """Each shape the search lists runs on some hardware of the study (``catalog``: the study's,
+    with its variants), as ``dse place --shapes`` checks it: a shape none can run would only spend
+    trials. Checked before a run, not where stored results are read (a study stored before a rule
+    stays readable). A grid that sweeps the model is checked point by point."""
+    source = source or f"study {spec.name}"
     if spec.is_grid and spec.sweep.model:
         return
     model = catalog.model(spec.model)
