@@ -76,18 +76,27 @@ def test_a_broken_calibration_file_is_one_line(
         f"params.gemm_eff = 'fast': {peak}": ("params", "gemm_eff", "fast"),
         f"params.hbm_eff = 7: {peak}": ("params", "hbm_eff", 7),
         "params.warp_eff: is not a parameter of the performance model": ("params", "warp_eff", 0.5),
-        "engines: is missing": ("engines", None, None),
+        "engines: is missing (not a file dse calibrate wrote)": ("engines", None, None),
+        "power.idle = 'x': must be a fraction of the TDP in (0, 1]": ("power", "idle", "x"),
+        "latency: must be a table of values (not a file dse calibrate wrote)": ("latency", "", [1]),
+        "params: must be a table of values (not a file dse calibrate wrote)": ("params", "", [1]),
+        "engines.trt.speed = -1: must be a number > 0": ("engines", "trt", "speed=-1"),
+        "engines.trt.speed: is missing (not a file dse calibrate wrote)": ("engines", "trt", "speed=gone"),
     }
     for want, (section, key, value) in cases.items():
         doc = json.loads(json.dumps(base))
         if key is None:
             doc.pop(section)
+        elif key == "":
+            doc[section] = value
+        elif value == "speed=-1":
+            doc[section][key]["speed"] = -1
+        elif value == "speed=gone":
+            doc[section][key].pop("speed")
         else:
             doc[section][key] = value
         path = tmp_path / "broken.json"
         path.write_text(json.dumps(doc))
         monkeypatch.setenv("DSE_CALIBRATION", str(path))
         res = cli("predict", "--hardware", "b200")
-        assert res.code == 2 and res.err.strip() == f"dse: error: {path}: {want}" + (
-            " (not a file dse calibrate wrote)" if key is None else ""
-        ), res.err
+        assert res.code == 2 and res.err.strip() == f"dse: error: {path}: {want}", res.err

@@ -254,16 +254,18 @@ def load_params(path: Path | None = None) -> PerfParams:
         raise InputError(str(path), "", rule) from None
     if kernels not in KERNEL_TIERS:
         raise InputError(str(path), "kernels", f"must be one of {', '.join(KERNEL_TIERS)}", kernels)
-    try:
-        engines = _engines(raw["engines"])
-        scalars = _scalars(raw["params"], path)
-    except KeyError as e:
-        raise InputError(str(path), str(e.args[0]), "is missing (not a file dse calibrate wrote)") from None
-    except (ValueError, TypeError, AttributeError) as e:
-        rule = f"must be a calibration file written by dse calibrate ({e})"
-        raise InputError(str(path), "engines", rule) from None
+    for section in ("params", "engines", "latency", "power"):
+        if section in raw and not isinstance(raw[section], dict):
+            raise InputError(str(path), section, "must be a table of values (not a file dse calibrate wrote)")
+    for section in ("params", "engines"):
+        if section not in raw:
+            raise InputError(str(path), section, "is missing (not a file dse calibrate wrote)")
+    engines = {name: _engine(name, e, path) for name, e in raw["engines"].items()}
+    for name, profile in DEFAULT_ENGINES.items():  # a profile newer than the file: its defaults
+        engines.setdefault(name, profile)
+    scalars = _scalars(raw["params"], path)
     latency = _latency_params(raw.get("latency", {}), path)
-    power = PowerParams(**{k: float(v) for k, v in raw.get("power", {}).items() if k in ("idle", "full")})
+    power = PowerParams(**_scalars(raw.get("power", {}), path, "power", {"idle", "full"}))
     return PerfParams(
         **scalars,
         engines=engines,
@@ -274,32 +276,48 @@ def load_params(path: Path | None = None) -> PerfParams:
     )
 
 
-def _scalars(raw: dict[str, Any], path: Path) -> dict[str, float]:
-    """The file's fitted scalars: each a field of :class:`PerfParams`, a finite number >= 0, and
-    an efficiency (``*_eff``) a fraction of its datasheet peak in (0, 1]."""
-    known = {f.name for f in fields(PerfParams)}
+def _scalars(
+    raw: dict[str, Any], path: Path, section: str = "params", known: set[str] | None = None
+) -> dict[str, float]:
+    """A section's numbers (the fitted scalars, the power fractions): each a field the model has,
+    a finite number >= 0, and a fraction (``*_eff``, of a datasheet peak; power, of the TDP) in
+    (0, 1]."""
+    known = known if known is not None else {f.name for f in fields(PerfParams)}
     out = {}
     for k, v in raw.items():
         if k not in known:
-            raise InputError(str(path), f"params.{k}", "is not a parameter of the performance model")
+            raise InputError(str(path), f"{section}.{k}", "is not a parameter of the performance model")
+        fraction = k.endswith("_eff") or section == "power"
         number = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-        if not number or (k.endswith("_eff") and not 0 < v <= 1):
+        if not number or (fraction and not 0 < v <= 1):
             rule = "must be a number >= 0"
-            if k.endswith("_eff"):
-                rule = "must be a fraction of the datasheet peak in (0, 1]"
-            raise InputError(str(path), f"params.{k}", rule, v)
+            if fraction:
+                of = "the TDP" if section == "power" else "the datasheet peak"
+                rule = f"must be a fraction of {of} in (0, 1]"
+            raise InputError(str(path), f"{section}.{k}", rule, v)
         out[k] = float(v)
     return out
 
 
-def _engines(raw: dict[str, Any]) -> dict[str, EngineProfile]:
-    """The file's engine profiles, and the defaults of engines newer than the file."""
-    engines = {
-        name: EngineProfile(
+def _engine(name: str, e: Any, path: Path) -> EngineProfile:
+    """One engine profile of the file: its KV precision, draft depth, relative speed (> 0) and
+    MTP acceptance; a newer file's own keys beside them are ignored."""
+    where = f"engines.{name}"
+    if not isinstance(e, dict):
+        raise InputError(str(path), where, "must be a table of values (not a file dse calibrate wrote)")
+    for key in ("kv_precision", "mtp_draft_tokens", "speed"):
+        if key not in e:
+            raise InputError(str(path), f"{where}.{key}", "is missing (not a file dse calibrate wrote)")
+    speed = e["speed"]
+    number = isinstance(speed, int | float) and not isinstance(speed, bool)
+    if not (number and math.isfinite(speed) and speed > 0):
+        raise InputError(str(path), f"{where}.speed", "must be a number > 0", speed)
+    try:
+        return EngineProfile(
             name=name,
             kv_precision=Precision(e["kv_precision"]),
             mtp_draft_tokens=int(e["mtp_draft_tokens"]),
-            speed=float(e["speed"]),
+            speed=float(speed),
             mtp_accept_rate=_accept_rate(e),
             prefill_chunk_per_instance=bool(
                 e.get(
@@ -308,11 +326,9 @@ def _engines(raw: dict[str, Any]) -> dict[str, EngineProfile]:
                 )
             ),
         )
-        for name, e in raw.items()
-    }
-    for name, profile in DEFAULT_ENGINES.items():  # a profile newer than the file: its defaults
-        engines.setdefault(name, profile)
-    return engines
+    except (KeyError, ValueError, TypeError) as exc:
+        rule = f"must be a profile dse calibrate wrote ({exc})"
+        raise InputError(str(path), where, rule) from None
 
 
 FORWARD_FACTORS = ("dp_prefill_slowdown", "agg_prefill_factor")  # LatencyParams' multiples of a forward
