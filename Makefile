@@ -9,7 +9,9 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	@# compat: the checkout's folder on sys.path (a .pth), so that a script run beside a clone
+	@# named dse imports the package, not the folder as a namespace package
+	$(PY) -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
 	@# bytecode once: where PYTHONDONTWRITEBYTECODE is set, every command would compile dse again
 	@$(PY) -m compileall -q dse formulations
 	@echo "compiling the numba kernels into their caches (once, about 20 s)"
