@@ -9,9 +9,10 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	@# compat: the checkout's folder on sys.path (a .pth), so that a script run beside a clone
-	@# named dse imports the package, not the folder as a namespace package
-	$(PY) -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@# the checkout's folder on sys.path, so that a script run beside a clone named dse imports
+	@# the package, not that folder as a namespace package (the editable install's finder comes last)
+	@$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'dse-checkout.pth').write_text('$(CURDIR)\n')"
 	@# bytecode once: where PYTHONDONTWRITEBYTECODE is set, every command would compile dse again
 	@$(PY) -m compileall -q dse formulations
 	@echo "compiling the numba kernels into their caches (once, about 20 s)"
