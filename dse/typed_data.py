@@ -84,6 +84,18 @@ def rule(check: Rule) -> dict[str, Rule]:
     return {"rule": check}
 
 
+def measured_number(text: str | None, source: str, key: str) -> float:
+    """A measured figure of a CSV cell (a throughput, a published rate) that a fit takes the
+    logarithm of: a finite number > 0, else one line naming the source, the key and the cell."""
+    try:
+        value = float(text or "nan")
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(source, key, "must be a measured number > 0", text)
+    return value
+
+
 def read_csv(path: Path, key: str) -> tuple[list[str], list[dict[str, str]]]:
     """(header, rows) of a CSV file; an unreadable file, one that is not UTF-8 or not CSV becomes
     one InputError line naming it and ``key`` (the flag or field that gave the path)."""

@@ -8,7 +8,6 @@ cross-validation refits without one GPU type and predicts it from its datasheet 
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -34,7 +33,7 @@ from dse.perf.benchmark_rows import (
 )
 from dse.perf.params import FITTED_SCALARS, PerfParams
 from dse.perf.serving import tpot_at_batch
-from dse.typed_data import read_csv
+from dse.typed_data import measured_number, read_csv
 
 # (lower, upper) bounds of each fitted value
 BOUNDS = {
@@ -88,7 +87,7 @@ def read_measured(
         source = f"{path.name} row {i + 1}"
         try:
             row = parse_row(raw, catalog, source=source)
-            tput, intvty = (_measured(raw, col, source) for col in FITTED_COLUMNS)
+            tput, intvty = (measured_number(raw.get(col), source, col) for col in FITTED_COLUMNS)
         except DseError as exc:
             skipped.append(str(exc))
             continue
@@ -97,17 +96,6 @@ def read_measured(
 
 
 FITTED_COLUMNS = ("tput_per_gpu_total", "median_intvty_tok_s_user")  # what a run measured, fitted
-
-
-def _measured(raw: Mapping[str, str], col: str, source: str) -> float:
-    """A measured figure the fit takes the logarithm of: a finite number > 0."""
-    try:
-        value = float(raw.get(col) or "nan")
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise InputError(source, col, "must be a measured number > 0", raw.get(col))
-    return value
 
 
 def predict_measured(

@@ -7,7 +7,6 @@ Rows whose batch or structure the source leaves open (B4c, B6a/b, G1, F1) are no
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from dse.errors import InputError
 from dse.perf.params import PerfParams
 from dse.perf.pool import build_pool
 from dse.perf.stages import forward_cost
-from dse.typed_data import read_csv
+from dse.typed_data import measured_number, read_csv
 from dse.units import Precision
 
 
@@ -53,13 +52,7 @@ def measured_per_gpu(path: Path) -> dict[str, float]:
         raise InputError(str(path), missing[0], "is a required column")
     out = {}
     for i, row in enumerate(rows):
-        try:
-            v = float(row["value"] or "nan")
-        except ValueError:
-            v = math.nan
-        if not (math.isfinite(v) and v > 0):
-            rule = "must be a measured number > 0"
-            raise InputError(f"{path.name} row {i + 1}", "value", rule, row["value"])
+        v = measured_number(row["value"], f"{path.name} row {i + 1}", "value")
         out[row["id"]] = v / 8.0 if (row["metric"] or "").endswith("per_node") else v
     absent = [p.id for p in POINTS if p.id not in out]
     if absent:

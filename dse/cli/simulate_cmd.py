@@ -305,7 +305,6 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.sim.simulation import simulate
 
     params = load_params()
-    import numpy as np  # not for the parser
     design = _design(args, catalog)
     source = str(args.placement) if args.placement else SRC
     pipe, kv_gb = pipeline_of(design, catalog, params, buffer_max=args.buffer, source=source)
@@ -322,7 +321,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     )
     summary = _summary_dict(report, slo.ttft_s, slo.tpot_s)
     # the scenario's mean traffic (a --rate-scale, a burst, a trace), not the placement's
-    rate = float(np.mean(scenario.arrivals.rate(np.linspace(0.0, scenario.horizon_s, 4097))))
+    rate = scenario.arrivals.mean_rate(scenario.horizon_s)
     engine = design_latency(_at_rate(design, rate), catalog, params, seed=args.seed) if rate > 0 else None
     summary["engine"] = _engine_dict(engine, slo, rate)
     cache = None
@@ -393,8 +392,6 @@ def _engine_dict(engine: DesignLatency | None, slo: Slo, rate: float) -> dict[st
 def _arrivals_text(scenario: Scenario) -> str:
     """The arrivals as the scenario runs them: a burst's factor and window, a swing's amplitude
     and period, a trace's own mean (its rates, not the placement's)."""
-    import numpy as np  # not for the parser
-
     a = scenario.arrivals
     kind = a.kind.value
     if kind == "burst":
@@ -403,8 +400,7 @@ def _arrivals_text(scenario: Scenario) -> str:
     if kind == "diurnal":
         return f"at {a.rate_per_s:g} req/s, swinging {a.amplitude:.0%} over {a.period_s:g} s"
     if kind == "trace":
-        mean = float(np.mean(a.rate(np.linspace(0.0, scenario.horizon_s, 4097))))
-        return f"from the trace, {mean:.3g} req/s on average over the horizon"
+        return f"from the trace, {a.mean_rate(scenario.horizon_s):.3g} req/s on average over the horizon"
     return f"{kind} at {a.rate_per_s:g} req/s"
 
 

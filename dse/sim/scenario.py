@@ -54,6 +54,10 @@ class Arrivals:
     def max_rate(self, horizon_s: float) -> float:
         return float(self.rate(np.linspace(0.0, horizon_s, 4097)).max())
 
+    def mean_rate(self, horizon_s: float) -> float:
+        """Requests/s on average over ``[0, horizon_s]`` (a burst's, a swing's, a trace's)."""
+        return float(self.rate(np.linspace(0.0, horizon_s, 4097)).mean())
+
 
 @dataclass(frozen=True)
 class OutputLengths:

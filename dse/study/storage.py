@@ -407,7 +407,17 @@ def open_stored(
     sampler = make_sampler(spec, seed, stream=stream)
     store = open_storage(url, stale_after_s)
     names = [o.name for o in objectives]
-    study = _created(spec.name, store, sampler, objectives, url)
+    try:
+        study = optuna.create_study(
+            study_name=spec.name,
+            storage=store,
+            sampler=sampler,
+            load_if_exists=True,
+            directions=[o.direction for o in objectives],
+        )
+    except ValueError as exc:
+        why = f"differ from the stored study's ({exc})"
+        raise InputError(redact(url), "objectives", why, names) from None
     stored = study.user_attrs.get("objectives")
     if stored is None:
         study.set_user_attr("objectives", names)
@@ -447,23 +457,6 @@ def _empty_note(study: optuna.Study) -> str:
     bad input): it is still the other objectives' study, not deleted behind a reader or another
     run that may be opening it, but deleting it loses nothing."""
     return "" if study.get_trials(deepcopy=False) else "; it holds no trial, so deleting it starts over"
-
-
-def _created(
-    name: str, store: Any, sampler: optuna.samplers.BaseSampler, objectives: list[ObjectiveDef], url: str
-) -> optuna.Study:
-    """The study ``name`` of the storage, created with the objectives' directions if it is new."""
-    try:
-        return optuna.create_study(
-            study_name=name,
-            storage=store,
-            sampler=sampler,
-            load_if_exists=True,
-            directions=[o.direction for o in objectives],
-        )
-    except ValueError as exc:
-        why = f"differ from the stored study's ({exc})"
-        raise InputError(redact(url), "objectives", why, [o.name for o in objectives]) from None
 
 
 # what a resumed run may change: its budget, its sampler's seed, its description
