@@ -15,6 +15,7 @@ class Metric:
     direction: str | None  # "minimize", "maximize", or None (recorded only)
     doc: str
     column: str = ""  # the Parquet column, when it is not the metric's name (a unit in the name)
+    whole: bool = False  # a count: an integer column in the trials table
 
 
 METRICS = {
@@ -24,7 +25,7 @@ METRICS = {
         "cost per million prompt + output tokens: GPU-hours, and energy where the study prices it ([energy])",
     ),
     "usd_per_hour": Metric("$/h", "minimize", "GPUs bought, at the study's price tier"),
-    "gpus": Metric("GPUs", "minimize", "GPUs bought, in whole nodes or racks"),
+    "gpus": Metric("GPUs", "minimize", "GPUs bought, in whole nodes or racks", whole=True),
     "tokens_per_s_per_gpu": Metric("tokens/s/GPU", "maximize", "prompt + output tokens per GPU bought"),
     "tokens_per_s_per_user": Metric("tokens/s", "maximize", "decode speed one user sees (1 / TPOT)"),
     "output_tokens_per_s_per_decode_gpu": Metric("tokens/s/GPU", "maximize", "output tokens per decode GPU"),
@@ -68,7 +69,9 @@ METRICS = {
     "queue_peak_buffer_requests": Metric(
         "requests", None, "most prefilled requests waiting for a decode slot"
     ),
-    "planner_moves": Metric("moves", None, "instances the planner moved between prefill and decode"),
+    "planner_moves": Metric(
+        "moves", None, "instances the planner moved between prefill and decode", whole=True
+    ),
     "oscillation_amplitude": Metric(
         "instances or requests", None, "swing of a sustained oscillation, else 0"
     ),

@@ -96,16 +96,12 @@ def measured_number(text: str | None, source: str, key: str) -> float:
     return value
 
 
-def read_csv(path: Path, key: str) -> tuple[list[str], list[dict[str, str]]]:
-    """(header, rows) of a CSV file; an unreadable file, one that is not UTF-8 or not CSV becomes
-    one InputError line naming it and ``key`` (the flag or field that gave the path)."""
-    header, rows, _ = read_csv_lines(path, key)
-    return header, rows
-
-
-def read_csv_lines(path: Path, key: str) -> tuple[list[str], list[dict[str, str]], list[int]]:
-    """:func:`read_csv` and the line of the file each row ends on (the header is line 1; blank
-    lines, which hold no row, are counted), so that an error can name the line an editor shows."""
+def read_csv(path: Path, key: str) -> tuple[list[str], list[dict[str, str]], list[int]]:
+    """(header, rows, lines) of a CSV file: with each row, the line of the file it ends on (the
+    header is line 1; blank lines, which hold no row, are counted), so that an error names the line
+    an editor, or a spreadsheet's row number, shows. An unreadable file, one that is not UTF-8 or
+    not CSV becomes one InputError line naming it and ``key`` (the flag or field that gave the
+    path)."""
     try:
         # utf-8-sig: the byte-order mark a spreadsheet's "CSV UTF-8" starts with is not a column's
         with open(path, newline="", encoding="utf-8-sig") as fh:

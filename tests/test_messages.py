@@ -87,9 +87,9 @@ def test_a_short_or_long_batch_row_says_so(cli: Cli, tmp_path: Path) -> None:
     n = len(header)
     assert (
         errors[0]
-        == f"in.csv row 1: has 8 of {n} fields: the row is short ({header[8]} and after are missing)"
+        == f"in.csv line 2: has 8 of {n} fields: the row is short ({header[8]} and after are missing)"
     )
-    assert errors[1] == f"in.csv row 2: has {n + 2} fields, 2 more than the header's {n}"
+    assert errors[1] == f"in.csv line 3: has {n + 2} fields, 2 more than the header's {n}"
     assert errors[2] == ""
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from dse.metrics import CONSTRAINTS, METRIC_COLUMNS, METRICS, markdown_table
 from dse.study import Study
@@ -34,6 +36,13 @@ def test_a_trial_records_registered_metrics_and_constraints_and_exports_their_co
     assert {f"c_{c}" for c in CONSTRAINTS} <= set(trials.columns)
     for name in placed[0]["metrics"]:
         assert trials[METRIC_COLUMNS[name]].drop_nulls().len() > 0, name
+    # counts are integers in the file (a BI tool sums GPUs, it does not round them), the rest floats
+    types = pq.read_schema(tmp_path / "exports" / "trials" / "study=tiny-study" / "part-0.parquet")
+    for name, metric in METRICS.items():
+        want = pa.int64() if metric.whole else pa.float64()
+        assert types.field(METRIC_COLUMNS[name]).type == want, name
+    assert {n for n, m in METRICS.items() if m.whole} == {"gpus", "planner_moves"}
+    assert trials["gpus"].drop_nulls().to_list() == [int(r["metrics"]["gpus"]) for r in placed]
 
 
 def test_a_run_stores_its_best_designs_shadow_prices_for_the_report(tmp_path: Path) -> None:

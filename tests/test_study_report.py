@@ -253,6 +253,10 @@ def test_report_sections_numbers_and_pngs(tmp_path: Path, spec: StudySpec) -> No
     detail = _section(md, "## Best design detail")
     assert "Trial 2." in detail and "+1 TB/s/GPU" in detail and "stable: yes" in detail
     assert "requests/s (load)" in detail and "output tokens/s (capacity)" in detail
+    pools = _rows(detail[detail.index("### Pools") :])[:2]
+    # a figure the pool's role does not have is "-", as `dse place` shows it; a decode pool's batch is
+    assert [r[0] for r in pools] == ["prefill", "decode"]
+    assert pools[0][5:7] == ["-", "-"] and pools[1][5:7] == ["2,048", "-"]  # batch, prefill share
     assert "B200's \"180 GB\" holds 193.3 GB" in detail
     settings = dict(r[:2] for r in _rows(detail[detail.index("### Engine settings") :]))
     assert settings["running requests per decode instance (cap)"] == "1,024"

@@ -77,14 +77,14 @@ def read_measured(
     settings its run used, from ``settings`` (:func:`~dse.perf.benchmark_rows.with_recipe_settings`;
     None: the engine defaults)."""
     out, skipped = [], []
-    header, rows = read_csv(path, "--data")
+    header, rows, lines = read_csv(path, "--data")
     missing = [c for c in (*INPUT_COLUMNS, *FITTED_COLUMNS) if c not in header]
     if missing:
         raise InputError(str(path), missing[0], "is a required column")
     if settings is not None:
         rows = with_recipe_settings(rows, settings)
-    for i, raw in enumerate(rows):
-        source = f"{path.name} row {i + 1}"
+    for raw, line in zip(rows, lines, strict=True):
+        source = f"{path.name} line {line}"
         try:
             row = parse_row(raw, catalog, source=source)
             tput, intvty = (measured_number(raw.get(col), source, col) for col in FITTED_COLUMNS)

@@ -46,13 +46,13 @@ POINTS = (
 
 def measured_per_gpu(path: Path) -> dict[str, float]:
     """Measured tokens/s per GPU of each point (per-node figures divided by 8)."""
-    header, rows = read_csv(path, "--points")
+    header, rows, lines = read_csv(path, "--points")
     missing = [c for c in ("id", "metric", "value") if c not in header]
     if missing:
         raise InputError(str(path), missing[0], "is a required column")
     out = {}
-    for i, row in enumerate(rows):
-        v = measured_number(row["value"], f"{path.name} row {i + 1}", "value")
+    for row, line in zip(rows, lines, strict=True):
+        v = measured_number(row["value"], f"{path.name} line {line}", "value")
         out[row["id"]] = v / 8.0 if (row["metric"] or "").endswith("per_node") else v
     absent = [p.id for p in POINTS if p.id not in out]
     if absent:

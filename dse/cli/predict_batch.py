@@ -34,7 +34,7 @@ def run_batch(
         raise InputError(SRC, "--recipe-settings", "needs --batch")
     if out is None:
         raise InputError(SRC, "--out", "is required with --batch")
-    header, rows = read_csv(src, "--batch")
+    header, rows, lines = read_csv(src, "--batch")
     missing = [c for c in INPUT_COLUMNS if c not in header]
     if missing:
         raise InputError(str(src), missing[0], "is a required column")
@@ -43,7 +43,7 @@ def run_batch(
     engine = sum(1 for a, b in pairs if any(b.get(c) != a.get(c) for c in ENGINE_COLUMNS))
     warmup = sum(1 for a, b in pairs if b.get(WARMUP_COLUMN) != a.get(WARMUP_COLUMN))
     added = [c for c in (*ENGINE_COLUMNS, WARMUP_COLUMN) if c not in header] if recipes else []
-    result = predict_rows(known if recipes else rows, catalog, params, source=src.name)
+    result = predict_rows(known if recipes else rows, catalog, params, source=src.name, lines=lines)
     columns = header + added + [c for c in OUTPUT_COLUMNS if c not in header]
     try:
         with atomic_path(out) as tmp, tmp.open("w", newline="", encoding="utf-8") as fh:

@@ -496,21 +496,27 @@ def kernel_sources(row: BenchRow, catalog: Catalog, params: PerfParams) -> dict[
 
 
 def predict_rows(
-    rows: Sequence[Mapping[str, str]], catalog: Catalog, params: PerfParams, source: str = "input"
+    rows: Sequence[Mapping[str, str]],
+    catalog: Catalog,
+    params: PerfParams,
+    source: str = "input",
+    lines: Sequence[int] | None = None,
 ) -> list[dict[str, object]]:
     """Each input row with the ``pred_*`` columns added; a row that cannot be modelled gets
-    empty predictions and a ``pred_error`` message."""
+    empty predictions and a ``pred_error`` message naming it: ``<source> line <L>`` with the
+    file's ``lines`` (:func:`~dse.typed_data.read_csv`), else ``<source> row <i>`` from 1."""
     out: list[dict[str, object]] = [dict(r) for r in rows]
     parsed: dict[tuple[str, str], list[tuple[int, BenchRow]]] = {}
     for i, row in enumerate(rows):
         for col in OUTPUT_COLUMNS:
             out[i][col] = ""
+        where = f"{source} row {i + 1}" if lines is None else f"{source} line {lines[i]}"
         shape = row_shape_problem(row)
         if shape:
-            out[i]["pred_error"] = f"{source} row {i + 1}: {shape}"
+            out[i]["pred_error"] = f"{where}: {shape}"
             continue
         try:
-            br = parse_row(row, catalog, source=f"{source} row {i + 1}")
+            br = parse_row(row, catalog, source=where)
         except DseError as exc:
             out[i]["pred_error"] = str(exc)
             continue

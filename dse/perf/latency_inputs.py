@@ -17,7 +17,7 @@ import numpy as np
 
 from dse.errors import InputError
 from dse.perf.pool import Array
-from dse.typed_data import MAX_MAGNITUDE, plausible, read_csv_lines, row_shape_problem
+from dse.typed_data import MAX_MAGNITUDE, plausible, read_csv, row_shape_problem
 
 LOW_OF_NOMINAL = 0.8  # InferenceX: --random-range-ratio 0.8, lengths uniform on [0.8, 1] x nominal
 
@@ -132,7 +132,7 @@ def read_trace(path: Path, context: float = math.inf) -> Trace:
     """A trace file: CSV with columns ``arrival_s``, ``input_tokens``, ``output_tokens``, one row
     per request, arrival times non-decreasing, each request within the model's ``context`` (its
     prompt and output together); a bad row is named by its line in the file."""
-    header, rows, lines = read_csv_lines(path, "--trace")
+    header, rows, lines = read_csv(path, "--trace")
     for col in ("arrival_s", "input_tokens", "output_tokens"):
         if col not in header:
             raise InputError(str(path), col, "is a required column")

@@ -360,9 +360,19 @@ POOL_COLUMNS = (  # key, header with unit, format spec
 )
 
 
+# a stage's figure a pool of another role does not have (a prefill pool's decode batch, a decode
+# pool's requests prefilled) is 0 in the placements table and "-" here, as `dse place` shows it
+ROLE_FIGURES = (
+    "decode_batch_sequences", "decode_batch", "prefill_share", "requests_per_s", "output_tokens_per_s",
+)  # fmt: skip
+
+
 def _pools_table(pools: list[dict[str, Any]]) -> str:
     present = [c for c in POOL_COLUMNS if any(c[0] in p for p in pools)]
-    rows = [[fmt(p.get(key), spec) for key, _, spec in present] for p in pools]
+    rows = [
+        [fmt((p.get(key) or None) if key in ROLE_FIGURES else p.get(key), spec) for key, _, spec in present]
+        for p in pools
+    ]
     return md_table([h for _, h, _ in present], rows, [bool(spec) for *_, spec in present])
 
 

@@ -10,6 +10,7 @@ run's summary show each design once.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC
 from typing import Any
 
@@ -18,7 +19,7 @@ import optuna
 import polars as pl
 
 from dse.catalog import Catalog
-from dse.metrics import CONSTRAINTS, METRIC_COLUMNS
+from dse.metrics import CONSTRAINTS, METRIC_COLUMNS, METRICS, column
 from dse.perf.params import PerfParams
 from dse.sim.kv_tiers import TIER_NAMES
 from dse.sim.simulation import TRAJECTORY_COLUMNS, trajectories_frame
@@ -80,7 +81,7 @@ TRIALS_SCHEMA: dict[str, Any] = {
     # that two studies' tables read together
     **{f"p_{k}": pl.Float64 if k in ("prefill_share", "ffn_tokens_per_gpu") else
        pl.Int64 if k in ("chunk_tokens", "max_batch") else pl.String for k in PARAM_COLUMNS},
-    **{col: pl.Float64 for col in METRIC_COLUMNS.values()},
+    **{column(m): pl.Int64 if METRICS[m].whole else pl.Float64 for m in METRICS},
     **{f"c_{k}": pl.Float64 for k in CONSTRAINTS},
     "feasible": pl.Boolean, "binding": pl.String,
 }  # fmt: skip
@@ -107,6 +108,13 @@ SIM_TIMESERIES_SCHEMA: dict[str, Any] = {
 def _utc(dt: Any) -> Any:
     """A trial's time in UTC: Optuna gives naive local time (it stores naive UTC)."""
     return None if dt is None else dt.astimezone(UTC)
+
+
+def _value(metric: str, v: Any) -> Any:
+    """A metric's value in its column's type: a count (``gpus``) as an integer; None stays null."""
+    if v is None or not METRICS[metric].whole:
+        return v
+    return int(v) if math.isfinite(v) else None
 
 
 def _records(study: optuna.Study) -> list[tuple[optuna.trial.FrozenTrial, dict[str, Any]]]:
@@ -138,7 +146,7 @@ def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
         }
         row.update({f"x_{k}": v for k, v in rec.get("point", {}).items()})  # grid studies
         row.update({f"p_{k}": choice.get(k) for k in PARAM_COLUMNS})
-        row.update({col: metrics.get(m) for m, col in METRIC_COLUMNS.items()})
+        row.update({col: _value(m, metrics.get(m)) for m, col in METRIC_COLUMNS.items()})
         row.update({f"c_{k}": float(cons.get(k, 0.0)) for k in CONSTRAINTS})
         row["feasible"] = all(float(v) <= 0 for v in cons.values()) and bool(cons)
         row["binding"] = rec.get("binding", "")
