@@ -138,6 +138,19 @@ def test_alias_clash_names_both_entries(tmp_path: Path) -> None:
     assert re.search(r"aliases = 'h100': must not repeat an id or alias of hardware 'h100-sxm'", str(err))
 
 
+def test_a_user_entry_taking_a_shipped_alias_is_the_file_named(tmp_path: Path) -> None:
+    """The user's file is the one to change, whichever of the two the check meets first."""
+    own = _b200(**{'id = "b200"': 'id = "dgx-b200"', 'aliases = ["b200-hgx", "dgx-b200"]': "aliases = []"})
+    err = _load_broken_hardware(tmp_path, own, name="dgx-b200")
+    assert str(err).startswith(str(tmp_path / "hardware" / "dgx-b200.toml") + ": id = 'dgx-b200': ")
+    shipped = SHIPPED_HARDWARE / "b200.toml"
+    assert f"must not repeat an alias of the shipped hardware 'b200' ({shipped})" in str(err)
+    aliased = _b200(**{'id = "b200"': 'id = "b200-copy"', '"b200-hgx", ': ""})  # keeps "dgx-b200"
+    (tmp_path / "hardware" / "dgx-b200.toml").unlink()
+    err = _load_broken_hardware(tmp_path, aliased, name="b200-copy")
+    assert str(err).startswith(str(tmp_path / "hardware" / "b200-copy.toml") + ": aliases = 'dgx-b200': ")
+
+
 def test_broken_model_file(tmp_path: Path) -> None:
     text = (SHIPPED_MODELS / "kimi-k3.toml").read_text().replace("q_heads = 96", "q_heads = -96")
     root = _user_dir(tmp_path, "models", "kimi-k3", text)

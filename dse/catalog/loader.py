@@ -116,7 +116,13 @@ def _check_aliases(kind: str, entries: Mapping[str, E], files: Mapping[str, Path
         for alias in entry.aliases:
             if alias != alias.lower():
                 raise InputError(str(files[entry.id]), "aliases", "must be lower case", alias)
-            if alias in owner and owner[alias] != entry.id:
+            other = owner.get(alias, entry.id)
+            if other != entry.id and _shipped(files[entry.id]) and not _shipped(files[other]):
+                # a user's entry takes a shipped entry's alias: the user's file is the one to change
+                field = "id" if other == alias else "aliases"
+                rule = f"must not repeat an alias of the shipped {kind} '{entry.id}' ({files[entry.id]})"
+                raise InputError(str(files[other]), field, rule, alias)
+            if other != entry.id:
                 raise InputError(
                     str(files[entry.id]),
                     "aliases",
@@ -124,3 +130,7 @@ def _check_aliases(kind: str, entries: Mapping[str, E], files: Mapping[str, Path
                     alias,
                 )
             owner[alias] = entry.id
+
+
+def _shipped(path: Path) -> bool:
+    return path.parent in (SHIPPED_HARDWARE, SHIPPED_MODELS)

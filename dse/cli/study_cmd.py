@@ -408,7 +408,7 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
 def _export(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.study.api import Study
 
-    res = Study.load(args.name).results(out=args.out, storage=args.storage)
+    res = Study.load(args.name).results(out=args.out, storage=args.storage, catalog=catalog)
     paths = res.export(args.out / res.spec.name / "exports")
     for p in paths:
         print(p)
@@ -420,7 +420,7 @@ def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.study.api import Study
     from dse.study.deploy import design_of_run, launch_files, write_deploy
 
-    res = Study.load(args.name).results(out=args.out, storage=args.storage)
+    res = Study.load(args.name).results(out=args.out, storage=args.storage, catalog=catalog)
     design = design_of_run(res, args.trial, load_params())
     folder = args.out / res.spec.name / "deploy"
     files = launch_files(design, args.engine)
@@ -432,6 +432,6 @@ def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
 def _report(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.study.api import Study
 
-    res = Study.load(args.name).results(out=args.out, storage=args.storage)
+    res = Study.load(args.name).results(out=args.out, storage=args.storage, catalog=catalog)
     print(_write_report(res, args.out / res.spec.name))
     return 0

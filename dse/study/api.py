@@ -37,7 +37,7 @@ from dse.study.results import (
 )
 from dse.study.spec import StudySpec, load_study
 from dse.study.storage import default_storage, open_storage, open_study, redact
-from dse.study.variants import study_catalog, with_catalog_ids
+from dse.study.variants import catalog_entries, study_catalog, with_catalog_ids
 
 if TYPE_CHECKING:
     from dse.study.runner import RunStats
@@ -108,8 +108,12 @@ class Study:
         priced(res, params)
         return res
 
-    def results(self, *, out: Path = Path("runs"), storage: str | None = None) -> StudyResults:
-        """The results stored by an earlier run; bad input when there is none."""
+    def results(
+        self, *, out: Path = Path("runs"), storage: str | None = None, catalog: Catalog | None = None
+    ) -> StudyResults:
+        """The results stored by an earlier run, read with ``catalog`` (default: the shipped one
+        and ``DSE_CATALOG_DIR``'s), which must give the entries the numbers the run stored; bad
+        input when there is no result."""
         url = storage or default_storage(out, self.spec)
         if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
             raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
@@ -118,9 +122,10 @@ class Study:
             others = f" (it holds {', '.join(sorted(held))})" if held else " (it holds none)"
             why = f"is not stored here{others}: run the study first"
             raise InputError(redact(url), "study", why, self.spec.name)
-        base = load_catalog()  # once: the results keep it for their own catalog
-        spec = with_catalog_ids(self.spec, study_catalog(self.spec, base))  # as the run stored it
-        study = open_study(spec, url, list(self.objectives), spec.seed)
+        base = catalog if catalog is not None else load_catalog()  # the results keep it for their own
+        ours = study_catalog(self.spec, base)
+        spec = with_catalog_ids(self.spec, ours)  # as the run stored it
+        study = open_study(spec, url, list(self.objectives), spec.seed, catalog=catalog_entries(spec, ours))
         return StudyResults(spec, self.objectives, study, None, base)
 
 
@@ -204,4 +209,5 @@ class StudyResults:
 
     def export(self, out: Path) -> list[Path]:
         """Parquet tables under ``out`` (hive partitions by study), atomically."""
-        return export_all(self.tables(), out, self.spec.name, plain(self.spec))
+        catalog = self.study.user_attrs.get("catalog")  # the numbers the trials ran with
+        return export_all(self.tables(), out, self.spec.name, plain(self.spec), catalog)

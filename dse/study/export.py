@@ -22,8 +22,11 @@ from dse.study.results import SCHEMA_VERSION
 TABLES = ("trials", "pareto", "placements", "kv_tiers", "sim_timeseries")
 
 
-def write_table(df: pl.DataFrame, out: Path, table: str, study: str, spec: dict[str, Any]) -> Path:
-    """One table of one study, atomically."""
+def write_table(
+    df: pl.DataFrame, out: Path, table: str, study: str, spec: dict[str, Any], catalog: Any = None
+) -> Path:
+    """One table of one study, atomically; ``catalog``: the numbers of the entries its trials ran
+    with, as the study stored them (none for a study stored before dse kept them)."""
     folder = out / table / f"study={study}"
     path = folder / "part-0.parquet"
     body = df.drop("study") if "study" in df.columns else df
@@ -33,13 +36,19 @@ def write_table(df: pl.DataFrame, out: Path, table: str, study: str, spec: dict[
         "dse.table": table,
         "dse.study_spec": json.dumps(spec),
     }
+    if catalog is not None:
+        meta["dse.catalog"] = json.dumps(catalog)
     remove_stale(path)  # left by an export killed mid-write
     with atomic_path(path) as tmp:
         body.write_parquet(tmp, compression="zstd", metadata=meta)
     return path
 
 
-def export_all(tables: dict[str, pl.DataFrame], out: Path, study: str, spec: dict[str, Any]) -> list[Path]:
+def export_all(
+    tables: dict[str, pl.DataFrame], out: Path, study: str, spec: dict[str, Any], catalog: Any = None
+) -> list[Path]:
     """Write every table (empty ones too, so a schema-less study still has its files)."""
     with writing(out):
-        return [write_table(tables[name], out, name, study, spec) for name in TABLES if name in tables]
+        return [
+            write_table(tables[name], out, name, study, spec, catalog) for name in TABLES if name in tables
+        ]

@@ -59,7 +59,7 @@ from dse.study.storage import (
 from dse.study.sweep import choice_of, evaluate_point
 from dse.study.timeouts import STALE_AFTER_S, TRIAL_WALL_S
 from dse.study.trial import TrialRecord, evaluate, objective_values
-from dse.study.variants import runnable_shapes, study_catalog, with_catalog_ids
+from dse.study.variants import catalog_entries, runnable_shapes, study_catalog, with_catalog_ids
 from dse.study.warm_start import warm_start_params
 from formulations.solve import PlacementSolver, SolveOptions
 
@@ -137,7 +137,10 @@ def run(
     # workers sharing a storage each need their own random stream, or they would propose alike
     stream, stale_s = (os.getpid(), stale_after_s) if shared else (0, None)
     with optuna_quiet():
-        stored = open_stored(spec, url, objectives, seed, stream=stream, stale_after_s=stale_s)
+        entries = catalog_entries(spec, catalog)  # the numbers its trials run with, checked on resume
+        stored = open_stored(
+            spec, url, objectives, seed, stream=stream, stale_after_s=stale_s, catalog=entries
+        )
         # one lone run per study at a time; Ctrl-C and storage faults become one line from here on
         with _guarded(stored, budget, shared):
             _write_spec(out, spec, url, shared)

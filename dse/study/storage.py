@@ -388,10 +388,15 @@ def open_study(
     *,
     stream: int = 0,
     stale_after_s: float | None = None,
+    catalog: dict[str, Any] | None = None,
 ) -> optuna.Study:
-    """Create the study or load it; its objectives must not have changed."""
+    """Load the study (or create it); its objectives must not have changed, nor, with
+    ``catalog``, the numbers of its catalog entries where it stored them (this call stores none)."""
     with optuna_quiet():
-        return open_stored(spec, storage, objectives, seed, stream=stream, stale_after_s=stale_after_s).study
+        stale = stale_after_s
+        return open_stored(
+            spec, storage, objectives, seed, stream=stream, stale_after_s=stale, catalog=catalog, pin=False
+        ).study
 
 
 def open_stored(
@@ -402,8 +407,12 @@ def open_stored(
     *,
     stream: int = 0,
     stale_after_s: float | None = None,
+    catalog: dict[str, Any] | None = None,
+    pin: bool = True,
 ) -> StoredStudy:
-    """:func:`open_study`, with the storage it opened."""
+    """:func:`open_study`, with the storage it opened; with ``catalog`` (the numbers of the
+    entries the trials use, :func:`dse.study.variants.catalog_entries`) refused when they differ
+    from the stored ones, and stored (``pin``) where the study holds none."""
     sampler = make_sampler(spec, seed, stream=stream)
     store = open_storage(url, stale_after_s)
     names = [o.name for o in objectives]
@@ -449,7 +458,30 @@ def open_stored(
             "out= or storage= for the changed study, or put the file back as it was",
             now,
         )
+    if catalog is not None:
+        _same_catalog(study, catalog, url, pin)
     return StoredStudy.of(study, store, url)
+
+
+def _same_catalog(study: optuna.Study, catalog: dict[str, Any], url: str, pin: bool) -> None:
+    """Refuse other numbers than the stored ones (the stored trials were priced with those); a
+    study that holds none (a new one, or one stored by a dse before this check) gets these when
+    ``pin``."""
+    held = study.user_attrs.get("catalog")
+    if not isinstance(held, dict):
+        if pin:
+            study.set_user_attr("catalog", catalog)
+        return
+    changed = _first_difference(held, catalog, "catalog")
+    if changed is not None:
+        key, was, now = changed
+        raise InputError(
+            redact(url),
+            key,
+            f"the stored study's trials ran with {was!r}, so they are another study's: use another "
+            "out= or storage= for the changed catalog, or put the entry back as it was",
+            now,
+        )
 
 
 def _empty_note(study: optuna.Study) -> str:

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dse.catalog import Catalog
 from dse.catalog.hardware import Hardware, Hbm
 from dse.errors import InputError
 from dse.placement.parallel import parse_shape
 from dse.placement.shapes import shape_problem
+from dse.plain import plain
 from dse.study.spec import StudySpec, Variant
 
 T = TypeVar("T")
@@ -59,6 +60,29 @@ def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) 
         _known(out.hardware, h, source, f"sweep.hardware[{i}]")
     _fits_context(spec, out, source)
     return out
+
+
+# an entry's words, not its numbers: what a trial computes does not read them
+DOC_FIELDS = frozenset(
+    {"name", "vendor", "status", "sources", "aliases", "notes", "assumptions", "checkpoint", "published"}
+)
+
+
+def catalog_entries(spec: StudySpec, catalog: Catalog) -> dict[str, dict[str, Any]]:
+    """The numbers the study's trials run with: each hardware entry (variants included) and model
+    entry it may use, by id, as plain values without the entries' words (names, sources, notes).
+    A run stores them, and a resumed run or a worker whose catalog gives other numbers is refused
+    (:func:`dse.study.storage.open_stored`): its trials would be priced another way."""
+
+    def numbers(entry: object) -> dict[str, Any]:
+        return {k: v for k, v in plain(entry).items() if k not in DOC_FIELDS}
+
+    hardware = [catalog.hardware(h) for h in (*spec.hardware, *spec.sweep.hardware)]
+    models = [catalog.model(m) for m in (spec.model, *spec.sweep.model)]
+    return {
+        "hardware": {h.id: numbers(h) for h in hardware},
+        "models": {m.id: numbers(m) for m in models},
+    }
 
 
 def with_catalog_ids(spec: StudySpec, catalog: Catalog) -> StudySpec:

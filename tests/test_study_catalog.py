@@ -1,0 +1,85 @@
+"""A study run on a user's catalog entries: every study command reads them with `--catalog-dir`,
+and the numbers its trials ran with are stored, so that a run resumed (or read) under other
+numbers is refused instead of mixing trials priced two ways."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from conftest import Cli
+
+from dse.catalog.loader import SHIPPED_HARDWARE
+
+TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
+
+
+def _own_part(root: Path, **changes: str) -> Path:
+    """A user catalog folder with ``b200-own``: B200's entry under an id of its own."""
+    text = (SHIPPED_HARDWARE / "b200.toml").read_text()
+    changes = {
+        'id = "b200"': 'id = "b200-own"',
+        'aliases = ["b200-hgx", "dgx-b200"]': "aliases = []",
+        **changes,
+    }
+    for old, new in changes.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    (root / "hardware").mkdir(parents=True, exist_ok=True)
+    (root / "hardware" / "b200-own.toml").write_text(text, encoding="utf-8")
+    return root
+
+
+def _study(tmp_path: Path) -> Path:
+    text = TINY.read_text().replace('hardware = ["b200", "h200-sxm"]', 'hardware = ["b200-own"]')
+    path = tmp_path / "own-study.toml"
+    path.write_text(text.replace('name = "tiny-study"', 'name = "own-study"'), encoding="utf-8")
+    return path
+
+
+def test_every_study_command_reads_the_catalog_folder(tmp_path: Path, cli: Cli) -> None:
+    cat, study, out = _own_part(tmp_path / "cat"), _study(tmp_path), tmp_path / "runs"
+    ran = cli("--catalog-dir", cat, "study", "run", study, "--trials", "3", "--out", out, "--no-export")
+    assert ran.code == 0, ran.err
+    for command in (["export"], ["report"], ["deploy", "--engine", "sglang"]):
+        res = cli("--catalog-dir", cat, "study", *command, study, "--out", out)
+        assert res.code == 0, (command, res.err)
+        without = cli("study", *command, study, "--out", out)  # the shipped catalog has no b200-own
+        assert without.code == 2 and "hardware[0] = 'b200-own': unknown hardware id" in without.err
+    trials = out / "own-study" / "exports" / "trials" / "study=own-study" / "part-0.parquet"
+    meta = {k.decode(): v.decode() for k, v in pq.read_metadata(trials).metadata.items()}
+    stored = json.loads(meta["dse.catalog"])  # the numbers the trials ran with, for whoever reads the file
+    assert stored["hardware"]["b200-own"]["prices"]["usd_per_gpu_hour_own_hyperscaler"] == 1.95
+    assert set(stored["models"]) == {"deepseek-v3"} and "sources" not in stored["hardware"]["b200-own"]
+
+
+def test_a_run_resumed_under_other_catalog_numbers_is_refused(tmp_path: Path, cli: Cli) -> None:
+    study, out = _study(tmp_path), tmp_path / "runs"
+    first = _own_part(tmp_path / "cat")
+    ran = cli("--catalog-dir", first, "study", "run", study, "--trials", "3", "--out", out, "--no-export")
+    assert ran.code == 0, ran.err
+    db = out / "own-study" / "study.db"
+    before = db.read_bytes()
+    cheaper = _own_part(tmp_path / "cheaper", **{"own_hyperscaler = 1.95": "own_hyperscaler = 1.00"})
+    for command in (["run", study, "--trials", "5"], ["report", study]):
+        res = cli("--catalog-dir", cheaper, "study", *command, "--out", out)
+        assert res.code == 2, (command, res.err)
+        line = res.err.strip()
+        assert "\n" not in line
+        assert re.search(
+            r"study\.db: catalog\.hardware\.b200-own\.prices\.usd_per_gpu_hour_own_hyperscaler = 1\.0: "
+            r"the stored study's trials ran with 1\.95",
+            line,
+        ), line
+    assert db.read_bytes() == before  # nothing ran, nothing stored
+    # an entry's words (its notes, sources, name) are not what the trials computed with
+    reworded = _own_part(
+        tmp_path / "reworded", **{'notes = "hbm_tb_per_s': 'notes = "my own copy; hbm_tb_per_s'}
+    )
+    again = cli(
+        "--catalog-dir", reworded, "study", "run", study, "--trials", "5", "--out", out, "--no-export"
+    )
+    assert again.code == 0, again.err
+    assert "2 trials run" in again.out
