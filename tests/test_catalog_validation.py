@@ -174,6 +174,18 @@ def test_missing_catalog_folder(tmp_path: Path) -> None:
         load_catalog([tmp_path / "nowhere"], use_env=False)
 
 
+def test_a_catalog_folder_laid_out_otherwise_is_refused(tmp_path: Path) -> None:
+    """Entries beside the subfolders, a misspelt subfolder or another extension would leave the
+    shipped entries in force without a word."""
+    for where in ("b200.toml", "hardwares/b200.toml", "hardware/b200.yaml"):
+        root = tmp_path / where.replace("/", "_")
+        (root / where).parent.mkdir(parents=True, exist_ok=True)
+        (root / where).write_text(_b200(), encoding="utf-8")
+        rule = "catalog folder must hold hardware/*.toml or models/*.toml (none found)"
+        with pytest.raises(InputError, match=re.escape(f"{root}: {rule}")):
+            load_catalog([root], use_env=False)
+
+
 def test_unknown_id_lists_valid_ids(catalog) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UnknownIdError, match=r"unknown hardware id; valid ids: a800-sxm, b200, b300"):
         catalog.hardware("b250")

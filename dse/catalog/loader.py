@@ -62,6 +62,10 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
         root = Path(raw)
         if not root.is_dir():
             raise InputError(str(root), "", "catalog folder must exist and be a folder")
+        if not any(next((root / kind).glob("*.toml"), None) for kind in ("hardware", "models")):
+            # (a typo in the layout would otherwise leave the shipped entries in force, silently)
+            rule = "catalog folder must hold hardware/*.toml or models/*.toml (none found)"
+            raise InputError(str(root), "", rule)
         dirs.append((root / "hardware", root / "models"))
     hardware: dict[str, Hardware] = {}
     models: dict[str, Model] = {}
