@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
@@ -14,7 +15,12 @@ from pathlib import Path
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path`` to write to; renamed onto ``path`` when the block ends
-    without an error, removed otherwise."""
+    without an error, removed otherwise. A symbolic link is written through (its target replaced);
+    a device, pipe or socket is refused (OSError) rather than replaced by a file."""
+    if path.is_symlink():
+        path = path.resolve()
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise OSError(errno.EINVAL, "a device, pipe or socket, not a regular file", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -64,11 +70,13 @@ def atomic_folder(path: Path) -> Iterator[Path]:
         yield tmp
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary folder
         old = None
-        if path.exists():
-            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
-            os.replace(path, old / path.name)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        try:
+            if path.exists():
+                old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+                os.replace(path, old / path.name)
+            os.replace(tmp, path)
+        finally:  # (the old folder emptied, or left in place when it could not be moved)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

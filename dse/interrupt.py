@@ -1,4 +1,4 @@
-"""Ctrl-C that cannot be lost.
+"""Ctrl-C (and SIGTERM, handled alike) that cannot be lost.
 
 Python raises ``KeyboardInterrupt`` wherever the main thread is when SIGINT arrives. Inside a
 finalizer or a weakref callback, which garbage collection runs at any moment, the exception is
@@ -19,11 +19,27 @@ from contextlib import contextmanager
 from typing import Any
 
 _pressed = threading.Event()  # process-wide, as the signal itself is
+_received = [signal.SIGINT]  # the last one that came
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""What stops a command as Ctrl-C does: SIGTERM is what systemd, Docker, Kubernetes and Slurm send."""
 
 
 def _handler(signum: int, frame: Any) -> None:
+    _received[0] = signal.Signals(signum)
     _pressed.set()
     raise KeyboardInterrupt
+
+
+def exit_code() -> int:
+    """The shell's code for death by the signal that came: 130 for SIGINT, 143 for SIGTERM."""
+    return 128 + int(_received[0])
+
+
+def leave_to_parent() -> None:
+    """In a helper process: the signals are the parent's to handle (it closes the helper's pipe)."""
+    for s in SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
 
 
 @contextmanager
@@ -34,7 +50,8 @@ def remembered() -> Iterator[None]:
         yield
         return
     _pressed.clear()
-    previous, hook = signal.signal(signal.SIGINT, _handler), sys.unraisablehook
+    _received[0] = signal.SIGINT
+    previous, hook = [signal.signal(s, _handler) for s in SIGNALS], sys.unraisablehook
 
     def unraisable(info: Any) -> None:  # a Ctrl-C Python could not raise: remembered, not printed
         if not isinstance(info.exc_value, KeyboardInterrupt):
@@ -51,7 +68,8 @@ def remembered() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, before in zip(SIGNALS, previous, strict=True):
+            signal.signal(s, before)
         sys.unraisablehook, threading.excepthook = hook, thread_hook
 
 
@@ -70,4 +88,5 @@ def settled() -> None:
     """The process is about to exit with its code: a Ctrl-C from here on (a second press, or one
     a solver deferred) must not turn a clean exit into Python's own death by SIGINT."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for s in SIGNALS:
+            signal.signal(s, signal.SIG_IGN)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import stat
 import warnings
 from pathlib import Path
 
@@ -117,3 +119,29 @@ def test_a_study_name_the_font_lacks_plots_without_warnings(tmp_path: Path) -> N
         # an installed font that covers the name draws it; otherwise its code points stand in
         assert title.startswith("小研究") or title.startswith("U+5C0FU+7814U+7A76")
         assert drawable("deepseek-v3-blackwell") == ("deepseek-v3-blackwell", family)
+
+
+def test_an_out_file_is_written_through_its_link_and_a_pipe_is_not_replaced(cli: Cli, tmp_path: Path) -> None:
+    """`--out` that is a symbolic link writes the file it points at (a link that stayed a link);
+    a pipe or a device is refused rather than swapped for a file (as root, /dev/full had been)."""
+    with open(MEASURED_RUNS, newline="") as fh:
+        rows = list(csv.reader(fh))[:2]
+    src = tmp_path / "in.csv"
+    with open(src, "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    (tmp_path / "shared").mkdir()
+    target, link = tmp_path / "shared" / "real.csv", tmp_path / "link.csv"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    res = cli("predict", "--batch", src, "--out", link)
+    assert res.code == 0, res.err
+    assert link.is_symlink() and target.read_text().startswith(",".join(rows[0]))
+    pipe = tmp_path / "pipe.csv"
+    os.mkfifo(pipe)
+    res = cli("predict", "--batch", src, "--out", pipe)
+    assert res.code == 2 and res.out == ""
+    assert res.err.strip() == (
+        f"dse: error: dse predict: --out = '{pipe}': cannot be written (a device, pipe or socket, "
+        "not a regular file)"
+    )
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode) and not list(tmp_path.glob(".pipe.csv.*"))

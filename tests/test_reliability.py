@@ -58,9 +58,12 @@ def _renamed(tmp_path: Path, name: str, **edits: str) -> Path:
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_says_where_the_run_stopped_and_the_rerun_resumes(
-    tmp_path: Path, clean_env: dict[str, str], cli: Cli
+    tmp_path: Path, clean_env: dict[str, str], cli: Cli, sig: signal.Signals
 ) -> None:
+    """Ctrl-C to the run; SIGTERM, as systemd, Docker or Slurm stop a job, to its whole process
+    group (the sampler's process too, which leaves it to the run)."""
     db = tmp_path / "tiny-study" / "study.db"
     cmd = dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "200", "--no-export")
     proc = subprocess.Popen(
@@ -72,11 +75,15 @@ def test_ctrl_c_says_where_the_run_stopped_and_the_rerun_resumes(
         # Ctrl-C as in a terminal: a test run started in the background of a shell without job
         # control would hand the run SIGINT ignored
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - no threads yet
+        start_new_session=True,  # a process group of its own, for SIGTERM to all of it
     )
     assert _wait_for(db, 4) >= 4
-    proc.send_signal(signal.SIGINT)
+    if sig == signal.SIGINT:
+        proc.send_signal(sig)
+    else:
+        os.killpg(proc.pid, sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + sig, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     stopped = _complete(db)
     assert f"interrupted after {stopped} of 200 trials; all {stopped} are stored in" in err

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
 
+from dse import interrupt
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -71,11 +73,11 @@ def _ctrl_c_held() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(interrupt.SIGNALS))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(interrupt.SIGNALS))
 
 
 def _worker(parent: int) -> None:
@@ -83,7 +85,8 @@ def _worker(parent: int) -> None:
     terminal), and exits once its parent is gone (the worker handed to another). It was forked
     with Ctrl-C blocked (:func:`_ctrl_c_held`): ignored now, one that came meanwhile is dropped."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # how the parent stops it: at once, without a word
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(interrupt.SIGNALS))
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -103,7 +103,8 @@ def _in_its_file(exc: DseError, catalog: Catalog | None) -> DseError:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: exit 0 on success, 2 on bad input, 3 when no design is feasible, 130 when
-    interrupted (Ctrl-C, from the first instruction on: the engine is imported in here)."""
+    interrupted (Ctrl-C, from the first instruction on: the engine is imported in here), 143 when
+    stopped by SIGTERM (handled as Ctrl-C is)."""
     try:
         with interrupt.remembered():
             code = _main(list(sys.argv[1:] if argv is None else argv))
@@ -114,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dse: interrupted", file=sys.stderr)
         if argv is None:
             _forget_unhandled_interrupt()
-        return 130
+        return interrupt.exit_code()
     except BrokenPipeError:  # a reader that stopped early (`| head`): what was written stands
         _silence_stdout()
         return 0
@@ -135,7 +136,7 @@ def _main(argv: list[str]) -> int:
         return int(args.run(args, catalog))
     except DseError as exc:
         print(f"dse: error: {_in_its_file(exc, catalog)}", file=sys.stderr)
-        return exc.exit_code
+        return interrupt.exit_code() if exc.exit_code == 130 else exc.exit_code  # (SIGTERM: 143)
 
 
 def _forget_unhandled_interrupt() -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.connection
-import signal
 import time
 import traceback
 from collections import deque
@@ -29,6 +28,7 @@ from typing import Any
 
 import optuna
 
+from dse import interrupt
 from dse.study.choice import suggest
 from dse.study.grid import suggest_point
 from dse.study.samplers import make_sampler
@@ -160,7 +160,7 @@ class Proposer:
             self._conn.close()
             self._proc.join(timeout=max(0.1, deadline - time.monotonic()))
         if self._proc.is_alive():
-            self._proc.terminate()
+            self._proc.kill()  # (it leaves SIGTERM to this process)
             self._proc.join()
             raise RuntimeError(
                 f"the sampler process had not stored every finished trial after {CLOSE_WAIT_S:g} s "
@@ -213,7 +213,7 @@ def _serve(
 ) -> None:
     """The child: ask and propose; tell and store; until the parent closes the pipe. A parent
     that died leaves its last messages in the pipe: the child stores the trials they tell."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes the pipe
+    interrupt.leave_to_parent()  # the parent handles Ctrl-C and SIGTERM and closes the pipe
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # this process's own: no line per trial
     if parents is not None:  # a forked child holds the parent's end too: close it, or no EOF comes
         parents.close()
