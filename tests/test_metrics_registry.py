@@ -23,7 +23,7 @@ def test_the_schema_page_shows_the_registry() -> None:
 
 
 def test_a_trial_records_registered_metrics_and_constraints_and_exports_their_columns(tmp_path: Path) -> None:
-    res = Study.load(TINY).run(trials=4, out=tmp_path)
+    res = Study.load(TINY).run(trials=8, out=tmp_path)
     records = [t.user_attrs["record"] for t in res.study.get_trials()]
     placed = [r for r in records if "usd_per_hour" in r["metrics"]]
     assert placed, "no trial placed a design"
@@ -43,6 +43,14 @@ def test_a_trial_records_registered_metrics_and_constraints_and_exports_their_co
         assert types.field(METRIC_COLUMNS[name]).type == want, name
     assert {n for n, m in METRICS.items() if m.whole} == {"gpus", "planner_moves"}
     assert trials["gpus"].drop_nulls().to_list() == [int(r["metrics"]["gpus"]) for r in placed]
+    assert types.field("design_trials").type == pa.int64()
+    # a choice the trial's topology does not make, and the binding constraint of a feasible trial,
+    # are null (an analyst's average of prefill shares is not pulled toward 0)
+    agg = trials["p_topology"] == "aggregated"
+    assert trials.filter(agg)["p_prefill_share"].null_count() == 0
+    assert trials.filter(~agg)["p_prefill_share"].null_count() == trials.filter(~agg).height
+    assert trials["p_ffn_tokens_per_gpu"].null_count() == trials.height  # no attention-FFN trial
+    assert (trials["binding"].is_null() == trials["feasible"]).all()
 
 
 def test_a_run_stores_its_best_designs_shadow_prices_for_the_report(tmp_path: Path) -> None:
@@ -71,3 +79,14 @@ def test_a_run_stores_its_best_designs_shadow_prices_for_the_report(tmp_path: Pa
     design = best_design(Study.load(TINY).results(out=tmp_path))
     assert design is not None and design.trial == best and design.shadow_prices == stored["prices"]
     assert design.stage_ms and design.sim["stable"] in (True, False)
+
+
+def test_checks_a_trial_stopped_before_are_null_not_met() -> None:
+    """No placement (or over the wall clock): the latency and stability checks never ran; 0 would
+    read as "exactly at the target"."""
+    from dse.study.results import _constraints
+
+    none = _constraints({"placement": 1.0})
+    assert none["c_placement"] == 1.0 and none["c_ttft_s"] is None and none["c_stability"] is None
+    placed = _constraints({"placement": 0.0, "ttft_s": -1.0, "tpot_s": -0.01, "stability": 0.0})
+    assert placed["c_ttft_s"] == -1.0 and placed["c_gpus"] == 0.0 and placed["c_wall_clock"] == 0.0

@@ -21,9 +21,11 @@ import polars as pl
 from dse.catalog import Catalog
 from dse.metrics import CONSTRAINTS, METRIC_COLUMNS, METRICS, column
 from dse.perf.params import PerfParams
+from dse.placement.request import Topology
 from dse.sim.kv_tiers import TIER_NAMES
 from dse.sim.simulation import TRAJECTORY_COLUMNS, trajectories_frame
 from dse.sim.stored import simulate_stored
+from dse.study.choice import SPLIT_DECODE
 from dse.study.objectives import NO_VALUE
 
 SCHEMA_VERSION = 2  # 2: the trials' design and design_trials; one front row per design
@@ -110,6 +112,27 @@ def _utc(dt: Any) -> Any:
     return None if dt is None else dt.astimezone(UTC)
 
 
+def _choices(choice: dict[str, Any]) -> dict[str, Any]:
+    """The trial's ``p_*`` columns; a choice its topology does not make (the prefill share of
+    anything but an aggregated unit, the expert-side batch of anything but attention-FFN) is
+    null, not the 0 the record holds for it."""
+    out = {f"p_{k}": choice.get(k) for k in PARAM_COLUMNS}
+    topology = choice.get("topology")
+    if topology != Topology.AGGREGATED.value:
+        out["p_prefill_share"] = None
+    if topology not in SPLIT_DECODE:
+        out["p_ffn_tokens_per_gpu"] = None
+    return out
+
+
+def _constraints(cons: dict[str, Any]) -> dict[str, float | None]:
+    """The trial's ``c_*`` columns: each recorded margin; one never checked because the trial
+    stopped first (no placement, over its wall-clock cap) is null, else 0 (a cap the study does
+    not set, a wall clock not reached)."""
+    stopped = float(cons.get("placement", 0.0)) > 0 or float(cons.get("wall_clock", 0.0)) > 0
+    return {f"c_{k}": float(cons[k]) if k in cons else None if stopped else 0.0 for k in CONSTRAINTS}
+
+
 def _value(metric: str, v: Any) -> Any:
     """A metric's value in its column's type: a count (``gpus``) as an integer; None stays null."""
     if v is None or not METRICS[metric].whole:
@@ -145,11 +168,11 @@ def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
             "warm_start": "fixed_params" in t.system_attrs,
         }
         row.update({f"x_{k}": v for k, v in rec.get("point", {}).items()})  # grid studies
-        row.update({f"p_{k}": choice.get(k) for k in PARAM_COLUMNS})
+        row.update(_choices(choice))
         row.update({col: _value(m, metrics.get(m)) for m, col in METRIC_COLUMNS.items()})
-        row.update({f"c_{k}": float(cons.get(k, 0.0)) for k in CONSTRAINTS})
+        row.update(_constraints(cons))
         row["feasible"] = all(float(v) <= 0 for v in cons.values()) and bool(cons)
-        row["binding"] = rec.get("binding", "")
+        row["binding"] = rec.get("binding") or None  # a feasible trial: nothing binds
         for name, v in zip(objectives, t.values or [], strict=False):
             row[f"objective_{name}"] = v if v is not None and abs(v) < NO_VALUE else None  # none: null
         rows.append(row)
@@ -202,7 +225,7 @@ def with_designs(trials: pl.DataFrame) -> pl.DataFrame:
                 first.append(numbers[i])
                 design[i] = numbers[i]
     out = trials.with_columns(design=pl.Series(design))
-    return out.with_columns(design_trials=pl.len().over("design").cast(pl.UInt32))
+    return out.with_columns(design_trials=pl.len().over("design").cast(pl.Int64))
 
 
 def distinct_designs(df: pl.DataFrame) -> pl.DataFrame:
