@@ -47,6 +47,13 @@ def non_empty(value: str | tuple[Any, ...]) -> str | None:
     return None if len(value) > 0 else "must not be empty"
 
 
+def lower_id(value: str) -> str | None:
+    """An id as catalog ids are: not empty, lower case (lookups lower-case what users type)."""
+    if not value:
+        return "must not be empty"
+    return None if value == value.lower() else "must be lower case"
+
+
 def one_of(*allowed: int) -> Rule:
     def check(value: int) -> str | None:
         shown = ", ".join(str(a) for a in allowed)

@@ -73,7 +73,11 @@ def test_bad_grid_files_name_the_field(tmp_path: Path, edit: tuple[str, str], me
         ),
         (  # in another case, lookups found the catalog's h200-sxm and the variant never applied
             ('id = "h200-bw150"', 'id = "H200-SXM"'),
-            "variants[0].id = 'H200-SXM': must not reuse a catalog hardware id or alias",
+            "variants[0].id = 'H200-SXM': must be lower case",
+        ),
+        (  # (it had been "unknown hardware id", and then listed among the valid ids)
+            ('id = "h200-bw150"', 'id = "H200-BW150"'),
+            "variants[0].id = 'H200-BW150': must be lower case",
         ),
         (
             ('hardware = ["h200-sxm", "h200-bw150"', 'hardware = ["h200-sxm", "h200-bw999"'),

@@ -40,7 +40,16 @@ from dse.paths import STUDIES_DIR
 from dse.perf.frameworks import ENGINES
 from dse.placement.request import KV_POLICIES, PRICE_TIERS, Topology
 from dse.placement.shapes import parse_shape
-from dse.typed_data import at_least_one, build, non_empty, non_negative, positive, read_toml, rule
+from dse.typed_data import (
+    at_least_one,
+    build,
+    lower_id,
+    non_empty,
+    non_negative,
+    positive,
+    read_toml,
+    rule,
+)
 from dse.workload import Slo, Workload, at_least_min_rate
 
 
@@ -260,7 +269,7 @@ MAX_GRID = 5000
 class Variant:
     """A what-if hardware: ``base`` with its HBM bandwidth and capacity scaled (same price)."""
 
-    id: str = field(metadata=rule(non_empty))
+    id: str = field(metadata=rule(lower_id))
     base: str = field(metadata=rule(non_empty))
     hbm_bandwidth_scale: float = field(default=1.0, metadata=rule(positive))
     hbm_capacity_scale: float = field(default=1.0, metadata=rule(positive))
