@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import sqlite3
@@ -238,6 +239,21 @@ def test_a_locked_database_is_named_as_locked(tmp_path: Path) -> None:
     fault = storage_fault(caught.value, f"sqlite:///{db}", db)
     assert isinstance(fault, StorageFault) and fault.exit_code == 1
     assert str(fault) == f"sqlite:///{db}: the database is locked by another process (database is locked)"
+
+
+def test_a_damaged_database_is_one_line_for_every_study_command(cli: Cli, tmp_path: Path) -> None:
+    """Pages past the header overwritten (a disk fault, a copy cut short and patched): a run, an
+    export and a report each say the file is damaged, in one line, exit 1 (was a traceback)."""
+    assert cli("study", "run", TINY, "--out", tmp_path, "--trials", "12", "--no-export").code == 0
+    db = tmp_path / "tiny-study" / "study.db"
+    with open(db, "r+b") as fh:  # every page but the first, which holds the header and the schema
+        fh.seek(4096)
+        fh.write(random.Random(0).randbytes(db.stat().st_size - 4096))
+    for command in (["run", TINY, "--trials", "14", "--no-export"], ["export", TINY], ["report", TINY]):
+        res = cli("study", *command, "--out", tmp_path)
+        assert res.code == 1, (command, res.err)
+        assert res.err.count("\n") == 1 and "Traceback" not in res.err
+        assert f"{db}: the database file is damaged (restore it from a copy" in res.err
 
 
 def test_an_error_no_storage_cause_explains_keeps_its_traceback(tmp_path: Path) -> None:

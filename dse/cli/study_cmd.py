@@ -10,12 +10,13 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse.catalog import Catalog
 from dse.cli.table import format_table
-from dse.errors import InputError, NoFeasibleDesign
+from dse.errors import DseError, InputError, NoFeasibleDesign
 from dse.study.timeouts import STALE_AFTER_S
 
 if TYPE_CHECKING:
@@ -112,6 +113,33 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         if (source, rule) == (exc.source, exc.rule):
             raise
         raise InputError(source, exc.field, rule, exc.value) from None
+    except _storage_errors() as exc:  # a damaged or locked database met outside a run's own guard
+        from dse.study.faults import storage_fault
+        from dse.study.storage import redact
+
+        fault = storage_fault(exc, _storage_of(args, redact))
+        if fault is None:
+            raise
+        raise fault from None
+
+
+def _storage_of(args: argparse.Namespace, redact: Callable[[str], str]) -> str:
+    """The storage a study command used, as its errors name it (a password left out)."""
+    from dse.study.api import Study
+
+    if getattr(args, "storage", None):
+        return redact(args.storage)
+    try:
+        return str(args.out / Study.load(args.name).spec.name / "study.db")
+    except (DseError, AttributeError):  # (no study named: a command without one)
+        return "the study's storage"
+
+
+def _storage_errors() -> tuple[type[BaseException], ...]:
+    """What a database refusal raises (imported only when an error propagates)."""
+    from dse.study.faults import STORAGE_ERRORS
+
+    return STORAGE_ERRORS
 
 
 FLAG_OF = {"trials": "--trials", "out": "--out", "storage": "--storage", "seed": "--seed"}

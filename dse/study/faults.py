@@ -44,6 +44,10 @@ CAUSES = (
     (("readonly database", "read-only file system", "read only file system"), "it is read-only"),
     (("database is locked",), "the database is locked by another process"),
     (("permission denied",), "permission denied"),
+    (
+        ("database disk image is malformed", "file is not a database", "could not decode to utf-8"),
+        "the database file is damaged (restore it from a copy, or run into another folder)",
+    ),
 )
 """Words of the drivers (SQLite, PostgreSQL, the OS) and what they mean to the user."""
 
