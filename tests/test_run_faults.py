@@ -256,6 +256,19 @@ def test_a_damaged_database_is_one_line_for_every_study_command(cli: Cli, tmp_pa
         assert f"{db}: the database file is damaged (restore it from a copy" in res.err
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full, a device every write fills")
+def test_an_output_on_a_full_disk_is_one_line(clean_env: dict[str, str]) -> None:
+    """`dse ... > file` where the disk is full: one line naming standard output, exit 1 (the process
+    itself is the point: the interpreter's own stdout and its last flush)."""
+    for command in (["catalog", "list", "hardware"], ["predict", "--hardware", "b200", "--json"]):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(
+                dse_cmd(*command), stdout=full, stderr=subprocess.PIPE, text=True, env=clean_env
+            )
+        assert done.returncode == 1, done.stderr
+        assert done.stderr == "dse: error: standard output: cannot be written (No space left on device)\n"
+
+
 def test_an_error_no_storage_cause_explains_keeps_its_traceback(tmp_path: Path) -> None:
     assert storage_fault(ValueError("a bug"), "x", tmp_path / "study.db") is None
 

@@ -105,12 +105,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: exit 0 on success, 2 on bad input, 3 when no design is feasible, 130 when
     interrupted (Ctrl-C, from the first instruction on: the engine is imported in here), 143 when
     stopped by SIGTERM (handled as Ctrl-C is)."""
+    if argv is None and sys.stdout is not None:  # the process's own output: its faults are one line
+        sys.stdout = _Stdout(sys.stdout)
     try:
         with interrupt.remembered():
             code = _main(list(sys.argv[1:] if argv is None else argv))
             if code == 0 and interrupt.pressed():  # a Ctrl-C that landed where Python ignores it
                 raise KeyboardInterrupt
+            if argv is None:  # what is buffered fails here, not in the interpreter's last flush
+                sys.stdout.flush()
             return code
+    except StdoutFailed as exc:
+        print(f"dse: error: standard output: cannot be written ({exc.reason})", file=sys.stderr)
+        _silence_stdout()
+        return 1
     except KeyboardInterrupt:
         print("dse: interrupted", file=sys.stderr)
         if argv is None:
@@ -122,6 +130,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if argv is None:  # the process's own entry (not a caller's): its exit code stands
             interrupt.settled()
+
+
+class StdoutFailed(Exception):
+    """Standard output refused a write (a full disk, an I/O error), as the command printed."""
+
+    def __init__(self, exc: OSError) -> None:
+        super().__init__(exc)
+        self.reason = exc.strerror or str(exc)
+
+
+class _Stdout:
+    """The process's stdout, whose write errors (but a reader that stopped early, which has its own
+    handling) become :class:`StdoutFailed`: `dse ... > file` on a full disk is one line, not the
+    traceback of whichever print met it."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutFailed(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutFailed(exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _main(argv: list[str]) -> int:
