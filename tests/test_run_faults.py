@@ -269,6 +269,17 @@ def test_an_output_on_a_full_disk_is_one_line(clean_env: dict[str, str]) -> None
         assert done.stderr == "dse: error: standard output: cannot be written (No space left on device)\n"
 
 
+def test_a_file_where_the_run_folder_goes_is_named(cli: Cli, tmp_path: Path) -> None:
+    """Not `--storage`, which the user never gave: the folder the run needs."""
+    (tmp_path / "tiny-study").write_text("")
+    res = cli("study", "run", TINY, "--out", tmp_path, "--trials", "2")
+    assert res.code == 2
+    assert (
+        res.err
+        == f"dse: error: {tmp_path / 'tiny-study'}: must be a folder that can be created (File exists)\n"
+    )
+
+
 def test_an_error_no_storage_cause_explains_keeps_its_traceback(tmp_path: Path) -> None:
     assert storage_fault(ValueError("a bug"), "x", tmp_path / "study.db") is None
 

@@ -73,10 +73,12 @@ def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storage
         folder = Path(url.removeprefix("sqlite:///")).parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InputError(
-                "storage", "url", f"cannot be created ({exc.strerror}: {folder})", url
-            ) from None
+        except OSError as exc:  # read-only: the storage refused (exit 1); a file in the way: bad input
+            fault = storage_fault(exc, redact(url), sqlite_path(url))
+            if fault is not None:
+                raise fault from None
+            rule = f"must be a folder that can be created ({exc.strerror})"
+            raise InputError(str(folder), "", rule) from None
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60, "factory": _WalConnection}}
         if seed_sqlite(url):  # this Optuna's own schema: no check needed
             kwargs["skip_compatibility_check"] = True
