@@ -214,7 +214,7 @@ def _check_ids(spec: StudySpec, catalog: Catalog, name: str, *, to_run: bool = T
 def _run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.study.api import Study
     from dse.study.faults import StudyInterrupted
-    from dse.study.storage import redact
+    from dse.study.storage import default_storage, redact
 
     study = Study.load(args.name)
     _check_ids(study.spec, catalog, args.name)
@@ -233,7 +233,7 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
         try:
             wrote = _write_all(res, args.out)
         except KeyboardInterrupt:
-            where = redact(args.storage) if args.storage else str(args.out / res.spec.name / "study.db")
+            where = redact(args.storage or default_storage(args.out, res.spec))  # as the trials' line says
             n = res.trials.height
             raise StudyInterrupted(n, n, where, "exports and report") from None
     print(

@@ -284,8 +284,8 @@ def _busy(where: str, holder: str) -> InputError:
     return InputError(
         where,
         "",
-        f"this study is being run by {holder}; wait for it to end, or join it as a worker "
-        "(dse study worker) on a PostgreSQL storage",
+        f"this study is being run by {holder}; wait for it to end, or add processes to it with "
+        "dse study worker on the same storage (a SQLite file on this machine, or PostgreSQL)",
     )
 
 
