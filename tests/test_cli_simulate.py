@@ -149,3 +149,33 @@ def test_the_header_says_the_arrivals_the_scenario_runs(tmp_path: Path, cli: Cli
     burst = cli(*base, "--arrivals", "burst", "--burst-factor", "3", "--burst-start", "100",
                 "--burst-s", "50")  # fmt: skip
     assert "arrivals at 10 req/s, x3 from 100 to 150 s" in burst.out, burst.out
+
+
+def test_an_out_folder_whose_file_name_is_taken_is_left_as_it_was(tmp_path: Path, cli: Cli) -> None:
+    """`summary.json` a folder: refused before any of the three files moves (the trajectories had
+    been replaced, then the run failed, leaving old and new files mixed)."""
+    out = tmp_path / "sim"
+    (out / "summary.json").mkdir(parents=True)
+    (out / "trajectories.parquet").write_text("old")
+    args = [
+        "simulate",
+        "--hardware",
+        "b200",
+        "--rate",
+        "2",
+        "--isl",
+        "1000",
+        "--osl",
+        "100",
+        "--ttft",
+        "5",
+        "--tpot",
+        "0.1",
+    ]
+    res = cli(*args, "--horizon", "120", "--warmup", "0", "--out", out)
+    assert res.code == 2
+    assert "--out = " in res.err
+    assert "cannot be written (summary.json is not a file it may replace)" in res.err
+    assert (out / "trajectories.parquet").read_text() == "old"
+    assert sorted(p.name for p in out.iterdir()) == ["summary.json", "trajectories.parquet"]
+    assert not list(tmp_path.glob(".sim.*"))

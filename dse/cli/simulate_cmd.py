@@ -473,6 +473,11 @@ def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any])
     runs = {"fluid": report.fluid_trajectories}
     if report.reference_trajectories is not None:
         runs["des"] = report.reference_trajectories
+    # all or none: a name already taken by a folder (or a device) is found before any file moves
+    taken = next((out / n for n in OUTPUT_FILES if (out / n).exists() and not (out / n).is_file()), None)
+    if taken is not None:
+        rule = f"cannot be written ({taken.name} is not a file it may replace)"
+        raise InputError(SRC, "--out", rule, str(out))
     try:
         if out.exists() and not out.is_dir():
             raise NotADirectoryError(20, "Not a directory")
