@@ -25,7 +25,7 @@ from dse.typed_data import Rule, check_number, fraction, non_negative, positive
 
 if TYPE_CHECKING:
     from dse.sim.engine_latency import DesignLatency
-    from dse.sim.from_placement import SimDesign
+    from dse.sim.from_placement import SimDesign, SimPool
     from dse.sim.kv_cache import KvCacheReport
     from dse.sim.scenario import Scenario
     from dse.sim.simulation import SimulationReport
@@ -336,6 +336,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         json.dump(plain(summary), sys.stdout, indent=2, allow_nan=False)  # strict JSON: nan, inf are null
         print()
     else:
+        print(_design_line(design))
         print(render(report, slo.ttft_s, slo.tpot_s))
         print(_engine_line(engine, slo, rate))
         if cache is not None:
@@ -507,6 +508,17 @@ def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any])
         raise InputError(SRC, "--out", f"cannot be written ({exc.strerror})", str(out)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _design_line(design: SimDesign) -> str:
+    """What is simulated: the model, the topology and each pool's instances of hardware/shape."""
+
+    def shape(p: SimPool) -> str:  # the unit's name is hardware/role/shape[/variant]
+        parts = p.name.split("/")
+        return parts[2] if len(parts) > 2 else f"{p.gpus:g}gpu"
+
+    pools = ", ".join(f"{p.role} {p.instances:g} x {p.hardware}/{shape(p)}" for p in design.pools)
+    return f"{design.model}, {design.topology}: {pools}"
 
 
 def render(report: SimulationReport, ttft: float, tpot: float) -> str:
