@@ -34,6 +34,11 @@ def test_list_tables_for_people(cli: Cli) -> None:
     proc = cli("catalog", "list", "hardware")
     assert proc.code == 0
     assert "gb200-nvl72" in proc.out and "hbm_tb_per_s" in proc.out
+    # every price tier, the default (own_hyperscaler) first: an entry's own price shows in the list
+    header, _, *rows = proc.out.splitlines()
+    assert header.split()[-3:] == ["usd_hour_own_hyperscaler", "usd_hour_own_neocloud", "usd_hour_rent_3yr"]
+    b200 = next(r for r in rows if r.startswith("b200 "))
+    assert b200.split()[-3:] == ["1.95", "2.34", "2.9"]
 
 
 def test_show_by_alias_gives_every_field_and_the_file(cli: Cli) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import fields
 from typing import Any
 
 from dse.catalog import Catalog, Hardware, Model
+from dse.catalog.hardware import Prices
 from dse.cli.table import format_table
 from dse.errors import UnknownIdError
 from dse.typed_data import to_plain
@@ -70,7 +72,7 @@ def _table(kind: str, catalog: Catalog) -> str:
                 "hbm_tb_per_s",
                 "scaleup_gpus",
                 "host_link",
-                "usd_per_gpu_hour_rent_3yr",
+                *(f.name.replace("usd_per_gpu_hour_", "usd_hour_") for f in fields(Prices)),  # per GPU
             ],
             rows,
         )
@@ -113,7 +115,7 @@ def _hardware_row(h: Hardware) -> list[object]:
         h.hbm.bandwidth_tb_per_s,
         h.scale_up.domain_gpus,
         h.host.link_kind.value,
-        h.prices.usd_per_gpu_hour_rent_3yr,
+        *(getattr(h.prices, f.name) for f in fields(Prices)),  # every tier: own_hyperscaler is the default
     ]
 
 
