@@ -151,6 +151,19 @@ def test_a_user_entry_taking_a_shipped_alias_is_the_file_named(tmp_path: Path) -
     assert str(err).startswith(str(tmp_path / "hardware" / "b200-copy.toml") + ": aliases = 'dgx-b200': ")
 
 
+def test_a_model_whose_architecture_misses_its_published_size_is_refused(tmp_path: Path) -> None:
+    """80 layers typed for DeepSeek-V3's 61: 890 B parameters against the 671 B the file publishes."""
+    text = (SHIPPED_MODELS / "deepseek-v3.toml").read_text().replace("layers = 61", "layers = 80")
+    root = _user_dir(tmp_path, "models", "deepseek-v3", text)
+    with pytest.raises(InputError) as err:
+        load_catalog([root], use_env=False)
+    assert str(err.value) == (
+        f"{root / 'models' / 'deepseek-v3.toml'}: published.params_total_b = 671.0: must be within 3% of "
+        "what the architecture gives (889.7): check the architecture's fields, or publish that figure "
+        "for a model of your own"
+    )
+
+
 def test_broken_model_file(tmp_path: Path) -> None:
     text = (SHIPPED_MODELS / "kimi-k3.toml").read_text().replace("q_heads = 96", "q_heads = -96")
     root = _user_dir(tmp_path, "models", "kimi-k3", text)

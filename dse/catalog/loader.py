@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from dse.catalog.hardware import Hardware
-from dse.catalog.model import Model
+from dse.catalog.model import PUBLISHED_RTOL, Model
 from dse.errors import InputError, UnknownIdError
 from dse.paths import SHIPPED_HARDWARE, SHIPPED_MODELS
 from dse.typed_data import build, read_toml
@@ -78,6 +78,14 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
             hardware[entry.id] = _measured_at(entry, measured_at)
             files[entry.id] = path
         for path, m in _load_folder(model_dir, Model):
+            gap = m.published_gap()
+            if gap is not None:
+                key, published, derived = gap
+                rule = (
+                    f"must be within {PUBLISHED_RTOL:.0%} of what the architecture gives ({derived:,.4g}): "
+                    "check the architecture's fields, or publish that figure for a model of your own"
+                )
+                raise InputError(str(path), f"published.{key}", rule, published)
             models[m.id] = m
             files[m.id] = path  # a model id that repeats a hardware id is refused below
     if not hardware or not models:
