@@ -44,6 +44,8 @@ def test_a_trial_records_registered_metrics_and_constraints_and_exports_their_co
     assert {n for n, m in METRICS.items() if m.whole} == {"gpus", "planner_moves"}
     assert trials["gpus"].drop_nulls().to_list() == [int(r["metrics"]["gpus"]) for r in placed]
     assert types.field("design_trials").type == pa.int64()
+    series = pq.read_schema(tmp_path / "exports" / "sim_timeseries" / "study=tiny-study" / "part-0.parquet")
+    assert "prefill_servers" in series.names and "prefill_instances" not in series.names  # what it holds
     # a choice the trial's topology does not make, and the binding constraint of a feasible trial,
     # are null (an analyst's average of prefill shares is not pulled toward 0)
     agg = trials["p_topology"] == "aggregated"

@@ -58,7 +58,7 @@ TRAJECTORY_COLUMNS = {
     "prefill_queue": "prefill_queue_requests",
     "buffer": "buffer_requests",
     "decode_batch": "decode_batch_per_instance",
-    "prefill_instances": "prefill_instances",
+    "prefill_instances": "prefill_servers",  # an instance batching m prompts per forward is m
     "decode_instances": "decode_instances",
     "completions_per_s": "completions_per_s",
     "kv_active_gb": "kv_active_gb",

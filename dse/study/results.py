@@ -28,7 +28,7 @@ from dse.sim.stored import simulate_stored
 from dse.study.choice import SPLIT_DECODE
 from dse.study.objectives import NO_VALUE
 
-SCHEMA_VERSION = 2  # 2: the trials' design and design_trials; one front row per design
+SCHEMA_VERSION = 3  # 3: counts as integers, nulls for what a trial lacks, prefill_servers; docs/schema.md
 PARAM_COLUMNS = (
     "topology",
     "kv_policy",
