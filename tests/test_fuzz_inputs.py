@@ -478,6 +478,8 @@ def names_path(m: Mutation, top_level: set[str]) -> Callable[[str, str], bool] |
     def ok(source: str, rest: str) -> bool:
         if m.parse_level and rest.startswith(WHOLE_FILE):
             return True
+        if rest.startswith("published.") and "what the architecture gives" in rest:
+            return True  # the published sizes against the derived ones: any architecture field moves them
         if any(_starts_with_key(rest, dotted(path[:i])) for i in range(1, len(path) + 1)):
             return True
         if len(path) == 1 or path[0] not in top_level or m.referenced:

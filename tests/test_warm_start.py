@@ -17,6 +17,7 @@ from dse.placement.plan import solve_candidates
 from dse.placement.request import Topology
 from dse.study import Study
 from dse.study.choice import choice_from_params, suggest, trial_params
+from dse.study.results import choice_columns
 from dse.study.spec import StudySpec, load_study
 from dse.study.sweep import request_at
 from dse.study.warm_start import designs, warm_start_params
@@ -36,8 +37,7 @@ def _params(trials, number: int) -> dict[str, object]:  # type: ignore[no-untype
 
 
 def _choice_columns(params: dict[str, object], spec: StudySpec) -> dict[str, object]:
-    c = choice_from_params(params, spec)
-    return {"p_" + k: v for k, v in asdict(c).items()}
+    return choice_columns(asdict(choice_from_params(params, spec)))  # as the trials table has them
 
 
 @pytest.mark.parametrize("topologies", [("aggregated", "disaggregated"), ("disaggregated", "afd")])

@@ -112,7 +112,7 @@ def _utc(dt: Any) -> Any:
     return None if dt is None else dt.astimezone(UTC)
 
 
-def _choices(choice: dict[str, Any]) -> dict[str, Any]:
+def choice_columns(choice: dict[str, Any]) -> dict[str, Any]:
     """The trial's ``p_*`` columns; a choice its topology does not make (the prefill share of
     anything but an aggregated unit, the expert-side batch of anything but attention-FFN) is
     null, not the 0 the record holds for it."""
@@ -168,7 +168,7 @@ def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
             "warm_start": "fixed_params" in t.system_attrs,
         }
         row.update({f"x_{k}": v for k, v in rec.get("point", {}).items()})  # grid studies
-        row.update(_choices(choice))
+        row.update(choice_columns(choice))
         row.update({col: _value(m, metrics.get(m)) for m, col in METRIC_COLUMNS.items()})
         row.update(_constraints(cons))
         row["feasible"] = all(float(v) <= 0 for v in cons.values()) and bool(cons)
