@@ -55,6 +55,25 @@ def test_a_second_lone_run_of_a_study_refuses_naming_the_running_process(cli: Cl
     assert again.code == 0 and _complete(db) == 8  # once the first is done, the study resumes
 
 
+def test_a_worker_and_a_lone_run_never_share_a_study(cli: Cli, tmp_path: Path) -> None:
+    """A lone run counts only the trials it ran: a worker beside it pushed the study past its budget
+    (222 trials stored for 200). Workers hold the study together; a lone run holds it alone."""
+    assert cli("study", "run", TINY, "--out", tmp_path, "--trials", "4", "--no-export").code == 0
+    db = tmp_path / "tiny-study" / "study.db"
+    url = f"sqlite:///{db}"
+    with lone_writer("tiny-study", url):  # a lone run in progress
+        worker = cli("study", "worker", TINY, "--storage", url, "--out", tmp_path, "--trials", "6")
+    assert worker.code == 2, worker.err
+    assert f"being run by dse study run (pid {os.getpid()}" in worker.err
+    assert "wait for it to end before a worker joins" in worker.err and _complete(db) == 4
+    with lone_writer("tiny-study", url, worker=True), lone_writer("tiny-study", url, worker=True):
+        run = cli("study", "run", TINY, "--out", tmp_path, "--trials", "6", "--no-export")  # two workers
+        assert run.code == 2 and "being run by dse study worker processes" in run.err, run.err
+    assert _complete(db) == 4
+    both = cli("study", "worker", TINY, "--storage", url, "--out", tmp_path, "--trials", "6")
+    assert both.code == 0 and _complete(db) == 6, both.err  # alone, the worker runs
+
+
 @pytest.mark.e2e
 def test_two_lone_runs_at_once_never_exceed_the_budget(tmp_path: Path, clean_env: dict[str, str]) -> None:
     """Started together into one folder: one runs the budget, the other refuses (the adversarial
@@ -79,6 +98,10 @@ def test_a_lone_run_on_postgresql_refuses_while_another_holds_the_study(
     with lone_writer(res.study.study_name, postgres_url):
         second = cli("study", "run", spec, "--storage", postgres_url, "--out", tmp_path, "--trials", "4")
     assert second.code == 2 and f"pid {os.getpid()}" in second.err, second.err
+    with lone_writer(res.study.study_name, postgres_url, worker=True):  # workers share the study
+        with lone_writer(res.study.study_name, postgres_url, worker=True):
+            third = cli("study", "run", spec, "--storage", postgres_url, "--out", tmp_path, "--trials", "4")
+    assert third.code == 2 and "being run by dse study worker (pid" in third.err, third.err
     assert len(res.study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 2
 
 

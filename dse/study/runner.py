@@ -295,8 +295,7 @@ def _guarded(stored: StoredStudy, budget: int, shared: bool) -> Iterator[None]:
     does in the loop; a storage that refuses (full, read-only, locked) is one line naming it."""
     url = stored.url
     with contextlib.ExitStack() as held:
-        if not shared:
-            held.enter_context(lone_writer(stored.study.study_name, url))
+        held.enter_context(lone_writer(stored.study.study_name, url, worker=shared))
         try:
             yield
         except KeyboardInterrupt:

@@ -203,16 +203,17 @@ def sqlite_path(url: str) -> Path | None:
 
 
 @contextlib.contextmanager
-def lone_writer(study_name: str, url: str) -> Iterator[None]:
-    """Hold the study ``study_name`` stored at ``url`` for one lone run (not a worker) for the
-    block; refuse, naming the holder, when another lone run holds it. Two lone runs of one study
-    would each run the full budget and each mark the other's running trials failed. SQLite: an
-    exclusive lock on ``<file>.run-lock``, which holds the holder's process id; PostgreSQL: an
-    advisory lock on a connection of its own kept for the block, named after the holder
-    (``application_name``)."""
-    holder = f"dse study run (pid {os.getpid()} on {socket.gethostname()})"
+def lone_writer(study_name: str, url: str, *, worker: bool = False) -> Iterator[None]:
+    """Hold the study ``study_name`` stored at ``url`` for the block: a lone run alone, workers
+    together (a shared hold); refuse, naming the holder, a lone run beside any other process and a
+    worker beside a lone run. Two lone runs of one study would each run the full budget and each
+    mark the other's running trials failed; a lone run counts only the trials it ran, so a worker
+    beside it would push the study past its budget. SQLite: a lock on ``<file>.run-lock``, which
+    holds a lone run's process id; PostgreSQL: an advisory lock on a connection of its own kept
+    for the block, named after the holder (``application_name``)."""
+    holder = f"dse study {'worker' if worker else 'run'} (pid {os.getpid()} on {socket.gethostname()})"
     if sqlalchemy.engine.make_url(driver_url(url)).get_backend_name() == "postgresql":
-        with _advisory_try_lock(url, f"dse-lone-run:{study_name}", holder):
+        with _advisory_try_lock(url, f"dse-lone-run:{study_name}", holder, shared=worker):
             yield
         return
     path = sqlite_path(url)
@@ -221,31 +222,35 @@ def lone_writer(study_name: str, url: str) -> Iterator[None]:
         return
     with open(Path(f"{path}.run-lock"), "a+") as fh:
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fh, (fcntl.LOCK_SH if worker else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise _busy(str(path), _holder(fh)) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(holder + "\n")
-        fh.flush()
+            raise _busy(str(path), _holder(fh), worker) from None
+        if not worker:  # (workers share the lock: none of them names it)
+            fh.seek(0)
+            fh.truncate()
+            fh.write(holder + "\n")
+            fh.flush()
         try:
             yield
         finally:
-            fh.seek(0)
-            fh.truncate()
+            if not worker:
+                fh.seek(0)
+                fh.truncate()
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager
-def _advisory_try_lock(url: str, name: str, holder: str) -> Iterator[None]:
-    """A PostgreSQL advisory lock named ``name`` for the block, on a connection that names
-    ``holder``; refused, naming whoever holds it, when taken."""
+def _advisory_try_lock(url: str, name: str, holder: str, *, shared: bool = False) -> Iterator[None]:
+    """A PostgreSQL advisory lock named ``name`` (``shared``: one of many holders) for the block,
+    on a connection that names ``holder``; refused, naming whoever holds it, when taken."""
     key = _lock_key(name)
+    kind = "_shared" if shared else ""
     engine = sqlalchemy.create_engine(driver_url(url), poolclass=sqlalchemy.pool.NullPool)
     try:
         with engine.connect() as con:
             con.execute(sqlalchemy.text("select set_config('application_name', :n, false)"), {"n": holder})
-            if not con.execute(sqlalchemy.text("select pg_try_advisory_lock(:k)"), {"k": key}).scalar():
+            try_lock = sqlalchemy.text(f"select pg_try_advisory_lock{kind}(:k)")
+            if not con.execute(try_lock, {"k": key}).scalar():
                 other = con.execute(
                     sqlalchemy.text(
                         "select a.application_name from pg_locks l join pg_stat_activity a on a.pid = l.pid"
@@ -255,12 +260,13 @@ def _advisory_try_lock(url: str, name: str, holder: str) -> Iterator[None]:
                     ),
                     {"k": key},
                 ).scalar()
-                raise _busy(redact(url), other or "another dse study run")
+                raise _busy(redact(url), other or "another dse study run", shared)
             try:
                 yield
-            finally:
-                con.execute(sqlalchemy.text("select pg_advisory_unlock(:k)"), {"k": key})
-                con.commit()
+            finally:  # a server restarted meanwhile (workers wait it out) took the lock with the connection
+                with contextlib.suppress(sqlalchemy.exc.DBAPIError):
+                    con.execute(sqlalchemy.text(f"select pg_advisory_unlock{kind}(:k)"), {"k": key})
+                    con.commit()
     finally:
         engine.dispose()
 
@@ -271,22 +277,28 @@ def _lock_key(name: str) -> int:
 
 
 def _holder(fh: IO[str]) -> str:
-    """Who holds a run lock, as it wrote in the file (it writes just after taking the lock)."""
+    """Who holds a run lock, as a lone run wrote in the file (just after taking the lock); workers,
+    who share it, write nothing."""
     for _ in range(20):
         fh.seek(0)
         if text := fh.read().strip():
             return text
         time.sleep(0.05)
-    return "another dse study run"
+    return "dse study worker processes"
 
 
-def _busy(where: str, holder: str) -> InputError:
-    return InputError(
-        where,
-        "",
-        f"this study is being run by {holder}; wait for it to end, or add processes to it with "
-        "dse study worker on the same storage (a SQLite file on this machine, or PostgreSQL)",
-    )
+def _busy(where: str, holder: str, worker: bool) -> InputError:
+    if worker:
+        rule = (
+            f"this study is being run by {holder}, which counts only its own trials; wait for it "
+            "to end before a worker joins (workers, started alone, share a study)"
+        )
+    else:
+        rule = (
+            f"this study is being run by {holder}; wait for it to end, or add processes to it with "
+            "dse study worker on the same storage (a SQLite file on this machine, or PostgreSQL)"
+        )
+    return InputError(where, "", rule)
 
 
 def driver_url(url: str) -> str:
