@@ -303,6 +303,30 @@ def test_a_file_where_the_run_folder_goes_is_named(cli: Cli, tmp_path: Path) -> 
     )
 
 
+def test_a_row_a_damaged_file_garbled_is_one_line(cli: Cli, tmp_path: Path) -> None:
+    """The file's pages intact (SQLite's integrity check passes), a stored value not JSON: the same
+    one line as a damaged page (it was a JSONDecodeError's traceback)."""
+    assert cli("study", "run", TINY, "--out", tmp_path, "--trials", "4", "--no-export").code == 0
+    db = tmp_path / "tiny-study" / "study.db"
+    with sqlite3.connect(db) as con:
+        con.execute("update trial_user_attributes set value_json = '{\x01' where trial_id = 2")
+    for command in (["run", TINY, "--trials", "6", "--no-export"], ["report", TINY]):
+        res = cli("study", *command, "--out", tmp_path)
+        assert res.code == 1 and res.err.count("\n") == 1, (command, res.err)
+        assert "the database file is damaged" in res.err and "trial 1's rows do not read" in res.err
+
+
+def test_a_lone_run_is_alone_by_any_path_to_its_file(cli: Cli, tmp_path: Path) -> None:
+    """The lock is the file's, not the path's: a link to the same database is the same study."""
+    assert cli("study", "run", TINY, "--out", tmp_path, "--trials", "2", "--no-export").code == 0
+    db = tmp_path / "tiny-study" / "study.db"
+    (tmp_path / "alias.db").symlink_to(db)
+    with lone_writer("tiny-study", f"sqlite:///{db}"):
+        alias = f"sqlite:///{tmp_path / 'alias.db'}"
+        other = cli("study", "run", TINY, "--storage", alias, "--out", tmp_path)
+    assert other.code == 2 and "being run by dse study run" in other.err, other.err
+
+
 def test_an_error_no_storage_cause_explains_keeps_its_traceback(tmp_path: Path) -> None:
     assert storage_fault(ValueError("a bug"), "x", tmp_path / "study.db") is None
 

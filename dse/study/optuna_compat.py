@@ -506,32 +506,48 @@ def _frozen_trials(
     Optuna's ``_build_frozen_trial_from_trial_model`` makes them."""
     distribution = functools.lru_cache(maxsize=None)(json_to_distribution)  # a few distinct per study
     out = []
-    for trial_id, number, state, start, complete in heads:
-        stored = values.get(trial_id)
-        objective_values: list[float] | None = None
-        if stored:
-            objective_values = [0.0] * len(stored)
-            for objective, v, kind in stored:
-                objective_values[objective] = _stored_value(v, kind)
-        ps = params.get(trial_id, [])
-        dists = {name: distribution(j) for name, _, j in ps}
-        out.append(
-            FrozenTrial(
-                number=number,
-                state=TrialState[state],
-                value=None,
-                values=objective_values,
-                datetime_start=_naive_local(start),
-                datetime_complete=_naive_local(complete),
-                params={name: dists[name].to_external_repr(v) for name, v, _ in ps},
-                distributions=dists,
-                user_attrs={k: json.loads(j) for k, j in user.get(trial_id, [])},
-                system_attrs={k: json.loads(j) for k, j in system.get(trial_id, [])},
-                intermediate_values={s: _stored_value(v, kind) for s, v, kind in steps.get(trial_id, [])},
-                trial_id=trial_id,
-            )
-        )
+    for head in heads:
+        try:
+            out.append(_frozen_trial(head, params, values, user, system, steps, distribution))
+        except (ValueError, KeyError) as exc:  # a row a damaged file garbled (not JSON, no such state)
+            why = ValueError(f"database disk image is malformed: trial {head[1]}'s rows do not read ({exc})")
+            raise sqlalchemy.exc.DatabaseError("reading the trials", None, why) from exc
     return out
+
+
+def _frozen_trial(
+    head: Any,
+    params: dict[int, list[Any]],
+    values: dict[int, list[Any]],
+    user: dict[int, list[Any]],
+    system: dict[int, list[Any]],
+    steps: dict[int, list[Any]],
+    distribution: Callable[[str], BaseDistribution],
+) -> FrozenTrial:
+    """One trial from its rows."""
+    trial_id, number, state, start, complete = head
+    stored = values.get(trial_id)
+    objective_values: list[float] | None = None
+    if stored:
+        objective_values = [0.0] * len(stored)
+        for objective, v, kind in stored:
+            objective_values[objective] = _stored_value(v, kind)
+    ps = params.get(trial_id, [])
+    dists = {name: distribution(j) for name, _, j in ps}
+    return FrozenTrial(
+        number=number,
+        state=TrialState[state],
+        value=None,
+        values=objective_values,
+        datetime_start=_naive_local(start),
+        datetime_complete=_naive_local(complete),
+        params={name: dists[name].to_external_repr(v) for name, v, _ in ps},
+        distributions=dists,
+        user_attrs={k: json.loads(j) for k, j in user.get(trial_id, [])},
+        system_attrs={k: json.loads(j) for k, j in system.get(trial_id, [])},
+        intermediate_values={s: _stored_value(v, kind) for s, v, kind in steps.get(trial_id, [])},
+        trial_id=trial_id,
+    )
 
 
 def _naive_local(t: datetime | None) -> datetime | None:

@@ -220,7 +220,7 @@ def lone_writer(study_name: str, url: str, *, worker: bool = False) -> Iterator[
     if path is None:  # an in-memory storage is this process's own
         yield
         return
-    with open(Path(f"{path}.run-lock"), "a+") as fh:
+    with open(Path(f"{Path(path).resolve()}.run-lock"), "a+") as fh:  # the file's, by any link to it
         try:
             fcntl.flock(fh, (fcntl.LOCK_SH if worker else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
