@@ -327,6 +327,19 @@ def test_a_lone_run_is_alone_by_any_path_to_its_file(cli: Cli, tmp_path: Path) -
     assert other.code == 2 and "being run by dse study run" in other.err, other.err
 
 
+def test_a_file_where_the_exports_or_the_report_go_is_refused_not_replaced(cli: Cli, tmp_path: Path) -> None:
+    """A file named `exports` was a NotADirectoryError's traceback; a file named `report` was
+    deleted and replaced by the report's folder without a word."""
+    assert cli("study", "run", TINY, "--out", tmp_path, "--trials", "2", "--no-export").code == 0
+    folder = tmp_path / "tiny-study"
+    for name, command in (("exports", "export"), ("report", "report")):
+        (folder / name).write_text("mine\n")
+        res = cli("study", command, TINY, "--out", tmp_path)
+        assert res.code == 2, res.err
+        assert res.err == f"dse: error: {folder / name}: must be a folder: a file has its name\n"
+        assert (folder / name).read_text() == "mine\n"
+
+
 def test_an_error_no_storage_cause_explains_keeps_its_traceback(tmp_path: Path) -> None:
     assert storage_fault(ValueError("a bug"), "x", tmp_path / "study.db") is None
 

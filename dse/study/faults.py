@@ -23,7 +23,7 @@ from typing import Any
 import optuna
 import sqlalchemy.exc
 
-from dse.errors import DseError, StorageFault
+from dse.errors import DseError, InputError, StorageFault
 
 STORAGE_ERRORS = (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError)  # caught, then sorted
 
@@ -91,6 +91,10 @@ def writing(folder: Path) -> Iterator[None]:
     line naming ``folder`` and the cause; any other error keeps its traceback."""
     try:
         yield
+    except (NotADirectoryError, FileExistsError) as exc:  # a file where a folder must go: bad input
+        at = Path(exc.filename or folder)
+        blocked = next((d for d in (at, *at.parents) if d.exists() and not d.is_dir()), at)
+        raise InputError(str(blocked), "", "must be a folder: a file has its name") from None
     except Exception as exc:  # noqa: BLE001 - re-raised unless a storage cause explains it
         fault = storage_fault(exc, str(folder), folder / "_")
         if fault is None:
