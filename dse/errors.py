@@ -14,6 +14,7 @@ Three kinds, as the style guide asks:
 
 from __future__ import annotations
 
+import errno
 import re
 
 
@@ -95,6 +96,25 @@ class StorageFault(DseError):
         self.where, self.cause = where, cause
         more = f" ({detail})" if detail else ""
         super().__init__(_printable(_LINE_BREAKS.sub(" ", f"{where}: {cause}{more}")))
+
+
+REFUSALS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk is full",
+    errno.EROFS: "it is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+}
+"""What an output's write error means when the place refused it rather than the path being wrong."""
+
+
+def output_error(exc: OSError, source: str, flag: str, path: object) -> DseError:
+    """An output that could not be written: the place refused (full, read-only, not permitted) is
+    a :class:`StorageFault` (exit 1), as a study's storage that refuses is; else the path given is
+    wrong (a folder where a file goes, a missing parent that cannot be made): bad input (exit 2)."""
+    if exc.errno in REFUSALS:
+        return StorageFault(str(path), REFUSALS[exc.errno], f"{source}: {flag}")
+    return InputError(source, flag, f"cannot be written ({exc.strerror or exc})", str(path))
 
 
 _LINE_BREAKS = re.compile(r"\s*[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]\s*")

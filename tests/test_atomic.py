@@ -43,3 +43,20 @@ def test_a_link_is_written_through_and_a_pipe_refused(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="a device, pipe or socket, not a regular file"):
         atomic.write_text(pipe, "x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "pipe", "real.txt"]
+
+
+def test_an_output_the_place_refuses_is_the_storage_refusing_else_bad_input() -> None:
+    """As a study's storage: full, read-only or not permitted is exit 1 naming the cause; a path
+    that cannot be (a missing place, a folder where the file goes) is exit 2."""
+    import errno
+
+    from dse.errors import InputError, StorageFault, output_error
+
+    full = output_error(OSError(errno.ENOSPC, "No space left on device"), "dse predict", "--out", "x.csv")
+    assert isinstance(full, StorageFault) and full.exit_code == 1
+    assert str(full) == "x.csv: the disk is full (dse predict: --out)"
+    ro = output_error(OSError(errno.EROFS, "Read-only file system"), "dse simulate", "--out", "sim")
+    assert str(ro) == "sim: it is read-only (dse simulate: --out)" and ro.exit_code == 1
+    wrong = output_error(IsADirectoryError(errno.EISDIR, "Is a directory"), "dse predict", "--out", "d")
+    assert isinstance(wrong, InputError) and wrong.exit_code == 2
+    assert str(wrong) == "dse predict: --out = 'd': cannot be written (Is a directory)"

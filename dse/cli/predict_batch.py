@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dse.atomic import atomic_path
 from dse.catalog import Catalog
-from dse.errors import InputError
+from dse.errors import InputError, output_error
 from dse.perf.benchmark_rows import (
     ENGINE_COLUMNS,
     INPUT_COLUMNS,
@@ -51,7 +51,7 @@ def run_batch(
             writer.writeheader()
             writer.writerows(result)
     except OSError as exc:
-        raise InputError(SRC, "--out", f"cannot be written ({exc.strerror})", str(out)) from None
+        raise output_error(exc, SRC, "--out", out) from None
     failed = sum(1 for r in result if r["pred_error"])
     print(f"wrote {len(result)} rows to {out} ({failed} could not be modelled)", file=sys.stderr)
     what = (

@@ -19,7 +19,7 @@ from dse.atomic import atomic_path, write_text
 from dse.catalog import Catalog
 from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args
 from dse.cli.table import format_table
-from dse.errors import InputError, NoFeasibleDesign
+from dse.errors import InputError, NoFeasibleDesign, output_error
 from dse.sim.kinds import ArrivalKind, PlannerKind
 from dse.typed_data import Rule, check_number, fraction, non_negative, positive
 
@@ -488,7 +488,7 @@ def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any])
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a new `out` is an ordinary folder
     except OSError as exc:
-        raise InputError(SRC, "--out", f"cannot be written ({exc.strerror})", str(out)) from None
+        raise output_error(exc, SRC, "--out", out) from None
     try:
         with atomic_path(tmp / "trajectories.parquet") as part:
             frame.write_parquet(part, compression="zstd")
@@ -505,7 +505,7 @@ def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any])
             for name in OUTPUT_FILES:
                 os.replace(tmp / name, out / name)
     except OSError as exc:
-        raise InputError(SRC, "--out", f"cannot be written ({exc.strerror})", str(out)) from None
+        raise output_error(exc, SRC, "--out", out) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
