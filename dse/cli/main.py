@@ -127,6 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # a reader that stopped early (`| head`): what was written stands
         _silence_stdout()
         return 0
+    except Exception:
+        if not interrupt.pressed():
+            raise
+        # the signal came where a library swallowed it (pyomo, mid-update, then failed on its own
+        # half-made state): the error is the interruption's, and says nothing of a bug
+        print("dse: interrupted", file=sys.stderr)
+        return interrupt.exit_code()
     finally:
         if argv is None:  # the process's own entry (not a caller's): its exit code stands
             interrupt.settled()
