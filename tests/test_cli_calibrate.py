@@ -44,6 +44,7 @@ def test_bad_runs_files_are_one_line_before_any_fit(cli: Cli, tmp_path: Path, tw
     assert not out.exists()
 
 
+@pytest.mark.e2e  # a whole fit (about 20 s): beside the other long ones
 def test_a_run_with_no_measured_throughput_is_skipped_and_the_points_are_the_shipped_ones(
     cli: Cli, tmp_path: Path, two_gpu_runs: Path
 ) -> None:
