@@ -340,9 +340,12 @@ def assert_readme_prose_matches(readme: str, printed: str, trials_file: Path) ->
     assert warm and others and span, f"the README's **Here** no longer reads as this test expects: {here}"
     first = pl.read_parquet(trials_file).filter(pl.col("trial") == 0).row(0, named=True)
     assert (int(warm[1]), warm[2]) == (int(first["gpus"]), f"{first['usd_per_million_tokens']:.4f}"), warm[0]
-    table = [line.split() for line in printed.splitlines() if re.match(r"\s*\d+\s+\d+\s+\w", line)]
-    rows = {int(cells[0]): cells for cells in table}
+    lines = printed.splitlines()
+    header = next(line for line in lines if line.startswith("trial  trials"))
+    column = header.index("TTFT p90 s")  # the cells are right-aligned under their header's end
+    table = [line for line in lines if re.match(r"\s*\d+\s+\d+\s+\w", line)]
+    rows = {int(line.split()[0]): line for line in table}
     named = [int(t) for t in re.findall(r"\d+", others[1])]
     assert all(t in rows for t in named), f"the README names trials {named}; the table shows {sorted(rows)}"
-    ttft = [float(rows[t][9]) for t in named]
+    ttft = [float(rows[t][: column + len("TTFT p90 s")].split()[-1]) for t in named]
     assert (span[1], span[2]) == (f"{min(ttft):.2f}", f"{max(ttft):.2f}"), (span[0], ttft)

@@ -281,6 +281,7 @@ def summary(res: StudyResults, top: int = 5) -> str:
             r["design_trials"],
             *(r[f"x_{a}"] for a in axes),
             r["p_topology"],
+            r["p_kv_policy"],  # two designs alike but for where KV rests differ here
             f"{r['p_prefill_hardware']}/{r['p_prefill_shape']}",
             f"{r['p_decode_hardware']}/{r['p_decode_shape']}",
             r["gpus"],
@@ -299,6 +300,7 @@ def summary(res: StudyResults, top: int = 5) -> str:
             "trials",
             *axes,
             "topology",
+            "KV",
             "prefill",
             "decode",
             "GPUs",
