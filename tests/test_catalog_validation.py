@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -224,6 +225,21 @@ def test_environment_variable_adds_a_folder(tmp_path: Path, monkeypatch: pytest.
     _user_dir(tmp_path, "hardware", "b200", _b200(**{"capacity_gb = 180": "capacity_gb = 200"}))
     monkeypatch.setenv("DSE_CATALOG_DIR", str(tmp_path))
     assert load_catalog().hardware("b200").hbm.capacity_gb == 200
+
+
+def test_a_figure_in_another_unit_is_warned_of_and_still_runs(tmp_path: Path, cli: Cli) -> None:
+    """8000 typed into a TB/s key (GB/s meant) is a valid number and a what-if may go far, so it
+    runs; the line on stderr names the file, the key and the likely slip."""
+    _user_dir(
+        tmp_path, "hardware", "b200", _b200(**{"bandwidth_tb_per_s = 8.0": "bandwidth_tb_per_s = 8000"})
+    )
+    proc = cli("--catalog-dir", tmp_path, "catalog", "show", "b200", "--json")
+    assert proc.code == 0 and json.loads(proc.out)["hbm"]["bandwidth_tb_per_s"] == 8000
+    assert proc.err == (
+        f"dse: warning: {tmp_path / 'hardware' / 'b200.toml'}: hbm.bandwidth_tb_per_s = 8000: outside 0.1 "
+        "to 100, where every GPU sits; a GB/s figure in a TB/s key?\n"
+    )
+    assert cli("catalog", "show", "b200").err == ""  # the shipped entries sit inside every range
 
 
 def test_cli_bad_catalog_exits_2_with_one_line(tmp_path: Path, cli: Cli) -> None:

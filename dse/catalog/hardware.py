@@ -133,3 +133,28 @@ class Hardware:
     @property
     def projected(self) -> bool:
         return self.status is Status.PROJECTED
+
+
+# (key, least, most, the slip a value outside suggests): ranges a few times wider than any part
+# shipped or announced, so that only a figure in another unit falls outside
+UNIT_RANGES = (
+    ("hbm.bandwidth_tb_per_s", 0.1, 100.0, "a GB/s figure in a TB/s key?"),
+    ("hbm.capacity_gb", 4.0, 10_000.0, "a TB or MB figure in a GB key?"),
+    ("scale_up.gb_per_s_per_dir", 1.0, 100_000.0, "a Gb/s or TB/s figure in a GB/s key?"),
+    ("tdp_w", 50.0, 20_000.0, "a kW figure in a W key?"),
+    ("compute.bf16_dense_tflops", 1.0, 1_000_000.0, "a GFLOPS figure in a TFLOPS key?"),
+    ("compute.fp8_dense_tflops", 1.0, 1_000_000.0, "a GFLOPS figure in a TFLOPS key?"),
+    ("compute.fp4_dense_tflops", 1.0, 1_000_000.0, "a GFLOPS figure in a TFLOPS key?"),
+)
+
+
+def unit_doubts(h: Hardware) -> list[str]:
+    """``key = value: ...`` for each figure of ``h`` far outside what any GPU has: valid, so not
+    refused (a what-if may go far), but most likely typed in another unit."""
+    out = []
+    for key, least, most, slip in UNIT_RANGES:
+        section, _, name = key.rpartition(".")
+        value = getattr(getattr(h, section) if section else h, name)
+        if value is not None and not least <= value <= most:
+            out.append(f"{key} = {value:g}: outside {least:g} to {most:g}, where every GPU sits; {slip}")
+    return out

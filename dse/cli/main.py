@@ -184,10 +184,21 @@ def _main(argv: list[str]) -> int:
     catalog: Catalog | None = None
     try:
         catalog = load_catalog(args.catalog_dir)
+        _warn_of_units(catalog)
         return int(args.run(args, catalog))
     except DseError as exc:
         print(f"dse: error: {_in_its_file(exc, catalog)}", file=sys.stderr)
         return interrupt.exit_code() if exc.exit_code == 130 else exc.exit_code  # (SIGTERM: 143)
+
+
+def _warn_of_units(catalog: Catalog) -> None:
+    """A line on stderr for each hardware figure that looks typed in another unit (8000 in a TB/s
+    key): the command still runs with it."""
+    from dse.catalog.hardware import unit_doubts
+
+    for h in catalog.hardware_by_id.values():
+        for doubt in unit_doubts(h):
+            print(f"dse: warning: {catalog.file_of(h.id)}: {doubt}", file=sys.stderr)
 
 
 def _forget_unhandled_interrupt() -> None:
