@@ -533,30 +533,36 @@ def _family_duals(m: pyo.ConcreteModel, data: PlacementData, raw: dict[Any, floa
 
 @contextmanager
 def _ctrl_c_after() -> Iterator[None]:
-    """Ctrl-C during a HiGHS solve takes effect once the solve returns (milliseconds in a study,
-    the time limit at most): interrupted inside it, pyomo's thread that copies the solver's
-    output reads a closed pipe and prints a traceback over the run's one-line message. A second
-    Ctrl-C interrupts at once (a solve without a time limit can take long)."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (
-        None,
-        signal.SIG_IGN,
-    ):
-        yield  # only the main thread handles signals; None: a handler Python did not install
+    """Ctrl-C (or SIGTERM) during a HiGHS solve takes effect once the solve returns (milliseconds
+    in a study, the time limit at most): interrupted inside it, pyomo's thread that copies the
+    solver's output reads a closed pipe and prints a traceback over the run's one-line message.
+    A second one interrupts at once (a solve without a time limit can take long)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread handles signals
+        return
+    # None: a handler Python did not install; SIGTERM only where a handler of Python's stands (the
+    # command line's), not its default, which ends the process at once
+    held = [signal.SIGINT] if signal.getsignal(signal.SIGINT) not in (None, signal.SIG_IGN) else []
+    held += [signal.SIGTERM] if callable(signal.getsignal(signal.SIGTERM)) else []
+    if not held:
+        yield
         return
     hit: list[int] = []
 
     def later(signum: int, frame: object) -> None:
-        if hit:  # pressed again: the user means it now
+        if hit:  # came again: the user means it now
             hit.clear()
-            signal.signal(signal.SIGINT, previous)
-            signal.raise_signal(signal.SIGINT)
+            for s, before in previous.items():
+                signal.signal(s, before)
+            signal.raise_signal(signum)
             return
-        hit.append(1)
+        hit.append(signum)
 
-    previous = signal.signal(signal.SIGINT, later)
+    previous = {s: signal.signal(s, later) for s in held}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, before in previous.items():
+            signal.signal(s, before)
         if hit:
-            signal.raise_signal(signal.SIGINT)  # to the handler that was there before
+            signal.raise_signal(hit[0])  # to the handler that was there before

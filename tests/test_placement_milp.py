@@ -518,6 +518,20 @@ def test_ctrl_c_during_a_solve_takes_effect_once_it_returns() -> None:
     assert went_on == [1]
 
 
+def test_sigterm_during_a_solve_waits_for_it_as_ctrl_c_does() -> None:
+    """The command line handles SIGTERM as Ctrl-C (dse.interrupt); a solve holds it back too."""
+    from dse import interrupt
+
+    went_on = []
+    with interrupt.remembered():
+        with pytest.raises(KeyboardInterrupt):
+            with _ctrl_c_after():
+                os.kill(os.getpid(), signal.SIGTERM)
+                went_on.append(1)  # the solve is not cut short
+        assert interrupt.exit_code() == 143
+    assert went_on == [1]
+
+
 def test_a_second_ctrl_c_interrupts_a_solve_at_once() -> None:
     outer = signal.signal(signal.SIGINT, signal.default_int_handler)
     went_on = []

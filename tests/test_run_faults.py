@@ -50,6 +50,7 @@ def test_a_second_lone_run_of_a_study_refuses_naming_the_running_process(cli: Cl
     assert second.code == 2
     line = second.err.strip()
     assert "\n" not in line and f"pid {os.getpid()}" in line and "being run by" in line
+    assert "wait for it to end before running it again" in line  # not: add a worker, who is refused
     assert _complete(db) == 4  # it ran nothing, marked nothing failed
     again = cli("study", "run", TINY, "--out", tmp_path, "--trials", "8", "--no-export")
     assert again.code == 0 and _complete(db) == 8  # once the first is done, the study resumes
@@ -66,9 +67,11 @@ def test_a_worker_and_a_lone_run_never_share_a_study(cli: Cli, tmp_path: Path) -
     assert worker.code == 2, worker.err
     assert f"being run by dse study run (pid {os.getpid()}" in worker.err
     assert "wait for it to end before a worker joins" in worker.err and _complete(db) == 4
+    lock = Path(f"{db}.run-lock")
+    lock.write_text("dse study run (pid 1 on gone)\n")  # left by a lone run killed with SIGKILL
     with lone_writer("tiny-study", url, worker=True), lone_writer("tiny-study", url, worker=True):
         run = cli("study", "run", TINY, "--out", tmp_path, "--trials", "6", "--no-export")  # two workers
-        assert run.code == 2 and "being run by dse study worker processes" in run.err, run.err
+        assert run.code == 2 and "being run by dse study worker processes; wait for them" in run.err, run.err
     assert _complete(db) == 4
     both = cli("study", "worker", TINY, "--storage", url, "--out", tmp_path, "--trials", "6")
     assert both.code == 0 and _complete(db) == 6, both.err  # alone, the worker runs

@@ -435,10 +435,19 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
     return 0
 
 
-def _export(args: argparse.Namespace, catalog: Catalog) -> int:
+def _stored_results(args: argparse.Namespace, catalog: Catalog) -> StudyResults:
+    """The results a run stored, and a warning when this catalog's numbers are not theirs."""
     from dse.study.api import Study
 
     res = Study.load(args.name).results(out=args.out, storage=args.storage, catalog=catalog)
+    if res.catalog_note:
+        print(f"dse: warning: {res.spec.name}: {res.catalog_note}", file=sys.stderr)
+    return res
+
+
+def _export(args: argparse.Namespace, catalog: Catalog) -> int:
+
+    res = _stored_results(args, catalog)
     paths = res.export(args.out / res.spec.name / "exports")
     for p in paths:
         print(p)
@@ -447,10 +456,9 @@ def _export(args: argparse.Namespace, catalog: Catalog) -> int:
 
 def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.perf.params import load_params
-    from dse.study.api import Study
     from dse.study.deploy import design_of_run, launch_files, write_deploy
 
-    res = Study.load(args.name).results(out=args.out, storage=args.storage, catalog=catalog)
+    res = _stored_results(args, catalog)
     design = design_of_run(res, args.trial, load_params())
     folder = args.out / res.spec.name / "deploy"
     files = launch_files(design, args.engine)
@@ -460,8 +468,7 @@ def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def _report(args: argparse.Namespace, catalog: Catalog) -> int:
-    from dse.study.api import Study
 
-    res = Study.load(args.name).results(out=args.out, storage=args.storage, catalog=catalog)
+    res = _stored_results(args, catalog)
     print(_write_report(res, args.out / res.spec.name))
     return 0

@@ -36,7 +36,7 @@ from dse.study.results import (
     trials_frame,
 )
 from dse.study.spec import StudySpec, load_study
-from dse.study.storage import default_storage, open_storage, open_study, redact
+from dse.study.storage import catalog_change, default_storage, open_storage, open_study, redact
 from dse.study.variants import catalog_entries, study_catalog, with_catalog_ids
 
 if TYPE_CHECKING:
@@ -125,8 +125,17 @@ class Study:
         base = catalog if catalog is not None else load_catalog()  # the results keep it for their own
         ours = study_catalog(self.spec, base)
         spec = with_catalog_ids(self.spec, ours)  # as the run stored it
-        study = open_study(spec, url, list(self.objectives), spec.seed, catalog=catalog_entries(spec, ours))
-        return StudyResults(spec, self.objectives, study, None, base)
+        study = open_study(spec, url, list(self.objectives), spec.seed)
+        res = StudyResults(spec, self.objectives, study, None, base)
+        changed = catalog_change(study, catalog_entries(spec, ours))
+        if changed is not None:  # read all the same: the trials' own records hold what they found
+            key, was, now = changed
+            res.catalog_note = (
+                f"{key} is {now!r} here but the trials ran with {was!r}: the re-simulated series, "
+                "shadow prices and launch files use this catalog's numbers (read with the one they "
+                "ran with: --catalog-dir, or catalog= from Python)"
+            )
+        return res
 
 
 def priced(res: StudyResults, params: PerfParams | None = None) -> None:
@@ -147,6 +156,8 @@ class StudyResults:
     study: optuna.Study
     stats: RunStats | None
     _catalog: Catalog | None = field(default=None, repr=False)
+    # read under a catalog whose numbers differ from those the trials ran with: which, in words
+    catalog_note: str | None = None
 
     @property
     def names(self) -> list[str]:

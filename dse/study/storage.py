@@ -225,11 +225,13 @@ def lone_writer(study_name: str, url: str, *, worker: bool = False) -> Iterator[
             fcntl.flock(fh, (fcntl.LOCK_SH if worker else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             raise _busy(str(path), _holder(fh), worker) from None
-        if not worker:  # (workers share the lock: none of them names it)
-            fh.seek(0)
-            fh.truncate()
+        # a lone run names itself; workers, who share the lock, name none, and clear what a lone
+        # run killed before it could clear it left (a refusal would name a process long gone)
+        fh.seek(0)
+        fh.truncate()
+        if not worker:
             fh.write(holder + "\n")
-            fh.flush()
+        fh.flush()
         try:
             yield
         finally:
@@ -250,7 +252,9 @@ def _advisory_try_lock(url: str, name: str, holder: str, *, shared: bool = False
         with engine.connect() as con:
             con.execute(sqlalchemy.text("select set_config('application_name', :n, false)"), {"n": holder})
             try_lock = sqlalchemy.text(f"select pg_try_advisory_lock{kind}(:k)")
-            if not con.execute(try_lock, {"k": key}).scalar():
+            taken = con.execute(try_lock, {"k": key}).scalar()
+            con.commit()  # the lock is the session's: no transaction left open ("idle in transaction")
+            if not taken:
                 other = con.execute(
                     sqlalchemy.text(
                         "select a.application_name from pg_locks l join pg_stat_activity a on a.pid = l.pid"
@@ -288,14 +292,16 @@ def _holder(fh: IO[str]) -> str:
 
 
 def _busy(where: str, holder: str, worker: bool) -> InputError:
-    if worker:
+    """The refusal of a run (or a ``worker``) that found the study held by ``holder``."""
+    if not holder.startswith("dse study worker"):  # a lone run holds it: nothing may join
+        joins = "a worker joins" if worker else "running it again"
         rule = (
-            f"this study is being run by {holder}, which counts only its own trials; wait for it "
-            "to end before a worker joins (workers, started alone, share a study)"
+            f"this study is being run by {holder}, which counts only its own trials; wait for it to "
+            f"end before {joins}"
         )
     else:
         rule = (
-            f"this study is being run by {holder}; wait for it to end, or add processes to it with "
+            f"this study is being run by {holder}; wait for them to end, or add processes to it with "
             "dse study worker on the same storage (a SQLite file on this machine, or PostgreSQL)"
         )
     return InputError(where, "", rule)
@@ -402,15 +408,10 @@ def open_study(
     *,
     stream: int = 0,
     stale_after_s: float | None = None,
-    catalog: dict[str, Any] | None = None,
 ) -> optuna.Study:
-    """Load the study (or create it); its objectives must not have changed, nor, with
-    ``catalog``, the numbers of its catalog entries where it stored them (this call stores none)."""
+    """Create the study or load it; its objectives must not have changed."""
     with optuna_quiet():
-        stale = stale_after_s
-        return open_stored(
-            spec, storage, objectives, seed, stream=stream, stale_after_s=stale, catalog=catalog, pin=False
-        ).study
+        return open_stored(spec, storage, objectives, seed, stream=stream, stale_after_s=stale_after_s).study
 
 
 def open_stored(
@@ -422,11 +423,10 @@ def open_stored(
     stream: int = 0,
     stale_after_s: float | None = None,
     catalog: dict[str, Any] | None = None,
-    pin: bool = True,
 ) -> StoredStudy:
     """:func:`open_study`, with the storage it opened; with ``catalog`` (the numbers of the
     entries the trials use, :func:`dse.study.variants.catalog_entries`) refused when they differ
-    from the stored ones, and stored (``pin``) where the study holds none."""
+    from the stored ones, and stored where the study holds none."""
     sampler = make_sampler(spec, seed, stream=stream)
     store = open_storage(url, stale_after_s)
     names = [o.name for o in objectives]
@@ -473,29 +473,33 @@ def open_stored(
             now,
         )
     if catalog is not None:
-        _same_catalog(study, catalog, url, pin)
+        _same_catalog(study, catalog, url)
     return StoredStudy.of(study, store, url)
 
 
-def _same_catalog(study: optuna.Study, catalog: dict[str, Any], url: str, pin: bool) -> None:
+def _same_catalog(study: optuna.Study, catalog: dict[str, Any], url: str) -> None:
     """Refuse other numbers than the stored ones (the stored trials were priced with those); a
-    study that holds none (a new one, or one stored by a dse before this check) gets these when
-    ``pin``."""
-    held = study.user_attrs.get("catalog")
-    if not isinstance(held, dict):
-        if pin:
+    study that holds none (a new one, or one stored by a dse before this check) gets these."""
+    changed = catalog_change(study, catalog)
+    if changed is None:
+        if not isinstance(study.user_attrs.get("catalog"), dict):
             study.set_user_attr("catalog", catalog)
         return
-    changed = _first_difference(held, catalog, "catalog")
-    if changed is not None:
-        key, was, now = changed
-        raise InputError(
-            redact(url),
-            key,
-            f"the stored study's trials ran with {was!r}, so they are another study's: use another "
-            "out= or storage= for the changed catalog, or put the entry back as it was",
-            now,
-        )
+    key, was, now = changed
+    raise InputError(
+        redact(url),
+        key,
+        f"the stored study's trials ran with {was!r}, so they are another study's: use another "
+        "out= or storage= for the changed catalog, or put the entry back as it was",
+        now,
+    )
+
+
+def catalog_change(study: optuna.Study, catalog: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first number (its dotted key, the stored value, this catalog's) in which ``catalog``
+    differs from the entries the study's trials ran with; None if none does or none was stored."""
+    held = study.user_attrs.get("catalog")
+    return _first_difference(held, catalog, "catalog") if isinstance(held, dict) else None
 
 
 def _empty_note(study: optuna.Study) -> str:
