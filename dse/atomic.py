@@ -61,6 +61,8 @@ def atomic_folder(path: Path) -> Iterator[Path]:
     """A temporary folder beside ``path`` to fill; put in place of ``path`` when the block ends
     without an error, removed otherwise. A reader sees the old folder or the whole new one (for the
     instant between two renames, none). Temporary folders a killed writer left are removed first."""
+    if path.is_symlink():  # a link to a folder: the folder it names is the one replaced
+        path = path.resolve()
     if path.exists() and not path.is_dir():  # a file of the same name is not replaced unasked
         raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)

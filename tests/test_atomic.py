@@ -60,3 +60,14 @@ def test_an_output_the_place_refuses_is_the_storage_refusing_else_bad_input() ->
     wrong = output_error(IsADirectoryError(errno.EISDIR, "Is a directory"), "dse predict", "--out", "d")
     assert isinstance(wrong, InputError) and wrong.exit_code == 2
     assert str(wrong) == "dse predict: --out = 'd': cannot be written (Is a directory)"
+
+
+def test_a_link_to_a_folder_has_the_folder_it_names_replaced(tmp_path: Path) -> None:
+    """A report folder that is a link (to a shared disk): the link stays, its target is new."""
+    real, link = tmp_path / "shared" / "report", tmp_path / "report"
+    real.mkdir(parents=True)
+    (real / "report.md").write_text("old")
+    link.symlink_to(real)
+    with atomic.atomic_folder(link) as tmp:
+        (tmp / "report.md").write_text("new")
+    assert link.is_symlink() and (real / "report.md").read_text() == "new"

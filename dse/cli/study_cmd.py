@@ -129,8 +129,10 @@ def _storage_of(args: argparse.Namespace, redact: Callable[[str], str]) -> str:
 
     if getattr(args, "storage", None):
         return redact(args.storage)
+    from dse.study.storage import default_storage
+
     try:
-        return str(args.out / Study.load(args.name).spec.name / "study.db")
+        return redact(default_storage(args.out, Study.load(args.name).spec))  # as a run names it
     except (DseError, AttributeError):  # (no study named: a command without one)
         return "the study's storage"
 
@@ -260,7 +262,7 @@ def _no_feasible(res: StudyResults) -> NoFeasibleDesign:
         return NoFeasibleDesign("budget", "no trial completed")
     family = t["binding"].fill_null("").str.split(": ").list.first()
     common = family.mode().sort()[0]
-    detail = t.filter(family == common)["binding"][0]
+    detail = t.filter(family == common)["binding"][0] or ""  # (null: a trial with no record)
     share = f"{int((family == common).sum())} of {t.height} trials"
     return NoFeasibleDesign(common or "unknown", f"{detail.partition(': ')[2] or detail} ({share})")
 

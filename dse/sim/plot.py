@@ -32,7 +32,13 @@ def plot_trajectories(
         ),
         ("requests", lambda tr: ((tr.prefill_queue[0], "prefill queue"), (tr.buffer[0], "decode buffer"))),
         ("sequences / instance", lambda tr: ((tr.decode_batch[0], "decode batch"),)),
-        ("instances", lambda tr: ((tr.prefill_instances[0], "prefill"), (tr.decode_instances[0], "decode"))),
+        (
+            "servers / instances",
+            lambda tr: (
+                (tr.prefill_instances[0], "prefill servers"),
+                (tr.decode_instances[0], "decode instances"),
+            ),
+        ),
     )
     for ax, (ylabel, series) in zip(axes[:4], panels, strict=True):
         for name, tr in runs.items():
