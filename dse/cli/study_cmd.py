@@ -10,7 +10,6 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,22 +114,20 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         raise InputError(source, exc.field, rule, exc.value) from None
     except _storage_errors() as exc:  # a damaged or locked database met outside a run's own guard
         from dse.study.faults import storage_fault
-        from dse.study.storage import redact
 
-        fault = storage_fault(exc, _storage_of(args, redact))
+        fault = storage_fault(exc, _storage_of(args))
         if fault is None:
             raise
         raise fault from None
 
 
-def _storage_of(args: argparse.Namespace, redact: Callable[[str], str]) -> str:
+def _storage_of(args: argparse.Namespace) -> str:
     """The storage a study command used, as its errors name it (a password left out)."""
     from dse.study.api import Study
+    from dse.study.storage import default_storage, redact
 
     if getattr(args, "storage", None):
         return redact(args.storage)
-    from dse.study.storage import default_storage
-
     try:
         return redact(default_storage(args.out, Study.load(args.name).spec))  # as a run names it
     except (DseError, AttributeError):  # (no study named: a command without one)

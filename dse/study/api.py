@@ -112,8 +112,8 @@ class Study:
         self, *, out: Path = Path("runs"), storage: str | None = None, catalog: Catalog | None = None
     ) -> StudyResults:
         """The results stored by an earlier run, read with ``catalog`` (default: the shipped one
-        and ``DSE_CATALOG_DIR``'s), which must give the entries the numbers the run stored; bad
-        input when there is no result."""
+        and ``DSE_CATALOG_DIR``'s); bad input when there is no result. Where that catalog's
+        numbers differ from those the trials ran with, ``catalog_note`` says which."""
         url = storage or default_storage(out, self.spec)
         if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
             raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
