@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from dse.typed_data import non_empty, positive, rule
+from dse.typed_data import lower_id, non_empty, positive, rule
 from dse.units import Precision
 
 
@@ -102,7 +102,7 @@ class Prices:
 class Hardware:
     """One accelerator as the engine sees it. Units live in the field names."""
 
-    id: str = field(metadata=rule(non_empty))
+    id: str = field(metadata=rule(lower_id))
     name: str = field(metadata=rule(non_empty))
     vendor: str = field(metadata=rule(non_empty))
     status: Status

@@ -116,8 +116,6 @@ def _load_folder(folder: Path, cls: type[E]) -> list[tuple[Path, E]]:
         entry = build(cls, read_toml(path), source=str(path))
         if entry.id != path.stem:
             raise InputError(str(path), "id", f"must equal the file name '{path.stem}'", entry.id)
-        if entry.id != entry.id.lower():
-            raise InputError(str(path), "id", "must be lower case", entry.id)
         out.append((path, entry))
     return out
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from dse.typed_data import non_empty, non_negative, positive, rule
+from dse.typed_data import lower_id, non_empty, non_negative, positive, rule
 from dse.units import Precision
 
 PUBLISHED_RTOL = 0.03
@@ -125,7 +125,7 @@ class Published:
 class Model:
     """One model architecture. Counts are element counts; bytes need a precision."""
 
-    id: str = field(metadata=rule(non_empty))
+    id: str = field(metadata=rule(lower_id))
     name: str = field(metadata=rule(non_empty))
     status: str = field(metadata=rule(non_empty))
     layers: int = field(metadata=rule(positive))
