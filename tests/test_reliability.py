@@ -23,6 +23,7 @@ import dse.study.runner as runner
 from dse.errors import InputError, NoFeasibleDesign
 from dse.placement import PlacementRequest, place
 from dse.study import Study
+from dse.study.prices import PRICES_ATTR
 from dse.typed_data import build
 from dse.workload import Slo, Workload
 
@@ -117,6 +118,31 @@ def test_ctrl_c_just_after_a_trial_is_handed_over_counts_it(
         runner.run(Study.load(TINY).spec, out=tmp_path, trials=20)
     assert _complete(tmp_path / "tiny-study" / "study.db") == caught.value.done == 3
     assert "interrupted after 3 of 20 trials; all 3 are stored in" in str(caught.value)
+
+
+def test_ctrl_c_while_the_best_design_is_priced_says_what_is_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli
+) -> None:
+    """The trials are stored when the run prices its best design's constraints; Ctrl-C there
+    says so and how to finish, as it does during the trials and the exports."""
+    import dse.study.prices as prices
+
+    def ctrl_c(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prices, "store_best_prices", ctrl_c)
+    res = cli("study", "run", TINY, "--out", tmp_path, "--trials", "4")
+    assert res.code == 130, res.err
+    db = tmp_path / "tiny-study" / "study.db"
+    assert res.err == (
+        "dse: error: interrupted while writing the best design's shadow prices; the 4 trials are stored in "
+        f"sqlite:///{db}. Run the same command again to resume.\n"
+    )
+    assert _complete(db) == 4 and not (tmp_path / "tiny-study" / "exports").exists()
+    monkeypatch.undo()
+    again = cli("study", "run", TINY, "--out", tmp_path, "--trials", "4", "--no-export")
+    assert again.code == 0 and "0 trials run" in again.out, again.err
+    assert optuna.load_study(study_name="tiny-study", storage=f"sqlite:///{db}").user_attrs.get(PRICES_ATTR)
 
 
 @pytest.mark.e2e

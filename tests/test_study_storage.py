@@ -187,3 +187,35 @@ def test_processes_opening_a_new_database_together_all_open_it(tmp_path: Path) -
         for p in procs:
             _, err = p.communicate(timeout=120)
             assert p.returncode == 0, err
+
+
+def test_a_study_setting_is_pinned_by_the_first_writer_of_runs_opening_it_at_once(tmp_path: Path) -> None:
+    """Runs opening a new study together (workers starting, each with its catalog numbers) each
+    claim the setting; one stores its value and every other learns that one, rather than each
+    believing its own pinned (Optuna's set_user_attr reads, then writes, and ignores a conflict)."""
+    import threading
+
+    from dse.study.optuna_compat import claim_study_attr
+
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    _created(url)
+    handles = [optuna.load_study(study_name="s", storage=open_storage(url)) for _ in range(6)]
+    start, got = threading.Barrier(len(handles)), {}
+
+    def claim(i: int) -> None:
+        start.wait()
+        got[i] = claim_study_attr(handles[i], "catalog", {"price": i})
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(len(handles))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [i for i, (_, new) in got.items() if new]
+    assert len(winners) == 1
+    assert all(value == {"price": winners[0]} for value, _ in got.values())
+    assert optuna.load_study(study_name="s", storage=url).user_attrs["catalog"] == {"price": winners[0]}
+    # a storage Optuna keeps in memory takes the same rule by its own methods
+    mem = optuna.create_study()
+    assert claim_study_attr(mem, "k", 1) == (1, True)
+    assert claim_study_attr(mem, "k", 2) == (1, False)

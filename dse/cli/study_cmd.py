@@ -409,6 +409,7 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
         )
     from dse.study.api import Study, StudyResults, priced
     from dse.study.runner import run as run_trials
+    from dse.study.storage import redact
 
     study = Study.load(args.name)
     _check_ids(study.spec, catalog, args.name)
@@ -426,7 +427,7 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
     )
     # the study holds its budget: the best trial's shadow prices, as a lone run stores them (the
     # report had none after workers); each worker that ends tries, the first one stores them
-    priced(StudyResults(study.spec, study.objectives, stored, stats, catalog))
+    priced(StudyResults(study.spec, study.objectives, stored, stats, catalog), where=redact(args.storage))
     print(
         f"worker: {stats.ran} trials in {stats.seconds:.1f} s"
         + (f"; {stats.stale_failed} stale trials of dead workers marked failed" if stats.stale_failed else "")

@@ -105,7 +105,7 @@ class Study:
             params=params,
         )
         res = StudyResults(self.spec, self.objectives, study, stats, catalog)
-        priced(res, params)
+        priced(res, params, where=redact(storage or default_storage(out, self.spec)))
         return res
 
     def results(
@@ -138,15 +138,21 @@ class Study:
         return res
 
 
-def priced(res: StudyResults, params: PerfParams | None = None) -> None:
+def priced(res: StudyResults, params: PerfParams | None = None, *, where: str) -> None:
     """Shadow prices of the best trial, stored with the study (what a run ends with: a lone run,
-    and each worker once the study holds its budget)."""
+    and each worker once the study holds its budget). Ctrl-C here is the run's interruption,
+    which says what ``where`` (the storage, as the run names it) holds."""
     from dse.context import Context
+    from dse.study.faults import StudyInterrupted
     from dse.study.prices import store_best_prices  # the solver: only a run imports it
     from dse.study.runner import TRIAL_SOLVE
     from formulations.solve import PlacementSolver
 
-    store_best_prices(res, Context(res._cat(), params or load_params(), PlacementSolver(TRIAL_SOLVE)))
+    try:
+        store_best_prices(res, Context(res._cat(), params or load_params(), PlacementSolver(TRIAL_SOLVE)))
+    except KeyboardInterrupt:
+        done = len(res.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+        raise StudyInterrupted(done, done, where, "best design's shadow prices") from None
 
 
 @dataclass

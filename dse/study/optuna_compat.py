@@ -252,6 +252,7 @@ own methods."""
 
 _TABLES = (
     "studies",
+    "study_user_attributes",
     "trials",
     "trial_params",
     "trial_values",
@@ -281,6 +282,39 @@ def _tables(engine: sqlalchemy.engine.Engine) -> dict[str, sqlalchemy.Table]:
         meta.reflect(engine, only=_TABLES)
         tables = _REFLECTED[engine] = {name: meta.tables[name] for name in _TABLES}
     return tables
+
+
+def claim_study_attr(study: Study, key: str, value: Any) -> tuple[Any, bool]:
+    """The study's user attribute ``key`` and whether this call stored it: ``value`` where the
+    study holds none, else the one it holds.
+
+    Why not Optuna's ``set_user_attr``: it reads, then inserts or updates, and ignores the
+    conflict of an insert another writer made first, so of two runs opening a new study at once
+    each may believe its own value pinned (the later update wins, or the earlier insert does,
+    unseen). One insert here either stores ``value`` or fails on the table's unique key (study,
+    key), and then the stored value is read: the first writer's. A storage of another schema (or
+    not a database) takes the read and the set, as before."""
+    storage = study._storage
+    rdb = getattr(storage, "_backend", storage)  # (Optuna wraps an RDBStorage in its cache)
+    if not isinstance(rdb, optuna.storages.RDBStorage) or not knows_schema(rdb):
+        held = study.user_attrs
+        if key in held:
+            return held[key], False
+        study.set_user_attr(key, value)
+        return value, True
+    table = _tables(rdb.engine)["study_user_attributes"]
+    study_id = study._study_id
+    try:
+        with rdb.engine.begin() as conn:
+            conn.execute(table.insert().values(study_id=study_id, key=key, value_json=json.dumps(value)))
+        return value, True
+    except sqlalchemy.exc.IntegrityError:
+        pass  # held already: read what the first writer stored
+    with rdb.engine.connect() as conn:
+        held_json = conn.execute(
+            sqlalchemy.select(table.c.value_json).where(table.c.study_id == study_id, table.c.key == key)
+        ).scalar_one()
+    return json.loads(held_json), False
 
 
 def insert_finished(

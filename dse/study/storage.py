@@ -36,6 +36,7 @@ from dse.study.faults import storage_fault
 from dse.study.objectives import ObjectiveDef
 from dse.study.optuna_compat import (
     FastReadRDBStorage,
+    claim_study_attr,
     dead_trial_ids,
     insert_finished,
     knows_schema,
@@ -441,12 +442,12 @@ def open_stored(
     except ValueError as exc:
         why = f"differ from the stored study's ({exc})"
         raise InputError(redact(url), "objectives", why, names) from None
-    stored = study.user_attrs.get("objectives")
-    if stored is None:
-        study.set_user_attr("objectives", names)
-        study.set_user_attr("spec", plain(spec))
-        study.set_user_attr("engine_version", __version__)
-    elif stored != names:
+    # each setting pinned by the first run that stores it (two runs opening a new study at once
+    # cannot both pin their own), then compared with this run's
+    stored, new = claim_study_attr(study, "objectives", names)
+    if new:
+        claim_study_attr(study, "engine_version", __version__)
+    if stored != names:
         raise InputError(
             redact(url),
             "objectives",
@@ -462,7 +463,7 @@ def open_stored(
             f"{'/'.join(wanted)} them{_empty_note(study)}"
         )
         raise InputError(redact(url), "objectives", rule, names)
-    changed = spec_change(study.user_attrs.get("spec"), plain(spec))
+    changed = spec_change(claim_study_attr(study, "spec", plain(spec))[0], plain(spec))
     if changed is not None:
         key, was, now = changed
         raise InputError(
@@ -479,11 +480,11 @@ def open_stored(
 
 def _same_catalog(study: optuna.Study, catalog: dict[str, Any], url: str) -> None:
     """Refuse other numbers than the stored ones (the stored trials were priced with those); a
-    study that holds none (a new one, or one stored by a dse before this check) gets these."""
-    changed = catalog_change(study, catalog)
+    study that holds none (a new one, or one stored by a dse before this check) gets these,
+    unless another run stored its own first."""
+    held, _ = claim_study_attr(study, "catalog", catalog)
+    changed = _first_difference(held, catalog, "catalog") if isinstance(held, dict) else None
     if changed is None:
-        if not isinstance(study.user_attrs.get("catalog"), dict):
-            study.set_user_attr("catalog", catalog)
         return
     key, was, now = changed
     raise InputError(
