@@ -21,12 +21,13 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy
 from conftest import Cli, dse_cmd
 
 from dse.errors import StorageFault
 from dse.study import Study
 from dse.study.faults import storage_fault
-from dse.study.storage import lone_writer
+from dse.study.storage import driver_url, lone_writer
 
 TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
 
@@ -100,6 +101,15 @@ def test_a_lone_run_on_postgresql_refuses_while_another_holds_the_study(
     res = Study.load(spec).run(trials=2, out=tmp_path, storage=postgres_url)
     with lone_writer(res.study.study_name, postgres_url):
         second = cli("study", "run", spec, "--storage", postgres_url, "--out", tmp_path, "--trials", "4")
+        # the lock is its session's: no transaction left open on the server while a run lasts
+        # (PostgreSQL's idle_in_transaction_session_timeout would end it, and the lock with it)
+        engine = sqlalchemy.create_engine(driver_url(postgres_url), poolclass=sqlalchemy.pool.NullPool)
+        with engine.connect() as con:
+            states = con.execute(sqlalchemy.text(
+                "select state from pg_stat_activity where application_name like 'dse study run (pid%'"
+            )).scalars().all()  # fmt: skip
+        engine.dispose()
+        assert states == ["idle"], states
     assert second.code == 2 and f"pid {os.getpid()}" in second.err, second.err
     with lone_writer(res.study.study_name, postgres_url, worker=True):  # workers share the study
         with lone_writer(res.study.study_name, postgres_url, worker=True):
