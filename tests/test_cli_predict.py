@@ -881,3 +881,18 @@ def test_a_batch_with_recipe_settings_predicts_the_runs_as_the_calibration_does(
     alone = cli("predict", "--hardware", "b200", "--recipe-settings")
     assert alone.code == 2
     assert alone.err.strip() == "dse: error: dse predict: --recipe-settings: needs --batch"
+
+
+def test_predict_without_a_precision_serves_the_checkpoint_as_shipped(cli: Cli) -> None:
+    """gpt-oss-120b's MXFP4 checkpoint fits one 80 GB GPU, as its model card says; fp8 experts
+    would not (they were the default, and the prediction was refused)."""
+    one_gpu = ("--hardware", "h100", "--tp", "1", "--ep", "1")
+    res = cli("predict", "--model", "gpt-oss-120b", *one_gpu, "--json")
+    assert res.code == 0, res.err
+    out = json.loads(res.out)
+    assert out["deployment"]["precision"] == "fp4"
+    assert out["prediction"]["hbm_peak_gb_per_gpu"] < 80 * 1.073741824
+    wide = cli("predict", "--model", "gpt-oss-120b", *one_gpu, "--precision", "fp8")
+    assert wide.code == 3 and "weights need 117 GB per GPU" in wide.err, wide.err
+    llama = cli("predict", "--model", "llama-3.1-70b", *one_gpu, "--precision", "bf16")
+    assert llama.code == 3 and "weights need 141 GB per GPU" in llama.err, llama.err

@@ -447,3 +447,30 @@ def test_pool_terms_computed_once_give_the_same_costs_bit_for_bit(catalog: Catal
     with pytest.raises(ValueError, match="other parameters"):
         forward_cost(terms, replace(p, hbm_eff=0.5), tokens=tokens, sequences=tokens, context=1.0,
                      prefill=False, speed=1.0)  # fmt: skip
+
+
+def test_a_bf16_deployment_holds_every_weight_in_bf16(catalog: Catalog) -> None:
+    """A bf16 checkpoint (Llama, Qwen3, GLM as published) is bf16 throughout: a dense model's
+    weights double against fp8 (they were held at fp8 whatever the precision, so Llama 3.1 70B in
+    bf16 fitted one 80 GB GPU); fp4 changes the experts only, attention and dense layers stay fp8."""
+    llama = catalog.model("llama-3.1-70b")
+    bf16, fp8 = (_pool(catalog, "h100", 1, 1, p, "llama-3.1-70b") for p in (Precision.BF16, Precision.FP8))
+    held = [float(p.attn_weight_bytes[0] + p.dense_weight_bytes[0] + p.expert_weight_bytes[0])
+            for p in (bf16, fp8)]  # fmt: skip
+    assert held[0] == pytest.approx(llama.weight_bytes(Precision.BF16)) == pytest.approx(2 * held[1])
+    h100_bf16 = catalog.hardware("h100").compute.bf16_dense_tflops
+    assert float(bf16.dense_tflops[0]) == pytest.approx(h100_bf16 * 1e12)
+    fp4, fp8 = (_pool(catalog, "b200", 8, 8, p) for p in (Precision.FP4, Precision.FP8))
+    assert float(fp4.dense_weight_bytes[0]) == float(fp8.dense_weight_bytes[0])
+    assert float(fp4.expert_weight_bytes[0]) == pytest.approx(float(fp8.expert_weight_bytes[0]) / 2)
+
+
+@pytest.mark.parametrize(
+    ("model", "serving"),
+    [("gpt-oss-120b", "fp4"), ("kimi-k3", "fp4"), ("deepseek-v3", "fp8"), ("llama-3.1-70b", "fp8")],
+)
+def test_a_model_serves_at_its_checkpoints_expert_precision_unless_told(
+    catalog: Catalog, model: str, serving: str
+) -> None:
+    """gpt-oss ships MXFP4 experts and Kimi K3 FP4 ones: served as shipped, not widened to fp8."""
+    assert catalog.model(model).serving_precision is Precision(serving)

@@ -308,6 +308,14 @@ class Model:
         )
 
     # ---- weights -------------------------------------------------------------------
+    @property
+    def serving_precision(self) -> Precision:
+        """The routed-expert precision a deployment runs when none is named: the checkpoint's own
+        where it ships narrower than fp8 (gpt-oss's MXFP4, Kimi K3's FP4 experts), else fp8 (a bf16
+        checkpoint served quantized, as the engines' recipes for these models do)."""
+        expert = self.expert_weight_precision or self.native_weight_precision
+        return expert if expert.bytes_per_element < Precision.FP8.bytes_per_element else Precision.FP8
+
     def weight_bytes(self, precision: Precision | None = None) -> float:
         """Bytes of all weights: routed experts at the expert precision, the rest at
         ``precision`` (default: the native precision)."""

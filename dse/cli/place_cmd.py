@@ -98,7 +98,10 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     )
     p.add_argument("--engine", default="trt", metavar="NAME", help="engine profile: " + ", ".join(ENGINES))
     p.add_argument(
-        "--precision", default="fp8", choices=["fp4", "fp8", "bf16"], help="routed-expert weight precision"
+        "--precision",
+        choices=["fp4", "fp8", "bf16"],
+        help="routed-expert weight precision (default: the model's serving precision, fp4 for "
+        "checkpoints that ship fp4 experts, else fp8; `dse catalog show MODEL`)",
     )
     p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative decoding)")
     p.add_argument("--budget", type=float, help="cap in $/hour (required by --objective goodput)")
@@ -326,7 +329,7 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
         objective=Objective(args.objective),
         price_tier=args.price_tier,
         engine=args.engine,
-        weight_precision=Precision(args.precision),
+        weight_precision=Precision(args.precision) if args.precision else m.serving_precision,
         mtp=args.mtp,
         limits=limits,
         network_kv_usd_per_tb_hour=args.network_kv_usd_per_tb_hour,

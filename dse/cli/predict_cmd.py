@@ -64,7 +64,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         + ")",
     )
     p.add_argument(
-        "--precision", default="fp8", choices=["fp4", "fp8", "bf16"], help="routed-expert weight precision"
+        "--precision",
+        choices=["fp4", "fp8", "bf16"],
+        help="routed-expert weight precision (default: the model's serving precision, fp4 for "
+        "checkpoints that ship fp4 experts, else fp8; `dse catalog show MODEL`)",
     )
     p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative)")
     p.add_argument("--isl", type=float, default=1024.0, help="nominal input tokens")
@@ -375,9 +378,10 @@ def _deployment(args: argparse.Namespace, catalog: Catalog) -> tuple[dict[str, s
 
     row = _row_from_flags(args)
     try:
-        return row, parse_row(row, catalog, source=SRC)
+        bench = parse_row(row, catalog, source=SRC)
     except InputError as exc:  # the row's column names are not what the user typed: name the flag
         raise InputError(SRC, _flag_of(exc.field, args.disagg), exc.rule, exc.value) from None
+    return {**row, "precision": bench.weight_precision.value}, bench  # (the model's, if not given)
 
 
 def _load_of(args: argparse.Namespace, context: float) -> tuple[Load, Lengths, tuple[float, ...]]:
@@ -598,7 +602,7 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
         "hardware": a.hardware,
         "framework": a.framework,
         "model": a.model,
-        "precision": a.precision,
+        "precision": a.precision or "",  # blank: the model's serving precision
         "spec_method": "mtp" if a.mtp else "none",
         "disagg": str(a.disagg),
         "isl": f"{a.isl:g}",

@@ -226,7 +226,7 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
     fw = str(row.get("framework", "")).strip().lower()
     if fw not in FRAMEWORK_ENGINE:
         raise InputError(source, "framework", f"must be one of {', '.join(sorted(FRAMEWORK_ENGINE))}", fw)
-    prec_raw = str(row.get("precision", "")).strip().lower()
+    prec_raw = str(row.get("precision", "")).strip().lower() or model.serving_precision.value
     if prec_raw not in ("fp4", "fp8", "bf16"):
         raise InputError(source, "precision", "must be one of fp4, fp8, bf16", prec_raw)
     spec = str(row.get("spec_method", "none")).strip().lower() or "none"

@@ -153,8 +153,9 @@ def build_pool(
 ) -> Pool:
     """Arrays for ``len(hardware)`` candidates of one model.
 
-    ``weight_precision`` is the routed-expert precision (fp4 or fp8 checkpoints); the other GEMMs run
-    at fp8 when the hardware has it, else bf16, and attention at bf16. The per-GPU figures are
+    ``weight_precision`` is the routed-expert precision (fp4, fp8 or bf16 checkpoints); the other
+    GEMMs run at fp8 when the hardware has it and the deployment is not bf16, else bf16, and
+    attention at bf16. The per-GPU figures are
     worked out once per distinct (hardware, weight precision, KV precision): a study's pools hold
     hundreds of candidates on a few GPUs.
 
@@ -244,7 +245,7 @@ def _build(
         gpus=np.asarray(gpus, dtype=float),
         attn_tp=np.asarray(attn_tp, dtype=float),
         ep=np.asarray(ep, dtype=float),
-        dense_tflops=per_kind(lambda h, wp, kp: _peak(h, _dense_precision(h))) * 1e12,
+        dense_tflops=per_kind(lambda h, wp, kp: _peak(h, _dense_precision(h, wp))) * 1e12,
         expert_tflops=per_kind(lambda h, wp, kp: _peak(h, wp)) * 1e12,
         # attention runs in bf16; hardware that publishes no bf16 figure (Rubin) runs it in fp8
         attn_tflops=per_kind(lambda h, wp, kp: h.compute.bf16_dense_tflops or _peak(h, Precision.FP8)) * 1e12,
@@ -253,8 +254,8 @@ def _build(
         scaleup_bytes_per_s=per_kind(lambda h, wp, kp: h.scale_up.gb_per_s_per_dir) * GB,
         domain_gpus=per_kind(lambda h, wp, kp: h.scale_up.domain_gpus),
         nic_bytes_per_s=per_kind(lambda h, wp, kp: h.scale_out.nic_gb_per_s_per_gpu) * GB,
-        attn_weight_bytes=per_kind(lambda h, wp, kp: attn * _dense_precision(h).bytes_per_element),
-        dense_weight_bytes=per_kind(lambda h, wp, kp: nonexp * _dense_precision(h).bytes_per_element),
+        attn_weight_bytes=per_kind(lambda h, wp, kp: attn * _dense_precision(h, wp).bytes_per_element),
+        dense_weight_bytes=per_kind(lambda h, wp, kp: nonexp * _dense_precision(h, wp).bytes_per_element),
         expert_weight_bytes=per_kind(lambda h, wp, kp: g["routed_experts"] * wp.bytes_per_element),
         kv_bytes_per_token=per_kind(lambda h, wp, kp: terms.kv_elements_per_token * kp.bytes_per_element),
         state_bytes=per_kind(lambda h, wp, kp: model.fixed_state_bytes_per_request(kp)),
@@ -299,8 +300,11 @@ def _measured(
     return replace(kernels, variants=any(h.measured_hbm_tb_per_s is not None for h in hardware))
 
 
-def _dense_precision(h: Hardware) -> Precision:
-    return Precision.FP8 if h.compute.fp8_dense_tflops else Precision.BF16
+def _dense_precision(h: Hardware, wp: Precision) -> Precision:
+    """The non-expert GEMMs' precision: fp8 where the hardware has it, bf16 on hardware without
+    fp8 and in a bf16 deployment (whose checkpoint is bf16 throughout; an fp8 or fp4 one keeps
+    attention and the dense layers in fp8)."""
+    return Precision.FP8 if h.compute.fp8_dense_tflops and wp is not Precision.BF16 else Precision.BF16
 
 
 _GEMM_DTYPE = {Precision.FP8: "fp8_block", Precision.BF16: "bfloat16", Precision.FP4: "nvfp4"}
@@ -364,7 +368,7 @@ def kernel_key(
     """What a candidate's measured curves depend on; None where no tables cover it."""
     if not h.measured_kernels or engine not in ENGINE_DIRS:
         return None
-    dp = _dense_precision(h)
+    dp = _dense_precision(h, wp)
     mla = model.attention.kind is AttentionKind.MLA
     return KernelKey(
         system=h.measured_kernels,
