@@ -474,3 +474,18 @@ def test_a_model_serves_at_its_checkpoints_expert_precision_unless_told(
 ) -> None:
     """gpt-oss ships MXFP4 experts and Kimi K3 FP4 ones: served as shipped, not widened to fp8."""
     assert catalog.model(model).serving_precision is Precision(serving)
+
+
+def test_a_linear_attention_state_splits_over_tensor_parallel_ranks(catalog: Catalog) -> None:
+    """Kimi K3's KDA state (414 MiB a request, fp32) is one matrix per head, and tensor
+    parallelism splits the heads (vLLM's KDA layer holds num_heads / tp_size): at TP8 each GPU
+    holds an eighth of it. MLA's latent KV is replicated over TP, and DP ranks split both."""
+    tp8, dp8 = (_pool(catalog, "b200", 8, tp, Precision.FP4, "kimi-k3") for tp in (8, 1))
+    state = float(tp8.state_bytes[0])
+    assert state / 2**20 == pytest.approx(414, rel=0.01)
+    kv = 2000.0 * float(tp8.kv_bytes_per_token[0])
+    assert float(tp8.seq_bytes_per_gpu(2000.0)[0]) == pytest.approx(kv + state / 8)
+    assert float(dp8.seq_bytes_per_gpu(2000.0)[0]) == pytest.approx((kv + state) / 8)
+    deepseek = _pool(catalog, "b200", 8, 8)  # no fixed state: as before
+    per_token = float(deepseek.kv_bytes_per_token[0])
+    assert float(deepseek.seq_bytes_per_gpu(2000.0)[0]) == pytest.approx(2000.0 * per_token)

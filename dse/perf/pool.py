@@ -50,6 +50,10 @@ class ModelTerms:
     prefill_v_dim: float
     kv_elements_per_token: float  # over all full layers
     mtp_layers: float
+    # heads a request's fixed state splits by: a linear-attention layer's (its recurrent state is
+    # one matrix per head, split over tensor-parallel ranks by head: vLLM's KDA layer holds
+    # num_heads / tp_size of them), else the KV heads of the sliding-window layers
+    state_heads: float = 1.0
 
     @classmethod
     def of(cls, m: Model) -> ModelTerms:
@@ -87,6 +91,7 @@ class ModelTerms:
             prefill_v_dim=dv_pf,
             kv_elements_per_token=m.kv_bytes_per_token(Precision.BF16) / 2.0,
             mtp_layers=m.mtp_layers,
+            state_heads=float(a.linear.heads) if a.linear is not None else kv_heads,
         )
 
 
@@ -126,6 +131,17 @@ class Pool:
     def kv_shard(self) -> Array:
         """GPUs that split one copy of the KV cache: DP ranks times the useful head split."""
         return self.attn_dp * np.minimum(self.attn_tp, self.model.kv_heads)
+
+    @property
+    def state_shard(self) -> Array:
+        """GPUs that split one request's fixed state: DP ranks times its useful head split (a
+        linear-attention state splits over tensor-parallel ranks, which MLA's latent KV does not)."""
+        return self.attn_dp * np.minimum(self.attn_tp, self.model.state_heads)
+
+    def seq_bytes_per_gpu(self, context: Array | float) -> Array:
+        """HBM one request of ``context`` tokens holds on each GPU of its instance: its KV over the
+        GPUs that split it, its fixed state over those that split that."""
+        return context * self.kv_bytes_per_token / self.kv_shard + self.state_bytes / self.state_shard
 
 
 def _peak(hw: Hardware, p: Precision) -> float:

@@ -116,6 +116,7 @@ class PoolTerms:
     expert_w: Array  # routed-expert weight bytes per GPU (all experts)
     attn_dp: Array
     kv_shard: Array
+    state_shard: Array
     ar_bandwidth: Array  # bytes/s per GPU of the tensor-parallel all-reduce
     link: Array  # NVLink bytes/s per GPU achieved
     nic: Array  # NIC bytes/s per GPU achieved
@@ -162,6 +163,7 @@ def _pool_terms(pool: Pool, p: PerfParams) -> PoolTerms:
         expert_w=pool.expert_weight_bytes / g,
         attn_dp=pool.attn_dp,
         kv_shard=pool.kv_shard,
+        state_shard=pool.state_shard,
         ar_bandwidth=_group_bandwidth(tp, pool, p),
         link=pool.scaleup_bytes_per_s * p.link_eff,
         nic=pool.nic_bytes_per_s * p.nic_eff,
@@ -226,7 +228,7 @@ def forward_cost(
     attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff)
     state = pool.state_bytes * (2.0 if not prefill else 0.0)  # read and write per token step
     kv_read = 0.0 if prefill else 1.0
-    kv_bytes = sequences * (context * pool.kv_bytes_per_token * kv_read + state) / f.kv_shard
+    kv_bytes = sequences * (context * pool.kv_bytes_per_token * kv_read / f.kv_shard + state / f.state_shard)
     kv_bytes = kv_bytes + tokens * pool.kv_bytes_per_token / f.kv_shard  # writing new KV
     if prefill:  # a midfill reads the reloaded prefix once per forward
         kv_bytes = kv_bytes + sequences * cached * pool.kv_bytes_per_token / f.kv_shard
@@ -314,8 +316,7 @@ def kv_capacity_sequences(pool: Pool, p: PerfParams, context: Array) -> Array:
     """Sequences of ``context`` tokens whose KV fits in the HBM left after weights and reserve
     (per instance); negative when the weights alone do not fit."""
     per_gpu_free = pool.hbm_bytes * (1.0 - p.hbm_reserve_fraction) - weight_bytes_per_gpu(pool)
-    per_seq = (context * pool.kv_bytes_per_token + pool.state_bytes) / pool.kv_shard
-    return per_gpu_free / per_seq
+    return per_gpu_free / pool.seq_bytes_per_gpu(context)
 
 
 def weight_bytes_per_gpu(pool: Pool) -> Array:
