@@ -94,7 +94,8 @@ def test_kv_bytes_per_token_equal_reference(catalog: Catalog, row: dict[str, str
     m = catalog.model(row["id"])
     bf16 = float(row["kv_bytes_per_token_bf16"])
     assert m.kv_bytes_per_token(Precision.BF16) == bf16
-    assert m.kv_bytes_per_token(Precision.FP8) == bf16 / 2
+    if m.attention.sparse_indexer is None:  # V3.2's fp8 layout and fp8 indexer keys: test_perf_model
+        assert m.kv_bytes_per_token(Precision.FP8) == bf16 / 2
 
 
 def test_kimi_k3_keeps_a_fixed_linear_attention_state(catalog: Catalog) -> None:

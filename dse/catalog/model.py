@@ -42,6 +42,10 @@ class Mla:
     qk_nope_dim: int = field(metadata=rule(positive))
     v_head_dim: int = field(metadata=rule(positive))
     q_lora_rank: int | None = field(default=None, metadata=rule(positive))
+    # bytes a token's latent takes per layer in an fp8 cache whose layout carries its own scales
+    # (FlashMLA's for sparse attention: 512 fp8 values, 4 fp32 scales, the 64 rope values in
+    # bf16: 656); None: one byte per element, as the dense MLA engines store it
+    fp8_cache_bytes_per_token_per_layer: int | None = field(default=None, metadata=rule(positive))
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,8 @@ class SparseIndexer:
     heads: int = field(metadata=rule(positive))
     head_dim: int = field(metadata=rule(positive))
     top_k_tokens: int = field(metadata=rule(positive))
-    cache_elements_per_token_per_layer: int = field(metadata=rule(positive))
+    # the indexer's key cache, kept in fp8 with a scale whatever the KV's precision (128 + 4)
+    cache_bytes_per_token_per_layer: int = field(metadata=rule(positive))
 
 
 @dataclass(frozen=True)
@@ -263,22 +268,31 @@ class Model:
 
     # ---- KV cache and fixed per-request state ---------------------------------------
     def kv_elements_per_token_per_layer(self) -> int:
+        """The attention's own KV values a token adds to one layer (the sparse indexer's keys
+        aside: :meth:`index_bytes_per_token`)."""
         a = self.attention
         if a.kind is AttentionKind.MLA:
             assert a.mla is not None
-            n = a.mla.kv_lora_rank + a.mla.qk_rope_dim
-        else:
-            assert a.kv_heads is not None and a.head_dim is not None
-            n = 2 * a.kv_heads * a.head_dim
-        if a.sparse_indexer is not None:
-            n += a.sparse_indexer.cache_elements_per_token_per_layer
-        return n
+            return a.mla.kv_lora_rank + a.mla.qk_rope_dim
+        assert a.kv_heads is not None and a.head_dim is not None
+        return 2 * a.kv_heads * a.head_dim
+
+    def index_bytes_per_token(self) -> float:
+        """The sparse indexer's key cache one more token adds, over all full-attention layers
+        (fp8 whatever the KV's precision); 0 without sparse attention."""
+        ix = self.attention.sparse_indexer
+        return 0.0 if ix is None else float(ix.cache_bytes_per_token_per_layer * self.full_attention_layers)
 
     def kv_bytes_per_token(self, precision: Precision) -> float:
-        """KV bytes one more token of context adds, over all full-attention layers."""
-        return (
-            self.kv_elements_per_token_per_layer() * self.full_attention_layers * precision.bytes_per_element
-        )
+        """KV bytes one more token of context adds, over all full-attention layers: the
+        attention's own (in an fp8 layout with scales where the model's kernels use one) and the
+        sparse indexer's keys."""
+        mla = self.attention.mla
+        if precision is Precision.FP8 and mla is not None and mla.fp8_cache_bytes_per_token_per_layer:
+            per_layer = float(mla.fp8_cache_bytes_per_token_per_layer)
+        else:
+            per_layer = self.kv_elements_per_token_per_layer() * precision.bytes_per_element
+        return per_layer * self.full_attention_layers + self.index_bytes_per_token()
 
     def fixed_state_bytes_per_request(self, precision: Precision) -> float:
         """State a running request holds whatever its context: linear-attention state (kept in

@@ -44,6 +44,8 @@ def ffn_side(pool: Pool) -> Pool:
         full_layers=0.0,
         q_heads=0.0,
         kv_elements_per_token=0.0,
+        index_bytes_per_token=0.0,
+        index_dim=0.0,
     )
     zero = np.zeros_like(pool.gpus)
     # no attention, so no tensor-parallel all-reduce of attention outputs

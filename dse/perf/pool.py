@@ -6,6 +6,7 @@ evaluates many candidates (different hardware, parallelism, precision, lengths) 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -48,12 +49,17 @@ class ModelTerms:
     decode_v_dim: float
     prefill_qk_dim: float
     prefill_v_dim: float
-    kv_elements_per_token: float  # over all full layers
+    kv_elements_per_token: float  # over all full layers (the sparse indexer's keys aside)
     mtp_layers: float
     # heads a request's fixed state splits by: a linear-attention layer's (its recurrent state is
     # one matrix per head, split over tensor-parallel ranks by head: vLLM's KDA layer holds
     # num_heads / tp_size of them), else the KV heads of the sliding-window layers
     state_heads: float = 1.0
+    # DeepSeek sparse attention: each query reads only the top-k tokens an indexer picks, and the
+    # indexer scores every token of the context with its own small keys (inf: dense attention)
+    sparse_top_k: float = math.inf
+    index_bytes_per_token: float = 0.0  # the indexer's key cache, over all full layers
+    index_dim: float = 0.0  # indexer heads x head dim: its score costs 2 x this FLOPs a token pair
 
     @classmethod
     def of(cls, m: Model) -> ModelTerms:
@@ -73,6 +79,7 @@ class ModelTerms:
             kv_heads = float(a.kv_heads)
         dense = sum(v for k, v in g.items() if k not in ("routed_experts", "input_embedding"))
         moe = m.moe
+        ix = a.sparse_indexer
         return cls(
             layers=m.layers,
             full_layers=m.full_attention_layers,
@@ -89,9 +96,12 @@ class ModelTerms:
             decode_v_dim=dv_dec,
             prefill_qk_dim=dqk_pf,
             prefill_v_dim=dv_pf,
-            kv_elements_per_token=m.kv_bytes_per_token(Precision.BF16) / 2.0,
+            kv_elements_per_token=float(m.kv_elements_per_token_per_layer() * m.full_attention_layers),
             mtp_layers=m.mtp_layers,
             state_heads=float(a.linear.heads) if a.linear is not None else kv_heads,
+            sparse_top_k=float(ix.top_k_tokens) if ix is not None else math.inf,
+            index_bytes_per_token=m.index_bytes_per_token(),
+            index_dim=float(ix.heads * ix.head_dim) if ix is not None else 0.0,
         )
 
 
@@ -273,7 +283,7 @@ def _build(
         attn_weight_bytes=per_kind(lambda h, wp, kp: attn * _dense_precision(h, wp).bytes_per_element),
         dense_weight_bytes=per_kind(lambda h, wp, kp: nonexp * _dense_precision(h, wp).bytes_per_element),
         expert_weight_bytes=per_kind(lambda h, wp, kp: g["routed_experts"] * wp.bytes_per_element),
-        kv_bytes_per_token=per_kind(lambda h, wp, kp: terms.kv_elements_per_token * kp.bytes_per_element),
+        kv_bytes_per_token=per_kind(lambda h, wp, kp: model.kv_bytes_per_token(kp)),
         state_bytes=per_kind(lambda h, wp, kp: model.fixed_state_bytes_per_request(kp)),
         act_bytes=np.ones(len(hardware)),
         model=terms,
@@ -400,9 +410,8 @@ def kernel_key(
         decode_v=terms.decode_v_dim,
         prefill_qk=terms.prefill_qk_dim,
         prefill_v=terms.prefill_v_dim,
-        kv_bytes_per_token_layer=terms.kv_elements_per_token
-        / max(terms.full_layers, 1.0)
-        * kp.bytes_per_element,
+        kv_bytes_per_token_layer=(model.kv_bytes_per_token(kp) - terms.index_bytes_per_token)
+        / max(terms.full_layers, 1.0),
         gemm_shapes=gemm_shapes(model, attn_tp),
         gemm_dtype=_GEMM_DTYPE[dp],
         moe_dtype=_GEMM_DTYPE[wp],

@@ -13,6 +13,7 @@ Decode attention under data parallelism waits for its busiest rank the same way
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -224,11 +225,17 @@ def forward_cost(
     dqk = m.prefill_qk_dim if prefill else m.decode_qk_dim
     dv = m.prefill_v_dim if prefill else m.decode_v_dim
     mean_ctx = context * 0.5 + cached if prefill else context
-    attn_flops = 2.0 * tokens * m.full_layers * m.q_heads * mean_ctx * (dqk + dv) / g
-    attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff)
+    # sparse attention: a query reads at most the top-k tokens, and the indexer that picks them
+    # scores the whole context (in fp8, on the dense GEMMs' tensor cores)
+    k = m.sparse_top_k
+    read_ctx = _mean_top_k(cached, cached + context, k) if prefill else np.minimum(context, k)
+    attn_flops = 2.0 * tokens * m.full_layers * m.q_heads * read_ctx * (dqk + dv) / g
+    index_flops = 2.0 * tokens * m.full_layers * m.index_dim * mean_ctx / g
+    attn_compute = (attn_flops / pool.attn_tflops + index_flops / pool.dense_tflops) / p.attn_eff
     state = pool.state_bytes * (2.0 if not prefill else 0.0)  # read and write per token step
-    kv_read = 0.0 if prefill else 1.0
-    kv_bytes = sequences * (context * pool.kv_bytes_per_token * kv_read / f.kv_shard + state / f.state_shard)
+    own_kv = pool.kv_bytes_per_token - m.index_bytes_per_token  # the indexer's keys aside
+    read = 0.0 if prefill else read_ctx * own_kv + context * m.index_bytes_per_token
+    kv_bytes = sequences * (read / f.kv_shard + state / f.state_shard)
     kv_bytes = kv_bytes + tokens * pool.kv_bytes_per_token / f.kv_shard  # writing new KV
     if prefill:  # a midfill reads the reloaded prefix once per forward
         kv_bytes = kv_bytes + sequences * cached * pool.kv_bytes_per_token / f.kv_shard
@@ -310,6 +317,18 @@ def _comm_seconds(f: PoolTerms, tokens: Array) -> Array:
         0.0,
     )
     return (ar_s + a2a_s) * (1.0 - p.comm_overlap) + f.latency_s
+
+
+def _mean_top_k(first: Array | float, last: Array | float, k: float) -> Array:
+    """The tokens a query at a position spread evenly over ``first``-``last`` attends to when it
+    reads at most ``k``: the mean of min(position, k) (all of them below k: causal, the mean)."""
+    a, b = np.asarray(first, dtype=float), np.asarray(last, dtype=float)
+    if math.isinf(k):
+        return (a + b) * 0.5
+    lo, hi = np.minimum(a, k), np.minimum(b, k)
+    area = (hi * hi - lo * lo) * 0.5 + k * np.maximum(b - np.maximum(a, k), 0.0)
+    width = b - a
+    return np.where(width > 0, area / np.where(width > 0, width, 1.0), lo)
 
 
 def kv_capacity_sequences(pool: Pool, p: PerfParams, context: Array) -> Array:
