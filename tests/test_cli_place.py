@@ -129,6 +129,7 @@ GLM = ["place", "--model", "glm-4.6", "--hardware", "h200", "--rate", "400", "--
 
 GLM_B200 = ["place", "--model", "glm-4.6", "--hardware", "b200", "--rate", "380", "--isl", "2000",
             "--osl", "800", "--tpot", "0.1", "--percentile", "90", "--engine", "trt",
+            "--shapes", "4gpu-dpa-ep2,8gpu-dpa-ep4,8gpu-tp8-ep8",  # one decode pool: simulated
             "--no-shadow-prices"]  # fmt: skip
 
 

@@ -896,3 +896,14 @@ def test_predict_without_a_precision_serves_the_checkpoint_as_shipped(cli: Cli) 
     assert wide.code == 3 and "weights need 117 GB per GPU" in wide.err, wide.err
     llama = cli("predict", "--model", "llama-3.1-70b", *one_gpu, "--precision", "bf16")
     assert llama.code == 3 and "weights need 141 GB per GPU" in llama.err, llama.err
+
+
+def test_predict_runs_the_expert_parallelism_it_is_given(cli: Cli) -> None:
+    """`--tp 16 --ep 8 --dp-attention` runs ep 8 (each expert split over 2 GPUs), as `dse place`'s
+    16gpu-dpa-ep8 does; it was run as ep 16 while the output said 8. Without --ep every GPU of the
+    instance holds experts of its own."""
+    base = ("predict", "--hardware", "h200", "--tp", "16", "--dp-attention", "--json")
+    given = json.loads(cli(*base, "--ep", "8").out)
+    whole = json.loads(cli(*base).out)
+    assert (given["deployment"]["decode_ep"], whole["deployment"]["decode_ep"]) == (8, 16)
+    assert given["prediction"]["hbm_peak_gb_per_gpu"] != whole["prediction"]["hbm_peak_gb_per_gpu"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np
@@ -525,4 +524,26 @@ def test_the_mean_top_k_of_a_prompt_is_the_mean_of_min_position_k() -> None:
         x = np.linspace(a, b, 200_001)
         want = float(np.minimum(x, k).mean())
         assert float(_mean_top_k(a, b, k)) == pytest.approx(want, rel=1e-4), (a, b, k)
-    assert float(_mean_top_k(100.0, 300.0, math.inf)) == 200.0
+
+
+
+def test_an_instance_wider_than_its_node_crosses_the_network_whatever_its_ep(catalog: Catalog) -> None:
+    """16 H200s under DP attention span two 8-GPU nodes at ep 8 (each expert split over 2 GPUs)
+    as at ep 16: tokens reach experts on the other node over the NICs. At ep 8 the all-to-all was
+    taken to stay inside NVLink, so `dse place` bought 16-GPU ep-8 instances at a quarter of
+    their price and no NIC speed changed it."""
+    p = load_params()
+
+    def comm_s(ep: int, nic_scale: float = 1.0, gpus: int = 16) -> float:
+        h = catalog.hardware("h200")
+        pool = build_pool(catalog.model("deepseek-v3"), [h], gpus=[gpus], attn_tp=[1], ep=[ep],
+                          weight_precision=[Precision.FP8], kv_precision=[Precision.FP8])  # fmt: skip
+        pool = replace(pool, nic_bytes_per_s=pool.nic_bytes_per_s * nic_scale)
+        n = np.array([512.0])
+        cost = forward_cost(pool, p, tokens=n, sequences=n, context=np.array([2000.0]), prefill=False,
+                            speed=np.ones(1))  # fmt: skip
+        return float(cost.comm_s[0])
+
+    assert comm_s(8) == pytest.approx(comm_s(16), rel=0.05)
+    assert comm_s(8) > 3 * comm_s(8, gpus=8)  # RDMA round trips and NIC bytes, not NVLink's
+    assert comm_s(8, nic_scale=0.25) > comm_s(8) + 2e-3  # the NICs carry it

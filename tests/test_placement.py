@@ -325,25 +325,22 @@ def test_pipeline_stages_for_prefill_where_no_node_holds_the_weights(catalog: Ca
     assert Parallel(16, 8, 8, pp=2).label() == "16gpu-pp2-tp8-ep8"
     problem = shape_problem(Parallel(16, 8, 8, pp=3), catalog.hardware("h100-sxm"), model)
     assert problem is not None and "3 pipeline stages must divide the 16 GPUs" in problem
-    # docs/cli.md: on H100 alone a pipelined prefill instance is as cheap as the best design (a
-    # 16gpu-dpa-ep16 beside the 32gpu-dpa-ep16 ties with it: which one HiGHS names is a tie-break);
-    # offered it, the MILP prefills on it at the same price
+    # docs/cli.md: on H100 alone the pipelined prefill instance is a working option, one
+    # instance more than the 16-GPU data-parallel ones whose all-to-all crosses the two nodes;
+    # offered it alone for prefill, the MILP prefills on it
     from dse.placement.request import UnitOptions
 
     h100 = replace(req, hardware=("h100-sxm",), slo=Slo(ttft_s=2.0, tpot_s=0.05))
     best = place(h100, catalog=catalog, params=params, with_shadow_prices=False).best
     assert best is not None
-    pre = {p.unit.parallel.label(): p.instances for p in best.pools if p.unit.role is Role.PREFILL}
-    assert pre.get("32gpu-dpa-ep16") == 1 and sum(pre.values()) == 2
-    offered = UnitOptions(
-        prefill_shapes=("16gpu-pp2-tp8-ep8", "32gpu-dpa-ep16"), decode_shapes=("16gpu-dpa-ep8",)
-    )
-    staged = replace(h100, options=offered)
-    staged_best = place(staged, catalog=catalog, params=params, with_shadow_prices=False).best
+    decode = tuple({p.unit.parallel.label() for p in best.pools if p.unit.role is Role.DECODE})
+    offered = UnitOptions(prefill_shapes=("16gpu-pp2-tp8-ep8",), decode_shapes=decode)
+    staged_best = place(replace(h100, options=offered), catalog=catalog, params=params,
+                        with_shadow_prices=False).best  # fmt: skip
     assert staged_best is not None
     pre = {p.unit.parallel.label(): p.instances for p in staged_best.pools if p.unit.role is Role.PREFILL}
-    assert pre == {"32gpu-dpa-ep16": 1, "16gpu-pp2-tp8-ep8": 1}
-    assert staged_best.usd_per_hour == pytest.approx(best.usd_per_hour, rel=1e-6)
+    assert list(pre) == ["16gpu-pp2-tp8-ep8"]
+    assert best.usd_per_hour < staged_best.usd_per_hour < 1.25 * best.usd_per_hour
     # a pipelined shape asked for by name for decode is left out with the reason
 
     named = replace(h100, topology=Topology.AUTO, options=UnitOptions(decode_shapes=("16gpu-pp2-tp8-ep8",)))

@@ -74,14 +74,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--osl", type=float, default=1024.0, help="nominal output tokens")
     p.add_argument("--conc", type=float, default=64.0, help="requests in flight")
     p.add_argument("--tp", type=int, default=8, help="tensor parallel (GPUs of an aggregated instance)")
-    p.add_argument("--ep", type=int, default=8, help="expert parallel")
+    p.add_argument(
+        "--ep", type=int, default=0, help="expert parallel (0: each GPU of the instance; fewer split experts)"
+    )
     p.add_argument("--dp-attention", action="store_true", help="data-parallel attention")
     p.add_argument("--disagg", action="store_true", help="separate prefill and decode pools")
     p.add_argument(
         "--prefill-tp", type=int, default=8, help="tensor parallel of a prefill instance (--disagg)"
     )
     p.add_argument(
-        "--prefill-ep", type=int, default=8, help="expert parallel of a prefill instance (--disagg)"
+        "--prefill-ep",
+        type=int,
+        default=0,
+        help="expert parallel of a prefill instance (--disagg; 0: all its GPUs)",
     )
     p.add_argument(
         "--prefill-dp-attention", action="store_true", help="data-parallel attention in prefill (--disagg)"
@@ -368,7 +373,8 @@ def _wider_that_fits(args: argparse.Namespace, catalog: Catalog, params: PerfPar
         except InputError:  # wider than the model allows (heads, experts)
             return ""
         if math.isfinite(float(res.tput_per_gpu[0])):
-            return f" (the weights fit on {wider.tp} GPUs: --tp {wider.tp} --ep {wider.ep})"
+            flags = f"--tp {wider.tp}" + (f" --ep {wider.ep}" if wider.ep else "")
+            return f" (the weights fit on {wider.tp} GPUs: {flags})"
     return ""
 
 
@@ -378,7 +384,7 @@ def _deployment(args: argparse.Namespace, catalog: Catalog) -> tuple[dict[str, s
 
     row = _row_from_flags(args)
     try:
-        bench = parse_row(row, catalog, source=SRC)
+        bench = parse_row(row, catalog, source=SRC, ep_as_given=True)
     except InputError as exc:  # the row's column names are not what the user typed: name the flag
         raise InputError(SRC, _flag_of(exc.field, args.disagg), exc.rule, exc.value) from None
     return {**row, "precision": bench.weight_precision.value}, bench  # (the model's, if not given)
@@ -598,6 +604,9 @@ def _flag_of(column: str, disagg: bool) -> str:
 
 def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
     dec_gpus = a.decode_gpus if a.disagg else a.tp
+    # --ep 0: every GPU of an instance holds experts of its own
+    dec_ep = a.ep or (a.decode_gpus // max(a.decode_workers, 1) if a.disagg else a.tp)
+    pf_ep = (a.prefill_ep or a.prefill_gpus // max(a.prefill_workers, 1)) if a.disagg else dec_ep
     return {
         "hardware": a.hardware,
         "framework": a.framework,
@@ -609,12 +618,12 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
         "osl": f"{a.osl:g}",
         "conc": f"{a.conc:g}",
         "prefill_tp": str(a.prefill_tp if a.disagg else a.tp),
-        "prefill_ep": str(a.prefill_ep if a.disagg else a.ep),
+        "prefill_ep": str(pf_ep),
         "prefill_dp_attention": str(a.prefill_dp_attention if a.disagg else a.dp_attention),
         "prefill_num_workers": str(a.prefill_workers),
         "num_prefill_gpu": str(a.prefill_gpus),
         "decode_tp": str(a.tp),
-        "decode_ep": str(a.ep),
+        "decode_ep": str(dec_ep),
         "decode_dp_attention": str(a.dp_attention),
         "decode_num_workers": str(a.decode_workers),
         "num_decode_gpu": str(dec_gpus),

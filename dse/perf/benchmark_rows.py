@@ -192,7 +192,7 @@ def _flag(row: Mapping[str, str], key: str, source: str) -> bool:
     return raw in ("true", "1")
 
 
-def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str) -> PoolSpec:
+def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str, ep_as_given: bool) -> PoolSpec:
     tp = _num(row, f"{side}_tp", source)
     ep = _num(row, f"{side}_ep", source) or 1.0
     dpa = _flag(row, f"{side}_dp_attention", source)
@@ -207,9 +207,10 @@ def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str) -> PoolS
     attn_tp = 1.0 if dpa else min(tp, gpus)
     if gpus % attn_tp:
         raise InputError(source, f"{side}_tp", f"must divide the instance's {gpus:g} GPUs", tp)
-    if attn_tp < gpus and ep < gpus:
-        # attention data-parallel over the instance: the experts are spread over all its GPUs
-        # and every token must reach them (dispatch/combine), whatever the row's ep says
+    if attn_tp < gpus and ep < gpus and not (ep_as_given and ep > 1):
+        # attention data-parallel over the instance: a measured run's experts are spread over all
+        # its GPUs and every token must reach them (dispatch/combine), whatever its ep column says
+        # (some record 1, or one node's); an ep asked for (`dse predict --ep`) is taken as given
         ep = gpus
     ep = min(ep, gpus)
     if gpus % ep:
@@ -217,7 +218,12 @@ def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str) -> PoolS
     return PoolSpec(gpus=gpus, attn_tp=attn_tp, ep=ep, instances=instances)
 
 
-def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> BenchRow:
+def parse_row(
+    row: Mapping[str, str], catalog: Catalog, source: str = "row", *, ep_as_given: bool = False
+) -> BenchRow:
+    """The deployment a row describes. Under data-parallel attention a row's ep is read as the
+    measured runs record it (the experts over every GPU of the instance) unless ``ep_as_given``
+    (flags that name it: fewer expert ranks than GPUs split each expert)."""
     try:
         hw = catalog.hardware(str(row.get("hardware", "")))
         model = catalog.model(str(row.get("model", "")))
@@ -253,8 +259,8 @@ def parse_row(row: Mapping[str, str], catalog: Catalog, source: str = "row") -> 
                 raise InputError(
                     source, f"prefill_{col}", f"must equal decode_{col} ({dec}) in an aggregated row", pre
                 )
-    decode = _pool(row, "decode", disagg, source)
-    prefill = _pool(row, "prefill", disagg, source) if disagg else None
+    decode = _pool(row, "decode", disagg, source, ep_as_given)
+    prefill = _pool(row, "prefill", disagg, source, ep_as_given) if disagg else None
     for side, pool in (("decode", decode), ("prefill", prefill)):
         heads = model.attention.q_heads
         if pool is not None and (pool.attn_tp > heads or heads % pool.attn_tp):

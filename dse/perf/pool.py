@@ -151,7 +151,8 @@ class Pool:
     def seq_bytes_per_gpu(self, context: Array | float) -> Array:
         """HBM one request of ``context`` tokens holds on each GPU of its instance: its KV over the
         GPUs that split it, its fixed state over those that split that."""
-        return context * self.kv_bytes_per_token / self.kv_shard + self.state_bytes / self.state_shard
+        state = self.state_bytes * self.kv_shard / self.state_shard  # (in the KV's shards)
+        return (context * self.kv_bytes_per_token + state) / self.kv_shard
 
 
 def _peak(hw: Hardware, p: Precision) -> float:

@@ -320,8 +320,10 @@ def _result(
             + (load.batch_tokens * d.prefill.kv_bytes_per_token / d.prefill.kv_shard)
         )
     x = s["x"]
+    # one sequence's KV and state, the state counted in the KV's shards (it may split further)
+    per_seq = (d.isl + d.osl) * dec.kv_bytes_per_token + dec.state_bytes * dec.kv_shard / dec.state_shard
     act = b * (1.0 + d.draft_tokens) * dec.model.hidden * 2.0 * 8.0 / dec.attn_dp
-    hbm = weight_bytes_per_gpu(dec) + b * dec.seq_bytes_per_gpu(d.isl + d.osl) + act
+    hbm = weight_bytes_per_gpu(dec) + b * per_seq / dec.kv_shard + act
     cost = s["cost"]
     parts = np.stack([cost.gemm_s, cost.attention_s, cost.comm_s, cost.overhead_s])
     top = np.argmax(parts, axis=0)

@@ -147,7 +147,11 @@ def _pool_terms(pool: Pool, p: PerfParams) -> PoolTerms:
     g = pool.gpus
     tp = pool.attn_tp
     k = m.experts_per_token
-    domains = np.maximum(pool.ep / pool.domain_gpus, 1.0)
+    # the GPUs the experts span: an instance of more GPUs than expert ranks splits each expert
+    # over gpus / ep of them, so an instance wider than its scale-up domain crosses the network
+    # whatever its ep (16 H200s at ep 8 span two nodes as ep 16 does)
+    spread = np.maximum(g, pool.ep)
+    domains = np.maximum(spread / pool.domain_gpus, 1.0)
     dispatch = (pool.ep > 1) & ((pool.attn_dp > 1) | (pool.ep > g))
     n_ar = np.where(tp > 1, 2.0 * m.layers, 0.0)
     n_a2a = np.where(dispatch, 2.0 * m.moe_layers, 0.0)
@@ -155,7 +159,7 @@ def _pool_terms(pool: Pool, p: PerfParams) -> PoolTerms:
     # ones: PerfParams.nic_allreduce_latency_us / nic_a2a_latency_us (fitted 59 / 180 us)
     # instead of the NVLink collective_latency_us (was a fixed 3x the latter)
     ar_lat = np.where(tp > pool.domain_gpus, p.nic_allreduce_latency_us, p.collective_latency_us)
-    a2a_lat = np.where(pool.ep > pool.domain_gpus, p.nic_a2a_latency_us, nvlink_a2a_latency_us(pool.ep, p))
+    a2a_lat = np.where(spread > pool.domain_gpus, p.nic_a2a_latency_us, nvlink_a2a_latency_us(pool.ep, p))
     return PoolTerms(
         pool=pool,
         params=p,
@@ -168,7 +172,7 @@ def _pool_terms(pool: Pool, p: PerfParams) -> PoolTerms:
         ar_bandwidth=_group_bandwidth(tp, pool, p),
         link=pool.scaleup_bytes_per_s * p.link_eff,
         nic=pool.nic_bytes_per_s * p.nic_eff,
-        local_share=np.minimum(pool.domain_gpus, pool.ep) / np.maximum(pool.ep, 1.0),
+        local_share=np.minimum(pool.domain_gpus, spread) / np.maximum(spread, 1.0),
         remote_domains=domains * (1.0 - np.power(1.0 - 1.0 / domains, k)) * (1.0 - 1.0 / domains),
         peers_share=1.0 - 1.0 / pool.ep,
         dispatch=dispatch,
@@ -228,14 +232,18 @@ def forward_cost(
     # sparse attention: a query reads at most the top-k tokens, and the indexer that picks them
     # scores the whole context (in fp8, on the dense GEMMs' tensor cores)
     k = m.sparse_top_k
-    read_ctx = _mean_top_k(cached, cached + context, k) if prefill else np.minimum(context, k)
+    if math.isinf(k):
+        read_ctx = mean_ctx
+    else:
+        read_ctx = _mean_top_k(cached, cached + context, k) if prefill else np.minimum(context, k)
     attn_flops = 2.0 * tokens * m.full_layers * m.q_heads * read_ctx * (dqk + dv) / g
     index_flops = 2.0 * tokens * m.full_layers * m.index_dim * mean_ctx / g
-    attn_compute = (attn_flops / pool.attn_tflops + index_flops / pool.dense_tflops) / p.attn_eff
+    attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff)
+    attn_compute = attn_compute + index_flops / (pool.dense_tflops * p.attn_eff)
     state = pool.state_bytes * (2.0 if not prefill else 0.0)  # read and write per token step
     own_kv = pool.kv_bytes_per_token - m.index_bytes_per_token  # the indexer's keys aside
     read = 0.0 if prefill else read_ctx * own_kv + context * m.index_bytes_per_token
-    kv_bytes = sequences * (read / f.kv_shard + state / f.state_shard)
+    kv_bytes = sequences * (read + state * f.kv_shard / f.state_shard) / f.kv_shard
     kv_bytes = kv_bytes + tokens * pool.kv_bytes_per_token / f.kv_shard  # writing new KV
     if prefill:  # a midfill reads the reloaded prefix once per forward
         kv_bytes = kv_bytes + sequences * cached * pool.kv_bytes_per_token / f.kv_shard
@@ -323,8 +331,6 @@ def _mean_top_k(first: Array | float, last: Array | float, k: float) -> Array:
     """The tokens a query at a position spread evenly over ``first``-``last`` attends to when it
     reads at most ``k``: the mean of min(position, k) (all of them below k: causal, the mean)."""
     a, b = np.asarray(first, dtype=float), np.asarray(last, dtype=float)
-    if math.isinf(k):
-        return (a + b) * 0.5
     lo, hi = np.minimum(a, k), np.minimum(b, k)
     area = (hi * hi - lo * lo) * 0.5 + k * np.maximum(b - np.maximum(a, k), 0.0)
     width = b - a

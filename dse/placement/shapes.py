@@ -218,7 +218,7 @@ class Shapes:
         state_gb = float(pool.state_bytes[0]) / GB  # one KV precision per request
         # unique KV of one decoding sequence, counted as if all of it split over the KV's shard
         # (the placement divides by that): a fixed state that splits further counts less
-        self.per_seq_gb = pool.seq_bytes_per_gpu(self.decode_ctx) * pool.kv_shard / GB
+        self.per_seq_gb = self.decode_ctx * kv_gb + state_gb * pool.kv_shard / pool.state_shard
         chunk = float(opts.prefill_chunk_tokens)
         per_instance = engine.prefill_chunk_per_instance
         self.prefill_ws_gb = prefill_batch_tokens(pool, w.input_tokens, chunk, per_instance) * kv_gb
