@@ -299,12 +299,35 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         f"ISL {row['isl']} OSL {row['osl']}, {row['conc']} requests in flight"
         + ("" if load.kind == "closed" else f" (the figures; the latency below runs {load.describe()})")
     )
-    print(format_table(["figure", "value"], [[k, v] for k, v in figures.items()]))
+    # the steady state the throughput fit was calibrated on; the simulation's figures follow
+    print(format_table(["closed form", "value"], [[k, v] for k, v in figures.items()]))
     _print_latency(lat, load, lengths, percentiles, args, bench.warmup)
+    out_per_gpu = float(res.tput_per_gpu[0]) * bench.osl / (bench.isl + bench.osl)  # all GPUs, as simulated
+    if (apart := _apart(out_per_gpu, lat, load, bench)) is not None:
+        print(apart)
     print(_kernels_text(kernels))
     if error is not None:
         print(error.describe())
     return 0
+
+
+APART = 0.25  # the closed form and the simulation this far apart on output tokens/s/GPU: say so
+
+
+def _apart(closed: float, lat: Latency, load: Load, bench: BenchRow) -> str | None:
+    """A note when the closed form's output tokens/s per GPU and the closed-loop simulation's
+    differ by more than :data:`APART` (short answers, long prompts: the steady state and the
+    request-by-request run part ways), rather than two answers side by side as equals."""
+    if load.kind != "closed" or not closed > 0:
+        return None
+    sim = lat.output_tokens_per_s_per_gpu
+    if abs(sim - closed) <= APART * closed:
+        return None
+    return (
+        f"note: the closed form and the simulation differ by {abs(sim / closed - 1):.0%} on output "
+        f"tokens/s/GPU ({closed:.4g} against {sim:.4g}); both are calibrated on runs of 1k-8k-token "
+        "prompts and answers, the closed form on their throughput, the simulation on their latency"
+    )
 
 
 def _one_deployment(args: argparse.Namespace) -> None:
