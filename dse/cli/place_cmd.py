@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from dse.catalog import Catalog, Hardware, Model
+from dse.cli.flags import add_precision
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, UnknownIdError
 from dse.perf.frameworks import ENGINES
@@ -97,12 +98,7 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
         "--price-tier", default="own_hyperscaler", choices=PRICE_TIERS, help="cost basis of a GPU-hour"
     )
     p.add_argument("--engine", default="trt", metavar="NAME", help="engine profile: " + ", ".join(ENGINES))
-    p.add_argument(
-        "--precision",
-        choices=["fp4", "fp8", "bf16"],
-        help="routed-expert weight precision (default: the model's serving precision, fp4 for "
-        "checkpoints that ship fp4 experts, else fp8; `dse catalog show MODEL`)",
-    )
+    add_precision(p)
     p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative decoding)")
     p.add_argument("--budget", type=float, help="cap in $/hour (required by --objective goodput)")
     p.add_argument("--power-kw", type=float, help="cap on GPU power, kW")

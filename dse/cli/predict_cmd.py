@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse.catalog import Catalog
+from dse.cli.flags import add_precision
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign
 from dse.perf.frameworks import FRAMEWORK_ENGINE
@@ -63,12 +64,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         + ", ".join(f"{f} as {e}" for f, e in FRAMEWORK_ENGINE.items() if f != e)
         + ")",
     )
-    p.add_argument(
-        "--precision",
-        choices=["fp4", "fp8", "bf16"],
-        help="routed-expert weight precision (default: the model's serving precision, fp4 for "
-        "checkpoints that ship fp4 experts, else fp8; `dse catalog show MODEL`)",
-    )
+    add_precision(p)
     p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative)")
     p.add_argument("--isl", type=float, default=1024.0, help="nominal input tokens")
     p.add_argument("--osl", type=float, default=1024.0, help="nominal output tokens")
@@ -83,10 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--prefill-tp", type=int, default=8, help="tensor parallel of a prefill instance (--disagg)"
     )
     p.add_argument(
-        "--prefill-ep",
-        type=int,
-        default=0,
-        help="expert parallel of a prefill instance (--disagg; 0: all its GPUs)",
+        "--prefill-ep", type=int, default=0, help="expert parallel of a prefill instance (--disagg; 0: all)"
     )
     p.add_argument(
         "--prefill-dp-attention", action="store_true", help="data-parallel attention in prefill (--disagg)"
@@ -248,21 +241,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     res = evaluate([bench], catalog, params)
     if not math.isfinite(float(res.tput_per_gpu[0])):  # nothing to predict: say why, not a table of NaN
         raise _unfit(res, args, bench, catalog, params)
-    figures = {
-        "tput_per_gpu": float(res.tput_per_gpu[0]),
-        "input_tput_per_prefill_gpu": float(res.input_tput_per_prefill_gpu[0]),
-        "output_tput_per_decode_gpu": float(res.output_tput_per_decode_gpu[0]),
-        "intvty_tok_s_user": float(res.intvty_tok_s_user[0]),
-        "tpot_mean_ms": float(res.tpot_s[0]) * 1e3,
-        "ttft_mean_s": float(res.ttft_s[0]),
-        "decode_batch_per_instance": float(res.decode_batch[0]),
-        "hbm_peak_gb_per_gpu": float(res.hbm_peak_bytes_per_gpu[0]) / 1e9,
-        "decode_step_ms": float(res.decode_step_s[0]) * 1e3,
-        **_step_breakdown(res),
-        "prefill_one_prompt_s": float(res.prefill_s[0]),
-        "prefill_utilization": float(res.prefill_utilization[0]),
-        "binding_regime": str(res.regime[0]),
-    }
+    figures = _closed_form(res)
     engine = params.engine(bench.engine)
     kv, drafts = settings_of(bench, engine)
     assumed = {  # the engine settings the prediction took, given or the engine profile's
@@ -309,6 +288,25 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if error is not None:
         print(error.describe())
     return 0
+
+
+def _closed_form(res: ServingResult) -> dict[str, float | str]:
+    """The closed form's figures of the one deployment ``res`` holds, by their JSON names."""
+    return {
+        "tput_per_gpu": float(res.tput_per_gpu[0]),
+        "input_tput_per_prefill_gpu": float(res.input_tput_per_prefill_gpu[0]),
+        "output_tput_per_decode_gpu": float(res.output_tput_per_decode_gpu[0]),
+        "intvty_tok_s_user": float(res.intvty_tok_s_user[0]),
+        "tpot_mean_ms": float(res.tpot_s[0]) * 1e3,
+        "ttft_mean_s": float(res.ttft_s[0]),
+        "decode_batch_per_instance": float(res.decode_batch[0]),
+        "hbm_peak_gb_per_gpu": float(res.hbm_peak_bytes_per_gpu[0]) / 1e9,
+        "decode_step_ms": float(res.decode_step_s[0]) * 1e3,
+        **_step_breakdown(res),
+        "prefill_one_prompt_s": float(res.prefill_s[0]),
+        "prefill_utilization": float(res.prefill_utilization[0]),
+        "binding_regime": str(res.regime[0]),
+    }
 
 
 APART = 0.25  # the closed form and the simulation this far apart on output tokens/s/GPU: say so

@@ -43,7 +43,6 @@ def ffn_side(pool: Pool) -> Pool:
         params_attention=0.0,
         full_layers=0.0,
         q_heads=0.0,
-        kv_elements_per_token=0.0,
         index_bytes_per_token=0.0,
         index_dim=0.0,
     )

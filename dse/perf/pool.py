@@ -49,7 +49,6 @@ class ModelTerms:
     decode_v_dim: float
     prefill_qk_dim: float
     prefill_v_dim: float
-    kv_elements_per_token: float  # over all full layers (the sparse indexer's keys aside)
     mtp_layers: float
     # heads a request's fixed state splits by: a linear-attention layer's (its recurrent state is
     # one matrix per head, split over tensor-parallel ranks by head: vLLM's KDA layer holds
@@ -96,7 +95,6 @@ class ModelTerms:
             decode_v_dim=dv_dec,
             prefill_qk_dim=dqk_pf,
             prefill_v_dim=dv_pf,
-            kv_elements_per_token=float(m.kv_elements_per_token_per_layer() * m.full_attention_layers),
             mtp_layers=m.mtp_layers,
             state_heads=float(a.linear.heads) if a.linear is not None else kv_heads,
             sparse_top_k=float(ix.top_k_tokens) if ix is not None else math.inf,

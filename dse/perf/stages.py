@@ -228,18 +228,10 @@ def forward_cost(
     # attention: absorbed MLA in decode, full heads in prefill (causal: half the context)
     dqk = m.prefill_qk_dim if prefill else m.decode_qk_dim
     dv = m.prefill_v_dim if prefill else m.decode_v_dim
-    mean_ctx = context * 0.5 + cached if prefill else context
-    # sparse attention: a query reads at most the top-k tokens, and the indexer that picks them
-    # scores the whole context (in fp8, on the dense GEMMs' tensor cores)
-    k = m.sparse_top_k
-    if math.isinf(k):
-        read_ctx = mean_ctx
-    else:
-        read_ctx = _mean_top_k(cached, cached + context, k) if prefill else np.minimum(context, k)
+    mean_ctx, read_ctx = _attended(m.sparse_top_k, context, cached, prefill)
     attn_flops = 2.0 * tokens * m.full_layers * m.q_heads * read_ctx * (dqk + dv) / g
-    index_flops = 2.0 * tokens * m.full_layers * m.index_dim * mean_ctx / g
-    attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff)
-    attn_compute = attn_compute + index_flops / (pool.dense_tflops * p.attn_eff)
+    ix_flops = 2.0 * tokens * m.full_layers * m.index_dim * mean_ctx / g  # the indexer, in fp8 as GEMMs
+    attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff) + ix_flops / (pool.dense_tflops * p.attn_eff)
     state = pool.state_bytes * (2.0 if not prefill else 0.0)  # read and write per token step
     own_kv = pool.kv_bytes_per_token - m.index_bytes_per_token  # the indexer's keys aside
     read = 0.0 if prefill else read_ctx * own_kv + context * m.index_bytes_per_token
@@ -325,6 +317,16 @@ def _comm_seconds(f: PoolTerms, tokens: Array) -> Array:
         0.0,
     )
     return (ar_s + a2a_s) * (1.0 - p.comm_overlap) + f.latency_s
+
+
+def _attended(k: float, context: Array, cached: Array | float, prefill: bool) -> tuple[Array, Array]:
+    """The tokens a new token's attention covers on average (prefill: causal over the prompt, on
+    top of a reloaded prefix), and of those the ones it reads: under sparse attention at most the
+    top ``k`` its indexer picks, the indexer scoring all of them (inf: dense attention)."""
+    covered = context * 0.5 + cached if prefill else context
+    if math.isinf(k):
+        return covered, covered
+    return covered, _mean_top_k(cached, cached + context, k) if prefill else np.minimum(context, k)
 
 
 def _mean_top_k(first: Array | float, last: Array | float, k: float) -> Array:

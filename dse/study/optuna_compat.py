@@ -304,17 +304,19 @@ def claim_study_attr(study: Study, key: str, value: Any) -> tuple[Any, bool]:
         return value, True
     table = _tables(rdb.engine)["study_user_attributes"]
     study_id = study._study_id
+    stored = sqlalchemy.select(table.c.value_json).where(table.c.study_id == study_id, table.c.key == key)
+    with rdb.engine.connect() as conn:  # held already: no write (a reader may not write)
+        held_json = conn.execute(stored).scalar_one_or_none()
+    if held_json is not None:
+        return json.loads(held_json), False
     try:
         with rdb.engine.begin() as conn:
             conn.execute(table.insert().values(study_id=study_id, key=key, value_json=json.dumps(value)))
         return value, True
     except sqlalchemy.exc.IntegrityError:
-        pass  # held already: read what the first writer stored
+        pass  # another run stored it since the read: its value is the study's
     with rdb.engine.connect() as conn:
-        held_json = conn.execute(
-            sqlalchemy.select(table.c.value_json).where(table.c.study_id == study_id, table.c.key == key)
-        ).scalar_one()
-    return json.loads(held_json), False
+        return json.loads(conn.execute(stored).scalar_one()), False
 
 
 def insert_finished(
