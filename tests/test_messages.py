@@ -145,3 +145,11 @@ def test_an_out_file_is_written_through_its_link_and_a_pipe_is_not_replaced(cli:
         "not a regular file)"
     )
     assert stat.S_ISFIFO(os.stat(pipe).st_mode) and not list(tmp_path.glob(".pipe.csv.*"))
+
+
+def test_a_table_never_prints_a_figure_in_exponent_form() -> None:
+    """9,999.6 tokens/s had printed as 1e+04 beside 9,999 in the next run (`dse simulate`)."""
+    from dse.cli.table import format_table
+
+    text = format_table(["out tok/s"], [[9999.6], [9999.4], [12.345678], [123456.7]])
+    assert text.split("\n")[2:] == ["   10,000", "    9,999", "    12.35", "  123,457"]

@@ -165,8 +165,9 @@ def _add_energy_and_shapes(p: argparse.ArgumentParser) -> None:
         "--usd-per-kwh",
         type=float,
         default=0.0,
-        help="the site's energy price, added to the GPU-hour rate (0: the rate holds power, as the "
-        "shipped price tiers do)",
+        help="the site's energy price: the design is chosen with each GPU's full-draw energy on its "
+        "hour, and the best line prints the energy at load and $/M tokens with it (the tables' $/hour "
+        "are the GPUs'); 0: the rate holds power, as the shipped price tiers do",
     )
     p.add_argument(
         "--pue", type=float, default=1.0, help="the site's PUE: facility watts per watt of IT load"

@@ -30,5 +30,6 @@ def _cell(v: object) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
+        # four significant figures; from 9,999.5 up (which they would print as 1e+04) whole numbers
+        return f"{v:,.4g}" if abs(v) < 9999.5 else f"{v:,.0f}"
     return str(v)
