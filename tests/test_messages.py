@@ -153,3 +153,19 @@ def test_a_table_never_prints_a_figure_in_exponent_form() -> None:
 
     text = format_table(["out tok/s"], [[9999.6], [9999.4], [12.345678], [123456.7]])
     assert text.split("\n")[2:] == ["   10,000", "    9,999", "    12.35", "  123,457"]
+
+
+def test_a_study_summary_without_a_feasible_design_names_the_commonest_reason() -> None:
+    """Trials with no recorded reason (null) beside others: the summary names the reason the
+    others give, where it had tried to print None (a TypeError)."""
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from dse.cli.study_cmd import summary
+
+    schema = {"feasible": pl.Boolean, "binding": pl.Utf8}
+    t = pl.DataFrame({"feasible": [False] * 3, "binding": [None, None, "tpot: 61 ms > 50 ms"]}, schema=schema)
+    assert summary(SimpleNamespace(trials=t)) == "no feasible design: tpot: 61 ms > 50 ms"  # type: ignore[arg-type]
+    none = pl.DataFrame({"feasible": [False], "binding": [None]}, schema=schema)
+    assert summary(SimpleNamespace(trials=none)) == "no feasible design: no trial recorded why"  # type: ignore[arg-type]

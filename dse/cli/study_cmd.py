@@ -270,7 +270,10 @@ def summary(res: StudyResults, top: int = 5) -> str:
 
     t = res.trials
     if t.is_empty() or not t["feasible"].any():
-        return "no feasible design: " + (t["binding"].mode()[0] if not t.is_empty() else "no trials")
+        said = t["binding"].drop_nulls()  # (null: a trial that recorded no reason)
+        return "no feasible design: " + (
+            "no trials" if t.is_empty() else said.mode().sort()[0] if len(said) else "no trial recorded why"
+        )
     o = res.objectives[0]
     best = ranked(t.filter(t["feasible"]), (o.name, o.direction))
     axes = list(res.spec.sweep.axes())  # a grid study shows each row's point
