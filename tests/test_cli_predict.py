@@ -907,6 +907,13 @@ def test_predict_runs_the_expert_parallelism_it_is_given(cli: Cli) -> None:
     whole = json.loads(cli(*base).out)
     assert (given["deployment"]["decode_ep"], whole["deployment"]["decode_ep"]) == (8, 16)
     assert given["prediction"]["hbm_peak_gb_per_gpu"] != whole["prediction"]["hbm_peak_gb_per_gpu"]
+    # what runs is what is printed: ep 1 beside DP attention runs the experts over the instance
+    one = json.loads(cli(*base, "--ep", "1").out)
+    assert one["deployment"]["decode_ep"] == 16 and one["prediction"] == whole["prediction"]
+    wide = cli(*base, "--ep", "32")
+    assert wide.code == 2 and wide.err == (
+        "dse: error: dse predict: --ep = '32': must be at most the instance's 16 GPUs\n"
+    ), wide.err
 
 
 def test_predict_says_when_its_closed_form_and_its_simulation_part_ways(cli: Cli) -> None:

@@ -408,7 +408,12 @@ def _deployment(args: argparse.Namespace, catalog: Catalog) -> tuple[dict[str, s
         bench = parse_row(row, catalog, source=SRC, ep_as_given=True)
     except InputError as exc:  # the row's column names are not what the user typed: name the flag
         raise InputError(SRC, _flag_of(exc.field, args.disagg), exc.rule, exc.value) from None
-    return {**row, "precision": bench.weight_precision.value}, bench  # (the model's, if not given)
+    ran = {"precision": bench.weight_precision.value, "decode_ep": f"{bench.decode.ep:g}"}  # as run:
+    if bench.prefill is not None:  # the model's precision if none was given; DP attention's ep
+        ran["prefill_ep"] = f"{bench.prefill.ep:g}"  # over the instance where --ep is 1
+    elif not args.disagg:
+        ran["prefill_ep"] = ran["decode_ep"]
+    return {**row, **ran}, bench
 
 
 def _load_of(args: argparse.Namespace, context: float) -> tuple[Load, Lengths, tuple[float, ...]]:

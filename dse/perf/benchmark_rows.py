@@ -207,6 +207,8 @@ def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str, ep_as_gi
     attn_tp = 1.0 if dpa else min(tp, gpus)
     if gpus % attn_tp:
         raise InputError(source, f"{side}_tp", f"must divide the instance's {gpus:g} GPUs", tp)
+    if ep_as_given and ep > gpus:
+        raise InputError(source, f"{side}_ep", f"must be at most the instance's {gpus:g} GPUs", f"{ep:g}")
     if attn_tp < gpus and ep < gpus and not (ep_as_given and ep > 1):
         # attention data-parallel over the instance: a measured run's experts are spread over all
         # its GPUs and every token must reach them (dispatch/combine), whatever its ep column says

@@ -225,13 +225,17 @@ def forward_cost(
         measured = _measured_gemm_s(kern, pool, p, tokens / f.attn_dp, tokens, exp_roof)
         gemm_s = np.where(kern.has["gemm"] & (kern.has["moe"] | (m.experts_per_token == 0)), measured, gemm_s)
 
-    # attention: absorbed MLA in decode, full heads in prefill (causal: half the context)
-    dqk = m.prefill_qk_dim if prefill else m.decode_qk_dim
-    dv = m.prefill_v_dim if prefill else m.decode_v_dim
+    # attention: absorbed MLA in decode, full heads in prefill (causal: half the context); sparse
+    # attention reads its top-k in the absorbed form in prefill too (FlashMLA's sparse kernels),
+    # and its indexer, replicated on every tensor-parallel rank, scores every token in fp8
+    sparse = math.isfinite(m.sparse_top_k)
+    dqk = m.prefill_qk_dim if prefill and not sparse else m.decode_qk_dim
+    dv = m.prefill_v_dim if prefill and not sparse else m.decode_v_dim
     mean_ctx, read_ctx = _attended(m.sparse_top_k, context, cached, prefill)
     attn_flops = 2.0 * tokens * m.full_layers * m.q_heads * read_ctx * (dqk + dv) / g
-    ix_flops = 2.0 * tokens * m.full_layers * m.index_dim * mean_ctx / g  # the indexer, in fp8 as GEMMs
-    attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff) + ix_flops / (pool.dense_tflops * p.attn_eff)
+    ix_flops = 2.0 * tokens * m.full_layers * m.index_dim * mean_ctx / f.attn_dp
+    ix_s = ix_flops / (pool.dense_tflops * p.attn_eff)
+    attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff) + ix_s
     state = pool.state_bytes * (2.0 if not prefill else 0.0)  # read and write per token step
     own_kv = pool.kv_bytes_per_token - m.index_bytes_per_token  # the indexer's keys aside
     read = 0.0 if prefill else read_ctx * own_kv + context * m.index_bytes_per_token
@@ -244,7 +248,7 @@ def forward_cost(
         op = "prefill_attention" if prefill else "decode_attention"
         roof = np.maximum(attn_flops / pool.attn_tflops, kv_bytes / pool.hbm_bytes_per_s)
         ratio = lookup_2d(getattr(kern, op), kern.row_of, sequences / f.attn_dp, context)
-        timed = _in_engine(roof * ratio, m.full_layers, roof, p)
+        timed = _in_engine(roof * ratio, m.full_layers, roof, p) + ix_s  # (no table times the indexer)
         attention_s = np.where(kern.has[op], timed, attention_s)
     if not prefill:  # decode: the busiest data-parallel attention rank paces the step
         attention_s = attention_s * attention_rank_imbalance(sequences, f.attn_dp)
