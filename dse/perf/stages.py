@@ -123,7 +123,7 @@ class PoolTerms:
     nic: Array  # NIC bytes/s per GPU achieved
     local_share: Array
     remote_domains: Array
-    peers_share: Array  # 1 - 1 / ep
+    peers_share: Array  # remote GPUs a routed token goes to: 1 - 1/ep, (gpus - 1)/ep with split experts
     dispatch: Array  # bool: the MoE layer dispatches and combines over an all-to-all
     latency_s: Array  # fixed collective latency of one pass
     overhead_s: Array  # fixed per-pass overhead
@@ -159,7 +159,7 @@ def _pool_terms(pool: Pool, p: PerfParams) -> PoolTerms:
     # ones: PerfParams.nic_allreduce_latency_us / nic_a2a_latency_us (fitted 59 / 180 us)
     # instead of the NVLink collective_latency_us (was a fixed 3x the latter)
     ar_lat = np.where(tp > pool.domain_gpus, p.nic_allreduce_latency_us, p.collective_latency_us)
-    a2a_lat = np.where(spread > pool.domain_gpus, p.nic_a2a_latency_us, nvlink_a2a_latency_us(pool.ep, p))
+    a2a_lat = np.where(spread > pool.domain_gpus, p.nic_a2a_latency_us, nvlink_a2a_latency_us(spread, p))
     return PoolTerms(
         pool=pool,
         params=p,
@@ -174,7 +174,9 @@ def _pool_terms(pool: Pool, p: PerfParams) -> PoolTerms:
         nic=pool.nic_bytes_per_s * p.nic_eff,
         local_share=np.minimum(pool.domain_gpus, spread) / np.maximum(spread, 1.0),
         remote_domains=domains * (1.0 - np.power(1.0 - 1.0 / domains, k)) * (1.0 - 1.0 / domains),
-        peers_share=1.0 - 1.0 / pool.ep,
+        # an expert split over gpus / ep GPUs takes each token on every one of them: of the gpus / ep
+        # shards of a routed expert, (gpus - 1) / ep on other GPUs (1 - 1/ep when ep covers them all)
+        peers_share=np.where(pool.ep >= g, 1.0 - 1.0 / pool.ep, (g - 1.0) / pool.ep),
         dispatch=dispatch,
         latency_s=(n_ar * ar_lat + n_a2a * a2a_lat) * 1e-6,
         overhead_s=np.full(np.shape(g), p.step_overhead_ms * 1e-3) + m.layers * p.layer_overhead_us * 1e-6,
