@@ -21,7 +21,7 @@ import numpy as np
 from dse.perf.kernels import MeasuredCurves, lookup_1d, lookup_2d
 from dse.perf.memo import Memo
 from dse.perf.params import PerfParams
-from dse.perf.pool import Array, Pool, memoised
+from dse.perf.pool import Array, ModelTerms, Pool, memoised
 
 
 @dataclass(frozen=True)
@@ -227,14 +227,10 @@ def forward_cost(
         measured = _measured_gemm_s(kern, pool, p, tokens / f.attn_dp, tokens, exp_roof)
         gemm_s = np.where(kern.has["gemm"] & (kern.has["moe"] | (m.experts_per_token == 0)), measured, gemm_s)
 
-    # attention: absorbed MLA in decode, full heads in prefill (causal: half the context); sparse
-    # attention reads its top-k in the absorbed form in prefill too (FlashMLA's sparse kernels),
-    # and its indexer, replicated on every tensor-parallel rank, scores every token in fp8
-    sparse = math.isfinite(m.sparse_top_k)
-    dqk = m.prefill_qk_dim if prefill and not sparse else m.decode_qk_dim
-    dv = m.prefill_v_dim if prefill and not sparse else m.decode_v_dim
-    mean_ctx, read_ctx = _attended(m.sparse_top_k, context, cached, prefill)
-    attn_flops = 2.0 * tokens * m.full_layers * m.q_heads * read_ctx * (dqk + dv) / g
+    # attention (:func:`_attended`); a sparse attention's indexer, replicated on every
+    # tensor-parallel rank, scores every token in fp8
+    dims, mean_ctx, read_ctx = _attended(m, context, cached, prefill)
+    attn_flops = 2.0 * tokens * m.full_layers * m.q_heads * read_ctx * dims / g
     ix_flops = 2.0 * tokens * m.full_layers * m.index_dim * mean_ctx / f.attn_dp
     ix_s = ix_flops / (pool.dense_tflops * p.attn_eff)
     attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff) + ix_s
@@ -325,14 +321,21 @@ def _comm_seconds(f: PoolTerms, tokens: Array) -> Array:
     return (ar_s + a2a_s) * (1.0 - p.comm_overlap) + f.latency_s
 
 
-def _attended(k: float, context: Array, cached: Array | float, prefill: bool) -> tuple[Array, Array]:
-    """The tokens a new token's attention covers on average (prefill: causal over the prompt, on
-    top of a reloaded prefix), and of those the ones it reads: under sparse attention at most the
-    top ``k`` its indexer picks, the indexer scoring all of them (inf: dense attention)."""
+def _attended(
+    m: ModelTerms, context: Array, cached: Array | float, prefill: bool
+) -> tuple[float, Array, Array]:
+    """A head's q.k plus v dims (absorbed MLA in decode, full heads in prefill; sparse attention
+    reads in the absorbed form in prefill too, as FlashMLA's sparse kernels do), the tokens a new
+    token's attention covers on average (prefill: causal over the prompt, on top of a reloaded
+    prefix), and of those the ones it reads: under sparse attention at most the top-k its indexer
+    picks, the indexer scoring all of them."""
+    k = m.sparse_top_k
     covered = context * 0.5 + cached if prefill else context
     if math.isinf(k):
-        return covered, covered
-    return covered, _mean_top_k(cached, cached + context, k) if prefill else np.minimum(context, k)
+        dims = m.prefill_qk_dim + m.prefill_v_dim if prefill else m.decode_qk_dim + m.decode_v_dim
+        return dims, covered, covered
+    read = _mean_top_k(cached, cached + context, k) if prefill else np.minimum(context, k)
+    return m.decode_qk_dim + m.decode_v_dim, covered, read
 
 
 def _mean_top_k(first: Array | float, last: Array | float, k: float) -> Array:
