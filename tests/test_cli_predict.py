@@ -927,3 +927,13 @@ def test_predict_says_when_its_closed_form_and_its_simulation_part_ways(cli: Cli
     assert re.match(r"note: the closed form and the simulation differ by \d+% on output tokens/s/GPU", note)
     alike = cli("predict", "--hardware", "h200", "--conc", "32")
     assert alike.code == 0 and "note: " not in alike.out, alike.out
+
+
+def test_kimi_k3_at_tp8_holds_an_eighth_of_each_requests_linear_state(cli: Cli) -> None:
+    """Each of 8 tensor-parallel GPUs holds an eighth of a request's 414 MiB KDA state, so all 64
+    requests decode at once; charged the whole state per GPU, 17 did and HBM capacity bound."""
+    res = cli("predict", "--model", "kimi-k3", "--hardware", "b200", "--precision", "fp4", "--tp", "8",
+              "--ep", "8", "--conc", "64", "--json")  # fmt: skip
+    assert res.code == 0, res.err
+    pred = json.loads(res.out)["prediction"]
+    assert pred["decode_batch_per_instance"] > 60 and pred["binding_regime"] != "hbm-capacity", pred
