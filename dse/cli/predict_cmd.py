@@ -408,11 +408,9 @@ def _deployment(args: argparse.Namespace, catalog: Catalog) -> tuple[dict[str, s
         bench = parse_row(row, catalog, source=SRC, ep_as_given=True)
     except InputError as exc:  # the row's column names are not what the user typed: name the flag
         raise InputError(SRC, _flag_of(exc.field, args.disagg), exc.rule, exc.value) from None
-    ran = {"precision": bench.weight_precision.value, "decode_ep": f"{bench.decode.ep:g}"}  # as run:
-    if bench.prefill is not None:  # the model's precision if none was given; DP attention's ep
-        ran["prefill_ep"] = f"{bench.prefill.ep:g}"  # over the instance where --ep is 1
-    elif not args.disagg:
-        ran["prefill_ep"] = ran["decode_ep"]
+    # as run: the model's precision if none was given; under DP attention, --ep 1 over the instance
+    ran = {"precision": bench.weight_precision.value, "decode_ep": f"{bench.decode.ep:g}",
+           "prefill_ep": f"{(bench.prefill or bench.decode).ep:g}"}  # fmt: skip
     return {**row, **ran}, bench
 
 

@@ -146,11 +146,16 @@ class Pool:
         linear-attention state splits over tensor-parallel ranks, which MLA's latent KV does not)."""
         return self.attn_dp * np.minimum(self.attn_tp, self.model.state_heads)
 
+    @property
+    def state_in_kv_shards(self) -> Array:
+        """A request's fixed state counted as if the KV's shards split it: (its KV + this) over
+        :attr:`kv_shard` is what one GPU holds, the state split over :attr:`state_shard`."""
+        return self.state_bytes * self.kv_shard / self.state_shard
+
     def seq_bytes_per_gpu(self, context: Array | float) -> Array:
         """HBM one request of ``context`` tokens holds on each GPU of its instance: its KV over the
         GPUs that split it, its fixed state over those that split that."""
-        state = self.state_bytes * self.kv_shard / self.state_shard  # (in the KV's shards)
-        return (context * self.kv_bytes_per_token + state) / self.kv_shard
+        return (context * self.kv_bytes_per_token + self.state_in_kv_shards) / self.kv_shard
 
 
 def _peak(hw: Hardware, p: Precision) -> float:

@@ -320,8 +320,7 @@ def _result(
             + (load.batch_tokens * d.prefill.kv_bytes_per_token / d.prefill.kv_shard)
         )
     x = s["x"]
-    # one sequence's KV and state, the state counted in the KV's shards (it may split further)
-    per_seq = (d.isl + d.osl) * dec.kv_bytes_per_token + dec.state_bytes * dec.kv_shard / dec.state_shard
+    per_seq = (d.isl + d.osl) * dec.kv_bytes_per_token + dec.state_in_kv_shards  # one sequence's
     act = b * (1.0 + d.draft_tokens) * dec.model.hidden * 2.0 * 8.0 / dec.attn_dp
     hbm = weight_bytes_per_gpu(dec) + b * per_seq / dec.kv_shard + act
     cost = s["cost"]

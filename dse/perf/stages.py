@@ -117,7 +117,7 @@ class PoolTerms:
     expert_w: Array  # routed-expert weight bytes per GPU (all experts)
     attn_dp: Array
     kv_shard: Array
-    state_shard: Array
+    state_in_kv_shards: Array  # Pool.state_in_kv_shards
     ar_bandwidth: Array  # bytes/s per GPU of the tensor-parallel all-reduce
     link: Array  # NVLink bytes/s per GPU achieved
     nic: Array  # NIC bytes/s per GPU achieved
@@ -168,7 +168,7 @@ def _pool_terms(pool: Pool, p: PerfParams) -> PoolTerms:
         expert_w=pool.expert_weight_bytes / g,
         attn_dp=pool.attn_dp,
         kv_shard=pool.kv_shard,
-        state_shard=pool.state_shard,
+        state_in_kv_shards=pool.state_in_kv_shards,
         ar_bandwidth=_group_bandwidth(tp, pool, p),
         link=pool.scaleup_bytes_per_s * p.link_eff,
         nic=pool.nic_bytes_per_s * p.nic_eff,
@@ -234,10 +234,10 @@ def forward_cost(
     ix_flops = 2.0 * tokens * m.full_layers * m.index_dim * mean_ctx / f.attn_dp
     ix_s = ix_flops / (pool.dense_tflops * p.attn_eff)
     attn_compute = attn_flops / (pool.attn_tflops * p.attn_eff) + ix_s
-    state = pool.state_bytes * (2.0 if not prefill else 0.0)  # read and write per token step
+    state = f.state_in_kv_shards * (2.0 if not prefill else 0.0)  # read and write per token step
     own_kv = pool.kv_bytes_per_token - m.index_bytes_per_token  # the indexer's keys aside
     read = 0.0 if prefill else read_ctx * own_kv + context * m.index_bytes_per_token
-    kv_bytes = sequences * (read + state * f.kv_shard / f.state_shard) / f.kv_shard
+    kv_bytes = sequences * (read + state) / f.kv_shard
     kv_bytes = kv_bytes + tokens * pool.kv_bytes_per_token / f.kv_shard  # writing new KV
     if prefill:  # a midfill reads the reloaded prefix once per forward
         kv_bytes = kv_bytes + sequences * cached * pool.kv_bytes_per_token / f.kv_shard

@@ -216,9 +216,8 @@ class Shapes:
         self.decode_ctx = np.full(n, w.mean_prompt_tokens() + 0.5 * w.output_tokens)
         kv_gb = float(pool.kv_bytes_per_token[0] / GB)  # one KV precision per request
         state_gb = float(pool.state_bytes[0]) / GB  # one KV precision per request
-        # unique KV of one decoding sequence, counted as if all of it split over the KV's shard
-        # (the placement divides by that): a fixed state that splits further counts less
-        self.per_seq_gb = self.decode_ctx * kv_gb + state_gb * pool.kv_shard / pool.state_shard
+        # unique KV of one decoding sequence in the KV's shards (the placement divides by them)
+        self.per_seq_gb = self.decode_ctx * kv_gb + pool.state_in_kv_shards / GB
         chunk = float(opts.prefill_chunk_tokens)
         per_instance = engine.prefill_chunk_per_instance
         self.prefill_ws_gb = prefill_batch_tokens(pool, w.input_tokens, chunk, per_instance) * kv_gb
