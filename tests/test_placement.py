@@ -406,3 +406,53 @@ def test_a_pipelined_prefill_pool_holds_no_more_than_its_gpus_hbm() -> None:
     assert staged and staged[0].hbm_gb_per_gpu > 0.9 * usable  # the resting KV fills it
     for pool in report.best.pools:
         assert pool.hbm_gb_per_gpu <= usable * (1 + 1e-9), pool.unit.name
+
+
+def test_a_looser_tpot_target_never_costs_more(catalog: Catalog) -> None:
+    """GLM-4.6 on B200 at 380 req/s, TTFT 1 s at p90, aggregated: each unit is offered at the
+    grid's tighter paces too, whose smaller batches keep a prompt's wait behind the decode step
+    short, so a looser TPOT costs no more. Offered at its target's largest batch only, 150 ms
+    costs more than 100 ms ($842.40 against $826.80): its prompts wait behind longer steps."""
+    from dse.placement.request import UnitOptions
+
+    def cost(tpot: float, tighter: bool) -> float:
+        req = request(
+            model="glm-4.6",
+            topology=Topology.AGGREGATED,
+            hardware=("b200",),
+            workload=Workload(requests_per_s=380.0, input_tokens=2000.0, output_tokens=800.0),
+            slo=Slo(ttft_s=1.0, tpot_s=tpot, percentile=90.0),
+            options=UnitOptions(decode_shapes=("8gpu-dpa-ep8", "16gpu-dpa-ep16"), tighter_paces=tighter),
+        )
+        best = place(req, catalog=catalog, with_shadow_prices=False).best
+        assert best is not None
+        return best.usd_per_hour
+
+    paced = {t: cost(t, True) for t in (0.05, 0.1, 0.15, 0.2)}
+    assert paced[0.2] <= paced[0.15] <= paced[0.1] <= paced[0.05], paced
+    assert cost(0.15, False) > cost(0.1, False) > paced[0.15]
+
+
+def test_aggregated_units_at_tighter_paces_run_smaller_batches_and_say_their_pace(catalog: Catalog) -> None:
+    from dse.placement.candidates import tpot_paces
+
+    assert tpot_paces(0.2, False) == [0.2]
+    assert tpot_paces(0.03, True)[:6] == [0.03, 0.025, 0.02, 0.015, 0.012, 0.01]
+    assert tpot_paces(0.033, True)[:3] == [0.033, 0.03, 0.025] and min(tpot_paces(0.033, True)) == 1e-3
+    req = request(
+        topology=Topology.AGGREGATED,
+        hardware=("b200",),
+        workload=Workload(requests_per_s=10.0, input_tokens=8000.0, output_tokens=1024.0),
+        slo=Slo(ttft_s=0.5, tpot_s=0.1),
+    )
+    units = build_candidates(req, Topology.AGGREGATED, catalog, load_params()).units
+    at = {(u.parallel.label(), u.prefill_share, u.tpot_s): u for u in units}
+    paced = [u for u in units if u.tpot_s < 0.1]
+    assert paced and all(u.name.endswith(f"/tpot{u.tpot_s * 1e3:g}ms") for u in paced)
+    compared = 0
+    for u in paced:  # a tighter pace: a smaller batch than the target's on the same shape and share
+        top = at.get((u.parallel.label(), u.prefill_share, 0.1))
+        if top is not None:
+            compared += 1
+            assert u.decode_batch < top.decode_batch and u.ttft_s <= top.ttft_s + 1e-9, (u, top)
+    assert compared > 0

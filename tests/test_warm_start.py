@@ -20,7 +20,7 @@ from dse.study.choice import choice_from_params, suggest, trial_params
 from dse.study.results import choice_columns
 from dse.study.spec import StudySpec, load_study
 from dse.study.sweep import request_at
-from dse.study.warm_start import designs, warm_start_params
+from dse.study.warm_start import designs, warm_request, warm_start_params
 from formulations.placement_data import Role
 from formulations.solve import PlacementSolver
 
@@ -58,7 +58,7 @@ def _answers(spec: StudySpec) -> list[tuple[float, str, str, list[dict[str, obje
     catalog, params, solver = load_catalog(), load_params(), PlacementSolver()
     out = []
     for kv in spec.search.kv_policies:
-        req = request_at(spec, catalog, 0.0, kv)
+        req = warm_request(spec, catalog, kv)
         for t in spec.search.topologies:
             o = solve_candidates(req, build_candidates(req, Topology(t), catalog, params), solver)
             if o.feasible:

@@ -438,14 +438,15 @@ def decode_capacity_at_tpot(
             accept_tokens=accept_tokens,
         )
 
-    lo = np.full_like(cap, 0.0)
-    hi = np.maximum(cap, 0.0)
+    shape = np.broadcast_shapes(cap.shape, np.shape(tpot_s), np.shape(context))
+    lo = np.zeros(shape)
+    hi = np.broadcast_to(np.maximum(cap, 0.0), shape)
     ok_hi = tpot(np.maximum(hi, 1e-9)) <= tpot_s
     widest = float(np.max(hi[np.isfinite(hi)], initial=1.0))
-    size = int(np.prod(np.broadcast_shapes(cap.shape, np.shape(tpot_s), np.shape(context))))
+    size = int(np.prod(shape))
     k = int(np.clip(SEARCH_POINTS // max(size, 1), 1, 128))
     rounds = int(np.ceil(np.log(max(widest, 1.0) / BATCH_TOLERANCE) / np.log(k + 1)))
-    frac = np.arange(1, k + 1)[:, None] / (k + 1)  # (points, 1)
+    frac = np.arange(1, k + 1).reshape((k,) + (1,) * len(shape)) / (k + 1)  # (points, 1, ...)
     for _ in range(min(iterations, rounds)):
         width = np.where(np.isfinite(hi), hi - lo, 0.0)
         trial = lo + frac * width  # (points, candidates)

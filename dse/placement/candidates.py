@@ -14,7 +14,10 @@ TTFT, the interference of chunked prefill with decode) is settled here, per unit
   ``(1 - phi) * TPOT`` (prefill forwards take the rest of the time, and decode waits while they
   run). A prompt is prefilled at full speed, as the engines run it (SGLang a prefill batch as its
   own forward, vLLM and TensorRT-LLM a chunk of up to thousands of tokens beside the decode step),
-  after the decode step in progress and the queue of prompts ahead of it at utilisation ``phi``;
+  after the decode step in progress (the batch's time per output token) and the queue of prompts
+  ahead of it at utilisation ``phi``. ``dse place`` also offers each at the batches of tighter
+  paces (:func:`tpot_paces`) while a shorter step still lets more prompts meet TTFT, so a looser
+  TPOT target never loses a tighter one's units; a search trial searches the batch instead;
 * **attention / FFN** units (attention-FFN disaggregation) each get half the TPOT: with two
   micro-batches in ping-pong, each side runs one micro-batch while the other runs the other;
   FFN units come at several token batches;
@@ -318,15 +321,16 @@ class _Builder:
                     f"plus {s.returning_handoff_s[i]:.3f} s of KV handoff and the reload",
                 )
 
-    def decode_points(self, pool: Pool, tpot_s: float) -> tuple[Array, Array]:
+    def decode_points(self, pool: Pool, tpot_s: float | Array) -> tuple[Array, Array]:
         """(output tokens/s, batch) of every shape of ``pool`` at the largest batch, up to the
-        options' cap, whose time per output token stays within ``tpot_s``."""
+        options' cap, whose time per output token stays within ``tpot_s``; a column of targets
+        ``(k, 1)`` gives ``(k, shapes)`` in one search."""
         s = self.s
         return decode_capacity_at_tpot(
             pool,
             self.p,
             context=s.decode_ctx,
-            tpot_s=np.full(len(s), tpot_s),
+            tpot_s=np.asarray(tpot_s) if np.ndim(tpot_s) else np.full(len(s), tpot_s),
             speed=s.speed,
             draft_tokens=s.draft,
             accept_tokens=s.accept,
@@ -347,43 +351,82 @@ class _Builder:
             self.rows.append(_Row(info, i, len(self.classes), dec=float(rate[i]), nic=float(s.nic_gb_s[i])))
 
     def add_mixed(self) -> None:
+        """Aggregated units at every prefill share, at the TPOT target's largest batch and (in
+        ``dse place``) at the batches of tighter paces, whose shorter steps keep prompts waiting
+        less: so a looser target offers the units a tighter one does (on the pace grid)."""
         s, slo = self.s, self.slo
-        for phi in self.opts.agg_prefill_shares:
-            rate, batch = self.decode_points(s.pool, slo.tpot_s * (1.0 - phi))
-            for i in self.shapes("decode", unit="mixed"):
-                if rate[i] <= 0:
-                    self.exclude(i, "mixed", f"at prefill share {phi:g}: " + _tpot_reason(slo, s.cap_seq[i]))
-                    continue
-                row = _Row(
-                    self.info(i, Role.MIXED, hbm_gb=0.0),
-                    i,
-                    len(self.classes),
-                    dec=float(rate[i] * (1.0 - phi)),
-                    nic=float(s.nic_gb_s[i]),
-                )
-                step = slo.tpot_s * (1.0 - phi)  # the decode step a prompt arrives during, at most
-                ttft = self.prefill_side(row, i, handoff=False, rho_cap=phi, lead_s=step)
-                if not np.isfinite(ttft):
-                    self.exclude(
-                        i,
-                        "mixed",
-                        f"at prefill share {phi:g}: TTFT {slo.ttft_s:g} s cannot be met: a prompt "
-                        f"takes {s.fresh.one_s[i]:.3f} s after a decode step of up to {step:.3f} s",
-                    )
-                    continue
-                kv_used = batch[i] * s.per_seq_gb[i]
-                row.hbm_idle = max(float(s.free_unique_gb[i] - kv_used), 0.0)
-                row.info = self.info(
-                    i,
-                    Role.MIXED,
-                    suffix=f"/phi{phi:g}",
-                    batch=float(batch[i]),
-                    phi=phi,
-                    hbm_gb=float(s.weights_gb[i] + kv_used / s.pool.kv_shard[i]),
-                    ttft=ttft,
-                    tpot=slo.tpot_s,
-                )
-                self.rows.append(row)
+        paces = tpot_paces(slo.tpot_s, self.opts.tighter_paces)
+        shares = self.opts.agg_prefill_shares
+        steps = np.array([[pace * (1.0 - phi)] for phi in shares for pace in paces])  # (share x pace, 1)
+        rates, batches = self.decode_points(s.pool, steps)
+        for n, phi in enumerate(shares):
+            offered: set[tuple[int, float]] = set()  # (shape, batch): a pace at the same batch adds nothing
+            placed: set[int] = set()
+            settled: set[int] = set()  # shapes a tighter pace can buy nothing more for
+            missed: dict[int, str] = {}  # why a shape has no unit at the target's own pace
+            for k, pace in enumerate(paces):
+                rate, batch = rates[n * len(paces) + k], batches[n * len(paces) + k]
+                for i in self.shapes("decode", unit="mixed"):
+                    key = (i, round(float(batch[i]), 6))
+                    if rate[i] <= 0:
+                        missed.setdefault(i, _tpot_reason(slo, s.cap_seq[i]))
+                    elif key not in offered and i not in settled:
+                        offered.add(key)
+                        row = self._add_mixed_row(i, phi, pace, float(rate[i]), float(batch[i]))
+                        if isinstance(row, str):
+                            missed.setdefault(i, row)
+                            continue
+                        placed.add(i)
+                        if len(paces) > 1 and self._nothing_left(row, self._shortest_step_row(i, phi)):
+                            settled.add(i)
+            for i, why in missed.items():
+                if i not in placed:
+                    self.exclude(i, "mixed", f"at prefill share {phi:g}: {why}")
+
+    def _shortest_step_row(self, i: int, phi: float) -> _Row:
+        """What a unit of shape ``i`` at share ``phi`` would get with no decode step ahead of its
+        prompts: the most a tighter pace can buy."""
+        probe = _Row(self.info(i, Role.MIXED, hbm_gb=0.0), i, len(self.classes))
+        self.prefill_side(probe, i, handoff=False, rho_cap=phi, lead_s=0.0)
+        return probe
+
+    @staticmethod
+    def _nothing_left(row: _Row, limit: _Row) -> bool:
+        """Whether ``row``'s prompts already take (within 1%) the prefill share and every way
+        back that no step ahead would give them: a tighter pace would only lose decode (and free
+        HBM for resting KV, a trade the MILP is not offered)."""
+        same_ways = bool((np.isfinite(row.mid) == np.isfinite(limit.mid)).all())
+        return row.share >= 0.99 * limit.share and same_ways
+
+    def _add_mixed_row(self, i: int, phi: float, pace: float, rate: float, batch: float) -> _Row | str:
+        """An aggregated unit of shape ``i`` at prefill share ``phi`` running ``batch`` sequences,
+        sized for a TPOT of ``pace``: its row, or why its prompts cannot meet TTFT."""
+        s, slo = self.s, self.slo
+        row = _Row(
+            self.info(i, Role.MIXED, hbm_gb=0.0), i, len(self.classes), dec=rate * (1.0 - phi),
+            nic=float(s.nic_gb_s[i]),
+        )
+        step = batch / rate  # the decode step (per output token) a prompt arrives during, at most
+        ttft = self.prefill_side(row, i, handoff=False, rho_cap=phi, lead_s=step)
+        if not np.isfinite(ttft):
+            return (
+                f"TTFT {slo.ttft_s:g} s cannot be met: a prompt takes {s.fresh.one_s[i]:.3f} s "
+                f"after a decode step of up to {step:.3f} s"
+            )
+        kv_used = batch * s.per_seq_gb[i]
+        row.hbm_idle = max(float(s.free_unique_gb[i] - kv_used), 0.0)
+        row.info = self.info(
+            i,
+            Role.MIXED,
+            suffix=f"/phi{phi:g}" + ("" if pace == slo.tpot_s else f"/tpot{pace * 1e3:g}ms"),
+            batch=batch,
+            phi=phi,
+            hbm_gb=float(s.weights_gb[i] + kv_used / s.pool.kv_shard[i]),
+            ttft=ttft,
+            tpot=pace,
+        )
+        self.rows.append(row)
+        return row
 
     def add_afd(self) -> None:
         """Attention units (KV and attention weights) and FFN units (experts), half the TPOT each."""
@@ -449,6 +492,23 @@ class _Builder:
                         info, i, len(self.classes), dec=float(seqs[i] / slo.tpot_s), nic=float(s.nic_gb_s[i])
                     )
                 )
+
+
+# TPOT paces an aggregated unit is also offered at (seconds): a preferred-number grid per decade,
+# down to 1 ms; round targets (30, 50, 100, 150, 200 ms) lie on it, so a looser target offers
+# every unit a tighter one on the grid does
+PACE_GRID = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+PACE_FLOOR_S = 1e-3
+
+
+def tpot_paces(tpot_s: float, tighter: bool) -> list[float]:
+    """The target, then (if ``tighter``) every grid pace below it, slowest first."""
+    if not tighter:
+        return [tpot_s]
+    top = tpot_s * (1.0 - 1e-9)
+    decades = range(int(np.floor(np.log10(PACE_FLOOR_S))), int(np.ceil(np.log10(tpot_s))) + 1)
+    grid = {round(m * 10.0**d, 12) for d in decades for m in PACE_GRID}
+    return [tpot_s, *sorted((g for g in grid if PACE_FLOOR_S <= g < top), reverse=True)]
 
 
 def _tpot_reason(slo: Slo, cap_seq: float) -> str:

@@ -101,6 +101,8 @@ class UnitOptions:
     agg_prefill_shares: tuple[float, ...] = (0.1, 0.2, 0.35, 0.5)
     ffn_tokens_per_gpu: tuple[float, ...] = (16.0, 64.0, 256.0)
     kv_policy: str = "tiered"
+    # aggregated units also at tighter TPOT paces (``dse place``; a search trial searches the batch)
+    tighter_paces: bool = True
 
     def __post_init__(self) -> None:
         for name in ("prefill_shapes", "decode_shapes", "midfill_shapes"):

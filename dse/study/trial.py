@@ -59,6 +59,7 @@ def request_for(spec: StudySpec, c: Choice, catalog: Catalog) -> PlacementReques
             agg_prefill_shares=(c.prefill_share,) if c.prefill_share > 0 else (0.2,),
             ffn_tokens_per_gpu=(c.ffn_tokens_per_gpu,) if c.ffn_tokens_per_gpu > 0 else (64.0,),
             kv_policy=c.kv_policy,
+            tighter_paces=False,
         ),
         time_limit_s=10.0,
     )

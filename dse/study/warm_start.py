@@ -20,6 +20,7 @@ A few MILPs per run (0.02-1.5 s for the shipped studies); ``warm_start = false``
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 from dse.catalog import Catalog
@@ -46,7 +47,7 @@ def warm_start_params(
     listed = {catalog.hardware(h).id: h for h in spec.hardware}  # the study may name an alias
     ctx = Context(catalog, params, solver)
     for kv in s.kv_policies:
-        req = request_at(spec, catalog, 0.0, kv)
+        req = warm_request(spec, catalog, kv)
         placed = place_best(req, [Topology(t) for t in s.topologies], ctx, with_shadow_prices=False)
         for outcome in placed.outcomes:  # every topology's answer, not only the best
             if outcome.feasible and outcome.result.objective is not None:
@@ -58,6 +59,13 @@ def warm_start_params(
         if p is not None and p not in out:
             out.append(p)
     return out[:limit]
+
+
+def warm_request(spec: StudySpec, catalog: Catalog, kv_policy: str) -> PlacementRequest:
+    """The full placement a search starts from, with the units a trial builds: aggregated ones
+    at the target's batch, not at tighter paces (a trial searches the batch)."""
+    at = request_at(spec, catalog, 0.0, kv_policy)
+    return replace(at, options=replace(at.options, tighter_paces=False))
 
 
 def designs(
