@@ -34,6 +34,7 @@ BENCHES = (
     "latency_accuracy",
     "latency_speed",
     "milp_speed",
+    "tpot_paces",
     "sim_validation",
     "growth",
     "midfill",

@@ -363,6 +363,7 @@ class _Builder:
             offered: set[tuple[int, float]] = set()  # (shape, batch): a pace at the same batch adds nothing
             placed: set[int] = set()
             settled: set[int] = set()  # shapes a tighter pace can buy nothing more for
+            limits: dict[int, _Row] = {}  # each shape's row with no decode step ahead of its prompts
             missed: dict[int, str] = {}  # why a shape has no unit at the target's own pace
             for k, pace in enumerate(paces):
                 rate, batch = rates[n * len(paces) + k], batches[n * len(paces) + k]
@@ -377,8 +378,11 @@ class _Builder:
                             missed.setdefault(i, row)
                             continue
                         placed.add(i)
-                        if len(paces) > 1 and self._nothing_left(row, self._shortest_step_row(i, phi)):
-                            settled.add(i)
+                        if len(paces) > 1:
+                            if i not in limits:
+                                limits[i] = self._shortest_step_row(i, phi)
+                            if self._nothing_left(row, limits[i]):
+                                settled.add(i)
             for i, why in missed.items():
                 if i not in placed:
                     self.exclude(i, "mixed", f"at prefill share {phi:g}: {why}")
