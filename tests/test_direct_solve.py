@@ -46,7 +46,9 @@ def realistic(seed: int, topology: Topology = Topology.DISAGGREGATED) -> Placeme
         workload=w,
         slo=Slo(ttft_s=float(rng.uniform(1.0, 5.0)), tpot_s=float(rng.uniform(0.03, 0.08))),
         topology=topology,
-        options=UnitOptions(prefill_shapes=SHAPES, decode_shapes=SHAPES),
+        # a trial's units: aggregated ones at the target's batch alone (no tighter paces, whose
+        # count varies with the data), so trials of one study share the MILP's structure
+        options=UnitOptions(prefill_shapes=SHAPES, decode_shapes=SHAPES, tighter_paces=False),
     )
     return build_candidates(req, topology, load_catalog(), load_params()).data
 

@@ -200,7 +200,9 @@ def test_an_aggregated_prompt_is_prefilled_at_full_speed_behind_a_longer_queue(c
         hardware=("h200-sxm",),
         workload=Workload(requests_per_s=10.0, input_tokens=4000.0, output_tokens=1000.0),
         slo=Slo(ttft_s=1.0, tpot_s=0.03, percentile=50.0),
-        options=UnitOptions(agg_prefill_shares=(0.1, 0.35), decode_shapes=("8gpu-tp8-ep8",)),
+        options=UnitOptions(
+            agg_prefill_shares=(0.1, 0.35), decode_shapes=("8gpu-tp8-ep8",), tighter_paces=False
+        ),
     )
     units = build_candidates(req, Topology.AGGREGATED, catalog, load_params()).units
     ttft = {round(u.prefill_share, 2): u.ttft_s for u in units}

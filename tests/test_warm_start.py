@@ -14,7 +14,7 @@ from dse.catalog import load_catalog
 from dse.perf.params import load_params
 from dse.placement.candidates import build_candidates
 from dse.placement.plan import solve_candidates
-from dse.placement.request import Topology
+from dse.placement.request import PlacementRequest, Topology
 from dse.study import Study
 from dse.study.choice import choice_from_params, suggest, trial_params
 from dse.study.results import choice_columns
@@ -228,3 +228,26 @@ def test_workers_starting_together_enqueue_each_design_once(
         states=(optuna.trial.TrialState.WAITING,)
     )
     assert sorted(t.system_attrs["fixed_params"]["x"] for t in waiting) == [0, 1, 2, 3]
+
+
+def test_a_trial_and_the_warm_start_build_aggregated_units_at_their_targets_batch() -> None:
+    """A search trial searches the batch, so its aggregated units come at the target's batch
+    alone, and the warm start builds the units a trial builds; a grid point's full placement,
+    as `dse place`, also offers them at tighter TPOT paces."""
+    from dse.study.trial import request_for
+
+    spec, catalog, params = load_study(TINY), load_catalog(), load_params()
+
+    def paced(req: PlacementRequest) -> list[str]:
+        units = build_candidates(req, Topology.AGGREGATED, catalog, params).units
+        assert units
+        return [u.name for u in units if "/tpot" in u.name]
+
+    kv = spec.search.kv_policies[0]
+    assert paced(warm_request(spec, catalog, kv)) == []
+    assert paced(request_at(spec, catalog, 0.0, kv))  # the same placement with the paces on
+    trials = [choice_from_params(p, spec) for p in _warm(spec)]
+    aggregated = [c for c in trials if c.topology == "aggregated"]
+    assert aggregated
+    for c in aggregated:
+        assert paced(request_for(spec, c, catalog)) == []

@@ -17,7 +17,8 @@ TTFT, the interference of chunked prefill with decode) is settled here, per unit
   after the decode step in progress (the batch's time per output token) and the queue of prompts
   ahead of it at utilisation ``phi``. ``dse place`` also offers each at the batches of tighter
   paces (:func:`tpot_paces`) while a shorter step still lets more prompts meet TTFT, so a looser
-  TPOT target never loses a tighter one's units; a search trial searches the batch instead;
+  TPOT target offers the units a tighter one does that still buy TTFT (not those that would only
+  free HBM for resting KV); a search trial searches the batch instead;
 * **attention / FFN** units (attention-FFN disaggregation) each get half the TPOT: with two
   micro-batches in ping-pong, each side runs one micro-batch while the other runs the other;
   FFN units come at several token batches;
@@ -352,19 +353,23 @@ class _Builder:
 
     def add_mixed(self) -> None:
         """Aggregated units at every prefill share, at the TPOT target's largest batch and (in
-        ``dse place``) at the batches of tighter paces, whose shorter steps keep prompts waiting
-        less: so a looser target offers the units a tighter one does (on the pace grid)."""
+        ``dse place``) at the batches of tighter paces on the grid, whose shorter steps keep
+        prompts waiting less, for as long as that still buys TTFT."""
         s, slo = self.s, self.slo
         paces = tpot_paces(slo.tpot_s, self.opts.tighter_paces)
         shares = self.opts.agg_prefill_shares
-        steps = np.array([[pace * (1.0 - phi)] for phi in shares for pace in paces])  # (share x pace, 1)
-        rates, batches = self.decode_points(s.pool, steps)
+        if len(paces) > 1:  # every (share, pace) in one search: (share x pace, shapes)
+            steps = np.array([[pace * (1.0 - phi)] for phi in shares for pace in paces])
+            rates, batches = self.decode_points(s.pool, steps)
+        else:  # one search per share, as a search trial's and the warm start's units always were
+            found = [self.decode_points(s.pool, paces[0] * (1.0 - phi)) for phi in shares]
+            rates, batches = np.array([r for r, _ in found]), np.array([b for _, b in found])
         for n, phi in enumerate(shares):
             offered: set[tuple[int, float]] = set()  # (shape, batch): a pace at the same batch adds nothing
             placed: set[int] = set()
             settled: set[int] = set()  # shapes a tighter pace can buy nothing more for
             limits: dict[int, _Row] = {}  # each shape's row with no decode step ahead of its prompts
-            missed: dict[int, str] = {}  # why a shape has no unit at the target's own pace
+            missed: dict[int, str] = {}  # why a shape has no unit: its first failure, the target's pace first
             for k, pace in enumerate(paces):
                 rate, batch = rates[n * len(paces) + k], batches[n * len(paces) + k]
                 for i in self.shapes("decode", unit="mixed"):
@@ -397,8 +402,9 @@ class _Builder:
     @staticmethod
     def _nothing_left(row: _Row, limit: _Row) -> bool:
         """Whether ``row``'s prompts already take (within 1%) the prefill share and every way
-        back that no step ahead would give them: a tighter pace would only lose decode (and free
-        HBM for resting KV, a trade the MILP is not offered)."""
+        back that no step ahead would give them: a tighter pace would then only lose decode, and
+        free HBM for resting KV, a trade not offered (it would multiply the units of every
+        workload with returning turns; docs/cli.md says where it costs)."""
         same_ways = bool((np.isfinite(row.mid) == np.isfinite(limit.mid)).all())
         return row.share >= 0.99 * limit.share and same_ways
 

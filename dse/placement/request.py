@@ -101,7 +101,8 @@ class UnitOptions:
     agg_prefill_shares: tuple[float, ...] = (0.1, 0.2, 0.35, 0.5)
     ffn_tokens_per_gpu: tuple[float, ...] = (16.0, 64.0, 256.0)
     kv_policy: str = "tiered"
-    # aggregated units also at tighter TPOT paces (``dse place``; a search trial searches the batch)
+    # aggregated units also at tighter TPOT paces (``dse place`` and a grid study's points; a
+    # search trial searches the batch instead, and the warm start builds the units a trial builds)
     tighter_paces: bool = True
 
     def __post_init__(self) -> None:
