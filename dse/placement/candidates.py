@@ -506,7 +506,7 @@ class _Builder:
 
 # TPOT paces an aggregated unit is also offered at (seconds): a preferred-number grid per decade,
 # down to 1 ms; round targets (30, 50, 100, 150, 200 ms) lie on it, so a looser target offers
-# every unit a tighter one on the grid does
+# the units a tighter one on the grid does that still buy TTFT
 PACE_GRID = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
 PACE_FLOOR_S = 1e-3
 
