@@ -53,8 +53,10 @@ def remembered() -> Iterator[None]:
     _received[0] = signal.SIGINT
     previous, hook = [signal.signal(s, _handler) for s in SIGNALS], sys.unraisablehook
 
-    def unraisable(info: Any) -> None:  # a Ctrl-C Python could not raise: remembered, not printed
-        if not isinstance(info.exc_value, KeyboardInterrupt):
+    def unraisable(info: Any) -> None:
+        """A Ctrl-C Python could not raise is remembered, not printed; so is what a finaliser
+        fails on once it came (pyomo's output tee closing a pipe the unwinding closed first)."""
+        if not isinstance(info.exc_value, KeyboardInterrupt) and not _pressed.is_set():
             hook(info)
 
     def in_thread(args: Any) -> None:
@@ -86,7 +88,15 @@ def check() -> None:
 
 def settled() -> None:
     """The process is about to exit with its code: a Ctrl-C from here on (a second press, or one
-    a solver deferred) must not turn a clean exit into Python's own death by SIGINT."""
+    a solver deferred) must not turn a clean exit into Python's own death by SIGINT; and once one
+    came, what the interruption left half-closed (pyomo's output tee, collected as the interpreter
+    exits) fails silently, after the command's one line."""
     if threading.current_thread() is threading.main_thread():
         for s in SIGNALS:
             signal.signal(s, signal.SIG_IGN)
+        if _pressed.is_set():
+            sys.unraisablehook = _unreported
+
+
+def _unreported(info: Any) -> None:
+    """An exception a finaliser raised while an interrupted process exits: the interruption's."""

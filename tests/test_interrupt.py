@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -65,3 +66,34 @@ def test_an_error_after_a_swallowed_ctrl_c_is_the_interruption(
     monkeypatch.setattr(cli_main, "_main", failing)
     with pytest.raises(RuntimeError, match="a bug"):
         cli_main.main(["catalog", "list"])
+
+
+class _ClosesAClosedPipe:
+    """As pyomo's output tee is when an interruption closed its pipe first: its finaliser fails."""
+
+    def __del__(self) -> None:
+        raise OSError(9, "Bad file descriptor")
+
+
+def test_a_finaliser_failing_after_ctrl_c_is_not_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM to a study run once left pyomo's `TeeStream.__del__` traceback after its one line:
+    a finaliser that fails once Ctrl-C came, in the command or as the process exits, is the
+    interruption's; before it, a real failure, reported as Python reports it."""
+    reported: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: reported.append(str(info.exc_value)))
+    with interrupt.remembered():
+        _ClosesAClosedPipe()  # collected at once
+        assert reported == ["[Errno 9] Bad file descriptor"]
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            signal.sigtimedwait([], 0)
+        _ClosesAClosedPipe()
+        assert len(reported) == 1
+    handlers = {s: signal.getsignal(s) for s in interrupt.SIGNALS}
+    try:
+        interrupt.settled()  # the process is about to exit: what is collected now stays quiet too
+        _ClosesAClosedPipe()
+        assert len(reported) == 1
+    finally:
+        for s, before in handlers.items():
+            signal.signal(s, before)
