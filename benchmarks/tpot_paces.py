@@ -29,9 +29,11 @@ TTFTS = (0.5, 1.0, 2.0)
 TPOTS = (0.03, 0.05, 0.1, 0.15, 0.2, 0.3)
 
 
+CATALOG, PARAMS = load_catalog(), load_params()
+
+
 def cost(model: str, hw: str, prompt: float, ttft: float, tpot: float, paced: bool) -> tuple[float, float]:
     """$/hour of the aggregated answer (inf if none) and the seconds `place` took."""
-    catalog, params = load_catalog(), load_params()
     req = PlacementRequest(
         model=model,
         hardware=(hw,),
@@ -41,7 +43,7 @@ def cost(model: str, hw: str, prompt: float, ttft: float, tpot: float, paced: bo
         options=UnitOptions(tighter_paces=paced),
     )
     t0 = time.perf_counter()
-    best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
+    best = place(req, catalog=CATALOG, params=PARAMS, with_shadow_prices=False).best
     return (best.usd_per_hour if best is not None else float("inf")), time.perf_counter() - t0
 
 
