@@ -35,6 +35,7 @@ BENCHES = (
     "latency_speed",
     "milp_speed",
     "tpot_paces",
+    "engine_agreement",
     "sim_validation",
     "growth",
     "midfill",

@@ -48,6 +48,7 @@ class Columns:
     f: np.ndarray  # (U,)
     r: np.ndarray  # (U, C, T)
     scale: int
+    used: np.ndarray  # (U,) whether a mixed unit serves at all (binary; -1 for the other units)
 
 
 def columns_of(m: pyo.ConcreteModel, var_col: dict[int, int]) -> Columns:
@@ -64,6 +65,7 @@ def columns_of(m: pyo.ConcreteModel, var_col: dict[int, int]) -> Columns:
         f=np.array([where(m.f[u]) for u in m.U], dtype=np.int64),
         r=np.array([where(v) for v in m.r.values()], dtype=np.int64).reshape(shape),
         scale=where(m.scale),
+        used=np.array([where(m.used[u]) for u in m.U], dtype=np.int64),
     )
 
 

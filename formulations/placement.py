@@ -21,6 +21,7 @@ import numpy as np
 
 from formulations.placement_data import CAPACITY_TIERS, LINK_TIERS, TIERS, Objective, PlacementData, Role
 from formulations.pyomo_layer import pyo
+from formulations.slots import slot_rows
 
 INF_BOUND = 1e20
 TIE_BREAK = (
@@ -109,6 +110,13 @@ def _add_params(m: pyo.ConcreteModel) -> None:
     m.dec = pyo.Param(m.U, **mut)
     m.hbm_idle = pyo.Param(m.U, **mut)
     m.nic = pyo.Param(m.U, **mut)
+    # decode tokens/s a mixed unit's instances carry with slots kept free, mix_s x - mix_k once
+    # used (formulations.slots), and the requests/s any unit can serve (the used binary's bound)
+    m.mix_s = pyo.Param(m.U, **mut)
+    m.mix_k = pyo.Param(m.U, **mut)
+    m.serve_cap = pyo.Param(**mut)
+    m.pool_s = pyo.Param(**mut)  # the decode pool's: pool_s sum(dec x) - pool_k
+    m.pool_k = pyo.Param(**mut)
     m.mid_s = pyo.Param(m.U, m.C, m.T, **mut)
     m.reload_s = pyo.Param(m.U, m.C, m.T, **mut)
     # classes and demand
@@ -142,6 +150,7 @@ def _add_variables(m: pyo.ConcreteModel) -> None:
     m.r = pyo.Var(m.U, m.C, m.T, domain=pyo.NonNegativeReals)
     m.scale = pyo.Var(domain=pyo.NonNegativeReals, bounds=(1.0, 1.0))
     m.slack = pyo.Var(list(ELASTIC), domain=pyo.NonNegativeReals, bounds=(0.0, 0.0))
+    m.used = pyo.Var(m.U, domain=pyo.Binary)  # whether a mixed unit serves at all (others: unused)
 
 
 def _reload_wait(m: pyo.ConcreteModel, ix: _Index) -> pyo.Expression:
@@ -205,7 +214,9 @@ def _handoff(m: pyo.ConcreteModel, ix: _Index, u: int) -> pyo.Expression:
 
 
 def _add_serving_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
-    """Prefill time per unit, and decode tokens/s where the prefilled requests go."""
+    """Prefill time per unit, and decode tokens/s where the prefilled requests go, within what
+    the decoding units' slots carry with headroom for the traffic's fluctuation
+    (:mod:`formulations.slots`): a mixed unit pays the headroom's fixed part where it is used."""
     m.prefill_time = pyo.Constraint(
         m.U,
         rule=lambda m, u: (
@@ -213,9 +224,11 @@ def _add_serving_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
             <= m.share[u] * m.x[u]
         ),
     )
+    mixed = ix.units(Role.MIXED)
     m.decode_mixed = pyo.Constraint(
-        ix.units(Role.MIXED), rule=lambda m, u: _served(m, ix, u) * m.osl <= m.dec[u] * m.x[u]
+        mixed, rule=lambda m, u: _served(m, ix, u) * m.osl <= m.mix_s[u] * m.x[u] - m.mix_k[u] * m.used[u]
     )
+    m.mixed_used = pyo.Constraint(mixed, rule=lambda m, u: _served(m, ix, u) <= m.serve_cap * m.used[u])
     prefill_only = ix.units(Role.PREFILL, Role.MIDFILL)
     if prefill_only:
         _add_handed_decode_rows(m, ix, prefill_only)
@@ -226,7 +239,8 @@ def _add_handed_decode_rows(m: pyo.ConcreteModel, ix: _Index, prefill_only: list
     decoders = ix.units(Role.DECODE, Role.ATTENTION)
     ffn, attention = ix.units(Role.FFN), ix.units(Role.ATTENTION)
     handed = sum(_served(m, ix, u) for u in prefill_only)
-    m.decode_pool = pyo.Constraint(expr=m.osl * handed <= sum(m.dec[u] * m.x[u] for u in decoders))
+    capacity = sum(m.dec[u] * m.x[u] for u in decoders)
+    m.decode_pool = pyo.Constraint(expr=m.osl * handed <= m.pool_s * capacity - m.pool_k)
     m.handoff_in = pyo.Constraint(
         expr=sum(_handoff(m, ix, u) for u in prefill_only) <= sum(m.nic[u] * m.x[u] for u in decoders)
     )
@@ -314,6 +328,7 @@ def param_values(data: PlacementData) -> dict[str, np.ndarray]:
         "dec": data.decode_tok_s,
         "hbm_idle": np.maximum(data.hbm_idle_gb, 0.0),
         "nic": data.nic_gb_s,
+        **slot_rows(data),
         "fresh_s": np.where(fresh_ok, data.fresh_s, 0.0),
         "mid_s": np.where(mid_ok, data.mid_s, 0.0),
         "reload_s": np.where(mid_ok, data.reload_s, 0.0),
@@ -351,6 +366,7 @@ def var_bounds(data: PlacementData) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         "r": (np.zeros(data.mid_s.shape), np.where(np.isfinite(data.mid_s), inf, 0.0)),
         "scale": (np.array(0.0 if goodput else 1.0), np.array(inf if goodput else 1.0)),
         "slack": (np.zeros(len(ELASTIC)), np.zeros(len(ELASTIC))),
+        "used": (np.zeros(data.n_units), np.ones(data.n_units)),
     }
 
 

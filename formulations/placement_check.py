@@ -23,6 +23,7 @@ from formulations.placement_data import (
     PlacementSolution,
     Role,
 )
+from formulations.slots import slot_rows, used_by
 
 Array = np.ndarray
 
@@ -124,11 +125,14 @@ def residuals(data: PlacementData, sol: PlacementSolution) -> dict[str, Array]:
     busy = _times(data.fresh_s, f) + _times(data.mid_s, r).sum(axis=(1, 2))
     g["prefill_time"] = busy - data.prefill_share * x
     mixed = role == Role.MIXED
+    rows = slot_rows(data)  # decode tokens/s the slots carry with headroom; its fixed part once used
     if mixed.any():
-        g["decode_mixed"] = (served * osl - data.decode_tok_s * x)[mixed]
+        used = used_by(data, served)
+        g["decode_mixed"] = (served * osl - (rows["mix_s"] * x - rows["mix_k"] * used))[mixed]
     if prefill_only.any():
         handed = served[prefill_only].sum()
-        g["decode_pool"] = np.array([osl * handed - (data.decode_tok_s * x)[decoders].sum()])
+        capacity = (data.decode_tok_s * x)[decoders].sum()
+        g["decode_pool"] = np.array([osl * handed - (rows["pool_s"] * capacity - rows["pool_k"])])
         out = f * data.fresh_handoff_gb + (r.sum(axis=2) * data.class_handoff_gb).sum(axis=1)
         out = np.where(prefill_only, out, 0.0)
         g["handoff_in"] = np.array([out.sum() - (data.nic_gb_s * x)[decoders].sum()])

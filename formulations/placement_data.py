@@ -104,6 +104,14 @@ class PlacementData:
     energy_usd_per_gpu_hour: Array | None = None
     latency_usd_per_s: float = 0.0  # penalty per request-second of reload time added to TTFTs
     objective: Objective = Objective.COST
+    # (U,) sequences one instance of a decoding unit runs (its slots; 0 elsewhere) and the
+    # headroom its pool keeps free for the traffic's fluctuation (:mod:`formulations.slots`);
+    # None or 0: a pool's slots may be all in use
+    decode_slots: Array | None = None
+    slot_beta: float = 0.0
+    # the multiple of the demand the slot rows are sized for: 1, or a goodput placement's reach
+    # (dse.placement.plan settles it on the scale the placement reaches)
+    slot_scale: float = 1.0
 
     @property
     def n_hw(self) -> int:

@@ -37,6 +37,7 @@ import numpy as np
 
 from formulations.direct import Columns
 from formulations.placement_data import PlacementData
+from formulations.slots import slot_rows
 
 _ROUND = 1e-9  # a count this close to a whole number is that number
 _SLACK = 1e-6  # added to every bound before it is floored: numerical noise never cuts the optimum
@@ -66,7 +67,9 @@ def root_start(h: highspy.Highs, lp: highspy.HighsLp, cols: Columns, data: Place
     May leave the relaxation loaded in ``h``."""
     integer = np.array([int(t) for t in lp.integrality_]) == int(highspy.HighsVarType.kInteger)
     counts = np.concatenate([cols.n[cols.n >= 0], cols.x[cols.x >= 0]])
-    if integer.sum() <= FEW_COUNTS or set(np.flatnonzero(integer).tolist()) != set(counts.tolist()):
+    switches = cols.used[cols.used >= 0]
+    whole = set(counts.tolist()) | set(switches.tolist())
+    if integer.sum() <= FEW_COUNTS or set(np.flatnonzero(integer).tolist()) != whole:
         return None  # an LP, a MILP too small to need it, or integers this rounding cannot round
     kept = lp.integrality_
     lp.integrality_ = []
@@ -94,11 +97,25 @@ def root_start(h: highspy.Highs, lp: highspy.HighsLp, cols: Columns, data: Place
 
 
 def _rounded(value: np.ndarray, cols: Columns, data: PlacementData) -> np.ndarray:
-    """The relaxation with every instance count rounded up and the nodes or racks to hold them."""
+    """The relaxation with every instance count rounded up, every mixed unit it uses at all
+    marked used and given the instances that carry its decode with the slots' fixed headroom
+    (:mod:`formulations.slots`), and the nodes or racks to hold them."""
     design = value.copy()
+    on = cols.used >= 0
+    used = np.zeros(data.n_units)
+    used[on] = np.ceil(value[cols.used[on]] - _ROUND)
+    design[cols.used[on]] = used[on]
     seen = cols.x >= 0
     x = np.zeros(data.n_units)
     x[seen] = np.ceil(value[cols.x[seen]] - _ROUND)
+    if on.any():
+        rows = slot_rows(data)
+        served = np.zeros(data.n_units)
+        served[cols.f >= 0] = value[cols.f[cols.f >= 0]]
+        r = cols.r >= 0
+        served += np.where(r, value[np.where(r, cols.r, 0)], 0.0).sum(axis=(1, 2))
+        need = (served * data.output_tokens + rows["mix_k"] * used) / np.maximum(rows["mix_s"], 1e-300)
+        x = np.where(on & (used > 0), np.maximum(x, np.ceil(need - _ROUND)), x)
     design[cols.x[seen]] = x[seen]
     gpus = np.bincount(data.unit_hw, weights=data.unit_gpus * x, minlength=data.n_hw)
     bought = cols.n >= 0

@@ -40,6 +40,7 @@ from formulations.placement_data import (
 )
 from formulations.pyomo_layer import pyo
 from formulations.root_start import Start, root_start
+from formulations.slots import used_by
 
 
 class Termination(enum.Enum):
@@ -216,7 +217,7 @@ class PlacementSolver:
         # a MILP proven optimal already has the optimal continuous part; within a gap it may not
         if self.options.polish and sol is not None and not result.gap <= 1e-9:
             assert b.columns is not None
-            polished = self._run_highs(b, data, _counts_fixed(lp, b.columns, sol))
+            polished = self._run_highs(b, data, _counts_fixed(lp, b.columns, sol, data))
             if polished.solution is not None:
                 total = result.solve_s + polished.solve_s
                 result = replace(result, solution=polished.solution, solve_s=total)
@@ -305,7 +306,8 @@ class PlacementSolver:
         unbounded = np.full(data.n_units, np.inf)
         x_ub = np.where(chosen.instances > 0.5, unbounded, 0.0)
         n_ub = np.where(chosen.sale_units > 0.5, np.inf, 0.0)
-        with _counts_relaxed(b.m, np.zeros(data.n_units), x_ub, np.zeros(data.n_hw), n_ub):
+        used = used_by(data, chosen.fresh + chosen.returning.sum(axis=(1, 2)))  # as the checker reads it
+        with _counts_relaxed(b.m, np.zeros(data.n_units), x_ub, np.zeros(data.n_hw), n_ub, used):
             result, raw = self._run_pyomo(b, data, duals=True)
         return result, _family_duals(b.m, data, raw)
 
@@ -421,10 +423,14 @@ class ElasticResult:
     slacks: dict[str, float]
 
 
-def _counts_fixed(lp: highspy.HighsLp, cols: Columns, sol: PlacementSolution) -> highspy.HighsLp:
-    """``lp`` made the LP left when the counts are fixed at ``sol``'s (changed in place)."""
+def _counts_fixed(
+    lp: highspy.HighsLp, cols: Columns, sol: PlacementSolution, data: PlacementData
+) -> highspy.HighsLp:
+    """``lp`` made the LP left when the counts, and which mixed units serve at all, are fixed at
+    ``sol``'s (changed in place)."""
     lower, upper = np.array(lp.col_lower_), np.array(lp.col_upper_)
-    for where, values in ((cols.x, sol.instances), (cols.n, sol.sale_units)):
+    used = used_by(data, sol.fresh + sol.returning.sum(axis=(1, 2)))  # as the checker reads it
+    for where, values in ((cols.x, sol.instances), (cols.n, sol.sale_units), (cols.used, used)):
         seen = where >= 0
         lower[where[seen]] = upper[where[seen]] = values[seen]
     lp.col_lower_, lp.col_upper_ = lower, upper
@@ -434,12 +440,21 @@ def _counts_fixed(lp: highspy.HighsLp, cols: Columns, sol: PlacementSolution) ->
 
 @contextmanager
 def _counts_relaxed(
-    m: pyo.ConcreteModel, x_lb: np.ndarray, x_ub: np.ndarray, n_lb: np.ndarray, n_ub: np.ndarray
+    m: pyo.ConcreteModel,
+    x_lb: np.ndarray,
+    x_ub: np.ndarray,
+    n_lb: np.ndarray,
+    n_ub: np.ndarray,
+    used: np.ndarray,
 ) -> Iterator[None]:
-    """Unit and sale-unit counts as continuous variables within bounds (inf: none), for the
-    duration of a block; integral and unbounded again afterwards."""
+    """Unit and sale-unit counts as continuous variables within bounds (inf: none), and which
+    mixed units are used fixed at ``used``, for the duration of a block; integral (binary) and
+    unbounded again afterwards."""
     pairs = [(m.x, x_lb, x_ub), (m.n, n_lb, n_ub)]
     try:
+        for u in m.used:
+            m.used[u].domain = pyo.UnitInterval  # fixed, and continuous: an LP, whose duals HiGHS gives
+            m.used[u].fix(float(used[u]))
         for var, lb, ub in pairs:
             for i in var:
                 var[i].domain = pyo.NonNegativeReals
@@ -452,6 +467,9 @@ def _counts_relaxed(
                 var[i].domain = pyo.NonNegativeIntegers
                 var[i].setlb(0.0)
                 var[i].setub(None)
+        for u in m.used:
+            m.used[u].unfix()
+            m.used[u].domain = pyo.Binary
 
 
 def _with_build(result: SolveResult, build_s: float) -> SolveResult:

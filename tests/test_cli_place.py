@@ -122,36 +122,31 @@ def test_shapes_restrict_or_widen_the_instances_tried(cli: Cli) -> None:
     assert "no candidate hardware can run it: EP 16 must divide the 8 GPUs of the instance" in over.err
 
 
-GLM = ["place", "--model", "glm-4.6", "--hardware", "h200", "--rate", "400", "--isl", "2000", "--osl", "800",
-       "--tpot", "0.2", "--percentile", "90", "--engine", "trt", "--shapes",
-       "8gpu-dpa-ep8,16gpu-dpa-ep16,32gpu-dpa-ep32", "--no-shadow-prices"]  # fmt: skip
-
-
-GLM_B200 = ["place", "--model", "glm-4.6", "--hardware", "b200", "--rate", "100", "--isl", "2000",
-            "--osl", "800", "--tpot", "0.1", "--percentile", "99", "--engine", "trt",
-            "--shapes", "8gpu-dpa-ep8,16gpu-dpa-ep16",  # one decode pool: simulated
-            "--no-shadow-prices"]  # fmt: skip
+DSV3_B200 = ["place", "--model", "deepseek-v3", "--hardware", "b200", "--rate", "100", "--isl", "2000",
+             "--osl", "800", "--ttft", "1", "--tpot", "0.1", "--percentile", "90", "--engine", "sglang",
+             "--no-shadow-prices"]  # fmt: skip
 
 
 def test_confirm_answers_with_the_cheapest_design_the_engine_simulation_holds(cli: Cli) -> None:
-    """GLM-4.6 on B200 at 100 requests/s, TTFT 1 s at p99: the MILP's cheapest design is
-    aggregated, and its requests queue once each goes through the scheduler (4.02 s at p99);
-    `--confirm` answers with the disaggregated design, which holds, and says why. A TTFT no design
-    holds (GLM-4.6 on H200 at 0.2 s, aggregated) exits 3 with each one's figure."""
-    plain = cli(*GLM_B200, "--ttft", "1", "--json")
+    """DeepSeek-V3 on B200 at 100 requests/s (SGLang, TTFT 1 s at p90, TPOT 100 ms): the MILP's
+    cheapest design is aggregated, and once each request goes through SGLang's scheduler its
+    prefill forwards stall the decodes and its requests queue (2.99 s at p90); `--confirm` answers
+    with the disaggregated design, which holds, and says why. Asked for aggregated designs alone,
+    none holds: exit 3 with its figure."""
+    plain = cli(*DSV3_B200, "--json")
     assert plain.code == 0, plain.err
     assert json.loads(plain.out)["best_topology"] == "aggregated"
-    text = cli(*GLM_B200, "--ttft", "1", "--confirm")
+    text = cli(*DSV3_B200, "--confirm")
     assert text.code == 0, text.err
-    assert "aggregated: TTFT p99 " in text.out and "against 1 s (misses)" in text.out
-    assert "disaggregated: TTFT p99 " in text.out and "best: disaggregated" in text.out
-    doc = json.loads(cli(*GLM_B200, "--ttft", "1", "--confirm", "--json").out)
+    assert "aggregated: TTFT p90 " in text.out and "against 1 s (misses)" in text.out
+    assert "disaggregated: TTFT p90 " in text.out and "best: disaggregated" in text.out
+    doc = json.loads(cli(*DSV3_B200, "--confirm", "--json").out)
     checks = {c["topology"]: c for c in doc["engine_check"]}
     assert doc["best_topology"] == "disaggregated"
     assert not checks["aggregated"]["holds"] and checks["aggregated"]["ttft_pct_s"] > 1.0
     assert checks["disaggregated"]["holds"] and checks["disaggregated"]["ttft_pct_s"] <= 1.0
     # a target no design holds is an answer: exit 3, each topology's figure on one line
-    none = cli(*GLM, "--ttft", "0.2", "--topology", "aggregated", "--confirm")
+    none = cli(*DSV3_B200, "--topology", "aggregated", "--confirm")
     assert none.code == 3 and none.err.strip().count("\n") == 0, none.err
     assert none.err.startswith("dse: error: no feasible design: engine-level TTFT: aggregated: TTFT p90 ")
 

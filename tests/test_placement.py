@@ -215,8 +215,11 @@ def test_an_aggregated_prompt_is_prefilled_at_full_speed_behind_a_longer_queue(c
 def test_an_aggregated_answer_holds_in_the_engine_level_simulation(catalog: Catalog) -> None:
     """AIConfigurator's question on 16 H200 (DeepSeek-R1, ISL 4000, OSL 1000, TTFT 1 s at p50,
     TPOT 30 ms): the MILP's aggregated design meets both targets when every request goes through
-    the engine's scheduler, and serves what the measured runs do (about 150 output tokens/s per
-    GPU for fp8 on H200 at these targets, docs/benchmarks.md), not a quarter of it."""
+    the engine's scheduler, and serves near what the measured runs do (about 150 output tokens/s
+    per GPU for fp8 on H200 at these targets, docs/benchmarks.md, at a fixed concurrency), not a
+    quarter of it: under Poisson arrivals its pool keeps decode slots free for the traffic's
+    fluctuation (formulations.slots: at p50, 3.4 of its 48 slots), 93 tokens/s per GPU
+    where it was 100 without them."""
     from dse.evaluation import design_of
     from dse.sim.engine_latency import design_latency
 
@@ -234,7 +237,7 @@ def test_an_aggregated_answer_holds_in_the_engine_level_simulation(catalog: Cata
     best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
     assert best is not None and best.topology is Topology.AGGREGATED
     per_gpu = best.requests_per_s * 1000.0 / best.gpus
-    assert 100.0 < per_gpu < 250.0, per_gpu
+    assert 85.0 < per_gpu < 250.0, per_gpu
     served = replace(req, workload=replace(req.workload, requests_per_s=best.requests_per_s))
     lat = design_latency(design_of(served, best), catalog, params)
     assert lat is not None

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from formulations import root_start
 from formulations.placement_check import check, cost_usd_hour
 from formulations.placement_data import TIERS, Objective, PlacementData, PlacementSolution, Role
+from formulations.slots import slot_rows, wait_beta
 from formulations.solve import PlacementSolver, SolutionStatus, SolveOptions, Termination, _ctrl_c_after
 
 NT = len(TIERS)
@@ -288,6 +289,9 @@ def small_instances(draw: st.DrawFn) -> PlacementData:
     share = [draw(f(0.3, 1.0)) if r.prefills else 0.0 for r in roles]
     fresh = [draw(f(0.05, 0.5)) if r.prefills else np.inf for r in roles]
     dec = [draw(f(500.0, 4000.0)) if r is not Role.PREFILL else 0.0 for r in roles]
+    # half the instances keep decode slots free (formulations.slots): each decoding unit's
+    # sequences at 10-100 output tokens/s each, at a TTFT percentile from p50 to p99
+    slots = [d / draw(f(10.0, 100.0)) for d in dec] if draw(st.booleans()) else None
     return PlacementData(
         hw_names=tuple(f"h{i}" for i in range(hws)),
         sale_gpus=np.array([draw(st.sampled_from([4.0, 8.0, 16.0])) for _ in range(hws)]),
@@ -310,6 +314,8 @@ def small_instances(draw: st.DrawFn) -> PlacementData:
         output_tokens=draw(f(100.0, 800.0)),
         fresh_handoff_gb=draw(f(0.1, 2.0)),
         afd_gb_per_token=0.0,
+        decode_slots=None if slots is None else np.array(slots),
+        slot_beta=0.0 if slots is None else wait_beta(draw(f(50.0, 99.0))),
     )
 
 
@@ -317,9 +323,12 @@ def brute_force(d: PlacementData, top: int = 6) -> float:
     """Cheapest cost over every instance vector in ``[0, top]^U``, feasibility in closed form:
     each prefill-capable unit takes at most ``min(share x / fresh_s, nic x / handoff, dec x / osl)``
     requests/s (the last two only where they apply), and pooled decode and handoff must cover
-    what prefill-only units take."""
+    what prefill-only units take; with slots kept free, a mixed unit carries ``mix_s x - mix_k``
+    decode tokens/s once it has an instance and the decode pool ``pool_s x capacity - pool_k``
+    (:func:`formulations.slots.slot_rows`)."""
     best = math.inf
     role = [Role(int(r)) for r in d.unit_role]
+    rows = slot_rows(d)
     for xs in itertools.product(range(top + 1), repeat=d.n_units):
         x = np.array(xs, dtype=float)
         per_unit = []
@@ -331,7 +340,8 @@ def brute_force(d: PlacementData, top: int = 6) -> float:
             if r is Role.PREFILL:
                 caps.append(d.nic_gb_s[u] * x[u] / d.fresh_handoff_gb)
             else:
-                caps.append(d.decode_tok_s[u] * x[u] / d.output_tokens)
+                carried = rows["mix_s"][u] * x[u] - (rows["mix_k"][u] if x[u] > 0 else 0.0)
+                caps.append(max(carried, 0.0) / d.output_tokens)
             per_unit.append(min(caps))
         pu = np.array(per_unit)
         if pu.sum() < d.fresh_per_s - 1e-9:
@@ -340,6 +350,7 @@ def brute_force(d: PlacementData, top: int = 6) -> float:
         mixed_take = min(pu[[r is Role.MIXED for r in role]].sum(), d.fresh_per_s)
         handed = d.fresh_per_s - mixed_take
         dec_cap = sum(d.decode_tok_s[u] * x[u] for u, r in enumerate(role) if r is Role.DECODE)
+        dec_cap = float(rows["pool_s"]) * dec_cap - float(rows["pool_k"])
         nic_in = sum(d.nic_gb_s[u] * x[u] for u, r in enumerate(role) if r is Role.DECODE)
         if handed > 1e-12 and (
             handed * d.output_tokens > dec_cap + 1e-9 or handed * d.fresh_handoff_gb > nic_in + 1e-9

@@ -413,10 +413,13 @@ def decode_capacity_at_tpot(
     accept_tokens: Array,
     iterations: int = 40,
     max_batch: Array | float = np.inf,
+    kv_context: Array | None = None,
 ) -> tuple[Array, Array]:
     """(output tokens/s, sequences) of one decode instance at the largest batch, at most
-    ``max_batch``, whose time per output token stays within ``tpot_s`` and whose KV fits in HBM.
-    Zero where even one sequence misses the target or the weights do not fit.
+    ``max_batch``, whose time per output token stays within ``tpot_s`` and whose KV fits in HBM
+    (each sequence holding ``kv_context`` tokens, where its engine reserves more than the mean
+    ``context`` its steps read). Zero where even one sequence misses the target or the weights do
+    not fit.
 
     TPOT grows with the batch, so the search keeps a bracket ``[lo, hi]`` (lo meets the target,
     hi does not) and shrinks it ``k + 1``-fold a round by trying ``k`` batches inside it in one
@@ -424,7 +427,8 @@ def decode_capacity_at_tpot(
     (at most 128 each; 1 is bisection). The few candidates of a study trial take four rounds to
     a thousandth of a sequence from 4,096 (a quarter of the time), where halving took 23
     evaluations; a batch of 100,000 candidates bisects."""
-    cap = np.minimum(np.maximum(kv_capacity_sequences(pool, p, context), 0.0), max_batch)
+    held = context if kv_context is None else kv_context
+    cap = np.minimum(np.maximum(kv_capacity_sequences(pool, p, held), 0.0), max_batch)
     terms = pool_terms(pool, p)  # what every step costs whatever the batch, once for the search
 
     def tpot(b: Array) -> Array:

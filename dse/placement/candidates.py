@@ -54,6 +54,7 @@ from dse.placement.shapes import Parallel, Shapes, tier_capacity
 from dse.units import GB
 from dse.workload import Slo, Workload
 from formulations.placement_data import TIERS, Objective, PlacementData, Role
+from formulations.slots import wait_beta
 
 
 @dataclass(frozen=True)
@@ -331,6 +332,7 @@ class _Builder:
             pool,
             self.p,
             context=s.decode_ctx,
+            kv_context=s.kv_ctx,
             tpot_s=np.asarray(tpot_s) if np.ndim(tpot_s) else np.full(len(s), tpot_s),
             speed=s.speed,
             draft_tokens=s.draft,
@@ -511,6 +513,9 @@ PACE_GRID = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
 PACE_FLOOR_S = 1e-3
 
 
+SLOT_ROLES = (Role.MIXED, Role.DECODE, Role.ATTENTION)  # units whose batch is their slots
+
+
 def tpot_paces(tpot_s: float, tighter: bool) -> list[float]:
     """The target, then (if ``tighter``) every grid pace below it, slowest first."""
     if not tighter:
@@ -654,4 +659,7 @@ def _assemble(
         energy_usd_per_gpu_hour=np.array([energy_usd_per_gpu_hour(hw, req, s.params) for hw in hws]),
         latency_usd_per_s=req.latency_usd_per_s,
         objective=req.objective,
+        # the sequences each decoding instance runs: its pool keeps slots free for the traffic
+        decode_slots=np.array([r.info.decode_batch if r.info.role in SLOT_ROLES else 0.0 for r in rows]),
+        slot_beta=wait_beta(req.slo.percentile),
     )

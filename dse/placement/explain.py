@@ -275,9 +275,10 @@ def shadow_prices(
 
 
 def _align(new: PlacementData, old: PlacementData) -> PlacementData:
-    """``new``'s coefficients in ``old``'s unit order; a unit that left keeps its old values."""
+    """``new``'s coefficients in ``old``'s unit order (and ``old``'s slot sizing: a goodput
+    placement's reach); a unit that left keeps its old values."""
     if new.unit_names == old.unit_names:
-        return new
+        return replace(new, slot_scale=old.slot_scale)
     where = {n: i for i, n in enumerate(new.unit_names)}
     idx = [where.get(n, -1) for n in old.unit_names]
 
@@ -293,6 +294,9 @@ def _align(new: PlacementData, old: PlacementData) -> PlacementData:
         prefill_share=pick(new.prefill_share, old.prefill_share),
         fresh_s=pick(new.fresh_s, old.fresh_s),
         decode_tok_s=pick(new.decode_tok_s, old.decode_tok_s),
+        decode_slots=None
+        if old.decode_slots is None or new.decode_slots is None
+        else pick(new.decode_slots, old.decode_slots),
         hbm_idle_gb=pick(new.hbm_idle_gb, old.hbm_idle_gb),
         nic_gb_s=pick(new.nic_gb_s, old.nic_gb_s),
         mid_s=pick(new.mid_s, old.mid_s),

@@ -8,7 +8,7 @@ solution into pools and a KV-tier plan, :mod:`formulations.placement_check` re-c
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -116,6 +116,8 @@ def place_best(
     built: dict[Topology, Candidates] = {}
     for topo in topologies:
         cands = build_candidates(req, topo, ctx.catalog, ctx.params)
+        if req.objective is Objective.GOODPUT:
+            cands = settled_reach(cands, ctx.solver)
         built[topo] = cands
         outcomes.append(solve_candidates(req, cands, ctx.solver))
     feasible = [o for o in outcomes if o.feasible]
@@ -125,6 +127,30 @@ def place_best(
         sol = best.result.solution
         prices = shadow_prices(req, built[best.topology], sol, ctx.solver, ctx.catalog, ctx.params)
     return PlacementReport(req, tuple(outcomes), best, prices)
+
+
+# a goodput placement's slot rows are sized for the traffic it reaches, found by re-solving at the
+# scale the last solve reached: each round's rows admit no more than the slots carry (any tangent
+# of their convex carrying curve lies below it), so every round's design holds, and the rounds
+# stop once the reach moves by less than SETTLED
+SETTLE_ROUNDS, SETTLED = 8, 0.01
+
+
+def settled_reach(c: Candidates, solver: PlacementSolver) -> Candidates:
+    """``c`` with its slot rows sized for the demand scale a goodput placement of it reaches
+    (:data:`SETTLE_ROUNDS`); as given where nothing is placed."""
+    data = c.data
+    if not data.n_units:
+        return c
+    for _ in range(SETTLE_ROUNDS):
+        result = solver.solve(data)
+        if result.solution is None or result.solution.scale <= 0.0:
+            break
+        reach = float(result.solution.scale)
+        if abs(reach - data.slot_scale) <= SETTLED * reach:
+            break
+        data = replace(data, slot_scale=reach)
+    return replace(c, data=data)
 
 
 def solve_candidates(req: PlacementRequest, c: Candidates, solver: PlacementSolver) -> TopologyOutcome:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dse.catalog import Hardware, Model
+from dse.perf.latency_tables import ENGINE_RULES
 from dse.perf.params import PerfParams, with_mtp
 from dse.perf.pool import Array, Pool, build_pool
 from dse.perf.serving import PREFILL_TOKENS_PER_RANK, prefill_batch_tokens
@@ -214,16 +215,21 @@ class Shapes:
         self.accept = np.full(n, engine.mtp_accept_tokens if req.mtp else 1.0)
         w = req.workload
         self.decode_ctx = np.full(n, w.mean_prompt_tokens() + 0.5 * w.output_tokens)
+        # the KV a decoding sequence holds: its mean context, or more where the engine's admission
+        # reserves more of its output (TensorRT-LLM's GUARANTEED_NO_EVICT: all of it), as the
+        # engine-level simulation admits (dse.perf.latency_tables.ENGINE_RULES)
+        share = max(0.5, ENGINE_RULES[req.engine].reserve)
+        self.kv_ctx = np.full(n, w.mean_prompt_tokens() + share * w.output_tokens)
         kv_gb = float(pool.kv_bytes_per_token[0] / GB)  # one KV precision per request
         state_gb = float(pool.state_bytes[0]) / GB  # one KV precision per request
         # unique KV of one decoding sequence in the KV's shards (the placement divides by them)
-        self.per_seq_gb = self.decode_ctx * kv_gb + pool.state_in_kv_shards / GB
+        self.per_seq_gb = self.kv_ctx * kv_gb + pool.state_in_kv_shards / GB
         chunk = float(opts.prefill_chunk_tokens)
         per_instance = engine.prefill_chunk_per_instance
         self.prefill_ws_gb = prefill_batch_tokens(pool, w.input_tokens, chunk, per_instance) * kv_gb
 
         p, pp = params, self.pp
-        self.cap_seq = kv_capacity_sequences(pool, p, self.decode_ctx)
+        self.cap_seq = kv_capacity_sequences(pool, p, self.kv_ctx)
         self.weights_gb = weight_bytes_per_gpu(pool) / GB / pp  # each stage holds its layers
         self.usable_gb = pool.hbm_bytes * (1.0 - p.hbm_reserve_fraction) / GB
         # KV room over the whole instance: each stage keeps its layers' share of a sequence's KV

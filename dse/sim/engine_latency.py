@@ -15,8 +15,13 @@ pool, are simulated as one of the busiest one's shape with the same capacity
 * A prefill forward takes the placement's chunk (the fresh prompts it batches,
   ``prefill_batch_requests``, times their length) of new tokens; each decode instance runs at
   most the batch the placement sized it for, as the fluid model does.
-* A large fleet is simulated as a slice: its instance counts divided by their greatest common
-  divisor, at that share of the traffic (Poisson arrivals split evenly stay Poisson).
+* A fleet is simulated whole, every request routed to the least loaded instance, so that its
+  instances share their slots and queues as they do behind a router; one whose window would need
+  more than ``MAX_REQUESTS`` is simulated as a slice of about the share it needs, each instance at
+  the traffic it has in the whole (Poisson arrivals split evenly stay Poisson; :func:`_slice`). Slicing
+  further would treat instances as if no router balanced them with the rest: 35 four-GPU GLM-4.6
+  instances (H200, 20 requests/s), each simulated alone, queued for decode slots to 3.4 s at p99
+  where the whole fleet holds 0.27 s.
 * The window holds three end-to-end latencies at the targets (2,000 to 10,000 requests); its
   first third, while the batches fill from empty, is left out of the percentiles.
 """
@@ -73,10 +78,11 @@ def design_latency(
     design: SimDesign, catalog: Catalog, params: PerfParams, seed: int = SEED
 ) -> DesignLatency | None:
     """The design's requests simulated at its mean traffic, or None where it cannot be (above)."""
-    groups = _deployments(design, catalog, params)
+    w, slo = design.workload, design.slo
+    e2e_s = slo.ttft_s + w.output_tokens * slo.tpot_s
+    groups = _deployments(design, catalog, params, e2e_s)
     if not groups:
         return None
-    w, slo = design.workload, design.slo
     mean = (1.0 + LOW_OF_NOMINAL) / 2.0
     lengths = Lengths(
         w.input_tokens / mean,
@@ -86,13 +92,12 @@ def design_latency(
         suffix=w.suffix_tokens / mean,
         reload_s=_reload_s(design),
     )
-    e2e_s = slo.ttft_s + w.output_tokens * slo.tpot_s
     runs: list[Latency] = []
     for d, rate, batch_requests in groups:
         tables = tables_of(d, params, [design.engine], [lengths])[0]
         if batch_requests > 0:
             tables = placed_chunk(tables, batch_requests * w.input_tokens)
-        n = int(np.clip(WINDOWS * rate * e2e_s, MIN_REQUESTS, MAX_REQUESTS))
+        n = _window(rate, e2e_s)
         load = Load("poisson", rate=rate)
         lat = simulate_latency(tables, load, lengths, requests=n, seed=seed, windows=WINDOWS)
         runs.append(lat)
@@ -121,11 +126,16 @@ def new_tokens(w: Workload) -> float:
     return (1.0 - w.returning_share) * w.input_tokens + w.returning_share * w.suffix_tokens
 
 
+def _window(rate: float, e2e_s: float) -> int:
+    """Requests in a window at ``rate``: three end-to-end latencies' worth, within the bounds."""
+    return int(np.clip(WINDOWS * rate * e2e_s, MIN_REQUESTS, MAX_REQUESTS))
+
+
 def _deployments(
-    design: SimDesign, catalog: Catalog, params: PerfParams
+    design: SimDesign, catalog: Catalog, params: PerfParams, e2e_s: float
 ) -> list[tuple[Deployment, float, float]]:
     """(deployment, requests/s, prompts per prefill forward) per independently served share of
-    the traffic, sliced (above); [] if unsupported."""
+    the traffic, sliced where it must be (above); [] if unsupported."""
     by_role: dict[str, list[SimPool]] = {}
     for p in design.pools:
         by_role.setdefault(p.role, []).append(p)
@@ -133,7 +143,7 @@ def _deployments(
         out = []
         for p in by_role["mixed"]:
             if p.requests_per_s > 0:
-                (one,), g = _slice((p,))
+                (one,), g = _slice((p,), p.requests_per_s, e2e_s)
                 out.append(
                     (
                         _deployment(design, catalog, params, None, one),
@@ -148,10 +158,10 @@ def _deployments(
         pre = [_one_prefill_pool(pre)]
     rate = design.workload.requests_per_s
     if len(pre) == 1 and len(dec) == 1 and not att and not ffn:
-        (p, d), g = _slice((pre[0], dec[0]))
+        (p, d), g = _slice((pre[0], dec[0]), rate, e2e_s)
         return [(_deployment(design, catalog, params, p, d), rate / g, p.prefill_batch_requests)]
     if len(pre) == 1 and len(att) == 1 and len(ffn) == 1 and not dec:
-        (p, a, f), g = _slice((pre[0], att[0], ffn[0]))
+        (p, a, f), g = _slice((pre[0], att[0], ffn[0]), rate, e2e_s)
         return [(_deployment(design, catalog, params, p, a, f), rate / g, p.prefill_batch_requests)]
     return []
 
@@ -170,11 +180,24 @@ def _one_prefill_pool(pools: list[SimPool]) -> SimPool:
     )
 
 
-def _slice(pools: tuple[SimPool, ...]) -> tuple[tuple[SimPool, ...], int]:
-    """The pools with their instance counts divided by their greatest common divisor, and it."""
+def _slice(pools: tuple[SimPool, ...], rate: float, e2e_s: float) -> tuple[tuple[SimPool, ...], float]:
+    """The pools cut to a slice whose window (:func:`_window`) stays within ``MAX_REQUESTS``, and
+    what the traffic divides by for it: whole where that fits; one pool, about its instances over
+    the cut needed, at their share of the traffic; several, their counts divided by the smallest
+    common divisor at or above the cut needed, else by the greatest (a window then cut short),
+    so that each instance sees the traffic it does in the whole."""
     counts = [max(int(round(p.instances)), 1) for p in pools]
-    g = math.gcd(*counts)
-    return tuple(replace(p, instances=c / g) for p, c in zip(pools, counts, strict=True)), g
+    need = WINDOWS * rate * e2e_s / MAX_REQUESTS  # the cut that brings the window within
+    if need <= 1.0:
+        kept, cut = counts, 1.0
+    elif len(counts) == 1:
+        kept = [max(1, round(counts[0] / need))]
+        cut = counts[0] / kept[0]
+    else:
+        top = math.gcd(*counts)
+        d = next((d for d in range(1, top + 1) if top % d == 0 and d >= need), top)
+        kept, cut = [c // d for c in counts], float(d)
+    return tuple(replace(p, instances=float(k)) for p, k in zip(pools, kept, strict=True)), cut
 
 
 def _pool(design: SimDesign, catalog: Catalog, params: PerfParams, p: SimPool) -> Pool:
