@@ -20,6 +20,7 @@ from typing import Any
 
 _pressed = threading.Event()  # process-wide, as the signal itself is
 _received = [signal.SIGINT]  # the last one that came
+_inside = [0]  # remembered() blocks the main thread is in
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """What stops a command as Ctrl-C does: SIGTERM is what systemd, Docker, Kubernetes and Slurm send."""
@@ -67,9 +68,11 @@ def remembered() -> Iterator[None]:
             thread_hook(args)
 
     sys.unraisablehook, thread_hook, threading.excepthook = unraisable, threading.excepthook, in_thread
+    _inside[0] += 1
     try:
         yield
     finally:
+        _inside[0] -= 1
         for s, before in zip(SIGNALS, previous, strict=True):
             signal.signal(s, before)
         sys.unraisablehook, threading.excepthook = hook, thread_hook
@@ -81,8 +84,10 @@ def pressed() -> bool:
 
 
 def check() -> None:
-    """Raise ``KeyboardInterrupt`` if Ctrl-C came, even one Python swallowed."""
-    if _pressed.is_set():
+    """Raise ``KeyboardInterrupt`` if Ctrl-C came inside the :func:`remembered` block the caller
+    runs in, even one Python swallowed; outside one (a study run from Python), a Ctrl-C an earlier
+    command in the same process remembered is that command's, not this one's."""
+    if _inside[0] and _pressed.is_set():
         raise KeyboardInterrupt
 
 

@@ -84,9 +84,7 @@ def slot_rows(data: PlacementData) -> dict[str, np.ndarray]:
         "mix_k": np.zeros(n),
         "pool_s": np.array(1.0),
         "pool_k": np.array(0.0),
-        # a mixed unit serves at most the traffic the rows are sized for, with room to grow beyond
-        # it under goodput (whose scale is a variable)
-        "serve_cap": np.array(traffic * (SERVE_ROOM if data.objective is Objective.GOODPUT else 1.0)),
+        "serve_cap": np.array(serve_cap(data)),
     }
     has = (slots > 0) & (dec > 0)
     if beta <= 0.0 or not has.any():
@@ -106,8 +104,14 @@ def slot_rows(data: PlacementData) -> dict[str, np.ndarray]:
     return out
 
 
+def serve_cap(data: PlacementData) -> float:
+    """Requests/s a mixed unit may serve once used: the traffic the rows are sized for, with room
+    to grow beyond it under goodput (whose scale is a variable)."""
+    traffic = data.total_per_s * max(float(data.slot_scale), 0.0)
+    return traffic * (SERVE_ROOM if data.objective is Objective.GOODPUT else 1.0)
+
+
 def used_by(data: PlacementData, served: np.ndarray) -> np.ndarray:
     """Which units a solution uses, read from the requests/s each serves: more than the solver's
     integrality tolerance lets through the ``served <= serve_cap used`` row with ``used`` at 0."""
-    cap = float(slot_rows(data)["serve_cap"])
-    return (np.asarray(served) > USED_TOL * max(cap, 1.0)).astype(float)
+    return (np.asarray(served) > USED_TOL * max(serve_cap(data), 1.0)).astype(float)

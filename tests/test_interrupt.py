@@ -6,11 +6,16 @@ import os
 import signal
 import sys
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dse import interrupt
+from dse.study import Study
+
+TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
 
 
 def _fail_in_a_thread() -> None:
@@ -97,3 +102,20 @@ def test_a_finaliser_failing_after_ctrl_c_is_not_reported(monkeypatch: pytest.Mo
     finally:
         for s, before in handlers.items():
             signal.signal(s, before)
+
+
+def test_a_ctrl_c_an_earlier_command_remembered_does_not_stop_a_later_run(tmp_path: Path) -> None:
+    """A command run in-process (``dse.cli.main.main``) that was interrupted leaves its Ctrl-C
+    remembered; a study run from Python afterwards, outside any command, is not interrupted by it
+    (it was: a run after an interrupted command stopped at once, "interrupted after 0 of 1
+    trials"). Inside the next command's block the flag starts clear, and a new Ctrl-C counts."""
+    with interrupt.remembered():
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.0)  # the handler raises at the next bytecode
+    assert interrupt.pressed()  # the command's own reading after its block: it was interrupted
+    interrupt.check()  # outside a command: not this caller's
+    res = Study.load(TINY).run(trials=1, out=tmp_path)
+    assert res.trials.height == 1
+    with interrupt.remembered():
+        interrupt.check()  # a new command starts clear

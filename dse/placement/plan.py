@@ -116,10 +116,11 @@ def place_best(
     built: dict[Topology, Candidates] = {}
     for topo in topologies:
         cands = build_candidates(req, topo, ctx.catalog, ctx.params)
+        settled = None
         if req.objective is Objective.GOODPUT:
-            cands = settled_reach(cands, ctx.solver)
+            cands, settled = settled_reach(cands, ctx.solver)
         built[topo] = cands
-        outcomes.append(solve_candidates(req, cands, ctx.solver))
+        outcomes.append(solve_candidates(req, cands, ctx.solver, settled))
     feasible = [o for o in outcomes if o.feasible]
     best = min(feasible, key=lambda o: o.result.objective) if feasible else None
     prices: tuple[ShadowPrice, ...] = ()
@@ -136,12 +137,14 @@ def place_best(
 SETTLE_ROUNDS, SETTLED = 8, 0.01
 
 
-def settled_reach(c: Candidates, solver: PlacementSolver) -> Candidates:
+def settled_reach(c: Candidates, solver: PlacementSolver) -> tuple[Candidates, SolveResult | None]:
     """``c`` with its slot rows sized for the demand scale a goodput placement of it reaches
-    (:data:`SETTLE_ROUNDS`); as given where nothing is placed."""
+    (:data:`SETTLE_ROUNDS`), and the solve of that data (None where the rounds ran out before it
+    was solved, or nothing is placed)."""
     data = c.data
     if not data.n_units:
-        return c
+        return c, None
+    result = None
     for _ in range(SETTLE_ROUNDS):
         result = solver.solve(data)
         if result.solution is None or result.solution.scale <= 0.0:
@@ -149,14 +152,17 @@ def settled_reach(c: Candidates, solver: PlacementSolver) -> Candidates:
         reach = float(result.solution.scale)
         if abs(reach - data.slot_scale) <= SETTLED * reach:
             break
-        data = replace(data, slot_scale=reach)
-    return replace(c, data=data)
+        data, result = replace(data, slot_scale=reach), None
+    return replace(c, data=data), result
 
 
-def solve_candidates(req: PlacementRequest, c: Candidates, solver: PlacementSolver) -> TopologyOutcome:
-    """Solve one topology's units; explain it when nothing is feasible."""
+def solve_candidates(
+    req: PlacementRequest, c: Candidates, solver: PlacementSolver, solved: SolveResult | None = None
+) -> TopologyOutcome:
+    """Solve one topology's units (``solved``: its solve, already run); explain it when nothing
+    is feasible."""
     data = c.data
-    result = solver.solve(data) if data.n_units else _empty_result()
+    result = solved if solved is not None else solver.solve(data) if data.n_units else _empty_result()
     sol = result.solution
     served_none = _serves_nothing(c, sol, solver)
     if sol is None or served_none is not None:
