@@ -130,7 +130,7 @@ DSV3_B200 = ["place", "--model", "deepseek-v3", "--hardware", "b200", "--rate", 
 def test_confirm_answers_with_the_cheapest_design_the_engine_simulation_holds(cli: Cli) -> None:
     """DeepSeek-V3 on B200 at 100 requests/s (SGLang, TTFT 1 s at p90, TPOT 100 ms): the MILP's
     cheapest design is aggregated, and once each request goes through SGLang's scheduler its
-    prefill forwards stall the decodes and its requests queue (2.99 s at p90); `--confirm` answers
+    prefill forwards stall the decodes and its requests queue (3.25 s at p90); `--confirm` answers
     with the disaggregated design, which holds, and says why. Asked for aggregated designs alone,
     none holds: exit 3 with its figure."""
     plain = cli(*DSV3_B200, "--json")

@@ -20,8 +20,8 @@ pool, are simulated as one of the busiest one's shape with the same capacity
   more than ``MAX_REQUESTS`` is simulated as a slice of about the share it needs, each instance at
   the traffic it has in the whole (Poisson arrivals split evenly stay Poisson; :func:`_slice`). Slicing
   further would treat instances as if no router balanced them with the rest: 35 four-GPU GLM-4.6
-  instances (H200, 20 requests/s), each simulated alone, queued for decode slots to 3.4 s at p99
-  where the whole fleet holds 0.27 s.
+  instances (H200, 20 requests/s), each simulated alone, queued for decode slots to 4.1 s at p99
+  where the whole fleet holds 0.26 s.
 * The window holds three end-to-end latencies at the targets (2,000 to 10,000 requests); its
   first third, while the batches fill from empty, is left out of the percentiles.
 """
