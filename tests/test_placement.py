@@ -3,6 +3,7 @@ GB200, its checker, shadow prices, explanations and objectives."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from pathlib import Path
 
@@ -465,3 +466,86 @@ def test_aggregated_units_at_tighter_paces_run_smaller_batches_and_say_their_pac
             compared += 1
             assert u.decode_batch < top.decode_batch and u.ttft_s <= top.ttft_s + 1e-9, (u, top)
     assert compared > 0
+
+
+def _afd(tpot: float, tighter: bool = True, **kw) -> PlacementRequest:  # type: ignore[no-untyped-def]
+    from dse.placement.request import UnitOptions
+
+    return request(
+        topology=Topology.AFD,
+        hardware=("b200",),
+        workload=Workload(requests_per_s=10.0, input_tokens=8000.0, output_tokens=1024.0),
+        slo=Slo(ttft_s=0.5, tpot_s=tpot),
+        options=UnitOptions(tighter_paces=tighter),
+        **kw,
+    )
+
+
+def test_a_looser_tpot_never_costs_more_in_attention_ffn_designs(catalog: Catalog) -> None:
+    """DeepSeek-V3 on B200, 10 req/s of 8,000-token prompts, TTFT 0.5 s: at its target's pace
+    alone a 300 ms target costs more than 200 ms ($93.60 against $78.00; the 4-GPU attention
+    shape's batch is held by HBM, so a looser pace credits it less), and 500 ms more still. Solved
+    also at each unit's own pace below the target, every target from 80 ms on costs $78.00: the
+    design runs at a tighter pace, every decode unit with it."""
+    costs, paces = {}, {}
+    for tpot in (0.08, 0.1, 0.2, 0.3, 0.5):
+        best = place(_afd(tpot), catalog=catalog, with_shadow_prices=False).best
+        assert best is not None
+        costs[tpot] = best.usd_per_hour
+        paces[tpot] = {p.unit.tpot_s for p in best.pools if p.unit.role in (Role.ATTENTION, Role.FFN)}
+    assert costs == pytest.approx(dict.fromkeys(costs, 78.0)), costs
+    assert paces[0.3] == {0.1265}  # docs/cli.md quotes it
+    for tpot in (0.3, 0.5):  # one pace for every decode unit of a design, one the target's build found
+        (pace,) = paces[tpot]
+        assert pace in build_candidates(_afd(tpot), Topology.AFD, catalog, load_params()).tighter_afd_paces
+    unpaced = {t: place(_afd(t, False), catalog=catalog, with_shadow_prices=False).best for t in (0.2, 0.3)}
+    assert [b.usd_per_hour for b in unpaced.values() if b is not None] == pytest.approx([78.0, 93.6])
+
+
+def test_attention_ffn_paces_keep_the_targets_structure_and_say_their_pace(catalog: Catalog) -> None:
+    """The target's build lists the tighter paces (each unit's own, apart by PACE_APART); a
+    pace's build has the target's units in the same order, so its MILP re-solves in place, the
+    units the pace cannot run carrying nothing; each says its pace. A search trial's build
+    (tighter_paces off) lists none."""
+    from dse.placement.candidates import PACE_APART
+
+    params = load_params()
+    top = build_candidates(_afd(0.3), Topology.AFD, catalog, params)
+    paces = top.tighter_afd_paces
+    assert paces and paces == tuple(sorted(paces, reverse=True)) and paces[0] < 0.3 * (1 - PACE_APART)
+    assert all(b < a * (1 - PACE_APART) for a, b in itertools.pairwise(paces))
+    assert build_candidates(_afd(0.3, False), Topology.AFD, catalog, params).tighter_afd_paces == ()
+    for pace in (paces[0], paces[-1]):
+        c = build_candidates(_afd(0.3), Topology.AFD, catalog, params, afd_pace=pace)
+        assert c.afd_pace == pace and c.data.structure() == top.data.structure()
+        pairs = zip(c.units, c.data.decode_tok_s, c.data.nic_gb_s, strict=True)
+        dec = [(u, tok, nic) for u, tok, nic in pairs if u.role in (Role.ATTENTION, Role.FFN)]
+        live = [(u, tok) for u, tok, _ in dec if not u.name.endswith("/none")]
+        dead = [(tok, nic) for u, tok, nic in dec if u.name.endswith("/none")]
+        assert live and all(u.name.endswith(f"/tpot{pace * 1e3:g}ms") and u.tpot_s == pace for u, _ in live)
+        # a live unit carries its batch every pace: more than at the target's
+        assert all(tok == pytest.approx(u.decode_batch / pace) for u, tok in live)
+        assert all(tok == 0.0 and nic == 0.0 for tok, nic in dead)
+        assert bool(dead) == (pace == paces[-1])  # the tightest pace loses units; the slowest none here
+    assert top.afd_pace is None
+
+
+def test_an_attention_ffn_design_at_a_tighter_pace_has_shadow_prices_and_holds_in_the_engine(
+    catalog: Catalog,
+) -> None:
+    """The best design of a 300 ms target runs at a tighter pace: its shadow prices perturb the
+    hardware at that pace (the rebuild keeps it), and the engine-level simulation holds its
+    TTFT with TPOT within the pace."""
+    from dse.context import Context
+    from dse.evaluation import engine_checks
+
+    params = load_params()
+    report = place(_afd(0.3), catalog=catalog, params=params)
+    best = report.best
+    assert best is not None and report.shadow_prices
+    assert any(p.usd_per_hour > 0 for p in report.shadow_prices)
+    (check,) = engine_checks(report, Context(catalog, params, PlacementSolver()))
+    assert check.topology is Topology.AFD and check.ttft_s is not None and check.tpot_s is not None
+    assert check.holds, check
+    (pace,) = {p.unit.tpot_s for p in best.pools if p.unit.role in (Role.ATTENTION, Role.FFN)}
+    assert pace < 0.3 and check.tpot_s <= pace, (check, pace)

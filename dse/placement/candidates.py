@@ -21,7 +21,10 @@ TTFT, the interference of chunked prefill with decode) is settled here, per unit
   free HBM for resting KV); a search trial searches the batch instead;
 * **attention / FFN** units (attention-FFN disaggregation) each get half the TPOT: with two
   micro-batches in ping-pong, each side runs one micro-batch while the other runs the other;
-  FFN units come at several token batches;
+  FFN units come at several token batches. The two halves step in lockstep, so a design has one
+  pace: ``dse place`` also solves the design at each unit's own pace below the target
+  (:attr:`Candidates.tighter_afd_paces`), where an attention batch held by HBM, or an FFN unit's
+  fixed batch, steps faster than a loose target and is credited all it carries;
 * **midfill** units (the four-stage topology) take returning turns only: their utilisation cap is
   set by a batch of midfills and the fastest allowed way back, not by fresh prompts, and they
   hand the KV to decode as prefill units do. Prefill units may still take returning turns, so the
@@ -91,6 +94,10 @@ class Candidates:
     units: tuple[UnitInfo, ...]
     exclusions: tuple[Exclusion, ...]
     topology: Topology
+    # attention-FFN: the TPOT pace its attention and FFN units were sized at (None: the target),
+    # and, built at the target, the tighter paces :func:`build_candidates` may also be asked for
+    afd_pace: float | None = None
+    tighter_afd_paces: tuple[float, ...] = ()
 
 
 @dataclass
@@ -126,6 +133,7 @@ class _Builder:
         self.opts = req.options
         self.tiers = set(req.options.tiers)
         self.cap = req.options.decode_max_batch if req.options.decode_max_batch is not None else np.inf
+        self.afd_paces: set[float] = set()  # tighter paces an attention-FFN design may run at
         for i in map(int, np.flatnonzero(~s.fits)):
             self.exclude(
                 i,
@@ -440,31 +448,48 @@ class _Builder:
         self.rows.append(row)
         return row
 
-    def add_afd(self) -> None:
-        """Attention units (KV and attention weights) and FFN units (experts), half the TPOT each."""
+    def add_afd(self, pace: float | None = None) -> None:
+        """Attention units (KV and attention weights) and FFN units (experts), half the pace each:
+        the TPOT target's, or a tighter ``pace`` every unit of the design then keeps (the two
+        halves step in lockstep).
+
+        Built at the target (in ``dse place``), it also finds the tighter paces worth a design
+        of their own (``afd_paces``): each unit's own, its step over the side's share. An
+        attention shape whose batch HBM holds steps faster than a loose target, and an FFN unit
+        (a fixed batch) too, so the target's pace credits them only a part of what they carry.
+        At a tighter pace a unit the target has but the pace cannot run stays in the list,
+        carrying nothing (:meth:`_dead`): every pace's MILP then has the target's structure and
+        re-solves in place."""
         s, slo, p = self.s, self.slo, self.p
+        target = pace is None or pace == slo.tpot_s
+        pace = slo.tpot_s if pace is None else pace
+        tag = "" if target else f"/tpot{pace * 1e3:g}ms"
+        of = f"TPOT {slo.tpot_s * 1e3:g} ms" if target else f"the {pace * 1e3:g} ms pace"
         att, ffn = attention_side(s.pool), ffn_side(s.pool)
-        half = np.full(len(s), slo.tpot_s * AFD_SIDE_SHARE)
-        _, batch = self.decode_points(att, slo.tpot_s * AFD_SIDE_SHARE)
+        rate, batch = self.decode_points(att, pace * AFD_SIDE_SHARE)
+        at_target = batch if target else self.decode_points(att, slo.tpot_s * AFD_SIDE_SHARE)[1]
         att_w = weight_bytes_per_gpu(att) / GB
         for i in self.shapes("decode", unit="attention"):
             if batch[i] <= 0:
-                self.exclude(
-                    i, "attention", f"attention step cannot fit half of TPOT {slo.tpot_s * 1e3:g} ms"
-                )
+                self.exclude(i, "attention", f"attention step cannot fit half of {of}")
+                if at_target[i] > 0:
+                    self._dead(i, Role.ATTENTION, tag)
                 continue
             info = self.info(
                 i,
                 Role.ATTENTION,
+                suffix=tag,
                 batch=float(batch[i]),
                 weights_gb=float(att_w[i]),
                 hbm_gb=float(att_w[i] + batch[i] * s.per_seq_gb[i] / s.pool.kv_shard[i]),
-                tpot=slo.tpot_s,
+                tpot=pace,
             )
-            # the step is paced by the TPOT target, not by the attention side alone
+            # the step is paced by the design's pace, not by the attention side alone
             self.rows.append(
-                _Row(info, i, len(self.classes), dec=float(batch[i] / slo.tpot_s), nic=float(s.nic_gb_s[i]))
+                _Row(info, i, len(self.classes), dec=float(batch[i] / pace), nic=float(s.nic_gb_s[i]))
             )
+            if target:
+                self._tighter(float(batch[i] / rate[i]), pace)
         ffn_w = weight_bytes_per_gpu(ffn) / GB
         for per_gpu in self.opts.ffn_tokens_per_gpu:
             seqs = per_gpu * s.pool.gpus
@@ -482,28 +507,62 @@ class _Builder:
                 / s.accept
             )
             for i in self.shapes("decode", unit="ffn"):
-                if step[i] > half[i]:
+                if step[i] > pace * AFD_SIDE_SHARE:
                     self.exclude(
                         i,
                         "ffn",
                         f"expert step for {seqs[i]:.0f} sequences takes {step[i] * 1e3:.2f} ms, "
-                        f"over half of TPOT {slo.tpot_s * 1e3:g} ms",
+                        f"over half of {of}",
                     )
+                    if step[i] <= slo.tpot_s * AFD_SIDE_SHARE:
+                        self._dead(i, Role.FFN, f"/b{seqs[i]:.0f}{tag}")
                     continue
+                if target:
+                    self._tighter(float(step[i]), pace)
                 info = self.info(
                     i,
                     Role.FFN,
-                    suffix=f"/b{seqs[i]:.0f}",
+                    suffix=f"/b{seqs[i]:.0f}{tag}",
                     batch=float(seqs[i]),
                     weights_gb=float(ffn_w[i]),
                     hbm_gb=float(ffn_w[i]),
-                    tpot=slo.tpot_s,
+                    tpot=pace,
                 )
                 self.rows.append(
-                    _Row(
-                        info, i, len(self.classes), dec=float(seqs[i] / slo.tpot_s), nic=float(s.nic_gb_s[i])
-                    )
+                    _Row(info, i, len(self.classes), dec=float(seqs[i] / pace), nic=float(s.nic_gb_s[i]))
                 )
+
+    def _tighter(self, side_step: float, pace: float) -> None:
+        """Offer the pace of a unit whose side steps in ``side_step`` (``dse place``), where it is
+        :data:`PACE_APART` below the target's ``pace``."""
+        own = _pace_up(side_step / AFD_SIDE_SHARE)
+        if self.opts.tighter_paces and own < pace * (1.0 - PACE_APART):
+            self.afd_paces.add(own)
+
+    def _dead(self, i: int, role: Role, suffix: str) -> None:
+        """A unit of shape ``i`` the target runs but this pace cannot: it carries nothing."""
+        info = self.info(i, role, suffix=suffix + "/none", hbm_gb=0.0, tpot=np.nan)
+        self.rows.append(_Row(info, i, len(self.classes)))
+
+
+# a tighter pace within this share of one already kept (or of the target) is not solved again:
+# the shape it would credit fully is credited within that share at the slower one
+PACE_APART = 0.02
+
+
+def _apart(paces: set[float]) -> tuple[float, ...]:
+    """``paces``, slowest first, each at least :data:`PACE_APART` below the one kept before it."""
+    kept: list[float] = []
+    for pace in sorted(paces, reverse=True):
+        if not kept or pace < kept[-1] * (1.0 - PACE_APART):
+            kept.append(pace)
+    return tuple(kept)
+
+
+def _pace_up(seconds: float) -> float:
+    """A pace rounded up to a tenth of a millisecond (a unit's name carries it), so that the
+    batch found at it is the one that set it."""
+    return float(np.ceil(seconds * 1e4 - 1e-6) / 1e4)
 
 
 # TPOT paces an aggregated unit is also offered at (seconds): a preferred-number grid per decade,
@@ -545,9 +604,12 @@ def build_candidates(
     catalog: Catalog,
     params: PerfParams,
     hardware: list[Hardware] | None = None,
+    afd_pace: float | None = None,
 ) -> Candidates:
     """Units, their coefficients and the shapes left out, for one concrete topology.
-    ``hardware`` overrides the catalog entries (the shadow prices perturb them)."""
+    ``hardware`` overrides the catalog entries (the shadow prices perturb them); ``afd_pace``
+    sizes an attention-FFN design's decode units for a pace tighter than the TPOT target (one of
+    the target's build's :attr:`Candidates.tighter_afd_paces`)."""
     hws = hardware if hardware is not None else [catalog.hardware(h) for h in req.hardware]
     model = catalog.model(req.model)
     s = Shapes(req, model, hws, params)
@@ -566,11 +628,18 @@ def build_candidates(
         if topology is Topology.DISAGGREGATED:
             b.add_decode()
         else:
-            b.add_afd()
+            b.add_afd(afd_pace)
     split = topology in (Topology.AFD, Topology.FOUR_STAGE)
     afd_gb = float(afd_bytes_per_token(s.pool)[0] / GB) if split else 0.0
     data = _assemble(req, s, b.rows, b.classes, afd_gb)
-    return Candidates(data, tuple(r.info for r in b.rows), tuple(b.excl), topology)
+    return Candidates(
+        data,
+        tuple(r.info for r in b.rows),
+        tuple(b.excl),
+        topology,
+        afd_pace=afd_pace if split else None,
+        tighter_afd_paces=_apart(b.afd_paces),
+    )
 
 
 def energy_usd_per_gpu_hour(hw: Hardware, req: PlacementRequest, p: PerfParams) -> float:

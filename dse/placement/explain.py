@@ -264,7 +264,9 @@ def shadow_prices(
         for name, (unit, step, apply) in RESOURCES.items():
             bumped: list[Hardware] = list(hws)
             bumped[h] = apply(hw, step)
-            new = build_candidates(req, c.topology, catalog, params, hardware=bumped).data
+            new = build_candidates(
+                req, c.topology, catalog, params, hardware=bumped, afd_pace=c.afd_pace
+            ).data
             moved = residuals(_align(replace(new, objective=Objective.COST), data), x)
             d_obj = sum(float(np.dot(duals[k], moved[k] - base[k])) for k in base if k in duals)
             value = -d_obj / step

@@ -115,12 +115,8 @@ def place_best(
     outcomes = []
     built: dict[Topology, Candidates] = {}
     for topo in topologies:
-        cands = build_candidates(req, topo, ctx.catalog, ctx.params)
-        settled = None
-        if req.objective is Objective.GOODPUT:
-            cands, settled = settled_reach(cands, ctx.solver)
-        built[topo] = cands
-        outcomes.append(solve_candidates(req, cands, ctx.solver, settled))
+        outcome, built[topo] = _solve_topology(req, topo, ctx)
+        outcomes.append(outcome)
     feasible = [o for o in outcomes if o.feasible]
     best = min(feasible, key=lambda o: o.result.objective) if feasible else None
     prices: tuple[ShadowPrice, ...] = ()
@@ -128,6 +124,41 @@ def place_best(
         sol = best.result.solution
         prices = shadow_prices(req, built[best.topology], sol, ctx.solver, ctx.catalog, ctx.params)
     return PlacementReport(req, tuple(outcomes), best, prices)
+
+
+def _solve_topology(
+    req: PlacementRequest, topo: Topology, ctx: Context
+) -> tuple[TopologyOutcome, Candidates]:
+    """One topology's outcome and the candidates it was solved on. An attention-FFN design is
+    also solved at each tighter pace its target's build found (its decode units all at that
+    pace: the two halves step in lockstep) and the best feasible one kept, the target's on a
+    tie: an attention shape whose batch HBM holds steps faster than a loose target, which
+    credits the unit only batch / target (``Candidates.tighter_afd_paces``)."""
+    cands = build_candidates(req, topo, ctx.catalog, ctx.params)
+    family = [cands] + [
+        build_candidates(req, topo, ctx.catalog, ctx.params, afd_pace=pace)
+        for pace in cands.tighter_afd_paces
+    ]
+    best: tuple[TopologyOutcome, Candidates] | None = None
+    for c in family:
+        settled = None
+        if req.objective is Objective.GOODPUT:
+            c, settled = settled_reach(c, ctx.solver)
+        outcome = solve_candidates(req, c, ctx.solver, settled)
+        if best is None or _better(outcome, best[0]):
+            best = (outcome, c)
+    assert best is not None
+    return best
+
+
+def _better(a: TopologyOutcome, b: TopologyOutcome) -> bool:
+    """Whether ``a`` beats ``b``: feasible where ``b`` is not, or a lower objective by more than
+    the solver's tolerance."""
+    if not a.feasible:
+        return False
+    if not b.feasible:
+        return True
+    return a.result.objective < b.result.objective - 1e-9 * max(abs(b.result.objective), 1.0)
 
 
 # a goodput placement's slot rows are sized for the traffic it reaches, found by re-solving at the
