@@ -207,12 +207,14 @@ class PlacementSolver:
         b, build = self._instance(data)
         return b, build, self._arrays(b, fresh=build > 0)
 
-    def solve(self, data: PlacementData) -> SolveResult:
+    def solve(self, data: PlacementData, beat: float = math.inf) -> SolveResult:
         """Solve; then, unless the MILP closed its gap, re-solve the LP left with the counts of the
         incumbent fixed, so the continuous choices (tiers, routing) are exactly optimal rather
-        than within the gap."""
+        than within the gap. ``beat``: an objective the caller already has from another MILP,
+        below which alone a design is wanted (HiGHS cuts off there, :func:`run_highs`); without
+        one, the answer may be no solution or the root start's design, either no better."""
         b, build, lp = self._loaded(data)
-        result = self._run_highs(b, data, lp)
+        result = self._run_highs(b, data, lp, beat)
         sol = result.solution
         # a MILP proven optimal already has the optimal continuous part; within a gap it may not
         if self.options.polish and sol is not None and not result.gap <= 1e-9:
@@ -276,7 +278,9 @@ class PlacementSolver:
         bound = float(res.objective_bound) if res.objective_bound is not None else float("nan")
         return _result(term, status, obj, bound, solve_s, sol), dual_values
 
-    def _run_highs(self, b: _Built, data: PlacementData, lp: highspy.HighsLp) -> SolveResult:
+    def _run_highs(
+        self, b: _Built, data: PlacementData, lp: highspy.HighsLp, beat: float = math.inf
+    ) -> SolveResult:
         """Solve ``lp`` in this structure's own HiGHS instance, from the root start."""
         t0 = time.perf_counter()
         if b.highs is None:
@@ -286,7 +290,9 @@ class PlacementSolver:
         h, cols = b.highs, b.columns
         assert cols is not None
         with _ctrl_c_after():
-            first = run_highs(h, lp, cols, data, start=self.options.root_start, cutoff=self.options.cutoff)
+            first = run_highs(
+                h, lp, cols, data, start=self.options.root_start, cutoff=self.options.cutoff, beat=beat
+            )
         solve_s = time.perf_counter() - t0
         term, status, obj, bound, values = _answer(h, lp, first)
         sol = _from_columns(values, cols, data) if values is not None else None
@@ -372,6 +378,7 @@ def run_highs(
     *,
     start: bool = True,
     cutoff: bool = True,
+    beat: float = math.inf,
 ) -> Start | None:
     """Solve ``lp`` in ``h``: a MILP with its counts bounded by its root start
     (:mod:`formulations.root_start`) unless ``start`` is False, and cut off at the start's
@@ -388,19 +395,24 @@ def run_highs(
     design lies below it (which the rounded design, below it, rules out unless HiGHS values the
     cutoff otherwise, as it does a start), the MILP runs again without one. When HiGHS stops at a
     limit with nothing as good as the rounded design, that design is the answer (:func:`_answer`).
+
+    ``beat``, an objective the caller has from elsewhere, cuts off there when it is the lower: a
+    MILP with nothing below it is not run again, as only a design below it is wanted.
     Returns the start, if any."""
     first = root_start(h, lp, cols, data) if start else None
     if first is not None:
         lp.col_upper_ = first.upper
     h.passModel(lp)
     bound = cutoff_of(first) if first is not None and cutoff else math.inf
+    ours = bound < beat  # the cutoff is the start's, which a design lies below
+    bound = min(bound, beat)
     t0 = time.perf_counter()
     try:
         h.setOptionValue("objective_bound", bound)
         h.run()
     finally:  # the next run in this instance (a polish LP, another trial's relaxation) has none
         h.setOptionValue("objective_bound", math.inf)
-    if bound < math.inf and h.getModelStatus() in _NOTHING_BELOW_CUTOFF:
+    if ours and bound < math.inf and h.getModelStatus() in _NOTHING_BELOW_CUTOFF:
         limit = float(h.getOptionValue("time_limit")[1])  # highspy answers (status, value)
         try:  # within what is left of the time limit
             h.setOptionValue("time_limit", max(limit - (time.perf_counter() - t0), 0.0))

@@ -460,7 +460,7 @@ class _Builder:
         At a tighter pace a unit the target has but the pace cannot run stays in the list,
         carrying nothing (:meth:`_dead`): every pace's MILP then has the target's structure and
         re-solves in place."""
-        s, slo, p = self.s, self.slo, self.p
+        s, slo = self.s, self.slo
         target = pace is None or pace == slo.tpot_s
         pace = slo.tpot_s if pace is None else pace
         tag = "" if target else f"/tpot{pace * 1e3:g}ms"
@@ -490,6 +490,13 @@ class _Builder:
             )
             if target:
                 self._tighter(float(batch[i] / rate[i]), pace)
+        self._add_ffn(ffn, pace, tag, of)
+
+    def _add_ffn(self, ffn: Pool, pace: float, tag: str, of: str) -> None:
+        """FFN units (the pool's FFN side ``ffn``) at each token batch of the options, at ``pace``
+        (``tag`` and ``of`` name it); see :meth:`add_afd`."""
+        s, slo, p = self.s, self.slo, self.p
+        target = pace == slo.tpot_s
         ffn_w = weight_bytes_per_gpu(ffn) / GB
         for per_gpu in self.opts.ffn_tokens_per_gpu:
             seqs = per_gpu * s.pool.gpus

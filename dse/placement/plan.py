@@ -7,6 +7,7 @@ solution into pools and a KV-tier plan, :mod:`formulations.placement_check` re-c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -133,21 +134,29 @@ def _solve_topology(
     also solved at each tighter pace its target's build found (its decode units all at that
     pace: the two halves step in lockstep) and the best feasible one kept, the target's on a
     tie: an attention shape whose batch HBM holds steps faster than a loose target, which
-    credits the unit only batch / target (``Candidates.tighter_afd_paces``)."""
+    credits the unit only batch / target (``Candidates.tighter_afd_paces``). A pace's MILP is
+    cut off at the best objective so far (a cost or GPU objective; goodput settles its own
+    rows), and a pace with nothing better is dropped unexplained."""
+    goodput = req.objective is Objective.GOODPUT
     cands = build_candidates(req, topo, ctx.catalog, ctx.params)
-    family = [cands] + [
-        build_candidates(req, topo, ctx.catalog, ctx.params, afd_pace=pace)
-        for pace in cands.tighter_afd_paces
-    ]
-    best: tuple[TopologyOutcome, Candidates] | None = None
-    for c in family:
-        settled = None
-        if req.objective is Objective.GOODPUT:
-            c, settled = settled_reach(c, ctx.solver)
-        outcome = solve_candidates(req, c, ctx.solver, settled)
-        if best is None or _better(outcome, best[0]):
+    settled = None
+    if goodput:
+        cands, settled = settled_reach(cands, ctx.solver)
+    best = (solve_candidates(req, cands, ctx.solver, settled), cands)
+    for pace in cands.tighter_afd_paces:
+        c = build_candidates(req, topo, ctx.catalog, ctx.params, afd_pace=pace)
+        beat = best[0].result.objective if best[0].feasible else math.inf
+        if goodput:
+            c, solved = settled_reach(c, ctx.solver)
+        else:
+            solved = ctx.solver.solve(c.data, beat=beat)
+        if solved is None or solved.solution is None or solved.solution.scale <= 0.0:
+            continue  # nothing placed (a goodput of nothing is no design)
+        if not solved.objective < beat:
+            continue
+        outcome = solve_candidates(req, c, ctx.solver, solved)
+        if _better(outcome, best[0]):
             best = (outcome, c)
-    assert best is not None
     return best
 
 
