@@ -141,8 +141,30 @@ def test_a_decode_pool_holds_the_kv_its_engine_reserves(catalog: Catalog) -> Non
     assert best is not None
     lat = design_latency(design_of(req, best), catalog, params)
     assert lat is not None and lat.percentile("ttft", 90.0) <= 0.5
-    s = candidates.Shapes(req, catalog.model(req.model), [catalog.hardware("b200")], params)
+    s = candidates.Shapes(req, catalog.model(req.model), [catalog.hardware("b200")], params, handed=True)
     assert s.kv_ctx[0] == pytest.approx(2800.0) and s.decode_ctx[0] == pytest.approx(2400.0)
+
+
+def test_sglangs_disaggregated_decode_holds_its_fixed_reserve(catalog: Catalog) -> None:
+    """SGLang's disaggregated decode server reserves 512 tokens past each prompt it admits
+    (SGLANG_NUM_RESERVED_DECODE_TOKENS), as the engine-level simulation admits: more than half of
+    an 800-token output, less than half of a 2,000-token one. Its aggregated scheduler reserves a
+    tenth of the output, so an aggregated unit holds the mean context."""
+    model, hw, params = catalog.model("deepseek-v3"), [catalog.hardware("b200")], load_params()
+    req = traffic("deepseek-v3", "b200", 20.0, 0.5, 0.1, 90.0, Topology.DISAGGREGATED, "sglang")
+    assert candidates.Shapes(req, model, hw, params, handed=True).kv_ctx[0] == pytest.approx(2512.0)
+    assert candidates.Shapes(req, model, hw, params).kv_ctx[0] == pytest.approx(2400.0)
+    long = replace(req, workload=replace(req.workload, output_tokens=2000.0))
+    assert candidates.Shapes(long, model, hw, params, handed=True).kv_ctx[0] == pytest.approx(3000.0)
+    # the decode units of a disaggregated build hold it: their HBM counts 2,512 tokens a sequence
+    c = candidates.build_candidates(req, Topology.DISAGGREGATED, catalog, params)
+    dec = [u for u in c.units if u.role.name == "DECODE"]
+    assert dec
+    s = candidates.Shapes(req, model, hw, params, handed=True)
+    for u in dec:
+        i = next(k for k, q in enumerate(s.par) if q == u.parallel)
+        kv = u.decode_batch * s.per_seq_gb[i] / s.pool.kv_shard[i]
+        assert u.hbm_gb_per_gpu == pytest.approx(s.weights_gb[i] + kv)
 
 
 def test_a_goodput_answer_does_not_depend_on_the_rate_it_is_given(catalog: Catalog) -> None:

@@ -619,7 +619,7 @@ def build_candidates(
     the target's build's :attr:`Candidates.tighter_afd_paces`)."""
     hws = hardware if hardware is not None else [catalog.hardware(h) for h in req.hardware]
     model = catalog.model(req.model)
-    s = Shapes(req, model, hws, params)
+    s = Shapes(req, model, hws, params, handed=topology is not Topology.AGGREGATED)
     b = _Builder(req, s)
     broken = req.workload.context_problem(model.max_context, model.id)
     if broken is not None:  # no shape can serve it: an answer (a grid point beyond the window), not a crash

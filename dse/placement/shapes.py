@@ -190,7 +190,16 @@ def _staged(c: PrefillCost, pp: Array, pool: Pool, tokens: float, hidden: float)
 class Shapes:
     """Every shape of a request on its hardware, evaluated once."""
 
-    def __init__(self, req: PlacementRequest, model: Model, hws: list[Hardware], params: PerfParams) -> None:
+    def __init__(
+        self,
+        req: PlacementRequest,
+        model: Model,
+        hws: list[Hardware],
+        params: PerfParams,
+        handed: bool = False,
+    ) -> None:
+        """``handed``: the decoding units take their requests handed over by a prefill pool
+        (disaggregated, attention-FFN), whose admission may reserve otherwise."""
         engine = with_mtp(params.engine(req.engine), req.mtp_draft_tokens, req.mtp_accept_rate)
         self.hws = hws
         self.hw_of, self.par = _shape_list(req, model, hws, params, engine.kv_precision)
@@ -216,10 +225,14 @@ class Shapes:
         w = req.workload
         self.decode_ctx = np.full(n, w.mean_prompt_tokens() + 0.5 * w.output_tokens)
         # the KV a decoding sequence holds: its mean context, or more where the engine's admission
-        # reserves more of its output (TensorRT-LLM's GUARANTEED_NO_EVICT: all of it), as the
-        # engine-level simulation admits (dse.perf.latency_tables.ENGINE_RULES)
-        share = max(0.5, ENGINE_RULES[req.engine].reserve)
-        self.kv_ctx = np.full(n, w.mean_prompt_tokens() + share * w.output_tokens)
+        # reserves more of its output (TensorRT-LLM's GUARANTEED_NO_EVICT: all of it; SGLang's
+        # disaggregated decode server a fixed 512 tokens past the prompt), as the engine-level
+        # simulation admits (dse.perf.latency_tables.ENGINE_RULES)
+        rules = ENGINE_RULES[req.engine]
+        past = max(0.5, rules.reserve) * w.output_tokens
+        if handed and rules.decode_reserve_tokens > 0:
+            past = max(0.5 * w.output_tokens, rules.decode_reserve_tokens)
+        self.kv_ctx = np.full(n, w.mean_prompt_tokens() + past)
         kv_gb = float(pool.kv_bytes_per_token[0] / GB)  # one KV precision per request
         state_gb = float(pool.state_bytes[0]) / GB  # one KV precision per request
         # unique KV of one decoding sequence in the KV's shards (the placement divides by them)
