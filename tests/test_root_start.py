@@ -199,3 +199,20 @@ def test_the_objective_is_the_solutions_cost_whatever_highs_reports() -> None:
     _, _, obj, bound, values = _answer(h, lp, None)
     assert values is not None and cost_usd_hour(data, _from_columns(values, cols, data)) == pytest.approx(8.0)
     assert obj == pytest.approx(8.0) and bound == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("data", CASES[:4], ids=[f"case{i}" for i in range(4)])
+def test_a_milp_asked_to_beat_an_objective_finds_only_what_beats_it(data: PlacementData) -> None:
+    """``solve(data, beat=...)`` (an attention-FFN pace against the best pace so far): above the
+    optimum it finds the optimum; at it, nothing better, whatever comes back (no solution or the
+    root start's design) is no cheaper, and the MILP is not run again without the cutoff (HiGHS
+    may return a design at the cutoff itself: the caller keeps only one below it)."""
+    solver = PlacementSolver()
+    optimum = solver.solve(data)
+    assert optimum.solution is not None
+    above = solver.solve(data, beat=optimum.objective * 1.5 + 1.0)
+    assert above.objective == pytest.approx(optimum.objective, rel=1e-6)
+    below = optimum.objective - 1e-3
+    at = solver.solve(data, beat=below)
+    assert at.solution is None or at.objective >= optimum.objective * (1 - 1e-6)
+    assert at.termination is not Termination.OPTIMAL  # run once, cut off: not again to the optimum
