@@ -211,8 +211,9 @@ class PlacementSolver:
         """Solve; then, unless the MILP closed its gap, re-solve the LP left with the counts of the
         incumbent fixed, so the continuous choices (tiers, routing) are exactly optimal rather
         than within the gap. ``beat``: an objective the caller already has from another MILP,
-        below which alone a design is wanted (HiGHS cuts off there, :func:`run_highs`); without
-        one, the answer may be no solution or the root start's design, either no better."""
+        below which alone a design is wanted (HiGHS cuts off there, :func:`run_highs`); where
+        none lies below it, the answer is no solution or the root start's design, neither below
+        it (HiGHS may also return one at the cutoff itself)."""
         b, build, lp = self._loaded(data)
         result = self._run_highs(b, data, lp, beat)
         sol = result.solution

@@ -21,6 +21,7 @@ from dse.perf.stages import forward_cost, kv_capacity_sequences, weight_bytes_pe
 from dse.placement.parallel import Parallel, parse_shape
 from dse.placement.request import PlacementRequest
 from dse.units import GB, Precision
+from dse.workload import Workload
 from formulations.placement_data import TIERS
 
 
@@ -187,6 +188,18 @@ def _staged(c: PrefillCost, pp: Array, pool: Pool, tokens: float, hidden: float)
     return PrefillCost(c.one_s + lag, c.busy_s / pp, c.batch_s + lag)
 
 
+def held_past_prompt(req: PlacementRequest, handed: bool) -> float:
+    """Tokens past its prompt the KV of a decoding sequence holds: half its output (its mean
+    context), or more where the engine's admission reserves more (TensorRT-LLM's
+    GUARANTEED_NO_EVICT: all of it; SGLang's disaggregated decode server, ``handed`` its requests
+    by a prefill pool, a fixed 512 tokens), as the engine-level simulation admits
+    (:data:`dse.perf.latency_tables.ENGINE_RULES`)."""
+    rules, osl = ENGINE_RULES[req.engine], req.workload.output_tokens
+    if handed and rules.decode_reserve_tokens > 0:
+        return max(0.5 * osl, rules.decode_reserve_tokens)
+    return max(0.5, rules.reserve) * osl
+
+
 class Shapes:
     """Every shape of a request on its hardware, evaluated once."""
 
@@ -224,15 +237,7 @@ class Shapes:
         self.accept = np.full(n, engine.mtp_accept_tokens if req.mtp else 1.0)
         w = req.workload
         self.decode_ctx = np.full(n, w.mean_prompt_tokens() + 0.5 * w.output_tokens)
-        # the KV a decoding sequence holds: its mean context, or more where the engine's admission
-        # reserves more of its output (TensorRT-LLM's GUARANTEED_NO_EVICT: all of it; SGLang's
-        # disaggregated decode server a fixed 512 tokens past the prompt), as the engine-level
-        # simulation admits (dse.perf.latency_tables.ENGINE_RULES)
-        rules = ENGINE_RULES[req.engine]
-        past = max(0.5, rules.reserve) * w.output_tokens
-        if handed and rules.decode_reserve_tokens > 0:
-            past = max(0.5 * w.output_tokens, rules.decode_reserve_tokens)
-        self.kv_ctx = np.full(n, w.mean_prompt_tokens() + past)
+        self.kv_ctx = np.full(n, w.mean_prompt_tokens() + held_past_prompt(req, handed))
         kv_gb = float(pool.kv_bytes_per_token[0] / GB)  # one KV precision per request
         state_gb = float(pool.state_bytes[0]) / GB  # one KV precision per request
         # unique KV of one decoding sequence in the KV's shards (the placement divides by them)
@@ -251,27 +256,7 @@ class Shapes:
         self.cap_seq = np.where(staged, np.floor(self.free_unique_gb / self.per_seq_gb), self.cap_seq)
         self.fits = self.cap_seq > 0
 
-        self.fresh, self.midfill, self.recompute = prefill_costs(
-            pool,
-            p,
-            self.speed,
-            [
-                (w.input_tokens, 0.0),
-                (w.suffix_tokens, w.cached_prefix_tokens),
-                (w.returning_context_tokens, 0.0),
-            ],
-            chunk,
-            per_instance,
-        )
-        if staged.any():
-            self.fresh, self.midfill, self.recompute = (
-                _staged(c, pp, pool, new, model.hidden)
-                for c, new in zip(
-                    (self.fresh, self.midfill, self.recompute),
-                    (w.input_tokens, w.suffix_tokens, w.returning_context_tokens),
-                    strict=True,
-                )
-            )
+        self.fresh, self.midfill, self.recompute = self._prefill_costs(w, model, chunk, per_instance)
         self.instance_gpus = pool.gpus * pp
         self.nic_gb_s = pool.nic_bytes_per_s * p.nic_eff * self.instance_gpus / GB  # one instance
         # one request's KV leaves over the NICs of the GPUs that hold its shards (every stage's)
@@ -282,6 +267,21 @@ class Shapes:
         self.fresh_handoff_s = self.fresh_handoff_gb / kv_nics
         self.returning_handoff_s = self.returning_handoff_gb / kv_nics
         self.tier_gb_s = tier_bandwidth(hws)  # (H, T) per GPU
+
+    def _prefill_costs(
+        self, w: Workload, model: Model, chunk: float, per_instance: bool
+    ) -> tuple[PrefillCost, PrefillCost, PrefillCost]:
+        """A fresh prompt's, a returning turn's suffix's and a recompute's prefill cost on every
+        shape, a pipelined one's as its stages run it."""
+        pool, pp = self.pool, self.pp
+        news = (w.input_tokens, w.suffix_tokens, w.returning_context_tokens)
+        cached = (0.0, w.cached_prefix_tokens, 0.0)
+        cases = list(zip(news, cached, strict=True))
+        costs = prefill_costs(pool, self.params, self.speed, cases, chunk, per_instance)
+        if (pp > 1).any():
+            costs = [_staged(c, pp, pool, new, model.hidden) for c, new in zip(costs, news, strict=True)]
+        fresh, midfill, recompute = costs
+        return fresh, midfill, recompute
 
     def __len__(self) -> int:
         return len(self.par)
