@@ -6,7 +6,7 @@ the tighter paces.
 100, 150, 200 and 300 ms, once with the decode units at their target's largest batch only
 (``tighter_paces=False``, as a search trial builds them) and once also at tighter paces (``dse
 place`` now), the two alternating: aggregated (units also at the grid's tighter paces), then
-attention-FFN (the design also solved at each attention shape's own pace below the target).
+attention-FFN (the design also solved at each attention and FFN unit's own pace below the target).
 Prints, per topology, the series whose cost rises with a looser target, the largest rise, how
 many points the paces made cheaper, and the time of both.
 Run: ``python benchmarks/tpot_paces.py``.

@@ -204,9 +204,9 @@ def test_the_objective_is_the_solutions_cost_whatever_highs_reports() -> None:
 @pytest.mark.parametrize("data", CASES[:4], ids=[f"case{i}" for i in range(4)])
 def test_a_milp_asked_to_beat_an_objective_finds_only_what_beats_it(data: PlacementData) -> None:
     """``solve(data, beat=...)`` (an attention-FFN pace against the best pace so far): above the
-    optimum it finds the optimum; at it, nothing better, whatever comes back (no solution or the
-    root start's design) is no cheaper, and the MILP is not run again without the cutoff (HiGHS
-    may return a design at the cutoff itself: the caller keeps only one below it)."""
+    optimum it finds the optimum; just below it there is nothing to find, whatever comes back (no
+    solution or the root start's design) is no cheaper, and the MILP is not run again without
+    the cutoff (at the optimum itself HiGHS may return it: the caller keeps only a design below)."""
     solver = PlacementSolver()
     optimum = solver.solve(data)
     assert optimum.solution is not None

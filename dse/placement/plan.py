@@ -153,7 +153,7 @@ def _solve_topology(
         if solved is None or solved.solution is None or solved.solution.scale <= 0.0:
             continue  # nothing placed (a goodput of nothing is no design)
         if not solved.objective < beat:
-            continue
+            continue  # no better than the best pace so far: not explained, not checked
         outcome = solve_candidates(req, c, ctx.solver, solved)
         if _better(outcome, best[0]):
             best = (outcome, c)
