@@ -119,3 +119,35 @@ def test_a_ctrl_c_an_earlier_command_remembered_does_not_stop_a_later_run(tmp_pa
     assert res.trials.height == 1
     with interrupt.remembered():
         interrupt.check()  # a new command starts clear
+
+
+class _OutOfStep:
+    """A trial source whose close fails, as the sampler's pipe does when a Ctrl-C landed in the
+    middle of a reply (`dse.study.proposer.Proposer._receive`: "a reply that does not load")."""
+
+    done = 3
+
+    def close(self) -> None:
+        raise RuntimeError("the sampler process sent a reply that does not load: UnpicklingError()")
+
+
+def test_a_close_that_fails_after_ctrl_c_still_says_what_is_stored(tmp_path: Path) -> None:
+    """Ctrl-C in the trial loop, then the source fails to close because of it: the run says where
+    it stopped and that a rerun resumes (it had printed "dse: interrupted" alone, once in a full
+    suite's SIGTERM test). A close that fails without a Ctrl-C still raises."""
+    import optuna
+
+    from dse.study.faults import StudyInterrupted
+    from dse.study.runner import _closing
+    from dse.study.storage import StoredStudy
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    storage = optuna.storages.RDBStorage(url)
+    stored = StoredStudy.of(optuna.create_study(storage=storage, study_name="s"), storage, url)
+    with pytest.raises(StudyInterrupted) as stopped:
+        with _closing(_OutOfStep(), None, stored, 200):  # type: ignore[arg-type]
+            raise KeyboardInterrupt
+    assert "interrupted after 0 of 200 trials; all 0 are stored in" in str(stopped.value)
+    with pytest.raises(RuntimeError, match="does not load"):
+        with _closing(_OutOfStep(), None, stored, 200):  # type: ignore[arg-type]
+            pass

@@ -262,16 +262,23 @@ def _trials(
 def _closing(source: TrialSource, bar: _Progress | None, stored: StoredStudy, budget: int) -> Iterator[None]:
     """Close the source and the bar however the block ends; Ctrl-C in it says what is stored,
     counted once the source is closed (the sampler's process has stored what it was told: a
-    Ctrl-C between telling it of a trial and counting that trial here must not under-count)."""
+    Ctrl-C between telling it of a trial and counting that trial here must not under-count).
+    Closing after a Ctrl-C may fail because of it (one that landed mid-message leaves the
+    sampler's pipe out of step, and its next reply does not load): the Ctrl-C is what is said."""
     interrupted = False
     try:
         yield
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        source.close()
-        if bar is not None:
-            bar.close()
+        try:
+            source.close()
+        except Exception:
+            if not interrupted:
+                raise
+        finally:
+            if bar is not None:
+                bar.close()
     if interrupted:
         done = source.done
         with contextlib.suppress(*STORAGE_ERRORS):
