@@ -32,6 +32,7 @@ from pyomo.core.expr.numeric_expr import (
 from pyomo.core.expr.numvalue import native_numeric_types
 from pyomo.repn.standard_repn import generate_standard_repn
 
+from formulations.placement_data import PlacementSolution
 from formulations.pyomo_layer import pyo
 
 _INF = highspy.kHighsInf
@@ -49,6 +50,17 @@ class Columns:
     r: np.ndarray  # (U, C, T)
     scale: int
     used: np.ndarray  # (U,) whether a mixed unit serves at all (binary; -1 for the other units)
+
+    def solution(self, col: np.ndarray) -> PlacementSolution:
+        """The solution HiGHS's column values ``col`` hold (a column HiGHS never saw is 0)."""
+        padded = np.append(col, 0.0)  # index -1 reads the 0 at the end
+        return PlacementSolution(
+            sale_units=np.round(padded[self.n], 9),
+            instances=np.round(padded[self.x], 9),
+            fresh=np.maximum(padded[self.f], 0.0),
+            returning=np.maximum(padded[self.r], 0.0),
+            scale=float(padded[self.scale]),
+        )
 
 
 def columns_of(m: pyo.ConcreteModel, var_col: dict[int, int]) -> Columns:

@@ -110,10 +110,8 @@ def _rounded(value: np.ndarray, cols: Columns, data: PlacementData) -> np.ndarra
     x[seen] = np.ceil(value[cols.x[seen]] - _ROUND)
     if on.any():
         rows = slot_rows(data)
-        served = np.zeros(data.n_units)
-        served[cols.f >= 0] = value[cols.f[cols.f >= 0]]
-        r = cols.r >= 0
-        served += np.where(r, value[np.where(r, cols.r, 0)], 0.0).sum(axis=(1, 2))
+        sol = cols.solution(value)
+        served = sol.fresh + sol.returning.sum(axis=(1, 2))
         need = (served * data.output_tokens + rows["mix_k"] * used) / np.maximum(rows["mix_s"], 1e-300)
         x = np.where(on & (used > 0), np.maximum(x, np.ceil(need - _ROUND)), x)
     design[cols.x[seen]] = x[seen]

@@ -296,7 +296,7 @@ class PlacementSolver:
             )
         solve_s = time.perf_counter() - t0
         term, status, obj, bound, values = _answer(h, lp, first)
-        sol = _from_columns(values, cols, data) if values is not None else None
+        sol = cols.solution(values) if values is not None else None
         return _result(term, status, obj, bound, solve_s, sol)
 
     def relaxed_duals(
@@ -501,18 +501,6 @@ def _result(
         bound = obj
     gap = abs(obj - bound) / max(abs(obj), 1e-9) if np.isfinite(obj) and np.isfinite(bound) else float("nan")
     return SolveResult(term, status, obj, bound, gap, 0.0, solve_s, sol)
-
-
-def _from_columns(col: np.ndarray, cols: Columns, data: PlacementData) -> PlacementSolution:
-    """:func:`_read_back` from HiGHS's column values (a column HiGHS never saw is 0)."""
-    padded = np.append(col, 0.0)  # index -1 reads the 0 at the end
-    return PlacementSolution(
-        sale_units=np.round(padded[cols.n], 9),
-        instances=np.round(padded[cols.x], 9),
-        fresh=np.maximum(padded[cols.f], 0.0),
-        returning=np.maximum(padded[cols.r], 0.0),
-        scale=float(padded[cols.scale]),
-    )
 
 
 def _read_back(m: pyo.ConcreteModel, data: PlacementData) -> PlacementSolution:

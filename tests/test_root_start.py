@@ -18,7 +18,7 @@ from formulations.direct import Columns, columns_of
 from formulations.placement_check import check, cost_usd_hour
 from formulations.placement_data import Objective, PlacementData
 from formulations.root_start import Start, _cost_bounds, root_start
-from formulations.solve import PlacementSolver, SolveOptions, Termination, _answer, _from_columns, run_highs
+from formulations.solve import PlacementSolver, SolveOptions, Termination, _answer, run_highs
 
 
 def arrays(data: PlacementData) -> tuple[highspy.HighsLp, Columns]:
@@ -53,7 +53,7 @@ def test_the_rounded_design_is_feasible_and_the_optimum_lies_between_it_and_the_
 ) -> None:
     start, cols = started(data)
     assert start is not None
-    design = _from_columns(start.design, cols, data)
+    design = cols.solution(start.design)
     assert check(data, design).ok
     assert np.array_equal(design.instances, np.round(design.instances))  # whole instances
     optimum = PlacementSolver(SolveOptions(root_start=False)).solve(data)
@@ -197,7 +197,7 @@ def test_the_objective_is_the_solutions_cost_whatever_highs_reports() -> None:
     h.run()
     assert h.getInfo().objective_function_value == pytest.approx(4.0)  # HiGHS's misreport
     _, _, obj, bound, values = _answer(h, lp, None)
-    assert values is not None and cost_usd_hour(data, _from_columns(values, cols, data)) == pytest.approx(8.0)
+    assert values is not None and cost_usd_hour(data, cols.solution(values)) == pytest.approx(8.0)
     assert obj == pytest.approx(8.0) and bound == pytest.approx(8.0)
 
 
