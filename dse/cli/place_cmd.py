@@ -28,11 +28,12 @@ from dse.placement.request import (
 from dse.typed_data import Rule, at_least_one, build, check_number, non_negative, positive
 from dse.units import Precision
 from dse.workload import Slo, Workload
-from formulations.placement_data import TIERS, Objective
+from formulations.placement_data import TIERS, Objective, Role
 
 if TYPE_CHECKING:
     from dse.evaluation import EngineCheck
     from dse.perf.params import PerfParams
+    from dse.placement.candidates import UnitInfo
     from dse.placement.plan import PlacementReport, TopologyOutcome
 
 
@@ -425,7 +426,7 @@ def render(
     ]
     if energy is not None:
         lines.append(_energy_line(report.request, energy))
-    lines += ["", _pools_table(best, report.request.slo.percentile)]
+    lines += ["", _pools_table(best, report.request.slo)]
     if best.tiers:
         lines += ["", _tiers_table(best)]
     if report.shadow_prices:
@@ -501,14 +502,24 @@ def _outcomes_table(report: PlacementReport) -> str:
     )
 
 
-def _pools_table(best: TopologyOutcome, percentile: float) -> str:
+PACED = (Role.MIXED, Role.ATTENTION, Role.FFN)  # units dse place also sizes for tighter paces
+
+
+def _pools_table(best: TopologyOutcome, slo: Slo) -> str:
     """One row per pool of the best topology; its TTFT is the one the unit holds at the target's
-    percentile (a prefill unit's is the target it is sized for)."""
+    percentile (a prefill unit's is the target it is sized for). An aggregated, attention or FFN
+    unit sized for a pace tighter than the TPOT target says it after its shape (``@126.5ms``; a
+    decode unit's TPOT is its batch's own step, not a pace it was sized for)."""
+
+    def shape(u: UnitInfo) -> str:
+        paced = u.role in PACED and u.tpot_s == u.tpot_s and u.tpot_s < slo.tpot_s * (1.0 - 1e-9)
+        return u.parallel.label() + (f" @{u.tpot_s * 1e3:g}ms" if paced else "")
+
     rows = [
         [
             p.unit.role.name.lower(),
             p.unit.hardware,
-            p.unit.parallel.label(),
+            shape(p.unit),
             p.instances,
             p.gpus,
             p.unit.decode_batch or None,
@@ -533,7 +544,7 @@ def _pools_table(best: TopologyOutcome, percentile: float) -> str:
             "req/s",
             "out tok/s",
             "HBM GB/GPU",
-            f"TTFT p{percentile:g} s",
+            f"TTFT p{slo.percentile:g} s",
             "$/hour",
         ],
         rows,
