@@ -6,13 +6,19 @@ or 100 ms; TensorRT-LLM or SGLang. Each is placed over every topology (`dse plac
 feasible topology's design is run through the engine-level simulation (`dse place --confirm`:
 Poisson arrivals at the mean traffic). Prints how many of the MILP's designs, and of its
 cheapest ones, hold their TTFT at the percentile, and the time. To compare with an older commit,
-run it with ``PYTHONPATH`` at that commit's checkout.
-Run: ``python benchmarks/engine_agreement.py``.
+run it with ``PYTHONPATH`` at that commit's checkout, each run saving every request's outcome
+(``--save FILE.json``: per topology, its $/hour and its simulated TTFT, or none where it cannot
+be simulated request by request), then ``--compare BEFORE.json AFTER.json``: the requests whose
+answer moved, how many got a cheaper design per topology, and the designs that changed between
+holding, missing and not simulated.
+Run: ``python benchmarks/engine_agreement.py [--save FILE.json]``, or with ``--compare A B``.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import sys
 import time
 
 from record import figure
@@ -34,8 +40,9 @@ ENGINES = ("trt", "sglang")
 TPOTS = (0.05, 0.1)
 
 
-def main() -> None:
+def main(save: str | None = None) -> None:
     catalog, params = load_catalog(), load_params()
+    outcomes: dict[str, dict[str, list[object]]] = {}  # request -> topology -> [$/hour, TTFT, holds]
     ctx = Context(catalog, params, PlacementSolver())
     designs = held = best_held = requests = unsimulated = 0
     t0 = time.perf_counter()
@@ -52,6 +59,9 @@ def main() -> None:
         if report.best is None:
             continue
         ranked = engine_checks(report, ctx)  # cheapest first
+        usd = {o.topology.value: o.usd_per_hour for o in report.ranked()}
+        key = f"{model} {hw} {rate:g} req/s TTFT {ttft:g} s p{q:g} TPOT {tpot * 1e3:g} ms {engine}"
+        outcomes[key] = {c.topology.value: [usd[c.topology.value], c.ttft_s, c.holds] for c in ranked}
         checks = [c for c in ranked if c.ttft_s is not None]  # those simulated request by request
         requests += 1
         designs += len(checks)
@@ -69,7 +79,51 @@ def main() -> None:
     figure("cheapest designs that hold in the engine-level simulation", best_held, "of", f"{requests}")
     figure("designs that hold in the engine-level simulation", held, "of", f"{designs} simulated")
     figure("wall time of the benchmark", seconds, "s")
+    if save is not None:
+        with open(save, "w") as f:
+            json.dump(outcomes, f, indent=0)
+
+
+def _state(o: list[object] | None) -> str:
+    if o is None:
+        return "absent"
+    return "not simulated" if o[1] is None else "holds" if o[2] else "misses"
+
+
+def compare(before_file: str, after_file: str) -> None:
+    """What moved between two saved runs (``--save``): per topology, the requests whose design got
+    cheaper (the largest saving with its request), and the designs whose state changed."""
+    with open(before_file) as f:
+        before = json.load(f)
+    with open(after_file) as f:
+        after = json.load(f)
+    moved: dict[tuple[str, str], int] = {}
+    for key in sorted(set(before) & set(after)):
+        b, a = before[key], after[key]
+        for topo in sorted(set(b) | set(a)):
+            change = (_state(b.get(topo)), _state(a.get(topo)))
+            if change[0] != change[1]:
+                moved[change] = moved.get(change, 0) + 1
+                print(f"{key}: {topo} {change[0]} -> {change[1]}")
+    for topo in ("aggregated", "disaggregated", "afd"):
+        pairs = [(k, before[k][topo][0], after[k][topo][0]) for k in before
+                 if k in after and topo in before[k] and topo in after[k]]  # fmt: skip
+        cheaper = [(1 - a / b, k, b, a) for k, b, a in pairs if a < b * (1 - 1e-9)]
+        dearer = [k for k, b, a in pairs if a > b * (1 + 1e-9)]
+        line = f"{topo}: cheaper at {len(cheaper)} of {len(pairs)} requests, dearer at {len(dearer)}"
+        if cheaper:
+            top = max(cheaper)
+            line += f"; largest saving {top[0]:.1%} ({top[1]}: ${top[2]:,.2f} -> ${top[3]:,.2f}/hour)"
+        print(line)
+    cheapest = sum(1 for k in after if k in before and min(after[k], key=lambda t: after[k][t][0])
+                   != min(before[k], key=lambda t: before[k][t][0]))  # fmt: skip
+    print(f"requests whose cheapest topology changed: {cheapest}")
+    for (was, now), n in sorted(moved.items()):
+        print(f"designs {was} -> {now}: {n}")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--compare"]:
+        compare(sys.argv[2], sys.argv[3])
+    else:
+        main(sys.argv[2] if sys.argv[1:2] == ["--save"] else None)
