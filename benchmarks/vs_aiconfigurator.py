@@ -244,15 +244,18 @@ def _unqueued_best(topo: Any, hw: str, gpus: int, price: float, catalog: Any, pa
 
 def nearest_measured(hw: str) -> dict[str, float]:
     """The measured runs nearest the question: the best output tokens/s per GPU (over all GPUs of
-    the run) among fp8 DeepSeek-R1 runs on ``hw`` that met both targets at their medians (TTFT
-    <= 1 s, TPOT <= 30 ms), at ISL 1024 and 8192 (OSL 1024), and between them at ISL 4000 (the
-    question's), geometric in the prompt length; per topology."""
+    the run) among fp8 DeepSeek-R1 runs on ``hw`` without speculative decoding (both tools answer
+    without it: AIConfigurator's ``--nextn`` is 0 unless asked, as is dse's ``--mtp``) that met
+    both targets at their medians (TTFT <= 1 s, TPOT <= 30 ms), at ISL 1024 and 8192 (OSL 1024),
+    and between them at ISL 4000 (the question's), geometric in the prompt length; per topology."""
     from dse.paths import MEASURED_RUNS
 
     best: dict[tuple[str, int], float] = {}
     with open(MEASURED_RUNS, newline="") as fh:
         for r in csv.DictReader(fh):
             if r["hardware"] != hw.split("-")[0] or r["precision"] != "fp8" or r["osl"] != "1024":
+                continue
+            if r["spec_method"] != "none":  # MTP runs answer another question
                 continue
             try:
                 ok = float(r["median_ttft_s"]) <= TTFT_MS / 1e3 and float(r["median_tpot_ms"]) <= TPOT_MS
@@ -388,7 +391,8 @@ def closer(runs: dict[str, tuple[Run, Run]]) -> list[str]:
     ways for dse: its own (a queued median) and AIConfigurator's (one prefill pass)."""
     out = [
         "Against the measured runs nearest the question (output tokens/s per GPU, all GPUs; fp8 "
-        "InferenceX runs meeting TTFT 1 s and TPOT 30 ms at their medians, at ISL 1024 and 8192, "
+        "runs without MTP, as both tools answer; InferenceX runs meeting TTFT 1 s and TPOT 30 ms "
+        "at their medians, at ISL 1024 and 8192, "
         "interpolated to 4000; `dse (AIC TTFT)` is dse with TTFT as one prefill pass, as "
         "AIConfigurator defines it):",
         "",

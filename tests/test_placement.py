@@ -415,32 +415,33 @@ def test_a_pipelined_prefill_pool_holds_no_more_than_its_gpus_hbm() -> None:
 
 
 def test_a_looser_tpot_target_never_costs_more(catalog: Catalog) -> None:
-    """GLM-4.6 on B200 at 380 req/s, TTFT 1 s at p90, aggregated: each unit is offered at the
-    grid's tighter paces too, whose smaller batches keep a prompt's wait behind the decode step
-    short, so a looser TPOT costs no more. Offered at its target's largest batch only, 150 ms
-    costs more than 100 ms ($842.40 against $826.80): its prompts wait behind longer steps."""
+    """DeepSeek-V3 on H200 at 50 req/s of 8,000-token prompts, TTFT 0.5 s at p90, aggregated
+    (a series of benchmarks/tpot_paces.py): each unit is offered at the grid's tighter paces too,
+    whose smaller batches keep a prompt's wait behind the decode step short, so a looser TPOT
+    costs no more. Offered at its target's largest batch only, 200 ms costs more than 150 ms
+    ($338.40 against $315.84; $293.28 at the paces): its prompts wait behind longer steps."""
     from dse.placement.request import UnitOptions
 
     def cost(tpot: float, tighter: bool) -> float:
         req = request(
-            model="glm-4.6",
+            model="deepseek-v3",
             topology=Topology.AGGREGATED,
-            hardware=("b200",),
-            workload=Workload(requests_per_s=380.0, input_tokens=2000.0, output_tokens=800.0),
-            slo=Slo(ttft_s=1.0, tpot_s=tpot, percentile=90.0),
-            options=UnitOptions(decode_shapes=("8gpu-dpa-ep8", "16gpu-dpa-ep16"), tighter_paces=tighter),
+            hardware=("h200-sxm",),
+            workload=Workload(requests_per_s=50.0, input_tokens=8000.0, output_tokens=800.0),
+            slo=Slo(ttft_s=0.5, tpot_s=tpot, percentile=90.0),
+            options=UnitOptions(tighter_paces=tighter),
         )
         best = place(req, catalog=catalog, with_shadow_prices=False).best
         assert best is not None
         return best.usd_per_hour
 
-    paced = {t: cost(t, True) for t in (0.05, 0.1, 0.15, 0.2)}
-    unpaced = {t: cost(t, False) for t in (0.1, 0.15)}
-    assert paced[0.2] <= paced[0.15] <= paced[0.1] <= paced[0.05], paced
-    assert unpaced[0.15] > unpaced[0.1] > paced[0.15]
+    paced = {t: cost(t, True) for t in (0.1, 0.15, 0.2, 0.3)}
+    unpaced = {t: cost(t, False) for t in (0.15, 0.2)}
+    assert paced[0.3] <= paced[0.2] <= paced[0.15] <= paced[0.1], paced
+    assert unpaced[0.2] > unpaced[0.15] > paced[0.2]
     # the figures docs/cli.md quotes
-    assert paced == pytest.approx(dict.fromkeys(paced, 811.2))
-    assert unpaced == pytest.approx({0.1: 826.8, 0.15: 842.4})
+    assert paced == pytest.approx(dict.fromkeys(paced, 293.28)), paced
+    assert unpaced == pytest.approx({0.15: 315.84, 0.2: 338.4}), unpaced
 
 
 def test_aggregated_units_at_tighter_paces_run_smaller_batches_and_say_their_pace(catalog: Catalog) -> None:

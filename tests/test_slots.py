@@ -111,11 +111,14 @@ def test_a_fleet_is_simulated_behind_its_router_not_instance_by_instance() -> No
 
 
 def test_an_aggregated_fleet_of_small_instances_holds_once_simulated_whole(catalog: Catalog) -> None:
-    """GLM-4.6 on H200 at 20 requests/s, TTFT 0.5 s at p99: 35 four-GPU instances, each simulated
-    alone at a 35th of the traffic, queued for their 19 slots (4.1 s at p99); behind one router
-    they hold."""
+    """GLM-4.6 on H200 at 20 requests/s, TTFT 0.5 s at p99, TPOT 50 ms, on four-GPU instances:
+    15 of them, each simulated alone at its share of the traffic, queue for their slots (3.7 s at
+    p99); behind one router they hold (0.32 s)."""
+    from dse.placement.request import UnitOptions
+
     params = load_params()
-    req = traffic("glm-4.6", "h200-sxm", 20.0, 0.5, 0.1, 99.0, Topology.AGGREGATED, "trt")
+    req = traffic("glm-4.6", "h200-sxm", 20.0, 0.5, 0.05, 99.0, Topology.AGGREGATED, "trt")
+    req = replace(req, options=UnitOptions(decode_shapes=("4gpu-tp4-ep4",)))
     best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
     assert best is not None
     assert max(p.instances for p in best.pools) >= 10  # a fleet of small instances

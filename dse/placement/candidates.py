@@ -47,6 +47,7 @@ from dse.catalog import Catalog, Hardware
 from dse.errors import InputError
 from dse.perf.afd import SIDE_SHARE as AFD_SIDE_SHARE
 from dse.perf.afd import afd_bytes_per_token, attention_side, ffn_side
+from dse.perf.latency_tables import ENGINE_RULES
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
 from dse.perf.power import gpu_power_w
@@ -189,6 +190,8 @@ class _Builder:
         alone: bool = False,
         rho_cap: float = RHO_MAX,
         lead_s: float = 0.0,
+        scale: float = 1.0,
+        forward_s: float | None = None,
     ) -> float:
         """Fill the prefill coefficients of ``row`` for shape ``i`` (its utilisation, the share of
         its time it prefills, is ``row.share``); returns the fresh TTFT (a midfill
@@ -202,28 +205,34 @@ class _Builder:
         back it takes, ``slowest_tier`` (so faster ones meet TTFT too); ``alone``, it prefills one
         returning turn per forward (a short wait, at the busy time of an unbatched forward).
         ``rho_cap`` caps the utilisation (an aggregated unit's prefill share); ``lead_s`` comes
-        before any prefill starts (an aggregated unit's decode step in progress)."""
+        before any prefill starts (an aggregated unit's decode step in progress); ``scale``
+        multiplies every prefill forward's time (an aggregated instance's fitted factor);
+        ``forward_s``, where given, is the forward a queued prompt waits behind (an aggregated
+        unit's at its load, :meth:`_loaded_prefill`) in place of a full batch's."""
         s, p, slo = self.s, self.p, self.slo
         k_q = slo.wait_quantile_factor * p.prefill_queue_factor
         hand_mid = s.returning_handoff_s[i] if handoff else 0.0
-        mid_one = s.midfill.one_s[i]
+        fresh_one, mid_one, rec_one = (scale * c.one_s[i] for c in (s.fresh, s.midfill, s.recompute))
         paths = {}  # tier -> (busy seconds, what it adds to TTFT over a prefix in HBM)
         for tier in TIERS:
             if tier not in self.tiers:
                 continue
             if tier == "drop":
-                busy = s.recompute.one_s[i] if alone else s.recompute.busy_s[i]
-                paths[tier] = (busy, max(s.recompute.one_s[i] - mid_one, 0.0))
+                busy = rec_one if alone else scale * s.recompute.busy_s[i]
+                paths[tier] = (busy, max(rec_one - mid_one, 0.0))
             else:
-                paths[tier] = (s.midfill.one_s[i] if alone else s.midfill.busy_s[i], s.reload_s(i, tier))
-        fixed = lead_s + s.fresh.one_s[i] + (s.fresh_handoff_s[i] if handoff else 0.0)
+                busy = mid_one if alone else scale * s.midfill.busy_s[i]
+                paths[tier] = (busy, s.reload_s(i, tier))
+        fixed = lead_s + fresh_one + (s.fresh_handoff_s[i] if handoff else 0.0)
         slowest = fixed if fresh else np.inf
         if self.classes and paths:
             back = lead_s + min(r for _, r in paths.values()) + mid_one + hand_mid
             if slowest_tier is not None and slowest_tier in paths:
                 back = lead_s + paths[slowest_tier][1] + mid_one + hand_mid
             slowest = max(fixed, back) if fresh else back
-        batch_s = s.midfill.one_s[i] if alone else (s.fresh if fresh else s.midfill).batch_s[i]
+        batch_s = mid_one if alone else scale * (s.fresh if fresh else s.midfill).batch_s[i]
+        if forward_s is not None:
+            batch_s = forward_s
         room = slo.ttft_s - slowest
         if room <= 0:
             return np.nan
@@ -231,7 +240,7 @@ class _Builder:
         rho = min(a / (1.0 + a), RHO_MAX, rho_cap)
         wait = k_q * batch_s * rho / (1.0 - rho)
         row.share = rho
-        row.fresh_s = float(s.fresh.busy_s[i]) if fresh else np.inf
+        row.fresh_s = float(scale * s.fresh.busy_s[i]) if fresh else np.inf
         for t, tier in enumerate(TIERS):
             ttft_back = lead_s + paths[tier][1] + mid_one + hand_mid + wait if tier in paths else np.inf
             if ttft_back <= slo.ttft_s * (1 + 1e-9):
@@ -395,18 +404,21 @@ class _Builder:
                         placed.add(i)
                         if len(paces) > 1:
                             if i not in limits:
-                                limits[i] = self._shortest_step_row(i, phi)
+                                limits[i] = self._shortest_step_row(i, phi, float(rate[i]), float(batch[i]))
                             if self._nothing_left(row, limits[i]):
                                 settled.add(i)
             for i, why in missed.items():
                 if i not in placed:
                     self.exclude(i, "mixed", f"at prefill share {phi:g}: {why}")
 
-    def _shortest_step_row(self, i: int, phi: float) -> _Row:
+    def _shortest_step_row(self, i: int, phi: float, rate: float, batch: float) -> _Row:
         """What a unit of shape ``i`` at share ``phi`` would get with no decode step ahead of its
-        prompts: the most a tighter pace can buy."""
+        prompts, its forwards batching what they do at the unit's load (``rate`` tokens/s over
+        steps of ``batch / rate``): the most a tighter pace can buy."""
         probe = _Row(self.info(i, Role.MIXED, hbm_gb=0.0), i, len(self.classes))
-        self.prefill_side(probe, i, handoff=False, rho_cap=phi, lead_s=0.0)
+        scale = self.p.latency.agg_prefill_factor
+        self.prefill_side(probe, i, handoff=False, rho_cap=phi, lead_s=0.0, scale=scale)
+        self._loaded_prefill(probe, i, rate * (1.0 - phi), batch / rate, scale, phi, lead_s=0.0)
         return probe
 
     @staticmethod
@@ -427,12 +439,15 @@ class _Builder:
             nic=float(s.nic_gb_s[i]),
         )
         step = batch / rate  # the decode step (per output token) a prompt arrives during, at most
-        ttft = self.prefill_side(row, i, handoff=False, rho_cap=phi, lead_s=step)
+        scale = self.p.latency.agg_prefill_factor
+        ttft = self.prefill_side(row, i, handoff=False, rho_cap=phi, lead_s=step, scale=scale)
         if not np.isfinite(ttft):
             return (
-                f"TTFT {slo.ttft_s:g} s cannot be met: a prompt takes {s.fresh.one_s[i]:.3f} s "
+                f"TTFT {slo.ttft_s:g} s cannot be met: a prompt takes {scale * s.fresh.one_s[i]:.3f} s "
                 f"after a decode step of up to {step:.3f} s"
             )
+        self._loaded_prefill(row, i, rate * (1.0 - phi), step, scale, phi, lead_s=step)
+        ttft = row.info.ttft_s
         kv_used = batch * s.per_seq_gb[i]
         row.hbm_idle = max(float(s.free_unique_gb[i] - kv_used), 0.0)
         row.info = self.info(
@@ -447,6 +462,38 @@ class _Builder:
         )
         self.rows.append(row)
         return row
+
+    def _loaded_prefill(
+        self, row: _Row, i: int, out_tokens_s: float, step: float, scale: float, phi: float, lead_s: float
+    ) -> None:
+        """Price an aggregated unit's prompts at the batch its engine forms at the unit's load
+        (:func:`forward_batch`), not a full one. So a unit
+        whose prompts arrive a few a step pays nearly a whole forward's weights read for each
+        (its busy time per prompt), and a queued prompt waits behind that forward, not a full
+        batch's (its TTFT). The unit takes requests at its decode rate, or fewer where its
+        prefill share runs out first, and the fewer, the smaller the batches: a fixed point, met
+        in a few rounds. ``lead_s`` comes before any prefill starts (:meth:`prefill_side`). Leaves
+        the TTFT in ``row.info.ttft_s``."""
+        s = self.s
+        top = out_tokens_s / max(s.workload.output_tokens, 1.0)  # requests/s its decode takes
+        full = np.array([s.fresh.busy_s[i], s.midfill.busy_s[i], s.recompute.busy_s[i]])
+        mixed = ENGINE_RULES[self.req.engine].mixed
+        lam, busy, ttft, forward = top, full, np.nan, 0.0
+        for _ in range(4):
+            prompts = forward_batch(lam, step, forward, mixed)
+            busy = s.busy_at(i, prompts)
+            forward = scale * busy[0] * min(prompts, float(s.fresh.batch_s[i] / s.fresh.busy_s[i]))
+            probe = _Row(row.info, i, len(self.classes))
+            ttft = self.prefill_side(
+                probe, i, handoff=False, rho_cap=phi, lead_s=lead_s, scale=scale, forward_s=forward
+            )
+            row.share, row.mid, row.reload = probe.share, probe.mid, probe.reload
+            lam = min(top, row.share / max(scale * busy[0], 1e-12))
+        more = busy / full  # at least 1: the busy time per prompt of a smaller batch
+        row.fresh_s = float(scale * busy[0])
+        for t, tier in enumerate(TIERS):  # a returning turn's way back, where it has one
+            row.mid[:, t] *= float(more[2] if tier == "drop" else more[1])
+        row.info = replace(row.info, ttft_s=float(ttft))
 
     def add_afd(self, pace: float | None = None) -> None:
         """Attention units (KV and attention weights) and FFN units (experts), half the pace each:
@@ -596,6 +643,24 @@ def _tpot_reason(slo: Slo, cap_seq: float) -> str:
     if cap_seq < 1.0:
         return f"not even one sequence's KV fits next to the weights ({cap_seq:.2f} sequences)"
     return f"TPOT {slo.tpot_s * 1e3:g} ms cannot be met even at batch 1"
+
+
+def forward_batch(lam: float, step: float, forward: float, mixed: bool) -> float:
+    """Prompts an aggregated instance's prefill forward takes, on average, with Poisson arrivals
+    at ``lam`` a second. Its scheduler forms one at each iteration's end from the prompts that
+    arrived during it (SGLang's ``get_new_batch_prefill``; vLLM and TensorRT-LLM mix them into
+    the next decode step): an iteration is a decode step (``step`` seconds) or a prefill forward
+    (``forward``; mixed, with the decode step in it). An iteration of ``t`` seconds is followed
+    by a forward with probability ``1 - e^(-lam t)``, so a share ``p = P0 / (1 - P1 + P0)`` of
+    iterations are forwards, and each takes what arrived over ``1 / p`` iterations, at least one
+    prompt."""
+    long = forward + (step if mixed else 0.0)  # a forward's iteration
+    p0, p1 = -np.expm1(-lam * step), -np.expm1(-lam * long)
+    if p0 <= 1e-12:
+        return 1.0
+    p = p0 / (1.0 - p1 + p0)
+    mean = p * long + (1.0 - p) * step  # seconds an iteration lasts, on average
+    return max(1.0, lam * mean / p)
 
 
 def classes_of(w: Workload) -> list[tuple[str, float, float]]:

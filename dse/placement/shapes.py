@@ -9,6 +9,7 @@ The role builders in :mod:`dse.placement.candidates` turn these into operating p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -133,6 +134,50 @@ def prefill_costs(
     return [PrefillCost(one[i], full[i] * new[i] / batch[i], full[i]) for i in range(len(cases))]
 
 
+def prefill_cases(w: Workload) -> list[tuple[float, float]]:
+    """``(new, cached)`` tokens of a fresh prompt, a returning turn's suffix against its reloaded
+    prefix (a midfill), and a returning turn recomputed whole."""
+    return [
+        (w.input_tokens, 0.0),
+        (w.suffix_tokens, w.cached_prefix_tokens),
+        (w.returning_context_tokens, 0.0),
+    ]
+
+
+BATCH_POINTS = 7  # prompts per forward tabulated from one to a full batch, geometric
+
+
+def batched_busy(
+    pool: Pool,
+    p: PerfParams,
+    speed: Array,
+    cases: list[tuple[float, float]],
+    chunk_tokens: float,
+    per_instance: bool,
+) -> tuple[Array, Array]:
+    """Per case ``(new, cached)`` and shape: the most prompts one forward batches, ``(cases,
+    shapes)``, and the busy seconds per prompt of a forward of ``most ** u`` prompts for ``u`` on
+    ``BATCH_POINTS`` even steps from 0 to 1, ``(cases, BATCH_POINTS, shapes)``. A forward of a
+    few prompts costs more per prompt than a full one: it reads the weights all the same."""
+    ones = np.ones_like(pool.gpus)
+    new = np.array([max(c[0], 1.0) for c in cases])[:, None] * ones  # (cases, shapes)
+    most = prefill_batch_tokens(pool, new, chunk_tokens, per_instance) / new
+    b = most[:, None, :] ** np.linspace(0.0, 1.0, BATCH_POINTS)[None, :, None]  # (cases, K, shapes)
+    flat = (len(cases) * BATCH_POINTS, len(ones))
+    cached = np.repeat(np.array([c[1] for c in cases]), BATCH_POINTS)[:, None]
+    total = forward_cost(
+        pool,
+        p,
+        tokens=(new[:, None, :] * b).reshape(flat),
+        sequences=b.reshape(flat),
+        context=np.repeat(new, BATCH_POINTS, axis=0),
+        prefill=True,
+        speed=speed,
+        cached=cached,
+    ).total_s
+    return most, total.reshape(b.shape) / b
+
+
 def _shape_list(
     req: PlacementRequest, model: Model, hws: list[Hardware], params: PerfParams, kv: Precision
 ) -> tuple[list[int], list[Parallel]]:
@@ -235,7 +280,7 @@ class Shapes:
         self.speed = np.full(n, engine.speed)
         self.draft = np.full(n, float(engine.mtp_draft_tokens if req.mtp else 0))
         self.accept = np.full(n, engine.mtp_accept_tokens if req.mtp else 1.0)
-        w = req.workload
+        w = self.workload = req.workload
         self.decode_ctx = np.full(n, w.mean_prompt_tokens() + 0.5 * w.output_tokens)
         self.kv_ctx = np.full(n, w.mean_prompt_tokens() + held_past_prompt(req, handed))
         kv_gb = float(pool.kv_bytes_per_token[0] / GB)  # one KV precision per request
@@ -257,6 +302,7 @@ class Shapes:
         self.fits = self.cap_seq > 0
 
         self.fresh, self.midfill, self.recompute = self._prefill_costs(w, model, chunk, per_instance)
+        self._chunk, self._per_instance = chunk, per_instance
         self.instance_gpus = pool.gpus * pp
         self.nic_gb_s = pool.nic_bytes_per_s * p.nic_eff * self.instance_gpus / GB  # one instance
         # one request's KV leaves over the NICs of the GPUs that hold its shards (every stage's)
@@ -274,14 +320,32 @@ class Shapes:
         """A fresh prompt's, a returning turn's suffix's and a recompute's prefill cost on every
         shape, a pipelined one's as its stages run it."""
         pool, pp = self.pool, self.pp
-        news = (w.input_tokens, w.suffix_tokens, w.returning_context_tokens)
-        cached = (0.0, w.cached_prefix_tokens, 0.0)
-        cases = list(zip(news, cached, strict=True))
+        cases = prefill_cases(w)
         costs = prefill_costs(pool, self.params, self.speed, cases, chunk, per_instance)
         if (pp > 1).any():
+            news = [new for new, _ in cases]
             costs = [_staged(c, pp, pool, new, model.hidden) for c, new in zip(costs, news, strict=True)]
         fresh, midfill, recompute = costs
         return fresh, midfill, recompute
+
+    @cached_property
+    def _batched(self) -> tuple[Array, Array]:
+        """:func:`batched_busy` of a fresh prompt, a midfill and a recompute (aggregated units'
+        shapes only: unstaged), computed when an aggregated unit first asks."""
+        cases = prefill_cases(self.workload)
+        return batched_busy(self.pool, self.params, self.speed, cases, self._chunk, self._per_instance)
+
+    def busy_at(self, i: int, prompts: float) -> Array:
+        """Busy seconds per prompt of shape ``i`` (unstaged) when each forward batches ``prompts``
+        prompts, at most a full batch: a fresh prompt's, a midfill's and a recompute's."""
+        most, busy = self._batched
+        b = np.clip(prompts, 1.0, most[:, i])
+        u = np.log(b) / np.log(np.maximum(most[:, i], 1.0 + 1e-12))  # where on each case's grid
+        x = u * (BATCH_POINTS - 1)
+        k = np.minimum(x.astype(int), BATCH_POINTS - 2)
+        rows = np.arange(len(b))
+        lo, hi = busy[rows, k, i], busy[rows, k + 1, i]
+        return np.asarray(lo + (x - k) * (hi - lo))
 
     def __len__(self) -> int:
         return len(self.par)
