@@ -36,6 +36,7 @@ BENCHES = (
     "milp_speed",
     "tpot_paces",
     "engine_agreement",
+    "agg_prefill_batch",
     "sim_validation",
     "growth",
     "midfill",

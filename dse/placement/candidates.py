@@ -467,13 +467,12 @@ class _Builder:
         self, row: _Row, i: int, out_tokens_s: float, step: float, scale: float, phi: float, lead_s: float
     ) -> None:
         """Price an aggregated unit's prompts at the batch its engine forms at the unit's load
-        (:func:`forward_batch`), not a full one. So a unit
-        whose prompts arrive a few a step pays nearly a whole forward's weights read for each
-        (its busy time per prompt), and a queued prompt waits behind that forward, not a full
-        batch's (its TTFT). The unit takes requests at its decode rate, or fewer where its
-        prefill share runs out first, and the fewer, the smaller the batches: a fixed point, met
-        in a few rounds. ``lead_s`` comes before any prefill starts (:meth:`prefill_side`). Leaves
-        the TTFT in ``row.info.ttft_s``."""
+        (:func:`forward_batch`), not a full one: a unit whose prompts arrive a few a step pays
+        nearly a whole forward's weights read for each (its busy time per prompt), and a queued
+        prompt waits behind that forward, not a full batch's (its TTFT). The unit takes requests
+        at its decode rate, or fewer where its prefill share runs out first, and the fewer, the
+        smaller the batches: a fixed point, met in a few rounds. ``lead_s`` comes before any
+        prefill starts (:meth:`prefill_side`). Leaves the TTFT in ``row.info.ttft_s``."""
         s = self.s
         top = out_tokens_s / max(s.workload.output_tokens, 1.0)  # requests/s its decode takes
         full = np.array([s.fresh.busy_s[i], s.midfill.busy_s[i], s.recompute.busy_s[i]])
