@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import statistics
 import sys
 import time
 
@@ -109,12 +110,23 @@ def compare(before_file: str, after_file: str) -> None:
         pairs = [(k, before[k][topo][0], after[k][topo][0]) for k in before
                  if k in after and topo in before[k] and topo in after[k]]  # fmt: skip
         cheaper = [(1 - a / b, k, b, a) for k, b, a in pairs if a < b * (1 - 1e-9)]
-        dearer = [k for k, b, a in pairs if a > b * (1 + 1e-9)]
+        dearer = [(a / b - 1, k) for k, b, a in pairs if a > b * (1 + 1e-9)]
         line = f"{topo}: cheaper at {len(cheaper)} of {len(pairs)} requests, dearer at {len(dearer)}"
         if cheaper:
             top = max(cheaper)
-            line += f"; largest saving {top[0]:.1%} ({top[1]}: ${top[2]:,.2f} -> ${top[3]:,.2f}/hour)"
+            line += (f" (median saving {statistics.median(c[0] for c in cheaper):.1%}); largest saving "
+                     f"{top[0]:.1%} ({top[1]}: ${top[2]:,.2f} -> ${top[3]:,.2f}/hour)")  # fmt: skip
+        if dearer:
+            held = sum(1 for _, k in dearer if _state(before[k][topo]) == "holds")
+            line += (f"; dearer by a median {statistics.median(d[0] for d in dearer):.1%}, at most "
+                     f"{max(dearer)[0]:.1%}, {held} of them designs that held before")  # fmt: skip
         print(line)
+    best = {k: (min(v.values(), key=lambda t: t[0])[0], min(before[k].values(), key=lambda t: t[0])[0])
+            for k, v in after.items() if k in before}  # fmt: skip
+    down = [1 - a / b for a, b in best.values() if a < b * (1 - 1e-9)]
+    up = [a / b - 1 for a, b in best.values() if a > b * (1 + 1e-9)]
+    print(f"each request's cheapest design: cheaper at {len(down)}, dearer at {len(up)}; median change "
+          f"{statistics.median([a / b - 1 for a, b in best.values()]):+.1%}")  # fmt: skip
     cheapest = sum(1 for k in after if k in before and min(after[k], key=lambda t: after[k][t][0])
                    != min(before[k], key=lambda t: before[k][t][0]))  # fmt: skip
     print(f"requests whose cheapest topology changed: {cheapest}")
