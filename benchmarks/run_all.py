@@ -37,6 +37,7 @@ BENCHES = (
     "tpot_paces",
     "engine_agreement",
     "agg_prefill_batch",
+    "prefill_queue",
     "sim_validation",
     "growth",
     "midfill",

@@ -194,7 +194,7 @@ class EngineCheck:
     def describe(self) -> str:
         name, q = self.topology.value, f"p{self.percentile:g}"
         if self.ttft_s is None:
-            return f"{name}: not simulated request by request (several decode pools, or hardware mixed)"
+            return f"{name}: not simulated request by request (hardware mixed within a role)"
         verdict = "holds" if self.holds else "misses"
         tpot_ms = 1e3 * (self.tpot_s or 0.0)
         ttft = f"TTFT {q} {self.ttft_s:.3g} s against {self.ttft_target_s:g} s ({verdict})"
@@ -249,6 +249,7 @@ def _sim_pool(p: PoolPlan) -> SimPool:
         instances=float(p.instances),
         prefill_share=float(u.prefill_share or 0.0),
         prefill_batch_requests=float(u.prefill_batch_requests or 0.0),
+        prefill_forward_requests=float(u.prefill_forward_requests or 0.0),
         decode_batch=float(u.decode_batch or 0.0),
         output_tokens_per_s=float(p.output_tokens_per_s),
         requests_per_s=float(p.requests_per_s),

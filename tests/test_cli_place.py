@@ -181,12 +181,12 @@ def test_a_shape_written_another_way_is_the_same_shape(cli: Cli) -> None:
 
 def test_hardware_named_twice_is_one_candidate_with_one_inventory(cli: Cli) -> None:
     """b200 twice (or by two names) once bought 24 GPUs against an inventory of 16: each copy had
-    its own cap."""
+    its own cap. The design needs 16 now; against 8 each copy's cap would buy them."""
     for hw in ("b200,b200", "b200,B200"):
-        args = ["--topology", "disaggregated", "--inventory", "b200=16"]
+        args = ["--topology", "disaggregated", "--inventory", "b200=8"]
         out = cli(*[hw if a == "b200" else a for a in ONE], *args)
         assert out.code == 3, (hw, out.out, out.err)
-        assert "b200 24 of 16" in out.err and "needs 8 GPUs more" in out.err
+        assert "b200 16 of 8" in out.err and "needs 8 GPUs more" in out.err
 
 
 def test_an_inventory_of_none_says_the_gpus_the_demand_needs(cli: Cli) -> None:
@@ -194,7 +194,7 @@ def test_an_inventory_of_none_says_the_gpus_the_demand_needs(cli: Cli) -> None:
     fewer GPUs ("16 of 0"; "only 20 of 20 requests/s")."""
     out = cli(*ONE, "--topology", "disaggregated", "--inventory", "b200=0")
     assert out.code == 3
-    assert "needs 24 GPUs more than the inventory holds (GPUs needed of available: b200 24 of 0)" in out.err
+    assert "needs 16 GPUs more than the inventory holds (GPUs needed of available: b200 16 of 0)" in out.err
     assert "requests/s can be served" not in out.err
     cli_ = cli(*[a.replace("b200", "b200,h200") for a in ONE], "--topology", "disaggregated",
                "--inventory", "b200=0,h200=8")  # fmt: skip

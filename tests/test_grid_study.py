@@ -196,11 +196,10 @@ def test_dynamics_axes_change_the_simulation_not_the_placement() -> None:
 
 
 def test_a_point_whose_cheapest_design_fails_the_simulations_takes_the_next_topology() -> None:
-    """DeepSeek-V3 on H200 at 20 requests/s of 2k-token prompts, TTFT 0.5 s at p90 and TPOT 50 ms
-    (the shipped bandwidth-vs-capacity grid under SGLang, at a tighter TTFT): the cheapest
-    placement is disaggregated, whose attention-DP prefill servers are slower than the MILP
-    prices them, so its prompts miss TTFT once simulated; the point records the aggregated
-    design, dearer, which meets it."""
+    """DeepSeek-V3 on H200 at 100 requests/s of 2k-token prompts, TTFT 0.5 s at p90 and TPOT 50
+    ms (the shipped bandwidth-vs-capacity grid under SGLang, at a tighter TTFT): the cheapest
+    placement is disaggregated, whose prompts miss TTFT once simulated (0.58 s); the point
+    records the aggregated design, dearer, which meets it."""
     from dataclasses import replace
 
     spec = load_study(Path(__file__).resolve().parents[1] / "studies" / "bandwidth-vs-capacity.toml")
@@ -208,7 +207,7 @@ def test_a_point_whose_cheapest_design_fails_the_simulations_takes_the_next_topo
     cat = study_catalog(spec, load_catalog())
     cache: dict = {}
     point = {"model": "deepseek-v3", "hardware": "h200-sxm", "input_tokens": 2000.0, "tpot_s": 0.05,
-             "requests_per_s": 20.0, "ttft_s": 0.5}  # fmt: skip
+             "requests_per_s": 100.0, "ttft_s": 0.5}  # fmt: skip
     rec = evaluate_point(spec, point, cat, load_params(), PlacementSolver(TRIAL_SOLVE), cache)
     (placed,) = cache.values()
     assert placed.best is not None and placed.best.topology.value == "disaggregated"

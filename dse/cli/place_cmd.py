@@ -191,6 +191,14 @@ def _add_energy_and_shapes(p: argparse.ArgumentParser) -> None:
         "attention) and expert parallelism dividing the GPUs, e.g. 8gpu-tp8-ep4 (experts split 2-way "
         "inside each of 4 expert groups), 16gpu-dpa-ep16, 16gpu-pp2-tp8-ep8",
     )
+    for role in ("prefill", "midfill"):
+        p.add_argument(
+            f"--{role}-shapes",
+            default="",
+            metavar="LABEL,...",
+            help=f"{'four-stage: ' if role == 'midfill' else ''}the shapes {role} units may use, "
+            "spelled as --shapes (default: those of --shapes, or the default ones)",
+        )
 
 
 GAP_SHOWN = 1e-6  # a MIP gap below this is rounding (HiGHS reports 1e-16 for a proven optimum): 0
@@ -238,8 +246,10 @@ def _limits_of(args: argparse.Namespace, catalog: Catalog, src: str) -> Limits:
     )
 
 
-def _shapes_of(text: str, src: str, model: Model, hardware: list[Hardware]) -> tuple[str, ...] | None:
-    """``--shapes`` as labels (None: the default shapes), each one some candidate can run."""
+def _shapes_of(
+    text: str, src: str, model: Model, hardware: list[Hardware], flag: str = "--shapes"
+) -> tuple[str, ...] | None:
+    """``flag`` (``--shapes``) as labels (None: the default shapes), each one some candidate can run."""
     from dse.placement.shapes import parse_shape, shape_problem
 
     labels = tuple(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
@@ -247,10 +257,10 @@ def _shapes_of(text: str, src: str, model: Model, hardware: list[Hardware]) -> t
         try:
             par = parse_shape(label)
         except InputError as exc:
-            raise InputError(src, "--shapes", exc.rule, label) from None
+            raise InputError(src, flag, exc.rule, label) from None
         problems = [shape_problem(par, h, model) for h in hardware]
         if all(problems):
-            raise InputError(src, "--shapes", f"no candidate hardware can run it: {problems[0]}", label)
+            raise InputError(src, flag, f"no candidate hardware can run it: {problems[0]}", label)
     return labels or None
 
 
@@ -316,11 +326,14 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
     if stray is not None:  # the placement would name the request's field, not the flag
         rule = f"names hardware that is not a candidate (--hardware {','.join(dict.fromkeys(hardware))})"
         raise InputError(src, "--inventory", rule, stray)
-    shapes = _shapes_of(args.shapes, src, m, [catalog.hardware(h) for h in hardware])
+    hws = [catalog.hardware(h) for h in hardware]
+    shapes = _shapes_of(args.shapes, src, m, hws)
+    prefill = _shapes_of(args.prefill_shapes, src, m, hws, "--prefill-shapes") or shapes
+    midfill = _shapes_of(args.midfill_shapes, src, m, hws, "--midfill-shapes") or shapes
     return PlacementRequest(
         model=model,
         hardware=hardware,
-        options=UnitOptions(prefill_shapes=shapes, decode_shapes=shapes),
+        options=UnitOptions(prefill_shapes=prefill, decode_shapes=shapes, midfill_shapes=midfill),
         workload=workload,
         slo=slo,
         topology=Topology(args.topology),

@@ -5,10 +5,12 @@ experts) on one hardware, with its parallelism and operating point fixed. The MI
 of each; everything nonlinear (a decode batch that meets TPOT, a prefill utilisation that meets
 TTFT, the interference of chunked prefill with decode) is settled here, per unit:
 
-* **prefill** units run at the highest utilisation ``rho`` whose queueing wait keeps TTFT on target:
-  ``t_one + k * q * t_batch * rho / (1 - rho) + t_handoff <= TTFT`` (M/D/1-style wait with the
-  fitted queue factor ``q``; ``k`` turns the mean wait into the TTFT percentile, see
-  :class:`~dse.workload.Slo`);
+* **prefill** units run at the highest load whose prompts meet TTFT at its percentile, priced as
+  the engines batch them (:mod:`dse.placement.prefill_queue`: forwards of what queued during the
+  one before, the chance a prompt finds every instance busy, SGLang's hand-shake and attention-DP
+  lanes), each prompt's busy time at the batch it rides in. Every unit's TTFT starts with the
+  fitted front end and, handed to a decode pool, the fitted hand-off, as in the engine-level
+  simulation;
 * **decode** units run the largest batch whose step keeps TPOT on target and whose KV fits;
 * **aggregated** units come at several prefill time shares ``phi``: decode steps must fit in
   ``(1 - phi) * TPOT`` (prefill forwards take the rest of the time, and decode waits while they
@@ -53,6 +55,7 @@ from dse.perf.pool import Array, Pool
 from dse.perf.power import gpu_power_w
 from dse.perf.serving import RHO_MAX, decode_capacity_at_tpot
 from dse.perf.stages import forward_cost, weight_bytes_per_gpu
+from dse.placement.prefill_queue import PrefillCurve, prefill_curve
 from dse.placement.request import PlacementRequest, Topology
 from dse.placement.shapes import Parallel, Shapes, tier_capacity
 from dse.units import GB
@@ -75,7 +78,8 @@ class UnitInfo:
     weights_gb_per_gpu: float
     ttft_s: float  # fresh request at the unit's utilisation cap (nan for decode-only units)
     tpot_s: float  # nan for prefill-only units
-    prefill_batch_requests: float = 0.0  # fresh prompts one prefill forward batches together
+    prefill_batch_requests: float = 0.0  # fresh prompts one prefill forward batches together, at most
+    prefill_forward_requests: float = 0.0  # fresh prompts a forward batches at its load (0: at most)
     kv_shard: float = 1.0  # GPUs a copy of a sequence's KV is split over, stages too (resting KV per GPU)
 
 
@@ -115,6 +119,7 @@ class _Row:
     nic: float = 0.0
     mid: Array = field(default_factory=lambda: np.zeros(0))
     reload: Array = field(default_factory=lambda: np.zeros(0))
+    forward_prompts: float = 0.0  # prompts a prefill forward batches at the unit's load (0: at most)
 
     def __post_init__(self) -> None:
         if self.mid.size == 0:
@@ -192,6 +197,8 @@ class _Builder:
         lead_s: float = 0.0,
         scale: float = 1.0,
         forward_s: float | None = None,
+        curve: PrefillCurve | None = None,
+        fresh_only: bool = False,
     ) -> float:
         """Fill the prefill coefficients of ``row`` for shape ``i`` (its utilisation, the share of
         its time it prefills, is ``row.share``); returns the fresh TTFT (a midfill
@@ -208,14 +215,20 @@ class _Builder:
         before any prefill starts (an aggregated unit's decode step in progress); ``scale``
         multiplies every prefill forward's time (an aggregated instance's fitted factor);
         ``forward_s``, where given, is the forward a queued prompt waits behind (an aggregated
-        unit's at its load, :meth:`_loaded_prefill`) in place of a full batch's."""
+        unit's at its load, :meth:`_loaded_prefill`) in place of a full batch's; ``curve``, where
+        given, prices a prefill server's wait and busy time at the load it can take
+        (:mod:`dse.placement.prefill_queue`) in place of the queueing surrogate; ``fresh_only``,
+        the unit takes no returning turn (its fresh prompts then wait for no way back). The fitted front
+        end, and for a handed-off prompt the fitted hand-off, come first, as in the engine-level
+        simulation."""
         s, p, slo = self.s, self.p, self.slo
+        lead_s += self._offsets(handoff)
         k_q = slo.wait_quantile_factor * p.prefill_queue_factor
         hand_mid = s.returning_handoff_s[i] if handoff else 0.0
         fresh_one, mid_one, rec_one = (scale * c.one_s[i] for c in (s.fresh, s.midfill, s.recompute))
         paths = {}  # tier -> (busy seconds, what it adds to TTFT over a prefix in HBM)
         for tier in TIERS:
-            if tier not in self.tiers:
+            if tier not in self.tiers or fresh_only:
                 continue
             if tier == "drop":
                 busy = rec_one if alone else scale * s.recompute.busy_s[i]
@@ -233,19 +246,24 @@ class _Builder:
         batch_s = mid_one if alone else scale * (s.fresh if fresh else s.midfill).batch_s[i]
         if forward_s is not None:
             batch_s = forward_s
-        room = slo.ttft_s - slowest
-        if room <= 0:
+        waited = _wait(slo.ttft_s - slowest, k_q * batch_s, rho_cap, curve)
+        if waited is None:
             return np.nan
-        a = room / max(k_q * batch_s, 1e-12)
-        rho = min(a / (1.0 + a), RHO_MAX, rho_cap)
-        wait = k_q * batch_s * rho / (1.0 - rho)
+        rho, wait, more, row.forward_prompts = waited
+        paths = {t: (busy * more[2 if t == "drop" else 1], r) for t, (busy, r) in paths.items()}
         row.share = rho
-        row.fresh_s = float(scale * s.fresh.busy_s[i]) if fresh else np.inf
+        row.fresh_s = float(scale * s.fresh.busy_s[i] * more[0]) if fresh else np.inf
         for t, tier in enumerate(TIERS):
             ttft_back = lead_s + paths[tier][1] + mid_one + hand_mid + wait if tier in paths else np.inf
             if ttft_back <= slo.ttft_s * (1 + 1e-9):
                 row.mid[:, t], row.reload[:, t] = paths[tier]
         return float((fixed if fresh else slowest) + wait)
+
+    def _offsets(self, handoff: bool) -> float:
+        """Seconds every prompt's TTFT takes outside the engine's forwards: the fitted front end,
+        and the fitted hand-off where the prompt is handed to a decode pool."""
+        lat = self.p.latency
+        return lat.frontend_s + (lat.handoff_s if handoff else 0.0)
 
     def shapes(self, role: str, unit: str | None = None) -> list[int]:
         """Shapes that fit and that the options allow for ``role`` ("prefill", "midfill" or
@@ -272,15 +290,25 @@ class _Builder:
     def add_prefill(self) -> None:
         """A unit per shape at the utilisation that lets returning turns take the fastest way
         back; where a slower tier (host DRAM, storage) then misses TTFT, another at the lower
-        utilisation that admits it, so resting KV can leave HBM at a price in prefill GPUs."""
+        utilisation that admits it, so resting KV can leave HBM at a price in prefill GPUs; and
+        one that takes fresh prompts only, where their queue then runs fuller (or where no way
+        back meets TTFT on this shape: a midfill pool then takes the returning turns)."""
         s = self.s
         for i in self.shapes("prefill"):
             seen: set[tuple[bool, ...]] = set()
-            for tier in [None, *(t for t in TIERS if t in self.tiers and self.classes)]:
+            curve = prefill_curve(
+                s, i, self.req.engine, self.p, self.slo.percentile, self.req.workload.requests_per_s
+            )
+            scale = curve.scale
+            ways = [None, *(t for t in TIERS if t in self.tiers and self.classes)]
+            for tier in ways + ([FRESH_ONLY] if self.classes else []):
                 row = _Row(
                     self.info(i, Role.PREFILL, hbm_gb=0.0), i, len(self.classes), nic=float(s.nic_gb_s[i])
                 )
-                ttft = self.prefill_side(row, i, handoff=True, slowest_tier=tier)
+                ttft = self.prefill_side(
+                    row, i, handoff=True, slowest_tier=tier, scale=scale, curve=curve,
+                    fresh_only=tier == FRESH_ONLY,
+                )  # fmt: skip
                 admitted = tuple(np.isfinite(row.mid[0]).tolist()) if self.classes else ()
                 if not np.isfinite(ttft) or admitted in seen:
                     continue
@@ -289,15 +317,17 @@ class _Builder:
                 used = (
                     s.weights_gb[i] + s.prefill_ws_gb[i] / (s.pool.kv_shard[i] * s.pp[i])
                 )  # resting KV: read_back adds it
-                suffix = "" if tier is None else f"/to-{tier}"
+                suffix = "" if tier is None else ("/fresh" if tier == FRESH_ONLY else f"/to-{tier}")
                 row.info = self.info(i, Role.PREFILL, suffix=suffix, hbm_gb=float(used), ttft=ttft)
+                row.info = replace(row.info, prefill_forward_requests=row.forward_prompts)
                 self.rows.append(row)
             if not seen:
                 self.exclude(
                     i,
                     "prefill",
                     f"TTFT {self.slo.ttft_s:g} s cannot be met: a prompt alone takes "
-                    f"{s.fresh.one_s[i]:.3f} s plus {s.fresh_handoff_s[i]:.3f} s of KV handoff"
+                    f"{scale * s.fresh.one_s[i]:.3f} s plus {s.fresh_handoff_s[i]:.3f} s of KV handoff, "
+                    f"after the engines' fitted front end and hand-off ({self._offsets(True):.3f} s)"
                     + (
                         f", a returning turn's midfill {s.midfill.one_s[i]:.3f} s and its recompute "
                         f"{s.recompute.one_s[i]:.3f} s"
@@ -319,7 +349,11 @@ class _Builder:
                 row = _Row(
                     self.info(i, Role.MIDFILL, hbm_gb=0.0), i, len(self.classes), nic=float(s.nic_gb_s[i])
                 )
-                ttft = self.prefill_side(row, i, handoff=True, fresh=False, slowest_tier=tier, alone=alone)
+                curve = None if alone else self._midfill_curve(i)
+                ttft = self.prefill_side(
+                    row, i, handoff=True, fresh=False, slowest_tier=tier, alone=alone,
+                    scale=1.0 if curve is None else curve.scale, curve=curve,
+                )  # fmt: skip
                 admitted = (alone, tuple(np.isfinite(row.mid[0]).tolist()))
                 if not np.isfinite(ttft) or admitted in seen:
                     continue
@@ -328,6 +362,7 @@ class _Builder:
                 used = s.weights_gb[i] + s.prefill_ws_gb[i] / (s.pool.kv_shard[i] * s.pp[i])
                 suffix = f"/to-{tier}" + ("/alone" if alone else "")
                 row.info = self.info(i, Role.MIDFILL, suffix=suffix, hbm_gb=float(used), ttft=ttft)
+                row.info = replace(row.info, prefill_forward_requests=row.forward_prompts)
                 if alone:
                     row.info = replace(row.info, prefill_batch_requests=1.0)
                 self.rows.append(row)
@@ -339,6 +374,12 @@ class _Builder:
                     f"{s.midfill.one_s[i]:.3f} s and its recompute {s.recompute.one_s[i]:.3f} s, "
                     f"plus {s.returning_handoff_s[i]:.3f} s of KV handoff and the reload",
                 )
+
+    def _midfill_curve(self, i: int) -> PrefillCurve:
+        """A midfill unit's curve: returning turns' suffixes, at most all of them a second."""
+        w = self.req.workload
+        rate = w.requests_per_s * w.returning_share
+        return prefill_curve(self.s, i, self.req.engine, self.p, self.slo.percentile, rate, case=1)
 
     def decode_points(self, pool: Pool, tpot_s: float | Array) -> tuple[Array, Array]:
         """(output tokens/s, batch) of every shape of ``pool`` at the largest batch, up to the
@@ -444,7 +485,8 @@ class _Builder:
         if not np.isfinite(ttft):
             return (
                 f"TTFT {slo.ttft_s:g} s cannot be met: a prompt takes {scale * s.fresh.one_s[i]:.3f} s "
-                f"after a decode step of up to {step:.3f} s"
+                f"after a decode step of up to {step:.3f} s and the engines' fitted front end "
+                f"({self._offsets(False):.3f} s)"
             )
         self._loaded_prefill(row, i, rate * (1.0 - phi), step, scale, phi, lead_s=step)
         ttft = row.info.ttft_s
@@ -601,6 +643,31 @@ class _Builder:
 # a tighter pace within this share of one already kept (or of the target) is not solved again:
 # the shape it would credit fully is credited within that share at the slower one
 PACE_APART = 0.02
+
+
+def _wait(
+    room: float, batch_wait_s: float, rho_cap: float, curve: PrefillCurve | None
+) -> tuple[float, float, Array, float] | None:
+    """(utilisation, TTFT wait, busy time per prompt over a full batch's for a fresh prompt, a
+    midfill and a recompute, the prompts a forward batches: 0 for a full batch) of the highest
+    load whose wait fits in ``room`` seconds, or None:
+    along ``curve`` where given, else the queueing surrogate, an M/D/1-style wait of
+    ``batch_wait_s`` (the percentile's factor times a forward) times ``rho / (1 - rho)``."""
+    if room <= 0:
+        return None
+    if curve is None:
+        a = room / max(batch_wait_s, 1e-12)
+        rho = min(a / (1.0 + a), RHO_MAX, rho_cap)
+        return rho, batch_wait_s * rho / (1.0 - rho), np.ones(3), 0.0
+    over = curve.extra_s > room
+    k = int(np.argmax(over)) if over.any() else len(over)  # the loads below k meet TTFT
+    if k <= 1:  # none but no load at all
+        return None
+    k -= 1
+    return float(curve.share[k]), max(float(curve.extra_s[k]), 0.0), curve.more[:, k], float(curve.batch[k])
+
+
+FRESH_ONLY = "fresh"  # a prefill unit's operating point that takes no returning turn
 
 
 def _apart(paces: set[float]) -> tuple[float, ...]:

@@ -330,22 +330,29 @@ class Shapes:
 
     @cached_property
     def _batched(self) -> tuple[Array, Array]:
-        """:func:`batched_busy` of a fresh prompt, a midfill and a recompute (aggregated units'
-        shapes only: unstaged), computed when an aggregated unit first asks."""
+        """:func:`batched_busy` of a fresh prompt, a midfill and a recompute (a pipelined shape's
+        one stage running every layer), computed when a unit first asks."""
         cases = prefill_cases(self.workload)
         return batched_busy(self.pool, self.params, self.speed, cases, self._chunk, self._per_instance)
 
-    def busy_at(self, i: int, prompts: float) -> Array:
-        """Busy seconds per prompt of shape ``i`` (unstaged) when each forward batches ``prompts``
-        prompts, at most a full batch: a fresh prompt's, a midfill's and a recompute's."""
+    def busy_at(self, i: int, prompts: float | Array) -> Array:
+        """Busy seconds per prompt of shape ``i`` (one stage's, pipelined) when each forward
+        batches ``prompts`` prompts, at least one and at most a full batch: a fresh prompt's, a
+        midfill's and a recompute's, ``(3,)``, or ``(3, K)`` for ``K`` batches."""
         most, busy = self._batched
-        b = np.clip(prompts, 1.0, most[:, i])
-        u = np.log(b) / np.log(np.maximum(most[:, i], 1.0 + 1e-12))  # where on each case's grid
+        top = most[:, i].reshape((-1,) + (1,) * np.ndim(prompts))
+        b = np.clip(prompts, 1.0, top)
+        u = np.log(b) / np.log(np.maximum(top, 1.0 + 1e-12))  # where on each case's grid
         x = u * (BATCH_POINTS - 1)
         k = np.minimum(x.astype(int), BATCH_POINTS - 2)
-        rows = np.arange(len(b))
+        rows = np.arange(len(top)).reshape(top.shape)
         lo, hi = busy[rows, k, i], busy[rows, k + 1, i]
         return np.asarray(lo + (x - k) * (hi - lo))
+
+    def most_prompts(self, i: int, case: int = 0) -> float:
+        """Prompts one forward of shape ``i`` batches at most (one stage's, pipelined): fresh
+        prompts (``case`` 0), midfills (1) or recomputes (2)."""
+        return max(float(self._batched[0][case, i]), 1.0)
 
     def __len__(self) -> int:
         return len(self.par)

@@ -7,7 +7,8 @@ and one decode pool (or one attention and one expert pool) is one deployment. De
 hardware within a role are not simulated here (:func:`design_latency` returns None) and keep the
 fluid model's percentiles; prefill pools of several shapes, and a four-stage design's midfill
 pool, are simulated as one of the busiest one's shape with the same capacity
-(:func:`_one_prefill_pool`).
+(:func:`_one_prefill_pool`), and decode pools of several shapes as one of the smallest instance's
+shape with about the same capacity (:func:`_one_decode_pool`).
 
 * Returning turns wait for their prefix to come back (the placement's mean reload seconds, a
   pure delay), then prefill only their suffix and hold the prefix in the KV cache, which their
@@ -156,6 +157,8 @@ def _deployments(
     att, ffn = by_role.get("attention", []), by_role.get("ffn", [])
     if len(pre) > 1:
         pre = [_one_prefill_pool(pre)]
+    if len(dec) > 1 and len({p.hardware for p in dec}) == 1:
+        dec = [_one_decode_pool(dec)]
     rate = design.workload.requests_per_s
     if len(pre) == 1 and len(dec) == 1 and not att and not ffn:
         (p, d), g = _slice((pre[0], dec[0]), rate, e2e_s)
@@ -178,6 +181,16 @@ def _one_prefill_pool(pools: list[SimPool]) -> SimPool:
         instances=max(1.0, math.ceil(per_s * top.prefill_busy_s - 1e-9)),
         requests_per_s=sum(p.requests_per_s for p in pools),
     )
+
+
+def _one_decode_pool(pools: list[SimPool]) -> SimPool:
+    """Decode pools of several shapes on one hardware as one: the shape whose instance carries
+    the least (the finest grain), with as many instances (the nearest whole number, at least
+    one) as give the same output tokens per second at the TPOT target in all."""
+    small = min(pools, key=lambda p: p.output_tokens_per_s / max(p.instances, 1.0))
+    each = small.output_tokens_per_s / max(small.instances, 1.0)
+    total = sum(p.output_tokens_per_s for p in pools)
+    return replace(small, instances=max(1.0, float(round(total / each))), output_tokens_per_s=total)
 
 
 def _slice(pools: tuple[SimPool, ...], rate: float, e2e_s: float) -> tuple[tuple[SimPool, ...], float]:

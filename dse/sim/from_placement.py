@@ -57,7 +57,7 @@ class SimPool:
     ep: float
     instances: float
     prefill_share: float  # an aggregated unit's time share for prefill
-    prefill_batch_requests: float  # fresh prompts one prefill forward batches
+    prefill_batch_requests: float  # fresh prompts one prefill forward batches, at most
     decode_batch: float  # the unit's operating batch (its cap in the simulation)
     output_tokens_per_s: float  # the pool's decode capacity at the TPOT target
     requests_per_s: float  # prefilled or midfilled here
@@ -66,6 +66,7 @@ class SimPool:
     fresh_busy_s: float | None
     midfill_busy_s: float | None
     reload_s: float | None
+    prefill_forward_requests: float = 0.0  # fresh prompts a forward batches at its load (0: at most)
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,7 @@ def stage_replicas(p: SimPool, pp: float) -> SimPool:
         gpus=p.gpus / pp,
         instances=p.instances * pp,
         prefill_batch_requests=p.prefill_batch_requests / pp,
+        prefill_forward_requests=p.prefill_forward_requests / pp,
         **busy,
     )
 
@@ -202,6 +204,7 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
         instances=instances,
         prefill_share=share,
         prefill_batch_requests=float(unit.get("prefill_batch_requests") or 0.0),
+        prefill_forward_requests=float(unit.get("prefill_forward_requests") or 0.0),
         decode_batch=float(unit.get("decode_batch") or 0.0),
         output_tokens_per_s=out_tok,
         requests_per_s=opt["requests_per_s"] or 0.0,
@@ -295,8 +298,10 @@ class _Prefill:
         if p.role not in ("prefill", "mixed", "midfill") or not busy:
             return
         # an aggregated instance prefills the prompts that wait, forward after forward: at its
-        # prefill share that is mostly one, so one server at the busy time per prompt
-        m = 1.0 if p.role == "mixed" else max(1.0, round(p.prefill_batch_requests or 1.0))
+        # prefill share that is mostly one, so one server at the busy time per prompt; a prefill
+        # pool's instance as many servers as prompts its forwards batch at its load
+        forward = p.prefill_forward_requests or p.prefill_batch_requests or 1.0
+        m = 1.0 if p.role == "mixed" else max(1.0, round(forward))
         self.servers += x * m
         self.instances += x
         self.rate += x / busy

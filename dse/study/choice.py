@@ -60,7 +60,7 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> Choice:
         ffn = float(trial.suggest_categorical("ffn_tokens_per_gpu", list(s.afd.ffn_tokens_per_gpu)))
     if topo == Topology.FOUR_STAGE.value:
         mh = trial.suggest_categorical("midfill_hardware", hw)
-        ms = trial.suggest_categorical("midfill_shape", list(s.prefill.shapes))
+        ms = trial.suggest_categorical("midfill_shape", list(s.midfill.shapes or s.prefill.shapes))
     return Choice(topo, kv, ph, dh, ps, ds, chunk, batch, 0.0, ffn, mh, ms)
 
 

@@ -11,6 +11,7 @@ seed = 7
 [slo]        # dse.workload.Slo
 [search]     # topologies, kv policies, sampler, warm_start
 [search.prefill]   shapes, chunk_tokens
+[search.midfill]   shapes                   # four-stage; default: the prefill shapes
 [search.decode]    shapes, max_batch = [low, high]
 [search.aggregated] prefill_share = [low, high]
 [search.afd]        ffn_tokens_per_gpu = [..]
@@ -62,6 +63,10 @@ def _shapes(value: tuple[str, ...]) -> str | None:
         except InputError:
             return f"has {label!r}, not a shape like 8gpu-tp8-ep8 or 16gpu-dpa-ep16"
     return None
+
+
+def _shapes_or_none(value: tuple[str, ...]) -> str | None:
+    return _shapes(value) if value else None
 
 
 def _decode_shapes(value: tuple[str, ...]) -> str | None:
@@ -145,6 +150,13 @@ class PrefillSearch:
 
 
 @dataclass(frozen=True)
+class MidfillSearch:
+    """A four-stage design's midfill shapes (none listed: the prefill shapes)."""
+
+    shapes: tuple[str, ...] = field(default=(), metadata=rule(_shapes_or_none))
+
+
+@dataclass(frozen=True)
 class DecodeSearch:
     shapes: tuple[str, ...] = field(
         default=("8gpu-dpa-ep8", "16gpu-dpa-ep16", "32gpu-dpa-ep32"), metadata=rule(_decode_shapes)
@@ -179,6 +191,7 @@ class Search:
     population: int = field(default=50, metadata=rule(positive))  # nsga2
     warm_start: bool = True  # first trials: the full placement's designs (dse.study.warm_start)
     prefill: PrefillSearch = PrefillSearch()
+    midfill: MidfillSearch = MidfillSearch()
     decode: DecodeSearch = DecodeSearch()
     aggregated: AggregatedSearch = AggregatedSearch()
     afd: AfdSearch = AfdSearch()

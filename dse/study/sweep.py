@@ -49,6 +49,7 @@ def request_at(
         workload=replace(w, requests_per_s=w.requests_per_s * (1.0 + headroom)),
         options=UnitOptions(
             prefill_shapes=s.prefill.shapes,
+            midfill_shapes=s.midfill.shapes or None,
             decode_shapes=s.decode.shapes,
             prefill_hardware=hw,
             decode_hardware=hw,

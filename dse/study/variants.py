@@ -125,7 +125,9 @@ def runnable_shapes(spec: StudySpec, catalog: Catalog, source: str | None = None
         return
     model = catalog.model(spec.model)
     hardware = [catalog.hardware(h) for h in dict.fromkeys((*spec.hardware, *spec.sweep.hardware))]
-    for side, shapes in (("prefill", spec.search.prefill.shapes), ("decode", spec.search.decode.shapes)):
+    s = spec.search
+    sides = (("prefill", s.prefill.shapes), ("midfill", s.midfill.shapes), ("decode", s.decode.shapes))
+    for side, shapes in sides:
         for i, label in enumerate(shapes):
             problems = [shape_problem(parse_shape(label), h, model) for h in hardware]
             if all(problems):

@@ -1,0 +1,89 @@
+"""Does the MILP price a prefill server's TTFT as the engine-level simulation runs it?
+
+A disaggregated design's prefill pool is priced by :mod:`dse.placement.prefill_queue` (forwards
+of what queued during the one before, the chance a prompt finds every instance busy, SGLang's
+hand-shake and attention-DP lanes). Before 2026-12-05 it was an M/D/1 wait behind a whole
+batch with the throughput fit's queue factor (4.15), which put TensorRT-LLM's prefill pools at
+4-10% utilisation and SGLang's attention-DP ones short. For DeepSeek-V3 on H200 and B200 at 20
+requests/s (TensorRT-LLM and SGLang; 2,000- and 8,000-token prompts; p90 and p99; a TP8 and an
+attention-DP 8-GPU prefill shape), each placed design's prefill pool is resized from one
+instance up, and at each size this prints the TTFT the curve gives at the load each instance
+takes beside the simulation's, then the ratio's spread. Above 1 the MILP is the stricter.
+Run: ``python benchmarks/prefill_queue.py`` (about 10 s).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import numpy as np
+from record import figure
+
+from dse.catalog import load_catalog
+from dse.evaluation import design_of
+from dse.perf.params import load_params
+from dse.placement import PlacementRequest, Topology, place
+from dse.placement.prefill_queue import prefill_curve
+from dse.placement.request import UnitOptions
+from dse.placement.shapes import Shapes
+from dse.sim.engine_latency import design_latency
+from dse.workload import Slo, Workload
+
+RATE = 20.0
+CASES = list(
+    itertools.product(("h200-sxm", "b200"), ("sglang", "trt"), (2000.0, 8000.0), (90.0, 99.0),
+                      ("8gpu-tp8-ep8", "8gpu-dpa-ep8"))
+)  # fmt: skip
+
+
+def curve_ttft(req: PlacementRequest, shape: str, catalog, params) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+    """(prompts/s an instance takes, TTFT at the percentile) along the shape's curve."""
+    hw = req.hardware[0]
+    s = Shapes(req, catalog.model(req.model), [catalog.hardware(hw)], params, handed=True)
+    i = [x.label() for x in s.par].index(shape)
+    c = prefill_curve(s, i, req.engine, params, req.slo.percentile, req.workload.requests_per_s)
+    assert c is not None
+    lat = params.latency
+    base = lat.frontend_s + lat.handoff_s + s.fresh_handoff_s[i] + c.scale * s.fresh.one_s[i]
+    lam = c.share / (c.scale * s.fresh.busy_s[i] * c.more[0])
+    return lam, base + c.extra_s
+
+
+def main() -> None:
+    catalog, params = load_catalog(), load_params()
+    ratios: list[float] = []
+    for hw, engine, isl, q, shape in CASES:
+        req = PlacementRequest("deepseek-v3", (hw,), Workload(RATE, isl, 800.0), Slo(2.0, 0.05, q),
+                               Topology.DISAGGREGATED, engine=engine,
+                               options=UnitOptions(prefill_shapes=(shape,)))  # fmt: skip
+        best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
+        if best is None:
+            continue
+        design = design_of(req, best)
+        lam, ttft = curve_ttft(req, shape, catalog, params)
+        out = []
+        for n in range(1, 40):
+            each = RATE / n
+            if each > lam[-1]:  # beyond the curve: the MILP would not load an instance so
+                continue
+            pools = tuple(replace(p, instances=float(n)) if p.role == "prefill" else p for p in design.pools)
+            lat = design_latency(replace(design, pools=pools), catalog, params)
+            assert lat is not None
+            sim = float(np.percentile(lat.ttft_s, q))
+            model = float(np.interp(each, lam, ttft))
+            if sim <= 5.0:
+                ratios.append(model / sim)
+                out.append(f"{n}: {model:.2f}/{sim:.2f}")
+            if each < 0.3 * lam[-1]:
+                break
+        print(f"{hw:9s} {engine:6s} {isl:5.0f} tokens p{q:g} {shape}: " + ", ".join(out))
+    r = np.array(ratios)
+    p10, p90 = np.percentile(r, [10, 90])
+    print(f"{len(r)} pool sizes: TTFT priced / simulated median {np.median(r):.2f} (p10 {p10:.2f}, "
+          f"p90 {p90:.2f}); below 0.9 at {int((r < 0.9).sum())}")  # fmt: skip
+    figure("prefill pool TTFT, priced over simulated (median)", float(np.median(r)), "ratio")
+
+
+if __name__ == "__main__":
+    main()

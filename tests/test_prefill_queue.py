@@ -1,0 +1,80 @@
+"""A prefill server's TTFT against its load (dse.placement.prefill_queue), as the MILP prices its
+units, against closed forms and the engine-level simulation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dse.catalog import Catalog
+from dse.evaluation import design_of
+from dse.perf.params import load_params
+from dse.placement import PlacementRequest, Topology, place
+from dse.placement.prefill_queue import erlang_c, prefill_curve
+from dse.placement.request import UnitOptions
+from dse.placement.shapes import Shapes
+from dse.sim.engine_latency import design_latency
+from dse.workload import Slo, Workload
+
+
+def test_erlang_c_against_its_closed_forms() -> None:
+    busy = np.array([0.1, 0.5, 0.9])
+    assert erlang_c(np.ones(3), busy) == pytest.approx(busy)  # one server: waits when it is busy
+    # two servers at offered load 1 (each busy half the time): 1/3
+    assert erlang_c(np.array([2.0]), np.array([0.5]))[0] == pytest.approx(1.0 / 3.0)
+    more = erlang_c(np.array([1.0, 2.0, 4.0, 16.0]), np.full(4, 0.7))
+    assert np.all(np.diff(more) < 0), more  # pooled, a prompt finds them all busy less often
+
+
+def _curve(catalog: Catalog, engine: str, shape: str, q: float = 90.0):  # type: ignore[no-untyped-def]
+    req = PlacementRequest(
+        "deepseek-v3", ("h200-sxm",), Workload(20.0, 2000.0, 800.0), Slo(0.5, 0.05, q),
+        Topology.DISAGGREGATED, engine=engine,
+    )  # fmt: skip
+    params = load_params()
+    s = Shapes(req, catalog.model("deepseek-v3"), [catalog.hardware("h200-sxm")], params, handed=True)
+    i = [p.label() for p in s.par].index(shape)
+    return s, i, prefill_curve(s, i, engine, params, q, 20.0)
+
+
+@pytest.mark.parametrize("engine", ["trt", "sglang"])
+def test_a_busier_server_waits_longer_and_batches_more(catalog: Catalog, engine: str) -> None:
+    s, i, c = _curve(catalog, engine, "8gpu-tp8-ep8")
+    assert c is not None and len(c.share) > 5
+    assert np.all(np.diff(c.share) > 0)
+    assert np.all(np.diff(c.extra_s) > -1e-9)  # more load never shortens the TTFT it prices
+    assert np.all(np.diff(c.more[0]) < 1e-9)  # and each prompt rides in a larger forward
+    assert c.more[0, -1] == pytest.approx(1.0, abs=0.25)  # the full batch's price, near full load
+    assert c.more[0, 0] > 1.2  # alone, a prompt pays the weights' read by itself
+
+
+def test_sglang_attention_dp_lanes_and_slowdown(catalog: Catalog) -> None:
+    """A 2,000-token prompt on an 8-rank SGLang prefill server with an 8,192-token budget takes two
+    forwards (its rank's 1,024 tokens each), each at the fitted slowdown."""
+    _, _, c = _curve(catalog, "sglang", "8gpu-dpa-ep8")
+    assert c.forwards == 2 and c.scale == load_params().latency.dp_prefill_slowdown > 1.0
+    _, _, t = _curve(catalog, "trt", "8gpu-dpa-ep8")
+    assert t.forwards == 1 and t.scale == 1.0
+
+
+@pytest.mark.parametrize("engine", ["trt", "sglang"])
+def test_the_placed_prefill_pool_holds_in_the_simulation_and_is_not_oversized(
+    catalog: Catalog, engine: str
+) -> None:
+    """DeepSeek-V3 on H200, 20 requests/s of 2,000-token prompts, TTFT 0.5 s at p90: the placed
+    design holds in the engine-level simulation, and its prefill instances are busy at least 30%
+    of the time. The M/D/1 surrogate before placed 21 TensorRT-LLM prefill instances, each busy
+    4% of the time."""
+    req = PlacementRequest(
+        "deepseek-v3", ("h200-sxm",), Workload(20.0, 2000.0, 800.0), Slo(0.5, 0.05, 90.0),
+        Topology.DISAGGREGATED, engine=engine, options=UnitOptions(prefill_shapes=("8gpu-tp8-ep8",)),
+    )  # fmt: skip
+    params = load_params()
+    best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
+    assert best is not None
+    design = design_of(req, best)
+    (pre,) = [p for p in design.pools if p.role == "prefill"]
+    lat = design_latency(design, catalog, params)
+    assert lat is not None and lat.percentile("ttft", 90.0) <= 0.5
+    assert pre.prefill_busy_s is not None
+    assert 20.0 / pre.instances * pre.prefill_busy_s >= 0.3
