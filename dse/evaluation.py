@@ -177,8 +177,8 @@ def _engine_metrics(
 class EngineCheck:
     """One topology's design through the engine-level simulation (Poisson arrivals at its mean
     traffic, every request through the engines' schedulers): TTFT and TPOT at the SLO's
-    percentile, None where the design cannot be simulated request by request (several decode
-    pools, or hardware mixed within a role: :mod:`dse.sim.engine_latency`), which then stands on
+    percentile, None where the design cannot be simulated request by request (several attention
+    or expert pools: :mod:`dse.sim.engine_latency`), which then stands on
     the MILP's own TTFT."""
 
     topology: Topology
@@ -194,7 +194,7 @@ class EngineCheck:
     def describe(self) -> str:
         name, q = self.topology.value, f"p{self.percentile:g}"
         if self.ttft_s is None:
-            return f"{name}: not simulated request by request (hardware mixed within a role)"
+            return f"{name}: not simulated request by request (several attention or expert pools)"
         verdict = "holds" if self.holds else "misses"
         tpot_ms = 1e3 * (self.tpot_s or 0.0)
         ttft = f"TTFT {q} {self.ttft_s:.3g} s against {self.ttft_target_s:g} s ({verdict})"

@@ -123,15 +123,19 @@ def test_shadow_prices_cover_the_hardware_used_and_match_a_re_solve(catalog: Cat
         assert (lp0.objective - lp1.objective) / step == pytest.approx(p.usd_per_hour, rel=0.05)
 
 
-def test_shadow_prices_per_gpu_hour_are_per_gpu_of_the_design(report: PlacementReport) -> None:
+def test_shadow_prices_per_gpu_hour_are_per_gpu_of_the_design(report: PlacementReport, catalog: Catalog) -> None:
     """The relaxed LP may move a hardware's count (even to 0); the per-GPU price divides by the
     GPUs the design itself buys of that hardware (whole nodes: a 4-GPU prefill instance on B200
     buys a node of 8)."""
-    assert report.best is not None and report.shadow_prices
-    (hw,) = {pool.unit.hardware for pool in report.best.pools}  # the design buys one hardware
+    best = report.best
+    assert best is not None and report.shadow_prices and best.result.solution is not None
+    sale_gpus = build_candidates(report.request, best.topology, catalog, load_params()).data.sale_gpus
+    bought = best.result.solution.sale_units * sale_gpus  # per hardware, in the request's order
+    gpus = {catalog.hardware(h).id: float(g) for h, g in zip(report.request.hardware, bought, strict=True)}
+    assert sum(gpus.values()) == best.gpus
     for p in report.shadow_prices:
-        assert np.isfinite(p.usd_per_gpu_hour) and p.hardware == hw, p
-        assert p.usd_per_gpu_hour == pytest.approx(p.usd_per_hour / report.best.gpus, abs=1e-12)
+        assert np.isfinite(p.usd_per_gpu_hour), p
+        assert p.usd_per_gpu_hour == pytest.approx(p.usd_per_hour / gpus[p.hardware], abs=1e-12)
 
 
 def test_a_power_cap_explains_itself_with_numbers(catalog: Catalog) -> None:

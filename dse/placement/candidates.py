@@ -296,9 +296,9 @@ class _Builder:
         s = self.s
         for i in self.shapes("prefill"):
             seen: set[tuple[bool, ...]] = set()
-            curve = prefill_curve(
-                s, i, self.req.engine, self.p, self.slo.percentile, self.req.workload.requests_per_s
-            )
+            w = self.req.workload
+            case = 1 if self.classes and w.returning_share > 0.5 else 0  # most prompts: fresh or midfills
+            curve = prefill_curve(s, i, self.req.engine, self.p, self.slo.percentile, w.requests_per_s, case)
             scale = curve.scale
             ways = [None, *(t for t in TIERS if t in self.tiers and self.classes)]
             for tier in ways + ([FRESH_ONLY] if self.classes else []):

@@ -37,7 +37,7 @@ from dse.perf.pool import Array
 from dse.placement.shapes import Shapes
 
 POINTS = 48  # loads tabulated, from none to a full forward's prompts arriving during one
-SERVERS_MAX = 64.0  # instances a prompt's chance of waiting is priced over, at most
+SERVERS_MAX = 32.0  # instances a prompt's chance of waiting is priced over, at most (more: as 32)
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,10 @@ def prefill_curve(
     near = np.minimum(lam * service, 0.99)  # the load against the most it can take
     queue = max(1.0, -math.log(1.0 - q)) * near / (2.0 * (1.0 - near)) * service  # M/D/1
     extra = ahead + m * t_high + queue - scale * float(cost.one_s[i])
-    more = s.busy_at(i, np.maximum(batch, 1.0)) / pp / _full(s, i)  # (3, points)
+    # each case's busy time per prompt in a forward of as many tokens (its prompts' worth of them)
+    most_of = np.array([s.most_prompts(i, c) for c in range(3)])
+    same_tokens = np.maximum(batch[None, :] * (most_of / most)[:, None], 1.0)  # (3, points)
+    more = np.stack([s.busy_at(i, same_tokens[c])[c] for c in range(3)]) / pp / _full(s, i)
     more[case] = (t / (batch * pp)) / (scale * float(cost.busy_s[i]))
     held = (batch + z * np.sqrt(x) <= most + 1e-9) & (near < 0.98)
     return PrefillCurve(extra[held], busy[held], more[:, held], batch[held], scale, m)

@@ -3,12 +3,13 @@ through their schedulers (:mod:`dse.perf.latency`) under Poisson arrivals at the
 
 Aggregated pools serve independent shares of the traffic (each its own ``requests_per_s``), so
 each is simulated alone and their requests pooled; a disaggregated design with one prefill pool
-and one decode pool (or one attention and one expert pool) is one deployment. Designs that mix
-hardware within a role are not simulated here (:func:`design_latency` returns None) and keep the
-fluid model's percentiles; prefill pools of several shapes, and a four-stage design's midfill
-pool, are simulated as one of the busiest one's shape with the same capacity
-(:func:`_one_prefill_pool`), and decode pools of several shapes as one of the smallest instance's
-shape with about the same capacity (:func:`_one_decode_pool`).
+and one decode pool (or one attention and one expert pool) is one deployment. Attention-FFN
+designs with several attention or expert pools are not simulated here (:func:`design_latency`
+returns None) and keep the fluid model's percentiles; prefill pools of several shapes or
+hardware, and a four-stage design's midfill pool, are simulated as one of the busiest one's shape
+with the same capacity (:func:`_one_prefill_pool`); decode pools of several shapes or hardware
+are simulated apart, each with its share of the traffic and of the prefill instances
+(:func:`_per_decode_pool`).
 
 * Returning turns wait for their prefix to come back (the placement's mean reload seconds, a
   pure delay), then prefill only their suffix and hold the prefix in the KV cache, which their
@@ -157,12 +158,14 @@ def _deployments(
     att, ffn = by_role.get("attention", []), by_role.get("ffn", [])
     if len(pre) > 1:
         pre = [_one_prefill_pool(pre)]
-    if len(dec) > 1 and len({p.hardware for p in dec}) == 1:
-        dec = [_one_decode_pool(dec)]
     rate = design.workload.requests_per_s
-    if len(pre) == 1 and len(dec) == 1 and not att and not ffn:
-        (p, d), g = _slice((pre[0], dec[0]), rate, e2e_s)
-        return [(_deployment(design, catalog, params, p, d), rate / g, p.prefill_batch_requests)]
+    if len(pre) == 1 and dec and not att and not ffn:
+        out = []
+        for p, d, share in _per_decode_pool(pre[0], dec) or []:
+            (p, d), g = _slice((p, d), rate * share, e2e_s)
+            group = _deployment(design, catalog, params, p, d)
+            out.append((group, rate * share / g, p.prefill_batch_requests))
+        return out
     if len(pre) == 1 and len(att) == 1 and len(ffn) == 1 and not dec:
         (p, a, f), g = _slice((pre[0], att[0], ffn[0]), rate, e2e_s)
         return [(_deployment(design, catalog, params, p, a, f), rate / g, p.prefill_batch_requests)]
@@ -183,14 +186,25 @@ def _one_prefill_pool(pools: list[SimPool]) -> SimPool:
     )
 
 
-def _one_decode_pool(pools: list[SimPool]) -> SimPool:
-    """Decode pools of several shapes on one hardware as one: the shape whose instance carries
-    the least (the finest grain), with as many instances (the nearest whole number, at least
-    one) as give the same output tokens per second at the TPOT target in all."""
-    small = min(pools, key=lambda p: p.output_tokens_per_s / max(p.instances, 1.0))
-    each = small.output_tokens_per_s / max(small.instances, 1.0)
-    total = sum(p.output_tokens_per_s for p in pools)
-    return replace(small, instances=max(1.0, float(round(total / each))), output_tokens_per_s=total)
+def _per_decode_pool(pre: SimPool, dec: list[SimPool]) -> list[tuple[SimPool, SimPool, float]] | None:
+    """A disaggregated design's decode pools, each with the share of the traffic its output
+    tokens per second at the TPOT target carry and that share of the prefill instances, simulated
+    apart: (prefill, decode, share) per decode pool. Whole prefill instances (the largest
+    remainders round up) must come within a fifth of each share; where they cannot, the split
+    would overload or idle a prefill instance, and the design is not simulated request by
+    request (None)."""
+    caps = np.array([max(d.output_tokens_per_s, 0.0) for d in dec])
+    shares = caps / caps.sum() if caps.sum() > 0 else np.full(len(dec), 1.0 / len(dec))
+    want = pre.instances * shares
+    counts = np.floor(want)
+    for k in np.argsort(counts - want)[: int(round(pre.instances - counts.sum()))]:
+        counts[k] += 1.0  # the largest remainders
+    if (np.abs(counts - want) > 0.2 * want).any():
+        return None
+    return [
+        (replace(pre, instances=float(c), requests_per_s=pre.requests_per_s * s), d, float(s))
+        for d, c, s in zip(dec, counts, shares, strict=True)
+    ]
 
 
 def _slice(pools: tuple[SimPool, ...], rate: float, e2e_s: float) -> tuple[tuple[SimPool, ...], float]:
