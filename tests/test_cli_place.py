@@ -271,3 +271,10 @@ def test_an_inventory_of_hardware_not_asked_for_names_the_flag(cli: Cli) -> None
     assert out.code == 2
     want = "dse place: --inventory = 'h200-sxm': names hardware that is not a candidate (--hardware b200)"
     assert want in out.err
+
+
+def test_prefill_and_midfill_shapes_are_checked_as_shapes_are(cli: Cli) -> None:
+    for flag in ("--prefill-shapes", "--midfill-shapes"):
+        out = cli(*ONE, flag, "8gpu-tp8-ep9")
+        assert out.code == 2 and out.err.count("\n") == 1, out.err
+        assert f"{flag} = '8gpu-tp8-ep9'" in out.err and "EP 9 must divide the 8 GPUs" in out.err

@@ -123,10 +123,11 @@ def test_shadow_prices_cover_the_hardware_used_and_match_a_re_solve(catalog: Cat
         assert (lp0.objective - lp1.objective) / step == pytest.approx(p.usd_per_hour, rel=0.05)
 
 
-def test_shadow_prices_per_gpu_hour_are_per_gpu_of_the_design(report: PlacementReport, catalog: Catalog) -> None:
+def test_shadow_prices_per_gpu_hour_are_per_gpu_of_the_design(
+    report: PlacementReport, catalog: Catalog
+) -> None:
     """The relaxed LP may move a hardware's count (even to 0); the per-GPU price divides by the
-    GPUs the design itself buys of that hardware (whole nodes: a 4-GPU prefill instance on B200
-    buys a node of 8)."""
+    GPUs the design itself buys of each hardware (whole nodes or racks), not its pools' GPUs."""
     best = report.best
     assert best is not None and report.shadow_prices and best.result.solution is not None
     sale_gpus = build_candidates(report.request, best.topology, catalog, load_params()).data.sale_gpus

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -90,11 +91,9 @@ def test_a_pool_keeps_slots_free_and_holds_at_its_percentile(
 def test_a_fleet_is_simulated_behind_its_router_not_instance_by_instance() -> None:
     """35 instances at 20 requests/s share their slots behind the router: simulated whole where
     the window allows, cut to about the share it needs where it does not, never below."""
-    pool = SimPool(
+    pool = _sim_pool(
         role="mixed", hardware="h200-sxm", name="u", gpus=4.0, attn_tp=4.0, ep=2.0, instances=35.0,
-        prefill_share=0.1, prefill_batch_requests=4.0, decode_batch=18.0, output_tokens_per_s=0.0,
-        requests_per_s=20.0, returning_per_s=0.0, prefill_busy_s=0.09, fresh_busy_s=0.09,
-        midfill_busy_s=None, reload_s=None,
+        prefill_share=0.1, decode_batch=18.0, requests_per_s=20.0, prefill_busy_s=0.09, fresh_busy_s=0.09,
     )  # fmt: skip
     (whole,), g = _slice((pool,), 20.0, 80.5)
     assert whole.instances == 35.0 and g == 1.0
@@ -190,3 +189,50 @@ def test_a_goodput_answer_does_not_depend_on_the_rate_it_is_given(catalog: Catal
         assert best is not None and best.gpus == 64
         reach.append(best.requests_per_s)
     assert reach == pytest.approx([reach[1]] * 3, rel=1e-3), reach
+
+
+def test_decode_pools_of_two_shapes_are_simulated_apart_with_their_share_of_prefill() -> None:
+    """Each decode pool takes the traffic its capacity carries and that share of the prefill
+    instances, whole; where whole instances cannot come within a fifth of a share, the design is
+    not split (not simulated request by request) rather than one prefill instance overloaded."""
+    from dse.sim.engine_latency import _per_decode_pool
+
+    base = _sim_pool(instances=10.0, prefill_batch_requests=4.0, requests_per_s=100.0)
+    small = replace(base, role="decode", name="d4", gpus=4.0, instances=1.0, output_tokens_per_s=30_000.0)
+    large = replace(base, role="decode", name="d8", instances=1.0, output_tokens_per_s=70_000.0)
+    groups = _per_decode_pool(base, [small, large])
+    assert groups is not None
+    assert [g[2] for g in groups] == pytest.approx([0.3, 0.7])
+    assert [g[0].instances for g in groups] == [3.0, 7.0]  # 10 prefill instances, 3 and 7
+    assert [g[0].requests_per_s for g in groups] == pytest.approx([30.0, 70.0])
+    assert [g[1].name for g in groups] == ["d4", "d8"]
+    assert _per_decode_pool(replace(base, instances=2.0), [small, large]) is None  # 0.6 and 1.4 of 2
+    (one,) = _per_decode_pool(replace(base, instances=2.0), [large]) or []
+    assert one[0].instances == 2.0 and one[2] == 1.0
+
+
+def test_the_fluid_model_runs_a_prefill_instance_as_the_prompts_its_forwards_batch_at_its_load() -> None:
+    """An instance whose forward may take 33 prompts but takes 2 at its load is two servers, each a
+    forward of two prompts long, not 33 each a whole batch's forward long."""
+    from dse.sim.from_placement import _Prefill
+
+    pool = _sim_pool(
+        instances=3.0, prefill_batch_requests=33.0, requests_per_s=30.0, prefill_forward_requests=2.2
+    )
+    loaded, full = _Prefill(), _Prefill()
+    loaded.add(pool)
+    full.add(replace(pool, prefill_forward_requests=0.0))  # a record from before: the most it batches
+    assert loaded.servers == 6.0 and full.servers == 99.0
+    assert loaded.rate == full.rate == pytest.approx(3.0 / 0.05)  # the same prompts a second
+    assert loaded.service_s(0.0)[0] == pytest.approx(0.1) and full.service_s(0.0)[0] == pytest.approx(1.65)
+
+
+def _sim_pool(**over: Any) -> SimPool:
+    """An 8-GPU B200 prefill pool at 50 ms of busy time a prompt, with ``over`` changed."""
+    pool = SimPool(
+        role="prefill", hardware="b200", name="p", gpus=8.0, attn_tp=1.0, ep=8.0, instances=1.0,
+        prefill_share=0.0, prefill_batch_requests=4.0, decode_batch=0.0, output_tokens_per_s=0.0,
+        requests_per_s=1.0, returning_per_s=0.0, prefill_busy_s=0.05, fresh_busy_s=0.05,
+        midfill_busy_s=None, reload_s=None,
+    )  # fmt: skip
+    return replace(pool, **over)

@@ -696,3 +696,15 @@ def test_a_study_stored_before_the_shape_rule_is_still_read(tmp_path: Path, cli:
     assert cli("study", "report", old, "--out", tmp_path).code == 0
     refused = cli("study", "run", old, "--out", tmp_path, "--trials", "3")
     assert refused.code == 2 and "search.prefill.shapes[0] = '8gpu-tp8-ep16'" in refused.err
+
+
+def test_a_midfill_shape_no_hardware_runs_is_refused_before_trials(tmp_path: Path, cli: Cli) -> None:
+    """`[search.midfill] shapes` (a four-stage study's midfill pool) is checked as the prefill and
+    decode shapes are, naming its own field."""
+    text = TINY.read_text() + '\n[search.midfill]\nshapes = ["8gpu-tp8-ep9"]\n'
+    bad = tmp_path / "tiny-study.toml"
+    bad.write_text(text)
+    out = cli("study", "run", bad, "--out", tmp_path / "runs")
+    assert out.code == 2 and out.err.count("\n") == 1, out.err
+    assert f"{bad}: search.midfill.shapes[0] = '8gpu-tp8-ep9': no hardware of the study can run it" in out.err
+    assert not (tmp_path / "runs").exists()
