@@ -79,7 +79,7 @@ class UnitInfo:
     ttft_s: float  # fresh request at the unit's utilisation cap (nan for decode-only units)
     tpot_s: float  # nan for prefill-only units
     prefill_batch_requests: float = 0.0  # fresh prompts one prefill forward batches together, at most
-    prefill_forward_requests: float = 0.0  # fresh prompts a forward batches at its load (0: at most)
+    prefill_forward_requests: float = 0.0  # prompts a forward batches at its load (0: at most)
     kv_shard: float = 1.0  # GPUs a copy of a sequence's KV is split over, stages too (resting KV per GPU)
 
 

@@ -5,22 +5,27 @@ prompts queued when the one before ends, and, idle, starts on the first to arriv
 prefill event loop, TensorRT-LLM's context-only executor; the engine-level simulation's
 ``_prefill_batch``). With Poisson arrivals at ``lam`` a second and forwards of ``T`` seconds, a
 forward finds ``x = lam * T`` prompts on average, so it batches ``x + e^-x`` (at least one, the
-one it waited for), is busy a share ``x / (x + e^-x)`` of the time, and prices each prompt at
+one it waited for), is busy a share ``x / (x + e^-x)`` of the time and prices each prompt at
 ``T / (x + e^-x)``: a forward of a few prompts reads the weights all the same.
 
 A prompt's TTFT, at the percentile ``q``: the fitted front end and hand-off
-(:class:`~dse.perf.params.LatencyParams`), the KV's transfer, the rest of the forward in
-progress when it arrives (none with chance ``1 - busy``, else uniform over the forward), one
-whole forward more where the engine hand-shakes first (SGLang's bootstrap queue: a prompt
-arriving during a forward misses the next one), and its own forwards, of a batch at the
-arrivals' ``q`` quantile. Under attention data parallelism a forward takes at most its rank's
-share of the budget of one prompt (SGLang divides ``--chunked-prefill-size`` by the DP size),
-so a longer prompt takes ``m`` forwards, and SGLang's such servers run the fitted
-:attr:`~dse.perf.params.LatencyParams.dp_prefill_slowdown` slower, as the simulation runs them.
+(:class:`~dse.perf.params.LatencyParams`, added by the caller), the KV's transfer, then
 
-The batch is held where the arrivals' ``q`` quantile fills a forward: beyond that prompts queue
-for whole forwards, which this does not price. ``benchmarks/prefill_queue.py`` sets it against
-the engine-level simulation.
+* a wait only where every instance of the pool is busy (Erlang C over the instances the traffic
+  needs at that load: the router sends a prompt to an idle one where there is one), for the rest
+  of the forward in progress, and one whole forward more where the engine hand-shakes first
+  (SGLang's bootstrap queue: a prompt arriving during a forward misses the next one when another
+  prompt fills it);
+* its own forwards, of a batch at the arrivals' ``q`` quantile. Under attention data
+  parallelism a forward takes at most its rank's share of the budget of one prompt (SGLang
+  divides ``--chunked-prefill-size`` by the DP size), so a longer prompt takes ``m`` forwards,
+  and SGLang's such servers run the fitted
+  :attr:`~dse.perf.params.LatencyParams.dp_prefill_slowdown` slower, as the simulation runs them;
+* near the most an instance can take, an M/D/1 wait at the full batch's price per prompt.
+
+Loads are held where the arrivals' ``q`` quantile still fits one forward. The curve is one kind of
+prompt's (a fresh prompt, or a returning turn's suffix); the other kinds are priced at a forward of
+as many tokens. ``benchmarks/prefill_queue.py`` sets it against the engine-level simulation.
 """
 
 from __future__ import annotations
@@ -42,16 +47,16 @@ SERVERS_MAX = 32.0  # instances a prompt's chance of waiting is priced over, at 
 
 @dataclass(frozen=True)
 class PrefillCurve:
-    """One shape's prefill server over rising load: per point, the TTFT a fresh prompt gains over
-    one alone at the unit's price (``extra_s``, seconds), the share of its time it is busy, each
-    case's busy seconds per prompt (fresh, midfill, recompute) over a full batch's (``more``,
-    ``(3, points)``) and the prompts' worth a forward takes; ``scale`` multiplies every forward
-    (the fitted slowdown)."""
+    """One shape's prefill server over rising load: per point, the TTFT a prompt of the curve's
+    kind gains over one alone at the unit's price (``extra_s``, seconds), the share of its time
+    it is busy, each case's busy seconds per prompt (fresh, midfill, recompute) over a full
+    batch's (``more``, ``(3, points)``) and the prompts' worth of tokens a forward takes;
+    ``scale`` multiplies every forward (the fitted slowdown)."""
 
     extra_s: Array
     share: Array
     more: Array
-    batch: Array  # fresh prompts' worth of tokens a forward takes
+    batch: Array  # prompts of the curve's kind, in tokens' worth, a forward takes
     scale: float
     forwards: int  # forwards one prompt takes (attention-DP lanes)
 

@@ -66,7 +66,7 @@ class SimPool:
     fresh_busy_s: float | None
     midfill_busy_s: float | None
     reload_s: float | None
-    prefill_forward_requests: float = 0.0  # fresh prompts a forward batches at its load (0: at most)
+    prefill_forward_requests: float = 0.0  # prompts a forward batches at its load (0: at most)
 
 
 @dataclass(frozen=True)
