@@ -293,11 +293,10 @@ class _Builder:
         utilisation that admits it, so resting KV can leave HBM at a price in prefill GPUs; and
         one that takes fresh prompts only, where their queue then runs fuller (or where no way
         back meets TTFT on this shape: a midfill pool then takes the returning turns)."""
-        s = self.s
+        s, w = self.s, self.req.workload
+        case = 1 if self.classes and w.returning_share > 0.5 else 0  # most prompts: fresh or midfills
         for i in self.shapes("prefill"):
             seen: set[tuple[bool, ...]] = set()
-            w = self.req.workload
-            case = 1 if self.classes and w.returning_share > 0.5 else 0  # most prompts: fresh or midfills
             curve = prefill_curve(s, i, self.req.engine, self.p, self.slo.percentile, w.requests_per_s, case)
             scale = curve.scale
             ways = [None, *(t for t in TIERS if t in self.tiers and self.classes)]

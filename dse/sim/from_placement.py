@@ -152,8 +152,7 @@ def stage_replicas(p: SimPool, pp: float) -> SimPool:
         p,
         gpus=p.gpus / pp,
         instances=p.instances * pp,
-        prefill_batch_requests=p.prefill_batch_requests / pp,
-        prefill_forward_requests=p.prefill_forward_requests / pp,
+        prefill_batch_requests=p.prefill_batch_requests / pp,  # its count was a pipeline's
         **busy,
     )
 
