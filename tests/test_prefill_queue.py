@@ -63,8 +63,8 @@ def test_the_placed_prefill_pool_holds_in_the_simulation_and_is_not_oversized(
 ) -> None:
     """DeepSeek-V3 on H200, 20 requests/s of 2,000-token prompts, TTFT 0.5 s at p90: the placed
     design holds in the engine-level simulation, and its prefill instances are busy at least 30%
-    of the time. The M/D/1 surrogate before placed 21 TensorRT-LLM prefill instances, each busy
-    4% of the time."""
+    of the time. The surrogate before allowed TensorRT-LLM's TP8 prefill instances 10% (and its
+    attention-DP ones 4%: 21 of them; `benchmarks/prefill_queue.py`)."""
     req = PlacementRequest(
         "deepseek-v3", ("h200-sxm",), Workload(20.0, 2000.0, 800.0), Slo(0.5, 0.05, 90.0),
         Topology.DISAGGREGATED, engine=engine, options=UnitOptions(prefill_shapes=("8gpu-tp8-ep8",)),
