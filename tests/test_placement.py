@@ -423,16 +423,21 @@ def test_a_looser_tpot_target_never_costs_more(catalog: Catalog) -> None:
     (a series of benchmarks/tpot_paces.py): each unit is offered at the grid's tighter paces too,
     whose smaller batches keep a prompt's wait behind the decode step short, so a looser TPOT
     costs no more. Offered at its target's largest batch only, 200 ms costs more than 150 ms
-    ($406.08 against $383.52; $349.68 at the paces): its prompts wait behind longer steps."""
+    ($406.08 against $383.52; $349.68 at the paces): its prompts wait behind longer steps.
+
+    At TTFT 0.7 s a shape stops being offered tighter paces once its prompts get all that no
+    decode step ahead would give them, judged at each pace's own load: judged at the target
+    pace's load (a larger one), the 16-GPU shape stopped at 100 ms from a 200 ms target and
+    missed 80 ms, which a 150 ms target reached ($259.44 against $248.16)."""
     from dse.placement.request import UnitOptions
 
-    def cost(tpot: float, tighter: bool) -> float:
+    def cost(tpot: float, tighter: bool, ttft: float = 0.5) -> float:
         req = request(
             model="deepseek-v3",
             topology=Topology.AGGREGATED,
             hardware=("h200-sxm",),
             workload=Workload(requests_per_s=50.0, input_tokens=8000.0, output_tokens=800.0),
-            slo=Slo(ttft_s=0.5, tpot_s=tpot, percentile=90.0),
+            slo=Slo(ttft_s=ttft, tpot_s=tpot, percentile=90.0),
             options=UnitOptions(tighter_paces=tighter),
         )
         best = place(req, catalog=catalog, with_shadow_prices=False).best
@@ -446,6 +451,8 @@ def test_a_looser_tpot_target_never_costs_more(catalog: Catalog) -> None:
     # the figures docs/cli.md quotes
     assert paced == pytest.approx(dict.fromkeys(paced, 349.68)), paced
     assert unpaced == pytest.approx({0.15: 383.52, 0.2: 406.08}), unpaced
+    looser = {t: cost(t, True, ttft=0.7) for t in (0.15, 0.2, 0.3)}
+    assert looser == pytest.approx(dict.fromkeys(looser, 248.16)), looser
 
 
 def test_aggregated_units_at_tighter_paces_run_smaller_batches_and_say_their_pace(catalog: Catalog) -> None:

@@ -427,7 +427,6 @@ class _Builder:
             offered: set[tuple[int, float]] = set()  # (shape, batch): a pace at the same batch adds nothing
             placed: set[int] = set()
             settled: set[int] = set()  # shapes a tighter pace can buy nothing more for
-            limits: dict[int, _Row] = {}  # each shape's row with no decode step ahead of its prompts
             missed: dict[int, str] = {}  # why a shape has no unit: its first failure, the target's pace first
             for k, pace in enumerate(paces):
                 rate, batch = rates[n * len(paces) + k], batches[n * len(paces) + k]
@@ -442,10 +441,9 @@ class _Builder:
                             missed.setdefault(i, row)
                             continue
                         placed.add(i)
-                        if len(paces) > 1:
-                            if i not in limits:
-                                limits[i] = self._shortest_step_row(i, phi, float(rate[i]), float(batch[i]))
-                            if self._nothing_left(row, limits[i]):
+                        if len(paces) > 1:  # at this pace's load: a tighter pace's unit carries less
+                            limit = self._shortest_step_row(i, phi, float(rate[i]), float(batch[i]))
+                            if self._nothing_left(row, limit):
                                 settled.add(i)
             for i, why in missed.items():
                 if i not in placed:
