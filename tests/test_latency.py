@@ -419,8 +419,11 @@ def test_a_decode_server_that_reserves_fixed_tokens_admits_fewer() -> None:
 
 def test_an_sglang_attention_dp_prefill_pool_takes_the_fitted_slowdown(catalog: Catalog) -> None:
     """The fitted slowdown multiplies every forward of an SGLang prefill pool under attention data
-    parallelism, and nothing else: not its tensor-parallel pool, not TensorRT-LLM's attention-DP
-    pool, not an aggregated instance, not the decode steps."""
+    parallelism up to the 8,192 tokens its runs' forwards took, and adds what that one's adds to
+    a larger forward; it slows nothing else: not its tensor-parallel pool, not TensorRT-LLM's
+    attention-DP pool, not an aggregated instance, not the decode steps."""
+    from dse.perf.latency_tables import SLOWED_UP_TO_TOKENS
+
     shipped = load_params()
     none, slow = (
         replace(shipped, latency=replace(shipped.latency, dp_prefill_slowdown=f)) for f in (1.0, 1.5)
@@ -435,7 +438,11 @@ def test_an_sglang_attention_dp_prefill_pool_takes_the_fitted_slowdown(catalog: 
     sglang_dp = {**B200_ROW, **DISAGG, "prefill_dp_attention": "True"}
     before, after = both(sglang_dp)
     assert after.dp_prefill_slowed and after.pf_ranks > 1.0
-    np.testing.assert_allclose(after.pf_cost, 1.5 * before.pf_cost)
+    up_to = after.pf_tokens <= SLOWED_UP_TO_TOKENS
+    assert SLOWED_UP_TO_TOKENS in after.pf_tokens and not up_to.all()  # the table reaches past it
+    np.testing.assert_allclose(after.pf_cost[up_to], 1.5 * before.pf_cost[up_to])
+    at_budget = before.pf_cost[after.pf_tokens == SLOWED_UP_TO_TOKENS]
+    np.testing.assert_allclose(after.pf_cost[~up_to], before.pf_cost[~up_to] + 0.5 * at_budget)
     np.testing.assert_array_equal(after.dec_a, before.dec_a)
     for row in (
         {**B200_ROW, **DISAGG},  # tensor-parallel prefill pool

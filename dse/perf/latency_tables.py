@@ -46,13 +46,33 @@ class EngineRules:
     2.4x above, those with a tensor-parallel one 0.9x and 1.4x, TensorRT-LLM's alike; the step
     costs price a pool whose ranks share every forward evenly, where SGLang forms each rank's
     batch from that rank's own queue and synchronises the ranks' batch shapes before every
-    forward, ``prepare_mlp_sync_batch``)."""
+    forward, ``prepare_mlp_sync_batch``). Every run that fitted it ran SGLang's default budget
+    of :data:`SLOWED_UP_TO_TOKENS` a forward; a forward of more tokens is slowed by what one of
+    that many is (:func:`slowed_forward`)."""
 
     mixed: bool
     reserve: float
     bootstrap: bool = False
     decode_reserve_tokens: float = 0.0
     dp_prefill_slowed: bool = False
+
+
+# Tokens up to which an attention-DP prefill forward of a slowed engine takes the fitted
+# slowdown times its price: the budget of every run it was fitted on (SGLang's default
+# ``--chunked-prefill-size`` of 8,192 for an instance). Beyond it the forward is slowed by what
+# one of that many tokens is, no more: a fixed overhead per forward, as saturated pools of far
+# larger forwards measure. SGLang's own large-EP prefill (published_points B1a-c: 32 H100 with
+# attention DP at 16,384 tokens a GPU) and DeepSeek's profile (A4, H800, the same budget) measure
+# 1.02-1.10 and 1.55 times the throughput the step costs price without any slowdown; with the
+# fitted factor of 1.45 on the whole forward, 1.5-1.6 and 2.2 times.
+SLOWED_UP_TO_TOKENS = float(PREFILL_TOKENS_PER_RANK)
+
+
+def slowed_forward(base_s: Array, base_at_budget_s: float | Array, slowdown: float) -> Array:
+    """Seconds of a slowed attention-DP prefill forward that the step costs price at ``base_s``:
+    ``slowdown`` times that up to the fitted budget's forward (``base_at_budget_s``, the price of
+    :data:`SLOWED_UP_TO_TOKENS` tokens), and what that one adds beyond it."""
+    return np.asarray(base_s) + (slowdown - 1.0) * np.minimum(base_s, base_at_budget_s)
 
 
 ENGINE_RULES = {
@@ -153,12 +173,19 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
     dec_chunk = _chunk(d.decode, per_instance)
     pf_chunk = dec_chunk if d.prefill is None else _chunk(d.prefill, per_instance)
     top = max(dec_chunk, pf_chunk, isl) * 1.5
-    tok = np.unique(np.r_[np.geomspace(16.0, top, 28), isl])
     slowed = rules.dp_prefill_slowed and d.prefill is not None and _ranks(d) > 1.0
+    budget = [SLOWED_UP_TO_TOKENS] if slowed and SLOWED_UP_TO_TOKENS < top else []  # the slowdown's kink
+    tok = np.unique(np.r_[np.geomspace(16.0, top, 28), isl, budget])
     factor = p.latency.dp_prefill_slowdown if slowed else 1.0
     if d.prefill is None:  # an aggregated instance's prefill: the fitted share of its priced forward
         factor = p.latency.agg_prefill_factor
-    pf = prefill_forward_seconds(d, p, tok) * factor
+    pf = prefill_forward_seconds(d, p, tok)
+    if slowed:  # up to the fitted budget's forward
+        pf = slowed_forward(
+            pf, float(prefill_forward_seconds(d, p, np.array([SLOWED_UP_TO_TOKENS]))[0]), factor
+        )
+    else:
+        pf = pf * factor
     mean, var = _accept_moments(float(d.accept_tokens[0]), float(d.draft_tokens[0]))
     xfer_fixed = xfer_tok = 0.0
     if d.prefill is not None:

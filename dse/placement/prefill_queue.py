@@ -20,7 +20,8 @@ A prompt's TTFT, at the percentile ``q``: the fitted front end and hand-off
   parallelism a forward takes at most its rank's share of the budget of one prompt (SGLang
   divides ``--chunked-prefill-size`` by the DP size), so a longer prompt takes ``m`` forwards,
   and SGLang's such servers run the fitted
-  :attr:`~dse.perf.params.LatencyParams.dp_prefill_slowdown` slower, as the simulation runs them;
+  :attr:`~dse.perf.params.LatencyParams.dp_prefill_slowdown` slower up to the budget it was fitted
+  at, as the simulation runs them (:func:`~dse.perf.latency_tables.slowed_forward`);
 * near the most an instance can take, an M/D/1 wait at the full batch's price per prompt.
 
 Loads are held where the arrivals' ``q`` quantile still fits one forward. The curve is one kind of
@@ -36,7 +37,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from dse.perf.latency_tables import ENGINE_RULES
+from dse.perf.latency_tables import ENGINE_RULES, SLOWED_UP_TO_TOKENS, slowed_forward
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array
 from dse.placement.shapes import Shapes
@@ -51,13 +52,13 @@ class PrefillCurve:
     kind gains over one alone at the unit's price (``extra_s``, seconds), the share of its time
     it is busy, each case's busy seconds per prompt (fresh, midfill, recompute) over a full
     batch's (``more``, ``(3, points)``) and the prompts' worth of tokens a forward takes;
-    ``scale`` multiplies every forward (the fitted slowdown)."""
+    busy time and a lone prompt are over ``scale`` times their price."""
 
     extra_s: Array
     share: Array
     more: Array
     batch: Array  # prompts of the curve's kind, in tokens' worth, a forward takes
-    scale: float
+    scale: float  # a lone prompt's forward over its price (the slowdown, where one applies)
     forwards: int  # forwards one prompt takes (attention-DP lanes)
 
 
@@ -70,10 +71,13 @@ def prefill_curve(
     hops added, with ``pp`` forwards in flight: ``pp`` servers an instance."""
     rules = ENGINE_RULES[engine]
     ranks = max(float(s.pool.attn_dp[i]), 1.0)
-    scale = p.latency.dp_prefill_slowdown if rules.dp_prefill_slowed and ranks > 1 else 1.0
+    slowdown = p.latency.dp_prefill_slowdown if rules.dp_prefill_slowed and ranks > 1 else 1.0
     pp = float(s.pp[i])
     cost = (s.fresh, s.midfill)[case]
     most = s.most_prompts(i, case)
+    up_to = SLOWED_UP_TO_TOKENS / s.budget_tokens(i)  # of a full forward, the slowdown's budget
+    slowed = _Slowed(slowdown, up_to)
+    scale = float(slowed.factor(s, i, np.array([1.0]), case)[0])  # a lone prompt's
     m = max(math.ceil(ranks / most - 1e-9), 1)  # the prompt over its rank's share of the budget
     q = percentile / 100.0
     z = NormalDist().inv_cdf(q)
@@ -81,7 +85,7 @@ def prefill_curve(
     batch = x + np.exp(-x) / m  # prompts' worth of tokens a forward takes
     high = np.minimum(batch + z * np.sqrt(x), most)  # at the arrivals' q quantile
     lag = max(float(cost.one_s[i] - s.busy_at(i, 1.0)[case]), 0.0) if pp > 1 else 0.0  # the hops
-    forward = _forward_s(s, i, scale, np.r_[batch, high, most], case) + lag
+    forward = _forward_s(s, i, slowed, np.r_[batch, high, most], case) + lag
     t, t_high, t_full = forward[:POINTS], forward[POINTS:-1], float(forward[-1])
     busy = x / batch
     lam = pp * x / t  # prompts a second an instance takes
@@ -97,7 +101,10 @@ def prefill_curve(
     # each case's busy time per prompt in a forward of as many tokens (its prompts' worth of them)
     most_of = np.array([s.most_prompts(i, c) for c in range(3)])
     same_tokens = np.maximum(batch[None, :] * (most_of / most)[:, None], 1.0)  # (3, points)
-    more = np.stack([s.busy_at(i, same_tokens[c])[c] for c in range(3)]) / pp / _full(s, i)
+    more = np.stack(
+        [s.busy_at(i, same_tokens[c])[c] * slowed.factor(s, i, same_tokens[c], c) for c in range(3)]
+    )
+    more = more / (scale * pp) / _full(s, i)
     more[case] = (t / (batch * pp)) / (scale * float(cost.busy_s[i]))
     held = (batch + z * np.sqrt(x) <= most + 1e-9) & (near < 0.98)
     return PrefillCurve(extra[held], busy[held], more[:, held], batch[held], scale, m)
@@ -120,9 +127,30 @@ def _full(s: Shapes, i: int) -> Array:
     return np.array([[s.fresh.busy_s[i]], [s.midfill.busy_s[i]], [s.recompute.busy_s[i]]])
 
 
-def _forward_s(s: Shapes, i: int, scale: float, prompts: Array, case: int) -> Array:
+@dataclass(frozen=True)
+class _Slowed:
+    """An attention-DP prefill server's fitted slowdown, up to a forward of ``up_to`` of a full
+    one's tokens (:func:`~dse.perf.latency_tables.slowed_forward`); 1: none."""
+
+    slowdown: float
+    up_to: float
+
+    def factor(self, s: Shapes, i: int, prompts: Array, case: int) -> Array:
+        """A forward of ``prompts`` prompts' worth of ``case`` over its price."""
+        if self.slowdown == 1.0:
+            return np.ones_like(prompts, dtype=float)
+        priced = s.busy_at(i, np.maximum(prompts, 1.0))[case] * np.maximum(prompts, 1.0)
+        budget = self.up_to * s.most_prompts(i, case)
+        at_budget = float(s.busy_at(i, max(budget, 1.0))[case]) * max(budget, 1.0)
+        return np.asarray(slowed_forward(priced, at_budget, self.slowdown) / priced)
+
+
+def _forward_s(s: Shapes, i: int, slowed: _Slowed, prompts: Array, case: int) -> Array:
     """Seconds of a forward of ``prompts`` prompts' worth of tokens of ``case``; below one prompt
     (an attention-DP lane's share of one), along the line through one and two prompts."""
-    one, two = (scale * float(s.busy_at(i, b)[case]) * b for b in (1.0, 2.0))
-    at = scale * s.busy_at(i, np.maximum(prompts, 1.0))[case] * np.maximum(prompts, 1.0)
+    one, two = (
+        float((slowed.factor(s, i, np.array([b]), case) * s.busy_at(i, b)[case])[0]) * b for b in (1.0, 2.0)
+    )
+    top = np.maximum(prompts, 1.0)
+    at = slowed.factor(s, i, top, case) * s.busy_at(i, top)[case] * top
     return np.where(prompts >= 1.0, at, one - (1.0 - prompts) * (two - one))

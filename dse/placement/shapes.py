@@ -354,6 +354,11 @@ class Shapes:
         prompts (``case`` 0), midfills (1) or recomputes (2)."""
         return max(float(self._batched[0][case, i]), 1.0)
 
+    def budget_tokens(self, i: int) -> float:
+        """Prompt tokens one prefill forward of shape ``i`` may take: the engine's chunk on every
+        attention-DP rank, or once for the whole instance (:func:`prefill_batch_tokens`)."""
+        return float(self._chunk * (1.0 if self._per_instance else self.pool.attn_dp[i]))
+
     def __len__(self) -> int:
         return len(self.par)
 
