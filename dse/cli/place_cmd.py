@@ -135,6 +135,7 @@ FLAG_OF = {
 }
 """Flag of each field of the workload and the SLO, so an error names what the user typed."""
 
+
 def gap_rule(value: float) -> str | None:
     """A relative MIP gap: 0.05 stops within 5% of the optimum; 1 or more accepts any design."""
     return None if 0 <= value < 1 else "must be at least 0 and below 1 (a relative gap: 0.05 is 5%)"

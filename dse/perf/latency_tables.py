@@ -174,16 +174,14 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
     pf_chunk = dec_chunk if d.prefill is None else _chunk(d.prefill, per_instance)
     top = max(dec_chunk, pf_chunk, isl) * 1.5
     slowed = rules.dp_prefill_slowed and d.prefill is not None and _ranks(d) > 1.0
-    budget = [SLOWED_UP_TO_TOKENS] if slowed and SLOWED_UP_TO_TOKENS < top else []  # the slowdown's kink
-    tok = np.unique(np.r_[np.geomspace(16.0, top, 28), isl, budget])
+    tok = np.unique(np.r_[np.geomspace(16.0, top, 28), isl])
     factor = p.latency.dp_prefill_slowdown if slowed else 1.0
     if d.prefill is None:  # an aggregated instance's prefill: the fitted share of its priced forward
         factor = p.latency.agg_prefill_factor
     pf = prefill_forward_seconds(d, p, tok)
-    if slowed:  # up to the fitted budget's forward
-        pf = slowed_forward(
-            pf, float(prefill_forward_seconds(d, p, np.array([SLOWED_UP_TO_TOKENS]))[0]), factor
-        )
+    if slowed:  # slowed up to the fitted budget's forward (the engine check may place larger ones)
+        tok, pf, at_budget = _with_budget(tok, pf)
+        pf = slowed_forward(pf, at_budget, factor)
     else:
         pf = pf * factor
     mean, var = _accept_moments(float(d.accept_tokens[0]), float(d.draft_tokens[0]))
@@ -207,6 +205,16 @@ def _tables(d: Deployment, p: PerfParams, rules: EngineRules, lengths: Lengths) 
         dec_reserve=rules.decode_reserve_tokens if d.prefill is not None else 0.0,
         dp_prefill_slowed=slowed, balance_ranks=balance_ranks,
     )  # fmt: skip
+
+
+def _with_budget(tok: Array, pf: Array) -> tuple[Array, Array, float]:
+    """The table ``(tok, pf)`` with a point at :data:`SLOWED_UP_TO_TOKENS` on its line there (the
+    same prices below it, to rounding) and the price it reads there."""
+    at = float(np.interp(SLOWED_UP_TO_TOKENS, tok, pf))
+    if SLOWED_UP_TO_TOKENS in tok or SLOWED_UP_TO_TOKENS > tok[-1]:
+        return tok, pf, at
+    k = int(np.searchsorted(tok, SLOWED_UP_TO_TOKENS))
+    return np.insert(tok, k, SLOWED_UP_TO_TOKENS), np.insert(pf, k, at), at
 
 
 def _ranks(d: Deployment) -> float:

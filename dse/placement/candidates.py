@@ -313,8 +313,8 @@ class _Builder:
                     continue
                 seen.add(admitted)
                 row.hbm_idle = max(float(s.free_unique_gb[i] - s.prefill_ws_gb[i]), 0.0)
-                used = (
-                    s.weights_gb[i] + s.prefill_ws_gb[i] / (s.pool.kv_shard[i] * s.pp[i])
+                used = s.weights_gb[i] + s.prefill_ws_gb[i] / (
+                    s.pool.kv_shard[i] * s.pp[i]
                 )  # resting KV: read_back adds it
                 suffix = "" if tier is None else ("/fresh" if tier == FRESH_ONLY else f"/to-{tier}")
                 row.info = self.info(i, Role.PREFILL, suffix=suffix, hbm_gb=float(used), ttft=ttft)
@@ -473,7 +473,10 @@ class _Builder:
         sized for a TPOT of ``pace``: its row, or why its prompts cannot meet TTFT."""
         s, slo = self.s, self.slo
         row = _Row(
-            self.info(i, Role.MIXED, hbm_gb=0.0), i, len(self.classes), dec=rate * (1.0 - phi),
+            self.info(i, Role.MIXED, hbm_gb=0.0),
+            i,
+            len(self.classes),
+            dec=rate * (1.0 - phi),
             nic=float(s.nic_gb_s[i]),
         )
         step = batch / rate  # the decode step (per output token) a prompt arrives during, at most
