@@ -575,3 +575,31 @@ def test_a_goodput_attention_ffn_design_reaches_more_at_a_tighter_pace(catalog: 
         assert best is not None and best.usd_per_hour <= 100.0
         reach[tighter] = best.requests_per_s
     assert reach[False] == pytest.approx(16.67, rel=1e-3) and reach[True] == pytest.approx(28.93, rel=1e-3)
+
+
+def test_naming_one_roles_shapes_restricts_that_role_alone(catalog: Catalog) -> None:
+    """Prefill shapes named, decode shapes not: the decode units keep every default shape (they
+    had been cut to the named prefill shapes: DeepSeek-V3 on B200 at 20 req/s cost $93.60/hour
+    with prefill on 4-GPU instances, against $31.20 unrestricted); midfill shapes named for a
+    topology without a midfill pool change nothing ($62.40 before)."""
+    from dse.placement.request import UnitOptions
+
+    def best(**opts: object) -> PlacementReport:
+        req = request(
+            hardware=("b200",), workload=Workload(20.0, 4000.0, 1000.0), slo=Slo(ttft_s=2.0, tpot_s=0.05),
+            options=UnitOptions(**opts),  # type: ignore[arg-type]
+        )  # fmt: skip
+        return place(req, catalog=catalog, with_shadow_prices=False)
+
+    free = best().best
+    assert free is not None and free.usd_per_hour == pytest.approx(31.2)
+    for opts in ({"prefill_shapes": ("4gpu-tp4-ep4",)}, {"midfill_shapes": ("16gpu-dpa-ep16",)}):
+        assert best(**opts).best.usd_per_hour == pytest.approx(free.usd_per_hour), opts  # type: ignore[union-attr]
+    req = request(
+        hardware=("b200",), workload=Workload(20.0, 4000.0, 1000.0), slo=Slo(ttft_s=2.0, tpot_s=0.05),
+        topology=Topology.DISAGGREGATED, options=UnitOptions(prefill_shapes=("4gpu-tp4-ep4",)),
+    )  # fmt: skip
+    units = build_candidates(req, Topology.DISAGGREGATED, catalog, load_params()).units
+    prefill = {u.parallel.label() for u in units if u.role == Role.PREFILL}
+    decode = {u.parallel.label() for u in units if u.role == Role.DECODE}
+    assert prefill == {"4gpu-tp4-ep4"} and len(decode) > 3 and "16gpu-pp2-tp8-ep8" not in decode

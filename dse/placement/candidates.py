@@ -278,7 +278,8 @@ class _Builder:
         out = [
             int(i)
             for i in np.flatnonzero(s.fits)
-            if (shapes is None or s.par[int(i)].label() in shapes) and (hws is None or s.hw(int(i)).id in hws)
+            if (s.default[int(i)] if shapes is None else s.par[int(i)].label() in shapes)
+            and (hws is None or s.hw(int(i)).id in hws)
         ]
         if role in ("prefill", "midfill"):
             return out

@@ -180,25 +180,28 @@ def batched_busy(
 
 def _shape_list(
     req: PlacementRequest, model: Model, hws: list[Hardware], params: PerfParams, kv: Precision
-) -> tuple[list[int], list[Parallel]]:
-    """(hardware index, shape) of every shape tried: the options' named shapes where they name
-    any, else the generated grid of each hardware with its pipelined prefill shapes."""
+) -> tuple[list[int], list[Parallel], list[bool]]:
+    """(hardware index, shape) of every shape tried: the options' named shapes, and, where a
+    role names none (decode, or prefill, which midfill follows unless named), the generated grid
+    of each hardware with its pipelined prefill shapes as well. Each role then takes its own
+    (:meth:`~dse.placement.candidates._Builder.shapes`): naming one role's shapes restricts that
+    role alone. Third, whether each shape is one of the default grid's."""
     opts = req.options
-    wanted = None
-    named = (opts.prefill_shapes, opts.decode_shapes, opts.midfill_shapes)
-    if any(v is not None for v in named):
-        wanted = set().union(*(v or () for v in named))
+    named = set().union(*(v or () for v in (opts.prefill_shapes, opts.decode_shapes, opts.midfill_shapes)))
+    every = opts.prefill_shapes is None or opts.decode_shapes is None  # a role takes the default grid
     hw_of: list[int] = []
     par: list[Parallel] = []
+    default: list[bool] = []
     for i, hw in enumerate(hws):
-        grid = parallel_grid(hw, model, extra=wanted)
-        if wanted is None:
-            grid += _pipelined(grid, hw, model, req, kv, params)
-        for q in grid:
-            if wanted is None or q.label() in wanted:
+        grid = parallel_grid(hw, model)
+        grid += _pipelined(grid, hw, model, req, kv, params) if every else []
+        base = {q.label() for q in grid}
+        for q in grid + [q for q in parallel_grid(hw, model, extra=named) if q.label() not in base]:
+            if every or q.label() in named:
                 hw_of.append(i)
                 par.append(q)
-    return hw_of, par
+                default.append(q.label() in base)
+    return hw_of, par, default
 
 
 def _pipelined(
@@ -260,7 +263,7 @@ class Shapes:
         (disaggregated, attention-FFN), whose admission may reserve otherwise."""
         engine = with_mtp(params.engine(req.engine), req.mtp_draft_tokens, req.mtp_accept_rate)
         self.hws = hws
-        self.hw_of, self.par = _shape_list(req, model, hws, params, engine.kv_precision)
+        self.hw_of, self.par, self.default = _shape_list(req, model, hws, params, engine.kv_precision)
         opts = req.options
         n = len(self.par)
         # a pipelined instance is priced as one stage's GPUs running every layer (the same work
