@@ -24,7 +24,8 @@ A prompt's TTFT, at the percentile ``q``: the fitted front end and hand-off
   at, as the simulation runs them (:func:`~dse.perf.latency_tables.slowed_forward`);
 * near the most an instance can take, an M/D/1 wait at the full batch's price per prompt.
 
-Loads are held where the arrivals' ``q`` quantile still fits one forward. The curve is one kind of
+Where the arrivals' ``q`` quantile passes one forward, the prompts past it wait for forwards of
+their own (a prompt as long as the budget: every forward takes one). The curve is one kind of
 prompt's (a fresh prompt, or a returning turn's suffix); the other kinds are priced at a forward of
 as many tokens. ``benchmarks/prefill_queue.py`` sets it against the engine-level simulation.
 """
@@ -97,7 +98,10 @@ def prefill_curve(
     service = t_full / (most * pp)  # an instance's seconds per prompt at full batches
     near = np.minimum(lam * service, 0.99)  # the load against the most it can take
     queue = max(1.0, -math.log(1.0 - q)) * near / (2.0 * (1.0 - near)) * service  # M/D/1
-    extra = ahead + m * t_high + queue - scale * float(cost.one_s[i])
+    # past the load where the arrivals' quantile fits one forward, the prompts over it wait for
+    # forwards of their own first (long prompts: a forward takes one, whatever the percentile)
+    spill = np.maximum(batch + z * np.sqrt(x) - most, 0.0) / most * t_full
+    extra = ahead + m * t_high + spill + queue - scale * float(cost.one_s[i])
     # each case's busy time per prompt in a forward of as many tokens (its prompts' worth of them)
     most_of = np.array([s.most_prompts(i, c) for c in range(3)])
     same_tokens = np.maximum(batch[None, :] * (most_of / most)[:, None], 1.0)  # (3, points)
@@ -106,7 +110,7 @@ def prefill_curve(
     )
     more = more / (scale * pp) / _full(s, i)
     more[case] = (t / (batch * pp)) / (scale * float(cost.busy_s[i]))
-    held = (batch + z * np.sqrt(x) <= most + 1e-9) & (near < 0.98)
+    held = near < 0.98
     return PrefillCurve(extra[held], busy[held], more[:, held], batch[held], scale, m)
 
 
