@@ -32,10 +32,10 @@ import numpy as np
 
 from dse.catalog import Catalog
 from dse.errors import InputError
-from dse.perf.afd import attention_side
+from dse.perf.afd import attention_side, ffn_side
 from dse.perf.params import EngineProfile, PerfParams, with_mtp
 from dse.perf.pool import build_pool
-from dse.perf.serving import decode_tpot
+from dse.perf.serving import Deployment, decode_step_seconds, decode_tpot
 from dse.sim.kv_tiers import RestingClass
 from dse.sim.scenario import Pipeline
 from dse.typed_data import build
@@ -398,22 +398,53 @@ def _step_table(
         kv_precision=[engine.kv_precision] * k,
         engines=params.kernel_engines([design.engine] * k),
     )
-    afd = main.role == "attention"
-    tpot = decode_tpot(
-        attention_side(pool) if afd else pool,
-        params,
-        batch=np.maximum(n, 1e-9),
-        context=np.full_like(n, w.mean_prompt_tokens() + 0.5 * w.output_tokens),
-        speed=np.full_like(n, engine.speed),
-        draft_tokens=np.full_like(n, float(engine.mtp_draft_tokens if design.mtp else 0)),
-        accept_tokens=np.full_like(n, engine.mtp_accept_tokens if design.mtp else 1.0),
-    )
+    ctx = np.full_like(n, w.mean_prompt_tokens() + 0.5 * w.output_tokens)
+    drafts = np.full_like(n, float(engine.mtp_draft_tokens if design.mtp else 0))
+    accept = np.full_like(n, engine.mtp_accept_tokens if design.mtp else 1.0)
+    if main.role == "attention":
+        tpot = _afd_tpot(design, main, catalog, params, pool, n, ctx, drafts, accept)
+    else:
+        tpot = decode_tpot(
+            pool, params, batch=np.maximum(n, 1e-9), context=ctx, speed=np.full_like(n, engine.speed),
+            draft_tokens=drafts, accept_tokens=accept,
+        )  # fmt: skip
     tpot = np.interp(np.arange(slots + 1, dtype=float), n, tpot)
-    if afd:
-        tpot = 2.0 * tpot
     if main.role == "mixed":
         tpot = tpot / (1.0 - main.prefill_share)
     return slots, tpot, pool
+
+
+def _afd_tpot(
+    design: SimDesign, main: SimPool, catalog: Catalog, params: PerfParams, pool: Any,
+    n: Any, ctx: Any, drafts: Any, accept: Any,
+) -> Any:  # fmt: skip
+    """Seconds per output token of an attention-FFN design's attention instance at ``n``
+    sequences: the slower of its attention half, its expert pool's half (the attention pools'
+    tokens shared over the expert instances: the experts' weights are read every step however few
+    tokens come) and the hidden states' transfer, each in half the step (two micro-batches in
+    ping-pong), as the engine-level simulation and ``dse predict --afd`` step."""
+    ffns = [p for p in design.pools if p.role == "ffn"]
+    big = max(ffns, key=lambda p: p.instances)
+    k = len(n)
+
+    def pool_of(p: SimPool) -> Any:
+        return build_pool(
+            catalog.model(design.model), [catalog.hardware(p.hardware)] * k, gpus=[p.gpus] * k,
+            attn_tp=[p.attn_tp] * k, ep=[p.ep] * k, weight_precision=[Precision(design.weight_precision)] * k,
+            kv_precision=[design.engine_of(params).kv_precision] * k,
+            engines=params.kernel_engines([design.engine] * k),
+        )  # fmt: skip
+
+    # several expert pools: counted as instances of the largest one with as many GPUs
+    attention = sum(p.instances for p in design.pools if p.role == "attention")
+    experts = sum(p.instances * p.gpus for p in ffns) / big.gpus
+    d = Deployment(
+        prefill=None, decode=attention_side(pool), prefill_instances=np.ones(k),
+        decode_instances=np.full(k, attention), isl=ctx, osl=np.zeros(k),
+        speed=np.full(k, design.engine_of(params).speed), draft_tokens=drafts, accept_tokens=accept,
+        ffn=ffn_side(pool_of(big)), ffn_instances=np.full(k, experts),
+    )  # fmt: skip
+    return decode_step_seconds(d, params, np.maximum(n, 1e-9), ctx) / accept
 
 
 def prefill_pool(
