@@ -200,3 +200,21 @@ def test_an_attention_ffn_design_steps_alike_in_the_fluid_model_and_the_engine(
     out = json.loads(run.out)
     fluid, engine = out["fluid"]["tpot_mean_s"], out["engine"]["tpot_p50_s"]
     assert abs(fluid / engine - 1.0) < 0.05 and fluid > 0.06, (fluid, engine)
+
+
+def test_more_traffic_overflows_the_plans_kv_tiers(tmp_path: Path, cli: Cli) -> None:
+    """The live KV cache runs over the tiers the plan sized for its own rate: three times the
+    returning turns leave more of them to be recomputed (the tiers had been resized to the
+    scenario's rate, so every --rate-scale printed the plan's shares)."""
+    placed = cli(
+        "place", "--hardware", "b200", "--rate", "10", "--isl", "4000", "--osl", "500", "--returning-share",
+        "0.6", "--prefix", "3000", "--suffix", "500", "--think", "0.5:60,0.5:600", "--ttft", "1", "--tpot",
+        "0.05", "--json", "--no-shadow-prices",
+    )  # fmt: skip
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "kv.json"
+    plan.write_text(placed.out)
+    base = ["simulate", "--placement", plan, "--horizon", "600", "--json"]
+    same, more = (json.loads(cli(*base, "--rate-scale", s).out)["kv_cache"] for s in ("1", "3"))
+    assert same["capacity_gb"] == more["capacity_gb"]
+    assert more["simulated"]["drop"] > same["simulated"]["drop"] + 0.2, (same["simulated"], more["simulated"])

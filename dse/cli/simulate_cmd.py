@@ -301,7 +301,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.perf.params import load_params
     from dse.sim.engine_latency import design_latency
     from dse.sim.from_placement import pipeline_of
-    from dse.sim.kv_cache import simulate_kv_cache
+    from dse.sim.kv_cache import planned_capacity_gb, simulate_kv_cache
     from dse.sim.simulation import simulate
 
     params = load_params()
@@ -326,7 +326,10 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     summary["engine"] = _engine_dict(engine, slo, rate)
     cache = None
     if design.resting and rate > 0:
-        cache = simulate_kv_cache(design.resting, rate, eviction=args.kv_eviction, seed=args.seed)
+        placed = planned_capacity_gb(design.resting, workload.requests_per_s)  # the plan's, at its rate
+        cache = simulate_kv_cache(
+            design.resting, rate, capacity_gb=placed, eviction=args.kv_eviction, seed=args.seed
+        )
     summary["kv_cache"] = None if cache is None else _cache_dict(cache)
     if args.out is not None:
         _write_outputs(args.out, report, summary)
