@@ -67,6 +67,20 @@ def test_infeasible_placement_is_an_answer_with_exit_3(cli: Cli) -> None:
     assert "infeasible" in out.out
 
 
+def test_the_error_line_quotes_the_topology_nearest_to_feasible(cli: Cli) -> None:
+    """Every topology over a 10 kW cap: the last line quotes the one that needs least (16 kW,
+    disaggregated), not the first listed (24 kW, aggregated); the same for a budget."""
+    base = ["place", "--hardware", "b200", "--rate", "20", "--isl", "4000", "--osl", "1000", "--ttft", "2"]
+    power = cli(*base, "--tpot", "0.05", "--power-kw", "10", "--no-shadow-prices")
+    assert power.code == 3 and "aggregated: power: serving the demand needs 24.0 kW" in power.out
+    assert (
+        power.err.strip()
+        == "dse: error: no feasible design: power: serving the demand needs 16.0 kW but the cap is 10.0 kW"
+    )
+    budget = cli(*base, "--tpot", "0.05", "--budget", "10", "--no-shadow-prices")
+    assert budget.code == 3 and "$31.20/h but the budget is $10.00/h" in budget.err
+
+
 def test_bad_flags_exit_2_with_one_line(cli: Cli) -> None:
     cases = {
         (

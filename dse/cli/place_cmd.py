@@ -388,11 +388,12 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         print(render(report, energy, checks))
     if report.best is None and checks:
         raise NoFeasibleDesign("engine-level TTFT", "; ".join(c.describe() for c in checks))
-    if report.best is None:
-        first = next((o.infeasibility for o in report.outcomes if o.infeasibility is not None), None)
-        if first is None:
+    if report.best is None:  # the topology nearest to feasible says why
+        whys = [o.infeasibility for o in report.outcomes if o.infeasibility is not None]
+        if not whys:
             raise NoFeasibleDesign("solver", "no topology returned a solution")
-        raise NoFeasibleDesign(first.binding, first.detail)
+        nearest = min(whys, key=lambda why: why.overshoot)
+        raise NoFeasibleDesign(nearest.binding, nearest.detail)
     return 0
 
 

@@ -17,6 +17,8 @@ also lowers the optional latency cost, which these prices leave out.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -46,10 +48,13 @@ ZERO_CAP_SIZE = 1e4
 
 @dataclass(frozen=True)
 class Infeasibility:
-    """The constraint family that binds, in words and numbers."""
+    """The constraint family that binds, in words and numbers; ``overshoot``, how far past its
+    caps the demand takes it (the elastic solve's slacks, each in units of its cap; infinite where
+    no unit could serve), so several topologies' reasons can name the nearest."""
 
     binding: str
     detail: str
+    overshoot: float = math.inf
 
 
 def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
@@ -75,7 +80,8 @@ def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
         return Infeasibility(
             "unknown", "the elastic model needed no slack; the instance may be numerically hard"
         )
-    return Infeasibility(" and ".join(t[0] for t in texts), "; ".join(t[1] for t in texts))
+    over = float(sum(v for v in el.slacks.values() if v > 1e-6))
+    return Infeasibility(" and ".join(t[0] for t in texts), "; ".join(t[1] for t in texts), over)
 
 
 def _missing_role(c: Candidates) -> Infeasibility | None:
