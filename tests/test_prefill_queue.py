@@ -129,7 +129,8 @@ def test_prompts_as_long_as_the_budget_are_placed_at_any_percentile(
     none for any prompt of 8,192 tokens or more)."""
     req = PlacementRequest(
         "deepseek-v3", ("b200",), Workload(20.0, 8000.0, 1000.0), Slo(3.0, 0.1, percentile),
-        Topology.DISAGGREGATED, options=UnitOptions(prefill_shapes=("8gpu-tp8-ep8",), decode_shapes=("8gpu-dpa-ep8",)),
+        Topology.DISAGGREGATED,
+        options=UnitOptions(prefill_shapes=("8gpu-tp8-ep8",), decode_shapes=("8gpu-dpa-ep8",)),
     )  # fmt: skip
     params = load_params()
     best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best

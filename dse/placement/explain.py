@@ -18,7 +18,6 @@ also lowers the optional latency cost, which these prices leave out.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, replace
 
 import numpy as np
