@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,34 @@ def evaluate(
     return check(req, outcome, scenario, ctx, dt_s=dt_s, max_gpus=max_gpus)
 
 
+def _binding(
+    req: PlacementRequest, constraints: dict[str, float], metrics: dict[str, Any], max_gpus: float | None
+) -> str:
+    """The constraint a design fails by most, each against its own limit (a TTFT 10% over its
+    target binds before 2 GPUs over a cap of 100), with its numbers; "" when none fails."""
+    w, slo = req.workload, req.slo
+    limits = {
+        "ttft_s": slo.ttft_s,
+        "tpot_s": slo.tpot_s,
+        "stability": w.requests_per_s,
+        "gpus": max_gpus or 1.0,
+    }
+    failing = {k: v / limits.get(k, 1.0) for k, v in constraints.items() if v > 0}
+    if not failing:
+        return ""
+    name = max(failing, key=failing.__getitem__)
+    pct = f"p{slo.percentile:g}"
+    said = {
+        "ttft_s": lambda: f"TTFT {pct} {float(metrics['ttft_pct_s']):.3g} s against {slo.ttft_s:g} s",
+        "tpot_s": lambda: (
+            f"TPOT mean {float(metrics['tpot_s']) * 1e3:.3g} ms against {slo.tpot_s * 1e3:g} ms"
+        ),
+        "stability": lambda: f"the backlog grows {constraints['stability']:.3g} requests/s",
+        "gpus": lambda: f"{metrics.get('gpus', 0.0):.0f} GPUs against a cap of {max_gpus:g}",
+    }
+    return f"{name}: {said[name]()}" if name in said else name
+
+
 def check(
     req: PlacementRequest,
     outcome: TopologyOutcome,
@@ -104,8 +133,7 @@ def check(
     }
     if max_gpus is not None:
         constraints["gpus"] = float(outcome.gpus) - max_gpus
-    failing = {k: v for k, v in constraints.items() if v > 0}
-    binding = max(failing, key=failing.__getitem__) if failing else ""
+    binding = _binding(req, constraints, metrics, max_gpus)
     stages = stage_split(req, outcome.pools, ctx)
     metrics |= power_metrics(req, outcome, stages, ctx)
     return Evaluation(

@@ -98,3 +98,16 @@ def test_a_study_with_no_feasible_design_exits_3_with_the_reason(cli: Cli, tmp_p
     assert line.startswith("dse: error: no feasible design: ") and "of 3 trials" in line
     assert (tmp_path / "tiny-study" / "exports").is_dir()  # the tables and report are written first
     assert "wrote" in out
+
+
+def test_a_study_over_its_gpu_cap_says_by_how_much_alike_on_both_streams(cli: Cli, tmp_path: Path) -> None:
+    """A cap of 4 GPUs no design meets: the reason has its numbers (it had said a bare "gpus"),
+    and the run's summary says what the error line says (they had named different reasons)."""
+    spec = tmp_path / "tiny-study.toml"
+    spec.write_text(TINY.read_text() + "\n[limits]\nmax_gpus = 4\n")
+    code, out, err = cli("study", "run", str(spec), "--out", str(tmp_path), "--trials", "3", "--no-progress")
+    assert code == 3
+    line = err.strip().splitlines()[-1]
+    said = r"dse: error: no feasible design: gpus: \d+ GPUs against a cap of 4 \(3 of 3 trials\)"
+    assert re.fullmatch(said, line), line
+    assert line.removeprefix("dse: error: ") in out.splitlines()

@@ -157,7 +157,7 @@ def test_a_table_never_prints_a_figure_in_exponent_form() -> None:
 
 def test_a_study_summary_without_a_feasible_design_names_the_commonest_reason() -> None:
     """Trials with no recorded reason (null) beside others: the summary names the reason the
-    others give, where it had tried to print None (a TypeError)."""
+    others give, where it had tried to print None (a TypeError), as the error line does."""
     from types import SimpleNamespace
 
     import polars as pl
@@ -166,6 +166,8 @@ def test_a_study_summary_without_a_feasible_design_names_the_commonest_reason() 
 
     schema = {"feasible": pl.Boolean, "binding": pl.Utf8}
     t = pl.DataFrame({"feasible": [False] * 3, "binding": [None, None, "tpot: 61 ms > 50 ms"]}, schema=schema)
-    assert summary(SimpleNamespace(trials=t)) == "no feasible design: tpot: 61 ms > 50 ms"  # type: ignore[arg-type]
+    said = "no feasible design: tpot: 61 ms > 50 ms (1 of 3 trials)"
+    assert summary(SimpleNamespace(trials=t)) == said  # type: ignore[arg-type]
     none = pl.DataFrame({"feasible": [False], "binding": [None]}, schema=schema)
-    assert summary(SimpleNamespace(trials=none)) == "no feasible design: no trial recorded why"  # type: ignore[arg-type]
+    unsaid = "no feasible design: unknown: no trial recorded why (1 of 1 trials)"
+    assert summary(SimpleNamespace(trials=none)) == unsaid  # type: ignore[arg-type]

@@ -257,11 +257,15 @@ def _no_feasible(res: StudyResults) -> NoFeasibleDesign:
     t = res.trials
     if t.is_empty():
         return NoFeasibleDesign("budget", "no trial completed")
-    family = t["binding"].fill_null("").str.split(": ").list.first()
+    said = t["binding"].drop_nulls()  # (null: a trial that recorded no reason)
+    said = said.filter(said != "")
+    if said.is_empty():
+        return NoFeasibleDesign("unknown", f"no trial recorded why ({t.height} of {t.height} trials)")
+    family = said.str.split(": ").list.first()
     common = family.mode().sort()[0]
-    detail = t.filter(family == common)["binding"][0] or ""  # (null: a trial with no record)
+    detail = str(said.filter(family == common)[0])
     share = f"{int((family == common).sum())} of {t.height} trials"
-    return NoFeasibleDesign(common or "unknown", f"{detail.partition(': ')[2] or detail} ({share})")
+    return NoFeasibleDesign(common, f"{detail.partition(': ')[2] or detail} ({share})")
 
 
 def summary(res: StudyResults, top: int = 5) -> str:
@@ -270,10 +274,7 @@ def summary(res: StudyResults, top: int = 5) -> str:
 
     t = res.trials
     if t.is_empty() or not t["feasible"].any():
-        said = t["binding"].drop_nulls()  # (null: a trial that recorded no reason)
-        return "no feasible design: " + (
-            "no trials" if t.is_empty() else said.mode().sort()[0] if len(said) else "no trial recorded why"
-        )
+        return str(_no_feasible(res))  # what the error line says too
     o = res.objectives[0]
     best = ranked(t.filter(t["feasible"]), (o.name, o.direction))
     axes = list(res.spec.sweep.axes())  # a grid study shows each row's point
