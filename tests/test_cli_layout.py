@@ -111,3 +111,22 @@ def test_a_study_over_its_gpu_cap_says_by_how_much_alike_on_both_streams(cli: Cl
     said = r"dse: error: no feasible design: gpus: \d+ GPUs against a cap of 4 \(3 of 3 trials\)"
     assert re.fullmatch(said, line), line
     assert line.removeprefix("dse: error: ") in out.splitlines()
+
+
+def test_a_study_of_hardware_without_a_price_fails_before_its_folder(cli: Cli, tmp_path: Path) -> None:
+    """H800 has no own_hyperscaler price: a study that prices its designs says so in one line, in
+    `study show` too, and `study run` leaves no folder (it had failed in its first trial, leaving
+    the study file, its lock and its spec). Counting GPUs, it runs."""
+    spec = tmp_path / "tiny-study.toml"
+    spec.write_text(
+        TINY.read_text().replace('hardware = ["b200", "h200-sxm"]', 'hardware = ["b200", "h800-sxm"]')
+    )
+    for command in (("study", "show", str(spec)), ("study", "run", str(spec), "--out", str(tmp_path / "o"))):
+        code, _, err = cli(*command)
+        assert code == 2 and err.strip().endswith(
+            "hardware[1] = 'h800-sxm': has no own_hyperscaler price in the catalog; choose another price_tier "
+            "or count GPUs"
+        ), err
+    assert not (tmp_path / "o").exists()
+    spec.write_text(spec.read_text() + '\n[objectives]\nnames = ["gpus"]\n')
+    assert cli("study", "show", str(spec))[0] == 0

@@ -59,7 +59,23 @@ def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) 
     for i, h in enumerate(spec.sweep.hardware):
         _known(out.hardware, h, source, f"sweep.hardware[{i}]")
     _fits_context(spec, out, source)
+    _priced(spec, out, source)
     return out
+
+
+def _priced(spec: StudySpec, catalog: Catalog, source: str) -> None:
+    """Every hardware the study may place has a price at its tier where the placement needs one
+    (an objective other than GPUs first, or a budget): a hardware without one fails here, before
+    the run makes its folder, not in its first trial."""
+    if spec.objectives.names[0] == "gpus" and spec.limits.budget_usd_hour is None:
+        return
+    field = f"usd_per_gpu_hour_{spec.price_tier}"
+    named = [(f"hardware[{i}]", h) for i, h in enumerate(spec.hardware)]
+    named += [(f"sweep.hardware[{i}]", h) for i, h in enumerate(spec.sweep.hardware)]
+    for where, h in named:
+        if getattr(catalog.hardware(h).prices, field) is None:
+            rule = f"has no {spec.price_tier} price in the catalog; choose another price_tier or count GPUs"
+            raise InputError(source, where, rule, h)
 
 
 # an entry's words, not its numbers: what a trial computes does not read them
