@@ -333,8 +333,21 @@ class _Builder:
                         f"{s.recompute.one_s[i]:.3f} s"
                         if self.classes
                         else ""
-                    ),
+                    )
+                    + self._lightest(i, curve),
                 )
+
+    def _lightest(self, i: int, curve: PrefillCurve) -> str:
+        """What the least load a prefill server can carry gives a fresh prompt at the target's
+        percentile (its wait for a busy server and its own forwards), where that binds."""
+        if len(curve.extra_s) < 2:
+            return ""
+        s = self.s
+        alone = self._offsets(True) + curve.scale * s.fresh.one_s[i] + s.fresh_handoff_s[i]
+        least = alone + max(float(curve.extra_s[1]), 0.0)
+        over = (least - self.slo.ttft_s) * 1e3
+        pct = f"p{self.slo.percentile:g}"
+        return f"; at the least load it carries, TTFT {pct} is {least:.3f} s ({over:+.2f} ms)"
 
     def add_midfill(self) -> None:
         """Units that take returning turns only, on every prefill shape (four-stage)."""
