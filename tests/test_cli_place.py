@@ -272,6 +272,9 @@ def test_json_is_strict_where_a_figure_is_unknown(cli: Cli) -> None:
     mixed = cli(*[a.replace("b200", "vr200-nvl144,b200") for a in ONE], "--objective", "gpus")
     assert mixed.code == 0, mixed.err
     assert "$nan" not in mixed.out
+    text = cli(*[a.replace("b200", "vr200-nvl144") for a in ONE], "--objective", "gpus", "--no-shadow-prices")
+    assert text.code == 0 and "nan" not in text.out, text.out  # the tables say "-", the best line why
+    assert "no own_hyperscaler price in the catalog" in text.out
 
 
 def test_a_gap_of_one_or_more_is_refused(cli: Cli) -> None:

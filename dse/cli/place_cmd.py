@@ -437,7 +437,12 @@ def render(
         "",
         f"best: {best.topology.value}, {best.requests_per_s:g} req/s, "
         f"{best.tokens_per_s:,.0f} tokens/s ({_output_per_gpu(best, report.request):,.0f} output tokens/s "
-        f"per GPU), ${best.usd_per_hour:,.2f}/hour",
+        f"per GPU), "
+        + (
+            f"${best.usd_per_hour:,.2f}/hour"
+            if best.usd_per_hour == best.usd_per_hour
+            else f"no {report.request.price_tier} price in the catalog"
+        ),
     ]
     if energy is not None:
         lines.append(_energy_line(report.request, energy))

@@ -27,7 +27,7 @@ def _is_num(v: object) -> bool:
 
 
 def _cell(v: object) -> str:
-    if v is None:
+    if v is None or (isinstance(v, float) and v != v):  # nan: not known (a price the catalog lacks)
         return "-"
     if isinstance(v, float):
         # four significant figures; from 9,999.5 up (which they would print as 1e+04) whole numbers
