@@ -124,6 +124,9 @@ def test_shapes_restrict_or_widen_the_instances_tried(cli: Cli) -> None:
     assert labels == {"8gpu-tp8-ep4"}  # the name's third part; an aggregated unit's fourth is its share
     bad = cli(*flags, "--shapes", "8gpu-tp8-ep4,eight-gpus")
     assert bad.code == 2 and "--shapes = 'eight-gpus': must look like 8gpu-tp8-ep8" in bad.err
+    for flag in ("--shapes", "--prefill-shapes"):  # given empty, not the default shapes in silence
+        empty = cli(*flags, flag, " ")
+        assert empty.code == 2 and f"{flag} = ' ': must name one shape at least" in empty.err, empty.err
     wide = cli(*flags, "--shapes", "16gpu-tp16-ep16")
     assert (
         wide.code == 2 and "no candidate hardware can run it: attention TP 16 leaves h200-sxm's" in wide.err

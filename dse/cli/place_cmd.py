@@ -185,7 +185,7 @@ def _add_energy_and_shapes(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inventory", default="", metavar="HW=GPUS,...", help="GPUs available per hardware")
     p.add_argument(
         "--shapes",
-        default="",
+        default=None,
         metavar="LABEL,...",
         help="instance shapes to consider, instead of the default ones: GPUs, pipeline stages (ppS, "
         "prefill only, optional), attention tensor parallelism (tpN, or dpa for data-parallel "
@@ -195,7 +195,7 @@ def _add_energy_and_shapes(p: argparse.ArgumentParser) -> None:
     for role in ("prefill", "midfill"):
         p.add_argument(
             f"--{role}-shapes",
-            default="",
+            default=None,
             metavar="LABEL,...",
             help=f"{'four-stage: ' if role == 'midfill' else ''}the shapes {role} units may use, "
             "spelled as --shapes (default: those of --shapes, or the default ones)",
@@ -248,12 +248,19 @@ def _limits_of(args: argparse.Namespace, catalog: Catalog, src: str) -> Limits:
 
 
 def _shapes_of(
-    text: str, src: str, model: Model, hardware: list[Hardware], flag: str = "--shapes"
+    text: str | None, src: str, model: Model, hardware: list[Hardware], flag: str = "--shapes"
 ) -> tuple[str, ...] | None:
-    """``flag`` (``--shapes``) as labels (None: the default shapes), each one some candidate can run."""
+    """``flag`` (``--shapes``) as labels (None, the flag not given: the default shapes), each one
+    some candidate can run; given, it names one at least."""
     from dse.placement.shapes import parse_shape, shape_problem
 
+    if text is None:
+        return None
     labels = tuple(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+    if not labels:
+        raise InputError(
+            src, flag, "must name one shape at least (leave the flag out for the default ones)", text
+        )
     for label in labels:
         try:
             par = parse_shape(label)
