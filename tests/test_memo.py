@@ -94,3 +94,30 @@ def test_a_pool_of_alike_candidates_is_keyed_by_the_first_and_the_count(catalog:
     mixed = pool([b200] * 128 + [h200], [8.0] * 129)
     assert pool([b200] * 128 + [h200], [8.0] * 129) is mixed and mixed.hbm_bytes[-1] != mixed.hbm_bytes[0]
     assert pool([b200] * 129, [8.0] * 128 + [16.0]).gpus[-1] == 16.0  # one candidate differs: not alike
+
+
+def test_an_engine_level_simulation_runs_once_for_the_same_inputs(catalog: Catalog) -> None:
+    """A placed design checked twice runs its simulation once and answers the same to the bit;
+    the same design at another traffic (other tables, another window) runs its own."""
+    from dse.evaluation import design_of
+    from dse.placement import PlacementRequest, Topology, place
+    from dse.sim import engine_latency
+    from dse.workload import Slo, Workload
+
+    params = load_params()
+    req = PlacementRequest(
+        "deepseek-v3", ("b200",), Workload(10.0, 2000.0, 500.0), Slo(1.0, 0.05, 90.0), Topology.DISAGGREGATED
+    )
+    best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
+    assert best is not None
+    design = design_of(req, best)
+    engine_latency._RUNS.clear()
+    first = engine_latency.design_latency(design, catalog, params)
+    held = len(engine_latency._RUNS)
+    again = engine_latency.design_latency(design, catalog, params)
+    assert first is not None and again is not None and held >= 1 and len(engine_latency._RUNS) == held
+    for a, b in ((first.ttft_s, again.ttft_s), (first.tpot_s, again.tpot_s), (first.e2el_s, again.e2el_s)):
+        np.testing.assert_array_equal(a, b)
+    more = replace(design, workload=replace(design.workload, requests_per_s=12.0))
+    assert engine_latency.design_latency(more, catalog, params) is not None
+    assert len(engine_latency._RUNS) > held
