@@ -126,6 +126,10 @@ def test_flags_the_run_would_ignore_are_refused(tmp_path: Path, cli: Cli) -> Non
         ("--trace", "rates.csv"): "--trace = 'rates.csv': needs --arrivals trace",
         ("--arrivals", "burst", "--amplitude", "0.2"): "--amplitude = '0.2': needs --arrivals diurnal",
         ("--switch-s", "10"): "--switch-s = 10.0: needs --planner",
+        # a burst the run never reaches (it had run the plain traffic in silence)
+        ("--arrivals", "burst", "--burst-start", "5000", "--horizon", "1000"): (
+            "--burst-start = 5000.0: must be below --horizon (1000 s)"
+        ),
     }
     for flags, want in cases.items():
         res = cli("simulate", "--placement", plan, *flags)

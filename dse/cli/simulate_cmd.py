@@ -235,6 +235,10 @@ def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float
             raise InputError(SRC, f"--{flag.replace('_', '-')}", "must not be negative", getattr(args, flag))
     if not 0 <= args.warmup < args.horizon:
         raise InputError(SRC, "--warmup", "must be at least 0 and below --horizon", args.warmup)
+    if kind is ArrivalKind.BURST and args.burst_start >= args.horizon:  # a burst the run never sees
+        raise InputError(
+            SRC, "--burst-start", f"must be below --horizon ({args.horizon:g} s)", args.burst_start
+        )
     _check_steps(args)
     scenario = Scenario(
         arrivals=Arrivals(
