@@ -59,6 +59,19 @@ def test_place_json_round_trips(cli: Cli) -> None:
     assert best["usd_per_hour"] > 0 and best["result"]["termination"] == "optimal"
 
 
+def test_each_outcome_in_json_says_whether_it_is_a_design(cli: Cli) -> None:
+    """Goodput on a $20/hour budget: attention-FFN's optimum serves nothing, solved "optimal" all
+    the same; its outcome says feasible false, as the text says infeasible."""
+    out = cli(
+        "place", "--hardware", "b200,h200", "--isl", "4000", "--osl", "1000", "--ttft", "2", "--tpot", "0.05",
+        "--objective", "goodput", "--budget", "20", "--json", "--no-shadow-prices",
+    )  # fmt: skip
+    assert out.code == 0, out.err
+    outcomes = json.loads(out.out)["outcomes"]
+    assert all(o["feasible"] == (o["infeasibility"] is None) for o in outcomes)
+    assert any(not o["feasible"] and o["result"]["termination"] == "optimal" for o in outcomes)
+
+
 def test_infeasible_placement_is_an_answer_with_exit_3(cli: Cli) -> None:
     out = run(cli, "--topology", "disaggregated", "--power-kw", "10")
     assert out.code == 3
