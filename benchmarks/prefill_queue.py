@@ -32,6 +32,7 @@ from dse.sim.engine_latency import design_latency
 from dse.workload import Slo, Workload
 
 RATE = 20.0
+DECODE = ("8gpu-dpa-ep8",)  # one decode shape: the simulation takes the design whatever its prefill pool
 CASES = list(
     itertools.product(("h200-sxm", "b200"), ("sglang", "trt"), (2000.0, 8000.0), (90.0, 99.0),
                       ("8gpu-tp8-ep8", "8gpu-dpa-ep8"))
@@ -55,9 +56,9 @@ def main() -> None:
     catalog, params = load_catalog(), load_params()
     ratios: list[float] = []
     for hw, engine, isl, q, shape in CASES:
+        only = UnitOptions(prefill_shapes=(shape,), decode_shapes=DECODE)
         req = PlacementRequest("deepseek-v3", (hw,), Workload(RATE, isl, 800.0), Slo(2.0, 0.05, q),
-                               Topology.DISAGGREGATED, engine=engine,
-                               options=UnitOptions(prefill_shapes=(shape,)))  # fmt: skip
+                               Topology.DISAGGREGATED, engine=engine, options=only)  # fmt: skip
         best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
         if best is None:
             continue

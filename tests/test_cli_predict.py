@@ -474,6 +474,9 @@ def test_predict_attention_ffn_disaggregated_from_flags_and_rows(tmp_path: Path,
     assert "ffn_ep" in str(odd["pred_error"]) and "must divide" in str(odd["pred_error"])
     alone = cli("predict", "--hardware", "b200", "--ffn-gpus", "16")
     assert alone.code == 2 and "--ffn-gpus = 16: needs --afd" in alone.err
+    for flag, value in (("--prefill-gpus", "16"), ("--decode-workers", "3"), ("--prefill-tp", "4")):
+        aggregated = cli("predict", "--hardware", "b200", flag, value)  # it had been ignored in silence
+        assert aggregated.code == 2 and f"{flag} = {value}: needs --disagg" in aggregated.err, aggregated.err
 
 
 def test_afd_step_follows_the_slower_side(catalog) -> None:  # type: ignore[no-untyped-def]

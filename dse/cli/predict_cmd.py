@@ -342,7 +342,18 @@ def _one_deployment(args: argparse.Namespace) -> None:
         for flag, default in (("ffn_gpus", 8), ("ffn_workers", 1), ("ffn_ep", 0)):
             if getattr(args, flag) != default:
                 raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --afd", getattr(args, flag))
+    if not (args.disagg or args.afd):  # nor the separate pools' flags without them
+        for flag, default in DISAGG_FLAGS.items():
+            if getattr(args, flag) != default:
+                raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --disagg", getattr(args, flag))
     args.disagg = args.disagg or args.afd
+
+
+# flags of a disaggregated deployment's pools, with their defaults (an aggregated one reads --tp)
+DISAGG_FLAGS = {
+    "prefill_tp": 8, "prefill_ep": 0, "prefill_dp_attention": False, "prefill_workers": 1,
+    "prefill_gpus": 8, "decode_workers": 1, "decode_gpus": 8,
+}  # fmt: skip
 
 
 def _batch_alone(args: argparse.Namespace) -> None:
