@@ -99,9 +99,10 @@ def prefill_curve(
     near = np.minimum(lam * service, 0.99)  # the load against the most it can take
     queue = max(1.0, -math.log(1.0 - q)) * near / (2.0 * (1.0 - near)) * service  # M/D/1
     # past the load where the arrivals' quantile fits one forward, the prompts over it wait for
-    # forwards of their own first (long prompts: a forward takes one, whatever the percentile)
+    # forwards of their own first (long prompts: a forward takes one, whatever the percentile): a
+    # second measure of the queue the M/D/1 term prices, so the larger of the two
     spill = np.maximum(batch + z * np.sqrt(x) - most, 0.0) / most * t_full
-    extra = ahead + m * t_high + spill + queue - scale * float(cost.one_s[i])
+    extra = ahead + m * t_high + np.maximum(spill, queue) - scale * float(cost.one_s[i])
     # each case's busy time per prompt in a forward of as many tokens (its prompts' worth of them)
     most_of = np.array([s.most_prompts(i, c) for c in range(3)])
     same_tokens = np.maximum(batch[None, :] * (most_of / most)[:, None], 1.0)  # (3, points)
