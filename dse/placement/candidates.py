@@ -334,12 +334,13 @@ class _Builder:
                         if self.classes
                         else ""
                     )
-                    + self._lightest(i, curve),
+                    + (self._lightest(i, curve) if case == 0 else ""),
                 )
 
     def _lightest(self, i: int, curve: PrefillCurve) -> str:
         """What the least load a prefill server can carry gives a fresh prompt at the target's
-        percentile (its wait for a busy server and its own forwards), where that binds."""
+        percentile (its wait for a busy server and its own forwards), where that binds; ``curve``
+        is fresh prompts'."""
         if len(curve.extra_s) < 2:
             return ""
         s = self.s
