@@ -350,3 +350,4 @@ def sim_timeseries_frame(
             df.with_columns(pl.lit(study.study_name).alias("study"), pl.lit(n, dtype=pl.Int64).alias("trial"))
         )
     return pl.concat(frames) if frames else pl.DataFrame(schema=SIM_TIMESERIES_SCHEMA)
+
