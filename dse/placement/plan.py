@@ -262,6 +262,7 @@ def _serves_nothing(
         "budget",
         f"${data.budget_usd_hour:,.2f}/h buys no instance that serves traffic "
         f"(the cheapest instance costs ${cheapest:,.2f}/h)",
+        cheapest / data.budget_usd_hour - 1.0 if data.budget_usd_hour > 0 else math.inf,  # as a slack
     )
 
 
