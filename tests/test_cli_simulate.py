@@ -80,6 +80,8 @@ def test_simulate_bad_input_exits_2_and_writes_nothing(tmp_path: Path, cli: Cli)
 def test_simulate_refuses_a_step_longer_than_the_horizon(tmp_path: Path, cli: Cli) -> None:
     trace = tmp_path / "empty.csv"
     trace.write_text("t_s,rate_per_s\n")
+    idle = tmp_path / "idle.csv"  # no request ever arrives (it had printed percentiles of nothing)
+    idle.write_text("t_s,rate_per_s\n0,0\n")
     base = [
         "simulate",
         "--hardware",
@@ -96,6 +98,7 @@ def test_simulate_refuses_a_step_longer_than_the_horizon(tmp_path: Path, cli: Cl
     cases = {
         ("--dt", "5000", "--horizon", "600"): "--dt = 5000.0: must not exceed --horizon",
         ("--arrivals", "trace", "--trace", str(trace)): "t_s: needs at least one row",
+        ("--arrivals", "trace", "--trace", str(idle)): "rate_per_s = 0.0: must be positive in one row",
         ("--buffer", "-1"): "--buffer = -1.0: must be positive",
     }
     for flags, message in cases.items():

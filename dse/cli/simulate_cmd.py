@@ -298,6 +298,8 @@ def _read_trace(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
             check_number(v, source=str(path), key=col, check=non_negative)
     if any(b <= a for a, b in zip(t, t[1:], strict=False)):
         raise InputError(str(path), "t_s", "must increase from row to row")
+    if not any(v > 0 for v in r):  # no request would arrive: nothing to simulate
+        raise InputError(str(path), "rate_per_s", "must be positive in one row at least", 0.0)
     return tuple(t), tuple(r)
 
 
