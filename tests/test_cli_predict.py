@@ -166,6 +166,11 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         ),
         (("--tp", "7", "--ep", "7"), "--tp = 7.0: must divide deepseek-v3's 128 attention heads"),
         (("--tp", "1000"), "--tp = 1000.0: must divide deepseek-v3's 128 attention heads"),
+        (  # the value typed, and the instance that caps it (it had named --tp = 6.0)
+            ("--disagg", "--decode-gpus", "12", "--decode-workers", "2"),
+            "--tp = 8.0: is capped at the instance's 6 GPUs, and 6 must divide deepseek-v3's 128 "
+            "attention heads",
+        ),
         (("--seed", "-1"), "--seed = -1: must be >= 0"),
         (
             ("--load", "poisson", "--rate", "2", "--burstiness", "0"),

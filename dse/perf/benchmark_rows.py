@@ -266,9 +266,11 @@ def parse_row(
     for side, pool in (("decode", decode), ("prefill", prefill)):
         heads = model.attention.q_heads
         if pool is not None and (pool.attn_tp > heads or heads % pool.attn_tp):
-            raise InputError(
-                source, f"{side}_tp", f"must divide {model.id}'s {heads} attention heads", pool.attn_tp
-            )
+            asked = _num(row, f"{side}_tp", source)  # as given: the instance may cap it
+            rule = f"must divide {model.id}'s {heads} attention heads"
+            if pool.attn_tp < asked:
+                rule = f"is capped at the instance's {pool.gpus:g} GPUs, and {pool.attn_tp:g} {rule}"
+            raise InputError(source, f"{side}_tp", rule, asked)
     return BenchRow(
         hardware=hw.id,
         model=model.id,
