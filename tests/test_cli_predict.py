@@ -226,11 +226,8 @@ def test_a_trace_with_a_bad_row_names_it(cli: Cli, tmp_path: Path) -> None:
         ("1e300,100,10\n", "line 2: arrival_s = '1e300': must be a number >= 0 and <= 1e+12"),
         # a request the model cannot take once hung the simulation (a step at a time past the KV cache)
         ("0,1e21,10\n", "line 2: input_tokens = '1e21': must be a number >= 1 and <= 1e+12"),
-        (
-            "0,100000,100000\n",
-            "line 2: input_tokens = '100000 + 100000': with output_tokens must fit the "
-            "model's context of 163,840 tokens",
-        ),
+        ("0,100000,100000\n", "line 2: input_tokens = '100000 + 100000': with output_tokens must fit the "
+         "model's context of 163,840 tokens"),
         ("0,100,10,99\n", "line 2: has 4 fields, 1 more than the header's 3"),
         ("0,100.5,10\n", "line 2: input_tokens = '100.5': must be a whole number of tokens"),
         # the line an editor shows: blank lines hold no row but count

@@ -530,6 +530,7 @@ def test_the_mean_top_k_of_a_prompt_is_the_mean_of_min_position_k() -> None:
         assert float(_mean_top_k(a, b, k)) == pytest.approx(want, rel=1e-4), (a, b, k)
 
 
+
 def test_an_instance_wider_than_its_node_crosses_the_network_whatever_its_ep(catalog: Catalog) -> None:
     """16 H200s under DP attention span two 8-GPU nodes at ep 8 (each expert split over 2 GPUs)
     as at ep 16: tokens reach experts on the other node over the NICs. At ep 8 the all-to-all was

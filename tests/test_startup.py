@@ -90,33 +90,10 @@ SCIPY_PACKAGES = ("scipy.stats", "scipy.integrate", "scipy.sparse", "scipy.spati
 @pytest.mark.parametrize(
     "argv",
     [
-        [
-            "study",
-            "run",
-            str(Path(__file__).resolve().parent / "data" / "tiny-study.toml"),
-            "--trials",
-            "2",
-            "--no-export",
-            "--out",
-            "{tmp}",
-        ],
-        [
-            "simulate",
-            "--hardware",
-            "b200",
-            "--rate",
-            "4",
-            "--isl",
-            "1000",
-            "--osl",
-            "200",
-            "--ttft",
-            "2",
-            "--tpot",
-            "0.05",
-            "--horizon",
-            "900",
-        ],
+        ["study", "run", str(Path(__file__).resolve().parent / "data" / "tiny-study.toml"), "--trials", "2",
+         "--no-export", "--out", "{tmp}"],
+        ["simulate", "--hardware", "b200", "--rate", "4", "--isl", "1000", "--osl", "200", "--ttft", "2",
+         "--tpot", "0.05", "--horizon", "900"],
     ],  # fmt: skip
     ids=["study run", "simulate"],
 )

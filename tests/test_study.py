@@ -51,17 +51,11 @@ def test_shipped_studies_load() -> None:
         (("max_batch = [32, 1024]", "max_batch = [0.2, 0.5]"), "decode.max_batch = [0.2, 0.5]: must be"),
         (("chunk_tokens = [8192]", "chunk_tokens = [0.5]"), "must list whole numbers of tokens >= 1"),
         (("dt_s = 2.0", "dt_s = 500.0"), "simulate.dt_s = 500.0: must not exceed horizon_s less warmup_s"),
-        (
-            ('description = "test study"', 'description = "test study"\nengine = "foo"'),
-            "engine = 'foo': must be one of trt, sglang, atom, vllm",
-        ),
-        (
-            (
-                'topologies = ["aggregated", "disaggregated"]',
-                'topologies = ["aggregated", "disaggregated"]\nsampler = "nsga2"\npopulation = 1',
-            ),
-            "search.population = 1: must be at least 2 (NSGA-II breeds pairs)",
-        ),
+        (('description = "test study"', 'description = "test study"\nengine = "foo"'),
+         "engine = 'foo': must be one of trt, sglang, atom, vllm"),
+        (('topologies = ["aggregated", "disaggregated"]',
+          'topologies = ["aggregated", "disaggregated"]\nsampler = "nsga2"\npopulation = 1'),
+         "search.population = 1: must be at least 2 (NSGA-II breeds pairs)"),
     ],
 )
 def test_bad_study_files_name_file_key_and_rule(tmp_path: Path, edit: tuple[str, str], message: str) -> None:

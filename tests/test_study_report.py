@@ -257,7 +257,7 @@ def test_report_sections_numbers_and_pngs(tmp_path: Path, spec: StudySpec) -> No
     # a figure the pool's role does not have is "-", as `dse place` shows it; a decode pool's batch is
     assert [r[0] for r in pools] == ["prefill", "decode"]
     assert pools[0][5:7] == ["-", "-"] and pools[1][5:7] == ["2,048", "-"]  # batch, prefill share
-    assert 'B200\'s "180 GB" holds 193.3 GB' in detail
+    assert "B200's \"180 GB\" holds 193.3 GB" in detail
     settings = dict(r[:2] for r in _rows(detail[detail.index("### Engine settings") :]))
     assert settings["running requests per decode instance (cap)"] == "1,024"
     assert settings["KV cache"] == "fp8" and settings["MTP draft tokens per step"] == "0"
