@@ -151,3 +151,34 @@ def test_a_close_that_fails_after_ctrl_c_still_says_what_is_stored(tmp_path: Pat
     with pytest.raises(RuntimeError, match="does not load"):
         with _closing(_OutOfStep(), None, stored, 200):  # type: ignore[arg-type]
             pass
+
+
+def test_an_error_the_trial_loop_raises_once_a_signal_came_is_the_interruption(tmp_path: Path) -> None:
+    """A signal that lands where a library turns it into its own failure (the block raises an
+    error, not KeyboardInterrupt) still says where the run stopped: a clean-clone suite's SIGTERM
+    test once printed "dse: interrupted" alone. The same error with no signal is raised as it is."""
+    import optuna
+
+    from dse.study.faults import StudyInterrupted
+    from dse.study.runner import _closing
+    from dse.study.storage import StoredStudy
+
+    class _Closes:
+        done = 3
+
+        def close(self) -> None:
+            pass
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    storage = optuna.storages.RDBStorage(url)
+    stored = StoredStudy.of(optuna.create_study(storage=storage, study_name="s"), storage, url)
+    with pytest.raises(RuntimeError, match="half-made"):
+        with interrupt.remembered(), _closing(_Closes(), None, stored, 200):  # type: ignore[arg-type]
+            raise RuntimeError("a library's half-made state")
+    with interrupt.remembered():
+        interrupt._pressed.set()  # as the handler leaves it, without raising here
+        with pytest.raises(StudyInterrupted) as stopped:
+            with _closing(_Closes(), None, stored, 200):  # type: ignore[arg-type]
+                raise RuntimeError("a library's half-made state")
+    assert "interrupted after 0 of 200 trials; all 0 are stored in" in str(stopped.value)
+    interrupt._pressed.clear()  # the next test starts without it

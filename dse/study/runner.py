@@ -264,11 +264,17 @@ def _closing(source: TrialSource, bar: _Progress | None, stored: StoredStudy, bu
     counted once the source is closed (the sampler's process has stored what it was told: a
     Ctrl-C between telling it of a trial and counting that trial here must not under-count).
     Closing after a Ctrl-C may fail because of it (one that landed mid-message leaves the
-    sampler's pipe out of step, and its next reply does not load): the Ctrl-C is what is said."""
+    sampler's pipe out of step, and its next reply does not load): the Ctrl-C is what is said. So
+    is an error the block raised once one came (it landed where a library turned it into its own
+    failure: SIGTERM to a run's process group, once in a clean-clone suite)."""
     interrupted = False
     try:
         yield
     except KeyboardInterrupt:
+        interrupted = True
+    except Exception:
+        if not interrupt.pressed():
+            raise
         interrupted = True
     finally:
         try:
