@@ -69,6 +69,7 @@ def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(tmp_path: P
     header = list(rows[0])
     rows[1]["hardware"] = "tpu-v9"  # unknown hardware
     rows[2]["conc"] = "lots"
+    rows[3]["conc"] = "0.4"  # a fraction of a client (the closed form would read it; a benchmark cannot)
     with open(src, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=header)
         w.writeheader()
@@ -83,7 +84,8 @@ def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(tmp_path: P
     assert set(OUTPUT_COLUMNS) <= set(got[0])
     assert "unknown hardware id" in got[1]["pred_error"] and got[1]["pred_tput_per_gpu"] == ""
     assert "conc = 'lots': must be a number" in got[2]["pred_error"]
-    for row in (got[0], got[3], got[4]):
+    assert "conc = 0.4: must be a whole number of clients" in got[3]["pred_error"]
+    for row in (got[0], got[4]):
         assert row["pred_error"] == ""
         assert float(row["pred_tput_per_gpu"]) > 0
         measured = float(row["tput_per_gpu_total"])
@@ -160,6 +162,7 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
             "--warm-server: needs --load closed (an open loop has no first wave)",
         ),
         (("--requests", "300000"), "--requests = 300000: must be at most 200,000"),
+        (("--requests", "0"), "--requests = 0: must be > 0"),  # 0 had meant the default
         (
             ("--isl", "300000"),
             "--isl = 300000.0: with osl (1024) must fit deepseek-v3's context of 163,840 tokens",

@@ -192,7 +192,7 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--requests",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
         help="requests to simulate (default: 10 per client in a closed loop, as InferenceX; open loop "
         "2,000, or ten times the requests in flight where that is more)",
@@ -251,7 +251,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     }
     error = expected_error(params, bench.hardware, bench.model, bench.engine)
     fresh = not args.warm_server
-    lat = latency_of(bench, catalog, params, load, lengths, args.requests, args.seed, fresh=fresh)
+    lat = latency_of(bench, catalog, params, load, lengths, args.requests or 0, args.seed, fresh=fresh)
     pools = kernel_sources(bench, catalog, params)
     kernels = {"tier": params.kernels, "pools": pools, "problems": problems()}
     if args.json:
@@ -443,8 +443,9 @@ def _load_of(args: argparse.Namespace, context: float) -> tuple[Load, Lengths, t
             percentiles.append(q)
     if args.seed < 0:
         raise InputError(SRC, "--seed", "must be >= 0", args.seed)
-    check_number(args.requests, source=SRC, key="--requests", check=non_negative)
-    if args.requests > MAX_REQUESTS:
+    if args.requests is not None:
+        check_number(args.requests, source=SRC, key="--requests", check=positive)
+    if (args.requests or 0) > MAX_REQUESTS:
         raise InputError(SRC, "--requests", f"must be at most {MAX_REQUESTS:,}", args.requests)
     check_number(args.long_tail, source=SRC, key="--long-tail", check=non_negative)
     if args.long_tail > MAX_TAIL_SIGMA:
@@ -470,8 +471,8 @@ def _load_of(args: argparse.Namespace, context: float) -> tuple[Load, Lengths, t
     if args.load == "trace":
         if args.trace is None:
             raise InputError(SRC, "--trace", "is required with --load trace")
-        for flag, value in (("--requests", args.requests), ("--long-tail", args.long_tail)):
-            if value:  # a replay's requests and lengths are the trace's own
+        for flag, value in (("--requests", args.requests), ("--long-tail", args.long_tail or None)):
+            if value is not None:  # a replay's requests and lengths are the trace's own
                 rule_ = "does not apply to --load trace (the trace's requests are replayed)"
                 raise InputError(SRC, flag, rule_, value)
         trace = read_trace(args.trace, context)

@@ -247,6 +247,8 @@ def parse_row(
     for key, value in (("isl", isl), ("osl", osl), ("conc", conc)):
         if value <= 0:
             raise InputError(source, key, "must be > 0", value)
+    if not float(conc).is_integer():  # the benchmark's clients, each a whole request in flight
+        raise InputError(source, "conc", "must be a whole number of clients", conc)
     if isl + osl > model.max_context:
         raise InputError(
             source,
