@@ -51,6 +51,18 @@ def remove_stale(path: Path) -> None:
                     stale.unlink()
 
 
+def probe_writable(path: Path) -> None:
+    """Raise the OSError a write of ``path`` would meet at its nearest existing folder (not a
+    folder, read-only, not permitted), found before long work rather than after it: a file is made
+    and removed there, which tells what permission bits do not (root, read-only mounts)."""
+    existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())  # "/" always does
+    if not existing.is_dir():
+        raise OSError(errno.ENOTDIR, "not a folder", str(existing))
+    fd, tmp = tempfile.mkstemp(dir=existing, prefix=".dse-probe.", suffix=".tmp")
+    os.close(fd)
+    os.remove(tmp)
+
+
 def write_text(path: Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)

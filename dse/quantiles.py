@@ -42,3 +42,10 @@ def percentile(values: np.ndarray, q: float) -> float:
     a, b = float(part[lo]), float(part[hi])
     d = b - a
     return b - d * (1.0 - gamma) if gamma >= 0.5 else a + d * gamma
+
+
+def known_median(values: np.ndarray) -> float | None:
+    """The median of the values that are not nan; None when none is (a figure no row measured),
+    without numpy's warning over an all-nan slice."""
+    known = values[~np.isnan(values)]
+    return float(np.median(known)) if known.size else None

@@ -100,6 +100,8 @@ def measured_number(text: str | None, source: str, key: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
         raise InputError(source, key, "must be a measured number > 0", text)
+    if broken := plausible(value):
+        raise InputError(source, key, broken, text)
     return value
 
 

@@ -41,7 +41,44 @@ def test_bad_runs_files_are_one_line_before_any_fit(cli: Cli, tmp_path: Path, tw
         assert want in res.err, res.err
     folder = cli("calibrate", "--data", str(two_gpu_runs), "--out", str(tmp_path), "--no-cross-validation")
     assert folder.code == 2 and "--out: must be a file to write, not a folder" in folder.err
+    under_file = tmp_path / "a-file"
+    under_file.write_text("")
+    unwritable = cli("calibrate", "--data", str(two_gpu_runs), "--out", str(under_file / "x.json"))
+    # found before the fit (it had been a traceback once the whole fit was done)
+    assert unwritable.code == 2 and len(unwritable.err.strip().splitlines()) == 1, unwritable.err
+    assert "--out = " in unwritable.err and "cannot be written (not a folder)" in unwritable.err
     assert not out.exists()
+
+
+@pytest.mark.e2e  # a throughput fit alone (no latency to replay): about 10 s
+def test_runs_without_latency_fit_throughput_and_say_the_latency_error_is_not_measured(
+    cli: Cli, tmp_path: Path, two_gpu_runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs with no TTFT or TPOT column fit the throughput; the latency error is "not measured" in
+    the output, null in the file (strict JSON: it had been a bare NaN, and `dse predict --json` then
+    failed with a traceback); a throughput past the data files' range is skipped with its reason."""
+    import json
+
+    latency = ("median_ttft_s", "mean_ttft_s", "p99_ttft_s", "median_tpot_ms", "mean_tpot_ms", "p99_tpot_ms")
+    rows = [{k: v for k, v in r.items() if k not in latency} for r in _rows(two_gpu_runs)]
+    rows[0]["tput_per_gpu_total"] = "1e30"
+    data = _write(tmp_path / "no_latency.csv", rows)
+    out = tmp_path / "fitted.json"
+    res = cli("calibrate", "--data", str(data), "--out", str(out), "--no-cross-validation", "--jobs", "1")
+    assert res.code == 0, res.err
+    assert "skipped: no_latency.csv line 2: tput_per_gpu_total = '1e30': must be 0 or between" in res.out
+    assert "median TTFT (closed form): not measured (no row has a median TTFT)" in res.out
+    assert "latency, not fitted (no row measures a TTFT or TPOT percentile; the defaults stand)" in res.out
+    assert "ttft p50 not measured" in res.out and "RuntimeWarning" not in res.err
+    doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert doc["provenance"]["in_sample_ttft_median_ape"] is None
+    assert doc["provenance"]["latency"]["in_sample_median_ape"]["tpot_p99"] is None
+    monkeypatch.setenv("DSE_CALIBRATION", str(out))
+    pred = cli("predict", "--hardware", "h200", "--conc", "4", "--json")
+    assert pred.code == 0, pred.err
+    assert json.loads(pred.out)["expected_error"]["latency_median_ape"]["ttft_p50"] is None
+    text = cli("predict", "--hardware", "h200", "--conc", "4")
+    assert "simulated TTFT p50 / p99 not measured / not measured" in text.out, text.out
 
 
 @pytest.mark.e2e  # a whole fit (about 20 s): beside the other long ones

@@ -8,6 +8,7 @@ cross-validation refits without one GPU type and predicts it from its datasheet 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -33,6 +34,7 @@ from dse.perf.benchmark_rows import (
 )
 from dse.perf.params import FITTED_SCALARS, PerfParams
 from dse.perf.serving import tpot_at_batch
+from dse.quantiles import known_median
 from dse.typed_data import measured_number, read_csv
 
 # (lower, upper) bounds of each fitted value
@@ -309,9 +311,10 @@ def _identifiable(
 
 
 def _median_ttft_s(m: Measured) -> float:
-    """The run's measured median TTFT (at least 1 ms), or nan where the cell is empty or not a
-    number: such a row then fits tokens/s only."""
-    return max(_cell(m, "median_ttft_s"), 1e-3)
+    """The run's measured median TTFT (at least 1 ms), or nan where the cell is empty, not a
+    number or not > 0: such a row then fits tokens/s only."""
+    cell = _cell(m, "median_ttft_s")
+    return max(cell, 1e-3) if cell > 0 else math.nan
 
 
 @dataclass(frozen=True)
@@ -458,7 +461,7 @@ def provenance(
         "in_sample_tput_p75_ape": round(stats.tput_p75_ape, 4),
         "in_sample_intvty_median_ape": round(stats.intvty_median_ape, 4),
         "in_sample_intvty_p75_ape": round(stats.intvty_p75_ape, 4),
-        "in_sample_ttft_median_ape": round(float(np.nanmedian(ttft)), 4),
+        "in_sample_ttft_median_ape": None if (med := known_median(ttft)) is None else round(med, 4),
     }
     if loho is not None:
         out |= {

@@ -43,6 +43,7 @@ from dse.calibration.folds import map_folds
 from dse.catalog import Catalog
 from dse.perf.benchmark_rows import latency_of, latency_tables_of
 from dse.perf.params import LatencyParams, PerfParams
+from dse.quantiles import known_median
 
 # (metric, percentile, the measured column, its unit in seconds)
 MEASURED = (
@@ -208,14 +209,18 @@ def offset_scores(sim: np.ndarray, meas: np.ndarray, disagg: np.ndarray) -> tupl
 @dataclass(frozen=True)
 class LatencyFit:
     params: LatencyParams
-    in_sample: dict[str, float]  # median absolute error per label
-    loho: dict[str, float] | None
-    loho_by_hardware: dict[str, dict[str, float]] | None
+    in_sample: dict[str, float | None]  # median absolute error per label (None: not measured)
+    loho: dict[str, float | None] | None
+    loho_by_hardware: dict[str, dict[str, float | None]] | None
     loho_params: dict[str, LatencyParams] | None = None  # each fold's fit, by the GPU it left out
 
 
-def medians(err: np.ndarray) -> dict[str, float]:
-    return {label: round(float(np.nanmedian(err[:, j])), 4) for j, label in enumerate(LABELS)}
+def medians(err: np.ndarray) -> dict[str, float | None]:
+    """Each label's median absolute error; None where no run measured that figure."""
+    return {
+        label: None if (med := known_median(err[:, j])) is None else round(med, 4)
+        for j, label in enumerate(LABELS)
+    }
 
 
 def _with_waits(t: np.ndarray, wave: int, q: float) -> np.ndarray:
@@ -377,6 +382,10 @@ def fit_latency(
     calibrate`` replays one draw; the benchmark ``benchmarks/latency_accuracy.py`` measures how far
     other draws move the figures)."""
     meas = measured_latency(data)
+    if np.isnan(meas).all():  # nothing to fit to: the given values stand, and no error is known
+        unknown = medians(meas)
+        loho = None if fold_fits is None else unknown
+        return LatencyFit(params.latency, unknown, loho, None, {h: params.latency for h in fold_fits or {}})
     disagg = np.array([m.row.disagg for m in data])
     folds = dict(fold_fits or {})
     reps, *fold_sets = _replays(data, catalog, [params, *folds.values()], jobs, seeds)

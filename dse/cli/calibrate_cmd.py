@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dse.atomic import write_text
+from dse.atomic import probe_writable, write_text
 from dse.catalog import Catalog
-from dse.errors import InputError
+from dse.errors import InputError, output_error
 from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS, calibration_file
 
 if TYPE_CHECKING:
@@ -85,6 +85,10 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise InputError(str(args.points), "--points", "must be an existing CSV file (or --no-points)")
     if args.out.is_dir():  # found before the fit, not after it
         raise InputError(str(args.out), "--out", "must be a file to write, not a folder")
+    try:
+        probe_writable(args.out)
+    except OSError as exc:
+        raise output_error(exc, "dse calibrate", "--out", args.out) from None
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
@@ -95,6 +99,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.calibration.power import fit_power
     from dse.calibration.published import POINTS, StagePoint, measured_per_gpu
     from dse.perf.params import default_params, params_to_json
+    from dse.quantiles import known_median
 
     _check_flags(args)
     data, skipped = cal.read_measured(args.data, catalog)
@@ -134,7 +139,10 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         }
         fitted = replace(fitted, power=power.params)
     fitted = replace(fitted, latency=latency.params, provenance=prov)
-    write_text(args.out, params_to_json(fitted) + "\n")
+    try:
+        write_text(args.out, params_to_json(fitted) + "\n")
+    except OSError as exc:
+        raise output_error(exc, "dse calibrate", "--out", args.out) from None
     print(
         f"fitted {len(data)} rows ({len(skipped)} skipped) and {len(points)} stage points, "
         f"{args.kernels} kernels -> {args.out}"
@@ -147,10 +155,15 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
                 f"{label} abs error, median / p75: tokens/s/GPU {s.tput_median_ape:.1%} / "
                 f"{s.tput_p75_ape:.1%}, tokens/s/user {s.intvty_median_ape:.1%} / {s.intvty_p75_ape:.1%}"
             )
-    print(f"in-sample median abs error of the median TTFT (closed form): {float(np.nanmedian(ttft)):.0%}")
+    med = known_median(ttft)
+    closed = "not measured (no row has a median TTFT)" if med is None else f"{med:.0%}"
+    print(f"in-sample median abs error of the median TTFT (closed form): {closed}")
     colds = ", ".join(f"{k} {v:g} s" for k, v in latency.params.cold_start_s.items())
+    kept = all(v is None for v in latency.in_sample.values())
     print(
-        f"latency: front end {latency.params.frontend_s * 1e3:.0f} ms, disaggregated hand-off "
+        ("latency, not fitted (no row measures a TTFT or TPOT percentile; the defaults stand): "
+         if kept else "latency: ")
+        + f"front end {latency.params.frontend_s * 1e3:.0f} ms, disaggregated hand-off "
         f"{latency.params.handoff_s * 1e3:.0f} ms per request; a fresh server's first wave waits "
         f"{colds or 'nothing'}; attention-DP prefill forwards where the engine slows them (SGLang) take "
         f"{latency.params.dp_prefill_slowdown:g} times the step costs' forward, aggregated prefill forwards "
@@ -165,5 +178,6 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     for label, errs in (("in-sample", latency.in_sample), ("leave-one-hardware-out", latency.loho)):
         if errs is not None:
             print(f"{label} abs error of the simulated percentiles, median: " + ", ".join(
-                f"{k.replace('_', ' ')} {v:.0%}" for k, v in errs.items()))  # fmt: skip
+                f"{k.replace('_', ' ')} {'not measured' if v is None else f'{v:.0%}'}"
+                for k, v in errs.items()))  # fmt: skip
     return 0

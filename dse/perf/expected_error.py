@@ -23,7 +23,7 @@ class ExpectedError:
     models_fitted: tuple[str, ...]
     model_fitted: bool
     # the simulated percentiles (ttft_p50, ttft_p99, tpot_p50, tpot_p99) on the same basis
-    latency_median_ape: dict[str, float] | None = None
+    latency_median_ape: dict[str, float | None] | None = None  # None: no run measured it
     kernels: str = "datasheet"  # the tier the calibration priced ops with (PerfParams.kernels)
     # an engine profile no measured run calibrated (its speed and MTP acceptance are assumed)
     assumed_engine: str | None = None
@@ -37,8 +37,8 @@ class ExpectedError:
         lat = self.latency_median_ape
         if lat is not None:
             ttft = (
-                f"; simulated TTFT p50 / p99 {lat['ttft_p50']:.0%} / {lat['ttft_p99']:.0%}, "
-                f"TPOT p50 / p99 {lat['tpot_p50']:.0%} / {lat['tpot_p99']:.0%} (median)"
+                f"; simulated TTFT p50 / p99 {_pct(lat['ttft_p50'])} / {_pct(lat['ttft_p99'])}, "
+                f"TPOT p50 / p99 {_pct(lat['tpot_p50'])} / {_pct(lat['tpot_p99'])} (median)"
             )
         elif self.ttft_median_ape is not None:
             ttft = f"; TTFT {self.ttft_median_ape:.0%} (median, in-sample)"
@@ -57,6 +57,14 @@ class ExpectedError:
             f"tokens/s/GPU {self.tput_median_ape:.0%} / {self.tput_p75_ape:.0%}, "
             f"tokens/s/user {self.intvty_median_ape:.0%} / {self.intvty_p75_ape:.0%}{ttft}{model}"
         )
+
+
+def _pct(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.0%}"
+
+
+def _float(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
 
 
 def expected_error(
@@ -84,7 +92,7 @@ def expected_error(
         ttft_median_ape=None if ttft is None else float(ttft),
         models_fitted=models,
         model_fitted=model in models,
-        latency_median_ape=None if latency is None else {k: float(v) for k, v in latency.items()},
+        latency_median_ape=None if latency is None else {k: _float(v) for k, v in latency.items()},
         kernels=params.kernels,
         assumed_engine=engine
         if engine is not None and engine not in prov.get("engines_fitted", (engine,))

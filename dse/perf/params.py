@@ -394,4 +394,4 @@ def params_to_json(params: PerfParams) -> str:
         "power": asdict(params.power),
         "provenance": params.provenance,
     }
-    return json.dumps(out, indent=2)
+    return json.dumps(out, indent=2, allow_nan=False)  # strict JSON: a figure no run measured is null
