@@ -150,7 +150,7 @@ def row_shape_problem(row: Mapping[Any, object]) -> str:
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; a syntax error becomes one InputError line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark, as some editors write, is no text
     except UnicodeDecodeError as exc:
         raise InputError(str(path), "", f"must be UTF-8 text ({exc.reason})") from None
     except OSError as exc:

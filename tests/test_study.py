@@ -50,7 +50,23 @@ def test_shipped_studies_load() -> None:
         # each of these once passed and then failed inside the run, after writing study.db
         (("max_batch = [32, 1024]", "max_batch = [0.2, 0.5]"), "decode.max_batch = [0.2, 0.5]: must be"),
         (("chunk_tokens = [8192]", "chunk_tokens = [0.5]"), "must list whole numbers of tokens >= 1"),
-        (("dt_s = 2.0", "dt_s = 500.0"), "simulate.dt_s = 500.0: must not exceed horizon_s less warmup_s"),
+        # a step past a tenth of the measured window crashed the fluid summary; one past the TTFT
+        # target ran, and blurred the waits the target is on (19 of 20 trials feasible at 2 s, 8 at 60)
+        (("dt_s = 2.0", "dt_s = 60.0"), "simulate.dt_s = 60.0: must be at most horizon_s less warmup_s over 10"),
+        (("dt_s = 2.0", "dt_s = 10.0"), "simulate.dt_s = 10.0: must be at most the TTFT target (2 s)"),
+        (("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_s = 0.0'), "simulate.burst_s = 0.0: must be > 0"),
+        (("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_start_s = 9000.0'),
+         "simulate.burst_start_s = 9000.0: must be at least 0 and below horizon_s (600)"),
+        (("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_start_s = 0.0\nburst_s = 100.0'),
+         "simulate.burst_start_s = 0.0: with burst_s must end after warmup_s (120"),
+        # lists of choices name each once, as [sweep] does; shapes exactly as the exports write them
+        (('hardware = ["b200", "h200-sxm"]', 'hardware = ["b200", "b200"]'),
+         "hardware = ['b200', 'b200']: must not repeat a value ('b200' twice)"),
+        (("chunk_tokens = [8192]", "chunk_tokens = [8192, 8192]"), "must not repeat a value (8192 twice)"),
+        (('shapes = ["8gpu-dpa-ep8", "16gpu-dpa-ep16"]', 'shapes = ["8gpu-dpa-ep8", "8gpu-tp1-ep8"]'),
+         "has '8gpu-tp1-ep8' twice (as '8gpu-dpa-ep8' too)"),
+        (('shapes = ["8gpu-dpa-ep8", "16gpu-dpa-ep16"]', 'shapes = [" 8gpu-dpa-ep8"]'),
+         "has ' 8gpu-dpa-ep8', with spaces around the shape"),
         (('description = "test study"', 'description = "test study"\nengine = "foo"'),
          "engine = 'foo': must be one of trt, sglang, atom, vllm"),
         (('topologies = ["aggregated", "disaggregated"]',
@@ -66,6 +82,13 @@ def test_bad_study_files_name_file_key_and_rule(tmp_path: Path, edit: tuple[str,
     with pytest.raises(InputError, match=None) as err:
         load_study(bad)
     assert str(bad) in str(err.value) and message in str(err.value)
+
+
+def test_a_study_file_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
+    """Some editors start UTF-8 files with a byte-order mark: it had read as bad TOML at line 1."""
+    marked = tmp_path / "tiny-study.toml"
+    marked.write_bytes(b"\xef\xbb\xbf" + TINY.read_bytes())
+    assert load_study(marked) == load_study(TINY)
 
 
 def test_bad_study_exits_2_from_the_cli(tmp_path: Path, cli: Cli) -> None:

@@ -57,11 +57,18 @@ from dse.workload import Slo, Workload, at_least_min_rate
 def _shapes(value: tuple[str, ...]) -> str | None:
     if not value:
         return "must list at least one shape"
+    seen: dict[str, str] = {}
     for label in value:
+        if label != label.strip():  # the exports would carry the spaces, and joins on shape break
+            return f"has {label!r}, with spaces around the shape"
         try:
-            parse_shape(label)
+            canonical = parse_shape(label).label()
         except InputError:
             return f"has {label!r}, not a shape like 8gpu-tp8-ep8 or 16gpu-dpa-ep16"
+        if canonical in seen:
+            also = "" if seen[canonical] == label else f" (as {seen[canonical]!r} too)"
+            return f"has {label!r} twice{also}"
+        seen[canonical] = label
     return None
 
 
@@ -126,7 +133,19 @@ def _token_counts(value: tuple[float, ...]) -> str | None:
     """Token budgets: whole numbers of at least 1 (a chunk of 0.5 token is none)."""
     if not value or any(v < 1 or not float(v).is_integer() for v in value):
         return "must list whole numbers of tokens >= 1"
-    return None
+    return _repeated(value)
+
+
+def _repeated(value: tuple[Any, ...]) -> str | None:
+    """A list of choices that names one twice (as ``[sweep]`` refuses too)."""
+    twice = next((v for i, v in enumerate(value) if v in value[:i]), None)
+    if twice is None:
+        return None
+    return f"must not repeat a value ({f'{twice:g}' if isinstance(twice, float) else repr(twice)} twice)"
+
+
+def _choices(value: tuple[Any, ...]) -> str | None:
+    return non_empty(value) or _repeated(value)
 
 
 def _batch_range(value: tuple[float, ...]) -> str | None:
@@ -185,8 +204,8 @@ class AfdSearch:
 
 @dataclass(frozen=True)
 class Search:
-    topologies: tuple[str, ...] = field(default=("aggregated", "disaggregated"), metadata=rule(non_empty))
-    kv_policies: tuple[str, ...] = field(default=("tiered",), metadata=rule(non_empty))
+    topologies: tuple[str, ...] = field(default=("aggregated", "disaggregated"), metadata=rule(_choices))
+    kv_policies: tuple[str, ...] = field(default=("tiered",), metadata=rule(_choices))
     sampler: str = "tpe"  # tpe (multivariate), nsga2 (cheap per trial at large budgets), random
     population: int = field(default=50, metadata=rule(positive))  # nsga2
     warm_start: bool = True  # first trials: the full placement's designs (dse.study.warm_start)
@@ -252,6 +271,10 @@ class StudyLimits:
     max_gpus: float | None = field(default=None, metadata=rule(positive))  # a constraint on each design
 
 
+MIN_MEASURED_STEPS = 10
+"""Fluid steps a study's simulation measures after its warm-up, at the least."""
+
+
 @dataclass(frozen=True)
 class SimulateSpec:
     horizon_s: float = field(default=1800.0, metadata=rule(positive))
@@ -268,8 +291,18 @@ class SimulateSpec:
             return ("arrivals", "must be constant or burst", self.arrivals)
         if not 0 <= self.warmup_s < self.horizon_s:
             return ("warmup_s", "must be at least 0 and below horizon_s", self.warmup_s)
-        if self.dt_s > self.horizon_s - self.warmup_s:
-            return ("dt_s", "must not exceed horizon_s less warmup_s (one step is measured)", self.dt_s)
+        if self.dt_s > (self.horizon_s - self.warmup_s) / MIN_MEASURED_STEPS:
+            rule_ = f"must be at most horizon_s less warmup_s over {MIN_MEASURED_STEPS} (steps measured)"
+            return ("dt_s", rule_, self.dt_s)
+        if self.arrivals == "burst":
+            if self.burst_s <= 0:
+                return ("burst_s", "must be > 0 with arrivals = burst", self.burst_s)
+            if not 0 <= self.burst_start_s < self.horizon_s:
+                return ("burst_start_s", f"must be at least 0 and below horizon_s ({self.horizon_s:g})",
+                        self.burst_start_s)  # fmt: skip
+            if self.burst_start_s + self.burst_s <= self.warmup_s:
+                rule_ = f"with burst_s must end after warmup_s ({self.warmup_s:g}; a burst in it is not measured)"
+                return ("burst_start_s", rule_, self.burst_start_s)
         return None
 
 
@@ -349,7 +382,7 @@ class Sweep:
 class StudySpec:
     name: str = field(metadata=rule(folder_name))
     model: str = field(metadata=rule(non_empty))
-    hardware: tuple[str, ...] = field(metadata=rule(non_empty))
+    hardware: tuple[str, ...] = field(metadata=rule(_choices))
     workload: Workload
     slo: Slo
     description: str = ""
@@ -392,6 +425,10 @@ class StudySpec:
         ids = [v.id for v in self.variants]
         if len(set(ids)) != len(ids):
             return ("variants", "must not repeat an id", ids)
+        tightest = min((self.slo.ttft_s, *self.sweep.ttft_s))
+        if self.simulate.dt_s > tightest:  # a longer step cannot resolve the waits the target is on
+            rule_ = f"must be at most the TTFT target ({tightest:g} s): a longer step blurs the waits it is set on"
+            return ("simulate.dt_s", rule_, self.simulate.dt_s)
         if not self.mtp and (self.mtp_draft_tokens is not None or self.mtp_accept_rate is not None):
             key = "mtp_draft_tokens" if self.mtp_draft_tokens is not None else "mtp_accept_rate"
             return (key, "needs mtp = true", getattr(self, key))
