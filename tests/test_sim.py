@@ -62,6 +62,33 @@ def test_fluid_matches_the_discrete_event_reference_away_from_capacity(rate: flo
     assert f.stable[0] and d.stable[0]
 
 
+def test_an_aggregated_instance_decodes_in_the_time_its_prefill_leaves() -> None:
+    """Prefill servers that are the decode instances (an aggregated design): the table leaves
+    prefill 30% of the time; a step takes its time times 0.7 / (1 - the share prefill is busy), in
+    both simulators. The fluid model had given prefill all the time and decode 70% of it, so an
+    overloaded design was stable and met its targets there while its engine-level check missed."""
+    base = pipe(cp=4, cd=4)
+    table = base.step_table / 0.7  # as dse.sim.from_placement dilates it for the planned share
+    shared = Pipeline(base.prefill_instances, base.prefill_s, np.zeros(1), base.decode_instances, base.slots,
+                      table, base.buffer_max, prefill_time_share=np.full(1, 0.3))  # fmt: skip
+    for rate, busy in ((2.4, 0.3), (1.2, 0.15), (4.8, 0.6)):  # 4 servers of 0.5 s: busy = rate / 8
+        f, ft = simulate_fluid(shared, scenario(rate))
+        d, _, _ = simulate_des(shared, scenario(rate), seed=3)
+        after = ft.t >= 300.0
+        batch = float(np.mean(ft.decode_batch[0, after]))
+        want = (0.02 + 0.0002 * batch) / (1.0 - busy)  # the undilated step, slowed by the busy share
+        assert f.tpot_mean_s[0] == pytest.approx(want, rel=0.03), rate
+        # the reference's busy share swings (four servers of 0.5 s), and a step's time is convex in
+        # it: the same or a little slower than the fluid's mean (6% at 15% busy, 15% at 60%)
+        assert f.tpot_mean_s[0] * 0.98 <= d.tpot_mean_s[0] <= f.tpot_mean_s[0] * 1.25, rate
+    # decode past what the time prefill leaves it: unstable in both, where a fixed share had held
+    over, _ = simulate_fluid(shared.one(0), scenario(7.0))
+    over_des, _, _ = simulate_des(shared, scenario(7.0), seed=3)
+    fixed, _ = simulate_fluid(Pipeline(base.prefill_instances, base.prefill_s, np.zeros(1), base.decode_instances,
+                                       base.slots, table, base.buffer_max), scenario(7.0))  # fmt: skip
+    assert fixed.stable[0] and not over.stable[0] and not over_des.stable[0]
+
+
 def test_overload_is_unstable_in_both() -> None:
     f, ft = simulate_fluid(pipe(cp=2), scenario(6.0))  # prefill capacity 4 req/s
     d, _, _ = simulate_des(pipe(cp=2), scenario(6.0), seed=1)

@@ -10,17 +10,20 @@ drawn arrival times whenever the next one comes no later than the next event.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from dse.sim.fluid_kernel import shared_slowdown
 from dse.sim.planner import MeasurementLog, PlannerState
 from dse.sim.scenario import Array, Pipeline, Scenario
 
 PREFILL, STEP, SAMPLE, RELOAD, HANDOFF = range(5)
 SAMPLED = ("t", "lam", "qp", "qb", "batch", "cp", "cd", "done")
+BUSY_MEMORY_S = 1.0  # how long an aggregated instance's decode remembers its prefill's busy share
 """What a sample records: time, arrival rate, prefill-side queue, buffer, decode batch per
 instance, prefill and decode instances, completions per second."""
 
@@ -87,6 +90,9 @@ class DesRun:
         self.finished = np.full(m, np.nan)
         self.slots, self.bmax = int(pipe.slots[0]), float(pipe.buffer_max[0])
         self.table = pipe.step_table[0]
+        self.planned = float(pipe.arrays("prefill_time_share")[0])  # > 0: decoders prefill too
+        # the share of time the prefill servers were busy lately (decaying over BUSY_MEMORY_S)
+        self.busy_avg, self.busy_now, self.busy_t = self.planned, 0.0, 0.0
         self.tau_full = float(pipe.tpot(pipe.slots)[0])
         self.plan = PlannerState(scenario.planner, pipe)
         self.log = MeasurementLog(1)
@@ -199,12 +205,26 @@ class DesRun:
 
     def start_prefill(self, t: float) -> None:
         """Idle live servers take requests from the queue, in server order."""
+        self.prefill_busy(t)
         for i, sv in enumerate(self.servers):
             if not self.queue:
-                return
+                break
             if sv.alive and sv.job < 0:
                 sv.job = self.queue.popleft()
                 self.push(t + float(self.draws.service_s[sv.job]), PREFILL, i, sv.epoch)
+        live = [s for s in self.servers if s.alive]
+        self.busy_now = sum(1 for s in live if s.job >= 0) / max(len(live), 1)
+
+    def prefill_busy(self, t: float) -> float:
+        """The share of time the prefill servers were busy up to ``t``, over about the last
+        :data:`BUSY_MEMORY_S` (an aggregated instance's decode steps take the time it leaves them:
+        the share at one instant, all or none of a few servers, would stretch a step by the
+        prefill that ends within it)."""
+        if t > self.busy_t:
+            keep = math.exp(-(t - self.busy_t) / BUSY_MEMORY_S)
+            self.busy_avg = self.busy_avg * keep + self.busy_now * (1.0 - keep)
+            self.busy_t = t
+        return self.busy_avg
 
     def admit(self, t: float, d: _Decoder) -> None:
         """Fill ``d``'s free slots from the buffer (continuous batching)."""
@@ -225,7 +245,10 @@ class DesRun:
         self.admit(t, d)
         if d.seqs:
             d.busy = True
-            self.push(t + float(self.table[len(d.seqs)]), STEP, i, d.epoch)
+            step = float(self.table[len(d.seqs)])
+            if self.planned > 0:  # an aggregated instance: slower while its prefill takes more time
+                step *= shared_slowdown(self.planned, self.prefill_busy(t))
+            self.push(t + step, STEP, i, d.epoch)
         else:
             d.busy = False
 

@@ -38,6 +38,7 @@ STAGE_ROWS = (
     "handoff_servers",
     "slots",
     "buffer_max",
+    "prefill_time_share",
 )
 """The pipeline's stage arrays as the compiled kernel reads them: row ``i`` of its ``st``."""
 

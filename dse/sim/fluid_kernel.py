@@ -32,6 +32,7 @@ OUT = {
     )
 }
 RHO_CAP = 0.98  # beyond, the fluid backlog itself carries the wait
+BUSY_CAP = 0.95  # an aggregated instance's prefill share at most: its decode still steps, slowly
 TAIL_Q = 0.99
 
 
@@ -65,6 +66,15 @@ def _tpot(table: np.ndarray, i: int, batch: float) -> float:
 
 
 @njit(cache=True)
+def shared_slowdown(planned: float, busy: float) -> float:
+    """How much longer than its table a decode step of an instance that prefills too takes: the
+    table leaves ``planned`` of the time to prefill, and prefill took ``busy`` of it."""
+    if planned <= 0.0:
+        return 1.0
+    return (1.0 - planned) / (1.0 - min(max(busy, 0.0), BUSY_CAP))
+
+
+@njit(cache=True)
 def _stage(queue: float, inflow: float, servers: float, service_s: float, dt: float) -> float:
     """Outflow of a multi-server stage in one step (all of it when the stage has no limit)."""
     if servers == np.inf or service_s <= 0.0:
@@ -91,7 +101,8 @@ def advance(
     out: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
     """``st`` rows: prefill_s, midfill_s, midfill_share, reload_s, reload_servers, handoff_s,
-    handoff_servers, slots, buffer_max. ``q`` rows: reload, fresh prefill, midfill, handoff."""
+    handoff_servers, slots, buffer_max, prefill_time_share. ``q`` rows: reload, fresh prefill,
+    midfill, handoff."""
     n, kk = active.shape
     mean_l = 0.0
     second = 0.0
@@ -106,6 +117,7 @@ def advance(
         for i in range(n):
             s_f, s_m, m = st[0, i], st[1, i], st[2, i]
             s_r, c_r, s_h, c_h, slots, bmax = st[3, i], st[4, i], st[5, i], st[6, i], st[7, i], st[8, i]
+            planned = st[9, i]
             # reload (returning turns), then prefill shared first come first served by fresh and midfill
             out_r = _stage(q[0, i], m * lam * dt, c_r, s_r, dt)
             q[0, i] += m * lam * dt - out_r
@@ -120,7 +132,9 @@ def advance(
             n_act = 0.0
             for k in range(kk):
                 n_act += active[i, k]
-            tau = _tpot(table, i, n_act / max(cd[i], 1e-12))
+            # an aggregated instance decodes in the time its prefill leaves (its servers' busy share)
+            slow = shared_slowdown(planned, (out_f * s_f + out_m * s_m) / max(cp[i] * dt, 1e-12))
+            tau = _tpot(table, i, n_act / max(cd[i], 1e-12)) * slow
             # backward Euler per class: stable for any dt, exact in steady state
             kept = 0.0
             for k in range(kk):
@@ -160,7 +174,7 @@ def advance(
             s_mix = (1.0 - m) * s_f + m * s_m
             mu_p = cp[i] / max(s_mix, 1e-12)
             wait_p = (q[1, i] * s_f + q[2, i] * s_m) / max(cp[i], 1e-12)
-            cap_dec = cd[i] * slots / (tau_full[i] * mean_l)
+            cap_dec = cd[i] * slots / (tau_full[i] * slow * mean_l)
             wait_b = qb_now / max(cap_dec, 1e-12)
             rho_p = lam / max(mu_p, 1e-12)
             rho_b = lam * mean_l * tau / max(cd[i] * slots, 1e-12)

@@ -375,6 +375,9 @@ def _pipeline(
         # hands one request's KV to decode at a time over the NICs that hold its shards
         reload_servers=np.array([prefill.instances]),
         handoff_servers=np.array([prefill.instances if handoff > 0 else np.inf]),
+        # an aggregated unit's prefill takes time from its decode: the table leaves it the
+        # planned share, and the simulators slow or speed its steps as prefill takes more or less
+        prefill_time_share=np.array([main.prefill_share if main.role == "mixed" else 0.0]),
     )
     return pipe, kv_gb
 

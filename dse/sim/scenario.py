@@ -118,6 +118,11 @@ class Pipeline:
     reload_s: Array | None = None  # seconds one reload takes (default 0)
     reload_servers: Array | None = None  # reloads in flight at once (default inf: no queue)
     handoff_servers: Array | None = None  # handoffs in flight at once (default inf: no queue)
+    # decode instances that prefill too (aggregated): the share of their time the step table
+    # leaves to prefill (default 0: separate pools). A step then takes the table's time times
+    # (1 - share) / (1 - the share of time the prefill servers are busy), so prefill that takes
+    # more time than planned slows decode, and less speeds it up: one instance's time, counted once
+    prefill_time_share: Array | None = None
 
     def __post_init__(self) -> None:
         n = len(self.prefill_instances)
@@ -127,6 +132,7 @@ class Pipeline:
             "reload_s": np.zeros(n),
             "reload_servers": np.full(n, np.inf),
             "handoff_servers": np.full(n, np.inf),
+            "prefill_time_share": np.zeros(n),
         }
         for name, value in defaults.items():
             if getattr(self, name) is None:
