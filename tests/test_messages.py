@@ -49,15 +49,16 @@ def test_weights_that_do_not_fit_exit_3_with_the_reason_and_a_wider_instance(cli
     assert res.code == 3
     assert res.out == ""  # no table of NaN, no half a JSON document
     assert res.err.strip() == (
-        "dse: error: no feasible design: weights-do-not-fit: weights need 336 GB per GPU; b200 has 180 GB"
-        " (the weights fit on 4 GPUs: --tp 4 --ep 4)"
+        "dse: error: no feasible design: weights-do-not-fit: weights need 335.5 GB per GPU but b200 offers "
+        "185.5 GB after the 4% runtime reserve (the weights fit on 4 GPUs: --tp 4 --ep 4)"
     )
     if as_json:
         return
     assert cli("predict", "--hardware", "b200", "--tp", "4", "--ep", "4").code == 0  # the hint holds
     # one H100 widened 8x still needs 84 GB per GPU: no hint
     alone = cli("predict", "--hardware", "h100", "--tp", "1", "--ep", "1", "--conc", "1")
-    assert alone.code == 3 and alone.err.strip().endswith("h100-sxm has 80 GB")
+    # in GB as every figure printed (it had said "has 80 GB", the GiB of the datasheet, against 84 GB)
+    assert alone.code == 3 and alone.err.strip().endswith("h100-sxm offers 82.5 GB after the 4% runtime reserve")
 
 
 def test_an_empty_sweep_axis_is_refused_naming_it(cli: Cli, tmp_path: Path) -> None:

@@ -92,8 +92,6 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
-    import numpy as np
-
     from dse.calibration import fit as cal
     from dse.calibration.latency import fit_latency
     from dse.calibration.power import fit_power

@@ -382,9 +382,14 @@ def _unfit(
     """Why the deployment serves nothing: what its weights need against the GPU's memory, and a
     wider instance that holds them where there is one."""
     from dse.perf.benchmark_rows import unfit_reason
+    from dse.units import GIB
 
-    hbm = catalog.hardware(bench.hardware).hbm.capacity_gb
-    why = f"{unfit_reason(res, 0)}; {bench.hardware} has {hbm:g} GB"
+    hbm = catalog.hardware(bench.hardware).hbm.capacity_gb  # GiB, as datasheets' figures are
+    usable = hbm * GIB * (1.0 - params.hbm_reserve_fraction) / 1e9  # GB, as every figure printed
+    why = (
+        f"{unfit_reason(res, 0)} but {bench.hardware} offers {usable:.1f} GB after the "
+        f"{params.hbm_reserve_fraction:.0%} runtime reserve"
+    )
     return NoFeasibleDesign(str(res.regime[0]), why + _wider_that_fits(args, catalog, params))
 
 

@@ -519,10 +519,11 @@ def predict_rows(
     file's ``lines`` (:func:`~dse.typed_data.read_csv`), else ``<source> row <i>`` from 1."""
     out: list[dict[str, object]] = [dict(r) for r in rows]
     parsed: dict[tuple[str, str], list[tuple[int, BenchRow]]] = {}
+    where_of: dict[int, str] = {}
     for i, row in enumerate(rows):
         for col in OUTPUT_COLUMNS:
             out[i][col] = ""
-        where = f"{source} row {i + 1}" if lines is None else f"{source} line {lines[i]}"
+        where = where_of[i] = f"{source} row {i + 1}" if lines is None else f"{source} line {lines[i]}"
         shape = row_shape_problem(row)
         if shape:
             out[i]["pred_error"] = f"{where}: {shape}"
@@ -535,11 +536,11 @@ def predict_rows(
         parsed.setdefault((br.model, br.topology), []).append((i, br))
     for group in parsed.values():
         try:
-            _fill(out, group, evaluate([b for _, b in group], catalog, params))
+            _fill(out, group, evaluate([b for _, b in group], catalog, params), where_of)
         except DseError:
             for i, b in group:  # find the rows that cannot be evaluated, keep the others
                 try:
-                    _fill(out, [(i, b)], evaluate([b], catalog, params))
+                    _fill(out, [(i, b)], evaluate([b], catalog, params), where_of)
                 except DseError as exc:
                     out[i]["pred_error"] = str(exc)
         _fill_latency(out, group, catalog, params)
@@ -606,14 +607,15 @@ def _fill_latency(
 
 def unfit_reason(res: ServingResult, j: int) -> str:
     """Why deployment ``j`` serves nothing (its throughput is NaN): what its weights need."""
-    return f"weights need {res.hbm_peak_bytes_per_gpu[j] / 1e9:.0f} GB per GPU"
+    return f"weights need {res.hbm_peak_bytes_per_gpu[j] / 1e9:.1f} GB per GPU"
 
 
-def _fill(out: list[dict[str, object]], group: Sequence[tuple[int, BenchRow]], res: ServingResult) -> None:
+def _fill(
+    out: list[dict[str, object]], group: Sequence[tuple[int, BenchRow]], res: ServingResult, where_of: Mapping[int, str]
+) -> None:
     for j, (i, _) in enumerate(group):
-        if not np.isfinite(res.tput_per_gpu[j]):
-            out[i]["pred_error"] = f"{res.regime[j]}: {unfit_reason(res, j)}"
-            out[i]["pred_hbm_peak_gb_per_gpu"] = round(res.hbm_peak_bytes_per_gpu[j] / 1e9, 2)
+        if not np.isfinite(res.tput_per_gpu[j]):  # no predictions, the reason named by its line
+            out[i]["pred_error"] = f"{where_of[i]}: {res.regime[j]}: {unfit_reason(res, j)}"
             continue
         out[i].update(
             {
