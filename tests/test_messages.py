@@ -58,7 +58,8 @@ def test_weights_that_do_not_fit_exit_3_with_the_reason_and_a_wider_instance(cli
     # one H100 widened 8x still needs 84 GB per GPU: no hint
     alone = cli("predict", "--hardware", "h100", "--tp", "1", "--ep", "1", "--conc", "1")
     # in GB as every figure printed (it had said "has 80 GB", the GiB of the datasheet, against 84 GB)
-    assert alone.code == 3 and alone.err.strip().endswith("h100-sxm offers 82.5 GB after the 4% runtime reserve")
+    assert alone.code == 3
+    assert alone.err.strip().endswith("h100-sxm offers 82.5 GB after the 4% runtime reserve")
 
 
 def test_an_empty_sweep_axis_is_refused_naming_it(cli: Cli, tmp_path: Path) -> None:

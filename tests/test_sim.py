@@ -84,8 +84,9 @@ def test_an_aggregated_instance_decodes_in_the_time_its_prefill_leaves() -> None
     # decode past what the time prefill leaves it: unstable in both, where a fixed share had held
     over, _ = simulate_fluid(shared.one(0), scenario(7.0))
     over_des, _, _ = simulate_des(shared, scenario(7.0), seed=3)
-    fixed, _ = simulate_fluid(Pipeline(base.prefill_instances, base.prefill_s, np.zeros(1), base.decode_instances,
-                                       base.slots, table, base.buffer_max), scenario(7.0))  # fmt: skip
+    alone = Pipeline(base.prefill_instances, base.prefill_s, np.zeros(1), base.decode_instances, base.slots,
+                     table, base.buffer_max)  # fmt: skip
+    fixed, _ = simulate_fluid(alone, scenario(7.0))
     assert fixed.stable[0] and not over.stable[0] and not over_des.stable[0]
 
 

@@ -52,9 +52,11 @@ def test_shipped_studies_load() -> None:
         (("chunk_tokens = [8192]", "chunk_tokens = [0.5]"), "must list whole numbers of tokens >= 1"),
         # a step past a tenth of the measured window crashed the fluid summary; one past the TTFT
         # target ran, and blurred the waits the target is on (19 of 20 trials feasible at 2 s, 8 at 60)
-        (("dt_s = 2.0", "dt_s = 60.0"), "simulate.dt_s = 60.0: must be at most horizon_s less warmup_s over 10"),
+        (("dt_s = 2.0", "dt_s = 60.0"),
+         "simulate.dt_s = 60.0: must be at most horizon_s less warmup_s over 10"),
         (("dt_s = 2.0", "dt_s = 10.0"), "simulate.dt_s = 10.0: must be at most the TTFT target (2 s)"),
-        (("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_s = 0.0'), "simulate.burst_s = 0.0: must be > 0"),
+        (("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_s = 0.0'),
+         "simulate.burst_s = 0.0: must be > 0"),
         (("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_start_s = 9000.0'),
          "simulate.burst_start_s = 9000.0: must be at least 0 and below horizon_s (600)"),
         (("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_start_s = 0.0\nburst_s = 100.0'),

@@ -611,7 +611,10 @@ def unfit_reason(res: ServingResult, j: int) -> str:
 
 
 def _fill(
-    out: list[dict[str, object]], group: Sequence[tuple[int, BenchRow]], res: ServingResult, where_of: Mapping[int, str]
+    out: list[dict[str, object]],
+    group: Sequence[tuple[int, BenchRow]],
+    res: ServingResult,
+    where_of: Mapping[int, str],
 ) -> None:
     for j, (i, _) in enumerate(group):
         if not np.isfinite(res.tput_per_gpu[j]):  # no predictions, the reason named by its line

@@ -301,7 +301,9 @@ class SimulateSpec:
                 return ("burst_start_s", f"must be at least 0 and below horizon_s ({self.horizon_s:g})",
                         self.burst_start_s)  # fmt: skip
             if self.burst_start_s + self.burst_s <= self.warmup_s:
-                rule_ = f"with burst_s must end after warmup_s ({self.warmup_s:g}; a burst in it is not measured)"
+                rule_ = (
+                    f"with burst_s must end after warmup_s ({self.warmup_s:g}; a burst in it is not measured)"
+                )
                 return ("burst_start_s", rule_, self.burst_start_s)
         return None
 
@@ -427,7 +429,10 @@ class StudySpec:
             return ("variants", "must not repeat an id", ids)
         tightest = min((self.slo.ttft_s, *self.sweep.ttft_s))
         if self.simulate.dt_s > tightest:  # a longer step cannot resolve the waits the target is on
-            rule_ = f"must be at most the TTFT target ({tightest:g} s): a longer step blurs the waits it is set on"
+            rule_ = (
+                f"must be at most the TTFT target ({tightest:g} s): "
+                "a longer step blurs the waits it is set on"
+            )
             return ("simulate.dt_s", rule_, self.simulate.dt_s)
         if not self.mtp and (self.mtp_draft_tokens is not None or self.mtp_accept_rate is not None):
             key = "mtp_draft_tokens" if self.mtp_draft_tokens is not None else "mtp_accept_rate"
