@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Cli, Result
 
+from dse.catalog import Catalog
 from dse.study.deploy import Design, PoolLaunch, engine_flags, launch_files
 from dse.units import Precision
 
@@ -183,3 +187,199 @@ def test_a_pipelined_prefill_pool_launches_its_stages_on_sglang_only() -> None:
     assert dynamo[dynamo.index(f["pp"]) + 1] == "2"
     with pytest.raises(InputError, match="no pipeline-parallel launch here: the prefill pool runs 2 stages"):
         launch_files(replace(design, profile="trt"), "dynamo")
+
+
+# A grid of two models on B200 and on a what-if B200 with +50% HBM bandwidth: four one-pool
+# points, a few seconds. Its best design runs on the what-if B200 (more bandwidth, same price).
+GRID = """\
+name = "deploy-grid"
+model = "deepseek-v3"
+hardware = ["b200"]
+seed = 7
+
+[workload]
+requests_per_s = 10.0
+input_tokens = 4000.0
+output_tokens = 1000.0
+
+[slo]
+ttft_s = 2.0
+tpot_s = 0.05
+
+[[variants]]
+id = "b200-bw150"
+base = "b200"
+hbm_bandwidth_scale = 1.5
+
+[simulate]
+horizon_s = 600.0
+warmup_s = 120.0
+dt_s = 2.0
+
+[sweep]
+model = ["deepseek-v3", "qwen3-235b-a22b"]
+hardware = ["b200", "b200-bw150"]
+"""
+
+
+GridRun = tuple[Path, Path, dict[int, dict[str, str]], list[int]]
+
+
+@pytest.fixture(scope="module")
+def grid_run(tmp_path_factory: pytest.TempPathFactory) -> GridRun:
+    """The grid's study file, its run folder, each trial's point (x_model, x_hardware), and its
+    feasible trials best first."""
+    from conftest import run_dse
+
+    from dse.study.api import Study
+
+    folder = tmp_path_factory.mktemp("deploy-grid")
+    spec, out = folder / "deploy-grid.toml", folder / "runs"
+    spec.write_text(GRID)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("DSE_CATALOG_DIR", raising=False)
+        mp.delenv("DSE_CALIBRATION", raising=False)
+        ran = run_dse("study", "run", spec, "--out", out, "--no-export")
+    assert ran.code == 0, ran.err
+    import polars as pl
+
+    from dse.study.results import ranked
+
+    res = Study.load(spec).results(out=out)
+    points = {t.number: dict(t.params) for t in res.study.get_trials(deepcopy=False)}
+    best = ranked(res.trials.filter(pl.col("feasible")), ("usd_per_million_tokens", "minimize"))
+    return spec, out, points, [int(n) for n in best["trial"]]
+
+
+def _deployed(out: Path, name: str = "deploy-grid") -> Path:
+    return out / name / "deploy"
+
+
+def test_a_grid_trial_launches_the_model_of_its_own_point(
+    cli: Cli, grid_run: GridRun, catalog: Catalog
+) -> None:
+    """Each trial on a GPU that exists deploys its point's model (the study's `model` is only the
+    default of the `model` axis): its checkpoint in the scripts, its id in the README."""
+    spec, out, points, _ = grid_run
+    real = {n: p for n, p in points.items() if p["x_hardware"] == "b200"}
+    assert {p["x_model"] for p in real.values()} == {"deepseek-v3", "qwen3-235b-a22b"}
+    for number, point in real.items():
+        proc = cli("deploy", spec, "--out", out, "--engine", "sglang", "--trial", number)
+        assert proc.code == 0, proc.err
+        folder = _deployed(out)
+        model = catalog.model(point["x_model"])
+        assert f'MODEL="${{MODEL:-{model.checkpoint}}}"' in (folder / "instance.sh").read_text()
+        assert json.loads((folder / "instances.json").read_text())["model"] == model.id
+        readme = (folder / "README.md").read_text()
+        assert f"chose for {model.id} at its grid point model = {model.id}, hardware = b200" in readme
+
+
+def test_a_design_on_what_if_hardware_is_refused(cli: Cli, grid_run: GridRun) -> None:
+    """A [[variants]] GPU does not exist: its design is refused in one line naming the variant,
+    its base and the best trial on a GPU that exists, and nothing is written."""
+    spec, out, points, ranking = grid_run
+    best, real = ranking[0], next(n for n in ranking if points[n]["x_hardware"] == "b200")
+    assert points[best]["x_hardware"] == "b200-bw150"  # the grid's premise: the faster HBM is cheaper
+    folder = _deployed(out)
+    shutil.rmtree(folder, ignore_errors=True)
+    proc = cli("deploy", spec, "--out", out, "--engine", "sglang")
+    assert proc.code == 2 and proc.err.count("\n") == 1, proc.err
+    assert f"best trial = {best}: runs on what-if hardware b200-bw150" in proc.err
+    assert "deploy-grid's [[variants]] entry: b200 with its HBM scaled" in proc.err
+    assert f"trial {real} is the best on hardware that exists (--trial {real})" in proc.err
+    for number in (n for n, p in points.items() if p["x_hardware"] == "b200-bw150"):
+        proc = cli("deploy", spec, "--out", out, "--engine", "dynamo", "--trial", number)
+        assert proc.code == 2 and f"--trial = {number}: runs on what-if hardware b200-bw150" in proc.err
+    assert not folder.exists()
+
+
+def test_the_readme_names_the_command_that_wrote_it(cli: Cli, grid_run: GridRun) -> None:
+    """A study run by path: the README's command is that path with the flags given, and it runs."""
+    spec, out, points, _ = grid_run
+    real = next(n for n, p in points.items() if p["x_hardware"] == "b200")
+    proc = cli("deploy", spec, "--out", out, "--engine", "sglang", "--trial", real)
+    assert proc.code == 0, proc.err
+    readme = (_deployed(out) / "README.md").read_text()
+    command = (
+        f"dse deploy {shlex.quote(str(spec))} --out {shlex.quote(str(out))} --engine sglang --trial {real}"
+    )
+    assert f"Written by `{command}`." in readme
+    again = cli(*shlex.split(command)[1:])
+    assert again.code == 0, again.err
+
+
+def _record(max_batch: int = 1663) -> dict[str, Any]:
+    """A disaggregated trial's record whose decode pools run on B200 and on H200, each sized at
+    its own batch (the two decode pools of sweep-ctx's trial 0)."""
+
+    def pool(role: str, hw: str, batch: float) -> dict[str, Any]:
+        return {"role": role, "hardware": hw, "shape": "8gpu-dpa-ep8", "instances": 1, "decode_batch": batch}
+
+    return {
+        "pools": [
+            pool("prefill", "b200", 0.0), pool("decode", "b200", 1663.21), pool("decode", "h200-sxm", 327.37)
+        ],
+        "choice": {"topology": "disaggregated", "chunk_tokens": 4096, "max_batch": max_batch},
+        "metrics": {"usd_per_million_tokens": 0.0424},
+    }  # fmt: skip
+
+
+def test_pools_sharing_a_role_get_a_script_each_with_its_own_cap(catalog: Catalog) -> None:
+    """Two decode pools on different GPUs: a script each (named by its hardware; the lone prefill
+    pool keeps `prefill.sh`), each with its pool's running-request cap, the README naming each
+    file once, and Dynamo a service and an options file each."""
+    from dse.perf.params import load_params
+    from dse.study.api import Study
+    from dse.study.deploy import design_of
+
+    design = design_of(Study.load(TINY).spec, 0, _record(), catalog, load_params())
+    f = FLAGS["sglang"]
+    files = launch_files(design, "sglang")
+    assert {n for n in files if n.endswith(".sh")} == {"prefill.sh", "decode-b200.sh", "decode-h200-sxm.sh"}
+    caps = {n: dict(zip(w := _command(files[n]), w[1:], strict=False)).get(f["max_running"]) for n in files
+            if n.endswith(".sh")}  # fmt: skip
+    assert caps == {"prefill.sh": None, "decode-b200.sh": "1663", "decode-h200-sxm.sh": "327"}
+    for name in ("prefill.sh", "decode-b200.sh", "decode-h200-sxm.sh"):
+        assert files["README.md"].count(f"`{name}`") == 1
+    assert "| `decode-h200-sxm.sh` | decode on h200-sxm | 1 | 8 | 1 | 327 |" in files["README.md"]
+    pools = json.loads(files["instances.json"])["pools"]
+    assert [(p["name"], p["max_running_requests"]) for p in pools] == [
+        ("prefill", None), ("decode-b200", 1663), ("decode-h200-sxm", 327)
+    ]  # fmt: skip
+    dynamo = launch_files(design, "dynamo")
+    assert {"decode-b200.yaml", "decode-h200-sxm.yaml", "prefill.yaml"} <= set(dynamo)
+    graph = dynamo["graph.yaml"]
+    assert (
+        "    decode-b200:\n" in graph
+        and "    decode-h200-sxm:\n" in graph
+        and '"decode-h200-sxm.yaml"' in graph
+    )
+    # pools on the same GPU as well: numbered
+    same = replace(design, pools=tuple(replace(p, hardware="b200", label="") for p in design.pools))
+    assert {n for n in launch_files(same, "sglang") if n.endswith(".sh")} == {
+        "prefill.sh", "decode-b200-1.sh", "decode-b200-2.sh"
+    }  # fmt: skip
+
+
+def test_the_running_request_cap_is_the_batch_that_meets_the_tpot_target(catalog: Catalog) -> None:
+    """The trial's max_batch (4096) only bounds the search; each decode instance is capped at the
+    batch its pool was sized at (the most sequences within the TPOT target, whole ones down), as
+    the report's `batch cap` and the simulator have it; a record without that batch keeps the
+    trial's cap."""
+    from dse.perf.params import load_params
+    from dse.study.api import Study
+    from dse.study.deploy import design_of
+
+    spec, params = Study.load(TINY).spec, load_params()
+    design = design_of(spec, 0, _record(max_batch=4096), catalog, params)
+    assert [p.max_running for p in design.pools] == [None, 1663, 327]
+    assert (
+        "most sequences it may run and still meet the TPOT target"
+        in launch_files(design, "sglang")["README.md"]
+    )
+    bound = design_of(spec, 0, _record(max_batch=300), catalog, params)  # the search's bound below both
+    assert [p.max_running for p in bound.pools] == [None, 300, 300]
+    bare = _record(max_batch=4096)
+    for p in bare["pools"]:
+        del p["decode_batch"]
+    assert [p.max_running for p in design_of(spec, 0, bare, catalog, params).pools] == [None, 4096, 4096]

@@ -460,12 +460,13 @@ def _export(args: argparse.Namespace, catalog: Catalog) -> int:
 
 def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.perf.params import load_params
-    from dse.study.deploy import design_of_run, launch_files, write_deploy
+    from dse.study.deploy import deploy_command, design_of_run, launch_files, write_deploy
 
     res = _stored_results(args, catalog)
     design = design_of_run(res, args.trial, load_params())
     folder = args.out / res.spec.name / "deploy"
-    files = launch_files(design, args.engine)
+    command = deploy_command(args.name, args.engine, out=args.out, trial=args.trial, storage=args.storage)
+    files = launch_files(design, args.engine, command=command)
     for path in write_deploy(files, folder):
         print(path)
     return 0

@@ -5,6 +5,12 @@ own flags (tensor, expert and data-parallel attention sizes, the running-request
 prefill budget, MTP drafts, the KV-cache precision), the instance counts, a Dynamo graph for
 Dynamo, and a README stating what was assumed. The flag names come from
 ``dse/study/engine_flags.toml``, which cites the engine source each was read from.
+
+A grid study's trial launches the model of its own point (its ``x_model``); a design on the
+study's what-if hardware (``[[variants]]``) is refused, as no such GPU exists to launch it on.
+Each decode instance is capped at the batch its pool was sized at: the most sequences it may run
+and still meet the TPOT target, which is what the study priced (the search's ``max_batch`` only
+bounds it).
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ import json
 import math
 import shlex
 import tomllib
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +58,7 @@ class PoolLaunch:
     max_running: int | None  # per instance; None: the engine's default
     chunk_tokens: int | None
     pp: int = 1  # pipeline stages (prefill), each of gpus / pp GPUs with attn_tp and ep inside
+    label: str = ""  # its files' name; "": the role's (Design gives pools sharing one their own)
 
     @property
     def tp(self) -> int:
@@ -68,7 +76,26 @@ class PoolLaunch:
 
     @property
     def name(self) -> str:
-        return {"mixed": "instance"}.get(self.role, self.role)
+        return self.label or {"mixed": "instance"}.get(self.role, self.role)
+
+
+def named_pools(pools: tuple[PoolLaunch, ...]) -> tuple[PoolLaunch, ...]:
+    """``pools`` with a name each of its own, for its script, options file and Dynamo service: a
+    role one pool has keeps its name (``decode``); pools sharing one add their hardware
+    (``decode-b200``, ``decode-h200-sxm``), and a number where that is shared too."""
+    if len({p.name for p in pools}) == len(pools):
+        return pools
+    shared = Counter(p.name for p in pools)
+    names = [f"{p.name}-{p.hardware}" if shared[p.name] > 1 else p.name for p in pools]
+    again = Counter(names)
+    seen: Counter[str] = Counter()
+    for i, n in enumerate(names):
+        if again[n] > 1:
+            seen[n] += 1
+            names[i] = f"{n}-{seen[n]}"
+    if len(set(names)) < len(names):  # a given label met a made one: number them all
+        names = [f"{n}-{i + 1}" for i, n in enumerate(names)]
+    return tuple(replace(p, label=n) for p, n in zip(pools, names, strict=True))
 
 
 @dataclass(frozen=True)
@@ -87,25 +114,93 @@ class Design:
     profile: str  # the study's engine profile (trt, sglang, atom)
     pools: tuple[PoolLaunch, ...]
     metrics: dict[str, Any]
+    point: dict[str, Any] = field(default_factory=dict)  # a grid study's point: axis -> value
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pools", named_pools(tuple(self.pools)))
 
 
 def design_of_run(res: StudyResults, trial: int | None, params: PerfParams) -> Design:
     """The design of trial ``trial`` of a study's run, or of its best trial."""
+    from dse.study.grid import point_of
+
     number = res.best_trial() if trial is None else trial
     if number is None:
         raise NoFeasibleDesign("study", f"{res.spec.name} has no feasible trial to deploy")
     found = next((t for t in res.study.get_trials(deepcopy=False) if t.number == number), None)
     record = None if found is None else found.user_attrs.get("record")
-    if not record or not record.get("pools"):
+    if found is None or not record or not record.get("pools"):
         raise InputError(SRC, "--trial", f"must name a feasible trial of {res.spec.name}", number)
-    return design_of(res.spec, number, record, res._cat(), params)
+    # a grid trial's point, as its record or else its parameters hold it
+    record = {**record, "point": {**point_of(found.params), **(record.get("point") or {})}}
+    catalog = res._cat()
+    variant = _what_if(res.spec, record, catalog)
+    if variant is not None:
+        other = _best_launchable(res, catalog)
+        hint = (
+            f"; trial {other} is the best on hardware that exists (--trial {other})"
+            if other is not None
+            else "; no feasible trial of the study runs on hardware that exists"
+        )
+        field_name = "--trial" if trial is not None else "best trial"
+        raise InputError(SRC, field_name, _what_if_rule(res.spec, *variant) + hint, number)
+    return design_of(res.spec, number, record, catalog, params)
+
+
+def _what_if(spec: StudySpec, record: dict[str, Any], catalog: Catalog) -> tuple[str, str] | None:
+    """(variant id, its base hardware id) of the first pool of ``record`` on the study's what-if
+    hardware, or None when every pool runs on hardware that exists."""
+    variants = {v.id.lower(): v for v in spec.variants}
+    for p in record.get("pools", []):
+        hw = str(p.get("hardware", ""))
+        v = variants.get(hw.lower())
+        if v is None:
+            try:
+                v = variants.get(catalog.hardware(hw).id.lower())
+            except InputError:
+                continue
+        if v is not None:
+            try:
+                base = catalog.hardware(v.base).id
+            except InputError:
+                base = v.base
+            return v.id, base
+    return None
+
+
+def _what_if_rule(spec: StudySpec, variant: str, base: str) -> str:
+    return (
+        f"runs on what-if hardware {variant} ({spec.name}'s [[variants]] entry: {base} with its HBM "
+        "scaled), which no engine can launch"
+    )
+
+
+def _best_launchable(res: StudyResults, catalog: Catalog) -> int | None:
+    """The feasible trial best on the study's first objective whose pools all run on hardware
+    that exists."""
+    import polars as pl
+
+    from dse.study.results import ranked
+
+    trials = res.trials
+    if trials.is_empty() or "feasible" not in trials.columns:
+        return None
+    o = res.objectives[0]
+    records = {t.number: t.user_attrs.get("record") for t in res.study.get_trials(deepcopy=False)}
+    for number in ranked(trials.filter(pl.col("feasible")), (o.name, o.direction))["trial"].to_list():
+        record = records.get(int(number))
+        if record and record.get("pools") and _what_if(res.spec, record, catalog) is None:
+            return int(number)
+    return None
 
 
 def design_of(
     spec: StudySpec, trial: int, record: dict[str, Any], catalog: Catalog, params: PerfParams
 ) -> Design:
-    """The design a trial's record holds (pools, shapes, the engine settings it was priced with)."""
+    """The design a trial's record holds (pools, shapes, the engine settings it was priced with);
+    a grid trial's at its own point (``record["point"]``: its model)."""
     from dse.placement.shapes import parse_shape
+    from dse.study.grid import spec_at
 
     choice = record.get("choice", {})
     topology = str(choice.get("topology", ""))
@@ -113,6 +208,11 @@ def design_of(
         raise InputError(
             SRC, "--trial", "is an attention-FFN disaggregated design, which no engine here launches", trial
         )
+    variant = _what_if(spec, record, catalog)
+    if variant is not None:
+        raise InputError(SRC, "--trial", _what_if_rule(spec, *variant), trial)
+    point = dict(record.get("point") or {})
+    spec = spec_at(spec, point) if point else spec
     engine = params.engine(spec.engine)
     drafts = 0
     if spec.mtp:
@@ -122,8 +222,6 @@ def design_of(
         par = parse_shape(str(p["shape"]))
         hw = catalog.hardware(str(p["hardware"]))
         role = str(p["role"])
-        decodes = role in ("decode", "mixed")
-        max_batch = choice.get("max_batch")
         pools.append(
             PoolLaunch(
                 role=role,
@@ -134,7 +232,7 @@ def design_of(
                 pp=par.pp,
                 instances=int(p["instances"]),
                 gpus_per_host=hw.gpus_per_host,
-                max_running=int(max_batch) if decodes and max_batch else None,
+                max_running=_running_cap(role, p, choice),
                 # the prefill chunk budget; a decode pool keeps its engine's default
                 chunk_tokens=int(choice["chunk_tokens"])
                 if role != "decode" and choice.get("chunk_tokens")
@@ -155,13 +253,49 @@ def design_of(
         profile=spec.engine,
         pools=tuple(pools),
         metrics=dict(record.get("metrics", {})),
+        point=point,
     )
 
 
+def _running_cap(role: str, pool: dict[str, Any], choice: dict[str, Any]) -> int | None:
+    """A decode (or aggregated) instance's running-request cap: the batch the study sized its pool
+    at, the most sequences it runs and still meets the TPOT target (what the study priced and the
+    simulator ran as the engine's cap; at most the trial's ``max_batch``, the search's bound), whole
+    sequences down; the trial's ``max_batch`` where the record has no such batch. None for a
+    prefill pool."""
+    if role not in ("decode", "mixed"):
+        return None
+    bound = choice.get("max_batch")
+    sized = float(pool.get("decode_batch") or 0.0)
+    if sized > 0 and math.isfinite(sized):
+        cap = max(1, math.floor(sized + 1e-6))
+        return min(cap, int(bound)) if bound else cap
+    return int(bound) if bound else None
+
+
+def deploy_command(
+    name: str, engine: str, *, out: Path | None = None, trial: int | None = None, storage: str | None = None
+) -> str:
+    """The `dse deploy` command line that writes these files: the study as it was named (a path
+    stays a path), and the flags that chose the run and the trial."""
+    words = ["dse", "deploy", str(name)]
+    if out is not None and out != Path("runs"):
+        words += ["--out", str(out)]
+    if storage:
+        from dse.study.storage import redact
+
+        words += ["--storage", redact(storage)]
+    words += ["--engine", engine]
+    if trial is not None:
+        words += ["--trial", str(trial)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
 def launch_files(
-    design: Design, engine: str, flags: dict[str, dict[str, str]] | None = None
+    design: Design, engine: str, flags: dict[str, dict[str, str]] | None = None, *, command: str | None = None
 ) -> dict[str, str]:
-    """File name -> contents of the deployment of ``design`` on ``engine``."""
+    """File name -> contents of the deployment of ``design`` on ``engine``; ``command`` is the
+    command line the README says wrote them (default: `dse deploy STUDY --engine ENGINE`)."""
     flags = flags or engine_flags()
     if engine not in ENGINES:
         raise InputError(SRC, "--engine", f"must be one of {', '.join(ENGINES)}", engine)
@@ -204,7 +338,7 @@ def launch_files(
         )
         files["graph.yaml"] = _yaml(dynamo_graph(design, files, flags))
     files["instances.json"] = json.dumps(_instances(design), indent=2) + "\n"
-    files["README.md"] = _readme(design, engine, flags)
+    files["README.md"] = _readme(design, engine, flags, command or deploy_command(design.study, engine))
     return files
 
 
@@ -391,6 +525,8 @@ def _instances(design: Design) -> dict[str, Any]:
     return {
         "study": design.study,
         "trial": design.trial,
+        "model": design.model,
+        **({"point": design.point} if design.point else {}),
         "topology": design.topology,
         "pools": [
             {
@@ -413,19 +549,21 @@ def _instances(design: Design) -> dict[str, Any]:
     }
 
 
-def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]]) -> str:
+def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]], command: str) -> str:
     table = flags[engine]
+    at = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}" for k, v in design.point.items())
     lines = [
         f"# {design.study}: trial {design.trial} on {engine}",
         "",
-        f"Written by `dse deploy {design.study} --engine {engine}`. The {design.topology} design the "
-        f"study chose for {design.model}:",
+        f"Written by `{command}`. The {design.topology} design the study chose for {design.model}"
+        + (f" at its grid point {at}:" if at else ":"),
         "",
-        "| file | pool | instances | GPUs per instance | hosts per instance |",
-        "|---|---|---|---|---|",
+        "| file | pool | instances | GPUs per instance | hosts per instance | running requests (cap) |",
+        "|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| `{p.name}.sh` | {p.role} on {p.hardware} | {p.instances} | {p.gpus} | {p.hosts} |"
+        f"| `{p.name}.sh` | {p.role} on {p.hardware} | {p.instances} | {p.gpus} | {p.hosts} | "
+        f"{p.max_running if p.max_running is not None else 'engine default'} |"
         for p in design.pools
     ]
     m = design.metrics
@@ -454,8 +592,11 @@ def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]]) -> st
         f"- MTP with {design.mtp_drafts} draft tokens per step;"
         if design.mtp_drafts
         else "- no speculative decoding;",
-        "- the running-request cap per decode instance and the prefill chunk are the trial's "
-        "(`instances.json`); an engine that caps per data-parallel rank gets the instance's cap split;",
+        "- each decode instance's running-request cap is the batch the study sized its pool at: the most "
+        "sequences it may run and still meet the TPOT target (the report's `batch cap`, at most the "
+        "trial's `max_batch`); above it the engine would batch more and miss the TPOT the study priced. "
+        "The prefill chunk is the trial's (`instances.json`); an engine that caps per data-parallel "
+        "rank gets the instance's cap split;",
         f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
         "(`dse/study/engine_flags.toml`): check them against the version you run;",
         f"- port {PORT} on every server; a disaggregated design's KV moves over NIXL.",
