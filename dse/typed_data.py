@@ -12,6 +12,7 @@ import csv
 import dataclasses
 import enum
 import math
+import re
 import tomllib
 import types
 import typing
@@ -47,11 +48,19 @@ def non_empty(value: str | tuple[Any, ...]) -> str | None:
     return None if len(value) > 0 else "must not be empty"
 
 
+ID_CHARACTERS = re.compile(r"[a-z0-9._-]+")
+"""What an id is made of: flags list ids with commas (``--hardware b200,h200``), and a space or a
+slash would break those lists and the folders named after them."""
+
+
 def lower_id(value: str) -> str | None:
-    """An id as catalog ids are: not empty, lower case (lookups lower-case what users type)."""
+    """An id as catalog ids are: not empty, lower case (lookups lower-case what users type), of
+    letters, digits, dots, dashes and underscores."""
     if not value:
         return "must not be empty"
-    return None if value == value.lower() else "must be lower case"
+    if value != value.lower():
+        return "must be lower case"
+    return None if ID_CHARACTERS.fullmatch(value) else "must hold only a-z, 0-9, '.', '-' and '_'"
 
 
 def one_of(*allowed: int) -> Rule:

@@ -93,6 +93,16 @@ CASES = [
         r"aliases\[1\] = 3: must be a string",
     ),
     ("id differs from file", {'id = "b200"': 'id = "b201"'}, r"id = 'b201': must equal the file name 'b200'"),
+    (  # it had been read as unset, and -4 had priced a step at 3 s
+        "measured bandwidth",
+        {"tdp_w = 1000": "tdp_w = 1000\nmeasured_hbm_tb_per_s = -4"},
+        r"measured_hbm_tb_per_s = -4: must be > 0",
+    ),
+    (  # an id `--hardware a,b` would split (it had loaded, and no flag could name it)
+        "alias with a comma",
+        {'aliases = ["b200-hgx", "dgx-b200"]': 'aliases = ["b200 hgx,v2"]'},
+        r"aliases = 'b200 hgx,v2': must hold only a-z, 0-9, '\.', '-' and '_'",
+    ),
 ]
 
 

@@ -128,7 +128,7 @@ class Hardware:
     measured_kernels: str = ""
     # a what-if variant's measured kernels ran on its base's HBM: the bandwidth they were measured
     # at (TB/s), None for the GPU itself
-    measured_hbm_tb_per_s: float | None = None
+    measured_hbm_tb_per_s: float | None = field(default=None, metadata=rule(positive))
 
     @property
     def projected(self) -> bool:

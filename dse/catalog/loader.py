@@ -13,7 +13,7 @@ from dse.catalog.hardware import Hardware
 from dse.catalog.model import PUBLISHED_RTOL, Model
 from dse.errors import InputError, UnknownIdError
 from dse.paths import SHIPPED_HARDWARE, SHIPPED_MODELS
-from dse.typed_data import build, read_toml
+from dse.typed_data import build, lower_id, read_toml
 
 CATALOG_ENV = "DSE_CATALOG_DIR"
 """Environment variable naming extra catalog folders (``os.pathsep``-separated)."""
@@ -124,8 +124,8 @@ def _check_aliases(kind: str, entries: Mapping[str, E], files: Mapping[str, Path
     owner: dict[str, str] = {i: i for i in entries}
     for entry in entries.values():
         for alias in entry.aliases:
-            if alias != alias.lower():
-                raise InputError(str(files[entry.id]), "aliases", "must be lower case", alias)
+            if (broken := lower_id(alias)) is not None:
+                raise InputError(str(files[entry.id]), "aliases", broken, alias)
             other = owner.get(alias, entry.id)
             if other != entry.id and _shipped(files[entry.id]) and not _shipped(files[other]):
                 # a user's entry takes a shipped entry's alias: the user's file is the one to change
