@@ -151,6 +151,17 @@ def test_a_gpu_without_tables_takes_the_datasheet_path_unchanged(catalog: Catalo
     assert _step(catalog, h200, "measured", 64.0, ["sglang"]) != _step(catalog, h200, "datasheet", 64.0, None)
 
 
+def test_a_gpu_folder_the_tables_lack_is_one_line_and_the_datasheet_path(catalog: Catalog) -> None:
+    """A catalog entry's measured_kernels that names no folder of the tables (a slip: b200-sxm for
+    b200_sxm) prices from the datasheet, as it did, and now says so."""
+    slip = replace(catalog.hardware("b200"), measured_kernels="b200-sxm")
+    datasheet = _step(catalog, catalog.hardware("b200"), "datasheet", 64.0, None)
+    assert _step(catalog, slip, "measured", 64.0, ["trt"]) == datasheet
+    (line,) = kernel_data.problems()
+    assert line.startswith("hardware b200: measured_kernels = 'b200-sxm' names no GPU folder of ")
+    assert "b200_sxm" in line and line.endswith("its ops are priced from the datasheet")
+
+
 def test_a_what_if_variant_scales_the_measured_time_by_its_datasheet(catalog: Catalog) -> None:
     """+50% HBM bandwidth: a single-token step's GEMMs read weights, so their measured time falls
     by the ratio of the rooflines, 1.5x, while the compute-bound large batch barely moves."""

@@ -48,6 +48,23 @@ def data_root() -> Path | None:
     return root
 
 
+def has_system(system: str, hardware: str) -> bool:
+    """Whether the tables hold the GPU folder ``system`` that ``hardware``'s catalog entry names
+    (``measured_kernels``); a folder they lack (a slip in the entry) is a line in :func:`problems`."""
+    root = data_root()
+    if root is None:
+        return False
+    if (root / system).is_dir():
+        return True
+    folders = ", ".join(sorted(d.name for d in root.iterdir() if d.is_dir()))
+    note(
+        f"system:{system}",
+        f"hardware {hardware}: measured_kernels = {system!r} names no GPU folder of {PACKAGE}'s tables "
+        f"(they have {folders}): its ops are priced from the datasheet",
+    )
+    return False
+
+
 def note(key: str, message: str) -> None:
     _problems.setdefault(key, message)
 

@@ -15,7 +15,7 @@ import numpy as np
 from dse.catalog import Hardware, Model
 from dse.catalog.model import AttentionKind
 from dse.errors import InputError
-from dse.perf.kernel_data import ENGINE_DIRS
+from dse.perf.kernel_data import ENGINE_DIRS, has_system
 from dse.perf.kernels import KernelKey, MeasuredCurves, measured_curves
 from dse.perf.memo import Memo
 from dse.units import GB, GIB, TB, Precision
@@ -396,7 +396,7 @@ def kernel_key(
     ep: float,
 ) -> KernelKey | None:
     """What a candidate's measured curves depend on; None where no tables cover it."""
-    if not h.measured_kernels or engine not in ENGINE_DIRS:
+    if not h.measured_kernels or engine not in ENGINE_DIRS or not has_system(h.measured_kernels, h.id):
         return None
     dp = _dense_precision(h, wp)
     mla = model.attention.kind is AttentionKind.MLA
