@@ -949,3 +949,31 @@ def test_kimi_k3_at_tp8_holds_an_eighth_of_each_requests_linear_state(cli: Cli) 
     assert res.code == 0, res.err
     pred = json.loads(res.out)["prediction"]
     assert pred["decode_batch_per_instance"] > 60 and pred["binding_regime"] != "hbm-capacity", pred
+
+
+def test_an_entry_a_users_catalog_changes_is_not_one_the_calibration_saw(cli: Cli, tmp_path: Path) -> None:
+    """The expected error is keyed by id: a user's b200 at twice the bandwidth had claimed the
+    in-sample error of the B200 the runs measured. A changed entry is unseen; an unchanged copy is
+    the shipped entry."""
+    from dse.paths import SHIPPED_HARDWARE, SHIPPED_MODELS
+
+    (tmp_path / "hardware").mkdir()
+    (tmp_path / "models").mkdir()
+    b200 = (SHIPPED_HARDWARE / "b200.toml").read_text()
+    faster = b200.replace("bandwidth_tb_per_s = 8.0", "bandwidth_tb_per_s = 16.0")
+    assert faster != b200
+    (tmp_path / "hardware" / "b200.toml").write_text(faster)
+    same = (SHIPPED_MODELS / "deepseek-v3.toml").read_text()
+    (tmp_path / "models" / "deepseek-v3.toml").write_text(same)
+    res = cli("--catalog-dir", tmp_path, "predict", "--hardware", "b200", "--conc", "8", "--json")
+    assert res.code == 0, res.err
+    error = json.loads(res.out)["expected_error"]
+    assert error["basis"] == "leave-one-hardware-out" and error["edited"] == [["hardware", "b200"]]
+    assert error["model_fitted"] is True  # the copy is the shipped model
+    shorter = same.replace("max_context = 163840", "max_context = 65536")
+    (tmp_path / "models" / "deepseek-v3.toml").write_text(shorter)
+    res = cli("--catalog-dir", tmp_path, "predict", "--hardware", "b200", "--conc", "8")
+    assert res.code == 0, res.err
+    assert "your catalog changes b200 from the entry it saw" in res.out
+    changed = "the runs measured the shipped deepseek-v3, which your catalog changes: its error is unmeasured"
+    assert changed in res.out

@@ -29,6 +29,9 @@ class Catalog:
     hardware_by_id: Mapping[str, Hardware]
     models_by_id: Mapping[str, Model]
     files: Mapping[str, Path]
+    # ids a user's folder replaced with an entry that differs from the shipped one (the calibration
+    # measured the shipped entries, not these)
+    edited: frozenset[str] = frozenset()
 
     def hardware(self, name: str) -> Hardware:
         return _lookup("hardware", name, self.hardware_by_id)
@@ -71,12 +74,15 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
     models: dict[str, Model] = {}
     files: dict[str, Path] = {}
     measured_at: dict[str, float] = {}  # a measured-kernel folder -> the HBM TB/s it ran at
+    shipped: dict[str, object] = {}
+    edited: set[str] = set()
     for hw_dir, model_dir in dirs:
         for path, entry in _load_folder(hw_dir, Hardware):
             if hw_dir == SHIPPED_HARDWARE and entry.measured_kernels:
                 measured_at.setdefault(entry.measured_kernels, entry.hbm.bandwidth_tb_per_s)
             hardware[entry.id] = _measured_at(entry, measured_at)
             files[entry.id] = path
+            _note_edit(hw_dir == SHIPPED_HARDWARE, entry.id, hardware[entry.id], shipped, edited)
         for path, m in _load_folder(model_dir, Model):
             gap = m.published_gap()
             if gap is not None:
@@ -88,13 +94,29 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
                 raise InputError(str(path), f"published.{key}", rule, published)
             models[m.id] = m
             files[m.id] = path  # a model id that repeats a hardware id is refused below
+            _note_edit(model_dir == SHIPPED_MODELS, m.id, m, shipped, edited)
     if not hardware or not models:
         raise InputError(str(SHIPPED_HARDWARE.parent), "", "catalog folders hold no entries")
     for shared in sorted(set(hardware) & set(models)):
         raise InputError(str(files[shared]), "id", "must not repeat the id of a hardware entry", shared)
     _check_aliases("hardware", hardware, files)
     _check_aliases("model", models, files)
-    return Catalog(MappingProxyType(hardware), MappingProxyType(models), MappingProxyType(files))
+    return Catalog(
+        MappingProxyType(hardware), MappingProxyType(models), MappingProxyType(files), frozenset(edited)
+    )
+
+
+def _note_edit(
+    is_shipped: bool, entry_id: str, entry: object, shipped: dict[str, object], edited: set[str]
+) -> None:
+    """Keep the shipped entries, and note an id a later folder replaces with a different entry
+    (one that restores the shipped entry is no edit)."""
+    if is_shipped:
+        shipped[entry_id] = entry
+    elif entry_id in shipped and entry != shipped[entry_id]:
+        edited.add(entry_id)
+    else:
+        edited.discard(entry_id)
 
 
 def _measured_at(h: Hardware, measured_at: Mapping[str, float]) -> Hardware:

@@ -249,7 +249,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         "mtp_draft_tokens": int(drafts),
         "mtp_tokens_per_step": round(float(engine.accept_tokens(drafts)), 4),
     }
-    error = expected_error(params, bench.hardware, bench.model, bench.engine)
+    error = expected_error(params, bench.hardware, bench.model, bench.engine, catalog.edited)
     fresh = not args.warm_server
     lat = latency_of(bench, catalog, params, load, lengths, args.requests or 0, args.seed, fresh=fresh)
     pools = kernel_sources(bench, catalog, params)

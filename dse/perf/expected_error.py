@@ -27,12 +27,18 @@ class ExpectedError:
     kernels: str = "datasheet"  # the tier the calibration priced ops with (PerfParams.kernels)
     # an engine profile no measured run calibrated (its speed and MTP acceptance are assumed)
     assumed_engine: str | None = None
+    # the hardware and model entries a user's catalog folder changed from the shipped ones (the
+    # calibration measured the shipped ones): ("hardware", id) and ("model", id)
+    edited: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         if self.basis == "in-sample":
             seen = "the calibration saw this hardware"
         else:
             seen = "the calibration did not see this hardware"
+        for kind, entry in self.edited:
+            if kind == "hardware":
+                seen += f"; your catalog changes {entry} from the entry it saw"
         ttft = ""
         lat = self.latency_median_ape
         if lat is not None:
@@ -43,7 +49,11 @@ class ExpectedError:
         elif self.ttft_median_ape is not None:
             ttft = f"; TTFT {self.ttft_median_ape:.0%} (median, in-sample)"
         model = ""
-        if not self.model_fitted:
+        changed = [entry for kind, entry in self.edited if kind == "model"]
+        if changed:
+            model = f"; the runs measured the shipped {changed[0]}, which your catalog changes: its error is "
+            model += "unmeasured"
+        elif not self.model_fitted:
             fitted = ", ".join(self.models_fitted)
             model = f"; measured on {fitted} runs only: this model's error is unmeasured"
         if self.assumed_engine is not None:
@@ -68,13 +78,18 @@ def _float(value: object) -> float | None:
 
 
 def expected_error(
-    params: PerfParams, hardware: str, model: str, engine: str | None = None
+    params: PerfParams,
+    hardware: str,
+    model: str,
+    engine: str | None = None,
+    edited: frozenset[str] = frozenset(),
 ) -> ExpectedError | None:
     """How far a prediction of ``model`` on ``hardware`` may be from a measurement, from the
     calibration's provenance: the in-sample error where the fit saw that hardware, the
-    leave-one-hardware-out error where it did not (None for a file without these figures)."""
+    leave-one-hardware-out error where it did not (None for a file without these figures). An id
+    in ``edited`` (an entry a user's catalog folder changed) is one the fit did not see."""
     prov = params.provenance
-    seen = hardware in prov.get("hardware_fitted", ())
+    seen = hardware in prov.get("hardware_fitted", ()) and hardware not in edited
     prefix = "in_sample" if seen else "loho"
     keys = ("tput_median_ape", "tput_p75_ape", "intvty_median_ape", "intvty_p75_ape")
     if not all(f"{prefix}_{k}" in prov for k in keys):
@@ -91,10 +106,11 @@ def expected_error(
         i_p75,
         ttft_median_ape=None if ttft is None else float(ttft),
         models_fitted=models,
-        model_fitted=model in models,
+        model_fitted=model in models and model not in edited,
         latency_median_ape=None if latency is None else {k: _float(v) for k, v in latency.items()},
         kernels=params.kernels,
         assumed_engine=engine
         if engine is not None and engine not in prov.get("engines_fitted", (engine,))
         else None,
+        edited=tuple((kind, e) for kind, e in (("hardware", hardware), ("model", model)) if e in edited),
     )
