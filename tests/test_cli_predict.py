@@ -169,10 +169,19 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         ),
         (("--tp", "7", "--ep", "7"), "--tp = 7.0: must divide deepseek-v3's 128 attention heads"),
         (("--tp", "1000"), "--tp = 1000.0: must divide deepseek-v3's 128 attention heads"),
-        (  # the value typed, and the instance that caps it (it had named --tp = 6.0)
+        (  # --tp left out is the instance's GPUs up to 8, and the message says so
             ("--disagg", "--decode-gpus", "12", "--decode-workers", "2"),
-            "--tp = 8.0: is capped at the instance's 6 GPUs, and 6 must divide deepseek-v3's 128 "
-            "attention heads",
+            "--tp = 6.0: must divide deepseek-v3's 128 attention heads (--tp left out: the instance's "
+            "GPUs up to 8)",
+        ),
+        (  # typed past the instance: it had been capped in silence, and the JSON echoed 128
+            ("--disagg", "--prefill-gpus", "8", "--prefill-workers", "2", "--prefill-tp", "128"),
+            "--prefill-tp = 128: must be at most the instance's 4 GPUs "
+            "(--prefill-gpus over --prefill-workers)",
+        ),
+        (
+            ("--disagg", "--decode-gpus", "16", "--decode-workers", "4", "--tp", "16"),
+            "--tp = 16: must be at most the instance's 4 GPUs (--decode-gpus over --decode-workers)",
         ),
         (("--seed", "-1"), "--seed = -1: must be >= 0"),
         (

@@ -69,14 +69,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--isl", type=float, default=1024.0, help="nominal input tokens")
     p.add_argument("--osl", type=float, default=1024.0, help="nominal output tokens")
     p.add_argument("--conc", type=float, default=64.0, help="requests in flight")
-    p.add_argument("--tp", type=int, default=8, help="tensor parallel (GPUs of an aggregated instance)")
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=None,
+        help="tensor parallel (GPUs of an aggregated instance; default 8, or a disaggregated decode "
+        "instance's GPUs up to 8)",
+    )
     p.add_argument(
         "--ep", type=int, default=0, help="expert parallel (0: each GPU of the instance; fewer split experts)"
     )
     p.add_argument("--dp-attention", action="store_true", help="data-parallel attention")
     p.add_argument("--disagg", action="store_true", help="separate prefill and decode pools")
     p.add_argument(
-        "--prefill-tp", type=int, default=8, help="tensor parallel of a prefill instance (--disagg)"
+        "--prefill-tp",
+        type=int,
+        default=None,
+        help="tensor parallel of a prefill instance (--disagg; default: its GPUs up to 8)",
     )
     p.add_argument(
         "--prefill-ep", type=int, default=0, help="expert parallel of a prefill instance (--disagg; 0: all)"
@@ -334,8 +343,10 @@ def _one_deployment(args: argparse.Namespace) -> None:
         raise InputError(SRC, "--out", "needs --batch (one deployment prints its prediction)")
     if not args.hardware:
         raise InputError(SRC, "--hardware", "is required (or use --batch)")
+    _tensor_parallel(args)
     for name, check in NUMBERS.items():  # each flag, whether or not this topology reads it
-        check_number(getattr(args, name), source=SRC, key="--" + name.replace("_", "-"), check=check)
+        if (value := getattr(args, name)) is not None:  # None: left out, and not read (--prefill-tp)
+            check_number(value, source=SRC, key="--" + name.replace("_", "-"), check=check)
     if args.load == "closed" and not float(args.conc).is_integer():  # the simulation runs whole clients
         raise InputError(SRC, "--conc", "must be a whole number of clients in a closed loop", args.conc)
     if not args.afd:  # the expert pool's flags mean nothing without one
@@ -349,9 +360,30 @@ def _one_deployment(args: argparse.Namespace) -> None:
     args.disagg = args.disagg or args.afd
 
 
+def _tensor_parallel(args: argparse.Namespace) -> None:
+    """``--tp`` and ``--prefill-tp`` as the deployment runs them: left out, 8 (a disaggregated
+    instance's GPUs where it has fewer); typed, at most a disaggregated instance's GPUs (a larger
+    one had been capped in silence, and the JSON echoed it)."""
+    disagg = args.disagg or args.afd
+    sides = (("tp", args.decode_gpus, args.decode_workers, "--decode-gpus over --decode-workers"),
+             ("prefill_tp", args.prefill_gpus, args.prefill_workers, "--prefill-gpus over --prefill-workers"))
+    for dest, gpus, workers, how in sides:  # fmt: skip
+        if dest == "prefill_tp" and not disagg:
+            continue  # an aggregated instance's prefill is its own (--tp); the flag is refused below
+        ok = disagg and all(isinstance(v, int) and v >= 1 for v in (gpus, workers)) and gpus % workers == 0
+        per = gpus // workers if ok else None
+        value = getattr(args, dest)
+        if value is None:
+            setattr(args, dest, min(8, per) if per else 8)
+            args.tp_defaulted = (*getattr(args, "tp_defaulted", ()), dest)
+        elif per is not None and value > per:
+            flag = "--" + dest.replace("_", "-")
+            raise InputError(SRC, flag, f"must be at most the instance's {per} GPUs ({how})", value)
+
+
 # flags of a disaggregated deployment's pools, with their defaults (an aggregated one reads --tp)
-DISAGG_FLAGS = {
-    "prefill_tp": 8, "prefill_ep": 0, "prefill_dp_attention": False, "prefill_workers": 1,
+DISAGG_FLAGS: dict[str, int | bool | None] = {
+    "prefill_tp": None, "prefill_ep": 0, "prefill_dp_attention": False, "prefill_workers": 1,
     "prefill_gpus": 8, "decode_workers": 1, "decode_gpus": 8,
 }  # fmt: skip
 
@@ -423,7 +455,11 @@ def _deployment(args: argparse.Namespace, catalog: Catalog) -> tuple[dict[str, s
     try:
         bench = parse_row(row, catalog, source=SRC, ep_as_given=True)
     except InputError as exc:  # the row's column names are not what the user typed: name the flag
-        raise InputError(SRC, _flag_of(exc.field, args.disagg), exc.rule, exc.value) from None
+        flag = _flag_of(exc.field, args.disagg)
+        rule = exc.rule
+        if flag.removeprefix("--").replace("-", "_") in getattr(args, "tp_defaulted", ()):
+            rule += f" ({flag} left out: the instance's GPUs up to 8)"
+        raise InputError(SRC, flag, rule, exc.value) from None
     # as run: the model's precision if none was given; under DP attention, --ep 1 over the instance
     ran = {"precision": bench.weight_precision.value, "decode_ep": f"{bench.decode.ep:g}",
            "prefill_ep": f"{(bench.prefill or bench.decode).ep:g}"}  # fmt: skip
