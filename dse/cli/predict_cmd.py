@@ -354,8 +354,8 @@ def _one_deployment(args: argparse.Namespace) -> None:
             if getattr(args, flag) != default:
                 raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --afd", getattr(args, flag))
     if not (args.disagg or args.afd):  # nor the separate pools' flags without them
-        for flag, default in DISAGG_FLAGS.items():
-            if getattr(args, flag) != default:
+        for flag, unset in DISAGG_FLAGS.items():
+            if getattr(args, flag) != unset:
                 raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --disagg", getattr(args, flag))
     args.disagg = args.disagg or args.afd
 
