@@ -139,3 +139,20 @@ def test_a_broken_calibration_file_is_one_line(
         monkeypatch.setenv("DSE_CALIBRATION", str(path))
         res = cli("predict", "--hardware", "b200")
         assert res.code == 2 and res.err.strip() == f"dse: error: {path}: {want}", res.err
+
+
+@pytest.mark.e2e  # a fit of one GPU's runs: about 5 s
+def test_runs_of_one_gpu_type_store_no_cross_validation(cli: Cli, tmp_path: Path, two_gpu_runs: Path) -> None:
+    """Leaving the one GPU type out fits a fold on no measured run: it had stored 78% / 136% as the
+    leave-one-hardware-out error, which `dse predict` then quoted for every other GPU."""
+    import json
+
+    rows = [r for r in _rows(two_gpu_runs) if r["hardware"] == "h200"]
+    data = _write(tmp_path / "h200.csv", rows)
+    out = tmp_path / "fitted.json"
+    res = cli("calibrate", "--data", str(data), "--out", str(out), "--jobs", "1")
+    assert res.code == 0, res.err
+    assert "cross-validation skipped: it leaves one GPU type out at a time, and the runs are all" in res.err
+    assert "leave-one-hardware-out abs error" not in res.out
+    prov = json.loads(out.read_text())["provenance"]
+    assert "loho_tput_median_ape" not in prov and prov["hardware_fitted"] == ["h200-sxm"]

@@ -119,7 +119,11 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     ttft = cal.ttft_errors(data, catalog, fitted)
     loho = None
     folds: dict[str, PerfParams] | None = None
-    if not args.no_cross_validation:
+    gpus = sorted({m.row.hardware for m in data})
+    if not args.no_cross_validation and len(gpus) < 2:  # a fold would be fitted on no measured run
+        print(f"cross-validation skipped: it leaves one GPU type out at a time, and the runs are all "
+              f"{gpus[0]}'s; no leave-one-hardware-out error is stored", file=sys.stderr)  # fmt: skip
+    elif not args.no_cross_validation:
         folds = {}
         t_lo, i_lo = cal.leave_one_hardware_out(data, catalog, start, points, values, folds, args.jobs)
         loho = cal.error_stats(data, t_lo, i_lo)
