@@ -225,3 +225,28 @@ def test_more_traffic_overflows_the_plans_kv_tiers(tmp_path: Path, cli: Cli) -> 
     same, more = (json.loads(cli(*base, "--rate-scale", s).out)["kv_cache"] for s in ("1", "3"))
     assert same["capacity_gb"] == more["capacity_gb"]
     assert more["simulated"]["drop"] > same["simulated"]["drop"] + 0.2, (same["simulated"], more["simulated"])
+
+
+def test_a_placement_made_with_another_catalog_entry_is_refused(tmp_path: Path, cli: Cli) -> None:
+    """The simulation rebuilds the design from the catalog: a placement made with a user's b200 at
+    twice the bandwidth, simulated with the shipped b200, had said 'stable: NO' in silence. The
+    placement records a digest of each entry it used, and the simulation checks its own."""
+    from dse.paths import SHIPPED_HARDWARE
+
+    (tmp_path / "hardware").mkdir()
+    b200 = (SHIPPED_HARDWARE / "b200.toml").read_text()
+    faster = b200.replace("bandwidth_tb_per_s = 8.0", "bandwidth_tb_per_s = 16.0")
+    (tmp_path / "hardware" / "b200.toml").write_text(faster)
+    placed = cli("--catalog-dir", tmp_path, *PLACE)
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    assert set(json.loads(placed.out)["catalog"]) == {"deepseek-v3", "b200"}
+    window = ("--horizon", "300", "--warmup", "60")
+    same = cli("--catalog-dir", tmp_path, "simulate", "--placement", plan, *window)
+    assert same.code == 0, same.err
+    other = cli("simulate", "--placement", plan, *window)
+    assert other.code == 2 and other.err.count("\n") == 1, other.err
+    assert f"{plan}: catalog.b200 = " in other.err
+    assert "was placed with another entry for b200 than this catalog's" in other.err
+    assert "simulate with the --catalog-dir it was placed with" in other.err

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -41,6 +44,17 @@ class Catalog:
 
     def file_of(self, entry_id: str) -> Path:
         return self.files[entry_id]
+
+    def fingerprints(self, model: str, hardware: Iterable[str]) -> dict[str, str]:
+        """A short digest of each entry's every field, by id: what a placement was made with, so
+        that one simulated with another catalog's entries is told apart (`dse simulate`)."""
+        entries: list[Model | Hardware] = [self.model(model), *(self.hardware(h) for h in hardware)]
+        return {e.id: _digest(e) for e in entries}
+
+
+def _digest(entry: object) -> str:
+    fields = json.dumps(dataclasses.asdict(entry), sort_keys=True, default=str)  # type: ignore[call-overload]
+    return hashlib.sha256(fields.encode()).hexdigest()[:16]
 
 
 def _lookup(kind: str, name: str, entries: Mapping[str, E]) -> E:

@@ -381,6 +381,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     energy = best_energy(report, catalog, params)
     if args.json:
         doc = {**report_to_dict(report), "best_energy": energy}
+        # the catalog entries it was placed with: `dse simulate --placement` checks its own match
+        doc["catalog"] = catalog.fingerprints(req.model, req.hardware)
         if args.confirm:
             doc["engine_check"] = [
                 {"topology": c.topology.value, "ttft_pct_s": c.ttft_s, "tpot_pct_s": c.tpot_s,

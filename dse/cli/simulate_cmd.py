@@ -120,6 +120,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--json", action="store_true", help="machine-readable summary")
 
 
+def _same_catalog(doc: dict[str, Any], catalog: Catalog, source: str) -> None:
+    """The catalog entries a placement was made with (``dse place --json`` records a digest of
+    each) are this catalog's: the simulation rebuilds the design from them, so another GPU or
+    model of the same id would answer for a design it did not place (a file without the record,
+    from before it, is taken as it is)."""
+    placed = doc.get("catalog")
+    request = doc.get("request")
+    if not isinstance(placed, dict) or not isinstance(request, dict):
+        return
+    model = str(request.get("model"))
+    now = catalog.fingerprints(model, [e for e in placed if e != model])
+    for entry, digest in placed.items():
+        if now[entry] != digest:
+            rule = (
+                f"was placed with another entry for {entry} than this catalog's ({catalog.file_of(entry)}): "
+                "simulate with the --catalog-dir it was placed with"
+            )
+            raise InputError(source, f"catalog.{entry}", rule, digest)
+
+
 def _design(args: argparse.Namespace, catalog: Catalog) -> SimDesign:
     """The design to simulate: from ``--placement`` (validated at this edge), or solved here."""
     from dse.evaluation import design_of
@@ -148,7 +168,9 @@ def _design(args: argparse.Namespace, catalog: Catalog) -> SimDesign:
             raise InputError(str(args.placement), "", f"is not JSON ({str(exc).split(';')[0]})") from None
         if not isinstance(doc, dict):
             raise InputError(str(args.placement), "", "must hold a JSON object from `dse place --json`")
-        return design_from_doc(doc, str(args.placement))
+        design = design_from_doc(doc, str(args.placement))
+        _same_catalog(doc, catalog, str(args.placement))
+        return design
     missing = [f for f in ("hardware", "rate", "ttft", "tpot") if getattr(args, f) is None]
     if missing:
         raise InputError(SRC, f"--{missing[0]}", "is required without --placement")
