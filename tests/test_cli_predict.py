@@ -986,3 +986,15 @@ def test_an_entry_a_users_catalog_changes_is_not_one_the_calibration_saw(cli: Cl
     assert "your catalog changes b200 from the entry it saw" in res.out
     changed = "the runs measured the shipped deepseek-v3, which your catalog changes: its error is unmeasured"
     assert changed in res.out
+
+
+def test_a_batch_row_with_no_tpot_leaves_its_tpot_percentiles_empty(catalog: Catalog) -> None:
+    """One-token answers have no time per output token: empty in the CSV, as null in JSON and "-"
+    in text (the CSV had read 'nan')."""
+    from dse.perf.benchmark_rows import predict_rows
+
+    with open(MEASURED_RUNS, newline="") as fh:
+        row = next(csv.DictReader(fh))
+    out = predict_rows([dict(row, osl="1")], catalog, load_params())[0]
+    assert out["pred_error"] == "" and float(str(out["pred_ttft_p50_s"])) > 0
+    assert out["pred_tpot_p50_ms"] == "" and out["pred_tpot_p99_ms"] == ""

@@ -55,6 +55,7 @@ sets how long its first wave waits (:meth:`~dse.perf.params.LatencyParams.cold_s
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -593,16 +594,10 @@ def _fill_latency(
         if out[i]["pred_error"]:
             continue
         s = latency_of(row, catalog, params).summary()
-        out[i].update(
-            {
-                "pred_ttft_p50_s": round(s["ttft_p50_s"], 4),
-                "pred_ttft_p90_s": round(s["ttft_p90_s"], 4),
-                "pred_ttft_p99_s": round(s["ttft_p99_s"], 4),
-                "pred_tpot_p50_ms": round(s["tpot_p50_ms"], 3),
-                "pred_tpot_p99_ms": round(s["tpot_p99_ms"], 3),
-                "pred_e2el_p50_s": round(s["e2el_p50_s"], 3),
-            }
-        )
+        figures = (("ttft_p50_s", 4), ("ttft_p90_s", 4), ("ttft_p99_s", 4), ("tpot_p50_ms", 3),
+                   ("tpot_p99_ms", 3), ("e2el_p50_s", 3))  # fmt: skip
+        # none where there is none (a TPOT of one-token answers): empty, as JSON's null and text's "-"
+        out[i].update({f"pred_{k}": round(s[k], d) if math.isfinite(s[k]) else "" for k, d in figures})
 
 
 def unfit_reason(res: ServingResult, j: int) -> str:
