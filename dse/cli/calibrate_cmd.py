@@ -105,7 +105,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         first = f" (the first: {skipped[0]})" if skipped else ""
         raise InputError(str(args.data), "", f"holds no row the model can describe{first}")
     if len(data) < FEW_ROWS:
-        print(f"warning: {len(data)} rows to fit {FEW_ROWS} or so values: the fit is poorly determined; "
+        print(f"dse: warning: {len(data)} rows to fit {FEW_ROWS} or so values: the fit is poorly determined; "
               "read its leave-one-hardware-out error before using it", file=sys.stderr)  # fmt: skip
     points: tuple[StagePoint, ...] = ()
     values: tuple[float, ...] = ()

@@ -566,7 +566,7 @@ def _print_latency(
         f"{lat.preempted} preempted"
     )
     if lat.warning:
-        print(f"warning: {lat.warning}", file=sys.stderr)
+        print(f"dse: warning: {lat.warning}", file=sys.stderr)
 
 
 def _context_of(model: str, catalog: Catalog) -> float:
