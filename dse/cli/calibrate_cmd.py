@@ -14,6 +14,7 @@ from dse.errors import InputError, output_error
 from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS, calibration_file
 
 if TYPE_CHECKING:
+    from dse.calibration.latency import LatencyFit
     from dse.perf.params import PerfParams
 
 
@@ -157,20 +158,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
                 f"{label} abs error, median / p75: tokens/s/GPU {s.tput_median_ape:.1%} / "
                 f"{s.tput_p75_ape:.1%}, tokens/s/user {s.intvty_median_ape:.1%} / {s.intvty_p75_ape:.1%}"
             )
-    med = known_median(ttft)
-    closed = "not measured (no row has a median TTFT)" if med is None else f"{med:.0%}"
-    print(f"in-sample median abs error of the median TTFT (closed form): {closed}")
-    colds = ", ".join(f"{k} {v:g} s" for k, v in latency.params.cold_start_s.items())
-    kept = all(v is None for v in latency.in_sample.values())
-    print(
-        ("latency, not fitted (no row measures a TTFT or TPOT percentile; the defaults stand): "
-         if kept else "latency: ")
-        + f"front end {latency.params.frontend_s * 1e3:.0f} ms, disaggregated hand-off "
-        f"{latency.params.handoff_s * 1e3:.0f} ms per request; a fresh server's first wave waits "
-        f"{colds or 'nothing'}; attention-DP prefill forwards where the engine slows them (SGLang) take "
-        f"{latency.params.dp_prefill_slowdown:g} times the step costs' forward, aggregated prefill forwards "
-        f"{latency.params.agg_prefill_factor:g} times"
-    )
+    print(_latency_line(latency, known_median(ttft)))
     if power is not None:
         print(
             f"power: {power.params.idle:.0%} of TDP idle, {power.params.full:.0%} with kernels running all "
@@ -179,7 +167,26 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         )
     for label, errs in (("in-sample", latency.in_sample), ("leave-one-hardware-out", latency.loho)):
         if errs is not None:
-            print(f"{label} abs error of the simulated percentiles, median: " + ", ".join(
-                f"{k.replace('_', ' ')} {'not measured' if v is None else f'{v:.0%}'}"
-                for k, v in errs.items()))  # fmt: skip
+            shown = ", ".join(f"{k.replace('_', ' ')} {'not measured' if v is None else f'{v:.0%}'}"
+                              for k, v in errs.items())  # fmt: skip
+            print(f"{label} abs error of the simulated percentiles, median: {shown}")
     return 0
+
+
+def _latency_line(latency: LatencyFit, closed_form: float | None) -> str:
+    """The closed form's in-sample TTFT error (``closed_form``) in a line, then the latency fit's
+    values in one (or that there was nothing to fit them to)."""
+    shown = "not measured (no row has a median TTFT)" if closed_form is None else f"{closed_form:.0%}"
+    lp = latency.params
+    colds = ", ".join(f"{k} {v:g} s" for k, v in lp.cold_start_s.items())
+    kept = all(v is None for v in latency.in_sample.values())
+    head = "latency: "
+    if kept:
+        head = "latency, not fitted (no row measures a TTFT or TPOT percentile; the defaults stand): "
+    return (
+        f"in-sample median abs error of the median TTFT (closed form): {shown}\n"
+        f"{head}front end {lp.frontend_s * 1e3:.0f} ms, disaggregated hand-off {lp.handoff_s * 1e3:.0f} "
+        f"ms per request; a fresh server's first wave waits {colds or 'nothing'}; attention-DP prefill "
+        f"forwards where the engine slows them (SGLang) take {lp.dp_prefill_slowdown:g} times the step "
+        f"costs' forward, aggregated prefill forwards {lp.agg_prefill_factor:g} times"
+    )

@@ -69,6 +69,33 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--isl", type=float, default=1024.0, help="nominal input tokens")
     p.add_argument("--osl", type=float, default=1024.0, help="nominal output tokens")
     p.add_argument("--conc", type=float, default=64.0, help="requests in flight")
+    _add_pools(p)
+    _add_engine_settings(p)
+    p.add_argument(
+        "--afd",
+        action="store_true",
+        help="attention-FFN disaggregated decode (implies --disagg): --tp/--dp-attention/--decode-* "
+        "describe the attention pool, --ffn-* the expert pool",
+    )
+    p.add_argument("--ffn-gpus", type=int, default=8, help="GPUs of the whole expert pool (--afd)")
+    p.add_argument("--ffn-workers", type=int, default=1, help="expert-pool instances (--afd)")
+    p.add_argument(
+        "--ffn-ep", type=int, default=0, help="expert parallel per instance (--afd; 0: all its GPUs)"
+    )
+    _add_load_arguments(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    # every flag of one deployment, with its default: --batch refuses any given (each row names its own)
+    batch_own = {"batch", "out", "recipe_settings", "help", "catalog_dir"}
+    one = {
+        a.dest: (a.option_strings[0], a.default)
+        for a in p._actions
+        if a.option_strings and a.dest not in batch_own
+    }
+    p.set_defaults(one_deployment=one)
+
+
+def _add_pools(p: argparse.ArgumentParser) -> None:
+    """The instances' shapes: an aggregated instance's (--tp, --ep), or each pool's (--disagg)."""
     p.add_argument(
         "--tp",
         type=int,
@@ -97,28 +124,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--prefill-gpus", type=int, default=8, help="GPUs of the whole prefill pool")
     p.add_argument("--decode-workers", type=int, default=1, help="decode instances (--disagg)")
     p.add_argument("--decode-gpus", type=int, default=8, help="GPUs of the whole decode pool")
-    _add_engine_settings(p)
-    p.add_argument(
-        "--afd",
-        action="store_true",
-        help="attention-FFN disaggregated decode (implies --disagg): --tp/--dp-attention/--decode-* "
-        "describe the attention pool, --ffn-* the expert pool",
-    )
-    p.add_argument("--ffn-gpus", type=int, default=8, help="GPUs of the whole expert pool (--afd)")
-    p.add_argument("--ffn-workers", type=int, default=1, help="expert-pool instances (--afd)")
-    p.add_argument(
-        "--ffn-ep", type=int, default=0, help="expert parallel per instance (--afd; 0: all its GPUs)"
-    )
-    _add_load_arguments(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    # every flag of one deployment, with its default: --batch refuses any given (each row names its own)
-    batch_own = {"batch", "out", "recipe_settings", "help", "catalog_dir"}
-    one = {
-        a.dest: (a.option_strings[0], a.default)
-        for a in p._actions
-        if a.option_strings and a.dest not in batch_own
-    }
-    p.set_defaults(one_deployment=one)
 
 
 def _add_engine_settings(p: argparse.ArgumentParser) -> None:
