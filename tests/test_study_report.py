@@ -465,7 +465,7 @@ def test_the_best_designs_metrics_are_named_as_the_exported_columns(tmp_path: Pa
 GRID_STUDY = """\
 name = "{name}"
 model = "deepseek-v3"
-hardware = ["h200-sxm"]
+hardware = ["h200-sxm", "b200"]
 
 [workload]
 requests_per_s = 10.0
@@ -489,9 +489,10 @@ tpot_s = 0.05
     "sweep,said",
     [
         (
-            'tpot_s = [0.05, 0.1, 0.4]\nmodel = ["deepseek-v3", "kimi-k2"]',
+            'tpot_s = [0.05, 0.1, 0.4]\nmodel = ["deepseek-v3", "kimi-k2"]\nhardware = ["h200-sxm", "b200"]',
             [
                 "- **Model:** deepseek-v3 or kimi-k2 by grid point (fp8, engine trt)",
+                "- **Hardware:** h200-sxm or b200 by grid point (prices: own_hyperscaler)",
                 "- **Traffic:** 10 requests/s; fresh prompts of 4,000 tokens, 1,000 output tokens; 50% "
                 "returning turns reusing 8,000 cached tokens plus 300 new ones",
                 "- **Targets:** TTFT at p50 <= 2 s, TPOT <= 50, 100 or 400 ms by grid point",
@@ -502,6 +503,7 @@ tpot_s = 0.05
             "requests_per_s = [5.0]",
             [
                 "- **Model:** deepseek-v3 (fp8, engine trt)",
+                "- **Hardware:** h200-sxm, b200 (prices: own_hyperscaler)",
                 "- **Traffic:** 5 requests/s by grid point; fresh prompts of 2,000 or 16,000 tokens by grid "
                 "point, 1,000 output tokens; 50% returning turns reusing 32,000 or 128,000 cached tokens by "
                 "grid point plus 300 new ones",

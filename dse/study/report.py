@@ -253,6 +253,7 @@ def _overview(
     ttft = of("ttft_s", slo.ttft_s, "g", "s")
     tpot = by_point(spec, "tpot_s", slo.tpot_s, lambda v: f"{v * 1e3:g}", "ms")
     model = by_point(spec, "model", spec.model, str, "")
+    hardware = by_point(spec, "hardware", ", ".join(spec.hardware), str, "")
     n, ok = trials.height, feasible.height
     lines = [
         f"# Study report: {spec.name}",
@@ -260,7 +261,7 @@ def _overview(
         spec.description or "(no description)",
         "",
         f"- **Model:** {model} ({spec.precision}, engine {spec.engine}{', MTP' if spec.mtp else ''})",
-        f"- **Hardware:** {', '.join(spec.hardware)} (prices: {spec.price_tier})",
+        f"- **Hardware:** {hardware} (prices: {spec.price_tier})",
         f"- **Traffic:** {traffic}",
         f"- **Targets:** TTFT at p{slo.percentile:g} <= {ttft}, TPOT <= {tpot}",
         f"- **Objectives:** {', '.join(_objective_label(o, d) for o, d in objectives) or '(none)'}",
