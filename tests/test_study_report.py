@@ -448,3 +448,80 @@ def test_speed_front_keeps_what_nothing_beats_on_both_speeds() -> None:
     )
     # 2 is beaten by 1 (same speed, less per GPU), 4 by 1; 5 has no speed per user
     assert speed_front(df, "user", "gpu")["trial"].to_list() == [0, 1, 3]
+
+
+def test_the_best_designs_metrics_are_named_as_the_exported_columns(tmp_path: Path, spec: StudySpec) -> None:
+    """The trials export's names (``ttft_mean_s``), not the recorded ones (``ttft_s``): they join."""
+    md = write_report(tmp_path, spec=spec, objectives=OBJECTIVES, tables=_tables(), best=_best()).read_text()
+    detail = _section(md, "## Best design detail")
+    metrics = detail[detail.index("### Metrics") :].split("\n### ")[0]
+    assert "| column | value | unit |" in metrics
+    assert [r[0] for r in _rows(metrics)] == [
+        "usd_per_million_tokens", "gpus", "tokens_per_s_per_gpu", "ttft_mean_s", "tpot_mean_s", "e2e_mean_s",
+    ]  # fmt: skip
+    assert _rows(metrics)[4] == ["tpot_mean_s", "0.026", "s"]
+
+
+GRID_STUDY = """\
+name = "{name}"
+model = "deepseek-v3"
+hardware = ["h200-sxm", "b200"]
+
+[workload]
+requests_per_s = 10.0
+input_tokens = 4000.0
+output_tokens = 1000.0
+returning_share = 0.5
+cached_prefix_tokens = 8000.0
+suffix_tokens = 300.0
+think = [{{ share = 1.0, dwell_s = 60.0 }}]
+
+[slo]
+ttft_s = 2.0
+tpot_s = 0.05
+
+[sweep]
+{sweep}
+"""
+
+
+@pytest.mark.parametrize(
+    "sweep,said",
+    [
+        (
+            'tpot_s = [0.05, 0.1, 0.4]\nmodel = ["deepseek-v3", "kimi-k2"]\nhardware = ["h200-sxm", "b200"]',
+            [
+                "- **Model:** deepseek-v3 or kimi-k2 by grid point (fp8, engine trt)",
+                "- **Hardware:** h200-sxm or b200 by grid point (prices: own_hyperscaler)",
+                "- **Traffic:** 10 requests/s; fresh prompts of 4,000 tokens, 1,000 output tokens; 50% "
+                "returning turns reusing 8,000 cached tokens plus 300 new ones",
+                "- **Targets:** TTFT at p50 <= 2 s, TPOT <= 50, 100 or 400 ms by grid point",
+            ],
+        ),
+        (
+            "ttft_s = [0.5, 4.0]\ninput_tokens = [2000, 16000]\ncached_prefix_tokens = [32000, 128000]\n"
+            "requests_per_s = [5.0]",
+            [
+                "- **Model:** deepseek-v3 (fp8, engine trt)",
+                "- **Hardware:** h200-sxm, b200 (prices: own_hyperscaler)",
+                "- **Traffic:** 5 requests/s by grid point; fresh prompts of 2,000 or 16,000 tokens by grid "
+                "point, 1,000 output tokens; 50% returning turns reusing 32,000 or 128,000 cached tokens by "
+                "grid point plus 300 new ones",
+                "- **Targets:** TTFT at p50 <= 0.5 or 4 s by grid point, TPOT <= 50 ms",
+            ],
+        ),
+    ],
+)
+def test_a_grids_report_says_which_targets_and_traffic_vary_by_point(
+    tmp_path: Path, sweep: str, said: list[str]
+) -> None:
+    """The study's own target (or traffic) holds only where the grid does not sweep it."""
+    (tmp_path / "g.toml").write_text(GRID_STUDY.format(name="g", sweep=sweep))
+    empty = {k: pl.DataFrame() for k in ("trials", "pareto", "placements", "kv_tiers", "sim_timeseries")}
+    grid = load_study(tmp_path / "g.toml")
+    md = write_report(
+        tmp_path / "report", spec=grid, objectives=OBJECTIVES, tables=empty, best=None
+    ).read_text()
+    lines = md.splitlines()
+    for line in said:
+        assert line in lines

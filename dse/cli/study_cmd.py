@@ -11,7 +11,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from dse.catalog import Catalog
 from dse.cli.table import format_table
@@ -19,7 +19,7 @@ from dse.errors import DseError, InputError, NoFeasibleDesign
 from dse.study.timeouts import STALE_AFTER_S
 
 if TYPE_CHECKING:
-    from dse.study.api import StudyResults
+    from dse.study.api import Study, StudyResults
     from dse.study.spec import StudySpec
 
 ALIASES = ("export", "report", "worker", "deploy")
@@ -164,7 +164,7 @@ def _list(args: argparse.Namespace, catalog: Catalog) -> int:
                 "study": name,
                 "model": spec.model,
                 "hardware": list(spec.hardware),
-                "trials": spec.trials,
+                "trials": spec.budget(),  # a grid study runs every point, whatever its `trials`
                 "objectives": list(spec.objectives.names),
                 "description": spec.description,
             }
@@ -177,7 +177,7 @@ def _list(args: argparse.Namespace, catalog: Catalog) -> int:
             name,
             spec.model,
             ", ".join(spec.hardware),
-            spec.trials,
+            spec.budget(),
             ", ".join(spec.objectives.names),
             spec.description[:60],
         ]
@@ -319,10 +319,48 @@ def summary(res: StudyResults, top: int = 5) -> str:
 
 
 def _price(r: dict[str, Any], tier: str) -> str:
-    """What the design costs, or that the catalog has no price for its hardware at ``tier``."""
+    """What the design costs, or that the catalog has no price for its hardware at ``tier``; where
+    the study prices energy, its $/hour beside the hardware's (the $ per million tokens holds both)."""
     if r["usd_per_hour"] is None or r["usd_per_million_tokens"] is None:
         return f"no {tier} price in the catalog"
-    return f"${r['usd_per_hour']:,.2f}/hour ({tier}), ${r['usd_per_million_tokens']:.4f} per million tokens"
+    energy = r.get("energy_usd_per_hour") or 0.0
+    per_hour = f"${r['usd_per_hour']:,.2f}/hour ({tier})"
+    if energy > 0:
+        per_hour += f" + ${energy:,.2f}/hour of energy"
+    return f"{per_hour}, ${r['usd_per_million_tokens']:.4f} per million tokens"
+
+
+DECODE_SIDES = (("decode", "mixed", "attention"), ("ffn",))
+"""Roles whose pools run the decoding sequences between them: the pools that hold them, and the
+expert pools of an attention-FFN design, every sequence's tokens passing through one of each."""
+
+
+def running_per_instance(pools: list[dict[str, Any]], in_flight: float) -> list[float | None]:
+    """Sequences one instance of each pool runs when ``in_flight`` decode at once (None: a pool
+    that decodes none). Each side (:data:`DECODE_SIDES`) carries them all, split among its pools by
+    the output each serves: an aggregated (mixed) pool decodes the requests the placement sends it
+    (its requests/s), pools that decode what others prefilled share it by their output tokens/s
+    at the TPOT target (as the simulators split it); then per instance."""
+    out: list[float | None] = [None] * len(pools)
+    for roles in DECODE_SIDES:
+        side = [i for i, p in enumerate(pools) if p["role"] in roles and p["output_tokens_per_s"]]
+        served = [float(pools[i]["requests_per_s"] or 0.0) for i in side]
+        if not all(pools[i]["role"] == "mixed" for i in side) or sum(served) <= 0:
+            served = [float(pools[i]["output_tokens_per_s"]) for i in side]
+        total = sum(served)
+        for i, x in zip(side, served, strict=True):
+            out[i] = in_flight * x / total / pools[i]["instances"]
+    return out
+
+
+def point_spec(res: StudyResults, row: dict[str, Any]) -> StudySpec:
+    """The study as the trial ``row`` saw it: a grid study's at the trial's point (its traffic and
+    targets where the grid sweeps them), any other study's own."""
+    from dse.study.grid import spec_at
+
+    axes = res.spec.sweep.axes()
+    point = {a: row[f"x_{a}"] for a in axes if row.get(f"x_{a}") is not None}
+    return spec_at(res.spec, point) if point else res.spec
 
 
 def best_block(res: StudyResults) -> str | None:
@@ -338,13 +376,11 @@ def best_block(res: StudyResults) -> str | None:
     if number is None:
         return None
     r = res.trials.filter(pl.col("trial") == number).row(0, named=True)
-    w, slo, sim = res.spec.workload, res.spec.slo, res.spec.simulate
-    # a grid point's own traffic where the grid sweeps it
-    out_tok_s = r.get("x_requests_per_s", w.requests_per_s) * r.get("x_output_tokens", w.output_tokens)
-    in_flight = out_tok_s * r["tpot_mean_s"]  # sequences decoding at once (Little's law)
+    at = point_spec(res, r)  # a grid point's own traffic and targets where the grid sweeps them
+    w, slo, sim = at.workload, at.slo, at.simulate
+    in_flight = w.requests_per_s * w.output_tokens * r["tpot_mean_s"]  # decoding at once (Little's law)
 
-    def pool_row(p: dict[str, Any]) -> list[object]:
-        running = in_flight / p["instances"] if p["output_tokens_per_s"] else None
+    def pool_row(p: dict[str, Any], running: float | None) -> list[object]:
         return [p["role"], p["hardware"], p["shape"], p["instances"], p["gpus"], p["requests_per_s"] or None,
                 p["decode_batch_sequences"] or None, running, p["output_tokens_per_s"] or None,
                 p["hbm_gb_per_gpu"], p["usd_per_hour"]]  # fmt: skip
@@ -352,7 +388,9 @@ def best_block(res: StudyResults) -> str | None:
     def of_best(table: pl.DataFrame) -> pl.DataFrame:  # a study with no such rows has no columns either
         return table.filter(pl.col("trial") == number) if "trial" in table.columns else table
 
-    pools = [pool_row(p) for p in of_best(res.placements).iter_rows(named=True)]
+    placed = list(of_best(res.placements).iter_rows(named=True))
+    running = running_per_instance(placed, in_flight)
+    pools = [pool_row(p, n) for p, n in zip(placed, running, strict=True)]
     head = ["pool", "hardware", "shape", "inst", "GPUs", "req/s", "batch cap", "batch run", "out tok/s cap"]
     lines = [
         f"best design, trial {number}: {r['p_topology']}, {int(r['gpus'])} GPUs, "
@@ -440,13 +478,57 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def _stored_results(args: argparse.Namespace, catalog: Catalog) -> StudyResults:
-    """The results a run stored, and a warning when this catalog's numbers are not theirs."""
+    """The results a run stored, read with the objectives the study stored (a study run from
+    Python with an objective function has its own), and a warning when this catalog's numbers are
+    not theirs."""
     from dse.study.api import Study
+    from dse.study.storage import default_storage
 
-    res = Study.load(args.name).results(out=args.out, storage=args.storage, catalog=catalog)
+    study = Study.load(args.name)
+    url = args.storage or default_storage(args.out, study.spec)
+    res = stored_objectives(study, url).results(out=args.out, storage=args.storage, catalog=catalog)
     if res.catalog_note:
         print(f"dse: warning: {res.spec.name}: {res.catalog_note}", file=sys.stderr)
     return res
+
+
+def stored_objectives(study: Study, url: str) -> Study:
+    """``study`` with the objectives (names and directions) its stored study at ``url`` holds,
+    for the commands that only read it (export, report, deploy): the ranks and columns of its
+    trials, whatever the study file names. A study run from Python with an objective function
+    reads back without the function, which only a run calls. As it is where nothing is stored
+    there (reading the study says so) or the storage holds no objectives."""
+    from dataclasses import replace
+
+    import optuna
+
+    from dse.metrics import METRICS
+    from dse.study.objectives import ObjectiveDef
+    from dse.study.storage import open_storage, sqlite_path
+
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        return study  # not created by reading it: Study.results says there is no run
+    store = open_storage(url)
+    try:
+        study_id = store.get_study_id_from_name(study.spec.name)
+    except KeyError:
+        return study
+    names = store.get_study_user_attrs(study_id).get("objectives")
+    directions = store.get_study_directions(study_id)
+    held = [o.name for o in study.objectives]
+    if not isinstance(names, list) or len(names) != len(directions) or names == held:
+        return study
+    objectives = []
+    for name, d in zip(names, directions, strict=True):
+        maximised = d == optuna.study.StudyDirection.MAXIMIZE
+        direction: Literal["minimize", "maximize"] = "maximize" if maximised else "minimize"
+        metric = METRICS.get(str(name))
+        if metric is not None and metric.direction == direction:
+            objectives.append(ObjectiveDef.metric(str(name)))
+        else:  # a function's name: its values are stored, the function is not needed to read them
+            objectives.append(ObjectiveDef(str(name), direction))
+    return replace(study, objectives=tuple(objectives))
 
 
 def _export(args: argparse.Namespace, catalog: Catalog) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from dse.atomic import atomic_folder
-from dse.metrics import METRICS
+from dse.metrics import METRIC_COLUMNS, METRICS
 from dse.study.faults import writing
 from dse.study.markdown import fmt, md_table
 from dse.study.report_figures import (
@@ -234,25 +235,35 @@ def _overview(
     spec: StudySpec, objectives: list[tuple[str, str]], trials: pl.DataFrame, feasible: pl.DataFrame
 ) -> str:
     w, slo = spec.workload, spec.slo
+
+    def of(axis: str, value: Any, spec_: str, unit: str) -> str:  # a grid's values where it sweeps it
+        return by_point(spec, axis, value, lambda v: format(v, spec_), unit)
+
     traffic = (
-        f"{w.requests_per_s:g} requests/s; fresh prompts of {w.input_tokens:,.0f} tokens, "
-        f"{w.output_tokens:,.0f} output tokens"
+        f"{of('requests_per_s', w.requests_per_s, 'g', 'requests/s')}; fresh prompts of "
+        f"{of('input_tokens', w.input_tokens, ',.0f', 'tokens')}, "
+        f"{of('output_tokens', w.output_tokens, ',.0f', 'output tokens')}"
     )
     if w.returning_share > 0:
         traffic += (
-            f"; {w.returning_share:.0%} returning turns reusing {w.cached_prefix_tokens:,.0f} cached "
-            f"tokens plus {w.suffix_tokens:,.0f} new ones"
+            f"; {w.returning_share:.0%} returning turns reusing "
+            f"{of('cached_prefix_tokens', w.cached_prefix_tokens, ',.0f', 'cached tokens')} "
+            f"plus {w.suffix_tokens:,.0f} new ones"
         )
+    ttft = of("ttft_s", slo.ttft_s, "g", "s")
+    tpot = by_point(spec, "tpot_s", slo.tpot_s, lambda v: f"{v * 1e3:g}", "ms")
+    model = by_point(spec, "model", spec.model, str, "")
+    hardware = by_point(spec, "hardware", ", ".join(spec.hardware), str, "")
     n, ok = trials.height, feasible.height
     lines = [
         f"# Study report: {spec.name}",
         "",
         spec.description or "(no description)",
         "",
-        f"- **Model:** {spec.model} ({spec.precision}, engine {spec.engine}{', MTP' if spec.mtp else ''})",
-        f"- **Hardware:** {', '.join(spec.hardware)} (prices: {spec.price_tier})",
+        f"- **Model:** {model} ({spec.precision}, engine {spec.engine}{', MTP' if spec.mtp else ''})",
+        f"- **Hardware:** {hardware} (prices: {spec.price_tier})",
         f"- **Traffic:** {traffic}",
-        f"- **Targets:** TTFT at p{slo.percentile:g} <= {slo.ttft_s:g} s, TPOT <= {slo.tpot_s * 1e3:g} ms",
+        f"- **Targets:** TTFT at p{slo.percentile:g} <= {ttft}, TPOT <= {tpot}",
         f"- **Objectives:** {', '.join(_objective_label(o, d) for o, d in objectives) or '(none)'}",
         f"- **Trials:** {n} finished: {ok} feasible, {n - ok} infeasible",
     ]
@@ -260,6 +271,16 @@ def _overview(
     if warm:
         lines[-1] += f"; {warm} of them are the full placement's designs (the warm start), the rest sampled"
     return "\n".join(lines)
+
+
+def by_point(spec: StudySpec, axis: str, value: Any, show: Callable[[Any], str], unit: str) -> str:
+    """``value`` shown with its ``unit``, or where the grid sweeps ``axis``, its values and that
+    they vary by grid point."""
+    values = [show(v) for v in spec.sweep.axes().get(axis, ())]
+    if not values:
+        return f"{show(value)} {unit}".rstrip()
+    listed = values[0] if len(values) == 1 else f"{', '.join(values[:-1])} or {values[-1]}"
+    return f"{listed} {unit}".rstrip() + " by grid point"
 
 
 def _best_designs(spec: StudySpec, objectives: list[tuple[str, str]], feasible: pl.DataFrame) -> str:
@@ -426,9 +447,20 @@ def _tiers_table(tiers: list[dict[str, Any]]) -> str:
     return md_table(heads, rows, [False, True, True] + [True] * 9)
 
 
+METRICS_NOTE = (
+    "Each metric under the name of its column in the trials export (`exports/trials`, columns in "
+    "dse's docs/schema.md), to join with the Parquet tables."
+)
+
+
 def _metrics_table(metrics: dict[str, float | None]) -> str:
-    rows = [[name, fmt(v), METRICS[name].unit if name in METRICS else ""] for name, v in metrics.items()]
-    return md_table(["metric", "value", "unit"], rows, [False, True, False])
+    """The best trial's metrics, named as the trials export's columns (``ttft_mean_s``, not the
+    recorded ``ttft_s``)."""
+    rows = [
+        [METRIC_COLUMNS.get(name, name), fmt(v), METRICS[name].unit if name in METRICS else ""]
+        for name, v in metrics.items()
+    ]
+    return md_table(["column", "value", "unit"], rows, [False, True, False])
 
 
 def _prices_table(prices: list[dict[str, Any]]) -> str:
@@ -492,7 +524,7 @@ def _detail_section(best: BestDesign | None) -> str:
     if best.kv_cache:
         parts += ["### KV placement as a live cache", KV_CACHE_NOTE, _kv_cache_table(best.kv_cache)]
     if best.metrics:
-        parts += ["### Metrics", _metrics_table(best.metrics)]
+        parts += ["### Metrics", METRICS_NOTE, _metrics_table(best.metrics)]
     parts += [
         "### Shadow prices",
         "Value of +1 unit per GPU of each resource, in $/hour saved for the fleet and per GPU.",
