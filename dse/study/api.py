@@ -28,10 +28,10 @@ from dse.plain import plain
 from dse.study.export import export_all
 from dse.study.objectives import MetricFn, ObjectiveDef
 from dse.study.results import (
+    best_of,
     kv_tiers_frame,
     pareto_frame,
     placements_frame,
-    ranked,
     sim_timeseries_frame,
     trials_frame,
 )
@@ -186,11 +186,10 @@ class StudyResults:
         return kv_tiers_frame(self.study)
 
     def best_trial(self) -> int | None:
-        """The feasible trial best on the first objective."""
-        if self.trials.is_empty() or not self.trials["feasible"].any():
-            return None
+        """The feasible trial best on the first objective, among those with a value for it (a
+        function's None, nan or infinity is none); None when no trial has one."""
         o = self.objectives[0]
-        return int(ranked(self.trials.filter(pl.col("feasible")), (o.name, o.direction))["trial"][0])
+        return best_of(self.trials, (o.name, o.direction))
 
     def sim_timeseries(self, trials: list[int] | None = None) -> pl.DataFrame:
         """Re-simulated trajectories of ``trials`` (default: the first five of the front)."""
