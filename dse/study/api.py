@@ -65,7 +65,11 @@ class Study:
         replacing the current objectives or added to them. A function's direction defaults to
         minimize; a metric's is its own (another is refused). A function may not take a metric's
         name (its values would pass for the metric's in the stored study and its exports), nor an
-        objective's name the study already has."""
+        objective's name the study already has; it must be a function of one argument (the
+        trial's metrics, a mapping), checked here, before a run writes anything. It returns a
+        number, or None for no value (nan and infinities are none too, and a run warns of them
+        once); what it raises stops a run with one error naming it and the trial
+        (:class:`dse.study.objectives.ObjectiveError`)."""
         if direction not in (None, "minimize", "maximize"):
             raise ValueError(f"direction must be minimize or maximize, not {direction!r}")
         if fn is not None:
