@@ -22,6 +22,7 @@ from conftest import Cli, Result, dse_cmd
 import dse.study.proposer as proposer
 from dse.errors import InputError, UnknownIdError
 from dse.study import Study
+from dse.study.objectives import ObjectiveWarning
 from dse.study.spec import load_study
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -562,7 +563,9 @@ def test_a_maximised_objective_without_a_value_ranks_last(tmp_path: Path) -> Non
     def neg_cost(m):  # type: ignore[no-untyped-def]
         return float("nan") if m["gpus"] > 16 else -m["usd_per_million_tokens"]
 
-    res = Study.load(TINY).with_objective("neg_cost", neg_cost, "maximize").run(trials=12, out=tmp_path)
+    study = Study.load(TINY).with_objective("neg_cost", neg_cost, "maximize")
+    with pytest.warns(ObjectiveWarning, match="objective neg_cost: returned nan for trial"):
+        res = study.run(trials=12, out=tmp_path)
     best = res.best_trial()
     assert best is not None
     row = res.trials.filter(pl.col("trial") == best)
@@ -694,14 +697,14 @@ def test_an_objective_reading_an_exported_column_name_is_told_the_metric(tmp_pat
         study.run(trials=2, out=tmp_path)
 
 
-def test_a_study_whose_first_trial_failed_says_deleting_it_starts_over(tmp_path: Path) -> None:
-    """The failed run stored no trial: another objective is refused (a reader or another run may
-    be opening the study, so it is not deleted behind them), and the line says so."""
-    with pytest.raises(InputError, match="must return a number"):
+def test_a_study_whose_first_trial_failed_on_its_objective_starts_over(tmp_path: Path) -> None:
+    """The failed run stored no trial, and leaves nothing behind: another objective runs in the
+    same folder (it was refused: the empty study still optimised the failed objective)."""
+    with pytest.raises(InputError, match="must return a number.*; nothing was stored"):
         Study.load(TINY).with_objective("words", lambda m: "cheap").run(trials=2, out=tmp_path)
+    assert not list(tmp_path.iterdir())
     study = Study.load(TINY).with_objective("gpus_used", lambda m: m["gpus"], "maximize")
-    with pytest.raises(InputError, match=r"optimises \['words'\].*; it holds no trial, so deleting it"):
-        study.run(trials=2, out=tmp_path)
+    assert study.run(trials=2, out=tmp_path).trials.height == 2
 
 
 def test_a_study_stored_before_the_shape_rule_is_still_read(tmp_path: Path, cli: Cli) -> None:

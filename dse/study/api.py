@@ -28,10 +28,10 @@ from dse.plain import plain
 from dse.study.export import export_all
 from dse.study.objectives import MetricFn, ObjectiveDef
 from dse.study.results import (
+    best_of,
     kv_tiers_frame,
     pareto_frame,
     placements_frame,
-    ranked,
     sim_timeseries_frame,
     trials_frame,
 )
@@ -65,7 +65,11 @@ class Study:
         replacing the current objectives or added to them. A function's direction defaults to
         minimize; a metric's is its own (another is refused). A function may not take a metric's
         name (its values would pass for the metric's in the stored study and its exports), nor an
-        objective's name the study already has."""
+        objective's name the study already has; it must be a function of one argument (the
+        trial's metrics, a mapping), checked here, before a run writes anything. It returns a
+        number, or None for no value (nan and infinities are none too, and a run warns of them
+        once); what it raises stops a run with one error naming it and the trial
+        (:class:`dse.study.objectives.ObjectiveError`)."""
         if direction not in (None, "minimize", "maximize"):
             raise ValueError(f"direction must be minimize or maximize, not {direction!r}")
         if fn is not None:
@@ -186,11 +190,10 @@ class StudyResults:
         return kv_tiers_frame(self.study)
 
     def best_trial(self) -> int | None:
-        """The feasible trial best on the first objective."""
-        if self.trials.is_empty() or not self.trials["feasible"].any():
-            return None
+        """The feasible trial best on the first objective, among those with a value for it (a
+        function's None, nan or infinity is none); None when no trial has one."""
         o = self.objectives[0]
-        return int(ranked(self.trials.filter(pl.col("feasible")), (o.name, o.direction))["trial"][0])
+        return best_of(self.trials, (o.name, o.direction))
 
     def sim_timeseries(self, trials: list[int] | None = None) -> pl.DataFrame:
         """Re-simulated trajectories of ``trials`` (default: the first five of the front)."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from dse.errors import InputError
 from dse.metrics import METRICS
@@ -18,6 +19,29 @@ MetricFn = Callable[[Mapping[str, float]], float]
 NAME = re.compile(r"[A-Za-z0-9_.-]+")  # a custom objective's name
 
 
+class ObjectiveError(InputError):
+    """A custom objective failed on trial ``trial``'s metrics: it raised (the exception is this
+    error's ``__cause__``), read a metric trials do not have, or returned no number. One line
+    naming the objective; ``rule`` names the trial (:func:`at`)."""
+
+    def __init__(self, name: str, trial: int | None, rule: str, value: object = ...) -> None:
+        self.name, self.trial = name, trial
+        super().__init__("objective", name, rule, value)
+
+    def noted(self, note: str) -> ObjectiveError:
+        """The same error with ``note`` added to its line."""
+        return ObjectiveError(self.name, self.trial, f"{self.rule}; {note}", self.value)
+
+
+def at(trial: int | None) -> str:
+    """A trial, as an objective's error or warning names it."""
+    return f"trial {trial}" if trial is not None else "a trial"
+
+
+class ObjectiveWarning(UserWarning):
+    """A custom objective returned nan or an infinity: the trial is stored without a value."""
+
+
 @dataclass(frozen=True)
 class ObjectiveDef:
     """A study objective: a recorded metric, or a Python function of the trial's metrics."""
@@ -28,12 +52,19 @@ class ObjectiveDef:
 
     @classmethod
     def custom(cls, name: str, fn: MetricFn, direction: Literal["minimize", "maximize"]) -> ObjectiveDef:
-        """``fn`` of a trial's metrics, under a name of its own (a column ``objective_<name>``)."""
-        if not NAME.fullmatch(name):  # a column name BI tools and Hive partitions take as it is
+        """``fn`` of a trial's metrics, under a name of its own (a column ``objective_<name>``);
+        checked here, before a run writes anything: a function that cannot be called with the
+        metrics alone would fail only at the first trial."""
+        # a column name BI tools and Hive partitions take as it is
+        if not isinstance(name, str) or not NAME.fullmatch(name):
             raise InputError("objective", "name", "must be ASCII letters, digits, '_', '-' or '.'", name)
         if name in METRICS:
             rule = "is a built-in metric's name: give the function a name of its own"
             raise InputError("objective", "name", rule, name)
+        why = _not_unary(fn)
+        if why is not None:
+            rule = f"must be a function of one argument, the trial's metrics (m['gpus'], ...): {why}"
+            raise InputError("objective", name, rule)
         return cls(name, direction, fn)
 
     @classmethod
@@ -45,3 +76,25 @@ class ObjectiveDef:
             raise InputError("objective", "name", rule, name)
         assert m.direction in ("minimize", "maximize")
         return cls(name, "minimize" if m.direction == "minimize" else "maximize")
+
+
+def _not_unary(fn: Any) -> str | None:
+    """Why ``fn`` cannot be called with one positional argument (a trial's metrics), or None
+    (also when Python cannot tell: a builtin without a signature)."""
+    if not callable(fn):
+        return f"{_short(fn)} ({type(fn).__name__}) cannot be called"
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        sig.bind(None)
+    except TypeError as exc:
+        label = getattr(fn, "__name__", type(fn).__name__)
+        return f"{label}{sig} cannot be called with one ({exc})"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

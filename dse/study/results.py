@@ -255,19 +255,36 @@ def speed_front(df: pl.DataFrame, x: str, y: str) -> pl.DataFrame:
 
 def non_dominated(vals: np.ndarray) -> np.ndarray:
     """Which rows of ``vals`` (a column per objective, smaller better) no other row beats: as good
-    on every column and better on one."""
-    return np.array(
-        [not np.any(np.all(vals <= v, axis=1) & np.any(vals < v, axis=1)) for v in vals], dtype=bool
-    )
+    on every column and better on one. A row missing a value (nan) is on no front and beats no
+    row: nan compares false both ways, so it once beat nothing and nothing beat it."""
+    vals = np.asarray(vals, dtype=float)
+    valued = ~np.isnan(vals).any(axis=1)
+    rows = vals[valued]
+    keep = np.zeros(len(vals), dtype=bool)
+    keep[valued] = [not np.any(np.all(rows <= v, axis=1) & np.any(rows < v, axis=1)) for v in rows]
+    return keep
+
+
+def best_of(trials: pl.DataFrame, objective: tuple[str, str]) -> int | None:
+    """The feasible trial best on one objective (``(name, direction)``) among those with a value
+    for it (the first, among equals); None when there is none."""
+    col = f"objective_{objective[0]}"
+    if trials.is_empty() or col not in trials.columns:
+        return None
+    valued = trials.filter(pl.col("feasible") & pl.col(col).is_not_null() & pl.col(col).is_not_nan())
+    return None if valued.is_empty() else int(ranked(valued, objective)["trial"][0])
 
 
 def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[str]) -> pl.DataFrame:
-    """Feasible trials that no other feasible trial beats on every objective, best first on the
-    first objective, each design (:func:`with_designs`) once: its best trial on the front (the
-    first, among equals)."""
+    """Feasible trials with a value for every objective that no other such trial beats on every
+    objective, best first on the first objective, each design (:func:`with_designs`) once: its
+    best trial on the front (the first, among equals). A trial whose objective gave no value (a
+    function's None, nan or infinity; stored as null) is on no front."""
     if trials.is_empty():
         return trials
-    feas = trials.filter(pl.col("feasible"))
+    cols = [f"objective_{o}" for o in objectives]
+    valued = [pl.col(c).is_not_null() & pl.col(c).is_not_nan() for c in cols]
+    feas = trials.filter(pl.col("feasible"), *valued)
     if feas.is_empty():
         return feas
     vals = np.column_stack(

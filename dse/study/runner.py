@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy
 
 from dse import interrupt
 from dse.atomic import write_text
@@ -37,7 +38,7 @@ from dse.plain import plain
 from dse.study.choice import Choice, choice_record
 from dse.study.faults import STORAGE_ERRORS, StudyInterrupted, TrialTimeout, storage_fault, wall_clock
 from dse.study.grid import PREFIX, point_of
-from dse.study.objectives import ObjectiveDef
+from dse.study.objectives import ObjectiveDef, ObjectiveError
 from dse.study.optuna_compat import storage_of
 from dse.study.proposer import Proposal, Proposer
 from dse.study.samplers import make_sampler
@@ -138,11 +139,13 @@ def run(
     stream, stale_s = (os.getpid(), stale_after_s) if shared else (0, None)
     with optuna_quiet():
         entries = catalog_entries(spec, catalog)  # the numbers its trials run with, checked on resume
+        new = [] if shared else _not_there(out, spec, url)  # what a lone run's first failure removes
         stored = open_stored(
             spec, url, objectives, seed, stream=stream, stale_after_s=stale_s, catalog=entries
         )
         # one lone run per study at a time; Ctrl-C and storage faults become one line from here on
-        with _guarded(stored, budget, shared):
+        with _guarded(stored, budget, shared), _undone_if_empty(stored, new, shared):
+            _still_there(stored)
             _write_spec(out, spec, url, shared)
             # a trial some dead process left running: alone on a storage, any; shared, one whose
             # heartbeats stopped (checked again before every trial)
@@ -237,6 +240,7 @@ def _trials(
     """Evaluate the source's trials until the study holds ``budget`` complete ones; the number
     evaluated and stored here."""
     defs = [(o.name, o.direction, o.fn) for o in objectives]
+    warned: set[str] = set()  # objectives that gave nan or an infinity: warned of once per run
     ran = 0
     while source.done < budget:
         interrupt.check()  # a Ctrl-C Python swallowed (in a finalizer) still stops the run
@@ -244,7 +248,7 @@ def _trials(
             job = source.next()
             with source.evaluating(job):
                 record, extra = evaluate_one(job)
-            values = objective_values(record, defs)
+            values = objective_values(record, defs, job.number, warned)
             # samplers see the worst violation (<= 0: feasible); each constraint is in the record
             told = source.finish(job, values, max(record.constraints.values()), {**record.attrs(), **extra})
         except STORAGE_ERRORS as exc:
@@ -299,6 +303,87 @@ def _ours_heartbeats() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used", UserWarning)
         yield
+
+
+def _not_there(out: Path, spec: StudySpec, url: str) -> list[Path]:
+    """The files and folders a lone run may create that are not there yet: the SQLite file of
+    ``url`` with its log, index and locks, the spec beside it, and the folders they go in."""
+    folder = run_folder(out, spec).absolute()
+    paths = [folder / "spec.json", folder, *folder.parents]
+    db = _db_file(url)
+    if db is not None:  # the run lock is named as lone_writer names it (a URL's options and all)
+        paths += [db, *(Path(f"{db}{tail}") for tail in ("-wal", "-shm", "-journal", ".lock")), *db.parents]
+        paths.append(Path(f"{Path(str(sqlite_path(url))).resolve()}.run-lock"))
+    return [p for p in dict.fromkeys(paths) if not p.exists()]
+
+
+def _db_file(url: str) -> Path | None:
+    """The SQLite file of ``url`` as SQLite opens it (without the URL's options); None for a
+    server or an in-memory database."""
+    if sqlite_path(url) is None:
+        return None
+    database = sqlalchemy.engine.make_url(url).database
+    return Path(database).resolve() if database else None
+
+
+@contextlib.contextmanager
+def _undone_if_empty(stored: StoredStudy, new: list[Path], shared: bool) -> Iterator[None]:
+    """A lone run stopped by its objective (:class:`ObjectiveError`: it raised, read a metric
+    trials lack, returned no number) before the study held any trial leaves nothing behind: the
+    study is deleted from its storage, and what the run created (``new``: the SQLite file and its
+    companions, the spec, their folders) is removed; a rerun with the function mended, or with
+    another objective, starts afresh. (Held for the run alone, as :func:`lone_writer` holds it,
+    and holding no trial, the study loses nothing; workers share theirs and keep it.) The error
+    says so."""
+    try:
+        yield
+    except ObjectiveError as exc:
+        if shared or not _empty(stored):
+            raise
+        if not _discard(stored, new):
+            raise
+        raise exc.noted("nothing was stored") from exc.__cause__
+
+
+def _still_there(stored: StoredStudy) -> None:
+    """Refuse a SQLite file removed between opening it and holding the study: a run that had it
+    then failed before storing a trial (:func:`_undone_if_empty`), and trials written now would
+    go to a file no one can open again."""
+    db = _db_file(stored.url)
+    if db is not None and not db.exists():
+        rule = "was removed while this run opened it (a first run that stored nothing): run again"
+        raise InputError(redact(stored.url), "storage", rule)
+
+
+def _empty(stored: StoredStudy) -> bool:
+    """Whether the study holds no trial at all (False when the storage cannot say)."""
+    try:
+        return not stored.study.get_trials(deepcopy=False)
+    except STORAGE_ERRORS:
+        return False
+
+
+def _discard(stored: StoredStudy, new: list[Path]) -> bool:
+    """Delete the study and the files and folders of ``new`` that are there now; whether the
+    study is gone."""
+    db = _db_file(stored.url)
+    created = db is not None and db in new  # the whole file is the run's
+    if not created:
+        try:
+            optuna.delete_study(study_name=stored.study.study_name, storage=stored.storage)
+        except (*STORAGE_ERRORS, KeyError):
+            return False
+    with contextlib.suppress(Exception):
+        stored.storage.remove_session()
+    with contextlib.suppress(Exception):
+        stored.storage.engine.dispose()  # its connections closed: SQLite folds the log back in
+    for p in sorted(new, key=lambda p: len(p.parts), reverse=True):  # files, then their folders
+        with contextlib.suppress(OSError):
+            if p.is_dir():
+                p.rmdir()  # only if empty: anything else in it is not the run's
+            else:
+                p.unlink(missing_ok=True)
+    return db is None or not created or not db.exists()
 
 
 @contextlib.contextmanager

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dse.catalog import Catalog
 from dse.context import Context
-from dse.errors import InputError
 from dse.evaluation import Evaluation
 from dse.evaluation import evaluate as evaluate_design
 from dse.metrics import METRIC_COLUMNS
@@ -27,7 +29,7 @@ from dse.plain import plain
 from dse.sim import ArrivalKind, Arrivals, OutputLengths, Planner, Scenario
 from dse.sim.simulation import SimulationReport
 from dse.study.choice import Choice
-from dse.study.objectives import NO_VALUE
+from dse.study.objectives import NO_VALUE, ObjectiveError, ObjectiveWarning, at
 from dse.study.spec import StudySpec
 from dse.units import Precision
 from dse.workload import Workload
@@ -241,28 +243,74 @@ class _Metrics(dict):  # type: ignore[type-arg]
     """A trial's metrics as an objective function reads them: a key it lacks is bad input that
     lists the keys it has (an exported column's name, ``ttft_mean_s``, names its metric here)."""
 
-    def __init__(self, metrics: dict[str, Any], objective: str) -> None:
+    def __init__(self, metrics: dict[str, Any], objective: str, trial: int | None) -> None:
         super().__init__(metrics)
-        self._objective = objective
+        self._objective, self._trial = objective, trial
 
     def __missing__(self, key: str) -> Any:
         metric = next((m for m, col in METRIC_COLUMNS.items() if col == key and m != key), None)
         hint = f"the exported column {key!r} is the metric {metric!r} here; " if metric else ""
-        rule = f"reads a metric trials do not have: {hint}they have {', '.join(sorted(self))}"
-        raise InputError("objective", self._objective, rule, key)
+        has = ", ".join(sorted(self))
+        rule = f"reads a metric trials do not have ({at(self._trial)}): {hint}they have {has}"
+        raise ObjectiveError(self._objective, self._trial, rule, key)
 
 
-def objective_values(record: TrialRecord, objectives: Sequence[tuple[str, str, Any]]) -> list[float]:
-    """One value per objective (name, direction, function of the metrics or None for a metric);
-    a trial without a design gets the worst value so samplers still learn from it."""
+def objective_values(
+    record: TrialRecord,
+    objectives: Sequence[tuple[str, str, Any]],
+    trial: int | None = None,
+    warned: set[str] | None = None,
+) -> list[float]:
+    """One value per objective (name, direction, function of the metrics or None for a metric)
+    of trial number ``trial``; a trial without a design gets the worst value so samplers still
+    learn from it, and so does one whose function gives None, nan or an infinity (stored without
+    a value). A function that raises, reads a metric trials lack or returns no number is an
+    :class:`ObjectiveError` naming it and the trial (what it raised is the error's ``__cause__``).
+    Nan or an infinity from a function is warned of (:class:`ObjectiveWarning`) once per
+    objective named in ``warned``, which gets the names warned of (a run passes one set)."""
+    warned = set() if warned is None else warned
     out = []
     for name, direction, fn in objectives:
         if "usd_per_hour" not in record.metrics:
             out.append(WORST[direction])
             continue
-        v = fn(_Metrics(record.metrics, name)) if fn is not None else record.metrics.get(name)
+        v = _called(fn, name, record.metrics, trial) if fn is not None else record.metrics.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
-            raise InputError("objective", name, "must return a number (or None: no value)", v)
+            rule = f"must return a number (or None: no value); it returned this for {at(trial)}"
+            raise ObjectiveError(name, trial, rule, v)
         x = float(v) if v is not None else math.nan
+        if fn is not None and v is not None and not math.isfinite(x) and name not in warned:
+            warned.add(name)
+            warnings.warn(
+                f"objective {name}: returned {x} for {at(trial)}: such a trial is stored without a value "
+                "(null), off the Pareto front and out of best_trial(); return None for no value "
+                "(said once per run)",
+                ObjectiveWarning,
+                stacklevel=_caller_level(),
+            )
         out.append(x if math.isfinite(x) else WORST[direction])
     return out
+
+
+def _called(fn: Any, name: str, metrics: dict[str, Any], trial: int | None) -> Any:
+    """``fn`` of the trial's metrics; what it raises becomes one error naming the objective and
+    the trial, with the original as its ``__cause__`` (Ctrl-C stays Ctrl-C)."""
+    try:
+        return fn(_Metrics(metrics, name, trial))
+    except ObjectiveError:
+        raise  # a metric it lacks, said already
+    except Exception as exc:  # noqa: BLE001 - the user's function: any error is its own
+        text = " ".join(str(exc).split())
+        said = f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+        rule = f"raised {said} for {at(trial)} (its traceback is this error's __cause__)"
+        raise ObjectiveError(name, trial, rule) from exc
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of a warning that names the first caller outside the dse package (the
+    user's ``Study.run`` line) rather than a line of dse."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(root + os.sep):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level

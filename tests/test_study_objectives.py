@@ -1,0 +1,163 @@
+"""Custom objectives from Python: a function checked before a run writes anything, its errors
+as one line naming it and the trial, a first run it stops leaving nothing behind, and trials
+without a value kept off the Pareto front and out of the best trial."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import warnings
+from pathlib import Path
+
+import numpy as np
+import optuna
+import polars as pl
+import pytest
+
+from dse.errors import InputError
+from dse.study import Study
+from dse.study.objectives import ObjectiveError, ObjectiveWarning
+from dse.study.results import best_of, non_dominated, pareto_frame
+
+TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
+
+
+def _trials(values: list[float | None], feasible: list[bool] | None = None) -> pl.DataFrame:
+    n = len(values)
+    return pl.DataFrame(
+        {
+            "trial": list(range(n)),
+            "feasible": feasible if feasible is not None else [True] * n,
+            "gpus": [8 * (i + 1) for i in range(n)],
+            "objective_o": values,
+        },
+        schema_overrides={"objective_o": pl.Float64},
+    )
+
+
+def test_a_trial_without_a_value_is_on_no_front_and_never_best() -> None:
+    """Null (None, nan) compared false both ways: such a trial was never beaten, so it sat on
+    the front, and with every value missing best_trial() gave the first trial."""
+    assert non_dominated(np.array([[1.0], [math.nan], [2.0]])).tolist() == [True, False, False]
+    assert non_dominated(np.array([[1.0, math.nan], [2.0, 1.0], [3.0, 0.5]])).tolist() == [False, True, True]
+    assert non_dominated(np.array([[math.nan], [math.nan]])).tolist() == [False, False]
+    some = _trials([None, 5.0, None, 7.0])
+    front = pareto_frame(some, ["o"], ["maximize"])
+    assert front["trial"].to_list() == [3] and front["objective_o"].null_count() == 0
+    assert best_of(some, ("o", "maximize")) == 3 and best_of(some, ("o", "minimize")) == 1
+    none = _trials([None, None, None])
+    assert pareto_frame(none, ["o"], ["maximize"]).is_empty()
+    assert best_of(none, ("o", "maximize")) is None
+    infeasible_only = _trials([1.0, None], feasible=[False, True])
+    assert best_of(infeasible_only, ("o", "minimize")) is None
+
+
+def test_a_run_keeps_trials_whose_objective_gives_no_value_off_the_front(tmp_path: Path) -> None:
+    def small_none(m):  # type: ignore[no-untyped-def]
+        return None if m["gpus"] <= 16 else m["tokens_per_s_per_gpu"]
+
+    res = Study.load(TINY).with_objective("o", small_none, "maximize").run(trials=6, out=tmp_path / "a")
+    valued = res.trials.filter(pl.col("feasible") & pl.col("objective_o").is_not_null())
+    assert res.trials.filter(pl.col("feasible"))["objective_o"].null_count() > 0  # the case is met
+    assert res.pareto.height >= 1 and res.pareto["objective_o"].null_count() == 0
+    best = res.trials.filter(pl.col("trial") == res.best_trial())
+    assert best["objective_o"][0] == valued["objective_o"].max()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = (
+            Study.load(TINY)
+            .with_objective("o", lambda m: math.nan, "maximize")
+            .run(trials=4, out=tmp_path / "b")
+        )
+    said = [w for w in caught if issubclass(w.category, ObjectiveWarning)]
+    assert len(said) == 1, [str(w.message) for w in said]  # once per run, though every trial gave nan
+    assert "objective o: returned nan for trial 0" in str(said[0].message)
+    assert Path(said[0].filename) == Path(__file__)  # the user's line, not one of dse's
+    assert res.trials["feasible"].any() and res.trials["objective_o"].null_count() == res.trials.height
+    assert res.pareto.is_empty() and res.best_trial() is None
+
+
+def test_an_objective_that_cannot_take_the_metrics_is_refused_before_a_run(tmp_path: Path) -> None:
+    """A non-function and a function of two arguments failed only at the first trial, with
+    Python's bare TypeError, after the storage was written."""
+    base = Study.load(TINY)
+    with pytest.raises(InputError, match=r"^objective: o: must be a function of one argument.*3 \(int\)"):
+        base.with_objective("o", 3)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^objective: o: .*<lambda>\(m, n\) cannot be called with one"):
+        base.with_objective("o", lambda m, n: 1.0)
+    with pytest.raises(InputError, match=r"cannot be called with one"):
+        base.with_objective("o", lambda: 1.0)
+    with pytest.raises(InputError, match=r"cannot be called with one"):
+        base.with_objective("o", lambda *, m: 1.0)
+    for fine in (
+        lambda m, scale=2.0: 1.0,
+        lambda *a: 1.0,
+        abs,
+        type("F", (), {"__call__": lambda s, m: 1.0})(),
+    ):
+        base.with_objective("o", fine)
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_objective_that_raises_on_the_first_trial_leaves_nothing_behind(tmp_path: Path) -> None:
+    """It raised the bare ZeroDivisionError and left study.db (with -wal, -shm), spec.json and
+    run-lock, so the same folder then refused a mended objective under another name."""
+    out = tmp_path / "runs"
+    with pytest.raises(ObjectiveError) as caught:
+        Study.load(TINY).with_objective("per_gpu", lambda m: 1 / 0).run(trials=3, out=out)
+    line = str(caught.value)
+    assert line.startswith("objective: per_gpu: raised ZeroDivisionError: division by zero for trial 0")
+    assert line.endswith("; nothing was stored") and "\n" not in line
+    assert isinstance(caught.value.__cause__, ZeroDivisionError) and caught.value.trial == 0
+    assert not out.exists()
+    with pytest.raises(
+        ObjectiveError, match=r"= 'usd_per_hr': reads a metric .*\(trial 0\).*nothing was stored"
+    ):
+        Study.load(TINY).with_objective("o", lambda m: m["usd_per_hr"]).run(trials=3, out=out)
+    assert not out.exists()
+    mended = Study.load(TINY).with_objective("usd_per_gpu", lambda m: m["usd_per_hour"] / m["gpus"])
+    assert mended.run(trials=3, out=out).trials.height == 3
+
+
+def test_an_objective_that_raises_later_keeps_the_trials_stored(tmp_path: Path) -> None:
+    calls = []
+
+    def fails_third(m):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 3:
+            raise ValueError("bad\nluck")
+        return m["gpus"]
+
+    out = tmp_path / "runs"
+    with pytest.raises(ObjectiveError) as caught:
+        Study.load(TINY).with_objective("o", fails_third).run(trials=8, out=out)
+    n = caught.value.trial
+    assert n is not None and n >= 2
+    assert str(caught.value) == (
+        f"objective: o: raised ValueError: bad luck for trial {n} (its traceback is this error's __cause__)"
+    )
+    stored = optuna.load_study(
+        study_name="tiny-study", storage=f"sqlite:///{out / 'tiny-study' / 'study.db'}"
+    )
+    assert len(stored.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == n
+
+
+def test_a_first_run_stopped_by_its_objective_on_a_shared_file_deletes_only_its_study(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    url = f"sqlite:///{db}"
+    optuna.create_study(study_name="someone-else", storage=url).enqueue_trial({"x": 1.0})
+    with pytest.raises(ObjectiveError, match="nothing was stored"):
+        Study.load(TINY).with_objective("o", lambda m: 1 / 0).run(
+            trials=2, out=tmp_path / "runs", storage=url
+        )
+    assert optuna.study.get_all_study_names(storage=url) == ["someone-else"]
+    with sqlite3.connect(db) as con:
+        assert con.execute("select count(*) from trials").fetchone() == (1,)
+    assert not (tmp_path / "runs").exists()
+    res = (
+        Study.load(TINY)
+        .with_objective("o2", lambda m: m["gpus"])
+        .run(trials=2, out=tmp_path / "runs", storage=url)
+    )
+    assert res.trials.height == 2
