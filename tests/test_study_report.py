@@ -525,3 +525,21 @@ def test_a_grids_report_says_which_targets_and_traffic_vary_by_point(
     lines = md.splitlines()
     for line in said:
         assert line in lines
+
+
+def test_the_reports_running_request_cap_is_each_decode_pools_as_dse_deploy_writes_it() -> None:
+    """The report had given the trial's max_batch (the search's bound, 4,096) as the engine's cap,
+    while `dse deploy` writes and the summary shows the batch each pool was sized at."""
+    from dse.perf.params import load_params
+    from dse.study.best import engine_settings
+
+    spec = load_study("deepseek-v3-blackwell")
+    choice = {"max_batch": 4096, "chunk_tokens": 8192, "topology": "disaggregated"}
+    one = [{"role": "prefill", "hardware": "b200"},
+           {"role": "decode", "hardware": "b200", "decode_batch": 1581.4}]  # fmt: skip
+    cap = "running requests per decode instance (cap)"
+    assert engine_settings(spec, choice, load_params(), one)[cap] == 1581
+    two = [*one, {"role": "decode", "hardware": "h200-sxm", "decode_batch": 327.4}]
+    both = "1,581 (decode on b200), 327 (decode on h200-sxm)"
+    assert engine_settings(spec, choice, load_params(), two)[cap] == both
+    assert engine_settings(spec, choice, load_params())[cap] == 4096  # no pools recorded: the bound

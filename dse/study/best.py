@@ -5,6 +5,7 @@ the simulator's verdicts from its stored design simulated again (milliseconds; n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dse.perf.params import PerfParams, load_params
@@ -12,6 +13,7 @@ from dse.sim.from_placement import design_from_record
 from dse.sim.kv_cache import OUTCOMES, simulate_kv_cache
 from dse.sim.stored import simulate_stored
 from dse.study.api import StudyResults
+from dse.study.deploy import running_cap
 from dse.study.report import BestDesign
 from dse.study.spec import StudySpec
 
@@ -49,7 +51,7 @@ def best_design(res: StudyResults) -> BestDesign | None:
         shadow_prices=prices,
         sim=verdicts,
         stage_ms=dict(record.get("stage_ms", {})),
-        settings=engine_settings(res.spec, dict(record.get("choice", {})), params),
+        settings=engine_settings(res.spec, dict(record.get("choice", {})), params, record.get("pools", [])),
         tiers=list(record.get("tiers", [])),
         kv_cache=kv_cache_check(record.get("simulation")),
     )
@@ -74,9 +76,21 @@ def kv_cache_check(inputs: dict[str, Any] | None) -> dict[str, tuple[float, floa
     return {o: (rep.planned["all"].get(o, 0.0), rep.simulated["all"][o]) for o in OUTCOMES}
 
 
-def engine_settings(spec: StudySpec, choice: dict[str, Any], params: PerfParams) -> dict[str, Any]:
+def engine_settings(
+    spec: StudySpec, choice: dict[str, Any], params: PerfParams, pools: Sequence[dict[str, Any]] = ()
+) -> dict[str, Any]:
     """What the engine of the design runs with, labelled: the study's engine profile, precisions
-    and MTP, and the trial's chunk and running-request cap (`dse deploy` writes the same)."""
+    and MTP, and the trial's chunk and each decode pool's running-request cap (`dse deploy` writes
+    the same: the batch its pool was sized at, within the search's bound)."""
+    caps = {}
+    for p in pools:
+        if (c := running_cap(str(p.get("role")), p, choice)) is not None:
+            caps[f"{p.get('role')} on {p.get('hardware')}"] = c
+    cap: Any = choice.get("max_batch")
+    if len(set(caps.values())) == 1:
+        cap = next(iter(caps.values()))
+    elif caps:
+        cap = ", ".join(f"{v:,} ({k})" for k, v in caps.items())
     engine = params.engine(spec.engine)
     drafts = 0
     if spec.mtp:
@@ -89,5 +103,5 @@ def engine_settings(spec: StudySpec, choice: dict[str, Any], params: PerfParams)
         "KV cache": engine.kv_precision.value,
         "MTP draft tokens per step": drafts,
         "prefill chunk (tokens per forward)": choice.get("chunk_tokens"),
-        "running requests per decode instance (cap)": choice.get("max_batch"),
+        "running requests per decode instance (cap)": cap,
     }

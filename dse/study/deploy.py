@@ -232,7 +232,7 @@ def design_of(
                 pp=par.pp,
                 instances=int(p["instances"]),
                 gpus_per_host=hw.gpus_per_host,
-                max_running=_running_cap(role, p, choice),
+                max_running=running_cap(role, p, choice),
                 # the prefill chunk budget; a decode pool keeps its engine's default
                 chunk_tokens=int(choice["chunk_tokens"])
                 if role != "decode" and choice.get("chunk_tokens")
@@ -257,7 +257,7 @@ def design_of(
     )
 
 
-def _running_cap(role: str, pool: dict[str, Any], choice: dict[str, Any]) -> int | None:
+def running_cap(role: str, pool: dict[str, Any], choice: dict[str, Any]) -> int | None:
     """A decode (or aggregated) instance's running-request cap: the batch the study sized its pool
     at, the most sequences it runs and still meets the TPOT target (what the study priced and the
     simulator ran as the engine's cap; at most the trial's ``max_batch``, the search's bound), whole
