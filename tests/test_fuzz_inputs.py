@@ -602,7 +602,7 @@ def mutations(draw: st.DrawFn, text: str, cls: type) -> Mutation:
     if how == "nul":
         return Mutation(raw[:at] + b"\x00" + raw[at:], None, True, f"NUL at {at}")
     if how == "bom":
-        return Mutation(b"\xef\xbb\xbf" + raw, None, True, "byte-order mark")
+        return Mutation(b"\xef\xbb\xbf" + raw, None, False, "byte-order mark")  # read as no text
     lines = text.splitlines(keepends=True)
     i = draw(st.integers(0, len(lines) - 1))
     return Mutation("".join(lines[: i + 1] + lines[i:]).encode(), None, False, f"duplicate line {i + 1}")
