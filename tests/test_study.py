@@ -87,6 +87,16 @@ def test_bad_study_files_name_file_key_and_rule(tmp_path: Path, edit: tuple[str,
     assert str(bad) in str(err.value) and message in str(err.value)
 
 
+def test_a_run_folder_named_as_the_study_is_not_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From inside a runs folder, `dse study report deepseek-v3-blackwell --out .` had read the run's
+    folder as the study file ('cannot be read (Is a directory)')."""
+    (tmp_path / "deepseek-v3-blackwell").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert load_study("deepseek-v3-blackwell").name == "deepseek-v3-blackwell"
+
+
 def test_a_study_file_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
     """Some editors start UTF-8 files with a byte-order mark: it had read as bad TOML at line 1."""
     marked = tmp_path / "tiny-study.toml"

@@ -470,7 +470,7 @@ def study_files(extra: Path | None = None) -> dict[str, Path]:
 def study_path(name_or_path: str | Path) -> Path:
     """The file of a study given by name (``studies/NAME.toml``) or by path."""
     path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
+    if path.suffix == ".toml" or path.is_file():  # a folder of that name is a run's, not the study
         return path
     files = study_files()
     if str(name_or_path) not in files:
