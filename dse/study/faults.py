@@ -5,7 +5,9 @@ goes away for a while, a Ctrl-C.
   cap is recorded as infeasible with the reason, so one bad trial cannot stall a study.
 * :func:`storage_unreachable` sorts the database errors a worker on a shared storage waits out (a
   server restart) from the rest: it retries for :data:`dse.study.timeouts.STORAGE_RETRY_S` before
-  giving up with one line; :func:`heartbeat` keeps a running trial's heartbeats coming.
+  giving up with one line (a SQLite file's errors are none of these: it has no server to come
+  back); :func:`storage_fault` turns the rest a user can act on (a full disk, a server that does
+  not answer) into one line; :func:`heartbeat` keeps a running trial's heartbeats coming.
 * :class:`StudyInterrupted` is what Ctrl-C becomes: where the run stopped and how to resume.
 """
 
@@ -15,6 +17,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,14 +32,85 @@ STORAGE_ERRORS = (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalEr
 
 
 def storage_unreachable(exc: BaseException) -> bool:
-    """Whether a storage error means the database is away (worth waiting for), not a bug."""
+    """Whether a storage error means the database is away (worth waiting for), not a bug nor a
+    refusal. A SQLite file has no server to come back: its errors (a full disk, a read-only
+    folder, a damaged file) are storage faults at once, but for another process's lock, which
+    ends. A server's refusal the user must act on (its disk full, a wrong URL) is no outage."""
     if isinstance(exc, optuna.exceptions.StorageInternalError):  # Optuna's wrapper of a failed commit
         return exc.__cause__ is not None and storage_unreachable(exc.__cause__)
+    if _sqlite(exc):
+        return any("database is locked" in str(e).lower() for e in _chain(exc))
+    if _named_cause(exc) is not None or _wrong_url(exc):
+        return False
     if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
         return True
     if isinstance(exc, sqlalchemy.exc.PendingRollbackError):  # a session whose connection dropped
         return True
     return isinstance(exc, sqlalchemy.exc.DBAPIError) and bool(exc.connection_invalidated)
+
+
+def server_away(exc: BaseException) -> str | None:
+    """The driver's own first line when ``exc`` is a database server that does not answer (down,
+    restarting, shutting down, refusing connections, a dropped connection); else ``None`` (SQLite,
+    whose file has no server; a wrong URL; any other error)."""
+    if isinstance(exc, optuna.exceptions.StorageInternalError):
+        return None if exc.__cause__ is None else server_away(exc.__cause__)
+    if _sqlite(exc) or _named_cause(exc) is not None or _wrong_url(exc):
+        return None
+    connection = isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError) or (
+        isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated
+    )
+    return driver_line(exc) if connection else None
+
+
+def driver_line(exc: BaseException) -> str:
+    """The first line of the innermost error ``exc`` wraps (the driver's own words, not Optuna's
+    or SQLAlchemy's wrapper text), or of ``exc`` itself; its type's name if it says nothing."""
+    for e in reversed(_chain(exc)):
+        if line := _first_line(str(e)):
+            return line
+    return type(exc).__name__
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc``, the error it wraps (a driver's, through SQLAlchemy's ``orig``), and so on."""
+    chain, seen = [exc], exc
+    for _ in range(4):
+        nxt = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+        if nxt is None or nxt in chain:
+            break
+        chain.append(nxt)
+        seen = nxt
+    return chain
+
+
+def _sqlite(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's (a file: no server that may come back)."""
+    return any(isinstance(e, sqlite3.Error) for e in _chain(exc))
+
+
+WRONG_URL = (
+    "could not translate host name",
+    "name or service not known",
+    "does not exist",  # the database or the role
+    "authentication failed",
+    "no password supplied",
+    "invalid dsn",
+    "invalid connection option",
+    "invalid integer value",
+    "invalid port",
+)
+"""Words of a server's driver for a URL that names no database it may open: bad input."""
+
+
+def _wrong_url(exc: BaseException) -> bool:
+    return any(n in str(e).lower() for e in _chain(exc) for n in WRONG_URL)
+
+
+def _named_cause(exc: BaseException) -> str | None:
+    """The cause of :data:`CAUSES` the drivers' words in ``exc`` name, if any."""
+    text = " ".join(str(e) for e in _chain(exc)).lower()
+    return next((cause for needles, cause in CAUSES if any(n in text for n in needles)), None)
 
 
 CAUSES = (
@@ -70,9 +144,15 @@ def storage_fault(exc: BaseException, where: str, path: Path | None = None) -> S
         seen = nxt
     text = " ".join(messages).lower()
     for needles, cause in CAUSES:
-        said = next((m for m in messages if any(n in m.lower() for n in needles)), None)
-        if said is not None:  # the driver's own words, not a wrapper's guess
+        said = next((m for m in reversed(messages) if any(n in m.lower() for n in needles)), None)
+        if said is not None:  # the driver's own words (the innermost error's), not a wrapper's
             return StorageFault(where, cause, _first_line(said))
+    away = server_away(exc)
+    if away is not None:  # a server down, restarting or refusing: the stored trials are kept
+        return StorageFault(
+            where, f"the database server does not answer ({away}); the stored trials are kept: run the "
+            "same command again once it answers",
+        )  # fmt: skip
     if path is None:
         return None
     folder = next(d for d in (path.parent, *path.parents) if d.is_dir())  # the root always is

@@ -30,9 +30,9 @@ import optuna
 import sqlalchemy
 
 from dse import __version__
-from dse.errors import InputError
+from dse.errors import InputError, StorageFault
 from dse.plain import plain
-from dse.study.faults import storage_fault
+from dse.study.faults import driver_line, storage_fault, storage_unreachable
 from dse.study.objectives import ObjectiveDef
 from dse.study.optuna_compat import (
     FastReadRDBStorage,
@@ -88,18 +88,27 @@ def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storage
     if stale_after_s is not None:
         kwargs["heartbeat_interval"] = max(1, int(stale_after_s // 4))
         kwargs["grace_period"] = max(1, int(stale_after_s))
-    try:
-        return _open_rdb(driver_url(url), kwargs)
-    except Exception as exc:  # noqa: BLE001 - the driver's own error types differ per database
-        fault = storage_fault(exc, redact(url), sqlite_path(url))
-        if fault is not None:
-            raise fault from None
-        raise InputError(
-            "storage",
-            "url",
-            f"cannot be opened ({type(exc).__name__}: {_scrub(str(exc), url)})",
-            redact(url),
-        ) from None
+    since: float | None = None
+    while True:
+        try:
+            return _open_rdb(driver_url(url), kwargs)
+        except Exception as exc:  # noqa: BLE001 - the driver's own error types differ per database
+            if stale_after_s is not None and storage_unreachable(exc):  # a worker waits a restart out
+                since = wait_for_storage(exc, url, since)
+                continue
+            raise _unopened(exc, url) from None
+
+
+def _unopened(exc: Exception, url: str) -> Exception:
+    """Why ``url`` could not be opened: the storage refused or did not answer (a storage fault,
+    exit 1), or the URL names nothing that can be opened (bad input, exit 2)."""
+    fault = storage_fault(exc, redact(url), sqlite_path(url))
+    if fault is not None:
+        fault.args = (_scrub(str(fault), url),)  # the driver's words may quote a password's pieces
+        return fault
+    return InputError(
+        "storage", "url", f"cannot be opened ({type(exc).__name__}: {_scrub(str(exc), url)})", redact(url)
+    )
 
 
 def _open_rdb(url: str, kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
@@ -380,15 +389,18 @@ def fail_dead(stored: StoredStudy) -> int:
 
 
 def wait_for_storage(exc: Exception, storage: str, since: float | None) -> float:
-    """Log and wait a little; give up with one line once the storage has been away too long."""
+    """Log and wait a little; give up with one line once the storage has been away too long (a
+    storage fault, exit 1: the URL named a storage, which did not answer). Each line quotes the
+    driver's own first line, not its wrappers' (Optuna's names no cause)."""
     now = time.monotonic()
     since = now if since is None else since
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    said = _scrub(driver_line(exc), storage)[:160]
     if now - since > STORAGE_RETRY_S:
-        raise InputError(
-            redact(storage), "storage", f"unreachable for {STORAGE_RETRY_S:g} s ({first[:120]})"
-        ) from None
-    sys.stderr.write(f"dse: storage unreachable ({first[:120]}); retrying\n")
+        raise StorageFault(
+            redact(storage), f"unreachable for {STORAGE_RETRY_S:g} s ({said}); the stored trials are kept: "
+            "run the same command again once it answers",
+        ) from None  # fmt: skip
+    sys.stderr.write(f"dse: storage unreachable ({said}); retrying\n")
     time.sleep(1.0)
     return since
 

@@ -1,0 +1,265 @@
+"""How storage errors are sorted: an outage a worker waits out, a refusal that is one line at once
+(exit 1), a wrong URL (exit 2). The drivers' errors are injected as Optuna and SQLAlchemy wrap
+them; the end-to-end cases fill a small tmpfs under a worker and stop a real PostgreSQL server
+under a lone run and before a worker starts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import shutil
+import socket
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import psycopg2
+import pytest
+import sqlalchemy.exc
+from conftest import Cli, dse_cmd
+
+from dse.errors import InputError, StorageFault
+from dse.study import storage as storage_mod
+from dse.study.faults import driver_line, server_away, storage_fault, storage_unreachable
+from dse.study.storage import open_storage, wait_for_storage
+
+TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
+OPTUNA_COMMIT = (  # Optuna's wrapper text of a failed commit, which names no cause
+    "An exception is raised during the commit. This typically happens due to invalid data in the "
+    "commit, e.g. exceeding max length."
+)
+
+
+def _wrapped(driver_error: BaseException) -> optuna.exceptions.StorageInternalError:
+    """``driver_error`` as a failed commit reaches dse: SQLAlchemy's error around it, Optuna's
+    around that."""
+    try:
+        try:
+            raise sqlalchemy.exc.OperationalError("INSERT INTO trials ...", {}, driver_error)
+        except sqlalchemy.exc.OperationalError as exc:
+            raise optuna.exceptions.StorageInternalError(OPTUNA_COMMIT) from exc
+    except optuna.exceptions.StorageInternalError as outer:
+        return outer
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # nothing listens once the socket is closed
+
+
+def _refused() -> psycopg2.OperationalError:
+    try:
+        psycopg2.connect(host="127.0.0.1", port=_closed_port(), dbname="dse", connect_timeout=3)
+    except psycopg2.OperationalError as exc:
+        return exc
+    raise AssertionError("a closed port answered")
+
+
+# ---------------------------------------------------------------------------------------------
+# sorting: SQLite's errors are no outage
+
+
+@pytest.mark.parametrize(
+    ("said", "cause"),
+    [
+        ("database or disk is full", "the disk is full"),
+        ("attempt to write a readonly database", "it is read-only"),
+        ("database disk image is malformed", "the database file is damaged"),
+    ],
+)
+def test_a_sqlite_refusal_is_a_fault_at_once_not_an_outage(said: str, cause: str) -> None:
+    exc = _wrapped(sqlite3.OperationalError(said))
+    assert not storage_unreachable(exc)  # a worker had retried a full disk for 2 minutes
+    assert server_away(exc) is None
+    fault = storage_fault(exc, "sqlite:///x/study.db")
+    assert isinstance(fault, StorageFault) and fault.exit_code == 1
+    assert str(fault).startswith(f"sqlite:///x/study.db: {cause}") and f"({said})" in str(fault)
+
+
+def test_a_locked_sqlite_file_is_waited_for_by_a_worker() -> None:
+    assert storage_unreachable(_wrapped(sqlite3.OperationalError("database is locked")))
+
+
+def test_the_waiting_line_quotes_the_driver_not_optunas_wrapper(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
+    said = "server closed the connection unexpectedly\n\tThis probably means"
+    exc = _wrapped(psycopg2.OperationalError(said))
+    assert driver_line(exc) == "server closed the connection unexpectedly"
+    wait_for_storage(exc, "postgresql://u:secret@h/dse", None)
+    err = capsys.readouterr().err
+    assert err == "dse: storage unreachable (server closed the connection unexpectedly); retrying\n"
+
+
+def test_a_storage_away_too_long_is_a_storage_fault_not_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
+    exc = sqlalchemy.exc.OperationalError("SELECT 1", {}, _refused())
+    with pytest.raises(StorageFault) as caught:
+        wait_for_storage(exc, "postgresql://u:secret@127.0.0.1/dse", time.monotonic() - 1000)
+    line = str(caught.value)
+    assert caught.value.exit_code == 1 and "\n" not in line  # was exit 2, as if the URL were wrong
+    assert line.startswith("postgresql://u:***@127.0.0.1/dse: unreachable for 120 s (connection to server at")
+    assert "Connection refused" in line and "secret" not in line and "run the same command again" in line
+
+
+# ---------------------------------------------------------------------------------------------
+# a server that does not answer
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "FATAL:  the database system is shutting down",
+        "server closed the connection unexpectedly\n\tThis probably means the server terminated abnormally",
+        "terminating connection due to administrator command",
+    ],
+)
+def test_a_server_going_away_is_one_line_with_the_rerun_hint(said: str) -> None:
+    exc = sqlalchemy.exc.OperationalError("SELECT 1", {}, psycopg2.OperationalError(said))
+    exc = pickle.loads(pickle.dumps(exc))  # as the sampler's process hands it to the run
+    assert storage_unreachable(exc)  # a worker waits it out
+    fault = storage_fault(exc, "postgresql://u@h/dse")
+    assert isinstance(fault, StorageFault) and fault.exit_code == 1  # was None: a traceback
+    line = str(fault)
+    assert line == (
+        f"postgresql://u@h/dse: the database server does not answer ({said.splitlines()[0]}); the stored "
+        "trials are kept: run the same command again once it answers"
+    )
+
+
+def test_a_refused_connection_is_a_storage_fault_and_a_wrong_host_bad_input() -> None:
+    port = _closed_port()
+    with pytest.raises(StorageFault) as caught:
+        open_storage(f"postgresql://u:secret@127.0.0.1:{port}/dse")
+    assert "Connection refused" in str(caught.value) and "secret" not in str(caught.value)
+    with pytest.raises(InputError) as wrong:
+        open_storage("postgresql://u@no-such-host.invalid/dse")
+    assert wrong.value.exit_code == 2 and "could not translate host name" in str(wrong.value)
+
+
+def test_a_worker_waits_for_a_server_at_its_start_then_gives_up_with_exit_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(storage_mod, "STORAGE_RETRY_S", 1.5)
+    t0 = time.monotonic()
+    with pytest.raises(StorageFault) as caught:
+        open_storage(f"postgresql://u@127.0.0.1:{_closed_port()}/dse", stale_after_s=120)
+    assert time.monotonic() - t0 >= 1.5  # it waited (it had exited at once, exit 2)
+    assert "unreachable for 1.5 s" in str(caught.value) and caught.value.exit_code == 1
+    assert "dse: storage unreachable (connection to server at" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# end to end
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MB tmpfs, unmounted after the test."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)]
+    mounted = subprocess.run(mount, capture_output=True)
+    if mounted.returncode != 0:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"cannot mount a tmpfs: {mounted.stderr!r}")
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(disk: Path, leave_kib: int) -> None:
+    with open(disk / "filler", "wb", buffering=0) as fh:
+        for block in (1 << 16, 1 << 12, 1 << 9):
+            with contextlib.suppress(OSError):
+                while shutil.disk_usage(disk).free > leave_kib * 1024 + block:
+                    fh.write(b"\0" * block)
+
+
+@pytest.mark.e2e
+def test_a_worker_on_a_full_disk_says_so_at_once(cli: Cli, small_disk: Path) -> None:
+    assert cli("study", "run", TINY, "--out", small_disk, "--trials", "4", "--no-export").code == 0
+    _fill(small_disk, 200)
+    url = f"sqlite:///{small_disk / 'tiny-study' / 'study.db'}"
+    t0 = time.monotonic()
+    res = cli("study", "worker", TINY, "--storage", url, "--trials", "400", "--out", small_disk)
+    assert res.code == 1, res.err
+    assert time.monotonic() - t0 < 60  # it had retried for 2 minutes, then said "unreachable", exit 2
+    line = res.err.strip()
+    assert "\n" not in line and "retrying" not in line and "the disk is full" in line, res.err
+
+
+def _renamed(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(TINY.read_text().replace('name = "tiny-study"', f'name = "{name}"'))
+    return path
+
+
+def _complete(url: str, name: str) -> int:
+    try:
+        study = optuna.load_study(study_name=name, storage=url)
+    except Exception:  # noqa: BLE001 - not created yet
+        return 0
+    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+def _pg_ctl(server: Any, *args: str) -> None:
+    server._run([server._bin("pg_ctl"), "-D", str(server.data_dir), *args], "pg_ctl")
+
+
+@pytest.mark.e2e
+def test_a_lone_run_whose_server_stops_is_one_line_and_the_rerun_resumes(
+    tmp_path: Path, postgres_server: Any, clean_env: dict[str, str], cli: Cli
+) -> None:
+    spec, url = _renamed(tmp_path, "pg-stop-study"), postgres_server.url
+    argv = ["study", "run", str(spec), "--storage", url, "--trials", "900", "--no-export",
+            "--out", str(tmp_path)]  # fmt: skip
+    run = subprocess.Popen(dse_cmd(*argv), env=clean_env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while _complete(url, "pg-stop-study") < 3 and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.2)
+        _pg_ctl(postgres_server, "-m", "immediate", "-w", "stop")  # every connection dropped at once
+        _, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        if not (postgres_server.data_dir / "postmaster.pid").exists():
+            postgres_server._pg_ctl_start()
+    assert run.returncode == 1, err
+    line = err.strip()
+    assert "\n" not in line and "Traceback" not in err, err  # was a traceback through the proposer
+    assert "the database server does not answer" in line and "run the same command again" in line
+    stored = _complete(url, "pg-stop-study")
+    assert stored >= 3
+    again = cli(*argv[:5], "--trials", str(stored + 2), *argv[7:])
+    assert again.code == 0, again.err
+    assert _complete(url, "pg-stop-study") == stored + 2
+
+
+@pytest.mark.e2e
+def test_a_worker_started_while_the_server_is_down_waits_for_it(
+    tmp_path: Path, postgres_server: Any, clean_env: dict[str, str]
+) -> None:
+    spec, url = _renamed(tmp_path, "pg-late-study"), postgres_server.url
+    argv = ["worker", str(spec), "--storage", url, "--trials", "3", "--out", str(tmp_path)]
+    _pg_ctl(postgres_server, "-m", "fast", "-w", "stop")
+    try:
+        worker = subprocess.Popen(dse_cmd(*argv), env=clean_env, stderr=subprocess.PIPE, text=True)
+        time.sleep(5.0)
+        assert worker.poll() is None  # it had exited at once, exit 2
+    finally:
+        postgres_server._pg_ctl_start()
+    _, err = worker.communicate(timeout=300)
+    assert worker.returncode == 0, err
+    assert "dse: storage unreachable (connection to server at" in err and "Traceback" not in err
+    assert _complete(url, "pg-late-study") == 3
