@@ -91,7 +91,7 @@ def test_place_with_no_feasible_design_exits_3_with_the_reason(cli: Cli) -> None
 
 def test_a_study_with_no_feasible_design_exits_3_with_the_reason(cli: Cli, tmp_path: Path) -> None:
     spec = tmp_path / "tiny-study.toml"
-    spec.write_text(TINY.read_text().replace("ttft_s = 2.0", "ttft_s = 0.001"))
+    spec.write_text(TINY.read_text().replace("tpot_s = 0.06", "tpot_s = 0.0001"))  # no GPU steps that fast
     code, out, err = cli("study", "run", str(spec), "--out", str(tmp_path), "--trials", "3")
     assert code == 3
     line = err.strip().splitlines()[-1]

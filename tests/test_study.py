@@ -55,7 +55,7 @@ def test_shipped_studies_load() -> None:
         # target ran, and blurred the waits the target is on (19 of 20 trials feasible at 2 s, 8 at 60)
         (("dt_s = 2.0", "dt_s = 60.0"),
          "simulate.dt_s = 60.0: must be at most horizon_s less warmup_s over 10"),
-        (("dt_s = 2.0", "dt_s = 10.0"), "simulate.dt_s = 10.0: must be at most the TTFT target (2 s)"),
+        (("dt_s = 2.0", "dt_s = 10.0"), "simulate.dt_s = 10.0: must be at most the TTFT target (2 s) or 2 s"),
         (("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_s = 0.0'),
          "simulate.burst_s = 0.0: must be > 0"),
         (("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_start_s = 9000.0'),
