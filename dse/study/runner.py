@@ -36,13 +36,20 @@ from dse.metrics import METRICS
 from dse.perf.params import PerfParams, load_params
 from dse.plain import plain
 from dse.study.choice import Choice, choice_record
-from dse.study.faults import STORAGE_ERRORS, StudyInterrupted, TrialTimeout, storage_fault, wall_clock
+from dse.study.faults import (
+    STORAGE_ERRORS,
+    StudyInterrupted,
+    TrialTimeout,
+    storage_fault,
+    wall_clock,
+    writing,
+)
 from dse.study.grid import PREFIX, point_of
 from dse.study.objectives import ObjectiveDef, ObjectiveError
 from dse.study.optuna_compat import storage_of
 from dse.study.proposer import Proposal, Proposer
 from dse.study.samplers import make_sampler
-from dse.study.sources import LoneTrials, SharedTrials, TrialSource, complete, waited_out
+from dse.study.sources import LoneTrials, SharedTrials, TrialSource, complete, counted, waited_out
 from dse.study.spec import StudySpec, seed_rule
 from dse.study.storage import (
     StoredStudy,
@@ -151,9 +158,9 @@ def run(
             # heartbeats stopped (checked again before every trial)
             if shared:  # a worker waits out a database away at start-up as in its trials
                 stale = waited_out(stored, partial(fail_dead, stored))
-                before = waited_out(stored, partial(complete, stored.study))
+                before = waited_out(stored, partial(counted, stored.study, spec))
             else:  # a lone run: a storage fault is one line
-                stale, before = fail_stale(stored, stale_after_s), complete(stored.study)
+                stale, before = fail_stale(stored, stale_after_s), counted(stored.study, spec)
             solver = PlacementSolver(TRIAL_SOLVE)
             # the search starts from the full placement's designs (dse.study.warm_start), each unless a
             # trial has run it, is running it or waits with it (a resumed run, another worker)
@@ -189,12 +196,20 @@ def _budget(spec: StudySpec, trials: int | None, out: Path, seed: int | None) ->
 
 
 def _write_spec(out: Path, spec: StudySpec, url: str, shared: bool) -> None:
-    """The resolved spec, beside the results: in the run folder, which a worker on a database
-    server does not need."""
-    if url.startswith("sqlite:///") or not shared:
-        folder = run_folder(out, spec)
+    """The resolved spec, beside the results: in the run folder; a worker's beside its SQLite
+    file (it writes no results; one on a database server writes none). A folder that cannot be
+    written (read-only, not permitted) is one line naming it (exit 1); a file where a folder
+    goes, or a folder named spec.json, is bad input (exit 2)."""
+    db = sqlite_path(url) if shared else None
+    if shared and db is None:
+        return
+    folder = db.parent if db is not None else run_folder(out, spec)
+    path = folder / "spec.json"
+    if path.is_dir():
+        raise InputError(str(path), "", "must be a file: a folder has its name")
+    with writing(folder):
         folder.mkdir(parents=True, exist_ok=True)
-        write_text(folder / "spec.json", json.dumps(plain(spec), indent=2) + "\n")
+        write_text(path, json.dumps(plain(spec), indent=2) + "\n")
 
 
 def _lone(
@@ -227,7 +242,7 @@ def _shared(
     if first:
         stored.study.sampler = make_sampler(spec, seed, stream=os.getpid(), warm=len(first))
     waited_out(stored, partial(enqueue_first, stored.study, first, budget, storage=stored.storage))
-    return SharedTrials(spec, stored, stale_after_s, before)
+    return SharedTrials(spec, stored, stale_after_s, before, budget)
 
 
 def _trials(
@@ -246,6 +261,8 @@ def _trials(
         interrupt.check()  # a Ctrl-C Python swallowed (in a finalizer) still stops the run
         try:
             job = source.next()
+            if job is None:  # other workers finished the study
+                break
             with source.evaluating(job):
                 record, extra = evaluate_one(job)
             values = objective_values(record, defs, job.number, warned)

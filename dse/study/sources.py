@@ -15,17 +15,19 @@ from __future__ import annotations
 import abc
 import contextlib
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import optuna
 
+from dse import interrupt
 from dse.study.choice import suggest
 from dse.study.faults import STORAGE_ERRORS, heartbeat, storage_unreachable
-from dse.study.grid import suggest_point
+from dse.study.grid import grid_points, grid_space, suggest_point
 from dse.study.proposer import Proposal, Proposer
 from dse.study.spec import StudySpec
-from dse.study.storage import StoredStudy, fail_dead, wait_for_storage
+from dse.study.storage import StoredStudy, fail_dead, storage_lock, wait_for_storage
 
 T = TypeVar("T")
 
@@ -42,9 +44,10 @@ class TrialSource(abc.ABC):
         self.stale = 0
 
     @abc.abstractmethod
-    def next(self) -> Proposal:
-        """The next trial to evaluate: its number, parameters and design. Called at the start of
-        each trial, while :attr:`done` is below the budget."""
+    def next(self) -> Proposal | None:
+        """The next trial to evaluate: its number, parameters and design; None when the study
+        holds its budget after all (other workers finished it). Called at the start of each
+        trial, while :attr:`done` is below the budget."""
 
     def evaluating(self, job: Proposal) -> contextlib.AbstractContextManager[Any]:
         """Entered, in the runner's thread, just before ``job`` is evaluated and left once the
@@ -93,21 +96,54 @@ class LoneTrials(TrialSource):
 
 class SharedTrials(TrialSource):
     """A worker's trials of the ``stored`` study (opened with heartbeats): a trial silent for
-    ``stale_after_s`` is a dead worker's. ``done``: the complete trials when the worker starts."""
+    ``stale_after_s`` is a dead worker's. ``done``: the complete trials (a grid's: its points with
+    a complete trial) when the worker starts; ``budget``: the study's.
 
-    def __init__(self, spec: StudySpec, stored: StoredStudy, stale_after_s: float, done: int) -> None:
+    A trial is asked for under a lock on the storage (:func:`dse.study.storage.storage_lock`),
+    and only while the complete and running trials (a grid's points, complete or claimed) are
+    fewer than the budget: workers never run a grid point twice nor a search past its budget.
+    When the rest of the budget is running in other workers, this one waits for them (a dead
+    one's trial is failed after ``stale_after_s``, and run here). A trial this worker drops (the
+    storage went away under it) or holds when it stops (Ctrl-C, SIGTERM, an error) is failed,
+    best effort, so nothing it ran is left running."""
+
+    def __init__(
+        self, spec: StudySpec, stored: StoredStudy, stale_after_s: float, done: int, budget: int
+    ) -> None:
         super().__init__(done)
-        self._spec, self._stored = spec, stored
+        self._spec, self._stored, self._budget = spec, stored, budget
         self._propose = suggest_point if spec.is_grid else suggest
         self._beat_s = max(1.0, stale_after_s / 4)
-        self._trial: optuna.Trial | None = None
+        self._stale_after_s = stale_after_s
+        self._trial: optuna.Trial | None = None  # asked, not yet told
         self._away_since: float | None = None  # when the storage went away, while it is away
+        self._waiting = False  # said once that it waits for other workers' trials
 
-    def next(self) -> Proposal:
-        self.stale += fail_dead(self._stored)  # their heartbeats stopped: someone runs another
-        trial = self._trial = self._stored.study.ask()
+    def next(self) -> Proposal | None:
+        self._drop()  # a trial recover() gave up on: its point (its share of the budget) is free again
+        while True:
+            interrupt.check()
+            self.stale += fail_dead(self._stored)  # their heartbeats stopped: someone runs another
+            with storage_lock(self._stored.storage, f"dse-ask:{self._stored.study.study_name}"):
+                self.done, held = tally(self._stored, self._spec)
+                if self.done >= self._budget:
+                    return None
+                if held < self._budget:
+                    trial = self._trial = self._stored.study.ask()  # a grid claims its point here
+                    break
+            self._wait()
         design = self._propose(trial, self._spec)
         return Proposal(trial.number, dict(trial.params), design)
+
+    def _wait(self) -> None:
+        """The rest of the budget runs in other workers: wait for it to finish or fail."""
+        if not self._waiting:
+            sys.stderr.write(
+                "dse: the rest of the study is running in other workers; waiting for them (a dead "
+                f"worker's trial is failed after {self._stale_after_s:g} s and run again)\n"
+            )
+            self._waiting = True
+        time.sleep(WAIT_S)
 
     def evaluating(self, job: Proposal) -> contextlib.AbstractContextManager[Any]:
         """The trial's heartbeats, from the first moment, so a long trial never looks dead."""
@@ -121,21 +157,59 @@ class SharedTrials(TrialSource):
             trial.set_user_attr("record", record)  # one write
             self._stored.study.tell(trial, values)
         except optuna.exceptions.UpdateFinishedTrialError:  # failed meanwhile as stale
+            self._trial = None
             sys.stderr.write(f"dse: trial {trial.number} was failed by another worker; dropped\n")
             return False
-        self.done = complete(self._stored.study)
+        self._trial = None
+        self.done = tally(self._stored, self._spec)[0]
         self._away_since = None
         return True
 
     def recover(self, exc: Exception) -> bool:
         """A storage that is away is waited for (one line each second, up to
-        :data:`dse.study.timeouts.STORAGE_RETRY_S`); any other error ends the run."""
+        :data:`dse.study.timeouts.STORAGE_RETRY_S`); any other error ends the run. The trial in
+        hand is failed once the storage is back (:meth:`next`)."""
         if not storage_unreachable(exc):
             return False
         self._away_since = wait_for_storage(exc, self._stored.url, self._away_since)
         with contextlib.suppress(Exception):  # a session a dropped connection broke
             self._stored.storage.remove_session()
         return True
+
+    def close(self) -> None:
+        """The trial in hand, if any (Ctrl-C, SIGTERM, an error stopped the worker), is failed:
+        best effort, the storage may be what failed."""
+        with contextlib.suppress(Exception):
+            self._drop()
+        self._trial = None
+
+    def _drop(self) -> None:
+        """Fail the trial in hand (asked, never told); one another worker failed or a commit that
+        went through before its connection dropped is left as it is."""
+        trial = self._trial
+        if trial is None:
+            return
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            self._stored.storage.set_trial_state_values(
+                self._stored.trial_id(trial.number), state=optuna.trial.TrialState.FAIL
+            )
+        self._trial = None
+
+
+WAIT_S = 1.0
+"""How often a worker waiting for other workers' trials looks again."""
+
+
+def tally(stored: StoredStudy, spec: StudySpec) -> tuple[int, int]:
+    """What the shared study holds, read from its storage: (complete, complete or running)
+    trials; for a grid, its points with a complete trial, and complete or claimed."""
+    live = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+    trials = stored.storage.get_all_trials(stored.study_id, deepcopy=False, states=live)
+    if spec.is_grid:
+        done, held = grid_points(trials, sorted(grid_space(spec)))
+        return len(done), len(held)
+    n = sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    return n, len(trials)
 
 
 def waited_out(stored: StoredStudy, step: Callable[[], T]) -> T:
@@ -156,5 +230,15 @@ def waited_out(stored: StoredStudy, step: Callable[[], T]) -> T:
 
 
 def complete(study: optuna.Study) -> int:
-    """The study's complete trials: what its budget counts."""
+    """The study's complete trials."""
     return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+def counted(study: optuna.Study, spec: StudySpec) -> int:
+    """What the study's budget counts: its complete trials; a grid's, its points with a complete
+    trial (a point run twice by an older dse counts once, and a point whose only trial failed
+    does not)."""
+    if not spec.is_grid:
+        return complete(study)
+    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    return len(grid_points(trials, sorted(grid_space(spec)))[0])

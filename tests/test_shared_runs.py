@@ -1,0 +1,237 @@
+"""Workers sharing a study on a SQLite file: a grid point runs once, a search stops at its budget,
+a stopped worker leaves nothing running, and what a worker or a run writes goes where it should."""
+
+from __future__ import annotations
+
+import errno
+import json
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+from conftest import Cli, dse_cmd
+
+from dse.study.faults import STORAGE_ERRORS
+from dse.study.grid import POINT_ATTR
+from dse.study.sources import SharedTrials
+
+DATA = Path(__file__).resolve().parent / "data"
+GRID, TINY = DATA / "tiny-grid.toml", DATA / "tiny-study.toml"
+State = optuna.trial.TrialState
+
+
+def _trials(db: Path, name: str) -> list[optuna.trial.FrozenTrial]:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{db}").get_trials()
+
+
+def _points(trials: list[optuna.trial.FrozenTrial]) -> Counter[tuple[tuple[str, object], ...]]:
+    return Counter(tuple(sorted(t.params.items())) for t in trials if t.state == State.COMPLETE)
+
+
+def _workers(n: int, *args: str, env: dict[str, str]) -> list[tuple[int, str, str]]:
+    procs = [
+        subprocess.Popen(
+            dse_cmd("worker", *args), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(n)
+    ]
+    ended = [p.communicate(timeout=300) for p in procs]
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, ended, strict=True)]
+
+
+@pytest.mark.e2e
+def test_three_workers_run_each_grid_point_once(cli: Cli, tmp_path: Path, clean_env: dict[str, str]) -> None:
+    """Three workers on a 6-point grid stored 7-8 trials, one point twice and sometimes one never,
+    and the study counted as finished."""
+    db = tmp_path / "study.db"
+    ended = _workers(3, str(GRID), "--storage", f"sqlite:///{db}", "--out", str(tmp_path), env=clean_env)
+    assert all(code == 0 for code, _, _ in ended), ended
+    assert "Traceback" not in "".join(err for _, _, err in ended)
+    trials = _trials(db, "tiny-grid")
+    assert len(trials) == 6 and all(t.state == State.COMPLETE for t in trials)
+    assert len(_points(trials)) == 6
+    again = cli("study", "run", GRID, "--storage", f"sqlite:///{db}", "--out", tmp_path, "--no-export")
+    assert again.code == 0 and "0 trials run in" in again.out and "(6 before)" in again.out, again.err
+
+
+@pytest.mark.e2e
+def test_three_workers_stop_at_the_search_budget(tmp_path: Path, clean_env: dict[str, str]) -> None:
+    """Three workers with a budget of 12 stored 13-14 (62 for 60)."""
+    db = tmp_path / "study.db"
+    args = (str(TINY), "--storage", f"sqlite:///{db}", "--out", str(tmp_path), "--trials", "12")
+    ended = _workers(3, *args, env=clean_env)
+    assert all(code == 0 for code, _, _ in ended), ended
+    trials = _trials(db, "tiny-study")
+    assert sum(t.state == State.COMPLETE for t in trials) == 12
+    assert not [t for t in trials if t.state == State.RUNNING]
+    ran = [int(out.split("worker: ")[1].split(" trials")[0]) for _, out, _ in ended]
+    assert sum(ran) == 12
+
+
+def _dead_and_repeated(cli: Cli, tmp_path: Path) -> Path:
+    """A grid run of 5 of its 6 points, one of them stored twice (by an older dse), and the 6th
+    left running by a worker killed with SIGKILL (no heartbeat, started just now)."""
+    assert cli("study", "run", GRID, "--out", tmp_path, "--trials", "5", "--no-export").code == 0
+    db = tmp_path / "tiny-grid" / "study.db"
+    study = optuna.load_study(study_name="tiny-grid", storage=f"sqlite:///{db}")
+    done = study.get_trials(states=(State.COMPLETE,))
+    study.add_trial(done[0])  # the same point again
+    space = {"x_hardware": ["h200-sxm", "h200-bw150", "h200-cap150"], "x_input_tokens": [2000.0, 8000.0]}
+    held = {tuple(sorted(t.params.items())) for t in done}
+    missing = next(
+        {"x_hardware": h, "x_input_tokens": n}
+        for h in space["x_hardware"]
+        for n in space["x_input_tokens"]
+        if tuple(sorted({"x_hardware": h, "x_input_tokens": n}.items())) not in held
+    )
+    study.enqueue_trial(missing)
+    dead = study.ask()
+    for k in missing:
+        dead.suggest_categorical(k, space[k])
+    assert dead.params == missing
+    return db
+
+
+def test_a_grid_rerun_runs_the_point_a_dead_worker_held(cli: Cli, tmp_path: Path) -> None:
+    """The budget of a grid is every point complete, not a count of trials: a point run twice
+    counted as two, and the point of a killed worker's trial was never run."""
+    db = _dead_and_repeated(cli, tmp_path)
+    rerun = cli("study", "run", GRID, "--out", tmp_path, "--no-export")
+    assert rerun.code == 0, rerun.err
+    assert "1 trials run in" in rerun.out and "(5 before, 1 left running" in rerun.out
+    assert len(_points(_trials(db, "tiny-grid"))) == 6
+
+
+def test_a_worker_runs_the_point_a_dead_worker_held(cli: Cli, tmp_path: Path) -> None:
+    db = _dead_and_repeated(cli, tmp_path)
+    time.sleep(1.5)  # past the grace of --stale-after 1
+    url = f"sqlite:///{db}"
+    worker = cli("worker", GRID, "--storage", url, "--out", tmp_path, "--stale-after", "1")
+    assert worker.code == 0, worker.err
+    assert "worker: 1 trials" in worker.out and "1 stale trials" in worker.out
+    trials = _trials(db, "tiny-grid")
+    assert len(_points(trials)) == 6 and not [t for t in trials if t.state == State.RUNNING]
+
+
+def test_a_grid_trial_claims_its_point_before_its_parameters_are_set(cli: Cli, tmp_path: Path) -> None:
+    """A trial asked for but not yet given its parameters holds its point: another worker asking
+    then took the same one."""
+    assert cli("study", "run", GRID, "--out", tmp_path, "--trials", "4", "--no-export").code == 0
+    url = f"sqlite:///{tmp_path / 'tiny-grid' / 'study.db'}"
+    from dse.study import Study
+    from dse.study.samplers import make_sampler
+
+    spec = Study.load(GRID).spec
+    study = optuna.load_study(study_name="tiny-grid", storage=url, sampler=make_sampler(spec, 1))
+    first, second = study.ask(), study.ask()  # neither suggested yet
+    claims = {tuple(t.system_attrs[POINT_ATTR]) for t in study.get_trials(states=(State.RUNNING,))}
+    assert len(claims) == 2
+    done = {tuple(v for _, v in sorted(t.params.items())) for t in study.get_trials(states=(State.COMPLETE,))}
+    assert not claims & {tuple(p) for p in done}
+    assert first.number != second.number
+    with pytest.raises(RuntimeError, match="every point of the grid is complete or running"):
+        study.ask()
+
+
+@pytest.mark.e2e
+def test_a_worker_stopped_by_sigterm_leaves_no_trial_running(
+    cli: Cli, tmp_path: Path, clean_env: dict[str, str]
+) -> None:
+    """The next lone run was refused ("is in use by a worker") by the trial it left running."""
+    db = tmp_path / "study.db"
+    cmd = dse_cmd(
+        "worker", str(TINY), "--storage", f"sqlite:///{db}", "--out", str(tmp_path), "--trials", "400"
+    )
+    proc = subprocess.Popen(cmd, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        try:
+            if [t for t in _trials(db, "tiny-study") if t.state == State.RUNNING]:
+                break
+        except (KeyError, *STORAGE_ERRORS):  # not created yet
+            continue
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert not [t for t in _trials(db, "tiny-study") if t.state == State.RUNNING]
+    run = cli(
+        "study",
+        "run",
+        TINY,
+        "--storage",
+        f"sqlite:///{db}",
+        "--out",
+        tmp_path,
+        "--trials",
+        "1",
+        "--no-export",
+    )
+    assert run.code == 0, run.err
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_a_trial_the_worker_dropped_for_a_storage_away_is_failed(cli: Cli, tmp_path: Path) -> None:
+    from dse.study import Study
+    from dse.study.objectives import ObjectiveDef
+    from dse.study.storage import open_stored
+
+    spec = Study.load(TINY).spec
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    stored = open_stored(
+        spec, url, [ObjectiveDef.metric(n) for n in spec.objectives.names], 1, stale_after_s=60
+    )
+    source = SharedTrials(spec, stored, 60.0, 0, 4)
+    job = source.next()
+    assert job is not None
+    away = sqlalchemy.exc.OperationalError("select 1", {}, Exception("server closed the connection"))
+    assert source.recover(away)  # waited it out: the trial in hand is dropped
+    again = source.next()
+    assert again is not None and again.number == job.number + 1
+    states = {t.number: t.state for t in stored.study.get_trials()}
+    assert states == {job.number: State.FAIL, again.number: State.RUNNING}
+    source.close()  # stopped with a trial in hand (Ctrl-C, SIGTERM): it is failed too
+    assert stored.study.get_trials()[-1].state == State.FAIL
+
+
+def test_a_run_folder_that_cannot_be_written_is_one_line(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only --out beside a writable storage ended in an OSError traceback; a folder where
+    spec.json goes in IsADirectoryError's."""
+    import dse.study.runner as runner
+
+    url = f"sqlite:///{tmp_path / 'db' / 'study.db'}"
+    out = tmp_path / "out"
+    (out / "tiny-study" / "spec.json").mkdir(parents=True)
+    res = cli("study", "run", TINY, "--storage", url, "--out", out, "--trials", "1", "--no-export")
+    assert res.code == 2 and "Traceback" not in res.err, res.err
+    assert res.err.count("\n") == 1 and str(out / "tiny-study" / "spec.json") in res.err
+    (out / "tiny-study" / "spec.json").rmdir()
+
+    def read_only(path: Path, text: str) -> None:
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(runner, "write_text", read_only)
+    res = cli("study", "run", TINY, "--storage", url, "--out", out, "--trials", "1", "--no-export")
+    assert res.code == 1 and "Traceback" not in res.err, res.err
+    assert res.err.count("\n") == 1 and "read-only" in res.err and str(out / "tiny-study") in res.err
+
+
+def test_a_sqlite_worker_writes_its_spec_beside_the_study_file(cli: Cli, tmp_path: Path) -> None:
+    """It wrote a stray spec.json under --out (default runs/), away from the study file."""
+    short = tmp_path / "short"
+    assert cli("study", "run", TINY, "--out", short, "--trials", "2", "--no-export").code == 0
+    (short / "tiny-study" / "spec.json").unlink()
+    db = short / "tiny-study" / "study.db"
+    elsewhere = tmp_path / "elsewhere"
+    res = cli("worker", TINY, "--storage", f"sqlite:///{db}", "--out", elsewhere, "--trials", "3")
+    assert res.code == 0, res.err
+    assert json.loads((short / "tiny-study" / "spec.json").read_text())["name"] == "tiny-study"
+    assert not elsewhere.exists()
