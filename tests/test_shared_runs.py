@@ -235,3 +235,25 @@ def test_a_sqlite_worker_writes_its_spec_beside_the_study_file(cli: Cli, tmp_pat
     assert res.code == 0, res.err
     assert json.loads((short / "tiny-study" / "spec.json").read_text())["name"] == "tiny-study"
     assert not elsewhere.exists()
+
+
+def test_a_lone_runs_exports_and_report_are_written_while_it_holds_the_study(tmp_path: Path) -> None:
+    """Another run of the study is refused until the exports and the report are written: run B,
+    started while run A wrote them, had added trials that A's report then did not count."""
+    from dse.errors import DseError
+    from dse.study.api import Study
+    from dse.study.storage import default_storage, lone_writer
+
+    study = Study.load(str(TINY))
+    url = default_storage(tmp_path, study.spec)
+    refused: list[str] = []
+
+    def then(res: object) -> None:
+        with pytest.raises(DseError) as held, lone_writer(study.spec.name, url):
+            pass
+        refused.append(str(held.value))
+
+    res = study.run(trials=2, out=tmp_path, then=then)
+    assert res.trials.height == 2 and len(refused) == 1 and "pid" in refused[0], refused
+    with lone_writer(study.spec.name, url):  # free once the run is done
+        pass

@@ -217,6 +217,18 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
 
     study = Study.load(args.name)
     _check_ids(study.spec, catalog, args.name)
+    wrote: list[str] = []
+
+    def exports(res: StudyResults) -> None:
+        """Before anything is printed (a reader that stops early, `| head`, loses none), and while
+        the run holds the study (another run's trials would otherwise miss this run's report)."""
+        try:
+            wrote.extend(_write_all(res, args.out))
+        except KeyboardInterrupt:
+            where = redact(args.storage or default_storage(args.out, res.spec))  # as the trials' line says
+            n = res.trials.height
+            raise StudyInterrupted(n, n, where, "exports and report") from None
+
     res = study.run(
         trials=args.trials,
         out=args.out,
@@ -224,17 +236,10 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
         seed=args.seed,
         progress=not args.no_progress and sys.stderr.isatty(),
         catalog=catalog,
+        then=None if args.no_export else exports,
     )
     assert res.stats is not None
     s = res.stats
-    wrote: list[str] = []
-    if not args.no_export:  # before anything is printed: a reader that stops early (`| head`) loses none
-        try:
-            wrote = _write_all(res, args.out)
-        except KeyboardInterrupt:
-            where = redact(args.storage or default_storage(args.out, res.spec))  # as the trials' line says
-            n = res.trials.height
-            raise StudyInterrupted(n, n, where, "exports and report") from None
     print(
         f"{study.spec.name}: {s.ran} trials run in {s.seconds:.1f} s ({s.completed_before} before"
         + (f", {s.stale_failed} left running by an interrupted run marked failed" if s.stale_failed else "")

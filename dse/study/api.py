@@ -40,6 +40,8 @@ from dse.study.storage import catalog_change, default_storage, open_storage, ope
 from dse.study.variants import catalog_entries, study_catalog, with_catalog_ids
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from dse.study.runner import RunStats
 
 
@@ -94,10 +96,22 @@ class Study:
         progress: bool = False,
         catalog: Catalog | None = None,
         params: PerfParams | None = None,
+        then: Callable[[StudyResults], None] | None = None,
     ) -> StudyResults:
+        """Run (or resume) the study; ``then`` gets its results while the run still holds the
+        study (what it writes from them, another run waits for)."""
         from dse.study.runner import run  # the solver and the simulator: only a run imports them
 
-        study, stats = run(
+        done: list[StudyResults] = []
+
+        def after(study: optuna.Study, stats: RunStats) -> None:
+            res = StudyResults(self.spec, self.objectives, study, stats, catalog)
+            priced(res, params, where=redact(storage or default_storage(out, self.spec)))
+            done.append(res)
+            if then is not None:
+                then(res)
+
+        run(
             self.spec,
             out=out,
             storage=storage,
@@ -107,10 +121,9 @@ class Study:
             progress=progress,
             catalog=catalog,
             params=params,
+            then=after,
         )
-        res = StudyResults(self.spec, self.objectives, study, stats, catalog)
-        priced(res, params, where=redact(storage or default_storage(out, self.spec)))
-        return res
+        return done[0]
 
     def results(
         self, *, out: Path = Path("runs"), storage: str | None = None, catalog: Catalog | None = None

@@ -127,13 +127,16 @@ def run(
     params: PerfParams | None = None,
     trial_wall_s: float | None = TRIAL_WALL_S,
     stale_after_s: float = STALE_AFTER_S,
+    then: Callable[[optuna.Study, RunStats], None] | None = None,
 ) -> tuple[optuna.Study, RunStats]:
     """Run (or resume) the study until ``trials`` (default: the spec's budget) are complete.
 
     ``shared`` is for workers on one storage: a running trial whose worker has sent no heartbeat
     for ``stale_after_s`` is marked failed (and run again by someone), and a storage that goes
     away (a server restart) is waited for. A trial over ``trial_wall_s`` is recorded as
-    infeasible with the reason. Ctrl-C raises :class:`StudyInterrupted`."""
+    infeasible with the reason. Ctrl-C raises :class:`StudyInterrupted`. ``then`` runs once the
+    trials are done, while the run still holds the study (a lone run's exports and report: another
+    run of the study waits for them, or its trials and this run's report would disagree)."""
     catalog = study_catalog(spec, catalog if catalog is not None else load_catalog())
     runnable_shapes(spec, catalog)
     spec = with_catalog_ids(spec, catalog)
@@ -177,7 +180,10 @@ def run(
             evaluation = _Evaluation(spec, catalog, params, solver, trial_wall_s)
             with _closing(source, bar, stored, budget), _ours_heartbeats():
                 ran = _trials(source, evaluation, objectives, budget, bar)
-        return stored.study, RunStats(before, ran, stale + source.stale, time.perf_counter() - t0)
+            stats = RunStats(before, ran, stale + source.stale, time.perf_counter() - t0)
+            if then is not None:
+                then(stored.study, stats)
+        return stored.study, stats
 
 
 def _budget(spec: StudySpec, trials: int | None, out: Path, seed: int | None) -> int:
