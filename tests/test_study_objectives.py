@@ -90,6 +90,8 @@ def test_an_objective_that_cannot_take_the_metrics_is_refused_before_a_run(tmp_p
         base.with_objective("o", lambda: 1.0)
     with pytest.raises(InputError, match=r"cannot be called with one"):
         base.with_objective("o", lambda *, m: 1.0)
+    with pytest.raises(InputError, match=r"^objective: o\.direction = 'max': must be minimize or maximize"):
+        base.with_objective("o", lambda m: 1.0, direction="max")  # type: ignore[arg-type]
     for fine in (
         lambda m, scale=2.0: 1.0,
         lambda *a: 1.0,

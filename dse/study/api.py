@@ -73,7 +73,7 @@ class Study:
         once); what it raises stops a run with one error naming it and the trial
         (:class:`dse.study.objectives.ObjectiveError`)."""
         if direction not in (None, "minimize", "maximize"):
-            raise ValueError(f"direction must be minimize or maximize, not {direction!r}")
+            raise InputError("objective", f"{name}.direction", "must be minimize or maximize", direction)
         if fn is not None:
             new = ObjectiveDef.custom(name, fn, direction or "minimize")
         else:
