@@ -213,3 +213,20 @@ def postgres_server() -> Iterator[object]:
 def postgres_url(postgres_server: object) -> str:
     """The session server's URL (tests that need only the URL)."""
     return str(postgres_server.url)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MB tmpfs, unmounted after the test."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)]
+    mounted = subprocess.run(mount, capture_output=True)
+    if mounted.returncode != 0:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"cannot mount a tmpfs: {mounted.stderr!r}")
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)

@@ -16,7 +16,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -191,23 +190,6 @@ def test_ctrl_c_to_the_process_group_is_one_line_and_exit_130(
 
 # ---------------------------------------------------------------------------------------------
 # storage faults: full, read-only, locked
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MB tmpfs, unmounted after the test."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    mount = ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)]
-    mounted = subprocess.run(mount, capture_output=True)
-    if mounted.returncode != 0:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"cannot mount a tmpfs: {mounted.stderr!r}")
-        pytest.skip("mounting a tmpfs needs root")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def _fill(disk: Path, leave_kib: int = 0) -> None:

@@ -6,14 +6,12 @@ under a lone run and before a worker starts."""
 from __future__ import annotations
 
 import contextlib
-import os
 import pickle
 import shutil
 import socket
 import sqlite3
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,23 +156,6 @@ def test_a_worker_waits_for_a_server_at_its_start_then_gives_up_with_exit_1(
 
 # ---------------------------------------------------------------------------------------------
 # end to end
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MB tmpfs, unmounted after the test."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    mount = ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)]
-    mounted = subprocess.run(mount, capture_output=True)
-    if mounted.returncode != 0:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"cannot mount a tmpfs: {mounted.stderr!r}")
-        pytest.skip("mounting a tmpfs needs root")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def _fill(disk: Path, leave_kib: int) -> None:

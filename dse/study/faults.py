@@ -99,6 +99,8 @@ WRONG_URL = (
     "invalid connection option",
     "invalid integer value",
     "invalid port",
+    "invalid sslmode value",  # libpq's options: a value it does not know
+    "invalid value",
 )
 """Words of a server's driver for a URL that names no database it may open: bad input."""
 
