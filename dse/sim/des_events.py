@@ -23,9 +23,9 @@ from dse.sim.scenario import Array, Pipeline, Scenario
 
 PREFILL, STEP, SAMPLE, RELOAD, HANDOFF = range(5)
 SAMPLED = ("t", "lam", "qp", "qb", "batch", "cp", "cd", "done")
-BUSY_MEMORY_S = 1.0  # how long an aggregated instance's decode remembers its prefill's busy share
 """What a sample records: time, arrival rate, prefill-side queue, buffer, decode batch per
 instance, prefill and decode instances, completions per second."""
+BUSY_MEMORY_S = 1.0  # how long an aggregated instance's decode remembers its prefill's busy share
 
 
 @dataclass
