@@ -90,6 +90,7 @@ def test_a_run_with_no_measured_throughput_is_skipped_and_the_points_are_the_shi
     number > 0 is skipped with its reason, not fitted (a log of -5)."""
     rows = _rows(two_gpu_runs)
     rows[0]["tput_per_gpu_total"] = "-5"
+    rows[1]["median_tpot_ms"] = "-5"  # a figure that is no measurement: left out, and said (it was silent)
     data = _write(tmp_path / "elsewhere.csv", rows)
     out = tmp_path / "fitted.json"
     res = cli("calibrate", "--data", str(data), "--out", str(out), "--no-cross-validation", "--jobs", "1")
@@ -97,6 +98,8 @@ def test_a_run_with_no_measured_throughput_is_skipped_and_the_points_are_the_shi
     assert f"({1} skipped) and 7 stage points" in res.out, res.out
     skipped = "skipped: elsewhere.csv line 2: tput_per_gpu_total = '-5': must be a measured number > 0"
     assert skipped in res.out
+    left_out = "not a measurement: elsewhere.csv line 3: median_tpot_ms = '-5': must be a measured number > 0"
+    assert left_out + " (left out; the row's other figures are fitted)" in res.out
     assert "RuntimeWarning" not in res.err and out.is_file()
 
 

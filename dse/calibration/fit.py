@@ -70,6 +70,7 @@ class Measured:
     tput_per_gpu: float
     intvty: float
     raw: Mapping[str, str]
+    where: str = ""  # the file and line it came from
 
 
 def read_measured(
@@ -93,8 +94,27 @@ def read_measured(
         except DseError as exc:
             skipped.append(str(exc))
             continue
-        out.append(Measured(row, tput, intvty, raw))
+        out.append(Measured(row, tput, intvty, raw, source))
     return out, skipped
+
+
+LATENCY_COLUMNS = ("median_ttft_s", "p99_ttft_s", "median_tpot_ms", "p99_tpot_ms")
+
+
+def unmeasured_figures(data: Sequence[Measured]) -> list[str]:
+    """One line per latency figure a fitted row gives that is no measurement (not a number > 0
+    within the data files' range): the fit leaves that figure out and fits the row's others."""
+    notes = []
+    for m in data:
+        for col in LATENCY_COLUMNS:
+            cell = m.raw.get(col)
+            if cell is None or not str(cell).strip():
+                continue  # not measured: nothing to say
+            try:
+                measured_number(cell, m.where, col)
+            except InputError as exc:
+                notes.append(f"{exc} (left out; the row's other figures are fitted)")
+    return notes
 
 
 FITTED_COLUMNS = ("tput_per_gpu_total", "median_intvty_tok_s_user")  # what a run measured, fitted

@@ -152,6 +152,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     )
     for msg in skipped:
         print(f"  skipped: {msg}")
+    for msg in cal.unmeasured_figures(data):
+        print(f"  not a measurement: {msg}")
     for label, s in (("in-sample", stats), ("leave-one-hardware-out", loho)):
         if s is not None:
             print(
