@@ -150,10 +150,9 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         f"fitted {len(data)} rows ({len(skipped)} skipped) and {len(points)} stage points, "
         f"{args.kernels} kernels -> {args.out}"
     )
-    for msg in skipped:
-        print(f"  skipped: {msg}")
-    for msg in cal.unmeasured_figures(data):
-        print(f"  not a measurement: {msg}")
+    unmeasured = [f"not a measurement: {m}" for m in cal.unmeasured_figures(data)]
+    for msg in [*(f"skipped: {m}" for m in skipped), *unmeasured]:
+        print(f"  {msg}")
     for label, s in (("in-sample", stats), ("leave-one-hardware-out", loho)):
         if s is not None:
             print(
