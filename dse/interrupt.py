@@ -78,6 +78,28 @@ def remembered() -> Iterator[None]:
         sys.unraisablehook, threading.excepthook = hook, thread_hook
 
 
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM held for the block, inside :func:`remembered` (main thread only;
+    elsewhere a no-op): one that comes is remembered and raised once the block ends, so what the
+    block writes and notes (a trial it creates and the worker that holds it) is whole."""
+    if threading.current_thread() is not threading.main_thread() or not _inside[0]:
+        yield
+        return
+    previous = [signal.signal(s, _remember) for s in SIGNALS]
+    try:
+        yield
+    finally:
+        for s, before in zip(SIGNALS, previous, strict=True):
+            signal.signal(s, before)
+    check()
+
+
+def _remember(signum: int, frame: Any) -> None:
+    _received[0] = signal.Signals(signum)
+    _pressed.set()
+
+
 def pressed() -> bool:
     """Whether Ctrl-C came since :func:`remembered` began, even one Python swallowed."""
     return _pressed.is_set()

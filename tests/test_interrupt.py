@@ -182,3 +182,17 @@ def test_an_error_the_trial_loop_raises_once_a_signal_came_is_the_interruption(t
                 raise RuntimeError("a library's half-made state")
     assert "interrupted after 0 of 200 trials; all 0 are stored in" in str(stopped.value)
     interrupt._pressed.clear()  # the next test starts without it
+
+
+def test_a_signal_in_a_deferred_block_is_raised_once_it_ends() -> None:
+    """A worker creates its trial in such a block: SIGTERM while the trial was being created had
+    left it running, unknown to the worker that then failed the trials it knew of."""
+    with interrupt.remembered():
+        reached = False
+        with pytest.raises(KeyboardInterrupt), interrupt.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)  # the handler runs here: it remembers, it does not raise
+            reached = True
+        assert reached and interrupt.pressed() and interrupt.exit_code() == 143
+    with interrupt.deferred():  # outside remembered(): the command's handler is not there, a no-op
+        pass

@@ -129,7 +129,9 @@ class SharedTrials(TrialSource):
                 if self.done >= self._budget:
                     return None
                 if held < self._budget:
-                    trial = self._trial = self._stored.study.ask()  # a grid claims its point here
+                    # a signal while the trial is created would leave it running and unknown here
+                    with interrupt.deferred():
+                        trial = self._trial = self._stored.study.ask()  # a grid claims its point here
                     break
             self._wait()
         design = self._propose(trial, self._spec)
