@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dse.catalog.hardware import Hardware
 from dse.catalog.model import PUBLISHED_RTOL, Model
@@ -45,16 +42,24 @@ class Catalog:
     def file_of(self, entry_id: str) -> Path:
         return self.files[entry_id]
 
-    def fingerprints(self, model: str, hardware: Iterable[str]) -> dict[str, str]:
-        """A short digest of each entry's every field, by id: what a placement was made with, so
-        that one simulated with another catalog's entries is told apart (`dse simulate`)."""
+    def numbers(self, model: str, hardware: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The numbers of the model's and each hardware's entry, by id (:func:`entry_numbers`):
+        what a placement was made with, which `dse simulate --placement` checks its own against."""
         entries: list[Model | Hardware] = [self.model(model), *(self.hardware(h) for h in hardware)]
-        return {e.id: _digest(e) for e in entries}
+        return {e.id: entry_numbers(e) for e in entries}
 
 
-def _digest(entry: object) -> str:
-    fields = json.dumps(dataclasses.asdict(entry), sort_keys=True, default=str)  # type: ignore[call-overload]
-    return hashlib.sha256(fields.encode()).hexdigest()[:16]
+# an entry's words, not its numbers: what a trial computes does not read them
+DOC_FIELDS = frozenset(
+    {"name", "vendor", "status", "sources", "aliases", "notes", "assumptions", "checkpoint", "published"}
+)
+
+
+def entry_numbers(entry: object) -> dict[str, Any]:
+    """A catalog entry's numbers, as plain values without its words (:data:`DOC_FIELDS`)."""
+    from dse.plain import plain  # numpy: not for a command's start-up
+
+    return {k: v for k, v in plain(entry).items() if k not in DOC_FIELDS}
 
 
 def _lookup(kind: str, name: str, entries: Mapping[str, E]) -> E:

@@ -382,7 +382,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if args.json:
         doc = {**report_to_dict(report), "best_energy": energy}
         # the catalog entries it was placed with: `dse simulate --placement` checks its own match
-        doc["catalog"] = catalog.fingerprints(req.model, req.hardware)
+        doc["catalog"] = catalog.numbers(req.model, req.hardware)
         if args.confirm:
             doc["engine_check"] = [
                 {"topology": c.topology.value, "ttft_pct_s": c.ttft_s, "tpot_pct_s": c.tpot_s,

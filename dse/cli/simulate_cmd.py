@@ -121,23 +121,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _same_catalog(doc: dict[str, Any], catalog: Catalog, source: str) -> None:
-    """The catalog entries a placement was made with (``dse place --json`` records a digest of
-    each) are this catalog's: the simulation rebuilds the design from them, so another GPU or
+    """The catalog entries a placement was made with (``dse place --json`` records each one's
+    numbers) are this catalog's: the simulation rebuilds the design from them, so another GPU or
     model of the same id would answer for a design it did not place (a file without the record,
-    from before it, is taken as it is)."""
-    placed = doc.get("catalog")
-    request = doc.get("request")
+    from before it, is taken as it is). The first number that differs is named."""
+    from dse.study.storage import catalog_difference
+
+    placed, request = doc.get("catalog"), doc.get("request")
     if not isinstance(placed, dict) or not isinstance(request, dict):
         return
     model = str(request.get("model"))
-    now = catalog.fingerprints(model, [e for e in placed if e != model])
-    for entry, digest in placed.items():
-        if now[entry] != digest:
-            rule = (
-                f"was placed with another entry for {entry} than this catalog's ({catalog.file_of(entry)}): "
-                "simulate with the --catalog-dir it was placed with"
-            )
-            raise InputError(source, f"catalog.{entry}", rule, digest)
+    changed = catalog_difference(placed, catalog.numbers(model, [e for e in placed if e != model]))
+    if changed is not None:
+        key, then, now = changed
+        entry, _, number = key.removeprefix("catalog.").partition(".")
+        rule = (
+            f"was placed with another entry for {entry} than this catalog's ({catalog.file_of(entry)}; "
+            f"{number} {now!r} here): simulate with the --catalog-dir it was placed with"
+        )
+        raise InputError(source, f"catalog.{entry}", rule, f"{number} {then!r}")
 
 
 def _design(args: argparse.Namespace, catalog: Catalog) -> SimDesign:

@@ -494,7 +494,7 @@ def _same_catalog(study: optuna.Study, catalog: dict[str, Any], url: str) -> Non
     """Refuse other numbers than the stored ones (the stored trials were priced with those); a
     study that holds none (a new one, or one stored by a dse before this check) gets these,
     unless another run stored its own first."""
-    changed = _catalog_difference(claim_study_attr(study, "catalog", catalog)[0], catalog)
+    changed = catalog_difference(claim_study_attr(study, "catalog", catalog)[0], catalog)
     if changed is None:
         return
     key, was, now = changed
@@ -510,10 +510,10 @@ def _same_catalog(study: optuna.Study, catalog: dict[str, Any], url: str) -> Non
 def catalog_change(study: optuna.Study, catalog: dict[str, Any]) -> tuple[str, Any, Any] | None:
     """The first number (its dotted key, the stored value, this catalog's) in which ``catalog``
     differs from the entries the study's trials ran with; None if none does or none was stored."""
-    return _catalog_difference(study.user_attrs.get("catalog"), catalog)
+    return catalog_difference(study.user_attrs.get("catalog"), catalog)
 
 
-def _catalog_difference(held: Any, catalog: dict[str, Any]) -> tuple[str, Any, Any] | None:
+def catalog_difference(held: Any, catalog: dict[str, Any]) -> tuple[str, Any, Any] | None:
     """The first number in which ``catalog`` differs from the ``held`` ones; None if none does or
     nothing (no dict) is held."""
     return _first_difference(held, catalog, "catalog") if isinstance(held, dict) else None

@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 
 from dse.catalog import Catalog
 from dse.catalog.hardware import Hardware, Hbm
+from dse.catalog.loader import entry_numbers
 from dse.errors import InputError
 from dse.placement.parallel import parse_shape
 from dse.placement.shapes import shape_problem
-from dse.plain import plain
 from dse.study.spec import StudySpec, Variant
 
 T = TypeVar("T")
@@ -78,26 +78,17 @@ def _priced(spec: StudySpec, catalog: Catalog, source: str) -> None:
             raise InputError(source, where, rule, h)
 
 
-# an entry's words, not its numbers: what a trial computes does not read them
-DOC_FIELDS = frozenset(
-    {"name", "vendor", "status", "sources", "aliases", "notes", "assumptions", "checkpoint", "published"}
-)
-
-
 def catalog_entries(spec: StudySpec, catalog: Catalog) -> dict[str, dict[str, Any]]:
     """The numbers the study's trials run with: each hardware entry (variants included) and model
     entry it may use, by id, as plain values without the entries' words (names, sources, notes).
     A run stores them, and a resumed run or a worker whose catalog gives other numbers is refused
     (:func:`dse.study.storage.open_stored`): its trials would be priced another way."""
 
-    def numbers(entry: object) -> dict[str, Any]:
-        return {k: v for k, v in plain(entry).items() if k not in DOC_FIELDS}
-
     hardware = [catalog.hardware(h) for h in (*spec.hardware, *spec.sweep.hardware)]
     models = [catalog.model(m) for m in (spec.model, *spec.sweep.model)]
     return {
-        "hardware": {h.id: numbers(h) for h in hardware},
-        "models": {m.id: numbers(m) for m in models},
+        "hardware": {h.id: entry_numbers(h) for h in hardware},
+        "models": {m.id: entry_numbers(m) for m in models},
     }
 
 
