@@ -11,6 +11,7 @@ import shutil
 import socket
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -244,3 +245,78 @@ def test_a_worker_started_while_the_server_is_down_waits_for_it(
     assert worker.returncode == 0, err
     assert "dse: storage unreachable (connection to server at" in err and "Traceback" not in err
     assert _complete(url, "pg-late-study") == 3
+
+
+def _blocked_on(url: str, table: str) -> bool:
+    """Whether a connection waits for a lock on ``table`` (another holds it)."""
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as con:
+            return bool(
+                con.execute(
+                    sqlalchemy.text(
+                        "select count(*) from pg_locks where not granted and relation = cast(:t as regclass)"
+                    ),
+                    {"t": table},
+                ).scalar()
+            )
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.e2e
+def test_a_worker_whose_server_stops_while_it_opens_the_study_waits_for_it(
+    tmp_path: Path, postgres_server: Any, clean_env: dict[str, str]
+) -> None:
+    """The server stops after the worker opened the storage, while it creates or loads the study
+    (it had exited 1 at once with "the database server does not answer")."""
+    spec, url = _renamed(tmp_path, "pg-opening-study"), postgres_server.url
+    open_storage(url).engine.dispose()  # the tables, so that a lock on one can hold the worker there
+    argv = ["worker", str(spec), "--storage", url, "--trials", "3", "--out", str(tmp_path)]
+    holder = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    con = holder.connect()
+    con.execute(sqlalchemy.text("lock table studies in access exclusive mode"))  # until the stop
+    worker = subprocess.Popen(dse_cmd(*argv), env=clean_env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _blocked_on(url, "studies") and time.monotonic() < deadline and worker.poll() is None:
+            time.sleep(0.1)
+        assert _blocked_on(url, "studies"), "the worker never reached the study"
+        _pg_ctl(postgres_server, "-m", "fast", "-w", "stop")  # the worker's connection is dropped
+        time.sleep(2.0)
+        assert worker.poll() is None, worker.communicate()[1]  # it had exited 1 at once
+    finally:
+        with contextlib.suppress(sqlalchemy.exc.DBAPIError):
+            con.close()
+        holder.dispose()
+        if not (postgres_server.data_dir / "postmaster.pid").exists():
+            postgres_server._pg_ctl_start()
+    _, err = worker.communicate(timeout=300)
+    assert worker.returncode == 0, err
+    assert "dse: storage unreachable (" in err and "Traceback" not in err
+    assert _complete(url, "pg-opening-study") == 3
+
+
+@pytest.mark.e2e
+def test_a_worker_waits_for_a_server_away_while_it_takes_its_hold_and_a_lone_run_does_not(
+    postgres_server: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The hold (:func:`lone_writer`) comes just after the study is opened: a worker waits there
+    too; a lone run's error is at once (the command makes it one line, exit 1)."""
+    monkeypatch.setattr(storage_mod, "STORAGE_RETRY_S", 30.0)  # a server that never comes back fails fast
+    url, back = postgres_server.url, threading.Timer(2.0, postgres_server._pg_ctl_start)
+    _pg_ctl(postgres_server, "-m", "fast", "-w", "stop")
+    try:
+        with pytest.raises(sqlalchemy.exc.OperationalError), storage_mod.lone_writer("pg-hold-study", url):
+            pass
+        back.start()
+        t0 = time.monotonic()
+        with storage_mod.lone_writer("pg-hold-study", url, worker=True):
+            held = time.monotonic() - t0
+    finally:
+        if back.is_alive():
+            back.join()
+        if not (postgres_server.data_dir / "postmaster.pid").exists():
+            postgres_server._pg_ctl_start()
+    assert held >= 1.5  # it waited for the server (it had raised at once)
+    assert "dse: storage unreachable (connection to server at" in capsys.readouterr().err

@@ -23,11 +23,11 @@ import optuna
 
 from dse import interrupt
 from dse.study.choice import suggest
-from dse.study.faults import STORAGE_ERRORS, heartbeat, storage_unreachable
+from dse.study.faults import heartbeat, storage_unreachable
 from dse.study.grid import grid_points, grid_space, suggest_point
 from dse.study.proposer import Proposal, Proposer
 from dse.study.spec import StudySpec
-from dse.study.storage import StoredStudy, fail_dead, storage_lock, wait_for_storage
+from dse.study.storage import StoredStudy, fail_dead, storage_lock, wait_for_storage, waited
 
 T = TypeVar("T")
 
@@ -217,18 +217,10 @@ def tally(stored: StoredStudy, spec: StudySpec) -> tuple[int, int]:
 def waited_out(stored: StoredStudy, step: Callable[[], T]) -> T:
     """``step()``, run again while the storage is away (one line each second, up to
     :data:`dse.study.timeouts.STORAGE_RETRY_S`, as :meth:`SharedTrials.recover` waits): a worker's
-    start-up steps, which a database restart may meet as well as its trials. ``step`` must be
+    start-up steps, which a database restart may meet as well as its trials
+    (:func:`dse.study.storage.waited`, which opening the study waits with too). ``step`` must be
     safe to repeat."""
-    since: float | None = None
-    while True:
-        try:
-            return step()
-        except STORAGE_ERRORS as exc:
-            if not storage_unreachable(exc):
-                raise
-            since = wait_for_storage(exc, stored.url, since)
-            with contextlib.suppress(Exception):  # a session a dropped connection broke
-                stored.storage.remove_session()
+    return waited(stored.storage, stored.url, step)
 
 
 def complete(study: optuna.Study) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
+import functools
 import hashlib
 import os
 import socket
@@ -21,10 +22,10 @@ import sqlite3
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import optuna
 import sqlalchemy
@@ -32,7 +33,7 @@ import sqlalchemy
 from dse import __version__
 from dse.errors import InputError, StorageFault
 from dse.plain import plain
-from dse.study.faults import driver_line, storage_fault, storage_unreachable
+from dse.study.faults import STORAGE_ERRORS, driver_line, storage_fault, storage_unreachable
 from dse.study.objectives import ObjectiveDef
 from dse.study.optuna_compat import (
     FastReadRDBStorage,
@@ -46,6 +47,8 @@ from dse.study.samplers import make_sampler
 from dse.study.spec import StudySpec
 from dse.study.sqlite_seed import seed_sqlite
 from dse.study.timeouts import STORAGE_RETRY_S
+
+T = TypeVar("T")
 
 
 class _WalConnection(sqlite3.Connection):
@@ -254,16 +257,16 @@ def lone_writer(study_name: str, url: str, *, worker: bool = False) -> Iterator[
 @contextlib.contextmanager
 def _advisory_try_lock(url: str, name: str, holder: str, *, shared: bool = False) -> Iterator[None]:
     """A PostgreSQL advisory lock named ``name`` (``shared``: one of many holders) for the block,
-    on a connection that names ``holder``; refused, naming whoever holds it, when taken."""
+    on a connection that names ``holder``; refused, naming whoever holds it, when taken. A worker
+    (``shared``) waits out a server away while it takes it (:func:`waited`), as it does when it
+    opens the study; a lone run's is one line (the caller's)."""
     key = _lock_key(name)
     kind = "_shared" if shared else ""
     engine = sqlalchemy.create_engine(driver_url(url), poolclass=sqlalchemy.pool.NullPool)
     try:
-        with engine.connect() as con:
-            con.execute(sqlalchemy.text("select set_config('application_name', :n, false)"), {"n": holder})
-            try_lock = sqlalchemy.text(f"select pg_try_advisory_lock{kind}(:k)")
-            taken = con.execute(try_lock, {"k": key}).scalar()
-            con.commit()  # the lock is the session's: no transaction left open ("idle in transaction")
+        take = functools.partial(_try_lock, engine, key, kind, holder)
+        con, taken = waited(None, url, take) if shared else take()
+        with con:
             if not taken:
                 other = con.execute(
                     sqlalchemy.text(
@@ -283,6 +286,23 @@ def _advisory_try_lock(url: str, name: str, holder: str, *, shared: bool = False
                     con.commit()
     finally:
         engine.dispose()
+
+
+def _try_lock(
+    engine: sqlalchemy.engine.Engine, key: int, kind: str, holder: str
+) -> tuple[sqlalchemy.engine.Connection, bool]:
+    """A connection that names ``holder``, and whether it took the advisory lock ``key`` (of
+    ``kind``: exclusive or shared); on an error the connection is closed (safe to repeat)."""
+    con = engine.connect()
+    try:
+        con.execute(sqlalchemy.text("select set_config('application_name', :n, false)"), {"n": holder})
+        taken = con.execute(sqlalchemy.text(f"select pg_try_advisory_lock{kind}(:k)"), {"k": key}).scalar()
+        con.commit()  # the lock is the session's: no transaction left open ("idle in transaction")
+    except BaseException:
+        with contextlib.suppress(Exception):
+            con.close()
+        raise
+    return con, bool(taken)
 
 
 def _lock_key(name: str) -> int:
@@ -405,6 +425,25 @@ def wait_for_storage(exc: Exception, storage: str, since: float | None) -> float
     return since
 
 
+def waited(storage: optuna.storages.RDBStorage | None, url: str, step: Callable[[], T]) -> T:
+    """``step()``, run again while the storage at ``url`` is away (one line each second, up to
+    :data:`dse.study.timeouts.STORAGE_RETRY_S`, then one line and exit 1: :func:`wait_for_storage`):
+    a worker's steps a database restart may meet, from opening the study on; ``storage``'s session,
+    if any, is dropped before each retry. Any other error is raised as it is. ``step`` must be
+    safe to repeat."""
+    since: float | None = None
+    while True:
+        try:
+            return step()
+        except STORAGE_ERRORS as exc:
+            if not storage_unreachable(exc):
+                raise
+            since = wait_for_storage(exc, url, since)
+            if storage is not None:
+                with contextlib.suppress(Exception):  # a session a dropped connection broke
+                    storage.remove_session()
+
+
 def run_folder(out: Path, spec: StudySpec) -> Path:
     return out / spec.name
 
@@ -439,9 +478,27 @@ def open_stored(
 ) -> StoredStudy:
     """:func:`open_study`, with the storage it opened; with ``catalog`` (the numbers of the
     entries the trials use, :func:`dse.study.variants.catalog_entries`) refused when they differ
-    from the stored ones, and stored where the study holds none."""
+    from the stored ones, and stored where the study holds none. A worker (``stale_after_s``)
+    waits out a server that goes away while the study is created or loaded, as it waits when the
+    storage is opened (:func:`waited`); for a lone run that is one line (the caller's)."""
     sampler = make_sampler(spec, seed, stream=stream)
     store = open_storage(url, stale_after_s)
+    pinned: list[bool] = []  # an attempt stored the objectives: the study is new, a retry pins its version
+    attempt = functools.partial(_loaded, spec, url, store, sampler, objectives, catalog, pinned)
+    return attempt() if stale_after_s is None else waited(store, url, attempt)
+
+
+def _loaded(
+    spec: StudySpec,
+    url: str,
+    store: optuna.storages.RDBStorage,
+    sampler: optuna.samplers.BaseSampler,
+    objectives: list[ObjectiveDef],
+    catalog: dict[str, Any] | None,
+    pinned: list[bool],
+) -> StoredStudy:
+    """The study created or loaded on ``store`` and checked (:func:`open_stored`); safe to repeat
+    after a dropped connection (each setting is claimed once, then compared)."""
     names = [o.name for o in objectives]
     try:
         study = optuna.create_study(
@@ -458,6 +515,8 @@ def open_stored(
     # cannot both pin their own), then compared with this run's
     stored, new = claim_study_attr(study, "objectives", names)
     if new:
+        pinned.append(True)
+    if pinned:
         claim_study_attr(study, "engine_version", __version__)
     if stored != names:
         raise InputError(
