@@ -185,6 +185,11 @@ def test_a_study_run_with_an_objective_function_is_read_by_the_cli(tmp_path: Pat
     res = study.run(trials=3, out=tmp_path)
     best = res.best_trial()
     assert best is not None
+    # what the commands below read with, from Python too: the file's objectives give way to the stored ones
+    read = Study.load(TINY).with_stored_objectives(out=tmp_path)
+    stored = [(o.name, o.direction, o.fn) for o in read.objectives]
+    assert stored == [("usd_per_user_speed", "minimize", None)]  # read without the function
+    assert read.results(out=tmp_path).best_trial() == best
 
     exported = cli("study", "export", TINY, "--out", tmp_path)
     assert exported.code == 0, exported.err
@@ -203,3 +208,11 @@ def test_a_study_run_with_an_objective_function_is_read_by_the_cli(tmp_path: Pat
     # a run would need the function, which the study file does not have
     ran = cli("study", "run", TINY, "--out", tmp_path, "--trials", "4", "--no-export")
     assert ran.code == 2 and "the stored study optimises ['usd_per_user_speed']" in ran.err
+
+
+def test_a_study_with_nothing_stored_reads_with_its_own_objectives(tmp_path: Path) -> None:
+    """Nothing stored: the study as it is, and no database created by asking (results says there
+    is no run)."""
+    study = Study.load(TINY)
+    assert study.with_stored_objectives(out=tmp_path) is study
+    assert not (tmp_path / "tiny-study").exists()

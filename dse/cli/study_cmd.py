@@ -11,7 +11,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from dse.catalog import Catalog
 from dse.cli.table import format_table
@@ -19,7 +19,7 @@ from dse.errors import DseError, InputError, NoFeasibleDesign
 from dse.study.timeouts import STALE_AFTER_S
 
 if TYPE_CHECKING:
-    from dse.study.api import Study, StudyResults
+    from dse.study.api import StudyResults
     from dse.study.spec import StudySpec
 
 ALIASES = ("export", "report", "worker", "deploy")
@@ -484,56 +484,15 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
 
 def _stored_results(args: argparse.Namespace, catalog: Catalog) -> StudyResults:
     """The results a run stored, read with the objectives the study stored (a study run from
-    Python with an objective function has its own), and a warning when this catalog's numbers are
-    not theirs."""
+    Python with an objective function has its own: :meth:`Study.with_stored_objectives`), and a
+    warning when this catalog's numbers are not theirs."""
     from dse.study.api import Study
-    from dse.study.storage import default_storage
 
-    study = Study.load(args.name)
-    url = args.storage or default_storage(args.out, study.spec)
-    res = stored_objectives(study, url).results(out=args.out, storage=args.storage, catalog=catalog)
+    study = Study.load(args.name).with_stored_objectives(out=args.out, storage=args.storage)
+    res = study.results(out=args.out, storage=args.storage, catalog=catalog)
     if res.catalog_note:
         print(f"dse: warning: {res.spec.name}: {res.catalog_note}", file=sys.stderr)
     return res
-
-
-def stored_objectives(study: Study, url: str) -> Study:
-    """``study`` with the objectives (names and directions) its stored study at ``url`` holds,
-    for the commands that only read it (export, report, deploy): the ranks and columns of its
-    trials, whatever the study file names. A study run from Python with an objective function
-    reads back without the function, which only a run calls. As it is where nothing is stored
-    there (reading the study says so) or the storage holds no objectives."""
-    from dataclasses import replace
-
-    import optuna
-
-    from dse.metrics import METRICS
-    from dse.study.objectives import ObjectiveDef
-    from dse.study.storage import open_storage, sqlite_path
-
-    path = sqlite_path(url)
-    if path is not None and not path.exists():
-        return study  # not created by reading it: Study.results says there is no run
-    store = open_storage(url)
-    try:
-        study_id = store.get_study_id_from_name(study.spec.name)
-    except KeyError:
-        return study
-    names = store.get_study_user_attrs(study_id).get("objectives")
-    directions = store.get_study_directions(study_id)
-    held = [o.name for o in study.objectives]
-    if not isinstance(names, list) or len(names) != len(directions) or names == held:
-        return study
-    objectives = []
-    for name, d in zip(names, directions, strict=True):
-        maximised = d == optuna.study.StudyDirection.MAXIMIZE
-        direction: Literal["minimize", "maximize"] = "maximize" if maximised else "minimize"
-        metric = METRICS.get(str(name))
-        if metric is not None and metric.direction == direction:
-            objectives.append(ObjectiveDef.metric(str(name)))
-        else:  # a function's name: its values are stored, the function is not needed to read them
-            objectives.append(ObjectiveDef(str(name), direction))
-    return replace(study, objectives=tuple(objectives))
 
 
 def _export(args: argparse.Namespace, catalog: Catalog) -> int:

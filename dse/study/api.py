@@ -23,6 +23,7 @@ import polars as pl
 
 from dse.catalog import Catalog, load_catalog
 from dse.errors import InputError
+from dse.metrics import METRICS
 from dse.perf.params import PerfParams, load_params
 from dse.plain import plain
 from dse.study.export import export_all
@@ -36,7 +37,7 @@ from dse.study.results import (
     trials_frame,
 )
 from dse.study.spec import StudySpec, load_study
-from dse.study.storage import catalog_change, default_storage, open_storage, open_study, redact
+from dse.study.storage import catalog_change, default_storage, open_storage, open_study, redact, sqlite_path
 from dse.study.variants import catalog_entries, study_catalog, with_catalog_ids
 
 if TYPE_CHECKING:
@@ -85,6 +86,38 @@ class Study:
         if any(o.name == name for o in kept):
             raise InputError("objective", "name", "is already an objective of the study", name)
         return replace(self, objectives=(*kept, new))
+
+    def with_stored_objectives(self, *, out: Path = Path("runs"), storage: str | None = None) -> Study:
+        """This study with the objectives (names and directions) its stored study holds (at
+        ``storage``, default the SQLite file under ``out``), to read it (``results``; the CLI's
+        export, report and deploy): the ranks and columns of its trials, whatever the study file
+        names. A study run with an objective function reads back without the function, which
+        only a run calls. As it is where nothing is stored there (``results`` says so; nothing
+        is created) or the storage holds no objectives."""
+        url = storage or default_storage(out, self.spec)
+        path = sqlite_path(url)
+        if path is not None and not path.exists():
+            return self  # not created by reading it: results says there is no run
+        store = open_storage(url)
+        try:
+            study_id = store.get_study_id_from_name(self.spec.name)
+        except KeyError:
+            return self
+        names = store.get_study_user_attrs(study_id).get("objectives")
+        directions = store.get_study_directions(study_id)
+        held = [o.name for o in self.objectives]
+        if not isinstance(names, list) or len(names) != len(directions) or names == held:
+            return self
+        objectives = []
+        for name, d in zip(names, directions, strict=True):
+            maximised = d == optuna.study.StudyDirection.MAXIMIZE
+            direction: Literal["minimize", "maximize"] = "maximize" if maximised else "minimize"
+            metric = METRICS.get(str(name))
+            if metric is not None and metric.direction == direction:
+                objectives.append(ObjectiveDef.metric(str(name)))
+            else:  # a function's name: its values are stored, the function is not needed to read them
+                objectives.append(ObjectiveDef(str(name), direction))
+        return replace(self, objectives=tuple(objectives))
 
     def run(
         self,
