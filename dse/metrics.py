@@ -96,6 +96,32 @@ def column(name: str) -> str:
 METRIC_COLUMNS = {name: column(name) for name in METRICS}
 """Metric -> column, in registry order: the metric columns of the trials table."""
 
+OBJECTIVES = sorted(name for name, m in METRICS.items() if m.direction is not None)
+"""The metrics an objective may name: those with a direction (each under its metric's name, which
+is not always its column's: ``tpot_s`` is exported as ``tpot_mean_s``)."""
+
+
+def metric_of_column(col: str) -> str | None:
+    """The metric whose exported column is ``col`` under another name (``tpot_mean_s``:
+    ``tpot_s``), else None."""
+    return next((m for m, c in METRIC_COLUMNS.items() if c == col and m != col), None)
+
+
+def objective_rule(name: str) -> str | None:
+    """Why ``name`` names no objective (one line's rule), or None when it does."""
+    metric = METRICS.get(name)
+    if metric is not None and metric.direction is not None:
+        return None
+    listed = f"must be a metric with a direction: {', '.join(OBJECTIVES)}"
+    of = metric_of_column(name)
+    if of is not None and METRICS[of].direction is not None:
+        return f"{name!r} is the exported column of objective {of!r}: name the objective {of!r}"
+    if of is not None:
+        return f"{name!r} is the exported column of metric {of!r}, recorded only (no direction); {listed}"
+    if metric is not None:
+        return f"is recorded only (no direction); {listed}"
+    return listed
+
 
 @dataclass(frozen=True)
 class Constraint:
@@ -115,8 +141,11 @@ CONSTRAINTS = {
 
 
 def markdown_table() -> str:
-    """The metric and constraint columns of the trials table, for ``docs/schema.md``."""
-    rows = ["| column | unit | what |", "|---|---|---|"]
-    rows += [f"| `{column(n)}` | {m.unit} | {m.doc} |" for n, m in METRICS.items()]
-    rows += [f"| `c_{n}` | {c.unit} | {c.doc} (`<= 0` feasible) |" for n, c in CONSTRAINTS.items()]
+    """The metric and constraint columns of the trials table, for ``docs/schema.md``: per metric
+    column the objective that names it (the metric's name, with its direction), where it may be one."""
+    rows = ["| column | objective | unit | what |", "|---|---|---|---|"]
+    for n, m in METRICS.items():
+        objective = f"`{n}` ({m.direction})" if m.direction is not None else "recorded only"
+        rows.append(f"| `{column(n)}` | {objective} | {m.unit} | {m.doc} |")
+    rows += [f"| `c_{n}` | | {c.unit} | {c.doc} (`<= 0` feasible) |" for n, c in CONSTRAINTS.items()]
     return "\n".join(rows)

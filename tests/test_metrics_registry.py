@@ -8,8 +8,11 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
+from conftest import Cli
 
-from dse.metrics import CONSTRAINTS, METRIC_COLUMNS, METRICS, markdown_table
+from dse.errors import InputError
+from dse.metrics import CONSTRAINTS, METRIC_COLUMNS, METRICS, OBJECTIVES, markdown_table
 from dse.study import Study
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,6 +23,35 @@ def test_the_schema_page_shows_the_registry() -> None:
     page = (REPO / "docs" / "schema.md").read_text()
     block = page.split("<!-- metrics:begin -->\n", 1)[1].split("\n<!-- metrics:end -->", 1)[0]
     assert block == markdown_table(), "docs/schema.md: paste dse.metrics.markdown_table() between the markers"
+
+
+def test_the_schema_table_names_each_columns_objective() -> None:
+    """A column exported under another name than its metric's (``tpot_mean_s``) shows the
+    objective that names it, with its direction; a metric without one is recorded only."""
+    rows = {r.split("|")[1].strip(" `"): r.split("|")[2].strip() for r in markdown_table().splitlines()[2:]}
+    assert rows["tpot_mean_s"] == "`tpot_s` (minimize)"
+    assert rows["tokens_per_s_per_user"] == "`tokens_per_s_per_user` (maximize)"
+    assert rows["decode_batch_sequences"] == "recorded only" and rows["c_gpus"] == ""
+    assert {r.split("`")[1] for r in rows.values() if r.startswith("`")} == set(OBJECTIVES)
+
+
+def test_an_objective_named_by_its_exported_column_is_told_its_name(tmp_path: Path, cli: Cli) -> None:
+    """One name per objective, the metric's: the loader says which one an exported column is."""
+    spec = tmp_path / "tiny-study.toml"
+    text = TINY.read_text()
+    for name, rule in [
+        ("tpot_mean_s", "'tpot_mean_s' is the exported column of objective 'tpot_s': name the objective"),
+        ("decode_batch_sequences", "'decode_batch_sequences' is the exported column of metric "
+                                   "'decode_batch', recorded only (no direction)"),
+        ("decode_batch", "is recorded only (no direction); must be a metric with a direction: e2e_s, gpus"),
+        ("nope", "must be a metric with a direction: e2e_s, gpus"),
+    ]:
+        spec.write_text(text + f'\n[objectives]\nnames = ["{name}"]\n')
+        out = cli("study", "show", spec)
+        assert out.code == 2 and len(out.err.strip().splitlines()) == 1, out.err
+        assert f"tiny-study.toml: objectives.names = '{name}': {rule}" in out.err, out.err
+    with pytest.raises(InputError, match="'ttft_mean_s' is the exported column of objective 'ttft_s'"):
+        Study.load(TINY).with_objective("ttft_mean_s")
 
 
 def test_a_trial_records_registered_metrics_and_constraints_and_exports_their_columns(tmp_path: Path) -> None:

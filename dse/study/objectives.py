@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from dse.errors import InputError
-from dse.metrics import METRICS
+from dse.metrics import METRICS, objective_rule
 
 # the magnitude of the value a trial without one gets (no design, or an objective that gave nan):
 # the worst either way, so samplers still rank it; the exports show no value
@@ -69,11 +69,10 @@ class ObjectiveDef:
 
     @classmethod
     def metric(cls, name: str) -> ObjectiveDef:
-        m = METRICS.get(name)
-        if m is None or m.direction is None:
-            valid = sorted(k for k, v in METRICS.items() if v.direction is not None)
-            rule = f"must be a metric with a direction: {', '.join(valid)}"
-            raise InputError("objective", "name", rule, name)
+        why = objective_rule(name)
+        if why is not None:
+            raise InputError("objective", "name", why, name)
+        m = METRICS[name]
         assert m.direction in ("minimize", "maximize")
         return cls(name, "minimize" if m.direction == "minimize" else "maximize")
 

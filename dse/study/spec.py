@@ -15,7 +15,7 @@ seed = 7
 [search.decode]    shapes, max_batch = [low, high]
 [search.aggregated] prefill_share = [low, high]
 [search.afd]        ffn_tokens_per_gpu = [..]
-[objectives]  names = [...]          # metrics from dse.metrics.METRICS
+[objectives]  names = [...]          # metrics with a direction (dse.metrics.OBJECTIVES)
 [limits]      budget_usd_hour, power_kw, max_gpus
 [energy]      usd_per_kwh, pue                      # energy priced on top of the GPU-hour rate
 [storage]     dram_usd_per_tb, nvme_usd_per_tb, network_usd_per_tb, years   # capex of resting KV
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dse.errors import InputError, UnknownIdError
-from dse.metrics import METRICS
+from dse.metrics import objective_rule
 from dse.paths import STUDIES_DIR
 from dse.perf.frameworks import ENGINES
 from dse.placement.request import KV_POLICIES, PRICE_TIERS, Topology
@@ -236,9 +236,9 @@ class Objectives:
 
     def problem(self) -> tuple[str, str, Any] | None:
         for n in self.names:
-            if n not in METRICS or METRICS[n].direction is None:
-                valid = sorted(k for k, m in METRICS.items() if m.direction is not None)
-                return ("names", f"must be metrics with a direction: {', '.join(valid)}", n)
+            why = objective_rule(n)
+            if why is not None:
+                return ("names", why, n)
         if len(set(self.names)) != len(self.names):
             return ("names", "must not repeat a metric", list(self.names))
         return None

@@ -21,7 +21,7 @@ from dse.catalog import Catalog
 from dse.context import Context
 from dse.evaluation import Evaluation
 from dse.evaluation import evaluate as evaluate_design
-from dse.metrics import METRIC_COLUMNS
+from dse.metrics import metric_of_column
 from dse.perf.params import PerfParams
 from dse.placement.plan import TopologyOutcome
 from dse.placement.request import Energy, Limits, PlacementRequest, Storage, Topology, UnitOptions
@@ -248,7 +248,7 @@ class _Metrics(dict):  # type: ignore[type-arg]
         self._objective, self._trial = objective, trial
 
     def __missing__(self, key: str) -> Any:
-        metric = next((m for m, col in METRIC_COLUMNS.items() if col == key and m != key), None)
+        metric = metric_of_column(key)
         hint = f"the exported column {key!r} is the metric {metric!r} here; " if metric else ""
         has = ", ".join(sorted(self))
         rule = f"reads a metric trials do not have ({at(self._trial)}): {hint}they have {has}"
