@@ -173,3 +173,22 @@ def test_a_study_summary_without_a_feasible_design_names_the_commonest_reason() 
     none = pl.DataFrame({"feasible": [False], "binding": [None]}, schema=schema)
     unsaid = "no feasible design: unknown: no trial recorded why (1 of 1 trials)"
     assert summary(SimpleNamespace(trials=none)) == unsaid  # type: ignore[arg-type]
+
+
+def test_the_help_says_what_a_worker_and_goodput_need(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's --storage has no default (it is required, and a SQLite URL serves workers on one
+    machine); goodput takes a --budget, a --power-kw or an --inventory of every --hardware."""
+    monkeypatch.setenv("COLUMNS", "400")  # argparse wraps the help at the terminal's width
+    worker = " ".join(cli("study", "worker", "--help").out.split())
+    assert "--storage STORAGE Optuna storage URL the workers share, required: sqlite:///PATH" in worker
+    assert "default: sqlite in the run folder" not in worker
+    assert "default: sqlite in the run folder" in cli("study", "run", "--help").out  # a run's own
+    missing = cli("worker", DATA / "tiny-study.toml")
+    assert missing.code == 2 and missing.err.strip() == (
+        "dse: error: dse worker: --storage: is required: workers share a database "
+        "(sqlite:///PATH on one machine, postgresql://user@host/db across machines)"
+    )
+    place = " ".join(cli("place", "--help").out.split())
+    assert "goodput (the most traffic the caps allow: --budget, --power-kw, or an --inventory" in place
+    assert "--budget BUDGET cap in $/hour (--objective goodput needs it, --power-kw or an" in place
+    assert "required by --objective goodput" not in place and "most traffic under --budget" not in place

@@ -93,7 +93,8 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
         "--objective",
         default="cost",
         choices=[o.value for o in Objective],
-        help="cost ($/hour), gpus, or goodput (most traffic under --budget)",
+        help="cost ($/hour), gpus, or goodput (the most traffic the caps allow: --budget, --power-kw, "
+        "or an --inventory of every --hardware)",
     )
     p.add_argument(
         "--price-tier", default="own_hyperscaler", choices=PRICE_TIERS, help="cost basis of a GPU-hour"
@@ -101,7 +102,11 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     p.add_argument("--engine", default="trt", metavar="NAME", help="engine profile: " + ", ".join(ENGINES))
     add_precision(p)
     p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative decoding)")
-    p.add_argument("--budget", type=float, help="cap in $/hour (required by --objective goodput)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        help="cap in $/hour (--objective goodput needs it, --power-kw or an --inventory of every --hardware)",
+    )
     p.add_argument("--power-kw", type=float, help="cap on GPU power, kW")
     _add_energy_and_shapes(p)
     p.add_argument("--network-kv-tb", type=float, help="capacity of the network KV store, TB")

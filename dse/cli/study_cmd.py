@@ -48,7 +48,7 @@ def _add_worker(sub: argparse._SubParsersAction, name: str, alias: bool = False)
     worker = sub.add_parser(
         name, help=_help("run trials of a study on a shared storage until its budget is reached", alias, name)
     )
-    _common(worker)
+    _common(worker, storage_help=WORKER_STORAGE)
     worker.add_argument("--trials", type=int, help="the study's total budget (default: the spec's)")
     worker.add_argument(
         "--stale-after",
@@ -88,10 +88,16 @@ def _help(text: str, alias: bool, name: str) -> str:
     return f"same as `dse study {name}`" if alias else text
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+WORKER_STORAGE = (
+    "Optuna storage URL the workers share, required: sqlite:///PATH (workers on one machine, e.g. "
+    "a run's study.db) or postgresql://user@host/db"
+)
+
+
+def _common(p: argparse.ArgumentParser, storage_help: str = "") -> None:
     p.add_argument("name", help="study name or path to a .toml file")
     p.add_argument("--out", type=Path, default=Path("runs"), help="run folder")
-    p.add_argument("--storage", help="Optuna storage URL (default: sqlite in the run folder)")
+    p.add_argument("--storage", help=storage_help or "Optuna storage URL (default: sqlite in the run folder)")
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
@@ -452,7 +458,10 @@ def _write_report(res: StudyResults, folder: Path) -> Path:
 def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
     if not args.storage:
         raise InputError(
-            "dse worker", "--storage", "is required: workers share a database (postgresql://...)"
+            "dse worker",
+            "--storage",
+            "is required: workers share a database (sqlite:///PATH on one machine, "
+            "postgresql://user@host/db across machines)",
         )
     from dse.study.api import Study, StudyResults, priced
     from dse.study.runner import run as run_trials
