@@ -162,8 +162,18 @@ def test_grid_report_and_exports(grid_run) -> None:  # type: ignore[no-untyped-d
     assert "bandwidth against capacity" in md
     assert (folder / "report" / "whatif.png").read_bytes()[:4] == b"\x89PNG"
     assert (folder / "report" / "grid.png").read_bytes()[:4] == b"\x89PNG"
+    # what docs/studies.md says a grid's report holds: no Pareto front, so none of its parts
+    pngs = {p.name for p in (folder / "report").glob("*.png")}
+    assert pngs == {"grid.png", "whatif.png", "stage_breakdown.png", "sim_trajectory.png"}
+    for head in ("## Best designs", "## Pareto front", "## Peak HBM residency"):
+        assert head not in md
     trials = pl.read_parquet(folder / "exports" / "trials" / "study=tiny-grid" / "part-0.parquet")
     assert {"x_input_tokens", "x_hardware"} <= set(trials.columns) and trials.height == 6
+    # the file order docs/schema.md describes (not promised): the point right after warm_start
+    after = trials.columns[trials.columns.index("warm_start") + 1 :][:2]
+    assert sorted(after) == ["x_hardware", "x_input_tokens"], trials.columns
+    series = pl.read_parquet(folder / "exports" / "sim_timeseries" / "study=tiny-grid" / "part-0.parquet")
+    assert series.columns[-1] == "trial", series.columns
 
 
 def test_dynamics_axes_change_the_simulation_not_the_placement() -> None:
