@@ -32,6 +32,7 @@ import contextlib
 import io
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -349,3 +350,49 @@ def assert_readme_prose_matches(readme: str, printed: str, trials_file: Path) ->
     assert all(t in rows for t in named), f"the README names trials {named}; the table shows {sorted(rows)}"
     ttft = [float(rows[t][: column + len("TTFT p90 s")].split()[-1]) for t in named]
     assert (span[1], span[2]) == (f"{min(ttft):.2f}", f"{max(ttft):.2f}"), (span[0], ttft)
+
+
+def _flags(parser: Any, command: str = "dse") -> Iterator[tuple[str, str]]:
+    """(command, flag) for every long option of ``parser`` and its subcommands."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _flags(sub, f"{command} {name}")
+        else:
+            yield from ((command, o) for o in action.option_strings if o.startswith("--") and o != "--help")
+
+
+def test_every_flag_is_named_in_the_docs() -> None:
+    """A flag only `--help` names is one a reader of the pages never meets (--dt, --prefill-tp,
+    --latency-usd-per-s were)."""
+    from dse.cli.main import build_parser
+
+    text = "".join(p.read_text(encoding="utf-8") for p in PAGES)
+    missing = {f"{cmd} {flag}" for cmd, flag in _flags(build_parser())
+               if not re.search(re.escape(flag) + r"(?![\w-])", text)}  # fmt: skip
+    assert missing == set()
+
+
+def test_every_study_file_key_is_in_the_table_of_studies_md() -> None:
+    """Each key of the spec (the sweep's axes apart: they have their own paragraph) appears in the
+    table of docs/studies.md ([search] population did not)."""
+    import dataclasses
+    import typing
+
+    from dse.study.spec import StudySpec, Sweep
+
+    def keys(cls: Any) -> Iterator[str]:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if cls is not Sweep:
+                yield f.name
+            for t in (hints[f.name], *typing.get_args(hints[f.name])):
+                if dataclasses.is_dataclass(t) and t is not cls:
+                    yield from keys(t)
+
+    page = (REPO / "docs" / "studies.md").read_text(encoding="utf-8")
+    table = "\n".join(line for line in page.splitlines() if line.startswith("| "))
+    missing = {k for k in keys(StudySpec) if not re.search(rf"(?<![\w-]){k}(?![\w-])", table)}
+    assert missing == set()

@@ -103,7 +103,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     g.add_argument("--warmup", type=float, default=300.0, help="seconds left out of the statistics")
     g.add_argument("--dt", type=float, default=1.0, help="fluid time step, seconds")
     g.add_argument("--des", action="store_true", help="also run the discrete-event reference")
-    g.add_argument("--seed", type=int, default=0, help="seed of the discrete-event reference")
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the runs that draw requests: the discrete-event reference, the engine-level "
+        "simulation and the live KV cache",
+    )
     g.add_argument(
         "--kv-eviction",
         choices=("lru", "think"),
