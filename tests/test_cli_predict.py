@@ -297,10 +297,14 @@ def test_an_open_loop_window_grows_until_its_ends_weigh_little(cli: Cli) -> None
     mostly the batches filling and draining (TTFT p99 0.2 s against 3-4 s once steady). By default
     the window grows to ten times the requests in flight; a window asked for says it is short."""
     flags = ("predict", "--hardware", "b200", "--load", "poisson", "--rate", "12", "--json")
-    grown = json.loads(cli(*flags).out)["latency"]
-    short = json.loads(cli(*flags, "--requests", "2000").out)["latency"]
+    steady = cli(*flags)
+    grown = json.loads(steady.out)["latency"]
+    warned = cli(*flags, "--requests", "2000")
+    short = json.loads(warned.out)["latency"]
     assert grown["warning"] is None and grown["requests"] > 8000, grown
     assert "requests are in flight at once and the window has 2000" in short["warning"]
+    # with --json too the warning is on stderr, as without (a pipe to a JSON reader leaves it in sight)
+    assert steady.err == "" and warned.err == f"dse: warning: {short['warning']}\n", warned.err
     assert grown["percentiles"]["p99"]["ttft_s"] > 5 * short["percentiles"]["p99"]["ttft_s"]
     assert grown["requests_per_s"] == pytest.approx(12.0, rel=0.05)  # served while the load lasts
     brief = json.loads(cli(*flags, "--requests", "40").out)["latency"]  # no steady middle: all counted

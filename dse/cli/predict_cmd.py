@@ -278,6 +278,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
             "expected_error": None if error is None else asdict(error),
         }
         print(json.dumps(out, indent=2, allow_nan=False))
+        _warn(lat)  # in the JSON too, and on stderr where a pipe to a JSON reader leaves it in sight
         return 0
     per_step = assumed["mtp_tokens_per_step"]
     plural = "" if drafts == 1 else "s"
@@ -570,6 +571,11 @@ def _print_latency(
         f"{lat.output_tokens_per_s_per_gpu:.4g} output tokens/s/GPU; "
         f"{lat.preempted} preempted"
     )
+    _warn(lat)
+
+
+def _warn(lat: Latency) -> None:
+    """A window too short for a steady state, said on stderr (with or without --json)."""
     if lat.warning:
         print(f"dse: warning: {lat.warning}", file=sys.stderr)
 
