@@ -375,24 +375,39 @@ def test_every_flag_is_named_in_the_docs() -> None:
     assert missing == set()
 
 
-def test_every_study_file_key_is_in_the_table_of_studies_md() -> None:
-    """Each key of the spec (the sweep's axes apart: they have their own paragraph) appears in the
-    table of docs/studies.md ([search] population did not)."""
+def _keys(cls: Any, skip: Any = None) -> Iterator[str]:
+    """The keys of a data file read into dataclass ``cls``, its tables' keys included (those of
+    ``skip``'s table left out)."""
     import dataclasses
     import typing
 
-    from dse.study.spec import StudySpec, Sweep
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if cls is not skip:
+            yield f.name
+        for t in (hints[f.name], *typing.get_args(hints[f.name])):
+            if dataclasses.is_dataclass(t) and t is not cls:
+                yield from _keys(t, skip)
 
-    def keys(cls: Any) -> Iterator[str]:
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            if cls is not Sweep:
-                yield f.name
-            for t in (hints[f.name], *typing.get_args(hints[f.name])):
-                if dataclasses.is_dataclass(t) and t is not cls:
-                    yield from keys(t)
+
+def _unnamed(keys: Iterator[str], text: str) -> set[str]:
+    return {k for k in keys if not re.search(rf"(?<![\w-]){k}(?![\w-])", text)}
+
+
+def test_every_study_file_key_is_in_the_table_of_studies_md() -> None:
+    """Each key of the spec (the sweep's axes apart: they have their own paragraph) appears in the
+    table of docs/studies.md ([search] population did not)."""
+    from dse.study.spec import StudySpec, Sweep
 
     page = (REPO / "docs" / "studies.md").read_text(encoding="utf-8")
     table = "\n".join(line for line in page.splitlines() if line.startswith("| "))
-    missing = {k for k in keys(StudySpec) if not re.search(rf"(?<![\w-]){k}(?![\w-])", table)}
-    assert missing == set()
+    assert _unnamed(_keys(StudySpec, skip=Sweep), table) == set()
+
+
+def test_every_catalog_key_is_named_in_catalogs_md() -> None:
+    """A model file's keys (the page had none) and a hardware file's, in its example or its list."""
+    from dse.catalog.hardware import Hardware
+    from dse.catalog.model import Model
+
+    page = (REPO / "docs" / "catalogs.md").read_text(encoding="utf-8")
+    assert _unnamed(_keys(Model), page) == set() and _unnamed(_keys(Hardware), page) == set()
