@@ -311,3 +311,28 @@ def test_prefill_and_midfill_shapes_are_checked_as_shapes_are(cli: Cli) -> None:
         out = cli(*ONE, flag, "8gpu-tp8-ep9")
         assert out.code == 2 and out.err.count("\n") == 1, out.err
         assert f"{flag} = '8gpu-tp8-ep9'" in out.err and "EP 9 must divide the 8 GPUs" in out.err
+
+
+def test_a_class_resting_wholly_in_hbm_reloads_nothing_not_round_off(cli: Cli) -> None:
+    """HiGHS leaves 1e-10 of the class's turns in DRAM: the table had printed a reload of
+    1.037e-10 GB/s, and the JSON (as a study's kv_tiers export) carried it, and 0.99999... in HBM."""
+    out = cli("place", "--hardware", "b200", "--engine", "sglang", "--rate", "20", "--isl", "4000", "--osl",
+              "1000", "--returning-share", "0.5", "--prefix", "12000", "--suffix", "400", "--think", "1:60",
+              "--ttft", "2", "--tpot", "0.05", "--no-shadow-prices", "--json")  # fmt: skip
+    assert out.code == 0, out.err
+    (tier,) = json.loads(out.out)["best"]["tiers"]
+    assert tier["share"] == {"hbm": 1.0, "dram": 0.0, "nvme": 0.0, "network": 0.0, "drop": 0.0}, tier
+    assert set(tier["reload_gb_s"].values()) == {0.0} and tier["stored_gb"]["dram"] == 0.0
+
+
+def test_round_off_is_none_and_a_real_share_stays() -> None:
+    import numpy as np
+
+    from dse.placement.plan import without_noise
+
+    ret = np.zeros((2, 2, 5))
+    ret[0, 0, 0], ret[0, 0, 1], ret[1, 0, 1] = 10.0, 1e-10, 2.3e-15  # class 0: all in HBM, and noise
+    ret[0, 1, 0], ret[1, 1, 3] = 3.0, 1e-6  # class 1: a small share that is the solver's choice
+    clean = without_noise(ret)
+    assert clean[0, 0, 0] == 10.0 and clean[0, 0, 1] == 0.0 and clean[1, 0, 1] == 0.0
+    assert clean[1, 1, 3] == 1e-6 and clean[0, 1, 0] == 3.0
