@@ -336,3 +336,49 @@ def test_round_off_is_none_and_a_real_share_stays() -> None:
     clean = without_noise(ret)
     assert clean[0, 0, 0] == 10.0 and clean[0, 0, 1] == 0.0 and clean[1, 0, 1] == 0.0
     assert clean[1, 1, 3] == 1e-6 and clean[0, 1, 0] == 3.0
+
+
+def test_the_idle_gpus_of_a_rack_bought_are_a_row_and_the_rows_add_up(cli: Cli) -> None:
+    """5 requests/s need a few GB200 GPUs, and a rack is 72: the pools' $/hour had summed far
+    below the design's, the rest shown nowhere. The idle GPUs are a row of their own (and `idle`
+    in the JSON), and the note says what the rows sum to."""
+    flags = ("place", "--hardware", "gb200", "--rate", "5", "--isl", "4000", "--osl", "1000", "--ttft", "2",
+             "--tpot", "0.05", "--no-shadow-prices")  # fmt: skip
+    doc = json.loads(cli(*flags, "--json").out)
+    for o in (o for o in doc["outcomes"] if o["feasible"]):
+        assert sum(p["gpus"] for p in o["pools"]) + sum(i["gpus"] for i in o["idle"]) == o["gpus"] == 72
+        rows = sum(p["usd_per_hour"] for p in o["pools"]) + sum(i["usd_per_hour"] for i in o["idle"])
+        assert rows == pytest.approx(o["usd_per_hour"], rel=1e-9)
+    (idle,) = doc["best"]["idle"]
+    assert idle["hardware"] == "gb200-nvl72" and idle["sale_unit_gpus"] == 72 and idle["gpus"] > 0
+    text = cli(*flags).out
+    row = next(line for line in text.splitlines() if line.startswith("idle "))
+    assert row.split()[1:3] == ["gb200-nvl72", "-"] and f" {idle['gpus']} " in row, row
+    total = doc["best"]["usd_per_hour"]
+    assert (
+        "idle: GPUs bought with a whole node or rack (gb200-nvl72: 72 GPUs) that no pool runs on; "
+        f"the rows sum to ${total:,.2f}/hour"
+    ) in text
+
+
+def test_the_note_names_storage_the_rows_leave_out() -> None:
+    """The design's $/hour also holds the storage resting KV fills, where it is priced."""
+    from dataclasses import replace
+
+    from dse.cli.place_cmd import _rows_note
+    from dse.placement import PlacementRequest, place
+    from dse.workload import Slo, Workload
+
+    req = PlacementRequest(model="deepseek-v3", hardware=("gb200",),
+                           workload=Workload(requests_per_s=5, input_tokens=4000, output_tokens=1000),
+                           slo=Slo(ttft_s=2, tpot_s=0.05))  # fmt: skip
+    best = place(req, with_shadow_prices=False).best
+    assert best is not None
+    stored = replace(best, usd_per_hour=best.usd_per_hour + 1.5)
+    rows = f"the rows sum to ${best.usd_per_hour:,.2f}/hour, and $1.50/hour of storage for resting KV"
+    assert str(_rows_note(stored)).startswith("idle: ") and str(_rows_note(stored)).endswith(rows)
+    pools_only = sum(p.usd_per_hour for p in best.pools)
+    assert _rows_note(replace(stored, idle=(), usd_per_hour=pools_only + 1.5)) == rows.replace(
+        f"{best.usd_per_hour:,.2f}", f"{pools_only:,.2f}"
+    )
+    assert _rows_note(replace(best, idle=(), usd_per_hour=pools_only)) is None  # the pools are all of it

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -461,6 +462,8 @@ def render(
     if energy is not None:
         lines.append(_energy_line(report.request, energy))
     lines += ["", _pools_table(best, report.request.slo)]
+    if (note := _rows_note(best)) is not None:
+        lines.append(note)
     if best.tiers:
         lines += ["", _tiers_table(best)]
     if report.shadow_prices:
@@ -470,6 +473,23 @@ def render(
             _shadow_prices_table(report),
         ]
     return "\n".join(lines)
+
+
+def _rows_note(best: TopologyOutcome) -> str | None:
+    """What the ``idle`` rows are, and what the rows add up to against the design's $/hour when
+    that holds more than the pools (the idle GPUs of whole nodes or racks, the storage resting KV
+    fills where it is priced); None when the pools are the whole of it."""
+    rows = sum(p.usd_per_hour for p in best.pools) + sum(i.usd_per_hour for i in best.idle)
+    known = math.isfinite(rows) and math.isfinite(best.usd_per_hour)  # else a price the catalog lacks
+    rest = best.usd_per_hour - rows if known else 0.0
+    parts = []
+    if best.idle:
+        units = "; ".join(f"{i.hardware}: {i.sale_unit_gpus} GPUs" for i in best.idle)
+        parts.append(f"idle: GPUs bought with a whole node or rack ({units}) that no pool runs on")
+    if known and (best.idle or rest > 0.005):
+        storage = f", and ${rest:,.2f}/hour of storage for resting KV" if rest > 0.005 else ""
+        parts.append(f"the rows sum to ${rows:,.2f}/hour{storage}")
+    return "; ".join(parts) or None
 
 
 def _energy_line(req: PlacementRequest, e: dict[str, float | None]) -> str:
@@ -566,6 +586,8 @@ def _pools_table(best: TopologyOutcome, slo: Slo) -> str:
         ]
         for p in best.pools
     ]
+    # the GPUs of whole nodes or racks bought that no pool runs on: in the design's $/hour too
+    rows += [["idle", i.hardware, None, None, i.gpus, *[None] * 6, i.usd_per_hour] for i in best.idle]
     return format_table(
         [
             "role",

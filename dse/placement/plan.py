@@ -20,7 +20,7 @@ from dse.placement.candidates import Candidates, Exclusion, UnitInfo, build_cand
 from dse.placement.explain import Infeasibility, ShadowPrice, explain, shadow_prices
 from dse.placement.request import PlacementRequest, Topology
 from formulations.placement_check import CheckReport, check, cost_usd_hour
-from formulations.placement_data import TIERS, Objective, PlacementSolution, Role
+from formulations.placement_data import TIERS, Objective, PlacementData, PlacementSolution, Role
 from formulations.solve import PlacementSolver, SolutionStatus, SolveOptions, SolveResult, Termination
 
 
@@ -56,6 +56,18 @@ class TierPlan:
 
 
 @dataclass(frozen=True)
+class IdleGpus:
+    """GPUs of a hardware's nodes or racks bought that no pool runs on: a design buys whole sale
+    units (an 8-GPU node, a 72-GPU rack), so a pool of 4 GPUs leaves 4 of its node idle, paid for
+    in the design's $/hour and in none of its pools'."""
+
+    hardware: str
+    gpus: int
+    usd_per_hour: float
+    sale_unit_gpus: int  # GPUs the hardware is bought in at once: 8 (a node), 72 (a rack)
+
+
+@dataclass(frozen=True)
 class TopologyOutcome:
     topology: Topology
     result: SolveResult
@@ -70,6 +82,7 @@ class TopologyOutcome:
     tokens_per_s: float  # input + output tokens served per second
     usd_per_million_tokens: float
     infeasibility: Infeasibility | None
+    idle: tuple[IdleGpus, ...] = ()  # GPUs bought that no pool runs on, per hardware
 
     @property
     def feasible(self) -> bool:
@@ -240,7 +253,23 @@ def solve_candidates(
         tokens_per_s=tokens,
         usd_per_million_tokens=cost / (3600.0 * tokens) * 1e6 if tokens > 0 else np.nan,
         infeasibility=None,
+        idle=idle_gpus(data, sol, pools),
     )
+
+
+def idle_gpus(
+    data: PlacementData, sol: PlacementSolution, pools: tuple[PoolPlan, ...]
+) -> tuple[IdleGpus, ...]:
+    """Per hardware, the GPUs of the nodes or racks bought that its pools leave idle, at that
+    hardware's price (the pools' $/hour and these add up to the GPUs' part of the design's)."""
+    out = []
+    for h, name in enumerate(data.hw_names):
+        bought = int(round(float(sol.sale_units[h] * data.sale_gpus[h])))
+        idle = bought - sum(p.gpus for p in pools if p.unit.hardware == name)
+        if idle > 0:
+            sale = int(data.sale_gpus[h])
+            out.append(IdleGpus(name, idle, idle * float(data.usd_per_gpu_hour[h]), sale))
+    return tuple(out)
 
 
 def _serves_nothing(
@@ -361,6 +390,7 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
 
 
 __all__ = [
+    "IdleGpus",
     "Objective",
     "PlacementReport",
     "PoolPlan",
