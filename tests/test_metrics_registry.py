@@ -41,8 +41,11 @@ def test_an_objective_named_by_its_exported_column_is_told_its_name(tmp_path: Pa
     text = TINY.read_text()
     for name, rule in [
         ("tpot_mean_s", "'tpot_mean_s' is the exported column of objective 'tpot_s': name the objective"),
-        ("decode_batch_sequences", "'decode_batch_sequences' is the exported column of metric "
-                                   "'decode_batch', recorded only (no direction)"),
+        (
+            "decode_batch_sequences",
+            "'decode_batch_sequences' is the exported column of metric "
+            "'decode_batch', recorded only (no direction)",
+        ),
         ("decode_batch", "is recorded only (no direction); must be a metric with a direction: e2e_s, gpus"),
         ("nope", "must be a metric with a direction: e2e_s, gpus"),
     ]:
