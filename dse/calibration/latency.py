@@ -63,6 +63,11 @@ SLOWDOWN_GRID = (1.0, 1.15, 1.3, 1.45, 1.6, 1.8)
 # times the step costs' prefill forward an aggregated instance may take; the fit picks one
 AGG_PREFILL_GRID = tuple(np.round(np.arange(0.6, 1.0001, 0.05), 2))
 Factors = tuple[float, float]  # (attention-DP prefill slowdown, aggregated prefill factor)
+# replays of one set of step costs at most: the first with clients that resend at once, then at
+# the offsets fitted on it, and so on while they move (:func:`_fitted_in_loop`). Two: the fit is
+# flat in the hand-off, and further passes cycle among 65, 95 and 110 ms (in-sample TTFT p50
+# 25.4-25.9%), whatever they start from
+LOOP_PASSES = 2
 
 
 def measured_latency(data: Sequence[Measured]) -> np.ndarray:
@@ -107,9 +112,12 @@ def replay_measured(
     prefill factor of :data:`AGG_PREFILL_GRID`. The two reach disjoint runs, so each run is
     replayed at its own factor's values alone and stands at every value of the other (a run
     neither reaches, once). With several ``seeds`` (draws of the run's lengths and acceptances)
-    each percentile is their mean."""
+    each percentile is their mean. The benchmark's clients send each next request once the last
+    token reaches them, so their loop runs at ``params``' offsets (:func:`fit_latency` replays
+    again at the offsets it fits until they repeat)."""
     bare = replace(params, latency=LatencyParams())
-    base = [_replay(m, catalog, bare, seeds) for m in data]
+    offsets = (params.latency.frontend_s, params.latency.handoff_s)
+    base = [_replay(m, catalog, bare, seeds, offsets) for m in data]
     slowed = [latency_tables_of(m.row, catalog, bare).dp_prefill_slowed for m in data]
     group = np.array(
         [f"{m.row.engine}/{catalog.hardware(m.row.hardware).vendor}/{m.row.warmup}" for m in data]
@@ -123,7 +131,7 @@ def replay_measured(
             factors: dict[str, Any] = {name: float(f)}
             lp = replace(params, latency=LatencyParams(**factors))
             out[f] = [
-                _replay(m, catalog, lp, seeds) if hit and f != 1.0 else b
+                _replay(m, catalog, lp, seeds, offsets) if hit and f != 1.0 else b
                 for m, hit, b in zip(data, reached, base, strict=True)
             ]
         return out
@@ -139,13 +147,15 @@ def replay_measured(
 
 
 def _replay(
-    m: Measured, catalog: Catalog, params: PerfParams, seeds: Sequence[int]
+    m: Measured, catalog: Catalog, params: PerfParams, seeds: Sequence[int], offsets: tuple[float, float]
 ) -> tuple[np.ndarray, np.ndarray]:
     """One run's TTFT p50 and p99 at each first-wave wait, ``(2, len(COLD_GRID))``, and its TPOT
-    p50 and p99, each the mean over ``seeds``."""
+    p50 and p99, each the mean over ``seeds``; its clients' loop at the front end and (if
+    disaggregated) hand-off ``offsets``, which are not in its times."""
     ttfts, tpots = [], []
+    loop_s = offsets[0] + (offsets[1] if m.row.disagg else 0.0)
     for seed in seeds:
-        lat = latency_of(m.row, catalog, params, seed=seed)
+        lat = latency_of(m.row, catalog, params, seed=seed, loop_s=loop_s)
         wave = lat.first_wave  # the closed loop's first requests, sent at once
         t = np.where(np.isnan(lat.ttft_s), np.inf, lat.ttft_s)
         ttfts.append([_with_waits(t, wave, 50.0), _with_waits(t, wave, 99.0)])
@@ -388,19 +398,59 @@ def fit_latency(
         return LatencyFit(params.latency, unknown, loho, None, {h: params.latency for h in fold_fits or {}})
     disagg = np.array([m.row.disagg for m in data])
     folds = dict(fold_fits or {})
-    reps, *fold_sets = _replays(data, catalog, [params, *folds.values()], jobs, seeds)
-    fitted = fit_factors(reps, meas, disagg)
+    hw = np.array([m.row.hardware for m in data])
+    trains = [np.ones(len(data), bool), *(hw != held for held in folds)]
+    (reps, *fold_sets), (fitted, *fold_fitted) = _fitted_in_loop(
+        data, catalog, [params, *folds.values()], trains, meas, disagg, jobs, seeds
+    )
     in_sample = medians(abs_errors(predicted(reps[factors_of(fitted)], disagg, fitted), meas))
     if fold_fits is None:
         return LatencyFit(fitted, in_sample, None, None)
-    hw = np.array([m.row.hardware for m in data])
     pred = np.full_like(meas, np.nan)
-    fold_params = {}
-    for held, fold_reps in zip(folds, fold_sets, strict=True):
-        train = hw != held
-        lp = fold_params[held] = fit_factors(_rows(fold_reps, train), meas[train], disagg[train])
+    fold_params = dict(zip(folds, fold_fitted, strict=True))
+    for held, fold_reps, train in zip(folds, fold_sets, trains[1:], strict=True):
+        lp = fold_params[held]
         held_rep = _rows(fold_reps, ~train)[factors_of(lp)]
         pred[~train] = predicted(held_rep, disagg[~train], lp)
     err = abs_errors(pred, meas)
     by_hw = {h_: medians(err[hw == h_]) for h_ in sorted(set(hw))}
     return LatencyFit(fitted, in_sample, medians(err), by_hw, fold_params)
+
+
+def _fitted_in_loop(
+    data: Sequence[Measured],
+    catalog: Catalog,
+    sets: list[PerfParams],
+    trains: list[np.ndarray],
+    meas: np.ndarray,
+    disagg: np.ndarray,
+    jobs: int,
+    seeds: Sequence[int],
+) -> tuple[list[dict[Factors, Replays]], list[LatencyParams]]:
+    """Each set of step costs' replays and the latency fit on its ``trains`` rows. A replay's
+    clients loop at its set's offsets (:func:`replay_measured`), which the fit then chooses: each
+    set is replayed first with clients that resend at once (whatever offsets it holds, so that the
+    fit does not depend on them), then, where the fit put offsets, at those, until they repeat (at
+    most :data:`LOOP_PASSES` replays; the last fit stands)."""
+    sets = [replace(s, latency=replace(s.latency, frontend_s=0.0, handoff_s=0.0)) for s in sets]
+    reps = _replays(data, catalog, sets, jobs, seeds)
+
+    def fit(k: int) -> LatencyParams:
+        return fit_factors(_rows(reps[k], trains[k]), meas[trains[k]], disagg[trains[k]])
+
+    fits = [fit(k) for k in range(len(sets))]
+    for _ in range(LOOP_PASSES - 1):
+        moved = [k for k, (s, lp) in enumerate(zip(sets, fits)) if _offsets(s.latency) != _offsets(lp)]
+        if not moved:
+            break
+        for k in moved:
+            f, h = _offsets(fits[k])
+            sets[k] = replace(sets[k], latency=replace(sets[k].latency, frontend_s=f, handoff_s=h))
+        for k, r in zip(moved, _replays(data, catalog, [sets[k] for k in moved], jobs, seeds), strict=True):
+            reps[k] = r
+            fits[k] = fit(k)
+    return reps, fits
+
+
+def _offsets(lp: LatencyParams) -> tuple[float, float]:
+    return round(lp.frontend_s, 6), round(lp.handoff_s, 6)

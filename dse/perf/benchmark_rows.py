@@ -562,15 +562,17 @@ def latency_of(
     requests: int = 0,
     seed: int = 0,
     fresh: bool = True,
+    loop_s: float | None = None,
 ) -> Latency:
     """The row's deployment simulated request by request (:mod:`dse.perf.latency`); by default
     under its benchmark's load: a closed loop at its concurrency with its lengths, on a fresh
-    server (``fresh``: its first wave waits the engine's cold start on the row's GPUs)."""
+    server (``fresh``: its first wave waits the engine's cold start on the row's GPUs); ``loop_s``:
+    :func:`~dse.perf.latency.simulate_latency`'s."""
     lengths = benchmark_lengths(row) if lengths is None else lengths
     load = Load("closed", concurrency=row.conc) if load is None else load
     tables = latency_tables_of(row, catalog, params, lengths)
     cold = cold_start_of(row, catalog, params) if fresh else 0.0
-    return simulate_latency(tables, load, lengths, requests=requests, seed=seed, cold_start_s=cold)
+    return simulate_latency(tables, load, lengths, requests=requests, seed=seed, cold_start_s=cold, loop_s=loop_s)
 
 
 def latency_tables_of(

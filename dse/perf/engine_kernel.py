@@ -46,8 +46,9 @@ and where they come from (see :mod:`dse.perf.latency` for the citations):
   is streamed then.
 
 Load: closed loop (``clients > 0``: requests ``0..clients-1`` arrive at time 0 and each request
-finishing sends the next one at once, as benchmark_serving's ``--max-concurrency`` with
-``--request-rate inf`` does), or open loop (``arrivals``: sorted times).
+finishing sends the next one, as benchmark_serving's ``--max-concurrency`` with ``--request-rate
+inf`` does, which reaches the engine ``think`` seconds later: the last token's way out to the
+client and the next request's way in), or open loop (``arrivals``: sorted times).
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def simulate(
     agg, mixed, n_prefill, n_decode, clients, arrivals, isl, osl, steps, accept,
     dec_n, dec_a, dec_b, pf_tokens, pf_cost, chunk, pf_chunk, kv_cap, run_cap, recv_every, reserve,
     xfer_fixed, xfer_per_token, t_arrive, t_first, t_done, cached, bootstrap, pf_lane, dec_reserve,
-    balance,
+    balance, think,
 ):  # fmt: skip
     """Fill ``t_arrive``, ``t_first`` and ``t_done`` for every request; returns the number of
     preemptions. Lengths in tokens, times in seconds; ``steps`` are decode steps after the first
@@ -132,7 +133,9 @@ def simulate(
     ``dec_reserve``: tokens a disaggregated decode instance reserves past each prompt it admits
     (0: ``reserve`` times the output); ``balance``: an aggregated instance's attention-DP ranks
     whose context requests wait for each other, ``recv_every`` steps at most (TensorRT-LLM's
-    ``enable_balance``; 0: none)."""
+    ``enable_balance``; 0: none); ``think``: closed loop, the seconds from the engine finishing a
+    request to its client's next one reaching the engine (the stream's way out to the client and
+    the next request's way in; 0: at once)."""
     N = len(isl)
     D = n_decode
     P = n_prefill if not agg else 0
@@ -168,7 +171,7 @@ def simulate(
     pf[0], pf[1] = pf_tokens, pf_cost
     pending = np.zeros(N, np.int64)  # requests that arrived and wait to be routed
     n_pending = 0
-    next_arrival = 0
+    next_arrival = 0  # open loop: the next of ``arrivals``; closed: the next request sent, not yet in
     spawned = 0
     if clients > 0:  # the first wave arrives at once
         spawned = min(clients, N)
@@ -176,6 +179,7 @@ def simulate(
             rf[i, ARRIVE] = 0.0
             pending[n_pending] = i
             n_pending += 1
+        next_arrival = spawned
     done = 0
     preempted = 0
     now = 0.0
@@ -187,6 +191,8 @@ def simulate(
         who = -1
         if clients == 0 and next_arrival < N:
             t_next = arrivals[next_arrival]
+        elif think > 0.0 and next_arrival < spawned:  # closed: sent ``think`` earlier, in order
+            t_next = rf[next_arrival, ARRIVE]
         for m in range(M):
             if mf[m, BUSY] < t_next:
                 t_next = mf[m, BUSY]
@@ -194,8 +200,9 @@ def simulate(
         if t_next == INF:
             break  # nothing can move: the rest can never be served
         now = t_next
-        if who < 0:  # an open-loop arrival
-            rf[next_arrival, ARRIVE] = now
+        if who < 0:  # an arrival: open loop, or a closed loop's request on its way in
+            if clients == 0:
+                rf[next_arrival, ARRIVE] = now
             pending[0] = next_arrival
             n_pending = 1
             next_arrival += 1
@@ -242,7 +249,7 @@ def simulate(
         mi[j, MODE] = IDLE
         mf[j, BUSY] = INF
         if clients > 0:  # each request that finished sends its client's next one, now
-            spawned, n_pending = _spawn(done - finished_from, now, spawned, N, rf, pending, n_pending)
+            spawned, n_pending = _spawn(done - finished_from, now, think, spawned, N, rf, pending, n_pending)
         for r in range(n_pending):  # before this instance schedules, so it may take them now
             _route(pending[r], now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi)
         n_pending = 0
@@ -252,7 +259,7 @@ def simulate(
             rf, ri, mf, mi, run, batch, dec, pf,
         )  # fmt: skip
         if clients > 0:  # requests done on admission (one output token) release their clients too
-            spawned, n_pending = _spawn(done - before, now, spawned, N, rf, pending, n_pending)
+            spawned, n_pending = _spawn(done - before, now, think, spawned, N, rf, pending, n_pending)
     for i in range(N):
         t_arrive[i] = rf[i, ARRIVE]
         t_first[i] = rf[i, FIRST]
@@ -261,13 +268,16 @@ def simulate(
 
 
 @njit(cache=True)
-def _spawn(count, now, spawned, N, rf, pending, n_pending):  # type: ignore[no-untyped-def]
-    """A closed loop's clients whose requests finished send their next ones now: (spawned, pending)."""
+def _spawn(count, now, think, spawned, N, rf, pending, n_pending):  # type: ignore[no-untyped-def]
+    """A closed loop's clients whose requests finished send their next ones, which reach the
+    engine ``think`` seconds later (at once: pending now; later: arrivals the loop takes in the
+    order sent, :func:`simulate`): (spawned, pending)."""
     for _ in range(count):
         if spawned < N:
-            rf[spawned, ARRIVE] = now
-            pending[n_pending] = spawned
-            n_pending += 1
+            rf[spawned, ARRIVE] = now + think
+            if think <= 0.0:
+                pending[n_pending] = spawned
+                n_pending += 1
             spawned += 1
     return spawned, n_pending
 

@@ -118,6 +118,7 @@ def simulate_latency(
     seed: int = 0,
     cold_start_s: float = 0.0,
     windows: float = STEADY_WINDOWS,
+    loop_s: float | None = None,
 ) -> Latency:
     """Simulate ``requests`` requests (0: ten per client in a closed loop, as InferenceX; a trace's
     own count; for Poisson or bursty arrivals 2,000, or as many more as make the window hold
@@ -126,7 +127,11 @@ def simulate_latency(
     Closed loop, the engine starts ``cold_start_s`` after the clients (a fresh server tuning its
     kernels for the first burst, :attr:`~dse.perf.params.LatencyParams.cold_start_s`): the whole
     run is the simulated one shifted that much later, so the first wave's TTFT and end-to-end
-    latency grow by it, and every later request, sent when one finishes, is as simulated.
+    latency grow by it, and every later request, sent when one finishes, is as simulated. A
+    client sends its next request when the last token reaches it, so that request reaches the
+    engine the tables' offsets (:attr:`EngineTables.frontend_s`, and the hand-off disaggregated)
+    after the engine finished the last, or ``loop_s`` after where given (the calibration replays
+    runs without the offsets, which it fits afterwards, and with the clients' loop at given ones).
 
     An open loop's window shorter than ``windows`` times the requests in flight warns
     (:func:`_steady_warning`): a caller that reads only its steady middle asks for fewer."""
@@ -139,12 +144,12 @@ def simulate_latency(
             else OPEN_REQUESTS
         )
     requests = min(requests, MAX_REQUESTS)
-    lat = _window(t, load, lengths, requests, seed, cold_start_s, windows)
+    lat = _window(t, load, lengths, requests, seed, cold_start_s, windows, loop_s)
     served = lat.e2el_s[np.isfinite(lat.e2el_s)]
     if grow and served.size:  # Little's law on the first window: the requests in flight at once
         steady = int(np.ceil(1.5 * windows * load.rate * float(np.median(served))))
         if steady > requests:
-            lat = _window(t, load, lengths, min(steady, MAX_REQUESTS), seed, cold_start_s, windows)
+            lat = _window(t, load, lengths, min(steady, MAX_REQUESTS), seed, cold_start_s, windows, loop_s)
     return lat
 
 
@@ -156,6 +161,7 @@ def _window(
     seed: int,
     cold_start_s: float,
     windows: float,
+    loop_s: float | None = None,
 ) -> Latency:
     """One simulated window of ``requests`` requests (:func:`simulate_latency`)."""
     rng = np.random.default_rng(seed)
@@ -179,6 +185,8 @@ def _window(
         order = np.argsort(at_engine, kind="stable")
         at_engine = at_engine[order]
     arrive, first, done = np.empty(n), np.empty(n), np.empty(n)
+    extra = t.frontend_s + (0.0 if t.agg else t.handoff_s)  # after the engine, before the client
+    think = (extra if loop_s is None else loop_s) if clients > 0 else 0.0
     # one type per argument, so the compiled kernel is one signature (each other costs a compile)
     f64 = np.float64
     preempted = simulate(
@@ -189,7 +197,7 @@ def _window(
         np.asarray(t.pf_cost, f64), float(t.chunk), float(t.pf_chunk), float(t.kv_cap), int(t.run_cap),
         int(t.recv_every), float(t.reserve), float(t.xfer_fixed), float(t.xfer_per_token), arrive, first,
         done, np.asarray(cached[order], f64), bool(t.bootstrap), float(t.pf_lane), float(t.dec_reserve),
-        float(t.balance_ranks),
+        float(t.balance_ranks), float(think),
     )  # fmt: skip
     back = np.empty(n, dtype=np.int64)
     back[order] = np.arange(n)  # request k ran as index back[k]
@@ -197,7 +205,6 @@ def _window(
         arrive = arrivals
     else:
         arrive = arrive[back]
-    extra = t.frontend_s + (0.0 if t.agg else t.handoff_s)  # after the engine, before the client
     first, done = first[back] + extra, done[back] + extra
     cold = cold_start_s if clients > 0 else 0.0
     # the whole run shifted: every time but the first wave's sending (requests 0..clients-1, at 0)
