@@ -19,6 +19,7 @@ from dse.sim import (
 )
 from dse.sim.des import simulate_des
 from dse.sim.fluid import simulate_fluid
+from dse.sim.scenario import pooled_decode
 from dse.sim.statistics import detect_oscillation, weighted_quantile
 
 TAIL = OutputLengths((0.9, 0.1), (200.0, 2000.0))  # mean 380 tokens, long-tailed
@@ -124,6 +125,37 @@ def test_vectorised_configurations_equal_their_runs_alone() -> None:
         alone, _ = simulate_fluid(many.one(i), sc)
         assert together.ttft_mean_s[i] == pytest.approx(alone.ttft_mean_s[0], rel=1e-12)
         assert together.requests_per_s[i] == pytest.approx(alone.requests_per_s[0], rel=1e-12)
+
+
+def test_decode_pools_of_two_sizes_and_speeds_run_at_their_summed_capacity() -> None:
+    """Three instances of 64 slots at 20 ms + 0.2 ms a sequence beside one of 45 at twice that:
+    the fluid model's one kind of instance holds their mean slots (59.25) and steps at the mean
+    time per output token of both pools filled alike; read at the mean slots, its table gives
+    their summed capacity exactly. The reference steps each pool at its own table; the two agree
+    below capacity, and above it both decode at it while the backlog grows."""
+    fast, slow = 0.02 + 0.0002 * np.arange(65), 2 * (0.02 + 0.0002 * np.arange(46))
+    decode = pooled_decode([3.0, 1.0], [64, 45], [fast, slow], [0.0, 0.0])
+    p = Pipeline(prefill_instances=np.array([16.0]), prefill_s=np.array([0.5]), handoff_s=np.array([0.01]),
+                 buffer_max=np.array([np.inf]), **decode)  # fmt: skip
+    assert p.decode_instances[0] == 4.0 and p.slots[0] == 59.25
+    tokens_per_s = 3 * 64 / fast[64] + 45 / slow[45]
+    cap = float(p.decode_capacity(TAIL)[0])
+    assert cap == pytest.approx(tokens_per_s / TAIL.mean, rel=1e-12)
+    assert p.step_table[0, 0] == pytest.approx((3 * 64 + 45) / (3 * 64 / fast[0] + 45 / slow[0]), rel=1e-12)
+    one = pooled_decode([3.0], [64], [fast], [0.3])  # one pool: its own table, as it was
+    assert (one["step_table"][0] == fast).all()
+    assert one["prefill_time_share"][0] == 0.3 and one["slots"][0] == 64
+    for k in (0.5, 0.8):
+        f, _ = simulate_fluid(p, scenario(k * cap))
+        d, _, _ = simulate_des(p, scenario(k * cap), seed=3)
+        assert f.stable[0] and d.stable[0]
+        assert f.requests_per_s[0] == pytest.approx(d.requests_per_s[0], rel=0.05)
+        assert f.tpot_mean_s[0] == pytest.approx(d.tpot_mean_s[0], rel=0.05), k
+    f, _ = simulate_fluid(p, scenario(1.1 * cap))
+    d, _, _ = simulate_des(p, scenario(1.1 * cap), seed=3)
+    assert not f.stable[0] and not d.stable[0]
+    for run in (f, d):
+        assert float(run.output_tokens_per_s[0]) == pytest.approx(tokens_per_s, rel=0.03)
 
 
 @settings(max_examples=25, deadline=None)

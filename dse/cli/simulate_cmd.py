@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from dse.sim.engine_latency import DesignLatency
     from dse.sim.from_placement import SimDesign, SimPool
     from dse.sim.kv_cache import KvCacheReport
-    from dse.sim.scenario import Scenario
+    from dse.sim.scenario import Pipeline, Scenario
     from dse.sim.simulation import SimulationReport
     from dse.workload import Slo
 
@@ -560,6 +560,16 @@ def _design_line(design: SimDesign) -> str:
     return f"{design.model}, {design.topology}: {pools}"
 
 
+def _decode_text(p: Pipeline) -> str:
+    """The decode instances and their slots: one pool's, or each pool's (the fluid model runs them
+    as one kind of instance of their summed capacity; :func:`dse.sim.scenario.pooled_decode`)."""
+    x, slots = p.arrays("decode_pool_instances")[0], p.arrays("decode_pool_slots")[0]
+    if len(x) == 1:
+        return f"{p.decode_instances[0]:g} decode instances x {p.slots[0]:g} slots"
+    pools = " + ".join(f"{n:g} x {c:g}" for n, c in zip(x, slots, strict=True))
+    return f"{p.decode_instances[0]:g} decode instances ({pools} slots)"
+
+
 def render(report: SimulationReport, ttft: float, tpot: float) -> str:
     rows = []
     sims = [("fluid", report.fluid, report.fluid_s)]
@@ -583,7 +593,7 @@ def render(report: SimulationReport, ttft: float, tpot: float) -> str:
     p = report.pipeline
     lines = [
         f"pipeline: {p.prefill_instances[0]:g} prefill servers x {p.prefill_s[0]:.3g} s, "
-        f"{p.decode_instances[0]:g} decode instances x {p.slots[0]:g} slots; "
+        f"{_decode_text(p)}; "
         f"capacity {p.prefill_capacity()[0]:.3g} req/s prefill, "
         f"{p.decode_capacity(report.scenario.lengths)[0]:.3g} req/s decode; "
         f"arrivals {_arrivals_text(report.scenario)}",

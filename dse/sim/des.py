@@ -11,9 +11,12 @@ approximation alone. Seeded: the same seed gives the same run.
 * prefill: servers, first come first served, ``prefill_s`` per fresh prompt and ``midfill_s``
   per returning turn;
 * a handoff that finds the buffer full holds its transfer until a place frees (blocking);
-* decode: each instance steps its batch; a step at batch ``n`` lasts ``step_table[n]`` and gives
-  every sequence one token; finished sequences leave and the instance fills its free slots from
-  the buffer at the step boundary (continuous batching); an idle instance wakes on arrivals;
+* decode: each instance steps its batch; a step at batch ``n`` lasts its pool's table at ``n``
+  (``decode_pool_tables``; pools of other hardware or shapes keep their own slots and tables,
+  where the fluid model pools them) and gives every sequence one token; finished sequences leave
+  and the instance fills its free slots from the buffer at the step boundary (continuous
+  batching: the instance whose step ends first takes the next request); an idle instance wakes
+  on arrivals;
 * planner moves: a decode instance taken away returns its sequences to the front of the buffer;
   a prefill server taken away returns its request to the front of the queue.
 """

@@ -30,6 +30,7 @@ BUSY_MEMORY_S = 1.0  # how long an aggregated instance's decode remembers its pr
 
 @dataclass
 class _Decoder:
+    pool: int = 0  # the decode pool it belongs to: its slots and step table
     seqs: list[int] = field(default_factory=list)  # request ids
     left: list[int] = field(default_factory=list)  # tokens still to produce, per sequence
     busy: bool = False
@@ -88,8 +89,12 @@ class DesRun:
         m = len(draws.arrival_s)
         self.admitted = np.full(m, np.nan)  # entered a decode batch
         self.finished = np.full(m, np.nan)
-        self.slots, self.bmax = int(pipe.slots[0]), float(pipe.buffer_max[0])
-        self.table = pipe.step_table[0]
+        self.bmax = float(pipe.buffer_max[0])
+        # each decode pool's instances step at its own slots and table (the main pool first: an
+        # instance the planner brings to decode joins it)
+        self.slots = [int(c) for c in pipe.arrays("decode_pool_slots")[0]]
+        self.tables = pipe.arrays("decode_pool_tables")[0]
+        self.mean_slots = float(pipe.slots[0])
         self.planned = float(pipe.arrays("prefill_time_share")[0])  # > 0: decoders prefill too
         # the share of time the prefill servers were busy lately (decaying over BUSY_MEMORY_S)
         self.busy_avg, self.busy_now, self.busy_t = self.planned, 0.0, 0.0
@@ -97,7 +102,11 @@ class DesRun:
         self.plan = PlannerState(scenario.planner, pipe)
         self.log = MeasurementLog(1)
         self.servers = [_Server() for _ in range(int(pipe.prefill_instances[0]))]
-        self.decoders = [_Decoder() for _ in range(int(pipe.decode_instances[0]))]
+        self.decoders = [
+            _Decoder(pool=j)
+            for j, x in enumerate(pipe.arrays("decode_pool_instances")[0])
+            for _ in range(int(x + 1e-9))
+        ]
         self.queue: deque[int] = deque()  # waiting for a prefill server
         self.buffer: deque[int] = deque()  # prefilled and handed off, waiting for a decode slot
         self.blocked: deque[int] = deque()  # handed off while the buffer was full
@@ -229,7 +238,7 @@ class DesRun:
     def admit(self, t: float, d: _Decoder) -> None:
         """Fill ``d``'s free slots from the buffer (continuous batching)."""
         buffer = self.buffer
-        while buffer and len(d.seqs) < self.slots:
+        while buffer and len(d.seqs) < self.slots[d.pool]:
             r = buffer.popleft()
             if np.isnan(self.admitted[r]):
                 self.admitted[r] = t
@@ -245,7 +254,7 @@ class DesRun:
         self.admit(t, d)
         if d.seqs:
             d.busy = True
-            step = float(self.table[len(d.seqs)])
+            step = float(self.tables[d.pool, len(d.seqs)])
             if self.planned > 0:  # an aggregated instance: slower while its prefill takes more time
                 step *= shared_slowdown(self.planned, self.prefill_busy(t))
             self.push(t + step, STEP, i, d.epoch)
@@ -272,7 +281,7 @@ class DesRun:
         """Log the backlogs the planner reads, and append one sample of the trajectories."""
         cp, cd = self.plan.prefill[0], self.plan.decode[0]
         in_prefill = len(self.queue) + sum(1 for s in self.servers if s.alive and s.job >= 0)
-        cap_dec = cd * self.slots / (self.tau_full * self.scenario.lengths.mean)
+        cap_dec = cd * self.mean_slots / (self.tau_full * self.scenario.lengths.mean)
         waiting_work = float(sum(self.draws.service_s[r] for r in self.queue))
         self.log.record(
             t,

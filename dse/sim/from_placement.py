@@ -9,15 +9,17 @@ A four-stage design's midfill pool joins those servers with the midfills it was 
 of the same total work, so the fluid model sees its capacity but not that it refuses fresh
 prompts (the engine-level simulation keeps the pools apart only as one prefill pool as well).
 Returning turns first pass a reload stage (one session at a time per prefill instance, at the mean
-reload time of the tiers the MILP chose); every request passes a KV handoff stage. Decode pools
-become instances of the pool with the most instances, counted by capacity (a pool of another
-shape counts as the instances of equal tokens/s). The step table is the stage performance model's
-time per output token of that decode unit at every batch up to its operating point, which the
-engine uses as its batch cap. Aggregated units give a prefill
-server at full speed (a prompt's prefill runs as its own forward, or as a chunk beside the decode
-step) and a decode instance whose steps stretch by ``1 / (1 - phi)``, its prefill time share;
-attention-FFN units give decode instances paced by twice the attention half's step (each side
-has half the TPOT).
+reload time of the tiers the MILP chose); every request passes a KV handoff stage. Each decode
+pool keeps its instances, its slots (its unit's operating batch, which the engine uses as its
+batch cap) and its step table: the stage performance model's time per output token of its unit at
+every batch up to that cap (:func:`dse.sim.scenario.pooled_decode`: the discrete-event reference
+steps the pools apart, the fluid model one kind of instance of their summed capacity and mean
+time per output token). Until 2026-12-05 the pools became whole instances of the one with the most
+instances, counted by tokens/s and rounded up: a small second pool on other hardware doubled the
+decode capacity simulated. Aggregated units give a prefill server at full speed (a prompt's
+prefill runs as its own forward, or as a chunk beside the decode step) and a decode instance
+whose steps stretch by ``1 / (1 - phi)``, its prefill time share; attention-FFN units give decode
+instances paced by twice the attention half's step (each side has half the TPOT).
 
 The design is plain typed data (a study trial stores it), so the same pipeline can be built
 again later without solving anything.
@@ -37,7 +39,7 @@ from dse.perf.params import EngineProfile, PerfParams, with_mtp
 from dse.perf.pool import build_pool
 from dse.perf.serving import Deployment, decode_step_seconds, decode_tpot
 from dse.sim.kv_tiers import RestingClass
-from dse.sim.scenario import Pipeline
+from dse.sim.scenario import Pipeline, pooled_decode
 from dse.typed_data import build
 from dse.units import GB, Precision
 from dse.workload import Slo, Workload
@@ -346,9 +348,14 @@ def _pipeline(
     if prefill.servers <= 0 or not decoders:
         raise InputError(source, "best.pools", "needs a prefill-capable and a decode-capable pool")
     main = max(decoders, key=lambda d: d.instances)
-    slots, tpot, pool = _step_table(design, main, catalog, params)
-    # other decode pools count as instances of the main one with the same tokens/s
-    decode_x = sum(p.output_tokens_per_s for p in decoders) / (main.output_tokens_per_s / main.instances)
+    decoders.sort(key=lambda d: d is not main)  # the main pool first: its KV and the planner's
+    slots, tables, pool = _step_tables(design, decoders, catalog, params)
+    decode = pooled_decode(
+        [p.instances for p in decoders],
+        slots,
+        tables,
+        [p.prefill_share if p.role == "mixed" else 0.0 for p in decoders],
+    )
     handoff = (
         0.0
         if main.role == "mixed"
@@ -362,12 +369,8 @@ def _pipeline(
         prefill_instances=np.array([prefill.servers]),
         prefill_s=np.array([fresh_s]),
         handoff_s=np.array([handoff]),
-        # whole instances, never fewer than the placement's capacity
-        decode_instances=np.array([max(1.0, float(np.ceil(decode_x - 1e-9)))]),
-        slots=np.array([float(slots)]),
-        step_table=tpot[None, :],
         buffer_max=np.array([buffer_max]),
-        label=(f"{design.topology}: {main.name}",),
+        label=(f"{design.topology}: {' + '.join(p.name for p in decoders)}",),
         midfill_share=np.array([share]),
         midfill_s=np.array([midfill_s]),
         reload_s=np.array([prefill.reload_w / prefill.mid_n if prefill.mid_n > 0 else 0.0]),
@@ -375,28 +378,44 @@ def _pipeline(
         # hands one request's KV to decode at a time over the NICs that hold its shards
         reload_servers=np.array([prefill.instances]),
         handoff_servers=np.array([prefill.instances if handoff > 0 else np.inf]),
-        # an aggregated unit's prefill takes time from its decode: the table leaves it the
-        # planned share, and the simulators slow or speed its steps as prefill takes more or less
-        prefill_time_share=np.array([main.prefill_share if main.role == "mixed" else 0.0]),
+        # every decode pool at its own instances, slots and step table, no instance rounded up;
+        # an aggregated unit's prefill takes time from its decode: the tables leave it the planned
+        # share, and the simulators slow or speed its steps as prefill takes more or less
+        **decode,
     )
     return pipe, kv_gb
 
 
+def _step_tables(
+    design: SimDesign, pools: list[SimPool], catalog: Catalog, params: PerfParams
+) -> tuple[list[int], list[Any], Any]:
+    """(slots, time per output token at every batch 0..slots) of each decode pool, and the
+    performance-model pool of the first one."""
+    slots, tables, first = [], [], None
+    for p in pools:
+        c, table, pool = _step_table(design, p, catalog, params)
+        slots.append(c)
+        tables.append(table)
+        first = pool if first is None else first
+    return slots, tables, first
+
+
 def _step_table(
-    design: SimDesign, main: SimPool, catalog: Catalog, params: PerfParams
+    design: SimDesign, dec: SimPool, catalog: Catalog, params: PerfParams
 ) -> tuple[int, Any, Any]:
-    """(slots, time per output token at every batch 0..slots, the pool) of the main decode pool:
-    the performance model at up to 257 batches, interpolated to every batch up to the cap."""
+    """(slots, time per output token at every batch 0..slots, the pool) of one decode pool: the
+    performance model at up to 257 batches (a pool the performance model builds once a process),
+    interpolated to every batch up to the cap; an aggregated unit's leaves prefill its share."""
     w, engine = design.workload, design.engine_of(params)
-    slots = int(max(1, np.floor(main.decode_batch)))
+    slots = int(max(1, np.floor(dec.decode_batch)))
     n = np.unique(np.round(np.linspace(0.0, slots, min(slots + 1, 257))))
     k = len(n)
     pool = build_pool(
         catalog.model(design.model),
-        [catalog.hardware(main.hardware)] * k,
-        gpus=[main.gpus] * k,
-        attn_tp=[main.attn_tp] * k,
-        ep=[main.ep] * k,
+        [catalog.hardware(dec.hardware)] * k,
+        gpus=[dec.gpus] * k,
+        attn_tp=[dec.attn_tp] * k,
+        ep=[dec.ep] * k,
         weight_precision=[Precision(design.weight_precision)] * k,
         kv_precision=[engine.kv_precision] * k,
         engines=params.kernel_engines([design.engine] * k),
@@ -404,28 +423,29 @@ def _step_table(
     ctx = np.full_like(n, w.mean_prompt_tokens() + 0.5 * w.output_tokens)
     drafts = np.full_like(n, float(engine.mtp_draft_tokens if design.mtp else 0))
     accept = np.full_like(n, engine.mtp_accept_tokens if design.mtp else 1.0)
-    if main.role == "attention":
-        tpot = _afd_tpot(design, main, catalog, params, pool, n, ctx, drafts, accept)
+    if dec.role == "attention":
+        tpot = _afd_tpot(design, catalog, params, pool, n, ctx, drafts, accept)
     else:
         tpot = decode_tpot(
             pool, params, batch=np.maximum(n, 1e-9), context=ctx, speed=np.full_like(n, engine.speed),
             draft_tokens=drafts, accept_tokens=accept,
         )  # fmt: skip
     tpot = np.interp(np.arange(slots + 1, dtype=float), n, tpot)
-    if main.role == "mixed":
-        tpot = tpot / (1.0 - main.prefill_share)
+    if dec.role == "mixed":
+        tpot = tpot / (1.0 - dec.prefill_share)
     return slots, tpot, pool
 
 
 def _afd_tpot(
-    design: SimDesign, main: SimPool, catalog: Catalog, params: PerfParams, pool: Any,
+    design: SimDesign, catalog: Catalog, params: PerfParams, pool: Any,
     n: Any, ctx: Any, drafts: Any, accept: Any,
 ) -> Any:  # fmt: skip
-    """Seconds per output token of an attention-FFN design's attention instance at ``n``
-    sequences: the slower of its attention half, its expert pool's half (the attention pools'
-    tokens shared over the expert instances: the experts' weights are read every step however few
-    tokens come) and the hidden states' transfer, each in half the step (two micro-batches in
-    ping-pong), as the engine-level simulation and ``dse predict --afd`` step."""
+    """Seconds per output token of an attention-FFN design's attention instance (of ``pool``) at
+    ``n`` sequences: the slower of its attention half, its expert pool's half (the attention pools'
+    tokens shared over the expert instances, every attention instance at ``n``: the experts'
+    weights are read every step however few tokens come) and the hidden states' transfer, each in
+    half the step (two micro-batches in ping-pong), as the engine-level simulation and ``dse
+    predict --afd`` step."""
     ffns = [p for p in design.pools if p.role == "ffn"]
     big = max(ffns, key=lambda p: p.instances)
     k = len(n)

@@ -6,13 +6,17 @@ over configurations): a prefill pool of ``prefill_instances`` servers that each 
 ``buffer_max`` prefilled requests waiting for a decode slot, and a decode pool of
 ``decode_instances`` instances with ``slots`` sequences each whose time per output token at batch
 ``n`` is ``step_table[n]`` (taken from the stage performance model, so both simulators see the
-same physics). Output lengths are a mixture of exponentials (:class:`OutputLengths`): a
-long-tailed mixture is the multi-class fluid's classes.
+same physics). Decode pools of several sizes or speeds (:func:`pooled_decode`) keep each pool's
+instances, slots and table for the discrete-event reference, which steps them apart, and give
+the fluid model one kind of instance of the same capacity and mean time per output token. Output
+lengths are a mixture of exponentials (:class:`OutputLengths`): a long-tailed mixture is the
+multi-class fluid's classes.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -123,6 +127,12 @@ class Pipeline:
     # (1 - share) / (1 - the share of time the prefill servers are busy), so prefill that takes
     # more time than planned slows decode, and less speeds it up: one instance's time, counted once
     prefill_time_share: Array | None = None
+    # the decode pools apart, as the discrete-event reference steps them: (configs, pools)
+    # instances and slots, and (configs, pools, width) tables, each read at the pool's own batch
+    # with the share above (default: one pool, the fields above; :func:`pooled_decode`)
+    decode_pool_instances: Array | None = None
+    decode_pool_slots: Array | None = None
+    decode_pool_tables: Array | None = None
 
     def __post_init__(self) -> None:
         n = len(self.prefill_instances)
@@ -133,6 +143,9 @@ class Pipeline:
             "reload_servers": np.full(n, np.inf),
             "handoff_servers": np.full(n, np.inf),
             "prefill_time_share": np.zeros(n),
+            "decode_pool_instances": np.reshape(self.decode_instances, (n, 1)),
+            "decode_pool_slots": np.reshape(self.slots, (n, 1)),
+            "decode_pool_tables": np.asarray(self.step_table)[:, None, :],
         }
         for name, value in defaults.items():
             if getattr(self, name) is None:
@@ -181,6 +194,76 @@ class Pipeline:
         """Requests/s the prefill servers finish at the pipeline's mix of fresh and returning."""
         m = self.arrays("midfill_share")
         return self.prefill_instances / ((1.0 - m) * self.prefill_s + m * self.arrays("midfill_s"))
+
+
+def pooled_decode(
+    instances: Sequence[float], slots: Sequence[float], tables: Sequence[Array], shares: Sequence[float]
+) -> dict[str, Array]:
+    """The decode fields of a one-configuration :class:`Pipeline` for decode pools of their own
+    ``instances``, whole ``slots`` per instance and ``tables`` (seconds per output token at every
+    batch 0..slots, leaving prefill the pool's own time share ``shares``: 0 for a decode pool).
+
+    The discrete-event reference steps each pool's instances at their own slots and table. The
+    fluid model steps one kind of instance, to stay one compiled loop over configurations: as many
+    as the pools have in all, each holding their mean slots, whose batch ``b`` steps at the time
+    that fills every pool to the same ``u = b / mean slots``: ``N`` sequences over the tokens per
+    second of every pool at ``u x`` its slots. Its capacity is then the pools' summed, every slot
+    full (no pool counted as instances of another, none rounded up), and its time per output token
+    the mean over the pools' requests (their completions weigh each pool's time by its tokens per
+    second, which the sum is): exact for a router that keeps the pools equally full, and at full
+    load for one that gives each its capacity's share of the traffic (the engine-level
+    simulation's split). The spread of TPOT between the pools is the reference's, and the
+    engine-level simulation's, to show.
+
+    Pools that prefill too step at (1 - share) / (1 - the prefill servers' busy share) of their
+    table in both simulators, over one pool of prefill servers: each table is read back to no
+    prefill, pooled, and left again at one share for all, the pools' own weighted by their
+    capacity, so that the table's capacity is the sum of theirs at their own shares (the step the
+    simulators take does not depend on that share, only the capacity a table shows). One pool
+    keeps its own table.
+    """
+    x, s, phi = (np.asarray(v, dtype=float) for v in (instances, slots, shares))
+    if len(x) == 1:
+        share, mean_slots, table = float(phi[0]), float(s[0]), np.asarray(tables[0], dtype=float)
+        apart = table[None, :]
+    else:
+        raw = [np.asarray(t, dtype=float) * (1.0 - f) for t, f in zip(tables, phi, strict=True)]
+        cap = x * s / np.array([r[int(k)] for r, k in zip(raw, s, strict=True)])  # tokens/s, no prefill
+        share = float(np.dot(cap, phi) / cap.sum())
+        mean_slots = float(np.dot(x, s) / x.sum())
+        table = _pooled_table(x, s, raw, mean_slots) / (1.0 - share)
+        width = int(s.max()) + 1
+        apart = np.stack([np.pad(r, (0, width - len(r)), mode="edge") for r in raw]) / (1.0 - share)
+    return {
+        "decode_instances": np.array([x.sum()]),
+        "slots": np.array([mean_slots]),
+        "step_table": table[None, :],
+        "prefill_time_share": np.array([share]),
+        "decode_pool_instances": x[None, :],
+        "decode_pool_slots": s[None, :],
+        "decode_pool_tables": apart[None],
+    }
+
+
+def _pooled_table(x: Array, s: Array, raw: list[Array], mean_slots: float) -> Array:
+    """Seconds per output token of the pooled instance (:func:`pooled_decode`) at every batch
+    ``b`` up to its mean slots rounded up: ``sum(x s) / sum(x s / raw(u s))`` with every pool at
+    the same fill ``u = b / mean slots``. Past fractional mean slots, the last entry is the one the
+    table's linear reading needs to give every slot full exactly at the mean slots."""
+    total = float(np.dot(x, s))
+
+    def at(u: Array) -> Array:  # N / (tokens per second), both over u
+        return total / sum(
+            xj * sj / np.interp(u * sj, np.arange(len(r), dtype=float), r)
+            for xj, sj, r in zip(x, s, raw, strict=True)
+        )
+
+    top = int(np.ceil(mean_slots - 1e-9))
+    table = at(np.minimum(np.arange(top + 1, dtype=float) / mean_slots, 1.0))
+    w = mean_slots - (top - 1)  # where the mean slots fall between the last two entries
+    if w < 1.0 - 1e-9:
+        table[top] = (float(at(np.ones(1))[0]) - table[top - 1] * (1.0 - w)) / w
+    return table
 
 
 @dataclass(frozen=True)

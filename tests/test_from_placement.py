@@ -1,0 +1,123 @@
+"""A placed design as the simulators' pipeline (:mod:`dse.sim.from_placement`): every decode pool
+at its own instances, slots and speed, in the fluid model and in the discrete-event reference.
+
+The designs are built here, not solved: B200 and H200 decode pools as a tester's placement had them
+(one 8-GPU instance each, at batches of 1,581 and 308.6), and an aggregated design of an 8-GPU
+TP8 instance beside four DPA ones that prefill 20% and 35% of their time. Until 2026-12-05 a
+second pool counted as whole instances of the one with the most, by tokens/s and rounded up: two
+B200 instances here (92 requests/s where the pools hold 54; the tester's placement, 79.1 where
+they hold 47.3, was stable 6% over its capacity), and five DPA ones (51 where the pools hold 48).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dse.catalog import Catalog
+from dse.perf.params import load_params
+from dse.sim.des import simulate_des
+from dse.sim.fluid import simulate_fluid
+from dse.sim.from_placement import SimDesign, SimPool, pipeline_of
+from dse.sim.kinds import ArrivalKind
+from dse.sim.scenario import Arrivals, OutputLengths, Pipeline, Scenario
+from dse.workload import Slo, Workload
+
+OUTPUT = 800.0
+LENGTHS = OutputLengths((1.0,), (OUTPUT,))
+
+
+def _pool(role: str, hardware: str, **over: Any) -> SimPool:
+    """An 8-GPU DPA unit (EP8) of ``role`` on ``hardware``, one instance, ``over`` changed."""
+    pool = SimPool(
+        role=role, hardware=hardware, name=f"{hardware}/{role}", gpus=8.0, attn_tp=1.0, ep=8.0,
+        instances=1.0, prefill_share=0.0, prefill_batch_requests=0.0, decode_batch=0.0,
+        output_tokens_per_s=0.0, requests_per_s=0.0, returning_per_s=0.0, prefill_busy_s=None,
+        fresh_busy_s=None, midfill_busy_s=None, reload_s=None,
+    )  # fmt: skip
+    return replace(pool, **over)
+
+
+def _design(*pools: SimPool, topology: str = "disaggregated") -> SimDesign:
+    """DeepSeek-V3 at 40 requests/s of 3,000 prompt and 800 output tokens (no returning turns)."""
+    return SimDesign(
+        model="deepseek-v3", engine="trt", weight_precision="fp8", mtp=False, topology=topology,
+        workload=Workload(requests_per_s=40.0, input_tokens=3000.0, output_tokens=OUTPUT),
+        slo=Slo(ttft_s=2.0, tpot_s=0.05), pools=pools, resting=(),
+    )  # fmt: skip
+
+
+# two prefill instances of 28 ms a prompt: 70 requests/s, never what binds here
+PREFILL = _pool("prefill", "b200", instances=2.0, prefill_batch_requests=21.8, prefill_forward_requests=7.2,
+                requests_per_s=40.0, prefill_busy_s=0.0282, fresh_busy_s=0.0282)  # fmt: skip
+B200 = _pool("decode", "b200", decode_batch=1581.43, output_tokens_per_s=31_629.0)
+H200 = _pool("decode", "h200-sxm", decode_batch=308.64, output_tokens_per_s=6_173.0)
+# an aggregated design: each mixed pool prefills its own share of the traffic
+TP8 = _pool("mixed", "b200", name="tp8", attn_tp=8.0, prefill_share=0.2, decode_batch=233.9,
+            output_tokens_per_s=4_678.0, prefill_batch_requests=2.73, requests_per_s=4.17,
+            prefill_busy_s=0.048, fresh_busy_s=0.048)  # fmt: skip
+DPA = _pool("mixed", "b200", name="dpa", instances=4.0, prefill_share=0.35, decode_batch=384.8,
+            output_tokens_per_s=30_786.0, prefill_batch_requests=21.8, requests_per_s=35.83,
+            prefill_busy_s=0.0283, fresh_busy_s=0.0283)  # fmt: skip
+
+
+def _runs(pipe: Pipeline, rate: float) -> tuple[Any, Any]:
+    """The fluid model and the discrete-event reference at a constant ``rate`` for 10 minutes."""
+    sc = Scenario(Arrivals(ArrivalKind.CONSTANT, rate), LENGTHS, horizon_s=600.0, warmup_s=200.0)
+    fluid, _ = simulate_fluid(pipe, sc)
+    des, _, _ = simulate_des(pipe, sc, seed=1)
+    return fluid, des
+
+
+def test_decode_pools_on_two_hardware_simulate_at_the_sum_of_their_capacities(catalog: Catalog) -> None:
+    """The pools' capacities add up (each as it simulates alone), no instance rounded up; both
+    simulators hold 0.9 of it and, at 1.1, decode at it while a backlog grows; the reference steps
+    each pool at its own table (the H200 instance, full, at its own step: the slowest requests)."""
+    params = load_params()
+    both, _ = pipeline_of(_design(PREFILL, B200, H200), catalog, params)
+    alone = [float(pipeline_of(_design(PREFILL, d), catalog, params)[0].decode_capacity(LENGTHS)[0])
+             for d in (B200, H200)]  # fmt: skip
+    cap = float(both.decode_capacity(LENGTHS)[0])
+    assert cap == pytest.approx(sum(alone), rel=1e-9)
+    assert cap < 0.7 * 2 * alone[0]  # where the H200 instance had counted as a second B200 one
+    assert both.decode_instances[0] == 2.0 and both.slots[0] == pytest.approx((1581 + 308) / 2)
+    assert both.decode_pool_slots[0].tolist() == [1581.0, 308.0]
+    fluid, des = _runs(both, 0.9 * cap)
+    assert fluid.stable[0] and des.stable[0]
+    assert float(des.tpot_mean_s[0]) == pytest.approx(float(fluid.tpot_mean_s[0]), rel=0.05)
+    h200_full = float(both.decode_pool_tables[0, 1, 308])
+    assert float(des.tpot_p99_s[0]) == pytest.approx(h200_full, rel=0.03)
+    assert float(fluid.tpot_mean_s[0]) < h200_full  # the mean over both pools' requests
+    fluid, des = _runs(both, 1.1 * cap)
+    assert not fluid.stable[0] and not des.stable[0]
+    for run in (fluid, des):  # every slot full: the capacity, and not a request more
+        assert float(run.output_tokens_per_s[0]) == pytest.approx(cap * OUTPUT, rel=0.01)
+
+
+def test_mixed_pools_of_two_shapes_keep_their_capacity_and_prefill_shares(catalog: Catalog) -> None:
+    """Two aggregated pools of different shapes and prefill shares: the table's capacity is the
+    sum of theirs at their own shares, and its share their capacity-weighted mean; decode steps at
+    each pool's table with no prefill over (1 - the prefill servers' busy share), so the traffic
+    both simulators hold is where the pools' summed decode at that share meets it."""
+    params = load_params()
+    both, _ = pipeline_of(_design(TP8, DPA, topology="aggregated"), catalog, params)
+    alone = [pipeline_of(_design(p, topology="aggregated"), catalog, params)[0] for p in (TP8, DPA)]
+    caps = np.array([float(p.decode_capacity(LENGTHS)[0]) for p in alone])
+    shares = np.array([0.2, 0.35])
+    assert float(both.decode_capacity(LENGTHS)[0]) == pytest.approx(caps.sum(), rel=1e-9)
+    assert float(both.prefill_time_share[0]) == pytest.approx(
+        np.dot(caps / (1 - shares), shares) / (caps / (1 - shares)).sum(), rel=1e-9
+    )
+    assert both.decode_instances[0] == 5.0
+    assert both.prefill_instances[0] == 5.0  # each instance prefills one prompt at a time
+    raw = float((caps / (1 - shares)).sum())  # requests/s their decode holds with no prefill
+    prefill = float(both.prefill_capacity()[0])
+    most = raw / (1 + raw / prefill)  # rate = raw x (1 - rate / prefill capacity)
+    fluid, des = _runs(both, 0.9 * most)
+    assert fluid.stable[0] and des.stable[0]
+    assert float(des.tpot_mean_s[0]) == pytest.approx(float(fluid.tpot_mean_s[0]), rel=0.05)
+    fluid, des = _runs(both, 1.1 * most)
+    assert not fluid.stable[0] and not des.stable[0]
