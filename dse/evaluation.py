@@ -214,6 +214,7 @@ class EngineCheck:
     tpot_s: float | None
     ttft_target_s: float
     percentile: float
+    unsimulated: str = ""  # why not, where ttft_s is None (:func:`dse.sim.engine_latency.unsimulated`)
 
     @property
     def holds(self) -> bool:
@@ -222,7 +223,7 @@ class EngineCheck:
     def describe(self) -> str:
         name, q = self.topology.value, f"p{self.percentile:g}"
         if self.ttft_s is None:
-            return f"{name}: not simulated request by request (several attention or expert pools)"
+            return f"{name}: not simulated request by request ({self.unsimulated}); the MILP's TTFT stands"
         verdict = "holds" if self.holds else "misses"
         tpot_ms = 1e3 * (self.tpot_s or 0.0)
         ttft = f"TTFT {q} {self.ttft_s:.3g} s against {self.ttft_target_s:g} s ({verdict})"
@@ -231,15 +232,17 @@ class EngineCheck:
 
 def engine_checks(report: PlacementReport, ctx: Context) -> tuple[EngineCheck, ...]:
     """Each feasible topology's design through the engine-level simulation, cheapest first."""
-    from dse.sim.engine_latency import design_latency  # numba: only when asked for
+    from dse.sim.engine_latency import design_latency, unsimulated  # numba: only when asked for
 
     req, q = report.request, report.request.slo.percentile
     out = []
     for o in report.ranked():
-        lat = design_latency(design_of(req, o), ctx.catalog, ctx.params)
+        design = design_of(req, o)
+        lat = design_latency(design, ctx.catalog, ctx.params)
         ttft = lat.percentile("ttft", q) if lat is not None else None
         tpot = lat.percentile("tpot", q) if lat is not None else None
-        out.append(EngineCheck(o.topology, ttft, tpot, req.slo.ttft_s, q))
+        why = unsimulated(design) if lat is None else ""
+        out.append(EngineCheck(o.topology, ttft, tpot, req.slo.ttft_s, q, why))
     return tuple(out)
 
 

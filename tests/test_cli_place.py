@@ -153,15 +153,15 @@ def test_shapes_restrict_or_widen_the_instances_tried(cli: Cli) -> None:
 
 
 DSV3_H200 = ["place", "--model", "deepseek-v3", "--hardware", "h200-sxm", "--rate", "50", "--isl", "500",
-             "--osl", "800", "--ttft", "0.3", "--tpot", "0.1", "--percentile", "99", "--engine", "sglang",
+             "--osl", "800", "--ttft", "0.25", "--tpot", "0.1", "--percentile", "99", "--engine", "sglang",
              "--no-shadow-prices"]  # fmt: skip
 
 
 def test_confirm_answers_with_the_cheapest_design_the_engine_simulation_holds(cli: Cli) -> None:
-    """DeepSeek-V3 on H200 at 50 requests/s of 500-token prompts (SGLang, TTFT 0.3 s at p99,
+    """DeepSeek-V3 on H200 at 50 requests/s of 500-token prompts (SGLang, TTFT 0.25 s at p99,
     TPOT 100 ms): the MILP's cheapest design is disaggregated, and once each request goes
     through SGLang's attention-DP prefill servers (slower than the MILP prices them, and admitting
-    a prompt that arrives during a forward only after the next one) its TTFT is 0.53 s at p99;
+    a prompt that arrives during a forward only after the next one) its TTFT is 0.30 s at p99;
     `--confirm` answers with the aggregated design, which holds, and says why. Asked for
     disaggregated designs alone, none holds: exit 3 with its figure."""
     plain = cli(*DSV3_H200, "--json")
@@ -169,13 +169,13 @@ def test_confirm_answers_with_the_cheapest_design_the_engine_simulation_holds(cl
     assert json.loads(plain.out)["best_topology"] == "disaggregated"
     text = cli(*DSV3_H200, "--confirm")
     assert text.code == 0, text.err
-    assert "disaggregated: TTFT p99 " in text.out and "against 0.3 s (misses)" in text.out
+    assert "disaggregated: TTFT p99 " in text.out and "against 0.25 s (misses)" in text.out
     assert "aggregated: TTFT p99 " in text.out and "best: aggregated" in text.out
     doc = json.loads(cli(*DSV3_H200, "--confirm", "--json").out)
     checks = {c["topology"]: c for c in doc["engine_check"]}
     assert doc["best_topology"] == "aggregated"
-    assert not checks["disaggregated"]["holds"] and checks["disaggregated"]["ttft_pct_s"] > 0.3
-    assert checks["aggregated"]["holds"] and checks["aggregated"]["ttft_pct_s"] <= 0.3
+    assert not checks["disaggregated"]["holds"] and checks["disaggregated"]["ttft_pct_s"] > 0.25
+    assert checks["aggregated"]["holds"] and checks["aggregated"]["ttft_pct_s"] <= 0.25
     # a target no design holds is an answer: exit 3, each topology's figure on one line
     none = cli(*DSV3_H200, "--topology", "disaggregated", "--confirm")
     assert none.code == 3 and none.err.strip().count("\n") == 0, none.err
@@ -314,10 +314,12 @@ def test_prefill_and_midfill_shapes_are_checked_as_shapes_are(cli: Cli) -> None:
 
 
 def test_a_class_resting_wholly_in_hbm_reloads_nothing_not_round_off(cli: Cli) -> None:
-    """HiGHS leaves 1e-10 of the class's turns in DRAM: the table had printed a reload of
-    1.037e-10 GB/s, and the JSON (as a study's kv_tiers export) carried it, and 0.99999... in HBM."""
+    """HiGHS had left 1e-10 of such a class's turns in DRAM (at a one-minute think under the
+    calibration of 2026-12-04): the table printed a reload of 1.037e-10 GB/s, and the JSON (as a
+    study's kv_tiers export) carried it, and 0.99999... in HBM. Which solves leave round-off
+    moves with the solver's path; the rule itself is pinned below on the arrays."""
     out = cli("place", "--hardware", "b200", "--engine", "sglang", "--rate", "20", "--isl", "4000", "--osl",
-              "1000", "--returning-share", "0.5", "--prefix", "12000", "--suffix", "400", "--think", "1:60",
+              "1000", "--returning-share", "0.5", "--prefix", "12000", "--suffix", "400", "--think", "1:30",
               "--ttft", "2", "--tpot", "0.05", "--no-shadow-prices", "--json")  # fmt: skip
     assert out.code == 0, out.err
     (tier,) = json.loads(out.out)["best"]["tiers"]

@@ -114,7 +114,8 @@ def test_little_law_holds_in_a_closed_loop(b200: tuple[EngineTables, Lengths], f
     tables = replace(tables, frontend_s=frontend_s)
     for clients, osl in ((1, 16), (8, 1024), (64, 1024)):
         lat = simulate_latency(
-            tables, Load("closed", concurrency=clients), replace(lengths, osl=osl), requests=40 * clients, seed=1
+            tables, Load("closed", concurrency=clients), replace(lengths, osl=osl), requests=40 * clients,
+            seed=1,
         )
         assert lat.requests_per_s * float(np.mean(lat.e2el_s)) == pytest.approx(clients, rel=0.05)
 
@@ -127,7 +128,8 @@ def test_little_law_holds_in_a_disaggregated_closed_loop(catalog: Catalog) -> No
     tables = tables_of(deployment_of([bench], catalog, params), params, ["sglang"], [lengths])[0]
     assert tables.frontend_s + tables.handoff_s > 0.1  # the shipped offsets weigh on 64-token answers
     for clients in (1, 16):
-        lat = simulate_latency(tables, Load("closed", concurrency=clients), lengths, requests=30 * clients, seed=1)
+        load = Load("closed", concurrency=clients)
+        lat = simulate_latency(tables, load, lengths, requests=30 * clients, seed=1)
         assert lat.requests_per_s * float(np.mean(lat.e2el_s)) == pytest.approx(clients, rel=0.05)
 
 

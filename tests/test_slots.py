@@ -17,7 +17,7 @@ from dse.evaluation import design_of
 from dse.perf.params import load_params
 from dse.placement import Limits, Objective, PlacementRequest, Topology, place
 from dse.sim.engine_latency import _slice, design_latency
-from dse.sim.from_placement import SimPool
+from dse.sim.from_placement import SimDesign, SimPool
 from dse.workload import Slo, Workload
 from formulations.slots import carried, tangent, wait_beta
 
@@ -191,11 +191,11 @@ def test_a_goodput_answer_does_not_depend_on_the_rate_it_is_given(catalog: Catal
     assert reach == pytest.approx([reach[1]] * 3, rel=1e-3), reach
 
 
-def test_decode_pools_of_two_shapes_are_simulated_apart_with_their_share_of_prefill() -> None:
+def test_decode_pools_of_two_shapes_are_simulated_apart_with_their_share_of_prefill(catalog: Catalog) -> None:
     """Each decode pool takes the traffic its capacity carries and that share of the prefill
     instances, whole; where whole instances cannot come within a fifth of a share, the design is
     not split (not simulated request by request) rather than one prefill instance overloaded."""
-    from dse.sim.engine_latency import _per_decode_pool
+    from dse.sim.engine_latency import _per_decode_pool, unsimulated
 
     base = _sim_pool(instances=10.0, prefill_batch_requests=4.0, requests_per_s=100.0)
     small = replace(base, role="decode", name="d4", gpus=4.0, instances=1.0, output_tokens_per_s=30_000.0)
@@ -207,6 +207,16 @@ def test_decode_pools_of_two_shapes_are_simulated_apart_with_their_share_of_pref
     assert [g[0].requests_per_s for g in groups] == pytest.approx([30.0, 70.0])
     assert [g[1].name for g in groups] == ["d4", "d8"]
     assert _per_decode_pool(replace(base, instances=2.0), [small, large]) is None  # 0.6 and 1.4 of 2
+    # and a design it cannot split says why, not that a role is on more than one hardware
+    design = SimDesign(
+        model="deepseek-v3", engine="trt", weight_precision="fp8", mtp=False, topology="disaggregated",
+        workload=Workload(requests_per_s=100.0, input_tokens=1000.0, output_tokens=500.0),
+        slo=Slo(ttft_s=2.0, tpot_s=0.05), pools=(replace(base, instances=2.0), small, large), resting=(),
+    )  # fmt: skip
+    assert design_latency(design, catalog, load_params()) is None
+    assert unsimulated(design) == (
+        "2 prefill instances cannot be shared among 2 decode pools in proportion to the traffic each serves"
+    )
     (one,) = _per_decode_pool(replace(base, instances=2.0), [large]) or []
     assert one[0].instances == 2.0 and one[2] == 1.0
 

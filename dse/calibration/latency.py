@@ -440,7 +440,8 @@ def _fitted_in_loop(
 
     fits = [fit(k) for k in range(len(sets))]
     for _ in range(LOOP_PASSES - 1):
-        moved = [k for k, (s, lp) in enumerate(zip(sets, fits)) if _offsets(s.latency) != _offsets(lp)]
+        pairs = enumerate(zip(sets, fits, strict=True))
+        moved = [k for k, (s, lp) in pairs if _offsets(s.latency) != _offsets(lp)]
         if not moved:
             break
         for k in moved:

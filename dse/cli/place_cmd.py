@@ -392,7 +392,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         if args.confirm:
             doc["engine_check"] = [
                 {"topology": c.topology.value, "ttft_pct_s": c.ttft_s, "tpot_pct_s": c.tpot_s,
-                 "percentile": c.percentile, "holds": c.holds}
+                 "percentile": c.percentile, "holds": c.holds, "unsimulated": c.unsimulated or None}
                 for c in checks
             ]  # fmt: skip
         from dse.plain import plain  # numpy: not for the parser

@@ -377,7 +377,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     else:
         print(_design_line(design))
         print(render(report, slo.ttft_s, slo.tpot_s))
-        print(_engine_line(engine, slo, rate))
+        print(_engine_line(engine, slo, rate, design))
         if cache is not None:
             print(_cache_line(cache, args.kv_eviction))
         if args.out is not None:
@@ -454,12 +454,14 @@ def _at_rate(design: SimDesign, rate: float) -> SimDesign:
     return replace(design, pools=pools, workload=replace(design.workload, requests_per_s=rate))
 
 
-def _engine_line(engine: DesignLatency | None, slo: Slo, rate: float) -> str:
+def _engine_line(engine: DesignLatency | None, slo: Slo, rate: float, design: SimDesign) -> str:
     """What the engine-level simulation says of the design's TTFT at the target's percentile."""
     if engine is None and rate <= 0:
         return "engine-level: not simulated (no traffic on average over the horizon)"
     if engine is None:
-        return "engine-level: not simulated (a role on more than one hardware); the fluid figures stand"
+        from dse.sim.engine_latency import unsimulated
+
+        return f"engine-level: not simulated ({unsimulated(design)}); the fluid figures stand"
     q = slo.percentile
     ttft = engine.percentile("ttft", q)
     verdict = "met" if ttft <= slo.ttft_s else "MISSED"

@@ -572,7 +572,9 @@ def latency_of(
     load = Load("closed", concurrency=row.conc) if load is None else load
     tables = latency_tables_of(row, catalog, params, lengths)
     cold = cold_start_of(row, catalog, params) if fresh else 0.0
-    return simulate_latency(tables, load, lengths, requests=requests, seed=seed, cold_start_s=cold, loop_s=loop_s)
+    return simulate_latency(
+        tables, load, lengths, requests=requests, seed=seed, cold_start_s=cold, loop_s=loop_s
+    )
 
 
 def latency_tables_of(

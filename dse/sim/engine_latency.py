@@ -209,6 +209,24 @@ def _deployments(
     return []
 
 
+def unsimulated(design: SimDesign) -> str:
+    """Why :func:`design_latency` cannot run ``design`` request by request (it returns None), in
+    words: several attention or expert pools, or decode pools whose shares of the prefill
+    instances would not come out whole (:func:`_per_decode_pool`)."""
+    roles = [p.role for p in design.pools]
+    if "attention" in roles or "ffn" in roles:
+        return "several attention or expert pools"
+    pre = [p for p in design.pools if p.role in ("prefill", "midfill")]
+    dec = [p for p in design.pools if p.role == "decode"]
+    if pre and len(dec) > 1:
+        n = sum(p.instances for p in pre) if len(pre) > 1 else pre[0].instances
+        return (
+            f"{n:g} prefill instance{'s' if n != 1 else ''} cannot be shared among {len(dec)} decode pools "
+            "in proportion to the traffic each serves"
+        )
+    return "a layout of pools it does not run"
+
+
 def _one_prefill_pool(pools: list[SimPool]) -> SimPool:
     """Prefill pools of several shapes as one: the busiest one's shape, with as many instances
     as give the same prompts per second in all (each instance at its busy seconds per prompt)."""
