@@ -197,12 +197,17 @@ def test_one_set_of_replays_is_dealt_over_the_jobs_and_put_back_in_order(catalog
         assert r.group.tolist() == dealt[f].group.tolist()
 
 
-def test_each_fold_keeps_its_latency_fit_and_predicts_its_gpu_with_it(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_each_fold_keeps_its_latency_fit_and_predicts_its_gpu_with_it(catalog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The leave-one-hardware-out latency fit records each fold's offsets and factors (what
     `benchmarks/latency_accuracy.py` prints), each on its grid, and the held-out GPU's errors are
-    the ones that fold's fit gives its runs."""
+    the ones that fold's fit gives its runs (one pass: the replays' clients resend at once). With
+    a second pass each set is replayed again with its clients looping at the offsets the first
+    fitted, and fitted anew."""
+    from dataclasses import replace
+
     import numpy as np
 
+    import dse.calibration.latency as lat
     from dse.calibration import fit as cal
     from dse.calibration.latency import (
         AGG_PREFILL_GRID,
@@ -223,10 +228,12 @@ def test_each_fold_keeps_its_latency_fit_and_predicts_its_gpu_with_it(catalog) -
     some = [m for m in data if m.row.hardware in ("h200-sxm", "mi355x")][::6]
     assert {m.row.disagg for m in some} == {False, True}
     params = load_params()
+    monkeypatch.setattr(lat, "LOOP_PASSES", 1)
     fit = fit_latency(some, catalog, params, {"h200-sxm": params, "mi355x": params})
     assert fit.loho_params is not None and fit.loho_by_hardware is not None
     assert set(fit.loho_params) == {"h200-sxm", "mi355x"}
-    reps = replay_measured(some, catalog, params)
+    at_once = replace(params, latency=replace(params.latency, frontend_s=0.0, handoff_s=0.0))
+    reps = replay_measured(some, catalog, at_once)
     meas = measured_latency(some)
     disagg = np.array([m.row.disagg for m in some])
     for held, lp in fit.loho_params.items():
@@ -234,3 +241,17 @@ def test_each_fold_keeps_its_latency_fit_and_predicts_its_gpu_with_it(catalog) -
         mine = np.array([m.row.hardware == held for m in some])
         pred = predicted(_rows(reps, mine)[factors_of(lp)], disagg[mine], lp)
         assert medians(abs_errors(pred, meas[mine])) == fit.loho_by_hardware[held]
+    # the second pass: replayed where the first fit put the offsets
+    pass1 = fit_latency(some, catalog, params)  # one pass, as set above
+    offsets = (pass1.params.frontend_s, pass1.params.handoff_s)
+    loops: list[tuple[float, float]] = []
+    real = lat.replay_measured
+
+    def spy(data, catalog, params, seeds=(lat.SEED,)):  # type: ignore[no-untyped-def]
+        loops.append((params.latency.frontend_s, params.latency.handoff_s))
+        return real(data, catalog, params, seeds)
+
+    monkeypatch.setattr(lat, "replay_measured", spy)
+    monkeypatch.setattr(lat, "LOOP_PASSES", 2)
+    lat.fit_latency(some, catalog, params)
+    assert offsets != (0.0, 0.0) and loops == [(0.0, 0.0), offsets]
