@@ -746,3 +746,20 @@ def test_a_midfill_shape_no_hardware_runs_is_refused_before_trials(tmp_path: Pat
     assert out.code == 2 and out.err.count("\n") == 1, out.err
     assert f"{bad}: search.midfill.shapes[0] = '8gpu-tp8-ep9': no hardware of the study can run it" in out.err
     assert not (tmp_path / "runs").exists()
+
+
+def test_every_output_tail_keeps_the_workloads_mean_output() -> None:
+    """A study's simulated output lengths (none, long, heavy) serve the workload's mean output:
+    the long tail's body had sat at 1/2.8 of the mean, so every search study simulated 12.9% fewer
+    output tokens than its workload (a design's TPOT, stability and end-to-end figures light)."""
+    from dse.study.spec import OUTPUT_TAILS, load_study
+    from dse.study.trial import output_lengths, scenario_for
+
+    for tail in OUTPUT_TAILS:
+        lengths = output_lengths(800.0, tail)
+        assert lengths.mean == pytest.approx(800.0, rel=1e-12), tail
+        assert sum(lengths.shares) == pytest.approx(1.0)
+    long = output_lengths(800.0, "long")
+    assert long.means == pytest.approx((400.0, 4400.0)) and long.shares == pytest.approx((0.9, 0.1))
+    spec = load_study("deepseek-v3-blackwell")
+    assert scenario_for(spec).lengths.mean == pytest.approx(spec.workload.output_tokens)

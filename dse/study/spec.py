@@ -288,7 +288,7 @@ class SimulateSpec:
     burst_factor: float = field(default=1.5, metadata=rule(positive))
     burst_start_s: float = 600.0
     burst_s: float = 300.0
-    long_tail: bool = True  # 90% of requests at 1/2.8 of the mean length, 10% at 5.5x: same mean
+    long_tail: bool = True  # 10% of requests at 5.5x the mean length, 90% at half of it: the same mean
 
     def problem(self) -> tuple[str, str, Any] | None:
         if self.arrivals not in ("constant", "burst"):
