@@ -76,7 +76,7 @@ def test_sglang_gets_each_setting_of_the_design() -> None:
     assert decode[:3] == f["launch"].split()
     pairs = dict(zip(decode, decode[1:], strict=False))
     assert pairs[f["tp"]] == "16" and pairs[f["ep"]] == "16" and pairs[f["dp"]] == "16"
-    assert f["dp_attention"] in decode and pairs[f["max_running"]] == "1000"
+    assert f["dp_attention"] in decode and pairs[f["max_running"]] == "992"  # 1000 // 16 * 16
     assert pairs[f["kv_dtype"]] == f["kv_fp8"] and pairs[f["disagg_mode"]] == "decode"
     assert pairs[f["spec_algorithm"]] == f["spec_algorithm_mtp"] and pairs[f["spec_steps"]] == "2"
     assert pairs[f["spec_draft_tokens"]] == "3"
@@ -338,7 +338,8 @@ def test_pools_sharing_a_role_get_a_script_each_with_its_own_cap(catalog: Catalo
     assert {n for n in files if n.endswith(".sh")} == {"prefill.sh", "decode-b200.sh", "decode-h200-sxm.sh"}
     caps = {n: dict(zip(w := _command(files[n]), w[1:], strict=False)).get(f["max_running"]) for n in files
             if n.endswith(".sh")}  # fmt: skip
-    assert caps == {"prefill.sh": None, "decode-b200.sh": "1663", "decode-h200-sxm.sh": "327"}
+    # SGLang's caps are multiples of the pools' 8 attention-DP ranks, at or below the sized batch
+    assert caps == {"prefill.sh": None, "decode-b200.sh": "1656", "decode-h200-sxm.sh": "320"}
     for name in ("prefill.sh", "decode-b200.sh", "decode-h200-sxm.sh"):
         assert files["README.md"].count(f"`{name}`") == 1
     assert "| `decode-h200-sxm.sh` | decode on h200-sxm | 1 | 8 | 1 | 327 |" in files["README.md"]
@@ -383,3 +384,54 @@ def test_the_running_request_cap_is_the_batch_that_meets_the_tpot_target(catalog
     for p in bare["pools"]:
         del p["decode_batch"]
     assert [p.max_running for p in design_of(spec, 0, bare, catalog, params).pools] == [None, 4096, 4096]
+
+
+def _wide(cap: int, gpus: int = 64, profile: str = "trt", chunk: int | None = None) -> Design:
+    """An aggregated design of one data-parallel-attention instance of ``gpus`` GPUs capped at
+    ``cap`` running requests."""
+    pool = PoolLaunch("mixed", "gb200-nvl72", gpus, 1, gpus, 1, 72, max_running=cap, chunk_tokens=chunk)
+    return replace(_design("aggregated"), pools=(pool,), profile=profile, chunk_per_instance=None)
+
+
+def _arg(words: list[str], flag: str) -> str:
+    return words[words.index(flag) + 1]
+
+
+def test_sglang_gets_a_running_request_cap_its_dp_ranks_divide() -> None:
+    """SGLang floors --max-running-requests per attention-DP rank and refuses a zero: 21 over 64
+    ranks would crash it, 122 runs 64. It gets the multiple of its DP size at or below the sized
+    batch (at least one per rank), and the README says what an instance then runs."""
+    f = FLAGS["sglang"]
+    for cap, want in ((21, "64"), (122, "64"), (130, "128"), (128, "128")):
+        files = launch_files(_wide(cap), "sglang")
+        words = _command(files["instance.sh"])
+        assert _arg(words, f["max_running"]) == want and _arg(words, f["dp"]) == "64", cap
+        note = f"an instance runs at most {want} requests, not the {cap} its pool was sized at"
+        assert (note in files["README.md"]) == (want != str(cap)), cap
+    assert "ranks outnumber that batch" in launch_files(_wide(21), "sglang")["README.md"]
+
+
+def test_engines_that_cap_per_rank_round_the_split_down() -> None:
+    """vLLM and TRT-LLM cap each rank: 200 over 64 ranks is 3 each (192), not 4 (256); 21 is one
+    each, and the README says the 64 ranks then run 64."""
+    for engine, flag in (("vllm", FLAGS["vllm"]["max_running"]), ("trtllm", FLAGS["trtllm"]["max_running"])):
+        assert _arg(_command(launch_files(_wide(200), engine)["instance.sh"]), flag) == "3", engine
+        files = launch_files(_wide(21), engine)
+        assert _arg(_command(files["instance.sh"]), flag) == "1", engine
+        assert "an instance runs at most 64 requests, not the 21" in files["README.md"], engine
+        assert "its 64 ranks outnumber that batch" in files["README.md"], engine
+
+
+def test_the_prefill_chunk_is_passed_as_each_engine_budgets_it() -> None:
+    """A chunk priced per attention-DP rank (the trt profile) is 8 ranks' worth for SGLang, which
+    divides --chunked-prefill-size by --dp-size; one priced per instance (sglang's) is split over
+    the ranks for vLLM and TRT-LLM, which budget each rank."""
+    s, v, t = FLAGS["sglang"]["chunk"], FLAGS["vllm"]["chunk"], FLAGS["trtllm"]["chunk"]
+    per_rank, per_instance = _wide(256, 8, "trt", 4096), _wide(256, 8, "sglang", 4096)
+    assert not per_rank.chunk_per_instance and per_instance.chunk_per_instance
+    assert _arg(_command(launch_files(per_rank, "sglang")["instance.sh"]), s) == "32768"
+    assert _arg(_command(launch_files(per_instance, "sglang")["instance.sh"]), s) == "4096"
+    for engine, flag in (("vllm", v), ("trtllm", t)):
+        assert _arg(_command(launch_files(per_rank, engine)["instance.sh"]), flag) == "4096", engine
+        assert _arg(_command(launch_files(per_instance, engine)["instance.sh"]), flag) == "512", engine
+    assert "gets it times the ranks" in launch_files(per_rank, "sglang")["README.md"]

@@ -115,9 +115,14 @@ class Design:
     pools: tuple[PoolLaunch, ...]
     metrics: dict[str, Any]
     point: dict[str, Any] = field(default_factory=dict)  # a grid study's point: axis -> value
+    # the profile prices the prefill chunk for the whole instance (SGLang's way) rather than per
+    # attention-DP rank (TRT-LLM's, ATOM's); None: as the profile's name says (only sglang's is)
+    chunk_per_instance: bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pools", named_pools(tuple(self.pools)))
+        if self.chunk_per_instance is None:
+            object.__setattr__(self, "chunk_per_instance", self.profile == "sglang")
 
 
 def design_of_run(res: StudyResults, trial: int | None, params: PerfParams) -> Design:
@@ -254,6 +259,7 @@ def design_of(
         pools=tuple(pools),
         metrics=dict(record.get("metrics", {})),
         point=point,
+        chunk_per_instance=engine.prefill_chunk_per_instance,
     )
 
 
@@ -346,15 +352,56 @@ def _kv(design: Design, table: dict[str, str]) -> str:
     return table["kv_fp8"] if design.kv_dtype is Precision.FP8 else table["kv_bf16"]
 
 
-def _per_rank_caps(pool: PoolLaunch, cap_flag: str, chunk_flag: str) -> list[str]:
-    """The running-request cap as an engine that caps each data-parallel rank takes it (the
-    instance's split over its ranks), and the prefill chunk, where the design sets them."""
+def sglang_dp(pool: PoolLaunch) -> int:
+    """SGLang's --dp-size: the attention-DP ranks of a data-parallel-attention instance, else 1."""
+    return pool.dp if pool.attn_tp == 1 and pool.tp > 1 else 1
+
+
+def trtllm_dp(pool: PoolLaunch) -> int:
+    """TRT-LLM's attention-DP ranks: every GPU of an instance with enable_attention_dp, else 1."""
+    return pool.gpus if pool.attn_tp == 1 and pool.gpus > 1 else 1
+
+
+def sglang_cap(pool: PoolLaunch) -> int | None:
+    """The --max-running-requests SGLang gets: it floors it per attention-DP rank
+    (``max_running_requests // dp_size``, and refuses a zero), so a multiple of its DP size, the
+    largest not above the sized batch, and at least one per rank."""
+    if pool.max_running is None:
+        return None
+    dp = sglang_dp(pool)
+    return max(dp, pool.max_running // dp * dp)
+
+
+def per_rank_cap(pool: PoolLaunch, dp: int) -> int | None:
+    """The running-request cap of each of ``dp`` ranks of an engine that caps per rank: the
+    instance's split, whole sequences down, at least one."""
+    return None if pool.max_running is None else max(1, pool.max_running // dp)
+
+
+def _per_rank_caps(pool: PoolLaunch, design: Design, dp: int, cap_flag: str, chunk_flag: str) -> list[str]:
+    """The running-request cap as an engine that caps each of its ``dp`` data-parallel ranks takes
+    it (the instance's split), and the prefill chunk, where the design sets them."""
     out = []
-    if pool.max_running is not None:
-        out += [cap_flag, str(max(1, math.ceil(pool.max_running / pool.dp)))]
+    cap = per_rank_cap(pool, dp)
+    if cap is not None:
+        out += [cap_flag, str(cap)]
     if pool.chunk_tokens is not None:
-        out += [chunk_flag, str(pool.chunk_tokens)]
+        out += [chunk_flag, str(per_rank_chunk(pool, design, dp))]
     return out
+
+
+def per_rank_chunk(pool: PoolLaunch, design: Design, dp: int) -> int:
+    """The token budget of each of ``dp`` ranks of an engine that budgets per rank (vLLM,
+    TRT-LLM): the design's chunk, split where its profile priced it for the whole instance."""
+    chunk = int(pool.chunk_tokens or 0)
+    return max(1, chunk // dp) if design.chunk_per_instance else chunk
+
+
+def sglang_chunk(pool: PoolLaunch, design: Design) -> int:
+    """SGLang's --chunked-prefill-size: it divides it by --dp-size under DP attention, so a
+    chunk priced per attention-DP rank is passed times the ranks."""
+    chunk = int(pool.chunk_tokens or 0)
+    return chunk if design.chunk_per_instance else chunk * sglang_dp(pool)
 
 
 def sglang_args(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None) -> list[str]:
@@ -371,12 +418,13 @@ def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str 
         args += [f["pp"], str(pool.pp)]
     if pool.ep > 1:
         args += [f["ep"], str(pool.ep)]
-    if pool.attn_tp == 1 and pool.tp > 1:
-        args += [f["dp_attention"], f["dp"], str(pool.dp)]
-    if pool.max_running is not None:
-        args += [f["max_running"], str(pool.max_running)]
+    if sglang_dp(pool) > 1:
+        args += [f["dp_attention"], f["dp"], str(sglang_dp(pool))]
+    cap = sglang_cap(pool)
+    if cap is not None:
+        args += [f["max_running"], str(cap)]
     if pool.chunk_tokens is not None:
-        args += [f["chunk"], str(pool.chunk_tokens)]
+        args += [f["chunk"], str(sglang_chunk(pool, design))]
     args += [f["kv_dtype"], _kv(design, f)]
     if design.mtp_drafts:
         d = design.mtp_drafts
@@ -395,7 +443,7 @@ def vllm_args(pool: PoolLaunch, design: Design, f: dict[str, str]) -> list[str]:
     args = [*f["launch"].split(), "$MODEL", f["tp"], str(pool.attn_tp), f["dp"], str(pool.dp)]
     if pool.ep > 1:
         args.append(f["ep"])
-    args += _per_rank_caps(pool, f["max_running"], f["chunk"])
+    args += _per_rank_caps(pool, design, pool.dp, f["max_running"], f["chunk"])
     args += [f["kv_dtype"], _kv(design, f)]
     if design.mtp_drafts:
         spec = json.dumps({"method": f["spec_method"], "num_speculative_tokens": design.mtp_drafts})
@@ -406,7 +454,7 @@ def vllm_args(pool: PoolLaunch, design: Design, f: dict[str, str]) -> list[str]:
 def trtllm_args(pool: PoolLaunch, design: Design, f: dict[str, str], options: str) -> list[str]:
     """TRT-LLM: the instance's GPUs are its TP size; its batch cap is per attention-DP rank."""
     args = [f["launch"], "$MODEL", f["tp"], str(pool.gpus), f["ep"], str(pool.ep)]
-    args += _per_rank_caps(pool, f["max_running"], f["chunk"])
+    args += _per_rank_caps(pool, design, trtllm_dp(pool), f["max_running"], f["chunk"])
     return [*args, f["options"], f"$HERE/{options}", f["host"], "0.0.0.0", f["port"], str(PORT), f["trust"]]
 
 
@@ -450,7 +498,7 @@ def dynamo_args(
     args += [d["trtllm_tp"], str(pool.gpus), d["trtllm_ep"], str(pool.ep)]
     if pool.attn_tp == 1 and pool.gpus > 1:
         args.append(d["trtllm_dp_attention"])
-    args += _per_rank_caps(pool, d["trtllm_max_running"], d["trtllm_chunk"])
+    args += _per_rank_caps(pool, design, trtllm_dp(pool), d["trtllm_max_running"], d["trtllm_chunk"])
     args += [d["trtllm_options"], f"$HERE/{options}"]
     return args, {options: _yaml(trtllm_options(pool, design, flags["trtllm"]))}
 
@@ -595,8 +643,17 @@ def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comma
         "- each decode instance's running-request cap is the batch the study sized its pool at: the most "
         "sequences it may run and still meet the TPOT target (the report's `batch cap`, at most the "
         "trial's `max_batch`); above it the engine would batch more and miss the TPOT the study priced. "
-        "The prefill chunk is the trial's (`instances.json`); an engine that caps per data-parallel "
-        "rank gets the instance's cap split;",
+        "An engine that caps per data-parallel rank gets the instance's cap split, whole sequences "
+        "down and at least one per rank;",
+        f"- the prefill chunk is the trial's (`instances.json`), which the profile `{design.profile}` "
+        + (
+            "priced for a whole instance: vLLM and TRT-LLM, which budget each attention-DP rank, get it "
+            "split over the ranks;"
+            if design.chunk_per_instance
+            else "priced per attention-DP rank: SGLang, which divides `--chunked-prefill-size` by "
+            "`--dp-size`, gets it times the ranks;"
+        ),
+        *_cap_notes(design, engine),
         f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
         "(`dse/study/engine_flags.toml`): check them against the version you run;",
         f"- port {PORT} on every server; a disaggregated design's KV moves over NIXL.",
@@ -610,6 +667,34 @@ def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comma
     if usd is not None:
         lines += ["", f"The study priced this design at ${usd:.4f} per million tokens."]
     return "\n".join(lines) + "\n"
+
+
+def _cap_notes(design: Design, engine: str) -> list[str]:
+    """A README line per pool whose engine runs another cap than the batch it was sized at."""
+    backend = BACKEND_OF_PROFILE[design.profile] if engine == "dynamo" else engine
+    out = []
+    for p in design.pools:
+        if p.max_running is None:
+            continue
+        if backend == "sglang":
+            dp, eff = sglang_dp(p), sglang_cap(p) or 0
+            how = (
+                "SGLang floors `--max-running-requests` per attention-DP rank "
+                f"(`// --dp-size {dp}`): it gets {eff}"
+            )
+        else:
+            dp = p.dp if backend == "vllm" else trtllm_dp(p)
+            per = per_rank_cap(p, dp) or 0
+            eff = per * dp
+            how = f"each of its {dp} data-parallel ranks is capped at {per} ({p.max_running} // {dp}, min 1)"
+        if eff == p.max_running:
+            continue
+        over = f"; its {dp} ranks outnumber that batch, one request each" if dp > p.max_running else ""
+        out.append(
+            f"- the {p.name} pool: {how}, so an instance runs at most {eff} requests, "
+            f"not the {p.max_running} its pool was sized at{over};"
+        )
+    return out
 
 
 def _yaml(data: Any, indent: int = 0) -> str:
