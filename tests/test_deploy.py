@@ -435,3 +435,40 @@ def test_the_prefill_chunk_is_passed_as_each_engine_budgets_it() -> None:
         assert _arg(_command(launch_files(per_rank, engine)["instance.sh"]), flag) == "4096", engine
         assert _arg(_command(launch_files(per_instance, engine)["instance.sh"]), flag) == "512", engine
     assert "gets it times the ranks" in launch_files(per_rank, "sglang")["README.md"]
+
+
+def test_trtllm_options_enable_chunked_prefill_and_fit_the_longest_sequence() -> None:
+    """TRT-LLM's chunked prefill is off by default (a prompt longer than max_num_tokens is then
+    refused): every options file of a pool with a chunk turns it on, and max_seq_len covers the
+    longest prompt and its answer where the design knows them."""
+    t = FLAGS["trtllm"]
+    design = replace(_design("aggregated"), prompt_tokens=12000, context_tokens=13000)
+    yaml = launch_files(design, "trtllm")["instance.yaml"]
+    assert f"{t['yaml_chunked_prefill']}: true" in yaml and f"{t['yaml_max_seq_len']}: 13000" in yaml
+    files = launch_files(replace(_design(), prompt_tokens=12000, context_tokens=13000), "dynamo")
+    assert f"{t['yaml_chunked_prefill']}: true" in files["prefill.yaml"]
+    assert t["yaml_chunked_prefill"] not in files["decode.yaml"]  # no chunk: the engine's default
+    assert f"{t['yaml_max_seq_len']}: 13000" in files["decode.yaml"]
+    assert t["yaml_max_seq_len"] not in launch_files(_design("aggregated"), "trtllm")["instance.yaml"]
+
+
+def test_dynamo_trtllm_disaggregated_workers_have_a_kv_cache_transceiver(catalog: Catalog) -> None:
+    """Dynamo's disaggregated TRT-LLM workers move KV through the cache transceiver: both options
+    files configure it, its buffer the longest prompt, and the prefill worker runs without the
+    overlap scheduler; an aggregated worker has neither."""
+    from dse.perf.params import load_params
+    from dse.study.api import Study
+    from dse.study.deploy import design_of
+
+    t = FLAGS["trtllm"]
+    design = design_of(Study.load(TINY).spec, 0, _record(), catalog, load_params())
+    longest = design.prompt_tokens
+    assert longest > 0 and design.context_tokens > longest
+    files = launch_files(replace(design, profile="trt"), "dynamo")
+    for name in ("prefill.yaml", "decode-b200.yaml", "decode-h200-sxm.yaml"):
+        text = files[name]
+        assert f'{t["yaml_ct"]}:\n  {t["yaml_ct_backend"]}: "{t["yaml_ct_backend_value"]}"' in text, name
+        assert f"  {t['yaml_ct_max_tokens']}: {longest}\n" in text, name
+        assert (f"{t['yaml_no_overlap']}: true" in text) == (name == "prefill.yaml"), name
+    agg = launch_files(_design("aggregated"), "dynamo")["instance.yaml"]
+    assert t["yaml_ct"] not in agg and t["yaml_no_overlap"] not in agg

@@ -118,6 +118,10 @@ class Design:
     # the profile prices the prefill chunk for the whole instance (SGLang's way) rather than per
     # attention-DP rank (TRT-LLM's, ATOM's); None: as the profile's name says (only sglang's is)
     chunk_per_instance: bool | None = None
+    # the workload's longest prompt (a fresh one, or a returning turn's cached prefix and suffix)
+    # and its longest context with the answer, in tokens; 0: not known
+    prompt_tokens: int = 0
+    context_tokens: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pools", named_pools(tuple(self.pools)))
@@ -260,6 +264,8 @@ def design_of(
         metrics=dict(record.get("metrics", {})),
         point=point,
         chunk_per_instance=engine.prefill_chunk_per_instance,
+        prompt_tokens=math.ceil(spec.workload.longest_context_tokens() - spec.workload.output_tokens),
+        context_tokens=math.ceil(spec.workload.longest_context_tokens()),
     )
 
 
@@ -458,16 +464,33 @@ def trtllm_args(pool: PoolLaunch, design: Design, f: dict[str, str], options: st
     return [*args, f["options"], f"$HERE/{options}", f["host"], "0.0.0.0", f["port"], str(PORT), f["trust"]]
 
 
-def trtllm_options(pool: PoolLaunch, design: Design, f: dict[str, str]) -> dict[str, Any]:
+def trtllm_options(
+    pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None = None
+) -> dict[str, Any]:
+    """A TRT-LLM options YAML: attention DP, the KV cache, MTP; chunked prefill where the pool has
+    a chunk (off by default, and a prompt longer than max_num_tokens is then refused); the longest
+    sequence the workload reaches; and, for a disaggregated worker (``mode``), the KV cache
+    transceiver (the prefill worker without the overlap scheduler), as Dynamo's examples have them."""
     out: dict[str, Any] = {
         f["yaml_dp_attention"]: pool.attn_tp == 1 and pool.gpus > 1,
         f["yaml_kv"]: {f["yaml_kv_dtype"]: _kv(design, f)},
     }
+    if pool.chunk_tokens is not None:
+        out[f["yaml_chunked_prefill"]] = True
+    if design.context_tokens:
+        out[f["yaml_max_seq_len"]] = design.context_tokens
     if design.mtp_drafts:
         out[f["yaml_spec"]] = {
             f["yaml_spec_type"]: f["yaml_spec_type_mtp"],
             f["yaml_spec_layers"]: design.mtp_drafts,
         }
+    if mode is not None:
+        transceiver: dict[str, Any] = {f["yaml_ct_backend"]: f["yaml_ct_backend_value"]}
+        if design.prompt_tokens:
+            transceiver[f["yaml_ct_max_tokens"]] = design.prompt_tokens
+        out[f["yaml_ct"]] = transceiver
+        if mode == "prefill":
+            out[f["yaml_no_overlap"]] = True
     return out
 
 
@@ -500,7 +523,7 @@ def dynamo_args(
         args.append(d["trtllm_dp_attention"])
     args += _per_rank_caps(pool, design, trtllm_dp(pool), d["trtllm_max_running"], d["trtllm_chunk"])
     args += [d["trtllm_options"], f"$HERE/{options}"]
-    return args, {options: _yaml(trtllm_options(pool, design, flags["trtllm"]))}
+    return args, {options: _yaml(trtllm_options(pool, design, flags["trtllm"], mode))}
 
 
 def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[str, str]]) -> dict[str, Any]:
