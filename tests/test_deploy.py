@@ -472,3 +472,40 @@ def test_dynamo_trtllm_disaggregated_workers_have_a_kv_cache_transceiver(catalog
         assert (f"{t['yaml_no_overlap']}: true" in text) == (name == "prefill.yaml"), name
     agg = launch_files(_design("aggregated"), "dynamo")["instance.yaml"]
     assert t["yaml_ct"] not in agg and t["yaml_no_overlap"] not in agg
+
+
+def _mixed(attn_tp: int = 4, ep: int = 8, profile: str = "trt") -> Design:
+    """One aggregated 8-GPU instance: attention TP ``attn_tp`` in 8 / attn_tp data-parallel ranks."""
+    pool = PoolLaunch("mixed", "b200", 8, attn_tp, ep, 2, 8, max_running=256, chunk_tokens=4096)
+    return replace(_design("aggregated"), pools=(pool,), profile=profile, chunk_per_instance=None)
+
+
+def test_attention_tp_inside_data_parallel_ranks_is_sglangs_dp_attention_and_trtllms_refusal() -> None:
+    """8gpu-tp4-ep8 is attention TP 4 in 2 data-parallel ranks: SGLang launches it as TP 8 with DP
+    attention over 2 ranks (its cap a multiple of 2, the trt profile's per-rank chunk twice);
+    TRT-LLM's attention DP is attention TP 1 only, so it and Dynamo on it refuse it in one line."""
+    from dse.errors import InputError
+
+    f = FLAGS["sglang"]
+    words = _command(launch_files(_mixed(), "sglang")["instance.sh"])
+    assert _arg(words, f["tp"]) == "8" and f["dp_attention"] in words and _arg(words, f["dp"]) == "2"
+    assert _arg(words, f["max_running"]) == "256" and _arg(words, f["chunk"]) == "8192"
+    assert f["dp_attention"] not in _command(launch_files(_mixed(8), "sglang")["instance.sh"])
+    for engine in ("trtllm", "dynamo"):
+        with pytest.raises(InputError, match="shape 8gpu-tp4-ep8 .*attention TP 1 only, not TP4 x DP2") as e:
+            launch_files(_mixed(), engine)
+        assert "\n" not in str(e.value)
+    launch_files(_mixed(8), "trtllm")  # TP attention over the instance: TRT-LLM's own
+    launch_files(_mixed(1), "trtllm")  # data-parallel attention over it
+
+
+def test_vllm_refuses_experts_split_over_fewer_gpus_than_the_instance() -> None:
+    """vLLM's expert-parallel group is the instance's DP x TP GPUs: EP4 in an 8-GPU instance is
+    refused on vllm and Dynamo's vLLM workers, naming the shape; EP8 launches."""
+    from dse.errors import InputError
+
+    for engine, profile in (("vllm", "trt"), ("dynamo", "atom")):
+        with pytest.raises(InputError, match="shape 8gpu-dpa-ep4 .*not EP4"):
+            launch_files(_mixed(1, 4, profile), engine)
+        launch_files(_mixed(1, 8, profile), engine)
+    launch_files(_mixed(1, 4), "sglang")

@@ -27,6 +27,7 @@ from typing import Any
 from dse.catalog import Catalog
 from dse.errors import InputError, NoFeasibleDesign
 from dse.perf.params import PerfParams
+from dse.placement.parallel import Parallel
 from dse.study.api import StudyResults
 from dse.study.spec import StudySpec
 from dse.units import Precision
@@ -309,27 +310,8 @@ def launch_files(
     """File name -> contents of the deployment of ``design`` on ``engine``; ``command`` is the
     command line the README says wrote them (default: `dse deploy STUDY --engine ENGINE`)."""
     flags = flags or engine_flags()
-    if engine not in ENGINES:
-        raise InputError(SRC, "--engine", f"must be one of {', '.join(ENGINES)}", engine)
     disagg = any(p.role == "prefill" for p in design.pools)
-    if disagg and engine in ("trtllm", "vllm"):
-        raise InputError(
-            SRC,
-            "--engine",
-            f"launches one aggregated server; this {design.topology} design needs sglang or dynamo",
-            engine,
-        )
-    staged = next((p for p in design.pools if p.pp > 1), None)
-    backend = BACKEND_OF_PROFILE[design.profile] if engine == "dynamo" else engine
-    uses_sglang = backend == "sglang"
-    if staged is not None and not uses_sglang:
-        raise InputError(
-            SRC,
-            "--engine",
-            f"has no pipeline-parallel launch here: the {staged.name} pool runs {staged.pp} stages "
-            "(SGLang's --pp-size launches it: --engine sglang, or dynamo on SGLang)",
-            engine,
-        )
+    check_launchable(design, engine)
     files: dict[str, str] = {}
     for pool in design.pools:
         mode = pool.role if disagg else None
@@ -354,13 +336,50 @@ def launch_files(
     return files
 
 
+def backend_of(design: Design, engine: str) -> str:
+    """The engine that runs the workers: Dynamo's the study's profile stands for."""
+    return BACKEND_OF_PROFILE[design.profile] if engine == "dynamo" else engine
+
+
+def check_launchable(design: Design, engine: str) -> None:
+    """Refuses, in one line, a design ``engine`` cannot launch as the study priced it."""
+    if engine not in ENGINES:
+        raise InputError(SRC, "--engine", f"must be one of {', '.join(ENGINES)}", engine)
+    backend = backend_of(design, engine)
+    on = f"on {backend}" if engine != "dynamo" else f"on Dynamo's {backend} workers"
+    if any(p.role == "prefill" for p in design.pools) and engine in ("trtllm", "vllm"):
+        why = f"launches one aggregated server; this {design.topology} design needs sglang or dynamo"
+        raise InputError(SRC, "--engine", why, engine)
+    for p in design.pools:
+        shape = Parallel(p.gpus, p.attn_tp, p.ep, p.pp).label()
+        if p.pp > 1 and backend != "sglang":
+            why = (
+                f"has no pipeline-parallel launch here: the {p.name} pool runs {p.pp} stages "
+                "(SGLang's --pp-size launches it: --engine sglang, or dynamo on SGLang)"
+            )
+            raise InputError(SRC, "--engine", why, engine)
+        if backend == "trtllm" and 1 < p.attn_tp < p.gpus:
+            why = (
+                f"cannot launch the {p.name} pool's shape {shape} {on}: its attention DP runs attention "
+                f"TP 1 only, not TP{p.attn_tp} x DP{p.dp}"
+            )
+            raise InputError(SRC, "--engine", why, engine)
+        if backend == "vllm" and 1 < p.ep < p.tp:
+            why = (
+                f"cannot launch the {p.name} pool's shape {shape} {on}: its expert-parallel group is "
+                f"all {p.tp} GPUs of an instance (DP x TP), not EP{p.ep}"
+            )
+            raise InputError(SRC, "--engine", why, engine)
+
+
 def _kv(design: Design, table: dict[str, str]) -> str:
     return table["kv_fp8"] if design.kv_dtype is Precision.FP8 else table["kv_bf16"]
 
 
 def sglang_dp(pool: PoolLaunch) -> int:
-    """SGLang's --dp-size: the attention-DP ranks of a data-parallel-attention instance, else 1."""
-    return pool.dp if pool.attn_tp == 1 and pool.tp > 1 else 1
+    """SGLang's --dp-size under --enable-dp-attention: the attention-DP ranks (its TP size over
+    the attention TP, ``tp / attn_tp``, whenever attention TP is smaller than the TP size), else 1."""
+    return pool.dp
 
 
 def trtllm_dp(pool: PoolLaunch) -> int:
@@ -585,6 +604,8 @@ def _pool_text(pool: PoolLaunch) -> str:
     attn = (
         f"TP{pool.attn_tp} attention" if pool.attn_tp > 1 else f"data-parallel attention over {pool.dp} ranks"
     )
+    if 1 < pool.attn_tp < pool.tp:
+        attn = f"data-parallel attention over {pool.dp} ranks of TP{pool.attn_tp}"
     stages = f"{pool.pp} pipeline stages of {pool.tp} GPUs, each with " if pool.pp > 1 else ""
     return (
         f"{pool.instances} x {pool.role} instance of {pool.gpus} {pool.hardware} GPUs "
