@@ -509,3 +509,18 @@ def test_vllm_refuses_experts_split_over_fewer_gpus_than_the_instance() -> None:
             launch_files(_mixed(1, 4, profile), engine)
         launch_files(_mixed(1, 8, profile), engine)
     launch_files(_mixed(1, 4), "sglang")
+
+
+def test_the_dynamo_graph_leaves_multinode_wiring_to_the_operator() -> None:
+    """A decode instance over two hosts on Dynamo's SGLang workers: its script takes NODE_RANK and
+    HEAD_ADDR, but graph.yaml passes no --nnodes, --node-rank or --dist-init-addr (the operator
+    injects them; Kubernetes would not expand $NODE_RANK) and keeps the rest of the command."""
+    f = FLAGS["sglang"]
+    files = launch_files(replace(_design(), profile="sglang"), "dynamo")
+    script = _command(files["decode.sh"])
+    assert _arg(script, f["node_rank"]) == "$NODE_RANK" and _arg(script, f["dist_init"]) == "$HEAD_ADDR"
+    graph = files["graph.yaml"]
+    assert "nodeCount: 2" in graph and f'"{f["dp"]}"' in graph and f'"{f["max_running"]}"' in graph
+    for flag in (f["nnodes"], f["node_rank"], f["dist_init"]):
+        assert f'"{flag}"' not in graph, flag
+    assert "$NODE_RANK" not in graph and "$HEAD_ADDR" not in graph

@@ -553,6 +553,7 @@ def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[st
     for pool in design.pools:
         line = _command_line(files[f"{pool.name}.sh"])
         words = shlex.split(line.replace("$MODEL", design.model_repo or "MODEL").replace("$HERE/", ""))
+        words = _without_node_wiring(words, flags["sglang"])
         service: dict[str, Any] = {
             "componentType": "worker",
             "replicas": pool.instances,
@@ -570,6 +571,23 @@ def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[st
         "metadata": {"name": f"{design.study}-trial-{design.trial}"},
         "spec": {"services": services},
     }
+
+
+def _without_node_wiring(words: list[str], f: dict[str, str]) -> list[str]:
+    """A worker's words without the flags that wire an instance across hosts (--nnodes,
+    --node-rank, --dist-init-addr) and their values: the operator injects them for a multinode
+    service, and Kubernetes would not expand the scripts' $NODE_RANK and $HEAD_ADDR."""
+    wiring = {f["nnodes"], f["node_rank"], f["dist_init"]}
+    out: list[str] = []
+    skip = False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in wiring:
+            skip = True
+        else:
+            out.append(w)
+    return out
 
 
 def _command_line(script: str) -> str:
