@@ -26,7 +26,7 @@ def _design(topology: str = "disaggregated", drafts: int = 2) -> Design:
     pools = (
         (PoolLaunch("prefill", "b200", 8, 8, 8, 2, 8, max_running=None, chunk_tokens=8192), wide)
         if topology == "disaggregated"
-        else (PoolLaunch("mixed", "gb200-nvl72", 8, 1, 8, 4, 4, max_running=256, chunk_tokens=4096),)
+        else (PoolLaunch("mixed", "b200", 8, 1, 8, 4, 8, max_running=256, chunk_tokens=4096),)
     )
     return Design(
         study="s", trial=7, model="deepseek-v3", model_repo="deepseek-ai/DeepSeek-V3", native_precision="fp8",
@@ -388,7 +388,7 @@ def test_the_running_request_cap_is_the_batch_that_meets_the_tpot_target(catalog
 
 def _wide(cap: int, gpus: int = 64, profile: str = "trt", chunk: int | None = None) -> Design:
     """An aggregated design of one data-parallel-attention instance of ``gpus`` GPUs capped at
-    ``cap`` running requests."""
+    ``cap`` running requests (on one host: what the hosts are does not matter here)."""
     pool = PoolLaunch("mixed", "gb200-nvl72", gpus, 1, gpus, 1, 72, max_running=cap, chunk_tokens=chunk)
     return replace(_design("aggregated"), pools=(pool,), profile=profile, chunk_per_instance=None)
 
@@ -524,3 +524,29 @@ def test_the_dynamo_graph_leaves_multinode_wiring_to_the_operator() -> None:
     for flag in (f["nnodes"], f["node_rank"], f["dist_init"]):
         assert f'"{flag}"' not in graph, flag
     assert "$NODE_RANK" not in graph and "$HEAD_ADDR" not in graph
+
+
+def test_instances_wider_than_a_host_are_refused_where_no_script_wires_them() -> None:
+    """vLLM and TRT-LLM scripts run one host's command: an instance of 8 GPUs on 4-GPU hosts is
+    refused in one line naming its GPUs and hosts; on Dynamo's TRT-LLM and vLLM workers its script
+    exits 2 pointing at graph.yaml (the operator wires the hosts), and SGLang's is wired."""
+    import subprocess as sp
+
+    from dse.errors import InputError
+
+    design = _design("aggregated")
+    design = replace(design, pools=(replace(design.pools[0], hardware="gb200-nvl72", gpus_per_host=4),))
+    for engine in ("vllm", "trtllm"):
+        with pytest.raises(InputError, match="an instance's 8 GPUs span 2 hosts of 4 GPUs") as e:
+            launch_files(design, engine)
+        assert "\n" not in str(e.value)
+    for profile in ("trt", "atom"):
+        files = launch_files(replace(design, profile=profile), "dynamo")
+        assert "exit 2" in files["instance.sh"]
+        assert "`instance.sh` launch instances wider" in files["README.md"]
+        ran = sp.run(["bash", "-c", files["instance.sh"]], capture_output=True, text=True)
+        assert ran.returncode == 2 and "deploy graph.yaml" in ran.stderr
+        assert "nodeCount: 2" in files["graph.yaml"]
+    sglang = launch_files(design, "sglang")["instance.sh"]
+    assert "exit 2" not in sglang and "$NODE_RANK" in sglang
+    assert "exit 2" not in launch_files(_design("aggregated"), "dynamo")["instance.sh"]  # 8 GPUs a host

@@ -325,7 +325,9 @@ def launch_files(
         else:
             cmd, extra = dynamo_args(pool, design, flags, mode)
             files.update(extra)
-        files[f"{pool.name}.sh"] = _script(pool, design, cmd)
+        unwired = f"dynamo.{backend_of(design, engine)}" if engine == "dynamo" else ""
+        unwired = "" if unwired == "dynamo.sglang" else unwired
+        files[f"{pool.name}.sh"] = _script(pool, design, cmd, unwired)
     if engine == "dynamo":
         files["frontend.sh"] = _script(
             None, design, [*flags["dynamo"]["frontend"].split(), flags["dynamo"]["http_port"], str(PORT)]
@@ -356,6 +358,13 @@ def check_launchable(design: Design, engine: str) -> None:
             why = (
                 f"has no pipeline-parallel launch here: the {p.name} pool runs {p.pp} stages "
                 "(SGLang's --pp-size launches it: --engine sglang, or dynamo on SGLang)"
+            )
+            raise InputError(SRC, "--engine", why, engine)
+        if engine in ("vllm", "trtllm") and p.hosts > 1:
+            why = (
+                f"cannot launch the {p.name} pool: an instance's {p.gpus} GPUs span {p.hosts} hosts of "
+                f"{p.gpus_per_host} GPUs, and dse writes no multi-host launch for {engine} "
+                "(--engine sglang, or dynamo, whose operator wires the hosts)"
             )
             raise InputError(SRC, "--engine", why, engine)
         if backend == "trtllm" and 1 < p.attn_tp < p.gpus:
@@ -594,7 +603,9 @@ def _command_line(script: str) -> str:
     return next(line for line in script.splitlines() if line.startswith("exec ")).removeprefix("exec ")
 
 
-def _script(pool: PoolLaunch | None, design: Design, args: list[str]) -> str:
+def _script(pool: PoolLaunch | None, design: Design, args: list[str], unwired: str = "") -> str:
+    """A launch script; ``unwired``: the Dynamo worker whose multi-host instance only graph.yaml
+    launches (the script says so and exits 2)."""
     head = [
         "#!/usr/bin/env bash",
         f"# {design.study}, trial {design.trial}: " + (_pool_text(pool) if pool else "the Dynamo frontend"),
@@ -604,6 +615,16 @@ def _script(pool: PoolLaunch | None, design: Design, args: list[str]) -> str:
         if design.model_repo
         else ': "${MODEL:?set MODEL to the checkpoint}"',
     ]
+    if pool is not None and pool.hosts > 1 and unwired:
+        return "\n".join([
+            *head,
+            f"# one instance spans {pool.hosts} hosts, which this script does not wire for {unwired}:",
+            "# deploy graph.yaml, whose multinode service the Dynamo operator wires across them",
+            "echo " + shlex.quote(f"{pool.name}.sh: an instance spans {pool.hosts} hosts; deploy graph.yaml")
+            + " >&2",
+            "exit 2",
+            "exec " + " ".join(_quote(a) for a in args),
+        ]) + "\n"  # fmt: skip
     if pool is not None and pool.hosts > 1:
         head += [
             f"# one instance spans {pool.hosts} hosts: run this on each with NODE_RANK 0..{pool.hosts - 1}",
@@ -723,6 +744,11 @@ def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comma
     if engine == "sglang" and any(p.role == "prefill" for p in design.pools):
         lines.append("- a router in front sends each request to a prefill and a decode server "
                      "(`--engine dynamo` writes Dynamo's frontend for that);")  # fmt: skip
+    wide = [f"`{p.name}.sh`" for p in design.pools if p.hosts > 1]
+    if engine == "dynamo" and backend_of(design, engine) != "sglang" and wide:
+        lines.append(f"- {', '.join(wide)} launch instances wider than a host, which the scripts do not "
+                     f"wire for dynamo.{backend_of(design, engine)}: they exit 2, and `graph.yaml` "
+                     "(whose multinode services the operator wires) launches them;")  # fmt: skip
     if engine == "dynamo":
         lines.append("- `graph.yaml`'s workers read their options files (`*.yaml`) from their working "
                      "directory: mount them there (a ConfigMap).")  # fmt: skip
