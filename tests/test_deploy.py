@@ -335,9 +335,11 @@ def test_pools_sharing_a_role_get_a_script_each_with_its_own_cap(catalog: Catalo
     design = design_of(Study.load(TINY).spec, 0, _record(), catalog, load_params())
     f = FLAGS["sglang"]
     files = launch_files(design, "sglang")
-    assert {n for n in files if n.endswith(".sh")} == {"prefill.sh", "decode-b200.sh", "decode-h200-sxm.sh"}
+    assert {n for n in files if n.endswith(".sh")} == {
+        "prefill.sh", "decode-b200.sh", "decode-h200-sxm.sh", "router.sh"
+    }  # fmt: skip
     caps = {n: dict(zip(w := _command(files[n]), w[1:], strict=False)).get(f["max_running"]) for n in files
-            if n.endswith(".sh")}  # fmt: skip
+            if n.endswith(".sh") and n != "router.sh"}  # fmt: skip
     # SGLang's caps are multiples of the pools' 8 attention-DP ranks, at or below the sized batch
     assert caps == {"prefill.sh": None, "decode-b200.sh": "1656", "decode-h200-sxm.sh": "320"}
     for name in ("prefill.sh", "decode-b200.sh", "decode-h200-sxm.sh"):
@@ -358,7 +360,7 @@ def test_pools_sharing_a_role_get_a_script_each_with_its_own_cap(catalog: Catalo
     # pools on the same GPU as well: numbered
     same = replace(design, pools=tuple(replace(p, hardware="b200", label="") for p in design.pools))
     assert {n for n in launch_files(same, "sglang") if n.endswith(".sh")} == {
-        "prefill.sh", "decode-b200-1.sh", "decode-b200-2.sh"
+        "prefill.sh", "decode-b200-1.sh", "decode-b200-2.sh", "router.sh"
     }  # fmt: skip
 
 
@@ -550,3 +552,75 @@ def test_instances_wider_than_a_host_are_refused_where_no_script_wires_them() ->
     sglang = launch_files(design, "sglang")["instance.sh"]
     assert "exit 2" not in sglang and "$NODE_RANK" in sglang
     assert "exit 2" not in launch_files(_design("aggregated"), "dynamo")["instance.sh"]  # 8 GPUs a host
+
+
+def _shared_host() -> Design:
+    """Three 4-GPU prefill instances on 8-GPU B200 hosts (two to a host) and three decode
+    instances of 16 GPUs over two hosts each."""
+    design = _design()
+    prefill = PoolLaunch("prefill", "b200", 4, 4, 4, 3, 8, max_running=None, chunk_tokens=8192)
+    return replace(design, pools=(prefill, design.pools[1]))
+
+
+def _run_head(script: str, **env: str) -> dict[str, str]:
+    """The variables a script sets before its exec line, run with ``env`` (``exec`` replaced by
+    printing them)."""
+    head = script[: script.index("\nexec ")]
+    show = 'printf "%s|%s|%s\\n" "${CUDA_VISIBLE_DEVICES:-}" "$PORT" "$BOOTSTRAP_PORT"'
+    ran = subprocess.run(["bash", "-c", head + "\n" + show], capture_output=True, text=True, env=env)
+    assert ran.returncode == 0, ran.stderr
+    gpus, port, boot = ran.stdout.strip().split("|")
+    return {"gpus": gpus, "port": port, "bootstrap": boot}
+
+
+def test_instances_sharing_a_host_get_their_own_gpus_and_ports() -> None:
+    """Two prefill instances on one host: INSTANCE picks each its GPUs, its server port and its KV
+    bootstrap port (passed to SGLang explicitly); pools start 100 ports apart."""
+    import os
+
+    f = FLAGS["sglang"]
+    files = launch_files(_shared_host(), "sglang")
+    words = _command(files["prefill.sh"])
+    assert _arg(words, f["port"]) == "$PORT" and _arg(words, f["bootstrap_port"]) == "$BOOTSTRAP_PORT"
+    base = {"PATH": os.environ["PATH"]}
+    seen = [_run_head(files["prefill.sh"], **base, INSTANCE=str(i)) for i in range(3)]
+    assert seen == [
+        {"gpus": "0,1,2,3", "port": "8000", "bootstrap": "9000"},
+        {"gpus": "4,5,6,7", "port": "8001", "bootstrap": "9001"},
+        {"gpus": "0,1,2,3", "port": "8000", "bootstrap": "9000"},
+    ]
+    assert subprocess.run(["bash", "-c", files["prefill.sh"]], capture_output=True, env=base).returncode != 0
+    assert _run_head(files["decode.sh"], **base, NODE_RANK="0", HEAD_ADDR="h:5000") == {
+        "gpus": "", "port": "8100", "bootstrap": "9100"
+    }  # fmt: skip
+    assert f["bootstrap_port"] not in _command(files["decode.sh"])
+    for engine in ("vllm", "trtllm"):
+        agg = replace(_design("aggregated"), pools=(replace(_shared_host().pools[0], role="mixed"),))
+        script = launch_files(agg, engine)["instance.sh"]
+        assert _arg(_command(script), FLAGS[engine]["port"]) == "$PORT"
+        assert _run_head(script, **base, INSTANCE="1")["gpus"] == "4,5,6,7", engine
+
+
+def test_sglang_designs_of_several_servers_get_a_router() -> None:
+    """PD disaggregation needs SGLang's router: router.sh lists every prefill server with its
+    bootstrap port and every decode server, each host a placeholder the README explains;
+    aggregated instances get it as a load balancer, and one aggregated instance none."""
+    f = FLAGS["sglang"]
+    files = launch_files(_shared_host(), "sglang")
+    words = _command(files["router.sh"])
+    assert words[:3] == f["router"].split() and f["router_pd"] in words
+    assert _flags_of(words) <= _values("sglang")
+    prefills = [(words[i + 1], words[i + 2]) for i, w in enumerate(words) if w == f["router_prefill"]]
+    ports = [(u.rsplit(":", 1)[1], b) for u, b in prefills]
+    assert ports == [("8000", "9000"), ("8001", "9001"), ("8000", "9000")]
+    assert "${PREFILL_1:?" in prefills[1][0]
+    decodes = [words[i + 1] for i, w in enumerate(words) if w == f["router_decode"]]
+    assert len(decodes) == 3 and all(u.endswith(":8100") for u in decodes)
+    assert "`router.sh` starts SGLang's router" in files["README.md"]
+    agg = launch_files(_design("aggregated"), "sglang")  # four instances
+    workers = _command(agg["router.sh"])
+    assert f["router_pd"] not in workers and workers.count(f["router_workers"]) == 1
+    assert len([w for w in workers if w.startswith("http://")]) == 4
+    one = replace(_design("aggregated"), pools=(replace(_design("aggregated").pools[0], instances=1),))
+    assert "router.sh" not in launch_files(one, "sglang")
+    assert "HTTP load balancer" in launch_files(_design("aggregated"), "vllm")["README.md"]

@@ -36,7 +36,9 @@ FLAGS_FILE = Path(__file__).with_name("engine_flags.toml")
 ENGINES = ("sglang", "trtllm", "vllm", "dynamo")
 BACKEND_OF_PROFILE = {"sglang": "sglang", "trt": "trtllm", "atom": "vllm", "vllm": "vllm"}
 """The engine a study's engine profile (its calibration) stands for, as Dynamo's backend."""
-PORT = 8000
+PORT = 8000  # the first pool's first server; pool k's instances from PORT + 100 k, one port each on a host
+BOOTSTRAP_PORT = 9000  # SGLang prefill servers' KV bootstrap ports, likewise
+ROUTER_PORT = 30000
 SRC = "dse deploy"
 
 
@@ -78,6 +80,11 @@ class PoolLaunch:
     @property
     def name(self) -> str:
         return self.label or {"mixed": "instance"}.get(self.role, self.role)
+
+    @property
+    def per_host(self) -> int:
+        """Instances that share one host (1 where an instance fills a host or more)."""
+        return max(1, self.gpus_per_host // self.gpus)
 
 
 def named_pools(pools: tuple[PoolLaunch, ...]) -> tuple[PoolLaunch, ...]:
@@ -313,7 +320,7 @@ def launch_files(
     disagg = any(p.role == "prefill" for p in design.pools)
     check_launchable(design, engine)
     files: dict[str, str] = {}
-    for pool in design.pools:
+    for k, pool in enumerate(design.pools):
         mode = pool.role if disagg else None
         if engine == "sglang":
             cmd = sglang_args(pool, design, flags["sglang"], mode)
@@ -327,12 +334,15 @@ def launch_files(
             files.update(extra)
         unwired = f"dynamo.{backend_of(design, engine)}" if engine == "dynamo" else ""
         unwired = "" if unwired == "dynamo.sglang" else unwired
-        files[f"{pool.name}.sh"] = _script(pool, design, cmd, unwired)
+        files[f"{pool.name}.sh"] = _script(pool, design, cmd, unwired, k)
     if engine == "dynamo":
         files["frontend.sh"] = _script(
             None, design, [*flags["dynamo"]["frontend"].split(), flags["dynamo"]["http_port"], str(PORT)]
         )
         files["graph.yaml"] = _yaml(dynamo_graph(design, files, flags))
+    router = router_script(design, flags["sglang"]) if engine == "sglang" else None
+    if router is not None:
+        files["router.sh"] = router
     files["instances.json"] = json.dumps(_instances(design), indent=2) + "\n"
     files["README.md"] = _readme(design, engine, flags, command or deploy_command(design.study, engine))
     return files
@@ -443,7 +453,7 @@ def sglang_args(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str |
     ``dp`` attention ranks. Its running-request cap and chunk are for the whole instance."""
     args = [*f["launch"].split(), f["model"], "$MODEL", f["tp"], str(pool.tp)]
     args += _sglang_body(pool, design, f, mode)
-    return [*args, f["host"], "0.0.0.0", f["port"], str(PORT), f["trust"]]
+    return [*args, f["host"], "0.0.0.0", f["port"], "$PORT", f["trust"]]
 
 
 def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None) -> list[str]:
@@ -466,6 +476,8 @@ def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str 
         args += [f["spec_draft_tokens"], str(d + 1)]
     if mode is not None:
         args += [f["disagg_mode"], mode, f["disagg_backend"], f["disagg_backend_value"]]
+    if mode == "prefill":
+        args += [f["bootstrap_port"], "$BOOTSTRAP_PORT"]
     if pool.hosts > 1:
         args += [f["nnodes"], str(pool.hosts), f["node_rank"], "$NODE_RANK", f["dist_init"], "$HEAD_ADDR"]
     return args
@@ -482,14 +494,14 @@ def vllm_args(pool: PoolLaunch, design: Design, f: dict[str, str]) -> list[str]:
     if design.mtp_drafts:
         spec = json.dumps({"method": f["spec_method"], "num_speculative_tokens": design.mtp_drafts})
         args += [f["spec_config"], spec]
-    return [*args, f["host"], "0.0.0.0", f["port"], str(PORT), f["trust"]]
+    return [*args, f["host"], "0.0.0.0", f["port"], "$PORT", f["trust"]]
 
 
 def trtllm_args(pool: PoolLaunch, design: Design, f: dict[str, str], options: str) -> list[str]:
     """TRT-LLM: the instance's GPUs are its TP size; its batch cap is per attention-DP rank."""
     args = [f["launch"], "$MODEL", f["tp"], str(pool.gpus), f["ep"], str(pool.ep)]
     args += _per_rank_caps(pool, design, trtllm_dp(pool), f["max_running"], f["chunk"])
-    return [*args, f["options"], f"$HERE/{options}", f["host"], "0.0.0.0", f["port"], str(PORT), f["trust"]]
+    return [*args, f["options"], f"$HERE/{options}", f["host"], "0.0.0.0", f["port"], "$PORT", f["trust"]]
 
 
 def trtllm_options(
@@ -539,6 +551,8 @@ def dynamo_args(
         ]
         body = _sglang_body(pool, design, flags["sglang"], None)
         mode_args = [d["sglang_mode"], mode, flags["sglang"]["disagg_backend"], "nixl"] if mode else []
+        if mode == "prefill":
+            mode_args += [flags["sglang"]["bootstrap_port"], "$BOOTSTRAP_PORT"]
         return [*args, *body, *mode_args, flags["sglang"]["trust"]], {}
     if backend == "vllm":
         v = vllm_args(pool, design, flags["vllm"])
@@ -563,6 +577,7 @@ def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[st
         line = _command_line(files[f"{pool.name}.sh"])
         words = shlex.split(line.replace("$MODEL", design.model_repo or "MODEL").replace("$HERE/", ""))
         words = _without_node_wiring(words, flags["sglang"])
+        words = [str(BOOTSTRAP_PORT) if w == "$BOOTSTRAP_PORT" else w for w in words]  # a pod's own
         service: dict[str, Any] = {
             "componentType": "worker",
             "replicas": pool.instances,
@@ -603,9 +618,11 @@ def _command_line(script: str) -> str:
     return next(line for line in script.splitlines() if line.startswith("exec ")).removeprefix("exec ")
 
 
-def _script(pool: PoolLaunch | None, design: Design, args: list[str], unwired: str = "") -> str:
-    """A launch script; ``unwired``: the Dynamo worker whose multi-host instance only graph.yaml
-    launches (the script says so and exits 2)."""
+def _script(
+    pool: PoolLaunch | None, design: Design, args: list[str], unwired: str = "", k: int = 0
+) -> str:
+    """A launch script of the ``k``-th pool; ``unwired``: the Dynamo worker whose multi-host
+    instance only graph.yaml launches (the script says so and exits 2)."""
     head = [
         "#!/usr/bin/env bash",
         f"# {design.study}, trial {design.trial}: " + (_pool_text(pool) if pool else "the Dynamo frontend"),
@@ -615,6 +632,7 @@ def _script(pool: PoolLaunch | None, design: Design, args: list[str], unwired: s
         if design.model_repo
         else ': "${MODEL:?set MODEL to the checkpoint}"',
     ]
+    head += _placement(pool, k)
     if pool is not None and pool.hosts > 1 and unwired:
         return "\n".join([
             *head,
@@ -632,6 +650,63 @@ def _script(pool: PoolLaunch | None, design: Design, args: list[str], unwired: s
             'HEAD_ADDR="${HEAD_ADDR:?set HEAD_ADDR to host:port of rank 0}"',
         ]
     return "\n".join([*head, "exec " + " ".join(_quote(a) for a in args)]) + "\n"
+
+
+def _placement(pool: PoolLaunch | None, k: int) -> list[str]:
+    """Where an instance of the ``k``-th pool runs on its host: its GPUs (``INSTANCE``'s share
+    where instances share a host), its server port and its KV bootstrap port, each its own."""
+    if pool is None:
+        return []
+    port, boot = PORT + 100 * k, BOOTSTRAP_PORT + 100 * k
+    if pool.per_host == 1:
+        return [f"PORT={port}", f"BOOTSTRAP_PORT={boot}"]
+    g = pool.gpus
+    return [
+        f"# {pool.per_host} instances share a host: INSTANCE (0..{pool.instances - 1}) picks this one's "
+        "GPUs and ports",
+        'INSTANCE="${INSTANCE:?set INSTANCE to the number of this instance in its pool}"',
+        f"SLOT=$((INSTANCE % {pool.per_host}))",
+        f'export CUDA_VISIBLE_DEVICES="$(seq -s, $((SLOT * {g})) $((SLOT * {g} + {g - 1})))"',
+        f"PORT=$(({port} + SLOT))",
+        f"BOOTSTRAP_PORT=$(({boot} + SLOT))",
+    ]
+
+
+def router_script(design: Design, f: dict[str, str]) -> str | None:
+    """SGLang's router in front of the design's servers (prefill ones with their bootstrap ports,
+    for PD disaggregation), each at ``<POOL>_<i>``, the host of the pool's instance i: None for
+    one aggregated instance."""
+    disagg = _disagg(design)
+    if not _needs_router(design):
+        return None
+    args = [*f["router"].split(), *([f["router_pd"]] if disagg else [])]
+    urls: list[str] = []
+    for k, p in enumerate(design.pools):
+        for i in range(p.instances):
+            var = f"{p.name.upper().replace('-', '_')}_{i}"
+            url = f'"http://${{{var}:?set {var} to the host of {p.name} instance {i}}}:{_port(p, k, i)}"'
+            if not disagg:
+                urls.append(url)
+            elif p.role == "prefill":
+                args += [f["router_prefill"], url, str(_port(p, k, i, BOOTSTRAP_PORT))]
+            else:
+                args += [f["router_decode"], url]
+    if urls:
+        args += [f["router_workers"], *urls]
+    args += [f["host"], "0.0.0.0", f["port"], str(ROUTER_PORT)]
+    head = [
+        "#!/usr/bin/env bash",
+        f"# {design.study}, trial {design.trial}: SGLang's router in front of every instance; set each "
+        "<POOL>_<i> to the host instance i of that pool runs on (its NODE_RANK 0 host)",
+        "set -euo pipefail",
+    ]
+    words = " ".join(a if a.startswith('"') else shlex.quote(a) for a in args)
+    return "\n".join([*head, "exec " + words]) + "\n"
+
+
+def _port(pool: PoolLaunch, k: int, i: int, base: int = PORT) -> int:
+    """The port of instance ``i`` of the ``k``-th pool (``base``: its server's or bootstrap's)."""
+    return base + 100 * k + i % pool.per_host
 
 
 def _quote(arg: str) -> str:
@@ -739,11 +814,12 @@ def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comma
         *_cap_notes(design, engine),
         f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
         "(`dse/study/engine_flags.toml`): check them against the version you run;",
-        f"- port {PORT} on every server; a disaggregated design's KV moves over NIXL.",
+        f"- ports: pool k's servers listen on {PORT} + 100 k (SGLang prefill servers' KV bootstrap on "
+        f"{BOOTSTRAP_PORT} + 100 k), plus the instance's slot on its host where instances share one; "
+        "there each script takes `INSTANCE` (its number in the pool, 0..n-1), which picks its GPUs "
+        "(`CUDA_VISIBLE_DEVICES`) and ports; a disaggregated design's KV moves over NIXL.",
+        *_router_notes(design, engine),
     ]
-    if engine == "sglang" and any(p.role == "prefill" for p in design.pools):
-        lines.append("- a router in front sends each request to a prefill and a decode server "
-                     "(`--engine dynamo` writes Dynamo's frontend for that);")  # fmt: skip
     wide = [f"`{p.name}.sh`" for p in design.pools if p.hosts > 1]
     if engine == "dynamo" and backend_of(design, engine) != "sglang" and wide:
         lines.append(f"- {', '.join(wide)} launch instances wider than a host, which the scripts do not "
@@ -755,6 +831,36 @@ def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comma
     if usd is not None:
         lines += ["", f"The study priced this design at ${usd:.4f} per million tokens."]
     return "\n".join(lines) + "\n"
+
+
+def _router_notes(design: Design, engine: str) -> list[str]:
+    """What fronts the instances: SGLang's router (``router.sh``), Dynamo's frontend, or for
+    several vLLM or TRT-LLM instances an HTTP load balancer of the reader's over their URLs."""
+    if engine == "sglang":
+        if not _needs_router(design):
+            return []
+        return [
+            f"- `router.sh` starts SGLang's router (the `sglang-router` package) on port {ROUTER_PORT}, "
+            "in front of every server"
+            + (" (prefill ones with their bootstrap ports)" if _disagg(design) else "")
+            + ": set `<POOL>_<i>` (`DECODE_0`, ...) to the host instance i of that pool runs on;"
+        ]
+    if engine == "dynamo" or not _needs_router(design):
+        return []
+    urls = ", ".join(
+        f"`{p.name}` instance i at port {PORT + 100 * k} + i % {p.per_host}" if p.per_host > 1
+        else f"`{p.name}` instances at port {PORT + 100 * k}"
+        for k, p in enumerate(design.pools)
+    )  # fmt: skip
+    return [f"- several instances: put an HTTP load balancer over them ({urls} of their hosts);"]
+
+
+def _disagg(design: Design) -> bool:
+    return any(p.role == "prefill" for p in design.pools)
+
+
+def _needs_router(design: Design) -> bool:
+    return _disagg(design) or sum(p.instances for p in design.pools) > 1
 
 
 def _cap_notes(design: Design, engine: str) -> list[str]:
