@@ -624,3 +624,14 @@ def test_sglang_designs_of_several_servers_get_a_router() -> None:
     one = replace(_design("aggregated"), pools=(replace(_design("aggregated").pools[0], instances=1),))
     assert "router.sh" not in launch_files(one, "sglang")
     assert "HTTP load balancer" in launch_files(_design("aggregated"), "vllm")["README.md"]
+
+
+def test_the_readme_names_the_oldest_releases_whose_flag_names_it_uses() -> None:
+    """vLLM's MTP method `mtp` (older: `deepseek_mtp`) and Dynamo's vLLM `--disaggregation-mode`
+    (older: `--is-prefill-worker`): the README states the releases they need, where they are used."""
+    vllm = launch_files(_design("aggregated"), "vllm")["README.md"]
+    assert "vLLM 0.11 or later" in vllm and "deepseek_mtp" in vllm
+    assert "vLLM 0.11" not in launch_files(_design("aggregated", drafts=0), "vllm")["README.md"]
+    dynamo = launch_files(replace(_design(), profile="atom"), "dynamo")["README.md"]
+    assert "`--disaggregation-mode`" in dynamo and "--is-prefill-worker" in dynamo and "vLLM 0.11" in dynamo
+    assert "--is-prefill-worker" not in launch_files(_design(), "dynamo")["README.md"]  # TRT-LLM workers

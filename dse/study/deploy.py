@@ -814,6 +814,7 @@ def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comma
         *_cap_notes(design, engine),
         f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
         "(`dse/study/engine_flags.toml`): check them against the version you run;",
+        *_minimum_versions(design, engine, flags),
         f"- ports: pool k's servers listen on {PORT} + 100 k (SGLang prefill servers' KV bootstrap on "
         f"{BOOTSTRAP_PORT} + 100 k), plus the instance's slot on its host where instances share one; "
         "there each script takes `INSTANCE` (its number in the pool, 0..n-1), which picks its GPUs "
@@ -831,6 +832,18 @@ def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comma
     if usd is not None:
         lines += ["", f"The study priced this design at ${usd:.4f} per million tokens."]
     return "\n".join(lines) + "\n"
+
+
+def _minimum_versions(design: Design, engine: str, flags: dict[str, dict[str, str]]) -> list[str]:
+    """The oldest engine releases the scripts need, where they use a flag's newer name: vLLM's
+    MTP method, Dynamo's vLLM worker role flag."""
+    backend = backend_of(design, engine)
+    out = []
+    if backend == "vllm" and design.mtp_drafts and "minimum" in flags["vllm"]:
+        out.append(f"- it needs {flags['vllm']['minimum']};")
+    if engine == "dynamo" and backend == "vllm" and _disagg(design) and "minimum" in flags["dynamo"]:
+        out.append(f"- it needs {flags['dynamo']['minimum']};")
+    return out
 
 
 def _router_notes(design: Design, engine: str) -> list[str]:
