@@ -474,6 +474,10 @@ def test_dynamo_trtllm_disaggregated_workers_have_a_kv_cache_transceiver(catalog
         assert (f"{t['yaml_no_overlap']}: true" in text) == (name == "prefill.yaml"), name
     agg = launch_files(_design("aggregated"), "dynamo")["instance.yaml"]
     assert t["yaml_ct"] not in agg and t["yaml_no_overlap"] not in agg
+    # an instance admits what the model serves, not the study's mean context; the buffer's size,
+    # twice the longest mean prompt, is an assumption the README states
+    assert design.context_tokens == catalog.model(design.model).max_context
+    assert f"holds {longest:,} tokens, 2 times the study's longest mean prompt" in files["README.md"]
 
 
 def _mixed(attn_tp: int = 4, ep: int = 8, profile: str = "trt") -> Design:

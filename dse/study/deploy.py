@@ -47,6 +47,10 @@ def engine_flags() -> dict[str, dict[str, str]]:
         return tomllib.load(fh)
 
 
+# the KV transfer buffer holds prompts up to this many times the workload's longest mean prompt
+# (the study knows means only: the README says so, and where to raise it for longer prompts)
+PROMPT_ROOM = 2.0
+
 @dataclass(frozen=True)
 class PoolLaunch:
     """One pool of the design as an engine launches it."""
@@ -126,8 +130,10 @@ class Design:
     # the profile prices the prefill chunk for the whole instance (SGLang's way) rather than per
     # attention-DP rank (TRT-LLM's, ATOM's); None: as the profile's name says (only sglang's is)
     chunk_per_instance: bool | None = None
-    # the workload's longest prompt (a fresh one, or a returning turn's cached prefix and suffix)
-    # and its longest context with the answer, in tokens; 0: not known
+    # the longest prompt the KV transfer buffer is sized for (PROMPT_ROOM times the workload's
+    # longest mean prompt: a fresh one, or a returning turn's cached prefix and suffix, within the
+    # model's context) and the longest sequence an instance admits (the model's context: a prompt
+    # longer than the study's mean must not be refused), in tokens; 0: not known
     prompt_tokens: int = 0
     context_tokens: int = 0
 
@@ -272,8 +278,11 @@ def design_of(
         metrics=dict(record.get("metrics", {})),
         point=point,
         chunk_per_instance=engine.prefill_chunk_per_instance,
-        prompt_tokens=math.ceil(spec.workload.longest_context_tokens() - spec.workload.output_tokens),
-        context_tokens=math.ceil(spec.workload.longest_context_tokens()),
+        prompt_tokens=min(
+            model.max_context,
+            math.ceil(PROMPT_ROOM * (spec.workload.longest_context_tokens() - spec.workload.output_tokens)),
+        ),
+        context_tokens=model.max_context,
     )
 
 
@@ -812,6 +821,7 @@ def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comma
             "`--dp-size`, gets it times the ranks;"
         ),
         *_cap_notes(design, engine),
+        *_buffer_note(design, engine),
         f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
         "(`dse/study/engine_flags.toml`): check them against the version you run;",
         *_minimum_versions(design, engine, flags),
@@ -874,6 +884,20 @@ def _disagg(design: Design) -> bool:
 
 def _needs_router(design: Design) -> bool:
     return _disagg(design) or sum(p.instances for p in design.pools) > 1
+
+
+def _buffer_note(design: Design, engine: str) -> list[str]:
+    """A README line where TRT-LLM's KV cache transceiver is configured: its buffer's size is an
+    assumption (the study knows mean lengths only)."""
+    if engine != "dynamo" or BACKEND_OF_PROFILE[design.profile] != "trtllm":
+        return []
+    if design.topology == "aggregated" or not design.prompt_tokens:
+        return []
+    return [
+        f"- the KV cache transceiver's buffer (`max_tokens_in_buffer` in the options files) holds "
+        f"{design.prompt_tokens:,} tokens, {PROMPT_ROOM:g} times the study's longest mean prompt: raise it "
+        "if your prompts run longer;"
+    ]
 
 
 def _cap_notes(design: Design, engine: str) -> list[str]:
