@@ -26,7 +26,7 @@ def _design(topology: str = "disaggregated", drafts: int = 2) -> Design:
     pools = (
         (PoolLaunch("prefill", "b200", 8, 8, 8, 2, 8, max_running=None, chunk_tokens=8192), wide)
         if topology == "disaggregated"
-        else (PoolLaunch("mixed", "gb200-nvl72", 8, 1, 8, 4, 4, max_running=256, chunk_tokens=4096),)
+        else (PoolLaunch("mixed", "b200", 8, 1, 8, 4, 8, max_running=256, chunk_tokens=4096),)
     )
     return Design(
         study="s", trial=7, model="deepseek-v3", model_repo="deepseek-ai/DeepSeek-V3", native_precision="fp8",
@@ -76,7 +76,7 @@ def test_sglang_gets_each_setting_of_the_design() -> None:
     assert decode[:3] == f["launch"].split()
     pairs = dict(zip(decode, decode[1:], strict=False))
     assert pairs[f["tp"]] == "16" and pairs[f["ep"]] == "16" and pairs[f["dp"]] == "16"
-    assert f["dp_attention"] in decode and pairs[f["max_running"]] == "1000"
+    assert f["dp_attention"] in decode and pairs[f["max_running"]] == "992"  # 1000 // 16 * 16
     assert pairs[f["kv_dtype"]] == f["kv_fp8"] and pairs[f["disagg_mode"]] == "decode"
     assert pairs[f["spec_algorithm"]] == f["spec_algorithm_mtp"] and pairs[f["spec_steps"]] == "2"
     assert pairs[f["spec_draft_tokens"]] == "3"
@@ -335,10 +335,13 @@ def test_pools_sharing_a_role_get_a_script_each_with_its_own_cap(catalog: Catalo
     design = design_of(Study.load(TINY).spec, 0, _record(), catalog, load_params())
     f = FLAGS["sglang"]
     files = launch_files(design, "sglang")
-    assert {n for n in files if n.endswith(".sh")} == {"prefill.sh", "decode-b200.sh", "decode-h200-sxm.sh"}
+    assert {n for n in files if n.endswith(".sh")} == {
+        "prefill.sh", "decode-b200.sh", "decode-h200-sxm.sh", "router.sh"
+    }  # fmt: skip
     caps = {n: dict(zip(w := _command(files[n]), w[1:], strict=False)).get(f["max_running"]) for n in files
-            if n.endswith(".sh")}  # fmt: skip
-    assert caps == {"prefill.sh": None, "decode-b200.sh": "1663", "decode-h200-sxm.sh": "327"}
+            if n.endswith(".sh") and n != "router.sh"}  # fmt: skip
+    # SGLang's caps are multiples of the pools' 8 attention-DP ranks, at or below the sized batch
+    assert caps == {"prefill.sh": None, "decode-b200.sh": "1656", "decode-h200-sxm.sh": "320"}
     for name in ("prefill.sh", "decode-b200.sh", "decode-h200-sxm.sh"):
         assert files["README.md"].count(f"`{name}`") == 1
     assert "| `decode-h200-sxm.sh` | decode on h200-sxm | 1 | 8 | 1 | 327 |" in files["README.md"]
@@ -357,7 +360,7 @@ def test_pools_sharing_a_role_get_a_script_each_with_its_own_cap(catalog: Catalo
     # pools on the same GPU as well: numbered
     same = replace(design, pools=tuple(replace(p, hardware="b200", label="") for p in design.pools))
     assert {n for n in launch_files(same, "sglang") if n.endswith(".sh")} == {
-        "prefill.sh", "decode-b200-1.sh", "decode-b200-2.sh"
+        "prefill.sh", "decode-b200-1.sh", "decode-b200-2.sh", "router.sh"
     }  # fmt: skip
 
 
@@ -383,3 +386,256 @@ def test_the_running_request_cap_is_the_batch_that_meets_the_tpot_target(catalog
     for p in bare["pools"]:
         del p["decode_batch"]
     assert [p.max_running for p in design_of(spec, 0, bare, catalog, params).pools] == [None, 4096, 4096]
+
+
+def _wide(cap: int, gpus: int = 64, profile: str = "trt", chunk: int | None = None) -> Design:
+    """An aggregated design of one data-parallel-attention instance of ``gpus`` GPUs capped at
+    ``cap`` running requests (on one host: what the hosts are does not matter here)."""
+    pool = PoolLaunch("mixed", "gb200-nvl72", gpus, 1, gpus, 1, 72, max_running=cap, chunk_tokens=chunk)
+    return replace(_design("aggregated"), pools=(pool,), profile=profile, chunk_per_instance=None)
+
+
+def _arg(words: list[str], flag: str) -> str:
+    return words[words.index(flag) + 1]
+
+
+def test_sglang_gets_a_running_request_cap_its_dp_ranks_divide() -> None:
+    """SGLang floors --max-running-requests per attention-DP rank and refuses a zero: 21 over 64
+    ranks would crash it, 122 runs 64. It gets the multiple of its DP size at or below the sized
+    batch (at least one per rank), and the README says what an instance then runs."""
+    f = FLAGS["sglang"]
+    for cap, want in ((21, "64"), (122, "64"), (130, "128"), (128, "128")):
+        files = launch_files(_wide(cap), "sglang")
+        words = _command(files["instance.sh"])
+        assert _arg(words, f["max_running"]) == want and _arg(words, f["dp"]) == "64", cap
+        note = f"an instance runs at most {want} requests, not the {cap} its pool was sized at"
+        assert (note in files["README.md"]) == (want != str(cap)), cap
+    assert "ranks outnumber that batch" in launch_files(_wide(21), "sglang")["README.md"]
+
+
+def test_engines_that_cap_per_rank_round_the_split_down() -> None:
+    """vLLM and TRT-LLM cap each rank: 200 over 64 ranks is 3 each (192), not 4 (256); 21 is one
+    each, and the README says the 64 ranks then run 64."""
+    for engine, flag in (("vllm", FLAGS["vllm"]["max_running"]), ("trtllm", FLAGS["trtllm"]["max_running"])):
+        assert _arg(_command(launch_files(_wide(200), engine)["instance.sh"]), flag) == "3", engine
+        files = launch_files(_wide(21), engine)
+        assert _arg(_command(files["instance.sh"]), flag) == "1", engine
+        assert "an instance runs at most 64 requests, not the 21" in files["README.md"], engine
+        assert "its 64 ranks outnumber that batch" in files["README.md"], engine
+
+
+def test_the_prefill_chunk_is_passed_as_each_engine_budgets_it() -> None:
+    """A chunk priced per attention-DP rank (the trt profile) is 8 ranks' worth for SGLang, which
+    divides --chunked-prefill-size by --dp-size; one priced per instance (sglang's) is split over
+    the ranks for vLLM and TRT-LLM, which budget each rank."""
+    s, v, t = FLAGS["sglang"]["chunk"], FLAGS["vllm"]["chunk"], FLAGS["trtllm"]["chunk"]
+    per_rank, per_instance = _wide(256, 8, "trt", 4096), _wide(256, 8, "sglang", 4096)
+    assert not per_rank.chunk_per_instance and per_instance.chunk_per_instance
+    assert _arg(_command(launch_files(per_rank, "sglang")["instance.sh"]), s) == "32768"
+    assert _arg(_command(launch_files(per_instance, "sglang")["instance.sh"]), s) == "4096"
+    for engine, flag in (("vllm", v), ("trtllm", t)):
+        assert _arg(_command(launch_files(per_rank, engine)["instance.sh"]), flag) == "4096", engine
+        assert _arg(_command(launch_files(per_instance, engine)["instance.sh"]), flag) == "512", engine
+    assert "gets it times the ranks" in launch_files(per_rank, "sglang")["README.md"]
+
+
+def test_trtllm_options_enable_chunked_prefill_and_fit_the_longest_sequence() -> None:
+    """TRT-LLM's chunked prefill is off by default (a prompt longer than max_num_tokens is then
+    refused): every options file of a pool with a chunk turns it on, and max_seq_len covers the
+    longest prompt and its answer where the design knows them."""
+    t = FLAGS["trtllm"]
+    design = replace(_design("aggregated"), prompt_tokens=12000, context_tokens=13000)
+    yaml = launch_files(design, "trtllm")["instance.yaml"]
+    assert f"{t['yaml_chunked_prefill']}: true" in yaml and f"{t['yaml_max_seq_len']}: 13000" in yaml
+    files = launch_files(replace(_design(), prompt_tokens=12000, context_tokens=13000), "dynamo")
+    assert f"{t['yaml_chunked_prefill']}: true" in files["prefill.yaml"]
+    assert t["yaml_chunked_prefill"] not in files["decode.yaml"]  # no chunk: the engine's default
+    assert f"{t['yaml_max_seq_len']}: 13000" in files["decode.yaml"]
+    assert t["yaml_max_seq_len"] not in launch_files(_design("aggregated"), "trtllm")["instance.yaml"]
+
+
+def test_dynamo_trtllm_disaggregated_workers_have_a_kv_cache_transceiver(catalog: Catalog) -> None:
+    """Dynamo's disaggregated TRT-LLM workers move KV through the cache transceiver: both options
+    files configure it, its buffer the longest prompt, and the prefill worker runs without the
+    overlap scheduler; an aggregated worker has neither."""
+    from dse.perf.params import load_params
+    from dse.study.api import Study
+    from dse.study.deploy import design_of
+
+    t = FLAGS["trtllm"]
+    design = design_of(Study.load(TINY).spec, 0, _record(), catalog, load_params())
+    longest = design.prompt_tokens
+    assert longest > 0 and design.context_tokens > longest
+    files = launch_files(replace(design, profile="trt"), "dynamo")
+    for name in ("prefill.yaml", "decode-b200.yaml", "decode-h200-sxm.yaml"):
+        text = files[name]
+        assert f'{t["yaml_ct"]}:\n  {t["yaml_ct_backend"]}: "{t["yaml_ct_backend_value"]}"' in text, name
+        assert f"  {t['yaml_ct_max_tokens']}: {longest}\n" in text, name
+        assert (f"{t['yaml_no_overlap']}: true" in text) == (name == "prefill.yaml"), name
+    agg = launch_files(_design("aggregated"), "dynamo")["instance.yaml"]
+    assert t["yaml_ct"] not in agg and t["yaml_no_overlap"] not in agg
+    # an instance admits what the model serves, not the study's mean context; the buffer's size,
+    # twice the longest mean prompt, is an assumption the README states
+    assert design.context_tokens == catalog.model(design.model).max_context
+    assert f"holds {longest:,} tokens, 2 times the study's longest mean prompt" in files["README.md"]
+
+
+def _mixed(attn_tp: int = 4, ep: int = 8, profile: str = "trt") -> Design:
+    """One aggregated 8-GPU instance: attention TP ``attn_tp`` in 8 / attn_tp data-parallel ranks."""
+    pool = PoolLaunch("mixed", "b200", 8, attn_tp, ep, 2, 8, max_running=256, chunk_tokens=4096)
+    return replace(_design("aggregated"), pools=(pool,), profile=profile, chunk_per_instance=None)
+
+
+def test_attention_tp_inside_data_parallel_ranks_is_sglangs_dp_attention_and_trtllms_refusal() -> None:
+    """8gpu-tp4-ep8 is attention TP 4 in 2 data-parallel ranks: SGLang launches it as TP 8 with DP
+    attention over 2 ranks (its cap a multiple of 2, the trt profile's per-rank chunk twice);
+    TRT-LLM's attention DP is attention TP 1 only, so it and Dynamo on it refuse it in one line."""
+    from dse.errors import InputError
+
+    f = FLAGS["sglang"]
+    words = _command(launch_files(_mixed(), "sglang")["instance.sh"])
+    assert _arg(words, f["tp"]) == "8" and f["dp_attention"] in words and _arg(words, f["dp"]) == "2"
+    assert _arg(words, f["max_running"]) == "256" and _arg(words, f["chunk"]) == "8192"
+    assert f["dp_attention"] not in _command(launch_files(_mixed(8), "sglang")["instance.sh"])
+    for engine in ("trtllm", "dynamo"):
+        with pytest.raises(InputError, match="shape 8gpu-tp4-ep8 .*attention TP 1 only, not TP4 x DP2") as e:
+            launch_files(_mixed(), engine)
+        assert "\n" not in str(e.value)
+    launch_files(_mixed(8), "trtllm")  # TP attention over the instance: TRT-LLM's own
+    launch_files(_mixed(1), "trtllm")  # data-parallel attention over it
+
+
+def test_vllm_refuses_experts_split_over_fewer_gpus_than_the_instance() -> None:
+    """vLLM's expert-parallel group is the instance's DP x TP GPUs: EP4 in an 8-GPU instance is
+    refused on vllm and Dynamo's vLLM workers, naming the shape; EP8 launches."""
+    from dse.errors import InputError
+
+    for engine, profile in (("vllm", "trt"), ("dynamo", "atom")):
+        with pytest.raises(InputError, match="shape 8gpu-dpa-ep4 .*not EP4"):
+            launch_files(_mixed(1, 4, profile), engine)
+        launch_files(_mixed(1, 8, profile), engine)
+    launch_files(_mixed(1, 4), "sglang")
+
+
+def test_the_dynamo_graph_leaves_multinode_wiring_to_the_operator() -> None:
+    """A decode instance over two hosts on Dynamo's SGLang workers: its script takes NODE_RANK and
+    HEAD_ADDR, but graph.yaml passes no --nnodes, --node-rank or --dist-init-addr (the operator
+    injects them; Kubernetes would not expand $NODE_RANK) and keeps the rest of the command."""
+    f = FLAGS["sglang"]
+    files = launch_files(replace(_design(), profile="sglang"), "dynamo")
+    script = _command(files["decode.sh"])
+    assert _arg(script, f["node_rank"]) == "$NODE_RANK" and _arg(script, f["dist_init"]) == "$HEAD_ADDR"
+    graph = files["graph.yaml"]
+    assert "nodeCount: 2" in graph and f'"{f["dp"]}"' in graph and f'"{f["max_running"]}"' in graph
+    for flag in (f["nnodes"], f["node_rank"], f["dist_init"]):
+        assert f'"{flag}"' not in graph, flag
+    assert "$NODE_RANK" not in graph and "$HEAD_ADDR" not in graph
+
+
+def test_instances_wider_than_a_host_are_refused_where_no_script_wires_them() -> None:
+    """vLLM and TRT-LLM scripts run one host's command: an instance of 8 GPUs on 4-GPU hosts is
+    refused in one line naming its GPUs and hosts; on Dynamo's TRT-LLM and vLLM workers its script
+    exits 2 pointing at graph.yaml (the operator wires the hosts), and SGLang's is wired."""
+    import subprocess as sp
+
+    from dse.errors import InputError
+
+    design = _design("aggregated")
+    design = replace(design, pools=(replace(design.pools[0], hardware="gb200-nvl72", gpus_per_host=4),))
+    for engine in ("vllm", "trtllm"):
+        with pytest.raises(InputError, match="an instance's 8 GPUs span 2 hosts of 4 GPUs") as e:
+            launch_files(design, engine)
+        assert "\n" not in str(e.value)
+    for profile in ("trt", "atom"):
+        files = launch_files(replace(design, profile=profile), "dynamo")
+        assert "exit 2" in files["instance.sh"]
+        assert "`instance.sh` launch instances wider" in files["README.md"]
+        ran = sp.run(["bash", "-c", files["instance.sh"]], capture_output=True, text=True)
+        assert ran.returncode == 2 and "deploy graph.yaml" in ran.stderr
+        assert "nodeCount: 2" in files["graph.yaml"]
+    sglang = launch_files(design, "sglang")["instance.sh"]
+    assert "exit 2" not in sglang and "$NODE_RANK" in sglang
+    assert "exit 2" not in launch_files(_design("aggregated"), "dynamo")["instance.sh"]  # 8 GPUs a host
+
+
+def _shared_host() -> Design:
+    """Three 4-GPU prefill instances on 8-GPU B200 hosts (two to a host) and three decode
+    instances of 16 GPUs over two hosts each."""
+    design = _design()
+    prefill = PoolLaunch("prefill", "b200", 4, 4, 4, 3, 8, max_running=None, chunk_tokens=8192)
+    return replace(design, pools=(prefill, design.pools[1]))
+
+
+def _run_head(script: str, **env: str) -> dict[str, str]:
+    """The variables a script sets before its exec line, run with ``env`` (``exec`` replaced by
+    printing them)."""
+    head = script[: script.index("\nexec ")]
+    show = 'printf "%s|%s|%s\\n" "${CUDA_VISIBLE_DEVICES:-}" "$PORT" "$BOOTSTRAP_PORT"'
+    ran = subprocess.run(["bash", "-c", head + "\n" + show], capture_output=True, text=True, env=env)
+    assert ran.returncode == 0, ran.stderr
+    gpus, port, boot = ran.stdout.strip().split("|")
+    return {"gpus": gpus, "port": port, "bootstrap": boot}
+
+
+def test_instances_sharing_a_host_get_their_own_gpus_and_ports() -> None:
+    """Two prefill instances on one host: INSTANCE picks each its GPUs, its server port and its KV
+    bootstrap port (passed to SGLang explicitly); pools start 100 ports apart."""
+    import os
+
+    f = FLAGS["sglang"]
+    files = launch_files(_shared_host(), "sglang")
+    words = _command(files["prefill.sh"])
+    assert _arg(words, f["port"]) == "$PORT" and _arg(words, f["bootstrap_port"]) == "$BOOTSTRAP_PORT"
+    base = {"PATH": os.environ["PATH"]}
+    seen = [_run_head(files["prefill.sh"], **base, INSTANCE=str(i)) for i in range(3)]
+    assert seen == [
+        {"gpus": "0,1,2,3", "port": "8000", "bootstrap": "9000"},
+        {"gpus": "4,5,6,7", "port": "8001", "bootstrap": "9001"},
+        {"gpus": "0,1,2,3", "port": "8000", "bootstrap": "9000"},
+    ]
+    assert subprocess.run(["bash", "-c", files["prefill.sh"]], capture_output=True, env=base).returncode != 0
+    assert _run_head(files["decode.sh"], **base, NODE_RANK="0", HEAD_ADDR="h:5000") == {
+        "gpus": "", "port": "8100", "bootstrap": "9100"
+    }  # fmt: skip
+    assert f["bootstrap_port"] not in _command(files["decode.sh"])
+    for engine in ("vllm", "trtllm"):
+        agg = replace(_design("aggregated"), pools=(replace(_shared_host().pools[0], role="mixed"),))
+        script = launch_files(agg, engine)["instance.sh"]
+        assert _arg(_command(script), FLAGS[engine]["port"]) == "$PORT"
+        assert _run_head(script, **base, INSTANCE="1")["gpus"] == "4,5,6,7", engine
+
+
+def test_sglang_designs_of_several_servers_get_a_router() -> None:
+    """PD disaggregation needs SGLang's router: router.sh lists every prefill server with its
+    bootstrap port and every decode server, each host a placeholder the README explains;
+    aggregated instances get it as a load balancer, and one aggregated instance none."""
+    f = FLAGS["sglang"]
+    files = launch_files(_shared_host(), "sglang")
+    words = _command(files["router.sh"])
+    assert words[:3] == f["router"].split() and f["router_pd"] in words
+    assert _flags_of(words) <= _values("sglang")
+    prefills = [(words[i + 1], words[i + 2]) for i, w in enumerate(words) if w == f["router_prefill"]]
+    ports = [(u.rsplit(":", 1)[1], b) for u, b in prefills]
+    assert ports == [("8000", "9000"), ("8001", "9001"), ("8000", "9000")]
+    assert "${PREFILL_1:?" in prefills[1][0]
+    decodes = [words[i + 1] for i, w in enumerate(words) if w == f["router_decode"]]
+    assert len(decodes) == 3 and all(u.endswith(":8100") for u in decodes)
+    assert "`router.sh` starts SGLang's router" in files["README.md"]
+    agg = launch_files(_design("aggregated"), "sglang")  # four instances
+    workers = _command(agg["router.sh"])
+    assert f["router_pd"] not in workers and workers.count(f["router_workers"]) == 1
+    assert len([w for w in workers if w.startswith("http://")]) == 4
+    one = replace(_design("aggregated"), pools=(replace(_design("aggregated").pools[0], instances=1),))
+    assert "router.sh" not in launch_files(one, "sglang")
+    assert "HTTP load balancer" in launch_files(_design("aggregated"), "vllm")["README.md"]
+
+
+def test_the_readme_names_the_oldest_releases_whose_flag_names_it_uses() -> None:
+    """vLLM's MTP method `mtp` (older: `deepseek_mtp`) and Dynamo's vLLM `--disaggregation-mode`
+    (older: `--is-prefill-worker`): the README states the releases they need, where they are used."""
+    vllm = launch_files(_design("aggregated"), "vllm")["README.md"]
+    assert "vLLM 0.11 or later" in vllm and "deepseek_mtp" in vllm
+    assert "vLLM 0.11" not in launch_files(_design("aggregated", drafts=0), "vllm")["README.md"]
+    dynamo = launch_files(replace(_design(), profile="atom"), "dynamo")["README.md"]
+    assert "`--disaggregation-mode`" in dynamo and "--is-prefill-worker" in dynamo and "vLLM 0.11" in dynamo
+    assert "--is-prefill-worker" not in launch_files(_design(), "dynamo")["README.md"]  # TRT-LLM workers

@@ -27,6 +27,7 @@ from typing import Any
 from dse.catalog import Catalog
 from dse.errors import InputError, NoFeasibleDesign
 from dse.perf.params import PerfParams
+from dse.placement.parallel import Parallel
 from dse.study.api import StudyResults
 from dse.study.spec import StudySpec
 from dse.units import Precision
@@ -35,7 +36,9 @@ FLAGS_FILE = Path(__file__).with_name("engine_flags.toml")
 ENGINES = ("sglang", "trtllm", "vllm", "dynamo")
 BACKEND_OF_PROFILE = {"sglang": "sglang", "trt": "trtllm", "atom": "vllm", "vllm": "vllm"}
 """The engine a study's engine profile (its calibration) stands for, as Dynamo's backend."""
-PORT = 8000
+PORT = 8000  # the first pool's first server; pool k's instances from PORT + 100 k, one port each on a host
+BOOTSTRAP_PORT = 9000  # SGLang prefill servers' KV bootstrap ports, likewise
+ROUTER_PORT = 30000
 SRC = "dse deploy"
 
 
@@ -43,6 +46,10 @@ def engine_flags() -> dict[str, dict[str, str]]:
     with open(FLAGS_FILE, "rb") as fh:
         return tomllib.load(fh)
 
+
+# the KV transfer buffer holds prompts up to this many times the workload's longest mean prompt
+# (the study knows means only: the README says so, and where to raise it for longer prompts)
+PROMPT_ROOM = 2.0
 
 @dataclass(frozen=True)
 class PoolLaunch:
@@ -77,6 +84,11 @@ class PoolLaunch:
     @property
     def name(self) -> str:
         return self.label or {"mixed": "instance"}.get(self.role, self.role)
+
+    @property
+    def per_host(self) -> int:
+        """Instances that share one host (1 where an instance fills a host or more)."""
+        return max(1, self.gpus_per_host // self.gpus)
 
 
 def named_pools(pools: tuple[PoolLaunch, ...]) -> tuple[PoolLaunch, ...]:
@@ -115,9 +127,20 @@ class Design:
     pools: tuple[PoolLaunch, ...]
     metrics: dict[str, Any]
     point: dict[str, Any] = field(default_factory=dict)  # a grid study's point: axis -> value
+    # the profile prices the prefill chunk for the whole instance (SGLang's way) rather than per
+    # attention-DP rank (TRT-LLM's, ATOM's); None: as the profile's name says (only sglang's is)
+    chunk_per_instance: bool | None = None
+    # the longest prompt the KV transfer buffer is sized for (PROMPT_ROOM times the workload's
+    # longest mean prompt: a fresh one, or a returning turn's cached prefix and suffix, within the
+    # model's context) and the longest sequence an instance admits (the model's context: a prompt
+    # longer than the study's mean must not be refused), in tokens; 0: not known
+    prompt_tokens: int = 0
+    context_tokens: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pools", named_pools(tuple(self.pools)))
+        if self.chunk_per_instance is None:
+            object.__setattr__(self, "chunk_per_instance", self.profile == "sglang")
 
 
 def design_of_run(res: StudyResults, trial: int | None, params: PerfParams) -> Design:
@@ -254,6 +277,12 @@ def design_of(
         pools=tuple(pools),
         metrics=dict(record.get("metrics", {})),
         point=point,
+        chunk_per_instance=engine.prefill_chunk_per_instance,
+        prompt_tokens=min(
+            model.max_context,
+            math.ceil(PROMPT_ROOM * (spec.workload.longest_context_tokens() - spec.workload.output_tokens)),
+        ),
+        context_tokens=model.max_context,
     )
 
 
@@ -297,29 +326,10 @@ def launch_files(
     """File name -> contents of the deployment of ``design`` on ``engine``; ``command`` is the
     command line the README says wrote them (default: `dse deploy STUDY --engine ENGINE`)."""
     flags = flags or engine_flags()
-    if engine not in ENGINES:
-        raise InputError(SRC, "--engine", f"must be one of {', '.join(ENGINES)}", engine)
     disagg = any(p.role == "prefill" for p in design.pools)
-    if disagg and engine in ("trtllm", "vllm"):
-        raise InputError(
-            SRC,
-            "--engine",
-            f"launches one aggregated server; this {design.topology} design needs sglang or dynamo",
-            engine,
-        )
-    staged = next((p for p in design.pools if p.pp > 1), None)
-    backend = BACKEND_OF_PROFILE[design.profile] if engine == "dynamo" else engine
-    uses_sglang = backend == "sglang"
-    if staged is not None and not uses_sglang:
-        raise InputError(
-            SRC,
-            "--engine",
-            f"has no pipeline-parallel launch here: the {staged.name} pool runs {staged.pp} stages "
-            "(SGLang's --pp-size launches it: --engine sglang, or dynamo on SGLang)",
-            engine,
-        )
+    check_launchable(design, engine)
     files: dict[str, str] = {}
-    for pool in design.pools:
+    for k, pool in enumerate(design.pools):
         mode = pool.role if disagg else None
         if engine == "sglang":
             cmd = sglang_args(pool, design, flags["sglang"], mode)
@@ -331,30 +341,120 @@ def launch_files(
         else:
             cmd, extra = dynamo_args(pool, design, flags, mode)
             files.update(extra)
-        files[f"{pool.name}.sh"] = _script(pool, design, cmd)
+        unwired = f"dynamo.{backend_of(design, engine)}" if engine == "dynamo" else ""
+        unwired = "" if unwired == "dynamo.sglang" else unwired
+        files[f"{pool.name}.sh"] = _script(pool, design, cmd, unwired, k)
     if engine == "dynamo":
         files["frontend.sh"] = _script(
             None, design, [*flags["dynamo"]["frontend"].split(), flags["dynamo"]["http_port"], str(PORT)]
         )
         files["graph.yaml"] = _yaml(dynamo_graph(design, files, flags))
+    router = router_script(design, flags["sglang"]) if engine == "sglang" else None
+    if router is not None:
+        files["router.sh"] = router
     files["instances.json"] = json.dumps(_instances(design), indent=2) + "\n"
     files["README.md"] = _readme(design, engine, flags, command or deploy_command(design.study, engine))
     return files
+
+
+def backend_of(design: Design, engine: str) -> str:
+    """The engine that runs the workers: Dynamo's the study's profile stands for."""
+    return BACKEND_OF_PROFILE[design.profile] if engine == "dynamo" else engine
+
+
+def check_launchable(design: Design, engine: str) -> None:
+    """Refuses, in one line, a design ``engine`` cannot launch as the study priced it."""
+    if engine not in ENGINES:
+        raise InputError(SRC, "--engine", f"must be one of {', '.join(ENGINES)}", engine)
+    backend = backend_of(design, engine)
+    on = f"on {backend}" if engine != "dynamo" else f"on Dynamo's {backend} workers"
+    if any(p.role == "prefill" for p in design.pools) and engine in ("trtllm", "vllm"):
+        why = f"launches one aggregated server; this {design.topology} design needs sglang or dynamo"
+        raise InputError(SRC, "--engine", why, engine)
+    for p in design.pools:
+        shape = Parallel(p.gpus, p.attn_tp, p.ep, p.pp).label()
+        if p.pp > 1 and backend != "sglang":
+            why = (
+                f"has no pipeline-parallel launch here: the {p.name} pool runs {p.pp} stages "
+                "(SGLang's --pp-size launches it: --engine sglang, or dynamo on SGLang)"
+            )
+            raise InputError(SRC, "--engine", why, engine)
+        if engine in ("vllm", "trtllm") and p.hosts > 1:
+            why = (
+                f"cannot launch the {p.name} pool: an instance's {p.gpus} GPUs span {p.hosts} hosts of "
+                f"{p.gpus_per_host} GPUs, and dse writes no multi-host launch for {engine} "
+                "(--engine sglang, or dynamo, whose operator wires the hosts)"
+            )
+            raise InputError(SRC, "--engine", why, engine)
+        if backend == "trtllm" and 1 < p.attn_tp < p.gpus:
+            why = (
+                f"cannot launch the {p.name} pool's shape {shape} {on}: its attention DP runs attention "
+                f"TP 1 only, not TP{p.attn_tp} x DP{p.dp}"
+            )
+            raise InputError(SRC, "--engine", why, engine)
+        if backend == "vllm" and 1 < p.ep < p.tp:
+            why = (
+                f"cannot launch the {p.name} pool's shape {shape} {on}: its expert-parallel group is "
+                f"all {p.tp} GPUs of an instance (DP x TP), not EP{p.ep}"
+            )
+            raise InputError(SRC, "--engine", why, engine)
 
 
 def _kv(design: Design, table: dict[str, str]) -> str:
     return table["kv_fp8"] if design.kv_dtype is Precision.FP8 else table["kv_bf16"]
 
 
-def _per_rank_caps(pool: PoolLaunch, cap_flag: str, chunk_flag: str) -> list[str]:
-    """The running-request cap as an engine that caps each data-parallel rank takes it (the
-    instance's split over its ranks), and the prefill chunk, where the design sets them."""
+def sglang_dp(pool: PoolLaunch) -> int:
+    """SGLang's --dp-size under --enable-dp-attention: the attention-DP ranks (its TP size over
+    the attention TP, ``tp / attn_tp``, whenever attention TP is smaller than the TP size), else 1."""
+    return pool.dp
+
+
+def trtllm_dp(pool: PoolLaunch) -> int:
+    """TRT-LLM's attention-DP ranks: every GPU of an instance with enable_attention_dp, else 1."""
+    return pool.gpus if pool.attn_tp == 1 and pool.gpus > 1 else 1
+
+
+def sglang_cap(pool: PoolLaunch) -> int | None:
+    """The --max-running-requests SGLang gets: it floors it per attention-DP rank
+    (``max_running_requests // dp_size``, and refuses a zero), so a multiple of its DP size, the
+    largest not above the sized batch, and at least one per rank."""
+    if pool.max_running is None:
+        return None
+    dp = sglang_dp(pool)
+    return max(dp, pool.max_running // dp * dp)
+
+
+def per_rank_cap(pool: PoolLaunch, dp: int) -> int | None:
+    """The running-request cap of each of ``dp`` ranks of an engine that caps per rank: the
+    instance's split, whole sequences down, at least one."""
+    return None if pool.max_running is None else max(1, pool.max_running // dp)
+
+
+def _per_rank_caps(pool: PoolLaunch, design: Design, dp: int, cap_flag: str, chunk_flag: str) -> list[str]:
+    """The running-request cap as an engine that caps each of its ``dp`` data-parallel ranks takes
+    it (the instance's split), and the prefill chunk, where the design sets them."""
     out = []
-    if pool.max_running is not None:
-        out += [cap_flag, str(max(1, math.ceil(pool.max_running / pool.dp)))]
+    cap = per_rank_cap(pool, dp)
+    if cap is not None:
+        out += [cap_flag, str(cap)]
     if pool.chunk_tokens is not None:
-        out += [chunk_flag, str(pool.chunk_tokens)]
+        out += [chunk_flag, str(per_rank_chunk(pool, design, dp))]
     return out
+
+
+def per_rank_chunk(pool: PoolLaunch, design: Design, dp: int) -> int:
+    """The token budget of each of ``dp`` ranks of an engine that budgets per rank (vLLM,
+    TRT-LLM): the design's chunk, split where its profile priced it for the whole instance."""
+    chunk = int(pool.chunk_tokens or 0)
+    return max(1, chunk // dp) if design.chunk_per_instance else chunk
+
+
+def sglang_chunk(pool: PoolLaunch, design: Design) -> int:
+    """SGLang's --chunked-prefill-size: it divides it by --dp-size under DP attention, so a
+    chunk priced per attention-DP rank is passed times the ranks."""
+    chunk = int(pool.chunk_tokens or 0)
+    return chunk if design.chunk_per_instance else chunk * sglang_dp(pool)
 
 
 def sglang_args(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None) -> list[str]:
@@ -362,7 +462,7 @@ def sglang_args(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str |
     ``dp`` attention ranks. Its running-request cap and chunk are for the whole instance."""
     args = [*f["launch"].split(), f["model"], "$MODEL", f["tp"], str(pool.tp)]
     args += _sglang_body(pool, design, f, mode)
-    return [*args, f["host"], "0.0.0.0", f["port"], str(PORT), f["trust"]]
+    return [*args, f["host"], "0.0.0.0", f["port"], "$PORT", f["trust"]]
 
 
 def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None) -> list[str]:
@@ -371,12 +471,13 @@ def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str 
         args += [f["pp"], str(pool.pp)]
     if pool.ep > 1:
         args += [f["ep"], str(pool.ep)]
-    if pool.attn_tp == 1 and pool.tp > 1:
-        args += [f["dp_attention"], f["dp"], str(pool.dp)]
-    if pool.max_running is not None:
-        args += [f["max_running"], str(pool.max_running)]
+    if sglang_dp(pool) > 1:
+        args += [f["dp_attention"], f["dp"], str(sglang_dp(pool))]
+    cap = sglang_cap(pool)
+    if cap is not None:
+        args += [f["max_running"], str(cap)]
     if pool.chunk_tokens is not None:
-        args += [f["chunk"], str(pool.chunk_tokens)]
+        args += [f["chunk"], str(sglang_chunk(pool, design))]
     args += [f["kv_dtype"], _kv(design, f)]
     if design.mtp_drafts:
         d = design.mtp_drafts
@@ -384,6 +485,8 @@ def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str 
         args += [f["spec_draft_tokens"], str(d + 1)]
     if mode is not None:
         args += [f["disagg_mode"], mode, f["disagg_backend"], f["disagg_backend_value"]]
+    if mode == "prefill":
+        args += [f["bootstrap_port"], "$BOOTSTRAP_PORT"]
     if pool.hosts > 1:
         args += [f["nnodes"], str(pool.hosts), f["node_rank"], "$NODE_RANK", f["dist_init"], "$HEAD_ADDR"]
     return args
@@ -395,31 +498,48 @@ def vllm_args(pool: PoolLaunch, design: Design, f: dict[str, str]) -> list[str]:
     args = [*f["launch"].split(), "$MODEL", f["tp"], str(pool.attn_tp), f["dp"], str(pool.dp)]
     if pool.ep > 1:
         args.append(f["ep"])
-    args += _per_rank_caps(pool, f["max_running"], f["chunk"])
+    args += _per_rank_caps(pool, design, pool.dp, f["max_running"], f["chunk"])
     args += [f["kv_dtype"], _kv(design, f)]
     if design.mtp_drafts:
         spec = json.dumps({"method": f["spec_method"], "num_speculative_tokens": design.mtp_drafts})
         args += [f["spec_config"], spec]
-    return [*args, f["host"], "0.0.0.0", f["port"], str(PORT), f["trust"]]
+    return [*args, f["host"], "0.0.0.0", f["port"], "$PORT", f["trust"]]
 
 
 def trtllm_args(pool: PoolLaunch, design: Design, f: dict[str, str], options: str) -> list[str]:
     """TRT-LLM: the instance's GPUs are its TP size; its batch cap is per attention-DP rank."""
     args = [f["launch"], "$MODEL", f["tp"], str(pool.gpus), f["ep"], str(pool.ep)]
-    args += _per_rank_caps(pool, f["max_running"], f["chunk"])
-    return [*args, f["options"], f"$HERE/{options}", f["host"], "0.0.0.0", f["port"], str(PORT), f["trust"]]
+    args += _per_rank_caps(pool, design, trtllm_dp(pool), f["max_running"], f["chunk"])
+    return [*args, f["options"], f"$HERE/{options}", f["host"], "0.0.0.0", f["port"], "$PORT", f["trust"]]
 
 
-def trtllm_options(pool: PoolLaunch, design: Design, f: dict[str, str]) -> dict[str, Any]:
+def trtllm_options(
+    pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None = None
+) -> dict[str, Any]:
+    """A TRT-LLM options YAML: attention DP, the KV cache, MTP; chunked prefill where the pool has
+    a chunk (off by default, and a prompt longer than max_num_tokens is then refused); the longest
+    sequence the workload reaches; and, for a disaggregated worker (``mode``), the KV cache
+    transceiver (the prefill worker without the overlap scheduler), as Dynamo's examples have them."""
     out: dict[str, Any] = {
         f["yaml_dp_attention"]: pool.attn_tp == 1 and pool.gpus > 1,
         f["yaml_kv"]: {f["yaml_kv_dtype"]: _kv(design, f)},
     }
+    if pool.chunk_tokens is not None:
+        out[f["yaml_chunked_prefill"]] = True
+    if design.context_tokens:
+        out[f["yaml_max_seq_len"]] = design.context_tokens
     if design.mtp_drafts:
         out[f["yaml_spec"]] = {
             f["yaml_spec_type"]: f["yaml_spec_type_mtp"],
             f["yaml_spec_layers"]: design.mtp_drafts,
         }
+    if mode is not None:
+        transceiver: dict[str, Any] = {f["yaml_ct_backend"]: f["yaml_ct_backend_value"]}
+        if design.prompt_tokens:
+            transceiver[f["yaml_ct_max_tokens"]] = design.prompt_tokens
+        out[f["yaml_ct"]] = transceiver
+        if mode == "prefill":
+            out[f["yaml_no_overlap"]] = True
     return out
 
 
@@ -440,6 +560,8 @@ def dynamo_args(
         ]
         body = _sglang_body(pool, design, flags["sglang"], None)
         mode_args = [d["sglang_mode"], mode, flags["sglang"]["disagg_backend"], "nixl"] if mode else []
+        if mode == "prefill":
+            mode_args += [flags["sglang"]["bootstrap_port"], "$BOOTSTRAP_PORT"]
         return [*args, *body, *mode_args, flags["sglang"]["trust"]], {}
     if backend == "vllm":
         v = vllm_args(pool, design, flags["vllm"])
@@ -450,9 +572,9 @@ def dynamo_args(
     args += [d["trtllm_tp"], str(pool.gpus), d["trtllm_ep"], str(pool.ep)]
     if pool.attn_tp == 1 and pool.gpus > 1:
         args.append(d["trtllm_dp_attention"])
-    args += _per_rank_caps(pool, d["trtllm_max_running"], d["trtllm_chunk"])
+    args += _per_rank_caps(pool, design, trtllm_dp(pool), d["trtllm_max_running"], d["trtllm_chunk"])
     args += [d["trtllm_options"], f"$HERE/{options}"]
-    return args, {options: _yaml(trtllm_options(pool, design, flags["trtllm"]))}
+    return args, {options: _yaml(trtllm_options(pool, design, flags["trtllm"], mode))}
 
 
 def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[str, str]]) -> dict[str, Any]:
@@ -463,6 +585,8 @@ def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[st
     for pool in design.pools:
         line = _command_line(files[f"{pool.name}.sh"])
         words = shlex.split(line.replace("$MODEL", design.model_repo or "MODEL").replace("$HERE/", ""))
+        words = _without_node_wiring(words, flags["sglang"])
+        words = [str(BOOTSTRAP_PORT) if w == "$BOOTSTRAP_PORT" else w for w in words]  # a pod's own
         service: dict[str, Any] = {
             "componentType": "worker",
             "replicas": pool.instances,
@@ -482,11 +606,32 @@ def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[st
     }
 
 
+def _without_node_wiring(words: list[str], f: dict[str, str]) -> list[str]:
+    """A worker's words without the flags that wire an instance across hosts (--nnodes,
+    --node-rank, --dist-init-addr) and their values: the operator injects them for a multinode
+    service, and Kubernetes would not expand the scripts' $NODE_RANK and $HEAD_ADDR."""
+    wiring = {f["nnodes"], f["node_rank"], f["dist_init"]}
+    out: list[str] = []
+    skip = False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in wiring:
+            skip = True
+        else:
+            out.append(w)
+    return out
+
+
 def _command_line(script: str) -> str:
     return next(line for line in script.splitlines() if line.startswith("exec ")).removeprefix("exec ")
 
 
-def _script(pool: PoolLaunch | None, design: Design, args: list[str]) -> str:
+def _script(
+    pool: PoolLaunch | None, design: Design, args: list[str], unwired: str = "", k: int = 0
+) -> str:
+    """A launch script of the ``k``-th pool; ``unwired``: the Dynamo worker whose multi-host
+    instance only graph.yaml launches (the script says so and exits 2)."""
     head = [
         "#!/usr/bin/env bash",
         f"# {design.study}, trial {design.trial}: " + (_pool_text(pool) if pool else "the Dynamo frontend"),
@@ -496,6 +641,17 @@ def _script(pool: PoolLaunch | None, design: Design, args: list[str]) -> str:
         if design.model_repo
         else ': "${MODEL:?set MODEL to the checkpoint}"',
     ]
+    head += _placement(pool, k)
+    if pool is not None and pool.hosts > 1 and unwired:
+        return "\n".join([
+            *head,
+            f"# one instance spans {pool.hosts} hosts, which this script does not wire for {unwired}:",
+            "# deploy graph.yaml, whose multinode service the Dynamo operator wires across them",
+            "echo " + shlex.quote(f"{pool.name}.sh: an instance spans {pool.hosts} hosts; deploy graph.yaml")
+            + " >&2",
+            "exit 2",
+            "exec " + " ".join(_quote(a) for a in args),
+        ]) + "\n"  # fmt: skip
     if pool is not None and pool.hosts > 1:
         head += [
             f"# one instance spans {pool.hosts} hosts: run this on each with NODE_RANK 0..{pool.hosts - 1}",
@@ -503,6 +659,63 @@ def _script(pool: PoolLaunch | None, design: Design, args: list[str]) -> str:
             'HEAD_ADDR="${HEAD_ADDR:?set HEAD_ADDR to host:port of rank 0}"',
         ]
     return "\n".join([*head, "exec " + " ".join(_quote(a) for a in args)]) + "\n"
+
+
+def _placement(pool: PoolLaunch | None, k: int) -> list[str]:
+    """Where an instance of the ``k``-th pool runs on its host: its GPUs (``INSTANCE``'s share
+    where instances share a host), its server port and its KV bootstrap port, each its own."""
+    if pool is None:
+        return []
+    port, boot = PORT + 100 * k, BOOTSTRAP_PORT + 100 * k
+    if pool.per_host == 1:
+        return [f"PORT={port}", f"BOOTSTRAP_PORT={boot}"]
+    g = pool.gpus
+    return [
+        f"# {pool.per_host} instances share a host: INSTANCE (0..{pool.instances - 1}) picks this one's "
+        "GPUs and ports",
+        'INSTANCE="${INSTANCE:?set INSTANCE to the number of this instance in its pool}"',
+        f"SLOT=$((INSTANCE % {pool.per_host}))",
+        f'export CUDA_VISIBLE_DEVICES="$(seq -s, $((SLOT * {g})) $((SLOT * {g} + {g - 1})))"',
+        f"PORT=$(({port} + SLOT))",
+        f"BOOTSTRAP_PORT=$(({boot} + SLOT))",
+    ]
+
+
+def router_script(design: Design, f: dict[str, str]) -> str | None:
+    """SGLang's router in front of the design's servers (prefill ones with their bootstrap ports,
+    for PD disaggregation), each at ``<POOL>_<i>``, the host of the pool's instance i: None for
+    one aggregated instance."""
+    disagg = _disagg(design)
+    if not _needs_router(design):
+        return None
+    args = [*f["router"].split(), *([f["router_pd"]] if disagg else [])]
+    urls: list[str] = []
+    for k, p in enumerate(design.pools):
+        for i in range(p.instances):
+            var = f"{p.name.upper().replace('-', '_')}_{i}"
+            url = f'"http://${{{var}:?set {var} to the host of {p.name} instance {i}}}:{_port(p, k, i)}"'
+            if not disagg:
+                urls.append(url)
+            elif p.role == "prefill":
+                args += [f["router_prefill"], url, str(_port(p, k, i, BOOTSTRAP_PORT))]
+            else:
+                args += [f["router_decode"], url]
+    if urls:
+        args += [f["router_workers"], *urls]
+    args += [f["host"], "0.0.0.0", f["port"], str(ROUTER_PORT)]
+    head = [
+        "#!/usr/bin/env bash",
+        f"# {design.study}, trial {design.trial}: SGLang's router in front of every instance; set each "
+        "<POOL>_<i> to the host instance i of that pool runs on (its NODE_RANK 0 host)",
+        "set -euo pipefail",
+    ]
+    words = " ".join(a if a.startswith('"') else shlex.quote(a) for a in args)
+    return "\n".join([*head, "exec " + words]) + "\n"
+
+
+def _port(pool: PoolLaunch, k: int, i: int, base: int = PORT) -> int:
+    """The port of instance ``i`` of the ``k``-th pool (``base``: its server's or bootstrap's)."""
+    return base + 100 * k + i % pool.per_host
 
 
 def _quote(arg: str) -> str:
@@ -514,6 +727,8 @@ def _pool_text(pool: PoolLaunch) -> str:
     attn = (
         f"TP{pool.attn_tp} attention" if pool.attn_tp > 1 else f"data-parallel attention over {pool.dp} ranks"
     )
+    if 1 < pool.attn_tp < pool.tp:
+        attn = f"data-parallel attention over {pool.dp} ranks of TP{pool.attn_tp}"
     stages = f"{pool.pp} pipeline stages of {pool.tp} GPUs, each with " if pool.pp > 1 else ""
     return (
         f"{pool.instances} x {pool.role} instance of {pool.gpus} {pool.hardware} GPUs "
@@ -595,21 +810,122 @@ def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comma
         "- each decode instance's running-request cap is the batch the study sized its pool at: the most "
         "sequences it may run and still meet the TPOT target (the report's `batch cap`, at most the "
         "trial's `max_batch`); above it the engine would batch more and miss the TPOT the study priced. "
-        "The prefill chunk is the trial's (`instances.json`); an engine that caps per data-parallel "
-        "rank gets the instance's cap split;",
+        "An engine that caps per data-parallel rank gets the instance's cap split, whole sequences "
+        "down and at least one per rank;",
+        f"- the prefill chunk is the trial's (`instances.json`), which the profile `{design.profile}` "
+        + (
+            "priced for a whole instance: vLLM and TRT-LLM, which budget each attention-DP rank, get it "
+            "split over the ranks;"
+            if design.chunk_per_instance
+            else "priced per attention-DP rank: SGLang, which divides `--chunked-prefill-size` by "
+            "`--dp-size`, gets it times the ranks;"
+        ),
+        *_cap_notes(design, engine),
+        *_buffer_note(design, engine),
         f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
         "(`dse/study/engine_flags.toml`): check them against the version you run;",
-        f"- port {PORT} on every server; a disaggregated design's KV moves over NIXL.",
+        *_minimum_versions(design, engine, flags),
+        f"- ports: pool k's servers listen on {PORT} + 100 k (SGLang prefill servers' KV bootstrap on "
+        f"{BOOTSTRAP_PORT} + 100 k), plus the instance's slot on its host where instances share one; "
+        "there each script takes `INSTANCE` (its number in the pool, 0..n-1), which picks its GPUs "
+        "(`CUDA_VISIBLE_DEVICES`) and ports; a disaggregated design's KV moves over NIXL.",
+        *_router_notes(design, engine),
     ]
-    if engine == "sglang" and any(p.role == "prefill" for p in design.pools):
-        lines.append("- a router in front sends each request to a prefill and a decode server "
-                     "(`--engine dynamo` writes Dynamo's frontend for that);")  # fmt: skip
+    wide = [f"`{p.name}.sh`" for p in design.pools if p.hosts > 1]
+    if engine == "dynamo" and backend_of(design, engine) != "sglang" and wide:
+        lines.append(f"- {', '.join(wide)} launch instances wider than a host, which the scripts do not "
+                     f"wire for dynamo.{backend_of(design, engine)}: they exit 2, and `graph.yaml` "
+                     "(whose multinode services the operator wires) launches them;")  # fmt: skip
     if engine == "dynamo":
         lines.append("- `graph.yaml`'s workers read their options files (`*.yaml`) from their working "
                      "directory: mount them there (a ConfigMap).")  # fmt: skip
     if usd is not None:
         lines += ["", f"The study priced this design at ${usd:.4f} per million tokens."]
     return "\n".join(lines) + "\n"
+
+
+def _minimum_versions(design: Design, engine: str, flags: dict[str, dict[str, str]]) -> list[str]:
+    """The oldest engine releases the scripts need, where they use a flag's newer name: vLLM's
+    MTP method, Dynamo's vLLM worker role flag."""
+    backend = backend_of(design, engine)
+    out = []
+    if backend == "vllm" and design.mtp_drafts and "minimum" in flags["vllm"]:
+        out.append(f"- it needs {flags['vllm']['minimum']};")
+    if engine == "dynamo" and backend == "vllm" and _disagg(design) and "minimum" in flags["dynamo"]:
+        out.append(f"- it needs {flags['dynamo']['minimum']};")
+    return out
+
+
+def _router_notes(design: Design, engine: str) -> list[str]:
+    """What fronts the instances: SGLang's router (``router.sh``), Dynamo's frontend, or for
+    several vLLM or TRT-LLM instances an HTTP load balancer of the reader's over their URLs."""
+    if engine == "sglang":
+        if not _needs_router(design):
+            return []
+        return [
+            f"- `router.sh` starts SGLang's router (the `sglang-router` package) on port {ROUTER_PORT}, "
+            "in front of every server"
+            + (" (prefill ones with their bootstrap ports)" if _disagg(design) else "")
+            + ": set `<POOL>_<i>` (`DECODE_0`, ...) to the host instance i of that pool runs on;"
+        ]
+    if engine == "dynamo" or not _needs_router(design):
+        return []
+    urls = ", ".join(
+        f"`{p.name}` instance i at port {PORT + 100 * k} + i % {p.per_host}" if p.per_host > 1
+        else f"`{p.name}` instances at port {PORT + 100 * k}"
+        for k, p in enumerate(design.pools)
+    )  # fmt: skip
+    return [f"- several instances: put an HTTP load balancer over them ({urls} of their hosts);"]
+
+
+def _disagg(design: Design) -> bool:
+    return any(p.role == "prefill" for p in design.pools)
+
+
+def _needs_router(design: Design) -> bool:
+    return _disagg(design) or sum(p.instances for p in design.pools) > 1
+
+
+def _buffer_note(design: Design, engine: str) -> list[str]:
+    """A README line where TRT-LLM's KV cache transceiver is configured: its buffer's size is an
+    assumption (the study knows mean lengths only)."""
+    if engine != "dynamo" or BACKEND_OF_PROFILE[design.profile] != "trtllm":
+        return []
+    if design.topology == "aggregated" or not design.prompt_tokens:
+        return []
+    return [
+        f"- the KV cache transceiver's buffer (`max_tokens_in_buffer` in the options files) holds "
+        f"{design.prompt_tokens:,} tokens, {PROMPT_ROOM:g} times the study's longest mean prompt: raise it "
+        "if your prompts run longer;"
+    ]
+
+
+def _cap_notes(design: Design, engine: str) -> list[str]:
+    """A README line per pool whose engine runs another cap than the batch it was sized at."""
+    backend = BACKEND_OF_PROFILE[design.profile] if engine == "dynamo" else engine
+    out = []
+    for p in design.pools:
+        if p.max_running is None:
+            continue
+        if backend == "sglang":
+            dp, eff = sglang_dp(p), sglang_cap(p) or 0
+            how = (
+                "SGLang floors `--max-running-requests` per attention-DP rank "
+                f"(`// --dp-size {dp}`): it gets {eff}"
+            )
+        else:
+            dp = p.dp if backend == "vllm" else trtllm_dp(p)
+            per = per_rank_cap(p, dp) or 0
+            eff = per * dp
+            how = f"each of its {dp} data-parallel ranks is capped at {per} ({p.max_running} // {dp}, min 1)"
+        if eff == p.max_running:
+            continue
+        over = f"; its {dp} ranks outnumber that batch, one request each" if dp > p.max_running else ""
+        out.append(
+            f"- the {p.name} pool: {how}, so an instance runs at most {eff} requests, "
+            f"not the {p.max_running} its pool was sized at{over};"
+        )
+    return out
 
 
 def _yaml(data: Any, indent: int = 0) -> str:
