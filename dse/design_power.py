@@ -28,14 +28,15 @@ def power_metrics(
     """Power at load and energy per token (:mod:`dse.perf.power`): each pool's GPUs draw by the
     share of the time their kernels run: a decode or aggregated instance steps all the time, its
     kernels the step's share of it (``stages``); a prefill instance's kernels run its busy share
-    of each second. Where the request prices energy, its cost is added to the cost per token."""
+    of each second (none where its pool serves nothing: it idles). Where the request prices
+    energy, its cost is added to the cost per token."""
     watts = 0.0
     for p in outcome.pools:
         st = stages[stage_label(p)]
         busy = step_busy(st["gemm"], st["attention"], st["communication"], st["overhead"])
-        if p.unit.role.hands_off:
-            known = p.prefill_busy_s == p.prefill_busy_s  # nan where the pool serves nothing
-            busy *= min(p.requests_per_s * p.prefill_busy_s / p.instances, 1.0) if known else 1.0
+        if p.unit.role.hands_off:  # nan where the pool serves nothing: it idles
+            known = p.prefill_busy_s == p.prefill_busy_s
+            busy *= min(p.requests_per_s * p.prefill_busy_s / p.instances, 1.0) if known else 0.0
         tdp = ctx.catalog.hardware(p.unit.hardware).tdp_w
         watts += p.gpus * float(gpu_power_w(tdp, busy, ctx.params.power))
     kw = watts * req.energy.pue / 1e3
