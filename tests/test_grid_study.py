@@ -225,3 +225,29 @@ def test_a_point_whose_cheapest_design_fails_the_simulations_takes_the_next_topo
     assert {p["role"] for p in rec.pools} == {"mixed"}
     assert rec.metrics["usd_per_hour"] > placed.best.usd_per_hour
     assert rec.metrics["ttft_pct_s"] is not None and rec.metrics["ttft_pct_s"] <= 0.5
+
+
+def test_headroom_draws_and_prices_energy_at_the_traffic_served() -> None:
+    """Pools sized for twice the traffic (headroom 1) serve the study's 100 requests/s: their
+    energy per token is the power over the tokens served, the cost per token counts the energy,
+    and the prefill pools are busy only with the prompts they get (below the power at the
+    traffic they were sized for)."""
+    from dataclasses import replace
+
+    from dse.context import Context
+    from dse.design_power import power_metrics
+
+    spec = load_study(GRID)
+    spec = replace(spec, energy=replace(spec.energy, usd_per_kwh=0.1))
+    cat = study_catalog(spec, load_catalog())
+    params, solver = load_params(), PlacementSolver(TRIAL_SOLVE)
+    rec = evaluate_point(spec, {"headroom": 1.0, "input_tokens": 2000.0}, cat, params, solver, {})
+    m, ev = rec.metrics, rec.evaluation
+    assert ev is not None and rec.feasible, rec.binding
+    served = 100.0 * (2000.0 + 800.0)  # tokens/s
+    assert m["energy_usd_per_hour"] == pytest.approx(0.1 * m["power_kw"], rel=1e-9)
+    assert m["kwh_per_million_tokens"] == pytest.approx(m["power_kw"] * 1e6 / (3600.0 * served), rel=1e-9)
+    cost = m["usd_per_hour"] + m["energy_usd_per_hour"]
+    assert m["usd_per_million_tokens"] == pytest.approx(cost * 1e6 / (3600.0 * served), rel=1e-9)
+    sized = power_metrics(ev.request, ev.outcome, rec.stage_ms, Context(cat, params, solver))["power_kw"]
+    assert sized is not None and m["power_kw"] < sized  # half the prompts: the prefill GPUs idle more
