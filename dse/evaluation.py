@@ -22,7 +22,7 @@ from dse.context import Context
 from dse.design_power import power_metrics, stage_split
 from dse.placement.plan import PlacementReport, PoolPlan, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology
-from dse.sim.from_placement import SimDesign, SimPool, pipeline_of, stage_replicas
+from dse.sim.from_placement import SimDesign, SimPool, at_rate, pipeline_of, stage_replicas
 from dse.sim.kv_tiers import RestingClass
 from dse.sim.scenario import Scenario
 from dse.sim.simulation import SimulationReport, simulate
@@ -126,7 +126,7 @@ def check(
     pipe, kv_gb = pipeline_of(design, ctx.catalog, ctx.params, buffer_max=buffer_max)
     sim = simulate(pipe, scenario, dt=dt_s, kv_gb_per_seq=kv_gb, resting=design.resting)
     metrics = _metrics(req, outcome, sim, served_per_s)
-    metrics |= _engine_metrics(req, design, ctx, metrics)
+    metrics |= _engine_metrics(req, design, scenario, ctx, metrics)
     f = sim.fluid
     constraints = {
         "placement": 0.0,
@@ -180,17 +180,22 @@ def _metrics(
 
 
 def _engine_metrics(
-    req: PlacementRequest, design: SimDesign, ctx: Context, fluid: dict[str, float | None]
+    req: PlacementRequest,
+    design: SimDesign,
+    scenario: Scenario,
+    ctx: Context,
+    fluid: dict[str, float | None],
 ) -> dict[str, float | None]:
     """The engine-level simulation's TTFT and TPOT at the SLO's percentile (Poisson arrivals at
-    the mean traffic; :mod:`dse.sim.engine_latency`), and the TTFT the constraint reads: the
+    the scenario's mean traffic, a burst's included, as ``dse simulate`` runs it; not simulated
+    where that is none; :mod:`dse.sim.engine_latency`), and the TTFT the constraint reads: the
     worse of it and the fluid model's over the scenario (where the design cannot be simulated
     request by request, the fluid model's alone), and the TTFT p99 the same way. TPOT keeps the
     SLO's rule, its mean."""
     from dse.sim.engine_latency import design_latency  # numba and scipy: not for `dse place`'s power line
 
-    q = req.slo.percentile
-    lat = design_latency(design, ctx.catalog, ctx.params)
+    q, rate = req.slo.percentile, scenario.arrivals.mean_rate(scenario.horizon_s)
+    lat = design_latency(at_rate(design, rate), ctx.catalog, ctx.params) if rate > 0 else None
     ttft = lat.percentile("ttft", q) if lat is not None else math.nan
     tpot = lat.percentile("tpot", q) if lat is not None else math.nan
     fluid_ttft = fluid["ttft_pct_s"]  # None where the fluid model has none

@@ -251,3 +251,25 @@ def test_headroom_draws_and_prices_energy_at_the_traffic_served() -> None:
     assert m["usd_per_million_tokens"] == pytest.approx(cost * 1e6 / (3600.0 * served), rel=1e-9)
     sized = power_metrics(ev.request, ev.outcome, rec.stage_ms, Context(cat, params, solver))["power_kw"]
     assert sized is not None and m["power_kw"] < sized  # half the prompts: the prefill GPUs idle more
+
+
+def test_a_burst_runs_the_engine_level_check_at_the_scenarios_mean_rate() -> None:
+    """Under a burst (x2 for 200 s of the 600 simulated) the study's engine-level check runs at
+    the scenario's mean rate, 133 requests/s, as ``dse simulate`` does, not at the placement's
+    100: its TTFT is that simulation's, and above the calm point's."""
+    from dse.sim.engine_latency import design_latency
+    from dse.sim.from_placement import at_rate
+
+    spec = load_study(GRID)
+    cat = study_catalog(spec, load_catalog())
+    params, solver, cache = load_params(), PlacementSolver(TRIAL_SOLVE), {}
+    calm = evaluate_point(spec, {"burst_factor": 1.0}, cat, params, solver, cache)
+    burst = evaluate_point(spec, {"burst_factor": 2.0}, cat, params, solver, cache)
+    ev = burst.evaluation
+    assert ev is not None and ev.design is not None and ev.scenario is not None
+    rate = ev.scenario.arrivals.mean_rate(ev.scenario.horizon_s)
+    assert rate == pytest.approx(100.0 * (1.0 + 200.0 / 600.0), rel=1e-3)
+    lat = design_latency(at_rate(ev.design, rate), cat, params)
+    assert lat is not None
+    assert burst.metrics["engine_ttft_p99_s"] == pytest.approx(lat.percentile("ttft", 99.0), rel=1e-12)
+    assert burst.metrics["engine_ttft_p99_s"] > calm.metrics["engine_ttft_p99_s"]
