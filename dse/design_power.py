@@ -23,31 +23,40 @@ from formulations.placement_data import Role
 
 
 def power_metrics(
-    req: PlacementRequest, outcome: TopologyOutcome, stages: dict[str, dict[str, float]], ctx: Context
+    req: PlacementRequest,
+    outcome: TopologyOutcome,
+    stages: dict[str, dict[str, float]],
+    ctx: Context,
+    served_per_s: float | None = None,
 ) -> dict[str, float | None]:
     """Power at load and energy per token (:mod:`dse.perf.power`): each pool's GPUs draw by the
     share of the time their kernels run: a decode or aggregated instance steps all the time, its
     kernels the step's share of it (``stages``); a prefill instance's kernels run its busy share
-    of each second. Where the request prices energy, its cost is added to the cost per token."""
+    of each second (none where its pool serves nothing: it idles). Where the request prices
+    energy, its cost is added to the cost per token. ``served_per_s``: the traffic the design
+    serves where its pools were sized for more (a grid's headroom; default the request's): the
+    prefill pools' busy shares, the energy and the cost per token are at that traffic."""
+    share = 1.0 if served_per_s is None else served_per_s / req.workload.requests_per_s
+    tokens_per_s = outcome.tokens_per_s * share
     watts = 0.0
     for p in outcome.pools:
         st = stages[stage_label(p)]
         busy = step_busy(st["gemm"], st["attention"], st["communication"], st["overhead"])
-        if p.unit.role.hands_off:
-            known = p.prefill_busy_s == p.prefill_busy_s  # nan where the pool serves nothing
-            busy *= min(p.requests_per_s * p.prefill_busy_s / p.instances, 1.0) if known else 1.0
+        if p.unit.role.hands_off:  # nan where the pool serves nothing: it idles
+            known = p.prefill_busy_s == p.prefill_busy_s
+            busy *= min(share * p.requests_per_s * p.prefill_busy_s / p.instances, 1.0) if known else 0.0
         tdp = ctx.catalog.hardware(p.unit.hardware).tdp_w
         watts += p.gpus * float(gpu_power_w(tdp, busy, ctx.params.power))
     kw = watts * req.energy.pue / 1e3
     energy_usd_hour = kw * req.energy.usd_per_kwh
     out: dict[str, float | None] = {
         "power_kw": kw,
-        "kwh_per_million_tokens": _or_none(kwh_per_million_tokens(kw, outcome.tokens_per_s)),
+        "kwh_per_million_tokens": _or_none(kwh_per_million_tokens(kw, tokens_per_s)),
         "energy_usd_per_hour": energy_usd_hour,
     }
-    if energy_usd_hour > 0 and outcome.tokens_per_s > 0:
+    if energy_usd_hour > 0 and tokens_per_s > 0:
         total = outcome.usd_per_hour + energy_usd_hour
-        out["usd_per_million_tokens"] = total / (3600.0 * outcome.tokens_per_s) * 1e6
+        out["usd_per_million_tokens"] = total / (3600.0 * tokens_per_s) * 1e6
     return out
 
 

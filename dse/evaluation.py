@@ -22,7 +22,7 @@ from dse.context import Context
 from dse.design_power import power_metrics, stage_split
 from dse.placement.plan import PlacementReport, PoolPlan, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology
-from dse.sim.from_placement import SimDesign, SimPool, pipeline_of, stage_replicas
+from dse.sim.from_placement import SimDesign, SimPool, at_rate, pipeline_of, stage_replicas
 from dse.sim.kv_tiers import RestingClass
 from dse.sim.scenario import Scenario
 from dse.sim.simulation import SimulationReport, simulate
@@ -103,8 +103,12 @@ def check(
     dt_s: float,
     buffer_max: float = np.inf,
     max_gpus: float | None = None,
+    served_per_s: float | None = None,
 ) -> Evaluation:
-    """A placed outcome checked over time in ``scenario``: metrics, constraints, stage split."""
+    """A placed outcome checked over time in ``scenario``: metrics, constraints, stage split.
+    ``served_per_s``: the traffic the design serves where its pools were sized for more (a grid's
+    headroom; default the request's): cost per token, throughput per GPU, power and energy are
+    at that traffic."""
     if not outcome.feasible:
         why = outcome.infeasibility
         binding = f"{why.binding}: {why.detail}" if why else outcome.result.termination.value
@@ -121,8 +125,8 @@ def check(
     design = design_of(req, outcome)
     pipe, kv_gb = pipeline_of(design, ctx.catalog, ctx.params, buffer_max=buffer_max)
     sim = simulate(pipe, scenario, dt=dt_s, kv_gb_per_seq=kv_gb, resting=design.resting)
-    metrics = _metrics(req, outcome, sim)
-    metrics |= _engine_metrics(req, design, ctx, metrics)
+    metrics = _metrics(req, outcome, sim, served_per_s)
+    metrics |= _engine_metrics(req, design, scenario, ctx, metrics)
     f = sim.fluid
     constraints = {
         "placement": 0.0,
@@ -135,26 +139,28 @@ def check(
         constraints["gpus"] = float(outcome.gpus) - max_gpus
     binding = _binding(req, constraints, metrics, max_gpus)
     stages = stage_split(req, outcome.pools, ctx)
-    metrics |= power_metrics(req, outcome, stages, ctx)
+    metrics |= power_metrics(req, outcome, stages, ctx, served_per_s)
     return Evaluation(
         req, outcome, design, sim, metrics, constraints, binding, stages, scenario, dt_s, buffer_max
     )
 
 
 def _metrics(
-    req: PlacementRequest, outcome: TopologyOutcome, sim: SimulationReport
+    req: PlacementRequest, outcome: TopologyOutcome, sim: SimulationReport, served_per_s: float | None
 ) -> dict[str, float | None]:
     f, w = sim.fluid, req.workload
+    served = w.requests_per_s if served_per_s is None else served_per_s
+    share = served / w.requests_per_s  # below 1: the pools are sized for more than they serve
     ttft_pct = ttft_at_percentile(float(f.ttft_mean_s[0]), float(f.ttft_p99_s[0]), req.slo.percentile)
     tpot = float(f.tpot_mean_s[0])
     decode_gpus = sum(p.gpus for p in outcome.pools if not p.unit.role.hands_off)
     metrics = {
-        "usd_per_million_tokens": outcome.usd_per_million_tokens,
+        "usd_per_million_tokens": outcome.usd_per_million_tokens / share,  # the served tokens'
         "usd_per_hour": outcome.usd_per_hour,
         "gpus": float(outcome.gpus),
-        "tokens_per_s_per_gpu": outcome.tokens_per_s / max(outcome.gpus, 1),
+        "tokens_per_s_per_gpu": share * outcome.tokens_per_s / max(outcome.gpus, 1),
         "tokens_per_s_per_user": 1.0 / tpot if tpot > 0 else 0.0,
-        "output_tokens_per_s_per_decode_gpu": w.requests_per_s * w.output_tokens / max(decode_gpus, 1),
+        "output_tokens_per_s_per_decode_gpu": served * w.output_tokens / max(decode_gpus, 1),
         "ttft_s": float(f.ttft_mean_s[0]),
         "ttft_pct_s": ttft_pct,
         "tpot_s": tpot,
@@ -174,17 +180,22 @@ def _metrics(
 
 
 def _engine_metrics(
-    req: PlacementRequest, design: SimDesign, ctx: Context, fluid: dict[str, float | None]
+    req: PlacementRequest,
+    design: SimDesign,
+    scenario: Scenario,
+    ctx: Context,
+    fluid: dict[str, float | None],
 ) -> dict[str, float | None]:
     """The engine-level simulation's TTFT and TPOT at the SLO's percentile (Poisson arrivals at
-    the mean traffic; :mod:`dse.sim.engine_latency`), and the TTFT the constraint reads: the
+    the scenario's mean traffic, a burst's included, as ``dse simulate`` runs it; not simulated
+    where that is none; :mod:`dse.sim.engine_latency`), and the TTFT the constraint reads: the
     worse of it and the fluid model's over the scenario (where the design cannot be simulated
     request by request, the fluid model's alone), and the TTFT p99 the same way. TPOT keeps the
     SLO's rule, its mean."""
     from dse.sim.engine_latency import design_latency  # numba and scipy: not for `dse place`'s power line
 
-    q = req.slo.percentile
-    lat = design_latency(design, ctx.catalog, ctx.params)
+    q, rate = req.slo.percentile, scenario.arrivals.mean_rate(scenario.horizon_s)
+    lat = design_latency(at_rate(design, rate), ctx.catalog, ctx.params) if rate > 0 else None
     ttft = lat.percentile("ttft", q) if lat is not None else math.nan
     tpot = lat.percentile("tpot", q) if lat is not None else math.nan
     fluid_ttft = fluid["ttft_pct_s"]  # None where the fluid model has none

@@ -37,7 +37,9 @@ METRICS = {
     ),
     "tpot_s": Metric("s", "minimize", "mean time per output token, simulated", "tpot_mean_s"),
     "engine_ttft_pct_s": Metric(
-        "s", None, "TTFT at the study's percentile, engine-level simulation (Poisson at the mean rate)"
+        "s",
+        None,
+        "TTFT at the study's percentile, engine-level simulation (Poisson at the scenario's mean rate)",
     ),
     "engine_tpot_pct_s": Metric("s", None, "TPOT at the study's percentile, engine-level simulation"),
     "engine_ttft_p99_s": Metric("s", None, "99th-percentile TTFT, engine-level simulation"),

@@ -411,3 +411,14 @@ def test_every_catalog_key_is_named_in_catalogs_md() -> None:
 
     page = (REPO / "docs" / "catalogs.md").read_text(encoding="utf-8")
     assert _unnamed(_keys(Model), page) == set() and _unnamed(_keys(Hardware), page) == set()
+
+
+def test_studies_md_quotes_the_agentic_study_at_the_findings_best() -> None:
+    """What docs/studies.md says of the MILP's answer for agentic-kv-tiering is FINDINGS.md's best
+    (the tiered policy's row of its table): the page quoted a price two refits old."""
+    findings = (REPO / "FINDINGS.md").read_text()
+    best = re.search(r"\| tiered \(the MILP chooses per class\) \| \*\*([0-9.]+)\*\* \|", findings)
+    assert best is not None, "FINDINGS.md: the agentic-kv-tiering table's tiered row"
+    page = (REPO / "docs" / "studies.md").read_text()
+    bullet = page.split("- `agentic-kv-tiering`", 1)[1].split("\n- ", 1)[0]
+    assert re.findall(r"\$([0-9.]+[0-9])", bullet)[0] == best.group(1)

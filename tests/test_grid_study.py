@@ -225,3 +225,51 @@ def test_a_point_whose_cheapest_design_fails_the_simulations_takes_the_next_topo
     assert {p["role"] for p in rec.pools} == {"mixed"}
     assert rec.metrics["usd_per_hour"] > placed.best.usd_per_hour
     assert rec.metrics["ttft_pct_s"] is not None and rec.metrics["ttft_pct_s"] <= 0.5
+
+
+def test_headroom_draws_and_prices_energy_at_the_traffic_served() -> None:
+    """Pools sized for twice the traffic (headroom 1) serve the study's 100 requests/s: their
+    energy per token is the power over the tokens served, the cost per token counts the energy,
+    and the prefill pools are busy only with the prompts they get (below the power at the
+    traffic they were sized for)."""
+    from dataclasses import replace
+
+    from dse.context import Context
+    from dse.design_power import power_metrics
+
+    spec = load_study(GRID)
+    spec = replace(spec, energy=replace(spec.energy, usd_per_kwh=0.1))
+    cat = study_catalog(spec, load_catalog())
+    params, solver = load_params(), PlacementSolver(TRIAL_SOLVE)
+    rec = evaluate_point(spec, {"headroom": 1.0, "input_tokens": 2000.0}, cat, params, solver, {})
+    m, ev = rec.metrics, rec.evaluation
+    assert ev is not None and rec.feasible, rec.binding
+    served = 100.0 * (2000.0 + 800.0)  # tokens/s
+    assert m["energy_usd_per_hour"] == pytest.approx(0.1 * m["power_kw"], rel=1e-9)
+    assert m["kwh_per_million_tokens"] == pytest.approx(m["power_kw"] * 1e6 / (3600.0 * served), rel=1e-9)
+    cost = m["usd_per_hour"] + m["energy_usd_per_hour"]
+    assert m["usd_per_million_tokens"] == pytest.approx(cost * 1e6 / (3600.0 * served), rel=1e-9)
+    sized = power_metrics(ev.request, ev.outcome, rec.stage_ms, Context(cat, params, solver))["power_kw"]
+    assert sized is not None and m["power_kw"] < sized  # half the prompts: the prefill GPUs idle more
+
+
+def test_a_burst_runs_the_engine_level_check_at_the_scenarios_mean_rate() -> None:
+    """Under a burst (x2 for 200 s of the 600 simulated) the study's engine-level check runs at
+    the scenario's mean rate, 133 requests/s, as ``dse simulate`` does, not at the placement's
+    100: its TTFT is that simulation's, and above the calm point's."""
+    from dse.sim.engine_latency import design_latency
+    from dse.sim.from_placement import at_rate
+
+    spec = load_study(GRID)
+    cat = study_catalog(spec, load_catalog())
+    params, solver, cache = load_params(), PlacementSolver(TRIAL_SOLVE), {}
+    calm = evaluate_point(spec, {"burst_factor": 1.0}, cat, params, solver, cache)
+    burst = evaluate_point(spec, {"burst_factor": 2.0}, cat, params, solver, cache)
+    ev = burst.evaluation
+    assert ev is not None and ev.design is not None and ev.scenario is not None
+    rate = ev.scenario.arrivals.mean_rate(ev.scenario.horizon_s)
+    assert rate == pytest.approx(100.0 * (1.0 + 200.0 / 600.0), rel=1e-3)
+    lat = design_latency(at_rate(ev.design, rate), cat, params)
+    assert lat is not None
+    assert burst.metrics["engine_ttft_p99_s"] == pytest.approx(lat.percentile("ttft", 99.0), rel=1e-12)
+    assert burst.metrics["engine_ttft_p99_s"] > calm.metrics["engine_ttft_p99_s"]

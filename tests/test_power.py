@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import Cli
 
+from dse.catalog import Catalog
 from dse.perf.params import PowerParams, load_params
 from dse.perf.power import gpu_power_w, kwh_per_million_tokens, step_busy
 
@@ -70,3 +71,44 @@ def test_a_study_records_power_and_its_energy_terms_are_checked(
     bad.write_text(spec.read_text() + "\n[energy]\npue = 0.5\n")
     proc = cli("study", "show", str(bad))
     assert proc.code == 2 and "energy.pue = 0.5: must be at least 1" in proc.err
+
+
+def test_a_prefill_pool_that_serves_nothing_draws_its_idle_power(catalog: Catalog) -> None:
+    """A prefill pool the MILP keeps but sends no request to (its busy time per request is nan)
+    idles: it draws what the same pool at 0 requests/s with a known busy time does, its GPUs'
+    idle power, not its full step's."""
+    from dataclasses import replace
+
+    from dse.context import Context
+    from dse.design_power import power_metrics, stage_split
+    from dse.placement import PlacementRequest, Topology, place
+    from dse.workload import Slo, Workload
+    from formulations.solve import PlacementSolver
+
+    params = load_params()
+    req = PlacementRequest(
+        model="deepseek-v3",
+        hardware=("b200",),
+        workload=Workload(requests_per_s=20.0, input_tokens=4000.0, output_tokens=1000.0),
+        slo=Slo(ttft_s=2.0, tpot_s=0.05, percentile=90.0),
+        topology=Topology.DISAGGREGATED,
+    )
+    ctx = Context(catalog, params, PlacementSolver())
+    best = place(req, catalog=ctx.catalog, params=params, with_shadow_prices=False).best
+    assert best is not None
+    pre = next(p for p in best.pools if p.unit.role.hands_off)
+    stages = stage_split(req, best.pools, ctx)
+
+    def power_with(prefill: object) -> float:
+        pools = tuple(prefill if p is pre else p for p in best.pools)
+        kw = power_metrics(req, replace(best, pools=pools), stages, ctx)["power_kw"]
+        assert kw is not None
+        return kw
+
+    nothing = power_with(replace(pre, requests_per_s=0.0, prefill_busy_s=float("nan")))
+    assert nothing == pytest.approx(power_with(replace(pre, requests_per_s=0.0)), rel=1e-12)
+    others = tuple(p for p in best.pools if p is not pre)
+    without = power_metrics(req, replace(best, pools=others), stages, ctx)["power_kw"]
+    idle_kw = pre.gpus * ctx.catalog.hardware(pre.unit.hardware).tdp_w * params.power.idle / 1e3
+    assert without is not None and nothing - without == pytest.approx(idle_kw, rel=1e-9)
+    assert power_with(pre) > nothing  # serving, it draws more than idling

@@ -11,7 +11,6 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -336,7 +335,7 @@ def _read_trace(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.perf.params import load_params
     from dse.sim.engine_latency import design_latency
-    from dse.sim.from_placement import pipeline_of
+    from dse.sim.from_placement import at_rate, pipeline_of
     from dse.sim.kv_cache import planned_capacity_gb, simulate_kv_cache
     from dse.sim.simulation import simulate
 
@@ -358,7 +357,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     summary = _summary_dict(report, slo.ttft_s, slo.tpot_s)
     # the scenario's mean traffic (a --rate-scale, a burst, a trace), not the placement's
     rate = scenario.arrivals.mean_rate(scenario.horizon_s)
-    engine = design_latency(_at_rate(design, rate), catalog, params, seed=args.seed) if rate > 0 else None
+    engine = design_latency(at_rate(design, rate), catalog, params, seed=args.seed) if rate > 0 else None
     summary["engine"] = _engine_dict(engine, slo, rate)
     cache = None
     if design.resting and rate > 0:
@@ -442,16 +441,6 @@ def _arrivals_text(scenario: Scenario) -> str:
     if kind == "trace":
         return f"from the trace, {a.mean_rate(scenario.horizon_s):.3g} req/s on average over the horizon"
     return f"{kind} at {a.rate_per_s:g} req/s"
-
-
-def _at_rate(design: SimDesign, rate: float) -> SimDesign:
-    """``design`` carrying ``rate`` requests/s: each pool's traffic scaled by the same factor."""
-    k = rate / design.workload.requests_per_s
-    if k == 1.0:
-        return design
-    pools = tuple(replace(p, requests_per_s=p.requests_per_s * k, returning_per_s=p.returning_per_s * k)
-                  for p in design.pools)  # fmt: skip
-    return replace(design, pools=pools, workload=replace(design.workload, requests_per_s=rate))
 
 
 def _engine_line(engine: DesignLatency | None, slo: Slo, rate: float, design: SimDesign) -> str:

@@ -27,6 +27,7 @@ again later without solving anything.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -92,6 +93,18 @@ class SimDesign:
     def engine_of(self, params: PerfParams) -> EngineProfile:
         """The engine profile this design runs with, its own MTP settings applied."""
         return with_mtp(params.engine(self.engine), self.mtp_draft_tokens, self.mtp_accept_rate)
+
+
+def at_rate(design: SimDesign, rate: float) -> SimDesign:
+    """``design`` carrying ``rate`` requests/s (a scenario's mean traffic, not the placement's):
+    each pool's traffic scaled by the same factor. What the engine-level simulation runs, in
+    ``dse simulate`` and in a study's check."""
+    k = rate / design.workload.requests_per_s
+    if math.isclose(k, 1.0, rel_tol=1e-9):  # a constant rate's mean over a grid of times: round-off
+        return design
+    pools = tuple(replace(p, requests_per_s=p.requests_per_s * k, returning_per_s=p.returning_per_s * k)
+                  for p in design.pools)  # fmt: skip
+    return replace(design, pools=pools, workload=replace(design.workload, requests_per_s=rate))
 
 
 def design_from_record(data: dict[str, Any], source: str = "trial record") -> SimDesign:

@@ -64,7 +64,7 @@ DESIGN_RTOL, DESIGN_ATOL = 1e-3, 1e-6
 # percentiles of the engine-level simulation's window (and the figures taken from them) carry its
 # sampling error, a few percent: a chunk size that changes nothing else moves them by that much;
 # so does it the power at load (the share of a prefill forward its kernels take), a fitted estimate
-# whose own error is larger (7% on the measured runs)
+# whose own error is larger (8% median on the measured runs: docs/accuracy.md)
 SAMPLED_COLUMNS = (
     "ttft_pct_s", "ttft_p99_s", "engine_ttft_pct_s", "engine_tpot_pct_s", "engine_ttft_p99_s",
     "power_kw", "kwh_per_million_tokens", "energy_usd_per_hour",

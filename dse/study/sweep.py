@@ -102,6 +102,7 @@ def evaluate_point(
             dt_s=s.simulate.dt_s,
             buffer_max=float(point.get("buffer_requests", np.inf)),
             max_gpus=s.limits.max_gpus,
+            served_per_s=s.workload.requests_per_s,  # the pools are sized for 1 + headroom times it
         )
         tried.append((outcome, ev))
         if ev.feasible:
@@ -114,11 +115,6 @@ def evaluate_point(
     if not outcome.feasible:
         return rec
     metrics: dict[str, float | None] = dict(rec.metrics)
-    if headroom > 0:  # the pools are sized for more than they serve: price the served tokens
-        for k in ("usd_per_million_tokens",):
-            metrics[k] = _scaled(metrics.get(k), 1.0 + headroom)
-        for k in ("tokens_per_s_per_gpu", "output_tokens_per_s_per_decode_gpu"):
-            metrics[k] = _scaled(metrics.get(k), 1.0 / (1.0 + headroom))
     decode_hw = _decode_hardware(outcome)
     for p in prices:
         if p.hardware == decode_hw and p.resource == "hbm_bandwidth":
@@ -157,6 +153,3 @@ def _decode_hardware(outcome: TopologyOutcome) -> str | None:
     pools = sorted((p for p in outcome.pools if not p.unit.role.hands_off), key=lambda p: -p.gpus)
     return pools[0].unit.hardware if pools else None
 
-
-def _scaled(v: float | None, factor: float) -> float | None:
-    return None if v is None else v * factor
