@@ -193,8 +193,12 @@ def test_a_goodput_answer_does_not_depend_on_the_rate_it_is_given(catalog: Catal
 
 def test_decode_pools_of_two_shapes_are_simulated_apart_with_their_share_of_prefill(catalog: Catalog) -> None:
     """Each decode pool takes the traffic its capacity carries and that share of the prefill
-    instances, whole; where whole instances cannot come within a fifth of a share, the design is
-    not split (not simulated request by request) rather than one prefill instance overloaded."""
+    instances, whole, and the traffic its prefill instances take, as a router balancing them sends
+    it; where a decode pool could not decode that share within TPOT, the traffic follows the decode
+    capacities with the prefill instances within a fifth of them, else (or where a pool gets no
+    prefill instance) the design is not split (not simulated request by request). The traffic had
+    always followed the decode capacities: 18 instances dealt 2 and 16 for 2.48 and 15.52
+    instances' worth of prompts left the first slice's prompts queueing without bound."""
     from dse.sim.engine_latency import _per_decode_pool, unsimulated
 
     base = _sim_pool(instances=10.0, prefill_batch_requests=4.0, requests_per_s=100.0)
@@ -206,16 +210,28 @@ def test_decode_pools_of_two_shapes_are_simulated_apart_with_their_share_of_pref
     assert [g[0].instances for g in groups] == [3.0, 7.0]  # 10 prefill instances, 3 and 7
     assert [g[0].requests_per_s for g in groups] == pytest.approx([30.0, 70.0])
     assert [g[1].name for g in groups] == ["d4", "d8"]
-    assert _per_decode_pool(replace(base, instances=2.0), [small, large]) is None  # 0.6 and 1.4 of 2
+    two = replace(base, instances=2.0)  # 0.6 and 1.4 of 2: one each, half the traffic each
+    assert [g[2] for g in _per_decode_pool(two, [small, large], 50_000.0) or []] == [0.5, 0.5]
+    assert _per_decode_pool(two, [small, large], 80_000.0) is None  # 40,000 tokens/s on the 30,000 pool
+    # past the decode pools' capacity the traffic follows it (the overload shows where it is)
+    over = _per_decode_pool(base, [replace(small, output_tokens_per_s=29_000.0), large], 300_000.0) or []
+    assert [g[2] for g in over] == pytest.approx([29 / 99, 70 / 99])
+    # the case that queued without bound: each slice's prompts are what its prefill instances take
+    a = replace(small, output_tokens_per_s=12_453.0)
+    b = replace(large, output_tokens_per_s=77_979.0)
+    dealt = _per_decode_pool(replace(base, instances=18.0), [a, b], 80_000.0) or []
+    assert [g[0].instances for g in dealt] == [2.0, 16.0]
+    assert [g[2] for g in dealt] == pytest.approx([1 / 9, 8 / 9])
     # and a design it cannot split says why, not that a role is on more than one hardware
     design = SimDesign(
         model="deepseek-v3", engine="trt", weight_precision="fp8", mtp=False, topology="disaggregated",
-        workload=Workload(requests_per_s=100.0, input_tokens=1000.0, output_tokens=500.0),
+        workload=Workload(requests_per_s=100.0, input_tokens=1000.0, output_tokens=800.0),
         slo=Slo(ttft_s=2.0, tpot_s=0.05), pools=(replace(base, instances=2.0), small, large), resting=(),
     )  # fmt: skip
     assert design_latency(design, catalog, load_params()) is None
     assert unsimulated(design) == (
-        "2 prefill instances cannot be shared among 2 decode pools in proportion to the traffic each serves"
+        "2 prefill instances cannot be shared among 2 decode pools: a pool would get none, or too few for "
+        "the prompts it decodes within TPOT"
     )
     (one,) = _per_decode_pool(replace(base, instances=2.0), [large]) or []
     assert one[0].instances == 2.0 and one[2] == 1.0

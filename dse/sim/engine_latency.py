@@ -198,7 +198,7 @@ def _deployments(
     rate = design.workload.requests_per_s
     if len(pre) == 1 and dec and not att and not ffn:
         out = []
-        for p, d, share in _per_decode_pool(pre[0], dec) or []:
+        for p, d, share in _per_decode_pool(pre[0], dec, rate * design.workload.output_tokens) or []:
             (p, d), g = _slice((p, d), rate * share, e2e_s)
             group = _deployment(design, catalog, params, p, d)
             out.append((group, rate * share / g, p.prefill_batch_requests))
@@ -221,8 +221,8 @@ def unsimulated(design: SimDesign) -> str:
     if pre and len(dec) > 1:
         n = sum(p.instances for p in pre) if len(pre) > 1 else pre[0].instances
         return (
-            f"{n:g} prefill instance{'s' if n != 1 else ''} cannot be shared among {len(dec)} decode pools "
-            "in proportion to the traffic each serves"
+            f"{n:g} prefill instance{'s' if n != 1 else ''} cannot be shared among {len(dec)} decode pools: "
+            "a pool would get none, or too few for the prompts it decodes within TPOT"
         )
     return "a layout of pools it does not run"
 
@@ -241,24 +241,38 @@ def _one_prefill_pool(pools: list[SimPool]) -> SimPool:
     )
 
 
-def _per_decode_pool(pre: SimPool, dec: list[SimPool]) -> list[tuple[SimPool, SimPool, float]] | None:
-    """A disaggregated design's decode pools, each with the share of the traffic its output
-    tokens per second at the TPOT target carry and that share of the prefill instances, simulated
-    apart: (prefill, decode, share) per decode pool. Whole prefill instances (the largest
-    remainders round up) must come within a fifth of each share; where they cannot, the split
-    would overload or idle a prefill instance, and the design is not simulated request by
-    request (None)."""
+def _per_decode_pool(
+    pre: SimPool, dec: list[SimPool], demand_tok_s: float | None = None
+) -> list[tuple[SimPool, SimPool, float]] | None:
+    """A disaggregated design's decode pools, each with a share of the prefill instances and the
+    traffic they carry, simulated apart: (prefill, decode, share) per decode pool. The prefill
+    instances are dealt by the decode pools' output tokens per second at the TPOT target (whole,
+    the largest remainders up), and each pool's share of the traffic is its share of the prefill
+    instances, as a router that balances the prefill servers sends it, where every decode pool
+    carries its share of ``demand_tok_s`` (the traffic's output tokens per second) at the target
+    (without ``demand_tok_s``, unchecked). Where one would not (a design loaded past its decode
+    capacity, or a pool's share of prefill instances far above its share of decode), the traffic
+    follows the decode capacities, with the whole prefill instances within a fifth of them; where
+    they cannot come that near, or a pool gets no prefill instance, the design is not simulated
+    request by request (None). (The traffic had always followed the decode capacities: a pool given
+    2 prefill instances for 2.48 instances' worth of prompts queued them without bound, 84 s at p90
+    against a 20 s target, where its decode ran at 71% of its capacity.)"""
     caps = np.array([max(d.output_tokens_per_s, 0.0) for d in dec])
     shares = caps / caps.sum() if caps.sum() > 0 else np.full(len(dec), 1.0 / len(dec))
     want = pre.instances * shares
     counts = np.floor(want)
     for k in np.argsort(counts - want)[: int(round(pre.instances - counts.sum()))]:
         counts[k] += 1.0  # the largest remainders
-    if (np.abs(counts - want) > 0.2 * want).any():
+    if (counts < 1).any():
         return None
+    split = counts / counts.sum()
+    if demand_tok_s is not None and (split * demand_tok_s > caps * (1 + 1e-9)).any():
+        if (np.abs(counts - want) > 0.2 * want).any():
+            return None
+        split = shares
     return [
         (replace(pre, instances=float(c), requests_per_s=pre.requests_per_s * s), d, float(s))
-        for d, c, s in zip(dec, counts, shares, strict=True)
+        for d, c, s in zip(dec, counts, split, strict=True)
     ]
 
 
