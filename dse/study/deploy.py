@@ -889,7 +889,7 @@ def _needs_router(design: Design) -> bool:
 def _buffer_note(design: Design, engine: str) -> list[str]:
     """A README line where TRT-LLM's KV cache transceiver is configured: its buffer's size is an
     assumption (the study knows mean lengths only)."""
-    if engine != "dynamo" or BACKEND_OF_PROFILE[design.profile] != "trtllm":
+    if engine != "dynamo" or backend_of(design, engine) != "trtllm":
         return []
     if design.topology == "aggregated" or not design.prompt_tokens:
         return []
@@ -902,7 +902,7 @@ def _buffer_note(design: Design, engine: str) -> list[str]:
 
 def _cap_notes(design: Design, engine: str) -> list[str]:
     """A README line per pool whose engine runs another cap than the batch it was sized at."""
-    backend = BACKEND_OF_PROFILE[design.profile] if engine == "dynamo" else engine
+    backend = backend_of(design, engine)
     out = []
     for p in design.pools:
         if p.max_running is None:
