@@ -54,8 +54,8 @@ def _values(*tables: str) -> set[str]:
         ("sglang", "disaggregated", ("sglang",)),
         ("dynamo", "disaggregated", ("dynamo", "trtllm")),
         ("sglang", "aggregated", ("sglang",)),
-        ("vllm", "aggregated", ("vllm",)),
-        ("trtllm", "aggregated", ("trtllm",)),
+        ("vllm", "aggregated", ("vllm", "vllm_router")),
+        ("trtllm", "aggregated", ("trtllm", "vllm_router")),
     ],
 )
 def test_every_flag_written_is_the_engines_own(engine: str, topology: str, tables: tuple[str, ...]) -> None:
@@ -627,7 +627,83 @@ def test_sglang_designs_of_several_servers_get_a_router() -> None:
     assert len([w for w in workers if w.startswith("http://")]) == 4
     one = replace(_design("aggregated"), pools=(replace(_design("aggregated").pools[0], instances=1),))
     assert "router.sh" not in launch_files(one, "sglang")
-    assert "HTTP load balancer" in launch_files(_design("aggregated"), "vllm")["README.md"]
+
+
+def _run_faking(script: str, program: str, tmp: Path, **env: str) -> list[str]:
+    """The words ``script`` execs ``program`` with, run by bash with a stand-in ``program`` first on
+    PATH that prints them, one a line, and ``env`` set."""
+    import os
+
+    fake = tmp / "bin" / program
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
+    fake.chmod(0o755)
+    path = f"{fake.parent}:{os.environ['PATH']}"
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={**env, "PATH": path})
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout.splitlines()
+
+
+def _shared_aggregated(instances: int = 3) -> Design:
+    """``instances`` 4-GPU aggregated instances, data-parallel attention over 4 ranks, two to an
+    8-GPU host."""
+    pool = PoolLaunch("mixed", "b200", 4, 1, 4, instances, 8, max_running=256, chunk_tokens=4096)
+    return replace(_design("aggregated"), pools=(pool,))
+
+
+def test_vllm_instances_sharing_a_host_get_their_own_data_parallel_rpc_ports(tmp_path: Path) -> None:
+    """vLLM's --data-parallel-rpc-port defaults to 29550 for every server: two instances on one host
+    get 29550 and 29551 (as they get ports 8000 and 8001), a second pool's start 100 higher; an
+    instance without data parallelism, and Dynamo's vLLM worker, go without it."""
+    import os
+
+    v = FLAGS["vllm"]
+    script = launch_files(_shared_aggregated(), "vllm")["instance.sh"]
+    ran = [_run_faking(script, "vllm", tmp_path, INSTANCE=str(i)) for i in range(3)]
+    assert [(_arg(w, v["port"]), _arg(w, v["dp_rpc_port"])) for w in ran] == [
+        ("8000", "29550"), ("8001", "29551"), ("8000", "29550")
+    ]  # fmt: skip
+    bare = {"PATH": os.environ["PATH"]}
+    assert (
+        subprocess.run(["bash", "-c", script], capture_output=True, env=bare).returncode != 0
+    )  # no INSTANCE
+    two = _shared_aggregated()
+    h200 = replace(two.pools[0], hardware="h200-sxm", instances=1, gpus_per_host=4)  # one a host
+    files = launch_files(replace(two, pools=(two.pools[0], h200)), "vllm")
+    words = _run_faking(files["instance-h200-sxm.sh"], "vllm", tmp_path)
+    assert (_arg(words, v["port"]), _arg(words, v["dp_rpc_port"])) == ("8100", "29650")
+    tp = replace(two, pools=(replace(two.pools[0], attn_tp=4),))  # TP4, one data-parallel rank
+    assert v["dp_rpc_port"] not in _command(launch_files(tp, "vllm")["instance.sh"])
+    dynamo = launch_files(replace(two, profile="atom"), "dynamo")
+    assert (
+        v["dp_rpc_port"] not in _command(dynamo["instance.sh"]) and "DP_RPC_PORT" not in dynamo["graph.yaml"]
+    )
+    assert "`--data-parallel-rpc-port`" in files["README.md"]
+    assert "data-parallel-rpc" not in launch_files(_shared_aggregated(), "trtllm")["README.md"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_several_vllm_or_trtllm_instances_get_vllms_router(engine: str, tmp_path: Path) -> None:
+    """router.sh starts vLLM's router with every instance's URL, each at its host's variable and
+    its own port on that host, and stops where a host is not set; one instance gets none."""
+    r = FLAGS["vllm_router"]
+    files = launch_files(_shared_aggregated(), engine)
+    words = _command(files["router.sh"])
+    assert words[:3] == r["launch"].split() and _flags_of(words) <= _values("vllm_router")
+    hosts = {f"INSTANCE_{i}": f"host{i}" for i in range(3)}
+    ran = _run_faking(files["router.sh"], "python", tmp_path, **hosts)
+    start = ran.index(r["workers"]) + 1
+    urls = ran[start : next(i for i in range(start, len(ran)) if ran[i].startswith("--"))]
+    assert urls == ["http://host0:8000", "http://host1:8001", "http://host2:8000"]
+    assert _arg(ran, r["policy"]) == r["policy_value"] and _arg(ran, r["port"]) == "30000"
+    import os
+
+    bare = {"PATH": os.environ["PATH"]}
+    unset = subprocess.run(["bash", "-c", files["router.sh"]], capture_output=True, text=True, env=bare)
+    assert unset.returncode != 0 and "set INSTANCE_0 to the host" in unset.stderr
+    assert "`router.sh` starts vLLM's router (the `vllm-router` package" in files["README.md"]
+    assert ("`trtllm-serve` serves" in files["README.md"]) == (engine == "trtllm")
+    assert "router.sh" not in launch_files(_shared_aggregated(instances=1), engine)
 
 
 def test_the_readme_names_the_oldest_releases_whose_flag_names_it_uses() -> None:

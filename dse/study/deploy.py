@@ -38,6 +38,9 @@ BACKEND_OF_PROFILE = {"sglang": "sglang", "trt": "trtllm", "atom": "vllm", "vllm
 """The engine a study's engine profile (its calibration) stands for, as Dynamo's backend."""
 PORT = 8000  # the first pool's first server; pool k's instances from PORT + 100 k, one port each on a host
 BOOTSTRAP_PORT = 9000  # SGLang prefill servers' KV bootstrap ports, likewise
+# vLLM's data-parallel RPC ports, likewise: its default (ParallelConfig.data_parallel_rpc_port,
+# vllm-project/vllm:vllm/config/parallel.py) for pool 0's first instance on a host
+DP_RPC_PORT = 29550
 ROUTER_PORT = 30000
 SRC = "dse deploy"
 
@@ -50,6 +53,7 @@ def engine_flags() -> dict[str, dict[str, str]]:
 # the KV transfer buffer holds prompts up to this many times the workload's longest mean prompt
 # (the study knows means only: the README says so, and where to raise it for longer prompts)
 PROMPT_ROOM = 2.0
+
 
 @dataclass(frozen=True)
 class PoolLaunch:
@@ -343,13 +347,18 @@ def launch_files(
             files.update(extra)
         unwired = f"dynamo.{backend_of(design, engine)}" if engine == "dynamo" else ""
         unwired = "" if unwired == "dynamo.sglang" else unwired
-        files[f"{pool.name}.sh"] = _script(pool, design, cmd, unwired, k)
+        dp_rpc = engine == "vllm" and pool.dp > 1
+        files[f"{pool.name}.sh"] = _script(pool, design, cmd, unwired, k, dp_rpc)
     if engine == "dynamo":
         files["frontend.sh"] = _script(
             None, design, [*flags["dynamo"]["frontend"].split(), flags["dynamo"]["http_port"], str(PORT)]
         )
         files["graph.yaml"] = _yaml(dynamo_graph(design, files, flags))
-    router = router_script(design, flags["sglang"]) if engine == "sglang" else None
+    router = None
+    if engine == "sglang":
+        router = router_script(design, flags["sglang"])
+    elif engine in ("vllm", "trtllm"):
+        router = http_router_script(design, flags["vllm_router"], engine)
     if router is not None:
         files["router.sh"] = router
     files["instances.json"] = json.dumps(_instances(design), indent=2) + "\n"
@@ -503,7 +512,10 @@ def vllm_args(pool: PoolLaunch, design: Design, f: dict[str, str]) -> list[str]:
     if design.mtp_drafts:
         spec = json.dumps({"method": f["spec_method"], "num_speculative_tokens": design.mtp_drafts})
         args += [f["spec_config"], spec]
-    return [*args, f["host"], "0.0.0.0", f["port"], "$PORT", f["trust"]]
+    # with its server's port, each instance's own data-parallel RPC port (``_placement``); after
+    # --host, so that Dynamo's vLLM worker, which takes the flags before it, goes without
+    rpc = [f["dp_rpc_port"], "$DP_RPC_PORT"] if pool.dp > 1 else []
+    return [*args, f["host"], "0.0.0.0", f["port"], "$PORT", *rpc, f["trust"]]
 
 
 def trtllm_args(pool: PoolLaunch, design: Design, f: dict[str, str], options: str) -> list[str]:
@@ -628,10 +640,16 @@ def _command_line(script: str) -> str:
 
 
 def _script(
-    pool: PoolLaunch | None, design: Design, args: list[str], unwired: str = "", k: int = 0
+    pool: PoolLaunch | None,
+    design: Design,
+    args: list[str],
+    unwired: str = "",
+    k: int = 0,
+    dp_rpc: bool = False,
 ) -> str:
     """A launch script of the ``k``-th pool; ``unwired``: the Dynamo worker whose multi-host
-    instance only graph.yaml launches (the script says so and exits 2)."""
+    instance only graph.yaml launches (the script says so and exits 2); ``dp_rpc``: it sets
+    ``DP_RPC_PORT``, a vLLM instance's data-parallel RPC port."""
     head = [
         "#!/usr/bin/env bash",
         f"# {design.study}, trial {design.trial}: " + (_pool_text(pool) if pool else "the Dynamo frontend"),
@@ -641,7 +659,7 @@ def _script(
         if design.model_repo
         else ': "${MODEL:?set MODEL to the checkpoint}"',
     ]
-    head += _placement(pool, k)
+    head += _placement(pool, k, dp_rpc)
     if pool is not None and pool.hosts > 1 and unwired:
         return "\n".join([
             *head,
@@ -661,14 +679,22 @@ def _script(
     return "\n".join([*head, "exec " + " ".join(_quote(a) for a in args)]) + "\n"
 
 
-def _placement(pool: PoolLaunch | None, k: int) -> list[str]:
+def _placement(pool: PoolLaunch | None, k: int, dp_rpc: bool = False) -> list[str]:
     """Where an instance of the ``k``-th pool runs on its host: its GPUs (``INSTANCE``'s share
-    where instances share a host), its server port and its KV bootstrap port, each its own."""
+    where instances share a host), its server port and its KV bootstrap port, each its own; with
+    ``dp_rpc``, its vLLM data-parallel RPC port too.
+
+    vLLM's ``--data-parallel-rpc-port`` (default 29550, the same for every ``vllm serve``) "is only
+    used when there are remote data parallel engines, otherwise the local IPC transport is used"
+    (vllm-project/vllm:vllm/engine/arg_utils.py @ 99d7eb5d), and the ranks' process group takes
+    free ports the OS gives (``ParallelConfig.__post_init__``: ``get_open_ports_list``, no flag;
+    vllm/config/parallel.py @ 00193b82). The single-host instances written here would not
+    collide on it today; each gets its own all the same, so that none does where vLLM uses it."""
     if pool is None:
         return []
-    port, boot = PORT + 100 * k, BOOTSTRAP_PORT + 100 * k
+    port, boot, rpc = PORT + 100 * k, BOOTSTRAP_PORT + 100 * k, DP_RPC_PORT + 100 * k
     if pool.per_host == 1:
-        return [f"PORT={port}", f"BOOTSTRAP_PORT={boot}"]
+        return [f"PORT={port}", f"BOOTSTRAP_PORT={boot}", *([f"DP_RPC_PORT={rpc}"] if dp_rpc else [])]
     g = pool.gpus
     return [
         f"# {pool.per_host} instances share a host: INSTANCE (0..{pool.instances - 1}) picks this one's "
@@ -678,6 +704,7 @@ def _placement(pool: PoolLaunch | None, k: int) -> list[str]:
         f'export CUDA_VISIBLE_DEVICES="$(seq -s, $((SLOT * {g})) $((SLOT * {g} + {g - 1})))"',
         f"PORT=$(({port} + SLOT))",
         f"BOOTSTRAP_PORT=$(({boot} + SLOT))",
+        *([f"DP_RPC_PORT=$(({rpc} + SLOT))"] if dp_rpc else []),
     ]
 
 
@@ -692,8 +719,7 @@ def router_script(design: Design, f: dict[str, str]) -> str | None:
     urls: list[str] = []
     for k, p in enumerate(design.pools):
         for i in range(p.instances):
-            var = f"{p.name.upper().replace('-', '_')}_{i}"
-            url = f'"http://${{{var}:?set {var} to the host of {p.name} instance {i}}}:{_port(p, k, i)}"'
+            url = _instance_url(p, k, i)
             if not disagg:
                 urls.append(url)
             elif p.role == "prefill":
@@ -703,9 +729,41 @@ def router_script(design: Design, f: dict[str, str]) -> str | None:
     if urls:
         args += [f["router_workers"], *urls]
     args += [f["host"], "0.0.0.0", f["port"], str(ROUTER_PORT)]
+    return _router_file(design, "SGLang's router", args)
+
+
+def http_router_script(design: Design, r: dict[str, str], engine: str) -> str | None:
+    """vLLM's router (the ``vllm-router`` package) in front of several vLLM or TRT-LLM servers, each
+    at ``<POOL>_<i>``, in its regular mode: it waits for a server's ``/health`` and forwards each
+    OpenAI request to the server its cache-aware policy picks, both of which ``vllm serve`` and
+    ``trtllm-serve`` serve (vllm-project/router:src/routers/http/router.rs; TensorRT-LLM's
+    tensorrt_llm/serve/openai_server.py). None for one instance (these engines launch no
+    disaggregated design here)."""
+    if not _needs_router(design):
+        return None
+    urls = [_instance_url(p, k, i) for k, p in enumerate(design.pools) for i in range(p.instances)]
+    args = [*r["launch"].split(), r["workers"], *urls, r["policy"], r["policy_value"]]
+    args += [r["host"], "0.0.0.0", r["port"], str(ROUTER_PORT)]
+    return _router_file(design, f"vLLM's router (`{r['package']}`, {engine} servers behind it)", args)
+
+
+def _instance_url(pool: PoolLaunch, k: int, i: int) -> str:
+    """The URL of instance ``i`` of the ``k``-th pool, double-quoted, its host ``<POOL>_<i>`` (the
+    script stops where that is unset)."""
+    var = _host_var(pool, i)
+    return f'"http://${{{var}:?set {var} to the host of {pool.name} instance {i}}}:{_port(pool, k, i)}"'
+
+
+def _host_var(pool: PoolLaunch, i: int) -> str:
+    """The router script's variable for the host of instance ``i`` of ``pool``: ``DECODE_B200_0``."""
+    return f"{pool.name.upper().replace('-', '_')}_{i}"
+
+
+def _router_file(design: Design, router: str, args: list[str]) -> str:
+    """A router's script: its command line, the instances' URLs left for bash to expand."""
     head = [
         "#!/usr/bin/env bash",
-        f"# {design.study}, trial {design.trial}: SGLang's router in front of every instance; set each "
+        f"# {design.study}, trial {design.trial}: {router} in front of every instance; set each "
         "<POOL>_<i> to the host instance i of that pool runs on (its NODE_RANK 0 host)",
         "set -euo pipefail",
     ]
@@ -829,7 +887,7 @@ def _readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comma
         f"{BOOTSTRAP_PORT} + 100 k), plus the instance's slot on its host where instances share one; "
         "there each script takes `INSTANCE` (its number in the pool, 0..n-1), which picks its GPUs "
         "(`CUDA_VISIBLE_DEVICES`) and ports; a disaggregated design's KV moves over NIXL.",
-        *_router_notes(design, engine),
+        *_router_notes(design, engine, flags),
     ]
     wide = [f"`{p.name}.sh`" for p in design.pools if p.hosts > 1]
     if engine == "dynamo" and backend_of(design, engine) != "sglang" and wide:
@@ -856,26 +914,50 @@ def _minimum_versions(design: Design, engine: str, flags: dict[str, dict[str, st
     return out
 
 
-def _router_notes(design: Design, engine: str) -> list[str]:
-    """What fronts the instances: SGLang's router (``router.sh``), Dynamo's frontend, or for
-    several vLLM or TRT-LLM instances an HTTP load balancer of the reader's over their URLs."""
+def _router_notes(design: Design, engine: str, flags: dict[str, dict[str, str]]) -> list[str]:
+    """What fronts the instances: SGLang's router or, for several vLLM or TRT-LLM instances, vLLM's
+    (``router.sh``), or Dynamo's frontend; and vLLM's data-parallel RPC ports."""
+    if engine == "dynamo" or not _needs_router(design):
+        return _rpc_note(design, engine)
+    example = _host_var(design.pools[0], 0)
+    where = f": set `<POOL>_<i>` (`{example}`, ...) to the host instance i of that pool runs on;"
     if engine == "sglang":
-        if not _needs_router(design):
-            return []
         return [
             f"- `router.sh` starts SGLang's router (the `sglang-router` package) on port {ROUTER_PORT}, "
             "in front of every server"
             + (" (prefill ones with their bootstrap ports)" if _disagg(design) else "")
-            + ": set `<POOL>_<i>` (`DECODE_0`, ...) to the host instance i of that pool runs on;"
+            + where
         ]
-    if engine == "dynamo" or not _needs_router(design):
+    r = flags["vllm_router"]
+    trt = (
+        " in front of TRT-LLM, this mode only checks each server's `/health` and forwards the OpenAI "
+        "requests (`/v1/completions`, `/v1/chat/completions`), all of which `trtllm-serve` serves; "
+        "NVIDIA's own front for several TRT-LLM servers is Dynamo's (`--engine dynamo`);"
+        if engine == "trtllm"
+        else ""
+    )
+    return [
+        f"- `router.sh` starts vLLM's router (the `{r['package']}` package {r['version']}.x, its flags as "
+        f"read from `{r['source']}`) on port {ROUTER_PORT} in front of every instance, in its regular "
+        f"mode with the policy `{r['policy_value']}`: a request goes to the instance whose earlier "
+        "prompts share the longest prefix with it, so that a conversation's returning turns find their "
+        "cached prefix, unless the instances' loads drift apart, when it goes to the least loaded one "
+        "(the study priced every request routed to the least loaded instance)" + where + trt,
+        *_rpc_note(design, engine),
+    ]
+
+
+def _rpc_note(design: Design, engine: str) -> list[str]:
+    """A README line where the vLLM scripts set data-parallel RPC ports (``_placement`` says why)."""
+    if engine != "vllm" or not any(p.dp > 1 for p in design.pools):
         return []
-    urls = ", ".join(
-        f"`{p.name}` instance i at port {PORT + 100 * k} + i % {p.per_host}" if p.per_host > 1
-        else f"`{p.name}` instances at port {PORT + 100 * k}"
-        for k, p in enumerate(design.pools)
-    )  # fmt: skip
-    return [f"- several instances: put an HTTP load balancer over them ({urls} of their hosts);"]
+    return [
+        f"- vLLM's data-parallel RPC port (`--data-parallel-rpc-port`): pool k's instances take "
+        f"{DP_RPC_PORT} + 100 k, plus the slot where they share a host, each its own. vLLM uses it only "
+        "where data-parallel engines run on other hosts (one host's ranks talk over local IPC, their "
+        "process group on free ports vLLM picks), so these single-host instances would not collide on "
+        "it today; it is set so that none does where vLLM uses it;"
+    ]
 
 
 def _disagg(design: Design) -> bool:
