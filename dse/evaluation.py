@@ -12,7 +12,7 @@ parsed back. A study trial is one call of :func:`evaluate` or :func:`check`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +26,7 @@ from dse.sim.from_placement import SimDesign, SimPool, at_rate, pipeline_of, sta
 from dse.sim.kv_tiers import RestingClass
 from dse.sim.scenario import Scenario
 from dse.sim.simulation import SimulationReport, simulate
+from formulations.placement_data import Objective
 
 INFEASIBLE = 1.0
 """The ``placement`` constraint of a request the MILP could not place."""
@@ -64,6 +65,90 @@ def evaluate(
     placed = place_best(req, topologies, ctx, with_shadow_prices=False)
     outcome = placed.best if placed.best is not None else placed.outcomes[0]
     return check(req, outcome, scenario, ctx, dt_s=dt_s, max_gpus=max_gpus)
+
+
+RETARGET_ROUNDS = 3
+"""How many times a topology is re-solved with tightened targets after the simulation rejects
+its design (:func:`held`)."""
+
+
+def retargeted(req: PlacementRequest, solved: PlacementRequest, ev: Evaluation) -> PlacementRequest | None:
+    """The request to re-solve a rejected design's topology with: ``solved`` (the request the MILP
+    sized it for) with the target the simulation found it missing tightened by the ratio it missed
+    by (a TTFT 30% over its target asks the MILP for 1/1.3 of the target it was given), or, where
+    the backlog grows, its pools sized for the traffic they fell short of (``req``'s rate over the
+    rate the design held, 2% more). None where the miss is not a target the MILP prices (the
+    placement itself, a GPU cap) or the objective is goodput (it sizes its own traffic)."""
+    if req.objective is Objective.GOODPUT or not ev.binding or ev.outcome.infeasibility is not None:
+        return None
+    name, m, slo = ev.binding.split(":")[0], ev.metrics, solved.slo
+    if name == "ttft_s" and m.get("ttft_pct_s"):
+        return tighter_ttft(req, solved, ev.outcome, float(m["ttft_pct_s"]))
+    if name == "tpot_s" and m.get("tpot_s"):
+        return replace(solved, slo=replace(slo, tpot_s=slo.tpot_s * req.slo.tpot_s / float(m["tpot_s"])))
+    if name == "stability":
+        served = ev.scenario.arrivals.mean_rate(ev.scenario.horizon_s) if ev.scenario else 0.0
+        held_rate = served - ev.constraints["stability"]
+        if held_rate <= 0.0:
+            return None
+        w = solved.workload
+        return replace(
+            solved, workload=replace(w, requests_per_s=w.requests_per_s * 1.02 * served / held_rate)
+        )
+    return None
+
+
+def tighter_ttft(
+    req: PlacementRequest, solved: PlacementRequest, outcome: TopologyOutcome, missed_s: float
+) -> PlacementRequest:
+    """``solved`` with the TTFT target its design (``outcome``) should have had: the TTFT the
+    MILP's surrogate gave that design (its slowest prefill pool's, at most the target it was
+    solved for) times the ratio of ``req``'s target to the ``missed_s`` simulated. A design priced
+    at 0.25 s that simulates at 0.30 s against 0.3 s is solved again for 0.249 s; the target
+    alone (0.299 s) would leave the MILP the same design."""
+    own = [float(p.unit.ttft_s) for p in outcome.pools if p.unit.ttft_s is not None and p.unit.ttft_s > 0]
+    base = min([solved.slo.ttft_s, max(own)]) if own else solved.slo.ttft_s
+    return replace(solved, slo=replace(solved.slo, ttft_s=base * req.slo.ttft_s / missed_s))
+
+
+def held(
+    req: PlacementRequest,
+    placed: PlacementReport,
+    ctx: Context,
+    check_one: Callable[[PlacementRequest, TopologyOutcome], Evaluation],
+) -> Evaluation:
+    """The cheapest design the simulations hold, from ``placed`` (``req``'s placement): each
+    feasible topology's design by the MILP's objective, checked with ``check_one(sized, outcome)``
+    (``sized``: the request the outcome was solved for, with ``req``'s targets). Where
+    the simulation rejects a design, its topology is re-solved with the missed target tightened
+    (:func:`retargeted`), up to :data:`RETARGET_ROUNDS` times; a later topology is tried while its
+    MILP objective is below the best design held so far. None held: the MILP's best design's
+    check (the answer names what binds); nothing placed: the first topology's outcome, checked."""
+    ranked = placed.ranked()
+    if not ranked:
+        return check_one(req, placed.outcomes[0])
+    first: Evaluation | None = None
+    best: Evaluation | None = None
+    for outcome in ranked:
+        if best is not None and not outcome.result.objective < best.outcome.result.objective:
+            break
+        sized = req
+        for _ in range(1 + RETARGET_ROUNDS):
+            ev = check_one(replace(sized, slo=req.slo), outcome)  # the targets are req's
+            first = first or ev
+            if ev.feasible:
+                if best is None or ev.outcome.result.objective < best.outcome.result.objective:
+                    best = ev
+                break
+            tighter = retargeted(req, sized, ev)
+            if tighter is None:
+                break
+            again = place_best(tighter, [outcome.topology], ctx, with_shadow_prices=False).best
+            if again is None:
+                break
+            sized, outcome = tighter, again
+    assert first is not None
+    return best or first
 
 
 def _binding(
@@ -218,7 +303,9 @@ class EngineCheck:
     traffic, every request through the engines' schedulers): TTFT and TPOT at the SLO's
     percentile, None where the design cannot be simulated request by request (several attention
     or expert pools: :mod:`dse.sim.engine_latency`), which then stands on
-    the MILP's own TTFT."""
+    the MILP's own TTFT. Where the MILP's design missed and the topology was solved again for a
+    tighter TTFT (:func:`engine_checks`), ``outcome`` is that design, ``sized_ttft_s`` the target
+    it was solved for and ``first_ttft_s`` what the MILP's first design simulated at."""
 
     topology: Topology
     ttft_s: float | None
@@ -226,6 +313,9 @@ class EngineCheck:
     ttft_target_s: float
     percentile: float
     unsimulated: str = ""  # why not, where ttft_s is None (:func:`dse.sim.engine_latency.unsimulated`)
+    outcome: TopologyOutcome | None = None  # the design checked
+    sized_ttft_s: float | None = None
+    first_ttft_s: float | None = None
 
     @property
     def holds(self) -> bool:
@@ -238,33 +328,63 @@ class EngineCheck:
         verdict = "holds" if self.holds else "misses"
         tpot_ms = 1e3 * (self.tpot_s or 0.0)
         ttft = f"TTFT {q} {self.ttft_s:.3g} s against {self.ttft_target_s:g} s ({verdict})"
+        if self.sized_ttft_s is not None and self.first_ttft_s is not None:
+            ttft += (
+                f", solved again for {self.sized_ttft_s:.3g} s (its first design: {self.first_ttft_s:.3g} s)"
+            )
         return f"{name}: {ttft}; TPOT {q} {tpot_ms:.3g} ms"
 
 
-def engine_checks(report: PlacementReport, ctx: Context) -> tuple[EngineCheck, ...]:
-    """Each feasible topology's design through the engine-level simulation, cheapest first."""
-    from dse.sim.engine_latency import design_latency, unsimulated  # numba: only when asked for
-
-    req, q = report.request, report.request.slo.percentile
+def engine_checks(
+    report: PlacementReport, ctx: Context, rounds: int = RETARGET_ROUNDS
+) -> tuple[EngineCheck, ...]:
+    """Each feasible topology's design through the engine-level simulation, cheapest first by the
+    MILP's objective. Where a design misses its TTFT, its topology is solved again for the TTFT
+    it missed by (:func:`retargeted`'s rule), up to ``rounds`` times, and the first design that
+    holds is checked in its place; none holds: the MILP's first design's check."""
+    req = report.request
     out = []
     for o in report.ranked():
-        design = design_of(req, o)
-        lat = design_latency(design, ctx.catalog, ctx.params)
-        ttft = lat.percentile("ttft", q) if lat is not None else None
-        tpot = lat.percentile("tpot", q) if lat is not None else None
-        why = unsimulated(design) if lat is None else ""
-        out.append(EngineCheck(o.topology, ttft, tpot, req.slo.ttft_s, q, why))
+        first = check = _engine_check(req, o, ctx)
+        sized = req
+        for _ in range(rounds if req.objective is not Objective.GOODPUT else 0):
+            if check.holds or check.ttft_s is None:
+                break
+            sized = tighter_ttft(req, sized, check.outcome or o, check.ttft_s)
+            again = place_best(sized, [o.topology], ctx, with_shadow_prices=False).best
+            if again is None:
+                break
+            check = replace(
+                _engine_check(req, again, ctx), sized_ttft_s=sized.slo.ttft_s, first_ttft_s=first.ttft_s
+            )
+        out.append(check if check.holds else first)
     return tuple(out)
+
+
+def _engine_check(req: PlacementRequest, o: TopologyOutcome, ctx: Context) -> EngineCheck:
+    from dse.sim.engine_latency import design_latency, unsimulated  # numba: only when asked for
+
+    q = req.slo.percentile
+    design = design_of(req, o)
+    lat = design_latency(design, ctx.catalog, ctx.params)
+    ttft = lat.percentile("ttft", q) if lat is not None else None
+    tpot = lat.percentile("tpot", q) if lat is not None else None
+    why = unsimulated(design) if lat is None else ""
+    return EngineCheck(o.topology, ttft, tpot, req.slo.ttft_s, q, why, o)
 
 
 def confirmed(report: PlacementReport, checks: Iterable[EngineCheck]) -> PlacementReport:
     """``report`` with its best the cheapest design whose engine-level TTFT holds (None: none
-    holds); the shadow prices are the MILP's best design's, so they go where that one fails."""
-    held = {c.topology for c in checks if c.holds}
-    best = next((o for o in report.ranked() if o.topology in held), None)
-    if best is report.best:
+    holds), a design solved again in place of its topology's first one; the shadow prices are the
+    MILP's best design's, so they go where that one fails."""
+    checks = list(checks)
+    again = {c.topology: c.outcome for c in checks if c.outcome is not None and c.sized_ttft_s is not None}
+    outcomes = tuple(again.get(o.topology, o) for o in report.outcomes)
+    held = [c.outcome for c in checks if c.holds and c.outcome is not None]
+    best = min(held, key=lambda o: o.result.objective) if held else None
+    if best is report.best and not again:
         return report
-    return replace(report, best=best, shadow_prices=())
+    return replace(report, outcomes=outcomes, best=best, shadow_prices=())
 
 
 def ttft_at_percentile(mean: float, p99: float, percentile: float) -> float:

@@ -14,6 +14,15 @@ from dse.study.spec import StudySpec
 PREFIX = "x_"  # Optuna parameter names of the grid axes
 WORKLOAD_AXES = ("requests_per_s", "input_tokens", "output_tokens", "cached_prefix_tokens")
 SLO_AXES = ("ttft_s", "tpot_s")
+# simulated anew on the same placement (:class:`dse.study.spec.Sweep`)
+DYNAMICS_AXES = (
+    "burst_factor",
+    "output_tail",
+    "planner",
+    "planner_period_s",
+    "planner_delay_s",
+    "buffer_requests",
+)
 PLANNER_DELAY_S = 30.0  # age of the planner's measurements unless swept (at most its period)
 
 

@@ -14,18 +14,11 @@ import numpy as np
 import polars as pl
 
 from dse.metrics import METRIC_COLUMNS, METRICS
+from dse.study.grid import DYNAMICS_AXES
 from dse.study.markdown import fmt, md_table
 from dse.study.report_figures import Figure, _draw, _pyplot
 from dse.study.spec import StudySpec
 
-DYNAMICS_AXES = (
-    "burst_factor",
-    "output_tail",
-    "planner",
-    "planner_period_s",
-    "planner_delay_s",
-    "buffer_requests",
-)
 ROLES = ("prefill", "midfill", "mixed", "decode", "attention", "ffn")
 MAX_SERIES = 12  # lines of the grid figure
 CLAIM_GB = (400.0, 500.0)  # "a single stage may need 400-500 GB of fast local memory"

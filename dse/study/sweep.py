@@ -18,14 +18,15 @@ import numpy as np
 
 from dse.catalog import Catalog
 from dse.context import Context
-from dse.evaluation import check
+from dse.evaluation import Evaluation, check, held
 from dse.perf.params import PerfParams
 from dse.placement.plan import PlacementReport, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology, UnitOptions
 from dse.plain import plain
 from dse.sim import Planner, PlannerKind
+from dse.sim.scenario import Scenario
 from dse.study.choice import Choice
-from dse.study.grid import PLANNER_DELAY_S, spec_at
+from dse.study.grid import DYNAMICS_AXES, PLANNER_DELAY_S, spec_at
 from dse.study.spec import StudySpec
 from dse.study.trial import TrialRecord, record_of, scenario_for, study_request
 from formulations.placement_data import Role
@@ -70,52 +71,46 @@ def evaluate_point(
     catalog: Catalog,
     params: PerfParams,
     solver: PlacementSolver,
-    cache: dict[str, PlacementReport] | None = None,
+    cache: dict[str, tuple[PlacementReport, Evaluation]] | None = None,
 ) -> TrialRecord:
-    """Place the point (or reuse its placement), simulate it in the point's dynamics, record."""
+    """Place the point and keep the cheapest design that holds its traffic (or reuse both), then
+    simulate that design in the point's dynamics and record."""
     s = spec_at(spec, point)
     headroom = float(point.get("headroom", 0.0))
     req = request_at(s, catalog, headroom, point.get("kv_policy"))
+    ctx = Context(catalog, params, solver)
+    served = s.workload.requests_per_s  # the pools are sized for 1 + headroom times it
+
+    def checked(sized: PlacementRequest, o: TopologyOutcome, scenario: Scenario, **kw: Any) -> Evaluation:
+        return check(
+            sized, o, scenario, ctx, dt_s=s.simulate.dt_s, max_gpus=s.limits.max_gpus, served_per_s=served,
+            **kw,
+        )  # fmt: skip
+
     cache = cache if cache is not None else {}
     key = json.dumps(plain(req), sort_keys=True)
     if key not in cache:
-        topologies = [Topology(t) for t in s.search.topologies]
-        cache[key] = place_best(req, topologies, Context(catalog, params, solver))
-    placed = cache[key]
-    prices = placed.shadow_prices
-    planner = None
-    if "planner" in point:
-        period = float(point.get("planner_period_s", 60.0))
-        delay = float(point.get("planner_delay_s", min(PLANNER_DELAY_S, period)))
-        planner = Planner(PlannerKind(point["planner"]), period_s=period, delay_s=delay)
-    scenario = scenario_for(s, tail=point.get("output_tail"), planner=planner)
-    # the best topology's design first; where the simulations reject it, the next topology's
-    # (by the objective); where they reject every one, the best's failure is the answer; none
-    # placed: the first topology's outcome explains why
-    tried = []
-    for outcome in placed.ranked() or [placed.outcomes[0]]:
-        ev = check(
-            req,
-            outcome,
-            scenario,
-            Context(catalog, params, solver),
-            dt_s=s.simulate.dt_s,
-            buffer_max=float(point.get("buffer_requests", np.inf)),
-            max_gpus=s.limits.max_gpus,
-            served_per_s=s.workload.requests_per_s,  # the pools are sized for 1 + headroom times it
-        )
-        tried.append((outcome, ev))
-        if ev.feasible:
-            break
-    else:
-        outcome, ev = tried[0]
-    if outcome is not placed.best:
-        prices = ()  # the shadow prices are the best topology's
+        placed = place_best(req, [Topology(t) for t in s.search.topologies], ctx)
+        # the design must hold the point's traffic in the study's own dynamics; the point's
+        # dynamics axes then test that design, as the study asks
+        steady = scenario_for(spec_at(spec, {k: v for k, v in point.items() if k not in DYNAMICS_AXES}))
+        cache[key] = (placed, held(req, placed, ctx, lambda sized, o: checked(sized, o, steady)))
+    placed, ev = cache[key]
+    if any(k in DYNAMICS_AXES for k in point):
+        planner = None
+        if "planner" in point:
+            period = float(point.get("planner_period_s", 60.0))
+            delay = float(point.get("planner_delay_s", min(PLANNER_DELAY_S, period)))
+            planner = Planner(PlannerKind(point["planner"]), period_s=period, delay_s=delay)
+        scenario = scenario_for(s, tail=point.get("output_tail"), planner=planner)
+        buffer_max = float(point.get("buffer_requests", np.inf))
+        ev = checked(ev.request, ev.outcome, scenario, buffer_max=buffer_max)
     rec = record_of(ev)
-    if not outcome.feasible:
+    if not ev.outcome.feasible:
         return rec
+    prices = placed.shadow_prices if ev.outcome is placed.best else ()  # the MILP's best design's
     metrics: dict[str, float | None] = dict(rec.metrics)
-    decode_hw = _decode_hardware(outcome)
+    decode_hw = _decode_hardware(ev.outcome)
     for p in prices:
         if p.hardware == decode_hw and p.resource == "hbm_bandwidth":
             metrics["hbm_bandwidth_usd_per_tbps_gpu_hour"] = p.usd_per_gpu_hour
@@ -152,4 +147,3 @@ def choice_of(outcome: TopologyOutcome, req: PlacementRequest) -> Choice:
 def _decode_hardware(outcome: TopologyOutcome) -> str | None:
     pools = sorted((p for p in outcome.pools if not p.unit.role.hands_off), key=lambda p: -p.gpus)
     return pools[0].unit.hardware if pools else None
-
