@@ -111,9 +111,10 @@ def deepseek_production() -> None:
         f"TPOT {1e3 * t['tpot_mean_s'][0]:.1f} ms"
     )
     for p in pools.iter_rows(named=True):
+        batch = p["decode_batch_sequences"]  # null on a prefill pool
         print(
             f"  {p['role']}: {p['instances']} x {p['shape']} = {p['gpus']} GPUs, "
-            f"decode batch {p['decode_batch_sequences']:.0f}"
+            f"decode batch {'-' if batch is None else f'{batch:.0f}'}"
         )
 
 

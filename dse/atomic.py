@@ -13,16 +13,19 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` to write to; renamed onto ``path`` when the block ends
-    without an error, removed otherwise. A symbolic link is written through (its target replaced);
-    a device, pipe or socket is refused (OSError) rather than replaced by a file."""
+def atomic_path(path: Path, *, staging: Path | None = None) -> Iterator[Path]:
+    """A temporary path beside ``path`` (or in the folder ``staging``, on the same file system) to
+    write to; renamed onto ``path`` when the block ends without an error, removed otherwise. A
+    symbolic link is written through (its target replaced); a device, pipe or socket is refused
+    (OSError) rather than replaced by a file."""
     if path.is_symlink():
         path = path.resolve()
     if path.exists() and not path.is_file() and not path.is_dir():
         raise OSError(errno.EINVAL, "a device, pipe or socket, not a regular file", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    folder = path.parent if staging is None else staging
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)
@@ -39,10 +42,12 @@ STALE_TMP_S = 600.0
 """A temporary file or folder this old belongs to no running writer (a killed one left it)."""
 
 
-def remove_stale(path: Path) -> None:
-    """Remove the temporary files and folders beside ``path`` that a killed writer left; a fresh one
-    may be a concurrent writer's, and stays."""
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+def remove_stale(path: Path, *, staging: Path | None = None) -> None:
+    """Remove the temporary files and folders beside ``path`` (or in ``staging``: see
+    :func:`atomic_path`) that a killed writer left; a fresh one may be a concurrent writer's, and
+    stays."""
+    folder = path.parent if staging is None else staging
+    for stale in folder.glob(f".{path.name}.*.tmp"):
         with contextlib.suppress(OSError):
             if time.time() - stale.stat().st_mtime > STALE_TMP_S:
                 if stale.is_dir():

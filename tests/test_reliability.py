@@ -168,15 +168,23 @@ def test_kills_during_export_leave_only_whole_parquet_files(
         proc.wait()
         for f in exports.rglob("*.parquet"):  # every file a reader can see is whole
             assert pl.read_parquet(f).height >= 0
+        for table in exports.iterdir():  # and a reader of a table's folder meets nothing else
+            if table.is_dir():
+                assert [f.name for f in table.rglob("*") if f.is_file()] == ["part-0.parquet"], table
     assert kills >= 3, kills
-    # what a kill inside the write leaves: a hidden partial file, never a part-0.parquet
-    partial = exports / "trials" / "study=tiny-study" / ".part-0.parquet.killed.tmp"
-    partial.write_bytes(b"PAR1 half")
-    os.utime(partial, (time.time() - 3600, time.time() - 3600))  # an hour old: no export is writing it
+    # what a kill inside the write leaves: a hidden partial file in exports/, never a part-0.parquet
+    # (and, from an export of dse before 2026-12-05, one in the table's folder)
+    partials = [
+        exports / ".part-0.parquet.killed.tmp",
+        exports / "trials" / "study=tiny-study" / ".part-0.parquet.old.tmp",
+    ]
+    for partial in partials:
+        partial.write_bytes(b"PAR1 half")
+        os.utime(partial, (time.time() - 3600, time.time() - 3600))  # an hour old: no export is writing it
     final = cli("export", TINY, "--out", tmp_path)
     assert final.code == 0, final.err
     assert pl.read_parquet(exports / "trials" / "study=tiny-study" / "part-0.parquet").height == 8
-    assert not partial.exists(), "an export removes the old temporary files of killed ones"
+    assert not any(p.exists() for p in partials), "an export removes the old temporary files of killed ones"
 
 
 def test_a_trial_over_its_wall_clock_cap_is_recorded_not_waited_for(

@@ -209,7 +209,7 @@ def test_exports_read_back_with_duckdb(tiny_run, tmp_path: Path) -> None:  # typ
         (k.decode(), v.decode())
         for _, k, v in duckdb.sql(f"select * from parquet_kv_metadata('{glob}')").fetchall()
     )
-    assert meta["dse.schema_version"] == "3" and '"name": "tiny-study"' in meta["dse.study_spec"]
+    assert meta["dse.schema_version"] == "4" and '"name": "tiny-study"' in meta["dse.study_spec"]
     ts = duckdb.sql(f"select typeof(started_utc) from read_parquet('{glob}') limit 1").fetchall()[0][0]
     assert ts == "TIMESTAMP WITH TIME ZONE"
     assert not list((tmp_path / "exports").rglob("*.tmp"))

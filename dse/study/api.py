@@ -1,11 +1,12 @@
 """The Python API of studies: load, change objectives, run, read results as polars tables.
 
 ```python
+from pathlib import Path
 from dse.study import Study
 
 study = Study.load("deepseek-v3-blackwell").with_objective(
     "usd_per_user", lambda m: m["usd_per_hour"] / (m["tokens_per_s_per_user"] or 1.0))
-res = study.run(trials=50, out=Path("runs"))
+res = study.run(trials=50, out=Path("runs/custom"))  # its own folder: a stored study keeps its objectives
 res.trials            # polars DataFrame, one row per trial
 res.pareto            # the front of the objectives
 ```
@@ -48,11 +49,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Study:
+    """A study to run or read: its resolved spec and its objectives (the spec's metrics, or
+    functions of a trial's metrics added with :meth:`with_objective`). Immutable: each ``with_*``
+    gives a new study."""
+
     spec: StudySpec
     objectives: tuple[ObjectiveDef, ...] = ()
 
     @classmethod
     def load(cls, name_or_path: str | Path) -> Study:
+        """A shipped study by name (``studies/NAME.toml``) or a study file by path, validated, with
+        the objectives its ``[objectives] names`` lists; bad input (:class:`dse.errors.InputError`)
+        names the file, the field and the rule."""
         spec = load_study(name_or_path)
         return cls(spec, tuple(ObjectiveDef.metric(n) for n in spec.objectives.names))
 
@@ -207,6 +215,11 @@ def priced(res: StudyResults, params: PerfParams | None = None, *, where: str) -
 
 @dataclass
 class StudyResults:
+    """A study's trials as polars tables, the columns of the Parquet exports (docs/schema.md):
+    :attr:`trials`, :attr:`pareto`, :attr:`placements`, :attr:`kv_tiers` and
+    :meth:`sim_timeseries`; :meth:`export` writes them. What :meth:`Study.run` returns and
+    :meth:`Study.results` reads back."""
+
     spec: StudySpec
     objectives: tuple[ObjectiveDef, ...]
     study: optuna.Study
@@ -217,22 +230,29 @@ class StudyResults:
 
     @property
     def names(self) -> list[str]:
+        """The objectives' names, as their columns ``objective_<name>`` take them."""
         return [o.name for o in self.objectives]
 
     @cached_property
     def trials(self) -> pl.DataFrame:
+        """One row per finished trial: its choices ``p_*``, metrics, constraints ``c_*``,
+        ``feasible``, ``binding``, ``objective_<name>`` per objective, ``design``."""
         return trials_frame(self.study, self.names)
 
     @cached_property
     def pareto(self) -> pl.DataFrame:
+        """The designs on the front of the objectives (feasible trials with a value for each), as
+        :attr:`trials`' rows, best first on the first objective."""
         return pareto_frame(self.trials, self.names, [o.direction for o in self.objectives])
 
     @cached_property
     def placements(self) -> pl.DataFrame:
+        """One row per trial and pool: role, hardware, shape, instances, GPUs, HBM, load, $/hour."""
         return placements_frame(self.study)
 
     @cached_property
     def kv_tiers(self) -> pl.DataFrame:
+        """One row per trial, KV class of returning turns and tier: the share resting there."""
         return kv_tiers_frame(self.study)
 
     def best_trial(self) -> int | None:
@@ -265,6 +285,7 @@ class StudyResults:
         return study_catalog(self.spec, self._catalog if self._catalog is not None else load_catalog())
 
     def tables(self) -> dict[str, pl.DataFrame]:
+        """Every exported table by its name (``sim_timeseries``: the front's first five designs)."""
         return {
             "trials": self.trials,
             "pareto": self.pareto,

@@ -1,6 +1,9 @@
 """Parquet exports for BI tools: hive-partitioned by study, zstd, UTC timestamps, with the engine
 version, schema version and resolved study spec in each file's metadata. Every file is written
-to a temporary name and renamed, so a reader (or a killed export) never sees half a file.
+to a temporary name and renamed, so a reader (or a killed export) never sees half a file; the
+temporary files lie in ``OUT`` itself, outside the tables' folders, where a reader of a table's
+folder (``pl.read_parquet("OUT/trials/")``, DuckDB's ``OUT/trials/**``) would take one for a
+Parquet file and fail on it; and every table is written before any is renamed into place.
 
 Layout: ``OUT/<table>/study=<name>/part-0.parquet`` for the tables trials, pareto, placements,
 kv_tiers and sim_timeseries (the ``study`` column lives in the folder name, as hive expects).
@@ -8,6 +11,7 @@ kv_tiers and sim_timeseries (the ``study`` column lives in the folder name, as h
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -27,8 +31,22 @@ def write_table(
 ) -> Path:
     """One table of one study, atomically; ``catalog``: the numbers of the entries its trials ran
     with, as the study stored them (none for a study stored before dse kept them)."""
-    folder = out / table / f"study={study}"
-    path = folder / "part-0.parquet"
+    with contextlib.ExitStack() as stack:
+        return _staged(stack, df, out, table, study, spec, catalog)
+
+
+def _staged(
+    stack: contextlib.ExitStack[Any],
+    df: pl.DataFrame,
+    out: Path,
+    table: str,
+    study: str,
+    spec: dict[str, Any],
+    catalog: Any,
+) -> Path:
+    """Write one table to a temporary file in ``out``, renamed into its folder when ``stack``
+    closes without an error (removed otherwise)."""
+    path = out / table / f"study={study}" / "part-0.parquet"
     body = df.drop("study") if "study" in df.columns else df
     meta = {
         "dse.engine_version": __version__,
@@ -38,17 +56,20 @@ def write_table(
     }
     if catalog is not None:
         meta["dse.catalog"] = json.dumps(catalog)
-    remove_stale(path)  # left by an export killed mid-write
-    with atomic_path(path) as tmp:
-        body.write_parquet(tmp, compression="zstd", metadata=meta)
+    remove_stale(path)  # left in the table's folder by an export of an earlier version killed mid-write
+    remove_stale(path, staging=out)  # and in ``out`` by one of this version
+    tmp = stack.enter_context(atomic_path(path, staging=out))
+    body.write_parquet(tmp, compression="zstd", metadata=meta)
     return path
 
 
 def export_all(
     tables: dict[str, pl.DataFrame], out: Path, study: str, spec: dict[str, Any], catalog: Any = None
 ) -> list[Path]:
-    """Write every table (empty ones too, so a schema-less study still has its files)."""
-    with writing(out):
+    """Write every table (empty ones too, so a schema-less study still has its files): all of them
+    to temporary files first, then each renamed into place, so that an export that fails or is
+    stopped while it writes leaves every table as it was."""
+    with writing(out), contextlib.ExitStack() as stack:
         return [
-            write_table(tables[name], out, name, study, spec, catalog) for name in TABLES if name in tables
+            _staged(stack, tables[name], out, name, study, spec, catalog) for name in TABLES if name in tables
         ]

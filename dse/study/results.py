@@ -28,7 +28,7 @@ from dse.sim.stored import simulate_stored
 from dse.study.choice import SPLIT_DECODE
 from dse.study.objectives import NO_VALUE
 
-SCHEMA_VERSION = 3  # 3: counts as integers, nulls for what a trial lacks, prefill_servers; docs/schema.md
+SCHEMA_VERSION = 4  # 4: nulls for what a pool lacks, never nan; 3: counts as integers; docs/schema.md
 PARAM_COLUMNS = (
     "topology",
     "kv_policy",
@@ -177,10 +177,10 @@ def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
             row[f"objective_{name}"] = v if v is not None and abs(v) < NO_VALUE else None  # none: null
         rows.append(row)
     schema: dict[str, Any] = {**TRIALS_SCHEMA, **{f"objective_{name}": pl.Float64 for name in objectives}}
-    if not rows:
-        return pl.DataFrame(schema=schema)
+    if not rows:  # the columns with_designs adds to rows too
+        return pl.DataFrame(schema={**schema, "design": pl.Int64, "design_trials": pl.Int64})
     # a column no trial filled (a study whose every trial failed) is still its type, not Null
-    return with_designs(pl.DataFrame(rows, schema_overrides=schema, infer_schema_length=None))
+    return with_designs(without_nan(pl.DataFrame(rows, schema_overrides=schema, infer_schema_length=None)))
 
 
 def with_designs(trials: pl.DataFrame) -> pl.DataFrame:
@@ -297,6 +297,14 @@ def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[s
     return distinct_designs(ranked(feas.filter(pl.Series(keep)), (objectives[0], directions[0])))
 
 
+# a pool's figure that only pools of some roles have: null on the others, not the 0 the record
+# holds for it (a prefill pool decodes no batch; only an aggregated pool splits its time)
+POOL_ROLE_FIGURES = {
+    "decode_batch_sequences": ("decode", "mixed", "attention", "ffn"),
+    "prefill_share": ("mixed",),
+}
+
+
 def placements_frame(study: optuna.Study) -> pl.DataFrame:
     """One row per trial and pool."""
     rows = [
@@ -307,7 +315,22 @@ def placements_frame(study: optuna.Study) -> pl.DataFrame:
     if not rows:
         return pl.DataFrame(schema=PLACEMENTS_SCHEMA)
     df = pl.DataFrame(rows, infer_schema_length=None).rename(_units_pools())
-    return df.cast({k: v for k, v in PLACEMENTS_SCHEMA.items() if k in df.columns})
+    df = df.cast({k: v for k, v in PLACEMENTS_SCHEMA.items() if k in df.columns})
+    return without_nan(
+        df.with_columns(
+            pl.when(pl.col("role").is_in(roles)).then(pl.col(c)).otherwise(None).alias(c)
+            for c, roles in POOL_ROLE_FIGURES.items()
+            if c in df.columns
+        )
+    )
+
+
+def without_nan(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with nan in its float columns as null: a value the model could not give (a pool of
+    hardware without a price in the study's tier) is missing, as in ``trials``; BI tools and SQL
+    aggregate nan as a number (DuckDB's max is nan, its avg nan)."""
+    floats = [c for c, t in df.schema.items() if t.is_float()]
+    return df.with_columns(pl.col(floats).fill_nan(None)) if floats else df
 
 
 def _units_pools() -> dict[str, str]:
@@ -337,7 +360,7 @@ def kv_tiers_frame(study: optuna.Study) -> pl.DataFrame:
                         "stored_gb": c.get(f"stored_{tier}_gb", 0.0),
                     }
                 )
-    return pl.DataFrame(rows, schema=KV_TIERS_SCHEMA)
+    return without_nan(pl.DataFrame(rows, schema=KV_TIERS_SCHEMA))
 
 
 def sim_timeseries_frame(
@@ -366,5 +389,4 @@ def sim_timeseries_frame(
         frames.append(
             df.with_columns(pl.lit(study.study_name).alias("study"), pl.lit(n, dtype=pl.Int64).alias("trial"))
         )
-    return pl.concat(frames) if frames else pl.DataFrame(schema=SIM_TIMESERIES_SCHEMA)
-
+    return without_nan(pl.concat(frames)) if frames else pl.DataFrame(schema=SIM_TIMESERIES_SCHEMA)

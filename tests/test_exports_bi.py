@@ -1,0 +1,202 @@
+"""The Parquet exports as a BI tool reads them (docs/schema.md): every documented column and no
+other, nulls rather than nan or a 0 that stands for "does not apply", the same columns with and
+without a feasible design, and no temporary file where a reader of a table's folder looks.
+Also the public Python API's docstrings and the example of ``dse.study.api``."""
+
+from __future__ import annotations
+
+import builtins
+import math
+import re
+import symtable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import optuna
+import polars as pl
+import pytest
+
+import dse.study.api as api
+import dse.study.export as export
+from dse.study import Study, StudyResults
+from dse.study.results import placements_frame, trials_frame
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "tests" / "data" / "tiny-study.toml"
+TABLES = ("trials", "pareto", "placements", "kv_tiers", "sim_timeseries")
+
+
+def _study_with(records: list[dict[str, Any]]) -> optuna.Study:
+    """An in-memory study holding one finished trial per record (as a run stores them)."""
+    study = optuna.create_study(study_name="fake", directions=["minimize"])
+    for rec in records:
+        study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={"record": rec}))
+    return study
+
+
+def _pool(role: str, **figures: float) -> dict[str, Any]:
+    base = {
+        "role": role, "hardware": "b200", "shape": "8gpu-dpa-ep8", "instances": 1, "gpus": 8,
+        "decode_batch": 0.0, "prefill_share": 0.0, "hbm_gb_per_gpu": 150.0, "working_gb_per_gpu": 140.0,
+        "weights_gb_per_gpu": 90.0, "requests_per_s": 0.0, "output_tokens_per_s": 0.0, "usd_per_hour": 15.6,
+    }  # fmt: skip
+    return base | figures
+
+
+def test_a_pools_figure_it_does_not_have_is_null_and_nan_is_null() -> None:
+    """A prefill pool's decode batch and prefill share, a decode pool's prefill share, were 0 (a
+    BI average of the decode batch over pools counted the prefill pools as batch 0); a pool of
+    hardware with no price in the study's tier had usd_per_hour nan where trials has null (and
+    DuckDB's max of the column was nan)."""
+    pools = [
+        _pool("prefill", requests_per_s=10.0, usd_per_hour=math.nan),
+        _pool("decode", decode_batch=256.0, output_tokens_per_s=9000.0),
+        _pool("mixed", decode_batch=64.0, prefill_share=0.3, requests_per_s=10.0, output_tokens_per_s=5000.0),
+    ]
+    df = placements_frame(_study_with([{"pools": pools}]))
+    assert df["decode_batch_sequences"].to_list() == [None, 256.0, 64.0]
+    assert df["prefill_share"].to_list() == [None, None, 0.3]
+    assert df["usd_per_hour"].to_list() == [None, 15.6, 15.6]
+    assert df["requests_per_s"].to_list() == [10.0, 0.0, 10.0]  # flows: 0 is what the pool carries
+    assert df.schema["decode_batch_sequences"] == pl.Float64 and df.schema["prefill_share"] == pl.Float64
+
+
+def test_a_trials_table_without_a_finished_trial_has_every_column() -> None:
+    """A study whose trials all failed wrote trials and pareto without ``design`` and
+    ``design_trials``: a dashboard joining on ``design`` broke on it."""
+    full = trials_frame(_study_with([{"choice": {"topology": "disaggregated"}}]), ["usd_per_million_tokens"])
+    empty = trials_frame(optuna.create_study(study_name="none"), ["usd_per_million_tokens"])
+    assert empty.is_empty() and empty.schema == full.schema
+
+
+def _tables(tag: float) -> dict[str, pl.DataFrame]:
+    return {name: pl.DataFrame({"study": ["s"], "trial": [1], "value": [tag]}) for name in TABLES}
+
+
+def test_an_export_writes_its_temporary_files_outside_the_tables_folders_and_all_or_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The temporary file lay in the table's partition folder while it was written, and stayed
+    there (for 10 minutes at least) after a kill: ``pl.read_parquet("exports/trials/")`` and
+    DuckDB's ``exports/trials/**`` failed on it. An export failing at its third table had
+    replaced the first two, so the tables disagreed."""
+    out = tmp_path / "exports"
+    export.export_all(_tables(1.0), out, "s", {})
+    real = pl.DataFrame.write_parquet
+    seen: list[Path] = []
+
+    def third_fails(self: pl.DataFrame, file: Any, *args: Any, **kwargs: Any) -> None:
+        seen.append(Path(file))
+        real(self, file, *args, **kwargs)
+        assert pl.read_parquet(out / "trials/", hive_partitioning=True).height == 1  # a reader meanwhile
+        rows = duckdb.sql(f"select count(*) from read_parquet('{out}/trials/**', hive_partitioning=true)")
+        assert rows.fetchall() == [(1,)]
+        if len(seen) == 3:
+            raise RuntimeError("stopped")
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", third_fails)
+    with pytest.raises(RuntimeError, match="stopped"):
+        export.export_all(_tables(2.0), out, "s", {})
+    assert {p.parent for p in seen} == {out}
+    for name in TABLES:
+        assert pl.read_parquet(out / name / "study=s" / "part-0.parquet")["value"].to_list() == [1.0]
+    assert not list(out.rglob("*.tmp")) and not [p for p in out.rglob(".*") if p.is_file()]
+    monkeypatch.undo()
+    export.export_all(_tables(2.0), out, "s", {})
+    for name in TABLES:
+        assert pl.read_parquet(out / name / "study=s" / "part-0.parquet")["value"].to_list() == [2.0]
+
+
+def _documented_columns() -> dict[str, set[str]]:
+    """Each table's columns as docs/schema.md's table lists them: the names in backticks outside
+    parentheses (which hold values and notes: a pool's ``role``), ``{a,b}`` expanded, the patterns
+    ``x_<axis>`` and ``objective_<name>`` left aside."""
+    cells = {}
+    for line in (REPO / "docs" / "schema.md").read_text().splitlines():
+        m = re.match(r"^\| `(\w+)` \| .*? \| (.*) \|$", line)
+        if m and m.group(1) in TABLES:
+            cells[m.group(1)] = m.group(2)
+    out = {}
+    for table, cell in cells.items():
+        names: set[str] = set()
+        for n in re.findall(r"`([^`]+)`", _outside_parentheses(cell)):
+            brace = re.fullmatch(r"(\w*)\{([\w,]+)\}(\w*)", n)
+            if brace:
+                names |= {brace.group(1) + x + brace.group(3) for x in brace.group(2).split(",")}
+            elif re.fullmatch(r"[a-z_0-9]+", n):
+                names.add(n)
+        out[table] = names
+    out["pareto"] = out["trials"]  # "as trials"
+    return out
+
+
+def _outside_parentheses(text: str) -> str:
+    out, depth = [], 0
+    for ch in text:
+        depth += ch == "("
+        if depth == 0:
+            out.append(ch)
+        depth -= ch == ")" and depth > 0
+    return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def two_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny study's exports, and those of its copy that no design fits (budget $0.001/hour)."""
+    root = tmp_path_factory.mktemp("bi")
+    spec = root / "tiny-study.toml"
+    spec.write_text(TINY.read_text() + "\n[limits]\nbudget_usd_hour = 0.001\n")
+    out = {}
+    for label, path in (("feasible", TINY), ("none", spec)):
+        res = Study.load(path).run(trials=6, out=root / label)
+        assert res.trials["feasible"].any() == (label == "feasible")
+        res.export(root / label / "exports")
+        out[label] = root / label / "exports"
+    return out
+
+
+def test_exports_hold_the_documented_columns_with_the_same_types_feasible_or_not(
+    two_exports: dict[str, Path],
+) -> None:
+    documented = _documented_columns()
+    for table in TABLES:
+        schemas = {}
+        for label, folder in two_exports.items():
+            path = folder / table / "study=tiny-study" / "part-0.parquet"
+            schemas[label] = pl.read_parquet_schema(path)
+            cols = {c for c in schemas[label] if not c.startswith("objective_")}
+            assert cols == documented[table], (table, label, cols ^ documented[table])
+            df = pl.read_parquet(path)
+            for c, t in df.schema.items():
+                if t.is_float():
+                    assert not df[c].is_nan().any(), (table, c)
+        assert schemas["feasible"] == schemas["none"], table
+    trials = pl.read_parquet(two_exports["feasible"] / "trials" / "study=tiny-study" / "part-0.parquet")
+    assert trials.schema["started_utc"] == pl.Datetime("us", "UTC") and trials.schema["gpus"] == pl.Int64
+
+
+def test_the_public_api_says_what_it_does() -> None:
+    """``help(Study)`` showed the dataclass's signature alone, and ``Study.load``, ``trials``,
+    ``pareto``, ``placements``, ``kv_tiers`` and ``tables`` had no docstring."""
+    for cls in (Study, StudyResults):
+        assert cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("), cls
+        for name, member in vars(cls).items():  # methods, properties, cached properties
+            public = not name.startswith("_") and (callable(member) or hasattr(member, "__get__"))
+            if public and not isinstance(member, (str, int, float, tuple, type(None))):
+                assert getattr(member, "__doc__", None), f"{cls.__name__}.{name}"
+
+
+def test_the_api_modules_example_names_only_what_it_imports() -> None:
+    """Its example used ``Path`` without importing it (a NameError as written)."""
+    doc = api.__doc__ or ""
+    code = re.search(r"```python\n(.*?)```", doc, re.S)
+    assert code is not None
+    table = symtable.symtable(code.group(1), "example", "exec")
+    known = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported()}
+    unknown = {
+        s.get_name()
+        for s in table.get_symbols()
+        if s.is_referenced() and s.get_name() not in known and not hasattr(builtins, s.get_name())
+    }
+    assert not unknown, unknown
