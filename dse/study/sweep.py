@@ -2,10 +2,12 @@
 
 A point changes the study's model, hardware, traffic or targets (placement axes) and the
 simulated dynamics (burst, output tail, planner, buffer). The point is answered by the full
-placement: every listed shape, every listed topology, one MILP each, the cheapest kept (as
-``dse place`` does), with the shadow prices of its resources. Points that differ only in dynamics
-axes share one placement (cached in the process). The simulator then checks the design in the
-point's dynamics. Records have the same metrics as a search trial, plus the shadow prices.
+placement: every listed shape, every listed topology, one MILP each (as ``dse place`` does), with
+the shadow prices of its resources; the cheapest design the simulators hold in the point's traffic
+and the study's own dynamics is kept (:func:`dse.evaluation.held`: a rejected design's topology is
+solved again for what it missed). Points that differ only in dynamics axes share that design
+(cached in the process), which the simulators then check in the point's dynamics. Records have
+the same metrics as a search trial, plus the shadow prices (the MILP's best design's).
 """
 
 from __future__ import annotations
