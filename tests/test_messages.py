@@ -192,3 +192,39 @@ def test_the_help_says_what_a_worker_and_goodput_need(cli: Cli, monkeypatch: pyt
     assert "goodput (the most traffic the caps allow: --budget, --power-kw, or an --inventory" in place
     assert "--budget BUDGET cap in $/hour (--objective goodput needs it, --power-kw or an" in place
     assert "required by --objective goodput" not in place and "most traffic under --budget" not in place
+
+
+def test_an_empty_path_flag_is_refused_not_read_as_the_current_folder(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--out "$UNSET"`: an empty path had been the current folder, where `dse simulate` wrote its
+    summary, trajectories and plot and `dse study run` its run folder, exit 0. Each flag that names
+    a file or folder now refuses it, one line naming the flag, exit 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    tiny = DATA / "tiny-study.toml"
+    cases = {
+        "simulate --out": [
+            "simulate",
+            "--hardware",
+            "b200",
+            "--rate",
+            "5",
+            "--ttft",
+            "2",
+            "--tpot",
+            "0.05",
+            "--out",
+        ],
+        "study run --out": ["study", "run", tiny, "--trials", "1", "--no-export", "--no-progress", "--out"],
+        "predict --trace": ["predict", "--hardware", "b200", "--load", "trace", "--trace"],
+        "calibrate --out": ["calibrate", "--no-cross-validation", "--out"],
+    }
+    for name, argv in cases.items():
+        flag = name.split()[-1]
+        res = cli(*argv, "")
+        assert res.code == 2, (name, res.err)
+        assert res.err.endswith(
+            f"argument {flag}: must name a file or folder, not be empty (see dse {argv[0]}"
+            f"{' run' if argv[0] == 'study' else ''} --help)\n"
+        ), res.err
+        assert res.err.count("\n") == 1 and list(tmp_path.iterdir()) == [], (name, res.err)

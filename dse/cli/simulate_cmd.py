@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse.atomic import atomic_path, write_text
 from dse.catalog import Catalog
+from dse.cli.flags import path_arg
 from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, output_error
@@ -55,7 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("simulate", help="check a placement over time (fluid model, discrete-event reference)")
     p.add_argument(
         "--placement",
-        type=Path,
+        type=path_arg,
         metavar="PLACE.json",
         help="output of `dse place --json`; without it, the placement flags below are solved first",
     )
@@ -78,7 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     g.add_argument("--amplitude", type=float, default=0.5, help="diurnal swing, fraction of the rate")
     g.add_argument("--period", type=float, default=3600.0, help="diurnal period, seconds")
     g.add_argument(
-        "--trace", type=Path, metavar="RATES.csv", help="columns t_s,rate_per_s (piecewise constant)"
+        "--trace", type=path_arg, metavar="RATES.csv", help="columns t_s,rate_per_s (piecewise constant)"
     )
     g.add_argument(
         "--lengths",
@@ -118,7 +119,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument(
         "--out",
-        type=Path,
+        type=path_arg,
         metavar="DIR",
         help="write trajectories.parquet, trajectories.png and summary.json here",
     )
