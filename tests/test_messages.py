@@ -228,3 +228,27 @@ def test_an_empty_path_flag_is_refused_not_read_as_the_current_folder(
             f"{' run' if argv[0] == 'study' else ''} --help)\n"
         ), res.err
         assert res.err.count("\n") == 1 and list(tmp_path.iterdir()) == [], (name, res.err)
+
+
+def test_a_sqlite_url_is_the_file_sqlalchemy_opens(cli: Cli, tmp_path: Path) -> None:
+    """A `sqlite:///` URL's path is read as SQLAlchemy reads it: `a%20b.db` had been stored in
+    `a b.db` but locked, and looked for by `export`, under `a%20b.db` (`study.db: does not exist`),
+    and `?mode=ro` had been a lock file of its own beside the one every other process takes on the
+    same database (and SQLAlchemy's multi-line warning): a query string is now refused, exit 2."""
+    tiny = DATA / "tiny-study.toml"
+    url = f"sqlite:///{tmp_path}/new%20dir/a%20b.db"
+    ran = cli(
+        "study", "run", tiny, "--storage", url, "--out", tmp_path / "out", "--trials", "1", "--no-export"
+    )
+    assert ran.code == 0, ran.err
+    beside = {p.name for p in (tmp_path / "new dir").iterdir()}
+    assert {"a b.db", "a b.db.run-lock"} <= beside and all(n.startswith("a b.db") for n in beside), beside
+    exported = cli("study", "export", tiny, "--storage", url, "--out", tmp_path / "out")
+    assert exported.code == 0, exported.err
+    query = f"sqlite:///{tmp_path}/q/w.db?mode=ro"
+    res = cli("study", "worker", tiny, "--storage", query, "--trials", "1")
+    assert res.code == 2 and res.err.count("\n") == 1, res.err
+    assert res.err.startswith("dse: error: --storage: url = 'sqlite:///") and res.err.endswith(
+        ": must name the database file alone, without a query string (?mode=ro): dse opens and locks it\n"
+    )
+    assert not (tmp_path / "q").exists()
