@@ -144,6 +144,72 @@ def test_a_broken_calibration_file_is_one_line(
         assert res.code == 2 and res.err.strip() == f"dse: error: {path}: {want}", res.err
 
 
+def test_a_calibration_file_s_provenance_and_engine_profiles_are_checked(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provenance a prediction's expected error reads, and each engine's MTP draft depth,
+    acceptance and chunk setting, are checked as the file loads: a provenance that was not a table,
+    an error figure that was text or a list of fitted ids that was a number had been tracebacks
+    once the prediction was made, an acceptance of -1 divided by zero, and "no" read as true."""
+    import json
+
+    from dse.paths import CALIBRATION_FILE
+
+    base = json.loads(CALIBRATION_FILE.read_text())
+    table = "must be a table of values (not a file dse calibrate wrote)"
+    error, latency = (
+        "must be a relative error >= 0",
+        "must be a table of ttft_p50, ttft_p99, tpot_p50, tpot_p99",
+    )
+    cases: list[tuple[tuple[str, ...], object, str]] = [
+        (("provenance",), 3, f"provenance: {table}"),
+        (("provenance", "hardware_fitted"), 5, "provenance.hardware_fitted = 5: must be a list of ids"),
+        (("provenance", "models_fitted"), "v3", "provenance.models_fitted = 'v3': must be a list of ids"),
+        (
+            ("provenance", "in_sample_tput_median_ape"),
+            "x",
+            f"provenance.in_sample_tput_median_ape = 'x': {error}",
+        ),
+        (
+            ("provenance", "in_sample_ttft_median_ape"),
+            -1,
+            f"provenance.in_sample_ttft_median_ape = -1: {error}, or null where unmeasured",
+        ),
+        (("provenance", "latency"), 3, "provenance.latency = 3: must be a table of values"),
+        (
+            ("provenance", "latency", "in_sample_median_ape"),
+            {},
+            f"provenance.latency.in_sample_median_ape = {{}}: {latency}",
+        ),
+        (
+            ("engines", "trt", "mtp_accept_rate"),
+            -1,
+            "engines.trt.mtp_accept_rate = -1: must be a chance from 0 to 1",
+        ),
+        (
+            ("engines", "trt", "mtp_draft_tokens"),
+            2.5,
+            "engines.trt.mtp_draft_tokens = 2.5: must be a whole number from 1 to 16",
+        ),
+        (
+            ("engines", "sglang", "prefill_chunk_per_instance"),
+            "no",
+            "engines.sglang.prefill_chunk_per_instance = 'no': must be true or false",
+        ),
+    ]
+    for keys, value, want in cases:
+        doc = json.loads(json.dumps(base))
+        where = doc
+        for key in keys[:-1]:
+            where = where[key]
+        where[keys[-1]] = value
+        path = tmp_path / "broken.json"
+        path.write_text(json.dumps(doc))
+        monkeypatch.setenv("DSE_CALIBRATION", str(path))
+        res = cli("predict", "--hardware", "b200", "--conc", "4", "--requests", "20")
+        assert res.code == 2 and res.err.strip() == f"dse: error: {path}: {want}", res.err
+
+
 @pytest.mark.e2e  # a fit of one GPU's runs: about 5 s
 def test_runs_of_one_gpu_type_store_no_cross_validation(cli: Cli, tmp_path: Path, two_gpu_runs: Path) -> None:
     """Leaving the one GPU type out fits a fold on no measured run: it had stored 78% / 136% as the

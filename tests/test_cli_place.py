@@ -335,6 +335,14 @@ def test_an_inventory_of_hardware_not_asked_for_names_the_flag(cli: Cli) -> None
     assert want in out.err
 
 
+def test_an_inventory_naming_a_hardware_twice_is_refused(cli: Cli) -> None:
+    """`--inventory b200=8,b200=16` (or by an alias) had kept the later count, silently."""
+    for inventory in ("b200=8,b200=16", "b200=8,b200-hgx=16"):
+        out = cli(*ONE, "--inventory", inventory)
+        assert out.code == 2 and out.err.count("\n") == 1, out.err
+        assert f"dse place: --inventory = '{inventory}': must name each hardware once (b200 twice)" in out.err
+
+
 def test_prefill_and_midfill_shapes_are_checked_as_shapes_are(cli: Cli) -> None:
     for flag in ("--prefill-shapes", "--midfill-shapes"):
         out = cli(*ONE, flag, "8gpu-tp8-ep9")

@@ -106,6 +106,29 @@ def test_simulate_refuses_a_step_longer_than_the_horizon(tmp_path: Path, cli: Cl
         assert run.code == 2 and message in run.err, (flags, run.err)
 
 
+def test_a_trace_is_the_file_it_names_read_row_by_row(tmp_path: Path, cli: Cli) -> None:
+    """--trace opens the path as given: polars' reader had expanded `rates*.csv` as a glob (a file
+    that does not exist read another's rates) and read a folder's files as one table; a cell is a
+    number (`true` had been read as 1 request/s), a bad row named by its line."""
+    (tmp_path / "rates1.csv").write_text("t_s,rate_per_s\n0,5\n")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "a.csv").write_text("t_s,rate_per_s\n0,5\n")
+    (tmp_path / "true.csv").write_text("t_s,rate_per_s\n0,5\n100,true\n")
+    (tmp_path / "ragged.csv").write_text("t_s,rate_per_s\n0,5,7\n")
+    base = ["simulate", "--hardware", "b200", "--rate", "5", "--ttft", "2", "--tpot", "0.05"]
+    base += ["--topology", "disaggregated", "--horizon", "300", "--warmup", "30", "--arrivals", "trace"]
+    cases = {
+        "rates*.csv": "rates*.csv: --trace: cannot be read (No such file or directory)",
+        "folder": "folder: --trace: cannot be read (Is a directory)",
+        "true.csv": "true.csv line 3: rate_per_s = 'true': must be a number",
+        "ragged.csv": "ragged.csv line 2: has 3 fields, 1 more than the header's 2",
+    }
+    for name, message in cases.items():
+        run = cli(*base, "--trace", tmp_path / name)
+        assert run.code == 2 and message in run.err and run.err.count("\n") == 1, (name, run.err)
+
+
 def test_the_engine_level_check_runs_the_scenario_s_traffic(tmp_path: Path, cli: Cli) -> None:
     """Three times the placed traffic is unstable in the fluid model, and the engine-level check,
     at the scenario's mean rate, misses its target too (it had run the placement's own rate)."""

@@ -188,12 +188,18 @@ def check_refusal(
             return
     if o.code != 2:  # exit 3: no feasible design is an answer, it names no input key
         return
-    # `<source>: <key> = <value>: <rule>`, or for a flag as the source `--flag = <value>: <rule>`
-    named = [s for s in sources if line.startswith((f"dse: error: {_printable(s)}: ", f"dse: error: {s} = "))]
+
+    # `<source>: <key> = <value>: <rule>` (a file's row: `<source> line <n>: ...`), or for a flag as
+    # the source `--flag = <value>: <rule>`
+    def prefix(s: str) -> re.Match[str] | None:
+        return re.match(rf"dse: error: {re.escape(_printable(s))}(?: line \d+)?: ", line)
+
+    named = [s for s in sources if prefix(s) or line.startswith(f"dse: error: {s} = ")]
     assert named, f"the line names none of {list(sources)}:\n" + o.context()
     source = max(named, key=len)
     if names_key is not None:
-        rest = line[len(f"dse: error: {_printable(source)}: ") :]
+        found = prefix(source)
+        rest = line[found.end() if found else len(f"dse: error: {_printable(source)}: ") :]
         assert names_key(source, rest), "the line does not name the key:\n" + o.context()
 
 

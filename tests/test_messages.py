@@ -192,3 +192,63 @@ def test_the_help_says_what_a_worker_and_goodput_need(cli: Cli, monkeypatch: pyt
     assert "goodput (the most traffic the caps allow: --budget, --power-kw, or an --inventory" in place
     assert "--budget BUDGET cap in $/hour (--objective goodput needs it, --power-kw or an" in place
     assert "required by --objective goodput" not in place and "most traffic under --budget" not in place
+
+
+def test_an_empty_path_flag_is_refused_not_read_as_the_current_folder(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--out "$UNSET"`: an empty path had been the current folder, where `dse simulate` wrote its
+    summary, trajectories and plot and `dse study run` its run folder, exit 0. Each flag that names
+    a file or folder now refuses it, one line naming the flag, exit 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    tiny = DATA / "tiny-study.toml"
+    cases = {
+        "simulate --out": [
+            "simulate",
+            "--hardware",
+            "b200",
+            "--rate",
+            "5",
+            "--ttft",
+            "2",
+            "--tpot",
+            "0.05",
+            "--out",
+        ],
+        "study run --out": ["study", "run", tiny, "--trials", "1", "--no-export", "--no-progress", "--out"],
+        "predict --trace": ["predict", "--hardware", "b200", "--load", "trace", "--trace"],
+        "calibrate --out": ["calibrate", "--no-cross-validation", "--out"],
+    }
+    for name, argv in cases.items():
+        flag = name.split()[-1]
+        res = cli(*argv, "")
+        assert res.code == 2, (name, res.err)
+        assert res.err.endswith(
+            f"argument {flag}: must name a file or folder, not be empty (see dse {argv[0]}"
+            f"{' run' if argv[0] == 'study' else ''} --help)\n"
+        ), res.err
+        assert res.err.count("\n") == 1 and list(tmp_path.iterdir()) == [], (name, res.err)
+
+
+def test_a_sqlite_url_is_the_file_sqlalchemy_opens(cli: Cli, tmp_path: Path) -> None:
+    """A `sqlite:///` URL's path is read as SQLAlchemy reads it: `a%20b.db` had been stored in
+    `a b.db` but locked, and looked for by `export`, under `a%20b.db` (`study.db: does not exist`),
+    and `?mode=ro` had been a lock file of its own beside the one every other process takes on the
+    same database (and SQLAlchemy's multi-line warning): a query string is now refused, exit 2."""
+    tiny = DATA / "tiny-study.toml"
+    url = f"sqlite:///{tmp_path}/new%20dir/a%20b.db"
+    ran = cli(
+        "study", "run", tiny, "--storage", url, "--out", tmp_path / "out", "--trials", "1", "--no-export"
+    )
+    assert ran.code == 0, ran.err
+    beside = {p.name for p in (tmp_path / "new dir").iterdir()}
+    assert {"a b.db", "a b.db.run-lock"} <= beside and all(n.startswith("a b.db") for n in beside), beside
+    exported = cli("study", "export", tiny, "--storage", url, "--out", tmp_path / "out")
+    assert exported.code == 0, exported.err
+    query = f"sqlite:///{tmp_path}/q/w.db?mode=ro"
+    res = cli("study", "worker", tiny, "--storage", query, "--trials", "1")
+    assert res.code == 2 and res.err.count("\n") == 1, res.err
+    assert res.err.startswith("dse: error: --storage: url = 'sqlite:///") and res.err.endswith(
+        ": must name the database file alone, without a query string (?mode=ro): dse opens and locks it\n"
+    )
+    assert not (tmp_path / "q").exists()

@@ -7,6 +7,7 @@ import contextlib
 import multiprocessing
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -53,28 +54,48 @@ def test_shipped_studies_load() -> None:
         (("chunk_tokens = [8192]", "chunk_tokens = [0.5]"), "must list whole numbers of tokens >= 1"),
         # a step past a tenth of the measured window crashed the fluid summary; one past the TTFT
         # target ran, and blurred the waits the target is on (19 of 20 trials feasible at 2 s, 8 at 60)
-        (("dt_s = 2.0", "dt_s = 60.0"),
-         "simulate.dt_s = 60.0: must be at most horizon_s less warmup_s over 10"),
+        (
+            ("dt_s = 2.0", "dt_s = 60.0"),
+            "simulate.dt_s = 60.0: must be at most horizon_s less warmup_s over 10",
+        ),
         (("dt_s = 2.0", "dt_s = 10.0"), "simulate.dt_s = 10.0: must be at most the TTFT target (2 s) or 2 s"),
-        (("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_s = 0.0'),
-         "simulate.burst_s = 0.0: must be > 0"),
-        (("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_start_s = 9000.0'),
-         "simulate.burst_start_s = 9000.0: must be at least 0 and below horizon_s (600)"),
-        (("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_start_s = 0.0\nburst_s = 100.0'),
-         "simulate.burst_start_s = 0.0: with burst_s must end after warmup_s (120"),
+        (
+            ("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_s = 0.0'),
+            "simulate.burst_s = 0.0: must be > 0",
+        ),
+        (
+            ("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_start_s = 9000.0'),
+            "simulate.burst_start_s = 9000.0: must be at least 0 and below horizon_s (600)",
+        ),
+        (
+            ("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_start_s = 0.0\nburst_s = 100.0'),
+            "simulate.burst_start_s = 0.0: with burst_s must end after warmup_s (120",
+        ),
         # lists of choices name each once, as [sweep] does; shapes exactly as the exports write them
-        (('hardware = ["b200", "h200-sxm"]', 'hardware = ["b200", "b200"]'),
-         "hardware = ['b200', 'b200']: must not repeat a value ('b200' twice)"),
+        (
+            ('hardware = ["b200", "h200-sxm"]', 'hardware = ["b200", "b200"]'),
+            "hardware = ['b200', 'b200']: must not repeat a value ('b200' twice)",
+        ),
         (("chunk_tokens = [8192]", "chunk_tokens = [8192, 8192]"), "must not repeat a value (8192 twice)"),
-        (('shapes = ["8gpu-dpa-ep8", "16gpu-dpa-ep16"]', 'shapes = ["8gpu-dpa-ep8", "8gpu-tp1-ep8"]'),
-         "has '8gpu-tp1-ep8' twice (as '8gpu-dpa-ep8' too)"),
-        (('shapes = ["8gpu-dpa-ep8", "16gpu-dpa-ep16"]', 'shapes = [" 8gpu-dpa-ep8"]'),
-         "has ' 8gpu-dpa-ep8', with spaces around the shape"),
-        (('description = "test study"', 'description = "test study"\nengine = "foo"'),
-         "engine = 'foo': must be one of trt, sglang, atom, vllm"),
-        (('topologies = ["aggregated", "disaggregated"]',
-          'topologies = ["aggregated", "disaggregated"]\nsampler = "nsga2"\npopulation = 1'),
-         "search.population = 1: must be at least 2 (NSGA-II breeds pairs)"),
+        (
+            ('shapes = ["8gpu-dpa-ep8", "16gpu-dpa-ep16"]', 'shapes = ["8gpu-dpa-ep8", "8gpu-tp1-ep8"]'),
+            "has '8gpu-tp1-ep8' twice (as '8gpu-dpa-ep8' too)",
+        ),
+        (
+            ('shapes = ["8gpu-dpa-ep8", "16gpu-dpa-ep16"]', 'shapes = [" 8gpu-dpa-ep8"]'),
+            "has ' 8gpu-dpa-ep8', with spaces around the shape",
+        ),
+        (
+            ('description = "test study"', 'description = "test study"\nengine = "foo"'),
+            "engine = 'foo': must be one of trt, sglang, atom, vllm",
+        ),
+        (
+            (
+                'topologies = ["aggregated", "disaggregated"]',
+                'topologies = ["aggregated", "disaggregated"]\nsampler = "nsga2"\npopulation = 1',
+            ),
+            "search.population = 1: must be at least 2 (NSGA-II breeds pairs)",
+        ),
     ],
 )
 def test_bad_study_files_name_file_key_and_rule(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
@@ -413,6 +434,28 @@ def test_export_of_a_study_never_run_is_bad_input(tmp_path: Path, cli: Cli) -> N
     out = cli("export", TINY, "--out", tmp_path)
     assert out.code == 2 and "study.db: does not exist: run the study first" in out.err
     assert not (tmp_path / "tiny-study" / "study.db").exists()
+
+
+def test_an_export_blocked_at_one_table_writes_none(tmp_path: Path, cli: Cli, tiny_cli_run: Result) -> None:
+    """A file where a table's folder goes, or a folder where its file goes, is refused before any
+    table is written: the trials table had been written before the blocked pareto one refused (and
+    a folder in its file's place had been a traceback)."""
+    assert tiny_cli_run.code == 0, tiny_cli_run.err
+    exports = tmp_path / "tiny-study" / "exports"
+    for blocked in (exports / "pareto", exports / "pareto" / "study=tiny-study" / "part-0.parquet"):
+        shutil.rmtree(exports)
+        if blocked.name == "pareto":
+            exports.mkdir()
+            blocked.write_text("x")
+            rule = "must be a folder: a file has its name"
+        else:
+            blocked.mkdir(parents=True)
+            rule = "must be a file: a folder has its name"
+        out = cli("export", TINY, "--out", tmp_path)
+        assert out.code == 2 and out.err == f"dse: error: {blocked}: {rule}\n", out.err
+        assert sorted(p.relative_to(exports).as_posix() for p in exports.rglob("*.parquet")) == (
+            ["pareto/study=tiny-study/part-0.parquet"] if blocked.name != "pareto" else []
+        )
 
 
 def test_ttft_percentile_sits_between_mean_and_p99() -> None:

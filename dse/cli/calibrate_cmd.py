@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dse.atomic import probe_writable, write_text
 from dse.catalog import Catalog
+from dse.cli.flags import path_arg
 from dse.errors import InputError, output_error
 from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS, calibration_file
 
@@ -22,13 +22,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("calibrate", help="fit the performance model to measured serving runs")
     p.add_argument(
         "--data",
-        type=Path,
+        type=path_arg,
         default=MEASURED_RUNS,
         help="measured runs (columns of inferencex_calibration.csv)",
     )
     p.add_argument(
         "--points",
-        type=Path,
+        type=path_arg,
         default=PUBLISHED_POINTS,
         help="published stage-level measurements fitted beside the runs (columns of "
         "published_points.csv; default: the shipped file)",
@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--no-points", action="store_true", help="fit the runs alone, without stage points")
     p.add_argument(
         "--out",
-        type=Path,
+        type=path_arg,
         default=None,
         help="where to write the fitted values (default: the file the engine loads, $DSE_CALIBRATION "
         "or the shipped one)",

@@ -244,7 +244,10 @@ def _limits_of(args: argparse.Namespace, catalog: Catalog, src: str) -> Limits:
         except ValueError:
             raise InputError(src, "--inventory", "must be HW=GPUS pairs separated by commas", part) from None
         check_number(gpus, source=src, key="--inventory", check=non_negative)
-        inventory[_by_flag(src, "--inventory", catalog.hardware, key.strip()).id] = gpus
+        hw = _by_flag(src, "--inventory", catalog.hardware, key.strip()).id
+        if hw in inventory:  # the later count had silently replaced the earlier
+            raise InputError(src, "--inventory", f"must name each hardware once ({hw} twice)", args.inventory)
+        inventory[hw] = gpus
     return Limits(
         budget_usd_hour=args.budget,
         power_kw=args.power_kw,

@@ -9,11 +9,10 @@ import json
 import math
 import sys
 from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse.catalog import Catalog
-from dse.cli.flags import add_precision
+from dse.cli.flags import add_precision, path_arg
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign
 from dse.perf.frameworks import FRAMEWORK_ENGINE
@@ -39,11 +38,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("predict", help="predict what a deployment serves (closed-loop load)")
     p.add_argument(
         "--batch",
-        type=Path,
+        type=path_arg,
         metavar="IN.csv",
         help="CSV with the columns of inferencex_calibration.csv; needs --out",
     )
-    p.add_argument("--out", type=Path, metavar="OUT.csv", help="where --batch writes its rows")
+    p.add_argument("--out", type=path_arg, metavar="OUT.csv", help="where --batch writes its rows")
     p.add_argument(
         "--recipe-settings",
         action="store_true",
@@ -198,7 +197,7 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--trace",
-        type=Path,
+        type=path_arg,
         default=None,
         metavar="FILE.csv",
         help="--load trace: CSV with arrival_s, input_tokens, output_tokens per request",
@@ -371,8 +370,10 @@ def _tensor_parallel(args: argparse.Namespace) -> None:
     instance's GPUs where it has fewer); typed, at most a disaggregated instance's GPUs (a larger
     one had been capped in silence, and the JSON echoed it)."""
     disagg = args.disagg or args.afd
-    sides = (("tp", args.decode_gpus, args.decode_workers, "--decode-gpus over --decode-workers"),
-             ("prefill_tp", args.prefill_gpus, args.prefill_workers, "--prefill-gpus over --prefill-workers"))
+    sides = (
+        ("tp", args.decode_gpus, args.decode_workers, "--decode-gpus over --decode-workers"),
+        ("prefill_tp", args.prefill_gpus, args.prefill_workers, "--prefill-gpus over --prefill-workers"),
+    )
     for dest, gpus, workers, how in sides:  # fmt: skip
         if dest == "prefill_tp" and not disagg:
             continue  # an aggregated instance's prefill is its own (--tp); the flag is refused below

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from dse.atomic import atomic_path, write_text
 from dse.catalog import Catalog
+from dse.cli.flags import path_arg
 from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, output_error
 from dse.sim.kinds import ArrivalKind, PlannerKind
-from dse.typed_data import Rule, check_number, fraction, non_negative, positive
+from dse.typed_data import Rule, check_number, fraction, non_negative, positive, read_csv, row_shape_problem
 
 if TYPE_CHECKING:
     from dse.sim.engine_latency import DesignLatency
@@ -55,7 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("simulate", help="check a placement over time (fluid model, discrete-event reference)")
     p.add_argument(
         "--placement",
-        type=Path,
+        type=path_arg,
         metavar="PLACE.json",
         help="output of `dse place --json`; without it, the placement flags below are solved first",
     )
@@ -78,7 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     g.add_argument("--amplitude", type=float, default=0.5, help="diurnal swing, fraction of the rate")
     g.add_argument("--period", type=float, default=3600.0, help="diurnal period, seconds")
     g.add_argument(
-        "--trace", type=Path, metavar="RATES.csv", help="columns t_s,rate_per_s (piecewise constant)"
+        "--trace", type=path_arg, metavar="RATES.csv", help="columns t_s,rate_per_s (piecewise constant)"
     )
     g.add_argument(
         "--lengths",
@@ -118,7 +119,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument(
         "--out",
-        type=Path,
+        type=path_arg,
         metavar="DIR",
         help="write trajectories.parquet, trajectories.png and summary.json here",
     )
@@ -305,31 +306,37 @@ def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float
 
 
 def _read_trace(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    import polars as pl
-
-    try:
-        df = pl.read_csv(path)
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        raise InputError(str(path), "", f"cannot be read as CSV ({exc})") from None
+    """The rates of ``--trace``: CSV ``t_s,rate_per_s``, a row per step of a piecewise-constant
+    rate, times increasing. The path is the file it names (polars' reader had expanded ``*`` and
+    ``[1]`` as a glob and read a folder's files as one table); a bad row is named by its line."""
+    header, rows, lines = read_csv(path, "--trace")
     for col in ("t_s", "rate_per_s"):
-        if col not in df.columns:
+        if col not in header:
             raise InputError(str(path), col, "is a required column")
-    if df.height == 0:
+    if not rows:
         raise InputError(str(path), "t_s", "needs at least one row")
-    try:
-        t, r = df["t_s"].cast(float).to_list(), df["rate_per_s"].cast(float).to_list()
-    except pl.exceptions.PolarsError:
-        raise InputError(str(path), "rate_per_s", "must hold numbers") from None
-    for col, values in (("t_s", t), ("rate_per_s", r)):
-        for v in values:
-            if v is None:
-                raise InputError(str(path), col, "must hold a number in every row")
-            check_number(v, source=str(path), key=col, check=non_negative)
-    if any(b <= a for a, b in zip(t, t[1:], strict=False)):
-        raise InputError(str(path), "t_s", "must increase from row to row")
+    t: list[float] = []
+    r: list[float] = []
+    for row, line in zip(rows, lines, strict=True):
+        where = f"{path} line {line}"
+        if shape := row_shape_problem(row):
+            raise InputError(where, "", shape)
+        t.append(_trace_number(row["t_s"], where, "t_s"))
+        r.append(_trace_number(row["rate_per_s"], where, "rate_per_s"))
+        if len(t) > 1 and t[-1] <= t[-2]:
+            raise InputError(where, "t_s", "must increase from row to row", row["t_s"])
     if not any(v > 0 for v in r):  # no request would arrive: nothing to simulate
         raise InputError(str(path), "rate_per_s", "must be positive in one row at least", 0.0)
     return tuple(t), tuple(r)
+
+
+def _trace_number(text: str | None, where: str, col: str) -> float:
+    """A cell of ``--trace``: a finite, plausible number >= 0."""
+    try:
+        value = float(text or "")
+    except ValueError:
+        raise InputError(where, col, "must be a number", text) from None
+    return check_number(value, source=where, key=col, check=non_negative)
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:

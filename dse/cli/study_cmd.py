@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse.catalog import Catalog
+from dse.cli.flags import path_arg
 from dse.cli.table import format_table
 from dse.errors import DseError, InputError, NoFeasibleDesign
 from dse.study.timeouts import STALE_AFTER_S
@@ -96,7 +97,7 @@ WORKER_STORAGE = (
 
 def _common(p: argparse.ArgumentParser, storage_help: str = "") -> None:
     p.add_argument("name", help="study name or path to a .toml file")
-    p.add_argument("--out", type=Path, default=Path("runs"), help="run folder")
+    p.add_argument("--out", type=path_arg, default=Path("runs"), help="run folder")
     p.add_argument("--storage", help=storage_help or "Optuna storage URL (default: sqlite in the run folder)")
 
 

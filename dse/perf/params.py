@@ -254,7 +254,7 @@ def load_params(path: Path | None = None) -> PerfParams:
         raise InputError(str(path), "", rule) from None
     if kernels not in KERNEL_TIERS:
         raise InputError(str(path), "kernels", f"must be one of {', '.join(KERNEL_TIERS)}", kernels)
-    for section in ("params", "engines", "latency", "power"):
+    for section in ("params", "engines", "latency", "power", "provenance"):
         if section in raw and not isinstance(raw[section], dict):
             raise InputError(str(path), section, "must be a table of values (not a file dse calibrate wrote)")
     for section in ("params", "engines"):
@@ -269,7 +269,7 @@ def load_params(path: Path | None = None) -> PerfParams:
     return PerfParams(
         **scalars,
         engines=engines,
-        provenance=raw.get("provenance", {}),
+        provenance=_provenance(raw.get("provenance", {}), path),
         latency=latency,
         power=power,
         kernels=kernels,
@@ -312,23 +312,81 @@ def _engine(name: str, e: Any, path: Path) -> EngineProfile:
     number = isinstance(speed, int | float) and not isinstance(speed, bool)
     if not (number and math.isfinite(speed) and speed > 0):
         raise InputError(str(path), f"{where}.speed", "must be a number > 0", speed)
+    drafts = e["mtp_draft_tokens"]
+    if not (isinstance(drafts, int) and not isinstance(drafts, bool) and 1 <= drafts <= 16):
+        rule = "must be a whole number from 1 to 16"  # as a deployment's (MAX_DRAFT_TOKENS)
+        raise InputError(str(path), f"{where}.mtp_draft_tokens", rule, drafts)
+    default_chunk = name in DEFAULT_ENGINES and DEFAULT_ENGINES[name].prefill_chunk_per_instance
+    per_instance = e.get("prefill_chunk_per_instance", default_chunk)
+    if not isinstance(per_instance, bool):
+        raise InputError(
+            str(path), f"{where}.prefill_chunk_per_instance", "must be true or false", per_instance
+        )
     try:
-        return EngineProfile(
+        profile = EngineProfile(
             name=name,
             kv_precision=Precision(e["kv_precision"]),
-            mtp_draft_tokens=int(e["mtp_draft_tokens"]),
+            mtp_draft_tokens=drafts,
             speed=float(speed),
             mtp_accept_rate=_accept_rate(e),
-            prefill_chunk_per_instance=bool(
-                e.get(
-                    "prefill_chunk_per_instance",
-                    name in DEFAULT_ENGINES and DEFAULT_ENGINES[name].prefill_chunk_per_instance,
-                )
-            ),
+            prefill_chunk_per_instance=per_instance,
         )
     except (KeyError, ValueError, TypeError) as exc:
         rule = f"must be a profile dse calibrate wrote ({exc})"
         raise InputError(str(path), where, rule) from None
+    if not 0.0 <= profile.mtp_accept_rate <= 1.0:  # (NaN too) a chance a draft is accepted
+        rule = "must be a chance from 0 to 1"
+        raise InputError(str(path), f"{where}.mtp_accept_rate", rule, e.get("mtp_accept_rate"))
+    return profile
+
+
+FITTED_IDS = ("hardware_fitted", "engines_fitted", "models_fitted")
+"""The provenance's lists of the ids a calibration measured (what a prediction's expected error reads)."""
+THROUGHPUT_ERRORS = tuple(
+    f"{basis}_{k}"
+    for basis in ("in_sample", "loho")
+    for k in ("tput_median_ape", "tput_p75_ape", "intvty_median_ape", "intvty_p75_ape")
+)
+"""The provenance's throughput errors: numbers where present (every fit measures them)."""
+LATENCY_ERRORS = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99")
+"""The simulated percentiles whose median errors the provenance's ``latency`` holds per basis."""
+
+
+def _provenance(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The provenance as :func:`~dse.perf.expected_error.expected_error` reads it: its lists of
+    fitted ids lists of strings, each error figure (``*_ape``) a number >= 0 or null (a figure no
+    run measured), and ``latency`` a table of such figures per basis. Other keys pass as written."""
+    for key in FITTED_IDS:
+        ids = raw.get(key, [])
+        if not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+            raise InputError(str(path), f"provenance.{key}", "must be a list of ids", ids)
+    for key, value in raw.items():
+        if key.endswith("_ape"):
+            _error_figure(value, path, f"provenance.{key}", nullable=key not in THROUGHPUT_ERRORS)
+    latency = raw.get("latency", {})
+    if not isinstance(latency, dict):
+        raise InputError(str(path), "provenance.latency", "must be a table of values", latency)
+    for basis in ("in_sample_median_ape", "loho_median_ape"):
+        figures = latency.get(basis)
+        if figures is None:
+            continue
+        if not (isinstance(figures, dict) and all(k in figures for k in LATENCY_ERRORS)):
+            rule = f"must be a table of {', '.join(LATENCY_ERRORS)}"
+            raise InputError(str(path), f"provenance.latency.{basis}", rule, figures)
+        for k, value in figures.items():
+            _error_figure(value, path, f"provenance.latency.{basis}.{k}")
+    return raw
+
+
+def _error_figure(value: object, path: Path, key: str, nullable: bool = True) -> None:
+    """A median or p75 error of the provenance: a finite number >= 0 (or null where unmeasured,
+    where ``nullable``)."""
+    if value is None and nullable:
+        return
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return
+    rule = "must be a relative error >= 0" + (", or null where unmeasured" if nullable else "")
+    raise InputError(str(path), key, rule, value)
 
 
 FORWARD_FACTORS = ("dp_prefill_slowdown", "agg_prefill_factor")  # LatencyParams' multiples of a forward

@@ -173,7 +173,7 @@ class Study:
         and ``DSE_CATALOG_DIR``'s); bad input when there is no result. Where that catalog's
         numbers differ from those the trials ran with, ``catalog_note`` says which."""
         url = storage or default_storage(out, self.spec)
-        if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        if (db := sqlite_path(url)) is not None and not db.exists():
             raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
         held = optuna.study.get_all_study_names(storage=open_storage(url))
         if self.spec.name not in held:  # reading must not create an empty study in someone's database

@@ -12,6 +12,7 @@ kv_tiers and sim_timeseries (the ``study`` column lives in the folder name, as h
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import polars as pl
 
 from dse import __version__
 from dse.atomic import atomic_path, remove_stale
+from dse.errors import InputError
 from dse.study.faults import writing
 from dse.study.results import SCHEMA_VERSION
 
@@ -66,10 +68,24 @@ def _staged(
 def export_all(
     tables: dict[str, pl.DataFrame], out: Path, study: str, spec: dict[str, Any], catalog: Any = None
 ) -> list[Path]:
-    """Write every table (empty ones too, so a schema-less study still has its files): all of them
-    to temporary files first, then each renamed into place, so that an export that fails or is
-    stopped while it writes leaves every table as it was."""
+    """Write every table (empty ones too, so a schema-less study still has its files), once each
+    one's place is known to take it: all of them to temporary files first, then each renamed into
+    place, so that an export that fails or is stopped while it writes leaves every table as it
+    was."""
+    names = [name for name in TABLES if name in tables]
     with writing(out), contextlib.ExitStack() as stack:
-        return [
-            _staged(stack, tables[name], out, name, study, spec, catalog) for name in TABLES if name in tables
-        ]
+        _check_destinations(out, study, names)
+        return [_staged(stack, tables[name], out, name, study, spec, catalog) for name in names]
+
+
+def _check_destinations(out: Path, study: str, names: list[str]) -> None:
+    """Refuse, before the first table is written, a file where a table's folder goes or a folder
+    where its file goes: a table blocked that way had left the tables before it written (and a
+    folder in the file's place was a traceback)."""
+    for name in names:
+        path = out / name / f"study={study}" / "part-0.parquet"
+        if path.is_dir() and not path.is_symlink():
+            raise InputError(str(path), "", "must be a file: a folder has its name")
+        existing = next(d for d in (path.parent, *path.parent.parents) if d.exists() or d.is_symlink())
+        if not existing.is_dir():  # raised as writing() names it
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(existing))

@@ -73,8 +73,12 @@ def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storage
             "storage", "url", "must name a database file or server: an in-memory one is a single "
             "process's, and a run samples in a process of its own", redact(url),
         )  # fmt: skip
+    if url.startswith("sqlite:///") and _sqlite_query(url):  # the driver ignores most, with a warning
+        query = url.partition("?")[2]
+        rule = f"must name the database file alone, without a query string (?{query}): dse opens and locks it"
+        raise InputError("storage", "url", rule, redact(url))
     if url.startswith("sqlite:///"):
-        folder = Path(url.removeprefix("sqlite:///")).parent
+        folder = Path(str(sqlite_path(url))).parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # read-only: the storage refused (exit 1); a file in the way: bad input
@@ -210,9 +214,24 @@ def _scrub(text: str, url: str) -> str:
 
 
 def sqlite_path(url: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URL (``None`` for a server or an in-memory one)."""
-    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else ""
+    """The database file of a ``sqlite:///`` URL as SQLAlchemy opens it, its escapes decoded
+    (``a%20b.db`` is ``a b.db``: the locks, the folder and ``spec.json`` had gone beside a file
+    of the escaped name); ``None`` for a server or an in-memory one."""
+    if not url.startswith("sqlite:///"):
+        return None
+    try:
+        path = sqlalchemy.engine.make_url(url).database or ""
+    except sqlalchemy.exc.ArgumentError:
+        path = url.removeprefix("sqlite:///")
     return Path(path) if path and path != ":memory:" else None
+
+
+def _sqlite_query(url: str) -> bool:
+    """Whether a ``sqlite:///`` URL carries a query string (``?mode=ro``)."""
+    try:
+        return bool(sqlalchemy.engine.make_url(url).query)
+    except sqlalchemy.exc.ArgumentError:
+        return False
 
 
 @contextlib.contextmanager
