@@ -61,7 +61,11 @@ def evaluate(
     max_gpus: float | None = None,
 ) -> Evaluation:
     """Place ``req`` over ``topologies`` (the best by the MILP objective; when none is feasible, the
-    first one's explanation) and :func:`check` the result."""
+    first one's explanation) and :func:`check` the result: a search trial. A design the
+    simulations reject is the trial's answer, not solved again as :func:`held` does for a grid
+    point and ``dse place --confirm``: the sampler learns from it, and re-solving is rarely worth
+    it there (2026-12-05: 2 of the headline study's 500 trials rejected so; in kimi-k3-blackwell
+    34 of 600, of which re-solving held 4, for 150 more solves and simulations)."""
     placed = place_best(req, topologies, ctx, with_shadow_prices=False)
     outcome = placed.best if placed.best is not None else placed.outcomes[0]
     return check(req, outcome, scenario, ctx, dt_s=dt_s, max_gpus=max_gpus)

@@ -28,15 +28,6 @@ from dse.study.results import SCHEMA_VERSION
 TABLES = ("trials", "pareto", "placements", "kv_tiers", "sim_timeseries")
 
 
-def write_table(
-    df: pl.DataFrame, out: Path, table: str, study: str, spec: dict[str, Any], catalog: Any = None
-) -> Path:
-    """One table of one study, atomically; ``catalog``: the numbers of the entries its trials ran
-    with, as the study stored them (none for a study stored before dse kept them)."""
-    with contextlib.ExitStack() as stack:
-        return _staged(stack, df, out, table, study, spec, catalog)
-
-
 def _staged(
     stack: contextlib.ExitStack[Any],
     df: pl.DataFrame,
