@@ -86,10 +86,11 @@ def retargeted(req: PlacementRequest, solved: PlacementRequest, ev: Evaluation) 
     if req.objective is Objective.GOODPUT or not ev.binding or ev.outcome.infeasibility is not None:
         return None
     name, m, slo = ev.binding.split(":")[0], ev.metrics, solved.slo
-    if name == "ttft_s" and m.get("ttft_pct_s"):
-        return tighter_ttft(req, solved, ev.outcome, float(m["ttft_pct_s"]))
-    if name == "tpot_s" and m.get("tpot_s"):
-        return replace(solved, slo=replace(slo, tpot_s=slo.tpot_s * req.slo.tpot_s / float(m["tpot_s"])))
+    ttft, tpot = m.get("ttft_pct_s"), m.get("tpot_s")
+    if name == "ttft_s" and ttft:
+        return tighter_ttft(req, solved, ev.outcome, float(ttft))
+    if name == "tpot_s" and tpot:
+        return replace(solved, slo=replace(slo, tpot_s=slo.tpot_s * req.slo.tpot_s / float(tpot)))
     if name == "stability":
         served = ev.scenario.arrivals.mean_rate(ev.scenario.horizon_s) if ev.scenario else 0.0
         held_rate = served - ev.constraints["stability"]
