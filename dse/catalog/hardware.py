@@ -37,6 +37,10 @@ class Compute:
 
 @dataclass(frozen=True)
 class Hbm:
+    """HBM per GPU. ``capacity_gb`` is the datasheet figure, which the engine reads as GiB
+    (``dse.perf.pool.HBM_GB_BYTES``): nvidia-smi's total matches it within 0.5% on H100, H200, B200
+    and GB200, but reads 268.6 GiB on B300 and 277.5 GiB on GB300 against their 288 (S1)."""
+
     capacity_gb: float = field(metadata=rule(positive))
     bandwidth_tb_per_s: float = field(metadata=rule(positive))
 
