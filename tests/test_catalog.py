@@ -65,6 +65,15 @@ def test_grace_hosts_share_the_c2c_link(catalog: Catalog) -> None:
     assert catalog.hardware("b200").host.link_kind.value == "pcie"
 
 
+def test_rack_systems_count_host_links_and_hosts_per_gpu(catalog: Catalog) -> None:
+    """The C2C figure is each GPU's share of its CPU's link per direction (Grace 900 GB/s and Vera
+    1.8 TB/s bidirectional, each CPU serving 2 GPUs), and an NVL72/NVL144 compute tray holds 4 GPUs."""
+    for hw_id, cpu_link_bidir in (("gb200-nvl72", 900), ("gb300-nvl72", 900), ("vr200-nvl144", 1800)):
+        hw = catalog.hardware(hw_id)
+        assert hw.host.link_gb_per_s_per_dir == cpu_link_bidir / 2 / hw.host.gpus_per_link, hw_id
+        assert hw.gpus_per_host == 4, hw_id
+
+
 @pytest.mark.parametrize("alias", sorted({r["hardware"] for r in _rows("inferencex_calibration.csv")}))
 def test_inferencex_hardware_names_resolve(catalog: Catalog, alias: str) -> None:
     assert catalog.hardware(alias).id

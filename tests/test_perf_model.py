@@ -416,6 +416,20 @@ def test_hbm_capacity_is_read_in_binary_units(catalog: Catalog) -> None:
     assert cap[0] >= 32
 
 
+def test_hbm_is_what_the_driver_shows_where_it_is_below_the_datasheet(catalog: Catalog) -> None:
+    """A "288 GB" B300 shows 275,040 MiB in nvidia-smi (268.6 GiB, not 288): its pools hold that
+    much, and a what-if scales what it shows; a B200 shows its datasheet's 180 GiB."""
+    from dse.study.spec import Variant
+    from dse.study.variants import variant_hardware
+
+    b300 = catalog.hardware("b300")
+    assert b300.hbm.capacity_gb == 288.0 and b300.hbm.usable_gib == 268.6
+    assert _pool(catalog, "b300", 8, 8).hbm_bytes[0] == pytest.approx(268.6 * 2**30, rel=1e-12)
+    assert catalog.hardware("b200").hbm.usable_gib == 180.0
+    more = variant_hardware(b300, Variant(id="b300-cap150", base="b300", hbm_capacity_scale=1.5)).hbm
+    assert more.capacity_gb == 432.0 and more.usable_gib == pytest.approx(1.5 * 268.6, rel=1e-12)
+
+
 def test_pool_terms_computed_once_give_the_same_costs_bit_for_bit(catalog: Catalog) -> None:
     """A solve over the batch computes a pool's batch-independent terms once (stages.pool_terms)
     and reuses them for every batch it tries: the costs are exactly those of a call that computes

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dse.typed_data import lower_id, non_empty, positive, rule
 from dse.units import Precision
@@ -37,8 +37,25 @@ class Compute:
 
 @dataclass(frozen=True)
 class Hbm:
+    """HBM per GPU. ``capacity_gb`` is the datasheet figure, which the engine reads as GiB
+    (``dse.perf.pool.HBM_GB_BYTES``): nvidia-smi's total matches it within 0.5% on H100, H200, B200
+    and GB200, but reads 268.6 GiB on B300 and 277.5 GiB on GB300 against their 288 (S1). Where
+    they differ, ``visible_gib`` is what the driver reports, and the engine sizes with it."""
+
     capacity_gb: float = field(metadata=rule(positive))
     bandwidth_tb_per_s: float = field(metadata=rule(positive))
+    visible_gib: float | None = field(default=None, metadata=rule(positive))
+
+    @property
+    def usable_gib(self) -> float:
+        """The memory the engine sizes weights, activations and KV against, in GiB."""
+        return self.visible_gib if self.visible_gib is not None else self.capacity_gb
+
+    def scaled(self, factor: float = 1.0, plus_gib: float = 0.0) -> Hbm:
+        """This HBM with its capacity times ``factor`` plus ``plus_gib`` (a what-if), the datasheet
+        figure and the visible one alike."""
+        visible = None if self.visible_gib is None else self.visible_gib * factor + plus_gib
+        return replace(self, capacity_gb=self.capacity_gb * factor + plus_gib, visible_gib=visible)
 
 
 @dataclass(frozen=True)

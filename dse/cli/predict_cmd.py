@@ -423,7 +423,7 @@ def _unfit(
     from dse.perf.benchmark_rows import unfit_reason
     from dse.units import GIB
 
-    hbm = catalog.hardware(bench.hardware).hbm.capacity_gb  # GiB, as datasheets' figures are
+    hbm = catalog.hardware(bench.hardware).hbm.usable_gib  # GiB, as datasheets' figures are
     usable = hbm * GIB * (1.0 - params.hbm_reserve_fraction) / 1e9  # GB, as every figure printed
     why = (
         f"{unfit_reason(res, 0)} but {bench.hardware} offers {usable:.1f} GB after the "

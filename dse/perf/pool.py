@@ -280,7 +280,7 @@ def _build(
         # attention runs in bf16; hardware that publishes no bf16 figure (Rubin) runs it in fp8
         attn_tflops=per_kind(lambda h, wp, kp: h.compute.bf16_dense_tflops or _peak(h, Precision.FP8)) * 1e12,
         hbm_bytes_per_s=per_kind(lambda h, wp, kp: h.hbm.bandwidth_tb_per_s) * TB,
-        hbm_bytes=per_kind(lambda h, wp, kp: h.hbm.capacity_gb) * HBM_GB_BYTES,
+        hbm_bytes=per_kind(lambda h, wp, kp: h.hbm.usable_gib) * HBM_GB_BYTES,
         scaleup_bytes_per_s=per_kind(lambda h, wp, kp: h.scale_up.gb_per_s_per_dir) * GB,
         domain_gpus=per_kind(lambda h, wp, kp: h.scale_up.domain_gpus),
         nic_bytes_per_s=per_kind(lambda h, wp, kp: h.scale_out.nic_gb_per_s_per_gpu) * GB,

@@ -219,7 +219,7 @@ RESOURCES = {
     "hbm_capacity": (
         "GB",
         4.0,
-        lambda hw, d: replace(hw, hbm=replace(hw.hbm, capacity_gb=hw.hbm.capacity_gb + d)),
+        lambda hw, d: replace(hw, hbm=hw.hbm.scaled(plus_gib=d)),
     ),
     "host_link": (
         "GB/s",

@@ -9,7 +9,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from dse.catalog import Catalog
-from dse.catalog.hardware import Hardware, Hbm
+from dse.catalog.hardware import Hardware
 from dse.catalog.loader import entry_numbers
 from dse.errors import InputError
 from dse.placement.parallel import parse_shape
@@ -25,8 +25,8 @@ def variant_hardware(base: Hardware, v: Variant) -> Hardware:
         base,
         id=v.id,
         name=f"{base.name} (HBM bandwidth x{v.hbm_bandwidth_scale:g}, capacity x{v.hbm_capacity_scale:g})",
-        hbm=Hbm(
-            capacity_gb=base.hbm.capacity_gb * v.hbm_capacity_scale,
+        hbm=replace(
+            base.hbm.scaled(v.hbm_capacity_scale),
             bandwidth_tb_per_s=base.hbm.bandwidth_tb_per_s * v.hbm_bandwidth_scale,
         ),
         aliases=(),
