@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import polars as pl
+import pytest
 from conftest import Cli
 
 PLACE = [
@@ -347,3 +348,24 @@ def test_an_oscillation_says_what_its_amplitude_counts() -> None:
             scenario=SimpleNamespace(warmup_s=2.0),
         )
         assert _oscillating_signal(report) == says  # type: ignore[arg-type]
+
+
+def test_the_png_is_titled_with_every_pool_simulated(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """trajectories.png was titled with the pipeline's label, the decode unit alone
+    (`disaggregated: b200/decode/8gpu-dpa-ep8`, where prefill ran on H200): now the design line."""
+    import dse.sim.plot
+
+    titles: list[str] = []
+    real = dse.sim.plot.plot_trajectories
+    monkeypatch.setattr(
+        dse.sim.plot, "plot_trajectories", lambda *a, **k: (titles.append(k["title"]), real(*a, **k))[1]
+    )
+    placed = cli(*PLACE)
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    run = cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60", "--out", tmp_path / "s")
+    assert run.code == 0, run.err
+    assert titles == [run.out.splitlines()[0]], (titles, run.out)
+    assert "prefill 1 x b200/" in titles[0] and ", decode " in titles[0], titles

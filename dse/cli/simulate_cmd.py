@@ -376,7 +376,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     summary["kv_cache"] = None if cache is None else _cache_dict(cache)
     summary["resting_kv_gb"] = _resting_dict(report, design.resting, rate)
     if args.out is not None:
-        _write_outputs(args.out, report, summary)
+        _write_outputs(args.out, report, summary, title=_design_line(design))
     if args.json:
         from dse.plain import plain  # numpy: not for the parser
 
@@ -514,9 +514,10 @@ def plain_fields(s: Any) -> dict[str, Any]:
 OUTPUT_FILES = ("trajectories.parquet", "trajectories.png", "summary.json")
 
 
-def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any]) -> None:
-    """The three files, all or none: written into a temporary folder beside ``out``, then moved
-    in (a new ``out`` is the renamed folder), so a failure leaves no half-written output."""
+def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any], *, title: str) -> None:
+    """The three files, all or none (the PNG titled ``title``, the design simulated): written into
+    a temporary folder beside ``out``, then moved in (a new ``out`` is the renamed folder), so a
+    failure leaves no half-written output."""
     from dse.plain import plain
     from dse.sim.plot import plot_trajectories
     from dse.sim.simulation import trajectories_frame
@@ -549,7 +550,7 @@ def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any])
             runs,
             tmp / "trajectories.png",
             resting_kv_gb=report.resting_kv_gb,
-            title=report.pipeline.label[0] if report.pipeline.label else "",
+            title=title,
         )
         write_text(tmp / "summary.json", text)
         if not out.exists():
