@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import polars as pl
+import pytest
 from conftest import Cli
 
 PLACE = [
@@ -273,3 +274,98 @@ def test_a_placement_made_with_another_catalog_entry_is_refused(tmp_path: Path, 
     assert f"{plan}: catalog.b200 = " in other.err
     assert "was placed with another entry for b200 than this catalog's" in other.err
     assert "simulate with the --catalog-dir it was placed with" in other.err
+
+
+RETURNING_PLACE = [
+    "place", "--hardware", "b200", "--rate", "10", "--isl", "4000", "--osl", "500", "--returning-share",
+    "0.6", "--prefix", "3000", "--suffix", "500", "--think", "0.5:60,0.5:1200", "--ttft", "1", "--tpot",
+    "0.05", "--topology", "disaggregated", "--json", "--no-shadow-prices",
+]  # fmt: skip
+
+
+def _figure(text: str, before: str, after: str) -> float:
+    """The number in ``text`` between ``before`` and ``after``."""
+    return float(text.split(before, 1)[1].split(after, 1)[0].replace(",", ""))
+
+
+def test_the_pipeline_line_gives_the_service_times_its_capacity_mixes(tmp_path: Path, cli: Cli) -> None:
+    """With returning turns the prefill capacity mixes a fresh prompt's service time with a
+    returning turn's (its reload and suffix): the line gave the fresh one alone, `3 prefill servers
+    x 0.237 s ... capacity 21 req/s prefill`, which 3 / 0.237 = 12.7 contradicts."""
+    placed = cli(*RETURNING_PLACE)
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    run = cli("simulate", "--placement", plan, "--horizon", "600", "--warmup", "60")
+    assert run.code == 0, run.err
+    line = next(x for x in run.out.splitlines() if x.startswith("pipeline: "))
+    servers = _figure(line, "pipeline: ", " prefill servers")
+    fresh = _figure(line, "prefill servers x ", " s per fresh prompt")
+    back = _figure(line, "per fresh prompt, ", " s per returning turn")
+    share = _figure(line, "per returning turn (", "%)") / 100
+    capacity = _figure(line, "capacity ", " req/s prefill")
+    assert share == 0.6 and back < fresh, line
+    mixed = servers / ((1 - share) * fresh + share * back)
+    assert abs(mixed / capacity - 1) < 0.02, (mixed, line)
+
+
+def test_resting_kv_at_the_end_stands_beside_the_plans_steady_state(tmp_path: Path, cli: Cli) -> None:
+    """The resting KV starts empty and fills over each class's think time, so a horizon not much
+    longer than the longest ends short of what `dse place` plans (the cli.md example: DRAM 1.35 TB
+    at the end of 1800 s against the 2.05 TB planned, with nothing to say why); the line gives the
+    plan's steady state beside it, and --json both (it had neither)."""
+    placed = cli(*RETURNING_PLACE)
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    base = ["simulate", "--placement", plan, "--horizon", "900", "--warmup", "60"]
+    run = cli(*base)
+    assert run.code == 0, run.err
+    line = next(x for x in run.out.splitlines() if x.startswith("KV resting between turns at the end"))
+    assert "(steady state, the plan's tier shares at the mean rate: " in line, line
+    resting = json.loads(cli(*base, "--json").out)["resting_kv_gb"]
+    tiers = json.loads(placed.out)["best"]["tiers"]
+    planned = sum(sum(t["stored_gb"].values()) for t in tiers)
+    assert abs(sum(resting["steady"].values()) / planned - 1) < 1e-6, (resting, planned)
+    # the 1200-s class has not filled in 900 s
+    assert sum(resting["end"].values()) < 0.8 * planned, resting
+
+
+def test_an_oscillation_says_what_its_amplitude_counts() -> None:
+    """`oscillation: period 300 s, amplitude 4.2` had no unit: the detector watches prefill servers
+    where a planner moved them after the warm-up, else the prefill queue's requests."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from dse.cli.simulate_cmd import _oscillating_signal
+
+    t = np.arange(10.0)
+    for servers, says in ((np.full(10, 3.0), "requests in the prefill queue"),
+                          (np.r_[np.full(5, 3.0), np.full(5, 4.0)], "prefill servers")):  # fmt: skip
+        report = SimpleNamespace(
+            fluid_trajectories=SimpleNamespace(t=t, prefill_instances=servers[None, :]),
+            scenario=SimpleNamespace(warmup_s=2.0),
+        )
+        assert _oscillating_signal(report) == says  # type: ignore[arg-type]
+
+
+def test_the_png_is_titled_with_every_pool_simulated(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """trajectories.png was titled with the pipeline's label, the decode unit alone
+    (`disaggregated: b200/decode/8gpu-dpa-ep8`, where prefill ran on H200): now the design line."""
+    import dse.sim.plot
+
+    titles: list[str] = []
+    real = dse.sim.plot.plot_trajectories
+    monkeypatch.setattr(
+        dse.sim.plot, "plot_trajectories", lambda *a, **k: (titles.append(k["title"]), real(*a, **k))[1]
+    )
+    placed = cli(*PLACE)
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    run = cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60", "--out", tmp_path / "s")
+    assert run.code == 0, run.err
+    assert titles == [run.out.splitlines()[0]], (titles, run.out)
+    assert "prefill 1 x b200/" in titles[0] and ", decode " in titles[0], titles

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from dse.sim.engine_latency import DesignLatency
     from dse.sim.from_placement import SimDesign, SimPool
     from dse.sim.kv_cache import KvCacheReport
+    from dse.sim.kv_tiers import RestingClass
     from dse.sim.scenario import Pipeline, Scenario
     from dse.sim.simulation import SimulationReport
     from dse.workload import Slo
@@ -373,8 +374,9 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
             design.resting, rate, capacity_gb=placed, eviction=args.kv_eviction, seed=args.seed
         )
     summary["kv_cache"] = None if cache is None else _cache_dict(cache)
+    summary["resting_kv_gb"] = _resting_dict(report, design.resting, rate)
     if args.out is not None:
-        _write_outputs(args.out, report, summary)
+        _write_outputs(args.out, report, summary, title=_design_line(design))
     if args.json:
         from dse.plain import plain  # numpy: not for the parser
 
@@ -382,13 +384,27 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         print()
     else:
         print(_design_line(design))
-        print(render(report, slo.ttft_s, slo.tpot_s))
+        steady = (summary["resting_kv_gb"] or {}).get("steady")
+        print(render(report, slo.ttft_s, slo.tpot_s, steady_kv_gb=steady))
         print(_engine_line(engine, slo, rate, design))
         if cache is not None:
             print(_cache_line(cache, args.kv_eviction))
         if args.out is not None:
             print(f"\nwrote {args.out}/trajectories.parquet, trajectories.png, summary.json")
     return 0
+
+
+def _resting_dict(
+    report: SimulationReport, resting: tuple[RestingClass, ...], rate: float
+) -> dict[str, dict[str, float]] | None:
+    """GB of KV resting between turns per tier: the fluid run's at its end, and the steady state
+    the plan rests at the scenario's mean rate (Little's law); None without returning turns."""
+    from dse.sim.kv_cache import planned_capacity_gb
+
+    if not report.resting_kv_gb or not resting:
+        return None
+    end = {k: float(v[-1]) for k, v in report.resting_kv_gb.items()}
+    return {"end": end, "steady": planned_capacity_gb(resting, rate)}
 
 
 def _cache_dict(cache: KvCacheReport) -> dict[str, Any]:
@@ -498,9 +514,10 @@ def plain_fields(s: Any) -> dict[str, Any]:
 OUTPUT_FILES = ("trajectories.parquet", "trajectories.png", "summary.json")
 
 
-def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any]) -> None:
-    """The three files, all or none: written into a temporary folder beside ``out``, then moved
-    in (a new ``out`` is the renamed folder), so a failure leaves no half-written output."""
+def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any], *, title: str) -> None:
+    """The three files, all or none (the PNG titled ``title``, the design simulated): written into
+    a temporary folder beside ``out``, then moved in (a new ``out`` is the renamed folder), so a
+    failure leaves no half-written output."""
     from dse.plain import plain
     from dse.sim.plot import plot_trajectories
     from dse.sim.simulation import trajectories_frame
@@ -533,7 +550,7 @@ def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any])
             runs,
             tmp / "trajectories.png",
             resting_kv_gb=report.resting_kv_gb,
-            title=report.pipeline.label[0] if report.pipeline.label else "",
+            title=title,
         )
         write_text(tmp / "summary.json", text)
         if not out.exists():
@@ -568,7 +585,43 @@ def _decode_text(p: Pipeline) -> str:
     return f"{p.decode_instances[0]:g} decode instances ({pools} slots)"
 
 
-def render(report: SimulationReport, ttft: float, tpot: float) -> str:
+def _prefill_text(p: Pipeline) -> str:
+    """The prefill servers and their service time: a fresh prompt's and, where returning turns
+    come back, theirs (a midfill: the reload and the suffix), which the capacity mixes."""
+    text = f"{p.prefill_instances[0]:g} prefill servers x {p.prefill_s[0]:.3g} s"
+    share = float(p.arrays("midfill_share")[0])
+    if share <= 0.0:
+        return text
+    back = float(p.arrays("midfill_s")[0])
+    return text + f" per fresh prompt, {back:.3g} s per returning turn ({share:.0%})"
+
+
+def _resting_text(report: SimulationReport, steady_kv_gb: dict[str, float] | None) -> str:
+    """The KV resting per tier at the end of the run, beside the steady state the plan sizes
+    (Little's law at the mean rate): the run starts with none resting, and a class fills over its
+    think time, so a horizon not much longer than the longest one ends short of it."""
+    final = ", ".join(f"{k} {v[-1] / 1e3:.3g} TB" for k, v in report.resting_kv_gb.items() if v[-1] > 0)
+    line = f"KV resting between turns at the end: {final or 'none'}"
+    if steady_kv_gb and any(v > 0 for v in steady_kv_gb.values()):
+        plan = ", ".join(f"{k} {v / 1e3:.3g} TB" for k, v in steady_kv_gb.items() if v > 0)
+        line += f" (steady state, the plan's tier shares at the mean rate: {plan}; the run starts with none)"
+    return line
+
+
+def _oscillating_signal(report: SimulationReport) -> str:
+    """What the fluid's oscillation amplitude counts (:func:`dse.sim.outputs.verdicts`): prefill
+    servers where a planner moved them after the warm-up, else requests in the prefill queue."""
+    tr = report.fluid_trajectories
+    servers = tr.prefill_instances[0, tr.t >= report.scenario.warmup_s]
+    moved = servers.size > 0 and float(servers.max()) > float(servers.min())
+    return "prefill servers" if moved else "requests in the prefill queue"
+
+
+def render(
+    report: SimulationReport, ttft: float, tpot: float, *, steady_kv_gb: dict[str, float] | None = None
+) -> str:
+    """The pipeline line, the simulators' table and the fluid's verdicts; ``steady_kv_gb``, the
+    plan's resting KV per tier at the mean rate, goes beside the resting KV at the end."""
     rows = []
     sims = [("fluid", report.fluid, report.fluid_s)]
     if report.reference is not None:
@@ -590,7 +643,7 @@ def render(report: SimulationReport, ttft: float, tpot: float) -> str:
         )
     p = report.pipeline
     lines = [
-        f"pipeline: {p.prefill_instances[0]:g} prefill servers x {p.prefill_s[0]:.3g} s, "
+        f"pipeline: {_prefill_text(p)}, "
         f"{_decode_text(p)}; "
         f"capacity {p.prefill_capacity()[0]:.3g} req/s prefill, "
         f"{p.decode_capacity(report.scenario.lengths)[0]:.3g} req/s decode; "
@@ -622,7 +675,7 @@ def render(report: SimulationReport, ttft: float, tpot: float) -> str:
     if f.oscillating[0]:
         lines.append(
             f"oscillation: period {f.oscillation_period_s[0]:.0f} s, "
-            f"amplitude {f.oscillation_amplitude[0]:.3g}"
+            f"amplitude {f.oscillation_amplitude[0]:.3g} {_oscillating_signal(report)}"
         )
     else:
         lines.append("oscillation: none detected")
@@ -633,6 +686,5 @@ def render(report: SimulationReport, ttft: float, tpot: float) -> str:
     if f.near_capacity[0]:
         lines.append("near capacity: the percentiles are low-confidence")
     if report.resting_kv_gb:
-        final = ", ".join(f"{k} {v[-1] / 1e3:.3g} TB" for k, v in report.resting_kv_gb.items() if v[-1] > 0)
-        lines.append(f"KV resting between turns at the end: {final or 'none'}")
+        lines.append(_resting_text(report, steady_kv_gb))
     return "\n".join(lines)
