@@ -690,3 +690,13 @@ def test_a_single_feasible_trial_reads_in_the_singular(tmp_path: Path, spec: Stu
     )
     md = write_report(tmp_path, spec=spec, objectives=OBJECTIVES, tables=tables, best=None).read_text()
     assert "The 1 best of 1 distinct design (1 feasible trial) by usd_per_million_tokens" in md
+
+
+def test_a_whatif_says_the_points_where_only_one_side_is_feasible(tmp_path: Path) -> None:
+    """The line "better at 1 of 1 points" counted only the points where both were feasible: a variant
+    that made a point feasible, or lost one, went unsaid."""
+    trials = _grid_trials().with_columns(feasible=pl.Series([True, True, False, True]))
+    whatif = _section(_grid_md(tmp_path, trials), "## What-if hardware")
+    line = next(ln for ln in whatif.splitlines() if ln.startswith("- **h200-bw150**"))
+    assert "better at 0 of 1 points" in line
+    assert line.endswith("; not counted: 1 point feasible with the variant only, 0 with the base only")

@@ -210,7 +210,7 @@ def whatif_section(spec: StudySpec, trials: pl.DataFrame) -> str:
             f"- **{v.id}** (bandwidth x{v.hbm_bandwidth_scale:g}, capacity x{v.hbm_capacity_scale:g}): "
             f"better at {int((ch < -0.05).sum())} of {ch.size} points; median change "
             f"{np.median(raw):+.1f}%, "
-            f"range {raw.min():+.1f}% to {raw.max():+.1f}%"
+            f"range {raw.min():+.1f}% to {raw.max():+.1f}%{_one_side(trials, v.id, v.base, others)}"
         )
     lines += _head_to_head(spec, wf, others)
     rows = []
@@ -240,6 +240,26 @@ def whatif_section(spec: StudySpec, trials: pl.DataFrame) -> str:
         [False] * (len(others) + 1) + [True] * 5,
     )
     return f"{head}\n\n" + "\n".join(lines) + f"\n\n{table}"
+
+
+def _one_side(trials: pl.DataFrame, variant: str, base: str, others: list[str]) -> str:
+    """The points where only one of a variant and its base is feasible, which the comparison
+    leaves out (a variant that makes a point feasible is no change in percent), as a clause."""
+    keys = ["x_" + a for a in others]
+
+    def side(hw: str, name: str) -> pl.DataFrame:
+        return trials.filter(pl.col("x_hardware") == hw).select([*keys, pl.col("feasible").alias(name)])
+
+    a, b = side(variant, "v"), side(base, "b")
+    j = a.join(b, on=keys, how="inner") if keys else a.join(b, how="cross")
+    only_v = j.filter(pl.col("v") & ~pl.col("b")).height
+    only_b = j.filter(~pl.col("v") & pl.col("b")).height
+    if not only_v and not only_b:
+        return ""
+    return (
+        f"; not counted: {only_v} point{'s' if only_v != 1 else ''} feasible with the variant only, "
+        f"{only_b} with the base only"
+    )
 
 
 def _head_to_head(spec: StudySpec, wf: pl.DataFrame, others: list[str]) -> list[str]:
