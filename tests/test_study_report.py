@@ -237,7 +237,8 @@ def test_report_sections_numbers_and_pngs(tmp_path: Path, spec: StudySpec) -> No
     for heading in SECTIONS:
         assert heading in md
     assert "6 finished: 3 feasible, 3 infeasible" in md
-    assert "40 requests/s" in md and "TTFT at p90 <= 2 s, TPOT <= 50 ms" in md
+    # the TPOT target holds the mean (c_tpot_s is mean TPOT minus it), and the line says so
+    assert "40 requests/s" in md and "TTFT at p90 <= 2 s, TPOT mean <= 50 ms" in md
 
     best_rows = _rows(_section(md, "## Best designs"))
     assert [r[0] for r in best_rows] == ["2", "1", "0"]  # cheapest first, infeasible left out
@@ -251,13 +252,16 @@ def test_report_sections_numbers_and_pngs(tmp_path: Path, spec: StudySpec) -> No
     assert binding[0] == [LONG_BINDING, "2", "67%"] and binding[1] == ["ttft_s", "1", "33%"]
 
     detail = _section(md, "## Best design detail")
-    assert "Trial 2." in detail and "+1 TB/s/GPU" in detail and "stable: yes" in detail
+    assert "Trial 2, the feasible design best by usd_per_million_tokens (minimize)." in detail
+    assert "+1 TB/s/GPU" in detail and "stable: yes" in detail
     assert "requests/s (load)" in detail and "output tokens/s (capacity)" in detail
+    # the pool's batch is the cap it was sized at, not the batch the load fills (the trajectory's)
+    assert "| decode batch cap (sequences) |" in detail
     pools = _rows(detail[detail.index("### Pools") :])[:2]
     # a figure the pool's role does not have is "-", as `dse place` shows it; a decode pool's batch is
     assert [r[0] for r in pools] == ["prefill", "decode"]
     assert pools[0][5:7] == ["-", "-"] and pools[1][5:7] == ["2,048", "-"]  # batch, prefill share
-    assert "B200's \"180 GB\" holds 193.3 GB" in detail
+    assert 'B200\'s "180 GB" holds 193.3 GB' in detail
     settings = dict(r[:2] for r in _rows(detail[detail.index("### Engine settings") :]))
     assert settings["running requests per decode instance (cap)"] == "1,024"
     assert settings["KV cache"] == "fp8" and settings["MTP draft tokens per step"] == "0"
@@ -455,11 +459,24 @@ def test_the_best_designs_metrics_are_named_as_the_exported_columns(tmp_path: Pa
     md = write_report(tmp_path, spec=spec, objectives=OBJECTIVES, tables=_tables(), best=_best()).read_text()
     detail = _section(md, "## Best design detail")
     metrics = detail[detail.index("### Metrics") :].split("\n### ")[0]
-    assert "| column | value | unit |" in metrics
+    assert "| column | value | unit | what |" in metrics
     assert [r[0] for r in _rows(metrics)] == [
         "usd_per_million_tokens", "gpus", "tokens_per_s_per_gpu", "ttft_mean_s", "tpot_mean_s", "e2e_mean_s",
     ]  # fmt: skip
-    assert _rows(metrics)[4] == ["tpot_mean_s", "0.026", "s"]
+    assert _rows(metrics)[4] == ["tpot_mean_s", "0.026", "s", "mean time per output token, simulated"]
+
+
+def test_the_best_designs_percentile_metrics_name_their_percentile(tmp_path: Path, spec: StudySpec) -> None:
+    """ttft_pct_s and the engine's percentiles had a value and "s" only: nothing said p90."""
+    best = _best()
+    best.metrics.update({"ttft_pct_s": 1.1, "engine_tpot_pct_s": 0.03, "engine_ttft_p99_s": 1.2})
+    md = write_report(tmp_path, spec=spec, objectives=OBJECTIVES, tables=_tables(), best=best).read_text()
+    metrics = md[md.index("### Metrics") :].split("\n### ")[0]
+    what = {r[0]: r[3] for r in _rows(metrics)}
+    assert what["ttft_pct_s"].startswith("TTFT at the study's percentile (p90): the worse of")
+    assert what["engine_tpot_pct_s"].startswith("TPOT at the study's percentile (p90)")
+    assert what["engine_ttft_p99_s"].startswith("99th-percentile TTFT")
+    assert what["ttft_mean_s"].startswith("mean time to first token")
 
 
 GRID_STUDY = """\
@@ -495,7 +512,7 @@ tpot_s = 0.05
                 "- **Hardware:** h200-sxm or b200 by grid point (prices: own_hyperscaler)",
                 "- **Traffic:** 10 requests/s; fresh prompts of 4,000 tokens, 1,000 output tokens; 50% "
                 "returning turns reusing 8,000 cached tokens plus 300 new ones",
-                "- **Targets:** TTFT at p50 <= 2 s, TPOT <= 50, 100 or 400 ms by grid point",
+                "- **Targets:** TTFT at p50 <= 2 s, TPOT mean <= 50, 100 or 400 ms by grid point",
             ],
         ),
         (
@@ -507,7 +524,7 @@ tpot_s = 0.05
                 "- **Traffic:** 5 requests/s by grid point; fresh prompts of 2,000 or 16,000 tokens by grid "
                 "point, 1,000 output tokens; 50% returning turns reusing 32,000 or 128,000 cached tokens by "
                 "grid point plus 300 new ones",
-                "- **Targets:** TTFT at p50 <= 2 or 4 s by grid point, TPOT <= 50 ms",
+                "- **Targets:** TTFT at p50 <= 2 or 4 s by grid point, TPOT mean <= 50 ms",
             ],
         ),
     ],
@@ -543,3 +560,143 @@ def test_the_reports_running_request_cap_is_each_decode_pools_as_dse_deploy_writ
     both = "1,581 (decode on b200), 327 (decode on h200-sxm)"
     assert engine_settings(spec, choice, load_params(), two)[cap] == both
     assert engine_settings(spec, choice, load_params())[cap] == 4096  # no pools recorded: the bound
+
+
+DYNAMICS_GRID = GRID_STUDY.format(
+    name="g",
+    sweep='burst_factor = [1.0, 2.0]\nhardware = ["h200-sxm", "h200-bw150"]\n\n'
+    '[objectives]\nnames = ["ttft_p99_s"]\n\n'
+    '[[variants]]\nid = "h200-bw150"\nbase = "h200-sxm"\nhbm_bandwidth_scale = 1.5',
+)
+
+
+def _grid_trials() -> pl.DataFrame:
+    """Four points of DYNAMICS_GRID: the calm ones (0, 1) feasible and tied on TTFT p99, the bursts
+    infeasible; point 1 (the variant) has no price, so its recorded shadow prices (0) mean nothing."""
+    return pl.DataFrame(
+        {
+            "trial": [0, 1, 2, 3],
+            "x_burst_factor": [1.0, 1.0, 2.0, 2.0],
+            "x_hardware": ["h200-sxm", "h200-bw150", "h200-sxm", "h200-bw150"],
+            "p_topology": ["aggregated", "disaggregated", "aggregated", "aggregated"],
+            "p_kv_policy": ["tiered"] * 4,
+            "p_prefill_hardware": ["h200-sxm", "h200-bw150", "h200-sxm", "h200-bw150"],
+            "p_prefill_shape": ["8gpu-dpa-ep8"] * 4,
+            "p_decode_hardware": ["h200-sxm", "h200-bw150", "h200-sxm", "h200-bw150"],
+            "p_decode_shape": ["8gpu-dpa-ep8", "16gpu-dpa-ep16", "8gpu-dpa-ep8", "8gpu-dpa-ep8"],
+            "gpus": [16, 24, 16, 16],
+            "usd_per_hour": [20.0, None, 20.0, None],
+            "ttft_p99_s": [0.6, 0.6, 90.0, 80.0],
+            "ttft_pct_s": [0.6, 0.6, 90.0, 80.0],
+            "hbm_bandwidth_usd_per_tbps_gpu_hour": [0.5, 0.0, 0.5, 0.0],
+            "hbm_capacity_usd_per_gb_gpu_hour": [0.01, 0.0, 0.01, 0.0],
+            "feasible": [True, True, False, False],
+            "binding": [None, None, "ttft_s: TTFT p99 90 s against 2 s", "ttft_s: TTFT p99 80 s against 2 s"],
+            "objective_ttft_p99_s": [0.6, 0.6, 90.0, 80.0],
+        }
+    )
+
+
+def _grid_md(tmp_path: Path, trials: pl.DataFrame, best: BestDesign | None = None) -> str:
+    (tmp_path / "g.toml").write_text(DYNAMICS_GRID)
+    tables = {k: pl.DataFrame() for k in ("pareto", "placements", "kv_tiers", "sim_timeseries")}
+    grid = load_study(tmp_path / "g.toml")
+    objectives = [("ttft_p99_s", "minimize")]
+    return write_report(
+        tmp_path / "report", spec=grid, objectives=objectives, tables={**tables, "trials": trials}, best=best
+    ).read_text()
+
+
+def test_a_grids_best_design_names_its_point_and_the_points_tied_with_it(tmp_path: Path) -> None:
+    """The detail said "Trial 0." only: not at which point, nor that others tie with it (where
+    every calm point has the same TTFT, the best is the first by trial order, nothing more)."""
+    best = BestDesign(trial=0, pools=[], metrics={}, shadow_prices=[], sim={}, stage_ms={})
+    detail = _section(_grid_md(tmp_path, _grid_trials(), best), "## Best design detail")
+    assert (
+        "Trial 0, the feasible point best by ttft_p99_s (minimize): hardware = h200-sxm, burst_factor = 1."
+        " 1 other feasible point ties with it at 0.6; it is the first of them in trial order." in detail
+    )
+
+
+def test_a_grids_axis_effects_show_the_objective_once_with_its_unit(tmp_path: Path) -> None:
+    """An objective of ttft_p99_s on a dynamics grid gave it twice: "median ttft_p99_s" (no unit)
+    and "median TTFT p99 (s)"."""
+    effects = _section(_grid_md(tmp_path, _grid_trials()), "## Effect of each axis")
+    header = effects.splitlines()[4]
+    assert header.count("ttft_p99") + header.count("TTFT p99") == 1 and "median ttft_p99_s (s)" in header
+
+
+def test_a_grid_says_how_its_designs_are_chosen_and_shows_an_aggregated_unit_once(tmp_path: Path) -> None:
+    """The grid had said "checked by the fluid simulator" (the engine-level one checks too, and a
+    rejected design is solved again), and "X + X" for an aggregated design's one unit."""
+    grid = _section(_grid_md(tmp_path, _grid_trials()), "## Grid")
+    assert "checked by the fluid simulator" not in grid and "the simulators (fluid and engine-level)" in grid
+    assert "share that design, checked in their own dynamics" in grid
+    designs = [r[2] for r in _rows(grid)]
+    assert "aggregated: h200-sxm/8gpu-dpa-ep8" in designs
+    assert "disaggregated: h200-bw150/8gpu-dpa-ep8 + h200-bw150/16gpu-dpa-ep16" in designs
+
+
+def test_a_whatif_without_a_price_shows_no_shadow_price(tmp_path: Path) -> None:
+    """An unpriced design records its shadow prices as 0; the section says "none without a
+    price" and showed 0.000 (nothing saved), now "-"."""
+    trials = _grid_trials().with_columns(
+        usd_per_hour=pl.Series([None, 30.0, None, 30.0], dtype=pl.Float64)  # the base unpriced
+    )
+    whatif = _section(_grid_md(tmp_path, trials), "## What-if hardware")
+    (row,) = _rows(whatif)
+    assert row[:2] == ["1", "h200-bw150"] and row[-2:] == ["-", "-"]
+
+
+def test_the_grid_figure_says_which_lines_it_leaves_out(tmp_path: Path) -> None:
+    """The figure drew 12 lines of however many combinations there were, in trial order, and its
+    caption did not say so; its y axis had no unit."""
+    from dse.study.report_grid import MAX_SERIES, _series
+
+    n = MAX_SERIES + 3
+    tokens = ", ".join(str(1000 * t) for t in range(1, n + 1))
+    (tmp_path / "g.toml").write_text(
+        GRID_STUDY.format(name="g", sweep=f"requests_per_s = [1.0, 2.0]\ninput_tokens = [{tokens}]")
+    )
+    grid = load_study(tmp_path / "g.toml")
+    assert list(grid.sweep.axes()) == ["requests_per_s", "input_tokens"]
+    rows = [(r, 1000.0 * t) for t in range(n, 0, -1) for r in (1.0, 2.0)]  # trial order: prompts falling
+    trials = pl.DataFrame(
+        {
+            "trial": list(range(len(rows))),
+            "x_requests_per_s": [r for r, _ in rows],
+            "x_input_tokens": [t for _, t in rows],
+            "feasible": [True] * len(rows),
+            "usd_per_million_tokens": [t / 1e4 for _, t in rows],
+            "objective_usd_per_million_tokens": [t / 1e4 for _, t in rows],
+        }
+    )
+    tables = {k: pl.DataFrame() for k in ("pareto", "placements", "kv_tiers", "sim_timeseries")}
+    md = write_report(
+        tmp_path / "report", spec=grid, objectives=OBJECTIVES, tables={**tables, "trials": trials}, best=None
+    ).read_text()
+    assert (
+        f"![usd_per_million_tokens ($/M tokens) across requests_per_s, feasible points only; the first "
+        f"{MAX_SERIES} of the {n} combinations of input_tokens (in the order of their values)" in md
+    )
+    assert [k for k, _ in _series(trials, ["x_input_tokens"]).items()][:2] == [(1000.0,), (2000.0,)]
+    assert (tmp_path / "report" / "grid.png").read_bytes().startswith(PNG)
+
+
+def test_a_single_feasible_trial_reads_in_the_singular(tmp_path: Path, spec: StudySpec) -> None:
+    tables = _tables()
+    tables["trials"] = (
+        tables["trials"].filter(pl.col("trial") != 0).with_columns(feasible=pl.col("trial") == 2)
+    )
+    md = write_report(tmp_path, spec=spec, objectives=OBJECTIVES, tables=tables, best=None).read_text()
+    assert "The 1 best of 1 distinct design (1 feasible trial) by usd_per_million_tokens" in md
+
+
+def test_a_whatif_says_the_points_where_only_one_side_is_feasible(tmp_path: Path) -> None:
+    """The line "better at 1 of 1 points" counted only the points where both were feasible: a variant
+    that made a point feasible, or lost one, went unsaid."""
+    trials = _grid_trials().with_columns(feasible=pl.Series([True, True, False, True]))
+    whatif = _section(_grid_md(tmp_path, trials), "## What-if hardware")
+    line = next(ln for ln in whatif.splitlines() if ln.startswith("- **h200-bw150**"))
+    assert "better at 0 of 1 points" in line
+    assert line.endswith("; not counted: 1 point feasible with the variant only, 0 with the base only")

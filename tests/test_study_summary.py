@@ -94,7 +94,7 @@ def test_a_grid_points_best_design_is_held_to_the_points_own_targets(tpot_grid: 
     assert f"TPOT mean {1e3 * best['tpot_mean_s']:.3g} ms against 200 ms;" in verdict  # not the base 50 ms
     assert "against 2 s" in verdict  # the TTFT target, not swept: the study's own
     report = (folder / "report" / "report.md").read_text()
-    assert "- **Targets:** TTFT at p50 <= 2 s, TPOT <= 200 ms by grid point\n" in report
+    assert "- **Targets:** TTFT at p50 <= 2 s, TPOT mean <= 200 ms by grid point\n" in report
 
 
 def test_the_batch_each_pool_runs_splits_the_sequences_in_flight(tpot_grid: tuple[Result, Path]) -> None:
@@ -134,7 +134,7 @@ def test_the_reports_metrics_are_named_as_the_exported_columns(tpot_grid: tuple[
     names = {ln.split("|")[1].strip() for ln in table[2:]}
     columns = set(pl.read_parquet(folder / "exports" / "trials" / "*" / "*.parquet").columns)
     assert {"ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "decode_batch_sequences"} <= names
-    assert table[0] == "| column | value | unit |" and names <= columns
+    assert table[0] == "| column | value | unit | what |" and names <= columns
     assert not {"ttft_s", "tpot_s", "e2e_s", "decode_batch"} & names
 
 
@@ -201,7 +201,8 @@ def test_a_study_run_with_an_objective_function_is_read_by_the_cli(tmp_path: Pat
     assert reported.code == 0, reported.err
     md = (tmp_path / "tiny-study" / "report" / "report.md").read_text()
     assert "- **Objectives:** usd_per_user_speed (minimize)" in md
-    assert f"## Best design detail\n\nTrial {best}." in md
+    said = f"Trial {best}, the feasible design best by usd_per_user_speed (minimize)"
+    assert f"## Best design detail\n\n{said}" in md
 
     deployed = cli("deploy", TINY, "--out", tmp_path, "--engine", "sglang")
     assert deployed.code == 0, deployed.err

@@ -39,7 +39,7 @@ from dse.study.report_grid import (
     stage_memory_section,
     whatif_section,
 )
-from dse.study.results import distinct_designs, ranked
+from dse.study.results import distinct_designs, ranked, with_designs
 from dse.study.spec import StudySpec
 
 TOP_N = 5  # rows of the best-designs table
@@ -124,7 +124,7 @@ def _write(
             whatif_section(spec, trials),
             stage_memory_section(spec, trials, tables.get("placements", pl.DataFrame())),
             _binding_section(trials),
-            _detail_section(best),
+            _detail_section(best, spec, objectives, trials),
             _figures_section(figures),
             grid_section(spec, trials),  # last: one row per point
         ]
@@ -139,7 +139,7 @@ def _write(
             _best_designs(spec, objectives, feasible),
             _pareto_section(spec, objectives, pareto),
             _binding_section(trials),
-            _detail_section(best),
+            _detail_section(best, spec, objectives, trials),
             _hbm_section(feasible, pareto),
             _figures_section(figures),
         ]
@@ -170,6 +170,11 @@ def below_share(values: np.ndarray, limit: float) -> tuple[int, int]:
     """How many finite values lie strictly below ``limit``, and how many finite values there are."""
     finite = values[np.isfinite(values)]
     return int(np.count_nonzero(finite < limit)), int(finite.size)
+
+
+def _s(n: int) -> str:
+    """The plural ending of a count's noun."""
+    return "" if n == 1 else "s"
 
 
 def _pair(row: dict[str, Any], a: str, b: str) -> str:
@@ -263,7 +268,7 @@ def _overview(
         f"- **Model:** {model} ({spec.precision}, engine {spec.engine}{', MTP' if spec.mtp else ''})",
         f"- **Hardware:** {hardware} (prices: {spec.price_tier})",
         f"- **Traffic:** {traffic}",
-        f"- **Targets:** TTFT at p{slo.percentile:g} <= {ttft}, TPOT <= {tpot}",
+        f"- **Targets:** TTFT at p{slo.percentile:g} <= {ttft}, TPOT mean <= {tpot}",
         f"- **Objectives:** {', '.join(_objective_label(o, d) for o, d in objectives) or '(none)'}",
         f"- **Trials:** {n} finished: {ok} feasible, {n - ok} infeasible",
     ]
@@ -295,8 +300,8 @@ def _best_designs(spec: StudySpec, objectives: list[tuple[str, str]], feasible: 
     designs = distinct_designs(ranked(feasible, objectives[0]))
     top = designs.head(TOP_N)
     intro = (
-        f"The {top.height} best of {designs.height} distinct designs ({feasible.height} feasible trials)"
-        f" by {name} ({direction}). {_ALIKE}"
+        f"The {top.height} best of {designs.height} distinct design{_s(designs.height)} ({feasible.height}"
+        f" feasible trial{_s(feasible.height)}) by {name} ({direction}). {_ALIKE}"
     )
     intro += _warm_start_verdict(feasible, objectives[0])
     return f"{head}\n\n{intro}\n\n{_design_table(top, _trial_columns(spec))}"
@@ -370,8 +375,8 @@ POOL_COLUMNS = (  # key, header with unit, format spec
     ("shape", "shape", ""),
     ("instances", "instances", ",.0f"),
     ("gpus", "GPUs", ",.0f"),
-    ("decode_batch_sequences", "decode batch (sequences)", ",.0f"),
-    ("decode_batch", "decode batch (sequences)", ",.0f"),
+    ("decode_batch_sequences", "decode batch cap (sequences)", ",.0f"),
+    ("decode_batch", "decode batch cap (sequences)", ",.0f"),
     ("prefill_share", "prefill share", ".2f"),
     ("hbm_gb_per_gpu", "HBM (GB/GPU)", ".1f"),
     ("weights_gb_per_gpu", "weights (GB/GPU)", ".1f"),
@@ -399,7 +404,8 @@ def _pools_table(pools: list[dict[str, Any]]) -> str:
 
 POOLS_NOTE = (
     "requests/s (load) is what the placement sends each pool at the study's request rate; output "
-    "tokens/s (capacity) is what its instances serve at their decode batch within the TPOT target. "
+    "tokens/s (capacity) is what its instances serve at their decode batch cap, the most sequences an "
+    "instance runs within the TPOT target (the simulated trajectory shows the batch the load fills). "
     "HBM figures are GB of 10^9 bytes, and a datasheet's HBM capacity is in GiB: B200's \"180 GB\" "
     "holds 193.3 GB, so a pool may show more than the datasheet's number."
 )
@@ -449,18 +455,25 @@ def _tiers_table(tiers: list[dict[str, Any]]) -> str:
 
 METRICS_NOTE = (
     "Each metric under the name of its column in the trials export (`exports/trials`, columns in "
-    "dse's docs/schema.md), to join with the Parquet tables."
+    "dse's docs/schema.md), to join with the Parquet tables, and what it measures (a latency says "
+    "its statistic: mean, or the percentile)."
 )
 
 
-def _metrics_table(metrics: dict[str, float | None]) -> str:
+def _metrics_table(metrics: dict[str, float | None], percentile: float) -> str:
     """The best trial's metrics, named as the trials export's columns (``ttft_mean_s``, not the
-    recorded ``ttft_s``)."""
+    recorded ``ttft_s``), with what each measures: "the study's percentile" named (p90)."""
+    pct = f"p{percentile:g}"
+
+    def what(name: str) -> str:
+        doc = METRICS[name].doc if name in METRICS else ""
+        return fmt(doc.replace("the study's percentile", f"the study's percentile ({pct})"))
+
     rows = [
-        [METRIC_COLUMNS.get(name, name), fmt(v), METRICS[name].unit if name in METRICS else ""]
+        [METRIC_COLUMNS.get(name, name), fmt(v), METRICS[name].unit if name in METRICS else "", what(name)]
         for name, v in metrics.items()
     ]
-    return md_table(["column", "value", "unit"], rows, [False, True, False])
+    return md_table(["column", "value", "unit", "what"], rows, [False, True, False, False])
 
 
 def _prices_table(prices: list[dict[str, Any]]) -> str:
@@ -500,6 +513,13 @@ def _sim_lines(sim: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+STAGE_NOTE = (
+    "One step of each pool at its operating point, in ms: a decode pool's at its batch cap (the "
+    "step the TPOT target bounds), a prefill pool's one full forward; an aggregated pool's without "
+    "the prefill chunks interleaved with it."
+)
+
+
 def _stage_table(stage_ms: dict[str, dict[str, float]]) -> str:
     stages = stage_names(stage_ms)
     rows = [
@@ -511,11 +531,45 @@ def _stage_table(stage_ms: dict[str, dict[str, float]]) -> str:
     )
 
 
-def _detail_section(best: BestDesign | None) -> str:
+def best_sentence(
+    best: BestDesign, spec: StudySpec, objectives: list[tuple[str, str]], trials: pl.DataFrame
+) -> str:
+    """Which trial the detail is of and why: the first objective it is best on, a grid's point,
+    and how many other designs (points) tie with it there, since it stands for them only by order."""
+    what = "point" if spec.is_grid else "design"
+    row = trials.filter(pl.col("trial") == best.trial) if "trial" in trials.columns else pl.DataFrame()
+    if not objectives or row.is_empty():
+        return f"Trial {best.trial}."
+    name, direction = objectives[0]
+    text = f"Trial {best.trial}, the feasible {what} best by {name} ({direction})"
+    axes = list(spec.sweep.axes())
+    if axes:
+        text += ": " + ", ".join(f"{a} = {fmt(row['x_' + a][0])}" for a in axes if "x_" + a in row.columns)
+    col = f"objective_{name}"
+    value = row[col][0] if col in row.columns else None
+    if value is None or not math.isfinite(value):
+        return text + "."
+    feasible = with_designs(feasible_trials(trials))
+    if feasible.filter(pl.col("trial") == best.trial).is_empty():
+        return text + "."
+    own = feasible.filter(pl.col("trial") == best.trial)["design"][0]
+    tied = pl.col(col).cast(pl.Float64).is_close(value, rel_tol=1e-9, abs_tol=1e-12)
+    others = feasible.filter(tied & (pl.col("design") != own))["design"].n_unique()
+    if others:
+        text += (
+            f". {others} other feasible {what}{_s(others)} {'ties' if others == 1 else 'tie'} with it at "
+            f"{fmt(value)}; it is the first of them in trial order"
+        )
+    return text + "."
+
+
+def _detail_section(
+    best: BestDesign | None, spec: StudySpec, objectives: list[tuple[str, str]], trials: pl.DataFrame
+) -> str:
     head = "## Best design detail"
     if best is None:
         return f"{head}\n\nNo best design to detail."
-    parts = [head, f"Trial {best.trial}."]
+    parts = [head, best_sentence(best, spec, objectives, trials)]
     parts += ["### Pools", _pools_table(best.pools) if best.pools else "No pools recorded.", POOLS_NOTE]
     if best.settings:
         parts += ["### Engine settings", _settings_table(best.settings)]
@@ -524,7 +578,7 @@ def _detail_section(best: BestDesign | None) -> str:
     if best.kv_cache:
         parts += ["### KV placement as a live cache", KV_CACHE_NOTE, _kv_cache_table(best.kv_cache)]
     if best.metrics:
-        parts += ["### Metrics", METRICS_NOTE, _metrics_table(best.metrics)]
+        parts += ["### Metrics", METRICS_NOTE, _metrics_table(best.metrics, spec.slo.percentile)]
     parts += [
         "### Shadow prices",
         "Value of +1 unit per GPU of each resource, in $/hour saved for the fleet and per GPU.",
@@ -533,6 +587,7 @@ def _detail_section(best: BestDesign | None) -> str:
     parts += ["### Simulator verdicts", _sim_lines(best.sim) if best.sim else "Not simulated."]
     parts += [
         "### Stage times of one step",
+        STAGE_NOTE,
         _stage_table(best.stage_ms) if best.stage_ms else "No stage breakdown.",
     ]
     return "\n\n".join(parts)
@@ -557,8 +612,9 @@ def _hbm_section(feasible: pl.DataFrame, pareto: pl.DataFrame) -> str:
         _hbm_row("Pareto front designs", floats_of(pareto, col)),
     ]
     intro = (
-        f"Largest HBM residency of any pool of a design, in GB per GPU, and the share of designs "
-        f"below {HBM_LINE_GB:g} GB."
+        f"Largest HBM residency of any pool of a design, in GB per GPU: over the feasible trials (a "
+        f"design found by several trials counts each time) and over the Pareto front's designs, and "
+        f"the share below {HBM_LINE_GB:g} GB (an H100's HBM)."
     )
     table = md_table(
         ["of", "count", f"below {HBM_LINE_GB:g} GB", "median (GB/GPU)", "max (GB/GPU)"],

@@ -20,7 +20,7 @@ from dse.study.results import speed_front
 if TYPE_CHECKING:
     from dse.study.report import BestDesign
 
-HBM_LINE_GB = 80.0  # the HBM of an H100/H200-class GPU: designs below it fit more hardware
+HBM_LINE_GB = 80.0  # the HBM of an H100 (an H200 has 141 GB): designs below it fit more hardware
 STAGES = ("gemm", "attention", "communication", "overhead")
 PNG_DPI = 110
 
@@ -137,7 +137,7 @@ def pareto_png(path: Path, study: str, feasible: pl.DataFrame, pareto: pl.DataFr
                 linewidths=1.4,
                 label="Pareto front",
             )
-        ax.set_xlabel("tokens/s per user (1 / TPOT)")
+        ax.set_xlabel("tokens/s per user (1 / mean TPOT)")
         ax.set_ylabel("tokens/s per GPU")
         title, family = drawable(f"{study}: {pts.height} feasible trials, the frontier of each (lines)")
         ax.set_title(title, fontfamily=family)
@@ -156,7 +156,10 @@ def pareto_png(path: Path, study: str, feasible: pl.DataFrame, pareto: pl.DataFr
 
 
 def stage_png(path: Path, best: BestDesign | None) -> Figure:
-    caption = "Stage times of one step of each pool of the best design"
+    caption = (
+        "Stage times of one step of each pool of the best design (a decode pool at its batch cap,"
+        " a prefill pool one full forward)"
+    )
     stage_ms = best.stage_ms if best is not None else {}
 
     def draw() -> Any:

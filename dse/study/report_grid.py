@@ -57,12 +57,7 @@ def grid_section(spec: StudySpec, trials: pl.DataFrame) -> str:
         ]
     rows = []
     for r in trials.sort(["x_" + a for a in axes]).iter_rows(named=True):
-        design = (
-            f"{r.get('p_topology')}: {r.get('p_prefill_hardware')}/{r.get('p_prefill_shape')} + "
-            f"{r.get('p_decode_hardware')}/{r.get('p_decode_shape')}"
-            if r.get("p_topology")
-            else "-"
-        )
+        design = design_label(r)
         verdict = "ok" if r.get("feasible") else f"fails: {fmt(r.get('binding'))[:60]}"
         rows.append(
             [fmt(r.get("x_" + a)) for a in axes]
@@ -76,10 +71,28 @@ def grid_section(spec: StudySpec, trials: pl.DataFrame) -> str:
         [False] * (len(axes) + 1) + [True] * len(cols) + [False],
     )
     intro = (
-        f"{trials.height} of {spec.sweep.size()} points. Each point is the cheapest design over every "
-        "listed shape and topology, checked by the fluid simulator."
+        f"{trials.height} of {spec.sweep.size()} points. Each point's design is the full placement's "
+        "(every listed shape and topology, one MILP each): the cheapest by the MILP's objective that "
+        "the simulators (fluid and engine-level) hold in the point's traffic and the study's own "
+        "dynamics, a rejected topology solved again with the missed target tightened; where none "
+        "holds, the MILP's best design, failing on what binds."
     )
+    if dynamics:
+        intro += (
+            " Points that differ only in the dynamics axes share that design, checked in their own"
+            " dynamics: a point that fails there is the answer, not sized anew."
+        )
     return f"{head}\n\n{intro}\n\n{table}"
+
+
+def design_label(row: dict[str, Any]) -> str:
+    """``topology: hardware/shape`` of each side of a design; an aggregated design's one unit once."""
+    if not row.get("p_topology"):
+        return "-"
+    prefill = f"{row.get('p_prefill_hardware')}/{row.get('p_prefill_shape')}"
+    decode = f"{row.get('p_decode_hardware')}/{row.get('p_decode_shape')}"
+    one = prefill == decode and row.get("p_topology") == "aggregated"
+    return f"{row.get('p_topology')}: {prefill if one else f'{prefill} + {decode}'}"
 
 
 def effects_section(spec: StudySpec, trials: pl.DataFrame) -> str:
@@ -88,10 +101,10 @@ def effects_section(spec: StudySpec, trials: pl.DataFrame) -> str:
     if trials.is_empty():
         return f"{head}\n\nNo finished points."
     obj = objective_column(spec)
-    cols = [(f"median {obj}", obj, "median")]
+    cols = [(f"median {obj}{_unit(spec)}", obj, "median")]
     if any(a in DYNAMICS_AXES for a in axes_of(spec)):
+        cols += [("median TTFT p99 (s)", "ttft_p99_s", "median")] if obj != "ttft_p99_s" else []
         cols += [
-            ("median TTFT p99 (s)", "ttft_p99_s", "median"),
             ("max prefill queue", "queue_peak_prefill_requests", "max"),
             ("max decode buffer", "queue_peak_buffer_requests", "max"),
             ("median planner moves", "planner_moves", "median"),
@@ -115,6 +128,12 @@ def effects_section(spec: StudySpec, trials: pl.DataFrame) -> str:
     return f"{head}\n\n{intro}\n\n{table}"
 
 
+def _unit(spec: StudySpec) -> str:
+    """`` (unit)`` of the study's first objective, or nothing when it has none."""
+    unit = METRICS[spec.objectives.names[0]].unit if spec.objectives.names[0] in METRICS else ""
+    return f" ({unit})" if unit else ""
+
+
 def _sign(spec: StudySpec) -> float:
     """+1 when the first objective is minimised, -1 when maximised: sign * change < 0 is better."""
     return -1.0 if METRICS[spec.objectives.names[0]].direction == "maximize" else 1.0
@@ -133,8 +152,12 @@ def whatif_frame(spec: StudySpec, trials: pl.DataFrame) -> pl.DataFrame:
     if not spec.variants or "hardware" not in axes or trials.is_empty() or cost not in trials.columns:
         return pl.DataFrame()
     others = ["x_" + a for a in axes if a != "hardware"]
+    # a design without a price (hardware the study's tier does not price) has no price to save:
+    # its shadow prices, recorded as 0, are missing here
+    priced = pl.col("usd_per_hour").is_not_null() if "usd_per_hour" in trials.columns else pl.lit(True)
     ok = (
         trials.filter(pl.col("feasible"))
+        .with_columns(pl.when(priced).then(pl.col(c)).otherwise(None).alias(c) for c in _prices(trials))
         .select(["x_hardware", *others, cost] + _prices(trials))
         .drop_nulls(cost)
     )
@@ -187,7 +210,7 @@ def whatif_section(spec: StudySpec, trials: pl.DataFrame) -> str:
             f"- **{v.id}** (bandwidth x{v.hbm_bandwidth_scale:g}, capacity x{v.hbm_capacity_scale:g}): "
             f"better at {int((ch < -0.05).sum())} of {ch.size} points; median change "
             f"{np.median(raw):+.1f}%, "
-            f"range {raw.min():+.1f}% to {raw.max():+.1f}%"
+            f"range {raw.min():+.1f}% to {raw.max():+.1f}%{_one_side(trials, v.id, v.base, others)}"
         )
     lines += _head_to_head(spec, wf, others)
     rows = []
@@ -217,6 +240,26 @@ def whatif_section(spec: StudySpec, trials: pl.DataFrame) -> str:
         [False] * (len(others) + 1) + [True] * 5,
     )
     return f"{head}\n\n" + "\n".join(lines) + f"\n\n{table}"
+
+
+def _one_side(trials: pl.DataFrame, variant: str, base: str, others: list[str]) -> str:
+    """The points where only one of a variant and its base is feasible, which the comparison
+    leaves out (a variant that makes a point feasible is no change in percent), as a clause."""
+    keys = ["x_" + a for a in others]
+
+    def side(hw: str, name: str) -> pl.DataFrame:
+        return trials.filter(pl.col("x_hardware") == hw).select([*keys, pl.col("feasible").alias(name)])
+
+    a, b = side(variant, "v"), side(base, "b")
+    j = a.join(b, on=keys, how="inner") if keys else a.join(b, how="cross")
+    only_v = j.filter(pl.col("v") & ~pl.col("b")).height
+    only_b = j.filter(~pl.col("v") & pl.col("b")).height
+    if not only_v and not only_b:
+        return ""
+    return (
+        f"; not counted: {only_v} point{'s' if only_v != 1 else ''} feasible with the variant only, "
+        f"{only_b} with the base only"
+    )
 
 
 def _head_to_head(spec: StudySpec, wf: pl.DataFrame, others: list[str]) -> list[str]:
@@ -312,13 +355,20 @@ def _grid_png(path: Path, spec: StudySpec, trials: pl.DataFrame) -> Figure:
     col = objective_column(spec)
     ok = trials.filter(pl.col("feasible")) if not trials.is_empty() else trials
     skipped = "" if not ok.is_empty() and col in ok.columns and axes else "no feasible points"
+    rest = ["x_" + a for a in axes[1:]]
+    groups = _series(ok, rest) if rest and not skipped else {(): ok}
+    caption = f"{y}{_unit(spec)} across {axes[0] if axes else 'the grid'}, feasible points only"
+    if len(groups) > MAX_SERIES:
+        caption += (
+            f"; the first {MAX_SERIES} of the {len(groups)} combinations of "
+            f"{', '.join(axes[1:])} (in the order of their values), the grid table has every point"
+        )
 
     def draw() -> Any:
         plt = _pyplot()
         fig, ax = plt.subplots(figsize=(8, 5))
-        x_axis, rest = axes[0], ["x_" + a for a in axes[1:]]
+        x_axis = axes[0]
         xs = list(dict.fromkeys(ok.sort("x_" + x_axis)["x_" + x_axis].to_list()))
-        groups = ok.partition_by(rest, maintain_order=True, as_dict=True) if rest else {(): ok}
         for i, (key, g) in enumerate(list(groups.items())[:MAX_SERIES]):
             g = g.sort("x_" + x_axis)
             pos = [xs.index(v) for v in g["x_" + x_axis].to_list()]
@@ -328,13 +378,20 @@ def _grid_png(path: Path, spec: StudySpec, trials: pl.DataFrame) -> Figure:
             )
         ax.set_xticks(range(len(xs)), [str(v) for v in xs], fontsize=8)
         ax.set_xlabel(x_axis)
-        ax.set_ylabel(y)
+        ax.set_ylabel(f"{y}{_unit(spec)}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
         fig.tight_layout()
         return fig
 
-    return _draw(path, f"{y} across {axes[0] if axes else 'the grid'}", skipped, draw)
+    return _draw(path, caption, skipped, draw)
+
+
+def _series(ok: pl.DataFrame, rest: list[str]) -> dict[tuple[Any, ...], pl.DataFrame]:
+    """The rows of each combination of the ``rest`` columns (a line of the grid figure), in the
+    order of their values (missing last)."""
+    groups = ok.partition_by(rest, as_dict=True)
+    return dict(sorted(groups.items(), key=lambda kv: [(k is None, k) for k in kv[0]]))
 
 
 def _whatif_png(path: Path, spec: StudySpec, trials: pl.DataFrame) -> Figure:
