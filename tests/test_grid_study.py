@@ -287,6 +287,18 @@ def test_a_point_whose_cheapest_design_falls_behind_is_sized_for_the_traffic_it_
     )
 
 
+def test_more_of_a_resource_is_never_priced_below_nothing() -> None:
+    """GLM-4.6 on B200, 2k-token prompts at TPOT 200 ms (a point of the shipped grid, aggregated):
+    one more TB/s of bandwidth rebuilds its units at a larger batch whose KV costs capacity, and
+    the finite difference came out at -$0.0024 per TB/s-hour; a design may leave it unused, so its
+    price is 0, as is every price of the point."""
+    point = {"model": "glm-4.6", "hardware": "b200", "input_tokens": 2000.0, "tpot_s": 0.2}
+    rec, placed, _, _ = _bandwidth_point(point)
+    assert placed.best is not None and placed.best.topology.value == "aggregated"
+    assert rec.metrics["hbm_bandwidth_usd_per_tbps_gpu_hour"] == 0.0
+    assert placed.shadow_prices and all(p.usd_per_hour >= 0.0 for p in placed.shadow_prices)
+
+
 def test_headroom_draws_and_prices_energy_at_the_traffic_served() -> None:
     """Pools sized for twice the traffic (headroom 1) serve the study's 100 requests/s: their
     energy per token is the power over the tokens served, the cost per token counts the energy,

@@ -274,9 +274,13 @@ def shadow_prices(
             ).data
             moved = residuals(_align(replace(new, objective=Objective.COST), data), x)
             d_obj = sum(float(np.dot(duals[k], moved[k] - base[k])) for k in base if k in duals)
-            value = -d_obj / step
+            # free disposal: a design may leave more of a resource unused, so it is worth at least
+            # nothing; the estimate goes below 0 where the rebuilt units take the resource into a
+            # larger batch that costs elsewhere (an aggregated unit's KV against its capacity):
+            # 14 of the 325 bandwidth prices of bandwidth-vs-capacity, down to -$0.012 per TB/s-hour
+            value = max(-d_obj / step, 0.0)
             noise = 1e-7 * max(abs(lp.objective), 1.0)  # below the solver's tolerances; and no "-0"
-            value = 0.0 if abs(value) < noise else value
+            value = 0.0 if value < noise else value
             out.append(ShadowPrice(hw.id, name, unit, value, value / gpus if gpus > 0 else float("nan")))
     return tuple(out)
 
