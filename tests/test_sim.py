@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -246,6 +247,21 @@ def test_simulate_api_runs_both_and_tabulates() -> None:
     df = trajectories_frame(rep)
     assert set(df["simulator"].unique()) == {"fluid", "des"}
     assert "decode_batch_per_instance" in df.columns and df.height > 500
+
+
+def test_both_simulators_count_the_kv_of_the_sequences_decoding() -> None:
+    """KV in flight is each instance's batch times the instances times a sequence's KV, in the
+    reference as in the fluid model (the reference had written 0 GB while it decoded)."""
+    from dse.sim import trajectories_frame
+
+    sc = scenario(4.0, horizon_s=300.0, warmup_s=60.0)
+    rep = simulate(pipe(), sc, reference=True, seed=1, kv_gb_per_seq=0.5)
+    df = trajectories_frame(rep)
+    for name in ("fluid", "des"):
+        d = df.filter(pl.col("simulator") == name)
+        want = d["decode_batch_per_instance"] * d["decode_instances"] * 0.5
+        assert (d["kv_active_gb"] - want).abs().max() < 1e-9, name
+        assert d["kv_active_gb"].max() > 0.0, name
 
 
 def test_midfill_and_handoff_stages_match_the_reference() -> None:

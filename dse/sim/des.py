@@ -94,7 +94,7 @@ def _trajectories(s: dict[str, list[float]]) -> Trajectories:
         prefill_instances=row("cp"),
         decode_instances=row("cd"),
         completions_per_s=row("done"),
-        kv_active_gb=np.zeros_like(row("done")),
+        kv_active_gb=np.full_like(row("done"), np.nan),  # per sequence: simulation.simulate sets it
     )
 
 

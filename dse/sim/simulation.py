@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -48,6 +48,8 @@ def simulate(
         return SimulationReport(pipe, scenario, fluid, ftraj, t_fluid, resting_kv_gb=tiers)
     t0 = time.perf_counter()
     des, dtraj, _ = simulate_des(pipe.one(0), scenario, seed=seed)
+    # the KV of the sequences decoding, as the fluid model counts it (the reference had written 0s)
+    dtraj = replace(dtraj, kv_active_gb=dtraj.decode_batch * dtraj.decode_instances * kv_gb_per_seq)
     return SimulationReport(
         pipe, scenario, fluid, ftraj, t_fluid, des, dtraj, time.perf_counter() - t0, tiers
     )
