@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import Cli
 
-from dse.sim.kv_cache import MIN_ENTRIES, OUTCOMES, planned_capacity_gb, simulate_kv_cache
+from dse.sim.kv_cache import MIN_ENTRIES, OUTCOMES, class_names, planned_capacity_gb, simulate_kv_cache
 from dse.sim.kv_tiers import TIER_NAMES, RestingClass
 
 ALL_HBM = {"hbm": 1.0, "dram": 0.0, "nvme": 0.0, "network": 0.0, "drop": 0.0}
@@ -38,12 +38,12 @@ def test_the_longest_resting_move_down_and_off_the_bottom() -> None:
     assert plan["hbm"] == pytest.approx(4.0 * 0.5 * 10.0)
     assert plan["dram"] == pytest.approx(4.0 * 0.5 * 1000.0)
     r = simulate_kv_cache((short, long), 4.0, seed=2)
-    assert 0.3 < r.simulated["class0"]["hbm"] < 0.5 and r.simulated["class0"]["drop"] < 0.05
-    assert r.simulated["class1"]["hbm"] < 0.1 and r.difference("class0")["hbm"] < -0.5
-    assert r.simulated["class1"]["dram"] > 0.9 and r.planned["class1"]["dram"] == 1.0
+    assert 0.3 < r.simulated["think10s"]["hbm"] < 0.5 and r.simulated["think10s"]["drop"] < 0.05
+    assert r.simulated["think1000s"]["hbm"] < 0.1 and r.difference("think10s")["hbm"] < -0.5
+    assert r.simulated["think1000s"]["dram"] > 0.9 and r.planned["think1000s"]["dram"] == 1.0
     no_dram = simulate_kv_cache((short, long), 4.0, capacity_gb={"hbm": plan["hbm"]}, seed=2)
-    assert no_dram.simulated["class1"]["drop"] > 0.8
-    assert r.difference("class1")["dram"] == pytest.approx(r.simulated["class1"]["dram"] - 1.0)
+    assert no_dram.simulated["think1000s"]["drop"] > 0.8
+    assert r.difference("think1000s")["dram"] == pytest.approx(r.simulated["think1000s"]["dram"] - 1.0)
 
 
 def test_evicting_the_longest_think_time_first_keeps_the_short_ones_in_hbm() -> None:
@@ -54,9 +54,9 @@ def test_evicting_the_longest_think_time_first_keeps_the_short_ones_in_hbm() -> 
     long = RestingClass(0.5, 1000.0, 1.0, {"hbm": 0.0, "dram": 1.0, "nvme": 0.0, "network": 0.0, "drop": 0.0})
     lru = simulate_kv_cache((short, long), 4.0, seed=2)
     think = simulate_kv_cache((short, long), 4.0, eviction="think", seed=2)
-    assert think.eviction == "think" and think.simulated["class0"]["hbm"] > 0.75
-    assert think.simulated["class0"]["hbm"] > 1.5 * lru.simulated["class0"]["hbm"]
-    assert think.simulated["class1"]["dram"] > 0.9
+    assert think.eviction == "think" and think.simulated["think10s"]["hbm"] > 0.75
+    assert think.simulated["think10s"]["hbm"] > 1.5 * lru.simulated["think10s"]["hbm"]
+    assert think.simulated["think1000s"]["dram"] > 0.9
     with pytest.raises(ValueError, match="eviction must be one of lru, think"):
         simulate_kv_cache((short,), 4.0, eviction="fifo")
 
@@ -72,9 +72,9 @@ def test_heavy_traffic_runs_scaled_down_with_the_same_shares() -> None:
     full = simulate_kv_cache(both, 40.0, horizon_dwells=3.0, seed=3)
     scaled = simulate_kv_cache(both, 40.0, horizon_dwells=3.0, seed=3, max_sessions=20_000)
     assert full.returns > 5 * scaled.returns and scaled.capacity_gb == full.capacity_gb
-    for cls, tier in (("class0", "hbm"), ("class0", "dram"), ("class1", "dram")):
+    for cls, tier in (("think100s", "hbm"), ("think100s", "dram"), ("think1000s", "dram")):
         assert scaled.simulated[cls][tier] == pytest.approx(full.simulated[cls][tier], abs=0.02)
-    assert 0.39 < full.simulated["class0"]["hbm"] < 0.5
+    assert 0.39 < full.simulated["think100s"]["hbm"] < 0.5
     small = {"hbm": MIN_ENTRIES * 1.0, "dram": 1e6}  # MIN_ENTRIES sessions of 1 GB: no room to scale
     kept = simulate_kv_cache(both, 40.0, capacity_gb=small, horizon_dwells=3.0, max_sessions=1_000)
     assert kept.returns == simulate_kv_cache(both, 40.0, capacity_gb=small, horizon_dwells=3.0).returns
@@ -196,6 +196,6 @@ def test_the_cache_is_the_event_by_event_one() -> None:
         rep = simulate_kv_cache(classes, 3.0, capacity_gb=cap, eviction=eviction, seed=case)
         want = _reference(classes, 3.0, cap, eviction, case)
         assert rep.returns == want.sum() > 0
-        for i in range(len(classes)):
-            got = np.array([rep.simulated[f"class{i}"][o] for o in OUTCOMES])
+        for i, name in enumerate(class_names(classes)):
+            got = np.array([rep.simulated[name][o] for o in OUTCOMES])
             np.testing.assert_allclose(got, want[i] / max(want[i].sum(), 1), rtol=0, atol=1e-15)

@@ -42,6 +42,15 @@ class KvCacheReport:
         return {o: self.simulated[of][o] - self.planned[of].get(o, 0.0) for o in OUTCOMES}
 
 
+def class_names(classes: tuple[RestingClass, ...]) -> list[str]:
+    """``think<dwell>s``, as a placement names its KV classes (``think600s``); where two classes
+    share a dwell, each with its place after it (``think600s#1``)."""
+    names = [f"think{c.dwell_s:g}s" for c in classes]
+    if len(set(names)) < len(names):
+        names = [f"{n}#{i}" for i, n in enumerate(names)]
+    return names
+
+
 def planned_capacity_gb(classes: tuple[RestingClass, ...], requests_per_s: float) -> dict[str, float]:
     """GB the plan rests in each tier (Little's law): the cache the simulation gets."""
     out = dict.fromkeys(TIER_NAMES, 0.0)
@@ -77,7 +86,7 @@ def simulate_kv_cache(
         raise ValueError(f"eviction must be one of {', '.join(EVICTIONS)}, not {eviction!r}")
     cap = capacity_gb if capacity_gb is not None else planned_capacity_gb(classes, requests_per_s)
     active = [c for c in classes if c.share_of_arrivals > 0 and c.dwell_s > 0]
-    names = [f"class{i}" for i in range(len(classes))]
+    names = class_names(classes)
     planned = {names[i]: _planned(c) for i, c in enumerate(classes)}
     total_rate = sum(requests_per_s * c.share_of_arrivals for c in classes)
     planned["all"] = _weighted(
