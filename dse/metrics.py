@@ -27,7 +27,7 @@ METRICS = {
     "usd_per_hour": Metric("$/h", "minimize", "GPUs bought, at the study's price tier"),
     "gpus": Metric("GPUs", "minimize", "GPUs bought, in whole nodes or racks", whole=True),
     "tokens_per_s_per_gpu": Metric("tokens/s/GPU", "maximize", "prompt + output tokens per GPU bought"),
-    "tokens_per_s_per_user": Metric("tokens/s", "maximize", "decode speed one user sees (1 / TPOT)"),
+    "tokens_per_s_per_user": Metric("tokens/s", "maximize", "decode speed one user sees (1 / mean TPOT)"),
     "output_tokens_per_s_per_decode_gpu": Metric("tokens/s/GPU", "maximize", "output tokens per decode GPU"),
     "ttft_s": Metric("s", "minimize", "mean time to first token, simulated", "ttft_mean_s"),
     "ttft_pct_s": Metric(

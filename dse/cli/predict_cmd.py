@@ -563,8 +563,9 @@ def _print_latency(
         else ""
     )
     print(
-        f"latency, simulated: {load.describe()}{cold}; {len(lat.ttft_s)} requests, "
-        f"{_lengths_text(lengths, load)}, seed {args.seed}"
+        f"latency, simulated: {load.describe()}{cold}; "
+        + ("" if load.kind == "trace" else f"{len(lat.ttft_s)} requests, ")  # a trace says its count
+        + f"{_lengths_text(lengths, load)}, seed {args.seed}"
     )
     print(format_table(["percentile", "ttft_s", "tpot_ms", "e2el_s"], _latency_rows(lat, percentiles)))
     print(

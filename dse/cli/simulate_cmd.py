@@ -580,7 +580,8 @@ def _decode_text(p: Pipeline) -> str:
     as one kind of instance of their summed capacity; :func:`dse.sim.scenario.pooled_decode`)."""
     x, slots = p.arrays("decode_pool_instances")[0], p.arrays("decode_pool_slots")[0]
     if len(x) == 1:
-        return f"{p.decode_instances[0]:g} decode instances x {p.slots[0]:g} slots"
+        n = p.decode_instances[0]
+        return f"{n:g} decode instance{'' if n == 1 else 's'} x {p.slots[0]:g} slots"
     pools = " + ".join(f"{n:g} x {c:g}" for n, c in zip(x, slots, strict=True))
     return f"{p.decode_instances[0]:g} decode instances ({pools} slots)"
 

@@ -357,7 +357,7 @@ class Sweep:
     kv_policy: tuple[str, ...] = ()
 
     def axes(self) -> dict[str, tuple[Any, ...]]:
-        """The swept axes in file order, each with its values."""
+        """The swept axes in the order this class lists them (not the file's), each with its values."""
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
 
     def size(self) -> int:
