@@ -19,6 +19,16 @@ def test_list_hardware_json_has_all_twelve(cli: Cli) -> None:
     assert b200["sources"][0].startswith("S1: ai-dynamo/aiconfigurator")
 
 
+def test_list_hardware_shows_the_hbm_the_engine_sizes_with(cli: Cli) -> None:
+    """B300's datasheet says 288 GB; nvidia-smi shows 268.6 GiB, which the engine sizes with."""
+    header, _, *rows = cli("catalog", "list", "hardware").out.splitlines()
+    col = header.split().index("hbm_gib_sized")
+    b300 = next(r.split() for r in rows if r.startswith("b300 "))
+    assert b300[col - 1 : col + 1] == ["288", "268.6"]
+    entries = {e["id"]: e for e in json.loads(cli("catalog", "list", "hardware", "--json").out)}
+    assert entries["b300"]["hbm"]["visible_gib"] == 268.6 and entries["b200"]["hbm"]["visible_gib"] is None
+
+
 def test_list_models_json_has_derived_figures(cli: Cli) -> None:
     proc = cli("catalog", "list", "models", "--json")
     assert proc.code == 0, proc.err

@@ -69,6 +69,7 @@ def _table(kind: str, catalog: Catalog) -> str:
                 "fp8_tflops",
                 "fp4_tflops",
                 "hbm_gb",
+                "hbm_gib_sized",
                 "hbm_tb_per_s",
                 "scaleup_gpus",
                 "host_link",
@@ -112,6 +113,7 @@ def _hardware_row(h: Hardware) -> list[object]:
         h.compute.fp8_dense_tflops,
         h.compute.fp4_dense_tflops,
         h.hbm.capacity_gb,
+        h.hbm.usable_gib,  # what the engine sizes with: the driver's figure where it shows less
         h.hbm.bandwidth_tb_per_s,
         h.scale_up.domain_gpus,
         h.host.link_kind.value,
