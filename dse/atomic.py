@@ -25,6 +25,8 @@ def atomic_path(path: Path, *, staging: Path | None = None) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     folder = path.parent if staging is None else staging
     folder.mkdir(parents=True, exist_ok=True)
+    if folder.stat().st_dev != path.parent.stat().st_dev:
+        folder = path.parent  # a rename cannot cross file systems (a table's folder linked elsewhere)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     umask = os.umask(0)

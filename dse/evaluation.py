@@ -138,13 +138,15 @@ def held(
         if best is not None and not outcome.result.objective < best.outcome.result.objective:
             break
         sized = req
-        for _ in range(1 + RETARGET_ROUNDS):
+        for round_ in range(1 + RETARGET_ROUNDS):
             ev = check_one(replace(sized, slo=req.slo), outcome)  # the targets are req's
             first = first or ev
             if ev.feasible:
                 if best is None or ev.outcome.result.objective < best.outcome.result.objective:
                     best = ev
                 break
+            if round_ == RETARGET_ROUNDS:
+                break  # no check is left for another design
             tighter = retargeted(req, sized, ev)
             if tighter is None:
                 break
@@ -387,8 +389,8 @@ def confirmed(report: PlacementReport, checks: Iterable[EngineCheck]) -> Placeme
     outcomes = tuple(again.get(o.topology, o) for o in report.outcomes)
     held = [c.outcome for c in checks if c.holds and c.outcome is not None]
     best = min(held, key=lambda o: o.result.objective) if held else None
-    if best is report.best and not again:
-        return report
+    if best is report.best:  # the MILP's best holds: its prices stand
+        return replace(report, outcomes=outcomes) if again else report
     return replace(report, outcomes=outcomes, best=best, shadow_prices=())
 
 

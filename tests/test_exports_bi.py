@@ -8,7 +8,9 @@ from __future__ import annotations
 import builtins
 import math
 import re
+import shutil
 import symtable
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +108,26 @@ def test_an_export_writes_its_temporary_files_outside_the_tables_folders_and_all
     export.export_all(_tables(2.0), out, "s", {})
     for name in TABLES:
         assert pl.read_parquet(out / name / "study=s" / "part-0.parquet")["value"].to_list() == [2.0]
+
+
+def test_a_table_folder_on_another_file_system_is_written_there(tmp_path: Path) -> None:
+    """A table's folder linked to another disk: its temporary file goes beside it, since a rename
+    cannot cross file systems (it had failed with EXDEV, the tables before it already replaced)."""
+    other = Path("/dev/shm")
+    if not other.is_dir() or other.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second file system to link a table's folder to")
+    out = tmp_path / "exports"
+    out.mkdir()
+    elsewhere = Path(tempfile.mkdtemp(dir=other))
+    try:
+        (out / "trials").symlink_to(elsewhere)
+        export.export_all(_tables(3.0), out, "s", {})
+        for name in TABLES:
+            assert pl.read_parquet(out / name / "study=s" / "part-0.parquet")["value"].to_list() == [3.0]
+        assert (elsewhere / "study=s" / "part-0.parquet").is_file()
+        assert not [p for p in (*out.rglob(".*"), *elsewhere.rglob(".*")) if p.is_file()]
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
 
 
 def _documented_columns() -> dict[str, set[str]]:

@@ -13,11 +13,13 @@ from dse.catalog import load_catalog
 from dse.cli.study_cmd import _write_all
 from dse.errors import InputError
 from dse.perf.params import load_params
+from dse.placement.request import Topology
 from dse.study import Study
 from dse.study.grid import spec_at
 from dse.study.runner import TRIAL_SOLVE
 from dse.study.spec import load_study
-from dse.study.sweep import evaluate_point
+from dse.study.sweep import evaluate_point, request_at
+from dse.study.trial import scenario_for
 from dse.study.variants import study_catalog
 from formulations.solve import PlacementSolver
 
@@ -297,6 +299,65 @@ def test_more_of_a_resource_is_never_priced_below_nothing() -> None:
     assert placed.best is not None and placed.best.topology.value == "aggregated"
     assert rec.metrics["hbm_bandwidth_usd_per_tbps_gpu_hour"] == 0.0
     assert placed.shadow_prices and all(p.usd_per_hour >= 0.0 for p in placed.shadow_prices)
+
+
+def test_points_that_place_alike_are_held_and_priced_at_their_own_traffic() -> None:
+    """40 requests/s with headroom 0.25 places as 50 with none (one placement), but is served 40:
+    its design is checked and priced per token at 40, not read back from the 50's."""
+    spec = load_study(GRID)
+    cat = study_catalog(spec, load_catalog())
+    params, solver = load_params(), PlacementSolver(TRIAL_SOLVE)
+    cache: dict = {}  # type: ignore[type-arg]
+    full = evaluate_point(spec, {"requests_per_s": 50.0}, cat, params, solver, cache)
+    spare = evaluate_point(spec, {"requests_per_s": 40.0, "headroom": 0.25}, cat, params, solver, cache)
+    alone = evaluate_point(spec, {"requests_per_s": 40.0, "headroom": 0.25}, cat, params, solver, {})
+    ev = spare.evaluation
+    assert ev is not None and ev.scenario is not None
+    assert ev.scenario.arrivals.mean_rate(ev.scenario.horizon_s) == pytest.approx(40.0)
+    assert spare.metrics["gpus"] == full.metrics["gpus"]  # the same pools
+    per_token = full.metrics["usd_per_million_tokens"] * 50 / 40
+    assert spare.metrics["usd_per_million_tokens"] == pytest.approx(per_token)
+    timed = "milp_solve_s"  # the solve's own time differs from run to run
+    assert {k: v for k, v in spare.metrics.items() if k != timed} == {
+        k: v for k, v in alone.metrics.items() if k != timed
+    }
+
+
+def test_a_topology_is_solved_again_only_while_a_check_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A design rejected every time: four checks (the MILP's and three solved again), three
+    solves, none whose design goes unchecked."""
+    from dataclasses import replace
+
+    import dse.evaluation as evaluation
+    from dse.context import Context
+
+    spec = load_study(GRID)
+    cat = study_catalog(spec, load_catalog())
+    params, solver = load_params(), PlacementSolver(TRIAL_SOLVE)
+    placed = evaluation.place_best(
+        request_at(spec, cat), [Topology.DISAGGREGATED], Context(cat, params, solver)
+    )
+    calls = {"check": 0, "solve": 0}
+    real_solve = evaluation.place_best
+
+    def solve(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["solve"] += 1
+        return real_solve(*args, **kwargs)
+
+    def reject(sized, outcome):  # type: ignore[no-untyped-def]
+        calls["check"] += 1
+        return replace(first, outcome=outcome)
+
+    first = evaluation.check(
+        placed.request, placed.best, scenario_for(spec), Context(cat, params, solver), dt_s=1.0
+    )
+    slow = placed.request.slo.tpot_s * 1.01  # a miss by 1%: each round asks for 1% less
+    first = replace(first, constraints={**first.constraints, "tpot_s": slow - placed.request.slo.tpot_s},
+                    binding="tpot_s: 1% over", metrics={**first.metrics, "tpot_s": slow})  # fmt: skip
+    monkeypatch.setattr(evaluation, "place_best", solve)
+    ev = evaluation.held(placed.request, placed, Context(cat, params, solver), reject)
+    assert not ev.feasible and ev.outcome is placed.best  # none held: the MILP's design answers
+    assert calls == {"check": 1 + evaluation.RETARGET_ROUNDS, "solve": evaluation.RETARGET_ROUNDS}
 
 
 def test_headroom_draws_and_prices_energy_at_the_traffic_served() -> None:

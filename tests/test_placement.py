@@ -604,3 +604,25 @@ def test_naming_one_roles_shapes_restricts_that_role_alone(catalog: Catalog) -> 
     prefill = {u.parallel.label() for u in units if u.role == Role.PREFILL}
     decode = {u.parallel.label() for u in units if u.role == Role.DECODE}
     assert prefill == {"4gpu-tp4-ep4"} and len(decode) > 3 and "16gpu-pp2-tp8-ep8" not in decode
+
+
+def test_confirmed_keeps_the_prices_where_the_milps_best_holds(catalog: Catalog) -> None:
+    """The MILP's best design holds; another topology was solved again and holds too, dearer: the
+    answer is the MILP's best with its shadow prices, and the other topology's row is the design
+    solved again (its prices had been dropped with the best unchanged)."""
+    from dse.evaluation import EngineCheck, confirmed
+
+    req = request(
+        hardware=("b200",), workload=Workload(20.0, 4000.0, 1000.0), slo=Slo(ttft_s=2.0, tpot_s=0.05)
+    )
+    report = place(req, catalog=catalog)
+    best, other = report.ranked()[:2]
+    assert report.best is best and report.shadow_prices
+    again = replace(other, result=replace(other.result, objective=other.result.objective + 1.0))
+    checks = [
+        EngineCheck(best.topology, 1.0, 0.04, 2.0, 50.0, "", best),
+        EngineCheck(other.topology, 1.5, 0.04, 2.0, 50.0, "", again, sized_ttft_s=1.8, first_ttft_s=2.2),
+    ]
+    out = confirmed(report, checks)
+    assert out.best is best and out.shadow_prices == report.shadow_prices
+    assert [o for o in out.outcomes if o.topology is other.topology] == [again]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import TINY, Cli
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
@@ -219,3 +220,14 @@ def test_a_study_setting_is_pinned_by_the_first_writer_of_runs_opening_it_at_onc
     mem = optuna.create_study()
     assert claim_study_attr(mem, "k", 1) == (1, True)
     assert claim_study_attr(mem, "k", 2) == (1, False)
+
+
+def test_a_run_folder_a_url_would_read_otherwise_keeps_its_own_database(tmp_path: Path, cli: Cli) -> None:
+    """The default storage is the run folder's file as an escaped URL: ``--out 'r?x'`` had opened
+    the file ``r`` (the rest read as a query) and ``--out 'r%20x'`` a folder ``r x``."""
+    for name in ("r?x", "r%20x"):
+        out = tmp_path / name
+        run = cli("study", "run", TINY, "--out", out, "--trials", "2", "--no-export", "--no-progress")
+        assert run.code == 0, run.err
+        assert (out / "tiny-study" / "study.db").is_file(), name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r%20x", "r?x"]

@@ -21,6 +21,7 @@ import socket
 import sqlite3
 import sys
 import time
+import urllib.parse
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -468,7 +469,9 @@ def run_folder(out: Path, spec: StudySpec) -> Path:
 
 
 def default_storage(out: Path, spec: StudySpec) -> str:
-    return f"sqlite:///{(run_folder(out, spec) / 'study.db').resolve()}"
+    """The run folder's SQLite file as a URL, escaped (SQLAlchemy reads ``%20`` as a space and a
+    ``?`` as the start of a query: ``--out 'r?x'`` had opened the file ``r``)."""
+    return f"sqlite:///{urllib.parse.quote(str((run_folder(out, spec) / 'study.db').resolve()))}"
 
 
 def open_study(
