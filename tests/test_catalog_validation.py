@@ -262,6 +262,17 @@ def test_cli_bad_catalog_exits_2_with_one_line(tmp_path: Path, cli: Cli) -> None
     assert re.fullmatch(r"dse: error: .*b200\.toml: hbm\.bandwidth_tb_per_s = 0: must be > 0", lines[0])
 
 
+def test_visible_hbm_above_the_datasheet_is_one_line_and_exit_2(tmp_path: Path, cli: Cli) -> None:
+    bad = _b200(**{"bandwidth_tb_per_s = 8.0": "bandwidth_tb_per_s = 8.0\nvisible_gib = 300"})
+    _user_dir(tmp_path, "hardware", "b200", bad)
+    proc = cli("--catalog-dir", tmp_path, "catalog", "list", "hardware")
+    assert proc.code == 2 and proc.out == ""
+    (line,) = proc.err.strip().splitlines()
+    assert re.fullmatch(
+        r"dse: error: .*b200\.toml: hbm\.visible_gib = 300(\.0)?: must be at most capacity_gb .*", line
+    ), line
+
+
 def test_cli_unknown_id_exits_2(cli: Cli) -> None:
     proc = cli("catalog", "show", "b250")
     assert proc.code == 2

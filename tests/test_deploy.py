@@ -700,7 +700,7 @@ def test_several_vllm_or_trtllm_instances_get_vllms_router(engine: str, tmp_path
 
     bare = {"PATH": os.environ["PATH"]}
     unset = subprocess.run(["bash", "-c", files["router.sh"]], capture_output=True, text=True, env=bare)
-    assert unset.returncode != 0 and "set INSTANCE_0 to the host" in unset.stderr
+    assert unset.returncode != 0 and "set INSTANCE_0 to the host of instance 0" in unset.stderr
     assert "`router.sh` starts vLLM's router (the `vllm-router` package" in files["README.md"]
     assert ("`trtllm-serve` serves" in files["README.md"]) == (engine == "trtllm")
     assert "router.sh" not in launch_files(_shared_aggregated(instances=1), engine)

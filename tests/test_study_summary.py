@@ -217,3 +217,17 @@ def test_a_study_with_nothing_stored_reads_with_its_own_objectives(tmp_path: Pat
     study = Study.load(TINY)
     assert study.with_stored_objectives(out=tmp_path) is study
     assert not (tmp_path / "tiny-study").exists()
+
+
+def test_a_summary_at_p99_says_its_ttft_once(tmp_path: Path, cli: Cli) -> None:
+    """A study whose target is at p99 prints its TTFT p99 once, not again in brackets as a study at
+    another percentile does."""
+    text = (Path(__file__).resolve().parent / "data" / "tiny-study.toml").read_text()
+    for q, twice in ((99.0, False), (90.0, True)):
+        study = tmp_path / f"p{q:g}" / "tiny-study.toml"
+        study.parent.mkdir()
+        study.write_text(text.replace("percentile = 90.0", f"percentile = {q}"))
+        ran = cli("study", "run", study, "--out", study.parent, "--trials", "3", "--no-export")
+        assert ran.code == 0, ran.err
+        verdict = next(x for x in ran.out.splitlines() if x.startswith("simulated "))
+        assert f"TTFT p{q:g} " in verdict and ("(p99 " in verdict) == twice, verdict

@@ -46,6 +46,12 @@ class Hbm:
     bandwidth_tb_per_s: float = field(metadata=rule(positive))
     visible_gib: float | None = field(default=None, metadata=rule(positive))
 
+    def problem(self) -> tuple[str, str, object] | None:
+        if self.visible_gib is not None and self.visible_gib > self.capacity_gb:
+            return ("visible_gib", f"must be at most capacity_gb ({self.capacity_gb:g}): what the driver "
+                    "shows where it is below the datasheet", self.visible_gib)  # fmt: skip
+        return None
+
     @property
     def usable_gib(self) -> float:
         """The memory the engine sizes weights, activations and KV against, in GiB."""

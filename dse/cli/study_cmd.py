@@ -427,7 +427,8 @@ def best_block(res: StudyResults) -> str | None:
     lines += [
         "",
         f"simulated {sim.horizon_s:g} s of the traffic: {stable}; TTFT p{slo.percentile:g} "
-        f"{r['ttft_pct_s']:.3g} s (p99 {p99:.3g} s) against {slo.ttft_s:g} s; TPOT mean "
+        f"{r['ttft_pct_s']:.3g} s{'' if slo.percentile == 99 else f' (p99 {p99:.3g} s)'} against "
+        f"{slo.ttft_s:g} s; TPOT mean "
         f"{1e3 * r['tpot_mean_s']:.3g} ms against {1e3 * slo.tpot_s:g} ms; prefill queue at most "
         f"{r['queue_peak_prefill_requests']:.3g} requests",
     ]

@@ -751,7 +751,8 @@ def _instance_url(pool: PoolLaunch, k: int, i: int) -> str:
     """The URL of instance ``i`` of the ``k``-th pool, double-quoted, its host ``<POOL>_<i>`` (the
     script stops where that is unset)."""
     var = _host_var(pool, i)
-    return f'"http://${{{var}:?set {var} to the host of {pool.name} instance {i}}}:{_port(pool, k, i)}"'
+    who = f"instance {i}" if pool.name == "instance" else f"{pool.name} instance {i}"  # an aggregated pool's
+    return f'"http://${{{var}:?set {var} to the host of {who}}}:{_port(pool, k, i)}"'
 
 
 def _host_var(pool: PoolLaunch, i: int) -> str:
