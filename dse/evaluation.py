@@ -45,6 +45,7 @@ class Evaluation:
     scenario: Scenario | None = None  # what the design was simulated in (None: nothing placed)
     dt_s: float = 1.0
     buffer_max: float = np.inf
+    resolves: int = 0  # times its topology was solved again before this design (:func:`held`)
 
     @property
     def feasible(self) -> bool:
@@ -143,7 +144,7 @@ def held(
             first = first or ev
             if ev.feasible:
                 if best is None or ev.outcome.result.objective < best.outcome.result.objective:
-                    best = ev
+                    best = replace(ev, resolves=round_)
                 break
             if round_ == RETARGET_ROUNDS:
                 break  # no check is left for another design

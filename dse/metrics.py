@@ -87,6 +87,13 @@ METRICS = {
         None,
         "shadow price of HBM capacity, decode hardware (grid studies)",
     ),
+    "milp_resolves": Metric(
+        "solves",
+        None,
+        "times the design's topology was solved again before the simulations held it (grid studies;"
+        " 0: the MILP's first design)",
+        whole=True,
+    ),
 }
 
 

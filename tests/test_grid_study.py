@@ -249,6 +249,7 @@ def test_a_point_whose_cheapest_design_misses_ttft_is_resolved_with_the_target_t
     assert not rec.binding, rec.binding
     assert {p["role"] for p in rec.pools} == {"prefill", "decode"}
     assert held.request.slo.ttft_s == 0.5 and rec.metrics["ttft_pct_s"] <= 0.5  # checked at the point's
+    assert rec.metrics["milp_resolves"] == 2.0
     # the rule: the target the MILP gets again is shorter by the ratio it was missed by
     req, missed = placed.request, first.metrics["ttft_pct_s"]
     again = retargeted(req, req, first)
@@ -278,6 +279,7 @@ def test_a_point_whose_cheapest_design_falls_behind_is_sized_for_the_traffic_it_
     growth = first.constraints["stability"]
     assert first.binding.startswith("stability:") and growth > 1.0, first.binding
     assert rec.feasible and rec.metrics["sim_backlog_growth_per_s"] == 0.0
+    assert rec.metrics["milp_resolves"] == 1.0  # one solve for the traffic it fell short of
     assert held.request.workload.requests_per_s == pytest.approx(200.0 * 1.02 * 200.0 / (200.0 - growth))
     assert {p["role"] for p in rec.pools} == {"prefill", "decode"}
     aggregated = next(o for o in placed.ranked() if o.topology.value == "aggregated")
@@ -297,7 +299,7 @@ def test_more_of_a_resource_is_never_priced_below_nothing() -> None:
     point = {"model": "glm-4.6", "hardware": "b200", "input_tokens": 2000.0, "tpot_s": 0.2}
     rec, placed, _, _ = _bandwidth_point(point)
     assert placed.best is not None and placed.best.topology.value == "aggregated"
-    assert rec.metrics["hbm_bandwidth_usd_per_tbps_gpu_hour"] == 0.0
+    assert rec.metrics["hbm_bandwidth_usd_per_tbps_gpu_hour"] == 0.0 and rec.metrics["milp_resolves"] == 0.0
     assert placed.shadow_prices and all(p.usd_per_hour >= 0.0 for p in placed.shadow_prices)
 
 

@@ -637,6 +637,13 @@ def test_a_grid_says_how_its_designs_are_chosen_and_shows_an_aggregated_unit_onc
     assert "disaggregated: h200-bw150/8gpu-dpa-ep8 + h200-bw150/16gpu-dpa-ep16" in designs
 
 
+def test_a_grid_counts_the_designs_solved_again(tmp_path: Path) -> None:
+    """How many points' designs were solved again before they held, where the trials say."""
+    trials = _grid_trials().with_columns(milp_resolves=pl.Series([0, 1, None, 2], dtype=pl.Int64))
+    assert "2 of the points' designs were solved again" in _section(_grid_md(tmp_path, trials), "## Grid")
+    assert "solved again before they held" not in _section(_grid_md(tmp_path, _grid_trials()), "## Grid")
+
+
 def test_a_whatif_without_a_price_shows_no_shadow_price(tmp_path: Path) -> None:
     """An unpriced design records its shadow prices as 0; the section says "none without a
     price" and showed 0.000 (nothing saved), now "-"."""

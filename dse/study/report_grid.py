@@ -77,6 +77,9 @@ def grid_section(spec: StudySpec, trials: pl.DataFrame) -> str:
         "dynamics, a rejected topology solved again with the missed target tightened; where none "
         "holds, the MILP's best design, failing on what binds."
     )
+    if "milp_resolves" in trials.columns:
+        again = int((trials["milp_resolves"].fill_null(0) > 0).sum())
+        intro += f" {again} of the points' designs were solved again before they held (`milp_resolves`)."
     if dynamics:
         intro += (
             " Points that differ only in the dynamics axes share that design, checked in their own"
