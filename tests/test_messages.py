@@ -203,18 +203,7 @@ def test_an_empty_path_flag_is_refused_not_read_as_the_current_folder(
     monkeypatch.chdir(tmp_path)
     tiny = DATA / "tiny-study.toml"
     cases = {
-        "simulate --out": [
-            "simulate",
-            "--hardware",
-            "b200",
-            "--rate",
-            "5",
-            "--ttft",
-            "2",
-            "--tpot",
-            "0.05",
-            "--out",
-        ],
+        "simulate --out": "simulate --hardware b200 --rate 5 --ttft 2 --tpot 0.05 --out".split(),
         "study run --out": ["study", "run", tiny, "--trials", "1", "--no-export", "--no-progress", "--out"],
         "predict --trace": ["predict", "--hardware", "b200", "--load", "trace", "--trace"],
         "calibrate --out": ["calibrate", "--no-cross-validation", "--out"],
