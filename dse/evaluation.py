@@ -80,7 +80,8 @@ its design (:func:`held`)."""
 def retargeted(req: PlacementRequest, solved: PlacementRequest, ev: Evaluation) -> PlacementRequest | None:
     """The request to re-solve a rejected design's topology with: ``solved`` (the request the MILP
     sized it for) with the target the simulation found it missing tightened by the ratio it missed
-    by (a TTFT 30% over its target asks the MILP for 1/1.3 of the target it was given), or, where
+    by (a TPOT 30% over its target asks the MILP for 1/1.3 of the target it was given; a TTFT:
+    :func:`tighter_ttft`, from the TTFT the MILP priced the design at), or, where
     the backlog grows, its pools sized for the traffic they fell short of (``req``'s rate over the
     rate the design held, 2% more). None where the miss is not a target the MILP prices (the
     placement itself, a GPU cap) or the objective is goodput (it sizes its own traffic)."""
@@ -347,9 +348,10 @@ def engine_checks(
     report: PlacementReport, ctx: Context, rounds: int = RETARGET_ROUNDS
 ) -> tuple[EngineCheck, ...]:
     """Each feasible topology's design through the engine-level simulation, cheapest first by the
-    MILP's objective. Where a design misses its TTFT, its topology is solved again for the TTFT
-    it missed by (:func:`retargeted`'s rule), up to ``rounds`` times, and the first design that
-    holds is checked in its place; none holds: the MILP's first design's check."""
+    MILP's objective. Where a design misses its TTFT, its topology is solved again for a tighter
+    one (:func:`tighter_ttft`, as :func:`held` does on the simulations' verdict), up to ``rounds``
+    times, and the first design that holds is checked in its place; none holds: the MILP's first
+    design's check."""
     req = report.request
     out = []
     for o in report.ranked():
