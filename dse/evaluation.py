@@ -351,13 +351,16 @@ def engine_checks(
     MILP's objective. Where a design misses its TTFT, its topology is solved again for a tighter
     one (:func:`tighter_ttft`, as :func:`held` does on the simulations' verdict), up to ``rounds``
     times, and the first design that holds is checked in its place; none holds: the MILP's first
-    design's check."""
+    design's check. A topology no cheaper than a design already held is not solved again (a
+    tighter target cannot make it cheaper)."""
     req = report.request
     out = []
+    cheapest = math.inf  # the MILP objective of the cheapest design held so far
     for o in report.ranked():
         first = check = _engine_check(req, o, ctx)
         sized = req
-        for _ in range(rounds if req.objective is not Objective.GOODPUT else 0):
+        tries = rounds if req.objective is not Objective.GOODPUT and o.result.objective < cheapest else 0
+        for _ in range(tries):
             if check.holds or check.ttft_s is None:
                 break
             sized = tighter_ttft(req, sized, check.outcome or o, check.ttft_s)
@@ -368,6 +371,8 @@ def engine_checks(
                 _engine_check(req, again, ctx), sized_ttft_s=sized.slo.ttft_s, first_ttft_s=first.ttft_s
             )
         out.append(check if check.holds else first)
+        if check.holds:
+            cheapest = min(cheapest, (check.outcome or o).result.objective)
     return tuple(out)
 
 

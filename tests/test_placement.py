@@ -626,3 +626,33 @@ def test_confirmed_keeps_the_prices_where_the_milps_best_holds(catalog: Catalog)
     out = confirmed(report, checks)
     assert out.best is best and out.shadow_prices == report.shadow_prices
     assert [o for o in out.outcomes if o.topology is other.topology] == [again]
+
+
+def test_a_topology_no_cheaper_than_a_design_held_is_not_solved_again(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The docs' SGLang example (DeepSeek-V3 on H200, 50 requests/s of 500-token prompts, TTFT
+    0.25 s at p99): disaggregated misses and is solved again once (no prefill unit meets the
+    tighter target); aggregated holds at $214.32; attention-FFN, which misses at the same cost, is
+    not solved again, since a tighter target cannot make it cheaper than the design held."""
+    import dse.evaluation as evaluation
+    from dse.context import Context
+
+    req = PlacementRequest(
+        model="deepseek-v3", hardware=("h200-sxm",), workload=Workload(50.0, 500.0, 800.0),
+        slo=Slo(ttft_s=0.25, tpot_s=0.1, percentile=99.0), engine="sglang",
+    )  # fmt: skip
+    params = load_params()
+    report = place(req, catalog=catalog, params=params, with_shadow_prices=False)
+    solved: list[str] = []
+    real = evaluation.place_best
+
+    def counted(r, topologies, ctx, **kw):  # type: ignore[no-untyped-def]
+        solved.extend(t.value for t in topologies)
+        return real(r, topologies, ctx, **kw)
+
+    monkeypatch.setattr(evaluation, "place_best", counted)
+    ctx = Context(catalog, params, PlacementSolver())
+    checks = {c.topology.value: c for c in evaluation.engine_checks(report, ctx)}
+    assert checks["aggregated"].holds and not checks["disaggregated"].holds and not checks["afd"].holds
+    assert solved == ["disaggregated"]
