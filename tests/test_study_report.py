@@ -707,3 +707,87 @@ def test_a_whatif_says_the_points_where_only_one_side_is_feasible(tmp_path: Path
     line = next(ln for ln in whatif.splitlines() if ln.startswith("- **h200-bw150**"))
     assert "better at 0 of 1 points" in line
     assert line.endswith("; not counted: 1 point feasible with the variant only, 0 with the base only")
+
+
+def _split_trials() -> pl.DataFrame:
+    """The six trials with trial 1 an attention-FFN design and trial 2 a four-stage one, whose
+    midfill and expert pools the trials table names only in part (``p_midfill_*``)."""
+    t = _trials().with_columns(
+        p_topology=pl.Series(
+            ["aggregated", "afd", "four-stage", "aggregated", "disaggregated", "aggregated"]
+        ),
+        p_ffn_tokens_per_gpu=pl.Series([None, 64.0, 16.0, None, None, None]),
+        p_midfill_hardware=pl.Series([None, None, "h200-sxm", None, None, None], dtype=pl.String),
+        p_midfill_shape=pl.Series([None, None, "8gpu-tp8-ep8", None, None, None], dtype=pl.String),
+    )
+    return t
+
+
+def _split_pools() -> pl.DataFrame:
+    """Trial 1's pools: prefill, attention and FFN; trial 2 has none recorded."""
+    return pl.DataFrame(
+        {
+            "trial": [1, 1, 1, 0],
+            "pool": [0, 1, 2, 0],
+            "role": ["prefill", "attention", "ffn", "mixed"],
+            "hardware": ["h200-sxm", "gb200-nvl72", "gb200-nvl72", "b200"],
+            "shape": ["8gpu-tp8-ep8", "32gpu-dpa-ep32", "32gpu-dpa-ep32", "8gpu-dpa-ep8"],
+        }
+    )
+
+
+def test_the_design_tables_name_the_midfill_and_expert_pools(tmp_path: Path, spec: StudySpec) -> None:
+    """An attention-FFN or four-stage design's expert and midfill pools follow its prefill / decode
+    pair: from the placements' pools, else (trial 2, none recorded) from the trials columns; a
+    study without such a design keeps its tables as they were."""
+    trials = _split_trials()
+    pareto = trials.filter(pl.col("trial").is_in([2, 1])).sort("objective_usd_per_million_tokens")
+    tables = {**_tables(), "trials": trials, "pareto": pareto, "placements": _split_pools()}
+    md = write_report(tmp_path / "r", spec=spec, objectives=OBJECTIVES, tables=tables, best=None).read_text()
+    best, front = _section(md, "## Best designs"), _section(md, "## Pareto front")
+    cells = {r[0]: r[4:6] for r in _rows(best)}
+    assert cells["2"] == [
+        "b200 / gb200-nvl72 + midfill h200-sxm + ffn gb200-nvl72",
+        "8gpu-tp8-ep8 / 64gpu-dpa-ep64 + midfill 8gpu-tp8-ep8 + ffn 64gpu-dpa-ep64",
+    ]
+    assert cells["1"] == [
+        "h200-sxm / gb200-nvl72 + ffn gb200-nvl72",
+        "8gpu-tp8-ep8 / 32gpu-dpa-ep32 + ffn 32gpu-dpa-ep32",
+    ]
+    assert cells["0"] == ["b200", "8gpu-dpa-ep8"]  # aggregated: as before
+    assert {r[0]: r[4] for r in _rows(front)}["1"] == "h200-sxm / gb200-nvl72 + ffn gb200-nvl72"
+    assert "an attention-FFN design's decode pool is its attention pool" in best
+    assert "an attention-FFN design's decode pool is its attention pool" in front
+    # a four-stage design whose placement has no midfill pool (it is optional) shows none
+    pools = pl.concat(
+        [_split_pools(), _split_pools().filter(pl.col("trial") == 1).with_columns(trial=pl.lit(2, pl.Int64))]
+    )
+    md = write_report(
+        tmp_path / "o", spec=spec, objectives=OBJECTIVES, tables={**tables, "placements": pools}, best=None
+    ).read_text()
+    assert {r[0]: r[4] for r in _rows(_section(md, "## Best designs"))}["2"] == (
+        "b200 / gb200-nvl72 + ffn gb200-nvl72"
+    )
+    plain = write_report(
+        tmp_path / "p", spec=spec, objectives=OBJECTIVES, tables=_tables(), best=None
+    ).read_text()
+    assert " + ffn" not in plain and " + midfill" not in plain and "attention-FFN" not in plain
+
+
+def test_a_grids_design_names_its_expert_pool(tmp_path: Path) -> None:
+    trials = _grid_trials().with_columns(
+        p_topology=pl.Series(["afd", "disaggregated", "aggregated", "aggregated"])
+    )
+    pools = _split_pools().with_columns(trial=pl.lit(0, pl.Int64))
+    (tmp_path / "g.toml").write_text(DYNAMICS_GRID)
+    tables = {k: pl.DataFrame() for k in ("pareto", "kv_tiers", "sim_timeseries")}
+    md = write_report(
+        tmp_path / "report",
+        spec=load_study(tmp_path / "g.toml"),
+        objectives=[("ttft_p99_s", "minimize")],
+        tables={**tables, "trials": trials, "placements": pools},
+        best=None,
+    ).read_text()
+    designs = {r[2] for r in _rows(_section(md, "## Grid"))}
+    assert "afd: h200-sxm/8gpu-dpa-ep8 + h200-sxm/8gpu-dpa-ep8 + ffn gb200-nvl72/32gpu-dpa-ep32" in designs
+    assert "disaggregated: h200-bw150/8gpu-dpa-ep8 + h200-bw150/16gpu-dpa-ep16" in designs

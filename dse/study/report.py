@@ -33,9 +33,13 @@ from dse.study.report_figures import (
     trajectory_png,
 )
 from dse.study.report_grid import (
+    Side,
     effects_section,
     grid_figures,
     grid_section,
+    side_cell,
+    side_pools,
+    sides_of,
     stage_memory_section,
     whatif_section,
 )
@@ -109,6 +113,8 @@ def _write(
     best: BestDesign | None,
 ) -> None:
     trials = tables.get("trials", pl.DataFrame())
+    placements = tables.get("placements", pl.DataFrame())
+    pools = side_pools(placements)  # a design's midfill and FFN pools are named from these
     feasible = feasible_trials(trials)
     pareto = distinct_designs(tables.get("pareto", pl.DataFrame()))
     sim_trial, sim = trajectory_of(tables.get("sim_timeseries", pl.DataFrame()), best)
@@ -122,11 +128,11 @@ def _write(
             _overview(spec, objectives, trials, feasible),
             effects_section(spec, trials),
             whatif_section(spec, trials),
-            stage_memory_section(spec, trials, tables.get("placements", pl.DataFrame())),
+            stage_memory_section(spec, trials, placements),
             _binding_section(trials),
             _detail_section(best, spec, objectives, trials),
             _figures_section(figures),
-            grid_section(spec, trials),  # last: one row per point
+            grid_section(spec, trials, placements),  # last: one row per point
         ]
     else:
         figures = [
@@ -136,8 +142,8 @@ def _write(
         ]
         sections = [
             _overview(spec, objectives, trials, feasible),
-            _best_designs(spec, objectives, feasible),
-            _pareto_section(spec, objectives, pareto),
+            _best_designs(spec, objectives, feasible, pools),
+            _pareto_section(spec, objectives, pareto, pools),
             _binding_section(trials),
             _detail_section(best, spec, objectives, trials),
             _hbm_section(feasible, pareto),
@@ -204,9 +210,17 @@ _ALIKE = (
 )
 
 
-def _design_table(df: pl.DataFrame, columns: list[Column]) -> str:
-    """Trial, how many trials found its design, topology, KV policy, hardware and shapes, then
-    ``columns``."""
+SIDE_NOTE = (
+    "A design with a midfill or an FFN (expert) pool names it after its prefill / decode pair "
+    '("+ midfill", "+ ffn"); an attention-FFN design\'s decode pool is its attention pool.'
+)
+
+
+def _design_table(df: pl.DataFrame, columns: list[Column], pools: dict[int, list[Side]]) -> str:
+    """Trial, how many trials found its design, topology, KV policy, hardware and shapes (its
+    midfill and FFN pools' after the prefill / decode pair, ``pools`` from
+    :func:`~dse.study.report_grid.side_pools`), then ``columns``; :data:`SIDE_NOTE` under it
+    when a design has such a pool."""
     headers = [
         "trial",
         "trials",
@@ -215,20 +229,24 @@ def _design_table(df: pl.DataFrame, columns: list[Column]) -> str:
         "hardware (prefill / decode)",
         "shape (prefill / decode)",
     ]
-    rows = [
-        [
-            fmt(r.get("trial")),
-            fmt(r.get("design_trials")),
-            fmt(r.get("p_topology")),
-            fmt(r.get("p_kv_policy")),
-            _pair(r, "p_prefill_hardware", "p_decode_hardware"),
-            _pair(r, "p_prefill_shape", "p_decode_shape"),
-        ]
-        + [fmt(r.get(col), spec, scale) for _, col, spec, scale in columns]
-        for r in df.iter_rows(named=True)
-    ]
+    rows, sided = [], False
+    for r in df.iter_rows(named=True):
+        sides = sides_of(r, pools)
+        sided = sided or bool(sides)
+        rows.append(
+            [
+                fmt(r.get("trial")),
+                fmt(r.get("design_trials")),
+                fmt(r.get("p_topology")),
+                fmt(r.get("p_kv_policy")),
+                _pair(r, "p_prefill_hardware", "p_decode_hardware") + side_cell(sides, 1),
+                _pair(r, "p_prefill_shape", "p_decode_shape") + side_cell(sides, 2),
+            ]
+            + [fmt(r.get(col), spec, scale) for _, col, spec, scale in columns]
+        )
     numeric = [True, True, False, False, False, False] + [True] * len(columns)
-    return md_table(headers + [h for h, *_ in columns], rows, numeric)
+    table = md_table(headers + [h for h, *_ in columns], rows, numeric)
+    return f"{table}\n\n{SIDE_NOTE}" if sided else table
 
 
 def _objective_label(name: str, direction: str) -> str:
@@ -288,13 +306,15 @@ def by_point(spec: StudySpec, axis: str, value: Any, show: Callable[[Any], str],
     return f"{listed} {unit}".rstrip() + " by grid point"
 
 
-def _best_designs(spec: StudySpec, objectives: list[tuple[str, str]], feasible: pl.DataFrame) -> str:
+def _best_designs(
+    spec: StudySpec, objectives: list[tuple[str, str]], feasible: pl.DataFrame, pools: dict[int, list[Side]]
+) -> str:
     head = "## Best designs"
     if feasible.is_empty():
         return f"{head}\n\nNo feasible designs."
     if not objectives:
         return f"{head}\n\nNo objective to rank by; the first {TOP_N} feasible designs.\n\n" + _design_table(
-            distinct_designs(feasible).head(TOP_N), _trial_columns(spec)
+            distinct_designs(feasible).head(TOP_N), _trial_columns(spec), pools
         )
     name, direction = objectives[0]
     designs = distinct_designs(ranked(feasible, objectives[0]))
@@ -304,7 +324,7 @@ def _best_designs(spec: StudySpec, objectives: list[tuple[str, str]], feasible: 
         f" feasible trial{_s(feasible.height)}) by {name} ({direction}). {_ALIKE}"
     )
     intro += _warm_start_verdict(feasible, objectives[0])
-    return f"{head}\n\n{intro}\n\n{_design_table(top, _trial_columns(spec))}"
+    return f"{head}\n\n{intro}\n\n{_design_table(top, _trial_columns(spec), pools)}"
 
 
 def _warm_start_verdict(feasible: pl.DataFrame, objective: tuple[str, str]) -> str:
@@ -333,7 +353,9 @@ def _warm_start_verdict(feasible: pl.DataFrame, objective: tuple[str, str]) -> s
     )
 
 
-def _pareto_section(spec: StudySpec, objectives: list[tuple[str, str]], pareto: pl.DataFrame) -> str:
+def _pareto_section(
+    spec: StudySpec, objectives: list[tuple[str, str]], pareto: pl.DataFrame, pools: dict[int, list[Side]]
+) -> str:
     head = "## Pareto front"
     if pareto.is_empty():
         return f"{head}\n\nNo Pareto front: there are no feasible designs."
@@ -345,7 +367,7 @@ def _pareto_section(spec: StudySpec, objectives: list[tuple[str, str]], pareto: 
     ]
     plural = "s" if pareto.height != 1 else ""
     intro = f"{pareto.height} non-dominated design{plural}. {_ALIKE}"
-    return f"{head}\n\n{intro}\n\n{_design_table(pareto, cols)}"
+    return f"{head}\n\n{intro}\n\n{_design_table(pareto, cols, pools)}"
 
 
 def _binding_section(trials: pl.DataFrame) -> str:

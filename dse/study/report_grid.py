@@ -7,6 +7,7 @@ and returns Markdown; :func:`grid_figures` draws the PNGs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ from dse.study.spec import StudySpec
 ROLES = ("prefill", "midfill", "mixed", "decode", "attention", "ffn")
 MAX_SERIES = 12  # lines of the grid figure
 CLAIM_GB = (400.0, 500.0)  # "a single stage may need 400-500 GB of fast local memory"
+SIDE_ROLES = ("midfill", "ffn")  # pools a design may have beside its prefill / decode pair
+SPLIT_TOPOLOGIES = ("afd", "four-stage")  # designs with an FFN (expert) pool
+Side = tuple[str, str, str]  # role, hardware, shape of a pool, as cells
 
 
 def axes_of(spec: StudySpec) -> list[str]:
@@ -32,7 +36,47 @@ def _label(row: dict[str, Any], axes: list[str]) -> str:
     return ", ".join(f"{a}={fmt(row.get('x_' + a))}" for a in axes)
 
 
-def grid_section(spec: StudySpec, trials: pl.DataFrame) -> str:
+def side_pools(placements: pl.DataFrame) -> dict[int, list[Side]]:
+    """Each trial's pools in the ``placements`` table, as (role, hardware, shape) in pool order;
+    trials without a recorded pool are left out."""
+    need = ["trial", "role", "hardware", "shape"]
+    if placements.is_empty() or not set(need) <= set(placements.columns):
+        return {}
+    df = placements.sort(["trial", "pool"]) if "pool" in placements.columns else placements
+    out: dict[int, list[Side]] = {}
+    for trial, role, hw, shape in df.select(need).iter_rows():
+        out.setdefault(int(trial), []).append((str(role), fmt(hw), fmt(shape)))
+    return out
+
+
+def sides_of(row: dict[str, Any], pools: dict[int, list[Side]]) -> list[Side]:
+    """The midfill and FFN (expert) pools of a trials row's design, distinct, midfill first: its
+    placement's (``pools``, from :func:`side_pools`); where none is recorded, the row's own
+    ``p_midfill_*``, and for an attention-FFN design the decode side's hardware and shape, which a
+    search trial gives both halves (attention and FFN) of its decode side."""
+    own = pools.get(row["trial"]) if row.get("trial") is not None else None
+    if own is not None:
+        found = [p for p in own if p[0] in SIDE_ROLES]
+    else:
+        found = []
+        if row.get("p_midfill_hardware"):
+            found.append(("midfill", fmt(row["p_midfill_hardware"]), fmt(row.get("p_midfill_shape"))))
+        if row.get("p_topology") in SPLIT_TOPOLOGIES:
+            found.append(("ffn", fmt(row.get("p_decode_hardware")), fmt(row.get("p_decode_shape"))))
+    return sorted(dict.fromkeys(found), key=lambda p: SIDE_ROLES.index(p[0]))
+
+
+def side_cell(sides: list[Side], part: int) -> str:
+    """`` + midfill b200 + ffn b300``: each side pool role's distinct hardware (``part`` 1) or
+    shapes (``part`` 2), to follow a design's prefill / decode pair; "" for a design without one."""
+    text = ""
+    for role in SIDE_ROLES:
+        values = list(dict.fromkeys(p[part] for p in sides if p[0] == role))
+        text += f" + {role} {', '.join(values)}" if values else ""
+    return text
+
+
+def grid_section(spec: StudySpec, trials: pl.DataFrame, placements: pl.DataFrame | None = None) -> str:
     head = "## Grid"
     axes = axes_of(spec)
     if trials.is_empty():
@@ -56,8 +100,9 @@ def grid_section(spec: StudySpec, trials: pl.DataFrame) -> str:
             ("oscillation", "oscillation_amplitude", ".1f", 1.0),
         ]
     rows = []
+    pools = side_pools(placements if placements is not None else pl.DataFrame())
     for r in trials.sort(["x_" + a for a in axes]).iter_rows(named=True):
-        design = design_label(r)
+        design = design_label(r, sides_of(r, pools))
         verdict = "ok" if r.get("feasible") else f"fails: {fmt(r.get('binding'))[:60]}"
         rows.append(
             [fmt(r.get("x_" + a)) for a in axes]
@@ -88,14 +133,16 @@ def grid_section(spec: StudySpec, trials: pl.DataFrame) -> str:
     return f"{head}\n\n{intro}\n\n{table}"
 
 
-def design_label(row: dict[str, Any]) -> str:
-    """``topology: hardware/shape`` of each side of a design; an aggregated design's one unit once."""
+def design_label(row: dict[str, Any], sides: Sequence[Side] = ()) -> str:
+    """``topology: hardware/shape`` of each side of a design; an aggregated design's one unit once;
+    then its midfill and FFN (expert) pools (``sides``, from :func:`sides_of`), named by role."""
     if not row.get("p_topology"):
         return "-"
     prefill = f"{row.get('p_prefill_hardware')}/{row.get('p_prefill_shape')}"
     decode = f"{row.get('p_decode_hardware')}/{row.get('p_decode_shape')}"
     one = prefill == decode and row.get("p_topology") == "aggregated"
-    return f"{row.get('p_topology')}: {prefill if one else f'{prefill} + {decode}'}"
+    extra = "".join(f" + {role} {hw}/{shape}" for role, hw, shape in sides)
+    return f"{row.get('p_topology')}: {prefill if one else f'{prefill} + {decode}'}{extra}"
 
 
 def effects_section(spec: StudySpec, trials: pl.DataFrame) -> str:
