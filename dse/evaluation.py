@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -46,6 +46,7 @@ class Evaluation:
     dt_s: float = 1.0
     buffer_max: float = np.inf
     resolves: int = 0  # times its topology was solved again before this design (:func:`held`)
+    topology_rank: int = 0  # its topology's place in the MILP's ranking (:func:`held`; 0: the cheapest)
 
     @property
     def feasible(self) -> bool:
@@ -118,6 +119,50 @@ def tighter_ttft(
     return replace(solved, slo=replace(solved.slo, ttft_s=base * req.slo.ttft_s / missed_s))
 
 
+C = TypeVar("C")
+
+
+@dataclass(frozen=True)
+class Resolved(Generic[C]):
+    """One topology's checks under :func:`resolved`: the MILP's first design's, the last design's
+    (the first that passed, or the last tried), the request that design was solved for, and how
+    many times the topology was solved again to reach it."""
+
+    first: C
+    last: C
+    sized: PlacementRequest
+    rounds: int
+
+
+def resolved(
+    req: PlacementRequest,
+    outcome: TopologyOutcome,
+    ctx: Context,
+    check_one: Callable[[PlacementRequest, TopologyOutcome], C],
+    *,
+    ok: Callable[[C], bool],
+    tighter: Callable[[PlacementRequest, C], PlacementRequest | None],
+    rounds: int,
+) -> Resolved[C]:
+    """The one rule :func:`held` and :func:`engine_checks` share: ``outcome`` (``req``'s design
+    in its topology) checked with ``check_one(sized, outcome)``; while the check fails (``ok``),
+    the topology is solved again for ``tighter(sized, check)`` (None: nothing the MILP prices
+    would help) and that design checked, up to ``rounds`` times. No solve is made that no check
+    follows."""
+    first = last = check_one(req, outcome)
+    sized, n = req, 0
+    while n < rounds and not ok(last):
+        again_req = tighter(sized, last)
+        if again_req is None:
+            break
+        again = place_best(again_req, [outcome.topology], ctx, with_shadow_prices=False).best
+        if again is None:
+            break
+        sized, outcome, n = again_req, again, n + 1
+        last = check_one(sized, outcome)
+    return Resolved(first, last, sized, n)
+
+
 def held(
     req: PlacementRequest,
     placed: PlacementReport,
@@ -129,33 +174,30 @@ def held(
     (``sized``: the request the outcome was solved for, with ``req``'s targets). Where
     the simulation rejects a design, its topology is re-solved with the missed target tightened
     (:func:`retargeted`), up to :data:`RETARGET_ROUNDS` times; a later topology is tried while its
-    MILP objective is below the best design held so far. None held: the MILP's best design's
-    check (the answer names what binds); nothing placed: the first topology's outcome, checked."""
+    MILP objective is below the best design held so far (the design held records its topology's
+    place in the MILP's ranking, ``topology_rank``). None held: the MILP's best design's check
+    (the answer names what binds); nothing placed: the first topology's outcome, checked."""
     ranked = placed.ranked()
     if not ranked:
         return check_one(req, placed.outcomes[0])
     first: Evaluation | None = None
     best: Evaluation | None = None
-    for outcome in ranked:
+    for rank, outcome in enumerate(ranked):
         if best is not None and not outcome.result.objective < best.outcome.result.objective:
             break
-        sized = req
-        for round_ in range(1 + RETARGET_ROUNDS):
-            ev = check_one(replace(sized, slo=req.slo), outcome)  # the targets are req's
-            first = first or ev
-            if ev.feasible:
-                if best is None or ev.outcome.result.objective < best.outcome.result.objective:
-                    best = replace(ev, resolves=round_)
-                break
-            if round_ == RETARGET_ROUNDS:
-                break  # no check is left for another design
-            tighter = retargeted(req, sized, ev)
-            if tighter is None:
-                break
-            again = place_best(tighter, [outcome.topology], ctx, with_shadow_prices=False).best
-            if again is None:
-                break
-            sized, outcome = tighter, again
+        tried = resolved(
+            req,
+            outcome,
+            ctx,
+            lambda sized, o: check_one(replace(sized, slo=req.slo), o),  # the targets are req's
+            ok=lambda ev: ev.feasible,
+            tighter=lambda sized, ev: retargeted(req, sized, ev),
+            rounds=RETARGET_ROUNDS,
+        )
+        first = first or tried.first
+        ev = tried.last
+        if ev.feasible and (best is None or ev.outcome.result.objective < best.outcome.result.objective):
+            best = replace(ev, resolves=tried.rounds, topology_rank=rank)
     assert first is not None
     return best or first
 
@@ -357,23 +399,31 @@ def engine_checks(
     out = []
     cheapest = math.inf  # the MILP objective of the cheapest design held so far
     for o in report.ranked():
-        first = check = _engine_check(req, o, ctx)
-        sized = req
-        tries = rounds if req.objective is not Objective.GOODPUT and o.result.objective < cheapest else 0
-        for _ in range(tries):
-            if check.holds or check.ttft_s is None:
-                break
-            sized = tighter_ttft(req, sized, check.outcome or o, check.ttft_s)
-            again = place_best(sized, [o.topology], ctx, with_shadow_prices=False).best
-            if again is None:
-                break
-            check = replace(
-                _engine_check(req, again, ctx), sized_ttft_s=sized.slo.ttft_s, first_ttft_s=first.ttft_s
-            )
-        out.append(check if check.holds else first)
+        tried = resolved(
+            req,
+            o,
+            ctx,
+            lambda _sized, design: _engine_check(req, design, ctx),  # the targets are req's
+            ok=lambda c: c.holds,
+            tighter=lambda sized, c: _tighter_engine(req, sized, c),
+            rounds=rounds if req.objective is not Objective.GOODPUT and o.result.objective < cheapest else 0,
+        )
+        check = tried.last
+        if tried.rounds:
+            check = replace(check, sized_ttft_s=tried.sized.slo.ttft_s, first_ttft_s=tried.first.ttft_s)
+        out.append(check if check.holds else tried.first)
         if check.holds:
             cheapest = min(cheapest, (check.outcome or o).result.objective)
     return tuple(out)
+
+
+def _tighter_engine(
+    req: PlacementRequest, sized: PlacementRequest, c: EngineCheck
+) -> PlacementRequest | None:
+    """:func:`tighter_ttft` for an engine check that missed (None where it was not simulated)."""
+    if c.ttft_s is None or c.outcome is None:
+        return None
+    return tighter_ttft(req, sized, c.outcome, c.ttft_s)
 
 
 def _engine_check(req: PlacementRequest, o: TopologyOutcome, ctx: Context) -> EngineCheck:

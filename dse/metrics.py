@@ -94,6 +94,14 @@ METRICS = {
         " 0: the MILP's first design)",
         whole=True,
     ),
+    "milp_topology_rank": Metric(
+        "rank",
+        None,
+        "the design's topology's place in the MILP's ranking of the point's topologies by its objective"
+        " (grid studies; 0: the MILP's cheapest; more: a cheaper topology's design failed the"
+        " simulations, or cost more once solved again)",
+        whole=True,
+    ),
 }
 
 

@@ -249,7 +249,7 @@ def test_a_point_whose_cheapest_design_misses_ttft_is_resolved_with_the_target_t
     assert not rec.binding, rec.binding
     assert {p["role"] for p in rec.pools} == {"prefill", "decode"}
     assert held.request.slo.ttft_s == 0.5 and rec.metrics["ttft_pct_s"] <= 0.5  # checked at the point's
-    assert rec.metrics["milp_resolves"] == 2.0
+    assert rec.metrics["milp_resolves"] == 2.0 and rec.metrics["milp_topology_rank"] == 0.0
     # the rule: the target the MILP gets again is shorter by the ratio it was missed by
     req, missed = placed.request, first.metrics["ttft_pct_s"]
     again = retargeted(req, req, first)
@@ -360,6 +360,34 @@ def test_a_topology_is_solved_again_only_while_a_check_is_left(monkeypatch: pyte
     ev = evaluation.held(placed.request, placed, Context(cat, params, solver), reject)
     assert not ev.feasible and ev.outcome is placed.best  # none held: the MILP's design answers
     assert calls == {"check": 1 + evaluation.RETARGET_ROUNDS, "solve": evaluation.RETARGET_ROUNDS}
+
+
+def test_a_point_whose_cheapest_topology_fails_records_the_rank_of_the_one_that_holds() -> None:
+    """The MILP's cheapest topology's design fails on what no target can fix (a GPU cap): the next
+    topology's design answers, and records its place in the MILP's ranking, 1."""
+    from dataclasses import replace
+
+    import dse.evaluation as evaluation
+    from dse.context import Context
+
+    spec = load_study(GRID)
+    cat = study_catalog(spec, load_catalog())
+    ctx = Context(cat, load_params(), PlacementSolver(TRIAL_SOLVE))
+    placed = evaluation.place_best(
+        request_at(spec, cat), [Topology.DISAGGREGATED, Topology.AGGREGATED], ctx
+    )
+    ranked = placed.ranked()
+    assert len(ranked) == 2
+
+    def check_one(sized, outcome):  # type: ignore[no-untyped-def]
+        ev = evaluation.check(sized, outcome, scenario_for(spec), ctx, dt_s=1.0)
+        if outcome.topology is not ranked[0].topology:
+            return ev
+        return replace(ev, constraints={**ev.constraints, "gpus": 1.0}, binding="gpus: over a cap")
+
+    ev = evaluation.held(placed.request, placed, ctx, check_one)
+    assert ev.feasible and ev.outcome.topology is ranked[1].topology
+    assert ev.topology_rank == 1 and ev.resolves == 0
 
 
 def test_headroom_draws_and_prices_energy_at_the_traffic_served() -> None:

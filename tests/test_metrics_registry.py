@@ -76,7 +76,8 @@ def test_a_trial_records_registered_metrics_and_constraints_and_exports_their_co
     for name, metric in METRICS.items():
         want = pa.int64() if metric.whole else pa.float64()
         assert types.field(METRIC_COLUMNS[name]).type == want, name
-    assert {n for n, m in METRICS.items() if m.whole} == {"gpus", "planner_moves", "milp_resolves"}
+    whole = {"gpus", "planner_moves", "milp_resolves", "milp_topology_rank"}
+    assert {n for n, m in METRICS.items() if m.whole} == whole
     assert trials["gpus"].drop_nulls().to_list() == [int(r["metrics"]["gpus"]) for r in placed]
     assert types.field("design_trials").type == pa.int64()
     series = pq.read_schema(tmp_path / "exports" / "sim_timeseries" / "study=tiny-study" / "part-0.parquet")

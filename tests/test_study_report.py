@@ -644,6 +644,17 @@ def test_a_grid_counts_the_designs_solved_again(tmp_path: Path) -> None:
     assert "solved again before they held" not in _section(_grid_md(tmp_path, _grid_trials()), "## Grid")
 
 
+def test_a_grid_counts_the_points_answered_in_another_topology(tmp_path: Path) -> None:
+    """Where the MILP's cheapest topology's design failed the simulations and another topology
+    answers, the grid says at how many points."""
+    trials = _grid_trials().with_columns(milp_topology_rank=pl.Series([0, 1, None, 0], dtype=pl.Int64))
+    assert "1 of the points are answered in a topology the MILP did not rank cheapest" in _section(
+        _grid_md(tmp_path, trials), "## Grid"
+    )
+    zeros = _grid_trials().with_columns(milp_topology_rank=pl.Series([0, 0, None, 0], dtype=pl.Int64))
+    assert "did not rank cheapest" not in _section(_grid_md(tmp_path, zeros), "## Grid")
+
+
 def test_a_whatif_without_a_price_shows_no_shadow_price(tmp_path: Path) -> None:
     """An unpriced design records its shadow prices as 0; the section says "none without a
     price" and showed 0.000 (nothing saved), now "-"."""

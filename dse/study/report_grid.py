@@ -125,6 +125,14 @@ def grid_section(spec: StudySpec, trials: pl.DataFrame, placements: pl.DataFrame
     if "milp_resolves" in trials.columns:
         again = int((trials["milp_resolves"].fill_null(0) > 0).sum())
         intro += f" {again} of the points' designs were solved again before they held (`milp_resolves`)."
+    if "milp_topology_rank" in trials.columns:
+        other = int((trials["milp_topology_rank"].fill_null(0) > 0).sum())
+        if other:
+            intro += (
+                f" {other} of the points are answered in a topology the MILP did not rank cheapest:"
+                " the cheapest one's design failed the simulations, or cost more once solved again"
+                " (`milp_topology_rank`)."
+            )
     if dynamics:
         intro += (
             " Points that differ only in the dynamics axes share that design, checked in their own"

@@ -28,7 +28,7 @@ from dse.sim.stored import simulate_stored
 from dse.study.choice import SPLIT_DECODE
 from dse.study.objectives import NO_VALUE
 
-SCHEMA_VERSION = 4  # 4: nulls for what a pool lacks, never nan; 3: counts as integers; docs/schema.md
+SCHEMA_VERSION = 5  # docs/schema.md's version history
 PARAM_COLUMNS = (
     "topology",
     "kv_policy",

@@ -108,13 +108,15 @@ def evaluate_point(
             planner = Planner(PlannerKind(point["planner"]), period_s=period, delay_s=delay)
         scenario = scenario_for(s, tail=point.get("output_tail"), planner=planner)
         buffer_max = float(point.get("buffer_requests", np.inf))
-        ev = replace(checked(ev.request, ev.outcome, scenario, buffer_max=buffer_max), resolves=ev.resolves)
+        again = checked(ev.request, ev.outcome, scenario, buffer_max=buffer_max)
+        ev = replace(again, resolves=ev.resolves, topology_rank=ev.topology_rank)
     rec = record_of(ev)
     if not ev.outcome.feasible:
         return rec
     prices = placed.shadow_prices if ev.outcome is placed.best else ()  # the MILP's best design's
     metrics: dict[str, float | None] = dict(rec.metrics)
     metrics["milp_resolves"] = float(ev.resolves)
+    metrics["milp_topology_rank"] = float(ev.topology_rank)
     decode_hw = _decode_hardware(ev.outcome)
     for p in prices:
         if p.hardware == decode_hw and p.resource == "hbm_bandwidth":
