@@ -4,9 +4,11 @@ the catalog's HBM capacity is GiB) and the same pricing of measured kernels."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
+from conftest import Cli
 
 from dse.catalog import Catalog, Hardware
 from dse.perf.params import PerfParams, load_params
@@ -68,3 +70,17 @@ def test_hbm_bandwidth_is_worth_its_measured_kernels_speed_up(catalog: Catalog) 
     assert saved > 0.0
     # a first-order price against a step of 0.1 TB/s: within the curvature of the step
     assert price.usd_per_hour == pytest.approx(saved / 0.1, rel=0.1)
+
+
+def test_a_design_on_hardware_without_a_price_has_no_shadow_prices(cli: Cli) -> None:
+    """VR200 has no price: a GPU-count placement on it saves no $/hour, and its prices had all
+    come out $0 (bandwidth and capacity worth nothing, in the table, `--json` and a grid's export)."""
+    args = ["place", "--model", "kimi-k3", "--hardware", "vr200", "--objective", "gpus", "--rate", "20",
+            "--isl", "4000", "--osl", "1000", "--ttft", "2", "--tpot", "0.05",
+            "--topology", "disaggregated"]  # fmt: skip
+    r = cli(*args, "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["best"] is not None and doc["shadow_prices"] == []
+    text = cli(*args)
+    assert text.code == 0 and "vr200-nvl144" in text.out and "shadow prices" not in text.out

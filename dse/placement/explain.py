@@ -267,6 +267,10 @@ def shadow_prices(
     with the multipliers of the relaxed LP)."""
     # priced in $/hour whatever the placement optimised (GPU counts or goodput have other units)
     data = replace(c.data, objective=Objective.COST)
+    if not np.isfinite(data.usd_per_gpu_hour[chosen.sale_units > 0.5]).all():
+        # a GPU-count design on hardware the price tier does not price (VR200): no $/hour to save,
+        # and the LP's costs are not numbers (every price had come out $0)
+        return ()
     lp, duals = solver.relaxed_duals(data, chosen)
     if not lp.has_solution or lp.solution is None:
         return ()
