@@ -92,6 +92,8 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
     hardware: dict[str, Hardware] = {}
     models: dict[str, Model] = {}
     files: dict[str, Path] = {}
+    hw_files: dict[str, Path] = {}  # by kind: a model id may repeat a hardware id until refused
+    model_files: dict[str, Path] = {}
     measured_at: dict[str, float] = {}  # a measured-kernel folder -> the HBM TB/s it ran at
     shipped: dict[str, object] = {}
     edited: set[str] = set()
@@ -100,7 +102,7 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
             if hw_dir == SHIPPED_HARDWARE and entry.measured_kernels:
                 measured_at.setdefault(entry.measured_kernels, entry.hbm.bandwidth_tb_per_s)
             hardware[entry.id] = _measured_at(entry, measured_at)
-            files[entry.id] = path
+            files[entry.id] = hw_files[entry.id] = path
             _note_edit(hw_dir == SHIPPED_HARDWARE, entry.id, hardware[entry.id], shipped, edited)
         for path, m in _load_folder(model_dir, Model):
             gap = m.published_gap()
@@ -112,14 +114,15 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
                 )
                 raise InputError(str(path), f"published.{key}", rule, published)
             models[m.id] = m
-            files[m.id] = path  # a model id that repeats a hardware id is refused below
+            files[m.id] = model_files[m.id] = path
             _note_edit(model_dir == SHIPPED_MODELS, m.id, m, shipped, edited)
     if not hardware or not models:
         raise InputError(str(SHIPPED_HARDWARE.parent), "", "catalog folders hold no entries")
     for shared in sorted(set(hardware) & set(models)):
-        raise InputError(str(files[shared]), "id", "must not repeat the id of a hardware entry", shared)
+        _shared_id(shared, hw_files[shared], model_files[shared])
     _check_aliases("hardware", hardware, files)
     _check_aliases("model", models, files)
+    _check_across(hardware, models, files)
     return Catalog(
         MappingProxyType(hardware), MappingProxyType(models), MappingProxyType(files), frozenset(edited)
     )
@@ -181,6 +184,35 @@ def _check_aliases(kind: str, entries: Mapping[str, E], files: Mapping[str, Path
                     alias,
                 )
             owner[alias] = entry.id
+
+
+def _shared_id(name: str, hw_file: Path, model_file: Path) -> None:
+    """Refuse a model and a hardware entry of one id, naming the user's file: the model's, unless
+    the model is shipped and the hardware is the user's."""
+    if _shipped(model_file) and not _shipped(hw_file):
+        rule = f"must not repeat the id of the shipped model '{name}' ({model_file})"
+        raise InputError(str(hw_file), "id", rule, name)
+    raise InputError(str(model_file), "id", "must not repeat the id of a hardware entry", name)
+
+
+def _check_across(
+    hardware: Mapping[str, Hardware], models: Mapping[str, Model], files: Mapping[str, Path]
+) -> None:
+    """No model is named (by its id or an alias) as a hardware is: `dse catalog show NAME` and
+    the error messages would find the hardware, and the model could not be shown by that name.
+    The user's file is the one named, whichever of the two it is."""
+    hw_of = {name: h.id for h in hardware.values() for name in (h.id, *h.aliases)}
+    for m in models.values():
+        for field, name in (("id", m.id), *(("aliases", a) for a in m.aliases)):
+            if name not in hw_of:
+                continue
+            h = hw_of[name]
+            if _shipped(files[m.id]) and not _shipped(files[h]):
+                own = "id" if name == h else "aliases"
+                rule = f"must not repeat an id or alias of the shipped model '{m.id}' ({files[m.id]})"
+                raise InputError(str(files[h]), own, rule, name)
+            rule = f"must not repeat an id or alias of hardware '{h}' ({files[h]})"
+            raise InputError(str(files[m.id]), field, rule, name)
 
 
 def _shipped(path: Path) -> bool:

@@ -26,6 +26,7 @@ from dse.catalog import Catalog, Hardware
 from dse.perf.params import PerfParams
 from dse.placement.candidates import Candidates, build_candidates
 from dse.placement.request import PlacementRequest, Topology
+from dse.units import GB, GIB
 from formulations.placement_check import residuals
 from formulations.placement_data import Objective, PlacementData, PlacementSolution, Role
 from formulations.solve import PlacementSolver
@@ -209,18 +210,30 @@ class ShadowPrice:
     usd_per_gpu_hour: float  # the same per GPU of this hardware in the design
 
 
+def _more_bandwidth(hw: Hardware, d: float) -> Hardware:
+    """``hw`` with ``d`` TB/s more HBM bandwidth per GPU. Its measured kernel tables (if any) stay
+    measured at its own bandwidth and are scaled to the new one, as a what-if variant's are
+    (:func:`dse.study.variants.variant_hardware`): read at the new bandwidth as measured, the
+    memory-bound ops kept their times and bandwidth was worth nothing under ``--kernels
+    measured``."""
+    return replace(
+        hw,
+        hbm=replace(hw.hbm, bandwidth_tb_per_s=hw.hbm.bandwidth_tb_per_s + d),
+        measured_hbm_tb_per_s=hw.measured_hbm_tb_per_s or hw.hbm.bandwidth_tb_per_s,
+    )
+
+
+def _more_capacity(hw: Hardware, d: float) -> Hardware:
+    """``hw`` with ``d`` GB (10^9 bytes, the unit dse prints) more HBM per GPU. The catalog's
+    capacity is the datasheet's figure, read as GiB (:class:`dse.catalog.hardware.Hbm`); adding
+    ``d`` to it added GiB, and the price per "GB" was that of 1.074 GB."""
+    return replace(hw, hbm=hw.hbm.scaled(plus_gib=d * GB / GIB))
+
+
 RESOURCES = {
     # name: (unit, step per GPU, apply)
-    "hbm_bandwidth": (
-        "TB/s",
-        0.1,
-        lambda hw, d: replace(hw, hbm=replace(hw.hbm, bandwidth_tb_per_s=hw.hbm.bandwidth_tb_per_s + d)),
-    ),
-    "hbm_capacity": (
-        "GB",
-        4.0,
-        lambda hw, d: replace(hw, hbm=hw.hbm.scaled(plus_gib=d)),
-    ),
+    "hbm_bandwidth": ("TB/s", 0.1, _more_bandwidth),
+    "hbm_capacity": ("GB", 4.0, _more_capacity),
     "host_link": (
         "GB/s",
         4.0,
@@ -254,6 +267,10 @@ def shadow_prices(
     with the multipliers of the relaxed LP)."""
     # priced in $/hour whatever the placement optimised (GPU counts or goodput have other units)
     data = replace(c.data, objective=Objective.COST)
+    if not np.isfinite(data.usd_per_gpu_hour[chosen.sale_units > 0.5]).all():
+        # a GPU-count design on hardware the price tier does not price (VR200): no $/hour to save,
+        # and the LP's costs are not numbers (every price had come out $0)
+        return ()
     lp, duals = solver.relaxed_duals(data, chosen)
     if not lp.has_solution or lp.solution is None:
         return ()

@@ -42,8 +42,11 @@ def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) 
     extra: dict[str, Hardware] = {}
     files = dict(catalog.files)
     for i, v in enumerate(spec.variants):
-        if _resolves(catalog, v.id):  # in any case, or an alias: lookups would find the catalog's
+        if _resolves(catalog.hardware, v.id):  # in any case, or an alias: lookups would find the catalog's
             rule = "must not reuse a catalog hardware id or alias"
+            raise InputError(source, f"variants[{i}].id", rule, v.id)
+        if _resolves(catalog.model, v.id):  # as a catalog file may not: the two would share one name
+            rule = "must not reuse a catalog model id or alias"
             raise InputError(source, f"variants[{i}].id", rule, v.id)
         base = _known(catalog.hardware, v.base, source, f"variants[{i}].base")
         extra[v.id] = variant_hardware(base, v)
@@ -101,9 +104,9 @@ def with_catalog_ids(spec: StudySpec, catalog: Catalog) -> StudySpec:
     return replace(spec, hardware=hardware, sweep=replace(spec.sweep, hardware=swept))
 
 
-def _resolves(catalog: Catalog, name: str) -> bool:
+def _resolves(lookup: Callable[[str], object], name: str) -> bool:
     try:
-        catalog.hardware(name)
+        lookup(name)
     except InputError:
         return False
     return True
