@@ -133,8 +133,8 @@ def shadow_prices() -> None:
         for hw in sorted({p["hardware"] for p in best.shadow_prices}):
             h = catalog.hardware(hw)
             price = {p["resource"]: p["usd_per_hour"] for p in best.shadow_prices if p["hardware"] == hw}
-            # a what-if scales what the engine sizes with
-            bw, cap = 0.1 * h.hbm.bandwidth_tb_per_s, 0.1 * h.hbm.usable_gib
+            # a what-if scales what the engine sizes with; capacity is priced per GB of 10^9 bytes
+            bw, cap = 0.1 * h.hbm.bandwidth_tb_per_s, 0.1 * h.hbm.usable_gib * 2**30 / 1e9
             print(
                 f"[{study}] {hw}: +10% bandwidth ({bw:.2g} TB/s x ${price['hbm_bandwidth']:.3g}) = "
                 f"${bw * price['hbm_bandwidth']:.2f}/h; +10% capacity ({cap:.3g} GB x "
