@@ -666,6 +666,18 @@ def test_a_whatif_without_a_price_shows_no_shadow_price(tmp_path: Path) -> None:
     assert row[:2] == ["1", "h200-bw150"] and row[-2:] == ["-", "-"]
 
 
+def test_a_whatif_shows_a_small_shadow_price_to_its_digits(tmp_path: Path) -> None:
+    """A capacity price of $0.00004 per GB-hour printed as 0.0000 (four decimals), as if HBM
+    capacity were worth nothing there; prices now keep three significant digits."""
+    trials = _grid_trials().with_columns(
+        usd_per_hour=pl.Series([30.0, 20.0, 30.0, 20.0], dtype=pl.Float64),
+        hbm_bandwidth_usd_per_tbps_gpu_hour=pl.Series([0.000123, 0.0, 0.5, 0.0]),
+        hbm_capacity_usd_per_gb_gpu_hour=pl.Series([4.27e-5, 0.0, 0.01, 0.0]),
+    )
+    (row,) = _rows(_section(_grid_md(tmp_path, trials), "## What-if hardware"))
+    assert row[-2:] == ["0.000123", "4.27e-05"]
+
+
 def test_the_grid_figure_says_which_lines_it_leaves_out(tmp_path: Path) -> None:
     """The figure drew 12 lines of however many combinations there were, in trial order, and its
     caption did not say so; its y axis had no unit."""

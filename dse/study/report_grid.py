@@ -280,8 +280,8 @@ def whatif_section(spec: StudySpec, trials: pl.DataFrame) -> str:
                 fmt(r["base_cost"], ".4g"),
                 fmt(r[col], ".4g"),
                 fmt(r["change_pct"], "+.1f"),
-                fmt(r.get("hbm_bandwidth_usd_per_tbps_gpu_hour"), ".3f"),
-                fmt(r.get("hbm_capacity_usd_per_gb_gpu_hour"), ".4f"),
+                fmt(r.get("hbm_bandwidth_usd_per_tbps_gpu_hour"), ".3g"),
+                fmt(r.get("hbm_capacity_usd_per_gb_gpu_hour"), ".3g"),
             ]
         )
     table = md_table(
