@@ -130,7 +130,8 @@ def _printable(text: str) -> str:
 
 def _short_repr(value: object, limit: int = 80) -> str:
     try:
-        text = repr(value)
+        # a boolean as the TOML and JSON the input was written in spell it (``tdp_w = true``)
+        text = ("true" if value else "false") if isinstance(value, bool) else repr(value)
     except (ValueError, RecursionError):  # an int of more than 4300 digits, a deeply nested list
         text = f"<{type(value).__name__} too large to show>"
     text = _printable(text)

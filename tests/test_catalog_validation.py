@@ -59,7 +59,12 @@ CASES = [
     (
         "bool for integer",
         {"domain_gpus = 8": "domain_gpus = true"},
-        r"scale_up\.domain_gpus = True: must be an integer",
+        r"scale_up\.domain_gpus = true: must be an integer",  # as the TOML spells it (was True)
+    ),
+    (
+        "bool for number",
+        {"capacity_gb = 180": "capacity_gb = true"},
+        r"hbm\.capacity_gb = true: must be a number",
     ),
     (
         "unknown enum",
