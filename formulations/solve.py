@@ -238,6 +238,10 @@ class PlacementSolver:
             else:
                 b.solver.update()
             lp = b.solver._solver_model.getLp()
+            # pyomo's columns as they stand: a solve through it may have re-added some (_keep_order)
+            columns = columns_of(b.m, dict(b.solver._pyomo_var_to_solver_var_map))
+            if b.direct is None or not self.options.direct:
+                b.columns = columns
         else:
             if b.direct is None:
                 b.direct = DirectModel.of_persistent(b.m, b.solver)
@@ -310,6 +314,7 @@ class PlacementSolver:
         depends on counts alone); fixing which units are used and relaxing how many gives the
         marginal cost of capacity around the chosen design."""
         b, _ = self._instance(data)
+        self._keep_order(b)
         unbounded = np.full(data.n_units, np.inf)
         x_ub = np.where(chosen.instances > 0.5, unbounded, 0.0)
         n_ub = np.where(chosen.sale_units > 0.5, np.inf, 0.0)
@@ -318,9 +323,22 @@ class PlacementSolver:
             result, raw = self._run_pyomo(b, data, duals=True)
         return result, _family_duals(b.m, data, raw)
 
+    def _keep_order(self, b: _Built) -> None:
+        """Read the structure's rows and columns for the direct path (:meth:`_arrays`) before a
+        solve through pyomo changes its model: pyomo's persistent interface re-adds a variable
+        whose domain changes (the relaxed counts of :meth:`relaxed_duals`) at the end, so a
+        direct model read after it had the columns in another order, and a MILP with tied
+        designs (72 GPUs in one rack, whichever shapes) answered another of them than it did on a
+        fresh solver: the same request's answer depended on what was solved before it."""
+        if self.options.direct and b.direct is None:
+            b.direct = DirectModel.of_persistent(b.m, b.solver)
+            if b.columns is None:
+                b.columns = columns_of(b.m, dict(b.solver._pyomo_var_to_solver_var_map))
+
     def elastic(self, data: PlacementData, scale: dict[str, float]) -> ElasticResult:
         """Solve with the elastic slacks open (see :func:`formulations.placement.set_objective`)."""
         b, _ = self._instance(data)
+        self._keep_order(b)
         placement.set_objective(b.m, data.objective, elastic=scale)
         try:
             result = self._run(b, data)

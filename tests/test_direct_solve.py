@@ -208,3 +208,40 @@ def test_the_pyomo_resolve_is_still_there_to_compare() -> None:
     assert again.solution.instances.tolist() == alone.solution.instances.tolist()
     assert again.objective == pytest.approx(alone.objective, rel=1e-9)
     assert again.build_s == 0.0
+
+
+def test_a_request_answers_the_same_design_whatever_was_priced_before() -> None:
+    """stage-memory-2027's DeepSeek-V3.2 point on GB300 with 4x HBM (fewest GPUs): every design
+    within one 72-GPU rack ties, and which one HiGHS answers depends on the order of the columns.
+    Shadow prices solve through pyomo with the counts relaxed, and pyomo re-added those columns
+    at the end, so a direct model read afterwards had another order: the same request answered
+    one 64-GPU instance on a fresh solver and four units of 8-32 GPUs after a point's prices.
+    Either path (direct or through pyomo) now answers the same design before and after."""
+    from dse.context import Context
+    from dse.placement.plan import place_best
+    from dse.study.grid import spec_at
+    from dse.study.runner import TRIAL_SOLVE
+    from dse.study.spec import load_study
+    from dse.study.sweep import request_at
+    from dse.study.variants import study_catalog
+
+    spec = load_study("stage-memory-2027")
+    point = {"model": "deepseek-v3.2", "hardware": "gb300-hbm-x4", "cached_prefix_tokens": 128000.0,
+             "tpot_s": 0.05, "kv_policy": "hbm-only"}  # fmt: skip
+    cat = study_catalog(spec, load_catalog())
+    s = spec_at(spec, point)
+    req = request_at(s, cat, 0.0, "hbm-only")
+    topologies = [Topology.AGGREGATED]
+
+    def design(solver: PlacementSolver, prices: bool) -> tuple[Any, ...]:
+        r = place_best(req, topologies, Context(cat, load_params(), solver), with_shadow_prices=prices)
+        assert r.best is not None and r.best.result.solution is not None
+        assert (not prices) or r.shadow_prices  # the relaxed LP ran
+        return tuple(sorted((p.unit.name, p.instances) for p in r.best.pools))
+
+    for direct in (True, False):
+        options = replace(TRIAL_SOLVE, direct=direct)
+        solver = PlacementSolver(options)
+        first = design(solver, prices=True)  # the shadow prices' LP runs after this solve
+        assert design(solver, prices=False) == first, direct
+        assert design(PlacementSolver(options), prices=False) == first, direct
