@@ -114,6 +114,10 @@ def test_bad_flags_exit_2_with_one_line(cli: Cli) -> None:
             "0.5:10",
         ): "think = 0.5: shares must sum to 1",
         ("--objective", "goodput"): "--budget: is required by --objective goodput",
+        # a returning turn's flags without returning turns had been ignored: a design for none
+        ("--prefix", "20000"): "--prefix = 20000.0: needs --returning-share above 0 (no request returns)",
+        ("--suffix", "500"): "--suffix = 500.0: needs --returning-share above 0",
+        ("--think", "1:600"): "--think = '1:600': needs --returning-share above 0",
         ("--inventory", "b200=many"): "--inventory = 'b200=many': must be HW=GPUS",
     }
     for flags, message in cases.items():

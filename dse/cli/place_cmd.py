@@ -314,6 +314,10 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
                 src, "--think", "must be SHARE:SECONDS pairs separated by commas", part
             ) from None
         think.append({"share": share, "dwell_s": dwell})
+    if not args.returning_share:  # a returning turn's flags, without returning turns: refused, not ignored
+        for flag, value in (("--prefix", args.prefix), ("--suffix", args.suffix), ("--think", args.think)):
+            if value:
+                raise InputError(src, flag, "needs --returning-share above 0 (no request returns)", value)
     workload = _built(
         Workload,
         {
