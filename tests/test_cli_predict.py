@@ -727,9 +727,10 @@ def test_draft_depth_flag(cli: Cli) -> None:
     assert f"MTP 1 draft ({1 + rate:.2f} tokens per step), KV bf16)" in table.out.splitlines()[0]
     bad = cli("predict", "--hardware", "b200", "--mtp-draft-tokens", "2")
     assert bad.code == 2
+    # the flag's own words (it had said a batch row's: "must be empty or 0 in a row without MTP
+    # (spec_method none)")
     assert bad.err.strip() == (
-        "dse: error: dse predict: --mtp-draft-tokens = '2': must be empty or 0 in a row without MTP "
-        "(spec_method none)"
+        "dse: error: dse predict: --mtp-draft-tokens = 2: needs --mtp (the drafts of its speculative steps)"
     )
 
 

@@ -355,6 +355,9 @@ def _one_deployment(args: argparse.Namespace) -> None:
             check_number(value, source=SRC, key="--" + name.replace("_", "-"), check=check)
     if args.load == "closed" and not float(args.conc).is_integer():  # the simulation runs whole clients
         raise InputError(SRC, "--conc", "must be a whole number of clients in a closed loop", args.conc)
+    if args.mtp_draft_tokens and not args.mtp:  # flag words, not a batch row's (spec_method none)
+        rule = "needs --mtp (the drafts of its speculative steps)"
+        raise InputError(SRC, "--mtp-draft-tokens", rule, args.mtp_draft_tokens)
     if not args.afd:  # the expert pool's flags mean nothing without one
         for flag, default in (("ffn_gpus", 8), ("ffn_workers", 1), ("ffn_ep", 0)):
             if getattr(args, flag) != default:
