@@ -70,3 +70,14 @@ def test_usage_error_exits_2(cli: Cli) -> None:
     proc = cli("catalog", "list", "gpus")
     assert proc.code == 2
     assert "invalid choice" in proc.err
+
+
+def test_list_models_names_the_experts_precision_where_it_differs(cli: Cli) -> None:
+    """gpt-oss-120b and Kimi K3 ship fp4 routed experts beside bf16 dense weights: the table's
+    weights column had said "bf16" alone, 3-4x the bytes their experts hold."""
+    out = cli("catalog", "list", "models")
+    assert out.code == 0, out.err
+    rows = {line.split()[0]: line for line in out.out.splitlines()[2:] if line.strip()}
+    assert rows["gpt-oss-120b"].endswith("  bf16, experts fp4"), rows["gpt-oss-120b"]
+    assert rows["kimi-k3"].endswith("  bf16, experts fp4"), rows["kimi-k3"]
+    assert rows["deepseek-v3"].endswith("  fp8") and rows["llama-3.1-70b"].endswith("  bf16")

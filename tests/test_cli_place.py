@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
-from conftest import Cli, Result
+from conftest import REPO, Cli, Result
 
 BASE = [
     "place",
@@ -113,6 +114,10 @@ def test_bad_flags_exit_2_with_one_line(cli: Cli) -> None:
             "0.5:10",
         ): "think = 0.5: shares must sum to 1",
         ("--objective", "goodput"): "--budget: is required by --objective goodput",
+        # a returning turn's flags without returning turns had been ignored: a design for none
+        ("--prefix", "20000"): "--prefix = 20000.0: needs --returning-share above 0 (no request returns)",
+        ("--suffix", "500"): "--suffix = 500.0: needs --returning-share above 0",
+        ("--think", "1:600"): "--think = '1:600': needs --returning-share above 0",
         ("--inventory", "b200=many"): "--inventory = 'b200=many': must be HW=GPUS",
     }
     for flags, message in cases.items():
@@ -421,3 +426,24 @@ def test_the_note_names_storage_the_rows_leave_out() -> None:
         f"{best.usd_per_hour:,.2f}", f"{pools_only:,.2f}"
     )
     assert _rows_note(replace(best, idle=(), usd_per_hour=pools_only)) is None  # the pools are all of it
+
+
+def test_hardware_without_a_price_says_which_tiers_have_one(cli: Cli, tmp_path: Path) -> None:
+    """The error had always said "choose another price tier", also for VR200 NVL144, which has
+    none (a projected GPU): it now names the tiers an entry has, or says none has one and that
+    a GPU-count placement needs no price."""
+    vr200 = run(cli, "--hardware", "vr200", "--model", "kimi-k2")
+    assert vr200.code == 2 and vr200.err.count("\n") == 1, vr200.err
+    assert vr200.err.endswith(
+        "vr200-nvl144.toml: prices.usd_per_gpu_hour_own_hyperscaler: has no value; no price tier has "
+        "one (--objective gpus places it without a price), or add the price to the catalog\n"
+    ), vr200.err
+    mine = tmp_path / "hardware"
+    mine.mkdir()
+    b200 = (REPO / "hardware_catalog" / "b200.toml").read_text()
+    (mine / "b200.toml").write_text(b200.replace("usd_per_gpu_hour_rent_3yr = 2.90\n", ""))
+    partly = cli("--catalog-dir", tmp_path, *BASE, "--hardware", "b200", "--price-tier", "rent_3yr")
+    assert partly.code == 2 and partly.err.endswith(
+        "prices.usd_per_gpu_hour_rent_3yr: has no value; choose a price tier it has (own_hyperscaler, "
+        "own_neocloud), or add the price to the catalog\n"
+    ), partly.err

@@ -727,9 +727,10 @@ def test_draft_depth_flag(cli: Cli) -> None:
     assert f"MTP 1 draft ({1 + rate:.2f} tokens per step), KV bf16)" in table.out.splitlines()[0]
     bad = cli("predict", "--hardware", "b200", "--mtp-draft-tokens", "2")
     assert bad.code == 2
+    # the flag's own words (it had said a batch row's: "must be empty or 0 in a row without MTP
+    # (spec_method none)")
     assert bad.err.strip() == (
-        "dse: error: dse predict: --mtp-draft-tokens = '2': must be empty or 0 in a row without MTP "
-        "(spec_method none)"
+        "dse: error: dse predict: --mtp-draft-tokens = 2: needs --mtp (the drafts of its speculative steps)"
     )
 
 
@@ -950,7 +951,7 @@ def test_predict_says_when_its_closed_form_and_its_simulation_part_ways(cli: Cli
     assert apart.code == 0, apart.err
     assert "closed form                 value" in apart.out
     note = next(line for line in apart.out.splitlines() if line.startswith("note: "))
-    pattern = r"note: the closed form and the simulation differ by \d+% on output tokens/s/GPU "
+    pattern = r"note: the closed form and the simulation differ by \d+% on output tokens/s per decode GPU "
     pattern += r"\((\S+) against (\S+)\)"
     said = re.match(pattern, note)
     assert said, note
@@ -1009,3 +1010,30 @@ def test_a_batch_row_with_no_tpot_leaves_its_tpot_percentiles_empty(catalog: Cat
     out = predict_rows([dict(row, osl="1")], catalog, load_params())[0]
     assert out["pred_error"] == "" and float(str(out["pred_ttft_p50_s"])) > 0
     assert out["pred_tpot_p50_ms"] == "" and out["pred_tpot_p99_ms"] == ""
+
+
+def test_a_disaggregated_prediction_compares_output_per_decode_gpu_with_its_table(cli: Cli) -> None:
+    """Disaggregated, the closed form's ``output_tput_per_decode_gpu`` counts the decode GPUs and
+    the simulation's served figure all of them (8 prefill + 16 decode): the served line adds the
+    figure per decode GPU, and the note compares the table's figure with that one (it quoted an
+    all-GPU closed-form figure that the table does not show, 19.93 against the table's 29.89)."""
+    out = cli("predict", "--hardware", "b200", "--disagg", "--decode-gpus", "16", "--osl", "16")
+    assert out.code == 0, out.err
+    table = float(re.search(r"^output_tput_per_decode_gpu +(\S+)$", out.out, re.M)[1])  # type: ignore[index]
+    served = re.search(
+        r"^served \S+ requests/s, (\S+) output tokens/s/GPU \((\S+) per decode GPU\);", out.out, re.M
+    )
+    assert served, out.out
+    assert float(served[2]) == pytest.approx(float(served[1]) * 24 / 16, rel=1e-3)
+    note = re.search(r"^note: .* on output tokens/s per decode GPU \((\S+) against (\S+)\);", out.out, re.M)
+    assert note, out.out
+    assert (float(note[1]), float(note[2])) == (table, float(served[2]))
+    doc = json.loads(
+        cli("predict", "--hardware", "b200", "--disagg", "--decode-gpus", "16", "--osl", "16", "--json").out
+    )
+    lat = doc["latency"]
+    per_gpu = lat["output_tokens_per_s_per_gpu"]
+    assert lat["output_tokens_per_s_per_decode_gpu"] == pytest.approx(per_gpu * 1.5)
+    assert lat["output_tokens_per_s_per_decode_gpu"] == pytest.approx(float(served[2]), rel=1e-3)
+    agg = cli("predict", "--hardware", "h200", "--osl", "16")  # one pool: its GPUs are the decode GPUs
+    assert agg.code == 0 and "per decode GPU)" not in agg.out, agg.out

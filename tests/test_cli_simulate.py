@@ -141,6 +141,23 @@ def test_the_engine_level_check_runs_the_scenario_s_traffic(tmp_path: Path, cli:
     assert same["engine"]["meets_ttft_at_percentile"] and not more["engine"]["meets_ttft_at_percentile"]
 
 
+def test_the_engine_level_check_runs_the_output_lengths_asked(tmp_path: Path, cli: Cli) -> None:
+    """--lengths reach the engine-level run as they reach the fluid model: answers of 130 tokens
+    on average (90% of 100, 10% of 400) against the placement's 500 decode at a smaller batch, so
+    a token takes less time in both (about 37-39 ms against 49 ms). The engine-level run had kept
+    the placement's lengths, the same figures whatever --lengths said."""
+    plan = tmp_path / "place.json"
+    plan.write_text(cli(*PLACE).out)
+    base = ["simulate", "--placement", plan, "--horizon", "600", "--warmup", "100", "--json"]
+    placed = json.loads(cli(*base).out)
+    run = cli(*base, "--lengths", "0.9:100,0.1:400")
+    assert run.code == 0, run.err
+    short = json.loads(run.out)
+    fluid, engine = short["fluid"]["tpot_mean_s"], short["engine"]["tpot_p50_s"]
+    assert abs(engine / fluid - 1.0) < 0.1, (fluid, engine)
+    assert engine < 0.85 * placed["engine"]["tpot_p50_s"], (engine, placed["engine"])
+
+
 def test_flags_the_run_would_ignore_are_refused(tmp_path: Path, cli: Cli) -> None:
     """A --placement holds its request; a burst's, a diurnal swing's, a trace's and a planner's
     flags need their kind: each would otherwise be silently ignored."""

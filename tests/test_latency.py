@@ -15,7 +15,7 @@ import pytest
 from dse.catalog import Catalog
 from dse.perf.benchmark_rows import deployment_of, latency_of, parse_row
 from dse.perf.latency import simulate_latency
-from dse.perf.latency_inputs import Lengths, Load, Trace
+from dse.perf.latency_inputs import Lengths, Load, Trace, draw_requests
 from dse.perf.latency_tables import ENGINE_RULES, EngineTables, tables_of
 from dse.perf.params import LatencyParams, load_params
 
@@ -875,3 +875,15 @@ def test_each_run_is_replayed_at_the_factor_that_reaches_it(catalog: Catalog) ->
     assert same((1.45, 0.8), (1.0, 0.8), 0) and not same((1.0, 0.8), (1.0, 1.0), 0)
     assert not np.array_equal(reps[(1.0, 0.8)].tpot[0], reps[(1.0, 1.0)].tpot[0])
     assert same((1.45, 0.8), (1.45, 1.0), 1) and not same((1.45, 1.0), (1.0, 1.0), 1)
+
+
+def test_output_lengths_drawn_from_a_mixture_of_exponentials() -> None:
+    """``Lengths.output_mix`` (what `dse simulate --lengths 0.5:100,0.5:1000` asks): outputs of
+    the mixture's mean, 550 tokens, at least one token each and with its long tail (an
+    exponential of mean 1000 passes 3000 tokens in 5% of its draws: 2.5% of the mixture's)."""
+    mix = Lengths(1000.0, 1000.0, output_mix=((0.5, 100.0), (0.5, 1000.0)))
+    assert mix.mean_osl == 550.0
+    _, _, osl, _ = draw_requests(Load("poisson", rate=1.0), mix, 40_000, np.random.default_rng(0))
+    assert osl.min() >= 1.0 and np.all(osl == np.round(osl))
+    assert osl.mean() == pytest.approx(550.0, rel=0.03)
+    assert (osl > 3000.0).mean() == pytest.approx(0.5 * math.exp(-3.0), rel=0.15)

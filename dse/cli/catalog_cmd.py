@@ -89,7 +89,7 @@ def _table(kind: str, catalog: Catalog) -> str:
                 d["params_active_b"],
                 d["kv_bytes_per_token_bf16"],
                 d["fixed_state_bytes_per_request"] / 2**20,
-                m.native_weight_precision.value,
+                _weights(m),
             ]
         )
     return format_table(
@@ -104,6 +104,13 @@ def _table(kind: str, catalog: Catalog) -> str:
         ],
         rows,
     )
+
+
+def _weights(m: Model) -> str:
+    """The checkpoint's weight precision, and its routed experts' where they differ (gpt-oss-120b's
+    and Kimi K3's fp4 experts hold most of their bytes: "bf16" alone would size them 3-4x)."""
+    native, expert = m.native_weight_precision, m.expert_weight_precision
+    return native.value if expert is None or expert is native else f"{native.value}, experts {expert.value}"
 
 
 def _hardware_row(h: Hardware) -> list[object]:

@@ -290,6 +290,24 @@ def _built(cls: type[T], data: dict[str, object], src: str) -> T:
         raise InputError(src, FLAG_OF.get(head, exc.field), exc.rule, exc.value) from None
 
 
+def _think_of(args: argparse.Namespace, src: str) -> list[dict[str, float]]:
+    """``--think``'s bins; a returning turn's flags without returning turns are refused, not ignored."""
+    think = []
+    for part in filter(None, (s.strip() for s in args.think.split(","))):
+        try:
+            share, dwell = (float(v) for v in part.split(":"))
+        except ValueError:
+            raise InputError(
+                src, "--think", "must be SHARE:SECONDS pairs separated by commas", part
+            ) from None
+        think.append({"share": share, "dwell_s": dwell})
+    if not args.returning_share:
+        for flag, value in (("--prefix", args.prefix), ("--suffix", args.suffix), ("--think", args.think)):
+            if value:
+                raise InputError(src, flag, "needs --returning-share above 0 (no request returns)", value)
+    return think
+
+
 def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "dse place") -> PlacementRequest:
     for name, check in OPTIONAL_NUMBERS.items():
         if getattr(args, name) is not None:
@@ -305,15 +323,7 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
 
     model = _by_flag(src, "--model", catalog.model, args.model).id
     _by_flag(src, "--engine", load_params().engine, args.engine)
-    think = []
-    for part in filter(None, (s.strip() for s in args.think.split(","))):
-        try:
-            share, dwell = (float(v) for v in part.split(":"))
-        except ValueError:
-            raise InputError(
-                src, "--think", "must be SHARE:SECONDS pairs separated by commas", part
-            ) from None
-        think.append({"share": share, "dwell_s": dwell})
+    think = _think_of(args, src)
     workload = _built(
         Workload,
         {

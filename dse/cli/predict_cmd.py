@@ -272,7 +272,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
             "deployment": {k: _typed(v) for k, v in row.items()},
             "assumed": assumed,
             "prediction": {k: _finite(v) for k, v in figures.items()},
-            "latency": _latency_json(lat, load, lengths, percentiles, args, bench.warmup),
+            "latency": _latency_json(lat, load, lengths, percentiles, args, bench),
             "kernels": kernels,
             "expected_error": None if error is None else asdict(error),
         }
@@ -294,9 +294,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     )
     # the steady state the throughput fit was calibrated on; the simulation's figures follow
     print(format_table(["closed form", "value"], [[k, v] for k, v in figures.items()]))
-    _print_latency(lat, load, lengths, percentiles, args, bench.warmup)
-    out_per_gpu = float(res.tput_per_gpu[0]) * bench.osl / (bench.isl + bench.osl)  # all GPUs, as simulated
-    if (apart := _apart(out_per_gpu, lat, load, bench)) is not None:
+    _print_latency(lat, load, lengths, percentiles, args, bench)
+    if (apart := _apart(figures["output_tput_per_decode_gpu"], lat, load, bench)) is not None:
         print(apart)
     print(_kernels_text(kernels))
     if error is not None:
@@ -326,19 +325,21 @@ def _closed_form(res: ServingResult) -> dict[str, float | str]:
 APART = 0.25  # the closed form and the simulation this far apart on output tokens/s/GPU: say so
 
 
-def _apart(closed: float, lat: Latency, load: Load, bench: BenchRow) -> str | None:
-    """A note when the closed form's output tokens/s per GPU and the closed-loop simulation's
-    differ by more than :data:`APART` (short answers, long prompts: the steady state and the
-    request-by-request run part ways), rather than two answers side by side as equals."""
-    if load.kind != "closed" or not closed > 0:
+def _apart(closed: object, lat: Latency, load: Load, bench: BenchRow) -> str | None:
+    """A note when the closed form's output tokens/s per decode GPU (``closed``, the table's
+    ``output_tput_per_decode_gpu``) and the closed-loop simulation's differ by more than
+    :data:`APART` (short answers, long prompts: the steady state and the request-by-request run
+    part ways), rather than two answers side by side as equals."""
+    if load.kind != "closed" or not isinstance(closed, float) or not closed > 0:
         return None
-    sim = lat.output_tokens_per_s_per_gpu
+    sim = _per_decode_gpu(lat, bench)
     if abs(sim - closed) <= APART * closed:
         return None
     return (
         f"note: the closed form and the simulation differ by {abs(sim / closed - 1):.0%} on output "
-        f"tokens/s/GPU ({closed:.4g} against {sim:.4g}); both are calibrated on runs of 1k-8k-token "
-        "prompts and answers, the closed form on their throughput, the simulation on their latency"
+        f"tokens/s per decode GPU ({closed:.4g} against {sim:.4g}); both are calibrated on runs of "
+        "1k-8k-token prompts and answers, the closed form on their throughput, the simulation on their "
+        "latency"
     )
 
 
@@ -354,6 +355,9 @@ def _one_deployment(args: argparse.Namespace) -> None:
             check_number(value, source=SRC, key="--" + name.replace("_", "-"), check=check)
     if args.load == "closed" and not float(args.conc).is_integer():  # the simulation runs whole clients
         raise InputError(SRC, "--conc", "must be a whole number of clients in a closed loop", args.conc)
+    if args.mtp_draft_tokens and not args.mtp:  # flag words, not a batch row's (spec_method none)
+        rule = "needs --mtp (the drafts of its speculative steps)"
+        raise InputError(SRC, "--mtp-draft-tokens", rule, args.mtp_draft_tokens)
     if not args.afd:  # the expert pool's flags mean nothing without one
         for flag, default in (("ffn_gpus", 8), ("ffn_workers", 1), ("ffn_ep", 0)):
             if getattr(args, flag) != default:
@@ -554,8 +558,9 @@ def _print_latency(
     lengths: Lengths,
     percentiles: tuple[float, ...],
     args: argparse.Namespace,
-    warmup: str,
+    bench: BenchRow,
 ) -> None:
+    warmup = bench.warmup
     print()
     cold = (
         f"; the first wave waits {lat.cold_start_s:.3g} s (a fresh server, warm-up: {warmup})"
@@ -568,12 +573,31 @@ def _print_latency(
         + f"{_lengths_text(lengths, load)}, seed {args.seed}"
     )
     print(format_table(["percentile", "ttft_s", "tpot_ms", "e2el_s"], _latency_rows(lat, percentiles)))
+    decode, total = _gpus(bench)
+    per_decode = "" if decode == total else f" ({_per_decode_gpu(lat, bench):.4g} per decode GPU)"
     print(
         f"served {lat.requests_per_s:.4g} requests/s, "
-        f"{lat.output_tokens_per_s_per_gpu:.4g} output tokens/s/GPU; "
+        f"{lat.output_tokens_per_s_per_gpu:.4g} output tokens/s/GPU{per_decode}; "
         f"{lat.preempted} preempted"
     )
     _warn(lat)
+
+
+def _gpus(bench: BenchRow) -> tuple[float, float]:
+    """(the GPUs that decode, all the deployment's GPUs): an aggregated instance's GPUs do both;
+    attention-FFN disaggregated, the attention and the expert pools decode."""
+    decode = bench.decode.gpus * bench.decode.instances
+    if bench.ffn is not None:
+        decode += bench.ffn.gpus * bench.ffn.instances
+    prefill = 0.0 if bench.prefill is None else bench.prefill.gpus * bench.prefill.instances
+    return decode, decode + prefill
+
+
+def _per_decode_gpu(lat: Latency, bench: BenchRow) -> float:
+    """The simulation's output tokens/s per decode GPU, as the closed form's
+    ``output_tput_per_decode_gpu`` counts them (the simulation counts all the GPUs)."""
+    decode, total = _gpus(bench)
+    return lat.output_tokens_per_s_per_gpu * total / decode
 
 
 def _warn(lat: Latency) -> None:
@@ -608,9 +632,10 @@ def _latency_json(
     lengths: Lengths,
     percentiles: tuple[float, ...],
     args: argparse.Namespace,
-    warmup: str,
+    bench: BenchRow,
 ) -> dict[str, object]:
     rows = _latency_rows(lat, percentiles)
+    warmup = bench.warmup
     return {
         "load": load.describe(),
         "cold_start_s": lat.cold_start_s,
@@ -624,6 +649,7 @@ def _latency_json(
         },
         "requests_per_s": _finite(lat.requests_per_s),
         "output_tokens_per_s_per_gpu": _finite(lat.output_tokens_per_s_per_gpu),
+        "output_tokens_per_s_per_decode_gpu": _finite(_per_decode_gpu(lat, bench)),
         "preempted": lat.preempted,
         "warning": lat.warning,
     }

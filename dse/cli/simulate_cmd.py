@@ -365,7 +365,14 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     summary = _summary_dict(report, slo.ttft_s, slo.tpot_s)
     # the scenario's mean traffic (a --rate-scale, a burst, a trace), not the placement's
     rate = scenario.arrivals.mean_rate(scenario.horizon_s)
-    engine = design_latency(at_rate(design, rate), catalog, params, seed=args.seed) if rate > 0 else None
+    # --lengths reach the engine-level run as they reach the fluid and the reference; without it,
+    # the placement's lengths (uniform on 80-100% of nominal, as the studies check them)
+    mix = tuple(zip(scenario.lengths.shares, scenario.lengths.means, strict=True)) if args.lengths else ()
+    engine = (
+        design_latency(at_rate(design, rate), catalog, params, seed=args.seed, output_mix=mix)
+        if rate > 0
+        else None
+    )
     summary["engine"] = _engine_dict(engine, slo, rate)
     cache = None
     if design.resting and rate > 0:

@@ -61,7 +61,10 @@ class Lengths:
     cached prefix, prompt and output) is capped at ``limit``, the model's. A
     share ``returning_share`` of the requests are returning turns: ``prefix`` tokens of context
     already cached, and a new ``suffix`` (nominal, drawn as the prompts are) to prefill, once the
-    prefix has come back from where it rested (``reload_s``: open loop only)."""
+    prefix has come back from where it rested (``reload_s``: open loop only). With ``output_mix``,
+    ``((share, mean tokens), ...)``, output lengths are instead a mixture of exponentials, as
+    ``dse simulate --lengths`` gives its fluid model and reference (at least one token each), and
+    ``osl`` is not read."""
 
     isl: float
     osl: float
@@ -72,6 +75,7 @@ class Lengths:
     prefix: float = 0.0
     suffix: float = 0.0
     reload_s: float = 0.0
+    output_mix: tuple[tuple[float, float], ...] = ()
 
     @property
     def mean_isl(self) -> float:
@@ -86,6 +90,8 @@ class Lengths:
 
     @property
     def mean_osl(self) -> float:
+        if self.output_mix:
+            return sum(share * mean for share, mean in self.output_mix)
         return self.osl * (1.0 + self.low) / 2.0
 
 
@@ -99,7 +105,7 @@ def draw_requests(
         tr = load.trace
         return tr.arrival_s, tr.isl.astype(float), tr.osl.astype(float), np.zeros(len(tr.isl))
     isl = _lengths(lengths.isl, lengths, requests, rng)
-    osl = _lengths(lengths.osl, lengths, requests, rng)
+    osl = _output_lengths(lengths, requests, rng)
     cached = np.zeros(requests)
     if lengths.returning_share > 0:
         back = rng.random(requests) < lengths.returning_share
@@ -126,6 +132,15 @@ def _lengths(nominal: float, lengths: Lengths, n: int, rng: np.random.Generator)
     else:
         x = rng.integers(int(nominal * lengths.low), int(nominal) + 1, n).astype(float)
     return np.clip(np.round(x), 1.0, lengths.limit)
+
+
+def _output_lengths(lengths: Lengths, n: int, rng: np.random.Generator) -> Array:
+    if not lengths.output_mix:
+        return _lengths(lengths.osl, lengths, n, rng)
+    shares = np.array([share for share, _ in lengths.output_mix])
+    means = np.array([mean for _, mean in lengths.output_mix])
+    k = rng.choice(len(shares), size=n, p=shares / shares.sum())
+    return np.clip(np.rint(rng.exponential(means[k])), 1.0, lengths.limit)
 
 
 def read_trace(path: Path, context: float = math.inf) -> Trace:

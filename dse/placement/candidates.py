@@ -41,7 +41,7 @@ with the units that midfill it (their HBM, host DRAM, local NVMe) or in the netw
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -810,11 +810,15 @@ def _price(hw: Hardware, tier: str, needed: bool) -> float:
     if v is None and not needed:
         return float("nan")
     if v is None:
-        raise InputError(
-            hw.id,
-            f"prices.usd_per_gpu_hour_{tier}",
-            "has no value; choose another price tier or add the price to the catalog",
+        priced = [f.name.removeprefix("usd_per_gpu_hour_") for f in fields(hw.prices)]
+        priced = [t for t in priced if getattr(hw.prices, f"usd_per_gpu_hour_{t}") is not None]
+        other = (
+            f"choose a price tier it has ({', '.join(priced)})"
+            if priced
+            else "no price tier has one (--objective gpus places it without a price)"
         )
+        rule = f"has no value; {other}, or add the price to the catalog"
+        raise InputError(hw.id, f"prices.usd_per_gpu_hour_{tier}", rule)
     return float(v)
 
 

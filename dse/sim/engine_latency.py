@@ -79,11 +79,19 @@ def placed_chunk(tables: EngineTables, tokens: float) -> EngineTables:
 
 
 def design_latency(
-    design: SimDesign, catalog: Catalog, params: PerfParams, seed: int = SEED
+    design: SimDesign,
+    catalog: Catalog,
+    params: PerfParams,
+    seed: int = SEED,
+    *,
+    output_mix: tuple[tuple[float, float], ...] = (),
 ) -> DesignLatency | None:
-    """The design's requests simulated at its mean traffic, or None where it cannot be (above)."""
+    """The design's requests simulated at its mean traffic, or None where it cannot be (above);
+    with ``output_mix`` (``((share, mean tokens), ...)``: ``dse simulate --lengths``) their
+    output lengths are that mixture of exponentials rather than the workload's."""
     w, slo = design.workload, design.slo
-    e2e_s = slo.ttft_s + w.output_tokens * slo.tpot_s
+    mean_output = sum(a * b for a, b in output_mix) if output_mix else w.output_tokens
+    e2e_s = slo.ttft_s + mean_output * slo.tpot_s
     groups = _deployments(design, catalog, params, e2e_s)
     if not groups:
         return None
@@ -95,6 +103,7 @@ def design_latency(
         prefix=w.cached_prefix_tokens,
         suffix=w.suffix_tokens / mean,
         reload_s=_reload_s(design),
+        output_mix=output_mix,
     )
     runs: list[_Steady] = []
     for d, rate, batch_requests in groups:
