@@ -128,3 +128,16 @@ def test_a_study_of_hardware_without_a_price_fails_before_its_folder(cli: Cli, t
     assert not (tmp_path / "o").exists()
     spec.write_text(spec.read_text() + '\n[objectives]\nnames = ["gpus"]\n')
     assert cli("study", "show", str(spec))[0] == 0
+
+
+def test_python_m_dse_is_the_dse_command() -> None:
+    """``python -m dse`` had no ``__main__``: "No module named dse.__main__". It runs the same
+    command line, exit codes included."""
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", "dse", "--version"], capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.startswith("dse ")
+    argv = [sys.executable, "-m", "dse", "predict", "--hardware", "b200", "--conc", "0"]
+    bad = subprocess.run(argv, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--conc" in bad.stderr
