@@ -486,6 +486,10 @@ def render(
             "shadow prices (LP over the chosen units, counts relaxed): $/hour saved",
             _shadow_prices_table(report),
         ]
+    elif not math.isfinite(best.usd_per_hour):  # they are $/hour saved: none without a price
+        unpriced = sorted({p.unit.hardware for p in best.pools})
+        lines += ["", f"shadow prices: none ({', '.join(unpriced)}: no {report.request.price_tier} price, "
+                  "so no $/hour to save)"]  # fmt: skip
     return "\n".join(lines)
 
 
