@@ -436,3 +436,4 @@ def test_a_burst_runs_the_engine_level_check_at_the_scenarios_mean_rate() -> Non
     assert lat is not None
     assert burst.metrics["engine_ttft_p99_s"] == pytest.approx(lat.percentile("ttft", 99.0), rel=1e-12)
     assert burst.metrics["engine_ttft_p99_s"] > calm.metrics["engine_ttft_p99_s"]
+

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from conftest import Cli
 
@@ -86,3 +87,20 @@ def test_a_design_on_hardware_without_a_price_has_no_shadow_prices(cli: Cli) -> 
     assert text.code == 0 and "shadow prices (LP" not in text.out
     # and the text says why there is no table (it had left it out without a word)
     assert "shadow prices: none (vr200-nvl144: no own_hyperscaler price, so no $/hour to save)" in text.out
+
+
+def test_a_row_no_margin_moves_leaves_the_price_a_number() -> None:
+    """A unit that cannot prefill has an infinite prefill-time row before and after a resource
+    moves: the finite difference took inf - inf, so the price came out nan (seen in
+    stage-memory-2027's Kimi K3 points on GB300 with 4x HBM, recorded as null prices, with
+    numpy's RuntimeWarning on stderr). Such a row moves by no margin and is left out."""
+    import warnings
+
+    from dse.placement.explain import _moved_objective
+
+    base = {"prefill_time": np.array([np.inf, 1.0]), "hbm": np.array([-2.0])}
+    moved = {"prefill_time": np.array([np.inf, 0.5]), "hbm": np.array([-3.0])}
+    duals = {"prefill_time": np.array([0.0, 4.0]), "hbm": np.array([2.0])}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert _moved_objective(duals, moved, base) == pytest.approx(4.0 * -0.5 + 2.0 * -1.0)

@@ -290,7 +290,7 @@ def shadow_prices(
                 req, c.topology, catalog, params, hardware=bumped, afd_pace=c.afd_pace
             ).data
             moved = residuals(_align(replace(new, objective=Objective.COST), data), x)
-            d_obj = sum(float(np.dot(duals[k], moved[k] - base[k])) for k in base if k in duals)
+            d_obj = _moved_objective(duals, moved, base)
             # free disposal: a design may leave more of a resource unused, so it is worth at least
             # nothing; the estimate goes below 0 where the rebuilt units take the resource into a
             # larger batch that costs elsewhere (an aggregated unit's KV against its capacity):
@@ -300,6 +300,25 @@ def shadow_prices(
             value = 0.0 if value < noise else value
             out.append(ShadowPrice(hw.id, name, unit, value, value / gpus if gpus > 0 else float("nan")))
     return tuple(out)
+
+
+def _moved_objective(
+    duals: dict[str, np.ndarray], moved: dict[str, np.ndarray], base: dict[str, np.ndarray]
+) -> float:
+    """The first-order change of the LP's objective when its rows move from ``base`` to ``moved``
+    (``g <= 0`` each): the duals times the change, over the rows whose residual is a number both
+    times. A row that is infinite (a unit that cannot prefill at all has an infinite prefill
+    time, its flow held at 0 by its bound) moves by no margin: ``inf - inf`` had made the price
+    nan, and numpy warn on stderr (stage-memory-2027, Kimi K3 on GB300 with 4x HBM)."""
+    total = 0.0
+    for k, b in base.items():
+        if k not in duals:
+            continue
+        with np.errstate(invalid="ignore"):
+            diff = np.asarray(moved[k] - b, dtype=float)
+        ok = np.isfinite(diff)
+        total += float(np.dot(np.asarray(duals[k], dtype=float)[ok], diff[ok]))
+    return total
 
 
 def _align(new: PlacementData, old: PlacementData) -> PlacementData:
