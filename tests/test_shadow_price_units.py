@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Cli
+from conftest import REPO, Cli
 
 from dse.catalog import Catalog, Hardware
 from dse.perf.params import PerfParams, load_params
@@ -104,3 +105,28 @@ def test_a_row_no_margin_moves_leaves_the_price_a_number() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         assert _moved_objective(duals, moved, base) == pytest.approx(4.0 * -0.5 + 2.0 * -1.0)
+
+
+def test_a_design_partly_on_hardware_without_a_price_names_only_that_hardware(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A GPU-count design with one pool on B200 (priced) and one on a copy of it without prices
+    (each capped at one 8-GPU node, so both are used): the line saying why there are no shadow
+    prices named both hardware as having no price."""
+    mine = tmp_path / "hardware"
+    mine.mkdir()
+    b200 = (REPO / "hardware_catalog" / "b200.toml").read_text()
+    unpriced = "\n".join(
+        line.replace('id = "b200"', 'id = "b200-unpriced"')
+        for line in b200.splitlines()
+        if not line.startswith(("usd_per_gpu_hour", "aliases"))
+    )
+    (mine / "b200-unpriced.toml").write_text(unpriced + "\n")
+    r = cli("--catalog-dir", tmp_path, "place", "--model", "deepseek-v3",
+            "--hardware", "b200,b200-unpriced", "--objective", "gpus", "--rate", "45",
+            "--isl", "2000", "--osl", "500", "--ttft", "2", "--tpot", "0.05", "--topology",
+            "disaggregated", "--inventory", "b200=8,b200-unpriced=8")  # fmt: skip
+    assert r.code == 0, r.err
+    pools = [line.split()[:2] for line in r.out.splitlines() if line.startswith(("prefill ", "decode "))]
+    assert {hw for _, hw in pools} == {"b200", "b200-unpriced"}, r.out
+    assert "shadow prices: none (b200-unpriced: no own_hyperscaler price, so no $/hour to save)" in r.out

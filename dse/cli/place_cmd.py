@@ -487,7 +487,9 @@ def render(
             _shadow_prices_table(report),
         ]
     elif not math.isfinite(best.usd_per_hour):  # they are $/hour saved: none without a price
-        unpriced = sorted({p.unit.hardware for p in best.pools})
+        # the pools' hardware without a price, not every pool's (a priced one beside it has one)
+        hw = {p.unit.hardware for p in best.pools}
+        unpriced = sorted({p.unit.hardware for p in best.pools if not math.isfinite(p.usd_per_hour)} or hw)
         lines += ["", f"shadow prices: none ({', '.join(unpriced)}: no {report.request.price_tier} price, "
                   "so no $/hour to save)"]  # fmt: skip
     return "\n".join(lines)
