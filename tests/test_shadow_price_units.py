@@ -88,6 +88,8 @@ def test_a_design_on_hardware_without_a_price_has_no_shadow_prices(cli: Cli) -> 
     assert text.code == 0 and "shadow prices (LP" not in text.out
     # and the text says why there is no table (it had left it out without a word)
     assert "shadow prices: none (vr200-nvl144: no own_hyperscaler price, so no $/hour to save)" in text.out
+    quiet = cli(*args, "--no-shadow-prices")  # none asked for: no word about them
+    assert quiet.code == 0 and "shadow prices" not in quiet.out
 
 
 def test_a_row_no_margin_moves_leaves_the_price_a_number() -> None:

@@ -414,7 +414,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         json.dump(plain(doc), sys.stdout, indent=2, allow_nan=False)  # strict JSON: nan is null
         print()
     else:
-        print(render(report, energy, checks))
+        print(render(report, energy, checks, priced=not args.no_shadow_prices))
     if report.best is None and checks:
         raise NoFeasibleDesign("engine-level TTFT", "; ".join(c.describe() for c in checks))
     if report.best is None:  # the topology nearest to feasible says why
@@ -448,6 +448,8 @@ def render(
     report: PlacementReport,
     energy: dict[str, float | None] | None = None,
     checks: tuple[EngineCheck, ...] = (),
+    *,
+    priced: bool = True,
 ) -> str:
     """The text of `dse place`: the request, a table of the topologies and why any is infeasible,
     the engine-level check of each design (``--confirm``); then, when one is feasible, the best
@@ -486,7 +488,7 @@ def render(
             "shadow prices (LP over the chosen units, counts relaxed): $/hour saved",
             _shadow_prices_table(report),
         ]
-    elif not math.isfinite(best.usd_per_hour):  # they are $/hour saved: none without a price
+    elif priced and not math.isfinite(best.usd_per_hour):  # they are $/hour saved: none without a price
         # the pools' hardware without a price, not every pool's (a priced one beside it has one)
         hw = {p.unit.hardware for p in best.pools}
         unpriced = sorted({p.unit.hardware for p in best.pools if not math.isfinite(p.usd_per_hour)} or hw)
