@@ -295,7 +295,7 @@ def _metrics(
         "usd_per_hour": outcome.usd_per_hour,
         "gpus": float(outcome.gpus),
         "tokens_per_s_per_gpu": share * outcome.tokens_per_s / max(outcome.gpus, 1),
-        "tokens_per_s_per_user": 1.0 / tpot if tpot > 0 else 0.0,
+        "tokens_per_s_per_user": 1.0 / tpot if tpot > 0 else None,  # no decode step: no speed
         "output_tokens_per_s_per_decode_gpu": served * w.output_tokens / max(decode_gpus, 1),
         "ttft_s": float(f.ttft_mean_s[0]),
         "ttft_pct_s": ttft_pct,

@@ -24,6 +24,7 @@ import dse.study.proposer as proposer
 from dse.errors import InputError, UnknownIdError
 from dse.study import Study
 from dse.study.objectives import ObjectiveWarning
+from dse.study.results import SCHEMA_VERSION
 from dse.study.spec import load_study
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -230,7 +231,8 @@ def test_exports_read_back_with_duckdb(tiny_run, tmp_path: Path) -> None:  # typ
         (k.decode(), v.decode())
         for _, k, v in duckdb.sql(f"select * from parquet_kv_metadata('{glob}')").fetchall()
     )
-    assert meta["dse.schema_version"] == "4" and '"name": "tiny-study"' in meta["dse.study_spec"]
+    assert meta["dse.schema_version"] == str(SCHEMA_VERSION)
+    assert '"name": "tiny-study"' in meta["dse.study_spec"]
     ts = duckdb.sql(f"select typeof(started_utc) from read_parquet('{glob}') limit 1").fetchall()[0][0]
     assert ts == "TIMESTAMP WITH TIME ZONE"
     assert not list((tmp_path / "exports").rglob("*.tmp"))
