@@ -14,6 +14,8 @@ res.pareto            # the front of the objectives
 
 from __future__ import annotations
 
+import numbers
+import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -45,6 +47,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from dse.study.runner import RunStats
+
+Folder = Path | str
+"""A folder as the Python API takes it: a path, or a string naming one."""
 
 
 @dataclass(frozen=True)
@@ -89,19 +94,20 @@ class Study:
             new = ObjectiveDef.metric(name)
         if direction is not None and direction != new.direction:
             rule = f"is {new.direction}d by its metric's definition, not {direction}d"
-            raise InputError("objective", "direction", rule, name)
+            raise InputError("objective", f"{name}.direction", rule, direction)
         kept = () if replace_all else self.objectives
         if any(o.name == name for o in kept):
             raise InputError("objective", "name", "is already an objective of the study", name)
         return replace(self, objectives=(*kept, new))
 
-    def with_stored_objectives(self, *, out: Path = Path("runs"), storage: str | None = None) -> Study:
+    def with_stored_objectives(self, *, out: Folder = Path("runs"), storage: str | None = None) -> Study:
         """This study with the objectives (names and directions) its stored study holds (at
         ``storage``, default the SQLite file under ``out``), to read it (``results``; the CLI's
         export, report and deploy): the ranks and columns of its trials, whatever the study file
         names. A study run with an objective function reads back without the function, which
         only a run calls. As it is where nothing is stored there (``results`` says so; nothing
         is created) or the storage holds no objectives."""
+        out = folder_arg(out)
         url = storage or default_storage(out, self.spec)
         path = sqlite_path(url)
         if path is not None and not path.exists():
@@ -131,7 +137,7 @@ class Study:
         self,
         *,
         trials: int | None = None,
-        out: Path = Path("runs"),
+        out: Folder = Path("runs"),
         storage: str | None = None,
         seed: int | None = None,
         progress: bool = False,
@@ -140,8 +146,11 @@ class Study:
         then: Callable[[StudyResults], None] | None = None,
     ) -> StudyResults:
         """Run (or resume) the study; ``then`` gets its results while the run still holds the
-        study (what it writes from them, another run waits for)."""
+        study (what it writes from them, another run waits for). ``out`` is a folder (a path or a
+        string); ``trials`` and ``seed`` whole numbers."""
         from dse.study.runner import run  # the solver and the simulator: only a run imports them
+
+        out = folder_arg(out)
 
         done: list[StudyResults] = []
 
@@ -167,11 +176,12 @@ class Study:
         return done[0]
 
     def results(
-        self, *, out: Path = Path("runs"), storage: str | None = None, catalog: Catalog | None = None
+        self, *, out: Folder = Path("runs"), storage: str | None = None, catalog: Catalog | None = None
     ) -> StudyResults:
         """The results stored by an earlier run, read with ``catalog`` (default: the shipped one
         and ``DSE_CATALOG_DIR``'s); bad input when there is no result. Where that catalog's
         numbers differ from those the trials ran with, ``catalog_note`` says which."""
+        out = folder_arg(out)
         url = storage or default_storage(out, self.spec)
         if (db := sqlite_path(url)) is not None and not db.exists():
             raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
@@ -194,6 +204,28 @@ class Study:
                 "ran with: --catalog-dir, or catalog= from Python)"
             )
         return res
+
+
+def folder_arg(out: object, arg: str = "out") -> Path:
+    """``out`` (a ``pathlib.Path`` or a string) as a path; anything else is bad input naming ``arg``
+    (a string had failed inside with Python's bare ``TypeError``)."""
+    if isinstance(out, str | os.PathLike) and str(out):
+        return Path(out)
+    raise InputError(arg, "", "must be a folder: a pathlib.Path or a non-empty string", out)
+
+
+def _trial_numbers(trials: object, complete: list[int]) -> list[int]:
+    """``trials`` as trial numbers of the study, each one of its ``complete`` trials."""
+    listed = list(trials) if isinstance(trials, list | tuple | range) else None
+    if listed is None or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) for n in listed):
+        raise InputError("trials", "", "must be a list of trial numbers (ints)", trials)
+    held = set(complete)
+    missing = next((n for n in listed if n not in held), None)
+    if missing is not None:
+        span = f"{len(held)}, from {min(held)} to {max(held)}" if held else "none"
+        rule = f"has {missing}, which is not a complete trial of the study (complete trials: {span})"
+        raise InputError("trials", "", rule, listed)
+    return [int(n) for n in listed]
 
 
 def priced(res: StudyResults, params: PerfParams | None = None, *, where: str) -> None:
@@ -262,10 +294,12 @@ class StudyResults:
         return best_of(self.trials, (o.name, o.direction))
 
     def sim_timeseries(self, trials: list[int] | None = None) -> pl.DataFrame:
-        """Re-simulated trajectories of ``trials`` (default: the first five of the front)."""
+        """Re-simulated trajectories of ``trials`` (default: the first five of the front), each
+        the number of a complete trial (bad input names the first that is not)."""
         if trials is None:
             return self._front_series
-        return sim_timeseries_frame(self.study, trials, self._cat(), load_params())
+        numbers = _trial_numbers(trials, self.trials["trial"].to_list())
+        return sim_timeseries_frame(self.study, numbers, self._cat(), load_params())
 
     @cached_property
     def _front_series(self) -> pl.DataFrame:
@@ -294,7 +328,8 @@ class StudyResults:
             "sim_timeseries": self.sim_timeseries(),
         }
 
-    def export(self, out: Path) -> list[Path]:
-        """Parquet tables under ``out`` (hive partitions by study), atomically."""
+    def export(self, out: Folder) -> list[Path]:
+        """Parquet tables under ``out`` (a path or a string; hive partitions by study), atomically."""
+        out = folder_arg(out)
         catalog = self.study.user_attrs.get("catalog")  # the numbers the trials ran with
         return export_all(self.tables(), out, self.spec.name, plain(self.spec), catalog)

@@ -30,7 +30,15 @@ class ObjectiveError(InputError):
 
     def noted(self, note: str) -> ObjectiveError:
         """The same error with ``note`` added to its line."""
-        return ObjectiveError(self.name, self.trial, f"{self.rule}; {note}", self.value)
+        return type(self)(self.name, self.trial, f"{self.rule}; {note}", self.value)
+
+
+class MissingMetric(ObjectiveError, KeyError):
+    """A custom objective read a metric trials do not have. A ``KeyError`` too, as any mapping's
+    missing key is: a function that handles one itself (``except KeyError: ...``) goes on (it had
+    stopped the run all the same); one that does not stops the run with the metrics listed."""
+
+    __str__ = Exception.__str__  # one line, not KeyError's quoted repr
 
 
 def at(trial: int | None) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import numbers
 import os
 import sys
 import time
@@ -144,7 +145,7 @@ def run(
     objectives = objectives or [ObjectiveDef.metric(n) for n in spec.objectives.names]
     url = storage or default_storage(out, spec)
     budget = _budget(spec, trials, out, seed)
-    seed = spec.seed if seed is None else seed
+    seed = spec.seed if seed is None else int(seed)
     # workers sharing a storage each need their own random stream, or they would propose alike
     stream, stale_s = (os.getpid(), stale_after_s) if shared else (0, None)
     with optuna_quiet():
@@ -188,7 +189,10 @@ def run(
 
 def _budget(spec: StudySpec, trials: int | None, out: Path, seed: int | None) -> int:
     """The run's budget of complete trials; the arguments checked (named as the Python API names them)."""
-    budget = spec.budget(trials)
+    for arg, value in (("trials", trials), ("seed", seed)):  # 2.5 trials had run 3, "5" a TypeError
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise InputError(arg, "", "must be a whole number (an int)", value)
+    budget = spec.budget(None if trials is None else int(trials))
     if budget < 1:
         raise InputError("trials", "", "must be at least 1", budget)
     if spec.is_grid and budget > spec.sweep.size():

@@ -156,6 +156,11 @@ def _batch_range(value: tuple[float, ...]) -> str | None:
     return bad
 
 
+def _gpu_cap(value: float) -> str | None:
+    """GPUs are bought whole: a cap of 0.5 had made every trial infeasible, 12.5 meant 12."""
+    return None if value >= 1 and float(value).is_integer() else "must be a whole number of GPUs, at least 1"
+
+
 def _non_negatives(value: tuple[float, ...]) -> str | None:
     return "must list numbers >= 0" if any(v < 0 for v in value) else None
 
@@ -268,7 +273,7 @@ class StudyStorage:
 class StudyLimits:
     budget_usd_hour: float | None = field(default=None, metadata=rule(positive))
     power_kw: float | None = field(default=None, metadata=rule(positive))
-    max_gpus: float | None = field(default=None, metadata=rule(positive))  # a constraint on each design
+    max_gpus: float | None = field(default=None, metadata=rule(_gpu_cap))  # a constraint on each design
 
 
 MIN_MEASURED_STEPS = 10

@@ -29,7 +29,7 @@ from dse.plain import plain
 from dse.sim import ArrivalKind, Arrivals, OutputLengths, Planner, Scenario
 from dse.sim.simulation import SimulationReport
 from dse.study.choice import Choice
-from dse.study.objectives import NO_VALUE, ObjectiveError, ObjectiveWarning, at
+from dse.study.objectives import NO_VALUE, MissingMetric, ObjectiveError, ObjectiveWarning, at
 from dse.study.spec import StudySpec
 from dse.units import Precision
 from dse.workload import Workload
@@ -260,7 +260,7 @@ class _Metrics(dict):  # type: ignore[type-arg]
         hint = f"the exported column {key!r} is the metric {metric!r} here; " if metric else ""
         has = ", ".join(sorted(self))
         rule = f"reads a metric trials do not have ({at(self._trial)}): {hint}they have {has}"
-        raise ObjectiveError(self._objective, self._trial, rule, key)
+        raise MissingMetric(self._objective, self._trial, rule, key)
 
 
 def objective_values(

@@ -1,0 +1,87 @@
+"""The Python API as a user calls it: a folder given as a string, arguments of the wrong type
+refused in one line before anything is written, a trial that is not stored named as such, a
+metric objective's direction named as its direction, and a custom objective that handles a
+missing metric itself (a ``KeyError``, as any mapping's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import TINY, run_dse
+
+from dse.errors import InputError
+from dse.study import Study
+from dse.study.objectives import ObjectiveError
+
+
+def test_a_folder_may_be_a_string_and_bad_arguments_are_one_line(tmp_path: Path) -> None:
+    """``out="runs/x"`` had failed with Python's bare ``TypeError`` (str / str) in run, results,
+    with_stored_objectives and export; ``trials=2.5`` had run 3 trials, ``trials="5"`` raised a
+    ``TypeError`` and ``trials=True`` ran one."""
+    study = Study.load(TINY)
+    for bad in ({"trials": 2.5}, {"trials": "5"}, {"trials": True}, {"trials": 2, "seed": 1.5}):
+        with pytest.raises(InputError, match=r"^(trials|seed) = .*: must be a whole number \(an int\)$"):
+            study.run(out=tmp_path / "bad", **bad)  # type: ignore[arg-type]
+    assert not (tmp_path / "bad").exists()
+    with pytest.raises(InputError, match=r"^out = 3: must be a folder"):
+        study.run(trials=2, out=3)  # type: ignore[arg-type]
+
+    out = str(tmp_path / "runs")
+    res = study.run(trials=2, out=out)
+    assert (tmp_path / "runs" / "tiny-study" / "study.db").is_file() and res.trials.height == 2
+    again = study.with_stored_objectives(out=out).results(out=out)
+    assert again.trials["trial"].to_list() == res.trials["trial"].to_list()
+    paths = again.export(str(tmp_path / "exports"))
+    back = pl.read_parquet(tmp_path / "exports" / "trials" / "*" / "*.parquet", hive_partitioning=True)
+    assert len(paths) == 5 and back["trial"].to_list() == res.trials["trial"].to_list()
+
+    # a trial the study does not hold: one line naming it, not a bare KeyError
+    with pytest.raises(InputError, match=r"trials = \[7\]: has 7, which is not a complete trial .*0 to 1"):
+        again.sim_timeseries([7])
+    with pytest.raises(InputError, match=r"trials = 0: must be a list of trial numbers"):
+        again.sim_timeseries(0)  # type: ignore[arg-type]
+    assert set(again.sim_timeseries([0])["trial"].to_list()) <= {0}
+
+
+def test_a_metric_objective_in_the_wrong_direction_names_its_direction() -> None:
+    """It had said ``direction = 'gpus'``: the metric's name as the direction's value."""
+    with pytest.raises(InputError) as err:
+        Study.load(TINY).with_objective("gpus", direction="maximize")
+    assert str(err.value) == (
+        "objective: gpus.direction = 'maximize': is minimized by its metric's definition, not maximized"
+    )
+
+
+def test_an_objective_that_handles_a_missing_metric_itself_goes_on(tmp_path: Path) -> None:
+    """A metric trials lack is a ``KeyError`` too: ``except KeyError`` in the function had not
+    caught it, and the run had stopped all the same. Unhandled, it stops the run as before."""
+
+    def with_fallback(m):  # type: ignore[no-untyped-def]
+        try:
+            return m["energy_cost"]
+        except KeyError:
+            return m["usd_per_hour"]
+
+    res = Study.load(TINY).with_objective("cost", with_fallback).run(trials=2, out=tmp_path / "a")
+    assert res.trials["objective_cost"].to_list() == res.trials["usd_per_hour"].to_list()
+
+    with pytest.raises(ObjectiveError, match=r"reads a metric trials do not have.*nothing was stored") as err:
+        Study.load(TINY).with_objective("cost", lambda m: m["energy_cost"]).run(trials=2, out=tmp_path / "b")
+    assert isinstance(err.value, KeyError) and "\n" not in str(err.value)
+    assert not str(err.value).startswith(("'", '"'))  # one line, not KeyError's quoted repr
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("cap", ["0.5", "12.5", "0"])
+def test_a_gpu_cap_is_a_whole_number_of_gpus(tmp_path: Path, cap: str) -> None:
+    """``max_gpus = 0.5`` had been taken, every trial then infeasible against a cap no design meets."""
+    spec = tmp_path / "tiny-study.toml"
+    spec.write_text(TINY.read_text() + f"\n[limits]\nmax_gpus = {cap}\n")
+    code, out, err = run_dse("study", "run", str(spec), "--out", str(tmp_path / "o"), "--trials", "2")
+    said = f"dse: error: {spec}: limits.max_gpus = {cap}: must be a whole number of GPUs, at least 1"
+    assert (code, out, err.strip()) == (2, "", said)
+    assert not (tmp_path / "o").exists()
+    spec.write_text(TINY.read_text() + "\n[limits]\nmax_gpus = 64.0\n")
+    assert run_dse("study", "show", str(spec)).code == 0
