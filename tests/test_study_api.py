@@ -85,3 +85,36 @@ def test_a_gpu_cap_is_a_whole_number_of_gpus(tmp_path: Path, cap: str) -> None:
     assert not (tmp_path / "o").exists()
     spec.write_text(TINY.read_text() + "\n[limits]\nmax_gpus = 64.0\n")
     assert run_dse("study", "show", str(spec)).code == 0
+
+
+def test_a_study_name_hive_readers_would_misread_reads_back_as_written(tmp_path: Path) -> None:
+    """Exports are hive-partitioned by the study's name: ``50%20off`` had read back as ``50 off``
+    (polars, DuckDB decode the folder's name). A name like a date reads as a string when the
+    reader is told so (docs/schema.md); a name with '=', whose run folder a reader takes for a
+    column (``runs/a=b/``: a column ``a``), is refused."""
+    import duckdb
+
+    for name in ("50%20off", "2026-12-05"):
+        spec = tmp_path / f"{name}.toml"
+        spec.write_text(TINY.read_text().replace('name = "tiny-study"', f'name = "{name}"'))
+        code, _, err = run_dse(
+            "study", "run", str(spec), "--out", str(tmp_path), "--trials", "2", "--no-progress"
+        )
+        assert code == 0, err
+        for table in ("trials", "pareto", "placements", "kv_tiers", "sim_timeseries"):
+            glob = str(tmp_path / name / "exports" / table / "*" / "*.parquet")
+            read = pl.read_parquet(glob, hive_partitioning=True, hive_schema={"study": pl.String})
+            assert read.schema["study"] == pl.String and set(read["study"].to_list()) <= {name}, table
+            if table == "trials":
+                assert read["study"].to_list() == [name, name]
+                hive = "hive_partitioning = true, hive_types = {'study': VARCHAR}"
+                assert duckdb.sql(
+                    f"select distinct study from read_parquet('{glob}', {hive})"
+                ).fetchall() == [(name,)]
+
+    spec = tmp_path / "a=b.toml"
+    spec.write_text(TINY.read_text().replace('name = "tiny-study"', 'name = "a=b"'))
+    code, out, err = run_dse("study", "run", str(spec), "--out", str(tmp_path / "o"), "--trials", "2")
+    assert code == 2 and out == "" and not (tmp_path / "o").exists()
+    said = "must not hold '=': hive readers of the exports take a folder named key=value as a column"
+    assert err.strip() == f"dse: error: {spec}: name = 'a=b': {said}"

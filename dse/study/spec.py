@@ -118,6 +118,8 @@ def folder_name(value: str) -> str | None:
     bad = value in ("", ".", "..") or value != value.strip() or any(c in value for c in "/\\\0")
     if bad:
         return "must be a plain folder name (no path separators, not '.' or '..')"
+    if "=" in value:  # runs/a=b/exports/...: polars reads the folder as a column a, holding b
+        return "must not hold '=': hive readers of the exports take a folder named key=value as a column"
     return None
 
 
