@@ -118,3 +118,31 @@ def test_a_study_name_hive_readers_would_misread_reads_back_as_written(tmp_path:
     assert code == 2 and out == "" and not (tmp_path / "o").exists()
     said = "must not hold '=': hive readers of the exports take a folder named key=value as a column"
     assert err.strip() == f"dse: error: {spec}: name = 'a=b': {said}"
+
+
+def test_an_objective_of_1e12_and_more_is_a_value(tmp_path: Path) -> None:
+    """Tokens per year run to 1e12 and more: such values had been exported as null (the magnitude
+    of the value told for none), every trial then off the front and best_trial() None. A trial
+    whose function gives None is still without a value."""
+
+    def tokens_per_year(m):  # type: ignore[no-untyped-def]
+        return None if m["gpus"] <= 8 else m["tokens_per_s_per_gpu"] * m["gpus"] * 86400 * 365
+
+    res = (
+        Study.load(TINY)
+        .with_objective("tokens_per_year", tokens_per_year, "maximize")
+        .run(trials=4, out=tmp_path)
+    )
+    t = res.trials.filter(pl.col("feasible"))
+    big = t.filter(pl.col("gpus") > 8)
+    assert big.height > 0 and t.filter(pl.col("gpus") <= 8).height > 0  # both cases are met
+    assert big["objective_tokens_per_year"].min() >= 1e12  # type: ignore[operator]
+    assert (
+        t.filter(pl.col("gpus") <= 8)["objective_tokens_per_year"].null_count()
+        == t.filter(pl.col("gpus") <= 8).height
+    )
+    assert (
+        res.best_trial()
+        == big.sort("objective_tokens_per_year", descending=True, maintain_order=True)["trial"][0]
+    )
+    assert not res.pareto.is_empty() and res.pareto["objective_tokens_per_year"].null_count() == 0

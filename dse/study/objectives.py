@@ -14,6 +14,9 @@ from dse.metrics import METRICS, objective_rule
 # the magnitude of the value a trial without one gets (no design, or an objective that gave nan):
 # the worst either way, so samplers still rank it; the exports show no value
 NO_VALUE = 1e12
+NO_VALUE_KEY = "no_value"
+"""The key of a trial's record that lists its objectives without a value (told as the worst
+value, whose magnitude a function's real values may reach: tokens per year)."""
 
 MetricFn = Callable[[Mapping[str, float]], float]
 NAME = re.compile(r"[A-Za-z0-9_.-]+")  # a custom objective's name

@@ -46,7 +46,7 @@ from dse.study.faults import (
     writing,
 )
 from dse.study.grid import PREFIX, point_of
-from dse.study.objectives import ObjectiveDef, ObjectiveError
+from dse.study.objectives import NO_VALUE_KEY, ObjectiveDef, ObjectiveError
 from dse.study.optuna_compat import storage_of
 from dse.study.proposer import Proposal, Proposer
 from dse.study.samplers import make_sampler
@@ -275,9 +275,11 @@ def _trials(
                 break
             with source.evaluating(job):
                 record, extra = evaluate_one(job)
-            values = objective_values(record, defs, job.number, warned)
+            none: list[str] = []  # objectives without a value: null in the exports, whatever was told
+            values = objective_values(record, defs, job.number, warned, none)
             # samplers see the worst violation (<= 0: feasible); each constraint is in the record
-            told = source.finish(job, values, max(record.constraints.values()), {**record.attrs(), **extra})
+            attrs = {**record.attrs(), **extra, NO_VALUE_KEY: none}
+            told = source.finish(job, values, max(record.constraints.values()), attrs)
         except STORAGE_ERRORS as exc:
             if not source.recover(exc):
                 raise
