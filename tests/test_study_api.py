@@ -146,3 +146,20 @@ def test_an_objective_of_1e12_and_more_is_a_value(tmp_path: Path) -> None:
         == big.sort("objective_tokens_per_year", descending=True, maintain_order=True)["trial"][0]
     )
     assert not res.pareto.is_empty() and res.pareto["objective_tokens_per_year"].null_count() == 0
+
+
+def test_reading_a_study_stored_with_other_objectives_says_how_to_read_it(tmp_path: Path) -> None:
+    """Reading a study run with an objective function of its own, with the study file's
+    objectives: the error had said to use another out= (what a run with other objectives
+    needs), not how to read the study that is there."""
+    Study.load(TINY).with_objective("per_gpu", lambda m: m["usd_per_hour"] / m["gpus"]).run(
+        trials=2, out=tmp_path
+    )
+    with pytest.raises(InputError) as err:
+        Study.load(TINY).results(out=tmp_path)
+    assert str(err.value).endswith(
+        "objectives = ['usd_per_million_tokens']: the stored study optimises ['per_gpu']: read it as "
+        "stored with Study.load('tiny-study').with_stored_objectives(out=...).results(out=...)"
+    )
+    res = Study.load(TINY).with_stored_objectives(out=tmp_path).results(out=tmp_path)
+    assert res.names == ["per_gpu"] and res.trials["objective_per_gpu"].null_count() == 0

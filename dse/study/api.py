@@ -190,6 +190,13 @@ class Study:
             others = f" (it holds {', '.join(sorted(held))})" if held else " (it holds none)"
             why = f"is not stored here{others}: run the study first"
             raise InputError(redact(url), "study", why, self.spec.name)
+        stored = self.with_stored_objectives(out=out, storage=storage).objectives
+        if [o.name for o in stored] != [o.name for o in self.objectives]:  # (a run says: another out=)
+            rule = (
+                f"the stored study optimises {[o.name for o in stored]}: read it as stored with "
+                f"Study.load({self.spec.name!r}).with_stored_objectives(out=...).results(out=...)"
+            )
+            raise InputError(redact(url), "objectives", rule, [o.name for o in self.objectives])
         base = catalog if catalog is not None else load_catalog()  # the results keep it for their own
         ours = study_catalog(self.spec, base)
         spec = with_catalog_ids(self.spec, ours)  # as the run stored it
