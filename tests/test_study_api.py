@@ -163,3 +163,22 @@ def test_reading_a_study_stored_with_other_objectives_says_how_to_read_it(tmp_pa
     )
     res = Study.load(TINY).with_stored_objectives(out=tmp_path).results(out=tmp_path)
     assert res.names == ["per_gpu"] and res.trials["objective_per_gpu"].null_count() == 0
+
+
+def test_a_run_from_python_names_the_study_file_it_was_loaded_from(tmp_path: Path) -> None:
+    """An unknown id or a shape no hardware runs is found when the study runs: from Python the
+    error had named ``study tiny-study``, where the command line names the file."""
+    spec = tmp_path / "tiny-study.toml"
+    for old, new, said in (
+        ('model = "deepseek-v3"', 'model = "deepseek-v9"', "model = 'deepseek-v9': unknown model id"),
+        (
+            '"8gpu-tp8-ep8", "8gpu-dpa-ep8"]',
+            '"8gpu-tp9-ep8"]',
+            "search.prefill.shapes[0] = '8gpu-tp9-ep8': no",
+        ),
+    ):
+        spec.write_text(TINY.read_text().replace(old, new, 1))
+        with pytest.raises(InputError) as err:
+            Study.load(spec).with_objective("o", lambda m: m["gpus"]).run(trials=1, out=tmp_path / "o")
+        assert str(err.value).startswith(f"{spec}: {said}"), str(err.value)
+        assert not (tmp_path / "o").exists()

@@ -39,7 +39,7 @@ from dse.study.results import (
     sim_timeseries_frame,
     trials_frame,
 )
-from dse.study.spec import StudySpec, load_study
+from dse.study.spec import StudySpec, read_study, study_path
 from dse.study.storage import catalog_change, default_storage, open_storage, open_study, redact, sqlite_path
 from dse.study.variants import catalog_entries, study_catalog, with_catalog_ids
 
@@ -60,14 +60,17 @@ class Study:
 
     spec: StudySpec
     objectives: tuple[ObjectiveDef, ...] = ()
+    # the study file, which a run's errors name (an unknown id, a shape no hardware runs)
+    source: str | None = field(default=None, compare=False)
 
     @classmethod
     def load(cls, name_or_path: str | Path) -> Study:
         """A shipped study by name (``studies/NAME.toml``) or a study file by path, validated, with
         the objectives its ``[objectives] names`` lists; bad input (:class:`dse.errors.InputError`)
-        names the file, the field and the rule."""
-        spec = load_study(name_or_path)
-        return cls(spec, tuple(ObjectiveDef.metric(n) for n in spec.objectives.names))
+        names the file, the field and the rule, here and when the study runs."""
+        path = study_path(name_or_path)
+        spec = read_study(path)
+        return cls(spec, tuple(ObjectiveDef.metric(n) for n in spec.objectives.names), str(path))
 
     def with_objective(
         self,
@@ -172,6 +175,7 @@ class Study:
             catalog=catalog,
             params=params,
             then=after,
+            study_file=self.source,
         )
         return done[0]
 
@@ -198,7 +202,7 @@ class Study:
             )
             raise InputError(redact(url), "objectives", rule, [o.name for o in self.objectives])
         base = catalog if catalog is not None else load_catalog()  # the results keep it for their own
-        ours = study_catalog(self.spec, base)
+        ours = study_catalog(self.spec, base, source=self.source)
         spec = with_catalog_ids(self.spec, ours)  # as the run stored it
         study = open_study(spec, url, list(self.objectives), spec.seed)
         res = StudyResults(spec, self.objectives, study, None, base)

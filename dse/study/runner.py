@@ -129,17 +129,19 @@ def run(
     trial_wall_s: float | None = TRIAL_WALL_S,
     stale_after_s: float = STALE_AFTER_S,
     then: Callable[[optuna.Study, RunStats], None] | None = None,
+    study_file: str | None = None,
 ) -> tuple[optuna.Study, RunStats]:
     """Run (or resume) the study until ``trials`` (default: the spec's budget) are complete.
 
     ``shared`` is for workers on one storage: a running trial whose worker has sent no heartbeat
     for ``stale_after_s`` is marked failed (and run again by someone), and a storage that goes
     away (a server restart) is waited for. A trial over ``trial_wall_s`` is recorded as
-    infeasible with the reason. Ctrl-C raises :class:`StudyInterrupted`. ``then`` runs once the
+    infeasible with the reason. Ctrl-C raises :class:`StudyInterrupted`. ``study_file`` (its
+    path) is what bad ids and shapes are named by. ``then`` runs once the
     trials are done, while the run still holds the study (a lone run's exports and report: another
     run of the study waits for them, or its trials and this run's report would disagree)."""
-    catalog = study_catalog(spec, catalog if catalog is not None else load_catalog())
-    runnable_shapes(spec, catalog)
+    catalog = study_catalog(spec, catalog if catalog is not None else load_catalog(), study_file)
+    runnable_shapes(spec, catalog, study_file)
     spec = with_catalog_ids(spec, catalog)
     params = params if params is not None else load_params()
     objectives = objectives or [ObjectiveDef.metric(n) for n in spec.objectives.names]
