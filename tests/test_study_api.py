@@ -182,3 +182,24 @@ def test_a_run_from_python_names_the_study_file_it_was_loaded_from(tmp_path: Pat
             Study.load(spec).with_objective("o", lambda m: m["gpus"]).run(trials=1, out=tmp_path / "o")
         assert str(err.value).startswith(f"{spec}: {said}"), str(err.value)
         assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("stale", ["inf", "nan", "0", "-1"])
+def test_a_worker_refuses_a_stale_after_that_is_no_finite_time(tmp_path: Path, stale: str) -> None:
+    """``--stale-after inf`` had been a traceback (heartbeats every inf // 4 seconds), after
+    creating the SQLite file."""
+    db = tmp_path / "s.db"
+    code, out, err = run_dse(
+        "study",
+        "worker",
+        str(TINY),
+        "--storage",
+        f"sqlite:///{db}",
+        "--stale-after",
+        stale,
+        "--out",
+        str(tmp_path),
+    )
+    said = f"dse: error: dse worker: --stale-after = {float(stale)!r}: must be a finite number of seconds > 0"
+    assert (code, out, err.strip()) == (2, "", said)
+    assert list(tmp_path.iterdir()) == []
