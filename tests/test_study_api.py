@@ -203,3 +203,26 @@ def test_a_worker_refuses_a_stale_after_that_is_no_finite_time(tmp_path: Path, s
     said = f"dse: error: dse worker: --stale-after = {float(stale)!r}: must be a finite number of seconds > 0"
     assert (code, out, err.strip()) == (2, "", said)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_resuming_from_the_command_line_a_study_run_with_a_function_says_where_it_resumes(
+    tmp_path: Path,
+) -> None:
+    """The command line cannot give the function: its refusal had said only to use another
+    --out, which starts another study, not how this one resumes."""
+    Study.load(TINY).with_objective("per_gpu", lambda m: m["usd_per_hour"] / m["gpus"]).run(
+        trials=2, out=tmp_path
+    )
+    code, out, err = run_dse("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "3")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.strip().endswith(
+        "the stored study optimises ['per_gpu']; use another --out or --storage for other objectives (or "
+        "resume it from Python: 'per_gpu' is an objective function of its own, "
+        "Study.with_objective('per_gpu', fn))"
+    )
+    again = (
+        Study.load(TINY)
+        .with_objective("per_gpu", lambda m: m["usd_per_hour"] / m["gpus"])
+        .run(trials=3, out=tmp_path)
+    )
+    assert again.stats is not None and (again.stats.completed_before, again.stats.ran) == (2, 1)
