@@ -226,3 +226,17 @@ def test_resuming_from_the_command_line_a_study_run_with_a_function_says_where_i
         .run(trials=3, out=tmp_path)
     )
     assert again.stats is not None and (again.stats.completed_before, again.stats.ran) == (2, 1)
+
+
+def test_the_progress_bar_shows_no_best_of_trials_without_a_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bar took the value told for none (1e12, the worst) as a trial's value: with an
+    objective that gave None it read ``best o 1e+12``."""
+    Study.load(TINY).with_objective("o", lambda m: None).run(trials=3, out=tmp_path / "a", progress=True)
+    last = capsys.readouterr().err.strip().split("\r")[-1]
+    assert last.startswith("[") and "3/3 trials" in last, last
+    assert "no value yet" in last and "e+12" not in last, last
+    Study.load(TINY).with_objective("o", lambda m: m["gpus"]).run(trials=3, out=tmp_path / "b", progress=True)
+    last = capsys.readouterr().err.strip().split("\r")[-1]
+    assert "best o 8" in last, last

@@ -289,7 +289,8 @@ def _trials(
         if told:
             ran += 1
             if bar is not None:
-                bar.update(source.done, record.feasible, values[0] if values else None)
+                valued = values and objectives[0].name not in none  # (its worst, told for none, is none)
+                bar.update(source.done, record.feasible, values[0] if valued else None)
     return ran
 
 
@@ -510,6 +511,7 @@ class _Progress:
         self.total, self.t0, self.start = total, time.perf_counter(), done
         self.name, self.maximize = objective[0], objective[1] == "maximize"
         self.best: float | None = None
+        self.feasible = False  # a feasible trial seen (one without a value shows no best)
 
     def update(self, done: int, feasible: bool, value: float | None) -> None:
         if feasible and value is not None and math.isfinite(value):
@@ -518,7 +520,12 @@ class _Progress:
         frac = min(done / max(self.total, 1), 1.0)
         bar = "#" * int(30 * frac)
         rate = (done - self.start) / max(time.perf_counter() - self.t0, 1e-9)
-        best = f"best {self._shown(self.best)}" if self.best is not None else "no feasible design yet"
+        self.feasible = self.feasible or feasible
+        best = (
+            f"best {self._shown(self.best)}"
+            if self.best is not None
+            else "no value yet" if self.feasible else "no feasible design yet"
+        )
         sys.stderr.write(f"\r[{bar:<30s}] {done}/{self.total} trials, {rate:.1f}/s, {best}   ")
         sys.stderr.flush()
 
