@@ -240,3 +240,15 @@ def test_the_progress_bar_shows_no_best_of_trials_without_a_value(
     Study.load(TINY).with_objective("o", lambda m: m["gpus"]).run(trials=3, out=tmp_path / "b", progress=True)
     last = capsys.readouterr().err.strip().split("\r")[-1]
     assert "best o 8" in last, last
+
+
+def test_a_study_built_from_a_spec_has_the_spec_s_objectives(tmp_path: Path) -> None:
+    """``Study(spec)`` ran with the spec's objectives but held none: its run then failed in
+    best_trial() with an ``IndexError``, after storing its trials."""
+    from dse.study import load_study
+
+    study = Study(load_study(TINY))
+    assert [o.name for o in study.objectives] == ["usd_per_million_tokens"]
+    res = study.run(trials=2, out=tmp_path)
+    feasible = res.trials.filter(pl.col("feasible")).sort("objective_usd_per_million_tokens", maintain_order=True)
+    assert feasible.height > 0 and res.best_trial() == feasible["trial"][0]

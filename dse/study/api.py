@@ -63,6 +63,13 @@ class Study:
     # the study file, which a run's errors name (an unknown id, a shape no hardware runs)
     source: str | None = field(default=None, compare=False)
 
+    def __post_init__(self) -> None:
+        """Without objectives (``Study(spec)``), those its ``[objectives] names`` lists: a run had
+        optimised them and then failed on its results' none (``IndexError``)."""
+        if not self.objectives:
+            spec_objectives = tuple(ObjectiveDef.metric(n) for n in self.spec.objectives.names)
+            object.__setattr__(self, "objectives", spec_objectives)
+
     @classmethod
     def load(cls, name_or_path: str | Path) -> Study:
         """A shipped study by name (``studies/NAME.toml``) or a study file by path, validated, with
