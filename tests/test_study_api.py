@@ -250,5 +250,6 @@ def test_a_study_built_from_a_spec_has_the_spec_s_objectives(tmp_path: Path) -> 
     study = Study(load_study(TINY))
     assert [o.name for o in study.objectives] == ["usd_per_million_tokens"]
     res = study.run(trials=2, out=tmp_path)
-    feasible = res.trials.filter(pl.col("feasible")).sort("objective_usd_per_million_tokens", maintain_order=True)
+    feasible = res.trials.filter(pl.col("feasible"))
+    feasible = feasible.sort("objective_usd_per_million_tokens", maintain_order=True)
     assert feasible.height > 0 and res.best_trial() == feasible["trial"][0]
