@@ -253,3 +253,24 @@ def test_a_study_built_from_a_spec_has_the_spec_s_objectives(tmp_path: Path) -> 
     feasible = res.trials.filter(pl.col("feasible"))
     feasible = feasible.sort("objective_usd_per_million_tokens", maintain_order=True)
     assert feasible.height > 0 and res.best_trial() == feasible["trial"][0]
+
+
+def test_a_storage_given_as_a_path_says_how_to_write_its_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``storage=Path("x.db")`` had failed with ``AttributeError`` ('PosixPath' object has no
+    attribute 'startswith'); ``--storage x.db`` said SQLAlchemy could not parse it."""
+    monkeypatch.chdir(tmp_path)
+    said = f"must be a storage URL string: sqlite:///{tmp_path / 'x.db'} for a SQLite file"
+    for storage in (Path("x.db"), "x.db"):
+        with pytest.raises(InputError) as err:
+            Study.load(TINY).run(trials=2, out=tmp_path / "o", storage=storage)  # type: ignore[arg-type]
+        assert str(err.value).startswith(f"storage = {storage!r}: {said}"), str(err.value)
+    for command in ("run", "worker", "export"):
+        code, out, err_text = run_dse(
+            "study", command, str(TINY), "--storage", "x.db", "--out", str(tmp_path / "o")
+        )
+        assert (code, out) == (2, "") and err_text.startswith(f"dse: error: --storage = 'x.db': {said}"), (
+            err_text
+        )
+    assert list(tmp_path.iterdir()) == []

@@ -466,10 +466,11 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
             "is required: workers share a database (sqlite:///PATH on one machine, "
             "postgresql://user@host/db across machines)",
         )
-    from dse.study.api import Study, StudyResults, priced
+    from dse.study.api import Study, StudyResults, priced, storage_arg
     from dse.study.runner import run as run_trials
     from dse.study.storage import redact
 
+    storage_arg(args.storage)  # a path, not a URL: said as a run says it
     study = Study.load(args.name)
     _check_ids(study.spec, catalog, args.name)
     if not (math.isfinite(args.stale_after) and args.stale_after > 0):  # inf had been a traceback

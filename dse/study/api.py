@@ -117,7 +117,7 @@ class Study:
         names. A study run with an objective function reads back without the function, which
         only a run calls. As it is where nothing is stored there (``results`` says so; nothing
         is created) or the storage holds no objectives."""
-        out = folder_arg(out)
+        out, storage = folder_arg(out), storage_arg(storage)
         url = storage or default_storage(out, self.spec)
         path = sqlite_path(url)
         if path is not None and not path.exists():
@@ -160,7 +160,7 @@ class Study:
         string); ``trials`` and ``seed`` whole numbers."""
         from dse.study.runner import run  # the solver and the simulator: only a run imports them
 
-        out = folder_arg(out)
+        out, storage = folder_arg(out), storage_arg(storage)
 
         done: list[StudyResults] = []
 
@@ -192,7 +192,7 @@ class Study:
         """The results stored by an earlier run, read with ``catalog`` (default: the shipped one
         and ``DSE_CATALOG_DIR``'s); bad input when there is no result. Where that catalog's
         numbers differ from those the trials ran with, ``catalog_note`` says which."""
-        out = folder_arg(out)
+        out, storage = folder_arg(out), storage_arg(storage)
         url = storage or default_storage(out, self.spec)
         if (db := sqlite_path(url)) is not None and not db.exists():
             raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
@@ -230,6 +230,21 @@ def folder_arg(out: object, arg: str = "out") -> Path:
     if isinstance(out, str | os.PathLike) and str(out):
         return Path(out)
     raise InputError(arg, "", "must be a folder: a pathlib.Path or a non-empty string", out)
+
+
+def storage_arg(storage: object) -> str | None:
+    """``storage`` as a storage URL (None, or empty: the run folder's SQLite file); a path, or a
+    string that is no URL, is bad input saying how to write it (a ``Path`` had failed with
+    ``AttributeError``)."""
+    if storage is None or storage == "":
+        return None
+    if isinstance(storage, str) and "://" in storage:
+        return storage
+    shown = os.fspath(storage) if isinstance(storage, str | os.PathLike) else None
+    example = f"sqlite:///{Path(shown).absolute()}" if shown else "sqlite:///PATH"
+    server = "postgresql://user@host/db"
+    rule = f"must be a storage URL string: {example} for a SQLite file, {server} for a server"
+    raise InputError("storage", "", rule, storage)
 
 
 def _trial_numbers(trials: object, complete: list[int]) -> list[int]:
