@@ -265,7 +265,10 @@ def test_a_storage_given_as_a_path_says_how_to_write_its_url(
     for storage in (Path("x.db"), "x.db"):
         with pytest.raises(InputError) as err:
             Study.load(TINY).run(trials=2, out=tmp_path / "o", storage=storage)  # type: ignore[arg-type]
-        assert str(err.value).startswith(f"storage = {storage!r}: {said}"), str(err.value)
+        assert str(err.value).startswith(f"storage = {str(storage)!r}: {said}"), str(err.value)
+    with pytest.raises(InputError) as err:  # a server's without its scheme: its password is not shown
+        Study.load(TINY).run(trials=2, out=tmp_path / "o", storage="bob:hunter2@host")
+    assert str(err.value).startswith("storage = 'bob:***@host': must be a storage URL string: sqlite:///PATH")
     for command in ("run", "worker", "export"):
         code, out, err_text = run_dse(
             "study", command, str(TINY), "--storage", "x.db", "--out", str(tmp_path / "o")

@@ -240,11 +240,12 @@ def storage_arg(storage: object) -> str | None:
         return None
     if isinstance(storage, str) and "://" in storage:
         return storage
-    shown = os.fspath(storage) if isinstance(storage, str | os.PathLike) else None
-    example = f"sqlite:///{Path(shown).absolute()}" if shown else "sqlite:///PATH"
+    path = os.fspath(storage) if isinstance(storage, str | os.PathLike) else None
+    # a path names its file in the example; one with an '@' is rather a server's, password and all
+    example = f"sqlite:///{Path(path).absolute()}" if path and "@" not in path else "sqlite:///PATH"
     server = "postgresql://user@host/db"
     rule = f"must be a storage URL string: {example} for a SQLite file, {server} for a server"
-    raise InputError("storage", "", rule, storage)
+    raise InputError("storage", "", rule, redact(path) if path is not None else storage)
 
 
 def _trial_numbers(trials: object, complete: list[int]) -> list[int]:
