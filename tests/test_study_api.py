@@ -1,7 +1,9 @@
-"""The Python API as a user calls it: a folder given as a string, arguments of the wrong type
-refused in one line before anything is written, a trial that is not stored named as such, a
-metric objective's direction named as its direction, and a custom objective that handles a
-missing metric itself (a ``KeyError``, as any mapping's)."""
+"""Studies as a user writing them in Python and running them on shared storage meets them:
+arguments of the wrong type (a folder as a string, 2.5 trials, a storage path) refused or taken
+in one line before anything is written; custom objectives (a missing metric handled as a
+``KeyError``, values of 1e12 and more, none in the progress bar); errors naming the study file
+and saying how a stored study is read or resumed; exports whose study name hive readers would
+misread; and the study file's GPU cap and a worker's --stale-after."""
 
 from __future__ import annotations
 
