@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -465,14 +466,16 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
             "is required: workers share a database (sqlite:///PATH on one machine, "
             "postgresql://user@host/db across machines)",
         )
-    from dse.study.api import Study, StudyResults, priced
+    from dse.study.api import Study, StudyResults, priced, storage_arg
     from dse.study.runner import run as run_trials
     from dse.study.storage import redact
 
+    storage_arg(args.storage)  # a path, not a URL: said as a run says it
     study = Study.load(args.name)
     _check_ids(study.spec, catalog, args.name)
-    if not args.stale_after > 0:
-        raise InputError("dse worker", "--stale-after", "must be > 0", args.stale_after)
+    if not (math.isfinite(args.stale_after) and args.stale_after > 0):  # inf had been a traceback
+        rule = "must be a finite number of seconds > 0"
+        raise InputError("dse worker", "--stale-after", rule, args.stale_after)
     stored, stats = run_trials(
         study.spec,
         out=args.out,

@@ -14,6 +14,8 @@ res.pareto            # the front of the objectives
 
 from __future__ import annotations
 
+import numbers
+import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -37,7 +39,7 @@ from dse.study.results import (
     sim_timeseries_frame,
     trials_frame,
 )
-from dse.study.spec import StudySpec, load_study
+from dse.study.spec import StudySpec, read_study, study_path
 from dse.study.storage import catalog_change, default_storage, open_storage, open_study, redact, sqlite_path
 from dse.study.variants import catalog_entries, study_catalog, with_catalog_ids
 
@@ -45,6 +47,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from dse.study.runner import RunStats
+
+Folder = Path | str
+"""A folder as the Python API takes it: a path, or a string naming one."""
 
 
 @dataclass(frozen=True)
@@ -55,14 +60,24 @@ class Study:
 
     spec: StudySpec
     objectives: tuple[ObjectiveDef, ...] = ()
+    # the study file, which a run's errors name (an unknown id, a shape no hardware runs)
+    source: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        """Without objectives (``Study(spec)``), those its ``[objectives] names`` lists: a run had
+        optimised them and then failed on its results' none (``IndexError``)."""
+        if not self.objectives:
+            spec_objectives = tuple(ObjectiveDef.metric(n) for n in self.spec.objectives.names)
+            object.__setattr__(self, "objectives", spec_objectives)
 
     @classmethod
     def load(cls, name_or_path: str | Path) -> Study:
         """A shipped study by name (``studies/NAME.toml``) or a study file by path, validated, with
         the objectives its ``[objectives] names`` lists; bad input (:class:`dse.errors.InputError`)
-        names the file, the field and the rule."""
-        spec = load_study(name_or_path)
-        return cls(spec, tuple(ObjectiveDef.metric(n) for n in spec.objectives.names))
+        names the file, the field and the rule, here and when the study runs."""
+        path = study_path(name_or_path)
+        spec = read_study(path)
+        return cls(spec, tuple(ObjectiveDef.metric(n) for n in spec.objectives.names), str(path))
 
     def with_objective(
         self,
@@ -89,19 +104,20 @@ class Study:
             new = ObjectiveDef.metric(name)
         if direction is not None and direction != new.direction:
             rule = f"is {new.direction}d by its metric's definition, not {direction}d"
-            raise InputError("objective", "direction", rule, name)
+            raise InputError("objective", f"{name}.direction", rule, direction)
         kept = () if replace_all else self.objectives
         if any(o.name == name for o in kept):
             raise InputError("objective", "name", "is already an objective of the study", name)
         return replace(self, objectives=(*kept, new))
 
-    def with_stored_objectives(self, *, out: Path = Path("runs"), storage: str | None = None) -> Study:
+    def with_stored_objectives(self, *, out: Folder = Path("runs"), storage: str | None = None) -> Study:
         """This study with the objectives (names and directions) its stored study holds (at
         ``storage``, default the SQLite file under ``out``), to read it (``results``; the CLI's
         export, report and deploy): the ranks and columns of its trials, whatever the study file
         names. A study run with an objective function reads back without the function, which
         only a run calls. As it is where nothing is stored there (``results`` says so; nothing
         is created) or the storage holds no objectives."""
+        out, storage = folder_arg(out), storage_arg(storage)
         url = storage or default_storage(out, self.spec)
         path = sqlite_path(url)
         if path is not None and not path.exists():
@@ -131,7 +147,7 @@ class Study:
         self,
         *,
         trials: int | None = None,
-        out: Path = Path("runs"),
+        out: Folder = Path("runs"),
         storage: str | None = None,
         seed: int | None = None,
         progress: bool = False,
@@ -140,8 +156,11 @@ class Study:
         then: Callable[[StudyResults], None] | None = None,
     ) -> StudyResults:
         """Run (or resume) the study; ``then`` gets its results while the run still holds the
-        study (what it writes from them, another run waits for)."""
+        study (what it writes from them, another run waits for). ``out`` is a folder (a path or a
+        string); ``trials`` and ``seed`` whole numbers."""
         from dse.study.runner import run  # the solver and the simulator: only a run imports them
+
+        out, storage = folder_arg(out), storage_arg(storage)
 
         done: list[StudyResults] = []
 
@@ -163,15 +182,17 @@ class Study:
             catalog=catalog,
             params=params,
             then=after,
+            study_file=self.source,
         )
         return done[0]
 
     def results(
-        self, *, out: Path = Path("runs"), storage: str | None = None, catalog: Catalog | None = None
+        self, *, out: Folder = Path("runs"), storage: str | None = None, catalog: Catalog | None = None
     ) -> StudyResults:
         """The results stored by an earlier run, read with ``catalog`` (default: the shipped one
         and ``DSE_CATALOG_DIR``'s); bad input when there is no result. Where that catalog's
         numbers differ from those the trials ran with, ``catalog_note`` says which."""
+        out, storage = folder_arg(out), storage_arg(storage)
         url = storage or default_storage(out, self.spec)
         if (db := sqlite_path(url)) is not None and not db.exists():
             raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
@@ -180,8 +201,15 @@ class Study:
             others = f" (it holds {', '.join(sorted(held))})" if held else " (it holds none)"
             why = f"is not stored here{others}: run the study first"
             raise InputError(redact(url), "study", why, self.spec.name)
+        stored = self.with_stored_objectives(out=out, storage=storage).objectives
+        if [o.name for o in stored] != [o.name for o in self.objectives]:  # (a run says: another out=)
+            rule = (
+                f"the stored study optimises {[o.name for o in stored]}: read it as stored with "
+                f"Study.load({self.spec.name!r}).with_stored_objectives(out=...).results(out=...)"
+            )
+            raise InputError(redact(url), "objectives", rule, [o.name for o in self.objectives])
         base = catalog if catalog is not None else load_catalog()  # the results keep it for their own
-        ours = study_catalog(self.spec, base)
+        ours = study_catalog(self.spec, base, source=self.source)
         spec = with_catalog_ids(self.spec, ours)  # as the run stored it
         study = open_study(spec, url, list(self.objectives), spec.seed)
         res = StudyResults(spec, self.objectives, study, None, base)
@@ -194,6 +222,44 @@ class Study:
                 "ran with: --catalog-dir, or catalog= from Python)"
             )
         return res
+
+
+def folder_arg(out: object, arg: str = "out") -> Path:
+    """``out`` (a ``pathlib.Path`` or a string) as a path; anything else is bad input naming ``arg``
+    (a string had failed inside with Python's bare ``TypeError``)."""
+    if isinstance(out, str | os.PathLike) and str(out):
+        return Path(out)
+    raise InputError(arg, "", "must be a folder: a pathlib.Path or a non-empty string", out)
+
+
+def storage_arg(storage: object) -> str | None:
+    """``storage`` as a storage URL (None, or empty: the run folder's SQLite file); a path, or a
+    string that is no URL, is bad input saying how to write it (a ``Path`` had failed with
+    ``AttributeError``)."""
+    if storage is None or storage == "":
+        return None
+    if isinstance(storage, str) and "://" in storage:
+        return storage
+    path = os.fspath(storage) if isinstance(storage, str | os.PathLike) else None
+    # a path names its file in the example; one with an '@' is rather a server's, password and all
+    example = f"sqlite:///{Path(path).absolute()}" if path and "@" not in path else "sqlite:///PATH"
+    server = "postgresql://user@host/db"
+    rule = f"must be a storage URL string: {example} for a SQLite file, {server} for a server"
+    raise InputError("storage", "", rule, redact(path) if path is not None else storage)
+
+
+def _trial_numbers(trials: object, complete: list[int]) -> list[int]:
+    """``trials`` as trial numbers of the study, each one of its ``complete`` trials."""
+    listed = list(trials) if isinstance(trials, list | tuple | range) else None
+    if listed is None or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) for n in listed):
+        raise InputError("trials", "", "must be a list of trial numbers (ints)", trials)
+    held = set(complete)
+    missing = next((n for n in listed if n not in held), None)
+    if missing is not None:
+        span = f"{len(held)}, from {min(held)} to {max(held)}" if held else "none"
+        rule = f"has {missing}, which is not a complete trial of the study (complete trials: {span})"
+        raise InputError("trials", "", rule, listed)
+    return [int(n) for n in listed]
 
 
 def priced(res: StudyResults, params: PerfParams | None = None, *, where: str) -> None:
@@ -262,10 +328,12 @@ class StudyResults:
         return best_of(self.trials, (o.name, o.direction))
 
     def sim_timeseries(self, trials: list[int] | None = None) -> pl.DataFrame:
-        """Re-simulated trajectories of ``trials`` (default: the first five of the front)."""
+        """Re-simulated trajectories of ``trials`` (default: the first five of the front), each
+        the number of a complete trial (bad input names the first that is not)."""
         if trials is None:
             return self._front_series
-        return sim_timeseries_frame(self.study, trials, self._cat(), load_params())
+        numbers = _trial_numbers(trials, self.trials["trial"].to_list())
+        return sim_timeseries_frame(self.study, numbers, self._cat(), load_params())
 
     @cached_property
     def _front_series(self) -> pl.DataFrame:
@@ -294,7 +362,8 @@ class StudyResults:
             "sim_timeseries": self.sim_timeseries(),
         }
 
-    def export(self, out: Path) -> list[Path]:
-        """Parquet tables under ``out`` (hive partitions by study), atomically."""
+    def export(self, out: Folder) -> list[Path]:
+        """Parquet tables under ``out`` (a path or a string; hive partitions by study), atomically."""
+        out = folder_arg(out)
         catalog = self.study.user_attrs.get("catalog")  # the numbers the trials ran with
         return export_all(self.tables(), out, self.spec.name, plain(self.spec), catalog)

@@ -6,7 +6,8 @@ folder (``pl.read_parquet("OUT/trials/")``, DuckDB's ``OUT/trials/**``) would ta
 Parquet file and fail on it; and every table is written before any is renamed into place.
 
 Layout: ``OUT/<table>/study=<name>/part-0.parquet`` for the tables trials, pareto, placements,
-kv_tiers and sim_timeseries (the ``study`` column lives in the folder name, as hive expects).
+kv_tiers and sim_timeseries (the ``study`` column lives in the folder name, as hive expects, a
+``%`` in the name escaped as hive escapes it: :func:`partition`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ from dse.study.faults import writing
 from dse.study.results import SCHEMA_VERSION
 
 TABLES = ("trials", "pareto", "placements", "kv_tiers", "sim_timeseries")
+HIVE_ESCAPES = {"%": "%25", "=": "%3D"}
+"""Characters of a study name that hive readers decode or split on (polars, DuckDB, pyarrow):
+unescaped, a name ``50%20off`` read back as ``50 off``. (A study file's name may not hold ``=``,
+which its run folder would carry too: ``dse.study.spec.folder_name``.)"""
+
+
+def partition(study: str) -> str:
+    """The folder of ``study``'s rows in a table: ``study=<name>``, percent-escaped where hive
+    readers would misread the name (they decode it back)."""
+    return "study=" + "".join(HIVE_ESCAPES.get(c, c) for c in study)
 
 
 def _staged(
@@ -39,7 +50,7 @@ def _staged(
 ) -> Path:
     """Write one table to a temporary file in ``out``, renamed into its folder when ``stack``
     closes without an error (removed otherwise)."""
-    path = out / table / f"study={study}" / "part-0.parquet"
+    path = out / table / partition(study) / "part-0.parquet"
     body = df.drop("study") if "study" in df.columns else df
     meta = {
         "dse.engine_version": __version__,
@@ -74,7 +85,7 @@ def _check_destinations(out: Path, study: str, names: list[str]) -> None:
     where its file goes: a table blocked that way had left the tables before it written (and a
     folder in the file's place was a traceback)."""
     for name in names:
-        path = out / name / f"study={study}" / "part-0.parquet"
+        path = out / name / partition(study) / "part-0.parquet"
         if path.is_dir() and not path.is_symlink():
             raise InputError(str(path), "", "must be a file: a folder has its name")
         existing = next(d for d in (path.parent, *path.parent.parents) if d.exists() or d.is_symlink())

@@ -14,6 +14,9 @@ from dse.metrics import METRICS, objective_rule
 # the magnitude of the value a trial without one gets (no design, or an objective that gave nan):
 # the worst either way, so samplers still rank it; the exports show no value
 NO_VALUE = 1e12
+NO_VALUE_KEY = "no_value"
+"""The key of a trial's record that lists its objectives without a value (told as the worst
+value, whose magnitude a function's real values may reach: tokens per year)."""
 
 MetricFn = Callable[[Mapping[str, float]], float]
 NAME = re.compile(r"[A-Za-z0-9_.-]+")  # a custom objective's name
@@ -30,7 +33,15 @@ class ObjectiveError(InputError):
 
     def noted(self, note: str) -> ObjectiveError:
         """The same error with ``note`` added to its line."""
-        return ObjectiveError(self.name, self.trial, f"{self.rule}; {note}", self.value)
+        return type(self)(self.name, self.trial, f"{self.rule}; {note}", self.value)
+
+
+class MissingMetric(ObjectiveError, KeyError):
+    """A custom objective read a metric trials do not have. A ``KeyError`` too, as any mapping's
+    missing key is: a function that handles one itself (``except KeyError: ...``) goes on (it had
+    stopped the run all the same); one that does not stops the run with the metrics listed."""
+
+    __str__ = Exception.__str__  # one line, not KeyError's quoted repr
 
 
 def at(trial: int | None) -> str:

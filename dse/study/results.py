@@ -26,7 +26,7 @@ from dse.sim.kv_tiers import TIER_NAMES
 from dse.sim.simulation import TRAJECTORY_COLUMNS, trajectories_frame
 from dse.sim.stored import simulate_stored
 from dse.study.choice import SPLIT_DECODE
-from dse.study.objectives import NO_VALUE
+from dse.study.objectives import NO_VALUE, NO_VALUE_KEY
 
 SCHEMA_VERSION = 5  # docs/schema.md's version history
 PARAM_COLUMNS = (
@@ -148,6 +148,18 @@ def _records(study: optuna.Study) -> list[tuple[optuna.trial.FrozenTrial, dict[s
     ]
 
 
+def _objective_values(names: list[str], values: list[float] | None, rec: dict[str, Any]) -> dict[str, Any]:
+    """A trial's ``objective_<name>`` columns: null for an objective its record lists without a
+    value (told as the worst value; a function's real values of 1e12 and more had read as none
+    too); a record from before that list was kept: null at the worst value's magnitude."""
+    none = rec.get(NO_VALUE_KEY)
+    row: dict[str, Any] = {}
+    for name, v in zip(names, values or [], strict=False):
+        missing = v is None or (name in none if isinstance(none, list) else abs(v) >= NO_VALUE)
+        row[f"objective_{name}"] = None if missing else v
+    return row
+
+
 def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
     """One row per finished trial."""
     rows = []
@@ -173,8 +185,7 @@ def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
         row.update(_constraints(cons))
         row["feasible"] = all(float(v) <= 0 for v in cons.values()) and bool(cons)
         row["binding"] = rec.get("binding") or None  # a feasible trial: nothing binds
-        for name, v in zip(objectives, t.values or [], strict=False):
-            row[f"objective_{name}"] = v if v is not None and abs(v) < NO_VALUE else None  # none: null
+        row.update(_objective_values(objectives, t.values, rec))
         rows.append(row)
     schema: dict[str, Any] = {**TRIALS_SCHEMA, **{f"objective_{name}": pl.Float64 for name in objectives}}
     if not rows:  # the columns with_designs adds to rows too

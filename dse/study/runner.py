@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import numbers
 import os
 import sys
 import time
@@ -45,7 +46,7 @@ from dse.study.faults import (
     writing,
 )
 from dse.study.grid import PREFIX, point_of
-from dse.study.objectives import ObjectiveDef, ObjectiveError
+from dse.study.objectives import NO_VALUE_KEY, ObjectiveDef, ObjectiveError
 from dse.study.optuna_compat import storage_of
 from dse.study.proposer import Proposal, Proposer
 from dse.study.samplers import make_sampler
@@ -128,23 +129,25 @@ def run(
     trial_wall_s: float | None = TRIAL_WALL_S,
     stale_after_s: float = STALE_AFTER_S,
     then: Callable[[optuna.Study, RunStats], None] | None = None,
+    study_file: str | None = None,
 ) -> tuple[optuna.Study, RunStats]:
     """Run (or resume) the study until ``trials`` (default: the spec's budget) are complete.
 
     ``shared`` is for workers on one storage: a running trial whose worker has sent no heartbeat
     for ``stale_after_s`` is marked failed (and run again by someone), and a storage that goes
     away (a server restart) is waited for. A trial over ``trial_wall_s`` is recorded as
-    infeasible with the reason. Ctrl-C raises :class:`StudyInterrupted`. ``then`` runs once the
+    infeasible with the reason. Ctrl-C raises :class:`StudyInterrupted`. ``study_file`` (its
+    path) is what bad ids and shapes are named by. ``then`` runs once the
     trials are done, while the run still holds the study (a lone run's exports and report: another
     run of the study waits for them, or its trials and this run's report would disagree)."""
-    catalog = study_catalog(spec, catalog if catalog is not None else load_catalog())
-    runnable_shapes(spec, catalog)
+    catalog = study_catalog(spec, catalog if catalog is not None else load_catalog(), study_file)
+    runnable_shapes(spec, catalog, study_file)
     spec = with_catalog_ids(spec, catalog)
     params = params if params is not None else load_params()
     objectives = objectives or [ObjectiveDef.metric(n) for n in spec.objectives.names]
     url = storage or default_storage(out, spec)
     budget = _budget(spec, trials, out, seed)
-    seed = spec.seed if seed is None else seed
+    seed = spec.seed if seed is None else int(seed)
     # workers sharing a storage each need their own random stream, or they would propose alike
     stream, stale_s = (os.getpid(), stale_after_s) if shared else (0, None)
     with optuna_quiet():
@@ -188,7 +191,10 @@ def run(
 
 def _budget(spec: StudySpec, trials: int | None, out: Path, seed: int | None) -> int:
     """The run's budget of complete trials; the arguments checked (named as the Python API names them)."""
-    budget = spec.budget(trials)
+    for arg, value in (("trials", trials), ("seed", seed)):  # 2.5 trials had run 3, "5" a TypeError
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise InputError(arg, "", "must be a whole number (an int)", value)
+    budget = spec.budget(None if trials is None else int(trials))
     if budget < 1:
         raise InputError("trials", "", "must be at least 1", budget)
     if spec.is_grid and budget > spec.sweep.size():
@@ -271,9 +277,11 @@ def _trials(
                 break
             with source.evaluating(job):
                 record, extra = evaluate_one(job)
-            values = objective_values(record, defs, job.number, warned)
+            none: list[str] = []  # objectives without a value: null in the exports, whatever was told
+            values = objective_values(record, defs, job.number, warned, none)
             # samplers see the worst violation (<= 0: feasible); each constraint is in the record
-            told = source.finish(job, values, max(record.constraints.values()), {**record.attrs(), **extra})
+            attrs = {**record.attrs(), **extra, NO_VALUE_KEY: none}
+            told = source.finish(job, values, max(record.constraints.values()), attrs)
         except STORAGE_ERRORS as exc:
             if not source.recover(exc):
                 raise
@@ -281,7 +289,8 @@ def _trials(
         if told:
             ran += 1
             if bar is not None:
-                bar.update(source.done, record.feasible, values[0] if values else None)
+                valued = values and objectives[0].name not in none  # (its worst, told for none, is none)
+                bar.update(source.done, record.feasible, values[0] if valued else None)
     return ran
 
 
@@ -502,6 +511,7 @@ class _Progress:
         self.total, self.t0, self.start = total, time.perf_counter(), done
         self.name, self.maximize = objective[0], objective[1] == "maximize"
         self.best: float | None = None
+        self.feasible = False  # a feasible trial seen (one without a value shows no best)
 
     def update(self, done: int, feasible: bool, value: float | None) -> None:
         if feasible and value is not None and math.isfinite(value):
@@ -510,7 +520,12 @@ class _Progress:
         frac = min(done / max(self.total, 1), 1.0)
         bar = "#" * int(30 * frac)
         rate = (done - self.start) / max(time.perf_counter() - self.t0, 1e-9)
-        best = f"best {self._shown(self.best)}" if self.best is not None else "no feasible design yet"
+        self.feasible = self.feasible or feasible
+        best = (
+            f"best {self._shown(self.best)}"
+            if self.best is not None
+            else "no value yet" if self.feasible else "no feasible design yet"
+        )
         sys.stderr.write(f"\r[{bar:<30s}] {done}/{self.total} trials, {rate:.1f}/s, {best}   ")
         sys.stderr.flush()
 

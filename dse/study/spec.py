@@ -118,6 +118,8 @@ def folder_name(value: str) -> str | None:
     bad = value in ("", ".", "..") or value != value.strip() or any(c in value for c in "/\\\0")
     if bad:
         return "must be a plain folder name (no path separators, not '.' or '..')"
+    if "=" in value:  # runs/a=b/exports/...: polars reads the folder as a column a, holding b
+        return "must not hold '=': hive readers of the exports take a folder named key=value as a column"
     return None
 
 
@@ -154,6 +156,11 @@ def _batch_range(value: tuple[float, ...]) -> str | None:
     if bad is None and value[0] < 1:
         return "must be [low, high] with 1 <= low <= high (sequences per instance)"
     return bad
+
+
+def _gpu_cap(value: float) -> str | None:
+    """GPUs are bought whole: a cap of 0.5 had made every trial infeasible, 12.5 meant 12."""
+    return None if value >= 1 and float(value).is_integer() else "must be a whole number of GPUs, at least 1"
 
 
 def _non_negatives(value: tuple[float, ...]) -> str | None:
@@ -268,7 +275,7 @@ class StudyStorage:
 class StudyLimits:
     budget_usd_hour: float | None = field(default=None, metadata=rule(positive))
     power_kw: float | None = field(default=None, metadata=rule(positive))
-    max_gpus: float | None = field(default=None, metadata=rule(positive))  # a constraint on each design
+    max_gpus: float | None = field(default=None, metadata=rule(_gpu_cap))  # a constraint on each design
 
 
 MIN_MEASURED_STEPS = 10

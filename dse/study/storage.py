@@ -33,6 +33,7 @@ import sqlalchemy
 
 from dse import __version__
 from dse.errors import InputError, StorageFault
+from dse.metrics import METRICS
 from dse.plain import plain
 from dse.study.faults import STORAGE_ERRORS, driver_line, storage_fault, storage_unreachable
 from dse.study.objectives import ObjectiveDef
@@ -474,6 +475,18 @@ def default_storage(out: Path, spec: StudySpec) -> str:
     return f"sqlite:///{urllib.parse.quote(str((run_folder(out, spec) / 'study.db').resolve()))}"
 
 
+def _function_note(stored: object) -> str:
+    """Where the stored objectives include a function's (a name no metric has): that only a run
+    from Python, given the function again, resumes the study (the command line reads it)."""
+    functions = [n for n in stored if n not in METRICS] if isinstance(stored, list) else []
+    if not functions:
+        return ""
+    return (
+        f" (or resume it from Python: {functions[0]!r} is an objective function of its own, "
+        f"Study.with_objective({functions[0]!r}, fn))"
+    )
+
+
 def open_study(
     spec: StudySpec,
     storage: str,
@@ -545,7 +558,7 @@ def _loaded(
             redact(url),
             "objectives",
             f"the stored study optimises {stored}; use another out= or storage= for other "
-            f"objectives{_empty_note(study)}",
+            f"objectives{_empty_note(study)}{_function_note(stored)}",
             names,
         )
     wanted = [o.direction for o in objectives]

@@ -29,7 +29,7 @@ from dse.plain import plain
 from dse.sim import ArrivalKind, Arrivals, OutputLengths, Planner, Scenario
 from dse.sim.simulation import SimulationReport
 from dse.study.choice import Choice
-from dse.study.objectives import NO_VALUE, ObjectiveError, ObjectiveWarning, at
+from dse.study.objectives import NO_VALUE, MissingMetric, ObjectiveError, ObjectiveWarning, at
 from dse.study.spec import StudySpec
 from dse.units import Precision
 from dse.workload import Workload
@@ -260,7 +260,7 @@ class _Metrics(dict):  # type: ignore[type-arg]
         hint = f"the exported column {key!r} is the metric {metric!r} here; " if metric else ""
         has = ", ".join(sorted(self))
         rule = f"reads a metric trials do not have ({at(self._trial)}): {hint}they have {has}"
-        raise ObjectiveError(self._objective, self._trial, rule, key)
+        raise MissingMetric(self._objective, self._trial, rule, key)
 
 
 def objective_values(
@@ -268,6 +268,7 @@ def objective_values(
     objectives: Sequence[tuple[str, str, Any]],
     trial: int | None = None,
     warned: set[str] | None = None,
+    no_value: list[str] | None = None,
 ) -> list[float]:
     """One value per objective (name, direction, function of the metrics or None for a metric)
     of trial number ``trial``; a trial without a design gets the worst value so samplers still
@@ -275,12 +276,16 @@ def objective_values(
     a value). A function that raises, reads a metric trials lack or returns no number is an
     :class:`ObjectiveError` naming it and the trial (what it raised is the error's ``__cause__``).
     Nan or an infinity from a function is warned of (:class:`ObjectiveWarning`) once per
-    objective named in ``warned``, which gets the names warned of (a run passes one set)."""
+    objective named in ``warned``, which gets the names warned of (a run passes one set).
+    ``no_value`` gets the names of the objectives without a value (stored with the trial: its
+    worst value is no sign of one, a function's real values may be as large)."""
     warned = set() if warned is None else warned
+    no_value = [] if no_value is None else no_value
     out = []
     for name, direction, fn in objectives:
         if "usd_per_hour" not in record.metrics:
             out.append(WORST[direction])
+            no_value.append(name)
             continue
         v = _called(fn, name, record.metrics, trial) if fn is not None else record.metrics.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
@@ -297,6 +302,8 @@ def objective_values(
                 stacklevel=_caller_level(),
             )
         out.append(x if math.isfinite(x) else WORST[direction])
+        if not math.isfinite(x):
+            no_value.append(name)
     return out
 
 
