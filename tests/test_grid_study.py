@@ -177,6 +177,11 @@ def test_grid_report_and_exports(grid_run) -> None:  # type: ignore[no-untyped-d
     assert sorted(after) == ["x_hardware", "x_input_tokens"], trials.columns
     series = pl.read_parquet(folder / "exports" / "sim_timeseries" / "study=tiny-grid" / "part-0.parquet")
     assert series.columns[-1] == "trial", series.columns
+    # no front across a grid's points (they are different questions: its export had ranked them
+    # together); the trajectory is the best point's
+    pareto = pl.read_parquet(folder / "exports" / "pareto" / "study=tiny-grid" / "part-0.parquet")
+    assert pareto.is_empty() and pareto.columns == trials.columns
+    assert series["trial"].unique().to_list() == [res.best_trial()]
 
 
 def test_dynamics_axes_change_the_simulation_not_the_placement() -> None:

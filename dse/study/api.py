@@ -308,7 +308,11 @@ class StudyResults:
     @cached_property
     def pareto(self) -> pl.DataFrame:
         """The designs on the front of the objectives (feasible trials with a value for each), as
-        :attr:`trials`' rows, best first on the first objective."""
+        :attr:`trials`' rows, best first on the first objective. A grid study's is empty (with
+        the columns): each point is a question of its own, with its own traffic and hardware, so
+        a front across them ranks unlike things; its answer is :attr:`trials`, a row per point."""
+        if self.spec.is_grid:
+            return self.trials.clear()
         return pareto_frame(self.trials, self.names, [o.direction for o in self.objectives])
 
     @cached_property
@@ -328,8 +332,9 @@ class StudyResults:
         return best_of(self.trials, (o.name, o.direction))
 
     def sim_timeseries(self, trials: list[int] | None = None) -> pl.DataFrame:
-        """Re-simulated trajectories of ``trials`` (default: the first five of the front), each
-        the number of a complete trial (bad input names the first that is not)."""
+        """Re-simulated trajectories of ``trials`` (default: the first five of the front; a grid
+        study's best point), each the number of a complete trial (bad input names the first that
+        is not)."""
         if trials is None:
             return self._front_series
         numbers = _trial_numbers(trials, self.trials["trial"].to_list())
@@ -337,11 +342,11 @@ class StudyResults:
 
     @cached_property
     def _front_series(self) -> pl.DataFrame:
-        front = (
-            self.pareto["trial"].unique(maintain_order=True).to_list()[:5]
-            if not self.pareto.is_empty()
-            else []
-        )
+        if self.spec.is_grid:  # no front across a grid's points: its best point's design
+            best = self.best_trial()
+            front = [] if best is None else [best]
+        else:
+            front = self.pareto["trial"].unique(maintain_order=True).to_list()[:5]
         return sim_timeseries_frame(self.study, front, self._cat(), load_params())
 
     def _cat(self) -> Catalog:
@@ -353,7 +358,8 @@ class StudyResults:
         return study_catalog(self.spec, self._catalog if self._catalog is not None else load_catalog())
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        """Every exported table by its name (``sim_timeseries``: the front's first five designs)."""
+        """Every exported table by its name (``sim_timeseries``: the front's first five designs, a
+        grid study's best point)."""
         return {
             "trials": self.trials,
             "pareto": self.pareto,
