@@ -239,9 +239,9 @@ def wall_clock(seconds: float | None) -> Iterator[None]:
     """Raise :class:`TrialTimeout` in the block after ``seconds`` (main thread only; elsewhere,
     or with ``None``, no cap). Native code (the MILP solver) is interrupted when it returns to
     Python; the solver has its own time limit. Time the block spends compiling numba kernels
-    (:func:`compiling_s`: a fresh process's first trial, 21 s alone on two cores, over 60 s for
-    three workers starting together) is added to the cap: it is the process's, not the trial's,
-    and a kernel stopped mid-compile is compiled again by the next trial."""
+    (:func:`compiling_s`: a fresh process's first trial, 21 s alone on two cores, 98 s each for
+    five workers starting together) is added to the cap: it is the process's, not the trial's,
+    and a kernel the cap stopped mid-compile had to be compiled again by the next trial."""
     if seconds is None or threading.current_thread() is not threading.main_thread():
         yield
         return
