@@ -208,6 +208,30 @@ def test_a_trial_over_its_wall_clock_cap_is_recorded_not_waited_for(
     assert len(capped) == 1 and capped[0]["constraints"] == {"wall_clock": 1.0}
 
 
+def test_compiling_kernels_is_not_a_trials_wall_time() -> None:
+    """A fresh process compiles the simulators' numba kernels in its first trial: three workers
+    starting together on a fresh install spent over 60 s each on it, and the warm start's
+    designs, their first trials, were recorded infeasible ("ran over its 60 s cap"). Time spent
+    compiling is added to the cap; the cap still stops the rest."""
+    from dse.jit import njit
+    from dse.study.faults import TrialTimeout, wall_clock
+
+    def kernel(n: int) -> float:
+        s = 0.0
+        for i in range(n):
+            s += i * 0.5
+        return s
+
+    first, again = njit(kernel), njit(kernel)  # two dispatchers, neither compiled yet
+    t0 = time.perf_counter()
+    with wall_clock(0.05):  # compiling takes longer than the cap (0.4 s here)
+        assert first(4) == 3.0
+    assert time.perf_counter() - t0 > 0.05
+    with pytest.raises(TrialTimeout), wall_clock(0.05):  # compiled, then hung: stopped
+        assert again(4) == 3.0
+        time.sleep(5.0)
+
+
 def test_a_worker_waits_out_a_storage_away_at_its_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -110,9 +110,9 @@ def test_a_grid_rerun_runs_the_point_a_dead_worker_held(cli: Cli, tmp_path: Path
 
 def test_a_worker_runs_the_point_a_dead_worker_held(cli: Cli, tmp_path: Path) -> None:
     db = _dead_and_repeated(cli, tmp_path)
-    time.sleep(1.5)  # past the grace of --stale-after 1
+    time.sleep(4.5)  # past the grace of --stale-after 4, the shortest
     url = f"sqlite:///{db}"
-    worker = cli("worker", GRID, "--storage", url, "--out", tmp_path, "--stale-after", "1")
+    worker = cli("worker", GRID, "--storage", url, "--out", tmp_path, "--stale-after", "4")
     assert worker.code == 0, worker.err
     assert "worker: 1 trials" in worker.out and "1 stale trials" in worker.out
     trials = _trials(db, "tiny-grid")

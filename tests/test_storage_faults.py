@@ -320,3 +320,17 @@ def test_a_worker_waits_for_a_server_away_while_it_takes_its_hold_and_a_lone_run
             postgres_server._pg_ctl_start()
     assert held >= 1.5  # it waited for the server (it had raised at once)
     assert "dse: storage unreachable (connection to server at" in capsys.readouterr().err
+
+
+def test_a_postgres_scheme_url_names_the_same_server(tmp_path: Path, postgres_url: str, cli: Cli) -> None:
+    """libpq's other scheme, postgres:// (what many hosts hand out), was refused: "cannot be
+    opened (NoSuchModuleError: Can't load plugin: sqlalchemy.dialects:postgres)"."""
+    url = "postgres://" + postgres_url.split("://", 1)[1]
+    spec = _renamed(tmp_path, "pg-scheme-study")
+    run = cli("study", "run", str(spec), "--storage", url, "--trials", "2", "--no-export", "--out", tmp_path)
+    assert run.code == 0, run.err
+    assert _complete(postgres_url, "pg-scheme-study") == 2
+    # the lone run's hold is the server's advisory lock, as for postgresql://
+    with storage_mod.lone_writer("pg-scheme-study", url), pytest.raises(InputError, match="being run by"):
+        with storage_mod.lone_writer("pg-scheme-study", postgres_url, worker=True):
+            pass

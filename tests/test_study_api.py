@@ -207,6 +207,18 @@ def test_a_worker_refuses_a_stale_after_that_is_no_finite_time(tmp_path: Path, s
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("stale", ["1", "3.5"])
+def test_a_worker_refuses_a_stale_after_shorter_than_four_heartbeats(tmp_path: Path, stale: str) -> None:
+    """Heartbeats come every second: three workers of a 12-point grid with ``--stale-after 1``
+    failed a live worker's 1.6 s trial as a dead worker's and ran it again (its result dropped)."""
+    db = tmp_path / "s.db"
+    argv = ("--storage", f"sqlite:///{db}", "--stale-after", stale, "--out", str(tmp_path))
+    code, out, err = run_dse("study", "worker", str(TINY), *argv)
+    said = f"dse: error: dse worker: --stale-after = {float(stale)!r}: must be at least 4 seconds: "
+    assert code == 2 and out == "" and err.startswith(said) and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_resuming_from_the_command_line_a_study_run_with_a_function_says_where_it_resumes(
     tmp_path: Path,
 ) -> None:

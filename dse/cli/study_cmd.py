@@ -458,6 +458,11 @@ def _write_report(res: StudyResults, folder: Path) -> Path:
     )
 
 
+MIN_STALE_AFTER_S = 4.0
+"""The shortest ``--stale-after``: four heartbeats (one a second) a trial may miss before it is
+taken for a dead worker's."""
+
+
 def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
     if not args.storage:
         raise InputError(
@@ -475,6 +480,13 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
     _check_ids(study.spec, catalog, args.name)
     if not (math.isfinite(args.stale_after) and args.stale_after > 0):  # inf had been a traceback
         rule = "must be a finite number of seconds > 0"
+        raise InputError("dse worker", "--stale-after", rule, args.stale_after)
+    if args.stale_after < MIN_STALE_AFTER_S:  # 1 s had failed live workers' trials as dead ones'
+        rule = (
+            f"must be at least {MIN_STALE_AFTER_S:g} seconds: a running trial's heartbeats come every "
+            "second (every quarter of it above that), and a shorter wait takes a live worker's trial "
+            "for a dead one's"
+        )
         raise InputError("dse worker", "--stale-after", rule, args.stale_after)
     stored, stats = run_trials(
         study.spec,

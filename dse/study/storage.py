@@ -359,9 +359,12 @@ def _busy(where: str, holder: str, worker: bool) -> InputError:
 
 
 def driver_url(url: str) -> str:
-    """SQLAlchemy's default PostgreSQL driver is psycopg 3; the project ships psycopg2."""
-    if url.startswith("postgresql://"):
-        return "postgresql+psycopg2://" + url.removeprefix("postgresql://")
+    """SQLAlchemy's default PostgreSQL driver is psycopg 3; the project ships psycopg2. libpq's
+    other scheme, ``postgres://`` (what many hosts hand out), names the same server; SQLAlchemy
+    knows no dialect of that name (it was refused as "Can't load plugin")."""
+    for scheme in ("postgresql://", "postgres://"):
+        if url.startswith(scheme):
+            return "postgresql+psycopg2://" + url.removeprefix(scheme)
     return url
 
 
