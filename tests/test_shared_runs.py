@@ -257,3 +257,35 @@ def test_a_lone_runs_exports_and_report_are_written_while_it_holds_the_study(tmp
     assert res.trials.height == 2 and len(refused) == 1 and "pid" in refused[0], refused
     with lone_writer(study.spec.name, url):  # free once the run is done
         pass
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_a_trial_failed_between_its_record_and_its_values_is_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another worker fails a trial as stale after this one wrote its record and before it told
+    its values: Optuna's tell raised ValueError("Cannot tell a FAIL trial."), which ended the worker
+    in a traceback (only the storage's refusal of the record was caught). It is dropped, as a
+    trial failed before its record is."""
+    from dse.study import Study
+    from dse.study.objectives import ObjectiveDef
+    from dse.study.storage import open_stored
+
+    spec = Study.load(TINY).spec
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    stored = open_stored(
+        spec, url, [ObjectiveDef.metric(n) for n in spec.objectives.names], 1, stale_after_s=60
+    )
+    source = SharedTrials(spec, stored, 60.0, 0, 4)
+    job = source.next()
+    assert job is not None
+    real_tell = stored.study.tell
+
+    def tell_after_another_worker_failed_it(trial, values):  # type: ignore[no-untyped-def]
+        stored.storage.set_trial_state_values(stored.trial_id(trial.number), state=State.FAIL)
+        return real_tell(trial, values)
+
+    monkeypatch.setattr(stored.study, "tell", tell_after_another_worker_failed_it)
+    assert source.finish(job, [1.0], 0.0, {"metrics": {}}) is False
+    assert "was failed by another worker; dropped" in capsys.readouterr().err
+    assert stored.study.get_trials()[0].state == State.FAIL

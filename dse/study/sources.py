@@ -158,7 +158,11 @@ class SharedTrials(TrialSource):
             trial.set_constraint("violation", violation)
             trial.set_user_attr("record", record)  # one write
             self._stored.study.tell(trial, values)
-        except optuna.exceptions.UpdateFinishedTrialError:  # failed meanwhile as stale
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as exc:
+            # failed meanwhile as stale: before the record (the storage refuses the write) or
+            # between it and the values (Optuna's tell refuses a FAIL trial with a ValueError)
+            if isinstance(exc, ValueError) and self._running(trial.number):
+                raise
             self._trial = None
             sys.stderr.write(f"dse: trial {trial.number} was failed by another worker; dropped\n")
             return False
@@ -166,6 +170,11 @@ class SharedTrials(TrialSource):
         self.done = tally(self._stored, self._spec)[0]
         self._away_since = None
         return True
+
+    def _running(self, number: int) -> bool:
+        """Whether trial ``number`` is still running in the storage."""
+        state = self._stored.storage.get_trial(self._stored.trial_id(number)).state
+        return bool(state == optuna.trial.TrialState.RUNNING)
 
     def recover(self, exc: Exception) -> bool:
         """A storage that is away is waited for (one line each second, up to
