@@ -9,9 +9,10 @@ Optuna, so an upgrade that breaks one fails there, naming it, not somewhere insi
   :func:`scipy_log_ndtr` while it samples.
 * :func:`grid_of`, :func:`set_trial_system_attr`: what ``dse.study.sweep.GridSampler`` shares
   with Optuna's grid sampler.
-* :func:`insert_finished`, :func:`dead_trial_ids`, :func:`read_trials`: SQL on Optuna's database
-  schema (:data:`SCHEMA_VERSION`): a finished trial in one transaction, trials that never beat,
-  and a study's trials read back with one select per table (:class:`FastReadRDBStorage`).
+* :func:`insert_finished`, :func:`dead_trial_ids`, :func:`read_trials`, :func:`state_counts`: SQL
+  on Optuna's database schema (:data:`SCHEMA_VERSION`): a finished trial in one transaction,
+  trials that never beat, a study's trials read back with one select per table
+  (:class:`FastReadRDBStorage`), and its trials counted by state.
 """
 
 from __future__ import annotations
@@ -465,12 +466,30 @@ _SPECIAL = {"INF_POS": float("inf"), "INF_NEG": float("-inf"), "NAN": float("nan
 """Optuna's stored types of values that are not finite numbers (the value column is then empty)."""
 
 
+def state_counts(storage: optuna.storages.RDBStorage, study_id: int) -> dict[TrialState, int]:
+    """How many of the study's trials are in each state, counted by the database.
+
+    Why not Optuna's: its count (``get_n_trials``) reads every trial whole, records included; a
+    worker counts after each trial, so a worker joining a study of 3,000 trials spent 1.15 s a
+    trial reading them (a lone run: 0.02 s)."""
+    trials = _tables(storage.engine)["trials"]
+    query = (
+        sqlalchemy.select(trials.c.state, sqlalchemy.func.count())
+        .where(trials.c.study_id == study_id)
+        .group_by(trials.c.state)
+    )
+    with storage.engine.connect() as conn:
+        return {TrialState[str(state)]: int(n) for state, n in conn.execute(query).all()}
+
+
 def read_trials(
     storage: optuna.storages.RDBStorage,
     study_id: int,
     states: Container[TrialState] | None = None,
     included_trial_ids: Iterable[int] = (),
     trial_id_greater_than: int = -1,
+    *,
+    user_attrs: bool = True,
 ) -> list[FrozenTrial]:
     """The study's trials in ``states`` (all when None), as Optuna's ``RDBStorage._get_trials``
     returns them: by trial id, and, when ``trial_id_greater_than`` is not -1, only those above it
@@ -480,7 +499,8 @@ def read_trials(
     1,000-trial study on SQLite, every time a run ends (its results) and a report or an export
     opens one; one select per table and the rows turned into trials here take 0.12-0.2 s. As
     with Optuna's (its ORM loads each table's rows with a select of its own), a trial that
-    finishes between the selects may come back in its earlier state with its later rows."""
+    finishes between the selects may come back in its earlier state with its later rows.
+    ``user_attrs=False`` leaves the user attributes (a trial's record) out."""
     t = _tables(storage.engine)
     trials, studies = t["trials"], t["studies"]
     where = [trials.c.study_id == study_id]
@@ -524,7 +544,8 @@ def read_trials(
 
         params = rows("trial_params", "param_name", "param_value", "distribution_json")
         values = rows("trial_values", "objective", "value", "value_type")
-        user = rows("trial_user_attributes", "key", "value_json")
+        # (without them: what a worker's count of a grid's points reads, not every trial's record)
+        user = rows("trial_user_attributes", "key", "value_json") if user_attrs else {}
         system = rows("trial_system_attributes", "key", "value_json")
         steps = rows("trial_intermediate_values", "step", "intermediate_value", "intermediate_value_type")
     return _frozen_trials(heads, params, values, user, system, steps)

@@ -25,6 +25,7 @@ from dse import interrupt
 from dse.study.choice import suggest
 from dse.study.faults import heartbeat, storage_unreachable
 from dse.study.grid import grid_points, grid_space, suggest_point
+from dse.study.optuna_compat import knows_schema, read_trials, state_counts
 from dse.study.proposer import Proposal, Proposer
 from dse.study.spec import StudySpec
 from dse.study.storage import StoredStudy, fail_dead, storage_lock, wait_for_storage, waited
@@ -215,10 +216,21 @@ def tally(stored: StoredStudy, spec: StudySpec) -> tuple[int, int]:
     """What the shared study holds, read from its storage: (complete, complete or running)
     trials; for a grid, its points with a complete trial, and complete or claimed."""
     live = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
-    trials = stored.storage.get_all_trials(stored.study_id, deepcopy=False, states=live)
+    storage = stored.storage
+    known = knows_schema(storage)  # counted and read by the database, without the records
     if spec.is_grid:
+        trials = (
+            read_trials(storage, stored.study_id, live, user_attrs=False)
+            if known
+            else storage.get_all_trials(stored.study_id, deepcopy=False, states=live)
+        )
         done, held = grid_points(trials, sorted(grid_space(spec)))
         return len(done), len(held)
+    if known:
+        counts = state_counts(storage, stored.study_id)
+        n = counts.get(optuna.trial.TrialState.COMPLETE, 0)
+        return n, n + counts.get(optuna.trial.TrialState.RUNNING, 0)
+    trials = storage.get_all_trials(stored.study_id, deepcopy=False, states=live)
     n = sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     return n, len(trials)
 
