@@ -303,6 +303,49 @@ def test_decode_capacity_is_the_largest_batch_that_meets_tpot(catalog: Catalog, 
     assert (batch > 0).any()
 
 
+def test_decode_capacity_at_a_binding_cap_is_the_cap_without_a_search(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where every candidate meets the target at its cap (a study trial whose decode cap binds),
+    the answer is the cap, found with two step-time evaluations (at the cap, and the rate) rather
+    than a search; where one does not, the others' answers are those of a search without it."""
+    from dse.perf import serving
+
+    p = load_params()
+    n = 3
+    pool = build_pool(
+        catalog.model("deepseek-v3"), [catalog.hardware(h) for h in ("b200", "h200", "gb200")],
+        gpus=np.full(n, 8.0), attn_tp=np.ones(n), ep=np.full(n, 8.0),
+        weight_precision=[Precision.FP8] * n, kv_precision=[Precision.FP8] * n,
+    )  # fmt: skip
+    kw = {
+        "context": np.full(n, 4000.0),
+        "speed": np.ones(n),
+        "draft_tokens": np.zeros(n),
+        "accept_tokens": np.ones(n),
+    }
+    calls = []
+    real = serving.decode_tpot
+
+    def counted(*a: object, **k: object) -> np.ndarray:
+        calls.append(1)
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(serving, "decode_tpot", counted)
+    caps = np.array([16.0, 40.0, 64.0])
+    rate, batch = decode_capacity_at_tpot(pool, p, tpot_s=np.full(n, 0.05), max_batch=caps, **kw)
+    assert len(calls) == 2
+    np.testing.assert_array_equal(batch, caps)
+    np.testing.assert_array_equal(rate, caps / real(pool, p, batch=caps, **kw))
+    # one candidate past what the target allows: the search runs, and the cap still binds the others
+    calls.clear()
+    wide = np.array([16.0, 40.0, 1e5])
+    rate2, batch2 = decode_capacity_at_tpot(pool, p, tpot_s=np.full(n, 0.05), max_batch=wide, **kw)
+    assert len(calls) > 2 and batch2[2] < 1e5
+    np.testing.assert_array_equal(batch2[:2], caps[:2])
+    np.testing.assert_array_equal(rate2[:2], rate[:2])
+
+
 def test_kimi_k3_state_takes_room_from_the_batch(catalog: Catalog) -> None:
     """69 KDA layers hold ~414 MiB per request whatever its context."""
     p = load_params()
@@ -542,7 +585,6 @@ def test_the_mean_top_k_of_a_prompt_is_the_mean_of_min_position_k() -> None:
         x = np.linspace(a, b, 200_001)
         want = float(np.minimum(x, k).mean())
         assert float(_mean_top_k(a, b, k)) == pytest.approx(want, rel=1e-4), (a, b, k)
-
 
 
 def test_an_instance_wider_than_its_node_crosses_the_network_whatever_its_ep(catalog: Catalog) -> None:

@@ -109,6 +109,17 @@ def test_commands_with_the_solver_and_the_simulators_leave_pyomos_scipy_packages
     assert not set(SCIPY_PACKAGES) & set(res["heavy"])
 
 
+def test_a_study_runs_report_draws_without_pyomos_matplotlib_packages(tmp_path: Path) -> None:
+    """pyomo's import hook for matplotlib imported matplotlib.pylab and its backends beside the
+    pyplot the report draws with (``dse/scipy_hook.py``)."""
+    tiny = str(Path(__file__).resolve().parent / "data" / "tiny-study.toml")
+    pylab = ("matplotlib.pyplot", "matplotlib.pylab")
+    res = _probe(["study", "run", tiny, "--trials", "2", "--out", str(tmp_path)], heavy=(*HEAVY, *pylab))
+    assert res["code"] == 0 and (tmp_path / "tiny-study" / "report" / "report.md").is_file()
+    assert {"pyomo", "matplotlib.pyplot"} <= set(res["heavy"])  # type: ignore[arg-type]
+    assert "matplotlib.pylab" not in res["heavy"]  # type: ignore[operator]
+
+
 @pytest.mark.e2e
 def test_export_and_report_of_a_finished_study_import_no_solver(tmp_path: Path) -> None:
     """Exports and the report read what the trials stored: no MILP is built or solved, so pyomo's

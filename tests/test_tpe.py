@@ -144,3 +144,31 @@ def test_same_proposals_when_one_sampler_serves_two_studies() -> None:
         second.optimize(lambda t: (t.suggest_float("x", 0, 10) - 8) ** 2, n_trials=20)
         runs.append([t.params for t in second.trials])
     assert runs[0] == runs[1]
+
+
+def test_a_split_turns_each_column_into_an_array_once_for_both_its_parts() -> None:
+    """The good and the bad part of a split read one array per parameter, made at the first read
+    (it was made for each part), with the same values Optuna's own reading gives; a running trial
+    (another worker's) has its row after the finished ones."""
+    sampler = CachedTPESampler(seed=2, n_startup_trials=5, multivariate=True, constant_liar=True)
+    study = optuna.create_study(sampler=sampler)
+    study.optimize(lambda t: _objective(t, 1, prune=False), n_trials=25)
+    other = study.ask()
+    other.suggest_int("batch", 1, 4096, log=True)  # running: the constant liar counts it
+    mine = study.ask()
+    frozen = study._storage.get_trial(mine._trial_id)
+    below, above = sampler.split(study, frozen)
+    reads: list[str] = []
+    column = sampler._column
+
+    def counted(name: str, dist: optuna.distributions.BaseDistribution) -> list[float]:
+        reads.append(name)
+        return column(name, dist)
+
+    sampler._column = counted  # type: ignore[method-assign]
+    space = {"batch": optuna.distributions.IntDistribution(1, 4096, log=True)}
+    for part in (below, above):
+        ours = sampler.observations(part, space, study)
+        theirs = optuna.samplers.TPESampler()._get_internal_repr(part, space, study)
+        np.testing.assert_array_equal(ours["batch"], theirs["batch"])
+    assert reads == ["batch"] and any(t.number == other.number for t in above)

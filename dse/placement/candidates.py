@@ -50,6 +50,7 @@ from dse.errors import InputError
 from dse.perf.afd import SIDE_SHARE as AFD_SIDE_SHARE
 from dse.perf.afd import afd_bytes_per_token, attention_side, ffn_side
 from dse.perf.latency_tables import ENGINE_RULES
+from dse.perf.memo import Memo
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
 from dse.perf.power import gpu_power_w
@@ -57,7 +58,7 @@ from dse.perf.serving import RHO_MAX, decode_capacity_at_tpot
 from dse.perf.stages import forward_cost, weight_bytes_per_gpu
 from dse.placement.prefill_queue import PrefillCurve, prefill_curve
 from dse.placement.request import PlacementRequest, Topology
-from dse.placement.shapes import Parallel, Shapes, tier_capacity
+from dse.placement.shapes import Parallel, Shapes, shapes_of, shared_shapes, tier_capacity
 from dse.units import GB
 from dse.workload import Slo, Workload
 from formulations.placement_data import TIERS, Objective, PlacementData, Role
@@ -270,10 +271,12 @@ class _Builder:
         another); pipeline stages for prefill and midfill only (``unit``: the units the shapes
         are for, where not ``role``, as the exclusions name them)."""
         o = self.opts
-        shapes, hws = {
-            "prefill": (o.prefill_shapes, o.prefill_hardware),
-            "midfill": (o.midfill_shapes or o.prefill_shapes, o.midfill_hardware),
-        }.get(role, (o.decode_shapes, o.decode_hardware))
+        if role == "prefill":  # (the options each role reads, no more: the prefill units' memo keys on them)
+            shapes, hws = o.prefill_shapes, o.prefill_hardware
+        elif role == "midfill":
+            shapes, hws = o.midfill_shapes or o.prefill_shapes, o.midfill_hardware
+        else:
+            shapes, hws = o.decode_shapes, o.decode_hardware
         s = self.s
         out = [
             int(i)
@@ -293,7 +296,36 @@ class _Builder:
         back; where a slower tier (host DRAM, storage) then misses TTFT, another at the lower
         utilisation that admits it, so resting KV can leave HBM at a price in prefill GPUs; and
         one that takes fresh prompts only, where their queue then runs fuller (or where no way
-        back meets TTFT on this shape: a midfill pool then takes the returning turns)."""
+        back meets TTFT on this shape: a midfill pool then takes the returning turns).
+
+        On shared :class:`Shapes` (:func:`~dse.placement.shapes.shapes_of`) the units and
+        exclusions are made once per process for the same inputs (:data:`_PREFILL`): a study's
+        trials differ mostly in what prefill units do not read (the decode cap and shape)."""
+        if not shared_shapes(self.s):
+            self._add_prefill()
+            return
+        o = self.opts
+        req, s = self.req, self.s
+        key = (id(s), req.workload, req.engine, self.slo, o.tiers, o.prefill_shapes, o.prefill_hardware)
+        rows, excl = _PREFILL.get(key, s, self._prefill_units)
+        self.rows += rows
+        self.excl += [e for e in excl if e not in self.excl]
+
+    def _prefill_units(self) -> tuple[tuple[_Row, ...], tuple[Exclusion, ...]]:
+        """:meth:`_add_prefill`'s units and exclusions alone (read-only: :meth:`add_prefill` shares
+        them), this builder's own left as they were."""
+        rows, excl = self.rows, self.excl
+        self.rows, self.excl = [], []
+        try:
+            self._add_prefill()
+            made = tuple(self.rows), tuple(self.excl)
+        finally:
+            self.rows, self.excl = rows, excl
+        for r in made[0]:
+            r.mid.flags.writeable = r.reload.flags.writeable = False
+        return made
+
+    def _add_prefill(self) -> None:
         s, w = self.s, self.req.workload
         case = 1 if self.classes and w.returning_share > 0.5 else 0  # most prompts: fresh or midfills
         for i in self.shapes("prefill"):
@@ -683,6 +715,8 @@ def _wait(
 
 
 FRESH_ONLY = "fresh"  # a prefill unit's operating point that takes no returning turn
+# prefill units and exclusions per shared Shapes and what else they read (:meth:`_Builder.add_prefill`)
+_PREFILL = Memo(256)
 
 
 def _apart(paces: set[float]) -> tuple[float, ...]:
@@ -765,7 +799,7 @@ def build_candidates(
     the target's build's :attr:`Candidates.tighter_afd_paces`)."""
     hws = hardware if hardware is not None else [catalog.hardware(h) for h in req.hardware]
     model = catalog.model(req.model)
-    s = Shapes(req, model, hws, params, handed=topology is not Topology.AGGREGATED)
+    s = shapes_of(req, model, hws, params, handed=topology is not Topology.AGGREGATED)
     b = _Builder(req, s)
     broken = req.workload.context_problem(model.max_context, model.id)
     if broken is not None:  # no shape can serve it: an answer (a grid point beyond the window), not a crash

@@ -15,6 +15,7 @@ import numpy as np
 
 from dse.catalog import Hardware, Model
 from dse.perf.latency_tables import ENGINE_RULES
+from dse.perf.memo import Memo
 from dse.perf.params import PerfParams, with_mtp
 from dse.perf.pool import Array, Pool, build_pool
 from dse.perf.serving import PREFILL_TOKENS_PER_RANK, prefill_batch_tokens
@@ -248,6 +249,43 @@ def held_past_prompt(req: PlacementRequest, handed: bool) -> float:
     return max(0.5, rules.reserve) * osl
 
 
+def shapes_of(
+    req: PlacementRequest, model: Model, hws: list[Hardware], params: PerfParams, handed: bool = False
+) -> Shapes:
+    """:class:`Shapes` of ``req`` on ``hws``, built once per process for the same inputs: a study's
+    trials ask for the same few (its hardware's named shapes at a chunk) again and again, and
+    differ mostly in what the shapes do not read (the decode cap, the prefill share, the KV
+    policy). Keyed by the identities of the model, the hardware and the parameters and by every
+    field of the request :class:`Shapes` reads (:data:`SHAPE_FIELDS`); the arrays of what it
+    returns are read-only, as it is shared. The measured-kernel tier is built each time, as the
+    pools are (its tables may be reloaded)."""
+    if params.kernel_engines([req.engine]) is not None:
+        return Shapes(req, model, hws, params, handed)
+    o = req.options
+    key = (
+        id(model),
+        tuple(id(h) for h in hws),
+        id(params),
+        handed,
+        *(getattr(req, f) for f in SHAPE_FIELDS),
+        *(getattr(o, f) for f in SHAPE_OPTIONS),
+    )
+    keep = (model, tuple(hws), params)
+    return _SHAPES.get(key, keep, lambda: Shapes(req, model, hws, params, handed).frozen())
+
+
+def shared_shapes(s: Shapes) -> bool:
+    """Whether ``s`` came from :func:`shapes_of`'s memo (shared, read-only, long-lived)."""
+    return _SHAPES.holds(s)
+
+
+# what :class:`Shapes` reads of a request and of its options: the memo's key (a test reads the
+# fields a build touches and checks they are all here)
+SHAPE_FIELDS = ("workload", "engine", "weight_precision", "mtp", "mtp_draft_tokens", "mtp_accept_rate")
+SHAPE_OPTIONS = ("prefill_shapes", "decode_shapes", "midfill_shapes", "prefill_chunk_tokens")
+_SHAPES = Memo(256)
+
+
 class Shapes:
     """Every shape of a request on its hardware, evaluated once."""
 
@@ -334,9 +372,12 @@ class Shapes:
     @cached_property
     def _batched(self) -> tuple[Array, Array]:
         """:func:`batched_busy` of a fresh prompt, a midfill and a recompute (a pipelined shape's
-        one stage running every layer), computed when a unit first asks."""
+        one stage running every layer), computed when a unit first asks (read-only: a shared
+        :class:`Shapes` keeps them)."""
         cases = prefill_cases(self.workload)
-        return batched_busy(self.pool, self.params, self.speed, cases, self._chunk, self._per_instance)
+        most, busy = batched_busy(self.pool, self.params, self.speed, cases, self._chunk, self._per_instance)
+        most.flags.writeable = busy.flags.writeable = False
+        return most, busy
 
     def busy_at(self, i: int, prompts: float | Array) -> Array:
         """Busy seconds per prompt of shape ``i`` (one stage's, pipelined) when each forward
@@ -364,6 +405,15 @@ class Shapes:
 
     def __len__(self) -> int:
         return len(self.par)
+
+    def frozen(self) -> Shapes:
+        """``self`` with its arrays read-only (in place), its prefill costs' too: what
+        :func:`shapes_of` shares."""
+        for v in vars(self).values():
+            for a in vars(v).values() if isinstance(v, PrefillCost) else (v,):
+                if isinstance(a, np.ndarray):
+                    a.flags.writeable = False
+        return self
 
     def hw(self, i: int) -> Hardware:
         return self.hws[self.hw_of[i]]

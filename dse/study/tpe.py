@@ -45,6 +45,9 @@ class CachedTPESampler(TPEHooks):
         self._raw: list[dict[str, Any]] = []  # each row's parameters as the trial holds them
         self._columns: dict[tuple[str, BaseDistribution], list[float]] = {}
         self._running: list[dict[str, Any]] = []  # the running trials' parameters, rows after _raw
+        # each column over every row, the running trials' after, as an array: made once a split
+        # (its good and its bad part read it)
+        self._arrays: dict[tuple[str, BaseDistribution], np.ndarray] = {}
         # per row: the trial, its number, violation and first objective value; any pruned trial
         self._rows: list[FrozenTrial] = []
         self._row_numbers: list[int] = []
@@ -75,6 +78,7 @@ class CachedTPESampler(TPEHooks):
         if running:
             above = sorted(above + running, key=lambda t: t.number)
         self._running = [self.params_so_far(t, study) for t in running]
+        self._arrays = {}
         row_of = {**self._row_of, **{t.number: len(self._raw) + j for j, t in enumerate(running)}}
         self._split_key, self._split = key, (below, above)
         self._split_rows = [
@@ -138,14 +142,21 @@ class CachedTPESampler(TPEHooks):
         rows = next((r for part, r in self._split_rows if part is trials), None)
         if rows is None:
             return super().observations(trials, search_space, study)
-        cols = {
-            name: np.asarray(self._column(name, dist) + self._values(self._running, name, dist))[rows]
-            for name, dist in search_space.items()
-        }
+        cols = {name: self._array(name, dist)[rows] for name, dist in search_space.items()}
         if not cols:
             return {}
         has_all = np.logical_and.reduce([~np.isnan(c) for c in cols.values()])
         return {name: c[has_all] for name, c in cols.items()}
+
+    def _array(self, name: str, dist: BaseDistribution) -> np.ndarray:
+        """The column of ``name`` over the rows of this split, the running trials' after them."""
+        key = (name, dist)
+        arr = self._arrays.get(key)
+        if arr is None:
+            arr = self._arrays[key] = np.asarray(
+                self._column(name, dist) + self._values(self._running, name, dist)
+            )
+        return arr
 
     def _column(self, name: str, dist: BaseDistribution) -> list[float]:
         """Every row's internal value of ``name`` under ``dist`` (nan where the trial lacks it),
