@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -28,6 +29,21 @@ State = optuna.trial.TrialState
 def _trials(db: Path, name: str) -> list[optuna.trial.FrozenTrial]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna.load_study(study_name=name, storage=f"sqlite:///{db}").get_trials()
+
+
+def _shared_source(study_file: Path, tmp_path: Path) -> tuple[Any, Any, SharedTrials]:
+    """A worker's trials of ``study_file``'s study on a fresh SQLite file: its spec, the stored
+    study and the source (60 s before a silent trial is a dead worker's; a budget of 4)."""
+    from dse.study import Study
+    from dse.study.objectives import ObjectiveDef
+    from dse.study.storage import open_stored
+
+    spec = Study.load(study_file).spec
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    stored = open_stored(
+        spec, url, [ObjectiveDef.metric(n) for n in spec.objectives.names], 1, stale_after_s=60
+    )
+    return spec, stored, SharedTrials(spec, stored, 60.0, 0, 4)
 
 
 def _points(trials: list[optuna.trial.FrozenTrial]) -> Counter[tuple[tuple[str, object], ...]]:
@@ -178,16 +194,7 @@ def test_a_worker_stopped_by_sigterm_leaves_no_trial_running(
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")
 def test_a_trial_the_worker_dropped_for_a_storage_away_is_failed(cli: Cli, tmp_path: Path) -> None:
-    from dse.study import Study
-    from dse.study.objectives import ObjectiveDef
-    from dse.study.storage import open_stored
-
-    spec = Study.load(TINY).spec
-    url = f"sqlite:///{tmp_path / 'study.db'}"
-    stored = open_stored(
-        spec, url, [ObjectiveDef.metric(n) for n in spec.objectives.names], 1, stale_after_s=60
-    )
-    source = SharedTrials(spec, stored, 60.0, 0, 4)
+    spec, stored, source = _shared_source(TINY, tmp_path)
     job = source.next()
     assert job is not None
     away = sqlalchemy.exc.OperationalError("select 1", {}, Exception("server closed the connection"))
@@ -267,16 +274,7 @@ def test_a_trial_failed_between_its_record_and_its_values_is_dropped(
     its values: Optuna's tell raised ValueError("Cannot tell a FAIL trial."), which ended the worker
     in a traceback (only the storage's refusal of the record was caught). It is dropped, as a
     trial failed before its record is."""
-    from dse.study import Study
-    from dse.study.objectives import ObjectiveDef
-    from dse.study.storage import open_stored
-
-    spec = Study.load(TINY).spec
-    url = f"sqlite:///{tmp_path / 'study.db'}"
-    stored = open_stored(
-        spec, url, [ObjectiveDef.metric(n) for n in spec.objectives.names], 1, stale_after_s=60
-    )
-    source = SharedTrials(spec, stored, 60.0, 0, 4)
+    spec, stored, source = _shared_source(TINY, tmp_path)
     job = source.next()
     assert job is not None
     real_tell = stored.study.tell
@@ -299,16 +297,9 @@ def test_a_workers_count_reads_no_records_and_counts_as_before(
     included: 1.15 s a trial once 3,000 were stored). Counted by the database (a grid's points read
     without the records), the count is what Optuna's reading gave, for complete, running and
     failed trials alike."""
-    from dse.study import Study, sources
-    from dse.study.objectives import ObjectiveDef
-    from dse.study.storage import open_stored
+    from dse.study import sources
 
-    spec = Study.load(study_file).spec
-    url = f"sqlite:///{tmp_path / 'study.db'}"
-    stored = open_stored(
-        spec, url, [ObjectiveDef.metric(n) for n in spec.objectives.names], 1, stale_after_s=60
-    )
-    source = SharedTrials(spec, stored, 60.0, 0, 4)
+    spec, stored, source = _shared_source(study_file, tmp_path)
     first = source.next()
     assert first is not None
     values = [1.0] * len(spec.objectives.names)
