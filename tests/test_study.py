@@ -52,6 +52,11 @@ def test_shipped_studies_load() -> None:
         (('name = "tiny-study"', 'name = "other"'), "name = 'other': must equal the file name"),
         # each of these once passed and then failed inside the run, after writing study.db
         (("max_batch = [32, 1024]", "max_batch = [0.2, 0.5]"), "decode.max_batch = [0.2, 0.5]: must be"),
+        # a sequence runs whole: 1.5 had been searched as 1
+        (
+            ("max_batch = [32, 1024]", "max_batch = [1.5, 1024]"),
+            "decode.max_batch = [1.5, 1024]: must be [low, high], whole numbers",
+        ),
         (("chunk_tokens = [8192]", "chunk_tokens = [0.5]"), "must list whole numbers of tokens >= 1"),
         # a step past a tenth of the measured window crashed the fluid summary; one past the TTFT
         # target ran, and blurred the waits the target is on (19 of 20 trials feasible at 2 s, 8 at 60)

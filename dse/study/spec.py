@@ -153,8 +153,9 @@ def _choices(value: tuple[Any, ...]) -> str | None:
 def _batch_range(value: tuple[float, ...]) -> str | None:
     """Sequences per decode instance, searched on a log scale: whole numbers from 1."""
     bad = _range(value)
-    if bad is None and value[0] < 1:
-        return "must be [low, high] with 1 <= low <= high (sequences per instance)"
+    if bad is None and (value[0] < 1 or not all(float(v).is_integer() for v in value)):
+        # (1.5 had been searched as 1: a sequence is run whole)
+        return "must be [low, high], whole numbers with 1 <= low <= high (sequences per instance)"
     return bad
 
 
