@@ -14,7 +14,9 @@ import pytest
 from conftest import Cli, Result
 
 from dse.catalog import Catalog
-from dse.study.deploy import Design, PoolLaunch, engine_flags, launch_files
+from dse.deploy.design import Design, PoolLaunch
+from dse.deploy.engines import engine_flags
+from dse.deploy.files import launch_files
 from dse.units import Precision
 
 TINY = str(Path(__file__).parent / "data" / "tiny-study.toml")
@@ -328,9 +330,9 @@ def test_pools_sharing_a_role_get_a_script_each_with_its_own_cap(catalog: Catalo
     """Two decode pools on different GPUs: a script each (named by its hardware; the lone prefill
     pool keeps `prefill.sh`), each with its pool's running-request cap, the README naming each
     file once, and Dynamo a service and an options file each."""
+    from dse.deploy.design import design_of
     from dse.perf.params import load_params
     from dse.study.api import Study
-    from dse.study.deploy import design_of
 
     design = design_of(Study.load(TINY).spec, 0, _record(), catalog, load_params())
     f = FLAGS["sglang"]
@@ -369,9 +371,9 @@ def test_the_running_request_cap_is_the_batch_that_meets_the_tpot_target(catalog
     batch its pool was sized at (the most sequences within the TPOT target, whole ones down), as
     the report's `batch cap` and the simulator have it; a record without that batch keeps the
     trial's cap."""
+    from dse.deploy.design import design_of
     from dse.perf.params import load_params
     from dse.study.api import Study
-    from dse.study.deploy import design_of
 
     spec, params = Study.load(TINY).spec, load_params()
     design = design_of(spec, 0, _record(max_batch=4096), catalog, params)
@@ -458,9 +460,9 @@ def test_dynamo_trtllm_disaggregated_workers_have_a_kv_cache_transceiver(catalog
     """Dynamo's disaggregated TRT-LLM workers move KV through the cache transceiver: both options
     files configure it, its buffer the longest prompt, and the prefill worker runs without the
     overlap scheduler; an aggregated worker has neither."""
+    from dse.deploy.design import design_of
     from dse.perf.params import load_params
     from dse.study.api import Study
-    from dse.study.deploy import design_of
 
     t = FLAGS["trtllm"]
     design = design_of(Study.load(TINY).spec, 0, _record(), catalog, load_params())

@@ -183,8 +183,8 @@ def test_a_four_stage_study_records_the_midfill_pool_in_its_tables(tmp_path: Pat
 
 @pytest.mark.parametrize("topology", ["afd", "four-stage"])
 def test_deploy_refuses_split_decode_designs_by_name(topology: str, catalog: Catalog) -> None:
+    from dse.deploy.design import design_of
     from dse.errors import InputError
-    from dse.study.deploy import design_of
 
     spec = Study.load("deepseek-v3-blackwell").spec
     with pytest.raises(InputError, match="attention-FFN disaggregated design"):

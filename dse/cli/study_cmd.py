@@ -531,8 +531,9 @@ def _export(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.deploy.design import design_of_run
+    from dse.deploy.files import deploy_command, launch_files, write_deploy
     from dse.perf.params import load_params
-    from dse.study.deploy import deploy_command, design_of_run, launch_files, write_deploy
 
     res = _stored_results(args, catalog)
     design = design_of_run(res, args.trial, load_params())

@@ -5,6 +5,7 @@ the simulator's verdicts from its stored design simulated again (milliseconds; n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +14,6 @@ from dse.sim.from_placement import design_from_record
 from dse.sim.kv_cache import OUTCOMES, simulate_kv_cache
 from dse.sim.stored import simulate_stored
 from dse.study.api import StudyResults
-from dse.study.deploy import running_cap
 from dse.study.report import BestDesign
 from dse.study.spec import StudySpec
 
@@ -74,6 +74,22 @@ def kv_cache_check(inputs: dict[str, Any] | None) -> dict[str, tuple[float, floa
         return {}
     rep = simulate_kv_cache(design.resting, rate, max_sessions=CACHE_SESSIONS)
     return {o: (rep.planned["all"].get(o, 0.0), rep.simulated["all"][o]) for o in OUTCOMES}
+
+
+def running_cap(role: str, pool: dict[str, Any], choice: dict[str, Any]) -> int | None:
+    """A decode (or aggregated) instance's running-request cap: the batch the study sized its pool
+    at, the most sequences it runs and still meets the TPOT target (what the study priced and the
+    simulator ran as the engine's cap; at most the trial's ``max_batch``, the search's bound), whole
+    sequences down; the trial's ``max_batch`` where the record has no such batch. None for a
+    prefill pool."""
+    if role not in ("decode", "mixed"):
+        return None
+    bound = choice.get("max_batch")
+    sized = float(pool.get("decode_batch") or 0.0)
+    if sized > 0 and math.isfinite(sized):
+        cap = max(1, math.floor(sized + 1e-6))
+        return min(cap, int(bound)) if bound else cap
+    return int(bound) if bound else None
 
 
 def engine_settings(

@@ -1,0 +1,266 @@
+"""What the launch files need of a study's design: its pools as engines launch them
+(:class:`PoolLaunch`), the engine settings the study priced them with (:class:`Design`), read from
+a trial's record.
+
+A grid study's trial launches the model of its own point (its ``x_model``); a design on the
+study's what-if hardware (``[[variants]]``) is refused, as no such GPU exists to launch it on.
+Each decode instance is capped at the batch its pool was sized at: the most sequences it may run
+and still meet the TPOT target, which is what the study priced (the search's ``max_batch`` only
+bounds it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dse.catalog import Catalog
+from dse.errors import InputError, NoFeasibleDesign
+from dse.perf.params import PerfParams
+from dse.study.api import StudyResults
+from dse.study.best import running_cap
+from dse.study.spec import StudySpec
+from dse.units import Precision
+
+SRC = "dse deploy"
+
+# the KV transfer buffer holds prompts up to this many times the workload's longest mean prompt
+# (the study knows means only: the README says so, and where to raise it for longer prompts)
+PROMPT_ROOM = 2.0
+
+
+@dataclass(frozen=True)
+class PoolLaunch:
+    """One pool of the design as an engine launches it."""
+
+    role: str  # prefill, decode or mixed
+    hardware: str
+    gpus: int  # per instance
+    attn_tp: int  # 1: data-parallel attention over all the instance's GPUs
+    ep: int
+    instances: int
+    gpus_per_host: int
+    max_running: int | None  # per instance; None: the engine's default
+    chunk_tokens: int | None
+    pp: int = 1  # pipeline stages (prefill), each of gpus / pp GPUs with attn_tp and ep inside
+    label: str = ""  # its files' name; "": the role's (Design gives pools sharing one their own)
+
+    @property
+    def tp(self) -> int:
+        """The engine's TP size: a stage's GPUs."""
+        return self.gpus // self.pp
+
+    @property
+    def dp(self) -> int:
+        return self.tp // self.attn_tp
+
+    @property
+    def hosts(self) -> int:
+        """Hosts one instance spans."""
+        return max(1, math.ceil(self.gpus / self.gpus_per_host))
+
+    @property
+    def name(self) -> str:
+        return self.label or {"mixed": "instance"}.get(self.role, self.role)
+
+    @property
+    def per_host(self) -> int:
+        """Instances that share one host (1 where an instance fills a host or more)."""
+        return max(1, self.gpus_per_host // self.gpus)
+
+
+def named_pools(pools: tuple[PoolLaunch, ...]) -> tuple[PoolLaunch, ...]:
+    """``pools`` with a name each of its own, for its script, options file and Dynamo service: a
+    role one pool has keeps its name (``decode``); pools sharing one add their hardware
+    (``decode-b200``, ``decode-h200-sxm``), and a number where that is shared too."""
+    if len({p.name for p in pools}) == len(pools):
+        return pools
+    shared = Counter(p.name for p in pools)
+    names = [f"{p.name}-{p.hardware}" if shared[p.name] > 1 else p.name for p in pools]
+    again = Counter(names)
+    seen: Counter[str] = Counter()
+    for i, n in enumerate(names):
+        if again[n] > 1:
+            seen[n] += 1
+            names[i] = f"{n}-{seen[n]}"
+    if len(set(names)) < len(names):  # a given label met a made one: number them all
+        names = [f"{n}-{i + 1}" for i, n in enumerate(names)]
+    return tuple(replace(p, label=n) for p, n in zip(pools, names, strict=True))
+
+
+@dataclass(frozen=True)
+class Design:
+    """What the launch files need of a study's design."""
+
+    study: str
+    trial: int
+    model: str
+    model_repo: str
+    native_precision: str  # the checkpoint's expert precision
+    topology: str
+    precision: str
+    kv_dtype: Precision
+    mtp_drafts: int  # 0 without MTP
+    profile: str  # the study's engine profile (trt, sglang, atom)
+    pools: tuple[PoolLaunch, ...]
+    metrics: dict[str, Any]
+    point: dict[str, Any] = field(default_factory=dict)  # a grid study's point: axis -> value
+    # the profile prices the prefill chunk for the whole instance (SGLang's way) rather than per
+    # attention-DP rank (TRT-LLM's, ATOM's); None: as the profile's name says (only sglang's is)
+    chunk_per_instance: bool | None = None
+    # the longest prompt the KV transfer buffer is sized for (PROMPT_ROOM times the workload's
+    # longest mean prompt: a fresh one, or a returning turn's cached prefix and suffix, within the
+    # model's context) and the longest sequence an instance admits (the model's context: a prompt
+    # longer than the study's mean must not be refused), in tokens; 0: not known
+    prompt_tokens: int = 0
+    context_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pools", named_pools(tuple(self.pools)))
+        if self.chunk_per_instance is None:
+            object.__setattr__(self, "chunk_per_instance", self.profile == "sglang")
+
+
+def design_of_run(res: StudyResults, trial: int | None, params: PerfParams) -> Design:
+    """The design of trial ``trial`` of a study's run, or of its best trial."""
+    from dse.study.grid import point_of
+
+    number = res.best_trial() if trial is None else trial
+    if number is None:
+        raise NoFeasibleDesign("study", f"{res.spec.name} has no feasible trial to deploy")
+    found = next((t for t in res.study.get_trials(deepcopy=False) if t.number == number), None)
+    record = None if found is None else found.user_attrs.get("record")
+    if found is None or not record or not record.get("pools"):
+        raise InputError(SRC, "--trial", f"must name a feasible trial of {res.spec.name}", number)
+    # a grid trial's point, as its record or else its parameters hold it
+    record = {**record, "point": {**point_of(found.params), **(record.get("point") or {})}}
+    catalog = res._cat()
+    variant = _what_if(res.spec, record, catalog)
+    if variant is not None:
+        other = _best_launchable(res, catalog)
+        hint = (
+            f"; trial {other} is the best on hardware that exists (--trial {other})"
+            if other is not None
+            else "; no feasible trial of the study runs on hardware that exists"
+        )
+        field_name = "--trial" if trial is not None else "best trial"
+        raise InputError(SRC, field_name, _what_if_rule(res.spec, *variant) + hint, number)
+    return design_of(res.spec, number, record, catalog, params)
+
+
+def _what_if(spec: StudySpec, record: dict[str, Any], catalog: Catalog) -> tuple[str, str] | None:
+    """(variant id, its base hardware id) of the first pool of ``record`` on the study's what-if
+    hardware, or None when every pool runs on hardware that exists."""
+    variants = {v.id.lower(): v for v in spec.variants}
+    for p in record.get("pools", []):
+        hw = str(p.get("hardware", ""))
+        v = variants.get(hw.lower())
+        if v is None:
+            try:
+                v = variants.get(catalog.hardware(hw).id.lower())
+            except InputError:
+                continue
+        if v is not None:
+            try:
+                base = catalog.hardware(v.base).id
+            except InputError:
+                base = v.base
+            return v.id, base
+    return None
+
+
+def _what_if_rule(spec: StudySpec, variant: str, base: str) -> str:
+    return (
+        f"runs on what-if hardware {variant} ({spec.name}'s [[variants]] entry: {base} with its HBM "
+        "scaled), which no engine can launch"
+    )
+
+
+def _best_launchable(res: StudyResults, catalog: Catalog) -> int | None:
+    """The feasible trial best on the study's first objective whose pools all run on hardware
+    that exists."""
+    import polars as pl
+
+    from dse.study.results import ranked
+
+    trials = res.trials
+    if trials.is_empty() or "feasible" not in trials.columns:
+        return None
+    o = res.objectives[0]
+    records = {t.number: t.user_attrs.get("record") for t in res.study.get_trials(deepcopy=False)}
+    for number in ranked(trials.filter(pl.col("feasible")), (o.name, o.direction))["trial"].to_list():
+        record = records.get(int(number))
+        if record and record.get("pools") and _what_if(res.spec, record, catalog) is None:
+            return int(number)
+    return None
+
+
+def design_of(
+    spec: StudySpec, trial: int, record: dict[str, Any], catalog: Catalog, params: PerfParams
+) -> Design:
+    """The design a trial's record holds (pools, shapes, the engine settings it was priced with);
+    a grid trial's at its own point (``record["point"]``: its model)."""
+    from dse.placement.shapes import parse_shape
+    from dse.study.grid import spec_at
+
+    choice = record.get("choice", {})
+    topology = str(choice.get("topology", ""))
+    if topology in ("afd", "four-stage"):
+        raise InputError(
+            SRC, "--trial", "is an attention-FFN disaggregated design, which no engine here launches", trial
+        )
+    variant = _what_if(spec, record, catalog)
+    if variant is not None:
+        raise InputError(SRC, "--trial", _what_if_rule(spec, *variant), trial)
+    point = dict(record.get("point") or {})
+    spec = spec_at(spec, point) if point else spec
+    engine = params.engine(spec.engine)
+    drafts = 0
+    if spec.mtp:
+        drafts = int(spec.mtp_draft_tokens if spec.mtp_draft_tokens is not None else engine.mtp_draft_tokens)
+    pools = []
+    for p in record.get("pools", []):
+        par = parse_shape(str(p["shape"]))
+        hw = catalog.hardware(str(p["hardware"]))
+        role = str(p["role"])
+        pools.append(
+            PoolLaunch(
+                role=role,
+                hardware=hw.id,
+                gpus=par.gpus,
+                attn_tp=par.attn_tp,
+                ep=par.ep,
+                pp=par.pp,
+                instances=int(p["instances"]),
+                gpus_per_host=hw.gpus_per_host,
+                max_running=running_cap(role, p, choice),
+                # the prefill chunk budget; a decode pool keeps its engine's default
+                chunk_tokens=int(choice["chunk_tokens"])
+                if role != "decode" and choice.get("chunk_tokens")
+                else None,
+            )
+        )
+    model = catalog.model(spec.model)
+    return Design(
+        study=spec.name,
+        trial=trial,
+        model=model.id,
+        model_repo=model.checkpoint,
+        native_precision=(model.expert_weight_precision or model.native_weight_precision).value,
+        topology=topology,
+        precision=spec.precision,
+        kv_dtype=engine.kv_precision,
+        mtp_drafts=drafts,
+        profile=spec.engine,
+        pools=tuple(pools),
+        metrics=dict(record.get("metrics", {})),
+        point=point,
+        chunk_per_instance=engine.prefill_chunk_per_instance,
+        prompt_tokens=min(
+            model.max_context,
+            math.ceil(PROMPT_ROOM * (spec.workload.longest_context_tokens() - spec.workload.output_tokens)),
+        ),
+        context_tokens=model.max_context,
+    )

@@ -1,0 +1,255 @@
+"""Each engine's own flags for a pool of a design: SGLang, vLLM, TRT-LLM (with its options
+YAML) and Dynamo's workers of each, and the designs an engine cannot launch as the study priced
+them. The flag names come from ``dse/deploy/engine_flags.toml``, which cites the engine source each
+was read from.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from dse.deploy.design import SRC, Design, PoolLaunch
+from dse.errors import InputError
+from dse.placement.parallel import Parallel
+from dse.units import Precision
+
+FLAGS_FILE = Path(__file__).with_name("engine_flags.toml")
+
+
+ENGINES = ("sglang", "trtllm", "vllm", "dynamo")
+
+
+BACKEND_OF_PROFILE = {"sglang": "sglang", "trt": "trtllm", "atom": "vllm", "vllm": "vllm"}
+"""The engine a study's engine profile (its calibration) stands for, as Dynamo's backend."""
+
+
+def engine_flags() -> dict[str, dict[str, str]]:
+    with open(FLAGS_FILE, "rb") as fh:
+        return tomllib.load(fh)
+
+
+def backend_of(design: Design, engine: str) -> str:
+    """The engine that runs the workers: Dynamo's the study's profile stands for."""
+    return BACKEND_OF_PROFILE[design.profile] if engine == "dynamo" else engine
+
+
+def check_launchable(design: Design, engine: str) -> None:
+    """Refuses, in one line, a design ``engine`` cannot launch as the study priced it."""
+    if engine not in ENGINES:
+        raise InputError(SRC, "--engine", f"must be one of {', '.join(ENGINES)}", engine)
+    backend = backend_of(design, engine)
+    on = f"on {backend}" if engine != "dynamo" else f"on Dynamo's {backend} workers"
+    if any(p.role == "prefill" for p in design.pools) and engine in ("trtllm", "vllm"):
+        why = f"launches one aggregated server; this {design.topology} design needs sglang or dynamo"
+        raise InputError(SRC, "--engine", why, engine)
+    for p in design.pools:
+        shape = Parallel(p.gpus, p.attn_tp, p.ep, p.pp).label()
+        if p.pp > 1 and backend != "sglang":
+            why = (
+                f"has no pipeline-parallel launch here: the {p.name} pool runs {p.pp} stages "
+                "(SGLang's --pp-size launches it: --engine sglang, or dynamo on SGLang)"
+            )
+            raise InputError(SRC, "--engine", why, engine)
+        if engine in ("vllm", "trtllm") and p.hosts > 1:
+            why = (
+                f"cannot launch the {p.name} pool: an instance's {p.gpus} GPUs span {p.hosts} hosts of "
+                f"{p.gpus_per_host} GPUs, and dse writes no multi-host launch for {engine} "
+                "(--engine sglang, or dynamo, whose operator wires the hosts)"
+            )
+            raise InputError(SRC, "--engine", why, engine)
+        if backend == "trtllm" and 1 < p.attn_tp < p.gpus:
+            why = (
+                f"cannot launch the {p.name} pool's shape {shape} {on}: its attention DP runs attention "
+                f"TP 1 only, not TP{p.attn_tp} x DP{p.dp}"
+            )
+            raise InputError(SRC, "--engine", why, engine)
+        if backend == "vllm" and 1 < p.ep < p.tp:
+            why = (
+                f"cannot launch the {p.name} pool's shape {shape} {on}: its expert-parallel group is "
+                f"all {p.tp} GPUs of an instance (DP x TP), not EP{p.ep}"
+            )
+            raise InputError(SRC, "--engine", why, engine)
+
+
+def _kv(design: Design, table: dict[str, str]) -> str:
+    return table["kv_fp8"] if design.kv_dtype is Precision.FP8 else table["kv_bf16"]
+
+
+def sglang_dp(pool: PoolLaunch) -> int:
+    """SGLang's --dp-size under --enable-dp-attention: the attention-DP ranks (its TP size over
+    the attention TP, ``tp / attn_tp``, whenever attention TP is smaller than the TP size), else 1."""
+    return pool.dp
+
+
+def trtllm_dp(pool: PoolLaunch) -> int:
+    """TRT-LLM's attention-DP ranks: every GPU of an instance with enable_attention_dp, else 1."""
+    return pool.gpus if pool.attn_tp == 1 and pool.gpus > 1 else 1
+
+
+def sglang_cap(pool: PoolLaunch) -> int | None:
+    """The --max-running-requests SGLang gets: it floors it per attention-DP rank
+    (``max_running_requests // dp_size``, and refuses a zero), so a multiple of its DP size, the
+    largest not above the sized batch, and at least one per rank."""
+    if pool.max_running is None:
+        return None
+    dp = sglang_dp(pool)
+    return max(dp, pool.max_running // dp * dp)
+
+
+def per_rank_cap(pool: PoolLaunch, dp: int) -> int | None:
+    """The running-request cap of each of ``dp`` ranks of an engine that caps per rank: the
+    instance's split, whole sequences down, at least one."""
+    return None if pool.max_running is None else max(1, pool.max_running // dp)
+
+
+def _per_rank_caps(pool: PoolLaunch, design: Design, dp: int, cap_flag: str, chunk_flag: str) -> list[str]:
+    """The running-request cap as an engine that caps each of its ``dp`` data-parallel ranks takes
+    it (the instance's split), and the prefill chunk, where the design sets them."""
+    out = []
+    cap = per_rank_cap(pool, dp)
+    if cap is not None:
+        out += [cap_flag, str(cap)]
+    if pool.chunk_tokens is not None:
+        out += [chunk_flag, str(per_rank_chunk(pool, design, dp))]
+    return out
+
+
+def per_rank_chunk(pool: PoolLaunch, design: Design, dp: int) -> int:
+    """The token budget of each of ``dp`` ranks of an engine that budgets per rank (vLLM,
+    TRT-LLM): the design's chunk, split where its profile priced it for the whole instance."""
+    chunk = int(pool.chunk_tokens or 0)
+    return max(1, chunk // dp) if design.chunk_per_instance else chunk
+
+
+def sglang_chunk(pool: PoolLaunch, design: Design) -> int:
+    """SGLang's --chunked-prefill-size: it divides it by --dp-size under DP attention, so a
+    chunk priced per attention-DP rank is passed times the ranks."""
+    chunk = int(pool.chunk_tokens or 0)
+    return chunk if design.chunk_per_instance else chunk * sglang_dp(pool)
+
+
+def sglang_args(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None) -> list[str]:
+    """SGLang: the instance's GPUs are its TP size; data-parallel attention splits them into
+    ``dp`` attention ranks. Its running-request cap and chunk are for the whole instance."""
+    args = [*f["launch"].split(), f["model"], "$MODEL", f["tp"], str(pool.tp)]
+    args += _sglang_body(pool, design, f, mode)
+    return [*args, f["host"], "0.0.0.0", f["port"], "$PORT", f["trust"]]
+
+
+def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None) -> list[str]:
+    args: list[str] = []
+    if pool.pp > 1:
+        args += [f["pp"], str(pool.pp)]
+    if pool.ep > 1:
+        args += [f["ep"], str(pool.ep)]
+    if sglang_dp(pool) > 1:
+        args += [f["dp_attention"], f["dp"], str(sglang_dp(pool))]
+    cap = sglang_cap(pool)
+    if cap is not None:
+        args += [f["max_running"], str(cap)]
+    if pool.chunk_tokens is not None:
+        args += [f["chunk"], str(sglang_chunk(pool, design))]
+    args += [f["kv_dtype"], _kv(design, f)]
+    if design.mtp_drafts:
+        d = design.mtp_drafts
+        args += [f["spec_algorithm"], f["spec_algorithm_mtp"], f["spec_steps"], str(d), f["spec_topk"], "1"]
+        args += [f["spec_draft_tokens"], str(d + 1)]
+    if mode is not None:
+        args += [f["disagg_mode"], mode, f["disagg_backend"], f["disagg_backend_value"]]
+    if mode == "prefill":
+        args += [f["bootstrap_port"], "$BOOTSTRAP_PORT"]
+    if pool.hosts > 1:
+        args += [f["nnodes"], str(pool.hosts), f["node_rank"], "$NODE_RANK", f["dist_init"], "$HEAD_ADDR"]
+    return args
+
+
+def vllm_args(pool: PoolLaunch, design: Design, f: dict[str, str]) -> list[str]:
+    """vLLM: tensor parallelism inside an attention rank, data parallelism across ranks, each
+    rank an engine with its own running-request cap (the instance's, split)."""
+    args = [*f["launch"].split(), "$MODEL", f["tp"], str(pool.attn_tp), f["dp"], str(pool.dp)]
+    if pool.ep > 1:
+        args.append(f["ep"])
+    args += _per_rank_caps(pool, design, pool.dp, f["max_running"], f["chunk"])
+    args += [f["kv_dtype"], _kv(design, f)]
+    if design.mtp_drafts:
+        spec = json.dumps({"method": f["spec_method"], "num_speculative_tokens": design.mtp_drafts})
+        args += [f["spec_config"], spec]
+    # with its server's port, each instance's own data-parallel RPC port (``_placement``); after
+    # --host, so that Dynamo's vLLM worker, which takes the flags before it, goes without
+    rpc = [f["dp_rpc_port"], "$DP_RPC_PORT"] if pool.dp > 1 else []
+    return [*args, f["host"], "0.0.0.0", f["port"], "$PORT", *rpc, f["trust"]]
+
+
+def trtllm_args(pool: PoolLaunch, design: Design, f: dict[str, str], options: str) -> list[str]:
+    """TRT-LLM: the instance's GPUs are its TP size; its batch cap is per attention-DP rank."""
+    args = [f["launch"], "$MODEL", f["tp"], str(pool.gpus), f["ep"], str(pool.ep)]
+    args += _per_rank_caps(pool, design, trtllm_dp(pool), f["max_running"], f["chunk"])
+    return [*args, f["options"], f"$HERE/{options}", f["host"], "0.0.0.0", f["port"], "$PORT", f["trust"]]
+
+
+def trtllm_options(
+    pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None = None
+) -> dict[str, Any]:
+    """A TRT-LLM options YAML: attention DP, the KV cache, MTP; chunked prefill where the pool has
+    a chunk (off by default, and a prompt longer than max_num_tokens is then refused); the longest
+    sequence the workload reaches; and, for a disaggregated worker (``mode``), the KV cache
+    transceiver (the prefill worker without the overlap scheduler), as Dynamo's examples have them."""
+    out: dict[str, Any] = {
+        f["yaml_dp_attention"]: pool.attn_tp == 1 and pool.gpus > 1,
+        f["yaml_kv"]: {f["yaml_kv_dtype"]: _kv(design, f)},
+    }
+    if pool.chunk_tokens is not None:
+        out[f["yaml_chunked_prefill"]] = True
+    if design.context_tokens:
+        out[f["yaml_max_seq_len"]] = design.context_tokens
+    if design.mtp_drafts:
+        out[f["yaml_spec"]] = {
+            f["yaml_spec_type"]: f["yaml_spec_type_mtp"],
+            f["yaml_spec_layers"]: design.mtp_drafts,
+        }
+    if mode is not None:
+        transceiver: dict[str, Any] = {f["yaml_ct_backend"]: f["yaml_ct_backend_value"]}
+        if design.prompt_tokens:
+            transceiver[f["yaml_ct_max_tokens"]] = design.prompt_tokens
+        out[f["yaml_ct"]] = transceiver
+        if mode == "prefill":
+            out[f["yaml_no_overlap"]] = True
+    return out
+
+
+def dynamo_args(
+    pool: PoolLaunch, design: Design, flags: dict[str, dict[str, str]], mode: str | None
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """A Dynamo worker of the study's engine: its backend's own flags, and its role; and the options
+    files it reads (file name -> their contents, for a TRT-LLM worker)."""
+    d = flags["dynamo"]
+    backend = BACKEND_OF_PROFILE[design.profile]
+    role = mode or ("prefill_and_decode" if backend == "trtllm" else "agg")
+    if backend == "sglang":
+        args = [
+            *d["sglang_worker"].split(),
+            flags["sglang"]["model"],
+            "$MODEL",
+            flags["sglang"]["tp"],
+            str(pool.tp),
+        ]
+        body = _sglang_body(pool, design, flags["sglang"], None)
+        mode_args = [d["sglang_mode"], mode, flags["sglang"]["disagg_backend"], "nixl"] if mode else []
+        if mode == "prefill":
+            mode_args += [flags["sglang"]["bootstrap_port"], "$BOOTSTRAP_PORT"]
+        return [*args, *body, *mode_args, flags["sglang"]["trust"]], {}
+    if backend == "vllm":
+        v = vllm_args(pool, design, flags["vllm"])
+        body = v[len(flags["vllm"]["launch"].split()) + 1 : v.index(flags["vllm"]["host"])]
+        return [*d["vllm_worker"].split(), d["vllm_model"], "$MODEL", d["vllm_mode"], role, *body], {}
+    options = f"{pool.name}.yaml"
+    args = [*d["trtllm_worker"].split(), d["trtllm_model"], "$MODEL", d["trtllm_mode"], role]
+    args += [d["trtllm_tp"], str(pool.gpus), d["trtllm_ep"], str(pool.ep)]
+    if pool.attn_tp == 1 and pool.gpus > 1:
+        args.append(d["trtllm_dp_attention"])
+    args += _per_rank_caps(pool, design, trtllm_dp(pool), d["trtllm_max_running"], d["trtllm_chunk"])
+    args += [d["trtllm_options"], f"$HERE/{options}"]
+    return args, {options: trtllm_options(pool, design, flags["trtllm"], mode)}

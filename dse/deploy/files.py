@@ -1,0 +1,147 @@
+"""A design's launch files, whole: :func:`launch_files` (file name -> contents) for an engine,
+:func:`write_deploy` to put them in a folder in one swap, and the `dse deploy` command line that
+wrote them."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from dse.deploy.design import Design
+from dse.deploy.engines import (
+    backend_of,
+    check_launchable,
+    dynamo_args,
+    engine_flags,
+    sglang_args,
+    trtllm_args,
+    trtllm_options,
+    vllm_args,
+)
+from dse.deploy.readme import readme
+from dse.deploy.scripts import (
+    PORT,
+    dynamo_graph,
+    http_router_script,
+    instances_of,
+    launch_script,
+    router_script,
+)
+
+
+def deploy_command(
+    name: str, engine: str, *, out: Path | None = None, trial: int | None = None, storage: str | None = None
+) -> str:
+    """The `dse deploy` command line that writes these files: the study as it was named (a path
+    stays a path), and the flags that chose the run and the trial."""
+    words = ["dse", "deploy", str(name)]
+    if out is not None and out != Path("runs"):
+        words += ["--out", str(out)]
+    if storage:
+        from dse.study.storage import redact
+
+        words += ["--storage", redact(storage)]
+    words += ["--engine", engine]
+    if trial is not None:
+        words += ["--trial", str(trial)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def launch_files(
+    design: Design, engine: str, flags: dict[str, dict[str, str]] | None = None, *, command: str | None = None
+) -> dict[str, str]:
+    """File name -> contents of the deployment of ``design`` on ``engine``; ``command`` is the
+    command line the README says wrote them (default: `dse deploy STUDY --engine ENGINE`)."""
+    flags = flags or engine_flags()
+    disagg = any(p.role == "prefill" for p in design.pools)
+    check_launchable(design, engine)
+    files: dict[str, str] = {}
+    for k, pool in enumerate(design.pools):
+        mode = pool.role if disagg else None
+        if engine == "sglang":
+            cmd = sglang_args(pool, design, flags["sglang"], mode)
+        elif engine == "vllm":
+            cmd = vllm_args(pool, design, flags["vllm"])
+        elif engine == "trtllm":
+            cmd = trtllm_args(pool, design, flags["trtllm"], f"{pool.name}.yaml")
+            files[f"{pool.name}.yaml"] = _yaml(trtllm_options(pool, design, flags["trtllm"]))
+        else:
+            cmd, options = dynamo_args(pool, design, flags, mode)
+            files.update({name: _yaml(o) for name, o in options.items()})
+        unwired = f"dynamo.{backend_of(design, engine)}" if engine == "dynamo" else ""
+        unwired = "" if unwired == "dynamo.sglang" else unwired
+        dp_rpc = engine == "vllm" and pool.dp > 1
+        files[f"{pool.name}.sh"] = launch_script(pool, design, cmd, unwired, k, dp_rpc)
+    if engine == "dynamo":
+        files["frontend.sh"] = launch_script(
+            None, design, [*flags["dynamo"]["frontend"].split(), flags["dynamo"]["http_port"], str(PORT)]
+        )
+        files["graph.yaml"] = _yaml(dynamo_graph(design, files, flags))
+    router = None
+    if engine == "sglang":
+        router = router_script(design, flags["sglang"])
+    elif engine in ("vllm", "trtllm"):
+        router = http_router_script(design, flags["vllm_router"], engine)
+    if router is not None:
+        files["router.sh"] = router
+    files["instances.json"] = json.dumps(instances_of(design), indent=2) + "\n"
+    files["README.md"] = readme(design, engine, flags, command or deploy_command(design.study, engine))
+    return files
+
+
+def _yaml(data: Any, indent: int = 0) -> str:
+    """YAML for plain dicts, lists, strings, numbers and booleans (JSON-style strings)."""
+    pad = "  " * indent
+    out = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if isinstance(v, dict | list) and v:
+                out.append(f"{pad}{k}:\n{_yaml(v, indent + 1)}")
+            else:
+                out.append(f"{pad}{k}: {_scalar(v)}")
+    else:
+        for v in data:
+            if isinstance(v, dict | list) and v:
+                inner = _yaml(v, indent + 1).lstrip()
+                out.append(f"{pad}- {inner}")
+            else:
+                out.append(f"{pad}- {_scalar(v)}")
+    return "\n".join(out) + ("\n" if indent == 0 else "")
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return str(v)
+    if v in ({}, []):
+        return json.dumps(v)
+    return json.dumps(str(v))
+
+
+def write_deploy(files: dict[str, str], folder: Path) -> list[Path]:
+    """The files under ``folder``, replaced whole: written in a sibling folder first and swapped
+    in, so an earlier deployment's files never mix with these and a failed write leaves the
+    earlier one as it was."""
+    import os
+    import shutil
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    fresh = folder.with_name(f".{folder.name}.{os.getpid()}.new")
+    old = folder.with_name(f".{folder.name}.{os.getpid()}.old")
+    shutil.rmtree(fresh, ignore_errors=True)
+    try:
+        fresh.mkdir()
+        for name, text in files.items():
+            (fresh / name).write_text(text, encoding="utf-8")
+            if name.endswith(".sh"):
+                (fresh / name).chmod(0o755)
+        if folder.exists():
+            folder.rename(old)
+        fresh.rename(folder)
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return [folder / name for name in files]

@@ -1,0 +1,197 @@
+"""The README of a design's launch files: what the files launch and what they assumed (the
+checkpoint, the KV cache, MTP, the caps and chunks each engine gets, the flags' versions, ports and
+the router)."""
+
+from __future__ import annotations
+
+from dse.deploy.design import PROMPT_ROOM, Design
+from dse.deploy.engines import backend_of, per_rank_cap, sglang_cap, sglang_dp, trtllm_dp
+from dse.deploy.scripts import (
+    BOOTSTRAP_PORT,
+    DP_RPC_PORT,
+    PORT,
+    ROUTER_PORT,
+    disaggregated,
+    host_var,
+    needs_router,
+)
+
+
+def readme(design: Design, engine: str, flags: dict[str, dict[str, str]], command: str) -> str:
+    table = flags[engine]
+    at = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}" for k, v in design.point.items())
+    lines = [
+        f"# {design.study}: trial {design.trial} on {engine}",
+        "",
+        f"Written by `{command}`. The {design.topology} design the study chose for {design.model}"
+        + (f" at its grid point {at}:" if at else ":"),
+        "",
+        "| file | pool | instances | GPUs per instance | hosts per instance | running requests (cap) |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| `{p.name}.sh` | {p.role} on {p.hardware} | {p.instances} | {p.gpus} | {p.hosts} | "
+        f"{p.max_running if p.max_running is not None else 'engine default'} |"
+        for p in design.pools
+    ]
+    m = design.metrics
+    usd = m.get("usd_per_million_tokens")
+    lines += [
+        "",
+        "Run each pool's script once per instance (on each of its hosts where an instance spans several,"
+        " with `NODE_RANK` and `HEAD_ADDR` set)"
+        + (
+            ", and `frontend.sh` once; `graph.yaml` is the same"
+            " deployment for the Dynamo Kubernetes operator."
+            if engine == "dynamo"
+            else "."
+        ),
+        "",
+        "What it assumed:",
+        f"- the checkpoint: `MODEL` (default `{design.model_repo or 'none: set MODEL'}`), "
+        f"{design.precision} routed experts as the study priced them"
+        + (
+            f" (the default checkpoint's are {design.native_precision}: "
+            f"set `MODEL` to a {design.precision} one);"
+            if design.precision != design.native_precision
+            else ";"
+        ),
+        f"- the KV cache in {design.kv_dtype.value}, the study's engine profile `{design.profile}`'s;",
+        f"- MTP with {design.mtp_drafts} draft tokens per step;"
+        if design.mtp_drafts
+        else "- no speculative decoding;",
+        "- each decode instance's running-request cap is the batch the study sized its pool at: the most "
+        "sequences it may run and still meet the TPOT target (the report's `batch cap`, at most the "
+        "trial's `max_batch`); above it the engine would batch more and miss the TPOT the study priced. "
+        "An engine that caps per data-parallel rank gets the instance's cap split, whole sequences "
+        "down and at least one per rank;",
+        f"- the prefill chunk is the trial's (`instances.json`), which the profile `{design.profile}` "
+        + (
+            "priced for a whole instance: vLLM and TRT-LLM, which budget each attention-DP rank, get it "
+            "split over the ranks;"
+            if design.chunk_per_instance
+            else "priced per attention-DP rank: SGLang, which divides `--chunked-prefill-size` by "
+            "`--dp-size`, gets it times the ranks;"
+        ),
+        *_cap_notes(design, engine),
+        *_buffer_note(design, engine),
+        f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
+        "(`dse/deploy/engine_flags.toml`): check them against the version you run;",
+        *_minimum_versions(design, engine, flags),
+        f"- ports: pool k's servers listen on {PORT} + 100 k (SGLang prefill servers' KV bootstrap on "
+        f"{BOOTSTRAP_PORT} + 100 k), plus the instance's slot on its host where instances share one; "
+        "there each script takes `INSTANCE` (its number in the pool, 0..n-1), which picks its GPUs "
+        "(`CUDA_VISIBLE_DEVICES`) and ports; a disaggregated design's KV moves over NIXL.",
+        *_router_notes(design, engine, flags),
+    ]
+    wide = [f"`{p.name}.sh`" for p in design.pools if p.hosts > 1]
+    if engine == "dynamo" and backend_of(design, engine) != "sglang" and wide:
+        lines.append(f"- {', '.join(wide)} launch instances wider than a host, which the scripts do not "
+                     f"wire for dynamo.{backend_of(design, engine)}: they exit 2, and `graph.yaml` "
+                     "(whose multinode services the operator wires) launches them;")  # fmt: skip
+    if engine == "dynamo":
+        lines.append("- `graph.yaml`'s workers read their options files (`*.yaml`) from their working "
+                     "directory: mount them there (a ConfigMap).")  # fmt: skip
+    if usd is not None:
+        lines += ["", f"The study priced this design at ${usd:.4f} per million tokens."]
+    return "\n".join(lines) + "\n"
+
+
+def _minimum_versions(design: Design, engine: str, flags: dict[str, dict[str, str]]) -> list[str]:
+    """The oldest engine releases the scripts need, where they use a flag's newer name: vLLM's
+    MTP method, Dynamo's vLLM worker role flag."""
+    backend = backend_of(design, engine)
+    out = []
+    if backend == "vllm" and design.mtp_drafts and "minimum" in flags["vllm"]:
+        out.append(f"- it needs {flags['vllm']['minimum']};")
+    if engine == "dynamo" and backend == "vllm" and disaggregated(design) and "minimum" in flags["dynamo"]:
+        out.append(f"- it needs {flags['dynamo']['minimum']};")
+    return out
+
+
+def _router_notes(design: Design, engine: str, flags: dict[str, dict[str, str]]) -> list[str]:
+    """What fronts the instances: SGLang's router or, for several vLLM or TRT-LLM instances, vLLM's
+    (``router.sh``), or Dynamo's frontend; and vLLM's data-parallel RPC ports."""
+    if engine == "dynamo" or not needs_router(design):
+        return _rpc_note(design, engine)
+    example = host_var(design.pools[0], 0)
+    where = f": set `<POOL>_<i>` (`{example}`, ...) to the host instance i of that pool runs on;"
+    if engine == "sglang":
+        return [
+            f"- `router.sh` starts SGLang's router (the `sglang-router` package) on port {ROUTER_PORT}, "
+            "in front of every server"
+            + (" (prefill ones with their bootstrap ports)" if disaggregated(design) else "")
+            + where
+        ]
+    r = flags["vllm_router"]
+    trt = (
+        " in front of TRT-LLM, this mode only checks each server's `/health` and forwards the OpenAI "
+        "requests (`/v1/completions`, `/v1/chat/completions`), all of which `trtllm-serve` serves; "
+        "NVIDIA's own front for several TRT-LLM servers is Dynamo's (`--engine dynamo`);"
+        if engine == "trtllm"
+        else ""
+    )
+    return [
+        f"- `router.sh` starts vLLM's router (the `{r['package']}` package {r['version']}.x, its flags as "
+        f"read from `{r['source']}`) on port {ROUTER_PORT} in front of every instance, in its regular "
+        f"mode with the policy `{r['policy_value']}`: a request goes to the instance whose earlier "
+        "prompts share the longest prefix with it, so that a conversation's returning turns find their "
+        "cached prefix, unless the instances' loads drift apart, when it goes to the least loaded one "
+        "(the study priced every request routed to the least loaded instance)" + where + trt,
+        *_rpc_note(design, engine),
+    ]
+
+
+def _rpc_note(design: Design, engine: str) -> list[str]:
+    """A README line where the vLLM scripts set data-parallel RPC ports (``_placement`` says why)."""
+    if engine != "vllm" or not any(p.dp > 1 for p in design.pools):
+        return []
+    return [
+        f"- vLLM's data-parallel RPC port (`--data-parallel-rpc-port`): pool k's instances take "
+        f"{DP_RPC_PORT} + 100 k, plus the slot where they share a host, each its own. vLLM uses it only "
+        "where data-parallel engines run on other hosts (one host's ranks talk over local IPC, their "
+        "process group on free ports vLLM picks), so these single-host instances would not collide on "
+        "it today; it is set so that none does where vLLM uses it;"
+    ]
+
+
+def _buffer_note(design: Design, engine: str) -> list[str]:
+    """A README line where TRT-LLM's KV cache transceiver is configured: its buffer's size is an
+    assumption (the study knows mean lengths only)."""
+    if engine != "dynamo" or backend_of(design, engine) != "trtllm":
+        return []
+    if design.topology == "aggregated" or not design.prompt_tokens:
+        return []
+    return [
+        f"- the KV cache transceiver's buffer (`max_tokens_in_buffer` in the options files) holds "
+        f"{design.prompt_tokens:,} tokens, {PROMPT_ROOM:g} times the study's longest mean prompt: raise it "
+        "if your prompts run longer;"
+    ]
+
+
+def _cap_notes(design: Design, engine: str) -> list[str]:
+    """A README line per pool whose engine runs another cap than the batch it was sized at."""
+    backend = backend_of(design, engine)
+    out = []
+    for p in design.pools:
+        if p.max_running is None:
+            continue
+        if backend == "sglang":
+            dp, eff = sglang_dp(p), sglang_cap(p) or 0
+            how = (
+                "SGLang floors `--max-running-requests` per attention-DP rank "
+                f"(`// --dp-size {dp}`): it gets {eff}"
+            )
+        else:
+            dp = p.dp if backend == "vllm" else trtllm_dp(p)
+            per = per_rank_cap(p, dp) or 0
+            eff = per * dp
+            how = f"each of its {dp} data-parallel ranks is capped at {per} ({p.max_running} // {dp}, min 1)"
+        if eff == p.max_running:
+            continue
+        over = f"; its {dp} ranks outnumber that batch, one request each" if dp > p.max_running else ""
+        out.append(
+            f"- the {p.name} pool: {how}, so an instance runs at most {eff} requests, "
+            f"not the {p.max_running} its pool was sized at{over};"
+        )
+    return out

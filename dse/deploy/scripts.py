@@ -1,0 +1,265 @@
+"""The launch scripts of a design's pools, the router in front of its instances, its Dynamo
+graph and ``instances.json``: where each instance runs on its host (GPUs, ports) and how to reach it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from dse.deploy.design import Design, PoolLaunch
+
+PORT = 8000  # the first pool's first server; pool k's instances from PORT + 100 k, one port each on a host
+
+
+BOOTSTRAP_PORT = 9000  # SGLang prefill servers' KV bootstrap ports, likewise
+
+
+# vLLM's data-parallel RPC ports, likewise: its default (ParallelConfig.data_parallel_rpc_port,
+# vllm-project/vllm:vllm/config/parallel.py) for pool 0's first instance on a host
+DP_RPC_PORT = 29550
+
+
+ROUTER_PORT = 30000
+
+
+def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """A DynamoGraphDeployment: the frontend and one worker service per pool, replicas = its
+    instances (one replica per host where an instance spans several)."""
+    d = flags["dynamo"]
+    services: dict[str, Any] = {"Frontend": {"componentType": "frontend", "replicas": 1}}
+    for pool in design.pools:
+        line = _command_line(files[f"{pool.name}.sh"])
+        words = shlex.split(line.replace("$MODEL", design.model_repo or "MODEL").replace("$HERE/", ""))
+        words = _without_node_wiring(words, flags["sglang"])
+        words = [str(BOOTSTRAP_PORT) if w == "$BOOTSTRAP_PORT" else w for w in words]  # a pod's own
+        service: dict[str, Any] = {
+            "componentType": "worker",
+            "replicas": pool.instances,
+            "resources": {"limits": {"gpu": str(min(pool.gpus, pool.gpus_per_host))}},
+            "extraPodSpec": {"mainContainer": {"command": words[:3], "args": words[3:]}},
+        }
+        if pool.role in ("prefill", "decode"):
+            service["subComponentType"] = pool.role
+        if pool.hosts > 1:
+            service["multinode"] = {"nodeCount": pool.hosts}
+        services[pool.name] = service
+    return {
+        "apiVersion": d["api_version"],
+        "kind": d["kind"],
+        "metadata": {"name": f"{design.study}-trial-{design.trial}"},
+        "spec": {"services": services},
+    }
+
+
+def _without_node_wiring(words: list[str], f: dict[str, str]) -> list[str]:
+    """A worker's words without the flags that wire an instance across hosts (--nnodes,
+    --node-rank, --dist-init-addr) and their values: the operator injects them for a multinode
+    service, and Kubernetes would not expand the scripts' $NODE_RANK and $HEAD_ADDR."""
+    wiring = {f["nnodes"], f["node_rank"], f["dist_init"]}
+    out: list[str] = []
+    skip = False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in wiring:
+            skip = True
+        else:
+            out.append(w)
+    return out
+
+
+def _command_line(script: str) -> str:
+    return next(line for line in script.splitlines() if line.startswith("exec ")).removeprefix("exec ")
+
+
+def launch_script(
+    pool: PoolLaunch | None,
+    design: Design,
+    args: list[str],
+    unwired: str = "",
+    k: int = 0,
+    dp_rpc: bool = False,
+) -> str:
+    """A launch script of the ``k``-th pool; ``unwired``: the Dynamo worker whose multi-host
+    instance only graph.yaml launches (the script says so and exits 2); ``dp_rpc``: it sets
+    ``DP_RPC_PORT``, a vLLM instance's data-parallel RPC port."""
+    head = [
+        "#!/usr/bin/env bash",
+        f"# {design.study}, trial {design.trial}: " + (_pool_text(pool) if pool else "the Dynamo frontend"),
+        "set -euo pipefail",
+        'HERE="$(cd "$(dirname "$0")" && pwd)"',
+        f'MODEL="${{MODEL:-{design.model_repo}}}"'
+        if design.model_repo
+        else ': "${MODEL:?set MODEL to the checkpoint}"',
+    ]
+    head += _placement(pool, k, dp_rpc)
+    if pool is not None and pool.hosts > 1 and unwired:
+        return "\n".join([
+            *head,
+            f"# one instance spans {pool.hosts} hosts, which this script does not wire for {unwired}:",
+            "# deploy graph.yaml, whose multinode service the Dynamo operator wires across them",
+            "echo " + shlex.quote(f"{pool.name}.sh: an instance spans {pool.hosts} hosts; deploy graph.yaml")
+            + " >&2",
+            "exit 2",
+            "exec " + " ".join(_quote(a) for a in args),
+        ]) + "\n"  # fmt: skip
+    if pool is not None and pool.hosts > 1:
+        head += [
+            f"# one instance spans {pool.hosts} hosts: run this on each with NODE_RANK 0..{pool.hosts - 1}",
+            'NODE_RANK="${NODE_RANK:?set NODE_RANK}"',
+            'HEAD_ADDR="${HEAD_ADDR:?set HEAD_ADDR to host:port of rank 0}"',
+        ]
+    return "\n".join([*head, "exec " + " ".join(_quote(a) for a in args)]) + "\n"
+
+
+def _placement(pool: PoolLaunch | None, k: int, dp_rpc: bool = False) -> list[str]:
+    """Where an instance of the ``k``-th pool runs on its host: its GPUs (``INSTANCE``'s share
+    where instances share a host), its server port and its KV bootstrap port, each its own; with
+    ``dp_rpc``, its vLLM data-parallel RPC port too.
+
+    vLLM's ``--data-parallel-rpc-port`` (default 29550, the same for every ``vllm serve``) "is only
+    used when there are remote data parallel engines, otherwise the local IPC transport is used"
+    (vllm-project/vllm:vllm/engine/arg_utils.py @ 99d7eb5d), and the ranks' process group takes
+    free ports the OS gives (``ParallelConfig.__post_init__``: ``get_open_ports_list``, no flag;
+    vllm/config/parallel.py @ 00193b82). The single-host instances written here would not
+    collide on it today; each gets its own all the same, so that none does where vLLM uses it."""
+    if pool is None:
+        return []
+    port, boot, rpc = PORT + 100 * k, BOOTSTRAP_PORT + 100 * k, DP_RPC_PORT + 100 * k
+    if pool.per_host == 1:
+        return [f"PORT={port}", f"BOOTSTRAP_PORT={boot}", *([f"DP_RPC_PORT={rpc}"] if dp_rpc else [])]
+    g = pool.gpus
+    return [
+        f"# {pool.per_host} instances share a host: INSTANCE (0..{pool.instances - 1}) picks this one's "
+        "GPUs and ports",
+        'INSTANCE="${INSTANCE:?set INSTANCE to the number of this instance in its pool}"',
+        f"SLOT=$((INSTANCE % {pool.per_host}))",
+        f'export CUDA_VISIBLE_DEVICES="$(seq -s, $((SLOT * {g})) $((SLOT * {g} + {g - 1})))"',
+        f"PORT=$(({port} + SLOT))",
+        f"BOOTSTRAP_PORT=$(({boot} + SLOT))",
+        *([f"DP_RPC_PORT=$(({rpc} + SLOT))"] if dp_rpc else []),
+    ]
+
+
+def router_script(design: Design, f: dict[str, str]) -> str | None:
+    """SGLang's router in front of the design's servers (prefill ones with their bootstrap ports,
+    for PD disaggregation), each at ``<POOL>_<i>``, the host of the pool's instance i: None for
+    one aggregated instance."""
+    disagg = disaggregated(design)
+    if not needs_router(design):
+        return None
+    args = [*f["router"].split(), *([f["router_pd"]] if disagg else [])]
+    urls: list[str] = []
+    for k, p in enumerate(design.pools):
+        for i in range(p.instances):
+            url = _instance_url(p, k, i)
+            if not disagg:
+                urls.append(url)
+            elif p.role == "prefill":
+                args += [f["router_prefill"], url, str(_port(p, k, i, BOOTSTRAP_PORT))]
+            else:
+                args += [f["router_decode"], url]
+    if urls:
+        args += [f["router_workers"], *urls]
+    args += [f["host"], "0.0.0.0", f["port"], str(ROUTER_PORT)]
+    return _router_file(design, "SGLang's router", args)
+
+
+def http_router_script(design: Design, r: dict[str, str], engine: str) -> str | None:
+    """vLLM's router (the ``vllm-router`` package) in front of several vLLM or TRT-LLM servers, each
+    at ``<POOL>_<i>``, in its regular mode: it waits for a server's ``/health`` and forwards each
+    OpenAI request to the server its cache-aware policy picks, both of which ``vllm serve`` and
+    ``trtllm-serve`` serve (vllm-project/router:src/routers/http/router.rs; TensorRT-LLM's
+    tensorrt_llm/serve/openai_server.py). None for one instance (these engines launch no
+    disaggregated design here)."""
+    if not needs_router(design):
+        return None
+    urls = [_instance_url(p, k, i) for k, p in enumerate(design.pools) for i in range(p.instances)]
+    args = [*r["launch"].split(), r["workers"], *urls, r["policy"], r["policy_value"]]
+    args += [r["host"], "0.0.0.0", r["port"], str(ROUTER_PORT)]
+    return _router_file(design, f"vLLM's router (`{r['package']}`, {engine} servers behind it)", args)
+
+
+def _instance_url(pool: PoolLaunch, k: int, i: int) -> str:
+    """The URL of instance ``i`` of the ``k``-th pool, double-quoted, its host ``<POOL>_<i>`` (the
+    script stops where that is unset)."""
+    var = host_var(pool, i)
+    who = f"instance {i}" if pool.name == "instance" else f"{pool.name} instance {i}"  # an aggregated pool's
+    return f'"http://${{{var}:?set {var} to the host of {who}}}:{_port(pool, k, i)}"'
+
+
+def host_var(pool: PoolLaunch, i: int) -> str:
+    """The router script's variable for the host of instance ``i`` of ``pool``: ``DECODE_B200_0``."""
+    return f"{pool.name.upper().replace('-', '_')}_{i}"
+
+
+def _router_file(design: Design, router: str, args: list[str]) -> str:
+    """A router's script: its command line, the instances' URLs left for bash to expand."""
+    head = [
+        "#!/usr/bin/env bash",
+        f"# {design.study}, trial {design.trial}: {router} in front of every instance; set each "
+        "<POOL>_<i> to the host instance i of that pool runs on (its NODE_RANK 0 host)",
+        "set -euo pipefail",
+    ]
+    words = " ".join(a if a.startswith('"') else shlex.quote(a) for a in args)
+    return "\n".join([*head, "exec " + words]) + "\n"
+
+
+def _port(pool: PoolLaunch, k: int, i: int, base: int = PORT) -> int:
+    """The port of instance ``i`` of the ``k``-th pool (``base``: its server's or bootstrap's)."""
+    return base + 100 * k + i % pool.per_host
+
+
+def _quote(arg: str) -> str:
+    """Shell words; the script's own variables stay expandable."""
+    return f'"{arg}"' if arg.startswith("$") else shlex.quote(arg)
+
+
+def _pool_text(pool: PoolLaunch) -> str:
+    attn = (
+        f"TP{pool.attn_tp} attention" if pool.attn_tp > 1 else f"data-parallel attention over {pool.dp} ranks"
+    )
+    if 1 < pool.attn_tp < pool.tp:
+        attn = f"data-parallel attention over {pool.dp} ranks of TP{pool.attn_tp}"
+    stages = f"{pool.pp} pipeline stages of {pool.tp} GPUs, each with " if pool.pp > 1 else ""
+    return (
+        f"{pool.instances} x {pool.role} instance of {pool.gpus} {pool.hardware} GPUs "
+        f"({stages}{attn}, EP{pool.ep}), this script starts one"
+    )
+
+
+def instances_of(design: Design) -> dict[str, Any]:
+    return {
+        "study": design.study,
+        "trial": design.trial,
+        "model": design.model,
+        **({"point": design.point} if design.point else {}),
+        "topology": design.topology,
+        "pools": [
+            {
+                "name": p.name,
+                "role": p.role,
+                "hardware": p.hardware,
+                "instances": p.instances,
+                "gpus_per_instance": p.gpus,
+                "hosts_per_instance": p.hosts,
+                "gpus": p.instances * p.gpus,
+                "pp": p.pp,
+                "attn_tp": p.attn_tp,
+                "attn_dp": p.dp,
+                "ep": p.ep,
+                "max_running_requests": p.max_running,
+                "chunk_tokens": p.chunk_tokens,
+            }
+            for p in design.pools
+        ],
+    }
+
+
+def disaggregated(design: Design) -> bool:
+    return any(p.role == "prefill" for p in design.pools)
+
+
+def needs_router(design: Design) -> bool:
+    return disaggregated(design) or sum(p.instances for p in design.pools) > 1
