@@ -340,6 +340,16 @@ def test_study_commands_end_to_end(tmp_path: Path, cli: Cli, tiny_cli_run: Resul
     table = lines[lines.index(next(x for x in lines if x.startswith("trial  trials"))) + 2 :][: best.height]
     shown = [tuple(int(v) for v in x.split()[:2]) for x in table]  # each design once, with its trial count
     assert shown == list(zip(best["trial"], best["design_trials"], strict=True))
+    # the settings that tell apart rows of the same pools: the chunk and the decode instance's cap,
+    # whole sequences down, as `dse deploy` launches it (right-aligned under their headers)
+    header = lines[lines.index(table[0]) - 2]
+    cells = [
+        tuple(int(x[: header.index(h) + len(h)].split()[-1].replace(",", "")) for h in ("chunk", "batch cap"))
+        for x in table
+    ]
+    assert cells == [
+        (r["p_chunk_tokens"], int(r["decode_batch_sequences"] + 1e-6)) for r in best.iter_rows(named=True)
+    ]
     (tmp_path / "tiny-study" / "exports").rename(tmp_path / "old-exports")
     again = cli("export", TINY, "--out", tmp_path)
     assert again.code == 0, again.err

@@ -300,6 +300,8 @@ def summary(res: StudyResults, top: int = 5) -> str:
             r["p_kv_policy"],  # two designs alike but for where KV rests differ here
             f"{r['p_prefill_hardware']}/{r['p_prefill_shape']}",
             f"{r['p_decode_hardware']}/{r['p_decode_shape']}",
+            _whole(r["p_chunk_tokens"]),
+            _whole(_cap(r["decode_batch_sequences"])),  # floats: the table writes 1,581
             r["gpus"],
             r["usd_per_million_tokens"],
             r["tokens_per_s_per_gpu"],
@@ -319,6 +321,8 @@ def summary(res: StudyResults, top: int = 5) -> str:
             "KV",
             "prefill",
             "decode",
+            "chunk",
+            "batch cap",
             "GPUs",
             "$/M tok",
             "tok/s/GPU",
@@ -329,6 +333,16 @@ def summary(res: StudyResults, top: int = 5) -> str:
         ],
         rows,
     )
+
+
+def _cap(batch: float | None) -> int | None:
+    """A decode instance's running-request cap as `dse deploy` launches it: the batch its pool was
+    sized at, whole sequences down."""
+    return None if batch is None or not math.isfinite(batch) else max(1, math.floor(batch + 1e-6))
+
+
+def _whole(n: int | None) -> float | None:
+    return None if n is None else float(n)
 
 
 def _price(r: dict[str, Any], tier: str) -> str:
