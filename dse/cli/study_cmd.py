@@ -283,7 +283,7 @@ def _no_feasible(res: StudyResults) -> NoFeasibleDesign:
 
 def summary(res: StudyResults, top: int = 5) -> str:
     """The best ``top`` designs on the first objective, each once (its best trial)."""
-    from dse.study.results import distinct_designs, ranked
+    from dse.study.results import batch_cap, distinct_designs, ranked
 
     t = res.trials
     if t.is_empty() or not t["feasible"].any():
@@ -301,7 +301,7 @@ def summary(res: StudyResults, top: int = 5) -> str:
             f"{r['p_prefill_hardware']}/{r['p_prefill_shape']}",
             f"{r['p_decode_hardware']}/{r['p_decode_shape']}",
             _whole(r["p_chunk_tokens"]),
-            _whole(_cap(r["decode_batch_sequences"])),  # floats: the table writes 1,581
+            _whole(batch_cap(r["decode_batch_sequences"])),  # floats: the table writes 1,581
             r["gpus"],
             r["usd_per_million_tokens"],
             r["tokens_per_s_per_gpu"],
@@ -333,12 +333,6 @@ def summary(res: StudyResults, top: int = 5) -> str:
         ],
         rows,
     )
-
-
-def _cap(batch: float | None) -> int | None:
-    """A decode instance's running-request cap as `dse deploy` launches it: the batch its pool was
-    sized at, whole sequences down."""
-    return None if batch is None or not math.isfinite(batch) else max(1, math.floor(batch + 1e-6))
 
 
 def _whole(n: int | None) -> float | None:

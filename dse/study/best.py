@@ -5,7 +5,6 @@ the simulator's verdicts from its stored design simulated again (milliseconds; n
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +14,7 @@ from dse.sim.kv_cache import OUTCOMES, simulate_kv_cache
 from dse.sim.stored import simulate_stored
 from dse.study.api import StudyResults
 from dse.study.report import BestDesign
+from dse.study.results import batch_cap
 from dse.study.spec import StudySpec
 
 PRICES_ATTR = "best_shadow_prices"
@@ -85,9 +85,8 @@ def running_cap(role: str, pool: dict[str, Any], choice: dict[str, Any]) -> int 
     if role not in ("decode", "mixed"):
         return None
     bound = choice.get("max_batch")
-    sized = float(pool.get("decode_batch") or 0.0)
-    if sized > 0 and math.isfinite(sized):
-        cap = max(1, math.floor(sized + 1e-6))
+    cap = batch_cap(float(pool.get("decode_batch") or 0.0))
+    if cap is not None:
         return min(cap, int(bound)) if bound else cap
     return int(bound) if bound else None
 

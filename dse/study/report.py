@@ -43,7 +43,7 @@ from dse.study.report_grid import (
     stage_memory_section,
     whatif_section,
 )
-from dse.study.results import distinct_designs, ranked, with_designs
+from dse.study.results import batch_cap, distinct_designs, ranked, with_designs
 from dse.study.spec import StudySpec
 
 TOP_N = 5  # rows of the best-designs table
@@ -228,6 +228,8 @@ def _design_table(df: pl.DataFrame, columns: list[Column], pools: dict[int, list
         "KV policy",
         "hardware (prefill / decode)",
         "shape (prefill / decode)",
+        "prefill chunk (tokens)",
+        "decode batch cap (sequences)",
     ]
     rows, sided = [], False
     for r in df.iter_rows(named=True):
@@ -241,10 +243,12 @@ def _design_table(df: pl.DataFrame, columns: list[Column], pools: dict[int, list
                 fmt(r.get("p_kv_policy")),
                 _pair(r, "p_prefill_hardware", "p_decode_hardware") + side_cell(sides, 1),
                 _pair(r, "p_prefill_shape", "p_decode_shape") + side_cell(sides, 2),
+                fmt(r.get("p_chunk_tokens"), ",.0f"),
+                fmt(batch_cap(r.get("decode_batch_sequences")), ",.0f"),
             ]
             + [fmt(r.get(col), spec, scale) for _, col, spec, scale in columns]
         )
-    numeric = [True, True, False, False, False, False] + [True] * len(columns)
+    numeric = [True, True, False, False, False, False, True, True] + [True] * len(columns)
     table = md_table(headers + [h for h, *_ in columns], rows, numeric)
     return f"{table}\n\n{SIDE_NOTE}" if sided else table
 

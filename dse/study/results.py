@@ -239,6 +239,15 @@ def with_designs(trials: pl.DataFrame) -> pl.DataFrame:
     return out.with_columns(design_trials=pl.len().over("design").cast(pl.Int64))
 
 
+def batch_cap(batch: float | None) -> int | None:
+    """A decode instance's running-request cap from the batch its pool was sized at (a trial's or
+    a pool's ``decode_batch_sequences``): whole sequences down, at least one; None where there is
+    none. What `dse deploy` launches and the tables show."""
+    if batch is None or not math.isfinite(batch) or batch <= 0:
+        return None
+    return max(1, math.floor(batch + 1e-6))
+
+
 def distinct_designs(df: pl.DataFrame) -> pl.DataFrame:
     """The first row of each design, in the table's order."""
     if df.is_empty():
