@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import enum
+import functools
 import math
 import re
 import tomllib
@@ -34,6 +35,11 @@ def positive(value: float) -> str | None:
 
 def non_negative(value: float) -> str | None:
     return None if value >= 0 else "must be >= 0"
+
+
+def open_percent(value: float) -> str | None:
+    """A percentile: strictly inside (0, 100) (p0 and p100 are a sample's extremes, not a target)."""
+    return None if 0 < value < 100 else "must be in (0, 100)"
 
 
 def at_least_one(value: float) -> str | None:
@@ -187,8 +193,7 @@ def build(cls: type[T], data: Mapping[str, Any], *, source: str, prefix: str = "
     """
     if not isinstance(data, Mapping):
         raise InputError(source, prefix.rstrip("."), "must be a table", data)
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    hints, fields = _schema(cls)  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(fields))
     if unknown:
         shown = unknown[0] or '""'  # the empty key, as TOML spells it (else the line names no key)
@@ -215,6 +220,14 @@ def build(cls: type[T], data: Mapping[str, Any], *, source: str, prefix: str = "
         key, rule_text, value = problem
         raise InputError(source, prefix + key, rule_text, value)
     return obj
+
+
+@functools.cache
+def _schema(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    """A dataclass's type hints and init fields, read once per class (resolving the hints is most
+    of what a build costs, and a placement request builds its workload and targets again)."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    return typing.get_type_hints(cls), fields
 
 
 def _is_optional(tp: Any) -> bool:

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dse.typed_data import fraction, non_negative, positive, rule
+from dse.typed_data import fraction, non_negative, open_percent, positive, rule
 
 
 @dataclass(frozen=True)
@@ -112,12 +112,7 @@ class Slo:
 
     ttft_s: float = field(metadata=rule(positive))
     tpot_s: float = field(metadata=rule(positive))
-    percentile: float = field(default=50.0, metadata=rule(positive))
-
-    def problem(self) -> tuple[str, str, Any] | None:
-        if not 0.0 < self.percentile < 100.0:
-            return ("percentile", "must be in (0, 100)", self.percentile)
-        return None
+    percentile: float = field(default=50.0, metadata=rule(open_percent))
 
     @property
     def wait_quantile_factor(self) -> float:

@@ -229,6 +229,25 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
     )
 
 
+def test_a_batch_rows_conc_states_the_rule_it_breaks(tmp_path: Path, cli: Cli) -> None:
+    """Zero, negative, NaN and infinite clients break one rule, said alike (-4 had been told
+    "must be a finite number >= 0", which 0 meets, and 0 then "must be > 0")."""
+    with open(MEASURED_RUNS, newline="") as fh:
+        row = next(csv.DictReader(fh))
+    src, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    values = ("0", "-4", "nan", "inf")
+    with open(src, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(row))
+        w.writeheader()
+        w.writerows({**row, "conc": v} for v in values)
+    proc = cli("predict", "--batch", str(src), "--out", str(out))
+    assert proc.code == 0, proc.err
+    with open(out, newline="") as fh:
+        errors = [r["pred_error"] for r in csv.DictReader(fh)]
+    rule = "must be a finite number > 0"
+    assert errors == [f"in.csv line {i + 2}: conc = '{v}': {rule}" for i, v in enumerate(values)]
+
+
 def test_a_trace_with_a_bad_row_names_it(cli: Cli, tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     for body, message in (
@@ -236,6 +255,8 @@ def test_a_trace_with_a_bad_row_names_it(cli: Cli, tmp_path: Path) -> None:
         ("1,100,10\n0.5,100,3\n", "line 3: arrival_s = '0.5': must not be earlier than the row before"),
         ("0,100,0\n", "line 2: output_tokens = '0': must be a number >= 1 and <= 1e+12"),
         ("1e300,100,10\n", "line 2: arrival_s = '1e300': must be a number >= 0 and <= 1e+12"),
+        # inside the range that rule states, and refused by the files' least magnitude: say that one
+        ("0,100,10\n1e-20,100,10\n", "line 3: arrival_s = '1e-20': must be 0 or at least 1e-09"),
         # a request the model cannot take once hung the simulation (a step at a time past the KV cache)
         ("0,1e21,10\n", "line 2: input_tokens = '1e21': must be a number >= 1 and <= 1e+12"),
         ("0,100000,100000\n", "line 2: input_tokens = '100000 + 100000': with output_tokens must fit the "

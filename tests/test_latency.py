@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from dse.catalog import Catalog
+from dse.errors import InputError
 from dse.perf.benchmark_rows import deployment_of, latency_of, parse_row
 from dse.perf.latency import simulate_latency
 from dse.perf.latency_inputs import Lengths, Load, Trace, draw_requests
@@ -887,3 +888,52 @@ def test_output_lengths_drawn_from_a_mixture_of_exponentials() -> None:
     assert osl.min() >= 1.0 and np.all(osl == np.round(osl))
     assert osl.mean() == pytest.approx(550.0, rel=0.03)
     assert (osl > 3000.0).mean() == pytest.approx(0.5 * math.exp(-3.0), rel=0.15)
+
+
+POSITIVE, RATE = "must be a finite number > 0", "must be a finite number > 0 (requests/s)"
+NON_NEGATIVE, KINDS = "must be a finite number >= 0", "closed, poisson, bursty, trace"
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        # a closed loop of no clients, or of fewer than none, had run as one client and reported its
+        # TTFT; NaN clients ended in numpy's "cannot convert float NaN to integer"
+        (lambda: Load("closed", concurrency=0), "Load: concurrency = 0: must be a finite number > 0"),
+        (lambda: Load("closed", concurrency=-1), "Load: concurrency = -1: must be a finite number > 0"),
+        (lambda: Load("closed", concurrency=math.nan), "Load: concurrency = nan: " + POSITIVE),
+        (lambda: Load("closed", concurrency=math.inf), "Load: concurrency = inf: " + POSITIVE),
+        # a rate of 0 had divided by zero, NaN had reported every request "never served"
+        (lambda: Load("poisson", rate=0), "Load: rate = 0: " + RATE),
+        (lambda: Load("poisson", rate=-2.0), "Load: rate = -2.0: " + RATE),
+        (lambda: Load("bursty", rate=math.nan), "Load: rate = nan: " + RATE),
+        (lambda: Load("poisson", rate=math.inf), "Load: rate = inf: " + RATE),
+        (lambda: Load("bursty", rate=2.0, burstiness=0), "Load: burstiness = 0: must be a finite number > 0"),
+        # an unknown kind had run as bursty arrivals
+        (lambda: Load("poison", rate=2.0), "Load: kind = 'poison': must be one of " + KINDS),
+        (lambda: Load("trace"), "Load: trace: is required for a trace replay"),
+        (lambda: Lengths(math.nan, 100), "Lengths: isl = nan: must be a finite number > 0 (tokens)"),
+        (lambda: Lengths(100, 0), "Lengths: osl = 0: must be a finite number > 0 (tokens)"),
+        (lambda: Lengths(100, 100, tail_sigma=math.nan), "Lengths: tail_sigma = nan: " + NON_NEGATIVE),
+        (lambda: Lengths(100, 100, low=2.0), "Lengths: low = 2.0: must be in (0, 1] (of nominal)"),
+    ],
+)
+def test_a_load_or_lengths_no_simulation_can_run_is_refused_in_one_line(make: object, message: str) -> None:
+    """The Python API refuses what `dse predict` refuses for its flags, naming the field and the rule."""
+    with pytest.raises(InputError) as exc:
+        make()  # type: ignore[operator]
+    assert str(exc.value) == message
+
+
+@pytest.mark.parametrize("q", [0, 100, -5, 150, math.nan, "p99", True])
+def test_a_percentile_outside_0_100_is_refused(b200: tuple[EngineTables, Lengths], q: object) -> None:
+    """p0 and p100 had come back as the window's fastest and slowest request, -5 and NaN as numpy's
+    error, "p99" as a TypeError; each is now one line naming the rule."""
+    tables, lengths = b200
+    lat = simulate_latency(tables, Load("closed", concurrency=4), lengths, requests=40, seed=1)
+    for metric in ("ttft", "tpot", "e2el"):
+        with pytest.raises(InputError, match=r"must be a number in \(0, 100\)"):
+            lat.percentile(metric, q)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"percentile: ttft = .*must be a number in \(0, 100\)"):
+        lat.summary((50.0, q))  # type: ignore[arg-type]
+    assert lat.percentile("ttft", 99.9) <= float(np.max(lat.ttft_s))  # inside the range, a figure

@@ -172,14 +172,16 @@ class BenchRow:
         return "afd" if self.ffn is not None else "disaggregated" if self.disagg else "aggregated"
 
 
-def _num(row: Mapping[str, str], key: str, source: str) -> float:
+def _num(row: Mapping[str, str], key: str, source: str, *, above_zero: bool = False) -> float:
+    """A number cell: finite and >= 0, or > 0 where ``above_zero`` (the rule said is the one that
+    holds: a conc of -4 had been told ">= 0", and 0 then "> 0")."""
     raw = str(row.get(key, "")).strip()
     try:
         value = float(raw)
     except ValueError:
         raise InputError(source, key, "must be a number", raw) from None
-    if not np.isfinite(value) or value < 0:
-        raise InputError(source, key, "must be a finite number >= 0", raw)
+    if not np.isfinite(value) or value < 0 or (above_zero and value == 0):
+        raise InputError(source, key, f"must be a finite number {'>' if above_zero else '>='} 0", raw)
     broken = plausible(value)
     if broken:
         raise InputError(source, key, broken, raw)
@@ -244,10 +246,7 @@ def parse_row(
     if spec == "mtp" and model.mtp_layers == 0:
         raise InputError(source, "spec_method", f"model {model.id} has no MTP layers", spec)
     disagg = _flag(row, "disagg", source)
-    isl, osl, conc = (_num(row, k, source) for k in ("isl", "osl", "conc"))
-    for key, value in (("isl", isl), ("osl", osl), ("conc", conc)):
-        if value <= 0:
-            raise InputError(source, key, "must be > 0", value)
+    isl, osl, conc = (_num(row, k, source, above_zero=True) for k in ("isl", "osl", "conc"))
     if not float(conc).is_integer():  # the benchmark's clients, each a whole request in flight
         raise InputError(source, "conc", "must be a whole number of clients", conc)
     if isl + osl > model.max_context:

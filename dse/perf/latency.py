@@ -55,6 +55,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from dse.errors import InputError
 from dse.perf.engine_kernel import simulate
 from dse.perf.latency_inputs import Lengths, Load, draw_requests
 from dse.perf.latency_tables import EngineTables
@@ -74,7 +75,10 @@ def percentile_of(metric: str, values: Array, q: float) -> float:
     """The ``q``-th percentile of per-request ``values`` of ``metric``. A request never served has
     no TTFT or end-to-end latency (nan): it counts as infinitely late, so a window that could not
     serve everyone cannot report a good tail; a TPOT is nan only where there is none (one output
-    token), and is left out."""
+    token), and is left out. ``q`` outside (0, 100) is refused: p0 and p100 are the window's
+    extremes, which a larger window moves without bound, not a figure to set a target on."""
+    if isinstance(q, bool) or not isinstance(q, (int, float, np.integer, np.floating)) or not 0 < q < 100:
+        raise InputError("percentile", metric, "must be a number in (0, 100)", q)
     if metric == "tpot":
         values = values[np.isfinite(values)]
     else:

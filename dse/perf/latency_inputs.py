@@ -17,9 +17,17 @@ import numpy as np
 
 from dse.errors import InputError
 from dse.perf.pool import Array
-from dse.typed_data import MAX_MAGNITUDE, plausible, read_csv, row_shape_problem
+from dse.typed_data import MAX_MAGNITUDE, MIN_MAGNITUDE, plausible, read_csv, row_shape_problem
 
 LOW_OF_NOMINAL = 0.8  # InferenceX: --random-range-ratio 0.8, lengths uniform on [0.8, 1] x nominal
+LOAD_KINDS = ("closed", "poisson", "bursty", "trace")
+
+
+def _bad(source: str, key: str, value: object, rule: str, ok: bool) -> None:
+    """Refuse ``value`` (one line naming ``source``, ``key`` and ``rule``) unless it is a real
+    number (not a bool) and ``ok``: NaN fails every comparison, so ``ok`` is False for it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not ok:
+        raise InputError(source, key, rule, value)
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,23 @@ class Load:
     rate: float = 0.0
     burstiness: float = 1.0
     trace: Trace | None = None
+
+    def __post_init__(self) -> None:
+        """A load no simulation can run is refused here, at the edge of the API, as the CLI
+        refuses its flags: a closed loop of no clients, or of NaN, had run as one client."""
+        if self.kind not in LOAD_KINDS:
+            raise InputError("Load", "kind", f"must be one of {', '.join(LOAD_KINDS)}", self.kind)
+        if self.kind == "closed":
+            c = self.concurrency
+            _bad("Load", "concurrency", c, "must be a finite number > 0", 0 < c < math.inf)
+        elif self.kind == "trace":
+            if self.trace is None:
+                raise InputError("Load", "trace", "is required for a trace replay")
+        else:
+            rate = self.rate
+            _bad("Load", "rate", rate, "must be a finite number > 0 (requests/s)", 0 < rate < math.inf)
+            k = self.burstiness
+            _bad("Load", "burstiness", k, "must be a finite number > 0", 0 < k < math.inf)
 
     def describe(self) -> str:
         if self.kind == "closed":
@@ -76,6 +101,26 @@ class Lengths:
     suffix: float = 0.0
     reload_s: float = 0.0
     output_mix: tuple[tuple[float, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        """Lengths no draw can take are refused here (a NaN prompt had raised numpy's own error,
+        a zero output drawn one-token answers)."""
+        for key in ("isl", "osl"):
+            value = getattr(self, key)
+            _bad("Lengths", key, value, "must be a finite number > 0 (tokens)", 0 < value < math.inf)
+        _bad("Lengths", "low", self.low, "must be in (0, 1] (of nominal)", 0 < self.low <= 1)
+        s = self.tail_sigma
+        _bad("Lengths", "tail_sigma", s, "must be a finite number >= 0", 0 <= s < math.inf)
+        _bad("Lengths", "limit", self.limit, "must be > 0 (tokens; inf: no limit)", self.limit > 0)
+        r = self.returning_share
+        _bad("Lengths", "returning_share", r, "must be between 0 and 1", 0 <= r <= 1)
+        for key in ("prefix", "suffix", "reload_s"):
+            value = getattr(self, key)
+            _bad("Lengths", key, value, "must be a finite number >= 0", 0 <= value < math.inf)
+        for i, (share, mean) in enumerate(self.output_mix):
+            key = f"output_mix[{i}]"
+            _bad("Lengths", key, share, "share must be a finite number > 0", 0 < share < math.inf)
+            _bad("Lengths", key, mean, "mean must be a finite number > 0", 0 < mean < math.inf)
 
     @property
     def mean_isl(self) -> float:
@@ -165,9 +210,11 @@ def read_trace(path: Path, context: float = math.inf) -> Trace:
                 x = float(row[col] or "")
             except ValueError:
                 x = math.nan
-            if not math.isfinite(x) or x < least or plausible(x):
+            if not math.isfinite(x) or x < least or x > MAX_MAGNITUDE:
                 rule = f"must be a number >= {least:g} and <= {MAX_MAGNITUDE:g}"
                 raise InputError(where, col, rule, row[col])
+            if plausible(x):  # an arrival of 1e-20 s: within the range above, below the files' least
+                raise InputError(where, col, f"must be 0 or at least {MIN_MAGNITUDE:g}", row[col])
             if c > 0 and not x.is_integer():  # a request's tokens are whole
                 raise InputError(where, col, "must be a whole number of tokens", row[col])
             values[i, c] = x

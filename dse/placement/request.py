@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
 
 from dse.errors import InputError
 from dse.placement.parallel import canonical_shape
+from dse.typed_data import build, to_plain
 from dse.units import Precision
 from dse.workload import Slo, Workload
 from formulations.placement_data import Objective
@@ -123,6 +125,15 @@ class UnitOptions:
         return KV_POLICIES[self.kv_policy]
 
 
+@functools.lru_cache(maxsize=64)
+def _check_traffic(workload: Workload, slo: Slo) -> None:
+    """The traffic and the targets by the rules a study file's are built by, for a request built in
+    Python too: a rate of 0 had been "served" by no GPU at $0, a percentile of 0 or NaN had ended
+    in a statistics library's traceback. Once per distinct pair (a study's trials share one)."""
+    build(Workload, to_plain(workload), source="placement request", prefix="workload.")
+    build(Slo, to_plain(slo), source="placement request", prefix="slo.")
+
+
 @dataclass(frozen=True)
 class PlacementRequest:
     model: str
@@ -152,6 +163,7 @@ class PlacementRequest:
     def __post_init__(self) -> None:
         if not self.hardware:
             raise InputError("placement request", "hardware", "needs at least one hardware id")
+        _check_traffic(self.workload, self.slo)
         # a hardware named twice (or by two of its names, resolved to one id) is one candidate:
         # each copy would otherwise get the inventory cap of its own
         object.__setattr__(self, "hardware", tuple(dict.fromkeys(self.hardware)))
