@@ -18,6 +18,7 @@ from typing import Any
 import duckdb
 import optuna
 import polars as pl
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
@@ -29,6 +30,7 @@ from dse.study.results import SCHEMA_VERSION, placements_frame, trials_frame
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "data" / "tiny-study.toml"
+GRID = REPO / "tests" / "data" / "tiny-grid.toml"
 TABLES = ("trials", "pareto", "placements", "kv_tiers", "sim_timeseries")
 
 
@@ -234,6 +236,58 @@ def test_every_reader_shows_the_files_metadata_and_the_schema_page_its_version(
     assert title == f"# Parquet exports (schema version {SCHEMA_VERSION})", title
     history = re.search(r"^- \*\*(\d+)\*\* ", (REPO / "docs" / "schema.md").read_text(), re.M)
     assert history is not None and int(history.group(1)) == SCHEMA_VERSION
+
+
+def test_studies_exported_into_one_folder_read_together_as_the_schema_page_says(
+    tmp_path: Path, two_exports: dict[str, Path]
+) -> None:
+    """Two studies' ``trials`` differ in their ``objective_<name>`` and ``x_<axis>`` columns:
+    read with a reader's defaults, DuckDB failed on them, polars too, and pyarrow's dataset (and
+    pandas') dropped the columns its first file lacked, silently. docs/schema.md ("Reading several
+    studies together") gives each reader's way; here each reads every study's rows and values as
+    its own file holds them, and nulls where a study has no such column."""
+    out = tmp_path / "exports"
+    shutil.copytree(two_exports["feasible"], out)  # tiny-study: objective_usd_per_million_tokens
+    other = tmp_path / "tiny-other.toml"
+    other.write_text(
+        TINY.read_text().replace('name = "tiny-study"', 'name = "tiny-other"')
+        + '\n[objectives]\nnames = ["gpus", "tokens_per_s_per_gpu"]\n'
+    )
+    Study.load(other).run(trials=3, out=tmp_path / "runs").export(out)
+    Study.load(GRID).run(trials=2, out=tmp_path / "runs").export(out)  # x_input_tokens, x_hardware
+    own = {
+        s: pl.read_parquet(out / "trials" / f"study={s}" / "part-0.parquet")
+        for s in ("tiny-study", "tiny-other", "tiny-grid")
+    }
+    pattern = str(out / "trials" / "*" / "*.parquet")
+    files = sorted(str(p) for p in out.glob("trials/*/*.parquet"))
+    study = ds.partitioning(pa.schema([("study", pa.string())]), flavor="hive")
+    schema = pa.unify_schemas([pq.read_schema(f) for f in files] + [study.schema])
+    united = ds.dataset(files, format="parquet", partitioning=study, schema=schema)
+    each = [pl.read_parquet(f, hive_partitioning=True) for f in files]
+    read = {
+        "duckdb": duckdb.sql(
+            f"select * from read_parquet('{pattern}', hive_partitioning = true, union_by_name = true)"
+        ).pl(),
+        "polars": pl.concat(each, how="diagonal_relaxed"),
+        "pyarrow": pl.from_arrow(united.to_table()),
+    }
+    for reader, df in read.items():
+        assert isinstance(df, pl.DataFrame) and df.schema["study"] == pl.String, reader
+        for name, mine in own.items():
+            rows = df.filter(pl.col("study") == name).sort("trial")
+            assert rows.height == mine.height > 0, (reader, name)
+            for c in mine.columns:
+                assert rows[c].to_list() == mine[c].to_list(), (reader, name, c)
+            for c in set(df.columns) - set(mine.columns) - {"study"}:
+                assert rows[c].null_count() == rows.height, (reader, name, c)
+    differing = {"objective_gpus", "objective_usd_per_million_tokens", "x_input_tokens"}
+    assert differing <= set(read["duckdb"].columns)
+    # the defaults the page warns of
+    with pytest.raises(duckdb.Error, match="union_by_name"):
+        duckdb.sql(f"select * from read_parquet('{pattern}', hive_partitioning = true)").fetchall()
+    first_files = ds.dataset(out / "trials", format="parquet", partitioning="hive")
+    assert not differing <= set(first_files.schema.names)
 
 
 def test_the_public_api_says_what_it_does() -> None:
