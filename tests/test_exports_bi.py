@@ -6,6 +6,7 @@ Also the public Python API's docstrings and the example of ``dse.study.api``."""
 from __future__ import annotations
 
 import builtins
+import json
 import math
 import re
 import shutil
@@ -17,15 +18,19 @@ from typing import Any
 import duckdb
 import optuna
 import polars as pl
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 import dse.study.api as api
 import dse.study.export as export
 from dse.study import Study, StudyResults
-from dse.study.results import placements_frame, trials_frame
+from dse.study.results import SCHEMA_VERSION, placements_frame, trials_frame
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "data" / "tiny-study.toml"
+GRID = REPO / "tests" / "data" / "tiny-grid.toml"
 TABLES = ("trials", "pareto", "placements", "kv_tiers", "sim_timeseries")
 
 
@@ -85,19 +90,19 @@ def test_an_export_writes_its_temporary_files_outside_the_tables_folders_and_all
     replaced the first two, so the tables disagreed."""
     out = tmp_path / "exports"
     export.export_all(_tables(1.0), out, "s", {})
-    real = pl.DataFrame.write_parquet
+    real = export.write_parquet
     seen: list[Path] = []
 
-    def third_fails(self: pl.DataFrame, file: Any, *args: Any, **kwargs: Any) -> None:
+    def third_fails(df: pl.DataFrame, file: Path, meta: dict[str, str]) -> None:
         seen.append(Path(file))
-        real(self, file, *args, **kwargs)
+        real(df, file, meta)
         assert pl.read_parquet(out / "trials/", hive_partitioning=True).height == 1  # a reader meanwhile
         rows = duckdb.sql(f"select count(*) from read_parquet('{out}/trials/**', hive_partitioning=true)")
         assert rows.fetchall() == [(1,)]
         if len(seen) == 3:
             raise RuntimeError("stopped")
 
-    monkeypatch.setattr(pl.DataFrame, "write_parquet", third_fails)
+    monkeypatch.setattr(export, "write_parquet", third_fails)
     with pytest.raises(RuntimeError, match="stopped"):
         export.export_all(_tables(2.0), out, "s", {})
     assert {p.parent for p in seen} == {out}
@@ -196,6 +201,93 @@ def test_exports_hold_the_documented_columns_with_the_same_types_feasible_or_not
         assert schemas["feasible"] == schemas["none"], table
     trials = pl.read_parquet(two_exports["feasible"] / "trials" / "study=tiny-study" / "part-0.parquet")
     assert trials.schema["started_utc"] == pl.Datetime("us", "UTC") and trials.schema["gpus"] == pl.Int64
+
+
+def test_every_reader_shows_the_files_metadata_and_the_schema_page_its_version(
+    two_exports: dict[str, Path],
+) -> None:
+    """pyarrow (``pq.read_schema``, a table it read, ``pyarrow.dataset``) showed no ``dse.*`` key:
+    polars' writer left them out of the Arrow schema it stores in the file, from which pyarrow
+    takes a schema's metadata. And docs/schema.md's title said schema version 4 of files that
+    say 5."""
+    folder = two_exports["feasible"]
+    for table in TABLES:
+        path = folder / table / "study=tiny-study" / "part-0.parquet"
+        want = {"dse.schema_version": str(SCHEMA_VERSION), "dse.table": table}
+        dataset = ds.dataset(folder / table, format="parquet", partitioning="hive")
+        seen = {
+            "pyarrow schema": pq.read_schema(path).metadata,
+            "pyarrow table": pq.read_table(path).schema.metadata,
+            "pyarrow dataset": dataset.schema.metadata,
+            "parquet footer": pq.read_metadata(path).metadata,
+            "polars": pl.read_parquet_metadata(path),
+            "duckdb": dict(duckdb.sql(f"select key, value from parquet_kv_metadata('{path}')").fetchall()),
+        }
+        for reader, meta in seen.items():
+            got = {
+                (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+                for k, v in (meta or {}).items()
+            }
+            assert want.items() <= got.items(), (table, reader, sorted(got))
+            assert json.loads(got["dse.study_spec"])["name"] == "tiny-study", (table, reader)
+        # the types as before the writer changed: polars and DuckDB read them alike
+        assert pl.read_parquet(path).schema == pl.read_parquet_schema(path)
+    title = (REPO / "docs" / "schema.md").read_text().splitlines()[0]
+    assert title == f"# Parquet exports (schema version {SCHEMA_VERSION})", title
+    history = re.search(r"^- \*\*(\d+)\*\* ", (REPO / "docs" / "schema.md").read_text(), re.M)
+    assert history is not None and int(history.group(1)) == SCHEMA_VERSION
+
+
+def test_studies_exported_into_one_folder_read_together_as_the_schema_page_says(
+    tmp_path: Path, two_exports: dict[str, Path]
+) -> None:
+    """Two studies' ``trials`` differ in their ``objective_<name>`` and ``x_<axis>`` columns:
+    read with a reader's defaults, DuckDB failed on them, polars too, and pyarrow's dataset (and
+    pandas') dropped the columns its first file lacked, silently. docs/schema.md ("Reading several
+    studies together") gives each reader's way; here each reads every study's rows and values as
+    its own file holds them, and nulls where a study has no such column."""
+    out = tmp_path / "exports"
+    shutil.copytree(two_exports["feasible"], out)  # tiny-study: objective_usd_per_million_tokens
+    other = tmp_path / "tiny-other.toml"
+    other.write_text(
+        TINY.read_text().replace('name = "tiny-study"', 'name = "tiny-other"')
+        + '\n[objectives]\nnames = ["gpus", "tokens_per_s_per_gpu"]\n'
+    )
+    Study.load(other).run(trials=3, out=tmp_path / "runs").export(out)
+    Study.load(GRID).run(trials=2, out=tmp_path / "runs").export(out)  # x_input_tokens, x_hardware
+    own = {
+        s: pl.read_parquet(out / "trials" / f"study={s}" / "part-0.parquet")
+        for s in ("tiny-study", "tiny-other", "tiny-grid")
+    }
+    pattern = str(out / "trials" / "*" / "*.parquet")
+    files = sorted(str(p) for p in out.glob("trials/*/*.parquet"))
+    study = ds.partitioning(pa.schema([("study", pa.string())]), flavor="hive")
+    schema = pa.unify_schemas([pq.read_schema(f) for f in files] + [study.schema])
+    united = ds.dataset(files, format="parquet", partitioning=study, schema=schema)
+    each = [pl.read_parquet(f, hive_partitioning=True) for f in files]
+    read = {
+        "duckdb": duckdb.sql(
+            f"select * from read_parquet('{pattern}', hive_partitioning = true, union_by_name = true)"
+        ).pl(),
+        "polars": pl.concat(each, how="diagonal_relaxed"),
+        "pyarrow": pl.from_arrow(united.to_table()),
+    }
+    for reader, df in read.items():
+        assert isinstance(df, pl.DataFrame) and df.schema["study"] == pl.String, reader
+        for name, mine in own.items():
+            rows = df.filter(pl.col("study") == name).sort("trial")
+            assert rows.height == mine.height > 0, (reader, name)
+            for c in mine.columns:
+                assert rows[c].to_list() == mine[c].to_list(), (reader, name, c)
+            for c in set(df.columns) - set(mine.columns) - {"study"}:
+                assert rows[c].null_count() == rows.height, (reader, name, c)
+    differing = {"objective_gpus", "objective_usd_per_million_tokens", "x_input_tokens"}
+    assert differing <= set(read["duckdb"].columns)
+    # the defaults the page warns of
+    with pytest.raises(duckdb.Error, match="union_by_name"):
+        duckdb.sql(f"select * from read_parquet('{pattern}', hive_partitioning = true)").fetchall()
+    first_files = ds.dataset(out / "trials", format="parquet", partitioning="hive")
+    assert not differing <= set(first_files.schema.names)
 
 
 def test_the_public_api_says_what_it_does() -> None:

@@ -91,12 +91,17 @@ def test_a_gpu_cap_is_a_whole_number_of_gpus(tmp_path: Path, cap: str) -> None:
 
 def test_a_study_name_hive_readers_would_misread_reads_back_as_written(tmp_path: Path) -> None:
     """Exports are hive-partitioned by the study's name: ``50%20off`` had read back as ``50 off``
-    (polars, DuckDB decode the folder's name). A name like a date reads as a string when the
-    reader is told so (docs/schema.md); a name with '=', whose run folder a reader takes for a
-    column (``runs/a=b/``: a column ``a``), is refused."""
+    (polars, DuckDB decode the folder's name). A name like a date or a number reads as a string
+    when the reader is told so (docs/schema.md: polars, DuckDB, pyarrow and pandas); a name with
+    '=', whose run folder a reader takes for a column (``runs/a=b/``: a column ``a``), is
+    refused."""
     import duckdb
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.dataset as ds
 
-    for name in ("50%20off", "2026-12-05"):
+    study = ds.partitioning(pa.schema([("study", pa.string())]), flavor="hive")  # as the page says
+    for name in ("50%20off", "2026-12-05", "123"):
         spec = tmp_path / f"{name}.toml"
         spec.write_text(TINY.read_text().replace('name = "tiny-study"', f'name = "{name}"'))
         code, _, err = run_dse(
@@ -113,6 +118,9 @@ def test_a_study_name_hive_readers_would_misread_reads_back_as_written(tmp_path:
                 assert duckdb.sql(
                     f"select distinct study from read_parquet('{glob}', {hive})"
                 ).fetchall() == [(name,)]
+                folder = tmp_path / name / "exports" / table
+                assert ds.dataset(folder, partitioning=study).to_table()["study"].to_pylist() == [name] * 2
+                assert pd.read_parquet(folder, partitioning=study)["study"].tolist() == [name] * 2
 
     spec = tmp_path / "a=b.toml"
     spec.write_text(TINY.read_text().replace('name = "tiny-study"', 'name = "a=b"'))

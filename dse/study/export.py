@@ -63,8 +63,23 @@ def _staged(
     remove_stale(path)  # left in the table's folder by an export of an earlier version killed mid-write
     remove_stale(path, staging=out)  # and in ``out`` by one of this version
     tmp = stack.enter_context(atomic_path(path, staging=out))
-    body.write_parquet(tmp, compression="zstd", metadata=meta)
+    write_parquet(body, tmp, meta)
     return path
+
+
+def write_parquet(df: pl.DataFrame, path: Path, meta: dict[str, str]) -> None:
+    """``df`` to ``path`` (zstd) with ``meta`` in the file's key-value metadata, which every reader
+    shows: polars' writer adds an Arrow schema without it, and pyarrow takes a file's schema and
+    its metadata from that Arrow schema when there is one, so ``pq.read_schema``, a table's schema
+    and ``pyarrow.dataset`` showed no ``dse.*`` key. Without it pyarrow reads the Parquet types
+    (a string column is ``string``, a UTC timestamp ``timestamp[us, tz=UTC]``) and the key-value
+    metadata; polars and DuckDB read the same types as before."""
+    import pyarrow.parquet as pq  # an export's alone: dse.study's other users do without it
+
+    table = df.to_arrow(compat_level=pl.CompatLevel.oldest())
+    with pq.ParquetWriter(path, table.schema, compression="zstd", store_schema=False) as writer:
+        writer.write_table(table)
+        writer.add_key_value_metadata(meta)
 
 
 def export_all(
