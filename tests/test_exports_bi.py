@@ -250,7 +250,9 @@ def test_studies_exported_into_one_folder_read_together_as_the_schema_page_says(
     shutil.copytree(two_exports["feasible"], out)  # tiny-study: objective_usd_per_million_tokens
     other = tmp_path / "tiny-other.toml"
     other.write_text(
-        TINY.read_text().replace('name = "tiny-study"', 'name = "tiny-other"')
+        TINY.read_text()
+        .replace('name = "tiny-study"', 'name = "tiny-other"')
+        .replace("percentile = 90.0", "percentile = 99.0")
         + '\n[objectives]\nnames = ["gpus", "tokens_per_s_per_gpu"]\n'
     )
     Study.load(other).run(trials=3, out=tmp_path / "runs").export(out)
@@ -281,6 +283,9 @@ def test_studies_exported_into_one_folder_read_together_as_the_schema_page_says(
                 assert rows[c].to_list() == mine[c].to_list(), (reader, name, c)
             for c in set(df.columns) - set(mine.columns) - {"study"}:
                 assert rows[c].null_count() == rows.height, (reader, name, c)
+    # each row says the percentile its TTFT columns are taken at, its own study's
+    at = {name: set(mine["slo_percentile"].to_list()) for name, mine in own.items()}
+    assert at == {"tiny-study": {90.0}, "tiny-other": {99.0}, "tiny-grid": {90.0}}
     differing = {"objective_gpus", "objective_usd_per_million_tokens", "x_input_tokens"}
     assert differing <= set(read["duckdb"].columns)
     # the defaults the page warns of

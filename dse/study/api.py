@@ -303,7 +303,7 @@ class StudyResults:
     def trials(self) -> pl.DataFrame:
         """One row per finished trial: its choices ``p_*``, metrics, constraints ``c_*``,
         ``feasible``, ``binding``, ``objective_<name>`` per objective, ``design``."""
-        return trials_frame(self.study, self.names)
+        return trials_frame(self.study, self.names, self.spec.slo.percentile)
 
     @cached_property
     def pareto(self) -> pl.DataFrame:

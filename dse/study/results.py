@@ -84,6 +84,7 @@ TRIALS_SCHEMA: dict[str, Any] = {
     **{f"p_{k}": pl.Float64 if k in ("prefill_share", "ffn_tokens_per_gpu") else
        pl.Int64 if k in ("chunk_tokens", "max_batch") else pl.String for k in PARAM_COLUMNS},
     **{column(m): pl.Int64 if METRICS[m].whole else pl.Float64 for m in METRICS},
+    "slo_percentile": pl.Float64,
     **{f"c_{k}": pl.Float64 for k in CONSTRAINTS},
     "feasible": pl.Boolean, "binding": pl.String,
 }  # fmt: skip
@@ -160,8 +161,10 @@ def _objective_values(names: list[str], values: list[float] | None, rec: dict[st
     return row
 
 
-def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
-    """One row per finished trial."""
+def trials_frame(study: optuna.Study, objectives: list[str], percentile: float | None = None) -> pl.DataFrame:
+    """One row per finished trial; ``percentile``: the study's TTFT target's (``slo.percentile``),
+    which its ``*_pct_s`` columns and ``c_ttft_s`` are taken at, in a column of its own so that
+    studies of different percentiles read together tell them apart."""
     rows = []
     for t, rec in _records(study):
         choice = rec.get("choice", {})
@@ -182,6 +185,7 @@ def trials_frame(study: optuna.Study, objectives: list[str]) -> pl.DataFrame:
         row.update({f"x_{k}": v for k, v in rec.get("point", {}).items()})  # grid studies
         row.update(choice_columns(choice))
         row.update({col: _value(m, metrics.get(m)) for m, col in METRIC_COLUMNS.items()})
+        row["slo_percentile"] = percentile
         row.update(_constraints(cons))
         row["feasible"] = all(float(v) <= 0 for v in cons.values()) and bool(cons)
         row["binding"] = rec.get("binding") or None  # a feasible trial: nothing binds
