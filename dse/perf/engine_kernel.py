@@ -54,6 +54,7 @@ client and the next request's way in), or open loop (``arrivals``: sorted times)
 from __future__ import annotations
 
 import math
+from typing import Final
 
 import numpy as np
 
@@ -62,7 +63,7 @@ from dse.jit import njit
 IDLE, PREFILL, JUMP = 0, 1, 2
 BLOCK_TOKENS = 16.0  # vLLM's KV block: an admission leaves room for one more block of every running request
 INF = np.inf
-INLINE = "always"  # numba inlines the helpers into simulate (below)
+INLINE: Final = "always"  # numba inlines the helpers into simulate (below)
 
 # The state lives in a few 2-D arrays, one column per field, so that a helper takes five arrays
 # rather than forty. The helpers are inlined into ``simulate`` by numba itself (``INLINE``):
