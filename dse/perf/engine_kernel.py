@@ -54,6 +54,7 @@ client and the next request's way in), or open loop (``arrivals``: sorted times)
 from __future__ import annotations
 
 import math
+from typing import Final
 
 import numpy as np
 
@@ -62,9 +63,12 @@ from dse.jit import njit
 IDLE, PREFILL, JUMP = 0, 1, 2
 BLOCK_TOKENS = 16.0  # vLLM's KV block: an admission leaves room for one more block of every running request
 INF = np.inf
+INLINE: Final = "always"  # numba inlines the helpers into simulate (below)
 
-# The state lives in a few 2-D arrays, one column per field, so that a helper call passes five
-# arrays rather than forty (each array argument costs a reference count in and out).
+# The state lives in a few 2-D arrays, one column per field, so that a helper takes five arrays
+# rather than forty. The helpers are inlined into ``simulate`` by numba itself (``INLINE``):
+# called, each array argument cost a reference count in and out, a quarter of the kernel's time
+# (the same arithmetic in the same order, so the same answers to the bit).
 # per request, float
 ISL, OSL, READY, PF_REM, BASE, RESV, ARRIVE, FIRST, DONE = range(9)
 # per request, int
@@ -77,7 +81,7 @@ NEVER = 1 << 62  # MINFIN of an instance with nobody running
 LATER = 1e-9  # seconds: just after an event, so a forward formed at it leaves the request out
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
     """Piecewise-linear in the table, linear extrapolation past its last point."""
     n = len(xs)
@@ -99,7 +103,7 @@ def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
     return ys[lo] + w * (ys[hi] - ys[lo])
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _jump_steps(c0: float, g: float, elapsed: float, k_max: int) -> int:
     """The step in progress ``elapsed`` seconds into a jump whose ``k``-th step ends at
     ``k c0 + g k (k - 1) / 2``: the smallest ``k >= 1`` whose end is at or after ``elapsed``."""
@@ -267,7 +271,7 @@ def simulate(
     return preempted
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _spawn(count, now, think, spawned, N, rf, pending, n_pending):  # type: ignore[no-untyped-def]
     """A closed loop's clients whose requests finished send their next ones, which reach the
     engine ``think`` seconds later (at once: pending now; later: arrivals the loop takes in the
@@ -282,7 +286,7 @@ def _spawn(count, now, think, spawned, N, rf, pending, n_pending):  # type: igno
     return spawned, n_pending
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _push(q, i, mi, ri):  # type: ignore[no-untyped-def]
     ri[i, NXT] = -1
     if mi[q, TAIL] < 0:
@@ -292,7 +296,7 @@ def _push(q, i, mi, ri):  # type: ignore[no-untyped-def]
     mi[q, TAIL] = i
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _push_front(q, i, mi, ri):  # type: ignore[no-untyped-def]
     ri[i, NXT] = mi[q, HEAD]
     mi[q, HEAD] = i
@@ -300,7 +304,7 @@ def _push_front(q, i, mi, ri):  # type: ignore[no-untyped-def]
         mi[q, TAIL] = i
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _pop(q, mi, ri):  # type: ignore[no-untyped-def]
     i = mi[q, HEAD]
     mi[q, HEAD] = ri[i, NXT]
@@ -310,7 +314,7 @@ def _pop(q, mi, ri):  # type: ignore[no-untyped-def]
     return i
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _least_loaded(D, mf, mi):  # type: ignore[no-untyped-def]
     """The engine instance with the fewest requests: running, queued, or in its prefill forward."""
     best, load = 0, INF
@@ -321,7 +325,7 @@ def _least_loaded(D, mf, mi):  # type: ignore[no-untyped-def]
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _wake(j, at, room, mf, mi):  # type: ignore[no-untyped-def]
     """Engine instance ``j`` has a request it may admit from ``at``: an idle instance wakes then,
     a jump in progress ends at the step boundary after it."""
@@ -334,7 +338,7 @@ def _wake(j, at, room, mf, mi):  # type: ignore[no-untyped-def]
         mf[j, BUSY] = mf[j, T0] + k * mf[j, C0] + mf[j, GR] * k * (k - 1) * 0.5
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _wake_at_recv(j, at, every, mf, mi):  # type: ignore[no-untyped-def]
     """A request arrived at ``at`` during instance ``j``'s decode jump: the jump ends at the first
     step boundary after it where the scheduler looks for new requests (every ``every`` steps since
@@ -346,7 +350,7 @@ def _wake_at_recv(j, at, every, mf, mi):  # type: ignore[no-untyped-def]
         mf[j, BUSY] = mf[j, T0] + k * mf[j, C0] + mf[j, GR] * k * (k - 1) * 0.5
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _released(j, balance, mf, mi):  # type: ignore[no-untyped-def]
     """TensorRT-LLM's attention-DP balance over ``balance`` ranks (0: none) lets instance ``j``'s
     context requests into a forward before its timer runs out: once every rank has one (as many
@@ -355,7 +359,7 @@ def _released(j, balance, mf, mi):  # type: ignore[no-untyped-def]
     return balance > 0 and (mf[j, QUEUED] >= balance or mi[j, NRUN] < balance)
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _recv_point(j, every, balance, mf, mi):  # type: ignore[no-untyped-def]
     """Instance ``j`` at the end of a forward: SGLang's scheduler looks for new requests after a
     prefill forward, when idle, and every ``every`` decode steps (``SchedulerRecvSkipper``: a
@@ -371,7 +375,7 @@ def _recv_point(j, every, balance, mf, mi):  # type: ignore[no-untyped-def]
         mi[j, RECV] = mi[j, SIGMA] - since % every
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _route(i, now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi):  # type: ignore[no-untyped-def]
     """A request that arrived: to the engine instance with the fewest requests, or (disaggregated)
     to the prefill instance with the fewest queued prompt tokens. An instance that looks for new
@@ -405,7 +409,7 @@ def _route(i, now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi):  
         mf[best, BUSY] = now
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _prefill_batch(q, now, budget, lane, rf, ri, mf, mi, batch, pf):  # type: ignore[no-untyped-def]
     """A prefill pool instance: batch queued prompts admitted by now (``READY``) up to the budget,
     at most ``lane`` tokens of each (its attention-DP rank's share of the budget: a prompt longer
@@ -440,7 +444,7 @@ def _prefill_batch(q, now, budget, lane, rf, ri, mf, mi, batch, pf):  # type: ig
         mf[q, BUSY] = rf[mi[q, HEAD], READY] if mi[q, HEAD] >= 0 else INF
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _unlink(q, prev, i, mi, ri):  # type: ignore[no-untyped-def]
     """Take request ``i`` out of ``q``'s queue; ``prev`` is the one before it (-1: it is the head)."""
     if prev < 0:
@@ -452,7 +456,7 @@ def _unlink(q, prev, i, mi, ri):  # type: ignore[no-untyped-def]
     ri[i, NXT] = -1
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _join(j, i, now, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
     """Request ``i`` has its first token and joins instance ``j``'s decode batch; 1 if that
     was its only token."""
@@ -472,7 +476,7 @@ def _join(j, i, now, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _retire(j, now, accept, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
     """Requests of ``j`` that have all their tokens leave; how many. The running requests are a
     heap by the step count they finish at, so those finishing now come off its top, each in
@@ -494,7 +498,7 @@ def _retire(j, now, accept, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _sift_up(j, b, ri, run):  # type: ignore[no-untyped-def]
     """The request at place ``b`` of ``j``'s heap moved up to where its FIN belongs."""
     i = run[j, b]
@@ -509,7 +513,7 @@ def _sift_up(j, b, ri, run):  # type: ignore[no-untyped-def]
     run[j, b] = i
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _sift_down(j, b, n, ri, run):  # type: ignore[no-untyped-def]
     """The request at place ``b`` of ``j``'s heap of ``n`` moved down to where its FIN belongs."""
     i = run[j, b]
@@ -528,7 +532,7 @@ def _sift_down(j, b, n, ri, run):  # type: ignore[no-untyped-def]
     run[j, b] = i
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _remove_at(j, b, mi, ri, run):  # type: ignore[no-untyped-def]
     """Take the request at place ``b`` out of ``j``'s heap of running requests."""
     n = mi[j, NRUN] - 1
@@ -543,7 +547,7 @@ def _remove_at(j, b, mi, ri, run):  # type: ignore[no-untyped-def]
             _sift_down(j, b, n, ri, run)
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _preempt(j, now, accept, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
     """Preempt the newest running request of ``j``: back to the front of its queue, to recompute
     its prompt and what it generated."""
@@ -568,7 +572,7 @@ def _preempt(j, now, accept, rf, ri, mf, mi, run):  # type: ignore[no-untyped-de
     mi[j, MINFIN] = ri[run[j, 0], FIN] if mi[j, NRUN] > 0 else NEVER
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _take_prefill(j, i, room, rf, mi, batch):  # type: ignore[no-untyped-def]
     """Up to ``room`` tokens of request ``i``'s prompt into ``j``'s prefill forward; the tokens taken."""
     take = min(rf[i, PF_REM], room)
@@ -583,7 +587,7 @@ def _take_prefill(j, i, room, rf, mi, batch):  # type: ignore[no-untyped-def]
     return take
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _aggregated_prefill(j, now, mixed, chunk, kv_cap, cap, rf, ri, mf, mi, run, batch, dec, pf):  # type: ignore[no-untyped-def]  # noqa: E501
     """An aggregated instance's prefill forward, if it has prompt tokens to take; True if so.
     Mixed (vLLM, TensorRT-LLM): the running requests' decode tokens take the budget first."""
@@ -623,7 +627,7 @@ def _aggregated_prefill(j, now, mixed, chunk, kv_cap, cap, rf, ri, mf, mi, run, 
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _admit_transferred(j, now, kv_cap, cap, dec_reserve, rf, ri, mf, mi, run):  # type: ignore[no-untyped-def]
     """A decode instance admits the requests whose KV has landed, while the cap and cache allow;
     how many were done on admission (their one output token came from prefill)."""
@@ -643,7 +647,7 @@ def _admit_transferred(j, now, kv_cap, cap, dec_reserve, rf, ri, mf, mi, run):  
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, inline=INLINE)
 def _schedule(j, now, agg, mixed, chunk, kv_cap, cap, every, accept, dec_reserve, rf, ri, mf, mi, run, batch, dec, pf):  # type: ignore[no-untyped-def]  # noqa: E501
     """Engine instance ``j`` at a step boundary: admit, then a prefill forward or a decode jump;
     how many requests were done on admission."""
