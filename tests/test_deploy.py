@@ -572,7 +572,7 @@ def _run_head(script: str, **env: str) -> dict[str, str]:
     """The variables a script sets before its exec line, run with ``env`` (``exec`` replaced by
     printing them)."""
     head = script[: script.index("\nexec ")]
-    show = 'printf "%s|%s|%s\\n" "${CUDA_VISIBLE_DEVICES:-}" "$PORT" "$BOOTSTRAP_PORT"'
+    show = 'printf "%s|%s|%s\\n" "${CUDA_VISIBLE_DEVICES:-}" "${PORT:-}" "${BOOTSTRAP_PORT:-}"'
     ran = subprocess.run(["bash", "-c", head + "\n" + show], capture_output=True, text=True, env=env)
     assert ran.returncode == 0, ran.stderr
     gpus, port, boot = ran.stdout.strip().split("|")
@@ -592,12 +592,12 @@ def test_instances_sharing_a_host_get_their_own_gpus_and_ports() -> None:
     seen = [_run_head(files["prefill.sh"], **base, INSTANCE=str(i)) for i in range(3)]
     assert seen == [
         {"gpus": "0,1,2,3", "port": "8000", "bootstrap": "9000"},
-        {"gpus": "4,5,6,7", "port": "8001", "bootstrap": "9001"},
+        {"gpus": "4,5,6,7", "port": "8010", "bootstrap": "9010"},
         {"gpus": "0,1,2,3", "port": "8000", "bootstrap": "9000"},
     ]
     assert subprocess.run(["bash", "-c", files["prefill.sh"]], capture_output=True, env=base).returncode != 0
     assert _run_head(files["decode.sh"], **base, NODE_RANK="0", HEAD_ADDR="h:5000") == {
-        "gpus": "", "port": "8100", "bootstrap": "9100"
+        "gpus": "", "port": "8100", "bootstrap": ""
     }  # fmt: skip
     assert f["bootstrap_port"] not in _command(files["decode.sh"])
     for engine in ("vllm", "trtllm"):
@@ -618,7 +618,7 @@ def test_sglang_designs_of_several_servers_get_a_router() -> None:
     assert _flags_of(words) <= _values("sglang")
     prefills = [(words[i + 1], words[i + 2]) for i, w in enumerate(words) if w == f["router_prefill"]]
     ports = [(u.rsplit(":", 1)[1], b) for u, b in prefills]
-    assert ports == [("8000", "9000"), ("8001", "9001"), ("8000", "9000")]
+    assert ports == [("8000", "9000"), ("8010", "9010"), ("8000", "9000")]
     assert "${PREFILL_1:?" in prefills[1][0]
     decodes = [words[i + 1] for i, w in enumerate(words) if w == f["router_decode"]]
     assert len(decodes) == 3 and all(u.endswith(":8100") for u in decodes)
@@ -655,7 +655,7 @@ def _shared_aggregated(instances: int = 3) -> Design:
 
 def test_vllm_instances_sharing_a_host_get_their_own_data_parallel_rpc_ports(tmp_path: Path) -> None:
     """vLLM's --data-parallel-rpc-port defaults to 29550 for every server: two instances on one host
-    get 29550 and 29551 (as they get ports 8000 and 8001), a second pool's start 100 higher; an
+    get 29550 and 29551 (as they get ports 8000 and 8010), a second pool's start 100 higher; an
     instance without data parallelism, and Dynamo's vLLM worker, go without it."""
     import os
 
@@ -663,7 +663,7 @@ def test_vllm_instances_sharing_a_host_get_their_own_data_parallel_rpc_ports(tmp
     script = launch_files(_shared_aggregated(), "vllm")["instance.sh"]
     ran = [_run_faking(script, "vllm", tmp_path, INSTANCE=str(i)) for i in range(3)]
     assert [(_arg(w, v["port"]), _arg(w, v["dp_rpc_port"])) for w in ran] == [
-        ("8000", "29550"), ("8001", "29551"), ("8000", "29550")
+        ("8000", "29550"), ("8010", "29551"), ("8000", "29550")
     ]  # fmt: skip
     bare = {"PATH": os.environ["PATH"]}
     assert (
@@ -696,7 +696,7 @@ def test_several_vllm_or_trtllm_instances_get_vllms_router(engine: str, tmp_path
     ran = _run_faking(files["router.sh"], "python", tmp_path, **hosts)
     start = ran.index(r["workers"]) + 1
     urls = ran[start : next(i for i in range(start, len(ran)) if ran[i].startswith("--"))]
-    assert urls == ["http://host0:8000", "http://host1:8001", "http://host2:8000"]
+    assert urls == ["http://host0:8000", "http://host1:8010", "http://host2:8000"]
     assert _arg(ran, r["policy"]) == r["policy_value"] and _arg(ran, r["port"]) == "30000"
     import os
 
@@ -717,3 +717,111 @@ def test_the_readme_names_the_oldest_releases_whose_flag_names_it_uses() -> None
     dynamo = launch_files(replace(_design(), profile="atom"), "dynamo")["README.md"]
     assert "`--disaggregation-mode`" in dynamo and "--is-prefill-worker" in dynamo and "vLLM 0.11" in dynamo
     assert "--is-prefill-worker" not in launch_files(_design(), "dynamo")["README.md"]  # TRT-LLM workers
+
+
+def test_vllm_and_trtllm_token_budgets_hold_a_step_of_the_running_batch() -> None:
+    """vLLM refuses a --max-num-batched-tokens below --max-num-seqs (vllm/config/scheduler.py:
+    ``verify_max_model_len``), and in vLLM and TRT-LLM the running requests' decode tokens share
+    that budget: a chunk priced for the whole instance (profile `sglang`: 1024 over 8 ranks, 128)
+    below each rank's cap (2544 // 8 = 318) is raised to one step of that batch, its MTP drafts
+    included, and the README says so; a chunk that holds the batch stays the trial's; a decode
+    worker without a chunk gets a budget only where the engine's default (8192) is too small."""
+    pool = PoolLaunch("mixed", "b200", 8, 1, 8, 2, 8, max_running=2544, chunk_tokens=1024)
+    agg = _design("aggregated", drafts=0)
+    design = replace(agg, profile="sglang", chunk_per_instance=True, pools=(pool,))
+    v, t, d = FLAGS["vllm"], FLAGS["trtllm"], FLAGS["dynamo"]
+    words = _command(launch_files(design, "vllm")["instance.sh"])
+    assert (_arg(words, v["max_running"]), _arg(words, v["chunk"])) == ("318", "318")
+    files = launch_files(replace(design, mtp_drafts=2), "trtllm")
+    words = _command(files["instance.sh"])
+    assert (_arg(words, t["max_running"]), _arg(words, t["chunk"])) == ("318", "954")
+    assert f"token budget (`{t['chunk']}`) is 954, one step of its 318 running requests" in files["README.md"]
+    kept = launch_files(_design("aggregated"), "vllm")  # 32 a rank, 2 drafts: 96 tokens in 4096
+    assert _arg(_command(kept["instance.sh"]), v["chunk"]) == "4096"
+    assert "token budget" not in kept["README.md"]
+    tp8 = PoolLaunch("decode", "b200", 8, 8, 8, 1, 8, max_running=4096, chunk_tokens=None)
+    wide = replace(_design(drafts=3), pools=(_design().pools[0], tp8))  # 4096 x (1 + 3) tokens a step
+    assert _arg(_command(launch_files(wide, "dynamo")["decode.sh"]), d["trtllm_chunk"]) == "16384"
+    assert d["trtllm_chunk"] not in _command(launch_files(_design(), "dynamo")["decode.sh"])  # 62 x 3
+
+
+def _sglang_ports(port: int, bootstrap: str) -> set[int]:
+    """The ports an SGLang server under data-parallel attention binds on its host: its --port, that
+    + 13 (the DP handshake) and + 233 .. + 239 (sgl-project/sglang:python/sglang/srt/server_args.py
+    @ 001067ff, ``PortArgs.init_new``: ZMQ_TCP_PORT_DELTA, DP_ATTENTION_HANDSHAKE_PORT_DELTA),
+    and a prefill server's bootstrap port."""
+    return {port, port + 13, *range(port + 233, port + 240), *([int(bootstrap)] if bootstrap else [])}
+
+
+def test_sglang_instances_sharing_a_host_take_none_of_each_others_ports() -> None:
+    """SGLang under data-parallel attention derives seven more ports from --port: instances one
+    port apart would take each other's. Instances of every pool sharing a host take disjoint sets,
+    and Dynamo's SGLang workers get a --port each (SGLang's default, 30000, is every worker's)."""
+    import itertools
+    import os
+
+    env = {"PATH": os.environ["PATH"]}
+    f = FLAGS["sglang"]
+    prefill = PoolLaunch("prefill", "b200", 4, 1, 4, 2, 8, max_running=None, chunk_tokens=8192)
+    decode = PoolLaunch("decode", "b200", 4, 1, 4, 2, 8, max_running=64, chunk_tokens=None)
+    for design, names in (
+        (_shared_aggregated(), ("instance.sh",)),
+        (replace(_design(), pools=(prefill, decode)), ("prefill.sh", "decode.sh")),
+    ):
+        files = launch_files(design, "sglang")
+        taken = []
+        for name in names:
+            assert f["dp_attention"] in _command(files[name])
+            for i in range(2):  # the two instances of a host
+                head = _run_head(files[name], **env, INSTANCE=str(i))
+                taken.append(_sglang_ports(int(head["port"]), head["bootstrap"]))
+        for a, b in itertools.combinations(taken, 2):
+            assert not a & b, sorted(a & b)
+    dynamo = launch_files(replace(_shared_aggregated(), profile="sglang"), "dynamo")
+    assert _arg(_command(dynamo["instance.sh"]), f["port"]) == "$PORT"
+    assert _run_head(dynamo["instance.sh"], **env, INSTANCE="1")["port"] == "8010"
+    assert f'"{f["port"]}"' in dynamo["graph.yaml"] and "$PORT" not in dynamo["graph.yaml"]
+    alone = launch_files(replace(_design(), profile="sglang"), "dynamo")  # one instance a host or more
+    assert f["port"] not in _command(alone["decode.sh"])
+
+
+def _unused_variables(script: str) -> set[str]:
+    """Variables a script sets and never reads (exported ones aside)."""
+    import re
+
+    lines = [x for x in script.splitlines() if not x.startswith("#")]
+    unused = set()
+    for n, line in enumerate(lines):
+        if m := re.match(r"([A-Z_]+)=", line):  # read as $NAME, ${NAME...} or, in $((...)), NAME
+            if not re.search(rf"\b{m.group(1)}\b", "\n".join(lines[:n] + lines[n + 1 :])):
+                unused.add(m.group(1))
+    return unused
+
+
+def test_every_script_sets_only_what_it_uses_and_passes_shellcheck() -> None:
+    """Each script of every engine sets only the variables its command reads (a decode server no
+    bootstrap port, a TRT-LLM worker of Dynamo no server port, the frontend neither HERE nor MODEL),
+    and, where shellcheck is installed, passes it clean."""
+    import sys
+
+    from dse.errors import InputError
+
+    checker = shutil.which("shellcheck") or shutil.which("shellcheck", path=str(Path(sys.executable).parent))
+    designs = [_design(), _design("aggregated"), _shared_host(), _shared_aggregated()]
+    seen = 0
+    for design in designs:
+        for profile in ("trt", "sglang", "atom"):
+            for engine in ("sglang", "vllm", "trtllm", "dynamo"):
+                try:
+                    files = launch_files(replace(design, profile=profile), engine)
+                except InputError:
+                    continue
+                for name, text in files.items():
+                    if not name.endswith(".sh"):
+                        continue
+                    seen += 1
+                    assert not _unused_variables(text), (profile, engine, name, _unused_variables(text))
+                    if checker:
+                        ran = subprocess.run([checker, "-"], input=text, capture_output=True, text=True)
+                        assert ran.returncode == 0, (profile, engine, name, ran.stdout)
+    assert seen > 40

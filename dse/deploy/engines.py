@@ -107,14 +107,41 @@ def per_rank_cap(pool: PoolLaunch, dp: int) -> int | None:
 
 def _per_rank_caps(pool: PoolLaunch, design: Design, dp: int, cap_flag: str, chunk_flag: str) -> list[str]:
     """The running-request cap as an engine that caps each of its ``dp`` data-parallel ranks takes
-    it (the instance's split), and the prefill chunk, where the design sets them."""
+    it (the instance's split), and its token budget (:func:`token_budget`), where they are set."""
     out = []
     cap = per_rank_cap(pool, dp)
     if cap is not None:
         out += [cap_flag, str(cap)]
-    if pool.chunk_tokens is not None:
-        out += [chunk_flag, str(per_rank_chunk(pool, design, dp))]
+    budget = token_budget(pool, design, dp)
+    if budget is not None:
+        out += [chunk_flag, str(budget)]
     return out
+
+
+# vLLM's and TRT-LLM's token budget per step where none is passed: vLLM's for `vllm serve` on GPUs
+# of 70 GiB or more (vllm/engine/arg_utils.py @ 99d7eb5d, get_batch_defaults), TRT-LLM's
+# BaseLlmArgs.max_num_tokens (tensorrt_llm/llmapi/llm_args.py)
+DEFAULT_TOKEN_BUDGET = 8192
+
+
+def batch_tokens(pool: PoolLaunch, design: Design, dp: int) -> int:
+    """The tokens one step of a rank's whole running batch takes: its cap, each request with its
+    MTP drafts (0 where the pool has no cap)."""
+    return (per_rank_cap(pool, dp) or 0) * (1 + design.mtp_drafts)
+
+
+def token_budget(pool: PoolLaunch, design: Design, dp: int) -> int | None:
+    """The token budget per step of each of ``dp`` ranks of an engine whose budget the running
+    requests' decode tokens share with prefill chunks (vLLM's --max-num-batched-tokens, TRT-LLM's
+    max_num_tokens): the design's chunk (:func:`per_rank_chunk`), raised where it would not hold
+    one step of the rank's whole running batch (:func:`batch_tokens`): vLLM refuses to start with
+    a budget below --max-num-seqs (vllm/config/scheduler.py: ``verify_max_model_len``), and
+    either engine would run fewer requests a step than the batch the study sized. A pool without a
+    chunk keeps the engine's default (None) unless that is too small for its batch."""
+    need = batch_tokens(pool, design, dp)
+    if pool.chunk_tokens is None:
+        return need if need > DEFAULT_TOKEN_BUDGET else None
+    return max(per_rank_chunk(pool, design, dp), need)
 
 
 def per_rank_chunk(pool: PoolLaunch, design: Design, dp: int) -> int:
@@ -237,6 +264,8 @@ def dynamo_args(
             str(pool.tp),
         ]
         body = _sglang_body(pool, design, flags["sglang"], None)
+        if pool.per_host > 1:  # SGLang derives ports from it (scripts.SLOT_STRIDE): the slot's own
+            body += [flags["sglang"]["port"], "$PORT"]
         mode_args = [d["sglang_mode"], mode, flags["sglang"]["disagg_backend"], "nixl"] if mode else []
         if mode == "prefill":
             mode_args += [flags["sglang"]["bootstrap_port"], "$BOOTSTRAP_PORT"]

@@ -72,8 +72,7 @@ def launch_files(
             files.update({name: _yaml(o) for name, o in options.items()})
         unwired = f"dynamo.{backend_of(design, engine)}" if engine == "dynamo" else ""
         unwired = "" if unwired == "dynamo.sglang" else unwired
-        dp_rpc = engine == "vllm" and pool.dp > 1
-        files[f"{pool.name}.sh"] = launch_script(pool, design, cmd, unwired, k, dp_rpc)
+        files[f"{pool.name}.sh"] = launch_script(pool, design, cmd, unwired, k)
     if engine == "dynamo":
         files["frontend.sh"] = launch_script(
             None, design, [*flags["dynamo"]["frontend"].split(), flags["dynamo"]["http_port"], str(PORT)]

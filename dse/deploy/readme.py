@@ -5,12 +5,22 @@ the router)."""
 from __future__ import annotations
 
 from dse.deploy.design import PROMPT_ROOM, Design
-from dse.deploy.engines import backend_of, per_rank_cap, sglang_cap, sglang_dp, trtllm_dp
+from dse.deploy.engines import (
+    DEFAULT_TOKEN_BUDGET,
+    backend_of,
+    per_rank_cap,
+    per_rank_chunk,
+    sglang_cap,
+    sglang_dp,
+    token_budget,
+    trtllm_dp,
+)
 from dse.deploy.scripts import (
     BOOTSTRAP_PORT,
     DP_RPC_PORT,
     PORT,
     ROUTER_PORT,
+    SLOT_STRIDE,
     disaggregated,
     host_var,
     needs_router,
@@ -74,14 +84,16 @@ def readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comman
             "`--dp-size`, gets it times the ranks;"
         ),
         *_cap_notes(design, engine),
+        *_budget_notes(design, engine, flags),
         *_buffer_note(design, engine),
         f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
         "(`dse/deploy/engine_flags.toml`): check them against the version you run;",
         *_minimum_versions(design, engine, flags),
         f"- ports: pool k's servers listen on {PORT} + 100 k (SGLang prefill servers' KV bootstrap on "
-        f"{BOOTSTRAP_PORT} + 100 k), plus the instance's slot on its host where instances share one; "
-        "there each script takes `INSTANCE` (its number in the pool, 0..n-1), which picks its GPUs "
-        "(`CUDA_VISIBLE_DEVICES`) and ports; a disaggregated design's KV moves over NIXL.",
+        f"{BOOTSTRAP_PORT} + 100 k), plus {SLOT_STRIDE} times the instance's slot on its host where "
+        "instances share one (SGLang under data-parallel attention also binds its server port + 13 and "
+        "+ 233 to + 239); there each script takes `INSTANCE` (its number in the pool, 0..n-1), which "
+        "picks its GPUs (`CUDA_VISIBLE_DEVICES`) and ports; a disaggregated design's KV moves over NIXL.",
         *_router_notes(design, engine, flags),
     ]
     wide = [f"`{p.name}.sh`" for p in design.pools if p.hosts > 1]
@@ -193,5 +205,32 @@ def _cap_notes(design: Design, engine: str) -> list[str]:
         out.append(
             f"- the {p.name} pool: {how}, so an instance runs at most {eff} requests, "
             f"not the {p.max_running} its pool was sized at{over};"
+        )
+    return out
+
+
+def _budget_notes(design: Design, engine: str, flags: dict[str, dict[str, str]]) -> list[str]:
+    """A README line per pool whose vLLM or TRT-LLM token budget is raised above its chunk (or the
+    engine's default) to hold one step of its running batch (``token_budget``)."""
+    backend = backend_of(design, engine)
+    if backend not in ("vllm", "trtllm"):
+        return []
+    table = flags["dynamo"] if engine == "dynamo" and backend == "trtllm" else flags[backend]
+    flag = table["trtllm_chunk"] if engine == "dynamo" and backend == "trtllm" else table["chunk"]
+    out = []
+    for p in design.pools:
+        dp = p.dp if backend == "vllm" else trtllm_dp(p)
+        budget = token_budget(p, design, dp)
+        was = per_rank_chunk(p, design, dp) if p.chunk_tokens is not None else DEFAULT_TOKEN_BUDGET
+        if budget is None or budget == was:
+            continue
+        what = "the trial's chunk" if p.chunk_tokens is not None else f"{backend}'s default"
+        drafts = f" with {design.mtp_drafts} MTP drafts each" if design.mtp_drafts else ""
+        out.append(
+            f"- the {p.name} pool: each rank's token budget (`{flag}`) is {budget:,}, one step of its "
+            f"{per_rank_cap(p, dp)} running requests{drafts}, not {what} ({was:,}): the running "
+            "requests' decode tokens share that budget with prefill "
+            "chunks, vLLM refuses one below `--max-num-seqs`, and a smaller one could not step the "
+            "whole batch the study sized;"
         )
     return out

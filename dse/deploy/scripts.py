@@ -9,10 +9,19 @@ from typing import Any
 
 from dse.deploy.design import Design, PoolLaunch
 
-PORT = 8000  # the first pool's first server; pool k's instances from PORT + 100 k, one port each on a host
+PORT = 8000  # the first pool's first server; pool k's from PORT + 100 k, SLOT_STRIDE apart on a host
 
 
 BOOTSTRAP_PORT = 9000  # SGLang prefill servers' KV bootstrap ports, likewise
+
+
+# Instances sharing a host take ports this far apart: SGLang under data-parallel attention binds,
+# beside its server port P, P + 13 (the DP handshake) and P + 233 .. P + 239 (its processes' ZMQ
+# sockets and the dist-init store), all derived from --port (sgl-project/sglang:
+# python/sglang/srt/server_args.py @ 001067ff, ``PortArgs.init_new``, ZMQ_TCP_PORT_DELTA 233,
+# DP_ATTENTION_HANDSHAKE_PORT_DELTA 13), so servers one port apart would take each other's. Ten
+# apart, no port of one instance's set is another's, nor a bootstrap port (pool k's from 9000 + 100 k)
+SLOT_STRIDE = 10
 
 
 # vLLM's data-parallel RPC ports, likewise: its default (ParallelConfig.data_parallel_rpc_port,
@@ -32,7 +41,8 @@ def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[st
         line = _command_line(files[f"{pool.name}.sh"])
         words = shlex.split(line.replace("$MODEL", design.model_repo or "MODEL").replace("$HERE/", ""))
         words = _without_node_wiring(words, flags["sglang"])
-        words = [str(BOOTSTRAP_PORT) if w == "$BOOTSTRAP_PORT" else w for w in words]  # a pod's own
+        ports = {"$BOOTSTRAP_PORT": str(BOOTSTRAP_PORT), "$PORT": str(PORT)}
+        words = [ports.get(w, w) for w in words]  # a pod's own
         service: dict[str, Any] = {
             "componentType": "worker",
             "replicas": pool.instances,
@@ -79,21 +89,25 @@ def launch_script(
     args: list[str],
     unwired: str = "",
     k: int = 0,
-    dp_rpc: bool = False,
 ) -> str:
     """A launch script of the ``k``-th pool; ``unwired``: the Dynamo worker whose multi-host
-    instance only graph.yaml launches (the script says so and exits 2); ``dp_rpc``: it sets
-    ``DP_RPC_PORT``, a vLLM instance's data-parallel RPC port."""
+    instance only graph.yaml launches (the script says so and exits 2). It sets the variables its
+    command uses and no others (``HERE``, ``MODEL``, the ports: ``_placement``)."""
+    used = {a.split("/")[0].removeprefix("$") for a in args if a.startswith("$")}
     head = [
         "#!/usr/bin/env bash",
         f"# {design.study}, trial {design.trial}: " + (_pool_text(pool) if pool else "the Dynamo frontend"),
         "set -euo pipefail",
-        'HERE="$(cd "$(dirname "$0")" && pwd)"',
-        f'MODEL="${{MODEL:-{design.model_repo}}}"'
-        if design.model_repo
-        else ': "${MODEL:?set MODEL to the checkpoint}"',
     ]
-    head += _placement(pool, k, dp_rpc)
+    if "HERE" in used:
+        head.append('HERE="$(cd "$(dirname "$0")" && pwd)"')
+    if "MODEL" in used:
+        head.append(
+            f'MODEL="${{MODEL:-{design.model_repo}}}"'
+            if design.model_repo
+            else ': "${MODEL:?set MODEL to the checkpoint}"'
+        )
+    head += _placement(pool, k, used)
     if pool is not None and pool.hosts > 1 and unwired:
         return "\n".join([
             *head,
@@ -102,6 +116,8 @@ def launch_script(
             "echo " + shlex.quote(f"{pool.name}.sh: an instance spans {pool.hosts} hosts; deploy graph.yaml")
             + " >&2",
             "exit 2",
+            "# the command graph.yaml runs on each of them:",
+            "# shellcheck disable=SC2317",
             "exec " + " ".join(_quote(a) for a in args),
         ]) + "\n"  # fmt: skip
     if pool is not None and pool.hosts > 1:
@@ -113,10 +129,11 @@ def launch_script(
     return "\n".join([*head, "exec " + " ".join(_quote(a) for a in args)]) + "\n"
 
 
-def _placement(pool: PoolLaunch | None, k: int, dp_rpc: bool = False) -> list[str]:
+def _placement(pool: PoolLaunch | None, k: int, used: set[str]) -> list[str]:
     """Where an instance of the ``k``-th pool runs on its host: its GPUs (``INSTANCE``'s share
-    where instances share a host), its server port and its KV bootstrap port, each its own; with
-    ``dp_rpc``, its vLLM data-parallel RPC port too.
+    where instances share a host) and the ports of ``used`` (``PORT``, ``BOOTSTRAP_PORT``,
+    ``DP_RPC_PORT``), each its own: its server port, its KV bootstrap port, its vLLM data-parallel
+    RPC port.
 
     vLLM's ``--data-parallel-rpc-port`` (default 29550, the same for every ``vllm serve``) "is only
     used when there are remote data parallel engines, otherwise the local IPC transport is used"
@@ -126,19 +143,20 @@ def _placement(pool: PoolLaunch | None, k: int, dp_rpc: bool = False) -> list[st
     collide on it today; each gets its own all the same, so that none does where vLLM uses it."""
     if pool is None:
         return []
-    port, boot, rpc = PORT + 100 * k, BOOTSTRAP_PORT + 100 * k, DP_RPC_PORT + 100 * k
+    bases = {"PORT": PORT, "BOOTSTRAP_PORT": BOOTSTRAP_PORT, "DP_RPC_PORT": DP_RPC_PORT}
+    strides = {"PORT": SLOT_STRIDE, "BOOTSTRAP_PORT": SLOT_STRIDE, "DP_RPC_PORT": 1}
+    ports = [(name, base + 100 * k, strides[name]) for name, base in bases.items() if name in used]
     if pool.per_host == 1:
-        return [f"PORT={port}", f"BOOTSTRAP_PORT={boot}", *([f"DP_RPC_PORT={rpc}"] if dp_rpc else [])]
+        return [f"{name}={port}" for name, port, _ in ports]
     g = pool.gpus
     return [
         f"# {pool.per_host} instances share a host: INSTANCE (0..{pool.instances - 1}) picks this one's "
         "GPUs and ports",
         'INSTANCE="${INSTANCE:?set INSTANCE to the number of this instance in its pool}"',
         f"SLOT=$((INSTANCE % {pool.per_host}))",
-        f'export CUDA_VISIBLE_DEVICES="$(seq -s, $((SLOT * {g})) $((SLOT * {g} + {g - 1})))"',
-        f"PORT=$(({port} + SLOT))",
-        f"BOOTSTRAP_PORT=$(({boot} + SLOT))",
-        *([f"DP_RPC_PORT=$(({rpc} + SLOT))"] if dp_rpc else []),
+        f'CUDA_VISIBLE_DEVICES="$(seq -s, $((SLOT * {g})) $((SLOT * {g} + {g - 1})))"',
+        "export CUDA_VISIBLE_DEVICES",
+        *(f"{name}=$(({port} + {stride} * SLOT))" for name, port, stride in ports),
     ]
 
 
@@ -208,7 +226,7 @@ def _router_file(design: Design, router: str, args: list[str]) -> str:
 
 def _port(pool: PoolLaunch, k: int, i: int, base: int = PORT) -> int:
     """The port of instance ``i`` of the ``k``-th pool (``base``: its server's or bootstrap's)."""
-    return base + 100 * k + i % pool.per_host
+    return base + 100 * k + SLOT_STRIDE * (i % pool.per_host)
 
 
 def _quote(arg: str) -> str:
