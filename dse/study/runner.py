@@ -428,6 +428,8 @@ def _guarded(stored: StoredStudy, budget: int, shared: bool) -> Iterator[None]:
         held.enter_context(lone_writer(stored.study.study_name, url, worker=shared))
         try:
             yield
+        except StudyInterrupted:
+            raise  # said already, by what it stopped (the exports, the shadow prices)
         except KeyboardInterrupt:
             done = 0
             with contextlib.suppress(*STORAGE_ERRORS):
