@@ -71,6 +71,22 @@ class InputError(DseError):
         super().__init__(f"{where}{shown}: {_printable(_LINE_BREAKS.sub(' ', rule))}")
 
 
+class Written(str):
+    """A value as the input spelled it (a CSV cell, a flag's text): a number is shown bare, as it
+    was typed (``--tp = 7``; it had been ``7.0``, or ``'7'``), other text quoted, so that an empty
+    or odd value stays visible."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        text = str.__str__(self)
+        try:
+            float(text)  # (of the plain text: float's own error message would call this repr)
+        except ValueError:
+            return repr(text)
+        return text
+
+
 class UnknownIdError(InputError):
     """An id that is not in a catalog; the message lists the valid ids."""
 
