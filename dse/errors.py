@@ -9,6 +9,9 @@ Three kinds, as the style guide asks:
   naming the binding constraint with its numbers; exit code 3.
 * :class:`StorageFault` - the disk or database a run writes to refused (full, read-only,
   locked): one line naming the cause and the path; exit code 1. What was stored is kept.
+* :class:`Interrupted` - Ctrl-C (or SIGTERM) with what it left: one line, exit code 130 (143).
+  A ``KeyboardInterrupt``, not an ``Exception``: a caller's ``except Exception`` (a script that
+  logs a failed study and goes on to the next) must not catch a Ctrl-C.
 * everything else is a bug and keeps its traceback.
 """
 
@@ -29,9 +32,11 @@ class DseError(Exception):
         return (_restore, (type(self), str(self), dict(self.__dict__)))
 
 
-def _restore(cls: type[DseError], message: str, state: dict[str, object]) -> DseError:
+def _restore(
+    cls: type[DseError] | type[Interrupted], message: str, state: dict[str, object]
+) -> DseError | Interrupted:
     err = cls.__new__(cls)
-    Exception.__init__(err, message)
+    BaseException.__init__(err, message)
     err.__dict__.update(state)
     return err
 
@@ -66,6 +71,22 @@ class InputError(DseError):
         super().__init__(f"{where}{shown}: {_printable(_LINE_BREAKS.sub(' ', rule))}")
 
 
+class Written(str):
+    """A value as the input spelled it (a CSV cell, a flag's text): a number is shown bare, as it
+    was typed (``--tp = 7``; it had been ``7.0``, or ``'7'``), other text quoted, so that an empty
+    or odd value stays visible."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        text = str.__str__(self)
+        try:
+            float(text)  # (of the plain text: float's own error message would call this repr)
+        except ValueError:
+            return repr(text)
+        return text
+
+
 class UnknownIdError(InputError):
     """An id that is not in a catalog; the message lists the valid ids."""
 
@@ -96,6 +117,17 @@ class StorageFault(DseError):
         self.where, self.cause = where, cause
         more = f" ({detail})" if detail else ""
         super().__init__(_printable(_LINE_BREAKS.sub(" ", f"{where}: {cause}{more}")))
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM, said in one line (what was kept, how to resume); exit code 130 (143 for
+    SIGTERM). A ``KeyboardInterrupt`` as Python's own Ctrl-C is, so ``except Exception`` lets it
+    through; the command line prints it as it prints a :class:`DseError`."""
+
+    exit_code = 130
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_restore, (type(self), str(self), dict(self.__dict__)))
 
 
 REFUSALS = {

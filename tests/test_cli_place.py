@@ -115,14 +115,14 @@ def test_bad_flags_exit_2_with_one_line(cli: Cli) -> None:
         ): "think = 0.5: shares must sum to 1",
         ("--objective", "goodput"): "--budget: is required by --objective goodput",
         # a returning turn's flags without returning turns had been ignored: a design for none
-        ("--prefix", "20000"): "--prefix = 20000.0: needs --returning-share above 0 (no request returns)",
-        ("--suffix", "500"): "--suffix = 500.0: needs --returning-share above 0",
+        ("--prefix", "20000"): "--prefix = 20000: needs --returning-share above 0 (no request returns)",
+        ("--suffix", "500"): "--suffix = 500: needs --returning-share above 0",
         ("--think", "1:600"): "--think = '1:600': needs --returning-share above 0",
         ("--inventory", "b200=many"): "--inventory = 'b200=many': must be HW=GPUS",
         # one rule for every percentile outside (0, 100): 0 and -5 had been told "must be > 0"
-        ("--percentile", "0"): "--percentile = 0.0: must be in (0, 100)",
-        ("--percentile=-5",): "--percentile = -5.0: must be in (0, 100)",
-        ("--percentile", "100"): "--percentile = 100.0: must be in (0, 100)",
+        ("--percentile", "0"): "--percentile = 0: must be in (0, 100)",
+        ("--percentile=-5",): "--percentile = -5: must be in (0, 100)",
+        ("--percentile", "100"): "--percentile = 100: must be in (0, 100)",
     }
     for flags, message in cases.items():
         out = run(cli, *flags)
@@ -313,7 +313,7 @@ def test_goodput_names_what_keeps_a_topology_from_traffic_its_budget_could_buy(c
 
 def test_the_context_window_names_the_length_that_outgrows_it(cli: Cli) -> None:
     out = cli(*[a if a != "1000" else "200000" for a in ONE])
-    assert out.code == 2 and out.err.startswith("dse: error: dse place: --osl = 200000.0: "), out.err
+    assert out.code == 2 and out.err.startswith("dse: error: dse place: --osl = 200000: "), out.err
 
 
 def test_json_is_strict_where_a_figure_is_unknown(cli: Cli) -> None:
@@ -334,7 +334,7 @@ def test_json_is_strict_where_a_figure_is_unknown(cli: Cli) -> None:
 def test_a_gap_of_one_or_more_is_refused(cli: Cli) -> None:
     """A relative gap of 5 accepts any design (160 GPUs bought for pools of 20 once)."""
     out = cli(*ONE, "--gap", "5")
-    assert out.code == 2 and "--gap = 5.0: must be at least 0 and below 1" in out.err
+    assert out.code == 2 and "--gap = 5: must be at least 0 and below 1" in out.err
 
 
 def test_an_inventory_of_hardware_not_asked_for_names_the_flag(cli: Cli) -> None:

@@ -12,6 +12,7 @@ import pytest
 from conftest import Calibration, Cli
 
 from dse.catalog import Catalog
+from dse.errors import Written
 from dse.paths import MEASURED_RUNS
 from dse.perf.benchmark_rows import INPUT_COLUMNS, OUTPUT_COLUMNS
 from dse.perf.params import CALIBRATION_FILE, load_params
@@ -147,15 +148,15 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (("--percentiles", "50,100"), "--percentiles = '100': each must be a number in (0, 100)"),
-        (("--percentiles", "0"), "--percentiles = '0': each must be a number in (0, 100)"),
+        (("--percentiles", "50,100"), "--percentiles = 100: each must be a number in (0, 100)"),
+        (("--percentiles", "0"), "--percentiles = 0: each must be a number in (0, 100)"),
         (("--load", "poisson"), "--rate: is required with --load poisson"),
-        (("--load", "poisson", "--rate", "0"), "--rate = 0.0: must be > 0"),
-        (("--load", "bursty", "--rate", "-1"), "--rate = -1.0: must be > 0"),
+        (("--load", "poisson", "--rate", "0"), "--rate = 0: must be > 0"),
+        (("--load", "bursty", "--rate", "-1"), "--rate = -1: must be > 0"),
         (("--load", "poisson", "--rate", "nan"), "--rate = nan: must be a finite number"),
-        (("--rate", "2"), "--rate = 2.0: needs --load poisson or bursty"),
+        (("--rate", "2"), "--rate = 2: needs --load poisson or bursty"),
         (("--conc", "nan"), "--conc = nan: must be a finite number"),
-        (("--conc", "-4"), "--conc = -4.0: must be > 0"),
+        (("--conc", "-4"), "--conc = -4: must be > 0"),
         (("--load", "trace"), "--trace: is required with --load trace"),
         (
             ("--load", "poisson", "--rate", "2", "--warm-server"),
@@ -165,13 +166,29 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         (("--requests", "0"), "--requests = 0: must be > 0"),  # 0 had meant the default
         (
             ("--isl", "300000"),
-            "--isl = 300000.0: with osl (1024) must fit deepseek-v3's context of 163,840 tokens",
+            "--isl = 300000: with osl (1024) must fit deepseek-v3's context of 163,840 tokens",
         ),
-        (("--tp", "7", "--ep", "7"), "--tp = 7.0: must divide deepseek-v3's 128 attention heads"),
-        (("--tp", "1000"), "--tp = 1000.0: must divide deepseek-v3's 128 attention heads"),
+        (("--tp", "7", "--ep", "7"), "--tp = 7: must divide deepseek-v3's 128 attention heads"),
+        (("--tp", "1000"), "--tp = 1000: must divide deepseek-v3's 128 attention heads"),
+        # whole-number flags as typed: they had been read as floats (`--tp = 7.0`) or text (`'5'`)
+        (("--tp", "4", "--ep", "5"), "--ep = 5: must be at most the instance's 4 GPUs"),
+        (("--tp", "8", "--ep", "3"), "--ep = 3: must divide the instance's 8 GPUs"),
+        (
+            ("--disagg", "--decode-gpus", "12", "--decode-workers", "5"),
+            "--decode-gpus = 12: must split into 5 whole instances",
+        ),
+        (
+            ("--mtp", "--mtp-draft-tokens", "0"),
+            "--mtp-draft-tokens = 0: must be a whole number from 1 to 16 with MTP",
+        ),
+        (
+            ("--decode-max-running-requests", "0"),
+            "--decode-max-running-requests = 0: must be a whole number from 1 to 1e+12 (requests per "
+            "instance)",
+        ),
         (  # --tp left out is the instance's GPUs up to 8, and the message says so
             ("--disagg", "--decode-gpus", "12", "--decode-workers", "2"),
-            "--tp = 6.0: must divide deepseek-v3's 128 attention heads (--tp left out: the instance's "
+            "--tp = 6: must divide deepseek-v3's 128 attention heads (--tp left out: the instance's "
             "GPUs up to 8)",
         ),
         (  # typed past the instance: it had been capped in silence, and the JSON echoed 128
@@ -186,13 +203,13 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         (("--seed", "-1"), "--seed = -1: must be >= 0"),
         (
             ("--load", "poisson", "--rate", "2", "--burstiness", "0"),
-            "--burstiness = 0.0: needs --load bursty",
+            "--burstiness = 0: needs --load bursty",
         ),
         (("--burstiness", "nan"), "--burstiness = nan: needs --load bursty"),
-        (("--load", "bursty", "--rate", "2", "--burstiness", "0"), "--burstiness = 0.0: must be > 0"),
+        (("--load", "bursty", "--rate", "2", "--burstiness", "0"), "--burstiness = 0: must be > 0"),
         (
             ("--long-tail", "40"),
-            "--long-tail = 40.0: must be at most 3 (a wider log-normal keeps its mean only in a few "
+            "--long-tail = 40: must be at most 3 (a wider log-normal keeps its mean only in a few "
             "requests longer than any context)",
         ),
     ],
@@ -217,15 +234,15 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
     out = predict_rows(rows, catalog, load_params(), source="runs.csv")
     assert out[0]["pred_error"] == ""
     assert out[1]["pred_error"] == (
-        "runs.csv row 2: isl = 200000.0: with osl (1000) must fit deepseek-v3's context of 163,840 tokens"
+        "runs.csv row 2: isl = 200000: with osl (1000) must fit deepseek-v3's context of 163,840 tokens"
     )
     assert (
         out[2]["pred_error"]
-        == "runs.csv row 3: decode_tp = 7.0: must divide deepseek-v3's 128 attention heads"
+        == "runs.csv row 3: decode_tp = 7: must divide deepseek-v3's 128 attention heads"
     )
     assert (
         out[3]["pred_error"]
-        == "runs.csv row 4: prefill_tp = '4': must equal decode_tp (8) in an aggregated row"
+        == "runs.csv row 4: prefill_tp = 4: must equal decode_tp (8) in an aggregated row"
     )
 
 
@@ -245,24 +262,24 @@ def test_a_batch_rows_conc_states_the_rule_it_breaks(tmp_path: Path, cli: Cli) -
     with open(out, newline="") as fh:
         errors = [r["pred_error"] for r in csv.DictReader(fh)]
     rule = "must be a finite number > 0"
-    assert errors == [f"in.csv line {i + 2}: conc = '{v}': {rule}" for i, v in enumerate(values)]
+    assert errors == [f"in.csv line {i + 2}: conc = {v}: {rule}" for i, v in enumerate(values)]
 
 
 def test_a_trace_with_a_bad_row_names_it(cli: Cli, tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     for body, message in (
         ("0,100,10\n0.5,abc,3\n", "line 3: input_tokens = 'abc': must be a number >= 1 and <= 1e+12"),
-        ("1,100,10\n0.5,100,3\n", "line 3: arrival_s = '0.5': must not be earlier than the row before"),
-        ("0,100,0\n", "line 2: output_tokens = '0': must be a number >= 1 and <= 1e+12"),
-        ("1e300,100,10\n", "line 2: arrival_s = '1e300': must be a number >= 0 and <= 1e+12"),
+        ("1,100,10\n0.5,100,3\n", "line 3: arrival_s = 0.5: must not be earlier than the row before"),
+        ("0,100,0\n", "line 2: output_tokens = 0: must be a number >= 1 and <= 1e+12"),
+        ("1e300,100,10\n", "line 2: arrival_s = 1e300: must be a number >= 0 and <= 1e+12"),
         # inside the range that rule states, and refused by the files' least magnitude: say that one
-        ("0,100,10\n1e-20,100,10\n", "line 3: arrival_s = '1e-20': must be 0 or at least 1e-09"),
+        ("0,100,10\n1e-20,100,10\n", "line 3: arrival_s = 1e-20: must be 0 or at least 1e-09"),
         # a request the model cannot take once hung the simulation (a step at a time past the KV cache)
-        ("0,1e21,10\n", "line 2: input_tokens = '1e21': must be a number >= 1 and <= 1e+12"),
+        ("0,1e21,10\n", "line 2: input_tokens = 1e21: must be a number >= 1 and <= 1e+12"),
         ("0,100000,100000\n", "line 2: input_tokens = '100000 + 100000': with output_tokens must fit the "
          "model's context of 163,840 tokens"),
         ("0,100,10,99\n", "line 2: has 4 fields, 1 more than the header's 3"),
-        ("0,100.5,10\n", "line 2: input_tokens = '100.5': must be a whole number of tokens"),
+        ("0,100.5,10\n", "line 2: input_tokens = 100.5: must be a whole number of tokens"),
         # the line an editor shows: blank lines hold no row but count
         ("0,100,10\n\n\n0.5,abc,3\n", "line 5: input_tokens = 'abc': must be a number >= 1 and <= 1e+12"),
     ):
@@ -608,8 +625,8 @@ def test_running_request_cap_refuses_what_is_not_a_count(catalog, bad: str) -> N
     out = predict_rows([dict(CAPPED, decode_max_running_requests=bad)], catalog, load_params())[0]
     assert out["pred_tput_per_gpu"] == ""
     assert str(out["pred_error"]) == (
-        f"input row 1: decode_max_running_requests = '{bad}': must be a whole number from 1 to 1e+12 "
-        "(requests per instance)"
+        f"input row 1: decode_max_running_requests = {Written(bad)!r}: must be a whole number from 1 to "
+        "1e+12 (requests per instance)"
     )
 
 
@@ -630,7 +647,7 @@ def test_running_request_cap_flag(cli: Cli) -> None:
     bad = cli("predict", "--hardware", "h200", "--decode-max-running-requests", "0")
     assert bad.code == 2
     assert bad.err.strip() == (
-        "dse: error: dse predict: --decode-max-running-requests = '0': must be a whole number from 1 "
+        "dse: error: dse predict: --decode-max-running-requests = 0: must be a whole number from 1 "
         "to 1e+12 (requests per instance)"
     )
 
@@ -650,7 +667,7 @@ def test_scheduler_recv_interval_flag(cli: Cli) -> None:
     bad = cli("predict", "--hardware", "b200", "--scheduler-recv-interval", "0")
     assert bad.code == 2
     assert bad.err.strip() == (
-        "dse: error: dse predict: --scheduler-recv-interval = '0': must be a whole number from 1 to 1000 "
+        "dse: error: dse predict: --scheduler-recv-interval = 0: must be a whole number from 1 to 1000 "
         "(decode steps)"
     )
 
@@ -671,7 +688,7 @@ def test_adp_balance_timeout_iters_flag(cli: Cli) -> None:
     bad = cli("predict", "--hardware", "b200", "--framework", "trt", "--adp-balance-timeout-iters", "60")
     assert bad.code == 2
     assert bad.err.strip() == (
-        "dse: error: dse predict: --adp-balance-timeout-iters = '60': only an aggregated TensorRT-LLM (trt) "
+        "dse: error: dse predict: --adp-balance-timeout-iters = 60: only an aggregated TensorRT-LLM (trt) "
         "row with attention DP balances its ranks"
     )
 
@@ -731,7 +748,8 @@ def test_draft_depth_refuses_what_cannot_be_one(catalog, spec: str, bad: str, ru
     row = dict(CAPPED, spec_method=spec, mtp_draft_tokens=bad)
     out = predict_rows([row], catalog, load_params())[0]
     assert out["pred_tput_per_gpu"] == ""
-    assert out["pred_error"] == f"input row 1: mtp_draft_tokens = '{bad}': {rule}"
+    # a number as written (0), other text quoted ('three')
+    assert out["pred_error"] == f"input row 1: mtp_draft_tokens = {Written(bad)!r}: {rule}"
 
 
 def test_draft_depth_flag(cli: Cli) -> None:
@@ -959,7 +977,7 @@ def test_predict_runs_the_expert_parallelism_it_is_given(cli: Cli) -> None:
     assert one["deployment"]["decode_ep"] == 16 and one["prediction"] == whole["prediction"]
     wide = cli(*base, "--ep", "32")
     assert wide.code == 2 and wide.err == (
-        "dse: error: dse predict: --ep = '32': must be at most the instance's 16 GPUs\n"
+        "dse: error: dse predict: --ep = 32: must be at most the instance's 16 GPUs\n"
     ), wide.err
 
 

@@ -97,10 +97,10 @@ def test_simulate_refuses_a_step_longer_than_the_horizon(tmp_path: Path, cli: Cl
         "disaggregated",
     ]
     cases = {
-        ("--dt", "5000", "--horizon", "600"): "--dt = 5000.0: must not exceed --horizon",
+        ("--dt", "5000", "--horizon", "600"): "--dt = 5000: must not exceed --horizon",
         ("--arrivals", "trace", "--trace", str(trace)): "t_s: needs at least one row",
         ("--arrivals", "trace", "--trace", str(idle)): "rate_per_s = 0.0: must be positive in one row",
-        ("--buffer", "-1"): "--buffer = -1.0: must be positive",
+        ("--buffer", "-1"): "--buffer = -1: must be positive",
     }
     for flags, message in cases.items():
         run = cli(*base, *flags)
@@ -164,15 +164,15 @@ def test_flags_the_run_would_ignore_are_refused(tmp_path: Path, cli: Cli) -> Non
     plan = tmp_path / "place.json"
     plan.write_text(cli(*PLACE).out)
     cases = {
-        ("--rate", "40"): "--rate = 40.0: does not apply with --placement",
+        ("--rate", "40"): "--rate = 40: does not apply with --placement",
         ("--tpot", "0.01"): "--tpot = 0.01: does not apply with --placement",
-        ("--burst-factor", "3"): "--burst-factor = '3.0': needs --arrivals burst",
+        ("--burst-factor", "3"): "--burst-factor = 3: needs --arrivals burst",
         ("--trace", "rates.csv"): "--trace = 'rates.csv': needs --arrivals trace",
-        ("--arrivals", "burst", "--amplitude", "0.2"): "--amplitude = '0.2': needs --arrivals diurnal",
-        ("--switch-s", "10"): "--switch-s = 10.0: needs --planner",
+        ("--arrivals", "burst", "--amplitude", "0.2"): "--amplitude = 0.2: needs --arrivals diurnal",
+        ("--switch-s", "10"): "--switch-s = 10: needs --planner",
         # a burst the run never reaches (it had run the plain traffic in silence)
         ("--arrivals", "burst", "--burst-start", "5000", "--horizon", "1000"): (
-            "--burst-start = 5000.0: must be below --horizon (1000 s)"
+            "--burst-start = 5000: must be below --horizon (1000 s)"
         ),
     }
     for flags, want in cases.items():

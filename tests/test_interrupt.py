@@ -196,3 +196,38 @@ def test_a_signal_in_a_deferred_block_is_raised_once_it_ends() -> None:
         assert reached and interrupt.pressed() and interrupt.exit_code() == 143
     with interrupt.deferred():  # outside remembered(): the command's handler is not there, a no-op
         pass
+
+
+def test_ctrl_c_in_a_run_from_python_passes_a_callers_except_exception(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script that runs several studies and logs a failed one (``except Exception``) had caught
+    a Ctrl-C as a failed study and gone on to run the next one in full: the interruption is a
+    ``KeyboardInterrupt`` (that says what is stored), as Python's own Ctrl-C is."""
+    import sqlite3
+
+    import dse.study.runner as runner
+    from dse.study.faults import StudyInterrupted
+
+    real, told = runner.Proposer.finish, []
+
+    def finish_then_ctrl_c(self: Any, number: int, *args: Any) -> None:
+        real(self, number, *args)
+        told.append(number)
+        if len(told) == 3:  # a real SIGINT, as Ctrl-C in the terminal sends it
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(runner.Proposer, "finish", finish_then_ctrl_c)
+    runs: list[str] = []
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        for name in ("a", "b"):
+            try:
+                Study.load(TINY).run(trials=20, out=tmp_path / name)
+                runs.append(f"{name} finished")
+            except Exception as exc:  # noqa: BLE001 - the caller's catch-all this test is about
+                runs.append(f"{name} failed: {exc}")
+    assert runs == [] and isinstance(stopped.value, StudyInterrupted)
+    assert "interrupted after 3 of 20 trials; all 3 are stored in" in str(stopped.value)
+    with sqlite3.connect(tmp_path / "a" / "tiny-study" / "study.db") as con:
+        assert con.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0] == 3
+    assert not (tmp_path / "b").exists()

@@ -244,6 +244,25 @@ def test_a_sqlite_worker_writes_its_spec_beside_the_study_file(cli: Cli, tmp_pat
     assert not elsewhere.exists()
 
 
+def test_two_studies_sharing_a_sqlite_file_keep_their_own_specs(cli: Cli, tmp_path: Path) -> None:
+    """Workers of two studies on one SQLite file had written one spec.json beside it, the last
+    one's: the first study's spec was lost. Each is NAME.spec.json there (a study whose own run
+    folder holds the file keeps spec.json: the test above)."""
+    two = tmp_path / "tiny-two.toml"
+    two.write_text(
+        TINY.read_text().replace('name = "tiny-study"', 'name = "tiny-two"').replace("seed = 3", "seed = 4")
+    )
+    url = f"sqlite:///{tmp_path / 'shared' / 'shared.db'}"
+    for study in (TINY, two):
+        res = cli("worker", study, "--storage", url, "--out", tmp_path / "out", "--trials", "2")
+        assert res.code == 0, res.err
+    specs = {p.name: json.loads(p.read_text()) for p in (tmp_path / "shared").glob("*.json")}
+    assert {n: (d["name"], d["seed"]) for n, d in specs.items()} == {
+        "tiny-study.spec.json": ("tiny-study", 3),
+        "tiny-two.spec.json": ("tiny-two", 4),
+    }
+
+
 def test_a_lone_runs_exports_and_report_are_written_while_it_holds_the_study(tmp_path: Path) -> None:
     """Another run of the study is refused until the exports and the report are written: run B,
     started while run A wrote them, had added trials that A's report then did not count."""

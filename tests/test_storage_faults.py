@@ -6,8 +6,10 @@ under a lone run and before a worker starts."""
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -146,7 +148,7 @@ def test_a_refused_connection_is_a_storage_fault_and_a_wrong_host_bad_input() ->
 def test_a_worker_waits_for_a_server_at_its_start_then_gives_up_with_exit_1(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(storage_mod, "STORAGE_RETRY_S", 1.5)
+    monkeypatch.setenv("DSE_STORAGE_RETRY_S", "1.5")
     t0 = time.monotonic()
     with pytest.raises(StorageFault) as caught:
         open_storage(f"postgresql://u@127.0.0.1:{_closed_port()}/dse", stale_after_s=120)
@@ -303,7 +305,7 @@ def test_a_worker_waits_for_a_server_away_while_it_takes_its_hold_and_a_lone_run
 ) -> None:
     """The hold (:func:`lone_writer`) comes just after the study is opened: a worker waits there
     too; a lone run's error is at once (the command makes it one line, exit 1)."""
-    monkeypatch.setattr(storage_mod, "STORAGE_RETRY_S", 30.0)  # a server that never comes back fails fast
+    monkeypatch.setenv("DSE_STORAGE_RETRY_S", "30")  # a server that never comes back fails fast
     url, back = postgres_server.url, threading.Timer(2.0, postgres_server._pg_ctl_start)
     _pg_ctl(postgres_server, "-m", "fast", "-w", "stop")
     try:
@@ -334,3 +336,74 @@ def test_a_postgres_scheme_url_names_the_same_server(tmp_path: Path, postgres_ur
     with storage_mod.lone_writer("pg-scheme-study", url), pytest.raises(InputError, match="being run by"):
         with storage_mod.lone_writer("pg-scheme-study", postgres_url, worker=True):
             pass
+
+
+def _frozen(server: Any) -> list[int]:
+    """The server's processes (the postmaster and its backends), as SIGSTOP is to freeze them."""
+    master = int((server.data_dir / "postmaster.pid").read_text().split()[0])
+    kids = subprocess.run(["pgrep", "-P", str(master)], capture_output=True, text=True).stdout.split()
+    return [master, *map(int, kids)]
+
+
+def _freeze_under_a_worker(
+    tmp_path: Path, server: Any, env: dict[str, str], name: str, stop_s: float | None
+) -> tuple[subprocess.Popen[str], float]:
+    """A worker of study ``name`` whose server is frozen (SIGSTOP) once 3 trials are stored: for
+    ``stop_s`` seconds, or (None) until the worker exits; the worker and the seconds it ran
+    after the freeze."""
+    spec, url = _renamed(tmp_path, name), server.url
+    argv = ["worker", str(spec), "--storage", url, "--trials", "40", "--out", str(tmp_path)]
+    worker = subprocess.Popen(dse_cmd(*argv), env=env, stderr=subprocess.PIPE, text=True)
+    frozen: list[int] = []
+    try:
+        deadline = time.monotonic() + 180
+        while _complete(url, name) < 3 and time.monotonic() < deadline and worker.poll() is None:
+            time.sleep(0.2)
+        frozen = _frozen(server)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        if stop_s is not None:
+            time.sleep(stop_s)
+        else:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.wait(timeout=60)  # it waited forever
+        return worker, time.monotonic() - t0
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if stop_s is None and worker.poll() is None:
+            worker.kill()
+
+
+@pytest.mark.e2e
+def test_a_worker_whose_server_stops_answering_says_so_after_a_bound(
+    tmp_path: Path, postgres_server: Any, clean_env: dict[str, str]
+) -> None:
+    """A server frozen (SIGSTOP: its connections stay open, nothing answers) had held a worker
+    forever, silent. With 2 s for an answer and 3 s of retries, it is one line naming both within
+    seconds, exit 1; the trials stored before are kept."""
+    env = {**clean_env, "DSE_DB_ANSWER_S": "2", "DSE_STORAGE_RETRY_S": "3"}
+    worker, after = _freeze_under_a_worker(tmp_path, postgres_server, env, "pg-frozen-study", None)
+    _, err = worker.communicate(timeout=60)
+    assert worker.returncode == 1, err
+    assert after < 30, after  # 2 s, then 3 s of retries (each try up to 2 s more), and a trial
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("dse: error: postgresql") and "Traceback" not in err, err
+    assert "unreachable for 3 s (no answer from the database server within 2 s" in line, line
+    assert _complete(postgres_server.url, "pg-frozen-study") >= 3
+
+
+@pytest.mark.e2e
+def test_a_worker_whose_server_pauses_for_a_second_goes_on(
+    tmp_path: Path, postgres_server: Any, clean_env: dict[str, str]
+) -> None:
+    """A pause shorter than the bound (1 s of SIGSTOP against 4 s) is not an outage: the worker
+    finishes its study without a word of it."""
+    env = {**clean_env, "DSE_DB_ANSWER_S": "4", "DSE_STORAGE_RETRY_S": "3"}
+    worker, _ = _freeze_under_a_worker(tmp_path, postgres_server, env, "pg-paused-study", 1.0)
+    _, err = worker.communicate(timeout=300)
+    assert worker.returncode == 0, err
+    assert "unreachable" not in err and "Traceback" not in err, err
+    assert _complete(postgres_server.url, "pg-paused-study") == 40

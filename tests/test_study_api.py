@@ -210,7 +210,7 @@ def test_a_worker_refuses_a_stale_after_that_is_no_finite_time(tmp_path: Path, s
         "--out",
         str(tmp_path),
     )
-    said = f"dse: error: dse worker: --stale-after = {float(stale)!r}: must be a finite number of seconds > 0"
+    said = f"dse: error: dse worker: --stale-after = {stale}: must be a finite number of seconds > 0"
     assert (code, out, err.strip()) == (2, "", said)
     assert list(tmp_path.iterdir()) == []
 
@@ -222,7 +222,7 @@ def test_a_worker_refuses_a_stale_after_shorter_than_four_heartbeats(tmp_path: P
     db = tmp_path / "s.db"
     argv = ("--storage", f"sqlite:///{db}", "--stale-after", stale, "--out", str(tmp_path))
     code, out, err = run_dse("study", "worker", str(TINY), *argv)
-    said = f"dse: error: dse worker: --stale-after = {float(stale)!r}: must be at least 4 seconds: "
+    said = f"dse: error: dse worker: --stale-after = {stale}: must be at least 4 seconds: "
     assert code == 2 and out == "" and err.startswith(said) and err.count("\n") == 1, err
     assert list(tmp_path.iterdir()) == []
 

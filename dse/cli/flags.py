@@ -23,3 +23,29 @@ def path_arg(text: str) -> Path:
     if not text:
         raise argparse.ArgumentTypeError("must name a file or folder, not be empty")
     return Path(text)
+
+
+class Typed(float):
+    """A number flag's value: a float, shown in messages as it was typed (``--conc 4`` is
+    ``--conc = 4``, not ``4.0``). Arithmetic on it gives plain floats."""
+
+    _text: str
+
+    def __new__(cls, text: object) -> Typed:
+        value = super().__new__(cls, text)  # type: ignore[arg-type]
+        value._text = str(text).strip() if isinstance(text, str) else float.__repr__(value)
+        return value
+
+    def __repr__(self) -> str:
+        return self._text
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (Typed, (self._text,))
+
+
+def number(text: str) -> float:
+    """The type of a number flag (argparse's ``type=float``), which remembers how it was typed."""
+    return Typed(text)
+
+
+number.__name__ = "float"  # argparse names the type in its refusals: "invalid float value: 'abc'"

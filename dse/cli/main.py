@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from dse import __version__, interrupt
-from dse.errors import DseError, InputError
+from dse.errors import DseError, InputError, Interrupted
 
 if TYPE_CHECKING:
     from dse.catalog import Catalog
@@ -93,7 +93,7 @@ def _refuse_dashes_as_value(parser: argparse.ArgumentParser, argv: Sequence[str]
             parser.error(f"argument {flag}: expected one argument, not '--'")
 
 
-def _in_its_file(exc: DseError, catalog: Catalog | None) -> DseError:
+def _in_its_file(exc: DseError | Interrupted, catalog: Catalog | None) -> DseError | Interrupted:
     """The engine names a catalog entry by its id (``b200: compute.bf16_dense_tflops: ...``); the
     user needs the file that holds it."""
     if isinstance(exc, InputError) and catalog is not None and exc.source in catalog.files:
@@ -186,7 +186,7 @@ def _main(argv: list[str]) -> int:
         catalog = load_catalog(args.catalog_dir)
         _warn_of_units(catalog)
         return int(args.run(args, catalog))
-    except DseError as exc:
+    except (DseError, Interrupted) as exc:  # (Interrupted: a Ctrl-C that says what it kept)
         print(f"dse: error: {_in_its_file(exc, catalog)}", file=sys.stderr)
         return interrupt.exit_code() if exc.exit_code == 130 else exc.exit_code  # (SIGTERM: 143)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from dse.catalog import Catalog, Hardware, Model
-from dse.cli.flags import add_precision
+from dse.cli.flags import add_precision, number
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, UnknownIdError
 from dse.perf.frameworks import ENGINES
@@ -60,28 +60,28 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     p.add_argument("--hardware", required=required, help="comma-separated hardware ids or aliases")
     p.add_argument(
         "--rate",
-        type=float,
+        type=number,
         help="requests per second" + (" (required; with --objective goodput, default 1)" if required else ""),
     )
-    p.add_argument("--isl", type=float, default=4096.0, help="mean input tokens of a fresh request")
-    p.add_argument("--osl", type=float, default=1024.0, help="mean output tokens")
+    p.add_argument("--isl", type=number, default=4096.0, help="mean input tokens of a fresh request")
+    p.add_argument("--osl", type=number, default=1024.0, help="mean output tokens")
     p.add_argument(
         "--returning-share",
-        type=float,
+        type=number,
         default=0.0,
         help="fraction of requests that are later turns with a cached prefix",
     )
-    p.add_argument("--prefix", type=float, default=0.0, help="cached prefix tokens of a returning turn")
-    p.add_argument("--suffix", type=float, default=0.0, help="new tokens of a returning turn")
+    p.add_argument("--prefix", type=number, default=0.0, help="cached prefix tokens of a returning turn")
+    p.add_argument("--suffix", type=number, default=0.0, help="new tokens of a returning turn")
     p.add_argument(
         "--think",
         default="",
         metavar="SHARE:SECONDS,...",
         help="think-time bins of returning turns, e.g. 0.6:30,0.3:600,0.1:3600",
     )
-    p.add_argument("--ttft", type=float, required=required, help="TTFT target, seconds")
-    p.add_argument("--tpot", type=float, required=required, help="TPOT target, seconds")
-    p.add_argument("--percentile", type=float, default=50.0, help="TTFT percentile the target applies to")
+    p.add_argument("--ttft", type=number, required=required, help="TTFT target, seconds")
+    p.add_argument("--tpot", type=number, required=required, help="TPOT target, seconds")
+    p.add_argument("--percentile", type=number, default=50.0, help="TTFT percentile the target applies to")
     p.add_argument(
         "--topology",
         default="auto",
@@ -105,26 +105,26 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative decoding)")
     p.add_argument(
         "--budget",
-        type=float,
+        type=number,
         help="cap in $/hour (--objective goodput needs it, --power-kw or an --inventory of every --hardware)",
     )
-    p.add_argument("--power-kw", type=float, help="cap on GPU power, kW")
+    p.add_argument("--power-kw", type=number, help="cap on GPU power, kW")
     _add_energy_and_shapes(p)
-    p.add_argument("--network-kv-tb", type=float, help="capacity of the network KV store, TB")
+    p.add_argument("--network-kv-tb", type=number, help="capacity of the network KV store, TB")
     p.add_argument(
         "--network-kv-usd-per-tb-hour",
-        type=float,
+        type=number,
         default=0.0,
         help="price of the network KV store, $/TB-hour",
     )
     p.add_argument(
         "--latency-usd-per-s",
-        type=float,
+        type=number,
         default=0.0,
         help="value of one request-second of reload wait (trades tiers against latency)",
     )
-    p.add_argument("--time-limit", type=float, default=30.0, help="seconds per MILP solve")
-    p.add_argument("--gap", type=float, default=1e-4, help="relative MIP gap")
+    p.add_argument("--time-limit", type=number, default=30.0, help="seconds per MILP solve")
+    p.add_argument("--gap", type=number, default=1e-4, help="relative MIP gap")
 
 
 FLAG_OF = {
@@ -171,23 +171,23 @@ def _add_energy_and_shapes(p: argparse.ArgumentParser) -> None:
     """The site's energy terms, the GPU inventory and the instance shapes (part of the request)."""
     p.add_argument(
         "--usd-per-kwh",
-        type=float,
+        type=number,
         default=0.0,
         help="the site's energy price: the design is chosen with each GPU's full-draw energy on its "
         "hour, and the best line prints the energy at load and $/M tokens with it (the tables' $/hour "
         "are the GPUs'); 0: the rate holds power, as the shipped price tiers do",
     )
     p.add_argument(
-        "--pue", type=float, default=1.0, help="the site's PUE: facility watts per watt of IT load"
+        "--pue", type=number, default=1.0, help="the site's PUE: facility watts per watt of IT load"
     )
     for tier, what in (("dram", "host DRAM"), ("nvme", "local NVMe"), ("network", "network storage")):
         p.add_argument(
             f"--{tier}-usd-per-tb",
-            type=float,
+            type=number,
             default=0.0,
             help=f"capex of a TB of {what} that resting KV fills, over --storage-years (0: none)",
         )
-    p.add_argument("--storage-years", type=float, default=4.0, help="years the storage capex is spread over")
+    p.add_argument("--storage-years", type=number, default=4.0, help="years the storage capex is spread over")
     p.add_argument("--inventory", default="", metavar="HW=GPUS,...", help="GPUs available per hardware")
     p.add_argument(
         "--shapes",
@@ -287,7 +287,9 @@ def _built(cls: type[T], data: dict[str, object], src: str) -> T:
         return build(cls, data, source=src)
     except InputError as exc:
         head = exc.field.split(".")[0].split("[")[0]
-        raise InputError(src, FLAG_OF.get(head, exc.field), exc.rule, exc.value) from None
+        typed = data.get(exc.field, exc.value)  # a number flag's value as typed, not as read
+        value = typed if isinstance(typed, float) and typed == exc.value else exc.value
+        raise InputError(src, FLAG_OF.get(head, exc.field), exc.rule, value) from None
 
 
 def _think_of(args: argparse.Namespace, src: str) -> list[dict[str, float]]:
@@ -341,7 +343,8 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
     m = catalog.model(model)
     broken = workload.context_problem(m.max_context, m.id)
     if broken is not None:  # the flags name it here; the placement would name the request's field
-        raise InputError(src, FLAG_OF[broken[0]], broken[1], broken[2])
+        flag = FLAG_OF[broken[0]]  # its value as typed (``200000``, not the ``200000.0`` it was read as)
+        raise InputError(src, flag, broken[1], getattr(args, flag[2:].replace("-", "_"), broken[2]))
     limits = _limits_of(args, catalog, src)
     if args.objective == Objective.GOODPUT.value and not limits.bounds(hardware):
         rule = (

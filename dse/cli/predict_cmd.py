@@ -12,9 +12,9 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from dse.catalog import Catalog
-from dse.cli.flags import add_precision, path_arg
+from dse.cli.flags import add_precision, number, path_arg
 from dse.cli.table import format_table
-from dse.errors import InputError, NoFeasibleDesign
+from dse.errors import InputError, NoFeasibleDesign, Written
 from dse.perf.frameworks import FRAMEWORK_ENGINE
 from dse.typed_data import Rule, check_number, non_negative, positive
 
@@ -65,9 +65,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     add_precision(p)
     p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative)")
-    p.add_argument("--isl", type=float, default=1024.0, help="nominal input tokens")
-    p.add_argument("--osl", type=float, default=1024.0, help="nominal output tokens")
-    p.add_argument("--conc", type=float, default=64.0, help="requests in flight")
+    p.add_argument("--isl", type=number, default=1024.0, help="nominal input tokens")
+    p.add_argument("--osl", type=number, default=1024.0, help="nominal output tokens")
+    p.add_argument("--conc", type=number, default=64.0, help="requests in flight")
     _add_pools(p)
     _add_engine_settings(p)
     p.add_argument(
@@ -185,11 +185,11 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
         "trace: replay --trace",
     )
     g.add_argument(
-        "--rate", type=float, default=None, metavar="R", help="requests/s (--load poisson or bursty)"
+        "--rate", type=number, default=None, metavar="R", help="requests/s (--load poisson or bursty)"
     )
     g.add_argument(
         "--burstiness",
-        type=float,
+        type=number,
         default=None,
         metavar="K",
         help=f"--load bursty: gamma-distributed gaps of shape K (1 is Poisson; smaller is burstier; "
@@ -225,7 +225,7 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--long-tail",
-        type=float,
+        type=number,
         default=0.0,
         metavar="SIGMA",
         help="log-normal lengths of this sigma with the same mean (default 0: uniform on 80-100%% of "
@@ -490,7 +490,7 @@ def _load_of(args: argparse.Namespace, context: float) -> tuple[Load, Lengths, t
         except ValueError:
             q = math.nan
         if not 0.0 < q < 100.0:
-            raise InputError(SRC, "--percentiles", "each must be a number in (0, 100)", part.strip())
+            raise InputError(SRC, "--percentiles", "each must be a number in (0, 100)", Written(part.strip()))
         if q not in percentiles:
             percentiles.append(q)
     if args.seed < 0:
@@ -730,9 +730,9 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
         "precision": a.precision or "",  # blank: the model's serving precision
         "spec_method": "mtp" if a.mtp else "none",
         "disagg": str(a.disagg),
-        "isl": f"{a.isl:g}",
-        "osl": f"{a.osl:g}",
-        "conc": f"{a.conc:g}",
+        "isl": repr(a.isl),
+        "osl": repr(a.osl),
+        "conc": repr(a.conc),
         "prefill_tp": str(a.prefill_tp if a.disagg else a.tp),
         "prefill_ep": str(pf_ep),
         "prefill_dp_attention": str(a.prefill_dp_attention if a.disagg else a.dp_attention),

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse.atomic import atomic_path, write_text
 from dse.catalog import Catalog
-from dse.cli.flags import path_arg
+from dse.cli.flags import number, path_arg
 from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, output_error
@@ -73,12 +73,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         choices=[a.value for a in ArrivalKind],
         help="constant, burst (--burst-*), diurnal (--amplitude, --period) or trace (--trace)",
     )
-    g.add_argument("--rate-scale", type=float, default=1.0, help="multiplies the placement's request rate")
-    g.add_argument("--burst-factor", type=float, default=2.0, help="rate multiple during the burst")
-    g.add_argument("--burst-start", type=float, default=600.0, help="seconds")
-    g.add_argument("--burst-s", type=float, default=300.0, help="burst length, seconds")
-    g.add_argument("--amplitude", type=float, default=0.5, help="diurnal swing, fraction of the rate")
-    g.add_argument("--period", type=float, default=3600.0, help="diurnal period, seconds")
+    g.add_argument("--rate-scale", type=number, default=1.0, help="multiplies the placement's request rate")
+    g.add_argument("--burst-factor", type=number, default=2.0, help="rate multiple during the burst")
+    g.add_argument("--burst-start", type=number, default=600.0, help="seconds")
+    g.add_argument("--burst-s", type=number, default=300.0, help="burst length, seconds")
+    g.add_argument("--amplitude", type=number, default=0.5, help="diurnal swing, fraction of the rate")
+    g.add_argument("--period", type=number, default=3600.0, help="diurnal period, seconds")
     g.add_argument(
         "--trace", type=path_arg, metavar="RATES.csv", help="columns t_s,rate_per_s (piecewise constant)"
     )
@@ -89,7 +89,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="output-length classes (exponential each); default one class at the workload mean",
     )
     g.add_argument(
-        "--buffer", type=float, default=float("inf"), help="requests the prefill->decode buffer holds"
+        "--buffer", type=number, default=float("inf"), help="requests the prefill->decode buffer holds"
     )
     g.add_argument(
         "--planner",
@@ -97,12 +97,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         choices=[k.value for k in PlannerKind],
         help="the slow loop that moves instances between prefill and decode",
     )
-    g.add_argument("--planner-period", type=float, default=60.0, help="seconds between planner decisions")
-    g.add_argument("--planner-delay", type=float, default=60.0, help="age of the measurements it acts on, s")
-    g.add_argument("--switch-s", type=float, default=30.0, help="seconds a moved instance reloads")
-    g.add_argument("--horizon", type=float, default=3600.0, help="simulated seconds")
-    g.add_argument("--warmup", type=float, default=300.0, help="seconds left out of the statistics")
-    g.add_argument("--dt", type=float, default=1.0, help="fluid time step, seconds")
+    g.add_argument("--planner-period", type=number, default=60.0, help="seconds between planner decisions")
+    g.add_argument("--planner-delay", type=number, default=60.0, help="age of the measurements it acts on, s")
+    g.add_argument("--switch-s", type=number, default=30.0, help="seconds a moved instance reloads")
+    g.add_argument("--horizon", type=number, default=3600.0, help="simulated seconds")
+    g.add_argument("--warmup", type=number, default=300.0, help="seconds left out of the statistics")
+    g.add_argument("--dt", type=number, default=1.0, help="fluid time step, seconds")
     g.add_argument("--des", action="store_true", help="also run the discrete-event reference")
     g.add_argument(
         "--seed",
@@ -225,7 +225,8 @@ def check_scenario_flags(args: argparse.Namespace) -> None:
         for dest, default in flags.items():
             value = getattr(args, dest)
             if args.arrivals != kind and value != default:
-                raise InputError(SRC, flag_of(dest), f"needs --arrivals {kind}", str(value))
+                shown = value if isinstance(value, float) else str(value)  # a number as typed, a path as text
+                raise InputError(SRC, flag_of(dest), f"needs --arrivals {kind}", shown)
     if args.planner == "none":
         for dest, default in (("planner_period", 60.0), ("planner_delay", 60.0), ("switch_s", 30.0)):
             if getattr(args, dest) != default:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse.catalog import Catalog
-from dse.cli.flags import path_arg
+from dse.cli.flags import number, path_arg
 from dse.cli.table import format_table
 from dse.errors import DseError, InputError, NoFeasibleDesign
 from dse.study.timeouts import STALE_AFTER_S
@@ -54,7 +54,7 @@ def _add_worker(sub: argparse._SubParsersAction, name: str, alias: bool = False)
     worker.add_argument("--trials", type=int, help="the study's total budget (default: the spec's)")
     worker.add_argument(
         "--stale-after",
-        type=float,
+        type=number,
         default=STALE_AFTER_S,
         metavar="S",
         help="a trial whose worker sent no heartbeat for S seconds is marked failed and run again",

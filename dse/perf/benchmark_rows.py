@@ -63,7 +63,7 @@ from pathlib import Path
 import numpy as np
 
 from dse.catalog import Catalog
-from dse.errors import DseError, InputError, UnknownIdError
+from dse.errors import DseError, InputError, UnknownIdError, Written
 from dse.perf.afd import attention_side, ffn_side
 from dse.perf.frameworks import FRAMEWORK_ENGINE
 from dse.perf.kernel_data import image_version
@@ -172,6 +172,11 @@ class BenchRow:
         return "afd" if self.ffn is not None else "disaggregated" if self.disagg else "aggregated"
 
 
+def _cell(row: Mapping[str, str], key: str) -> Written:
+    """The row's ``key`` as written (a message shows ``7``, not the ``7.0`` it was read as)."""
+    return Written(str(row.get(key, "")).strip())
+
+
 def _num(row: Mapping[str, str], key: str, source: str, *, above_zero: bool = False) -> float:
     """A number cell: finite and >= 0, or > 0 where ``above_zero`` (the rule said is the one that
     holds: a conc of -4 had been told ">= 0", and 0 then "> 0")."""
@@ -179,12 +184,13 @@ def _num(row: Mapping[str, str], key: str, source: str, *, above_zero: bool = Fa
     try:
         value = float(raw)
     except ValueError:
-        raise InputError(source, key, "must be a number", raw) from None
+        raise InputError(source, key, "must be a number", Written(raw)) from None
     if not np.isfinite(value) or value < 0 or (above_zero and value == 0):
-        raise InputError(source, key, f"must be a finite number {'>' if above_zero else '>='} 0", raw)
+        rule = f"must be a finite number {'>' if above_zero else '>='} 0"
+        raise InputError(source, key, rule, Written(raw))
     broken = plausible(value)
     if broken:
-        raise InputError(source, key, broken, raw)
+        raise InputError(source, key, broken, Written(raw))
     return value
 
 
@@ -200,7 +206,7 @@ def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str, ep_as_gi
     ep = _num(row, f"{side}_ep", source) or 1.0
     dpa = _flag(row, f"{side}_dp_attention", source)
     if tp < 1:
-        raise InputError(source, f"{side}_tp", "must be >= 1", tp)
+        raise InputError(source, f"{side}_tp", "must be >= 1", _cell(row, f"{side}_tp"))
     if not disagg:
         gpus, instances = tp, 1.0
     else:
@@ -209,9 +215,13 @@ def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str, ep_as_gi
         gpus, instances = _instances(row, side, why, source)
     attn_tp = 1.0 if dpa else min(tp, gpus)
     if gpus % attn_tp:
-        raise InputError(source, f"{side}_tp", f"must divide the instance's {gpus:g} GPUs", tp)
+        raise InputError(
+            source, f"{side}_tp", f"must divide the instance's {gpus:g} GPUs", _cell(row, f"{side}_tp")
+        )
     if ep_as_given and ep > gpus:
-        raise InputError(source, f"{side}_ep", f"must be at most the instance's {gpus:g} GPUs", f"{ep:g}")
+        raise InputError(
+            source, f"{side}_ep", f"must be at most the instance's {gpus:g} GPUs", _cell(row, f"{side}_ep")
+        )
     if attn_tp < gpus and ep < gpus and not (ep_as_given and ep > 1):
         # attention data-parallel over the instance: a measured run's experts are spread over all
         # its GPUs and every token must reach them (dispatch/combine), whatever its ep column says
@@ -219,7 +229,9 @@ def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str, ep_as_gi
         ep = gpus
     ep = min(ep, gpus)
     if gpus % ep:
-        raise InputError(source, f"{side}_ep", f"must divide the instance's {gpus:g} GPUs", ep)
+        raise InputError(
+            source, f"{side}_ep", f"must divide the instance's {gpus:g} GPUs", _cell(row, f"{side}_ep")
+        )
     return PoolSpec(gpus=gpus, attn_tp=attn_tp, ep=ep, instances=instances)
 
 
@@ -248,20 +260,23 @@ def parse_row(
     disagg = _flag(row, "disagg", source)
     isl, osl, conc = (_num(row, k, source, above_zero=True) for k in ("isl", "osl", "conc"))
     if not float(conc).is_integer():  # the benchmark's clients, each a whole request in flight
-        raise InputError(source, "conc", "must be a whole number of clients", conc)
+        raise InputError(source, "conc", "must be a whole number of clients", _cell(row, "conc"))
     if isl + osl > model.max_context:
         raise InputError(
             source,
             "isl",
             f"with osl ({osl:g}) must fit {model.id}'s context of {model.max_context:,} tokens",
-            isl,
+            _cell(row, "isl"),
         )
     if not disagg:  # one instance prefills and decodes: the prefill columns must describe it too
         for col in ("tp", "ep", "dp_attention"):
             pre, dec = str(row.get(f"prefill_{col}", "")).strip(), str(row.get(f"decode_{col}", "")).strip()
             if pre and pre.lower() != dec.lower():
                 raise InputError(
-                    source, f"prefill_{col}", f"must equal decode_{col} ({dec}) in an aggregated row", pre
+                    source,
+                    f"prefill_{col}",
+                    f"must equal decode_{col} ({dec}) in an aggregated row",
+                    Written(pre),
                 )
     decode = _pool(row, "decode", disagg, source, ep_as_given)
     prefill = _pool(row, "prefill", disagg, source, ep_as_given) if disagg else None
@@ -272,7 +287,7 @@ def parse_row(
             rule = f"must divide {model.id}'s {heads} attention heads"
             if pool.attn_tp < asked:
                 rule = f"is capped at the instance's {pool.gpus:g} GPUs, and {pool.attn_tp:g} {rule}"
-            raise InputError(source, f"{side}_tp", rule, asked)
+            raise InputError(source, f"{side}_tp", rule, _cell(row, f"{side}_tp"))
     return BenchRow(
         hardware=hw.id,
         model=model.id,
@@ -320,7 +335,9 @@ def _steps(raw: str, key: str, unit: str, source: str) -> float:
     except ValueError:
         value = float("nan")
     if not (np.isfinite(value) and value == int(value) and 1 <= value <= MAX_RECV_INTERVAL):
-        raise InputError(source, key, f"must be a whole number from 1 to {MAX_RECV_INTERVAL} ({unit})", raw)
+        raise InputError(
+            source, key, f"must be a whole number from 1 to {MAX_RECV_INTERVAL} ({unit})", Written(raw)
+        )
     return value
 
 
@@ -333,7 +350,7 @@ def _adp_balance(row: Mapping[str, str], engine: str, disagg: bool, decode: Pool
         return 0.0
     if engine != "trt" or disagg or decode.attn_tp >= decode.gpus:
         rule = "only an aggregated TensorRT-LLM (trt) row with attention DP balances its ranks"
-        raise InputError(source, key, rule, raw)
+        raise InputError(source, key, rule, Written(raw))
     return _steps(raw, key, "iterations", source)
 
 
@@ -384,10 +401,14 @@ def _draft_tokens(row: Mapping[str, str], mtp: bool, source: str) -> float | Non
         value = float("nan")
     if not mtp:
         if value != 0:
-            raise InputError(source, key, "must be empty or 0 in a row without MTP (spec_method none)", raw)
+            raise InputError(
+                source, key, "must be empty or 0 in a row without MTP (spec_method none)", Written(raw)
+            )
         return None
     if not (np.isfinite(value) and value == int(value) and 1 <= value <= MAX_DRAFT_TOKENS):
-        raise InputError(source, key, f"must be a whole number from 1 to {MAX_DRAFT_TOKENS} with MTP", raw)
+        raise InputError(
+            source, key, f"must be a whole number from 1 to {MAX_DRAFT_TOKENS} with MTP", Written(raw)
+        )
     return value
 
 
@@ -403,7 +424,10 @@ def _running_cap(row: Mapping[str, str], source: str) -> float:
         value = float("nan")
     if not (np.isfinite(value) and value >= 1 and value == int(value)) or plausible(value):
         raise InputError(
-            source, key, f"must be a whole number from 1 to {MAX_MAGNITUDE:g} (requests per instance)", raw
+            source,
+            key,
+            f"must be a whole number from 1 to {MAX_MAGNITUDE:g} (requests per instance)",
+            Written(raw),
         )
     return value
 
@@ -414,10 +438,15 @@ def _instances(row: Mapping[str, str], side: str, no_workers: str, source: str) 
     total = _num(row, f"num_{side}_gpu", source)
     workers = _num(row, f"{side}_num_workers", source)
     if workers < 1:
-        raise InputError(source, f"{side}_num_workers", no_workers, workers)
+        raise InputError(source, f"{side}_num_workers", no_workers, _cell(row, f"{side}_num_workers"))
     gpus = total / workers
     if gpus < 1 or gpus != int(gpus):
-        raise InputError(source, f"num_{side}_gpu", f"must split into {workers:g} whole instances", total)
+        raise InputError(
+            source,
+            f"num_{side}_gpu",
+            f"must split into {workers:g} whole instances",
+            _cell(row, f"num_{side}_gpu"),
+        )
     return gpus, workers
 
 
@@ -426,11 +455,18 @@ def _ffn_pool(row: Mapping[str, str], disagg: bool, source: str) -> PoolSpec | N
     if not str(row.get("num_ffn_gpu") or "").strip() or _num(row, "num_ffn_gpu", source) == 0:
         return None
     if not disagg:
-        raise InputError(source, "num_ffn_gpu", "needs a disaggregated row (disagg True)", row["num_ffn_gpu"])
+        raise InputError(
+            source, "num_ffn_gpu", "needs a disaggregated row (disagg True)", _cell(row, "num_ffn_gpu")
+        )
     gpus, workers = _instances(row, "ffn", "must be >= 1 with num_ffn_gpu", source)
     ep = _num(row, "ffn_ep", source) if str(row.get("ffn_ep") or "").strip() else gpus
     if not 1 <= ep <= gpus or gpus % ep:
-        raise InputError(source, "ffn_ep", f"must divide the instance's {gpus:g} GPUs", ep)
+        raise InputError(
+            source,
+            "ffn_ep",
+            f"must divide the instance's {gpus:g} GPUs",
+            _cell(row, "ffn_ep") or Written(f"{ep:g}"),
+        )
     return PoolSpec(gpus=gpus, attn_tp=1.0, ep=ep, instances=workers)
 
 

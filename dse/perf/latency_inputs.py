@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dse.errors import InputError
+from dse.errors import InputError, Written
 from dse.perf.pool import Array
 from dse.typed_data import MAX_MAGNITUDE, MIN_MAGNITUDE, plausible, read_csv, row_shape_problem
 
@@ -212,17 +212,19 @@ def read_trace(path: Path, context: float = math.inf) -> Trace:
                 x = math.nan
             if not math.isfinite(x) or x < least or x > MAX_MAGNITUDE:
                 rule = f"must be a number >= {least:g} and <= {MAX_MAGNITUDE:g}"
-                raise InputError(where, col, rule, row[col])
+                raise InputError(where, col, rule, Written(row[col]))
             if plausible(x):  # an arrival of 1e-20 s: within the range above, below the files' least
-                raise InputError(where, col, f"must be 0 or at least {MIN_MAGNITUDE:g}", row[col])
+                raise InputError(where, col, f"must be 0 or at least {MIN_MAGNITUDE:g}", Written(row[col]))
             if c > 0 and not x.is_integer():  # a request's tokens are whole
-                raise InputError(where, col, "must be a whole number of tokens", row[col])
+                raise InputError(where, col, "must be a whole number of tokens", Written(row[col]))
             values[i, c] = x
         if values[i, 1] + values[i, 2] > context:
             rule = f"with output_tokens must fit the model's context of {context:,.0f} tokens"
             raise InputError(where, "input_tokens", rule, f"{row['input_tokens']} + {row['output_tokens']}")
         if values[i, 0] < last:
-            raise InputError(where, "arrival_s", "must not be earlier than the row before", row["arrival_s"])
+            raise InputError(
+                where, "arrival_s", "must not be earlier than the row before", Written(row["arrival_s"])
+            )
         last = values[i, 0]
     return Trace(arrival_s=values[:, 0], isl=values[:, 1], osl=values[:, 2])
 

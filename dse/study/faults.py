@@ -27,7 +27,7 @@ from typing import Any
 import optuna
 import sqlalchemy.exc
 
-from dse.errors import DseError, InputError, StorageFault
+from dse.errors import InputError, Interrupted, StorageFault
 
 STORAGE_ERRORS = (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError)  # caught, then sorted
 
@@ -219,10 +219,9 @@ class TrialTimeout(Exception):
     """A trial ran over its wall-clock cap."""
 
 
-class StudyInterrupted(DseError):
-    """Ctrl-C during a run: every finished trial is stored; the same command resumes."""
-
-    exit_code = 130
+class StudyInterrupted(Interrupted):
+    """Ctrl-C during a run: every finished trial is stored; the same command resumes. A
+    ``KeyboardInterrupt`` (:class:`dse.errors.Interrupted`): ``except Exception`` does not stop it."""
 
     def __init__(self, done: int, budget: int, where: str, during: str = "trials") -> None:
         self.done, self.budget = done, budget

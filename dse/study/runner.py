@@ -209,19 +209,27 @@ def _budget(spec: StudySpec, trials: int | None, out: Path, seed: int | None) ->
 
 def _write_spec(out: Path, spec: StudySpec, url: str, shared: bool) -> None:
     """The resolved spec, beside the results: in the run folder; a worker's beside its SQLite
-    file (it writes no results; one on a database server writes none). A folder that cannot be
-    written (read-only, not permitted) is one line naming it (exit 1); a file where a folder
-    goes, or a folder named spec.json, is bad input (exit 2)."""
+    file (it writes no results; one on a database server writes none), as :func:`spec_path`
+    names it. A folder that cannot be written (read-only, not permitted) is one line naming it
+    (exit 1); a file where a folder goes, or a folder named spec.json, is bad input (exit 2)."""
     db = sqlite_path(url) if shared else None
     if shared and db is None:
         return
-    folder = db.parent if db is not None else run_folder(out, spec)
-    path = folder / "spec.json"
+    path = spec_path(db.parent, spec.name) if db is not None else run_folder(out, spec) / "spec.json"
+    folder = path.parent
     if path.is_dir():
         raise InputError(str(path), "", "must be a file: a folder has its name")
     with writing(folder):
         folder.mkdir(parents=True, exist_ok=True)
         write_text(path, json.dumps(plain(spec), indent=2) + "\n")
+
+
+def spec_path(folder: Path, name: str) -> Path:
+    """Where a worker stores study ``name``'s spec beside the SQLite file in ``folder``: one file
+    may hold many studies, each keeps its own. ``spec.json`` in the study's own run folder (the
+    folder is named after it, as a run lays it out: ``runs/NAME/study.db``), else ``NAME.spec.json``
+    (two studies' workers on one file had overwritten one ``spec.json``, the last one's kept)."""
+    return folder / ("spec.json" if folder.name == name else f"{name}.spec.json")
 
 
 def _lone(
@@ -428,6 +436,8 @@ def _guarded(stored: StoredStudy, budget: int, shared: bool) -> Iterator[None]:
         held.enter_context(lone_writer(stored.study.study_name, url, worker=shared))
         try:
             yield
+        except StudyInterrupted:
+            raise  # said already, by what it stopped (the exports, the shadow prices)
         except KeyboardInterrupt:
             done = 0
             with contextlib.suppress(*STORAGE_ERRORS):

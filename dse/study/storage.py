@@ -46,9 +46,10 @@ from dse.study.optuna_compat import (
     live_beats,
 )
 from dse.study.samplers import make_sampler
+from dse.study.server_answer import install as answered_within
 from dse.study.spec import StudySpec
 from dse.study.sqlite_seed import seed_sqlite
-from dse.study.timeouts import STORAGE_RETRY_S
+from dse.study.timeouts import storage_retry_s
 
 T = TypeVar("T")
 
@@ -364,7 +365,9 @@ def driver_url(url: str) -> str:
     knows no dialect of that name (it was refused as "Can't load plugin")."""
     for scheme in ("postgresql://", "postgres://"):
         if url.startswith(scheme):
-            return "postgresql+psycopg2://" + url.removeprefix(scheme)
+            url = "postgresql+psycopg2://" + url.removeprefix(scheme)
+    if url.startswith("postgresql+psycopg2://"):  # every server connection of dse is made from here
+        answered_within()  # a server that stops answering is an error after a bound, not a hang
     return url
 
 
@@ -439,9 +442,10 @@ def wait_for_storage(exc: Exception, storage: str, since: float | None) -> float
     now = time.monotonic()
     since = now if since is None else since
     said = _scrub(driver_line(exc), storage)[:160]
-    if now - since > STORAGE_RETRY_S:
+    retry_s = storage_retry_s()
+    if now - since > retry_s:
         raise StorageFault(
-            redact(storage), f"unreachable for {STORAGE_RETRY_S:g} s ({said}); the stored trials are kept: "
+            redact(storage), f"unreachable for {retry_s:g} s ({said}); the stored trials are kept: "
             "run the same command again once it answers",
         ) from None  # fmt: skip
     sys.stderr.write(f"dse: storage unreachable ({said}); retrying\n")
