@@ -59,7 +59,12 @@ METRICS = {
         "decode_batch_sequences",
     ),
     "milp_solve_s": Metric("s", None, "MILP solve time"),
-    "sim_backlog_growth_per_s": Metric("requests/s", None, "backlog growth over the simulation's last third"),
+    "sim_backlog_growth_per_s": Metric(
+        "requests/s",
+        None,
+        "backlog growth over the simulation's last third (over its last two periods where it swings"
+        " with one)",
+    ),
     "ttft_p99_s": Metric(
         "s",
         "minimize",

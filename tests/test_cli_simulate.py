@@ -189,14 +189,28 @@ def test_the_header_says_the_arrivals_the_scenario_runs(tmp_path: Path, cli: Cli
     trace = cli(*base, "--arrivals", "trace", "--trace", rates)
     assert trace.code == 0, trace.err
     assert "arrivals from the trace, 10 req/s on average over the horizon" in trace.out, trace.out
-    idle = tmp_path / "idle.csv"  # no traffic within the horizon: nothing to run through the engines
-    idle.write_text("t_s,rate_per_s\n0,0\n1000,5\n")
-    none = cli(*base, "--arrivals", "trace", "--trace", idle)
-    assert none.code == 0, none.err
-    assert "engine-level: not simulated (no traffic on average over the horizon)" in none.out
     burst = cli(*base, "--arrivals", "burst", "--burst-factor", "3", "--burst-start", "100",
                 "--burst-s", "50")  # fmt: skip
     assert "arrivals at 10 req/s, x3 from 100 to 150 s" in burst.out, burst.out
+
+
+def test_a_trace_with_no_traffic_before_the_horizon_is_refused(tmp_path: Path, cli: Cli) -> None:
+    """A trace whose traffic starts after the run ends is a trace of zeros for the run: refused as
+    one is. It had run, exit 0, and printed a TTFT, a TPOT and an end-to-end p99 (0.235 s, 9.6 ms,
+    44.6 s) of requests that never arrived."""
+    plan = tmp_path / "place.json"
+    plan.write_text(cli(*PLACE).out)
+    idle = tmp_path / "idle.csv"
+    idle.write_text("t_s,rate_per_s\n0,0\n1000,5\n")
+    out = tmp_path / "sim"
+    base = ["simulate", "--placement", plan, "--warmup", "100", "--arrivals", "trace", "--trace", idle]
+    none = cli(*base, "--horizon", "600", "--out", out)
+    assert none.code == 2 and none.err.count("\n") == 1, none.err
+    assert "rate_per_s = 0.0: must be positive in one row at least that starts before --horizon (600 s)" \
+        in none.err, none.err
+    assert not out.exists() and none.out == ""
+    later = cli(*base, "--horizon", "1200")  # the same file over a run that reaches its traffic
+    assert later.code == 0, later.err
 
 
 def test_an_out_folder_whose_file_name_is_taken_is_left_as_it_was(tmp_path: Path, cli: Cli) -> None:

@@ -178,7 +178,8 @@ def test_fluid_conserves_requests(rate: float, cp: int, cd: int, burst: float, b
     arrived = tr.arrival_rate[0].sum() * 1.0
     done = tr.completions_per_s[0].sum() * 1.0
     in_service = (tr.decode_batch[0] * tr.decode_instances[0])[-1]
-    waiting = tr.prefill_queue[0, -1] + tr.buffer[0, -1]
+    assert tr.stationary_waiting is not None  # in the queues by Little's law, not in the state
+    waiting = tr.prefill_queue[0, -1] + tr.buffer[0, -1] - tr.stationary_waiting[0, -1]
     # the recorded prefill queue also counts the prefills in service (at most one per server)
     assert done + in_service + waiting - cp - 1e-6 <= arrived <= done + in_service + waiting + 1e-6
     assert (tr.buffer[0] <= buffer + 1e-6).all()
@@ -302,3 +303,109 @@ def test_resting_kv_settles_at_littles_law() -> None:
     assert kv["network"][-1] == pytest.approx(0.25 * level, rel=1e-6)
     assert kv["hbm"].max() == 0.0
     assert kv["dram"][60] == pytest.approx(0.75 * level * (1 - np.exp(-1.0)), rel=0.02)  # one dwell in
+
+
+def _in_flight(tr: object, warmup_s: float) -> float:
+    """Requests in the system on average after the warm-up: queued, buffered and decoding."""
+    after = tr.t >= warmup_s  # type: ignore[attr-defined]
+    whole = tr.prefill_queue + tr.buffer + tr.decode_batch * tr.decode_instances  # type: ignore[attr-defined]
+    return float(whole[0, after].mean())
+
+
+@pytest.mark.parametrize("rate", [3.0, 6.0, 7.5])
+def test_littles_law_holds_in_both_simulators_outputs(rate: float) -> None:
+    """In flight = throughput x time in system, and the queues ahead of decode = throughput x
+    TTFT. The fluid's TTFT adds the stationary wait of a queue below capacity, but its recorded
+    prefill queue had counted only the prompts in prefill: at 7.5 req/s (94% of prefill) it held
+    3.75 requests where its own TTFT gives 10.4 (the reference's queue: 9.8)."""
+    sc = scenario(rate, horizon_s=1800.0)
+    f, ft = simulate_fluid(pipe(), sc)
+    d, dt, _ = simulate_des(pipe(), sc, seed=1)
+    for s, tr in ((f, ft), (d, dt)):
+        x = float(s.requests_per_s[0])
+        assert _in_flight(tr, 300.0) == pytest.approx(x * float(s.e2e_mean_s[0]), rel=0.03)
+        ahead = float((tr.prefill_queue + tr.buffer)[0, tr.t >= 300.0].mean())
+        assert ahead == pytest.approx(x * float(s.ttft_mean_s[0]), rel=0.05)
+
+
+def test_a_load_above_capacity_is_unstable_in_the_fluid_model() -> None:
+    """The fluid model is deterministic: past its capacity its backlog grows by the excess, which
+    it now calls unstable from 0.1% of the arrivals. It had allowed 1%, the reference's noise, and
+    called 4.02 and 4.04 req/s into 4 req/s of prefill stable (growth +0.02 and +0.04 req/s)."""
+    for rate, growth in ((4.02, 0.02), (4.04, 0.04), (4.2, 0.2)):
+        f, _ = simulate_fluid(pipe(cp=2), scenario(rate, horizon_s=1800.0))
+        assert not f.stable[0], rate
+        assert f.backlog_growth_per_s[0] == pytest.approx(growth, rel=0.02)
+    for rate in (3.9, 3.99):
+        f, _ = simulate_fluid(pipe(cp=2), scenario(rate, horizon_s=1800.0))
+        assert f.stable[0], rate
+
+
+def test_a_bounded_cycle_is_stable_whatever_phase_the_run_ends_in() -> None:
+    """A reactive planner on stale readings cycles with a period that grows with the delay; the
+    backlog's growth is read over whole periods. Over the last third (a slope whatever the phase)
+    the cycle had been unstable at 180 s of delay, stable at 240 s and unstable at 300 s."""
+    for delay in (120.0, 180.0, 240.0, 300.0):
+        f, ft = simulate_fluid(pipe(cp=2, cd=6), oscillation_case(PlannerKind.REACTIVE, delay))
+        assert f.oscillating[0], delay
+        assert f.stable[0] and abs(f.backlog_growth_per_s[0]) < 0.01, (delay, f.backlog_growth_per_s[0])
+    # the same cycle under more load than the eight instances can split into holds no longer
+    over = Scenario(**{**oscillation_case(PlannerKind.REACTIVE, 90.0).__dict__,
+                       "arrivals": Arrivals(ArrivalKind.CONSTANT, 8.5)})  # fmt: skip
+    f, _ = simulate_fluid(pipe(cp=2, cd=6), over)
+    assert f.oscillating[0] and not f.stable[0]
+
+
+def test_the_oscillation_detector_fires_on_a_limit_cycle_only() -> None:
+    """Flat, white or red noise, a random walk, a ringing that dies away and a staircase (a planner
+    adding one instance at a time; detrended, it is a sawtooth whose autocorrelation peaks) are no
+    oscillation; a limit cycle is, at its period, also one of two unequal lobes (whose
+    autocorrelation peaks first at half its period)."""
+    rng = np.random.default_rng(0)
+    t = np.arange(0.0, 3600.0, 1.0)
+    red = np.zeros(len(t))
+    for i in range(1, len(t)):
+        red[i] = 0.98 * red[i - 1] + rng.standard_normal()
+    quiet = {
+        "flat": np.full_like(t, 3.0),
+        "white noise": 50.0 + 10.0 * rng.standard_normal(len(t)),
+        "red noise": 50.0 + 5.0 * red,
+        "random walk": np.cumsum(rng.standard_normal(len(t))),
+        "ringing": 10.0 * np.exp(-t / 300.0) * np.sin(2 * np.pi * t / 300.0),
+        "staircase": 2.0 + np.floor(t / 600.0),
+    }
+    for name, x in quiet.items():
+        assert not detect_oscillation(t, x, min_amplitude=1.0).detected, name
+    cycle = detect_oscillation(t, 3.0 + 3.0 * np.sign(np.sin(2 * np.pi * t / 420.0)), min_amplitude=1.0)
+    assert cycle.detected and cycle.period_s == pytest.approx(420.0, rel=0.02)
+    lobes = np.where(t % 600.0 < 300.0, 1.0, 0.6) * np.abs(np.sin(2 * np.pi * t / 600.0)) * 10.0
+    two = detect_oscillation(t, lobes, min_amplitude=1.0)
+    assert two.detected and two.period_s == pytest.approx(600.0, rel=0.02), two
+
+
+def test_a_longer_planner_delay_never_damps_an_oscillation() -> None:
+    """Once stale readings make a reactive planner cycle, more staleness keeps it cycling, at a
+    longer period."""
+    periods = []
+    for delay in (30.0, 60.0, 90.0, 180.0, 300.0, 450.0):
+        f, _ = simulate_fluid(pipe(cp=2, cd=6), oscillation_case(PlannerKind.REACTIVE, delay))
+        assert f.oscillating[0], delay
+        periods.append(float(f.oscillation_period_s[0]))
+    assert periods == sorted(periods), periods
+
+
+def test_more_load_never_makes_an_unstable_design_stable() -> None:
+    """The fluid's verdict over a sweep of load, with and without a reactive planner (its cycle
+    bounded up to 7.5 req/s; past the most its eight instances can split into, 11.6 req/s, not):
+    once unstable, unstable at every higher load."""
+    planner = Planner(PlannerKind.REACTIVE, period_s=30.0, delay_s=90.0, switch_s=20.0, threshold_s=2.0,
+                      max_move=3)  # fmt: skip
+    cycling = np.array([5.0, 5.5, 6.0, 6.5, 7.0, 7.5, 12.0, 14.0])
+    for kw, rates in (({}, np.arange(3.6, 4.6, 0.04)), ({"planner": planner}, cycling)):
+        verdicts = []
+        for r in rates:
+            sc = scenario(float(r), horizon_s=3600.0, warmup_s=600.0, **kw)
+            f, _ = simulate_fluid(pipe(cp=2, cd=6), sc)
+            verdicts.append(bool(f.stable[0]))
+        first = verdicts.index(False)
+        assert first > 0 and not any(verdicts[first:]), (kw, list(zip(rates.round(2), verdicts, strict=True)))

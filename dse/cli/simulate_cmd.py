@@ -272,6 +272,11 @@ def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float
             SRC, "--burst-start", f"must be below --horizon ({args.horizon:g} s)", args.burst_start
         )
     _check_steps(args)
+    in_run = (r for t, r in zip(trace_t, trace_r, strict=True) if t < args.horizon)
+    if kind is ArrivalKind.TRACE and not any(r > 0 for r in in_run):
+        # its traffic starts after the run ends: no request would arrive, as in a trace of zeros
+        rule = f"must be positive in one row at least that starts before --horizon ({args.horizon:g} s)"
+        raise InputError(str(args.trace), "rate_per_s", rule, 0.0)
     scenario = Scenario(
         arrivals=Arrivals(
             kind,

@@ -28,6 +28,7 @@ OUT = {
             "ttft",
             "ttft_p99",
             "util",
+            "held",
         )
     )
 }
@@ -202,9 +203,17 @@ def advance(
                 + wait_quantile(wq_h, pw_h, TAIL_Q) ** 2
                 + wait_quantile(wq_r, pw_r, TAIL_Q) ** 2
             )
-            # upstream of the buffer: reloading, waiting for or in prefill (Little), handing off
-            out[0, i, step] = q[0, i] + q[1, i] + q[2, i] + out_f / dt * s_f + out_m / dt * s_m + q[3, i]
-            out[1, i, step] = qb_now
+            # upstream of the buffer: reloading, waiting for or in prefill (Little), handing off,
+            # and the buffer; each with the requests its stationary wait holds (Little's law on the
+            # waits the TTFT adds, so that the queues are the arrivals times the time they wait)
+            held_p, held_b = lam * (m * wq_r + wq_p + wq_h), lam * wq_b
+            # a bounded buffer holds no more than it can; the rest wait upstream, blocked
+            over = max(qb_now + held_b - bmax, 0.0)
+            held_b -= over
+            held_p += over
+            in_prefill = out_f / dt * s_f + out_m / dt * s_m
+            out[0, i, step] = q[0, i] + q[1, i] + q[2, i] + in_prefill + q[3, i] + held_p
+            out[1, i, step] = qb_now + held_b
             out[2, i, step] = n_now / max(cd[i], 1e-12)
             out[3, i, step] = cp[i]
             out[4, i, step] = cd[i]
@@ -216,3 +225,4 @@ def advance(
             out[10, i, step] = (1.0 - m) * ttft_f + m * (ttft_m + wq_r) + wq_p + wq_b + wq_h
             out[11, i, step] = max(ttft_f, ttft_m if m > 0 else 0.0) + tails
             out[12, i, step] = max(max(rho_p, rho_b), max(rho_r, rho_h))
+            out[13, i, step] = held_p + held_b

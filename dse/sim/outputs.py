@@ -7,8 +7,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from dse.quantiles import percentile
+from dse.sim.kinds import ArrivalKind
 from dse.sim.scenario import Array, Scenario
-from dse.sim.statistics import Oscillation, backlog_growth, detect_oscillation
+from dse.sim.statistics import (
+    FLUID_GROWTH_SHARE,
+    FLUID_MIN_BACKLOG_S,
+    Oscillation,
+    backlog_growth,
+    detect_oscillation,
+)
 
 
 @dataclass(frozen=True)
@@ -24,6 +31,10 @@ class Trajectories:
     decode_instances: Array
     completions_per_s: Array
     kv_active_gb: Array  # KV of the sequences decoding
+    # the fluid model's queues count the requests its stationary waits hold (arrivals x the wait
+    # its TTFT adds below capacity, by Little's law), which its state does not: those, included
+    # in ``prefill_queue`` and ``buffer`` (None for the reference, whose requests are all real)
+    stationary_waiting: Array | None = None
 
     def backlog(self) -> Array:
         return self.prefill_queue + self.buffer
@@ -50,12 +61,15 @@ class Summary:
     planner_moves: Array
 
 
-def verdicts(traj: Trajectories, scenario: Scenario) -> tuple[Array, Array, list[Oscillation]]:
-    """(stable, growth, oscillation per configuration): backlog growth over the last third; the
-    oscillation of prefill instances when a planner moves them, else of the prefill queue."""
+def verdicts(
+    traj: Trajectories, scenario: Scenario, *, fluid: bool = False
+) -> tuple[Array, Array, list[Oscillation]]:
+    """(stable, growth, oscillation per configuration): the oscillation of prefill instances when
+    a planner moves them, else of the prefill queue; backlog growth over the last third, or over
+    the last two periods of a swing (the oscillation's, else a diurnal rate's). ``fluid`` judges
+    the growth without the allowance a run of drawn requests needs for its noise."""
     after = traj.t >= scenario.warmup_s
     rate = float(np.mean(scenario.arrivals.rate(traj.t)))
-    stable, growth = backlog_growth(traj.t, traj.backlog(), rate)
     cp = traj.prefill_instances[:, after]
     moved = (cp.max(axis=1) > cp.min(axis=1)) if after.any() else np.zeros(len(cp), dtype=bool)
     signal = np.where(moved[:, None], traj.prefill_instances, traj.prefill_queue)[:, after]
@@ -73,4 +87,10 @@ def verdicts(traj: Trajectories, scenario: Scenario) -> tuple[Array, Array, list
         else Oscillation(False, float("nan"), float(swing[i]))
         for i in range(len(signal))
     ]
+    diurnal = scenario.arrivals.period_s if scenario.arrivals.kind is ArrivalKind.DIURNAL else np.nan
+    period = np.array([o.period_s if o.detected else diurnal for o in osc])
+    tolerance = (
+        {"share": FLUID_GROWTH_SHARE, "min_backlog_s": FLUID_MIN_BACKLOG_S} if fluid else {}
+    )
+    stable, growth = backlog_growth(traj.t, traj.backlog(), rate, period_s=period, **tolerance)
     return stable, growth, osc

@@ -15,12 +15,31 @@ from dse.sim.scenario import Array
 
 GROWTH_SHARE = 0.01  # a backlog growing faster than 1% of the arrival rate is not stable
 MIN_BACKLOG_S = 10.0  # ... and holding more than 10 s of arrivals at the end
+# the fluid model has no noise to allow for: a backlog growing by 0.1% of the arrival rate, holding
+# one second of arrivals, is a load above capacity (1% had called up to 1% over it stable)
+FLUID_GROWTH_SHARE = 0.001
+FLUID_MIN_BACKLOG_S = 1.0
 ACF_PEAK = 0.3  # autocorrelation a repeating swing must reach at its period
 
 
-def backlog_growth(t: Array, backlog: Array, arrival_rate: float) -> tuple[Array, Array]:
-    """(stable, growth in requests/s) per row of ``backlog`` (configurations x samples), from the
-    last third of the trajectory: a least-squares slope, judged against the arrival rate."""
+def backlog_growth(
+    t: Array,
+    backlog: Array,
+    arrival_rate: float,
+    *,
+    period_s: Array | None = None,
+    share: float = GROWTH_SHARE,
+    min_backlog_s: float = MIN_BACKLOG_S,
+) -> tuple[Array, Array]:
+    """(stable, growth in requests/s) per row of ``backlog`` (configurations x samples): a
+    least-squares slope over the last third of the trajectory, judged against the arrival rate.
+
+    A row that swings with a period (``period_s``, nan for none: a planner's cycle, a diurnal
+    swing) whose last two periods fit in the trajectory is judged over whole periods instead: the
+    mean of its last period less the mean of the one before, over the period, and the last
+    period's mean backlog. A slope over a window that is not a whole number of periods reads the
+    phase the run ended in: a bounded cycle had been called unstable at one planner delay and
+    stable at a longer one."""
     t = np.asarray(t, dtype=float)
     b = np.atleast_2d(np.asarray(backlog, dtype=float))
     keep = t >= t[-1] - (t[-1] - t[0]) / 3.0
@@ -29,8 +48,37 @@ def backlog_growth(t: Array, backlog: Array, arrival_rate: float) -> tuple[Array
         return np.ones(len(b), dtype=bool), np.zeros(len(b))
     tc = tt - tt.mean()
     slope = (bb * tc).sum(axis=1) / (tc**2).sum()
-    unstable = (slope > GROWTH_SHARE * arrival_rate) & (bb[:, -1] > MIN_BACKLOG_S * arrival_rate)
+    level = bb[:, -1].copy()
+    periods = np.full(len(b), np.nan) if period_s is None else np.broadcast_to(period_s, len(b))
+    for i, per in enumerate(periods):
+        whole = _whole_periods(t, b[i], float(per))
+        if whole is not None:
+            slope[i], level[i] = whole
+        unstable = (slope > share * arrival_rate) & (level > min_backlog_s * arrival_rate)
     return ~unstable, slope
+
+
+def _whole_periods(t: Array, b: Array, period_s: float) -> tuple[float, float] | None:
+    """(growth, level) of ``b`` over whole periods: the mean of its last ``k`` periods less the
+    mean of the ``k`` before, over ``k`` periods, and the last ones' mean; ``k`` the multiple that
+    repeats best (the cycle of a backlog can be a multiple of the period of the servers that
+    drive it). None without a period, or where two periods do not fit in ``t``."""
+    if not np.isfinite(period_s) or period_s <= 0:
+        return None
+    best: tuple[float, float, float] | None = None  # (mismatch, growth, level)
+    k = 1
+    while 2.0 * k * period_s <= t[-1] - t[0]:
+        w = k * period_s
+        last = t > t[-1] - w
+        before = (t > t[-1] - 2.0 * w) & ~last
+        n = min(last.sum(), before.sum())
+        if n >= 3:
+            a, z = b[last][-n:], b[before][-n:]
+            fit = (float(np.mean(np.abs(a - z))), float((a.mean() - z.mean()) / w), float(a.mean()))
+            if best is None or fit[0] < best[0] - 1e-9:
+                best = fit
+        k += 1
+    return None if best is None else (best[1], best[2])
 
 
 @dataclass(frozen=True)
@@ -42,11 +90,14 @@ class Oscillation:
 
 def detect_oscillation(t: Array, signal: Array, *, min_amplitude: float) -> Oscillation:
     """A sustained swing: the autocorrelation has a peak of at least :data:`ACF_PEAK` after its
-    first zero crossing, and the swing is at least ``min_amplitude``."""
+    first zero crossing, the swing is at least ``min_amplitude``, and the signal still rises and
+    falls by ``min_amplitude`` in the second half of the run (:func:`_sustained`). The period is
+    the first peak's lag, or a multiple of it whose peak is as high (a cycle of two unequal lobes
+    peaks at half its period first)."""
     t = np.asarray(t, dtype=float)
     x = np.asarray(signal, dtype=float)
     amp = (percentile(x, 95.0) - percentile(x, 5.0)) / 2.0 if len(x) else 0.0
-    if len(x) < 8 or amp < min_amplitude:
+    if len(x) < 8 or amp < min_amplitude or not _sustained(x[len(x) // 2 :], min_amplitude):
         return Oscillation(False, float("nan"), amp)
     # resample to a uniform grid, then the autocorrelation of the detrended signal
     grid = np.linspace(t[0], t[-1], min(len(t), 4096))
@@ -61,10 +112,37 @@ def detect_oscillation(t: Array, signal: Array, *, min_amplitude: float) -> Osci
     if not len(below):
         return Oscillation(False, float("nan"), amp)
     start = below[0]
-    lag = start + int(np.argmax(acf[start : len(acf) // 2])) if start < len(acf) // 2 else start
-    if lag >= len(acf) // 2 or acf[lag] < ACF_PEAK:
+    half = len(acf) // 2
+    lag = start + int(np.argmax(acf[start:half])) if start < half else start
+    if lag >= half or acf[lag] < ACF_PEAK:
         return Oscillation(False, float("nan"), amp)
-    return Oscillation(True, float(lag * (grid[1] - grid[0])), amp)
+    # unbiased: the estimate above shrinks with the lag by the samples it overlaps
+    fair = acf * len(acf) / (len(acf) - np.arange(len(acf)))
+    best = lag
+    for k in range(2, half // lag + 1):
+        lo, hi = k * lag - lag // 4, min(k * lag + lag // 4 + 1, half)
+        if lo >= hi:
+            break
+        peak = lo + int(np.argmax(fair[lo:hi]))
+        if fair[peak] > fair[best] + 0.2:
+            best = peak
+    return Oscillation(True, float(best * (grid[1] - grid[0])), amp)
+
+
+def _sustained(x: Array, height: float) -> bool:
+    """Whether ``x`` rises and falls (or falls and rises) by ``height`` at least: two swings of
+    opposite direction. A staircase that only climbs (a planner adding an instance at a time)
+    and a ringing that died away do neither, though their detrended autocorrelation can peak."""
+    swings, direction, lo, hi = 0, 0, float(x[0]), float(x[0])
+    for v in x:
+        lo, hi = min(lo, v), max(hi, v)
+        if direction <= 0 and v - lo >= height:  # a rise completed
+            swings, direction, hi = swings + 1, 1, v
+        elif direction >= 0 and hi - v >= height:  # a fall completed
+            swings, direction, lo = swings + 1, -1, v
+        if swings >= 2:
+            return True
+    return False
 
 
 def weighted_quantile(values: Array, weights: Array, q: float) -> Array:
