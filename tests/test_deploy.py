@@ -456,6 +456,21 @@ def test_trtllm_options_enable_chunked_prefill_and_fit_the_longest_sequence() ->
     assert t["yaml_max_seq_len"] not in launch_files(_design("aggregated"), "trtllm")["instance.yaml"]
 
 
+def test_trtllm_captures_cuda_graphs_up_to_a_ranks_running_cap() -> None:
+    """TRT-LLM's CUDA graphs stop at 128 sequences unless told (a larger decode batch steps
+    eagerly, slower than the runs the step costs were fitted on): a decode or aggregated worker's
+    options capture them up to its rank's cap, padded; a prefill worker's need none."""
+    t = FLAGS["trtllm"]
+    agg = launch_files(_design("aggregated"), "trtllm")["instance.yaml"]  # cap 256 over 8 DP ranks
+    assert f"{t['yaml_cuda_graph']}:\n  {t['yaml_cg_padding']}: true\n  {t['yaml_cg_max_batch']}: 32\n" in agg
+    files = launch_files(_design(), "dynamo")  # decode: cap 1000 over 16 DP ranks
+    assert f"  {t['yaml_cg_max_batch']}: 62\n" in files["decode.yaml"]
+    assert t["yaml_cuda_graph"] not in files["prefill.yaml"]
+    tp = PoolLaunch("mixed", "b200", 8, 8, 8, 1, 8, max_running=300, chunk_tokens=4096)  # TP8: one rank
+    one = launch_files(replace(_design("aggregated"), pools=(tp,)), "trtllm")["instance.yaml"]
+    assert f"  {t['yaml_cg_max_batch']}: 300\n" in one
+
+
 def test_dynamo_trtllm_disaggregated_workers_have_a_kv_cache_transceiver(catalog: Catalog) -> None:
     """Dynamo's disaggregated TRT-LLM workers move KV through the cache transceiver: both options
     files configure it, its buffer the longest prompt, and the prefill worker runs without the

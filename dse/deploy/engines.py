@@ -222,7 +222,8 @@ def trtllm_options(
 ) -> dict[str, Any]:
     """A TRT-LLM options YAML: attention DP, the KV cache, MTP; chunked prefill where the pool has
     a chunk (off by default, and a prompt longer than max_num_tokens is then refused); the longest
-    sequence the workload reaches; and, for a disaggregated worker (``mode``), the KV cache
+    sequence the workload reaches; CUDA graphs up to a rank's running cap (its default stops at 128
+    sequences, above which a step runs eagerly); and, for a disaggregated worker (``mode``), the KV cache
     transceiver (the prefill worker without the overlap scheduler), as Dynamo's examples have them."""
     out: dict[str, Any] = {
         f["yaml_dp_attention"]: pool.attn_tp == 1 and pool.gpus > 1,
@@ -232,6 +233,9 @@ def trtllm_options(
         out[f["yaml_chunked_prefill"]] = True
     if design.context_tokens:
         out[f["yaml_max_seq_len"]] = design.context_tokens
+    cap = per_rank_cap(pool, trtllm_dp(pool))
+    if cap is not None and mode != "prefill":  # a decode or aggregated worker's running batch
+        out[f["yaml_cuda_graph"]] = {f["yaml_cg_padding"]: True, f["yaml_cg_max_batch"]: cap}
     if design.mtp_drafts:
         out[f["yaml_spec"]] = {
             f["yaml_spec_type"]: f["yaml_spec_type_mtp"],
