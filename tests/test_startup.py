@@ -7,11 +7,13 @@ what another imports). The times themselves are measured by ``benchmarks/startup
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import Result
 
 HEAVY = ("pyomo", "optuna", "polars", "numba", "scipy", "matplotlib", "highspy", "sqlalchemy", "numpy")
 
@@ -121,16 +123,20 @@ def test_a_study_runs_report_draws_without_pyomos_matplotlib_packages(tmp_path: 
 
 
 @pytest.mark.e2e
-def test_export_and_report_of_a_finished_study_import_no_solver(tmp_path: Path) -> None:
+def test_export_and_report_of_a_finished_study_import_no_solver(tmp_path: Path, tiny_cli_run: Result) -> None:
     """Exports and the report read what the trials stored: no MILP is built or solved, so pyomo's
     modelling layer and HiGHS are never imported (a fresh interpreter for each command). Loading
     the simulators loads pyomo's table of deferred imports, to drop its scipy hook
-    (``dse/scipy_hook.py``), and no more of pyomo."""
+    (``dse/scipy_hook.py``), and no more of pyomo. The finished study is the session's tiny run
+    (conftest), its exports and report removed for these commands to write again."""
     tiny = str(Path(__file__).resolve().parent / "data" / "tiny-study.toml")
-    assert _probe(["study", "run", tiny, "--out", str(tmp_path), "--trials", "4", "--no-export"])["code"] == 0
+    assert tiny_cli_run.code == 0, tiny_cli_run.err
+    for written in ("exports", "report"):
+        shutil.rmtree(tmp_path / "tiny-study" / written)
     for command in ("export", "report"):
         res = _probe(["study", command, tiny, "--out", str(tmp_path)], heavy=(*HEAVY, "pyomo.core"))
         assert res["code"] == 0
         solver = [m for m in res["heavy"] if m in ("pyomo.core", "highspy")]  # type: ignore[union-attr]
         assert solver == [], f"dse study {command} imported {solver}"
+    assert (tmp_path / "tiny-study" / "exports" / "trials" / "study=tiny-study" / "part-0.parquet").is_file()
     assert (tmp_path / "tiny-study" / "report" / "report.md").is_file()
