@@ -1,5 +1,6 @@
-"""`dse calibrate` on bad input: one line, exit 2, no file; a fit's stage points do not depend
-on where the runs' file lies."""
+"""`dse calibrate` on bad input: one line, exit 2, no file; runs without latency or of one GPU
+type. (That a fit's stage points do not depend on where the runs' file lies, and rows that are no
+measurement: tests/test_kernels.py, in the measured tier's fit.)"""
 
 from __future__ import annotations
 
@@ -81,26 +82,9 @@ def test_runs_without_latency_fit_throughput_and_say_the_latency_error_is_not_me
     assert "simulated TTFT p50 / p99 not measured / not measured" in text.out, text.out
 
 
-@pytest.mark.e2e  # a whole fit (about 20 s): beside the other long ones
-def test_a_run_with_no_measured_throughput_is_skipped_and_the_points_are_the_shipped_ones(
-    cli: Cli, tmp_path: Path, two_gpu_runs: Path
-) -> None:
-    """A copy of the runs in another folder still fits the shipped stage points (they were read
-    from beside the runs' file, so a copy fitted none); a row whose throughput is not a measured
-    number > 0 is skipped with its reason, not fitted (a log of -5)."""
-    rows = _rows(two_gpu_runs)
-    rows[0]["tput_per_gpu_total"] = "-5"
-    rows[1]["median_tpot_ms"] = "-5"  # a figure that is no measurement: left out, and said (it was silent)
-    data = _write(tmp_path / "elsewhere.csv", rows)
-    out = tmp_path / "fitted.json"
-    res = cli("calibrate", "--data", str(data), "--out", str(out), "--no-cross-validation", "--jobs", "1")
-    assert res.code == 0, res.err
-    assert f"({1} skipped) and 7 stage points" in res.out, res.out
-    skipped = "skipped: elsewhere.csv line 2: tput_per_gpu_total = '-5': must be a measured number > 0"
-    assert skipped in res.out
-    left_out = "not a measurement: elsewhere.csv line 3: median_tpot_ms = '-5': must be a measured number > 0"
-    assert left_out + " (left out; the row's other figures are fitted)" in res.out
-    assert "RuntimeWarning" not in res.err and out.is_file()
+# A copy of the runs in another folder, a row with no measured throughput and a latency figure that
+# is no measurement: read and said in the measured tier's fit, tests/test_kernels.py
+# (test_calibrate_fits_the_measured_tier; one fit, not two, 2026-12-05).
 
 
 def test_a_broken_calibration_file_is_one_line(

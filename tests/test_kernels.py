@@ -323,8 +323,24 @@ def test_a_missing_or_bad_calibration_file_is_one_line(
 def test_calibrate_fits_the_measured_tier(cli: Cli, tmp_path: Path, two_gpu_runs: Path) -> None:
     """`dse calibrate --kernels measured` refits what stays calibrated on that tier and records it:
     on H200 and MI355X runs alone, the measured-kernel scale and launch saving move off their
-    starting values, and the file says which tier its figures belong to."""
-    data = two_gpu_runs
+    starting values, and the file says which tier its figures belong to.
+
+    The same fit reads its runs from a copy in another folder, with a row whose throughput is not a
+    measured number > 0 and a row with such a latency figure (what reading the runs does, before
+    either tier's fit): the copy still fits the shipped stage points (they were read from beside
+    the runs' file, so a copy fitted none), the row is skipped with its reason, not fitted (a log
+    of -5), and the figure is left out and said (it was silent)."""
+    import csv
+
+    with open(two_gpu_runs, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    rows[0]["tput_per_gpu_total"] = "-5"
+    rows[1]["median_tpot_ms"] = "-5"
+    data = tmp_path / "elsewhere.csv"
+    with open(data, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
     out = tmp_path / "measured.json"
     flags = ("--kernels", "measured", "--data", str(data), "--out", str(out), "--no-cross-validation")
     proc = cli("calibrate", *flags)
@@ -334,3 +350,9 @@ def test_calibrate_fits_the_measured_tier(cli: Cli, tmp_path: Path, two_gpu_runs
     assert fitted["kernels"] == "measured" and fitted["provenance"]["kernels"] == "measured"
     assert fitted["params"]["measured_scale"] != 1.0 and fitted["params"]["launch_saving_us"] != 0.0
     assert load_params(out).kernels == "measured"
+    assert "(1 skipped) and 7 stage points" in proc.out, proc.out
+    skipped = "skipped: elsewhere.csv line 2: tput_per_gpu_total = '-5': must be a measured number > 0"
+    assert skipped in proc.out
+    left_out = "not a measurement: elsewhere.csv line 3: median_tpot_ms = '-5': must be a measured number > 0"
+    assert left_out + " (left out; the row's other figures are fitted)" in proc.out
+    assert "RuntimeWarning" not in proc.err

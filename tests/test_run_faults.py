@@ -21,7 +21,7 @@ from pathlib import Path
 import optuna
 import pytest
 import sqlalchemy
-from conftest import Cli, dse_cmd
+from conftest import Cli, Result, dse_cmd
 
 from dse.errors import StorageFault
 from dse.study import Study
@@ -344,11 +344,12 @@ def test_an_error_no_storage_cause_explains_keeps_its_traceback(tmp_path: Path) 
 
 
 @pytest.mark.e2e
-def test_a_report_killed_while_drawing_leaves_the_last_whole_report(tmp_path: Path) -> None:
+def test_a_report_killed_while_drawing_leaves_the_last_whole_report(
+    tmp_path: Path, tiny_cli_run: Result
+) -> None:
     """SIGKILL in the middle of drawing (the adversarial run found a partial report/ and a 0-byte
-    .tmp file): the report folder is the previous one, whole."""
-    assert subprocess.run(dse_cmd("study", "run", str(TINY), "--out", str(tmp_path), "--trials", "6"),
-                          capture_output=True).returncode == 0  # fmt: skip
+    .tmp file): the report folder is the previous one, whole (the session's tiny run's, conftest)."""
+    assert tiny_cli_run.code == 0, tiny_cli_run.err
     folder = tmp_path / "tiny-study" / "report"
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     # a report process that is killed as soon as it has drawn its first figure

@@ -7,11 +7,13 @@ what another imports). The times themselves are measured by ``benchmarks/startup
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import Result
 
 HEAVY = ("pyomo", "optuna", "polars", "numba", "scipy", "matplotlib", "highspy", "sqlalchemy", "numpy")
 
@@ -87,50 +89,60 @@ def test_place_imports_neither_the_simulators_nor_their_compiler() -> None:
 SCIPY_PACKAGES = ("scipy.stats", "scipy.integrate", "scipy.sparse", "scipy.spatial")
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["study", "run", str(Path(__file__).resolve().parent / "data" / "tiny-study.toml"), "--trials", "2",
-         "--no-export", "--out", "{tmp}"],
-        ["simulate", "--hardware", "b200", "--rate", "4", "--isl", "1000", "--osl", "200", "--ttft", "2",
-         "--tpot", "0.05", "--horizon", "900"],
-    ],  # fmt: skip
-    ids=["study run", "simulate"],
-)
+TINY = str(Path(__file__).resolve().parent / "data" / "tiny-study.toml")
+PYLAB = ("matplotlib.pyplot", "matplotlib.pylab")
+
+
+@pytest.fixture(scope="module")
+def tiny_run_probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, object], Path]:
+    """`dse study run` of the tiny study (two trials, its exports and report) in a fresh interpreter:
+    what it answered and imported, and its --out folder. The run's trials import what a run with
+    --no-export does, in the same order; the exports and the report come after and only add."""
+    out = tmp_path_factory.mktemp("tiny-probe")
+    argv = ["study", "run", TINY, "--trials", "2", "--out", str(out)]
+    return _probe(argv, heavy=(*HEAVY, *SCIPY_PACKAGES, *PYLAB)), out
+
+
 def test_commands_with_the_solver_and_the_simulators_leave_pyomos_scipy_packages_out(
-    argv: list[str], tmp_path: Path
+    tiny_run_probe: tuple[dict[str, object], Path],
 ) -> None:
     """numba imports scipy to check its version, and pyomo's import hook then loaded scipy.stats,
     .integrate, .sparse and .spatial (0.5-0.8 s a process) for solvers dse never uses
-    (``dse/scipy_hook.py``); each command imports its modules in its own order."""
-    res = _probe([a.replace("{tmp}", str(tmp_path)) for a in argv], heavy=HEAVY + SCIPY_PACKAGES)
-    assert res["code"] == 0
-    assert {"pyomo", "numba", "scipy"} <= set(res["heavy"])
-    assert not set(SCIPY_PACKAGES) & set(res["heavy"])
+    (``dse/scipy_hook.py``); each command imports its modules in its own order: `dse study run`
+    here, `dse simulate` below."""
+    simulate = ["simulate", "--hardware", "b200", "--rate", "4", "--isl", "1000", "--osl", "200",
+                "--ttft", "2", "--tpot", "0.05", "--horizon", "900"]  # fmt: skip
+    for res in (tiny_run_probe[0], _probe(simulate, heavy=HEAVY + SCIPY_PACKAGES)):
+        assert res["code"] == 0
+        assert {"pyomo", "numba", "scipy"} <= set(res["heavy"])  # type: ignore[arg-type]
+        assert not set(SCIPY_PACKAGES) & set(res["heavy"])  # type: ignore[arg-type]
 
 
-def test_a_study_runs_report_draws_without_pyomos_matplotlib_packages(tmp_path: Path) -> None:
+def test_a_study_runs_report_draws_without_pyomos_matplotlib_packages(
+    tiny_run_probe: tuple[dict[str, object], Path],
+) -> None:
     """pyomo's import hook for matplotlib imported matplotlib.pylab and its backends beside the
     pyplot the report draws with (``dse/scipy_hook.py``)."""
-    tiny = str(Path(__file__).resolve().parent / "data" / "tiny-study.toml")
-    pylab = ("matplotlib.pyplot", "matplotlib.pylab")
-    res = _probe(["study", "run", tiny, "--trials", "2", "--out", str(tmp_path)], heavy=(*HEAVY, *pylab))
-    assert res["code"] == 0 and (tmp_path / "tiny-study" / "report" / "report.md").is_file()
+    res, out = tiny_run_probe
+    assert res["code"] == 0 and (out / "tiny-study" / "report" / "report.md").is_file()
     assert {"pyomo", "matplotlib.pyplot"} <= set(res["heavy"])  # type: ignore[arg-type]
     assert "matplotlib.pylab" not in res["heavy"]  # type: ignore[operator]
 
 
 @pytest.mark.e2e
-def test_export_and_report_of_a_finished_study_import_no_solver(tmp_path: Path) -> None:
+def test_export_and_report_of_a_finished_study_import_no_solver(tmp_path: Path, tiny_cli_run: Result) -> None:
     """Exports and the report read what the trials stored: no MILP is built or solved, so pyomo's
     modelling layer and HiGHS are never imported (a fresh interpreter for each command). Loading
     the simulators loads pyomo's table of deferred imports, to drop its scipy hook
-    (``dse/scipy_hook.py``), and no more of pyomo."""
-    tiny = str(Path(__file__).resolve().parent / "data" / "tiny-study.toml")
-    assert _probe(["study", "run", tiny, "--out", str(tmp_path), "--trials", "4", "--no-export"])["code"] == 0
+    (``dse/scipy_hook.py``), and no more of pyomo. The finished study is the session's tiny run
+    (conftest), its exports and report removed for these commands to write again."""
+    assert tiny_cli_run.code == 0, tiny_cli_run.err
+    for written in ("exports", "report"):
+        shutil.rmtree(tmp_path / "tiny-study" / written)
     for command in ("export", "report"):
-        res = _probe(["study", command, tiny, "--out", str(tmp_path)], heavy=(*HEAVY, "pyomo.core"))
+        res = _probe(["study", command, TINY, "--out", str(tmp_path)], heavy=(*HEAVY, "pyomo.core"))
         assert res["code"] == 0
         solver = [m for m in res["heavy"] if m in ("pyomo.core", "highspy")]  # type: ignore[union-attr]
         assert solver == [], f"dse study {command} imported {solver}"
+    assert (tmp_path / "tiny-study" / "exports" / "trials" / "study=tiny-study" / "part-0.parquet").is_file()
     assert (tmp_path / "tiny-study" / "report" / "report.md").is_file()
