@@ -283,7 +283,8 @@ def test_a_point_whose_cheapest_design_falls_behind_is_sized_for_the_traffic_it_
     assert placed.best is not None and placed.best.topology.value == "disaggregated"
     growth = first.constraints["stability"]
     assert first.binding.startswith("stability:") and growth > 1.0, first.binding
-    assert rec.feasible and rec.metrics["sim_backlog_growth_per_s"] == 0.0
+    # holds: any growth left is the fluid's numerical noise, within its allowance of 0.1% of arrivals
+    assert rec.feasible and rec.metrics["sim_backlog_growth_per_s"] < 1e-3 * 200.0 < growth
     assert rec.metrics["milp_resolves"] == 1.0  # one solve for the traffic it fell short of
     assert held.request.workload.requests_per_s == pytest.approx(200.0 * 1.02 * 200.0 / (200.0 - growth))
     assert {p["role"] for p in rec.pools} == {"prefill", "decode"}

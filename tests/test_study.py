@@ -183,7 +183,7 @@ def test_a_prompt_beyond_the_model_context_is_refused_before_any_trial(tmp_path:
         )
         out = cli(cmd, *flags)
         assert out.code == 2 and out.err.startswith(
-            f"dse: error: dse {cmd}: --isl = 300000.0: with the other"
+            f"dse: error: dse {cmd}: --isl = 300000: with the other"
         ), out.err
 
 

@@ -122,7 +122,7 @@ def test_place_flags_price_storage_and_refuse_bad_values(cli: Cli) -> None:
 
     assert dram(best) < dram(free) and best["usd_per_hour"] >= free["usd_per_hour"]
     bad = cli(*PLACE, "--storage-years", "0")
-    assert bad.code == 2 and "--storage-years = 0.0: must be > 0" in bad.err
+    assert bad.code == 2 and "--storage-years = 0: must be > 0" in bad.err
     assert len(bad.err.strip().splitlines()) == 1
 
 
