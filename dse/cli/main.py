@@ -187,6 +187,8 @@ def _main(argv: list[str]) -> int:
         _warn_of_units(catalog)
         return int(args.run(args, catalog))
     except (DseError, Interrupted) as exc:  # (Interrupted: a Ctrl-C that says what it kept)
+        if isinstance(exc, Interrupted):  # a KeyboardInterrupt: the process must not die of SIGINT
+            _forget_unhandled_interrupt()
         print(f"dse: error: {_in_its_file(exc, catalog)}", file=sys.stderr)
         return interrupt.exit_code() if exc.exit_code == 130 else exc.exit_code  # (SIGTERM: 143)
 
