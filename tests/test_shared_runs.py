@@ -308,6 +308,7 @@ def test_a_trial_failed_between_its_record_and_its_values_is_dropped(
     assert stored.study.get_trials()[0].state == State.FAIL
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # the test drives the source by hand
 @pytest.mark.parametrize("study_file", [TINY, GRID])
 def test_a_workers_count_reads_no_records_and_counts_as_before(
     study_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
