@@ -301,7 +301,7 @@ def summary(res: StudyResults, top: int = 5) -> str:
             f"{r['p_prefill_hardware']}/{r['p_prefill_shape']}",
             f"{r['p_decode_hardware']}/{r['p_decode_shape']}",
             _whole(r["p_chunk_tokens"]),
-            _whole(batch_cap(r["decode_batch_sequences"])),  # floats: the table writes 1,581
+            _whole(batch_cap(r["decode_batch_sequences"])),
             r["gpus"],
             r["usd_per_million_tokens"],
             r["tokens_per_s_per_gpu"],
@@ -336,6 +336,8 @@ def summary(res: StudyResults, top: int = 5) -> str:
 
 
 def _whole(n: int | None) -> float | None:
+    """A count as the table writes it with thousands separators (1,581): format_table writes
+    floats so and ints bare, as trial numbers are."""
     return None if n is None else float(n)
 
 
