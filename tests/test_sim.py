@@ -429,3 +429,14 @@ def test_a_rise_in_traffic_below_capacity_is_stable_in_the_fluid_model() -> None
     past = Arrivals(ArrivalKind.TRACE, 3.0, trace_times_s=(0.0, 600.0), trace_rates=(3.0, 8.5))
     f, _ = simulate_fluid(pipe(), scenario(3.0, arrivals=past))
     assert not f.stable[0] and f.backlog_growth_per_s[0] == pytest.approx(0.5, rel=0.05)
+
+
+def test_backlog_growth_of_no_configurations_is_empty() -> None:
+    """A batch of no configurations has no verdicts: the per-row loop over whole periods had left
+    the verdict unset (UnboundLocalError) where the slope alone had given empty arrays."""
+    from dse.sim.statistics import backlog_growth
+
+    t = np.arange(0.0, 600.0, 1.0)
+    for period in (None, np.array([])):
+        stable, growth = backlog_growth(t, np.zeros((0, len(t))), 4.0, period_s=period)
+        assert stable.shape == (0,) and growth.shape == (0,)
