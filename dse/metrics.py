@@ -63,7 +63,8 @@ METRICS = {
         "requests/s",
         None,
         "backlog growth over the simulation's last third (over its last two periods where it swings"
-        " with one)",
+        " with one); the fluid's: of its own queues, without the prompts in prefill or the"
+        " stationary waits",
     ),
     "ttft_p99_s": Metric(
         "s",

@@ -409,3 +409,34 @@ def test_more_load_never_makes_an_unstable_design_stable() -> None:
             verdicts.append(bool(f.stable[0]))
         first = verdicts.index(False)
         assert first > 0 and not any(verdicts[first:]), (kw, list(zip(rates.round(2), verdicts, strict=True)))
+
+
+def test_a_rise_in_traffic_below_capacity_is_stable_in_the_fluid_model() -> None:
+    """A step (a trace) or a burst up to 7-7.5 req/s into 8 req/s of prefill, late in the run: the
+    fluid's queues count the prompts in prefill and the stationary wait (Little's law), which grow
+    with the rate, not with an excess. Judged on them, the step had been unstable (growth +0.03
+    req/s over one second of arrivals) where the reference, at the same load, is stable; the
+    fluid's own queues stay empty below capacity."""
+    rises = (
+        Arrivals(ArrivalKind.TRACE, 3.0, trace_times_s=(0.0, 1000.0), trace_rates=(3.0, 7.5)),
+        Arrivals(ArrivalKind.TRACE, 3.0, trace_times_s=(0.0, 900.0), trace_rates=(3.0, 7.0)),
+        Arrivals(ArrivalKind.BURST, 3.5, burst_factor=2.0, burst_start_s=1000.0, burst_s=1000.0),
+    )
+    for arrivals in rises:
+        f, _ = simulate_fluid(pipe(), scenario(3.0, arrivals=arrivals))
+        assert f.stable[0] and f.backlog_growth_per_s[0] == pytest.approx(0.0, abs=1e-6), arrivals
+    # the same step past capacity (8 req/s) is not
+    past = Arrivals(ArrivalKind.TRACE, 3.0, trace_times_s=(0.0, 600.0), trace_rates=(3.0, 8.5))
+    f, _ = simulate_fluid(pipe(), scenario(3.0, arrivals=past))
+    assert not f.stable[0] and f.backlog_growth_per_s[0] == pytest.approx(0.5, rel=0.05)
+
+
+def test_backlog_growth_of_no_configurations_is_empty() -> None:
+    """A batch of no configurations has no verdicts: the per-row loop over whole periods had left
+    the verdict unset (UnboundLocalError) where the slope alone had given empty arrays."""
+    from dse.sim.statistics import backlog_growth
+
+    t = np.arange(0.0, 600.0, 1.0)
+    for period in (None, np.array([])):
+        stable, growth = backlog_growth(t, np.zeros((0, len(t))), 4.0, period_s=period)
+        assert stable.shape == (0,) and growth.shape == (0,)

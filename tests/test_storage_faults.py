@@ -407,3 +407,23 @@ def test_a_worker_whose_server_pauses_for_a_second_goes_on(
     assert worker.returncode == 0, err
     assert "unreachable" not in err and "Traceback" not in err, err
     assert _complete(postgres_server.url, "pg-paused-study") == 40
+
+
+def test_a_bad_wait_in_the_environment_is_refused_as_itself_when_the_storage_opens(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """DSE_STORAGE_RETRY_S had been read only when a storage first went away: a run with a typo in
+    it went on, and the first server restart ended the worker with exit 2 instead of being waited
+    out. DSE_DB_ANSWER_S's refusal had been wrapped as the storage URL's ("storage: url = ...:
+    cannot be opened (InputError: DSE_DB_ANSWER_S ...)"): the line names the variable alone."""
+    monkeypatch.setenv("DSE_STORAGE_RETRY_S", "2 min")
+    db = tmp_path / "runs" / "study.db"
+    with pytest.raises(InputError) as caught:
+        open_storage(f"sqlite:///{db}", stale_after_s=120)
+    assert str(caught.value).startswith("DSE_STORAGE_RETRY_S = '2 min': must be a number of seconds")
+    assert caught.value.exit_code == 2 and not (tmp_path / "runs").exists()  # nothing left behind
+    monkeypatch.delenv("DSE_STORAGE_RETRY_S")
+    monkeypatch.setenv("DSE_DB_ANSWER_S", "abc")
+    with pytest.raises(InputError) as answer:
+        open_storage(f"postgresql://u@127.0.0.1:{_closed_port()}/dse")
+    assert str(answer.value).startswith("DSE_DB_ANSWER_S = 'abc': must be a number of seconds"), answer.value

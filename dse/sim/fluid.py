@@ -146,7 +146,7 @@ def _summarise(
     lengths = scenario.lengths
     after = traj.t >= scenario.warmup_s
     lam, done = r["lam"][:, after], r["done"][:, after]
-    stable, growth, osc = verdicts(traj, scenario, fluid=True)
+    stable, growth, osc = verdicts(traj, scenario, fluid=True, queued=r["queued"])
     tau_a = r["tau"][:, after]
     w_done, w_lam = done + 1e-12, lam + 1e-12
     tpot_mean = (tau_a * w_done).sum(axis=1) / w_done.sum(axis=1)

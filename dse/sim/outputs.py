@@ -62,12 +62,15 @@ class Summary:
 
 
 def verdicts(
-    traj: Trajectories, scenario: Scenario, *, fluid: bool = False
+    traj: Trajectories, scenario: Scenario, *, fluid: bool = False, queued: Array | None = None
 ) -> tuple[Array, Array, list[Oscillation]]:
     """(stable, growth, oscillation per configuration): the oscillation of prefill instances when
     a planner moves them, else of the prefill queue; backlog growth over the last third, or over
     the last two periods of a swing (the oscillation's, else a diurnal rate's). ``fluid`` judges
-    the growth without the allowance a run of drawn requests needs for its noise."""
+    the growth without the allowance a run of drawn requests needs for its noise, and of ``queued``
+    (its state's queues) where given: the prompts in prefill and the requests its stationary waits
+    hold grow with the arrival rate, not with an excess, and a rise late in the run below capacity
+    had been called unstable."""
     after = traj.t >= scenario.warmup_s
     rate = float(np.mean(scenario.arrivals.rate(traj.t)))
     cp = traj.prefill_instances[:, after]
@@ -92,5 +95,6 @@ def verdicts(
     tolerance = (
         {"share": FLUID_GROWTH_SHARE, "min_backlog_s": FLUID_MIN_BACKLOG_S} if fluid else {}
     )
-    stable, growth = backlog_growth(traj.t, traj.backlog(), rate, period_s=period, **tolerance)
+    backlog = traj.backlog() if queued is None else queued
+    stable, growth = backlog_growth(traj.t, backlog, rate, period_s=period, **tolerance)
     return stable, growth, osc

@@ -54,7 +54,7 @@ def backlog_growth(
         whole = _whole_periods(t, b[i], float(per))
         if whole is not None:
             slope[i], level[i] = whole
-        unstable = (slope > share * arrival_rate) & (level > min_backlog_s * arrival_rate)
+    unstable = (slope > share * arrival_rate) & (level > min_backlog_s * arrival_rate)
     return ~unstable, slope
 
 

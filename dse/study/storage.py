@@ -49,7 +49,7 @@ from dse.study.samplers import make_sampler
 from dse.study.server_answer import install as answered_within
 from dse.study.spec import StudySpec
 from dse.study.sqlite_seed import seed_sqlite
-from dse.study.timeouts import storage_retry_s
+from dse.study.timeouts import db_answer_s, storage_retry_s
 
 T = TypeVar("T")
 
@@ -70,6 +70,11 @@ class _WalConnection(sqlite3.Connection):
 def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storages.RDBStorage:
     """Optuna's storage for ``url``. With ``stale_after_s`` (workers sharing a storage), trials
     carry heartbeats and a trial silent for that long is stale: its worker died."""
+    # the waits the environment sets are refused here, as themselves, before anything is made: the
+    # storage's retry had been read only when a storage first went away (a restart then ended a
+    # worker with exit 2), and the answer bound's refusal was wrapped as the URL's
+    storage_retry_s()
+    db_answer_s()
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:") and sqlite_path(url) is None:
         raise InputError(
