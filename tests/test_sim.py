@@ -178,10 +178,10 @@ def test_fluid_conserves_requests(rate: float, cp: int, cd: int, burst: float, b
     arrived = tr.arrival_rate[0].sum() * 1.0
     done = tr.completions_per_s[0].sum() * 1.0
     in_service = (tr.decode_batch[0] * tr.decode_instances[0])[-1]
-    assert tr.stationary_waiting is not None  # in the queues by Little's law, not in the state
-    waiting = tr.prefill_queue[0, -1] + tr.buffer[0, -1] - tr.stationary_waiting[0, -1]
-    # the recorded prefill queue also counts the prefills in service (at most one per server)
-    assert done + in_service + waiting - cp - 1e-6 <= arrived <= done + in_service + waiting + 1e-6
+    assert tr.queued is not None  # the state's queues, without what Little's law adds to the recorded ones
+    waiting = tr.queued[0, -1]
+    # besides, the prefills in service (at most one per server), which the state holds apart
+    assert done + in_service + waiting - 1e-6 <= arrived <= done + in_service + waiting + cp + 1e-6
     assert (tr.buffer[0] <= buffer + 1e-6).all()
 
 

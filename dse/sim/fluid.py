@@ -117,7 +117,7 @@ def _trajectories(t_arr: Array, r: dict[str, Array], kv_gb_per_seq: Array | floa
         decode_instances=r["cd"],
         completions_per_s=r["done"],
         kv_active_gb=r["batch"] * r["cd"] * np.asarray(kv_gb_per_seq, dtype=float).reshape(-1, 1),
-        stationary_waiting=r["held"],
+        queued=r["queued"],
     )
 
 
@@ -146,7 +146,7 @@ def _summarise(
     lengths = scenario.lengths
     after = traj.t >= scenario.warmup_s
     lam, done = r["lam"][:, after], r["done"][:, after]
-    stable, growth, osc = verdicts(traj, scenario, fluid=True, queued=r["queued"])
+    stable, growth, osc = verdicts(traj, scenario, fluid=True)
     tau_a = r["tau"][:, after]
     w_done, w_lam = done + 1e-12, lam + 1e-12
     tpot_mean = (tau_a * w_done).sum(axis=1) / w_done.sum(axis=1)

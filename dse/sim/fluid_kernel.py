@@ -28,7 +28,6 @@ OUT = {
             "ttft",
             "ttft_p99",
             "util",
-            "held",
             "queued",
         )
     )
@@ -226,6 +225,5 @@ def advance(
             out[10, i, step] = (1.0 - m) * ttft_f + m * (ttft_m + wq_r) + wq_p + wq_b + wq_h
             out[11, i, step] = max(ttft_f, ttft_m if m > 0 else 0.0) + tails
             out[12, i, step] = max(max(rho_p, rho_b), max(rho_r, rho_h))
-            out[13, i, step] = held_p + held_b
             # the state's own queues: empty below capacity, growing by the excess above it
-            out[14, i, step] = q[0, i] + q[1, i] + q[2, i] + q[3, i] + qb_now
+            out[13, i, step] = q[0, i] + q[1, i] + q[2, i] + q[3, i] + qb_now

@@ -31,10 +31,11 @@ class Trajectories:
     decode_instances: Array
     completions_per_s: Array
     kv_active_gb: Array  # KV of the sequences decoding
-    # the fluid model's queues count the requests its stationary waits hold (arrivals x the wait
-    # its TTFT adds below capacity, by Little's law), which its state does not: those, included
-    # in ``prefill_queue`` and ``buffer`` (None for the reference, whose requests are all real)
-    stationary_waiting: Array | None = None
+    # the fluid model's ``prefill_queue`` and ``buffer`` count the prompts in prefill and the
+    # requests its stationary waits hold (arrivals x the wait its TTFT adds below capacity, by
+    # Little's law), which its state does not: its state's own queues, empty below capacity and
+    # growing by the excess above it (None for the reference, whose queues are all real requests)
+    queued: Array | None = None
 
     def backlog(self) -> Array:
         return self.prefill_queue + self.buffer
@@ -62,15 +63,15 @@ class Summary:
 
 
 def verdicts(
-    traj: Trajectories, scenario: Scenario, *, fluid: bool = False, queued: Array | None = None
+    traj: Trajectories, scenario: Scenario, *, fluid: bool = False
 ) -> tuple[Array, Array, list[Oscillation]]:
     """(stable, growth, oscillation per configuration): the oscillation of prefill instances when
     a planner moves them, else of the prefill queue; backlog growth over the last third, or over
     the last two periods of a swing (the oscillation's, else a diurnal rate's). ``fluid`` judges
-    the growth without the allowance a run of drawn requests needs for its noise, and of ``queued``
-    (its state's queues) where given: the prompts in prefill and the requests its stationary waits
-    hold grow with the arrival rate, not with an excess, and a rise late in the run below capacity
-    had been called unstable."""
+    the growth without the allowance a run of drawn requests needs for its noise; a trajectory
+    with its state's own queues (``traj.queued``) is judged on them: the prompts in prefill and the
+    requests its stationary waits hold grow with the arrival rate, not with an excess, and a rise
+    late in the run below capacity had been called unstable."""
     after = traj.t >= scenario.warmup_s
     rate = float(np.mean(scenario.arrivals.rate(traj.t)))
     cp = traj.prefill_instances[:, after]
@@ -95,6 +96,6 @@ def verdicts(
     tolerance = (
         {"share": FLUID_GROWTH_SHARE, "min_backlog_s": FLUID_MIN_BACKLOG_S} if fluid else {}
     )
-    backlog = traj.backlog() if queued is None else queued
+    backlog = traj.backlog() if traj.queued is None else traj.queued
     stable, growth = backlog_growth(traj.t, backlog, rate, period_s=period, **tolerance)
     return stable, growth, osc
