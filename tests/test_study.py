@@ -498,6 +498,39 @@ def test_a_failure_of_the_last_write_reaches_the_run(tmp_path: Path, monkeypatch
         Study.load(TINY).run(out=tmp_path, trials=4)
 
 
+def test_the_sampler_process_proposes_before_it_writes_what_it_was_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Told trial k, the sampler's process sends the proposal the parent asked for with it (trial
+    k + 2) before it writes trial k, so the parent, evaluating k + 1, does not wait for the write;
+    every trial is still written, in order, and the run's trials are those of a run in one process."""
+    log = tmp_path / "order.log"
+    real_ask, real_write = proposer._Sampling.ask, proposer.write_finished
+
+    def ask(self: proposer._Sampling) -> proposer.Proposal:
+        got = real_ask(self)
+        with log.open("a") as f:
+            f.write(f"ask {got.number}\n")
+        return got
+
+    def write(stored: object, trial: object, *args: object) -> None:
+        with log.open("a") as f:
+            f.write(f"write {trial.number}\n")  # type: ignore[attr-defined]
+        real_write(stored, trial, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(proposer._Sampling, "ask", ask)  # the forked child inherits both
+    monkeypatch.setattr(proposer, "write_finished", write)
+    forked = Study.load(TINY).run(out=tmp_path / "forked", trials=6).trials
+    events = log.read_text().split("\n")[:-1]
+    writes = [int(e.split()[1]) for e in events if e.startswith("write")]
+    assert writes == list(range(6))
+    for k in range(4):  # trial k + 2 is asked for with trial k's tell, and goes out first
+        assert events.index(f"ask {k + 2}") < events.index(f"write {k}"), events
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "daemon", property(lambda self: True))
+    alone = Study.load(TINY).run(out=tmp_path / "alone", trials=6).trials  # in this process
+    assert alone.select("p_topology", "p_max_batch").equals(forked.select("p_topology", "p_max_batch"))
+
+
 @pytest.mark.e2e
 def test_an_orphaned_sampler_process_stores_every_trial_it_was_told(
     tmp_path: Path, clean_env: dict[str, str]

@@ -10,7 +10,9 @@ however fast either side runs, and a run that may not start processes (inside a 
 such as a ``multiprocessing.Pool`` worker) keeps the same order in its own process.
 
 The child also writes each finished trial to the storage (one transaction, with the sampler's
-own attributes: NSGA-II's generation, TPE's relative parameters) as it is told. It ignores Ctrl-C:
+own attributes: NSGA-II's generation, TPE's relative parameters) as it is told, once it has sent
+the proposal the parent asked for with it (the parent evaluates meanwhile, rather than wait out
+the write). It ignores Ctrl-C:
 the parent stops it by closing the pipe, and it writes every trial it was told before it exits,
 also when the parent was killed. The parent's :meth:`Proposer.close` returns once all are stored.
 """
@@ -74,6 +76,7 @@ class _Sampling:
             self.study.enqueue_trial(p, skip_if_exists=True)
         self.stored, self.spec = stored, setup.spec
         self.running: dict[int, optuna.Trial] = {}
+        self.unstored: list[tuple[optuna.trial.FrozenTrial, dict[str, Any]]] = []  # told, to write
 
     def ask(self) -> Proposal:
         trial = self.study.ask()
@@ -82,9 +85,16 @@ class _Sampling:
         return Proposal(trial.number, dict(trial.params), design)
 
     def tell(self, number: int, values: list[float], violation: float, user_attrs: dict[str, Any]) -> None:
+        """Tell the sampler; the trial waits in :attr:`unstored` until :meth:`store` writes it."""
         trial = self.running.pop(number)
         trial.set_constraint("violation", violation)
-        write_finished(self.stored, self.study.tell(trial, values), user_attrs)
+        self.unstored.append((self.study.tell(trial, values), user_attrs))
+
+    def store(self) -> None:
+        """Write the told trials to the storage, oldest first."""
+        while self.unstored:
+            write_finished(self.stored, *self.unstored[0])
+            self.unstored.pop(0)
 
 
 class Proposer:
@@ -138,12 +148,15 @@ class Proposer:
     def finish(self, number: int, values: list[float], violation: float, user_attrs: dict[str, Any]) -> None:
         """Tell the sampler trial ``number``'s objective values and worst constraint violation
         (<= 0: feasible); it stores the trial, with ``user_attrs`` added, and proposes ahead."""
+        more = self._asked < self._todo
         if self._local is not None:
             self._local.tell(number, values, violation, user_attrs)
-        else:
-            self._send(("tell", number, values, violation, user_attrs))
-        if self._asked < self._todo:
-            self._ask()
+            self._local.store()
+            if more:
+                self._ask()
+        else:  # one message: the child proposes the next trial, then writes this one
+            self._asked += more
+            self._send(("tell", number, values, violation, user_attrs, more))
 
     def close(self) -> None:
         """Stop the child once it has stored every finished trial; raise what it failed with."""
@@ -218,22 +231,30 @@ def _serve(
     if parents is not None:  # a forked child holds the parent's end too: close it, or no EOF comes
         parents.close()
     gone = False  # the parent went away: store what it told, propose nothing
+    sampling: _Sampling | None = None
     try:
         store = open_storage(storage)
         stored = StoredStudy.of(optuna.load_study(study_name=setup.spec.name, storage=store), store, storage)
         sampling = _Sampling(setup, stored)
         while (msg := conn.recv()) is not None:
             if msg[0] == "tell":
-                sampling.tell(*msg[1:])
-            elif not gone:
+                sampling.tell(*msg[1:5])
+            if (msg[0] == "ask" or msg[5]) and not gone:  # a tell may ask for the next proposal
                 proposal = sampling.ask()
                 try:
                     conn.send(("proposal", proposal))
                 except (BrokenPipeError, ConnectionResetError):
                     gone = True
+            # the told trial is written after the proposal is sent, while the parent evaluates
+            sampling.store()
     except (EOFError, ConnectionError):  # the parent went away and every message it sent is read
+        if sampling is not None:
+            sampling.store()
         return
     except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it
+        if sampling is not None:  # what was told before the failure (a failed write raises again)
+            with contextlib.suppress(Exception):
+                sampling.store()
         with contextlib.suppress(OSError):
             try:
                 conn.send(("error", exc))
