@@ -141,10 +141,17 @@ def advance(
             for k in range(kk):
                 keep[k] = 1.0 / (1.0 + dt / (mean_len[k] * tau))
                 kept += active[i, k] * keep[k]
-            free = max(cd[i] * slots - kept, 0.0)
             qb_tot = 0.0
+            keep_in = 0.0  # of the requests waiting to be admitted (the buffer and the handoff's)
             for k in range(kk):
                 qb_tot += qb[i, k]
+                keep_in += (qb[i, k] + out_h * share[k]) * keep[k]
+            keep_in = keep_in / (qb_tot + out_h) if qb_tot + out_h > 0.0 else 1.0
+            # the slots hold the instances' requests at the step's end, the occupancy whose
+            # departures backward Euler counts: an admitted request counts at what of it stays, so
+            # full slots serve cd * slots / (mean_len * tau), the capacity the placement sized
+            # (counted whole, full slots had served 0.6% less at a 2 s step and 25 s of decode)
+            free = max(cd[i] * slots - kept, 0.0) / keep_in
             admit = min(qb_tot + out_h, free)
             out_h = max(min(out_h, bmax - qb_tot + admit), 0.0)
             admit = min(admit, qb_tot + out_h)

@@ -36,8 +36,8 @@ def backlog_growth(
 
     A row that swings with a period (``period_s``, nan for none: a planner's cycle, a diurnal
     swing) whose last two periods fit in the trajectory is judged over whole periods instead: the
-    mean of its last period less the mean of the one before, over the period, and the last
-    period's mean backlog. A slope over a window that is not a whole number of periods reads the
+    mean of its last period less the mean of the one before, over the period (or the same of
+    their peaks, whichever is less), and the last period's mean backlog. A slope over a window that is not a whole number of periods reads the
     phase the run ended in: a bounded cycle had been called unstable at one planner delay and
     stable at a longer one."""
     t = np.asarray(t, dtype=float)
@@ -74,7 +74,11 @@ def _whole_periods(t: Array, b: Array, period_s: float) -> tuple[float, float] |
         n = min(last.sum(), before.sum())
         if n >= 3:
             a, z = b[last][-n:], b[before][-n:]
-            fit = (float(np.mean(np.abs(a - z))), float((a.mean() - z.mean()) / w), float(a.mean()))
+            # the growth of both the mean and the peak: a backlog past capacity raises both, while
+            # a bounded cycle that does not repeat exactly (its period drifts) moves its mean
+            # between periods but meets the same ceiling
+            grow = min(a.mean() - z.mean(), a.max() - z.max()) / w
+            fit = (float(np.mean(np.abs(a - z))), float(grow), float(a.mean()))
             if best is None or fit[0] < best[0] - 1e-9:
                 best = fit
         k += 1
