@@ -926,3 +926,101 @@ def test_every_script_sets_only_what_it_uses_and_passes_shellcheck() -> None:
                     ran = subprocess.run([checker, "-"], input=text, capture_output=True, text=True)
                     assert ran.returncode == 0, (profile, engine, name, ran.stdout)
     assert seen > 40
+
+
+def _written_once(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A deploy folder written once, and the files of a second deployment to write over it."""
+    from dse.deploy.files import write_deploy
+
+    folder = tmp_path / "study" / "deploy"
+    write_deploy({"instance.sh": "echo one\n", "README.md": "one\n"}, folder)
+    return folder, {"instance.sh": "echo two\n", "router.sh": "echo r\n", "README.md": "two\n"}
+
+
+def _left(folder: Path) -> tuple[list[str], dict[str, str]]:
+    """What is beside ``folder`` (its own name included), and the files in it."""
+    inside = {p.name: p.read_text() for p in folder.iterdir()} if folder.exists() else {}
+    return sorted(p.name for p in folder.parent.iterdir()), inside
+
+
+@pytest.mark.parametrize("fault", [OSError(28, "No space left on device"), KeyboardInterrupt()])
+def test_a_deploy_that_fails_midway_leaves_the_earlier_one_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: BaseException
+) -> None:
+    """A write that fails at its second file, and a swap whose last rename fails, leave the earlier
+    deployment as it was and no temporary folder beside it. The swap had already moved the earlier
+    one aside, and removed it with the half-made one: no deploy folder at all."""
+    from dse.deploy.files import write_deploy
+
+    folder, second = _written_once(tmp_path)
+    before = _left(folder)
+    real_write, real_rename = Path.write_text, Path.rename
+    written: list[Path] = []
+
+    def write_text(self: Path, *a: Any, **k: Any) -> int:
+        written.append(self)
+        if len(written) == 2:
+            raise fault
+        return real_write(self, *a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "write_text", write_text)
+        with pytest.raises(type(fault)):
+            write_deploy(second, folder)
+    assert _left(folder) == before
+
+    def rename(self: Path, target: Path) -> Path:
+        if Path(target) == folder and not self.name.endswith(".old.tmp"):  # the new one swapped in
+            raise fault
+        return real_rename(self, target)
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "rename", rename)
+        with pytest.raises(type(fault)):
+            write_deploy(second, folder)
+    assert _left(folder) == before
+
+
+def test_a_ctrl_c_during_the_swap_waits_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C landing between the swap's two renames (the earlier deployment moved aside, the new
+    one not yet in) had left neither; under the command line's handler it now waits for the swap:
+    the new deployment is in whole, nothing beside it, and the interruption comes after."""
+    import os
+    import signal
+
+    from dse import interrupt
+    from dse.deploy.files import write_deploy
+
+    folder, second = _written_once(tmp_path)
+    real_rename = Path.rename
+
+    def rename(self: Path, target: Path) -> Path:
+        moved = real_rename(self, target)
+        if self == folder:  # the earlier one just moved aside
+            os.kill(os.getpid(), signal.SIGINT)
+        return moved
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with interrupt.remembered(), pytest.raises(KeyboardInterrupt):
+        write_deploy(second, folder)
+    assert _left(folder) == (["deploy"], second)
+
+
+def test_what_a_killed_deploy_left_is_removed_by_the_next(tmp_path: Path) -> None:
+    """A deploy killed (kill -9) mid-write leaves its temporary folders; the next one removes those
+    older than STALE_TMP_S (a younger one may be a concurrent deploy's, and stays)."""
+    import os
+
+    from dse.atomic import STALE_TMP_S
+    from dse.deploy.files import write_deploy
+
+    folder, second = _written_once(tmp_path)
+    killed = [folder.with_name(".deploy.4242.tmp"), folder.with_name(".deploy.4242.old.tmp")]
+    young = folder.with_name(".deploy.4343.tmp")
+    for d in (*killed, young):
+        d.mkdir()
+        (d / "instance.sh").write_text("half")
+    for d in killed:
+        os.utime(d, (d.stat().st_atime, d.stat().st_mtime - STALE_TMP_S - 60))
+    write_deploy(second, folder)
+    assert _left(folder) == (sorted(["deploy", young.name]), second)
