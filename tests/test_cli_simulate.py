@@ -400,3 +400,28 @@ def test_the_png_is_titled_with_every_pool_simulated(
     assert run.code == 0, run.err
     assert titles == [run.out.splitlines()[0]], (titles, run.out)
     assert "prefill 1 x b200/" in titles[0] and ", decode " in titles[0], titles
+
+
+def test_the_stability_line_says_what_it_judged(tmp_path: Path, cli: Cli) -> None:
+    """`stable: ... over the last third` was printed whatever the verdict read; a run that swings
+    with a period (here a diurnal rate of 120 s) is judged on whole periods, the mean backlog of
+    the last period against the one before, and now says so, with the span; a constant rate is
+    still the slope over the last third."""
+    placed = cli(*PLACE)
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    base = ["simulate", "--placement", plan, "--horizon", "600", "--warmup", "60"]
+
+    def stable_line(*extra: str) -> str:
+        run = cli(*base, *extra)
+        assert run.code == 0, run.err
+        return next(x for x in run.out.splitlines() if x.startswith("stable: "))
+
+    swing = ["--arrivals", "diurnal", "--period", "120", "--amplitude", "0.3"]
+    line = stable_line(*swing)
+    periods = "over whole periods: the mean and peak backlog of the last 120 s against the 120 s before)"
+    assert line.endswith(periods), line
+    assert "last third" not in line
+    assert json.loads(cli(*base, *swing, "--json").out)["fluid"]["growth_window_s"] == pytest.approx(120.0)
+    assert stable_line("--arrivals", "constant").endswith("req/s over the last third)")

@@ -17,6 +17,7 @@ from dse.catalog import Catalog
 from dse.deploy.design import Design, PoolLaunch
 from dse.deploy.engines import engine_flags
 from dse.deploy.files import launch_files
+from dse.deploy.scripts import ROUTER_PORT
 from dse.units import Precision
 
 TINY = str(Path(__file__).parent / "data" / "tiny-study.toml")
@@ -596,7 +597,7 @@ def _run_head(script: str, **env: str) -> dict[str, str]:
 
 def test_instances_sharing_a_host_get_their_own_gpus_and_ports() -> None:
     """Two prefill instances on one host: INSTANCE picks each its GPUs, its server port and its KV
-    bootstrap port (passed to SGLang explicitly); pools start 100 ports apart."""
+    bootstrap port (passed to SGLang explicitly), 240 ports apart; the next pool's slots follow."""
     import os
 
     f = FLAGS["sglang"]
@@ -606,13 +607,13 @@ def test_instances_sharing_a_host_get_their_own_gpus_and_ports() -> None:
     base = {"PATH": os.environ["PATH"]}
     seen = [_run_head(files["prefill.sh"], **base, INSTANCE=str(i)) for i in range(3)]
     assert seen == [
-        {"gpus": "0,1,2,3", "port": "8000", "bootstrap": "9000"},
-        {"gpus": "4,5,6,7", "port": "8010", "bootstrap": "9010"},
-        {"gpus": "0,1,2,3", "port": "8000", "bootstrap": "9000"},
+        {"gpus": "0,1,2,3", "port": "8000", "bootstrap": "8001"},
+        {"gpus": "4,5,6,7", "port": "8240", "bootstrap": "8241"},
+        {"gpus": "0,1,2,3", "port": "8000", "bootstrap": "8001"},
     ]
     assert subprocess.run(["bash", "-c", files["prefill.sh"]], capture_output=True, env=base).returncode != 0
     assert _run_head(files["decode.sh"], **base, NODE_RANK="0", HEAD_ADDR="h:5000") == {
-        "gpus": "", "port": "8100", "bootstrap": ""
+        "gpus": "", "port": "8480", "bootstrap": ""
     }  # fmt: skip
     assert f["bootstrap_port"] not in _command(files["decode.sh"])
     for engine in ("vllm", "trtllm"):
@@ -633,10 +634,10 @@ def test_sglang_designs_of_several_servers_get_a_router() -> None:
     assert _flags_of(words) <= _values("sglang")
     prefills = [(words[i + 1], words[i + 2]) for i, w in enumerate(words) if w == f["router_prefill"]]
     ports = [(u.rsplit(":", 1)[1], b) for u, b in prefills]
-    assert ports == [("8000", "9000"), ("8010", "9010"), ("8000", "9000")]
+    assert ports == [("8000", "8001"), ("8240", "8241"), ("8000", "8001")]
     assert "${PREFILL_1:?" in prefills[1][0]
     decodes = [words[i + 1] for i, w in enumerate(words) if w == f["router_decode"]]
-    assert len(decodes) == 3 and all(u.endswith(":8100") for u in decodes)
+    assert len(decodes) == 3 and all(u.endswith(":8480") for u in decodes)
     assert "`router.sh` starts SGLang's router" in files["README.md"]
     agg = launch_files(_design("aggregated"), "sglang")  # four instances
     workers = _command(agg["router.sh"])
@@ -668,9 +669,94 @@ def _shared_aggregated(instances: int = 3) -> Design:
     return replace(_design("aggregated"), pools=(pool,))
 
 
+# What SGLang under data-parallel attention binds beside its --port P: P + 13 (the DP handshake)
+# and P + 233 .. P + 239 (the dist-init store, then six ZMQ sockets): sgl-project/sglang
+# python/sglang/srt/server_args.py @ 001067ff, PortArgs.init_new
+SGLANG_DP_ATTENTION_PORTS = (13, *range(233, 240))
+
+
+def _host_ports(design: Design, engine: str) -> list[int]:
+    """Every port the instances of ``design`` that can share a host bind there, one entry each:
+    each pool's scripts run for each of its slots on a host (INSTANCE 0..per_host-1), and the
+    router's port where it has one."""
+    import os
+
+    files = launch_files(design, engine)
+    sglang = engine == "sglang" or (engine == "dynamo" and design.profile == "sglang")
+    ports: list[int] = [ROUTER_PORT] if "router.sh" in files else []
+    for pool in design.pools:
+        script = files[f"{pool.name}.sh"]
+        head = script[: script.index("\nexec ")]
+        show = 'printf "%s %s %s\\n" "${PORT:-}" "${BOOTSTRAP_PORT:-}" "${DP_RPC_PORT:-}"'
+        loop = f"for INSTANCE in $(seq 0 {pool.per_host - 1}); do ( {head}\n{show} ); done"
+        env = {"PATH": os.environ["PATH"], "NODE_RANK": "0", "HEAD_ADDR": "h:5000"}
+        ran = subprocess.run(["bash", "-c", loop], capture_output=True, text=True, env=env)
+        assert ran.returncode == 0, ran.stderr
+        lines = ran.stdout.splitlines()
+        assert len(lines) == pool.per_host
+        for line in lines:
+            server, *others = [int(w) for w in line.split()] or [None]
+            assert server is not None or engine == "dynamo", (pool.name, line)
+            if server is not None:
+                ports.append(server)
+                if sglang and pool.dp > 1:
+                    ports += [server + d for d in SGLANG_DP_ATTENTION_PORTS]
+            ports += others
+    return ports
+
+
+def _pool(role: str, gpus: int, per_host_gpus: int, label: str = "", attn_tp: int = 1) -> PoolLaunch:
+    n = per_host_gpus // gpus
+    return PoolLaunch(role, "b200", gpus, attn_tp, gpus, 2 * n, per_host_gpus, None, None, label=label)
+
+
+@pytest.mark.parametrize(
+    "pools",
+    [
+        # a 72-GPU host of 2-GPU instances under data-parallel attention: 36 to a host, where ports
+        # 10 apart had slot s's P + 233 on slot s + 22's P + 13
+        (_pool("prefill", 2, 72), _pool("decode", 2, 72)),
+        # 1-GPU instances on 16-GPU hosts: pool 0's slot 10 had pool 1's first port
+        (_pool("prefill", 1, 16), _pool("decode", 1, 16)),
+        # three pools of 2-GPU instances on 8-GPU hosts: pool 0's P + 233 was pool 2's slot 2's P + 13
+        (_pool("prefill", 2, 8), _pool("decode", 2, 8, "decode-a"), _pool("decode", 2, 8, "decode-b")),
+        # the catalog's: 4-GPU and 8-GPU instances on 8-GPU hosts, one wider than a host
+        (_pool("prefill", 4, 8), _pool("decode", 8, 8), _pool("decode", 16, 8, "decode-wide")),
+    ],
+    ids=["72-gpu-host", "16-gpu-host", "three-pools", "catalog"],
+)
+@pytest.mark.parametrize("engine", ["sglang", "dynamo", "vllm"])
+def test_no_two_instances_on_a_host_bind_the_same_port(pools: tuple[PoolLaunch, ...], engine: str) -> None:
+    """Every port every instance that can share a host binds there (its server's, its KV bootstrap
+    port, its vLLM data-parallel RPC port, SGLang's under data-parallel attention), and the
+    router's: no two are the same, however many instances a host holds, in every pool."""
+    design = replace(_design(), profile="sglang", pools=pools)
+    if engine == "vllm":  # vLLM launches aggregated designs: the same pools, mixed
+        design = replace(design, topology="aggregated", profile="vllm",
+                         pools=tuple(replace(p, role="mixed", label=p.label or f"instance-{k}")
+                                     for k, p in enumerate(pools) if p.hosts == 1))  # fmt: skip
+    ports = _host_ports(design, engine)
+    shared = sorted({p for p in ports if ports.count(p) > 1})
+    assert not shared, f"ports bound twice on a host: {shared[:10]}"
+    assert len(ports) >= sum(p.per_host for p in design.pools)
+    assert max(ports) <= 65535
+
+
+def test_a_design_whose_instances_ports_would_reach_the_routers_is_refused() -> None:
+    """Two pools of 72 one-GPU instances to a host take 144 slots of 240 ports from 8000: past the
+    router's 30000, so dse deploy refuses it in one line rather than write colliding ports."""
+    from dse.errors import InputError
+
+    design = replace(_design(), profile="sglang", pools=(_pool("prefill", 1, 72), _pool("decode", 1, 72)))
+    with pytest.raises(InputError) as caught:
+        launch_files(design, "sglang")
+    assert "144 instance slots" in str(caught.value) and "30000" in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
 def test_vllm_instances_sharing_a_host_get_their_own_data_parallel_rpc_ports(tmp_path: Path) -> None:
     """vLLM's --data-parallel-rpc-port defaults to 29550 for every server: two instances on one host
-    get 29550 and 29551 (as they get ports 8000 and 8010), a second pool's start 100 higher; an
+    get 8002 and 8242 (as they get ports 8000 and 8240), a second pool's after its slots; an
     instance without data parallelism, and Dynamo's vLLM worker, go without it."""
     import os
 
@@ -678,7 +764,7 @@ def test_vllm_instances_sharing_a_host_get_their_own_data_parallel_rpc_ports(tmp
     script = launch_files(_shared_aggregated(), "vllm")["instance.sh"]
     ran = [_run_faking(script, "vllm", tmp_path, INSTANCE=str(i)) for i in range(3)]
     assert [(_arg(w, v["port"]), _arg(w, v["dp_rpc_port"])) for w in ran] == [
-        ("8000", "29550"), ("8010", "29551"), ("8000", "29550")
+        ("8000", "8002"), ("8240", "8242"), ("8000", "8002")
     ]  # fmt: skip
     bare = {"PATH": os.environ["PATH"]}
     assert (
@@ -688,7 +774,7 @@ def test_vllm_instances_sharing_a_host_get_their_own_data_parallel_rpc_ports(tmp
     h200 = replace(two.pools[0], hardware="h200-sxm", instances=1, gpus_per_host=4)  # one a host
     files = launch_files(replace(two, pools=(two.pools[0], h200)), "vllm")
     words = _run_faking(files["instance-h200-sxm.sh"], "vllm", tmp_path)
-    assert (_arg(words, v["port"]), _arg(words, v["dp_rpc_port"])) == ("8100", "29650")
+    assert (_arg(words, v["port"]), _arg(words, v["dp_rpc_port"])) == ("8480", "8482")
     tp = replace(two, pools=(replace(two.pools[0], attn_tp=4),))  # TP4, one data-parallel rank
     assert v["dp_rpc_port"] not in _command(launch_files(tp, "vllm")["instance.sh"])
     dynamo = launch_files(replace(two, profile="atom"), "dynamo")
@@ -711,7 +797,7 @@ def test_several_vllm_or_trtllm_instances_get_vllms_router(engine: str, tmp_path
     ran = _run_faking(files["router.sh"], "python", tmp_path, **hosts)
     start = ran.index(r["workers"]) + 1
     urls = ran[start : next(i for i in range(start, len(ran)) if ran[i].startswith("--"))]
-    assert urls == ["http://host0:8000", "http://host1:8010", "http://host2:8000"]
+    assert urls == ["http://host0:8000", "http://host1:8240", "http://host2:8000"]
     assert _arg(ran, r["policy"]) == r["policy_value"] and _arg(ran, r["port"]) == "30000"
     import os
 
@@ -794,7 +880,7 @@ def test_sglang_instances_sharing_a_host_take_none_of_each_others_ports() -> Non
             assert not a & b, sorted(a & b)
     dynamo = launch_files(replace(_shared_aggregated(), profile="sglang"), "dynamo")
     assert _arg(_command(dynamo["instance.sh"]), f["port"]) == "$PORT"
-    assert _run_head(dynamo["instance.sh"], **env, INSTANCE="1")["port"] == "8010"
+    assert _run_head(dynamo["instance.sh"], **env, INSTANCE="1")["port"] == "8240"
     assert f'"{f["port"]}"' in dynamo["graph.yaml"] and "$PORT" not in dynamo["graph.yaml"]
     alone = launch_files(replace(_design(), profile="sglang"), "dynamo")  # one instance a host or more
     assert f["port"] not in _command(alone["decode.sh"])
@@ -840,3 +926,101 @@ def test_every_script_sets_only_what_it_uses_and_passes_shellcheck() -> None:
                     ran = subprocess.run([checker, "-"], input=text, capture_output=True, text=True)
                     assert ran.returncode == 0, (profile, engine, name, ran.stdout)
     assert seen > 40
+
+
+def _written_once(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A deploy folder written once, and the files of a second deployment to write over it."""
+    from dse.deploy.files import write_deploy
+
+    folder = tmp_path / "study" / "deploy"
+    write_deploy({"instance.sh": "echo one\n", "README.md": "one\n"}, folder)
+    return folder, {"instance.sh": "echo two\n", "router.sh": "echo r\n", "README.md": "two\n"}
+
+
+def _left(folder: Path) -> tuple[list[str], dict[str, str]]:
+    """What is beside ``folder`` (its own name included), and the files in it."""
+    inside = {p.name: p.read_text() for p in folder.iterdir()} if folder.exists() else {}
+    return sorted(p.name for p in folder.parent.iterdir()), inside
+
+
+@pytest.mark.parametrize("fault", [OSError(28, "No space left on device"), KeyboardInterrupt()])
+def test_a_deploy_that_fails_midway_leaves_the_earlier_one_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: BaseException
+) -> None:
+    """A write that fails at its second file, and a swap whose last rename fails, leave the earlier
+    deployment as it was and no temporary folder beside it. The swap had already moved the earlier
+    one aside, and removed it with the half-made one: no deploy folder at all."""
+    from dse.deploy.files import write_deploy
+
+    folder, second = _written_once(tmp_path)
+    before = _left(folder)
+    real_write, real_rename = Path.write_text, Path.rename
+    written: list[Path] = []
+
+    def write_text(self: Path, *a: Any, **k: Any) -> int:
+        written.append(self)
+        if len(written) == 2:
+            raise fault
+        return real_write(self, *a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "write_text", write_text)
+        with pytest.raises(type(fault)):
+            write_deploy(second, folder)
+    assert _left(folder) == before
+
+    def rename(self: Path, target: Path) -> Path:
+        if Path(target) == folder and not self.name.endswith(".old.tmp"):  # the new one swapped in
+            raise fault
+        return real_rename(self, target)
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "rename", rename)
+        with pytest.raises(type(fault)):
+            write_deploy(second, folder)
+    assert _left(folder) == before
+
+
+def test_a_ctrl_c_during_the_swap_waits_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C landing between the swap's two renames (the earlier deployment moved aside, the new
+    one not yet in) had left neither; under the command line's handler it now waits for the swap:
+    the new deployment is in whole, nothing beside it, and the interruption comes after."""
+    import os
+    import signal
+
+    from dse import interrupt
+    from dse.deploy.files import write_deploy
+
+    folder, second = _written_once(tmp_path)
+    real_rename = Path.rename
+
+    def rename(self: Path, target: Path) -> Path:
+        moved = real_rename(self, target)
+        if self == folder:  # the earlier one just moved aside
+            os.kill(os.getpid(), signal.SIGINT)
+        return moved
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with interrupt.remembered(), pytest.raises(KeyboardInterrupt):
+        write_deploy(second, folder)
+    assert _left(folder) == (["deploy"], second)
+
+
+def test_what_a_killed_deploy_left_is_removed_by_the_next(tmp_path: Path) -> None:
+    """A deploy killed (kill -9) mid-write leaves its temporary folders; the next one removes those
+    older than STALE_TMP_S (a younger one may be a concurrent deploy's, and stays)."""
+    import os
+
+    from dse.atomic import STALE_TMP_S
+    from dse.deploy.files import write_deploy
+
+    folder, second = _written_once(tmp_path)
+    killed = [folder.with_name(".deploy.4242.tmp"), folder.with_name(".deploy.4242.old.tmp")]
+    young = folder.with_name(".deploy.4343.tmp")
+    for d in (*killed, young):
+        d.mkdir()
+        (d / "instance.sh").write_text("half")
+    for d in killed:
+        os.utime(d, (d.stat().st_atime, d.stat().st_mtime - STALE_TMP_S - 60))
+    write_deploy(second, folder)
+    assert _left(folder) == (sorted(["deploy", young.name]), second)

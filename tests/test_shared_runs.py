@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import signal
 import subprocess
 import time
@@ -133,6 +134,32 @@ def test_a_worker_runs_the_point_a_dead_worker_held(cli: Cli, tmp_path: Path) ->
     assert "worker: 1 trials" in worker.out and "1 stale trials" in worker.out
     trials = _trials(db, "tiny-grid")
     assert len(_points(trials)) == 6 and not [t for t in trials if t.state == State.RUNNING]
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # a heartbeat without optimize(): the frozen one's
+def test_a_worker_waiting_for_a_frozen_workers_trial_says_how_many_and_how_old(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A worker frozen (SIGSTOP) or killed leaves its trial running until it is silent for
+    --stale-after. A worker whose rest of the budget is that trial waits for it: its one line said
+    only that it waited; it now says how many trials run and how old their latest heartbeat is, and
+    when a silent one counts as dead. Then it fails the trial and runs one in its place."""
+    from dse.study.storage import open_storage
+
+    out = tmp_path / "runs"
+    assert cli("study", "run", TINY, "--trials", "2", "--out", out, "--no-export").code == 0
+    url = f"sqlite:///{out / 'tiny-study' / 'study.db'}"
+    storage = open_storage(url, stale_after_s=120.0)  # as a worker opens it: with heartbeats
+    frozen = optuna.load_study(study_name="tiny-study", storage=storage).ask()
+    storage.record_heartbeat(frozen._trial_id)  # its one heartbeat; then nothing
+    worker = cli("worker", TINY, "--storage", url, "--out", tmp_path, "--trials", "3", "--stale-after", "4")
+    assert worker.code == 0, worker.err
+    waiting = next(x for x in worker.err.splitlines() if "running in other workers" in x)
+    said = rf"\(1 running trial, the latest heartbeat trial {frozen.number}'s, \d+ s ago\)"
+    assert re.search(said, waiting), waiting
+    assert "a trial silent for 4 s is a dead (killed or frozen) worker's: it is failed then" in waiting
+    assert "worker: 1 trials" in worker.out and "1 stale trials" in worker.out
+    assert _trials(out / "tiny-study" / "study.db", "tiny-study")[frozen.number].state == State.FAIL
 
 
 def test_a_grid_trial_claims_its_point_before_its_parameters_are_set(cli: Cli, tmp_path: Path) -> None:

@@ -476,5 +476,5 @@ def test_backlog_growth_of_no_configurations_is_empty() -> None:
 
     t = np.arange(0.0, 600.0, 1.0)
     for period in (None, np.array([])):
-        stable, growth = backlog_growth(t, np.zeros((0, len(t))), 4.0, period_s=period)
-        assert stable.shape == (0,) and growth.shape == (0,)
+        stable, growth, window = backlog_growth(t, np.zeros((0, len(t))), 4.0, period_s=period)
+        assert stable.shape == (0,) and growth.shape == (0,) and window.shape == (0,)

@@ -738,7 +738,8 @@ def test_an_objective_that_is_no_metric_or_gives_no_number_is_bad_input(tmp_path
 def test_a_lone_run_does_not_fail_the_trials_a_worker_is_running(tmp_path: Path, cli: Cli) -> None:
     """A lone run marks every running trial failed (a lone run's own, left by a kill); a worker's,
     beating now, it once failed under the worker (UpdateFinishedTrialError there) and ran its own
-    budget beside it. It is refused, naming the trial, and the trial keeps running."""
+    budget beside it. It is refused, saying how many trials run and how old their latest heartbeat
+    is, and the trial keeps running."""
     import optuna
 
     from dse.study.storage import open_storage
@@ -752,7 +753,13 @@ def test_a_lone_run_does_not_fail_the_trials_a_worker_is_running(tmp_path: Path,
     storage.record_heartbeat(trial._trial_id)
     lone = cli("study", "run", str(TINY), "--trials", "4", "--out", str(out))
     assert lone.code == 2, lone.err
-    assert re.search(rf"storage: is in use by a worker \(trial {trial.number} beat \d+ s ago\)", lone.err)
+    said = rf"in use by a worker \(1 running trial, the latest heartbeat trial {trial.number}'s, \d+ s ago\)"
+    assert re.search(said, lone.err), lone.err
+    # a killed or frozen worker's trial holds the storage until it is silent for 120 s: the line says
+    # so, and when (it had said "run once the workers are done", which a dead worker never is)
+    assert re.search(r"a trial silent for 120 s is a dead \(killed or frozen\) worker's, which a run fails: "
+                     r"in 1[12]\d s, if they died", lone.err), lone.err  # fmt: skip
+    assert lone.err.count("\n") == 1
     assert study.get_trials(deepcopy=False)[trial.number].state is optuna.trial.TrialState.RUNNING
 
 

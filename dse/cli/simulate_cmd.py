@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from dse.sim.from_placement import SimDesign, SimPool
     from dse.sim.kv_cache import KvCacheReport
     from dse.sim.kv_tiers import RestingClass
+    from dse.sim.outputs import Summary
     from dse.sim.scenario import Pipeline, Scenario
     from dse.sim.simulation import SimulationReport
     from dse.workload import Slo
@@ -501,6 +503,15 @@ def _engine_line(engine: DesignLatency | None, slo: Slo, rate: float, design: Si
     return line + (f"\nengine-level warning: {engine.warning}" if engine.warning else "")
 
 
+def _judged(f: Summary) -> str:
+    """What the stability verdict read: the slope over the run's last third, or the mean and peak
+    backlog of its last whole periods against the ones before (``dse.sim.statistics.backlog_growth``)."""
+    w = float(f.growth_window_s[0])
+    if not math.isfinite(w):
+        return "over the last third"
+    return f"over whole periods: the mean and peak backlog of the last {w:.0f} s against the {w:.0f} s before"
+
+
 def _summary_dict(report: SimulationReport, ttft: float, tpot: float) -> dict[str, Any]:
     import numpy as np
 
@@ -683,9 +694,8 @@ def render(
     f = report.fluid
     growth = float(f.backlog_growth_per_s[0])
     growth = growth if abs(growth) > 1e-9 else 0.0  # a fit's rounding, not a backlog
-    lines.append(
-        f"stable: {'yes' if f.stable[0] else 'NO'} (backlog growth {growth:+.3g} req/s over the last third)"
-    )
+    verdict = "yes" if f.stable[0] else "NO"
+    lines.append(f"stable: {verdict} (backlog growth {growth:+.3g} req/s {_judged(f)})")
     if f.oscillating[0]:
         lines.append(
             f"oscillation: period {f.oscillation_period_s[0]:.0f} s, "

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dse.deploy.design import SRC, Design, PoolLaunch
+from dse.deploy.scripts import check_ports
 from dse.errors import InputError
 from dse.placement.parallel import Parallel
 from dse.units import Precision
@@ -40,6 +41,9 @@ def check_launchable(design: Design, engine: str) -> None:
     """Refuses, in one line, a design ``engine`` cannot launch as the study priced it."""
     if engine not in ENGINES:
         raise InputError(SRC, "--engine", f"must be one of {', '.join(ENGINES)}", engine)
+    crowded = check_ports(design)
+    if crowded:
+        raise InputError(SRC, "pools", f"cannot be given ports: {crowded}")
     backend = backend_of(design, engine)
     on = f"on {backend}" if engine != "dynamo" else f"on Dynamo's {backend} workers"
     if any(p.role == "prefill" for p in design.pools) and engine in ("trtllm", "vllm"):
@@ -268,7 +272,7 @@ def dynamo_args(
             str(pool.tp),
         ]
         body = _sglang_body(pool, design, flags["sglang"], None)
-        if pool.per_host > 1:  # SGLang derives ports from it (scripts.SLOT_STRIDE): the slot's own
+        if pool.per_host > 1:  # SGLang derives ports from it (scripts.SGLANG_DERIVED): the slot's own
             body += [flags["sglang"]["port"], "$PORT"]
         mode_args = [d["sglang_mode"], mode, flags["sglang"]["disagg_backend"], "nixl"] if mode else []
         if mode == "prefill":

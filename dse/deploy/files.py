@@ -9,6 +9,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from dse import interrupt
+from dse.atomic import remove_stale
 from dse.deploy.design import Design
 from dse.deploy.engines import (
     backend_of,
@@ -123,13 +125,16 @@ def _scalar(v: Any) -> str:
 def write_deploy(files: dict[str, str], folder: Path) -> list[Path]:
     """The files under ``folder``, replaced whole: written in a sibling folder first and swapped
     in, so an earlier deployment's files never mix with these and a failed write leaves the
-    earlier one as it was."""
+    earlier one as it was. A Ctrl-C (or SIGTERM) that comes during the swap waits for it; the
+    temporary folders a killed writer left beside ``folder`` go once they are
+    :data:`~dse.atomic.STALE_TMP_S` old."""
     import os
     import shutil
 
     folder.parent.mkdir(parents=True, exist_ok=True)
-    fresh = folder.with_name(f".{folder.name}.{os.getpid()}.new")
-    old = folder.with_name(f".{folder.name}.{os.getpid()}.old")
+    remove_stale(folder)
+    fresh = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    old = folder.with_name(f".{folder.name}.{os.getpid()}.old.tmp")
     shutil.rmtree(fresh, ignore_errors=True)
     try:
         fresh.mkdir()
@@ -137,10 +142,17 @@ def write_deploy(files: dict[str, str], folder: Path) -> list[Path]:
             (fresh / name).write_text(text, encoding="utf-8")
             if name.endswith(".sh"):
                 (fresh / name).chmod(0o755)
-        if folder.exists():
-            folder.rename(old)
-        fresh.rename(folder)
+        with interrupt.deferred():  # both renames or neither, then the earlier one removed
+            if folder.exists():
+                folder.rename(old)
+            try:
+                fresh.rename(folder)
+            except BaseException:
+                if old.exists():
+                    old.rename(folder)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
     finally:
-        shutil.rmtree(fresh, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+        with interrupt.deferred():
+            shutil.rmtree(fresh, ignore_errors=True)
     return [folder / name for name in files]

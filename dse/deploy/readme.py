@@ -16,8 +16,8 @@ from dse.deploy.engines import (
     trtllm_dp,
 )
 from dse.deploy.scripts import (
-    BOOTSTRAP_PORT,
-    DP_RPC_PORT,
+    BOOTSTRAP_OFFSET,
+    DP_RPC_OFFSET,
     PORT,
     ROUTER_PORT,
     SLOT_STRIDE,
@@ -89,11 +89,12 @@ def readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comman
         f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
         "(`dse/deploy/engine_flags.toml`): check them against the version you run;",
         *_minimum_versions(design, engine, flags),
-        f"- ports: pool k's servers listen on {PORT} + 100 k (SGLang prefill servers' KV bootstrap on "
-        f"{BOOTSTRAP_PORT} + 100 k), plus {SLOT_STRIDE} times the instance's slot on its host where "
-        "instances share one (SGLang under data-parallel attention also binds its server port + 13 and "
-        "+ 233 to + 239); there each script takes `INSTANCE` (its number in the pool, 0..n-1), which "
-        "picks its GPUs (`CUDA_VISIBLE_DEVICES`) and ports; a disaggregated design's KV moves over NIXL.",
+        f"- ports: each instance on a host owns the {SLOT_STRIDE} ports from its server port P = {PORT} + "
+        f"{SLOT_STRIDE} times its slot (a pool's slots on a host follow the previous pools'), which hold "
+        f"every port it binds: SGLang prefill servers' KV bootstrap port P + {BOOTSTRAP_OFFSET}, and "
+        "SGLang under data-parallel attention P + 13 and P + 233 to P + 239; where instances share a "
+        "host each script takes `INSTANCE` (its number in the pool, 0..n-1), which picks its GPUs "
+        "(`CUDA_VISIBLE_DEVICES`) and ports; a disaggregated design's KV moves over NIXL.",
         *_router_notes(design, engine, flags),
     ]
     wide = [f"`{p.name}.sh`" for p in design.pools if p.hosts > 1]
@@ -159,8 +160,8 @@ def _rpc_note(design: Design, engine: str) -> list[str]:
     if engine != "vllm" or not any(p.dp > 1 for p in design.pools):
         return []
     return [
-        f"- vLLM's data-parallel RPC port (`--data-parallel-rpc-port`): pool k's instances take "
-        f"{DP_RPC_PORT} + 100 k, plus the slot where they share a host, each its own. vLLM uses it only "
+        f"- vLLM's data-parallel RPC port (`--data-parallel-rpc-port`): each instance takes its server "
+        f"port + {DP_RPC_OFFSET}, its own. vLLM uses it only "
         "where data-parallel engines run on other hosts (one host's ranks talk over local IPC, their "
         "process group on free ports vLLM picks), so these single-host instances would not collide on "
         "it today; it is set so that none does where vLLM uses it;"

@@ -9,24 +9,26 @@ from typing import Any
 
 from dse.deploy.design import Design, PoolLaunch
 
-PORT = 8000  # the first pool's first server; pool k's from PORT + 100 k, SLOT_STRIDE apart on a host
+PORT = 8000  # the server port of a design's first instance on a host; each owns SLOT_STRIDE from its own
 
 
-BOOTSTRAP_PORT = 9000  # SGLang prefill servers' KV bootstrap ports, likewise
-
-
-# Instances sharing a host take ports this far apart: SGLang under data-parallel attention binds,
-# beside its server port P, P + 13 (the DP handshake) and P + 233 .. P + 239 (its processes' ZMQ
-# sockets and the dist-init store), all derived from --port (sgl-project/sglang:
+# What an instance binds beside its server port P, as offsets from P. SGLang under data-parallel
+# attention binds P + 13 (the DP handshake) and P + 233 .. P + 239 (the dist-init store at
+# P + 233, then tokenizer, detokenizer, RPC, metrics, scheduler-input and load-collector ZMQ
+# sockets at P + 234 .. P + 239), all derived from --port (sgl-project/sglang:
 # python/sglang/srt/server_args.py @ 001067ff, ``PortArgs.init_new``, ZMQ_TCP_PORT_DELTA 233,
-# DP_ATTENTION_HANDSHAKE_PORT_DELTA 13), so servers one port apart would take each other's. Ten
-# apart, no port of one instance's set is another's, nor a bootstrap port (pool k's from 9000 + 100 k)
-SLOT_STRIDE = 10
+# DP_ATTENTION_HANDSHAKE_PORT_DELTA 13; its NCCL port is one the OS gives). The scripts put an
+# SGLang prefill server's KV bootstrap port and a vLLM server's data-parallel RPC port among them,
+# at offsets SGLang leaves free.
+SGLANG_DERIVED = (13, *range(233, 240))
+BOOTSTRAP_OFFSET = 1
+DP_RPC_OFFSET = 2
 
 
-# vLLM's data-parallel RPC ports, likewise: its default (ParallelConfig.data_parallel_rpc_port,
-# vllm-project/vllm:vllm/config/parallel.py) for pool 0's first instance on a host
-DP_RPC_PORT = 29550
+# Instances sharing a host take ports this far apart, each the SLOT_STRIDE ports from its server
+# port: no port one instance binds is another's, however many share a host. Each pool's instances
+# on a host take slots after the previous pools' (``first_slot``), so no two pools' do either.
+SLOT_STRIDE = max(0, *SGLANG_DERIVED, BOOTSTRAP_OFFSET, DP_RPC_OFFSET) + 1
 
 
 ROUTER_PORT = 30000
@@ -41,7 +43,7 @@ def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[st
         line = _command_line(files[f"{pool.name}.sh"])
         words = shlex.split(line.replace("$MODEL", design.model_repo or "MODEL").replace("$HERE/", ""))
         words = _without_node_wiring(words, flags["sglang"])
-        ports = {"$BOOTSTRAP_PORT": str(BOOTSTRAP_PORT), "$PORT": str(PORT)}
+        ports = {"$BOOTSTRAP_PORT": str(PORT + BOOTSTRAP_OFFSET), "$PORT": str(PORT)}
         words = [ports.get(w, w) for w in words]  # a pod's own
         service: dict[str, Any] = {
             "componentType": "worker",
@@ -107,7 +109,7 @@ def launch_script(
             if design.model_repo
             else ': "${MODEL:?set MODEL to the checkpoint}"'
         )
-    head += _placement(pool, k, used)
+    head += _placement(pool, first_slot(design, k), used)
     if pool is not None and pool.hosts > 1 and unwired:
         return "\n".join([
             *head,
@@ -129,11 +131,11 @@ def launch_script(
     return "\n".join([*head, "exec " + " ".join(_quote(a) for a in args)]) + "\n"
 
 
-def _placement(pool: PoolLaunch | None, k: int, used: set[str]) -> list[str]:
-    """Where an instance of the ``k``-th pool runs on its host: its GPUs (``INSTANCE``'s share
-    where instances share a host) and the ports of ``used`` (``PORT``, ``BOOTSTRAP_PORT``,
-    ``DP_RPC_PORT``), each its own: its server port, its KV bootstrap port, its vLLM data-parallel
-    RPC port.
+def _placement(pool: PoolLaunch | None, first: int, used: set[str]) -> list[str]:
+    """Where an instance of a pool whose slots on a host start at ``first`` runs on its host: its
+    GPUs (``INSTANCE``'s share where instances share a host) and the ports of ``used`` (``PORT``,
+    ``BOOTSTRAP_PORT``, ``DP_RPC_PORT``), each its own: its server port P, its KV bootstrap port
+    and its vLLM data-parallel RPC port, both in the SLOT_STRIDE ports from P that are its own.
 
     vLLM's ``--data-parallel-rpc-port`` (default 29550, the same for every ``vllm serve``) "is only
     used when there are remote data parallel engines, otherwise the local IPC transport is used"
@@ -143,11 +145,11 @@ def _placement(pool: PoolLaunch | None, k: int, used: set[str]) -> list[str]:
     collide on it today; each gets its own all the same, so that none does where vLLM uses it."""
     if pool is None:
         return []
-    bases = {"PORT": PORT, "BOOTSTRAP_PORT": BOOTSTRAP_PORT, "DP_RPC_PORT": DP_RPC_PORT}
-    strides = {"PORT": SLOT_STRIDE, "BOOTSTRAP_PORT": SLOT_STRIDE, "DP_RPC_PORT": 1}
-    ports = [(name, base + 100 * k, strides[name]) for name, base in bases.items() if name in used]
+    base = PORT + SLOT_STRIDE * first
+    offsets = {"PORT": 0, "BOOTSTRAP_PORT": BOOTSTRAP_OFFSET, "DP_RPC_PORT": DP_RPC_OFFSET}
+    ports = [(name, base + offset) for name, offset in offsets.items() if name in used]
     if pool.per_host == 1:
-        return [f"{name}={port}" for name, port, _ in ports]
+        return [f"{name}={port}" for name, port in ports]
     g = pool.gpus
     return [
         f"# {pool.per_host} instances share a host: INSTANCE (0..{pool.instances - 1}) picks this one's "
@@ -156,8 +158,24 @@ def _placement(pool: PoolLaunch | None, k: int, used: set[str]) -> list[str]:
         f"SLOT=$((INSTANCE % {pool.per_host}))",
         f'CUDA_VISIBLE_DEVICES="$(seq -s, $((SLOT * {g})) $((SLOT * {g} + {g - 1})))"',
         "export CUDA_VISIBLE_DEVICES",
-        *(f"{name}=$(({port} + {stride} * SLOT))" for name, port, stride in ports),
+        *(f"{name}=$(({port} + {SLOT_STRIDE} * SLOT))" for name, port in ports),
     ]
+
+
+def first_slot(design: Design, k: int) -> int:
+    """The first host slot of the ``k``-th pool's instances: the slots after the previous pools'."""
+    return sum(p.per_host for p in design.pools[:k])
+
+
+def check_ports(design: Design) -> str | None:
+    """Why the design's instances' ports do not fit below the router's, or None where they do."""
+    slots = first_slot(design, len(design.pools))
+    if PORT + SLOT_STRIDE * slots <= ROUTER_PORT:
+        return None
+    return (
+        f"its pools take {slots} instance slots on a host, {SLOT_STRIDE} ports each from {PORT}, "
+        f"which would reach the router's port {ROUTER_PORT}"
+    )
 
 
 def router_script(design: Design, f: dict[str, str]) -> str | None:
@@ -171,11 +189,11 @@ def router_script(design: Design, f: dict[str, str]) -> str | None:
     urls: list[str] = []
     for k, p in enumerate(design.pools):
         for i in range(p.instances):
-            url = _instance_url(p, k, i)
+            url = _instance_url(design, k, i)
             if not disagg:
                 urls.append(url)
             elif p.role == "prefill":
-                args += [f["router_prefill"], url, str(_port(p, k, i, BOOTSTRAP_PORT))]
+                args += [f["router_prefill"], url, str(_port(design, k, i) + BOOTSTRAP_OFFSET)]
             else:
                 args += [f["router_decode"], url]
     if urls:
@@ -193,18 +211,19 @@ def http_router_script(design: Design, r: dict[str, str], engine: str) -> str | 
     disaggregated design here)."""
     if not needs_router(design):
         return None
-    urls = [_instance_url(p, k, i) for k, p in enumerate(design.pools) for i in range(p.instances)]
+    urls = [_instance_url(design, k, i) for k, p in enumerate(design.pools) for i in range(p.instances)]
     args = [*r["launch"].split(), r["workers"], *urls, r["policy"], r["policy_value"]]
     args += [r["host"], "0.0.0.0", r["port"], str(ROUTER_PORT)]
     return _router_file(design, f"vLLM's router (`{r['package']}`, {engine} servers behind it)", args)
 
 
-def _instance_url(pool: PoolLaunch, k: int, i: int) -> str:
+def _instance_url(design: Design, k: int, i: int) -> str:
     """The URL of instance ``i`` of the ``k``-th pool, double-quoted, its host ``<POOL>_<i>`` (the
     script stops where that is unset)."""
+    pool = design.pools[k]
     var = host_var(pool, i)
     who = f"instance {i}" if pool.name == "instance" else f"{pool.name} instance {i}"  # an aggregated pool's
-    return f'"http://${{{var}:?set {var} to the host of {who}}}:{_port(pool, k, i)}"'
+    return f'"http://${{{var}:?set {var} to the host of {who}}}:{_port(design, k, i)}"'
 
 
 def host_var(pool: PoolLaunch, i: int) -> str:
@@ -224,9 +243,9 @@ def _router_file(design: Design, router: str, args: list[str]) -> str:
     return "\n".join([*head, "exec " + words]) + "\n"
 
 
-def _port(pool: PoolLaunch, k: int, i: int, base: int = PORT) -> int:
-    """The port of instance ``i`` of the ``k``-th pool (``base``: its server's or bootstrap's)."""
-    return base + 100 * k + SLOT_STRIDE * (i % pool.per_host)
+def _port(design: Design, k: int, i: int) -> int:
+    """The server port of instance ``i`` of the ``k``-th pool (``_placement``'s)."""
+    return PORT + SLOT_STRIDE * (first_slot(design, k) + i % design.pools[k].per_host)
 
 
 def _quote(arg: str) -> str:

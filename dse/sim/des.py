@@ -110,7 +110,7 @@ def _summarise(
     tpot = ((fin - reqs.admitted_s) / reqs.output_tokens)[done]
     e2e = (fin - reqs.arrival_s)[done]
     dur = max(h - w0, 1e-9)
-    stable, growth, osc = verdicts(traj, scenario)
+    stable, growth, judged_s, osc = verdicts(traj, scenario)
     after = traj.t >= w0
     lam = float(np.mean(traj.arrival_rate[0][after])) if after.any() else 0.0
     util_p = lam / max(float(pipe.prefill_capacity()[0]), 1e-12)
@@ -132,6 +132,7 @@ def _summarise(
         e2e_p99_s=stat(e2e, "p99"),
         stable=stable,
         backlog_growth_per_s=growth,
+        growth_window_s=judged_s,
         oscillating=np.array([o.detected for o in osc]),
         oscillation_period_s=np.array([o.period_s for o in osc]),
         oscillation_amplitude=np.array([o.amplitude for o in osc]),

@@ -146,7 +146,7 @@ def _summarise(
     lengths = scenario.lengths
     after = traj.t >= scenario.warmup_s
     lam, done = r["lam"][:, after], r["done"][:, after]
-    stable, growth, osc = verdicts(traj, scenario, fluid=True)
+    stable, growth, judged_s, osc = verdicts(traj, scenario, fluid=True)
     tau_a = r["tau"][:, after]
     w_done, w_lam = done + 1e-12, lam + 1e-12
     tpot_mean = (tau_a * w_done).sum(axis=1) / w_done.sum(axis=1)
@@ -162,6 +162,7 @@ def _summarise(
         e2e_p99_s=ttft_mean + lengths.quantile(0.99) * tpot_mean,
         stable=stable,
         backlog_growth_per_s=growth,
+        growth_window_s=judged_s,
         oscillating=np.array([o.detected for o in osc]),
         oscillation_period_s=np.array([o.period_s for o in osc]),
         oscillation_amplitude=np.array([o.amplitude for o in osc]),

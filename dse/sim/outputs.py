@@ -55,6 +55,9 @@ class Summary:
     e2e_p99_s: Array
     stable: Array  # bool
     backlog_growth_per_s: Array
+    # what the growth was judged over: the span of the whole periods whose mean it compares with
+    # the one before (statistics.backlog_growth), nan where it is the slope over the last third
+    growth_window_s: Array
     oscillating: Array  # bool
     oscillation_period_s: Array
     oscillation_amplitude: Array
@@ -64,8 +67,8 @@ class Summary:
 
 def verdicts(
     traj: Trajectories, scenario: Scenario, *, fluid: bool = False
-) -> tuple[Array, Array, list[Oscillation]]:
-    """(stable, growth, oscillation per configuration): the oscillation of prefill instances when
+) -> tuple[Array, Array, Array, list[Oscillation]]:
+    """(stable, growth, its window, oscillation per configuration): the oscillation of prefill instances when
     a planner moves them, else of the prefill queue; backlog growth over the last third, or over
     the last two periods of a swing (the oscillation's, else a diurnal rate's). ``fluid`` judges
     the growth without the allowance a run of drawn requests needs for its noise; a trajectory
@@ -97,5 +100,5 @@ def verdicts(
         {"share": FLUID_GROWTH_SHARE, "min_backlog_s": FLUID_MIN_BACKLOG_S} if fluid else {}
     )
     backlog = traj.backlog() if traj.queued is None else traj.queued
-    stable, growth = backlog_growth(traj.t, backlog, rate, period_s=period, **tolerance)
-    return stable, growth, osc
+    stable, growth, window = backlog_growth(traj.t, backlog, rate, period_s=period, **tolerance)
+    return stable, growth, window, osc

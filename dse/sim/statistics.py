@@ -30,22 +30,25 @@ def backlog_growth(
     period_s: Array | None = None,
     share: float = GROWTH_SHARE,
     min_backlog_s: float = MIN_BACKLOG_S,
-) -> tuple[Array, Array]:
-    """(stable, growth in requests/s) per row of ``backlog`` (configurations x samples): a
-    least-squares slope over the last third of the trajectory, judged against the arrival rate.
+) -> tuple[Array, Array, Array]:
+    """(stable, growth in requests/s, window in s) per row of ``backlog`` (configurations x
+    samples): a least-squares slope over the last third of the trajectory (window nan), judged
+    against the arrival rate.
 
     A row that swings with a period (``period_s``, nan for none: a planner's cycle, a diurnal
     swing) whose last two periods fit in the trajectory is judged over whole periods instead: the
     mean of its last period less the mean of the one before, over the period (or the same of
-    their peaks, whichever is less), and the last period's mean backlog. A slope over a window that is not a whole number of periods reads the
-    phase the run ended in: a bounded cycle had been called unstable at one planner delay and
-    stable at a longer one."""
+    their peaks, whichever is less), and the last period's mean backlog (window: the whole periods
+    each mean spans). A slope over a window that is not a whole number of periods reads the phase
+    the run ended in: a bounded cycle had been called unstable at one planner delay and stable at
+    a longer one."""
     t = np.asarray(t, dtype=float)
     b = np.atleast_2d(np.asarray(backlog, dtype=float))
     keep = t >= t[-1] - (t[-1] - t[0]) / 3.0
     tt, bb = t[keep], b[:, keep]
+    window = np.full(len(b), np.nan)
     if len(tt) < 3:
-        return np.ones(len(b), dtype=bool), np.zeros(len(b))
+        return np.ones(len(b), dtype=bool), np.zeros(len(b)), window
     tc = tt - tt.mean()
     slope = (bb * tc).sum(axis=1) / (tc**2).sum()
     level = bb[:, -1].copy()
@@ -53,19 +56,20 @@ def backlog_growth(
     for i, per in enumerate(periods):
         whole = _whole_periods(t, b[i], float(per))
         if whole is not None:
-            slope[i], level[i] = whole
+            slope[i], level[i], window[i] = whole
     unstable = (slope > share * arrival_rate) & (level > min_backlog_s * arrival_rate)
-    return ~unstable, slope
+    return ~unstable, slope, window
 
 
-def _whole_periods(t: Array, b: Array, period_s: float) -> tuple[float, float] | None:
-    """(growth, level) of ``b`` over whole periods: the mean of its last ``k`` periods less the
-    mean of the ``k`` before, over ``k`` periods, and the last ones' mean; ``k`` the multiple that
+def _whole_periods(t: Array, b: Array, period_s: float) -> tuple[float, float, float] | None:
+    """(growth, level, window) of ``b`` over whole periods: the mean of its last ``k`` periods less
+    the mean of the ``k`` before, over ``k`` periods, the last ones' mean, and ``k`` periods in
+    seconds; ``k`` the multiple that
     repeats best (the cycle of a backlog can be a multiple of the period of the servers that
     drive it). None without a period, or where two periods do not fit in ``t``."""
     if not np.isfinite(period_s) or period_s <= 0:
         return None
-    best: tuple[float, float, float] | None = None  # (mismatch, growth, level)
+    best: tuple[float, float, float, float] | None = None  # (mismatch, growth, level, window)
     k = 1
     while 2.0 * k * period_s <= t[-1] - t[0]:
         w = k * period_s
@@ -78,11 +82,11 @@ def _whole_periods(t: Array, b: Array, period_s: float) -> tuple[float, float] |
             # a bounded cycle that does not repeat exactly (its period drifts) moves its mean
             # between periods but meets the same ceiling
             grow = min(a.mean() - z.mean(), a.max() - z.max()) / w
-            fit = (float(np.mean(np.abs(a - z))), float(grow), float(a.mean()))
+            fit = (float(np.mean(np.abs(a - z))), float(grow), float(a.mean()), w)
             if best is None or fit[0] < best[0] - 1e-9:
                 best = fit
         k += 1
-    return None if best is None else (best[1], best[2])
+    return None if best is None else (best[1], best[2], best[3])
 
 
 @dataclass(frozen=True)

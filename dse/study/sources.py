@@ -28,7 +28,7 @@ from dse.study.grid import grid_points, grid_space, suggest_point
 from dse.study.optuna_compat import knows_schema, read_trials, state_counts
 from dse.study.proposer import Proposal, Proposer
 from dse.study.spec import StudySpec
-from dse.study.storage import StoredStudy, fail_dead, storage_lock, wait_for_storage, waited
+from dse.study.storage import StoredStudy, fail_dead, running_note, storage_lock, wait_for_storage, waited
 
 T = TypeVar("T")
 
@@ -142,8 +142,9 @@ class SharedTrials(TrialSource):
         """The rest of the budget runs in other workers: wait for it to finish or fail."""
         if not self._waiting:
             sys.stderr.write(
-                "dse: the rest of the study is running in other workers; waiting for them (a dead "
-                f"worker's trial is failed after {self._stale_after_s:g} s and run again)\n"
+                f"dse: the rest of the study is running in other workers ({running_note(self._stored)}); "
+                f"waiting for them (a trial silent for {self._stale_after_s:g} s is a dead (killed or "
+                "frozen) worker's: it is failed then and run again)\n"
             )
             self._waiting = True
         time.sleep(WAIT_S)

@@ -414,15 +414,25 @@ def fail_stale(stored: StoredStudy, workers_stale_s: float) -> int:
     run's: refused, so its trials are not failed under it (and the run's budget not overshot)."""
     beats = live_beats(stored.storage, stored.study_id, workers_stale_s)
     if beats:
-        number, age = beats[0]
         raise InputError(
-            redact(stored.url), "storage", f"is in use by a worker (trial {number} beat {age:.0f} s ago): "
-            "join it with dse worker, or run once the workers are done",
+            redact(stored.url), "storage", f"is in use by a worker ({running_note(stored)}): join it with "
+            f"dse worker, or run once the workers are done; a trial silent for {workers_stale_s:g} s is a "
+            f"dead (killed or frozen) worker's, which a run fails: in {workers_stale_s - beats[0][1]:.0f} s, "
+            "if they died",
         )  # fmt: skip
     running = stored.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     for t in running:
         stored.storage.set_trial_state_values(stored.trial_id(t.number), optuna.trial.TrialState.FAIL)
     return len(running)
+
+
+def running_note(stored: StoredStudy) -> str:
+    """The study's running trials, as the lines that wait for them or refuse to run beside them say
+    them: how many, and how long since the latest heartbeat of one."""
+    n = len(stored.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
+    said = f"{n} running trial{'' if n == 1 else 's'}"
+    beats = live_beats(stored.storage, stored.study_id, float("inf"))
+    return said + (f", the latest heartbeat trial {beats[0][0]}'s, {beats[0][1]:.0f} s ago" if beats else "")
 
 
 def fail_dead(stored: StoredStudy) -> int:
