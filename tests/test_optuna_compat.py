@@ -5,6 +5,8 @@ against Optuna's own writes in tests/test_study_storage.py."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ from optuna.samplers._tpe import _truncnorm
 from optuna.samplers._tpe import sampler as tpe_sampler
 from optuna.trial import TrialState, create_trial
 
+from dse.errors import InputError
 from dse.study import optuna_compat as compat
 from dse.study.storage import StoredStudy, open_storage
 
@@ -150,6 +153,52 @@ def test_a_new_storage_has_the_schema_dse_writes(tmp_path: Path) -> None:
     storage = open_storage(f"sqlite:///{tmp_path / 's.db'}")
     assert storage.get_current_version() == compat.SCHEMA_VERSION
     assert compat.knows_schema(storage)
+
+
+def test_the_schema_dse_knows_is_this_optunas_head(tmp_path: Path) -> None:
+    """stamp_read passes a database stamped with SCHEMA_VERSION without Optuna's check: it must be
+    the revision this Optuna's migrations end at."""
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 's.db'}")
+    assert storage.get_head_version() == compat.SCHEMA_VERSION
+    assert compat.alembic_stamps(storage.engine) == [compat.SCHEMA_VERSION]
+
+
+def test_a_stamped_storage_opens_without_alembic(tmp_path: Path) -> None:
+    """A new study file, the same file opened again (a resumed run, the sampler's process) and its
+    trials read: alembic is never imported (it imports every SQL dialect's DDL, 0.3-0.6 s). (The
+    template new files are seeded from is made once per cache folder and Optuna version, through
+    Optuna: made here first.)"""
+    open_storage(f"sqlite:///{tmp_path / 'first.db'}")
+    code = (
+        "import sys, optuna\n"
+        "from dse.study.storage import open_storage\n"
+        f"url = 'sqlite:///{tmp_path / 'r.db'}'\n"
+        "s = optuna.create_study(storage=open_storage(url), study_name='x')\n"
+        "s.add_trial(optuna.trial.create_trial(value=1.0))\n"
+        "t = optuna.load_study(study_name='x', storage=open_storage(url)).trials\n"
+        "print(len(t), sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))\n"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split("\n")[0] == "1 []"
+
+
+def test_a_storage_without_a_stamp_or_of_another_schema_goes_through_optunas_own_code(tmp_path: Path) -> None:
+    """Without the stamp, Optuna stamps it as before; stamped with another revision, Optuna's
+    check refuses it as before."""
+    import sqlalchemy
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    storage = open_storage(url)
+    with storage.engine.begin() as conn:
+        conn.execute(sqlalchemy.text("DELETE FROM alembic_version"))
+    assert compat.alembic_stamps(storage.engine) == []
+    assert compat.alembic_stamps(open_storage(url).engine) == [compat.SCHEMA_VERSION]  # stamped again
+    with storage.engine.begin() as conn:
+        conn.execute(sqlalchemy.text("UPDATE alembic_version SET version_num = 'v3.0.0.d'"))
+    with pytest.raises(InputError, match="no longer compatible with the table schema"):
+        open_storage(url)
+    assert optuna.storages._rdb.storage._VersionManager.__name__ == "_VersionManager"  # put back
 
 
 def test_dead_trials_are_those_optuna_finds_stale_and_those_that_never_beat(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Every use dse makes of Optuna beyond its public interface, in one place, each with its reason.
 
 Nothing here runs at import; nothing of Optuna's is changed for longer than a call of dse's own
-sampler. ``tests/test_optuna_compat.py`` pins each behaviour relied on against the installed
+sampler or the opening of a storage. ``tests/test_optuna_compat.py`` pins each behaviour relied on against the installed
 Optuna, so an upgrade that breaks one fails there, naming it, not somewhere inside a study.
 
 * :func:`storage_of`: the storage under a :class:`optuna.Study`.
@@ -13,6 +13,7 @@ Optuna, so an upgrade that breaks one fails there, naming it, not somewhere insi
   on Optuna's database schema (:data:`SCHEMA_VERSION`): a finished trial in one transaction,
   trials that never beat, a study's trials read back with one select per table
   (:class:`FastReadRDBStorage`), and its trials counted by state.
+* :func:`stamp_read`: a storage opened without alembic where its database is stamped.
 """
 
 from __future__ import annotations
@@ -271,7 +272,9 @@ def knows_schema(storage: optuna.storages.RDBStorage) -> bool:
     schema changes only by an ``optuna storage upgrade``, which no one runs under a study)."""
     version = _VERSION.get(storage)
     if version is None:
-        version = _VERSION[storage] = storage.get_current_version()
+        stamps = alembic_stamps(storage.engine)  # Optuna's own read imports alembic (stamp_read)
+        version = stamps[0] if len(stamps) == 1 else storage.get_current_version()
+        _VERSION[storage] = version
     return version == SCHEMA_VERSION
 
 
@@ -444,11 +447,16 @@ def _running_beats(storage: optuna.storages.RDBStorage, study_id: int) -> tuple[
 
 class FastReadRDBStorage(optuna.storages.RDBStorage):
     """Optuna's RDB storage, reading a study's trials with :func:`read_trials` where it knows the
-    schema.
+    schema, and opened without importing alembic where the database is stamped already
+    (:func:`stamp_read`).
 
     Why private: Optuna's cache over an RDB storage (``_CachedStorage``, which every Study opened
     on one puts in front of it) reads the trials it does not hold through ``_get_trials``; this
     overrides that one method, with its arguments, so the cache works as before."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        with stamp_read():
+            super().__init__(*args, **kwargs)
 
     def _get_trials(
         self,
@@ -460,6 +468,54 @@ class FastReadRDBStorage(optuna.storages.RDBStorage):
         if not knows_schema(self):
             return super()._get_trials(study_id, states, included_trial_ids, trial_id_greater_than)
         return read_trials(self, study_id, states, included_trial_ids, trial_id_greater_than)
+
+
+def alembic_stamps(engine: sqlalchemy.engine.Engine) -> list[str]:
+    """The revisions the database's ``alembic_version`` table holds, read with one select, as
+    alembic reads them (none where the table is missing). Alembic itself is not imported."""
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sqlalchemy.text("SELECT version_num FROM alembic_version"))
+            return [str(r[0]) for r in rows]
+    except sqlalchemy.exc.DBAPIError:
+        return []
+
+
+@contextlib.contextmanager
+def stamp_read() -> Iterator[None]:
+    """Optuna's storage opened during the block asks the database whether it is stamped with one
+    select, and goes to alembic only where it is not.
+
+    Why private: every ``RDBStorage`` makes a ``_VersionManager``, whose ``_init_alembic`` reads
+    the ``alembic_version`` table through alembic's ``MigrationContext`` to learn whether to stamp
+    it: importing alembic imports every SQL dialect's DDL module, PostgreSQL's catalog included,
+    0.3-0.6 s of a study run's start for one row of a table. A database that has the row needs
+    nothing of alembic (a new study file is seeded stamped, :mod:`dse.study.sqlite_seed`); one
+    without it goes through Optuna's own code. Likewise the schema check of a storage opened
+    with it (every existing file: a resumed run, the sampler's process, a report): a database
+    stamped with :data:`SCHEMA_VERSION`, this Optuna's own, passes it; any other goes to
+    Optuna's check, which reads alembic's scripts. The module's class is swapped for a subclass
+    during the block, under the lock the other swaps take, and put back."""
+    from optuna.storages._rdb import storage as rdb
+
+    own = rdb._VersionManager
+
+    class StampRead(own):  # type: ignore[misc,valid-type]
+        def _init_alembic(self) -> None:
+            if not alembic_stamps(self.engine):
+                super()._init_alembic()
+
+        def check_table_schema_compatibility(self) -> None:
+            # stamped with the schema this Optuna writes (its head: tests/test_optuna_compat.py)
+            if alembic_stamps(self.engine) != [SCHEMA_VERSION]:
+                super().check_table_schema_compatibility()
+
+    with _SWAP:
+        rdb._VersionManager = StampRead  # type: ignore[misc]
+        try:
+            yield
+        finally:
+            rdb._VersionManager = own  # type: ignore[misc]
 
 
 _SPECIAL = {"INF_POS": float("inf"), "INF_NEG": float("-inf"), "NAN": float("nan")}
