@@ -15,6 +15,7 @@ multi-class fluid's classes.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -76,13 +77,19 @@ class OutputLengths:
         return float(np.dot(self.shares, self.means))
 
     def quantile(self, q: float) -> float:
-        """The ``q`` quantile of the mixture (bisection on its CDF)."""
-        lo, hi = 0.0, 50.0 * max(self.means)
-        for _ in range(80):
-            mid = 0.5 * (lo + hi)
-            cdf = sum(s * (1.0 - math.exp(-mid / m)) for s, m in zip(self.shares, self.means, strict=True))
-            lo, hi = (mid, hi) if cdf < q else (lo, mid)
-        return 0.5 * (lo + hi)
+        """The ``q`` quantile of the mixture (bisection on its CDF; kept per mixture and ``q``:
+        a study's trials ask the same one of every fluid run)."""
+        return _mixture_quantile(tuple(map(float, self.shares)), tuple(map(float, self.means)), float(q))
+
+
+@functools.lru_cache(maxsize=256)
+def _mixture_quantile(shares: tuple[float, ...], means: tuple[float, ...], q: float) -> float:
+    lo, hi = 0.0, 50.0 * max(means)
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        cdf = sum(s * (1.0 - math.exp(-mid / m)) for s, m in zip(shares, means, strict=True))
+        lo, hi = (mid, hi) if cdf < q else (lo, mid)
+    return 0.5 * (lo + hi)
 
 
 @dataclass(frozen=True)
