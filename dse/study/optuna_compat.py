@@ -1,8 +1,9 @@
 """Every use dse makes of Optuna beyond its public interface, in one place, each with its reason.
 
 Nothing here runs at import; nothing of Optuna's is changed for longer than a call of dse's own
-sampler or the opening of a storage. ``tests/test_optuna_compat.py`` pins each behaviour relied on against the installed
-Optuna, so an upgrade that breaks one fails there, naming it, not somewhere inside a study.
+sampler or the opening of a storage. ``tests/test_optuna_compat.py`` pins each behaviour relied
+on against the installed Optuna, so an upgrade that breaks one fails there, naming it, not
+somewhere inside a study.
 
 * :func:`storage_of`: the storage under a :class:`optuna.Study`.
 * :class:`TPEHooks`: TPE's two passes over the history as methods (``dse.study.tpe``), and
