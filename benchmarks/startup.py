@@ -10,7 +10,9 @@ the study runner, in the order ``dse study run`` imports them), against the same
 scipy packages pyomo's import hook used to load (``dse/scipy_hook.py``): the seconds that hook
 cost every such process. And the
 storage a fresh run opens: a new SQLite study file seeded from the cached empty database
-(``dse/study/sqlite_seed.py``), against Optuna creating it (the cache made unusable).
+(``dse/study/sqlite_seed.py``), against Optuna creating it (the cache made unusable); and an
+existing one opened through dse's storage, which reads its stamp without alembic
+(``dse.study.optuna_compat.stamp_read``), against Optuna's own.
 """
 
 from __future__ import annotations
@@ -83,6 +85,30 @@ def fresh_storage(rounds: int) -> None:
     seeded, created = (statistics.median(v) for v in times.values())
     print(f"a process that opens a new study file: {seeded:.2f} s seeded, {created:.2f} s created by Optuna")
     figure("process opening a new study file (seeded)", seeded, "s", f"{created:.2f} s if Optuna creates it")
+    existing_storage(rounds)
+
+
+def existing_storage(rounds: int) -> None:
+    """Open an existing study file (a resumed run, the sampler's process, a report) in a fresh
+    process, through dse's storage (the stamp read with one select) and through Optuna's own
+    (alembic imported to read it), alternating."""
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{Path(tmp) / 's.db'}"
+        made = f"from dse.study.storage import open_storage as o; o({url!r})"
+        subprocess.run([sys.executable, "-c", made], check=True)
+        codes = {
+            "dse": f"from dse.study.storage import open_storage as o; o({url!r})",
+            # the same imports
+            "Optuna": f"import optuna, dse.study.storage; optuna.storages.RDBStorage({url!r})",
+        }
+        times: dict[str, list[float]] = {name: [] for name in codes}
+        for _ in range(rounds):
+            for name, code in codes.items():
+                times[name].append(wall([sys.executable, "-c", code]))
+    ours, optunas = (statistics.median(v) for v in times.values())
+    print(f"a process that opens an existing study file: {ours:.2f} s through dse, {optunas:.2f} s through "
+          "Optuna")  # fmt: skip
+    figure("process opening an existing study file", ours, "s", f"{optunas:.2f} s through Optuna's storage")
 
 
 def _alternating(commands: dict[str, list[str]], rounds: int) -> dict[str, list[float]]:
