@@ -121,3 +121,33 @@ def test_mixed_pools_of_two_shapes_keep_their_capacity_and_prefill_shares(catalo
     assert float(des.tpot_mean_s[0]) == pytest.approx(float(fluid.tpot_mean_s[0]), rel=0.05)
     fluid, des = _runs(both, 1.1 * most)
     assert not fluid.stable[0] and not des.stable[0]
+
+
+def test_a_placed_decode_pool_simulates_at_the_capacity_the_milp_sized(catalog: Catalog) -> None:
+    """A real solve whose decode batch is bound by HBM (100k-token prompts on H200): the MILP
+    credits whole sequences, so the fluid model's slots (the batch's floor), the engine-level
+    simulation's running cap (its ceiling) and the MILP's batch are one number, and the fluid's
+    decode capacity is the pools' output tokens/s over the output length exactly. The MILP had
+    credited 40.14 sequences an instance: the fluid's 40 slots carried 0.18% less (the MILP's
+    capacity read unstable) and the engine's 41 ran past the TPOT target."""
+    from dse.evaluation import design_of
+    from dse.placement.plan import place
+    from dse.placement.request import PlacementRequest, Topology
+    from dse.sim.engine_latency import _deployments
+
+    w = Workload(requests_per_s=5.0, input_tokens=100_000.0, output_tokens=1000.0)
+    req = PlacementRequest(model="deepseek-v3", hardware=("h200-sxm",), workload=w, slo=Slo(20.0, 0.05),
+                           topology=Topology.DISAGGREGATED)  # fmt: skip
+    report = place(req, catalog=catalog)
+    assert report.best is not None
+    design = design_of(req, report.best)
+    params = load_params()
+    decode = [p for p in design.pools if p.role == "decode"]
+    assert decode and all(p.decode_batch == np.floor(p.decode_batch) for p in decode)
+    pipe, _ = pipeline_of(design, catalog, params)
+    lengths = OutputLengths((1.0,), (w.output_tokens,))
+    milp = sum(p.output_tokens_per_s for p in decode) / w.output_tokens
+    assert float(pipe.decode_capacity(lengths)[0]) == pytest.approx(milp, rel=1e-9)
+    assert pipe.decode_pool_slots[0].tolist() == [p.decode_batch for p in decode]
+    (dep, _, _), *_ = _deployments(design, catalog, params, 1.0)
+    assert float(dep.max_batch[0]) == decode[0].decode_batch
