@@ -151,3 +151,20 @@ def test_a_placed_decode_pool_simulates_at_the_capacity_the_milp_sized(catalog: 
     assert pipe.decode_pool_slots[0].tolist() == [p.decode_batch for p in decode]
     (dep, _, _), *_ = _deployments(design, catalog, params, 1.0)
     assert float(dep.max_batch[0]) == decode[0].decode_batch
+
+
+def test_a_returning_turn_hands_off_its_whole_context(catalog: Catalog) -> None:
+    """A returning turn hands decode its cached prefix and suffix (20,500 tokens here), a fresh
+    prompt its 3,000: the pipeline's handoff times are in that ratio (the KV's fixed state aside,
+    which DeepSeek-V3 has none of), as the placement's NIC rows count them. Every turn had handed
+    a fresh prompt's KV, 6.8 times too little for a returning one."""
+    from dse.workload import ThinkBin
+
+    w = Workload(
+        requests_per_s=40.0, input_tokens=3000.0, output_tokens=OUTPUT, returning_share=0.5,
+        cached_prefix_tokens=20_000.0, suffix_tokens=500.0, think=(ThinkBin(1.0, 60.0),),
+    )  # fmt: skip
+    pre = replace(PREFILL, returning_per_s=20.0, midfill_busy_s=0.01)
+    pipe, _ = pipeline_of(replace(_design(pre, B200), workload=w), catalog, load_params())
+    fresh, back = float(pipe.handoff_s[0]), float(pipe.arrays("midfill_handoff_s")[0])
+    assert fresh > 0 and back / fresh == pytest.approx(20_500.0 / 3000.0, rel=1e-9)
