@@ -121,3 +121,50 @@ def test_mixed_pools_of_two_shapes_keep_their_capacity_and_prefill_shares(catalo
     assert float(des.tpot_mean_s[0]) == pytest.approx(float(fluid.tpot_mean_s[0]), rel=0.05)
     fluid, des = _runs(both, 1.1 * most)
     assert not fluid.stable[0] and not des.stable[0]
+
+
+def test_a_placed_decode_pool_simulates_at_the_capacity_the_milp_sized(catalog: Catalog) -> None:
+    """A real solve whose decode batch is bound by HBM (100k-token prompts on H200): the MILP
+    credits whole sequences, so the fluid model's slots (the batch's floor), the engine-level
+    simulation's running cap (its ceiling) and the MILP's batch are one number, and the fluid's
+    decode capacity is the pools' output tokens/s over the output length exactly. The MILP had
+    credited 40.14 sequences an instance: the fluid's 40 slots carried 0.18% less (the MILP's
+    capacity read unstable) and the engine's 41 ran past the TPOT target."""
+    from dse.evaluation import design_of
+    from dse.placement.plan import place
+    from dse.placement.request import PlacementRequest, Topology
+    from dse.sim.engine_latency import _deployments
+
+    w = Workload(requests_per_s=5.0, input_tokens=100_000.0, output_tokens=1000.0)
+    req = PlacementRequest(model="deepseek-v3", hardware=("h200-sxm",), workload=w, slo=Slo(20.0, 0.05),
+                           topology=Topology.DISAGGREGATED)  # fmt: skip
+    report = place(req, catalog=catalog)
+    assert report.best is not None
+    design = design_of(req, report.best)
+    params = load_params()
+    decode = [p for p in design.pools if p.role == "decode"]
+    assert decode and all(p.decode_batch == np.floor(p.decode_batch) for p in decode)
+    pipe, _ = pipeline_of(design, catalog, params)
+    lengths = OutputLengths((1.0,), (w.output_tokens,))
+    milp = sum(p.output_tokens_per_s for p in decode) / w.output_tokens
+    assert float(pipe.decode_capacity(lengths)[0]) == pytest.approx(milp, rel=1e-9)
+    assert pipe.decode_pool_slots[0].tolist() == [p.decode_batch for p in decode]
+    (dep, _, _), *_ = _deployments(design, catalog, params, 1.0)
+    assert float(dep.max_batch[0]) == decode[0].decode_batch
+
+
+def test_a_returning_turn_hands_off_its_whole_context(catalog: Catalog) -> None:
+    """A returning turn hands decode its cached prefix and suffix (20,500 tokens here), a fresh
+    prompt its 3,000: the pipeline's handoff times are in that ratio (the KV's fixed state aside,
+    which DeepSeek-V3 has none of), as the placement's NIC rows count them. Every turn had handed
+    a fresh prompt's KV, 6.8 times too little for a returning one."""
+    from dse.workload import ThinkBin
+
+    w = Workload(
+        requests_per_s=40.0, input_tokens=3000.0, output_tokens=OUTPUT, returning_share=0.5,
+        cached_prefix_tokens=20_000.0, suffix_tokens=500.0, think=(ThinkBin(1.0, 60.0),),
+    )  # fmt: skip
+    pre = replace(PREFILL, returning_per_s=20.0, midfill_busy_s=0.01)
+    pipe, _ = pipeline_of(replace(_design(pre, B200), workload=w), catalog, load_params())
+    fresh, back = float(pipe.handoff_s[0]), float(pipe.arrays("midfill_handoff_s")[0])
+    assert fresh > 0 and back / fresh == pytest.approx(20_500.0 / 3000.0, rel=1e-9)

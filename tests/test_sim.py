@@ -359,6 +359,29 @@ def test_full_decode_slots_serve_the_capacity_the_placement_sizes(dt: float) -> 
     assert float(f.backlog_growth_per_s[0]) == pytest.approx(0.05 * cap, rel=0.05)
 
 
+def test_the_handoff_serves_returning_turns_at_their_whole_context() -> None:
+    """Half the arrivals are returning turns, whose handoff moves their cached prefix with their
+    suffix (50 ms here, 10 ms a fresh prompt's): one handoff server finishes 1 / (0.5 x 0.01 +
+    0.5 x 0.05) = 33.3 requests/s, which the placement's NIC rows size it by, and both simulators
+    hold 0.97 of it and not 1.03. Every turn had handed a fresh prompt's KV: 100 requests/s, the
+    handoff three times the capacity the placement counts, and a returning turn's TTFT short of
+    its transfer."""
+    from dataclasses import replace
+
+    base = pipe(cp=64, cd=64)  # prefill 128 requests/s, decode far from binding
+    p = replace(base, midfill_share=np.array([0.5]), midfill_s=base.prefill_s, handoff_servers=np.ones(1),
+                midfill_handoff_s=np.array([0.05]))  # fmt: skip
+    cap = 1.0 / (0.5 * 0.01 + 0.5 * 0.05)
+    for k, stable in ((0.97, True), (1.03, False)):
+        sc = scenario(k * cap, horizon_s=1800.0)
+        f, _ = simulate_fluid(p, sc)
+        d, _, _ = simulate_des(p, sc, seed=3)
+        growth = (float(f.backlog_growth_per_s[0]), float(d.backlog_growth_per_s[0]))
+        assert bool(f.stable[0]) is stable and bool(d.stable[0]) is stable, (k, growth)
+    f, _ = simulate_fluid(p, scenario(1.1 * cap, horizon_s=1800.0))
+    assert float(f.requests_per_s[0]) == pytest.approx(cap, rel=2e-3)
+
+
 def test_a_cycle_that_drifts_is_judged_by_its_peaks_as_well_as_its_mean() -> None:
     """A bounded cycle whose shape drifts from one period to the next (its mean backlog moves
     between periods, its ceiling does not) is stable; the same cycle riding on a backlog that grows

@@ -46,13 +46,16 @@ class _Server:
 
 
 class _Stage:
-    """A transfer stage: ``servers`` at once (inf: no limit), ``service_s`` each, FCFS."""
+    """A transfer stage: ``servers`` at once (inf: no limit), ``service_s`` each (or request ``r``
+    ``by_request[r]``), FCFS."""
 
     def __init__(
-        self, servers: float, service_s: float, kind: int, push: Callable[[float, int, int, int], None]
-    ) -> None:
+        self, servers: float, service_s: float, kind: int, push: Callable[[float, int, int, int], None],
+        by_request: Array | None = None,
+    ) -> None:  # fmt: skip
         self.free = servers
         self.service_s, self.kind, self.push = service_s, kind, push
+        self.by_request = by_request
         self.queue: deque[int] = deque()
 
     def offer(self, t: float, r: int) -> None:
@@ -62,7 +65,9 @@ class _Stage:
     def start(self, t: float) -> None:
         while self.queue and self.free >= 1:
             self.free -= 1
-            self.push(t + self.service_s, self.kind, self.queue.popleft(), 0)
+            r = self.queue.popleft()
+            s = self.service_s if self.by_request is None else float(self.by_request[r])
+            self.push(t + s, self.kind, r, 0)
 
     def release(self, t: float) -> None:
         self.free += 1
@@ -116,8 +121,10 @@ class DesRun:
         self.reload = _Stage(
             float(pipe.arrays("reload_servers")[0]), float(pipe.arrays("reload_s")[0]), RELOAD, self.push
         )
+        # a returning turn hands its whole context to decode, a fresh prompt its prompt
+        hand = np.where(draws.returning, float(pipe.arrays("midfill_handoff_s")[0]), float(pipe.handoff_s[0]))
         self.handoff = _Stage(
-            float(pipe.arrays("handoff_servers")[0]), float(pipe.handoff_s[0]), HANDOFF, self.push
+            float(pipe.arrays("handoff_servers")[0]), float(pipe.handoff_s[0]), HANDOFF, self.push, hand
         )
         self.done_in_sample = 0
         self.samples: dict[str, list[float]] = {k: [] for k in SAMPLED}

@@ -39,6 +39,7 @@ STAGE_ROWS = (
     "slots",
     "buffer_max",
     "prefill_time_share",
+    "midfill_handoff_s",
 )
 """The pipeline's stage arrays as the compiled kernel reads them: row ``i`` of its ``st``."""
 

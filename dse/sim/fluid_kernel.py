@@ -102,8 +102,8 @@ def advance(
     out: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
     """``st`` rows: prefill_s, midfill_s, midfill_share, reload_s, reload_servers, handoff_s,
-    handoff_servers, slots, buffer_max, prefill_time_share. ``q`` rows: reload, fresh prefill,
-    midfill, handoff."""
+    handoff_servers, slots, buffer_max, prefill_time_share, midfill_handoff_s. ``q`` rows: reload,
+    fresh prefill, midfill, handoff."""
     n, kk = active.shape
     mean_l = 0.0
     second = 0.0
@@ -119,6 +119,10 @@ def advance(
             s_f, s_m, m = st[0, i], st[1, i], st[2, i]
             s_r, c_r, s_h, c_h, slots, bmax = st[3, i], st[4, i], st[5, i], st[6, i], st[7, i], st[8, i]
             planned = st[9, i]
+            # a returning turn hands its whole context to decode, a fresh prompt its prompt: the
+            # handoff's servers take the arrivals' mix of the two
+            s_hm = st[10, i]
+            s_hx = (1.0 - m) * s_h + m * s_hm
             # reload (returning turns), then prefill shared first come first served by fresh and midfill
             out_r = _stage(q[0, i], m * lam * dt, c_r, s_r, dt)
             q[0, i] += m * lam * dt - out_r
@@ -129,7 +133,7 @@ def advance(
             out_f, out_m = theta * fresh, theta * mid
             # handoff, then the buffer (which blocks the handoff when full)
             hand_in = out_f + out_m
-            out_h = _stage(q[3, i], hand_in, c_h, s_h, dt)
+            out_h = _stage(q[3, i], hand_in, c_h, s_hx, dt)
             n_act = 0.0
             for k in range(kk):
                 n_act += active[i, k]
@@ -195,14 +199,15 @@ def advance(
                 wait_r = q[0, i] * s_r / c_r
                 rho_r = m * lam * s_r / c_r
                 wq_r, pw_r = queue_wait(rho_r, c_r, s_r, 0.0)
-            if c_h != np.inf and s_h > 0.0:
-                wait_h = q[3, i] * s_h / c_h
-                rho_h = lam * s_h / c_h
-                wq_h, pw_h = queue_wait(rho_h, c_h, s_h, 0.0)
+            if c_h != np.inf and s_hx > 0.0:
+                wait_h = q[3, i] * s_hx / c_h
+                rho_h = lam * s_hx / c_h
+                scv_h = ((1.0 - m) * s_h**2 + m * s_hm**2) / s_hx**2 - 1.0
+                wq_h, pw_h = queue_wait(rho_h, c_h, s_hx, scv_h)
             # a decode instance admits at its next step boundary: half a step while it runs
-            common = wait_p + wait_h + s_h + wait_b + (0.5 * tau if n_now > 0 else 0.0)
-            ttft_f = common + s_f
-            ttft_m = common + wait_r + s_r + s_m
+            common = wait_p + wait_h + wait_b + (0.5 * tau if n_now > 0 else 0.0)
+            ttft_f = common + s_h + s_f
+            ttft_m = common + s_hm + wait_r + s_r + s_m
             # stage tails rarely peak together: combine them as a root sum of squares
             tails = np.sqrt(
                 wait_quantile(wq_p, pw_p, TAIL_Q) ** 2

@@ -369,11 +369,11 @@ def _pipeline(
         tables,
         [p.prefill_share if p.role == "mixed" else 0.0 for p in decoders],
     )
-    handoff = (
-        0.0
-        if main.role == "mixed"
-        else _handoff_s(workload, prefill_pool(design.pools, catalog, model, wp, engine, params), params)
-    )
+    handoff = hand_back = 0.0
+    if main.role != "mixed":
+        hands = prefill_pool(design.pools, catalog, model, wp, engine, params)
+        handoff = _handoff_s(workload.input_tokens, hands, params)
+        hand_back = _handoff_s(workload.returning_context_tokens, hands, params)
     ctx = workload.mean_prompt_tokens() + 0.5 * workload.output_tokens
     kv_gb = (ctx * float(pool.kv_bytes_per_token[0]) + float(pool.state_bytes[0])) / GB
     share = workload.returning_share
@@ -391,6 +391,10 @@ def _pipeline(
         # hands one request's KV to decode at a time over the NICs that hold its shards
         reload_servers=np.array([prefill.instances]),
         handoff_servers=np.array([prefill.instances if handoff > 0 else np.inf]),
+        # a returning turn hands its cached prefix with its suffix, as the placement's NIC rows
+        # count it (until 2026-12-05 every turn handed a fresh prompt's KV: 4,000 tokens where a
+        # returning turn of a 20,000-token prefix hands 20,500)
+        midfill_handoff_s=np.array([hand_back]),
         # every decode pool at its own instances, slots and step table, no instance rounded up;
         # an aggregated unit's prefill takes time from its decode: the tables leave it the planned
         # share, and the simulators slow or speed its steps as prefill takes more or less
@@ -500,8 +504,9 @@ def prefill_pool(
     )
 
 
-def _handoff_s(w: Workload, pool: Any, p: PerfParams) -> float:
-    """Seconds to hand one fresh prompt's KV (and fixed state) to decode over the NICs of the
-    prefill GPUs that hold its shards."""
+def _handoff_s(tokens: float, pool: Any, p: PerfParams) -> float:
+    """Seconds to hand the KV of a context of ``tokens`` (and its fixed state) to decode over the
+    NICs of the prefill GPUs that hold its shards: a fresh prompt's, or a returning turn's cached
+    prefix and suffix (:mod:`dse.placement.shapes`' fresh and returning handoffs)."""
     nics = float(pool.nic_bytes_per_s[0]) * p.nic_eff * float(min(pool.gpus[0], pool.kv_shard[0]))
-    return float((w.input_tokens * float(pool.kv_bytes_per_token[0]) + float(pool.state_bytes[0])) / nics)
+    return float((tokens * float(pool.kv_bytes_per_token[0]) + float(pool.state_bytes[0])) / nics)

@@ -113,8 +113,8 @@ class Pipeline:
     """Configurations, one element per array entry. Stages in order: a returning turn first
     reloads its KV (``reload_servers`` links of ``reload_s`` each; ``inf`` servers is a pure
     delay); prefill servers take fresh prompts (``prefill_s``) and midfills (``midfill_s``) first
-    come first served; the KV handoff to decode (``handoff_servers`` of ``handoff_s``); the buffer;
-    decode."""
+    come first served; the KV handoff to decode (``handoff_servers`` of ``handoff_s`` a fresh prompt,
+    ``midfill_handoff_s`` a returning turn); the buffer; decode."""
 
     prefill_instances: Array  # prefill servers
     prefill_s: Array  # busy seconds of one server per fresh prompt
@@ -129,6 +129,9 @@ class Pipeline:
     reload_s: Array | None = None  # seconds one reload takes (default 0)
     reload_servers: Array | None = None  # reloads in flight at once (default inf: no queue)
     handoff_servers: Array | None = None  # handoffs in flight at once (default inf: no queue)
+    # seconds to hand a returning turn's KV to decode: its whole context, the cached prefix and the
+    # suffix, where a fresh prompt hands its prompt's (default handoff_s)
+    midfill_handoff_s: Array | None = None
     # decode instances that prefill too (aggregated): the share of their time the step table
     # leaves to prefill (default 0: separate pools). A step then takes the table's time times
     # (1 - share) / (1 - the share of time the prefill servers are busy), so prefill that takes
@@ -149,6 +152,7 @@ class Pipeline:
             "reload_s": np.zeros(n),
             "reload_servers": np.full(n, np.inf),
             "handoff_servers": np.full(n, np.inf),
+            "midfill_handoff_s": self.handoff_s,
             "prefill_time_share": np.zeros(n),
             "decode_pool_instances": np.reshape(self.decode_instances, (n, 1)),
             "decode_pool_slots": np.reshape(self.slots, (n, 1)),
