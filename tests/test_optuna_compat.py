@@ -201,6 +201,29 @@ def test_a_storage_without_a_stamp_or_of_another_schema_goes_through_optunas_own
     assert optuna.storages._rdb.storage._VersionManager.__name__ == "_VersionManager"  # put back
 
 
+def test_storages_opened_at_once_in_threads_leave_optunas_version_manager_as_it_was() -> None:
+    """stamp_read swaps Optuna's _VersionManager for its subclass under the swaps' lock. A thread
+    that entered while another held the swap read the subclass as "Optuna's own", waited for the
+    lock, and put that subclass back when it was done: Optuna's class stayed swapped for good."""
+    import threading
+
+    from optuna.storages._rdb import storage as rdb
+
+    own = rdb._VersionManager
+    with compat.stamp_read():
+
+        def enter_and_leave() -> None:
+            with compat.stamp_read():
+                pass
+
+        other = threading.Thread(target=enter_and_leave)
+        other.start()
+        time.sleep(0.3)  # it is waiting for the lock this thread holds
+        assert other.is_alive()
+    other.join(timeout=10.0)
+    assert rdb._VersionManager is own, rdb._VersionManager
+
+
 def test_dead_trials_are_those_optuna_finds_stale_and_those_that_never_beat(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
     with warnings.catch_warnings():

@@ -47,12 +47,43 @@ def test_figures_are_drawn_here_when_the_drawers_process_is_gone(tmp_path: Path)
     drawer.close()
 
 
+def test_the_drawers_process_imports_the_runs_dse_not_one_in_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python -m` puts the working folder first on the process's path, ahead of the dse the run
+    imported: run from another checkout of dse (or any folder with a dse package), the drawer's
+    process drew with that one's code, or died and left every figure to the run's process."""
+    here = _report(tmp_path / "here", draw_here)
+    other = tmp_path / "checkout"
+    (other / "dse" / "study").mkdir(parents=True)
+    (other / "dse" / "__init__.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n")
+    (other / "dse" / "study" / "__init__.py").write_text("")
+    monkeypatch.chdir(other)
+    with Drawer() as drawer:
+        assert _report(tmp_path / "there", drawer.draw) == here
+        assert drawer._proc is not None and drawer._proc.poll() is None  # it drew: it is alive
+    assert not (tmp_path / "imported").exists()
+
+
 def test_a_job_that_fails_there_raises_here_as_itself(tmp_path: Path) -> None:
     with Drawer() as drawer:
         empty = ("dse.study.report_figures", "hbm_png", (tmp_path / "h.png", pl.DataFrame()))  # drawn here
         jobs = [("os", "system", ("true",)), empty]
         with pytest.raises(ValueError, match="not a function of dse.study.report_figures"):
             drawer.draw(jobs)
+
+
+def test_a_draw_that_fails_here_leaves_no_answer_for_the_next_draw(tmp_path: Path) -> None:
+    """The last job is drawn here while the process draws the rest; where it raised, the process's
+    answer stayed unread in the pipe, and the drawer's next draw took it for its own: the earlier
+    draw's figures, silently. A drawer that failed is closed; the next draw is drawn here."""
+    none = pl.DataFrame()
+    with Drawer() as drawer:
+        first = [(drawer_mod.MODULES[0], "hbm_png", (tmp_path / "a.png", none)), ("os", "getcwd", ())]
+        with pytest.raises(ValueError, match="not a function of"):
+            drawer.draw(first)
+        second = [(drawer_mod.MODULES[0], "hbm_png", (tmp_path / f"{n}.png", none)) for n in "bc"]
+        assert [f.file for f in drawer.draw(second)] == ["b.png", "c.png"]
 
 
 def test_a_long_runs_report_is_drawn_by_a_drawer(

@@ -499,19 +499,19 @@ def stamp_read() -> Iterator[None]:
     during the block, under the lock the other swaps take, and put back."""
     from optuna.storages._rdb import storage as rdb
 
-    own = rdb._VersionManager
+    with _SWAP:  # Optuna's class read under the lock: outside it, another thread's swap may be on
+        own = rdb._VersionManager
 
-    class StampRead(own):  # type: ignore[misc,valid-type]
-        def _init_alembic(self) -> None:
-            if not alembic_stamps(self.engine):
-                super()._init_alembic()
+        class StampRead(own):  # type: ignore[misc,valid-type]
+            def _init_alembic(self) -> None:
+                if not alembic_stamps(self.engine):
+                    super()._init_alembic()
 
-        def check_table_schema_compatibility(self) -> None:
-            # stamped with the schema this Optuna writes (its head: tests/test_optuna_compat.py)
-            if alembic_stamps(self.engine) != [SCHEMA_VERSION]:
-                super().check_table_schema_compatibility()
+            def check_table_schema_compatibility(self) -> None:
+                # stamped with the schema this Optuna writes (its head: tests/test_optuna_compat.py)
+                if alembic_stamps(self.engine) != [SCHEMA_VERSION]:
+                    super().check_table_schema_compatibility()
 
-    with _SWAP:
         rdb._VersionManager = StampRead  # type: ignore[misc]
         try:
             yield

@@ -9,7 +9,8 @@ itself, the same functions on the same data: a job names a function of
 :mod:`dse.study.report_figures` or :mod:`dse.study.report_grid` and its arguments. Where the
 process cannot start or fails, the figures are drawn here as before.
 
-The process is ``python -m dse.study.report_drawer``, fed pickled jobs on its standard input and
+The process is ``python -P -m dse.study.report_drawer`` (-P: the dse this process
+imported, not one in the working folder), fed pickled jobs on its standard input and
 answering on its standard output: not a fork (a fork of a process whose polars threads hold locks
 can hang in polars, and the figures read polars tables), nor multiprocessing's spawn (which runs
 the parent's main script again, and a script without a ``__main__`` guard would run its study
@@ -53,7 +54,9 @@ class Drawer:
         self._proc: subprocess.Popen[bytes] | None = None
         with contextlib.suppress(OSError):  # no process to be had: the figures are drawn here
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "dse.study.report_drawer"],
+                # -P: not the working folder first on its path (as -m puts it), where another
+                # checkout of dse would be imported in place of this one
+                [sys.executable, "-P", "-m", "dse.study.report_drawer"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": path},
             )  # fmt: skip
@@ -76,12 +79,16 @@ class Drawer:
         except OSError:  # the process died: draw here
             self.close()
             return draw_here(jobs)
-        mine = draw_here(here)
         try:
-            got, body = pickle.load(proc.stdout)
-        except (OSError, EOFError, pickle.UnpicklingError):
-            self.close()
-            got, body = "gone", None
+            mine = draw_here(here)
+            try:
+                got, body = pickle.load(proc.stdout)
+            except (OSError, EOFError, pickle.UnpicklingError):
+                self.close()
+                got, body = "gone", None
+        except BaseException:  # (Ctrl-C too) its answer to `there` unread: no later draw may take
+            self.close()  # it; and closing waits for it to stop writing into the report's folder
+            raise
         if got != "figures":  # it failed there: here, where an error is raised as itself
             return draw_here(there) + mine
         return [*body, *mine]
