@@ -483,6 +483,22 @@ def test_ttft_percentile_sits_between_mean_and_p99() -> None:
     assert 1.0 < ttft_at_percentile(1.0, 3.0, 90.0) < 3.0
 
 
+def test_a_write_that_fails_is_not_made_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampler's process writes a told trial once: a write that failed may have been committed
+    (its answer lost), so the process stops with the error rather than write it again."""
+    log = tmp_path / "writes.log"
+
+    def failing(stored: object, trial: object, *args: object) -> None:
+        with log.open("a") as f:
+            f.write(f"{trial.number}\n")  # type: ignore[attr-defined]
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(proposer, "write_finished", failing)  # the forked child inherits it
+    with pytest.raises(OSError, match="Input/output error"):
+        Study.load(TINY).run(out=tmp_path / "run", trials=6)
+    assert log.read_text().split() == ["0"]
+
+
 def test_a_failure_of_the_last_write_reaches_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The last trial's write fails after the run's loop is over: closing the sampler's process raises it."""
     real, calls = proposer.write_finished, []

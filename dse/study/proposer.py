@@ -77,6 +77,7 @@ class _Sampling:
         self.stored, self.spec = stored, setup.spec
         self.running: dict[int, optuna.Trial] = {}
         self.unstored: list[tuple[optuna.trial.FrozenTrial, dict[str, Any]]] = []  # told, to write
+        self.write_failed = False
 
     def ask(self) -> Proposal:
         trial = self.study.ask()
@@ -91,9 +92,15 @@ class _Sampling:
         self.unstored.append((self.study.tell(trial, values), user_attrs))
 
     def store(self) -> None:
-        """Write the told trials to the storage, oldest first."""
-        while self.unstored:
-            write_finished(self.stored, *self.unstored[0])
+        """Write the told trials to the storage, oldest first. A write that fails stops them:
+        :attr:`write_failed` says so, and nothing writes them again (a commit whose answer was
+        lost may have been made)."""
+        while self.unstored and not self.write_failed:
+            try:
+                write_finished(self.stored, *self.unstored[0])
+            except BaseException:
+                self.write_failed = True
+                raise
             self.unstored.pop(0)
 
 
@@ -252,7 +259,7 @@ def _serve(
             sampling.store()
         return
     except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it
-        if sampling is not None:  # what was told before the failure (a failed write raises again)
+        if sampling is not None:  # what was told before a failure that was not a write's
             with contextlib.suppress(Exception):
                 sampling.store()
         with contextlib.suppress(OSError):
