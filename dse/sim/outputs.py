@@ -12,6 +12,8 @@ from dse.sim.scenario import Array, Scenario
 from dse.sim.statistics import (
     FLUID_GROWTH_SHARE,
     FLUID_MIN_BACKLOG_S,
+    GROWTH_SHARE,
+    MIN_BACKLOG_S,
     Oscillation,
     backlog_growth,
     detect_oscillation,
@@ -96,9 +98,9 @@ def verdicts(
     ]
     diurnal = scenario.arrivals.period_s if scenario.arrivals.kind is ArrivalKind.DIURNAL else np.nan
     period = np.array([o.period_s if o.detected else diurnal for o in osc])
-    tolerance = (
-        {"share": FLUID_GROWTH_SHARE, "min_backlog_s": FLUID_MIN_BACKLOG_S} if fluid else {}
-    )
+    share, least = (FLUID_GROWTH_SHARE, FLUID_MIN_BACKLOG_S) if fluid else (GROWTH_SHARE, MIN_BACKLOG_S)
     backlog = traj.backlog() if traj.queued is None else traj.queued
-    stable, growth, window = backlog_growth(traj.t, backlog, rate, period_s=period, **tolerance)
+    stable, growth, window = backlog_growth(
+        traj.t, backlog, rate, period_s=period, share=share, min_backlog_s=least, peaks=fluid
+    )
     return stable, growth, window, osc

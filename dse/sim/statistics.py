@@ -30,6 +30,7 @@ def backlog_growth(
     period_s: Array | None = None,
     share: float = GROWTH_SHARE,
     min_backlog_s: float = MIN_BACKLOG_S,
+    peaks: bool = False,
 ) -> tuple[Array, Array, Array]:
     """(stable, growth in requests/s, window in s) per row of ``backlog`` (configurations x
     samples): a least-squares slope over the last third of the trajectory (window nan), judged
@@ -37,11 +38,12 @@ def backlog_growth(
 
     A row that swings with a period (``period_s``, nan for none: a planner's cycle, a diurnal
     swing) whose last two periods fit in the trajectory is judged over whole periods instead: the
-    mean of its last period less the mean of the one before, over the period (or the same of
-    their peaks, whichever is less), and the last period's mean backlog (window: the whole periods
-    each mean spans). A slope over a window that is not a whole number of periods reads the phase
-    the run ended in: a bounded cycle had been called unstable at one planner delay and stable at
-    a longer one."""
+    mean of its last period less the mean of the one before, over the period (with ``peaks``, or
+    the same of their peaks, whichever is less: for a deterministic run, the fluid's, whose peaks
+    are exact; in a run of drawn requests one noisy peak would hide real growth), and the last
+    period's mean backlog (window: the whole periods each mean spans). A slope over a window that
+    is not a whole number of periods reads the phase the run ended in: a bounded cycle had been
+    called unstable at one planner delay and stable at a longer one."""
     t = np.asarray(t, dtype=float)
     b = np.atleast_2d(np.asarray(backlog, dtype=float))
     keep = t >= t[-1] - (t[-1] - t[0]) / 3.0
@@ -54,14 +56,14 @@ def backlog_growth(
     level = bb[:, -1].copy()
     periods = np.full(len(b), np.nan) if period_s is None else np.broadcast_to(period_s, len(b))
     for i, per in enumerate(periods):
-        whole = _whole_periods(t, b[i], float(per))
+        whole = _whole_periods(t, b[i], float(per), peaks)
         if whole is not None:
             slope[i], level[i], window[i] = whole
     unstable = (slope > share * arrival_rate) & (level > min_backlog_s * arrival_rate)
     return ~unstable, slope, window
 
 
-def _whole_periods(t: Array, b: Array, period_s: float) -> tuple[float, float, float] | None:
+def _whole_periods(t: Array, b: Array, period_s: float, peaks: bool) -> tuple[float, float, float] | None:
     """(growth, level, window) of ``b`` over whole periods: the mean of its last ``k`` periods less
     the mean of the ``k`` before, over ``k`` periods, the last ones' mean, and ``k`` periods in
     seconds; ``k`` the multiple that
@@ -78,10 +80,10 @@ def _whole_periods(t: Array, b: Array, period_s: float) -> tuple[float, float, f
         n = min(last.sum(), before.sum())
         if n >= 3:
             a, z = b[last][-n:], b[before][-n:]
-            # the growth of both the mean and the peak: a backlog past capacity raises both, while
-            # a bounded cycle that does not repeat exactly (its period drifts) moves its mean
-            # between periods but meets the same ceiling
-            grow = min(a.mean() - z.mean(), a.max() - z.max()) / w
+            # with peaks, the growth of both the mean and the peak: a backlog past capacity raises
+            # both, while a bounded cycle that does not repeat exactly (its period drifts) moves its
+            # mean between periods but meets the same ceiling
+            grow = (min(a.mean() - z.mean(), a.max() - z.max()) if peaks else a.mean() - z.mean()) / w
             fit = (float(np.mean(np.abs(a - z))), float(grow), float(a.mean()), w)
             if best is None or fit[0] < best[0] - 1e-9:
                 best = fit
