@@ -235,14 +235,16 @@ def _bandwidth_point(point: dict, engine: str | None = None):  # type: ignore[no
 
 
 def test_a_point_whose_cheapest_design_misses_ttft_is_resolved_with_the_target_tightened() -> None:
-    """DeepSeek-V3 on H200 at 100 requests/s of 2k-token prompts, TTFT 0.5 s at p90 and TPOT 50
+    """DeepSeek-V3 on H200 at 100 requests/s of 2k-token prompts, TTFT 0.45 s at p90 and TPOT 50
     ms (the shipped bandwidth-vs-capacity grid under SGLang, at a tighter TTFT): the cheapest
     placement is disaggregated, whose prompts miss TTFT once simulated (0.53 s). The topology is
-    solved again for the TTFT the MILP priced it at times the ratio it missed by, twice, and that
-    design holds: dearer, and far cheaper than the aggregated one (until 2026-12-05 the point
-    fell back to it, at 2.7 times the MILP's first cost)."""
+    solved again for the TTFT the MILP priced it at times the ratio it missed by, and that design
+    holds: dearer, and far cheaper than the aggregated one (until 2026-12-05 the point fell back to
+    it, at 2.7 times the MILP's first cost). (At 0.5 s, the point of this test until session 46's
+    whole decode sequences, the first design now holds.)"""
+    target = 0.45
     point = {"model": "deepseek-v3", "hardware": "h200-sxm", "input_tokens": 2000.0, "tpot_s": 0.05,
-             "requests_per_s": 100.0, "ttft_s": 0.5}  # fmt: skip
+             "requests_per_s": 100.0, "ttft_s": target}  # fmt: skip
     from dataclasses import replace
 
     from dse.evaluation import retargeted
@@ -250,17 +252,17 @@ def test_a_point_whose_cheapest_design_misses_ttft_is_resolved_with_the_target_t
 
     rec, placed, held, first = _bandwidth_point(point, "sglang")
     assert placed.best is not None and placed.best.topology.value == "disaggregated"
-    assert first.binding.startswith("ttft_s:") and first.metrics["ttft_pct_s"] > 0.5, first.binding
+    assert first.binding.startswith("ttft_s:") and first.metrics["ttft_pct_s"] > target, first.binding
     assert not rec.binding, rec.binding
     assert {p["role"] for p in rec.pools} == {"prefill", "decode"}
-    assert held.request.slo.ttft_s == 0.5 and rec.metrics["ttft_pct_s"] <= 0.5  # checked at the point's
-    assert rec.metrics["milp_resolves"] == 2.0 and rec.metrics["milp_topology_rank"] == 0.0
+    assert held.request.slo.ttft_s == target and rec.metrics["ttft_pct_s"] <= target  # checked at the point's
+    assert rec.metrics["milp_resolves"] >= 1.0 and rec.metrics["milp_topology_rank"] == 0.0
     # the rule: the target the MILP gets again is shorter by the ratio it was missed by
     req, missed = placed.request, first.metrics["ttft_pct_s"]
     again = retargeted(req, req, first)
     priced = max(p.unit.ttft_s for p in placed.best.pools if p.unit.ttft_s > 0)  # the MILP's TTFT
-    assert priced < 0.5
-    assert again is not None and again.slo.ttft_s == pytest.approx(priced * 0.5 / missed, rel=1e-12)
+    assert priced < target
+    assert again is not None and again.slo.ttft_s == pytest.approx(priced * target / missed, rel=1e-12)
     assert again.workload == req.workload and again.slo.tpot_s == req.slo.tpot_s
     slow = replace(first, binding="tpot_s: TPOT mean 60 ms", metrics={**first.metrics, "tpot_s": 0.06})
     assert retargeted(req, req, slow).slo.tpot_s == pytest.approx(0.05 * 0.05 / 0.06, rel=1e-12)
@@ -272,21 +274,38 @@ def test_a_point_whose_cheapest_design_misses_ttft_is_resolved_with_the_target_t
     assert placed.best.usd_per_hour < rec.metrics["usd_per_hour"] < aggregated.usd_per_hour
 
 
-def test_a_point_whose_cheapest_design_falls_behind_is_sized_for_the_traffic_it_fell_short_of() -> None:
+def test_a_point_whose_cheapest_design_falls_behind_is_sized_for_the_traffic_it_fell_short_of(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """DeepSeek-V3 on H200 at 200 requests/s of 64k-token prompts, TPOT 25 ms (a point of the
-    shipped grid): the MILP's disaggregated design lets a backlog grow 6.3 requests/s once
-    simulated; the topology is solved again for 200 / (200 - 6.3) times the traffic (2% more),
-    and that design holds, 5% dearer. The point fell back to the aggregated design before, at 1.9
-    times the cost."""
+    shipped grid), simulated at 3% more traffic than the MILP sizes for: the gap a difference
+    between the MILP's capacities and the simulator's would leave (this point's design had let a
+    backlog grow 6.3 requests/s until session 46 made them agree, and now holds at its own
+    traffic). The topology is solved again for 200 / (200 - growth) times the traffic, and that
+    design holds. The point fell back to the aggregated design before, at 1.9 times the cost."""
+    from dataclasses import replace
+
+    import dse.study.sweep as sweep_mod
+    import dse.study.trial as trial_mod
+
+    real = trial_mod.scenario_for
+
+    def heavier(*args, **kwargs):  # type: ignore[no-untyped-def]
+        sc = real(*args, **kwargs)
+        return replace(sc, arrivals=replace(sc.arrivals, rate_per_s=1.03 * sc.arrivals.rate_per_s))
+
+    monkeypatch.setattr(trial_mod, "scenario_for", heavier)
+    monkeypatch.setattr(sweep_mod, "scenario_for", heavier)
     point = {"model": "deepseek-v3", "hardware": "h200-sxm", "input_tokens": 64000.0, "tpot_s": 0.025}
     rec, placed, held, first = _bandwidth_point(point)
     assert placed.best is not None and placed.best.topology.value == "disaggregated"
     growth = first.constraints["stability"]
     assert first.binding.startswith("stability:") and growth > 1.0, first.binding
     # holds: any growth left is the fluid's numerical noise, within its allowance of 0.1% of arrivals
-    assert rec.feasible and rec.metrics["sim_backlog_growth_per_s"] < 1e-3 * 200.0 < growth
-    assert rec.metrics["milp_resolves"] == 1.0  # one solve for the traffic it fell short of
-    assert held.request.workload.requests_per_s == pytest.approx(200.0 * 1.02 * 200.0 / (200.0 - growth))
+    assert rec.feasible and rec.metrics["sim_backlog_growth_per_s"] < 1e-3 * 206.0 < growth
+    assert rec.metrics["milp_resolves"] >= 1.0  # solved again for the traffic it fell short of
+    # 2% past the traffic it fell short of, as the study's headroom is
+    assert held.request.workload.requests_per_s == pytest.approx(200.0 * 1.02 * 206.0 / (206.0 - growth))
     assert {p["role"] for p in rec.pools} == {"prefill", "decode"}
     aggregated = next(o for o in placed.ranked() if o.topology.value == "aggregated")
     assert placed.best.usd_per_hour < rec.metrics["usd_per_hour"] < aggregated.usd_per_hour

@@ -89,12 +89,7 @@ def readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comman
         f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
         "(`dse/deploy/engine_flags.toml`): check them against the version you run;",
         *_minimum_versions(design, engine, flags),
-        f"- ports: each instance on a host owns the {SLOT_STRIDE} ports from its server port P = {PORT} + "
-        f"{SLOT_STRIDE} times its slot (a pool's slots on a host follow the previous pools'), which hold "
-        f"every port it binds: SGLang prefill servers' KV bootstrap port P + {BOOTSTRAP_OFFSET}, and "
-        "SGLang under data-parallel attention P + 13 and P + 233 to P + 239; where instances share a "
-        "host each script takes `INSTANCE` (its number in the pool, 0..n-1), which picks its GPUs "
-        "(`CUDA_VISIBLE_DEVICES`) and ports; a disaggregated design's KV moves over NIXL.",
+        _ports_note(),
         *_router_notes(design, engine, flags),
     ]
     wide = [f"`{p.name}.sh`" for p in design.pools if p.hosts > 1]
@@ -108,6 +103,17 @@ def readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comman
     if usd is not None:
         lines += ["", f"The study priced this design at ${usd:.4f} per million tokens."]
     return "\n".join(lines) + "\n"
+
+
+def _ports_note() -> str:
+    return (
+        f"- ports: each instance on a host owns the {SLOT_STRIDE} ports from its server port P = {PORT} + "
+        f"{SLOT_STRIDE} times its slot (a pool's slots on a host follow the previous pools'), which hold "
+        f"every port it binds: SGLang prefill servers' KV bootstrap port P + {BOOTSTRAP_OFFSET}, and "
+        "SGLang under data-parallel attention P + 13 and P + 233 to P + 239; where instances share a "
+        "host each script takes `INSTANCE` (its number in the pool, 0..n-1), which picks its GPUs "
+        "(`CUDA_VISIBLE_DEVICES`) and ports; a disaggregated design's KV moves over NIXL."
+    )
 
 
 def _minimum_versions(design: Design, engine: str, flags: dict[str, dict[str, str]]) -> list[str]:
