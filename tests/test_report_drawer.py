@@ -73,19 +73,6 @@ def test_a_job_that_fails_there_raises_here_as_itself(tmp_path: Path) -> None:
             drawer.draw(jobs)
 
 
-def test_a_draw_that_fails_here_leaves_no_answer_for_the_next_draw(tmp_path: Path) -> None:
-    """The last job is drawn here while the process draws the rest; where it raised, the process's
-    answer stayed unread in the pipe, and the drawer's next draw took it for its own: the earlier
-    draw's figures, silently. A drawer that failed is closed; the next draw is drawn here."""
-    none = pl.DataFrame()
-    with Drawer() as drawer:
-        first = [(drawer_mod.MODULES[0], "hbm_png", (tmp_path / "a.png", none)), ("os", "getcwd", ())]
-        with pytest.raises(ValueError, match="not a function of"):
-            drawer.draw(first)
-        second = [(drawer_mod.MODULES[0], "hbm_png", (tmp_path / f"{n}.png", none)) for n in "bc"]
-        assert [f.file for f in drawer.draw(second)] == ["b.png", "c.png"]
-
-
 def test_a_long_runs_report_is_drawn_by_a_drawer(
     tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -79,16 +79,12 @@ class Drawer:
         except OSError:  # the process died: draw here
             self.close()
             return draw_here(jobs)
+        mine = draw_here(here)
         try:
-            mine = draw_here(here)
-            try:
-                got, body = pickle.load(proc.stdout)
-            except (OSError, EOFError, pickle.UnpicklingError):
-                self.close()
-                got, body = "gone", None
-        except BaseException:  # (Ctrl-C too) its answer to `there` unread: no later draw may take
-            self.close()  # it; and closing waits for it to stop writing into the report's folder
-            raise
+            got, body = pickle.load(proc.stdout)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            self.close()
+            got, body = "gone", None
         if got != "figures":  # it failed there: here, where an error is raised as itself
             return draw_here(there) + mine
         return [*body, *mine]
