@@ -47,24 +47,6 @@ def test_figures_are_drawn_here_when_the_drawers_process_is_gone(tmp_path: Path)
     drawer.close()
 
 
-def test_the_drawers_process_imports_the_runs_dse_not_one_in_the_working_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`python -m` puts the working folder first on the process's path, ahead of the dse the run
-    imported: run from another checkout of dse (or any folder with a dse package), the drawer's
-    process drew with that one's code, or died and left every figure to the run's process."""
-    here = _report(tmp_path / "here", draw_here)
-    other = tmp_path / "checkout"
-    (other / "dse" / "study").mkdir(parents=True)
-    (other / "dse" / "__init__.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n")
-    (other / "dse" / "study" / "__init__.py").write_text("")
-    monkeypatch.chdir(other)
-    with Drawer() as drawer:
-        assert _report(tmp_path / "there", drawer.draw) == here
-        assert drawer._proc is not None and drawer._proc.poll() is None  # it drew: it is alive
-    assert not (tmp_path / "imported").exists()
-
-
 def test_a_job_that_fails_there_raises_here_as_itself(tmp_path: Path) -> None:
     with Drawer() as drawer:
         empty = ("dse.study.report_figures", "hbm_png", (tmp_path / "h.png", pl.DataFrame()))  # drawn here

@@ -9,8 +9,7 @@ itself, the same functions on the same data: a job names a function of
 :mod:`dse.study.report_figures` or :mod:`dse.study.report_grid` and its arguments. Where the
 process cannot start or fails, the figures are drawn here as before.
 
-The process is ``python -P -m dse.study.report_drawer`` (-P: the dse this process
-imported, not one in the working folder), fed pickled jobs on its standard input and
+The process is ``python -m dse.study.report_drawer``, fed pickled jobs on its standard input and
 answering on its standard output: not a fork (a fork of a process whose polars threads hold locks
 can hang in polars, and the figures read polars tables), nor multiprocessing's spawn (which runs
 the parent's main script again, and a script without a ``__main__`` guard would run its study
@@ -54,9 +53,7 @@ class Drawer:
         self._proc: subprocess.Popen[bytes] | None = None
         with contextlib.suppress(OSError):  # no process to be had: the figures are drawn here
             self._proc = subprocess.Popen(
-                # -P: not the working folder first on its path (as -m puts it), where another
-                # checkout of dse would be imported in place of this one
-                [sys.executable, "-P", "-m", "dse.study.report_drawer"],
+                [sys.executable, "-m", "dse.study.report_drawer"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": path},
             )  # fmt: skip
