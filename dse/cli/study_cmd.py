@@ -22,7 +22,6 @@ from dse.study.timeouts import STALE_AFTER_S
 
 if TYPE_CHECKING:
     from dse.study.api import StudyResults
-    from dse.study.report_drawer import Drawer
     from dse.study.spec import StudySpec
 
 ALIASES = ("export", "report", "worker", "deploy")
@@ -222,7 +221,6 @@ def _check_ids(spec: StudySpec, catalog: Catalog, name: str, *, to_run: bool = T
 def _run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.study.api import Study
     from dse.study.faults import StudyInterrupted
-    from dse.study.report_drawer import Drawer
     from dse.study.storage import default_storage, redact
 
     study = Study.load(args.name)
@@ -233,28 +231,21 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
         """Before anything is printed (a reader that stops early, `| head`, loses none), and while
         the run holds the study (another run's trials would otherwise miss this run's report)."""
         try:
-            wrote.extend(_write_all(res, args.out, drawer))
+            wrote.extend(_write_all(res, args.out))
         except KeyboardInterrupt:
             where = redact(args.storage or default_storage(args.out, res.spec))  # as the trials' line says
             n = res.trials.height
             raise StudyInterrupted(n, n, where, "exports and report") from None
 
-    # a long run's report figures are drawn by a process made ready while its trials go
-    budget = study.spec.budget(args.trials)
-    drawer = None if args.no_export else Drawer.for_run(budget)
-    try:
-        res = study.run(
-            trials=args.trials,
-            out=args.out,
-            storage=args.storage,
-            seed=args.seed,
-            progress=not args.no_progress and sys.stderr.isatty(),
-            catalog=catalog,
-            then=None if args.no_export else exports,
-        )
-    finally:
-        if drawer is not None:
-            drawer.close()
+    res = study.run(
+        trials=args.trials,
+        out=args.out,
+        storage=args.storage,
+        seed=args.seed,
+        progress=not args.no_progress and sys.stderr.isatty(),
+        catalog=catalog,
+        then=None if args.no_export else exports,
+    )
     assert res.stats is not None
     s = res.stats
     print(
@@ -455,18 +446,17 @@ def best_block(res: StudyResults) -> str | None:
     return "\n".join(lines)
 
 
-def _write_all(res: StudyResults, out: Path, drawer: Drawer | None = None) -> list[str]:
+def _write_all(res: StudyResults, out: Path) -> list[str]:
     """The Parquet tables and the report; what was written, as lines to print."""
     folder = out / res.spec.name
     paths = res.export(folder / "exports")
-    path = _write_report(res, folder, drawer)
+    path = _write_report(res, folder)
     return [f"wrote {len(paths)} Parquet tables under {folder / 'exports'}", f"wrote {path}"]
 
 
-def _write_report(res: StudyResults, folder: Path, drawer: Drawer | None = None) -> Path:
+def _write_report(res: StudyResults, folder: Path) -> Path:
     from dse.study.best import best_design
     from dse.study.report import write_report
-    from dse.study.report_drawer import draw_here
 
     best = best_design(res)
     return write_report(
@@ -475,7 +465,6 @@ def _write_report(res: StudyResults, folder: Path, drawer: Drawer | None = None)
         objectives=[(o.name, o.direction) for o in res.objectives],
         tables=res.tables(),
         best=best,
-        draw=drawer.draw if drawer is not None else draw_here,
     )
 
 

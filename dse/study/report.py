@@ -22,11 +22,20 @@ from dse.atomic import atomic_folder
 from dse.metrics import METRIC_COLUMNS, METRICS
 from dse.study.faults import writing
 from dse.study.markdown import fmt, md_table
-from dse.study.report_drawer import Draw, Job, draw_here
-from dse.study.report_figures import HBM_LINE_GB, Figure, floats_of, stage_names
+from dse.study.report_figures import (
+    HBM_LINE_GB,
+    Figure,
+    floats_of,
+    hbm_png,
+    pareto_png,
+    stage_names,
+    stage_png,
+    trajectory_png,
+)
 from dse.study.report_grid import (
     Side,
     effects_section,
+    grid_figures,
     grid_section,
     side_cell,
     side_pools,
@@ -38,7 +47,6 @@ from dse.study.results import batch_cap, distinct_designs, ranked, with_designs
 from dse.study.spec import StudySpec
 
 TOP_N = 5  # rows of the best-designs table
-FIGURES, GRID = "dse.study.report_figures", "dse.study.report_grid"  # where the figures' functions are
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")  # binding texts are grouped with their numbers out
 
 
@@ -69,7 +77,6 @@ def write_report(
     objectives: list[tuple[str, str]],
     tables: dict[str, pl.DataFrame],
     best: BestDesign | None,
-    draw: Draw = draw_here,
 ) -> Path:
     """Write ``folder/report.md`` and its PNGs, all or nothing; return the Markdown path.
 
@@ -86,8 +93,6 @@ def write_report(
         :mod:`dse.study.results`; a missing or column-less table counts as empty.
     best
         The best design in full, or None when there is none.
-    draw
-        What draws the figures: here, or a :class:`dse.study.report_drawer.Drawer`'s process.
 
     Returns
     -------
@@ -95,7 +100,7 @@ def write_report(
         ``folder/report.md``.
     """
     with writing(folder), atomic_folder(folder) as tmp:
-        _write(tmp, spec=spec, objectives=objectives, tables=tables, best=best, draw=draw)
+        _write(tmp, spec=spec, objectives=objectives, tables=tables, best=best)
     return folder / "report.md"
 
 
@@ -106,7 +111,6 @@ def _write(
     objectives: list[tuple[str, str]],
     tables: dict[str, pl.DataFrame],
     best: BestDesign | None,
-    draw: Draw,
 ) -> None:
     trials = tables.get("trials", pl.DataFrame())
     placements = tables.get("placements", pl.DataFrame())
@@ -114,12 +118,12 @@ def _write(
     feasible = feasible_trials(trials)
     pareto = distinct_designs(tables.get("pareto", pl.DataFrame()))
     sim_trial, sim = trajectory_of(tables.get("sim_timeseries", pl.DataFrame()), best)
-    tail: list[Job] = [
-        (FIGURES, "stage_png", (folder / "stage_breakdown.png", best)),
-        (FIGURES, "trajectory_png", (folder / "sim_trajectory.png", sim_trial, sim)),
+    tail_figures = [
+        stage_png(folder / "stage_breakdown.png", best),
+        trajectory_png(folder / "sim_trajectory.png", sim_trial, sim),
     ]
     if spec.is_grid:  # a grid has no Pareto front: its points are the answer
-        figures = draw([(GRID, "grid_figures", (folder, spec, trials)), *tail])
+        figures = grid_figures(folder, spec, trials) + tail_figures
         sections = [
             _overview(spec, objectives, trials, feasible),
             effects_section(spec, trials),
@@ -131,11 +135,11 @@ def _write(
             grid_section(spec, trials, placements),  # last: one row per point
         ]
     else:
-        figures = draw([
-            (FIGURES, "pareto_png", (folder / "pareto.png", spec.name, feasible, pareto)),
-            (FIGURES, "hbm_png", (folder / "hbm_residency.png", feasible)),
-            *tail,
-        ])
+        figures = [
+            pareto_png(folder / "pareto.png", spec.name, feasible, pareto),
+            hbm_png(folder / "hbm_residency.png", feasible),
+            *tail_figures,
+        ]
         sections = [
             _overview(spec, objectives, trials, feasible),
             _best_designs(spec, objectives, feasible, pools),
