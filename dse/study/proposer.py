@@ -12,9 +12,9 @@ such as a ``multiprocessing.Pool`` worker) keeps the same order in its own proce
 The child also writes each finished trial to the storage (one transaction, with the sampler's
 own attributes: NSGA-II's generation, TPE's relative parameters) as it is told, once it has sent
 the proposal the parent asked for with it (the parent evaluates meanwhile, rather than wait out
-the write). It ignores Ctrl-C:
-the parent stops it by closing the pipe, and it writes every trial it was told before it exits,
-also when the parent was killed. The parent's :meth:`Proposer.close` returns once all are stored.
+the write). It ignores Ctrl-C: the parent stops it by closing the pipe, and it writes every
+trial it was told before it exits, also when the parent was killed. The parent's
+:meth:`Proposer.close` returns once all are stored.
 """
 
 from __future__ import annotations
