@@ -304,6 +304,32 @@ def test_decode_capacity_is_the_largest_batch_that_meets_tpot(catalog: Catalog, 
     assert (batch > 0).any()
 
 
+@pytest.mark.parametrize("n", [1, 100, 5000])  # 128, 20 and 1 (bisection) batches a round
+def test_a_target_met_at_a_whole_batch_gives_that_batch(catalog: Catalog, n: int) -> None:
+    """Targets set at the time per output token of a whole batch (a hair above it), so the largest
+    batch that meets each lies within the search's thousandth of a sequence above a whole one: the
+    search's lower end may stop below it, and only the check of the whole batch above that end
+    finds it. Every answer is its whole batch, whatever the number of candidates."""
+    p = load_params()
+    rng = np.random.default_rng(7)
+    pool = build_pool(
+        catalog.model("deepseek-v3"), [catalog.hardware("h200")] * n, gpus=np.full(n, 8.0),
+        attn_tp=np.ones(n), ep=np.full(n, 8.0), weight_precision=[Precision.FP8] * n,
+        kv_precision=[Precision.FP8] * n,
+    )  # fmt: skip
+    kw = {
+        "context": np.full(n, 8000.0),
+        "speed": np.ones(n),
+        "draft_tokens": np.zeros(n),
+        "accept_tokens": np.ones(n),
+    }
+    whole = rng.integers(2, 40, n).astype(float)  # below the HBM cap (about 60 at 8,000 tokens)
+    assert (whole < kv_capacity_sequences(pool, p, kw["context"])).all()
+    tpot_s = decode_tpot(pool, p, batch=whole, **kw) * (1.0 + 1e-12)
+    _, batch = decode_capacity_at_tpot(pool, p, tpot_s=tpot_s, **kw)
+    np.testing.assert_array_equal(batch, whole)
+
+
 def test_decode_capacity_at_a_binding_cap_is_the_cap_without_a_search(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
