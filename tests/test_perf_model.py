@@ -304,6 +304,65 @@ def test_decode_capacity_is_the_largest_batch_that_meets_tpot(catalog: Catalog, 
     assert (batch > 0).any()
 
 
+@pytest.mark.parametrize("n", [1, 100, 5000])  # 128, 20 and 1 (bisection) batches a round
+def test_a_target_met_at_a_whole_batch_gives_that_batch(catalog: Catalog, n: int) -> None:
+    """Targets set at the time per output token of a whole batch (a hair above it), so the largest
+    batch that meets each lies within the search's thousandth of a sequence above a whole one: the
+    search's lower end may stop below it, and only the check of the whole batch above that end
+    finds it. Every answer is its whole batch, whatever the number of candidates."""
+    p = load_params()
+    rng = np.random.default_rng(7)
+    pool = build_pool(
+        catalog.model("deepseek-v3"), [catalog.hardware("h200")] * n, gpus=np.full(n, 8.0),
+        attn_tp=np.ones(n), ep=np.full(n, 8.0), weight_precision=[Precision.FP8] * n,
+        kv_precision=[Precision.FP8] * n,
+    )  # fmt: skip
+    kw = {
+        "context": np.full(n, 8000.0),
+        "speed": np.ones(n),
+        "draft_tokens": np.zeros(n),
+        "accept_tokens": np.ones(n),
+    }
+    whole = rng.integers(2, 40, n).astype(float)  # below the HBM cap (about 60 at 8,000 tokens)
+    assert (whole < kv_capacity_sequences(pool, p, kw["context"])).all()
+    tpot_s = decode_tpot(pool, p, batch=whole, **kw) * (1.0 + 1e-12)
+    _, batch = decode_capacity_at_tpot(pool, p, tpot_s=tpot_s, **kw)
+    np.testing.assert_array_equal(batch, whole)
+
+
+def test_the_decode_search_stops_at_whole_sequences(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer is a whole batch, so the search stops once its bracket is under one sequence and
+    tries the whole batch inside it: one candidate of an HBM cap near 60 sequences takes one round
+    of 128 batches, four step-time evaluations in all (the cap, the round, the whole batch, the
+    rate), where searching to a thousandth of a sequence took three rounds (five or six). The
+    answer is the test above's: the largest whole batch that meets the target."""
+    from dse.perf import serving
+
+    p = load_params()
+    pool = _pool(catalog, "h200", 8, 1)
+    kw = {
+        "context": np.array([8000.0]),
+        "speed": np.ones(1),
+        "draft_tokens": np.zeros(1),
+        "accept_tokens": np.ones(1),
+    }
+    calls = []
+    real = serving.decode_tpot
+
+    def counted(*a: object, **k: object) -> np.ndarray:
+        calls.append(1)
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(serving, "decode_tpot", counted)
+    tpot_s = np.array([0.03])
+    rate, batch = decode_capacity_at_tpot(pool, p, tpot_s=tpot_s, **kw)
+    assert len(calls) <= 4
+    assert 1.0 < batch[0] < kv_capacity_sequences(pool, p, kw["context"])[0]
+    assert real(pool, p, batch=batch, **kw)[0] <= tpot_s[0] < real(pool, p, batch=batch + 1.0, **kw)[0]
+
+
 def test_decode_capacity_at_a_binding_cap_is_the_cap_without_a_search(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -398,7 +398,10 @@ def decode_tpot(
     return cost.total_s * draft / accept_tokens
 
 
-BATCH_TOLERANCE = 1e-3  # sequences: how close decode_capacity_at_tpot searches the batch
+# sequences: how close decode_capacity_at_tpot searches the batch. Under one sequence, the
+# bracket holds at most one whole batch above its lower end, which the search then tries: the
+# answer is whole, so a finer bracket buys nothing (1e-3 took one to three more rounds)
+BATCH_TOLERANCE = 0.5
 SEARCH_POINTS = 2048  # batches tried per round of that search, shared among the candidates
 
 
@@ -424,9 +427,10 @@ def decode_capacity_at_tpot(
     TPOT grows with the batch, so the search keeps a bracket ``[lo, hi]`` (lo meets the target,
     hi does not) and shrinks it ``k + 1``-fold a round by trying ``k`` batches inside it in one
     vectorised step-time evaluation, ``k`` being ``SEARCH_POINTS`` shared among the candidates
-    (at most 128 each; 1 is bisection). The few candidates of a study trial take four rounds to
-    a thousandth of a sequence from 4,096 (a quarter of the time), where halving took 23
-    evaluations; a batch of 100,000 candidates bisects."""
+    (at most 128 each; 1 is bisection), to under one sequence (``BATCH_TOLERANCE``); the whole
+    batch above the bracket's lower end, if it lies inside, is then tried once. The few candidates
+    of a study trial take two rounds from 4,096, where halving took 13 evaluations; a batch of
+    100,000 candidates bisects."""
     held = context if kv_context is None else kv_context
     cap = np.minimum(np.maximum(kv_capacity_sequences(pool, p, held), 0.0), max_batch)
     terms = pool_terms(pool, p)  # what every step costs whatever the batch, once for the search
