@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -330,6 +331,21 @@ def test_a_target_met_at_a_whole_batch_gives_that_batch(catalog: Catalog, n: int
     np.testing.assert_array_equal(batch, whole)
 
 
+def _counted_decode_tpot(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], Any]:
+    """``dse.perf.serving.decode_tpot`` counting its calls (the list), and the real one."""
+    from dse.perf import serving
+
+    calls: list[int] = []
+    real = serving.decode_tpot
+
+    def counted(*a: object, **k: object) -> np.ndarray:
+        calls.append(1)
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(serving, "decode_tpot", counted)
+    return calls, real
+
+
 def test_the_decode_search_stops_at_whole_sequences(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -338,7 +354,6 @@ def test_the_decode_search_stops_at_whole_sequences(
     of 128 batches, four step-time evaluations in all (the cap, the round, the whole batch, the
     rate), where searching to a thousandth of a sequence took three rounds (five or six). The
     answer is the test above's: the largest whole batch that meets the target."""
-    from dse.perf import serving
 
     p = load_params()
     pool = _pool(catalog, "h200", 8, 1)
@@ -348,14 +363,7 @@ def test_the_decode_search_stops_at_whole_sequences(
         "draft_tokens": np.zeros(1),
         "accept_tokens": np.ones(1),
     }
-    calls = []
-    real = serving.decode_tpot
-
-    def counted(*a: object, **k: object) -> np.ndarray:
-        calls.append(1)
-        return real(*a, **k)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(serving, "decode_tpot", counted)
+    calls, real = _counted_decode_tpot(monkeypatch)
     tpot_s = np.array([0.03])
     rate, batch = decode_capacity_at_tpot(pool, p, tpot_s=tpot_s, **kw)
     assert len(calls) <= 4
@@ -369,7 +377,6 @@ def test_decode_capacity_at_a_binding_cap_is_the_cap_without_a_search(
     """Where every candidate meets the target at its cap (a study trial whose decode cap binds),
     the answer is the cap, found with two step-time evaluations (at the cap, and the rate) rather
     than a search; where one does not, the others' answers are those of a search without it."""
-    from dse.perf import serving
 
     p = load_params()
     n = 3
@@ -384,14 +391,7 @@ def test_decode_capacity_at_a_binding_cap_is_the_cap_without_a_search(
         "draft_tokens": np.zeros(n),
         "accept_tokens": np.ones(n),
     }
-    calls = []
-    real = serving.decode_tpot
-
-    def counted(*a: object, **k: object) -> np.ndarray:
-        calls.append(1)
-        return real(*a, **k)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(serving, "decode_tpot", counted)
+    calls, real = _counted_decode_tpot(monkeypatch)
     caps = np.array([16.0, 40.0, 64.0])
     rate, batch = decode_capacity_at_tpot(pool, p, tpot_s=np.full(n, 0.05), max_batch=caps, **kw)
     assert len(calls) == 2
