@@ -407,6 +407,30 @@ def test_a_cycle_that_drifts_is_judged_by_its_peaks_as_well_as_its_mean() -> Non
     assert not stable[0] and growth[0] > 0.05
 
 
+def test_only_the_fluids_verdict_reads_the_peaks() -> None:
+    """A cycle on a backlog growing 0.1 requests/s, one peak of the period before the last 300
+    higher (a sample of noise): the reference's verdict reads the means alone, since its drawn
+    requests make such peaks, and calls it unstable; the fluid's reads the peaks as well (its
+    runs are deterministic), where such a peak hides the growth. Pins the wiring between
+    dse.sim.outputs.verdicts and backlog_growth, and the rule's blind spot."""
+    from dataclasses import replace
+
+    from dse.sim.outputs import Trajectories, verdicts
+
+    t = np.arange(0.0, 3600.0, 1.0)
+    cycle = 400.0 * np.clip(1.0 - np.abs((t % 300.0) / 300.0 - 0.5) / 0.3, 0.0, 1.0) + 0.1 * t
+    cycle[3150] += 300.0
+    row, ones = cycle[None, :], np.ones((1, t.size))
+    traj = Trajectories(t, 5.0 * ones, row, 0.0 * ones, ones, 8.0 * ones, 8.0 * ones, 5.0 * ones, ones,
+                        queued=row)  # fmt: skip
+    sc = scenario(5.0, horizon_s=3600.0, warmup_s=0.0)
+    fluid_stable, _, _, osc = verdicts(traj, sc, fluid=True)
+    reference_stable, growth, window, _ = verdicts(replace(traj, queued=None), sc)
+    assert osc[0].detected and osc[0].period_s == pytest.approx(300.0)
+    assert fluid_stable[0] and not reference_stable[0]
+    assert growth[0] == pytest.approx(0.1, rel=0.05) and window[0] == 300.0
+
+
 def test_a_bounded_cycle_is_stable_whatever_phase_the_run_ends_in() -> None:
     """A reactive planner on stale readings cycles with a period that grows with the delay; the
     backlog's growth is read over whole periods. Over the last third (a slope whatever the phase)
