@@ -121,3 +121,33 @@ def test_an_engine_level_simulation_runs_once_for_the_same_inputs(catalog: Catal
     more = replace(design, workload=replace(design.workload, requests_per_s=12.0))
     assert engine_latency.design_latency(more, catalog, params) is not None
     assert len(engine_latency._RUNS) > held
+
+
+def test_a_design_met_again_builds_nothing(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same design (its resting KV classes aside, which the engine-level simulation does not
+    read) is answered from the design memo: no tables are built again, and the answer is the same
+    object; another traffic builds its own."""
+    from dse.evaluation import design_of
+    from dse.placement import PlacementRequest, Topology, place
+    from dse.sim import engine_latency
+    from dse.workload import Slo, Workload
+
+    params = load_params()
+    req = PlacementRequest(
+        "deepseek-v3", ("b200",), Workload(10.0, 2000.0, 500.0), Slo(1.0, 0.05, 90.0), Topology.DISAGGREGATED
+    )
+    best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
+    assert best is not None
+    design = design_of(req, best)
+    built = []
+    real = engine_latency.tables_of
+    monkeypatch.setattr(engine_latency, "tables_of", lambda *a: built.append(1) or real(*a))
+    engine_latency._DESIGNS.clear()
+    first = engine_latency.design_latency(design, catalog, params)
+    assert first is not None and len(built) == 1
+    assert engine_latency.design_latency(replace(design, resting=()), catalog, params) is first
+    assert len(built) == 1
+    more = replace(design, workload=replace(design.workload, requests_per_s=12.0))
+    assert engine_latency.design_latency(more, catalog, params) is not first and len(built) == 2
+    with pytest.raises(ValueError):  # shared: read-only
+        first.ttft_s[0] = 0.0
