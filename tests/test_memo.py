@@ -151,3 +151,33 @@ def test_a_design_met_again_builds_nothing(catalog: Catalog, monkeypatch: pytest
     assert engine_latency.design_latency(more, catalog, params) is not first and len(built) == 2
     with pytest.raises(ValueError):  # shared: read-only
         first.ttft_s[0] = 0.0
+
+
+def test_a_design_met_again_reuses_its_pipeline(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fluid simulation's pipeline of a design met before is the one built then (read-only,
+    since it is shared); another buffer or traffic builds its own."""
+    from dse.evaluation import design_of
+    from dse.placement import PlacementRequest, Topology, place
+    from dse.sim import from_placement
+    from dse.workload import Slo, Workload
+
+    params = load_params()
+    req = PlacementRequest(
+        "deepseek-v3", ("b200",), Workload(10.0, 2000.0, 500.0), Slo(1.0, 0.05, 90.0), Topology.DISAGGREGATED
+    )
+    best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
+    assert best is not None
+    design = design_of(req, best)
+    built = []
+    real = from_placement._pipeline
+    monkeypatch.setattr(from_placement, "_pipeline", lambda *a: built.append(1) or real(*a))
+    from_placement._PIPELINES.clear()
+    pipe, kv_gb = from_placement.pipeline_of(design, catalog, params)
+    again = from_placement.pipeline_of(replace(design, resting=()), catalog, params)
+    assert again[0] is pipe and again[1] == kv_gb and len(built) == 1
+    with pytest.raises(ValueError):
+        pipe.prefill_s[0] = 0.0
+    assert from_placement.pipeline_of(design, catalog, params, buffer_max=10.0)[0] is not pipe
+    more = replace(design, workload=replace(design.workload, requests_per_s=12.0))
+    from_placement.pipeline_of(more, catalog, params)
+    assert len(built) == 3

@@ -92,7 +92,9 @@ def design_latency(
     before (half the headline study's checks) is answered from :data:`_DESIGNS`."""
     # everything it reads but the resting KV classes (a returning turn's reload is its pools')
     key = (replace(design, resting=()), id(catalog), id(params), seed, output_mix)
-    return _DESIGNS.get(key, (catalog, params), lambda: _design_latency(design, catalog, params, seed, output_mix))
+    return _DESIGNS.get(
+        key, (catalog, params), lambda: _design_latency(design, catalog, params, seed, output_mix)
+    )
 
 
 def _design_latency(

@@ -36,6 +36,7 @@ import numpy as np
 from dse.catalog import Catalog
 from dse.errors import InputError
 from dse.perf.afd import attention_side, ffn_side
+from dse.perf.memo import Memo, frozen
 from dse.perf.params import EngineProfile, PerfParams, with_mtp
 from dse.perf.pool import build_pool
 from dse.perf.serving import Deployment, decode_step_seconds, decode_tpot
@@ -277,6 +278,12 @@ def design_from_doc(doc: dict[str, Any], source: str = SOURCE) -> SimDesign:
         ) from None
 
 
+# A study's trials place the same design again and again (about half the headline study's checks
+# repeat one): its pipeline, a pure function of everything but its resting KV classes (which the
+# pipeline does not read), is built once a process.
+_PIPELINES = Memo(256)
+
+
 def pipeline_of(
     design: SimDesign,
     catalog: Catalog,
@@ -285,13 +292,21 @@ def pipeline_of(
     buffer_max: float = np.inf,
     source: str = SOURCE,
 ) -> tuple[Pipeline, float]:
-    """(pipeline, KV GB per decoding sequence) of ``design``."""
+    """(pipeline, KV GB per decoding sequence) of ``design``; a design met before is answered from
+    :data:`_PIPELINES` (what is kept is shared: its arrays are read-only)."""
+    key = (replace(design, resting=()), id(catalog), id(params), buffer_max, source)
     try:
-        return _pipeline(design, catalog, params, buffer_max, source)
+        return _PIPELINES.get(
+            key, (catalog, params), lambda: _frozen(_pipeline(design, catalog, params, buffer_max, source))
+        )
     except (TypeError, ValueError) as exc:  # a precision or engine the file names wrongly
         raise InputError(
             source, "request", f"is not a placement written by `dse place --json` ({exc})"
         ) from None
+
+
+def _frozen(built: tuple[Pipeline, float]) -> tuple[Pipeline, float]:
+    return frozen(built[0]), built[1]
 
 
 @dataclass
