@@ -160,6 +160,12 @@ def test_deploy_writes_the_best_design_of_a_run(cli: Cli, tiny_cli_run: Result, 
         assert script.stat().st_mode & 0o111
         assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     assert (folder / "graph.yaml").exists()
+    proc = cli("deploy", TINY, "--out", tmp_path, "--engine", "dynamo", "--image", "reg.example/dyn:1")
+    assert proc.code == 0, proc.err
+    assert 'image: "reg.example/dyn:1"' in (folder / "graph.yaml").read_text()
+    assert "--engine dynamo --image reg.example/dyn:1`" in (folder / "README.md").read_text()
+    proc = cli("deploy", TINY, "--out", tmp_path, "--engine", "sglang", "--image", "reg.example/dyn:1")
+    assert proc.code == 2 and proc.err.count("\n") == 1 and "--image" in proc.err, proc.err
     proc = cli("deploy", TINY, "--out", tmp_path, "--engine", "sglang")
     assert proc.code == 0, proc.err
     assert not (folder / "graph.yaml").exists() and not (folder / "frontend.sh").exists()
@@ -537,17 +543,18 @@ def test_vllm_refuses_experts_split_over_fewer_gpus_than_the_instance() -> None:
 
 def test_the_dynamo_graph_leaves_multinode_wiring_to_the_operator() -> None:
     """A decode instance over two hosts on Dynamo's SGLang workers: its script takes NODE_RANK and
-    HEAD_ADDR, but graph.yaml passes no --nnodes, --node-rank or --dist-init-addr (the operator
+    HEAD_HOST, but graph.yaml passes no --nnodes, --node-rank or --dist-init-addr (the operator
     injects them; Kubernetes would not expand $NODE_RANK) and keeps the rest of the command."""
     f = FLAGS["sglang"]
     files = launch_files(replace(_design(), profile="sglang"), "dynamo")
     script = _command(files["decode.sh"])
-    assert _arg(script, f["node_rank"]) == "$NODE_RANK" and _arg(script, f["dist_init"]) == "$HEAD_ADDR"
+    assert _arg(script, f["node_rank"]) == "$NODE_RANK"
+    assert _arg(script, f["dist_init"]) == "$HEAD_HOST:$DIST_INIT_PORT"
     graph = files["graph.yaml"]
     assert "nodeCount: 2" in graph and f'"{f["dp"]}"' in graph and f'"{f["max_running"]}"' in graph
     for flag in (f["nnodes"], f["node_rank"], f["dist_init"]):
         assert f'"{flag}"' not in graph, flag
-    assert "$NODE_RANK" not in graph and "$HEAD_ADDR" not in graph
+    assert "$NODE_RANK" not in graph and "$HEAD_HOST" not in graph and "DIST_INIT_PORT" not in graph
 
 
 def test_instances_wider_than_a_host_are_refused_where_no_script_wires_them() -> None:
@@ -612,7 +619,7 @@ def test_instances_sharing_a_host_get_their_own_gpus_and_ports() -> None:
         {"gpus": "0,1,2,3", "port": "8000", "bootstrap": "8001"},
     ]
     assert subprocess.run(["bash", "-c", files["prefill.sh"]], capture_output=True, env=base).returncode != 0
-    assert _run_head(files["decode.sh"], **base, NODE_RANK="0", HEAD_ADDR="h:5000") == {
+    assert _run_head(files["decode.sh"], **base, NODE_RANK="0", HEAD_HOST="h") == {
         "gpus": "", "port": "8480", "bootstrap": ""
     }  # fmt: skip
     assert f["bootstrap_port"] not in _command(files["decode.sh"])
@@ -673,6 +680,10 @@ def _shared_aggregated(instances: int = 3) -> Design:
 # and P + 233 .. P + 239 (the dist-init store, then six ZMQ sockets): sgl-project/sglang
 # python/sglang/srt/server_args.py @ 001067ff, PortArgs.init_new
 SGLANG_DP_ATTENTION_PORTS = (13, *range(233, 240))
+# What its rank 0 binds beside --dist-init-addr's port D, where an instance spans hosts: D + 1 ..
+# D + 6 (PortArgs.init_new, port_base = D + 1) and D + 13 (the DP handshake:
+# python/sglang/srt/managers/data_parallel_controller.py, _broadcast_worker_ports)
+SGLANG_DIST_INIT_PORTS = (*range(7), 13)
 
 
 def _host_ports(design: Design, engine: str) -> list[int]:
@@ -687,20 +698,26 @@ def _host_ports(design: Design, engine: str) -> list[int]:
     for pool in design.pools:
         script = files[f"{pool.name}.sh"]
         head = script[: script.index("\nexec ")]
-        show = 'printf "%s %s %s\\n" "${PORT:-}" "${BOOTSTRAP_PORT:-}" "${DP_RPC_PORT:-}"'
+        show = 'printf "%s|%s|%s %s\\n" "${PORT:-}" "${DIST_INIT_PORT:-}" '
+        show += '"${BOOTSTRAP_PORT:-}" "${DP_RPC_PORT:-}"'
         loop = f"for INSTANCE in $(seq 0 {pool.per_host - 1}); do ( {head}\n{show} ); done"
-        env = {"PATH": os.environ["PATH"], "NODE_RANK": "0", "HEAD_ADDR": "h:5000"}
+        env = {"PATH": os.environ["PATH"], "NODE_RANK": "0", "HEAD_HOST": "h"}
         ran = subprocess.run(["bash", "-c", loop], capture_output=True, text=True, env=env)
         assert ran.returncode == 0, ran.stderr
         lines = ran.stdout.splitlines()
         assert len(lines) == pool.per_host
         for line in lines:
-            server, *others = [int(w) for w in line.split()] or [None]
+            first, second, rest = line.split("|")
+            server, dist_init = (int(first) if first else None), (int(second) if second else None)
+            others = [int(w) for w in rest.split()]
             assert server is not None or engine == "dynamo", (pool.name, line)
             if server is not None:
                 ports.append(server)
                 if sglang and pool.dp > 1:
                     ports += [server + d for d in SGLANG_DP_ATTENTION_PORTS]
+            if dist_init is not None:  # an instance over hosts: its rank 0 binds these as well
+                assert sglang and pool.hosts > 1, (pool.name, line)
+                ports += [dist_init + d for d in (SGLANG_DIST_INIT_PORTS if pool.dp > 1 else (0,))]
             ports += others
     return ports
 
@@ -1024,3 +1041,95 @@ def test_what_a_killed_deploy_left_is_removed_by_the_next(tmp_path: Path) -> Non
         os.utime(d, (d.stat().st_atime, d.stat().st_mtime - STALE_TMP_S - 60))
     write_deploy(second, folder)
     assert _left(folder) == (sorted(["deploy", young.name]), second)
+
+
+def test_routers_admit_every_request_the_instances_run(tmp_path: Path) -> None:
+    """SGLang's router capped the requests it admits at once at 256 by default before
+    sgl-project/sglang#11435, and vLLM's before vllm-project/router#24: three decode instances of
+    992 slots behind one router would run 256. Each router.sh passes the instances' running slots
+    (each decode or aggregated instance's cap as its engine applies it, times the instances), and
+    leaves the default, saying so, where a pool runs its engine's default cap."""
+    f, r = FLAGS["sglang"], FLAGS["vllm_router"]
+    files = launch_files(_shared_host(), "sglang")  # 3 decode instances, SGLang's cap 992 each
+    assert _arg(_command(files["router.sh"]), f["router_max_concurrent"]) == "2976"
+    assert "the router admits 2,976 requests at once" in files["README.md"]
+    agg = launch_files(_design("aggregated"), "sglang")  # 4 instances of cap 256
+    assert _arg(_command(agg["router.sh"]), f["router_max_concurrent"]) == "1024"
+    for engine in ("vllm", "trtllm"):  # 3 instances of 4 ranks, 256 // 4 = 64 each
+        words = _command(launch_files(_shared_aggregated(), engine)["router.sh"])
+        assert _arg(words, r["max_concurrent"]) == "768", engine
+    agg_pool = _design("aggregated").pools[0]
+    uncapped = replace(_design("aggregated"), pools=(replace(agg_pool, max_running=None),))
+    files = launch_files(uncapped, "sglang")
+    assert f["router_max_concurrent"] not in _command(files["router.sh"])
+    assert "`--max-concurrent-requests` is left at its default" in files["README.md"]
+    hosts = {f"INSTANCE_{i}": f"h{i}" for i in range(4)}
+    ran = _run_faking(agg["router.sh"], "python", tmp_path, **hosts)  # the value reaches the router
+    assert _arg(ran, f["router_max_concurrent"]) == "1024"
+
+
+def test_an_instance_over_hosts_gets_a_dist_init_port_in_its_own_slot(tmp_path: Path) -> None:
+    """The script said 'set HEAD_ADDR to host:port of rank 0': the port rank 0 listens on is its
+    server's (8480 here), which SGLang would then bind again for torch.distributed's store, and the
+    six after it (the KV bootstrap port's among them) for its ZMQ sockets. The script now takes
+    HEAD_HOST only and passes --dist-init-addr HEAD_HOST:D, D in the instance's slot, so that D, D
+    + 1 .. D + 6 and D + 13 miss every port the instance or another slot binds."""
+    import os
+
+    from dse.deploy.scripts import SGLANG_DERIVED, SLOT_STRIDE
+
+    f = FLAGS["sglang"]
+    script = launch_files(_shared_host(), "sglang")["decode.sh"]  # 16 GPUs over two 8-GPU hosts
+    for rank in ("0", "1"):
+        words = _run_faking(script, "python", tmp_path, NODE_RANK=rank, HEAD_HOST="head0")
+        host, port = _arg(words, f["dist_init"]).split(":")
+        server = int(_arg(words, f["port"]))
+        assert host == "head0" and server == 8480
+        binds = {int(port) + d for d in SGLANG_DIST_INIT_PORTS}
+        assert all(server < p < server + SLOT_STRIDE for p in binds), sorted(binds)
+        assert not binds & {server, server + 1, server + 2, *(server + d for d in SGLANG_DERIVED)}
+    bare = {"PATH": os.environ["PATH"], "NODE_RANK": "0"}
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=bare)
+    assert ran.returncode != 0 and "set HEAD_HOST to the host NODE_RANK 0 runs on" in ran.stderr
+    readme = launch_files(_shared_host(), "sglang")["README.md"]
+    assert "set `HEAD_HOST` to the host its `NODE_RANK` 0 runs on" in readme
+
+
+def test_pools_run_on_hosts_of_their_own() -> None:
+    """Each pool's scripts number their GPUs from 0 on a host (INSTANCE % k): a prefill and a decode
+    pool of 4-GPU instances both on B200 would put their first instances on GPUs 0-3 of a host
+    they shared. The README states the rule (hosts of its own, instance i on host i // k) and
+    instances.json gives each pool's hosts."""
+    prefill = PoolLaunch("prefill", "b200", 4, 1, 4, 3, 8, max_running=None, chunk_tokens=8192)
+    decode = PoolLaunch("decode", "b200", 4, 1, 4, 2, 8, max_running=64, chunk_tokens=None)
+    design = replace(_design(), pools=(prefill, decode, _design().pools[1]))
+    files = launch_files(design, "sglang")
+    assert "no host runs instances of two pools, even of one GPU type" in files["README.md"]
+    assert "instance i runs on host i // k of its pool's" in files["README.md"]
+    assert "instance i runs on host i // 2 of this pool's own hosts" in files["prefill.sh"]
+    pools = json.loads(files["instances.json"])["pools"]
+    assert [(p["instances_per_host"], p["hosts"]) for p in pools] == [(2, 2), (2, 1), (1, 6)]
+
+
+def test_the_dynamo_graph_names_each_services_container() -> None:
+    """A DynamoGraphDeployment's pods need extraPodSpec.mainContainer.image, which graph.yaml had
+    none of: every service, the frontend's too, now runs NVIDIA's Dynamo runtime image of the
+    workers' engine (as Dynamo's own graphs do), or the one --image names; only --engine dynamo
+    takes --image, and a malformed one is refused, each in one line."""
+    from dse.errors import InputError
+
+    d = FLAGS["dynamo"]
+    for profile, backend in (("trt", "trtllm"), ("sglang", "sglang"), ("atom", "vllm")):
+        files = launch_files(replace(_design(), profile=profile), "dynamo")
+        graph = files["graph.yaml"]
+        want = f'image: "{d[f"image_{backend}"]}"'
+        assert graph.count(want) == 3 and graph.count("image:") == 3, profile  # frontend, prefill, decode
+        assert f"runs in `{d[f'image_{backend}']}`" in files["README.md"], profile
+    files = launch_files(_design(), "dynamo", image="registry.example/dynamo-trtllm:dev")
+    assert files["graph.yaml"].count('image: "registry.example/dynamo-trtllm:dev"') == 3
+    assert "--image registry.example/dynamo-trtllm:dev" in files["README.md"]
+    refusals = (("sglang", "x:1", "only --engine dynamo"), ("dynamo", "a b", "without spaces"))
+    for engine, image, rule in refusals:
+        with pytest.raises(InputError, match=rule) as caught:
+            launch_files(_design(), engine, image=image)
+        assert "\n" not in str(caught.value)

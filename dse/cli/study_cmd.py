@@ -81,6 +81,11 @@ def _add_deploy(sub: argparse._SubParsersAction, name: str, alias: bool = False)
         help="the serving engine to launch; dynamo runs workers of the study's engine profile",
     )
     p.add_argument("--trial", type=int, help="this trial's design instead of the best one")
+    p.add_argument(
+        "--image",
+        help="the container image of every service of Dynamo's graph.yaml (--engine dynamo; default: "
+        "NVIDIA's Dynamo runtime image of the workers' engine, as dse/deploy/engine_flags.toml names it)",
+    )
 
 
 _ALIAS_BUILDERS = {"export": _add_export, "report": _add_report, "worker": _add_worker, "deploy": _add_deploy}
@@ -548,8 +553,10 @@ def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
     res = _stored_results(args, catalog)
     design = design_of_run(res, args.trial, load_params())
     folder = args.out / res.spec.name / "deploy"
-    command = deploy_command(args.name, args.engine, out=args.out, trial=args.trial, storage=args.storage)
-    files = launch_files(design, args.engine, command=command)
+    command = deploy_command(
+        args.name, args.engine, out=args.out, trial=args.trial, storage=args.storage, image=args.image
+    )
+    files = launch_files(design, args.engine, command=command, image=args.image)
     for path in write_deploy(files, folder):
         print(path)
     return 0

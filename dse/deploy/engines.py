@@ -103,6 +103,33 @@ def sglang_cap(pool: PoolLaunch) -> int | None:
     return max(dp, pool.max_running // dp * dp)
 
 
+def instance_cap(pool: PoolLaunch, backend: str) -> int | None:
+    """The most requests one instance of ``pool`` runs at once on ``backend`` (its running-request
+    cap as that engine applies it: SGLang's floored to its DP size, vLLM's and TRT-LLM's split per
+    rank, whole sequences down); None: the engine's default."""
+    if backend == "sglang":
+        return sglang_cap(pool)
+    dp = pool.dp if backend == "vllm" else trtllm_dp(pool)
+    per = per_rank_cap(pool, dp)
+    return None if per is None else per * dp
+
+
+def running_slots(design: Design, engine: str) -> int | None:
+    """The requests the design's instances run at once: each decode (or aggregated) instance's
+    cap as its engine applies it, times the instances; None where a pool has none (the engine's
+    default). A router that admits fewer at once throttles the design below what it was sized at."""
+    backend = backend_of(design, engine)
+    total = 0
+    for p in design.pools:
+        if p.role == "prefill":
+            continue
+        cap = instance_cap(p, backend)
+        if cap is None:
+            return None
+        total += cap * p.instances
+    return total
+
+
 def per_rank_cap(pool: PoolLaunch, dp: int) -> int | None:
     """The running-request cap of each of ``dp`` ranks of an engine that caps per rank: the
     instance's split, whole sequences down, at least one."""
@@ -193,7 +220,9 @@ def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str 
     if mode == "prefill":
         args += [f["bootstrap_port"], "$BOOTSTRAP_PORT"]
     if pool.hosts > 1:
-        args += [f["nnodes"], str(pool.hosts), f["node_rank"], "$NODE_RANK", f["dist_init"], "$HEAD_ADDR"]
+        # rank 0's host and the port the instance's slot keeps for it (scripts.DIST_INIT_OFFSET)
+        args += [f["nnodes"], str(pool.hosts), f["node_rank"], "$NODE_RANK"]
+        args += [f["dist_init"], "$HEAD_HOST:$DIST_INIT_PORT"]
     return args
 
 

@@ -11,12 +11,13 @@ from typing import Any
 
 from dse import interrupt
 from dse.atomic import remove_stale
-from dse.deploy.design import Design
+from dse.deploy.design import SRC, Design
 from dse.deploy.engines import (
     backend_of,
     check_launchable,
     dynamo_args,
     engine_flags,
+    running_slots,
     sglang_args,
     trtllm_args,
     trtllm_options,
@@ -31,10 +32,17 @@ from dse.deploy.scripts import (
     launch_script,
     router_script,
 )
+from dse.errors import InputError
 
 
 def deploy_command(
-    name: str, engine: str, *, out: Path | None = None, trial: int | None = None, storage: str | None = None
+    name: str,
+    engine: str,
+    *,
+    out: Path | None = None,
+    trial: int | None = None,
+    storage: str | None = None,
+    image: str | None = None,
 ) -> str:
     """The `dse deploy` command line that writes these files: the study as it was named (a path
     stays a path), and the flags that chose the run and the trial."""
@@ -48,17 +56,31 @@ def deploy_command(
     words += ["--engine", engine]
     if trial is not None:
         words += ["--trial", str(trial)]
+    if image:
+        words += ["--image", image]
     return " ".join(shlex.quote(w) for w in words)
 
 
 def launch_files(
-    design: Design, engine: str, flags: dict[str, dict[str, str]] | None = None, *, command: str | None = None
+    design: Design,
+    engine: str,
+    flags: dict[str, dict[str, str]] | None = None,
+    *,
+    command: str | None = None,
+    image: str | None = None,
 ) -> dict[str, str]:
     """File name -> contents of the deployment of ``design`` on ``engine``; ``command`` is the
-    command line the README says wrote them (default: `dse deploy STUDY --engine ENGINE`)."""
+    command line the README says wrote them (default: `dse deploy STUDY --engine ENGINE`);
+    ``image`` the container of every service of Dynamo's graph (default: NVIDIA's runtime image of
+    the workers' backend, ``engine_flags.toml``)."""
     flags = flags or engine_flags()
     disagg = any(p.role == "prefill" for p in design.pools)
     check_launchable(design, engine)
+    if image is not None and engine != "dynamo":
+        why = "is the container of Dynamo's graph.yaml: only --engine dynamo takes it"
+        raise InputError(SRC, "--image", why, image)
+    if image is not None and (not image.strip() or any(c.isspace() for c in image)):
+        raise InputError(SRC, "--image", "must be one container image reference, without spaces", image)
     files: dict[str, str] = {}
     for k, pool in enumerate(design.pools):
         mode = pool.role if disagg else None
@@ -79,16 +101,19 @@ def launch_files(
         files["frontend.sh"] = launch_script(
             None, design, [*flags["dynamo"]["frontend"].split(), flags["dynamo"]["http_port"], str(PORT)]
         )
-        files["graph.yaml"] = _yaml(dynamo_graph(design, files, flags))
+        image = image or flags["dynamo"][f"image_{backend_of(design, engine)}"]
+        files["graph.yaml"] = _yaml(dynamo_graph(design, files, flags, image))
     router = None
     if engine == "sglang":
-        router = router_script(design, flags["sglang"])
+        router = router_script(design, flags["sglang"], running_slots(design, engine))
     elif engine in ("vllm", "trtllm"):
-        router = http_router_script(design, flags["vllm_router"], engine)
+        router = http_router_script(design, flags["vllm_router"], engine, running_slots(design, engine))
     if router is not None:
         files["router.sh"] = router
     files["instances.json"] = json.dumps(instances_of(design), indent=2) + "\n"
-    files["README.md"] = readme(design, engine, flags, command or deploy_command(design.study, engine))
+    files["README.md"] = readme(
+        design, engine, flags, command or deploy_command(design.study, engine, image=image), image=image
+    )
     return files
 
 

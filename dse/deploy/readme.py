@@ -10,6 +10,7 @@ from dse.deploy.engines import (
     backend_of,
     per_rank_cap,
     per_rank_chunk,
+    running_slots,
     sglang_cap,
     sglang_dp,
     token_budget,
@@ -17,6 +18,7 @@ from dse.deploy.engines import (
 )
 from dse.deploy.scripts import (
     BOOTSTRAP_OFFSET,
+    DIST_INIT_OFFSET,
     DP_RPC_OFFSET,
     PORT,
     ROUTER_PORT,
@@ -27,7 +29,9 @@ from dse.deploy.scripts import (
 )
 
 
-def readme(design: Design, engine: str, flags: dict[str, dict[str, str]], command: str) -> str:
+def readme(
+    design: Design, engine: str, flags: dict[str, dict[str, str]], command: str, image: str | None = None
+) -> str:
     table = flags[engine]
     at = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}" for k, v in design.point.items())
     lines = [
@@ -49,7 +53,7 @@ def readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comman
     lines += [
         "",
         "Run each pool's script once per instance (on each of its hosts where an instance spans several,"
-        " with `NODE_RANK` and `HEAD_ADDR` set)"
+        " with `NODE_RANK` and `HEAD_HOST` set)"
         + (
             ", and `frontend.sh` once; `graph.yaml` is the same"
             " deployment for the Dynamo Kubernetes operator."
@@ -89,20 +93,72 @@ def readme(design: Design, engine: str, flags: dict[str, dict[str, str]], comman
         f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
         "(`dse/deploy/engine_flags.toml`): check them against the version you run;",
         *_minimum_versions(design, engine, flags),
+        _hosts_note(design),
+        *_head_note(design, engine),
         _ports_note(),
         *_router_notes(design, engine, flags),
     ]
-    wide = [f"`{p.name}.sh`" for p in design.pools if p.hosts > 1]
-    if engine == "dynamo" and backend_of(design, engine) != "sglang" and wide:
-        lines.append(f"- {', '.join(wide)} launch instances wider than a host, which the scripts do not "
-                     f"wire for dynamo.{backend_of(design, engine)}: they exit 2, and `graph.yaml` "
-                     "(whose multinode services the operator wires) launches them;")  # fmt: skip
-    if engine == "dynamo":
-        lines.append("- `graph.yaml`'s workers read their options files (`*.yaml`) from their working "
-                     "directory: mount them there (a ConfigMap).")  # fmt: skip
+    lines += _dynamo_notes(design, engine, flags, image)
     if usd is not None:
         lines += ["", f"The study priced this design at ${usd:.4f} per million tokens."]
     return "\n".join(lines) + "\n"
+
+
+def _dynamo_notes(
+    design: Design, engine: str, flags: dict[str, dict[str, str]], image: str | None
+) -> list[str]:
+    """Dynamo's: the scripts that exit 2 for graph.yaml, the graph's container, its options files."""
+    if engine != "dynamo":
+        return []
+    backend = backend_of(design, engine)
+    lines = []
+    wide = [f"`{p.name}.sh`" for p in design.pools if p.hosts > 1]
+    if backend != "sglang" and wide:
+        lines.append(f"- {', '.join(wide)} launch instances wider than a host, which the scripts do not "
+                     f"wire for dynamo.{backend}: they exit 2, and `graph.yaml` "
+                     "(whose multinode services the operator wires) launches them;")  # fmt: skip
+    default = flags["dynamo"][f"image_{backend}"]
+    chosen = image or default
+    whose = (
+        f"NVIDIA's Dynamo runtime image for {backend}, as Dynamo's own example graphs have it "
+        "(`dse/deploy/engine_flags.toml`): `--image` runs another, whose engine must take these flags"
+        if chosen == default
+        else f"given by `--image` (the default is `{default}`)"
+    )
+    lines.append(f"- every service of `graph.yaml` runs in `{chosen}`, {whose};")
+    lines.append("- `graph.yaml`'s workers read their options files (`*.yaml`) from their working "
+                 "directory: mount them there (a ConfigMap).")  # fmt: skip
+    return lines
+
+
+def _hosts_note(design: Design) -> str:
+    """Where each pool's instances run: hosts of its own, instance i on host i // k of them."""
+    shared = [p for p in design.pools if p.per_host > 1]
+    where = (
+        "; where k instances share a host (" + ", ".join(f"`{p.name}.sh` {p.per_host}" for p in shared)
+        + "), instance i runs on host i // k of its pool's, on the GPUs `INSTANCE` picks"
+        if shared
+        else ""
+    )
+    return (
+        "- hosts: each pool runs on hosts of its own (`instances.json` gives each pool's `hosts`); no "
+        "host runs instances of two pools, even of one GPU type, as each pool's scripts number its "
+        f"GPUs from 0 on every host{where};"
+    )
+
+
+def _head_note(design: Design, engine: str) -> list[str]:
+    """Where an SGLang instance spans hosts: the head's address its scripts take, and its port."""
+    wide = [p for p in design.pools if p.hosts > 1]
+    if not wide or backend_of(design, engine) != "sglang":
+        return []
+    return [
+        "- an instance over several hosts: set `HEAD_HOST` to the host its `NODE_RANK` 0 runs on; the "
+        f"script passes `--dist-init-addr HEAD_HOST:P + {DIST_INIT_OFFSET}` (P its server port), from "
+        "which SGLang derives the ports its rank 0 binds (that port and, under data-parallel attention, "
+        "the next six and the one 13 above it), all among the instance's own;"
+        + (" Dynamo's operator wires `graph.yaml`'s hosts itself;" if engine == "dynamo" else "")
+    ]
 
 
 def _ports_note() -> str:
@@ -135,12 +191,14 @@ def _router_notes(design: Design, engine: str, flags: dict[str, dict[str, str]])
         return _rpc_note(design, engine)
     example = host_var(design.pools[0], 0)
     where = f": set `<POOL>_<i>` (`{example}`, ...) to the host instance i of that pool runs on;"
+    admits = _admits_note(design, engine)
     if engine == "sglang":
         return [
             f"- `router.sh` starts SGLang's router (the `sglang-router` package) on port {ROUTER_PORT}, "
             "in front of every server"
             + (" (prefill ones with their bootstrap ports)" if disaggregated(design) else "")
-            + where
+            + where,
+            admits,
         ]
     r = flags["vllm_router"]
     trt = (
@@ -157,8 +215,28 @@ def _router_notes(design: Design, engine: str, flags: dict[str, dict[str, str]])
         "prompts share the longest prefix with it, so that a conversation's returning turns find their "
         "cached prefix, unless the instances' loads drift apart, when it goes to the least loaded one "
         "(the study priced every request routed to the least loaded instance)" + where + trt,
+        admits,
         *_rpc_note(design, engine),
     ]
+
+
+def _admits_note(design: Design, engine: str) -> str:
+    """How many requests the router admits at once (``running_slots``), and why it is passed."""
+    slots = running_slots(design, engine)
+    why = (
+        "its default was 256 in SGLang's router before sgl-project/sglang#11435 and in vLLM's before "
+        "vllm-project/router#24, which would throttle a design running more"
+    )
+    if slots is None:
+        return (
+            "- the router's `--max-concurrent-requests` is left at its default, as a pool runs its "
+            f"engine's default running-request cap: {why}, so check your release's;"
+        )
+    return (
+        f"- the router admits {slots:,} requests at once (`--max-concurrent-requests`): what the "
+        "instances run at once, each decode or aggregated instance's cap as its engine applies it, "
+        f"times the instances; more wait in its queue. It is passed as {why};"
+    )
 
 
 def _rpc_note(design: Design, engine: str) -> list[str]:

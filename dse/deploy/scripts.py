@@ -4,6 +4,7 @@ graph and ``instances.json``: where each instance runs on its host (GPUs, ports)
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
@@ -24,21 +25,46 @@ SGLANG_DERIVED = (13, *range(233, 240))
 BOOTSTRAP_OFFSET = 1
 DP_RPC_OFFSET = 2
 
+# An SGLang instance over several hosts is given --dist-init-addr HOST:D, and then derives from D,
+# not from --port: its rank 0 binds D (torch.distributed's store) and, under data-parallel
+# attention, D + 1 .. D + 6 (tokenizer, detokenizer, RPC, metrics, scheduler-input and
+# load-collector ZMQ sockets: ``PortArgs.init_new``, port_base = D + 1, server_args.py @ 001067ff)
+# and D + 13 (the DP handshake with the other nodes: DataParallelController._broadcast_worker_ports,
+# python/sglang/srt/managers/data_parallel_controller.py). The scripts take D at this offset from
+# the instance's server port P, so that all of them lie in its slot and clear of P, its bootstrap
+# and RPC ports, P + 13 and P + 233 .. P + 239.
+DIST_INIT_OFFSET = 3
+SGLANG_DIST_INIT_DERIVED = (*range(7), 13)
+
 
 # Instances sharing a host take ports this far apart, each the SLOT_STRIDE ports from its server
 # port: no port one instance binds is another's, however many share a host. Each pool's instances
 # on a host take slots after the previous pools' (``first_slot``), so no two pools' do either.
-SLOT_STRIDE = max(0, *SGLANG_DERIVED, BOOTSTRAP_OFFSET, DP_RPC_OFFSET) + 1
+SLOT_STRIDE = (
+    max(
+        0,
+        *SGLANG_DERIVED,
+        BOOTSTRAP_OFFSET,
+        DP_RPC_OFFSET,
+        *(DIST_INIT_OFFSET + d for d in SGLANG_DIST_INIT_DERIVED),
+    )
+    + 1
+)
 
 
 ROUTER_PORT = 30000
 
 
-def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[str, str]]) -> dict[str, Any]:
+def dynamo_graph(
+    design: Design, files: dict[str, str], flags: dict[str, dict[str, str]], image: str
+) -> dict[str, Any]:
     """A DynamoGraphDeployment: the frontend and one worker service per pool, replicas = its
-    instances (one replica per host where an instance spans several)."""
+    instances (one replica per host where an instance spans several), every one in ``image``."""
     d = flags["dynamo"]
-    services: dict[str, Any] = {"Frontend": {"componentType": "frontend", "replicas": 1}}
+    container = {"mainContainer": {"image": image}}
+    services: dict[str, Any] = {
+        "Frontend": {"componentType": "frontend", "replicas": 1, "extraPodSpec": container}
+    }
     for pool in design.pools:
         line = _command_line(files[f"{pool.name}.sh"])
         words = shlex.split(line.replace("$MODEL", design.model_repo or "MODEL").replace("$HERE/", ""))
@@ -49,7 +75,7 @@ def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[st
             "componentType": "worker",
             "replicas": pool.instances,
             "resources": {"limits": {"gpu": str(min(pool.gpus, pool.gpus_per_host))}},
-            "extraPodSpec": {"mainContainer": {"command": words[:3], "args": words[3:]}},
+            "extraPodSpec": {"mainContainer": {"image": image, "command": words[:3], "args": words[3:]}},
         }
         if pool.role in ("prefill", "decode"):
             service["subComponentType"] = pool.role
@@ -67,7 +93,7 @@ def dynamo_graph(design: Design, files: dict[str, str], flags: dict[str, dict[st
 def _without_node_wiring(words: list[str], f: dict[str, str]) -> list[str]:
     """A worker's words without the flags that wire an instance across hosts (--nnodes,
     --node-rank, --dist-init-addr) and their values: the operator injects them for a multinode
-    service, and Kubernetes would not expand the scripts' $NODE_RANK and $HEAD_ADDR."""
+    service, and Kubernetes would not expand the scripts' $NODE_RANK and $HEAD_HOST."""
     wiring = {f["nnodes"], f["node_rank"], f["dist_init"]}
     out: list[str] = []
     skip = False
@@ -95,7 +121,7 @@ def launch_script(
     """A launch script of the ``k``-th pool; ``unwired``: the Dynamo worker whose multi-host
     instance only graph.yaml launches (the script says so and exits 2). It sets the variables its
     command uses and no others (``HERE``, ``MODEL``, the ports: ``_placement``)."""
-    used = {a.split("/")[0].removeprefix("$") for a in args if a.startswith("$")}
+    used = {v for a in args for v in re.findall(r"\$\{?([A-Z_]+)", a)}
     head = [
         "#!/usr/bin/env bash",
         f"# {design.study}, trial {design.trial}: " + (_pool_text(pool) if pool else "the Dynamo frontend"),
@@ -126,7 +152,7 @@ def launch_script(
         head += [
             f"# one instance spans {pool.hosts} hosts: run this on each with NODE_RANK 0..{pool.hosts - 1}",
             'NODE_RANK="${NODE_RANK:?set NODE_RANK}"',
-            'HEAD_ADDR="${HEAD_ADDR:?set HEAD_ADDR to host:port of rank 0}"',
+            'HEAD_HOST="${HEAD_HOST:?set HEAD_HOST to the host NODE_RANK 0 runs on}"',
         ]
     return "\n".join([*head, "exec " + " ".join(_quote(a) for a in args)]) + "\n"
 
@@ -146,14 +172,19 @@ def _placement(pool: PoolLaunch | None, first: int, used: set[str]) -> list[str]
     if pool is None:
         return []
     base = PORT + SLOT_STRIDE * first
-    offsets = {"PORT": 0, "BOOTSTRAP_PORT": BOOTSTRAP_OFFSET, "DP_RPC_PORT": DP_RPC_OFFSET}
+    offsets = {
+        "PORT": 0,
+        "BOOTSTRAP_PORT": BOOTSTRAP_OFFSET,
+        "DP_RPC_PORT": DP_RPC_OFFSET,
+        "DIST_INIT_PORT": DIST_INIT_OFFSET,
+    }
     ports = [(name, base + offset) for name, offset in offsets.items() if name in used]
     if pool.per_host == 1:
         return [f"{name}={port}" for name, port in ports]
     g = pool.gpus
     return [
         f"# {pool.per_host} instances share a host: INSTANCE (0..{pool.instances - 1}) picks this one's "
-        "GPUs and ports",
+        f"GPUs and ports; instance i runs on host i // {pool.per_host} of this pool's own hosts",
         'INSTANCE="${INSTANCE:?set INSTANCE to the number of this instance in its pool}"',
         f"SLOT=$((INSTANCE % {pool.per_host}))",
         f'CUDA_VISIBLE_DEVICES="$(seq -s, $((SLOT * {g})) $((SLOT * {g} + {g - 1})))"',
@@ -178,10 +209,11 @@ def check_ports(design: Design) -> str | None:
     )
 
 
-def router_script(design: Design, f: dict[str, str]) -> str | None:
+def router_script(design: Design, f: dict[str, str], slots: int | None = None) -> str | None:
     """SGLang's router in front of the design's servers (prefill ones with their bootstrap ports,
-    for PD disaggregation), each at ``<POOL>_<i>``, the host of the pool's instance i: None for
-    one aggregated instance."""
+    for PD disaggregation), each at ``<POOL>_<i>``, the host of the pool's instance i, admitting
+    ``slots`` requests at once (the instances' running slots; None: its default): None for one
+    aggregated instance."""
     disagg = disaggregated(design)
     if not needs_router(design):
         return None
@@ -198,11 +230,15 @@ def router_script(design: Design, f: dict[str, str]) -> str | None:
                 args += [f["router_decode"], url]
     if urls:
         args += [f["router_workers"], *urls]
+    if slots is not None:
+        args += [f["router_max_concurrent"], str(slots)]
     args += [f["host"], "0.0.0.0", f["port"], str(ROUTER_PORT)]
     return _router_file(design, "SGLang's router", args)
 
 
-def http_router_script(design: Design, r: dict[str, str], engine: str) -> str | None:
+def http_router_script(
+    design: Design, r: dict[str, str], engine: str, slots: int | None = None
+) -> str | None:
     """vLLM's router (the ``vllm-router`` package) in front of several vLLM or TRT-LLM servers, each
     at ``<POOL>_<i>``, in its regular mode: it waits for a server's ``/health`` and forwards each
     OpenAI request to the server its cache-aware policy picks, both of which ``vllm serve`` and
@@ -213,6 +249,8 @@ def http_router_script(design: Design, r: dict[str, str], engine: str) -> str | 
         return None
     urls = [_instance_url(design, k, i) for k, p in enumerate(design.pools) for i in range(p.instances)]
     args = [*r["launch"].split(), r["workers"], *urls, r["policy"], r["policy_value"]]
+    if slots is not None:  # the instances' running slots (``router_script``)
+        args += [r["max_concurrent"], str(slots)]
     args += [r["host"], "0.0.0.0", r["port"], str(ROUTER_PORT)]
     return _router_file(design, f"vLLM's router (`{r['package']}`, {engine} servers behind it)", args)
 
@@ -281,6 +319,8 @@ def instances_of(design: Design) -> dict[str, Any]:
                 "instances": p.instances,
                 "gpus_per_instance": p.gpus,
                 "hosts_per_instance": p.hosts,
+                "instances_per_host": p.per_host,
+                "hosts": pool_hosts(p),  # hosts of its own: no host runs two pools' instances
                 "gpus": p.instances * p.gpus,
                 "pp": p.pp,
                 "attn_tp": p.attn_tp,
@@ -292,6 +332,12 @@ def instances_of(design: Design) -> dict[str, Any]:
             for p in design.pools
         ],
     }
+
+
+def pool_hosts(pool: PoolLaunch) -> int:
+    """The hosts a pool's instances take, none shared with another pool (each pool's scripts number
+    its GPUs from 0 on a host): ``per_host`` instances to a host, or ``hosts`` a host each."""
+    return pool.instances * pool.hosts if pool.per_host == 1 else -(-pool.instances // pool.per_host)
 
 
 def disaggregated(design: Design) -> bool:
