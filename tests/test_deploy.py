@@ -1133,3 +1133,64 @@ def test_the_dynamo_graph_names_each_services_container() -> None:
         with pytest.raises(InputError, match=rule) as caught:
             launch_files(_design(), engine, image=image)
         assert "\n" not in str(caught.value)
+
+
+def _graph(files: dict[str, str]) -> dict[str, Any]:
+    import yaml
+
+    graph: dict[str, Any] = yaml.safe_load(files["graph.yaml"])
+    return graph
+
+
+def test_dynamos_flags_are_those_of_the_release_its_images_run() -> None:
+    """The [dynamo] table's version, which the README states its flags are of, is the release of
+    the runtime images graph.yaml runs (1.3.1, whose example graphs @ 04521f47 pin them): it said
+    0.8, the release the flags had first been read at."""
+    d = FLAGS["dynamo"]
+    tags = {d[f"image_{b}"].rpartition(":")[2] for b in ("sglang", "vllm", "trtllm")}
+    assert tags == {d["version"]}
+    assert "@ 04521f47" in d["source"]
+    files = launch_files(replace(_design(), profile="atom"), "dynamo")
+    assert f"the flags of dynamo {d['version']} as read from" in files["README.md"]
+
+
+def test_dynamo_vllm_workers_of_a_disaggregated_design_get_the_nixl_connector() -> None:
+    """dynamo.vllm sets no KV connector by default since ai-dynamo/dynamo#6450 (a prefill worker
+    without --kv-transfer-config exits; a decode one has no connector to read the prefill's KV):
+    both get NIXL's, as Dynamo's launch/disagg.sh has it; an aggregated worker none. An aggregated
+    worker of any backend is given no --disaggregation-mode: aggregated is every release's default,
+    and dynamo.trtllm's spelling of it changed (`prefill_and_decode`, then `agg`)."""
+    d = FLAGS["dynamo"]
+    files = launch_files(replace(_design(), profile="atom"), "dynamo")
+    services = _graph(files)["spec"]["services"]
+    for role in ("prefill", "decode"):
+        words = _command(files[f"{role}.sh"])
+        assert words[words.index(d["vllm_mode"]) + 1] == role
+        config = json.loads(words[words.index(d["vllm_kv_transfer"]) + 1])
+        assert config == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}, role
+        args = services[role]["extraPodSpec"]["mainContainer"]["args"]
+        assert json.loads(args[args.index(d["vllm_kv_transfer"]) + 1]) == config, role
+    for profile in ("atom", "trt", "sglang"):
+        agg = launch_files(replace(_design("aggregated"), profile=profile), "dynamo")
+        words = _command(agg["instance.sh"])
+        assert d["vllm_kv_transfer"] not in words and d["vllm_mode"] not in words, profile
+        assert "prefill_and_decode" not in agg["graph.yaml"] and '"agg"' not in agg["graph.yaml"], profile
+
+
+def test_dynamo_graph_workers_run_as_dynamos_graphs_run_them() -> None:
+    """As Dynamo 1.3.1's example graphs: each worker's command is `python3 -m dynamo.<backend>`
+    (graph.yaml said `python`), and each worker, not the frontend, takes its environment from the
+    secret `hf-token-secret` (HF_TOKEN, which a gated checkpoint needs), which the README says to
+    create; the README's command names --image only where it was given."""
+    for profile, backend in (("trt", "trtllm"), ("sglang", "sglang"), ("atom", "vllm")):
+        files = launch_files(replace(_design(), profile=profile), "dynamo")
+        services = _graph(files)["spec"]["services"]
+        assert "envFromSecret" not in services["Frontend"], profile
+        for role in ("prefill", "decode"):
+            service = services[role]
+            command = service["extraPodSpec"]["mainContainer"]["command"]
+            assert command == ["python3", "-m", f"dynamo.{backend}"], role
+            assert service["envFromSecret"] == FLAGS["dynamo"]["hf_secret"] == "hf-token-secret", role
+        readme = files["README.md"]
+        assert "kubectl create secret generic hf-token-secret --from-literal=HF_TOKEN=" in readme, profile
+        assert "gated checkpoint" in readme and "--image" not in readme.splitlines()[2], profile

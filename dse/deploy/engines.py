@@ -287,11 +287,11 @@ def trtllm_options(
 def dynamo_args(
     pool: PoolLaunch, design: Design, flags: dict[str, dict[str, str]], mode: str | None
 ) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """A Dynamo worker of the study's engine: its backend's own flags, and its role; and the options
-    files it reads (file name -> their contents, for a TRT-LLM worker)."""
+    """A Dynamo worker of the study's engine: its backend's own flags, and its role where it has one
+    (an aggregated worker is given none: aggregated is the default, whose spelling dynamo.trtllm
+    changed); and the options files it reads (file name -> their contents, for a TRT-LLM worker)."""
     d = flags["dynamo"]
     backend = BACKEND_OF_PROFILE[design.profile]
-    role = mode or ("prefill_and_decode" if backend == "trtllm" else "agg")
     if backend == "sglang":
         args = [
             *d["sglang_worker"].split(),
@@ -303,16 +303,20 @@ def dynamo_args(
         body = _sglang_body(pool, design, flags["sglang"], None)
         if pool.per_host > 1:  # SGLang derives ports from it (scripts.SGLANG_DERIVED): the slot's own
             body += [flags["sglang"]["port"], "$PORT"]
-        mode_args = [d["sglang_mode"], mode, flags["sglang"]["disagg_backend"], "nixl"] if mode else []
+        sg = flags["sglang"]
+        mode_args = [d["sglang_mode"], mode, sg["disagg_backend"], sg["disagg_backend_value"]] if mode else []
         if mode == "prefill":
             mode_args += [flags["sglang"]["bootstrap_port"], "$BOOTSTRAP_PORT"]
         return [*args, *body, *mode_args, flags["sglang"]["trust"]], {}
     if backend == "vllm":
         v = vllm_args(pool, design, flags["vllm"])
         body = v[len(flags["vllm"]["launch"].split()) + 1 : v.index(flags["vllm"]["host"])]
-        return [*d["vllm_worker"].split(), d["vllm_model"], "$MODEL", d["vllm_mode"], role, *body], {}
+        # a prefill or decode worker's role and its KV connector (NIXL, set by no default)
+        role = [d["vllm_mode"], mode, d["vllm_kv_transfer"], d["vllm_kv_transfer_value"]] if mode else []
+        return [*d["vllm_worker"].split(), d["vllm_model"], "$MODEL", *role, *body], {}
     options = f"{pool.name}.yaml"
-    args = [*d["trtllm_worker"].split(), d["trtllm_model"], "$MODEL", d["trtllm_mode"], role]
+    args = [*d["trtllm_worker"].split(), d["trtllm_model"], "$MODEL"]
+    args += [d["trtllm_mode"], mode] if mode else []
     args += [d["trtllm_tp"], str(pool.gpus), d["trtllm_ep"], str(pool.ep)]
     if pool.attn_tp == 1 and pool.gpus > 1:
         args.append(d["trtllm_dp_attention"])

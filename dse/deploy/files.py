@@ -101,8 +101,8 @@ def launch_files(
         files["frontend.sh"] = launch_script(
             None, design, [*flags["dynamo"]["frontend"].split(), flags["dynamo"]["http_port"], str(PORT)]
         )
-        image = image or flags["dynamo"][f"image_{backend_of(design, engine)}"]
-        files["graph.yaml"] = _yaml(dynamo_graph(design, files, flags, image))
+        container = image or flags["dynamo"][f"image_{backend_of(design, engine)}"]
+        files["graph.yaml"] = _yaml(dynamo_graph(design, files, flags, container))
     router = None
     if engine == "sglang":
         router = router_script(design, flags["sglang"], running_slots(design, engine))

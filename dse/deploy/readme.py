@@ -127,7 +127,12 @@ def _dynamo_notes(
     )
     lines.append(f"- every service of `graph.yaml` runs in `{chosen}`, {whose};")
     lines.append("- `graph.yaml`'s workers read their options files (`*.yaml`) from their working "
-                 "directory: mount them there (a ConfigMap).")  # fmt: skip
+                 "directory: mount them there (a ConfigMap);")  # fmt: skip
+    secret = flags["dynamo"]["hf_secret"]
+    lines.append(f"- `graph.yaml`'s workers take their environment from the secret `{secret}` "
+                 "(`HF_TOKEN`, which a gated checkpoint needs), and no pod starts without it: create it "
+                 f"first, `kubectl create secret generic {secret} --from-literal=HF_TOKEN=...` "
+                 "in the graph's namespace.")  # fmt: skip
     return lines
 
 

@@ -59,7 +59,8 @@ def dynamo_graph(
     design: Design, files: dict[str, str], flags: dict[str, dict[str, str]], image: str
 ) -> dict[str, Any]:
     """A DynamoGraphDeployment: the frontend and one worker service per pool, replicas = its
-    instances (one replica per host where an instance spans several), every one in ``image``."""
+    instances (one replica per host where an instance spans several), every one in ``image``, each
+    worker with the environment of the Hugging Face token's secret, as Dynamo's graphs have it."""
     d = flags["dynamo"]
     container = {"mainContainer": {"image": image}}
     services: dict[str, Any] = {
@@ -72,6 +73,7 @@ def dynamo_graph(
         ports = {"$BOOTSTRAP_PORT": str(PORT + BOOTSTRAP_OFFSET), "$PORT": str(PORT)}
         words = [ports.get(w, w) for w in words]  # a pod's own
         service: dict[str, Any] = {
+            "envFromSecret": d["hf_secret"],  # HF_TOKEN, for a gated checkpoint (the README says)
             "componentType": "worker",
             "replicas": pool.instances,
             "resources": {"limits": {"gpu": str(min(pool.gpus, pool.gpus_per_host))}},
