@@ -331,10 +331,11 @@ def test_a_mistyped_flag_is_one_line_and_exit_2(cli: Cli) -> None:
 
 
 def test_an_open_loop_window_grows_until_its_ends_weigh_little(cli: Cli) -> None:
-    """12 requests/s on one B200 instance keep about a thousand in flight: 2,000 requests would be
-    mostly the batches filling and draining (TTFT p99 0.2 s against 3-4 s once steady). By default
-    the window grows to ten times the requests in flight; a window asked for says it is short."""
-    flags = ("predict", "--hardware", "b200", "--load", "poisson", "--rate", "12", "--json")
+    """11.5 requests/s on one B200 instance keep about 800 in flight: 2,000 requests would be mostly
+    the batches filling and draining (TTFT p99 0.2 s against 2.8 s once steady; 12 requests/s,
+    steady before session 47's refit, is now beyond what the instance serves). By default the
+    window grows to ten times the requests in flight; a window asked for says it is short."""
+    flags = ("predict", "--hardware", "b200", "--load", "poisson", "--rate", "11.5", "--json")
     steady = cli(*flags)
     grown = json.loads(steady.out)["latency"]
     warned = cli(*flags, "--requests", "2000")
@@ -344,7 +345,7 @@ def test_an_open_loop_window_grows_until_its_ends_weigh_little(cli: Cli) -> None
     # with --json too the warning is on stderr, as without (a pipe to a JSON reader leaves it in sight)
     assert steady.err == "" and warned.err == f"dse: warning: {short['warning']}\n", warned.err
     assert grown["percentiles"]["p99"]["ttft_s"] > 5 * short["percentiles"]["p99"]["ttft_s"]
-    assert grown["requests_per_s"] == pytest.approx(12.0, rel=0.05)  # served while the load lasts
+    assert grown["requests_per_s"] == pytest.approx(11.5, rel=0.05)  # served while the load lasts
     brief = json.loads(cli(*flags, "--requests", "40").out)["latency"]  # no steady middle: all counted
     assert brief["requests_per_s"] > 0 and "not steady" in brief["warning"]
 

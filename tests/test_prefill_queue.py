@@ -54,7 +54,8 @@ def test_sglang_attention_dp_lanes_and_slowdown(catalog: Catalog) -> None:
     """A 2,000-token prompt on an 8-rank SGLang prefill server with an 8,192-token budget takes two
     forwards (its rank's 1,024 tokens each), each at the fitted slowdown."""
     _, _, c = _curve(catalog, "sglang", "8gpu-dpa-ep8")
-    assert c.forwards == 2 and c.scale == load_params().latency.dp_prefill_slowdown > 1.0
+    assert c.forwards == 2 and c.scale > 1.0
+    assert c.scale == pytest.approx(load_params().latency.dp_prefill_slowdown)  # to rounding
     _, _, t = _curve(catalog, "trt", "8gpu-dpa-ep8")
     assert t.forwards == 1 and t.scale == 1.0
 
@@ -144,13 +145,13 @@ def test_prompts_as_long_as_the_budget_are_placed_at_any_percentile(
 
 
 def test_a_prefill_shape_that_cannot_meet_ttft_says_what_its_least_load_gives(catalog: Catalog) -> None:
-    """DeepSeek-V3 on H200, 500-token prompts, TTFT 0.203 s at p90 on SGLang's TP8 prefill shape:
-    a prompt alone takes 0.202 s with the offsets, under the target; the reason says what binds, the
+    """DeepSeek-V3 on H200, 500-token prompts, TTFT 0.199 s at p90 on SGLang's TP8 prefill shape:
+    a prompt alone takes 0.198 s with the offsets, under the target; the reason says what binds, the
     wait at the percentile even at the least load the server carries (it had listed only the first)."""
     from dse.placement.candidates import build_candidates
 
     req = PlacementRequest(
-        "deepseek-v3", ("h200-sxm",), Workload(50.0, 500.0, 800.0), Slo(0.203, 0.1, 90.0),
+        "deepseek-v3", ("h200-sxm",), Workload(50.0, 500.0, 800.0), Slo(0.199, 0.1, 90.0),
         Topology.DISAGGREGATED, engine="sglang",
         options=UnitOptions(prefill_shapes=("8gpu-tp8-ep8",), decode_shapes=("8gpu-dpa-ep8",)),
     )  # fmt: skip
@@ -158,4 +159,4 @@ def test_a_prefill_shape_that_cannot_meet_ttft_says_what_its_least_load_gives(ca
         e.reason for e in build_candidates(req, Topology.DISAGGREGATED, catalog, load_params()).exclusions
     ]
     over = float(why.rpartition("(")[2].removesuffix(" ms)"))
-    assert "at the least load it carries, TTFT p90 is 0.205 s" in why and over > 0.0, why
+    assert "at the least load it carries, TTFT p90 is 0.201 s" in why and over > 0.0, why

@@ -13,6 +13,8 @@ from dse.paths import MEASURED_RUNS as INFERENCEX  # the measured runs, vendored
 from dse.perf.benchmark_rows import (
     ENGINE_COLUMNS,
     HARNESS_WARMUP_SINCE,
+    LAUNCHED,
+    PARALLEL_COLUMNS,
     RECIPE_KEY,
     RECIPE_SETTINGS,
     WARMUP_COLUMN,
@@ -49,7 +51,10 @@ def test_settings_parse_and_fill_only_empty_engine_cells(
     changed = [{k for k in m if m[k] != r.get(k)} for r, m in zip(reference, merged, strict=True)]
     filled = [(r, m) for r, m, c in zip(reference, merged, changed, strict=True) if c & set(ENGINE_COLUMNS)]
     assert len(filled) == len(settings)
-    assert all(c <= {*ENGINE_COLUMNS, WARMUP_COLUMN} for c in changed)
+    assert all(c <= {*ENGINE_COLUMNS, WARMUP_COLUMN, *PARALLEL_COLUMNS} for c in changed)
+    # the parallelism changes only where a setting says what the run's script launched
+    relaunched = sum(any(s[LAUNCHED + c] for c in PARALLEL_COLUMNS) for s in settings)
+    assert sum(bool(c & set(PARALLEL_COLUMNS)) for c in changed) == relaunched >= 4
     # InferenceX's single-node harness sent no warm-up before 2026-01-21; the multi-node one did
     unwarmed = [r["disagg"] == "False" and r["date"] < HARNESS_WARMUP_SINCE for r in reference]
     assert [WARMUP_COLUMN in c for c in changed] == unwarmed and sum(unwarmed) >= 10
@@ -80,6 +85,10 @@ def test_the_fit_sees_the_settings(catalog) -> None:  # type: ignore[no-untyped-
     balanced = sorted((m.row.hardware, m.row.conc) for m in with_settings if m.row.adp_balance == 60.0)
     assert balanced == [("b200", 64.0), ("b200", 128.0), ("b200", 256.0), ("h200-sxm", 256.0)]
     assert all(m.row.adp_balance in (0.0, 60.0) for m in with_settings)
+    # Dynamo-SGLang's GB200 low-latency scripts of 2025-12 serve TP4 instances, whatever the rows say
+    low = [m.row for m in with_settings if m.row.hardware == "gb200-nvl72" and m.raw["date"] < "2026"
+           and m.row.engine == "sglang" and m.row.decode.gpus == 4 and m.row.isl > 4000]  # fmt: skip
+    assert len(low) == 4 and all((r.decode.attn_tp, r.decode.ep) == (4.0, 1.0) for r in low)
     # the benchmark's warm-up: none before the single-node harness sent one, then copies of one
     # prompt; the multi-node harness's run of random prompts on every disaggregated run
     warmups = {(m.row.disagg, m.raw["date"] >= HARNESS_WARMUP_SINCE, m.row.warmup) for m in with_settings}
@@ -90,3 +99,32 @@ def test_the_fit_sees_the_settings(catalog) -> None:  # type: ignore[no-untyped-
         (True, True, "random"),
     }
     assert {m.row.warmup for m in without} == {"one-prompt", "random"}
+
+
+def test_the_launched_parallelism_replaces_the_rows(catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A run whose script launched tensor-parallel attention and MoE on its 4-GPU instances, where
+    its row (as InferenceX's config recorded it) says attention data parallelism: it is modelled
+    as launched, and only where a setting names it."""
+    row = {
+        "hardware": "gb200", "framework": "dynamo-sglang", "model": "dsr1", "precision": "fp8",
+        "spec_method": "none", "disagg": "True", "isl": "8192", "osl": "1024", "conc": "4",
+        "prefill_tp": "1", "prefill_ep": "1", "prefill_dp_attention": "True", "prefill_num_workers": "1",
+        "num_prefill_gpu": "4", "decode_tp": "1", "decode_ep": "1", "decode_dp_attention": "True",
+        "decode_num_workers": "1", "num_decode_gpu": "4", "date": "2025-12-21",
+    }  # fmt: skip
+    launched = {f"{LAUNCHED}{side}_{c}": v for side in ("prefill", "decode")
+                for c, v in (("tp", "4"), ("ep", "1"), ("dp_attention", "False"))}  # fmt: skip
+    path = tmp_path / "settings.csv"
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=[*RECIPE_KEY, *ENGINE_COLUMNS, *launched, "source"])
+        writer.writeheader()
+        writer.writerow(
+            {**{c: row[c] for c in RECIPE_KEY}, "kv_cache_dtype": "fp8", **launched, "source": "x"}
+        )
+    as_recorded = parse_row(row, catalog)
+    assert (as_recorded.decode.attn_tp, as_recorded.decode.ep) == (1.0, 4.0)  # DP attention, EP4
+    merged = with_recipe_settings([row, dict(row, conc="8")], path)
+    assert merged[0]["decode_dp_attention"] == "False" and merged[1] == dict(row, conc="8")
+    as_run = parse_row(merged[0], catalog)
+    for pool in (as_run.decode, as_run.prefill):
+        assert pool is not None and (pool.gpus, pool.attn_tp, pool.ep) == (4.0, 4.0, 1.0)

@@ -38,7 +38,14 @@ Five engine settings are optional columns (:data:`ENGINE_COLUMNS`); empty means 
   default no balancing. Aggregated TensorRT-LLM rows with attention DP only.
 
 :data:`RECIPE_SETTINGS` holds these settings for the InferenceX runs, read from their launch
-scripts and recipes; :func:`with_recipe_settings` adds them to the rows they belong to.
+scripts and recipes; :func:`with_recipe_settings` adds them to the rows they belong to. It also
+holds, as ``launched_<column>`` for the columns of :data:`PARALLEL_COLUMNS`, the parallelism a
+run's script launched where the reference file's columns record another: InferenceX's configs of
+its December 2025 Dynamo-SGLang GB200 runs carry tp, ep and dp-attn as metadata the launch scripts
+ignore ("tp, ep, and dp-attn do nothing because they are hardcoded", ``nvidia-master.yaml``), and
+the low-latency scripts those runs ran serve tensor-parallel attention and MoE on the 4 GPUs of an
+instance (``--tensor-parallel-size 4 --expert-parallel-size 1``, no ``--enable-dp-attention``)
+where the rows say attention data parallelism. These replace the row's cells.
 
 One optional column describes the benchmark rather than the deployment, ``benchmark_warmup``
 (:data:`WARMUPS`): what the benchmark sent a fresh server before the requests it measured, which
@@ -106,6 +113,11 @@ ENGINE_COLUMNS = (  # optional
     "scheduler_recv_interval",
     "adp_balance_timeout_iters",
 )
+# the parallelism columns a run's launch script may contradict (see the module's docstring)
+PARALLEL_COLUMNS = tuple(
+    f"{side}_{c}" for side in ("prefill", "decode") for c in ("tp", "ep", "dp_attention")
+)
+LAUNCHED = "launched_"  # RECIPE_SETTINGS's prefix of PARALLEL_COLUMNS as the run launched them
 WARMUP_COLUMN = "benchmark_warmup"  # optional: see the module's docstring
 WARMUPS = ("none", "one-prompt", "random")
 # InferenceX's single-node harness sends warm-up requests from this date (commit d053ae24e)
@@ -373,7 +385,8 @@ def with_recipe_settings(
     :data:`ENGINE_COLUMNS` from ``path`` where a row of it names the same run (every input
     column and the date equal); and with ``benchmark_warmup`` ``none`` where the run is
     aggregated (InferenceX's single-node harness) and dated before :data:`HARNESS_WARMUP_SINCE`.
-    Cells the row has already are kept."""
+    Cells the row has already are kept, but for :data:`PARALLEL_COLUMNS`: where ``path`` says
+    what the run's script launched (``launched_<column>``), that replaces the row's cell."""
     with open(path, newline="", encoding="utf-8") as fh:
         known = {tuple(r[c] for c in RECIPE_KEY): r for r in csv.DictReader(fh)}
     out = []
@@ -384,7 +397,8 @@ def with_recipe_settings(
         date = str(row.get("date") or "")
         if single_node and date and date < HARNESS_WARMUP_SINCE and not row.get(WARMUP_COLUMN):
             extra[WARMUP_COLUMN] = "none"
-        out.append({**row, **extra})
+        launched = {c: settings[LAUNCHED + c] for c in PARALLEL_COLUMNS if settings.get(LAUNCHED + c)}
+        out.append({**row, **extra, **launched})
     return out
 
 
