@@ -425,3 +425,48 @@ def test_the_stability_line_says_what_it_judged(tmp_path: Path, cli: Cli) -> Non
     assert "last third" not in line
     assert json.loads(cli(*base, *swing, "--json").out)["fluid"]["growth_window_s"] == pytest.approx(120.0)
     assert stable_line("--arrivals", "constant").endswith("req/s over the last third)")
+
+
+GOODPUT = [
+    "place", "--hardware", "b200", "--isl", "2000", "--osl", "500", "--ttft", "2", "--tpot", "0.05",
+    "--objective", "goodput", "--budget", "50", "--topology", "disaggregated", "--returning-share", "0.5",
+    "--prefix", "8000", "--suffix", "200", "--think", "1:120", "--no-shadow-prices",
+]  # fmt: skip
+
+
+def test_a_goodput_placement_is_simulated_at_the_traffic_it_was_sized_for(tmp_path: Path, cli: Cli) -> None:
+    """`--objective goodput` sizes the design for the most traffic the budget buys (about 107
+    requests/s here); `--rate` (default 1) only sets the mix. The simulation runs that traffic,
+    and the KV resting between turns is that traffic's: it had run 1 request/s through a design
+    sized for 107, with 107 requests' resting KV per arriving one, and called the targets met."""
+    placed = cli(*GOODPUT, "--json")
+    assert placed.code == 0, placed.err
+    served = json.loads(placed.out)["best"]["requests_per_s"]
+    assert served > 50.0  # the budget buys far more than the 1 request/s of the mix
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    run = cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60", "--json")
+    assert run.code == 0, run.err
+    summary = json.loads(run.out)
+    assert summary["fluid"]["requests_per_s"] == pytest.approx(served, rel=0.01)
+    assert summary["engine"]["requests_per_s"] == pytest.approx(served, rel=1e-6)
+    # Little's law at the served rate: returns/s x dwell x GB per session, in GB
+    tiers = json.loads(placed.out)["best"]["tiers"]
+    steady = sum(t["returning_per_s"] * t["dwell_s"] * t["gb_per_session"] for t in tiers)
+    assert sum(summary["resting_kv_gb"]["steady"].values()) == pytest.approx(steady, rel=1e-6)
+    # --rate-scale scales the traffic the design serves, not the mix's unit
+    half = cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60", "--rate-scale", "0.5",
+               "--json")  # fmt: skip
+    assert half.code == 0, half.err
+    assert json.loads(half.out)["fluid"]["requests_per_s"] == pytest.approx(served / 2, rel=0.01)
+
+
+def test_simulate_solves_a_goodput_placement_without_a_rate(cli: Cli) -> None:
+    """`dse simulate` takes `dse place`'s flags: with `--objective goodput` the rate only sets the
+    mix (default 1), as `dse place` has it, and the design runs at the traffic it serves."""
+    flags = [a for a in GOODPUT[1:] if a != "--no-shadow-prices"]
+    placed = json.loads(cli("place", *flags, "--no-shadow-prices", "--json").out)["best"]["requests_per_s"]
+    run = cli("simulate", *flags, "--horizon", "300", "--warmup", "60", "--json")
+    assert run.code == 0, run.err
+    assert json.loads(run.out)["fluid"]["requests_per_s"] == pytest.approx(placed, rel=0.01)
+

@@ -61,7 +61,12 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     p.add_argument(
         "--rate",
         type=number,
-        help="requests per second" + (" (required; with --objective goodput, default 1)" if required else ""),
+        help="requests per second"
+        + (
+            " (required; with --objective goodput, default 1)"
+            if required
+            else " (required without --placement, unless --objective goodput: default 1)"
+        ),
     )
     p.add_argument("--isl", type=number, default=4096.0, help="mean input tokens of a fresh request")
     p.add_argument("--osl", type=number, default=1024.0, help="mean output tokens")
