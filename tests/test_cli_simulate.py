@@ -470,3 +470,26 @@ def test_simulate_solves_a_goodput_placement_without_a_rate(cli: Cli) -> None:
     assert run.code == 0, run.err
     assert json.loads(run.out)["fluid"]["requests_per_s"] == pytest.approx(placed, rel=0.01)
 
+
+def test_the_reference_s_missing_resting_kv_is_null_not_nan(tmp_path: Path, cli: Cli) -> None:
+    """The discrete-event reference does not track KV resting between turns: its rows of
+    `trajectories.parquet` leave those columns empty, null (which BI tools and polars' sums and
+    means skip), not nan (which turns every sum and mean over the column into nan)."""
+    placed = cli(*PLACE)
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    out = tmp_path / "sim"
+    run = cli("simulate", "--placement", plan, "--des", "--horizon", "300", "--warmup", "60", "--out", out)
+    assert run.code == 0, run.err
+    df = pl.read_parquet(out / "trajectories.parquet")
+    resting = [c for c in df.columns if c.startswith("resting_kv_")]
+    assert len(resting) == 4 and all(df.schema[c] == pl.Float64 for c in resting)
+    floats = [c for c, t in df.schema.items() if t == pl.Float64]
+    assert df.select(pl.col(floats).is_nan().sum()).sum_horizontal().item() == 0
+    des = df.filter(pl.col("simulator") == "des")
+    assert des.height > 0 and all(des[c].null_count() == des.height for c in resting)
+    fluid = df.filter(pl.col("simulator") == "fluid")
+    assert all(fluid[c].null_count() == 0 for c in resting)
+    sums = df.group_by("simulator").agg(pl.col("resting_kv_hbm_gb").sum())["resting_kv_hbm_gb"]
+    assert sums.is_nan().sum() == 0
