@@ -493,3 +493,24 @@ def test_the_reference_s_missing_resting_kv_is_null_not_nan(tmp_path: Path, cli:
     assert all(fluid[c].null_count() == 0 for c in resting)
     sums = df.group_by("simulator").agg(pl.col("resting_kv_hbm_gb").sum())["resting_kv_hbm_gb"]
     assert sums.is_nan().sum() == 0
+
+
+def test_a_planner_for_an_aggregated_design_is_refused(tmp_path: Path, cli: Cli) -> None:
+    """An aggregated design's instances prefill and decode both: a planner, which moves instances
+    between a prefill and a decode pool, has nothing to move. `--planner` had run, moving them as
+    if they were two pools (21 moves: 31.7 requests/s served of 75.8 over a burst); it is refused,
+    from a placement file and from the flags (where the best design is aggregated), one line."""
+    agg = [a if a != "disaggregated" else "aggregated" for a in PLACE]
+    placed = cli(*agg)
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    rule = "--planner = 'reactive': does not apply to an aggregated design"
+    run = cli("simulate", "--placement", plan, "--planner", "reactive", "--horizon", "300", "--warmup", "60",
+              "--out", tmp_path / "s")  # fmt: skip
+    assert run.code == 2 and run.err.count("\n") == 1 and rule in run.err, run.err
+    assert run.out == "" and not (tmp_path / "s").exists()
+    flags = [a for a in agg[1:] if a not in ("--json", "--no-shadow-prices")]
+    direct = cli("simulate", *flags, "--planner", "reactive", "--horizon", "300", "--warmup", "60")
+    assert direct.code == 2 and rule in direct.err, direct.err
+    assert cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60").code == 0  # runs

@@ -360,6 +360,12 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
 
     params = load_params()
     design = _design(args, catalog)
+    if args.planner != "none" and design.topology == "aggregated":  # it would move nothing: refused
+        rule = (
+            "does not apply to an aggregated design (its instances prefill and decode both: there is "
+            "no prefill or decode pool to move them between)"
+        )
+        raise InputError(SRC, "--planner", rule, args.planner)
     source = str(args.placement) if args.placement else SRC
     pipe, kv_gb = pipeline_of(design, catalog, params, buffer_max=args.buffer, source=source)
     workload, slo = design.workload, design.slo
