@@ -490,15 +490,19 @@ def _sim_pool(p: PoolPlan) -> SimPool:
 
 
 def design_of(req: PlacementRequest, outcome: TopologyOutcome) -> SimDesign:
-    """The design of a feasible placement outcome, typed all the way."""
-    total = req.workload.requests_per_s
+    """The design of a feasible placement outcome, typed all the way, carrying the traffic it was
+    sized for: a goodput outcome's (the most its caps serve; the request's rate only sets the mix)."""
+    workload = req.workload
+    if req.objective is Objective.GOODPUT and outcome.requests_per_s > 0:
+        workload = replace(workload, requests_per_s=outcome.requests_per_s)
+    total = workload.requests_per_s
     return SimDesign(
         model=req.model,
         engine=req.engine,
         weight_precision=req.weight_precision.value,
         mtp=req.mtp,
         topology=outcome.topology.value,
-        workload=req.workload,
+        workload=workload,
         slo=req.slo,
         pools=tuple(_sim_pool(p) for p in outcome.pools),
         resting=tuple(

@@ -359,6 +359,29 @@ def test_prefill_and_midfill_shapes_are_checked_as_shapes_are(cli: Cli) -> None:
         assert f"{flag} = '8gpu-tp8-ep9'" in out.err and "EP 9 must divide the 8 GPUs" in out.err
 
 
+def test_shapes_of_units_the_topology_has_not_are_refused_not_ignored(cli: Cli) -> None:
+    """Midfill units are four-stage's alone, and an aggregated unit prefills and decodes at one
+    shape (`--shapes`): `--midfill-shapes` without four-stage and `--prefill-shapes` with
+    aggregated had been accepted and ignored, a design that could not have used them."""
+    cases = {
+        ("--midfill-shapes", "8gpu-dpa-ep8"): (
+            "--midfill-shapes = '8gpu-dpa-ep8': needs --topology four-stage"
+        ),
+        ("--midfill-shapes", "8gpu-dpa-ep8", "--topology", "afd"): "--midfill-shapes = '8gpu-dpa-ep8': needs",
+        ("--prefill-shapes", "8gpu-dpa-ep8", "--topology", "aggregated"): (
+            "--prefill-shapes = '8gpu-dpa-ep8': does not apply to --topology aggregated"
+        ),
+    }
+    for flags, message in cases.items():
+        out = cli(*ONE, *flags)
+        assert out.code == 2 and out.err.count("\n") == 1, (flags, out.err)
+        assert message in out.err, (flags, out.err)
+        sim = cli("simulate", *ONE[1:-1], *flags)  # `dse simulate` solves from the same flags
+        assert sim.code == 2 and message.replace("dse place", "dse simulate") in sim.err, (flags, sim.err)
+    for topology in ("auto", "afd"):  # they have prefill units
+        assert cli(*ONE, "--prefill-shapes", "8gpu-dpa-ep8", "--topology", topology).code == 0
+
+
 def test_a_class_resting_wholly_in_hbm_reloads_nothing_not_round_off(cli: Cli) -> None:
     """HiGHS had left 1e-10 of such a class's turns in DRAM (at a one-minute think under the
     calibration of 2026-12-04): the table printed a reload of 1.037e-10 GB/s, and the JSON (as a

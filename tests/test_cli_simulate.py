@@ -425,3 +425,92 @@ def test_the_stability_line_says_what_it_judged(tmp_path: Path, cli: Cli) -> Non
     assert "last third" not in line
     assert json.loads(cli(*base, *swing, "--json").out)["fluid"]["growth_window_s"] == pytest.approx(120.0)
     assert stable_line("--arrivals", "constant").endswith("req/s over the last third)")
+
+
+GOODPUT = [
+    "place", "--hardware", "b200", "--isl", "2000", "--osl", "500", "--ttft", "2", "--tpot", "0.05",
+    "--objective", "goodput", "--budget", "50", "--topology", "disaggregated", "--returning-share", "0.5",
+    "--prefix", "8000", "--suffix", "200", "--think", "1:120", "--no-shadow-prices",
+]  # fmt: skip
+
+
+def test_a_goodput_placement_is_simulated_at_the_traffic_it_was_sized_for(tmp_path: Path, cli: Cli) -> None:
+    """`--objective goodput` sizes the design for the most traffic the budget buys (about 107
+    requests/s here); `--rate` (default 1) only sets the mix. The simulation runs that traffic,
+    and the KV resting between turns is that traffic's: it had run 1 request/s through a design
+    sized for 107, with 107 requests' resting KV per arriving one, and called the targets met."""
+    placed = cli(*GOODPUT, "--json")
+    assert placed.code == 0, placed.err
+    served = json.loads(placed.out)["best"]["requests_per_s"]
+    assert served > 50.0  # the budget buys far more than the 1 request/s of the mix
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    run = cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60", "--json")
+    assert run.code == 0, run.err
+    summary = json.loads(run.out)
+    assert summary["fluid"]["requests_per_s"] == pytest.approx(served, rel=0.01)
+    assert summary["engine"]["requests_per_s"] == pytest.approx(served, rel=1e-6)
+    # Little's law at the served rate: returns/s x dwell x GB per session, in GB
+    tiers = json.loads(placed.out)["best"]["tiers"]
+    steady = sum(t["returning_per_s"] * t["dwell_s"] * t["gb_per_session"] for t in tiers)
+    assert sum(summary["resting_kv_gb"]["steady"].values()) == pytest.approx(steady, rel=1e-6)
+    # --rate-scale scales the traffic the design serves, not the mix's unit
+    half = cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60", "--rate-scale", "0.5",
+               "--json")  # fmt: skip
+    assert half.code == 0, half.err
+    assert json.loads(half.out)["fluid"]["requests_per_s"] == pytest.approx(served / 2, rel=0.01)
+
+
+def test_simulate_solves_a_goodput_placement_without_a_rate(cli: Cli) -> None:
+    """`dse simulate` takes `dse place`'s flags: with `--objective goodput` the rate only sets the
+    mix (default 1), as `dse place` has it, and the design runs at the traffic it serves."""
+    flags = [a for a in GOODPUT[1:] if a != "--no-shadow-prices"]
+    placed = json.loads(cli("place", *flags, "--no-shadow-prices", "--json").out)["best"]["requests_per_s"]
+    run = cli("simulate", *flags, "--horizon", "300", "--warmup", "60", "--json")
+    assert run.code == 0, run.err
+    assert json.loads(run.out)["fluid"]["requests_per_s"] == pytest.approx(placed, rel=0.01)
+
+
+def test_the_reference_s_missing_resting_kv_is_null_not_nan(tmp_path: Path, cli: Cli) -> None:
+    """The discrete-event reference does not track KV resting between turns: its rows of
+    `trajectories.parquet` leave those columns empty, null (which BI tools and polars' sums and
+    means skip), not nan (which turns every sum and mean over the column into nan)."""
+    placed = cli(*PLACE)
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    out = tmp_path / "sim"
+    run = cli("simulate", "--placement", plan, "--des", "--horizon", "300", "--warmup", "60", "--out", out)
+    assert run.code == 0, run.err
+    df = pl.read_parquet(out / "trajectories.parquet")
+    resting = [c for c in df.columns if c.startswith("resting_kv_")]
+    assert len(resting) == 4 and all(df.schema[c] == pl.Float64 for c in resting)
+    floats = [c for c, t in df.schema.items() if t == pl.Float64]
+    assert df.select(pl.col(floats).is_nan().sum()).sum_horizontal().item() == 0
+    des = df.filter(pl.col("simulator") == "des")
+    assert des.height > 0 and all(des[c].null_count() == des.height for c in resting)
+    fluid = df.filter(pl.col("simulator") == "fluid")
+    assert all(fluid[c].null_count() == 0 for c in resting)
+    sums = df.group_by("simulator").agg(pl.col("resting_kv_hbm_gb").sum())["resting_kv_hbm_gb"]
+    assert sums.is_nan().sum() == 0
+
+
+def test_a_planner_for_an_aggregated_design_is_refused(tmp_path: Path, cli: Cli) -> None:
+    """An aggregated design's instances prefill and decode both: a planner, which moves instances
+    between a prefill and a decode pool, has nothing to move. `--planner` had run, moving them as
+    if they were two pools (21 moves: 31.7 requests/s served of 75.8 over a burst); it is refused,
+    from a placement file and from the flags (where the best design is aggregated), one line."""
+    agg = [a if a != "disaggregated" else "aggregated" for a in PLACE]
+    placed = cli(*agg)
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    rule = "--planner = 'reactive': does not apply to an aggregated design"
+    run = cli("simulate", "--placement", plan, "--planner", "reactive", "--horizon", "300", "--warmup", "60",
+              "--out", tmp_path / "s")  # fmt: skip
+    assert run.code == 2 and run.err.count("\n") == 1 and rule in run.err, run.err
+    assert run.out == "" and not (tmp_path / "s").exists()
+    flags = [a for a in agg[1:] if a not in ("--json", "--no-shadow-prices")]
+    direct = cli("simulate", *flags, "--planner", "reactive", "--horizon", "300", "--warmup", "60")
+    assert direct.code == 2 and rule in direct.err, direct.err
+    assert cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60").code == 0  # runs

@@ -187,6 +187,24 @@ def test_goodput_spends_the_budget_on_more_traffic(catalog: Catalog) -> None:
     assert best.usd_per_hour <= 200.0 + 1e-6
 
 
+def test_a_goodput_design_carries_the_traffic_it_serves(catalog: Catalog) -> None:
+    """What `dse simulate` and `dse place --confirm` run of a goodput design (`design_of`) is the
+    traffic it was sized for, not the request's rate, which only sets the mix: its resting KV
+    classes are shares of those arrivals (they had been the served returns per request of the
+    mix, above 1), and the engine-level check ran 1 request/s through a design for many."""
+    from dse.evaluation import design_of
+
+    req = request(
+        objective=Objective.GOODPUT, topology=Topology.DISAGGREGATED, limits=Limits(budget_usd_hour=200.0)
+    )
+    best = place(req, catalog=catalog, with_shadow_prices=False).best
+    assert best is not None and best.requests_per_s > 2 * req.workload.requests_per_s
+    design = design_of(req, best)
+    assert design.workload.requests_per_s == pytest.approx(best.requests_per_s)
+    assert design.workload.returning_share == req.workload.returning_share  # the mix is the request's
+    assert sum(c.share_of_arrivals for c in design.resting) == pytest.approx(req.workload.returning_share)
+
+
 def test_aggregated_units_split_time_between_prefill_and_decode(catalog: Catalog) -> None:
     rep = place(request(topology=Topology.AGGREGATED), catalog=catalog, with_shadow_prices=False)
     best = rep.best

@@ -453,6 +453,20 @@ def test_export_of_a_study_never_run_is_bad_input(tmp_path: Path, cli: Cli) -> N
     assert not (tmp_path / "tiny-study" / "study.db").exists()
 
 
+def test_a_storage_file_that_does_not_exist_is_named_as_given(tmp_path: Path, cli: Cli) -> None:
+    """`--storage sqlite:///FILE` of a file that is not there: the error names that URL and its
+    file, not the run folder's study.db, which the command never read (it had said
+    `OUT/NAME: study.db: does not exist`, a file the user had not named); nothing is created."""
+    url = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    for command in ("export", "report"):
+        out = cli(command, TINY, "--out", tmp_path / "out", "--storage", url)
+        assert out.code == 2 and out.err.count("\n") == 1, out.err
+        want = f"names a SQLite file that does not exist ({tmp_path / 'elsewhere.db'}): run the study first"
+        assert "--storage: url = 'sqlite:///" in out.err and want in out.err, out.err
+        assert "study.db" not in out.err, out.err  # (a long URL is shortened; the file is named whole)
+    assert not (tmp_path / "elsewhere.db").exists() and not (tmp_path / "out").exists()
+
+
 def test_an_export_blocked_at_one_table_writes_none(tmp_path: Path, cli: Cli, tiny_cli_run: Result) -> None:
     """A file where a table's folder goes, or a folder where its file goes, is refused before any
     table is written: the trials table had been written before the blocked pareto one refused (and

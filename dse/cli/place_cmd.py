@@ -61,7 +61,12 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     p.add_argument(
         "--rate",
         type=number,
-        help="requests per second" + (" (required; with --objective goodput, default 1)" if required else ""),
+        help="requests per second"
+        + (
+            " (required; with --objective goodput, default 1)"
+            if required
+            else " (required without --placement, unless --objective goodput: default 1)"
+        ),
     )
     p.add_argument("--isl", type=number, default=4096.0, help="mean input tokens of a fresh request")
     p.add_argument("--osl", type=number, default=1024.0, help="mean output tokens")
@@ -360,6 +365,13 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
     shapes = _shapes_of(args.shapes, src, m, hws)
     prefill = _shapes_of(args.prefill_shapes, src, m, hws, "--prefill-shapes") or shapes
     midfill = _shapes_of(args.midfill_shapes, src, m, hws, "--midfill-shapes") or shapes
+    # shapes of units the topology has not: refused, not ignored
+    if args.midfill_shapes is not None and args.topology != Topology.FOUR_STAGE.value:
+        rule = "needs --topology four-stage (the only topology with midfill units)"
+        raise InputError(src, "--midfill-shapes", rule, args.midfill_shapes)
+    if args.prefill_shapes is not None and args.topology == Topology.AGGREGATED.value:
+        rule = "does not apply to --topology aggregated (its units prefill and decode at one shape: --shapes)"
+        raise InputError(src, "--prefill-shapes", rule, args.prefill_shapes)
     return PlacementRequest(
         model=model,
         hardware=hardware,

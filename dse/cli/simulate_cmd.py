@@ -182,7 +182,10 @@ def _design(args: argparse.Namespace, catalog: Catalog) -> SimDesign:
         design = design_from_doc(doc, str(args.placement))
         _same_catalog(doc, catalog, str(args.placement))
         return design
-    missing = [f for f in ("hardware", "rate", "ttft", "tpot") if getattr(args, f) is None]
+    needed = ["hardware", "rate", "ttft", "tpot"]
+    if args.objective == "goodput":  # the rate only sets the mix, default 1, as `dse place` has it
+        needed.remove("rate")
+    missing = [f for f in needed if getattr(args, f) is None]
     if missing:
         raise InputError(SRC, f"--{missing[0]}", "is required without --placement")
     from dse.placement.plan import place
@@ -357,6 +360,12 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
 
     params = load_params()
     design = _design(args, catalog)
+    if args.planner != "none" and design.topology == "aggregated":  # it would move nothing: refused
+        rule = (
+            "does not apply to an aggregated design (its instances prefill and decode both: there is "
+            "no prefill or decode pool to move them between)"
+        )
+        raise InputError(SRC, "--planner", rule, args.planner)
     source = str(args.placement) if args.placement else SRC
     pipe, kv_gb = pipeline_of(design, catalog, params, buffer_max=args.buffer, source=source)
     workload, slo = design.workload, design.slo

@@ -243,6 +243,11 @@ def design_from_doc(doc: dict[str, Any], source: str = SOURCE) -> SimDesign:
         workload = build(
             Workload, _need(req, "workload", "request.", source), source=source, prefix="request.workload."
         )
+        served = best.get("requests_per_s")
+        if req.get("objective") == "goodput" and isinstance(served, (int, float)) and served > 0:
+            # the most traffic its caps serve, what the design was sized for (the request's rate
+            # only sets the mix): the pools' and the KV classes' figures are at this rate
+            workload = replace(workload, requests_per_s=float(served))
         slo = build(Slo, _need(req, "slo", "request.", source), source=source, prefix="request.slo.")
         pools = tuple(
             _pool_from_doc(p, i, source) for i, p in enumerate(_need(best, "pools", "best.", source))

@@ -59,6 +59,8 @@ class PlannerState:
         self.last_move = np.full(pipe.n, -np.inf)
         self.next_tick = planner.period_s if planner.kind is not PlannerKind.NONE else np.inf
         self.moves = np.zeros(pipe.n)  # instances moved, per configuration
+        # an aggregated instance prefills and decodes both: no pool to move it to
+        self.shared = pipe.arrays("prefill_time_share") > 0
 
     def release(self, t: float) -> None:
         """Switching instances whose reload finished start serving."""
@@ -94,7 +96,7 @@ class PlannerState:
                 # no move until the last one shows in the (delayed) measurements
                 settled = t >= self.last_move + pl.delay_s + pl.switch_s
                 move = np.where(agree & settled & (np.abs(gap) > 2.0 * pl.threshold_s), np.sign(move), 0.0)
-        move = np.clip(move, -pl.max_move, pl.max_move)
+        move = np.where(self.shared, 0.0, np.clip(move, -pl.max_move, pl.max_move))
         move = np.clip(move, -(self.prefill - 1.0), self.decode - 1.0)  # keep one of each serving
         move = np.where(self.to_prefill + self.to_decode > 0, 0.0, move)  # one switch at a time
         up, down = np.maximum(move, 0.0), np.maximum(-move, 0.0)

@@ -117,8 +117,8 @@ def trajectories_frame(report: SimulationReport) -> pl.DataFrame:
             cols[col] = np.asarray(getattr(tr, attr), dtype=float).reshape(-1)
         for tier in TIER_NAMES:  # resting KV is a fluid quantity; the reference leaves it empty
             series = report.resting_kv_gb.get(tier)
-            if name != "fluid":
-                cols[f"resting_kv_{tier}_gb"] = np.full(n * m, np.nan)
+            if name != "fluid":  # null, not nan: readers skip a missing value, nan poisons a sum
+                cols[f"resting_kv_{tier}_gb"] = pl.repeat(None, n * m, dtype=pl.Float64, eager=True)
             else:  # none resting (no returning turns) is 0 GB, which sums, not a missing value
                 cols[f"resting_kv_{tier}_gb"] = np.tile(series, n) if series is not None else np.zeros(n * m)
         frames.append(pl.DataFrame(cols))

@@ -195,6 +195,9 @@ class Study:
         out, storage = folder_arg(out), storage_arg(storage)
         url = storage or default_storage(out, self.spec)
         if (db := sqlite_path(url)) is not None and not db.exists():
+            if storage:  # the file the user named, not the run folder's, which is not read
+                rule = f"names a SQLite file that does not exist ({db}): run the study first"
+                raise InputError("--storage", "url", rule, redact(url))
             raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
         held = optuna.study.get_all_study_names(storage=open_storage(url))
         if self.spec.name not in held:  # reading must not create an empty study in someone's database
