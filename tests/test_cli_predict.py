@@ -307,6 +307,20 @@ def test_predict_batch_missing_column(tmp_path: Path, cli: Cli) -> None:
     assert not (tmp_path / "o.csv").exists()
 
 
+def test_a_batch_refuses_to_write_over_its_input(tmp_path: Path, cli: Cli) -> None:
+    """--out naming the --batch file (the same path, or another name of it) would overwrite the
+    rows it reads: refused, the file untouched."""
+    src = tmp_path / "in.csv"
+    text = "hardware,model\nb200,dsr1\n"
+    src.write_text(text)
+    (tmp_path / "link.csv").symlink_to(src)
+    for out in (src, tmp_path / "." / "in.csv", tmp_path / "link.csv"):
+        proc = cli("predict", "--batch", str(src), "--out", str(out))
+        assert proc.code == 2 and "--out: must not be the --batch file" in proc.err, proc.err
+        assert len(proc.err.strip().splitlines()) == 1
+    assert src.read_text() == text
+
+
 def test_a_batch_refuses_the_flags_of_one_deployment(tmp_path: Path, cli: Cli) -> None:
     """Each row names its deployment: a flag of one (a percentile out of range included) would be
     silently ignored, so it is refused, as --out is without --batch."""

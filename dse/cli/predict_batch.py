@@ -34,6 +34,9 @@ def run_batch(
         raise InputError(SRC, "--recipe-settings", "needs --batch")
     if out is None:
         raise InputError(SRC, "--out", "is required with --batch")
+    if out.resolve() == src.resolve() or (out.exists() and src.exists() and out.samefile(src)):
+        rule = f"must not be the --batch file ({src}): the input would be overwritten"
+        raise InputError(SRC, "--out", rule)
     header, rows, lines = read_csv(src, "--batch")
     missing = [c for c in INPUT_COLUMNS if c not in header]
     if missing:
@@ -53,7 +56,7 @@ def run_batch(
     except OSError as exc:
         raise output_error(exc, SRC, "--out", out) from None
     failed = sum(1 for r in result if r["pred_error"])
-    print(f"wrote {len(result)} rows to {out} ({failed} could not be modelled)", file=sys.stderr)
+    print(f"wrote {_rows(len(result))} to {out} ({failed} could not be modelled)", file=sys.stderr)
     what = (
         f"the engine settings of the InferenceX runs they name to {_rows(engine)} "
         f"(dse/perf/recipe_settings.csv) and benchmark_warmup 'none' to {_rows(warmup)} (single-node runs "
