@@ -231,3 +231,13 @@ def test_a_summary_at_p99_says_its_ttft_once(tmp_path: Path, cli: Cli) -> None:
         assert ran.code == 0, ran.err
         verdict = next(x for x in ran.out.splitlines() if x.startswith("simulated "))
         assert f"TTFT p{q:g} " in verdict and ("(p99 " in verdict) == twice, verdict
+
+
+def test_study_show_takes_json_as_every_listing_command_does(cli: Cli) -> None:
+    """The README: every command that lists or predicts takes --json; `study show` prints JSON
+    with it or without it (it had refused the flag)."""
+    plain = cli("study", "show", "deepseek-v3-blackwell")
+    flagged = cli("study", "show", "deepseek-v3-blackwell", "--json")
+    assert plain.code == 0 and flagged.code == 0, flagged.err
+    assert json.loads(flagged.out) == json.loads(plain.out)
+    assert json.loads(plain.out)["name"] == "deepseek-v3-blackwell"

@@ -35,6 +35,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     lp.add_argument("--json", action="store_true", help="machine-readable output")
     show = ssub.add_parser("show", help="a study's resolved spec (JSON)")
     show.add_argument("name", help="study name or path to a .toml file")
+    # every listing command takes --json (README); this one's output is JSON already
+    show.add_argument("--json", action="store_true", help="machine-readable output (its output is JSON)")
     runp = ssub.add_parser("run", help="run or resume a study, then export its tables and report")
     _common(runp)
     runp.add_argument("--trials", type=int, help="total trials to reach (default: the study's budget)")
