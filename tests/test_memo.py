@@ -181,3 +181,13 @@ def test_a_design_met_again_reuses_its_pipeline(catalog: Catalog, monkeypatch: p
     more = replace(design, workload=replace(design.workload, requests_per_s=12.0))
     from_placement.pipeline_of(more, catalog, params)
     assert len(built) == 3
+
+
+def test_a_key_that_cannot_be_hashed_is_made_not_kept() -> None:
+    """A design built through the API with a list where a tuple is typed cannot be a key: it is
+    made each time (not a TypeError, which pipeline_of would report as a malformed placement)."""
+    memo: Memo = Memo()
+    made = []
+    assert memo.get(("a", [1, 2]), None, lambda: made.append(1) or 5) == 5
+    assert memo.get(("a", [1, 2]), None, lambda: made.append(1) or 5) == 5
+    assert len(made) == 2 and len(memo) == 0

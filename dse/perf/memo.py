@@ -36,7 +36,10 @@ class Memo:
         self._max = max_entries
 
     def get(self, key: Hashable, keep: Any, make: Callable[[], T]) -> T:
-        hit = self._entries.get(key)
+        try:
+            hit = self._entries.get(key)
+        except TypeError:  # an unhashable part (a list where a tuple is typed, from the API): not kept
+            return make()
         if hit is not None:
             return hit[1]  # type: ignore[no-any-return]
         value = frozen(make())
