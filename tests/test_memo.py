@@ -16,6 +16,7 @@ from dse.perf.memo import Memo
 from dse.perf.params import load_params
 from dse.perf.pool import Pool, build_pool
 from dse.perf.stages import forward_cost, pool_terms
+from dse.sim.from_placement import SimDesign
 from dse.units import Precision
 
 FP8 = Precision.FP8
@@ -96,21 +97,29 @@ def test_a_pool_of_alike_candidates_is_keyed_by_the_first_and_the_count(catalog:
     assert pool([b200] * 129, [8.0] * 128 + [16.0]).gpus[-1] == 16.0  # one candidate differs: not alike
 
 
-def test_an_engine_level_simulation_runs_once_for_the_same_inputs(catalog: Catalog) -> None:
-    """A placed design checked twice runs its simulation once and answers the same to the bit;
-    the same design at another traffic (other tables, another window) runs its own."""
+@pytest.fixture(scope="module")
+def design(catalog: Catalog) -> SimDesign:
+    """DeepSeek-V3 on B200 at 10 requests/s, disaggregated: the placed design the memo tests check."""
     from dse.evaluation import design_of
     from dse.placement import PlacementRequest, Topology, place
-    from dse.sim import engine_latency
     from dse.workload import Slo, Workload
 
-    params = load_params()
     req = PlacementRequest(
         "deepseek-v3", ("b200",), Workload(10.0, 2000.0, 500.0), Slo(1.0, 0.05, 90.0), Topology.DISAGGREGATED
     )
-    best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
+    best = place(req, catalog=catalog, params=load_params(), with_shadow_prices=False).best
     assert best is not None
-    design = design_of(req, best)
+    return design_of(req, best)
+
+
+def test_an_engine_level_simulation_runs_once_for_the_same_inputs(
+    catalog: Catalog, design: SimDesign
+) -> None:
+    """A placed design checked twice runs its simulation once and answers the same to the bit;
+    the same design at another traffic (other tables, another window) runs its own."""
+    from dse.sim import engine_latency
+
+    params = load_params()
     engine_latency._RUNS.clear()
     first = engine_latency.design_latency(design, catalog, params)
     held = len(engine_latency._RUNS)
@@ -123,22 +132,15 @@ def test_an_engine_level_simulation_runs_once_for_the_same_inputs(catalog: Catal
     assert len(engine_latency._RUNS) > held
 
 
-def test_a_design_met_again_builds_nothing(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_design_met_again_builds_nothing(
+    catalog: Catalog, design: SimDesign, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same design (its resting KV classes aside, which the engine-level simulation does not
     read) is answered from the design memo: no tables are built again, and the answer is the same
     object; another traffic builds its own."""
-    from dse.evaluation import design_of
-    from dse.placement import PlacementRequest, Topology, place
     from dse.sim import engine_latency
-    from dse.workload import Slo, Workload
 
     params = load_params()
-    req = PlacementRequest(
-        "deepseek-v3", ("b200",), Workload(10.0, 2000.0, 500.0), Slo(1.0, 0.05, 90.0), Topology.DISAGGREGATED
-    )
-    best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
-    assert best is not None
-    design = design_of(req, best)
     built = []
     real = engine_latency.tables_of
     monkeypatch.setattr(engine_latency, "tables_of", lambda *a: built.append(1) or real(*a))
@@ -153,21 +155,14 @@ def test_a_design_met_again_builds_nothing(catalog: Catalog, monkeypatch: pytest
         first.ttft_s[0] = 0.0
 
 
-def test_a_design_met_again_reuses_its_pipeline(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_design_met_again_reuses_its_pipeline(
+    catalog: Catalog, design: SimDesign, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The fluid simulation's pipeline of a design met before is the one built then (read-only,
     since it is shared); another buffer or traffic builds its own."""
-    from dse.evaluation import design_of
-    from dse.placement import PlacementRequest, Topology, place
     from dse.sim import from_placement
-    from dse.workload import Slo, Workload
 
     params = load_params()
-    req = PlacementRequest(
-        "deepseek-v3", ("b200",), Workload(10.0, 2000.0, 500.0), Slo(1.0, 0.05, 90.0), Topology.DISAGGREGATED
-    )
-    best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
-    assert best is not None
-    design = design_of(req, best)
     built = []
     real = from_placement._pipeline
     monkeypatch.setattr(from_placement, "_pipeline", lambda *a: built.append(1) or real(*a))
