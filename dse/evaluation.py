@@ -310,7 +310,9 @@ def _metrics(
         "queue_peak_prefill_requests": float(np.max(sim.fluid_trajectories.prefill_queue[0])),
         "queue_peak_buffer_requests": float(np.max(sim.fluid_trajectories.buffer[0])),
         "planner_moves": float(f.planner_moves[0]),
-        "oscillation_amplitude": float(f.oscillation_amplitude[0]),
+        # in the unit of the signal judged; the other is nan, so None (null in the exports)
+        "swing_prefill_servers": float(f.swing_prefill_servers[0]),
+        "swing_prefill_queue_requests": float(f.swing_prefill_queue_requests[0]),
     }
     return {k: (float(v) if v is not None and math.isfinite(float(v)) else None) for k, v in metrics.items()}
 

@@ -80,8 +80,21 @@ METRICS = {
     "planner_moves": Metric(
         "moves", None, "instances the planner moved between prefill and decode", whole=True
     ),
-    "oscillation_amplitude": Metric(
-        "instances or requests", None, "swing of a sustained oscillation, else 0"
+    # one column per signal the oscillation detector watches (dse.sim.outputs.verdicts), each in
+    # its own unit: one `oscillation_amplitude` had held either, and no column said which
+    "swing_prefill_servers": Metric(
+        "servers",
+        None,
+        "swing (half the 5-95% range after the warm-up, oscillating or not) of the fluid's prefill"
+        " servers (`sim_timeseries.prefill_servers`) where the planner moved them after the warm-up,"
+        " the signal the oscillation is then judged on; null where it moved none",
+    ),
+    "swing_prefill_queue_requests": Metric(
+        "requests",
+        None,
+        "swing (half the 5-95% range after the warm-up, oscillating or not) of the requests waiting"
+        " for or in prefill (`sim_timeseries.prefill_queue_requests`) where the planner moved no"
+        " prefill server after the warm-up, the signal the oscillation is then judged on; null where it did",
     ),
     "hbm_bandwidth_usd_per_tbps_gpu_hour": Metric(
         "$/h per TB/s per GPU",

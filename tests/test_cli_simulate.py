@@ -364,21 +364,22 @@ def test_resting_kv_at_the_end_stands_beside_the_plans_steady_state(tmp_path: Pa
 
 def test_an_oscillation_says_what_its_amplitude_counts() -> None:
     """`oscillation: period 300 s, amplitude 4.2` had no unit: the detector watches prefill servers
-    where a planner moved them after the warm-up, else the prefill queue's requests."""
+    where a planner moved them after the warm-up, else the prefill queue's requests; the line reads
+    the summary's field of the signal judged (the other is nan), as summary.json carries them."""
     from types import SimpleNamespace
 
     import numpy as np
 
-    from dse.cli.simulate_cmd import _oscillating_signal
+    from dse.cli.simulate_cmd import _swing_text
 
-    t = np.arange(10.0)
-    for servers, says in ((np.full(10, 3.0), "requests in the prefill queue"),
-                          (np.r_[np.full(5, 3.0), np.full(5, 4.0)], "prefill servers")):  # fmt: skip
-        report = SimpleNamespace(
-            fluid_trajectories=SimpleNamespace(t=t, prefill_instances=servers[None, :]),
-            scenario=SimpleNamespace(warmup_s=2.0),
+    for servers, queue, says in (
+        (3.0, np.nan, "3 prefill servers"),
+        (np.nan, 4.2, "4.2 requests in the prefill queue"),
+    ):
+        s = SimpleNamespace(
+            swing_prefill_servers=np.array([servers]), swing_prefill_queue_requests=np.array([queue])
         )
-        assert _oscillating_signal(report) == says  # type: ignore[arg-type]
+        assert _swing_text(s) == says  # type: ignore[arg-type]
 
 
 def test_the_png_is_titled_with_every_pool_simulated(
@@ -423,7 +424,11 @@ def test_the_stability_line_says_what_it_judged(tmp_path: Path, cli: Cli) -> Non
     periods = "over whole periods: the mean and peak backlog of the last 120 s against the 120 s before)"
     assert line.endswith(periods), line
     assert "last third" not in line
-    assert json.loads(cli(*base, *swing, "--json").out)["fluid"]["growth_window_s"] == pytest.approx(120.0)
+    fluid = json.loads(cli(*base, *swing, "--json").out)["fluid"]
+    assert fluid["growth_window_s"] == pytest.approx(120.0)
+    # no planner: the swing is the prefill queue's, in requests; the servers' is null, not 0
+    assert "oscillation_amplitude" not in fluid and fluid["swing_prefill_servers"] is None
+    assert fluid["swing_prefill_queue_requests"] >= 0
     assert stable_line("--arrivals", "constant").endswith("req/s over the last third)")
 
 

@@ -69,8 +69,13 @@ def test_a_trial_records_registered_metrics_and_constraints_and_exports_their_co
     trials = pl.read_parquet(tmp_path / "exports" / "trials" / "study=tiny-study" / "part-0.parquet")
     assert set(METRIC_COLUMNS.values()) <= set(trials.columns)
     assert {f"c_{c}" for c in CONSTRAINTS} <= set(trials.columns)
-    for name in placed[0]["metrics"]:
-        assert trials[METRIC_COLUMNS[name]].drop_nulls().len() > 0, name
+    for name, value in placed[0]["metrics"].items():
+        if value is not None:  # a swing of the signal not judged is null
+            assert trials[METRIC_COLUMNS[name]].drop_nulls().len() > 0, name
+    # each placed trial's swing in the one column of its signal's unit, the other null
+    swings = trials.filter(pl.col("usd_per_hour").is_not_null())
+    both = swings["swing_prefill_servers"].is_null() ^ swings["swing_prefill_queue_requests"].is_null()
+    assert both.all() and "oscillation_amplitude" not in trials.columns
     # counts are integers in the file (a BI tool sums GPUs, it does not round them), the rest floats
     types = pq.read_schema(tmp_path / "exports" / "trials" / "study=tiny-study" / "part-0.parquet")
     for name, metric in METRICS.items():
@@ -144,3 +149,19 @@ def test_the_schema_page_names_the_columns_a_design_groups_within_3_percent() ->
     engine = {c for c in METRIC_COLUMNS.values() if c.startswith("engine_")}
     listed = (names - {"engine_*"}) | (engine if "engine_*" in names else set())
     assert listed == set(SAMPLED_COLUMNS)
+
+
+def test_a_trial_recorded_before_the_swings_were_split_exports_what_it_can_tell() -> None:
+    """A study stored before schema 6 recorded one `oscillation_amplitude`, in prefill servers
+    where the planner had moved them after the warm-up, else in prefill-queue requests: read again,
+    it is the queue's where the planner moved no instance in the run, else unknown (null in both),
+    never a number in a column of the wrong unit."""
+    from dse.study.results import recorded_metrics
+
+    still = recorded_metrics({"oscillation_amplitude": 2.5, "planner_moves": 0.0, "gpus": 8.0})
+    assert still == {"planner_moves": 0.0, "gpus": 8.0, "swing_prefill_servers": None,
+                     "swing_prefill_queue_requests": 2.5}  # fmt: skip
+    moved = recorded_metrics({"oscillation_amplitude": 3.0, "planner_moves": 4.0})
+    assert moved["swing_prefill_servers"] is None and moved["swing_prefill_queue_requests"] is None
+    now = {"swing_prefill_servers": None, "swing_prefill_queue_requests": 1.0}
+    assert recorded_metrics(now) is now

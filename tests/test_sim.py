@@ -559,3 +559,32 @@ def test_backlog_growth_of_no_configurations_is_empty() -> None:
     for period in (None, np.array([])):
         stable, growth, window = backlog_growth(t, np.zeros((0, len(t))), 4.0, period_s=period)
         assert stable.shape == (0,) and growth.shape == (0,) and window.shape == (0,)
+
+
+def test_each_swing_is_in_the_unit_of_the_signal_it_measures() -> None:
+    """One `oscillation_amplitude` had held prefill servers where a planner moved them after the
+    warm-up, else requests in the prefill queue, and nothing said which: each is its own field,
+    half the 5-95% range of its trajectory after the warm-up, nan where the other signal is judged."""
+    from dse.quantiles import percentile
+
+    def half_range(x: np.ndarray) -> float:
+        return (percentile(x, 95.0) - percentile(x, 5.0)) / 2.0
+
+    moved = oscillation_case(PlannerKind.REACTIVE, 90.0)
+    steady = scenario(3.0, arrivals=Arrivals(ArrivalKind.DIURNAL, 3.0, amplitude=0.5, period_s=600.0))
+    for sc, p in ((moved, pipe(cp=2, cd=6)), (steady, pipe())):
+        runs = [simulate_fluid(p, sc), simulate_des(p, sc, seed=2)[:2]]
+        for s, tr in runs:
+            after = tr.t >= sc.warmup_s
+            servers = tr.prefill_instances[0, after]
+            if servers.max() > servers.min():  # the planner moved servers: their swing
+                assert s.swing_prefill_servers[0] == pytest.approx(half_range(servers))
+                assert s.swing_prefill_servers[0] >= 1.0 and np.isnan(s.swing_prefill_queue_requests[0])
+            else:  # no move: the queue's, in requests
+                assert np.isnan(s.swing_prefill_servers[0])
+                queue = tr.prefill_queue[0, after]
+                assert s.swing_prefill_queue_requests[0] == pytest.approx(half_range(queue))
+        assert (sc is moved) == (not np.isnan(runs[0][0].swing_prefill_servers[0]))
+    # the steady case swings without oscillating: the swing is its figure all the same, not 0
+    quiet, _ = simulate_fluid(pipe(), steady)
+    assert not quiet.oscillating[0] and quiet.swing_prefill_queue_requests[0] > 0.1

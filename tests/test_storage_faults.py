@@ -26,7 +26,7 @@ from conftest import Cli, dse_cmd
 
 from dse.errors import InputError, StorageFault
 from dse.study import storage as storage_mod
-from dse.study.faults import driver_line, server_away, storage_fault, storage_unreachable
+from dse.study.faults import driver_line, server_away, storage_fault, storage_unreachable, writing
 from dse.study.storage import open_storage, wait_for_storage
 
 TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
@@ -427,3 +427,37 @@ def test_a_bad_wait_in_the_environment_is_refused_as_itself_when_the_storage_ope
     with pytest.raises(InputError) as answer:
         open_storage(f"postgresql://u@127.0.0.1:{_closed_port()}/dse")
     assert str(answer.value).startswith("DSE_DB_ANSWER_S = 'abc': must be a number of seconds"), answer.value
+
+
+def _virtual_root() -> Path:
+    """/proc where it is a file system of no size (Linux), else the test does not apply."""
+    proc = Path("/proc")
+    if not proc.is_dir() or not hasattr(os, "statvfs"):
+        pytest.skip("no /proc here")
+    if os.statvfs(proc).f_blocks or os.statvfs(proc).f_files:
+        pytest.skip("no /proc of no size here")
+    return proc
+
+
+def test_an_out_folder_on_a_virtual_file_system_is_bad_input_not_a_full_disk(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """`--out /proc/x` was "the disk is full" (exit 1): /proc's free room is 0, as a full disk's,
+    and root may write to it by its mode. It holds no files: one line naming --out and the rule,
+    exit 2, before any storage is made; a storage URL there is no full disk either."""
+    proc = _virtual_root()
+    run = cli("study", "run", TINY, "--trials", "1", "--out", proc / "x")
+    rule = f"--out = '{proc / 'x'}': must be a folder files can be written in: {proc} is a virtual"
+    assert run.code == 2 and len(run.err.strip().splitlines()) == 1 and rule in run.err, run.err
+    url = f"sqlite:///{proc / 'x' / 'study.db'}"
+    run = cli("study", "run", TINY, "--trials", "1", "--out", tmp_path, "--storage", url)
+    assert run.code == 2 and "disk is full" not in run.err, run.err
+    missing = FileNotFoundError(2, "No such file or directory")
+    assert storage_fault(missing, "here", proc / "x" / "study.db") is None  # not a full disk
+    full = OSError(28, "No space left on device")
+    fault = storage_fault(full, "here", proc / "x" / "study.db")
+    assert fault is not None and fault.cause == "the disk is full"  # the OS's own word still counts
+    # the exports' and the report's writes (StudyResults.export("/proc/x")) say the same, as bad input
+    with pytest.raises(InputError, match=f"^{proc / 'x'}: must be a folder files can be written in"):
+        with writing(proc / "x"):
+            (proc / "x").mkdir(parents=True)

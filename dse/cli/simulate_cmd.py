@@ -642,13 +642,14 @@ def _resting_text(report: SimulationReport, steady_kv_gb: dict[str, float] | Non
     return line
 
 
-def _oscillating_signal(report: SimulationReport) -> str:
-    """What the fluid's oscillation amplitude counts (:func:`dse.sim.outputs.verdicts`): prefill
-    servers where a planner moved them after the warm-up, else requests in the prefill queue."""
-    tr = report.fluid_trajectories
-    servers = tr.prefill_instances[0, tr.t >= report.scenario.warmup_s]
-    moved = servers.size > 0 and float(servers.max()) > float(servers.min())
-    return "prefill servers" if moved else "requests in the prefill queue"
+def _swing_text(s: Summary) -> str:
+    """The swing the oscillation was judged on, with its unit: the summary's column of that
+    signal (:func:`dse.sim.outputs.swings`; the other is nan): prefill servers where a planner
+    moved them after the warm-up, else requests in the prefill queue."""
+    servers = float(s.swing_prefill_servers[0])
+    if math.isfinite(servers):
+        return f"{servers:.3g} prefill servers"
+    return f"{float(s.swing_prefill_queue_requests[0]):.3g} requests in the prefill queue"
 
 
 def render(
@@ -708,7 +709,7 @@ def render(
     if f.oscillating[0]:
         lines.append(
             f"oscillation: period {f.oscillation_period_s[0]:.0f} s, "
-            f"amplitude {f.oscillation_amplitude[0]:.3g} {_oscillating_signal(report)}"
+            f"amplitude {_swing_text(f)}"
         )
     else:
         lines.append("oscillation: none detected")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dse.sim.des_events import DesRun, RequestDraws
-from dse.sim.outputs import Summary, Trajectories, verdicts
+from dse.sim.outputs import Summary, Trajectories, swings, verdicts
 from dse.sim.scenario import Array, Pipeline, Scenario
 
 
@@ -135,7 +135,7 @@ def _summarise(
         growth_window_s=judged_s,
         oscillating=np.array([o.detected for o in osc]),
         oscillation_period_s=np.array([o.period_s for o in osc]),
-        oscillation_amplitude=np.array([o.amplitude for o in osc]),
+        **swings(osc),
         near_capacity=np.array([max(util_p, util_d) > 0.9]),
         planner_moves=moves,
     )

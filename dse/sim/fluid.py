@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from dse.sim.fluid_kernel import OUT, advance
-from dse.sim.outputs import Summary, Trajectories, verdicts
+from dse.sim.outputs import Summary, Trajectories, swings, verdicts
 from dse.sim.planner import PlannerState
 from dse.sim.scenario import Array, Pipeline, Scenario
 from dse.sim.statistics import weighted_quantile
@@ -166,7 +166,7 @@ def _summarise(
         growth_window_s=judged_s,
         oscillating=np.array([o.detected for o in osc]),
         oscillation_period_s=np.array([o.period_s for o in osc]),
-        oscillation_amplitude=np.array([o.amplitude for o in osc]),
+        **swings(osc),
         # the peak, not the mean: a burst that nears capacity makes the tails uncertain too
         near_capacity=r["util"][:, after].max(axis=1) > NEAR_CAPACITY,
         planner_moves=moves,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -62,7 +62,12 @@ class Summary:
     growth_window_s: Array
     oscillating: Array  # bool
     oscillation_period_s: Array
-    oscillation_amplitude: Array
+    # the swing (half the 5-95% range after the warm-up) of the signal the oscillation is judged
+    # on, in that signal's unit: the prefill servers where a planner moved them after the warm-up,
+    # else the requests in the prefill queue; nan in the column of the signal not judged
+    # (:func:`swings`: one amplitude column had held either, unnamed)
+    swing_prefill_servers: Array
+    swing_prefill_queue_requests: Array
     near_capacity: Array  # bool: percentiles are low-confidence here
     planner_moves: Array
 
@@ -91,9 +96,12 @@ def verdicts(
         lo, hi = np.zeros(1), np.zeros(1)
     swing = (hi - lo) / 2.0
     osc = [
-        detect_oscillation(traj.t[after], signal[i], min_amplitude=floor[i])
-        if swing[i] >= floor[i]
-        else Oscillation(False, float("nan"), float(swing[i]))
+        replace(
+            detect_oscillation(traj.t[after], signal[i], min_amplitude=floor[i])
+            if swing[i] >= floor[i]
+            else Oscillation(False, float("nan"), float(swing[i])),
+            servers=bool(moved[i]),
+        )
         for i in range(len(signal))
     ]
     diurnal = scenario.arrivals.period_s if scenario.arrivals.kind is ArrivalKind.DIURNAL else np.nan
@@ -104,3 +112,14 @@ def verdicts(
         traj.t, backlog, rate, period_s=period, share=share, min_backlog_s=least, peaks=fluid
     )
     return stable, growth, window, osc
+
+
+def swings(osc: list[Oscillation]) -> dict[str, Array]:
+    """:class:`Summary`'s amplitude columns: each oscillation's swing in the column of the signal
+    it was judged on (prefill servers, or requests in the prefill queue), nan in the other."""
+    amp = np.array([o.amplitude for o in osc], dtype=float)
+    on = np.array([o.servers for o in osc], dtype=bool)
+    return {
+        "swing_prefill_servers": np.where(on, amp, np.nan),
+        "swing_prefill_queue_requests": np.where(on, np.nan, amp),
+    }

@@ -96,6 +96,7 @@ class Oscillation:
     detected: bool
     period_s: float  # nan when not detected
     amplitude: float  # half the 5-95% range of the signal
+    servers: bool = False  # the signal: prefill servers (a planner moved them), else prefill-queue requests
 
 
 def detect_oscillation(t: Array, signal: Array, *, min_amplitude: float) -> Oscillation:

@@ -14,7 +14,7 @@ from dse.sim.kv_cache import OUTCOMES, simulate_kv_cache
 from dse.sim.stored import simulate_stored
 from dse.study.api import StudyResults
 from dse.study.report import BestDesign
-from dse.study.results import batch_cap
+from dse.study.results import batch_cap, recorded_metrics
 from dse.study.spec import StudySpec
 
 PRICES_ATTR = "best_shadow_prices"
@@ -47,7 +47,7 @@ def best_design(res: StudyResults) -> BestDesign | None:
     return BestDesign(
         trial=number,
         pools=list(record.get("pools", [])),
-        metrics=dict(record.get("metrics", {})),
+        metrics=recorded_metrics(dict(record.get("metrics", {}))),
         shadow_prices=prices,
         sim=verdicts,
         stage_ms=dict(record.get("stage_ms", {})),

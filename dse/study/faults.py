@@ -161,7 +161,7 @@ def storage_fault(exc: BaseException, where: str, path: Path | None = None) -> S
     folder = next(d for d in (path.parent, *path.parents) if d.is_dir())  # the root always is
     if not os.access(folder, os.W_OK):
         return StorageFault(where, "it is read-only")
-    if shutil.disk_usage(folder).free < FULL_BELOW_BYTES:
+    if holds_no_files(folder) is None and shutil.disk_usage(folder).free < FULL_BELOW_BYTES:
         return StorageFault(where, "the disk is full", _first_line(messages[-1]))
     if "unable to open database file" in text or "disk i/o error" in text:
         return StorageFault(where, "the database file cannot be opened", _first_line(messages[-1]))
@@ -180,9 +180,29 @@ def writing(folder: Path) -> Iterator[None]:
         raise InputError(str(blocked), "", "must be a folder: a file has its name") from None
     except Exception as exc:  # noqa: BLE001 - re-raised unless a storage cause explains it
         fault = storage_fault(exc, str(folder), folder / "_")
-        if fault is None:
-            raise
-        raise fault from None
+        if fault is not None:
+            raise fault from None
+        if holds_no_files(folder) is not None:
+            raise InputError(str(folder), "", NO_FILES_RULE.format(holds_no_files(folder))) from None
+        raise
+
+
+NO_FILES_RULE = "must be a folder files can be written in: {} is a virtual file system (no blocks, no inodes)"
+"""The rule a folder on a file system that holds no files breaks (:func:`holds_no_files`)."""
+
+
+def holds_no_files(path: Path) -> Path | None:
+    """The nearest existing folder at or above ``path`` when it lies on a file system of no size,
+    no blocks and no inodes (``/proc``, ``/sys``), where no file can be made: its free room is 0
+    too, which had read as a full disk (``--out /proc/x``: "the disk is full", exit 1); else None."""
+    folder = next((d for d in (path, *path.parents) if d.is_dir()), None)
+    if folder is None:
+        return None
+    try:
+        st = os.statvfs(folder)
+    except OSError:  # not there any more, or no statvfs: nothing to tell
+        return None
+    return folder if st.f_blocks == 0 and st.f_files == 0 else None
 
 
 FULL_BELOW_BYTES = 1 << 20

@@ -97,7 +97,8 @@ def grid_section(spec: StudySpec, trials: pl.DataFrame, placements: pl.DataFrame
             ("peak prefill queue", "queue_peak_prefill_requests", ",.0f", 1.0),
             ("peak decode buffer", "queue_peak_buffer_requests", ",.0f", 1.0),
             ("planner moves", "planner_moves", ",.0f", 1.0),
-            ("oscillation", "oscillation_amplitude", ".1f", 1.0),
+            ("swing (prefill servers)", "swing_prefill_servers", ".1f", 1.0),
+            ("swing (prefill queue)", "swing_prefill_queue_requests", ".1f", 1.0),
         ]
     rows = []
     pools = side_pools(placements if placements is not None else pl.DataFrame())
@@ -166,7 +167,8 @@ def effects_section(spec: StudySpec, trials: pl.DataFrame) -> str:
             ("max prefill queue", "queue_peak_prefill_requests", "max"),
             ("max decode buffer", "queue_peak_buffer_requests", "max"),
             ("median planner moves", "planner_moves", "median"),
-            ("max swing", "oscillation_amplitude", "max"),
+            ("max swing (prefill servers)", "swing_prefill_servers", "max"),
+            ("max swing (prefill queue)", "swing_prefill_queue_requests", "max"),
         ]
     cols = [c for c in cols if c[1] in trials.columns]
     rows = []

@@ -28,7 +28,7 @@ from dse.sim.stored import simulate_stored
 from dse.study.choice import SPLIT_DECODE
 from dse.study.objectives import NO_VALUE, NO_VALUE_KEY
 
-SCHEMA_VERSION = 5  # docs/schema.md's version history
+SCHEMA_VERSION = 6  # docs/schema.md's version history
 PARAM_COLUMNS = (
     "topology",
     "kv_policy",
@@ -141,6 +141,20 @@ def _value(metric: str, v: Any) -> Any:
     return int(v) if math.isfinite(v) else None
 
 
+def recorded_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A trial's recorded metrics in today's names. A trial recorded before schema 6 has one
+    ``oscillation_amplitude``, the swing of prefill servers where the planner moved them after the
+    warm-up, else of the prefill queue's requests: it is the queue's where the planner moved no
+    instance in the whole run; else which signal it measured is not recorded, and both are null."""
+    if "oscillation_amplitude" not in metrics or "swing_prefill_servers" in metrics:
+        return metrics
+    out = {k: v for k, v in metrics.items() if k != "oscillation_amplitude"}
+    queue = out.get("planner_moves") == 0
+    out["swing_prefill_servers"] = None
+    out["swing_prefill_queue_requests"] = metrics["oscillation_amplitude"] if queue else None
+    return out
+
+
 def _records(study: optuna.Study) -> list[tuple[optuna.trial.FrozenTrial, dict[str, Any]]]:
     return [
         (t, t.user_attrs.get("record", {}))
@@ -168,7 +182,7 @@ def trials_frame(study: optuna.Study, objectives: list[str], percentile: float |
     rows = []
     for t, rec in _records(study):
         choice = rec.get("choice", {})
-        metrics = rec.get("metrics", {})
+        metrics = recorded_metrics(rec.get("metrics", {}))
         cons = rec.get("constraints", {})
         row: dict[str, Any] = {
             "study": study.study_name,

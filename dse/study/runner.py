@@ -38,9 +38,11 @@ from dse.perf.params import PerfParams, load_params
 from dse.plain import plain
 from dse.study.choice import Choice, choice_record
 from dse.study.faults import (
+    NO_FILES_RULE,
     STORAGE_ERRORS,
     StudyInterrupted,
     TrialTimeout,
+    holds_no_files,
     storage_fault,
     wall_clock,
     writing,
@@ -202,6 +204,9 @@ def _budget(spec: StudySpec, trials: int | None, out: Path, seed: int | None) ->
     blocked = next((d for d in (out, *out.parents) if d.exists() and not d.is_dir()), None)
     if blocked is not None:
         raise InputError("out", "", f"must be a folder ({blocked} is a file)", str(out))
+    virtual = holds_no_files(out)
+    if virtual is not None:  # its free room is 0 too: it had read as a full disk (exit 1)
+        raise InputError("out", "", NO_FILES_RULE.format(virtual), str(out))
     if seed is not None and seed_rule(seed):
         raise InputError("seed", "", str(seed_rule(seed)), seed)
     return budget
