@@ -963,6 +963,34 @@ def test_a_batch_with_recipe_settings_predicts_the_runs_as_the_calibration_does(
     assert alone.err.strip() == "dse: error: dse predict: --recipe-settings: needs --batch"
 
 
+def test_a_batch_says_where_recipe_settings_replace_the_parallelism_of_a_row(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """Four GB200 runs' rows record attention DP where their scripts launched TP4 instances:
+    `--recipe-settings` replaces those rows' tp, ep and dp-attention cells (and writes them so),
+    which the command had not said, counting the rows among those given engine settings. It says
+    how many rows it models at the parallelism their scripts launched, with the flag or without."""
+    from dse.perf.benchmark_rows import PARALLEL_COLUMNS, with_recipe_settings
+
+    with open(MEASURED_RUNS, newline="") as fh:
+        reference = list(csv.DictReader(fh))
+    merged = with_recipe_settings(reference)
+    pairs = zip(reference, merged, strict=True)
+    relaunched = [r for r, m in pairs if any(r[c] != m[c] for c in PARALLEL_COLUMNS)]
+    assert len(relaunched) == 4
+    src = tmp_path / "in.csv"
+    with open(src, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(reference[0]))
+        w.writeheader()
+        w.writerows(relaunched[:2])
+    said = "the parallelism their launch scripts ran to 2 rows (where the row records another)"
+    for flags, lead in (((), "--recipe-settings would add"), (("--recipe-settings",), "added")):
+        proc = cli("predict", "--batch", str(src), "--out", str(tmp_path / "o.csv"), *flags)
+        assert proc.code == 0, proc.err
+        line = next(x for x in proc.err.splitlines() if x.startswith(lead))
+        assert said in line, proc.err
+
+
 def test_predict_without_a_precision_serves_the_checkpoint_as_shipped(cli: Cli) -> None:
     """gpt-oss-120b's MXFP4 checkpoint fits one 80 GB GPU, as its model card says; fp8 experts
     would not (they were the default, and the prediction was refused)."""

@@ -14,6 +14,7 @@ from dse.perf.benchmark_rows import (
     ENGINE_COLUMNS,
     INPUT_COLUMNS,
     OUTPUT_COLUMNS,
+    PARALLEL_COLUMNS,
     WARMUP_COLUMN,
     predict_rows,
     with_recipe_settings,
@@ -45,6 +46,8 @@ def run_batch(
     pairs = list(zip(rows, known, strict=True))
     engine = sum(1 for a, b in pairs if any(b.get(c) != a.get(c) for c in ENGINE_COLUMNS))
     warmup = sum(1 for a, b in pairs if b.get(WARMUP_COLUMN) != a.get(WARMUP_COLUMN))
+    # rows whose tp, ep or dp-attention cells the settings replace with what the run launched
+    relaunched = sum(1 for a, b in pairs if any(b.get(c) != a.get(c) for c in PARALLEL_COLUMNS))
     added = [c for c in (*ENGINE_COLUMNS, WARMUP_COLUMN) if c not in header] if recipes else []
     result = predict_rows(known if recipes else rows, catalog, params, source=src.name, lines=lines)
     columns = header + added + [c for c in OUTPUT_COLUMNS if c not in header]
@@ -59,12 +62,19 @@ def run_batch(
     print(f"wrote {_rows(len(result))} to {out} ({failed} could not be modelled)", file=sys.stderr)
     what = (
         f"the engine settings of the InferenceX runs they name to {_rows(engine)} "
-        f"(dse/perf/recipe_settings.csv) and benchmark_warmup 'none' to {_rows(warmup)} (single-node runs "
+        "(dse/perf/recipe_settings.csv)"
+        + (
+            f", the parallelism their launch scripts ran to {_rows(relaunched)} "
+            "(where the row records another),"
+            if relaunched
+            else ""
+        )
+        + f" and benchmark_warmup 'none' to {_rows(warmup)} (single-node runs "
         "dated before InferenceX's harness sent a warm-up)"
     )
     if recipes:
         print(f"added {what}, as dse calibrate does", file=sys.stderr)
-    elif engine or warmup:
+    elif engine or warmup or relaunched:
         print(f"--recipe-settings would add {what}, as dse calibrate does for its accuracy", file=sys.stderr)
     return 0
 
