@@ -1194,3 +1194,17 @@ def test_dynamo_graph_workers_run_as_dynamos_graphs_run_them() -> None:
         readme = files["README.md"]
         assert "kubectl create secret generic hf-token-secret --from-literal=HF_TOKEN=" in readme, profile
         assert "gated checkpoint" in readme and "--image" not in readme.splitlines()[2], profile
+
+
+def test_the_readme_says_where_hosts_of_their_own_take_more_than_was_priced() -> None:
+    """The placement prices a hardware's GPUs for all its pools together, in whole nodes: a 4-GPU
+    prefill and a 4-GPU decode instance on B200 are one 8-GPU node. Deployed on hosts of their
+    own they take two, and the README says so with both figures; where they fit what was priced it
+    says nothing more."""
+    prefill = PoolLaunch("prefill", "b200", 4, 1, 4, 1, 8, max_running=None, chunk_tokens=8192)
+    decode = PoolLaunch("decode", "b200", 4, 1, 4, 1, 8, max_running=64, chunk_tokens=None)
+    tight = replace(_design(), pools=(prefill, decode), metrics={"usd_per_million_tokens": 0.5, "gpus": 8.0})
+    text = " ".join(launch_files(tight, "sglang")["README.md"].split())
+    assert "these pools take 16 GPUs' hosts where the study priced 8 GPUs" in text
+    roomy = replace(tight, metrics={"usd_per_million_tokens": 0.5, "gpus": 16.0})
+    assert "where the study priced" not in launch_files(roomy, "sglang")["README.md"]

@@ -26,6 +26,7 @@ from dse.deploy.scripts import (
     disaggregated,
     host_var,
     needs_router,
+    pool_hosts,
 )
 
 
@@ -148,7 +149,22 @@ def _hosts_note(design: Design) -> str:
     return (
         "- hosts: each pool runs on hosts of its own (`instances.json` gives each pool's `hosts`); no "
         "host runs instances of two pools, even of one GPU type, as each pool's scripts number its "
-        f"GPUs from 0 on every host{where};"
+        f"GPUs from 0 on every host{where}{_beyond_priced(design)};"
+    )
+
+
+def _beyond_priced(design: Design) -> str:
+    """Where hosts of its own per pool take more GPUs than the study priced (the placement buys a
+    hardware's GPUs for all its pools together, in whole nodes: a 4-GPU prefill and a 4-GPU decode
+    instance on B200 are one 8-GPU node there, two hosts here), a sentence saying so; else ""."""
+    priced = design.metrics.get("gpus")
+    taken = sum(pool_hosts(p) * p.gpus_per_host for p in design.pools)
+    if not isinstance(priced, (int, float)) or taken <= priced:
+        return ""
+    return (
+        f"; so these pools take {taken:,} GPUs' hosts where the study priced {priced:,.0f} GPUs (its "
+        "pools' GPUs of one type together, in whole nodes): price the extra hosts, or share hosts "
+        "between pools by giving one pool's instances the GPUs the other leaves (`CUDA_VISIBLE_DEVICES`)"
     )
 
 
