@@ -182,8 +182,8 @@ def writing(folder: Path) -> Iterator[None]:
         fault = storage_fault(exc, str(folder), folder / "_")
         if fault is not None:
             raise fault from None
-        if holds_no_files(folder) is not None:
-            raise InputError(str(folder), "", NO_FILES_RULE.format(holds_no_files(folder))) from None
+        if (virtual := holds_no_files(folder)) is not None:
+            raise InputError(str(folder), "", NO_FILES_RULE.format(virtual)) from None
         raise
 
 
