@@ -461,3 +461,45 @@ def test_an_out_folder_on_a_virtual_file_system_is_bad_input_not_a_full_disk(
     with pytest.raises(InputError, match=f"^{proc / 'x'}: must be a folder files can be written in"):
         with writing(proc / "x"):
             (proc / "x").mkdir(parents=True)
+
+
+def test_the_bound_on_silence_is_dses_connections_alone(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg2 takes one wait callback per process. dse's bounded every psycopg2 connection of the
+    process: a user's own query through the Python API (a report that is silent for longer than the
+    bound until it is done) was cut with dse's "no answer" error. Now the bound is dse's
+    connections' alone, and a callback installed before dse's (gevent's, say) keeps the others."""
+    import psycopg2
+    import psycopg2.extensions
+    import sqlalchemy
+
+    from dse.study import server_answer
+    from dse.study.storage import open_storage
+
+    monkeypatch.setenv("DSE_DB_ANSWER_S", "0.5")
+    seen: list[object] = []
+
+    def theirs(conn: object) -> None:  # a user's callback, installed before dse's
+        seen.append(conn)
+        psycopg2.extras.wait_select(conn)
+
+    import psycopg2.extras
+
+    before = psycopg2.extensions.get_wait_callback()
+    monkeypatch.setattr(server_answer, "_before", [None])
+    psycopg2.extensions.set_wait_callback(theirs)
+    try:
+        storage = open_storage(postgres_url)
+        assert psycopg2.extensions.get_wait_callback() is server_answer._wait
+        with psycopg2.connect(postgres_url.replace("+psycopg2", "")) as own, own.cursor() as cur:
+            cur.execute("select pg_sleep(1.0)")  # silent twice the bound: not dse's, not cut
+            assert cur.fetchone() == ("",)
+        assert own in seen  # through the callback it had before
+        cut = "no answer from the database server within 0.5 s"
+        with pytest.raises(sqlalchemy.exc.OperationalError, match=cut):
+            with storage.engine.connect() as con:  # type: ignore[attr-defined]
+                con.execute(sqlalchemy.text("select pg_sleep(1.0)"))
+        storage.engine.dispose()  # type: ignore[attr-defined]
+    finally:
+        psycopg2.extensions.set_wait_callback(before)

@@ -10,31 +10,72 @@ running a statement: the connection is closed (psycopg2 closes one whose wait fa
 error is an ``OperationalError`` that names the figure, which a worker waits out as it waits out a
 restart, and a lone run says in one line. A server slow to answer but answering (a large read,
 a pause of a few seconds) is not cut: the bound is on silence, not on a statement's length.
+
+psycopg2 takes one wait callback for the whole process, so the bound is dse's connections' alone
+(made as :class:`AnsweredConnection`, :func:`connect_args`): any other psycopg2 connection of the
+process (a user's own, through the Python API: a long report query is silent until it is done)
+waits as it would have, through the callback installed before dse's (gevent's, say) or, with none,
+psycopg2's own ``wait_select``, without a bound. (With any callback installed psycopg2 refuses
+COPY and large objects on every connection of the process: docs/reliability.md says so.)
 """
 
 from __future__ import annotations
 
+import functools
 import selectors
+from collections.abc import Callable
 from typing import Any
 
 from dse.study.timeouts import DB_ANSWER_ENV, db_answer_s
 
+_before: list[Callable[[Any], None] | None] = [None]
+"""The wait callback installed before :func:`_wait` (None: none), which other connections keep."""
+
 
 def install() -> None:
-    """Make every psycopg2 connection of this process wait through :func:`_wait` (idempotent)."""
+    """Make every psycopg2 connection of this process wait through :func:`_wait` (idempotent): dse's
+    within the bound, any other as before."""
     import psycopg2.extensions
 
     db_answer_s()  # a bad DSE_DB_ANSWER_S is said before any connection, not from inside the driver
-    if psycopg2.extensions.get_wait_callback() is not _wait:
+    current = psycopg2.extensions.get_wait_callback()
+    if current is not _wait:
+        _before[0] = current
         psycopg2.extensions.set_wait_callback(_wait)
+
+
+def connect_args() -> dict[str, Any]:
+    """SQLAlchemy's ``connect_args`` for a dse connection to a PostgreSQL server: its waits are
+    bounded (:func:`_wait`)."""
+    return {"connection_factory": _answered()}
+
+
+@functools.cache
+def _answered() -> type[Any]:
+    import psycopg2.extensions
+
+    class AnsweredConnection(psycopg2.extensions.connection):  # type: ignore[misc]
+        """A psycopg2 connection of dse's: a server silent past the bound is an error."""
+
+    return AnsweredConnection
 
 
 def _wait(conn: Any) -> None:
     """Poll ``conn`` until its operation is done; raise ``OperationalError`` when the server sends
-    nothing for :func:`db_answer_s` seconds (psycopg2 then closes the connection)."""
+    nothing for :func:`db_answer_s` seconds (psycopg2 then closes the connection). A connection
+    not dse's waits through the callback installed before, or ``wait_select``, unbounded."""
     import psycopg2
     import psycopg2.extensions as ext
 
+    if not isinstance(conn, _answered()):
+        other = _before[0]
+        if other is None:
+            import psycopg2.extras
+
+            psycopg2.extras.wait_select(conn)
+        else:
+            other(conn)
+        return
     limit = db_answer_s()
     with selectors.DefaultSelector() as sel:
         while True:

@@ -46,6 +46,7 @@ from dse.study.optuna_compat import (
     live_beats,
 )
 from dse.study.samplers import make_sampler
+from dse.study.server_answer import connect_args as answered_connect_args
 from dse.study.server_answer import install as answered_within
 from dse.study.spec import StudySpec
 from dse.study.sqlite_seed import seed_sqlite
@@ -99,7 +100,7 @@ def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storage
         if seed_sqlite(url):  # this Optuna's own schema: no check needed
             kwargs["skip_compatibility_check"] = True
     else:  # a server may restart under a long study: test each pooled connection before use
-        kwargs["engine_kwargs"] = {"pool_pre_ping": True}
+        kwargs["engine_kwargs"] = {"pool_pre_ping": True, **_server_args(url)}
     if stale_after_s is not None:
         kwargs["heartbeat_interval"] = max(1, int(stale_after_s // 4))
         kwargs["grace_period"] = max(1, int(stale_after_s))
@@ -289,7 +290,8 @@ def _advisory_try_lock(url: str, name: str, holder: str, *, shared: bool = False
     opens the study; a lone run's is one line (the caller's)."""
     key = _lock_key(name)
     kind = "_shared" if shared else ""
-    engine = sqlalchemy.create_engine(driver_url(url), poolclass=sqlalchemy.pool.NullPool)
+    pool = sqlalchemy.pool.NullPool
+    engine = sqlalchemy.create_engine(driver_url(url), poolclass=pool, **_server_args(url))
     try:
         take = functools.partial(_try_lock, engine, key, kind, holder)
         con, taken = waited(None, url, take) if shared else take()
@@ -374,6 +376,14 @@ def driver_url(url: str) -> str:
     if url.startswith("postgresql+psycopg2://"):  # every server connection of dse is made from here
         answered_within()  # a server that stops answering is an error after a bound, not a hang
     return url
+
+
+def _server_args(url: str) -> dict[str, Any]:
+    """The engine's arguments for a PostgreSQL server's connections: waits within the bound
+    (:mod:`dse.study.server_answer`); none for another database."""
+    if driver_url(url).startswith("postgresql+psycopg2://"):
+        return {"connect_args": answered_connect_args()}
+    return {}
 
 
 @contextlib.contextmanager
