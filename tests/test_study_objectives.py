@@ -163,3 +163,29 @@ def test_a_first_run_stopped_by_its_objective_on_a_shared_file_deletes_only_its_
         .run(trials=2, out=tmp_path / "runs", storage=url)
     )
     assert res.trials.height == 2
+
+
+def test_trials_equal_on_the_objective_rank_the_cheaper_first_then_the_faster_per_gpu() -> None:
+    """A fleet sized to its traffic ties on GPUs at every design of the same size (42 trials of
+    `deepseek-production` at 1,760 GPUs; 70 of `stage-memory-2027` at one 72-GPU rack), and the
+    first trial stood, however dear: the best design is now the cheaper per token, as the
+    placement MILP breaks its own ties on GPUs, then the one with more tokens per GPU (a price
+    missing, as for hardware without one, ranks last), then the earlier trial."""
+    t = pl.DataFrame(
+        {
+            "trial": [0, 1, 2, 3, 4],
+            "feasible": [True] * 5,
+            "objective_gpus": [72.0, 72.0, 72.0, 72.0, 80.0],
+            "usd_per_million_tokens": [0.04, None, 0.011, 0.011, 0.001],
+            "tokens_per_s_per_gpu": [18000.0, 90000.0, 18000.0, 66000.0, 99000.0],
+        }
+    )
+    assert best_of(t, ("gpus", "minimize")) == 3  # 0.011 $/M at 66,000 tokens/s/GPU
+    front = pareto_frame(t, ["gpus"], ["minimize"])
+    assert front["trial"].to_list()[:1] == [3]
+    no_price = t.drop("usd_per_million_tokens")
+    assert best_of(no_price, ("gpus", "minimize")) == 1  # the most tokens per GPU of the 72
+    # its own column is the objective, not a tie-break: equal costs go by tokens per GPU
+    cost = t.with_columns(objective_usd_per_million_tokens=pl.col("usd_per_million_tokens"))
+    assert best_of(cost, ("usd_per_million_tokens", "minimize")) == 4
+    assert best_of(cost.filter(pl.col("trial") < 4), ("usd_per_million_tokens", "minimize")) == 3

@@ -273,14 +273,24 @@ def distinct_designs(df: pl.DataFrame) -> pl.DataFrame:
     return with_designs(df).unique(subset="design", keep="first", maintain_order=True)
 
 
+TIE_BREAK = (("usd_per_million_tokens", "minimize"), ("tokens_per_s_per_gpu", "maximize"))
+"""Among trials equal on an objective (the GPUs of a fleet sized to its traffic, a whole rack):
+the cheaper per token first, as the placement MILP breaks its own ties on GPUs
+(``formulations/placement.py``: a cost term of weight 1e-6 under the GPU objective), then the
+more tokens per GPU, then the earlier trial."""
+
+
 def ranked(df: pl.DataFrame, objective: tuple[str, str]) -> pl.DataFrame:
     """``df`` best first on one objective (its ``objective_<name>`` column; ``(name, direction)``),
-    missing values last, equals in trial order; as it is when the column is missing."""
+    missing values last, equals by :data:`TIE_BREAK` (where its columns are there); as it is when
+    the column is missing."""
     col = f"objective_{objective[0]}"
     if df.is_empty() or col not in df.columns:
         return df
-    by = [col, "trial"] if "trial" in df.columns else [col]
-    return df.sort(by, descending=[objective[1] == "maximize", False][: len(by)], nulls_last=True)
+    keys = [(col, objective[1]), *((c, d) for c, d in TIE_BREAK if c in df.columns and c != objective[0])]
+    keys += [("trial", "minimize")] if "trial" in df.columns else []
+    by = [c for c, _ in keys]
+    return df.sort(by, descending=[d == "maximize" for _, d in keys], nulls_last=True)
 
 
 def speed_front(df: pl.DataFrame, x: str, y: str) -> pl.DataFrame:
