@@ -287,8 +287,8 @@ def before_decode_s(record: dict[str, Any], spec: StudySpec) -> float:
     for and in prefill (and, disaggregated, its KV's transfer), which its TTFT spans. The larger of
     the study's TTFT target and the trial's simulated mean TTFT: Little's law counts the requests
     in flight before decode as the rate times their mean time there, which the recorded mean is;
-    the target, which a feasible design meets at the SLO's percentile (the mean at p50 may exceed
-    it), is the time each request may take, so the rate times it is the most in flight there while
-    every request meets it."""
+    the target is the time a request may take there (a feasible design meets it at the SLO's
+    percentile; at p50 the mean may exceed it): where each takes at most that, those there arrived
+    within it, the rate times it on average whatever the distribution."""
     mean = float((record.get("metrics") or {}).get("ttft_s") or 0.0)
     return max(float(spec.slo.ttft_s), mean)
