@@ -1068,6 +1068,40 @@ def test_routers_admit_every_request_the_instances_run(tmp_path: Path) -> None:
     assert _arg(ran, f["router_max_concurrent"]) == "1024"
 
 
+def test_routers_admit_the_requests_in_flight_before_a_decode_slot_too(catalog: Catalog) -> None:
+    """The router holds a request's token from its arrival to the end of its response (sglang
+    sgl-model-gateway/src/middleware.rs, TokenGuardBody); in PD mode that spans its wait for and
+    its prefill and its KV's transfer, before a decode slot holds it. Capped at the decode slots
+    alone (2,976 here), a PD design at the 40 requests/s it was sized for, 3 s before decode, has
+    120 more requests in flight than that, which the router would queue or refuse. Aggregated
+    instances' requests wait in an instance's queue the same way (vLLM's router too)."""
+    f, r = FLAGS["sglang"], FLAGS["vllm_router"]
+    sized = replace(_shared_host(), requests_per_s=40.0, before_decode_s=3.0)
+    files = launch_files(sized, "sglang")
+    assert _arg(_command(files["router.sh"]), f["router_max_concurrent"]) == str(2976 + 120)
+    assert "the router admits 3,096 requests at once" in files["README.md"]
+    assert "(2,976: each decode" in files["README.md"]
+    assert "and 120 in flight before that" in files["README.md"]
+    agg = replace(_shared_aggregated(), requests_per_s=12.5, before_decode_s=1.0)  # 12.5 up to 13
+    for engine in ("vllm", "trtllm"):
+        assert _arg(_command(launch_files(agg, engine)["router.sh"]), r["max_concurrent"]) == str(768 + 13)
+    # the figures come from the trial: the rate its prefill pools were sized for, and the larger
+    # of the study's TTFT target (2 s in tiny-study.toml) and its mean TTFT
+    from dse.deploy.design import design_of
+    from dse.perf.params import load_params
+    from dse.study.api import Study
+
+    spec, params = Study.load(TINY).spec, load_params()
+    record = _record()
+    record["pools"][0]["requests_per_s"] = 37.5
+    design = design_of(spec, 0, record, catalog, params)
+    assert (design.requests_per_s, design.before_decode_s) == (37.5, 2.0)
+    record["metrics"]["ttft_s"] = 2.4
+    assert design_of(spec, 0, record, catalog, params).before_decode_s == 2.4
+    del record["pools"][0]["requests_per_s"]  # an older record: the study's traffic
+    assert design_of(spec, 0, record, catalog, params).requests_per_s == spec.workload.requests_per_s
+
+
 def test_an_instance_over_hosts_gets_a_dist_init_port_in_its_own_slot(tmp_path: Path) -> None:
     """The script said 'set HEAD_ADDR to host:port of rank 0': the port rank 0 listens on is its
     server's (8480 here), which SGLang would then bind again for torch.distributed's store, and the

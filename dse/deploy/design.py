@@ -116,6 +116,11 @@ class Design:
     # longer than the study's mean must not be refused), in tokens; 0: not known
     prompt_tokens: int = 0
     context_tokens: int = 0
+    # the requests a second the design was sized for, each through the router (what the trial's
+    # prefill or aggregated pools prefill), and the seconds one spends at that traffic before a
+    # running slot of a decode or aggregated instance holds it (``before_decode_s``); 0: not known
+    requests_per_s: float = 0.0
+    before_decode_s: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pools", named_pools(tuple(self.pools)))
@@ -263,4 +268,27 @@ def design_of(
             math.ceil(PROMPT_ROOM * (spec.workload.longest_context_tokens() - spec.workload.output_tokens)),
         ),
         context_tokens=model.max_context,
+        requests_per_s=sized_rate(record, spec),
+        before_decode_s=before_decode_s(record, spec),
     )
+
+
+def sized_rate(record: dict[str, Any], spec: StudySpec) -> float:
+    """The requests a second the trial's pools were sized for: what its prefill and aggregated
+    pools prefill (each request is prefilled once, wherever its decode runs), or the study's
+    traffic where the record has no such figure."""
+    pools = record.get("pools", [])
+    rate = sum(float(p.get("requests_per_s") or 0.0) for p in pools if p.get("role") != "decode")
+    return rate if rate > 0 else float(spec.workload.requests_per_s)
+
+
+def before_decode_s(record: dict[str, Any], spec: StudySpec) -> float:
+    """The seconds a request spends before a decode slot holds it, at the design's traffic: queued
+    for and in prefill (and, disaggregated, its KV's transfer), which its TTFT spans. The larger of
+    the study's TTFT target and the trial's simulated mean TTFT: Little's law counts the requests
+    in flight before decode as the rate times their mean time there, which the recorded mean is;
+    the target is the time a request may take there (a feasible design meets it at the SLO's
+    percentile; at p50 the mean may exceed it): where each takes at most that, those there arrived
+    within it, the rate times it on average whatever the distribution."""
+    mean = float((record.get("metrics") or {}).get("ttft_s") or 0.0)
+    return max(float(spec.slo.ttft_s), mean)

@@ -7,6 +7,7 @@ was read from.
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,41 @@ def running_slots(design: Design, engine: str) -> int | None:
             return None
         total += cap * p.instances
     return total
+
+
+def before_decode(design: Design) -> int:
+    """The requests in flight before a running slot holds them, at the design's traffic: its rate
+    times the seconds one spends there (``Design.before_decode_s``), by Little's law, whole ones up."""
+    return math.ceil(design.requests_per_s * design.before_decode_s - 1e-9)
+
+
+def router_admits(design: Design, engine: str) -> int | None:
+    """The requests the router in front of the design must admit at once not to hold back the
+    traffic it was sized for: the instances' running slots (``running_slots``) and those in flight
+    before a slot holds them (``before_decode``); None where a pool runs its engine's default cap.
+
+    The router counts a request from its arrival until its response ends: SGLang's takes a token
+    of its bucket (capacity ``--max-concurrent-requests``) before it routes the request and returns
+    it when the response body is done or dropped (sgl-project/sglang:
+    sgl-model-gateway/src/middleware.rs @ 0317c97a, ``concurrency_limit_middleware`` and
+    ``TokenGuardBody``, sgl-project/sglang#14653; earlier releases when the handler returns, a
+    stream's at its first bytes: sgl-router/src/middleware.rs @ 07f5f749), around the handler
+    that, in PD mode, sends the request to a prefill and a decode server at once and waits for
+    both (sgl-model-gateway/src/routers/http/pd_router.rs, ``tokio::join!`` of the two sends). So
+    a disaggregated design's requests hold one while queued for or in prefill and while their KV
+    moves, before any decode slot is theirs, and an aggregated one's while they wait in an
+    instance's queue for a running slot. vLLM's router does the same
+    (vllm-project/router:src/middleware.rs @ 1dbe5075; a stream's token back at its first bytes,
+    vllm-project/router#280 open). At the cap a request waits in the router's queue
+    (``--queue-size``, default 100) for up to ``--queue-timeout-secs`` (default 60), then gets
+    408; with the queue full, 429 (sgl-model-gateway/bindings/python/src/sglang_router/
+    router_args.py @ 05e589ad). The bucket also refills at ``--rate-limit-tokens-per-second``,
+    by default the cap a second (sgl-model-gateway/src/app_context.rs @ 00a85115,
+    ``maybe_rate_limiter``; src/core/token_bucket.rs), which the scripts leave: the cap is the
+    most it admits at once from a full bucket, and an empty one admits the cap a second besides
+    the tokens returned."""
+    slots = running_slots(design, engine)
+    return None if slots is None else slots + before_decode(design)
 
 
 def per_rank_cap(pool: PoolLaunch, dp: int) -> int | None:

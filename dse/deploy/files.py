@@ -17,7 +17,7 @@ from dse.deploy.engines import (
     check_launchable,
     dynamo_args,
     engine_flags,
-    running_slots,
+    router_admits,
     sglang_args,
     trtllm_args,
     trtllm_options,
@@ -105,9 +105,9 @@ def launch_files(
         files["graph.yaml"] = _yaml(dynamo_graph(design, files, flags, container))
     router = None
     if engine == "sglang":
-        router = router_script(design, flags["sglang"], running_slots(design, engine))
+        router = router_script(design, flags["sglang"], router_admits(design, engine))
     elif engine in ("vllm", "trtllm"):
-        router = http_router_script(design, flags["vllm_router"], engine, running_slots(design, engine))
+        router = http_router_script(design, flags["vllm_router"], engine, router_admits(design, engine))
     if router is not None:
         files["router.sh"] = router
     files["instances.json"] = json.dumps(instances_of(design), indent=2) + "\n"

@@ -10,6 +10,7 @@ from dse.deploy.engines import (
     backend_of,
     per_rank_cap,
     per_rank_chunk,
+    router_admits,
     running_slots,
     sglang_cap,
     sglang_dp,
@@ -242,21 +243,32 @@ def _router_notes(design: Design, engine: str, flags: dict[str, dict[str, str]])
 
 
 def _admits_note(design: Design, engine: str) -> str:
-    """How many requests the router admits at once (``running_slots``), and why it is passed."""
-    slots = running_slots(design, engine)
+    """How many requests the router admits at once (``router_admits``), what they are, and why it
+    is passed."""
+    admits = router_admits(design, engine)
     why = (
         "its default was 256 in SGLang's router before sgl-project/sglang#11435 and in vLLM's before "
         "vllm-project/router#24, which would throttle a design running more"
     )
-    if slots is None:
+    if admits is None:
         return (
             "- the router's `--max-concurrent-requests` is left at its default, as a pool runs its "
             f"engine's default running-request cap: {why}, so check your release's;"
         )
+    slots = running_slots(design, engine) or 0
+    waiting = "queued for or in prefill and in KV transfer" if disaggregated(design) else "queued for a slot"
     return (
-        f"- the router admits {slots:,} requests at once (`--max-concurrent-requests`): what the "
-        "instances run at once, each decode or aggregated instance's cap as its engine applies it, "
-        f"times the instances; more wait in its queue. It is passed as {why};"
+        f"- the router admits {admits:,} requests at once (`--max-concurrent-requests`): it holds each "
+        "from its arrival to the end of its response"
+        + (" (a stream's to its first bytes only)" if engine != "sglang" else "")
+        + ", so this is what the instances run at once "
+        f"({slots:,}: each decode or aggregated instance's cap as its engine applies it, times the "
+        f"instances) and {admits - slots:,} in flight before that ({waiting}: the "
+        f"{design.requests_per_s:.3g} requests/s the design was sized for times "
+        f"{design.before_decode_s:.3g} s, the larger of the study's TTFT target and the trial's mean "
+        "TTFT, by Little's law). More wait in its queue (`--queue-size`, `--queue-timeout-secs`; then 408 "
+        "or 429); its bucket also "
+        f"refills at `--rate-limit-tokens-per-second`, by default the cap a second. It is passed as {why};"
     )
 
 

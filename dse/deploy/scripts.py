@@ -211,10 +211,11 @@ def check_ports(design: Design) -> str | None:
     )
 
 
-def router_script(design: Design, f: dict[str, str], slots: int | None = None) -> str | None:
+def router_script(design: Design, f: dict[str, str], admits: int | None = None) -> str | None:
     """SGLang's router in front of the design's servers (prefill ones with their bootstrap ports,
     for PD disaggregation), each at ``<POOL>_<i>``, the host of the pool's instance i, admitting
-    ``slots`` requests at once (the instances' running slots; None: its default): None for one
+    ``admits`` requests at once (``dse.deploy.engines.router_admits``: the instances' running
+    slots and the requests in flight before a slot holds them; None: its default): None for one
     aggregated instance."""
     disagg = disaggregated(design)
     if not needs_router(design):
@@ -232,14 +233,14 @@ def router_script(design: Design, f: dict[str, str], slots: int | None = None) -
                 args += [f["router_decode"], url]
     if urls:
         args += [f["router_workers"], *urls]
-    if slots is not None:
-        args += [f["router_max_concurrent"], str(slots)]
+    if admits is not None:
+        args += [f["router_max_concurrent"], str(admits)]
     args += [f["host"], "0.0.0.0", f["port"], str(ROUTER_PORT)]
     return _router_file(design, "SGLang's router", args)
 
 
 def http_router_script(
-    design: Design, r: dict[str, str], engine: str, slots: int | None = None
+    design: Design, r: dict[str, str], engine: str, admits: int | None = None
 ) -> str | None:
     """vLLM's router (the ``vllm-router`` package) in front of several vLLM or TRT-LLM servers, each
     at ``<POOL>_<i>``, in its regular mode: it waits for a server's ``/health`` and forwards each
@@ -251,8 +252,8 @@ def http_router_script(
         return None
     urls = [_instance_url(design, k, i) for k, p in enumerate(design.pools) for i in range(p.instances)]
     args = [*r["launch"].split(), r["workers"], *urls, r["policy"], r["policy_value"]]
-    if slots is not None:  # the instances' running slots (``router_script``)
-        args += [r["max_concurrent"], str(slots)]
+    if admits is not None:  # as ``router_script``'s
+        args += [r["max_concurrent"], str(admits)]
     args += [r["host"], "0.0.0.0", r["port"], str(ROUTER_PORT)]
     return _router_file(design, f"vLLM's router (`{r['package']}`, {engine} servers behind it)", args)
 
