@@ -21,3 +21,9 @@ GB = 1e9
 TB = 1e12
 GIB = 2**30
 MIB = 2**20
+
+
+def counted(n: float, noun: str) -> str:
+    """``n`` of ``noun`` as a sentence says it: ``1 request``, ``2 requests``, ``0.5 requests``
+    (the plural with ``s``; the number in full, ``2560``, ``1000000`` and ``0.5``)."""
+    return f"{n:.15g} {noun}{'' if n == 1 else 's'}"

@@ -256,13 +256,52 @@ def test_a_batch_rows_conc_states_the_rule_it_breaks(tmp_path: Path, cli: Cli) -
     with open(src, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(row))
         w.writeheader()
-        w.writerows({**row, "conc": v} for v in values)
+        w.writerows([*({**row, "conc": v} for v in values), row])  # and one it can model
     proc = cli("predict", "--batch", str(src), "--out", str(out))
     assert proc.code == 0, proc.err
     with open(out, newline="") as fh:
         errors = [r["pred_error"] for r in csv.DictReader(fh)]
     rule = "must be a finite number > 0"
-    assert errors == [f"in.csv line {i + 2}: conc = {v}: {rule}" for i, v in enumerate(values)]
+    assert errors == [*(f"in.csv line {i + 2}: conc = {v}: {rule}" for i, v in enumerate(values)), ""]
+
+
+def test_a_batch_of_no_row_it_can_predict_is_bad_input(tmp_path: Path, cli: Cli) -> None:
+    """A file of which no row could be predicted is bad input: one line naming the file, the first
+    row and its rule, exit 2, and no --out (it had written a file of empty predictions and exited
+    0, a run that read as done); a header alone likewise. Some rows that fail among rows predicted
+    are written, each with its pred_error, exit 0, and standard error says how many and the first."""
+    with open(MEASURED_RUNS, newline="") as fh:
+        row = next(csv.DictReader(fh))
+    src, out = tmp_path / "in.csv", tmp_path / "out.csv"
+
+    def batch(*rows: dict[str, str]) -> tuple[int, str]:
+        with open(src, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(row))
+            w.writeheader()
+            w.writerows(rows)
+        proc = cli("predict", "--batch", src, "--out", out)
+        assert proc.out == ""
+        return proc.code, proc.err
+
+    code, err = batch({**row, "conc": "0"}, {**row, "hardware": "tpu-v9"})
+    assert code == 2 and err.count("\n") == 1 and not out.exists(), err
+    assert err.startswith(
+        f"dse: error: {src}: holds no row that could be predicted (the first of its 2 rows: "
+        "in.csv line 2: conc = 0: must be a finite number > 0)"
+    )
+    code, err = batch({**row, "conc": "0"})
+    assert code == 2 and "(its one row: in.csv line 2: conc = 0:" in err and not out.exists(), err
+    code, err = batch()
+    assert code == 2 and not out.exists()
+    assert err == f"dse: error: {src}: needs at least one row (it holds a header alone)\n"
+    code, err = batch(row, {**row, "conc": "0"}, {**row, "hardware": "tpu-v9"})
+    assert code == 0 and out.exists(), err
+    assert err.splitlines()[0] == (
+        f"wrote 3 rows to {out}; 2 could not be modelled (pred_error), the first: "
+        "in.csv line 3: conc = 0: must be a finite number > 0"
+    )
+    code, err = batch(row)
+    assert code == 0 and err.splitlines()[0] == f"wrote 1 row to {out}", err
 
 
 def test_a_trace_with_a_bad_row_names_it(cli: Cli, tmp_path: Path) -> None:
@@ -874,6 +913,28 @@ def test_a_window_too_short_for_a_steady_state_warns_with_its_figures(cli: Cli) 
     assert brief.code == 0, brief.err
     assert re.search(r"not steady: the 40 arrivals span [0-9.]+ s, less than a request takes end to end "
                      r"\(median [0-9.]+ s\)", brief.err), brief.err  # fmt: skip
+
+
+def test_the_text_says_one_request_and_the_default_lengths_as_numbers(cli: Cli, tmp_path: Path) -> None:
+    """One client, one request and one arrival are said in the singular (it had printed "1 requests
+    in flight", "1 requests for 1 clients", "trace replay, 1 requests", "the 1 arrivals span"),
+    and the default --isl and --osl as numbers, as typed ones are ("ISL 1024.0 OSL 1024.0")."""
+    one = cli("predict", "--hardware", "b200", "--conc", "1", "--requests", "1")
+    assert one.code == 0, one.err
+    head, latency = one.out.splitlines()[0], next(x for x in one.out.splitlines() if x.startswith("latency"))
+    assert head.endswith(", ISL 1024 OSL 1024, 1 request in flight"), head
+    assert latency.startswith("latency, simulated: closed loop, 1 request in flight; ")
+    assert "; 1 request, lengths" in latency
+    assert "not steady: 1 request for 1 client, fewer than two each" in one.err
+    trace = tmp_path / "one.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,1000,100\n")
+    replay = cli("predict", "--hardware", "b200", "--isl", "2000", "--load", "trace", "--trace", trace)
+    assert replay.code == 0, replay.err
+    assert replay.out.splitlines()[0].endswith(
+        ", ISL 2000 OSL 1024, 64 requests in flight "
+        "(the figures; the latency below runs trace replay, 1 request)"
+    )
+    assert "not steady: the 1 arrival spans 0 s, less than a request takes end to end" in replay.err
 
 
 def test_percentiles_keep_the_digits_they_were_given(cli: Cli) -> None:

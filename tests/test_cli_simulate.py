@@ -519,3 +519,35 @@ def test_a_planner_for_an_aggregated_design_is_refused(tmp_path: Path, cli: Cli)
     direct = cli("simulate", *flags, "--planner", "reactive", "--horizon", "300", "--warmup", "60")
     assert direct.code == 2 and rule in direct.err, direct.err
     assert cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60").code == 0  # runs
+
+
+def test_refusals_of_the_flags_alone_come_before_any_solve(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refusal the flags decide alone (--planner on --topology aggregated, a scenario flag, the
+    reference's cap on requests, an --out whose names are taken) comes before the placement is
+    solved: they had come after the MILP, a solve of up to --time-limit per topology spent on an
+    answer known from the flags. Same one line, exit 2; the solve is replaced by one that fails."""
+    import dse.placement.plan
+
+    def no_solve(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the placement was solved before the flags were refused")
+
+    monkeypatch.setattr(dse.placement.plan, "place", no_solve)
+    flags = [a for a in PLACE[1:] if a not in ("--json", "--no-shadow-prices")]
+    agg = ["aggregated" if a == "disaggregated" else a for a in flags]
+    (tmp_path / "taken" / "summary.json").mkdir(parents=True)
+    (tmp_path / "file").write_text("")
+    cases = {
+        (*agg, "--planner", "reactive"): "--planner = 'reactive': does not apply to an aggregated design",
+        (*flags, "--dt", "5000", "--horizon", "600"): "--dt = 5000: must not exceed --horizon",
+        (*flags, "--planner-period", "5"): "--planner-period = 5: needs --planner",
+        (*flags, "--lengths", "0.5:300"): "--lengths = '0.5:300': shares must be positive and sum to 1",
+        (*flags, "--des", "--horizon", "604800"): "--des = 6048000: simulates request by request",
+        (*flags, "--out", tmp_path / "taken"): "summary.json is not a file it may replace",
+        (*flags, "--out", tmp_path / "file"): "--out = ",
+    }
+    for args, message in cases.items():
+        run = cli("simulate", *args)
+        assert run.code == 2 and run.err.count("\n") == 1 and message in run.err, (args, run.err)
+        assert run.out == ""

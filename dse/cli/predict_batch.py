@@ -30,7 +30,9 @@ def run_batch(
 ) -> int:
     """Predict every row of ``src`` into ``out`` (the input columns, with ``recipes`` the engine
     settings added, then the predictions); on standard error, how many rows could not be modelled
-    and what ``recipes`` adds (or would add)."""
+    (with the first one's error) and what ``recipes`` adds (or would add). Exit 0 when one row at
+    least was predicted; a file of no row, or of none that could be predicted, is bad input
+    (:class:`InputError`, exit 2) and ``out`` is not written."""
     if src is None:
         raise InputError(SRC, "--recipe-settings", "needs --batch")
     if out is None:
@@ -49,7 +51,14 @@ def run_batch(
     # rows whose tp, ep or dp-attention cells the settings replace with what the run launched
     relaunched = sum(1 for a, b in pairs if any(b.get(c) != a.get(c) for c in PARALLEL_COLUMNS))
     added = [c for c in (*ENGINE_COLUMNS, WARMUP_COLUMN) if c not in header] if recipes else []
+    if not rows:  # nothing to predict: an output of its header alone would read as done
+        raise InputError(str(src), "", "needs at least one row (it holds a header alone)")
     result = predict_rows(known if recipes else rows, catalog, params, source=src.name, lines=lines)
+    errors = [str(r["pred_error"]) for r in result if r["pred_error"]]
+    if len(errors) == len(result):  # bad input, as dse calibrate's file of no row it can fit: no output
+        which = "its one row" if len(errors) == 1 else f"the first of its {len(errors)} rows"
+        rule = f"holds no row that could be predicted ({which}: {errors[0]})"
+        raise InputError(str(src), "", rule)
     columns = header + added + [c for c in OUTPUT_COLUMNS if c not in header]
     try:
         with atomic_path(out) as tmp, tmp.open("w", newline="", encoding="utf-8") as fh:
@@ -58,8 +67,9 @@ def run_batch(
             writer.writerows(result)
     except OSError as exc:
         raise output_error(exc, SRC, "--out", out) from None
-    failed = sum(1 for r in result if r["pred_error"])
-    print(f"wrote {_rows(len(result))} to {out} ({failed} could not be modelled)", file=sys.stderr)
+    # the rows it could not model are in the file, each with its pred_error: the first one said here
+    failed = f"; {len(errors)} could not be modelled (pred_error), the first: {errors[0]}" if errors else ""
+    print(f"wrote {_rows(len(result))} to {out}{failed}", file=sys.stderr)
     what = (
         f"the engine settings of the InferenceX runs they name to {_rows(engine)} "
         "(dse/perf/recipe_settings.csv)"

@@ -17,6 +17,7 @@ from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, Written
 from dse.perf.frameworks import FRAMEWORK_ENGINE
 from dse.typed_data import Rule, check_number, non_negative, positive
+from dse.units import counted
 
 if TYPE_CHECKING:
     from dse.perf.benchmark_rows import BenchRow
@@ -286,10 +287,12 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     looks = f", new requests looked for every {every:g} decode steps" if every > 1 else ""
     if bench.adp_balance:
         looks += f", context requests held up to {bench.adp_balance:g} iterations for every attention-DP rank"
+    # the lengths and clients as numbers (a default had shown as 1024.0), one client in the singular
+    isl, osl, conc = (float(row[k]) for k in ("isl", "osl", "conc"))
     print(
         f"{bench.model} on {bench.hardware} ({bench.topology}, "
         f"{row['framework']}, {row['precision']}{mtp}, KV {assumed['kv_cache_dtype']}{looks}), "
-        f"ISL {row['isl']} OSL {row['osl']}, {row['conc']} requests in flight"
+        f"ISL {isl:.15g} OSL {osl:.15g}, {counted(conc, 'request')} in flight"
         + ("" if load.kind == "closed" else f" (the figures; the latency below runs {load.describe()})")
     )
     # the steady state the throughput fit was calibrated on; the simulation's figures follow
@@ -569,7 +572,8 @@ def _print_latency(
     )
     print(
         f"latency, simulated: {load.describe()}{cold}; "
-        + ("" if load.kind == "trace" else f"{len(lat.ttft_s)} requests, ")  # a trace says its count
+        # a trace's load says its count
+        + ("" if load.kind == "trace" else f"{counted(len(lat.ttft_s), 'request')}, ")
         + f"{_lengths_text(lengths, load)}, seed {args.seed}"
     )
     print(format_table(["percentile", "ttft_s", "tpot_ms", "e2el_s"], _latency_rows(lat, percentiles)))

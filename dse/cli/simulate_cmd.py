@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -246,9 +247,19 @@ def _check_steps(args: argparse.Namespace) -> None:
         )
 
 
-def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float) -> Scenario:
-    from dse.sim.scenario import Arrivals, OutputLengths, Planner, Scenario
+@dataclass(frozen=True)
+class ScenarioFlags:
+    """What the scenario flags decide on their own, checked (:func:`scenario_flags`): a trace's
+    rows and the output-length classes (empty: one class at the design's mean)."""
 
+    trace_t: tuple[float, ...]
+    trace_r: tuple[float, ...]
+    pairs: tuple[tuple[float, float], ...]
+
+
+def scenario_flags(args: argparse.Namespace) -> ScenarioFlags:
+    """Every refusal of the scenario flags that needs no design: run before any placement is
+    solved, so a bad flag costs no solve (it had been refused only after the MILP)."""
     kind = ArrivalKind(args.arrivals)
     trace_t: tuple[float, ...] = ()
     trace_r: tuple[float, ...] = ()
@@ -257,8 +268,8 @@ def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float
             raise InputError(SRC, "--trace", "is required with --arrivals trace")
         trace_t, trace_r = _read_trace(args.trace)
     check_scenario_flags(args)
-    pairs = _pairs(args.lengths, "--lengths") or [(1.0, mean_output)]
-    if abs(sum(a for a, _ in pairs) - 1.0) > 1e-6 or any(a <= 0 or b <= 0 for a, b in pairs):
+    pairs = _pairs(args.lengths, "--lengths")
+    if pairs and (abs(sum(a for a, _ in pairs) - 1.0) > 1e-6 or any(a <= 0 or b <= 0 for a, b in pairs)):
         raise InputError(
             SRC, "--lengths", "shares must be positive and sum to 1, means positive", args.lengths
         )
@@ -282,17 +293,29 @@ def scenario_from_args(args: argparse.Namespace, rate: float, mean_output: float
         # its traffic starts after the run ends: no request would arrive, as in a trace of zeros
         rule = f"must be positive in one row at least that starts before --horizon ({args.horizon:g} s)"
         raise InputError(str(args.trace), "rate_per_s", rule, 0.0)
+    return ScenarioFlags(trace_t, trace_r, tuple(pairs))
+
+
+def scenario_from_args(
+    args: argparse.Namespace, rate: float, mean_output: float, flags: ScenarioFlags | None = None
+) -> Scenario:
+    """The scenario the flags describe around a design's ``rate`` and mean output; ``flags``, the
+    flags already checked (:func:`scenario_flags`), else checked here."""
+    from dse.sim.scenario import Arrivals, OutputLengths, Planner, Scenario
+
+    f = scenario_flags(args) if flags is None else flags
+    pairs = f.pairs or ((1.0, mean_output),)
     scenario = Scenario(
         arrivals=Arrivals(
-            kind,
+            ArrivalKind(args.arrivals),
             rate * args.rate_scale,
             burst_factor=args.burst_factor,
             burst_start_s=args.burst_start,
             burst_s=args.burst_s,
             amplitude=args.amplitude,
             period_s=args.period,
-            trace_times_s=trace_t,
-            trace_rates=tuple(r * args.rate_scale for r in trace_r),
+            trace_times_s=f.trace_t,
+            trace_rates=tuple(r * args.rate_scale for r in f.trace_r),
         ),
         lengths=OutputLengths(tuple(a for a, _ in pairs), tuple(b for _, b in pairs)),
         planner=Planner(
@@ -359,17 +382,20 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.sim.simulation import simulate
 
     params = load_params()
+    # the refusals the flags decide alone come before the design, whose solve may take seconds
+    flags = scenario_flags(args)
+    if args.placement is None:
+        _refuse_planner(args, args.topology)  # --topology aggregated: no solve will make it two pools
+        if args.objective != "goodput" and args.rate is not None:  # the design runs at --rate, --osl
+            scenario_from_args(args, args.rate, args.osl, flags)  # (--des's cap on requests)
+    if args.out is not None:
+        _refuse_taken(args.out)
     design = _design(args, catalog)
-    if args.planner != "none" and design.topology == "aggregated":  # it would move nothing: refused
-        rule = (
-            "does not apply to an aggregated design (its instances prefill and decode both: there is "
-            "no prefill or decode pool to move them between)"
-        )
-        raise InputError(SRC, "--planner", rule, args.planner)
+    _refuse_planner(args, design.topology)  # (--topology auto may pick an aggregated design)
     source = str(args.placement) if args.placement else SRC
     pipe, kv_gb = pipeline_of(design, catalog, params, buffer_max=args.buffer, source=source)
     workload, slo = design.workload, design.slo
-    scenario = scenario_from_args(args, workload.requests_per_s, workload.output_tokens)
+    scenario = scenario_from_args(args, workload.requests_per_s, workload.output_tokens, flags)
     report = simulate(
         pipe,
         scenario,
@@ -547,6 +573,27 @@ def plain_fields(s: Any) -> dict[str, Any]:
 OUTPUT_FILES = ("trajectories.parquet", "trajectories.png", "summary.json")
 
 
+def _refuse_planner(args: argparse.Namespace, topology: str) -> None:
+    """``--planner`` on an aggregated design: it would move nothing, refused."""
+    if args.planner != "none" and topology == "aggregated":
+        rule = (
+            "does not apply to an aggregated design (its instances prefill and decode both: there is "
+            "no prefill or decode pool to move them between)"
+        )
+        raise InputError(SRC, "--planner", rule, args.planner)
+
+
+def _refuse_taken(out: Path) -> None:
+    """All or none: an output name already taken by a folder (or a device) is found before any
+    file moves; a file where the folder goes, before any run."""
+    if out.exists() and not out.is_dir():
+        raise output_error(NotADirectoryError(20, "Not a directory"), SRC, "--out", out)
+    taken = next((out / n for n in OUTPUT_FILES if (out / n).exists() and not (out / n).is_file()), None)
+    if taken is not None:
+        rule = f"cannot be written ({taken.name} is not a file it may replace)"
+        raise InputError(SRC, "--out", rule, str(out))
+
+
 def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any], *, title: str) -> None:
     """The three files, all or none (the PNG titled ``title``, the design simulated): written into
     a temporary folder beside ``out``, then moved in (a new ``out`` is the renamed folder), so a
@@ -561,11 +608,7 @@ def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any],
     runs = {"fluid": report.fluid_trajectories}
     if report.reference_trajectories is not None:
         runs["des"] = report.reference_trajectories
-    # all or none: a name already taken by a folder (or a device) is found before any file moves
-    taken = next((out / n for n in OUTPUT_FILES if (out / n).exists() and not (out / n).is_file()), None)
-    if taken is not None:
-        rule = f"cannot be written ({taken.name} is not a file it may replace)"
-        raise InputError(SRC, "--out", rule, str(out))
+    _refuse_taken(out)  # again: the folder may have changed while the runs ran
     try:
         if out.exists() and not out.is_dir():
             raise NotADirectoryError(20, "Not a directory")

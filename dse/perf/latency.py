@@ -61,6 +61,7 @@ from dse.perf.latency_inputs import Lengths, Load, draw_requests
 from dse.perf.latency_tables import EngineTables
 from dse.perf.pool import Array
 from dse.quantiles import percentile
+from dse.units import counted
 
 PERCENTILES = (50.0, 90.0, 99.0)
 MAX_REQUESTS = 200_000  # a simulated window's cap (about 0.3 s and 30 MB)
@@ -266,9 +267,9 @@ def _steady_warning(
     if load.kind == "closed":
         if n < 2.0 * load.concurrency:
             return (
-                f"not steady: {n} requests for {load.concurrency:g} clients, fewer than two each, so the "
-                f"window is mostly the first wave sent at once; simulate more requests (InferenceX "
-                f"sends ten per client)"
+                f"not steady: {counted(n, 'request')} for {counted(load.concurrency, 'client')}, fewer "
+                "than two each, so the window is mostly the first wave sent at once; simulate more "
+                "requests (InferenceX sends ten per client)"
             )
         return None
     q = max(n // 4, 1)
@@ -284,7 +285,8 @@ def _steady_warning(
     more = "a longer trace" if load.kind == "trace" else "more requests"  # a trace fixes its count
     if span < through:
         return (
-            f"not steady: the {n} arrivals span {span:.3g} s, less than a request takes end to end "
+            f"not steady: the {counted(n, 'arrival')} span{'s' if n == 1 else ''} {span:.3g} s, less "
+            "than a request takes end to end "
             f"(median {through:.3g} s), so the batches never fill as the load would fill them; "
             f"simulate {more}"
         )

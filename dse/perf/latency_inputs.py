@@ -18,6 +18,7 @@ import numpy as np
 from dse.errors import InputError, Written
 from dse.perf.pool import Array
 from dse.typed_data import MAX_MAGNITUDE, MIN_MAGNITUDE, plausible, read_csv, row_shape_problem
+from dse.units import counted
 
 LOW_OF_NOMINAL = 0.8  # InferenceX: --random-range-ratio 0.8, lengths uniform on [0.8, 1] x nominal
 LOAD_KINDS = ("closed", "poisson", "bursty", "trace")
@@ -71,10 +72,10 @@ class Load:
 
     def describe(self) -> str:
         if self.kind == "closed":
-            return f"closed loop, {self.concurrency:g} requests in flight"
+            return f"closed loop, {counted(self.concurrency, 'request')} in flight"
         if self.kind == "trace":
             assert self.trace is not None
-            return f"trace replay, {len(self.trace.arrival_s)} requests"
+            return f"trace replay, {counted(len(self.trace.arrival_s), 'request')}"
         shape = "" if self.kind == "poisson" else f", burstiness {self.burstiness:g}"
         return f"{self.kind} arrivals at {self.rate:g} requests/s{shape}"
 
