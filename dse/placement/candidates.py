@@ -260,6 +260,24 @@ class _Builder:
                 row.mid[:, t], row.reload[:, t] = paths[tier]
         return float((fixed if fresh else slowest) + wait)
 
+    def _fastest_back(self, i: int, scale: float) -> tuple[float, str] | None:
+        """A returning turn's fastest way back on shape ``i``, as :meth:`prefill_side` times it
+        (its KV's reload and its midfill, or its recompute), with how: (seconds, words), or None
+        where no request returns."""
+        s = self.s
+        mid_one, rec_one = scale * s.midfill.one_s[i], scale * s.recompute.one_s[i]
+        ways = {
+            ("its recompute" if t == "drop" else f"its KV from {t} and its midfill"): (
+                max(rec_one, mid_one) if t == "drop" else s.reload_s(i, t) + mid_one
+            )
+            for t in TIERS
+            if t in self.tiers
+        }
+        if not self.classes or not ways:
+            return None
+        how = min(ways, key=lambda k: ways[k])
+        return float(ways[how]), how
+
     def _offsets(self, handoff: bool) -> float:
         """Seconds every prompt's TTFT takes outside the engine's forwards: the fitted front end,
         and the fitted hand-off where the prompt is handed to a decode pool."""
@@ -530,9 +548,11 @@ class _Builder:
         scale = self.p.latency.agg_prefill_factor
         ttft = self.prefill_side(row, i, handoff=False, rho_cap=phi, lead_s=step, scale=scale)
         if not np.isfinite(ttft):
+            back = self._fastest_back(i, scale)  # a returning turn may be what misses, not a prompt
             return (
-                f"TTFT {slo.ttft_s:g} s cannot be met: a prompt takes {scale * s.fresh.one_s[i]:.3f} s "
-                f"after a decode step of up to {step:.3f} s and the engines' fitted front end "
+                f"TTFT {slo.ttft_s:g} s cannot be met: a prompt takes {scale * s.fresh.one_s[i]:.3f} s"
+                + ("" if back is None else f" and a returning turn {back[0]:.3f} s ({back[1]})")
+                + f" after a decode step of up to {step:.3f} s and the engines' fitted front end "
                 f"({self._offsets(False):.3f} s)"
             )
         self._loaded_prefill(row, i, rate * (1.0 - phi), step, scale, phi, lead_s=step)
