@@ -273,14 +273,18 @@ def distinct_designs(df: pl.DataFrame) -> pl.DataFrame:
     return with_designs(df).unique(subset="design", keep="first", maintain_order=True)
 
 
-def ranked(df: pl.DataFrame, objective: tuple[str, str]) -> pl.DataFrame:
+def ranked(df: pl.DataFrame, objective: tuple[str, str], *then: tuple[str, str]) -> pl.DataFrame:
     """``df`` best first on one objective (its ``objective_<name>`` column; ``(name, direction)``),
-    missing values last, equals in trial order; as it is when the column is missing."""
+    missing values last, equals best first on the objectives ``then`` (a study's later ones: of two
+    designs with the same GPUs the faster per user is the better, where trial order had put the
+    other first), then in trial order; as it is when the column is missing."""
     col = f"objective_{objective[0]}"
     if df.is_empty() or col not in df.columns:
         return df
-    by = [col, "trial"] if "trial" in df.columns else [col]
-    return df.sort(by, descending=[objective[1] == "maximize", False][: len(by)], nulls_last=True)
+    order = [(col, objective[1])] + [(f"objective_{n}", d) for n, d in then if f"objective_{n}" in df.columns]
+    by = [c for c, _ in order] + (["trial"] if "trial" in df.columns else [])
+    descending = [d == "maximize" for _, d in order] + [False] * (len(by) - len(order))
+    return df.sort(by, descending=descending, nulls_last=True)
 
 
 def speed_front(df: pl.DataFrame, x: str, y: str) -> pl.DataFrame:
@@ -303,14 +307,15 @@ def non_dominated(vals: np.ndarray) -> np.ndarray:
     return keep
 
 
-def best_of(trials: pl.DataFrame, objective: tuple[str, str]) -> int | None:
+def best_of(trials: pl.DataFrame, objective: tuple[str, str], *then: tuple[str, str]) -> int | None:
     """The feasible trial best on one objective (``(name, direction)``) among those with a value
-    for it (the first, among equals); None when there is none."""
+    for it (among equals, the best on the objectives ``then``, then the first); None when there is
+    none."""
     col = f"objective_{objective[0]}"
     if trials.is_empty() or col not in trials.columns:
         return None
     valued = trials.filter(pl.col("feasible") & pl.col(col).is_not_null() & pl.col(col).is_not_nan())
-    return None if valued.is_empty() else int(ranked(valued, objective)["trial"][0])
+    return None if valued.is_empty() else int(ranked(valued, objective, *then)["trial"][0])
 
 
 def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[str]) -> pl.DataFrame:
@@ -332,7 +337,7 @@ def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[s
         ]
     )
     keep = non_dominated(vals)
-    return distinct_designs(ranked(feas.filter(pl.Series(keep)), (objectives[0], directions[0])))
+    return distinct_designs(ranked(feas.filter(pl.Series(keep)), *zip(objectives, directions, strict=True)))
 
 
 # a pool's figure that only pools of some roles have: null on the others, not the 0 the record
