@@ -340,7 +340,9 @@ def _equals_by(objectives: list[tuple[str, str]]) -> str:
 def _first_among(objectives: list[tuple[str, str]]) -> str:
     """Which of the designs tied on the first objective a study calls its best."""
     later = ", then ".join(n for n, _ in objectives[1:])
-    return f"the best of them by {later} (then the first in trial order)" if later else "the first of them in trial order"
+    if not later:
+        return "the first of them in trial order"
+    return f"the best of them by {later} (then the first in trial order)"
 
 
 def _warm_start_verdict(feasible: pl.DataFrame, objectives: list[tuple[str, str]]) -> str:
