@@ -278,6 +278,22 @@ class _Builder:
         how = min(ways, key=lambda k: ways[k])
         return float(ways[how]), how
 
+    def _no_way_back(self, i: int, scale: float) -> str:
+        """Why a prefill shape takes no returning turn: what the fastest way back takes alone,
+        before any wait for a busy server, against the TTFT target."""
+        back = self._fastest_back(i, scale)
+        if back is None:
+            return "no way back for a returning turn's KV"
+        lead, handoff = self._offsets(True), float(self.s.returning_handoff_s[i])
+        total = lead + back[0] + handoff
+        pct = f"p{self.slo.percentile:g}"
+        waits = "" if total > self.slo.ttft_s else f", then its wait at {pct} for a busy server"
+        return (
+            f"TTFT {self.slo.ttft_s:g} s cannot be met for a returning turn: alone it takes {total:.3f} s, "
+            f"the engines' fitted front end and hand-off ({lead:.3f} s), {back[0]:.3f} s ({back[1]}) "
+            f"and {handoff:.3f} s of KV handoff{waits}"
+        )
+
     def _offsets(self, handoff: bool) -> float:
         """Seconds every prompt's TTFT takes outside the engine's forwards: the fitted front end,
         and the fitted hand-off where the prompt is handed to a decode pool."""
@@ -371,6 +387,8 @@ class _Builder:
                 row.info = self.info(i, Role.PREFILL, suffix=suffix, hbm_gb=float(used), ttft=ttft)
                 row.info = replace(row.info, prefill_forward_requests=row.forward_prompts)
                 self.rows.append(row)
+            if seen and self.classes and not any(any(a) for a in seen):
+                self.exclude(i, "returning", self._no_way_back(i, scale))
             if not seen:
                 self.exclude(
                     i,
