@@ -105,6 +105,14 @@ class Workload:
         return (1.0 - s) * self.input_tokens + s * self.returning_context_tokens
 
 
+def target_percent(value: float) -> str | None:
+    """A TTFT target's percentile: in (0, 100), and not below 1, where a fraction typed for a
+    percentile lands (``0.99`` for p99 had held the target at p0.99, the quickest requests')."""
+    if open_percent(value) is None and value < 1:
+        return "must be at least 1 (a percentile: p99 is 99, not 0.99)"
+    return open_percent(value)
+
+
 @dataclass(frozen=True)
 class Slo:
     """Latency targets. ``percentile`` applies to TTFT (queueing has a tail); a decode step at a
@@ -112,7 +120,7 @@ class Slo:
 
     ttft_s: float = field(metadata=rule(positive))
     tpot_s: float = field(metadata=rule(positive))
-    percentile: float = field(default=50.0, metadata=rule(open_percent))
+    percentile: float = field(default=50.0, metadata=rule(target_percent))
 
     @property
     def wait_quantile_factor(self) -> float:

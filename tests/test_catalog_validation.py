@@ -257,6 +257,26 @@ def test_a_figure_in_another_unit_is_warned_of_and_still_runs(tmp_path: Path, cl
     assert cli("catalog", "show", "b200").err == ""  # the shipped entries sit inside every range
 
 
+@pytest.mark.parametrize(
+    "edit,doubt",
+    [
+        (
+            ("capacity_tb_per_gpu = 3.84", "capacity_tb_per_gpu = 3840"),
+            "storage.local_nvme.capacity_tb_per_gpu = 3840",
+        ),
+        (("dram_gb_per_gpu = 256", "dram_gb_per_gpu = 0.256"), "host.dram_gb_per_gpu = 0.256"),
+    ],
+)
+def test_a_kv_tier_in_another_unit_is_warned_of(
+    tmp_path: Path, cli: Cli, edit: tuple[str, str], doubt: str
+) -> None:
+    """NVMe typed in GB (3840 for 3.84 TB per GPU) or host DRAM in TB gave the KV tiers a
+    thousandfold the capacity, or a thousandth, with no word: they are warned of as HBM is."""
+    _user_dir(tmp_path, "hardware", "b200", _b200(**{edit[0]: edit[1]}))
+    proc = cli("--catalog-dir", tmp_path, "catalog", "show", "b200")
+    assert proc.code == 0 and f"b200.toml: {doubt}: outside" in proc.err, proc.err
+
+
 def test_cli_bad_catalog_exits_2_with_one_line(tmp_path: Path, cli: Cli) -> None:
     _user_dir(tmp_path, "hardware", "b200", _b200(**{"bandwidth_tb_per_s = 8.0": "bandwidth_tb_per_s = 0"}))
     proc = cli("--catalog-dir", tmp_path, "catalog", "list", "hardware")

@@ -1242,3 +1242,34 @@ def test_the_readme_says_where_hosts_of_their_own_take_more_than_was_priced() ->
     assert "these pools take 16 GPUs' hosts where the study priced 8 GPUs" in text
     roomy = replace(tight, metrics={"usd_per_million_tokens": 0.5, "gpus": 16.0})
     assert "where the study priced" not in launch_files(roomy, "sglang")["README.md"]
+
+
+def test_deploy_takes_the_best_trial_of_every_objective_as_the_study_names_it(catalog: Catalog) -> None:
+    """Of two designs on as many GPUs, a study of [gpus, tokens_per_s_per_user] calls the faster
+    per user its best (`best_trial`); `dse deploy` had taken the first in trial order, a design
+    the study's own best dominates."""
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from dse.deploy.design import _best_launchable
+    from dse.study.objectives import ObjectiveDef
+
+    trials = pl.DataFrame(
+        {
+            "trial": [0, 1, 2],
+            "feasible": [True, True, True],
+            "objective_gpus": [32.0, 32.0, 40.0],
+            "objective_tokens_per_s_per_user": [31.5, 40.1, 60.0],
+        }
+    )
+    pools = [{"role": "mixed", "hardware": "b200", "instances": 4, "gpus": 8}]
+    study = SimpleNamespace(
+        get_trials=lambda deepcopy=False: [
+            SimpleNamespace(number=n, user_attrs={"record": {"pools": pools}}) for n in range(3)
+        ]
+    )
+    objectives = [ObjectiveDef("gpus", "minimize"), ObjectiveDef("tokens_per_s_per_user", "maximize")]
+    spec = SimpleNamespace(variants=())
+    res = SimpleNamespace(trials=trials, objectives=objectives, study=study, spec=spec)
+    assert _best_launchable(res, catalog) == 1  # type: ignore[arg-type]

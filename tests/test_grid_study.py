@@ -3,6 +3,7 @@ point, resume without repeats, the physics of the variants, dynamics axes, the r
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -17,7 +18,7 @@ from dse.placement.request import Topology
 from dse.study import Study
 from dse.study.grid import spec_at
 from dse.study.runner import TRIAL_SOLVE
-from dse.study.spec import load_study
+from dse.study.spec import StudySpec, load_study
 from dse.study.sweep import evaluate_point, request_at
 from dse.study.trial import scenario_for
 from dse.study.variants import study_catalog
@@ -184,8 +185,14 @@ def test_grid_report_and_exports(grid_run) -> None:  # type: ignore[no-untyped-d
     assert series["trial"].unique().to_list() == [res.best_trial()]
 
 
+def _bursting(spec: StudySpec) -> StudySpec:
+    """The tiny grid with a burst's timing (x``burst_factor`` for 200 s of the 600 simulated), for
+    points that set a burst factor (its file sweeps none, so a burst's keys there are refused)."""
+    return replace(spec, simulate=replace(spec.simulate, burst_start_s=200.0, burst_s=200.0))
+
+
 def test_dynamics_axes_change_the_simulation_not_the_placement() -> None:
-    spec = load_study(DATA / "tiny-grid.toml")
+    spec = _bursting(load_study(DATA / "tiny-grid.toml"))
     cat = study_catalog(spec, load_catalog())
     params, solver, cache = load_params(), PlacementSolver(TRIAL_SOLVE), {}
     calm = evaluate_point(spec, {"burst_factor": 1.0}, cat, params, solver, cache)
@@ -216,8 +223,6 @@ def test_dynamics_axes_change_the_simulation_not_the_placement() -> None:
 def _bandwidth_point(point: dict, engine: str | None = None):  # type: ignore[no-untyped-def]
     """A point of the shipped bandwidth-vs-capacity grid: its record, the placement, the design
     held, and a check of the MILP's own best design in the same traffic."""
-    from dataclasses import replace
-
     from dse.context import Context
     from dse.evaluation import check
     from dse.study.trial import scenario_for
@@ -448,7 +453,7 @@ def test_a_burst_runs_the_engine_level_check_at_the_scenarios_mean_rate() -> Non
     from dse.sim.engine_latency import design_latency
     from dse.sim.from_placement import at_rate
 
-    spec = load_study(GRID)
+    spec = _bursting(load_study(GRID))
     cat = study_catalog(spec, load_catalog())
     params, solver, cache = load_params(), PlacementSolver(TRIAL_SOLVE), {}
     calm = evaluate_point(spec, {"burst_factor": 1.0}, cat, params, solver, cache)

@@ -160,3 +160,27 @@ def test_a_prefill_shape_that_cannot_meet_ttft_says_what_its_least_load_gives(ca
     ]
     over = float(why.rpartition("(")[2].removesuffix(" ms)"))
     assert "at the least load it carries, TTFT p90 is 0.201 s" in why and over > 0.0, why
+
+
+def test_no_way_back_for_returning_turns_says_what_the_fastest_takes(catalog: Catalog) -> None:
+    """DeepSeek-V3 on B200, returning turns of 8,000 new tokens on a 50k prefix, TTFT 0.25 s,
+    disaggregated: the fresh 100-token prompts meet it, no returning turn does. The reason read
+    "no unit can reload or recompute a returning turn's 1.76 GB of KV within the TTFT target",
+    with no figure, where the KV's reload is instant (HBM) and the midfill and the hand-offs are
+    what miss; it names each shape's fastest way back and its parts, which exceed the target."""
+    import re
+
+    from dse.workload import ThinkBin
+
+    work = Workload(5.0, 100.0, 300.0, 0.8, 50000.0, 8000.0, (ThinkBin(1.0, 30.0),))
+    req = PlacementRequest(
+        "deepseek-v3", ("b200",), work, Slo(0.25, 0.05), Topology.DISAGGREGATED,
+        options=UnitOptions(prefill_shapes=("8gpu-dpa-ep8",), decode_shapes=("8gpu-dpa-ep8",)),
+    )  # fmt: skip
+    (outcome,) = place(req, catalog=catalog, params=load_params(), with_shadow_prices=False).outcomes
+    why = outcome.infeasibility
+    assert why is not None and why.binding == "returning-turn TTFT", why
+    figures = r"alone it takes ([\d.]+) s.*\(([\d.]+) s\), ([\d.]+) s .* ([\d.]+) s of"
+    total, lead, back, handoff = (float(x) for x in re.findall(figures, why.detail)[0])
+    assert "b200 8gpu-dpa-ep8" in why.detail and total == pytest.approx(lead + back + handoff, abs=2e-3)
+    assert total > 0.25, why.detail

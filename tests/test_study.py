@@ -77,6 +77,18 @@ def test_shipped_studies_load() -> None:
             ("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_start_s = 0.0\nburst_s = 100.0'),
             "simulate.burst_start_s = 0.0: with burst_s must end after warmup_s (120",
         ),
+        # a fraction for a percentile had held TTFT at p0.99, the quickest requests', for p99
+        (("percentile = 90.0", "percentile = 0.99"), "slo.percentile = 0.99: must be at least 1 (a"),
+        # a burst's settings without a burst had been ignored: constant traffic simulated for "3x"
+        (
+            ("dt_s = 2.0", "dt_s = 2.0\nburst_factor = 3.0"),
+            'simulate.burst_factor = 3.0: needs arrivals = "burst" (or a [sweep] of burst_factor)',
+        ),
+        # a grid of burst_factor whose burst started past the horizon gave 3x the answer of 1x
+        (
+            ("dt_s = 2.0", "dt_s = 2.0\nburst_start_s = 9000.0\n\n[sweep]\nburst_factor = [1.0, 3.0]"),
+            "simulate.burst_start_s = 9000.0: must be at least 0 and below horizon_s (600) (the grid sweeps",
+        ),
         # lists of choices name each once, as [sweep] does; shapes exactly as the exports write them
         (
             ('hardware = ["b200", "h200-sxm"]', 'hardware = ["b200", "b200"]'),

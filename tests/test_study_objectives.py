@@ -52,6 +52,29 @@ def test_a_trial_without_a_value_is_on_no_front_and_never_best() -> None:
     assert best_of(infeasible_only, ("o", "minimize")) is None
 
 
+def test_of_designs_equal_on_the_first_objective_the_best_is_the_one_the_later_objectives_prefer() -> None:
+    """A study of [gpus, tokens_per_s_per_user]: trials 0 and 1 both take 24 GPUs, trial 1 is
+    faster per user. The best trial (what the summary, the report's detail and `dse deploy`
+    take) was the first in trial order, trial 0, which trial 1 dominates; the summary's and the
+    report's tables ranked the tied designs in trial order too."""
+    from dse.study.results import ranked
+
+    trials = pl.DataFrame(
+        {
+            "trial": [0, 1, 2, 3],
+            "feasible": [True, True, True, True],
+            "objective_gpus": [24.0, 24.0, 32.0, 24.0],
+            "objective_tokens_per_s_per_user": [32.6, 36.1, 40.1, None],
+        }
+    )
+    both = (("gpus", "minimize"), ("tokens_per_s_per_user", "maximize"))
+    assert best_of(trials, *both) == 1
+    assert ranked(trials, *both)["trial"].to_list() == [1, 0, 3, 2]
+    assert best_of(trials, both[0]) == 0  # one objective: equals in trial order, as before
+    front = pareto_frame(trials, [n for n, _ in both], [d for _, d in both])
+    assert front["trial"].to_list() == [1, 2]
+
+
 def test_a_run_keeps_trials_whose_objective_gives_no_value_off_the_front(tmp_path: Path) -> None:
     def small_none(m):  # type: ignore[no-untyped-def]
         return None if m["gpus"] <= 16 else m["tokens_per_s_per_gpu"]

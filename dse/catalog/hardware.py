@@ -165,6 +165,9 @@ UNIT_RANGES = (
     ("hbm.capacity_gb", 4.0, 10_000.0, "a TB or MB figure in a GB key?"),
     ("scale_up.gb_per_s_per_dir", 1.0, 100_000.0, "a Gb/s or TB/s figure in a GB/s key?"),
     ("tdp_w", 50.0, 20_000.0, "a kW figure in a W key?"),
+    # where resting KV fits: a slip here moves the tiers' capacity a thousandfold, unseen
+    ("host.dram_gb_per_gpu", 8.0, 100_000.0, "a TB figure in a GB key?"),
+    ("storage.local_nvme.capacity_tb_per_gpu", 0.05, 250.0, "a GB figure in a TB key?"),
     ("compute.bf16_dense_tflops", 1.0, 1_000_000.0, "a GFLOPS figure in a TFLOPS key?"),
     ("compute.fp8_dense_tflops", 1.0, 1_000_000.0, "a GFLOPS figure in a TFLOPS key?"),
     ("compute.fp4_dense_tflops", 1.0, 1_000_000.0, "a GFLOPS figure in a TFLOPS key?"),
@@ -176,8 +179,11 @@ def unit_doubts(h: Hardware) -> list[str]:
     refused (a what-if may go far), but most likely typed in another unit."""
     out = []
     for key, least, most, slip in UNIT_RANGES:
-        section, _, name = key.rpartition(".")
-        value = getattr(getattr(h, section) if section else h, name)
+        *path, name = key.split(".")
+        held: object = h
+        for part in path:
+            held = getattr(held, part)
+        value = getattr(held, name)
         if value is not None and not least <= value <= most:
             out.append(f"{key} = {value:g}: outside {least:g} to {most:g}, where every GPU sits; {slip}")
     return out

@@ -295,8 +295,7 @@ def summary(res: StudyResults, top: int = 5) -> str:
     t = res.trials
     if t.is_empty() or not t["feasible"].any():
         return str(_no_feasible(res))  # what the error line says too
-    o = res.objectives[0]
-    best = ranked(t.filter(t["feasible"]), (o.name, o.direction))
+    best = ranked(t.filter(t["feasible"]), *((o.name, o.direction) for o in res.objectives))
     axes = list(res.spec.sweep.axes())  # a grid study shows each row's point
     rows: list[list[object]] = [
         [

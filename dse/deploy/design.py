@@ -184,8 +184,9 @@ def _what_if_rule(spec: StudySpec, variant: str, base: str) -> str:
 
 
 def _best_launchable(res: StudyResults, catalog: Catalog) -> int | None:
-    """The feasible trial best on the study's first objective whose pools all run on hardware
-    that exists."""
+    """The feasible trial best on the study's objectives (the first, its equals by the later ones:
+    :meth:`~dse.study.api.StudyResults.best_trial`'s order) whose pools all run on hardware that
+    exists."""
     import polars as pl
 
     from dse.study.results import ranked
@@ -193,9 +194,9 @@ def _best_launchable(res: StudyResults, catalog: Catalog) -> int | None:
     trials = res.trials
     if trials.is_empty() or "feasible" not in trials.columns:
         return None
-    o = res.objectives[0]
+    order = [(o.name, o.direction) for o in res.objectives]
     records = {t.number: t.user_attrs.get("record") for t in res.study.get_trials(deepcopy=False)}
-    for number in ranked(trials.filter(pl.col("feasible")), (o.name, o.direction))["trial"].to_list():
+    for number in ranked(trials.filter(pl.col("feasible")), *order)["trial"].to_list():
         record = records.get(int(number))
         if record and record.get("pools") and _what_if(res.spec, record, catalog) is None:
             return int(number)

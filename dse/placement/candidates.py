@@ -260,6 +260,40 @@ class _Builder:
                 row.mid[:, t], row.reload[:, t] = paths[tier]
         return float((fixed if fresh else slowest) + wait)
 
+    def _fastest_back(self, i: int, scale: float) -> tuple[float, str] | None:
+        """A returning turn's fastest way back on shape ``i``, as :meth:`prefill_side` times it
+        (its KV's reload and its midfill, or its recompute), with how: (seconds, words), or None
+        where no request returns."""
+        s = self.s
+        mid_one, rec_one = scale * s.midfill.one_s[i], scale * s.recompute.one_s[i]
+        ways = {
+            ("its recompute" if t == "drop" else f"its KV from {t} and its midfill"): (
+                max(rec_one, mid_one) if t == "drop" else s.reload_s(i, t) + mid_one
+            )
+            for t in TIERS
+            if t in self.tiers
+        }
+        if not self.classes or not ways:
+            return None
+        how = min(ways, key=lambda k: ways[k])
+        return float(ways[how]), how
+
+    def _no_way_back(self, i: int, scale: float) -> str:
+        """Why a prefill shape takes no returning turn: what the fastest way back takes alone,
+        before any wait for a busy server, against the TTFT target."""
+        back = self._fastest_back(i, scale)
+        if back is None:
+            return "no way back for a returning turn's KV"
+        lead, handoff = self._offsets(True), float(self.s.returning_handoff_s[i])
+        total = lead + back[0] + handoff
+        pct = f"p{self.slo.percentile:g}"
+        waits = "" if total > self.slo.ttft_s else f", then its wait at {pct} for a busy server"
+        return (
+            f"TTFT {self.slo.ttft_s:g} s cannot be met for a returning turn: alone it takes {total:.3f} s, "
+            f"the engines' fitted front end and hand-off ({lead:.3f} s), {back[0]:.3f} s ({back[1]}) "
+            f"and {handoff:.3f} s of KV handoff{waits}"
+        )
+
     def _offsets(self, handoff: bool) -> float:
         """Seconds every prompt's TTFT takes outside the engine's forwards: the fitted front end,
         and the fitted hand-off where the prompt is handed to a decode pool."""
@@ -353,6 +387,8 @@ class _Builder:
                 row.info = self.info(i, Role.PREFILL, suffix=suffix, hbm_gb=float(used), ttft=ttft)
                 row.info = replace(row.info, prefill_forward_requests=row.forward_prompts)
                 self.rows.append(row)
+            if seen and self.classes and not any(any(a) for a in seen):
+                self.exclude(i, "returning", self._no_way_back(i, scale))
             if not seen:
                 self.exclude(
                     i,
@@ -530,9 +566,11 @@ class _Builder:
         scale = self.p.latency.agg_prefill_factor
         ttft = self.prefill_side(row, i, handoff=False, rho_cap=phi, lead_s=step, scale=scale)
         if not np.isfinite(ttft):
+            back = self._fastest_back(i, scale)  # a returning turn may be what misses, not a prompt
             return (
-                f"TTFT {slo.ttft_s:g} s cannot be met: a prompt takes {scale * s.fresh.one_s[i]:.3f} s "
-                f"after a decode step of up to {step:.3f} s and the engines' fitted front end "
+                f"TTFT {slo.ttft_s:g} s cannot be met: a prompt takes {scale * s.fresh.one_s[i]:.3f} s"
+                + ("" if back is None else f" and a returning turn {back[0]:.3f} s ({back[1]})")
+                + f" after a decode step of up to {step:.3f} s and the engines' fitted front end "
                 f"({self._offsets(False):.3f} s)"
             )
         self._loaded_prefill(row, i, rate * (1.0 - phi), step, scale, phi, lead_s=step)

@@ -65,10 +65,12 @@ def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
     if missing is not None:
         return missing
     if data.n_classes and not np.isfinite(data.mid_s).any():
+        why = [e for e in c.exclusions if e.role == "returning"]  # with each shape's figures
+        shown = "; ".join(f"{e.hardware} {e.parallel}: {e.reason}" for e in _distinct(why)[:3])
         return Infeasibility(
             "returning-turn TTFT",
             "no unit can reload or recompute a returning turn's "
-            f"{data.class_gb.max():.2f} GB of KV within the TTFT target",
+            f"{data.class_gb.max():.2f} GB of KV within the TTFT target" + (f": {shown}" if shown else ""),
         )
     el = solver.elastic(data, _elastic_sizes(data))
     if not el.result.has_solution:

@@ -330,9 +330,9 @@ class StudyResults:
 
     def best_trial(self) -> int | None:
         """The feasible trial best on the first objective, among those with a value for it (a
-        function's None, nan or infinity is none); None when no trial has one."""
-        o = self.objectives[0]
-        return best_of(self.trials, (o.name, o.direction))
+        function's None, nan or infinity is none; among equals, the best on the later objectives,
+        then the first); None when no trial has one."""
+        return best_of(self.trials, *((o.name, o.direction) for o in self.objectives))
 
     def sim_timeseries(self, trials: list[int] | None = None) -> pl.DataFrame:
         """Re-simulated trajectories of ``trials`` (default: the first five of the front; a grid

@@ -321,25 +321,40 @@ def _best_designs(
             distinct_designs(feasible).head(TOP_N), _trial_columns(spec), pools
         )
     name, direction = objectives[0]
-    designs = distinct_designs(ranked(feasible, objectives[0]))
+    designs = distinct_designs(ranked(feasible, *objectives))
     top = designs.head(TOP_N)
     intro = (
         f"The {top.height} best of {designs.height} distinct design{_s(designs.height)} ({feasible.height}"
-        f" feasible trial{_s(feasible.height)}) by {name} ({direction}). {_ALIKE}"
+        f" feasible trial{_s(feasible.height)}) by {name} ({direction}){_equals_by(objectives)}. {_ALIKE}"
     )
-    intro += _warm_start_verdict(feasible, objectives[0])
+    intro += _warm_start_verdict(feasible, objectives)
     return f"{head}\n\n{intro}\n\n{_design_table(top, _trial_columns(spec), pools)}"
 
 
-def _warm_start_verdict(feasible: pl.DataFrame, objective: tuple[str, str]) -> str:
+def _equals_by(objectives: list[tuple[str, str]]) -> str:
+    """How designs equal on the first objective are ordered: by the later ones, where there are."""
+    later = ", then ".join(n for n, _ in objectives[1:])
+    return f", equals by {later}" if later else ""
+
+
+def _first_among(objectives: list[tuple[str, str]]) -> str:
+    """Which of the designs tied on the first objective a study calls its best."""
+    later = ", then ".join(n for n, _ in objectives[1:])
+    if not later:
+        return "the first of them in trial order"
+    return f"the best of them by {later} (then the first in trial order)"
+
+
+def _warm_start_verdict(feasible: pl.DataFrame, objectives: list[tuple[str, str]]) -> str:
     """What the sampler added to the warm start on the first objective, as a sentence (trials
     whose objective is missing or not a number do not count)."""
+    objective = objectives[0]
     col = f"objective_{objective[0]}"
     if "warm_start" not in feasible.columns or col not in feasible.columns:
         return ""
     valid = feasible.filter(pl.col(col).is_not_null() & pl.col(col).cast(pl.Float64).is_finite())
-    warm = ranked(valid.filter(pl.col("warm_start")), objective)
-    searched = ranked(valid.filter(~pl.col("warm_start")), objective)
+    warm = ranked(valid.filter(pl.col("warm_start")), *objectives)
+    searched = ranked(valid.filter(~pl.col("warm_start")), *objectives)
     if warm.is_empty():
         return ""
     w, trial = float(warm[col][0]), warm["trial"][0]
@@ -584,7 +599,7 @@ def best_sentence(
     if others:
         text += (
             f". {others} other feasible {what}{_s(others)} {'ties' if others == 1 else 'tie'} with it at "
-            f"{fmt(value)}; it is the first of them in trial order"
+            f"{fmt(value)}; it is {_first_among(objectives)}"
         )
     return text + "."
 

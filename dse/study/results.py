@@ -274,23 +274,26 @@ def distinct_designs(df: pl.DataFrame) -> pl.DataFrame:
 
 
 TIE_BREAK = (("usd_per_million_tokens", "minimize"), ("tokens_per_s_per_gpu", "maximize"))
-"""Among trials equal on an objective (the GPUs of a fleet sized to its traffic, a whole rack):
-the cheaper per token first, as the placement MILP breaks its own ties on GPUs
-(``formulations/placement.py``: a cost term of weight 1e-6 under the GPU objective), then the
-more tokens per GPU, then the earlier trial."""
+"""Among trials equal on every objective a study ranks by (the GPUs of a fleet sized to its
+traffic, a whole rack): the cheaper per token first, as the placement MILP breaks its own ties
+on GPUs (``formulations/placement.py``: a cost term of weight 1e-6 under the GPU objective),
+then the more tokens per GPU, then the earlier trial."""
 
 
-def ranked(df: pl.DataFrame, objective: tuple[str, str]) -> pl.DataFrame:
+def ranked(df: pl.DataFrame, objective: tuple[str, str], *then: tuple[str, str]) -> pl.DataFrame:
     """``df`` best first on one objective (its ``objective_<name>`` column; ``(name, direction)``),
-    missing values last, equals by :data:`TIE_BREAK` (where its columns are there); as it is when
-    the column is missing."""
+    missing values last, equals best first on the objectives ``then`` (a study's later ones: of two
+    designs with the same GPUs the faster per user is the better, where trial order had put the
+    other first), then by :data:`TIE_BREAK` (where its columns are there), then in trial order; as
+    it is when the column is missing."""
     col = f"objective_{objective[0]}"
     if df.is_empty() or col not in df.columns:
         return df
-    keys = [(col, objective[1]), *((c, d) for c, d in TIE_BREAK if c in df.columns and c != objective[0])]
-    keys += [("trial", "minimize")] if "trial" in df.columns else []
-    by = [c for c, _ in keys]
-    return df.sort(by, descending=[d == "maximize" for _, d in keys], nulls_last=True)
+    named = [objective[0], *(n for n, _ in then)]
+    order = [(col, objective[1])] + [(f"objective_{n}", d) for n, d in then if f"objective_{n}" in df.columns]
+    order += [(c, d) for c, d in TIE_BREAK if c in df.columns and c not in named]
+    order += [("trial", "minimize")] if "trial" in df.columns else []
+    return df.sort([c for c, _ in order], descending=[d == "maximize" for _, d in order], nulls_last=True)
 
 
 def speed_front(df: pl.DataFrame, x: str, y: str) -> pl.DataFrame:
@@ -313,14 +316,15 @@ def non_dominated(vals: np.ndarray) -> np.ndarray:
     return keep
 
 
-def best_of(trials: pl.DataFrame, objective: tuple[str, str]) -> int | None:
+def best_of(trials: pl.DataFrame, objective: tuple[str, str], *then: tuple[str, str]) -> int | None:
     """The feasible trial best on one objective (``(name, direction)``) among those with a value
-    for it (the first, among equals); None when there is none."""
+    for it (among equals, the best on the objectives ``then``, then the first); None when there is
+    none."""
     col = f"objective_{objective[0]}"
     if trials.is_empty() or col not in trials.columns:
         return None
     valued = trials.filter(pl.col("feasible") & pl.col(col).is_not_null() & pl.col(col).is_not_nan())
-    return None if valued.is_empty() else int(ranked(valued, objective)["trial"][0])
+    return None if valued.is_empty() else int(ranked(valued, objective, *then)["trial"][0])
 
 
 def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[str]) -> pl.DataFrame:
@@ -342,7 +346,7 @@ def pareto_frame(trials: pl.DataFrame, objectives: list[str], directions: list[s
         ]
     )
     keep = non_dominated(vals)
-    return distinct_designs(ranked(feas.filter(pl.Series(keep)), (objectives[0], directions[0])))
+    return distinct_designs(ranked(feas.filter(pl.Series(keep)), *zip(objectives, directions, strict=True)))
 
 
 # a pool's figure that only pools of some roles have: null on the others, not the 0 the record

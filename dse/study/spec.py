@@ -307,16 +307,20 @@ class SimulateSpec:
             rule_ = f"must be at most horizon_s less warmup_s over {MIN_MEASURED_STEPS} (steps measured)"
             return ("dt_s", rule_, self.dt_s)
         if self.arrivals == "burst":
-            if self.burst_s <= 0:
-                return ("burst_s", "must be > 0 with arrivals = burst", self.burst_s)
-            if not 0 <= self.burst_start_s < self.horizon_s:
-                return ("burst_start_s", f"must be at least 0 and below horizon_s ({self.horizon_s:g})",
-                        self.burst_start_s)  # fmt: skip
-            if self.burst_start_s + self.burst_s <= self.warmup_s:
-                rule_ = (
-                    f"with burst_s must end after warmup_s ({self.warmup_s:g}; a burst in it is not measured)"
-                )
-                return ("burst_start_s", rule_, self.burst_start_s)
+            return self.burst_problem()
+        return None
+
+    def burst_problem(self) -> tuple[str, str, Any] | None:
+        """Where the burst falls, for a study that has one (``arrivals = "burst"``, or a grid that
+        sweeps ``burst_factor``): one outside the measured window is never seen."""
+        if self.burst_s <= 0:
+            return ("burst_s", "must be > 0 with arrivals = burst", self.burst_s)
+        if not 0 <= self.burst_start_s < self.horizon_s:
+            return ("burst_start_s", f"must be at least 0 and below horizon_s ({self.horizon_s:g})",
+                    self.burst_start_s)  # fmt: skip
+        if self.burst_start_s + self.burst_s <= self.warmup_s:
+            rule_ = f"with burst_s must end after warmup_s ({self.warmup_s:g}; a burst in it is not measured)"
+            return ("burst_start_s", rule_, self.burst_start_s)
         return None
 
 
@@ -446,6 +450,11 @@ class StudySpec:
                 "longer: a longer step blurs the waits the target is set on"
             )
             return ("simulate.dt_s", rule_, self.simulate.dt_s)
+        if self.sweep.burst_factor and self.simulate.arrivals != "burst":  # each point is a burst
+            burst = self.simulate.burst_problem()  # (a burst past the horizon had left 3x as 1x)
+            if burst is not None:
+                key, rule_, value = burst
+                return (f"simulate.{key}", f"{rule_} (the grid sweeps burst_factor)", value)
         if not self.mtp and (self.mtp_draft_tokens is not None or self.mtp_accept_rate is not None):
             key = "mtp_draft_tokens" if self.mtp_draft_tokens is not None else "mtp_accept_rate"
             return (key, "needs mtp = true", getattr(self, key))
@@ -466,9 +475,25 @@ def read_study(path: Path) -> StudySpec:
                 [],
             )
     spec = build(StudySpec, data, source=str(path))
+    _no_idle_burst(spec, data, path)
     if spec.name != path.stem:
         raise InputError(str(path), "name", f"must equal the file name {path.stem!r}", spec.name)
     return spec
+
+
+BURST_KEYS = ("burst_factor", "burst_start_s", "burst_s")
+
+
+def _no_idle_burst(spec: StudySpec, data: dict[str, Any], path: Path) -> None:
+    """A burst's settings in a study without a burst (constant arrivals, no ``burst_factor``
+    axis) are refused, not ignored: ``burst_factor = 3`` alone had simulated constant traffic."""
+    written = data.get("simulate")
+    if not isinstance(written, dict) or spec.simulate.arrivals == "burst" or spec.sweep.burst_factor:
+        return
+    key = next((k for k in BURST_KEYS if k in written), None)
+    if key is not None:
+        rule_ = 'needs arrivals = "burst" (or a [sweep] of burst_factor): constant arrivals have no burst'
+        raise InputError(str(path), f"simulate.{key}", rule_, written[key])
 
 
 def study_files(extra: Path | None = None) -> dict[str, Path]:
