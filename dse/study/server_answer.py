@@ -14,8 +14,8 @@ a pause of a few seconds) is not cut: the bound is on silence, not on a statemen
 psycopg2 takes one wait callback for the whole process, so the bound is dse's connections' alone
 (made as :class:`AnsweredConnection`, :func:`connect_args`): any other psycopg2 connection of the
 process (a user's own, through the Python API: a long report query is silent until it is done)
-waits as it would have, through the callback installed before dse's (gevent's, say) or, with none,
-psycopg2's own ``wait_select``, without a bound. (With any callback installed psycopg2 refuses
+waits through the callback installed before dse's (gevent's, say) or, with none, as dse's do
+but without a bound. (With any callback installed psycopg2 refuses
 COPY and large objects on every connection of the process: docs/reliability.md says so.)
 """
 
@@ -63,20 +63,16 @@ def _answered() -> type[Any]:
 def _wait(conn: Any) -> None:
     """Poll ``conn`` until its operation is done; raise ``OperationalError`` when the server sends
     nothing for :func:`db_answer_s` seconds (psycopg2 then closes the connection). A connection
-    not dse's waits through the callback installed before, or ``wait_select``, unbounded."""
+    not dse's waits through the callback installed before dse's, or here without a bound (its
+    failure to connect named as libpq names it, as for dse's)."""
     import psycopg2
     import psycopg2.extensions as ext
 
-    if not isinstance(conn, _answered()):
-        other = _before[0]
-        if other is None:
-            import psycopg2.extras
-
-            psycopg2.extras.wait_select(conn)
-        else:
-            other(conn)
+    ours = isinstance(conn, _answered())
+    if not ours and _before[0] is not None:
+        _before[0](conn)
         return
-    limit = db_answer_s()
+    limit = db_answer_s() if ours else None
     with selectors.DefaultSelector() as sel:
         while True:
             failed = None
