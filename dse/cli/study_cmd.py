@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dse.catalog import Catalog
 from dse.cli.flags import number, path_arg
 from dse.cli.table import format_table
-from dse.errors import DseError, InputError, NoFeasibleDesign
+from dse.errors import DseError, InputError, NoFeasibleDesign, UnknownIdError
 from dse.study.timeouts import STALE_AFTER_S
 
 if TYPE_CHECKING:
@@ -530,7 +530,18 @@ def _stored_results(args: argparse.Namespace, catalog: Catalog) -> StudyResults:
     warning when this catalog's numbers are not theirs."""
     from dse.study.api import Study
 
-    study = Study.load(args.name).with_stored_objectives(out=args.out, storage=args.storage)
+    try:
+        loaded = Study.load(args.name)
+    except UnknownIdError as exc:  # a run of the user's own study file, named as the folder is
+        stored = Path(args.out) / str(args.name) / "spec.json"
+        if not stored.is_file():
+            raise
+        rule = (
+            f"is not a shipped study; {stored} is a run of a study file: name the file, as the run "
+            f"did (dse study {args.study_command} path/to/{args.name}.toml --out {args.out})"
+        )
+        raise InputError("study", "", rule, args.name) from exc
+    study = loaded.with_stored_objectives(out=args.out, storage=args.storage)
     res = study.results(out=args.out, storage=args.storage, catalog=catalog)
     if res.catalog_note:
         print(f"dse: warning: {res.spec.name}: {res.catalog_note}", file=sys.stderr)
