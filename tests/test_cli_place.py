@@ -123,6 +123,8 @@ def test_bad_flags_exit_2_with_one_line(cli: Cli) -> None:
         ("--percentile", "0"): "--percentile = 0: must be in (0, 100)",
         ("--percentile=-5",): "--percentile = -5: must be in (0, 100)",
         ("--percentile", "100"): "--percentile = 100: must be in (0, 100)",
+        # 50 ms typed as 50: a target of 50 s a token, met by any design
+        ("--tpot", "50"): "--tpot = 50: must be at most 2 s per output token (seconds: 50 ms is 0.05)",
     }
     for flags, message in cases.items():
         out = run(cli, *flags)
