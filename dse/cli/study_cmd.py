@@ -204,25 +204,25 @@ def _list(args: argparse.Namespace, catalog: Catalog) -> int:
 
 def _show(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.plain import plain
-    from dse.study.spec import load_study
+    from dse.study.spec import load_study, study_path
+    from dse.study.variants import study_catalog, with_catalog_ids
 
     spec = load_study(args.name)
-    _check_ids(spec, catalog, args.name, to_run=False)
-    json.dump(plain(spec), sys.stdout, indent=2)
+    _check_ids(spec, catalog, args.name)  # as a run checks it: a study show takes, a run takes
+    resolved = with_catalog_ids(spec, study_catalog(spec, catalog, str(study_path(args.name))))
+    json.dump(plain(resolved), sys.stdout, indent=2)  # the hardware by its ids, as a run stores it
     print()
     return 0
 
 
-def _check_ids(spec: StudySpec, catalog: Catalog, name: str, *, to_run: bool = True) -> None:
+def _check_ids(spec: StudySpec, catalog: Catalog, name: str) -> None:
     """Unknown model, hardware or variant-base ids fail here, naming the study file, before any
-    trial runs; and, ``to_run``, a search shape no hardware of the study can run."""
+    trial runs; and a search shape no hardware of the study can run."""
     from dse.study.spec import study_path
     from dse.study.variants import runnable_shapes, study_catalog
 
     source = str(study_path(name))
-    ours = study_catalog(spec, catalog, source=source)
-    if to_run:
-        runnable_shapes(spec, ours, source)
+    runnable_shapes(spec, study_catalog(spec, catalog, source=source), source)
 
 
 def _run(args: argparse.Namespace, catalog: Catalog) -> int:
