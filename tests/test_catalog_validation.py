@@ -77,6 +77,16 @@ CASES = [
         r"host\.link_kind = 'usb': must be one of pcie, nvlink-c2c",
     ),
     ("sale unit", {"sale_unit_gpus = 8": "sale_unit_gpus = 0"}, r"sale_unit_gpus = 0: must be > 0"),
+    (  # 3 GPUs of an 8-GPU host had been priced and bought as a unit
+        "sale unit of no whole host",
+        {"sale_unit_gpus = 8": "sale_unit_gpus = 3"},
+        r"sale_unit_gpus = 3: must be whole hosts of gpus_per_host \(8\) GPUs, or divide it",
+    ),
+    (
+        "link shared past a host",
+        {"gpus_per_link = 1": "gpus_per_link = 16"},
+        r"host\.gpus_per_link = 16: must divide gpus_per_host \(8\)",
+    ),
     (
         "unknown key",
         {"tdp_w = 1000": "tdp_w = 1000\ntdp_watts = 1000"},
