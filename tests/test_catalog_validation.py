@@ -197,6 +197,15 @@ def test_broken_model_file(tmp_path: Path) -> None:
         load_catalog([root], use_env=False)
 
 
+def test_a_gqa_model_whose_kv_heads_do_not_divide_its_query_heads_is_refused(tmp_path: Path) -> None:
+    """5 KV heads of 96 query heads had loaded, and only a published size could catch it."""
+    text = (SHIPPED_MODELS / "glm-4.6.toml").read_text().replace("kv_heads = 8", "kv_heads = 5")
+    root = _user_dir(tmp_path, "models", "glm-4.6", text)
+    said = r"glm-4\.6\.toml: attention\.kv_heads = 5: must divide q_heads \(96\)"
+    with pytest.raises(InputError, match=said):
+        load_catalog([root], use_env=False)
+
+
 def test_unknown_precision_in_model(tmp_path: Path) -> None:
     text = (
         (SHIPPED_MODELS / "kimi-k3.toml")
