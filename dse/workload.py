@@ -113,13 +113,28 @@ def target_percent(value: float) -> str | None:
     return open_percent(value)
 
 
+TPOT_MAX_S = 2.0
+"""The slowest TPOT target taken, seconds per output token (half a token a second per user): a
+target in milliseconds typed as seconds (50 for 50 ms) had been taken as 50 s a token and met
+by any design."""
+
+
+def tpot_target(value: float) -> str | None:
+    """A TPOT target: seconds per output token, > 0 and at most :data:`TPOT_MAX_S`."""
+    if positive(value) is not None:
+        return positive(value)
+    if value > TPOT_MAX_S:
+        return f"must be at most {TPOT_MAX_S:g} s per output token (seconds: 50 ms is 0.05)"
+    return None
+
+
 @dataclass(frozen=True)
 class Slo:
     """Latency targets. ``percentile`` applies to TTFT (queueing has a tail); a decode step at a
     given batch is deterministic in this model, so TPOT is held at its value at the mean context."""
 
     ttft_s: float = field(metadata=rule(positive))
-    tpot_s: float = field(metadata=rule(positive))
+    tpot_s: float = field(metadata=rule(tpot_target))
     percentile: float = field(default=50.0, metadata=rule(target_percent))
 
     @property

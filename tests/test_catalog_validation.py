@@ -77,6 +77,16 @@ CASES = [
         r"host\.link_kind = 'usb': must be one of pcie, nvlink-c2c",
     ),
     ("sale unit", {"sale_unit_gpus = 8": "sale_unit_gpus = 0"}, r"sale_unit_gpus = 0: must be > 0"),
+    (  # 3 GPUs of an 8-GPU host had been priced and bought as a unit
+        "sale unit of no whole host",
+        {"sale_unit_gpus = 8": "sale_unit_gpus = 3"},
+        r"sale_unit_gpus = 3: must be whole hosts of gpus_per_host \(8\) GPUs, or divide it",
+    ),
+    (
+        "link shared past a host",
+        {"gpus_per_link = 1": "gpus_per_link = 16"},
+        r"host\.gpus_per_link = 16: must divide gpus_per_host \(8\)",
+    ),
     (
         "unknown key",
         {"tdp_w = 1000": "tdp_w = 1000\ntdp_watts = 1000"},
@@ -184,6 +194,15 @@ def test_broken_model_file(tmp_path: Path) -> None:
     text = (SHIPPED_MODELS / "kimi-k3.toml").read_text().replace("q_heads = 96", "q_heads = -96")
     root = _user_dir(tmp_path, "models", "kimi-k3", text)
     with pytest.raises(InputError, match=r"kimi-k3\.toml: attention\.q_heads = -96: must be > 0"):
+        load_catalog([root], use_env=False)
+
+
+def test_a_gqa_model_whose_kv_heads_do_not_divide_its_query_heads_is_refused(tmp_path: Path) -> None:
+    """5 KV heads of 96 query heads had loaded, and only a published size could catch it."""
+    text = (SHIPPED_MODELS / "glm-4.6.toml").read_text().replace("kv_heads = 8", "kv_heads = 5")
+    root = _user_dir(tmp_path, "models", "glm-4.6", text)
+    said = r"glm-4\.6\.toml: attention\.kv_heads = 5: must divide q_heads \(96\)"
+    with pytest.raises(InputError, match=said):
         load_catalog([root], use_env=False)
 
 

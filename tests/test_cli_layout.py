@@ -141,3 +141,21 @@ def test_python_m_dse_is_the_dse_command() -> None:
     argv = [sys.executable, "-m", "dse", "predict", "--hardware", "b200", "--conc", "0"]
     bad = subprocess.run(argv, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--conc" in bad.stderr
+
+
+def test_study_show_checks_as_a_run_does_and_names_hardware_by_its_ids(cli: Cli, tmp_path: Path) -> None:
+    """`dse study show` printed an alias as written (and one hardware twice, by its alias and its
+    id) and took a shape no hardware of the study runs, which `study run` then refused: it now
+    checks the file as a run does and prints the hardware as the run stores it."""
+    spec = tmp_path / "tiny-study.toml"
+    listed = 'hardware = ["b200", "h200", "h200-sxm"]'
+    aliased = TINY.read_text().replace('hardware = ["b200", "h200-sxm"]', listed)
+    spec.write_text(aliased)
+    code, out, err = cli("study", "show", str(spec))
+    assert code == 0, err
+    assert json.loads(out)["hardware"] == ["b200", "h200-sxm"]
+    unrunnable = '"8gpu-dpa-ep8", "8gpu-tp8-ep16"]'
+    spec.write_text(aliased.replace('"8gpu-dpa-ep8", "16gpu-dpa-ep16"]', unrunnable, 1))
+    for command in (("study", "show", str(spec)), ("study", "run", str(spec), "--out", str(tmp_path / "o"))):
+        code, _, err = cli(*command)
+        assert code == 2 and "8gpu-tp8-ep16" in err and err.strip().count("\n") == 0, err

@@ -119,10 +119,13 @@ def test_bad_flags_exit_2_with_one_line(cli: Cli) -> None:
         ("--suffix", "500"): "--suffix = 500: needs --returning-share above 0",
         ("--think", "1:600"): "--think = '1:600': needs --returning-share above 0",
         ("--inventory", "b200=many"): "--inventory = 'b200=many': must be HW=GPUS",
+        ("--inventory", "b200=12.5"): "--inventory = 'b200=12.5': must count whole GPUs (12.5 is not)",
         # one rule for every percentile outside (0, 100): 0 and -5 had been told "must be > 0"
         ("--percentile", "0"): "--percentile = 0: must be in (0, 100)",
         ("--percentile=-5",): "--percentile = -5: must be in (0, 100)",
         ("--percentile", "100"): "--percentile = 100: must be in (0, 100)",
+        # 50 ms typed as 50: a target of 50 s a token, met by any design
+        ("--tpot", "50"): "--tpot = 50: must be at most 2 s per output token (seconds: 50 ms is 0.05)",
     }
     for flags, message in cases.items():
         out = run(cli, *flags)

@@ -79,6 +79,13 @@ def test_shipped_studies_load() -> None:
         ),
         # a fraction for a percentile had held TTFT at p0.99, the quickest requests', for p99
         (("percentile = 90.0", "percentile = 0.99"), "slo.percentile = 0.99: must be at least 1 (a"),
+        # milliseconds typed for seconds: a TPOT of 50 s a token, met by any design, in the target
+        # and on a grid's axis alike
+        (("tpot_s = 0.06", "tpot_s = 50"), "slo.tpot_s = 50: must be at most 2 s per output token"),
+        (
+            ("dt_s = 2.0", "dt_s = 2.0\n\n[sweep]\ntpot_s = [0.05, 40]"),
+            "sweep.tpot_s = [0.05, 40]: must be at most 2 s per output token (seconds: 50 ms is 0.05)",
+        ),
         # a burst's settings without a burst had been ignored: constant traffic simulated for "3x"
         (
             ("dt_s = 2.0", "dt_s = 2.0\nburst_factor = 3.0"),

@@ -241,3 +241,21 @@ def test_study_show_takes_json_as_every_listing_command_does(cli: Cli) -> None:
     assert plain.code == 0 and flagged.code == 0, flagged.err
     assert json.loads(flagged.out) == json.loads(plain.out)
     assert json.loads(plain.out)["name"] == "deepseek-v3-blackwell"
+
+
+def test_a_run_of_a_study_file_named_by_its_folder_says_to_name_the_file(
+    cli: Cli, tiny_cli_run: Result, tmp_path: Path
+) -> None:
+    """`dse study export tiny-study --out RUNS`, for a study run from its own file, said "unknown
+    study id" and listed the shipped studies, though RUNS/tiny-study/spec.json was there: the
+    line now says what the folder is and how to name the study, exit 2."""
+    assert tiny_cli_run.code == 0, tiny_cli_run.err
+    for command in ("export", "report", "deploy"):
+        engine = ("--engine", "dynamo") if command == "deploy" else ()
+        proc = cli("study", command, "tiny-study", "--out", tmp_path, *engine)
+        assert proc.code == 2, proc.err
+        line = proc.err.strip()
+        assert "\n" not in line and "is not a shipped study" in line, line
+        assert f"name the file, as the run did (dse study {command} path/to/tiny-study.toml --out" in line
+    elsewhere = cli("study", "export", "tiny-study", "--out", tmp_path / "none")
+    assert elsewhere.code == 2 and "unknown study id" in elsewhere.err  # no run there: the ids, as before

@@ -157,6 +157,20 @@ class Hardware:
     def projected(self) -> bool:
         return self.status is Status.PROJECTED
 
+    def problem(self) -> tuple[str, str, object] | None:
+        """(key, rule, value) where the counts of GPUs do not fit each other: a link shared by more
+        GPUs than a host holds, or a sale unit that is neither whole hosts nor a share of one (a
+        placement buys whole sale units: 3 GPUs of an 8-GPU host had been priced as such)."""
+        host = self.gpus_per_host
+        if host % self.host.gpus_per_link:
+            rule = f"must divide gpus_per_host ({host}): the GPUs of a host share its links evenly"
+            return "host.gpus_per_link", rule, self.host.gpus_per_link
+        unit = self.sale_unit_gpus
+        if unit % host and host % unit:
+            rule = f"must be whole hosts of gpus_per_host ({host}) GPUs, or divide it (GPUs rented of a host)"
+            return "sale_unit_gpus", rule, unit
+        return None
+
 
 # (key, least, most, the slip a value outside suggests): ranges a few times wider than any part
 # shipped or announced, so that only a figure in another unit falls outside

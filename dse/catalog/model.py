@@ -94,6 +94,9 @@ class Attention:
         if self.kind is AttentionKind.GQA and (self.kv_heads is None or self.head_dim is None):
             missing = "kv_heads" if self.kv_heads is None else "head_dim"
             return (missing, "is required when kind = 'gqa'", ...)
+        if self.kv_heads is not None and self.q_heads % self.kv_heads:  # query heads grouped per KV head
+            rule = f"must divide q_heads ({self.q_heads}): each KV head serves a group of them"
+            return ("kv_heads", rule, self.kv_heads)
         return None
 
 

@@ -6,6 +6,7 @@ the parser must stay cheap."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -247,7 +248,10 @@ def _limits_of(args: argparse.Namespace, catalog: Catalog, src: str) -> Limits:
         try:
             gpus = int(value)
         except ValueError:
-            raise InputError(src, "--inventory", "must be HW=GPUS pairs separated by commas", part) from None
+            rule = "must be HW=GPUS pairs separated by commas"
+            with contextlib.suppress(ValueError):  # a number, not a whole one: say that
+                rule = f"must count whole GPUs ({float(value):g} is not)" if value.strip() else rule
+            raise InputError(src, "--inventory", rule, part) from None
         check_number(gpus, source=src, key="--inventory", check=non_negative)
         hw = _by_flag(src, "--inventory", catalog.hardware, key.strip()).id
         if hw in inventory:  # the later count had silently replaced the earlier

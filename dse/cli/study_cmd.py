@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dse.catalog import Catalog
 from dse.cli.flags import number, path_arg
 from dse.cli.table import format_table
-from dse.errors import DseError, InputError, NoFeasibleDesign
+from dse.errors import DseError, InputError, NoFeasibleDesign, UnknownIdError
 from dse.study.timeouts import STALE_AFTER_S
 
 if TYPE_CHECKING:
@@ -204,25 +204,25 @@ def _list(args: argparse.Namespace, catalog: Catalog) -> int:
 
 def _show(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.plain import plain
-    from dse.study.spec import load_study
+    from dse.study.spec import load_study, study_path
+    from dse.study.variants import study_catalog, with_catalog_ids
 
     spec = load_study(args.name)
-    _check_ids(spec, catalog, args.name, to_run=False)
-    json.dump(plain(spec), sys.stdout, indent=2)
+    _check_ids(spec, catalog, args.name)  # as a run checks it: a study show takes, a run takes
+    resolved = with_catalog_ids(spec, study_catalog(spec, catalog, str(study_path(args.name))))
+    json.dump(plain(resolved), sys.stdout, indent=2)  # the hardware by its ids, as a run stores it
     print()
     return 0
 
 
-def _check_ids(spec: StudySpec, catalog: Catalog, name: str, *, to_run: bool = True) -> None:
+def _check_ids(spec: StudySpec, catalog: Catalog, name: str) -> None:
     """Unknown model, hardware or variant-base ids fail here, naming the study file, before any
-    trial runs; and, ``to_run``, a search shape no hardware of the study can run."""
+    trial runs; and a search shape no hardware of the study can run."""
     from dse.study.spec import study_path
     from dse.study.variants import runnable_shapes, study_catalog
 
     source = str(study_path(name))
-    ours = study_catalog(spec, catalog, source=source)
-    if to_run:
-        runnable_shapes(spec, ours, source)
+    runnable_shapes(spec, study_catalog(spec, catalog, source=source), source)
 
 
 def _run(args: argparse.Namespace, catalog: Catalog) -> int:
@@ -530,7 +530,18 @@ def _stored_results(args: argparse.Namespace, catalog: Catalog) -> StudyResults:
     warning when this catalog's numbers are not theirs."""
     from dse.study.api import Study
 
-    study = Study.load(args.name).with_stored_objectives(out=args.out, storage=args.storage)
+    try:
+        loaded = Study.load(args.name)
+    except UnknownIdError as exc:  # a run of the user's own study file, named as the folder is
+        stored = Path(args.out) / str(args.name) / "spec.json"
+        if not stored.is_file():
+            raise
+        rule = (
+            f"is not a shipped study; {stored} is a run of a study file: name the file, as the run "
+            f"did (dse study {args.study_command} path/to/{args.name}.toml --out {args.out})"
+        )
+        raise InputError("study", "", rule, args.name) from exc
+    study = loaded.with_stored_objectives(out=args.out, storage=args.storage)
     res = study.results(out=args.out, storage=args.storage, catalog=catalog)
     if res.catalog_note:
         print(f"dse: warning: {res.spec.name}: {res.catalog_note}", file=sys.stderr)

@@ -51,7 +51,7 @@ from dse.typed_data import (
     read_toml,
     rule,
 )
-from dse.workload import Slo, Workload, at_least_min_rate
+from dse.workload import Slo, Workload, at_least_min_rate, tpot_target
 
 
 def _shapes(value: tuple[str, ...]) -> str | None:
@@ -125,6 +125,10 @@ def folder_name(value: str) -> str | None:
 
 def _optional_positives(value: tuple[float, ...]) -> str | None:
     return _positive_list(value) if value else None
+
+
+def _tpot_targets(value: tuple[float, ...]) -> str | None:
+    return next((tpot_target(v) for v in value if tpot_target(v)), None)
 
 
 def _rates(value: tuple[float, ...]) -> str | None:
@@ -358,7 +362,7 @@ class Sweep:
     output_tokens: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
     cached_prefix_tokens: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
     ttft_s: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
-    tpot_s: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
+    tpot_s: tuple[float, ...] = field(default=(), metadata=rule(_tpot_targets))
     headroom: tuple[float, ...] = field(default=(), metadata=rule(_non_negatives))
     burst_factor: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
     output_tail: tuple[str, ...] = ()
