@@ -263,7 +263,7 @@ def test_hardware_named_twice_is_one_candidate_with_one_inventory(cli: Cli) -> N
 def test_an_inventory_of_none_says_the_gpus_the_demand_needs(cli: Cli) -> None:
     """Against an inventory of 0 the explanation once served a sliver less of the demand to buy
     fewer GPUs ("16 of 0"; "only 20 of 20 requests/s")."""
-    out = cli(*ONE, "--topology", "disaggregated", "--inventory", "b200=0")
+    out = cli(*ONE, "--topology", "disaggregated", "--inventory", "b200=0.0")  # a whole count, as 0
     assert out.code == 3
     assert "needs 16 GPUs more than the inventory holds (GPUs needed of available: b200 16 of 0)" in out.err
     assert "requests/s can be served" not in out.err

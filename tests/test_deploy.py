@@ -1270,6 +1270,7 @@ def test_deploy_takes_the_best_trial_of_every_objective_as_the_study_names_it(ca
         ]
     )
     objectives = [ObjectiveDef("gpus", "minimize"), ObjectiveDef("tokens_per_s_per_user", "maximize")]
+    ranking = [(o.name, o.direction) for o in objectives]  # as StudyResults.ranking gives them
     spec = SimpleNamespace(variants=())
-    res = SimpleNamespace(trials=trials, objectives=objectives, study=study, spec=spec)
+    res = SimpleNamespace(trials=trials, objectives=objectives, ranking=ranking, study=study, spec=spec)
     assert _best_launchable(res, catalog) == 1  # type: ignore[arg-type]

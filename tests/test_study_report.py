@@ -617,7 +617,8 @@ def test_a_grids_best_design_names_its_point_and_the_points_tied_with_it(tmp_pat
     detail = _section(_grid_md(tmp_path, _grid_trials(), best), "## Best design detail")
     assert (
         "Trial 0, the feasible point best by ttft_p99_s (minimize): hardware = h200-sxm, burst_factor = 1."
-        " 1 other feasible point ties with it at 0.6; it is the first of them in trial order." in detail
+        " 1 other feasible point ties with it at 0.6; it is the best of them by usd_per_million_tokens"
+        " (minimize), then tokens_per_s_per_gpu (maximize) (then the first in trial order)." in detail
     )
 
 

@@ -257,5 +257,8 @@ def test_a_run_of_a_study_file_named_by_its_folder_says_to_name_the_file(
         line = proc.err.strip()
         assert "\n" not in line and "is not a shipped study" in line, line
         assert f"name the file, as the run did (dse study {command} path/to/tiny-study.toml --out" in line
+    alias = cli("report", "tiny-study", "--out", tmp_path)  # the top-level alias: a traceback, once
+    assert alias.code == 2, alias.err
+    assert "as the run did (dse report path/to/tiny-study.toml --out" in alias.err, alias.err
     elsewhere = cli("study", "export", "tiny-study", "--out", tmp_path / "none")
     assert elsewhere.code == 2 and "unknown study id" in elsewhere.err  # no run there: the ids, as before

@@ -6,7 +6,6 @@ the parser must stay cheap."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import sys
@@ -246,12 +245,12 @@ def _limits_of(args: argparse.Namespace, catalog: Catalog, src: str) -> Limits:
     for part in filter(None, (s.strip() for s in args.inventory.split(","))):
         key, _, value = part.partition("=")
         try:
-            gpus = int(value)
+            count = float(value)
         except ValueError:
-            rule = "must be HW=GPUS pairs separated by commas"
-            with contextlib.suppress(ValueError):  # a number, not a whole one: say that
-                rule = f"must count whole GPUs ({float(value):g} is not)" if value.strip() else rule
-            raise InputError(src, "--inventory", rule, part) from None
+            raise InputError(src, "--inventory", "must be HW=GPUS pairs separated by commas", part) from None
+        if not count.is_integer():  # 16.0 and 1e3 count whole GPUs; 12.5 does not
+            raise InputError(src, "--inventory", f"must count whole GPUs ({value.strip()} is not)", part)
+        gpus = int(count)
         check_number(gpus, source=src, key="--inventory", check=non_negative)
         hw = _by_flag(src, "--inventory", catalog.hardware, key.strip()).id
         if hw in inventory:  # the later count had silently replaced the earlier

@@ -109,6 +109,11 @@ def _common(p: argparse.ArgumentParser, storage_help: str = "") -> None:
     p.add_argument("--storage", help=storage_help or "Optuna storage URL (default: sqlite in the run folder)")
 
 
+def _said(args: argparse.Namespace) -> str:
+    """The command as typed: ``study export``, or its top-level alias ``export``."""
+    return f"study {args.study_command}" if args.command == "study" else str(args.command)
+
+
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     command = args.study_command if args.command == "study" else args.command
     commands = {
@@ -204,25 +209,27 @@ def _list(args: argparse.Namespace, catalog: Catalog) -> int:
 
 def _show(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.plain import plain
-    from dse.study.spec import load_study, study_path
-    from dse.study.variants import study_catalog, with_catalog_ids
+    from dse.study.spec import load_study
+    from dse.study.variants import with_catalog_ids
 
     spec = load_study(args.name)
-    _check_ids(spec, catalog, args.name)  # as a run checks it: a study show takes, a run takes
-    resolved = with_catalog_ids(spec, study_catalog(spec, catalog, str(study_path(args.name))))
-    json.dump(plain(resolved), sys.stdout, indent=2)  # the hardware by its ids, as a run stores it
+    ours = _check_ids(spec, catalog, args.name)  # as a run checks it: a study show takes, a run takes
+    json.dump(plain(with_catalog_ids(spec, ours)), sys.stdout, indent=2)  # the hardware as a run stores it
     print()
     return 0
 
 
-def _check_ids(spec: StudySpec, catalog: Catalog, name: str) -> None:
+def _check_ids(spec: StudySpec, catalog: Catalog, name: str) -> Catalog:
     """Unknown model, hardware or variant-base ids fail here, naming the study file, before any
-    trial runs; and a search shape no hardware of the study can run."""
+    trial runs; and a search shape no hardware of the study can run. The study's catalog (with
+    its variants)."""
     from dse.study.spec import study_path
     from dse.study.variants import runnable_shapes, study_catalog
 
     source = str(study_path(name))
-    runnable_shapes(spec, study_catalog(spec, catalog, source=source), source)
+    ours = study_catalog(spec, catalog, source=source)
+    runnable_shapes(spec, ours, source)
+    return ours
 
 
 def _run(args: argparse.Namespace, catalog: Catalog) -> int:
@@ -295,7 +302,7 @@ def summary(res: StudyResults, top: int = 5) -> str:
     t = res.trials
     if t.is_empty() or not t["feasible"].any():
         return str(_no_feasible(res))  # what the error line says too
-    best = ranked(t.filter(t["feasible"]), *((o.name, o.direction) for o in res.objectives))
+    best = ranked(t.filter(t["feasible"]), *res.ranking)
     axes = list(res.spec.sweep.axes())  # a grid study shows each row's point
     rows: list[list[object]] = [
         [
@@ -538,7 +545,7 @@ def _stored_results(args: argparse.Namespace, catalog: Catalog) -> StudyResults:
             raise
         rule = (
             f"is not a shipped study; {stored} is a run of a study file: name the file, as the run "
-            f"did (dse study {args.study_command} path/to/{args.name}.toml --out {args.out})"
+            f"did (dse {_said(args)} path/to/{args.name}.toml --out {args.out})"
         )
         raise InputError("study", "", rule, args.name) from exc
     study = loaded.with_stored_objectives(out=args.out, storage=args.storage)

@@ -194,9 +194,8 @@ def _best_launchable(res: StudyResults, catalog: Catalog) -> int | None:
     trials = res.trials
     if trials.is_empty() or "feasible" not in trials.columns:
         return None
-    order = [(o.name, o.direction) for o in res.objectives]
     records = {t.number: t.user_attrs.get("record") for t in res.study.get_trials(deepcopy=False)}
-    for number in ranked(trials.filter(pl.col("feasible")), *order)["trial"].to_list():
+    for number in ranked(trials.filter(pl.col("feasible")), *res.ranking)["trial"].to_list():
         record = records.get(int(number))
         if record and record.get("pools") and _what_if(res.spec, record, catalog) is None:
             return int(number)

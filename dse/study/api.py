@@ -328,11 +328,16 @@ class StudyResults:
         """One row per trial, KV class of returning turns and tier: the share resting there."""
         return kv_tiers_frame(self.study)
 
+    @property
+    def ranking(self) -> list[tuple[str, str]]:
+        """The objectives as :func:`~dse.study.results.ranked` takes them: ``(name, direction)``."""
+        return [(o.name, o.direction) for o in self.objectives]
+
     def best_trial(self) -> int | None:
         """The feasible trial best on the first objective, among those with a value for it (a
         function's None, nan or infinity is none; among equals, the best on the later objectives,
-        then the first); None when no trial has one."""
-        return best_of(self.trials, *((o.name, o.direction) for o in self.objectives))
+        then by :data:`~dse.study.results.TIE_BREAK`, then the first); None when no trial has one."""
+        return best_of(self.trials, *self.ranking)
 
     def sim_timeseries(self, trials: list[int] | None = None) -> pl.DataFrame:
         """Re-simulated trajectories of ``trials`` (default: the first five of the front; a grid

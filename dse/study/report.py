@@ -43,7 +43,7 @@ from dse.study.report_grid import (
     stage_memory_section,
     whatif_section,
 )
-from dse.study.results import batch_cap, distinct_designs, ranked, with_designs
+from dse.study.results import batch_cap, distinct_designs, order_of_equals, ranked, with_designs
 from dse.study.spec import StudySpec
 
 TOP_N = 5  # rows of the best-designs table
@@ -332,17 +332,14 @@ def _best_designs(
 
 
 def _equals_by(objectives: list[tuple[str, str]]) -> str:
-    """How designs equal on the first objective are ordered: by the later ones, where there are."""
-    later = ", then ".join(n for n, _ in objectives[1:])
-    return f", equals by {later}" if later else ""
+    """How designs equal on the first objective are ordered (:func:`order_of_equals`)."""
+    return f", equals by {', then '.join(order_of_equals(objectives))}"
 
 
 def _first_among(objectives: list[tuple[str, str]]) -> str:
     """Which of the designs tied on the first objective a study calls its best."""
-    later = ", then ".join(n for n, _ in objectives[1:])
-    if not later:
-        return "the first of them in trial order"
-    return f"the best of them by {later} (then the first in trial order)"
+    *by, _ = order_of_equals(objectives)
+    return f"the best of them by {', then '.join(by)} (then the first in trial order)"
 
 
 def _warm_start_verdict(feasible: pl.DataFrame, objectives: list[tuple[str, str]]) -> str:
@@ -576,7 +573,7 @@ def best_sentence(
     best: BestDesign, spec: StudySpec, objectives: list[tuple[str, str]], trials: pl.DataFrame
 ) -> str:
     """Which trial the detail is of and why: the first objective it is best on, a grid's point,
-    and how many other designs (points) tie with it there, since it stands for them only by order."""
+    and how many other designs (points) tie with it there, and by what it stands for them."""
     what = "point" if spec.is_grid else "design"
     row = trials.filter(pl.col("trial") == best.trial) if "trial" in trials.columns else pl.DataFrame()
     if not objectives or row.is_empty():

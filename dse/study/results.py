@@ -11,6 +11,7 @@ run's summary show each design once.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
@@ -280,6 +281,14 @@ on GPUs (``formulations/placement.py``: a cost term of weight 1e-6 under the GPU
 then the more tokens per GPU, then the earlier trial."""
 
 
+def order_of_equals(objectives: Sequence[tuple[str, str]]) -> list[str]:
+    """How :func:`ranked` orders trials equal on the first of ``objectives``, in words: the later
+    objectives, then :data:`TIE_BREAK`'s columns that are none of them, then trial order."""
+    named = {n for n, _ in objectives}
+    later = [f"{n} ({d})" for n, d in objectives[1:]]
+    return [*later, *(f"{c} ({d})" for c, d in TIE_BREAK if c not in named), "trial order"]
+
+
 def ranked(df: pl.DataFrame, objective: tuple[str, str], *then: tuple[str, str]) -> pl.DataFrame:
     """``df`` best first on one objective (its ``objective_<name>`` column; ``(name, direction)``),
     missing values last, equals best first on the objectives ``then`` (a study's later ones: of two
@@ -318,8 +327,7 @@ def non_dominated(vals: np.ndarray) -> np.ndarray:
 
 def best_of(trials: pl.DataFrame, objective: tuple[str, str], *then: tuple[str, str]) -> int | None:
     """The feasible trial best on one objective (``(name, direction)``) among those with a value
-    for it (among equals, the best on the objectives ``then``, then the first); None when there is
-    none."""
+    for it (equals as :func:`ranked` orders them); None when there is none."""
     col = f"objective_{objective[0]}"
     if trials.is_empty() or col not in trials.columns:
         return None

@@ -42,6 +42,7 @@ from dse.perf.frameworks import ENGINES
 from dse.placement.request import KV_POLICIES, PRICE_TIERS, Topology
 from dse.placement.shapes import parse_shape
 from dse.typed_data import (
+    Rule,
     at_least_one,
     build,
     lower_id,
@@ -127,12 +128,13 @@ def _optional_positives(value: tuple[float, ...]) -> str | None:
     return _positive_list(value) if value else None
 
 
-def _tpot_targets(value: tuple[float, ...]) -> str | None:
-    return next((tpot_target(v) for v in value if tpot_target(v)), None)
+def _each(check: Rule) -> Rule:
+    """A rule for a list: the first of its values ``check`` refuses says why."""
+    return lambda values: next((check(v) for v in values if check(v)), None)
 
 
-def _rates(value: tuple[float, ...]) -> str | None:
-    return next((at_least_min_rate(v) for v in value if at_least_min_rate(v)), None)
+_tpot_targets = _each(tpot_target)
+_rates = _each(at_least_min_rate)
 
 
 def _token_counts(value: tuple[float, ...]) -> str | None:
