@@ -58,6 +58,8 @@ def test_place_json_round_trips(cli: Cli) -> None:
     roles = {p["unit"]["role"] for p in best["pools"]}
     assert roles == {"prefill", "decode"}
     assert best["usd_per_hour"] > 0 and best["result"]["termination"] == "optimal"
+    # HiGHS's round-off of nothing had been written as -0.0 ("instances": [-0.0, ...])
+    assert re.search(r"-0\.0(?![0-9])", out.out) is None and 0.0 in best["result"]["solution"]["instances"]
 
 
 def test_each_outcome_in_json_says_whether_it_is_a_design(cli: Cli) -> None:
