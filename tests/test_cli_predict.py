@@ -246,6 +246,25 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
     )
 
 
+def test_an_aggregated_row_may_write_its_one_shape_two_ways(catalog: Catalog) -> None:
+    """The prefill columns of an aggregated row are compared with the decode ones by what they say:
+    `8.0` against `8` had been refused as "prefill_tp = 8.0: must equal decode_tp (8)", and `1`
+    against `True` likewise, though the row's parser reads each pair alike."""
+    from dse.perf.benchmark_rows import predict_rows
+
+    base = dict(AFD, disagg="False", num_ffn_gpu="", ffn_num_workers="", ffn_ep="",
+                prefill_dp_attention="True", decode_dp_attention="True", num_decode_gpu="8",
+                num_prefill_gpu="8")  # fmt: skip
+    rows = [base, {**base, "prefill_tp": "8.0"}, {**base, "prefill_dp_attention": "1"},
+            {**base, "prefill_dp_attention": "0"}]  # fmt: skip
+    out = predict_rows(rows, catalog, load_params(), source="runs.csv")
+    assert [r["pred_error"] for r in out[:3]] == ["", "", ""]
+    assert out[1]["pred_tput_per_gpu"] == out[2]["pred_tput_per_gpu"] == out[0]["pred_tput_per_gpu"]
+    assert out[3]["pred_error"] == (
+        "runs.csv row 4: prefill_dp_attention = 0: must equal decode_dp_attention (True) in an aggregated row"
+    )
+
+
 def test_a_batch_rows_conc_states_the_rule_it_breaks(tmp_path: Path, cli: Cli) -> None:
     """Zero, negative, NaN and infinite clients break one rule, said alike (-4 had been told
     "must be a finite number >= 0", which 0 meets, and 0 then "must be > 0")."""
