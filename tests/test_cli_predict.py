@@ -515,6 +515,31 @@ def test_no_expected_error_from_a_calibration_file_without_its_figures() -> None
     assert expected_error(replace(params, provenance={}), "b200", "deepseek-v3") is None
 
 
+def test_a_prediction_on_hardware_a_calibration_without_cross_validation_never_saw_says_so(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dse calibrate --no-cross-validation` stores the in-sample error alone: a prediction on
+    hardware that fit did not see had printed no expected-error line at all (and `--json` a null),
+    so nothing said the answer was out of sample."""
+    doc = json.loads(CALIBRATION_FILE.read_text())
+    doc["provenance"] = {k: v for k, v in doc["provenance"].items() if not k.startswith("loho_")}
+    doc["provenance"]["latency"]["loho_median_ape"] = None
+    path = tmp_path / "no-cv.json"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("DSE_CALIBRATION", str(path))
+    unseen = cli("predict", "--hardware", "b300", "--conc", "64")
+    assert unseen.code == 0, unseen.err
+    last = unseen.out.strip().splitlines()[-1]
+    assert last.startswith("expected error against measured runs: unknown: the calibration did not see")
+    assert "(it measured b200, " in last and "stores no leave-one-hardware-out error" in last
+    js = cli("predict", "--hardware", "b300", "--conc", "64", "--json")
+    assert json.loads(js.out)["expected_error"] is None
+    assert "dse: warning: expected error against measured runs: unknown" in js.err
+    seen = cli("predict", "--hardware", "b200", "--conc", "64")
+    assert "(datasheet kernels, in-sample: the calibration saw this hardware)" in seen.out
+    assert "unknown" not in seen.out + seen.err
+
+
 def _reference_rows(n: int) -> list[dict[str, str]]:
     with open(MEASURED_RUNS, newline="") as fh:
         return list(csv.DictReader(fh))[:n]
