@@ -246,6 +246,25 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
     )
 
 
+def test_an_aggregated_row_may_write_its_one_shape_two_ways(catalog: Catalog) -> None:
+    """The prefill columns of an aggregated row are compared with the decode ones by what they say:
+    `8.0` against `8` had been refused as "prefill_tp = 8.0: must equal decode_tp (8)", and `1`
+    against `True` likewise, though the row's parser reads each pair alike."""
+    from dse.perf.benchmark_rows import predict_rows
+
+    base = dict(AFD, disagg="False", num_ffn_gpu="", ffn_num_workers="", ffn_ep="",
+                prefill_dp_attention="True", decode_dp_attention="True", num_decode_gpu="8",
+                num_prefill_gpu="8")  # fmt: skip
+    rows = [base, {**base, "prefill_tp": "8.0"}, {**base, "prefill_dp_attention": "1"},
+            {**base, "prefill_dp_attention": "0"}]  # fmt: skip
+    out = predict_rows(rows, catalog, load_params(), source="runs.csv")
+    assert [r["pred_error"] for r in out[:3]] == ["", "", ""]
+    assert out[1]["pred_tput_per_gpu"] == out[2]["pred_tput_per_gpu"] == out[0]["pred_tput_per_gpu"]
+    assert out[3]["pred_error"] == (
+        "runs.csv row 4: prefill_dp_attention = 0: must equal decode_dp_attention (True) in an aggregated row"
+    )
+
+
 def test_a_batch_rows_conc_states_the_rule_it_breaks(tmp_path: Path, cli: Cli) -> None:
     """Zero, negative, NaN and infinite clients break one rule, said alike (-4 had been told
     "must be a finite number >= 0", which 0 meets, and 0 then "must be > 0")."""
@@ -494,6 +513,31 @@ def test_no_expected_error_from_a_calibration_file_without_its_figures() -> None
     assert expected_error(replace(params, provenance=old), "b300", "deepseek-v3") is None
     assert expected_error(replace(params, provenance=old), "b200", "deepseek-v3") is not None
     assert expected_error(replace(params, provenance={}), "b200", "deepseek-v3") is None
+
+
+def test_a_prediction_on_hardware_a_calibration_without_cross_validation_never_saw_says_so(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dse calibrate --no-cross-validation` stores the in-sample error alone: a prediction on
+    hardware that fit did not see had printed no expected-error line at all (and `--json` a null),
+    so nothing said the answer was out of sample."""
+    doc = json.loads(CALIBRATION_FILE.read_text())
+    doc["provenance"] = {k: v for k, v in doc["provenance"].items() if not k.startswith("loho_")}
+    doc["provenance"]["latency"]["loho_median_ape"] = None
+    path = tmp_path / "no-cv.json"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("DSE_CALIBRATION", str(path))
+    unseen = cli("predict", "--hardware", "b300", "--conc", "64")
+    assert unseen.code == 0, unseen.err
+    last = unseen.out.strip().splitlines()[-1]
+    assert last.startswith("expected error against measured runs: unknown: the calibration did not see")
+    assert "(it measured b200, " in last and "stores no leave-one-hardware-out error" in last
+    js = cli("predict", "--hardware", "b300", "--conc", "64", "--json")
+    assert json.loads(js.out)["expected_error"] is None
+    assert "dse: warning: expected error against measured runs: unknown" in js.err
+    seen = cli("predict", "--hardware", "b200", "--conc", "64")
+    assert "(datasheet kernels, in-sample: the calibration saw this hardware)" in seen.out
+    assert "unknown" not in seen.out + seen.err
 
 
 def _reference_rows(n: int) -> list[dict[str, str]]:

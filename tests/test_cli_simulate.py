@@ -551,3 +551,39 @@ def test_refusals_of_the_flags_alone_come_before_any_solve(
         run = cli("simulate", *args)
         assert run.code == 2 and run.err.count("\n") == 1 and message in run.err, (args, run.err)
         assert run.out == ""
+
+
+def test_a_hand_edited_placement_is_refused_by_the_field_it_breaks(tmp_path: Path, cli: Cli) -> None:
+    """A placement file edited by hand: a negative decode batch had simulated as one slot (decode
+    capacity 0.1 requests/s, 'stable: NO', no word of the file), a negative prefill batch as one
+    prompt a forward, a prefill pool busy 0 s per prompt as 'needs a prefill-capable pool', and
+    another model id had been looked up in the hardware catalog ('hardware = deepseek-v3')."""
+    placed = cli(*PLACE)
+    assert placed.code == 0, placed.err
+    doc = json.loads(placed.out)
+    roles = [p["unit"]["role"] for p in doc["best"]["pools"]]
+    pre, dec = roles.index("prefill"), roles.index("decode")
+
+    def edit(pool: int, key: str, value: object, unit: bool = True) -> None:
+        target = doc["best"]["pools"][pool]
+        (target["unit"] if unit else target)[key] = value
+
+    cases = [
+        (lambda: edit(dec, "decode_batch", -5),
+         f"best.pools[{dec}].unit.decode_batch = -5: must be finite and >= 0"),
+        (lambda: edit(pre, "prefill_batch_requests", -2),
+         f"best.pools[{pre}].unit.prefill_batch_requests = -2: must be finite and >= 0"),
+        (lambda: edit(pre, "prefill_busy_s", 0, unit=False),
+         f"best.pools[{pre}].prefill_busy_s = 0: must be > 0 for a prefill pool"),
+        (lambda: doc["request"].update(model="kimi-k2"),
+         "request.model = 'kimi-k2': is not the model the placement was made with"),
+    ]  # fmt: skip
+    original = json.dumps(doc)
+    for i, (change, message) in enumerate(cases):
+        doc = json.loads(original)
+        change()
+        plan = tmp_path / f"edited{i}.json"
+        plan.write_text(json.dumps(doc))
+        run = cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60")
+        assert run.code == 2 and run.err.count("\n") == 1, (message, run.err)
+        assert f"{plan}: {message}" in run.err, run.err

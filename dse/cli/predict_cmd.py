@@ -241,7 +241,7 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.cli.predict_batch import run_batch
     from dse.perf.benchmark_rows import evaluate, kernel_sources, latency_of, settings_of
-    from dse.perf.expected_error import expected_error
+    from dse.perf.expected_error import expected_error, unmeasured_reason
     from dse.perf.kernel_data import problems
     from dse.perf.params import load_params
 
@@ -264,6 +264,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         "mtp_tokens_per_step": round(float(engine.accept_tokens(drafts)), 4),
     }
     error = expected_error(params, bench.hardware, bench.model, bench.engine, catalog.edited)
+    unknown = unmeasured_reason(params, bench.hardware, catalog.edited) if error is None else None
     fresh = not args.warm_server
     lat = latency_of(bench, catalog, params, load, lengths, args.requests or 0, args.seed, fresh=fresh)
     pools = kernel_sources(bench, catalog, params)
@@ -278,6 +279,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
             "expected_error": None if error is None else asdict(error),
         }
         print(json.dumps(out, indent=2, allow_nan=False))
+        if unknown is not None:
+            print(f"dse: warning: {unknown}", file=sys.stderr)
         _warn(lat)  # in the JSON too, and on stderr where a pipe to a JSON reader leaves it in sight
         return 0
     per_step = assumed["mtp_tokens_per_step"]
@@ -303,6 +306,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     print(_kernels_text(kernels))
     if error is not None:
         print(error.describe())
+    elif unknown is not None:
+        print(unknown)
     return 0
 
 

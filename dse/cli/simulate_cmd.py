@@ -141,6 +141,9 @@ def _same_catalog(doc: dict[str, Any], catalog: Catalog, source: str) -> None:
     if not isinstance(placed, dict) or not isinstance(request, dict):
         return
     model = str(request.get("model"))
+    if model not in placed:  # an edited request: its other entries had been looked up as hardware
+        rule = f"is not the model the placement was made with (its catalog record holds {', '.join(placed)})"
+        raise InputError(source, "request.model", rule, model)
     changed = catalog_difference(placed, catalog.numbers(model, [e for e in placed if e != model]))
     if changed is not None:
         key, then, now = changed

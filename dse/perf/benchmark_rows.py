@@ -206,6 +206,19 @@ def _num(row: Mapping[str, str], key: str, source: str, *, above_zero: bool = Fa
     return value
 
 
+def _cell_value(raw: str) -> object:
+    """A cell as the row's parser reads it, to compare two cells by what they say: ``8`` and
+    ``8.0``, ``True`` and ``1`` alike (an aggregated row had been refused for saying its prefill
+    shape so); a cell no parser takes stays its text, which the parser then refuses."""
+    text = raw.strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def _flag(row: Mapping[str, str], key: str, source: str) -> bool:
     raw = str(row.get(key, "")).strip().lower()
     if raw not in ("true", "false", "1", "0"):
@@ -283,7 +296,7 @@ def parse_row(
     if not disagg:  # one instance prefills and decodes: the prefill columns must describe it too
         for col in ("tp", "ep", "dp_attention"):
             pre, dec = str(row.get(f"prefill_{col}", "")).strip(), str(row.get(f"decode_{col}", "")).strip()
-            if pre and pre.lower() != dec.lower():
+            if pre and _cell_value(pre) != _cell_value(dec):
                 raise InputError(
                     source,
                     f"prefill_{col}",

@@ -114,3 +114,21 @@ def expected_error(
         else None,
         edited=tuple((kind, e) for kind, e in (("hardware", hardware), ("model", model)) if e in edited),
     )
+
+
+def unmeasured_reason(
+    params: PerfParams, hardware: str, edited: frozenset[str] = frozenset()
+) -> str | None:
+    """Why :func:`expected_error` has no figures for ``hardware``, where the calibration file has
+    in-sample figures but none for hardware it did not see (a fit with ``--no-cross-validation``,
+    or of runs on one GPU type): the prediction had printed no trust line at all, as though the
+    question did not arise. None where :func:`expected_error` answers, or the file has no figures."""
+    prov = params.provenance
+    if "in_sample_tput_median_ape" not in prov or expected_error(params, hardware, "", None, edited):
+        return None
+    seen = ", ".join(str(h) for h in prov.get("hardware_fitted", ()) if h not in edited) or "none"
+    return (
+        "expected error against measured runs: unknown: the calibration did not see this hardware "
+        f"(it measured {seen}) and stores no leave-one-hardware-out error (fitted with "
+        "--no-cross-validation, or on runs of one GPU type)"
+    )

@@ -203,12 +203,20 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
         v = p.get(k)
         missing = v is None or (isinstance(v, float) and np.isnan(v))
         opt[k] = None if missing else _number(v, f"{where}.{k}", source, positive=False)
+    if role in ("prefill", "mixed", "midfill") and opt["prefill_busy_s"] == 0:
+        # a pool that prefills in no time: it had been dropped, and the file told it has no such pool
+        raise InputError(source, f"{where}.prefill_busy_s", f"must be > 0 for a {role} pool", 0)
     share = 0.0
     if unit.get("prefill_share") is not None:
         share = _number(unit["prefill_share"], f"{where}.unit.prefill_share", source, positive=False)
         if share > 1:
             raise InputError(source, f"{where}.unit.prefill_share", "must be between 0 and 1", share)
     pp = _number(par.get("pp", 1), f"{where}.unit.parallel.pp", source, positive=True)
+    # counts the pipeline takes as they are (a decode_batch of -5 had run as one slot, silently)
+    counts = {
+        k: 0.0 if unit.get(k) is None else _number(unit[k], f"{where}.unit.{k}", source, positive=False)
+        for k in ("decode_batch", "prefill_batch_requests", "prefill_forward_requests")
+    }
     sim = SimPool(
         role=str(role),
         hardware=str(unit["hardware"]),
@@ -218,9 +226,9 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
         ep=size["ep"],
         instances=instances,
         prefill_share=share,
-        prefill_batch_requests=float(unit.get("prefill_batch_requests") or 0.0),
-        prefill_forward_requests=float(unit.get("prefill_forward_requests") or 0.0),
-        decode_batch=float(unit.get("decode_batch") or 0.0),
+        prefill_batch_requests=counts["prefill_batch_requests"],
+        prefill_forward_requests=counts["prefill_forward_requests"],
+        decode_batch=counts["decode_batch"],
         output_tokens_per_s=out_tok,
         requests_per_s=opt["requests_per_s"] or 0.0,
         returning_per_s=opt["returning_per_s"] or 0.0,
