@@ -82,6 +82,18 @@ def test_runs_without_latency_fit_throughput_and_say_the_latency_error_is_not_me
     assert "simulated TTFT p50 / p99 not measured / not measured" in text.out, text.out
 
 
+def test_a_fit_of_few_rows_without_cross_validation_says_to_run_it(
+    cli: Cli, tmp_path: Path, two_gpu_runs: Path
+) -> None:
+    """Ten rows fit with --no-cross-validation: the warning had said to read the leave-one-hardware-out
+    error, which such a file does not hold."""
+    data = _write(tmp_path / "few.csv", _rows(two_gpu_runs)[:10])
+    res = cli("calibrate", "--data", str(data), "--out", str(tmp_path / "f.json"), "--no-cross-validation")
+    assert res.code == 0, res.err
+    said = "10 rows to fit 25 or so values: the fit is poorly determined; fit with the cross-validation"
+    assert said in res.err, res.err
+
+
 # A copy of the runs in another folder, a row with no measured throughput and a latency figure that
 # is no measurement: read and said in the measured tier's fit, tests/test_kernels.py
 # (test_calibrate_fits_the_measured_tier; one fit, not two, 2026-12-05).

@@ -100,6 +100,19 @@ def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(tmp_path: P
     assert got[1]["pred_ttft_p50_s"] == ""  # a row it cannot model has no percentiles either
 
 
+def test_a_percentile_finer_than_the_window_resolves_is_warned_of(cli: Cli) -> None:
+    """p99.999 of 80 requests (8 clients, ten each) had been printed with no caveat: it is no more
+    than their slowest. The benchmarks' own p99 of such a window is not warned of."""
+    fine = cli("predict", "--hardware", "b200", "--conc", "8", "--percentiles", "50,99.999")
+    assert fine.code == 0, fine.err
+    said = "dse: warning: p99.999 of 80 requests is no more than their slowest: 100,000 requests or more"
+    assert said in fine.err, fine.err
+    as_json = cli("predict", "--hardware", "b200", "--conc", "8", "--percentiles", "99.999", "--json")
+    assert as_json.code == 0 and said in as_json.err, as_json.err
+    usual = cli("predict", "--hardware", "b200", "--conc", "8")
+    assert usual.code == 0 and "warning" not in usual.err, usual.err
+
+
 def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_path: Path) -> None:
     """Closed loop by default (ten requests per client, as InferenceX), Poisson at a rate, a trace
     replayed; each gives the percentiles asked, the same seed the same figures."""

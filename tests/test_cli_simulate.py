@@ -577,6 +577,9 @@ def test_a_hand_edited_placement_is_refused_by_the_field_it_breaks(tmp_path: Pat
          f"best.pools[{pre}].prefill_busy_s = 0: must be > 0 for a prefill pool"),
         (lambda: doc["request"].update(model="kimi-k2"),
          "request.model = 'kimi-k2': is not the model the placement was made with"),
+        # half an instance had simulated as half an instance's capacity
+        (lambda: edit(dec, "instances", 0.5, unit=False),
+         f"best.pools[{dec}].instances = 0.5: must be a whole number > 0"),
     ]  # fmt: skip
     original = json.dumps(doc)
     for i, (change, message) in enumerate(cases):

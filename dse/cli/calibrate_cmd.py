@@ -106,8 +106,13 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         first = f" (the first: {skipped[0]})" if skipped else ""
         raise InputError(str(args.data), "", f"holds no row the model can describe{first}")
     if len(data) < FEW_ROWS:
+        check = (  # a fit without the cross-validation stores no such error to read
+            "fit with the cross-validation and read its leave-one-hardware-out error"
+            if args.no_cross_validation
+            else "read its leave-one-hardware-out error"
+        )
         print(f"dse: warning: {len(data)} rows to fit {FEW_ROWS} or so values: the fit is poorly determined; "
-              "read its leave-one-hardware-out error before using it", file=sys.stderr)  # fmt: skip
+              f"{check} before using it", file=sys.stderr)  # fmt: skip
     points: tuple[StagePoint, ...] = ()
     values: tuple[float, ...] = ()
     if not args.no_points:

@@ -281,7 +281,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         print(json.dumps(out, indent=2, allow_nan=False))
         if unknown is not None:
             print(f"dse: warning: {unknown}", file=sys.stderr)
-        _warn(lat)  # in the JSON too, and on stderr where a pipe to a JSON reader leaves it in sight
+        _warn(lat, percentiles)  # in the JSON too, and on stderr where a pipe to a JSON reader sees it
         return 0
     per_step = assumed["mtp_tokens_per_step"]
     plural = "" if drafts == 1 else "s"
@@ -589,7 +589,7 @@ def _print_latency(
         f"{lat.output_tokens_per_s_per_gpu:.4g} output tokens/s/GPU{per_decode}; "
         f"{lat.preempted} preempted"
     )
-    _warn(lat)
+    _warn(lat, percentiles)
 
 
 def _gpus(bench: BenchRow) -> tuple[float, float]:
@@ -609,10 +609,36 @@ def _per_decode_gpu(lat: Latency, bench: BenchRow) -> float:
     return lat.output_tokens_per_s_per_gpu * total / decode
 
 
-def _warn(lat: Latency) -> None:
-    """A window too short for a steady state, said on stderr (with or without --json)."""
+def _warn(lat: Latency, percentiles: tuple[float, ...] = ()) -> None:
+    """A window too short for a steady state, or for the finest percentile asked, said on stderr
+    (with or without --json)."""
     if lat.warning:
         print(f"dse: warning: {lat.warning}", file=sys.stderr)
+    if (beyond := unresolved(len(lat.ttft_s), percentiles)) is not None:
+        print(f"dse: warning: {beyond}", file=sys.stderr)
+
+
+UNRESOLVED_SHARE = 0.1
+"""A percentile is said to be past what a window resolves where fewer than this many of its
+requests (a tenth of one) lie beyond it: p99.999 of 80. The benchmarks' own p99 of ten requests a
+client (1 at 1 client, 0.8 at 8) is not."""
+
+
+def unresolved(n: int, percentiles: tuple[float, ...]) -> str | None:
+    """The finest of ``percentiles`` that ``n`` requests cannot resolve (:data:`UNRESOLVED_SHARE`),
+    in words with the window that would; None when each can be."""
+    if n <= 0 or not percentiles:
+        return None
+    q = min(percentiles, key=lambda p: min(p, 100.0 - p))
+    tail = min(q, 100.0 - q) / 100.0  # the share of requests beyond the percentile
+    if n * tail >= UNRESOLVED_SHARE:
+        return None
+    end = "slowest" if q > 50 else "quickest"
+    need = math.ceil(1.0 / tail - 1e-9)
+    return (
+        f"{_label(q)} of {counted(n, 'request')} is no more than their {end}: {need:,} requests or more "
+        "resolve it (--requests, or a longer trace)"
+    )
 
 
 def _context_of(model: str, catalog: Catalog) -> float:

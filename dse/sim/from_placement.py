@@ -145,6 +145,15 @@ def _number(value: Any, key: str, source: str, *, positive: bool) -> float:
     return x
 
 
+def _whole(value: Any, key: str, source: str) -> float:
+    """A count of instances or GPUs: a whole number > 0 (0.5 instances had been simulated as half
+    an instance's capacity, silently)."""
+    x = _number(value, key, source, positive=True)
+    if not x.is_integer():
+        raise InputError(source, key, "must be a whole number > 0", value)
+    return x
+
+
 OPTIONAL = (
     "prefill_busy_s",
     "fresh_busy_s",
@@ -181,16 +190,9 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
         raise InputError(source, where, "must be a pool with a unit (write it with `dse place --json`)")
     unit = _need(p, "unit", f"{where}.", source)
     par = _need(unit, "parallel", f"{where}.unit.", source)
-    instances = _number(
-        _need(p, "instances", f"{where}.", source), f"{where}.instances", source, positive=True
-    )
+    instances = _whole(_need(p, "instances", f"{where}.", source), f"{where}.instances", source)
     size = {
-        k: _number(
-            _need(par, k, f"{where}.unit.parallel.", source),
-            f"{where}.unit.parallel.{k}",
-            source,
-            positive=True,
-        )
+        k: _whole(_need(par, k, f"{where}.unit.parallel.", source), f"{where}.unit.parallel.{k}", source)
         for k in ("gpus", "attn_tp", "ep")
     }
     role = _need(unit, "role", f"{where}.unit.", source)
