@@ -92,6 +92,16 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise output_error(exc, "dse calibrate", "--out", args.out) from None
 
 
+def _few_rows(n: int, no_cross_validation: bool) -> str:
+    """What a fit of fewer than :data:`FEW_ROWS` rows says before it runs."""
+    check = (  # a fit without the cross-validation stores no such error to read
+        "fit with the cross-validation and read its leave-one-hardware-out error"
+        if no_cross_validation
+        else "read its leave-one-hardware-out error"
+    )
+    return f"{n} rows to fit {FEW_ROWS} or so values: the fit is poorly determined; {check} before using it"
+
+
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.calibration import fit as cal
     from dse.calibration.latency import fit_latency
@@ -106,13 +116,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         first = f" (the first: {skipped[0]})" if skipped else ""
         raise InputError(str(args.data), "", f"holds no row the model can describe{first}")
     if len(data) < FEW_ROWS:
-        check = (  # a fit without the cross-validation stores no such error to read
-            "fit with the cross-validation and read its leave-one-hardware-out error"
-            if args.no_cross_validation
-            else "read its leave-one-hardware-out error"
-        )
-        print(f"dse: warning: {len(data)} rows to fit {FEW_ROWS} or so values: the fit is poorly determined; "
-              f"{check} before using it", file=sys.stderr)  # fmt: skip
+        print(f"dse: warning: {_few_rows(len(data), args.no_cross_validation)}", file=sys.stderr)
     points: tuple[StagePoint, ...] = ()
     values: tuple[float, ...] = ()
     if not args.no_points:
