@@ -233,10 +233,9 @@ class _Builder:
                 continue
             if tier == "drop":
                 busy = rec_one if alone else scale * s.recompute.busy_s[i]
-                paths[tier] = (busy, max(rec_one - mid_one, 0.0))
             else:
                 busy = mid_one if alone else scale * s.midfill.busy_s[i]
-                paths[tier] = (busy, s.reload_s(i, tier))
+            paths[tier] = (busy, self._back_adds(i, tier, mid_one, rec_one))
         fixed = lead_s + fresh_one + (s.fresh_handoff_s[i] if handoff else 0.0)
         slowest = fixed if fresh else np.inf
         if self.classes and paths:
@@ -268,7 +267,7 @@ class _Builder:
         mid_one, rec_one = scale * s.midfill.one_s[i], scale * s.recompute.one_s[i]
         ways = {
             ("its recompute" if t == "drop" else f"its KV from {t} and its midfill"): (
-                max(rec_one, mid_one) if t == "drop" else s.reload_s(i, t) + mid_one
+                self._back_adds(i, t, mid_one, rec_one) + mid_one
             )
             for t in TIERS
             if t in self.tiers
@@ -277,6 +276,12 @@ class _Builder:
             return None
         how = min(ways, key=lambda k: ways[k])
         return float(ways[how]), how
+
+    def _back_adds(self, i: int, tier: str, mid_one: float, rec_one: float) -> float:
+        """What a returning turn's way back through ``tier`` adds to its TTFT over a prefix in HBM,
+        beside its midfill forward (``mid_one``): its KV's reload, or, dropped, what its recompute
+        (``rec_one``) takes beyond that forward."""
+        return max(rec_one - mid_one, 0.0) if tier == "drop" else float(self.s.reload_s(i, tier))
 
     def _no_way_back(self, i: int, scale: float) -> str:
         """Why a prefill shape takes no returning turn: what the fastest way back takes alone,

@@ -15,8 +15,8 @@ psycopg2 takes one wait callback for the whole process, so the bound is dse's co
 (made as :class:`AnsweredConnection`, :func:`connect_args`): any other psycopg2 connection of the
 process (a user's own, through the Python API: a long report query is silent until it is done)
 waits through the callback installed before dse's (gevent's, say) or, with none, as dse's do
-but without a bound. (With any callback installed psycopg2 refuses
-COPY and large objects on every connection of the process: docs/reliability.md says so.)
+but without a bound. (With any callback installed psycopg2 refuses COPY and large objects on
+every connection of the process: docs/reliability.md says so.)
 """
 
 from __future__ import annotations
