@@ -5,6 +5,7 @@ against the shipped file, which one job fitted."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import Cli
 
+from dse import interrupt
 from dse.calibration import folds
 from dse.calibration.folds import PARENT_POLL_S, map_folds
 from dse.errors import InputError
@@ -255,3 +257,34 @@ def test_each_fold_keeps_its_latency_fit_and_predicts_its_gpu_with_it(catalog, m
     monkeypatch.setattr(lat, "LOOP_PASSES", 2)
     lat.fit_latency(some, catalog, params)
     assert offsets != (0.0, 0.0) and loops == [(0.0, 0.0), offsets]
+
+
+def test_a_ctrl_c_python_swallowed_still_stops_the_folds() -> None:
+    """A Ctrl-C that was only remembered (raised in a finalizer, where Python ignores it, or
+    handed by the kernel to another thread while the main thread waits on a lock) stops the folds
+    within a poll: the parent had waited for every fold to end (seen once in CI)."""
+    def slow(x: int) -> int:
+        time.sleep(30.0)
+        return x
+
+    with interrupt.remembered():
+        threading.Timer(0.3, interrupt._remember, (signal.SIGINT, None)).start()
+        began = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            map_folds(slow, [1, 2], jobs=2)
+        took = time.monotonic() - began
+    assert took < 0.3 + 3 * PARENT_POLL_S + 5.0  # a poll after the Ctrl-C, not the folds' 30 s
+    assert multiprocessing.active_children() == []  # the workers were stopped, not left
+
+
+def test_a_fold_error_comes_while_the_other_folds_still_run() -> None:
+    def one(x: int) -> int:
+        if x == 1:
+            raise InputError("runs.csv", "conc", "must be > 0", -1)
+        time.sleep(30.0)
+        return x
+
+    began = time.monotonic()
+    with pytest.raises(InputError, match="must be > 0"):
+        map_folds(one, [0, 1], jobs=2)
+    assert time.monotonic() - began < 10.0  # not after fold 0's 30 s

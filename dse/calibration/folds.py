@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from typing import Any, TypeVar
 
 from dse import interrupt
@@ -54,7 +54,7 @@ def map_folds(fn: Callable[[T], R], items: Sequence[T], jobs: int = 1) -> list[R
     try:
         with _ctrl_c_held():  # the first submit forks every worker
             futures = [pool.submit(_one, k) for k in range(len(items))]
-        return [f.result() for f in futures]
+        return _awaited(futures)
     except BaseException:  # Ctrl-C, a fold's error: stop the others now rather than wait for them
         for worker in set(multiprocessing.active_children()) - before:
             worker.terminate()
@@ -62,6 +62,21 @@ def map_folds(fn: Callable[[T], R], items: Sequence[T], jobs: int = 1) -> list[R
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         _TASK = None
+
+
+def _awaited(futures: list[Future[R]]) -> list[R]:
+    """The futures' answers in order, the first error as soon as it comes. The wait wakes every
+    :data:`PARENT_POLL_S` to look for a Ctrl-C that did not stop it: one Python swallowed (raised
+    in a finalizer while the workers were forked) is only remembered, and one the kernel handed to
+    another thread of this process does not interrupt the main thread's lock wait; either had let
+    every fold run to its end before the parent stopped (seen once in a clean-clone CI run)."""
+    pending: set[Future[R]] = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=PARENT_POLL_S, return_when=FIRST_EXCEPTION)
+        interrupt.check()
+        for f in (f for f in futures if f in done and f.exception() is not None):
+            f.result()  # raises the fold's error, the other folds stopped by the caller
+    return [f.result() for f in futures]
 
 
 @contextlib.contextmanager
