@@ -75,13 +75,14 @@ class Summary:
 def verdicts(
     traj: Trajectories, scenario: Scenario, *, fluid: bool = False
 ) -> tuple[Array, Array, Array, list[Oscillation]]:
-    """(stable, growth, its window, oscillation per configuration): the oscillation of prefill instances when
-    a planner moves them, else of the prefill queue; backlog growth over the last third, or over
-    the last two periods of a swing (the oscillation's, else a diurnal rate's). ``fluid`` judges
-    the growth without the allowance a run of drawn requests needs for its noise; a trajectory
-    with its state's own queues (``traj.queued``) is judged on them: the prompts in prefill and the
-    requests its stationary waits hold grow with the arrival rate, not with an excess, and a rise
-    late in the run below capacity had been called unstable."""
+    """(stable, growth, its window, oscillation per configuration): the oscillation of prefill
+    instances when a planner moves them, else of the prefill queue; backlog growth over the last
+    third, or over the last two periods of a swing (a diurnal rate's where no planner moves
+    servers, else the oscillation's). ``fluid`` judges the growth without the allowance a run of
+    drawn requests needs for its noise; a trajectory with its state's own queues
+    (``traj.queued``) is judged on them: the prompts in prefill and the requests its stationary
+    waits hold grow with the arrival rate, not with an excess, and a rise late in the run below
+    capacity had been called unstable."""
     after = traj.t >= scenario.warmup_s
     rate = float(np.mean(scenario.arrivals.rate(traj.t)))
     cp = traj.prefill_instances[:, after]
@@ -105,7 +106,10 @@ def verdicts(
         for i in range(len(signal))
     ]
     diurnal = scenario.arrivals.period_s if scenario.arrivals.kind is ArrivalKind.DIURNAL else np.nan
-    period = np.array([o.period_s if o.detected else diurnal for o in osc])
+    # a swing no planner drives is the diurnal rate's: judged on its exact period, not on the one
+    # the autocorrelation of a noisy run detects (596-606 s for a 600 s rate)
+    own = [o.detected and (o.servers or np.isnan(diurnal)) for o in osc]
+    period = np.array([o.period_s if mine else diurnal for o, mine in zip(osc, own, strict=True)])
     share, least = (FLUID_GROWTH_SHARE, FLUID_MIN_BACKLOG_S) if fluid else (GROWTH_SHARE, MIN_BACKLOG_S)
     backlog = traj.backlog() if traj.queued is None else traj.queued
     stable, growth, window = backlog_growth(
