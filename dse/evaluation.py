@@ -20,6 +20,7 @@ import numpy as np
 
 from dse.context import Context
 from dse.design_power import power_metrics, stage_split
+from dse.placement.candidates import SLOT_ROLES
 from dse.placement.plan import PlacementReport, PoolPlan, TopologyOutcome, place_best
 from dse.placement.request import PlacementRequest, Topology
 from dse.sim.from_placement import SimDesign, SimPool, at_rate, pipeline_of, stage_replicas
@@ -302,7 +303,11 @@ def _metrics(
         "tpot_s": tpot,
         "e2e_s": float(f.e2e_mean_s[0]),
         "hbm_peak_gb_per_gpu": max(p.hbm_gb_per_gpu for p in outcome.pools),
-        "decode_batch": max(p.unit.decode_batch for p in outcome.pools),
+        # an instance's running sequences, its batch cap: not an FFN unit's, whose batch is the
+        # tokens one expert step takes from every attention instance (4,096 beside a cap of 1,404)
+        "decode_batch": max(
+            (p.unit.decode_batch for p in outcome.pools if p.unit.role in SLOT_ROLES), default=0
+        ),
         "milp_solve_s": outcome.result.solve_s,
         "sim_backlog_growth_per_s": float(f.backlog_growth_per_s[0]),
         # the fluid model's p99 is a quantile over time of each moment's: never below its mean

@@ -55,7 +55,8 @@ METRICS = {
     "decode_batch": Metric(
         "sequences",
         None,
-        "sequences a decode instance is sized to run at once (its batch cap)",
+        "sequences a decode instance is sized to run at once (its batch cap; where the experts run"
+        " apart, an attention instance's, not the tokens an expert step takes)",
         "decode_batch_sequences",
     ),
     "milp_solve_s": Metric("s", None, "MILP solve time"),

@@ -165,3 +165,27 @@ def test_a_trial_recorded_before_the_swings_were_split_exports_what_it_can_tell(
     assert moved["swing_prefill_servers"] is None and moved["swing_prefill_queue_requests"] is None
     now = {"swing_prefill_servers": None, "swing_prefill_queue_requests": 1.0}
     assert recorded_metrics(now) is now
+
+
+def test_a_split_decode_trials_batch_cap_is_its_attention_instances(tmp_path: Path) -> None:
+    """``decode_batch_sequences`` of an attention-FFN trial was the largest batch of any pool, so
+    the FFN unit's (the tokens one expert step takes from every attention instance): 4,096 for a
+    trial whose attention instances run 1,404 (kimi-k3-blackwell, trial 17 of 40), in the trials
+    export, the run's summary and the report's "decode batch cap". It is the attention
+    instances' cap, as the placements table has it."""
+    text = (REPO / "studies" / "kimi-k3-blackwell.toml").read_text()
+    for old, new in [
+        ('name = "kimi-k3-blackwell"', 'name = "afd-batch"'),
+        ('topologies = ["aggregated", "disaggregated", "afd"]', 'topologies = ["afd"]'),
+        ('sampler = "nsga2"\npopulation = 60\n', ""),
+        ("horizon_s = 1200.0\nwarmup_s = 300.0", "horizon_s = 600.0\nwarmup_s = 120.0"),
+    ]:
+        assert old in text, old
+        text = text.replace(old, new)
+    (tmp_path / "afd-batch.toml").write_text(text)
+    res = Study.load(tmp_path / "afd-batch.toml").run(trials=12, out=tmp_path / "runs")
+    batch = "decode_batch_sequences"
+    pools = res.placements.pivot(on="role", index="trial", values=batch, aggregate_function="max")
+    both = res.trials.join(pools, on="trial").filter(pl.col("decode_batch_sequences").is_not_null())
+    assert both.height > 0 and (both["decode_batch_sequences"] == both["attention"]).all()
+    assert (both["ffn"] != both["attention"]).any()  # else the test could not tell the two apart

@@ -299,3 +299,21 @@ def test_a_storage_given_as_a_path_says_how_to_write_its_url(
             err_text
         )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_trajectory_asked_twice_or_of_a_trial_without_a_design_is_one_line(tmp_path: Path) -> None:
+    """``sim_timeseries([0, 0])`` had returned trial 0's series twice (a sum over the table
+    doubled) and ``sim_timeseries([n])`` of a trial the MILP placed nothing for an empty table,
+    without a word."""
+    res = Study.load(TINY).run(trials=2, out=tmp_path / "runs")
+    once = res.sim_timeseries([0])
+    assert once.height > 0 and set(once["trial"].to_list()) == {0}
+    with pytest.raises(InputError, match=r"^trials = \[0, 0\]: has 0 twice: list each trial once$"):
+        res.sim_timeseries([0, 0])
+    broke = tmp_path / "tiny-study.toml"
+    broke.write_text(TINY.read_text() + "\n[limits]\nbudget_usd_hour = 0.001\n")  # no design fits
+    none = Study.load(broke).run(trials=2, out=tmp_path / "none")
+    assert none.trials["gpus"].null_count() == none.trials.height == 2
+    with pytest.raises(InputError, match=r"^trials = \[1\]: has 1, a trial without a design to simulate"):
+        none.sim_timeseries([1])
+    assert none.sim_timeseries().is_empty()  # the default, the front's designs: none, and no error

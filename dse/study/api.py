@@ -33,6 +33,7 @@ from dse.study.export import export_all
 from dse.study.objectives import MetricFn, ObjectiveDef
 from dse.study.results import (
     best_of,
+    designed_trials,
     kv_tiers_frame,
     pareto_frame,
     placements_frame,
@@ -251,8 +252,10 @@ def storage_arg(storage: object) -> str | None:
     raise InputError("storage", "", rule, redact(path) if path is not None else storage)
 
 
-def _trial_numbers(trials: object, complete: list[int]) -> list[int]:
-    """``trials`` as trial numbers of the study, each one of its ``complete`` trials."""
+def _trial_numbers(trials: object, complete: list[int], designed: set[int]) -> list[int]:
+    """``trials`` as trial numbers of the study, each one of its ``complete`` trials, once, and
+    one of those with a stored design to simulate (``designed``): a trial listed twice had its
+    series twice, so a sum over it doubled, and one without a design had none, silently."""
     listed = list(trials) if isinstance(trials, list | tuple | range) else None
     if listed is None or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) for n in listed):
         raise InputError("trials", "", "must be a list of trial numbers (ints)", trials)
@@ -261,6 +264,14 @@ def _trial_numbers(trials: object, complete: list[int]) -> list[int]:
     if missing is not None:
         span = f"{len(held)}, from {min(held)} to {max(held)}" if held else "none"
         rule = f"has {missing}, which is not a complete trial of the study (complete trials: {span})"
+        raise InputError("trials", "", rule, listed)
+    twice = next((n for i, n in enumerate(listed) if n in listed[:i]), None)
+    if twice is not None:
+        raise InputError("trials", "", f"has {twice} twice: list each trial once", listed)
+    bare = next((n for n in listed if n not in designed), None)
+    if bare is not None:
+        why = "no placement, or stored before records kept one"
+        rule = f"has {bare}, a trial without a design to simulate ({why})"
         raise InputError("trials", "", rule, listed)
     return [int(n) for n in listed]
 
@@ -341,11 +352,11 @@ class StudyResults:
 
     def sim_timeseries(self, trials: list[int] | None = None) -> pl.DataFrame:
         """Re-simulated trajectories of ``trials`` (default: the first five of the front; a grid
-        study's best point), each the number of a complete trial (bad input names the first that
-        is not)."""
+        study's best point), each the number of a complete trial with a design, listed once (bad
+        input names the first that is not)."""
         if trials is None:
             return self._front_series
-        numbers = _trial_numbers(trials, self.trials["trial"].to_list())
+        numbers = _trial_numbers(trials, self.trials["trial"].to_list(), designed_trials(self.study))
         return sim_timeseries_frame(self.study, numbers, self._cat(), load_params())
 
     @cached_property

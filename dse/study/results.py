@@ -423,6 +423,12 @@ def kv_tiers_frame(study: optuna.Study) -> pl.DataFrame:
     return without_nan(pl.DataFrame(rows, schema=KV_TIERS_SCHEMA))
 
 
+def designed_trials(study: optuna.Study) -> set[int]:
+    """The complete trials whose record keeps a design to simulate again (a trial the MILP
+    placed nothing for has none, nor one stored before records kept their designs)."""
+    return {t.number for t, rec in _records(study) if rec.get("simulation")}
+
+
 def sim_timeseries_frame(
     study: optuna.Study,
     trial_numbers: list[int],
