@@ -87,10 +87,10 @@ def test_an_aggregated_shape_that_cannot_meet_ttft_names_the_returning_turn_that
     catalog: Catalog,
 ) -> None:
     """DeepSeek-V3 on B200, 100-token prompts but returning turns of 8,000 new tokens on a 50k
-    prefix, TTFT 0.25 s: a fresh prompt, the decode step ahead of it and the front end come to
-    0.15 s, under the target; the returning turn's midfill is what misses. The reason had named
-    the fresh prompt alone (`dse place ... --topology aggregated` then read as if 0.146 s missed
-    0.25 s); it says what a returning turn takes, and its figures exceed the target."""
+    prefix, TTFT 0.2 s: a fresh prompt, the decode step ahead of it and the front end come to
+    0.14 s, under the target; the returning turn's midfill is what misses (0.28 s). The reason had
+    named the fresh prompt alone (`dse place ... --topology aggregated` then read as if 0.146 s
+    missed 0.25 s); it says what a returning turn takes, and its figures exceed the target."""
     import re
 
     from dse.placement.candidates import build_candidates
@@ -98,7 +98,7 @@ def test_an_aggregated_shape_that_cannot_meet_ttft_names_the_returning_turn_that
 
     work = Workload(5.0, 100.0, 300.0, 0.8, 50000.0, 8000.0, (ThinkBin(1.0, 30.0),))
     req = PlacementRequest(
-        "deepseek-v3", ("b200",), work, Slo(0.25, 0.05), Topology.AGGREGATED,
+        "deepseek-v3", ("b200",), work, Slo(0.2, 0.05), Topology.AGGREGATED,
         options=UnitOptions(decode_shapes=("8gpu-dpa-ep8",)),
     )  # fmt: skip
     whys = [e.reason for e in build_candidates(req, Topology.AGGREGATED, catalog, load_params()).exclusions]
@@ -108,4 +108,4 @@ def test_an_aggregated_shape_that_cannot_meet_ttft_names_the_returning_turn_that
         step, front = (float(x) for x in re.findall(r"up to ([\d.]+) s .*\(([\d.]+) s\)", why)[0])
         took = re.findall(r"takes ([\d.]+) s|returning turn ([\d.]+) s", why)
         slowest = max(float(a or b) for a, b in took)
-        assert slowest + step + front > 0.25, why
+        assert slowest + step + front > 0.2, why

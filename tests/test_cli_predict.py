@@ -76,7 +76,9 @@ def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(tmp_path: P
         w.writeheader()
         w.writerows(rows)
     out = tmp_path / "out.csv"
-    proc = cli("predict", "--batch", str(src), "--out", str(out))
+    # with the runs' engine settings: the first run's launch capped SGLang with MTP at 2,048 requests,
+    # where an empty cell is SGLang's own cap of 48
+    proc = cli("predict", "--batch", str(src), "--out", str(out), "--recipe-settings")
     assert proc.code == 0, proc.err
     with open(out, newline="") as fh:
         got = list(csv.DictReader(fh))
@@ -197,7 +199,7 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         (
             ("--decode-max-running-requests", "0"),
             "--decode-max-running-requests = 0: must be a whole number from 1 to 1e+12 (requests per "
-            "instance)",
+            "instance), or none",
         ),
         (  # --tp left out is the instance's GPUs up to 8, and the message says so
             ("--disagg", "--decode-gpus", "12", "--decode-workers", "2"),
@@ -704,11 +706,12 @@ CAPPED = dict(
 def test_running_request_cap_queues_the_requests_beyond_it(catalog) -> None:  # type: ignore[no-untyped-def]
     from dse.perf.benchmark_rows import predict_rows
 
-    free, capped, loose = predict_rows(
+    free, capped, loose, own = predict_rows(
         [
-            CAPPED,
+            dict(CAPPED, decode_max_running_requests="none"),
             dict(CAPPED, decode_max_running_requests="128"),
             dict(CAPPED, decode_max_running_requests=""),
+            dict(CAPPED, decode_max_running_requests="48"),
         ],
         catalog,
         load_params(),
@@ -717,9 +720,10 @@ def test_running_request_cap_queues_the_requests_beyond_it(catalog) -> None:  # 
     assert float(capped["pred_tput_per_gpu"]) < 0.9 * float(free["pred_tput_per_gpu"])
     assert float(capped["pred_ttft_s"]) > 1.5 * float(free["pred_ttft_s"])
     assert capped["pred_binding_regime"] == "running-request-cap"
-    assert _preds(loose) == _preds(free)  # an empty cell is no cap
+    assert _preds(loose) == _preds(own)  # an empty cell is the engine's own: SGLang with MTP, 48
     # a cap above the batch the load forms changes nothing
-    batch = predict_rows([dict(CAPPED, conc="64")], catalog, load_params())[0]
+    uncapped = dict(CAPPED, conc="64", decode_max_running_requests="none")
+    batch = predict_rows([uncapped], catalog, load_params())[0]
     high = dict(CAPPED, conc="64", decode_max_running_requests="4096")
     high = predict_rows([high], catalog, load_params())[0]
     assert _preds(high) == _preds(batch)
@@ -737,7 +741,7 @@ def test_running_request_cap_refuses_what_is_not_a_count(catalog, bad: str) -> N
     assert out["pred_tput_per_gpu"] == ""
     assert str(out["pred_error"]) == (
         f"input row 1: decode_max_running_requests = {Written(bad)!r}: must be a whole number from 1 to "
-        "1e+12 (requests per instance)"
+        "1e+12 (requests per instance), or none"
     )
 
 
@@ -745,7 +749,7 @@ def test_running_request_cap_flag(cli: Cli) -> None:
     flags = "--hardware h200 --framework dynamo-sglang --mtp --disagg --prefill-dp-attention "
     flags += "--prefill-gpus 8 --decode-gpus 48 --decode-workers 6 --tp 8 --ep 8 --dp-attention "
     flags += "--conc 2048 --json"
-    free = cli("predict", *flags.split())
+    free = cli("predict", *flags.split(), "--decode-max-running-requests", "none")
     capped = cli("predict", *flags.split(), "--decode-max-running-requests", "128")
     assert free.code == 0 and capped.code == 0, capped.err
     a, b = (json.loads(p.out) for p in (free, capped))
@@ -759,8 +763,16 @@ def test_running_request_cap_flag(cli: Cli) -> None:
     assert bad.code == 2
     assert bad.err.strip() == (
         "dse: error: dse predict: --decode-max-running-requests = 0: must be a whole number from 1 "
-        "to 1e+12 (requests per instance)"
+        "to 1e+12 (requests per instance), or none"
     )
+    # unset, SGLang with MTP runs 48 an instance (6 on each of its 8 attention-DP ranks), as its
+    # launcher resets an unset flag; --json says so, the text's first line too
+    own = json.loads(cli("predict", *flags.split()).out)
+    assert own["assumed"]["decode_max_running_requests"] == 48
+    assert round(own["prediction"]["decode_batch_per_instance"]) == 48
+    assert a["assumed"]["decode_max_running_requests"] is None
+    text = cli("predict", *flags.removesuffix(" --json").split()).out.splitlines()[0]
+    assert "48 running at most (SGLang's own cap with MTP)" in text, text
 
 
 def test_scheduler_recv_interval_flag(cli: Cli) -> None:
@@ -872,7 +884,12 @@ def test_draft_depth_flag(cli: Cli) -> None:
     assert b["intvty_tok_s_user"] < a["intvty_tok_s_user"]
     said = json.loads(shallow.out)["assumed"]  # what the prediction took, shown with it
     rate = load_params().engine("trt").mtp_accept_rate
-    assert said == {"kv_cache_dtype": "fp8", "mtp_draft_tokens": 1, "mtp_tokens_per_step": round(1 + rate, 4)}
+    assert said == {
+        "kv_cache_dtype": "fp8",
+        "mtp_draft_tokens": 1,
+        "mtp_tokens_per_step": round(1 + rate, 4),
+        "decode_max_running_requests": None,  # TensorRT-LLM's: only the KV cache caps it
+    }
     table = cli("predict", *flags[:-1], "--mtp-draft-tokens", "1", "--kv-cache-dtype", "bf16")
     assert f"MTP 1 draft ({1 + rate:.2f} tokens per step), KV bf16)" in table.out.splitlines()[0]
     bad = cli("predict", "--hardware", "b200", "--mtp-draft-tokens", "2")
@@ -1039,7 +1056,7 @@ def test_a_batch_with_recipe_settings_predicts_the_runs_as_the_calibration_does(
         reference = list(csv.DictReader(fh))
     merged = with_recipe_settings(reference)
     pairs = list(enumerate(zip(reference, merged, strict=True)))
-    capped = [i for i, (a, b) in pairs if a != b and b.get(ENGINE_COLUMNS[0])]
+    capped = [i for i, (a, b) in pairs if a != b and b.get(ENGINE_COLUMNS[0], "").isdigit()]
     plain = next(i for i, (a, b) in pairs if a == b)
     keep = [*capped[:3], plain]
     src = tmp_path / "in.csv"
@@ -1144,7 +1161,7 @@ def test_predict_runs_the_expert_parallelism_it_is_given(cli: Cli) -> None:
 
 def test_predict_says_when_its_closed_form_and_its_simulation_part_ways(cli: Cli) -> None:
     """16-token answers: the closed form's steady state gives 30 output tokens/s per GPU, the
-    request-by-request simulation 42; the two are not shown side by side as equals, and
+    request-by-request simulation 41; the two are not shown side by side as equals, and
     docs/cli.md quotes the two figures of this command. Where they agree (the 1k-token answers of
     the measured runs) nothing is added."""
     apart = cli("predict", "--hardware", "h200", "--osl", "16")
@@ -1237,3 +1254,35 @@ def test_a_disaggregated_prediction_compares_output_per_decode_gpu_with_its_tabl
     assert lat["output_tokens_per_s_per_decode_gpu"] == pytest.approx(float(served[2]), rel=1e-3)
     agg = cli("predict", "--hardware", "h200", "--osl", "16")  # one pool: its GPUs are the decode GPUs
     assert agg.code == 0 and "per decode GPU)" not in agg.out, agg.out
+
+
+def test_recipe_settings_leave_an_unknown_launchs_cap_to_the_kv_cache(tmp_path: Path, cli: Cli) -> None:
+    """An SGLang MTP run whose launch the settings file lacks: its empty cap would be SGLang's own
+    48, and the multi-node launches found all set one (its 1,024 clients on one decode instance
+    finished in 24 s); with --recipe-settings it is `none`, the KV cache alone, and the command
+    says so apart from the settings it read."""
+    from dse.perf.benchmark_rows import ENGINE_COLUMNS, NO_CAP, with_recipe_settings
+
+    with open(MEASURED_RUNS, newline="") as fh:
+        reference = list(csv.DictReader(fh))
+    merged = with_recipe_settings(reference)
+    unknown = [r for r, m in zip(reference, merged, strict=True) if m.get(ENGINE_COLUMNS[0]) == NO_CAP]
+    row = next(r for r in unknown if r["conc"] == "1024")
+    src, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    with open(src, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(reference[0]))
+        w.writeheader()
+        w.writerow(row)
+    as_is = cli("predict", "--batch", str(src), "--out", str(out))
+    assert as_is.code == 0, as_is.err
+    with open(out, newline="") as fh:
+        own = next(csv.DictReader(fh))
+    said = cli("predict", "--batch", str(src), "--out", str(out), "--recipe-settings")
+    assert said.code == 0, said.err
+    assert "to 0 rows (dse/perf/recipe_settings.csv)" in said.err
+    assert "decode_max_running_requests 'none' to 1 row (SGLang with MTP, whose launch it lacks" in said.err
+    with open(out, newline="") as fh:
+        kv = next(csv.DictReader(fh))
+    assert kv[ENGINE_COLUMNS[0]] == NO_CAP
+    measured = float(row["tput_per_gpu_total"])
+    assert float(own["pred_tput_per_gpu"]) < 0.2 * measured < float(kv["pred_tput_per_gpu"])

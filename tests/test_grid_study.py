@@ -240,16 +240,16 @@ def _bandwidth_point(point: dict, engine: str | None = None):  # type: ignore[no
 
 
 def test_a_point_whose_cheapest_design_misses_ttft_is_resolved_with_the_target_tightened() -> None:
-    """DeepSeek-V3 on H200 at 100 requests/s of 2k-token prompts, TTFT 0.45 s at p90 and TPOT 50
-    ms (the shipped bandwidth-vs-capacity grid under SGLang, at a tighter TTFT): the cheapest
-    placement is disaggregated, whose prompts miss TTFT once simulated (0.53 s). The topology is
-    solved again for the TTFT the MILP priced it at times the ratio it missed by, and that design
-    holds: dearer, and far cheaper than the aggregated one (until 2026-12-05 the point fell back to
-    it, at 2.7 times the MILP's first cost). (At 0.5 s, the point of this test until session 46's
-    whole decode sequences, the first design now holds.)"""
+    """DeepSeek-V3 on H200 at 80 requests/s of 2k-token prompts, TTFT 0.45 s at p90 and TPOT 50
+    ms (the shipped bandwidth-vs-capacity grid under SGLang, at a tighter TTFT and less traffic):
+    the cheapest placement is disaggregated ($259.44/hour), whose prompts miss TTFT once simulated
+    (0.51 s). The topology is solved again for the TTFT the MILP priced it at times the ratio it
+    missed by, and that design holds ($327.12): dearer, and far cheaper than the aggregated one
+    ($688.08; until 2026-12-05 such a point fell back to it). (At 100 requests/s, the point of this
+    test until session 49's refit, no disaggregated design solved again holds: it falls back.)"""
     target = 0.45
     point = {"model": "deepseek-v3", "hardware": "h200-sxm", "input_tokens": 2000.0, "tpot_s": 0.05,
-             "requests_per_s": 100.0, "ttft_s": target}  # fmt: skip
+             "requests_per_s": 80.0, "ttft_s": target}  # fmt: skip
     from dataclasses import replace
 
     from dse.evaluation import retargeted

@@ -14,6 +14,7 @@ from dse.perf.benchmark_rows import (
     ENGINE_COLUMNS,
     HARNESS_WARMUP_SINCE,
     LAUNCHED,
+    NO_CAP,
     PARALLEL_COLUMNS,
     RECIPE_KEY,
     RECIPE_SETTINGS,
@@ -50,7 +51,12 @@ def test_settings_parse_and_fill_only_empty_engine_cells(
     assert len(merged) == len(reference)
     changed = [{k for k in m if m[k] != r.get(k)} for r, m in zip(reference, merged, strict=True)]
     filled = [(r, m) for r, m, c in zip(reference, merged, changed, strict=True) if c & set(ENGINE_COLUMNS)]
-    assert len(filled) == len(settings)
+    # SGLang MTP runs the file does not name: their launches' caps are not known either, so the
+    # KV cache alone caps them ("none"), not SGLang's default of 48 a server
+    unknown = [m for _, m in filled if m.get(ENGINE_COLUMNS[0]) == NO_CAP]
+    assert all(m["spec_method"] == "mtp" and "sglang" in m["framework"] for m in unknown)
+    assert not any(m.get(c) for m in unknown for c in ENGINE_COLUMNS[1:])
+    assert len(filled) - len(unknown) == len(settings) and len(unknown) >= 10
     assert all(c <= {*ENGINE_COLUMNS, WARMUP_COLUMN, *PARALLEL_COLUMNS} for c in changed)
     # the parallelism changes only where a setting says what the run's script launched
     relaunched = sum(any(s[LAUNCHED + c] for c in PARALLEL_COLUMNS) for s in settings)
@@ -128,3 +134,33 @@ def test_the_launched_parallelism_replaces_the_rows(catalog, tmp_path) -> None: 
     as_run = parse_row(merged[0], catalog)
     for pool in (as_run.decode, as_run.prefill):
         assert pool is not None and (pool.gpus, pool.attn_tp, pool.ep) == (4.0, 4.0, 1.0)
+
+
+def test_sglang_with_mtp_runs_48_a_server_where_its_launch_sets_no_cap(
+    catalog, settings: list[dict[str, str]]
+) -> None:  # type: ignore[no-untyped-def]
+    """SGLang resets an unset --max-running-requests to 48 for speculative decoding
+    (server_args.py), each attention-DP rank a whole share of it. InferenceX's MI355X MTP script
+    sets none: its run at 64 clients measured a median TTFT of 4.3 s, 16 requests always waiting
+    for a slot, where the KV cache alone had let all 64 in (0.14 s simulated)."""
+    from dse.perf.benchmark_rows import PoolSpec, engine_running_cap
+
+    tp8, dp8, dp64 = PoolSpec(8, 8, 8, 1), PoolSpec(8, 1, 8, 1), PoolSpec(64, 1, 64, 1)
+    assert engine_running_cap("sglang", True, tp8) == 48.0
+    assert engine_running_cap("sglang", True, dp8) == 48.0  # 6 a rank
+    assert engine_running_cap("sglang", True, PoolSpec(5, 1, 5, 1)) == 45.0  # 9 a rank
+    assert engine_running_cap("sglang", True, dp64) == 64.0  # a rank runs one at least
+    assert engine_running_cap("sglang", False, tp8) == float("inf")
+    assert engine_running_cap("trt", True, tp8) == engine_running_cap("vllm", True, tp8) == float("inf")
+    runs, _ = cal.read_measured(INFERENCEX, catalog)
+    named = {tuple(s[c] for c in RECIPE_KEY) for s in settings}
+    mi355x = [m for m in runs if m.row.hardware == "mi355x" and m.row.engine == "sglang" and m.row.mtp
+              and tuple(m.raw[c] for c in RECIPE_KEY) in named]  # fmt: skip
+    assert len(mi355x) == 3 and {m.row.decode_max_running for m in mi355x} == {48.0}
+    # one a launch not known: no cap but the KV cache, as the fit always read it
+    speculative = [m.row for m in runs if m.row.engine == "sglang" and m.row.mtp]
+    assert any(r.decode_max_running == float("inf") for r in speculative)
+    row = {k: v for k, v in mi355x[0].raw.items() if k != ENGINE_COLUMNS[0]}
+    assert parse_row({**row, ENGINE_COLUMNS[0]: NO_CAP}, catalog).decode_max_running == float("inf")
+    assert parse_row({**row, ENGINE_COLUMNS[0]: "64"}, catalog).decode_max_running == 64.0
+    assert parse_row(row, catalog).decode_max_running == 48.0

@@ -25,6 +25,7 @@ from dse.errors import DseError, InputError
 from dse.perf.benchmark_rows import (
     ENGINE_COLUMNS,
     INPUT_COLUMNS,
+    NO_CAP,
     RECIPE_SETTINGS,
     BenchRow,
     deployment_of,
@@ -471,7 +472,9 @@ def provenance(
         "rows_fitted": len(data),
         "rows_skipped": n_skipped,
         # rows whose run's engine settings (draft depth, running cap, KV precision) were known
-        "rows_with_recipe_settings": sum(any(m.raw.get(c) for c in ENGINE_COLUMNS) for m in data),
+        "rows_with_recipe_settings": sum(
+            any(m.raw.get(c) and m.raw.get(c) != NO_CAP for c in ENGINE_COLUMNS) for m in data
+        ),
         "hardware_fitted": sorted({m.row.hardware for m in data}),
         # engine profiles with measured runs; the others are assumed (the fitted ones' mean speed)
         "engines_fitted": _engines_used(data),

@@ -13,6 +13,7 @@ from dse.errors import InputError, output_error
 from dse.perf.benchmark_rows import (
     ENGINE_COLUMNS,
     INPUT_COLUMNS,
+    NO_CAP,
     OUTPUT_COLUMNS,
     PARALLEL_COLUMNS,
     WARMUP_COLUMN,
@@ -46,7 +47,9 @@ def run_batch(
         raise InputError(str(src), missing[0], "is a required column")
     known = with_recipe_settings(rows)
     pairs = list(zip(rows, known, strict=True))
-    engine = sum(1 for a, b in pairs if any(b.get(c) != a.get(c) for c in ENGINE_COLUMNS))
+    engine = sum(1 for a, b in pairs if any(a.get(c) != b.get(c) != NO_CAP for c in ENGINE_COLUMNS))
+    # SGLang MTP runs the settings do not name: their cap is not known, so not SGLang's default 48
+    unknown = sum(1 for a, b in pairs if b.get(ENGINE_COLUMNS[0]) == NO_CAP != a.get(ENGINE_COLUMNS[0]))
     warmup = sum(1 for a, b in pairs if b.get(WARMUP_COLUMN) != a.get(WARMUP_COLUMN))
     # rows whose tp, ep or dp-attention cells the settings replace with what the run launched
     relaunched = sum(1 for a, b in pairs if any(b.get(c) != a.get(c) for c in PARALLEL_COLUMNS))
@@ -79,12 +82,18 @@ def run_batch(
             if relaunched
             else ""
         )
+        + (
+            f" decode_max_running_requests '{NO_CAP}' to {_rows(unknown)} (SGLang with MTP, whose "
+            "launch it lacks: only the KV cache caps them, not SGLang's default of 48),"
+            if unknown
+            else ""
+        )
         + f" and benchmark_warmup 'none' to {_rows(warmup)} (single-node runs "
         "dated before InferenceX's harness sent a warm-up)"
     )
     if recipes:
         print(f"added {what}, as dse calibrate does", file=sys.stderr)
-    elif engine or warmup or relaunched:
+    elif engine or warmup or relaunched or unknown:
         print(f"--recipe-settings would add {what}, as dse calibrate does for its accuracy", file=sys.stderr)
     return 0
 

@@ -130,11 +130,12 @@ def _add_engine_settings(p: argparse.ArgumentParser) -> None:
     """The engine settings a row of the reference file may carry (its optional engine columns)."""
     p.add_argument(
         "--decode-max-running-requests",
-        type=int,
         default=None,
         metavar="N",
         help="the engine's cap on requests one decode instance (aggregated: one instance) runs at "
-        "once, e.g. SGLang's --max-running-requests; the rest wait (default: only the KV cache caps)",
+        "once, e.g. SGLang's --max-running-requests; the rest wait; 'none': only the KV cache caps "
+        "them (default: the engine's own: 48 for SGLang with MTP, as it sets an unset flag; "
+        "otherwise only the KV cache)",
     )
     p.add_argument(
         "--mtp-draft-tokens",
@@ -262,6 +263,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         "kv_cache_dtype": kv.value,
         "mtp_draft_tokens": int(drafts),
         "mtp_tokens_per_step": round(float(engine.accept_tokens(drafts)), 4),
+        # requests a decode instance runs at once; null: only the KV cache caps them
+        "decode_max_running_requests": int(cap) if math.isfinite(cap := bench.decode_max_running) else None,
     }
     error = expected_error(params, bench.hardware, bench.model, bench.engine, catalog.edited)
     unknown = unmeasured_reason(params, bench.hardware, catalog.edited) if error is None else None
@@ -290,6 +293,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     looks = f", new requests looked for every {every:g} decode steps" if every > 1 else ""
     if bench.adp_balance:
         looks += f", context requests held up to {bench.adp_balance:g} iterations for every attention-DP rank"
+    if not row["decode_max_running_requests"] and math.isfinite(bench.decode_max_running):
+        looks += f", {bench.decode_max_running:g} running at most (SGLang's own cap with MTP)"
     # the lengths and clients as numbers (a default had shown as 1024.0), one client in the singular
     isl, osl, conc = (float(row[k]) for k in ("isl", "osl", "conc"))
     print(
@@ -778,9 +783,7 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
         "decode_dp_attention": str(a.dp_attention),
         "decode_num_workers": str(a.decode_workers),
         "num_decode_gpu": str(dec_gpus),
-        "decode_max_running_requests": ""
-        if a.decode_max_running_requests is None
-        else str(a.decode_max_running_requests),
+        "decode_max_running_requests": a.decode_max_running_requests or "",
         "mtp_draft_tokens": "" if a.mtp_draft_tokens is None else str(a.mtp_draft_tokens),
         "kv_cache_dtype": a.kv_cache_dtype or "",
         "scheduler_recv_interval": ""

@@ -19,7 +19,8 @@ Five engine settings are optional columns (:data:`ENGINE_COLUMNS`); empty means 
 
 * ``decode_max_running_requests``: the engine's cap on the requests one decode instance (one
   instance in an aggregated row) runs at once (SGLang's ``--max-running-requests``, vLLM's
-  ``--max-num-seqs``, TRT-LLM's ``max_batch_size``); by default only the KV cache caps it.
+  ``--max-num-seqs``, TRT-LLM's ``max_batch_size``); by default the engine's own: SGLang with
+  MTP runs 48 an instance (:func:`engine_running_cap`), elsewhere only the KV cache caps it.
   Requests beyond it wait for a slot;
 * ``mtp_draft_tokens``: draft tokens per speculative step in an MTP row (TRT-LLM's
   ``num_nextn_predict_layers``, SGLang's ``--speculative-num-steps``); by default the engine
@@ -326,7 +327,7 @@ def parse_row(
         prefill=prefill,
         decode=decode,
         ffn=_ffn_pool(row, disagg, source),
-        decode_max_running=_running_cap(row, source),
+        decode_max_running=_running_cap(row, source, FRAMEWORK_ENGINE[fw], spec == "mtp", decode),
         mtp_draft=_draft_tokens(row, spec == "mtp", source),
         kv_precision=_kv_dtype(row, source),
         engine_version=image_version(str(row.get("image") or "")),
@@ -399,13 +400,19 @@ def with_recipe_settings(
     column and the date equal); and with ``benchmark_warmup`` ``none`` where the run is
     aggregated (InferenceX's single-node harness) and dated before :data:`HARNESS_WARMUP_SINCE`.
     Cells the row has already are kept, but for :data:`PARALLEL_COLUMNS`: where ``path`` says
-    what the run's script launched (``launched_<column>``), that replaces the row's cell."""
+    what the run's script launched (``launched_<column>``), that replaces the row's cell. A run
+    ``path`` does not name, SGLang with MTP, has an empty cap read as ``none`` (only the KV cache
+    caps it), not as the engine's default of 48: a launch that is not known may well have set one
+    (every multi-node SGLang recipe with MTP found sets it, and the runs at 1,024 clients on one
+    decode instance finish in 24 s where 48 at a time would take minutes)."""
     with open(path, newline="", encoding="utf-8") as fh:
         known = {tuple(r[c] for c in RECIPE_KEY): r for r in csv.DictReader(fh)}
     out = []
     for row in rows:
         settings = known.get(tuple(str(row.get(c, "")) for c in RECIPE_KEY), {})
         extra = {c: settings[c] for c in ENGINE_COLUMNS if settings.get(c) and not str(row.get(c) or "")}
+        if not settings and not str(row.get(ENGINE_COLUMNS[0]) or "") and _speculative_sglang(row):
+            extra[ENGINE_COLUMNS[0]] = NO_CAP  # a launch not known: its cap neither (not the engine's own)
         single_node = str(row.get("disagg", "")).strip().lower() in ("false", "0")
         date = str(row.get("date") or "")
         if single_node and date and date < HARNESS_WARMUP_SINCE and not row.get(WARMUP_COLUMN):
@@ -413,6 +420,13 @@ def with_recipe_settings(
         launched = {c: settings[LAUNCHED + c] for c in PARALLEL_COLUMNS if settings.get(LAUNCHED + c)}
         out.append({**row, **extra, **launched})
     return out
+
+
+def _speculative_sglang(row: Mapping[str, str]) -> bool:
+    """An SGLang row with MTP: the one whose empty cap the engine's own default fills
+    (:func:`engine_running_cap`)."""
+    engine = FRAMEWORK_ENGINE.get(str(row.get("framework", "")).strip().lower())
+    return engine == "sglang" and str(row.get("spec_method", "")).strip().lower() == "mtp"
 
 
 def _draft_tokens(row: Mapping[str, str], mtp: bool, source: str) -> float | None:
@@ -439,11 +453,36 @@ def _draft_tokens(row: Mapping[str, str], mtp: bool, source: str) -> float | Non
     return value
 
 
-def _running_cap(row: Mapping[str, str], source: str) -> float:
-    """``decode_max_running_requests``: a whole number from 1 to 1e12, or empty (no cap)."""
+SGLANG_SPECULATIVE_RUNNING = 48
+"""SGLang's ``--max-running-requests`` where speculative decoding (MTP runs as its EAGLE family)
+is on and the flag is not given: "Max running requests is reset to 48 for speculative decoding"
+(``python/sglang/srt/server_args.py``, ``_handle_speculative_decoding``, v0.4-0.5.x). Each
+attention-DP rank takes its whole share, ``48 // dp`` (``resolve_max_num_reqs``)."""
+
+
+def engine_running_cap(engine: str, mtp: bool, decode: PoolSpec) -> float:
+    """The requests one decode instance runs at once when its launch sets no cap: SGLang with
+    speculative decoding caps them (:data:`SGLANG_SPECULATIVE_RUNNING`, a whole share per
+    attention-DP rank); elsewhere only the KV cache does (inf)."""
+    if engine != "sglang" or not mtp:
+        return float("inf")
+    ranks = max(1, round(decode.gpus / decode.attn_tp))
+    return float(max(1, SGLANG_SPECULATIVE_RUNNING // ranks) * ranks)
+
+
+NO_CAP = "none"
+"""``decode_max_running_requests`` of a launch that sets a cap only its KV cache reaches (or, in
+:func:`with_recipe_settings`, one whose cap is not known)."""
+
+
+def _running_cap(row: Mapping[str, str], source: str, engine: str, mtp: bool, decode: PoolSpec) -> float:
+    """``decode_max_running_requests``: a whole number from 1 to 1e12, ``none`` (only the KV
+    cache caps), or empty (the engine's own, :func:`engine_running_cap`)."""
     key = ENGINE_COLUMNS[0]
     raw = str(row.get(key) or "").strip()
     if not raw:
+        return engine_running_cap(engine, mtp, decode)
+    if raw.lower() == NO_CAP:
         return float("inf")
     try:
         value = float(raw)
@@ -453,7 +492,7 @@ def _running_cap(row: Mapping[str, str], source: str) -> float:
         raise InputError(
             source,
             key,
-            f"must be a whole number from 1 to {MAX_MAGNITUDE:g} (requests per instance)",
+            f"must be a whole number from 1 to {MAX_MAGNITUDE:g} (requests per instance), or {NO_CAP}",
             Written(raw),
         )
     return value
