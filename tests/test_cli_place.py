@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, Cli, Result
 
+from dse.catalog import Catalog
+
 BASE = [
     "place",
     "--hardware",
@@ -479,3 +481,29 @@ def test_hardware_without_a_price_says_which_tiers_have_one(cli: Cli, tmp_path: 
         "prices.usd_per_gpu_hour_rent_3yr: has no value; choose a price tier it has (own_hyperscaler, "
         "own_neocloud), or add the price to the catalog\n"
     ), partly.err
+
+
+def test_an_infeasible_answer_quotes_the_shapes_nearest_their_target(cli: Cli, catalog: Catalog) -> None:
+    """DeepSeek-V3 on B200 at TTFT 0.1 s, which no prefill shape meets. The answer had quoted the
+    first shape listed, 4gpu-tp4-ep4 (0.217 s at its least load), where 32gpu-dpa-ep32 and
+    8gpu-dpa-ep8 come within 0.180 s and 0.181 s; the aggregated line had named that one shape
+    three times, once per prefill share, with the same figures. Now the three nearest shapes,
+    nearest first, each once."""
+    from dse.perf.params import load_params
+    from dse.placement import PlacementRequest, Topology
+    from dse.placement.candidates import build_candidates
+    from dse.workload import Slo, Workload
+
+    flags = ["--hardware", "b200", "--rate", "10", "--isl", "2000", "--osl", "500", "--ttft", "0.1"]
+    out = cli("place", *flags, "--tpot", "0.05", "--no-shadow-prices")
+    assert out.code == 3 and out.err.count("\n") == 1, out.err
+    least = r"TTFT p50 is ([0-9.]+) s"
+    (prefill,) = [line for line in out.out.splitlines() if line.startswith("  disaggregated: no prefill unit: ")]
+    quoted = [float(t) for t in re.findall(least, prefill)]
+    req = PlacementRequest("deepseek-v3", ("b200",), Workload(10.0, 2000.0, 500.0), Slo(0.1, 0.05))
+    c = build_candidates(req, Topology.DISAGGREGATED, catalog, load_params())
+    every = sorted(float(m[1]) for e in c.exclusions if (m := re.search(least, e.reason)))
+    assert len(every) > 3 and quoted == every[:3], (quoted, every)
+    (mixed,) = [line for line in out.out.splitlines() if line.startswith("  aggregated: no mixed unit: ")]
+    named = re.findall(r"b200 (\S+): at prefill share", mixed)
+    assert len(named) == 3 and len(set(named)) == 3, mixed

@@ -24,7 +24,7 @@ import numpy as np
 
 from dse.catalog import Catalog, Hardware
 from dse.perf.params import PerfParams
-from dse.placement.candidates import Candidates, build_candidates
+from dse.placement.candidates import Candidates, Exclusion, build_candidates
 from dse.placement.request import PlacementRequest, Topology
 from dse.units import GB, GIB
 from formulations.placement_check import residuals
@@ -65,7 +65,7 @@ def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
     if missing is not None:
         return missing
     if data.n_classes and not np.isfinite(data.mid_s).any():
-        why = [e for e in c.exclusions if e.role == "returning"]  # with each shape's figures
+        why = _nearest([e for e in c.exclusions if e.role == "returning"])  # with each shape's figures
         shown = "; ".join(f"{e.hardware} {e.parallel}: {e.reason}" for e in _distinct(why)[:3])
         return Infeasibility(
             "returning-turn TTFT",
@@ -92,8 +92,8 @@ def _missing_role(c: Candidates) -> Infeasibility | None:
     roles = set(Role(int(r)) for r in c.data.unit_role)
     for role in REQUIRED_ROLES[c.topology]:
         if role not in roles:
-            own = [e for e in c.exclusions if e.role == role.name.lower()]
-            reasons = own + [e for e in c.exclusions if e.role == "all"]  # the role's own reasons first
+            own = _nearest([e for e in c.exclusions if e.role == role.name.lower()])
+            reasons = own + _nearest([e for e in c.exclusions if e.role == "all"])  # the role's own first
             shown = "; ".join(f"{e.hardware} {e.parallel}: {e.reason}" for e in _distinct(reasons)[:3])
             return Infeasibility(f"no {role.name.lower()} unit", shown or "no candidate shapes")
     return None
@@ -191,14 +191,30 @@ def _served(served: float, total: float) -> str:
     return f"{served:.10g}"
 
 
-def _distinct(items: list) -> list:  # type: ignore[type-arg]
-    seen, out = set(), []
+def _nearest(items: list[Exclusion]) -> list[Exclusion]:
+    """``items`` with the shapes nearest to serving first (the least ``over``; in their order
+    among equals): the answer quotes what binds the best shape, not the first one listed."""
+    return sorted(items, key=lambda e: e.over)
+
+
+def _distinct(items: list[Exclusion]) -> list[Exclusion]:
+    """One reason per shape (an aggregated shape's first prefill share: the others had repeated
+    its figures), and a reason word for word the same (``TPOT 50 ms cannot be met even at batch
+    1``) once per hardware."""
+    seen: set[tuple[str, str, str]] = set()
+    out = []
     for e in items:
-        key = (e.hardware, e.reason.split(":")[0])
-        if key not in seen:
-            seen.add(key)
+        keys = {(e.hardware, "shape", e.parallel), (e.hardware, "reason", _unshared(e.reason))}
+        if not keys & seen:
+            seen |= keys
             out.append(e)
     return out
+
+
+def _unshared(reason: str) -> str:
+    """A reason without the prefill share an aggregated unit's reason opens with."""
+    head, sep, rest = reason.partition(": ")
+    return rest if sep and head.startswith("at prefill share ") else reason
 
 
 @dataclass(frozen=True)
