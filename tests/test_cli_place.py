@@ -507,3 +507,19 @@ def test_an_infeasible_answer_quotes_the_shapes_nearest_their_target(cli: Cli, c
     (mixed,) = [line for line in out.out.splitlines() if line.startswith("  aggregated: no mixed unit: ")]
     named = re.findall(r"b200 (\S+): at prefill share", mixed)
     assert len(named) == 3 and len(set(named)) == 3, mixed
+
+
+def test_a_think_time_given_twice_is_refused(cli: Cli) -> None:
+    """Each think-time bin is a KV class named by its think time: ``--think 0.5:30,0.5:30`` had
+    placed two classes both named ``think30s``, two rows in the KV table (one all in HBM, one a
+    third in HBM) and two ``tiers`` entries in --json that no reader could tell apart."""
+    turns = ["--returning-share", "0.5", "--prefix", "20000", "--suffix", "500"]
+    for think in ("0.5:30,0.5:30", "0.5:30,0.5:30.0000001"):  # one name, think30s, both times
+        out = run(cli, "--hardware", "b200", *turns, "--think", think, "--no-shadow-prices")
+        assert out.code == 2 and out.err.count("\n") == 1, out.err
+        assert out.err.startswith("dse: error: dse place: --think = '0.5:30,0.5:30': must give each ")
+        assert "(30 s twice: one bin with their shares summed)" in out.err, out.err
+    apart = run(cli, "--hardware", "b200", *turns, "--think", "0.5:30,0.5:31", "--no-shadow-prices", "--json")
+    assert apart.code == 0
+    best = json.loads(apart.out)["best"]
+    assert [t["kv_class"] for t in best["tiers"]] == ["think30s", "think31s"]

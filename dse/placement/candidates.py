@@ -61,7 +61,7 @@ from dse.placement.prefill_queue import PrefillCurve, prefill_curve
 from dse.placement.request import PlacementRequest, Topology
 from dse.placement.shapes import Parallel, Shapes, shapes_of, shared_shapes, tier_capacity
 from dse.units import GB
-from dse.workload import Slo, Workload
+from dse.workload import Slo, Workload, think_class_name
 from formulations.placement_data import TIERS, Objective, PlacementData, Role
 from formulations.slots import wait_beta
 
@@ -844,7 +844,7 @@ def classes_of(w: Workload) -> list[tuple[str, float, float]]:
     """(name, returning requests/s, dwell seconds) per think-time bin."""
     if w.returning_share <= 0:
         return []
-    return [(f"think{b.dwell_s:g}s", w.returning_per_s * b.share, b.dwell_s) for b in w.think]
+    return [(think_class_name(b.dwell_s), w.returning_per_s * b.share, b.dwell_s) for b in w.think]
 
 
 def build_candidates(
