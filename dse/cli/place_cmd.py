@@ -609,11 +609,12 @@ def _pools_table(best: TopologyOutcome, slo: Slo) -> str:
         paced = u.role in PACED and u.tpot_s == u.tpot_s and u.tpot_s < slo.tpot_s * (1.0 - 1e-9)
         return u.parallel.label() + (f" @{u.tpot_s * 1e3:g}ms" if paced else "")
 
+    shown = [(p.unit.role, p.unit.hardware, shape(p.unit)) for p in best.pools]
     rows = [
         [
             p.unit.role.name.lower(),
             p.unit.hardware,
-            shape(p.unit),
+            label + (_variant(p.unit) if shown.count((p.unit.role, p.unit.hardware, label)) > 1 else ""),
             p.instances,
             p.gpus,
             p.unit.decode_batch or None,
@@ -624,7 +625,7 @@ def _pools_table(best: TopologyOutcome, slo: Slo) -> str:
             p.unit.ttft_s if p.unit.ttft_s == p.unit.ttft_s else None,
             p.usd_per_hour,
         ]
-        for p in best.pools
+        for p, (_, _, label) in zip(best.pools, shown, strict=True)
     ]
     # the GPUs of whole nodes or racks bought that no pool runs on: in the design's $/hour too
     rows += [["idle", i.hardware, None, None, i.gpus, *[None] * 6, i.usd_per_hour] for i in best.idle]
@@ -645,6 +646,15 @@ def _pools_table(best: TopologyOutcome, slo: Slo) -> str:
         ],
         rows,
     )
+
+
+def _variant(u: UnitInfo) -> str:
+    """What tells apart units of one role, hardware and shape that the other columns may not: the
+    rest of the unit's name (``--json``'s ``unit.name``) after its shape, a prefill unit's
+    ``/to-dram`` (its load held low enough that a returning turn's KV back from DRAM, or slower
+    tiers up to it, meets TTFT) or ``/fresh`` (fresh prompts only); empty for the plain one."""
+    head = f"{u.hardware}/{u.role.name.lower()}/{u.parallel.label()}"
+    return u.name.removeprefix(head) if u.name.startswith(head) else ""
 
 
 def _tiers_table(best: TopologyOutcome) -> str:
