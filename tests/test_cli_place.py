@@ -498,7 +498,8 @@ def test_an_infeasible_answer_quotes_the_shapes_nearest_their_target(cli: Cli, c
     out = cli("place", *flags, "--tpot", "0.05", "--no-shadow-prices")
     assert out.code == 3 and out.err.count("\n") == 1, out.err
     least = r"TTFT p50 is ([0-9.]+) s"
-    (prefill,) = [line for line in out.out.splitlines() if line.startswith("  disaggregated: no prefill unit: ")]
+    head = "  disaggregated: no prefill unit: "
+    (prefill,) = [line for line in out.out.splitlines() if line.startswith(head)]
     quoted = [float(t) for t in re.findall(least, prefill)]
     req = PlacementRequest("deepseek-v3", ("b200",), Workload(10.0, 2000.0, 500.0), Slo(0.1, 0.05))
     c = build_candidates(req, Topology.DISAGGREGATED, catalog, load_params())
@@ -541,3 +542,14 @@ def test_pools_of_one_shape_are_told_apart_as_json_names_them(cli: Cli) -> None:
     assert len(shapes) > len(set(shapes)), names  # the case: two prefill pools of one shape
     rows = [line.split()[:3] for line in text.out.splitlines() if line.startswith(("prefill ", "decode "))]
     assert [f"{hw}/{role}/{shape}" for role, hw, shape in rows] == names, (rows, names)
+
+
+def test_a_small_traffic_reads_its_token_rates_not_zero(cli: Cli) -> None:
+    """0.001 requests/s of 4,096-token prompts and 1,024-token answers on a B200 node: 5.12
+    tokens/s, 0.128 output tokens/s per GPU over its 8 GPUs; the best line had read "5 tokens/s
+    (0 output tokens/s per GPU)". From 100 up the rates stay whole (1,250)."""
+    flags = ["--hardware", "b200", "--rate", "0.001", "--ttft", "2", "--tpot", "0.05", "--no-shadow-prices"]
+    out = cli("place", *flags)
+    assert out.code == 0, out.err
+    best = "best: aggregated, 0.001 req/s, 5.12 tokens/s (0.128 output tokens/s per GPU), $15.60/hour"
+    assert best in out.out

@@ -485,8 +485,8 @@ def render(
     lines += [
         "",
         f"best: {best.topology.value}, {best.requests_per_s:g} req/s, "
-        f"{best.tokens_per_s:,.0f} tokens/s ({_output_per_gpu(best, report.request):,.0f} output tokens/s "
-        f"per GPU), "
+        f"{_rate(best.tokens_per_s)} tokens/s "
+        f"({_rate(_output_per_gpu(best, report.request))} output tokens/s per GPU), "
         + (
             f"${best.usd_per_hour:,.2f}/hour"
             if best.usd_per_hour == best.usd_per_hour
@@ -541,6 +541,12 @@ def _energy_line(req: PlacementRequest, e: dict[str, float | None]) -> str:
             f"${e['usd_per_million_tokens'] or float('nan'):.4f} per million tokens with it"
         )
     return line
+
+
+def _rate(value: float) -> str:
+    """A token rate: whole tokens from 100 up (``1,250``), three figures below, where whole ones
+    had read ``0 output tokens/s per GPU`` for a design that serves 0.001 requests/s."""
+    return f"{value:,.0f}" if abs(value) >= 99.5 else f"{value:.3g}"
 
 
 def _output_per_gpu(best: TopologyOutcome, req: PlacementRequest) -> float:
