@@ -553,3 +553,25 @@ def test_a_small_traffic_reads_its_token_rates_not_zero(cli: Cli) -> None:
     assert out.code == 0, out.err
     best = "best: aggregated, 0.001 req/s, 5.12 tokens/s (0.128 output tokens/s per GPU), $15.60/hour"
     assert best in out.out
+
+
+def test_a_cap_far_too_small_is_named_with_what_the_demand_needs(cli: Cli, catalog: Catalog) -> None:
+    """Llama 3.1 405B on H100 at 2,000 requests/s costs $28,600/hour (22,000 GPUs). Under a $10
+    budget the answer had read "fresh demand: only 0 of 2000 requests/s can be served", and the
+    disaggregated line "serving the demand costs $10.40/h" (one node, serving nothing): the
+    explanation weighed the demand against the caps, and a cap thousands of times short gave
+    way to the demand. The demand is now held whole first: the budget binds, at the cost of the
+    design the cap-free answer buys; the same for a power cap (the GPUs at their TDP)."""
+    flags = ["--model", "llama-3.1-405b", "--hardware", "h100", "--rate", "2000", "--isl", "50"]
+    args = ["place", *flags, "--osl", "4000", "--ttft", "3", "--tpot", "0.5", "--no-shadow-prices"]
+    free = cli(*args, "--topology", "disaggregated", "--json")
+    assert free.code == 0, free.err
+    cost, gpus = (json.loads(free.out)["best"][k] for k in ("usd_per_hour", "gpus"))
+    budget = cli(*args, "--budget", "10")
+    assert budget.code == 3 and "can be served" not in budget.out + budget.err, budget.err
+    want = f"budget: serving the demand costs ${cost:,.2f}/h but the budget is $10.00/h"
+    assert budget.err.strip() == f"dse: error: no feasible design: {want}", (cost, budget.err)
+    power = cli(*args, "--power-kw", "5", "--topology", "disaggregated")
+    kw = gpus * catalog.hardware("h100-sxm").tdp_w / 1e3
+    want = f"power: serving the demand needs {kw:,.1f} kW but the cap is 5.0 kW"
+    assert power.code == 3 and power.err.strip().endswith(want), (gpus, power.err)
