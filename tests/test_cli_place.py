@@ -575,3 +575,33 @@ def test_a_cap_far_too_small_is_named_with_what_the_demand_needs(cli: Cli, catal
     kw = gpus * catalog.hardware("h100-sxm").tdp_w / 1e3
     want = f"power: serving the demand needs {kw:,.1f} kW but the cap is 5.0 kW"
     assert power.code == 3 and power.err.strip().endswith(want), (gpus, power.err)
+
+
+def test_how_far_past_its_caps_a_topology_is_counts_in_units_of_each_cap(catalog: Catalog) -> None:
+    """DeepSeek-V3 on B200 at 20 requests/s: aggregated needs 24 GPUs, disaggregated 16, of 1 kW
+    each. Under a 10 kW cap they are 140% and 60% past it; under a $20/hour budget ($1.95 a GPU
+    hour), 134% and 56%. The overshoot that picks the nearest topology had summed the elastic
+    slacks in their own units, 14,000 and 6,000 (W) against 26.8 and 11.2 ($/h): a topology past
+    a power cap then read as farther than one past a budget by a thousand times as much."""
+    from dse.perf.params import load_params
+    from dse.placement import PlacementRequest, Topology, place
+    from dse.placement.request import Limits
+    from dse.workload import Slo, Workload
+
+    def overshoot(limits: Limits) -> dict[str, float]:
+        req = PlacementRequest(
+            "deepseek-v3", ("b200",), Workload(20.0, 4000.0, 1000.0), Slo(2.0, 0.05),
+            Topology.AUTO, limits=limits,
+        )  # fmt: skip
+        report = place(req, catalog=catalog, params=load_params(), with_shadow_prices=False)
+        whys = {o.topology.value: o.infeasibility for o in report.outcomes}
+        return {t: why.overshoot for t, why in whys.items() if why is not None and t != "afd"}
+
+    b200 = catalog.hardware("b200")
+    gpus = {"aggregated": 24, "disaggregated": 16}
+    power = overshoot(Limits(power_kw=10.0))
+    assert power == pytest.approx({t: n * b200.tdp_w / 1e4 - 1.0 for t, n in gpus.items()}), power
+    usd = b200.prices.usd_per_gpu_hour_own_hyperscaler
+    assert usd is not None
+    budget = overshoot(Limits(budget_usd_hour=20.0))
+    assert budget == pytest.approx({t: n * usd / 20.0 - 1.0 for t, n in gpus.items()}), budget

@@ -89,7 +89,9 @@ def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
         return Infeasibility(
             "unknown", "the elastic model needed no slack; the instance may be numerically hard"
         )
-    over = float(sum(v for v in el.slacks.values() if v > 1e-6))
+    # in units of each cap, as the names of the topologies' reasons are compared: summed in their
+    # own units (W, $/h, GPUs), a power cap 60% short had weighed 6,000 beside a budget 60% short's 0.6
+    over = float(sum(v / sizes[k] for k, v in el.slacks.items() if v > 1e-6))
     return Infeasibility(" and ".join(t[0] for t in texts), "; ".join(t[1] for t in texts), over)
 
 
