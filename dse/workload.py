@@ -16,6 +16,11 @@ from typing import Any
 from dse.typed_data import fraction, non_negative, open_percent, positive, rule
 
 
+def think_class_name(dwell_s: float) -> str:
+    """The KV class of the returning turns that come back after ``dwell_s`` seconds (``think30s``)."""
+    return f"think{dwell_s:g}s"
+
+
 @dataclass(frozen=True)
 class ThinkBin:
     """A share of returning turns that come back after about ``dwell_s`` seconds."""
@@ -59,6 +64,14 @@ class Workload:
             total = sum(b.share for b in self.think)
             if not math.isclose(total, 1.0, abs_tol=1e-6):
                 return ("think", "shares must sum to 1", round(total, 6))
+            # each bin is a KV class named by its think time (``think30s``): two of one name had
+            # been two rows, in the tables and the exports, that no reader could tell apart
+            names = [think_class_name(b.dwell_s) for b in self.think]
+            twice = next((n for n in names if names.count(n) > 1), None)
+            if twice is not None:
+                dwell = twice.removeprefix("think").removesuffix("s")
+                rule = f"must give each think time once ({dwell} s twice: one bin with their shares summed)"
+                return ("think", rule, ",".join(f"{b.share:g}:{b.dwell_s:g}" for b in self.think))
         return None
 
     @property

@@ -388,7 +388,7 @@ def update(m: pyo.ConcreteModel, data: PlacementData) -> None:
 
 def _weights(objective: Objective, elastic: dict[str, float] | None) -> dict[str, float | list[float]]:
     """The objective's weights (see :func:`set_objective`), by parameter name."""
-    slack = [1.0 / elastic[k] if elastic is not None else 0.0 for k in ELASTIC]
+    slack = [1.0 / elastic[k] if elastic is not None and k in elastic else 0.0 for k in ELASTIC]
     if elastic is not None:
         return {"w_cost": 0.0, "w_gpus": 0.0, "w_scale": 0.0, "w_slack": slack}
     goodput = objective is Objective.GOODPUT
@@ -405,12 +405,13 @@ def set_objective(
 ) -> None:
     """Weights of the objective; ties break on cost. ``elastic`` maps each elastic family to
     the size it is measured against: the model then minimises the slacks relative to those sizes
-    (and nothing else), so their values say what is missing and by how much."""
+    (and nothing else), so their values say what is missing and by how much; a family it leaves
+    out keeps its slack closed."""
     goodput = objective is Objective.GOODPUT and elastic is None
     m.scale.setlb(0.0 if goodput else 1.0)
     m.scale.setub(None if goodput else 1.0)
-    for k in ELASTIC:
-        m.slack[k].setub(None if elastic is not None else 0.0)
+    for k in ELASTIC:  # a family ``elastic`` leaves out stays closed
+        m.slack[k].setub(None if elastic is not None and k in elastic else 0.0)
     for name, value in _weights(objective, elastic).items():
         if isinstance(value, list):
             _store(getattr(m, name), np.array(value))

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, Cli, Result
 
+from dse.catalog import Catalog
+
 BASE = [
     "place",
     "--hardware",
@@ -479,3 +481,127 @@ def test_hardware_without_a_price_says_which_tiers_have_one(cli: Cli, tmp_path: 
         "prices.usd_per_gpu_hour_rent_3yr: has no value; choose a price tier it has (own_hyperscaler, "
         "own_neocloud), or add the price to the catalog\n"
     ), partly.err
+
+
+def test_an_infeasible_answer_quotes_the_shapes_nearest_their_target(cli: Cli, catalog: Catalog) -> None:
+    """DeepSeek-V3 on B200 at TTFT 0.1 s, which no prefill shape meets. The answer had quoted the
+    first shape listed, 4gpu-tp4-ep4 (0.217 s at its least load), where 32gpu-dpa-ep32 and
+    8gpu-dpa-ep8 come within 0.180 s and 0.181 s; the aggregated line had named that one shape
+    three times, once per prefill share, with the same figures. Now the three nearest shapes,
+    nearest first, each once."""
+    from dse.perf.params import load_params
+    from dse.placement import PlacementRequest, Topology
+    from dse.placement.candidates import build_candidates
+    from dse.workload import Slo, Workload
+
+    flags = ["--hardware", "b200", "--rate", "10", "--isl", "2000", "--osl", "500", "--ttft", "0.1"]
+    out = cli("place", *flags, "--tpot", "0.05", "--no-shadow-prices")
+    assert out.code == 3 and out.err.count("\n") == 1, out.err
+    least = r"TTFT p50 is ([0-9.]+) s"
+    head = "  disaggregated: no prefill unit: "
+    (prefill,) = [line for line in out.out.splitlines() if line.startswith(head)]
+    quoted = [float(t) for t in re.findall(least, prefill)]
+    req = PlacementRequest("deepseek-v3", ("b200",), Workload(10.0, 2000.0, 500.0), Slo(0.1, 0.05))
+    c = build_candidates(req, Topology.DISAGGREGATED, catalog, load_params())
+    every = sorted(float(m[1]) for e in c.exclusions if (m := re.search(least, e.reason)))
+    assert len(every) > 3 and quoted == every[:3], (quoted, every)
+    (mixed,) = [line for line in out.out.splitlines() if line.startswith("  aggregated: no mixed unit: ")]
+    named = re.findall(r"b200 (\S+): at prefill share", mixed)
+    assert len(named) == 3 and len(set(named)) == 3, mixed
+
+
+def test_a_think_time_given_twice_is_refused(cli: Cli) -> None:
+    """Each think-time bin is a KV class named by its think time: ``--think 0.5:30,0.5:30`` had
+    placed two classes both named ``think30s``, two rows in the KV table (one all in HBM, one a
+    third in HBM) and two ``tiers`` entries in --json that no reader could tell apart."""
+    turns = ["--returning-share", "0.5", "--prefix", "20000", "--suffix", "500"]
+    for think in ("0.5:30,0.5:30", "0.5:30,0.5:30.0000001"):  # one name, think30s, both times
+        out = run(cli, "--hardware", "b200", *turns, "--think", think, "--no-shadow-prices")
+        assert out.code == 2 and out.err.count("\n") == 1, out.err
+        assert out.err.startswith("dse: error: dse place: --think = '0.5:30,0.5:30': must give each ")
+        assert "(30 s twice: one bin with their shares summed)" in out.err, out.err
+    apart = run(cli, "--hardware", "b200", *turns, "--think", "0.5:30,0.5:31", "--no-shadow-prices", "--json")
+    assert apart.code == 0
+    best = json.loads(apart.out)["best"]
+    assert [t["kv_class"] for t in best["tiers"]] == ["think30s", "think31s"]
+
+
+def test_pools_of_one_shape_are_told_apart_as_json_names_them(cli: Cli) -> None:
+    """DeepSeek-V3 on MI355X with returning turns: the best design prefills on two pools of
+    4gpu-dpa-ep4, one at the load that lets a returning turn recomputed meet TTFT
+    (``.../to-drop``). The table had shown two rows reading the same shape, at different loads
+    and TTFTs; the second now says ``4gpu-dpa-ep4/to-drop``, the rest of its --json name."""
+    flags = ["--model", "deepseek-v3", "--hardware", "mi355x", "--rate", "10", "--isl", "8000"]
+    turns = ["--returning-share", "0.4", "--prefix", "30000", "--suffix", "300", "--think", "0.5:60,0.5:1800"]
+    args = ["place", *flags, "--osl", "1000", *turns, "--ttft", "3", "--tpot", "0.05", "--no-shadow-prices"]
+    text, doc = cli(*args), cli(*args, "--json")
+    assert text.code == 0 and doc.code == 0, text.err
+    best = json.loads(doc.out)["best"]
+    names = [p["unit"]["name"] for p in best["pools"]]
+    shapes = [n.split("/")[2] for n in names if "/prefill/" in n]
+    assert len(shapes) > len(set(shapes)), names  # the case: two prefill pools of one shape
+    rows = [line.split()[:3] for line in text.out.splitlines() if line.startswith(("prefill ", "decode "))]
+    assert [f"{hw}/{role}/{shape}" for role, hw, shape in rows] == names, (rows, names)
+
+
+def test_a_small_traffic_reads_its_token_rates_not_zero(cli: Cli) -> None:
+    """0.001 requests/s of 4,096-token prompts and 1,024-token answers on a B200 node: 5.12
+    tokens/s, 0.128 output tokens/s per GPU over its 8 GPUs; the best line had read "5 tokens/s
+    (0 output tokens/s per GPU)". From 100 up the rates stay whole (1,250)."""
+    flags = ["--hardware", "b200", "--rate", "0.001", "--ttft", "2", "--tpot", "0.05", "--no-shadow-prices"]
+    out = cli("place", *flags)
+    assert out.code == 0, out.err
+    best = "best: aggregated, 0.001 req/s, 5.12 tokens/s (0.128 output tokens/s per GPU), $15.60/hour"
+    assert best in out.out
+
+
+def test_a_cap_far_too_small_is_named_with_what_the_demand_needs(cli: Cli, catalog: Catalog) -> None:
+    """Llama 3.1 405B on H100 at 2,000 requests/s costs $28,600/hour (22,000 GPUs). Under a $10
+    budget the answer had read "fresh demand: only 0 of 2000 requests/s can be served", and the
+    disaggregated line "serving the demand costs $10.40/h" (one node, serving nothing): the
+    explanation weighed the demand against the caps, and a cap thousands of times short gave
+    way to the demand. The demand is now held whole first: the budget binds, at the cost of the
+    design the cap-free answer buys; the same for a power cap (the GPUs at their TDP)."""
+    flags = ["--model", "llama-3.1-405b", "--hardware", "h100", "--rate", "2000", "--isl", "50"]
+    args = ["place", *flags, "--osl", "4000", "--ttft", "3", "--tpot", "0.5", "--no-shadow-prices"]
+    free = cli(*args, "--topology", "disaggregated", "--json")
+    assert free.code == 0, free.err
+    cost, gpus = (json.loads(free.out)["best"][k] for k in ("usd_per_hour", "gpus"))
+    budget = cli(*args, "--budget", "10")
+    assert budget.code == 3 and "can be served" not in budget.out + budget.err, budget.err
+    want = f"budget: serving the demand costs ${cost:,.2f}/h but the budget is $10.00/h"
+    assert budget.err.strip() == f"dse: error: no feasible design: {want}", (cost, budget.err)
+    power = cli(*args, "--power-kw", "5", "--topology", "disaggregated")
+    kw = gpus * catalog.hardware("h100-sxm").tdp_w / 1e3
+    want = f"power: serving the demand needs {kw:,.1f} kW but the cap is 5.0 kW"
+    assert power.code == 3 and power.err.strip().endswith(want), (gpus, power.err)
+
+
+def test_how_far_past_its_caps_a_topology_is_counts_in_units_of_each_cap(catalog: Catalog) -> None:
+    """DeepSeek-V3 on B200 at 20 requests/s: aggregated needs 24 GPUs, disaggregated 16, of 1 kW
+    each. Under a 10 kW cap they are 140% and 60% past it; under a $20/hour budget ($1.95 a GPU
+    hour), 134% and 56%. The overshoot that picks the nearest topology had summed the elastic
+    slacks in their own units, 14,000 and 6,000 (W) against 26.8 and 11.2 ($/h): a topology past
+    a power cap then read as farther than one past a budget by a thousand times as much."""
+    from dse.perf.params import load_params
+    from dse.placement import PlacementRequest, Topology, place
+    from dse.placement.request import Limits
+    from dse.workload import Slo, Workload
+
+    def overshoot(limits: Limits) -> dict[str, float]:
+        req = PlacementRequest(
+            "deepseek-v3", ("b200",), Workload(20.0, 4000.0, 1000.0), Slo(2.0, 0.05),
+            Topology.AUTO, limits=limits,
+        )  # fmt: skip
+        report = place(req, catalog=catalog, params=load_params(), with_shadow_prices=False)
+        whys = {o.topology.value: o.infeasibility for o in report.outcomes}
+        return {t: why.overshoot for t, why in whys.items() if why is not None and t != "afd"}
+
+    b200 = catalog.hardware("b200")
+    gpus = {"aggregated": 24, "disaggregated": 16}
+    power = overshoot(Limits(power_kw=10.0))
+    assert power == pytest.approx({t: n * b200.tdp_w / 1e4 - 1.0 for t, n in gpus.items()}), power
+    usd = b200.prices.usd_per_gpu_hour_own_hyperscaler
+    assert usd is not None
+    budget = overshoot(Limits(budget_usd_hour=20.0))
+    assert budget == pytest.approx({t: n * usd / 20.0 - 1.0 for t, n in gpus.items()}), budget

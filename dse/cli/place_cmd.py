@@ -485,8 +485,8 @@ def render(
     lines += [
         "",
         f"best: {best.topology.value}, {best.requests_per_s:g} req/s, "
-        f"{best.tokens_per_s:,.0f} tokens/s ({_output_per_gpu(best, report.request):,.0f} output tokens/s "
-        f"per GPU), "
+        f"{_rate(best.tokens_per_s)} tokens/s "
+        f"({_rate(_output_per_gpu(best, report.request))} output tokens/s per GPU), "
         + (
             f"${best.usd_per_hour:,.2f}/hour"
             if best.usd_per_hour == best.usd_per_hour
@@ -541,6 +541,12 @@ def _energy_line(req: PlacementRequest, e: dict[str, float | None]) -> str:
             f"${e['usd_per_million_tokens'] or float('nan'):.4f} per million tokens with it"
         )
     return line
+
+
+def _rate(value: float) -> str:
+    """A token rate: whole tokens from 100 up (``1,250``), three figures below, where whole ones
+    had read ``0 output tokens/s per GPU`` for a design that serves 0.001 requests/s."""
+    return f"{value:,.0f}" if abs(value) >= 99.5 else f"{value:.3g}"
 
 
 def _output_per_gpu(best: TopologyOutcome, req: PlacementRequest) -> float:
@@ -609,11 +615,12 @@ def _pools_table(best: TopologyOutcome, slo: Slo) -> str:
         paced = u.role in PACED and u.tpot_s == u.tpot_s and u.tpot_s < slo.tpot_s * (1.0 - 1e-9)
         return u.parallel.label() + (f" @{u.tpot_s * 1e3:g}ms" if paced else "")
 
+    shown = [(p.unit.role, p.unit.hardware, shape(p.unit)) for p in best.pools]
     rows = [
         [
             p.unit.role.name.lower(),
             p.unit.hardware,
-            shape(p.unit),
+            label + (_variant(p.unit) if shown.count((p.unit.role, p.unit.hardware, label)) > 1 else ""),
             p.instances,
             p.gpus,
             p.unit.decode_batch or None,
@@ -624,7 +631,7 @@ def _pools_table(best: TopologyOutcome, slo: Slo) -> str:
             p.unit.ttft_s if p.unit.ttft_s == p.unit.ttft_s else None,
             p.usd_per_hour,
         ]
-        for p in best.pools
+        for p, (_, _, label) in zip(best.pools, shown, strict=True)
     ]
     # the GPUs of whole nodes or racks bought that no pool runs on: in the design's $/hour too
     rows += [["idle", i.hardware, None, None, i.gpus, *[None] * 6, i.usd_per_hour] for i in best.idle]
@@ -645,6 +652,15 @@ def _pools_table(best: TopologyOutcome, slo: Slo) -> str:
         ],
         rows,
     )
+
+
+def _variant(u: UnitInfo) -> str:
+    """What tells apart units of one role, hardware and shape that the other columns may not: the
+    rest of the unit's name (``--json``'s ``unit.name``) after its shape, a prefill unit's
+    ``/to-dram`` (its load held low enough that a returning turn's KV back from DRAM, or slower
+    tiers up to it, meets TTFT) or ``/fresh`` (fresh prompts only); empty for the plain one."""
+    head = f"{u.hardware}/{u.role.name.lower()}/{u.parallel.label()}"
+    return u.name.removeprefix(head) if u.name.startswith(head) else ""
 
 
 def _tiers_table(best: TopologyOutcome) -> str:

@@ -41,6 +41,7 @@ with the units that midfill it (their HBM, host DRAM, local NVMe) or in the netw
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
@@ -60,7 +61,7 @@ from dse.placement.prefill_queue import PrefillCurve, prefill_curve
 from dse.placement.request import PlacementRequest, Topology
 from dse.placement.shapes import Parallel, Shapes, shapes_of, shared_shapes, tier_capacity
 from dse.units import GB
-from dse.workload import Slo, Workload
+from dse.workload import Slo, Workload, think_class_name
 from formulations.placement_data import TIERS, Objective, PlacementData, Role
 from formulations.slots import wait_beta
 
@@ -86,12 +87,16 @@ class UnitInfo:
 
 @dataclass(frozen=True)
 class Exclusion:
-    """A unit shape that cannot serve, and why (with the numbers)."""
+    """A unit shape that cannot serve, and why (with the numbers). ``over`` is how far past its
+    limit the shape falls, as a ratio of the reason's own figures (what the weights need over
+    what HBM offers, the shortest TTFT it gives over the target, ...; inf where the reason has no
+    such figure), so an infeasible answer quotes the shapes nearest to serving first."""
 
     hardware: str
     role: str
     parallel: str
     reason: str
+    over: float = field(default=math.inf, compare=False)
 
 
 @dataclass(frozen=True)
@@ -147,10 +152,11 @@ class _Builder:
                 "all",
                 f"weights need {s.weights_gb[i]:.1f} GB per GPU but {s.hw(i).id} offers "
                 f"{s.usable_gb[i]:.1f} GB after the {self.p.hbm_reserve_fraction:.0%} runtime reserve",
+                over=float(s.weights_gb[i] / s.usable_gb[i]) if s.usable_gb[i] > 0 else math.inf,
             )
 
-    def exclude(self, i: int, role: str, reason: str) -> None:
-        e = Exclusion(self.s.hw(i).id, role, self.s.par[i].label(), reason)
+    def exclude(self, i: int, role: str, reason: str, over: float = math.inf) -> None:
+        e = Exclusion(self.s.hw(i).id, role, self.s.par[i].label(), reason, over)
         if e not in self.excl:  # a role builder may ask for its shapes more than once
             self.excl.append(e)
 
@@ -283,12 +289,12 @@ class _Builder:
         (``rec_one``) takes beyond that forward."""
         return max(rec_one - mid_one, 0.0) if tier == "drop" else float(self.s.reload_s(i, tier))
 
-    def _no_way_back(self, i: int, scale: float) -> str:
+    def _no_way_back(self, i: int, scale: float) -> tuple[str, float]:
         """Why a prefill shape takes no returning turn: what the fastest way back takes alone,
-        before any wait for a busy server, against the TTFT target."""
+        before any wait for a busy server, against the TTFT target (and that time over the target)."""
         back = self._fastest_back(i, scale)
         if back is None:
-            return "no way back for a returning turn's KV"
+            return "no way back for a returning turn's KV", math.inf
         lead, handoff = self._offsets(True), float(self.s.returning_handoff_s[i])
         total = lead + back[0] + handoff
         pct = f"p{self.slo.percentile:g}"
@@ -297,7 +303,7 @@ class _Builder:
             f"TTFT {self.slo.ttft_s:g} s cannot be met for a returning turn: alone it takes {total:.3f} s, "
             f"the engines' fitted front end and hand-off ({lead:.3f} s), {back[0]:.3f} s ({back[1]}) "
             f"and {handoff:.3f} s of KV handoff{waits}"
-        )
+        ), total / self.slo.ttft_s
 
     def _offsets(self, handoff: bool) -> float:
         """Seconds every prompt's TTFT takes outside the engine's forwards: the fitted front end,
@@ -393,8 +399,10 @@ class _Builder:
                 row.info = replace(row.info, prefill_forward_requests=row.forward_prompts)
                 self.rows.append(row)
             if seen and self.classes and not any(any(a) for a in seen):
-                self.exclude(i, "returning", self._no_way_back(i, scale))
+                self.exclude(i, "returning", *self._no_way_back(i, scale))
             if not seen:
+                alone = self._offsets(True) + scale * s.fresh.one_s[i] + s.fresh_handoff_s[i]
+                least = self._least(i, curve) if case == 0 else None
                 self.exclude(
                     i,
                     "prefill",
@@ -407,18 +415,22 @@ class _Builder:
                         if self.classes
                         else ""
                     )
-                    + (self._lightest(i, curve) if case == 0 else ""),
+                    + ("" if least is None else self._lightest(least)),
+                    float(alone if least is None else least) / self.slo.ttft_s,
                 )
 
-    def _lightest(self, i: int, curve: PrefillCurve) -> str:
-        """What the least load a prefill server can carry gives a fresh prompt at the target's
-        percentile (its wait for a busy server and its own forwards), where that binds; ``curve``
-        is fresh prompts'."""
+    def _least(self, i: int, curve: PrefillCurve) -> float | None:
+        """The TTFT the least load a prefill server can carry gives a fresh prompt at the
+        target's percentile (its wait for a busy server and its own forwards), where the curve
+        has one; ``curve`` is fresh prompts'."""
         if len(curve.extra_s) < 2:
-            return ""
+            return None
         s = self.s
         alone = self._offsets(True) + curve.scale * s.fresh.one_s[i] + s.fresh_handoff_s[i]
-        least = alone + max(float(curve.extra_s[1]), 0.0)
+        return float(alone + max(float(curve.extra_s[1]), 0.0))
+
+    def _lightest(self, least: float) -> str:
+        """:meth:`_least`'s TTFT in words, against the target."""
         over = (least - self.slo.ttft_s) * 1e3
         pct = f"p{self.slo.percentile:g}"
         return f"; at the least load it carries, TTFT {pct} is {least:.3f} s ({over:+.2f} ms)"
@@ -515,17 +527,18 @@ class _Builder:
             offered: set[tuple[int, float]] = set()  # (shape, batch): a pace at the same batch adds nothing
             placed: set[int] = set()
             settled: set[int] = set()  # shapes a tighter pace can buy nothing more for
-            missed: dict[int, str] = {}  # why a shape has no unit: its first failure, the target's pace first
+            # why a shape has no unit, and how far it falls short: its first failure, the target's pace first
+            missed: dict[int, tuple[str, float]] = {}
             for k, pace in enumerate(paces):
                 rate, batch = rates[n * len(paces) + k], batches[n * len(paces) + k]
                 for i in self.shapes("decode", unit="mixed"):
                     key = (i, round(float(batch[i]), 6))
                     if rate[i] <= 0:
-                        missed.setdefault(i, _tpot_reason(slo, s.cap_seq[i]))
+                        missed.setdefault(i, (_tpot_reason(slo, s.cap_seq[i]), math.inf))
                     elif key not in offered and i not in settled:
                         offered.add(key)
                         row = self._add_mixed_row(i, phi, pace, float(rate[i]), float(batch[i]))
-                        if isinstance(row, str):
+                        if isinstance(row, tuple):
                             missed.setdefault(i, row)
                             continue
                         placed.add(i)
@@ -533,9 +546,9 @@ class _Builder:
                             limit = self._shortest_step_row(i, phi, float(rate[i]), float(batch[i]))
                             if self._nothing_left(row, limit):
                                 settled.add(i)
-            for i, why in missed.items():
+            for i, (why, over) in missed.items():
                 if i not in placed:
-                    self.exclude(i, "mixed", f"at prefill share {phi:g}: {why}")
+                    self.exclude(i, "mixed", f"at prefill share {phi:g}: {why}", over)
 
     def _shortest_step_row(self, i: int, phi: float, rate: float, batch: float) -> _Row:
         """What a unit of shape ``i`` at share ``phi`` would get with no decode step ahead of its
@@ -556,9 +569,12 @@ class _Builder:
         same_ways = bool((np.isfinite(row.mid) == np.isfinite(limit.mid)).all())
         return row.share >= 0.99 * limit.share and same_ways
 
-    def _add_mixed_row(self, i: int, phi: float, pace: float, rate: float, batch: float) -> _Row | str:
+    def _add_mixed_row(
+        self, i: int, phi: float, pace: float, rate: float, batch: float
+    ) -> _Row | tuple[str, float]:
         """An aggregated unit of shape ``i`` at prefill share ``phi`` running ``batch`` sequences,
-        sized for a TPOT of ``pace``: its row, or why its prompts cannot meet TTFT."""
+        sized for a TPOT of ``pace``: its row, or why its prompts cannot meet TTFT (and the
+        slower of a prompt and a returning turn alone, over the target)."""
         s, slo = self.s, self.slo
         row = _Row(
             self.info(i, Role.MIXED, hbm_gb=0.0),
@@ -572,12 +588,14 @@ class _Builder:
         ttft = self.prefill_side(row, i, handoff=False, rho_cap=phi, lead_s=step, scale=scale)
         if not np.isfinite(ttft):
             back = self._fastest_back(i, scale)  # a returning turn may be what misses, not a prompt
+            prompt = scale * s.fresh.one_s[i]
+            alone = self._offsets(False) + step + max(prompt, 0.0 if back is None else back[0])
             return (
-                f"TTFT {slo.ttft_s:g} s cannot be met: a prompt takes {scale * s.fresh.one_s[i]:.3f} s"
+                f"TTFT {slo.ttft_s:g} s cannot be met: a prompt takes {prompt:.3f} s"
                 + ("" if back is None else f" and a returning turn {back[0]:.3f} s ({back[1]})")
                 + f" after a decode step of up to {step:.3f} s and the engines' fitted front end "
                 f"({self._offsets(False):.3f} s)"
-            )
+            ), float(alone) / slo.ttft_s
         self._loaded_prefill(row, i, rate * (1.0 - phi), step, scale, phi, lead_s=step)
         ttft = row.info.ttft_s
         kv_used = batch * s.per_seq_gb[i]
@@ -698,6 +716,7 @@ class _Builder:
                         "ffn",
                         f"expert step for {seqs[i]:.0f} sequences takes {step[i] * 1e3:.2f} ms, "
                         f"over half of {of}",
+                        float(step[i] / (pace * AFD_SIDE_SHARE)),
                     )
                     if step[i] <= slo.tpot_s * AFD_SIDE_SHARE:
                         self._dead(i, Role.FFN, f"/b{seqs[i]:.0f}{tag}")
@@ -825,7 +844,7 @@ def classes_of(w: Workload) -> list[tuple[str, float, float]]:
     """(name, returning requests/s, dwell seconds) per think-time bin."""
     if w.returning_share <= 0:
         return []
-    return [(f"think{b.dwell_s:g}s", w.returning_per_s * b.share, b.dwell_s) for b in w.think]
+    return [(think_class_name(b.dwell_s), w.returning_per_s * b.share, b.dwell_s) for b in w.think]
 
 
 def build_candidates(

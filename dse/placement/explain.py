@@ -24,7 +24,7 @@ import numpy as np
 
 from dse.catalog import Catalog, Hardware
 from dse.perf.params import PerfParams
-from dse.placement.candidates import Candidates, build_candidates
+from dse.placement.candidates import Candidates, Exclusion, build_candidates
 from dse.placement.request import PlacementRequest, Topology
 from dse.units import GB, GIB
 from formulations.placement_check import residuals
@@ -39,6 +39,7 @@ REQUIRED_ROLES = {
 }
 
 
+DEMANDS = ("fresh_demand", "returning_demand")
 DEMAND_PRIORITY = 1e-3  # demand slack costs 1000x a relative unit of any cap's slack
 # a cap of zero has no size of its own: its slack is measured in 10,000s of its units (GPUs, W,
 # $/h, GB), cheap beside a sliver of the demand but still minimised (the GPUs an inventory of none
@@ -65,14 +66,20 @@ def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
     if missing is not None:
         return missing
     if data.n_classes and not np.isfinite(data.mid_s).any():
-        why = [e for e in c.exclusions if e.role == "returning"]  # with each shape's figures
+        why = _nearest([e for e in c.exclusions if e.role == "returning"])  # with each shape's figures
         shown = "; ".join(f"{e.hardware} {e.parallel}: {e.reason}" for e in _distinct(why)[:3])
         return Infeasibility(
             "returning-turn TTFT",
             "no unit can reload or recompute a returning turn's "
             f"{data.class_gb.max():.2f} GB of KV within the TTFT target" + (f": {shown}" if shown else ""),
         )
-    el = solver.elastic(data, _elastic_sizes(data))
+    sizes = _elastic_sizes(data)
+    # the demand held whole first: what the caps must give to serve it. Weighed against them, a
+    # demand of 2,000 requests/s had given way wholly against a budget 2,750 times short, and the
+    # answer read "only 0 of 2000 requests/s can be served" (or "costs $10.40/h": one node)
+    el = solver.elastic(data, {k: v for k, v in sizes.items() if k not in DEMANDS})
+    if not el.result.has_solution:  # no cap keeps it: the demand itself gives, last
+        el = solver.elastic(data, sizes)
     if not el.result.has_solution:
         return Infeasibility("unknown", f"the elastic model did not solve ({el.result.termination.value})")
     sol = el.result.solution
@@ -82,7 +89,9 @@ def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
         return Infeasibility(
             "unknown", "the elastic model needed no slack; the instance may be numerically hard"
         )
-    over = float(sum(v for v in el.slacks.values() if v > 1e-6))
+    # in units of each cap, as the names of the topologies' reasons are compared: summed in their
+    # own units (W, $/h, GPUs), a power cap 60% short had weighed 6,000 beside a budget 60% short's 0.6
+    over = float(sum(v / sizes[k] for k, v in el.slacks.items() if v > 1e-6))
     return Infeasibility(" and ".join(t[0] for t in texts), "; ".join(t[1] for t in texts), over)
 
 
@@ -92,8 +101,8 @@ def _missing_role(c: Candidates) -> Infeasibility | None:
     roles = set(Role(int(r)) for r in c.data.unit_role)
     for role in REQUIRED_ROLES[c.topology]:
         if role not in roles:
-            own = [e for e in c.exclusions if e.role == role.name.lower()]
-            reasons = own + [e for e in c.exclusions if e.role == "all"]  # the role's own reasons first
+            own = _nearest([e for e in c.exclusions if e.role == role.name.lower()])
+            reasons = own + _nearest([e for e in c.exclusions if e.role == "all"])  # the role's own first
             shown = "; ".join(f"{e.hardware} {e.parallel}: {e.reason}" for e in _distinct(reasons)[:3])
             return Infeasibility(f"no {role.name.lower()} unit", shown or "no candidate shapes")
     return None
@@ -191,14 +200,30 @@ def _served(served: float, total: float) -> str:
     return f"{served:.10g}"
 
 
-def _distinct(items: list) -> list:  # type: ignore[type-arg]
-    seen, out = set(), []
+def _nearest(items: list[Exclusion]) -> list[Exclusion]:
+    """``items`` with the shapes nearest to serving first (the least ``over``; in their order
+    among equals): the answer quotes what binds the best shape, not the first one listed."""
+    return sorted(items, key=lambda e: e.over)
+
+
+def _distinct(items: list[Exclusion]) -> list[Exclusion]:
+    """One reason per shape (an aggregated shape's first prefill share: the others had repeated
+    its figures), and a reason word for word the same (``TPOT 50 ms cannot be met even at batch
+    1``) once per hardware."""
+    seen: set[tuple[str, str, str]] = set()
+    out = []
     for e in items:
-        key = (e.hardware, e.reason.split(":")[0])
-        if key not in seen:
-            seen.add(key)
+        keys = {(e.hardware, "shape", e.parallel), (e.hardware, "reason", _unshared(e.reason))}
+        if not keys & seen:
+            seen |= keys
             out.append(e)
     return out
+
+
+def _unshared(reason: str) -> str:
+    """A reason without the prefill share an aggregated unit's reason opens with."""
+    head, sep, rest = reason.partition(": ")
+    return rest if sep and head.startswith("at prefill share ") else reason
 
 
 @dataclass(frozen=True)
