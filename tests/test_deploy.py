@@ -1274,3 +1274,21 @@ def test_deploy_takes_the_best_trial_of_every_objective_as_the_study_names_it(ca
     spec = SimpleNamespace(variants=())
     res = SimpleNamespace(trials=trials, objectives=objectives, ranking=ranking, study=study, spec=spec)
     assert _best_launchable(res, catalog) == 1  # type: ignore[arg-type]
+
+
+def test_an_sglang_mtp_prefill_server_is_not_left_to_the_reset_to_48() -> None:
+    """SGLang sets an unset --max-running-requests to 48 under speculative decoding, whatever the
+    server's role, and each attention-DP worker gets 48 // --dp-size: a prefill server of 16 ranks
+    ran 3 requests a rank, of the prompts its chunk takes at once. Under MTP a pool the study gave
+    no cap gets SGLang's own default without it, 2048 a rank; without MTP the flag stays unset."""
+    f = FLAGS["sglang"]
+    prefill = PoolLaunch("prefill", "b200", 16, 1, 16, 2, 8, max_running=None, chunk_tokens=8192)
+    design = replace(_design(), pools=(prefill, _design().pools[1]))
+    for engine, profile in (("sglang", "trt"), ("sglang", "sglang"), ("dynamo", "sglang")):
+        d = replace(design, profile=profile)
+        files = launch_files(d, engine)
+        assert _arg(_command(files["prefill.sh"]), f["max_running"]) == str(2048 * 16), (engine, profile)
+        assert "2048 a rank" in files["README.md"] and "to 48 under speculative decoding" in files["README.md"]
+        plain = launch_files(replace(d, mtp_drafts=0), engine)
+        assert f["max_running"] not in _command(plain["prefill.sh"]), (engine, profile)
+        assert "to 48 under speculative decoding" not in plain["README.md"]
