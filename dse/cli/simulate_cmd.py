@@ -22,7 +22,7 @@ from dse.cli.flags import number, path_arg
 from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, output_error
-from dse.sim.kinds import ArrivalKind, PlannerKind
+from dse.sim.kinds import MIN_MEASURED_STEPS, ArrivalKind, PlannerKind
 from dse.typed_data import Rule, check_number, fraction, non_negative, positive, read_csv, row_shape_problem
 
 if TYPE_CHECKING:
@@ -279,13 +279,20 @@ def scenario_flags(args: argparse.Namespace) -> ScenarioFlags:
     for flag in ("horizon", "dt", "rate_scale", "burst_factor", "buffer", "period", "planner_period"):
         if getattr(args, flag) <= 0:
             raise InputError(SRC, f"--{flag.replace('_', '-')}", "must be positive", getattr(args, flag))
-    if args.dt > args.horizon:
-        raise InputError(SRC, "--dt", f"must not exceed --horizon ({args.horizon:g} s)", args.dt)
     for flag in ("burst_start", "burst_s", "planner_delay", "switch_s"):
         if getattr(args, flag) < 0:
             raise InputError(SRC, f"--{flag.replace('_', '-')}", "must not be negative", getattr(args, flag))
     if not 0 <= args.warmup < args.horizon:
         raise InputError(SRC, "--warmup", "must be at least 0 and below --horizon", args.warmup)
+    measured = args.horizon - args.warmup
+    if args.dt > measured / MIN_MEASURED_STEPS:
+        # fewer steps had given no sample after the warm-up (a traceback), or a stability verdict
+        # of too few samples, which reads as stable: 1.5 times capacity was 'stable: yes' at --dt 300
+        rule = (
+            f"must be at most --horizon less --warmup over {MIN_MEASURED_STEPS} (steps measured): "
+            f"{measured / MIN_MEASURED_STEPS:g} s"
+        )
+        raise InputError(SRC, "--dt", rule, args.dt)
     if kind is ArrivalKind.BURST and args.burst_start >= args.horizon:  # a burst the run never sees
         raise InputError(
             SRC, "--burst-start", f"must be below --horizon ({args.horizon:g} s)", args.burst_start
