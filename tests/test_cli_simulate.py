@@ -180,7 +180,7 @@ def test_the_engine_level_check_runs_the_output_lengths_asked(tmp_path: Path, cl
 
 def test_flags_the_run_would_ignore_are_refused(tmp_path: Path, cli: Cli) -> None:
     """A --placement holds its request; a burst's, a diurnal swing's, a trace's and a planner's
-    flags need their kind: each would otherwise be silently ignored."""
+    flags need their kind, given at any value: each would otherwise be silently ignored."""
     plan = tmp_path / "place.json"
     plan.write_text(cli(*PLACE).out)
     cases = {
@@ -190,6 +190,10 @@ def test_flags_the_run_would_ignore_are_refused(tmp_path: Path, cli: Cli) -> Non
         ("--trace", "rates.csv"): "--trace = 'rates.csv': needs --arrivals trace",
         ("--arrivals", "burst", "--amplitude", "0.2"): "--amplitude = 0.2: needs --arrivals diurnal",
         ("--switch-s", "10"): "--switch-s = 10: needs --planner",
+        # given at their defaults, too (they had run the constant traffic in silence)
+        ("--burst-factor", "2"): "--burst-factor = 2: needs --arrivals burst",
+        ("--arrivals", "burst", "--period", "3600"): "--period = 3600: needs --arrivals diurnal",
+        ("--planner-delay", "60"): "--planner-delay = 60: needs --planner",
         # a burst the run never reaches (it had run the plain traffic in silence)
         ("--arrivals", "burst", "--burst-start", "5000", "--horizon", "1000"): (
             "--burst-start = 5000: must be below --horizon (1000 s)"

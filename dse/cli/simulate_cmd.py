@@ -56,6 +56,22 @@ SCENARIO_NUMBERS: dict[str, Rule | None] = {
 }
 
 
+class _Given(argparse.Action):
+    """Stores the flag's value and notes that it was given (``args.given``): a flag of another
+    kind of arrivals, or of no planner, is refused when given at all, its default value too
+    (``--burst-factor 2`` without ``--arrivals burst`` had run a constant rate, and said nothing)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.given = frozenset(getattr(namespace, "given", frozenset())) | {self.dest}
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("simulate", help="check a placement over time (fluid model, discrete-event reference)")
     p.add_argument(
@@ -77,13 +93,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="constant, burst (--burst-*), diurnal (--amplitude, --period) or trace (--trace)",
     )
     g.add_argument("--rate-scale", type=number, default=1.0, help="multiplies the placement's request rate")
-    g.add_argument("--burst-factor", type=number, default=2.0, help="rate multiple during the burst")
-    g.add_argument("--burst-start", type=number, default=600.0, help="seconds")
-    g.add_argument("--burst-s", type=number, default=300.0, help="burst length, seconds")
-    g.add_argument("--amplitude", type=number, default=0.5, help="diurnal swing, fraction of the rate")
-    g.add_argument("--period", type=number, default=3600.0, help="diurnal period, seconds")
+    g.add_argument("--burst-factor", type=number, action=_Given, default=2.0, help="rate multiple during the burst")
+    g.add_argument("--burst-start", type=number, action=_Given, default=600.0, help="seconds")
+    g.add_argument("--burst-s", type=number, action=_Given, default=300.0, help="burst length, seconds")
+    g.add_argument("--amplitude", type=number, action=_Given, default=0.5, help="diurnal swing, fraction of the rate")
+    g.add_argument("--period", type=number, action=_Given, default=3600.0, help="diurnal period, seconds")
     g.add_argument(
-        "--trace", type=path_arg, metavar="RATES.csv", help="columns t_s,rate_per_s (piecewise constant)"
+        "--trace", type=path_arg, action=_Given, metavar="RATES.csv", help="columns t_s,rate_per_s (piecewise constant)"
     )
     g.add_argument(
         "--lengths",
@@ -100,9 +116,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         choices=[k.value for k in PlannerKind],
         help="the slow loop that moves instances between prefill and decode",
     )
-    g.add_argument("--planner-period", type=number, default=60.0, help="seconds between planner decisions")
-    g.add_argument("--planner-delay", type=number, default=60.0, help="age of the measurements it acts on, s")
-    g.add_argument("--switch-s", type=number, default=30.0, help="seconds a moved instance reloads")
+    g.add_argument("--planner-period", type=number, action=_Given, default=60.0, help="seconds between planner decisions")
+    g.add_argument("--planner-delay", type=number, action=_Given, default=60.0, help="age of the measurements it acts on, s")
+    g.add_argument("--switch-s", type=number, action=_Given, default=30.0, help="seconds a moved instance reloads")
     g.add_argument("--horizon", type=number, default=3600.0, help="simulated seconds")
     g.add_argument("--warmup", type=number, default=300.0, help="seconds left out of the statistics")
     g.add_argument("--dt", type=number, default=1.0, help="fluid time step, seconds")
@@ -128,6 +144,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="write trajectories.parquet, trajectories.png and summary.json here",
     )
     p.add_argument("--json", action="store_true", help="machine-readable summary")
+    p.set_defaults(given=frozenset())
 
 
 def _same_catalog(doc: dict[str, Any], catalog: Catalog, source: str) -> None:
@@ -217,11 +234,12 @@ def _pairs(text: str, flag_name: str) -> list[tuple[float, float]]:
     return out
 
 
-KIND_FLAGS: dict[str, dict[str, object]] = {  # each kind of arrivals' own flags, with their defaults
-    "burst": {"burst_factor": 2.0, "burst_start": 600.0, "burst_s": 300.0},
-    "diurnal": {"amplitude": 0.5, "period": 3600.0},
-    "trace": {"trace": None},
+KIND_FLAGS: dict[str, tuple[str, ...]] = {  # each kind of arrivals' own flags
+    "burst": ("burst_factor", "burst_start", "burst_s"),
+    "diurnal": ("amplitude", "period"),
+    "trace": ("trace",),
 }
+PLANNER_FLAGS = ("planner_period", "planner_delay", "switch_s")
 
 
 def check_scenario_flags(args: argparse.Namespace) -> None:
@@ -230,15 +248,16 @@ def check_scenario_flags(args: argparse.Namespace) -> None:
         check_number(getattr(args, name), source=SRC, key=flag_of(name), check=check)
     if args.buffer != float("inf"):  # the default: an unbounded buffer
         check_number(args.buffer, source=SRC, key="--buffer")
+    given = getattr(args, "given", frozenset())
     for kind, flags in KIND_FLAGS.items():  # a shape of another kind of arrivals would be ignored
-        for dest, default in flags.items():
+        for dest in flags:
             value = getattr(args, dest)
-            if args.arrivals != kind and value != default:
+            if args.arrivals != kind and dest in given:
                 shown = value if isinstance(value, float) else str(value)  # a number as typed, a path as text
                 raise InputError(SRC, flag_of(dest), f"needs --arrivals {kind}", shown)
     if args.planner == "none":
-        for dest, default in (("planner_period", 60.0), ("planner_delay", 60.0), ("switch_s", 30.0)):
-            if getattr(args, dest) != default:
+        for dest in PLANNER_FLAGS:
+            if dest in given:
                 raise InputError(SRC, flag_of(dest), "needs --planner", getattr(args, dest))
     check_number(args.seed, source=SRC, key="--seed", check=non_negative)
 
