@@ -1288,7 +1288,9 @@ def test_an_sglang_mtp_prefill_server_is_not_left_to_the_reset_to_48() -> None:
         d = replace(design, profile=profile)
         files = launch_files(d, engine)
         assert _arg(_command(files["prefill.sh"]), f["max_running"]) == str(2048 * 16), (engine, profile)
-        assert "2048 a rank" in files["README.md"] and "to 48 under speculative decoding" in files["README.md"]
+        assert (
+            "2048 a rank" in files["README.md"] and "to 48 under speculative decoding" in files["README.md"]
+        )
         plain = launch_files(replace(d, mtp_drafts=0), engine)
         assert f["max_running"] not in _command(plain["prefill.sh"]), (engine, profile)
         assert "to 48 under speculative decoding" not in plain["README.md"]

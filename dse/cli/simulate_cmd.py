@@ -93,13 +93,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="constant, burst (--burst-*), diurnal (--amplitude, --period) or trace (--trace)",
     )
     g.add_argument("--rate-scale", type=number, default=1.0, help="multiplies the placement's request rate")
-    g.add_argument("--burst-factor", type=number, action=_Given, default=2.0, help="rate multiple during the burst")
+    g.add_argument(
+        "--burst-factor", type=number, action=_Given, default=2.0, help="rate multiple during the burst"
+    )
     g.add_argument("--burst-start", type=number, action=_Given, default=600.0, help="seconds")
     g.add_argument("--burst-s", type=number, action=_Given, default=300.0, help="burst length, seconds")
-    g.add_argument("--amplitude", type=number, action=_Given, default=0.5, help="diurnal swing, fraction of the rate")
+    g.add_argument(
+        "--amplitude", type=number, action=_Given, default=0.5, help="diurnal swing, fraction of the rate"
+    )
     g.add_argument("--period", type=number, action=_Given, default=3600.0, help="diurnal period, seconds")
     g.add_argument(
-        "--trace", type=path_arg, action=_Given, metavar="RATES.csv", help="columns t_s,rate_per_s (piecewise constant)"
+        "--trace",
+        type=path_arg,
+        action=_Given,
+        metavar="RATES.csv",
+        help="columns t_s,rate_per_s (piecewise constant)",
     )
     g.add_argument(
         "--lengths",
@@ -116,9 +124,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         choices=[k.value for k in PlannerKind],
         help="the slow loop that moves instances between prefill and decode",
     )
-    g.add_argument("--planner-period", type=number, action=_Given, default=60.0, help="seconds between planner decisions")
-    g.add_argument("--planner-delay", type=number, action=_Given, default=60.0, help="age of the measurements it acts on, s")
-    g.add_argument("--switch-s", type=number, action=_Given, default=30.0, help="seconds a moved instance reloads")
+    g.add_argument(
+        "--planner-period", type=number, action=_Given, default=60.0, help="seconds between planner decisions"
+    )
+    g.add_argument(
+        "--planner-delay",
+        type=number,
+        action=_Given,
+        default=60.0,
+        help="age of the measurements it acts on, s",
+    )
+    g.add_argument(
+        "--switch-s", type=number, action=_Given, default=30.0, help="seconds a moved instance reloads"
+    )
     g.add_argument("--horizon", type=number, default=3600.0, help="simulated seconds")
     g.add_argument("--warmup", type=number, default=300.0, help="seconds left out of the statistics")
     g.add_argument("--dt", type=number, default=1.0, help="fluid time step, seconds")
