@@ -1294,3 +1294,20 @@ def test_an_sglang_mtp_prefill_server_is_not_left_to_the_reset_to_48() -> None:
         plain = launch_files(replace(d, mtp_drafts=0), engine)
         assert f["max_running"] not in _command(plain["prefill.sh"]), (engine, profile)
         assert "to 48 under speculative decoding" not in plain["README.md"]
+
+
+def test_the_dynamo_readme_names_the_scripts_etcd_and_only_the_options_files_there_are() -> None:
+    """Dynamo's scripts register and find workers through etcd at ETCD_ENDPOINTS, localhost's by
+    default: a worker on another host than the frontend was never found, and the README had not
+    said so. Its line on mounting options files had stood for SGLang and vLLM workers too, which
+    read none (only dynamo.trtllm's have `*.yaml`)."""
+    etcd = FLAGS["dynamo"]["discovery_env"]
+    for profile, backend in (("trt", "trtllm"), ("sglang", "sglang"), ("vllm", "vllm")):
+        files = launch_files(replace(_design(), profile=profile), "dynamo")
+        readme = files["README.md"]
+        assert f"set `{etcd}` to it on every host" in readme, profile
+        has_options = any(n.endswith(".yaml") and n != "graph.yaml" for n in files)
+        assert has_options == (backend == "trtllm"), profile
+        assert ("read their options files" in readme) == has_options, profile
+    for engine in ("sglang", "vllm", "trtllm"):
+        assert etcd not in launch_files(_design("aggregated"), engine)["README.md"], engine

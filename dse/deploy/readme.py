@@ -113,7 +113,8 @@ def readme(
 def _dynamo_notes(
     design: Design, engine: str, flags: dict[str, dict[str, str]], image: str | None
 ) -> list[str]:
-    """Dynamo's: the scripts that exit 2 for graph.yaml, the graph's container, its options files."""
+    """Dynamo's: the scripts that exit 2 for graph.yaml, the graph's container, its options files
+    (TRT-LLM's workers alone have any), the scripts' etcd."""
     if engine != "dynamo":
         return []
     backend = backend_of(design, engine)
@@ -132,8 +133,14 @@ def _dynamo_notes(
         else f"given by `--image` (the default is `{default}`)"
     )
     lines.append(f"- every service of `graph.yaml` runs in `{chosen}`, {whose};")
-    lines.append("- `graph.yaml`'s workers read their options files (`*.yaml`) from their working "
-                 "directory: mount them there (a ConfigMap);")  # fmt: skip
+    if backend == "trtllm":  # only dynamo.trtllm workers read options files
+        lines.append("- `graph.yaml`'s workers read their options files (`*.yaml`) from their working "
+                     "directory: mount them there (a ConfigMap);")  # fmt: skip
+    etcd = flags["dynamo"]["discovery_env"]
+    lines.append(f"- the scripts' workers and frontend find each other through etcd (`graph.yaml`'s, "
+                 "through Kubernetes, which the operator sets): run one that every host reaches and "
+                 f"set `{etcd}` to it on every host, whose default, `http://localhost:2379`, is each "
+                 "host's own;")  # fmt: skip
     secret = flags["dynamo"]["hf_secret"]
     lines.append(f"- `graph.yaml`'s workers take their environment from the secret `{secret}` "
                  "(`HF_TOKEN`, which a gated checkpoint needs), and no pod starts without it: create it "
