@@ -266,7 +266,7 @@ def check_scenario_flags(args: argparse.Namespace) -> None:
         check_number(getattr(args, name), source=SRC, key=flag_of(name), check=check)
     if args.buffer != float("inf"):  # the default: an unbounded buffer
         check_number(args.buffer, source=SRC, key="--buffer")
-    given = getattr(args, "given", frozenset())
+    given: frozenset[str] = getattr(args, "given", frozenset())
     for kind, flags in KIND_FLAGS.items():  # a shape of another kind of arrivals would be ignored
         for dest in flags:
             value = getattr(args, dest)
