@@ -72,6 +72,29 @@ class _Given(argparse.Action):
         namespace.given = frozenset(getattr(namespace, "given", frozenset())) | {self.dest}
 
 
+# each kind of arrivals' and the planner's own flags: (flag, type, default, help); refused without
+# their kind, at any value (_Given, check_scenario_flags)
+_KIND_ARGS: tuple[tuple[str, Any, float | None, str], ...] = (
+    ("--burst-factor", number, 2.0, "rate multiple during the burst"),
+    ("--burst-start", number, 600.0, "seconds"),
+    ("--burst-s", number, 300.0, "burst length, seconds"),
+    ("--amplitude", number, 0.5, "diurnal swing, fraction of the rate"),
+    ("--period", number, 3600.0, "diurnal period, seconds"),
+    ("--trace", path_arg, None, "columns t_s,rate_per_s (piecewise constant)"),
+)
+_PLANNER_ARGS: tuple[tuple[str, Any, float, str], ...] = (
+    ("--planner-period", number, 60.0, "seconds between planner decisions"),
+    ("--planner-delay", number, 60.0, "age of the measurements it acts on, s"),
+    ("--switch-s", number, 30.0, "seconds a moved instance reloads"),
+)
+
+
+def _add_kind_flags(g: argparse._ArgumentGroup, planner: bool = False) -> None:
+    for flag, kind, default, text in _PLANNER_ARGS if planner else _KIND_ARGS:
+        metavar = "RATES.csv" if flag == "--trace" else None
+        g.add_argument(flag, type=kind, action=_Given, default=default, help=text, metavar=metavar)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("simulate", help="check a placement over time (fluid model, discrete-event reference)")
     p.add_argument(
@@ -93,22 +116,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="constant, burst (--burst-*), diurnal (--amplitude, --period) or trace (--trace)",
     )
     g.add_argument("--rate-scale", type=number, default=1.0, help="multiplies the placement's request rate")
-    g.add_argument(
-        "--burst-factor", type=number, action=_Given, default=2.0, help="rate multiple during the burst"
-    )
-    g.add_argument("--burst-start", type=number, action=_Given, default=600.0, help="seconds")
-    g.add_argument("--burst-s", type=number, action=_Given, default=300.0, help="burst length, seconds")
-    g.add_argument(
-        "--amplitude", type=number, action=_Given, default=0.5, help="diurnal swing, fraction of the rate"
-    )
-    g.add_argument("--period", type=number, action=_Given, default=3600.0, help="diurnal period, seconds")
-    g.add_argument(
-        "--trace",
-        type=path_arg,
-        action=_Given,
-        metavar="RATES.csv",
-        help="columns t_s,rate_per_s (piecewise constant)",
-    )
+    _add_kind_flags(g)
     g.add_argument(
         "--lengths",
         default="",
@@ -124,19 +132,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         choices=[k.value for k in PlannerKind],
         help="the slow loop that moves instances between prefill and decode",
     )
-    g.add_argument(
-        "--planner-period", type=number, action=_Given, default=60.0, help="seconds between planner decisions"
-    )
-    g.add_argument(
-        "--planner-delay",
-        type=number,
-        action=_Given,
-        default=60.0,
-        help="age of the measurements it acts on, s",
-    )
-    g.add_argument(
-        "--switch-s", type=number, action=_Given, default=30.0, help="seconds a moved instance reloads"
-    )
+    _add_kind_flags(g, planner=True)
     g.add_argument("--horizon", type=number, default=3600.0, help="simulated seconds")
     g.add_argument("--warmup", type=number, default=300.0, help="seconds left out of the statistics")
     g.add_argument("--dt", type=number, default=1.0, help="fluid time step, seconds")
