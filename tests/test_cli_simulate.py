@@ -78,6 +78,26 @@ def test_simulate_bad_input_exits_2_and_writes_nothing(tmp_path: Path, cli: Cli)
         assert not out.exists()
 
 
+def test_a_step_that_leaves_too_few_measured_is_refused(tmp_path: Path, cli: Cli) -> None:
+    """--dt 1800 over --horizon 1800 had left the fluid no sample after the warm-up (a traceback,
+    exit 1), and --dt 300 too few for the stability verdict's slope, which then reads stable: 1.5
+    times a design's capacity had printed 'stable: yes (backlog growth +0 req/s)' at --dt 300 and
+    'stable: NO (+9.23 req/s)' at --dt 1. A study's `dt_s` has the same rule: 10 steps measured."""
+    base = ["simulate", "--hardware", "b200", "--rate", "5", "--ttft", "2", "--tpot", "0.05"]
+    cases = {
+        ("--dt", "1800", "--horizon", "1800"): "--dt = 1800: must be at most --horizon less --warmup over 10 "
+        "(steps measured): 150 s",
+        ("--dt", "300", "--horizon", "1800"): "--dt = 300: must be at most --horizon less --warmup over 10",
+        ("--dt", "1", "--horizon", "10", "--warmup", "5"): "--dt = 1: must be at most --horizon less "
+        "--warmup over 10 (steps measured): 0.5 s",
+    }
+    for flags, message in cases.items():
+        out = tmp_path / "never"
+        run = cli(*base, *flags, "--out", out)
+        assert run.code == 2 and message in run.err and run.err.count("\n") == 1, (flags, run.err)
+        assert run.out == "" and not out.exists()
+
+
 def test_simulate_refuses_a_step_longer_than_the_horizon(tmp_path: Path, cli: Cli) -> None:
     trace = tmp_path / "empty.csv"
     trace.write_text("t_s,rate_per_s\n")
@@ -97,7 +117,7 @@ def test_simulate_refuses_a_step_longer_than_the_horizon(tmp_path: Path, cli: Cl
         "disaggregated",
     ]
     cases = {
-        ("--dt", "5000", "--horizon", "600"): "--dt = 5000: must not exceed --horizon",
+        ("--dt", "5000", "--horizon", "600"): "--dt = 5000: must be at most --horizon less --warmup over 10",
         ("--arrivals", "trace", "--trace", str(trace)): "t_s: needs at least one row",
         ("--arrivals", "trace", "--trace", str(idle)): "rate_per_s = 0.0: must be positive in one row",
         ("--buffer", "-1"): "--buffer = -1: must be positive",
@@ -160,7 +180,7 @@ def test_the_engine_level_check_runs_the_output_lengths_asked(tmp_path: Path, cl
 
 def test_flags_the_run_would_ignore_are_refused(tmp_path: Path, cli: Cli) -> None:
     """A --placement holds its request; a burst's, a diurnal swing's, a trace's and a planner's
-    flags need their kind: each would otherwise be silently ignored."""
+    flags need their kind, given at any value: each would otherwise be silently ignored."""
     plan = tmp_path / "place.json"
     plan.write_text(cli(*PLACE).out)
     cases = {
@@ -170,6 +190,10 @@ def test_flags_the_run_would_ignore_are_refused(tmp_path: Path, cli: Cli) -> Non
         ("--trace", "rates.csv"): "--trace = 'rates.csv': needs --arrivals trace",
         ("--arrivals", "burst", "--amplitude", "0.2"): "--amplitude = 0.2: needs --arrivals diurnal",
         ("--switch-s", "10"): "--switch-s = 10: needs --planner",
+        # given at their defaults, too (they had run the constant traffic in silence)
+        ("--burst-factor", "2"): "--burst-factor = 2: needs --arrivals burst",
+        ("--arrivals", "burst", "--period", "3600"): "--period = 3600: needs --arrivals diurnal",
+        ("--planner-delay", "60"): "--planner-delay = 60: needs --planner",
         # a burst the run never reaches (it had run the plain traffic in silence)
         ("--arrivals", "burst", "--burst-start", "5000", "--horizon", "1000"): (
             "--burst-start = 5000: must be below --horizon (1000 s)"
@@ -540,7 +564,7 @@ def test_refusals_of_the_flags_alone_come_before_any_solve(
     (tmp_path / "file").write_text("")
     cases = {
         (*agg, "--planner", "reactive"): "--planner = 'reactive': does not apply to an aggregated design",
-        (*flags, "--dt", "5000", "--horizon", "600"): "--dt = 5000: must not exceed --horizon",
+        (*flags, "--dt", "5000", "--horizon", "600"): "--dt = 5000: must be at most --horizon less",
         (*flags, "--planner-period", "5"): "--planner-period = 5: needs --planner",
         (*flags, "--lengths", "0.5:300"): "--lengths = '0.5:300': shares must be positive and sum to 1",
         (*flags, "--des", "--horizon", "604800"): "--des = 6048000: simulates request by request",

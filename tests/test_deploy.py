@@ -1274,3 +1274,40 @@ def test_deploy_takes_the_best_trial_of_every_objective_as_the_study_names_it(ca
     spec = SimpleNamespace(variants=())
     res = SimpleNamespace(trials=trials, objectives=objectives, ranking=ranking, study=study, spec=spec)
     assert _best_launchable(res, catalog) == 1  # type: ignore[arg-type]
+
+
+def test_an_sglang_mtp_prefill_server_is_not_left_to_the_reset_to_48() -> None:
+    """SGLang sets an unset --max-running-requests to 48 under speculative decoding, whatever the
+    server's role, and each attention-DP worker gets 48 // --dp-size: a prefill server of 16 ranks
+    ran 3 requests a rank, of the prompts its chunk takes at once. Under MTP a pool the study gave
+    no cap gets SGLang's own default without it, 2048 a rank; without MTP the flag stays unset."""
+    f = FLAGS["sglang"]
+    prefill = PoolLaunch("prefill", "b200", 16, 1, 16, 2, 8, max_running=None, chunk_tokens=8192)
+    design = replace(_design(), pools=(prefill, _design().pools[1]))
+    for engine, profile in (("sglang", "trt"), ("sglang", "sglang"), ("dynamo", "sglang")):
+        d = replace(design, profile=profile)
+        files = launch_files(d, engine)
+        assert _arg(_command(files["prefill.sh"]), f["max_running"]) == str(2048 * 16), (engine, profile)
+        assert (
+            "2048 a rank" in files["README.md"] and "to 48 under speculative decoding" in files["README.md"]
+        )
+        plain = launch_files(replace(d, mtp_drafts=0), engine)
+        assert f["max_running"] not in _command(plain["prefill.sh"]), (engine, profile)
+        assert "to 48 under speculative decoding" not in plain["README.md"]
+
+
+def test_the_dynamo_readme_names_the_scripts_etcd_and_only_the_options_files_there_are() -> None:
+    """Dynamo's scripts register and find workers through etcd at ETCD_ENDPOINTS, localhost's by
+    default: a worker on another host than the frontend was never found, and the README had not
+    said so. Its line on mounting options files had stood for SGLang and vLLM workers too, which
+    read none (only dynamo.trtllm's have `*.yaml`)."""
+    etcd = FLAGS["dynamo"]["discovery_env"]
+    for profile, backend in (("trt", "trtllm"), ("sglang", "sglang"), ("vllm", "vllm")):
+        files = launch_files(replace(_design(), profile=profile), "dynamo")
+        readme = files["README.md"]
+        assert f"set `{etcd}` to it on every host" in readme, profile
+        has_options = any(n.endswith(".yaml") and n != "graph.yaml" for n in files)
+        assert has_options == (backend == "trtllm"), profile
+        assert ("read their options files" in readme) == has_options, profile
+    for engine in ("sglang", "vllm", "trtllm"):
+        assert etcd not in launch_files(_design("aggregated"), engine)["README.md"], engine

@@ -22,7 +22,7 @@ from dse.cli.flags import number, path_arg
 from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, output_error
-from dse.sim.kinds import ArrivalKind, PlannerKind
+from dse.sim.kinds import MIN_MEASURED_STEPS, ArrivalKind, PlannerKind
 from dse.typed_data import Rule, check_number, fraction, non_negative, positive, read_csv, row_shape_problem
 
 if TYPE_CHECKING:
@@ -56,6 +56,45 @@ SCENARIO_NUMBERS: dict[str, Rule | None] = {
 }
 
 
+class _Given(argparse.Action):
+    """Stores the flag's value and notes that it was given (``args.given``): a flag of another
+    kind of arrivals, or of no planner, is refused when given at all, its default value too
+    (``--burst-factor 2`` without ``--arrivals burst`` had run a constant rate, and said nothing)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.given = frozenset(getattr(namespace, "given", frozenset())) | {self.dest}
+
+
+# each kind of arrivals' and the planner's own flags: (flag, type, default, help); refused without
+# their kind, at any value (_Given, check_scenario_flags)
+_KIND_ARGS: tuple[tuple[str, Any, float | None, str], ...] = (
+    ("--burst-factor", number, 2.0, "rate multiple during the burst"),
+    ("--burst-start", number, 600.0, "seconds"),
+    ("--burst-s", number, 300.0, "burst length, seconds"),
+    ("--amplitude", number, 0.5, "diurnal swing, fraction of the rate"),
+    ("--period", number, 3600.0, "diurnal period, seconds"),
+    ("--trace", path_arg, None, "columns t_s,rate_per_s (piecewise constant)"),
+)
+_PLANNER_ARGS: tuple[tuple[str, Any, float, str], ...] = (
+    ("--planner-period", number, 60.0, "seconds between planner decisions"),
+    ("--planner-delay", number, 60.0, "age of the measurements it acts on, s"),
+    ("--switch-s", number, 30.0, "seconds a moved instance reloads"),
+)
+
+
+def _add_kind_flags(g: argparse._ArgumentGroup, planner: bool = False) -> None:
+    for flag, kind, default, text in _PLANNER_ARGS if planner else _KIND_ARGS:
+        metavar = "RATES.csv" if flag == "--trace" else None
+        g.add_argument(flag, type=kind, action=_Given, default=default, help=text, metavar=metavar)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("simulate", help="check a placement over time (fluid model, discrete-event reference)")
     p.add_argument(
@@ -77,14 +116,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="constant, burst (--burst-*), diurnal (--amplitude, --period) or trace (--trace)",
     )
     g.add_argument("--rate-scale", type=number, default=1.0, help="multiplies the placement's request rate")
-    g.add_argument("--burst-factor", type=number, default=2.0, help="rate multiple during the burst")
-    g.add_argument("--burst-start", type=number, default=600.0, help="seconds")
-    g.add_argument("--burst-s", type=number, default=300.0, help="burst length, seconds")
-    g.add_argument("--amplitude", type=number, default=0.5, help="diurnal swing, fraction of the rate")
-    g.add_argument("--period", type=number, default=3600.0, help="diurnal period, seconds")
-    g.add_argument(
-        "--trace", type=path_arg, metavar="RATES.csv", help="columns t_s,rate_per_s (piecewise constant)"
-    )
+    _add_kind_flags(g)
     g.add_argument(
         "--lengths",
         default="",
@@ -100,9 +132,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         choices=[k.value for k in PlannerKind],
         help="the slow loop that moves instances between prefill and decode",
     )
-    g.add_argument("--planner-period", type=number, default=60.0, help="seconds between planner decisions")
-    g.add_argument("--planner-delay", type=number, default=60.0, help="age of the measurements it acts on, s")
-    g.add_argument("--switch-s", type=number, default=30.0, help="seconds a moved instance reloads")
+    _add_kind_flags(g, planner=True)
     g.add_argument("--horizon", type=number, default=3600.0, help="simulated seconds")
     g.add_argument("--warmup", type=number, default=300.0, help="seconds left out of the statistics")
     g.add_argument("--dt", type=number, default=1.0, help="fluid time step, seconds")
@@ -128,6 +158,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="write trajectories.parquet, trajectories.png and summary.json here",
     )
     p.add_argument("--json", action="store_true", help="machine-readable summary")
+    p.set_defaults(given=frozenset())
 
 
 def _same_catalog(doc: dict[str, Any], catalog: Catalog, source: str) -> None:
@@ -217,11 +248,12 @@ def _pairs(text: str, flag_name: str) -> list[tuple[float, float]]:
     return out
 
 
-KIND_FLAGS: dict[str, dict[str, object]] = {  # each kind of arrivals' own flags, with their defaults
-    "burst": {"burst_factor": 2.0, "burst_start": 600.0, "burst_s": 300.0},
-    "diurnal": {"amplitude": 0.5, "period": 3600.0},
-    "trace": {"trace": None},
+KIND_FLAGS: dict[str, tuple[str, ...]] = {  # each kind of arrivals' own flags
+    "burst": ("burst_factor", "burst_start", "burst_s"),
+    "diurnal": ("amplitude", "period"),
+    "trace": ("trace",),
 }
+PLANNER_FLAGS = ("planner_period", "planner_delay", "switch_s")
 
 
 def check_scenario_flags(args: argparse.Namespace) -> None:
@@ -230,15 +262,16 @@ def check_scenario_flags(args: argparse.Namespace) -> None:
         check_number(getattr(args, name), source=SRC, key=flag_of(name), check=check)
     if args.buffer != float("inf"):  # the default: an unbounded buffer
         check_number(args.buffer, source=SRC, key="--buffer")
+    given: frozenset[str] = getattr(args, "given", frozenset())
     for kind, flags in KIND_FLAGS.items():  # a shape of another kind of arrivals would be ignored
-        for dest, default in flags.items():
+        for dest in flags:
             value = getattr(args, dest)
-            if args.arrivals != kind and value != default:
+            if args.arrivals != kind and dest in given:
                 shown = value if isinstance(value, float) else str(value)  # a number as typed, a path as text
                 raise InputError(SRC, flag_of(dest), f"needs --arrivals {kind}", shown)
     if args.planner == "none":
-        for dest, default in (("planner_period", 60.0), ("planner_delay", 60.0), ("switch_s", 30.0)):
-            if getattr(args, dest) != default:
+        for dest in PLANNER_FLAGS:
+            if dest in given:
                 raise InputError(SRC, flag_of(dest), "needs --planner", getattr(args, dest))
     check_number(args.seed, source=SRC, key="--seed", check=non_negative)
 
@@ -279,13 +312,20 @@ def scenario_flags(args: argparse.Namespace) -> ScenarioFlags:
     for flag in ("horizon", "dt", "rate_scale", "burst_factor", "buffer", "period", "planner_period"):
         if getattr(args, flag) <= 0:
             raise InputError(SRC, f"--{flag.replace('_', '-')}", "must be positive", getattr(args, flag))
-    if args.dt > args.horizon:
-        raise InputError(SRC, "--dt", f"must not exceed --horizon ({args.horizon:g} s)", args.dt)
     for flag in ("burst_start", "burst_s", "planner_delay", "switch_s"):
         if getattr(args, flag) < 0:
             raise InputError(SRC, f"--{flag.replace('_', '-')}", "must not be negative", getattr(args, flag))
     if not 0 <= args.warmup < args.horizon:
         raise InputError(SRC, "--warmup", "must be at least 0 and below --horizon", args.warmup)
+    measured = args.horizon - args.warmup
+    if args.dt > measured / MIN_MEASURED_STEPS:
+        # fewer steps had given no sample after the warm-up (a traceback), or a stability verdict
+        # of too few samples, which reads as stable: 1.5 times capacity was 'stable: yes' at --dt 300
+        rule = (
+            f"must be at most --horizon less --warmup over {MIN_MEASURED_STEPS} (steps measured): "
+            f"{measured / MIN_MEASURED_STEPS:g} s"
+        )
+        raise InputError(SRC, "--dt", rule, args.dt)
     if kind is ArrivalKind.BURST and args.burst_start >= args.horizon:  # a burst the run never sees
         raise InputError(
             SRC, "--burst-start", f"must be below --horizon ({args.horizon:g} s)", args.burst_start

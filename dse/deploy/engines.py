@@ -104,6 +104,29 @@ def sglang_cap(pool: PoolLaunch) -> int | None:
     return max(dp, pool.max_running // dp * dp)
 
 
+# The requests an SGLang data-parallel worker runs where --max-running-requests is not passed: at
+# least 2048 (at most 4096, and within half its KV tokens; sgl-project/sglang:python/sglang/srt/
+# mem_cache/kv_cache_configurator.py, KVCacheConfigurator.resolve_max_num_reqs, `estimated`).
+# Under speculative decoding server_args sets an unset flag to 48 for the whole server first
+# (_handle_speculative_decoding, "Max running requests is reset to 48 for speculative decoding"),
+# whatever its --disaggregation-mode, and a worker then gets 48 // --dp-size: one request a rank
+# for a prefill server of 32 ranks. An MTP launch of a pool the study gave no cap (a prefill pool)
+# passes this a rank instead, the least the worker runs without MTP.
+SGLANG_UNSET_PER_WORKER = 2048
+SGLANG_SPEC_RESET = 48
+
+
+def sglang_running(pool: PoolLaunch, design: Design) -> int | None:
+    """The --max-running-requests an SGLang launch passes: the pool's cap (:func:`sglang_cap`),
+    or, for a pool without one under MTP, SGLang's own default without speculative decoding,
+    :data:`SGLANG_UNSET_PER_WORKER` a data-parallel worker (unset, MTP would cut it to 48 a
+    server); None: the flag is left to the engine."""
+    cap = sglang_cap(pool)
+    if cap is None and design.mtp_drafts:
+        return SGLANG_UNSET_PER_WORKER * sglang_dp(pool)
+    return cap
+
+
 def instance_cap(pool: PoolLaunch, backend: str) -> int | None:
     """The most requests one instance of ``pool`` runs at once on ``backend`` (its running-request
     cap as that engine applies it: SGLang's floored to its DP size, vLLM's and TRT-LLM's split per
@@ -241,7 +264,7 @@ def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str 
         args += [f["ep"], str(pool.ep)]
     if sglang_dp(pool) > 1:
         args += [f["dp_attention"], f["dp"], str(sglang_dp(pool))]
-    cap = sglang_cap(pool)
+    cap = sglang_running(pool, design)
     if cap is not None:
         args += [f["max_running"], str(cap)]
     if pool.chunk_tokens is not None:

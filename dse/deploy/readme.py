@@ -4,9 +4,11 @@ the router)."""
 
 from __future__ import annotations
 
-from dse.deploy.design import PROMPT_ROOM, Design
+from dse.deploy.design import PROMPT_ROOM, Design, PoolLaunch
 from dse.deploy.engines import (
     DEFAULT_TOKEN_BUDGET,
+    SGLANG_SPEC_RESET,
+    SGLANG_UNSET_PER_WORKER,
     backend_of,
     per_rank_cap,
     per_rank_chunk,
@@ -14,6 +16,7 @@ from dse.deploy.engines import (
     running_slots,
     sglang_cap,
     sglang_dp,
+    sglang_running,
     token_budget,
     trtllm_dp,
 )
@@ -47,7 +50,7 @@ def readme(
     ]
     lines += [
         f"| `{p.name}.sh` | {p.role} on {p.hardware} | {p.instances} | {p.gpus} | {p.hosts} | "
-        f"{p.max_running if p.max_running is not None else 'engine default'} |"
+        f"{_cap_cell(p, design, engine)} |"
         for p in design.pools
     ]
     m = design.metrics
@@ -73,7 +76,7 @@ def readme(
             else ";"
         ),
         f"- the KV cache in {design.kv_dtype.value}, the study's engine profile `{design.profile}`'s;",
-        f"- MTP with {design.mtp_drafts} draft tokens per step;"
+        f"- MTP with {design.mtp_drafts} draft token{'' if design.mtp_drafts == 1 else 's'} per step;"
         if design.mtp_drafts
         else "- no speculative decoding;",
         "- each decode instance's running-request cap is the batch the study sized its pool at: the most "
@@ -90,6 +93,7 @@ def readme(
             "`--dp-size`, gets it times the ranks;"
         ),
         *_cap_notes(design, engine),
+        *_spec_reset_notes(design, engine),
         *_budget_notes(design, engine, flags),
         *_buffer_note(design, engine),
         f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
@@ -109,7 +113,8 @@ def readme(
 def _dynamo_notes(
     design: Design, engine: str, flags: dict[str, dict[str, str]], image: str | None
 ) -> list[str]:
-    """Dynamo's: the scripts that exit 2 for graph.yaml, the graph's container, its options files."""
+    """Dynamo's: the scripts that exit 2 for graph.yaml, the graph's container, its options files
+    (TRT-LLM's workers alone have any), the scripts' etcd."""
     if engine != "dynamo":
         return []
     backend = backend_of(design, engine)
@@ -128,8 +133,14 @@ def _dynamo_notes(
         else f"given by `--image` (the default is `{default}`)"
     )
     lines.append(f"- every service of `graph.yaml` runs in `{chosen}`, {whose};")
-    lines.append("- `graph.yaml`'s workers read their options files (`*.yaml`) from their working "
-                 "directory: mount them there (a ConfigMap);")  # fmt: skip
+    if backend == "trtllm":  # only dynamo.trtllm workers read options files
+        lines.append("- `graph.yaml`'s workers read their options files (`*.yaml`) from their working "
+                     "directory: mount them there (a ConfigMap);")  # fmt: skip
+    etcd = flags["dynamo"]["discovery_env"]
+    lines.append(f"- the scripts' workers and frontend find each other through etcd (`graph.yaml`'s, "
+                 "through Kubernetes, which the operator sets): run one that every host reaches and "
+                 f"set `{etcd}` to it on every host, whose default, `http://localhost:2379`, is each "
+                 "host's own;")  # fmt: skip
     secret = flags["dynamo"]["hf_secret"]
     lines.append(f"- `graph.yaml`'s workers take their environment from the secret `{secret}` "
                  "(`HF_TOKEN`, which a gated checkpoint needs), and no pod starts without it: create it "
@@ -297,6 +308,37 @@ def _buffer_note(design: Design, engine: str) -> list[str]:
         f"{design.prompt_tokens:,} tokens, {PROMPT_ROOM:g} times the study's longest mean prompt: raise it "
         "if your prompts run longer;"
     ]
+
+
+def _cap_cell(p: PoolLaunch, design: Design, engine: str) -> str:
+    """The README table's running-request cap of a pool: the batch it was sized at; where it has
+    none, the engine's default, or, for SGLang under MTP, what the script passes in its place."""
+    if p.max_running is not None:
+        return str(p.max_running)
+    if backend_of(design, engine) == "sglang" and (n := sglang_running(p, design)) is not None:
+        return f"{n} (SGLang's default without MTP)"
+    return "engine default"
+
+
+def _spec_reset_notes(design: Design, engine: str) -> list[str]:
+    """A README line per pool the study gave no cap that SGLang runs under MTP: unset, SGLang
+    would cut its running requests to 48 a server (``engines.SGLANG_SPEC_RESET``)."""
+    if backend_of(design, engine) != "sglang" or not design.mtp_drafts:
+        return []
+    out = []
+    for p in design.pools:
+        if p.max_running is not None:
+            continue
+        dp = sglang_dp(p)
+        per = SGLANG_SPEC_RESET // dp
+        out.append(
+            f"- the {p.name} pool has no running-request cap of its own, but SGLang sets an unset "
+            f"`--max-running-requests` to {SGLANG_SPEC_RESET} under speculative decoding, whatever "
+            f"the server's role ({per} request{'' if per == 1 else 's'} a rank over `--dp-size {dp}`): "
+            f"it gets {sglang_running(p, design)}, {SGLANG_UNSET_PER_WORKER} a rank, the least SGLang "
+            "runs a rank without speculative decoding (within half its KV cache's tokens);"
+        )
+    return out
 
 
 def _cap_notes(design: Design, engine: str) -> list[str]:

@@ -1,5 +1,5 @@
 """The kinds of traffic and of planner a simulation can run: plain enums, cheap to import (the CLI
-offers them as choices)."""
+offers them as choices); and the fluid steps a run must measure."""
 
 from __future__ import annotations
 
@@ -19,3 +19,9 @@ class PlannerKind(enum.Enum):
     HYSTERESIS = "hysteresis"  # reactive, with a dead band, two agreeing readings, and a wait for the
     # last move to show in the (delayed) measurements before the next
     PREDICTIVE = "predictive"  # sizes prefill from the arrival rate the router sees now
+
+
+MIN_MEASURED_STEPS = 10
+"""Fluid steps a simulation measures after its warm-up, at the least (a study's ``dt_s``, ``dse
+simulate --dt``): its means need one, and its stability verdict a slope over three or more in the
+last third of the run (``dse.sim.statistics.backlog_growth``, which calls fewer stable)."""

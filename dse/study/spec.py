@@ -41,6 +41,7 @@ from dse.paths import STUDIES_DIR
 from dse.perf.frameworks import ENGINES
 from dse.placement.request import KV_POLICIES, PRICE_TIERS, Topology
 from dse.placement.shapes import parse_shape
+from dse.sim.kinds import MIN_MEASURED_STEPS
 from dse.typed_data import (
     Rule,
     at_least_one,
@@ -285,8 +286,6 @@ class StudyLimits:
     max_gpus: float | None = field(default=None, metadata=rule(_gpu_cap))  # a constraint on each design
 
 
-MIN_MEASURED_STEPS = 10
-"""Fluid steps a study's simulation measures after its warm-up, at the least."""
 COARSEST_STEP_S = 2.0
 """A fluid step this long or as long as the TTFT target gives a study's trials the answers of a
 finer one (the headline study, TTFT 2 s: 30 trials alike at steps of 0.5, 2 and 4 s, one of them
