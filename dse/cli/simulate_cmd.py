@@ -538,7 +538,9 @@ def _engine_dict(engine: DesignLatency | None, slo: Slo, rate: float) -> dict[st
     qs = sorted({50.0, slo.percentile, 99.0})
     out: dict[str, Any] = {f"ttft_p{q:g}_s": engine.percentile("ttft", q) for q in qs}
     out |= {f"tpot_p{q:g}_s": engine.percentile("tpot", q) for q in qs}
-    out["meets_ttft_at_percentile"] = bool(engine.percentile("ttft", slo.percentile) <= slo.ttft_s)
+    # every pool's requests meet the target, not their mix (DesignLatency.worst)
+    out[f"ttft_p{slo.percentile:g}_worst_pool_s"] = engine.worst("ttft", slo.percentile)
+    out["meets_ttft_at_percentile"] = bool(engine.worst("ttft", slo.percentile) <= slo.ttft_s)
     out["warning"] = engine.warning
     out["requests_per_s"] = rate  # the scenario's mean traffic, Poisson
     return out
@@ -568,8 +570,10 @@ def _engine_line(engine: DesignLatency | None, slo: Slo, rate: float, design: Si
 
         return f"engine-level: not simulated ({unsimulated(design)}); the fluid figures stand"
     q = slo.percentile
-    ttft = engine.percentile("ttft", q)
-    verdict = "met" if ttft <= slo.ttft_s else "MISSED"
+    worst = engine.worst("ttft", q)  # every pool's requests meet the target, not their mix
+    verdict = "met" if worst <= slo.ttft_s else "MISSED"
+    if f"{worst:.3g}" != f"{engine.percentile('ttft', q):.3g}":  # apart at the figures shown
+        verdict += f" (the worst pool's requests: p{q:g} {worst:.3g} s)"
     qs = sorted({50.0, q, 99.0})
     ttfts = ", ".join(f"p{x:g} {engine.percentile('ttft', x):.3g} s" for x in qs)
     tpots = ", ".join(f"p{x:g} {1e3 * engine.percentile('tpot', x):.3g} ms" for x in qs)
