@@ -108,12 +108,10 @@ def sglang_cap(pool: PoolLaunch) -> int | None:
 # least 2048 (at most 4096, and within half its KV tokens; sgl-project/sglang:python/sglang/srt/
 # mem_cache/kv_cache_configurator.py, KVCacheConfigurator.resolve_max_num_reqs, `estimated`).
 # Under speculative decoding server_args sets an unset flag to 48 for the whole server first
-# (_handle_speculative_decoding, "Max running requests is reset to 48 for speculative decoding"),
-# whatever its --disaggregation-mode, and a worker then gets 48 // --dp-size: one request a rank
-# for a prefill server of 32 ranks. An MTP launch of a pool the study gave no cap (a prefill pool)
-# passes this a rank instead, the least the worker runs without MTP.
+# (dse.perf.frameworks.SGLANG_SPECULATIVE_RUNNING), and a worker then gets 48 // --dp-size: one
+# request a rank for a prefill server of 32 ranks. An MTP launch of a pool the study gave no cap
+# (a prefill pool) passes this a rank instead, the least the worker runs without MTP.
 SGLANG_UNSET_PER_WORKER = 2048
-SGLANG_SPEC_RESET = 48
 
 
 def sglang_running(pool: PoolLaunch, design: Design) -> int | None:

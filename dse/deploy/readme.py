@@ -7,7 +7,6 @@ from __future__ import annotations
 from dse.deploy.design import PROMPT_ROOM, Design, PoolLaunch
 from dse.deploy.engines import (
     DEFAULT_TOKEN_BUDGET,
-    SGLANG_SPEC_RESET,
     SGLANG_UNSET_PER_WORKER,
     backend_of,
     per_rank_cap,
@@ -32,6 +31,7 @@ from dse.deploy.scripts import (
     needs_router,
     pool_hosts,
 )
+from dse.perf.frameworks import SGLANG_SPECULATIVE_RUNNING
 
 
 def readme(
@@ -322,7 +322,7 @@ def _cap_cell(p: PoolLaunch, design: Design, engine: str) -> str:
 
 def _spec_reset_notes(design: Design, engine: str) -> list[str]:
     """A README line per pool the study gave no cap that SGLang runs under MTP: unset, SGLang
-    would cut its running requests to 48 a server (``engines.SGLANG_SPEC_RESET``)."""
+    would cut its running requests to 48 a server (``SGLANG_SPECULATIVE_RUNNING``)."""
     if backend_of(design, engine) != "sglang" or not design.mtp_drafts:
         return []
     out = []
@@ -330,11 +330,12 @@ def _spec_reset_notes(design: Design, engine: str) -> list[str]:
         if p.max_running is not None:
             continue
         dp = sglang_dp(p)
-        per = SGLANG_SPEC_RESET // dp
+        per = SGLANG_SPECULATIVE_RUNNING // dp
         out.append(
             f"- the {p.name} pool has no running-request cap of its own, but SGLang sets an unset "
-            f"`--max-running-requests` to {SGLANG_SPEC_RESET} under speculative decoding, whatever "
-            f"the server's role ({per} request{'' if per == 1 else 's'} a rank over `--dp-size {dp}`): "
+            f"`--max-running-requests` to {SGLANG_SPECULATIVE_RUNNING} under speculative decoding, "
+            f"whatever the server's role ({per} request{'' if per == 1 else 's'} a rank over "
+            f"`--dp-size {dp}`): "
             f"it gets {sglang_running(p, design)}, {SGLANG_UNSET_PER_WORKER} a rank, the least SGLang "
             "runs a rank without speculative decoding (within half its KV cache's tokens);"
         )

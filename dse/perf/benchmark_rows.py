@@ -73,7 +73,7 @@ import numpy as np
 from dse.catalog import Catalog
 from dse.errors import DseError, InputError, UnknownIdError, Written
 from dse.perf.afd import attention_side, ffn_side
-from dse.perf.frameworks import FRAMEWORK_ENGINE
+from dse.perf.frameworks import FRAMEWORK_ENGINE, SGLANG_SPECULATIVE_RUNNING
 from dse.perf.kernel_data import image_version
 from dse.perf.kernels import OPS
 from dse.perf.latency import Latency, simulate_latency
@@ -451,13 +451,6 @@ def _draft_tokens(row: Mapping[str, str], mtp: bool, source: str) -> float | Non
             source, key, f"must be a whole number from 1 to {MAX_DRAFT_TOKENS} with MTP", Written(raw)
         )
     return value
-
-
-SGLANG_SPECULATIVE_RUNNING = 48
-"""SGLang's ``--max-running-requests`` where speculative decoding (MTP runs as its EAGLE family)
-is on and the flag is not given: "Max running requests is reset to 48 for speculative decoding"
-(``python/sglang/srt/server_args.py``, ``_handle_speculative_decoding``, v0.4-0.5.x). Each
-attention-DP rank takes its whole share, ``48 // dp`` (``resolve_max_num_reqs``)."""
 
 
 def engine_running_cap(engine: str, mtp: bool, decode: PoolSpec) -> float:

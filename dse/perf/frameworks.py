@@ -19,3 +19,10 @@ FRAMEWORK_ENGINE: dict[str, str] = {
 
 ENGINES: tuple[str, ...] = tuple(dict.fromkeys(FRAMEWORK_ENGINE.values()))
 """The engine profiles, in first-seen order: ``dse place --engine`` and study files name these."""
+
+SGLANG_SPECULATIVE_RUNNING = 48
+"""SGLang's ``--max-running-requests`` where speculative decoding (MTP runs as its EAGLE family)
+is on and the flag is not given: "Max running requests is reset to 48 for speculative decoding"
+(``python/sglang/srt/server_args.py``, ``_handle_speculative_decoding``, v0.4-0.5.x), for the whole
+server whatever its ``--disaggregation-mode``; each attention-DP rank takes ``48 // dp``
+(``resolve_max_num_reqs``)."""
