@@ -121,6 +121,15 @@ def test_shipped_studies_load() -> None:
             ),
             "search.population = 1: must be at least 2 (NSGA-II breeds pairs)",
         ),
+        # a cached prefix without returning turns reached no request, and was ignored
+        (
+            ("returning_share = 0.3", "returning_share = 0.0"),
+            "workload.cached_prefix_tokens = 8000.0: needs returning_share > 0: without returning turns",
+        ),
+        (
+            ("returning_share = 0.3\ncached_prefix_tokens = 8000.0\nsuffix_tokens = 300.0", ""),
+            "workload.think = [(1.0, 120.0)]: needs returning_share > 0",
+        ),
     ],
 )
 def test_bad_study_files_name_file_key_and_rule(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
