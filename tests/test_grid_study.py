@@ -108,6 +108,11 @@ def test_a_grid_sweeping_kv_policy_may_list_several_in_its_search(tmp_path: Path
             ('hardware = ["h200-sxm", "h200-bw150"', 'hardware = ["h200-sxm", "h200-bw999"'),
             "sweep.hardware[1] = 'h200-bw999': unknown hardware id",
         ),
+        # a variant no point runs on (the hardware axis replaces hardware = [...] at each point)
+        (
+            ('hardware = ["h200-sxm", "h200-bw150", "h200-cap150"]', 'hardware = ["h200-sxm", "h200-bw150"]'),
+            "variants[1].id = 'h200-cap150': must be named in sweep.hardware: no trial runs on it",
+        ),
     ],
 )
 def test_unknown_ids_of_a_grid_exit_2_naming_the_field(

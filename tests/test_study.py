@@ -166,6 +166,21 @@ def test_bad_study_exits_2_from_the_cli(tmp_path: Path, cli: Cli) -> None:
     assert out.code == 2 and out.err.count("\n") == 1 and "slo.foo" in out.err
 
 
+def test_a_variant_left_out_of_hardware_is_refused_before_trials(tmp_path: Path, cli: Cli) -> None:
+    """A what-if variant missing from hardware = [...] had run the study as if it were not there."""
+    variant = '\n[[variants]]\nid = "b200-bw2"\nbase = "b200"\nhbm_bandwidth_scale = 2.0\n'
+    bad = tmp_path / "tiny-study.toml"
+    bad.write_text(TINY.read_text() + variant)
+    rule = "variants[0].id = 'b200-bw2': must be named in hardware: no trial runs on it"
+    for args in (("show", bad), ("run", bad, "--out", tmp_path / "runs")):
+        out = cli("study", *args)
+        assert out.code == 2 and out.err.count("\n") == 1 and f"{bad}: {rule}" in out.err, out.err
+    assert not (tmp_path / "runs").exists()
+    named = TINY.read_text().replace('hardware = ["b200", "h200-sxm"]', 'hardware = ["b200", "b200-bw2"]')
+    bad.write_text(named + variant)
+    assert cli("study", "show", bad).code == 0
+
+
 def test_a_shape_no_hardware_of_the_study_runs_is_refused_before_trials(tmp_path: Path, cli: Cli) -> None:
     """As `dse place --shapes` refuses it: expert groups over more GPUs than the instance, or ones
     that do not divide it, would only spend trials on designs that cannot exist."""
