@@ -55,6 +55,20 @@ def grid_run(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyp
             ('id = "h200-cap150"', 'id = "h200-bw150"'),
             "variants = ['h200-bw150', 'h200-bw150']: must not repeat",
         ),
+        # each of these had been ignored, every point alike: a cached prefix no request returns
+        # to, a second KV policy and a second prefill chunk (a point is placed with the first)
+        (
+            ("input_tokens = [2000, 8000]", "cached_prefix_tokens = [2000, 64000]"),
+            "sweep.cached_prefix_tokens = [2000.0, 64000.0]: needs workload.returning_share > 0",
+        ),
+        (
+            ("[search]\n", '[search]\nkv_policies = ["hbm-only", "tiered"]\n'),
+            "search.kv_policies = ['hbm-only', 'tiered']: must list one policy in a grid study",
+        ),
+        (
+            ("chunk_tokens = [8192]", "chunk_tokens = [4096, 8192]"),
+            "search.prefill.chunk_tokens = [4096, 8192]: must list one chunk in a grid study",
+        ),
     ],
 )
 def test_bad_grid_files_name_the_field(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
@@ -65,6 +79,13 @@ def test_bad_grid_files_name_the_field(tmp_path: Path, edit: tuple[str, str], me
     with pytest.raises(InputError) as err:
         load_study(bad)
     assert str(bad) in str(err.value) and message in str(err.value)
+
+
+def test_a_grid_sweeping_kv_policy_may_list_several_in_its_search(tmp_path: Path) -> None:
+    text = GRID.read_text().replace("[search]\n", '[search]\nkv_policies = ["hbm-only", "tiered"]\n')
+    good = tmp_path / "tiny-grid.toml"
+    good.write_text(text.replace("[sweep]\n", '[sweep]\nkv_policy = ["hbm-only", "tiered"]\n'))
+    assert load_study(good).sweep.kv_policy == ("hbm-only", "tiered")
 
 
 @pytest.mark.parametrize(
@@ -86,6 +107,11 @@ def test_bad_grid_files_name_the_field(tmp_path: Path, edit: tuple[str, str], me
         (
             ('hardware = ["h200-sxm", "h200-bw150"', 'hardware = ["h200-sxm", "h200-bw999"'),
             "sweep.hardware[1] = 'h200-bw999': unknown hardware id",
+        ),
+        # a variant no point runs on (the hardware axis replaces hardware = [...] at each point)
+        (
+            ('hardware = ["h200-sxm", "h200-bw150", "h200-cap150"]', 'hardware = ["h200-sxm", "h200-bw150"]'),
+            "variants[1].id = 'h200-cap150': must be named in sweep.hardware: no trial runs on it",
         ),
     ],
 )

@@ -121,6 +121,15 @@ def test_shipped_studies_load() -> None:
             ),
             "search.population = 1: must be at least 2 (NSGA-II breeds pairs)",
         ),
+        # a cached prefix without returning turns reached no request, and was ignored
+        (
+            ("returning_share = 0.3", "returning_share = 0.0"),
+            "workload.cached_prefix_tokens = 8000.0: needs returning_share > 0: without returning turns",
+        ),
+        (
+            ("returning_share = 0.3\ncached_prefix_tokens = 8000.0\nsuffix_tokens = 300.0", ""),
+            "workload.think = [(1.0, 120.0)]: needs returning_share > 0",
+        ),
     ],
 )
 def test_bad_study_files_name_file_key_and_rule(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
@@ -155,6 +164,21 @@ def test_bad_study_exits_2_from_the_cli(tmp_path: Path, cli: Cli) -> None:
     bad.write_text(TINY.read_text().replace("[slo]\n", "[slo]\nfoo = 1\n"))
     out = cli("study", "show", bad)
     assert out.code == 2 and out.err.count("\n") == 1 and "slo.foo" in out.err
+
+
+def test_a_variant_left_out_of_hardware_is_refused_before_trials(tmp_path: Path, cli: Cli) -> None:
+    """A what-if variant missing from hardware = [...] had run the study as if it were not there."""
+    variant = '\n[[variants]]\nid = "b200-bw2"\nbase = "b200"\nhbm_bandwidth_scale = 2.0\n'
+    bad = tmp_path / "tiny-study.toml"
+    bad.write_text(TINY.read_text() + variant)
+    rule = "variants[0].id = 'b200-bw2': must be named in hardware: no trial runs on it"
+    for args in (("show", bad), ("run", bad, "--out", tmp_path / "runs")):
+        out = cli("study", *args)
+        assert out.code == 2 and out.err.count("\n") == 1 and f"{bad}: {rule}" in out.err, out.err
+    assert not (tmp_path / "runs").exists()
+    named = TINY.read_text().replace('hardware = ["b200", "h200-sxm"]', 'hardware = ["b200", "b200-bw2"]')
+    bad.write_text(named + variant)
+    assert cli("study", "show", bad).code == 0
 
 
 def test_a_shape_no_hardware_of_the_study_runs_is_refused_before_trials(tmp_path: Path, cli: Cli) -> None:

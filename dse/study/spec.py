@@ -460,10 +460,44 @@ class StudySpec:
             if burst is not None:
                 key, rule_, value = burst
                 return (f"simulate.{key}", f"{rule_} (the grid sweeps burst_factor)", value)
+        idle = self._idle_returning_turns() or self._grid_kv_policies()
+        if idle is not None:
+            return idle
         if not self.mtp and (self.mtp_draft_tokens is not None or self.mtp_accept_rate is not None):
             key = "mtp_draft_tokens" if self.mtp_draft_tokens is not None else "mtp_accept_rate"
             return (key, "needs mtp = true", getattr(self, key))
         return None
+
+    def _idle_returning_turns(self) -> tuple[str, str, Any] | None:
+        """Returning turns' settings without returning turns are refused, not ignored: a cached
+        prefix with ``returning_share = 0`` reaches no request (a grid sweeping it had given every
+        point the same design and figures)."""
+        w = self.workload
+        if w.returning_share > 0:
+            return None
+        if self.sweep.cached_prefix_tokens:
+            rule_ = (
+                "needs workload.returning_share > 0: no request returns to a cached prefix, "
+                "so every point is alike"
+            )
+            return ("sweep.cached_prefix_tokens", rule_, list(self.sweep.cached_prefix_tokens))
+        written = {"cached_prefix_tokens": w.cached_prefix_tokens, "suffix_tokens": w.suffix_tokens}
+        key = next((k for k, v in written.items() if v > 0), "think" if w.think else None)
+        if key is None:
+            return None
+        value = written.get(key, [(b.share, b.dwell_s) for b in w.think])
+        return (f"workload.{key}", "needs returning_share > 0: without returning turns it is ignored", value)
+
+    def _grid_kv_policies(self) -> tuple[str, str, Any] | None:
+        """A grid point is placed with one KV policy (the ``kv_policy`` axis's, else the search's
+        only one): a second listed had been ignored, the first answering every point."""
+        if not self.is_grid or self.sweep.kv_policy or len(self.search.kv_policies) < 2:
+            return None
+        rule_ = (
+            "must list one policy in a grid study (each point is placed with one): "
+            "sweep them as [sweep] kv_policy"
+        )
+        return ("search.kv_policies", rule_, list(self.search.kv_policies))
 
 
 def read_study(path: Path) -> StudySpec:
@@ -481,6 +515,7 @@ def read_study(path: Path) -> StudySpec:
             )
     spec = build(StudySpec, data, source=str(path))
     _no_idle_burst(spec, data, path)
+    _one_grid_chunk(spec, data, path)
     if spec.name != path.stem:
         raise InputError(str(path), "name", f"must equal the file name {path.stem!r}", spec.name)
     return spec
@@ -499,6 +534,18 @@ def _no_idle_burst(spec: StudySpec, data: dict[str, Any], path: Path) -> None:
     if key is not None:
         rule_ = 'needs arrivals = "burst" (or a [sweep] of burst_factor): constant arrivals have no burst'
         raise InputError(str(path), f"simulate.{key}", rule_, written[key])
+
+
+def _one_grid_chunk(spec: StudySpec, data: dict[str, Any], path: Path) -> None:
+    """A grid point is placed with one prefill chunk, the first listed: a file listing more is
+    refused (``[4096, 16384]`` had placed every point at 4096). The default list is the search's,
+    of which a grid takes the first."""
+    search = data.get("search")
+    prefill = search.get("prefill") if isinstance(search, dict) else None
+    written = prefill.get("chunk_tokens") if isinstance(prefill, dict) else None
+    if spec.is_grid and isinstance(written, list) and len(written) > 1:
+        rule_ = "must list one chunk in a grid study (each point is placed with one)"
+        raise InputError(str(path), "search.prefill.chunk_tokens", rule_, written)
 
 
 def study_files(extra: Path | None = None) -> dict[str, Path]:

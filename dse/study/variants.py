@@ -61,9 +61,23 @@ def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) 
         _known(out.model, m, source, f"sweep.model[{i}]")
     for i, h in enumerate(spec.sweep.hardware):
         _known(out.hardware, h, source, f"sweep.hardware[{i}]")
+    _variants_used(spec, out, source)
     _fits_context(spec, out, source)
     _priced(spec, out, source)
     return out
+
+
+def _variants_used(spec: StudySpec, catalog: Catalog, source: str) -> None:
+    """A what-if variant no trial runs on is refused, not ignored: one declared but left out of
+    ``hardware`` (or, in a grid that sweeps the hardware, of that axis, which replaces
+    ``hardware`` at each point) had run the study as if it were not there."""
+    where = "sweep.hardware" if spec.sweep.hardware else "hardware"
+    named = {catalog.hardware(h).id for h in (spec.sweep.hardware or spec.hardware)}
+    for i, v in enumerate(spec.variants):
+        if v.id not in named:
+            raise InputError(
+                source, f"variants[{i}].id", f"must be named in {where}: no trial runs on it otherwise", v.id
+            )
 
 
 def _priced(spec: StudySpec, catalog: Catalog, source: str) -> None:
