@@ -186,6 +186,8 @@ def test_flags_the_run_would_ignore_are_refused(tmp_path: Path, cli: Cli) -> Non
     cases = {
         ("--rate", "40"): "--rate = 40: does not apply with --placement",
         ("--tpot", "0.01"): "--tpot = 0.01: does not apply with --placement",
+        # at the flag's default, too: `--isl 4096` beside a placement of 2,000-token prompts
+        ("--isl", "4096"): "--isl = 4096: does not apply with --placement",
         ("--burst-factor", "3"): "--burst-factor = 3: needs --arrivals burst",
         ("--trace", "rates.csv"): "--trace = 'rates.csv': needs --arrivals trace",
         ("--arrivals", "burst", "--amplitude", "0.2"): "--amplitude = 0.2: needs --arrivals diurnal",

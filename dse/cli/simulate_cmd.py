@@ -72,6 +72,24 @@ class _Given(argparse.Action):
         namespace.given = frozenset(getattr(namespace, "given", frozenset())) | {self.dest}
 
 
+def _note_given(action: argparse.Action) -> None:
+    """``action`` as it was, noting in ``args.given`` that its flag was given (the request's flags
+    come from `dse place`'s, whose own actions they keep: ``--mtp`` stores True)."""
+
+    class Noting(type(action)):  # type: ignore[misc]
+        def __call__(
+            self,
+            parser: argparse.ArgumentParser,
+            namespace: argparse.Namespace,
+            values: Any,
+            option_string: str | None = None,
+        ) -> None:
+            super().__call__(parser, namespace, values, option_string)
+            namespace.given = frozenset(getattr(namespace, "given", frozenset())) | {self.dest}
+
+    action.__class__ = Noting
+
+
 # each kind of arrivals' and the planner's own flags: (flag, type, default, help); refused without
 # their kind, at any value (_Given, check_scenario_flags)
 _KIND_ARGS: tuple[tuple[str, Any, float | None, str], ...] = (
@@ -105,9 +123,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     before = {id(a) for a in p._actions}
     add_request_arguments(p, required=False)
-    # the request's flags and defaults: a --placement carries its own request, and refuses them
-    request = {a.dest: (a.option_strings[0], a.default) for a in p._actions if id(a) not in before}
-    p.set_defaults(request_flags=request)
+    # the request's flags and defaults: a --placement carries its own request, and refuses them,
+    # given at any value (each notes that it was given, as the scenario's own flags do)
+    added = [a for a in p._actions if id(a) not in before]
+    for a in added:
+        _note_given(a)
+    p.set_defaults(request_flags={a.dest: (a.option_strings[0], a.default) for a in added})
     g = p.add_argument_group("scenario")
     g.add_argument(
         "--arrivals",
@@ -192,8 +213,10 @@ def _design(args: argparse.Namespace, catalog: Catalog) -> SimDesign:
     from dse.sim.from_placement import design_from_doc
 
     if args.placement is not None:
+        given: frozenset[str] = getattr(args, "given", frozenset())
         for dest, (flag, default) in args.request_flags.items():
-            if getattr(args, dest) != default:  # silently ignored, it would read as simulated
+            # silently ignored, it would read as simulated (at its default value too: `--isl 4096`)
+            if getattr(args, dest) != default or dest in given:
                 rule = "does not apply with --placement, which holds its request (--rate-scale scales it)"
                 raise InputError(SRC, flag, rule, getattr(args, dest))
         try:
