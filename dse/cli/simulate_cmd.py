@@ -56,25 +56,12 @@ SCENARIO_NUMBERS: dict[str, Rule | None] = {
 }
 
 
-class _Given(argparse.Action):
-    """Stores the flag's value and notes that it was given (``args.given``): a flag of another
-    kind of arrivals, or of no planner, is refused when given at all, its default value too
-    (``--burst-factor 2`` without ``--arrivals burst`` had run a constant rate, and said nothing)."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        setattr(namespace, self.dest, values)
-        namespace.given = frozenset(getattr(namespace, "given", frozenset())) | {self.dest}
-
-
 def _note_given(action: argparse.Action) -> None:
-    """``action`` as it was, noting in ``args.given`` that its flag was given (the request's flags
-    come from `dse place`'s, whose own actions they keep: ``--mtp`` stores True)."""
+    """``action`` as it was, noting in ``args.given`` that its flag was given: a flag of another
+    kind of arrivals, of no planner, or of the request beside ``--placement`` is refused when given
+    at all, its default value too (``--burst-factor 2`` without ``--arrivals burst`` had run a
+    constant rate, and said nothing). The request's flags are `dse place`'s, whose own actions they
+    keep (``--mtp`` stores True)."""
 
     class Noting(type(action)):  # type: ignore[misc]
         def __call__(
@@ -91,7 +78,7 @@ def _note_given(action: argparse.Action) -> None:
 
 
 # each kind of arrivals' and the planner's own flags: (flag, type, default, help); refused without
-# their kind, at any value (_Given, check_scenario_flags)
+# their kind, at any value (_note_given, check_scenario_flags)
 _KIND_ARGS: tuple[tuple[str, Any, float | None, str], ...] = (
     ("--burst-factor", number, 2.0, "rate multiple during the burst"),
     ("--burst-start", number, 600.0, "seconds"),
@@ -110,7 +97,7 @@ _PLANNER_ARGS: tuple[tuple[str, Any, float, str], ...] = (
 def _add_kind_flags(g: argparse._ArgumentGroup, planner: bool = False) -> None:
     for flag, kind, default, text in _PLANNER_ARGS if planner else _KIND_ARGS:
         metavar = "RATES.csv" if flag == "--trace" else None
-        g.add_argument(flag, type=kind, action=_Given, default=default, help=text, metavar=metavar)
+        _note_given(g.add_argument(flag, type=kind, default=default, help=text, metavar=metavar))
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
