@@ -604,6 +604,42 @@ def test_the_sampler_process_proposes_before_it_writes_what_it_was_told(
     assert alone.select("p_topology", "p_max_batch").equals(forked.select("p_topology", "p_max_batch"))
 
 
+def test_the_sampler_process_answers_a_waiting_tell_before_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the parent's next message is already waiting (its trial was quicker than the child's
+    write), the child proposes first and writes after, at most UNSTORED_MAX trials behind: slow
+    writes (0.1 s) and quick trials leave several told trials unwritten at once, every trial is
+    written, in order, and the trials are those of a run in one process."""
+    log = tmp_path / "order.log"
+    real_ask, real_write = proposer._Sampling.ask, proposer.write_finished
+
+    def ask(self: proposer._Sampling) -> proposer.Proposal:
+        got = real_ask(self)
+        with log.open("a") as f:
+            f.write(f"ask {got.number} {len(self.unstored)}\n")
+        return got
+
+    def slow(stored: object, trial: object, *args: object) -> None:
+        time.sleep(0.1)
+        with log.open("a") as f:
+            f.write(f"write {trial.number} 0\n")  # type: ignore[attr-defined]
+        real_write(stored, trial, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(proposer, "UNSTORED_MAX", 3)
+    monkeypatch.setattr(proposer._Sampling, "ask", ask)  # the forked child inherits them
+    monkeypatch.setattr(proposer, "write_finished", slow)
+    forked = Study.load(TINY).run(out=tmp_path / "forked", trials=12).trials
+    events = [e.split() for e in log.read_text().split("\n")[:-1]]
+    writes = [int(n) for kind, n, _ in events if kind == "write"]
+    assert writes == list(range(12))
+    waiting = [int(u) for kind, _, u in events if kind == "ask"]  # told, unwritten, at each ask
+    assert max(waiting) == 3, events  # proposals went out ahead of writes, and no further than 3
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "daemon", property(lambda self: True))
+    alone = Study.load(TINY).run(out=tmp_path / "alone", trials=12).trials  # in this process
+    assert alone.select("p_topology", "p_max_batch").equals(forked.select("p_topology", "p_max_batch"))
+
+
 @pytest.mark.e2e
 def test_an_orphaned_sampler_process_stores_every_trial_it_was_told(
     tmp_path: Path, clean_env: dict[str, str]

@@ -39,6 +39,7 @@ from dse.study.storage import StoredStudy, open_storage, write_finished
 
 AHEAD = 1  # trials proposed beyond the one under evaluation
 CLOSE_WAIT_S = 60.0  # how long closing waits for the child's last writes
+UNSTORED_MAX = 8  # told trials the child may leave unwritten while the parent's next message waits
 
 
 @dataclass(frozen=True)
@@ -252,8 +253,12 @@ def _serve(
                     conn.send(("proposal", proposal))
                 except (BrokenPipeError, ConnectionResetError):
                     gone = True
-            # the told trial is written after the proposal is sent, while the parent evaluates
-            sampling.store()
+            # the told trial is written after the proposal is sent, while the parent evaluates;
+            # a message already waiting (the parent's trial was quick) is answered first, while
+            # fewer than UNSTORED_MAX trials wait to be written
+            if len(sampling.unstored) >= UNSTORED_MAX or not conn.poll():
+                sampling.store()
+        sampling.store()
     except (EOFError, ConnectionError):  # the parent went away and every message it sent is read
         if sampling is not None:
             sampling.store()
