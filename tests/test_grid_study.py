@@ -3,6 +3,7 @@ point, resume without repeats, the physics of the variants, dynamics axes, the r
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from formulations.solve import PlacementSolver
 
 DATA = Path(__file__).resolve().parent / "data"
 GRID = DATA / "tiny-grid.toml"
+NO_SAMPLER = "must be left out of a grid study: a grid enumerates its points, no sampler runs"
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +71,16 @@ def grid_run(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyp
             ("chunk_tokens = [8192]", "chunk_tokens = [4096, 8192]"),
             "search.prefill.chunk_tokens = [4096, 8192]: must list one chunk in a grid study",
         ),
+        # a grid runs its points: the sampler's keys had been read by nothing
+        *(
+            (("[search]\n", f"[search]\n{key} = {value}\n"), f"search.{key} = {shown}: {NO_SAMPLER}")
+            for key, value, shown in (
+                ("sampler", '"nsga2"', "'nsga2'"),
+                ("population", "60", "60"),
+                ("warm_start", "false", "false"),
+                ("warm_start", "true", "true"),  # written at its default: as written, not as read
+            )
+        ),
     ],
 )
 def test_bad_grid_files_name_the_field(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
@@ -79,6 +91,41 @@ def test_bad_grid_files_name_the_field(tmp_path: Path, edit: tuple[str, str], me
     with pytest.raises(InputError) as err:
         load_study(bad)
     assert str(bad) in str(err.value) and message in str(err.value)
+
+
+def test_a_sampler_key_in_a_grid_exits_2_before_a_run(tmp_path: Path, cli: Cli) -> None:
+    bad = tmp_path / "tiny-grid.toml"
+    bad.write_text(GRID.read_text().replace("[search]\n", '[search]\nsampler = "random"\n'))
+    out = cli("study", "run", bad, "--out", tmp_path / "runs")
+    assert out.code == 2 and out.err.count("\n") == 1, out.err
+    assert f"{bad}: search.sampler = 'random': {NO_SAMPLER}" in out.err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_grid_stored_with_a_sampler_is_still_read(grid_run, tmp_path: Path, cli: Cli) -> None:  # type: ignore[no-untyped-def]
+    """A grid run made before the rule, its file naming a sampler: exported with a warning, not
+    resumed (the key edited out, its stored spec would differ: spec.search.sampler)."""
+    from dataclasses import replace as changed
+
+    import optuna
+
+    from dse.plain import plain
+
+    shutil.copytree(grid_run[1], tmp_path, dirs_exist_ok=True)
+    old = tmp_path / "tiny-grid.toml"
+    old.write_text(GRID.read_text().replace("[search]\n", '[search]\nsampler = "nsga2"\n'))
+    spec = load_study(GRID)
+    db = f"sqlite:///{tmp_path / 'tiny-grid' / 'study.db'}"
+    stored = changed(spec, search=changed(spec.search, sampler="nsga2"))  # as a dse before the rule stored it
+    optuna.load_study(study_name="tiny-grid", storage=db).set_user_attr("spec", plain(stored))
+    read = cli("study", "export", old, "--out", tmp_path)
+    assert read.code == 0, read.err
+    assert (
+        read.err
+        == f"dse: warning: {old}: search.sampler = 'nsga2': {NO_SAMPLER}; read as stored (a run refuses it)\n"
+    )
+    refused = cli("study", "run", old, "--out", tmp_path)
+    assert refused.code == 2 and f"search.sampler = 'nsga2': {NO_SAMPLER}" in refused.err
 
 
 def test_a_grid_sweeping_kv_policy_may_list_several_in_its_search(tmp_path: Path) -> None:

@@ -130,6 +130,15 @@ def test_shipped_studies_load() -> None:
             ("returning_share = 0.3\ncached_prefix_tokens = 8000.0\nsuffix_tokens = 300.0", ""),
             "workload.think = [(1.0, 120.0)]: needs returning_share > 0",
         ),
+        # a population is NSGA-II's: with TPE (the default) or random sampling it had been ignored
+        (
+            ("[search]\n", "[search]\npopulation = 60\n"),
+            'search.population = 60: needs sampler = "nsga2": tpe sampling has no population',
+        ),
+        (
+            ("[search]\n", '[search]\nsampler = "random"\npopulation = 60\n'),
+            'search.population = 60: needs sampler = "nsga2": random sampling has no population',
+        ),
     ],
 )
 def test_bad_study_files_name_file_key_and_rule(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
@@ -943,6 +952,62 @@ def test_a_study_stored_before_the_shape_rule_is_still_read(tmp_path: Path, cli:
     assert cli("study", "report", old, "--out", tmp_path).code == 0
     refused = cli("study", "run", old, "--out", tmp_path, "--trials", "3")
     assert refused.code == 2 and "search.prefill.shapes[0] = '8gpu-tp8-ep16'" in refused.err
+
+
+def test_a_search_study_takes_its_sampler_keys(tmp_path: Path) -> None:
+    """The keys a grid refuses are a search's own: NSGA-II with its population, no warm start."""
+    text = TINY.read_text().replace(
+        "[search]\n", '[search]\nsampler = "nsga2"\npopulation = 8\nwarm_start = false\n'
+    )
+    good = tmp_path / "tiny-study.toml"
+    good.write_text(text)
+    search = load_study(good).search
+    assert (search.sampler, search.population, search.warm_start) == ("nsga2", 8, False)
+
+
+def test_a_study_stored_before_a_no_effect_rule_is_still_read(tmp_path: Path, cli: Cli) -> None:
+    """The rules that refuse settings no trial would use guard new runs, not stored results: a
+    run made before them (returning_share = 0 beside a cached prefix, a what-if variant no trial
+    runs on) reports, exports and reads from Python, each setting named in a warning, and is not
+    resumed. Without this it could not be read at all: the file refused, and with the key edited
+    out the stored study's spec differs (``spec.workload.cached_prefix_tokens``)."""
+    from dataclasses import replace
+
+    import optuna
+
+    from dse.plain import plain
+    from dse.study.spec import Variant
+
+    Study.load(TINY).run(trials=2, out=tmp_path)
+    variant = '\n[[variants]]\nid = "b200-bw2"\nbase = "b200"\nhbm_bandwidth_scale = 2.0\n'
+    old = tmp_path / "tiny-study.toml"
+    old.write_text(TINY.read_text().replace("returning_share = 0.3", "returning_share = 0.0") + variant)
+    spec = load_study(TINY)  # the spec as a dse before the rules stored it
+    spec = replace(
+        spec,
+        workload=replace(spec.workload, returning_share=0.0),
+        variants=(Variant(id="b200-bw2", base="b200", hbm_bandwidth_scale=2.0),),
+    )
+    db = f"sqlite:///{tmp_path / 'tiny-study' / 'study.db'}"
+    optuna.load_study(study_name="tiny-study", storage=db).set_user_attr("spec", plain(spec))
+    idle = f"{old}: workload.cached_prefix_tokens = 8000.0: needs returning_share > 0"
+    unused = f"{old}: variants[0].id = 'b200-bw2': must be named in hardware"
+    for command in ("report", "export"):
+        read = cli("study", command, old, "--out", tmp_path)
+        assert read.code == 0, read.err
+        warnings = read.err.splitlines()
+        assert len(warnings) == 2 and all(w.startswith("dse: warning: ") for w in warnings), read.err
+        assert idle in warnings[0] and unused in warnings[1] and "read as stored" in warnings[0]
+    res = Study.load(old).results(out=tmp_path)
+    assert res.trials.height == 2 and [e.field for e in res.idle] == [
+        "workload.cached_prefix_tokens",
+        "variants[0].id",
+    ]
+    refused = cli("study", "run", old, "--out", tmp_path, "--trials", "3")
+    assert refused.code == 2 and refused.err.count("\n") == 1 and idle in refused.err, refused.err
+    with pytest.raises(InputError, match="workload.cached_prefix_tokens = 8000.0: needs returning_share"):
+        Study.load(old).run(trials=3, out=tmp_path)
+    assert Study.load(old).results(out=tmp_path).trials.height == 2  # no trial added by the refusals
 
 
 def test_a_midfill_shape_no_hardware_runs_is_refused_before_trials(tmp_path: Path, cli: Cli) -> None:

@@ -224,10 +224,12 @@ def _check_ids(spec: StudySpec, catalog: Catalog, name: str) -> Catalog:
     trial runs; and a search shape no hardware of the study can run. The study's catalog (with
     its variants)."""
     from dse.study.spec import study_path
-    from dse.study.variants import runnable_shapes, study_catalog
+    from dse.study.variants import runnable_shapes, study_catalog, unused_variant
 
     source = str(study_path(name))
     ours = study_catalog(spec, catalog, source=source)
+    if (unused := unused_variant(spec, ours, source)) is not None:
+        raise unused
     runnable_shapes(spec, ours, source)
     return ours
 
@@ -238,6 +240,7 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.study.storage import default_storage, redact
 
     study = Study.load(args.name)
+    study.refuse_idle()  # (as study.run would, but before the ids)
     _check_ids(study.spec, catalog, args.name)
     wrote: list[str] = []
 
@@ -500,6 +503,7 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
 
     storage_arg(args.storage)  # a path, not a URL: said as a run says it
     study = Study.load(args.name)
+    study.refuse_idle()
     _check_ids(study.spec, catalog, args.name)
     if not (math.isfinite(args.stale_after) and args.stale_after > 0):  # inf had been a traceback
         rule = "must be a finite number of seconds > 0"
@@ -534,7 +538,8 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
 def _stored_results(args: argparse.Namespace, catalog: Catalog) -> StudyResults:
     """The results a run stored, read with the objectives the study stored (a study run from
     Python with an objective function has its own: :meth:`Study.with_stored_objectives`), and a
-    warning when this catalog's numbers are not theirs."""
+    warning when this catalog's numbers are not theirs, and one per setting of the study file no
+    trial used (a run made before the rule that refuses it: :attr:`StudyResults.idle`)."""
     from dse.study.api import Study
 
     try:
@@ -552,6 +557,8 @@ def _stored_results(args: argparse.Namespace, catalog: Catalog) -> StudyResults:
     res = study.results(out=args.out, storage=args.storage, catalog=catalog)
     if res.catalog_note:
         print(f"dse: warning: {res.spec.name}: {res.catalog_note}", file=sys.stderr)
+    for idle in res.idle:  # a run made before the rule: read as it is stored
+        print(f"dse: warning: {idle}; read as stored (a run refuses it)", file=sys.stderr)
     return res
 
 

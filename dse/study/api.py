@@ -42,7 +42,7 @@ from dse.study.results import (
 )
 from dse.study.spec import StudySpec, read_study, study_path
 from dse.study.storage import catalog_change, default_storage, open_storage, open_study, redact, sqlite_path
-from dse.study.variants import catalog_entries, study_catalog, with_catalog_ids
+from dse.study.variants import catalog_entries, study_catalog, unused_variant, with_catalog_ids
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -63,6 +63,9 @@ class Study:
     objectives: tuple[ObjectiveDef, ...] = ()
     # the study file, which a run's errors name (an unknown id, a shape no hardware runs)
     source: str | None = field(default=None, compare=False)
+    # settings of the study file no trial would use (dse.study.spec.idle_settings), as refusals:
+    # a run refuses them, the results of a run made before their rule are read with them named
+    idle: tuple[InputError, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         """Without objectives (``Study(spec)``), those its ``[objectives] names`` lists: a run had
@@ -75,10 +78,20 @@ class Study:
     def load(cls, name_or_path: str | Path) -> Study:
         """A shipped study by name (``studies/NAME.toml``) or a study file by path, validated, with
         the objectives its ``[objectives] names`` lists; bad input (:class:`dse.errors.InputError`)
-        names the file, the field and the rule, here and when the study runs."""
+        names the file, the field and the rule, here and when the study runs. A setting no trial
+        would use (``returning_share = 0`` beside a cached prefix, ``sampler`` in a grid study: the
+        rules of :func:`dse.study.spec.idle_settings`) is held in :attr:`idle` and refused by
+        :meth:`run`, not here: the results of a run made before such a rule are still read."""
         path = study_path(name_or_path)
-        spec = read_study(path)
-        return cls(spec, tuple(ObjectiveDef.metric(n) for n in spec.objectives.names), str(path))
+        idle: list[InputError] = []
+        spec = read_study(path, idle=idle)
+        return cls(spec, tuple(ObjectiveDef.metric(n) for n in spec.objectives.names), str(path), tuple(idle))
+
+    def refuse_idle(self) -> None:
+        """Bad input for the first setting of the study file no trial would use (:attr:`idle`):
+        a new run, or one resumed, takes none."""
+        if self.idle:
+            raise self.idle[0]
 
     def with_objective(
         self,
@@ -161,6 +174,7 @@ class Study:
         string); ``trials`` and ``seed`` whole numbers."""
         from dse.study.runner import run  # the solver and the simulator: only a run imports them
 
+        self.refuse_idle()
         out, storage = folder_arg(out), storage_arg(storage)
 
         done: list[StudyResults] = []
@@ -192,7 +206,8 @@ class Study:
     ) -> StudyResults:
         """The results stored by an earlier run, read with ``catalog`` (default: the shipped one
         and ``DSE_CATALOG_DIR``'s); bad input when there is no result. Where that catalog's
-        numbers differ from those the trials ran with, ``catalog_note`` says which."""
+        numbers differ from those the trials ran with, ``catalog_note`` says which; settings of
+        the study no trial used (a run made before the rule that refuses them) are in ``idle``."""
         out, storage = folder_arg(out), storage_arg(storage)
         url = storage or default_storage(out, self.spec)
         if (db := sqlite_path(url)) is not None and not db.exists():
@@ -216,7 +231,10 @@ class Study:
         ours = study_catalog(self.spec, base, source=self.source)
         spec = with_catalog_ids(self.spec, ours)  # as the run stored it
         study = open_study(spec, url, list(self.objectives), spec.seed)
-        res = StudyResults(spec, self.objectives, study, None, base)
+        unused = unused_variant(self.spec, ours, self.source)
+        res = StudyResults(
+            spec, self.objectives, study, None, base, idle=(*self.idle, *filter(None, [unused]))
+        )
         changed = catalog_change(study, catalog_entries(spec, ours))
         if changed is not None:  # read all the same: the trials' own records hold what they found
             key, was, now = changed
@@ -307,6 +325,9 @@ class StudyResults:
     _catalog: Catalog | None = field(default=None, repr=False)
     # read under a catalog whose numbers differ from those the trials ran with: which, in words
     catalog_note: str | None = None
+    # settings of the study no trial used, each as the refusal a new run meets (read from a run
+    # made before the rule; :attr:`Study.idle`, and a what-if variant no trial ran on)
+    idle: tuple[InputError, ...] = ()
 
     @property
     def names(self) -> list[str]:

@@ -70,7 +70,13 @@ from dse.study.storage import (
 from dse.study.sweep import choice_of, evaluate_point
 from dse.study.timeouts import STALE_AFTER_S, TRIAL_WALL_S
 from dse.study.trial import TrialRecord, evaluate, objective_values
-from dse.study.variants import catalog_entries, runnable_shapes, study_catalog, with_catalog_ids
+from dse.study.variants import (
+    catalog_entries,
+    runnable_shapes,
+    study_catalog,
+    unused_variant,
+    with_catalog_ids,
+)
 from dse.study.warm_start import warm_start_params
 from formulations.solve import PlacementSolver, SolveOptions
 
@@ -143,6 +149,8 @@ def run(
     trials are done, while the run still holds the study (a lone run's exports and report: another
     run of the study waits for them, or its trials and this run's report would disagree)."""
     catalog = study_catalog(spec, catalog if catalog is not None else load_catalog(), study_file)
+    if (unused := unused_variant(spec, catalog, study_file)) is not None:
+        raise unused
     runnable_shapes(spec, catalog, study_file)
     spec = with_catalog_ids(spec, catalog)
     params = params if params is not None else load_params()

@@ -460,9 +460,10 @@ class StudySpec:
             if burst is not None:
                 key, rule_, value = burst
                 return (f"simulate.{key}", f"{rule_} (the grid sweeps burst_factor)", value)
-        idle = self._idle_returning_turns() or self._grid_kv_policies()
-        if idle is not None:
-            return idle
+        return None
+
+    def _idle_mtp(self) -> tuple[str, str, Any] | None:
+        """MTP's own draft depth and acceptance rate are read by MTP only."""
         if not self.mtp and (self.mtp_draft_tokens is not None or self.mtp_accept_rate is not None):
             key = "mtp_draft_tokens" if self.mtp_draft_tokens is not None else "mtp_accept_rate"
             return (key, "needs mtp = true", getattr(self, key))
@@ -500,8 +501,10 @@ class StudySpec:
         return ("search.kv_policies", rule_, list(self.search.kv_policies))
 
 
-def read_study(path: Path) -> StudySpec:
-    """A study file, validated; ids are checked against the catalog by :func:`check_ids`."""
+def read_study(path: Path, *, idle: list[InputError] | None = None) -> StudySpec:
+    """A study file, validated; ids are checked against the catalog by :func:`check_ids`. A
+    setting no trial would use (:func:`idle_settings`) is refused; given ``idle``, a list, such
+    settings are added to it instead, for reading a stored run (:meth:`dse.study.Study.load`)."""
     data = read_toml(path)
     sweep = data.get("sweep")
     if isinstance(sweep, dict):  # an axis left out is not swept; one written empty is a slip
@@ -514,38 +517,90 @@ def read_study(path: Path) -> StudySpec:
                 [],
             )
     spec = build(StudySpec, data, source=str(path))
-    _no_idle_burst(spec, data, path)
-    _one_grid_chunk(spec, data, path)
+    found = idle_settings(spec, data, str(path))
+    if idle is None and found:
+        raise found[0]
+    if idle is not None:
+        idle.extend(found)
     if spec.name != path.stem:
         raise InputError(str(path), "name", f"must equal the file name {path.stem!r}", spec.name)
     return spec
 
 
+def idle_settings(spec: StudySpec, data: dict[str, Any], source: str) -> list[InputError]:
+    """The settings of a study file that no trial would use, each as the refusal that names it:
+    returning turns' keys without returning turns, a burst's keys without a burst, MTP's without
+    MTP, several KV policies or prefill chunks in a grid, the sampler's keys in a grid, a
+    population without NSGA-II. (A ``[[variants]]`` entry no trial runs on needs the catalog:
+    :func:`dse.study.variants.unused_variant`.) They guard new trials, not the reading of stored
+    ones: a run made before a rule was added is still read, the setting named in a warning."""
+    found = [
+        spec._idle_returning_turns(),
+        spec._grid_kv_policies(),
+        spec._idle_mtp(),
+        _idle_burst(spec, data),
+        _grid_chunks(spec, data),
+        _grid_search_keys(spec, data),
+        _idle_population(spec, data),
+    ]
+    return [InputError(source, key, rule_, value) for key, rule_, value in filter(None, found)]
+
+
 BURST_KEYS = ("burst_factor", "burst_start_s", "burst_s")
 
 
-def _no_idle_burst(spec: StudySpec, data: dict[str, Any], path: Path) -> None:
+def _idle_burst(spec: StudySpec, data: dict[str, Any]) -> tuple[str, str, Any] | None:
     """A burst's settings in a study without a burst (constant arrivals, no ``burst_factor``
     axis) are refused, not ignored: ``burst_factor = 3`` alone had simulated constant traffic."""
     written = data.get("simulate")
     if not isinstance(written, dict) or spec.simulate.arrivals == "burst" or spec.sweep.burst_factor:
-        return
+        return None
     key = next((k for k in BURST_KEYS if k in written), None)
-    if key is not None:
-        rule_ = 'needs arrivals = "burst" (or a [sweep] of burst_factor): constant arrivals have no burst'
-        raise InputError(str(path), f"simulate.{key}", rule_, written[key])
+    if key is None:
+        return None
+    rule_ = 'needs arrivals = "burst" (or a [sweep] of burst_factor): constant arrivals have no burst'
+    return (f"simulate.{key}", rule_, written[key])
 
 
-def _one_grid_chunk(spec: StudySpec, data: dict[str, Any], path: Path) -> None:
+def _written_search(data: dict[str, Any]) -> dict[str, Any]:
+    search = data.get("search")
+    return search if isinstance(search, dict) else {}
+
+
+def _grid_chunks(spec: StudySpec, data: dict[str, Any]) -> tuple[str, str, Any] | None:
     """A grid point is placed with one prefill chunk, the first listed: a file listing more is
     refused (``[4096, 16384]`` had placed every point at 4096). The default list is the search's,
     of which a grid takes the first."""
-    search = data.get("search")
-    prefill = search.get("prefill") if isinstance(search, dict) else None
+    prefill = _written_search(data).get("prefill")
     written = prefill.get("chunk_tokens") if isinstance(prefill, dict) else None
     if spec.is_grid and isinstance(written, list) and len(written) > 1:
         rule_ = "must list one chunk in a grid study (each point is placed with one)"
-        raise InputError(str(path), "search.prefill.chunk_tokens", rule_, written)
+        return ("search.prefill.chunk_tokens", rule_, written)
+    return None
+
+
+SAMPLER_KEYS = ("sampler", "population", "warm_start")  # [search] keys only a sampled search reads
+
+
+def _grid_search_keys(spec: StudySpec, data: dict[str, Any]) -> tuple[str, str, Any] | None:
+    """A grid study runs its points, each once: the sampler, its population and the warm start
+    (the full placement's designs as a search's first trials) are not read, and written there
+    are refused (``sampler = "nsga2"`` in a grid had run the grid as without it)."""
+    written = _written_search(data)
+    key = next((k for k in SAMPLER_KEYS if k in written), None)
+    if not spec.is_grid or key is None:
+        return None
+    rule_ = "must be left out of a grid study: a grid enumerates its points, no sampler runs"
+    return (f"search.{key}", rule_, written[key])
+
+
+def _idle_population(spec: StudySpec, data: dict[str, Any]) -> tuple[str, str, Any] | None:
+    """A population is NSGA-II's: with TPE or random sampling it is not read, and is refused."""
+    written = _written_search(data)
+    if spec.is_grid or "population" not in written or spec.search.sampler == "nsga2":
+        return None
+    rule_ = f'needs sampler = "nsga2": {spec.search.sampler} sampling has no population, so it is ignored'
+    return ("search.population", rule_, written["population"])
 
 
 def study_files(extra: Path | None = None) -> dict[str, Path]:

@@ -37,7 +37,8 @@ def variant_hardware(base: Hardware, v: Variant) -> Hardware:
 
 def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) -> Catalog:
     """``catalog`` with the study's variants added; unknown ids (model, hardware, variant bases,
-    sweep values) fail here as bad input naming the study (``source``: its file) and the field."""
+    sweep values) fail here as bad input naming the study (``source``: its file) and the field.
+    (A variant no trial runs on is refused before a run, not here: :func:`unused_variant`.)"""
     source = source or f"study {spec.name}"
     extra: dict[str, Hardware] = {}
     files = dict(catalog.files)
@@ -61,23 +62,25 @@ def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) 
         _known(out.model, m, source, f"sweep.model[{i}]")
     for i, h in enumerate(spec.sweep.hardware):
         _known(out.hardware, h, source, f"sweep.hardware[{i}]")
-    _variants_used(spec, out, source)
     _fits_context(spec, out, source)
     _priced(spec, out, source)
     return out
 
 
-def _variants_used(spec: StudySpec, catalog: Catalog, source: str) -> None:
-    """A what-if variant no trial runs on is refused, not ignored: one declared but left out of
-    ``hardware`` (or, in a grid that sweeps the hardware, of that axis, which replaces
-    ``hardware`` at each point) had run the study as if it were not there."""
+def unused_variant(spec: StudySpec, catalog: Catalog, source: str | None = None) -> InputError | None:
+    """A what-if variant no trial runs on, as the refusal that names it (``catalog``: the study's,
+    :func:`study_catalog`): one declared but left out of ``hardware`` (or, in a grid that sweeps
+    the hardware, of that axis, which replaces ``hardware`` at each point) had run the study as
+    if it were not there. Refused before a run; a stored run is still read (as
+    :func:`dse.study.spec.idle_settings`)."""
+    source = source or f"study {spec.name}"
     where = "sweep.hardware" if spec.sweep.hardware else "hardware"
     named = {catalog.hardware(h).id for h in (spec.sweep.hardware or spec.hardware)}
     for i, v in enumerate(spec.variants):
         if v.id not in named:
-            raise InputError(
-                source, f"variants[{i}].id", f"must be named in {where}: no trial runs on it otherwise", v.id
-            )
+            rule = f"must be named in {where}: no trial runs on it otherwise"
+            return InputError(source, f"variants[{i}].id", rule, v.id)
+    return None
 
 
 def _priced(spec: StudySpec, catalog: Catalog, source: str) -> None:
