@@ -121,6 +121,9 @@ def test_simulate_refuses_a_step_longer_than_the_horizon(tmp_path: Path, cli: Cl
         ("--arrivals", "trace", "--trace", str(trace)): "t_s: needs at least one row",
         ("--arrivals", "trace", "--trace", str(idle)): "rate_per_s = 0.0: must be positive in one row",
         ("--buffer", "-1"): "--buffer = -1: must be positive",
+        # a million fluid steps, counted as integrated: --dt 60 in sub-steps of 2 s
+        ("--dt", "60", "--horizon", "3000000"): "--horizon = 3000000: must be at most 2e+06 s: 1e+06 fluid "
+        "steps",
     }
     for flags, message in cases.items():
         run = cli(*base, *flags)

@@ -22,7 +22,7 @@ from dse.cli.flags import number, path_arg
 from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, output_error
-from dse.sim.kinds import MIN_MEASURED_STEPS, ArrivalKind, PlannerKind
+from dse.sim.kinds import MAX_SUBSTEP_S, MIN_MEASURED_STEPS, ArrivalKind, PlannerKind, substeps
 from dse.typed_data import Rule, check_number, fraction, non_negative, positive, read_csv, row_shape_problem
 
 if TYPE_CHECKING:
@@ -143,7 +143,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     _add_kind_flags(g, planner=True)
     g.add_argument("--horizon", type=number, default=3600.0, help="simulated seconds")
     g.add_argument("--warmup", type=number, default=300.0, help="seconds left out of the statistics")
-    g.add_argument("--dt", type=number, default=1.0, help="fluid time step, seconds")
+    step = f"the trajectories' time step, seconds (integrated in steps of at most {MAX_SUBSTEP_S:g} s)"
+    g.add_argument("--dt", type=number, default=1.0, help=step)
     g.add_argument("--des", action="store_true", help="also run the discrete-event reference")
     g.add_argument(
         "--seed",
@@ -287,10 +288,19 @@ def check_scenario_flags(args: argparse.Namespace) -> None:
 
 
 def _check_steps(args: argparse.Namespace) -> None:
+    """At most :data:`MAX_STEPS` fluid steps: the integration's, so a --dt longer than its sub-step
+    (``dse.sim.kinds.MAX_SUBSTEP_S``) counts its sub-steps."""
     if args.horizon / args.dt > MAX_STEPS:
         raise InputError(
             SRC, "--dt", f"must give at most {MAX_STEPS:g} steps over --horizon ({args.horizon:g} s)", args.dt
         )
+    step = args.dt / substeps(args.dt)
+    if args.horizon / step > MAX_STEPS:
+        rule = (
+            f"must be at most {MAX_STEPS * step:g} s: {MAX_STEPS:g} fluid steps of {step:g} s, the sub-step "
+            f"--dt {args.dt:g} is integrated in"
+        )
+        raise InputError(SRC, "--horizon", rule, args.horizon)
 
 
 @dataclass(frozen=True)

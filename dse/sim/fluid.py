@@ -1,12 +1,14 @@
 """Fluid (ODE) model of the prefill -> buffer -> decode pipeline, vectorised over configurations.
 
 State per configuration: the prefill queue ``Qp`` (requests), the buffer ``Qb_k`` and the decoding
-sequences ``N_k`` per output-length class ``k``. Explicit Euler steps of ``dt``:
+sequences ``N_k`` per output-length class ``k``. Explicit Euler steps of ``h``, ``dt`` itself or, for
+a ``dt`` longer than :data:`~dse.sim.kinds.MAX_SUBSTEP_S`, the fewest equal sub-steps of it no longer
+than that (``dt`` is then the reporting step of the trajectories alone):
 
 * prefill drains at ``c_p / s_p`` requests/s while it has work (``c_p`` serving instances);
 * decode class ``k`` completes ``N_k / (L_k tau(n))`` requests/s, ``tau(n)`` the time per output
   token at the per-instance batch ``n`` (state dependent: a fuller batch steps slower); integrated
-  by backward Euler, so any ``dt`` is stable and the steady state is exact;
+  by backward Euler, so any step is stable and the steady state is exact;
 * the buffer admits into free decode slots; when it holds ``buffer_max`` requests, prefill blocks;
 * the planner (:mod:`dse.sim.planner`) moves instances from measurements ``delay_s`` old; a decode
   instance taken away returns its sequences to the buffer.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from dse.sim.fluid_kernel import OUT, advance
+from dse.sim.kinds import substeps
 from dse.sim.outputs import Summary, Trajectories, swings, verdicts
 from dse.sim.planner import PlannerState
 from dse.sim.scenario import Array, Pipeline, Scenario
@@ -47,10 +50,15 @@ STAGE_ROWS = (
 def simulate_fluid(
     pipe: Pipeline, scenario: Scenario, *, dt: float = 1.0, kv_gb_per_seq: Array | float = 0.0
 ) -> tuple[Summary, Trajectories]:
-    """Simulate every configuration of ``pipe`` under ``scenario``."""
+    """Simulate every configuration of ``pipe`` under ``scenario``: the trajectories one row per
+    ``dt``, integrated in :func:`~dse.sim.kinds.substeps` of it, and the summary (means, tails,
+    verdicts) over the integration's own steps, so that a coarse ``dt`` reports what a fine one
+    does (a step of 60 s had been integrated as one: TTFT 12%, TPOT 1.8% off a 0.25 s run)."""
     n = pipe.n
     lengths = scenario.lengths
-    steps = int(round(scenario.horizon_s / dt))
+    every, reporting_s = substeps(dt), dt
+    steps = int(round(scenario.horizon_s / dt)) * every
+    dt = dt / every  # the integration's step from here on
     t_arr = np.arange(steps) * dt
     lam_t = np.ascontiguousarray(scenario.arrivals.rate(t_arr), dtype=float)
     q = np.zeros((4, n))  # reload, fresh prefill, midfill, handoff
@@ -94,7 +102,34 @@ def simulate_fluid(
     r = {name: out[i] for name, i in OUT.items()}
     r["lam"] = np.broadcast_to(lam_t, (n, steps))
     traj = _trajectories(t_arr, r, kv_gb_per_seq)
-    return _summarise(pipe, scenario, traj, r, plan.moves), traj
+    summary = _summarise(pipe, scenario, traj, r, plan.moves)
+    return summary, (traj if every == 1 else _reported(traj, every, reporting_s))
+
+
+def _reported(traj: Trajectories, every: int, dt: float) -> Trajectories:
+    """``traj`` one row per reporting step of ``every`` integration steps, as a step's row reads at
+    one: the rates (arrivals, completions) the step's mean, the rest (queues, batch, instances, KV)
+    its state at the step's end; ``t`` where each reporting step of ``dt`` starts."""
+    n, steps = traj.prefill_queue.shape
+
+    def mean(a: Array) -> Array:
+        return np.asarray(a, dtype=float).reshape(n, steps // every, every).mean(axis=2)
+
+    def last(a: Array) -> Array:
+        return np.ascontiguousarray(a[:, every - 1 :: every])
+
+    return Trajectories(
+        t=np.arange(steps // every) * dt,
+        arrival_rate=mean(traj.arrival_rate),
+        prefill_queue=last(traj.prefill_queue),
+        buffer=last(traj.buffer),
+        decode_batch=last(traj.decode_batch),
+        prefill_instances=last(traj.prefill_instances),
+        decode_instances=last(traj.decode_instances),
+        completions_per_s=mean(traj.completions_per_s),
+        kv_active_gb=last(traj.kv_active_gb),
+        queued=None if traj.queued is None else last(traj.queued),
+    )
 
 
 def _return_taken_sequences(plan: PlannerState, pipe: Pipeline, qb: Array, active: Array) -> None:
