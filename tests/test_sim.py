@@ -662,6 +662,19 @@ def test_a_coarse_step_reports_the_figures_of_a_fine_one(case: str) -> None:
             assert np.allclose(tr.completions_per_s, steps.mean(axis=2), rtol=1e-12)
 
 
+@pytest.mark.parametrize("dt", [1.3, 1.75])
+def test_a_planner_keeps_its_period_at_a_step_that_does_not_divide_it(dt: float) -> None:
+    """The planner ticks at the first step at or after each multiple of its period (60 s). Its next
+    tick had been the late step's time plus the period, so the period drifted (61.25 s at a 1.75 s
+    step): the burst's TTFT mean read 8.25 s where a 0.25 s step reads 11.19 s (-26%)."""
+    sc = scenario(3.0, horizon_s=3600.0, **SWING_CASES["burst, planner"])
+    fine, _ = simulate_fluid(pipe(cp=2, cd=6), sc, dt=0.25)
+    f, _ = simulate_fluid(pipe(cp=2, cd=6), sc, dt=dt)
+    assert float(f.ttft_mean_s[0]) == pytest.approx(float(fine.ttft_mean_s[0]), rel=0.03)
+    assert float(f.ttft_p99_s[0]) == pytest.approx(float(fine.ttft_p99_s[0]), rel=0.03)
+    assert f.planner_moves[0] == fine.planner_moves[0]
+
+
 def test_a_step_at_or_below_the_bound_is_integrated_as_before() -> None:
     """A study's default step (2 s) and any at or below ``MAX_SUBSTEP_S`` take one sub-step: the same
     numbers as before sub-steps (commit 59d34e4's, the burst with a planner of the test above), so
