@@ -772,7 +772,77 @@ def test_running_request_cap_flag(cli: Cli) -> None:
     assert round(own["prediction"]["decode_batch_per_instance"]) == 48
     assert a["assumed"]["decode_max_running_requests"] is None
     text = cli("predict", *flags.removesuffix(" --json").split()).out.splitlines()[0]
-    assert "48 running at most (SGLang's own cap with MTP)" in text, text
+    assert "48 running at most (SGLang's own cap with MTP, 6 on each of 8 attention-DP ranks)" in text, text
+
+
+@pytest.mark.parametrize(
+    ("framework", "hardware", "cap", "words"),
+    [
+        ("vllm", "h200", 1024, "vLLM's own --max-num-seqs"),
+        ("trt", "h200", 2048, "TensorRT-LLM's own max_batch_size"),
+        ("atom", "mi355x", 512, "ATOM's own --max-num-seqs"),
+    ],
+)
+def test_engine_default_running_cap(cli: Cli, framework: str, hardware: str, cap: int, words: str) -> None:
+    """Unset, vLLM, TensorRT-LLM and ATOM cap a decode instance at their own defaults (one
+    instance without attention DP: one rank): at as many clients as the cap every request runs
+    (as with only the KV cache capping, 'none'); at twice as many half of them wait, so the TTFT
+    grows far beyond the uncapped instance's, and the closed form says the cap binds. --json's
+    `assumed` and the text's first line name the cap taken."""
+    flags = f"--hardware {hardware} --framework {framework} --tp 8 --ep 8 --isl 256 --osl 256".split()
+
+    def run(conc: int, *extra: str) -> dict:  # type: ignore[type-arg]
+        proc = cli("predict", *flags, "--conc", str(conc), "--json", *extra)
+        assert proc.code == 0, proc.err
+        return json.loads(proc.out)  # type: ignore[no-any-return]
+
+    at, beyond = run(cap), run(2 * cap)
+    free = run(2 * cap, "--decode-max-running-requests", "none")
+    assert at["assumed"]["decode_max_running_requests"] == cap
+    assert beyond["assumed"]["decode_max_running_requests"] == cap
+    assert free["assumed"]["decode_max_running_requests"] is None  # 'none': the KV cache alone
+    assert at["prediction"]["binding_regime"] != "running-request-cap"
+    assert beyond["prediction"]["binding_regime"] == "running-request-cap"
+    assert free["prediction"]["binding_regime"] != "running-request-cap"
+    assert round(beyond["prediction"]["decode_batch_per_instance"]) == cap
+    assert free["prediction"]["decode_batch_per_instance"] > 1.5 * cap
+    runs = (("at", at), ("beyond", beyond), ("free", free))
+    p50 = {k: d["latency"]["percentiles"]["p50"]["ttft_s"] for k, d in runs}
+    assert p50["beyond"] > 10 * p50["at"] and p50["beyond"] > 4 * p50["free"], p50
+    assert beyond["prediction"]["ttft_mean_s"] > 4 * free["prediction"]["ttft_mean_s"]
+    text = cli("predict", *flags, "--conc", "8").out.splitlines()[0]
+    assert f"{cap} running at most ({words})" in text, text
+
+
+def test_engine_default_running_cap_per_rank(catalog: Catalog) -> None:
+    """vLLM, TensorRT-LLM and ATOM apply their default to each attention-DP rank (each runs a
+    scheduler of its own), SGLang shares its 48 among them; vLLM takes 256 on a GPU under 70 GiB
+    or an A100, as its own table does."""
+    from dataclasses import replace
+
+    from dse.perf.benchmark_rows import PoolSpec, engine_running_cap, vllm_max_num_seqs
+
+    h200, mi355x = catalog.hardware("h200"), catalog.hardware("mi355x")
+    dp8 = PoolSpec(gpus=8, attn_tp=1, ep=8, instances=1)
+    tp8 = PoolSpec(gpus=8, attn_tp=8, ep=8, instances=1)
+    assert engine_running_cap("vllm", False, dp8, h200) == 8 * 1024
+    assert engine_running_cap("trt", True, dp8, h200) == 8 * 2048
+    assert engine_running_cap("atom", False, dp8, mi355x) == 8 * 512
+    assert engine_running_cap("sglang", True, dp8, h200) == 48
+    assert engine_running_cap("sglang", True, tp8, h200) == 48
+    assert engine_running_cap("sglang", False, tp8, h200) == float("inf")
+    small = replace(h200, hbm=replace(h200.hbm, capacity_gb=48.0, visible_gib=None))
+    a100 = replace(h200, id="a100-sxm", hbm=replace(h200.hbm, capacity_gb=80.0, visible_gib=None))
+    assert [vllm_max_num_seqs(h) for h in (h200, small, a100)] == [1024, 256, 256]
+
+
+def test_engine_default_running_cap_text_per_rank(cli: Cli) -> None:
+    proc = cli("predict", "--hardware", "h200", "--framework", "trt", "--tp", "8", "--ep", "8",
+               "--dp-attention", "--conc", "8")  # fmt: skip
+    assert proc.code == 0, proc.err
+    head = proc.out.splitlines()[0]
+    said = "16384 running at most (TensorRT-LLM's own max_batch_size, 2048 on each of 8 attention-DP ranks)"
+    assert said in head, head
 
 
 def test_scheduler_recv_interval_flag(cli: Cli) -> None:
@@ -888,10 +958,11 @@ def test_draft_depth_flag(cli: Cli) -> None:
         "kv_cache_dtype": "fp8",
         "mtp_draft_tokens": 1,
         "mtp_tokens_per_step": round(1 + rate, 4),
-        "decode_max_running_requests": None,  # TensorRT-LLM's: only the KV cache caps it
+        "decode_max_running_requests": 2048,  # TensorRT-LLM's own max_batch_size (one rank)
     }
     table = cli("predict", *flags[:-1], "--mtp-draft-tokens", "1", "--kv-cache-dtype", "bf16")
-    assert f"MTP 1 draft ({1 + rate:.2f} tokens per step), KV bf16)" in table.out.splitlines()[0]
+    own = "2048 running at most (TensorRT-LLM's own max_batch_size)"
+    assert f"MTP 1 draft ({1 + rate:.2f} tokens per step), KV bf16, {own})" in table.out.splitlines()[0]
     bad = cli("predict", "--hardware", "b200", "--mtp-draft-tokens", "2")
     assert bad.code == 2
     # the flag's own words (it had said a batch row's: "must be empty or 0 in a row without MTP

@@ -146,12 +146,15 @@ def test_sglang_with_mtp_runs_48_a_server_where_its_launch_sets_no_cap(
     from dse.perf.benchmark_rows import PoolSpec, engine_running_cap
 
     tp8, dp8, dp64 = PoolSpec(8, 8, 8, 1), PoolSpec(8, 1, 8, 1), PoolSpec(64, 1, 64, 1)
-    assert engine_running_cap("sglang", True, tp8) == 48.0
-    assert engine_running_cap("sglang", True, dp8) == 48.0  # 6 a rank
-    assert engine_running_cap("sglang", True, PoolSpec(5, 1, 5, 1)) == 45.0  # 9 a rank
-    assert engine_running_cap("sglang", True, dp64) == 64.0  # a rank runs one at least
-    assert engine_running_cap("sglang", False, tp8) == float("inf")
-    assert engine_running_cap("trt", True, tp8) == engine_running_cap("vllm", True, tp8) == float("inf")
+    hw = catalog.hardware("mi355x")
+    assert engine_running_cap("sglang", True, tp8, hw) == 48.0
+    assert engine_running_cap("sglang", True, dp8, hw) == 48.0  # 6 a rank
+    assert engine_running_cap("sglang", True, PoolSpec(5, 1, 5, 1), hw) == 45.0  # 9 a rank
+    assert engine_running_cap("sglang", True, dp64, hw) == 64.0  # a rank runs one at least
+    assert engine_running_cap("sglang", False, tp8, hw) == float("inf")
+    # the other engines' own caps (dse.perf.frameworks), whatever MTP: each rank the whole of it
+    assert engine_running_cap("trt", True, tp8, hw) == 2048.0
+    assert engine_running_cap("vllm", True, tp8, hw) == 1024.0
     runs, _ = cal.read_measured(INFERENCEX, catalog)
     named = {tuple(s[c] for c in RECIPE_KEY) for s in settings}
     mi355x = [m for m in runs if m.row.hardware == "mi355x" and m.row.engine == "sglang" and m.row.mtp

@@ -134,8 +134,9 @@ def _add_engine_settings(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the engine's cap on requests one decode instance (aggregated: one instance) runs at "
         "once, e.g. SGLang's --max-running-requests; the rest wait; 'none': only the KV cache caps "
-        "them (default: the engine's own: 48 for SGLang with MTP, as it sets an unset flag; "
-        "otherwise only the KV cache)",
+        "them (default: the engine's own, each attention-DP rank's: SGLang with MTP 48 an "
+        "instance, as it sets an unset flag; vLLM 1024 a rank (256 under 70 GiB or on an A100); "
+        "TRT-LLM 2048 a rank; ATOM 512 a rank; SGLang without MTP only the KV cache)",
     )
     p.add_argument(
         "--mtp-draft-tokens",
@@ -241,7 +242,7 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.cli.predict_batch import run_batch
-    from dse.perf.benchmark_rows import evaluate, kernel_sources, latency_of, settings_of
+    from dse.perf.benchmark_rows import engine_cap_words, evaluate, kernel_sources, latency_of, settings_of
     from dse.perf.expected_error import expected_error, unmeasured_reason
     from dse.perf.kernel_data import problems
     from dse.perf.params import load_params
@@ -294,7 +295,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if bench.adp_balance:
         looks += f", context requests held up to {bench.adp_balance:g} iterations for every attention-DP rank"
     if not row["decode_max_running_requests"] and math.isfinite(bench.decode_max_running):
-        looks += f", {bench.decode_max_running:g} running at most (SGLang's own cap with MTP)"
+        looks += f", {bench.decode_max_running:g} running at most ({engine_cap_words(bench)})"
     # the lengths and clients as numbers (a default had shown as 1024.0), one client in the singular
     isl, osl, conc = (float(row[k]) for k in ("isl", "osl", "conc"))
     print(

@@ -207,7 +207,8 @@ def _per_rank_caps(pool: PoolLaunch, design: Design, dp: int, cap_flag: str, chu
 
 
 # vLLM's and TRT-LLM's token budget per step where none is passed: vLLM's for `vllm serve` on GPUs
-# of 70 GiB or more (vllm/engine/arg_utils.py @ 99d7eb5d, get_batch_defaults), TRT-LLM's
+# of 70 GiB or more (vllm/engine/arg_utils.py @ 99d7eb5d, EngineArgs._set_default_args; later releases
+# EngineArgs.get_batch_defaults), TRT-LLM's
 # BaseLlmArgs.max_num_tokens (tensorrt_llm/llmapi/llm_args.py)
 DEFAULT_TOKEN_BUDGET = 8192
 

@@ -19,9 +19,10 @@ Five engine settings are optional columns (:data:`ENGINE_COLUMNS`); empty means 
 
 * ``decode_max_running_requests``: the engine's cap on the requests one decode instance (one
   instance in an aggregated row) runs at once (SGLang's ``--max-running-requests``, vLLM's
-  ``--max-num-seqs``, TRT-LLM's ``max_batch_size``); by default the engine's own: SGLang with
-  MTP runs 48 an instance (:func:`engine_running_cap`), elsewhere only the KV cache caps it.
-  Requests beyond it wait for a slot;
+  ``--max-num-seqs``, TRT-LLM's ``max_batch_size``); by default the engine's own
+  (:func:`engine_running_cap`): SGLang with MTP runs 48 an instance, vLLM 1,024 a data-parallel
+  rank (256 on a GPU under 70 GiB or an A100), TRT-LLM 2,048 an attention-DP rank, ATOM 512 a
+  data-parallel rank; SGLang without MTP only the KV cache caps. Requests beyond it wait for a slot;
 * ``mtp_draft_tokens``: draft tokens per speculative step in an MTP row (TRT-LLM's
   ``num_nextn_predict_layers``, SGLang's ``--speculative-num-steps``); by default the engine
   profile's depth. Tokens accepted per step follow from the engine's fitted acceptance rate
@@ -70,10 +71,18 @@ from pathlib import Path
 
 import numpy as np
 
-from dse.catalog import Catalog
+from dse.catalog import Catalog, Hardware
 from dse.errors import DseError, InputError, UnknownIdError, Written
 from dse.perf.afd import attention_side, ffn_side
-from dse.perf.frameworks import FRAMEWORK_ENGINE, SGLANG_SPECULATIVE_RUNNING
+from dse.perf.frameworks import (
+    ATOM_MAX_NUM_SEQS,
+    FRAMEWORK_ENGINE,
+    SGLANG_SPECULATIVE_RUNNING,
+    TRTLLM_MAX_BATCH_SIZE,
+    VLLM_LARGE_GPU_GIB,
+    VLLM_MAX_NUM_SEQS,
+    VLLM_MAX_NUM_SEQS_SMALL_GPU,
+)
 from dse.perf.kernel_data import image_version
 from dse.perf.kernels import OPS
 from dse.perf.latency import Latency, simulate_latency
@@ -327,7 +336,7 @@ def parse_row(
         prefill=prefill,
         decode=decode,
         ffn=_ffn_pool(row, disagg, source),
-        decode_max_running=_running_cap(row, source, FRAMEWORK_ENGINE[fw], spec == "mtp", decode),
+        decode_max_running=_running_cap(row, source, FRAMEWORK_ENGINE[fw], spec == "mtp", decode, hw),
         mtp_draft=_draft_tokens(row, spec == "mtp", source),
         kv_precision=_kv_dtype(row, source),
         engine_version=image_version(str(row.get("image") or "")),
@@ -453,14 +462,57 @@ def _draft_tokens(row: Mapping[str, str], mtp: bool, source: str) -> float | Non
     return value
 
 
-def engine_running_cap(engine: str, mtp: bool, decode: PoolSpec) -> float:
-    """The requests one decode instance runs at once when its launch sets no cap: SGLang with
-    speculative decoding caps them (:data:`SGLANG_SPECULATIVE_RUNNING`, a whole share per
-    attention-DP rank); elsewhere only the KV cache does (inf)."""
-    if engine != "sglang" or not mtp:
-        return float("inf")
-    ranks = max(1, round(decode.gpus / decode.attn_tp))
-    return float(max(1, SGLANG_SPECULATIVE_RUNNING // ranks) * ranks)
+def engine_running_cap(engine: str, mtp: bool, decode: PoolSpec, hardware: Hardware) -> float:
+    """The requests one decode instance runs at once when its launch sets no cap, as the engine
+    caps them on its own (:func:`engine_cap_per_rank`, a whole share or a whole cap per
+    attention-DP rank); inf: only the KV cache does (SGLang without speculative decoding)."""
+    per_rank = engine_cap_per_rank(engine, mtp, decode, hardware)
+    return float("inf") if per_rank is None else float(per_rank * _ranks(decode))
+
+
+def engine_cap_per_rank(engine: str, mtp: bool, decode: PoolSpec, hardware: Hardware) -> int | None:
+    """Each attention-DP rank's running-request cap where the launch sets none; None: only the KV
+    cache caps. SGLang with speculative decoding shares :data:`SGLANG_SPECULATIVE_RUNNING` among
+    the ranks (a whole share each, at least one); vLLM, TRT-LLM and ATOM run a scheduler a rank,
+    each with the whole default (:data:`VLLM_MAX_NUM_SEQS`, :data:`TRTLLM_MAX_BATCH_SIZE`,
+    :data:`ATOM_MAX_NUM_SEQS`)."""
+    if engine == "sglang":
+        return max(1, SGLANG_SPECULATIVE_RUNNING // _ranks(decode)) if mtp else None
+    if engine == "vllm":
+        return vllm_max_num_seqs(hardware)
+    return {"trt": TRTLLM_MAX_BATCH_SIZE, "atom": ATOM_MAX_NUM_SEQS}.get(engine)
+
+
+def vllm_max_num_seqs(hardware: Hardware) -> int:
+    """vLLM's ``--max-num-seqs`` where not given on ``hardware``: :data:`VLLM_MAX_NUM_SEQS` on a GPU
+    of :data:`VLLM_LARGE_GPU_GIB` or more (the memory the engine sees) other than an A100 (its
+    catalog id standing for the device name vLLM reads), else :data:`VLLM_MAX_NUM_SEQS_SMALL_GPU`."""
+    large = hardware.hbm.usable_gib >= VLLM_LARGE_GPU_GIB and "a100" not in hardware.id.lower()
+    return VLLM_MAX_NUM_SEQS if large else VLLM_MAX_NUM_SEQS_SMALL_GPU
+
+
+ENGINE_CAP_NAMES = {
+    "sglang": "SGLang's own cap with MTP",
+    "vllm": "vLLM's own --max-num-seqs",
+    "trt": "TensorRT-LLM's own max_batch_size",
+    "atom": "ATOM's own --max-num-seqs",
+}
+"""What :func:`engine_running_cap` takes for each engine, as ``dse predict`` names it."""
+
+
+def engine_cap_words(bench: BenchRow) -> str:
+    """How a prediction names the cap :func:`engine_running_cap` gave ``bench``: the engine's
+    setting, and where the instance has several attention-DP ranks, what each rank runs."""
+    name = ENGINE_CAP_NAMES.get(bench.engine, f"{bench.engine}'s own cap")
+    ranks = _ranks(bench.decode)
+    if ranks == 1:
+        return name
+    return f"{name}, {bench.decode_max_running / ranks:g} on each of {ranks} attention-DP ranks"
+
+
+def _ranks(decode: PoolSpec) -> int:
+    """The attention-DP ranks of one decode instance (1 without attention DP)."""
+    return max(1, round(decode.gpus / decode.attn_tp))
 
 
 NO_CAP = "none"
@@ -468,13 +520,15 @@ NO_CAP = "none"
 :func:`with_recipe_settings`, one whose cap is not known)."""
 
 
-def _running_cap(row: Mapping[str, str], source: str, engine: str, mtp: bool, decode: PoolSpec) -> float:
+def _running_cap(
+    row: Mapping[str, str], source: str, engine: str, mtp: bool, decode: PoolSpec, hardware: Hardware
+) -> float:
     """``decode_max_running_requests``: a whole number from 1 to 1e12, ``none`` (only the KV
     cache caps), or empty (the engine's own, :func:`engine_running_cap`)."""
     key = ENGINE_COLUMNS[0]
     raw = str(row.get(key) or "").strip()
     if not raw:
-        return engine_running_cap(engine, mtp, decode)
+        return engine_running_cap(engine, mtp, decode, hardware)
     if raw.lower() == NO_CAP:
         return float("inf")
     try:
