@@ -630,7 +630,7 @@ def test_the_sampler_process_answers_a_waiting_tell_before_it_writes(
         return got
 
     def slow(stored: object, trial: object, *args: object) -> None:
-        time.sleep(0.1)
+        time.sleep(0.2)
         with log.open("a") as f:
             f.write(f"write {trial.number} 0\n")  # type: ignore[attr-defined]
         real_write(stored, trial, *args)  # type: ignore[arg-type]
@@ -643,7 +643,9 @@ def test_the_sampler_process_answers_a_waiting_tell_before_it_writes(
     writes = [int(n) for kind, n, _ in events if kind == "write"]
     assert writes == list(range(12))
     waiting = [int(u) for kind, _, u in events if kind == "ask"]  # told, unwritten, at each ask
-    assert max(waiting) == 3, events  # proposals went out ahead of writes, and no further than 3
+    # proposals went out ahead of writes (one told trial waits at each ask when every write comes
+    # first), and no further than 3: how far, the two processes' speeds decide
+    assert 2 <= max(waiting) <= 3, events
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "daemon", property(lambda self: True))
     alone = Study.load(TINY).run(out=tmp_path / "alone", trials=12).trials  # in this process
     assert alone.select("p_topology", "p_max_batch").equals(forked.select("p_topology", "p_max_batch"))
