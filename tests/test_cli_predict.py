@@ -216,6 +216,20 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
             "--tp = 16: must be at most the instance's 4 GPUs (--decode-gpus over --decode-workers)",
         ),
         (("--seed", "-1"), "--seed = -1: must be >= 0"),
+        # flags the deployment would not read, typed at their default values: they had been ignored
+        # in silence (an aggregated --prefill-gpus 8, --mtp-draft-tokens 0 without --mtp)
+        (("--prefill-gpus", "8"), "--prefill-gpus = 8: needs --disagg"),
+        (("--decode-workers", "1"), "--decode-workers = 1: needs --disagg"),
+        (("--disagg", "--ffn-gpus", "8"), "--ffn-gpus = 8: needs --afd"),
+        (
+            ("--mtp-draft-tokens", "0"),
+            "--mtp-draft-tokens = 0: needs --mtp (the drafts of its speculative steps)",
+        ),
+        (  # the simulation applies it to an aggregated instance: it had been printed as applied
+            ("--disagg", "--scheduler-recv-interval", "30"),
+            "--scheduler-recv-interval = 30: applies to an aggregated deployment only (a disaggregated "
+            "one is simulated without it)",
+        ),
         (
             ("--load", "poisson", "--rate", "2", "--burstiness", "0"),
             "--burstiness = 0: needs --load bursty",
@@ -399,7 +413,9 @@ def test_a_batch_refuses_the_flags_of_one_deployment(tmp_path: Path, cli: Cli) -
     silently ignored, so it is refused, as --out is without --batch."""
     src = tmp_path / "in.csv"
     src.write_text("hardware,model\nb200,dsr1\n")
-    for flags in (("--percentiles", "0"), ("--rate", "0"), ("--seed", "3"), ("--json",)):
+    # a pool's flag at its default value too (--decode-gpus 8 had passed: it was read as left out)
+    given = (("--percentiles", "0"), ("--rate", "0"), ("--seed", "3"), ("--json",), ("--decode-gpus", "8"))
+    for flags in given:
         proc = cli("predict", "--batch", str(src), "--out", str(tmp_path / "o.csv"), *flags)
         assert proc.code == 2, (flags, proc.err)
         rule = "does not apply to --batch (each row names its deployment)"

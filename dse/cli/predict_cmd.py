@@ -77,11 +77,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="attention-FFN disaggregated decode (implies --disagg): --tp/--dp-attention/--decode-* "
         "describe the attention pool, --ffn-* the expert pool",
     )
-    p.add_argument("--ffn-gpus", type=int, default=8, help="GPUs of the whole expert pool (--afd)")
-    p.add_argument("--ffn-workers", type=int, default=1, help="expert-pool instances (--afd)")
-    p.add_argument(
-        "--ffn-ep", type=int, default=0, help="expert parallel per instance (--afd; 0: all its GPUs)"
-    )
+    # the pools' flags default to None, "left out", so that one typed at its default value is
+    # still seen as given (and refused where it does not apply); POOL_DEFAULTS fills them in
+    p.add_argument("--ffn-gpus", type=int, help="GPUs of the whole expert pool (--afd; default 8)")
+    p.add_argument("--ffn-workers", type=int, help="expert-pool instances (--afd; default 1)")
+    p.add_argument("--ffn-ep", type=int, help="expert parallel per instance (--afd; default 0: all its GPUs)")
     _add_load_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     # every flag of one deployment, with its default: --batch refuses any given (each row names its own)
@@ -115,15 +115,15 @@ def _add_pools(p: argparse.ArgumentParser) -> None:
         help="tensor parallel of a prefill instance (--disagg; default: its GPUs up to 8)",
     )
     p.add_argument(
-        "--prefill-ep", type=int, default=0, help="expert parallel of a prefill instance (--disagg; 0: all)"
+        "--prefill-ep", type=int, help="expert parallel of a prefill instance (--disagg; default 0: all)"
     )
     p.add_argument(
         "--prefill-dp-attention", action="store_true", help="data-parallel attention in prefill (--disagg)"
     )
-    p.add_argument("--prefill-workers", type=int, default=1, help="prefill instances (--disagg)")
-    p.add_argument("--prefill-gpus", type=int, default=8, help="GPUs of the whole prefill pool")
-    p.add_argument("--decode-workers", type=int, default=1, help="decode instances (--disagg)")
-    p.add_argument("--decode-gpus", type=int, default=8, help="GPUs of the whole decode pool")
+    p.add_argument("--prefill-workers", type=int, help="prefill instances (--disagg; default 1)")
+    p.add_argument("--prefill-gpus", type=int, help="GPUs of the whole prefill pool (--disagg; default 8)")
+    p.add_argument("--decode-workers", type=int, help="decode instances (--disagg; default 1)")
+    p.add_argument("--decode-gpus", type=int, help="GPUs of the whole decode pool (--disagg; default 8)")
 
 
 def _add_engine_settings(p: argparse.ArgumentParser) -> None:
@@ -362,24 +362,38 @@ def _one_deployment(args: argparse.Namespace) -> None:
         raise InputError(SRC, "--out", "needs --batch (one deployment prints its prediction)")
     if not args.hardware:
         raise InputError(SRC, "--hardware", "is required (or use --batch)")
+    _pool_flags(args)
     _tensor_parallel(args)
     for name, check in NUMBERS.items():  # each flag, whether or not this topology reads it
         if (value := getattr(args, name)) is not None:  # None: left out, and not read (--prefill-tp)
             check_number(value, source=SRC, key="--" + name.replace("_", "-"), check=check)
     if args.load == "closed" and not float(args.conc).is_integer():  # the simulation runs whole clients
         raise InputError(SRC, "--conc", "must be a whole number of clients in a closed loop", args.conc)
-    if args.mtp_draft_tokens and not args.mtp:  # flag words, not a batch row's (spec_method none)
+    if args.mtp_draft_tokens is not None and not args.mtp:  # flag words, not a batch row's spec_method
         rule = "needs --mtp (the drafts of its speculative steps)"
         raise InputError(SRC, "--mtp-draft-tokens", rule, args.mtp_draft_tokens)
+    args.disagg = args.disagg or args.afd
+    if args.disagg and args.scheduler_recv_interval is not None:  # it had been said applied, and ignored
+        rule = "applies to an aggregated deployment only (a disaggregated one is simulated without it)"
+        raise InputError(SRC, "--scheduler-recv-interval", rule, args.scheduler_recv_interval)
+
+
+def _pool_flags(args: argparse.Namespace) -> None:
+    """The separate pools' flags: refused without the topology that reads them (``--afd`` for the
+    expert pool's, ``--disagg`` or ``--afd`` for the others), even typed at their default value (an
+    aggregated ``--prefill-gpus 8`` had been ignored in silence); then those left out get
+    :data:`POOL_DEFAULTS`."""
     if not args.afd:  # the expert pool's flags mean nothing without one
-        for flag, default in (("ffn_gpus", 8), ("ffn_workers", 1), ("ffn_ep", 0)):
-            if getattr(args, flag) != default:
+        for flag in ("ffn_gpus", "ffn_workers", "ffn_ep"):
+            if getattr(args, flag) is not None:
                 raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --afd", getattr(args, flag))
     if not (args.disagg or args.afd):  # nor the separate pools' flags without them
         for flag, unset in DISAGG_FLAGS.items():
             if getattr(args, flag) != unset:
                 raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --disagg", getattr(args, flag))
-    args.disagg = args.disagg or args.afd
+    for flag, default in POOL_DEFAULTS.items():
+        if getattr(args, flag) is None:
+            setattr(args, flag, default)
 
 
 def _tensor_parallel(args: argparse.Namespace) -> None:
@@ -405,10 +419,16 @@ def _tensor_parallel(args: argparse.Namespace) -> None:
             raise InputError(SRC, flag, f"must be at most the instance's {per} GPUs ({how})", value)
 
 
-# flags of a disaggregated deployment's pools, with their defaults (an aggregated one reads --tp)
+# flags of a disaggregated deployment's pools, as the parser leaves them when left out (an aggregated
+# deployment reads --tp)
 DISAGG_FLAGS: dict[str, int | bool | None] = {
-    "prefill_tp": None, "prefill_ep": 0, "prefill_dp_attention": False, "prefill_workers": 1,
-    "prefill_gpus": 8, "decode_workers": 1, "decode_gpus": 8,
+    "prefill_tp": None, "prefill_ep": None, "prefill_dp_attention": False, "prefill_workers": None,
+    "prefill_gpus": None, "decode_workers": None, "decode_gpus": None,
+}  # fmt: skip
+# the pools' flags left out (--prefill-tp and --tp: :func:`_tensor_parallel`)
+POOL_DEFAULTS: dict[str, int] = {
+    "prefill_ep": 0, "prefill_workers": 1, "prefill_gpus": 8, "decode_workers": 1, "decode_gpus": 8,
+    "ffn_gpus": 8, "ffn_workers": 1, "ffn_ep": 0,
 }  # fmt: skip
 
 
