@@ -113,6 +113,18 @@ def test_a_percentile_finer_than_the_window_resolves_is_warned_of(cli: Cli) -> N
     assert as_json.code == 0 and said in as_json.err, as_json.err
     usual = cli("predict", "--hardware", "b200", "--conc", "8")
     assert usual.code == 0 and "warning" not in usual.err, usual.err
+    assert fine.err.rstrip().endswith("resolve it (--requests)"), fine.err
+
+
+def test_a_trace_too_short_for_a_percentile_is_not_told_to_use_requests(cli: Cli, tmp_path: Path) -> None:
+    """A replay's requests are the trace's (--requests is refused beside --load trace): the warning
+    had suggested "--requests, or a longer trace"."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,1000,100\n1,1000,100\n2,1000,100\n")
+    proc = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", trace)
+    assert proc.code == 0, proc.err
+    said = "dse: warning: p99 of 3 requests is no more than their slowest: 100 requests or more resolve it"
+    assert f"{said} (a longer trace)" in proc.err.splitlines(), proc.err
 
 
 def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_path: Path) -> None:

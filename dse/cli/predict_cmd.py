@@ -284,7 +284,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         print(json.dumps(out, indent=2, allow_nan=False))
         if unknown is not None:
             print(f"dse: warning: {unknown}", file=sys.stderr)
-        _warn(lat, percentiles)  # in the JSON too, and on stderr where a pipe to a JSON reader sees it
+        _warn(lat, load, percentiles)  # in the JSON too, and on stderr where a pipe to a JSON reader sees it
         return 0
     per_step = assumed["mtp_tokens_per_step"]
     plural = "" if drafts == 1 else "s"
@@ -614,7 +614,7 @@ def _print_latency(
         f"{lat.output_tokens_per_s_per_gpu:.4g} output tokens/s/GPU{per_decode}; "
         f"{lat.preempted} preempted"
     )
-    _warn(lat, percentiles)
+    _warn(lat, load, percentiles)
 
 
 def _gpus(bench: BenchRow) -> tuple[float, float]:
@@ -634,12 +634,12 @@ def _per_decode_gpu(lat: Latency, bench: BenchRow) -> float:
     return lat.output_tokens_per_s_per_gpu * total / decode
 
 
-def _warn(lat: Latency, percentiles: tuple[float, ...] = ()) -> None:
+def _warn(lat: Latency, load: Load, percentiles: tuple[float, ...] = ()) -> None:
     """A window too short for a steady state, or for the finest percentile asked, said on stderr
     (with or without --json)."""
     if lat.warning:
         print(f"dse: warning: {lat.warning}", file=sys.stderr)
-    if (beyond := unresolved(len(lat.ttft_s), percentiles)) is not None:
+    if (beyond := unresolved(len(lat.ttft_s), percentiles, trace=load.kind == "trace")) is not None:
         print(f"dse: warning: {beyond}", file=sys.stderr)
 
 
@@ -649,9 +649,10 @@ requests (a tenth of one) lie beyond it: p99.999 of 80. The benchmarks' own p99 
 client (1 at 1 client, 0.8 at 8) is not."""
 
 
-def unresolved(n: int, percentiles: tuple[float, ...]) -> str | None:
+def unresolved(n: int, percentiles: tuple[float, ...], *, trace: bool = False) -> str | None:
     """The finest of ``percentiles`` that ``n`` requests cannot resolve (:data:`UNRESOLVED_SHARE`),
-    in words with the window that would; None when each can be."""
+    in words with the window that would (a longer trace where they are a ``trace``'s, which
+    ``--requests`` does not apply to); None when each can be."""
     if n <= 0 or not percentiles:
         return None
     q = min(percentiles, key=lambda p: min(p, 100.0 - p))
@@ -660,9 +661,10 @@ def unresolved(n: int, percentiles: tuple[float, ...]) -> str | None:
         return None
     end = "slowest" if q > 50 else "quickest"
     need = math.ceil(1.0 / tail - 1e-9)
+    how = "a longer trace" if trace else "--requests"
     return (
         f"{_label(q)} of {counted(n, 'request')} is no more than their {end}: {need:,} requests or more "
-        "resolve it (--requests, or a longer trace)"
+        f"resolve it ({how})"
     )
 
 
