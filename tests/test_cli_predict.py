@@ -191,6 +191,9 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         ),
         (("--requests", "300000"), "--requests = 300000: must be at most 200,000"),
         (("--requests", "0"), "--requests = 0: must be > 0"),  # 0 had meant the default
+        # half a token: the closed form had priced 0.45 output tokens, the simulation one whole token
+        (("--osl", "0.5"), "--osl = 0.5: must be at least 1 (tokens)"),
+        (("--isl", "0.3"), "--isl = 0.3: must be at least 1 (tokens)"),
         (
             ("--isl", "300000"),
             "--isl = 300000: with osl (1024) must fit deepseek-v3's context of 163,840 tokens",
@@ -272,7 +275,8 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
                 num_prefill_gpu="8")  # fmt: skip
     seven = {"decode_tp": "7", "prefill_tp": "7", "num_decode_gpu": "7"}
     rows = [base, {**base, "isl": "200000"}, {**base, **seven}, {**base, "prefill_tp": "4"}]
-    out = predict_rows(rows, catalog, load_params(), source="runs.csv")
+    out = predict_rows([*rows, {**base, "osl": "0.5"}], catalog, load_params(), source="runs.csv")
+    assert out[4]["pred_error"] == "runs.csv row 5: osl = 0.5: must be at least 1 (tokens)"
     assert out[0]["pred_error"] == ""
     assert out[1]["pred_error"] == (
         "runs.csv row 2: isl = 200000: with osl (1000) must fit deepseek-v3's context of 163,840 tokens"
