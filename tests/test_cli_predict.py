@@ -1318,3 +1318,20 @@ def test_recipe_settings_leave_an_unknown_launchs_cap_to_the_kv_cache(tmp_path: 
     assert kv[ENGINE_COLUMNS[0]] == NO_CAP
     measured = float(row["tput_per_gpu_total"])
     assert float(own["pred_tput_per_gpu"]) < 0.2 * measured < float(kv["pred_tput_per_gpu"])
+
+
+def test_a_batch_says_what_recipe_settings_add_in_one_sentence(tmp_path: Path, cli: Cli) -> None:
+    """The docs' two rows: the second an SGLang MTP run whose launch the settings file lacks. Its
+    part of the sentence had followed the settings file's with no comma between them
+    ("... to 0 rows (dse/perf/recipe_settings.csv) decode_max_running_requests ...")."""
+    src = tmp_path / "runs.csv"
+    src.write_text(
+        "hardware,framework,model,precision,spec_method,disagg,isl,osl,conc,prefill_tp,prefill_ep,"
+        "prefill_dp_attention,prefill_num_workers,num_prefill_gpu,decode_tp,decode_ep,"
+        "decode_dp_attention,decode_num_workers,num_decode_gpu\n"
+        "b200,dynamo-sglang,dsr1,fp4,mtp,True,1024,1024,256,4,4,True,1,4,8,8,False,6,48\n"
+    )
+    proc = cli("predict", "--batch", src, "--out", tmp_path / "out.csv")
+    assert proc.code == 0, proc.err
+    said = "to 0 rows (dse/perf/recipe_settings.csv), decode_max_running_requests 'none' to 1 row"
+    assert said in proc.err, proc.err
