@@ -81,3 +81,22 @@ def test_list_models_names_the_experts_precision_where_it_differs(cli: Cli) -> N
     assert rows["gpt-oss-120b"].endswith("  bf16, experts fp4"), rows["gpt-oss-120b"]
     assert rows["kimi-k3"].endswith("  bf16, experts fp4"), rows["kimi-k3"]
     assert rows["deepseek-v3"].endswith("  fp8") and rows["llama-3.1-70b"].endswith("  bf16")
+
+
+def test_show_refuses_an_unknown_id_naming_the_argument(cli: Cli) -> None:
+    """It had said "catalog: catalog entry = 'nope': unknown catalog entry id", the catalog's inner
+    words, not the argument typed; a missing subcommand had been named by its dest, catalog_cmd."""
+    proc = cli("catalog", "show", "nope")
+    assert proc.code == 2 and proc.out == ""
+    lead = "dse: error: dse catalog show: ID = 'nope': unknown hardware or model id; valid ids: a800-sxm"
+    assert proc.err.startswith(lead) and proc.err.count("\n") == 1, proc.err
+    bare = cli("catalog")
+    assert bare.code == 2 and "required: COMMAND (see dse catalog --help)" in bare.err, bare.err
+
+
+def test_show_keeps_every_value_in_one_column(cli: Cli) -> None:
+    """deepseek-v3's attention.mla.fp8_cache_bytes_per_token_per_layer (49 characters) had pushed its
+    value out of the column the other 45-wide keys keep."""
+    lines = cli("catalog", "show", "deepseek-v3").out.splitlines()
+    starts = {len(line) - len(line.split()[-1]) for line in lines if line.split()[-1] == "-"}
+    assert len(starts) == 1, starts
