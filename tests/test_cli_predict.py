@@ -1335,3 +1335,12 @@ def test_a_batch_says_what_recipe_settings_add_in_one_sentence(tmp_path: Path, c
     assert proc.code == 0, proc.err
     said = "to 0 rows (dse/perf/recipe_settings.csv), decode_max_running_requests 'none' to 1 row"
     assert said in proc.err, proc.err
+
+
+def test_the_json_deployment_names_the_catalog_ids_an_alias_stands_for(cli: Cli) -> None:
+    """`--hardware gb200 --model dsr1`: the first line of the text says gb200-nvl72 and deepseek-v3,
+    and the JSON's deployment had echoed the aliases, so a reader keying on ids missed them."""
+    proc = cli("predict", "--hardware", "gb200", "--model", "dsr1", "--conc", "8", "--json")
+    assert proc.code == 0, proc.err
+    dep = json.loads(proc.out)["deployment"]
+    assert (dep["hardware"], dep["model"]) == ("gb200-nvl72", "deepseek-v3")

@@ -504,8 +504,10 @@ def _deployment(args: argparse.Namespace, catalog: Catalog) -> tuple[dict[str, s
         if flag.removeprefix("--").replace("-", "_") in getattr(args, "tp_defaulted", ()):
             rule += f" ({flag} left out: the instance's GPUs up to 8)"
         raise InputError(SRC, flag, rule, exc.value) from None
-    # as run: the model's precision if none was given; under DP attention, --ep 1 over the instance
-    ran = {"precision": bench.weight_precision.value, "decode_ep": f"{bench.decode.ep:g}",
+    # as run: the catalog's ids (an alias typed, gb200, is gb200-nvl72, as the first line says), the
+    # model's precision if none was given; under DP attention, --ep 1 over the instance
+    ran = {"hardware": bench.hardware, "model": bench.model,
+           "precision": bench.weight_precision.value, "decode_ep": f"{bench.decode.ep:g}",
            "prefill_ep": f"{(bench.prefill or bench.decode).ep:g}"}  # fmt: skip
     return {**row, **ran}, bench
 
