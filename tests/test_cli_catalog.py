@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from conftest import Cli
 
@@ -100,3 +101,16 @@ def test_show_keeps_every_value_in_one_column(cli: Cli) -> None:
     lines = cli("catalog", "show", "deepseek-v3").out.splitlines()
     starts = {len(line) - len(line.split()[-1]) for line in lines if line.split()[-1] == "-"}
     assert len(starts) == 1, starts
+
+
+def test_a_catalog_dir_after_the_command_says_where_it_goes(cli: Cli, tmp_path: Path) -> None:
+    """`dse catalog show b200 --catalog-dir DIR` had been refused as any unknown flag is, without
+    the rule: --catalog-dir is `dse`'s own and comes before the command."""
+    proc = cli("catalog", "show", "b200", "--catalog-dir", tmp_path)
+    assert proc.code == 2 and proc.out == ""
+    assert proc.err == (
+        f"dse: error: unrecognized arguments: --catalog-dir {tmp_path}: --catalog-dir goes before the "
+        "command, as in dse --catalog-dir DIR COMMAND ... (see dse --help)\n"
+    )
+    other = cli("catalog", "show", "b200", "--foo")
+    assert other.err == "dse: error: unrecognized arguments: --foo (see dse --help)\n"
