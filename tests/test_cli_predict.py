@@ -1344,3 +1344,15 @@ def test_the_json_deployment_names_the_catalog_ids_an_alias_stands_for(cli: Cli)
     assert proc.code == 0, proc.err
     dep = json.loads(proc.out)["deployment"]
     assert (dep["hardware"], dep["model"]) == ("gb200-nvl72", "deepseek-v3")
+
+
+def test_expert_parallelism_of_a_dense_model_is_refused(cli: Cli) -> None:
+    """llama-3.1-70b has no routed experts: `--ep 4` had been taken, and its figures were those of
+    `--ep 8` to the last digit."""
+    proc = cli("predict", "--hardware", "h200", "--model", "llama-3.1-70b", "--ep", "4")
+    assert proc.code == 2 and proc.out == ""
+    assert proc.err == (
+        "dse: error: dse predict: --ep = 4: must be 0 or 1 for a model without routed experts "
+        "(llama-3.1-70b has none)\n"
+    )
+    assert cli("predict", "--hardware", "h200", "--model", "llama-3.1-70b", "--conc", "8").code == 0

@@ -252,6 +252,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         return run_batch(args.batch, args.out, catalog, params, recipes=args.recipe_settings)
     _one_deployment(args)
     load, lengths, percentiles = _load_of(args, _context_of(args.model, catalog))
+    _expert_flags(args, catalog)
     row, bench = _deployment(args, catalog)
     res = evaluate([bench], catalog, params)
     if not math.isfinite(float(res.tput_per_gpu[0])):  # nothing to predict: say why, not a table of NaN
@@ -394,6 +395,21 @@ def _pool_flags(args: argparse.Namespace) -> None:
     for flag, default in POOL_DEFAULTS.items():
         if getattr(args, flag) is None:
             setattr(args, flag, default)
+
+
+def _expert_flags(args: argparse.Namespace, catalog: Catalog) -> None:
+    """Expert parallelism over more than one rank asked of a model without routed experts (a dense
+    Llama) is refused: it had been taken and ignored, the figures those of the flag left out."""
+    try:
+        model = catalog.model(args.model)
+    except InputError:  # an unknown id: the deployment's check names it
+        return
+    if model.moe is not None:
+        return
+    for flag in ("ep", "prefill_ep", "ffn_ep"):  # 0 (each GPU) and 1 (no expert parallelism) say nothing
+        if getattr(args, flag) > 1:
+            rule = f"must be 0 or 1 for a model without routed experts ({model.id} has none)"
+            raise InputError(SRC, "--" + flag.replace("_", "-"), rule, getattr(args, flag))
 
 
 def _tensor_parallel(args: argparse.Namespace) -> None:
