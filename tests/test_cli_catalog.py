@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from conftest import Cli
 
@@ -81,3 +82,35 @@ def test_list_models_names_the_experts_precision_where_it_differs(cli: Cli) -> N
     assert rows["gpt-oss-120b"].endswith("  bf16, experts fp4"), rows["gpt-oss-120b"]
     assert rows["kimi-k3"].endswith("  bf16, experts fp4"), rows["kimi-k3"]
     assert rows["deepseek-v3"].endswith("  fp8") and rows["llama-3.1-70b"].endswith("  bf16")
+
+
+def test_show_refuses_an_unknown_id_naming_the_argument(cli: Cli) -> None:
+    """It had said "catalog: catalog entry = 'nope': unknown catalog entry id", the catalog's inner
+    words, not the argument typed; a missing subcommand had been named by its dest, catalog_cmd."""
+    proc = cli("catalog", "show", "nope")
+    assert proc.code == 2 and proc.out == ""
+    lead = "dse: error: dse catalog show: ID = 'nope': unknown hardware or model id; valid ids: a800-sxm"
+    assert proc.err.startswith(lead) and proc.err.count("\n") == 1, proc.err
+    bare = cli("catalog")
+    assert bare.code == 2 and "required: COMMAND (see dse catalog --help)" in bare.err, bare.err
+
+
+def test_show_keeps_every_value_in_one_column(cli: Cli) -> None:
+    """deepseek-v3's attention.mla.fp8_cache_bytes_per_token_per_layer (49 characters) had pushed its
+    value out of the column the other 45-wide keys keep."""
+    lines = cli("catalog", "show", "deepseek-v3").out.splitlines()
+    starts = {len(line) - len(line.split()[-1]) for line in lines if line.split()[-1] == "-"}
+    assert len(starts) == 1, starts
+
+
+def test_a_catalog_dir_after_the_command_says_where_it_goes(cli: Cli, tmp_path: Path) -> None:
+    """`dse catalog show b200 --catalog-dir DIR` had been refused as any unknown flag is, without
+    the rule: --catalog-dir is `dse`'s own and comes before the command."""
+    proc = cli("catalog", "show", "b200", "--catalog-dir", tmp_path)
+    assert proc.code == 2 and proc.out == ""
+    assert proc.err == (
+        f"dse: error: unrecognized arguments: --catalog-dir {tmp_path}: --catalog-dir goes before the "
+        "command, as in dse --catalog-dir DIR COMMAND ... (see dse --help)\n"
+    )
+    other = cli("catalog", "show", "b200", "--foo")
+    assert other.err == "dse: error: unrecognized arguments: --foo (see dse --help)\n"

@@ -113,6 +113,18 @@ def test_a_percentile_finer_than_the_window_resolves_is_warned_of(cli: Cli) -> N
     assert as_json.code == 0 and said in as_json.err, as_json.err
     usual = cli("predict", "--hardware", "b200", "--conc", "8")
     assert usual.code == 0 and "warning" not in usual.err, usual.err
+    assert fine.err.rstrip().endswith("resolve it (--requests)"), fine.err
+
+
+def test_a_trace_too_short_for_a_percentile_is_not_told_to_use_requests(cli: Cli, tmp_path: Path) -> None:
+    """A replay's requests are the trace's (--requests is refused beside --load trace): the warning
+    had suggested "--requests, or a longer trace"."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,1000,100\n1,1000,100\n2,1000,100\n")
+    proc = cli("predict", "--hardware", "b200", "--load", "trace", "--trace", trace)
+    assert proc.code == 0, proc.err
+    said = "dse: warning: p99 of 3 requests is no more than their slowest: 100 requests or more resolve it"
+    assert f"{said} (a longer trace)" in proc.err.splitlines(), proc.err
 
 
 def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_path: Path) -> None:
@@ -179,6 +191,9 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         ),
         (("--requests", "300000"), "--requests = 300000: must be at most 200,000"),
         (("--requests", "0"), "--requests = 0: must be > 0"),  # 0 had meant the default
+        # half a token: the closed form had priced 0.45 output tokens, the simulation one whole token
+        (("--osl", "0.5"), "--osl = 0.5: must be at least 1 (tokens)"),
+        (("--isl", "0.3"), "--isl = 0.3: must be at least 1 (tokens)"),
         (
             ("--isl", "300000"),
             "--isl = 300000: with osl (1024) must fit deepseek-v3's context of 163,840 tokens",
@@ -216,6 +231,20 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
             "--tp = 16: must be at most the instance's 4 GPUs (--decode-gpus over --decode-workers)",
         ),
         (("--seed", "-1"), "--seed = -1: must be >= 0"),
+        # flags the deployment would not read, typed at their default values: they had been ignored
+        # in silence (an aggregated --prefill-gpus 8, --mtp-draft-tokens 0 without --mtp)
+        (("--prefill-gpus", "8"), "--prefill-gpus = 8: needs --disagg"),
+        (("--decode-workers", "1"), "--decode-workers = 1: needs --disagg"),
+        (("--disagg", "--ffn-gpus", "8"), "--ffn-gpus = 8: needs --afd"),
+        (
+            ("--mtp-draft-tokens", "0"),
+            "--mtp-draft-tokens = 0: needs --mtp (the drafts of its speculative steps)",
+        ),
+        (  # the simulation applies it to an aggregated instance: it had been printed as applied
+            ("--disagg", "--scheduler-recv-interval", "30"),
+            "--scheduler-recv-interval = 30: applies to an aggregated deployment only (a disaggregated "
+            "one is simulated without it)",
+        ),
         (
             ("--load", "poisson", "--rate", "2", "--burstiness", "0"),
             "--burstiness = 0: needs --load bursty",
@@ -246,7 +275,8 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
                 num_prefill_gpu="8")  # fmt: skip
     seven = {"decode_tp": "7", "prefill_tp": "7", "num_decode_gpu": "7"}
     rows = [base, {**base, "isl": "200000"}, {**base, **seven}, {**base, "prefill_tp": "4"}]
-    out = predict_rows(rows, catalog, load_params(), source="runs.csv")
+    out = predict_rows([*rows, {**base, "osl": "0.5"}], catalog, load_params(), source="runs.csv")
+    assert out[4]["pred_error"] == "runs.csv row 5: osl = 0.5: must be at least 1 (tokens)"
     assert out[0]["pred_error"] == ""
     assert out[1]["pred_error"] == (
         "runs.csv row 2: isl = 200000: with osl (1000) must fit deepseek-v3's context of 163,840 tokens"
@@ -399,7 +429,9 @@ def test_a_batch_refuses_the_flags_of_one_deployment(tmp_path: Path, cli: Cli) -
     silently ignored, so it is refused, as --out is without --batch."""
     src = tmp_path / "in.csv"
     src.write_text("hardware,model\nb200,dsr1\n")
-    for flags in (("--percentiles", "0"), ("--rate", "0"), ("--seed", "3"), ("--json",)):
+    # a pool's flag at its default value too (--decode-gpus 8 had passed: it was read as left out)
+    given = (("--percentiles", "0"), ("--rate", "0"), ("--seed", "3"), ("--json",), ("--decode-gpus", "8"))
+    for flags in given:
         proc = cli("predict", "--batch", str(src), "--out", str(tmp_path / "o.csv"), *flags)
         assert proc.code == 2, (flags, proc.err)
         rule = "does not apply to --batch (each row names its deployment)"
@@ -1357,3 +1389,41 @@ def test_recipe_settings_leave_an_unknown_launchs_cap_to_the_kv_cache(tmp_path: 
     assert kv[ENGINE_COLUMNS[0]] == NO_CAP
     measured = float(row["tput_per_gpu_total"])
     assert float(own["pred_tput_per_gpu"]) < 0.2 * measured < float(kv["pred_tput_per_gpu"])
+
+
+def test_a_batch_says_what_recipe_settings_add_in_one_sentence(tmp_path: Path, cli: Cli) -> None:
+    """The docs' two rows: the second an SGLang MTP run whose launch the settings file lacks. Its
+    part of the sentence had followed the settings file's with no comma between them
+    ("... to 0 rows (dse/perf/recipe_settings.csv) decode_max_running_requests ...")."""
+    src = tmp_path / "runs.csv"
+    src.write_text(
+        "hardware,framework,model,precision,spec_method,disagg,isl,osl,conc,prefill_tp,prefill_ep,"
+        "prefill_dp_attention,prefill_num_workers,num_prefill_gpu,decode_tp,decode_ep,"
+        "decode_dp_attention,decode_num_workers,num_decode_gpu\n"
+        "b200,dynamo-sglang,dsr1,fp4,mtp,True,1024,1024,256,4,4,True,1,4,8,8,False,6,48\n"
+    )
+    proc = cli("predict", "--batch", src, "--out", tmp_path / "out.csv")
+    assert proc.code == 0, proc.err
+    said = "to 0 rows (dse/perf/recipe_settings.csv), decode_max_running_requests 'none' to 1 row"
+    assert said in proc.err, proc.err
+
+
+def test_the_json_deployment_names_the_catalog_ids_an_alias_stands_for(cli: Cli) -> None:
+    """`--hardware gb200 --model dsr1`: the first line of the text says gb200-nvl72 and deepseek-v3,
+    and the JSON's deployment had echoed the aliases, so a reader keying on ids missed them."""
+    proc = cli("predict", "--hardware", "gb200", "--model", "dsr1", "--conc", "8", "--json")
+    assert proc.code == 0, proc.err
+    dep = json.loads(proc.out)["deployment"]
+    assert (dep["hardware"], dep["model"]) == ("gb200-nvl72", "deepseek-v3")
+
+
+def test_expert_parallelism_of_a_dense_model_is_refused(cli: Cli) -> None:
+    """llama-3.1-70b has no routed experts: `--ep 4` had been taken, and its figures were those of
+    `--ep 8` to the last digit."""
+    proc = cli("predict", "--hardware", "h200", "--model", "llama-3.1-70b", "--ep", "4")
+    assert proc.code == 2 and proc.out == ""
+    assert proc.err == (
+        "dse: error: dse predict: --ep = 4: must be 0 or 1 for a model without routed experts "
+        "(llama-3.1-70b has none)\n"
+    )
+    assert cli("predict", "--hardware", "h200", "--model", "llama-3.1-70b", "--conc", "8").code == 0

@@ -10,19 +10,19 @@ from typing import Any
 from dse.catalog import Catalog, Hardware, Model
 from dse.catalog.hardware import Prices
 from dse.cli.table import format_table
-from dse.errors import UnknownIdError
+from dse.errors import InputError, UnknownIdError
 from dse.typed_data import to_plain
 from dse.units import Precision
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("catalog", help="list and show hardware and model catalog entries")
-    csub = p.add_subparsers(dest="catalog_cmd", required=True)
+    csub = p.add_subparsers(dest="catalog_cmd", required=True, metavar="COMMAND")
     lp = csub.add_parser("list", help="a table of one catalog")
     lp.add_argument("kind", nargs="?", choices=["hardware", "models"], help="one catalog (default: both)")
     lp.add_argument("--json", action="store_true", help="machine-readable output")
     sp = csub.add_parser("show", help="every field of one entry, with units and sources")
-    sp.add_argument("id", help="hardware or model id (or alias)")
+    sp.add_argument("id", metavar="ID", help="hardware or model id (or alias)")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -137,14 +137,18 @@ def _show(entry_id: str, catalog: Catalog, *, as_json: bool) -> int:
             entry = catalog.model(entry_id)
         except UnknownIdError:
             valid = sorted([*catalog.hardware_by_id, *catalog.models_by_id])
-            raise UnknownIdError("catalog entry", entry_id, valid) from None
+            # the argument as the user typed it, not the catalog's inner kind ("catalog: catalog entry = ...")
+            rule = f"unknown hardware or model id; valid ids: {', '.join(valid)}"
+            raise InputError("dse catalog show", "ID", rule, entry_id) from None
         rec = model_record(entry)
     rec["file"] = str(catalog.file_of(entry.id))
     if as_json:
         print(json.dumps(rec, indent=2))
         return 0
-    for key, value in _flatten(rec):
-        print(f"{key:45s} {value}")
+    pairs = _flatten(rec)
+    width = max(45, *(len(key) for key, _ in pairs))  # a longer key had pushed its value out of line
+    for key, value in pairs:
+        print(f"{key:{width}s} {value}")
     return 0
 
 

@@ -46,6 +46,10 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """One line and exit code 2, as every other refusal (argparse prints its usage first):
         the command, what argparse found, and where the flags are listed."""
+        if message.startswith("unrecognized arguments: ") and any(
+            word == "--catalog-dir" or word.startswith("--catalog-dir=") for word in message.split()
+        ):  # a flag of `dse` itself, typed after the command: say where it goes
+            message += ": --catalog-dir goes before the command, as in dse --catalog-dir DIR COMMAND ..."
         command = f"{self.prog}: " if self.prog != "dse" else ""
         self.exit(2, f"dse: error: {command}{message} (see {self.prog} --help)\n")
 

@@ -82,8 +82,9 @@ def run_batch(
             if relaunched
             else ""
         )
-        + (
-            f" decode_max_running_requests '{NO_CAP}' to {_rows(unknown)} (SGLang with MTP, whose "
+        + (  # after the parallelism's part, or else its own comma after the settings file's
+            f"{'' if relaunched else ','} decode_max_running_requests '{NO_CAP}' to {_rows(unknown)} "
+            "(SGLang with MTP, whose "
             "launch it lacks: only the KV cache caps them, not SGLang's default of 48),"
             if unknown
             else ""

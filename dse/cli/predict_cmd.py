@@ -77,11 +77,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="attention-FFN disaggregated decode (implies --disagg): --tp/--dp-attention/--decode-* "
         "describe the attention pool, --ffn-* the expert pool",
     )
-    p.add_argument("--ffn-gpus", type=int, default=8, help="GPUs of the whole expert pool (--afd)")
-    p.add_argument("--ffn-workers", type=int, default=1, help="expert-pool instances (--afd)")
-    p.add_argument(
-        "--ffn-ep", type=int, default=0, help="expert parallel per instance (--afd; 0: all its GPUs)"
-    )
+    # the pools' flags default to None, "left out", so that one typed at its default value is
+    # still seen as given (and refused where it does not apply); POOL_DEFAULTS fills them in
+    p.add_argument("--ffn-gpus", type=int, help="GPUs of the whole expert pool (--afd; default 8)")
+    p.add_argument("--ffn-workers", type=int, help="expert-pool instances (--afd; default 1)")
+    p.add_argument("--ffn-ep", type=int, help="expert parallel per instance (--afd; default 0: all its GPUs)")
     _add_load_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     # every flag of one deployment, with its default: --batch refuses any given (each row names its own)
@@ -115,15 +115,15 @@ def _add_pools(p: argparse.ArgumentParser) -> None:
         help="tensor parallel of a prefill instance (--disagg; default: its GPUs up to 8)",
     )
     p.add_argument(
-        "--prefill-ep", type=int, default=0, help="expert parallel of a prefill instance (--disagg; 0: all)"
+        "--prefill-ep", type=int, help="expert parallel of a prefill instance (--disagg; default 0: all)"
     )
     p.add_argument(
         "--prefill-dp-attention", action="store_true", help="data-parallel attention in prefill (--disagg)"
     )
-    p.add_argument("--prefill-workers", type=int, default=1, help="prefill instances (--disagg)")
-    p.add_argument("--prefill-gpus", type=int, default=8, help="GPUs of the whole prefill pool")
-    p.add_argument("--decode-workers", type=int, default=1, help="decode instances (--disagg)")
-    p.add_argument("--decode-gpus", type=int, default=8, help="GPUs of the whole decode pool")
+    p.add_argument("--prefill-workers", type=int, help="prefill instances (--disagg; default 1)")
+    p.add_argument("--prefill-gpus", type=int, help="GPUs of the whole prefill pool (--disagg; default 8)")
+    p.add_argument("--decode-workers", type=int, help="decode instances (--disagg; default 1)")
+    p.add_argument("--decode-gpus", type=int, help="GPUs of the whole decode pool (--disagg; default 8)")
 
 
 def _add_engine_settings(p: argparse.ArgumentParser) -> None:
@@ -253,6 +253,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         return run_batch(args.batch, args.out, catalog, params, recipes=args.recipe_settings)
     _one_deployment(args)
     load, lengths, percentiles = _load_of(args, _context_of(args.model, catalog))
+    _expert_flags(args, catalog)
     row, bench = _deployment(args, catalog)
     res = evaluate([bench], catalog, params)
     if not math.isfinite(float(res.tput_per_gpu[0])):  # nothing to predict: say why, not a table of NaN
@@ -285,7 +286,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         print(json.dumps(out, indent=2, allow_nan=False))
         if unknown is not None:
             print(f"dse: warning: {unknown}", file=sys.stderr)
-        _warn(lat, percentiles)  # in the JSON too, and on stderr where a pipe to a JSON reader sees it
+        _warn(lat, load, percentiles)  # in the JSON too, and on stderr where a pipe to a JSON reader sees it
         return 0
     per_step = assumed["mtp_tokens_per_step"]
     plural = "" if drafts == 1 else "s"
@@ -363,24 +364,53 @@ def _one_deployment(args: argparse.Namespace) -> None:
         raise InputError(SRC, "--out", "needs --batch (one deployment prints its prediction)")
     if not args.hardware:
         raise InputError(SRC, "--hardware", "is required (or use --batch)")
+    _pool_flags(args)
     _tensor_parallel(args)
     for name, check in NUMBERS.items():  # each flag, whether or not this topology reads it
         if (value := getattr(args, name)) is not None:  # None: left out, and not read (--prefill-tp)
             check_number(value, source=SRC, key="--" + name.replace("_", "-"), check=check)
     if args.load == "closed" and not float(args.conc).is_integer():  # the simulation runs whole clients
         raise InputError(SRC, "--conc", "must be a whole number of clients in a closed loop", args.conc)
-    if args.mtp_draft_tokens and not args.mtp:  # flag words, not a batch row's (spec_method none)
+    if args.mtp_draft_tokens is not None and not args.mtp:  # flag words, not a batch row's spec_method
         rule = "needs --mtp (the drafts of its speculative steps)"
         raise InputError(SRC, "--mtp-draft-tokens", rule, args.mtp_draft_tokens)
+    args.disagg = args.disagg or args.afd
+    if args.disagg and args.scheduler_recv_interval is not None:  # it had been said applied, and ignored
+        rule = "applies to an aggregated deployment only (a disaggregated one is simulated without it)"
+        raise InputError(SRC, "--scheduler-recv-interval", rule, args.scheduler_recv_interval)
+
+
+def _pool_flags(args: argparse.Namespace) -> None:
+    """The separate pools' flags: refused without the topology that reads them (``--afd`` for the
+    expert pool's, ``--disagg`` or ``--afd`` for the others), even typed at their default value (an
+    aggregated ``--prefill-gpus 8`` had been ignored in silence); then those left out get
+    :data:`POOL_DEFAULTS`."""
     if not args.afd:  # the expert pool's flags mean nothing without one
-        for flag, default in (("ffn_gpus", 8), ("ffn_workers", 1), ("ffn_ep", 0)):
-            if getattr(args, flag) != default:
+        for flag in ("ffn_gpus", "ffn_workers", "ffn_ep"):
+            if getattr(args, flag) is not None:
                 raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --afd", getattr(args, flag))
     if not (args.disagg or args.afd):  # nor the separate pools' flags without them
         for flag, unset in DISAGG_FLAGS.items():
             if getattr(args, flag) != unset:
                 raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --disagg", getattr(args, flag))
-    args.disagg = args.disagg or args.afd
+    for flag, default in POOL_DEFAULTS.items():
+        if getattr(args, flag) is None:
+            setattr(args, flag, default)
+
+
+def _expert_flags(args: argparse.Namespace, catalog: Catalog) -> None:
+    """Expert parallelism over more than one rank asked of a model without routed experts (a dense
+    Llama) is refused: it had been taken and ignored, the figures those of the flag left out."""
+    try:
+        model = catalog.model(args.model)
+    except InputError:  # an unknown id: the deployment's check names it
+        return
+    if model.moe is not None:
+        return
+    for flag in ("ep", "prefill_ep", "ffn_ep"):  # 0 (each GPU) and 1 (no expert parallelism) say nothing
+        if getattr(args, flag) > 1:
+            rule = f"must be 0 or 1 for a model without routed experts ({model.id} has none)"
+            raise InputError(SRC, "--" + flag.replace("_", "-"), rule, getattr(args, flag))
 
 
 def _tensor_parallel(args: argparse.Namespace) -> None:
@@ -406,10 +436,16 @@ def _tensor_parallel(args: argparse.Namespace) -> None:
             raise InputError(SRC, flag, f"must be at most the instance's {per} GPUs ({how})", value)
 
 
-# flags of a disaggregated deployment's pools, with their defaults (an aggregated one reads --tp)
+# flags of a disaggregated deployment's pools, as the parser leaves them when left out (an aggregated
+# deployment reads --tp)
 DISAGG_FLAGS: dict[str, int | bool | None] = {
-    "prefill_tp": None, "prefill_ep": 0, "prefill_dp_attention": False, "prefill_workers": 1,
-    "prefill_gpus": 8, "decode_workers": 1, "decode_gpus": 8,
+    "prefill_tp": None, "prefill_ep": None, "prefill_dp_attention": False, "prefill_workers": None,
+    "prefill_gpus": None, "decode_workers": None, "decode_gpus": None,
+}  # fmt: skip
+# the pools' flags left out (--prefill-tp and --tp: :func:`_tensor_parallel`)
+POOL_DEFAULTS: dict[str, int] = {
+    "prefill_ep": 0, "prefill_workers": 1, "prefill_gpus": 8, "decode_workers": 1, "decode_gpus": 8,
+    "ffn_gpus": 8, "ffn_workers": 1, "ffn_ep": 0,
 }  # fmt: skip
 
 
@@ -485,8 +521,10 @@ def _deployment(args: argparse.Namespace, catalog: Catalog) -> tuple[dict[str, s
         if flag.removeprefix("--").replace("-", "_") in getattr(args, "tp_defaulted", ()):
             rule += f" ({flag} left out: the instance's GPUs up to 8)"
         raise InputError(SRC, flag, rule, exc.value) from None
-    # as run: the model's precision if none was given; under DP attention, --ep 1 over the instance
-    ran = {"precision": bench.weight_precision.value, "decode_ep": f"{bench.decode.ep:g}",
+    # as run: the catalog's ids (an alias typed, gb200, is gb200-nvl72, as the first line says), the
+    # model's precision if none was given; under DP attention, --ep 1 over the instance
+    ran = {"hardware": bench.hardware, "model": bench.model,
+           "precision": bench.weight_precision.value, "decode_ep": f"{bench.decode.ep:g}",
            "prefill_ep": f"{(bench.prefill or bench.decode).ep:g}"}  # fmt: skip
     return {**row, **ran}, bench
 
@@ -595,7 +633,7 @@ def _print_latency(
         f"{lat.output_tokens_per_s_per_gpu:.4g} output tokens/s/GPU{per_decode}; "
         f"{lat.preempted} preempted"
     )
-    _warn(lat, percentiles)
+    _warn(lat, load, percentiles)
 
 
 def _gpus(bench: BenchRow) -> tuple[float, float]:
@@ -615,12 +653,12 @@ def _per_decode_gpu(lat: Latency, bench: BenchRow) -> float:
     return lat.output_tokens_per_s_per_gpu * total / decode
 
 
-def _warn(lat: Latency, percentiles: tuple[float, ...] = ()) -> None:
+def _warn(lat: Latency, load: Load, percentiles: tuple[float, ...] = ()) -> None:
     """A window too short for a steady state, or for the finest percentile asked, said on stderr
     (with or without --json)."""
     if lat.warning:
         print(f"dse: warning: {lat.warning}", file=sys.stderr)
-    if (beyond := unresolved(len(lat.ttft_s), percentiles)) is not None:
+    if (beyond := unresolved(len(lat.ttft_s), percentiles, trace=load.kind == "trace")) is not None:
         print(f"dse: warning: {beyond}", file=sys.stderr)
 
 
@@ -630,9 +668,10 @@ requests (a tenth of one) lie beyond it: p99.999 of 80. The benchmarks' own p99 
 client (1 at 1 client, 0.8 at 8) is not."""
 
 
-def unresolved(n: int, percentiles: tuple[float, ...]) -> str | None:
+def unresolved(n: int, percentiles: tuple[float, ...], *, trace: bool = False) -> str | None:
     """The finest of ``percentiles`` that ``n`` requests cannot resolve (:data:`UNRESOLVED_SHARE`),
-    in words with the window that would; None when each can be."""
+    in words with the window that would (a longer trace where they are a ``trace``'s, which
+    ``--requests`` does not apply to); None when each can be."""
     if n <= 0 or not percentiles:
         return None
     q = min(percentiles, key=lambda p: min(p, 100.0 - p))
@@ -641,9 +680,10 @@ def unresolved(n: int, percentiles: tuple[float, ...]) -> str | None:
         return None
     end = "slowest" if q > 50 else "quickest"
     need = math.ceil(1.0 / tail - 1e-9)
+    how = "a longer trace" if trace else "--requests"
     return (
         f"{_label(q)} of {counted(n, 'request')} is no more than their {end}: {need:,} requests or more "
-        "resolve it (--requests, or a longer trace)"
+        f"resolve it ({how})"
     )
 
 

@@ -294,6 +294,9 @@ def parse_row(
         raise InputError(source, "spec_method", f"model {model.id} has no MTP layers", spec)
     disagg = _flag(row, "disagg", source)
     isl, osl, conc = (_num(row, k, source, above_zero=True) for k in ("isl", "osl", "conc"))
+    for key, tokens in (("isl", isl), ("osl", osl)):  # the simulation runs whole tokens, one at least:
+        if tokens < 1:  # a fraction had been priced so by the closed form and as one token simulated
+            raise InputError(source, key, "must be at least 1 (tokens)", _cell(row, key))
     if not float(conc).is_integer():  # the benchmark's clients, each a whole request in flight
         raise InputError(source, "conc", "must be a whole number of clients", _cell(row, "conc"))
     if isl + osl > model.max_context:
