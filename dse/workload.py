@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dse.typed_data import fraction, non_negative, open_percent, positive, rule
+from dse.typed_data import at_least_one, fraction, non_negative, open_percent, positive, rule
 
 
 def think_class_name(dwell_s: float) -> str:
@@ -44,8 +44,8 @@ class Workload:
     ``cached_prefix_tokens`` of KV and add ``suffix_tokens`` new ones."""
 
     requests_per_s: float = field(metadata=rule(at_least_min_rate))
-    input_tokens: float = field(metadata=rule(positive))  # new prompt of a fresh request
-    output_tokens: float = field(metadata=rule(positive))
+    input_tokens: float = field(metadata=rule(at_least_one))  # a fresh request's prompt, one token at least
+    output_tokens: float = field(metadata=rule(at_least_one))  # every request streams one at least
     returning_share: float = field(default=0.0, metadata=rule(fraction))
     cached_prefix_tokens: float = field(default=0.0, metadata=rule(non_negative))
     suffix_tokens: float = field(default=0.0, metadata=rule(non_negative))

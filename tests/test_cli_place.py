@@ -323,6 +323,16 @@ def test_the_context_window_names_the_length_that_outgrows_it(cli: Cli) -> None:
     assert out.code == 2 and out.err.startswith("dse: error: dse place: --osl = 200000: "), out.err
 
 
+@pytest.mark.parametrize(("flag", "value"), [("--osl", "0.5"), ("--isl", "0.2")])
+def test_a_mean_length_under_one_token_is_refused(cli: Cli, flag: str, value: str) -> None:
+    """Every request has a prompt token and streams an output token at least: a mean of 0.5 output
+    tokens had been placed (0.312 output tokens/s per GPU), as dse predict refuses it."""
+    at = ONE.index(flag) + 1
+    out = cli(*ONE[:at], value, *ONE[at + 1 :])
+    assert out.code == 2 and out.out == "", out.err
+    assert out.err.strip() == f"dse: error: dse place: {flag} = {value}: must be at least 1", out.err
+
+
 def test_json_is_strict_where_a_figure_is_unknown(cli: Cli) -> None:
     """vr200 has no price: its energy line's $ per million tokens is unknown, null in the JSON
     (a bare NaN once, which strict parsers refuse); a design that buys none of it has a cost."""
