@@ -295,6 +295,31 @@ def test_links_between_the_pages_lead_somewhere() -> None:
     assert broken == []
 
 
+SPAN = re.compile(r"`([^`\n]+)`")
+REPO_PATH = re.compile(
+    r"(?<![\w./-])((?:dse|formulations|tests|benchmarks|studies|reference|docs|hardware_catalog|model_catalog)"
+    r"/[\w./-]*\w)"
+)
+
+
+def test_the_files_the_pages_name_exist() -> None:
+    """A repository path a page names in backticks (`python benchmarks/findings.py`) is a file or
+    folder of the checkout, from the repository's root or the page's folder (a placeholder such as
+    `studies/NAME.toml` aside): reference/README.md named `dse/perf/published.py` after the module
+    had moved to dse/calibration/. A path .gitignore lists (`benchmarks/.aic-venv`) is made by a
+    command; benchmarks/ACCURACY_LOG.md is a log of what was, and is left out."""
+    made = {line.strip().strip("/") for line in (REPO / ".gitignore").read_text().splitlines()}
+    missing = []
+    for page in [*PAGES, REPO / "FINDINGS.md", REPO / "reference" / "README.md"]:
+        spans = SPAN.findall(page.read_text(encoding="utf-8"))
+        for path in (p for span in spans for p in REPO_PATH.findall(span)):
+            if path.rstrip("/") in made or "NAME" in path:
+                continue
+            if not any((base / path).exists() for base in (REPO, page.parent)):
+                missing.append(f"{page.relative_to(REPO)}: {path}")
+    assert missing == []
+
+
 def test_the_checker_itself() -> None:
     assert matches(["a  1.5 s  …", "", "x"], "a 1.5   s 12.25\nx\n") is None
     assert matches(["a 1.5 s"], "a 1.6 s") is not None
