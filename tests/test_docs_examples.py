@@ -320,6 +320,24 @@ def test_the_files_the_pages_name_exist() -> None:
     assert missing == []
 
 
+def test_the_make_targets_are_documented_as_the_makefile_has_them() -> None:
+    """Each target of the Makefile's .PHONY is shown as `make TARGET` in the README or
+    docs/development.md (`make clean` was not), and development.md's line for `make lint` names each
+    tool the target runs (it said "ruff and mypy"; the target runs lint-imports too)."""
+    makefile = (REPO / "Makefile").read_text().splitlines()
+    phony = next(line for line in makefile if line.startswith(".PHONY:")).split()[1:]
+    dev = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+    shown = set(re.findall(r"^make ([\w-]+)", README.read_text() + dev, flags=re.M))
+    assert sorted(set(phony) - shown) == []
+    k = makefile.index("lint: $(STAMP)")
+    tools = []
+    while k + 1 < len(makefile) and makefile[k + 1].startswith("\t"):
+        k += 1
+        tools.append(makefile[k].split()[0].rsplit("/", 1)[-1])
+    line = next(x for x in dev.splitlines() if x.startswith("make lint"))
+    assert tools and [t for t in tools if t not in line] == [], (tools, line)
+
+
 def test_the_checker_itself() -> None:
     assert matches(["a  1.5 s  …", "", "x"], "a 1.5   s 12.25\nx\n") is None
     assert matches(["a 1.5 s"], "a 1.6 s") is not None
