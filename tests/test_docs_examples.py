@@ -374,6 +374,54 @@ def test_make_run_prints_what_the_readme_shows(workdir: Path) -> None:
     assert_readme_prose_matches(text, both, trials)
 
 
+def printed_headers(shown: list[str]) -> list[str]:
+    """The column headers of the tables in a shown output: each line above a rule of dashes, cut
+    where the rule's dashes are (headers such as `batch cap` hold a space)."""
+    heads = []
+    for line, rule in zip(shown, shown[1:], strict=False):
+        if rule.strip() and set(rule.strip()) <= {"-", " "}:
+            heads += [line[m.start() : m.end()].strip() for m in re.finditer(r"-+", rule)]
+    return heads
+
+
+def test_the_readme_explains_every_column_its_headline_run_prints() -> None:
+    """Every column of the tables the README's headline run shows (which the end-to-end test holds
+    to what the run prints) is named in backticks in the README's prose: the best design's `inst`,
+    `HBM GB/GPU` and `$/hour` and the KV table's `returns/s` and `GB/session` were not."""
+    headline = make_run_command()
+    runs = [c for b in parse(README) if b.kind == "commands" for c in b.commands if c.line == headline]
+    shown = runs[0].shown
+    prose = re.sub(r"^```.*?^```", "", README.read_text(encoding="utf-8"), flags=re.M | re.S)
+    named = set(re.findall(r"`([^`]+)`", " ".join(prose.split())))  # a span may wrap a line
+    heads = printed_headers(shown)
+    assert len(heads) > 30 and [h for h in heads if h not in named] == []
+
+
+def test_the_readme_describes_the_headline_traffic_as_its_study_file_has_it() -> None:
+    """The Quick start's traffic is the study file's (it left out the 400 new tokens of a returning
+    turn, without which the 302,400 tokens/s the table's reading quotes does not add up), and so
+    is that sum."""
+    from dse.study.spec import load_study
+
+    w = load_study(shlex.split(make_run_command())[3]).workload
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    said = re.search(
+        r"at ([\d,]+) requests/s \(([\d,]+)-token prompts, ([\d,]+)-token answers, (\d+)% of requests "
+        r"later turns of a conversation: ([\d,]+) cached tokens and ([\d,]+) new\)",
+        text,
+    )
+    assert said, "the README's Quick start no longer describes the headline traffic as this test reads it"
+    rate, isl, osl, share, prefix, suffix = (float(g.replace(",", "")) for g in said.groups())
+    study = (w.requests_per_s, w.input_tokens, w.output_tokens, w.returning_share, w.cached_prefix_tokens,
+             w.suffix_tokens)  # fmt: skip
+    assert (rate, isl, osl, share / 100, prefix, suffix) == study
+    fresh, back = rate * (1 - share / 100), rate * share / 100
+    total = fresh * (isl + osl) + back * (prefix + suffix + osl)
+    sum_ = (f"is the {total:,.0f} tokens/s of the traffic ({fresh:.0f} new requests/s of {isl + osl:,.0f} "
+            f"tokens, {back:.0f} returning of {prefix + suffix + osl:,.0f})")  # fmt: skip
+    assert sum_ in text
+
+
 def assert_readme_prose_matches(readme: str, printed: str, trials_file: Path) -> None:
     """The README's reading of the headline run ("**Here**") names figures the console block does
     not show: the warm start's GPUs and cost (from the trials export), and the other trials of the
