@@ -338,6 +338,36 @@ def test_the_make_targets_are_documented_as_the_makefile_has_them() -> None:
     assert tools and [t for t in tools if t not in line] == [], (tools, line)
 
 
+def test_the_readme_examples_run_as_written() -> None:
+    """No README example but the headline (the end-to-end test's) is cut down by the test's budget
+    cap: a cut example is not the one shown. The worker's `--trials 40` after a run of 20 had been
+    cut to 20, so the test's worker ran no trial and "(20 more)" was never seen."""
+    headline = make_run_command()
+    cut = [c.line for b in parse(README) if b.kind == "commands" for c in b.commands
+           if c.line != headline and capped(_argv(c)[0])[1]]  # fmt: skip
+    assert cut == []
+
+
+def inline_examples(page: Path) -> list[str]:
+    """The commands a page shows in running text rather than in a block: a span `dse ...` with two
+    flags or more (`dse study run NAME --out runs` and `dse calibrate --kernels measured` are
+    references to a command, not examples)."""
+    prose = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
+    spans = re.findall(r"`(dse [^`]+)`", " ".join(prose.split()))
+    return [s for s in spans if len(re.findall(r"(?<!\S)--[a-z]", s)) >= 2]
+
+
+def test_the_readmes_inline_examples_run(workdir: Path) -> None:
+    """The README's intro shows AIConfigurator's question as a `dse place` line; it runs as shown."""
+    examples = inline_examples(README)
+    assert examples
+    for line in examples:
+        argv, changed = capped(_argv(Command(line, "README.md (inline)"))[0])
+        assert not changed, line
+        rc, _, both = run_dse(argv)
+        assert rc == 0, f"`{line}` exited {rc}:\n{both}"
+
+
 def test_the_checker_itself() -> None:
     assert matches(["a  1.5 s  …", "", "x"], "a 1.5   s 12.25\nx\n") is None
     assert matches(["a 1.5 s"], "a 1.6 s") is not None
@@ -372,6 +402,13 @@ def test_make_run_prints_what_the_readme_shows(workdir: Path) -> None:
         assert f in text, f"the README does not name {f}"
     trials = folder / "exports" / "trials" / f"study={name}" / "part-0.parquet"
     assert_readme_prose_matches(text, both, trials)
+    # "run it again and it resumes: `0 trials run ... (500 before)`", with the first run's counts
+    said = re.search(r"resumes: `0 trials run \.\.\. \((\d+) before\)`", " ".join(text.split()))
+    assert said, "the README no longer says what a second run prints"
+    rc, _, again = run_dse(shlex.split(headline)[1:])
+    first = blocks[0].shown[0].split(" trials run ", 1)
+    want = f"{name}: 0 trials run in … s ({said[1]} before);{first[1].split(';', 1)[1]}"
+    assert rc == 0 and matches([want], again.splitlines()[0]) is None, (want, again.splitlines()[0])
 
 
 def printed_headers(shown: list[str]) -> list[str]:
