@@ -368,6 +368,13 @@ def test_the_readmes_inline_examples_run(workdir: Path) -> None:
         assert rc == 0, f"`{line}` exited {rc}:\n{both}"
 
 
+def test_the_readme_says_what_is_not_what_was() -> None:
+    """The README reads the present run; a dated before-and-after (the headline's design before
+    2026-12-05's prefill pricing) belongs to docs/benchmarks.md, findings-history or ACCURACY_LOG,
+    where it already was."""
+    assert re.findall(r".{30}\b20\d\d-\d\d-\d\d\b.{0,30}", " ".join(README.read_text().split())) == []
+
+
 def test_the_checker_itself() -> None:
     assert matches(["a  1.5 s  …", "", "x"], "a 1.5   s 12.25\nx\n") is None
     assert matches(["a 1.5 s"], "a 1.6 s") is not None
