@@ -375,6 +375,33 @@ def test_the_readme_says_what_is_not_what_was() -> None:
     assert re.findall(r".{30}\b20\d\d-\d\d-\d\d\b.{0,30}", " ".join(README.read_text().split())) == []
 
 
+def test_catalogs_md_quotes_the_batch_cap_its_visible_gib_example_gives(tmp_path: Path) -> None:
+    """docs/catalogs.md's `visible_gib` example: the decode pool's batch cap with B300's own
+    visible_gib and with the page's own figure in its place, as `dse place` gives them (the page
+    said 280.8 and 346.9 after decode batches had become whole sequences, 280 and 346)."""
+    import json
+
+    page = " ".join((REPO / "docs" / "catalogs.md").read_text(encoding="utf-8").split())
+    said = re.search(r"\(`(dse place [^`]+)`\) has a `batch cap` of ([\d,]+(?:\.\d+)?) in place of ([\d,]+(?:\.\d+)?)", page)
+    mine = re.search(r"`visible_gib = (\d+(?:\.\d+)?)`", page)
+    assert said and mine, "docs/catalogs.md no longer quotes its visible_gib example as this test reads it"
+    shipped = (REPO / "hardware_catalog" / "b300.toml").read_text()
+    assert re.search(r"^visible_gib = ", shipped, flags=re.M)
+    (tmp_path / "hardware").mkdir()
+    own = re.sub(r"^visible_gib = .*$", f"visible_gib = {mine[1]}", shipped, flags=re.M)
+    (tmp_path / "hardware" / "b300.toml").write_text(own)
+    argv = [*shlex.split(said[1])[1:], "--no-shadow-prices", "--json"]
+
+    def decode_cap(extra: list[str]) -> float:
+        rc, out, both = run_dse([*extra, *argv])
+        assert rc == 0, both
+        doc = json.loads(out[out.index("{") :])
+        return next(p["unit"]["decode_batch"] for p in doc["best"]["pools"] if p["unit"]["role"] == "decode")
+
+    got = (decode_cap(["--catalog-dir", str(tmp_path)]), decode_cap([]))
+    assert got == (float(said[2].replace(",", "")), float(said[3].replace(",", ""))), (said[0], got)
+
+
 def test_the_checker_itself() -> None:
     assert matches(["a  1.5 s  …", "", "x"], "a 1.5   s 12.25\nx\n") is None
     assert matches(["a 1.5 s"], "a 1.6 s") is not None
