@@ -382,7 +382,8 @@ def test_catalogs_md_quotes_the_batch_cap_its_visible_gib_example_gives(tmp_path
     import json
 
     page = " ".join((REPO / "docs" / "catalogs.md").read_text(encoding="utf-8").split())
-    said = re.search(r"\(`(dse place [^`]+)`\) has a `batch cap` of ([\d,]+(?:\.\d+)?) in place of ([\d,]+(?:\.\d+)?)", page)
+    figure = r"([\d,]+(?:\.\d+)?)"
+    said = re.search(rf"\(`(dse place [^`]+)`\) has a `batch cap` of {figure} in place of {figure}", page)
     mine = re.search(r"`visible_gib = (\d+(?:\.\d+)?)`", page)
     assert said and mine, "docs/catalogs.md no longer quotes its visible_gib example as this test reads it"
     shipped = (REPO / "hardware_catalog" / "b300.toml").read_text()
