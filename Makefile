@@ -52,7 +52,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy dse formulations
 	$(VENV)/bin/lint-imports pyproject.toml
 
-# every benchmark; figures to benchmarks/results/latest.{json,md} and the README table
+# every benchmark; figures to benchmarks/results/latest.{json,md} and the table in docs/benchmarks.md
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 

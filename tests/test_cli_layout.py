@@ -48,12 +48,14 @@ def test_every_option_has_help_and_shows_its_default() -> None:
         # the help of each option: its entry in the options list, which starts "  --flag"
         entries = re.split(r"\n(?=  -)", parser.format_help().split("options:", 1)[1])
         for action in parser._actions:
-            if action.option_strings and action.default not in (None, False, argparse.SUPPRESS, []):
+            if action.option_strings and action.default not in (None, False, argparse.SUPPRESS, [], ""):
                 flag = action.option_strings[-1]
                 entry = next(
                     e for e in entries if e.split() and e.split()[0].rstrip(",") in action.option_strings
                 )
                 assert "default" in entry, f"{prog} {flag}: default {action.default!r} not shown"
+        # an empty default (--think, --inventory: none given) is not shown as "(default: )"
+        assert not re.search(r"\(default:\s*\)", parser.format_help()), prog
 
 
 def test_accepted_values_are_listed() -> None:

@@ -295,6 +295,114 @@ def test_links_between_the_pages_lead_somewhere() -> None:
     assert broken == []
 
 
+SPAN = re.compile(r"`([^`\n]+)`")
+REPO_PATH = re.compile(
+    r"(?<![\w./-])((?:dse|formulations|tests|benchmarks|studies|reference|docs|hardware_catalog|model_catalog)"
+    r"/[\w./-]*\w)"
+)
+
+
+def test_the_files_the_pages_name_exist() -> None:
+    """A repository path a page names in backticks (`python benchmarks/findings.py`) is a file or
+    folder of the checkout, from the repository's root or the page's folder (a placeholder such as
+    `studies/NAME.toml` aside): reference/README.md named `dse/perf/published.py` after the module
+    had moved to dse/calibration/. A path .gitignore lists (`benchmarks/.aic-venv`) is made by a
+    command; benchmarks/ACCURACY_LOG.md is a log of what was, and is left out."""
+    made = {line.strip().strip("/") for line in (REPO / ".gitignore").read_text().splitlines()}
+    missing = []
+    for page in [*PAGES, REPO / "FINDINGS.md", REPO / "reference" / "README.md"]:
+        spans = SPAN.findall(page.read_text(encoding="utf-8"))
+        for path in (p for span in spans for p in REPO_PATH.findall(span)):
+            if path.rstrip("/") in made or "NAME" in path:
+                continue
+            if not any((base / path).exists() for base in (REPO, page.parent)):
+                missing.append(f"{page.relative_to(REPO)}: {path}")
+    assert missing == []
+
+
+def test_the_make_targets_are_documented_as_the_makefile_has_them() -> None:
+    """Each target of the Makefile's .PHONY is shown as `make TARGET` in the README or
+    docs/development.md (`make clean` was not), and development.md's line for `make lint` names each
+    tool the target runs (it said "ruff and mypy"; the target runs lint-imports too)."""
+    makefile = (REPO / "Makefile").read_text().splitlines()
+    phony = next(line for line in makefile if line.startswith(".PHONY:")).split()[1:]
+    dev = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+    shown = set(re.findall(r"^make ([\w-]+)", README.read_text() + dev, flags=re.M))
+    assert sorted(set(phony) - shown) == []
+    k = makefile.index("lint: $(STAMP)")
+    tools = []
+    while k + 1 < len(makefile) and makefile[k + 1].startswith("\t"):
+        k += 1
+        tools.append(makefile[k].split()[0].rsplit("/", 1)[-1])
+    line = next(x for x in dev.splitlines() if x.startswith("make lint"))
+    assert tools and [t for t in tools if t not in line] == [], (tools, line)
+
+
+def test_the_readme_examples_run_as_written() -> None:
+    """No README example but the headline (the end-to-end test's) is cut down by the test's budget
+    cap: a cut example is not the one shown. The worker's `--trials 40` after a run of 20 had been
+    cut to 20, so the test's worker ran no trial and "(20 more)" was never seen."""
+    headline = make_run_command()
+    cut = [c.line for b in parse(README) if b.kind == "commands" for c in b.commands
+           if c.line != headline and capped(_argv(c)[0])[1]]  # fmt: skip
+    assert cut == []
+
+
+def inline_examples(page: Path) -> list[str]:
+    """The commands a page shows in running text rather than in a block: a span `dse ...` with two
+    flags or more (`dse study run NAME --out runs` and `dse calibrate --kernels measured` are
+    references to a command, not examples)."""
+    prose = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
+    spans = re.findall(r"`(dse [^`]+)`", " ".join(prose.split()))
+    return [s for s in spans if len(re.findall(r"(?<!\S)--[a-z]", s)) >= 2]
+
+
+def test_the_readmes_inline_examples_run(workdir: Path) -> None:
+    """The README's intro shows AIConfigurator's question as a `dse place` line; it runs as shown."""
+    examples = inline_examples(README)
+    assert examples
+    for line in examples:
+        argv, changed = capped(_argv(Command(line, "README.md (inline)"))[0])
+        assert not changed, line
+        rc, _, both = run_dse(argv)
+        assert rc == 0, f"`{line}` exited {rc}:\n{both}"
+
+
+def test_the_readme_says_what_is_not_what_was() -> None:
+    """The README reads the present run; a dated before-and-after (the headline's design before
+    2026-12-05's prefill pricing) belongs to docs/benchmarks.md, findings-history or ACCURACY_LOG,
+    where it already was."""
+    assert re.findall(r".{30}\b20\d\d-\d\d-\d\d\b.{0,30}", " ".join(README.read_text().split())) == []
+
+
+def test_catalogs_md_quotes_the_batch_cap_its_visible_gib_example_gives(tmp_path: Path) -> None:
+    """docs/catalogs.md's `visible_gib` example: the decode pool's batch cap with B300's own
+    visible_gib and with the page's own figure in its place, as `dse place` gives them (the page
+    said 280.8 and 346.9 after decode batches had become whole sequences, 280 and 346)."""
+    import json
+
+    page = " ".join((REPO / "docs" / "catalogs.md").read_text(encoding="utf-8").split())
+    figure = r"([\d,]+(?:\.\d+)?)"
+    said = re.search(rf"\(`(dse place [^`]+)`\) has a `batch cap` of {figure} in place of {figure}", page)
+    mine = re.search(r"`visible_gib = (\d+(?:\.\d+)?)`", page)
+    assert said and mine, "docs/catalogs.md no longer quotes its visible_gib example as this test reads it"
+    shipped = (REPO / "hardware_catalog" / "b300.toml").read_text()
+    assert re.search(r"^visible_gib = ", shipped, flags=re.M)
+    (tmp_path / "hardware").mkdir()
+    own = re.sub(r"^visible_gib = .*$", f"visible_gib = {mine[1]}", shipped, flags=re.M)
+    (tmp_path / "hardware" / "b300.toml").write_text(own)
+    argv = [*shlex.split(said[1])[1:], "--no-shadow-prices", "--json"]
+
+    def decode_cap(extra: list[str]) -> float:
+        rc, out, both = run_dse([*extra, *argv])
+        assert rc == 0, both
+        doc = json.loads(out[out.index("{") :])
+        return next(p["unit"]["decode_batch"] for p in doc["best"]["pools"] if p["unit"]["role"] == "decode")
+
+    got = (decode_cap(["--catalog-dir", str(tmp_path)]), decode_cap([]))
+    assert got == (float(said[2].replace(",", "")), float(said[3].replace(",", ""))), (said[0], got)
+
+
 def test_the_checker_itself() -> None:
     assert matches(["a  1.5 s  …", "", "x"], "a 1.5   s 12.25\nx\n") is None
     assert matches(["a 1.5 s"], "a 1.6 s") is not None
@@ -329,6 +437,61 @@ def test_make_run_prints_what_the_readme_shows(workdir: Path) -> None:
         assert f in text, f"the README does not name {f}"
     trials = folder / "exports" / "trials" / f"study={name}" / "part-0.parquet"
     assert_readme_prose_matches(text, both, trials)
+    # "run it again and it resumes: `0 trials run ... (500 before)`", with the first run's counts
+    said = re.search(r"resumes: `0 trials run \.\.\. \((\d+) before\)`", " ".join(text.split()))
+    assert said, "the README no longer says what a second run prints"
+    rc, _, again = run_dse(shlex.split(headline)[1:])
+    first = blocks[0].shown[0].split(" trials run ", 1)
+    want = f"{name}: 0 trials run in … s ({said[1]} before);{first[1].split(';', 1)[1]}"
+    assert rc == 0 and matches([want], again.splitlines()[0]) is None, (want, again.splitlines()[0])
+
+
+def printed_headers(shown: list[str]) -> list[str]:
+    """The column headers of the tables in a shown output: each line above a rule of dashes, cut
+    where the rule's dashes are (headers such as `batch cap` hold a space)."""
+    heads = []
+    for line, rule in zip(shown, shown[1:], strict=False):
+        if rule.strip() and set(rule.strip()) <= {"-", " "}:
+            heads += [line[m.start() : m.end()].strip() for m in re.finditer(r"-+", rule)]
+    return heads
+
+
+def test_the_readme_explains_every_column_its_headline_run_prints() -> None:
+    """Every column of the tables the README's headline run shows (which the end-to-end test holds
+    to what the run prints) is named in backticks in the README's prose: the best design's `inst`,
+    `HBM GB/GPU` and `$/hour` and the KV table's `returns/s` and `GB/session` were not."""
+    headline = make_run_command()
+    runs = [c for b in parse(README) if b.kind == "commands" for c in b.commands if c.line == headline]
+    shown = runs[0].shown
+    prose = re.sub(r"^```.*?^```", "", README.read_text(encoding="utf-8"), flags=re.M | re.S)
+    named = set(re.findall(r"`([^`]+)`", " ".join(prose.split())))  # a span may wrap a line
+    heads = printed_headers(shown)
+    assert len(heads) > 30 and [h for h in heads if h not in named] == []
+
+
+def test_the_readme_describes_the_headline_traffic_as_its_study_file_has_it() -> None:
+    """The Quick start's traffic is the study file's (it left out the 400 new tokens of a returning
+    turn, without which the 302,400 tokens/s the table's reading quotes does not add up), and so
+    is that sum."""
+    from dse.study.spec import load_study
+
+    w = load_study(shlex.split(make_run_command())[3]).workload
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    said = re.search(
+        r"at ([\d,]+) requests/s \(([\d,]+)-token prompts, ([\d,]+)-token answers, (\d+)% of requests "
+        r"later turns of a conversation: ([\d,]+) cached tokens and ([\d,]+) new\)",
+        text,
+    )
+    assert said, "the README's Quick start no longer describes the headline traffic as this test reads it"
+    rate, isl, osl, share, prefix, suffix = (float(g.replace(",", "")) for g in said.groups())
+    study = (w.requests_per_s, w.input_tokens, w.output_tokens, w.returning_share, w.cached_prefix_tokens,
+             w.suffix_tokens)  # fmt: skip
+    assert (rate, isl, osl, share / 100, prefix, suffix) == study
+    fresh, back = rate * (1 - share / 100), rate * share / 100
+    total = fresh * (isl + osl) + back * (prefix + suffix + osl)
+    sum_ = (f"is the {total:,.0f} tokens/s of the traffic ({fresh:.0f} new requests/s of {isl + osl:,.0f} "
+            f"tokens, {back:.0f} returning of {prefix + suffix + osl:,.0f})")  # fmt: skip
+    assert sum_ in text
 
 
 def assert_readme_prose_matches(readme: str, printed: str, trials_file: Path) -> None:

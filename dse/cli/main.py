@@ -21,14 +21,15 @@ if TYPE_CHECKING:
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """Shows each option's default after its help, when it has one worth showing."""
+    """Shows each option's default after its help, when it has one worth showing (not an empty
+    string or list: `--think` and `--inventory` had read "(default: )")."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         default = action.default
         if (
             "default" in text
-            or default in (None, False, argparse.SUPPRESS)
+            or default in (None, False, argparse.SUPPRESS, "")
             or not action.option_strings
             or (isinstance(default, list) and not default)
         ):
