@@ -177,11 +177,12 @@ def _reference(
 
 
 def test_the_cache_is_the_event_by_event_one() -> None:
-    """Think times drawn up front in the order the rests begin, the events sorted once: the same
-    outcome of every return as a heap taking them one by one, drawing each think time then, over
-    random classes, capacities and both evictions."""
+    """Think times drawn up front in the order the rests begin, the events sorted once, the
+    compiled replay taking each tier's evictions tier by tier: the same outcome of every return as
+    a heap taking them one by one, drawing each think time then and moving each eviction down at
+    once, over random classes, capacities (two to four tiers) and both evictions."""
     rng = np.random.default_rng(3)
-    for case in range(12):
+    for case in range(24):
         classes = tuple(
             RestingClass(
                 share_of_arrivals=float(rng.uniform(0.1, 0.5)),
@@ -192,6 +193,11 @@ def test_the_cache_is_the_event_by_event_one() -> None:
             for _ in range(int(rng.integers(1, 4)))
         )
         cap = {"hbm": float(rng.uniform(1.0, 40.0)), "dram": float(rng.uniform(0.0, 40.0))}
+        if case >= 12:  # three and four tiers: evictions going down two or three tiers in one rest
+            cap |= {
+                "nvme": float(rng.uniform(0.0, 20.0)),
+                "network": float(rng.uniform(0.0, 20.0) * (case % 3)),
+            }
         eviction = ("lru", "think")[case % 2]
         rep = simulate_kv_cache(classes, 3.0, capacity_gb=cap, eviction=eviction, seed=case)
         want = _reference(classes, 3.0, cap, eviction, case)

@@ -12,11 +12,11 @@ tier, or a recompute) beside the plan's shares.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
+from dse.jit import njit
 from dse.sim.kv_tiers import TIER_NAMES, RestingClass
 
 EVICTIONS = ("lru", "think")
@@ -117,16 +117,14 @@ def simulate_kv_cache(
     order = by_think if eviction == "think" else [0]  # the queues a full tier evicts from, in turn
     gb = np.array([c.gb for c in classes])[cls]
     group = cls if eviction == "think" else np.zeros(n, dtype=np.int64)
-    cache = _Cache({t: v / scale for t, v in cap.items()}, order, gb.tolist(), group.tolist())
-    found = np.empty(n, dtype=np.int64)  # each session's outcome (index in OUTCOMES) on return
-    counted = np.zeros(n, dtype=bool)
-    for e in events.tolist():
-        if e < n:
-            cache.put(e)
-        else:
-            sid = e - n
-            found[sid] = cache.take(sid)
-            counted[sid] = times[e] >= warmup
+    scaled = {t: v / scale for t, v in cap.items()}
+    tiers = np.array([OUTCOMES.index(t) for t in TIER_NAMES if scaled.get(t, 0.0) > 0], dtype=np.int64)
+    room = np.array([scaled[OUTCOMES[t]] + 1e-9 for t in tiers])  # full past it, to rounding
+    order_ = np.array(order, dtype=np.int64)
+    found = _replay(events, tiers, room, gb, np.asarray(group, dtype=np.int64), order_, len(OUTCOMES) - 1)
+    counted = np.zeros(n, dtype=bool)  # each session's return, when after the warm-up
+    back = events[events >= n]
+    counted[back - n] = times[back] >= warmup
     tally = np.zeros((len(classes), len(OUTCOMES)), dtype=np.int64)
     np.add.at(tally, (cls[counted], found[counted]), 1)
     counts = {name: {o: int(tally[i, k]) for k, o in enumerate(OUTCOMES)} for i, name in enumerate(names)}
@@ -173,59 +171,84 @@ def _sessions(
     return np.concatenate(starts), np.concatenate(cls)
 
 
-class _Cache:
-    """Tiers top to bottom, each with queues by arrival (one, or one per class), the one evicted
-    from first the first of ``order`` that holds a live entry, its head the longest-resting. An
-    entry that returns leaves its tier's count at once and its queue when it reaches the head.
-    Sessions are numbered from 0, with their KV's GB and queue group given up front; where a
-    session rests is an index of :data:`OUTCOMES` (the last, drop, when in no tier)."""
+@njit(cache=True)
+def _replay(events, tiers, room, gb, group, order, drop):  # type: ignore[no-untyped-def]
+    """Every event in order (``e < n``: session ``e``'s rest begins; else session ``e - n``
+    returns) through the tiers (``tiers``: their places in OUTCOMES, top first; ``room``: their
+    GB), each with a queue by arrival per group (one, or one per class), the one evicted from
+    first the first of ``order`` that holds a live entry, its head the longest-resting. A rest
+    enters the top tier; a full tier moves its oldest live entry down a tier, off the bottom one
+    to be dropped. An entry that returns leaves its tier's count at once and its queue when it
+    reaches the head. Returns each session's outcome on return (an index of OUTCOMES, ``drop``
+    when it was in no tier).
 
-    def __init__(
-        self, capacity_gb: dict[str, float], order: list[int], gb: list[float], group: list[int]
-    ) -> None:
-        self.tiers = [OUTCOMES.index(t) for t in TIER_NAMES if capacity_gb.get(t, 0.0) > 0]
-        self.cap = [capacity_gb[OUTCOMES[t]] + 1e-9 for t in self.tiers]  # full past it, to rounding
-        self.used = [0.0] * len(self.tiers)
-        self.order = order
-        self.queue: list[dict[int, deque[int]]] = [{g: deque() for g in order} for _ in self.tiers]
-        self.level = [-1] * len(gb)  # the tier (position in self.tiers) a session rests in, -1 none
-        self.gb, self.group = gb, group
-
-    def put(self, sid: int) -> None:
-        self._insert(0, sid)
-
-    def _insert(self, level: int, sid: int) -> None:
-        if level >= len(self.tiers):
-            self.level[sid] = -1
-            return
-        self.queue[level][self.group[sid]].append(sid)
-        self.level[sid] = level
-        self.used[level] += self.gb[sid]
-        while self.used[level] > self.cap[level]:
-            old = self._oldest(level)
-            if old is None:
+    A tier's evictions are taken in its own order, tier by tier: each tier sees the entries put
+    into it and taken from it in the same order as when each eviction goes down at once (a tier
+    changes no other tier above it), so the same outcomes to the bit as that event-by-event cache
+    (``tests/test_kv_cache.py``'s reference), in compiled code (100,000 sessions: 0.15 s in
+    Python before)."""
+    n = len(gb)
+    levels = len(tiers)
+    groups = group.max() + 1 if n else 1
+    start = np.zeros(groups + 1, np.int64)  # each group's slice of a tier's queue buffer
+    for i in range(n):
+        start[group[i] + 1] += 1
+    for g in range(groups):
+        start[g + 1] += start[g]
+    queue = np.empty((max(levels, 1), max(n, 1)), np.int64)  # a session enters a tier once
+    head = np.zeros((max(levels, 1), groups), np.int64)
+    tail = np.zeros((max(levels, 1), groups), np.int64)
+    for t in range(levels):
+        for g in range(groups):
+            head[t, g] = start[g]
+            tail[t, g] = start[g]
+    used = np.zeros(max(levels, 1))
+    level = np.full(n, -1, np.int64)
+    found = np.full(n, drop, np.int64)
+    moving = np.empty(max(n, 1), np.int64)  # entries going down into the next tier, in order
+    moved = np.empty(max(n, 1), np.int64)
+    for e in events:
+        if e >= n:  # a return: where its KV was; it leaves the cache
+            sid = e - n
+            lv = level[sid]
+            if lv >= 0:
+                level[sid] = -1
+                used[lv] -= gb[sid]
+                found[sid] = tiers[lv]
+            continue
+        moving[0] = e
+        count = 1
+        for t in range(levels):
+            out = 0
+            for k in range(count):
+                sid = moving[k]
+                g = group[sid]
+                queue[t, tail[t, g]] = sid
+                tail[t, g] += 1
+                level[sid] = t
+                used[t] += gb[sid]
+                while used[t] > room[t]:
+                    old = -1
+                    for g2 in order:
+                        while head[t, g2] < tail[t, g2] and level[queue[t, head[t, g2]]] != t:
+                            head[t, g2] += 1  # returned already: its count left the tier then
+                        if head[t, g2] < tail[t, g2]:
+                            old = queue[t, head[t, g2]]
+                            head[t, g2] += 1
+                            break
+                    if old < 0:
+                        break
+                    used[t] -= gb[old]
+                    moved[out] = old
+                    out += 1
+            for k in range(out):
+                moving[k] = moved[k]
+            count = out
+            if count == 0:
                 break
-            self.used[level] -= self.gb[old]
-            self._insert(level + 1, old)
-
-    def _oldest(self, level: int) -> int | None:
-        """The live entry to move down: the head of the first queue in ``order`` that has one."""
-        for g in self.order:
-            q = self.queue[level][g]
-            while q and self.level[q[0]] != level:
-                q.popleft()  # returned already: its count left the tier then
-            if q:
-                return q.popleft()
-        return None
-
-    def take(self, sid: int) -> int:
-        """Where the session's KV was (an index of OUTCOMES); it leaves the cache (its turn runs)."""
-        level = self.level[sid]
-        if level < 0:
-            return len(OUTCOMES) - 1
-        self.level[sid] = -1
-        self.used[level] -= self.gb[sid]
-        return self.tiers[level]
+        for k in range(count):  # off the bottom tier: dropped
+            level[moving[k]] = -1
+    return found
 
 
 def _planned(c: RestingClass) -> dict[str, float]:
