@@ -20,7 +20,7 @@ from dse.jit import njit
 from dse.sim.kv_tiers import TIER_NAMES, RestingClass
 
 EVICTIONS = ("lru", "think")
-MAX_SESSIONS = 200_000  # sessions a run simulates at most (about 0.3 s); more traffic runs scaled down
+MAX_SESSIONS = 200_000  # sessions a run simulates at most (about 0.04 s); more traffic runs scaled down
 MIN_ENTRIES = 200  # sessions' KV the smallest tier still holds when traffic is scaled down
 OUTCOMES = (*TIER_NAMES, "drop")
 """Where a returning turn finds its KV: in a tier (reloaded from there) or dropped (recomputed)."""
