@@ -282,8 +282,7 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
         "runs.csv row 2: isl = 200000: with osl (1000) must fit deepseek-v3's context of 163,840 tokens"
     )
     assert (
-        out[2]["pred_error"]
-        == "runs.csv row 3: decode_tp = 7: must divide deepseek-v3's 128 attention heads"
+        out[2]["pred_error"] == "runs.csv row 3: decode_tp = 7: must divide deepseek-v3's 128 attention heads"
     )
     assert (
         out[3]["pred_error"]
@@ -379,8 +378,11 @@ def test_a_trace_with_a_bad_row_names_it(cli: Cli, tmp_path: Path) -> None:
         ("0,100,10\n1e-20,100,10\n", "line 3: arrival_s = 1e-20: must be 0 or at least 1e-09"),
         # a request the model cannot take once hung the simulation (a step at a time past the KV cache)
         ("0,1e21,10\n", "line 2: input_tokens = 1e21: must be a number >= 1 and <= 1e+12"),
-        ("0,100000,100000\n", "line 2: input_tokens = '100000 + 100000': with output_tokens must fit the "
-         "model's context of 163,840 tokens"),
+        (
+            "0,100000,100000\n",
+            "line 2: input_tokens = '100000 + 100000': with output_tokens must fit the "
+            "model's context of 163,840 tokens",
+        ),
         ("0,100,10,99\n", "line 2: has 4 fields, 1 more than the header's 3"),
         ("0,100.5,10\n", "line 2: input_tokens = 100.5: must be a whole number of tokens"),
         # the line an editor shows: blank lines hold no row but count
@@ -842,8 +844,10 @@ def test_engine_default_running_cap(cli: Cli, framework: str, hardware: str, cap
     p50 = {k: d["latency"]["percentiles"]["p50"]["ttft_s"] for k, d in runs}
     assert p50["beyond"] > 10 * p50["at"] and p50["beyond"] > 4 * p50["free"], p50
     assert beyond["prediction"]["ttft_mean_s"] > 4 * free["prediction"]["ttft_mean_s"]
-    text = cli("predict", *flags, "--conc", "8").out.splitlines()[0]
-    assert f"{cap} running at most ({words})" in text, text
+    said = f"{cap} running at most ({words})"  # in the text where the clients reach it
+    assert said not in cli("predict", *flags, "--conc", str(cap)).out.splitlines()[0]
+    text = cli("predict", *flags, "--conc", str(2 * cap)).out.splitlines()[0]
+    assert said in text, text
 
 
 def test_engine_default_running_cap_per_rank(catalog: Catalog) -> None:
@@ -869,12 +873,14 @@ def test_engine_default_running_cap_per_rank(catalog: Catalog) -> None:
 
 
 def test_engine_default_running_cap_text_per_rank(cli: Cli) -> None:
-    proc = cli("predict", "--hardware", "h200", "--framework", "trt", "--tp", "8", "--ep", "8",
-               "--dp-attention", "--conc", "8")  # fmt: skip
-    assert proc.code == 0, proc.err
-    head = proc.out.splitlines()[0]
-    said = "16384 running at most (TensorRT-LLM's own max_batch_size, 2048 on each of 8 attention-DP ranks)"
-    assert said in head, head
+    """The text's first line names an engine's own cap where the clients reach it, with what each
+    attention-DP rank runs; a cap they do not reach is left to --json's ``assumed``."""
+    flags = "--model gpt-oss-120b --hardware h200 --framework trt --tp 2 --ep 2 --dp-attention --isl 256"
+    said = "4096 running at most (TensorRT-LLM's own max_batch_size, 2048 on each of 2 attention-DP ranks)"
+    for conc, shown in (("8", False), ("8192", True)):
+        proc = cli("predict", *flags.split(), "--osl", "256", "--conc", conc)
+        assert proc.code == 0, proc.err
+        assert (said in proc.out.splitlines()[0]) is shown, proc.out.splitlines()[0]
 
 
 def test_scheduler_recv_interval_flag(cli: Cli) -> None:
@@ -993,8 +999,8 @@ def test_draft_depth_flag(cli: Cli) -> None:
         "decode_max_running_requests": 2048,  # TensorRT-LLM's own max_batch_size (one rank)
     }
     table = cli("predict", *flags[:-1], "--mtp-draft-tokens", "1", "--kv-cache-dtype", "bf16")
-    own = "2048 running at most (TensorRT-LLM's own max_batch_size)"
-    assert f"MTP 1 draft ({1 + rate:.2f} tokens per step), KV bf16, {own})" in table.out.splitlines()[0]
+    # (TensorRT-LLM's own cap, which 64 clients do not reach, is --json's alone)
+    assert f"MTP 1 draft ({1 + rate:.2f} tokens per step), KV bf16)" in table.out.splitlines()[0]
     bad = cli("predict", "--hardware", "b200", "--mtp-draft-tokens", "2")
     assert bad.code == 2
     # the flag's own words (it had said a batch row's: "must be empty or 0 in a row without MTP

@@ -580,47 +580,9 @@ def test_a_failure_of_the_last_write_reaches_the_run(tmp_path: Path, monkeypatch
         Study.load(TINY).run(out=tmp_path, trials=4)
 
 
-def test_the_sampler_process_proposes_before_it_writes_what_it_was_told(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Told trial k, the sampler's process sends the proposal the parent asked for with it (trial
-    k + 2) before it writes trial k, so the parent, evaluating k + 1, does not wait for the write;
-    every trial is still written, in order, and the run's trials are those of a run in one process."""
-    log = tmp_path / "order.log"
-    real_ask, real_write = proposer._Sampling.ask, proposer.write_finished
-
-    def ask(self: proposer._Sampling) -> proposer.Proposal:
-        got = real_ask(self)
-        with log.open("a") as f:
-            f.write(f"ask {got.number}\n")
-        return got
-
-    def write(stored: object, trial: object, *args: object) -> None:
-        with log.open("a") as f:
-            f.write(f"write {trial.number}\n")  # type: ignore[attr-defined]
-        real_write(stored, trial, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(proposer._Sampling, "ask", ask)  # the forked child inherits both
-    monkeypatch.setattr(proposer, "write_finished", write)
-    forked = Study.load(TINY).run(out=tmp_path / "forked", trials=6).trials
-    events = log.read_text().split("\n")[:-1]
-    writes = [int(e.split()[1]) for e in events if e.startswith("write")]
-    assert writes == list(range(6))
-    for k in range(4):  # trial k + 2 is asked for with trial k's tell, and goes out first
-        assert events.index(f"ask {k + 2}") < events.index(f"write {k}"), events
-    monkeypatch.setattr(multiprocessing.process.BaseProcess, "daemon", property(lambda self: True))
-    alone = Study.load(TINY).run(out=tmp_path / "alone", trials=6).trials  # in this process
-    assert alone.select("p_topology", "p_max_batch").equals(forked.select("p_topology", "p_max_batch"))
-
-
-def test_the_sampler_process_answers_a_waiting_tell_before_it_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """When the parent's next message is already waiting (its trial was quicker than the child's
-    write), the child proposes first and writes after, at most UNSTORED_MAX trials behind: slow
-    writes (0.1 s) and quick trials leave several told trials unwritten at once, every trial is
-    written, in order, and the trials are those of a run in one process."""
-    log = tmp_path / "order.log"
+def _log_asks_and_writes(monkeypatch: pytest.MonkeyPatch, log: Path, write_s: float = 0.0) -> None:
+    """The sampler's process logs each proposal (``ask NUMBER UNWRITTEN``: the told trials it has
+    not written yet) and each write (``write NUMBER 0``), a write taking ``write_s`` longer."""
     real_ask, real_write = proposer._Sampling.ask, proposer.write_finished
 
     def ask(self: proposer._Sampling) -> proposer.Proposal:
@@ -629,26 +591,57 @@ def test_the_sampler_process_answers_a_waiting_tell_before_it_writes(
             f.write(f"ask {got.number} {len(self.unstored)}\n")
         return got
 
-    def slow(stored: object, trial: object, *args: object) -> None:
-        time.sleep(0.2)
+    def write(stored: object, trial: object, *args: object) -> None:
+        time.sleep(write_s)
         with log.open("a") as f:
             f.write(f"write {trial.number} 0\n")  # type: ignore[attr-defined]
         real_write(stored, trial, *args)  # type: ignore[arg-type]
 
+    monkeypatch.setattr(proposer._Sampling, "ask", ask)  # the forked child inherits both
+    monkeypatch.setattr(proposer, "write_finished", write)
+
+
+def _as_in_one_process(monkeypatch: pytest.MonkeyPatch, out: Path, trials: int, forked: pl.DataFrame) -> None:
+    """The run's trials are those of the same run in one process (a daemon's, which has no child)."""
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "daemon", property(lambda self: True))
+    alone = Study.load(TINY).run(out=out, trials=trials).trials
+    assert alone.select("p_topology", "p_max_batch").equals(forked.select("p_topology", "p_max_batch"))
+
+
+def test_the_sampler_process_proposes_before_it_writes_what_it_was_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Told trial k, the sampler's process sends the proposal the parent asked for with it (trial
+    k + 2) before it writes trial k, so the parent, evaluating k + 1, does not wait for the write;
+    every trial is still written, in order, and the run's trials are those of a run in one process."""
+    log = tmp_path / "order.log"
+    _log_asks_and_writes(monkeypatch, log)
+    forked = Study.load(TINY).run(out=tmp_path / "forked", trials=6).trials
+    events = [tuple(e.split()[:2]) for e in log.read_text().splitlines()]
+    assert [int(n) for kind, n in events if kind == "write"] == list(range(6))
+    for k in range(4):  # trial k + 2 is asked for with trial k's tell, and goes out first
+        assert events.index(("ask", str(k + 2))) < events.index(("write", str(k))), events
+    _as_in_one_process(monkeypatch, tmp_path / "alone", 6, forked)
+
+
+def test_the_sampler_process_answers_a_waiting_tell_before_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the parent's next message is already waiting (its trial was quicker than the child's
+    write), the child proposes first and writes after, at most UNSTORED_MAX trials behind: slow
+    writes (0.2 s) and quick trials leave several told trials unwritten at once, every trial is
+    written, in order, and the trials are those of a run in one process."""
+    log = tmp_path / "order.log"
     monkeypatch.setattr(proposer, "UNSTORED_MAX", 3)
-    monkeypatch.setattr(proposer._Sampling, "ask", ask)  # the forked child inherits them
-    monkeypatch.setattr(proposer, "write_finished", slow)
+    _log_asks_and_writes(monkeypatch, log, write_s=0.2)
     forked = Study.load(TINY).run(out=tmp_path / "forked", trials=12).trials
-    events = [e.split() for e in log.read_text().split("\n")[:-1]]
-    writes = [int(n) for kind, n, _ in events if kind == "write"]
-    assert writes == list(range(12))
+    events = [e.split() for e in log.read_text().splitlines()]
+    assert [int(n) for kind, n, _ in events if kind == "write"] == list(range(12))
     waiting = [int(u) for kind, _, u in events if kind == "ask"]  # told, unwritten, at each ask
     # proposals went out ahead of writes (one told trial waits at each ask when every write comes
     # first), and no further than 3: how far, the two processes' speeds decide
     assert 2 <= max(waiting) <= 3, events
-    monkeypatch.setattr(multiprocessing.process.BaseProcess, "daemon", property(lambda self: True))
-    alone = Study.load(TINY).run(out=tmp_path / "alone", trials=12).trials  # in this process
-    assert alone.select("p_topology", "p_max_batch").equals(forked.select("p_topology", "p_max_batch"))
+    _as_in_one_process(monkeypatch, tmp_path / "alone", 12, forked)
 
 
 @pytest.mark.e2e

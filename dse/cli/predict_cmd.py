@@ -295,7 +295,9 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     looks = f", new requests looked for every {every:g} decode steps" if every > 1 else ""
     if bench.adp_balance:
         looks += f", context requests held up to {bench.adp_balance:g} iterations for every attention-DP rank"
-    if not row["decode_max_running_requests"] and math.isfinite(bench.decode_max_running):
+    # the engine's own cap, where the clients reach it (--json's ``assumed`` has it always)
+    per_instance = float(row["conc"]) / max(bench.decode.instances, 1.0)
+    if not row["decode_max_running_requests"] and bench.decode_max_running < per_instance:
         looks += f", {bench.decode_max_running:g} running at most ({engine_cap_words(bench)})"
     # the lengths and clients as numbers (a default had shown as 1024.0), one client in the singular
     isl, osl, conc = (float(row[k]) for k in ("isl", "osl", "conc"))
