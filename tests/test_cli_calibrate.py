@@ -86,12 +86,21 @@ def test_a_fit_of_few_rows_without_cross_validation_says_to_run_it(
     cli: Cli, tmp_path: Path, two_gpu_runs: Path
 ) -> None:
     """Ten rows fit with --no-cross-validation: the warning had said to read the leave-one-hardware-out
-    error, which such a file does not hold."""
-    data = _write(tmp_path / "few.csv", _rows(two_gpu_runs)[:10])
+    error, which such a file does not hold. A row of fewer fields than the header and one of more
+    are skipped as such: the short one had been told as "decode_tp = 'None': must be a number", and
+    the long one, its cells shifted against the header, fitted."""
+    rows = _rows(two_gpu_runs)
+    data = _write(tmp_path / "few.csv", rows[:10])
+    cells = list(rows[10].values())
+    with open(data, "a", newline="", encoding="utf-8") as fh:  # lines 12 and 13
+        csv.writer(fh).writerows([cells[:15], [*cells, "x", "y"]])
     res = cli("calibrate", "--data", str(data), "--out", str(tmp_path / "f.json"), "--no-cross-validation")
     assert res.code == 0, res.err
     said = "10 rows to fit 25 or so values: the fit is poorly determined; fit with the cross-validation"
     assert said in res.err, res.err
+    n = len(cells)
+    assert f"skipped: few.csv line 12: has 15 of {n} fields: the row is short (decode_tp and after" in res.out
+    assert f"skipped: few.csv line 13: has {n + 2} fields, 2 more than the header's {n}" in res.out
 
 
 # A copy of the runs in another folder, a row with no measured throughput and a latency figure that

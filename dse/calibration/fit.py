@@ -36,7 +36,7 @@ from dse.perf.benchmark_rows import (
 from dse.perf.params import FITTED_SCALARS, PerfParams
 from dse.perf.serving import tpot_at_batch
 from dse.quantiles import known_median
-from dse.typed_data import measured_number, read_csv
+from dse.typed_data import measured_number, read_csv, row_shape_problem
 
 # (lower, upper) bounds of each fitted value
 BOUNDS = {
@@ -85,10 +85,17 @@ def read_measured(
     missing = [c for c in (*INPUT_COLUMNS, *FITTED_COLUMNS) if c not in header]
     if missing:
         raise InputError(str(path), missing[0], "is a required column")
+    # a row of more or fewer fields than the header, before the settings fill any of its cells: a
+    # short one had been told as its first missing cell, e.g. "decode_tp = 'None': must be a
+    # number", and a long one, its cells shifted against the header, fitted as it was
+    shapes = [row_shape_problem(raw) for raw in rows]
     if settings is not None:
         rows = with_recipe_settings(rows, settings)
-    for raw, line in zip(rows, lines, strict=True):
+    for raw, line, shape in zip(rows, lines, shapes, strict=True):
         source = f"{path.name} line {line}"
+        if shape:
+            skipped.append(f"{source}: {shape}")
+            continue
         try:
             row = parse_row(raw, catalog, source=source)
             tput, intvty = (measured_number(raw.get(col), source, col) for col in FITTED_COLUMNS)
