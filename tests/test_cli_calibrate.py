@@ -85,11 +85,12 @@ def test_runs_without_latency_fit_throughput_and_say_the_latency_error_is_not_me
 def test_a_fit_of_few_rows_without_cross_validation_says_to_run_it(
     cli: Cli, tmp_path: Path, two_gpu_runs: Path
 ) -> None:
-    """Ten rows fit with --no-cross-validation: the warning had said to read the leave-one-hardware-out
+    """Ten rows of two GPU types fit with --no-cross-validation: the warning had said to read the leave-one-hardware-out
     error, which such a file does not hold. A row of fewer fields than the header and one of more
     are skipped as such: the short one had been told as "decode_tp = 'None': must be a number", and
     the long one, its cells shifted against the header, fitted."""
     rows = _rows(two_gpu_runs)
+    rows = [r for r in rows if r["hardware"] == "h200"][:5] + [r for r in rows if r["hardware"] == "mi355x"][:6]
     data = _write(tmp_path / "few.csv", rows[:10])
     cells = list(rows[10].values())
     with open(data, "a", newline="", encoding="utf-8") as fh:  # lines 12 and 13
@@ -101,6 +102,21 @@ def test_a_fit_of_few_rows_without_cross_validation_says_to_run_it(
     n = len(cells)
     assert f"skipped: few.csv line 12: has 15 of {n} fields: the row is short (decode_tp and after" in res.out
     assert f"skipped: few.csv line 13: has {n + 2} fields, 2 more than the header's {n}" in res.out
+
+
+def test_a_fit_of_few_rows_of_one_gpu_type_does_not_ask_for_a_cross_validation(
+    cli: Cli, tmp_path: Path, two_gpu_runs: Path
+) -> None:
+    """Six H200 rows: the warning had said to fit with the cross-validation and read its
+    leave-one-hardware-out error, which runs of one GPU type cannot give (the command then says
+    "cross-validation skipped" when run without --no-cross-validation)."""
+    data = _write(tmp_path / "h200.csv", [r for r in _rows(two_gpu_runs) if r["hardware"] == "h200"][:6])
+    res = cli("calibrate", "--data", str(data), "--out", str(tmp_path / "f.json"), "--no-cross-validation",
+              "--no-points", "--jobs", "1")  # fmt: skip
+    assert res.code == 0, res.err
+    said = ("6 rows to fit 25 or so values: the fit is poorly determined; its runs are of one GPU type, so no "
+            "leave-one-hardware-out error can be measured; check it against runs it did not see")  # fmt: skip
+    assert said in res.err and "fit with the cross-validation" not in res.err, res.err
 
 
 # A copy of the runs in another folder, a row with no measured throughput and a latency figure that

@@ -92,13 +92,17 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise output_error(exc, "dse calibrate", "--out", args.out) from None
 
 
-def _few_rows(n: int, no_cross_validation: bool) -> str:
+def _few_rows(n: int, no_cross_validation: bool, gpu_types: int) -> str:
     """What a fit of fewer than :data:`FEW_ROWS` rows says before it runs."""
-    check = (  # a fit without the cross-validation stores no such error to read
-        "fit with the cross-validation and read its leave-one-hardware-out error"
-        if no_cross_validation
-        else "read its leave-one-hardware-out error"
-    )
+    if gpu_types < 2:  # no fold to fit, with or without the flag: there is no such error to read
+        check = (
+            "its runs are of one GPU type, so no leave-one-hardware-out error can be measured; check it "
+            "against runs it did not see"
+        )
+    elif no_cross_validation:  # a fit without the cross-validation stores no such error to read
+        check = "fit with the cross-validation and read its leave-one-hardware-out error"
+    else:
+        check = "read its leave-one-hardware-out error"
     return f"{n} rows to fit {FEW_ROWS} or so values: the fit is poorly determined; {check} before using it"
 
 
@@ -115,8 +119,9 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if not data:
         first = f" (the first: {skipped[0]})" if skipped else ""
         raise InputError(str(args.data), "", f"holds no row the model can describe{first}")
+    gpus = sorted({m.row.hardware for m in data})
     if len(data) < FEW_ROWS:
-        print(f"dse: warning: {_few_rows(len(data), args.no_cross_validation)}", file=sys.stderr)
+        print(f"dse: warning: {_few_rows(len(data), args.no_cross_validation, len(gpus))}", file=sys.stderr)
     points: tuple[StagePoint, ...] = ()
     values: tuple[float, ...] = ()
     if not args.no_points:
@@ -129,7 +134,6 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     ttft = cal.ttft_errors(data, catalog, fitted)
     loho = None
     folds: dict[str, PerfParams] | None = None
-    gpus = sorted({m.row.hardware for m in data})
     if not args.no_cross_validation and len(gpus) < 2:  # a fold would be fitted on no measured run
         print(f"cross-validation skipped: it leaves one GPU type out at a time, and the runs are all "
               f"{gpus[0]}'s; no leave-one-hardware-out error is stored", file=sys.stderr)  # fmt: skip
