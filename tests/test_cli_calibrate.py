@@ -85,12 +85,13 @@ def test_runs_without_latency_fit_throughput_and_say_the_latency_error_is_not_me
 def test_a_fit_of_few_rows_without_cross_validation_says_to_run_it(
     cli: Cli, tmp_path: Path, two_gpu_runs: Path
 ) -> None:
-    """Ten rows of two GPU types fit with --no-cross-validation: the warning had said to read the leave-one-hardware-out
-    error, which such a file does not hold. A row of fewer fields than the header and one of more
-    are skipped as such: the short one had been told as "decode_tp = 'None': must be a number", and
-    the long one, its cells shifted against the header, fitted."""
+    """Ten rows of two GPU types fit with --no-cross-validation: the warning had said to read the
+    leave-one-hardware-out error, which such a file does not hold. A row of fewer fields than the
+    header and one of more are skipped as such: the short one had been told as "decode_tp = 'None':
+    must be a number", and the long one, its cells shifted against the header, fitted."""
     rows = _rows(two_gpu_runs)
-    rows = [r for r in rows if r["hardware"] == "h200"][:5] + [r for r in rows if r["hardware"] == "mi355x"][:6]
+    h200, mi355x = ([r for r in rows if r["hardware"] == h] for h in ("h200", "mi355x"))
+    rows = h200[:5] + mi355x[:6]  # two GPU types
     data = _write(tmp_path / "few.csv", rows[:10])
     cells = list(rows[10].values())
     with open(data, "a", newline="", encoding="utf-8") as fh:  # lines 12 and 13
@@ -114,8 +115,10 @@ def test_a_fit_of_few_rows_of_one_gpu_type_does_not_ask_for_a_cross_validation(
     res = cli("calibrate", "--data", str(data), "--out", str(tmp_path / "f.json"), "--no-cross-validation",
               "--no-points", "--jobs", "1")  # fmt: skip
     assert res.code == 0, res.err
-    said = ("6 rows to fit 25 or so values: the fit is poorly determined; its runs are of one GPU type, so no "
-            "leave-one-hardware-out error can be measured; check it against runs it did not see")  # fmt: skip
+    said = (
+        "6 rows to fit 25 or so values: the fit is poorly determined; its runs are of one GPU type, "
+        "so no leave-one-hardware-out error can be measured; check it against runs it did not see"
+    )
     assert said in res.err and "fit with the cross-validation" not in res.err, res.err
 
 
@@ -197,6 +200,7 @@ def test_a_calibration_file_s_provenance_and_engine_profiles_are_checked(
             f"provenance.in_sample_ttft_median_ape = -1: {error}, or null where unmeasured",
         ),
         (("provenance", "latency"), 3, "provenance.latency = 3: must be a table of values"),
+        (("provenance", "rows_fitted"), "6", "provenance.rows_fitted = '6': must be a whole number >= 1"),
         (
             ("provenance", "latency", "in_sample_median_ape"),
             {},
@@ -246,3 +250,26 @@ def test_runs_of_one_gpu_type_store_no_cross_validation(cli: Cli, tmp_path: Path
     assert "leave-one-hardware-out abs error" not in res.out
     prov = json.loads(out.read_text())["provenance"]
     assert "loho_tput_median_ape" not in prov and prov["hardware_fitted"] == ["h200-sxm"]
+
+
+def test_a_prediction_with_a_calibration_of_few_runs_says_so(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A calibration fitted on 6 runs (dse calibrate warns as it writes it): a prediction with it had
+    quoted its in-sample error (5% / 11% on six H200 runs) as it quotes the shipped fit's of 223."""
+    import json
+
+    from dse.paths import CALIBRATION_FILE
+
+    doc = json.loads(CALIBRATION_FILE.read_text())
+    few = "the calibration fitted 6 runs, fewer than the 25 or so values it sets: a poorly determined fit"
+    for rows, said in ((6, True), (223, False)):
+        doc["provenance"]["rows_fitted"] = rows
+        path = tmp_path / f"fit{rows}.json"
+        path.write_text(json.dumps(doc))
+        monkeypatch.setenv("DSE_CALIBRATION", str(path))
+        res = cli("predict", "--hardware", "h200", "--conc", "4", "--requests", "20")
+        assert res.code == 0 and "expected error against measured runs (" in res.out, res.err
+        assert (few in res.out) is said, res.out
+        js = cli("predict", "--hardware", "h200", "--conc", "4", "--requests", "20", "--json")
+        assert json.loads(js.out)["expected_error"]["rows_fitted"] == rows

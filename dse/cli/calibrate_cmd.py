@@ -12,6 +12,7 @@ from dse.catalog import Catalog
 from dse.cli.flags import path_arg
 from dse.errors import InputError, output_error
 from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS, calibration_file
+from dse.perf.expected_error import FEW_ROWS
 
 if TYPE_CHECKING:
     from dse.calibration.latency import LatencyFit
@@ -64,9 +65,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="skip the leave-one-hardware-out refits (about 45 s of a two-core machine); the file "
         "then carries the in-sample error only",
     )
-
-
-FEW_ROWS = 25  # about as many values as the throughput fit sets: fewer rows cannot pin them
 
 
 def _check_flags(args: argparse.Namespace) -> None:

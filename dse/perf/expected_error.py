@@ -7,6 +7,10 @@ from dataclasses import dataclass
 
 from dse.perf.params import PerfParams
 
+FEW_ROWS = 25
+"""About as many values as the throughput fit sets: a calibration of fewer measured runs cannot pin
+them (``dse calibrate`` warns as it fits, a prediction with the file says so in its trust line)."""
+
 
 @dataclass(frozen=True)
 class ExpectedError:
@@ -30,6 +34,8 @@ class ExpectedError:
     # the hardware and model entries a user's catalog folder changed from the shipped ones (the
     # calibration measured the shipped ones): ("hardware", id) and ("model", id)
     edited: tuple[tuple[str, str], ...] = ()
+    # the measured runs the calibration fitted (provenance ``rows_fitted``; None: not recorded)
+    rows_fitted: int | None = None
 
     def describe(self) -> str:
         if self.basis == "in-sample":
@@ -60,6 +66,11 @@ class ExpectedError:
             model += (
                 f"; engine profile {self.assumed_engine} has no measured runs: its speed and MTP "
                 "acceptance are the calibrated engines' mean, an assumption"
+            )
+        if self.rows_fitted is not None and self.rows_fitted < FEW_ROWS:
+            model += (
+                f"; the calibration fitted {self.rows_fitted} runs, fewer than the {FEW_ROWS} or so values "
+                "it sets: a poorly determined fit, whose errors say little"
             )
         return (
             f"expected error against measured runs ({self.kernels} kernels, {self.basis}: {seen}), "
@@ -113,6 +124,7 @@ def expected_error(
         if engine is not None and engine not in prov.get("engines_fitted", (engine,))
         else None,
         edited=tuple((kind, e) for kind, e in (("hardware", hardware), ("model", model)) if e in edited),
+        rows_fitted=prov.get("rows_fitted"),
     )
 
 

@@ -363,6 +363,9 @@ def _provenance(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     for key, value in raw.items():
         if key.endswith("_ape"):
             _error_figure(value, path, f"provenance.{key}", nullable=key not in THROUGHPUT_ERRORS)
+    rows = raw.get("rows_fitted")  # a prediction's trust line says when they were few
+    if rows is not None and not (isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1):
+        raise InputError(str(path), "provenance.rows_fitted", "must be a whole number >= 1", rows)
     latency = raw.get("latency", {})
     if not isinstance(latency, dict):
         raise InputError(str(path), "provenance.latency", "must be a table of values", latency)
