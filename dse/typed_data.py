@@ -130,7 +130,9 @@ def read_csv(path: Path, key: str) -> tuple[list[str], list[dict[str, str]], lis
         # utf-8-sig: the byte-order mark a spreadsheet's "CSV UTF-8" starts with is not a column's
         with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
-            names = list(reader.fieldnames or [])
+            if reader.fieldnames is None:  # had been told as its first required column missing
+                raise InputError(str(path), key, "is empty: a CSV needs a header line naming its columns")
+            names = list(reader.fieldnames)
             # (empty names, a spreadsheet's trailing commas, hold no column anything reads)
             twice = next((n for i, n in enumerate(names) if n and n in names[:i]), None)
             if twice is not None:  # the later column would silently win over the earlier

@@ -31,8 +31,11 @@ def test_bad_runs_files_are_one_line_before_any_fit(cli: Cli, tmp_path: Path, tw
                                                 for r in rows])  # fmt: skip
     latin = tmp_path / "latin.csv"
     latin.write_bytes(two_gpu_runs.read_bytes() + "caf\xe9\n".encode("latin-1"))
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
     cases = {
         (str(no_tput),): "no_tput.csv: tput_per_gpu_total: is a required column",
+        (str(empty),): "empty.csv: --data: is empty: a CSV needs a header line naming its columns",
         (str(latin),): "latin.csv: --data: must be UTF-8 text",
         (str(two_gpu_runs), "--points", str(tmp_path / "no.csv")): "no.csv: --points: must be an existing",
     }
