@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import Cli
 
+from dse.paths import CALIBRATION_FILE
+
 
 def _rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="", encoding="utf-8") as fh:
@@ -52,6 +54,15 @@ def test_bad_runs_files_are_one_line_before_any_fit(cli: Cli, tmp_path: Path, tw
     assert unwritable.code == 2 and len(unwritable.err.strip().splitlines()) == 1, unwritable.err
     assert "--out = " in unwritable.err and "cannot be written (not a folder)" in unwritable.err
     assert not out.exists()
+    # a fit of runs of one's own without --out would have replaced the shipped calibration
+    shipped = CALIBRATION_FILE.read_bytes()
+    for own in (["--data", str(two_gpu_runs)], ["--points", str(tmp_path / "no.csv")]):
+        res = cli("calibrate", *own, "--no-cross-validation")
+        assert res.code == 2 and len(res.err.strip().splitlines()) == 1, res.err
+        assert res.err.startswith("dse: error: dse calibrate: --out: is needed where the runs or points"), (
+            res.err
+        )
+    assert CALIBRATION_FILE.read_bytes() == shipped
 
 
 @pytest.mark.e2e  # a throughput fit alone (no latency to replay): about 10 s

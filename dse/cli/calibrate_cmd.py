@@ -11,8 +11,7 @@ from dse.atomic import probe_writable, write_text
 from dse.catalog import Catalog
 from dse.cli.flags import path_arg
 from dse.errors import InputError, output_error
-from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS, calibration_file
-from dse.perf.expected_error import FEW_ROWS
+from dse.paths import CALIBRATION_FILE, MEASURED_RUNS, PUBLISHED_POINTS, calibration_file
 
 if TYPE_CHECKING:
     from dse.calibration.latency import LatencyFit
@@ -71,6 +70,13 @@ def _check_flags(args: argparse.Namespace) -> None:
     """The defaults that depend on the machine, and one line for a flag out of its range."""
     from dse.calibration.folds import default_jobs
 
+    if args.out is None and calibration_file() == CALIBRATION_FILE and _own(args):
+        rule = (
+            f"is needed where the runs or points are not the shipped ones: without it the fit would "
+            f"replace the shipped calibration every command loads ({CALIBRATION_FILE.name}); write it "
+            "elsewhere and point DSE_CALIBRATION at it"
+        )
+        raise InputError("dse calibrate", "--out", rule)
     args.out = args.out or calibration_file()
     if args.jobs is None:
         args.jobs = default_jobs()
@@ -90,8 +96,16 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise output_error(exc, "dse calibrate", "--out", args.out) from None
 
 
+def _own(args: argparse.Namespace) -> bool:
+    """The fit reads runs or stage points other than the shipped ones (a user's own)."""
+    points = PUBLISHED_POINTS if args.no_points else args.points
+    return args.data.resolve() != MEASURED_RUNS.resolve() or points.resolve() != PUBLISHED_POINTS.resolve()
+
+
 def _few_rows(n: int, no_cross_validation: bool, gpu_types: int) -> str:
-    """What a fit of fewer than :data:`FEW_ROWS` rows says before it runs."""
+    """What a fit of fewer than :data:`~dse.perf.expected_error.FEW_ROWS` rows says before it runs."""
+    from dse.perf.expected_error import FEW_ROWS  # numpy: not for the parser's import
+
     if gpu_types < 2:  # no fold to fit, with or without the flag: there is no such error to read
         check = (
             "its runs are of one GPU type, so no leave-one-hardware-out error can be measured; check it "
@@ -109,6 +123,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.calibration.latency import fit_latency
     from dse.calibration.power import fit_power
     from dse.calibration.published import POINTS, StagePoint, measured_per_gpu
+    from dse.perf.expected_error import FEW_ROWS
     from dse.perf.params import default_params, params_to_json
     from dse.quantiles import known_median
 
