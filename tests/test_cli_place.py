@@ -333,6 +333,36 @@ def test_a_mean_length_under_one_token_is_refused(cli: Cli, flag: str, value: st
     assert out.err.strip() == f"dse: error: dse place: {flag} = {value}: must be at least 1", out.err
 
 
+def test_a_calibration_of_ones_own_is_named(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A placement priced with the calibration DSE_CALIBRATION names says so in one line on stderr,
+    with how many runs it fitted (a fit of 6 runs had placed as silently as the shipped one's 223);
+    the shipped calibration says nothing. The same line in dse simulate and dse study run."""
+    from dse.paths import CALIBRATION_FILE
+
+    assert "dse: note:" not in cli(*ONE).err
+    for rows, few in ((6, True), (223, False)):
+        doc = json.loads(CALIBRATION_FILE.read_text())
+        doc["provenance"]["rows_fitted"] = rows
+        mine = tmp_path / f"fit{rows}.json"
+        mine.write_text(json.dumps(doc))
+        monkeypatch.setenv("DSE_CALIBRATION", str(mine))
+        out = cli(*ONE)
+        assert out.code == 0, out.err
+        note = [line for line in out.err.splitlines() if line.startswith("dse: note:")]
+        named = f"({mine}), which fitted {rows} measured runs"
+        want = f"dse: note: priced with the calibration DSE_CALIBRATION names {named}"
+        assert len(note) == 1 and note[0].startswith(want), out.err
+        assert ("a poorly determined fit" in note[0]) is few, note
+    said = f"dse: note: priced with the calibration DSE_CALIBRATION names ({mine})"  # the 223-run file
+    sim = cli("simulate", *ONE[1:-1], "--horizon", "600", "--warmup", "100")
+    assert sim.code == 0 and sim.err.count(said) == 1, sim.err
+    tiny = Path(__file__).parent / "data" / "tiny-study.toml"
+    study = cli("study", "run", tiny, "--out", tmp_path / "runs", "--trials", "2", "--no-export")
+    assert study.code == 0 and study.err.count(said) == 1, study.err
+
+
 def test_json_is_strict_where_a_figure_is_unknown(cli: Cli) -> None:
     """vr200 has no price: its energy line's $ per million tokens is unknown, null in the JSON
     (a bare NaN once, which strict parsers refuse); a design that buys none of it has a cost."""

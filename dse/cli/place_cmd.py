@@ -399,6 +399,15 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
     )
 
 
+def say_calibration(params: PerfParams) -> None:
+    """One line on stderr where the command prices with a calibration other than the shipped one
+    (:func:`~dse.perf.expected_error.calibration_note`)."""
+    from dse.perf.expected_error import calibration_note
+
+    if (note := calibration_note(params)) is not None:
+        print(f"dse: note: {note}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.perf.params import load_params
     from dse.placement.plan import place
@@ -406,6 +415,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
 
     req = request_from_args(args, catalog)
     params = load_params()
+    say_calibration(params)
     report = place(req, catalog=catalog, params=params, with_shadow_prices=not args.no_shadow_prices)
     checks: tuple[EngineCheck, ...] = ()
     if args.confirm:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dse.atomic import atomic_path, write_text
 from dse.catalog import Catalog
 from dse.cli.flags import number, path_arg
-from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args
+from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args, say_calibration
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, output_error
 from dse.sim.kinds import MAX_SUBSTEP_S, MIN_MEASURED_STEPS, ArrivalKind, PlannerKind, substeps
@@ -445,6 +445,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.sim.simulation import simulate
 
     params = load_params()
+    say_calibration(params)
     # the refusals the flags decide alone come before the design, whose solve may take seconds
     flags = scenario_flags(args)
     if args.placement is None:
@@ -817,10 +818,7 @@ def render(
     verdict = "yes" if f.stable[0] else "NO"
     lines.append(f"stable: {verdict} (backlog growth {growth:+.3g} req/s {_judged(f)})")
     if f.oscillating[0]:
-        lines.append(
-            f"oscillation: period {f.oscillation_period_s[0]:.0f} s, "
-            f"amplitude {_swing_text(f)}"
-        )
+        lines.append(f"oscillation: period {f.oscillation_period_s[0]:.0f} s, amplitude {_swing_text(f)}")
     else:
         lines.append("oscillation: none detected")
     meets = f.ttft_mean_s[0] <= ttft and f.tpot_mean_s[0] <= tpot

@@ -235,6 +235,8 @@ def _check_ids(spec: StudySpec, catalog: Catalog, name: str) -> Catalog:
 
 
 def _run(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.cli.place_cmd import say_calibration
+    from dse.perf.params import load_params
     from dse.study.api import Study
     from dse.study.faults import StudyInterrupted
     from dse.study.storage import default_storage, redact
@@ -242,6 +244,7 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
     study = Study.load(args.name)
     study.refuse_idle()  # (as study.run would, but before the ids)
     _check_ids(study.spec, catalog, args.name)
+    say_calibration(load_params())
     wrote: list[str] = []
 
     def exports(res: StudyResults) -> None:

@@ -128,9 +128,7 @@ def expected_error(
     )
 
 
-def unmeasured_reason(
-    params: PerfParams, hardware: str, edited: frozenset[str] = frozenset()
-) -> str | None:
+def unmeasured_reason(params: PerfParams, hardware: str, edited: frozenset[str] = frozenset()) -> str | None:
     """Why :func:`expected_error` has no figures for ``hardware``, where the calibration file has
     in-sample figures but none for hardware it did not see (a fit with ``--no-cross-validation``,
     or of runs on one GPU type): the prediction had printed no trust line at all, as though the
@@ -144,3 +142,21 @@ def unmeasured_reason(
         f"(it measured {seen}) and stores no leave-one-hardware-out error (fitted with "
         "--no-cross-validation, or on runs of one GPU type)"
     )
+
+
+def calibration_note(params: PerfParams) -> str | None:
+    """What a command that prices with a calibration other than the shipped one says of it (the file
+    ``$DSE_CALIBRATION`` names, and how many measured runs it fitted); None with the shipped one."""
+    from dse.paths import CALIBRATION_ENV, CALIBRATION_FILE, calibration_file
+
+    path = calibration_file()
+    if path == CALIBRATION_FILE:
+        return None
+    rows = params.provenance.get("rows_fitted")
+    fitted = "" if rows is None else f", which fitted {rows} measured run{'' if rows == 1 else 's'}"
+    few = (
+        f": fewer than the {FEW_ROWS} or so values it sets, a poorly determined fit"
+        if rows is not None and rows < FEW_ROWS
+        else ""
+    )
+    return f"priced with the calibration {CALIBRATION_ENV} names ({path}){fitted}{few}"
