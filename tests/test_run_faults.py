@@ -356,11 +356,11 @@ def test_a_report_killed_while_drawing_leaves_the_last_whole_report(
     script = (
         "import os, signal, sys\n"
         "import dse.study.report_figures as rf\n"
-        "real = rf._save\n"
+        "real = rf.save\n"
         "def save(fig, path):\n"
         "    real(fig, path)\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
-        "rf._save = save\n"
+        "rf.save = save\n"
         "from dse.cli.main import main\n"
         f"sys.exit(main(['study', 'report', {str(TINY)!r}, '--out', {str(tmp_path)!r}]))\n"
     )

@@ -31,9 +31,11 @@ print(json.dumps({{"code": code, "out": out.getvalue(), "heavy": heavy}}))
 """
 
 
-def _probe(argv: list[str], heavy: tuple[str, ...] = HEAVY) -> dict[str, object]:
+def _probe(argv: list[str], heavy: tuple[str, ...] = HEAVY, first: str = "") -> dict[str, object]:
+    """`dse ARGV` in a fresh interpreter (after the statement ``first``): its exit code, output and
+    which of the ``heavy`` modules it imported."""
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE.format(argv=argv, heavy=heavy)],
+        [sys.executable, "-c", first + "\n" + PROBE.format(argv=argv, heavy=heavy)],
         capture_output=True,
         text=True,
         check=True,
@@ -122,11 +124,19 @@ def test_a_study_runs_report_draws_without_pyomos_matplotlib_packages(
     tiny_run_probe: tuple[dict[str, object], Path],
 ) -> None:
     """pyomo's import hook for matplotlib imported matplotlib.pylab and its backends beside the
-    pyplot the report draws with (``dse/scipy_hook.py``)."""
+    pyplot the report draws with (``dse/scipy_hook.py``). A run's figures are drawn by workers
+    forked before pyomo is imported (``dse.study.figure_workers``), so the run itself imports no
+    matplotlib; a report drawn in a process that cannot fork them (numpy already imported, as
+    the Python API's callers have it) imports pyplot beside pyomo, and still no pylab."""
     res, out = tiny_run_probe
-    assert res["code"] == 0 and (out / "tiny-study" / "report" / "report.md").is_file()
-    assert {"pyomo", "matplotlib.pyplot"} <= set(res["heavy"])  # type: ignore[arg-type]
-    assert "matplotlib.pylab" not in res["heavy"]  # type: ignore[operator]
+    report = out / "tiny-study" / "report"
+    assert res["code"] == 0 and (report / "report.md").is_file() and (report / "pareto.png").is_file()
+    assert "pyomo" in res["heavy"] and "matplotlib.pyplot" not in res["heavy"]  # type: ignore[operator]
+    argv = ["study", "report", TINY, "--out", str(out)]
+    here = _probe(argv, heavy=(*HEAVY, *PYLAB), first="import numpy, pyomo.environ  # no workers")
+    assert here["code"] == 0
+    assert {"pyomo", "matplotlib.pyplot"} <= set(here["heavy"])  # type: ignore[arg-type]
+    assert "matplotlib.pylab" not in here["heavy"]  # type: ignore[operator]
 
 
 @pytest.mark.e2e

@@ -22,6 +22,7 @@ from dse.study.timeouts import STALE_AFTER_S
 
 if TYPE_CHECKING:
     from dse.study.api import StudyResults
+    from dse.study.report_figures import Drawer
     from dse.study.spec import StudySpec
 
 ALIASES = ("export", "report", "worker", "deploy")
@@ -235,6 +236,14 @@ def _check_ids(spec: StudySpec, catalog: Catalog, name: str) -> Catalog:
 
 
 def _run(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.study.figure_workers import WORKERS, FigureWorkers
+
+    # first, while this process has one thread: they ready matplotlib as the engine loads
+    with FigureWorkers(0 if args.no_export else WORKERS) as drawer:
+        return _run_drawing(args, catalog, drawer)
+
+
+def _run_drawing(args: argparse.Namespace, catalog: Catalog, drawer: Drawer) -> int:
     from dse.cli.place_cmd import say_calibration
     from dse.perf.params import load_params
     from dse.study.api import Study
@@ -251,7 +260,7 @@ def _run(args: argparse.Namespace, catalog: Catalog) -> int:
         """Before anything is printed (a reader that stops early, `| head`, loses none), and while
         the run holds the study (another run's trials would otherwise miss this run's report)."""
         try:
-            wrote.extend(_write_all(res, args.out))
+            wrote.extend(_write_all(res, args.out, drawer))
         except KeyboardInterrupt:
             where = redact(args.storage or default_storage(args.out, res.spec))  # as the trials' line says
             n = res.trials.height
@@ -465,17 +474,18 @@ def best_block(res: StudyResults) -> str | None:
     return "\n".join(lines)
 
 
-def _write_all(res: StudyResults, out: Path) -> list[str]:
+def _write_all(res: StudyResults, out: Path, drawer: Drawer | None = None) -> list[str]:
     """The Parquet tables and the report; what was written, as lines to print."""
     folder = out / res.spec.name
     paths = res.export(folder / "exports")
-    path = _write_report(res, folder)
+    path = _write_report(res, folder, drawer)
     return [f"wrote {len(paths)} Parquet tables under {folder / 'exports'}", f"wrote {path}"]
 
 
-def _write_report(res: StudyResults, folder: Path) -> Path:
+def _write_report(res: StudyResults, folder: Path, drawer: Drawer | None = None) -> Path:
     from dse.study.best import best_design
     from dse.study.report import write_report
+    from dse.study.report_figures import HERE
 
     best = best_design(res)
     return write_report(
@@ -484,6 +494,7 @@ def _write_report(res: StudyResults, folder: Path) -> Path:
         objectives=[(o.name, o.direction) for o in res.objectives],
         tables=res.tables(),
         best=best,
+        drawer=drawer or HERE,
     )
 
 
@@ -592,7 +603,9 @@ def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def _report(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.study.figure_workers import FigureWorkers
 
-    res = _stored_results(args, catalog)
-    print(_write_report(res, args.out / res.spec.name))
+    with FigureWorkers() as drawer:  # (first: see _run)
+        res = _stored_results(args, catalog)
+        print(_write_report(res, args.out / res.spec.name, drawer))
     return 0

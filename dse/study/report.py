@@ -8,6 +8,7 @@ written atomically.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Callable
@@ -24,6 +25,8 @@ from dse.study.faults import writing
 from dse.study.markdown import fmt, md_table
 from dse.study.report_figures import (
     HBM_LINE_GB,
+    HERE,
+    Drawer,
     Figure,
     floats_of,
     hbm_png,
@@ -77,6 +80,7 @@ def write_report(
     objectives: list[tuple[str, str]],
     tables: dict[str, pl.DataFrame],
     best: BestDesign | None,
+    drawer: Drawer = HERE,
 ) -> Path:
     """Write ``folder/report.md`` and its PNGs, all or nothing; return the Markdown path.
 
@@ -93,6 +97,9 @@ def write_report(
         :mod:`dse.study.results`; a missing or column-less table counts as empty.
     best
         The best design in full, or None when there is none.
+    drawer
+        Where the figures are drawn: in this process unless given processes that draw them
+        (:class:`dse.study.figure_workers.FigureWorkers`) while the Markdown is written.
 
     Returns
     -------
@@ -100,7 +107,13 @@ def write_report(
         ``folder/report.md``.
     """
     with writing(folder), atomic_folder(folder) as tmp:
-        _write(tmp, spec=spec, objectives=objectives, tables=tables, best=best)
+        try:
+            _write(tmp, spec=spec, objectives=objectives, tables=tables, best=best, drawer=drawer)
+        except BaseException:  # the figures handed out are done before the folder is removed
+            with contextlib.suppress(Exception):
+                drawer.finish()
+            raise
+        drawer.finish()  # every figure written before the folder moves in
     return folder / "report.md"
 
 
@@ -111,6 +124,7 @@ def _write(
     objectives: list[tuple[str, str]],
     tables: dict[str, pl.DataFrame],
     best: BestDesign | None,
+    drawer: Drawer,
 ) -> None:
     trials = tables.get("trials", pl.DataFrame())
     placements = tables.get("placements", pl.DataFrame())
@@ -119,11 +133,11 @@ def _write(
     pareto = distinct_designs(tables.get("pareto", pl.DataFrame()))
     sim_trial, sim = trajectory_of(tables.get("sim_timeseries", pl.DataFrame()), best)
     tail_figures = [
-        stage_png(folder / "stage_breakdown.png", best),
-        trajectory_png(folder / "sim_trajectory.png", sim_trial, sim),
+        stage_png(folder / "stage_breakdown.png", best, drawer),
+        trajectory_png(folder / "sim_trajectory.png", sim_trial, sim, drawer),
     ]
     if spec.is_grid:  # a grid has no Pareto front: its points are the answer
-        figures = grid_figures(folder, spec, trials) + tail_figures
+        figures = grid_figures(folder, spec, trials, drawer) + tail_figures
         sections = [
             _overview(spec, objectives, trials, feasible),
             effects_section(spec, trials),
@@ -136,8 +150,8 @@ def _write(
         ]
     else:
         figures = [
-            pareto_png(folder / "pareto.png", spec.name, feasible, pareto),
-            hbm_png(folder / "hbm_residency.png", feasible),
+            pareto_png(folder / "pareto.png", spec.name, feasible, pareto, drawer),
+            hbm_png(folder / "hbm_residency.png", feasible, drawer),
             *tail_figures,
         ]
         sections = [

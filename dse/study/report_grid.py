@@ -17,7 +17,7 @@ import polars as pl
 from dse.metrics import METRIC_COLUMNS, METRICS
 from dse.study.grid import DYNAMICS_AXES
 from dse.study.markdown import fmt, md_table
-from dse.study.report_figures import Figure, _draw, _pyplot
+from dse.study.report_figures import HERE, Drawer, Figure, _draw, _pyplot
 from dse.study.spec import StudySpec
 
 ROLES = ("prefill", "midfill", "mixed", "decode", "attention", "ffn")
@@ -404,11 +404,14 @@ def _both(row: dict[str, Any]) -> str:
     return f"{fmt(row['hbm_gb_per_gpu'], '.0f')} ({fmt(row['working_gb_per_gpu'], '.0f')})"
 
 
-def grid_figures(folder: Path, spec: StudySpec, trials: pl.DataFrame) -> list[Figure]:
-    return [_grid_png(folder / "grid.png", spec, trials), _whatif_png(folder / "whatif.png", spec, trials)]
+def grid_figures(folder: Path, spec: StudySpec, trials: pl.DataFrame, drawer: Drawer = HERE) -> list[Figure]:
+    return [
+        _grid_png(folder / "grid.png", spec, trials, drawer),
+        _whatif_png(folder / "whatif.png", spec, trials, drawer),
+    ]
 
 
-def _grid_png(path: Path, spec: StudySpec, trials: pl.DataFrame) -> Figure:
+def _grid_png(path: Path, spec: StudySpec, trials: pl.DataFrame, drawer: Drawer) -> Figure:
     """The first objective across the first axis, one line per combination of the others."""
     axes = axes_of(spec)
     y = spec.objectives.names[0]
@@ -423,28 +426,40 @@ def _grid_png(path: Path, spec: StudySpec, trials: pl.DataFrame) -> Figure:
             f"; the first {MAX_SERIES} of the {len(groups)} combinations of "
             f"{', '.join(axes[1:])} (in the order of their values), the grid table has every point"
         )
+    if skipped:
+        return _draw(drawer, path, caption, skipped, grid_figure)
+    x = "x_" + axes[0]
+    shown = [g.select(x, col) for g in list(groups.values())[:MAX_SERIES]]  # what the figure reads
+    keys = list(groups)[:MAX_SERIES]
+    xs = list(dict.fromkeys(ok.sort(x)[x].to_list()))
+    return _draw(
+        drawer, path, caption, skipped, grid_figure, axes[0], rest, keys, shown, xs, col, y + _unit(spec)
+    )
 
-    def draw() -> Any:
-        plt = _pyplot()
-        fig, ax = plt.subplots(figsize=(8, 5))
-        x_axis = axes[0]
-        xs = list(dict.fromkeys(ok.sort("x_" + x_axis)["x_" + x_axis].to_list()))
-        for i, (key, g) in enumerate(list(groups.items())[:MAX_SERIES]):
-            g = g.sort("x_" + x_axis)
-            pos = [xs.index(v) for v in g["x_" + x_axis].to_list()]
-            label = ", ".join(f"{a[2:]}={k}" for a, k in zip(rest, key, strict=True)) or "all"
-            ax.plot(
-                pos, g[col].to_numpy(), marker="o", lw=1.0, label=label, color=plt.get_cmap("tab20")(i % 20)
-            )
-        ax.set_xticks(range(len(xs)), [str(v) for v in xs], fontsize=8)
-        ax.set_xlabel(x_axis)
-        ax.set_ylabel(f"{y}{_unit(spec)}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-        fig.tight_layout()
-        return fig
 
-    return _draw(path, caption, skipped, draw)
+def grid_figure(
+    x_axis: str,
+    rest: list[str],
+    keys: list[tuple[Any, ...]],
+    shown: list[pl.DataFrame],
+    xs: list[Any],
+    col: str,
+    ylabel: str,
+) -> Any:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, (key, g) in enumerate(zip(keys, shown, strict=True)):
+        g = g.sort("x_" + x_axis)
+        pos = [xs.index(v) for v in g["x_" + x_axis].to_list()]
+        label = ", ".join(f"{a[2:]}={k}" for a, k in zip(rest, key, strict=True)) or "all"
+        ax.plot(pos, g[col].to_numpy(), marker="o", lw=1.0, label=label, color=plt.get_cmap("tab20")(i % 20))
+    ax.set_xticks(range(len(xs)), [str(v) for v in xs], fontsize=8)
+    ax.set_xlabel(x_axis)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    return fig
 
 
 def _series(ok: pl.DataFrame, rest: list[str]) -> dict[tuple[Any, ...], pl.DataFrame]:
@@ -454,33 +469,34 @@ def _series(ok: pl.DataFrame, rest: list[str]) -> dict[tuple[Any, ...], pl.DataF
     return dict(sorted(groups.items(), key=lambda kv: [(k is None, k) for k in kv[0]]))
 
 
-def _whatif_png(path: Path, spec: StudySpec, trials: pl.DataFrame) -> Figure:
+def _whatif_png(path: Path, spec: StudySpec, trials: pl.DataFrame, drawer: Drawer) -> Figure:
     wf = whatif_frame(spec, trials)
     others = ["x_" + a for a in axes_of(spec) if a != "hardware"]
-
-    def draw() -> Any:
-        plt = _pyplot()
-        keys = wf.select(others).unique(maintain_order=True) if others else pl.DataFrame({"k": [0]})
-        labels = [", ".join(str(v) for v in row) for row in keys.iter_rows()]
-        variants = list(dict.fromkeys(wf["variant"].to_list()))
-        fig, ax = plt.subplots(figsize=(max(7.0, 0.45 * len(labels) * len(variants) + 2), 5))
-        width = 0.8 / max(len(variants), 1)
-        for i, v in enumerate(variants):
-            part = wf.filter(pl.col("variant") == v)
-            lookup = {tuple(r[:-1]): r[-1] for r in part.select([*others, "change_pct"]).iter_rows()}
-            vals = (
-                [lookup.get(tuple(row), np.nan) for row in keys.iter_rows()]
-                if others
-                else [part["change_pct"][0]]
-            )
-            ax.bar(np.arange(len(labels)) + i * width, vals, width, label=v)
-        ax.axhline(0.0, color="black", lw=0.8)
-        ax.set_xticks(np.arange(len(labels)) + 0.4 - width / 2, labels, rotation=60, ha="right", fontsize=6)
-        ax.set_ylabel(f"{objective_column(spec)} change vs base, %")
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        return fig
-
     skipped = "" if not wf.is_empty() else "no what-if variants with a feasible base at the same point"
-    return _draw(path, "Each what-if variant against its base, per point", skipped, draw)
+    caption = "Each what-if variant against its base, per point"
+    return _draw(drawer, path, caption, skipped, whatif_figure, wf, others, objective_column(spec))
+
+
+def whatif_figure(wf: pl.DataFrame, others: list[str], column: str) -> Any:
+    plt = _pyplot()
+    keys = wf.select(others).unique(maintain_order=True) if others else pl.DataFrame({"k": [0]})
+    labels = [", ".join(str(v) for v in row) for row in keys.iter_rows()]
+    variants = list(dict.fromkeys(wf["variant"].to_list()))
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.45 * len(labels) * len(variants) + 2), 5))
+    width = 0.8 / max(len(variants), 1)
+    for i, v in enumerate(variants):
+        part = wf.filter(pl.col("variant") == v)
+        lookup = {tuple(r[:-1]): r[-1] for r in part.select([*others, "change_pct"]).iter_rows()}
+        vals = (
+            [lookup.get(tuple(row), np.nan) for row in keys.iter_rows()]
+            if others
+            else [part["change_pct"][0]]
+        )
+        ax.bar(np.arange(len(labels)) + i * width, vals, width, label=v)
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xticks(np.arange(len(labels)) + 0.4 - width / 2, labels, rotation=60, ha="right", fontsize=6)
+    ax.set_ylabel(f"{column} change vs base, %")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

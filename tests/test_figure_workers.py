@@ -1,0 +1,146 @@
+"""The report's figure workers (dse.study.figure_workers): forked only where that is safe, the
+same figures to the byte as drawn in-process, and a worker that dies, hangs or fails costs no
+figure and hides no error.
+
+The forked path runs in fresh interpreters (a test process has numpy and threads, where the
+workers are not forked: that is one of the rules under test)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import TINY, Result, dse_cmd
+
+from dse.study.figure_workers import FigureWorkers, fork_is_safe
+
+FIGURES = ("pareto.png", "stage_breakdown.png", "hbm_residency.png", "sim_trajectory.png")
+
+
+def _python(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` in a fresh interpreter (workers first, as the commands start them)."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_process_with_numpy_and_threads_draws_in_process(tmp_path: Path) -> None:
+    """This test process has numpy (and polars) imported: no worker is forked, and a figure is
+    drawn here at once."""
+    import numpy as np
+
+    from dse.study.report_figures import hbm_figure
+
+    assert not fork_is_safe()
+    with FigureWorkers() as workers:
+        assert workers.forked == 0
+        workers.draw(tmp_path / "hbm.png", hbm_figure, (np.array([70.0, 80.0, 90.0]),))
+        assert (tmp_path / "hbm.png").read_bytes()[:4] == b"\x89PNG"  # before finish: drawn here
+        workers.finish()
+
+
+WORKERS_DRAW = """
+    import sys
+    from pathlib import Path
+    from dse.study.figure_workers import FigureWorkers
+    workers = FigureWorkers(2)  # first: one thread, no numpy
+    assert workers.forked == 2, workers.forked
+    import numpy as np
+    from dse.study.report_figures import HERE, hbm_figure, stage_figure
+    jobs = [
+        ("hbm.png", hbm_figure, (np.linspace(60.0, 140.0, 50),)),
+        ("stage.png", stage_figure, ({"prefill": {"gemm": 3.0, "attention": 1.0}}, 7)),
+        ("hbm2.png", hbm_figure, (np.full(9, 76.8),)),
+    ]
+    BEFORE
+    for name, build, args in jobs:
+        workers.draw(Path("w") / name, build, args)
+        HERE.draw(Path("here") / name, build, args)
+    workers.finish()
+    AFTER
+    procs = list(workers._procs)
+    workers.close()
+    assert not any(p.is_alive() for p in procs)
+"""
+
+
+def _draw_script(before: str, after: str) -> str:
+    return WORKERS_DRAW.replace("BEFORE", before).replace("AFTER", after)
+
+
+def test_workers_draw_the_same_figures_to_the_byte(tmp_path: Path) -> None:
+    (tmp_path / "w").mkdir()
+    (tmp_path / "here").mkdir()
+    ran = _python(_draw_script("", "assert workers.forked == 2"), tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    for name in ("hbm.png", "stage.png", "hbm2.png"):
+        drawn = (tmp_path / "w" / name).read_bytes()
+        assert drawn[:4] == b"\x89PNG" and drawn == (tmp_path / "here" / name).read_bytes(), name
+
+
+def test_a_dead_worker_s_figures_are_drawn_in_process(tmp_path: Path) -> None:
+    """A worker killed before it draws: its figures are drawn by the command, the other worker
+    draws its own, and the dead one is given no more."""
+    (tmp_path / "w").mkdir()
+    (tmp_path / "here").mkdir()
+    kill = "import os, signal; os.kill(workers._procs[0].pid, signal.SIGKILL); workers._procs[0].join()"
+    ran = _python(_draw_script(kill, "assert workers.forked == 1"), tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    for name in ("hbm.png", "stage.png", "hbm2.png"):
+        assert (tmp_path / "w" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
+
+
+def test_a_figure_that_fails_in_a_worker_raises_its_error_and_no_report_is_left(tmp_path: Path) -> None:
+    """A figure whose drawing fails raises its own error from the report, as in-process; the
+    report folder is not put in place, and no temporary folder is left."""
+    script = f"""
+        from pathlib import Path
+        from dse.study.figure_workers import FigureWorkers
+        workers = FigureWorkers(2)
+        assert workers.forked == 2
+        import dse.study.report as report
+        import dse.study.report_figures as rf
+        def broken(path, feasible, drawer=rf.HERE):  # a figure whose data the drawing cannot take
+            return rf._draw(drawer, path, "c", "", int, "not a number")
+        report.hbm_png = broken
+        from dse.study import Study
+        spec = Study.load({str(TINY)!r}).spec
+        try:
+            objectives = [("usd_per_million_tokens", "minimize")]
+            report.write_report(Path("report"), spec=spec, objectives=objectives, tables={{}}, best=None,
+                                drawer=workers)
+        except ValueError as exc:
+            print("raised", exc)
+        workers.close()
+    """
+    ran = _python(script, tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert "raised invalid literal for int()" in ran.stdout, ran.stdout
+    assert not (tmp_path / "report").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report")]
+
+
+@pytest.mark.e2e
+def test_the_report_command_s_workers_draw_what_the_run_drew(
+    tmp_path: Path, tiny_cli_run: Result, clean_env: dict[str, str]
+) -> None:
+    """`dse study report` as its own process (workers forked) redraws the figures the in-process
+    run drew, to the byte."""
+    assert tiny_cli_run.code == 0, tiny_cli_run.err
+    folder = tmp_path / "tiny-study" / "report"
+    before = {name: (folder / name).read_bytes() for name in FIGURES}
+    ran = subprocess.run(
+        dse_cmd("study", "report", str(TINY), "--out", str(tmp_path)),
+        env=clean_env,
+        capture_output=True,
+        text=True,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert {name: (folder / name).read_bytes() for name in FIGURES} == before
