@@ -53,11 +53,17 @@ WORKERS_DRAW = """
     workers = FigureWorkers(2)  # first: one thread, no numpy
     assert workers.forked == 2, workers.forked
     import numpy as np
+    import polars as pl
     from dse.study.report_figures import HERE, hbm_figure, stage_figure
+    from dse.study.report_grid import grid_figure, whatif_figure
+    line = pl.DataFrame({"x_rate": [1.0, 2.0, 4.0], "objective_usd": [0.5, 0.4, 0.45]})
+    wf = pl.DataFrame({"x_rate": [1.0, 2.0], "variant": ["b300", "b300"], "change_pct": [-4.0, 3.5]})
     jobs = [
         ("hbm.png", hbm_figure, (np.linspace(60.0, 140.0, 50),)),
         ("stage.png", stage_figure, ({"prefill": {"gemm": 3.0, "attention": 1.0}}, 7)),
         ("hbm2.png", hbm_figure, (np.full(9, 76.8),)),
+        ("grid.png", grid_figure, ("rate", [], [()], [line], [1.0, 2.0, 4.0], "objective_usd", "usd")),
+        ("whatif.png", whatif_figure, (wf, ["x_rate"], "objective_usd")),
     ]
     BEFORE
     for name, build, args in jobs:
@@ -80,7 +86,7 @@ def test_workers_draw_the_same_figures_to_the_byte(tmp_path: Path) -> None:
     (tmp_path / "here").mkdir()
     ran = _python(_draw_script("", "assert workers.forked == 2"), tmp_path)
     assert ran.returncode == 0, ran.stderr
-    for name in ("hbm.png", "stage.png", "hbm2.png"):
+    for name in ("hbm.png", "stage.png", "hbm2.png", "grid.png", "whatif.png"):
         drawn = (tmp_path / "w" / name).read_bytes()
         assert drawn[:4] == b"\x89PNG" and drawn == (tmp_path / "here" / name).read_bytes(), name
 
@@ -93,7 +99,7 @@ def test_a_dead_worker_s_figures_are_drawn_in_process(tmp_path: Path) -> None:
     kill = "import os, signal; os.kill(workers._procs[0].pid, signal.SIGKILL); workers._procs[0].join()"
     ran = _python(_draw_script(kill, "assert workers.forked == 1"), tmp_path)
     assert ran.returncode == 0, ran.stderr
-    for name in ("hbm.png", "stage.png", "hbm2.png"):
+    for name in ("hbm.png", "stage.png", "hbm2.png", "grid.png", "whatif.png"):
         assert (tmp_path / "w" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
 
 

@@ -113,14 +113,14 @@ class FigureWorkers:
             raise failed
 
     def close(self) -> None:
-        """Stop the workers (they exit when their pipe closes)."""
+        """Stop the workers at once: past :meth:`finish` they hold nothing to finish (a command
+        that ends early, on bad input, must not wait for their imports)."""
         for conn in self._conns:
             conn.close()
         for proc in self._procs:
             if proc is not None:
-                proc.join(timeout=1.0)
-                if proc.is_alive():
-                    proc.kill()
+                proc.kill()
+                proc.join()
         self._conns, self._procs, self._pending = [], [], []
 
     def __enter__(self) -> FigureWorkers:
