@@ -263,6 +263,7 @@ def test_a_ctrl_c_python_swallowed_still_stops_the_folds() -> None:
     """A Ctrl-C that was only remembered (raised in a finalizer, where Python ignores it, or
     handed by the kernel to another thread while the main thread waits on a lock) stops the folds
     within a poll: the parent had waited for every fold to end (seen once in CI)."""
+
     def slow(x: int) -> int:
         time.sleep(30.0)
         return x

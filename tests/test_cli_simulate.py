@@ -235,8 +235,10 @@ def test_a_trace_with_no_traffic_before_the_horizon_is_refused(tmp_path: Path, c
     base = ["simulate", "--placement", plan, "--warmup", "100", "--arrivals", "trace", "--trace", idle]
     none = cli(*base, "--horizon", "600", "--out", out)
     assert none.code == 2 and none.err.count("\n") == 1, none.err
-    assert "rate_per_s = 0.0: must be positive in one row at least that starts before --horizon (600 s)" \
-        in none.err, none.err
+    assert (
+        "rate_per_s = 0.0: must be positive in one row at least that starts before --horizon (600 s)"
+        in none.err
+    ), none.err
     assert not out.exists() and none.out == ""
     later = cli(*base, "--horizon", "1200")  # the same file over a run that reaches its traffic
     assert later.code == 0, later.err
@@ -419,9 +421,11 @@ def test_the_png_is_titled_with_every_pool_simulated(
     import dse.sim.plot
 
     titles: list[str] = []
-    real = dse.sim.plot.plot_trajectories
+    real = dse.sim.plot.trajectories_figure
     monkeypatch.setattr(
-        dse.sim.plot, "plot_trajectories", lambda *a, **k: (titles.append(k["title"]), real(*a, **k))[1]
+        dse.sim.plot,
+        "trajectories_figure",
+        lambda runs, title, kv: (titles.append(title), real(runs, title, kv))[1],
     )
     placed = cli(*PLACE)
     plan = tmp_path / "place.json"

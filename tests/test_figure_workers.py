@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import TINY, Result, dse_cmd
+from conftest import TINY, Cli, Result, dse_cmd
 
 from dse.study.figure_workers import FigureWorkers, fork_is_safe
 
@@ -150,3 +150,23 @@ def test_the_report_command_s_workers_draw_what_the_run_drew(
     )
     assert ran.returncode == 0, ran.stderr
     assert {name: (folder / name).read_bytes() for name in FIGURES} == before
+
+
+SIMULATE = ["simulate", "--hardware", "b200", "--rate", "4", "--isl", "1000", "--osl", "200",
+            "--ttft", "2", "--tpot", "0.05", "--horizon", "900"]  # fmt: skip
+
+
+def test_dse_simulate_s_worker_draws_what_the_process_draws(
+    tmp_path: Path, cli: Cli, clean_env: dict[str, str]
+) -> None:
+    """`dse simulate --out` as its own process (its figure worker forked) writes the same
+    trajectories.png, to the byte, as the command run in this process (drawn here)."""
+    here = cli(*SIMULATE, "--out", tmp_path / "here")
+    assert here.code == 0, here.err
+    ran = subprocess.run(
+        dse_cmd(*SIMULATE, "--out", str(tmp_path / "forked")), env=clean_env, capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines()[0] == here.out.splitlines()[0]
+    png = (tmp_path / "forked" / "trajectories.png").read_bytes()
+    assert png[:4] == b"\x89PNG" and png == (tmp_path / "here" / "trajectories.png").read_bytes()

@@ -167,8 +167,10 @@ def test_a_four_stage_study_records_the_midfill_pool_in_its_tables(tmp_path: Pat
     text = text.replace("percentile = 90.0", "percentile = 50.0")
     prefill = 'shapes = ["8gpu-tp8-ep8", "8gpu-dpa-ep8", "16gpu-dpa-ep16"]'
     text = text.replace(prefill, 'shapes = ["4gpu-dpa-ep4"]')
-    text = text.replace("chunk_tokens = [4096, 8192, 16384]",
-                        'chunk_tokens = [8192]\n\n[search.midfill]\nshapes = ["16gpu-dpa-ep16"]')
+    text = text.replace(
+        "chunk_tokens = [4096, 8192, 16384]",
+        'chunk_tokens = [8192]\n\n[search.midfill]\nshapes = ["16gpu-dpa-ep16"]',
+    )
     text = text.replace('shapes = ["8gpu-dpa-ep8", "16gpu-dpa-ep16", "32gpu-dpa-ep32", "64gpu-dpa-ep64"]',
                         'shapes = ["8gpu-dpa-ep8"]')  # fmt: skip
     spec = tmp_path / "four-stage-agents.toml"

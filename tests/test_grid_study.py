@@ -476,9 +476,7 @@ def test_a_point_whose_cheapest_topology_fails_records_the_rank_of_the_one_that_
     spec = load_study(GRID)
     cat = study_catalog(spec, load_catalog())
     ctx = Context(cat, load_params(), PlacementSolver(TRIAL_SOLVE))
-    placed = evaluation.place_best(
-        request_at(spec, cat), [Topology.DISAGGREGATED, Topology.AGGREGATED], ctx
-    )
+    placed = evaluation.place_best(request_at(spec, cat), [Topology.DISAGGREGATED, Topology.AGGREGATED], ctx)
     ranked = placed.ranked()
     assert len(ranked) == 2
 
@@ -539,4 +537,3 @@ def test_a_burst_runs_the_engine_level_check_at_the_scenarios_mean_rate() -> Non
     assert lat is not None
     assert burst.metrics["engine_ttft_p99_s"] == pytest.approx(lat.percentile("ttft", 99.0), rel=1e-12)
     assert burst.metrics["engine_ttft_p99_s"] > calm.metrics["engine_ttft_p99_s"]
-

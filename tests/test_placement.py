@@ -682,12 +682,21 @@ def test_a_topology_no_cheaper_than_a_design_held_is_not_solved_again(
     ("workload", "slo", "message"),
     [
         # a rate of 0 had been "served" by a design of no GPU at $0/hour, -1 had answered None
-        (replace(SESSIONS, requests_per_s=0.0), Slo(2.0, 0.05),
-         "workload.requests_per_s = 0.0: must be at least 0.001 requests/s"),
-        (replace(SESSIONS, requests_per_s=-1.0), Slo(2.0, 0.05),
-         "workload.requests_per_s = -1.0: must be at least 0.001 requests/s"),
-        (replace(SESSIONS, requests_per_s=float("nan")), Slo(2.0, 0.05),
-         "workload.requests_per_s = nan: must be a finite number"),
+        (
+            replace(SESSIONS, requests_per_s=0.0),
+            Slo(2.0, 0.05),
+            "workload.requests_per_s = 0.0: must be at least 0.001 requests/s",
+        ),
+        (
+            replace(SESSIONS, requests_per_s=-1.0),
+            Slo(2.0, 0.05),
+            "workload.requests_per_s = -1.0: must be at least 0.001 requests/s",
+        ),
+        (
+            replace(SESSIONS, requests_per_s=float("nan")),
+            Slo(2.0, 0.05),
+            "workload.requests_per_s = nan: must be a finite number",
+        ),
         # a percentile of 0 or 100 had ended in statistics.NormalDist's traceback, NaN in an IndexError
         (SESSIONS, Slo(2.0, 0.05, percentile=0.0), "slo.percentile = 0.0: must be in (0, 100)"),
         (SESSIONS, Slo(2.0, 0.05, percentile=100.0), "slo.percentile = 100.0: must be in (0, 100)"),
@@ -695,8 +704,11 @@ def test_a_topology_no_cheaper_than_a_design_held_is_not_solved_again(
         (SESSIONS, Slo(2.0, 0.05, percentile=float("nan")), "slo.percentile = nan: must be a finite number"),
         (SESSIONS, Slo(2.0, 0.05, percentile="p99"), "slo.percentile = 'p99': must be a number"),  # type: ignore[arg-type]
         (SESSIONS, Slo(0.0, 0.05), "slo.ttft_s = 0.0: must be > 0"),
-        (replace(SESSIONS, think=(ThinkBin(0.6, 30.0), ThinkBin(0.3, 600.0))), Slo(2.0, 0.05),
-         "workload.think = 0.9: shares must sum to 1"),
+        (
+            replace(SESSIONS, think=(ThinkBin(0.6, 30.0), ThinkBin(0.3, 600.0))),
+            Slo(2.0, 0.05),
+            "workload.think = 0.9: shares must sum to 1",
+        ),
     ],
 )
 def test_a_request_built_in_python_refuses_what_a_study_file_refuses(
@@ -707,4 +719,3 @@ def test_a_request_built_in_python_refuses_what_a_study_file_refuses(
     with pytest.raises(InputError) as exc:
         PlacementRequest(model="deepseek-v3", hardware=("b200",), workload=workload, slo=slo)
     assert str(exc.value) == f"placement request: {message}"
-

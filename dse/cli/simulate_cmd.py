@@ -6,6 +6,7 @@ the parser must stay cheap."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from dse.sim.outputs import Summary
     from dse.sim.scenario import Pipeline, Scenario
     from dse.sim.simulation import SimulationReport
+    from dse.study.report_figures import Drawer
     from dse.workload import Slo
 
 SRC = "dse simulate"
@@ -438,6 +440,22 @@ def _trace_number(text: str | None, where: str, col: str) -> float:
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
+    from dse.study.figure_workers import FigureWorkers
+
+    # first, while this process has one thread: a worker readies matplotlib as the engine loads
+    with FigureWorkers(1 if args.out is not None else 0, ready=_ready_figure) as drawer:
+        return _run_drawing(args, catalog, drawer)
+
+
+def _ready_figure() -> None:
+    """The figure worker's imports: the trajectories' figure, and matplotlib warmed."""
+    from dse.sim import plot  # noqa: F401
+    from dse.study.figure_workers import warm
+
+    warm()
+
+
+def _run_drawing(args: argparse.Namespace, catalog: Catalog, drawer: Drawer) -> int:
     from dse.perf.params import load_params
     from dse.sim.engine_latency import design_latency
     from dse.sim.from_placement import at_rate, pipeline_of
@@ -490,7 +508,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     summary["kv_cache"] = None if cache is None else _cache_dict(cache)
     summary["resting_kv_gb"] = _resting_dict(report, design.resting, rate)
     if args.out is not None:
-        _write_outputs(args.out, report, summary, title=_design_line(design))
+        _write_outputs(args.out, report, summary, title=_design_line(design), drawer=drawer)
     if args.json:
         from dse.plain import plain  # numpy: not for the parser
 
@@ -662,13 +680,19 @@ def _refuse_taken(out: Path) -> None:
         raise InputError(SRC, "--out", rule, str(out))
 
 
-def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any], *, title: str) -> None:
-    """The three files, all or none (the PNG titled ``title``, the design simulated): written into
-    a temporary folder beside ``out``, then moved in (a new ``out`` is the renamed folder), so a
-    failure leaves no half-written output."""
+def _write_outputs(
+    out: Path, report: SimulationReport, summary: dict[str, Any], *, title: str, drawer: Drawer | None = None
+) -> None:
+    """The three files, all or none (the PNG titled ``title``, the design simulated, drawn by
+    ``drawer``: a figure worker, or this process): written into a temporary folder beside
+    ``out``, then moved in (a new ``out`` is the renamed folder), so a failure leaves no
+    half-written output."""
     from dse.plain import plain
-    from dse.sim.plot import plot_trajectories
+    from dse.sim.plot import trajectories_figure
     from dse.sim.simulation import trajectories_frame
+    from dse.study.report_figures import HERE
+
+    drawer = drawer or HERE
 
     # everything that can fail before the first write; strict JSON (nan and inf are null)
     text = json.dumps(plain(summary), indent=2, allow_nan=False) + "\n"
@@ -688,15 +712,11 @@ def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any],
     except OSError as exc:
         raise output_error(exc, SRC, "--out", out) from None
     try:
+        drawer.draw(tmp / "trajectories.png", trajectories_figure, (runs, title, report.resting_kv_gb))
         with atomic_path(tmp / "trajectories.parquet") as part:
             frame.write_parquet(part, compression="zstd")
-        plot_trajectories(
-            runs,
-            tmp / "trajectories.png",
-            resting_kv_gb=report.resting_kv_gb,
-            title=title,
-        )
         write_text(tmp / "summary.json", text)
+        drawer.finish()  # the figure written before the folder moves in
         if not out.exists():
             os.rename(tmp, out)
         else:
@@ -705,6 +725,8 @@ def _write_outputs(out: Path, report: SimulationReport, summary: dict[str, Any],
     except OSError as exc:
         raise output_error(exc, SRC, "--out", out) from None
     finally:
+        with contextlib.suppress(Exception):  # a figure still being drawn, done before the folder goes
+            drawer.finish()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -153,7 +153,8 @@ def _hosts_note(design: Design) -> str:
     """Where each pool's instances run: hosts of its own, instance i on host i // k of them."""
     shared = [p for p in design.pools if p.per_host > 1]
     where = (
-        "; where k instances share a host (" + ", ".join(f"`{p.name}.sh` {p.per_host}" for p in shared)
+        "; where k instances share a host ("
+        + ", ".join(f"`{p.name}.sh` {p.per_host}" for p in shared)
         + "), instance i runs on host i // k of its pool's, on the GPUs `INSTANCE` picks"
         if shared
         else ""

@@ -648,7 +648,9 @@ def _admit_transferred(j, now, kv_cap, cap, dec_reserve, rf, ri, mf, mi, run):  
 
 
 @njit(cache=True, inline=INLINE)
-def _schedule(j, now, agg, mixed, chunk, kv_cap, cap, every, accept, dec_reserve, rf, ri, mf, mi, run, batch, dec, pf):  # type: ignore[no-untyped-def]  # noqa: E501
+def _schedule(
+    j, now, agg, mixed, chunk, kv_cap, cap, every, accept, dec_reserve, rf, ri, mf, mi, run, batch, dec, pf
+):  # type: ignore[no-untyped-def]  # noqa: E501
     """Engine instance ``j`` at a step boundary: admit, then a prefill forward or a decode jump;
     how many requests were done on admission."""
     mi[j, MIXN] = 0

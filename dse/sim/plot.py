@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dse.atomic import atomic_path
 from dse.sim.outputs import Trajectories
+
+PNG_DPI = 110
 
 
 def plot_trajectories(
@@ -17,6 +20,18 @@ def plot_trajectories(
     title: str = "",
     resting_kv_gb: dict[str, np.ndarray] | None = None,
 ) -> None:
+    """:func:`trajectories_figure` written to ``path`` (atomically)."""
+    import matplotlib.pyplot as plt
+
+    fig = trajectories_figure(runs, title, resting_kv_gb)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=PNG_DPI)
+    plt.close(fig)
+
+
+def trajectories_figure(
+    runs: dict[str, Trajectories], title: str = "", resting_kv_gb: dict[str, np.ndarray] | None = None
+) -> Any:
     """Five panels, one line per run (``{"fluid": ..., "des": ...}``), configuration 0 of each:
     traffic, queues, decode batch, instances, and KV (decoding, and resting per tier)."""
     import matplotlib
@@ -63,6 +78,4 @@ def plot_trajectories(
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    return fig

@@ -293,8 +293,12 @@ def scenario_from_record(data: dict[str, Any]) -> Scenario:
     a, lengths, planner = data["arrivals"], data["lengths"], data["planner"]
     return Scenario(
         arrivals=Arrivals(
-            **{**a, "kind": ArrivalKind(a["kind"]), "trace_times_s": tuple(a["trace_times_s"]),
-               "trace_rates": tuple(a["trace_rates"])}  # fmt: skip
+            **{
+                **a,
+                "kind": ArrivalKind(a["kind"]),
+                "trace_times_s": tuple(a["trace_times_s"]),
+                "trace_rates": tuple(a["trace_rates"]),
+            }  # fmt: skip
         ),
         lengths=OutputLengths(tuple(lengths["shares"]), tuple(lengths["means"])),
         planner=Planner(**{**planner, "kind": PlannerKind(planner["kind"])}),

@@ -46,7 +46,7 @@ class FigureWorkers:
     """Up to ``n`` forked figure workers (none where a fork is not safe: see the module); a
     :class:`~dse.study.report_figures.Drawer`. Use as a context manager: leaving it stops them."""
 
-    def __init__(self, n: int = WORKERS) -> None:
+    def __init__(self, n: int = WORKERS, ready: Callable[[], None] | None = None) -> None:
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
         self._pending: list[list[Job]] = []
@@ -60,7 +60,9 @@ class FigureWorkers:
             ours, theirs = (
                 ctx.Pipe()
             )  # (a socket pair: its buffer holds a figure's data while a worker draws)
-            proc = ctx.Process(target=_serve, args=(theirs, [*self._conns, ours]), daemon=True)
+            proc = ctx.Process(
+                target=_serve, args=(theirs, [*self._conns, ours], ready or ready_report), daemon=True
+            )
             proc.start()
             theirs.close()
             self._conns.append(ours)
@@ -171,17 +173,16 @@ def fork_is_safe() -> bool:
     )
 
 
-def _serve(conn: Connection, theirs: list[Connection]) -> None:
-    """A worker: ready matplotlib, then draw what comes until the pipe closes."""
+def _serve(conn: Connection, theirs: list[Connection], ready: Callable[[], None]) -> None:
+    """A worker: ``ready`` (the imports its figures need), then draw what comes until the pipe closes."""
     for other in theirs:  # the command's ends: a command that dies closes the pipe for good
         other.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.nice(NICE)
-    from dse.study import report_grid  # noqa: F401  (the figures' code, found by name in a job)
-    from dse.study.report_figures import _pyplot, draw_and_save
+    from dse.study.report_figures import draw_and_save
 
-    _warm(_pyplot())
+    ready()
     while True:
         try:
             path, build, args = conn.recv()
@@ -200,11 +201,21 @@ def _serve(conn: Connection, theirs: list[Connection]) -> None:
             conn.send(RuntimeError(f"{type(answer).__name__}: {answer}"))
 
 
-def _warm(plt: Any) -> None:
-    """Draw and render a throwaway figure: what a first figure pays once (fonts, text layout,
-    the PNG writer) is paid while the command still has work of its own."""
+def ready_report() -> None:
+    """A report's worker: the figures' code (found by name in a job) and matplotlib, warmed."""
+    from dse.study import report_grid  # noqa: F401
+
+    warm()
+
+
+def warm() -> None:
+    """Import pyplot, then draw and render a throwaway figure: what a first figure pays once
+    (fonts, text layout, the PNG writer) is paid while the command still has work of its own."""
     import io
 
+    from dse.study.report_figures import _pyplot
+
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(2, 2))
     ax.plot([0, 1], [0, 1], label="a")
     ax.scatter([0.5], [0.5], marker="o")

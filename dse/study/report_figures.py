@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from dse.atomic import atomic_path
+from dse.sim.plot import PNG_DPI  # one resolution for every PNG dse draws
 from dse.study.results import speed_front
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 
 HBM_LINE_GB = 80.0  # the HBM of an H100 (an H200 has 141 GB): designs below it fit more hardware
 STAGES = ("gemm", "attention", "communication", "overhead")
-PNG_DPI = 110
 
 
 @dataclass(frozen=True)

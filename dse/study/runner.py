@@ -547,7 +547,9 @@ class _Progress:
         best = (
             f"best {self._shown(self.best)}"
             if self.best is not None
-            else "no value yet" if self.feasible else "no feasible design yet"
+            else "no value yet"
+            if self.feasible
+            else "no feasible design yet"
         )
         sys.stderr.write(f"\r[{bar:<30s}] {done}/{self.total} trials, {rate:.1f}/s, {best}   ")
         sys.stderr.flush()
