@@ -66,9 +66,11 @@ WORKERS_DRAW = """
         ("whatif.png", whatif_figure, (wf, ["x_rate"], "objective_usd")),
     ]
     BEFORE
-    for name, build, args in jobs:
+    for k, (name, build, args) in enumerate(jobs):
         workers.draw(Path("w") / name, build, args)
         HERE.draw(Path("here") / name, build, args)
+        if k == 1:
+            MIDDLE
     workers.finish()
     AFTER
     procs = list(workers._procs)
@@ -77,8 +79,8 @@ WORKERS_DRAW = """
 """
 
 
-def _draw_script(before: str, after: str) -> str:
-    return WORKERS_DRAW.replace("BEFORE", before).replace("AFTER", after)
+def _draw_script(before: str, after: str, middle: str = "pass") -> str:
+    return WORKERS_DRAW.replace("BEFORE", before).replace("AFTER", after).replace("MIDDLE", middle)
 
 
 def test_workers_draw_the_same_figures_to_the_byte(tmp_path: Path) -> None:
@@ -98,6 +100,19 @@ def test_a_dead_worker_s_figures_are_drawn_in_process(tmp_path: Path) -> None:
     (tmp_path / "here").mkdir()
     kill = "import os, signal; os.kill(workers._procs[0].pid, signal.SIGKILL); workers._procs[0].join()"
     ran = _python(_draw_script(kill, "assert workers.forked == 1"), tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    for name in ("hbm.png", "stage.png", "hbm2.png", "grid.png", "whatif.png"):
+        assert (tmp_path / "w" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
+
+
+def test_a_worker_that_dies_holding_a_figure_gives_it_back(tmp_path: Path) -> None:
+    """Each worker handed one figure, the first stopped before it can draw its own, then killed:
+    the next figure meant for it and the one it held are both drawn by the command."""
+    (tmp_path / "w").mkdir()
+    (tmp_path / "here").mkdir()
+    stop = "import os, signal; os.kill(workers._procs[0].pid, signal.SIGSTOP)"
+    kill = "os.kill(workers._procs[0].pid, signal.SIGKILL); workers._procs[0].join()"
+    ran = _python(_draw_script(stop, "assert workers.forked == 1", middle=kill), tmp_path)
     assert ran.returncode == 0, ran.stderr
     for name in ("hbm.png", "stage.png", "hbm2.png", "grid.png", "whatif.png"):
         assert (tmp_path / "w" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name

@@ -57,9 +57,8 @@ class FigureWorkers:
             if stream is not None:
                 stream.flush()
         for _ in range(n):
-            ours, theirs = (
-                ctx.Pipe()
-            )  # (a socket pair: its buffer holds a figure's data while a worker draws)
+            # a socket pair: its buffer holds a figure's data while the worker draws the one before
+            ours, theirs = ctx.Pipe()
             proc = ctx.Process(
                 target=_serve, args=(theirs, [*self._conns, ours], ready or ready_report), daemon=True
             )
@@ -87,8 +86,8 @@ class FigureWorkers:
         try:
             self._conns[w].send(job)
         except (OSError, ValueError):  # a worker that died: this figure, and what it held, here
-            self._drop(w)
-            draw_and_save(*job)
+            for j in [*self._drop(w), job]:
+                draw_and_save(*j)
             return
         self._pending[w].append(job)
 
@@ -102,9 +101,7 @@ class FigureWorkers:
             while self._pending[w]:
                 answer = self._answer(w)
                 if answer is _GONE:  # dead or hung: the rest of its figures are drawn here
-                    jobs, self._pending[w] = self._pending[w], []
-                    self._drop(w)
-                    for j in jobs:
+                    for j in self._drop(w):
                         draw_and_save(*j)
                     break
                 self._pending[w].pop(0)
@@ -142,16 +139,17 @@ class FigureWorkers:
         except (EOFError, OSError):
             return _GONE
 
-    def _drop(self, w: int) -> None:
-        """Worker ``w`` is dead or hung: stopped, and given no more figures."""
+    def _drop(self, w: int) -> list[Job]:
+        """Worker ``w`` is dead or hung: stopped, and given no more figures; the figures it held
+        and had not answered for, to draw here."""
         self._conns[w].close()
         proc = self._procs[w]
-        if proc is not None and proc.is_alive():
-            proc.kill()
         if proc is not None:
-            proc.join(timeout=1.0)
+            proc.kill()
+            proc.join()
         self._procs[w] = None
-        self._pending[w] = []
+        held, self._pending[w] = self._pending[w], []
+        return held
 
     def _compact(self) -> None:
         keep = [k for k, p in enumerate(self._procs) if p is not None]
