@@ -118,6 +118,21 @@ def test_a_worker_that_dies_holding_a_figure_gives_it_back(tmp_path: Path) -> No
         assert (tmp_path / "w" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
 
 
+def test_a_hung_worker_s_figures_are_drawn_by_the_command(tmp_path: Path) -> None:
+    """A worker that never answers (stopped) is given up after ``ANSWER_S`` (1 s here), killed,
+    and its figures drawn by the command."""
+    (tmp_path / "w").mkdir()
+    (tmp_path / "here").mkdir()
+    stop = (
+        "import os, signal, dse.study.figure_workers as fw; fw.ANSWER_S = 1.0; "
+        "os.kill(workers._procs[0].pid, signal.SIGSTOP)"
+    )
+    ran = _python(_draw_script(stop, "assert workers.forked == 1"), tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    for name in ("hbm.png", "stage.png", "hbm2.png", "grid.png", "whatif.png"):
+        assert (tmp_path / "w" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
+
+
 def test_a_figure_that_fails_in_a_worker_raises_its_error_and_no_report_is_left(tmp_path: Path) -> None:
     """A figure whose drawing fails raises its own error from the report, as in-process; the
     report folder is not put in place, and no temporary folder is left."""
