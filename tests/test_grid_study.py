@@ -264,6 +264,22 @@ def _bursting(spec: StudySpec) -> StudySpec:
     return replace(spec, simulate=replace(spec.simulate, burst_start_s=200.0, burst_s=200.0))
 
 
+def test_a_coarse_step_records_the_queue_peaks_of_a_fine_one() -> None:
+    """A trial's queue peaks are the fluid's over every step it integrates: a 20 s burst at a
+    60 s step (sub-steps of 2 s; a study whose TTFT target is 60 s may set it) had read them from
+    the reporting rows, which the burst's queues fill and drain between: the buffer's 83 requests
+    as 7.7, the prefill queue's 2,004 as 1,867."""
+    spec = _bursting(load_study(DATA / "tiny-grid.toml"))
+    cat = study_catalog(spec, load_catalog())
+    params, solver, cache = load_params(), PlacementSolver(TRIAL_SOLVE), {}
+    peaks = {}
+    for dt in (2.0, 60.0):
+        at = replace(spec, simulate=replace(spec.simulate, burst_start_s=250.0, burst_s=20.0, dt_s=dt))
+        m = evaluate_point(at, {"burst_factor": 2.0}, cat, params, solver, cache).metrics
+        peaks[dt] = (m["queue_peak_prefill_requests"], m["queue_peak_buffer_requests"])
+    assert peaks[60.0] == peaks[2.0] and min(peaks[2.0]) > 50.0
+
+
 def test_dynamics_axes_change_the_simulation_not_the_placement() -> None:
     spec = _bursting(load_study(DATA / "tiny-grid.toml"))
     cat = study_catalog(spec, load_catalog())

@@ -695,3 +695,25 @@ def test_a_step_at_or_below_the_bound_is_integrated_as_before() -> None:
         now = (*now, tr.prefill_queue[0].max())
         assert now == pytest.approx(figures, rel=1e-12, abs=0.0), dt
         assert tr.t.shape == (int(sc.horizon_s / dt),) and f.planner_moves[0] == 17
+
+
+def test_a_coarse_step_reports_the_peaks_between_its_rows() -> None:
+    """The queues' peaks come from every step the fluid integrates, not from the reporting rows
+    (each the state at its step's end): a 20 s burst to 8 req/s, above prefill's 6 and decode's
+    5.1, fills the prefill queue to 75 requests and the buffer to 162 and drains them before the
+    next row at 60 s, where the rows read 0.5 and 0. Steps that are multiples of 2 s integrate as
+    the 2 s run does, so their peaks are its peaks exactly."""
+    sc = scenario(
+        1.0,
+        horizon_s=1800.0,
+        arrivals=Arrivals(ArrivalKind.BURST, 1.0, burst_factor=8.0, burst_start_s=910.0, burst_s=20.0),
+    )
+    fine, fine_traj = simulate_fluid(pipe(cp=3, cd=1), sc, dt=2.0)
+    assert fine.prefill_queue_peak_requests[0] == fine_traj.prefill_queue.max() > 70.0
+    assert fine.buffer_peak_requests[0] == fine_traj.buffer.max() > 150.0
+    for dt in (10.0, 60.0, 120.0):
+        coarse, rows = simulate_fluid(pipe(cp=3, cd=1), sc, dt=dt)
+        assert coarse.prefill_queue_peak_requests[0] == fine.prefill_queue_peak_requests[0], dt
+        assert coarse.buffer_peak_requests[0] == fine.buffer_peak_requests[0], dt
+        if dt >= 60.0:  # the burst starts and drains between two rows
+            assert rows.prefill_queue.max() < 1.0 and rows.buffer.max() < 1.0, dt

@@ -181,13 +181,50 @@ def test_a_variant_left_out_of_hardware_is_refused_before_trials(tmp_path: Path,
     bad = tmp_path / "tiny-study.toml"
     bad.write_text(TINY.read_text() + variant)
     rule = "variants[0].id = 'b200-bw2': must be named in hardware: no trial runs on it"
-    for args in (("show", bad), ("run", bad, "--out", tmp_path / "runs")):
-        out = cli("study", *args)
-        assert out.code == 2 and out.err.count("\n") == 1 and f"{bad}: {rule}" in out.err, out.err
+    out = cli("study", "run", bad, "--out", tmp_path / "runs")
+    assert out.code == 2 and out.err.count("\n") == 1 and f"{bad}: {rule}" in out.err, out.err
     assert not (tmp_path / "runs").exists()
+    shown = cli("study", "show", bad)  # shown, the refusal a warning (the test below)
+    assert shown.code == 0 and shown.err.count("\n") == 1 and f"warning: {bad}: {rule}" in shown.err
     named = TINY.read_text().replace('hardware = ["b200", "h200-sxm"]', 'hardware = ["b200", "b200-bw2"]')
     bad.write_text(named + variant)
-    assert cli("study", "show", bad).code == 0
+    named_shown = cli("study", "show", bad)
+    assert (named_shown.code, named_shown.err) == (0, "")
+
+
+def test_study_show_names_settings_with_no_effect_in_warnings(tmp_path: Path, cli: Cli) -> None:
+    """`dse study show` is how one inspects a study file, the one a run refuses too: settings a run
+    refuses as having no effect (:attr:`Study.idle`, a variant no trial runs on) are shown as
+    written, each named in one warning, as export and report name them in a stored run's file
+    (it had refused the file, exit 2, so that its spec could not be seen). Bad input is still
+    refused: a file that does not parse, an unknown id, in one line and nothing shown."""
+    import json
+
+    variant = '\n[[variants]]\nid = "b200-bw2"\nbase = "b200"\nhbm_bandwidth_scale = 2.0\n'
+    idle = TINY.read_text().replace("returning_share = 0.3", "returning_share = 0.0") + variant
+    path = tmp_path / "tiny-study.toml"
+    path.write_text(idle)
+    shown = cli("study", "show", path)
+    assert shown.code == 0, shown.err
+    spec = json.loads(shown.out)
+    assert spec["workload"]["returning_share"] == 0.0 and spec["workload"]["cached_prefix_tokens"] == 8000.0
+    assert [v["id"] for v in spec["variants"]] == ["b200-bw2"]
+    said = [
+        f"{path}: workload.cached_prefix_tokens = 8000.0: needs returning_share > 0: without returning "
+        "turns it is ignored",
+        f"{path}: variants[0].id = 'b200-bw2': must be named in hardware: no trial runs on it otherwise",
+    ]
+    assert shown.err.splitlines() == [f"dse: warning: {s}; shown as written (a run refuses it)" for s in said]
+    refused = cli("study", "run", path, "--out", tmp_path / "runs")
+    assert refused.code == 2 and refused.err == f"dse: error: {said[0]}\n"
+    for text, error in (
+        (idle.replace('model = "deepseek-v3"', 'model = "nope"'), "model = 'nope': unknown model id"),
+        (idle + "\n[slo\n", f"{path}"),  # no TOML
+    ):
+        path.write_text(text)
+        bad = cli("study", "show", path)
+        assert bad.code == 2 and bad.out == "" and bad.err.count("\n") == 1, bad.err
+        assert bad.err.startswith("dse: error: ") and error in bad.err, bad.err
 
 
 def test_a_shape_no_hardware_of_the_study_runs_is_refused_before_trials(tmp_path: Path, cli: Cli) -> None:

@@ -209,28 +209,40 @@ def _list(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def _show(args: argparse.Namespace, catalog: Catalog) -> int:
+    """The spec as a run resolves and checks it, but for the settings a run refuses as having no
+    effect (:attr:`Study.idle`, a variant no trial runs on): shown, each named in a warning, as
+    reading a stored run names them; `show` is how one inspects the file a run refuses."""
     from dse.plain import plain
-    from dse.study.spec import load_study
+    from dse.study.api import Study
     from dse.study.variants import with_catalog_ids
 
-    spec = load_study(args.name)
-    ours = _check_ids(spec, catalog, args.name)  # as a run checks it: a study show takes, a run takes
-    json.dump(plain(with_catalog_ids(spec, ours)), sys.stdout, indent=2)  # the hardware as a run stores it
+    study = Study.load(args.name)
+    idle = list(study.idle)
+    ours = _check_ids(study.spec, catalog, args.name, unused=idle)
+    for setting in idle:
+        print(f"dse: warning: {setting}; shown as written (a run refuses it)", file=sys.stderr)
+    spec = with_catalog_ids(study.spec, ours)  # the hardware as a run stores it
+    json.dump(plain(spec), sys.stdout, indent=2)
     print()
     return 0
 
 
-def _check_ids(spec: StudySpec, catalog: Catalog, name: str) -> Catalog:
+def _check_ids(
+    spec: StudySpec, catalog: Catalog, name: str, *, unused: list[InputError] | None = None
+) -> Catalog:
     """Unknown model, hardware or variant-base ids fail here, naming the study file, before any
-    trial runs; and a search shape no hardware of the study can run. The study's catalog (with
-    its variants)."""
+    trial runs; and a search shape no hardware of the study can run. A what-if variant no trial
+    runs on is refused; given ``unused``, a list, it is added to it instead (``dse study show``).
+    The study's catalog (with its variants)."""
     from dse.study.spec import study_path
     from dse.study.variants import runnable_shapes, study_catalog, unused_variant
 
     source = str(study_path(name))
     ours = study_catalog(spec, catalog, source=source)
-    if (unused := unused_variant(spec, ours, source)) is not None:
-        raise unused
+    if (variant := unused_variant(spec, ours, source)) is not None:
+        if unused is None:
+            raise variant
+        unused.append(variant)
     runnable_shapes(spec, ours, source)
     return ours
 

@@ -138,4 +138,6 @@ def _summarise(
         **swings(osc),
         near_capacity=np.array([max(util_p, util_d) > 0.9]),
         planner_moves=moves,
+        prefill_queue_peak_requests=traj.prefill_queue.max(axis=1),
+        buffer_peak_requests=traj.buffer.max(axis=1),
     )

@@ -52,8 +52,9 @@ def simulate_fluid(
 ) -> tuple[Summary, Trajectories]:
     """Simulate every configuration of ``pipe`` under ``scenario``: the trajectories one row per
     ``dt``, integrated in :func:`~dse.sim.kinds.substeps` of it, and the summary (means, tails,
-    verdicts) over the integration's own steps, so that a coarse ``dt`` reports what a fine one
-    does (a step of 60 s had been integrated as one: TTFT 12%, TPOT 1.8% off a 0.25 s run)."""
+    verdicts, the queues' peaks) over the integration's own steps, so that a coarse ``dt``
+    reports what a fine one does (a step of 60 s had been integrated as one: TTFT 12%, TPOT 1.8%
+    off a 0.25 s run)."""
     n = pipe.n
     lengths = scenario.lengths
     every, reporting_s = substeps(dt), dt
@@ -205,4 +206,6 @@ def _summarise(
         # the peak, not the mean: a burst that nears capacity makes the tails uncertain too
         near_capacity=r["util"][:, after].max(axis=1) > NEAR_CAPACITY,
         planner_moves=moves,
+        prefill_queue_peak_requests=r["qp"].max(axis=1),
+        buffer_peak_requests=r["qb"].max(axis=1),
     )

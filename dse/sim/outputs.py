@@ -70,6 +70,12 @@ class Summary:
     swing_prefill_queue_requests: Array
     near_capacity: Array  # bool: percentiles are low-confidence here
     planner_moves: Array
+    # the most requests in ``Trajectories.prefill_queue`` and ``buffer`` over the whole run, the
+    # warm-up too; the fluid's at every step it integrates, so a coarse reporting step, whose rows
+    # are the state at each step's end, reports a burst's peak between them (a 20 s burst's queue
+    # of 75 requests had read 0.5 at a 60 s step); the reference's at its samples
+    prefill_queue_peak_requests: Array
+    buffer_peak_requests: Array
 
 
 def verdicts(
