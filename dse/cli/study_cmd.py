@@ -222,16 +222,17 @@ def _show(args: argparse.Namespace, catalog: Catalog) -> int:
 
 def _check_ids(spec: StudySpec, catalog: Catalog, name: str) -> Catalog:
     """Unknown model, hardware or variant-base ids fail here, naming the study file, before any
-    trial runs; and a search shape no hardware of the study can run. The study's catalog (with
-    its variants)."""
+    trial runs; and a search shape no hardware of the study can run, or a topology its model
+    cannot. The study's catalog (with its variants)."""
     from dse.study.spec import study_path
-    from dse.study.variants import runnable_shapes, study_catalog, unused_variant
+    from dse.study.variants import runnable_shapes, runnable_topologies, study_catalog, unused_variant
 
     source = str(study_path(name))
     ours = study_catalog(spec, catalog, source=source)
     if (unused := unused_variant(spec, ours, source)) is not None:
         raise unused
     runnable_shapes(spec, ours, source)
+    runnable_topologies(spec, ours, source)
     return ours
 
 

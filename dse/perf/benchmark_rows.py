@@ -71,7 +71,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dse.catalog import Catalog, Hardware
+from dse.catalog import Catalog, Hardware, Model
 from dse.errors import DseError, InputError, UnknownIdError, Written
 from dse.perf.afd import attention_side, ffn_side
 from dse.perf.frameworks import (
@@ -338,7 +338,7 @@ def parse_row(
         conc=conc,
         prefill=prefill,
         decode=decode,
-        ffn=_ffn_pool(row, disagg, source),
+        ffn=_ffn_pool(row, disagg, model, source),
         decode_max_running=_running_cap(row, source, FRAMEWORK_ENGINE[fw], spec == "mtp", decode, hw),
         mtp_draft=_draft_tokens(row, spec == "mtp", source),
         kv_precision=_kv_dtype(row, source),
@@ -566,14 +566,18 @@ def _instances(row: Mapping[str, str], side: str, no_workers: str, source: str) 
     return gpus, workers
 
 
-def _ffn_pool(row: Mapping[str, str], disagg: bool, source: str) -> PoolSpec | None:
-    """The expert pool of an attention-FFN disaggregated row, or None (no or empty AFD columns)."""
+def _ffn_pool(row: Mapping[str, str], disagg: bool, model: Model, source: str) -> PoolSpec | None:
+    """The expert pool of an attention-FFN disaggregated row, or None (no or empty AFD columns);
+    refused for a model without routed experts (it had been priced on the dense FFNs)."""
     if not str(row.get("num_ffn_gpu") or "").strip() or _num(row, "num_ffn_gpu", source) == 0:
         return None
     if not disagg:
         raise InputError(
             source, "num_ffn_gpu", "needs a disaggregated row (disagg True)", _cell(row, "num_ffn_gpu")
         )
+    if model.moe is None:
+        rule = f"needs a model with routed experts to split from attention ({model.id} has none)"
+        raise InputError(source, "num_ffn_gpu", rule, _cell(row, "num_ffn_gpu"))
     gpus, workers = _instances(row, "ffn", "must be >= 1 with num_ffn_gpu", source)
     ep = _num(row, "ffn_ep", source) if str(row.get("ffn_ep") or "").strip() else gpus
     if not 1 <= ep <= gpus or gpus % ep:
