@@ -645,3 +645,33 @@ def test_how_far_past_its_caps_a_topology_is_counts_in_units_of_each_cap(catalog
     assert usd is not None
     budget = overshoot(Limits(budget_usd_hour=20.0))
     assert budget == pytest.approx({t: n * usd / 20.0 - 1.0 for t, n in gpus.items()}), budget
+
+
+def test_a_dense_model_has_no_expert_pool_to_split_off(cli: Cli, catalog: Catalog) -> None:
+    """llama-3.1-70b has no routed experts: `--topology afd` (and four-stage) had been placed,
+    FFN units of its dense FFNs priced, and `auto` had solved afd beside the others ($22.56/hour
+    on h200 at 2 req/s). Asked alone it is bad input, as `dse predict --ep 4` is for this model;
+    among the topologies `auto` solves, it is an infeasible answer that says why."""
+    from dse.perf.params import load_params
+    from dse.placement import PlacementRequest, Topology, place
+    from dse.workload import Slo, Workload
+
+    dense = [*ONE[:2], "h200", "--model", "llama-3.1-70b", *ONE[3:4], "2", *ONE[5:]]
+    why = "needs a model with routed experts to split from attention (llama-3.1-70b has none)"
+    for command, topology in (("place", "afd"), ("place", "four-stage"), ("simulate", "afd")):
+        out = cli(command, *dense[1:-1], "--topology", topology)  # (`dse simulate` prices no shadows)
+        assert out.code == 2 and out.out == "", out.err
+        assert out.err == f"dse: error: dse {command}: --topology = '{topology}': {why}\n"
+    auto = cli(*dense, "--json")
+    assert auto.code == 0, auto.err
+    outcomes = {o["topology"]: o for o in json.loads(auto.out)["outcomes"]}
+    assert outcomes["aggregated"]["feasible"] and not outcomes["afd"]["feasible"]
+    assert outcomes["afd"]["pools"] == []
+    text = cli(*dense).out
+    reason = "llama-3.1-70b any shape: llama-3.1-70b has no routed experts to split from attention"
+    assert f"  afd: no ffn unit: {reason}" in text.splitlines()
+    req = PlacementRequest("llama-3.1-70b", ("h200-sxm",), Workload(2.0, 4000.0, 1000.0), Slo(2.0, 0.05),
+                           Topology.FOUR_STAGE)  # fmt: skip
+    (outcome,) = place(req, catalog=catalog, params=load_params(), with_shadow_prices=False).outcomes
+    assert outcome.infeasibility is not None and outcome.infeasibility.binding == "no ffn unit"
+    assert outcome.infeasibility.detail == reason

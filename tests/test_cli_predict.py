@@ -683,6 +683,29 @@ def test_predict_attention_ffn_disaggregated_from_flags_and_rows(tmp_path: Path,
         assert aggregated.code == 2 and f"{flag} = {value}: needs --disagg" in aggregated.err, aggregated.err
 
 
+def test_an_afd_deployment_of_a_dense_model_is_refused(cli: Cli, catalog: Catalog) -> None:
+    """llama-3.1-70b has no routed experts: `--afd` had been taken, and an "expert pool" of its
+    dense FFNs priced (expert_gemm_ms 5.5 on h200), as had a batch row with an FFN pool."""
+    from dse.perf.benchmark_rows import predict_rows
+
+    proc = cli("predict", "--hardware", "h200", "--model", "llama-3.1-70b", "--afd")
+    assert proc.code == 2 and proc.out == ""
+    assert proc.err == (
+        "dse: error: dse predict: --afd: needs a model with routed experts to split from attention "
+        "(llama-3.1-70b has none)\n"
+    )
+    dense = dict(AFD, hardware="h200", model="llama-3.1-70b", precision="bf16", prefill_ep="1", decode_ep="1",
+                 prefill_dp_attention="False", decode_dp_attention="False", ffn_ep="")  # fmt: skip
+    (row,) = predict_rows([dense], catalog, load_params())
+    assert row["pred_error"] == (
+        "input row 1: num_ffn_gpu = 16: needs a model with routed experts to split from attention "
+        "(llama-3.1-70b has none)"
+    )
+    assert row["pred_tput_per_gpu"] == ""
+    (disagg,) = predict_rows([dict(dense, num_ffn_gpu="", ffn_num_workers="")], catalog, load_params())
+    assert disagg["pred_error"] == "" and float(disagg["pred_tput_per_gpu"]) > 0
+
+
 def test_afd_step_follows_the_slower_side(catalog) -> None:  # type: ignore[no-untyped-def]
     """With the expert pool cut from 16 GPUs to 8, its share of each step doubles and paces it.
     On GB200 NVL72 both pools stay inside one NVLink domain; on 8-GPU B200 nodes the 16-GPU

@@ -286,8 +286,46 @@ def test_predict_says_which_source_priced_each_op(
     assert set(amd.values()) == {"datasheet"}
     text = cli(*flags, "--hardware", "h200", "--disagg").out
     assert "ops priced by (measured tier):" in text
-    assert "  prefill: gemm, moe, decode attention, prefill attention: measured h200_sxm sglang" in text
+    assert "  prefill: gemm, moe, prefill attention: measured h200_sxm sglang" in text
     assert "(measured kernels, " in text.strip().splitlines()[-1]
+
+
+def test_predict_lists_only_the_ops_each_pool_runs(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attention-FFN deployment's expert pool had listed decode and prefill attention and its
+    attention pool the MoE, every pool every op: each lists its own (the prefill pool prefill's
+    attention, the attention pool decode's and no experts, the expert pool the GEMMs and the MoE);
+    a dense model's instance lists no MoE. The JSON holds the same ops."""
+    flags = ("predict", "--conc", "16", "--requests", "100", "--hardware", "h200")
+
+    def listed(*more: str) -> list[str]:
+        proc = cli(*flags, *more)
+        assert proc.code == 0, proc.err
+        lines = proc.out.splitlines()
+        at = lines.index(next(line for line in lines if line.startswith("ops priced by")))
+        return [line for line in lines[at + 1 :] if line.startswith("  ") and not line.startswith("  note")]
+
+    assert listed("--afd") == [
+        "  prefill: gemm, moe, prefill attention: datasheet",
+        "  decode: gemm, decode attention: datasheet",
+        "  ffn: gemm, moe: datasheet",
+    ]
+    dense = listed("--model", "llama-3.1-70b")
+    assert dense == ["  instance: gemm, decode attention, prefill attention: datasheet"]
+    _measured_calibration(tmp_path, monkeypatch)
+    measured = listed("--afd")
+    assert [line.split(": measured h200_sxm sglang ")[0] for line in measured] == [
+        "  prefill: gemm, moe, prefill attention",
+        "  decode: gemm, decode attention",
+        "  ffn: gemm, moe",
+    ]
+    pools = json.loads(cli(*flags, "--afd", "--json").out)["kernels"]["pools"]
+    assert {k: list(v) for k, v in pools.items()} == {
+        "prefill": ["gemm", "moe", "prefill_attention"],
+        "decode": ["gemm", "decode_attention"],
+        "ffn": ["gemm", "moe"],
+    }
 
 
 def test_predict_reports_a_corrupt_table_and_still_predicts(

@@ -244,6 +244,26 @@ def test_a_shape_no_hardware_of_the_study_runs_is_refused_before_trials(tmp_path
         assert not (tmp_path / "runs").exists()
 
 
+def test_a_topology_that_splits_experts_off_a_dense_model_is_refused_before_trials(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """As `dse place --topology afd` refuses it for a model without routed experts: its trials had
+    priced FFN units of the dense FFNs (figures of a design that cannot exist)."""
+    text = TINY.read_text().replace('model = "deepseek-v3"', 'model = "llama-3.1-70b"')
+    text = re.sub(r"shapes = \[[^]]*\]", 'shapes = ["8gpu-tp8-ep1"]', text)  # a shape a dense model runs
+    bad = tmp_path / "tiny-study.toml"
+    rule = "needs a model with routed experts to split from attention (llama-3.1-70b has none)"
+    for name in ("afd", "four-stage"):
+        bad.write_text(text.replace('"disaggregated"]', f'"{name}"]', 1))
+        for args in (("show", bad), ("run", bad, "--out", tmp_path / "runs")):
+            out = cli("study", *args)
+            assert out.code == 2, out.err
+            assert out.err == f"dse: error: {bad}: search.topologies[1] = '{name}': {rule}\n"
+        assert not (tmp_path / "runs").exists()
+    bad.write_text(text)
+    assert cli("study", "show", bad).code == 0
+
+
 def test_a_prompt_beyond_the_model_context_is_refused_before_any_trial(tmp_path: Path, cli: Cli) -> None:
     """A study, a placement or a simulation whose requests outgrow the model's context window
     (DeepSeek-V3: 163,840 tokens) says so in one line, naming the field or the flag."""

@@ -368,13 +368,7 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
     shapes = _shapes_of(args.shapes, src, m, hws)
     prefill = _shapes_of(args.prefill_shapes, src, m, hws, "--prefill-shapes") or shapes
     midfill = _shapes_of(args.midfill_shapes, src, m, hws, "--midfill-shapes") or shapes
-    # shapes of units the topology has not: refused, not ignored
-    if args.midfill_shapes is not None and args.topology != Topology.FOUR_STAGE.value:
-        rule = "needs --topology four-stage (the only topology with midfill units)"
-        raise InputError(src, "--midfill-shapes", rule, args.midfill_shapes)
-    if args.prefill_shapes is not None and args.topology == Topology.AGGREGATED.value:
-        rule = "does not apply to --topology aggregated (its units prefill and decode at one shape: --shapes)"
-        raise InputError(src, "--prefill-shapes", rule, args.prefill_shapes)
+    _topology_refusals(args, src, m)
     return PlacementRequest(
         model=model,
         hardware=hardware,
@@ -397,6 +391,21 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
         time_limit_s=args.time_limit,
         mip_rel_gap=args.gap,
     )
+
+
+def _topology_refusals(args: argparse.Namespace, src: str, model: Model) -> None:
+    """A topology the model cannot be served in, and shapes of units the topology has not:
+    refused, not ignored. (``auto`` on a model without routed experts solves afd too: an
+    infeasible answer that says why, :func:`dse.placement.candidates.build_candidates`.)"""
+    if Topology(args.topology).splits_experts and model.moe is None:
+        rule = f"needs a model with routed experts to split from attention ({model.id} has none)"
+        raise InputError(src, "--topology", rule, args.topology)
+    if args.midfill_shapes is not None and args.topology != Topology.FOUR_STAGE.value:
+        rule = "needs --topology four-stage (the only topology with midfill units)"
+        raise InputError(src, "--midfill-shapes", rule, args.midfill_shapes)
+    if args.prefill_shapes is not None and args.topology == Topology.AGGREGATED.value:
+        rule = "does not apply to --topology aggregated (its units prefill and decode at one shape: --shapes)"
+        raise InputError(src, "--prefill-shapes", rule, args.prefill_shapes)
 
 
 def say_calibration(params: PerfParams) -> None:

@@ -402,13 +402,17 @@ def _pool_flags(args: argparse.Namespace) -> None:
 
 def _expert_flags(args: argparse.Namespace, catalog: Catalog) -> None:
     """Expert parallelism over more than one rank asked of a model without routed experts (a dense
-    Llama) is refused: it had been taken and ignored, the figures those of the flag left out."""
+    Llama) is refused: it had been taken and ignored, the figures those of the flag left out. So is
+    ``--afd``, which had priced an expert pool of its dense FFNs."""
     try:
         model = catalog.model(args.model)
     except InputError:  # an unknown id: the deployment's check names it
         return
     if model.moe is not None:
         return
+    if args.afd:
+        rule = f"needs a model with routed experts to split from attention ({model.id} has none)"
+        raise InputError(SRC, "--afd", rule)
     for flag in ("ep", "prefill_ep", "ffn_ep"):  # 0 (each GPU) and 1 (no expert parallelism) say nothing
         if getattr(args, flag) > 1:
             rule = f"must be 0 or 1 for a model without routed experts ({model.id} has none)"

@@ -231,11 +231,11 @@ def _check_ids(
     spec: StudySpec, catalog: Catalog, name: str, *, unused: list[InputError] | None = None
 ) -> Catalog:
     """Unknown model, hardware or variant-base ids fail here, naming the study file, before any
-    trial runs; and a search shape no hardware of the study can run. A what-if variant no trial
-    runs on is refused; given ``unused``, a list, it is added to it instead (``dse study show``).
-    The study's catalog (with its variants)."""
+    trial runs; and a search shape no hardware of the study can run, or a topology its model
+    cannot. A what-if variant no trial runs on is refused; given ``unused``, a list, it is added
+    to it instead (``dse study show``). The study's catalog (with its variants)."""
     from dse.study.spec import study_path
-    from dse.study.variants import runnable_shapes, study_catalog, unused_variant
+    from dse.study.variants import runnable_shapes, runnable_topologies, study_catalog, unused_variant
 
     source = str(study_path(name))
     ours = study_catalog(spec, catalog, source=source)
@@ -244,6 +244,7 @@ def _check_ids(
             raise variant
         unused.append(variant)
     runnable_shapes(spec, ours, source)
+    runnable_topologies(spec, ours, source)
     return ours
 
 

@@ -71,7 +71,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dse.catalog import Catalog, Hardware
+from dse.catalog import Catalog, Hardware, Model
 from dse.errors import DseError, InputError, UnknownIdError, Written
 from dse.perf.afd import attention_side, ffn_side
 from dse.perf.frameworks import (
@@ -89,7 +89,7 @@ from dse.perf.latency import Latency, simulate_latency
 from dse.perf.latency_inputs import Lengths, Load
 from dse.perf.latency_tables import EngineTables, tables_of
 from dse.perf.params import EngineProfile, PerfParams
-from dse.perf.pool import build_pool
+from dse.perf.pool import Pool, build_pool
 from dse.perf.serving import Deployment, ServingResult, closed_loop
 from dse.typed_data import MAX_MAGNITUDE, plausible, row_shape_problem
 from dse.units import Precision
@@ -338,7 +338,7 @@ def parse_row(
         conc=conc,
         prefill=prefill,
         decode=decode,
-        ffn=_ffn_pool(row, disagg, source),
+        ffn=_ffn_pool(row, disagg, model, source),
         decode_max_running=_running_cap(row, source, FRAMEWORK_ENGINE[fw], spec == "mtp", decode, hw),
         mtp_draft=_draft_tokens(row, spec == "mtp", source),
         kv_precision=_kv_dtype(row, source),
@@ -566,14 +566,18 @@ def _instances(row: Mapping[str, str], side: str, no_workers: str, source: str) 
     return gpus, workers
 
 
-def _ffn_pool(row: Mapping[str, str], disagg: bool, source: str) -> PoolSpec | None:
-    """The expert pool of an attention-FFN disaggregated row, or None (no or empty AFD columns)."""
+def _ffn_pool(row: Mapping[str, str], disagg: bool, model: Model, source: str) -> PoolSpec | None:
+    """The expert pool of an attention-FFN disaggregated row, or None (no or empty AFD columns);
+    refused for a model without routed experts (it had been priced on the dense FFNs)."""
     if not str(row.get("num_ffn_gpu") or "").strip() or _num(row, "num_ffn_gpu", source) == 0:
         return None
     if not disagg:
         raise InputError(
             source, "num_ffn_gpu", "needs a disaggregated row (disagg True)", _cell(row, "num_ffn_gpu")
         )
+    if model.moe is None:
+        rule = f"needs a model with routed experts to split from attention ({model.id} has none)"
+        raise InputError(source, "num_ffn_gpu", rule, _cell(row, "num_ffn_gpu"))
     gpus, workers = _instances(row, "ffn", "must be >= 1 with num_ffn_gpu", source)
     ep = _num(row, "ffn_ep", source) if str(row.get("ffn_ep") or "").strip() else gpus
     if not 1 <= ep <= gpus or gpus % ep:
@@ -648,15 +652,28 @@ def deployment_of(rows: Sequence[BenchRow], catalog: Catalog, params: PerfParams
 def kernel_sources(row: BenchRow, catalog: Catalog, params: PerfParams) -> dict[str, dict[str, str]]:
     """Which source priced each op of each of the row's pools: ``measured <GPU tables> <engine>
     <version>`` or ``datasheet``, by pool (prefill, decode, ffn; an aggregated row's one pool is
-    ``instance``) and op (:data:`~dse.perf.kernels.OPS`)."""
+    ``instance``) and op (:data:`~dse.perf.kernels.OPS`), the ops the pool runs only
+    (:func:`_ops_run`)."""
     d = deployment_of([row], catalog, params)
     out = {}
     decode = "decode" if d.prefill is not None else "instance"  # an aggregated instance runs both
     for name, pool in (("prefill", d.prefill), (decode, d.decode), ("ffn", d.ffn)):
         if pool is not None:
             k = pool.kernels if params.kernels == "measured" else None
-            out[name] = dict(k.sources[0]) if k is not None else {op: "datasheet" for op in OPS}
+            source = k.sources[0] if k is not None else {op: "datasheet" for op in OPS}
+            out[name] = {op: source[op] for op in _ops_run(pool, name)}
     return out
+
+
+def _ops_run(pool: Pool, name: str) -> tuple[str, ...]:
+    """The ops of :data:`~dse.perf.kernels.OPS` a pool ``name`` runs: the dense GEMMs always; the
+    routed-expert MoE where it holds experts (not a dense model, nor an attention-FFN deployment's
+    attention pool); attention where it holds attention (not the expert pool), of its phase: a
+    prefill pool's prefill, a decode pool's decode, an aggregated instance's both."""
+    m = pool.model
+    phases = {"prefill": ("prefill_attention",), "decode": ("decode_attention",)}
+    attention = phases.get(name, ("decode_attention", "prefill_attention")) if m.q_heads > 0 else ()
+    return ("gemm",) + (("moe",) if m.experts_per_token > 0 else ()) + attention
 
 
 def predict_rows(

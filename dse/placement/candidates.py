@@ -868,6 +868,9 @@ def build_candidates(
         b.excl.append(
             Exclusion(model.id, "all", "any shape", f"workload.{broken[0]} = {broken[2]:g}: {broken[1]}")
         )
+    elif topology.splits_experts and model.moe is None:  # an answer (a grid point's model), as above
+        reason = f"{model.id} has no routed experts to split from attention"
+        b.excl.append(Exclusion(model.id, "ffn", "any shape", reason))
     elif topology is Topology.AGGREGATED:
         b.add_mixed()
     else:
@@ -878,7 +881,7 @@ def build_candidates(
             b.add_decode()
         else:
             b.add_afd(afd_pace)
-    split = topology in (Topology.AFD, Topology.FOUR_STAGE)
+    split = topology.splits_experts
     afd_gb = float(afd_bytes_per_token(s.pool)[0] / GB) if split else 0.0
     data = _assemble(req, s, b.rows, b.classes, afd_gb)
     return Candidates(

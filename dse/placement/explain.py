@@ -97,14 +97,16 @@ def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
 
 def _missing_role(c: Candidates) -> Infeasibility | None:
     """The first role the topology needs that no candidate unit fills, with up to three reasons
-    its shapes were excluded (the role's own first)."""
+    its shapes were excluded (the role's own first); a role no shape at all can fill (a model
+    without routed experts has no FFN units) before the roles left empty with it."""
     roles = set(Role(int(r)) for r in c.data.unit_role)
-    for role in REQUIRED_ROLES[c.topology]:
-        if role not in roles:
-            own = _nearest([e for e in c.exclusions if e.role == role.name.lower()])
-            reasons = own + _nearest([e for e in c.exclusions if e.role == "all"])  # the role's own first
-            shown = "; ".join(f"{e.hardware} {e.parallel}: {e.reason}" for e in _distinct(reasons)[:3])
-            return Infeasibility(f"no {role.name.lower()} unit", shown or "no candidate shapes")
+    missing = [role for role in REQUIRED_ROLES[c.topology] if role not in roles]
+    whole = {e.role for e in c.exclusions if e.parallel == "any shape"}  # (sorted: the rest in order)
+    for role in sorted(missing, key=lambda r: r.name.lower() not in whole):
+        own = _nearest([e for e in c.exclusions if e.role == role.name.lower()])
+        reasons = own + _nearest([e for e in c.exclusions if e.role == "all"])  # the role's own first
+        shown = "; ".join(f"{e.hardware} {e.parallel}: {e.reason}" for e in _distinct(reasons)[:3])
+        return Infeasibility(f"no {role.name.lower()} unit", shown or "no candidate shapes")
     return None
 
 

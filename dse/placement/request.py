@@ -26,6 +26,12 @@ class Topology(enum.Enum):
             return (Topology.AGGREGATED, Topology.DISAGGREGATED, Topology.AFD)
         return (self,)
 
+    @property
+    def splits_experts(self) -> bool:
+        """Whether decode attention runs apart from the experts, on a pool of its own: a model
+        without routed experts (a dense Llama) has no FFN pool to fill."""
+        return self in (Topology.AFD, Topology.FOUR_STAGE)
+
 
 PRICE_TIERS = ("own_hyperscaler", "own_neocloud", "rent_3yr")
 

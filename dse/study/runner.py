@@ -73,6 +73,7 @@ from dse.study.trial import TrialRecord, evaluate, objective_values
 from dse.study.variants import (
     catalog_entries,
     runnable_shapes,
+    runnable_topologies,
     study_catalog,
     unused_variant,
     with_catalog_ids,
@@ -152,6 +153,7 @@ def run(
     if (unused := unused_variant(spec, catalog, study_file)) is not None:
         raise unused
     runnable_shapes(spec, catalog, study_file)
+    runnable_topologies(spec, catalog, study_file)
     spec = with_catalog_ids(spec, catalog)
     params = params if params is not None else load_params()
     objectives = objectives or [ObjectiveDef.metric(n) for n in spec.objectives.names]

@@ -13,6 +13,7 @@ from dse.catalog.hardware import Hardware
 from dse.catalog.loader import entry_numbers
 from dse.errors import InputError
 from dse.placement.parallel import parse_shape
+from dse.placement.request import Topology
 from dse.placement.shapes import shape_problem
 from dse.study.spec import StudySpec, Variant
 
@@ -160,6 +161,22 @@ def runnable_shapes(spec: StudySpec, catalog: Catalog, source: str | None = None
             if all(problems):
                 rule = f"no hardware of the study can run it: {problems[0]}"
                 raise InputError(source, f"search.{side}.shapes[{i}]", rule, label)
+
+
+def runnable_topologies(spec: StudySpec, catalog: Catalog, source: str | None = None) -> None:
+    """Each topology the search lists can serve the study's model: one that splits the experts
+    from attention needs routed experts, and a dense model's trials in it would only be
+    infeasible. A grid that sweeps the model is checked point by point (an infeasible point with
+    the reason: :func:`dse.placement.candidates.build_candidates`)."""
+    if spec.is_grid and spec.sweep.model:
+        return
+    model = catalog.model(spec.model)
+    if model.moe is not None:
+        return
+    for i, name in enumerate(spec.search.topologies):
+        if Topology(name).splits_experts:
+            rule = f"needs a model with routed experts to split from attention ({model.id} has none)"
+            raise InputError(source or f"study {spec.name}", f"search.topologies[{i}]", rule, name)
 
 
 def _known(lookup: Callable[[str], T], name: str, source: str, field: str) -> T:
