@@ -156,3 +156,23 @@ def test_export_and_report_of_a_finished_study_import_no_solver(tmp_path: Path, 
         assert solver == [], f"dse study {command} imported {solver}"
     assert (tmp_path / "tiny-study" / "exports" / "trials" / "study=tiny-study" / "part-0.parquet").is_file()
     assert (tmp_path / "tiny-study" / "report" / "report.md").is_file()
+
+
+def test_the_process_ends_with_the_command_s_code_and_all_its_output(tmp_path: Path) -> None:
+    """The process's own entry ends without the interpreter's teardown (``dse.cli.main._end_at_exit``,
+    after every other exit handler): the exit code is the command's, and what it printed reaches a
+    file whole, as in-process; an exception that escapes ends the process as the interpreter does."""
+    from conftest import run_dse
+
+    for argv, code in ((["catalog", "list", "--json"], 0), (["catalog", "show", "no-such-id"], 2)):
+        with (tmp_path / "out").open("w") as out:
+            proc = subprocess.run(
+                [sys.executable, "-m", "dse", *argv], stdout=out, stderr=subprocess.PIPE, text=True
+            )
+        here = run_dse(*argv)
+        assert proc.returncode == here.code == code
+        assert (tmp_path / "out").read_text() == here.out
+        assert proc.stderr == here.err
+    escaped = "import dse.cli.main as m, sys; m._command = lambda argv: 1 / 0; sys.exit(m.main())"
+    proc = subprocess.run([sys.executable, "-c", escaped], capture_output=True, text=True)
+    assert proc.returncode == 1 and "ZeroDivisionError" in proc.stderr

@@ -7,6 +7,7 @@ so `dse --help` and `dse catalog list` pay for none of it (``tests/test_startup.
 from __future__ import annotations
 
 import argparse
+import atexit
 import io
 import os
 import sys
@@ -109,7 +110,37 @@ def _in_its_file(exc: DseError | Interrupted, catalog: Catalog | None) -> DseErr
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: exit 0 on success, 2 on bad input, 3 when no design is feasible, 130 when
     interrupted (Ctrl-C, from the first instruction on: the engine is imported in here), 143 when
-    stopped by SIGTERM (handled as Ctrl-C is)."""
+    stopped by SIGTERM (handled as Ctrl-C is). As the process's own entry (no ``argv``), the
+    process ends without tearing its objects down (:func:`_end_at_exit`)."""
+    if argv is not None:
+        return _command(argv)
+    atexit.register(_end_at_exit)  # the first exit handler registered: it runs after all others
+    _EXIT_CODE.append(code := _command(None))
+    return code
+
+
+_EXIT_CODE: list[int] = []
+"""The code :func:`main` returned as the process's own entry, for :func:`_end_at_exit`."""
+
+
+def _end_at_exit() -> None:
+    """The process's last exit handler: once every other has run (the libraries' own: logging's,
+    multiprocessing's, the finalizers'), flush the output and end the process with the command's
+    code, without the interpreter's teardown of every object, which took 0.2 s after a 1,000-trial
+    study (its engine, models and trials are hundreds of MB). Only after :func:`main` returned a
+    code: an escaped exception ends the process as the interpreter does."""
+    if not _EXIT_CODE:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:  # a fault the interpreter's own last flush reports: left to it
+            return
+    os._exit(_EXIT_CODE[-1])
+
+
+def _command(argv: Sequence[str] | None) -> int:
     if argv is None and sys.stdout is not None:  # the process's own output: its faults are one line
         sys.stdout = _Stdout(sys.stdout)
     try:
