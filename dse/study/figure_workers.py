@@ -1,8 +1,9 @@
 """Processes that draw a report's figures beside the command that writes it.
 
 Drawing the headline study's four figures took 0.7 s at the end of a run, 0.25 s of it importing
-matplotlib, with one core idle. `dse study run` and `dse study report` therefore start
-:class:`FigureWorkers` first thing, before they import numpy or polars: each worker is forked
+matplotlib, with one core idle. `dse study run`, `dse study report` and `dse simulate --out`
+therefore start :class:`FigureWorkers` first thing, before they import numpy or polars (two for a
+report's four figures, one for the simulation's trajectories): each worker is forked
 while the command has one thread (a process forked while numpy's, polars' or a test runner's
 threads hold a lock can hang on it), lowers its priority to the lowest (nice 19: it takes only a
 core nothing else wants), and imports matplotlib, polars and the figure code while the command
