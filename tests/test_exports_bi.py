@@ -6,6 +6,7 @@ Also the public Python API's docstrings and the example of ``dse.study.api``."""
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import json
 import math
 import re
@@ -75,6 +76,26 @@ def test_a_trials_table_without_a_finished_trial_has_every_column() -> None:
     full = trials_frame(_study_with([{"choice": {"topology": "disaggregated"}}]), ["usd_per_million_tokens"])
     empty = trials_frame(optuna.create_study(study_name="none"), ["usd_per_million_tokens"])
     assert empty.is_empty() and empty.schema == full.schema
+
+
+def test_a_grid_study_without_a_finished_trial_exports_its_point_columns(tmp_path: Path) -> None:
+    """A grid study whose run stopped before its first point finished exported ``trials`` and
+    ``pareto`` without ``x_<axis>``: a dashboard of the grid's points failed on the column, and a
+    union with a later export had to guess its type. Each file read back (pyarrow, polars) has
+    the same columns and types as once its points ran."""
+    ran = Study.load(GRID).run(trials=2, out=tmp_path / "runs")
+    none = dataclasses.replace(ran, study=optuna.create_study(study_name="tiny-grid"))
+    exports = {"ran": ran, "none": none}
+    for label, res in exports.items():
+        res.export(tmp_path / label)
+    for table in ("trials", "pareto"):
+        files = {label: tmp_path / label / table / "study=tiny-grid" / "part-0.parquet" for label in exports}
+        arrow = {label: pq.read_schema(f).remove_metadata() for label, f in files.items()}
+        assert arrow["none"] == arrow["ran"], table
+        point = {c: arrow["none"].field(c).type for c in ("x_input_tokens", "x_hardware")}
+        assert point == {"x_input_tokens": pa.float64(), "x_hardware": pa.string()}, table
+        empty = pl.read_parquet(files["none"])
+        assert empty.is_empty() and empty.schema == pl.read_parquet(files["ran"]).schema, table
 
 
 def _tables(tag: float) -> dict[str, pl.DataFrame]:
