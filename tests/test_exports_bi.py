@@ -98,6 +98,26 @@ def test_a_grid_study_without_a_finished_trial_exports_its_point_columns(tmp_pat
         assert empty.is_empty() and empty.schema == pl.read_parquet(files["ran"]).schema, table
 
 
+def test_the_time_series_is_sampled_as_the_schema_page_says(tmp_path: Path) -> None:
+    """docs/schema.md said a 10-s sample: a study whose simulation step does not divide 10 s (3 s,
+    which a TTFT target of 3 s allows) has one every 9 s, the whole number of steps nearest 10 s;
+    an analyst summing a rate times 10 s over its rows was 11% off. The page says so now."""
+    text = TINY.read_text()
+    spec = tmp_path / "tiny-study.toml"
+    spec.write_text(text.replace("ttft_s = 2.0", "ttft_s = 3.0").replace("dt_s = 2.0", "dt_s = 3.0"))
+    assert spec.read_text().count("3.0") == text.count("3.0") + 2
+    Study.load(spec).run(trials=2, out=tmp_path / "runs").export(tmp_path / "exports")
+    series = pl.read_parquet(tmp_path / "exports" / "sim_timeseries" / "study=tiny-study" / "part-0.parquet")
+    steps = series.select(pl.col("t_s").diff().over("trial").drop_nulls().unique())
+    assert series.height > 0 and steps["t_s"].to_list() == [9.0]
+    row = next(
+        line
+        for line in (REPO / "docs" / "schema.md").read_text().splitlines()
+        if line.startswith("| `sim_timeseries`")
+    )
+    assert "3 s: every 3rd step, 9 s" in row and "10-s sample" not in row
+
+
 def _tables(tag: float) -> dict[str, pl.DataFrame]:
     return {name: pl.DataFrame({"study": ["s"], "trial": [1], "value": [tag]}) for name in TABLES}
 

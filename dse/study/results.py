@@ -464,8 +464,9 @@ def sim_timeseries_frame(
     params: PerfParams,
     every_s: float = 10.0,
 ) -> pl.DataFrame:
-    """The fluid trajectories of the given trials, one row per trial and sample every ``every_s``
-    seconds: each trial's stored design simulated again in its stored scenario (deterministic;
+    """The fluid trajectories of the given trials, one row per trial and sample, every whole
+    number of simulation steps nearest ``every_s`` seconds (9 s for 10 at a 3-s step: ``t_s``
+    says): each trial's stored design simulated again in its stored scenario (deterministic;
     nothing is solved). Trials stored before records kept their design have none."""
     frames = []
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
