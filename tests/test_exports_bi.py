@@ -6,6 +6,7 @@ Also the public Python API's docstrings and the example of ``dse.study.api``."""
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import json
 import math
 import re
@@ -75,6 +76,46 @@ def test_a_trials_table_without_a_finished_trial_has_every_column() -> None:
     full = trials_frame(_study_with([{"choice": {"topology": "disaggregated"}}]), ["usd_per_million_tokens"])
     empty = trials_frame(optuna.create_study(study_name="none"), ["usd_per_million_tokens"])
     assert empty.is_empty() and empty.schema == full.schema
+
+
+def test_a_grid_study_without_a_finished_trial_exports_its_point_columns(tmp_path: Path) -> None:
+    """A grid study whose run stopped before its first point finished exported ``trials`` and
+    ``pareto`` without ``x_<axis>``: a dashboard of the grid's points failed on the column, and a
+    union with a later export had to guess its type. Each file read back (pyarrow, polars) has
+    the same columns and types as once its points ran."""
+    ran = Study.load(GRID).run(trials=2, out=tmp_path / "runs")
+    none = dataclasses.replace(ran, study=optuna.create_study(study_name="tiny-grid"))
+    exports = {"ran": ran, "none": none}
+    for label, res in exports.items():
+        res.export(tmp_path / label)
+    for table in ("trials", "pareto"):
+        files = {label: tmp_path / label / table / "study=tiny-grid" / "part-0.parquet" for label in exports}
+        arrow = {label: pq.read_schema(f).remove_metadata() for label, f in files.items()}
+        assert arrow["none"] == arrow["ran"], table
+        point = {c: arrow["none"].field(c).type for c in ("x_input_tokens", "x_hardware")}
+        assert point == {"x_input_tokens": pa.float64(), "x_hardware": pa.string()}, table
+        empty = pl.read_parquet(files["none"])
+        assert empty.is_empty() and empty.schema == pl.read_parquet(files["ran"]).schema, table
+
+
+def test_the_time_series_is_sampled_as_the_schema_page_says(tmp_path: Path) -> None:
+    """docs/schema.md said a 10-s sample: a study whose simulation step does not divide 10 s (3 s,
+    which a TTFT target of 3 s allows) has one every 9 s, the whole number of steps nearest 10 s;
+    an analyst summing a rate times 10 s over its rows was 11% off. The page says so now."""
+    text = TINY.read_text()
+    spec = tmp_path / "tiny-study.toml"
+    spec.write_text(text.replace("ttft_s = 2.0", "ttft_s = 3.0").replace("dt_s = 2.0", "dt_s = 3.0"))
+    assert spec.read_text().count("3.0") == text.count("3.0") + 2
+    Study.load(spec).run(trials=2, out=tmp_path / "runs").export(tmp_path / "exports")
+    series = pl.read_parquet(tmp_path / "exports" / "sim_timeseries" / "study=tiny-study" / "part-0.parquet")
+    steps = series.select(pl.col("t_s").diff().over("trial").drop_nulls().unique())
+    assert series.height > 0 and steps["t_s"].to_list() == [9.0]
+    row = next(
+        line
+        for line in (REPO / "docs" / "schema.md").read_text().splitlines()
+        if line.startswith("| `sim_timeseries`")
+    )
+    assert "3 s: every 3rd step, 9 s" in row and "10-s sample" not in row
 
 
 def _tables(tag: float) -> dict[str, pl.DataFrame]:

@@ -338,7 +338,7 @@ class StudyResults:
     def trials(self) -> pl.DataFrame:
         """One row per finished trial: its choices ``p_*``, metrics, constraints ``c_*``,
         ``feasible``, ``binding``, ``objective_<name>`` per objective, ``design``."""
-        return trials_frame(self.study, self.names, self.spec.slo.percentile)
+        return trials_frame(self.study, self.names, self.spec.slo.percentile, self.spec.sweep.axes())
 
     @cached_property
     def pareto(self) -> pl.DataFrame:

@@ -11,7 +11,7 @@ run's summary show each design once.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC
 from typing import Any
 
@@ -176,10 +176,38 @@ def _objective_values(names: list[str], values: list[float] | None, rec: dict[st
     return row
 
 
-def trials_frame(study: optuna.Study, objectives: list[str], percentile: float | None = None) -> pl.DataFrame:
+def point_columns(axes: Mapping[str, Sequence[Any]]) -> dict[str, Any]:
+    """A grid study's ``x_<axis>`` columns and their types, from its axes (``Sweep.axes()``): an
+    axis of names is a string, one of numbers Float64 (an axis of whole numbers too, as the study
+    file reads it), whether or not a trial has finished."""
+    names = {k for k, values in axes.items() if all(isinstance(v, str) for v in values)}
+    return {f"x_{k}": pl.String if k in names else pl.Float64 for k in axes}
+
+
+def trials_schema(objectives: list[str], axes: Mapping[str, Sequence[Any]] | None = None) -> dict[str, Any]:
+    """The ``trials`` table's columns and types in their order: :data:`TRIALS_SCHEMA` with a grid
+    study's point right after ``warm_start`` (as its rows have it), then an ``objective_<name>``
+    per objective, ``design`` and ``design_trials``."""
+    out: dict[str, Any] = {}
+    for name, dtype in TRIALS_SCHEMA.items():
+        out[name] = dtype
+        if name == "warm_start":
+            out.update(point_columns(axes or {}))
+    out.update({f"objective_{name}": pl.Float64 for name in objectives})
+    return out | {"design": pl.Int64, "design_trials": pl.Int64}
+
+
+def trials_frame(
+    study: optuna.Study,
+    objectives: list[str],
+    percentile: float | None = None,
+    axes: Mapping[str, Sequence[Any]] | None = None,
+) -> pl.DataFrame:
     """One row per finished trial; ``percentile``: the study's TTFT target's (``slo.percentile``),
     which its ``*_pct_s`` columns and ``c_ttft_s`` are taken at, in a column of its own so that
-    studies of different percentiles read together tell them apart."""
+    studies of different percentiles read together tell them apart; ``axes``: a grid study's
+    (``spec.sweep.axes()``), whose ``x_<axis>`` columns a table without a finished trial has too
+    (it had none: a dashboard of the grid's points broke on its empty table)."""
     rows = []
     for t, rec in _records(study):
         choice = rec.get("choice", {})
@@ -206,9 +234,9 @@ def trials_frame(study: optuna.Study, objectives: list[str], percentile: float |
         row["binding"] = rec.get("binding") or None  # a feasible trial: nothing binds
         row.update(_objective_values(objectives, t.values, rec))
         rows.append(row)
-    schema: dict[str, Any] = {**TRIALS_SCHEMA, **{f"objective_{name}": pl.Float64 for name in objectives}}
-    if not rows:  # the columns with_designs adds to rows too
-        return pl.DataFrame(schema={**schema, "design": pl.Int64, "design_trials": pl.Int64})
+    schema = trials_schema(objectives, axes)
+    if not rows:  # with the columns with_designs adds to rows
+        return pl.DataFrame(schema=schema)
     # a column no trial filled (a study whose every trial failed) is still its type, not Null
     return with_designs(without_nan(pl.DataFrame(rows, schema_overrides=schema, infer_schema_length=None)))
 
@@ -436,8 +464,9 @@ def sim_timeseries_frame(
     params: PerfParams,
     every_s: float = 10.0,
 ) -> pl.DataFrame:
-    """The fluid trajectories of the given trials, one row per trial and sample every ``every_s``
-    seconds: each trial's stored design simulated again in its stored scenario (deterministic;
+    """The fluid trajectories of the given trials, one row per trial and sample, every whole
+    number of simulation steps nearest ``every_s`` seconds (9 s for 10 at a 3-s step: ``t_s``
+    says): each trial's stored design simulated again in its stored scenario (deterministic;
     nothing is solved). Trials stored before records kept their design have none."""
     frames = []
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
