@@ -397,6 +397,27 @@ def test_the_running_request_cap_is_the_batch_that_meets_the_tpot_target(catalog
     assert [p.max_running for p in design_of(spec, 0, bare, catalog, params).pools] == [None, 4096, 4096]
 
 
+def test_mtp_on_a_model_without_mtp_layers_is_refused(catalog: Catalog) -> None:
+    """Every engine drafts MTP tokens with the checkpoint's own MTP layers (SGLang's EAGLE on
+    DeepSeek's NEXTN, vLLM's `mtp` method, TRT-LLM's num_nextn_predict_layers): a study with
+    `mtp = true` on a model whose catalog entry has none (Qwen3-235B) had been written speculative
+    flags no engine starts with; it is refused in one line naming the model and the rule."""
+    from dataclasses import replace as dc_replace
+
+    from dse.deploy.design import design_of
+    from dse.errors import InputError
+    from dse.perf.params import load_params
+    from dse.study.api import Study
+
+    spec, params = Study.load(TINY).spec, load_params()
+    assert catalog.model("qwen3-235b-a22b").mtp_layers == 0 < catalog.model(spec.model).mtp_layers
+    qwen = dc_replace(spec, model="qwen3-235b-a22b", mtp=True)
+    with pytest.raises(InputError, match=r"--trial = 0: prices MTP .* on qwen3-235b-a22b, .*mtp_layers = 0"):
+        design_of(qwen, 0, _record(max_batch=4096), catalog, params)
+    assert design_of(dc_replace(spec, mtp=True), 0, _record(max_batch=4096), catalog, params).mtp_drafts > 0
+    assert design_of(dc_replace(qwen, mtp=False), 0, _record(max_batch=4096), catalog, params).mtp_drafts == 0
+
+
 def _wide(cap: int, gpus: int = 64, profile: str = "trt", chunk: int | None = None) -> Design:
     """An aggregated design of one data-parallel-attention instance of ``gpus`` GPUs capped at
     ``cap`` running requests (on one host: what the hosts are does not matter here)."""
