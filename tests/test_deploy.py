@@ -847,12 +847,49 @@ def test_several_vllm_or_trtllm_instances_get_vllms_router(engine: str, tmp_path
     assert "router.sh" not in launch_files(_shared_aggregated(instances=1), engine)
 
 
+def test_vllm_and_sglang_capture_cuda_graphs_up_to_a_ranks_running_batch() -> None:
+    """vLLM's CUDA graphs stop at 512 tokens a step by default (min(max_num_seqs x (1 + drafts) x 2,
+    512): vllm/config/vllm.py, VllmConfig._set_cudagraph_sizes) and SGLang's at 160 to 512 requests
+    a rank by GPU memory and TP size (server_args.py, _handle_gpu_memory_settings); a larger running
+    batch decodes eagerly, slower than the runs the step costs were fitted on. A capped pool's
+    launch captures them up to a rank's running batch: vLLM's in tokens, drafts included, up to its
+    capture grid (8 apart below 256, 16 from there; a maximum between is cut to the size below) and
+    within the rank's token budget, SGLang's in requests a rank, a multiple of the attention TP size
+    under DP attention; a pool without a cap (a prefill pool) is left to the engine."""
+    v, s = FLAGS["vllm"], FLAGS["sglang"]
+    tp8 = PoolLaunch("mixed", "b200", 8, 8, 8, 1, 8, max_running=1000, chunk_tokens=4096)  # one rank
+    big = replace(_design("aggregated", drafts=0), pools=(tp8,))
+    assert _arg(_command(launch_files(big, "vllm")["instance.sh"]), v["cuda_graph_max"]) == "1008"
+    assert _arg(_command(launch_files(big, "sglang")["instance.sh"]), s["cuda_graph_max"]) == "1000"
+    mtp = _command(launch_files(replace(big, mtp_drafts=2), "vllm")["instance.sh"])  # 3000 tokens a step
+    assert (_arg(mtp, v["chunk"]), _arg(mtp, v["cuda_graph_max"])) == ("4096", "3008")
+    over = replace(big, mtp_drafts=3, pools=(replace(tp8, max_running=2101, chunk_tokens=None),))
+    wide = _command(launch_files(over, "vllm")["instance.sh"])  # 8404 tokens a step, its budget
+    assert (_arg(wide, v["chunk"]), _arg(wide, v["cuda_graph_max"])) == ("8404", "8404")
+    agg = launch_files(_design("aggregated"), "vllm")  # 256 over 8 DP ranks, 2 drafts: 96 tokens
+    assert _arg(_command(agg["instance.sh"]), v["cuda_graph_max"]) == "96"
+    assert _arg(_command(launch_files(_design("aggregated"), "sglang")["instance.sh"]), s["cuda_graph_max"]) == "32"
+    dpa2 = PoolLaunch("mixed", "b200", 8, 2, 8, 1, 8, max_running=300, chunk_tokens=4096)  # 4 ranks of TP2
+    odd = launch_files(replace(big, pools=(dpa2,)), "sglang")["instance.sh"]
+    assert _arg(_command(odd), s["cuda_graph_max"]) == "76"  # 300 // 4 = 75, up to a multiple of 2
+    for engine, profile in (("sglang", "trt"), ("dynamo", "sglang")):
+        files = launch_files(replace(_design(), profile=profile), engine)  # decode: 1000 over 16 ranks
+        assert _arg(_command(files["decode.sh"]), s["cuda_graph_max"]) == "62", engine
+        assert s["cuda_graph_max"] not in _command(files["prefill.sh"]), engine
+    dynamo = launch_files(replace(_design(), profile="atom"), "dynamo")
+    assert _arg(_command(dynamo["decode.sh"]), v["cuda_graph_max"]) == "192"  # 62 x 3 up to the grid
+    assert v["cuda_graph_max"] not in _command(dynamo["prefill.sh"])
+
+
 def test_the_readme_names_the_oldest_releases_whose_flag_names_it_uses() -> None:
     """vLLM's MTP method `mtp` (older: `deepseek_mtp`) and Dynamo's vLLM `--disaggregation-mode`
     (older: `--is-prefill-worker`): the README states the releases they need, where they are used."""
     vllm = launch_files(_design("aggregated"), "vllm")["README.md"]
     assert "vLLM 0.11 or later" in vllm and "deepseek_mtp" in vllm
-    assert "vLLM 0.11" not in launch_files(_design("aggregated", drafts=0), "vllm")["README.md"]
+    plain = launch_files(_design("aggregated", drafts=0), "vllm")["README.md"]
+    assert "deepseek_mtp" not in plain and "vLLM 0.11 or later" not in plain
+    graphs = f"vLLM 0.11.1 or later for `{FLAGS['vllm']['cuda_graph_max']}`"
+    assert graphs in vllm and graphs in plain  # a capped pool's CUDA graphs
     dynamo = launch_files(replace(_design(), profile="atom"), "dynamo")["README.md"]
     assert "`--disaggregation-mode`" in dynamo and "--is-prefill-worker" in dynamo and "vLLM 0.11" in dynamo
     assert "--is-prefill-worker" not in launch_files(_design(), "dynamo")["README.md"]  # TRT-LLM workers

@@ -233,6 +233,36 @@ def token_budget(pool: PoolLaunch, design: Design, dp: int) -> int | None:
     return max(per_rank_chunk(pool, design, dp), need)
 
 
+def vllm_graph_tokens(pool: PoolLaunch, design: Design) -> int | None:
+    """vLLM's --max-cudagraph-capture-size for a pool with a running cap: one decode step of a
+    data-parallel rank's whole running batch (:func:`batch_tokens`), up to vLLM's grid of capture
+    sizes (8 apart below 256, 16 from there: a maximum off it is cut to the size below, and a
+    batch between the two then steps eagerly, vllm-project/vllm#37865), within the rank's token
+    budget, where vLLM stops its graphs anyway. By default its graphs stop at 512 tokens a step
+    (``engine_flags.toml``), and a larger running batch decodes eagerly, slower than the runs the
+    step costs were fitted on. None: a pool without a cap (a Dynamo prefill worker)."""
+    need = batch_tokens(pool, design, pool.dp)
+    if not need:
+        return None
+    step = 8 if need < 256 else 16
+    budget = token_budget(pool, design, pool.dp) or DEFAULT_TOKEN_BUDGET
+    return min(-(-need // step) * step, budget)  # the budget holds the step: token_budget
+
+
+def sglang_graph_batch(pool: PoolLaunch) -> int | None:
+    """SGLang's --cuda-graph-max-bs for a pool with a running cap: the requests each attention-DP
+    rank runs at once (:func:`sglang_cap` over :func:`sglang_dp`), whose decode steps then replay a
+    CUDA graph; by default its graphs stop at 160 to 512 requests by the GPU's memory and TP size
+    (``engine_flags.toml``), and a larger batch steps eagerly. None: a pool without a cap."""
+    cap = sglang_cap(pool)
+    if cap is None:
+        return None
+    # under DP attention SGLang captures only batches a multiple of the attention TP size
+    # (get_batch_sizes_to_capture's mul_base), so a rank's cap is passed rounded up to one
+    tp = pool.attn_tp if sglang_dp(pool) > 1 else 1
+    return -(-(cap // sglang_dp(pool)) // tp) * tp
+
+
 def per_rank_chunk(pool: PoolLaunch, design: Design, dp: int) -> int:
     """The token budget of each of ``dp`` ranks of an engine that budgets per rank (vLLM,
     TRT-LLM): the design's chunk, split where its profile priced it for the whole instance."""
@@ -266,6 +296,9 @@ def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str 
     cap = sglang_running(pool, design)
     if cap is not None:
         args += [f["max_running"], str(cap)]
+    graphs = sglang_graph_batch(pool)
+    if graphs is not None:
+        args += [f["cuda_graph_max"], str(graphs)]
     if pool.chunk_tokens is not None:
         args += [f["chunk"], str(sglang_chunk(pool, design))]
     args += [f["kv_dtype"], _kv(design, f)]
@@ -291,6 +324,9 @@ def vllm_args(pool: PoolLaunch, design: Design, f: dict[str, str]) -> list[str]:
     if pool.ep > 1:
         args.append(f["ep"])
     args += _per_rank_caps(pool, design, pool.dp, f["max_running"], f["chunk"])
+    graphs = vllm_graph_tokens(pool, design)
+    if graphs is not None:
+        args += [f["cuda_graph_max"], str(graphs)]
     args += [f["kv_dtype"], _kv(design, f)]
     if design.mtp_drafts:
         spec = json.dumps({"method": f["spec_method"], "num_speculative_tokens": design.mtp_drafts})
