@@ -868,7 +868,8 @@ def test_vllm_and_sglang_capture_cuda_graphs_up_to_a_ranks_running_batch() -> No
     assert (_arg(wide, v["chunk"]), _arg(wide, v["cuda_graph_max"])) == ("8404", "8404")
     agg = launch_files(_design("aggregated"), "vllm")  # 256 over 8 DP ranks, 2 drafts: 96 tokens
     assert _arg(_command(agg["instance.sh"]), v["cuda_graph_max"]) == "96"
-    assert _arg(_command(launch_files(_design("aggregated"), "sglang")["instance.sh"]), s["cuda_graph_max"]) == "32"
+    sglang = _command(launch_files(_design("aggregated"), "sglang")["instance.sh"])
+    assert _arg(sglang, s["cuda_graph_max"]) == "32"
     dpa2 = PoolLaunch("mixed", "b200", 8, 2, 8, 1, 8, max_running=300, chunk_tokens=4096)  # 4 ranks of TP2
     odd = launch_files(replace(big, pools=(dpa2,)), "sglang")["instance.sh"]
     assert _arg(_command(odd), s["cuda_graph_max"]) == "76"  # 300 // 4 = 75, up to a multiple of 2
@@ -879,6 +880,26 @@ def test_vllm_and_sglang_capture_cuda_graphs_up_to_a_ranks_running_batch() -> No
     dynamo = launch_files(replace(_design(), profile="atom"), "dynamo")
     assert _arg(_command(dynamo["decode.sh"]), v["cuda_graph_max"]) == "192"  # 62 x 3 up to the grid
     assert v["cuda_graph_max"] not in _command(dynamo["prefill.sh"])
+
+
+def test_sglang_prefill_batches_take_a_ranks_whole_chunk() -> None:
+    """SGLang admits no second request to a prefill batch past --max-prefill-tokens (default 16384,
+    not divided by --dp-size: schedule_policy.py, PrefillAdder.add_one_req), whatever the chunk: a
+    rank's chunk above it (the `sglang` profile's 524288 over 8 ranks, 65536) had its batches of
+    short prompts stop at 16384 tokens, a quarter of the forward the study priced. Such a pool gets
+    it raised to the rank's chunk, on Dynamo's SGLang workers too; a chunk within it leaves it."""
+    s = FLAGS["sglang"]
+    wide = PoolLaunch("prefill", "b200", 8, 1, 8, 2, 8, max_running=None, chunk_tokens=524288)
+    pools = (wide, _design().pools[1])
+    design = replace(_design(drafts=0), pools=pools, profile="sglang", chunk_per_instance=None)
+    for engine in ("sglang", "dynamo"):
+        words = _command(launch_files(design, engine)["prefill.sh"])
+        assert (_arg(words, s["chunk"]), _arg(words, s["max_prefill"])) == ("524288", "65536"), engine
+        assert s["max_prefill"] not in _command(launch_files(design, engine)["decode.sh"]), engine
+    per_rank = replace(design, profile="trt", chunk_per_instance=None)  # 524288 a rank, times 8
+    assert _arg(_command(launch_files(per_rank, "sglang")["prefill.sh"]), s["max_prefill"]) == "524288"
+    within = replace(design, pools=(replace(wide, chunk_tokens=131072), design.pools[1]))  # 16384 a rank
+    assert s["max_prefill"] not in _command(launch_files(within, "sglang")["prefill.sh"])
 
 
 def test_the_readme_names_the_oldest_releases_whose_flag_names_it_uses() -> None:

@@ -277,6 +277,22 @@ def sglang_chunk(pool: PoolLaunch, design: Design) -> int:
     return chunk if design.chunk_per_instance else chunk * sglang_dp(pool)
 
 
+# SGLang's ServerArgs.max_prefill_tokens: the prompt tokens a prefill batch of a rank takes, whatever
+# --chunked-prefill-size is (sgl-project/sglang:python/sglang/srt/server_args.py; PrefillAdder's
+# rem_input_tokens: a second request past it waits, python/sglang/srt/managers/schedule_policy.py)
+SGLANG_MAX_PREFILL_TOKENS = 16384
+
+
+def sglang_prefill_tokens(pool: PoolLaunch, design: Design) -> int | None:
+    """SGLang's --max-prefill-tokens where a rank's chunk (--chunked-prefill-size over --dp-size)
+    exceeds its default (:data:`SGLANG_MAX_PREFILL_TOKENS`): a prefill batch of short prompts would
+    otherwise stop there, below the chunk the study priced a forward at. None: the default holds."""
+    if pool.chunk_tokens is None:
+        return None
+    per_rank = sglang_chunk(pool, design) // sglang_dp(pool)
+    return per_rank if per_rank > SGLANG_MAX_PREFILL_TOKENS else None
+
+
 def sglang_args(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None) -> list[str]:
     """SGLang: the instance's GPUs are its TP size; data-parallel attention splits them into
     ``dp`` attention ranks. Its running-request cap and chunk are for the whole instance."""
@@ -301,6 +317,9 @@ def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str 
         args += [f["cuda_graph_max"], str(graphs)]
     if pool.chunk_tokens is not None:
         args += [f["chunk"], str(sglang_chunk(pool, design))]
+    prefill = sglang_prefill_tokens(pool, design)
+    if prefill is not None:
+        args += [f["max_prefill"], str(prefill)]
     args += [f["kv_dtype"], _kv(design, f)]
     if design.mtp_drafts:
         d = design.mtp_drafts
