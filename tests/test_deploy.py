@@ -902,6 +902,39 @@ def test_sglang_prefill_batches_take_a_ranks_whole_chunk() -> None:
     assert s["max_prefill"] not in _command(launch_files(within, "sglang")["prefill.sh"])
 
 
+def test_engines_that_run_on_nvidia_gpus_only_refuse_a_design_on_others(catalog: Catalog) -> None:
+    """TensorRT-LLM runs on NVIDIA GPUs only, and NVIDIA's Dynamo runtime images are CUDA builds:
+    a design on MI355X had been written a trtllm-serve launch and a graph of CUDA images. `--engine
+    trtllm` (and Dynamo's TRT-LLM workers) refuse it in one line naming the pool, its GPUs and the
+    rule; Dynamo takes it with an --image of the user's; SGLang and vLLM launch it as before."""
+    from dse.deploy.design import design_of
+    from dse.errors import InputError
+    from dse.perf.params import load_params
+    from dse.study.api import Study
+
+    spec, params = Study.load(TINY).spec, load_params()
+    record = _record(max_batch=4096)
+    for p in record["pools"]:
+        p["hardware"] = "mi355x"
+    design = design_of(spec, 0, record, catalog, params)
+    assert {p.vendor for p in design.pools} == {"amd"}
+    nvidia = design_of(spec, 0, _record(max_batch=4096), catalog, params)
+    assert {p.vendor for p in nvidia.pools} == {"nvidia"}
+    mixed = replace(design.pools[1], role="mixed", label="")
+    agg = replace(design, pools=(mixed,), topology="aggregated")
+    trt = r"runs on mi355x GPUs \(amd\), and TensorRT-LLM runs on NVIDIA GPUs only"
+    with pytest.raises(InputError, match=rf"--engine = 'trtllm': cannot launch the instance pool .*{trt}"):
+        launch_files(agg, "trtllm")
+    with pytest.raises(InputError, match=trt):
+        launch_files(replace(design, profile="trt"), "dynamo")
+    sglang = replace(design, profile="sglang")
+    with pytest.raises(InputError, match=r"--image: must name an image built for mi355x GPUs .*CUDA build"):
+        launch_files(sglang, "dynamo")
+    rocm = "registry/dynamo-rocm:1"
+    assert rocm in launch_files(sglang, "dynamo", image=rocm)["graph.yaml"]
+    assert "instance.sh" in launch_files(agg, "vllm") and "prefill.sh" in launch_files(design, "sglang")
+
+
 def test_the_readme_names_the_oldest_releases_whose_flag_names_it_uses() -> None:
     """vLLM's MTP method `mtp` (older: `deepseek_mtp`) and Dynamo's vLLM `--disaggregation-mode`
     (older: `--is-prefill-worker`): the README states the releases they need, where they are used."""

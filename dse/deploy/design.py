@@ -46,6 +46,7 @@ class PoolLaunch:
     chunk_tokens: int | None
     pp: int = 1  # pipeline stages (prefill), each of gpus / pp GPUs with attn_tp and ep inside
     label: str = ""  # its files' name; "": the role's (Design gives pools sharing one their own)
+    vendor: str = "nvidia"  # the GPU's maker, as the hardware catalog names it
 
     @property
     def tp(self) -> int:
@@ -240,6 +241,7 @@ def design_of(
                 pp=par.pp,
                 instances=int(p["instances"]),
                 gpus_per_host=hw.gpus_per_host,
+                vendor=hw.vendor,
                 max_running=running_cap(role, p, choice),
                 # the prefill chunk budget; a decode pool keeps its engine's default
                 chunk_tokens=int(choice["chunk_tokens"])

@@ -50,6 +50,13 @@ def check_launchable(design: Design, engine: str) -> None:
     if any(p.role == "prefill" for p in design.pools) and engine in ("trtllm", "vllm"):
         why = f"launches one aggregated server; this {design.topology} design needs sglang or dynamo"
         raise InputError(SRC, "--engine", why, engine)
+    other = next((p for p in design.pools if p.vendor != "nvidia"), None)
+    if other is not None and backend == "trtllm":
+        why = (
+            f"cannot launch the {other.name} pool {on}: it runs on {other.hardware} GPUs ({other.vendor}), "
+            "and TensorRT-LLM runs on NVIDIA GPUs only (--engine sglang or vllm)"
+        )
+        raise InputError(SRC, "--engine", why, engine)
     for p in design.pools:
         shape = Parallel(p.gpus, p.attn_tp, p.ep, p.pp).label()
         if p.pp > 1 and backend != "sglang":
