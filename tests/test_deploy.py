@@ -854,13 +854,14 @@ def test_vllm_and_sglang_capture_cuda_graphs_up_to_a_ranks_running_batch() -> No
     batch decodes eagerly, slower than the runs the step costs were fitted on. A capped pool's
     launch captures them up to a rank's running batch: vLLM's in tokens, drafts included, up to its
     capture grid (8 apart below 256, 16 from there; a maximum between is cut to the size below) and
-    within the rank's token budget, SGLang's in requests a rank, a multiple of the attention TP size
-    under DP attention; a pool without a cap (a prefill pool) is left to the engine."""
+    within the rank's token budget, SGLang's in requests a rank up to a multiple of 32, which each
+    of its capture grids holds (197 had captured 192 at most), and of the attention TP size under
+    DP attention; a pool without a cap (a prefill pool) is left to the engine."""
     v, s = FLAGS["vllm"], FLAGS["sglang"]
     tp8 = PoolLaunch("mixed", "b200", 8, 8, 8, 1, 8, max_running=1000, chunk_tokens=4096)  # one rank
     big = replace(_design("aggregated", drafts=0), pools=(tp8,))
     assert _arg(_command(launch_files(big, "vllm")["instance.sh"]), v["cuda_graph_max"]) == "1008"
-    assert _arg(_command(launch_files(big, "sglang")["instance.sh"]), s["cuda_graph_max"]) == "1000"
+    assert _arg(_command(launch_files(big, "sglang")["instance.sh"]), s["cuda_graph_max"]) == "1024"
     mtp = _command(launch_files(replace(big, mtp_drafts=2), "vllm")["instance.sh"])  # 3000 tokens a step
     assert (_arg(mtp, v["chunk"]), _arg(mtp, v["cuda_graph_max"])) == ("4096", "3008")
     over = replace(big, mtp_drafts=3, pools=(replace(tp8, max_running=2101, chunk_tokens=None),))
@@ -869,13 +870,16 @@ def test_vllm_and_sglang_capture_cuda_graphs_up_to_a_ranks_running_batch() -> No
     agg = launch_files(_design("aggregated"), "vllm")  # 256 over 8 DP ranks, 2 drafts: 96 tokens
     assert _arg(_command(agg["instance.sh"]), v["cuda_graph_max"]) == "96"
     sglang = _command(launch_files(_design("aggregated"), "sglang")["instance.sh"])
-    assert _arg(sglang, s["cuda_graph_max"]) == "32"
+    assert _arg(sglang, s["cuda_graph_max"]) == "32"  # 256 over 8 ranks
+    dpa8 = PoolLaunch("mixed", "b200", 8, 1, 8, 1, 8, max_running=1582, chunk_tokens=4096)  # 197 a rank
+    off_grid = _command(launch_files(replace(big, pools=(dpa8,)), "sglang")["instance.sh"])
+    assert _arg(off_grid, s["cuda_graph_max"]) == "224"  # its grid: 192, 200 .. 224
     dpa2 = PoolLaunch("mixed", "b200", 8, 2, 8, 1, 8, max_running=300, chunk_tokens=4096)  # 4 ranks of TP2
     odd = launch_files(replace(big, pools=(dpa2,)), "sglang")["instance.sh"]
-    assert _arg(_command(odd), s["cuda_graph_max"]) == "76"  # 300 // 4 = 75, up to a multiple of 2
+    assert _arg(_command(odd), s["cuda_graph_max"]) == "96"  # 300 // 4 = 75, up to 32 (and TP2)
     for engine, profile in (("sglang", "trt"), ("dynamo", "sglang")):
         files = launch_files(replace(_design(), profile=profile), engine)  # decode: 1000 over 16 ranks
-        assert _arg(_command(files["decode.sh"]), s["cuda_graph_max"]) == "62", engine
+        assert _arg(_command(files["decode.sh"]), s["cuda_graph_max"]) == "64", engine
         assert s["cuda_graph_max"] not in _command(files["prefill.sh"]), engine
     dynamo = launch_files(replace(_design(), profile="atom"), "dynamo")
     assert _arg(_command(dynamo["decode.sh"]), v["cuda_graph_max"]) == "192"  # 62 x 3 up to the grid

@@ -258,16 +258,23 @@ def vllm_graph_tokens(pool: PoolLaunch, design: Design) -> int | None:
 
 def sglang_graph_batch(pool: PoolLaunch) -> int | None:
     """SGLang's --cuda-graph-max-bs for a pool with a running cap: the requests each attention-DP
-    rank runs at once (:func:`sglang_cap` over :func:`sglang_dp`), whose decode steps then replay a
-    CUDA graph; by default its graphs stop at 160 to 512 requests by the GPU's memory and TP size
-    (``engine_flags.toml``), and a larger batch steps eagerly. None: a pool without a cap."""
+    rank runs at once (:func:`sglang_cap` over :func:`sglang_dp`), up to a size its capture grid
+    holds, so that its decode steps replay a CUDA graph; by default its graphs stop at 160 to 512
+    requests by the GPU's memory and TP size (``engine_flags.toml``), and a larger batch steps
+    eagerly. None: a pool without a cap.
+
+    SGLang captures batch sizes on a grid up to this flag (``ServerArgs._generate_cuda_graph_batch_sizes``:
+    8 apart to 256, then 16 and, without speculative decoding, 32 apart from 512; under it 4 or 2
+    apart) and cuts the flag to the grid's largest size within it; ``get_batch_sizes_to_capture``
+    then adds the rank's request pool only where a size above it was generated. A cap off the grid
+    (197 a rank: sizes to 192) had its largest batches step eagerly, so the flag is the cap rounded
+    up to a multiple of 32, which every grid holds, and of the attention TP size under DP
+    attention, the only batch sizes SGLang captures there (its ``mul_base``)."""
     cap = sglang_cap(pool)
     if cap is None:
         return None
-    # under DP attention SGLang captures only batches a multiple of the attention TP size
-    # (get_batch_sizes_to_capture's mul_base), so a rank's cap is passed rounded up to one
-    tp = pool.attn_tp if sglang_dp(pool) > 1 else 1
-    return -(-(cap // sglang_dp(pool)) // tp) * tp
+    step = math.lcm(32, pool.attn_tp if sglang_dp(pool) > 1 else 1)
+    return -(-(cap // sglang_dp(pool)) // step) * step
 
 
 def per_rank_chunk(pool: PoolLaunch, design: Design, dp: int) -> int:
