@@ -397,6 +397,27 @@ def test_the_running_request_cap_is_the_batch_that_meets_the_tpot_target(catalog
     assert [p.max_running for p in design_of(spec, 0, bare, catalog, params).pools] == [None, 4096, 4096]
 
 
+def test_mtp_on_a_model_without_mtp_layers_is_refused(catalog: Catalog) -> None:
+    """Every engine drafts MTP tokens with the checkpoint's own MTP layers (SGLang's EAGLE on
+    DeepSeek's NEXTN, vLLM's `mtp` method, TRT-LLM's num_nextn_predict_layers): a study with
+    `mtp = true` on a model whose catalog entry has none (Qwen3-235B) had been written speculative
+    flags no engine starts with; it is refused in one line naming the model and the rule."""
+    from dataclasses import replace as dc_replace
+
+    from dse.deploy.design import design_of
+    from dse.errors import InputError
+    from dse.perf.params import load_params
+    from dse.study.api import Study
+
+    spec, params = Study.load(TINY).spec, load_params()
+    assert catalog.model("qwen3-235b-a22b").mtp_layers == 0 < catalog.model(spec.model).mtp_layers
+    qwen = dc_replace(spec, model="qwen3-235b-a22b", mtp=True)
+    with pytest.raises(InputError, match=r"--trial = 0: prices MTP .* on qwen3-235b-a22b, .*mtp_layers = 0"):
+        design_of(qwen, 0, _record(max_batch=4096), catalog, params)
+    assert design_of(dc_replace(spec, mtp=True), 0, _record(max_batch=4096), catalog, params).mtp_drafts > 0
+    assert design_of(dc_replace(qwen, mtp=False), 0, _record(max_batch=4096), catalog, params).mtp_drafts == 0
+
+
 def _wide(cap: int, gpus: int = 64, profile: str = "trt", chunk: int | None = None) -> Design:
     """An aggregated design of one data-parallel-attention instance of ``gpus`` GPUs capped at
     ``cap`` running requests (on one host: what the hosts are does not matter here)."""
@@ -826,12 +847,107 @@ def test_several_vllm_or_trtllm_instances_get_vllms_router(engine: str, tmp_path
     assert "router.sh" not in launch_files(_shared_aggregated(instances=1), engine)
 
 
+def test_vllm_and_sglang_capture_cuda_graphs_up_to_a_ranks_running_batch() -> None:
+    """vLLM's CUDA graphs stop at 512 tokens a step by default (min(max_num_seqs x (1 + drafts) x 2,
+    512): vllm/config/vllm.py, VllmConfig._set_cudagraph_sizes) and SGLang's at 160 to 512 requests
+    a rank by GPU memory and TP size (server_args.py, _handle_gpu_memory_settings); a larger running
+    batch decodes eagerly, slower than the runs the step costs were fitted on. A capped pool's
+    launch captures them up to a rank's running batch: vLLM's in tokens, drafts included, up to its
+    capture grid (8 apart below 256, 16 from there; a maximum between is cut to the size below) and
+    within the rank's token budget, SGLang's in requests a rank up to a multiple of 32, which each
+    of its capture grids holds (197 had captured 192 at most), and of the attention TP size under
+    DP attention; a pool without a cap (a prefill pool) is left to the engine."""
+    v, s = FLAGS["vllm"], FLAGS["sglang"]
+    tp8 = PoolLaunch("mixed", "b200", 8, 8, 8, 1, 8, max_running=1000, chunk_tokens=4096)  # one rank
+    big = replace(_design("aggregated", drafts=0), pools=(tp8,))
+    assert _arg(_command(launch_files(big, "vllm")["instance.sh"]), v["cuda_graph_max"]) == "1008"
+    assert _arg(_command(launch_files(big, "sglang")["instance.sh"]), s["cuda_graph_max"]) == "1024"
+    mtp = _command(launch_files(replace(big, mtp_drafts=2), "vllm")["instance.sh"])  # 3000 tokens a step
+    assert (_arg(mtp, v["chunk"]), _arg(mtp, v["cuda_graph_max"])) == ("4096", "3008")
+    over = replace(big, mtp_drafts=3, pools=(replace(tp8, max_running=2101, chunk_tokens=None),))
+    wide = _command(launch_files(over, "vllm")["instance.sh"])  # 8404 tokens a step, its budget
+    assert (_arg(wide, v["chunk"]), _arg(wide, v["cuda_graph_max"])) == ("8404", "8404")
+    agg = launch_files(_design("aggregated"), "vllm")  # 256 over 8 DP ranks, 2 drafts: 96 tokens
+    assert _arg(_command(agg["instance.sh"]), v["cuda_graph_max"]) == "96"
+    sglang = _command(launch_files(_design("aggregated"), "sglang")["instance.sh"])
+    assert _arg(sglang, s["cuda_graph_max"]) == "32"  # 256 over 8 ranks
+    dpa8 = PoolLaunch("mixed", "b200", 8, 1, 8, 1, 8, max_running=1582, chunk_tokens=4096)  # 197 a rank
+    off_grid = _command(launch_files(replace(big, pools=(dpa8,)), "sglang")["instance.sh"])
+    assert _arg(off_grid, s["cuda_graph_max"]) == "224"  # its grid: 192, 200 .. 224
+    dpa2 = PoolLaunch("mixed", "b200", 8, 2, 8, 1, 8, max_running=300, chunk_tokens=4096)  # 4 ranks of TP2
+    odd = launch_files(replace(big, pools=(dpa2,)), "sglang")["instance.sh"]
+    assert _arg(_command(odd), s["cuda_graph_max"]) == "96"  # 300 // 4 = 75, up to 32 (and TP2)
+    for engine, profile in (("sglang", "trt"), ("dynamo", "sglang")):
+        files = launch_files(replace(_design(), profile=profile), engine)  # decode: 1000 over 16 ranks
+        assert _arg(_command(files["decode.sh"]), s["cuda_graph_max"]) == "64", engine
+        assert s["cuda_graph_max"] not in _command(files["prefill.sh"]), engine
+    dynamo = launch_files(replace(_design(), profile="atom"), "dynamo")
+    assert _arg(_command(dynamo["decode.sh"]), v["cuda_graph_max"]) == "192"  # 62 x 3 up to the grid
+    assert v["cuda_graph_max"] not in _command(dynamo["prefill.sh"])
+
+
+def test_sglang_prefill_batches_take_a_ranks_whole_chunk() -> None:
+    """SGLang admits no second request to a prefill batch past --max-prefill-tokens (default 16384,
+    not divided by --dp-size: schedule_policy.py, PrefillAdder.add_one_req), whatever the chunk: a
+    rank's chunk above it (the `sglang` profile's 524288 over 8 ranks, 65536) had its batches of
+    short prompts stop at 16384 tokens, a quarter of the forward the study priced. Such a pool gets
+    it raised to the rank's chunk, on Dynamo's SGLang workers too; a chunk within it leaves it."""
+    s = FLAGS["sglang"]
+    wide = PoolLaunch("prefill", "b200", 8, 1, 8, 2, 8, max_running=None, chunk_tokens=524288)
+    pools = (wide, _design().pools[1])
+    design = replace(_design(drafts=0), pools=pools, profile="sglang", chunk_per_instance=None)
+    for engine in ("sglang", "dynamo"):
+        words = _command(launch_files(design, engine)["prefill.sh"])
+        assert (_arg(words, s["chunk"]), _arg(words, s["max_prefill"])) == ("524288", "65536"), engine
+        assert s["max_prefill"] not in _command(launch_files(design, engine)["decode.sh"]), engine
+    per_rank = replace(design, profile="trt", chunk_per_instance=None)  # 524288 a rank, times 8
+    assert _arg(_command(launch_files(per_rank, "sglang")["prefill.sh"]), s["max_prefill"]) == "524288"
+    within = replace(design, pools=(replace(wide, chunk_tokens=131072), design.pools[1]))  # 16384 a rank
+    assert s["max_prefill"] not in _command(launch_files(within, "sglang")["prefill.sh"])
+
+
+def test_engines_that_run_on_nvidia_gpus_only_refuse_a_design_on_others(catalog: Catalog) -> None:
+    """TensorRT-LLM runs on NVIDIA GPUs only, and NVIDIA's Dynamo runtime images are CUDA builds:
+    a design on MI355X had been written a trtllm-serve launch and a graph of CUDA images. `--engine
+    trtllm` (and Dynamo's TRT-LLM workers) refuse it in one line naming the pool, its GPUs and the
+    rule; Dynamo takes it with an --image of the user's; SGLang and vLLM launch it as before."""
+    from dse.deploy.design import design_of
+    from dse.errors import InputError
+    from dse.perf.params import load_params
+    from dse.study.api import Study
+
+    spec, params = Study.load(TINY).spec, load_params()
+    record = _record(max_batch=4096)
+    for p in record["pools"]:
+        p["hardware"] = "mi355x"
+    design = design_of(spec, 0, record, catalog, params)
+    assert {p.vendor for p in design.pools} == {"amd"}
+    nvidia = design_of(spec, 0, _record(max_batch=4096), catalog, params)
+    assert {p.vendor for p in nvidia.pools} == {"nvidia"}
+    mixed = replace(design.pools[1], role="mixed", label="")
+    agg = replace(design, pools=(mixed,), topology="aggregated")
+    trt = r"runs on mi355x GPUs \(amd\), and TensorRT-LLM runs on NVIDIA GPUs only"
+    with pytest.raises(InputError, match=rf"--engine = 'trtllm': cannot launch the instance pool .*{trt}"):
+        launch_files(agg, "trtllm")
+    with pytest.raises(InputError, match=trt):
+        launch_files(replace(design, profile="trt"), "dynamo")
+    sglang = replace(design, profile="sglang")
+    with pytest.raises(InputError, match=r"--image: must name an image built for mi355x GPUs .*CUDA build"):
+        launch_files(sglang, "dynamo")
+    rocm = "registry/dynamo-rocm:1"
+    assert rocm in launch_files(sglang, "dynamo", image=rocm)["graph.yaml"]
+    assert "instance.sh" in launch_files(agg, "vllm") and "prefill.sh" in launch_files(design, "sglang")
+
+
 def test_the_readme_names_the_oldest_releases_whose_flag_names_it_uses() -> None:
     """vLLM's MTP method `mtp` (older: `deepseek_mtp`) and Dynamo's vLLM `--disaggregation-mode`
     (older: `--is-prefill-worker`): the README states the releases they need, where they are used."""
     vllm = launch_files(_design("aggregated"), "vllm")["README.md"]
     assert "vLLM 0.11 or later" in vllm and "deepseek_mtp" in vllm
-    assert "vLLM 0.11" not in launch_files(_design("aggregated", drafts=0), "vllm")["README.md"]
+    plain = launch_files(_design("aggregated", drafts=0), "vllm")["README.md"]
+    assert "deepseek_mtp" not in plain and "vLLM 0.11 or later" not in plain
+    graphs = f"vLLM 0.11.1 or later for `{FLAGS['vllm']['cuda_graph_max']}`"
+    assert graphs in vllm and graphs in plain  # a capped pool's CUDA graphs
     dynamo = launch_files(replace(_design(), profile="atom"), "dynamo")["README.md"]
     assert "`--disaggregation-mode`" in dynamo and "--is-prefill-worker" in dynamo and "vLLM 0.11" in dynamo
     assert "--is-prefill-worker" not in launch_files(_design(), "dynamo")["README.md"]  # TRT-LLM workers

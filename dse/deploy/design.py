@@ -46,6 +46,7 @@ class PoolLaunch:
     chunk_tokens: int | None
     pp: int = 1  # pipeline stages (prefill), each of gpus / pp GPUs with attn_tp and ep inside
     label: str = ""  # its files' name; "": the role's (Design gives pools sharing one their own)
+    vendor: str = "nvidia"  # the GPU's maker, as the hardware catalog names it
 
     @property
     def tp(self) -> int:
@@ -240,6 +241,7 @@ def design_of(
                 pp=par.pp,
                 instances=int(p["instances"]),
                 gpus_per_host=hw.gpus_per_host,
+                vendor=hw.vendor,
                 max_running=running_cap(role, p, choice),
                 # the prefill chunk budget; a decode pool keeps its engine's default
                 chunk_tokens=int(choice["chunk_tokens"])
@@ -248,6 +250,15 @@ def design_of(
             )
         )
     model = catalog.model(spec.model)
+    if drafts and model.mtp_layers == 0:
+        # every engine's MTP drafts with the checkpoint's own MTP layers (SGLang's EAGLE on
+        # DeepSeek's NEXTN, vLLM's "mtp" method, TRT-LLM's num_nextn_predict_layers): a model
+        # without them would not start, whatever the study priced its drafts at
+        why = (
+            f"prices MTP ({spec.name}'s mtp = true, {drafts} draft tokens) on {model.id}, whose "
+            "catalog entry has no MTP layers (mtp_layers = 0): no engine launches its drafts"
+        )
+        raise InputError(SRC, "--trial", why, trial)
     return Design(
         study=spec.name,
         trial=trial,

@@ -50,6 +50,13 @@ def check_launchable(design: Design, engine: str) -> None:
     if any(p.role == "prefill" for p in design.pools) and engine in ("trtllm", "vllm"):
         why = f"launches one aggregated server; this {design.topology} design needs sglang or dynamo"
         raise InputError(SRC, "--engine", why, engine)
+    other = next((p for p in design.pools if p.vendor != "nvidia"), None)
+    if other is not None and backend == "trtllm":
+        why = (
+            f"cannot launch the {other.name} pool {on}: it runs on {other.hardware} GPUs ({other.vendor}), "
+            "and TensorRT-LLM runs on NVIDIA GPUs only (--engine sglang or vllm)"
+        )
+        raise InputError(SRC, "--engine", why, engine)
     for p in design.pools:
         shape = Parallel(p.gpus, p.attn_tp, p.ep, p.pp).label()
         if p.pp > 1 and backend != "sglang":
@@ -233,6 +240,43 @@ def token_budget(pool: PoolLaunch, design: Design, dp: int) -> int | None:
     return max(per_rank_chunk(pool, design, dp), need)
 
 
+def vllm_graph_tokens(pool: PoolLaunch, design: Design) -> int | None:
+    """vLLM's --max-cudagraph-capture-size for a pool with a running cap: one decode step of a
+    data-parallel rank's whole running batch (:func:`batch_tokens`), up to vLLM's grid of capture
+    sizes (8 apart below 256, 16 from there: a maximum off it is cut to the size below, and a
+    batch between the two then steps eagerly, vllm-project/vllm#37865), within the rank's token
+    budget, where vLLM stops its graphs anyway. By default its graphs stop at 512 tokens a step
+    (``engine_flags.toml``), and a larger running batch decodes eagerly, slower than the runs the
+    step costs were fitted on. None: a pool without a cap (a Dynamo prefill worker)."""
+    need = batch_tokens(pool, design, pool.dp)
+    if not need:
+        return None
+    step = 8 if need < 256 else 16
+    budget = token_budget(pool, design, pool.dp) or DEFAULT_TOKEN_BUDGET
+    return min(-(-need // step) * step, budget)  # the budget holds the step: token_budget
+
+
+def sglang_graph_batch(pool: PoolLaunch) -> int | None:
+    """SGLang's --cuda-graph-max-bs for a pool with a running cap: the requests each attention-DP
+    rank runs at once (:func:`sglang_cap` over :func:`sglang_dp`), up to a size its capture grid
+    holds, so that its decode steps replay a CUDA graph; by default its graphs stop at 160 to 512
+    requests by the GPU's memory and TP size (``engine_flags.toml``), and a larger batch steps
+    eagerly. None: a pool without a cap.
+
+    SGLang captures batch sizes on a grid up to this flag (``ServerArgs._generate_cuda_graph_batch_sizes``:
+    8 apart to 256, then 16 and, without speculative decoding, 32 apart from 512; under it 4 or 2
+    apart) and cuts the flag to the grid's largest size within it; ``get_batch_sizes_to_capture``
+    then adds the rank's request pool only where a size above it was generated. A cap off the grid
+    (197 a rank: sizes to 192) had its largest batches step eagerly, so the flag is the cap rounded
+    up to a multiple of 32, which every grid holds, and of the attention TP size under DP
+    attention, the only batch sizes SGLang captures there (its ``mul_base``)."""
+    cap = sglang_cap(pool)
+    if cap is None:
+        return None
+    step = math.lcm(32, pool.attn_tp if sglang_dp(pool) > 1 else 1)
+    return -(-(cap // sglang_dp(pool)) // step) * step
+
+
 def per_rank_chunk(pool: PoolLaunch, design: Design, dp: int) -> int:
     """The token budget of each of ``dp`` ranks of an engine that budgets per rank (vLLM,
     TRT-LLM): the design's chunk, split where its profile priced it for the whole instance."""
@@ -245,6 +289,22 @@ def sglang_chunk(pool: PoolLaunch, design: Design) -> int:
     chunk priced per attention-DP rank is passed times the ranks."""
     chunk = int(pool.chunk_tokens or 0)
     return chunk if design.chunk_per_instance else chunk * sglang_dp(pool)
+
+
+# SGLang's ServerArgs.max_prefill_tokens: the prompt tokens a prefill batch of a rank takes, whatever
+# --chunked-prefill-size is (sgl-project/sglang:python/sglang/srt/server_args.py; PrefillAdder's
+# rem_input_tokens: a second request past it waits, python/sglang/srt/managers/schedule_policy.py)
+SGLANG_MAX_PREFILL_TOKENS = 16384
+
+
+def sglang_prefill_tokens(pool: PoolLaunch, design: Design) -> int | None:
+    """SGLang's --max-prefill-tokens where a rank's chunk (--chunked-prefill-size over --dp-size)
+    exceeds its default (:data:`SGLANG_MAX_PREFILL_TOKENS`): a prefill batch of short prompts would
+    otherwise stop there, below the chunk the study priced a forward at. None: the default holds."""
+    if pool.chunk_tokens is None:
+        return None
+    per_rank = sglang_chunk(pool, design) // sglang_dp(pool)
+    return per_rank if per_rank > SGLANG_MAX_PREFILL_TOKENS else None
 
 
 def sglang_args(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str | None) -> list[str]:
@@ -266,8 +326,14 @@ def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str 
     cap = sglang_running(pool, design)
     if cap is not None:
         args += [f["max_running"], str(cap)]
+    graphs = sglang_graph_batch(pool)
+    if graphs is not None:
+        args += [f["cuda_graph_max"], str(graphs)]
     if pool.chunk_tokens is not None:
         args += [f["chunk"], str(sglang_chunk(pool, design))]
+    prefill = sglang_prefill_tokens(pool, design)
+    if prefill is not None:
+        args += [f["max_prefill"], str(prefill)]
     args += [f["kv_dtype"], _kv(design, f)]
     if design.mtp_drafts:
         d = design.mtp_drafts
@@ -291,6 +357,9 @@ def vllm_args(pool: PoolLaunch, design: Design, f: dict[str, str]) -> list[str]:
     if pool.ep > 1:
         args.append(f["ep"])
     args += _per_rank_caps(pool, design, pool.dp, f["max_running"], f["chunk"])
+    graphs = vllm_graph_tokens(pool, design)
+    if graphs is not None:
+        args += [f["cuda_graph_max"], str(graphs)]
     args += [f["kv_dtype"], _kv(design, f)]
     if design.mtp_drafts:
         spec = json.dumps({"method": f["spec_method"], "num_speculative_tokens": design.mtp_drafts})

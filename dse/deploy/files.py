@@ -81,6 +81,16 @@ def launch_files(
         raise InputError(SRC, "--image", why, image)
     if image is not None and (not image.strip() or any(c.isspace() for c in image)):
         raise InputError(SRC, "--image", "must be one container image reference, without spaces", image)
+    other = next((p for p in design.pools if p.vendor != "nvidia"), None)
+    if engine == "dynamo" and image is None and other is not None:
+        # NVIDIA's Dynamo runtime images are CUDA builds (ai-dynamo/dynamo:container/Dockerfile.vllm,
+        # Dockerfile.sglang: ARG BASE_IMAGE="nvcr.io/nvidia/cuda-dl-base")
+        default = flags["dynamo"][f"image_{backend_of(design, engine)}"]
+        why = (
+            f"must name an image built for {other.hardware} GPUs ({other.vendor}), which the {other.name} "
+            f"pool runs on: the default, {default}, is NVIDIA's CUDA build"
+        )
+        raise InputError(SRC, "--image", why)
     files: dict[str, str] = {}
     for k, pool in enumerate(design.pools):
         mode = pool.role if disagg else None

@@ -18,6 +18,7 @@ from dse.deploy.engines import (
     sglang_running,
     token_budget,
     trtllm_dp,
+    vllm_graph_tokens,
 )
 from dse.deploy.scripts import (
     BOOTSTRAP_OFFSET,
@@ -213,6 +214,9 @@ def _minimum_versions(design: Design, engine: str, flags: dict[str, dict[str, st
     out = []
     if backend == "vllm" and design.mtp_drafts and "minimum" in flags["vllm"]:
         out.append(f"- it needs {flags['vllm']['minimum']};")
+    graphs = backend == "vllm" and any(vllm_graph_tokens(p, design) is not None for p in design.pools)
+    if graphs and "minimum_cuda_graph" in flags["vllm"]:
+        out.append(f"- it needs {flags['vllm']['minimum_cuda_graph']};")
     if engine == "dynamo" and backend == "vllm" and disaggregated(design) and "minimum" in flags["dynamo"]:
         out.append(f"- it needs {flags['dynamo']['minimum']};")
     return out
