@@ -339,3 +339,14 @@ def test_load_of_no_name_and_run_arguments_of_the_wrong_type_are_one_line(tmp_pa
     assert not out.exists()
     with pytest.raises(InputError, match=r"^catalog = 'b200': must be a Catalog or None, not str$"):
         study.results(out=out, catalog="b200")  # type: ignore[arg-type]
+
+
+def test_a_study_built_with_objectives_of_another_kind_is_one_line(tmp_path: Path) -> None:
+    """``Study(spec, objectives="gpus")`` had run, written its folder and failed with
+    ``AttributeError: 'str' object has no attribute 'name'``."""
+    spec = Study.load(TINY).spec
+    with pytest.raises(InputError, match=r"^objectives = 'gpus': must be a tuple of ObjectiveDef"):
+        Study(spec, objectives="gpus")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^spec = 'tiny': must be a StudySpec, not str$"):
+        Study("tiny")  # type: ignore[arg-type]
+    assert Study(spec, objectives=[]).objectives == Study(spec).objectives  # a list is taken

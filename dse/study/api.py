@@ -69,7 +69,16 @@ class Study:
 
     def __post_init__(self) -> None:
         """Without objectives (``Study(spec)``), those its ``[objectives] names`` lists: a run had
-        optimised them and then failed on its results' none (``IndexError``)."""
+        optimised them and then failed on its results' none (``IndexError``). Objectives of
+        another kind (a metric's name as a string) are bad input: a run had written its folder
+        and failed with ``AttributeError``."""
+        typed_arg(self.spec, StudySpec, "spec", optional=False)
+        if not isinstance(self.objectives, tuple | list) or not all(
+            isinstance(o, ObjectiveDef) for o in self.objectives
+        ):
+            rule = "must be a tuple of ObjectiveDef (or use Study.with_objective(NAME) for a metric)"
+            raise InputError("objectives", "", rule, self.objectives)
+        object.__setattr__(self, "objectives", tuple(self.objectives))
         if not self.objectives:
             spec_objectives = tuple(ObjectiveDef.metric(n) for n in self.spec.objectives.names)
             object.__setattr__(self, "objectives", spec_objectives)
