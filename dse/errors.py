@@ -71,6 +71,16 @@ class InputError(DseError):
         super().__init__(f"{where}{shown}: {_printable(_LINE_BREAKS.sub(' ', rule))}")
 
 
+def typed_arg(value: object, cls: type, arg: str, *, optional: bool = True) -> None:
+    """Bad input naming ``arg`` when ``value`` (an argument of the Python API) is not a ``cls``
+    (or None, when ``optional``): the object had been used as one deep inside, and failed there
+    with an ``AttributeError`` naming an attribute the caller never wrote."""
+    if (value is None and optional) or isinstance(value, cls):
+        return
+    what = f"a {cls.__qualname__}" + (" or None" if optional else "")
+    raise InputError(arg, "", f"must be {what}, not {type(value).__name__}", value)
+
+
 class Written(str):
     """A value as the input spelled it (a CSV cell, a flag's text): a number is shown bare, as it
     was typed (``--tp = 7``; it had been ``7.0``, or ``'7'``), other text quoted, so that an empty

@@ -46,6 +46,20 @@ def at_least_one(value: float) -> str | None:
     return None if value >= 1.0 else "must be at least 1"
 
 
+def draft_depth(value: int) -> str | None:
+    """Draft tokens per speculative step: a whole number from 1 to 16 (as ``dse predict`` takes)."""
+    return None if float(value).is_integer() and 1 <= value <= 16 else "must be a whole number from 1 to 16"
+
+
+def acceptance(value: float) -> str | None:
+    return None if 0 < value < 1 else "must be between 0 and 1, exclusive"
+
+
+def gap_rule(value: float) -> str | None:
+    """A relative MIP gap: 0.05 stops within 5% of the optimum; 1 or more accepts any design."""
+    return None if 0 <= value < 1 else "must be at least 0 and below 1 (a relative gap: 0.05 is 5%)"
+
+
 def fraction(value: float) -> str | None:
     return None if 0 <= value <= 1 else "must be between 0 and 1"
 

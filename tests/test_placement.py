@@ -719,3 +719,68 @@ def test_a_request_built_in_python_refuses_what_a_study_file_refuses(
     with pytest.raises(InputError) as exc:
         PlacementRequest(model="deepseek-v3", hardware=("b200",), workload=workload, slo=slo)
     assert str(exc.value) == f"placement request: {message}"
+
+
+@pytest.mark.parametrize(
+    "over,match",
+    [
+        # a string had been read as the ids 'b', '2', '0', '0' ("hardware = 'b': unknown hardware id")
+        ({"hardware": "b200"}, r"^placement request: hardware = 'b200': must be a tuple of hardware ids"),
+        ({"hardware": (3,)}, r"^placement request: hardware = \(3,\): must be a tuple of hardware ids"),
+        ({"model": 3}, r"^placement request: model = 3: must be a model id"),
+        # the rest had failed deep inside: TypeError unhashable, AttributeError 'concrete', KeyError
+        (
+            {"workload": {"requests_per_s": 20}},
+            r"^placement request: workload = .*: must be of type Workload \(dse\.workload\)$",
+        ),
+        ({"slo": {"ttft_s": 2}}, r"^placement request: slo = .*: must be of type Slo \(dse\.workload\)$"),
+        (
+            {"topology": "aggregated"},
+            r"topology = 'aggregated': must be of type Topology \(.*\): one of Topology\.AGGREGATED",
+        ),
+        (
+            {"objective": "cost"},
+            r"objective = 'cost': must be of type Objective \(.*\): one of Objective\.COST",
+        ),
+        (
+            {"weight_precision": "fp4"},
+            r"weight_precision = 'fp4': must be of type Precision \(dse\.units\): one of",
+        ),
+        ({"limits": {"power_kw": 10}}, r"limits = \{'power_kw': 10\}: must be of type Limits \(.*\)$"),
+        # accepted and solved as asked: an acceptance rate of 2, a negative budget, gap or inventory
+        (
+            {"mtp": True, "mtp_draft_tokens": "2"},
+            r"^placement request: mtp_draft_tokens = '2': must be a number$",
+        ),
+        (
+            {"mtp": True, "mtp_accept_rate": 2.0},
+            r"mtp_accept_rate = 2\.0: must be between 0 and 1, exclusive$",
+        ),
+        ({"time_limit_s": -1}, r"^placement request: time_limit_s = -1: must be > 0$"),
+        ({"mip_rel_gap": -1}, r"^placement request: mip_rel_gap = -1: must be at least 0 and below 1"),
+        ({"limits": Limits(budget_usd_hour=-5)}, r"limits\.budget_usd_hour = -5: must be > 0$"),
+        (
+            {"limits": Limits(inventory_gpus={"b200": -8})},
+            r"limits\.inventory_gpus\.b200 = -8: must be a whole",
+        ),
+        (
+            {"limits": Limits(inventory_gpus={"b200": 12.5})},
+            r"limits\.inventory_gpus\.b200 = 12\.5: must be a whole",
+        ),
+    ],
+)
+def test_a_request_built_in_python_of_the_wrong_type_is_one_line(over: dict[str, object], match: str) -> None:
+    """What the command line's flags and a study file's keys are held to, a request built in
+    Python is too, before any candidate is built."""
+    with pytest.raises(InputError, match=match):
+        request(**over)
+
+
+def test_place_refuses_arguments_of_the_wrong_type_by_name() -> None:
+    """``place(dict)`` and ``place(req, catalog="x")`` had ended in ``AttributeError``."""
+    with pytest.raises(InputError, match=r"^req = \{\}: must be a PlacementRequest, not dict$"):
+        place({})  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^catalog = 'x': must be a Catalog or None, not str$"):
+        place(request(), catalog="x")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^params = \{\}: must be a PerfParams or None, not dict$"):
+        place(request(), params={})  # type: ignore[arg-type]

@@ -317,3 +317,36 @@ def test_a_trajectory_asked_twice_or_of_a_trial_without_a_design_is_one_line(tmp
     with pytest.raises(InputError, match=r"^trials = \[1\]: has 1, a trial without a design to simulate"):
         none.sim_timeseries([1])
     assert none.sim_timeseries().is_empty()  # the default, the front's designs: none, and no error
+
+
+def test_load_of_no_name_and_run_arguments_of_the_wrong_type_are_one_line(tmp_path: Path) -> None:
+    """``Study.load(None)`` had failed inside pathlib with ``TypeError``; ``run(catalog="x")`` and
+    ``run(params={})`` with an ``AttributeError`` after writing the run folder, and ``then=3`` with
+    ``TypeError: 'int' object is not callable`` after every trial had run."""
+    for bad in (None, 3):
+        with pytest.raises(
+            InputError, match=rf"^name_or_path = {bad}: must be a study's name or a study file's path$"
+        ):
+            Study.load(bad)  # type: ignore[arg-type]
+    study = Study.load(TINY)
+    out = tmp_path / "runs"
+    with pytest.raises(InputError, match=r"^catalog = 'x': must be a Catalog or None, not str$"):
+        study.run(trials=1, out=out, catalog="x")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^params = \{\}: must be a PerfParams or None, not dict$"):
+        study.run(trials=1, out=out, params={})  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^then = 3: must be a function of the results, or None$"):
+        study.run(trials=1, out=out, then=3)  # type: ignore[arg-type]
+    assert not out.exists()
+    with pytest.raises(InputError, match=r"^catalog = 'b200': must be a Catalog or None, not str$"):
+        study.results(out=out, catalog="b200")  # type: ignore[arg-type]
+
+
+def test_a_study_built_with_objectives_of_another_kind_is_one_line(tmp_path: Path) -> None:
+    """``Study(spec, objectives="gpus")`` had run, written its folder and failed with
+    ``AttributeError: 'str' object has no attribute 'name'``."""
+    spec = Study.load(TINY).spec
+    with pytest.raises(InputError, match=r"^objectives = 'gpus': must be a tuple of ObjectiveDef"):
+        Study(spec, objectives="gpus")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^spec = 'tiny': must be a StudySpec, not str$"):
+        Study("tiny")  # type: ignore[arg-type]
+    assert Study(spec, objectives=[]).objectives == Study(spec).objectives  # a list is taken

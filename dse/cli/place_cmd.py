@@ -26,7 +26,7 @@ from dse.placement.request import (
     Topology,
     UnitOptions,
 )
-from dse.typed_data import Rule, at_least_one, build, check_number, non_negative, positive
+from dse.typed_data import Rule, at_least_one, build, check_number, gap_rule, non_negative, positive
 from dse.units import Precision
 from dse.workload import Slo, Workload
 from formulations.placement_data import TIERS, Objective, Role
@@ -145,11 +145,6 @@ FLAG_OF = {
     "percentile": "--percentile",
 }
 """Flag of each field of the workload and the SLO, so an error names what the user typed."""
-
-
-def gap_rule(value: float) -> str | None:
-    """A relative MIP gap: 0.05 stops within 5% of the optimum; 1 or more accepts any design."""
-    return None if 0 <= value < 1 else "must be at least 0 and below 1 (a relative gap: 0.05 is 5%)"
 
 
 OPTIONAL_NUMBERS: dict[str, Rule] = {

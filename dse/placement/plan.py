@@ -15,6 +15,7 @@ import numpy as np
 
 from dse.catalog import Catalog, load_catalog
 from dse.context import Context
+from dse.errors import typed_arg
 from dse.perf.params import PerfParams, load_params
 from dse.placement.candidates import Candidates, Exclusion, UnitInfo, build_candidates
 from dse.placement.explain import Infeasibility, ShadowPrice, explain, shadow_prices
@@ -109,7 +110,30 @@ def place(
     solver: PlacementSolver | None = None,
     with_shadow_prices: bool = True,
 ) -> PlacementReport:
-    """Solve the request for each of its topologies and keep the best by the objective."""
+    """Solve the request for each of its topologies and keep the best by the objective.
+
+    Parameters
+    ----------
+    req
+        What is asked: model, hardware, traffic, targets, topology, objective, caps.
+    catalog, params, solver
+        The hardware and model catalog (default: the shipped one and ``DSE_CATALOG_DIR``'s), the
+        performance model's calibration and the MILP solver (default: the request's time limit
+        and gap).
+    with_shadow_prices
+        Whether to price bandwidth and capacity at the best design.
+
+    Returns
+    -------
+    PlacementReport
+        An outcome per topology; ``best`` is None when none is feasible, each outcome's
+        ``infeasibility`` then naming its binding constraint. Arguments of the wrong type are
+        bad input (:class:`~dse.errors.InputError`) naming the argument.
+    """
+    typed_arg(req, PlacementRequest, "req", optional=False)
+    typed_arg(catalog, Catalog, "catalog")
+    typed_arg(params, PerfParams, "params")
+    typed_arg(solver, PlacementSolver, "solver")
     ctx = Context(
         catalog if catalog is not None else load_catalog(),
         params if params is not None else load_params(),

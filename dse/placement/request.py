@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import enum
 import functools
+import math
+import numbers
 from dataclasses import dataclass, field
+from typing import Any
 
 from dse.errors import InputError
 from dse.placement.parallel import canonical_shape
-from dse.typed_data import build, to_plain
+from dse.typed_data import (
+    Rule,
+    acceptance,
+    at_least_one,
+    build,
+    check_number,
+    draft_depth,
+    gap_rule,
+    non_negative,
+    positive,
+    to_plain,
+)
 from dse.units import Precision
 from dse.workload import Slo, Workload
 from formulations.placement_data import Objective
@@ -167,6 +181,7 @@ class PlacementRequest:
     mip_rel_gap: float = 1e-4
 
     def __post_init__(self) -> None:
+        _check_types(self)
         if not self.hardware:
             raise InputError("placement request", "hardware", "needs at least one hardware id")
         _check_traffic(self.workload, self.slo)
@@ -183,4 +198,92 @@ class PlacementRequest:
                 "limits.budget_usd_hour",
                 "is required by the goodput objective (the most traffic a budget serves), unless a "
                 "power cap or an inventory of every candidate hardware bounds it",
+            )
+
+
+SRC = "placement request"
+
+# the fields a request built in Python must hold as typed objects, not their names or dicts (a
+# string topology had failed in the solver with ``AttributeError: 'str' object has no attribute
+# 'concrete'``, a dict workload with ``TypeError: unhashable type``)
+TYPED_FIELDS: dict[str, type] = {
+    "workload": Workload,
+    "slo": Slo,
+    "topology": Topology,
+    "objective": Objective,
+    "weight_precision": Precision,
+    "limits": Limits,
+    "options": UnitOptions,
+    "energy": Energy,
+    "storage": Storage,
+}
+
+# optional numbers of a request and of its limits, energy and storage, with the rules the command
+# line's flags and a study file's keys have (``dse place --gap``, ``mtp_accept_rate``)
+NUMBER_RULES: dict[str, Rule] = {
+    "mtp_draft_tokens": draft_depth,
+    "mtp_accept_rate": acceptance,
+    "network_kv_usd_per_tb_hour": non_negative,
+    "latency_usd_per_s": non_negative,
+    "time_limit_s": positive,
+    "mip_rel_gap": gap_rule,
+    "limits.budget_usd_hour": positive,
+    "limits.power_kw": positive,
+    "limits.network_kv_capacity_tb": non_negative,
+    "energy.usd_per_kwh": non_negative,
+    "energy.pue": at_least_one,
+    "storage.dram_usd_per_tb": non_negative,
+    "storage.nvme_usd_per_tb": non_negative,
+    "storage.network_usd_per_tb": non_negative,
+    "storage.years": positive,
+}
+
+
+OPTIONAL = frozenset(
+    ("mtp_draft_tokens", "mtp_accept_rate", "time_limit_s", "limits.budget_usd_hour", "limits.power_kw",
+     "limits.network_kv_capacity_tb")
+)  # fmt: skip
+"""The keys of :data:`NUMBER_RULES` whose None means "none": the engine profile's, no cap."""
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_types(req: PlacementRequest) -> None:
+    """A request built in Python, held to the types its fields declare and the rules of the
+    flags and study keys they mirror: one line naming the field, not a traceback from the
+    candidate builder or the solver (``hardware="b200"`` had been read as the ids 'b', '2', '0')."""
+    if not isinstance(req.model, str):
+        raise InputError(SRC, "model", "must be a model id (a string)", req.model)
+    hw: Any = req.hardware
+    if isinstance(hw, str) or not isinstance(hw, tuple | list) or not all(isinstance(h, str) for h in hw):
+        raise InputError(SRC, "hardware", "must be a tuple of hardware ids, such as ('b200',)", hw)
+    for name, cls in TYPED_FIELDS.items():
+        value = getattr(req, name)
+        if not isinstance(value, cls):
+            members = ""
+            if issubclass(cls, enum.Enum):  # the member, not its value's string
+                members = f": one of {', '.join(f'{cls.__name__}.{m.name}' for m in cls)}"
+            raise InputError(SRC, name, f"must be of type {cls.__name__} ({cls.__module__}){members}", value)
+    if not isinstance(req.mtp, bool):
+        raise InputError(SRC, "mtp", "must be True or False", req.mtp)
+    for key, check in NUMBER_RULES.items():
+        owner, _, attr = key.rpartition(".")
+        value = getattr(getattr(req, owner) if owner else req, attr)
+        if value is None and key in OPTIONAL:
+            continue
+        if not _is_number(value):
+            raise InputError(SRC, key, "must be a number", value)
+        check_number(value, source=SRC, key=key, check=check)
+    if not isinstance(req.limits.inventory_gpus, dict):
+        raise InputError(
+            SRC, "limits.inventory_gpus", "must be a dict of hardware id -> GPUs", req.limits.inventory_gpus
+        )
+    for hw_id, gpus in req.limits.inventory_gpus.items():
+        # 64.0 counts whole GPUs, as --inventory h200=64.0 does; 12.5, -8 and True do not
+        whole = _is_number(gpus) and math.isfinite(gpus) and float(gpus).is_integer()
+        if not whole or gpus < 0:
+            raise InputError(
+                SRC, f"limits.inventory_gpus.{hw_id}", "must be a whole number of GPUs, >= 0", gpus
             )

@@ -25,7 +25,7 @@ import optuna
 import polars as pl
 
 from dse.catalog import Catalog, load_catalog
-from dse.errors import InputError
+from dse.errors import InputError, typed_arg
 from dse.metrics import METRICS
 from dse.perf.params import PerfParams, load_params
 from dse.plain import plain
@@ -69,7 +69,16 @@ class Study:
 
     def __post_init__(self) -> None:
         """Without objectives (``Study(spec)``), those its ``[objectives] names`` lists: a run had
-        optimised them and then failed on its results' none (``IndexError``)."""
+        optimised them and then failed on its results' none (``IndexError``). Objectives of
+        another kind (a metric's name as a string) are bad input: a run had written its folder
+        and failed with ``AttributeError``."""
+        typed_arg(self.spec, StudySpec, "spec", optional=False)
+        if not isinstance(self.objectives, tuple | list) or not all(
+            isinstance(o, ObjectiveDef) for o in self.objectives
+        ):
+            rule = "must be a tuple of ObjectiveDef (or use Study.with_objective(NAME) for a metric)"
+            raise InputError("objectives", "", rule, self.objectives)
+        object.__setattr__(self, "objectives", tuple(self.objectives))
         if not self.objectives:
             spec_objectives = tuple(ObjectiveDef.metric(n) for n in self.spec.objectives.names)
             object.__setattr__(self, "objectives", spec_objectives)
@@ -82,6 +91,10 @@ class Study:
         would use (``returning_share = 0`` beside a cached prefix, ``sampler`` in a grid study: the
         rules of :func:`dse.study.spec.idle_settings`) is held in :attr:`idle` and refused by
         :meth:`run`, not here: the results of a run made before such a rule are still read."""
+        if not isinstance(name_or_path, str | os.PathLike):  # None had failed inside pathlib
+            raise InputError(
+                "name_or_path", "", "must be a study's name or a study file's path", name_or_path
+            )
         path = study_path(name_or_path)
         idle: list[InputError] = []
         spec = read_study(path, idle=idle)
@@ -129,7 +142,7 @@ class Study:
         ``storage``, default the SQLite file under ``out``), to read it (``results``; the CLI's
         export, report and deploy): the ranks and columns of its trials, whatever the study file
         names. A study run with an objective function reads back without the function, which
-        only a run calls. As it is where nothing is stored there (``results`` says so; nothing
+        only a run calls. Unchanged where nothing is stored there (``results`` says so; nothing
         is created) or the storage holds no objectives."""
         out, storage = folder_arg(out), storage_arg(storage)
         url = storage or default_storage(out, self.spec)
@@ -169,13 +182,22 @@ class Study:
         params: PerfParams | None = None,
         then: Callable[[StudyResults], None] | None = None,
     ) -> StudyResults:
-        """Run (or resume) the study; ``then`` gets its results while the run still holds the
-        study (what it writes from them, another run waits for). ``out`` is a folder (a path or a
-        string); ``trials`` and ``seed`` whole numbers."""
+        """Run (or resume) the study until it holds ``trials`` complete trials (the total, as
+        ``dse study run --trials``: trials stored before count; default the study file's budget,
+        a grid study's points); ``then`` gets its results while the run still holds the study
+        (what it writes from them, another run waits for). ``out`` is a folder (a path or a
+        string); ``trials`` and ``seed`` whole numbers; ``catalog`` and ``params`` a
+        :class:`~dse.catalog.Catalog` and :class:`~dse.perf.params.PerfParams` (default: the
+        shipped ones). Arguments of the wrong kind are bad input naming them, before anything
+        is written."""
         from dse.study.runner import run  # the solver and the simulator: only a run imports them
 
         self.refuse_idle()
         out, storage = folder_arg(out), storage_arg(storage)
+        typed_arg(catalog, Catalog, "catalog")  # checked before a run writes anything
+        typed_arg(params, PerfParams, "params")
+        if then is not None and not callable(then):  # it had failed after every trial had run
+            raise InputError("then", "", "must be a function of the results, or None", then)
 
         done: list[StudyResults] = []
 
@@ -209,6 +231,7 @@ class Study:
         numbers differ from those the trials ran with, ``catalog_note`` says which; settings of
         the study no trial used (a run made before the rule that refuses them) are in ``idle``."""
         out, storage = folder_arg(out), storage_arg(storage)
+        typed_arg(catalog, Catalog, "catalog")
         url = storage or default_storage(out, self.spec)
         if (db := sqlite_path(url)) is not None and not db.exists():
             if storage:  # the file the user named, not the run folder's, which is not read

@@ -44,8 +44,10 @@ from dse.placement.shapes import parse_shape
 from dse.sim.kinds import MIN_MEASURED_STEPS
 from dse.typed_data import (
     Rule,
+    acceptance,
     at_least_one,
     build,
+    draft_depth,
     lower_id,
     non_empty,
     non_negative,
@@ -104,15 +106,6 @@ MAX_SEED = 2**32 - 1  # numpy's seeds
 
 def seed_rule(value: int) -> str | None:
     return None if 0 <= value <= MAX_SEED else f"must be between 0 and {MAX_SEED}"
-
-
-def draft_depth(value: int) -> str | None:
-    """Draft tokens per speculative step: a whole number from 1 to 16 (as ``dse predict`` takes)."""
-    return None if float(value).is_integer() and 1 <= value <= 16 else "must be a whole number from 1 to 16"
-
-
-def acceptance(value: float) -> str | None:
-    return None if 0 < value < 1 else "must be between 0 and 1, exclusive"
 
 
 def folder_name(value: str) -> str | None:
