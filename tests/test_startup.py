@@ -158,6 +158,17 @@ def test_export_and_report_of_a_finished_study_import_no_solver(tmp_path: Path, 
     assert (tmp_path / "tiny-study" / "report" / "report.md").is_file()
 
 
+def test_dse_simulate_draws_its_figure_in_a_worker(tmp_path: Path) -> None:
+    """`dse simulate --out` hands trajectories.png to a figure worker forked at its start
+    (``dse.study.figure_workers``): the command itself imports no pyplot, and the PNG is there."""
+    argv = ["simulate", "--hardware", "b200", "--rate", "4", "--isl", "1000", "--osl", "200", "--ttft", "2",
+            "--tpot", "0.05", "--horizon", "900", "--out", str(tmp_path / "sim")]  # fmt: skip
+    res = _probe(argv, heavy=(*HEAVY, *PYLAB))
+    assert res["code"] == 0
+    assert "numba" in res["heavy"] and "matplotlib.pyplot" not in res["heavy"]  # type: ignore[operator]
+    assert (tmp_path / "sim" / "trajectories.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_the_process_ends_with_the_command_s_code_and_all_its_output(tmp_path: Path) -> None:
     """The process's own entry ends without the interpreter's teardown (``dse.cli.main._end_at_exit``,
     after every other exit handler): the exit code is the command's, and what it printed reaches a
