@@ -675,3 +675,26 @@ def test_a_dense_model_has_no_expert_pool_to_split_off(cli: Cli, catalog: Catalo
     (outcome,) = place(req, catalog=catalog, params=load_params(), with_shadow_prices=False).outcomes
     assert outcome.infeasibility is not None and outcome.infeasibility.binding == "no ffn unit"
     assert outcome.infeasibility.detail == reason
+
+
+def test_mtp_on_a_model_without_mtp_layers_is_refused(cli: Cli, catalog: Catalog) -> None:
+    """Qwen3-235B has no MTP layers to draft with: `dse place --mtp` had priced drafts no engine
+    launches. Asked of the command line it is bad input, as `dse predict --mtp` already was; a
+    request built in Python gets an infeasible answer that says why."""
+    from dse.perf.params import load_params
+    from dse.placement import PlacementRequest, Topology, place
+    from dse.workload import Slo, Workload
+
+    qwen = [*ONE[:2], "h200", "--model", "qwen3-235b-a22b", *ONE[3:]]
+    why = "needs a model with MTP layers to draft with (qwen3-235b-a22b has none: mtp_layers = 0)"
+    for command in ("place", "simulate"):
+        argv = [command, *qwen[1:]] if command == "place" else [command, *qwen[1:-1]]
+        out = cli(*argv, "--mtp")
+        assert out.code == 2 and out.out == "", out.err
+        assert out.err == f"dse: error: dse {command}: --mtp: {why}\n"
+    assert cli(*qwen).code == 0
+    req = PlacementRequest("qwen3-235b-a22b", ("h200-sxm",), Workload(2.0, 4000.0, 1000.0), Slo(2.0, 0.05),
+                           Topology.AGGREGATED, mtp=True)  # fmt: skip
+    (outcome,) = place(req, catalog=catalog, params=load_params(), with_shadow_prices=False).outcomes
+    assert outcome.infeasibility is not None
+    assert outcome.infeasibility.detail == f"qwen3-235b-a22b any shape: mtp: {why}"

@@ -1089,3 +1089,20 @@ def test_every_output_tail_keeps_the_workloads_mean_output() -> None:
     assert long.means == pytest.approx((400.0, 4400.0)) and long.shares == pytest.approx((0.9, 0.1))
     spec = load_study("deepseek-v3-blackwell")
     assert scenario_for(spec).lengths.mean == pytest.approx(spec.workload.output_tokens)
+
+
+def test_mtp_on_a_model_without_mtp_layers_is_refused_before_trials(tmp_path: Path, cli: Cli) -> None:
+    """Every engine drafts MTP tokens with the checkpoint's own MTP layers: a study with `mtp =
+    true` on a model without them (Qwen3-235B) had run and priced drafts no engine launches (only
+    `dse deploy` refused them afterwards)."""
+    text = TINY.read_text().replace('model = "deepseek-v3"', 'model = "qwen3-235b-a22b"')
+    bad = tmp_path / "tiny-study.toml"
+    bad.write_text(text.replace("seed = 3\n", "seed = 3\nmtp = true\n", 1))
+    rule = "needs a model with MTP layers to draft with (qwen3-235b-a22b has none: mtp_layers = 0)"
+    for args in (("show", bad), ("run", bad, "--out", tmp_path / "runs")):
+        out = cli("study", *args)
+        assert out.code == 2, out.err
+        assert out.err == f"dse: error: {bad}: mtp = true: {rule}\n"
+    assert not (tmp_path / "runs").exists()
+    bad.write_text(text)
+    assert cli("study", "show", bad).code == 0

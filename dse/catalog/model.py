@@ -172,6 +172,14 @@ class Model:
         return None
 
     # ---- layer composition -------------------------------------------------------------
+    def no_mtp(self) -> str | None:
+        """Why multi-token prediction cannot run on this model, or None: every engine's MTP drafts
+        with the checkpoint's own MTP layers (SGLang's EAGLE on DeepSeek's NEXTN, vLLM's "mtp",
+        TensorRT-LLM's num_nextn_predict_layers), and a model without them has none to draft with."""
+        if self.mtp_layers > 0:
+            return None
+        return f"needs a model with MTP layers to draft with ({self.id} has none: mtp_layers = 0)"
+
     @property
     def linear_layers(self) -> int:
         lin = self.attention.linear

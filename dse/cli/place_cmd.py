@@ -389,12 +389,14 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
 
 
 def _topology_refusals(args: argparse.Namespace, src: str, model: Model) -> None:
-    """A topology the model cannot be served in, and shapes of units the topology has not:
-    refused, not ignored. (``auto`` on a model without routed experts solves afd too: an
-    infeasible answer that says why, :func:`dse.placement.candidates.build_candidates`.)"""
+    """A topology the model cannot be served in, MTP drafts it has no layers for, and shapes of
+    units the topology has not: refused, not ignored. (``auto`` on a model without routed experts
+    solves afd too: an infeasible answer that says why, :func:`dse.placement.candidates.build_candidates`.)"""
     if Topology(args.topology).splits_experts and model.moe is None:
         rule = f"needs a model with routed experts to split from attention ({model.id} has none)"
         raise InputError(src, "--topology", rule, args.topology)
+    if args.mtp and (why := model.no_mtp()) is not None:
+        raise InputError(src, "--mtp", why)
     if args.midfill_shapes is not None and args.topology != Topology.FOUR_STAGE.value:
         rule = "needs --topology four-stage (the only topology with midfill units)"
         raise InputError(src, "--midfill-shapes", rule, args.midfill_shapes)

@@ -250,10 +250,7 @@ def design_of(
             )
         )
     model = catalog.model(spec.model)
-    if drafts and model.mtp_layers == 0:
-        # every engine's MTP drafts with the checkpoint's own MTP layers (SGLang's EAGLE on
-        # DeepSeek's NEXTN, vLLM's "mtp" method, TRT-LLM's num_nextn_predict_layers): a model
-        # without them would not start, whatever the study priced its drafts at
+    if drafts and model.no_mtp() is not None:  # (a run stored before studies refused it)
         why = (
             f"prices MTP ({spec.name}'s mtp = true, {drafts} draft tokens) on {model.id}, whose "
             "catalog entry has no MTP layers (mtp_layers = 0): no engine launches its drafts"

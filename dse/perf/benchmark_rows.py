@@ -290,8 +290,8 @@ def parse_row(
     spec = str(row.get("spec_method", "none")).strip().lower() or "none"
     if spec not in ("mtp", "none"):
         raise InputError(source, "spec_method", "must be mtp or none", spec)
-    if spec == "mtp" and model.mtp_layers == 0:
-        raise InputError(source, "spec_method", f"model {model.id} has no MTP layers", spec)
+    if spec == "mtp" and (why := model.no_mtp()) is not None:
+        raise InputError(source, "spec_method", why, spec)
     disagg = _flag(row, "disagg", source)
     isl, osl, conc = (_num(row, k, source, above_zero=True) for k in ("isl", "osl", "conc"))
     for key, tokens in (("isl", isl), ("osl", osl)):  # the simulation runs whole tokens, one at least:

@@ -871,6 +871,8 @@ def build_candidates(
     elif topology.splits_experts and model.moe is None:  # an answer (a grid point's model), as above
         reason = f"{model.id} has no routed experts to split from attention"
         b.excl.append(Exclusion(model.id, "ffn", "any shape", reason))
+    elif req.mtp and (why := model.no_mtp()) is not None:  # drafts no engine can launch: an answer
+        b.excl.append(Exclusion(model.id, "all", "any shape", f"mtp: {why}"))
     elif topology is Topology.AGGREGATED:
         b.add_mixed()
     else:

@@ -166,11 +166,14 @@ def runnable_shapes(spec: StudySpec, catalog: Catalog, source: str | None = None
 def runnable_topologies(spec: StudySpec, catalog: Catalog, source: str | None = None) -> None:
     """Each topology the search lists can serve the study's model: one that splits the experts
     from attention needs routed experts, and a dense model's trials in it would only be
-    infeasible. A grid that sweeps the model is checked point by point (an infeasible point with
-    the reason: :func:`dse.placement.candidates.build_candidates`)."""
+    infeasible; and so must ``mtp = true``, whose drafts need the model's MTP layers. A grid
+    that sweeps the model is checked point by point (an infeasible point with the reason:
+    :func:`dse.placement.candidates.build_candidates`)."""
     if spec.is_grid and spec.sweep.model:
         return
     model = catalog.model(spec.model)
+    if spec.mtp and (why := model.no_mtp()) is not None:  # its drafts: no engine launches them
+        raise InputError(source or f"study {spec.name}", "mtp", why, True)
     if model.moe is not None:
         return
     for i, name in enumerate(spec.search.topologies):
