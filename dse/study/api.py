@@ -1,15 +1,7 @@
 """The Python API of studies: load, change objectives, run, read results as polars tables.
 
-```python
-from pathlib import Path
-from dse.study import Study
-
-study = Study.load("deepseek-v3-blackwell").with_objective(
-    "usd_per_user", lambda m: m["usd_per_hour"] / (m["tokens_per_s_per_user"] or 1.0))
-res = study.run(trials=50, out=Path("runs/custom"))  # its own folder: a stored study keeps its objectives
-res.trials            # polars DataFrame, one row per trial
-res.pareto            # the front of the objectives
-```
+The README's "Python" section shows it whole: a study loaded, an objective of one's own added, a
+run into its own folder and its tables read (``tests/test_docs_examples.py`` runs it as shown).
 """
 
 from __future__ import annotations
