@@ -243,6 +243,8 @@ def test_each_fold_keeps_its_latency_fit_and_predicts_its_gpu_with_it(catalog, m
         mine = np.array([m.row.hardware == held for m in some])
         pred = predicted(_rows(reps, mine)[factors_of(lp)], disagg[mine], lp)
         assert medians(abs_errors(pred, meas[mine])) == fit.loho_by_hardware[held]
+        assert fit.loho_predicted is not None  # each run's row is the one its fold gave it
+        np.testing.assert_array_equal(fit.loho_predicted[mine], pred)
     # the second pass: replayed where the first fit put the offsets
     pass1 = fit_latency(some, catalog, params)  # one pass, as set above
     offsets = (pass1.params.frontend_s, pass1.params.handoff_s)

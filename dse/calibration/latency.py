@@ -223,6 +223,8 @@ class LatencyFit:
     loho: dict[str, float | None] | None
     loho_by_hardware: dict[str, dict[str, float | None]] | None
     loho_params: dict[str, LatencyParams] | None = None  # each fold's fit, by the GPU it left out
+    # each run's percentiles (rows, 4; :data:`LABELS`) as its fold predicted them (None: no folds)
+    loho_predicted: np.ndarray | None = None
 
 
 def medians(err: np.ndarray) -> dict[str, float | None]:
@@ -414,7 +416,7 @@ def fit_latency(
         pred[~train] = predicted(held_rep, disagg[~train], lp)
     err = abs_errors(pred, meas)
     by_hw = {h_: medians(err[hw == h_]) for h_ in sorted(set(hw))}
-    return LatencyFit(fitted, in_sample, medians(err), by_hw, fold_params)
+    return LatencyFit(fitted, in_sample, medians(err), by_hw, fold_params, pred)
 
 
 def _fitted_in_loop(
