@@ -17,9 +17,10 @@ from conftest import Cli
 
 from dse.catalog import Catalog
 from dse.perf import kernel_data, kernels
+from dse.perf.afd import attention_side, ffn_side
 from dse.perf.kernels import GRID_1D, STEP_1D, KernelKey, kernel_row
 from dse.perf.params import load_params
-from dse.perf.pool import build_pool, kernel_key
+from dse.perf.pool import Pool, build_pool, kernel_key
 from dse.perf.stages import forward_cost
 from dse.study.spec import Variant
 from dse.study.variants import variant_hardware
@@ -394,3 +395,54 @@ def test_calibrate_fits_the_measured_tier(cli: Cli, tmp_path: Path, two_gpu_runs
     left_out = "not a measurement: elsewhere.csv line 3: median_tpot_ms = '-5': must be a measured number > 0"
     assert left_out + " (left out; the row's other figures are fitted)" in proc.out
     assert "RuntimeWarning" not in proc.err
+
+
+def _r1_pool(catalog: Catalog, attn_tp: float) -> Pool:
+    """A DeepSeek-R1 decode instance of 8 H200s under SGLang, its measured curves built."""
+    pool = build_pool(
+        catalog.model("deepseek-r1"), [catalog.hardware("h200")], gpus=[8], attn_tp=[attn_tp], ep=[8],
+        weight_precision=[FP8], kv_precision=[FP8], engines=["sglang"],
+    )  # fmt: skip
+    assert pool.kernels is not None
+    return pool
+
+
+def test_each_afd_pool_prices_the_dense_gemms_it_runs_under_the_measured_tier(catalog: Catalog) -> None:
+    """An attention-FFN deployment's two pools had both kept the whole model's measured GEMMs:
+    the attention pool priced the shared experts, dense FFNs, router and output head, the expert
+    pool attention's q/kv/o projections, every dense GEMM on both (1.4x and 3.4x the FLOPs the
+    fitted tier gives each). Each side now prices the FLOPs per token the fitted tier does
+    (attention's projections; the rest), and between them every GEMM kernel of the instance
+    once. The expert pool runs its dense GEMMs on its own tokens whatever the attention
+    pool's tensor parallelism (a TP8 shape's FFN side had been priced at 0.61x)."""
+    for attn_tp in (1.0, 8.0):
+        whole = _r1_pool(catalog, attn_tp)
+        sides = {"attention": attention_side(whole), "ffn": ffn_side(whole)}
+        calls = 0.0
+        for name, side in sides.items():
+            k = side.kernels
+            assert k is not None, name
+            r = k.row_of[0]
+            measured = k.gemm_flops_per_row[r] / side.attn_dp[0]
+            fitted = 2.0 * side.model.params_dense_active / side.gpus[0]
+            if name == "ffn" or attn_tp == 1.0:  # TP attention replicates q_a and kv_a on each rank
+                assert measured == pytest.approx(fitted, rel=1e-9), (name, attn_tp)
+            calls += k.gemm_calls[r]
+        assert whole.kernels is not None
+        assert calls == whole.kernels.gemm_calls[whole.kernels.row_of[0]]
+
+
+def test_an_afd_decode_step_prices_each_measured_gemm_on_one_pool(catalog: Catalog) -> None:
+    """Under the measured tier (launch saving 0, scale 1: the kernels' own seconds), the GEMM
+    seconds of an attention-FFN instance's two sides add up to the whole instance's at the same
+    batch: each measured GEMM is priced on one pool, none on both (they had added to 1.2-1.5x)."""
+    p = replace(load_params(), kernels="measured", launch_saving_us=0.0, measured_scale=1.0)
+    whole = _r1_pool(catalog, 1.0)
+    for batch in (8.0, 64.0, 512.0, 4096.0):
+        t = np.array([batch])
+        gemm = [
+            float(forward_cost(x, p, tokens=t, sequences=t, context=t * 0 + 2000, prefill=False,
+                               speed=np.ones(1)).gemm_s[0])
+            for x in (whole, attention_side(whole), ffn_side(whole))
+        ]  # fmt: skip
+        assert gemm[1] + gemm[2] == pytest.approx(gemm[0], rel=1e-6), batch

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from dse.perf.kernels import side_curves
 from dse.perf.pool import Array, Pool
 
 SIDE_SHARE = 0.5
@@ -31,7 +32,12 @@ def attention_side(pool: Pool) -> Pool:
     )
     zero = np.zeros_like(pool.gpus)
     return replace(
-        pool, model=m, dense_weight_bytes=zero, expert_weight_bytes=zero, ep=np.ones_like(pool.gpus)
+        pool,
+        model=m,
+        dense_weight_bytes=zero,
+        expert_weight_bytes=zero,
+        ep=np.ones_like(pool.gpus),
+        kernels=side_curves(pool.kernels, "attention"),
     )
 
 
@@ -55,6 +61,7 @@ def ffn_side(pool: Pool) -> Pool:
         kv_bytes_per_token=zero,
         state_bytes=zero,
         attn_tp=np.ones_like(pool.gpus),
+        kernels=side_curves(pool.kernels, "ffn"),
     )
 
 

@@ -23,8 +23,8 @@ per distinct (GPU, engine, version, precisions, parallelism), so a prediction on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,7 @@ GRID_1D = np.exp2(np.arange(0.0, 17.0 + 1e-9, STEP_1D))  # 1 .. 131,072
 GRID_BATCH = np.exp2(np.arange(0.0, 10.0 + 1e-9, 1.0))  # sequences per attention rank, 1 .. 1,024
 GRID_CTX = np.exp2(np.arange(0.0, 17.0 + 1e-9, 1.0))  # tokens attended to, 1 .. 131,072
 OPS = ("gemm", "moe", "decode_attention", "prefill_attention")
+SIDES = ("attention", "ffn")  # an attention-FFN deployment's pools (dse.perf.afd)
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,9 @@ class MeasuredCurves:
     sources: tuple[dict[str, str], ...]
     # whether any element is a what-if variant of the GPU its tables measured (build_pool sets it)
     variants: bool = True
+    # per side of an attention-FFN deployment (SIDES), each row's key as that side runs it (row 0:
+    # None): :func:`side_curves` builds the side's own curves from them
+    sides: Mapping[str, tuple[KernelKey | None, ...]] = field(default_factory=dict)
 
 
 def lookup_1d(curves: Array, row_of: Array, x: Array) -> Array:
@@ -157,14 +161,18 @@ def lookup_2d(curves: Array, row_of: Array, batch: Array, ctx: Array) -> Array:
     return lo + hi
 
 
-def measured_curves(keys: Sequence[KernelKey | None]) -> MeasuredCurves | None:
+def measured_curves(
+    keys: Sequence[KernelKey | None], sides: Mapping[str, Sequence[KernelKey | None]] | None = None
+) -> MeasuredCurves | None:
     """The curves of each pool element (None: an element without tables); None if no element has
-    any measured op."""
+    any measured op. ``sides``: each element's key on each side of an attention-FFN deployment
+    (:func:`side_curves`), kept, not built."""
     distinct: dict[KernelKey, int] = {}
     row_of = np.array(
         [0 if k is None else distinct.setdefault(k, len(distinct) + 1) for k in keys], dtype=np.intp
     )
     ordered = list(distinct)
+    first = {row: i for i, row in reversed(list(enumerate(row_of.tolist())))}  # each row's first element
     rows = [kernel_row(k) for k in ordered]
     if all(getattr(r, op) is None for r in rows for op in OPS):
         return None
@@ -199,7 +207,23 @@ def measured_curves(keys: Sequence[KernelKey | None]) -> MeasuredCurves | None:
         prefill_attention=p,
         has={"gemm": hg, "moe": hm, "decode_attention": hd, "prefill_attention": hp},
         sources=tuple(by_row[i] for i in row_of),
+        sides={
+            name: (None, *(side[first[r]] for r in range(1, len(ordered) + 1)))
+            for name, side in (sides or {}).items()
+        },
     )
+
+
+def side_curves(curves: MeasuredCurves | None, side: str) -> MeasuredCurves | None:
+    """The measured curves of one side (:data:`SIDES`) of an attention-FFN deployment of the pool
+    whose curves are ``curves``: each pool prices the GEMMs it runs, attention's projections on
+    the attention pool and the other dense GEMMs with the routed experts on the expert pool, not
+    the whole model's on both. None where ``curves`` is, or holds no keys for that side."""
+    if curves is None or side not in curves.sides:
+        return None
+    keys = curves.sides[side]
+    out = measured_curves([keys[r] for r in curves.row_of.tolist()])
+    return None if out is None else replace(out, variants=curves.variants)
 
 
 @lru_cache(maxsize=4096)

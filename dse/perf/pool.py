@@ -16,7 +16,7 @@ from dse.catalog import Hardware, Model
 from dse.catalog.model import AttentionKind
 from dse.errors import InputError
 from dse.perf.kernel_data import ENGINE_DIRS, has_system
-from dse.perf.kernels import KernelKey, MeasuredCurves, measured_curves
+from dse.perf.kernels import SIDES, KernelKey, MeasuredCurves, measured_curves
 from dse.perf.memo import Memo
 from dse.units import GB, GIB, TB, Precision
 
@@ -309,22 +309,22 @@ def _measured(
     n = len(hardware)
     versions = engine_versions if engine_versions is not None else [None] * n
     gpus, attn_tp, ep = (np.broadcast_to(np.asarray(a, dtype=float), n) for a in shape)
-    made: dict[tuple[object, ...], KernelKey | None] = {}
+    made: dict[tuple[object, ...], tuple[KernelKey | None, dict[str, KernelKey | None]]] = {}
 
-    def key_of(h: Hardware, *rest: object) -> KernelKey | None:
+    def key_of(h: Hardware, *rest: object) -> tuple[KernelKey | None, dict[str, KernelKey | None]]:
         k = (id(h), *rest)
         if k not in made:
-            made[k] = kernel_key(model, terms, h, *rest)  # type: ignore[arg-type]
+            key = kernel_key(model, terms, h, *rest)  # type: ignore[arg-type]
+            made[k] = key, {name: None if key is None else side_key(model, key, name) for name in SIDES}
         return made[k]
 
-    kernels = measured_curves(
-        [
-            key_of(h, e, v, wp, kp, float(gg), float(tp), float(ee))
-            for h, e, v, wp, kp, gg, tp, ee in zip(
-                hardware, engines, versions, weight_precision, kv_precision, gpus, attn_tp, ep, strict=True
-            )
-        ]
-    )
+    both = [
+        key_of(h, e, v, wp, kp, float(gg), float(tp), float(ee))
+        for h, e, v, wp, kp, gg, tp, ee in zip(
+            hardware, engines, versions, weight_precision, kv_precision, gpus, attn_tp, ep, strict=True
+        )
+    ]
+    kernels = measured_curves([k for k, _ in both], {name: [s[name] for _, s in both] for name in SIDES})
     if kernels is None:
         return None
     return replace(kernels, variants=any(h.measured_hbm_tb_per_s is not None for h in hardware))
@@ -341,12 +341,19 @@ _GEMM_DTYPE = {Precision.FP8: "fp8_block", Precision.BF16: "bfloat16", Precision
 _KV_DTYPE = {Precision.FP8: "fp8", Precision.BF16: "bfloat16", Precision.FP4: "fp8"}
 
 
-def gemm_shapes(model: Model, attn_tp: float) -> tuple[tuple[float, float, float], ...]:
+def gemm_shapes(model: Model, attn_tp: float, part: str = "whole") -> tuple[tuple[float, float, float], ...]:
     """The dense GEMMs one attention rank runs in a forward pass, as (n, k, count): attention's
     projections, the dense and shared-expert FFNs and the router in each layer that has them, and
     the output head. Tensor parallelism splits each projection's heads or width; under data-parallel
     attention (``attn_tp`` 1) every rank runs them whole on its own tokens, as SGLang and TRT-LLM
-    do. Routed experts are the MoE kernel's (:func:`dse.perf.kernels.measured_curves`)."""
+    do. Routed experts are the MoE kernel's (:func:`dse.perf.kernels.measured_curves`).
+
+    ``part`` ``attention`` keeps attention's projections only, ``ffn`` the rest: the GEMMs of an
+    attention-FFN deployment's attention and expert pools (:mod:`dse.perf.afd`), split as the
+    fitted tier splits their parameters (``params_attention`` and the rest of
+    ``params_dense_active``)."""
+    if part not in ("whole", "attention", "ffn"):
+        raise ValueError(f"gemm_shapes: part {part!r} is none of whole, attention, ffn")
     h, tp, a = float(model.hidden), float(attn_tp), model.attention
     full = float(model.layers - model.linear_layers)
     out: list[tuple[float, float, float]] = []
@@ -370,6 +377,10 @@ def gemm_shapes(model: Model, attn_tp: float) -> tuple[tuple[float, float, float
     if model.linear_layers:
         width = model.linear_params_per_layer() / h / 2.0 / tp
         out += [(width, h, float(model.linear_layers)), (h, width, float(model.linear_layers))]
+    if part == "ffn":
+        out = []
+    elif part == "attention":
+        return tuple((max(n, 1.0), max(k, 1.0), c) for n, k, c in out)
     if model.dense_layers and model.dense_ffn_dim:
         f = float(model.dense_ffn_dim)
         out += [(2.0 * f / tp, h, float(model.dense_layers)), (h, f / tp, float(model.dense_layers))]
@@ -381,6 +392,17 @@ def gemm_shapes(model: Model, attn_tp: float) -> tuple[tuple[float, float, float
         out.append((float(moe.routed_experts), h, layers))
     out.append((model.vocab / tp, h, 1.0))
     return tuple((max(n, 1.0), max(k, 1.0), c) for n, k, c in out)
+
+
+def side_key(model: Model, key: KernelKey, side: str) -> KernelKey:
+    """The key of one side of an attention-FFN deployment (:mod:`dse.perf.afd`) of an instance
+    whose key is ``key``: the attention pool's, attention's projections at its tensor parallelism
+    and no experts; the expert pool's, the other dense GEMMs and the routed experts, no attention,
+    run as :func:`~dse.perf.afd.ffn_side` runs them (no tensor-parallel attention: each GPU its
+    own tokens)."""
+    if side == "attention":
+        return replace(key, gemm_shapes=gemm_shapes(model, key.attn_tp, "attention"), experts_per_token=0.0)
+    return replace(key, gemm_shapes=gemm_shapes(model, 1.0, "ffn"), attn_tp=1.0, mla=False)
 
 
 def kernel_key(
