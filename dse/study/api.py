@@ -424,7 +424,12 @@ class StudyResults:
         }
 
     def export(self, out: Folder) -> list[Path]:
-        """Parquet tables under ``out`` (a path or a string; hive partitions by study), atomically."""
+        """Parquet tables under ``out`` (a path or a string; hive partitions by study), atomically.
+        Each file's ``dse.catalog`` metadata holds the catalog numbers its rows were computed
+        with: the trials' (as they ran), but ``sim_timeseries``', simulated now with these
+        results' catalog (:attr:`catalog_note` says where the two differ)."""
         out = folder_arg(out)
         catalog = self.study.user_attrs.get("catalog")  # the numbers the trials ran with
-        return export_all(self.tables(), out, self.spec.name, plain(self.spec), catalog)
+        simulated = catalog_entries(self.spec, self._cat())  # and those the series is simulated with
+        tables = self.tables()
+        return export_all(tables, out, self.spec.name, plain(self.spec), catalog, series_catalog=simulated)

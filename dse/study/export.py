@@ -124,17 +124,30 @@ def write_parquet(df: pl.DataFrame, path: Path, meta: dict[str, str]) -> None:
 
 
 def export_all(
-    tables: dict[str, pl.DataFrame], out: Path, study: str, spec: dict[str, Any], catalog: Any = None
+    tables: dict[str, pl.DataFrame],
+    out: Path,
+    study: str,
+    spec: dict[str, Any],
+    catalog: Any = None,
+    *,
+    series_catalog: Any = None,
 ) -> list[Path]:
     """Write every table (empty ones too, so a schema-less study still has its files), once each
     one's place is known to take it: all of them to temporary files first, then each renamed into
     place, so that an export that fails or is stopped while it writes leaves every table as it
-    was."""
+    was; then remove the study's folders an earlier schema named otherwise
+    (:func:`superseded_partitions`), so that a reader of a table's folder sees the study once.
+    Each file's ``dse.catalog`` is the catalog numbers its rows were computed with: ``catalog``,
+    the trials', but for ``sim_timeseries``, simulated at export time with ``series_catalog``
+    (where given), which differs from the trials' when the study is read under another catalog."""
     names = [name for name in TABLES if name in tables]
     with writing(out):
         with contextlib.ExitStack() as stack:
             _check_destinations(out, study, names)
-            paths = [_staged(stack, tables[name], out, name, study, spec, catalog) for name in names]
+            catalogs = {name: catalog for name in names}
+            if series_catalog is not None:
+                catalogs["sim_timeseries"] = series_catalog
+            paths = [_staged(stack, tables[n], out, n, study, spec, catalogs[n]) for n in names]
         for name in names:  # once the new files are in place: a failed export leaves the old ones
             _remove_superseded(out, name, study)
         return paths
