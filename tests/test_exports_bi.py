@@ -154,6 +154,55 @@ def test_an_export_writes_its_temporary_files_outside_the_tables_folders_and_all
         assert pl.read_parquet(out / name / "study=s" / "part-0.parquet")["value"].to_list() == [2.0]
 
 
+def _schema_4_export(out: Path, study: str, tag: float) -> None:
+    """``study``'s tables as an export before schema 5 wrote them: in ``study=<name>`` unescaped,
+    by polars with the metadata in the file's key-value metadata (``git show bb69222^``)."""
+    for name in TABLES:
+        folder = out / name / f"study={study}"
+        folder.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "dse.engine_version": "0.1.0", "dse.schema_version": "4", "dse.table": name,
+            "dse.study_spec": json.dumps({"name": study}),
+        }  # fmt: skip
+        table = pl.DataFrame({"trial": [1], "value": [tag]})
+        table.write_parquet(folder / "part-0.parquet", compression="zstd", metadata=meta)
+
+
+def _read_table(out: Path, table: str) -> pl.DataFrame:
+    """Every study's rows of ``table`` under ``out``, as a reader of the table's folder sees them."""
+    files = out / table / "*" / "*.parquet"
+    return pl.read_parquet(files, hive_partitioning=True, hive_schema={"study": pl.String})
+
+
+def test_a_reexport_leaves_one_partition_of_a_study_an_earlier_schema_named_otherwise(
+    tmp_path: Path,
+) -> None:
+    """Before schema 5 a study's folder was ``study=<name>`` unescaped; today's escapes a '%'. A
+    re-export had written ``study=50%25off`` beside the old ``study=50%off``, and a reader of the
+    table's folder read the study's rows twice (4 trials of a study of 2). The old folder is
+    removed once the new files are in place, where it holds dse's file of that study and table:
+    not the folder of another study that takes the same name (``50%off``'s escaped folder is
+    ``50%25off``'s unescaped one), nor a file dse did not write."""
+    out = tmp_path / "exports"
+    _schema_4_export(out, "50%off", 1.0)
+    (out / "kv_tiers" / "study=50%off" / "notes.txt").write_text("mine")  # a user's, kept
+    export.export_all(_tables(2.0), out, "50%off", {"name": "50%off"})
+    for name in TABLES:
+        hive = _read_table(out, name)
+        assert hive["study"].to_list() == ["50%off"] and hive["value"].to_list() == [2.0], name
+        kept = {p.name for p in (out / name).iterdir()}
+        assert kept == ({"study=50%25off", "study=50%off"} if name == "kv_tiers" else {"study=50%25off"})
+    assert [p.name for p in (out / "kv_tiers" / "study=50%off").iterdir()] == ["notes.txt"]
+
+    # 50%25off's folder of old is 50%off's of today: a re-export of 50%25off leaves it alone
+    _schema_4_export(out, "50%25off", 3.0)  # (it wrote over 50%off's files, as it did then)
+    export.export_all(_tables(2.0), out, "50%off", {"name": "50%off"})
+    export.export_all(_tables(4.0), out, "50%25off", {"name": "50%25off"})
+    for name in TABLES:
+        hive = _read_table(out, name)
+        assert sorted(hive.select("study", "value").rows()) == [("50%25off", 4.0), ("50%off", 2.0)], name
+
+
 def test_a_table_folder_on_another_file_system_is_written_there(tmp_path: Path) -> None:
     """A table's folder linked to another disk: its temporary file goes beside it, since a rename
     cannot cross file systems (it had failed with EXDEV, the tables before it already replaced)."""

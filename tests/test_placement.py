@@ -16,6 +16,7 @@ from dse.perf.params import load_params
 from dse.placement import Limits, Objective, PlacementReport, PlacementRequest, Topology, place
 from dse.placement.candidates import build_candidates
 from dse.placement.explain import RESOURCES, shadow_prices
+from dse.placement.request import UnitOptions
 from dse.workload import Slo, ThinkBin, Workload
 from formulations.placement_data import Role
 from formulations.solve import PlacementSolver
@@ -216,7 +217,6 @@ def test_an_aggregated_prompt_is_prefilled_at_full_speed_behind_a_longer_queue(c
     """An aggregated unit's prefill share is the utilisation of its prefill forwards, not a slice
     a prompt is stretched over: a prompt waits for the decode step in progress and the queue
     ahead, so TTFT rises with the share (was: fell as 1/share, a 10% share took 10 forwards)."""
-    from dse.placement.request import UnitOptions
 
     req = request(
         topology=Topology.AGGREGATED,
@@ -282,7 +282,6 @@ def test_goodput_without_a_budget_is_bad_input() -> None:
     ],
 )
 def test_kv_policy_limits_where_kv_rests(catalog: Catalog, policy: str, allowed: set[str]) -> None:
-    from dse.placement.request import UnitOptions
 
     # recomputing a 20k-token prefix needs a looser TTFT than reloading it
     rep = place(
@@ -356,7 +355,6 @@ def test_pipeline_stages_for_prefill_where_no_node_holds_the_weights(catalog: Ca
     # docs/cli.md: on H100 alone the pipelined prefill instance is a working option, at most
     # one instance more than the best (one 16-GPU prefill instance); offered it alone for
     # prefill, the MILP prefills on it
-    from dse.placement.request import UnitOptions
 
     h100 = replace(req, hardware=("h100-sxm",), slo=Slo(ttft_s=2.0, tpot_s=0.05))
     best = place(h100, catalog=catalog, params=params, with_shadow_prices=False).best
@@ -383,7 +381,6 @@ def test_a_pipelined_prefill_pool_runs_in_both_simulations(catalog: Catalog) -> 
     engine-level simulation run each instance as two one-stage replicas (the same prompts per
     second, the same time per prompt through the stages), and the design meets its TTFT."""
     from dse.evaluation import design_of
-    from dse.placement.request import UnitOptions
     from dse.sim.engine_latency import design_latency
     from dse.sim.from_placement import pipeline_of
 
@@ -411,7 +408,6 @@ def test_a_pipelined_prefill_pool_runs_in_both_simulations(catalog: Catalog) -> 
 def test_a_pipelined_prefill_pool_holds_no_more_than_its_gpus_hbm() -> None:
     """Each pipeline stage keeps its layers' share of the KV resting on the pool: per GPU, the
     pool's share is divided by the stages too (123 GB on an 80 GB H100 once)."""
-    from dse.placement.request import UnitOptions
     from dse.placement.shapes import Shapes
 
     req = PlacementRequest(
@@ -448,7 +444,6 @@ def test_a_looser_tpot_target_never_costs_more(catalog: Catalog) -> None:
     pace's load (a larger one), the 16-GPU shape stopped at 100 ms from a 200 ms target and
     missed 80 ms, which a 150 ms target reached ($259.44 against $248.16 under the calibration
     before session 47's; $225.60 at every target now)."""
-    from dse.placement.request import UnitOptions
 
     def cost(tpot: float, tighter: bool, ttft: float = 0.5) -> float:
         req = request(
@@ -500,7 +495,6 @@ def test_aggregated_units_at_tighter_paces_run_smaller_batches_and_say_their_pac
 
 
 def _afd(tpot: float, tighter: bool = True, ttft_s: float = 0.5, **kw) -> PlacementRequest:  # type: ignore[no-untyped-def]
-    from dse.placement.request import UnitOptions
 
     return request(
         topology=Topology.AFD,
@@ -603,7 +597,6 @@ def test_naming_one_roles_shapes_restricts_that_role_alone(catalog: Catalog) -> 
     had been cut to the named prefill shapes: DeepSeek-V3 on B200 at 20 req/s cost $93.60/hour
     with prefill on 4-GPU instances, against $31.20 unrestricted); midfill shapes named for a
     topology without a midfill pool change nothing ($62.40 before)."""
-    from dse.placement.request import UnitOptions
 
     def best(**opts: object) -> PlacementReport:
         req = request(
@@ -756,6 +749,12 @@ def test_a_request_built_in_python_refuses_what_a_study_file_refuses(
             {"mtp": True, "mtp_accept_rate": 2.0},
             r"mtp_accept_rate = 2\.0: must be between 0 and 1, exclusive$",
         ),
+        # a truthy value of another kind had been taken as True
+        ({"mtp": "no"}, r"^placement request: mtp = 'no': must be True or False$"),
+        (
+            {"options": UnitOptions(tighter_paces="no")},  # type: ignore[arg-type]
+            r"^placement request: options\.tighter_paces = 'no': must be True or False$",
+        ),
         ({"time_limit_s": -1}, r"^placement request: time_limit_s = -1: must be > 0$"),
         ({"mip_rel_gap": -1}, r"^placement request: mip_rel_gap = -1: must be at least 0 and below 1"),
         ({"limits": Limits(budget_usd_hour=-5)}, r"limits\.budget_usd_hour = -5: must be > 0$"),
@@ -784,3 +783,5 @@ def test_place_refuses_arguments_of_the_wrong_type_by_name() -> None:
         place(request(), catalog="x")  # type: ignore[arg-type]
     with pytest.raises(InputError, match=r"^params = \{\}: must be a PerfParams or None, not dict$"):
         place(request(), params={})  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^with_shadow_prices = 'no': must be a bool, not str$"):
+        place(request(), with_shadow_prices="no")  # type: ignore[arg-type]  # it had priced them

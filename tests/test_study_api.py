@@ -322,7 +322,8 @@ def test_a_trajectory_asked_twice_or_of_a_trial_without_a_design_is_one_line(tmp
 def test_load_of_no_name_and_run_arguments_of_the_wrong_type_are_one_line(tmp_path: Path) -> None:
     """``Study.load(None)`` had failed inside pathlib with ``TypeError``; ``run(catalog="x")`` and
     ``run(params={})`` with an ``AttributeError`` after writing the run folder, and ``then=3`` with
-    ``TypeError: 'int' object is not callable`` after every trial had run."""
+    ``TypeError: 'int' object is not callable`` after every trial had run; ``progress="no"`` and
+    ``with_objective(replace_all="no")`` had been taken as True."""
     for bad in (None, 3):
         with pytest.raises(
             InputError, match=rf"^name_or_path = {bad}: must be a study's name or a study file's path$"
@@ -336,7 +337,13 @@ def test_load_of_no_name_and_run_arguments_of_the_wrong_type_are_one_line(tmp_pa
         study.run(trials=1, out=out, params={})  # type: ignore[arg-type]
     with pytest.raises(InputError, match=r"^then = 3: must be a function of the results, or None$"):
         study.run(trials=1, out=out, then=3)  # type: ignore[arg-type]
+    # a truthy value of another kind had drawn the bar ("no" too), a falsy one had not
+    for bad, kind in (("yes", "str"), ("no", "str"), (1, "int"), (None, "NoneType")):
+        with pytest.raises(InputError, match=rf"^progress = {bad!r}: must be a bool, not {kind}$"):
+            study.run(trials=1, out=out, progress=bad)  # type: ignore[arg-type]
     assert not out.exists()
+    with pytest.raises(InputError, match=r"^replace_all = 'no': must be a bool, not str$"):
+        study.with_objective("gpus", replace_all="no")  # type: ignore[arg-type]  # it had replaced them
     with pytest.raises(InputError, match=r"^catalog = 'b200': must be a Catalog or None, not str$"):
         study.results(out=out, catalog="b200")  # type: ignore[arg-type]
 

@@ -9,6 +9,7 @@ import re
 import sqlite3
 from pathlib import Path
 
+import polars as pl
 import pyarrow.parquet as pq
 from conftest import Cli
 
@@ -97,3 +98,34 @@ def test_a_run_resumed_under_other_catalog_numbers_is_refused(tmp_path: Path, cl
     )
     assert again.code == 0, again.err
     assert "2 trials run" in again.out
+
+
+def _file_meta(path: Path) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in pq.read_metadata(path).metadata.items()}
+
+
+def test_the_series_file_says_the_catalog_it_was_simulated_with(tmp_path: Path, cli: Cli) -> None:
+    """``sim_timeseries`` is simulated again at export time, with the catalog the study is read
+    under; its file's ``dse.catalog`` had held the trials' numbers all the same: exported under a
+    B200 of 2 TB/s, a series simulated at 2 TB/s said 8. Each file says the numbers its rows were
+    computed with: the trials' in the trials' tables, the series' own in the series'."""
+    study, out = _study(tmp_path), tmp_path / "runs"
+    ran_with = _own_part(tmp_path / "cat")
+    ran = cli("--catalog-dir", ran_with, "study", "run", study, "--trials", "3", "--out", out, "--no-export")
+    assert ran.code == 0, ran.err
+    slow = _own_part(tmp_path / "slow", **{"bandwidth_tb_per_s = 8.0": "bandwidth_tb_per_s = 2.0"})
+    exports = out / "own-study" / "exports"
+    files = {t: exports / t / "study=own-study" / "part-0.parquet" for t in ("trials", "sim_timeseries")}
+    series: dict[str, pl.DataFrame] = {}
+    for name, cat in (("same", ran_with), ("slow", slow)):
+        res = cli("--catalog-dir", cat, "study", "export", study, "--out", out)
+        assert res.code == 0, res.err
+        meta = {t: json.loads(_file_meta(f)["dse.catalog"]) for t, f in files.items()}
+        bandwidth = {t: m["hardware"]["b200-own"]["hbm"]["bandwidth_tb_per_s"] for t, m in meta.items()}
+        series[name] = pl.read_parquet(files["sim_timeseries"])
+        if name == "same":
+            assert res.err == "" and meta["trials"] == meta["sim_timeseries"]
+        else:  # (said on stderr too)
+            assert "bandwidth_tb_per_s is 2.0 here but the trials ran with 8.0" in res.err
+            assert bandwidth == {"trials": 8.0, "sim_timeseries": 2.0}
+    assert not series["same"].equals(series["slow"])  # the series was simulated at 2 TB/s

@@ -134,6 +134,7 @@ def place(
     typed_arg(catalog, Catalog, "catalog")
     typed_arg(params, PerfParams, "params")
     typed_arg(solver, PlacementSolver, "solver")
+    typed_arg(with_shadow_prices, bool, "with_shadow_prices", optional=False)
     ctx = Context(
         catalog if catalog is not None else load_catalog(),
         params if params is not None else load_params(),

@@ -266,8 +266,9 @@ def _check_types(req: PlacementRequest) -> None:
             if issubclass(cls, enum.Enum):  # the member, not its value's string
                 members = f": one of {', '.join(f'{cls.__name__}.{m.name}' for m in cls)}"
             raise InputError(SRC, name, f"must be of type {cls.__name__} ({cls.__module__}){members}", value)
-    if not isinstance(req.mtp, bool):
-        raise InputError(SRC, "mtp", "must be True or False", req.mtp)
+    for key, flag in (("mtp", req.mtp), ("options.tighter_paces", req.options.tighter_paces)):
+        if not isinstance(flag, bool):  # "no" is truthy: it had been taken as True
+            raise InputError(SRC, key, "must be True or False", flag)
     for key, check in NUMBER_RULES.items():
         owner, _, attr = key.rpartition(".")
         value = getattr(getattr(req, owner) if owner else req, attr)

@@ -117,6 +117,7 @@ class Study:
         (:class:`dse.study.objectives.ObjectiveError`)."""
         if direction not in (None, "minimize", "maximize"):
             raise InputError("objective", f"{name}.direction", "must be minimize or maximize", direction)
+        typed_arg(replace_all, bool, "replace_all", optional=False)  # "no" had replaced them all
         if fn is not None:
             new = ObjectiveDef.custom(name, fn, direction or "minimize")
         else:
@@ -178,16 +179,17 @@ class Study:
         ``dse study run --trials``: trials stored before count; default the study file's budget,
         a grid study's points); ``then`` gets its results while the run still holds the study
         (what it writes from them, another run waits for). ``out`` is a folder (a path or a
-        string); ``trials`` and ``seed`` whole numbers; ``catalog`` and ``params`` a
-        :class:`~dse.catalog.Catalog` and :class:`~dse.perf.params.PerfParams` (default: the
-        shipped ones). Arguments of the wrong kind are bad input naming them, before anything
-        is written."""
+        string); ``trials`` and ``seed`` whole numbers; ``progress`` a bool; ``catalog`` and
+        ``params`` a :class:`~dse.catalog.Catalog` and :class:`~dse.perf.params.PerfParams`
+        (default: the shipped ones). Arguments of the wrong kind are bad input naming them,
+        before anything is written."""
         from dse.study.runner import run  # the solver and the simulator: only a run imports them
 
         self.refuse_idle()
         out, storage = folder_arg(out), storage_arg(storage)
         typed_arg(catalog, Catalog, "catalog")  # checked before a run writes anything
         typed_arg(params, PerfParams, "params")
+        typed_arg(progress, bool, "progress", optional=False)  # "no" had drawn the bar
         if then is not None and not callable(then):  # it had failed after every trial had run
             raise InputError("then", "", "must be a function of the results, or None", then)
 
@@ -424,7 +426,12 @@ class StudyResults:
         }
 
     def export(self, out: Folder) -> list[Path]:
-        """Parquet tables under ``out`` (a path or a string; hive partitions by study), atomically."""
+        """Parquet tables under ``out`` (a path or a string; hive partitions by study), atomically.
+        Each file's ``dse.catalog`` metadata holds the catalog numbers its rows were computed
+        with: the trials' (as they ran), but ``sim_timeseries``', simulated now with these
+        results' catalog (:attr:`catalog_note` says where the two differ)."""
         out = folder_arg(out)
         catalog = self.study.user_attrs.get("catalog")  # the numbers the trials ran with
-        return export_all(self.tables(), out, self.spec.name, plain(self.spec), catalog)
+        simulated = catalog_entries(self.spec, self._cat())  # and those the series is simulated with
+        tables = self.tables()
+        return export_all(tables, out, self.spec.name, plain(self.spec), catalog, series_catalog=simulated)

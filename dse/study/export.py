@@ -7,7 +7,9 @@ Parquet file and fail on it; and every table is written before any is renamed in
 
 Layout: ``OUT/<table>/study=<name>/part-0.parquet`` for the tables trials, pareto, placements,
 kv_tiers and sim_timeseries (the ``study`` column lives in the folder name, as hive expects, a
-``%`` in the name escaped as hive escapes it: :func:`partition`).
+``%`` in the name escaped as hive escapes it: :func:`partition`). A study's folder an earlier
+schema named otherwise (:func:`superseded_partitions`) is removed once the new files are in place,
+where it holds dse's own file of that study and table.
 """
 
 from __future__ import annotations
@@ -37,6 +39,45 @@ def partition(study: str) -> str:
     """The folder of ``study``'s rows in a table: ``study=<name>``, percent-escaped where hive
     readers would misread the name (they decode it back)."""
     return "study=" + "".join(HIVE_ESCAPES.get(c, c) for c in study)
+
+
+def superseded_partitions(study: str) -> list[str]:
+    """The folders of ``study``'s rows that exports before schema 5 wrote and today's do not:
+    ``study=<name>`` unescaped (``study=50%off`` for ``study=50%25off``). Left beside the new one,
+    a reader of the table's folder read the study's rows twice."""
+    return [old for old in (f"study={study}",) if old != partition(study)]
+
+
+def _dse_export_of(path: Path, table: str, study: str) -> bool:
+    """Whether ``path`` is a file an export of dse wrote for ``study``'s ``table``: its metadata's
+    ``dse.table`` and the name in ``dse.study_spec`` say so (every schema wrote both). The folder
+    of another study's (``study=50%25off`` is the unescaped folder of a study named so, and the
+    escaped one of ``50%off``), or a file dse did not write, is not."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        meta = pl.read_parquet_metadata(path)
+        spec = json.loads(meta.get("dse.study_spec", "null"))
+    except Exception:  # not Parquet, unreadable, no JSON: not dse's export, so not removed
+        return False
+    return meta.get("dse.table") == table and isinstance(spec, dict) and spec.get("name") == study
+
+
+def _remove_superseded(out: Path, table: str, study: str) -> None:
+    """Remove ``study``'s folder of ``table`` that an export of an earlier schema wrote
+    (:func:`superseded_partitions`): its file, where it is dse's export of that study and table,
+    the temporary files a killed export of then left there, and the folder once nothing else is
+    in it (anything else stays, and so the folder)."""
+    for name in superseded_partitions(study):
+        folder = out / table / name
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        path = folder / "part-0.parquet"
+        if _dse_export_of(path, table, study):
+            path.unlink()
+            remove_stale(path)
+        with contextlib.suppress(OSError):  # not empty: what is left there is not ours
+            folder.rmdir()
 
 
 def _staged(
@@ -83,16 +124,33 @@ def write_parquet(df: pl.DataFrame, path: Path, meta: dict[str, str]) -> None:
 
 
 def export_all(
-    tables: dict[str, pl.DataFrame], out: Path, study: str, spec: dict[str, Any], catalog: Any = None
+    tables: dict[str, pl.DataFrame],
+    out: Path,
+    study: str,
+    spec: dict[str, Any],
+    catalog: Any = None,
+    *,
+    series_catalog: Any = None,
 ) -> list[Path]:
     """Write every table (empty ones too, so a schema-less study still has its files), once each
     one's place is known to take it: all of them to temporary files first, then each renamed into
     place, so that an export that fails or is stopped while it writes leaves every table as it
-    was."""
+    was; then remove the study's folders an earlier schema named otherwise
+    (:func:`superseded_partitions`), so that a reader of a table's folder sees the study once.
+    Each file's ``dse.catalog`` is the catalog numbers its rows were computed with: ``catalog``,
+    the trials', but for ``sim_timeseries``, simulated at export time with ``series_catalog``
+    (where given), which differs from the trials' when the study is read under another catalog."""
     names = [name for name in TABLES if name in tables]
-    with writing(out), contextlib.ExitStack() as stack:
-        _check_destinations(out, study, names)
-        return [_staged(stack, tables[name], out, name, study, spec, catalog) for name in names]
+    with writing(out):
+        with contextlib.ExitStack() as stack:
+            _check_destinations(out, study, names)
+            catalogs = {name: catalog for name in names}
+            if series_catalog is not None:
+                catalogs["sim_timeseries"] = series_catalog
+            paths = [_staged(stack, tables[n], out, n, study, spec, catalogs[n]) for n in names]
+        for name in names:  # once the new files are in place: a failed export leaves the old ones
+            _remove_superseded(out, name, study)
+        return paths
 
 
 def _check_destinations(out: Path, study: str, names: list[str]) -> None:
