@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import Cli
 
 from dse import __version__
@@ -114,3 +115,23 @@ def test_a_catalog_dir_after_the_command_says_where_it_goes(cli: Cli, tmp_path: 
     )
     other = cli("catalog", "show", "b200", "--foo")
     assert other.err == "dse: error: unrecognized arguments: --foo (see dse --help)\n"
+
+
+def test_a_missing_folder_named_in_the_environment_says_so(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DSE_CATALOG_DIR set long ago in a shell profile had been refused as a bare path ('/x:
+    catalog folder must exist'), the command line naming no such folder; the line names the
+    variable. A folder named by --catalog-dir is the line's own path, as before."""
+    gone = tmp_path / "gone"
+    monkeypatch.setenv("DSE_CATALOG_DIR", str(gone))
+    res = cli("catalog", "list", "hardware")
+    assert res.code == 2 and res.err.count("\n") == 1, res.err
+    assert f"{gone}: DSE_CATALOG_DIR: catalog folder must exist and be a folder" in res.err
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("DSE_CATALOG_DIR", str(tmp_path / "empty"))
+    res = cli("catalog", "list", "hardware")
+    assert res.code == 2 and f"{tmp_path / 'empty'}: DSE_CATALOG_DIR: catalog folder must hold" in res.err
+    monkeypatch.delenv("DSE_CATALOG_DIR")
+    res = cli("--catalog-dir", gone, "catalog", "list", "hardware")
+    assert res.code == 2 and f"{gone}: catalog folder must exist and be a folder" in res.err, res.err

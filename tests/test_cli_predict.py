@@ -1349,6 +1349,31 @@ def test_an_entry_a_users_catalog_changes_is_not_one_the_calibration_saw(cli: Cl
     assert changed in res.out
 
 
+def test_an_entry_changed_only_in_its_price_and_words_is_the_one_the_calibration_saw(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """docs/catalogs.md's example: B200 at your own price, its notes and assumptions left out. The
+    runs measured that B200 (a price moves no token/s), so the expected error stays in-sample; it
+    had been called unseen, the leave-one-hardware-out error (14% against 12%) and "your catalog
+    changes b200"."""
+    from dse.paths import SHIPPED_HARDWARE
+
+    b200 = (SHIPPED_HARDWARE / "b200.toml").read_text()
+    own = b200.replace("usd_per_gpu_hour_own_hyperscaler = 1.95", "usd_per_gpu_hour_own_hyperscaler = 2.34")
+    own = re.sub(r"(?ms)^sources = \[.*?^\]", 'sources = ["our own price per GPU-hour"]', own)
+    own = re.sub(r"(?ms)^(notes = .*?$|assumptions = \[.*?^\])\n", "", own)
+    assert own != b200 and "\nnotes =" not in own and "\nassumptions =" not in own
+    (tmp_path / "hardware").mkdir()
+    (tmp_path / "hardware" / "b200.toml").write_text(own)
+    res = cli("--catalog-dir", tmp_path, "catalog", "show", "b200", "--json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["prices"]["usd_per_gpu_hour_own_hyperscaler"] == 2.34
+    res = cli("--catalog-dir", tmp_path, "predict", "--hardware", "b200", "--conc", "8", "--json")
+    assert res.code == 0, res.err
+    error = json.loads(res.out)["expected_error"]
+    assert error["basis"] == "in-sample" and error["edited"] == [], error
+
+
 def test_a_batch_row_with_no_tpot_leaves_its_tpot_percentiles_empty(catalog: Catalog) -> None:
     """One-token answers have no time per output token: empty in the CSV, as null in JSON and "-"
     in text (the CSV had read 'nan')."""

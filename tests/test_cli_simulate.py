@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -335,6 +336,32 @@ def test_a_placement_made_with_another_catalog_entry_is_refused(tmp_path: Path, 
     assert other.code == 2 and other.err.count("\n") == 1, other.err
     assert f"{plan}: catalog.b200 = " in other.err
     assert "was placed with another entry for b200 than this catalog's" in other.err
+    assert "simulate with the --catalog-dir it was placed with" in other.err
+
+
+def test_a_placement_made_with_an_entry_this_catalog_lacks_names_the_file_and_the_flag(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """A what-if GPU of the user's own id, placed under --catalog-dir and simulated without it, had
+    been refused as 'catalog: hardware = ...: unknown hardware id', naming neither the placement
+    file nor what to do."""
+    from dse.paths import SHIPPED_HARDWARE
+
+    (tmp_path / "hardware").mkdir()
+    b200 = (SHIPPED_HARDWARE / "b200.toml").read_text()
+    own = b200.replace('id = "b200"', 'id = "b200-x"').replace(
+        "bandwidth_tb_per_s = 8.0", "bandwidth_tb_per_s = 16"
+    )
+    own = re.sub(r"(?m)^aliases = .*$", "aliases = []", own)
+    (tmp_path / "hardware" / "b200-x.toml").write_text(own)
+    placed = cli("--catalog-dir", tmp_path, *("b200-x" if a == "b200" else a for a in PLACE))
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    other = cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60")
+    assert other.code == 2 and other.err.count("\n") == 1, other.err
+    lacks = "catalog.b200-x = 'b200-x': was placed with hardware 'b200-x', which this catalog lacks"
+    assert f"{plan}: {lacks}" in other.err
     assert "simulate with the --catalog-dir it was placed with" in other.err
 
 

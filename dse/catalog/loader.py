@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -80,14 +80,15 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
     """
     dirs: list[tuple[Path, Path]] = [(SHIPPED_HARDWARE, SHIPPED_MODELS)]
     env = os.environ.get(CATALOG_ENV, "") if use_env else ""
-    for raw in [*filter(None, env.split(os.pathsep)), *extra_dirs]:
+    named = [(raw, CATALOG_ENV) for raw in filter(None, env.split(os.pathsep))]  # where each was named:
+    for raw, origin in [*named, *((raw, "") for raw in extra_dirs)]:  # an environment set long ago
         root = Path(raw)
         if not root.is_dir():
-            raise InputError(str(root), "", "catalog folder must exist and be a folder")
+            raise InputError(str(root), origin, "catalog folder must exist and be a folder")
         if not any(next((root / kind).glob("*.toml"), None) for kind in ("hardware", "models")):
             # (a typo in the layout would otherwise leave the shipped entries in force, silently)
             rule = "catalog folder must hold hardware/*.toml or models/*.toml (none found)"
-            raise InputError(str(root), "", rule)
+            raise InputError(str(root), origin, rule)
         dirs.append((root / "hardware", root / "models"))
     hardware: dict[str, Hardware] = {}
     models: dict[str, Model] = {}
@@ -129,16 +130,31 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
 
 
 def _note_edit(
-    is_shipped: bool, entry_id: str, entry: object, shipped: dict[str, object], edited: set[str]
+    is_shipped: bool, entry_id: str, entry: Hardware | Model, shipped: dict[str, object], edited: set[str]
 ) -> None:
-    """Keep the shipped entries, and note an id a later folder replaces with a different entry
-    (one that restores the shipped entry is no edit)."""
+    """Keep the shipped entries, and note an id a later folder replaces with an entry of other
+    numbers than the shipped one's (one that restores the shipped entry, or changes only its words
+    or prices, is no edit)."""
     if is_shipped:
         shipped[entry_id] = entry
-    elif entry_id in shipped and entry != shipped[entry_id]:
+    elif entry_id in shipped and _unwritten(entry, shipped[entry_id]) != shipped[entry_id]:
         edited.add(entry_id)
     else:
         edited.discard(entry_id)
+
+
+# what the measured runs do not depend on: an entry's words and its prices (a B200 at your own
+# price, the example of docs/catalogs.md, is the B200 the runs measured)
+NOT_MEASURED = DOC_FIELDS | {"prices"}
+
+
+def _unwritten(entry: Hardware | Model, shipped: object) -> Hardware | Model:
+    """``entry`` with the shipped entry's words and prices in place of its own (a model of a
+    hardware's id, or the reverse, as it is: another entry, refused once all are loaded)."""
+    if type(shipped) is not type(entry):
+        return entry
+    own = {f.name for f in fields(entry)} & NOT_MEASURED
+    return replace(entry, **{name: getattr(shipped, name) for name in own})
 
 
 def _measured_at(h: Hardware, measured_at: Mapping[str, float]) -> Hardware:

@@ -186,6 +186,14 @@ def _same_catalog(doc: dict[str, Any], catalog: Catalog, source: str) -> None:
     if model not in placed:  # an edited request: its other entries had been looked up as hardware
         rule = f"is not the model the placement was made with (its catalog record holds {', '.join(placed)})"
         raise InputError(source, "request.model", rule, model)
+    for entry in placed:  # an entry of the user's folder the placement was made with, not passed here
+        kind = "model" if entry == model else "hardware"
+        if entry not in (catalog.models_by_id if entry == model else catalog.hardware_by_id):
+            rule = (
+                f"was placed with {kind} '{entry}', which this catalog lacks: "
+                "simulate with the --catalog-dir it was placed with"
+            )
+            raise InputError(source, f"catalog.{entry}", rule, entry)
     changed = catalog_difference(placed, catalog.numbers(model, [e for e in placed if e != model]))
     if changed is not None:
         key, then, now = changed
