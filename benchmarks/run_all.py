@@ -32,6 +32,7 @@ BENCHES = (
     "kernel_accuracy",
     "overhead_split",
     "latency_accuracy",
+    "choices",
     "latency_speed",
     "milp_speed",
     "tpot_paces",
