@@ -85,7 +85,8 @@ def _queued_split(data: list[cal.Measured], catalog, params: PerfParams, loho) -
     err = np.abs(loho[:, 0] / meas - 1.0)
     ratio = loho[:, 0] / meas
     disagg = np.array([m.row.disagg for m in data])
-    print("\nTTFT p50 by whether the run's requests queued (measured median over twice a lone request's), LOHO")
+    print("\nTTFT p50 by whether the run's requests queued (measured median over twice a lone request's), "
+          "LOHO")  # fmt: skip
     print("| runs | count | disaggregated | median abs error | median predicted / measured | within 25% |")
     print("|---|---|---|---|---|---|")
     for label, m in (("queued", queued), ("not queued", ~queued)):
@@ -96,7 +97,8 @@ def _queued_split(data: list[cal.Measured], catalog, params: PerfParams, loho) -
     need = len(data) // 2 + 1
     print(f"queued runs' TTFT over the rest of their latency: median {np.nanmedian(s):.3f}; the median needs "
           f"{need} runs within 25%, {(err < 0.25).sum()} are")  # fmt: skip
-    print("queued runs within 25% were the TTFT model exact and the throughput off by f (kinder / other sign):")
+    print("queued runs within 25% were the TTFT model exact and the throughput off by f "
+          "(kinder / other sign):")  # fmt: skip
     for f in (0.02, 0.05, 0.072, 0.109, 0.14):
         within = []
         for sign in (1.0, -1.0):
