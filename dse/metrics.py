@@ -16,6 +16,9 @@ class Metric:
     doc: str
     column: str = ""  # the Parquet column, when it is not the metric's name (a unit in the name)
     whole: bool = False  # a count: an integer column in the trials table
+    # a latency's statistic as a label says it (``TTFT mean``, ``TTFT p99``; ``{pct}``: the
+    # study's percentile), "" for a metric that is no latency: :func:`statistic`
+    stat: str = ""
 
 
 METRICS = {
@@ -29,21 +32,29 @@ METRICS = {
     "tokens_per_s_per_gpu": Metric("tokens/s/GPU", "maximize", "prompt + output tokens per GPU bought"),
     "tokens_per_s_per_user": Metric("tokens/s", "maximize", "decode speed one user sees (1 / mean TPOT)"),
     "output_tokens_per_s_per_decode_gpu": Metric("tokens/s/GPU", "maximize", "output tokens per decode GPU"),
-    "ttft_s": Metric("s", "minimize", "mean time to first token, simulated", "ttft_mean_s"),
+    "ttft_s": Metric("s", "minimize", "mean time to first token, simulated", "ttft_mean_s", stat="TTFT mean"),
     "ttft_pct_s": Metric(
         "s",
         "minimize",
-        "TTFT at the study's percentile: the worse of the fluid and the engine-level simulations",
+        "TTFT at the study's percentile: the worse of the engine-level simulation's and the fluid"
+        " model's (which it estimates from its mean and p99 as an exponential tail, never below its"
+        " mean: at p63 and below, its mean)",
+        stat="TTFT p{pct}",
     ),
-    "tpot_s": Metric("s", "minimize", "mean time per output token, simulated", "tpot_mean_s"),
+    "tpot_s": Metric(
+        "s", "minimize", "mean time per output token, simulated", "tpot_mean_s", stat="TPOT mean"
+    ),
     "engine_ttft_pct_s": Metric(
         "s",
         None,
         "TTFT at the study's percentile, engine-level simulation (Poisson at the scenario's mean rate)",
+        stat="TTFT p{pct}",
     ),
-    "engine_tpot_pct_s": Metric("s", None, "TPOT at the study's percentile, engine-level simulation"),
-    "engine_ttft_p99_s": Metric("s", None, "99th-percentile TTFT, engine-level simulation"),
-    "e2e_s": Metric("s", "minimize", "mean end-to-end latency, simulated", "e2e_mean_s"),
+    "engine_tpot_pct_s": Metric(
+        "s", None, "TPOT at the study's percentile, engine-level simulation", stat="TPOT p{pct}"
+    ),
+    "engine_ttft_p99_s": Metric("s", None, "99th-percentile TTFT, engine-level simulation", stat="TTFT p99"),
+    "e2e_s": Metric("s", "minimize", "mean end-to-end latency, simulated", "e2e_mean_s", stat="E2E mean"),
     "power_kw": Metric(
         "kW", "minimize", "power the design's GPUs draw at its load, times the site's PUE ([energy])"
     ),
@@ -71,6 +82,7 @@ METRICS = {
         "s",
         "minimize",
         "99th-percentile time to first token: the worse of the fluid and the engine-level simulations",
+        stat="TTFT p99",
     ),
     "queue_peak_prefill_requests": Metric(
         "requests", None, "most requests waiting for or in prefill (incl. reload, handoff), simulated"
@@ -142,6 +154,25 @@ def metric_of_column(col: str) -> str | None:
     """The metric whose exported column is ``col`` under another name (``tpot_mean_s``:
     ``tpot_s``), else None."""
     return next((m for m, c in METRIC_COLUMNS.items() if c == col and m != col), None)
+
+
+def statistic(name: str, percentile: float) -> str:
+    """What the latency metric ``name`` (or the trials column ``name``: ``tpot_mean_s``) is, as
+    every label of it says: ``TTFT p99``, ``TPOT mean``, a ``*_pct_s`` at the study's
+    ``percentile``; "" for a metric that is no latency, or a name the registry does not hold."""
+    metric = METRICS.get(name) or METRICS.get(metric_of_column(name) or "")
+    return metric.stat.format(pct=f"{percentile:g}") if metric is not None else ""
+
+
+def unit_label(name: str, percentile: float) -> str:
+    """`` (TTFT p99, s)``, `` ($/M tokens)``: what a column or axis of metric (or column) ``name``
+    holds, its statistic where it is a latency whose name does not say it (``ttft_pct_s``,
+    ``tpot_s``; not ``ttft_p99_s`` or ``tpot_mean_s``), then its unit; "" when it has neither."""
+    metric = METRICS.get(name) or METRICS.get(metric_of_column(name) or "")
+    stat = statistic(name, percentile)
+    stat = "" if stat and stat.split()[-1] in name.split("_") else stat  # the name says it
+    said = [x for x in (stat, metric.unit if metric else "") if x]
+    return f" ({', '.join(said)})" if said else ""
 
 
 def objective_rule(name: str) -> str | None:

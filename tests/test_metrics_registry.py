@@ -189,3 +189,22 @@ def test_a_split_decode_trials_batch_cap_is_its_attention_instances(tmp_path: Pa
     both = res.trials.join(pools, on="trial").filter(pl.col("decode_batch_sequences").is_not_null())
     assert both.height > 0 and (both["decode_batch_sequences"] == both["attention"]).all()
     assert (both["ffn"] != both["attention"]).any()  # else the test could not tell the two apart
+
+
+def test_every_latency_metric_says_its_statistic() -> None:
+    """Every TTFT, TPOT or end-to-end metric carries the statistic its labels say (a mean, p99,
+    or the study's percentile), so that no report column or axis shows one bare: ``ttft_pct_s``
+    had been labelled "ttft_pct_s (s)" in a study at p99 as at p50."""
+    from dse.metrics import statistic, unit_label
+
+    latencies = [n for n in METRICS if any(k in n for k in ("ttft", "tpot", "e2e"))]
+    assert len(latencies) == 8 and all(METRICS[n].stat for n in latencies)
+    assert [statistic(n, 99.0) for n in ("ttft_pct_s", "tpot_mean_s", "e2e_s", "engine_tpot_pct_s")] == [
+        "TTFT p99", "TPOT mean", "E2E mean", "TPOT p99",
+    ]  # fmt: skip
+    assert statistic("ttft_pct_s", 50.0) == "TTFT p50" and statistic("gpus", 50.0) == ""
+    # a label adds the statistic where the name does not say it, then the unit
+    assert unit_label("ttft_pct_s", 99.9) == " (TTFT p99.9, s)"
+    assert unit_label("tpot_s", 90.0) == " (TPOT mean, s)"
+    assert unit_label("ttft_p99_s", 90.0) == unit_label("tpot_mean_s", 90.0) == " (s)"
+    assert unit_label("usd_per_million_tokens", 90.0) == " ($/M tokens)" and unit_label("nope", 90.0) == ""

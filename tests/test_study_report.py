@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -818,3 +820,65 @@ def test_a_grids_design_names_its_expert_pool(tmp_path: Path) -> None:
     designs = {r[2] for r in _rows(_section(md, "## Grid"))}
     assert "afd: h200-sxm/8gpu-dpa-ep8 + h200-sxm/8gpu-dpa-ep8 + ffn gb200-nvl72/32gpu-dpa-ep32" in designs
     assert "disaggregated: h200-bw150/8gpu-dpa-ep8 + h200-bw150/16gpu-dpa-ep16" in designs
+
+
+class _Kept:
+    """A drawer that keeps what it is asked to draw, so a test reads the figures' labels."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, tuple[Any, tuple[Any, ...]]] = {}
+
+    def draw(self, path: Path, build: Any, args: tuple[Any, ...]) -> None:
+        self.jobs[path.name] = (build, args)
+
+    def finish(self) -> None:
+        pass
+
+
+def test_a_p99_grids_latency_objective_says_p99_in_every_label(tmp_path: Path) -> None:
+    """A grid at percentile 99 whose objective is ttft_pct_s named it bare in the overview
+    ("ttft_pct_s (s, minimize)"), the axis effects, the what-if table and both figures: nothing
+    said it was a p99 (a p50 study's column has the same name)."""
+    (tmp_path / "g.toml").write_text(
+        DYNAMICS_GRID.replace('names = ["ttft_p99_s"]', 'names = ["ttft_pct_s"]').replace(
+            "tpot_s = 0.05\n", "tpot_s = 0.05\npercentile = 99.0\n", 1
+        )
+    )
+    grid = load_study(tmp_path / "g.toml")
+    assert grid.slo.percentile == 99.0
+    trials = _grid_trials().with_columns(objective_ttft_pct_s=pl.col("ttft_pct_s"))
+    tables = {k: pl.DataFrame() for k in ("pareto", "placements", "kv_tiers", "sim_timeseries")}
+    kept = _Kept()
+    md = write_report(
+        tmp_path / "report", spec=grid, objectives=[("ttft_pct_s", "minimize")],
+        tables={**tables, "trials": trials}, best=None, drawer=kept,
+    ).read_text()  # fmt: skip
+    said = "ttft_pct_s (TTFT p99, s"
+    assert f"- **Objectives:** {said}, minimize)" in md.splitlines()
+    effects = _section(md, "## Effect of each axis")
+    assert f"median {said})" in effects.splitlines()[4]
+    whatif = _section(md, "## What-if hardware")
+    assert f"base {said})" in whatif and f"variant {said})" in whatif
+    assert f"![{said}) across hardware" in md
+    import matplotlib.pyplot as plt
+
+    for name, label in (("grid.png", f"{said})"), ("whatif.png", "ttft_pct_s (TTFT p99) change vs base, %")):
+        build, args = kept.jobs[name]
+        fig = build(*args)
+        assert fig.axes[0].get_ylabel() == label
+        plt.close(fig)
+
+
+def test_a_p50_studys_pareto_front_names_its_latency_objectives_statistic(
+    tmp_path: Path, spec: StudySpec
+) -> None:
+    """The front's columns are the objectives: ttft_pct_s at the study's p50, tpot_s a mean."""
+    tables = _tables()
+    pareto = tables["pareto"].with_columns(objective_ttft_pct_s=pl.lit(0.4), objective_tpot_s=pl.lit(0.03))
+    at50 = dataclasses.replace(spec, slo=dataclasses.replace(spec.slo, percentile=50.0))
+    objectives = [*OBJECTIVES, ("ttft_pct_s", "minimize"), ("tpot_s", "minimize")]
+    md = write_report(
+        tmp_path, spec=at50, objectives=objectives, tables={**tables, "pareto": pareto}, best=None
+    ).read_text()
+    header = _section(md, "## Pareto front").split("\n\n")[2].splitlines()[0]
+    assert "| ttft_pct_s (TTFT p50, s, minimize) | tpot_s (TPOT mean, s, minimize) |" in header

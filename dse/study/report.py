@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from dse.atomic import atomic_folder
-from dse.metrics import METRIC_COLUMNS, METRICS
+from dse.metrics import METRIC_COLUMNS, METRICS, unit_label
 from dse.study.faults import writing
 from dse.study.markdown import fmt, md_table
 from dse.study.report_figures import (
@@ -267,9 +267,11 @@ def _design_table(df: pl.DataFrame, columns: list[Column], pools: dict[int, list
     return f"{table}\n\n{SIDE_NOTE}" if sided else table
 
 
-def _objective_label(name: str, direction: str) -> str:
-    unit = METRICS[name].unit if name in METRICS else ""
-    return f"{name} ({unit}, {direction})" if unit else f"{name} ({direction})"
+def _objective_label(name: str, direction: str, percentile: float) -> str:
+    """``ttft_pct_s (TTFT p99, s, minimize)``: the objective, what it holds (a latency's statistic
+    at the study's ``percentile``, its unit) and its direction."""
+    said = unit_label(name, percentile)
+    return f"{name} ({said[2:-1]}, {direction})" if said else f"{name} ({direction})"
 
 
 def _overview(
@@ -296,6 +298,7 @@ def _overview(
     model = by_point(spec, "model", spec.model, str, "")
     hardware = by_point(spec, "hardware", ", ".join(spec.hardware), str, "")
     n, ok = trials.height, feasible.height
+    said = [_objective_label(o, d, slo.percentile) for o, d in objectives]
     lines = [
         f"# Study report: {spec.name}",
         "",
@@ -305,7 +308,7 @@ def _overview(
         f"- **Hardware:** {hardware} (prices: {spec.price_tier})",
         f"- **Traffic:** {traffic}",
         f"- **Targets:** TTFT at p{slo.percentile:g} <= {ttft}, TPOT mean <= {tpot}",
-        f"- **Objectives:** {', '.join(_objective_label(o, d) for o, d in objectives) or '(none)'}",
+        f"- **Objectives:** {', '.join(said) or '(none)'}",
         f"- **Trials:** {n} finished: {ok} feasible, {n - ok} infeasible",
     ]
     warm = int(trials["warm_start"].sum()) if "warm_start" in trials.columns else 0
@@ -391,7 +394,7 @@ def _pareto_section(
         return f"{head}\n\nNo Pareto front: there are no feasible designs."
     gpus = _trial_columns(spec)[0]
     cols = [gpus] + [
-        (_objective_label(o, d), f"objective_{o}", "", 1.0)
+        (_objective_label(o, d, spec.slo.percentile), f"objective_{o}", "", 1.0)
         for o, d in objectives
         if f"objective_{o}" in pareto.columns
     ]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dse.metrics import METRIC_COLUMNS, METRICS
+from dse.metrics import METRIC_COLUMNS, METRICS, statistic, unit_label
 from dse.study.grid import DYNAMICS_AXES
 from dse.study.markdown import fmt, md_table
 from dse.study.report_figures import HERE, Drawer, Figure, _draw, _pyplot
@@ -189,9 +189,9 @@ def effects_section(spec: StudySpec, trials: pl.DataFrame) -> str:
 
 
 def _unit(spec: StudySpec) -> str:
-    """`` (unit)`` of the study's first objective, or nothing when it has none."""
-    unit = METRICS[spec.objectives.names[0]].unit if spec.objectives.names[0] in METRICS else ""
-    return f" ({unit})" if unit else ""
+    """`` (TTFT p99, s)``: what the study's first objective holds (a latency's statistic at the
+    study's percentile, its unit), or nothing when it says neither."""
+    return unit_label(spec.objectives.names[0], spec.slo.percentile)
 
 
 def _sign(spec: StudySpec) -> float:
@@ -256,8 +256,8 @@ def whatif_section(spec: StudySpec, trials: pl.DataFrame) -> str:
     others = [a for a in axes_of(spec) if a != "hardware"]
     col = objective_column(spec)
     lines = [
-        f"The study's first objective ({col}) of each what-if variant against its base at the same "
-        "point (negative change: the variant needs less). Shadow prices are the base design's, per "
+        f"The study's first objective, {col}{_unit(spec)}, of each what-if variant against its base at "
+        "the same point (negative change: the variant needs less). Shadow prices are the base design's, per "
         "GPU-hour: what +1 TB/s or +1 GB of HBM per GPU would save (none without a price)."
     ]
     for v in spec.variants:
@@ -290,8 +290,8 @@ def whatif_section(spec: StudySpec, trials: pl.DataFrame) -> str:
         others
         + [
             "variant",
-            f"base {col}",
-            f"variant {col}",
+            f"base {col}{_unit(spec)}",
+            f"variant {col}{_unit(spec)}",
             "change %",
             "BW $/h per TB/s/GPU",
             "HBM $/h per GB/GPU",
@@ -474,7 +474,9 @@ def _whatif_png(path: Path, spec: StudySpec, trials: pl.DataFrame, drawer: Drawe
     others = ["x_" + a for a in axes_of(spec) if a != "hardware"]
     skipped = "" if not wf.is_empty() else "no what-if variants with a feasible base at the same point"
     caption = "Each what-if variant against its base, per point"
-    return _draw(drawer, path, caption, skipped, whatif_figure, wf, others, objective_column(spec))
+    said = statistic(objective_column(spec), spec.slo.percentile)  # a latency's: TTFT p99
+    column = objective_column(spec) + (f" ({said})" if said else "")
+    return _draw(drawer, path, caption, skipped, whatif_figure, wf, others, column)
 
 
 def whatif_figure(wf: pl.DataFrame, others: list[str], column: str) -> Any:
