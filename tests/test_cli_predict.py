@@ -775,7 +775,7 @@ def test_running_request_cap_queues_the_requests_beyond_it(catalog) -> None:  # 
     )
     assert free["pred_error"] == capped["pred_error"] == loose["pred_error"] == ""
     assert float(capped["pred_tput_per_gpu"]) < 0.9 * float(free["pred_tput_per_gpu"])
-    assert float(capped["pred_ttft_s"]) > 1.5 * float(free["pred_ttft_s"])
+    assert float(capped["pred_ttft_mean_s"]) > 1.5 * float(free["pred_ttft_mean_s"])
     assert capped["pred_binding_regime"] == "running-request-cap"
     assert _preds(loose) == _preds(own)  # an empty cell is the engine's own: SGLang with MTP, 48
     # a cap above the batch the load forms changes nothing
@@ -1481,3 +1481,23 @@ def test_expert_parallelism_of_a_dense_model_is_refused(cli: Cli) -> None:
         "(llama-3.1-70b has none)\n"
     )
     assert cli("predict", "--hardware", "h200", "--model", "llama-3.1-70b", "--conc", "8").code == 0
+
+
+def test_the_batch_columns_say_which_statistic_each_latency_is(cli: Cli, catalog) -> None:  # type: ignore[no-untyped-def]
+    """`dse predict` prints the closed form's TPOT and TTFT as `tpot_mean_ms` and `ttft_mean_s`;
+    `--batch` wrote the same figures as `pred_tpot_ms` and `pred_ttft_s`, which did not say they
+    were means beside the percentiles `pred_ttft_p50_s` ... Every latency column names its statistic."""
+    from dse.perf.benchmark_rows import predict_rows
+
+    latency = [c for c in OUTPUT_COLUMNS if re.match(r"pred_(ttft|tpot|e2el?)_", c)]
+    said = r"pred_(ttft|tpot|e2el)_(mean|p\d+)_(s|ms)$"  # the statistic, then the unit
+    assert latency and all(re.match(said, c) for c in latency), latency
+    flags = "--hardware b200 --afd --tp 8 --dp-attention --decode-gpus 16 --decode-workers 2 "
+    flags += "--ffn-gpus 16 --ffn-ep 16 --prefill-gpus 16 --prefill-workers 2 --prefill-dp-attention "
+    flags += "--isl 4000 --osl 1000 --conc 512 --json"
+    proc = cli("predict", *flags.split())
+    assert proc.code == 0, proc.err
+    pred = json.loads(proc.out)["prediction"]
+    row = predict_rows([AFD], catalog, load_params())[0]
+    assert float(row["pred_tpot_mean_ms"]) == pytest.approx(pred["tpot_mean_ms"], rel=1e-3)
+    assert float(row["pred_ttft_mean_s"]) == pytest.approx(pred["ttft_mean_s"], rel=1e-3)

@@ -26,8 +26,8 @@ def _own_figures(rows: list[dict[str, str]], catalog: Catalog) -> list[cal.Measu
                 float(row["pred_tput_per_gpu"]),
                 float(row["pred_intvty_tok_s_user"]),
                 {
-                    "median_tpot_ms": str(row["pred_tpot_ms"]),
-                    "median_ttft_s": str(row["pred_ttft_s"]),
+                    "median_tpot_ms": str(row["pred_tpot_mean_ms"]),
+                    "median_ttft_s": str(row["pred_ttft_mean_s"]),
                     "output_tput_per_gpu": str(row["pred_output_tput_per_gpu"]),
                 },
             )

@@ -141,8 +141,8 @@ OUTPUT_COLUMNS = (
     "pred_input_tput_per_gpu",
     "pred_output_tput_per_gpu",
     "pred_intvty_tok_s_user",
-    "pred_tpot_ms",
-    "pred_ttft_s",
+    "pred_tpot_mean_ms",
+    "pred_ttft_mean_s",
     "pred_hbm_peak_gb_per_gpu",
     "pred_binding_regime",
     # the engine-level simulation of the row's closed loop (dse.perf.latency)
@@ -793,8 +793,8 @@ def _fill(
                 "pred_input_tput_per_gpu": round(float(res.input_tput_per_prefill_gpu[j]), 3),
                 "pred_output_tput_per_gpu": round(float(res.output_tput_per_decode_gpu[j]), 3),
                 "pred_intvty_tok_s_user": round(float(res.intvty_tok_s_user[j]), 3),
-                "pred_tpot_ms": round(float(res.tpot_s[j]) * 1e3, 3),
-                "pred_ttft_s": round(float(res.ttft_s[j]), 4),
+                "pred_tpot_mean_ms": round(float(res.tpot_s[j]) * 1e3, 3),
+                "pred_ttft_mean_s": round(float(res.ttft_s[j]), 4),
                 "pred_hbm_peak_gb_per_gpu": round(float(res.hbm_peak_bytes_per_gpu[j]) / 1e9, 2),
                 "pred_binding_regime": str(res.regime[j]),
             }
