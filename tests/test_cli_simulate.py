@@ -683,3 +683,17 @@ def test_a_target_is_met_by_every_pools_requests_not_their_mix(tmp_path: Path, c
     confirm = cli(*AGG3, "--confirm")
     assert confirm.code == 3, confirm.err
     assert "(misses) in its worst pool (all its requests: p50 0.1" in confirm.err, confirm.err
+
+
+def test_the_summary_says_at_which_percentile_its_ttft_target_holds(tmp_path: Path, cli: Cli) -> None:
+    """`targets` held the TTFT target's seconds alone: a summary of a p99 target read as one of
+    p50 (the default), and the percentile the engine-level verdict is taken at was left to a key's
+    name. It says it, in --json and in --out's summary.json alike."""
+    flags = ["--hardware", "b200", "--rate", "20", "--isl", "4000", "--osl", "1000", "--ttft", "2",
+             "--tpot", "0.05", "--percentile", "99", "--horizon", "300", "--warmup", "60"]  # fmt: skip
+    run = cli("simulate", *flags, "--json", "--out", tmp_path / "sim")
+    assert run.code == 0, run.err
+    printed = json.loads(run.out)
+    assert printed["targets"] == {"ttft_s": 2.0, "percentile": 99.0, "tpot_s": 0.05}
+    assert "ttft_p99_worst_pool_s" in printed["engine"]
+    assert json.loads((tmp_path / "sim" / "summary.json").read_text())["targets"] == printed["targets"]
