@@ -468,11 +468,15 @@ def confirmed(report: PlacementReport, checks: Iterable[EngineCheck]) -> Placeme
 
 
 def ttft_at_percentile(mean: float, p99: float, percentile: float) -> float:
-    """TTFT at ``percentile`` between the simulated mean and p99, taking the excess over the mean
-    as exponential: its quantile grows with ``ln(1 / (1 - p))``, which is 1 at about p63 (the
-    mean of an exponential) and ``ln 100`` at p99."""
+    """TTFT at ``percentile`` of the distribution a shift plus an exponential tail of the simulated
+    mean and p99 describes: its quantile grows with ``ln(1 / (1 - p))``, which is 1 at about p63
+    (the mean of an exponential) and ``ln 100`` at p99, so the median is below the mean (by 0.31
+    of the tail's scale). No lower than 0; a p99 at or below the mean (no tail) gives the mean.
+    (Until 2026-12-06 it gave the mean for every percentile below p63, so a p50 target read the
+    mean under the median's name.)"""
     grow = math.log(1.0 / (1.0 - percentile / 100.0))
-    return mean + (p99 - mean) * max(grow - 1.0, 0.0) / (math.log(100.0) - 1.0)
+    scale = max(p99 - mean, 0.0) / (math.log(100.0) - 1.0)
+    return max(mean + scale * (grow - 1.0), 0.0)
 
 
 def _or_none(x: float) -> float | None:
