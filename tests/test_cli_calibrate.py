@@ -287,3 +287,97 @@ def test_a_prediction_with_a_calibration_of_few_runs_says_so(
         assert (few in res.out) is said, res.out
         js = cli("predict", "--hardware", "h200", "--conc", "4", "--requests", "20", "--json")
         assert json.loads(js.out)["expected_error"]["rows_fitted"] == rows
+
+
+def test_a_fit_records_what_reruns_it_and_its_command_refits_the_same_values(
+    cli: Cli, tmp_path: Path, two_gpu_runs: Path
+) -> None:
+    """The provenance names the command, the SHA-256 of the runs and of the engine settings they
+    are replayed with, the commit and the seeds (it had held the runs' file name alone); that
+    command, run again, writes the same file but for its date, and load_params reads it."""
+    import hashlib
+    import json
+    import shlex
+    import subprocess
+
+    from dse.calibration.latency import SEED
+    from dse.paths import REPO_ROOT
+    from dse.perf.benchmark_rows import RECIPE_SETTINGS
+    from dse.perf.params import load_params
+
+    data = _write(tmp_path / "h200.csv", [r for r in _rows(two_gpu_runs) if r["hardware"] == "h200"][:6])
+    first = tmp_path / "first.json"
+    res = cli("calibrate", "--data", str(data), "--out", str(first), "--no-cross-validation",
+              "--no-points", "--jobs", "1")  # fmt: skip
+    assert res.code == 0, res.err
+    prov = json.loads(first.read_text())["provenance"]
+    command = f"dse calibrate --data {data.resolve()} --no-points --kernels datasheet --no-cross-validation"
+    assert prov["command"] == command
+    assert prov["data_sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
+    assert prov["recipe_settings"] == RECIPE_SETTINGS.name
+    assert prov["recipe_settings_sha256"] == hashlib.sha256(RECIPE_SETTINGS.read_bytes()).hexdigest()
+    assert prov["stage_points_sha256"] is None and prov["seeds"] == {"latency_replay": [SEED]}
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert prov["code_commit"] == (head.stdout.strip() if head.returncode == 0 else None)
+    assert isinstance(prov["code_modified"], bool) or prov["code_commit"] is None
+    assert load_params(first).provenance["data_sha256"] == prov["data_sha256"]
+    again = tmp_path / "again.json"
+    rerun = cli(*shlex.split(prov["command"])[1:], "--out", str(again), "--jobs", "1")
+    assert rerun.code == 0, rerun.err
+    a, b = (json.loads(f.read_text()) for f in (first, again))
+    a["provenance"].pop("fitted_at_utc")
+    b["provenance"].pop("fitted_at_utc")
+    assert a == b
+
+
+def test_the_shipped_calibration_names_the_files_it_was_fitted_on() -> None:
+    """The shipped fit's provenance holds the hashes of the runs, the engine settings and the stage
+    points it read, and they are the shipped files': a change to one without a refit fails here
+    (the refit itself, `dse calibrate`, is test_calibration_is_reproducible's, an e2e test)."""
+    import hashlib
+    import json
+
+    from dse.paths import MEASURED_RUNS, PUBLISHED_POINTS
+    from dse.perf.benchmark_rows import RECIPE_SETTINGS
+
+    prov = json.loads(CALIBRATION_FILE.read_text())["provenance"]
+
+    def sha(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    assert prov["command"] == (
+        "dse calibrate --data reference/inferencex_calibration.csv --points reference/published_points.csv "
+        "--kernels datasheet"
+    )
+    assert prov["data_sha256"] == sha(MEASURED_RUNS), "reference/inferencex_calibration.csv changed: refit"
+    assert prov["recipe_settings_sha256"] == sha(RECIPE_SETTINGS), "recipe_settings.csv changed: refit"
+    assert prov["stage_points_sha256"] == sha(PUBLISHED_POINTS), "published_points.csv changed: refit"
+    assert prov["seeds"] == {"latency_replay": [0]} and prov["code_modified"] is False
+    assert len(prov["code_commit"]) == 40
+
+
+def test_a_malformed_date_or_power_cell_is_said_not_fitted_as_read(
+    cli: Cli, tmp_path: Path, two_gpu_runs: Path
+) -> None:
+    """MI355X runs that measured their power: a date of "yesterday" had been compared as text with
+    the date InferenceX's harness began its warm-up (read as after it) and the row fitted; a power
+    of "x" was dropped unsaid and one of "inf" fitted. Now the row is skipped naming its line and
+    column, and a power that is no measurement is left out of the power fit and said."""
+    import json
+
+    rows = [r for r in _rows(two_gpu_runs) if r["hardware"] == "mi355x" and r["avg_power_w"].strip()]
+    assert len(rows) >= 6
+    rows = rows[:6]
+    rows[1]["date"] = "yesterday"
+    rows[2]["avg_power_w"], rows[3]["avg_power_w"] = "x", "inf"
+    data = _write(tmp_path / "mine.csv", rows)
+    out = tmp_path / "f.json"
+    res = cli("calibrate", "--data", str(data), "--out", str(out), "--no-cross-validation",
+              "--no-points", "--jobs", "1")  # fmt: skip
+    assert res.code == 0, res.err
+    assert "skipped: mine.csv line 3: date = 'yesterday': must be a date YYYY-MM-DD" in res.out, res.out
+    for line, cell in ((4, "'x'"), (5, "'inf'")):
+        said = f"not a measurement: mine.csv line {line}: avg_power_w = {cell}: must be a measured number > 0"
+        assert said in res.out, res.out
+    doc = json.loads(out.read_text())
+    assert doc["provenance"]["rows_fitted"] == 5 and doc["provenance"]["power"]["rows"] == 3

@@ -8,7 +8,11 @@ cross-validation refits without one GPU type and predicts it from its datasheet 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import math
+import re
+import shlex
+import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -22,6 +26,7 @@ from dse.calibration.folds import map_folds
 from dse.calibration.published import StagePoint, predict_points
 from dse.catalog import Catalog
 from dse.errors import DseError, InputError
+from dse.paths import CALIBRATION_FILE, REPO_ROOT
 from dse.perf.benchmark_rows import (
     ENGINE_COLUMNS,
     INPUT_COLUMNS,
@@ -107,14 +112,16 @@ def read_measured(
 
 
 LATENCY_COLUMNS = ("median_ttft_s", "p99_ttft_s", "median_tpot_ms", "p99_tpot_ms")
+POWER_COLUMN = "avg_power_w"  # the average power per GPU a run measured (dse.calibration.power)
 
 
 def unmeasured_figures(data: Sequence[Measured]) -> list[str]:
-    """One line per latency figure a fitted row gives that is no measurement (not a number > 0
-    within the data files' range): the fit leaves that figure out and fits the row's others."""
+    """One line per latency or power figure a fitted row gives that is no measurement (not a
+    number > 0 within the data files' range): the fit leaves that figure out and fits the row's
+    others."""
     notes = []
     for m in data:
-        for col in LATENCY_COLUMNS:
+        for col in (*LATENCY_COLUMNS, POWER_COLUMN):
             cell = m.raw.get(col)
             if cell is None or not str(cell).strip():
                 continue  # not measured: nothing to say
@@ -458,6 +465,35 @@ def pair_order_agreement(
     return good / total if total else float("nan")
 
 
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, in hex: what names the exact data a fit read."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+CODE_PATHS = ("dse", "reference", "hardware_catalog", "model_catalog")
+"""What a refit's result depends on in the checkout (the code, the data, the catalogs)."""
+
+
+def code_commit(root: Path = REPO_ROOT) -> tuple[str | None, bool | None]:
+    """(the commit the checkout at ``root`` is at, whether :data:`CODE_PATHS` differ from it
+    there: the shipped calibration file aside, which the fit rewrites); (None, None) outside a git
+    checkout (an installed copy), where ``engine_version`` alone names the code."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    head = git("rev-parse", "--verify", "HEAD")
+    if head is None or not re.fullmatch(r"[0-9a-f]{40}\n?", head):
+        return None, None
+    shipped = CALIBRATION_FILE.relative_to(REPO_ROOT).as_posix()
+    status = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS, f":(exclude){shipped}")
+    return head.strip(), None if status is None else bool(status.strip())
+
+
 def provenance(
     data_path: Path,
     data: Sequence[Measured],
@@ -470,7 +506,8 @@ def provenance(
     """Where the fitted values came from and how far they are from the measurements: in-sample
     error of tokens/s/GPU, tokens/s/user and TTFT (``ttft``: :func:`ttft_errors`), and, when the
     cross-validation ran, the leave-one-hardware-out error (what to expect on hardware the fit did
-    not see; ``hardware_fitted`` names what it did see)."""
+    not see; ``hardware_fitted`` names what it did see). What to rerun it with (the command, the
+    files' hashes, the commit and the seeds): :func:`recipe`, which `dse calibrate` adds."""
     out: dict[str, object] = {
         "fitted_by": "dse calibrate",
         "kernels": params_kernels,
@@ -501,3 +538,38 @@ def provenance(
             "loho_intvty_p75_ape": round(loho.intvty_p75_ape, 4),
         }
     return out
+
+
+def _shown(path: Path) -> str:
+    """A path as a rerun names it: relative to the checkout's root where it lies in it."""
+    resolved = path.resolve()
+    return resolved.relative_to(REPO_ROOT).as_posix() if resolved.is_relative_to(REPO_ROOT) else str(resolved)
+
+
+def recipe(
+    data_path: Path,
+    points_path: Path | None,
+    kernels: str,
+    cross_validation: bool,
+    seeds: Sequence[int],
+    settings_path: Path | None = RECIPE_SETTINGS,
+) -> dict[str, object]:
+    """What a rerun needs beside the provenance's figures: the command that refits the same values
+    (``--jobs`` and ``--out`` leave them as they are), the SHA-256 of each file it read (the runs,
+    the engine settings the runs are replayed with, the stage points; None for one not read), the
+    commit of the code and whether the checkout differed from it, and the seeds of the latency
+    replays (the throughput and power fits draw nothing)."""
+    command = ["dse", "calibrate", "--data", _shown(data_path)]
+    command += ["--no-points"] if points_path is None else ["--points", _shown(points_path)]
+    command += ["--kernels", kernels] + ([] if cross_validation else ["--no-cross-validation"])
+    commit, modified = code_commit()
+    return {
+        "command": shlex.join(command),
+        "data_sha256": file_sha256(data_path),
+        "recipe_settings": None if settings_path is None else settings_path.name,
+        "recipe_settings_sha256": None if settings_path is None else file_sha256(settings_path),
+        "stage_points_sha256": None if points_path is None else file_sha256(points_path),
+        "code_commit": commit,
+        "code_modified": modified,
+        "seeds": {"latency_replay": [int(s) for s in seeds]},
+    }

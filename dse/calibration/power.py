@@ -15,11 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from dse.calibration.fit import Measured
+from dse.calibration.fit import POWER_COLUMN, Measured
 from dse.catalog import Catalog
+from dse.errors import InputError
 from dse.perf.benchmark_rows import evaluate
 from dse.perf.params import PerfParams, PowerParams
 from dse.perf.power import gpu_power_w, step_busy
+from dse.typed_data import measured_number
 
 
 @dataclass(frozen=True)
@@ -31,14 +33,19 @@ class PowerFit:
 
 
 def measured_power(data: Sequence[Measured]) -> list[tuple[Measured, float]]:
+    """The runs that measured their average power per GPU, with it: a cell that is no measurement
+    (not a number > 0 within the data files' range) is left out, as
+    :func:`~dse.calibration.fit.unmeasured_figures` says (an ``inf`` had been fitted, and ``x``
+    or ``-5`` dropped unsaid)."""
     out = []
     for m in data:
+        cell = m.raw.get(POWER_COLUMN)
+        if cell is None or not str(cell).strip():
+            continue  # not measured
         try:
-            w = float(m.raw.get("avg_power_w") or "nan")
-        except ValueError:
+            out.append((m, measured_number(cell, m.where, POWER_COLUMN)))
+        except InputError:
             continue
-        if w > 0:
-            out.append((m, w))
     return out
 
 

@@ -118,9 +118,20 @@ def _few_rows(n: int, no_cross_validation: bool, gpu_types: int) -> str:
     return f"{n} rows to fit {FEW_ROWS} or so values: the fit is poorly determined; {check} before using it"
 
 
+def _rerun(args: argparse.Namespace, seeds: tuple[int, ...]) -> dict[str, object]:
+    """The provenance's stage points (what the fit took beside the runs) and how to rerun the fit:
+    the command, the hashes of the files it read, the commit and the ``seeds`` of the latency
+    replays (the throughput and power fits draw nothing; :func:`dse.calibration.fit.recipe`)."""
+    from dse.calibration.fit import recipe
+
+    points = None if args.no_points else args.points
+    return {"stage_points": None if points is None else points.name,
+            **recipe(args.data, points, args.kernels, not args.no_cross_validation, seeds)}  # fmt: skip
+
+
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.calibration import fit as cal
-    from dse.calibration.latency import fit_latency
+    from dse.calibration.latency import SEED, fit_latency
     from dse.calibration.power import fit_power
     from dse.calibration.published import POINTS, StagePoint, measured_per_gpu
     from dse.perf.expected_error import FEW_ROWS
@@ -154,9 +165,9 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         folds = {}
         t_lo, i_lo = cal.leave_one_hardware_out(data, catalog, start, points, values, folds, args.jobs)
         loho = cal.error_stats(data, t_lo, i_lo)
-    latency = fit_latency(data, catalog, fitted, folds, args.jobs)
+    latency = fit_latency(data, catalog, fitted, folds, args.jobs, (SEED,))  # the draw _rerun records
     prov = cal.provenance(args.data, data, len(skipped), stats, ttft, loho, args.kernels)
-    prov["stage_points"] = None if args.no_points else args.points.name  # what the fit took beside the runs
+    prov |= _rerun(args, (SEED,))
     prov["latency"] = {"in_sample_median_ape": latency.in_sample, "loho_median_ape": latency.loho,
                        "loho_median_ape_by_hardware": latency.loho_by_hardware}  # fmt: skip
     power = fit_power(data, catalog, fitted)

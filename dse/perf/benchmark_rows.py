@@ -64,7 +64,9 @@ sets how long its first wave waits (:meth:`~dse.perf.params.LatencyParams.cold_s
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,6 +286,7 @@ def parse_row(
     fw = str(row.get("framework", "")).strip().lower()
     if fw not in FRAMEWORK_ENGINE:
         raise InputError(source, "framework", f"must be one of {', '.join(sorted(FRAMEWORK_ENGINE))}", fw)
+    _check_date(row, source)
     prec_raw = str(row.get("precision", "")).strip().lower() or model.serving_precision.value
     if prec_raw not in ("fp4", "fp8", "bf16"):
         raise InputError(source, "precision", "must be one of fp4, fp8, bf16", prec_raw)
@@ -402,6 +405,21 @@ def _kv_dtype(row: Mapping[str, str], source: str) -> Precision | None:
         return Precision(raw)
     except ValueError:
         raise InputError(source, key, "must be bf16, fp8 or fp4 (or empty: the engine's)", raw) from None
+
+
+def _check_date(row: Mapping[str, str], source: str) -> None:
+    """A row's ``date``, empty or a calendar date written YYYY-MM-DD: it is compared as text with
+    :data:`HARNESS_WARMUP_SINCE` and is a key of the recipe settings ("yesterday" had been read as
+    after it and the row fitted, "12/01/2025" as before it)."""
+    text = str(row.get("date") or "").strip()
+    if not text:
+        return
+    try:
+        ok = bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", text)) and bool(dt.date.fromisoformat(text))
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InputError(source, "date", "must be a date YYYY-MM-DD (empty where not known)", text)
 
 
 def with_recipe_settings(
