@@ -127,7 +127,7 @@ def _add_params(m: pyo.ConcreteModel) -> None:
     m.fresh_rate = pyo.Param(**mut)
     m.osl = pyo.Param(**mut)
     m.fresh_handoff = pyo.Param(**mut)
-    m.afd_gb = pyo.Param(**mut)
+    m.afd_gb = pyo.Param(m.U, **mut)  # GB per token an FFN unit's tokens move (0 elsewhere)
     m.budget = pyo.Param(**mut)
     m.power = pyo.Param(**mut)
     m.net_cap = pyo.Param(**mut)
@@ -246,10 +246,13 @@ def _add_handed_decode_rows(m: pyo.ConcreteModel, ix: _Index, prefill_only: list
     )
     if ffn or attention:  # attention-FFN disaggregated: both halves must carry the decode
         m.ffn_pool = pyo.Constraint(expr=m.osl * handed <= sum(m.dec[u] * m.x[u] for u in ffn))
-        m.afd_attention = pyo.Constraint(
-            expr=m.afd_gb * m.osl * handed <= sum(m.nic[u] * m.x[u] for u in attention)
-        )
-        m.afd_ffn = pyo.Constraint(expr=m.afd_gb * m.osl * handed <= sum(m.nic[u] * m.x[u] for u in ffn))
+        # the hidden states' traffic, at what the FFN units carry (each unit's fan-out differs by
+        # shape, and which units carry which tokens is not a variable): at most one unit's worth
+        # above the traffic itself, as the FFN units are whole
+        if ffn:  # (without FFN units ffn_pool already refuses the decode)
+            traffic = sum(m.afd_gb[u] * m.dec[u] * m.x[u] for u in ffn)
+            m.afd_attention = pyo.Constraint(expr=traffic <= sum(m.nic[u] * m.x[u] for u in attention))
+            m.afd_ffn = pyo.Constraint(expr=traffic <= sum(m.nic[u] * m.x[u] for u in ffn))
 
 
 def _add_transfer_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
@@ -339,7 +342,7 @@ def param_values(data: PlacementData) -> dict[str, np.ndarray]:
         "fresh_rate": data.fresh_per_s,
         "osl": data.output_tokens,
         "fresh_handoff": data.fresh_handoff_gb,
-        "afd_gb": data.afd_gb_per_token,
+        "afd_gb": np.broadcast_to(np.asarray(data.afd_gb_per_token, dtype=float), (len(data.unit_names),)),
         "budget": _finite(data.budget_usd_hour),
         "power": _finite(data.power_w),
         "net_cap": _finite(data.network_capacity_gb),

@@ -144,7 +144,8 @@ def residuals(data: PlacementData, sol: PlacementSolution) -> dict[str, Array]:
     if ffn.any() or (role == Role.ATTENTION).any():
         handed = served[prefill_only].sum()
         g["ffn_pool"] = np.array([osl * handed - (data.decode_tok_s * x)[ffn].sum()])
-        traffic = data.afd_gb_per_token * osl * handed
+        afd = np.broadcast_to(np.asarray(data.afd_gb_per_token, dtype=float), x.shape)
+        traffic = (afd * data.decode_tok_s * x)[ffn].sum()  # as formulations.placement prices it
         g["afd_attention"] = np.array([traffic - (data.nic_gb_s * x)[role == Role.ATTENTION].sum()])
         g["afd_ffn"] = np.array([traffic - (data.nic_gb_s * x)[ffn].sum()])
     links = []
@@ -247,8 +248,8 @@ def _term_scale(data: PlacementData, sol: PlacementSolution) -> dict[str, float]
         "ffn_pool": tok,
         "nic_out": handoffs + reloads,
         "handoff_in": handoffs,
-        "afd_attention": 1.0 + data.afd_gb_per_token * tok,
-        "afd_ffn": 1.0 + data.afd_gb_per_token * tok,
+        "afd_attention": 1.0 + float(np.max(data.afd_gb_per_token)) * tok,
+        "afd_ffn": 1.0 + float(np.max(data.afd_gb_per_token)) * tok,
         "tier_link": reloads,
         "tier_capacity": stored,
         "network_capacity": stored,

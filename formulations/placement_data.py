@@ -91,7 +91,10 @@ class PlacementData:
     fresh_per_s: float
     output_tokens: float  # per request
     fresh_handoff_gb: float  # KV handed from prefill to decode per fresh request
-    afd_gb_per_token: float  # attention<->FFN traffic per output token (0 if not split)
+    # attention<->FFN traffic per output token an FFN unit serves, per unit (a scalar: the same for
+    # every unit); 0 if not split. The hidden states fan out to the expert GPUs a token's experts
+    # are on, so it depends on the FFN unit's shape (dse.perf.afd.afd_bytes_per_token)
+    afd_gb_per_token: float | Array
     # caps (inf when absent)
     budget_usd_hour: float = float("inf")
     power_w: float = float("inf")

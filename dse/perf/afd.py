@@ -1,10 +1,30 @@
 """Attention-FFN disaggregated decode: the attention half and the expert half of one decode step.
 
-In an attention-FFN disaggregated deployment (MegaScale-Infer, Step-3) one pool runs attention and
-holds the KV cache; another runs the routed and shared experts and dense FFNs. Every MoE layer sends
-each token's hidden state from attention to experts (fp8 dispatch) and back (bf16 combine). Both
-halves reuse :func:`~dse.perf.stages.forward_cost` on a pool that carries only their share of the
-model, so the roofline, overheads and calibration are those of the whole-model path.
+In an attention-FFN disaggregated deployment (MegaScale-Infer, arXiv 2504.02263; Step-3, arXiv
+2507.19427) one pool runs attention and holds the KV cache; another runs the routed and shared
+experts and dense FFNs. Every layer sends each token's hidden state from attention to the FFNs
+(fp8 dispatch) and back (bf16 combine). Both halves reuse
+:func:`~dse.perf.stages.forward_cost` on a pool that carries only their share of the model, so the
+roofline, overheads and calibration are those of the whole-model path.
+
+Communication, as those systems route it:
+
+- The attention pool sends each token straight to the expert pool's nodes that hold its routed
+  experts, and they send the outputs back (MegaScale-Infer's M2N library between M attention and
+  N expert GPUs; Step-3's StepMesh): the transfer fans out to those scale-up domains
+  (:func:`afd_fan_out`), and the expert pool runs no all-to-all over its NICs of its own, which
+  had priced a second dispatch and combine, with their RDMA latency, on top of the transfer; it
+  only forwards each token over NVLink to its experts' GPUs in the domain
+  (``ModelTerms.a2a_over_nic``).
+- Attention's tensor-parallel all-reduce follows its output projection, once a layer: the FFN's
+  reduction is the combine back from the expert pool (``ModelTerms.tp_allreduces_per_layer``).
+- The dense FFN layers (DeepSeek's first three) run on the expert pool with the shared experts,
+  as vLLM's attention-FFN DeepSeek adaptation builds them (vllm-project/vllm PR #29772: every
+  layer's MLP on the FFN server, the attention output sent every layer), so their hidden states
+  cross too: to every GPU of the expert instance, which splits them.
+- Each crossing waits on RDMA completions as an expert-parallel all-to-all across scale-up
+  domains does: :attr:`~dse.perf.params.PerfParams.nic_a2a_latency_us` per direction and layer
+  (:func:`afd_transfer_latency_s`), paid by the transfer, which runs beside both pools.
 """
 
 from __future__ import annotations
@@ -14,6 +34,7 @@ from dataclasses import replace
 import numpy as np
 
 from dse.perf.kernels import side_curves
+from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
 
 SIDE_SHARE = 0.5
@@ -29,6 +50,7 @@ def attention_side(pool: Pool) -> Pool:
         params_routed_total=0.0,
         experts_per_token=0.0,
         moe_layers=0.0,
+        tp_allreduces_per_layer=1.0,  # after the output projection: the FFN's is the combine
     )
     zero = np.zeros_like(pool.gpus)
     return replace(
@@ -51,6 +73,7 @@ def ffn_side(pool: Pool) -> Pool:
         q_heads=0.0,
         index_bytes_per_token=0.0,
         index_dim=0.0,
+        a2a_over_nic=False,  # the transfer brings each token to every domain its experts are in
     )
     zero = np.zeros_like(pool.gpus)
     # no attention, so no tensor-parallel all-reduce of attention outputs
@@ -65,8 +88,33 @@ def ffn_side(pool: Pool) -> Pool:
     )
 
 
-def afd_bytes_per_token(pool: Pool) -> Array:
-    """Bytes one decoded token moves between the attention and FFN pools per step, both ways:
-    fp8 dispatch plus bf16 combine of the hidden state in every MoE layer."""
+def afd_fan_out(pool: Pool) -> tuple[Array, Array]:
+    """Scale-up domains of an expert instance of ``pool``'s shape that one token's hidden state
+    crosses the NICs to (and back from) in a MoE layer, and in a dense FFN layer. A MoE layer: the
+    distinct domains among the instance's ``D`` its ``k`` routed experts land on,
+    ``D (1 - (1 - 1/D)^k)`` under uniform routing; a dense FFN layer, which the instance splits
+    over all its GPUs: every domain. Each domain takes one copy and forwards it over NVLink to the
+    GPUs holding the token's experts there (the expert pool's pass prices that,
+    ``ModelTerms.a2a_over_nic``), as DeepEP's internode kernels send one RDMA copy per node and
+    MegaScale-Infer places one expert per node; an instance inside one domain takes one copy."""
     m = pool.model
-    return np.full_like(pool.gpus, m.moe_layers * m.hidden * (pool.act_bytes + 2.0))
+    domains = np.maximum(np.maximum(pool.gpus, pool.ep) / pool.domain_gpus, 1.0)
+    hit = domains * (1.0 - np.power(1.0 - 1.0 / domains, m.experts_per_token))
+    return hit, domains
+
+
+def afd_bytes_per_token(pool: Pool) -> Array:
+    """Bytes one decoded token moves over the NICs between the attention pool and an expert
+    instance of ``pool``'s shape per step, both ways: fp8 dispatch plus bf16 combine of the hidden
+    state, to and from each scale-up domain it fans out to (:func:`afd_fan_out`), in every layer
+    whose FFN runs there (the MoE layers and the dense FFN layers)."""
+    m = pool.model
+    moe, dense = afd_fan_out(pool)
+    copies = m.moe_layers * moe + (m.layers - m.moe_layers) * dense
+    return copies * m.hidden * (pool.act_bytes + 2.0)
+
+
+def afd_transfer_latency_s(pool: Pool, p: PerfParams) -> Array:
+    """Fixed seconds of one step's transfers: a dispatch and a combine in every FFN layer, each
+    waiting on RDMA completions as a cross-domain all-to-all does (``nic_a2a_latency_us``)."""
+    return np.full_like(pool.gpus, 2.0 * pool.model.layers * p.nic_a2a_latency_us * 1e-6)

@@ -59,6 +59,14 @@ class ModelTerms:
     sparse_top_k: float = math.inf
     index_bytes_per_token: float = 0.0  # the indexer's key cache, over all full layers
     index_dim: float = 0.0  # indexer heads x head dim: its score costs 2 x this FLOPs a token pair
+    # tensor-parallel all-reduces per layer: after attention's output projection and after the
+    # FFN's (one on an attention-FFN deployment's attention pool, whose FFNs run elsewhere)
+    tp_allreduces_per_layer: float = 2.0
+    # whether the MoE layers' all-to-all crosses scale-up domains over the NICs (not on an
+    # attention-FFN deployment's expert pool: the transfer from the attention pool brings each
+    # token to every domain holding its experts, :func:`dse.perf.afd.afd_fan_out`, and the domain
+    # forwards it over NVLink to its experts' GPUs, at NVLink latency)
+    a2a_over_nic: bool = True
 
     @classmethod
     def of(cls, m: Model) -> ModelTerms:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.perf.afd import SIDE_SHARE, afd_bytes_per_token
+from dse.perf.afd import SIDE_SHARE, afd_bytes_per_token, afd_transfer_latency_s
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
 from dse.perf.stages import (
@@ -166,7 +166,10 @@ def _afd_step(
     states crossing the NICs (of the attention instance that sends them, and of the expert
     instance that receives ``decode_instances / ffn_instances`` times as many; over NICs as the
     placement's AFD units assume, even where both pools share one NVLink domain); the slowest of
-    the three paces the step, and the breakdown is that one's, scaled to the step."""
+    the three paces the step, and the breakdown is that one's, scaled to the step. The transfer
+    fans each token out to its experts' GPUs (:func:`~dse.perf.afd.afd_bytes_per_token`) and waits
+    on RDMA completions once per direction and layer (:func:`~dse.perf.afd.afd_transfer_latency_s`);
+    the expert pool runs no all-to-all of its own."""
     assert d.ffn is not None and d.ffn_instances is not None
     seqs = batch * d.decode_instances / d.ffn_instances
     ffn = forward_cost(
@@ -182,7 +185,7 @@ def _afd_step(
     xfer = np.maximum(
         sent / (d.decode.nic_bytes_per_s * p.nic_eff * d.decode.gpus),
         sent * d.decode_instances / d.ffn_instances / (d.ffn.nic_bytes_per_s * p.nic_eff * d.ffn.gpus),
-    )
+    ) + afd_transfer_latency_s(d.ffn, p)
     use_att = att.total_s >= ffn.total_s
     moved = xfer > np.maximum(att.total_s, ffn.total_s)
     k = 1.0 / SIDE_SHARE

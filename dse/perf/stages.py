@@ -153,13 +153,20 @@ def _pool_terms(pool: Pool, p: PerfParams) -> PoolTerms:
     spread = np.maximum(g, pool.ep)
     domains = np.maximum(spread / pool.domain_gpus, 1.0)
     dispatch = (pool.ep > 1) & ((pool.attn_dp > 1) | (pool.ep > g))
-    n_ar = np.where(tp > 1, 2.0 * m.layers, 0.0)
+    n_ar = np.where(tp > 1, m.tp_allreduces_per_layer * m.layers, 0.0)
     n_a2a = np.where(dispatch, 2.0 * m.moe_layers, 0.0)
     # a collective whose group spans scale-up domains waits on RDMA round trips, not NVLink
     # ones: PerfParams.nic_allreduce_latency_us / nic_a2a_latency_us (fitted 59 / 180 us)
     # instead of the NVLink collective_latency_us (was a fixed 3x the latter)
     ar_lat = np.where(tp > pool.domain_gpus, p.nic_allreduce_latency_us, p.collective_latency_us)
-    a2a_lat = np.where(spread > pool.domain_gpus, p.nic_a2a_latency_us, nvlink_a2a_latency_us(spread, p))
+    local_share = np.minimum(pool.domain_gpus, spread) / np.maximum(spread, 1.0)
+    remote_domains = domains * (1.0 - np.power(1.0 - 1.0 / domains, k)) * (1.0 - 1.0 / domains)
+    if m.a2a_over_nic:
+        a2a_lat = np.where(spread > pool.domain_gpus, p.nic_a2a_latency_us, nvlink_a2a_latency_us(spread, p))
+    else:  # an attention-FFN expert pool: the transfer brought each token to every domain its
+        # experts are in (dse.perf.afd), which forwards every copy over NVLink, none over the NICs
+        a2a_lat = nvlink_a2a_latency_us(np.minimum(spread, pool.domain_gpus), p)
+        local_share, remote_domains = np.ones_like(local_share), np.zeros_like(remote_domains)
     return PoolTerms(
         pool=pool,
         params=p,
@@ -172,8 +179,8 @@ def _pool_terms(pool: Pool, p: PerfParams) -> PoolTerms:
         ar_bandwidth=_group_bandwidth(tp, pool, p),
         link=pool.scaleup_bytes_per_s * p.link_eff,
         nic=pool.nic_bytes_per_s * p.nic_eff,
-        local_share=np.minimum(pool.domain_gpus, spread) / np.maximum(spread, 1.0),
-        remote_domains=domains * (1.0 - np.power(1.0 - 1.0 / domains, k)) * (1.0 - 1.0 / domains),
+        local_share=local_share,
+        remote_domains=remote_domains,
         # an expert split over gpus / ep GPUs takes each token on every one of them: of the gpus / ep
         # shards of a routed expert, (gpus - 1) / ep on other GPUs (1 - 1/ep when ep covers them all)
         peers_share=np.where(pool.ep >= g, 1.0 - 1.0 / pool.ep, (g - 1.0) / pool.ep),
@@ -295,9 +302,11 @@ def _in_engine(measured: Array, calls: Array | float, roof: Array, p: PerfParams
 def _comm_seconds(f: PoolTerms, tokens: Array) -> Array:
     """Seconds of communication not hidden behind compute, with the fixed collective latency.
 
-    TP all-reduce twice per layer; EP dispatch (fp8) + combine (bf16). Across scale-up domains a
-    token crosses the NIC once per remote domain it is routed to (forwarded inside the domain, as
-    DeepEP does), not once per expert. Only data-parallel attention spreads the tokens over the
+    TP all-reduce twice per layer (``ModelTerms.tp_allreduces_per_layer``: once on an
+    attention-FFN deployment's attention pool); EP dispatch (fp8) + combine (bf16). Across
+    scale-up domains a token crosses the NIC once per remote domain it is routed to (forwarded
+    inside the domain, as DeepEP does), not once per expert (none on an attention-FFN expert
+    pool, ``ModelTerms.a2a_over_nic``). Only data-parallel attention spreads the tokens over the
     ranks and needs the all-to-all: under tensor-parallel attention every rank holds every token
     after the attention all-reduce, computes its own experts' share of each, and the all-reduce
     that ends the MoE layer (the second one counted here) sums them, as SGLang's and TRT-LLM's
@@ -308,7 +317,9 @@ def _comm_seconds(f: PoolTerms, tokens: Array) -> Array:
     m = pool.model
     tp = pool.attn_tp
     ar_bytes = np.where(
-        tp > 1, 2.0 * m.layers * 2.0 * (tp - 1) / tp * tokens / f.attn_dp * m.hidden * 2.0, 0.0
+        tp > 1,
+        m.tp_allreduces_per_layer * m.layers * 2.0 * (tp - 1) / tp * tokens / f.attn_dp * m.hidden * 2.0,
+        0.0,
     )
     ar_s = ar_bytes / f.ar_bandwidth
     k = m.experts_per_token

@@ -49,7 +49,7 @@ import numpy as np
 from dse.catalog import Catalog, Hardware
 from dse.errors import InputError
 from dse.perf.afd import SIDE_SHARE as AFD_SIDE_SHARE
-from dse.perf.afd import afd_bytes_per_token, attention_side, ffn_side
+from dse.perf.afd import afd_bytes_per_token, afd_transfer_latency_s, attention_side, ffn_side
 from dse.perf.latency_tables import ENGINE_RULES
 from dse.perf.memo import Memo
 from dse.perf.params import PerfParams
@@ -146,6 +146,7 @@ class _Builder:
         self.tiers = set(req.options.tiers)
         self.cap = req.options.decode_max_batch if req.options.decode_max_batch is not None else np.inf
         self.afd_paces: set[float] = set()  # tighter paces an attention-FFN design may run at
+        self.afd_wait = 0.0  # seconds a step's attention-FFN transfers wait on RDMA (add_afd)
         for i in map(int, np.flatnonzero(~s.fits)):
             self.exclude(
                 i,
@@ -662,6 +663,15 @@ class _Builder:
         tag = "" if target else f"/tpot{pace * 1e3:g}ms"
         of = f"TPOT {slo.tpot_s * 1e3:g} ms" if target else f"the {pace * 1e3:g} ms pace"
         att, ffn = attention_side(s.pool), ffn_side(s.pool)
+        # the transfers' fixed RDMA waits, a dispatch and a combine every FFN layer, run beside
+        # both sides and must fit the same share of the step (their bytes: the NIC budgets)
+        wait = self.afd_wait = float(afd_transfer_latency_s(s.pool, self.p)[0])
+        if wait > pace * AFD_SIDE_SHARE:
+            why = f"the hidden states' transfers wait {wait * 1e3:.2f} ms a step on RDMA, over half of {of}"
+            for unit in ("attention", "ffn"):
+                for i in self.shapes("decode", unit=unit):
+                    self.exclude(i, unit, why, wait / (pace * AFD_SIDE_SHARE))
+            return
         rate, batch = self.decode_points(att, pace * AFD_SIDE_SHARE)
         at_target = batch if target else self.decode_points(att, slo.tpot_s * AFD_SIDE_SHARE)[1]
         att_w = weight_bytes_per_gpu(att) / GB
@@ -739,7 +749,8 @@ class _Builder:
     def _tighter(self, side_step: float, pace: float) -> None:
         """Offer the pace of a unit whose side steps in ``side_step`` (``dse place``), where it is
         :data:`PACE_APART` below the target's ``pace``."""
-        own = _pace_up(side_step / AFD_SIDE_SHARE)
+        # nor faster than the transfers' RDMA waits allow
+        own = _pace_up(max(side_step, self.afd_wait) / AFD_SIDE_SHARE)
         if self.opts.tighter_paces and own < pace * (1.0 - PACE_APART):
             self.afd_paces.add(own)
 
@@ -884,7 +895,14 @@ def build_candidates(
         else:
             b.add_afd(afd_pace)
     split = topology.splits_experts
-    afd_gb = float(afd_bytes_per_token(s.pool)[0] / GB) if split else 0.0
+    # the hidden states' bytes a token moves fan out to the scale-up domains its experts are in,
+    # so they depend on the FFN unit's shape: each FFN unit's own. A step's transfers must fit
+    # the side's share of the pace after their RDMA waits (as dse.perf.serving steps them), so a
+    # NIC carries them only that part of the time: the bytes count over it
+    pace = afd_pace if afd_pace is not None else req.slo.tpot_s
+    usable = AFD_SIDE_SHARE - b.afd_wait / pace
+    per_token = afd_bytes_per_token(s.pool) / GB / max(usable, 1e-9)
+    afd_gb = np.array([per_token[r.shape] if r.info.role is Role.FFN else 0.0 for r in b.rows])
     data = _assemble(req, s, b.rows, b.classes, afd_gb)
     return Candidates(
         data,
@@ -924,7 +942,7 @@ def _price(hw: Hardware, tier: str, needed: bool) -> float:
 
 
 def _assemble(
-    req: PlacementRequest, s: Shapes, rows: list[_Row], classes: list[tuple[str, float, float]], afd_gb: float
+    req: PlacementRequest, s: Shapes, rows: list[_Row], classes: list[tuple[str, float, float]], afd_gb: Array
 ) -> PlacementData:
     w, lim, hws = req.workload, req.limits, s.hws
     ids = [hw.id for hw in hws]
