@@ -6,6 +6,7 @@ import csv
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -630,15 +631,26 @@ AFD = dict(
 )  # fmt: skip
 
 
+AFD_FLAGS = (
+    "--hardware b200 --afd --tp 8 --dp-attention --decode-gpus 16 --decode-workers 2 --ffn-gpus 16 "
+    "--ffn-ep 16 --prefill-gpus 16 --prefill-workers 2 --prefill-dp-attention --isl 4000 --osl 1000 "
+    "--conc 512 --json"
+)  # the attention-FFN deployment the row AFD describes
+
+
+def _predicted(cli: Cli, flags: str = AFD_FLAGS) -> dict[str, Any]:
+    """`dse predict`'s JSON document for ``flags``."""
+    proc = cli("predict", *flags.split())
+    assert proc.code == 0, proc.err
+    doc: dict[str, Any] = json.loads(proc.out)
+    return doc
+
+
 def test_predict_attention_ffn_disaggregated_from_flags_and_rows(tmp_path: Path, cli: Cli, catalog) -> None:  # type: ignore[no-untyped-def]
     from dse.perf.benchmark_rows import predict_rows
 
-    flags = "--hardware b200 --afd --tp 8 --dp-attention --decode-gpus 16 --decode-workers 2 "
-    flags += "--ffn-gpus 16 --ffn-ep 16 --prefill-gpus 16 --prefill-workers 2 --prefill-dp-attention "
-    flags += "--isl 4000 --osl 1000 --conc 512 --json"
-    proc = cli("predict", *flags.split())
-    assert proc.code == 0, proc.err
-    pred = json.loads(proc.out)["prediction"]
+    doc = _predicted(cli)
+    pred = doc["prediction"]
     row = predict_rows([AFD], catalog, load_params())[0]
     assert row["pred_error"] == ""
     assert float(row["pred_tput_per_gpu"]) == pytest.approx(pred["tput_per_gpu"], rel=1e-3)
@@ -656,17 +668,16 @@ def test_predict_attention_ffn_disaggregated_from_flags_and_rows(tmp_path: Path,
     assert max(paced.values()) == pytest.approx(pred["decode_step_ms"])
     assert paced[pred["decode_paced_by"]] == pytest.approx(pred["decode_step_ms"])
     assert pred["decode_attention_ms"] > 0 and pred["expert_gemm_ms"] > 0
-    narrow = cli("predict", *flags.replace("--ffn-gpus 16 --ffn-ep 16", "--ffn-gpus 8 --ffn-ep 8").split())
+    narrow = _predicted(cli, AFD_FLAGS.replace("--ffn-gpus 16 --ffn-ep 16", "--ffn-gpus 8 --ffn-ep 8"))
     # (both paced by the transfer since its fan-out and RDMA waits are counted; the attention
     # pool still shows its own work)
-    assert json.loads(narrow.out)["prediction"]["decode_paced_by"] != "attention pool"
-    assert json.loads(narrow.out)["prediction"]["decode_attention_ms"] > 0
+    assert narrow["prediction"]["decode_paced_by"] != "attention pool"
+    assert narrow["prediction"]["decode_attention_ms"] > 0
     # the simulation steps at the pace of the slowest pool too: its TPOT is the closed form's step
     # (disaggregated decode carries no prefill) for either expert pool, and so is the batch row's
-    for p in (proc, narrow):
-        doc = json.loads(p.out)
-        assert doc["latency"]["percentiles"]["p50"]["tpot_ms"] == pytest.approx(
-            doc["prediction"]["tpot_mean_ms"], rel=0.05
+    for one in (doc, narrow):
+        assert one["latency"]["percentiles"]["p50"]["tpot_ms"] == pytest.approx(
+            one["prediction"]["tpot_mean_ms"], rel=0.05
         )
     assert float(row["pred_tpot_p50_ms"]) == pytest.approx(pred["tpot_mean_ms"], rel=0.05)
     # more expert instances never slow a step down; an expert pool too small for the experts fails
@@ -1494,12 +1505,7 @@ def test_the_batch_columns_say_which_statistic_each_latency_is(cli: Cli, catalog
     latency = [c for c in OUTPUT_COLUMNS if re.match(r"pred_(ttft|tpot|e2el?)_", c)]
     said = r"pred_(ttft|tpot|e2el)_(mean|p\d+)_(s|ms)$"  # the statistic, then the unit
     assert latency and all(re.match(said, c) for c in latency), latency
-    flags = "--hardware b200 --afd --tp 8 --dp-attention --decode-gpus 16 --decode-workers 2 "
-    flags += "--ffn-gpus 16 --ffn-ep 16 --prefill-gpus 16 --prefill-workers 2 --prefill-dp-attention "
-    flags += "--isl 4000 --osl 1000 --conc 512 --json"
-    proc = cli("predict", *flags.split())
-    assert proc.code == 0, proc.err
-    pred = json.loads(proc.out)["prediction"]
+    pred = _predicted(cli)["prediction"]
     row = predict_rows([AFD], catalog, load_params())[0]
     assert float(row["pred_tpot_mean_ms"]) == pytest.approx(pred["tpot_mean_ms"], rel=1e-3)
     assert float(row["pred_ttft_mean_s"]) == pytest.approx(pred["ttft_mean_s"], rel=1e-3)
