@@ -60,9 +60,10 @@ def test_export_and_report_say_which_trials_they_hold_while_workers_run(
     src_out, url = tiny_run
     out = tmp_path / "out"
     (out / "tiny-study").mkdir(parents=True)
-    with sqlite3.connect(url.removeprefix("sqlite:///")) as src, sqlite3.connect(
-        out / "tiny-study" / "study.db"
-    ) as dst:
+    with (
+        sqlite3.connect(url.removeprefix("sqlite:///")) as src,
+        sqlite3.connect(out / "tiny-study" / "study.db") as dst,
+    ):
         src.backup(dst)
     _another_worker(default_storage(out, Study.load(TINY).spec)).ask()  # a worker's trial, running
     exported = cli("study", "export", TINY, "--out", out)
@@ -86,3 +87,80 @@ def test_export_and_report_say_which_trials_they_hold_while_workers_run(
 
 def _tables(url: str) -> list[str]:
     return sorted(sqlalchemy.inspect(sqlalchemy.create_engine(url)).get_table_names())
+
+
+def _refused(cli: Cli, url: str, tmp_path: Path, rule: str) -> None:
+    """A worker and a lone run on ``url`` both refuse it in one line naming --storage and ``rule``,
+    exit 2, and leave no run folder."""
+    for argv in (("worker", TINY, "--storage", url, "--trials", "2"),
+                 ("run", TINY, "--storage", url, "--trials", "2", "--out", tmp_path / "out")):  # fmt: skip
+        got = cli("study", *argv)
+        assert got.code == 2, got.err
+        lines = got.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("dse: error: --storage: url = "), got.err
+        assert rule in lines[0], got.err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sqlite_file_of_another_program_is_refused_and_left_as_it_was(tmp_path: Path, cli: Cli) -> None:
+    db = tmp_path / "app.db"
+    with sqlite3.connect(db) as con:
+        con.execute("create table studies (id integer, owner text)")
+    # Optuna created its other ten tables beside the app's, then failed with a traceback
+    _refused(
+        cli, f"sqlite:///{db}", tmp_path, "holds tables of another program under Optuna's names (studies)"
+    )
+    assert _tables(f"sqlite:///{db}") == ["studies"]
+
+
+def test_a_sqlite_url_naming_a_folder_is_bad_input(tmp_path: Path, cli: Cli) -> None:
+    folder = tmp_path / "runs.db"
+    folder.mkdir()
+    # it had been a storage fault (exit 1): "the database file cannot be opened"
+    _refused(cli, f"sqlite:///{folder}", tmp_path, f"must name a SQLite file: {folder} is a folder")
+    assert list(folder.iterdir()) == []
+
+
+def _database(server_url: str, name: str) -> str:
+    """A new, empty database ``name`` on the session's server; its URL."""
+    url = sqlalchemy.engine.make_url(server_url)
+    engine = sqlalchemy.create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as con:
+        con.execute(sqlalchemy.text(f"drop database if exists {name}"))
+        con.execute(sqlalchemy.text(f"create database {name}"))
+    engine.dispose()
+    return url.set(database=name).render_as_string(hide_password=False)
+
+
+def test_postgresql_databases_of_another_program_or_optuna_schema_are_refused(
+    postgres_url: str, tmp_path: Path, cli: Cli
+) -> None:
+    app = _database(postgres_url, "app_tables")
+    engine = sqlalchemy.create_engine(app)
+    with engine.begin() as con:
+        con.execute(sqlalchemy.text("create table studies (id integer, owner text)"))
+    engine.dispose()
+    # it was the driver's error on Optuna's CREATE TABLE (a foreign key to the app's table)
+    _refused(cli, app, tmp_path, "holds tables of another program under Optuna's names (studies)")
+    assert _tables(app) == ["studies"]
+    old = _database(postgres_url, "old_optuna")
+    optuna.create_study(storage=old, study_name="other")
+    engine = sqlalchemy.create_engine(old)
+    with engine.begin() as con:
+        con.execute(sqlalchemy.text("update alembic_version set version_num = 'v3.0.0.d'"))
+    engine.dispose()
+    # Optuna's words named its own version twice ("optuna 5.0.0 ... set up by optuna 5.0.0")
+    _refused(cli, old, tmp_path, "holds an Optuna storage of schema v3.0.0.d, and this Optuna")
+    _refused(cli, old, tmp_path, "upgrade it (optuna storage upgrade --storage URL)")
+    assert "other" in optuna.study.get_all_study_names(storage=_stamped_as_ours(old))  # left as it was
+
+
+def _stamped_as_ours(url: str) -> str:
+    """``url``'s database stamped back with this Optuna's schema (it was only the stamp)."""
+    from dse.study.optuna_compat import SCHEMA_VERSION
+
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as con:
+        con.execute(sqlalchemy.text("update alembic_version set version_num = :v"), {"v": SCHEMA_VERSION})
+    engine.dispose()
+    return url

@@ -24,13 +24,13 @@ from dse.plain import plain
 from dse.study.export import export_all
 from dse.study.objectives import MetricFn, ObjectiveDef
 from dse.study.results import (
+    TrialsRead,
     best_of,
     designed_trials,
     kv_tiers_frame,
     pareto_frame,
     placements_frame,
     sim_timeseries_frame,
-    TrialsRead,
     trials_frame,
 )
 from dse.study.spec import StudySpec, read_study, study_path

@@ -113,7 +113,13 @@ def write_report(
     with writing(folder), atomic_folder(folder) as tmp:
         try:
             _write(
-                tmp, spec=spec, objectives=objectives, tables=tables, best=best, drawer=drawer, unfinished=unfinished
+                tmp,
+                spec=spec,
+                objectives=objectives,
+                tables=tables,
+                best=best,
+                drawer=drawer,
+                unfinished=unfinished,
             )
         except BaseException:  # the figures handed out are done before the folder is removed
             with contextlib.suppress(Exception):

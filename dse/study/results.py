@@ -189,8 +189,9 @@ class TrialsRead:
         n = sum(left.values())
         said = " and ".join(f"{k} {s}" for s, k in left.items())
         held = f"the {len(done)} complete trials (the last, trial {max(done)})" if done else "no trial"
+        were = "trials were" if n > 1 else "trial was"
         return (
-            f"read at {self.read_utc:%Y-%m-%d %H:%M:%S} UTC, while {said} trial{'s were' if n > 1 else ' was'} not "
+            f"read at {self.read_utc:%Y-%m-%d %H:%M:%S} UTC, while {said} {were} not "
             f"finished (workers still at {'them' if n > 1 else 'it'}, or a dead one's): {held} are in {it}, "
             "not those; write it again once they finish"
         )
