@@ -164,3 +164,39 @@ def _stamped_as_ours(url: str) -> str:
         con.execute(sqlalchemy.text("update alembic_version set version_num = :v"), {"v": SCHEMA_VERSION})
     engine.dispose()
     return url
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
+def test_a_trial_is_judged_dead_by_its_own_workers_stale_after(tmp_path: Path, cli: Cli) -> None:
+    from dse.study.optuna_compat import STALE_AFTER_ATTR
+    from dse.study.storage import StoredStudy, fail_dead, open_storage
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    storage = open_storage(url, stale_after_s=4.0)  # this worker: --stale-after 4
+    study = optuna.create_study(storage=storage, study_name="s")
+    ids = {}
+    for name, own in (("patient", 120.0), ("brisk", 4.0), ("unsaid", None)):  # their workers' own
+        trial = study.ask()
+        ids[name] = trial._trial_id
+        if own is not None:
+            storage.set_trial_system_attr(trial._trial_id, STALE_AFTER_ATTR, own)
+        storage.record_heartbeat(trial._trial_id)
+    with sqlite3.connect(tmp_path / "study.db") as con:  # every one silent for 10 s
+        con.execute("update trial_heartbeats set heartbeat = datetime(heartbeat, '-10 seconds')")
+    # a worker of the default 120 s beats every 30 s: 10 s of silence is its trial running; it
+    # had been failed as dead by the 4-s worker, and with a trial over 4 s never finished one
+    assert fail_dead(StoredStudy.of(study, storage, url)) == 2
+    states = {name: storage.get_trial(i).state for name, i in ids.items()}
+    assert states == {
+        "patient": optuna.trial.TrialState.RUNNING,
+        "brisk": optuna.trial.TrialState.FAIL,
+        "unsaid": optuna.trial.TrialState.FAIL,  # a dse before the attribute: this worker's 4 s
+    }
+    # a worker stores its own stale-after on every trial it runs
+    shared = tmp_path / "shared.db"
+    ran = cli(
+        "study", "worker", TINY, "--storage", f"sqlite:///{shared}", "--trials", "2", "--stale-after", "7"
+    )
+    assert ran.code == 0, ran.err
+    trials = _another_worker(f"sqlite:///{shared}").get_trials(deepcopy=False)
+    assert [t.system_attrs.get(STALE_AFTER_ATTR) for t in trials] == [7.0, 7.0]
