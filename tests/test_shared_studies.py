@@ -200,3 +200,21 @@ def test_a_trial_is_judged_dead_by_its_own_workers_stale_after(tmp_path: Path, c
     assert ran.code == 0, ran.err
     trials = _another_worker(f"sqlite:///{shared}").get_trials(deepcopy=False)
     assert [t.system_attrs.get(STALE_AFTER_ATTR) for t in trials] == [7.0, 7.0]
+
+
+def test_a_lone_run_after_workers_leaves_no_trial_waiting_in_their_queue(tmp_path: Path, cli: Cli) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ran = cli("study", "worker", TINY, "--storage", url, "--trials", "2")
+    assert ran.code == 0, ran.err
+    study = _another_worker(url)
+    # a worker killed after it enqueued the warm start's designs, before it ran them
+    study.enqueue_trial(study.trials[0].params)
+    run = cli(
+        "study", "run", TINY, "--storage", url, "--trials", "4", "--out", tmp_path / "out", "--no-export"
+    )
+    assert run.code == 0, run.err
+    assert "1 left unfinished by an interrupted run or workers marked failed" in run.out
+    states = [t.state for t in _another_worker(url).get_trials(deepcopy=False)]
+    # it had stayed waiting for good, and a worker with a larger budget ran its design again
+    assert optuna.trial.TrialState.WAITING not in states
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 4

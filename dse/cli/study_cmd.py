@@ -292,7 +292,11 @@ def _run_drawing(args: argparse.Namespace, catalog: Catalog, drawer: Drawer) -> 
     s = res.stats
     print(
         f"{study.spec.name}: {s.ran} trials run in {s.seconds:.1f} s ({s.completed_before} before"
-        + (f", {s.stale_failed} left running by an interrupted run marked failed" if s.stale_failed else "")
+        + (
+            f", {s.stale_failed} left unfinished by an interrupted run or workers marked failed"
+            if s.stale_failed
+            else ""
+        )
         + f"); {res.trials.height} complete, {int(res.trials['feasible'].sum()) if res.trials.height else 0} "
         "feasible"
     )

@@ -516,9 +516,12 @@ def storage_lock(storage: optuna.storages.BaseStorage, name: str) -> Iterator[No
 
 
 def fail_stale(stored: StoredStudy, workers_stale_s: float) -> int:
-    """Trials a killed process left RUNNING in a single-process storage: mark them failed. A
-    storage a worker is running trials of (one beat within ``workers_stale_s``) is not a lone
-    run's: refused, so its trials are not failed under it (and the run's budget not overshot)."""
+    """Trials a killed process left RUNNING in a single-process storage, and those waiting in the
+    queue of workers no longer there (the warm-start designs they enqueued and never ran; a lone
+    run runs its own from its sampler's process): mark them failed. Left waiting, they stayed
+    unfinished for good, and a later worker ran those designs again. A storage a worker is
+    running trials of (one beat within ``workers_stale_s``) is not a lone run's: refused, so its
+    trials are not failed under it (and the run's budget not overshot)."""
     beats = live_beats(stored.storage, stored.study_id, workers_stale_s)
     if beats:
         raise InputError(
@@ -527,7 +530,8 @@ def fail_stale(stored: StoredStudy, workers_stale_s: float) -> int:
             f"dead (killed or frozen) worker's, which a run fails: in {workers_stale_s - beats[0][1]:.0f} s, "
             "if they died",
         )  # fmt: skip
-    running = stored.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    unfinished = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
+    running = stored.study.get_trials(deepcopy=False, states=unfinished)
     for t in running:
         stored.storage.set_trial_state_values(stored.trial_id(t.number), optuna.trial.TrialState.FAIL)
     return len(running)
