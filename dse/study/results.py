@@ -162,10 +162,10 @@ class TrialsRead:
     theirs (each table had read the storage again: a trial finished between two reads was in the
     placements and not in the trials). Takes the place of the study in the ``*_frame`` functions."""
 
-    def __init__(self, study: optuna.Study | TrialsRead) -> None:
-        self.study_name = study.study_name
-        self.trials = tuple(study.get_trials(deepcopy=False))
-        self.read_utc = study.read_utc if isinstance(study, TrialsRead) else datetime.now(UTC)
+    def __init__(self, study: optuna.Study) -> None:
+        self.study_name: str = study.study_name
+        self.trials: tuple[optuna.trial.FrozenTrial, ...] = tuple(study.get_trials(deepcopy=False))
+        self.read_utc: datetime = datetime.now(UTC)
 
     def get_trials(
         self, deepcopy: bool = False, states: Sequence[optuna.trial.TrialState] | None = None
