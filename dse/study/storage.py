@@ -30,6 +30,7 @@ from typing import IO, Any, TypeVar
 
 import optuna
 import sqlalchemy
+from optuna import __version__ as optuna_version
 
 from dse import __version__
 from dse.errors import InputError, StorageFault
@@ -203,7 +204,7 @@ def _other_schema(exc: Exception, url: str) -> InputError | None:
     )
     rule = (
         f"holds an Optuna storage of schema {', '.join(stamps) or 'unknown'}, and this Optuna "
-        f"({optuna.__version__}) reads {SCHEMA_VERSION}: {fix}"
+        f"({optuna_version}) reads {SCHEMA_VERSION}: {fix}"
     )
     return InputError("storage", "url", rule, redact(url))
 
