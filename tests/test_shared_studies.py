@@ -213,7 +213,7 @@ def test_a_lone_run_after_workers_leaves_no_trial_waiting_in_their_queue(tmp_pat
         "study", "run", TINY, "--storage", url, "--trials", "4", "--out", tmp_path / "out", "--no-export"
     )
     assert run.code == 0, run.err
-    assert "1 left unfinished by an interrupted run or workers marked failed" in run.out
+    assert "1 left running or waiting by an interrupted run or workers marked failed" in run.out
     states = [t.state for t in _another_worker(url).get_trials(deepcopy=False)]
     # it had stayed waiting for good, and a worker with a larger budget ran its design again
     assert optuna.trial.TrialState.WAITING not in states

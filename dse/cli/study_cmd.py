@@ -293,7 +293,7 @@ def _run_drawing(args: argparse.Namespace, catalog: Catalog, drawer: Drawer) -> 
     print(
         f"{study.spec.name}: {s.ran} trials run in {s.seconds:.1f} s ({s.completed_before} before"
         + (
-            f", {s.stale_failed} left unfinished by an interrupted run or workers marked failed"
+            f", {s.stale_failed} left running or waiting by an interrupted run or workers marked failed"
             if s.stale_failed
             else ""
         )
