@@ -196,7 +196,7 @@ def test_a_storage_without_a_stamp_or_of_another_schema_goes_through_optunas_own
     assert compat.alembic_stamps(open_storage(url).engine) == [compat.SCHEMA_VERSION]  # stamped again
     with storage.engine.begin() as conn:
         conn.execute(sqlalchemy.text("UPDATE alembic_version SET version_num = 'v3.0.0.d'"))
-    with pytest.raises(InputError, match="no longer compatible with the table schema"):
+    with pytest.raises(InputError, match="holds an Optuna storage of schema v3.0.0.d.*upgrade it"):
         open_storage(url)
     assert optuna.storages._rdb.storage._VersionManager.__name__ == "_VersionManager"  # put back
 

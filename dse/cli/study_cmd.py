@@ -292,7 +292,11 @@ def _run_drawing(args: argparse.Namespace, catalog: Catalog, drawer: Drawer) -> 
     s = res.stats
     print(
         f"{study.spec.name}: {s.ran} trials run in {s.seconds:.1f} s ({s.completed_before} before"
-        + (f", {s.stale_failed} left running by an interrupted run marked failed" if s.stale_failed else "")
+        + (
+            f", {s.stale_failed} left running or waiting by an interrupted run or workers marked failed"
+            if s.stale_failed
+            else ""
+        )
         + f"); {res.trials.height} complete, {int(res.trials['feasible'].sum()) if res.trials.height else 0} "
         "feasible"
     )
@@ -501,6 +505,9 @@ def _write_report(res: StudyResults, folder: Path, drawer: Drawer | None = None)
     from dse.study.report_figures import HERE
 
     best = best_design(res)
+    note = res.read.note()
+    if note is not None:  # workers still at it: which trials the report holds
+        print(f"dse: note: {res.spec.name}: the report was {note}", file=sys.stderr)
     return write_report(
         folder / "report",
         spec=res.spec,
@@ -508,6 +515,7 @@ def _write_report(res: StudyResults, folder: Path, drawer: Drawer | None = None)
         tables=res.tables(),
         best=best,
         drawer=drawer or HERE,
+        unfinished=note,
     )
 
 
@@ -593,6 +601,9 @@ def _export(args: argparse.Namespace, catalog: Catalog) -> int:
 
     res = _stored_results(args, catalog)
     paths = res.export(args.out / res.spec.name / "exports")
+    note = res.read.note("them")
+    if note is not None:  # workers still at it: which trials the tables hold
+        print(f"dse: note: {res.spec.name}: the tables were {note}", file=sys.stderr)
     for p in paths:
         print(p)
     return 0

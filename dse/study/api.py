@@ -24,6 +24,7 @@ from dse.plain import plain
 from dse.study.export import export_all
 from dse.study.objectives import MetricFn, ObjectiveDef
 from dse.study.results import (
+    TrialsRead,
     best_of,
     designed_trials,
     kv_tiers_frame,
@@ -352,10 +353,17 @@ class StudyResults:
         return [o.name for o in self.objectives]
 
     @cached_property
+    def read(self) -> TrialsRead:
+        """The study's trials, read from its storage once, when first needed: every table is
+        built from these (workers may be adding trials meanwhile); :meth:`TrialsRead.note` says
+        what was not finished then."""
+        return TrialsRead(self.study)
+
+    @cached_property
     def trials(self) -> pl.DataFrame:
         """One row per finished trial: its choices ``p_*``, metrics, constraints ``c_*``,
         ``feasible``, ``binding``, ``objective_<name>`` per objective, ``design``."""
-        return trials_frame(self.study, self.names, self.spec.slo.percentile, self.spec.sweep.axes())
+        return trials_frame(self.read, self.names, self.spec.slo.percentile, self.spec.sweep.axes())
 
     @cached_property
     def pareto(self) -> pl.DataFrame:
@@ -370,12 +378,12 @@ class StudyResults:
     @cached_property
     def placements(self) -> pl.DataFrame:
         """One row per trial and pool: role, hardware, shape, instances, GPUs, HBM, load, $/hour."""
-        return placements_frame(self.study)
+        return placements_frame(self.read)
 
     @cached_property
     def kv_tiers(self) -> pl.DataFrame:
         """One row per trial, KV class of returning turns and tier: the share resting there."""
-        return kv_tiers_frame(self.study)
+        return kv_tiers_frame(self.read)
 
     @property
     def ranking(self) -> list[tuple[str, str]]:
@@ -394,8 +402,8 @@ class StudyResults:
         input names the first that is not)."""
         if trials is None:
             return self._front_series
-        numbers = _trial_numbers(trials, self.trials["trial"].to_list(), designed_trials(self.study))
-        return sim_timeseries_frame(self.study, numbers, self._cat(), load_params())
+        numbers = _trial_numbers(trials, self.trials["trial"].to_list(), designed_trials(self.read))
+        return sim_timeseries_frame(self.read, numbers, self._cat(), load_params())
 
     @cached_property
     def _front_series(self) -> pl.DataFrame:
@@ -404,7 +412,7 @@ class StudyResults:
             front = [] if best is None else [best]
         else:
             front = self.pareto["trial"].unique(maintain_order=True).to_list()[:5]
-        return sim_timeseries_frame(self.study, front, self._cat(), load_params())
+        return sim_timeseries_frame(self.read, front, self._cat(), load_params())
 
     def _cat(self) -> Catalog:
         """The catalog with the study's what-if variants."""

@@ -25,7 +25,7 @@ def best_design(res: StudyResults) -> BestDesign | None:
     number = res.best_trial()
     if number is None:
         return None
-    trial = next(t for t in res.study.get_trials(deepcopy=False) if t.number == number)
+    trial = next(t for t in res.read.get_trials() if t.number == number)
     record: dict[str, Any] = trial.user_attrs.get("record", {})
     params = load_params()
     sim = simulate_stored(record.get("simulation"), res._cat(), params)

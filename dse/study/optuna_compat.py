@@ -400,22 +400,42 @@ def _naive_utc(t: datetime | None) -> datetime | None:
     return None if t is None else t.astimezone(UTC).replace(tzinfo=None)
 
 
+STALE_AFTER_ATTR = "dse:stale_after_s"
+"""The trial system attribute a worker stores on each trial it runs: its own ``--stale-after``,
+the silence after which that trial is its dead worker's (its beats come every quarter of it)."""
+
+
 def dead_trial_ids(storage: optuna.storages.RDBStorage, study_id: int) -> list[int]:
     """The study's running trials whose worker died: its heartbeats stopped for the grace period
-    (Optuna's stale trials), or it never beat and started longer ago than that.
+    (Optuna's stale trials), or it never beat and started longer ago than that. The grace period
+    is the trial's own worker's (:data:`STALE_AFTER_ATTR`) where it stored one, else this
+    storage's: a worker run with ``--stale-after 4`` had failed, as dead, the trials of a live
+    worker of the default 120 s (a beat every 30 s) once they ran 4 s.
 
     Why not Optuna's: :func:`optuna.storages.fail_stale_trials` counts only trials that have beaten
     once; a worker killed between asking for a trial and its first beat would leave the trial
     running for ever (its grid point or warm-start design never run again). No public method
     tells whether a trial has beaten."""
-    grace = timedelta(seconds=storage.grace_period or 2 * (storage.heartbeat_interval or 0))
+    ours = storage.grace_period or 2 * (storage.heartbeat_interval or 0)
     now, rows = _running_beats(storage, study_id)
-    return [
-        trial_id
-        for trial_id, _, started, beat in rows
-        if (beat is not None and now - beat > grace)
-        or (beat is None and started is not None and datetime.now(UTC).replace(tzinfo=None) - started > grace)
-    ]
+    dead = []
+    for trial_id, _, started, beat, own in rows:
+        grace = timedelta(seconds=_seconds(own, ours))
+        if (beat is not None and now - beat > grace) or (
+            beat is None and started is not None and datetime.now(UTC).replace(tzinfo=None) - started > grace
+        ):
+            dead.append(trial_id)
+    return dead
+
+
+def _seconds(stored_json: str | None, default: float) -> float:
+    """A trial's stored stale-after (its attribute's JSON), or ``default`` where it has none that
+    is a positive number."""
+    with contextlib.suppress(TypeError, ValueError):
+        value = json.loads(stored_json) if stored_json is not None else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return default
 
 
 def live_beats(
@@ -425,19 +445,23 @@ def live_beats(
     within the last ``within_s`` seconds: trials a worker is running now (a lone run sends no
     heartbeats), the most recent first."""
     now, rows = _running_beats(storage, study_id)
-    beating = [(int(n), (now - beat).total_seconds()) for _, n, _, beat in rows if beat is not None]
+    beating = [(int(n), (now - beat).total_seconds()) for _, n, _, beat, _ in rows if beat is not None]
     ages = sorted(beating, key=lambda r: r[1])
     return [(n, age) for n, age in ages if age <= within_s]
 
 
 def _running_beats(storage: optuna.storages.RDBStorage, study_id: int) -> tuple[datetime, list[Any]]:
     """The database's clock (naive UTC, as heartbeats are stored) and, for each of the study's
-    running trials, its id, number, start and last heartbeat (None: it never beat)."""
+    running trials, its id, number, start, last heartbeat (None: it never beat) and its worker's
+    stale-after (:data:`STALE_AFTER_ATTR`, as stored JSON; None: not stored)."""
     t = _tables(storage.engine)
-    trials, beats = t["trials"], t["trial_heartbeats"]
+    trials, beats, attrs = t["trials"], t["trial_heartbeats"], t["trial_system_attributes"]
+    own = sqlalchemy.and_(attrs.c.trial_id == trials.c.trial_id, attrs.c.key == STALE_AFTER_ATTR)
     query = (
-        sqlalchemy.select(trials.c.trial_id, trials.c.number, trials.c.datetime_start, beats.c.heartbeat)
-        .select_from(trials.outerjoin(beats, beats.c.trial_id == trials.c.trial_id))
+        sqlalchemy.select(
+            trials.c.trial_id, trials.c.number, trials.c.datetime_start, beats.c.heartbeat, attrs.c.value_json
+        )
+        .select_from(trials.outerjoin(beats, beats.c.trial_id == trials.c.trial_id).outerjoin(attrs, own))
         .where(trials.c.study_id == study_id, trials.c.state == TrialState.RUNNING.name)
     )
     with storage.engine.connect() as conn:

@@ -30,7 +30,7 @@ def store_best_prices(res: StudyResults, ctx: Context) -> None:
     stored = res.study.user_attrs.get(PRICES_ATTR)
     if stored is not None and stored.get("trial") == number:
         return
-    trial = next(t for t in res.study.get_trials(deepcopy=False) if t.number == number)
+    trial = next(t for t in res.read.get_trials() if t.number == number)
     spec = res.spec
     if spec.is_grid:
         point = point_of(trial.params)

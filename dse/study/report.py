@@ -81,6 +81,7 @@ def write_report(
     tables: dict[str, pl.DataFrame],
     best: BestDesign | None,
     drawer: Drawer = HERE,
+    unfinished: str | None = None,
 ) -> Path:
     """Write ``folder/report.md`` and its PNGs, all or nothing; return the Markdown path.
 
@@ -100,6 +101,9 @@ def write_report(
     drawer
         Where the figures are drawn: in this process unless given processes that draw them
         (:class:`dse.study.figure_workers.FigureWorkers`) while the Markdown is written.
+    unfinished
+        What the tables leave out, trials not finished when they were read
+        (:meth:`dse.study.results.TrialsRead.note`): said under the trials count.
 
     Returns
     -------
@@ -108,7 +112,15 @@ def write_report(
     """
     with writing(folder), atomic_folder(folder) as tmp:
         try:
-            _write(tmp, spec=spec, objectives=objectives, tables=tables, best=best, drawer=drawer)
+            _write(
+                tmp,
+                spec=spec,
+                objectives=objectives,
+                tables=tables,
+                best=best,
+                drawer=drawer,
+                unfinished=unfinished,
+            )
         except BaseException:  # the figures handed out are done before the folder is removed
             with contextlib.suppress(Exception):
                 drawer.finish()
@@ -125,6 +137,7 @@ def _write(
     tables: dict[str, pl.DataFrame],
     best: BestDesign | None,
     drawer: Drawer,
+    unfinished: str | None = None,
 ) -> None:
     trials = tables.get("trials", pl.DataFrame())
     placements = tables.get("placements", pl.DataFrame())
@@ -139,7 +152,7 @@ def _write(
     if spec.is_grid:  # a grid has no Pareto front: its points are the answer
         figures = grid_figures(folder, spec, trials, drawer) + tail_figures
         sections = [
-            _overview(spec, objectives, trials, feasible),
+            _overview(spec, objectives, trials, feasible, unfinished),
             effects_section(spec, trials),
             whatif_section(spec, trials),
             stage_memory_section(spec, trials, placements),
@@ -155,7 +168,7 @@ def _write(
             *tail_figures,
         ]
         sections = [
-            _overview(spec, objectives, trials, feasible),
+            _overview(spec, objectives, trials, feasible, unfinished),
             _best_designs(spec, objectives, feasible, pools),
             _pareto_section(spec, objectives, pareto, pools),
             _binding_section(trials),
@@ -275,7 +288,11 @@ def _objective_label(name: str, direction: str, percentile: float) -> str:
 
 
 def _overview(
-    spec: StudySpec, objectives: list[tuple[str, str]], trials: pl.DataFrame, feasible: pl.DataFrame
+    spec: StudySpec,
+    objectives: list[tuple[str, str]],
+    trials: pl.DataFrame,
+    feasible: pl.DataFrame,
+    unfinished: str | None = None,
 ) -> str:
     w, slo = spec.workload, spec.slo
 
@@ -314,6 +331,8 @@ def _overview(
     warm = int(trials["warm_start"].sum()) if "warm_start" in trials.columns else 0
     if warm:
         lines[-1] += f"; {warm} of them are the full placement's designs (the warm start), the rest sampled"
+    if unfinished is not None:  # workers were still at it: which trials this report holds
+        lines.append(f"- **Unfinished:** this report was {unfinished}")
     return "\n".join(lines)
 
 

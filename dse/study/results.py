@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -156,7 +156,52 @@ def recorded_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _records(study: optuna.Study) -> list[tuple[optuna.trial.FrozenTrial, dict[str, Any]]]:
+class TrialsRead:
+    """A study's trials as read once, at ``read_utc``, with its name: what every table of one
+    export or report is built from, so that they hold the same trials while workers still add
+    theirs (each table had read the storage again: a trial finished between two reads was in the
+    placements and not in the trials). Takes the place of the study in the ``*_frame`` functions."""
+
+    def __init__(self, study: optuna.Study) -> None:
+        self.study_name: str = study.study_name
+        self.trials: tuple[optuna.trial.FrozenTrial, ...] = tuple(study.get_trials(deepcopy=False))
+        self.read_utc: datetime = datetime.now(UTC)
+
+    def get_trials(
+        self, deepcopy: bool = False, states: Sequence[optuna.trial.TrialState] | None = None
+    ) -> list[optuna.trial.FrozenTrial]:
+        """As ``Study.get_trials`` (never copied: the trials are read-only here)."""
+        return [t for t in self.trials if states is None or t.state in states]
+
+    def unfinished(self) -> dict[str, int]:
+        """The trials not finished when read, by state name (``running``: in a worker now, or
+        left by a dead one; ``waiting``: queued), those there are."""
+        states = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
+        return {s.name.lower(): n for s in states if (n := sum(t.state is s for t in self.trials))}
+
+    def note(self, it: str = "it") -> str | None:
+        """What a table or report read from these trials (``it``, as the sentence names it) holds
+        and leaves out, in words; None when every trial was finished."""
+        left = self.unfinished()
+        if not left:
+            return None
+        done = [t.number for t in self.get_trials(states=(optuna.trial.TrialState.COMPLETE,))]
+        n = sum(left.values())
+        said = " and ".join(f"{k} {s}" for s, k in left.items())
+        held = f"the {len(done)} complete trials (the last, trial {max(done)})" if done else "no trial"
+        were = "trials were" if n > 1 else "trial was"
+        return (
+            f"read at {self.read_utc:%Y-%m-%d %H:%M:%S} UTC, while {said} {were} not "
+            f"finished (workers still at {'them' if n > 1 else 'it'}, or a dead one's): {held} are in {it}, "
+            "not those; write it again once they finish"
+        )
+
+
+Trials = optuna.Study | TrialsRead
+"""What the ``*_frame`` functions read trials from: a study, or its trials read once."""
+
+
+def _records(study: Trials) -> list[tuple[optuna.trial.FrozenTrial, dict[str, Any]]]:
     return [
         (t, t.user_attrs.get("record", {}))
         for t in study.get_trials(deepcopy=False)
@@ -198,7 +243,7 @@ def trials_schema(objectives: list[str], axes: Mapping[str, Sequence[Any]] | Non
 
 
 def trials_frame(
-    study: optuna.Study,
+    study: Trials,
     objectives: list[str],
     percentile: float | None = None,
     axes: Mapping[str, Sequence[Any]] | None = None,
@@ -393,7 +438,7 @@ POOL_ROLE_FIGURES = {
 }
 
 
-def placements_frame(study: optuna.Study) -> pl.DataFrame:
+def placements_frame(study: Trials) -> pl.DataFrame:
     """One row per trial and pool."""
     rows = [
         {"study": study.study_name, "trial": t.number, "pool": i, **p}
@@ -429,7 +474,7 @@ def _units_pools() -> dict[str, str]:
     }
 
 
-def kv_tiers_frame(study: optuna.Study) -> pl.DataFrame:
+def kv_tiers_frame(study: Trials) -> pl.DataFrame:
     """One row per trial, KV class and tier."""
     rows = []
     for t, rec in _records(study):
@@ -451,14 +496,14 @@ def kv_tiers_frame(study: optuna.Study) -> pl.DataFrame:
     return without_nan(pl.DataFrame(rows, schema=KV_TIERS_SCHEMA))
 
 
-def designed_trials(study: optuna.Study) -> set[int]:
+def designed_trials(study: Trials) -> set[int]:
     """The complete trials whose record keeps a design to simulate again (a trial the MILP
     placed nothing for has none, nor one stored before records kept their designs)."""
     return {t.number for t, rec in _records(study) if rec.get("simulation")}
 
 
 def sim_timeseries_frame(
-    study: optuna.Study,
+    study: Trials,
     trial_numbers: list[int],
     catalog: Catalog,
     params: PerfParams,

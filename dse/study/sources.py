@@ -25,7 +25,7 @@ from dse import interrupt
 from dse.study.choice import suggest
 from dse.study.faults import heartbeat, storage_unreachable
 from dse.study.grid import grid_points, grid_space, suggest_point
-from dse.study.optuna_compat import knows_schema, read_trials, state_counts
+from dse.study.optuna_compat import STALE_AFTER_ATTR, knows_schema, read_trials, state_counts
 from dse.study.proposer import Proposal, Proposer
 from dse.study.spec import StudySpec
 from dse.study.storage import StoredStudy, fail_dead, running_note, storage_lock, wait_for_storage, waited
@@ -150,8 +150,15 @@ class SharedTrials(TrialSource):
         time.sleep(WAIT_S)
 
     def evaluating(self, job: Proposal) -> contextlib.AbstractContextManager[Any]:
-        """The trial's heartbeats, from the first moment, so a long trial never looks dead."""
-        return heartbeat(self._stored.storage, self._stored.trial_id(job.number), self._beat_s)
+        """The trial's heartbeats, from the first moment, so a long trial never looks dead; the
+        trial first stores this worker's stale-after, which other workers, whose own may be
+        shorter, judge its silence by (:data:`dse.study.optuna_compat.STALE_AFTER_ATTR`)."""
+        trial_id = self._stored.trial_id(job.number)
+        with contextlib.suppress(
+            optuna.exceptions.UpdateFinishedTrialError
+        ):  # failed as stale: finish drops it
+            self._stored.storage.set_trial_system_attr(trial_id, STALE_AFTER_ATTR, self._stale_after_s)
+        return heartbeat(self._stored.storage, trial_id, self._beat_s)
 
     def finish(self, job: Proposal, values: list[float], violation: float, record: dict[str, Any]) -> bool:
         trial = self._trial

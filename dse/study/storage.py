@@ -30,6 +30,7 @@ from typing import IO, Any, TypeVar
 
 import optuna
 import sqlalchemy
+from optuna import __version__ as optuna_version
 
 from dse import __version__
 from dse.errors import InputError, StorageFault
@@ -38,7 +39,9 @@ from dse.plain import plain
 from dse.study.faults import STORAGE_ERRORS, driver_line, storage_fault, storage_unreachable
 from dse.study.objectives import ObjectiveDef
 from dse.study.optuna_compat import (
+    SCHEMA_VERSION,
     FastReadRDBStorage,
+    alembic_stamps,
     claim_study_attr,
     dead_trial_ids,
     insert_finished,
@@ -107,12 +110,103 @@ def open_storage(url: str, stale_after_s: float | None = None) -> optuna.storage
     since: float | None = None
     while True:
         try:
+            _refuse_foreign(url)
             return _open_rdb(driver_url(url), kwargs)
+        except InputError:
+            raise
         except Exception as exc:  # noqa: BLE001 - the driver's own error types differ per database
             if stale_after_s is not None and storage_unreachable(exc):  # a worker waits a restart out
                 since = wait_for_storage(exc, url, since)
                 continue
             raise _unopened(exc, url) from None
+
+
+OPTUNA_TABLES = frozenset(
+    {
+        "studies",
+        "study_directions",
+        "study_user_attributes",
+        "study_system_attributes",
+        "trials",
+        "trial_user_attributes",
+        "trial_system_attributes",
+        "trial_params",
+        "trial_values",
+        "trial_intermediate_values",
+        "trial_heartbeats",
+        "version_info",
+        "alembic_version",
+    }
+)
+"""The tables of an Optuna storage (``optuna/storages/_rdb/models.py``, and alembic's stamp)."""
+
+
+def _refuse_foreign(url: str) -> None:
+    """Refuse, as bad input (exit 2), a storage that is no study's to open: a SQLite "file" that is
+    a folder (SQLite's "unable to open database file", a storage fault, exit 1), or a database
+    whose tables are another program's under Optuna's names (a ``studies`` table, or alembic's
+    stamp of its own migrations) without Optuna's ``version_info``. Optuna creates the tables it
+    misses beside them before it fails: a SQLite file kept Optuna's eleven new tables, a traceback
+    said why. An empty or new database, or an Optuna one, passes (its schema version is checked
+    when it is opened: :func:`_unopened`). A database that cannot be read here is left to the
+    opening, which says why."""
+    path = sqlite_path(url)
+    if path is not None:
+        if path.is_dir():
+            rule = f"must name a SQLite file: {path} is a folder (a file in it: sqlite:///{path}/study.db)"
+            raise InputError("storage", "url", rule, redact(url))
+        try:
+            if not path.is_file() or path.stat().st_size == 0:
+                return
+            with contextlib.closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as con:
+                names = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+        except (OSError, sqlite3.Error):
+            return
+    elif sqlalchemy.engine.make_url(driver_url(url)).get_backend_name() == "postgresql":
+        engine = sqlalchemy.create_engine(
+            driver_url(url), poolclass=sqlalchemy.pool.NullPool, **_server_args(url)
+        )
+        try:
+            with engine.connect() as con:
+                query = "select tablename from pg_tables where schemaname = current_schema()"
+                names = {str(r[0]) for r in con.execute(sqlalchemy.text(query))}
+        finally:
+            engine.dispose()
+    else:
+        return
+    taken = sorted(names & OPTUNA_TABLES)
+    if taken and "version_info" not in names:
+        rule = (
+            f"holds tables of another program under Optuna's names ({', '.join(taken)}) and no Optuna "
+            "version_info: name a database of its own (empty, or one dse or Optuna made)"
+        )
+        raise InputError("storage", "url", rule, redact(url))
+
+
+def _other_schema(exc: Exception, url: str) -> InputError | None:
+    """Optuna's refusal of a storage of another schema version, as bad input naming both versions
+    and what to do (Optuna's own words named the runtime's version twice: "optuna 5.0.0 is no
+    longer compatible with the table schema (set up by optuna 5.0.0)"); None for another error."""
+    if not (isinstance(exc, RuntimeError) and "compatible with the table schema" in str(exc)):
+        return None
+    engine = sqlalchemy.create_engine(
+        driver_url(url), poolclass=sqlalchemy.pool.NullPool, **_server_args(url)
+    )
+    try:
+        stamps = alembic_stamps(engine)
+    finally:
+        engine.dispose()
+    upgrade = "optuna storage upgrade --storage URL" in str(exc).replace("$STORAGE_URL", "URL")
+    fix = (
+        "an older Optuna's: upgrade it (optuna storage upgrade --storage URL) or use another database"
+        if upgrade
+        else "a newer Optuna's: use that Optuna, or another database"
+    )
+    rule = (
+        f"holds an Optuna storage of schema {', '.join(stamps) or 'unknown'}, and this Optuna "
+        f"({optuna_version}) reads {SCHEMA_VERSION}: {fix}"
+    )
+    return InputError("storage", "url", rule, redact(url))
 
 
 def _unopened(exc: Exception, url: str) -> Exception:
@@ -122,6 +216,10 @@ def _unopened(exc: Exception, url: str) -> Exception:
     if fault is not None:
         fault.args = (_scrub(str(fault), url),)  # the driver's words may quote a password's pieces
         return fault
+    with contextlib.suppress(Exception):  # reading the stamp failed: the error as it is, below
+        other = _other_schema(exc, url)
+        if other is not None:
+            return other
     return InputError(
         "storage", "url", f"cannot be opened ({type(exc).__name__}: {_scrub(str(exc), url)})", redact(url)
     )
@@ -419,9 +517,12 @@ def storage_lock(storage: optuna.storages.BaseStorage, name: str) -> Iterator[No
 
 
 def fail_stale(stored: StoredStudy, workers_stale_s: float) -> int:
-    """Trials a killed process left RUNNING in a single-process storage: mark them failed. A
-    storage a worker is running trials of (one beat within ``workers_stale_s``) is not a lone
-    run's: refused, so its trials are not failed under it (and the run's budget not overshot)."""
+    """Trials a killed process left RUNNING in a single-process storage, and those waiting in the
+    queue of workers no longer there (the warm-start designs they enqueued and never ran; a lone
+    run runs its own from its sampler's process): mark them failed. Left waiting, they stayed
+    unfinished for good, and a later worker ran those designs again. A storage a worker is
+    running trials of (one beat within ``workers_stale_s``) is not a lone run's: refused, so its
+    trials are not failed under it (and the run's budget not overshot)."""
     beats = live_beats(stored.storage, stored.study_id, workers_stale_s)
     if beats:
         raise InputError(
@@ -430,7 +531,8 @@ def fail_stale(stored: StoredStudy, workers_stale_s: float) -> int:
             f"dead (killed or frozen) worker's, which a run fails: in {workers_stale_s - beats[0][1]:.0f} s, "
             "if they died",
         )  # fmt: skip
-    running = stored.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    unfinished = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
+    running = stored.study.get_trials(deepcopy=False, states=unfinished)
     for t in running:
         stored.storage.set_trial_state_values(stored.trial_id(t.number), optuna.trial.TrialState.FAIL)
     return len(running)
