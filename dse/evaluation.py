@@ -475,8 +475,7 @@ def ttft_at_percentile(mean: float, p99: float, percentile: float) -> float:
     (Until 2026-12-06 it gave the mean for every percentile below p63, so a p50 target read the
     mean under the median's name.)"""
     grow = math.log(1.0 / (1.0 - percentile / 100.0))
-    scale = max(p99 - mean, 0.0) / (math.log(100.0) - 1.0)
-    return max(mean + scale * (grow - 1.0), 0.0)
+    return max(mean + max(p99 - mean, 0.0) * (grow - 1.0) / (math.log(100.0) - 1.0), 0.0)
 
 
 def _or_none(x: float) -> float | None:
