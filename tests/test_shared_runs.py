@@ -191,7 +191,10 @@ def test_a_worker_stopped_by_sigterm_leaves_no_trial_running(
     cmd = dse_cmd(
         "worker", str(TINY), "--storage", f"sqlite:///{db}", "--out", str(tmp_path), "--trials", "400"
     )
-    proc = subprocess.Popen(cmd, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a crash on the way out shows its stack in the message below (it died of SIGSEGV once, in a
+    # clean-clone CI run of 2026-12-06, after printing its line; 60 tries at 0-0.5 s did not repeat it)
+    env = dict(clean_env, PYTHONFAULTHANDLER="1")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         time.sleep(0.05)
