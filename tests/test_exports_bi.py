@@ -25,7 +25,7 @@ import pytest
 import dse.study.api as api
 import dse.study.export as export
 from dse.study import Study, StudyResults
-from dse.study.results import SCHEMA_VERSION, placements_frame, trials_frame
+from dse.study.results import SCHEMA_VERSION, TrialsRead, placements_frame, trials_frame
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "data" / "tiny-study.toml"
@@ -33,12 +33,13 @@ GRID = REPO / "tests" / "data" / "tiny-grid.toml"
 TABLES = ("trials", "pareto", "placements", "kv_tiers", "sim_timeseries")
 
 
-def _study_with(records: list[dict[str, Any]]) -> optuna.Study:
-    """An in-memory study holding one finished trial per record (as a run stores them)."""
+def _study_with(records: list[dict[str, Any]]) -> TrialsRead:
+    """The trials of an in-memory study holding one finished trial per record (as a run stores
+    them), read as the tables read them."""
     study = optuna.create_study(study_name="fake", directions=["minimize"])
     for rec in records:
         study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={"record": rec}))
-    return study
+    return TrialsRead(study)
 
 
 def _pool(role: str, **figures: float) -> dict[str, Any]:
@@ -72,7 +73,7 @@ def test_a_trials_table_without_a_finished_trial_has_every_column() -> None:
     """A study whose trials all failed wrote trials and pareto without ``design`` and
     ``design_trials``: a dashboard joining on ``design`` broke on it."""
     full = trials_frame(_study_with([{"choice": {"topology": "disaggregated"}}]), ["usd_per_million_tokens"])
-    empty = trials_frame(optuna.create_study(study_name="none"), ["usd_per_million_tokens"])
+    empty = trials_frame(TrialsRead(optuna.create_study(study_name="none")), ["usd_per_million_tokens"])
     assert empty.is_empty() and empty.schema == full.schema
 
 

@@ -352,11 +352,11 @@ def test_a_trial_that_just_started_is_not_dead_outside_utc(tmp_path: Path, tokyo
 
 def test_the_trials_table_times_are_utc_outside_utc(tmp_path: Path, tokyo: None) -> None:
     """The Parquet trials table's started_utc / finished_utc are UTC whatever the local zone."""
-    from dse.study.results import trials_frame
+    from dse.study.results import TrialsRead, trials_frame
 
     study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 's.db'}"), study_name="s")
     study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=2)
-    frame = trials_frame(study, ["value"])
+    frame = trials_frame(TrialsRead(study), ["value"])
     started = frame["started_utc"][0]
     assert abs((started - datetime.now(UTC)).total_seconds()) < 60
 

@@ -899,10 +899,11 @@ def build_candidates(
     # so they depend on the FFN unit's shape: each FFN unit's own. A step's transfers must fit
     # the side's share of the pace after their RDMA waits (as dse.perf.serving steps them), so a
     # NIC carries them only that part of the time: the bytes count over it
-    pace = afd_pace if afd_pace is not None else req.slo.tpot_s
-    usable = AFD_SIDE_SHARE - b.afd_wait / pace
-    per_token = afd_bytes_per_token(s.pool) / GB / max(usable, 1e-9)
-    afd_gb = np.array([per_token[r.shape] if r.info.role is Role.FFN else 0.0 for r in b.rows])
+    afd_gb: float | np.ndarray = 0.0  # (no attention-FFN units: no hidden states cross)
+    if split:
+        usable = AFD_SIDE_SHARE - b.afd_wait / (afd_pace if afd_pace is not None else req.slo.tpot_s)
+        per_token = afd_bytes_per_token(s.pool) / GB / max(usable, 1e-9)
+        afd_gb = np.array([per_token[r.shape] if r.info.role is Role.FFN else 0.0 for r in b.rows])
     data = _assemble(req, s, b.rows, b.classes, afd_gb)
     return Candidates(
         data,
@@ -942,7 +943,11 @@ def _price(hw: Hardware, tier: str, needed: bool) -> float:
 
 
 def _assemble(
-    req: PlacementRequest, s: Shapes, rows: list[_Row], classes: list[tuple[str, float, float]], afd_gb: Array
+    req: PlacementRequest,
+    s: Shapes,
+    rows: list[_Row],
+    classes: list[tuple[str, float, float]],
+    afd_gb: float | Array,
 ) -> PlacementData:
     w, lim, hws = req.workload, req.limits, s.hws
     ids = [hw.id for hw in hws]

@@ -197,11 +197,7 @@ class TrialsRead:
         )
 
 
-Trials = optuna.Study | TrialsRead
-"""What the ``*_frame`` functions read trials from: a study, or its trials read once."""
-
-
-def _records(study: Trials) -> list[tuple[optuna.trial.FrozenTrial, dict[str, Any]]]:
+def _records(study: TrialsRead) -> list[tuple[optuna.trial.FrozenTrial, dict[str, Any]]]:
     return [
         (t, t.user_attrs.get("record", {}))
         for t in study.get_trials(deepcopy=False)
@@ -243,7 +239,7 @@ def trials_schema(objectives: list[str], axes: Mapping[str, Sequence[Any]] | Non
 
 
 def trials_frame(
-    study: Trials,
+    study: TrialsRead,
     objectives: list[str],
     percentile: float | None = None,
     axes: Mapping[str, Sequence[Any]] | None = None,
@@ -438,7 +434,7 @@ POOL_ROLE_FIGURES = {
 }
 
 
-def placements_frame(study: Trials) -> pl.DataFrame:
+def placements_frame(study: TrialsRead) -> pl.DataFrame:
     """One row per trial and pool."""
     rows = [
         {"study": study.study_name, "trial": t.number, "pool": i, **p}
@@ -474,7 +470,7 @@ def _units_pools() -> dict[str, str]:
     }
 
 
-def kv_tiers_frame(study: Trials) -> pl.DataFrame:
+def kv_tiers_frame(study: TrialsRead) -> pl.DataFrame:
     """One row per trial, KV class and tier."""
     rows = []
     for t, rec in _records(study):
@@ -496,14 +492,14 @@ def kv_tiers_frame(study: Trials) -> pl.DataFrame:
     return without_nan(pl.DataFrame(rows, schema=KV_TIERS_SCHEMA))
 
 
-def designed_trials(study: Trials) -> set[int]:
+def designed_trials(study: TrialsRead) -> set[int]:
     """The complete trials whose record keeps a design to simulate again (a trial the MILP
     placed nothing for has none, nor one stored before records kept their designs)."""
     return {t.number for t, rec in _records(study) if rec.get("simulation")}
 
 
 def sim_timeseries_frame(
-    study: Trials,
+    study: TrialsRead,
     trial_numbers: list[int],
     catalog: Catalog,
     params: PerfParams,
