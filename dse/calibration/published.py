@@ -33,6 +33,7 @@ class StagePoint:
     kv_precision: Precision
 
 
+POINTS_MODEL = "deepseek-v3"  # every stage point is DeepSeek-V3 (R1) serving
 POINTS = (
     StagePoint("A4", "prefill", "h800", 32, 4096, 16384, Precision.FP8, Precision.BF16),
     StagePoint("B1a", "prefill", "h100-sxm", 32, 1024, 16384, Precision.FP8, Precision.BF16),
@@ -64,7 +65,7 @@ def predict_points(
     catalog: Catalog, params: PerfParams, points: tuple[StagePoint, ...] = POINTS
 ) -> np.ndarray:
     """Predicted tokens/s per GPU of each point (SGLang engine profile, no MTP)."""
-    model = catalog.model("deepseek-v3")
+    model = catalog.model(POINTS_MODEL)
     speed = np.array([params.engine("sglang").speed])
     out = []
     for pt in points:

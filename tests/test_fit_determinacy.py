@@ -1,0 +1,43 @@
+"""The throughput fit lands on one answer: the same runs in another order give the same values
+(its Jacobian's step is wide enough that the predictions' last-bit wobble cannot steer it), and the
+split of a forward's fixed time that runs of one depth cannot tell apart is held, not left to the
+solver's path."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from dse.calibration import fit as cal
+from dse.calibration.published import POINTS
+from dse.catalog import Catalog
+from dse.paths import MEASURED_RUNS
+from dse.perf.params import FITTED_SCALARS, default_params
+
+
+@pytest.mark.e2e  # two fits on two GPUs' runs, about 10 s each
+def test_the_fit_does_not_depend_on_the_order_of_the_runs(catalog: Catalog) -> None:
+    data, _ = cal.read_measured(MEASURED_RUNS, catalog)
+    some = [m for m in data if m.row.hardware in ("h200-sxm", "mi355x")]
+    start = default_params()
+    ahead = cal.fit(some, catalog, start)
+    behind = cal.fit(list(reversed(some)), catalog, start)
+    for name in FITTED_SCALARS:
+        assert getattr(behind, name) == pytest.approx(getattr(ahead, name), rel=1e-4), name
+    for name, eng in ahead.engines.items():
+        assert behind.engines[name].speed == pytest.approx(eng.speed, rel=1e-4), name
+        assert behind.engines[name].mtp_accept_rate == pytest.approx(eng.mtp_accept_rate, rel=1e-4), name
+    # one depth (DeepSeek's 61 layers): the per-layer overhead keeps its start, the step takes the rest
+    assert ahead.layer_overhead_us == start.layer_overhead_us
+    assert ahead.step_overhead_ms != start.step_overhead_ms
+
+
+def test_runs_of_one_depth_cannot_split_the_fixed_time(catalog: Catalog) -> None:
+    data, _ = cal.read_measured(MEASURED_RUNS, catalog)
+    assert cal.one_depth(data, catalog, POINTS)  # every run and stage point is DeepSeek's
+    deeper = replace(data[0], row=replace(data[0].row, model="qwen3-235b-a22b"))  # 94 layers
+    assert catalog.model("qwen3-235b-a22b").layers != catalog.model(data[0].row.model).layers
+    assert not cal.one_depth([*data, deeper], catalog, POINTS)
+    assert not cal.one_depth([deeper], catalog, POINTS)  # the points are DeepSeek's
+    assert cal.one_depth([deeper], catalog)
