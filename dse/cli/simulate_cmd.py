@@ -248,7 +248,7 @@ def _design(args: argparse.Namespace, catalog: Catalog) -> SimDesign:
 
     report = place(request_from_args(args, catalog, SRC), catalog=catalog, with_shadow_prices=False)
     if report.best is None:
-        why = next((o.infeasibility for o in report.outcomes if o.infeasibility), None)
+        why = report.why_none()  # the topology nearest to feasible, as `dse place` quotes it
         raise NoFeasibleDesign(why.binding if why else "solver", why.detail if why else "no solution")
     return design_of(report.request, report.best)
 
