@@ -641,6 +641,23 @@ def _judged(f: Summary) -> str:
     return f"over whole periods: the mean and peak backlog of the last {w:.0f} s against the {w:.0f} s before"
 
 
+def _queue_growth(report: SimulationReport) -> tuple[float, float] | None:
+    """Which queue the fluid's backlog grows in: the prefill queue's and the prefill-to-decode
+    buffer's growth (requests/s, least-squares slopes over the run's last third, as the stability
+    verdict's), None where that verdict read whole periods instead. An overloaded design had been
+    told unstable with its backlog's growth alone, not which side of the pipeline falls behind."""
+    import numpy as np
+
+    from dse.sim.statistics import backlog_growth
+
+    if math.isfinite(float(report.fluid.growth_window_s[0])):
+        return None
+    traj = report.fluid_trajectories
+    _, slope, _ = backlog_growth(traj.t, np.stack([traj.prefill_queue[0], traj.buffer[0]]), 1.0)
+    prefill, buffer = (float(x) if abs(x) > 1e-9 else 0.0 for x in slope)  # (a fit's rounding: none)
+    return prefill, buffer
+
+
 def _summary_dict(report: SimulationReport, ttft: float, tpot: float, percentile: float) -> dict[str, Any]:
     """The summary ``--json`` prints and ``--out`` writes: the targets, with the percentile the TTFT
     target holds at (the TPOT target is a mean's), then each simulator's figures."""
@@ -656,6 +673,9 @@ def _summary_dict(report: SimulationReport, ttft: float, tpot: float, percentile
         "fluid": one(report.fluid),
         "fluid_wall_s": report.fluid_s,
     }
+    split = _queue_growth(report)
+    out["fluid"]["prefill_queue_growth_per_s"] = None if split is None else split[0]
+    out["fluid"]["buffer_growth_per_s"] = None if split is None else split[1]
     if report.reference is not None:
         out["des"] = one(report.reference)
         out["des_wall_s"] = report.reference_s
@@ -848,7 +868,13 @@ def render(
     growth = float(f.backlog_growth_per_s[0])
     growth = growth if abs(growth) > 1e-9 else 0.0  # a fit's rounding, not a backlog
     verdict = "yes" if f.stable[0] else "NO"
-    lines.append(f"stable: {verdict} (backlog growth {growth:+.3g} req/s {_judged(f)})")
+    split = _queue_growth(report) if not f.stable[0] else None
+    where = (
+        ""
+        if split is None
+        else f": the prefill queue {split[0]:+.3g} req/s, the decode buffer {split[1]:+.3g} req/s"
+    )
+    lines.append(f"stable: {verdict} (backlog growth {growth:+.3g} req/s {_judged(f)}{where})")
     if f.oscillating[0]:
         lines.append(f"oscillation: period {f.oscillation_period_s[0]:.0f} s, amplitude {_swing_text(f)}")
     else:
