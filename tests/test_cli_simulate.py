@@ -738,3 +738,42 @@ def test_an_overloaded_design_says_which_queue_grows_and_by_how_much(tmp_path: P
     assert blocked.endswith(f"the prefill queue +{total:.3g} req/s, the decode buffer +0 req/s)"), blocked
     steady = json.loads(cli(*base[:-2], "--json").out)["fluid"]
     assert steady["stable"] and steady["prefill_queue_growth_per_s"] == steady["buffer_growth_per_s"] == 0.0
+
+
+def test_a_ctrl_c_among_the_renames_of_out_moves_every_file_or_none(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--out` into a folder of an earlier run: the three new files are written beside it, then
+    each renamed onto its old one. A Ctrl-C (a real SIGINT) that came as the first was renamed had
+    left one file of the new run beside two of the old; it now waits for the last, and the command
+    ends as interrupted (exit 130) with the new run's three files."""
+    import os
+    import signal
+    import time
+
+    placed = cli(*PLACE)
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    out = tmp_path / "sim"
+    base = ["simulate", "--placement", plan, "--horizon", "300", "--warmup", "60", "--out", out]
+    assert cli(*base).code == 0
+    real = os.replace
+    renamed: list[str] = []
+
+    def first_then_ctrl_c(src: object, dst: object) -> None:
+        real(src, dst)  # type: ignore[arg-type]
+        if Path(str(dst)).parent == out:  # (not a file's own atomic write in the temporary folder)
+            renamed.append(str(dst))
+            if len(renamed) == 1:
+                signal.raise_signal(signal.SIGINT)
+
+    started = time.time()
+    monkeypatch.setattr(os, "replace", first_then_ctrl_c)
+    stopped = cli(*base[:-2], "--horizon", "600", "--out", out)
+    monkeypatch.undo()
+    assert stopped.code == 130 and stopped.err == "dse: interrupted\n", stopped.err
+    files = ["trajectories.parquet", "trajectories.png", "summary.json"]
+    assert [f for f in files if (out / f).stat().st_mtime < started] == [], renamed  # all the new run's
+    assert pl.read_parquet(out / "trajectories.parquet")["t_s"].max() > 300
+    assert sorted(p.name for p in out.iterdir()) == sorted(files)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dse import interrupt
 from dse.atomic import atomic_path, write_text
 from dse.catalog import Catalog
 from dse.cli.flags import number, path_arg
@@ -747,11 +748,12 @@ def _write_outputs(
             frame.write_parquet(part, compression="zstd")
         write_text(tmp / "summary.json", text)
         drawer.finish()  # the figure written before the folder moves in
-        if not out.exists():
-            os.rename(tmp, out)
-        else:
-            for name in OUTPUT_FILES:
-                os.replace(tmp / name, out / name)
+        with interrupt.deferred():  # a Ctrl-C among the renames waits for the last (all or none)
+            if not out.exists():
+                os.rename(tmp, out)
+            else:
+                for name in OUTPUT_FILES:
+                    os.replace(tmp / name, out / name)
     except OSError as exc:
         raise output_error(exc, SRC, "--out", out) from None
     finally:
