@@ -161,3 +161,34 @@ def test_study_show_checks_as_a_run_does_and_names_hardware_by_its_ids(cli: Cli,
     for command in (("study", "show", str(spec)), ("study", "run", str(spec), "--out", str(tmp_path / "o"))):
         code, _, err = cli(*command)
         assert code == 2 and "8gpu-tp8-ep16" in err and err.strip().count("\n") == 0, err
+
+
+def test_export_and_report_of_a_study_none_of_whose_trials_is_feasible(cli: Cli, tmp_path: Path) -> None:
+    """Every trial infeasible (TPOT 0.1 ms): `run` exits 3 with the reason, its figures included (it
+    had read "TPOT 0.1 ms cannot be met even at batch 1"); `export` and `report` still write readable
+    tables and a report that says no design met the targets, exit 0, and now say so in a note on
+    stderr (they had printed their paths alone)."""
+    import polars as pl
+
+    spec = tmp_path / "tiny-study.toml"
+    spec.write_text(TINY.read_text().replace("tpot_s = 0.06", "tpot_s = 0.0001"))
+    ran = cli("study", "run", str(spec), "--out", str(tmp_path), "--trials", "3", "--no-export")
+    assert ran.code == 3
+    reason = re.search(r"TPOT 0\.1 ms cannot be met: at batch 1 a token takes [\d.]+ ms", ran.err)
+    assert reason is not None, ran.err
+    note = ran.err.strip().replace("dse: error: ", "dse: note: tiny-study: ")
+    exported = cli("study", "export", str(spec), "--out", str(tmp_path))
+    assert exported.code == 0 and exported.err.strip() == note, exported.err
+    trials = pl.read_parquet(
+        tmp_path / "tiny-study" / "exports" / "trials" / "study=tiny-study" / "part-0.parquet"
+    )
+    assert trials.height == 3 and not trials["feasible"].any()
+    assert trials["binding"].str.contains("at batch 1 a token takes").any()
+    for table in ("pareto", "placements", "kv_tiers", "sim_timeseries"):
+        assert pl.read_parquet(
+            tmp_path / "tiny-study" / "exports" / table / "study=tiny-study" / "part-0.parquet"
+        ).is_empty()
+    reported = cli("study", "report", str(spec), "--out", str(tmp_path))
+    assert reported.code == 0 and reported.err.strip() == note, reported.err
+    text = (tmp_path / "tiny-study" / "report" / "report.md").read_text()
+    assert "0 feasible, 3 infeasible" in text and "No feasible designs." in text

@@ -701,3 +701,72 @@ def test_mtp_on_a_model_without_mtp_layers_is_refused(cli: Cli, catalog: Catalog
     (outcome,) = place(req, catalog=catalog, params=load_params(), with_shadow_prices=False).outcomes
     assert outcome.infeasibility is not None
     assert outcome.infeasibility.detail == f"qwen3-235b-a22b any shape: mtp: {why}"
+
+
+def test_a_tpot_no_unit_reaches_is_answered_with_the_fastest_unit_and_its_figure(cli: Cli) -> None:
+    """TPOT 5 ms on B200: no unit reaches it. The answer had read "no mixed unit: b200
+    4gpu-tp4-ep4: at prefill share 0.1: TPOT 5 ms cannot be met even at batch 1": no figure, the
+    first shape listed rather than the fastest, and the aggregated topology's, since a topology
+    missing a role had counted as infinitely far and the first one was quoted. Now it quotes the
+    nearest topology's fastest unit with its TPOT at batch 1, which `dse predict` gives for the same
+    deployment (TRT-LLM, TP8, EP8, one request: its decode step, within 1%), and --json carries the
+    same line."""
+    args = ["place", "--hardware", "b200", "--rate", "20", "--isl", "4000", "--osl", "1000", "--ttft", "2",
+            "--tpot", "0.005", "--no-shadow-prices"]  # fmt: skip
+    out = cli(*args)
+    assert out.code == 3 and out.err.count("\n") == 1, out.err
+    head = "dse: error: no feasible design: no decode unit: b200 8gpu-tp8-ep8: TPOT 5 ms cannot be met: "
+    said = re.match(re.escape(head) + r"at batch 1 a token takes ([\d.]+) ms; ", out.err)
+    assert said is not None, out.err
+    predicted = cli("predict", "--hardware", "b200", "--framework", "trt", "--isl", "4000", "--osl", "1000",
+                    "--conc", "1", "--tp", "8", "--ep", "8", "--json")  # fmt: skip
+    assert predicted.code == 0, predicted.err
+    step_ms = json.loads(predicted.out)["prediction"]["decode_step_ms"]
+    assert float(said[1]) == pytest.approx(step_ms, rel=0.01), (said[1], step_ms)
+    # each topology's line has its figures too: the aggregated units' TPOT beside their prefill share
+    assert re.search(r"aggregated: no mixed unit: b200 8gpu-tp8-ep8: at prefill share 0\.1: TPOT 5 ms "
+                     r"cannot be met: at batch 1 a token takes [\d.]+ ms \(a [\d.]+ ms step in the 90% "
+                     r"of the time it decodes\)", out.out), out.out  # fmt: skip
+    doc = json.loads(cli(*args, "--json").out)
+    why = doc["infeasibility"]
+    assert f"dse: error: no feasible design: {why['binding']}: {why['detail']}\n" == out.err
+    assert all(o["infeasibility"]["overshoot"] is not None for o in doc["outcomes"])  # finite: how far
+
+
+def test_a_feasible_placement_s_json_has_no_infeasibility(cli: Cli) -> None:
+    out = run(cli, "--hardware", "b200", "--topology", "disaggregated", "--json", "--no-shadow-prices")
+    assert out.code == 0, out.err
+    assert json.loads(out.out)["infeasibility"] is None
+
+
+def test_simulate_quotes_the_topology_nearest_to_feasible_as_place_does(cli: Cli) -> None:
+    """`dse simulate` with the flags of a placement nothing meets had quoted the first topology
+    (aggregated: "needs 24.0 kW") where `dse place` quotes the nearest (disaggregated, 16.0 kW)."""
+    flags = ["--hardware", "b200", "--rate", "20", "--isl", "4000", "--osl", "1000", "--ttft", "2",
+             "--tpot", "0.05", "--power-kw", "10"]  # fmt: skip
+    placed, simulated = cli("place", *flags, "--no-shadow-prices"), cli("simulate", *flags)
+    assert placed.code == simulated.code == 3 and simulated.out == ""
+    assert (
+        simulated.err
+        == placed.err
+        == (
+            "dse: error: no feasible design: power: serving the demand needs 16.0 kW but the cap is 10.0 kW\n"
+        )
+    )
+
+
+def test_goodput_over_an_inventory_that_holds_no_instance_says_so(cli: Cli) -> None:
+    """The most traffic 4 H200 serve: none, since the smallest instance that holds DeepSeek-V3 takes
+    a whole 8-GPU node. With --rate 20 (which goodput reads for the mix alone) the answer had read
+    "serving the demand needs 36 GPUs more than the inventory holds (h200-sxm 40 of 4)", the GPUs of
+    20 requests/s, which the question did not ask."""
+    flags = ["--hardware", "h200", "--rate", "20", "--isl", "4000", "--osl", "1000", "--ttft", "2", "--tpot",
+             "0.05", "--inventory", "h200=4", "--objective", "goodput", "--no-shadow-prices"]  # fmt: skip
+    out = cli("place", *flags)
+    assert out.code == 3, out.err
+    said = (
+        r"dse: error: no feasible design: inventory: the inventory \(h200-sxm 4 GPUs\) holds no instance "
+        r"that serves traffic \(the smallest takes 8 h200-sxm GPUs: 8gpu-\S+, bought 8 at a time\)\n"
+    )
+    assert re.fullmatch(said, out.err), out.err
+    assert "40 of 4" not in out.out

@@ -697,3 +697,83 @@ def test_the_summary_says_at_which_percentile_its_ttft_target_holds(tmp_path: Pa
     assert printed["targets"] == {"ttft_s": 2.0, "percentile": 99.0, "tpot_s": 0.05}
     assert "ttft_p99_worst_pool_s" in printed["engine"]
     assert json.loads((tmp_path / "sim" / "summary.json").read_text())["targets"] == printed["targets"]
+
+
+def test_an_overloaded_design_says_which_queue_grows_and_by_how_much(tmp_path: Path, cli: Cli) -> None:
+    """Twice the traffic a design was placed for: `stable: NO` had given the backlog's growth alone.
+    It now splits it between the prefill queue (the arrivals beyond what prefill serves) and the
+    prefill-to-decode buffer (what prefill hands on beyond what decode serves), which the pipeline
+    line's capacities give; in --json too. A full buffer (--buffer) blocks the hand-off: then the
+    prefill queue holds all of it."""
+    placed = cli(*PLACE)
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    base = ["simulate", "--placement", plan, "--horizon", "1200", "--warmup", "120", "--rate-scale", "2.5"]
+    run = cli(*base)
+    assert run.code == 0, run.err
+    cap = re.search(
+        r"capacity ([\d.]+) req/s prefill, ([\d.]+) req/s decode; arrivals constant at ([\d.]+)", run.out
+    )
+    assert cap is not None, run.out
+    prefill, decode, arrivals = map(float, cap.groups())
+    assert decode < prefill < arrivals, run.out  # both sides fall behind
+    line = next(x for x in run.out.splitlines() if x.startswith("stable: "))
+    said = re.fullmatch(
+        r"stable: NO \(backlog growth \+([\d.]+) req/s over the last third: "
+        r"the prefill queue \+([\d.]+) req/s, the decode buffer \+([\d.]+) req/s\)",
+        line,
+    )
+    assert said is not None, line
+    total, queue, buffer = map(float, said.groups())
+    # (the capacities as printed, to 3 digits: 17.6 and 16.8 req/s, 0.74 apart unrounded)
+    assert queue == pytest.approx(arrivals - prefill, abs=0.1), line
+    assert buffer == pytest.approx(prefill - decode, abs=0.1), line
+    assert queue + buffer == pytest.approx(total, rel=0.01), line
+    fluid = json.loads(cli(*base, "--json").out)["fluid"]
+    assert total == pytest.approx(arrivals - fluid["requests_per_s"], rel=0.01)  # what decode does not serve
+    assert fluid["prefill_queue_growth_per_s"] == pytest.approx(queue, rel=0.01)
+    assert fluid["buffer_growth_per_s"] == pytest.approx(buffer, rel=0.01)
+    blocked = next(x for x in cli(*base, "--buffer", "20").out.splitlines() if x.startswith("stable: "))
+    assert blocked.endswith(f"the prefill queue +{total:.3g} req/s, the decode buffer +0 req/s)"), blocked
+    steady = json.loads(cli(*base[:-2], "--json").out)["fluid"]
+    assert steady["stable"] and steady["prefill_queue_growth_per_s"] == steady["buffer_growth_per_s"] == 0.0
+
+
+def test_a_ctrl_c_among_the_renames_of_out_moves_every_file_or_none(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--out` into a folder of an earlier run: the three new files are written beside it, then
+    each renamed onto its old one. A Ctrl-C (a real SIGINT) that came as the first was renamed had
+    left one file of the new run beside two of the old; it now waits for the last, and the command
+    ends as interrupted (exit 130) with the new run's three files."""
+    import os
+    import signal
+    import time
+
+    placed = cli(*PLACE)
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    out = tmp_path / "sim"
+    base = ["simulate", "--placement", plan, "--horizon", "300", "--warmup", "60", "--out", out]
+    assert cli(*base).code == 0
+    real = os.replace
+    renamed: list[str] = []
+
+    def first_then_ctrl_c(src: object, dst: object) -> None:
+        real(src, dst)  # type: ignore[arg-type]
+        if Path(str(dst)).parent == out:  # (not a file's own atomic write in the temporary folder)
+            renamed.append(str(dst))
+            if len(renamed) == 1:
+                signal.raise_signal(signal.SIGINT)
+
+    started = time.time()
+    monkeypatch.setattr(os, "replace", first_then_ctrl_c)
+    stopped = cli(*base[:-2], "--horizon", "600", "--out", out)
+    monkeypatch.undo()
+    assert stopped.code == 130 and stopped.err == "dse: interrupted\n", stopped.err
+    files = ["trajectories.parquet", "trajectories.png", "summary.json"]
+    assert [f for f in files if (out / f).stat().st_mtime < started] == [], renamed  # all the new run's
+    assert pl.read_parquet(out / "trajectories.parquet")["t_s"].max() > 300
+    assert sorted(p.name for p in out.iterdir()) == sorted(files)

@@ -155,6 +155,38 @@ def test_an_export_writes_its_temporary_files_outside_the_tables_folders_and_all
         assert pl.read_parquet(out / name / "study=s" / "part-0.parquet")["value"].to_list() == [2.0]
 
 
+def test_a_ctrl_c_among_the_renames_moves_every_table_or_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every table is written to a temporary file before any is renamed into place; a Ctrl-C (a
+    real SIGINT, as the command line handles it) that came as the first was renamed had left that
+    table new and the other four old. It now waits for the last rename, then stops the export."""
+    import os
+    import signal
+
+    from dse import interrupt
+
+    out = tmp_path / "exports"
+    export.export_all(_tables(1.0), out, "s", {})
+    real = os.replace
+    renamed: list[str] = []
+
+    def first_then_ctrl_c(src: Any, dst: Any) -> None:
+        real(src, dst)
+        renamed.append(str(dst))
+        if len(renamed) == 1:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(os, "replace", first_then_ctrl_c)
+    with interrupt.remembered(), pytest.raises(KeyboardInterrupt):
+        export.export_all(_tables(2.0), out, "s", {})
+    monkeypatch.undo()
+    assert len(renamed) == len(TABLES), renamed
+    for name in TABLES:
+        assert pl.read_parquet(out / name / "study=s" / "part-0.parquet")["value"].to_list() == [2.0], name
+    assert not list(out.rglob("*.tmp"))
+
+
 def _schema_4_export(out: Path, study: str, tag: float) -> None:
     """``study``'s tables as an export before schema 5 wrote them: in ``study=<name>`` unescaped,
     by polars with the metadata in the file's key-value metadata (``git show bb69222^``)."""

@@ -432,8 +432,13 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         checks = engine_checks(report, Context(catalog, params, PlacementSolver()))
         report = confirmed(report, checks)
     energy = best_energy(report, catalog, params)
+    failure = _no_design(report, checks)
     if args.json:
         doc = {**report_to_dict(report), "best_energy": energy}
+        # the error line's facts, for a reader of the JSON alone (null when there is a design)
+        doc["infeasibility"] = (
+            None if failure is None else {"binding": failure.binding, "detail": failure.detail}
+        )
         # the catalog entries it was placed with: `dse simulate --placement` checks its own match
         doc["catalog"] = catalog.numbers(req.model, req.hardware)
         if args.confirm:
@@ -450,15 +455,22 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         print()
     else:
         print(render(report, energy, checks, priced=not args.no_shadow_prices))
-    if report.best is None and checks:
-        raise NoFeasibleDesign("engine-level TTFT", "; ".join(c.describe() for c in checks))
-    if report.best is None:  # the topology nearest to feasible says why
-        whys = [o.infeasibility for o in report.outcomes if o.infeasibility is not None]
-        if not whys:
-            raise NoFeasibleDesign("solver", "no topology returned a solution")
-        nearest = min(whys, key=lambda why: why.overshoot)
-        raise NoFeasibleDesign(nearest.binding, nearest.detail)
+    if failure is not None:
+        raise failure
     return 0
+
+
+def _no_design(report: PlacementReport, checks: tuple[EngineCheck, ...]) -> NoFeasibleDesign | None:
+    """Why there is no answer (None: there is one): no design held in the engine-level check, or
+    the topology nearest to feasible says why."""
+    if report.best is not None:
+        return None
+    if checks:
+        return NoFeasibleDesign("engine-level TTFT", "; ".join(c.describe() for c in checks))
+    why = report.why_none()
+    if why is None:
+        return NoFeasibleDesign("solver", "no topology returned a solution")
+    return NoFeasibleDesign(why.binding, why.detail)
 
 
 def best_energy(

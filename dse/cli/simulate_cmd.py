@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dse import interrupt
 from dse.atomic import atomic_path, write_text
 from dse.catalog import Catalog
 from dse.cli.flags import number, path_arg
@@ -248,7 +249,7 @@ def _design(args: argparse.Namespace, catalog: Catalog) -> SimDesign:
 
     report = place(request_from_args(args, catalog, SRC), catalog=catalog, with_shadow_prices=False)
     if report.best is None:
-        why = next((o.infeasibility for o in report.outcomes if o.infeasibility), None)
+        why = report.why_none()  # the topology nearest to feasible, as `dse place` quotes it
         raise NoFeasibleDesign(why.binding if why else "solver", why.detail if why else "no solution")
     return design_of(report.request, report.best)
 
@@ -641,6 +642,23 @@ def _judged(f: Summary) -> str:
     return f"over whole periods: the mean and peak backlog of the last {w:.0f} s against the {w:.0f} s before"
 
 
+def _queue_growth(report: SimulationReport) -> tuple[float, float] | None:
+    """Which queue the fluid's backlog grows in: the prefill queue's and the prefill-to-decode
+    buffer's growth (requests/s, least-squares slopes over the run's last third, as the stability
+    verdict's), None where that verdict read whole periods instead. An overloaded design had been
+    told unstable with its backlog's growth alone, not which side of the pipeline falls behind."""
+    import numpy as np
+
+    from dse.sim.statistics import backlog_growth
+
+    if math.isfinite(float(report.fluid.growth_window_s[0])):
+        return None
+    traj = report.fluid_trajectories
+    _, slope, _ = backlog_growth(traj.t, np.stack([traj.prefill_queue[0], traj.buffer[0]]), 1.0)
+    prefill, buffer = (float(x) if abs(x) > 1e-9 else 0.0 for x in slope)  # (a fit's rounding: none)
+    return prefill, buffer
+
+
 def _summary_dict(report: SimulationReport, ttft: float, tpot: float, percentile: float) -> dict[str, Any]:
     """The summary ``--json`` prints and ``--out`` writes: the targets, with the percentile the TTFT
     target holds at (the TPOT target is a mean's), then each simulator's figures."""
@@ -656,6 +674,9 @@ def _summary_dict(report: SimulationReport, ttft: float, tpot: float, percentile
         "fluid": one(report.fluid),
         "fluid_wall_s": report.fluid_s,
     }
+    split = _queue_growth(report)
+    out["fluid"]["prefill_queue_growth_per_s"] = None if split is None else split[0]
+    out["fluid"]["buffer_growth_per_s"] = None if split is None else split[1]
     if report.reference is not None:
         out["des"] = one(report.reference)
         out["des_wall_s"] = report.reference_s
@@ -727,11 +748,12 @@ def _write_outputs(
             frame.write_parquet(part, compression="zstd")
         write_text(tmp / "summary.json", text)
         drawer.finish()  # the figure written before the folder moves in
-        if not out.exists():
-            os.rename(tmp, out)
-        else:
-            for name in OUTPUT_FILES:
-                os.replace(tmp / name, out / name)
+        with interrupt.deferred():  # a Ctrl-C among the renames waits for the last (all or none)
+            if not out.exists():
+                os.rename(tmp, out)
+            else:
+                for name in OUTPUT_FILES:
+                    os.replace(tmp / name, out / name)
     except OSError as exc:
         raise output_error(exc, SRC, "--out", out) from None
     finally:
@@ -848,7 +870,13 @@ def render(
     growth = float(f.backlog_growth_per_s[0])
     growth = growth if abs(growth) > 1e-9 else 0.0  # a fit's rounding, not a backlog
     verdict = "yes" if f.stable[0] else "NO"
-    lines.append(f"stable: {verdict} (backlog growth {growth:+.3g} req/s {_judged(f)})")
+    split = _queue_growth(report) if not f.stable[0] else None
+    where = (
+        ""
+        if split is None
+        else f": the prefill queue {split[0]:+.3g} req/s, the decode buffer {split[1]:+.3g} req/s"
+    )
+    lines.append(f"stable: {verdict} (backlog growth {growth:+.3g} req/s {_judged(f)}{where})")
     if f.oscillating[0]:
         lines.append(f"oscillation: period {f.oscillation_period_s[0]:.0f} s, amplitude {_swing_text(f)}")
     else:

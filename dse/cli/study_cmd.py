@@ -606,7 +606,17 @@ def _export(args: argparse.Namespace, catalog: Catalog) -> int:
         print(f"dse: note: {res.spec.name}: the tables were {note}", file=sys.stderr)
     for p in paths:
         print(p)
+    _say_if_none_feasible(res)
     return 0
+
+
+def _say_if_none_feasible(res: StudyResults) -> None:
+    """A note on stderr where no stored trial is feasible, naming what bound them as the run's error
+    line does: `export` and `report` still write their tables and report (exit 0), and had said
+    nothing of it, the tables' and the report's emptiness left to be found."""
+    t = res.trials
+    if t.is_empty() or not t["feasible"].any():
+        print(f"dse: note: {res.spec.name}: {_no_feasible(res)}", file=sys.stderr)
 
 
 def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
@@ -632,4 +642,5 @@ def _report(args: argparse.Namespace, catalog: Catalog) -> int:
     with FigureWorkers() as drawer:  # (first: see _run)
         res = _stored_results(args, catalog)
         print(_write_report(res, args.out / res.spec.name, drawer))
+    _say_if_none_feasible(res)
     return 0

@@ -55,7 +55,7 @@ from dse.perf.memo import Memo
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
 from dse.perf.power import gpu_power_w
-from dse.perf.serving import RHO_MAX, decode_capacity_at_tpot
+from dse.perf.serving import RHO_MAX, decode_capacity_at_tpot, decode_tpot
 from dse.perf.stages import forward_cost, weight_bytes_per_gpu
 from dse.placement.prefill_queue import PrefillCurve, prefill_curve
 from dse.placement.request import PlacementRequest, Topology
@@ -498,12 +498,24 @@ class _Builder:
             max_batch=self.cap,
         )
 
+    def alone_s(self, pool: Pool) -> Array:
+        """Seconds per output token of one sequence decoding alone on every shape of ``pool``: the
+        least TPOT a unit of it reaches, which an infeasible answer quotes."""
+        s = self.s
+        ones = np.ones(len(s))
+        return decode_tpot(
+            pool, self.p, batch=ones, context=s.decode_ctx, speed=s.speed, draft_tokens=s.draft,
+            accept_tokens=s.accept,
+        )  # fmt: skip
+
     def add_decode(self) -> None:
         s, slo = self.s, self.slo
         rate, batch = self.decode_points(s.pool, slo.tpot_s)
+        alone: Array | None = None  # priced only for a shape that misses the target
         for i in self.shapes("decode"):
             if rate[i] <= 0:
-                self.exclude(i, "decode", _tpot_reason(slo, s.cap_seq[i]))
+                alone = self.alone_s(s.pool) if alone is None else alone
+                self.exclude(i, "decode", *_tpot_reason(slo, s.cap_seq[i], float(alone[i])))
                 continue
             used = s.weights_gb[i] + batch[i] * s.per_seq_gb[i] / s.pool.kv_shard[i]
             info = self.info(
@@ -524,6 +536,10 @@ class _Builder:
         else:  # one search per share, as a search trial's and the warm start's units always were
             found = [self.decode_points(s.pool, paces[0] * (1.0 - phi)) for phi in shares]
             rates, batches = np.array([r for r, _ in found]), np.array([b for _, b in found])
+        alone: Array | None = None  # priced only for a shape that misses the target
+        # shapes that meet the target at some share: a larger share's miss of TPOT is not what
+        # keeps them out, and is not counted as how near they come (their TTFT's miss is)
+        decodes = set(map(int, np.flatnonzero((rates[:: len(paces)] > 0).any(axis=0))))
         for n, phi in enumerate(shares):
             offered: set[tuple[int, float]] = set()  # (shape, batch): a pace at the same batch adds nothing
             placed: set[int] = set()
@@ -535,7 +551,9 @@ class _Builder:
                 for i in self.shapes("decode", unit="mixed"):
                     key = (i, round(float(batch[i]), 6))
                     if rate[i] <= 0:
-                        missed.setdefault(i, (_tpot_reason(slo, s.cap_seq[i]), math.inf))
+                        alone = self.alone_s(s.pool) if alone is None else alone
+                        why, over = _tpot_reason(slo, s.cap_seq[i], float(alone[i]), 1.0 - phi)
+                        missed.setdefault(i, (why, math.inf if i in decodes else over))
                     elif key not in offered and i not in settled:
                         offered.add(key)
                         row = self._add_mixed_row(i, phi, pace, float(rate[i]), float(batch[i]))
@@ -675,9 +693,19 @@ class _Builder:
         rate, batch = self.decode_points(att, pace * AFD_SIDE_SHARE)
         at_target = batch if target else self.decode_points(att, slo.tpot_s * AFD_SIDE_SHARE)[1]
         att_w = weight_bytes_per_gpu(att) / GB
+        alone: Array | None = None  # priced only for a shape that misses its half
         for i in self.shapes("decode", unit="attention"):
             if batch[i] <= 0:
-                self.exclude(i, "attention", f"attention step cannot fit half of {of}")
+                alone = self.alone_s(att) if alone is None else alone
+                half = pace * AFD_SIDE_SHARE
+                self.exclude(
+                    i,
+                    "attention",
+                    f"attention step at batch 1 takes {alone[i] * 1e3:.3g} ms a token, over half of {of}"
+                    if alone[i] > half
+                    else f"attention step cannot fit half of {of}",
+                    float(alone[i] / half) if alone[i] > half else math.inf,
+                )
                 if at_target[i] > 0:
                     self._dead(i, Role.ATTENTION, tag)
                 continue
@@ -827,10 +855,20 @@ def tpot_paces(tpot_s: float, tighter: bool) -> list[float]:
     return [tpot_s, *sorted((g for g in grid if PACE_FLOOR_S <= g < top), reverse=True)]
 
 
-def _tpot_reason(slo: Slo, cap_seq: float) -> str:
-    if cap_seq < 1.0:
-        return f"not even one sequence's KV fits next to the weights ({cap_seq:.2f} sequences)"
-    return f"TPOT {slo.tpot_s * 1e3:g} ms cannot be met even at batch 1"
+def _tpot_reason(slo: Slo, cap_seq: float, alone_s: float, decoding: float = 1.0) -> tuple[str, float]:
+    """Why a unit has no batch that meets TPOT, with its figures, and how far it misses (the TPOT
+    of one sequence alone over the target): ``alone_s``, one sequence's decode step per output
+    token; ``decoding``, the share of the time an aggregated unit decodes (its steps must fit that
+    share of TPOT). The reason had read "TPOT 5 ms cannot be met even at batch 1", with no figure,
+    and quoted the first shape listed rather than the fastest."""
+    if cap_seq < 1.0:  # (how far: the room one sequence needs over the room there is)
+        reason = f"not even one sequence's KV fits next to the weights ({cap_seq:.2f} sequences)"
+        return reason, 1.0 / cap_seq if cap_seq > 0 else math.inf
+    token = alone_s / decoding
+    text = f"TPOT {slo.tpot_s * 1e3:g} ms cannot be met: at batch 1 a token takes {token * 1e3:.3g} ms"
+    if decoding < 1.0:
+        text += f" (a {alone_s * 1e3:.3g} ms step in the {decoding:.0%} of the time it decodes)"
+    return text, token / slo.tpot_s
 
 
 def forward_batch(lam: float, step: float, forward: float, mixed: bool) -> float:

@@ -101,6 +101,15 @@ class PlacementReport:
         """The feasible outcomes, best first by the MILP objective."""
         return sorted((o for o in self.outcomes if o.feasible), key=lambda o: o.result.objective)
 
+    def why_none(self) -> Infeasibility | None:
+        """Why there is no design: the reason of the topology nearest to feasible (the least past
+        its limits; the first among equals), what `dse place` and `dse simulate` both quote. None
+        where there is a best design, or no topology said why."""
+        if self.best is not None:
+            return None
+        whys = [o.infeasibility for o in self.outcomes if o.infeasibility is not None]
+        return min(whys, key=lambda why: why.overshoot, default=None)
+
 
 def place(
     req: PlacementRequest,
@@ -257,7 +266,7 @@ def solve_candidates(
             0.0,
             0.0,
             np.nan,
-            served_none or _unsolved(result, solver) or explain(c, solver),
+            served_none or _unsolved(result, solver) or _no_instance(c) or explain(c, solver),
         )
     pools, tiers = read_back(c, sol)
     req_s = sol.scale * data.total_per_s
@@ -301,22 +310,49 @@ def _serves_nothing(
     c: Candidates, sol: PlacementSolution | None, solver: PlacementSolver
 ) -> Infeasibility | None:
     """The goodput objective's answer when its optimum serves no traffic: a design of nothing is
-    no design (None: the solution serves some, or there is none). The budget binds when it buys
-    no instance; when it does, something else keeps every design at zero traffic (a role no unit
-    fills, a latency target), and :func:`explain` says what."""
+    no design (None: the solution serves some, or there is none). A budget or an inventory binds
+    when it holds no instance (:func:`_no_instance`); when it does, something else keeps every
+    design at zero traffic (a role no unit fills, a latency target), and :func:`explain` says what."""
     data = c.data
     if sol is None or data.objective is not Objective.GOODPUT or sol.scale * data.total_per_s > 1e-9:
         return None
-    # the least a unit's instance costs, bought in whole nodes or racks
-    nodes = np.ceil(data.unit_gpus / data.sale_gpus[data.unit_hw])
-    cheapest = float(np.nanmin(nodes * data.sale_gpus[data.unit_hw] * data.usd_per_gpu_hour[data.unit_hw]))
-    if cheapest <= data.budget_usd_hour:
-        return explain(c, solver)
+    return _no_instance(c) or explain(c, solver)
+
+
+def _no_instance(c: Candidates) -> Infeasibility | None:
+    """Under the goodput objective, a budget or an inventory that holds no instance of any unit,
+    bought in whole nodes or racks: the answer is no instance, whatever the traffic (None: another
+    objective, or one fits). :func:`explain` answers at ``--rate``'s traffic, which goodput reads
+    for its mix alone: 4 H200 at ``--rate 20`` had read "serving the demand needs 36 GPUs more than
+    the inventory holds", the 8 GPUs a single instance takes unsaid."""
+    data = c.data
+    if data.objective is not Objective.GOODPUT or not data.n_units:
+        return None
+    gpus = np.ceil(data.unit_gpus / data.sale_gpus[data.unit_hw]) * data.sale_gpus[data.unit_hw]
+    cheapest = float(np.nanmin(gpus * data.usd_per_gpu_hour[data.unit_hw]))  # the least an instance costs
+    if cheapest > data.budget_usd_hour:
+        return Infeasibility(
+            "budget",
+            f"${data.budget_usd_hour:,.2f}/h buys no instance that serves traffic "
+            f"(the cheapest instance costs ${cheapest:,.2f}/h)",
+            cheapest / data.budget_usd_hour - 1.0 if data.budget_usd_hour > 0 else math.inf,  # as a slack
+        )
+    held = data.inventory_gpus[data.unit_hw]
+    if not (gpus > held).all():
+        return None
+    k = int(np.argmin(gpus - held))  # the instance nearest to fitting its hardware's inventory
+    h = int(data.unit_hw[k])
+    have = ", ".join(
+        f"{name} {n:.0f}"
+        for name, n in zip(data.hw_names, data.inventory_gpus, strict=True)
+        if np.isfinite(n)
+    )
     return Infeasibility(
-        "budget",
-        f"${data.budget_usd_hour:,.2f}/h buys no instance that serves traffic "
-        f"(the cheapest instance costs ${cheapest:,.2f}/h)",
-        cheapest / data.budget_usd_hour - 1.0 if data.budget_usd_hour > 0 else math.inf,  # as a slack
+        "inventory",
+        f"the inventory ({have} GPUs) holds no instance that serves traffic (the smallest takes "
+        f"{gpus[k]:.0f} {data.hw_names[h]} GPUs: {c.units[k].parallel.label()}, bought "
+        f"{data.sale_gpus[h]:.0f} at a time)",
+        float(gpus[k] / held[k]) - 1.0 if held[k] > 0 else math.inf,  # as a slack
     )
 
 

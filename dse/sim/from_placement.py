@@ -249,7 +249,13 @@ def design_from_doc(doc: dict[str, Any], source: str = SOURCE) -> SimDesign:
         req = _need(doc, "request", "", source)
         best = doc.get("best")
         if not best:
-            raise InputError(source, "best", "holds no feasible design to simulate")
+            why = doc.get("infeasibility")  # what `dse place` said of it (its JSON since it carries it)
+            said = (
+                f" ({why['binding']}: {why['detail']})"
+                if isinstance(why, dict) and {"binding", "detail"} <= set(why)
+                else ""
+            )
+            raise InputError(source, "best", f"holds no feasible design to simulate{said}")
         workload = build(
             Workload, _need(req, "workload", "request.", source), source=source, prefix="request.workload."
         )

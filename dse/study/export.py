@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from dse import __version__
+from dse import __version__, interrupt
 from dse.atomic import atomic_path, remove_stale
 from dse.errors import InputError
 from dse.study.faults import writing
@@ -148,6 +148,11 @@ def export_all(
             if series_catalog is not None:
                 catalogs["sim_timeseries"] = series_catalog
             paths = [_staged(stack, tables[n], out, n, study, spec, catalogs[n]) for n in names]
+            renames = stack.pop_all()  # each table renamed into place as it closes
+        # a Ctrl-C among the renames waits for the last one: it had left the tables renamed before
+        # it new and the rest old (a Ctrl-C while the tables are written removes every new one)
+        with interrupt.deferred():
+            renames.close()
         for name in names:  # once the new files are in place: a failed export leaves the old ones
             _remove_superseded(out, name, study)
         return paths
