@@ -43,10 +43,11 @@ def parallel_grid(hw: Hardware, model: Model, extra: set[str] | None = None) -> 
 
 def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
     """Why ``hw`` cannot run ``model`` in shape ``par`` (None: it can): tensor parallelism stays
-    in the scale-up domain and divides the instance and the attention heads; expert parallelism
-    has an expert per group at least and divides the instance (experts that do not divide evenly
-    over the groups are spread unevenly, as engines place them with redundant copies: 256 over
-    EP 72 on an NVL72 rack)."""
+    in the scale-up domain and divides the instance and the attention heads (and the KV heads, or
+    is a multiple of them: :meth:`~dse.catalog.Model.tp_problem`); expert parallelism has an
+    expert per group at least and divides the instance (experts that do not divide evenly over
+    the groups are spread unevenly, as engines place them with redundant copies: 256 over EP 72
+    on an NVL72 rack)."""
     experts = model.moe.routed_experts if model.moe is not None else 1
     if par.pp > 1 and (par.gpus % par.pp or par.pp > model.layers):
         return (
@@ -62,6 +63,8 @@ def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
         return (
             f"attention TP {par.attn_tp} must divide the {par.gpus} GPUs and {model.attention.q_heads} heads"
         )
+    if (why := model.tp_problem(par.attn_tp)) is not None:  # the KV heads (or linear-attention ones)
+        return f"attention TP {par.attn_tp} {why}"
     if par.ep > max(experts, 1):
         return f"EP {par.ep} exceeds {model.id}'s {experts} experts"
     if par.gpus % par.ep:  # an instance holds its experts: EP spans its GPUs (a stage's), or a part

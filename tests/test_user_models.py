@@ -1,0 +1,102 @@
+"""A model dse does not ship, sized from a user's catalog: its file, what dse derives from it, and
+the shapes that cannot split its heads or experts, refused with the reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import Cli
+
+from dse.catalog import load_catalog
+from dse.perf.pool import build_pool
+from dse.units import Precision
+
+# mistralai/Mixtral-8x22B-v0.1 config.json; Mistral's announcement: 141B total, 39B active. Eight
+# routed experts and 8 KV heads: fewer experts than the GPUs of a node's data-parallel attention,
+# and KV heads that 6 tensor-parallel ranks cannot share out.
+MIXTRAL = """\
+id = "mixtral-8x22b"
+name = "Mixtral 8x22B"
+status = "released"
+sources = ["mistralai/Mixtral-8x22B-v0.1 config.json"]
+layers = 56
+hidden = 6144
+vocab = 32000
+max_context = 65536
+native_weight_precision = "bf16"
+
+[published]
+params_total_b = 141.0
+params_active_b = 39.0
+kv_bytes_per_token_bf16 = 229376
+
+[attention]
+kind = "gqa"
+q_heads = 48
+kv_heads = 8
+head_dim = 128
+
+[moe]
+routed_experts = 8
+experts_per_token = 2
+shared_experts = 0
+expert_ffn_dim = 16384
+"""
+
+
+@pytest.fixture
+def mixtral(tmp_path: Path) -> Path:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mixtral-8x22b.toml").write_text(MIXTRAL)
+    return tmp_path
+
+
+def test_a_user_model_derives_its_published_figures(mixtral: Path) -> None:
+    """Parameters within 0.5% of the published 141B / 39B, KV bytes as config.json gives them
+    (56 layers x 2 x 8 KV heads x 128 x 2 bytes), half of it in fp8."""
+    m = load_catalog([mixtral], use_env=False).model("mixtral-8x22b")
+    assert m.params_total() / 1e9 == pytest.approx(141.0, rel=0.005)
+    assert m.params_active() / 1e9 == pytest.approx(39.0, rel=0.005)
+    assert m.kv_bytes_per_token(Precision.BF16) == 56 * 2 * 8 * 128 * 2
+    assert m.kv_bytes_per_token(Precision.FP8) == 56 * 2 * 8 * 128
+
+
+def test_tp_that_splits_a_kv_head_is_refused(cli: Cli, mixtral: Path) -> None:
+    """TP 6 divides Mixtral's 48 query heads, but not its 8 KV heads, nor they it: vLLM and SGLang
+    refuse the model so. It had been predicted, each GPU holding 8/6 KV heads."""
+    res = cli("--catalog-dir", mixtral, "predict", "--model", "mixtral-8x22b", "--hardware", "h200",
+              "--tp", "6")  # fmt: skip
+    assert res.code == 2 and res.err == (
+        "dse: error: dse predict: --tp = 6: must divide mixtral-8x22b's 8 KV heads or be a multiple of "
+        "them (each rank holds whole KV heads: 8 over 6 ranks splits one)\n"
+    ), res.err
+    # and in a shape the placement is given
+    shape = cli("--catalog-dir", mixtral, "place", "--model", "mixtral-8x22b", "--hardware", "h200",
+                "--rate", "1", "--ttft", "2", "--tpot", "0.05", "--shapes", "6gpu-tp6-ep6")  # fmt: skip
+    assert shape.code == 2 and shape.err.count("\n") == 1, shape.err
+    assert "attention TP 6 must divide mixtral-8x22b's 8 KV heads or be a multiple of them" in shape.err
+    # TP 8 and 16 share them out whole, 16 as two copies: one KV head a GPU either way
+    for tp in ("8", "16"):
+        ok = cli("--catalog-dir", mixtral, "predict", "--model", "mixtral-8x22b", "--hardware", "gb200",
+                 "--tp", tp, "--ep", "8")  # fmt: skip
+        assert ok.code == 0, ok.err
+    cat = load_catalog([mixtral], use_env=False)
+    fp8 = [Precision.FP8] * 2
+    pool = build_pool(cat.model("mixtral-8x22b"), [cat.hardware("gb200")] * 2, gpus=[8, 16], attn_tp=[8, 16],
+                      ep=[8, 8], weight_precision=fp8, kv_precision=fp8)  # fmt: skip
+    assert pool.kv_shard.tolist() == [8, 8]
+
+
+def test_more_expert_groups_than_experts_are_refused(cli: Cli, mixtral: Path) -> None:
+    """Data-parallel attention over 16 GPUs puts an expert group on each by default: 16 groups of
+    Mixtral's 8 experts, which no engine runs. It had been predicted; `dse place` refused the same
+    shape. --ep 8 splits each expert over two GPUs and runs."""
+    base = ("--catalog-dir", mixtral, "predict", "--model", "mixtral-8x22b", "--hardware", "gb200",
+            "--tp", "16", "--dp-attention")  # fmt: skip
+    res = cli(*base)
+    assert res.code == 2 and res.err == (
+        "dse: error: dse predict: --ep = 16: must be at most mixtral-8x22b's 8 routed experts "
+        "(--ep 0, the default: every GPU of the instance; fewer split each expert)\n"
+    ), res.err
+    assert cli(*base, "--ep", "8").code == 0
