@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import Cli
 
-from dse.catalog import load_catalog
+from dse.catalog import Catalog, load_catalog
 from dse.perf.pool import build_pool
+from dse.perf.stages import weight_bytes_per_gpu
 from dse.units import Precision
 
 # mistralai/Mixtral-8x22B-v0.1 config.json; Mistral's announcement: 141B total, 39B active. Eight
@@ -100,3 +102,17 @@ def test_more_expert_groups_than_experts_are_refused(cli: Cli, mixtral: Path) ->
         "(--ep 0, the default: every GPU of the instance; fewer split each expert)\n"
     ), res.err
     assert cli(*base, "--ep", "8").code == 0
+
+
+def test_the_fullest_gpu_holds_the_experts_that_do_not_divide_evenly(catalog: Catalog) -> None:
+    """GLM-4.6's 160 routed experts over 64 expert groups: 32 groups hold 3 (vLLM's expert map; an
+    expert load balancer fills the others to 3 with redundant copies), and those GPUs' memory is
+    the one that runs out; 2.5 a GPU had been counted. Over 32 groups, 5 each, as before."""
+    glm = catalog.model("glm-4.6")
+    assert glm.moe is not None
+    per_expert = glm.param_groups()["routed_experts"] / glm.moe.routed_experts  # fp8: a byte each
+    gb200 = catalog.hardware("gb200")
+    pool = build_pool(glm, [gb200, gb200], gpus=[64, 32], attn_tp=[1, 1], ep=[64, 32],
+                      weight_precision=[Precision.FP8] * 2, kv_precision=[Precision.FP8] * 2)  # fmt: skip
+    others = pool.attn_weight_bytes + pool.dense_weight_bytes / pool.gpus
+    np.testing.assert_allclose(weight_bytes_per_gpu(pool) - others, [3 * per_expert, 5 * per_expert])

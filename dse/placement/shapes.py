@@ -47,7 +47,7 @@ def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
     is a multiple of them: :meth:`~dse.catalog.Model.tp_problem`); expert parallelism has an
     expert per group at least and divides the instance (experts that do not divide evenly over
     the groups are spread unevenly, as engines place them with redundant copies: 256 over EP 72
-    on an NVL72 rack)."""
+    on an NVL72 rack, whose fullest GPUs hold 4: :attr:`~dse.perf.pool.Pool.expert_bytes_per_gpu`)."""
     experts = model.moe.routed_experts if model.moe is not None else 1
     if par.pp > 1 and (par.gpus % par.pp or par.pp > model.layers):
         return (
