@@ -3,6 +3,7 @@ the shapes that cannot split its heads or experts, refused with the reason."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -10,9 +11,13 @@ import pytest
 from conftest import Cli
 
 from dse.catalog import Catalog, load_catalog
+from dse.perf.params import load_params
 from dse.perf.pool import build_pool
 from dse.perf.stages import weight_bytes_per_gpu
+from dse.placement.request import PlacementRequest
+from dse.placement.shapes import Shapes
 from dse.units import Precision
+from dse.workload import Slo, Workload
 
 # mistralai/Mixtral-8x22B-v0.1 config.json; Mistral's announcement: 141B total, 39B active. Eight
 # routed experts and 8 KV heads: fewer experts than the GPUs of a node's data-parallel attention,
@@ -116,3 +121,26 @@ def test_the_fullest_gpu_holds_the_experts_that_do_not_divide_evenly(catalog: Ca
                       weight_precision=[Precision.FP8] * 2, kv_precision=[Precision.FP8] * 2)  # fmt: skip
     others = pool.attn_weight_bytes + pool.dense_weight_bytes / pool.gpus
     np.testing.assert_allclose(weight_bytes_per_gpu(pool) - others, [3 * per_expert, 5 * per_expert])
+
+
+def test_a_model_one_gpu_holds_is_placed_on_instances_that_small(cli: Cli) -> None:
+    """gpt-oss-120b (about 61 GB at its MXFP4 experts) fits one H200. The generated shapes had
+    started at 4 GPUs, and 120 requests/s of 4,000-token prompts bought 24 H200s ($33.84/hour);
+    with 1- and 2-GPU instances where they hold the weights, 16 ($22.56/hour). A model they cannot
+    hold (DeepSeek-V3 at fp8) gets none."""
+    res = cli("place", "--model", "gpt-oss-120b", "--hardware", "h200", "--rate", "120", "--isl", "4000",
+              "--osl", "1000", "--ttft", "2", "--tpot", "0.05", "--topology", "aggregated",
+              "--no-shadow-prices", "--json")  # fmt: skip
+    assert res.code == 0, res.err
+    best = json.loads(res.out)["best"]
+    assert (best["gpus"], best["usd_per_hour"]) == (16, pytest.approx(22.56))
+    assert all(int(p["unit"]["name"].split("/")[2].split("gpu")[0]) < 4 for p in best["pools"]), best["pools"]
+    # the shapes tried: 1 and 2 GPUs for gpt-oss; DeepSeek-V3 at fp8 (671 GB) from 4 GPUs, as before
+    catalog = load_catalog(use_env=False)
+    h200 = [catalog.hardware("h200")]
+    work = Workload(requests_per_s=120.0, input_tokens=4000.0, output_tokens=1000.0)
+    smallest = {}
+    for model in ("gpt-oss-120b", "deepseek-v3"):
+        req = PlacementRequest(model=model, hardware=("h200-sxm",), workload=work, slo=Slo(2.0, 0.05))
+        smallest[model] = min(q.gpus for q in Shapes(req, catalog.model(model), h200, load_params()).par)
+    assert smallest == {"gpt-oss-120b": 1, "deepseek-v3": 4}
