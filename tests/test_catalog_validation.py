@@ -158,6 +158,15 @@ def test_upper_case_id_is_refused(tmp_path: Path) -> None:
     assert "must be lower case" in str(err)
 
 
+def test_an_upper_case_file_name_is_told_to_be_renamed(tmp_path: Path) -> None:
+    """A file `B200x.toml` holding `id = "b200x"` had been told its id must equal 'B200x', an id
+    the next load refuses as upper case: the message names the file to rename instead."""
+    err = _load_broken_hardware(tmp_path, _b200(**{'id = "b200"': 'id = "b200x"'}), name="B200x")
+    assert str(err).endswith(
+        "id = 'b200x': must equal the file name 'B200x' (ids are lower case: name the file 'b200x.toml')"
+    )
+
+
 def test_alias_clash_names_both_entries(tmp_path: Path) -> None:
     text = _b200(**{'id = "b200"': 'id = "b200-copy"', '"b200-hgx", ': '"h100", '})
     err = _load_broken_hardware(tmp_path, text, name="b200-copy")

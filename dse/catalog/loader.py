@@ -175,7 +175,10 @@ def _load_folder(folder: Path, cls: type[E]) -> list[tuple[Path, E]]:
     for path in sorted(folder.glob("*.toml")):
         entry = build(cls, read_toml(path), source=str(path))
         if entry.id != path.stem:
-            raise InputError(str(path), "id", f"must equal the file name '{path.stem}'", entry.id)
+            rule = f"must equal the file name '{path.stem}'"
+            if path.stem != path.stem.lower():  # no id can: it had asked for one it then refused
+                rule += f" (ids are lower case: name the file '{path.stem.lower()}{path.suffix}')"
+            raise InputError(str(path), "id", rule, entry.id)
         out.append((path, entry))
     return out
 

@@ -171,6 +171,28 @@ class Model:
             )
         return None
 
+    # ---- how the model splits over GPUs ------------------------------------------------
+    def tp_problem(self, tp: float) -> str | None:
+        """Why attention tensor parallelism over ``tp`` ranks cannot split this model's heads, or
+        None. Each rank takes a whole share of the query heads, and a whole share of the KV heads
+        or, with more ranks than KV heads, a whole copy of one: vLLM's QKVParallelLinear
+        (``vllm/model_executor/layers/linear.py``) divides the KV heads by the ranks, or the ranks
+        by the KV heads, and refuses the model where neither divides (8 KV heads over 6 ranks), as
+        SGLang's GQA attention layers (``LlamaAttention``, ``Qwen2MoeAttention``, ...) assert."""
+        a = self.attention
+        if tp < 1 or tp > a.q_heads or a.q_heads % tp:
+            return f"must divide {self.id}'s {a.q_heads} attention heads"
+        kv = a.kv_heads if a.kind is AttentionKind.GQA else None
+        if kv is not None and kv % tp and tp % kv:
+            return (
+                f"must divide {self.id}'s {kv} KV heads or be a multiple of them "
+                f"(each rank holds whole KV heads: {kv} over {tp:g} ranks splits one)"
+            )
+        lin = a.linear
+        if lin is not None and lin.heads % tp:
+            return f"must divide {self.id}'s {lin.heads} linear-attention heads"
+        return None
+
     # ---- layer composition -------------------------------------------------------------
     def no_mtp(self) -> str | None:
         """Why multi-token prediction cannot run on this model, or None: every engine's MTP drafts

@@ -524,8 +524,11 @@ def _deployment(args: argparse.Namespace, catalog: Catalog) -> tuple[dict[str, s
     except InputError as exc:  # the row's column names are not what the user typed: name the flag
         flag = _flag_of(exc.field, args.disagg)
         rule = exc.rule
-        if flag.removeprefix("--").replace("-", "_") in getattr(args, "tp_defaulted", ()):
+        dest = flag.removeprefix("--").replace("-", "_")
+        if dest in getattr(args, "tp_defaulted", ()):
             rule += f" ({flag} left out: the instance's GPUs up to 8)"
+        elif dest in ("ep", "prefill_ep", "ffn_ep") and getattr(args, dest) == 0:
+            rule += f" ({flag} 0, the default: every GPU of the instance; fewer split each expert)"
         raise InputError(SRC, flag, rule, exc.value) from None
     # as run: the catalog's ids (an alias typed, gb200, is gb200-nvl72, as the first line says), the
     # model's precision if none was given; under DP attention, --ep 1 over the instance

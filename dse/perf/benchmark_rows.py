@@ -322,13 +322,14 @@ def parse_row(
     decode = _pool(row, "decode", disagg, source, ep_as_given)
     prefill = _pool(row, "prefill", disagg, source, ep_as_given) if disagg else None
     for side, pool in (("decode", decode), ("prefill", prefill)):
-        heads = model.attention.q_heads
-        if pool is not None and (pool.attn_tp > heads or heads % pool.attn_tp):
+        if pool is not None and (rule := model.tp_problem(pool.attn_tp)) is not None:
             asked = _num(row, f"{side}_tp", source)  # as given: the instance may cap it
-            rule = f"must divide {model.id}'s {heads} attention heads"
             if pool.attn_tp < asked:
                 rule = f"is capped at the instance's {pool.gpus:g} GPUs, and {pool.attn_tp:g} {rule}"
             raise InputError(source, f"{side}_tp", rule, _cell(row, f"{side}_tp"))
+    ffn = _ffn_pool(row, disagg, model, source)
+    for side, pool in (("decode", decode), ("prefill", prefill), ("ffn", ffn)):
+        _check_expert_groups(row, side, pool, model, source)
     return BenchRow(
         hardware=hw.id,
         model=model.id,
@@ -341,7 +342,7 @@ def parse_row(
         conc=conc,
         prefill=prefill,
         decode=decode,
-        ffn=_ffn_pool(row, disagg, model, source),
+        ffn=ffn,
         decode_max_running=_running_cap(row, source, FRAMEWORK_ENGINE[fw], spec == "mtp", decode, hw),
         mtp_draft=_draft_tokens(row, spec == "mtp", source),
         kv_precision=_kv_dtype(row, source),
@@ -582,6 +583,22 @@ def _instances(row: Mapping[str, str], side: str, no_workers: str, source: str) 
             _cell(row, f"num_{side}_gpu"),
         )
     return gpus, workers
+
+
+def _check_expert_groups(
+    row: Mapping[str, str], side: str, pool: PoolSpec | None, model: Model, source: str
+) -> None:
+    """An expert group per routed expert at most: more expert-parallel ranks than experts leave
+    ranks without one (Mixtral's 8 over 16 GPUs of data-parallel attention), which no engine runs
+    (an expert over several GPUs is expert TP: fewer groups, ``--ep 8`` on those 16 GPUs)."""
+    if pool is None or model.moe is None or pool.ep <= model.moe.routed_experts:
+        return
+    written = _cell(row, f"{side}_ep")
+    shown = written if _cell_value(written) == pool.ep else Written(f"{pool.ep:g}")  # as run
+    rule = f"must be at most {model.id}'s {model.moe.routed_experts} routed experts"
+    if shown is not written:  # the row's ep was read as every GPU of the instance
+        rule += f" (the expert groups of its {pool.gpus:g} GPUs under data-parallel attention)"
+    raise InputError(source, f"{side}_ep", rule, shown)
 
 
 def _ffn_pool(row: Mapping[str, str], disagg: bool, model: Model, source: str) -> PoolSpec | None:

@@ -160,6 +160,19 @@ class Pool:
         :attr:`kv_shard` is what one GPU holds, the state split over :attr:`state_shard`."""
         return self.state_bytes * self.kv_shard / self.state_shard
 
+    @property
+    def expert_bytes_per_gpu(self) -> Array:
+        """Routed-expert weight bytes on the fullest GPU. Experts that do not divide evenly over
+        the ``ep`` groups leave some groups one more: vLLM's ``determine_expert_map`` gives the
+        first ``experts % ep`` ranks one more each, and SGLang's and TensorRT-LLM's expert load
+        balancers fill the other groups up to the same count with redundant copies. Either way the
+        fullest group's GPUs, whose memory runs out first, hold ``ceil(experts / ep)`` of them,
+        split over its ``gpus / ep`` GPUs: GLM-4.6's 160 over EP 64 is 3 a GPU, not 2.5. (A decode
+        step still reads the average share, :class:`~dse.perf.stages.PoolTerms`: the calibration
+        was fitted so, and one measured run, DeepSeek-R1 over EP 48 on GB200, would move it.)"""
+        e = self.model.experts
+        return self.expert_weight_bytes * np.ceil(e / self.ep) * self.ep / (e * self.gpus)
+
     def seq_bytes_per_gpu(self, context: Array | float) -> Array:
         """HBM one request of ``context`` tokens holds on each GPU of its instance: its KV over the
         GPUs that split it, its fixed state over those that split that."""

@@ -114,7 +114,7 @@ class PoolTerms:
     params: PerfParams
     hbm: Array  # achieved HBM bytes/s
     dense_w: Array  # non-expert weight bytes read per GPU per pass
-    expert_w: Array  # routed-expert weight bytes per GPU (all experts)
+    expert_w: Array  # routed-expert weight bytes per GPU (all experts; their average share)
     attn_dp: Array
     kv_shard: Array
     state_in_kv_shards: Array  # Pool.state_in_kv_shards
@@ -367,7 +367,11 @@ def kv_capacity_sequences(pool: Pool, p: PerfParams, context: Array) -> Array:
 
 
 def weight_bytes_per_gpu(pool: Pool) -> Array:
+    """Weight bytes a GPU of each instance holds: attention over its tensor-parallel ranks, the
+    other dense weights over the instance, and the routed experts of its fullest GPU
+    (:attr:`~dse.perf.pool.Pool.expert_bytes_per_gpu`)."""
     return (
         pool.attn_weight_bytes / pool.attn_tp
-        + (pool.dense_weight_bytes + pool.expert_weight_bytes) / pool.gpus
+        + pool.dense_weight_bytes / pool.gpus
+        + pool.expert_bytes_per_gpu
     )

@@ -43,10 +43,11 @@ def parallel_grid(hw: Hardware, model: Model, extra: set[str] | None = None) -> 
 
 def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
     """Why ``hw`` cannot run ``model`` in shape ``par`` (None: it can): tensor parallelism stays
-    in the scale-up domain and divides the instance and the attention heads; expert parallelism
-    has an expert per group at least and divides the instance (experts that do not divide evenly
-    over the groups are spread unevenly, as engines place them with redundant copies: 256 over
-    EP 72 on an NVL72 rack)."""
+    in the scale-up domain and divides the instance and the attention heads (and the KV heads, or
+    is a multiple of them: :meth:`~dse.catalog.Model.tp_problem`); expert parallelism has an
+    expert per group at least and divides the instance (experts that do not divide evenly over
+    the groups are spread unevenly, as engines place them with redundant copies: 256 over EP 72
+    on an NVL72 rack, whose fullest GPUs hold 4: :attr:`~dse.perf.pool.Pool.expert_bytes_per_gpu`)."""
     experts = model.moe.routed_experts if model.moe is not None else 1
     if par.pp > 1 and (par.gpus % par.pp or par.pp > model.layers):
         return (
@@ -62,6 +63,8 @@ def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
         return (
             f"attention TP {par.attn_tp} must divide the {par.gpus} GPUs and {model.attention.q_heads} heads"
         )
+    if (why := model.tp_problem(par.attn_tp)) is not None:  # the KV heads (or linear-attention ones)
+        return f"attention TP {par.attn_tp} {why}"
     if par.ep > max(experts, 1):
         return f"EP {par.ep} exceeds {model.id}'s {experts} experts"
     if par.gpus % par.ep:  # an instance holds its experts: EP spans its GPUs (a stage's), or a part
@@ -69,8 +72,9 @@ def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
     return None
 
 
-def _default_grid(hw: Hardware, model: Model) -> list[Parallel]:
-    """Shapes generated from the model and the scale-up domain, powers of two from 4 GPUs:
+def _default_grid(hw: Hardware, model: Model, start: int = 4) -> list[Parallel]:
+    """Shapes generated from the model and the scale-up domain, powers of two from ``start`` GPUs
+    (4; smaller instances are tried where they hold the weights, :func:`_small`):
 
     * tensor-parallel attention over the whole instance while it stays within 8 GPUs and the
       domain, with every expert on its own GPU group (EP = GPUs) or split 2-way (EP = GPUs / 2:
@@ -85,9 +89,9 @@ def _default_grid(hw: Hardware, model: Model) -> list[Parallel]:
     experts = model.moe.routed_experts if model.moe is not None else 0
     top = min(max(experts, 8), 64 if domain >= 64 else 32) if experts else min(domain, 8)
     out: list[Parallel] = []
-    g = 4
+    g = start
     while g <= top:
-        eps = (g, g // 2) if experts >= g else (1,)
+        eps = (g, g // 2) if experts >= g and g > 1 else (1,)
         if g <= min(8, domain):
             out += [Parallel(g, g, ep) for ep in eps]
         if experts:
@@ -195,6 +199,7 @@ def _shape_list(
     default: list[bool] = []
     for i, hw in enumerate(hws):
         grid = parallel_grid(hw, model)
+        grid = (_small(hw, model, req, kv, params) if every else []) + grid
         grid += _pipelined(grid, hw, model, req, kv, params) if every else []
         base = {q.label() for q in grid}
         for q in grid + [q for q in parallel_grid(hw, model, extra=named) if q.label() not in base]:
@@ -203,6 +208,27 @@ def _shape_list(
                 par.append(q)
                 default.append(q.label() in base)
     return hw_of, par, default
+
+
+def _small(
+    hw: Hardware, model: Model, req: PlacementRequest, kv: Precision, params: PerfParams
+) -> list[Parallel]:
+    """Instances of 1 and 2 GPUs, where they hold the weights at the request's precision: a model
+    that fits one or two GPUs (gpt-oss-120b, Qwen3-30B-A3B, Llama 3.1 70B at fp8) serves more
+    tokens per GPU from more, smaller instances, with less tensor-parallel traffic and fewer GPUs
+    reading each weight (gpt-oss-120b on H200 at 120 requests/s: 16 GPUs where the 4-GPU floor
+    of :func:`_default_grid` had bought 24). A model they cannot hold gets none, so its shapes
+    are the grid's as before."""
+    shapes = list({q.label(): q for q in _default_grid(hw, model, start=1) if q.gpus < 4}.values())
+    if not shapes:
+        return []
+    pool = build_pool(
+        model, [hw] * len(shapes), gpus=[q.gpus for q in shapes], attn_tp=[q.attn_tp for q in shapes],
+        ep=[q.ep for q in shapes], weight_precision=[req.weight_precision] * len(shapes),
+        kv_precision=[kv] * len(shapes),
+    )  # fmt: skip
+    room = pool.hbm_bytes * (1.0 - params.hbm_reserve_fraction) - weight_bytes_per_gpu(pool)
+    return [q for q, r in zip(shapes, room, strict=True) if r > 0]
 
 
 def _pipelined(
