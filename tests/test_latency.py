@@ -954,3 +954,26 @@ def test_kernel_helpers_are_inlined() -> None:
     helpers = {n: f.targetoptions.get("inline") for n, f in kernels.items() if n != "simulate"}
     assert len(helpers) >= 20, sorted(kernels)
     assert set(helpers.values()) == {"always"}, helpers
+
+
+def test_a_summary_names_each_percentile_with_the_digits_it_was_given(
+    b200: tuple[EngineTables, Lengths],
+) -> None:
+    """``Latency.summary`` had keyed p99.99999 as ``ttft_p100_s`` (six significant digits), and
+    p99.999991 then overwrote it under the same key: two percentiles asked, one figure back, named
+    as the percentile no window has. Its keys carry the digits given, as `dse predict` labels them."""
+    tables, lengths = b200
+    lat = simulate_latency(tables, Load("closed", concurrency=4), lengths, requests=40, seed=1)
+    asked = (50.0, 99.99999, 99.999991)
+    got = lat.summary(asked)
+    assert len(got) == 3 * len(asked)
+    assert {k for k in got if k.startswith("ttft_")} == {
+        "ttft_p50_s",
+        "ttft_p99.99999_s",
+        "ttft_p99.999991_s",
+    }
+    assert got["tpot_p99.99999_ms"] == lat.percentile("tpot", 99.99999) * 1e3
+    assert list(lat.summary()) == [  # the usual keys as before: --batch's pred_* columns read them
+        "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
+        "e2el_p50_s", "e2el_p90_s", "e2el_p99_s",
+    ]  # fmt: skip

@@ -17,7 +17,7 @@ from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, Written
 from dse.perf.frameworks import FRAMEWORK_ENGINE
 from dse.typed_data import Rule, check_number, non_negative, positive
-from dse.units import counted
+from dse.units import counted, percentile_label
 
 if TYPE_CHECKING:
     from dse.perf.benchmark_rows import BenchRow
@@ -598,14 +598,14 @@ def _load_of(args: argparse.Namespace, context: float) -> tuple[Load, Lengths, t
     return Load(args.load, rate=args.rate, burstiness=burstiness), lengths, tuple(percentiles)
 
 
-def _label(q: float) -> str:
-    """A percentile's label, with the digits it was given (99.99999 is not p100)."""
-    return f"p{q:.15g}"
-
-
 def _latency_rows(lat: Latency, percentiles: tuple[float, ...]) -> list[list[object]]:
     return [
-        [_label(q), lat.percentile("ttft", q), lat.percentile("tpot", q) * 1e3, lat.percentile("e2el", q)]
+        [
+            percentile_label(q),
+            lat.percentile("ttft", q),
+            lat.percentile("tpot", q) * 1e3,
+            lat.percentile("e2el", q),
+        ]
         for q in percentiles
     ]
 
@@ -688,8 +688,8 @@ def unresolved(n: int, percentiles: tuple[float, ...], *, trace: bool = False) -
     need = math.ceil(1.0 / tail - 1e-9)
     how = "a longer trace" if trace else "--requests"
     return (
-        f"{_label(q)} of {counted(n, 'request')} is no more than their {end}: {need:,} requests or more "
-        f"resolve it ({how})"
+        f"{percentile_label(q)} of {counted(n, 'request')} is no more than their {end}: {need:,} requests "
+        f"or more resolve it ({how})"
     )
 
 

@@ -61,7 +61,7 @@ from dse.perf.latency_inputs import Lengths, Load, draw_requests
 from dse.perf.latency_tables import EngineTables
 from dse.perf.pool import Array
 from dse.quantiles import percentile
-from dse.units import counted
+from dse.units import counted, percentile_label
 
 PERCENTILES = (50.0, 90.0, 99.0)
 MAX_REQUESTS = 200_000  # a simulated window's cap (about 0.3 s and 30 MB)
@@ -107,11 +107,12 @@ class Latency:
         return percentile_of(metric, values, q)
 
     def summary(self, percentiles: tuple[float, ...] = PERCENTILES) -> dict[str, float]:
-        """``ttft_p50_s``, ``tpot_p99_ms``, ``e2el_p90_s``, ... for each percentile."""
+        """``ttft_p50_s``, ``tpot_p99_ms``, ``e2el_p99.9_s``, ... for each percentile, named with
+        the digits it was given (:func:`~dse.units.percentile_label`)."""
         out: dict[str, float] = {}
         for metric, unit, scale in (("ttft", "s", 1.0), ("tpot", "ms", 1e3), ("e2el", "s", 1.0)):
             for q in percentiles:
-                out[f"{metric}_p{q:g}_{unit}"] = self.percentile(metric, q) * scale
+                out[f"{metric}_{percentile_label(q)}_{unit}"] = self.percentile(metric, q) * scale
         return out
 
 
