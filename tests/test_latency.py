@@ -225,6 +225,35 @@ def test_an_overloaded_open_loop_warns_with_the_figures(b200: tuple[EngineTables
     assert calm.warning is None
 
 
+@pytest.mark.parametrize("seed", [0, 2, 5])
+def test_an_open_loops_window_counts_the_requests_in_flight_by_their_mean_time(
+    b200: tuple[EngineTables, Lengths], seed: int
+) -> None:
+    """Little's law: the requests in flight are the arrival rate times the mean time in the system.
+    The window's rule had taken the median end-to-end latency, which a long tail leaves at a third
+    of the mean (log-normal lengths of sigma 1.5 at 6 requests/s on one B200 instance), so 2,000
+    requests passed for ten times the ~220 in flight and said nothing. The default window now
+    holds ten times them, and a window asked for that does not says so."""
+    tables, _ = b200
+    tail = Lengths(1024, 1024, tail_sigma=1.5)
+    load = Load("poisson", rate=6.0)
+    lat = simulate_latency(tables, load, tail, seed=seed)
+    n = len(lat.e2el_s)
+    span = float(np.ptp(_arrivals(load, tail, n, seed)))
+    in_flight = n / span * float(np.mean(lat.e2el_s))
+    assert lat.warning is None and n >= 10 * in_flight, (n, in_flight)
+    short = simulate_latency(tables, load, tail, requests=2000, seed=seed)
+    assert (
+        short.warning is not None
+        and "requests are in flight at once and the window has 2000" in short.warning
+    )
+
+
+def _arrivals(load: Load, lengths: Lengths, n: int, seed: int) -> np.ndarray:
+    """The arrival times of a window of ``n`` requests, as the simulation draws them."""
+    return draw_requests(load, lengths, n, np.random.default_rng(seed))[0]
+
+
 def test_a_returning_turn_prefills_its_suffix_and_decodes_over_its_prefix(
     b200: tuple[EngineTables, Lengths],
 ) -> None:

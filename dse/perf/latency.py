@@ -128,7 +128,8 @@ def simulate_latency(
 ) -> Latency:
     """Simulate ``requests`` requests (0: ten per client in a closed loop, as InferenceX; a trace's
     own count; for Poisson or bursty arrivals 2,000, or as many more as make the window hold
-    ``windows`` times the requests in flight) and return each one's latency.
+    ``windows`` times the requests in flight, by Little's law the arrival rate times the mean
+    end-to-end latency) and return each one's latency.
 
     Closed loop, the engine starts ``cold_start_s`` after the clients (a fresh server tuning its
     kernels for the first burst, :attr:`~dse.perf.params.LatencyParams.cold_start_s`): the whole
@@ -153,7 +154,7 @@ def simulate_latency(
     lat = _window(t, load, lengths, requests, seed, cold_start_s, windows, loop_s)
     served = lat.e2el_s[np.isfinite(lat.e2el_s)]
     if grow and served.size:  # Little's law on the first window: the requests in flight at once
-        steady = int(np.ceil(1.5 * windows * load.rate * float(np.median(served))))
+        steady = int(np.ceil(1.5 * windows * load.rate * float(np.mean(served))))
         if steady > requests:
             lat = _window(t, load, lengths, min(steady, MAX_REQUESTS), seed, cold_start_s, windows, loop_s)
     return lat
@@ -291,10 +292,11 @@ def _steady_warning(
             f"(median {through:.3g} s), so the batches never fill as the load would fill them; "
             f"simulate {more}"
         )
-    # Little's law: the requests in flight at once. The window's first that many arrive while the
-    # batches fill, its last that many finish while they drain (no arrivals behind them), and both
-    # see less load than the steady state
-    in_flight = n / span * through if span > 0 else 0.0
+    # Little's law: the requests in flight at once, the arrival rate times the mean time in the
+    # system (the median had been taken, a third of the mean under a long tail of lengths). The
+    # window's first that many arrive while the batches fill, its last that many finish while they
+    # drain (no arrivals behind them), and both see less load than the steady state
+    in_flight = n / span * float(np.mean(e2el)) if span > 0 else 0.0
     if n < windows * in_flight:
         return (
             f"not steady: about {in_flight:.0f} requests are in flight at once and the window has {n}, "
