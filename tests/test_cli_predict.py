@@ -472,6 +472,34 @@ def test_an_open_loop_window_grows_until_its_ends_weigh_little(cli: Cli) -> None
     assert brief["requests_per_s"] > 0 and "not steady" in brief["warning"]
 
 
+def test_a_rate_beyond_what_the_deployment_serves_is_said_overloaded_with_both_rates(cli: Cli) -> None:
+    """20 requests/s on one B200 instance that serves about 12: the percentiles had come back as
+    figures (TTFT p99 910 s, a window's, which a longer window raises without bound) beside a
+    warning that the load exceeds what the deployment serves "or the window is too short". It is
+    now said overloaded, with what arrives and what is served, on stdout, on stderr and in the JSON."""
+    flags = ("predict", "--hardware", "b200", "--load", "poisson", "--rate", "20")
+    text = cli(*flags)
+    assert text.code == 0, text.err
+    lat = json.loads(cli(*flags, "--json").out)["latency"]
+    assert lat["overloaded"] is True
+    assert lat["offered_requests_per_s"] == pytest.approx(20.0, rel=0.05)
+    assert lat["requests_per_s"] < 0.7 * lat["offered_requests_per_s"]
+    served = (
+        f"served {lat['requests_per_s']:.4g} requests/s of the {lat['offered_requests_per_s']:.4g} "
+        "arriving: overloaded, "
+    )
+    assert served in text.out, text.out
+    said = (
+        f"dse: warning: overloaded: {lat['offered_requests_per_s']:.3g} requests/s arrive and the deployment "
+        f"serves {lat['requests_per_s']:.3g}; the TTFT median grew"
+    )
+    assert text.err.startswith(said) and lat["warning"] in text.err, text.err
+    calm = json.loads(cli("predict", "--hardware", "b200", "--load", "poisson", "--rate", "4", "--json").out)
+    assert calm["latency"]["overloaded"] is False and calm["latency"]["warning"] is None
+    closed = json.loads(cli("predict", "--hardware", "b200", "--conc", "4096", "--json").out)["latency"]
+    assert closed["overloaded"] is False and closed["offered_requests_per_s"] is None
+
+
 def test_batch_rows_cover_the_columns_of_the_reference() -> None:
     with open(MEASURED_RUNS, newline="") as fh:
         header = next(csv.reader(fh))

@@ -220,9 +220,50 @@ def test_a_cache_too_small_for_every_output_preempts_and_still_serves_all(
 def test_an_overloaded_open_loop_warns_with_the_figures(b200: tuple[EngineTables, Lengths]) -> None:
     tables, lengths = b200
     lat = simulate_latency(tables, Load("poisson", rate=200.0), lengths, requests=2000, seed=1)
-    assert lat.warning is not None and "not steady" in lat.warning and " s (first quarter" in lat.warning
+    assert lat.warning is not None and lat.warning.startswith("overloaded: ")
+    assert " s (first quarter" in lat.warning
     calm = simulate_latency(tables, Load("poisson", rate=1.0), lengths, requests=2000, seed=1)
     assert calm.warning is None
+
+
+@pytest.mark.parametrize("kind", ["poisson", "bursty"])
+def test_an_open_loop_beyond_capacity_is_said_overloaded_with_what_arrives_and_what_is_served(
+    b200: tuple[EngineTables, Lengths], kind: str
+) -> None:
+    """20 requests/s on one B200 instance that serves about 12: the queue grows without bound, so
+    the window's percentiles are the window's (TTFT p99 910 s in its 28,000 requests, 16,000 s in
+    200,000 at 1,000 requests/s). The warning had said only that the load exceeds what the
+    deployment serves "or the window is too short", with neither rate, and nothing a program
+    could read. It now says overloaded with both; ``overloaded`` and ``offered_requests_per_s``
+    carry them. A load the deployment serves is not overloaded, nor a closed loop, whose clients
+    wait for their answers whatever their number."""
+    tables, lengths = b200
+    lat = simulate_latency(tables, Load(kind, rate=20.0, burstiness=0.5), lengths, seed=1)
+    assert lat.overloaded
+    assert lat.offered_requests_per_s == pytest.approx(20.0, rel=0.05)
+    assert 10.0 < lat.requests_per_s < 0.7 * lat.offered_requests_per_s
+    assert lat.warning is not None
+    assert lat.warning.startswith(
+        f"overloaded: {lat.offered_requests_per_s:.3g} requests/s arrive and the deployment serves "
+        f"{lat.requests_per_s:.3g}; the TTFT median grew from "
+    )
+    assert lat.warning.endswith(
+        "so every percentile here grows with a longer window and describes no steady state"
+    )
+    served = simulate_latency(tables, Load(kind, rate=8.0, burstiness=0.5), lengths, seed=1)
+    assert not served.overloaded and served.warning is None
+    assert served.offered_requests_per_s == pytest.approx(8.0, rel=0.05)
+    # a window so overloaded that nothing arriving in its middle half finishes there still says so
+    flooded = simulate_latency(
+        tables, Load(kind, rate=1000.0, burstiness=0.5), lengths, requests=20_000, seed=1
+    )
+    assert flooded.overloaded and flooded.offered_requests_per_s > 500, flooded.warning
+    closed = simulate_latency(tables, Load("closed", concurrency=2048), lengths, seed=1)
+    assert not closed.overloaded and math.isnan(closed.offered_requests_per_s)
+    # two requests a second apart, none finished inside the second: it had read 0 requests/s arriving
+    pair = Trace(np.array([0.0, 1.0]), np.array([20_000.0, 1000.0]), np.array([100.0, 100.0]))
+    short = simulate_latency(tables, Load("trace", trace=pair), lengths)
+    assert short.offered_requests_per_s == 2.0 and not short.overloaded
 
 
 @pytest.mark.parametrize("seed", [0, 2, 5])

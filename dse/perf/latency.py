@@ -68,6 +68,9 @@ MAX_REQUESTS = 200_000  # a simulated window's cap (about 0.3 s and 30 MB)
 # an open loop's window must hold this many times the requests in flight, so that its filling and
 # draining ends (one population each) are at most a fifth of it
 STEADY_WINDOWS = 10
+# an open loop whose queue grows while it serves this share less than arrives is overloaded (a
+# window that is merely short serves what arrives, within a few percent, as its batches fill)
+OVERLOAD_SHORTFALL = 0.05
 OPEN_REQUESTS = 2000  # an open loop's first window when the caller names no count
 BENCHMARK_PROMPTS_PER_CLIENT = 10  # InferenceX: --num-prompts $(( CONC * 10 ))
 
@@ -101,6 +104,12 @@ class Latency:
     warning: str | None
     cold_start_s: float = 0.0  # the first wave's wait on a fresh server (closed loop), 0 if none
     first_wave: int = 0  # requests 0..first_wave-1 were sent at once at the start (closed loop)
+    # an open loop's arrivals per second over the middle half of its arrivals, the interval whose
+    # completions ``requests_per_s`` counts; nan for a closed loop (its clients wait for answers)
+    offered_requests_per_s: float = math.nan
+    # an open loop whose queue grows through the window while the deployment serves
+    # :data:`OVERLOAD_SHORTFALL` less than arrives: its percentiles grow with the window
+    overloaded: bool = False
 
     def percentile(self, metric: str, q: float) -> float:
         values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2el": self.e2el_s}[metric]
@@ -237,21 +246,50 @@ def _latency(
     ok = np.isfinite(done)
     span = float(np.nanmax(done) - np.nanmin(arrive)) if ok.any() else math.nan
     counted = ok
+    offered = math.nan
     if load.kind != "closed" and ok.any():
         # what the deployment serves while the load lasts: completions in the middle half of the
         # arrivals (the first quarter fills the batches; after the last arrival they drain); a
         # window too short to have one (the steady-state warning says so) counts them all
         lo, hi = (float(x) for x in np.quantile(arrive, [0.25, 0.75]))
         middle = ok & (done >= lo) & (done < hi)
+        if hi > lo:  # half the arrivals lie between the quartiles
+            offered = 0.5 * len(arrive) / (hi - lo)
         if hi > lo and middle.any():
             counted, span = middle, hi - lo
-    rps = counted.sum() / span if span > 0 else math.nan
+    rps = float(counted.sum() / span) if span > 0 else math.nan
     out_tps = float(osl[counted].sum()) / span / t.gpus if span > 0 else math.nan
+    grew = _queue_growth(ttft) if load.kind != "closed" and ok.all() else None
+    overloaded = grew is not None and rps < (1.0 - OVERLOAD_SHORTFALL) * offered
+    if overloaded:
+        assert grew is not None
+        warning: str | None = (
+            f"overloaded: {offered:.3g} requests/s arrive and the deployment serves {rps:.3g}; "
+            f"{_grew_text(grew)}, so every percentile here grows with a longer window and describes "
+            "no steady state"
+        )
+    else:
+        warning = _steady_warning(ttft, ok, load, arrive, e2el, windows)
     return Latency(
-        ttft_s=ttft, tpot_s=tpot, e2el_s=e2el, output_tokens=osl, requests_per_s=float(rps),
-        output_tokens_per_s_per_gpu=out_tps, preempted=preempted,
-        warning=_steady_warning(ttft, ok, load, arrive, e2el, windows),
+        ttft_s=ttft, tpot_s=tpot, e2el_s=e2el, output_tokens=osl, requests_per_s=rps,
+        output_tokens_per_s_per_gpu=out_tps, preempted=preempted, warning=warning,
+        offered_requests_per_s=offered, overloaded=overloaded,
     )  # fmt: skip
+
+
+def _queue_growth(ttft: Array) -> tuple[float, float] | None:
+    """The TTFT medians of the first and the last quarter of an open loop's arrivals where its
+    queue is still growing (the last over twice the first, and 50 ms more); None where it is not."""
+    q = max(len(ttft) // 4, 1)
+    first, last = float(np.median(ttft[:q])), float(np.median(ttft[-q:]))
+    return (first, last) if last > 2.0 * first and last - first > 0.05 else None
+
+
+def _grew_text(grew: tuple[float, float]) -> str:
+    first, last = grew
+    return (
+        f"the TTFT median grew from {first:.3g} s (first quarter of arrivals) to {last:.3g} s (last quarter)"
+    )
 
 
 def _steady_warning(
@@ -260,7 +298,8 @@ def _steady_warning(
     """A warning when the window cannot show a steady state: requests never served; a closed
     loop of fewer than two requests per client (mostly its first wave, sent at once); an open
     loop whose queue is still growing (the TTFT median of the last quarter of arrivals over twice
-    the first quarter's), whose arrivals end before a request is through (its batches never
+    the first quarter's) while it serves what arrives (else it is overloaded, which
+    :func:`_latency` says), whose arrivals end before a request is through (its batches never
     fill), or whose window holds fewer than ``windows`` times the requests in flight
     (its filling and draining ends weigh too much)."""
     if not ok.all():
@@ -274,12 +313,9 @@ def _steady_warning(
                 "requests (InferenceX sends ten per client)"
             )
         return None
-    q = max(n // 4, 1)
-    first, last = float(np.median(ttft[:q])), float(np.median(ttft[-q:]))
-    if last > 2.0 * first and last - first > 0.05:
+    if (grew := _queue_growth(ttft)) is not None:  # serving what arrives: not overloaded (yet)
         return (
-            f"not steady: the TTFT median grew from {first:.3g} s (first quarter of arrivals) to "
-            f"{last:.3g} s (last quarter); the load exceeds what the deployment serves, "
+            f"not steady: {_grew_text(grew)}; the load is at or near what the deployment serves, "
             "or the window is too short"
         )
     span = float(np.max(arrive) - np.min(arrive))
