@@ -1512,6 +1512,29 @@ def test_the_json_deployment_names_the_catalog_ids_an_alias_stands_for(cli: Cli)
     assert (dep["hardware"], dep["model"]) == ("gb200-nvl72", "deepseek-v3")
 
 
+def test_the_json_deployment_of_an_aggregated_instance_counts_its_own_gpus(cli: Cli, tmp_path: Path) -> None:
+    """An aggregated `--tp 16` instance prefills and decodes on its 16 GPUs: the JSON's deployment
+    had said `num_prefill_gpu` 8 (`--prefill-gpus`'s default, which an aggregated deployment
+    refuses) beside `num_decode_gpu` 16. It says the instance's GPUs on both sides, as the
+    reference file's aggregated rows do, and the row, run through `--batch`, predicts the same."""
+    proc = cli("predict", "--hardware", "b200", "--tp", "16", "--conc", "32", "--json")
+    assert proc.code == 0, proc.err
+    got = json.loads(proc.out)
+    dep = got["deployment"]
+    assert dep["num_prefill_gpu"] == dep["num_decode_gpu"] == dep["prefill_tp"] == 16, dep
+    src, out = tmp_path / "row.csv", tmp_path / "out.csv"
+    with open(src, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(dep))
+        w.writeheader()
+        w.writerow({k: "" if v is None else v for k, v in dep.items()})
+    assert cli("predict", "--batch", src, "--out", out).code == 0
+    (row,) = list(csv.DictReader(open(out, encoding="utf-8")))
+    assert float(row["pred_tput_per_gpu"]) == pytest.approx(got["prediction"]["tput_per_gpu"], abs=1e-3)
+    assert float(row["pred_ttft_p99_s"]) == pytest.approx(
+        got["latency"]["percentiles"]["p99"]["ttft_s"], abs=1e-4
+    )
+
+
 def test_expert_parallelism_of_a_dense_model_is_refused(cli: Cli) -> None:
     """llama-3.1-70b has no routed experts: `--ep 4` had been taken, and its figures were those of
     `--ep 8` to the last digit."""

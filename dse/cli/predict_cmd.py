@@ -829,7 +829,7 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
         "prefill_ep": str(pf_ep),
         "prefill_dp_attention": str(a.prefill_dp_attention if a.disagg else a.dp_attention),
         "prefill_num_workers": str(a.prefill_workers),
-        "num_prefill_gpu": str(a.prefill_gpus),
+        "num_prefill_gpu": str(a.prefill_gpus if a.disagg else a.tp),  # aggregated: the one instance's
         "decode_tp": str(a.tp),
         "decode_ep": str(dec_ep),
         "decode_dp_attention": str(a.dp_attention),
