@@ -182,6 +182,9 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         (("--load", "poisson", "--rate", "0"), "--rate = 0: must be > 0"),
         (("--load", "bursty", "--rate", "-1"), "--rate = -1: must be > 0"),
         (("--load", "poisson", "--rate", "nan"), "--rate = nan: must be a finite number"),
+        # a rate too small to be one: it had been told "must be 0 or between ...", and 0 is refused
+        (("--load", "poisson", "--rate", "1e-300"), "--rate = 1e-300: must be between 1e-09 and 1e+12"),
+        (("--conc", "1e300"), "--conc = 1e300: must be between 1e-09 and 1e+12"),
         (("--rate", "2"), "--rate = 2: needs --load poisson or bursty"),
         (("--conc", "nan"), "--conc = nan: must be a finite number"),
         (("--conc", "-4"), "--conc = -4: must be > 0"),
