@@ -489,7 +489,7 @@ def test_a_rate_beyond_what_the_deployment_serves_is_said_overloaded_with_both_r
     assert lat["requests_per_s"] < 0.7 * lat["offered_requests_per_s"]
     served = (
         f"served {lat['requests_per_s']:.4g} requests/s of the {lat['offered_requests_per_s']:.4g} "
-        "arriving: overloaded, "
+        f"arriving (overloaded: its lengths hold {lat['kv_held_share']:.0%} of the KV cache), "
     )
     assert served in text.out, text.out
     said = (
@@ -500,7 +500,12 @@ def test_a_rate_beyond_what_the_deployment_serves_is_said_overloaded_with_both_r
     calm = json.loads(cli("predict", "--hardware", "b200", "--load", "poisson", "--rate", "4", "--json").out)
     assert calm["latency"]["overloaded"] is False and calm["latency"]["warning"] is None
     closed = json.loads(cli("predict", "--hardware", "b200", "--conc", "4096", "--json").out)["latency"]
-    assert closed["overloaded"] is False and closed["offered_requests_per_s"] is None
+    assert (
+        closed["overloaded"] is False and closed["offered_requests_per_s"] is closed["kv_held_share"] is None
+    )
+    # a long tail the window cannot show holds more KV than the cache: overloaded all the same
+    tail = json.loads(cli(*flags[:-1], "6", "--long-tail", "2", "--json").out)["latency"]
+    assert tail["overloaded"] is True and tail["kv_held_share"] > 1.5, tail
 
 
 def test_batch_rows_cover_the_columns_of_the_reference() -> None:
@@ -1159,10 +1164,13 @@ def test_a_window_too_short_for_a_steady_state_warns_with_its_figures(cli: Cli) 
     assert part.err.strip() == (
         "dse: error: dse predict: --conc = 0.4: must be a whole number of clients in a closed loop"
     )
-    brief = cli("predict", "--hardware", "b200", "--load", "poisson", "--rate", "64", "--requests", "40")
+    brief = cli("predict", "--hardware", "b200", "--load", "poisson", "--rate", "8", "--requests", "40")
     assert brief.code == 0, brief.err
     assert re.search(r"not steady: the 40 arrivals span [0-9.]+ s, less than a request takes end to end "
                      r"\(median [0-9.]+ s\)", brief.err), brief.err  # fmt: skip
+    # 64 requests/s, five times what the instance serves: its KV cache says so, however short the window
+    over = cli("predict", "--hardware", "b200", "--load", "poisson", "--rate", "64", "--requests", "40")
+    assert over.code == 0 and over.err.startswith("dse: warning: overloaded: at 64 requests/s"), over.err
 
 
 def test_the_text_says_one_request_and_the_default_lengths_as_numbers(cli: Cli, tmp_path: Path) -> None:

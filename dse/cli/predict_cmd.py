@@ -634,8 +634,14 @@ def _print_latency(
     print(format_table(["percentile", "ttft_s", "tpot_ms", "e2el_s"], _latency_rows(lat, percentiles)))
     decode, total = _gpus(bench)
     per_decode = "" if decode == total else f" ({_per_decode_gpu(lat, bench):.4g} per decode GPU)"
-    # overloaded, the rate it serves is its capacity, and what arrives beside it says by how much
-    over = f" of the {lat.offered_requests_per_s:.4g} arriving: overloaded" if lat.overloaded else ""
+    # overloaded, the rate it serves is its capacity, and what arrives beside it says by how much,
+    # with the KV cache the load's lengths would hold (which may be what says so)
+    over = ""
+    if lat.overloaded:
+        over = f" of the {lat.offered_requests_per_s:.4g} arriving (overloaded"
+        if lat.kv_held_share >= 1.0:
+            over += f": its lengths hold {lat.kv_held_share:.0%} of the KV cache"
+        over += ")"
     print(
         f"served {lat.requests_per_s:.4g} requests/s{over}, "
         f"{lat.output_tokens_per_s_per_gpu:.4g} output tokens/s/GPU{per_decode}; "
@@ -740,6 +746,8 @@ def _latency_json(
         # an open loop's arrivals per second over the interval requests_per_s counts (null closed)
         "offered_requests_per_s": _finite(lat.offered_requests_per_s),
         "overloaded": lat.overloaded,
+        # the KV its lengths hold at once on average, a share of the cache (null closed)
+        "kv_held_share": _finite(lat.kv_held_share),
         "output_tokens_per_s_per_gpu": _finite(lat.output_tokens_per_s_per_gpu),
         "output_tokens_per_s_per_decode_gpu": _finite(_per_decode_gpu(lat, bench)),
         "preempted": lat.preempted,

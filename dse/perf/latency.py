@@ -71,6 +71,10 @@ STEADY_WINDOWS = 10
 # an open loop whose queue grows while it serves this share less than arrives is overloaded (a
 # window that is merely short serves what arrives, within a few percent, as its batches fill)
 OVERLOAD_SHORTFALL = 0.05
+# an open loop whose KV held at once on average (Little's law) reaches this share of the cache is
+# not steady: its longest requests' swings fill the cache (:func:`_kv_checked`)
+KV_NEAR = 0.8
+LONG_TAIL_SPREAD = 2.0  # E[output^2] / E[output]^2 of a long tail (exponential lengths': 2)
 OPEN_REQUESTS = 2000  # an open loop's first window when the caller names no count
 BENCHMARK_PROMPTS_PER_CLIENT = 10  # InferenceX: --num-prompts $(( CONC * 10 ))
 
@@ -110,6 +114,9 @@ class Latency:
     # an open loop whose queue grows through the window while the deployment serves
     # :data:`OVERLOAD_SHORTFALL` less than arrives: its percentiles grow with the window
     overloaded: bool = False
+    # an open loop's KV held at once on average over its decode instances' caches (Little's law:
+    # :func:`_kv_checked`); nan for a closed loop
+    kv_held_share: float = math.nan
 
     def percentile(self, metric: str, q: float) -> float:
         values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2el": self.e2el_s}[metric]
@@ -166,7 +173,57 @@ def simulate_latency(
         steady = int(np.ceil(1.5 * windows * load.rate * float(np.mean(served))))
         if steady > requests:
             lat = _window(t, load, lengths, min(steady, MAX_REQUESTS), seed, cold_start_s, windows, loop_s)
-    return lat
+    return _kv_checked(t, load, lengths, lat)
+
+
+def _kv_checked(t: EngineTables, load: Load, lengths: Lengths, lat: Latency) -> Latency:
+    """``lat`` with what an open loop's KV cache says of its steady state (``kv_held_share``): the
+    KV the load holds at once on average (Little's law: arrivals per second x
+    :attr:`Lengths.mean_kv_steps` x seconds per output token) at or past the decode instances'
+    caches is overloaded, and from :data:`KV_NEAR` of them not steady under a long tail of output
+    lengths, however calm the window. A long tail's few longest requests, rarer than a window
+    holds and decoding for longer than it lasts, hold most of that KV: the window had looked
+    steady where a longer one queues without bound."""
+    per_token = lat.tpot_s[np.isfinite(lat.tpot_s)]
+    cache = t.kv_cap * t.n_decode  # tokens
+    if load.kind == "closed" or not per_token.size or not cache > 0:
+        return lat
+    if load.kind == "trace":  # its own requests, at the rate they arrive
+        assert load.trace is not None
+        isl, osl = load.trace.isl, load.trace.osl
+        steps, rate = float(np.mean((isl + 0.5 * osl) * osl)), lat.offered_requests_per_s
+        spread = float(np.mean(osl * osl) / np.mean(osl) ** 2)
+    else:
+        steps, rate = lengths.mean_kv_steps, load.rate
+        spread = lengths.mean_square_osl / lengths.mean_osl**2
+    held = rate * steps * float(np.mean(per_token))
+    lat = replace(lat, kv_held_share=held / cache)
+    # near the cache, only a long tail's swings fill it (uniform lengths at 88% of it hold steady
+    # over 120,000 requests): output lengths whose coefficient of variation is 1 or more
+    near = held >= KV_NEAR * cache and spread >= LONG_TAIL_SPREAD
+    if lat.overloaded or not np.isfinite(lat.e2el_s).all() or not (held >= cache or near):
+        return lat  # (the window's own verdict first)
+    n = counted(len(lat.e2el_s), "request")
+    figures = (
+        f"at {rate:.3g} requests/s these lengths hold {held:.3g} tokens of KV at once on average "
+        f"(Little's law: {steps:.3g} token-steps a request x {float(np.mean(per_token)) * 1e3:.3g} ms "
+        f"an output token), {held / cache:.0%} of the {cache:.3g} the deployment's KV cache holds"
+    )
+    if held >= cache:
+        words = (
+            f"overloaded: {figures}; the longest requests crowd the cache and the queue grows "
+            f"without bound, which this window of {n} is too short to show: its percentiles describe "
+            "no steady state"
+        )
+        return replace(lat, warning=words, overloaded=True)
+    if lat.warning is not None:
+        return lat
+    more = "a longer trace" if load.kind == "trace" else "more requests"
+    words = (
+        f"not steady: {figures}; the longest requests' swings above it preempt and queue, which this "
+        f"window of {n} may be too short to show; simulate {more}"
+    )
+    return replace(lat, warning=words)
 
 
 def _window(
