@@ -473,6 +473,23 @@ def test_an_open_loop_window_grows_until_its_ends_weigh_little(cli: Cli) -> None
     assert grown["requests_per_s"] == pytest.approx(11.5, rel=0.05)  # served while the load lasts
     brief = json.loads(cli(*flags, "--requests", "40").out)["latency"]  # no steady middle: all counted
     assert brief["requests_per_s"] > 0 and "not steady" in brief["warning"]
+    # TensorRT-LLM with MTP at 16 requests/s: grown once (11,467 requests) it still held fewer than ten
+    # times the ~1,250 in flight, and the default window warned it was short; it grows again
+    mtp = cli(
+        "predict",
+        "--hardware",
+        "b200",
+        "--framework",
+        "trt",
+        "--mtp",
+        "--load",
+        "poisson",
+        "--rate",
+        "16",
+        "--json",
+    )
+    again = json.loads(mtp.out)["latency"]
+    assert again["warning"] is None and again["requests"] > 12_517 and mtp.err == "", mtp.err
 
 
 def test_a_rate_beyond_what_the_deployment_serves_is_said_overloaded_with_both_rates(cli: Cli) -> None:

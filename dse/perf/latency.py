@@ -76,6 +76,7 @@ OVERLOAD_SHORTFALL = 0.05
 KV_NEAR = 0.8
 LONG_TAIL_SPREAD = 2.0  # E[output^2] / E[output]^2 of a long tail (exponential lengths': 2)
 OPEN_REQUESTS = 2000  # an open loop's first window when the caller names no count
+GROW_ROUNDS = 4  # times an open loop's default window may grow to hold its requests in flight
 BENCHMARK_PROMPTS_PER_CLIENT = 10  # InferenceX: --num-prompts $(( CONC * 10 ))
 
 
@@ -145,7 +146,8 @@ def simulate_latency(
     """Simulate ``requests`` requests (0: ten per client in a closed loop, as InferenceX; a trace's
     own count; for Poisson or bursty arrivals 2,000, or as many more as make the window hold
     ``windows`` times the requests in flight, by Little's law the arrival rate times the mean
-    end-to-end latency) and return each one's latency.
+    end-to-end latency, grown up to :data:`GROW_ROUNDS` times, an overloaded one once) and
+    return each one's latency.
 
     Closed loop, the engine starts ``cold_start_s`` after the clients (a fresh server tuning its
     kernels for the first burst, :attr:`~dse.perf.params.LatencyParams.cold_start_s`): the whole
@@ -168,11 +170,19 @@ def simulate_latency(
         )
     requests = min(requests, MAX_REQUESTS)
     lat = _window(t, load, lengths, requests, seed, cold_start_s, windows, loop_s)
-    served = lat.e2el_s[np.isfinite(lat.e2el_s)]
-    if grow and served.size:  # Little's law on the first window: the requests in flight at once
+    # Little's law on the window: the requests in flight at once. A first window's are fewer than
+    # a steady load's (its ends fill and drain), so a grown one may need more again. An overloaded
+    # window grows once, to span many requests' time and so measure what the deployment serves;
+    # then no more, as its requests in flight grow with it and its percentiles only rise
+    for rounds in range(GROW_ROUNDS if grow else 0):
+        served = lat.e2el_s[np.isfinite(lat.e2el_s)]
+        if (lat.overloaded and rounds) or not served.size or requests >= MAX_REQUESTS:
+            break
         steady = int(np.ceil(1.5 * windows * load.rate * float(np.mean(served))))
-        if steady > requests:
-            lat = _window(t, load, lengths, min(steady, MAX_REQUESTS), seed, cold_start_s, windows, loop_s)
+        if steady <= requests:
+            break
+        requests = min(steady, MAX_REQUESTS)
+        lat = _window(t, load, lengths, requests, seed, cold_start_s, windows, loop_s)
     return _kv_checked(t, load, lengths, lat)
 
 
