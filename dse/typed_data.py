@@ -109,7 +109,10 @@ def check_number(value: float, *, source: str, key: str, check: Rule | None = No
     """A number from a data file or a flag: finite, plausible, and ``check`` when given."""
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(source, key, "must be a finite number", value)
-    broken = plausible(value) or (check(value) if check is not None else None)
+    broken = plausible(value)
+    if broken and check is not None and check(0) is not None:  # 0 is refused too: not offered as a way out
+        broken = f"must be between {MIN_MAGNITUDE:g} and {MAX_MAGNITUDE:g}"
+    broken = broken or (check(value) if check is not None else None)
     if broken:
         raise InputError(source, key, broken, value)
     return value

@@ -27,3 +27,9 @@ def counted(n: float, noun: str) -> str:
     """``n`` of ``noun`` as a sentence says it: ``1 request``, ``2 requests``, ``0.5 requests``
     (the plural with ``s``; the number in full, ``2560``, ``1000000`` and ``0.5``)."""
     return f"{n:.15g} {noun}{'' if n == 1 else 's'}"
+
+
+def percentile_label(q: float) -> str:
+    """A percentile's name with the digits it was given: ``p50``, ``p99.9``, ``p99.99999`` (six
+    significant digits had named that one ``p100``, and p99.999991 the same)."""
+    return f"p{q:.15g}"

@@ -182,6 +182,9 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         (("--load", "poisson", "--rate", "0"), "--rate = 0: must be > 0"),
         (("--load", "bursty", "--rate", "-1"), "--rate = -1: must be > 0"),
         (("--load", "poisson", "--rate", "nan"), "--rate = nan: must be a finite number"),
+        # a rate too small to be one: it had been told "must be 0 or between ...", and 0 is refused
+        (("--load", "poisson", "--rate", "1e-300"), "--rate = 1e-300: must be between 1e-09 and 1e+12"),
+        (("--conc", "1e300"), "--conc = 1e300: must be between 1e-09 and 1e+12"),
         (("--rate", "2"), "--rate = 2: needs --load poisson or bursty"),
         (("--conc", "nan"), "--conc = nan: must be a finite number"),
         (("--conc", "-4"), "--conc = -4: must be > 0"),
@@ -470,6 +473,56 @@ def test_an_open_loop_window_grows_until_its_ends_weigh_little(cli: Cli) -> None
     assert grown["requests_per_s"] == pytest.approx(11.5, rel=0.05)  # served while the load lasts
     brief = json.loads(cli(*flags, "--requests", "40").out)["latency"]  # no steady middle: all counted
     assert brief["requests_per_s"] > 0 and "not steady" in brief["warning"]
+    # TensorRT-LLM with MTP at 16 requests/s: grown once (11,467 requests) it still held fewer than ten
+    # times the ~1,250 in flight, and the default window warned it was short; it grows again
+    mtp = cli(
+        "predict",
+        "--hardware",
+        "b200",
+        "--framework",
+        "trt",
+        "--mtp",
+        "--load",
+        "poisson",
+        "--rate",
+        "16",
+        "--json",
+    )
+    again = json.loads(mtp.out)["latency"]
+    assert again["warning"] is None and again["requests"] > 12_517 and mtp.err == "", mtp.err
+
+
+def test_a_rate_beyond_what_the_deployment_serves_is_said_overloaded_with_both_rates(cli: Cli) -> None:
+    """20 requests/s on one B200 instance that serves about 12: the percentiles had come back as
+    figures (TTFT p99 910 s, a window's, which a longer window raises without bound) beside a
+    warning that the load exceeds what the deployment serves "or the window is too short". It is
+    now said overloaded, with what arrives and what is served, on stdout, on stderr and in the JSON."""
+    flags = ("predict", "--hardware", "b200", "--load", "poisson", "--rate", "20")
+    text = cli(*flags)
+    assert text.code == 0, text.err
+    lat = json.loads(cli(*flags, "--json").out)["latency"]
+    assert lat["overloaded"] is True
+    assert lat["offered_requests_per_s"] == pytest.approx(20.0, rel=0.05)
+    assert lat["requests_per_s"] < 0.7 * lat["offered_requests_per_s"]
+    served = (
+        f"served {lat['requests_per_s']:.4g} requests/s of the {lat['offered_requests_per_s']:.4g} "
+        f"arriving (overloaded: its lengths hold {lat['kv_held_share']:.0%} of the KV cache), "
+    )
+    assert served in text.out, text.out
+    said = (
+        f"dse: warning: overloaded: {lat['offered_requests_per_s']:.3g} requests/s arrive and the deployment "
+        f"serves {lat['requests_per_s']:.3g}; the TTFT median grew"
+    )
+    assert text.err.startswith(said) and lat["warning"] in text.err, text.err
+    calm = json.loads(cli("predict", "--hardware", "b200", "--load", "poisson", "--rate", "4", "--json").out)
+    assert calm["latency"]["overloaded"] is False and calm["latency"]["warning"] is None
+    closed = json.loads(cli("predict", "--hardware", "b200", "--conc", "4096", "--json").out)["latency"]
+    assert (
+        closed["overloaded"] is False and closed["offered_requests_per_s"] is closed["kv_held_share"] is None
+    )
+    # a long tail the window cannot show holds more KV than the cache: overloaded all the same
+    tail = json.loads(cli(*flags[:-1], "6", "--long-tail", "2", "--json").out)["latency"]
+    assert tail["overloaded"] is True and tail["kv_held_share"] > 1.5, tail
 
 
 def test_batch_rows_cover_the_columns_of_the_reference() -> None:
@@ -1128,10 +1181,13 @@ def test_a_window_too_short_for_a_steady_state_warns_with_its_figures(cli: Cli) 
     assert part.err.strip() == (
         "dse: error: dse predict: --conc = 0.4: must be a whole number of clients in a closed loop"
     )
-    brief = cli("predict", "--hardware", "b200", "--load", "poisson", "--rate", "64", "--requests", "40")
+    brief = cli("predict", "--hardware", "b200", "--load", "poisson", "--rate", "8", "--requests", "40")
     assert brief.code == 0, brief.err
     assert re.search(r"not steady: the 40 arrivals span [0-9.]+ s, less than a request takes end to end "
                      r"\(median [0-9.]+ s\)", brief.err), brief.err  # fmt: skip
+    # 64 requests/s, five times what the instance serves: its KV cache says so, however short the window
+    over = cli("predict", "--hardware", "b200", "--load", "poisson", "--rate", "64", "--requests", "40")
+    assert over.code == 0 and over.err.startswith("dse: warning: overloaded: at 64 requests/s"), over.err
 
 
 def test_the_text_says_one_request_and_the_default_lengths_as_numbers(cli: Cli, tmp_path: Path) -> None:
@@ -1482,6 +1538,29 @@ def test_the_json_deployment_names_the_catalog_ids_an_alias_stands_for(cli: Cli)
     assert proc.code == 0, proc.err
     dep = json.loads(proc.out)["deployment"]
     assert (dep["hardware"], dep["model"]) == ("gb200-nvl72", "deepseek-v3")
+
+
+def test_the_json_deployment_of_an_aggregated_instance_counts_its_own_gpus(cli: Cli, tmp_path: Path) -> None:
+    """An aggregated `--tp 16` instance prefills and decodes on its 16 GPUs: the JSON's deployment
+    had said `num_prefill_gpu` 8 (`--prefill-gpus`'s default, which an aggregated deployment
+    refuses) beside `num_decode_gpu` 16. It says the instance's GPUs on both sides, as the
+    reference file's aggregated rows do, and the row, run through `--batch`, predicts the same."""
+    proc = cli("predict", "--hardware", "b200", "--tp", "16", "--conc", "32", "--json")
+    assert proc.code == 0, proc.err
+    got = json.loads(proc.out)
+    dep = got["deployment"]
+    assert dep["num_prefill_gpu"] == dep["num_decode_gpu"] == dep["prefill_tp"] == 16, dep
+    src, out = tmp_path / "row.csv", tmp_path / "out.csv"
+    with open(src, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(dep))
+        w.writeheader()
+        w.writerow({k: "" if v is None else v for k, v in dep.items()})
+    assert cli("predict", "--batch", src, "--out", out).code == 0
+    (row,) = list(csv.DictReader(open(out, encoding="utf-8")))
+    assert float(row["pred_tput_per_gpu"]) == pytest.approx(got["prediction"]["tput_per_gpu"], abs=1e-3)
+    assert float(row["pred_ttft_p99_s"]) == pytest.approx(
+        got["latency"]["percentiles"]["p99"]["ttft_s"], abs=1e-4
+    )
 
 
 def test_expert_parallelism_of_a_dense_model_is_refused(cli: Cli) -> None:

@@ -220,9 +220,128 @@ def test_a_cache_too_small_for_every_output_preempts_and_still_serves_all(
 def test_an_overloaded_open_loop_warns_with_the_figures(b200: tuple[EngineTables, Lengths]) -> None:
     tables, lengths = b200
     lat = simulate_latency(tables, Load("poisson", rate=200.0), lengths, requests=2000, seed=1)
-    assert lat.warning is not None and "not steady" in lat.warning and " s (first quarter" in lat.warning
+    assert lat.warning is not None and lat.warning.startswith("overloaded: ")
+    assert " s (first quarter" in lat.warning
     calm = simulate_latency(tables, Load("poisson", rate=1.0), lengths, requests=2000, seed=1)
     assert calm.warning is None
+
+
+@pytest.mark.parametrize("kind", ["poisson", "bursty"])
+def test_an_open_loop_beyond_capacity_is_said_overloaded_with_what_arrives_and_what_is_served(
+    b200: tuple[EngineTables, Lengths], kind: str
+) -> None:
+    """20 requests/s on one B200 instance that serves about 12: the queue grows without bound, so
+    the window's percentiles are the window's (TTFT p99 910 s in its 28,000 requests, 16,000 s in
+    200,000 at 1,000 requests/s). The warning had said only that the load exceeds what the
+    deployment serves "or the window is too short", with neither rate, and nothing a program
+    could read. It now says overloaded with both; ``overloaded`` and ``offered_requests_per_s``
+    carry them. A load the deployment serves is not overloaded, nor a closed loop, whose clients
+    wait for their answers whatever their number."""
+    tables, lengths = b200
+    lat = simulate_latency(tables, Load(kind, rate=20.0, burstiness=0.5), lengths, seed=1)
+    assert lat.overloaded
+    assert lat.offered_requests_per_s == pytest.approx(20.0, rel=0.05)
+    assert 10.0 < lat.requests_per_s < 0.7 * lat.offered_requests_per_s
+    assert lat.warning is not None
+    assert lat.warning.startswith(
+        f"overloaded: {lat.offered_requests_per_s:.3g} requests/s arrive and the deployment serves "
+        f"{lat.requests_per_s:.3g}; the TTFT median grew from "
+    )
+    assert lat.warning.endswith(
+        "so every percentile here grows with a longer window and describes no steady state"
+    )
+    served = simulate_latency(tables, Load(kind, rate=8.0, burstiness=0.5), lengths, seed=1)
+    assert not served.overloaded and served.warning is None
+    assert served.offered_requests_per_s == pytest.approx(8.0, rel=0.05)
+    # a window so overloaded that nothing arriving in its middle half finishes there still says so
+    flooded = simulate_latency(
+        tables, Load(kind, rate=1000.0, burstiness=0.5), lengths, requests=20_000, seed=1
+    )
+    assert flooded.overloaded and flooded.offered_requests_per_s > 500, flooded.warning
+    closed = simulate_latency(tables, Load("closed", concurrency=2048), lengths, seed=1)
+    assert not closed.overloaded and math.isnan(closed.offered_requests_per_s)
+    # two requests a second apart, none finished inside the second: it had read 0 requests/s arriving
+    pair = Trace(np.array([0.0, 1.0]), np.array([20_000.0, 1000.0]), np.array([100.0, 100.0]))
+    short = simulate_latency(tables, Load("trace", trace=pair), lengths)
+    assert short.offered_requests_per_s == 2.0 and not short.overloaded
+
+
+@pytest.mark.parametrize("seed", [0, 2, 5])
+def test_an_open_loops_window_counts_the_requests_in_flight_by_their_mean_time(
+    b200: tuple[EngineTables, Lengths], seed: int
+) -> None:
+    """Little's law: the requests in flight are the arrival rate times the mean time in the system.
+    The window's rule had taken the median end-to-end latency, which a long tail leaves at a third
+    of the mean (log-normal lengths of sigma 1.5 at 6 requests/s on one B200 instance), so 2,000
+    requests passed for ten times the ~220 in flight and said nothing. The default window now
+    holds ten times them, and a window asked for that does not says so."""
+    tables, _ = b200
+    tail = Lengths(1024, 1024, tail_sigma=1.5)
+    load = Load("poisson", rate=6.0)
+    lat = simulate_latency(tables, load, tail, seed=seed)
+    n = len(lat.e2el_s)
+    span = float(np.ptp(_arrivals(load, tail, n, seed)))
+    in_flight = n / span * float(np.mean(lat.e2el_s))
+    assert n >= 10 * in_flight, (n, in_flight)
+    assert lat.warning is None or "in flight at once" not in lat.warning, lat.warning  # (its KV's is below)
+    short = simulate_latency(tables, load, tail, requests=2000, seed=seed)
+    assert (
+        short.warning is not None
+        and "requests are in flight at once and the window has 2000" in short.warning
+    )
+
+
+def _arrivals(load: Load, lengths: Lengths, n: int, seed: int) -> np.ndarray:
+    """The arrival times of a window of ``n`` requests, as the simulation draws them."""
+    return draw_requests(load, lengths, n, np.random.default_rng(seed))[0]
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [
+        Lengths(1024, 1024, limit=163_840),
+        Lengths(1024, 1024, tail_sigma=2.0, limit=163_840),
+        Lengths(1024, 1024, tail_sigma=3.0, limit=163_840),
+        Lengths(3000, 800, returning_share=0.4, prefix=12_000, suffix=400,
+                output_mix=((0.7, 300.0), (0.3, 2000.0)), limit=163_840),
+    ],
+)  # fmt: skip
+def test_the_kv_a_request_holds_is_its_lengths_distributions(lengths: Lengths) -> None:
+    """``Lengths.mean_kv_steps``, E[(context + output / 2) x output], from the distributions, is
+    the mean of a draw of two million requests, within 3% (a tail the context caps often, both
+    lengths long, is overestimated: sigma 3 in 20,000 tokens by a third)."""
+    _, isl, osl, cached = draw_requests(
+        Load("closed", concurrency=1), lengths, 2_000_000, np.random.default_rng(1)
+    )
+    drawn = float(np.mean((cached + isl + 0.5 * osl) * osl))
+    assert lengths.mean_kv_steps == pytest.approx(drawn, rel=0.03)
+    assert lengths.mean_square_osl == pytest.approx(float(np.mean(osl * osl)), rel=0.04)
+
+
+def test_an_open_loop_whose_lengths_hold_more_kv_than_the_cache_is_overloaded(
+    b200: tuple[EngineTables, Lengths],
+) -> None:
+    """Log-normal lengths of sigma 2 at 6 requests/s on one B200 instance: its 2,500-request window
+    looked steady (TTFT p99 under 1 s, no warning), yet by Little's law the load holds about 1.8
+    times the KV cache at once, and 40,000 requests show the queue growing without bound. The rare
+    longest requests, which hold most of that KV, are too few and too long for the window. It is
+    said overloaded with the figures; at 80% of the cache under a long tail, not steady; uniform
+    lengths at 88% of it hold steady and say nothing."""
+    tables, _ = b200
+    cache = tables.kv_cap * tables.n_decode
+    tail = Lengths(1024, 1024, tail_sigma=2.0, limit=163_840)
+    lat = simulate_latency(tables, Load("poisson", rate=6.0), tail, seed=0)
+    assert lat.percentile("ttft", 99) < 1.0  # the window alone looks calm
+    assert lat.overloaded and lat.warning is not None
+    assert lat.warning.startswith("overloaded: at 6 requests/s these lengths hold ")
+    assert f"of the {cache:.3g} the deployment's KV cache holds" in lat.warning
+    longer = simulate_latency(tables, Load("poisson", rate=6.0), tail, requests=40_000, seed=0)
+    assert longer.percentile("ttft", 50) > 100.0 and longer.overloaded  # what it had not shown
+    near = simulate_latency(tables, Load("poisson", rate=6.0), replace(tail, tail_sigma=1.5), seed=0)
+    assert not near.overloaded and near.warning is not None
+    assert near.warning.startswith("not steady: at 6 requests/s these lengths hold ")
+    uniform = simulate_latency(tables, Load("poisson", rate=11.0), Lengths(1024, 1024), seed=0)
+    assert uniform.warning is None and not uniform.overloaded
 
 
 def test_a_returning_turn_prefills_its_suffix_and_decodes_over_its_prefix(
@@ -954,3 +1073,26 @@ def test_kernel_helpers_are_inlined() -> None:
     helpers = {n: f.targetoptions.get("inline") for n, f in kernels.items() if n != "simulate"}
     assert len(helpers) >= 20, sorted(kernels)
     assert set(helpers.values()) == {"always"}, helpers
+
+
+def test_a_summary_names_each_percentile_with_the_digits_it_was_given(
+    b200: tuple[EngineTables, Lengths],
+) -> None:
+    """``Latency.summary`` had keyed p99.99999 as ``ttft_p100_s`` (six significant digits), and
+    p99.999991 then overwrote it under the same key: two percentiles asked, one figure back, named
+    as the percentile no window has. Its keys carry the digits given, as `dse predict` labels them."""
+    tables, lengths = b200
+    lat = simulate_latency(tables, Load("closed", concurrency=4), lengths, requests=40, seed=1)
+    asked = (50.0, 99.99999, 99.999991)
+    got = lat.summary(asked)
+    assert len(got) == 3 * len(asked)
+    assert {k for k in got if k.startswith("ttft_")} == {
+        "ttft_p50_s",
+        "ttft_p99.99999_s",
+        "ttft_p99.999991_s",
+    }
+    assert got["tpot_p99.99999_ms"] == lat.percentile("tpot", 99.99999) * 1e3
+    assert list(lat.summary()) == [  # the usual keys as before: --batch's pred_* columns read them
+        "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
+        "e2el_p50_s", "e2el_p90_s", "e2el_p99_s",
+    ]  # fmt: skip

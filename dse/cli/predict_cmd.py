@@ -17,7 +17,7 @@ from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, Written
 from dse.perf.frameworks import FRAMEWORK_ENGINE
 from dse.typed_data import Rule, check_number, non_negative, positive
-from dse.units import counted
+from dse.units import counted, percentile_label
 
 if TYPE_CHECKING:
     from dse.perf.benchmark_rows import BenchRow
@@ -601,14 +601,14 @@ def _load_of(args: argparse.Namespace, context: float) -> tuple[Load, Lengths, t
     return Load(args.load, rate=args.rate, burstiness=burstiness), lengths, tuple(percentiles)
 
 
-def _label(q: float) -> str:
-    """A percentile's label, with the digits it was given (99.99999 is not p100)."""
-    return f"p{q:.15g}"
-
-
 def _latency_rows(lat: Latency, percentiles: tuple[float, ...]) -> list[list[object]]:
     return [
-        [_label(q), lat.percentile("ttft", q), lat.percentile("tpot", q) * 1e3, lat.percentile("e2el", q)]
+        [
+            percentile_label(q),
+            lat.percentile("ttft", q),
+            lat.percentile("tpot", q) * 1e3,
+            lat.percentile("e2el", q),
+        ]
         for q in percentiles
     ]
 
@@ -637,8 +637,16 @@ def _print_latency(
     print(format_table(["percentile", "ttft_s", "tpot_ms", "e2el_s"], _latency_rows(lat, percentiles)))
     decode, total = _gpus(bench)
     per_decode = "" if decode == total else f" ({_per_decode_gpu(lat, bench):.4g} per decode GPU)"
+    # overloaded, the rate it serves is its capacity, and what arrives beside it says by how much,
+    # with the KV cache the load's lengths would hold (which may be what says so)
+    over = ""
+    if lat.overloaded:
+        over = f" of the {lat.offered_requests_per_s:.4g} arriving (overloaded"
+        if lat.kv_held_share >= 1.0:
+            over += f": its lengths hold {lat.kv_held_share:.0%} of the KV cache"
+        over += ")"
     print(
-        f"served {lat.requests_per_s:.4g} requests/s, "
+        f"served {lat.requests_per_s:.4g} requests/s{over}, "
         f"{lat.output_tokens_per_s_per_gpu:.4g} output tokens/s/GPU{per_decode}; "
         f"{lat.preempted} preempted"
     )
@@ -691,8 +699,8 @@ def unresolved(n: int, percentiles: tuple[float, ...], *, trace: bool = False) -
     need = math.ceil(1.0 / tail - 1e-9)
     how = "a longer trace" if trace else "--requests"
     return (
-        f"{_label(q)} of {counted(n, 'request')} is no more than their {end}: {need:,} requests or more "
-        f"resolve it ({how})"
+        f"{percentile_label(q)} of {counted(n, 'request')} is no more than their {end}: {need:,} requests "
+        f"or more resolve it ({how})"
     )
 
 
@@ -738,6 +746,11 @@ def _latency_json(
             for r in rows
         },
         "requests_per_s": _finite(lat.requests_per_s),
+        # an open loop's arrivals per second over the interval requests_per_s counts (null closed)
+        "offered_requests_per_s": _finite(lat.offered_requests_per_s),
+        "overloaded": lat.overloaded,
+        # the KV its lengths hold at once on average, a share of the cache (null closed)
+        "kv_held_share": _finite(lat.kv_held_share),
         "output_tokens_per_s_per_gpu": _finite(lat.output_tokens_per_s_per_gpu),
         "output_tokens_per_s_per_decode_gpu": _finite(_per_decode_gpu(lat, bench)),
         "preempted": lat.preempted,
@@ -827,7 +840,7 @@ def _row_from_flags(a: argparse.Namespace) -> dict[str, str]:
         "prefill_ep": str(pf_ep),
         "prefill_dp_attention": str(a.prefill_dp_attention if a.disagg else a.dp_attention),
         "prefill_num_workers": str(a.prefill_workers),
-        "num_prefill_gpu": str(a.prefill_gpus),
+        "num_prefill_gpu": str(a.prefill_gpus if a.disagg else a.tp),  # aggregated: the one instance's
         "decode_tp": str(a.tp),
         "decode_ep": str(dec_ep),
         "decode_dp_attention": str(a.dp_attention),

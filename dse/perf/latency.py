@@ -61,14 +61,22 @@ from dse.perf.latency_inputs import Lengths, Load, draw_requests
 from dse.perf.latency_tables import EngineTables
 from dse.perf.pool import Array
 from dse.quantiles import percentile
-from dse.units import counted
+from dse.units import counted, percentile_label
 
 PERCENTILES = (50.0, 90.0, 99.0)
 MAX_REQUESTS = 200_000  # a simulated window's cap (about 0.3 s and 30 MB)
 # an open loop's window must hold this many times the requests in flight, so that its filling and
 # draining ends (one population each) are at most a fifth of it
 STEADY_WINDOWS = 10
+# an open loop whose queue grows while it serves this share less than arrives is overloaded (a
+# window that is merely short serves what arrives, within a few percent, as its batches fill)
+OVERLOAD_SHORTFALL = 0.05
+# an open loop whose KV held at once on average (Little's law) reaches this share of the cache is
+# not steady: its longest requests' swings fill the cache (:func:`_kv_checked`)
+KV_NEAR = 0.8
+LONG_TAIL_SPREAD = 2.0  # E[output^2] / E[output]^2 of a long tail (exponential lengths': 2)
 OPEN_REQUESTS = 2000  # an open loop's first window when the caller names no count
+GROW_ROUNDS = 4  # times an open loop's default window may grow to hold its requests in flight
 BENCHMARK_PROMPTS_PER_CLIENT = 10  # InferenceX: --num-prompts $(( CONC * 10 ))
 
 
@@ -101,17 +109,27 @@ class Latency:
     warning: str | None
     cold_start_s: float = 0.0  # the first wave's wait on a fresh server (closed loop), 0 if none
     first_wave: int = 0  # requests 0..first_wave-1 were sent at once at the start (closed loop)
+    # an open loop's arrivals per second over the middle half of its arrivals, the interval whose
+    # completions ``requests_per_s`` counts; nan for a closed loop (its clients wait for answers)
+    offered_requests_per_s: float = math.nan
+    # an open loop whose queue grows through the window while the deployment serves
+    # :data:`OVERLOAD_SHORTFALL` less than arrives: its percentiles grow with the window
+    overloaded: bool = False
+    # an open loop's KV held at once on average over its decode instances' caches (Little's law:
+    # :func:`_kv_checked`); nan for a closed loop
+    kv_held_share: float = math.nan
 
     def percentile(self, metric: str, q: float) -> float:
         values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2el": self.e2el_s}[metric]
         return percentile_of(metric, values, q)
 
     def summary(self, percentiles: tuple[float, ...] = PERCENTILES) -> dict[str, float]:
-        """``ttft_p50_s``, ``tpot_p99_ms``, ``e2el_p90_s``, ... for each percentile."""
+        """``ttft_p50_s``, ``tpot_p99_ms``, ``e2el_p99.9_s``, ... for each percentile, named with
+        the digits it was given (:func:`~dse.units.percentile_label`)."""
         out: dict[str, float] = {}
         for metric, unit, scale in (("ttft", "s", 1.0), ("tpot", "ms", 1e3), ("e2el", "s", 1.0)):
             for q in percentiles:
-                out[f"{metric}_p{q:g}_{unit}"] = self.percentile(metric, q) * scale
+                out[f"{metric}_{percentile_label(q)}_{unit}"] = self.percentile(metric, q) * scale
         return out
 
 
@@ -127,7 +145,9 @@ def simulate_latency(
 ) -> Latency:
     """Simulate ``requests`` requests (0: ten per client in a closed loop, as InferenceX; a trace's
     own count; for Poisson or bursty arrivals 2,000, or as many more as make the window hold
-    ``windows`` times the requests in flight) and return each one's latency.
+    ``windows`` times the requests in flight, by Little's law the arrival rate times the mean
+    end-to-end latency, grown up to :data:`GROW_ROUNDS` times, an overloaded one once) and
+    return each one's latency.
 
     Closed loop, the engine starts ``cold_start_s`` after the clients (a fresh server tuning its
     kernels for the first burst, :attr:`~dse.perf.params.LatencyParams.cold_start_s`): the whole
@@ -150,12 +170,70 @@ def simulate_latency(
         )
     requests = min(requests, MAX_REQUESTS)
     lat = _window(t, load, lengths, requests, seed, cold_start_s, windows, loop_s)
-    served = lat.e2el_s[np.isfinite(lat.e2el_s)]
-    if grow and served.size:  # Little's law on the first window: the requests in flight at once
-        steady = int(np.ceil(1.5 * windows * load.rate * float(np.median(served))))
-        if steady > requests:
-            lat = _window(t, load, lengths, min(steady, MAX_REQUESTS), seed, cold_start_s, windows, loop_s)
-    return lat
+    # Little's law on the window: the requests in flight at once. A first window's are fewer than
+    # a steady load's (its ends fill and drain), so a grown one may need more again. An overloaded
+    # window grows once, to span many requests' time and so measure what the deployment serves;
+    # then no more, as its requests in flight grow with it and its percentiles only rise
+    for rounds in range(GROW_ROUNDS if grow else 0):
+        served = lat.e2el_s[np.isfinite(lat.e2el_s)]
+        if (lat.overloaded and rounds) or not served.size or requests >= MAX_REQUESTS:
+            break
+        steady = int(np.ceil(1.5 * windows * load.rate * float(np.mean(served))))
+        if steady <= requests:
+            break
+        requests = min(steady, MAX_REQUESTS)
+        lat = _window(t, load, lengths, requests, seed, cold_start_s, windows, loop_s)
+    return _kv_checked(t, load, lengths, lat)
+
+
+def _kv_checked(t: EngineTables, load: Load, lengths: Lengths, lat: Latency) -> Latency:
+    """``lat`` with what an open loop's KV cache says of its steady state (``kv_held_share``): the
+    KV the load holds at once on average (Little's law: arrivals per second x
+    :attr:`Lengths.mean_kv_steps` x seconds per output token) at or past the decode instances'
+    caches is overloaded, and from :data:`KV_NEAR` of them not steady under a long tail of output
+    lengths, however calm the window. A long tail's few longest requests, rarer than a window
+    holds and decoding for longer than it lasts, hold most of that KV: the window had looked
+    steady where a longer one queues without bound."""
+    per_token = lat.tpot_s[np.isfinite(lat.tpot_s)]
+    cache = t.kv_cap * t.n_decode  # tokens
+    if load.kind == "closed" or not per_token.size or not cache > 0:
+        return lat
+    if load.kind == "trace":  # its own requests, at the rate they arrive
+        assert load.trace is not None
+        isl, osl = load.trace.isl, load.trace.osl
+        steps, rate = float(np.mean((isl + 0.5 * osl) * osl)), lat.offered_requests_per_s
+        spread = float(np.mean(osl * osl) / np.mean(osl) ** 2)
+    else:
+        steps, rate = lengths.mean_kv_steps, load.rate
+        spread = lengths.mean_square_osl / lengths.mean_osl**2
+    held = rate * steps * float(np.mean(per_token))
+    lat = replace(lat, kv_held_share=held / cache)
+    # near the cache, only a long tail's swings fill it (uniform lengths at 88% of it hold steady
+    # over 120,000 requests): output lengths whose coefficient of variation is 1 or more
+    near = held >= KV_NEAR * cache and spread >= LONG_TAIL_SPREAD
+    if lat.overloaded or not np.isfinite(lat.e2el_s).all() or not (held >= cache or near):
+        return lat  # (the window's own verdict first)
+    n = counted(len(lat.e2el_s), "request")
+    figures = (
+        f"at {rate:.3g} requests/s these lengths hold {held:.3g} tokens of KV at once on average "
+        f"(Little's law: {steps:.3g} token-steps a request x {float(np.mean(per_token)) * 1e3:.3g} ms "
+        f"an output token), {held / cache:.0%} of the {cache:.3g} the deployment's KV cache holds"
+    )
+    if held >= cache:
+        words = (
+            f"overloaded: {figures}; the longest requests crowd the cache and the queue grows "
+            f"without bound, which this window of {n} is too short to show: its percentiles describe "
+            "no steady state"
+        )
+        return replace(lat, warning=words, overloaded=True)
+    if lat.warning is not None:
+        return lat
+    more = "a longer trace" if load.kind == "trace" else "more requests"
+    words = (
+        f"not steady: {figures}; the longest requests' swings above it preempt and queue, which this "
+        f"window of {n} may be too short to show; simulate {more}"
+    )
+    return replace(lat, warning=words)
 
 
 def _window(
@@ -235,21 +313,50 @@ def _latency(
     ok = np.isfinite(done)
     span = float(np.nanmax(done) - np.nanmin(arrive)) if ok.any() else math.nan
     counted = ok
+    offered = math.nan
     if load.kind != "closed" and ok.any():
         # what the deployment serves while the load lasts: completions in the middle half of the
         # arrivals (the first quarter fills the batches; after the last arrival they drain); a
         # window too short to have one (the steady-state warning says so) counts them all
         lo, hi = (float(x) for x in np.quantile(arrive, [0.25, 0.75]))
         middle = ok & (done >= lo) & (done < hi)
+        if hi > lo:  # half the arrivals lie between the quartiles
+            offered = 0.5 * len(arrive) / (hi - lo)
         if hi > lo and middle.any():
             counted, span = middle, hi - lo
-    rps = counted.sum() / span if span > 0 else math.nan
+    rps = float(counted.sum() / span) if span > 0 else math.nan
     out_tps = float(osl[counted].sum()) / span / t.gpus if span > 0 else math.nan
+    grew = _queue_growth(ttft) if load.kind != "closed" and ok.all() else None
+    overloaded = grew is not None and rps < (1.0 - OVERLOAD_SHORTFALL) * offered
+    if overloaded:
+        assert grew is not None
+        warning: str | None = (
+            f"overloaded: {offered:.3g} requests/s arrive and the deployment serves {rps:.3g}; "
+            f"{_grew_text(grew)}, so every percentile here grows with a longer window and describes "
+            "no steady state"
+        )
+    else:
+        warning = _steady_warning(ttft, ok, load, arrive, e2el, windows)
     return Latency(
-        ttft_s=ttft, tpot_s=tpot, e2el_s=e2el, output_tokens=osl, requests_per_s=float(rps),
-        output_tokens_per_s_per_gpu=out_tps, preempted=preempted,
-        warning=_steady_warning(ttft, ok, load, arrive, e2el, windows),
+        ttft_s=ttft, tpot_s=tpot, e2el_s=e2el, output_tokens=osl, requests_per_s=rps,
+        output_tokens_per_s_per_gpu=out_tps, preempted=preempted, warning=warning,
+        offered_requests_per_s=offered, overloaded=overloaded,
     )  # fmt: skip
+
+
+def _queue_growth(ttft: Array) -> tuple[float, float] | None:
+    """The TTFT medians of the first and the last quarter of an open loop's arrivals where its
+    queue is still growing (the last over twice the first, and 50 ms more); None where it is not."""
+    q = max(len(ttft) // 4, 1)
+    first, last = float(np.median(ttft[:q])), float(np.median(ttft[-q:]))
+    return (first, last) if last > 2.0 * first and last - first > 0.05 else None
+
+
+def _grew_text(grew: tuple[float, float]) -> str:
+    first, last = grew
+    return (
+        f"the TTFT median grew from {first:.3g} s (first quarter of arrivals) to {last:.3g} s (last quarter)"
+    )
 
 
 def _steady_warning(
@@ -258,7 +365,8 @@ def _steady_warning(
     """A warning when the window cannot show a steady state: requests never served; a closed
     loop of fewer than two requests per client (mostly its first wave, sent at once); an open
     loop whose queue is still growing (the TTFT median of the last quarter of arrivals over twice
-    the first quarter's), whose arrivals end before a request is through (its batches never
+    the first quarter's) while it serves what arrives (else it is overloaded, which
+    :func:`_latency` says), whose arrivals end before a request is through (its batches never
     fill), or whose window holds fewer than ``windows`` times the requests in flight
     (its filling and draining ends weigh too much)."""
     if not ok.all():
@@ -272,12 +380,9 @@ def _steady_warning(
                 "requests (InferenceX sends ten per client)"
             )
         return None
-    q = max(n // 4, 1)
-    first, last = float(np.median(ttft[:q])), float(np.median(ttft[-q:]))
-    if last > 2.0 * first and last - first > 0.05:
+    if (grew := _queue_growth(ttft)) is not None:  # serving what arrives: not overloaded (yet)
         return (
-            f"not steady: the TTFT median grew from {first:.3g} s (first quarter of arrivals) to "
-            f"{last:.3g} s (last quarter); the load exceeds what the deployment serves, "
+            f"not steady: {_grew_text(grew)}; the load is at or near what the deployment serves, "
             "or the window is too short"
         )
     span = float(np.max(arrive) - np.min(arrive))
@@ -290,10 +395,11 @@ def _steady_warning(
             f"(median {through:.3g} s), so the batches never fill as the load would fill them; "
             f"simulate {more}"
         )
-    # Little's law: the requests in flight at once. The window's first that many arrive while the
-    # batches fill, its last that many finish while they drain (no arrivals behind them), and both
-    # see less load than the steady state
-    in_flight = n / span * through if span > 0 else 0.0
+    # Little's law: the requests in flight at once, the arrival rate times the mean time in the
+    # system (the median had been taken, a third of the mean under a long tail of lengths). The
+    # window's first that many arrive while the batches fill, its last that many finish while they
+    # drain (no arrivals behind them), and both see less load than the steady state
+    in_flight = n / span * float(np.mean(e2el)) if span > 0 else 0.0
     if n < windows * in_flight:
         return (
             f"not steady: about {in_flight:.0f} requests are in flight at once and the window has {n}, "
