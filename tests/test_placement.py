@@ -437,13 +437,15 @@ def test_a_looser_tpot_target_never_costs_more(catalog: Catalog) -> None:
     (a series of benchmarks/tpot_paces.py): each unit is offered at the grid's tighter paces too,
     whose smaller batches keep a prompt's wait behind the decode step short, so a looser TPOT
     costs no more. Offered at its target's largest batch only, 200 ms costs more than 150 ms
-    ($360.96 against $327.12; $304.56 at the paces): its prompts wait behind longer steps.
+    ($327.12 against $304.56; $282.00 at the paces, the price the same units have at a target of
+    their own 80 ms pace): its prompts wait behind longer steps. (Before the refit of c3e51c0:
+    $360.96 against $327.12, $304.56 at the paces.)
 
     At TTFT 0.7 s a shape stops being offered tighter paces once its prompts get all that no
     decode step ahead would give them, judged at each pace's own load: judged at the target
     pace's load (a larger one), the 16-GPU shape stopped at 100 ms from a 200 ms target and
     missed 80 ms, which a 150 ms target reached ($259.44 against $248.16 under the calibration
-    before session 47's; $225.60 at every target now)."""
+    before session 47's; $225.60 at every target before the refit of c3e51c0, $214.32 now)."""
 
     def cost(tpot: float, tighter: bool, ttft: float = 0.5) -> float:
         req = request(
@@ -463,10 +465,10 @@ def test_a_looser_tpot_target_never_costs_more(catalog: Catalog) -> None:
     assert paced[0.3] <= paced[0.2] <= paced[0.15] <= paced[0.1], paced
     assert unpaced[0.2] > unpaced[0.15] > paced[0.2]
     # the figures docs/cli.md quotes
-    assert paced == pytest.approx(dict.fromkeys(paced, 304.56)), paced
-    assert unpaced == pytest.approx({0.15: 327.12, 0.2: 360.96}), unpaced
+    assert paced == pytest.approx(dict.fromkeys(paced, 282.0)), paced
+    assert unpaced == pytest.approx({0.15: 304.56, 0.2: 327.12}), unpaced
     looser = {t: cost(t, True, ttft=0.7) for t in (0.15, 0.2, 0.3)}
-    assert looser == pytest.approx(dict.fromkeys(looser, 225.60)), looser
+    assert looser == pytest.approx(dict.fromkeys(looser, 214.32)), looser
 
 
 def test_aggregated_units_at_tighter_paces_run_smaller_batches_and_say_their_pace(catalog: Catalog) -> None:
@@ -511,19 +513,21 @@ def test_a_looser_tpot_never_costs_more_in_attention_ffn_designs(catalog: Catalo
     alone a 300 ms target costs more than 200 ms ($62.40 against $46.80; the 4-GPU attention
     shape's batch is held by HBM, so a looser pace credits it less), and 500 ms more still ($93.60;
     $78 under the calibration before session 47's). Solved
-    also at each unit's own pace below the target, every target from 100 ms on costs $46.80: the
-    design runs at a tighter pace, every decode unit with it. At 80 ms, $62.40: the hidden states'
-    transfers wait 22 ms a step on RDMA (61 layers, a dispatch and a combine each), leaving their
-    bytes 18 ms of the 40 ms half (dse.perf.afd; every target had cost $46.80 while the expert
-    pool priced those waits inside its own pass)."""
+    also at each unit's own pace below the target, every target from 110 ms on costs $46.80: the
+    design runs at a tighter pace, every decode unit with it (from 100 ms before the refit of
+    c3e51c0). At 100 ms, $62.40: the 4-GPU expert unit's step for its 1,024 sequences takes
+    52.3 ms, over the 50 ms half. At 80 ms, $62.40: the hidden states' transfers wait 22 ms a step
+    on RDMA (61 layers, a dispatch and a combine each), leaving their bytes 18 ms of the 40 ms half
+    (dse.perf.afd; every target had cost $46.80 while the expert pool priced those waits inside its
+    own pass)."""
     costs, paces = {}, {}
-    for tpot in (0.08, 0.1, 0.2, 0.3, 0.5):
+    for tpot in (0.08, 0.1, 0.11, 0.2, 0.3, 0.5):
         best = place(_afd(tpot), catalog=catalog, with_shadow_prices=False).best
         assert best is not None
         costs[tpot] = best.usd_per_hour
         paces[tpot] = {p.unit.tpot_s for p in best.pools if p.unit.role in (Role.ATTENTION, Role.FFN)}
-    assert costs == pytest.approx({**dict.fromkeys(costs, 46.8), 0.08: 62.4}), costs
-    assert paces[0.3] == {0.1279}  # docs/cli.md quotes it
+    assert costs == pytest.approx({**dict.fromkeys(costs, 46.8), 0.08: 62.4, 0.1: 62.4}), costs
+    assert paces[0.3] == {0.128}  # docs/cli.md quotes it (127.9 ms before the refit of c3e51c0)
     for tpot in (0.3, 0.5):  # one pace for every decode unit of a design, one the target's build found
         (pace,) = paces[tpot]
         assert pace in build_candidates(_afd(tpot), Topology.AFD, catalog, load_params()).tighter_afd_paces
@@ -584,7 +588,8 @@ def test_an_attention_ffn_design_at_a_tighter_pace_has_shadow_prices_and_holds_i
 
 def test_a_goodput_attention_ffn_design_reaches_more_at_a_tighter_pace(catalog: Catalog) -> None:
     """Goodput settles each pace's slot rows on its own: $100/hour of B200 at TPOT 300 ms reaches
-    29.7 requests/s at a tighter pace, 16.7 at the target's alone."""
+    28.7 requests/s at a tighter pace (104.7 ms; 29.7 before the refit of c3e51c0), 16.7 at the
+    target's alone."""
     limits = Limits(budget_usd_hour=100.0)
     reach = {}
     for tighter in (False, True):
@@ -592,7 +597,7 @@ def test_a_goodput_attention_ffn_design_reaches_more_at_a_tighter_pace(catalog: 
         best = place(req, catalog=catalog, with_shadow_prices=False).best
         assert best is not None and best.usd_per_hour <= 100.0
         reach[tighter] = best.requests_per_s
-    assert reach[False] == pytest.approx(16.67, rel=1e-3) and reach[True] == pytest.approx(29.74, rel=1e-3)
+    assert reach[False] == pytest.approx(16.67, rel=1e-3) and reach[True] == pytest.approx(28.65, rel=1e-3)
 
 
 def test_naming_one_roles_shapes_restricts_that_role_alone(catalog: Catalog) -> None:
@@ -647,19 +652,24 @@ def test_confirmed_keeps_the_prices_where_the_milps_best_holds(catalog: Catalog)
 def test_a_topology_no_cheaper_than_a_design_held_is_not_solved_again(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The docs' SGLang example (DeepSeek-V3 on H200, 50 requests/s of 500-token prompts, TTFT
-    0.25 s at p99): disaggregated misses and is solved again once (no prefill unit meets the
-    tighter target); aggregated holds at $214.32; attention-FFN, which misses at the same cost, is
-    not solved again, since a tighter target cannot make it cheaper than the design held."""
+    """DeepSeek-V3 on H200 on TensorRT-LLM, 100 requests/s of 2,000-token prompts, TTFT 0.3 s at
+    p99, TPOT 50 ms: disaggregated, the MILP's cheapest ($338.40), misses (0.313 s) and is solved
+    again once, holding at $383.52 (0.285 s); aggregated holds at $496.32; attention-FFN misses
+    (0.313 s at $834.72) and is not solved again, since a tighter target cannot make it cheaper
+    than the design held. (The docs' SGLang example, 50 requests/s of 500-token prompts at TTFT
+    0.25 s, showed this until the refit of c3e51c0; there the aggregated design is now the MILP's
+    cheapest and holds, so no topology is solved again.)"""
     import dse.evaluation as evaluation
     from dse.context import Context
 
     req = PlacementRequest(
-        model="deepseek-v3", hardware=("h200-sxm",), workload=Workload(50.0, 500.0, 800.0),
-        slo=Slo(ttft_s=0.25, tpot_s=0.1, percentile=99.0), engine="sglang",
+        model="deepseek-v3", hardware=("h200-sxm",), workload=Workload(100.0, 2000.0, 800.0),
+        slo=Slo(ttft_s=0.3, tpot_s=0.05, percentile=99.0), engine="trt",
     )  # fmt: skip
     params = load_params()
     report = place(req, catalog=catalog, params=params, with_shadow_prices=False)
+    ranked = [o.topology.value for o in report.ranked()]
+    assert ranked == ["disaggregated", "aggregated", "afd"], ranked
     solved: list[str] = []
     real = evaluation.place_best
 
@@ -670,7 +680,12 @@ def test_a_topology_no_cheaper_than_a_design_held_is_not_solved_again(
     monkeypatch.setattr(evaluation, "place_best", counted)
     ctx = Context(catalog, params, PlacementSolver())
     checks = {c.topology.value: c for c in evaluation.engine_checks(report, ctx)}
-    assert checks["aggregated"].holds and not checks["disaggregated"].holds and not checks["afd"].holds
+    again, agg, afd = checks["disaggregated"], checks["aggregated"], checks["afd"]
+    assert again.holds and again.sized_ttft_s is not None and again.first_ttft_s is not None
+    assert again.first_ttft_s > 0.3 and agg.holds and agg.sized_ttft_s is None
+    assert afd.ttft_s is not None and not afd.holds and afd.sized_ttft_s is None
+    assert again.outcome is not None and afd.outcome is not None
+    assert afd.outcome.result.objective >= again.outcome.result.objective  # no cheaper than the held
     assert solved == ["disaggregated"]
 
 
