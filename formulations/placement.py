@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from formulations.domains import afd_domain_rows
 from formulations.placement_data import CAPACITY_TIERS, LINK_TIERS, TIERS, Objective, PlacementData, Role
 from formulations.pyomo_layer import pyo
 from formulations.slots import slot_rows
@@ -45,16 +46,19 @@ class _Index:
     T: range
     role: list[Role]
     hw: list[int]  # hardware of each unit
+    partner: list[int]  # an FFN unit's attention unit of the same shape and pace (-1: none)
 
     @classmethod
     def of(cls, data: PlacementData) -> _Index:
+        n = data.n_units
         return cls(
             H=range(data.n_hw),
-            U=range(data.n_units),
+            U=range(n),
             C=range(data.n_classes),
             T=range(len(TIERS)),
             role=[Role(int(v)) for v in data.unit_role],
             hw=[int(v) for v in data.unit_hw],
+            partner=[-1] * n if data.afd_partner is None else [int(v) for v in data.afd_partner],
         )
 
     def units(self, *roles: Role) -> list[int]:
@@ -128,6 +132,16 @@ def _add_params(m: pyo.ConcreteModel) -> None:
     m.osl = pyo.Param(**mut)
     m.fresh_handoff = pyo.Param(**mut)
     m.afd_gb = pyo.Param(m.U, **mut)  # GB per token an FFN unit's tokens move (0 elsewhere)
+    # attention-FFN units in one scale-up domain (PlacementData.afd_partner ...): per FFN unit, the
+    # attention instances at most beside one instance, the share of an attention instance one
+    # instance may take, and the domains one instance takes (0 where its unit does not fit one);
+    # per attention unit, INF_BOUND where none of its FFN units fits one (its rows then open), and
+    # per unit whether its capacity feeds the decode across the NICs or from beside it (afd_fed)
+    m.afd_beside = pyo.Param(m.U, **mut)
+    m.afd_share = pyo.Param(m.U, **mut)
+    m.afd_domain_share = pyo.Param(m.U, **mut)
+    m.afd_open = pyo.Param(m.U, **mut)
+    m.afd_feeds = pyo.Param(m.U, **mut)
     m.budget = pyo.Param(**mut)
     m.power = pyo.Param(**mut)
     m.net_cap = pyo.Param(**mut)
@@ -253,6 +267,36 @@ def _add_handed_decode_rows(m: pyo.ConcreteModel, ix: _Index, prefill_only: list
             traffic = sum(m.afd_gb[u] * m.dec[u] * m.x[u] for u in ffn)
             m.afd_attention = pyo.Constraint(expr=traffic <= sum(m.nic[u] * m.x[u] for u in attention))
             m.afd_ffn = pyo.Constraint(expr=traffic <= sum(m.nic[u] * m.x[u] for u in ffn))
+        paired = sorted({ix.partner[u] for u in ffn if ix.partner[u] >= 0})
+        if paired:
+            _add_domain_rows(m, ix, paired, handed)
+
+
+def _add_domain_rows(m: pyo.ConcreteModel, ix: _Index, paired: list[int], handed: pyo.Expression) -> None:
+    """Attention-FFN units whose GPUs fit in one scale-up domain (``dse.perf.afd.afd_in_domain``)
+    move their hidden states over NVLink, not the NICs (their ``afd_gb`` is 0), and so must stay
+    in it: an attention unit paired with such FFN units (``paired``) runs no more instances than
+    sit beside theirs, nor fewer than their tokens are shared over (``afd_beside_*``: the sims
+    find the same unit from the counts); each unit keeps to a domain bought, whole, several to a
+    domain where they fit (``afd_domains``); and the decode those FFN units carry comes from the
+    attention beside them, never across the NICs from other attention units (``afd_fed``). An
+    attention unit whose FFN units all carry nothing at this pace has its rows open
+    (``afd_open``)."""
+    mates = {i: [u for u in ix.U if ix.partner[u] == i] for i in paired}
+    m.afd_beside_attention = pyo.Constraint(
+        paired, rule=lambda m, i: m.x[i] - sum(m.afd_beside[u] * m.x[u] for u in mates[i]) <= m.afd_open[i]
+    )
+    m.afd_beside_ffn = pyo.Constraint(
+        paired, rule=lambda m, i: sum(m.afd_share[u] * m.x[u] for u in mates[i]) - m.x[i] <= m.afd_open[i]
+    )
+    ffn = [u for us in mates.values() for u in us]
+    held = sorted({ix.hw[u] for u in ffn})
+    m.afd_domains = pyo.Constraint(
+        held, rule=lambda m, h: sum(m.afd_domain_share[u] * m.x[u] for u in ffn if ix.hw[u] == h) <= m.n[h]
+    )
+    feeders = ix.units(Role.FFN, Role.ATTENTION)
+    fed = sum(m.afd_feeds[u] * m.dec[u] * m.x[u] for u in feeders)
+    m.afd_fed = pyo.Constraint(expr=m.osl * handed <= fed)
 
 
 def _add_transfer_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
@@ -343,6 +387,7 @@ def param_values(data: PlacementData) -> dict[str, np.ndarray]:
         "osl": data.output_tokens,
         "fresh_handoff": data.fresh_handoff_gb,
         "afd_gb": np.broadcast_to(np.asarray(data.afd_gb_per_token, dtype=float), (len(data.unit_names),)),
+        **{k: np.where(np.isfinite(v), v, INF_BOUND) for k, v in afd_domain_rows(data).items()},
         "budget": _finite(data.budget_usd_hour),
         "power": _finite(data.power_w),
         "net_cap": _finite(data.network_capacity_gb),

@@ -40,6 +40,10 @@ FAMILY_UNITS = {
     "handoff_in": "GB/s",
     "afd_attention": "GB/s",
     "afd_ffn": "GB/s",
+    "afd_beside_attention": "instances",
+    "afd_beside_ffn": "instances",
+    "afd_domains": "domains",
+    "afd_fed": "tokens/s",
     "tier_link": "GB/s",
     "tier_capacity": "GB",
     "network_capacity": "GB",
@@ -148,6 +152,8 @@ def residuals(data: PlacementData, sol: PlacementSolution) -> dict[str, Array]:
         traffic = (afd * data.decode_tok_s * x)[ffn].sum()  # as formulations.placement prices it
         g["afd_attention"] = np.array([traffic - (data.nic_gb_s * x)[role == Role.ATTENTION].sum()])
         g["afd_ffn"] = np.array([traffic - (data.nic_gb_s * x)[ffn].sum()])
+        if data.afd_partner is not None:
+            g.update(_domain_residuals(data, x, n, osl * handed))
     links = []
     caps = []
     for t in LINK_TIERS:
@@ -172,6 +178,42 @@ def residuals(data: PlacementData, sol: PlacementSolution) -> dict[str, Array]:
     if np.isfinite(data.budget_usd_hour):
         g["budget"] = np.array([cost_usd_hour(data, sol) - data.budget_usd_hour])
     return g
+
+
+def _domain_residuals(data: PlacementData, x: Array, n: Array, demand: float) -> dict[str, Array]:
+    """The attention-FFN units in one scale-up domain: each attention unit paired with FFN units
+    whose unit fits a domain runs no more instances than sit beside theirs, nor fewer than their
+    tokens are shared over; they keep to whole domains bought; and the decode they carry comes
+    from the attention beside them (the rows of ``formulations.placement._add_domain_rows``)."""
+    assert data.afd_partner is not None and data.afd_attention_per_ffn is not None
+    assert data.afd_ffn_per_attention is not None and data.afd_units_per_domain is not None
+    role = data.unit_role
+    partner = np.asarray(data.afd_partner, dtype=int)
+    near = np.asarray(data.afd_attention_per_ffn, dtype=float) > 0
+    paired = sorted(set(partner[partner >= 0].tolist()))
+    beside_att, beside_ffn = [], []
+    for i in paired:
+        mates = (partner == i) & near
+        if not mates.any():  # none of its FFN units fits a domain: the rows are open
+            beside_att.append(-np.inf)
+            beside_ffn.append(-np.inf)
+            continue
+        beside_att.append(x[i] - (data.afd_attention_per_ffn * x)[mates].sum())
+        beside_ffn.append((x[mates] / data.afd_ffn_per_attention[mates]).sum() - x[i])
+    racked = np.zeros(data.n_units, dtype=bool)
+    racked[partner[near & (partner >= 0)]] = True
+    per_unit = np.where(near, data.afd_ffn_per_attention * data.afd_units_per_domain, 1.0)
+    per_domain = np.where(near, 1.0 / per_unit, 0.0)
+    paired_ffn = (role == Role.FFN) & (partner >= 0)
+    held = sorted(set(data.unit_hw[paired_ffn].tolist()))
+    domains = [(per_domain * x)[paired_ffn & (data.unit_hw == h)].sum() - n[h] for h in held]
+    feeds = ((role == Role.FFN) & ~near) | ((role == Role.ATTENTION) & racked)
+    return {
+        "afd_beside_attention": np.array(beside_att),
+        "afd_beside_ffn": np.array(beside_ffn),
+        "afd_domains": np.array(domains),
+        "afd_fed": np.array([demand - (data.decode_tok_s * x)[feeds].sum()]),
+    }
 
 
 @dataclass(frozen=True)
@@ -250,6 +292,10 @@ def _term_scale(data: PlacementData, sol: PlacementSolution) -> dict[str, float]
         "handoff_in": handoffs,
         "afd_attention": 1.0 + float(np.max(data.afd_gb_per_token)) * tok,
         "afd_ffn": 1.0 + float(np.max(data.afd_gb_per_token)) * tok,
+        "afd_beside_attention": 1.0 + float(sol.instances.max(initial=0)),
+        "afd_beside_ffn": 1.0 + float(sol.instances.max(initial=0)),
+        "afd_domains": 1.0 + float(sol.sale_units.max(initial=0)),
+        "afd_fed": tok,
         "tier_link": reloads,
         "tier_capacity": stored,
         "network_capacity": stored,

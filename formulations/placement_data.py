@@ -95,6 +95,18 @@ class PlacementData:
     # every unit); 0 if not split. The hidden states fan out to the expert GPUs a token's experts
     # are on, so it depends on the FFN unit's shape (dse.perf.afd.afd_bytes_per_token)
     afd_gb_per_token: float | Array
+    # attention-FFN units in one scale-up domain (dse.perf.afd.afd_in_domain), per unit (U,):
+    # ``afd_partner``, for an FFN unit, the index of the attention unit of its shape at its pace
+    # that it pairs with (-1 for every other unit, and an FFN unit without one); for an FFN unit
+    # whose unit with its partner fits in one domain (the others 0): ``afd_attention_per_ffn``,
+    # the attention instances at most beside one of its instances, ``afd_ffn_per_attention``, the
+    # expert instances at most one attention instance's tokens are shared over, and
+    # ``afd_units_per_domain``, the units (of those instances) one domain holds. Such a unit's
+    # hidden states stay on NVLink: its ``afd_gb_per_token`` is 0. None: no such pairs.
+    afd_partner: Array | None = None
+    afd_attention_per_ffn: Array | None = None
+    afd_ffn_per_attention: Array | None = None
+    afd_units_per_domain: Array | None = None
     # caps (inf when absent)
     budget_usd_hour: float = float("inf")
     power_w: float = float("inf")
@@ -135,7 +147,9 @@ class PlacementData:
     def structure(self) -> tuple[object, ...]:
         """What fixes the shape of the built model; data with the same structure re-solves in
         place (caps are rows whose bound is infinite when absent, so they do not change it)."""
-        return (self.n_hw, tuple(self.unit_hw.tolist()), tuple(self.unit_role.tolist()), self.n_classes)
+        pairs = () if self.afd_partner is None else tuple(self.afd_partner.tolist())
+        units = (tuple(self.unit_hw.tolist()), tuple(self.unit_role.tolist()))
+        return (self.n_hw, *units, self.n_classes, pairs)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ import highspy
 import numpy as np
 
 from formulations.direct import Columns
+from formulations.placement import afd_domain_rows
 from formulations.placement_data import PlacementData
 from formulations.slots import slot_rows
 
@@ -116,8 +117,12 @@ def _rounded(value: np.ndarray, cols: Columns, data: PlacementData) -> np.ndarra
         x = np.where(on & (used > 0), np.maximum(x, np.ceil(need - _ROUND)), x)
     design[cols.x[seen]] = x[seen]
     gpus = np.bincount(data.unit_hw, weights=data.unit_gpus * x, minlength=data.n_hw)
+    need = gpus / data.sale_gpus
+    if data.afd_partner is not None:  # attention-FFN units that keep to domains of their own
+        share = afd_domain_rows(data)["afd_domain_share"]
+        need = np.maximum(need, np.bincount(data.unit_hw, weights=share * x, minlength=data.n_hw))
     bought = cols.n >= 0
-    design[cols.n[bought]] = np.ceil(gpus / data.sale_gpus - _ROUND)[bought]
+    design[cols.n[bought]] = np.ceil(need - _ROUND)[bought]
     return design
 
 

@@ -556,9 +556,13 @@ def _family_duals(m: pyo.ConcreteModel, data: PlacementData, raw: dict[Any, floa
     mixed = [u for u in m.U if role[u] == Role.MIXED]
     if mixed:
         out["decode_mixed"] = np.array([get(m.decode_mixed[u]) for u in mixed])
-    for name in ("decode_pool", "handoff_in", "ffn_pool", "afd_attention", "afd_ffn"):
+    for name in ("decode_pool", "handoff_in", "ffn_pool", "afd_attention", "afd_ffn", "afd_fed"):
         if hasattr(m, name):
             out[name] = np.array([get(getattr(m, name))])
+    for name in ("afd_beside_attention", "afd_beside_ffn", "afd_domains"):  # indexed, where built
+        if hasattr(m, name):
+            rows = getattr(m, name)
+            out[name] = np.array([get(rows[k]) for k in rows])
     if np.isfinite(data.network_capacity_gb):
         out["network_capacity"] = np.array([get(m.network_capacity)])
     if np.isfinite(data.power_w):

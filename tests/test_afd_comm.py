@@ -10,6 +10,8 @@ run on the expert pool (vLLM's AFD DeepSeek adaptation), so their hidden states 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -24,10 +26,10 @@ from dse.units import GB, Precision
 MODEL, HW = "deepseek-r1", "h200"
 
 
-def _pool(catalog: Catalog, gpus: float, attn_tp: float, ep: float):  # type: ignore[no-untyped-def]
+def _pool(catalog: Catalog, gpus: float, attn_tp: float, ep: float, hw: str = HW, engines=None):  # type: ignore[no-untyped-def]
     return build_pool(
-        catalog.model(MODEL), [catalog.hardware(HW)], gpus=[gpus], attn_tp=[attn_tp], ep=[ep],
-        weight_precision=[Precision.FP8], kv_precision=[Precision.BF16],
+        catalog.model(MODEL), [catalog.hardware(hw)], gpus=[gpus], attn_tp=[attn_tp], ep=[ep],
+        weight_precision=[Precision.FP8], kv_precision=[Precision.BF16], engines=engines,
     )  # fmt: skip
 
 
@@ -128,3 +130,89 @@ def test_afd_step_transfer_is_the_fanned_out_bytes_over_the_nics_plus_the_rdma_w
     assert afd_transfer_latency_s(ffn, p)[0] == pytest.approx(wait)
     assert cost.afd.transfer_s[0] == pytest.approx((bw + wait) / SIDE_SHARE)
     assert cost.afd.attention.comm_s[0] == 0.0
+
+
+def _unit_step(catalog: Catalog, hw: str, attention: int, p, b: float = 128.0, att_gpus: int = 8):  # type: ignore[no-untyped-def]
+    """``attention`` DP-attention instances of ``att_gpus`` GPUs and one 16-GPU EP-16 expert
+    instance of DeepSeek-R1 on ``hw``, ``b`` sequences each: the decode step (its cost, with the
+    split) and the two pools."""
+    engines = p.kernel_engines(["sglang"])
+    att = attention_side(_pool(catalog, att_gpus, 1, att_gpus, hw, engines))
+    ffn = ffn_side(_pool(catalog, 16, 1, 16, hw, engines))
+    one = np.ones(1)
+    d = Deployment(
+        prefill=None, decode=att, prefill_instances=one, decode_instances=attention * one, isl=1024 * one,
+        osl=1024 * one, speed=one, draft_tokens=0 * one, accept_tokens=one, ffn=ffn, ffn_instances=one,
+    )  # fmt: skip
+    cost, _ = _decode_step(d, p, b * one)
+    assert cost.afd is not None
+    return cost, att, ffn
+
+
+@pytest.mark.parametrize("tier", ["datasheet", "measured"])
+def test_a_unit_inside_one_nvl72_rack_sends_its_hidden_states_over_nvlink(
+    catalog: Catalog, tier: str
+) -> None:
+    """Two 8-GPU attention instances and the 16-GPU expert instance they feed make a 32-GPU unit,
+    inside one 72-GPU GB200 NVL72 rack: the hidden states cross NVLink (900 GB/s a direction at
+    the fitted ``link_eff``) and each crossing waits as an NVLink all-to-all over the unit's 32
+    GPUs does (the collective latency once per peer), not on RDMA. The same rule in both kernel
+    tiers (the transfer is no measured kernel). DeepSeek-R1 at 128 sequences per attention
+    instance, datasheet tier: the transfer 45.9 -> 5.9 ms a step, the step (TPOT) 45.9 -> 34.5 ms,
+    now paced by the expert pool instead of the transfer."""
+    from dse.perf.stages import nvlink_a2a_latency_us
+
+    p = replace(load_params(), kernels=tier)
+    m, h = catalog.model(MODEL), catalog.hardware("gb200")
+    assert h.scale_up.domain_gpus == 72
+    cost, _, ffn = _unit_step(catalog, "gb200", 2, p)
+    assert cost.afd is not None and bool(cost.afd.in_domain[0])
+    sent = 128.0 * afd_bytes_per_token(ffn)[0]  # one copy a layer: the expert instance is in one rack
+    assert afd_bytes_per_token(ffn)[0] == pytest.approx(m.layers * m.hidden * 3.0)
+    link = h.scale_up.gb_per_s_per_dir * GB * p.link_eff
+    bw = max(sent / (link * 8.0), 2.0 * sent / (link * 16.0))
+    wait = 2.0 * m.layers * float(nvlink_a2a_latency_us(32.0, p)) * 1e-6
+    assert cost.afd.transfer_s[0] == pytest.approx((bw + wait) / SIDE_SHARE)
+    nic = 2.0 * m.layers * p.nic_a2a_latency_us * 1e-6
+    assert cost.afd.transfer_s[0] < nic / SIDE_SHARE / 3  # under a third of the RDMA waits alone
+    if tier == "datasheet":
+        assert cost.afd.transfer_s[0] * 1e3 == pytest.approx(5.88, abs=0.01)
+        assert cost.total_s[0] * 1e3 == pytest.approx(34.50, abs=0.01)
+        assert str(cost.afd.paced_by()[0]) == "expert pool"
+
+
+@pytest.mark.parametrize(("hw", "att_gpus"), [("h200", 8), ("gb200", 16)])
+def test_a_unit_that_spans_domains_keeps_the_nics_bit_for_bit(
+    catalog: Catalog, hw: str, att_gpus: int
+) -> None:
+    """A unit wider than its scale-up domain keeps the NICs and the RDMA waits, computed as before,
+    bit for bit: on 8-GPU H200 nodes two 8-GPU attention instances and a 16-GPU expert instance
+    (32 GPUs over four nodes); on GB200 NVL72 racks four 16-GPU attention instances and a 16-GPU
+    expert instance (80 GPUs, over the 72 of a rack)."""
+    p = load_params()
+    m = catalog.model(MODEL)
+    attention = 32 // att_gpus + (2 if hw == "gb200" else 0)  # 2 on H200, 4 on GB200
+    cost, att, ffn = _unit_step(catalog, hw, attention, p, att_gpus=att_gpus)
+    assert cost.afd is not None and not bool(cost.afd.in_domain[0])
+    one = np.ones(1)
+    sent = afd_bytes_per_token(ffn) * (128.0 * one)
+    # the operations of the transfer as they were priced before units in one domain were told apart
+    xfer = np.maximum(
+        sent / (att.nic_bytes_per_s * p.nic_eff * att.gpus),
+        sent * (attention * one) / one / (ffn.nic_bytes_per_s * p.nic_eff * ffn.gpus),
+    ) + np.full_like(ffn.gpus, 2.0 * m.layers * p.nic_a2a_latency_us * 1e-6)
+    assert cost.afd.transfer_s[0] == (xfer * (1.0 / SIDE_SHARE))[0]  # bit for bit
+
+
+def test_attention_and_experts_on_different_hardware_never_share_a_domain(catalog: Catalog) -> None:
+    """The rule needs both pools on one hardware: an attention pool on GB200 NVL72 racks and an
+    expert pool on other racks of another kind share no NVLink domain, however few their GPUs."""
+    from dse.perf.afd import afd_in_domain, afd_unit_gpus
+
+    att = attention_side(_pool(catalog, 8, 1, 8, "gb200"))
+    ffn = ffn_side(_pool(catalog, 16, 1, 16, "gb200"))
+    assert afd_unit_gpus(att, ffn, 2.0)[0] == 32.0
+    assert afd_unit_gpus(att, ffn, 0.5)[0] == 8.0 + 2 * 16.0  # an attention instance over two expert ones
+    assert afd_unit_gpus(att, ffn, 2.5)[0] == 3 * 8.0 + 16.0  # dealt whole: the most any gets
+    assert bool(afd_in_domain(att, ffn, 2.0, True)[0]) and not bool(afd_in_domain(att, ffn, 2.0, False)[0])
+    assert not bool(afd_in_domain(att, ffn, 8.0, True)[0])  # 80 GPUs

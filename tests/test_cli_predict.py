@@ -749,6 +749,16 @@ def test_predict_attention_ffn_disaggregated_from_flags_and_rows(tmp_path: Path,
         assert aggregated.code == 2 and f"{flag} = {value}: needs --disagg" in aggregated.err, aggregated.err
 
 
+def test_predict_says_which_links_the_hidden_states_cross(cli: Cli) -> None:
+    """Two 8-GPU attention instances and a 16-GPU expert instance: 32 GPUs, over four 8-GPU B200
+    nodes (the NICs) or inside one 72-GPU GB200 NVL72 rack (NVLink, :func:`~dse.perf.afd.afd_in_domain`),
+    where the transfer takes a fraction of the time (`afd_transfer_link`, `afd_transfer_ms`)."""
+    nodes = _predicted(cli)["prediction"]
+    rack = _predicted(cli, AFD_FLAGS.replace("--hardware b200", "--hardware gb200"))["prediction"]
+    assert (nodes["afd_transfer_link"], rack["afd_transfer_link"]) == ("nic", "nvlink")
+    assert rack["afd_transfer_ms"] < nodes["afd_transfer_ms"] / 3
+
+
 def test_an_afd_deployment_of_a_dense_model_is_refused(cli: Cli, catalog: Catalog) -> None:
     """llama-3.1-70b has no routed experts: `--afd` had been taken, and an "expert pool" of its
     dense FFNs priced (expert_gemm_ms 5.5 on h200), as had a batch row with an FFN pool."""

@@ -779,6 +779,7 @@ def _step_breakdown(res: ServingResult) -> dict[str, float | str]:
         "expert_comm_ms": float(ex.comm_s[0]) * 1e3,
         "expert_overhead_ms": float(ex.overhead_s[0]) * 1e3,
         "afd_transfer_ms": float(res.afd.transfer_s[0]) * 1e3,
+        "afd_transfer_link": "nvlink" if bool(res.afd.in_domain[0]) else "nic",
         "decode_paced_by": str(res.afd.paced_by()[0]),
     }
 

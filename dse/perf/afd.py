@@ -25,6 +25,13 @@ Communication, as those systems route it:
 - Each crossing waits on RDMA completions as an expert-parallel all-to-all across scale-up
   domains does: :attr:`~dse.perf.params.PerfParams.nic_a2a_latency_us` per direction and layer
   (:func:`afd_transfer_latency_s`), paid by the transfer, which runs beside both pools.
+- Where an attention-FFN *unit*, an expert instance and the attention instances that feed it
+  (:func:`afd_unit_gpus`), fits in one scale-up domain of one hardware (a GB200 NVL72 rack holds
+  72 GPUs, an H200 node 8), the transfer stays on NVLink, as NVIDIA's rack-scale deployments and
+  MegaScale-Infer's M2N inside a node run it (:func:`afd_in_domain`): the same bytes over the
+  NVLink ports at the fitted ``link_eff``, and each crossing waits as an NVLink all-to-all over
+  the unit's GPUs does (:func:`~dse.perf.stages.nvlink_a2a_latency_us`), not on RDMA. A unit
+  that does not fit keeps the NICs.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import numpy as np
 from dse.perf.kernels import side_curves
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
+from dse.perf.stages import nvlink_a2a_latency_us
 
 SIDE_SHARE = 0.5
 """Share of a decode step each side may take: two micro-batches in ping-pong, each side runs one
@@ -114,7 +122,66 @@ def afd_bytes_per_token(pool: Pool) -> Array:
     return copies * m.hidden * (pool.act_bytes + 2.0)
 
 
-def afd_transfer_latency_s(pool: Pool, p: PerfParams) -> Array:
-    """Fixed seconds of one step's transfers: a dispatch and a combine in every FFN layer, each
-    waiting on RDMA completions as a cross-domain all-to-all does (``nic_a2a_latency_us``)."""
-    return np.full_like(pool.gpus, 2.0 * pool.model.layers * p.nic_a2a_latency_us * 1e-6)
+def afd_transfer_latency_s(
+    pool: Pool, p: PerfParams, in_domain: Array | bool = False, unit_gpus: Array | float = 0.0
+) -> Array:
+    """Fixed seconds of one step's transfers to an expert instance of ``pool``'s shape: a dispatch
+    and a combine in every FFN layer, each waiting on RDMA completions as a cross-domain
+    all-to-all does (``nic_a2a_latency_us``); where the unit is ``in_domain``, as an NVLink
+    all-to-all over its ``unit_gpus`` does (the NVLink collective latency once per peer)."""
+    nic = np.full_like(pool.gpus, 2.0 * pool.model.layers * p.nic_a2a_latency_us * 1e-6)
+    if not np.any(in_domain):
+        return nic
+    nvlink = 2.0 * pool.model.layers * nvlink_a2a_latency_us(np.asarray(unit_gpus, dtype=float), p) * 1e-6
+    return np.where(in_domain, nvlink, nic)
+
+
+def afd_unit_gpus(attention: Pool, experts: Pool, fan_in: Array | float) -> Array:
+    """GPUs of one attention-FFN unit: the attention instances of ``attention`` and the expert
+    instances of ``experts`` that send to one another, with ``fan_in`` attention instances per
+    expert instance. At ``fan_in`` 1 or more, an expert instance and the attention instances that
+    feed it; below 1, an attention instance and the expert instances its tokens are shared over.
+    A fraction is rounded up: the most any instance gets, instances being dealt whole."""
+    f = np.asarray(fan_in, dtype=float)
+    per_expert = np.ceil(f - 1e-9)
+    per_attention = np.ceil(1.0 / np.maximum(f, 1e-300) - 1e-9)
+    return per_expert * attention.gpus + per_attention * experts.gpus
+
+
+def afd_in_domain(
+    attention: Pool, experts: Pool, fan_in: Array | float, same_hardware: Array | bool
+) -> Array:
+    """Where an attention-FFN unit (:func:`afd_unit_gpus`) fits in one scale-up domain of its
+    hardware, so that its hidden states cross NVLink and never the NICs: both pools on the same
+    hardware (``same_hardware``) and the unit's GPUs within the domain (72 on a GB200 or GB300
+    NVL72 rack, 8 on an H200 or B200 node). Several such units each keep to a domain of their own
+    (or share one whole): none straddles two."""
+    fits = afd_unit_gpus(attention, experts, fan_in) <= experts.domain_gpus
+    return np.asarray(same_hardware, dtype=bool) & fits
+
+
+def afd_transfer_s(
+    attention: Pool,
+    experts: Pool,
+    p: PerfParams,
+    sent: Array,
+    received: Array,
+    fan_in: Array | float,
+    in_domain: Array | bool,
+) -> Array:
+    """Seconds of one step's hidden-state transfers between an attention instance that sends
+    ``sent`` bytes and the expert instance that receives ``received`` (``fan_in`` attention
+    instances' worth): the slower of the two sides' links, plus the fixed waits
+    (:func:`afd_transfer_latency_s`). Over the NICs (at ``nic_eff``) or, where the unit is
+    ``in_domain`` (:func:`afd_in_domain`), over the NVLink ports (at ``link_eff``)."""
+    if np.any(in_domain):
+        att_bw = np.where(
+            in_domain, attention.scaleup_bytes_per_s * p.link_eff, attention.nic_bytes_per_s * p.nic_eff
+        )
+        exp_bw = np.where(
+            in_domain, experts.scaleup_bytes_per_s * p.link_eff, experts.nic_bytes_per_s * p.nic_eff
+        )
+    else:  # the NICs, as every unit had been priced (the same operations, bit for bit)
+        att_bw, exp_bw = attention.nic_bytes_per_s * p.nic_eff, experts.nic_bytes_per_s * p.nic_eff
+    wait = afd_transfer_latency_s(experts, p, in_domain, afd_unit_gpus(attention, experts, fan_in))
+    return np.maximum(sent / (att_bw * attention.gpus), received / (exp_bw * experts.gpus)) + wait

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.perf.afd import SIDE_SHARE, afd_bytes_per_token, afd_transfer_latency_s
+from dse.perf.afd import SIDE_SHARE, afd_bytes_per_token, afd_in_domain, afd_transfer_s
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
 from dse.perf.stages import (
@@ -69,6 +69,10 @@ class Deployment:
     # (:func:`~dse.perf.afd.attention_side`) and ``ffn`` the expert side
     ffn: Pool | None = None
     ffn_instances: Array | None = None
+    # where both pools run on the same hardware, so that a unit of them may share a scale-up
+    # domain (:func:`~dse.perf.afd.afd_in_domain`); None: they do (one benchmark row, one
+    # ``dse predict``: one hardware)
+    ffn_same_hardware: Array | None = None
     # the engine's cap on sequences one decode instance runs at once (SGLang's
     # ``--max-running-requests``); None: only the KV cache caps it
     max_batch: Array | None = None
@@ -163,13 +167,13 @@ def _afd_step(
     and the expert pool (the attention pool's tokens shared among its instances). As for the
     placement's attention and FFN units, each side's whole step must fit in
     :data:`~dse.perf.afd.SIDE_SHARE` of it (two micro-batches in ping-pong), and so must the hidden
-    states crossing the NICs (of the attention instance that sends them, and of the expert
-    instance that receives ``decode_instances / ffn_instances`` times as many; over NICs as the
-    placement's AFD units assume, even where both pools share one NVLink domain); the slowest of
-    the three paces the step, and the breakdown is that one's, scaled to the step. The transfer
-    fans each token out to its experts' GPUs (:func:`~dse.perf.afd.afd_bytes_per_token`) and waits
-    on RDMA completions once per direction and layer (:func:`~dse.perf.afd.afd_transfer_latency_s`);
-    the expert pool runs no all-to-all of its own."""
+    states crossing between them (sent by the attention instance, received by the expert instance
+    that takes ``decode_instances / ffn_instances`` times as many); the slowest of the three paces
+    the step, and the breakdown is that one's, scaled to the step. The transfer fans each token out
+    to its experts' GPUs (:func:`~dse.perf.afd.afd_bytes_per_token`) over the NICs, waiting on RDMA
+    completions once per direction and layer, or over NVLink where an expert instance and the
+    attention instances it talks to share one scale-up domain (:func:`~dse.perf.afd.afd_in_domain`,
+    :func:`~dse.perf.afd.afd_transfer_s`); the expert pool runs no all-to-all of its own."""
     assert d.ffn is not None and d.ffn_instances is not None
     seqs = batch * d.decode_instances / d.ffn_instances
     ffn = forward_cost(
@@ -182,10 +186,10 @@ def _afd_step(
         speed=d.speed,
     )
     sent = afd_bytes_per_token(d.ffn) * batch * (1.0 + d.draft_tokens)  # per attention instance
-    xfer = np.maximum(
-        sent / (d.decode.nic_bytes_per_s * p.nic_eff * d.decode.gpus),
-        sent * d.decode_instances / d.ffn_instances / (d.ffn.nic_bytes_per_s * p.nic_eff * d.ffn.gpus),
-    ) + afd_transfer_latency_s(d.ffn, p)
+    fan_in = d.decode_instances / d.ffn_instances
+    same = True if d.ffn_same_hardware is None else d.ffn_same_hardware
+    near = afd_in_domain(d.decode, d.ffn, fan_in, same)
+    xfer = afd_transfer_s(d.decode, d.ffn, p, sent, sent * d.decode_instances / d.ffn_instances, fan_in, near)
     use_att = att.total_s >= ffn.total_s
     moved = xfer > np.maximum(att.total_s, ffn.total_s)
     k = 1.0 / SIDE_SHARE
@@ -204,7 +208,7 @@ def _afd_step(
         overhead_s=side(att.overhead_s, ffn.overhead_s),
         gemm_compute_bound=np.where(use_att, att.gemm_compute_bound, ffn.gemm_compute_bound),
         attention_compute_bound=att.attention_compute_bound,
-        afd=AfdSplit(scaled(att), scaled(ffn), xfer * k),
+        afd=AfdSplit(scaled(att), scaled(ffn), xfer * k, near),
     )
 
 

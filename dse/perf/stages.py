@@ -52,6 +52,8 @@ class AfdSplit:
     attention: StepCost
     experts: StepCost
     transfer_s: Array
+    # bool: the transfer stays on NVLink, the unit in one scale-up domain (dse.perf.afd.afd_in_domain)
+    in_domain: Array
 
     def paced_by(self) -> Array:
         """Which of the three is slowest: ``attention pool``, ``expert pool`` or ``transfer``."""

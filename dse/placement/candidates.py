@@ -26,7 +26,11 @@ TTFT, the interference of chunked prefill with decode) is settled here, per unit
   FFN units come at several token batches. The two halves step in lockstep, so a design has one
   pace: ``dse place`` also solves the design at each unit's own pace below the target
   (:attr:`Candidates.tighter_afd_paces`), where an attention batch held by HBM, or an FFN unit's
-  fixed batch, steps faster than a loose target and is credited all it carries;
+  fixed batch, steps faster than a loose target and is credited all it carries. An FFN unit and
+  the attention unit of its shape that make a unit in one scale-up domain (a GB200 NVL72 rack)
+  also come as domain units (``.../nvlink``), beside those across the NICs: their hidden states
+  cross NVLink, in no NIC budget, and the MILP keeps them in their domain
+  (:mod:`formulations.domains`);
 * **midfill** units (the four-stage topology) take returning turns only: their utilisation cap is
   set by a batch of midfills and the fastest allowed way back, not by fresh prompts, and they
   hand the KV to decode as prefill units do. Prefill units may still take returning turns, so the
@@ -49,7 +53,15 @@ import numpy as np
 from dse.catalog import Catalog, Hardware
 from dse.errors import InputError
 from dse.perf.afd import SIDE_SHARE as AFD_SIDE_SHARE
-from dse.perf.afd import afd_bytes_per_token, afd_transfer_latency_s, attention_side, ffn_side
+from dse.perf.afd import (
+    afd_bytes_per_token,
+    afd_in_domain,
+    afd_transfer_latency_s,
+    afd_transfer_s,
+    afd_unit_gpus,
+    attention_side,
+    ffn_side,
+)
 from dse.perf.latency_tables import ENGINE_RULES
 from dse.perf.memo import Memo
 from dse.perf.params import PerfParams
@@ -126,11 +138,33 @@ class _Row:
     mid: Array = field(default_factory=lambda: np.zeros(0))
     reload: Array = field(default_factory=lambda: np.zeros(0))
     forward_prompts: float = 0.0  # prompts a prefill forward batches at the unit's load (0: at most)
+    # an FFN unit: its shape's attention row (-1: none); where the two make a unit in one scale-up
+    # domain, the attention instances at most beside one instance, the expert instances at most
+    # one attention instance's tokens are shared over, and the units one domain holds (else 0)
+    partner: int = -1
+    beside: float = 0.0
+    spread: float = 0.0
+    per_domain: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mid.size == 0:
             self.mid = np.full((self.n_classes, len(TIERS)), np.inf)
             self.reload = np.zeros((self.n_classes, len(TIERS)))
+
+
+@dataclass(frozen=True)
+class _Near:
+    """Per shape, for one FFN token batch: whether its FFN unit and its shape's attention units
+    make an attention-FFN unit in one scale-up domain whose NVLink transfers and expert step fit
+    (``ok``), that unit's counts (:class:`_Row`'s ``beside``, ``spread`` and ``per_domain``), its
+    transfer's seconds a step and the FFN unit's step."""
+
+    ok: Array
+    attention_per_ffn: Array
+    ffn_per_attention: Array
+    per_domain: Array
+    transfer_s: Array
+    step_s: Array  # the FFN unit's time per output token (its half of the step)
 
 
 class _Builder:
@@ -666,7 +700,14 @@ class _Builder:
     def add_afd(self, pace: float | None = None) -> None:
         """Attention units (KV and attention weights) and FFN units (experts), half the pace each:
         the TPOT target's, or a tighter ``pace`` every unit of the design then keeps (the two
-        halves step in lockstep).
+        halves step in lockstep). Their hidden states cross the NICs and wait on RDMA; a shape
+        whose waits alone pass half the pace serves across the NICs no more.
+
+        Where an FFN unit and the attention unit of its shape make an attention-FFN unit that fits
+        in one scale-up domain (:meth:`_near`), both also come as *domain* units (named
+        ``.../nvlink``) whose hidden states cross NVLink: such an FFN unit's tokens count in no
+        NIC budget, and the placement keeps the pair in its domain (:mod:`formulations.domains`).
+        The units that cross the NICs stay as they were, so a design is never dearer for them.
 
         Built at the target (in ``dse place``), it also finds the tighter paces worth a design
         of their own (``afd_paces``): each unit's own, its step over the side's share. An
@@ -684,18 +725,22 @@ class _Builder:
         # the transfers' fixed RDMA waits, a dispatch and a combine every FFN layer, run beside
         # both sides and must fit the same share of the step (their bytes: the NIC budgets)
         wait = self.afd_wait = float(afd_transfer_latency_s(s.pool, self.p)[0])
-        if wait > pace * AFD_SIDE_SHARE:
-            why = f"the hidden states' transfers wait {wait * 1e3:.2f} ms a step on RDMA, over half of {of}"
-            for unit in ("attention", "ffn"):
-                for i in self.shapes("decode", unit=unit):
-                    self.exclude(i, unit, why, wait / (pace * AFD_SIDE_SHARE))
-            return
+        far, far_t = wait > pace * AFD_SIDE_SHARE, wait > slo.tpot_s * AFD_SIDE_SHARE
         rate, batch = self.decode_points(att, pace * AFD_SIDE_SHARE)
         at_target = batch if target else self.decode_points(att, slo.tpot_s * AFD_SIDE_SHARE)[1]
+        steps = self._ffn_steps(ffn)
+        near = self._near(att, ffn, batch, pace, steps)
+        near_t = near if target else self._near(att, ffn, at_target, slo.tpot_s, steps)
+        any_near = np.any([n.ok for n in near], axis=0)
+        any_near_t = np.any([n.ok for n in near_t], axis=0)
         att_w = weight_bytes_per_gpu(att) / GB
+        why = f"the hidden states' transfers wait {wait * 1e3:.2f} ms a step on RDMA, over half of {of}"
+        beside: dict[int, int] = {}  # each shape's attention row in one domain with its FFN units
         alone: Array | None = None  # priced only for a shape that misses its half
         for i in self.shapes("decode", unit="attention"):
-            if batch[i] <= 0:
+            if far:
+                self.exclude(i, "attention", why, wait / (pace * AFD_SIDE_SHARE))
+            elif batch[i] <= 0:
                 alone = self.alone_s(att) if alone is None else alone
                 half = pace * AFD_SIDE_SHARE
                 self.exclude(
@@ -706,49 +751,103 @@ class _Builder:
                     else f"attention step cannot fit half of {of}",
                     float(alone[i] / half) if alone[i] > half else math.inf,
                 )
-                if at_target[i] > 0:
-                    self._dead(i, Role.ATTENTION, tag)
-                continue
-            info = self.info(
-                i,
-                Role.ATTENTION,
-                suffix=tag,
-                batch=float(batch[i]),
-                weights_gb=float(att_w[i]),
-                hbm_gb=float(att_w[i] + batch[i] * s.per_seq_gb[i] / s.pool.kv_shard[i]),
-                tpot=pace,
-            )
-            # the step is paced by the design's pace, not by the attention side alone
-            self.rows.append(
-                _Row(info, i, len(self.classes), dec=float(batch[i] / pace), nic=float(s.nic_gb_s[i]))
-            )
-            if target:
-                self._tighter(float(batch[i] / rate[i]), pace)
-        self._add_ffn(ffn, pace, tag, of)
+            for domain in (False, True):
+                alive = batch[i] > 0 and bool(any_near[i] if domain else not far)
+                had = at_target[i] > 0 and bool(any_near_t[i] if domain else not far_t)  # the target's
+                if not (alive or had):
+                    continue
+                suffix = (NVLINK if domain else "") + tag
+                if domain:
+                    beside[i] = len(self.rows)
+                if not alive:
+                    self._dead(i, Role.ATTENTION, suffix)
+                    continue
+                info = self.info(
+                    i,
+                    Role.ATTENTION,
+                    suffix=suffix,
+                    batch=float(batch[i]),
+                    weights_gb=float(att_w[i]),
+                    hbm_gb=float(att_w[i] + batch[i] * s.per_seq_gb[i] / s.pool.kv_shard[i]),
+                    tpot=pace,
+                )
+                # the step is paced by the design's pace, not by the attention side alone
+                self.rows.append(
+                    _Row(info, i, len(self.classes), dec=float(batch[i] / pace), nic=float(s.nic_gb_s[i]))
+                )
+                if target:  # nor faster than its transfers: the RDMA waits, or the whole NVLink one
+                    own = min(float(n.transfer_s[i]) for n in near if n.ok[i]) if domain else wait
+                    self._tighter(float(batch[i] / rate[i]), pace, own)
+        self._add_ffn(ffn, pace, tag, of, near, near_t, beside)
 
-    def _add_ffn(self, ffn: Pool, pace: float, tag: str, of: str) -> None:
-        """FFN units (the pool's FFN side ``ffn``) at each token batch of the options, at ``pace``
-        (``tag`` and ``of`` name it); see :meth:`add_afd`."""
-        s, slo, p = self.s, self.slo, self.p
-        target = pace == slo.tpot_s
-        ffn_w = weight_bytes_per_gpu(ffn) / GB
-        for per_gpu in self.opts.ffn_tokens_per_gpu:
-            seqs = per_gpu * s.pool.gpus
-            # time per output token of the expert half; a step yields ``accept`` tokens per sequence
-            step = (
-                forward_cost(
-                    ffn,
-                    p,
-                    tokens=seqs * (1.0 + s.draft),
-                    sequences=seqs,
-                    context=np.zeros_like(seqs),
-                    prefill=False,
-                    speed=s.speed,
-                ).total_s
-                / s.accept
+    def _near(self, att: Pool, ffn: Pool, batch: Array, pace: float, steps: list[Array]) -> list[_Near]:
+        """Per FFN token batch of the options, which shapes' FFN units make an attention-FFN unit
+        with the attention units of their shape (``batch`` sequences each, at ``pace``) that fits
+        in one scale-up domain (:func:`~dse.perf.afd.afd_in_domain`), whose transfers over NVLink
+        fit the side's share of the pace with their NVLink waits
+        (:func:`~dse.perf.afd.afd_transfer_s`), and whose expert step (``steps``) fits it too.
+        The unit is an expert instance and the attention instances its token batch takes, or an
+        attention instance and the expert instances its batch takes, as many as fit beside it in
+        the domain: where fewer fit, the side with more runs below its batch (the other one's
+        capacity binds in the MILP)."""
+        s, p = self.s, self.p
+        per_token = afd_bytes_per_token(s.pool) * (1.0 + s.draft)
+        room, g = s.pool.domain_gpus, s.pool.gpus
+        most = np.maximum(np.floor((room - g) / g + 1e-9), 1.0)  # beside one instance of the other side
+        out = []
+        for per_gpu, step in zip(self.opts.ffn_tokens_per_gpu, steps, strict=True):
+            seqs = per_gpu * g
+            live = batch > 0
+            need = seqs / np.where(live, batch, 1.0)  # attention instances one expert instance takes
+            beside = np.minimum(np.ceil(need - 1e-9), most)
+            spread = np.minimum(np.ceil(1.0 / need - 1e-9), most)
+            fan_in = beside / spread
+            inside = live & afd_in_domain(att, ffn, fan_in, True)
+            sent = np.minimum(batch, spread * seqs) * per_token  # an attention instance's
+            got = np.minimum(seqs, beside * batch) * per_token  # an expert instance's
+            xfer = afd_transfer_s(att, ffn, p, sent, got, fan_in, inside)
+            out.append(
+                _Near(
+                    ok=inside & (xfer <= pace * AFD_SIDE_SHARE) & (step <= pace * AFD_SIDE_SHARE),
+                    attention_per_ffn=beside,
+                    ffn_per_attention=spread,
+                    per_domain=np.floor(room / afd_unit_gpus(att, ffn, fan_in) + 1e-9),
+                    transfer_s=xfer,
+                    step_s=step,
+                )
             )
+        return out
+
+    def _add_ffn(
+        self,
+        ffn: Pool,
+        pace: float,
+        tag: str,
+        of: str,
+        near: list[_Near],
+        near_t: list[_Near],
+        beside: dict[int, int],
+    ) -> None:
+        """FFN units (the pool's FFN side ``ffn``) at each token batch of the options, at ``pace``
+        (``tag`` and ``of`` name it): across the NICs, and where ``near`` (``near_t`` at the
+        target) says so, also in one scale-up domain with their shape's attention row
+        (``beside``); see :meth:`add_afd`."""
+        s, slo = self.s, self.slo
+        target = pace == slo.tpot_s
+        wait = self.afd_wait
+        far, far_t = wait > pace * AFD_SIDE_SHARE, wait > slo.tpot_s * AFD_SIDE_SHARE
+        ffn_w = weight_bytes_per_gpu(ffn) / GB
+        for k, per_gpu in enumerate(self.opts.ffn_tokens_per_gpu):
+            seqs = per_gpu * s.pool.gpus
+            n, n_t = near[k], near_t[k]
+            step = n.step_s
             for i in self.shapes("decode", unit="ffn"):
-                if step[i] > pace * AFD_SIDE_SHARE:
+                fits, fits_t = step[i] <= pace * AFD_SIDE_SHARE, step[i] <= slo.tpot_s * AFD_SIDE_SHARE
+                if far:
+                    over = wait / (pace * AFD_SIDE_SHARE)
+                    self.exclude(i, "ffn", f"the hidden states' transfers wait {wait * 1e3:.2f} ms a step "
+                                 f"on RDMA, over half of {of}", over)  # fmt: skip
+                elif not fits:
                     self.exclude(
                         i,
                         "ffn",
@@ -756,37 +855,65 @@ class _Builder:
                         f"over half of {of}",
                         float(step[i] / (pace * AFD_SIDE_SHARE)),
                     )
-                    if step[i] <= slo.tpot_s * AFD_SIDE_SHARE:
-                        self._dead(i, Role.FFN, f"/b{seqs[i]:.0f}{tag}")
-                    continue
-                if target:
-                    self._tighter(float(step[i]), pace)
-                info = self.info(
-                    i,
-                    Role.FFN,
-                    suffix=f"/b{seqs[i]:.0f}{tag}",
-                    batch=float(seqs[i]),
-                    weights_gb=float(ffn_w[i]),
-                    hbm_gb=float(ffn_w[i]),
-                    tpot=pace,
-                )
-                self.rows.append(
-                    _Row(info, i, len(self.classes), dec=float(seqs[i] / pace), nic=float(s.nic_gb_s[i]))
-                )
+                for domain in (False, True):
+                    paired = i in beside
+                    alive = fits and bool(n.ok[i] and paired if domain else not far)
+                    had = fits_t and bool(n_t.ok[i] and paired if domain else not far_t)  # the target's
+                    if not (alive or had):
+                        continue
+                    suffix = f"/b{seqs[i]:.0f}" + (NVLINK if domain else "") + tag
+                    partner = beside[i] if domain else -1
+                    if not alive:
+                        self._dead(i, Role.FFN, suffix, partner)
+                        continue
+                    if target:
+                        self._tighter(float(step[i]), pace, float(n.transfer_s[i]) if domain else wait)
+                    row = self._ffn_row(i, seqs, float(ffn_w[i]), pace, suffix)
+                    if domain:
+                        row.partner = partner
+                        row.beside = float(n.attention_per_ffn[i])
+                        row.spread = float(n.ffn_per_attention[i])
+                        row.per_domain = float(n.per_domain[i])
 
-    def _tighter(self, side_step: float, pace: float) -> None:
+    def _ffn_steps(self, ffn: Pool) -> list[Array]:
+        """Per FFN token batch of the options, the FFN units' time per output token of the expert
+        half (``ffn``; a step yields ``accept`` tokens per sequence)."""
+        s, out = self.s, []
+        for per_gpu in self.opts.ffn_tokens_per_gpu:
+            seqs = per_gpu * s.pool.gpus
+            cost = forward_cost(
+                ffn, self.p, tokens=seqs * (1.0 + s.draft), sequences=seqs, context=np.zeros_like(seqs),
+                prefill=False, speed=s.speed,
+            )  # fmt: skip
+            out.append(cost.total_s / s.accept)
+        return out
+
+    def _ffn_row(self, i: int, seqs: Array, weights_gb: float, pace: float, suffix: str) -> _Row:
+        """An FFN unit of shape ``i`` at ``seqs[i]`` sequences and ``pace``, appended."""
+        s = self.s
+        w = weights_gb
+        info = self.info(i, Role.FFN, suffix=suffix, batch=float(seqs[i]), weights_gb=w, hbm_gb=w, tpot=pace)
+        row = _Row(info, i, len(self.classes), dec=float(seqs[i] / pace), nic=float(s.nic_gb_s[i]))
+        self.rows.append(row)
+        return row
+
+    def _tighter(self, side_step: float, pace: float, transfer_s: float) -> None:
         """Offer the pace of a unit whose side steps in ``side_step`` (``dse place``), where it is
-        :data:`PACE_APART` below the target's ``pace``."""
-        # nor faster than the transfers' RDMA waits allow
-        own = _pace_up(max(side_step, self.afd_wait) / AFD_SIDE_SHARE)
+        :data:`PACE_APART` below the target's ``pace``; nor faster than its transfers take
+        (``transfer_s``: the RDMA waits across the NICs, whose bytes the NIC budgets take, or the
+        whole transfer inside one scale-up domain)."""
+        own = _pace_up(max(side_step, transfer_s) / AFD_SIDE_SHARE)
         if self.opts.tighter_paces and own < pace * (1.0 - PACE_APART):
             self.afd_paces.add(own)
 
-    def _dead(self, i: int, role: Role, suffix: str) -> None:
-        """A unit of shape ``i`` the target runs but this pace cannot: it carries nothing."""
+    def _dead(self, i: int, role: Role, suffix: str, partner: int = -1) -> None:
+        """A unit of shape ``i`` the target runs but this pace cannot: it carries nothing (an FFN
+        unit keeps its ``partner``, as the target's does: the same structure)."""
         info = self.info(i, role, suffix=suffix + "/none", hbm_gb=0.0, tpot=np.nan)
-        self.rows.append(_Row(info, i, len(self.classes)))
+        self.rows.append(_Row(info, i, len(self.classes), partner=partner))
 
+
+NVLINK = "/nvlink"  # the name of an attention-FFN unit in one scale-up domain (:meth:`_Builder.add_afd`)
 
 # a tighter pace within this share of one already kept (or of the target) is not solved again:
 # the shape it would credit fully is credited within that share at the slower one
@@ -941,7 +1068,9 @@ def build_candidates(
     if split:
         usable = AFD_SIDE_SHARE - b.afd_wait / (afd_pace if afd_pace is not None else req.slo.tpot_s)
         per_token = afd_bytes_per_token(s.pool) / GB / max(usable, 1e-9)
-        afd_gb = np.array([per_token[r.shape] if r.info.role is Role.FFN else 0.0 for r in b.rows])
+        # (an FFN unit in one scale-up domain with its attention: over NVLink, in no NIC budget)
+        crosses = [r.info.role is Role.FFN and not r.beside for r in b.rows]
+        afd_gb = np.array([per_token[r.shape] if x else 0.0 for r, x in zip(b.rows, crosses, strict=True)])
     data = _assemble(req, s, b.rows, b.classes, afd_gb)
     return Candidates(
         data,
@@ -950,6 +1079,22 @@ def build_candidates(
         topology,
         afd_pace=afd_pace if split else None,
         tighter_afd_paces=_apart(b.afd_paces),
+    )
+
+
+def _domain_pairs(rows: list[_Row]) -> tuple[Array, Array, Array, Array] | None:
+    """The placement's attention-FFN pairs (:class:`~formulations.placement_data.PlacementData`'s
+    ``afd_partner``, ``afd_attention_per_ffn``, ``afd_ffn_per_attention`` and
+    ``afd_units_per_domain``), where some FFN unit makes a unit in one scale-up domain with its
+    attention unit, at this pace or at the target's (then carrying nothing: the same structure);
+    None where none does, so that a design without one is the same MILP as before."""
+    if not any(r.partner >= 0 for r in rows):
+        return None
+    return (
+        np.array([r.partner for r in rows], dtype=int),
+        np.array([r.beside for r in rows]),
+        np.array([r.spread for r in rows]),
+        np.array([r.per_domain for r in rows]),
     )
 
 
@@ -997,6 +1142,7 @@ def _assemble(
                 f"names hardware that is not a candidate; candidates: {', '.join(ids)}",
             )
     nc = len(classes)
+    pairs = _domain_pairs(rows)
 
     def finite_or_inf(v: float | None, scale: float = 1.0) -> float:
         return v * scale if v is not None else np.inf
@@ -1038,6 +1184,10 @@ def _assemble(
         output_tokens=w.output_tokens,
         fresh_handoff_gb=float(s.fresh_handoff_gb),
         afd_gb_per_token=afd_gb,
+        afd_partner=None if pairs is None else pairs[0],
+        afd_attention_per_ffn=None if pairs is None else pairs[1],
+        afd_ffn_per_attention=None if pairs is None else pairs[2],
+        afd_units_per_domain=None if pairs is None else pairs[3],
         budget_usd_hour=finite_or_inf(lim.budget_usd_hour),
         power_w=finite_or_inf(lim.power_kw, 1e3),
         network_capacity_gb=finite_or_inf(lim.network_kv_capacity_tb, 1e3),

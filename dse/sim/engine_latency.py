@@ -234,7 +234,7 @@ def _deployments(
                 )
         return out
     pre, dec = by_role.get("prefill", []) + by_role.get("midfill", []), by_role.get("decode", [])
-    att, ffn = by_role.get("attention", []), by_role.get("ffn", [])
+    att, ffn = _one_per_shape(by_role.get("attention", [])), _one_per_shape(by_role.get("ffn", []))
     if len(pre) > 1:
         pre = [_one_prefill_pool(pre)]
     rate = design.workload.requests_per_s
@@ -267,6 +267,25 @@ def unsimulated(design: SimDesign) -> str:
             "a pool would get none, or too few for the prompts it decodes within TPOT"
         )
     return "a layout of pools it does not run"
+
+
+def _one_per_shape(pools: list[SimPool]) -> list[SimPool]:
+    """Pools of one hardware, shape and batch as one, their instances and traffic summed: an
+    attention-FFN design's units across the NICs and in one scale-up domain (``.../nvlink``) of
+    the same shape run the same instances, and the simulation finds from the summed counts
+    whether a unit of them shares a domain (:func:`~dse.perf.afd.afd_in_domain`)."""
+    out: dict[tuple[str, float, float, float, float], SimPool] = {}
+    for p in pools:
+        key = (p.hardware, p.gpus, p.attn_tp, p.ep, p.decode_batch)
+        q = out.get(key)
+        out[key] = p if q is None else replace(
+            q,
+            instances=q.instances + p.instances,
+            requests_per_s=q.requests_per_s + p.requests_per_s,
+            returning_per_s=q.returning_per_s + p.returning_per_s,
+            output_tokens_per_s=q.output_tokens_per_s + p.output_tokens_per_s,
+        )
+    return list(out.values())
 
 
 def _one_prefill_pool(pools: list[SimPool]) -> SimPool:
@@ -380,5 +399,6 @@ def _deployment(
         chunk_per_instance=np.array([engine.prefill_chunk_per_instance]),
         ffn=None if ffn is None else ffn_side(_pool(design, catalog, params, ffn)),
         ffn_instances=None if ffn is None else one(ffn.instances),
+        ffn_same_hardware=None if ffn is None else np.array([ffn.hardware == decode.hardware]),
         max_batch=one(max(np.ceil(decode.decode_batch), 1.0)),
     )

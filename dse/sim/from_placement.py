@@ -477,7 +477,7 @@ def _step_table(
     drafts = np.full_like(n, float(engine.mtp_draft_tokens if design.mtp else 0))
     accept = np.full_like(n, engine.mtp_accept_tokens if design.mtp else 1.0)
     if dec.role == "attention":
-        tpot = _afd_tpot(design, catalog, params, pool, n, ctx, drafts, accept)
+        tpot = _afd_tpot(design, catalog, params, pool, dec.hardware, n, ctx, drafts, accept)
     else:
         tpot = decode_tpot(
             pool, params, batch=np.maximum(n, 1e-9), context=ctx, speed=np.full_like(n, engine.speed),
@@ -490,15 +490,16 @@ def _step_table(
 
 
 def _afd_tpot(
-    design: SimDesign, catalog: Catalog, params: PerfParams, pool: Any,
+    design: SimDesign, catalog: Catalog, params: PerfParams, pool: Any, hardware: str,
     n: Any, ctx: Any, drafts: Any, accept: Any,
 ) -> Any:  # fmt: skip
-    """Seconds per output token of an attention-FFN design's attention instance (of ``pool``) at
-    ``n`` sequences: the slower of its attention half, its expert pool's half (the attention pools'
-    tokens shared over the expert instances, every attention instance at ``n``: the experts'
-    weights are read every step however few tokens come) and the hidden states' transfer, each in
-    half the step (two micro-batches in ping-pong), as the engine-level simulation and ``dse
-    predict --afd`` step."""
+    """Seconds per output token of an attention-FFN design's attention instance (of ``pool``, on
+    ``hardware``) at ``n`` sequences: the slower of its attention half, its expert pool's half (the
+    attention pools' tokens shared over the expert instances, every attention instance at ``n``:
+    the experts' weights are read every step however few tokens come) and the hidden states'
+    transfer (over NVLink where an expert instance and the attention instances it talks to share
+    one scale-up domain, :func:`~dse.perf.afd.afd_in_domain`), each in half the step (two
+    micro-batches in ping-pong), as the engine-level simulation and ``dse predict --afd`` step."""
     ffns = [p for p in design.pools if p.role == "ffn"]
     big = max(ffns, key=lambda p: p.instances)
     k = len(n)
@@ -519,6 +520,7 @@ def _afd_tpot(
         decode_instances=np.full(k, attention), isl=ctx, osl=np.zeros(k),
         speed=np.full(k, design.engine_of(params).speed), draft_tokens=drafts, accept_tokens=accept,
         ffn=ffn_side(pool_of(big)), ffn_instances=np.full(k, experts),
+        ffn_same_hardware=np.full(k, big.hardware == hardware),
     )  # fmt: skip
     return decode_step_seconds(d, params, np.maximum(n, 1e-9), ctx) / accept
 
