@@ -329,16 +329,17 @@ def _bandwidth_point(point: dict, engine: str | None = None):  # type: ignore[no
 
 
 def test_a_point_whose_cheapest_design_misses_ttft_is_resolved_with_the_target_tightened() -> None:
-    """DeepSeek-V3 on H200 at 80 requests/s of 2k-token prompts, TTFT 0.45 s at p90 and TPOT 50
+    """DeepSeek-V3 on H200 at 100 requests/s of 2k-token prompts, TTFT 0.55 s at p90 and TPOT 50
     ms (the shipped bandwidth-vs-capacity grid under SGLang, at a tighter TTFT and less traffic):
-    the cheapest placement is disaggregated ($259.44/hour), whose prompts miss TTFT once simulated
-    (0.51 s). The topology is solved again for the TTFT the MILP priced it at times the ratio it
-    missed by, and that design holds ($327.12): dearer, and far cheaper than the aggregated one
-    ($688.08; until 2026-12-05 such a point fell back to it). (At 100 requests/s, the point of this
-    test until session 49's refit, no disaggregated design solved again holds: it falls back.)"""
-    target = 0.45
+    the cheapest placement is disaggregated ($304.56/hour, its prefill priced at 0.544 s), whose
+    prompts miss TTFT once simulated (0.578 s). The topology is solved again for the TTFT the MILP
+    priced it at times the ratio it missed by, and that design holds ($315.84, 0.411 s): dearer, and
+    far cheaper than the aggregated one ($846.00; until 2026-12-05 such a point fell back to it).
+    (At 80 requests/s and 0.45 s, the point of this test until the calibration refit of c3e51c0,
+    the MILP's first design holds: 0.34 s simulated against 0.44 s priced.)"""
+    target = 0.55
     point = {"model": "deepseek-v3", "hardware": "h200-sxm", "input_tokens": 2000.0, "tpot_s": 0.05,
-             "requests_per_s": 80.0, "ttft_s": target}  # fmt: skip
+             "requests_per_s": 100.0, "ttft_s": target}  # fmt: skip
     from dataclasses import replace
 
     from dse.evaluation import retargeted
@@ -372,11 +373,14 @@ def test_a_point_whose_cheapest_design_falls_behind_is_sized_for_the_traffic_it_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """DeepSeek-V3 on H200 at 200 requests/s of 64k-token prompts, TPOT 25 ms (a point of the
-    shipped grid), simulated at 3% more traffic than the MILP sizes for: the gap a difference
+    shipped grid), simulated at 4% more traffic than the MILP sizes for: the gap a difference
     between the MILP's capacities and the simulator's would leave (this point's design had let a
     backlog grow 6.3 requests/s until session 46 made them agree, and now holds at its own
-    traffic). The topology is solved again for 200 / (200 - growth) times the traffic, and that
-    design holds. The point fell back to the aggregated design before, at 1.9 times the cost."""
+    traffic). Its design ($10,084/hour) lets a backlog grow 3.15 requests/s of the 208; the
+    topology is solved again for 208 / (208 - growth) times the traffic, 2% more, and that design
+    ($10,445) holds. The point fell back to the aggregated design before, at 1.9 times the cost.
+    (At 3% more, this test's until the calibration refit of c3e51c0, the backlog grows 0.98
+    requests/s, no longer the clear miss of more than 1 request/s it had been.)"""
     from dataclasses import replace
 
     import dse.study.sweep as sweep_mod
@@ -386,7 +390,7 @@ def test_a_point_whose_cheapest_design_falls_behind_is_sized_for_the_traffic_it_
 
     def heavier(*args, **kwargs):  # type: ignore[no-untyped-def]
         sc = real(*args, **kwargs)
-        return replace(sc, arrivals=replace(sc.arrivals, rate_per_s=1.03 * sc.arrivals.rate_per_s))
+        return replace(sc, arrivals=replace(sc.arrivals, rate_per_s=1.04 * sc.arrivals.rate_per_s))
 
     monkeypatch.setattr(trial_mod, "scenario_for", heavier)
     monkeypatch.setattr(sweep_mod, "scenario_for", heavier)
@@ -396,10 +400,10 @@ def test_a_point_whose_cheapest_design_falls_behind_is_sized_for_the_traffic_it_
     growth = first.constraints["stability"]
     assert first.binding.startswith("stability:") and growth > 1.0, first.binding
     # holds: any growth left is the fluid's numerical noise, within its allowance of 0.1% of arrivals
-    assert rec.feasible and rec.metrics["sim_backlog_growth_per_s"] < 1e-3 * 206.0 < growth
+    assert rec.feasible and rec.metrics["sim_backlog_growth_per_s"] < 1e-3 * 208.0 < growth
     assert rec.metrics["milp_resolves"] >= 1.0  # solved again for the traffic it fell short of
     # 2% past the traffic it fell short of, as the study's headroom is
-    assert held.request.workload.requests_per_s == pytest.approx(200.0 * 1.02 * 206.0 / (206.0 - growth))
+    assert held.request.workload.requests_per_s == pytest.approx(200.0 * 1.02 * 208.0 / (208.0 - growth))
     assert {p["role"] for p in rec.pools} == {"prefill", "decode"}
     aggregated = next(o for o in placed.ranked() if o.topology.value == "aggregated")
     assert placed.best.usd_per_hour < rec.metrics["usd_per_hour"] < aggregated.usd_per_hour
@@ -411,11 +415,14 @@ def test_a_point_whose_cheapest_design_falls_behind_is_sized_for_the_traffic_it_
 
 
 def test_more_of_a_resource_is_never_priced_below_nothing() -> None:
-    """GLM-4.6 on B200, 2k-token prompts at TPOT 200 ms (a point of the shipped grid, aggregated):
-    one more TB/s of bandwidth rebuilds its units at a larger batch whose KV costs capacity, and
-    the finite difference came out at -$0.0024 per TB/s-hour; a design may leave it unused, so its
-    price is 0, as is every price of the point."""
-    point = {"model": "glm-4.6", "hardware": "b200", "input_tokens": 2000.0, "tpot_s": 0.2}
+    """Qwen3-235B-A22B on B200, 2k-token prompts at TPOT 200 ms (a point of the shipped grid,
+    aggregated on 56 GPUs): the finite difference for one more TB/s of bandwidth comes out at
+    -$0.58 per TB/s-hour across the fleet (-$0.0104 per TB/s GPU-hour), as where the rebuilt units
+    take it into a larger batch whose KV costs capacity; a design may leave it unused, so its price
+    is 0, as is every price of the point. (GLM-4.6 at the same point, this test's until the
+    calibration refit of c3e51c0, came out at -$0.0024 then and at +$0.140 per TB/s GPU-hour
+    since.)"""
+    point = {"model": "qwen3-235b-a22b", "hardware": "b200", "input_tokens": 2000.0, "tpot_s": 0.2}
     rec, placed, _, _ = _bandwidth_point(point)
     assert placed.best is not None and placed.best.topology.value == "aggregated"
     assert rec.metrics["hbm_bandwidth_usd_per_tbps_gpu_hour"] == 0.0 and rec.metrics["milp_resolves"] == 0.0
