@@ -277,8 +277,11 @@ def test_a_grid_trial_launches_the_model_of_its_own_point(
         assert proc.code == 0, proc.err
         folder = _deployed(out)
         model = catalog.model(point["x_model"])
-        assert f'MODEL="${{MODEL:-{model.checkpoint}}}"' in (folder / "instance.sh").read_text()
-        assert json.loads((folder / "instances.json").read_text())["model"] == model.id
+        written = json.loads((folder / "instances.json").read_text())
+        assert written["model"] == model.id and written["pools"], written
+        for pool in written["pools"]:  # every pool's script (deepseek-v3's design has two pools)
+            script = (folder / f"{pool['name']}.sh").read_text()
+            assert f'MODEL="${{MODEL:-{model.checkpoint}}}"' in script, pool["name"]
         readme = (folder / "README.md").read_text()
         assert f"chose for {model.id} at its grid point model = {model.id}, hardware = b200" in readme
 
