@@ -74,7 +74,7 @@ class DesignLatency:
     def worst(self, metric: str, q: float) -> float:
         """The percentile of the share that fares worst: what every pool's requests meet. A target
         is met by every pool, not by their mix: an aggregated H200 pool given a tenth of the
-        traffic queued without bound (TTFT p50 8.4 s) beside B200 pools that kept the whole
+        traffic queued without bound (TTFT p50 about 6 s) beside B200 pools that kept the whole
         design's p50 at 0.18 s."""
         values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2el": self.e2el_s}[metric]
         if len(self.groups) <= 1:
