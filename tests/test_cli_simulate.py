@@ -279,12 +279,16 @@ def test_an_attention_ffn_design_steps_alike_in_the_fluid_model_and_the_engine(
     tmp_path: Path, cli: Cli
 ) -> None:
     """DeepSeek-V3 on B200, 10 req/s of 8,000-token prompts, attention-FFN at TPOT 300 ms (paced
-    at 126.5 ms): at this load the expert pool's half of a step (its weights read every step)
+    at 128 ms): at this load the expert pool's half of a step (its weights read every step)
     paces it, not twice the attention half's. The fluid model now steps as the engine-level
-    simulation does (about 91 ms a token in both); it had taken 31 ms, and studies read it."""
+    simulation does (about 91 ms a token in both); it had taken 31 ms, and studies read it. The
+    decode units are held to one shape (4-GPU, EP 2), so that the design's FFN instances, one in
+    the attention instance's node and one across the NICs, are one pool the engine-level
+    simulation runs (of two FFN shapes it would stand on the MILP's TTFT, unsimulated)."""
     placed = cli(
         "place", "--hardware", "b200", "--rate", "10", "--isl", "8000", "--ttft", "0.5", "--tpot", "0.3",
-        "--topology", "afd", "--json", "--no-shadow-prices",
+        "--topology", "afd", "--json", "--no-shadow-prices", "--shapes", "4gpu-dpa-ep2",
+        "--prefill-shapes", "4gpu-dpa-ep2,8gpu-dpa-ep8",
     )  # fmt: skip
     assert placed.code == 0, placed.err
     plan = tmp_path / "afd.json"

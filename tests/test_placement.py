@@ -570,12 +570,17 @@ def test_an_attention_ffn_design_at_a_tighter_pace_has_shadow_prices_and_holds_i
     """The best design of a 300 ms target runs at a tighter pace: its shadow prices perturb the
     hardware at that pace (the rebuild keeps it), and the engine-level simulation holds its
     TTFT with TPOT within the pace. (At TTFT 0.5 s the same design's prefill pool is priced at
-    0.490 s and simulated at 0.509 s: the surrogate's error, not the pace's; at 0.55 s it holds.)"""
+    0.490 s and simulated at 0.509 s: the surrogate's error, not the pace's; at 0.55 s it holds.)
+    Decode units of one shape (4-GPU, EP 2), so that the design's FFN instances are one pool the
+    engine-level simulation runs: of two FFN shapes it stands on the MILP's TTFT, unsimulated."""
     from dse.context import Context
     from dse.evaluation import engine_checks
 
     params = load_params()
-    report = place(_afd(0.3, ttft_s=0.55), catalog=catalog, params=params)
+    one = UnitOptions(
+        tighter_paces=True, decode_shapes=("4gpu-dpa-ep2",), prefill_shapes=("4gpu-dpa-ep2", "8gpu-dpa-ep8")
+    )
+    report = place(replace(_afd(0.3, ttft_s=0.55), options=one), catalog=catalog, params=params)
     best = report.best
     assert best is not None and report.shadow_prices
     assert any(p.usd_per_hour > 0 for p in report.shadow_prices)

@@ -697,6 +697,16 @@ class _Builder:
             row.mid[:, t] *= float(more[2] if tier == "drop" else more[1])
         row.info = replace(row.info, ttft_s=float(ttft))
 
+    def _misses_half(self, i: int, att: Pool, half: float, of: str) -> None:
+        """Leaves out attention shape ``i``, which runs no batch within ``half`` of the pace: quoting
+        its step at batch 1 where that alone is over the half."""
+        alone = float(self.alone_s(att)[i])
+        if alone > half:
+            why = f"attention step at batch 1 takes {alone * 1e3:.3g} ms a token, over half of {of}"
+            self.exclude(i, "attention", why, alone / half)
+        else:
+            self.exclude(i, "attention", f"attention step cannot fit half of {of}", math.inf)
+
     def add_afd(self, pace: float | None = None) -> None:
         """Attention units (KV and attention weights) and FFN units (experts), half the pace each:
         the TPOT target's, or a tighter ``pace`` every unit of the design then keeps (the two
@@ -736,21 +746,11 @@ class _Builder:
         att_w = weight_bytes_per_gpu(att) / GB
         why = f"the hidden states' transfers wait {wait * 1e3:.2f} ms a step on RDMA, over half of {of}"
         beside: dict[int, int] = {}  # each shape's attention row in one domain with its FFN units
-        alone: Array | None = None  # priced only for a shape that misses its half
         for i in self.shapes("decode", unit="attention"):
             if far:
                 self.exclude(i, "attention", why, wait / (pace * AFD_SIDE_SHARE))
             elif batch[i] <= 0:
-                alone = self.alone_s(att) if alone is None else alone
-                half = pace * AFD_SIDE_SHARE
-                self.exclude(
-                    i,
-                    "attention",
-                    f"attention step at batch 1 takes {alone[i] * 1e3:.3g} ms a token, over half of {of}"
-                    if alone[i] > half
-                    else f"attention step cannot fit half of {of}",
-                    float(alone[i] / half) if alone[i] > half else math.inf,
-                )
+                self._misses_half(i, att, pace * AFD_SIDE_SHARE, of)
             for domain in (False, True):
                 alive = batch[i] > 0 and bool(any_near[i] if domain else not far)
                 had = at_target[i] > 0 and bool(any_near_t[i] if domain else not far_t)  # the target's
