@@ -222,13 +222,25 @@ def _small(
     shapes = list({q.label(): q for q in _default_grid(hw, model, start=1) if q.gpus < 4}.values())
     if not shapes:
         return []
+    room = _room(shapes, hw, model, req, kv, params)
+    return [q for q, r in zip(shapes, room, strict=True) if r > 0]
+
+
+def _room(
+    shapes: list[Parallel],
+    hw: Hardware,
+    model: Model,
+    req: PlacementRequest,
+    kv: Precision,
+    params: PerfParams,
+) -> np.ndarray:
+    """HBM bytes a GPU of each shape has left once it holds its weights (negative: they do not fit)."""
     pool = build_pool(
         model, [hw] * len(shapes), gpus=[q.gpus for q in shapes], attn_tp=[q.attn_tp for q in shapes],
         ep=[q.ep for q in shapes], weight_precision=[req.weight_precision] * len(shapes),
         kv_precision=[kv] * len(shapes),
     )  # fmt: skip
-    room = pool.hbm_bytes * (1.0 - params.hbm_reserve_fraction) - weight_bytes_per_gpu(pool)
-    return [q for q, r in zip(shapes, room, strict=True) if r > 0]
+    return np.asarray(pool.hbm_bytes * (1.0 - params.hbm_reserve_fraction) - weight_bytes_per_gpu(pool))
 
 
 def _pipelined(
@@ -241,13 +253,7 @@ def _pipelined(
     inside = [q for q in grid if q.gpus <= domain]
     if not inside:
         return []
-    pool = build_pool(
-        model, [hw] * len(inside), gpus=[q.gpus for q in inside], attn_tp=[q.attn_tp for q in inside],
-        ep=[q.ep for q in inside], weight_precision=[req.weight_precision] * len(inside),
-        kv_precision=[kv] * len(inside),
-    )  # fmt: skip
-    room = pool.hbm_bytes * (1.0 - params.hbm_reserve_fraction) - weight_bytes_per_gpu(pool)
-    if (room > 0).any():
+    if (_room(inside, hw, model, req, kv, params) > 0).any():
         return []
     widest = max(q.gpus for q in inside)
     out = [Parallel(2 * q.gpus, q.attn_tp, q.ep, pp=2) for q in inside if q.gpus == widest]
