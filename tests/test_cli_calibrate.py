@@ -376,6 +376,9 @@ def test_a_malformed_date_or_power_cell_is_said_not_fitted_as_read(
               "--no-points", "--jobs", "1")  # fmt: skip
     assert res.code == 0, res.err
     assert "skipped: mine.csv line 3: date = 'yesterday': must be a date YYYY-MM-DD" in res.out, res.out
+    # five runs do not pin the fit's values: it stops at its limit and says so (it had crept on
+    # for 400 evaluations, 23 s, saying nothing)
+    assert "warning: the fit stopped at its limit of 100 evaluations before converging: 5 runs" in res.err
     for line, cell in ((4, "'x'"), (5, "'inf'")):
         said = f"not a measurement: mine.csv line {line}: avg_power_w = {cell}: must be a measured number > 0"
         assert said in res.out, res.out

@@ -361,7 +361,8 @@ def test_a_missing_or_bad_calibration_file_is_one_line(
 @pytest.mark.e2e  # a whole calibration (about 13 s): beside the quick tests, which are the longer group
 def test_calibrate_fits_the_measured_tier(cli: Cli, tmp_path: Path, two_gpu_runs: Path) -> None:
     """`dse calibrate --kernels measured` refits what stays calibrated on that tier and records it:
-    on H200 and MI355X runs alone, the measured-kernel scale and launch saving move off their
+    on H200's runs alone (the tables' GPU of the two; with MI355X's as well the fit takes 80
+    evaluations, 50 s, against 26), the measured-kernel scale and launch saving move off their
     starting values, and the file says which tier its figures belong to.
 
     The same fit reads its runs from a copy in another folder, with a row whose throughput is not a
@@ -372,7 +373,7 @@ def test_calibrate_fits_the_measured_tier(cli: Cli, tmp_path: Path, two_gpu_runs
     import csv
 
     with open(two_gpu_runs, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
+        rows = [r for r in csv.DictReader(fh) if r["hardware"] == "h200"]
     rows[0]["tput_per_gpu_total"] = "-5"
     rows[1]["median_tpot_ms"] = "-5"
     data = tmp_path / "elsewhere.csv"

@@ -394,7 +394,8 @@ def test_the_handoff_serves_returning_turns_at_their_whole_context() -> None:
     0.5 x 0.05) = 33.3 requests/s, which the placement's NIC rows size it by, and both simulators
     hold 0.97 of it and not 1.03. Every turn had handed a fresh prompt's KV: 100 requests/s, the
     handoff three times the capacity the placement counts, and a returning turn's TTFT short of
-    its transfer."""
+    its transfer. (Fifteen simulated minutes: seeds 0-5 of the reference all give these verdicts,
+    its backlog growing 0.52-1.5 requests/s above capacity and -0.11 to 0.035 below.)"""
     from dataclasses import replace
 
     base = pipe(cp=64, cd=64)  # prefill 128 requests/s, decode far from binding
@@ -402,7 +403,7 @@ def test_the_handoff_serves_returning_turns_at_their_whole_context() -> None:
                 midfill_handoff_s=np.array([0.05]))  # fmt: skip
     cap = 1.0 / (0.5 * 0.01 + 0.5 * 0.05)
     for k, stable in ((0.97, True), (1.03, False)):
-        sc = scenario(k * cap, horizon_s=1800.0)
+        sc = scenario(k * cap, horizon_s=900.0)
         f, _ = simulate_fluid(p, sc)
         d, _, _ = simulate_des(p, sc, seed=3)
         growth = (float(f.backlog_growth_per_s[0]), float(d.backlog_growth_per_s[0]))

@@ -152,7 +152,10 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         measured = measured_per_gpu(args.points)
         points, values = POINTS, tuple(measured[p.id] for p in POINTS)
     start = replace(default_params(), kernels=args.kernels)
-    fitted = cal.fit(data, catalog, start, points, values)
+    notes: list[str] = []
+    fitted = cal.fit(data, catalog, start, points, values, notes)
+    for note in notes:
+        print(f"dse: warning: {note}", file=sys.stderr)
     tput, intv = cal.predict_measured(data, catalog, fitted)
     stats = cal.error_stats(data, tput, intv)
     ttft = cal.ttft_errors(data, catalog, fitted)
