@@ -658,11 +658,11 @@ def test_the_factor_fit_finds_the_factors_the_runs_need() -> None:
 
 def test_the_offset_fit_is_the_grid_searched_one_pair_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """The offsets, fitted over the whole grid at once, are the pair a loop over it finds: the
-    least mean of the TTFT p50 and p99 median errors, the first of equal ones; runs missing a
+    least mean of the TTFT p50 and p99 central errors, the first of equal ones; runs missing a
     value count in the other percentile only. (On every third value of the grid, to keep the
     loop short.)"""
     import dse.calibration.latency as fit
-    from dse.calibration.latency import abs_errors, fit_offsets, with_offsets
+    from dse.calibration.latency import abs_errors, central_mean, fit_offsets, with_offsets
 
     monkeypatch.setattr(fit, "OFFSET_GRID", fit.OFFSET_GRID[::3])
     grid = fit.OFFSET_GRID
@@ -677,17 +677,23 @@ def test_the_offset_fit_is_the_grid_searched_one_pair_at_a_time(monkeypatch: pyt
         for f in grid:
             for h in grid:
                 e = abs_errors(with_offsets(sim, disagg, f, h)[:, :2], meas[:, :2])
-                score = float(np.mean([np.nanmedian(e[:, 0]), np.nanmedian(e[:, 1])]))
+                score = float(np.mean([central_mean(e[:, 0]), central_mean(e[:, 1])]))
                 if score < best[0] - 1e-12:
                     best = (score, float(f), float(h))
         assert fit_offsets(sim, meas, disagg) == (best[1], best[2])
 
 
-def test_the_offset_scores_are_numpys_medians_over_every_pair_to_the_bit() -> None:
-    """Every pair's score, taken as the middle of two sorted rows, is what ``np.median`` gives over
-    a ``pairs x runs`` array, bit for bit: odd and even counts, ties (rounded values), runs missing
-    a percentile, and all, none or some of the runs disaggregated."""
-    from dse.calibration.latency import OFFSET_GRID, offset_scores
+def test_the_offset_scores_are_the_central_means_over_every_pair() -> None:
+    """Every pair's score, taken from running sums of two sorted rows, is the mean of the errors
+    ranked from the first quartile to the third that sorting a ``pairs x runs`` array gives, to
+    rounding (inf where an inf is among them, nan where no run has the value): odd and even
+    counts, ties (rounded values), runs missing a percentile, and all, none or some of the runs
+    disaggregated. The ranks are the quartiles' (``floor(0.25 (n - 1))`` to ``ceil(0.75 (n -
+    1))``), and one run is its own central mean."""
+    from dse.calibration.latency import OFFSET_GRID, central_mean, central_ranks, offset_scores
+
+    assert [central_ranks(n) for n in (1, 2, 4, 5, 223)] == [(0, 0), (0, 1), (0, 3), (1, 3), (55, 167)]
+    assert central_mean(np.array([3.0, np.nan, 1.0, 2.0, 10.0, 0.0])) == 2.0  # ranks 1-3 of five: 1, 2, 3
 
     rng = np.random.default_rng(5)
     for case in range(31):
@@ -707,12 +713,14 @@ def test_the_offset_scores_are_numpys_medians_over_every_pair_to_the_bit() -> No
             ok = ~np.isnan(sim[:, k]) & ~np.isnan(meas[:, k])
             hand = np.where(disagg[ok], 1.0, 0.0)[None, None, :] * hands[None, :, None]
             off = OFFSET_GRID[:, None, None] + hand
+            err = np.sort(np.abs((sim[ok, k] + off) / meas[ok, k] - 1.0), axis=2)
+            a, b = central_ranks(max(int(ok.sum()), 1))
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # no run with both values: nan
-                want += np.median(np.abs((sim[ok, k] + off) / meas[ok, k] - 1.0), axis=2) / 2.0
+                want += err[:, :, a : b + 1].mean(axis=2) / 2.0
         score, got_hands = offset_scores(sim, meas, disagg)
         np.testing.assert_array_equal(got_hands, hands)
-        np.testing.assert_array_equal(score, want)
+        np.testing.assert_allclose(score, want, rtol=1e-12, atol=0.0)
 
 
 def test_balanced_attention_dp_ranks_let_a_lone_request_in_when_the_timer_runs_out() -> None:
