@@ -204,10 +204,11 @@ def test_confirm_answers_with_the_cheapest_design_the_engine_simulation_holds(cl
 
 def test_confirm_solves_a_design_that_misses_again_for_a_tighter_ttft(cli: Cli) -> None:
     """DeepSeek-V3 on H200 at 100 requests/s of 2,000-token prompts (TensorRT-LLM, TTFT 0.3 s at
-    p99, TPOT 50 ms): the MILP's disaggregated design ($338.40/hour), priced at 0.297 s, simulates
-    at 0.313 s. Solved again for 0.297 x 0.3 / 0.313 = 0.285 s it gets fourteen prefill instances
-    (two of 8 GPUs, twelve of 16) in place of six and holds at $383.52/hour; it would fall back
-    to the aggregated design at $496.32. (At TTFT 0.28 s, the example before the refit at
+    p99, TPOT 50 ms): the MILP's disaggregated design ($270.72/hour), priced at 0.2945 s,
+    simulates at 0.31 s. Solved again for 0.2945 x 0.3 / 0.31 = 0.285 s it gets six prefill
+    instances (one of 16 GPUs, five of 32) in place of four of 32 and holds at $338.40/hour (0.298
+    s); it would fall back to the aggregated design at $496.32. (Before the 85 ms hand-off of
+    session 54's refit: $338.40 simulating at 0.313 s, solved again at $383.52.) (At TTFT 0.28 s, the example before the refit at
     c3e51c0, the 100 ms hand-off makes the design solved again dearer than aggregated, $970.08
     against $496.32; at 0.35 s the first design holds.)"""
     args = ["place", "--model", "deepseek-v3", "--hardware", "h200-sxm", "--rate", "100", "--isl", "2000",
@@ -229,8 +230,8 @@ def test_confirm_solves_a_design_that_misses_again_for_a_tighter_ttft(cli: Cli) 
     assert first["usd_per_hour"] < doc["best"]["usd_per_hour"] < agg["usd_per_hour"]
     # the table shows the design solved again in its topology's row, and the check says so
     text = cli(*args[:-1], "--confirm").out
-    assert "solved again for 0.285 s (its first design: 0.313 s)" in text, text
-    assert "best: disaggregated" in text and "$383.52/hour" in text
+    assert "solved again for 0.285 s (its first design: 0.31 s)" in text, text
+    assert "best: disaggregated" in text and "$338.40/hour" in text
 
 
 ONE = ["place", "--hardware", "b200", "--rate", "20", "--isl", "4000", "--osl", "1000", "--ttft", "2",

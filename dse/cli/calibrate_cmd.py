@@ -14,7 +14,11 @@ from dse.errors import InputError, output_error
 from dse.paths import CALIBRATION_FILE, MEASURED_RUNS, PUBLISHED_POINTS, calibration_file
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from dse.calibration.fit import Measured
     from dse.calibration.latency import LatencyFit
+    from dse.calibration.published import StagePoint
     from dse.perf.params import PerfParams
 
 
@@ -129,11 +133,28 @@ def _rerun(args: argparse.Namespace, seeds: tuple[int, ...]) -> dict[str, object
             **recipe(args.data, points, args.kernels, not args.no_cross_validation, seeds)}  # fmt: skip
 
 
+def _fitted(
+    data: Sequence[Measured],
+    catalog: Catalog,
+    start: PerfParams,
+    points: Sequence[StagePoint],
+    values: Sequence[float],
+) -> PerfParams:
+    """The throughput fit; a fit that stopped before converging says so on stderr."""
+    from dse.calibration import fit as cal
+
+    notes: list[str] = []
+    fitted = cal.fit(data, catalog, start, points, values, notes)
+    for note in notes:
+        print(f"dse: warning: {note}", file=sys.stderr)
+    return fitted
+
+
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.calibration import fit as cal
     from dse.calibration.latency import SEED, fit_latency
     from dse.calibration.power import fit_power
-    from dse.calibration.published import POINTS, StagePoint, measured_per_gpu
+    from dse.calibration.published import POINTS, measured_per_gpu
     from dse.perf.expected_error import FEW_ROWS
     from dse.perf.params import default_params, params_to_json
     from dse.quantiles import known_median
@@ -152,10 +173,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         measured = measured_per_gpu(args.points)
         points, values = POINTS, tuple(measured[p.id] for p in POINTS)
     start = replace(default_params(), kernels=args.kernels)
-    notes: list[str] = []
-    fitted = cal.fit(data, catalog, start, points, values, notes)
-    for note in notes:
-        print(f"dse: warning: {note}", file=sys.stderr)
+    fitted = _fitted(data, catalog, start, points, values)
     tput, intv = cal.predict_measured(data, catalog, fitted)
     stats = cal.error_stats(data, tput, intv)
     ttft = cal.ttft_errors(data, catalog, fitted)
