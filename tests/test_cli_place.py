@@ -208,9 +208,10 @@ def test_confirm_solves_a_design_that_misses_again_for_a_tighter_ttft(cli: Cli) 
     simulates at 0.31 s. Solved again for 0.2945 x 0.3 / 0.31 = 0.285 s it gets six prefill
     instances (one of 16 GPUs, five of 32) in place of four of 32 and holds at $338.40/hour (0.298
     s); it would fall back to the aggregated design at $496.32. (Before the 85 ms hand-off of
-    session 54's refit: $338.40 simulating at 0.313 s, solved again at $383.52.) (At TTFT 0.28 s, the example before the refit at
-    c3e51c0, the 100 ms hand-off makes the design solved again dearer than aggregated, $970.08
-    against $496.32; at 0.35 s the first design holds.)"""
+    session 54's refit: $338.40 simulating at 0.313 s, solved again at $383.52.) (At TTFT 0.28 s,
+    the example before the refit at c3e51c0, the 100 ms hand-off of that time made the design
+    solved again dearer than aggregated, $970.08 against $496.32; at 0.35 s the first design
+    holds.)"""
     args = ["place", "--model", "deepseek-v3", "--hardware", "h200-sxm", "--rate", "100", "--isl", "2000",
             "--osl", "800", "--ttft", "0.3", "--tpot", "0.05", "--percentile", "99", "--engine", "trt",
             "--no-shadow-prices", "--json"]  # fmt: skip
