@@ -106,15 +106,16 @@ def test_four_stage_never_costs_more_than_attention_ffn_alone(both: dict, catalo
 
 
 def test_prefill_units_may_run_slower_to_reload_from_dram_in_time(catalog: Catalog) -> None:
-    """At TTFT 0.665 s, at the load that fits the fastest way back, a 100k-token prefix cannot come
-    back from host DRAM in time on 4-GPU instances (tensor-parallel and attention-DP); a second
-    unit of the same shape runs at a lower load that can. A third takes fresh prompts only, at a
-    higher load. (0.7 s before the fitted hand-off went from 110 to 65 ms; 0.655 s until it went
-    to 60 ms, where the fresh unit of one shape came to the first one's load; 0.635 s until the
-    refit of c3e51c0 put it at 100 ms and the front end at 75: of the targets 0.6-0.8 s by 5 ms,
-    0.6-0.61, 0.62-0.625, 0.645, 0.66-0.675, 0.69, 0.71-0.715, 0.74-0.75, 0.775, 0.785 and 0.8 s
-    show all three now.)"""
-    c = build_candidates(request(Topology.AFD, slo=Slo(0.665, 0.05)), Topology.AFD, catalog, load_params())
+    """At TTFT 0.65 s, at the load that fits the fastest way back, a 100k-token prefix cannot come
+    back from host DRAM in time on 4-GPU instances (tensor-parallel and attention-DP, four shapes);
+    a second unit of the same shape runs at a lower load that can. A third takes fresh prompts only,
+    at a higher load. (0.7 s before the fitted hand-off went from 110 to 65 ms; 0.655 s until it
+    went to 60 ms, where the fresh unit of one shape came to the first one's load; 0.635 s until the
+    refit of c3e51c0 put it at 100 ms and the front end at 75; 0.665 s until session 54's refit put
+    it at 85 ms, where only 8gpu-dpa-ep8 split: of the targets 0.6-0.8 s by 5 ms, 0.605-0.61, 0.63,
+    0.645-0.66, 0.675, 0.695-0.7, 0.725-0.735, 0.76, 0.77 and 0.785 s show all three in two shapes
+    or more now, and 0.645-0.655 and 0.725-0.73 s in 4-GPU shapes only, tensor-parallel and DP.)"""
+    c = build_candidates(request(Topology.AFD, slo=Slo(0.65, 0.05)), Topology.AFD, catalog, load_params())
     d = c.data
     by_shape: dict[str, list[int]] = {}
     for u, info in enumerate(c.units):
