@@ -329,15 +329,19 @@ def _bandwidth_point(point: dict, engine: str | None = None):  # type: ignore[no
 
 
 def test_a_point_whose_cheapest_design_misses_ttft_is_resolved_with_the_target_tightened() -> None:
-    """DeepSeek-V3 on H200 at 100 requests/s of 2k-token prompts, TTFT 0.55 s at p90 and TPOT 50
+    """DeepSeek-V3 on H200 at 100 requests/s of 2k-token prompts, TTFT 0.535 s at p90 and TPOT 50
     ms (the shipped bandwidth-vs-capacity grid under SGLang, at a tighter TTFT and less traffic):
-    the cheapest placement is disaggregated ($304.56/hour, its prefill priced at 0.544 s), whose
-    prompts miss TTFT once simulated (0.578 s). The topology is solved again for the TTFT the MILP
-    priced it at times the ratio it missed by, and that design holds ($315.84, 0.411 s): dearer, and
-    far cheaper than the aggregated one ($846.00; until 2026-12-05 such a point fell back to it).
-    (At 80 requests/s and 0.45 s, the point of this test until the calibration refit of c3e51c0,
-    the MILP's first design holds: 0.34 s simulated against 0.44 s priced.)"""
-    target = 0.55
+    the cheapest placement is disaggregated ($304.56/hour, its prefill priced at 0.529 s), whose
+    prompts miss TTFT once simulated (0.563 s). The topology is solved again for the TTFT the MILP
+    priced it at times the ratio it missed by (0.503 s), and that design holds ($315.84, 0.396 s):
+    dearer, and far cheaper than the aggregated one ($846.00; until 2026-12-05 such a point fell
+    back to it). (0.55 s until session 54's refit, its 85 ms hand-off: priced at 0.544 s, simulated
+    at 0.578 s, solved again at $315.84 holding at 0.411 s; at 0.55 s now the design solved again,
+    for 0.517 s, swaps its prefill pools' mix, 16 TP8 and 1 DPA instances for 1 and 16, at the
+    same $304.56, so it is no dearer.) (At 80 requests/s and 0.45 s, the point of this test until
+    the calibration refit of c3e51c0, the MILP's first design holds: 0.34 s simulated against
+    0.44 s priced.)"""
+    target = 0.535
     point = {"model": "deepseek-v3", "hardware": "h200-sxm", "input_tokens": 2000.0, "tpot_s": 0.05,
              "requests_per_s": 100.0, "ttft_s": target}  # fmt: skip
     from dataclasses import replace
