@@ -30,8 +30,9 @@ The fits choose by the *central mean* of the absolute errors, the mean of those 
 first quartile to the third, not their median, which the accuracy targets read: the median of
 errors that move with an offset is flat over wide stretches of it, so a fold's choice jumped
 (the H100 fold's hand-off went to 275 ms where the others took 40-75 ms, and its runs' TTFT p50
-missed by 66%). Over the middle half the score is smooth, and the leave-one-hardware-out TTFT
-p50 fell from 38.3% to 30% on the same replays (2026-12-06, ``benchmarks/ACCURACY_LOG.md``). The
+missed by 66%). Over the middle half the score is smooth: every fold's hand-off is now 75-85 ms,
+and the leave-one-hardware-out TTFT p50 went from 38.3% to 31.5% once refitted (2026-12-06,
+``benchmarks/ACCURACY_LOG.md``). The
 cold starts, fitted per group on a handful of runs, keep the median (the central mean there
 raised the TTFT p99 error from 31% to 34%).
 
@@ -192,8 +193,7 @@ def central_mean(err: np.ndarray) -> float:
     if len(e) == 0:
         return float("nan")
     a, b = central_ranks(len(e))
-    with np.errstate(invalid="ignore"):
-        return float(e[a : b + 1].mean())
+    return float(e[a : b + 1].mean())
 
 
 def central_ranks(n: int) -> tuple[int, int]:
@@ -367,8 +367,8 @@ def fit_factors(reps: Mapping[Factors, Replays], meas: np.ndarray, disagg: np.nd
     """The attention-DP prefill slowdown and aggregated prefill factor of ``reps`` (replays by
     that pair, :func:`replay_measured`) whose offsets and cold starts (:func:`fit_all`) leave the
     least mean of the TTFT p50 and p99 central absolute errors (:func:`central_mean`) plus the
-    TPOT p50 one, with those
-    offsets and cold starts; on a tie the smaller slowdown, then the factor nearer 1."""
+    TPOT p50 one, with those offsets and cold starts; on a tie the smaller slowdown, then the
+    factor nearer 1."""
     best: tuple[float, LatencyParams] | None = None
     for f, a in sorted(reps, key=lambda k: (k[0], abs(k[1] - 1.0))):
         lp = fit_all(reps[(f, a)], meas, disagg)
