@@ -199,6 +199,7 @@ def test_one_set_of_replays_is_dealt_over_the_jobs_and_put_back_in_order(catalog
         assert r.group.tolist() == dealt[f].group.tolist()
 
 
+@pytest.mark.e2e  # a fit with its folds and their latency replays (about 10 s under `make test`)
 def test_each_fold_keeps_its_latency_fit_and_predicts_its_gpu_with_it(catalog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The leave-one-hardware-out latency fit records each fold's offsets and factors (what
     `benchmarks/latency_accuracy.py` prints), each on its grid, and the held-out GPU's errors are

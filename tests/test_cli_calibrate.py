@@ -96,6 +96,7 @@ def test_runs_without_latency_fit_throughput_and_say_the_latency_error_is_not_me
     assert "simulated TTFT p50 / p99 not measured / not measured" in text.out, text.out
 
 
+@pytest.mark.e2e  # a calibration with its latency replays (about 14 s under `make test`)
 def test_a_fit_of_few_rows_without_cross_validation_says_to_run_it(
     cli: Cli, tmp_path: Path, two_gpu_runs: Path
 ) -> None:
@@ -289,6 +290,7 @@ def test_a_prediction_with_a_calibration_of_few_runs_says_so(
         assert json.loads(js.out)["expected_error"]["rows_fitted"] == rows
 
 
+@pytest.mark.e2e  # two calibrations of one GPU type (about 11 s under `make test`)
 def test_a_fit_records_what_reruns_it_and_its_command_refits_the_same_values(
     cli: Cli, tmp_path: Path, two_gpu_runs: Path
 ) -> None:
@@ -356,6 +358,7 @@ def test_the_shipped_calibration_names_the_files_it_was_fitted_on() -> None:
     assert len(prov["code_commit"]) == 40
 
 
+@pytest.mark.e2e  # a fit to its evaluation limit and its latency replays (about 21 s under `make test`)
 def test_a_malformed_date_or_power_cell_is_said_not_fitted_as_read(
     cli: Cli, tmp_path: Path, two_gpu_runs: Path
 ) -> None:
