@@ -222,8 +222,8 @@ def offset_scores(sim: np.ndarray, meas: np.ndarray, disagg: np.ndarray) -> tupl
     aggregated runs' errors depend on the front end alone and the disaggregated ones' on the sum
     of both, so each is sorted once per value, and each pair's central sum is the sum of the
     smallest ``b + 1`` of two sorted rows less that of the smallest ``a`` (``a`` and ``b`` the
-    ranks of :func:`central_ranks`; :func:`_smallest_sum`): 13 ms a call on the measured runs
-    against 0.23 s for sorting every pair; the latency fit runs this 54 times per fold."""
+    ranks of :func:`central_ranks`; :func:`_smallest_sum`): 8.9 ms a call on the measured runs
+    (``benchmarks/latency_speed.py``, 2026-12-06); the latency fit runs this 54 times per fold."""
     disagg = np.asarray(disagg, dtype=bool)
     hands = OFFSET_GRID if disagg.any() else OFFSET_GRID[:1]
     score = np.zeros((len(OFFSET_GRID), len(hands)))
