@@ -14,6 +14,7 @@ import pytest
 import dse.placement.candidates as candidates
 from dse.catalog import Catalog
 from dse.evaluation import design_of
+from dse.perf.latency import percentile_of
 from dse.perf.params import load_params
 from dse.placement import Limits, Objective, PlacementRequest, Topology, place
 from dse.sim.engine_latency import _slice, design_latency
@@ -191,50 +192,43 @@ def test_a_goodput_answer_does_not_depend_on_the_rate_it_is_given(catalog: Catal
     assert reach == pytest.approx([reach[1]] * 3, rel=1e-3), reach
 
 
-def test_decode_pools_of_two_shapes_are_simulated_apart_with_their_share_of_prefill(catalog: Catalog) -> None:
-    """Each decode pool takes the traffic its capacity carries and that share of the prefill
-    instances, whole, and the traffic its prefill instances take, as a router balancing them sends
-    it; where a decode pool could not decode that share within TPOT, the traffic follows the decode
-    capacities with the prefill instances within a fifth of them, else (or where a pool gets no
-    prefill instance) the design is not split (not simulated request by request). The traffic had
-    always followed the decode capacities: 18 instances dealt 2 and 16 for 2.48 and 15.52
-    instances' worth of prompts left the first slice's prompts queueing without bound."""
-    from dse.sim.engine_latency import _per_decode_pool, unsimulated
+def test_decode_pools_of_several_shapes_are_one_deployment_behind_one_router(catalog: Catalog) -> None:
+    """A disaggregated design's decode pools are one deployment with its prefill pool: any prefill
+    instance hands a prompt to any decode instance, the one whose requests fill the smallest share
+    of its slots, and each pool's requests are told apart for the worst pool's figure. Two pools
+    of one shape are the same simulation as one pool of their instances, request by request; of
+    two shapes, each fills its slots alike. Such designs had been simulated apart, each with a
+    whole share of the prefill instances, or not at all where the shares did not come out whole
+    (two prefill instances for these three decode instances)."""
+    params = load_params()
+    pre = _sim_pool(instances=2.0, requests_per_s=20.0)
+    large = replace(pre, role="decode", name="d8", instances=1.0, decode_batch=128.0, output_tokens_per_s=9e3)
+    small = replace(large, name="d4", gpus=4.0, ep=4.0, instances=2.0, decode_batch=64.0)
 
-    base = _sim_pool(instances=10.0, prefill_batch_requests=4.0, requests_per_s=100.0)
-    small = replace(base, role="decode", name="d4", gpus=4.0, instances=1.0, output_tokens_per_s=30_000.0)
-    large = replace(base, role="decode", name="d8", instances=1.0, output_tokens_per_s=70_000.0)
-    groups = _per_decode_pool(base, [small, large])
-    assert groups is not None
-    assert [g[2] for g in groups] == pytest.approx([0.3, 0.7])
-    assert [g[0].instances for g in groups] == [3.0, 7.0]  # 10 prefill instances, 3 and 7
-    assert [g[0].requests_per_s for g in groups] == pytest.approx([30.0, 70.0])
-    assert [g[1].name for g in groups] == ["d4", "d8"]
-    two = replace(base, instances=2.0)  # 0.6 and 1.4 of 2: one each, half the traffic each
-    assert [g[2] for g in _per_decode_pool(two, [small, large], 50_000.0) or []] == [0.5, 0.5]
-    assert _per_decode_pool(two, [small, large], 80_000.0) is None  # 40,000 tokens/s on the 30,000 pool
-    # past the decode pools' capacity the traffic follows it (the overload shows where it is)
-    over = _per_decode_pool(base, [replace(small, output_tokens_per_s=29_000.0), large], 300_000.0) or []
-    assert [g[2] for g in over] == pytest.approx([29 / 99, 70 / 99])
-    # the case that queued without bound: each slice's prompts are what its prefill instances take
-    a = replace(small, output_tokens_per_s=12_453.0)
-    b = replace(large, output_tokens_per_s=77_979.0)
-    dealt = _per_decode_pool(replace(base, instances=18.0), [a, b], 80_000.0) or []
-    assert [g[0].instances for g in dealt] == [2.0, 16.0]
-    assert [g[2] for g in dealt] == pytest.approx([1 / 9, 8 / 9])
-    # and a design it cannot split says why, not that a role is on more than one hardware
-    design = SimDesign(
-        model="deepseek-v3", engine="trt", weight_precision="fp8", mtp=False, topology="disaggregated",
-        workload=Workload(requests_per_s=100.0, input_tokens=1000.0, output_tokens=800.0),
-        slo=Slo(ttft_s=2.0, tpot_s=0.05), pools=(replace(base, instances=2.0), small, large), resting=(),
-    )  # fmt: skip
-    assert design_latency(design, catalog, load_params()) is None
-    assert unsimulated(design) == (
-        "2 prefill instances cannot be shared among 2 decode pools: a pool would get none, or too few for "
-        "the prompts it decodes within TPOT"
-    )
-    (one,) = _per_decode_pool(replace(base, instances=2.0), [large]) or []
-    assert one[0].instances == 2.0 and one[2] == 1.0
+    def design(*decode: SimPool) -> SimDesign:
+        return SimDesign(
+            model="qwen3-235b", engine="trt", weight_precision="fp8", mtp=False, topology="disaggregated",
+            workload=Workload(requests_per_s=20.0, input_tokens=1000.0, output_tokens=400.0),
+            slo=Slo(ttft_s=2.0, tpot_s=0.05), pools=(pre, *decode), resting=(),
+        )  # fmt: skip
+
+    one = design_latency(design(replace(large, instances=2.0)), catalog, params)
+    two = design_latency(design(large, replace(large, name="d8b")), catalog, params)
+    assert one is not None and two is not None
+    assert one.groups == (len(one.ttft_s),) and len(two.groups) == 2 and sum(two.groups) == len(one.ttft_s)
+    for metric in ("ttft_s", "tpot_s", "e2el_s"):
+        assert np.array_equal(np.sort(getattr(two, metric)), np.sort(getattr(one, metric)))
+    mixed = design_latency(design(small, large), catalog, params)
+    assert mixed is not None and len(mixed.groups) == 2 and mixed.warning is None  # steady
+    # 2 x 64 slots and 1 x 128: the router keeps their shares of the slots alike, so about half each
+    assert 0.4 < mixed.groups[0] / sum(mixed.groups) < 0.6, mixed.groups
+    ends = np.cumsum((0, *mixed.groups))
+    spans = list(zip(ends[:-1], ends[1:], strict=True))
+    own = [float(np.median(mixed.tpot_s[a:b])) for a, b in spans]
+    assert own[0] != own[1]  # each pool decodes at its own shape's step
+    worst = mixed.worst("tpot", 90.0)
+    assert worst == max(percentile_of("tpot", mixed.tpot_s[a:b], 90.0) for a, b in spans)
+    assert worst >= mixed.percentile("tpot", 90.0)
 
 
 def test_the_fluid_model_runs_a_prefill_instance_as_the_prompts_its_forwards_batch_at_its_load() -> None:

@@ -123,7 +123,7 @@ def simulate(
     agg, mixed, n_prefill, n_decode, clients, arrivals, isl, osl, steps, accept,
     dec_n, dec_a, dec_b, pf_tokens, pf_cost, chunk, pf_chunk, kv_cap, run_cap, recv_every, reserve,
     xfer_fixed, xfer_per_token, t_arrive, t_first, t_done, cached, bootstrap, pf_lane, dec_reserve,
-    balance, think,
+    balance, think, dec_from, dec_to, weight, served,
 ):  # fmt: skip
     """Fill ``t_arrive``, ``t_first`` and ``t_done`` for every request; returns the number of
     preemptions. Lengths in tokens, times in seconds; ``steps`` are decode steps after the first
@@ -139,12 +139,21 @@ def simulate(
     whose context requests wait for each other, ``recv_every`` steps at most (TensorRT-LLM's
     ``enable_balance``; 0: none); ``think``: closed loop, the seconds from the engine finishing a
     request to its client's next one reaching the engine (the stream's way out to the client and
-    the next request's way in; 0: at once)."""
+    the next request's way in; 0: at once).
+
+    Per engine (decode) instance ``j``: its KV cache ``kv_cap[j]`` tokens, its running cap
+    ``run_cap[j]``, its step table ``dec_*[dec_from[j]:dec_to[j]]``, the KV transfer to it
+    ``xfer_fixed[j] + xfer_per_token[j] * context`` and its routing weight ``weight[j]`` (a
+    design's decode pools of several shapes: the router sends each request to the instance whose
+    requests times its weight, the reciprocal of its share of the largest cap, are fewest; 1 for
+    every instance of one shape). ``served`` receives the instance each request decoded on."""
     N = len(isl)
     D = n_decode
     P = n_prefill if not agg else 0
     M = D + P
-    cap = max(1, min(run_cap, N))
+    cap = np.empty(D, np.int64)
+    for j in range(D):
+        cap[j] = max(1, min(run_cap[j], N))
     rf = np.zeros((N, 9))
     ri = np.zeros((N, 4), np.int64)
     for i in range(N):
@@ -167,10 +176,10 @@ def simulate(
         mi[m, TAIL] = -1
         mi[m, CHUNKED] = -1
         mi[m, MINFIN] = NEVER  # the step count at which the first running request finishes
-    run = np.full((D, cap), -1, np.int64)  # each instance's running requests: a heap by FIN
+    run = np.full((D, cap.max()), -1, np.int64)  # each instance's running requests: a heap by FIN
     batch = np.full((M, N if N < 4096 else 4096), -1, np.int64)  # requests of a prefill batch
-    dec = np.empty((3, len(dec_n)))
-    dec[0], dec[1], dec[2] = dec_n, dec_a, dec_b
+    dec_all = np.empty((3, len(dec_n)))
+    dec_all[0], dec_all[1], dec_all[2] = dec_n, dec_a, dec_b
     pf = np.empty((2, len(pf_tokens)))
     pf[0], pf[1] = pf_tokens, pf_cost
     pending = np.zeros(N, np.int64)  # requests that arrived and wait to be routed
@@ -189,7 +198,7 @@ def simulate(
     now = 0.0
     while done < N:
         for r in range(n_pending):
-            _route(pending[r], now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi)
+            _route(pending[r], now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi, weight, served)
         n_pending = 0
         t_next = INF  # the next event
         who = -1
@@ -214,11 +223,12 @@ def simulate(
         if who >= D:  # a prefill instance finished its forward: the KV moves to decode
             for b in range(mi[who, NBATCH]):
                 i = batch[who, b]
-                j = _least_loaded(D, mf, mi)
-                rf[i, READY] = now + xfer_fixed + xfer_per_token * rf[i, BASE]
+                j = _least_loaded(D, weight, mf, mi)
+                served[i] = j
+                rf[i, READY] = now + xfer_fixed[j] + xfer_per_token[j] * rf[i, BASE]
                 _push(j, i, mi, ri)
                 mf[j, QUEUED] += 1.0
-                _wake(j, rf[i, READY], mi[j, NRUN] < cap, mf, mi)
+                _wake(j, rf[i, READY], mi[j, NRUN] < cap[j], mf, mi)
             mi[who, NBATCH] = 0
             mf[who, FWD] = 0.0
             _prefill_batch(who, now, pf_chunk, pf_lane, rf, ri, mf, mi, batch, pf)
@@ -243,7 +253,7 @@ def simulate(
             if reserve > 0:  # SGLang's new-token ratio decays by 0.001 a decode step
                 mf[j, RATIO] = max(reserve, mf[j, RATIO] - 0.001 * steps)
             done += _retire(j, now, accept, rf, ri, mf, mi, run)
-            while mf[j, CTX] > kv_cap and mi[j, NRUN] > 1:
+            while mf[j, CTX] > kv_cap[j] and mi[j, NRUN] > 1:
                 preempted += 1
                 _preempt(j, now, accept, rf, ri, mf, mi, run)
                 if reserve > 0:  # and jumps to 1 after a retraction (vLLM reserves nothing, always)
@@ -255,11 +265,12 @@ def simulate(
         if clients > 0:  # each request that finished sends its client's next one, now
             spawned, n_pending = _spawn(done - finished_from, now, think, spawned, N, rf, pending, n_pending)
         for r in range(n_pending):  # before this instance schedules, so it may take them now
-            _route(pending[r], now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi)
+            _route(pending[r], now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi, weight, served)
         n_pending = 0
         before = done
+        dec = dec_all[:, dec_from[j] : dec_to[j]]
         done += _schedule(
-            j, now, agg, mixed, chunk, kv_cap, cap, every, accept, dec_reserve,
+            j, now, agg, mixed, chunk, kv_cap[j], cap[j], every, accept, dec_reserve,
             rf, ri, mf, mi, run, batch, dec, pf,
         )  # fmt: skip
         if clients > 0:  # requests done on admission (one output token) release their clients too
@@ -315,11 +326,12 @@ def _pop(q, mi, ri):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, inline=INLINE)
-def _least_loaded(D, mf, mi):  # type: ignore[no-untyped-def]
-    """The engine instance with the fewest requests: running, queued, or in its prefill forward."""
+def _least_loaded(D, weight, mf, mi):  # type: ignore[no-untyped-def]
+    """The engine instance with the fewest requests (running, queued, or in its prefill forward)
+    times its weight."""
     best, load = 0, INF
     for j in range(D):
-        x = mi[j, NRUN] + mf[j, QUEUED] + mi[j, NBATCH] + (1 if mi[j, CHUNKED] >= 0 else 0)
+        x = (mi[j, NRUN] + mf[j, QUEUED] + mi[j, NBATCH] + (1 if mi[j, CHUNKED] >= 0 else 0)) * weight[j]
         if x < load:
             best, load = j, x
     return best
@@ -376,7 +388,7 @@ def _recv_point(j, every, balance, mf, mi):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, inline=INLINE)
-def _route(i, now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi):  # type: ignore[no-untyped-def]
+def _route(i, now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi, weight, served):  # type: ignore[no-untyped-def]  # noqa: E501
     """A request that arrived: to the engine instance with the fewest requests, or (disaggregated)
     to the prefill instance with the fewest queued prompt tokens. An instance that looks for new
     requests only every ``every`` decode steps sees it at once only when idle; otherwise at the
@@ -385,7 +397,8 @@ def _route(i, now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi):  
     that hand-shakes first (``bootstrap``) and is in a forward can batch it only after the forward
     that follows (``READY`` just past the current one's end)."""
     if agg or P == 0:
-        j = _least_loaded(D, mf, mi)
+        j = _least_loaded(D, weight, mf, mi)
+        served[i] = j
         rf[i, READY] = now
         _push(j, i, mi, ri)
         mf[j, QUEUED] += 1.0
@@ -395,7 +408,7 @@ def _route(i, now, agg, D, P, cap, every, bootstrap, balance, rf, ri, mf, mi):  
             if mi[j, MODE] == JUMP:
                 _wake_at_recv(j, now, every, mf, mi)
             return
-        _wake(j, now, mi[j, NRUN] < cap, mf, mi)
+        _wake(j, now, mi[j, NRUN] < cap[j], mf, mi)
         return
     best, load = D, INF
     for q in range(D, D + P):  # the prefill instance with the fewest prompt tokens queued or in its forward

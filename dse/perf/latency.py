@@ -118,6 +118,8 @@ class Latency:
     # an open loop's KV held at once on average over its decode instances' caches (Little's law:
     # :func:`_kv_checked`); nan for a closed loop
     kv_held_share: float = math.nan
+    # the decode pool each request decoded on, as :attr:`EngineTables.decode_pools` orders them
+    pool: Array | None = None
 
     def percentile(self, metric: str, q: float) -> float:
         values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2el": self.e2el_s}[metric]
@@ -195,7 +197,7 @@ def _kv_checked(t: EngineTables, load: Load, lengths: Lengths, lat: Latency) -> 
     holds and decoding for longer than it lasts, hold most of that KV: the window had looked
     steady where a longer one queues without bound."""
     per_token = lat.tpot_s[np.isfinite(lat.tpot_s)]
-    cache = t.kv_cap * t.n_decode  # tokens
+    cache = sum(c.kv_cap * c.n_decode for c in (t, *t.decode_more))  # tokens
     if load.kind == "closed" or not per_token.size or not cache > 0:
         return lat
     if load.kind == "trace":  # its own requests, at the rate they arrive
@@ -270,20 +272,23 @@ def _window(
     arrive, first, done = np.empty(n), np.empty(n), np.empty(n)
     extra = t.frontend_s + (0.0 if t.agg else t.handoff_s)  # after the engine, before the client
     think = (extra if loop_s is None else loop_s) if clients > 0 else 0.0
-    # one type per argument, so the compiled kernel is one signature (each other costs a compile)
     f64 = np.float64
+    dec = _decode_instances(t)
+    served = np.zeros(n, np.int64)
+    # one type per argument, so the compiled kernel is one signature (each other costs a compile)
     preempted = simulate(
-        bool(t.agg), bool(t.mixed), int(t.n_prefill), int(t.n_decode), int(clients),
+        bool(t.agg), bool(t.mixed), int(t.n_prefill), len(dec.pool), int(clients),
         np.asarray(at_engine, f64), np.asarray(isl[order], f64), np.asarray(osl[order], f64),
-        np.asarray(steps[order], np.int64), float(t.accept_mean), np.asarray(t.dec_n, f64),
-        np.asarray(t.dec_a, f64), np.asarray(t.dec_b, f64), np.asarray(t.pf_tokens, f64),
-        np.asarray(t.pf_cost, f64), float(t.chunk), float(t.pf_chunk), float(t.kv_cap), int(t.run_cap),
-        int(t.recv_every), float(t.reserve), float(t.xfer_fixed), float(t.xfer_per_token), arrive, first,
-        done, np.asarray(cached[order], f64), bool(t.bootstrap), float(t.pf_lane), float(t.dec_reserve),
-        float(t.balance_ranks), float(think),
+        np.asarray(steps[order], np.int64), float(t.accept_mean), dec.n, dec.a, dec.b,
+        np.asarray(t.pf_tokens, f64), np.asarray(t.pf_cost, f64), float(t.chunk), float(t.pf_chunk),
+        dec.kv_cap, dec.run_cap, int(t.recv_every), float(t.reserve), dec.xfer_fixed,
+        dec.xfer_per_token, arrive, first, done, np.asarray(cached[order], f64), bool(t.bootstrap),
+        float(t.pf_lane), float(t.dec_reserve), float(t.balance_ranks), float(think), dec.start,
+        dec.end, dec.weight, served,
     )  # fmt: skip
     back = np.empty(n, dtype=np.int64)
     back[order] = np.arange(n)  # request k ran as index back[k]
+    pool = dec.pool[served[back]] if t.decode_more else None
     if clients == 0:
         arrive = arrivals
     else:
@@ -294,7 +299,54 @@ def _window(
     first, done = first + cold, done + cold
     arrive = np.r_[arrive[:clients], arrive[clients:] + cold]
     lat = _latency(t, arrive, first, done, osl, int(preempted), load, windows)
-    return replace(lat, cold_start_s=cold, first_wave=clients)
+    return replace(lat, cold_start_s=cold, first_wave=clients, pool=pool)
+
+
+@dataclass(frozen=True)
+class _Instances:
+    """The decode (or engine) instances as the kernel reads them, one element each: its pool,
+    cap, cache, transfer, routing weight and the slice of the step tables ``n``, ``a``, ``b``
+    (every pool's joined) it reads."""
+
+    pool: Array
+    run_cap: Array
+    kv_cap: Array
+    xfer_fixed: Array
+    xfer_per_token: Array
+    weight: Array
+    start: Array
+    end: Array
+    n: Array
+    a: Array
+    b: Array
+
+
+def _decode_instances(t: EngineTables) -> _Instances:
+    """``t``'s decode instances, its further decode pools' after its own. The router weighs an
+    instance's requests by the largest cap over its own, so that instances of every pool fill
+    their slots alike (1 for one pool's)."""
+    pools = (t, *t.decode_more)
+    count = np.array([int(c.n_decode) for c in pools])
+    ends = np.cumsum([len(c.dec_n) for c in pools])
+    caps = np.array([int(c.run_cap) for c in pools], np.int64)
+    f64 = np.float64
+
+    def each(values: list[float] | Array, dtype: type = f64) -> Array:
+        return np.repeat(np.asarray(values, dtype), count)
+
+    return _Instances(
+        pool=each(np.arange(len(pools)), np.int64),
+        run_cap=each(caps, np.int64),
+        kv_cap=each([c.kv_cap for c in pools]),
+        xfer_fixed=each([c.xfer_fixed for c in pools]),
+        xfer_per_token=each([c.xfer_per_token for c in pools]),
+        weight=each(caps.max() / caps),
+        start=each(ends - [len(c.dec_n) for c in pools], np.int64),
+        end=each(ends, np.int64),
+        n=np.concatenate([np.asarray(c.dec_n, f64) for c in pools]),
+        a=np.concatenate([np.asarray(c.dec_a, f64) for c in pools]),
+        b=np.concatenate([np.asarray(c.dec_b, f64) for c in pools]),
+    )
 
 
 def _latency(

@@ -118,12 +118,25 @@ class EngineTables:
     # an aggregated instance's attention-DP ranks whose context requests wait for each other, at
     # most ``recv_every`` steps (TensorRT-LLM's ``enable_balance``); 0: none
     balance_ranks: float = 0.0
+    # a disaggregated design's further decode pools beside this one's (:func:`with_decode_pools`):
+    # their instances, step tables, caps, caches and transfers; the prefill side and the engine's
+    # rules are this one's
+    decode_more: tuple[EngineTables, ...] = ()
 
     @property
     def pf_lane(self) -> float:
         """Tokens of one prompt a prefill pool's forward takes: its rank's share of the budget
         (no such pool, aggregated: no limit)."""
         return math.inf if self.agg else self.pf_chunk / self.pf_ranks
+
+
+def with_decode_pools(tables: list[EngineTables], gpus: float) -> EngineTables:
+    """One disaggregated deployment of one prefill pool and several decode pools: the first
+    ``tables``' prefill side and rules, every one's decode instances (each its own pool's steps,
+    caps, cache and transfer), on ``gpus`` GPUs in all. Each of ``tables`` is the prefill pool
+    paired with one decode pool (:func:`tables_of`)."""
+    first, *more = tables
+    return replace(first, decode_more=tuple(more), gpus=gpus)
 
 
 def element(obj: Any, k: int) -> Any:

@@ -7,9 +7,14 @@ and one decode pool (or one attention and one expert pool) is one deployment. At
 designs with several attention or expert pools are not simulated here (:func:`design_latency`
 returns None) and keep the fluid model's percentiles; prefill pools of several shapes or
 hardware, and a four-stage design's midfill pool, are simulated as one of the busiest one's shape
-with the same capacity (:func:`_one_prefill_pool`); decode pools of several shapes or hardware
-are simulated apart, each with its share of the traffic and of the prefill instances
-(:func:`_per_decode_pool`).
+with the same capacity (:func:`_one_prefill_pool`). Decode pools of several shapes or hardware
+are one deployment with the prefill pool: any prefill instance hands a prompt's KV to any decode
+instance, the one whose requests fill the smallest share of its slots (each instance its own
+pool's steps, cap, cache and transfer: :func:`~dse.perf.latency_tables.with_decode_pools`), and
+a target is met by each decode pool's requests (:meth:`DesignLatency.worst`). Until 2026-12-06
+each decode pool was simulated apart with a whole share of the prefill instances, and a design
+whose shares did not come out whole within a fifth was not simulated: 42 of the 192 cheapest
+designs of ``benchmarks/engine_agreement.py``, all with two to four decode pools.
 
 * Returning turns wait for their prefix to come back (the placement's mean reload seconds, a
   pure delay), then prefill only their suffix and hold the prefix in the KV cache, which their
@@ -40,7 +45,7 @@ from dse.catalog import Catalog
 from dse.perf.afd import attention_side, ffn_side
 from dse.perf.latency import percentile_of, simulate_latency
 from dse.perf.latency_inputs import LOW_OF_NOMINAL, Lengths, Load
-from dse.perf.latency_tables import EngineTables, tables_of
+from dse.perf.latency_tables import EngineTables, tables_of, with_decode_pools
 from dse.perf.memo import Memo
 from dse.perf.params import PerfParams
 from dse.perf.pool import Pool, build_pool
@@ -54,6 +59,8 @@ MIN_REQUESTS, MAX_REQUESTS = 2000, 10_000  # a design's window: about 3-17 ms of
 # fills the batches, the rest is measured
 WINDOWS = 3.0
 SEED = 0
+# one deployment, or one prefill pool's with each of several decode pools (:func:`_tables`)
+Deployed = Deployment | tuple[Deployment, ...]
 
 
 @dataclass(frozen=True)
@@ -135,7 +142,7 @@ def _design_latency(
     )
     runs: list[_Steady] = []
     for d, rate, batch_requests in groups:
-        tables = tables_of(d, params, [design.engine], [lengths])[0]
+        tables = _tables(d, params, design.engine, lengths)
         if batch_requests > 0:
             tables = placed_chunk(tables, batch_requests * w.input_tokens)
         n = _window(rate, e2e_s)
@@ -149,8 +156,21 @@ def _design_latency(
         tpot_s=np.concatenate([r.tpot_s for r in runs]),
         e2el_s=np.concatenate([r.e2el_s for r in runs]),
         warning=warnings[0] if warnings else None,
-        groups=tuple(len(r.ttft_s) for r in runs),
+        groups=tuple(n for r in runs for n in r.groups),
     )
+
+
+def _tables(d: Deployed, params: PerfParams, engine: str, lengths: Lengths) -> EngineTables:
+    """The simulation's tables of one deployment, or of one prefill pool's deployments with
+    several decode pools, one each (:func:`~dse.perf.latency_tables.with_decode_pools`)."""
+    if not isinstance(d, tuple):
+        return tables_of(d, params, [engine], [lengths])[0]
+    parts = [tables_of(x, params, [engine], [lengths])[0] for x in d]
+    pre = d[0].prefill
+    assert pre is not None
+    prefill_gpus = float((pre.gpus * d[0].prefill_instances)[0])
+    gpus = parts[0].gpus + sum(t.gpus - prefill_gpus for t in parts[1:])
+    return with_decode_pools(parts, gpus)
 
 
 @dataclass(frozen=True)
@@ -163,6 +183,7 @@ class _Steady:
     tpot_s: np.ndarray
     e2el_s: np.ndarray
     warning: str | None
+    groups: tuple[int, ...]  # each decode pool's requests, in the arrays' order (one pool: all)
 
 
 # A study's trials run the same simulation again and again (a decode cap past what the KV cache
@@ -178,20 +199,31 @@ _DESIGNS = Memo(256)
 def _steady(tables: EngineTables, load: Load, lengths: Lengths, n: int, seed: int) -> Callable[[], _Steady]:
     def run() -> _Steady:
         lat = simulate_latency(tables, load, lengths, requests=n, seed=seed, windows=WINDOWS)
-        k = slice(len(lat.ttft_s) // 3, None)
-        return _Steady(lat.ttft_s[k].copy(), lat.tpot_s[k].copy(), lat.e2el_s[k].copy(), lat.warning)
+        k = np.arange(len(lat.ttft_s) // 3, len(lat.ttft_s))
+        groups: tuple[int, ...] = (len(k),)
+        if lat.pool is not None:  # each decode pool's requests together, for the worst pool's figure
+            k = k[np.argsort(lat.pool[k], kind="stable")]
+            groups = tuple(int(c) for c in np.bincount(lat.pool[k]) if c > 0)
+        return _Steady(lat.ttft_s[k], lat.tpot_s[k], lat.e2el_s[k], lat.warning, groups)
 
     return run
 
 
 def _run_key(tables: EngineTables, load: Load, lengths: Lengths, n: int, seed: int) -> Hashable:
-    """Everything one simulation reads, exactly: every table field (arrays as their bytes), the
-    load, the lengths, the window and the seed."""
-    parts = tuple(
-        (v.dtype.str, v.shape, v.tobytes()) if isinstance(v, np.ndarray) else v
-        for v in (getattr(tables, f.name) for f in fields(tables))
-    )
-    return parts, load, lengths, n, seed, WINDOWS
+    """Everything one simulation reads, exactly: every table field (arrays as their bytes, a
+    further decode pool's tables as their fields), the load, the lengths, the window and the seed."""
+    return _table_key(tables), load, lengths, n, seed, WINDOWS
+
+
+def _table_key(tables: EngineTables) -> Hashable:
+    def key(v: object) -> Hashable:
+        if isinstance(v, np.ndarray):
+            return v.dtype.str, v.shape, v.tobytes()
+        if isinstance(v, tuple):
+            return tuple(_table_key(t) for t in v)
+        return v  # type: ignore[return-value]
+
+    return tuple(key(getattr(tables, f.name)) for f in fields(tables))
 
 
 def _reload_s(design: SimDesign) -> float:
@@ -214,14 +246,14 @@ def _window(rate: float, e2e_s: float) -> int:
 
 def _deployments(
     design: SimDesign, catalog: Catalog, params: PerfParams, e2e_s: float
-) -> list[tuple[Deployment, float, float]]:
+) -> list[tuple[Deployed, float, float]]:
     """(deployment, requests/s, prompts per prefill forward) per independently served share of
     the traffic, sliced where it must be (above); [] if unsupported."""
     by_role: dict[str, list[SimPool]] = {}
     for p in design.pools:
         by_role.setdefault(p.role, []).append(p)
     if set(by_role) == {"mixed"}:
-        out = []
+        out: list[tuple[Deployed, float, float]] = []
         for p in by_role["mixed"]:
             if p.requests_per_s > 0:
                 (one,), g = _slice((p,), p.requests_per_s, e2e_s)
@@ -238,13 +270,10 @@ def _deployments(
     if len(pre) > 1:
         pre = [_one_prefill_pool(pre)]
     rate = design.workload.requests_per_s
-    if len(pre) == 1 and dec and not att and not ffn:
-        out = []
-        for p, d, share in _per_decode_pool(pre[0], dec, rate * design.workload.output_tokens) or []:
-            (p, d), g = _slice((p, d), rate * share, e2e_s)
-            group = _deployment(design, catalog, params, p, d)
-            out.append((group, rate * share / g, p.prefill_batch_requests))
-        return out
+    if len(pre) == 1 and dec and not att and not ffn:  # every prefill instance hands off to any decode one
+        (p, *ds), g = _slice((pre[0], *dec), rate, e2e_s)
+        each = tuple(_deployment(design, catalog, params, p, d) for d in ds)
+        return [(each[0] if len(each) == 1 else each, rate / g, p.prefill_batch_requests)]
     if len(pre) == 1 and len(att) == 1 and len(ffn) == 1 and not dec:
         (p, a, f), g = _slice((pre[0], att[0], ffn[0]), rate, e2e_s)
         return [(_deployment(design, catalog, params, p, a, f), rate / g, p.prefill_batch_requests)]
@@ -253,19 +282,10 @@ def _deployments(
 
 def unsimulated(design: SimDesign) -> str:
     """Why :func:`design_latency` cannot run ``design`` request by request (it returns None), in
-    words: several attention or expert pools, or decode pools whose shares of the prefill
-    instances would not come out whole (:func:`_per_decode_pool`)."""
+    words: several attention or expert pools."""
     roles = [p.role for p in design.pools]
     if "attention" in roles or "ffn" in roles:
         return "several attention or expert pools"
-    pre = [p for p in design.pools if p.role in ("prefill", "midfill")]
-    dec = [p for p in design.pools if p.role == "decode"]
-    if pre and len(dec) > 1:
-        n = sum(p.instances for p in pre) if len(pre) > 1 else pre[0].instances
-        return (
-            f"{n:g} prefill instance{'s' if n != 1 else ''} cannot be shared among {len(dec)} decode pools: "
-            "a pool would get none, or too few for the prompts it decodes within TPOT"
-        )
     return "a layout of pools it does not run"
 
 
@@ -300,41 +320,6 @@ def _one_prefill_pool(pools: list[SimPool]) -> SimPool:
         instances=max(1.0, math.ceil(per_s * top.prefill_busy_s - 1e-9)),
         requests_per_s=sum(p.requests_per_s for p in pools),
     )
-
-
-def _per_decode_pool(
-    pre: SimPool, dec: list[SimPool], demand_tok_s: float | None = None
-) -> list[tuple[SimPool, SimPool, float]] | None:
-    """A disaggregated design's decode pools, each with a share of the prefill instances and the
-    traffic they carry, simulated apart: (prefill, decode, share) per decode pool. The prefill
-    instances are dealt by the decode pools' output tokens per second at the TPOT target (whole,
-    the largest remainders up), and each pool's share of the traffic is its share of the prefill
-    instances, as a router that balances the prefill servers sends it, where every decode pool
-    carries its share of ``demand_tok_s`` (the traffic's output tokens per second) at the target
-    (without ``demand_tok_s``, unchecked). Where one would not (a design loaded past its decode
-    capacity, or a pool's share of prefill instances far above its share of decode), the traffic
-    follows the decode capacities, with the whole prefill instances within a fifth of them; where
-    they cannot come that near, or a pool gets no prefill instance, the design is not simulated
-    request by request (None). (The traffic had always followed the decode capacities: a pool given
-    2 prefill instances for 2.48 instances' worth of prompts queued them without bound, 84 s at p90
-    against a 20 s target, where its decode ran at 71% of its capacity.)"""
-    caps = np.array([max(d.output_tokens_per_s, 0.0) for d in dec])
-    shares = caps / caps.sum() if caps.sum() > 0 else np.full(len(dec), 1.0 / len(dec))
-    want = pre.instances * shares
-    counts = np.floor(want)
-    for k in np.argsort(counts - want)[: int(round(pre.instances - counts.sum()))]:
-        counts[k] += 1.0  # the largest remainders
-    if (counts < 1).any():
-        return None
-    split = counts / counts.sum()
-    if demand_tok_s is not None and (split * demand_tok_s > caps * (1 + 1e-9)).any():
-        if (np.abs(counts - want) > 0.2 * want).any():
-            return None
-        split = shares
-    return [
-        (replace(pre, instances=float(c), requests_per_s=pre.requests_per_s * s), d, float(s))
-        for d, c, s in zip(dec, counts, split, strict=True)
-    ]
 
 
 def _slice(pools: tuple[SimPool, ...], rate: float, e2e_s: float) -> tuple[tuple[SimPool, ...], float]:
