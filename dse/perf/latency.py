@@ -118,7 +118,8 @@ class Latency:
     # an open loop's KV held at once on average over its decode instances' caches (Little's law:
     # :func:`_kv_checked`); nan for a closed loop
     kv_held_share: float = math.nan
-    # the decode pool each request decoded on, as :attr:`EngineTables.decode_pools` orders them
+    # the decode pool each request decoded on (0: the tables' own, k: their ``decode_more[k - 1]``),
+    # where the tables have several; None otherwise
     pool: Array | None = None
 
     def percentile(self, metric: str, q: float) -> float:
