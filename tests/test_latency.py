@@ -17,7 +17,7 @@ from dse.errors import InputError
 from dse.perf.benchmark_rows import deployment_of, latency_of, parse_row
 from dse.perf.latency import simulate_latency
 from dse.perf.latency_inputs import Lengths, Load, Trace, draw_requests
-from dse.perf.latency_tables import ENGINE_RULES, EngineTables, tables_of
+from dse.perf.latency_tables import ENGINE_RULES, EngineTables, tables_of, with_decode_pools
 from dse.perf.params import LatencyParams, load_params
 
 
@@ -458,6 +458,23 @@ def test_the_heap_of_running_requests_gives_them_back_by_the_step_they_finish_at
             _remove_at(0, 0, mi, ri, run)
         assert sorted(order) == sorted(set(range(n)) - gone)
         assert list(ri[order, FIN]) == sorted(ri[order, FIN])
+
+
+def test_decode_pools_each_step_at_their_own_table_and_move_kv_over_their_own_link() -> None:
+    """One prefill instance handing off to two decode pools (:func:`with_decode_pools`): one
+    instance stepping every 10 ms with the KV landing at once, two stepping every 20 ms whose KV
+    takes 0.5 s to land. Every request decodes at its own pool's step, to the bit, and reaches its
+    first token after its own pool's transfer; both pools serve."""
+    fast = _engine(False, n_decode=1, step_s=0.01, prefill_s=1e-3)
+    slow = replace(_engine(False, n_decode=2, step_s=0.02, prefill_s=1e-3), xfer_fixed=0.5)
+    lat = simulate_latency(
+        with_decode_pools([fast, slow], gpus=4.0), Load("poisson", rate=20.0), Lengths(10, 100), requests=2000
+    )
+    assert lat.pool is not None and set(np.unique(lat.pool)) == {0, 1}
+    np.testing.assert_allclose(lat.tpot_s[lat.pool == 0], 0.01, rtol=1e-9)
+    np.testing.assert_allclose(lat.tpot_s[lat.pool == 1], 0.02, rtol=1e-9)
+    assert lat.ttft_s[lat.pool == 1].min() >= 0.5 > lat.ttft_s[lat.pool == 0].max()
+    assert simulate_latency(fast, Load("poisson", rate=5.0), Lengths(10, 100), requests=100).pool is None
 
 
 def test_an_idle_instance_takes_the_next_request() -> None:
