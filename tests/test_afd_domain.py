@@ -138,7 +138,10 @@ def test_the_simulators_step_the_placed_unit_over_nvlink_at_its_pace(catalog: Ca
     best = report.best
     assert best is not None
     design = design_of(req, best)
-    (dep, _, _), *_ = _deployments(design, catalog, params, SLO.ttft_s + TRAFFIC.output_tokens * SLO.tpot_s)
+    (deployed, _, _), *_ = _deployments(
+        design, catalog, params, SLO.ttft_s + TRAFFIC.output_tokens * SLO.tpot_s
+    )
+    ((dep,),) = deployed.pools  # one attention pool, one expert pool
     assert dep.ffn is not None and dep.ffn_same_hardware is not None and bool(dep.ffn_same_hardware[0])
     att = sum(p.instances for p in best.pools if p.unit.role is Role.ATTENTION)
     ffn = [p for p in best.pools if p.unit.role is Role.FFN]

@@ -58,7 +58,8 @@ def test_the_prefill_share_agrees_with_the_engine_level_simulation(catalog: Cata
                            Topology.AGGREGATED, engine=engine, options=opts)  # fmt: skip
     best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
     assert best is not None
-    dep, _, batch = el._deployments(design_of(req, best), catalog, params, 1.0 + 800.0 * 0.1)[0]
+    deployed, _, batch = el._deployments(design_of(req, best), catalog, params, 1.0 + 800.0 * 0.1)[0]
+    ((dep,),) = deployed.pools
     mean = (1.0 + el.LOW_OF_NOMINAL) / 2.0
     lengths = Lengths(2000.0 / mean, 800.0 / mean)
     tables = tables_of(replace(dep, decode_instances=np.array([1.0])), params, [engine], [lengths])[0]

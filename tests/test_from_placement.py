@@ -149,7 +149,8 @@ def test_a_placed_decode_pool_simulates_at_the_capacity_the_milp_sized(catalog: 
     milp = sum(p.output_tokens_per_s for p in decode) / w.output_tokens
     assert float(pipe.decode_capacity(lengths)[0]) == pytest.approx(milp, rel=1e-9)
     assert pipe.decode_pool_slots[0].tolist() == [p.decode_batch for p in decode]
-    (dep, _, _), *_ = _deployments(design, catalog, params, 1.0)
+    (deployed, _, _), *_ = _deployments(design, catalog, params, 1.0)
+    dep = deployed.pools[0][0]
     assert float(dep.max_batch[0]) == decode[0].decode_batch
 
 

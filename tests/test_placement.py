@@ -571,8 +571,7 @@ def test_an_attention_ffn_design_at_a_tighter_pace_has_shadow_prices_and_holds_i
     hardware at that pace (the rebuild keeps it), and the engine-level simulation holds its
     TTFT with TPOT within the pace. (At TTFT 0.5 s the same design's prefill pool is priced at
     0.490 s and simulated at 0.509 s: the surrogate's error, not the pace's; at 0.55 s it holds.)
-    Decode units of one shape (4-GPU, EP 2), so that the design's FFN instances are one pool the
-    engine-level simulation runs: of two FFN shapes it stands on the MILP's TTFT, unsimulated."""
+    Decode units of one shape (4-GPU, EP 2), so that the design's FFN instances are one pool."""
     from dse.context import Context
     from dse.evaluation import engine_checks
 

@@ -256,3 +256,58 @@ def _sim_pool(**over: Any) -> SimPool:
         midfill_busy_s=None, reload_s=None,
     )  # fmt: skip
     return replace(pool, **over)
+
+
+def test_an_attention_ffn_designs_attention_pools_share_its_expert_pools(catalog: Catalog) -> None:
+    """An attention-FFN design of several attention or expert pools is simulated (until 2026-12-06
+    it stood on the MILP's TTFT): each attention pool is a decode pool, and every attention
+    instance's tokens are dealt over the expert pools as the placement sized them (instances times
+    token batch), the slowest pool pacing the step, in the engine-level simulation's tables and
+    the fluid model's step alike, at every batch. The pools of a Qwen3-235B design on H200 that
+    ``dse place`` gives (TTFT 0.5 s at p90, TPOT 100 ms, 20 req/s of 2,000 / 800 tokens): three
+    expert instances of 32 tokens a step and three of 512. Counted as six of the first's shape, as
+    until 2026-12-06, they stepped at 115 ms and the design was overloaded; dealt so, 99.95 ms."""
+    from dse.perf.latency_inputs import Lengths
+    from dse.perf.latency_tables import tables_of
+    from dse.sim.engine_latency import _deployments, _pool, _tables
+    from dse.sim.from_placement import _afd_tpot
+
+    params = load_params()
+    pre = _sim_pool(hardware="h200-sxm", gpus=2.0, ep=1.0, instances=2.0, requests_per_s=20.0)
+    att = replace(pre, role="attention", name="a", attn_tp=2.0, ep=2.0, instances=3.0, decode_batch=433.0)
+    dpa = replace(att, name="a-dpa", attn_tp=1.0, instances=1.0, decode_batch=436.0)
+    ep2 = replace(pre, role="ffn", name="f-ep2/nvlink", attn_tp=2.0, ep=2.0, instances=3.0, decode_batch=32.0)
+    ep1 = replace(ep2, name="f-ep1", ep=1.0, decode_batch=512.0)
+    design = SimDesign(
+        model="qwen3-235b", engine="sglang", weight_precision="fp8", mtp=False, topology="afd",
+        workload=Workload(requests_per_s=20.0, input_tokens=2000.0, output_tokens=800.0),
+        slo=Slo(ttft_s=0.5, tpot_s=0.1, percentile=90.0), pools=(pre, att, dpa, ep2, ep1), resting=(),
+    )  # fmt: skip
+    ((deployed, _, _),) = _deployments(design, catalog, params, 0.5 + 800 * 0.1)
+    assert len(deployed.pools) == 2 and all(len(sides) == 2 for sides in deployed.pools)
+    for sides in deployed.pools:  # 3 x 32 and 3 x 512 tokens planned: each instance its batch's share
+        per = [float((d.decode_instances / d.ffn_instances)[0]) for d in sides]  # tokens/instance over n
+        assert per == pytest.approx([4.0 * 32 / 1632, 4.0 * 512 / 1632])
+        assert 3.0 * per[0] + 3.0 * per[1] == pytest.approx(4.0)  # every attention token dealt once
+        sent = [float(d.ffn_share[0]) for d in sides if d.ffn_share is not None]  # its hidden states too
+        assert sent == pytest.approx([3 * 32 / 1632, 3 * 512 / 1632])
+    assert deployed.gpus == 2 * 2 + 4 * 2 + 6 * 2  # prefill, attention, experts
+    lengths = Lengths(2000.0 / 0.9, 800.0 / 0.9)
+    context = lengths.mean_context + 0.5 * lengths.mean_osl
+    tables = _tables(deployed, params, "sglang", lengths)
+    for t, a, sides in zip((tables, *tables.decode_more), (att, dpa), deployed.pools, strict=True):
+        n, x = t.dec_n, np.ones(len(t.dec_n))
+        fluid = _afd_tpot(
+            design, catalog, params, _pool(design, catalog, params, a), a.hardware, n, context * x, 0 * x, x
+        )
+        assert np.allclose(t.dec_a + t.dec_b * n * context, fluid, rtol=1e-12, atol=0.0)
+        alone = [tables_of(d, params, ["sglang"], [lengths])[0] for d in sides]
+        slowest = np.argmax([s.dec_a + s.dec_b * n * context for s in alone], axis=0)
+        assert slowest[0] == 0 and 1 in slowest, slowest  # the 32-token pool at batch 1, then the other
+        assert fluid[np.searchsorted(n, a.decode_batch)] < 0.1  # within the pace at the placed batch
+    lat = design_latency(design, catalog, params)
+    assert lat is not None and len(lat.groups) == 2 and "overloaded" not in (lat.warning or "")
+    assert lat.worst("ttft", 90.0) < 0.5 and lat.worst("tpot", 50.0) < 0.1
+    ends = np.cumsum((0, *lat.groups))
+    spans = list(zip(ends[:-1], ends[1:], strict=True))
+    assert lat.worst("ttft", 90.0) == max(percentile_of("ttft", lat.ttft_s[a:b], 90.0) for a, b in spans)

@@ -139,6 +139,21 @@ def with_decode_pools(tables: list[EngineTables], gpus: float) -> EngineTables:
     return replace(first, decode_more=tuple(more), gpus=gpus)
 
 
+def slowest_step(tables: list[EngineTables], context: float) -> EngineTables:
+    """One decode pool's tables with every batch's step the slowest of ``tables``' at ``context``
+    tokens a sequence: an attention-FFN design's attention pool with each of its expert pools
+    (:func:`~dse.sim.from_placement.expert_sides`), the slowest of which paces its step. Each of
+    ``tables`` is the same attention pool paired with one expert pool (one batch grid)."""
+    first = tables[0]
+    if len(tables) == 1:
+        return first
+    assert all(np.array_equal(t.dec_n, first.dec_n) for t in tables)
+    a, b = np.array([t.dec_a for t in tables]), np.array([t.dec_b for t in tables])
+    k = np.argmax(a + b * first.dec_n * context, axis=0)
+    cols = np.arange(len(first.dec_n))
+    return replace(first, dec_a=a[k, cols], dec_b=b[k, cols])
+
+
 def element(obj: Any, k: int) -> Any:
     """Element ``k`` of a per-element dataclass (a :class:`Deployment`, a pool), as length-1 arrays."""
     if not is_dataclass(obj) or isinstance(obj, type):

@@ -73,6 +73,9 @@ class Deployment:
     # domain (:func:`~dse.perf.afd.afd_in_domain`); None: they do (one benchmark row, one
     # ``dse predict``: one hardware)
     ffn_same_hardware: Array | None = None
+    # the share of each attention instance's tokens this expert pool takes, where the design's
+    # tokens are dealt over several (:func:`~dse.sim.from_placement.expert_sides`); None: all
+    ffn_share: Array | None = None
     # the engine's cap on sequences one decode instance runs at once (SGLang's
     # ``--max-running-requests``); None: only the KV cache caps it
     max_batch: Array | None = None
@@ -167,8 +170,9 @@ def _afd_step(
     and the expert pool (the attention pool's tokens shared among its instances). As for the
     placement's attention and FFN units, each side's whole step must fit in
     :data:`~dse.perf.afd.SIDE_SHARE` of it (two micro-batches in ping-pong), and so must the hidden
-    states crossing between them (sent by the attention instance, received by the expert instance
-    that takes ``decode_instances / ffn_instances`` times as many); the slowest of the three paces
+    states crossing between them (sent by the attention instance, its ``ffn_share`` of them where
+    it deals its tokens over several expert pools, received by the expert instance that takes
+    ``decode_instances / ffn_instances`` times as many); the slowest of the three paces
     the step, and the breakdown is that one's, scaled to the step. The transfer fans each token out
     to its experts' GPUs (:func:`~dse.perf.afd.afd_bytes_per_token`) over the NICs, waiting on RDMA
     completions once per direction and layer, or over NVLink where an expert instance and the
@@ -189,7 +193,10 @@ def _afd_step(
     fan_in = d.decode_instances / d.ffn_instances
     same = True if d.ffn_same_hardware is None else d.ffn_same_hardware
     near = afd_in_domain(d.decode, d.ffn, fan_in, same)
-    xfer = afd_transfer_s(d.decode, d.ffn, p, sent, sent * d.decode_instances / d.ffn_instances, fan_in, near)
+    share = 1.0 if d.ffn_share is None else d.ffn_share  # the attention instance sends this pool its share
+    xfer = afd_transfer_s(
+        d.decode, d.ffn, p, sent * share, sent * d.decode_instances / d.ffn_instances, fan_in, near
+    )
     use_att = att.total_s >= ffn.total_s
     moved = xfer > np.maximum(att.total_s, ffn.total_s)
     k = 1.0 / SIDE_SHARE

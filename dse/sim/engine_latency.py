@@ -3,18 +3,24 @@ through their schedulers (:mod:`dse.perf.latency`) under Poisson arrivals at the
 
 Aggregated pools serve independent shares of the traffic (each its own ``requests_per_s``), so
 each is simulated alone and their requests pooled; a disaggregated design with one prefill pool
-and one decode pool (or one attention and one expert pool) is one deployment. Attention-FFN
-designs with several attention or expert pools are not simulated here (:func:`design_latency`
-returns None) and keep the fluid model's percentiles; prefill pools of several shapes or
-hardware, and a four-stage design's midfill pool, are simulated as one of the busiest one's shape
-with the same capacity (:func:`_one_prefill_pool`). Decode pools of several shapes or hardware
-are one deployment with the prefill pool: any prefill instance hands a prompt's KV to any decode
-instance, the one whose requests fill the smallest share of its slots (each instance its own
-pool's steps, cap, cache and transfer: :func:`~dse.perf.latency_tables.with_decode_pools`), and
-a target is met by each decode pool's requests (:meth:`DesignLatency.worst`). Until 2026-12-06
-each decode pool was simulated apart with a whole share of the prefill instances, and a design
-whose shares did not come out whole within a fifth was not simulated: 42 of the 192 cheapest
-designs of ``benchmarks/engine_agreement.py``, all with two to four decode pools.
+and one decode pool (or one attention and one expert pool) is one deployment. Prefill pools of
+several shapes or hardware, and a four-stage design's midfill pool, are simulated as one of the
+busiest one's shape with the same capacity (:func:`_one_prefill_pool`). Decode pools of several
+shapes or hardware are one deployment with the prefill pool: any prefill instance hands a
+prompt's KV to any decode instance, the one whose requests fill the smallest share of its slots
+(each instance its own pool's steps, cap, cache and transfer:
+:func:`~dse.perf.latency_tables.with_decode_pools`), and a target is met by each decode pool's
+requests (:meth:`DesignLatency.worst`). Until 2026-12-06 each decode pool was simulated apart
+with a whole share of the prefill instances, and a design whose shares did not come out whole
+within a fifth was not simulated: 42 of the 192 cheapest designs of
+``benchmarks/engine_agreement.py``, all with two to four decode pools.
+
+An attention-FFN design's attention pools are its decode pools so, each stepping at its own
+table, paced by the slowest of its expert pools at that pool's share of every attention
+instance's tokens (:func:`~dse.sim.from_placement.expert_sides`, as the fluid model steps them).
+Until 2026-12-06 a design of several attention or expert pools (after those of one shape and
+batch are counted as one, :func:`~dse.sim.from_placement.one_per_shape`) was not simulated: 96
+of the 152 attention-FFN designs that ``benchmarks/engine_agreement.py`` places.
 
 * Returning turns wait for their prefix to come back (the placement's mean reload seconds, a
   pure delay), then prefill only their suffix and hold the prefix in the KV cache, which their
@@ -45,12 +51,12 @@ from dse.catalog import Catalog
 from dse.perf.afd import attention_side, ffn_side
 from dse.perf.latency import percentile_of, simulate_latency
 from dse.perf.latency_inputs import LOW_OF_NOMINAL, Lengths, Load
-from dse.perf.latency_tables import EngineTables, tables_of, with_decode_pools
+from dse.perf.latency_tables import EngineTables, slowest_step, tables_of, with_decode_pools
 from dse.perf.memo import Memo
 from dse.perf.params import PerfParams
 from dse.perf.pool import Pool, build_pool
 from dse.perf.serving import Deployment
-from dse.sim.from_placement import SimDesign, SimPool
+from dse.sim.from_placement import SimDesign, SimPool, expert_sides, one_per_shape
 from dse.units import Precision
 from dse.workload import Workload
 
@@ -59,8 +65,17 @@ MIN_REQUESTS, MAX_REQUESTS = 2000, 10_000  # a design's window: about 3-17 ms of
 # fills the batches, the rest is measured
 WINDOWS = 3.0
 SEED = 0
-# one deployment, or one prefill pool's with each of several decode pools (:func:`_tables`)
-Deployed = Deployment | tuple[Deployment, ...]
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """One deployment the simulation runs as one (:func:`_tables`): per decode pool (an
+    attention-FFN design's attention pool), its deployment with the prefill pool and each expert
+    pool (:func:`~dse.sim.from_placement.expert_sides`; one where there are none), and all its
+    GPUs."""
+
+    pools: tuple[tuple[Deployment, ...], ...]
+    gpus: float
 
 
 @dataclass(frozen=True)
@@ -161,16 +176,14 @@ def _design_latency(
 
 
 def _tables(d: Deployed, params: PerfParams, engine: str, lengths: Lengths) -> EngineTables:
-    """The simulation's tables of one deployment, or of one prefill pool's deployments with
-    several decode pools, one each (:func:`~dse.perf.latency_tables.with_decode_pools`)."""
-    if not isinstance(d, tuple):
-        return tables_of(d, params, [engine], [lengths])[0]
-    parts = [tables_of(x, params, [engine], [lengths])[0] for x in d]
-    pre = d[0].prefill
-    assert pre is not None
-    prefill_gpus = float((pre.gpus * d[0].prefill_instances)[0])
-    gpus = parts[0].gpus + sum(t.gpus - prefill_gpus for t in parts[1:])
-    return with_decode_pools(parts, gpus)
+    """The simulation's tables of a deployment: each decode pool's with its slowest expert pool's
+    step (:func:`~dse.perf.latency_tables.slowest_step`), several decode pools joined
+    (:func:`~dse.perf.latency_tables.with_decode_pools`)."""
+    context = lengths.mean_context + 0.5 * lengths.mean_osl  # where the tables' steps are read
+    parts = [
+        slowest_step([tables_of(x, params, [engine], [lengths])[0] for x in s], context) for s in d.pools
+    ]
+    return with_decode_pools(parts, d.gpus)
 
 
 @dataclass(frozen=True)
@@ -257,55 +270,49 @@ def _deployments(
         for p in by_role["mixed"]:
             if p.requests_per_s > 0:
                 (one,), g = _slice((p,), p.requests_per_s, e2e_s)
-                out.append(
-                    (
-                        _deployment(design, catalog, params, None, one),
-                        p.requests_per_s / g,
-                        p.prefill_batch_requests,
-                    )
-                )
+                deployed = Deployed(((_deployment(design, catalog, params, None, one),),), _gpus(one))
+                out.append((deployed, p.requests_per_s / g, p.prefill_batch_requests))
         return out
     pre, dec = by_role.get("prefill", []) + by_role.get("midfill", []), by_role.get("decode", [])
-    att, ffn = _one_per_shape(by_role.get("attention", [])), _one_per_shape(by_role.get("ffn", []))
+    att, ffn = one_per_shape(by_role.get("attention", [])), one_per_shape(by_role.get("ffn", []))
     if len(pre) > 1:
         pre = [_one_prefill_pool(pre)]
     rate = design.workload.requests_per_s
     if len(pre) == 1 and dec and not att and not ffn:  # every prefill instance hands off to any decode one
         (p, *ds), g = _slice((pre[0], *dec), rate, e2e_s)
-        each = tuple(_deployment(design, catalog, params, p, d) for d in ds)
-        return [(each[0] if len(each) == 1 else each, rate / g, p.prefill_batch_requests)]
-    if len(pre) == 1 and len(att) == 1 and len(ffn) == 1 and not dec:
-        (p, a, f), g = _slice((pre[0], att[0], ffn[0]), rate, e2e_s)
-        return [(_deployment(design, catalog, params, p, a, f), rate / g, p.prefill_batch_requests)]
+        each = tuple((_deployment(design, catalog, params, p, x),) for x in ds)
+        return [(Deployed(each, _gpus(p, *ds)), rate / g, p.prefill_batch_requests)]
+    if len(pre) == 1 and att and ffn and not dec:  # each attention pool as a decode pool, above
+        (p, *rest), g = _slice((pre[0], *att, *ffn), rate, e2e_s)
+        sides, attention = expert_sides(design), sum(q.instances for q in att)
+
+        def with_experts(a: SimPool) -> tuple[Deployment, ...]:  # its share of each expert pool's instances
+            return tuple(
+                _deployment(
+                    design,
+                    catalog,
+                    params,
+                    p,
+                    a,
+                    replace(f, instances=a.instances * n / attention),
+                    f.instances / n,
+                )
+                for f, n in sides
+            )
+
+        pools = tuple(with_experts(a) for a in rest[: len(att)])
+        return [(Deployed(pools, _gpus(p, *rest)), rate / g, p.prefill_batch_requests)]
     return []
+
+
+def _gpus(*pools: SimPool) -> float:
+    return float(sum(p.instances * p.gpus for p in pools))
 
 
 def unsimulated(design: SimDesign) -> str:
     """Why :func:`design_latency` cannot run ``design`` request by request (it returns None), in
-    words: several attention or expert pools."""
-    roles = [p.role for p in design.pools]
-    if "attention" in roles or "ffn" in roles:
-        return "several attention or expert pools"
-    return "a layout of pools it does not run"
-
-
-def _one_per_shape(pools: list[SimPool]) -> list[SimPool]:
-    """Pools of one hardware, shape and batch as one, their instances and traffic summed: an
-    attention-FFN design's units across the NICs and in one scale-up domain (``.../nvlink``) of
-    the same shape run the same instances, and the simulation finds from the summed counts
-    whether a unit of them shares a domain (:func:`~dse.perf.afd.afd_in_domain`)."""
-    out: dict[tuple[str, float, float, float, float], SimPool] = {}
-    for p in pools:
-        key = (p.hardware, p.gpus, p.attn_tp, p.ep, p.decode_batch)
-        q = out.get(key)
-        out[key] = p if q is None else replace(
-            q,
-            instances=q.instances + p.instances,
-            requests_per_s=q.requests_per_s + p.requests_per_s,
-            returning_per_s=q.returning_per_s + p.returning_per_s,
-            output_tokens_per_s=q.output_tokens_per_s + p.output_tokens_per_s,
-        )
-    return list(out.values())
+    words: a layout of pools :func:`_deployments` does not know."""
+    return "a layout of pools it does not run: " + ", ".join(sorted({p.role for p in design.pools}))
 
 
 def _one_prefill_pool(pools: list[SimPool]) -> SimPool:
@@ -362,6 +369,7 @@ def _deployment(
     prefill: SimPool | None,
     decode: SimPool,
     ffn: SimPool | None = None,
+    ffn_share: float = 1.0,
 ) -> Deployment:
     engine = design.engine_of(params)
     drafts = float(engine.mtp_draft_tokens) if design.mtp else 0.0
@@ -385,5 +393,6 @@ def _deployment(
         ffn=None if ffn is None else ffn_side(_pool(design, catalog, params, ffn)),
         ffn_instances=None if ffn is None else one(ffn.instances),
         ffn_same_hardware=None if ffn is None else np.array([ffn.hardware == decode.hardware]),
+        ffn_share=None if ffn is None or ffn_share == 1.0 else one(ffn_share),
         max_batch=one(max(np.ceil(decode.decode_batch), 1.0)),
     )

@@ -494,14 +494,12 @@ def _afd_tpot(
     n: Any, ctx: Any, drafts: Any, accept: Any,
 ) -> Any:  # fmt: skip
     """Seconds per output token of an attention-FFN design's attention instance (of ``pool``, on
-    ``hardware``) at ``n`` sequences: the slower of its attention half, its expert pool's half (the
-    attention pools' tokens shared over the expert instances, every attention instance at ``n``:
-    the experts' weights are read every step however few tokens come) and the hidden states'
-    transfer (over NVLink where an expert instance and the attention instances it talks to share
-    one scale-up domain, :func:`~dse.perf.afd.afd_in_domain`), each in half the step (two
+    ``hardware``) at ``n`` sequences: the slowest of its attention half, its expert pools' halves
+    (each pool its share of the attention pools' tokens, :func:`expert_sides`, every attention
+    instance at ``n``: the experts' weights are read every step however few tokens come) and the
+    hidden states' transfer (over NVLink where an expert instance and the attention instances it
+    talks to share one scale-up domain, :func:`~dse.perf.afd.afd_in_domain`), each in half the step (two
     micro-batches in ping-pong), as the engine-level simulation and ``dse predict --afd`` step."""
-    ffns = [p for p in design.pools if p.role == "ffn"]
-    big = max(ffns, key=lambda p: p.instances)
     k = len(n)
 
     def pool_of(p: SimPool) -> Any:
@@ -512,17 +510,62 @@ def _afd_tpot(
             engines=params.kernel_engines([design.engine] * k),
         )  # fmt: skip
 
-    # several expert pools: counted as instances of the largest one with as many GPUs
     attention = sum(p.instances for p in design.pools if p.role == "attention")
-    experts = sum(p.instances * p.gpus for p in ffns) / big.gpus
-    d = Deployment(
-        prefill=None, decode=attention_side(pool), prefill_instances=np.ones(k),
-        decode_instances=np.full(k, attention), isl=ctx, osl=np.zeros(k),
-        speed=np.full(k, design.engine_of(params).speed), draft_tokens=drafts, accept_tokens=accept,
-        ffn=ffn_side(pool_of(big)), ffn_instances=np.full(k, experts),
-        ffn_same_hardware=np.full(k, big.hardware == hardware),
-    )  # fmt: skip
-    return decode_step_seconds(d, params, np.maximum(n, 1e-9), ctx) / accept
+    steps = [
+        decode_step_seconds(
+            Deployment(
+                prefill=None, decode=attention_side(pool), prefill_instances=np.ones(k),
+                decode_instances=np.full(k, attention), isl=ctx, osl=np.zeros(k),
+                speed=np.full(k, design.engine_of(params).speed), draft_tokens=drafts, accept_tokens=accept,
+                ffn=ffn_side(pool_of(f)), ffn_instances=np.full(k, count),
+                ffn_same_hardware=np.full(k, f.hardware == hardware),
+                ffn_share=np.full(k, f.instances / count),
+            ),
+            params, np.maximum(n, 1e-9), ctx,
+        )
+        for f, count in expert_sides(design)
+    ]  # fmt: skip
+    return np.max(steps, axis=0) / accept
+
+
+def one_per_shape(pools: list[SimPool]) -> list[SimPool]:
+    """Pools of one hardware, shape and batch as one, their instances and traffic summed: an
+    attention-FFN design's units across the NICs and in one scale-up domain (``.../nvlink``) of
+    the same shape run the same instances, and the simulation finds from the summed counts
+    whether a unit of them shares a domain (:func:`~dse.perf.afd.afd_in_domain`)."""
+    out: dict[tuple[str, float, float, float, float], SimPool] = {}
+    for p in pools:
+        key = (p.hardware, p.gpus, p.attn_tp, p.ep, p.decode_batch)
+        q = out.get(key)
+        out[key] = (
+            p
+            if q is None
+            else replace(
+                q,
+                instances=q.instances + p.instances,
+                requests_per_s=q.requests_per_s + p.requests_per_s,
+                returning_per_s=q.returning_per_s + p.returning_per_s,
+                output_tokens_per_s=q.output_tokens_per_s + p.output_tokens_per_s,
+            )
+        )
+    return list(out.values())
+
+
+def expert_sides(design: SimDesign) -> list[tuple[SimPool, float]]:
+    """An attention-FFN design's expert pools, each with the instances it steps as: the tokens of
+    every attention instance are dealt over the pools as the placement sized them to carry (each
+    its instances times its unit's token batch), so a pool's instances take its share of them
+    (``instances / share``, its instances where it is the only pool; an attention instance sends
+    each pool its share of the hidden states); the slowest pool paces the step. Until 2026-12-06
+    the pools were stepped as instances of the one of most instances, as many as have all their
+    GPUs: a design of 3 two-GPU expert units of 32 tokens and 3 of 512 (Qwen3-235B on H200) then
+    stepped at 115 ms where the placement's pace was 100 ms. Pools whose units name no batch (a
+    placement written before FFN units had one) share by GPUs."""
+    ffns = one_per_shape([p for p in design.pools if p.role == "ffn"])
+    sized = all(p.decode_batch > 0 for p in ffns)
+    carry = [p.instances * (p.decode_batch if sized else p.gpus) for p in ffns]
+    total = sum(carry)
+    return [(p, p.instances * total / c) for p, c in zip(ffns, carry, strict=True)]
 
 
 def prefill_pool(
