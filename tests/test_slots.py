@@ -289,8 +289,20 @@ def test_an_attention_ffn_designs_attention_pools_share_its_expert_pools(catalog
         per = [float((d.decode_instances / d.ffn_instances)[0]) for d in sides]  # tokens/instance over n
         assert per == pytest.approx([4.0 * 32 / 1632, 4.0 * 512 / 1632])
         assert 3.0 * per[0] + 3.0 * per[1] == pytest.approx(4.0)  # every attention token dealt once
-        sent = [float(d.ffn_share[0]) for d in sides if d.ffn_share is not None]  # its hidden states too
-        assert sent == pytest.approx([3 * 32 / 1632, 3 * 512 / 1632])
+        # the 32-token pool's hidden states cross the NICs (an attention instance's share of them
+        # spreads over 13 expert instances); the 512-token pool's unit fits a node: each link
+        # carries its own pool's share
+        sent = [float(d.ffn_sent[0]) for d in sides if d.ffn_sent is not None]
+        assert sent == pytest.approx([96 / 1632, 1536 / 1632])
+    # 8-GPU expert pools, neither beside a 2-GPU attention instance in an 8-GPU node: its NICs
+    # carry both pools' shares, every token's hidden states, not each pool's share alone
+    wide = replace(ep1, name="f8", gpus=8.0, ep=8.0, attn_tp=1.0, instances=1.0)
+    two = replace(
+        design, pools=(pre, att, dpa, replace(wide, decode_batch=2048.0), replace(wide, name="f8b"))
+    )
+    ((spread, _, _),) = _deployments(two, catalog, params, 0.5 + 800 * 0.1)
+    for sides in spread.pools:
+        assert [float(d.ffn_sent[0]) for d in sides if d.ffn_sent is not None] == pytest.approx([1.0, 1.0])
     assert deployed.gpus == 2 * 2 + 4 * 2 + 6 * 2  # prefill, attention, experts
     lengths = Lengths(2000.0 / 0.9, 800.0 / 0.9)
     context = lengths.mean_context + 0.5 * lengths.mean_osl

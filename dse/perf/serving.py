@@ -73,9 +73,10 @@ class Deployment:
     # domain (:func:`~dse.perf.afd.afd_in_domain`); None: they do (one benchmark row, one
     # ``dse predict``: one hardware)
     ffn_same_hardware: Array | None = None
-    # the share of each attention instance's tokens this expert pool takes, where the design's
-    # tokens are dealt over several (:func:`~dse.sim.from_placement.expert_sides`); None: all
-    ffn_share: Array | None = None
+    # what an attention instance sends over this expert pool's link a step, in its batch's hidden
+    # states to this pool, where its tokens are dealt over several (:func:`dealt_over_pools`);
+    # None: 1, every token to this one pool
+    ffn_sent: Array | None = None
     # the engine's cap on sequences one decode instance runs at once (SGLang's
     # ``--max-running-requests``); None: only the KV cache caps it
     max_batch: Array | None = None
@@ -170,8 +171,8 @@ def _afd_step(
     and the expert pool (the attention pool's tokens shared among its instances). As for the
     placement's attention and FFN units, each side's whole step must fit in
     :data:`~dse.perf.afd.SIDE_SHARE` of it (two micro-batches in ping-pong), and so must the hidden
-    states crossing between them (sent by the attention instance, its ``ffn_share`` of them where
-    it deals its tokens over several expert pools, received by the expert instance that takes
+    states crossing between them (sent by the attention instance, ``ffn_sent`` times them where it
+    deals its tokens over several expert pools, received by the expert instance that takes
     ``decode_instances / ffn_instances`` times as many); the slowest of the three paces
     the step, and the breakdown is that one's, scaled to the step. The transfer fans each token out
     to its experts' GPUs (:func:`~dse.perf.afd.afd_bytes_per_token`) over the NICs, waiting on RDMA
@@ -193,9 +194,9 @@ def _afd_step(
     fan_in = d.decode_instances / d.ffn_instances
     same = True if d.ffn_same_hardware is None else d.ffn_same_hardware
     near = afd_in_domain(d.decode, d.ffn, fan_in, same)
-    share = 1.0 if d.ffn_share is None else d.ffn_share  # the attention instance sends this pool its share
+    over = 1.0 if d.ffn_sent is None else d.ffn_sent  # what the attention instance's link carries
     xfer = afd_transfer_s(
-        d.decode, d.ffn, p, sent * share, sent * d.decode_instances / d.ffn_instances, fan_in, near
+        d.decode, d.ffn, p, sent * over, sent * d.decode_instances / d.ffn_instances, fan_in, near
     )
     use_att = att.total_s >= ffn.total_s
     moved = xfer > np.maximum(att.total_s, ffn.total_s)
@@ -217,6 +218,29 @@ def _afd_step(
         attention_compute_bound=att.attention_compute_bound,
         afd=AfdSplit(scaled(att), scaled(ffn), xfer * k, near),
     )
+
+
+def dealt_over_pools(sides: list[Deployment], shares: list[float]) -> list[Deployment]:
+    """An attention pool's deployments with each of the expert pools it deals its tokens over
+    (``shares`` of them, each pool's instances counted as its share takes them: ``ffn_instances``),
+    each with what its attention instance sends over that pool's link (``ffn_sent``): the hidden
+    states of every pool it reaches over the same link, NVLink inside one scale-up domain
+    (:func:`~dse.perf.afd.afd_in_domain`) or the NICs, which carry them in the same step. One
+    pool that takes every token: as it is."""
+    if len(sides) == 1 and shares[0] == 1.0:
+        return list(sides)
+    links, loads = [], []
+    for d, share in zip(sides, shares, strict=True):
+        assert d.ffn is not None and d.ffn_instances is not None
+        same = True if d.ffn_same_hardware is None else d.ffn_same_hardware
+        links.append(afd_in_domain(d.decode, d.ffn, d.decode_instances / d.ffn_instances, same))
+        loads.append(share * afd_bytes_per_token(d.ffn))
+    out = []
+    for d, link in zip(sides, links, strict=True):
+        assert d.ffn is not None
+        carried = sum(np.where(other == link, load, 0.0) for other, load in zip(links, loads, strict=True))
+        out.append(replace(d, ffn_sent=carried / afd_bytes_per_token(d.ffn)))
+    return out
 
 
 class _Load:

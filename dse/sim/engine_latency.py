@@ -55,7 +55,7 @@ from dse.perf.latency_tables import EngineTables, slowest_step, tables_of, with_
 from dse.perf.memo import Memo
 from dse.perf.params import PerfParams
 from dse.perf.pool import Pool, build_pool
-from dse.perf.serving import Deployment
+from dse.perf.serving import Deployment, dealt_over_pools
 from dse.sim.from_placement import SimDesign, SimPool, expert_sides, one_per_shape
 from dse.units import Precision
 from dse.workload import Workload
@@ -287,18 +287,11 @@ def _deployments(
         sides, attention = expert_sides(design), sum(q.instances for q in att)
 
         def with_experts(a: SimPool) -> tuple[Deployment, ...]:  # its share of each expert pool's instances
-            return tuple(
-                _deployment(
-                    design,
-                    catalog,
-                    params,
-                    p,
-                    a,
-                    replace(f, instances=a.instances * n / attention),
-                    f.instances / n,
-                )
+            each = [
+                _deployment(design, catalog, params, p, a, replace(f, instances=a.instances * n / attention))
                 for f, n in sides
-            )
+            ]
+            return tuple(dealt_over_pools(each, [f.instances / n for f, n in sides]))
 
         pools = tuple(with_experts(a) for a in rest[: len(att)])
         return [(Deployed(pools, _gpus(p, *rest)), rate / g, p.prefill_batch_requests)]
@@ -369,7 +362,6 @@ def _deployment(
     prefill: SimPool | None,
     decode: SimPool,
     ffn: SimPool | None = None,
-    ffn_share: float = 1.0,
 ) -> Deployment:
     engine = design.engine_of(params)
     drafts = float(engine.mtp_draft_tokens) if design.mtp else 0.0
@@ -393,6 +385,5 @@ def _deployment(
         ffn=None if ffn is None else ffn_side(_pool(design, catalog, params, ffn)),
         ffn_instances=None if ffn is None else one(ffn.instances),
         ffn_same_hardware=None if ffn is None else np.array([ffn.hardware == decode.hardware]),
-        ffn_share=None if ffn is None or ffn_share == 1.0 else one(ffn_share),
         max_batch=one(max(np.ceil(decode.decode_batch), 1.0)),
     )

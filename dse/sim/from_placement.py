@@ -39,7 +39,7 @@ from dse.perf.afd import attention_side, ffn_side
 from dse.perf.memo import Memo, frozen
 from dse.perf.params import EngineProfile, PerfParams, with_mtp
 from dse.perf.pool import build_pool
-from dse.perf.serving import Deployment, decode_step_seconds, decode_tpot
+from dse.perf.serving import Deployment, dealt_over_pools, decode_step_seconds, decode_tpot
 from dse.sim.kv_tiers import RestingClass
 from dse.sim.scenario import Pipeline, pooled_decode
 from dse.typed_data import build
@@ -511,20 +511,19 @@ def _afd_tpot(
         )  # fmt: skip
 
     attention = sum(p.instances for p in design.pools if p.role == "attention")
-    steps = [
-        decode_step_seconds(
-            Deployment(
-                prefill=None, decode=attention_side(pool), prefill_instances=np.ones(k),
-                decode_instances=np.full(k, attention), isl=ctx, osl=np.zeros(k),
-                speed=np.full(k, design.engine_of(params).speed), draft_tokens=drafts, accept_tokens=accept,
-                ffn=ffn_side(pool_of(f)), ffn_instances=np.full(k, count),
-                ffn_same_hardware=np.full(k, f.hardware == hardware),
-                ffn_share=np.full(k, f.instances / count),
-            ),
-            params, np.maximum(n, 1e-9), ctx,
+    sides = expert_sides(design)
+    each = [
+        Deployment(
+            prefill=None, decode=attention_side(pool), prefill_instances=np.ones(k),
+            decode_instances=np.full(k, attention), isl=ctx, osl=np.zeros(k),
+            speed=np.full(k, design.engine_of(params).speed), draft_tokens=drafts, accept_tokens=accept,
+            ffn=ffn_side(pool_of(f)), ffn_instances=np.full(k, count),
+            ffn_same_hardware=np.full(k, f.hardware == hardware),
         )
-        for f, count in expert_sides(design)
+        for f, count in sides
     ]  # fmt: skip
+    dealt = dealt_over_pools(each, [f.instances / count for f, count in sides])
+    steps = [decode_step_seconds(d, params, np.maximum(n, 1e-9), ctx) for d in dealt]
     return np.max(steps, axis=0) / accept
 
 
@@ -555,8 +554,9 @@ def expert_sides(design: SimDesign) -> list[tuple[SimPool, float]]:
     """An attention-FFN design's expert pools, each with the instances it steps as: the tokens of
     every attention instance are dealt over the pools as the placement sized them to carry (each
     its instances times its unit's token batch), so a pool's instances take its share of them
-    (``instances / share``, its instances where it is the only pool; an attention instance sends
-    each pool its share of the hidden states); the slowest pool paces the step. Until 2026-12-06
+    (``instances / share``, its instances where it is the only pool; an attention instance's
+    link to a pool carries the shares of every pool it reaches over that link:
+    :func:`~dse.perf.serving.dealt_over_pools`); the slowest pool paces the step. Until 2026-12-06
     the pools were stepped as instances of the one of most instances, as many as have all their
     GPUs: a design of 3 two-GPU expert units of 32 tokens and 3 of 512 (Qwen3-235B on H200) then
     stepped at 115 ms where the placement's pace was 100 ms. Pools whose units name no batch (a
