@@ -35,8 +35,9 @@ of the 152 attention-FFN designs that ``benchmarks/engine_agreement.py`` places.
   further would treat instances as if no router balanced them with the rest: 35 four-GPU GLM-4.6
   instances (H200, 20 requests/s), each simulated alone, queued for decode slots to 4.1 s at p99
   where the whole fleet holds 0.26 s.
-* The window holds three end-to-end latencies at the targets (2,000 to 10,000 requests); its
-  first third, while the batches fill from empty, is left out of the percentiles.
+* The window holds three end-to-end latencies at the targets (2,000 to 10,000 requests, or up
+  to ``LONGEST`` where no slice brings it within 10,000); its first third, while the batches
+  fill from empty, is left out of the percentiles.
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ from dse.units import Precision
 from dse.workload import Workload
 
 MIN_REQUESTS, MAX_REQUESTS = 2000, 10_000  # a design's window: about 3-17 ms of simulation
+# a window no slice brings within MAX_REQUESTS (instance counts with no common divisor) grows to
+# what it needs up to this many; until 2026-12-06 it was cut at MAX_REQUESTS, and 108 of the 536
+# designs ``benchmarks/engine_agreement.py`` simulates then measured batches still filling
+LONGEST = 50_000
 # a design's window holds three times the requests its targets allow in flight: the first third
 # fills the batches, the rest is measured
 WINDOWS = 3.0
@@ -253,8 +258,10 @@ def new_tokens(w: Workload) -> float:
 
 
 def _window(rate: float, e2e_s: float) -> int:
-    """Requests in a window at ``rate``: three end-to-end latencies' worth, within the bounds."""
-    return int(np.clip(WINDOWS * rate * e2e_s, MIN_REQUESTS, MAX_REQUESTS))
+    """Requests in a window at ``rate`` (a slice's, :func:`_slice`): three end-to-end latencies'
+    worth, at least ``MIN_REQUESTS``, at most ``LONGEST`` where no slice could bring it within
+    ``MAX_REQUESTS``."""
+    return int(np.clip(WINDOWS * rate * e2e_s, MIN_REQUESTS, LONGEST))
 
 
 def _deployments(
@@ -326,8 +333,8 @@ def _slice(pools: tuple[SimPool, ...], rate: float, e2e_s: float) -> tuple[tuple
     """The pools cut to a slice whose window (:func:`_window`) stays within ``MAX_REQUESTS``, and
     what the traffic divides by for it: whole where that fits; one pool, about its instances over
     the cut needed, at their share of the traffic; several, their counts divided by the smallest
-    common divisor at or above the cut needed, else by the greatest (a window then cut short),
-    so that each instance sees the traffic it does in the whole."""
+    common divisor at or above the cut needed, else by the greatest (its window then longer, up to
+    ``LONGEST``), so that each instance sees the traffic it does in the whole."""
     counts = [max(int(round(p.instances)), 1) for p in pools]
     need = WINDOWS * rate * e2e_s / MAX_REQUESTS  # the cut that brings the window within
     if need <= 1.0:
