@@ -57,20 +57,25 @@ def test_a_unit_in_one_nvl72_rack_is_in_no_nic_budget_and_keeps_to_its_rack(cata
     (``.../nvlink``), whose FFN unit's hidden states count in no NIC budget. Across the NICs every
     byte waits 22 ms on RDMA in each 25 ms half-step, and the NIC budgets (the bytes over the 3 ms
     left) found no design: infeasible before. Now $318.24 an hour (two racks); the MILP's domain
-    rows hold in the checker, and its NIC budget carries only what the units across the NICs
-    move: none with NICs a tenth as fast, at the same price."""
+    rows hold in the checker, and its NIC budget carries nothing: since 2026-12-06 no expert unit
+    across the NICs is offered, its own NICs taking its 1,024 tokens' hidden states in 25.7 ms a
+    step, past the 25 ms half (the NIC budget pools every instance's NICs), and so none with NICs
+    a tenth as fast, at the same price."""
     params = load_params()
     req = _trial("gb200", "16gpu-dpa-ep16")
     c = build_candidates(req, Topology.AFD, catalog, params)
     att, ffn = _decode_rows(c, domain=True)
-    far_att, far_ffn = _decode_rows(c, domain=False)  # the units across the NICs, as they were
+    far_att = next(i for i, u in enumerate(c.units) if u.role is Role.ATTENTION and "/nvlink" not in u.name)
+    assert [u.name for u in c.units if u.role is Role.FFN] == ["gb200-nvl72/ffn/16gpu-dpa-ep16/b1024/nvlink"]
+    (why,) = [e for e in c.exclusions if e.role == "ffn"]
+    assert "1024 tokens' hidden states take 25.67 ms a step on an expert instance's NICs" in why.reason
     d = c.data
-    assert d.afd_partner is not None and d.afd_partner[ffn] == att and d.afd_partner[far_ffn] == -1
+    assert d.afd_partner is not None and d.afd_partner[ffn] == att
     assert d.afd_attention_per_ffn is not None and d.afd_ffn_per_attention is not None
     assert (d.afd_attention_per_ffn[ffn], d.afd_ffn_per_attention[ffn]) == (1.0, 3.0)
     assert d.afd_units_per_domain is not None and d.afd_units_per_domain[ffn] == 1.0  # 16 + 3 x 16 of 72
     gb = np.asarray(d.afd_gb_per_token)
-    assert gb[ffn] == 0.0 and gb[far_ffn] > 0.0  # in no NIC budget, beside one that is
+    assert gb[ffn] == 0.0  # in no NIC budget
     report = place(req, catalog=catalog, params=params, with_shadow_prices=False)
     (o,) = report.outcomes
     assert o.feasible and o.check is not None and o.check.ok, o.check
@@ -81,9 +86,8 @@ def test_a_unit_in_one_nvl72_rack_is_in_no_nic_budget_and_keeps_to_its_rack(cata
     assert x[att] <= x[ffn] <= 3 * x[att] and x[ffn] / 3 <= racks  # the units in their racks
     g = residuals(d, sol)
     assert {"afd_beside_attention", "afd_beside_ffn", "afd_domains", "afd_fed"} <= set(g)
-    traffic = float((gb * d.decode_tok_s * x)[[far_ffn]].sum())  # the NIC budget's: across the NICs only
     nics = float((d.nic_gb_s * x)[[att, far_att]].sum())
-    assert g["afd_attention"][0] == pytest.approx(traffic - nics)
+    assert g["afd_attention"][0] == pytest.approx(-nics)  # the NIC budget carries nothing
     # NICs a tenth as fast: the units in one domain alone, at the same price
     gb200 = catalog.hardware("gb200")
     slow = replace(gb200, scale_out=replace(gb200.scale_out, nic_gbit_per_s_per_gpu=40.0))
@@ -122,11 +126,12 @@ def test_a_unit_wider_than_its_domain_keeps_the_nic_budget(
 
 
 def test_the_simulators_step_the_placed_unit_over_nvlink_at_its_pace(catalog: Catalog) -> None:
-    """The placed GB200 design, its attention and expert instances across the NICs and in one
-    domain alike, three and five of one shape: the engine-level simulation (the pools of one
-    shape as one) and the fluid model's step table find the unit from the counts (an attention
-    instance over two expert instances, 48 GPUs) and step it over NVLink, within the TPOT the
-    placement sized it for; the design holds in the engine-level simulation."""
+    """The placed GB200 design, two attention and four expert instances of one shape in one
+    domain (until 2026-12-06 three and five, across the NICs and in one domain alike): the
+    engine-level simulation (a slice of it, one attention and two expert instances) and the fluid
+    model's step table find the unit from the counts (an attention instance over two expert
+    instances, 48 GPUs) and step it over NVLink, within the TPOT the placement sized it for; the
+    design holds in the engine-level simulation."""
     from dse.evaluation import design_of, engine_checks
     from dse.perf.serving import _decode_step
     from dse.sim.engine_latency import _deployments
@@ -148,8 +153,8 @@ def test_the_simulators_step_the_placed_unit_over_nvlink_at_its_pace(catalog: Ca
     assert {p.unit.parallel.label() for p in best.pools if p.unit.role in (Role.ATTENTION, Role.FFN)} == {
         "16gpu-dpa-ep16"
     }
-    assert dep.ffn_instances is not None and float(dep.decode_instances[0]) == att
-    assert float(dep.ffn_instances[0]) == sum(p.instances for p in ffn)
+    assert dep.ffn_instances is not None and (att, sum(p.instances for p in ffn)) == (2, 4)
+    assert (float(dep.decode_instances[0]), float(dep.ffn_instances[0])) == (1.0, 2.0)  # the slice
     # at the most the expert instances carry, each attention instance below its 2,345
     carried = sum(p.instances * p.unit.decode_batch for p in ffn) / att
     cost, step = _decode_step(dep, params, np.array([carried]))

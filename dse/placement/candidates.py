@@ -30,7 +30,9 @@ TTFT, the interference of chunked prefill with decode) is settled here, per unit
   the attention unit of its shape that make a unit in one scale-up domain (a GB200 NVL72 rack)
   also come as domain units (``.../nvlink``), beside those across the NICs: their hidden states
   cross NVLink, in no NIC budget, and the MILP keeps them in their domain
-  (:mod:`formulations.domains`);
+  (:mod:`formulations.domains`). An FFN unit across the NICs comes only where its own NICs take
+  its batch's hidden states within its half of the pace after the RDMA waits, as the simulations
+  step it (the NIC budget pools the bytes over every instance's NICs);
 * **midfill** units (the four-stage topology) take returning turns only: their utilisation cap is
   set by a batch of midfills and the fastest allowed way back, not by fresh prompts, and they
   hand the KV to decode as prefill units do. Prefill units may still take returning turns, so the
@@ -837,12 +839,27 @@ class _Builder:
         wait = self.afd_wait
         far, far_t = wait > pace * AFD_SIDE_SHARE, wait > slo.tpot_s * AFD_SIDE_SHARE
         ffn_w = weight_bytes_per_gpu(ffn) / GB
+        # across the NICs an expert instance's own NICs take its batch's hidden states, after the
+        # waits, in the side's share of the step, as the simulations step it: the design's NIC
+        # budget pools the bytes over every instance's NICs, and until 2026-12-06 was the only
+        # bound (an 8-GPU B200 unit of 2,048 tokens, 46.5 ms on its NICs against a 39.8 ms share)
+        per_nic = (
+            afd_bytes_per_token(s.pool) * (1.0 + s.draft) / (ffn.nic_bytes_per_s * self.p.nic_eff * ffn.gpus)
+        )
         for k, per_gpu in enumerate(self.opts.ffn_tokens_per_gpu):
             seqs = per_gpu * s.pool.gpus
             n, n_t = near[k], near_t[k]
-            step = n.step_s
+            step, nics = n.step_s, wait + seqs * per_nic
             for i in self.shapes("decode", unit="ffn"):
                 fits, fits_t = step[i] <= pace * AFD_SIDE_SHARE, step[i] <= slo.tpot_s * AFD_SIDE_SHARE
+                crosses = nics[i] <= pace * AFD_SIDE_SHARE  # across the NICs
+                crosses_t = nics[i] <= slo.tpot_s * AFD_SIDE_SHARE
+                if fits and not far and not crosses:
+                    self.exclude(
+                        i, "ffn", f"across the NICs, {seqs[i]:.0f} tokens' hidden states take "
+                        f"{nics[i] * 1e3:.2f} ms a step on an expert instance's NICs, over half of {of}",
+                        float(nics[i] / (pace * AFD_SIDE_SHARE)),
+                    )  # fmt: skip
                 if far:
                     over = wait / (pace * AFD_SIDE_SHARE)
                     self.exclude(i, "ffn", f"the hidden states' transfers wait {wait * 1e3:.2f} ms a step "
@@ -857,8 +874,10 @@ class _Builder:
                     )
                 for domain in (False, True):
                     paired = i in beside
-                    alive = fits and bool(n.ok[i] and paired if domain else not far)
-                    had = fits_t and bool(n_t.ok[i] and paired if domain else not far_t)  # the target's
+                    alive = fits and bool(n.ok[i] and paired if domain else not far and crosses)
+                    had = fits_t and bool(
+                        n_t.ok[i] and paired if domain else not far_t and crosses_t
+                    )  # the target's
                     if not (alive or had):
                         continue
                     suffix = f"/b{seqs[i]:.0f}" + (NVLINK if domain else "") + tag
