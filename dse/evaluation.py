@@ -362,9 +362,9 @@ class EngineCheck:
     traffic, every request through the engines' schedulers): TTFT and TPOT at the SLO's
     percentile, None where the design cannot be simulated request by request (a layout of pools
     :mod:`dse.sim.engine_latency` does not run), which then stands on the MILP's own TTFT. Where
-    the MILP's design missed and the topology was solved again for a tighter TTFT (:func:`engine_checks`),
-    ``outcome`` is that design, ``sized_ttft_s`` the target it was solved for and ``first_ttft_s`` what the
-    MILP's first design simulated at."""
+    the MILP's design missed and the topology was solved again for a tighter TTFT
+    (:func:`engine_checks`), ``outcome`` is that design, ``sized_ttft_s`` the target it was solved
+    for and ``first_ttft_s`` what the MILP's first design simulated at."""
 
     topology: Topology
     ttft_s: float | None

@@ -852,9 +852,12 @@ class _Builder:
             step, nics = n.step_s, wait + seqs * per_nic
             for i in self.shapes("decode", unit="ffn"):
                 fits, fits_t = step[i] <= pace * AFD_SIDE_SHARE, step[i] <= slo.tpot_s * AFD_SIDE_SHARE
-                crosses = nics[i] <= pace * AFD_SIDE_SHARE  # across the NICs
-                crosses_t = nics[i] <= slo.tpot_s * AFD_SIDE_SHARE
-                if fits and not far and not crosses:
+                # its NICs take its batch's hidden states in time: a unit across them may serve
+                nic_fits, nic_fits_t = (
+                    nics[i] <= pace * AFD_SIDE_SHARE,
+                    nics[i] <= slo.tpot_s * AFD_SIDE_SHARE,
+                )
+                if fits and not far and not nic_fits:
                     self.exclude(
                         i, "ffn", f"across the NICs, {seqs[i]:.0f} tokens' hidden states take "
                         f"{nics[i] * 1e3:.2f} ms a step on an expert instance's NICs, over half of {of}",
@@ -874,9 +877,9 @@ class _Builder:
                     )
                 for domain in (False, True):
                     paired = i in beside
-                    alive = fits and bool(n.ok[i] and paired if domain else not far and crosses)
+                    alive = fits and bool(n.ok[i] and paired if domain else not far and nic_fits)
                     had = fits_t and bool(
-                        n_t.ok[i] and paired if domain else not far_t and crosses_t
+                        n_t.ok[i] and paired if domain else not far_t and nic_fits_t
                     )  # the target's
                     if not (alive or had):
                         continue

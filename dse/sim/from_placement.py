@@ -498,8 +498,9 @@ def _afd_tpot(
     (each pool its share of the attention pools' tokens, :func:`expert_sides`, every attention
     instance at ``n``: the experts' weights are read every step however few tokens come) and the
     hidden states' transfer (over NVLink where an expert instance and the attention instances it
-    talks to share one scale-up domain, :func:`~dse.perf.afd.afd_in_domain`), each in half the step (two
-    micro-batches in ping-pong), as the engine-level simulation and ``dse predict --afd`` step."""
+    talks to share one scale-up domain, :func:`~dse.perf.afd.afd_in_domain`), each in half the
+    step (two micro-batches in ping-pong), as the engine-level simulation and ``dse predict --afd``
+    step."""
     k = len(n)
 
     def pool_of(p: SimPool) -> Any:
