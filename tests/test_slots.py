@@ -323,3 +323,22 @@ def test_an_attention_ffn_designs_attention_pools_share_its_expert_pools(catalog
     ends = np.cumsum((0, *lat.groups))
     spans = list(zip(ends[:-1], ends[1:], strict=True))
     assert lat.worst("ttft", 90.0) == max(percentile_of("ttft", lat.ttft_s[a:b], 90.0) for a, b in spans)
+
+
+def test_a_window_no_slice_shortens_grows_to_a_steady_state(catalog: Catalog) -> None:
+    """DeepSeek-V3 on H200 at 100 requests/s (TTFT 0.5 s at p90, TPOT 100 ms), disaggregated:
+    about 5,600 requests in flight, and prefill and decode instance counts no slice keeps in
+    ratio. Its window had been cut at 10,000 requests, every one of which arrived while the
+    batches filled (the simulation warned so); it now holds three times the requests in flight,
+    and the warning is gone."""
+    from dse.sim.engine_latency import MAX_REQUESTS
+
+    req = PlacementRequest(
+        model="deepseek-v3", hardware=("h200-sxm",), workload=Workload(100.0, 2000.0, 800.0),
+        slo=Slo(ttft_s=0.5, tpot_s=0.1, percentile=90.0), topology=Topology.DISAGGREGATED, engine="trt",
+    )  # fmt: skip
+    best = place(req, catalog=catalog, with_shadow_prices=False).best
+    assert best is not None
+    lat = design_latency(design_of(req, best), catalog, load_params())
+    assert lat is not None and lat.warning is None, lat.warning
+    assert len(lat.ttft_s) > MAX_REQUESTS * 2 / 3  # the measured two thirds of a longer window
