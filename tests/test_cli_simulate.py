@@ -284,7 +284,7 @@ def test_an_attention_ffn_design_steps_alike_in_the_fluid_model_and_the_engine(
     simulation does (about 91 ms a token in both); it had taken 31 ms, and studies read it. The
     decode units are held to one shape (4-GPU, EP 2), so that the design's FFN instances, one in
     the attention instance's node and one across the NICs, are one pool in both models (of two
-    FFN shapes both step them as one of the largest one's shape)."""
+    FFN shapes both deal the tokens over them as the placement sized them, the slowest pacing)."""
     placed = cli(
         "place", "--hardware", "b200", "--rate", "10", "--isl", "8000", "--ttft", "0.5", "--tpot", "0.3",
         "--topology", "afd", "--json", "--no-shadow-prices", "--shapes", "4gpu-dpa-ep2",
