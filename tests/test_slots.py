@@ -260,13 +260,17 @@ def _sim_pool(**over: Any) -> SimPool:
 
 def test_an_attention_ffn_designs_attention_pools_share_its_expert_pools(catalog: Catalog) -> None:
     """An attention-FFN design of several attention or expert pools is simulated (until 2026-12-06
-    it stood on the MILP's TTFT): each attention pool is a decode pool, and every attention
-    instance's tokens are dealt over the expert pools as the placement sized them (instances times
-    token batch), the slowest pool pacing the step, in the engine-level simulation's tables and
-    the fluid model's step alike, at every batch. The pools of a Qwen3-235B design on H200 that
-    ``dse place`` gives (TTFT 0.5 s at p90, TPOT 100 ms, 20 req/s of 2,000 / 800 tokens): three
-    expert instances of 32 tokens a step and three of 512. Counted as six of the first's shape, as
-    until 2026-12-06, they stepped at 115 ms and the design was overloaded; dealt so, 99.95 ms."""
+    it stood on the MILP's TTFT): each attention pool is a decode pool, and its tokens go to the
+    expert pools as the placement put them, the slowest pool it reaches pacing its step, in the
+    engine-level simulation's tables and the fluid model's step alike, at every batch. The pools
+    of a Qwen3-235B design on H200 that ``dse place`` gives (TTFT 0.5 s at p90, TPOT 100 ms, 20
+    req/s of 2,000 / 800 tokens): three TP2 attention instances kept in a node with three expert
+    instances of 32 tokens a step (``.../nvlink``), one attention-DP instance, and three expert
+    instances of 512 tokens across the NICs. Counted as six of the first's shape, as until
+    2026-12-06, they stepped at 115 ms and the design was overloaded; dealt so, 99.95 ms. Until
+    session 57 every attention instance dealt its tokens over both expert pools and each link was
+    found from the counts: the node's pool then crossed the NICs and the other NVLink, the
+    placement's links the wrong way round."""
     from dse.perf.latency_inputs import Lengths
     from dse.perf.latency_tables import tables_of
     from dse.sim.engine_latency import _deployments, _pool, _tables
@@ -274,27 +278,34 @@ def test_an_attention_ffn_designs_attention_pools_share_its_expert_pools(catalog
 
     params = load_params()
     pre = _sim_pool(hardware="h200-sxm", gpus=2.0, ep=1.0, instances=2.0, requests_per_s=20.0)
-    att = replace(pre, role="attention", name="a", attn_tp=2.0, ep=2.0, instances=3.0, decode_batch=433.0)
-    dpa = replace(att, name="a-dpa", attn_tp=1.0, instances=1.0, decode_batch=436.0)
-    ep2 = replace(pre, role="ffn", name="f-ep2/nvlink", attn_tp=2.0, ep=2.0, instances=3.0, decode_batch=32.0)
-    ep1 = replace(ep2, name="f-ep1", ep=1.0, decode_batch=512.0)
+    att = replace(pre, role="attention", name="h200-sxm/attention/2gpu-tp2-ep2/nvlink", attn_tp=2.0, ep=2.0,
+                  instances=3.0, decode_batch=433.0)  # fmt: skip
+    dpa = replace(att, name="h200-sxm/attention/2gpu-dpa-ep2", attn_tp=1.0, instances=1.0, decode_batch=436.0)
+    ep2 = replace(pre, role="ffn", name="h200-sxm/ffn/2gpu-tp2-ep2/b32/nvlink", attn_tp=2.0, ep=2.0,
+                  instances=3.0, decode_batch=32.0)  # fmt: skip
+    ep1 = replace(ep2, name="h200-sxm/ffn/2gpu-dpa-ep1/b512", attn_tp=1.0, ep=1.0, decode_batch=512.0)
     design = SimDesign(
         model="qwen3-235b", engine="sglang", weight_precision="fp8", mtp=False, topology="afd",
         workload=Workload(requests_per_s=20.0, input_tokens=2000.0, output_tokens=800.0),
         slo=Slo(ttft_s=0.5, tpot_s=0.1, percentile=90.0), pools=(pre, att, dpa, ep2, ep1), resting=(),
     )  # fmt: skip
     ((deployed, _, _),) = _deployments(design, catalog, params, 0.5 + 800 * 0.1)
-    assert len(deployed.pools) == 2 and all(len(sides) == 2 for sides in deployed.pools)
-    for sides in deployed.pools:  # 3 x 32 and 3 x 512 tokens planned: each instance its batch's share
-        per = [float((d.decode_instances / d.ffn_instances)[0]) for d in sides]  # tokens/instance over n
-        assert per == pytest.approx([4.0 * 32 / 1632, 4.0 * 512 / 1632])
-        assert 3.0 * per[0] + 3.0 * per[1] == pytest.approx(4.0)  # every attention token dealt once
-        # the 32-token pool's hidden states cross the NICs (an attention instance's share of them
-        # spreads over 13 expert instances); the 512-token pool's unit fits a node: each link
-        # carries its own pool's share
-        sent = [float(d.ffn_sent[0]) for d in sides if d.ffn_sent is not None]
-        assert sent == pytest.approx([96 / 1632, 1536 / 1632])
-    # 8-GPU expert pools, neither beside a 2-GPU attention instance in an 8-GPU node: its NICs
+    (near, far), (alone,) = deployed.pools
+    # at the load both sides carry (1,632 tokens a step: 3 x 32 + 3 x 512, of the attention's 3 x
+    # 433 + 436), the node's attention sends its partner the 96 its three instances carry, over
+    # NVLink; the rest of its tokens, and all of the attention-DP instance's, cross the NICs to the
+    # 512-token pool. Each expert instance then takes its planned batch
+    assert [bool(d.ffn_in_domain[0]) for d in (near, far, alone)] == [True, False, False]  # type: ignore[index]
+    per = [float((d.decode_instances / d.ffn_instances)[0]) for d in (near, far, alone)]  # per attention seq
+    load = 1632 / 1735
+    taken = [b * load * x for b, x in zip((433, 433, 436), per, strict=True)]
+    assert taken == pytest.approx([32.0, 512.0, 512.0])
+    near_share = 96 / (3 * 433 * load)
+    # each link carries the share of its own pool; the lone pool takes every token (as it is)
+    sent = [float(d.ffn_sent[0]) for d in (near, far)]  # type: ignore[index]
+    assert sent == pytest.approx([near_share, 1.0 - near_share])
+    assert alone.ffn_sent is None
+    # 8-GPU expert pools across the NICs, neither a domain unit: an attention instance's NICs
     # carry both pools' shares, every token's hidden states, not each pool's share alone
     wide = replace(ep1, name="f8", gpus=8.0, ep=8.0, attn_tp=1.0, instances=1.0)
     two = replace(
@@ -309,13 +320,12 @@ def test_an_attention_ffn_designs_attention_pools_share_its_expert_pools(catalog
     tables = _tables(deployed, params, "sglang", lengths)
     for t, a, sides in zip((tables, *tables.decode_more), (att, dpa), deployed.pools, strict=True):
         n, x = t.dec_n, np.ones(len(t.dec_n))
-        fluid = _afd_tpot(
-            design, catalog, params, _pool(design, catalog, params, a), a.hardware, n, context * x, 0 * x, x
-        )
+        pool = _pool(design, catalog, params, a)
+        fluid = _afd_tpot(design, catalog, params, pool, a, n, context * x, 0 * x, x)
         assert np.allclose(t.dec_a + t.dec_b * n * context, fluid, rtol=1e-12, atol=0.0)
-        alone = [tables_of(d, params, ["sglang"], [lengths])[0] for d in sides]
-        slowest = np.argmax([s.dec_a + s.dec_b * n * context for s in alone], axis=0)
-        assert slowest[0] == 0 and 1 in slowest, slowest  # the 32-token pool at batch 1, then the other
+        each = [tables_of(d, params, ["sglang"], [lengths])[0] for d in sides]
+        slowest = set(np.argmax([s.dec_a + s.dec_b * n * context for s in each], axis=0).tolist())
+        assert slowest == ({0, 1} if a is att else {0}), slowest  # the node's pools: either, by batch
         assert fluid[np.searchsorted(n, a.decode_batch)] < 0.1  # within the pace at the placed batch
     lat = design_latency(design, catalog, params)
     assert lat is not None and len(lat.groups) == 2 and "overloaded" not in (lat.warning or "")

@@ -45,6 +45,16 @@ from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
 from dse.perf.stages import nvlink_a2a_latency_us
 
+DOMAIN_UNIT = "/nvlink"
+"""The name's part that marks an attention or FFN unit the placement keeps in one scale-up domain
+with its partner (``dse.placement.candidates``' domain units): its hidden states cross NVLink."""
+
+
+def domain_unit(name: str) -> bool:
+    """Whether a unit's name marks it as kept in one scale-up domain (:data:`DOMAIN_UNIT`)."""
+    return DOMAIN_UNIT + "/" in name + "/"
+
+
 SIDE_SHARE = 0.5
 """Share of a decode step each side may take: two micro-batches in ping-pong, each side runs one
 while the other runs the other, so each side's whole step must fit in half of it."""

@@ -142,7 +142,7 @@ def with_decode_pools(tables: list[EngineTables], gpus: float) -> EngineTables:
 def slowest_step(tables: list[EngineTables], context: float) -> EngineTables:
     """One decode pool's tables with every batch's step the slowest of ``tables``' at ``context``
     tokens a sequence: an attention-FFN design's attention pool with each of its expert pools
-    (:func:`~dse.sim.from_placement.expert_sides`), the slowest of which paces its step. Each of
+    it reaches (:func:`~dse.sim.from_placement.expert_routes`), the slowest of which paces its step. Each of
     ``tables`` is the same attention pool paired with one expert pool (one batch grid)."""
     first = tables[0]
     if len(tables) == 1:

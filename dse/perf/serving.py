@@ -77,6 +77,9 @@ class Deployment:
     # states to this pool, where its tokens are dealt over several (:func:`dealt_over_pools`);
     # None: 1, every token to this one pool
     ffn_sent: Array | None = None
+    # where the placement put the unit: in one scale-up domain, over NVLink (True), or across the
+    # NICs (False); None: found from the counts (:func:`~dse.perf.afd.afd_in_domain`)
+    ffn_in_domain: Array | None = None
     # the engine's cap on sequences one decode instance runs at once (SGLang's
     # ``--max-running-requests``); None: only the KV cache caps it
     max_batch: Array | None = None
@@ -192,8 +195,7 @@ def _afd_step(
     )
     sent = afd_bytes_per_token(d.ffn) * batch * (1.0 + d.draft_tokens)  # per attention instance
     fan_in = d.decode_instances / d.ffn_instances
-    same = True if d.ffn_same_hardware is None else d.ffn_same_hardware
-    near = afd_in_domain(d.decode, d.ffn, fan_in, same)
+    near = ffn_link(d)
     over = 1.0 if d.ffn_sent is None else d.ffn_sent  # what the attention instance's link carries
     xfer = afd_transfer_s(
         d.decode, d.ffn, p, sent * over, sent * d.decode_instances / d.ffn_instances, fan_in, near
@@ -220,6 +222,17 @@ def _afd_step(
     )
 
 
+def ffn_link(d: Deployment) -> Array:
+    """Whether an attention-FFN deployment's hidden states cross NVLink (True) or the NICs: where
+    the placement put its unit (``ffn_in_domain``), else found from the counts
+    (:func:`~dse.perf.afd.afd_in_domain`)."""
+    assert d.ffn is not None and d.ffn_instances is not None
+    if d.ffn_in_domain is not None:
+        return np.asarray(d.ffn_in_domain, dtype=bool)
+    same = True if d.ffn_same_hardware is None else d.ffn_same_hardware
+    return afd_in_domain(d.decode, d.ffn, d.decode_instances / d.ffn_instances, same)
+
+
 def dealt_over_pools(sides: list[Deployment], shares: list[float]) -> list[Deployment]:
     """An attention pool's deployments with each of the expert pools it deals its tokens over
     (``shares`` of them, each pool's instances counted as its share takes them: ``ffn_instances``),
@@ -231,9 +244,8 @@ def dealt_over_pools(sides: list[Deployment], shares: list[float]) -> list[Deplo
         return list(sides)
     links, loads = [], []
     for d, share in zip(sides, shares, strict=True):
-        assert d.ffn is not None and d.ffn_instances is not None
-        same = True if d.ffn_same_hardware is None else d.ffn_same_hardware
-        links.append(afd_in_domain(d.decode, d.ffn, d.decode_instances / d.ffn_instances, same))
+        assert d.ffn is not None
+        links.append(ffn_link(d))
         loads.append(share * afd_bytes_per_token(d.ffn))
     out = []
     for d, link in zip(sides, links, strict=True):

@@ -16,8 +16,9 @@ within a fifth was not simulated: 42 of the 192 cheapest designs of
 ``benchmarks/engine_agreement.py``, all with two to four decode pools.
 
 An attention-FFN design's attention pools are its decode pools so, each stepping at its own
-table, paced by the slowest of its expert pools at that pool's share of every attention
-instance's tokens (:func:`~dse.sim.from_placement.expert_sides`, as the fluid model steps them).
+table, paced by the slowest of the expert pools it reaches, each at its share of the attention
+instance's tokens and over the link the placement put it on
+(:func:`~dse.sim.from_placement.expert_routes`, as the fluid model steps them).
 Until 2026-12-06 a design of several attention or expert pools (after those of one shape and
 batch are counted as one, :func:`~dse.sim.from_placement.one_per_shape`) was not simulated: 96
 of the 152 attention-FFN designs that ``benchmarks/engine_agreement.py`` places.
@@ -57,7 +58,7 @@ from dse.perf.memo import Memo
 from dse.perf.params import PerfParams
 from dse.perf.pool import Pool, build_pool
 from dse.perf.serving import Deployment, dealt_over_pools
-from dse.sim.from_placement import SimDesign, SimPool, expert_sides, one_per_shape
+from dse.sim.from_placement import SimDesign, SimPool, one_per_shape, routes_of
 from dse.units import Precision
 from dse.workload import Workload
 
@@ -76,7 +77,7 @@ SEED = 0
 class Deployed:
     """One deployment the simulation runs as one (:func:`_tables`): per decode pool (an
     attention-FFN design's attention pool), its deployment with the prefill pool and each expert
-    pool (:func:`~dse.sim.from_placement.expert_sides`; one where there are none), and all its
+    pool it reaches (:func:`~dse.sim.from_placement.expert_routes`; one where there are none), and all its
     GPUs."""
 
     pools: tuple[tuple[Deployment, ...], ...]
@@ -291,16 +292,18 @@ def _deployments(
         return [(Deployed(each, _gpus(p, *ds)), rate / g, p.prefill_batch_requests)]
     if len(pre) == 1 and att and ffn and not dec:  # each attention pool as a decode pool, above
         (p, *rest), g = _slice((pre[0], *att, *ffn), rate, e2e_s)
-        sides, attention = expert_sides(design), sum(q.instances for q in att)
+        attention = sum(q.instances for q in att)
 
-        def with_experts(a: SimPool) -> tuple[Deployment, ...]:  # its share of each expert pool's instances
+        def with_experts(whole: SimPool, a: SimPool) -> tuple[Deployment, ...]:  # each pool it reaches
+            routes = routes_of(design, whole)
+            taken = [replace(r.pool, instances=a.instances * r.instances / attention) for r in routes]
             each = [
-                _deployment(design, catalog, params, p, a, replace(f, instances=a.instances * n / attention))
-                for f, n in sides
+                replace(_deployment(design, catalog, params, p, a, f), ffn_in_domain=np.array([r.near]))
+                for f, r in zip(taken, routes, strict=True)
             ]
-            return tuple(dealt_over_pools(each, [f.instances / n for f, n in sides]))
+            return tuple(dealt_over_pools(each, [r.share for r in routes]))
 
-        pools = tuple(with_experts(a) for a in rest[: len(att)])
+        pools = tuple(with_experts(w, a) for w, a in zip(att, rest[: len(att)], strict=True))
         return [(Deployed(pools, _gpus(p, *rest)), rate / g, p.prefill_batch_requests)]
     return []
 

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from dse.catalog import Catalog
 from dse.errors import InputError
-from dse.perf.afd import attention_side, ffn_side
+from dse.perf.afd import attention_side, domain_unit, ffn_side
 from dse.perf.memo import Memo, frozen
 from dse.perf.params import EngineProfile, PerfParams, with_mtp
 from dse.perf.pool import build_pool
@@ -477,7 +477,7 @@ def _step_table(
     drafts = np.full_like(n, float(engine.mtp_draft_tokens if design.mtp else 0))
     accept = np.full_like(n, engine.mtp_accept_tokens if design.mtp else 1.0)
     if dec.role == "attention":
-        tpot = _afd_tpot(design, catalog, params, pool, dec.hardware, n, ctx, drafts, accept)
+        tpot = _afd_tpot(design, catalog, params, pool, dec, n, ctx, drafts, accept)
     else:
         tpot = decode_tpot(
             pool, params, batch=np.maximum(n, 1e-9), context=ctx, speed=np.full_like(n, engine.speed),
@@ -490,17 +490,16 @@ def _step_table(
 
 
 def _afd_tpot(
-    design: SimDesign, catalog: Catalog, params: PerfParams, pool: Any, hardware: str,
+    design: SimDesign, catalog: Catalog, params: PerfParams, pool: Any, dec: SimPool,
     n: Any, ctx: Any, drafts: Any, accept: Any,
 ) -> Any:  # fmt: skip
-    """Seconds per output token of an attention-FFN design's attention instance (of ``pool``, on
-    ``hardware``) at ``n`` sequences: the slowest of its attention half, its expert pools' halves
-    (each pool its share of the attention pools' tokens, :func:`expert_sides`, every attention
-    instance at ``n``: the experts' weights are read every step however few tokens come) and the
-    hidden states' transfer (over NVLink where an expert instance and the attention instances it
-    talks to share one scale-up domain, :func:`~dse.perf.afd.afd_in_domain`), each in half the
-    step (two micro-batches in ping-pong), as the engine-level simulation and ``dse predict --afd``
-    step."""
+    """Seconds per output token of an attention instance of an attention-FFN design (of ``dec``,
+    whose performance-model pool is ``pool``) at ``n`` sequences: the slowest of its attention
+    half, the halves of the expert pools it reaches (each its share of the tokens,
+    :func:`expert_routes`, every attention instance at ``n``: the experts' weights are read every
+    step however few tokens come) and the hidden states' transfer (over NVLink or the NICs, as the
+    placement put the unit), each in half the step (two micro-batches in ping-pong), as the
+    engine-level simulation steps."""
     k = len(n)
 
     def pool_of(p: SimPool) -> Any:
@@ -512,30 +511,33 @@ def _afd_tpot(
         )  # fmt: skip
 
     attention = sum(p.instances for p in design.pools if p.role == "attention")
-    sides = expert_sides(design)
+    routes = routes_of(design, dec)
     each = [
         Deployment(
             prefill=None, decode=attention_side(pool), prefill_instances=np.ones(k),
             decode_instances=np.full(k, attention), isl=ctx, osl=np.zeros(k),
             speed=np.full(k, design.engine_of(params).speed), draft_tokens=drafts, accept_tokens=accept,
-            ffn=ffn_side(pool_of(f)), ffn_instances=np.full(k, count),
-            ffn_same_hardware=np.full(k, f.hardware == hardware),
+            ffn=ffn_side(pool_of(r.pool)), ffn_instances=np.full(k, r.instances),
+            ffn_same_hardware=np.full(k, r.pool.hardware == dec.hardware), ffn_in_domain=np.full(k, r.near),
         )
-        for f, count in sides
+        for r in routes
     ]  # fmt: skip
-    dealt = dealt_over_pools(each, [f.instances / count for f, count in sides])
+    dealt = dealt_over_pools(each, [r.share for r in routes])
     steps = [decode_step_seconds(d, params, np.maximum(n, 1e-9), ctx) for d in dealt]
     return np.max(steps, axis=0) / accept
 
 
+def _shape(p: SimPool) -> tuple[str, float, float, float, float, bool]:
+    return (p.hardware, p.gpus, p.attn_tp, p.ep, p.decode_batch, domain_unit(p.name))
+
+
 def one_per_shape(pools: list[SimPool]) -> list[SimPool]:
-    """Pools of one hardware, shape and batch as one, their instances and traffic summed: an
-    attention-FFN design's units across the NICs and in one scale-up domain (``.../nvlink``) of
-    the same shape run the same instances, and the simulation finds from the summed counts
-    whether a unit of them shares a domain (:func:`~dse.perf.afd.afd_in_domain`)."""
-    out: dict[tuple[str, float, float, float, float], SimPool] = {}
+    """Pools of one hardware, shape and batch as one, their instances and traffic summed, those
+    the placement keeps in one scale-up domain (``.../nvlink``, :func:`~dse.perf.afd.domain_unit`)
+    apart from those across the NICs."""
+    out: dict[tuple[str, float, float, float, float, bool], SimPool] = {}
     for p in pools:
-        key = (p.hardware, p.gpus, p.attn_tp, p.ep, p.decode_batch)
+        key = _shape(p)
         q = out.get(key)
         out[key] = (
             p
@@ -551,22 +553,72 @@ def one_per_shape(pools: list[SimPool]) -> list[SimPool]:
     return list(out.values())
 
 
-def expert_sides(design: SimDesign) -> list[tuple[SimPool, float]]:
-    """An attention-FFN design's expert pools, each with the instances it steps as: the tokens of
-    every attention instance are dealt over the pools as the placement sized them to carry (each
-    its instances times its unit's token batch), so a pool's instances take its share of them
-    (``instances / share``, its instances where it is the only pool; an attention instance's
-    link to a pool carries the shares of every pool it reaches over that link:
-    :func:`~dse.perf.serving.dealt_over_pools`); the slowest pool paces the step. Until 2026-12-06
-    the pools were stepped as instances of the one of most instances, as many as have all their
-    GPUs: a design of 3 two-GPU expert units of 32 tokens and 3 of 512 (Qwen3-235B on H200) then
-    stepped at 115 ms where the placement's pace was 100 ms. Pools whose units name no batch (a
+class ExpertRoute(NamedTuple):
+    """An expert pool an attention pool deals its tokens to: the ``share`` of its tokens it takes,
+    the ``instances`` it steps as (every attention instance's tokens over them: each instance
+    takes what all the attention pools send it), and whether the hidden states cross NVLink
+    (``near``) or the NICs."""
+
+    pool: SimPool
+    share: float
+    instances: float
+    near: bool
+
+
+def expert_routes(design: SimDesign) -> dict[tuple[str, float, float, float, float, bool], list[ExpertRoute]]:
+    """An attention-FFN design's expert pools as each attention pool (by shape, :func:`one_per_shape`)
+    reaches them, as the placement put them. Pools that share a scale-up domain with the
+    attention of their shape (``.../nvlink``) take that attention's tokens over NVLink, as far as
+    they carry (each pool its instances times its unit's token batch) at the load both sides
+    carry; the rest of the attention pools' tokens are dealt over the pools across the NICs as
+    they carry them (over every pool, where none is across the NICs). The router keeps every
+    attention pool equally full (:mod:`dse.sim.engine_latency`), so an expert instance takes what
+    every attention pool sends it at the same share of its placed batch. The slowest pool an
+    attention pool reaches paces its step.
+
+    Until 2026-12-06 (session 57) every attention pool dealt its tokens over every expert pool,
+    each link was found from the counts, and every attention instance counted as one of the same
+    batch: 40 of the 152 attention-FFN designs of ``benchmarks/engine_agreement.py`` then stepped
+    some expert pool on another link than the placement's (NICs for a domain unit, NVLink for a
+    unit the placement put across the NICs), and an 8-GPU attention instance of 3,685 sequences
+    beside 2-GPU ones of 954 stepped as if all ran 3,685. Pools whose units name no batch (a
     placement written before FFN units had one) share by GPUs."""
+    att = one_per_shape([p for p in design.pools if p.role == "attention"])
     ffns = one_per_shape([p for p in design.pools if p.role == "ffn"])
     sized = all(p.decode_batch > 0 for p in ffns)
-    carry = [p.instances * (p.decode_batch if sized else p.gpus) for p in ffns]
-    total = sum(carry)
-    return [(p, p.instances * total / c) for p, c in zip(ffns, carry, strict=True)]
+    carry = np.array([p.instances * (p.decode_batch if sized else p.gpus) for p in ffns])
+    batch = np.array([max(a.decode_batch, 1.0) for a in att])
+    held = np.array([a.instances for a in att]) * batch  # tokens a step at the placed batches
+    load = min(held.sum(), carry.sum()) / held.sum()  # the share of them both sides carry
+
+    def partners(a: SimPool, f: SimPool) -> bool:  # a domain unit and the FFN units of its shape
+        return domain_unit(a.name) and domain_unit(f.name) and _shape(f)[:4] == _shape(a)[:4]
+
+    beside = {i: [j for j, f in enumerate(ffns) if partners(a, f)] for i, a in enumerate(att)}
+    kept = {j for js in beside.values() for j in js}
+    nic = [j for j in range(len(ffns)) if j not in kept]
+    across = nic or list(range(len(ffns)))  # none across the NICs: the rest over every pool
+    shares = np.zeros((len(att), len(ffns)))
+    for i, own in beside.items():
+        room = float(carry[own].sum())
+        near = 1.0 if own and not nic else min(1.0, room / (held[i] * load))  # its tokens' share over NVLink
+        shares[i, own] = near * carry[own] / max(room, 1e-300)
+        shares[i, across] += (1.0 - near) * carry[across] / carry[across].sum()
+    taken = held @ shares  # tokens a step each expert pool takes, every attention pool at its batch
+    attention = sum(a.instances for a in att)
+    return {
+        _shape(a): [
+            ExpertRoute(f, float(shares[i, j]), float(attention * batch[i] * f.instances / t), j in beside[i])
+            for j, (f, t) in enumerate(zip(ffns, taken, strict=True))
+            if shares[i, j] > 0
+        ]
+        for i, a in enumerate(att)
+    }
+
+
+def routes_of(design: SimDesign, attention: SimPool) -> list[ExpertRoute]:
+    """The expert pools ``attention`` (a pool of the design) reaches (:func:`expert_routes`)."""
+    return expert_routes(design)[_shape(attention)]
 
 
 def prefill_pool(
