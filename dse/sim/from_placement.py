@@ -578,7 +578,7 @@ def expert_routes(design: SimDesign) -> dict[tuple[str, float, float, float, flo
 
     Until 2026-12-06 (session 57) every attention pool dealt its tokens over every expert pool,
     each link was found from the counts, and every attention instance counted as one of the same
-    batch: 40 of the 152 attention-FFN designs of ``benchmarks/engine_agreement.py`` then stepped
+    batch: 38 of the 152 attention-FFN designs of ``benchmarks/engine_agreement.py`` then stepped
     some expert pool on another link than the placement's (NICs for a domain unit, NVLink for a
     unit the placement put across the NICs), and an 8-GPU attention instance of 3,685 sequences
     beside 2-GPU ones of 954 stepped as if all ran 3,685. Pools whose units name no batch (a
