@@ -125,13 +125,51 @@ def test_a_unit_wider_than_its_domain_keeps_the_nic_budget(
     assert float(np.asarray(d.afd_gb_per_token)[ffn]) == afd_bytes_per_token(pool)[0] / GB / usable
 
 
+def test_an_attention_unit_across_the_nics_runs_what_its_own_nics_send_in_time(catalog: Catalog) -> None:
+    """DeepSeek-V3 on B200 at TPOT 50 ms, 8-GPU attention-DP instances: HBM and the attention step
+    would let one run thousands of sequences, but its own NICs send only a few hundred
+    sequences' hidden states in its 25 ms half-step after the RDMA waits (each token fans out to
+    every node its experts are on). Until session 57 only the design's NIC budget, pooled over
+    every instance's NICs, bounded those sends, while the simulations step each instance on its
+    own NICs. The attention unit now runs what its NICs send in time (the batch worked out here
+    from the performance model); with NICs ten times as fast the attention step binds again, at a
+    larger batch; and with NICs too slow for one sequence the unit is left out, with the figures."""
+    from dse.perf.afd import afd_transfer_latency_s
+
+    params = load_params()
+    req = _trial("b200", "8gpu-dpa-ep8")
+    hw = catalog.hardware("b200")
+
+    def attention_batch(nic_gbit_s: float) -> float:
+        nics = replace(hw, scale_out=replace(hw.scale_out, nic_gbit_per_s_per_gpu=nic_gbit_s))
+        c = build_candidates(req, Topology.AFD, catalog, params, hardware=[nics])
+        return next(u.decode_batch or 0.0 for u in c.units if u.role is Role.ATTENTION)
+
+    pool = build_pool(
+        catalog.model("deepseek-v3"), [hw], gpus=[8.0], attn_tp=[1.0], ep=[8.0],
+        weight_precision=[Precision.FP8], kv_precision=[Precision.FP8],
+    )  # fmt: skip
+    per_seq = afd_bytes_per_token(pool)[0] / (pool.nic_bytes_per_s[0] * params.nic_eff * 8.0)
+    room = SLO.tpot_s * SIDE_SHARE - float(afd_transfer_latency_s(pool, params)[0])
+    nic = hw.scale_out.nic_gbit_per_s_per_gpu
+    assert attention_batch(nic) == np.floor(room / per_seq) < 1000
+    assert attention_batch(10.0 * nic) > 2 * attention_batch(nic)
+    slow = replace(hw, scale_out=replace(hw.scale_out, nic_gbit_per_s_per_gpu=0.02))
+    c = build_candidates(req, Topology.AFD, catalog, params, hardware=[slow])
+    assert not any(u.role is Role.ATTENTION for u in c.units)
+    (why,) = [e for e in c.exclusions if e.role == "attention"]
+    one = per_seq * nic / 0.02 + SLO.tpot_s * SIDE_SHARE - room  # its bytes, then the waits
+    said = f"one sequence's hidden states take {one * 1e3:.2f} ms a step on an attention instance's NICs"
+    assert said in why.reason, why.reason
+
+
 def test_the_simulators_step_the_placed_unit_over_nvlink_at_its_pace(catalog: Catalog) -> None:
     """The placed GB200 design, two attention and four expert instances of one shape in one
     domain (until 2026-12-06 three and five, across the NICs and in one domain alike): the
     engine-level simulation (a slice of it, one attention and two expert instances) and the fluid
-    model's step table find the unit from the counts (an attention instance over two expert
-    instances, 48 GPUs) and step it over NVLink, within the TPOT the placement sized it for; the
-    design holds in the engine-level simulation."""
+    model's step table step the unit (an attention instance over two expert instances, 48 GPUs)
+    over NVLink, as the placement put it (``.../nvlink``), within the TPOT the placement sized it
+    for; the design holds in the engine-level simulation."""
     from dse.evaluation import design_of, engine_checks
     from dse.perf.serving import _decode_step
     from dse.sim.engine_latency import _deployments

@@ -740,6 +740,7 @@ class _Builder:
         far, far_t = wait > pace * AFD_SIDE_SHARE, wait > slo.tpot_s * AFD_SIDE_SHARE
         rate, batch = self.decode_points(att, pace * AFD_SIDE_SHARE)
         at_target = batch if target else self.decode_points(att, slo.tpot_s * AFD_SIDE_SHARE)[1]
+        nic, nic_t = self._nic_batch(att, batch, pace), self._nic_batch(att, at_target, slo.tpot_s)
         steps = self._ffn_steps(ffn)
         near = self._near(att, ffn, batch, pace, steps)
         near_t = near if target else self._near(att, ffn, at_target, slo.tpot_s, steps)
@@ -753,9 +754,13 @@ class _Builder:
                 self.exclude(i, "attention", why, wait / (pace * AFD_SIDE_SHARE))
             elif batch[i] <= 0:
                 self._misses_half(i, att, pace * AFD_SIDE_SHARE, of)
+            if batch[i] > 0 and not far and nic[i] <= 0:
+                self._misses_nics(i, att, pace, of)
             for domain in (False, True):
-                alive = batch[i] > 0 and bool(any_near[i] if domain else not far)
-                had = at_target[i] > 0 and bool(any_near_t[i] if domain else not far_t)  # the target's
+                b = batch[i] if domain else nic[i]  # across the NICs: what its NICs send in time
+                alive = b > 0 and bool(any_near[i] if domain else not far)
+                b_t = at_target[i] if domain else nic_t[i]  # the target's
+                had = b_t > 0 and bool(any_near_t[i] if domain else not far_t)
                 if not (alive or had):
                     continue
                 suffix = (NVLINK if domain else "") + tag
@@ -768,19 +773,41 @@ class _Builder:
                     i,
                     Role.ATTENTION,
                     suffix=suffix,
-                    batch=float(batch[i]),
+                    batch=float(b),
                     weights_gb=float(att_w[i]),
-                    hbm_gb=float(att_w[i] + batch[i] * s.per_seq_gb[i] / s.pool.kv_shard[i]),
+                    hbm_gb=float(att_w[i] + b * s.per_seq_gb[i] / s.pool.kv_shard[i]),
                     tpot=pace,
                 )
                 # the step is paced by the design's pace, not by the attention side alone
-                self.rows.append(
-                    _Row(info, i, len(self.classes), dec=float(batch[i] / pace), nic=float(s.nic_gb_s[i]))
-                )
+                row = _Row(info, i, len(self.classes), dec=float(b / pace), nic=float(s.nic_gb_s[i]))
+                self.rows.append(row)
                 if target:  # nor faster than its transfers: the RDMA waits, or the whole NVLink one
                     own = min(float(n.transfer_s[i]) for n in near if n.ok[i]) if domain else wait
                     self._tighter(float(batch[i] / rate[i]), pace, own)
         self._add_ffn(ffn, pace, tag, of, near, near_t, beside)
+
+    def _nic_seconds(self, att: Pool) -> Array:
+        """Seconds an attention instance's own NICs take to send one sequence's hidden states a
+        step (its tokens' dispatch and combine, :func:`~dse.perf.afd.afd_bytes_per_token`)."""
+        per_token = afd_bytes_per_token(self.s.pool) * (1.0 + self.s.draft)
+        return np.asarray(per_token / (att.nic_bytes_per_s * self.p.nic_eff * att.gpus))
+
+    def _nic_batch(self, att: Pool, batch: Array, pace: float) -> Array:
+        """An attention unit's ``batch`` across the NICs, at most the sequences whose hidden states
+        its own NICs send in its half of ``pace`` after the RDMA waits, as the simulations step it:
+        the design's NIC budget pools the bytes over every instance's NICs, and until session 57
+        was the only bound (Qwen3-235B on H200, 2-GPU attention instances of 954 sequences stepped
+        at 114 ms against a 100 ms pace)."""
+        room = max(pace * AFD_SIDE_SHARE - self.afd_wait, 0.0)
+        return np.minimum(batch, np.floor(room / self._nic_seconds(att)))
+
+    def _misses_nics(self, i: int, att: Pool, pace: float, of: str) -> None:
+        """Leaves out attention shape ``i`` across the NICs, whose NICs cannot send one sequence's
+        hidden states in half of the pace after the RDMA waits (:meth:`_nic_batch`)."""
+        one = float(self._nic_seconds(att)[i]) + self.afd_wait
+        why = (f"across the NICs, one sequence's hidden states take {one * 1e3:.2f} ms a step on an "
+               f"attention instance's NICs, over half of {of}")  # fmt: skip
+        self.exclude(i, "attention", why, one / (pace * AFD_SIDE_SHARE))
 
     def _near(self, att: Pool, ffn: Pool, batch: Array, pace: float, steps: list[Array]) -> list[_Near]:
         """Per FFN token batch of the options, which shapes' FFN units make an attention-FFN unit
