@@ -31,8 +31,11 @@ BUSY_MEMORY_S = 1.0  # how long an aggregated instance's decode remembers its pr
 @dataclass
 class _Decoder:
     pool: int = 0  # the decode pool it belongs to: its slots and step table
-    seqs: list[int] = field(default_factory=list)  # request ids
-    left: list[int] = field(default_factory=list)  # tokens still to produce, per sequence
+    # request id -> the step (of ``steps``) its last token ends, in the order they came in; and
+    # the ids each step ends: a step touches the sequences it ends, not every one it decodes
+    seqs: dict[int, int] = field(default_factory=dict)
+    ends: dict[int, list[int]] = field(default_factory=dict)
+    steps: int = 0  # decode steps taken
     busy: bool = False
     alive: bool = True
     epoch: int = 0  # invalidates a step event of an instance that was taken away
@@ -194,15 +197,11 @@ class DesRun:
         d = self.decoders[i]
         if not d.alive or d.epoch != epoch:
             return
-        keep_s, keep_l = [], []
-        for r, left in zip(d.seqs, d.left, strict=True):
-            if left <= 1:
-                self.finished[r] = t
-                self.done_in_sample += 1
-            else:
-                keep_s.append(r)
-                keep_l.append(left - 1)
-        d.seqs, d.left = keep_s, keep_l
+        d.steps += 1
+        for r in d.ends.pop(d.steps, ()):
+            del d.seqs[r]
+            self.finished[r] = t
+            self.done_in_sample += 1
         self.step(t, i)
 
     def on_sample(self, t: float, i: int, epoch: int) -> None:
@@ -249,8 +248,9 @@ class DesRun:
             r = buffer.popleft()
             if np.isnan(self.admitted[r]):
                 self.admitted[r] = t
-            d.seqs.append(r)
-            d.left.append(self.left_of.pop(r, int(self.draws.lengths[r])))
+            end = d.steps + max(self.left_of.pop(r, int(self.draws.lengths[r])), 1)
+            d.seqs[r] = end
+            d.ends.setdefault(end, []).append(r)
             if self.blocked:  # a buffer place freed: a held handoff completes
                 buffer.append(self.blocked.popleft())
                 self.handoff.release(t)
@@ -325,10 +325,10 @@ def _apply_roles(
     for d in sorted(alive_d, key=lambda d: len(d.seqs))[: max(len(alive_d) - int(plan.decode[0]), 0)]:
         d.alive, d.busy = False, False
         d.epoch += 1
-        for r, left in reversed(list(zip(d.seqs, d.left, strict=True))):
-            left_of[r] = left
+        for r, end in reversed(list(d.seqs.items())):
+            left_of[r] = end - d.steps
             buffer.appendleft(r)
-        d.seqs, d.left = [], []
+        d.seqs, d.ends = {}, {}
     alive_s = [s for s in servers if s.alive]
     for sv in sorted(alive_s, key=lambda s: s.job >= 0)[: max(len(alive_s) - int(plan.prefill[0]), 0)]:
         sv.alive = False
