@@ -296,10 +296,11 @@ def _deployments(
 
         def with_experts(whole: SimPool, a: SimPool) -> tuple[Deployment, ...]:  # each pool it reaches
             routes = routes_of(design, whole)
-            taken = [replace(r.pool, instances=a.instances * r.instances / attention) for r in routes]
+            # each expert pool as many instances as this slice of the attention pool counts beside
+            beside = [replace(r.pool, instances=a.instances * r.instances / attention) for r in routes]
             each = [
                 replace(_deployment(design, catalog, params, p, a, f), ffn_in_domain=np.array([r.near]))
-                for f, r in zip(taken, routes, strict=True)
+                for f, r in zip(beside, routes, strict=True)
             ]
             return tuple(dealt_over_pools(each, [r.share for r in routes]))
 

@@ -528,6 +528,7 @@ def _afd_tpot(
 
 
 def _shape(p: SimPool) -> tuple[str, float, float, float, float, bool]:
+    """What tells pools apart in :func:`one_per_shape`: hardware, shape, batch, domain unit."""
     return (p.hardware, p.gpus, p.attn_tp, p.ep, p.decode_batch, domain_unit(p.name))
 
 
@@ -554,10 +555,11 @@ def one_per_shape(pools: list[SimPool]) -> list[SimPool]:
 
 
 class ExpertRoute(NamedTuple):
-    """An expert pool an attention pool deals its tokens to: the ``share`` of its tokens it takes,
-    the ``instances`` it steps as (every attention instance's tokens over them: each instance
-    takes what all the attention pools send it), and whether the hidden states cross NVLink
-    (``near``) or the NICs."""
+    """An expert pool an attention pool deals its tokens to: the ``share`` of its tokens it takes;
+    the ``instances`` it counts as beside all the attention instances (``Deployment.ffn_instances``
+    to their ``decode_instances``), so that an expert instance takes, for each sequence an
+    attention instance of this pool runs, what every attention pool sends it at the same share of
+    its placed batch; and whether the hidden states cross NVLink (``near``) or the NICs."""
 
     pool: SimPool
     share: float
@@ -589,7 +591,7 @@ def expert_routes(design: SimDesign) -> dict[tuple[str, float, float, float, flo
     carry = np.array([p.instances * (p.decode_batch if sized else p.gpus) for p in ffns])
     batch = np.array([max(a.decode_batch, 1.0) for a in att])
     held = np.array([a.instances for a in att]) * batch  # tokens a step at the placed batches
-    load = min(held.sum(), carry.sum()) / held.sum()  # the share of them both sides carry
+    load = min(held.sum(), carry.sum()) / held.sum() if sized else 1.0  # the share both sides carry
 
     def partners(a: SimPool, f: SimPool) -> bool:  # a domain unit and the FFN units of its shape
         return domain_unit(a.name) and domain_unit(f.name) and _shape(f)[:4] == _shape(a)[:4]
