@@ -377,16 +377,29 @@ class EngineCheck:
     first_ttft_s: float | None = None
     # the percentile over all the design's requests, where ``ttft_s`` (its worst pool's) is above it
     all_ttft_s: float | None = None
+    # the worst pool's mean TPOT and the target it is held to (the design's pace): until session 57
+    # only the TTFT was, and 17 of 152 attention-FFN designs of benchmarks/engine_agreement.py held
+    # that stepped up to 8.9% slower than their TPOT target
+    tpot_mean_s: float | None = None
+    tpot_target_s: float = math.inf
+
+    @property
+    def ttft_holds(self) -> bool:
+        return self.ttft_s is None or self.ttft_s <= self.ttft_target_s * (1.0 + 1e-9)
+
+    @property
+    def tpot_holds(self) -> bool:
+        return self.tpot_mean_s is None or self.tpot_mean_s <= self.tpot_target_s * (1.0 + 1e-9)
 
     @property
     def holds(self) -> bool:
-        return self.ttft_s is None or self.ttft_s <= self.ttft_target_s * (1.0 + 1e-9)
+        return self.ttft_holds and self.tpot_holds
 
     def describe(self) -> str:
         name, q = self.topology.value, f"p{self.percentile:g}"
         if self.ttft_s is None:
             return f"{name}: not simulated request by request ({self.unsimulated}); the MILP's TTFT stands"
-        verdict = "holds" if self.holds else "misses"
+        verdict = "holds" if self.ttft_holds else "misses"
         tpot_ms = 1e3 * (self.tpot_s or 0.0)
         ttft = f"TTFT {q} {self.ttft_s:.3g} s against {self.ttft_target_s:g} s ({verdict})"
         if self.all_ttft_s is not None:
@@ -395,7 +408,11 @@ class EngineCheck:
             ttft += (
                 f", solved again for {self.sized_ttft_s:.3g} s (its first design: {self.first_ttft_s:.3g} s)"
             )
-        return f"{name}: {ttft}; TPOT {q} {tpot_ms:.3g} ms"
+        tpot = f"TPOT {q} {tpot_ms:.3g} ms"
+        if not self.tpot_holds:
+            mean_ms = 1e3 * (self.tpot_mean_s or 0.0)
+            tpot += f", mean {mean_ms:.3g} ms against {1e3 * self.tpot_target_s:g} ms (misses)"
+        return f"{name}: {ttft}; {tpot}"
 
 
 def engine_checks(
@@ -432,8 +449,9 @@ def engine_checks(
 def _tighter_engine(
     req: PlacementRequest, sized: PlacementRequest, c: EngineCheck
 ) -> PlacementRequest | None:
-    """:func:`tighter_ttft` for an engine check that missed (None where it was not simulated)."""
-    if c.ttft_s is None or c.outcome is None:
+    """:func:`tighter_ttft` for an engine check that missed its TTFT (None where it was not
+    simulated, or held its TTFT and missed its TPOT, which no tighter TTFT mends)."""
+    if c.ttft_s is None or c.outcome is None or c.ttft_holds:
         return None
     return tighter_ttft(req, sized, c.outcome, c.ttft_s)
 
@@ -446,11 +464,15 @@ def _engine_check(req: PlacementRequest, o: TopologyOutcome, ctx: Context) -> En
     lat = design_latency(design, ctx.catalog, ctx.params)
     ttft = lat.worst("ttft", q) if lat is not None else None  # every pool's requests meet it
     tpot = lat.worst("tpot", q) if lat is not None else None
+    mean = lat.worst_mean("tpot") if lat is not None else None
     why = unsimulated(design) if lat is None else ""
     pooled = lat.percentile("ttft", q) if lat is not None else None
     # the mix's figure beside the worst pool's where the two read apart at the figures shown
     apart = pooled if ttft is not None and pooled is not None and f"{ttft:.3g}" != f"{pooled:.3g}" else None
-    return EngineCheck(o.topology, ttft, tpot, req.slo.ttft_s, q, why, o, all_ttft_s=apart)
+    return EngineCheck(
+        o.topology, ttft, tpot, req.slo.ttft_s, q, why, o, all_ttft_s=apart, tpot_mean_s=mean,
+        tpot_target_s=req.slo.tpot_s,
+    )  # fmt: skip
 
 
 def confirmed(report: PlacementReport, checks: Iterable[EngineCheck]) -> PlacementReport:

@@ -444,7 +444,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         if args.confirm:
             doc["engine_check"] = [
                 {"topology": c.topology.value, "ttft_pct_s": c.ttft_s, "tpot_pct_s": c.tpot_s,
-                 "percentile": c.percentile, "holds": c.holds, "unsimulated": c.unsimulated or None,
+                 "tpot_mean_s": c.tpot_mean_s, "percentile": c.percentile, "holds": c.holds,
+                 "unsimulated": c.unsimulated or None,
                  "milp_ttft_target_s": c.sized_ttft_s, "first_ttft_pct_s": c.first_ttft_s,
                  "all_requests_ttft_pct_s": c.all_ttft_s}
                 for c in checks

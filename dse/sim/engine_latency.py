@@ -110,6 +110,14 @@ class DesignLatency:
         ends = np.cumsum((0, *self.groups))
         return max(percentile_of(metric, values[a:b], q) for a, b in zip(ends[:-1], ends[1:], strict=True))
 
+    def worst_mean(self, metric: str) -> float:
+        """The mean of the share that fares worst (:meth:`worst`): a TPOT target is the pace a
+        design's decode steps at, held on the mean (a study's TPOT constraint reads the fluid
+        model's mean over all the pools)."""
+        values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2el": self.e2el_s}[metric]
+        ends = np.cumsum((0, *(self.groups or (len(values),))))
+        return max(float(np.nanmean(values[a:b])) for a, b in zip(ends[:-1], ends[1:], strict=True))
+
 
 def placed_chunk(tables: EngineTables, tokens: float) -> EngineTables:
     """``tables`` with the placement's prefill budget (``tokens``: the fresh prompts its forward
