@@ -5,7 +5,10 @@ requests/s of 2,000-token prompts and 800-token answers; TTFT 0.5 or 1 s at p90 
 or 100 ms; TensorRT-LLM or SGLang. Each is placed over every topology (`dse place`), and each
 feasible topology's design is run through the engine-level simulation (`dse place --confirm`:
 Poisson arrivals at the mean traffic). Prints how many of the MILP's designs, and of its
-cheapest ones, hold their TTFT at the percentile, and the time. To compare with an older commit,
+cheapest ones, hold their TTFT at the percentile and their TPOT on the mean, how many miss their
+TPOT alone, how many attention-FFN designs send hidden states across the NICs to expert pools
+that fan out wider than the attention's own shape (which the MILP's attention NIC cap counts), and
+the time. To compare with an older commit,
 run it with ``PYTHONPATH`` at that commit's checkout, each run saving every request's outcome
 (``--save FILE.json``: per topology, its $/hour and its simulated TTFT, or none where it cannot
 be simulated request by request), then ``--compare BEFORE.json AFTER.json``: the requests whose
@@ -22,13 +25,17 @@ import statistics
 import sys
 import time
 
+import numpy as np
 from record import figure
 
 from dse.catalog import load_catalog
 from dse.context import Context
-from dse.evaluation import confirmed, engine_checks
+from dse.evaluation import EngineCheck, confirmed, design_of, engine_checks
+from dse.perf.afd import afd_bytes_per_token
 from dse.perf.params import load_params
-from dse.placement import PlacementRequest, place
+from dse.placement import PlacementRequest, Topology, place
+from dse.sim.engine_latency import _pool
+from dse.sim.from_placement import SimDesign, SimPool, expert_routes, one_per_shape, shape_of
 from dse.workload import Slo, Workload
 from formulations.solve import PlacementSolver
 
@@ -46,6 +53,7 @@ def main(save: str | None = None) -> None:
     outcomes: dict[str, dict[str, list[object]]] = {}  # request -> topology -> [$/hour, TTFT, holds]
     ctx = Context(catalog, params, PlacementSolver())
     designs = held = best_held = requests = unsimulated = resolved = 0
+    links, over = np.zeros(3, dtype=int), []  # see _tpot_and_fan_out
     t0 = time.perf_counter()
     grid = itertools.product(MODELS, HARDWARE, RATES, TTFTS, PERCENTILES, ENGINES, TPOTS)
     for model, hw, rate, ttft, q, engine, tpot in grid:
@@ -67,6 +75,8 @@ def main(save: str | None = None) -> None:
         requests += 1
         designs += len(checks)
         held += sum(c.holds for c in checks)
+        links += _tpot_and_fan_out(req, checks, ctx)
+        over += [c.tpot_mean_s / c.tpot_target_s for c in checks if c.ttft_holds and not c.tpot_holds]
         first = ranked[0] if ranked else None
         unsimulated += first is None or first.ttft_s is None  # several decode pools, mixed hardware
         best_held += bool(first is not None and first.ttft_s is not None and first.holds)
@@ -90,10 +100,43 @@ def main(save: str | None = None) -> None:
     figure("designs that hold in the engine-level simulation", held, "of", f"{designs} simulated")
     missed = requests - best_held - unsimulated
     figure("cheapest designs that miss and hold when solved again", resolved, "of", f"{missed}")
+    by = f" by {min(over) - 1:.1%}-{max(over) - 1:.1%}" if over else ""
+    print(f"{links[0]} designs hold their TTFT and miss their TPOT (their worst pool's mean{by}); "
+          f"{links[1]} attention-FFN designs send hidden states across the NICs to expert pools "
+          f"that fan out wider than the attention's own shape, {links[2]} of them missing their "
+          f"TPOT")  # fmt: skip
+    figure("designs that miss only their TPOT", int(links[0]), "of", f"{designs} simulated")
+    figure("attention-FFN designs feeding wider expert pools across the NICs", int(links[1]), "")
     figure("wall time of the benchmark", seconds, "s")
     if save is not None:
         with open(save, "w") as f:
             json.dump(outcomes, f, indent=0)
+
+
+def _tpot_and_fan_out(req: PlacementRequest, checks: list[EngineCheck], ctx: Context) -> np.ndarray:
+    """(designs that hold their TTFT and miss their TPOT, attention-FFN designs one of whose
+    attention pools sends hidden states across the NICs to an expert pool whose tokens fan out to
+    more bytes than the attention's own shape's, which the MILP's attention NIC cap counts; those
+    of them that miss their TPOT)."""
+    out = np.zeros(3, dtype=int)
+    for c in checks:
+        out[0] += c.ttft_holds and not c.tpot_holds
+        if c.topology is not Topology.AFD or c.outcome is None:
+            continue
+        design = design_of(req, c.outcome)
+        routes = expert_routes(design)
+        wider = any(
+            not r.near and _per_token(design, ctx, r.pool) > _per_token(design, ctx, a) * (1.0 + 1e-9)
+            for a in one_per_shape([p for p in design.pools if p.role == "attention"])
+            for r in routes[shape_of(a)]
+        )
+        out[1:] += (wider, wider and not c.tpot_holds)
+    return out
+
+
+def _per_token(design: SimDesign, ctx: Context, p: SimPool) -> float:
+    """Bytes a token's hidden states move between attention and an expert instance of ``p``'s shape."""
+    return float(afd_bytes_per_token(_pool(design, ctx.catalog, ctx.params, p))[0])
 
 
 def _state(o: list[object] | None) -> str:

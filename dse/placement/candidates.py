@@ -786,11 +786,12 @@ class _Builder:
                     self._tighter(float(batch[i] / rate[i]), pace, own)
         self._add_ffn(ffn, pace, tag, of, near, near_t, beside)
 
-    def _nic_seconds(self, att: Pool) -> Array:
-        """Seconds an attention instance's own NICs take to send one sequence's hidden states a
-        step (its tokens' dispatch and combine, :func:`~dse.perf.afd.afd_bytes_per_token`)."""
+    def _nic_seconds(self, side: Pool) -> Array:
+        """Seconds an instance of ``side`` (the attention or the FFN side) takes on its own NICs
+        to send or receive one sequence's hidden states a step (its tokens' dispatch and combine,
+        :func:`~dse.perf.afd.afd_bytes_per_token`)."""
         per_token = afd_bytes_per_token(self.s.pool) * (1.0 + self.s.draft)
-        return np.asarray(per_token / (att.nic_bytes_per_s * self.p.nic_eff * att.gpus))
+        return np.asarray(per_token / (side.nic_bytes_per_s * self.p.nic_eff * side.gpus))
 
     def _nic_batch(self, att: Pool, batch: Array, pace: float) -> Array:
         """An attention unit's ``batch`` across the NICs, at most the sequences whose hidden states
@@ -870,9 +871,7 @@ class _Builder:
         # waits, in the side's share of the step, as the simulations step it: the design's NIC
         # budget pools the bytes over every instance's NICs, and until 2026-12-06 was the only
         # bound (an 8-GPU B200 unit of 2,048 tokens, 46.5 ms on its NICs against a 39.8 ms share)
-        per_nic = (
-            afd_bytes_per_token(s.pool) * (1.0 + s.draft) / (ffn.nic_bytes_per_s * self.p.nic_eff * ffn.gpus)
-        )
+        per_nic = self._nic_seconds(ffn)
         for k, per_gpu in enumerate(self.opts.ffn_tokens_per_gpu):
             seqs = per_gpu * s.pool.gpus
             n, n_t = near[k], near_t[k]

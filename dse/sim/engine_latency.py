@@ -58,7 +58,7 @@ from dse.perf.memo import Memo
 from dse.perf.params import PerfParams
 from dse.perf.pool import Pool, build_pool
 from dse.perf.serving import Deployment, dealt_over_pools
-from dse.sim.from_placement import SimDesign, SimPool, one_per_shape, routes_of
+from dse.sim.from_placement import SimDesign, SimPool, expert_routes, one_per_shape, shape_of
 from dse.units import Precision
 from dse.workload import Workload
 
@@ -104,19 +104,21 @@ class DesignLatency:
         is met by every pool, not by their mix: an aggregated H200 pool given a tenth of the
         traffic queued without bound (TTFT p50 about 6 s) beside B200 pools that kept the whole
         design's p50 at 0.18 s."""
-        values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2el": self.e2el_s}[metric]
-        if len(self.groups) <= 1:
-            return percentile_of(metric, values, q)
-        ends = np.cumsum((0, *self.groups))
-        return max(percentile_of(metric, values[a:b], q) for a, b in zip(ends[:-1], ends[1:], strict=True))
+        return max(percentile_of(metric, v, q) for v in self._shares(metric))
 
     def worst_mean(self, metric: str) -> float:
         """The mean of the share that fares worst (:meth:`worst`): a TPOT target is the pace a
         design's decode steps at, held on the mean (a study's TPOT constraint reads the fluid
         model's mean over all the pools)."""
+        return max(float(np.nanmean(v)) for v in self._shares(metric))
+
+    def _shares(self, metric: str) -> list[np.ndarray]:
+        """``metric``'s values of each simulated share (all of them where there is one)."""
         values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2el": self.e2el_s}[metric]
-        ends = np.cumsum((0, *(self.groups or (len(values),))))
-        return max(float(np.nanmean(values[a:b])) for a, b in zip(ends[:-1], ends[1:], strict=True))
+        if len(self.groups) <= 1:
+            return [values]
+        ends = np.cumsum((0, *self.groups))
+        return [values[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)]
 
 
 def placed_chunk(tables: EngineTables, tokens: float) -> EngineTables:
@@ -300,10 +302,10 @@ def _deployments(
         return [(Deployed(each, _gpus(p, *ds)), rate / g, p.prefill_batch_requests)]
     if len(pre) == 1 and att and ffn and not dec:  # each attention pool as a decode pool, above
         (p, *rest), g = _slice((pre[0], *att, *ffn), rate, e2e_s)
-        attention = sum(q.instances for q in att)
+        attention, reached = sum(q.instances for q in att), expert_routes(design)
 
         def with_experts(whole: SimPool, a: SimPool) -> tuple[Deployment, ...]:  # each pool it reaches
-            routes = routes_of(design, whole)
+            routes = reached[shape_of(whole)]
             # each expert pool as many instances as this slice of the attention pool counts beside
             beside = [replace(r.pool, instances=a.instances * r.instances / attention) for r in routes]
             each = [

@@ -527,7 +527,10 @@ def _afd_tpot(
     return np.max(steps, axis=0) / accept
 
 
-def _shape(p: SimPool) -> tuple[str, float, float, float, float, bool]:
+Shape = tuple[str, float, float, float, float, bool]  # hardware, GPUs, attention TP, EP, batch, domain unit
+
+
+def shape_of(p: SimPool) -> Shape:
     """What tells pools apart in :func:`one_per_shape`: hardware, shape, batch, domain unit."""
     return (p.hardware, p.gpus, p.attn_tp, p.ep, p.decode_batch, domain_unit(p.name))
 
@@ -536,9 +539,9 @@ def one_per_shape(pools: list[SimPool]) -> list[SimPool]:
     """Pools of one hardware, shape and batch as one, their instances and traffic summed, those
     the placement keeps in one scale-up domain (``.../nvlink``, :func:`~dse.perf.afd.domain_unit`)
     apart from those across the NICs."""
-    out: dict[tuple[str, float, float, float, float, bool], SimPool] = {}
+    out: dict[Shape, SimPool] = {}
     for p in pools:
-        key = _shape(p)
+        key = shape_of(p)
         q = out.get(key)
         out[key] = (
             p
@@ -567,7 +570,7 @@ class ExpertRoute(NamedTuple):
     near: bool
 
 
-def expert_routes(design: SimDesign) -> dict[tuple[str, float, float, float, float, bool], list[ExpertRoute]]:
+def expert_routes(design: SimDesign) -> dict[Shape, list[ExpertRoute]]:
     """An attention-FFN design's expert pools as each attention pool (by shape, :func:`one_per_shape`)
     reaches them, as the placement put them. Pools that share a scale-up domain with the
     attention of their shape (``.../nvlink``) take that attention's tokens over NVLink, as far as
@@ -594,7 +597,7 @@ def expert_routes(design: SimDesign) -> dict[tuple[str, float, float, float, flo
     load = min(held.sum(), carry.sum()) / held.sum() if sized else 1.0  # the share both sides carry
 
     def partners(a: SimPool, f: SimPool) -> bool:  # a domain unit and the FFN units of its shape
-        return domain_unit(a.name) and domain_unit(f.name) and _shape(f)[:4] == _shape(a)[:4]
+        return domain_unit(a.name) and domain_unit(f.name) and shape_of(f)[:4] == shape_of(a)[:4]
 
     beside = {i: [j for j, f in enumerate(ffns) if partners(a, f)] for i, a in enumerate(att)}
     kept = {j for js in beside.values() for j in js}
@@ -609,7 +612,7 @@ def expert_routes(design: SimDesign) -> dict[tuple[str, float, float, float, flo
     taken = held @ shares  # tokens a step each expert pool takes, every attention pool at its batch
     attention = sum(a.instances for a in att)
     return {
-        _shape(a): [
+        shape_of(a): [
             ExpertRoute(f, float(shares[i, j]), float(attention * batch[i] * f.instances / t), j in beside[i])
             for j, (f, t) in enumerate(zip(ffns, taken, strict=True))
             if shares[i, j] > 0
@@ -620,7 +623,7 @@ def expert_routes(design: SimDesign) -> dict[tuple[str, float, float, float, flo
 
 def routes_of(design: SimDesign, attention: SimPool) -> list[ExpertRoute]:
     """The expert pools ``attention`` (a pool of the design) reaches (:func:`expert_routes`)."""
-    return expert_routes(design)[_shape(attention)]
+    return expert_routes(design)[shape_of(attention)]
 
 
 def prefill_pool(
