@@ -50,6 +50,7 @@ class Columns:
     r: np.ndarray  # (U, C, T)
     scale: int
     used: np.ndarray  # (U,) whether a mixed unit serves at all (binary; -1 for the other units)
+    fan: np.ndarray  # (F,) whether expert units of a fan-out level are bought (formulations.fan_out)
 
     def solution(self, col: np.ndarray) -> PlacementSolution:
         """The solution HiGHS's column values ``col`` hold (a column HiGHS never saw is 0)."""
@@ -78,6 +79,7 @@ def columns_of(m: pyo.ConcreteModel, var_col: dict[int, int]) -> Columns:
         r=np.array([where(v) for v in m.r.values()], dtype=np.int64).reshape(shape),
         scale=where(m.scale),
         used=np.array([where(m.used[u]) for u in m.U], dtype=np.int64),
+        fan=np.array([where(m.fan[k]) for k in m.F], dtype=np.int64),
     )
 
 

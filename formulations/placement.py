@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from formulations.domains import afd_domain_rows
+from formulations.fan_out import fan_cap, fan_members
 from formulations.placement_data import CAPACITY_TIERS, LINK_TIERS, TIERS, Objective, PlacementData, Role
 from formulations.pyomo_layer import pyo
 from formulations.slots import slot_rows
@@ -47,6 +48,7 @@ class _Index:
     role: list[Role]
     hw: list[int]  # hardware of each unit
     partner: list[int]  # an FFN unit's attention unit of the same shape and pace (-1: none)
+    fans: list[tuple[list[int], list[int]]]  # per fan-out level, its wide and narrow units (fan_out)
 
     @classmethod
     def of(cls, data: PlacementData) -> _Index:
@@ -59,6 +61,7 @@ class _Index:
             role=[Role(int(v)) for v in data.unit_role],
             hw=[int(v) for v in data.unit_hw],
             partner=[-1] * n if data.afd_partner is None else [int(v) for v in data.afd_partner],
+            fans=fan_members(data),
         )
 
     def units(self, *roles: Role) -> list[int]:
@@ -95,6 +98,7 @@ def _add_sets(m: pyo.ConcreteModel, ix: _Index) -> None:
         pyo.Set(initialize=ix.C),
         pyo.Set(initialize=ix.T),
     )
+    m.F = pyo.Set(initialize=range(len(ix.fans)))  # fan-out levels with rows (formulations.fan_out)
 
 
 def _add_params(m: pyo.ConcreteModel) -> None:
@@ -142,6 +146,7 @@ def _add_params(m: pyo.ConcreteModel) -> None:
     m.afd_domain_share = pyo.Param(m.U, **mut)
     m.afd_open = pyo.Param(m.U, **mut)
     m.afd_feeds = pyo.Param(m.U, **mut)
+    m.fan_cap = pyo.Param(**mut)  # decode tokens/s either side of a fan-out level may carry
     m.budget = pyo.Param(**mut)
     m.power = pyo.Param(**mut)
     m.net_cap = pyo.Param(**mut)
@@ -165,6 +170,7 @@ def _add_variables(m: pyo.ConcreteModel) -> None:
     m.scale = pyo.Var(domain=pyo.NonNegativeReals, bounds=(1.0, 1.0))
     m.slack = pyo.Var(list(ELASTIC), domain=pyo.NonNegativeReals, bounds=(0.0, 0.0))
     m.used = pyo.Var(m.U, domain=pyo.Binary)  # whether a mixed unit serves at all (others: unused)
+    m.fan = pyo.Var(m.F, domain=pyo.Binary)  # whether expert units of the level or wider are bought
 
 
 def _reload_wait(m: pyo.ConcreteModel, ix: _Index) -> pyo.Expression:
@@ -270,6 +276,22 @@ def _add_handed_decode_rows(m: pyo.ConcreteModel, ix: _Index, prefill_only: list
         paired = sorted({ix.partner[u] for u in ffn if ix.partner[u] >= 0})
         if paired:
             _add_domain_rows(m, ix, paired, handed)
+        if ix.fans:
+            _add_fan_rows(m, ix)
+
+
+def _add_fan_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
+    """Every attention unit across the NICs reaches the widest expert unit across them the design
+    buys (:mod:`formulations.fan_out`): per level, the expert units of it or wider carry nothing
+    unless ``fan`` is set, and the attention units whose reach is below it nothing when it is."""
+
+    def carry(m: pyo.ConcreteModel, units: list[int]) -> pyo.Expression:
+        return sum(m.dec[u] * m.x[u] for u in units)
+
+    m.afd_fan_wide = pyo.Constraint(m.F, rule=lambda m, k: carry(m, ix.fans[k][0]) <= m.fan_cap * m.fan[k])
+    m.afd_fan_narrow = pyo.Constraint(
+        m.F, rule=lambda m, k: carry(m, ix.fans[k][1]) <= m.fan_cap * (1.0 - m.fan[k])
+    )
 
 
 def _add_domain_rows(m: pyo.ConcreteModel, ix: _Index, paired: list[int], handed: pyo.Expression) -> None:
@@ -388,6 +410,7 @@ def param_values(data: PlacementData) -> dict[str, np.ndarray]:
         "fresh_handoff": data.fresh_handoff_gb,
         "afd_gb": np.broadcast_to(np.asarray(data.afd_gb_per_token, dtype=float), (len(data.unit_names),)),
         **{k: np.where(np.isfinite(v), v, INF_BOUND) for k, v in afd_domain_rows(data).items()},
+        "fan_cap": fan_cap(data),
         "budget": _finite(data.budget_usd_hour),
         "power": _finite(data.power_w),
         "net_cap": _finite(data.network_capacity_gb),
@@ -406,7 +429,7 @@ def var_bounds(data: PlacementData) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     like its index: the routes a unit cannot serve are closed, and the demand scale and the
     elastic slacks are fixed or free as the objective wants (:func:`set_objective`)."""
     goodput = data.objective is Objective.GOODPUT
-    inf = np.inf
+    inf, levels = np.inf, len(fan_members(data))
     return {
         "n": (np.zeros(data.n_hw), np.full(data.n_hw, inf)),
         "x": (np.zeros(data.n_units), np.full(data.n_units, inf)),
@@ -415,6 +438,7 @@ def var_bounds(data: PlacementData) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         "scale": (np.array(0.0 if goodput else 1.0), np.array(inf if goodput else 1.0)),
         "slack": (np.zeros(len(ELASTIC)), np.zeros(len(ELASTIC))),
         "used": (np.zeros(data.n_units), np.ones(data.n_units)),
+        "fan": (np.zeros(levels), np.ones(levels)),
     }
 
 

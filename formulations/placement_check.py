@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from formulations.fan_out import fan_carry, fan_members
 from formulations.placement_data import (
     CAPACITY_TIERS,
     LINK_TIERS,
@@ -44,6 +45,7 @@ FAMILY_UNITS = {
     "afd_beside_ffn": "instances",
     "afd_domains": "domains",
     "afd_fed": "tokens/s",
+    "afd_fan_out": "tokens/s",
     "tier_link": "GB/s",
     "tier_capacity": "GB",
     "network_capacity": "GB",
@@ -154,6 +156,8 @@ def residuals(data: PlacementData, sol: PlacementSolution) -> dict[str, Array]:
         g["afd_ffn"] = np.array([traffic - (data.nic_gb_s * x)[ffn].sum()])
         if data.afd_partner is not None:
             g.update(_domain_residuals(data, x, n, osl * handed))
+        if fan_members(data):  # no attention unit across the NICs feeds expert units beyond its reach
+            g["afd_fan_out"] = np.array([min(wide, narrow) for wide, narrow in fan_carry(data, x)])
     links = []
     caps = []
     for t in LINK_TIERS:
@@ -296,6 +300,7 @@ def _term_scale(data: PlacementData, sol: PlacementSolution) -> dict[str, float]
         "afd_beside_ffn": 1.0 + float(sol.instances.max(initial=0)),
         "afd_domains": 1.0 + float(sol.sale_units.max(initial=0)),
         "afd_fed": tok,
+        "afd_fan_out": tok,
         "tier_link": reloads,
         "tier_capacity": stored,
         "network_capacity": stored,

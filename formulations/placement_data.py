@@ -107,6 +107,11 @@ class PlacementData:
     afd_attention_per_ffn: Array | None = None
     afd_ffn_per_attention: Array | None = None
     afd_units_per_domain: Array | None = None
+    # attention-FFN units across the NICs sized for the expert units they feed
+    # (:mod:`formulations.fan_out`), per unit (U,): an FFN unit's fan-out level (0 the narrowest of
+    # the expert shapes offered across the NICs), an attention unit's reach (the widest level its
+    # batch is capped for), -1 for every other unit. None: one level (no such rows).
+    afd_fan_level: Array | None = None
     # caps (inf when absent)
     budget_usd_hour: float = float("inf")
     power_w: float = float("inf")
@@ -148,8 +153,9 @@ class PlacementData:
         """What fixes the shape of the built model; data with the same structure re-solves in
         place (caps are rows whose bound is infinite when absent, so they do not change it)."""
         pairs = () if self.afd_partner is None else tuple(self.afd_partner.tolist())
+        fans = () if self.afd_fan_level is None else tuple(self.afd_fan_level.tolist())
         units = (tuple(self.unit_hw.tolist()), tuple(self.unit_role.tolist()))
-        return (self.n_hw, *units, self.n_classes, pairs)
+        return (self.n_hw, *units, self.n_classes, pairs, fans)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ import highspy
 import numpy as np
 
 from formulations.direct import Columns
+from formulations.fan_out import fan_set
 from formulations.placement import afd_domain_rows
 from formulations.placement_data import PlacementData
 from formulations.slots import slot_rows
@@ -68,7 +69,7 @@ def root_start(h: highspy.Highs, lp: highspy.HighsLp, cols: Columns, data: Place
     May leave the relaxation loaded in ``h``."""
     integer = np.array([int(t) for t in lp.integrality_]) == int(highspy.HighsVarType.kInteger)
     counts = np.concatenate([cols.n[cols.n >= 0], cols.x[cols.x >= 0]])
-    switches = cols.used[cols.used >= 0]
+    switches = np.concatenate([cols.used[cols.used >= 0], cols.fan[cols.fan >= 0]])
     whole = set(counts.tolist()) | set(switches.tolist())
     if integer.sum() <= FEW_COUNTS or set(np.flatnonzero(integer).tolist()) != whole:
         return None  # an LP, a MILP too small to need it, or integers this rounding cannot round
@@ -116,6 +117,8 @@ def _rounded(value: np.ndarray, cols: Columns, data: PlacementData) -> np.ndarra
         need = (served * data.output_tokens + rows["mix_k"] * used) / np.maximum(rows["mix_s"], 1e-300)
         x = np.where(on & (used > 0), np.maximum(x, np.ceil(need - _ROUND)), x)
     design[cols.x[seen]] = x[seen]
+    fans = cols.fan >= 0  # a fan-out level is set where its wide expert units carry any decode
+    design[cols.fan[fans]] = fan_set(data, x)[fans]
     gpus = np.bincount(data.unit_hw, weights=data.unit_gpus * x, minlength=data.n_hw)
     need = gpus / data.sale_gpus
     if data.afd_partner is not None:  # attention-FFN units that keep to domains of their own

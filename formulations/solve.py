@@ -30,6 +30,7 @@ from pyomo.contrib.solver.solvers.highs import Highs
 
 from formulations import placement
 from formulations.direct import Columns, DirectModel, columns_of
+from formulations.fan_out import fan_set
 from formulations.placement_data import (
     CAPACITY_TIERS,
     LINK_TIERS,
@@ -319,7 +320,8 @@ class PlacementSolver:
         x_ub = np.where(chosen.instances > 0.5, unbounded, 0.0)
         n_ub = np.where(chosen.sale_units > 0.5, np.inf, 0.0)
         used = used_by(data, chosen.fresh + chosen.returning.sum(axis=(1, 2)))  # as the checker reads it
-        with _counts_relaxed(b.m, np.zeros(data.n_units), x_ub, np.zeros(data.n_hw), n_ub, used):
+        fans = fan_set(data, chosen.instances)
+        with _counts_relaxed(b.m, np.zeros(data.n_units), x_ub, np.zeros(data.n_hw), n_ub, used, fans):
             result, raw = self._run_pyomo(b, data, duals=True)
         return result, _family_duals(b.m, data, raw)
 
@@ -461,7 +463,13 @@ def _counts_fixed(
     ``sol``'s (changed in place)."""
     lower, upper = np.array(lp.col_lower_), np.array(lp.col_upper_)
     used = used_by(data, sol.fresh + sol.returning.sum(axis=(1, 2)))  # as the checker reads it
-    for where, values in ((cols.x, sol.instances), (cols.n, sol.sale_units), (cols.used, used)):
+    fans = fan_set(data, sol.instances)
+    for where, values in (
+        (cols.x, sol.instances),
+        (cols.n, sol.sale_units),
+        (cols.used, used),
+        (cols.fan, fans),
+    ):
         seen = where >= 0
         lower[where[seen]] = upper[where[seen]] = values[seen]
     lp.col_lower_, lp.col_upper_ = lower, upper
@@ -477,15 +485,18 @@ def _counts_relaxed(
     n_lb: np.ndarray,
     n_ub: np.ndarray,
     used: np.ndarray,
+    fans: np.ndarray,
 ) -> Iterator[None]:
     """Unit and sale-unit counts as continuous variables within bounds (inf: none), and which
-    mixed units are used fixed at ``used``, for the duration of a block; integral (binary) and
-    unbounded again afterwards."""
+    mixed units are used and which fan-out levels set fixed at ``used`` and ``fans``, for the
+    duration of a block; integral (binary) and unbounded again afterwards."""
     pairs = [(m.x, x_lb, x_ub), (m.n, n_lb, n_ub)]
+    switches = [(m.used, used), (m.fan, fans)]
     try:
-        for u in m.used:
-            m.used[u].domain = pyo.UnitInterval  # fixed, and continuous: an LP, whose duals HiGHS gives
-            m.used[u].fix(float(used[u]))
+        for var, values in switches:
+            for k in var:  # fixed, and continuous: an LP, whose duals HiGHS gives
+                var[k].domain = pyo.UnitInterval
+                var[k].fix(float(values[k]))
         for var, lb, ub in pairs:
             for i in var:
                 var[i].domain = pyo.NonNegativeReals
@@ -498,9 +509,10 @@ def _counts_relaxed(
                 var[i].domain = pyo.NonNegativeIntegers
                 var[i].setlb(0.0)
                 var[i].setub(None)
-        for u in m.used:
-            m.used[u].unfix()
-            m.used[u].domain = pyo.Binary
+        for var, _ in switches:
+            for k in var:
+                var[k].unfix()
+                var[k].domain = pyo.Binary
 
 
 def _with_build(result: SolveResult, build_s: float) -> SolveResult:
@@ -563,6 +575,8 @@ def _family_duals(m: pyo.ConcreteModel, data: PlacementData, raw: dict[Any, floa
         if hasattr(m, name):
             rows = getattr(m, name)
             out[name] = np.array([get(rows[k]) for k in rows])
+    if hasattr(m, "afd_fan_wide"):  # a level's binary fixed: one of its two rows holds a side at 0
+        out["afd_fan_out"] = np.array([get(m.afd_fan_wide[k]) + get(m.afd_fan_narrow[k]) for k in m.F])
     if np.isfinite(data.network_capacity_gb):
         out["network_capacity"] = np.array([get(m.network_capacity)])
     if np.isfinite(data.power_w):

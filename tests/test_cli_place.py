@@ -786,13 +786,17 @@ def test_goodput_over_an_inventory_that_holds_no_instance_says_so(cli: Cli) -> N
 
 
 def test_confirm_holds_a_design_to_its_tpot_target_on_the_mean(catalog: Catalog) -> None:
-    """DeepSeek-V3 on H200 at 20 requests/s (TTFT 1 s at p90, TPOT 50 ms, TensorRT-LLM),
-    attention-FFN: its TTFT holds in the engine-level simulation, but its attention instances send
-    their hidden states across the NICs to expert instances whose tokens fan out wider than the
-    attention shape's own, and its worst pool steps slower than the 50 ms pace on the mean. Until
-    session 57 `--confirm` judged the TTFT alone and held it (a study's TPOT constraint reads the
-    fluid model's mean over all the design's pools, 49.1 ms here); now it misses, says so with the
-    figure, and is not solved again for a tighter TTFT, which cannot mend a TPOT."""
+    """DeepSeek-V3 on H200 at 20 requests/s (TTFT 1 s at p90, TensorRT-LLM), attention-FFN, placed
+    for TPOT 50 ms: in the engine-level simulation every pool steps within the 50 ms pace on the
+    mean, and the design holds. Judged against 45 ms, tighter than the pace it was sized for, its
+    TTFT still holds but its worst pool's mean misses: `--confirm` says so with the figure, and
+    does not solve it again for a tighter TTFT, which cannot mend a TPOT. (Until session 57 only the
+    TTFT was judged: a study's TPOT constraint reads the fluid model's mean over all the design's
+    pools. Until session 58 this design missed 50 ms itself, at 53.5 ms: its 8-GPU attention
+    instances were sized for their own shape's fan-out while feeding 16-GPU expert instances across
+    the NICs, ``tests/test_fan_out.py``.)"""
+    from dataclasses import replace
+
     from dse.context import Context
     from dse.evaluation import design_of, engine_checks
     from dse.perf.params import load_params
@@ -808,11 +812,18 @@ def test_confirm_holds_a_design_to_its_tpot_target_on_the_mean(catalog: Catalog)
         slo=Slo(ttft_s=1.0, tpot_s=0.05, percentile=90.0),
     )  # fmt: skip
     report = place(req, catalog=catalog, params=params, with_shadow_prices=False)
-    (check,) = engine_checks(report, Context(catalog, params, PlacementSolver()))
+    ctx = Context(catalog, params, PlacementSolver())
+    (check,) = engine_checks(report, ctx)
     assert check.outcome is not None
     lat = design_latency(design_of(req, check.outcome), catalog, params)
-    assert lat is not None and check.tpot_mean_s == lat.worst_mean("tpot") > 0.05
-    assert check.ttft_holds and not check.tpot_holds and not check.holds
-    assert check.sized_ttft_s is None  # not solved again
-    said = f"mean {check.tpot_mean_s * 1e3:.3g} ms against 50 ms (misses)"
-    assert check.describe().endswith(said), check.describe()
+    assert lat is not None and check.tpot_mean_s == lat.worst_mean("tpot")
+    assert 0.045 < check.tpot_mean_s <= 0.05 and check.holds
+    assert check.describe().endswith("ms"), check.describe()  # the mean is said where it misses
+    tighter = replace(report, request=replace(req, slo=replace(req.slo, tpot_s=0.045)))
+    (judged,) = engine_checks(tighter, ctx)
+    # (the window simulated follows the targets: the same steps, other requests)
+    assert judged.tpot_mean_s == pytest.approx(check.tpot_mean_s, rel=0.02) and judged.ttft_holds
+    assert not judged.tpot_holds and not judged.holds
+    assert judged.sized_ttft_s is None  # not solved again
+    said = f"mean {judged.tpot_mean_s * 1e3:.3g} ms against 45 ms (misses)"
+    assert judged.describe().endswith(said), judged.describe()

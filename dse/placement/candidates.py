@@ -57,6 +57,7 @@ from dse.errors import InputError
 from dse.perf.afd import SIDE_SHARE as AFD_SIDE_SHARE
 from dse.perf.afd import (
     afd_bytes_per_token,
+    afd_fan_out,
     afd_in_domain,
     afd_transfer_latency_s,
     afd_transfer_s,
@@ -147,6 +148,9 @@ class _Row:
     beside: float = 0.0
     spread: float = 0.0
     per_domain: float = 0.0
+    # across the NICs, an FFN unit's fan-out level and an attention unit's reach (-1: none; see
+    # formulations.fan_out)
+    fan: int = -1
 
     def __post_init__(self) -> None:
         if self.mid.size == 0:
@@ -169,6 +173,38 @@ class _Near:
     step_s: Array  # the FFN unit's time per output token (its half of the step)
 
 
+@dataclass(frozen=True)
+class _AttentionRow:
+    """An attention unit of shape ``shape`` at a pace (:meth:`_Builder.add_afd`): its ``batch``,
+    whether the pace runs it (``alive``) and the TPOT target does (``had``), its name's suffix,
+    its attention weights per GPU and, across the NICs, its reach (``fan``, else -1)."""
+
+    shape: int
+    batch: float
+    alive: bool
+    had: bool
+    suffix: str
+    weights_gb: float
+    fan: int
+
+
+@dataclass(frozen=True)
+class _Fans:
+    """The fan-out levels of the expert shapes that serve across the NICs at the TPOT target,
+    narrowest first (:mod:`formulations.fan_out`): the bytes a token's hidden states move a step
+    to and from one of their instances (:func:`~dse.perf.afd.afd_bytes_per_token`), and the
+    scale-up domains one of their instances spans (the attention units' names, ``.../fanoutN``)."""
+
+    per_token: Array
+    domains: Array
+
+    def level(self, per_token: float) -> int:
+        """The level of an expert shape that moves ``per_token`` bytes a token."""
+        found = np.flatnonzero(self.per_token == per_token)
+        assert found.size == 1, f"an expert shape across the NICs of no level: {per_token} bytes a token"
+        return int(found[0])
+
+
 class _Builder:
     """Collects units and exclusions for one request and topology."""
 
@@ -183,6 +219,7 @@ class _Builder:
         self.cap = req.options.decode_max_batch if req.options.decode_max_batch is not None else np.inf
         self.afd_paces: set[float] = set()  # tighter paces an attention-FFN design may run at
         self.afd_wait = 0.0  # seconds a step's attention-FFN transfers wait on RDMA (add_afd)
+        self.fans: _Fans | None = None  # the fan-out levels across the NICs (add_afd; None: none)
         for i in map(int, np.flatnonzero(~s.fits)):
             self.exclude(
                 i,
@@ -740,8 +777,11 @@ class _Builder:
         far, far_t = wait > pace * AFD_SIDE_SHARE, wait > slo.tpot_s * AFD_SIDE_SHARE
         rate, batch = self.decode_points(att, pace * AFD_SIDE_SHARE)
         at_target = batch if target else self.decode_points(att, slo.tpot_s * AFD_SIDE_SHARE)[1]
-        nic, nic_t = self._nic_batch(att, batch, pace), self._nic_batch(att, at_target, slo.tpot_s)
         steps = self._ffn_steps(ffn)
+        self.fans = self._fan_levels(ffn, steps)
+        per_seq = self._attention_seconds(att)
+        nic = [self._nic_batch(batch, pace, sec) for sec in per_seq]  # per level, as it reaches
+        nic_t = [self._nic_batch(at_target, slo.tpot_s, sec) for sec in per_seq]
         near = self._near(att, ffn, batch, pace, steps)
         near_t = near if target else self._near(att, ffn, at_target, slo.tpot_s, steps)
         any_near = np.any([n.ok for n in near], axis=0)
@@ -754,58 +794,97 @@ class _Builder:
                 self.exclude(i, "attention", why, wait / (pace * AFD_SIDE_SHARE))
             elif batch[i] <= 0:
                 self._misses_half(i, att, pace * AFD_SIDE_SHARE, of)
-            if batch[i] > 0 and not far and nic[i] <= 0:
-                self._misses_nics(i, att, pace, of)
-            for domain in (False, True):
-                b = batch[i] if domain else nic[i]  # across the NICs: what its NICs send in time
-                alive = b > 0 and bool(any_near[i] if domain else not far)
-                b_t = at_target[i] if domain else nic_t[i]  # the target's
-                had = b_t > 0 and bool(any_near_t[i] if domain else not far_t)
-                if not (alive or had):
-                    continue
-                suffix = (NVLINK if domain else "") + tag
-                if domain:
-                    beside[i] = len(self.rows)
-                if not alive:
-                    self._dead(i, Role.ATTENTION, suffix)
-                    continue
-                info = self.info(
-                    i,
-                    Role.ATTENTION,
-                    suffix=suffix,
-                    batch=float(b),
-                    weights_gb=float(att_w[i]),
-                    hbm_gb=float(att_w[i] + b * s.per_seq_gb[i] / s.pool.kv_shard[i]),
-                    tpot=pace,
-                )
-                # the step is paced by the design's pace, not by the attention side alone
-                row = _Row(info, i, len(self.classes), dec=float(b / pace), nic=float(s.nic_gb_s[i]))
-                self.rows.append(row)
-                if target:  # nor faster than its transfers: the RDMA waits, or the whole NVLink one
-                    own = min(float(n.transfer_s[i]) for n in near if n.ok[i]) if domain else wait
-                    self._tighter(float(batch[i] / rate[i]), pace, own)
+            if batch[i] > 0 and not far and nic[0][i] <= 0:
+                self._misses_nics(i, pace, of, per_seq[0])
+            # across the NICs, what its NICs send in time: a unit per fan-out level it reaches at the
+            # target (its batch at each level the target's, or smaller at a tighter pace, whose NICs
+            # have less time: where two levels' batches are one at the target, they may not be here)
+            for reach in (k for k, b in enumerate(nic_t) if b[i] > 0):
+                fan = f"/fanout{self.fans.domains[reach]:g}" if self.fans is not None and reach else ""
+                alive, had = nic[reach][i] > 0 and not far, nic_t[reach][i] > 0 and not far_t
+                level = reach if self.fans is not None else -1
+                row = _AttentionRow(i, nic[reach][i], alive, had, fan + tag, float(att_w[i]), level)
+                self._add_attention(row, pace, target, float(batch[i] / rate[i]), wait)
+            alive, had = batch[i] > 0 and bool(any_near[i]), at_target[i] > 0 and bool(any_near_t[i])
+            if alive or had:
+                beside[i] = len(self.rows)
+                own = min((float(n.transfer_s[i]) for n in near if n.ok[i]), default=wait)
+                row = _AttentionRow(i, batch[i], alive, had, NVLINK + tag, float(att_w[i]), -1)
+                self._add_attention(row, pace, target, float(batch[i] / rate[i]), own)
         self._add_ffn(ffn, pace, tag, of, near, near_t, beside)
 
-    def _nic_seconds(self, side: Pool) -> Array:
+    def _add_attention(
+        self, row: _AttentionRow, pace: float, target: bool, side_step: float, transfer_s: float
+    ) -> None:
+        """An attention unit (:class:`_AttentionRow`) at ``pace``: alive, carrying nothing (the
+        target's, which this pace cannot run), or none; at the target, the tighter pace its step
+        (``side_step``) and its transfers (``transfer_s``) offer (:meth:`_tighter`)."""
+        s, i = self.s, row.shape
+        if not (row.alive or row.had):
+            return
+        if not row.alive:
+            self._dead(i, Role.ATTENTION, row.suffix, fan=row.fan)
+            return
+        b, w = float(row.batch), row.weights_gb
+        info = self.info(
+            i, Role.ATTENTION, suffix=row.suffix, batch=b, weights_gb=w,
+            hbm_gb=w + b * float(s.per_seq_gb[i] / s.pool.kv_shard[i]), tpot=pace,
+        )  # fmt: skip
+        # the step is paced by the design's pace, not by the attention side alone
+        self.rows.append(
+            _Row(info, i, len(self.classes), dec=b / pace, nic=float(s.nic_gb_s[i]), fan=row.fan)
+        )
+        if target:  # nor faster than its transfers: the RDMA waits, or the whole NVLink one
+            self._tighter(side_step, pace, transfer_s)
+
+    def _fan_levels(self, ffn: Pool, steps: list[Array]) -> _Fans | None:
+        """The fan-out levels (:class:`_Fans`) of the expert shapes that serve across the NICs at
+        the TPOT target at some token batch of the options (as :meth:`_add_ffn` offers them:
+        their step and their own NICs' share fit half the pace); None where none does."""
+        half = self.slo.tpot_s * AFD_SIDE_SHARE
+        idx = np.array(self.shapes("decode", unit="ffn"), dtype=int)
+        if idx.size == 0 or self.afd_wait > half:
+            return None
+        per_nic = self._nic_seconds(ffn)[idx]
+        serves = np.zeros(idx.size, dtype=bool)
+        for per_gpu, step in zip(self.opts.ffn_tokens_per_gpu, steps, strict=True):
+            seqs = (per_gpu * self.s.pool.gpus)[idx]
+            serves |= (step[idx] <= half) & (self.afd_wait + seqs * per_nic <= half)
+        per_token, first = np.unique(afd_bytes_per_token(self.s.pool)[idx][serves], return_index=True)
+        if per_token.size == 0:
+            return None
+        return _Fans(per_token, afd_fan_out(self.s.pool)[1][idx][serves][first])
+
+    def _attention_seconds(self, att: Pool) -> list[Array]:
+        """Per fan-out level (:attr:`fans`; its own shape's fan-out where there is none), the
+        seconds an attention instance takes on its own NICs to send and receive one sequence's
+        hidden states a step."""
+        if self.fans is None:
+            return [self._nic_seconds(att)]
+        return [self._nic_seconds(att, b) for b in self.fans.per_token]
+
+    def _nic_seconds(self, side: Pool, per_token: Array | float | None = None) -> Array:
         """Seconds an instance of ``side`` (the attention or the FFN side) takes on its own NICs
         to send or receive one sequence's hidden states a step (its tokens' dispatch and combine,
-        :func:`~dse.perf.afd.afd_bytes_per_token`)."""
-        per_token = afd_bytes_per_token(self.s.pool) * (1.0 + self.s.draft)
-        return np.asarray(per_token / (side.nic_bytes_per_s * self.p.nic_eff * side.gpus))
+        :func:`~dse.perf.afd.afd_bytes_per_token`; ``per_token`` bytes where given, those of an
+        expert instance of its own shape where not)."""
+        moved = afd_bytes_per_token(self.s.pool) if per_token is None else per_token
+        return np.asarray(moved * (1.0 + self.s.draft) / (side.nic_bytes_per_s * self.p.nic_eff * side.gpus))
 
-    def _nic_batch(self, att: Pool, batch: Array, pace: float) -> Array:
+    def _nic_batch(self, batch: Array, pace: float, per_seq: Array) -> Array:
         """An attention unit's ``batch`` across the NICs, at most the sequences whose hidden states
-        its own NICs send in its half of ``pace`` after the RDMA waits, as the simulations step it:
-        the design's NIC budget pools the bytes over every instance's NICs, and until session 57
-        was the only bound (Qwen3-235B on H200, 2-GPU attention instances of 954 sequences stepped
-        at 114 ms against a 100 ms pace)."""
+        its own NICs send in its half of ``pace`` after the RDMA waits (``per_seq`` seconds each),
+        as the simulations step it: the design's NIC budget pools the bytes over every instance's
+        NICs, and until session 57 was the only bound (Qwen3-235B on H200, 2-GPU attention
+        instances of 954 sequences stepped at 114 ms against a 100 ms pace)."""
         room = max(pace * AFD_SIDE_SHARE - self.afd_wait, 0.0)
-        return np.minimum(batch, np.floor(room / self._nic_seconds(att)))
+        return np.minimum(batch, np.floor(room / per_seq))
 
-    def _misses_nics(self, i: int, att: Pool, pace: float, of: str) -> None:
+    def _misses_nics(self, i: int, pace: float, of: str, per_seq: Array) -> None:
         """Leaves out attention shape ``i`` across the NICs, whose NICs cannot send one sequence's
-        hidden states in half of the pace after the RDMA waits (:meth:`_nic_batch`)."""
-        one = float(self._nic_seconds(att)[i]) + self.afd_wait
+        hidden states (``per_seq`` seconds; to the narrowest expert shapes) in half of the pace
+        after the RDMA waits (:meth:`_nic_batch`)."""
+        one = float(per_seq[i]) + self.afd_wait
         why = (f"across the NICs, one sequence's hidden states take {one * 1e3:.2f} ms a step on an "
                f"attention instance's NICs, over half of {of}")  # fmt: skip
         self.exclude(i, "attention", why, one / (pace * AFD_SIDE_SHARE))
@@ -872,6 +951,7 @@ class _Builder:
         # budget pools the bytes over every instance's NICs, and until 2026-12-06 was the only
         # bound (an 8-GPU B200 unit of 2,048 tokens, 46.5 ms on its NICs against a 39.8 ms share)
         per_nic = self._nic_seconds(ffn)
+        moved = afd_bytes_per_token(s.pool)  # a token's bytes a step, by the shape's fan-out level
         for k, per_gpu in enumerate(self.opts.ffn_tokens_per_gpu):
             seqs = per_gpu * s.pool.gpus
             n, n_t = near[k], near_t[k]
@@ -911,12 +991,14 @@ class _Builder:
                         continue
                     suffix = f"/b{seqs[i]:.0f}" + (NVLINK if domain else "") + tag
                     partner = beside[i] if domain else -1
+                    level = -1 if domain or self.fans is None else self.fans.level(float(moved[i]))
                     if not alive:
-                        self._dead(i, Role.FFN, suffix, partner)
+                        self._dead(i, Role.FFN, suffix, partner, level)
                         continue
                     if target:
                         self._tighter(float(step[i]), pace, float(n.transfer_s[i]) if domain else wait)
                     row = self._ffn_row(i, seqs, float(ffn_w[i]), pace, suffix)
+                    row.fan = level
                     if domain:
                         row.partner = partner
                         row.beside = float(n.attention_per_ffn[i])
@@ -954,11 +1036,12 @@ class _Builder:
         if self.opts.tighter_paces and own < pace * (1.0 - PACE_APART):
             self.afd_paces.add(own)
 
-    def _dead(self, i: int, role: Role, suffix: str, partner: int = -1) -> None:
+    def _dead(self, i: int, role: Role, suffix: str, partner: int = -1, fan: int = -1) -> None:
         """A unit of shape ``i`` the target runs but this pace cannot: it carries nothing (an FFN
-        unit keeps its ``partner``, as the target's does: the same structure)."""
+        unit keeps its ``partner``, and a unit across the NICs its ``fan`` level, as the target's
+        do: the same structure)."""
         info = self.info(i, role, suffix=suffix + "/none", hbm_gb=0.0, tpot=np.nan)
-        self.rows.append(_Row(info, i, len(self.classes), partner=partner))
+        self.rows.append(_Row(info, i, len(self.classes), partner=partner, fan=fan))
 
 
 NVLINK = "/nvlink"  # the name of an attention-FFN unit in one scale-up domain (:meth:`_Builder.add_afd`)
@@ -1236,6 +1319,7 @@ def _assemble(
         afd_attention_per_ffn=None if pairs is None else pairs[1],
         afd_ffn_per_attention=None if pairs is None else pairs[2],
         afd_units_per_domain=None if pairs is None else pairs[3],
+        afd_fan_level=np.array([r.fan for r in rows], dtype=int) if any(r.fan >= 0 for r in rows) else None,
         budget_usd_hour=finite_or_inf(lim.budget_usd_hour),
         power_w=finite_or_inf(lim.power_kw, 1e3),
         network_capacity_gb=finite_or_inf(lim.network_kv_capacity_tb, 1e3),

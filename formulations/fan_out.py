@@ -1,0 +1,72 @@
+"""Attention units across the NICs sized for the expert units they feed, as the placement's rows.
+
+An attention instance across the NICs sends each of its sequences' hidden states, every step, to
+every scale-up domain its tokens' experts are on (``dse.perf.afd.afd_bytes_per_token``): the wider
+the expert instances it feeds, the more its own NICs send. So its batch is capped for a fan-out
+(``dse.placement.candidates``), and an attention shape comes as one unit per cap that differs:
+the unit's *reach* is the widest fan-out *level* its batch is capped for, the levels being the
+fan-outs of the expert shapes offered across the NICs, narrowest first
+(:class:`~formulations.placement_data.PlacementData`'s ``afd_fan_level``).
+
+The simulations deal every attention pool's tokens across the NICs over all the expert pools
+across them (``dse.sim.from_placement.expert_routes``), so every attention unit across the NICs
+must reach the widest expert unit across the NICs the design buys. Per level ``l`` above the
+narrowest, a binary ``fan[l]`` says whether the design buys expert units across the NICs of level
+``l`` or wider: they carry nothing unless it is set (``afd_fan_wide``), and attention units across
+the NICs whose reach is below ``l`` carry nothing where it is (``afd_fan_narrow``). Until
+2026-12-07 (session 58) each attention unit was capped for its own shape's fan-out, and 17 of the
+30 attention-FFN designs of ``benchmarks/engine_agreement.py`` whose attention fed wider expert
+instances stepped 1.4-8.9% over their TPOT target.
+
+Here are the rows' members per level, in one place for the model, its checker and the root start.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from formulations.placement_data import PlacementData, Role
+from formulations.slots import serve_cap, slot_rows
+
+# the decode tokens/s either side of a level's rows may carry (the binary's bound), as a multiple
+# of what the decode rows need at the most traffic they are sized for: no side of a design carries
+# that much more than its decode (the checker tests the rule itself, without the bound)
+FAN_ROOM = 100.0
+
+
+def fan_members(data: PlacementData) -> list[tuple[list[int], list[int]]]:
+    """Per fan-out level above the narrowest where both exist: the expert units across the NICs of
+    that level or wider, and the attention units across the NICs whose reach is below it. Empty
+    where ``data`` has one level."""
+    if data.afd_fan_level is None:
+        return []
+    level = np.asarray(data.afd_fan_level, dtype=int)
+    role = np.asarray(data.unit_role)
+    ffn, attention = role == Role.FFN, (role == Role.ATTENTION) & (level >= 0)
+    out = []
+    for at in range(1, int(level.max(initial=0)) + 1):
+        wide, narrow = np.flatnonzero(ffn & (level >= at)), np.flatnonzero(attention & (level < at))
+        if wide.size and narrow.size:
+            out.append((wide.tolist(), narrow.tolist()))
+    return out
+
+
+def fan_cap(data: PlacementData) -> float:
+    """Decode tokens/s a level's units may carry on either side (:data:`FAN_ROOM`): what the decode
+    pool's slot row needs at the most traffic it is sized for, and one instance more."""
+    rows = slot_rows(data)
+    need = (serve_cap(data) * data.output_tokens + float(rows["pool_k"])) / max(float(rows["pool_s"]), 1e-9)
+    return FAN_ROOM * max(need, 1.0) + float(np.max(data.decode_tok_s, initial=0.0))
+
+
+def fan_carry(data: PlacementData, x: np.ndarray) -> list[tuple[float, float]]:
+    """Per level of :func:`fan_members`, the decode tokens/s the wide expert units and the narrow
+    attention units carry at the instance counts ``x``: a design keeps one of them at 0."""
+    carry = np.asarray(data.decode_tok_s, dtype=float) * np.asarray(x, dtype=float)
+    return [(float(carry[wide].sum()), float(carry[narrow].sum())) for wide, narrow in fan_members(data)]
+
+
+def fan_set(data: PlacementData, x: np.ndarray) -> np.ndarray:
+    """Each level's binary at the instance counts ``x``: 1 where its wide expert units carry any
+    decode (the root start's rounding, and the LPs that fix a design's counts)."""
+    return np.array([float(wide > 0.0) for wide, _ in fan_carry(data, x)])
