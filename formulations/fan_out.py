@@ -3,9 +3,9 @@
 An attention instance across the NICs sends each of its sequences' hidden states, every step, to
 every scale-up domain its tokens' experts are on (``dse.perf.afd.afd_bytes_per_token``): the wider
 the expert instances it feeds, the more its own NICs send. So its batch is capped for a fan-out
-(``dse.placement.candidates``), and an attention shape comes as one unit per cap that differs:
-the unit's *reach* is the widest fan-out *level* its batch is capped for, the levels being the
-fan-outs of the expert shapes offered across the NICs, narrowest first
+(``dse.placement.candidates``), and an attention shape comes as one unit per fan-out *level*, the
+fan-outs of the expert shapes offered across the NICs, narrowest first: a unit's *reach* is the
+level its batch is capped for, and it may feed expert units of that level or narrower
 (:class:`~formulations.placement_data.PlacementData`'s ``afd_fan_level``).
 
 The simulations deal every attention pool's tokens across the NICs over all the expert pools

@@ -109,8 +109,8 @@ class PlacementData:
     afd_units_per_domain: Array | None = None
     # attention-FFN units across the NICs sized for the expert units they feed
     # (:mod:`formulations.fan_out`), per unit (U,): an FFN unit's fan-out level (0 the narrowest of
-    # the expert shapes offered across the NICs), an attention unit's reach (the widest level its
-    # batch is capped for), -1 for every other unit. None: one level (no such rows).
+    # the expert shapes offered across the NICs), an attention unit's reach (the level its batch is
+    # capped for), -1 for every other unit. None: no expert shape serves across the NICs.
     afd_fan_level: Array | None = None
     # caps (inf when absent)
     budget_usd_hour: float = float("inf")
