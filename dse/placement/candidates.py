@@ -21,18 +21,20 @@ TTFT, the interference of chunked prefill with decode) is settled here, per unit
   paces (:func:`tpot_paces`) while a shorter step still lets more prompts meet TTFT, so a looser
   TPOT target offers the units a tighter one does that still buy TTFT (not those that would only
   free HBM for resting KV); a search trial searches the batch instead;
-* **attention / FFN** units (attention-FFN disaggregation) each get half the TPOT: with two
-  micro-batches in ping-pong, each side runs one micro-batch while the other runs the other;
-  FFN units come at several token batches. The two halves step in lockstep, so a design has one
-  pace: ``dse place`` also solves the design at each unit's own pace below the target
-  (:attr:`Candidates.tighter_afd_paces`), where an attention batch held by HBM, or an FFN unit's
-  fixed batch, steps faster than a loose target and is credited all it carries. An FFN unit and
-  the attention unit of its shape that make a unit in one scale-up domain (a GB200 NVL72 rack)
-  also come as domain units (``.../nvlink``), beside those across the NICs: their hidden states
-  cross NVLink, in no NIC budget, and the MILP keeps them in their domain
-  (:mod:`formulations.domains`). An FFN unit across the NICs comes only where its own NICs take
-  its batch's hidden states within its half of the pace after the RDMA waits, as the simulations
-  step it (the NIC budget pools the bytes over every instance's NICs);
+* **attention / FFN** units (attention-FFN disaggregation, :mod:`dse.placement.afd_units`) each
+  get half the TPOT: with two micro-batches in ping-pong, each side runs one micro-batch while
+  the other runs the other; FFN units come at several token batches. The two halves step in
+  lockstep, so a design has one pace: ``dse place`` also solves the design at each unit's own
+  pace below the target (:attr:`Candidates.tighter_afd_paces`), where an attention batch held by
+  HBM, or an FFN unit's fixed batch, steps faster than a loose target and is credited all it
+  carries. An FFN unit and the attention unit of its shape that make a unit in one scale-up
+  domain (a GB200 NVL72 rack) also come as domain units (``.../nvlink``), beside those across the
+  NICs: their hidden states cross NVLink, in no NIC budget, and the MILP keeps them in their
+  domain (:mod:`formulations.domains`). Across the NICs an FFN unit comes only where its own NICs
+  take its batch's hidden states within its half of the pace after the RDMA waits, as the
+  simulations step it (the NIC budget pools the bytes over every instance's NICs), and an
+  attention shape once per fan-out level of the expert shapes there
+  (:mod:`formulations.fan_out`);
 * **midfill** units (the four-stage topology) take returning turns only: their utilisation cap is
   set by a batch of midfills and the fastest allowed way back, not by fresh prompts, and they
   hand the KV to decode as prefill units do. Prefill units may still take returning turns, so the
@@ -57,13 +59,6 @@ from dse.errors import InputError
 from dse.perf.afd import SIDE_SHARE as AFD_SIDE_SHARE
 from dse.perf.afd import (
     afd_bytes_per_token,
-    afd_fan_out,
-    afd_in_domain,
-    afd_transfer_latency_s,
-    afd_transfer_s,
-    afd_unit_gpus,
-    attention_side,
-    ffn_side,
 )
 from dse.perf.latency_tables import ENGINE_RULES
 from dse.perf.memo import Memo
@@ -71,33 +66,15 @@ from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
 from dse.perf.power import gpu_power_w
 from dse.perf.serving import RHO_MAX, decode_capacity_at_tpot, decode_tpot
-from dse.perf.stages import forward_cost, weight_bytes_per_gpu
+from dse.placement.afd_units import PACE_APART, FanLevels, add_afd
 from dse.placement.prefill_queue import PrefillCurve, prefill_curve
 from dse.placement.request import PlacementRequest, Topology
-from dse.placement.shapes import Parallel, Shapes, shapes_of, shared_shapes, tier_capacity
+from dse.placement.rows import Row, UnitInfo
+from dse.placement.shapes import Shapes, shapes_of, shared_shapes, tier_capacity
 from dse.units import GB
 from dse.workload import Slo, Workload, think_class_name
 from formulations.placement_data import TIERS, Objective, PlacementData, Role
 from formulations.slots import wait_beta
-
-
-@dataclass(frozen=True)
-class UnitInfo:
-    """What a unit is, for reports: one entry per MILP unit."""
-
-    name: str
-    hardware: str
-    role: Role
-    parallel: Parallel
-    decode_batch: float  # sequences per instance
-    prefill_share: float  # aggregated units: time share given to prefill
-    hbm_gb_per_gpu: float  # weights + KV of the work in flight at the operating point
-    weights_gb_per_gpu: float
-    ttft_s: float  # fresh request at the unit's utilisation cap (nan for decode-only units)
-    tpot_s: float  # nan for prefill-only units
-    prefill_batch_requests: float = 0.0  # fresh prompts one prefill forward batches together, at most
-    prefill_forward_requests: float = 0.0  # prompts a forward batches at its load (0: at most)
-    kv_shard: float = 1.0  # GPUs a copy of a sequence's KV is split over, stages too (resting KV per GPU)
 
 
 @dataclass(frozen=True)
@@ -126,85 +103,6 @@ class Candidates:
     tighter_afd_paces: tuple[float, ...] = ()
 
 
-@dataclass
-class _Row:
-    """MILP coefficients of one unit, filled by a role builder."""
-
-    info: UnitInfo
-    shape: int
-    n_classes: int
-    share: float = 0.0
-    fresh_s: float = np.inf
-    dec: float = 0.0
-    hbm_idle: float = 0.0
-    nic: float = 0.0
-    mid: Array = field(default_factory=lambda: np.zeros(0))
-    reload: Array = field(default_factory=lambda: np.zeros(0))
-    forward_prompts: float = 0.0  # prompts a prefill forward batches at the unit's load (0: at most)
-    # an FFN unit: its shape's attention row (-1: none); where the two make a unit in one scale-up
-    # domain, the attention instances at most beside one instance, the expert instances at most
-    # one attention instance's tokens are shared over, and the units one domain holds (else 0)
-    partner: int = -1
-    beside: float = 0.0
-    spread: float = 0.0
-    per_domain: float = 0.0
-    # across the NICs, an FFN unit's fan-out level and an attention unit's reach (-1: none; see
-    # formulations.fan_out)
-    fan: int = -1
-
-    def __post_init__(self) -> None:
-        if self.mid.size == 0:
-            self.mid = np.full((self.n_classes, len(TIERS)), np.inf)
-            self.reload = np.zeros((self.n_classes, len(TIERS)))
-
-
-@dataclass(frozen=True)
-class _Near:
-    """Per shape, for one FFN token batch: whether its FFN unit and its shape's attention units
-    make an attention-FFN unit in one scale-up domain whose NVLink transfers and expert step fit
-    (``ok``), that unit's counts (:class:`_Row`'s ``beside``, ``spread`` and ``per_domain``), its
-    transfer's seconds a step and the FFN unit's step."""
-
-    ok: Array
-    attention_per_ffn: Array
-    ffn_per_attention: Array
-    per_domain: Array
-    transfer_s: Array
-    step_s: Array  # the FFN unit's time per output token (its half of the step)
-
-
-@dataclass(frozen=True)
-class _AttentionRow:
-    """An attention unit of shape ``shape`` at a pace (:meth:`_Builder.add_afd`): its ``batch``,
-    whether the pace runs it (``alive``) and the TPOT target does (``had``), its name's suffix,
-    its attention weights per GPU and, across the NICs, its reach (``fan``, else -1)."""
-
-    shape: int
-    batch: float
-    alive: bool
-    had: bool
-    suffix: str
-    weights_gb: float
-    fan: int
-
-
-@dataclass(frozen=True)
-class _Fans:
-    """The fan-out levels of the expert shapes that serve across the NICs at the TPOT target,
-    narrowest first (:mod:`formulations.fan_out`): the bytes a token's hidden states move a step
-    to and from one of their instances (:func:`~dse.perf.afd.afd_bytes_per_token`), and the
-    scale-up domains one of their instances spans (the attention units' names, ``.../fanoutN``)."""
-
-    per_token: Array
-    domains: Array
-
-    def level(self, per_token: float) -> int:
-        """The level of an expert shape that moves ``per_token`` bytes a token."""
-        found = np.flatnonzero(self.per_token == per_token)
-        assert found.size == 1, f"an expert shape across the NICs of no level: {per_token} bytes a token"
-        return int(found[0])
-
-
 class _Builder:
     """Collects units and exclusions for one request and topology."""
 
@@ -212,14 +110,14 @@ class _Builder:
         self.req, self.s, self.p = req, s, s.params
         self.slo: Slo = req.slo
         self.classes = classes_of(req.workload)
-        self.rows: list[_Row] = []
+        self.rows: list[Row] = []
         self.excl: list[Exclusion] = []
         self.opts = req.options
         self.tiers = set(req.options.tiers)
         self.cap = req.options.decode_max_batch if req.options.decode_max_batch is not None else np.inf
         self.afd_paces: set[float] = set()  # tighter paces an attention-FFN design may run at
         self.afd_wait = 0.0  # seconds a step's attention-FFN transfers wait on RDMA (add_afd)
-        self.fans: _Fans | None = None  # the fan-out levels across the NICs (add_afd; None: none)
+        self.fans: FanLevels | None = None  # the fan-out levels across the NICs (add_afd; None: none)
         for i in map(int, np.flatnonzero(~s.fits)):
             self.exclude(
                 i,
@@ -267,7 +165,7 @@ class _Builder:
 
     def prefill_side(
         self,
-        row: _Row,
+        row: Row,
         i: int,
         *,
         handoff: bool,
@@ -430,7 +328,7 @@ class _Builder:
         self.rows += rows
         self.excl += [e for e in excl if e not in self.excl]
 
-    def _prefill_units(self) -> tuple[tuple[_Row, ...], tuple[Exclusion, ...]]:
+    def _prefill_units(self) -> tuple[tuple[Row, ...], tuple[Exclusion, ...]]:
         """:meth:`_add_prefill`'s units and exclusions alone (read-only: :meth:`add_prefill` shares
         them), this builder's own left as they were."""
         rows, excl = self.rows, self.excl
@@ -453,7 +351,7 @@ class _Builder:
             scale = curve.scale
             ways = [None, *(t for t in TIERS if t in self.tiers and self.classes)]
             for tier in ways + ([FRESH_ONLY] if self.classes else []):
-                row = _Row(
+                row = Row(
                     self.info(i, Role.PREFILL, hbm_gb=0.0), i, len(self.classes), nic=float(s.nic_gb_s[i])
                 )
                 ttft = self.prefill_side(
@@ -519,7 +417,7 @@ class _Builder:
             seen: set[tuple[bool, tuple[bool, ...]]] = set()
             # operating points: batched or one turn per forward, and the slowest way back admitted
             for alone, tier in itertools.product((False, True), [t for t in TIERS if t in self.tiers]):
-                row = _Row(
+                row = Row(
                     self.info(i, Role.MIDFILL, hbm_gb=0.0), i, len(self.classes), nic=float(s.nic_gb_s[i])
                 )
                 curve = None if alone else self._midfill_curve(i)
@@ -594,7 +492,7 @@ class _Builder:
             info = self.info(
                 i, Role.DECODE, batch=float(batch[i]), hbm_gb=float(used), tpot=float(batch[i] / rate[i])
             )
-            self.rows.append(_Row(info, i, len(self.classes), dec=float(rate[i]), nic=float(s.nic_gb_s[i])))
+            self.rows.append(Row(info, i, len(self.classes), dec=float(rate[i]), nic=float(s.nic_gb_s[i])))
 
     def add_mixed(self) -> None:
         """Aggregated units at every prefill share, at the TPOT target's largest batch and (in
@@ -642,18 +540,18 @@ class _Builder:
                 if i not in placed:
                     self.exclude(i, "mixed", f"at prefill share {phi:g}: {why}", over)
 
-    def _shortest_step_row(self, i: int, phi: float, rate: float, batch: float) -> _Row:
+    def _shortest_step_row(self, i: int, phi: float, rate: float, batch: float) -> Row:
         """What a unit of shape ``i`` at share ``phi`` would get with no decode step ahead of its
         prompts, its forwards batching what they do at the unit's load (``rate`` tokens/s over
         steps of ``batch / rate``): the most a tighter pace can buy."""
-        probe = _Row(self.info(i, Role.MIXED, hbm_gb=0.0), i, len(self.classes))
+        probe = Row(self.info(i, Role.MIXED, hbm_gb=0.0), i, len(self.classes))
         scale = self.p.latency.agg_prefill_factor
         self.prefill_side(probe, i, handoff=False, rho_cap=phi, lead_s=0.0, scale=scale)
         self._loaded_prefill(probe, i, rate * (1.0 - phi), batch / rate, scale, phi, lead_s=0.0)
         return probe
 
     @staticmethod
-    def _nothing_left(row: _Row, limit: _Row) -> bool:
+    def _nothing_left(row: Row, limit: Row) -> bool:
         """Whether ``row``'s prompts already take (within 1%) the prefill share and every way
         back that no step ahead would give them: a tighter pace would then only lose decode, and
         free HBM for resting KV, a trade not offered (it would multiply the units of every
@@ -663,12 +561,12 @@ class _Builder:
 
     def _add_mixed_row(
         self, i: int, phi: float, pace: float, rate: float, batch: float
-    ) -> _Row | tuple[str, float]:
+    ) -> Row | tuple[str, float]:
         """An aggregated unit of shape ``i`` at prefill share ``phi`` running ``batch`` sequences,
         sized for a TPOT of ``pace``: its row, or why its prompts cannot meet TTFT (and the
         slower of a prompt and a returning turn alone, over the target)."""
         s, slo = self.s, self.slo
-        row = _Row(
+        row = Row(
             self.info(i, Role.MIXED, hbm_gb=0.0),
             i,
             len(self.classes),
@@ -706,7 +604,7 @@ class _Builder:
         return row
 
     def _loaded_prefill(
-        self, row: _Row, i: int, out_tokens_s: float, step: float, scale: float, phi: float, lead_s: float
+        self, row: Row, i: int, out_tokens_s: float, step: float, scale: float, phi: float, lead_s: float
     ) -> None:
         """Price an aggregated unit's prompts at the batch its engine forms at the unit's load
         (:func:`forward_batch`), not a full one: a unit whose prompts arrive a few a step pays
@@ -724,7 +622,7 @@ class _Builder:
             prompts = forward_batch(lam, step, forward, mixed)
             busy = s.busy_at(i, prompts)
             forward = scale * busy[0] * min(prompts, float(s.fresh.batch_s[i] / s.fresh.busy_s[i]))
-            probe = _Row(row.info, i, len(self.classes))
+            probe = Row(row.info, i, len(self.classes))
             ttft = self.prefill_side(
                 probe, i, handoff=False, rho_cap=phi, lead_s=lead_s, scale=scale, forward_s=forward
             )
@@ -735,320 +633,6 @@ class _Builder:
         for t, tier in enumerate(TIERS):  # a returning turn's way back, where it has one
             row.mid[:, t] *= float(more[2] if tier == "drop" else more[1])
         row.info = replace(row.info, ttft_s=float(ttft))
-
-    def _misses_half(self, i: int, att: Pool, half: float, of: str) -> None:
-        """Leaves out attention shape ``i``, which runs no batch within ``half`` of the pace: quoting
-        its step at batch 1 where that alone is over the half."""
-        alone = float(self.alone_s(att)[i])
-        if alone > half:
-            why = f"attention step at batch 1 takes {alone * 1e3:.3g} ms a token, over half of {of}"
-            self.exclude(i, "attention", why, alone / half)
-        else:
-            self.exclude(i, "attention", f"attention step cannot fit half of {of}", math.inf)
-
-    def add_afd(self, pace: float | None = None) -> None:
-        """Attention units (KV and attention weights) and FFN units (experts), half the pace each:
-        the TPOT target's, or a tighter ``pace`` every unit of the design then keeps (the two
-        halves step in lockstep). Their hidden states cross the NICs and wait on RDMA; a shape
-        whose waits alone pass half the pace serves across the NICs no more.
-
-        Where an FFN unit and the attention unit of its shape make an attention-FFN unit that fits
-        in one scale-up domain (:meth:`_near`), both also come as *domain* units (named
-        ``.../nvlink``) whose hidden states cross NVLink: such an FFN unit's tokens count in no
-        NIC budget, and the placement keeps the pair in its domain (:mod:`formulations.domains`).
-        The units that cross the NICs stay as they were, so a design is never dearer for them.
-
-        Built at the target (in ``dse place``), it also finds the tighter paces worth a design
-        of their own (``afd_paces``): each unit's own, its step over the side's share. An
-        attention shape whose batch HBM holds steps faster than a loose target, and an FFN unit
-        (a fixed batch) too, so the target's pace credits them only a part of what they carry.
-        At a tighter pace a unit the target has but the pace cannot run stays in the list,
-        carrying nothing (:meth:`_dead`): every pace's MILP then has the target's structure and
-        re-solves in place."""
-        s, slo = self.s, self.slo
-        target = pace is None or pace == slo.tpot_s
-        pace = slo.tpot_s if pace is None else pace
-        tag = "" if target else f"/tpot{pace * 1e3:g}ms"
-        of = f"TPOT {slo.tpot_s * 1e3:g} ms" if target else f"the {pace * 1e3:g} ms pace"
-        att, ffn = attention_side(s.pool), ffn_side(s.pool)
-        # the transfers' fixed RDMA waits, a dispatch and a combine every FFN layer, run beside
-        # both sides and must fit the same share of the step (their bytes: the NIC budgets)
-        wait = self.afd_wait = float(afd_transfer_latency_s(s.pool, self.p)[0])
-        far, far_t = wait > pace * AFD_SIDE_SHARE, wait > slo.tpot_s * AFD_SIDE_SHARE
-        rate, batch = self.decode_points(att, pace * AFD_SIDE_SHARE)
-        at_target = batch if target else self.decode_points(att, slo.tpot_s * AFD_SIDE_SHARE)[1]
-        steps = self._ffn_steps(ffn)
-        self.fans = self._fan_levels(ffn, steps)
-        per_seq = self._attention_seconds(att)
-        nic = [self._nic_batch(batch, pace, sec) for sec in per_seq]  # per level, as it reaches
-        nic_t = [self._nic_batch(at_target, slo.tpot_s, sec) for sec in per_seq]
-        near = self._near(att, ffn, batch, pace, steps)
-        near_t = near if target else self._near(att, ffn, at_target, slo.tpot_s, steps)
-        any_near = np.any([n.ok for n in near], axis=0)
-        any_near_t = np.any([n.ok for n in near_t], axis=0)
-        att_w = weight_bytes_per_gpu(att) / GB
-        why = f"the hidden states' transfers wait {wait * 1e3:.2f} ms a step on RDMA, over half of {of}"
-        beside: dict[int, int] = {}  # each shape's attention row in one domain with its FFN units
-        for i in self.shapes("decode", unit="attention"):
-            if far:
-                self.exclude(i, "attention", why, wait / (pace * AFD_SIDE_SHARE))
-            elif batch[i] <= 0:
-                self._misses_half(i, att, pace * AFD_SIDE_SHARE, of)
-            if batch[i] > 0 and not far and nic[0][i] <= 0:
-                self._misses_nics(i, pace, of, per_seq[0])
-            # across the NICs, what its NICs send in time: a unit per fan-out level it reaches at the
-            # target (its batch at each level the target's, or smaller at a tighter pace, whose NICs
-            # have less time: where two levels' batches are one at the target, they may not be here)
-            for reach in (k for k, b in enumerate(nic_t) if b[i] > 0):
-                fan = f"/fanout{self.fans.domains[reach]:g}" if self.fans is not None and reach else ""
-                alive, had = nic[reach][i] > 0 and not far, nic_t[reach][i] > 0 and not far_t
-                level = reach if self.fans is not None else -1
-                row = _AttentionRow(i, nic[reach][i], alive, had, fan + tag, float(att_w[i]), level)
-                self._add_attention(row, pace, target, float(batch[i] / rate[i]), wait)
-            alive, had = batch[i] > 0 and bool(any_near[i]), at_target[i] > 0 and bool(any_near_t[i])
-            if alive or had:
-                beside[i] = len(self.rows)
-                own = min((float(n.transfer_s[i]) for n in near if n.ok[i]), default=wait)
-                row = _AttentionRow(i, batch[i], alive, had, NVLINK + tag, float(att_w[i]), -1)
-                self._add_attention(row, pace, target, float(batch[i] / rate[i]), own)
-        self._add_ffn(ffn, pace, tag, of, near, near_t, beside)
-
-    def _add_attention(
-        self, row: _AttentionRow, pace: float, target: bool, side_step: float, transfer_s: float
-    ) -> None:
-        """An attention unit (:class:`_AttentionRow`) at ``pace``: alive, carrying nothing (the
-        target's, which this pace cannot run), or none; at the target, the tighter pace its step
-        (``side_step``) and its transfers (``transfer_s``) offer (:meth:`_tighter`)."""
-        s, i = self.s, row.shape
-        if not (row.alive or row.had):
-            return
-        if not row.alive:
-            self._dead(i, Role.ATTENTION, row.suffix, fan=row.fan)
-            return
-        b, w = float(row.batch), row.weights_gb
-        info = self.info(
-            i, Role.ATTENTION, suffix=row.suffix, batch=b, weights_gb=w,
-            hbm_gb=w + b * float(s.per_seq_gb[i] / s.pool.kv_shard[i]), tpot=pace,
-        )  # fmt: skip
-        # the step is paced by the design's pace, not by the attention side alone
-        self.rows.append(
-            _Row(info, i, len(self.classes), dec=b / pace, nic=float(s.nic_gb_s[i]), fan=row.fan)
-        )
-        if target:  # nor faster than its transfers: the RDMA waits, or the whole NVLink one
-            self._tighter(side_step, pace, transfer_s)
-
-    def _fan_levels(self, ffn: Pool, steps: list[Array]) -> _Fans | None:
-        """The fan-out levels (:class:`_Fans`) of the expert shapes that serve across the NICs at
-        the TPOT target at some token batch of the options (as :meth:`_add_ffn` offers them:
-        their step and their own NICs' share fit half the pace); None where none does."""
-        half = self.slo.tpot_s * AFD_SIDE_SHARE
-        idx = np.array(self.shapes("decode", unit="ffn"), dtype=int)
-        if idx.size == 0 or self.afd_wait > half:
-            return None
-        per_nic = self._nic_seconds(ffn)[idx]
-        serves = np.zeros(idx.size, dtype=bool)
-        for per_gpu, step in zip(self.opts.ffn_tokens_per_gpu, steps, strict=True):
-            seqs = (per_gpu * self.s.pool.gpus)[idx]
-            serves |= (step[idx] <= half) & (self.afd_wait + seqs * per_nic <= half)
-        per_token, first = np.unique(afd_bytes_per_token(self.s.pool)[idx][serves], return_index=True)
-        if per_token.size == 0:
-            return None
-        return _Fans(per_token, afd_fan_out(self.s.pool)[1][idx][serves][first])
-
-    def _attention_seconds(self, att: Pool) -> list[Array]:
-        """Per fan-out level (:attr:`fans`; its own shape's fan-out where there is none), the
-        seconds an attention instance takes on its own NICs to send and receive one sequence's
-        hidden states a step."""
-        if self.fans is None:
-            return [self._nic_seconds(att)]
-        return [self._nic_seconds(att, b) for b in self.fans.per_token]
-
-    def _nic_seconds(self, side: Pool, per_token: Array | float | None = None) -> Array:
-        """Seconds an instance of ``side`` (the attention or the FFN side) takes on its own NICs
-        to send or receive one sequence's hidden states a step (its tokens' dispatch and combine,
-        :func:`~dse.perf.afd.afd_bytes_per_token`; ``per_token`` bytes where given, those of an
-        expert instance of its own shape where not)."""
-        moved = afd_bytes_per_token(self.s.pool) if per_token is None else per_token
-        return np.asarray(moved * (1.0 + self.s.draft) / (side.nic_bytes_per_s * self.p.nic_eff * side.gpus))
-
-    def _nic_batch(self, batch: Array, pace: float, per_seq: Array) -> Array:
-        """An attention unit's ``batch`` across the NICs, at most the sequences whose hidden states
-        its own NICs send in its half of ``pace`` after the RDMA waits (``per_seq`` seconds each),
-        as the simulations step it: the design's NIC budget pools the bytes over every instance's
-        NICs, and until session 57 was the only bound (Qwen3-235B on H200, 2-GPU attention
-        instances of 954 sequences stepped at 114 ms against a 100 ms pace)."""
-        room = max(pace * AFD_SIDE_SHARE - self.afd_wait, 0.0)
-        return np.minimum(batch, np.floor(room / per_seq))
-
-    def _misses_nics(self, i: int, pace: float, of: str, per_seq: Array) -> None:
-        """Leaves out attention shape ``i`` across the NICs, whose NICs cannot send one sequence's
-        hidden states (``per_seq`` seconds; to the narrowest expert shapes) in half of the pace
-        after the RDMA waits (:meth:`_nic_batch`)."""
-        one = float(per_seq[i]) + self.afd_wait
-        why = (f"across the NICs, one sequence's hidden states take {one * 1e3:.2f} ms a step on an "
-               f"attention instance's NICs, over half of {of}")  # fmt: skip
-        self.exclude(i, "attention", why, one / (pace * AFD_SIDE_SHARE))
-
-    def _near(self, att: Pool, ffn: Pool, batch: Array, pace: float, steps: list[Array]) -> list[_Near]:
-        """Per FFN token batch of the options, which shapes' FFN units make an attention-FFN unit
-        with the attention units of their shape (``batch`` sequences each, at ``pace``) that fits
-        in one scale-up domain (:func:`~dse.perf.afd.afd_in_domain`), whose transfers over NVLink
-        fit the side's share of the pace with their NVLink waits
-        (:func:`~dse.perf.afd.afd_transfer_s`), and whose expert step (``steps``) fits it too.
-        The unit is an expert instance and the attention instances its token batch takes, or an
-        attention instance and the expert instances its batch takes, as many as fit beside it in
-        the domain: where fewer fit, the side with more runs below its batch (the other one's
-        capacity binds in the MILP)."""
-        s, p = self.s, self.p
-        per_token = afd_bytes_per_token(s.pool) * (1.0 + s.draft)
-        room, g = s.pool.domain_gpus, s.pool.gpus
-        most = np.maximum(np.floor((room - g) / g + 1e-9), 1.0)  # beside one instance of the other side
-        out = []
-        for per_gpu, step in zip(self.opts.ffn_tokens_per_gpu, steps, strict=True):
-            seqs = per_gpu * g
-            live = batch > 0
-            need = seqs / np.where(live, batch, 1.0)  # attention instances one expert instance takes
-            beside = np.minimum(np.ceil(need - 1e-9), most)
-            spread = np.minimum(np.ceil(1.0 / need - 1e-9), most)
-            fan_in = beside / spread
-            inside = live & afd_in_domain(att, ffn, fan_in, True)
-            sent = np.minimum(batch, spread * seqs) * per_token  # an attention instance's
-            got = np.minimum(seqs, beside * batch) * per_token  # an expert instance's
-            xfer = afd_transfer_s(att, ffn, p, sent, got, fan_in, inside)
-            out.append(
-                _Near(
-                    ok=inside & (xfer <= pace * AFD_SIDE_SHARE) & (step <= pace * AFD_SIDE_SHARE),
-                    attention_per_ffn=beside,
-                    ffn_per_attention=spread,
-                    per_domain=np.floor(room / afd_unit_gpus(att, ffn, fan_in) + 1e-9),
-                    transfer_s=xfer,
-                    step_s=step,
-                )
-            )
-        return out
-
-    def _add_ffn(
-        self,
-        ffn: Pool,
-        pace: float,
-        tag: str,
-        of: str,
-        near: list[_Near],
-        near_t: list[_Near],
-        beside: dict[int, int],
-    ) -> None:
-        """FFN units (the pool's FFN side ``ffn``) at each token batch of the options, at ``pace``
-        (``tag`` and ``of`` name it): across the NICs, and where ``near`` (``near_t`` at the
-        target) says so, also in one scale-up domain with their shape's attention row
-        (``beside``); see :meth:`add_afd`."""
-        s, slo = self.s, self.slo
-        target = pace == slo.tpot_s
-        wait = self.afd_wait
-        far, far_t = wait > pace * AFD_SIDE_SHARE, wait > slo.tpot_s * AFD_SIDE_SHARE
-        ffn_w = weight_bytes_per_gpu(ffn) / GB
-        # across the NICs an expert instance's own NICs take its batch's hidden states, after the
-        # waits, in the side's share of the step, as the simulations step it: the design's NIC
-        # budget pools the bytes over every instance's NICs, and until 2026-12-06 was the only
-        # bound (an 8-GPU B200 unit of 2,048 tokens, 46.5 ms on its NICs against a 39.8 ms share)
-        per_nic = self._nic_seconds(ffn)
-        moved = afd_bytes_per_token(s.pool)  # a token's bytes a step, by the shape's fan-out level
-        for k, per_gpu in enumerate(self.opts.ffn_tokens_per_gpu):
-            seqs = per_gpu * s.pool.gpus
-            n, n_t = near[k], near_t[k]
-            step, nics = n.step_s, wait + seqs * per_nic
-            for i in self.shapes("decode", unit="ffn"):
-                fits, fits_t = step[i] <= pace * AFD_SIDE_SHARE, step[i] <= slo.tpot_s * AFD_SIDE_SHARE
-                # its NICs take its batch's hidden states in time: a unit across them may serve
-                nic_fits, nic_fits_t = (
-                    nics[i] <= pace * AFD_SIDE_SHARE,
-                    nics[i] <= slo.tpot_s * AFD_SIDE_SHARE,
-                )
-                if fits and not far and not nic_fits:
-                    self.exclude(
-                        i, "ffn", f"across the NICs, {seqs[i]:.0f} tokens' hidden states take "
-                        f"{nics[i] * 1e3:.2f} ms a step on an expert instance's NICs, over half of {of}",
-                        float(nics[i] / (pace * AFD_SIDE_SHARE)),
-                    )  # fmt: skip
-                if far:
-                    over = wait / (pace * AFD_SIDE_SHARE)
-                    self.exclude(i, "ffn", f"the hidden states' transfers wait {wait * 1e3:.2f} ms a step "
-                                 f"on RDMA, over half of {of}", over)  # fmt: skip
-                elif not fits:
-                    self.exclude(
-                        i,
-                        "ffn",
-                        f"expert step for {seqs[i]:.0f} sequences takes {step[i] * 1e3:.2f} ms, "
-                        f"over half of {of}",
-                        float(step[i] / (pace * AFD_SIDE_SHARE)),
-                    )
-                for domain in (False, True):
-                    paired = i in beside
-                    alive = fits and bool(n.ok[i] and paired if domain else not far and nic_fits)
-                    had = fits_t and bool(
-                        n_t.ok[i] and paired if domain else not far_t and nic_fits_t
-                    )  # the target's
-                    if not (alive or had):
-                        continue
-                    suffix = f"/b{seqs[i]:.0f}" + (NVLINK if domain else "") + tag
-                    partner = beside[i] if domain else -1
-                    level = -1 if domain or self.fans is None else self.fans.level(float(moved[i]))
-                    if not alive:
-                        self._dead(i, Role.FFN, suffix, partner, level)
-                        continue
-                    if target:
-                        self._tighter(float(step[i]), pace, float(n.transfer_s[i]) if domain else wait)
-                    row = self._ffn_row(i, seqs, float(ffn_w[i]), pace, suffix)
-                    row.fan = level
-                    if domain:
-                        row.partner = partner
-                        row.beside = float(n.attention_per_ffn[i])
-                        row.spread = float(n.ffn_per_attention[i])
-                        row.per_domain = float(n.per_domain[i])
-
-    def _ffn_steps(self, ffn: Pool) -> list[Array]:
-        """Per FFN token batch of the options, the FFN units' time per output token of the expert
-        half (``ffn``; a step yields ``accept`` tokens per sequence)."""
-        s, out = self.s, []
-        for per_gpu in self.opts.ffn_tokens_per_gpu:
-            seqs = per_gpu * s.pool.gpus
-            cost = forward_cost(
-                ffn, self.p, tokens=seqs * (1.0 + s.draft), sequences=seqs, context=np.zeros_like(seqs),
-                prefill=False, speed=s.speed,
-            )  # fmt: skip
-            out.append(cost.total_s / s.accept)
-        return out
-
-    def _ffn_row(self, i: int, seqs: Array, weights_gb: float, pace: float, suffix: str) -> _Row:
-        """An FFN unit of shape ``i`` at ``seqs[i]`` sequences and ``pace``, appended."""
-        s = self.s
-        w = weights_gb
-        info = self.info(i, Role.FFN, suffix=suffix, batch=float(seqs[i]), weights_gb=w, hbm_gb=w, tpot=pace)
-        row = _Row(info, i, len(self.classes), dec=float(seqs[i] / pace), nic=float(s.nic_gb_s[i]))
-        self.rows.append(row)
-        return row
-
-    def _tighter(self, side_step: float, pace: float, transfer_s: float) -> None:
-        """Offer the pace of a unit whose side steps in ``side_step`` (``dse place``), where it is
-        :data:`PACE_APART` below the target's ``pace``; nor faster than its transfers take
-        (``transfer_s``: the RDMA waits across the NICs, whose bytes the NIC budgets take, or the
-        whole transfer inside one scale-up domain)."""
-        own = _pace_up(max(side_step, transfer_s) / AFD_SIDE_SHARE)
-        if self.opts.tighter_paces and own < pace * (1.0 - PACE_APART):
-            self.afd_paces.add(own)
-
-    def _dead(self, i: int, role: Role, suffix: str, partner: int = -1, fan: int = -1) -> None:
-        """A unit of shape ``i`` the target runs but this pace cannot: it carries nothing (an FFN
-        unit keeps its ``partner``, and a unit across the NICs its ``fan`` level, as the target's
-        do: the same structure)."""
-        info = self.info(i, role, suffix=suffix + "/none", hbm_gb=0.0, tpot=np.nan)
-        self.rows.append(_Row(info, i, len(self.classes), partner=partner, fan=fan))
-
-
-NVLINK = "/nvlink"  # the name of an attention-FFN unit in one scale-up domain (:meth:`_Builder.add_afd`)
-
-# a tighter pace within this share of one already kept (or of the target) is not solved again:
-# the shape it would credit fully is credited within that share at the slower one
-PACE_APART = 0.02
 
 
 def _wait(
@@ -1085,12 +669,6 @@ def _apart(paces: set[float]) -> tuple[float, ...]:
         if not kept or pace < kept[-1] * (1.0 - PACE_APART):
             kept.append(pace)
     return tuple(kept)
-
-
-def _pace_up(seconds: float) -> float:
-    """A pace rounded up to a tenth of a millisecond (a unit's name carries it), so that the
-    batch found at it is the one that set it."""
-    return float(np.ceil(seconds * 1e4 - 1e-6) / 1e4)
 
 
 # TPOT paces an aggregated unit is also offered at (seconds): a preferred-number grid per decade,
@@ -1189,7 +767,7 @@ def build_candidates(
         if topology is Topology.DISAGGREGATED:
             b.add_decode()
         else:
-            b.add_afd(afd_pace)
+            add_afd(b, afd_pace)
     split = topology.splits_experts
     # the hidden states' bytes a token moves fan out to the scale-up domains its experts are in,
     # so they depend on the FFN unit's shape: each FFN unit's own. A step's transfers must fit
@@ -1213,7 +791,7 @@ def build_candidates(
     )
 
 
-def _domain_pairs(rows: list[_Row]) -> tuple[Array, Array, Array, Array] | None:
+def _domain_pairs(rows: list[Row]) -> tuple[Array, Array, Array, Array] | None:
     """The placement's attention-FFN pairs (:class:`~formulations.placement_data.PlacementData`'s
     ``afd_partner``, ``afd_attention_per_ffn``, ``afd_ffn_per_attention`` and
     ``afd_units_per_domain``), where some FFN unit makes a unit in one scale-up domain with its
@@ -1259,7 +837,7 @@ def _price(hw: Hardware, tier: str, needed: bool) -> float:
 def _assemble(
     req: PlacementRequest,
     s: Shapes,
-    rows: list[_Row],
+    rows: list[Row],
     classes: list[tuple[str, float, float]],
     afd_gb: float | Array,
 ) -> PlacementData:
