@@ -3,7 +3,7 @@
 An attention instance across the NICs sends each of its sequences' hidden states, every step, to
 every scale-up domain its tokens' experts are on (``dse.perf.afd.afd_bytes_per_token``): the wider
 the expert instances it feeds, the more its own NICs send. So its batch is capped for a fan-out
-(``dse.placement.candidates``), and an attention shape comes as one unit per fan-out *level*, the
+(``dse.placement.afd_units``), and an attention shape comes as one unit per fan-out *level*, the
 fan-outs of the expert shapes offered across the NICs, narrowest first: a unit's *reach* is the
 level its batch is capped for, and it may feed expert units of that level or narrower
 (:class:`~formulations.placement_data.PlacementData`'s ``afd_fan_level``).
@@ -29,8 +29,8 @@ from formulations.placement_data import PlacementData, Role
 from formulations.slots import serve_cap, slot_rows
 
 # the decode tokens/s either side of a level's rows may carry (the binary's bound), as a multiple
-# of what the decode rows need at the most traffic they are sized for: no side of a design carries
-# that much more than its decode (the checker tests the rule itself, without the bound)
+# of what the decode rows need at the most traffic they are sized for, where no budget or
+# inventory bounds what a design buys (the checker tests the rule itself, without the bound)
 FAN_ROOM = 100.0
 
 
@@ -52,11 +52,25 @@ def fan_members(data: PlacementData) -> list[tuple[list[int], list[int]]]:
 
 
 def fan_cap(data: PlacementData) -> float:
-    """Decode tokens/s a level's units may carry on either side (:data:`FAN_ROOM`): what the decode
-    pool's slot row needs at the most traffic it is sized for, and one instance more."""
+    """Decode tokens/s a level's units may carry on either side: the most every unit bought with
+    the budget or held in the inventory could carry, where they bound it; else :data:`FAN_ROOM`
+    times what the decode pool's slot row needs at the most traffic it is sized for, and one
+    instance more. A goodput placement's reach (bounded by its budget or inventory) may be
+    thousands of times the demand the slot rows are first sized for: with the demand's bound, a
+    0.5 requests/s DeepSeek-V3 design on B200 under $3,000 an hour had reached 4,895 times the
+    demand in its first round, where it reaches 5,037."""
+    dec = np.asarray(data.decode_tok_s, dtype=float)
+    per_gpu = np.zeros(data.n_hw)  # the most decode tokens/s a GPU of each hardware carries
+    np.maximum.at(per_gpu, data.unit_hw, dec / np.maximum(data.unit_gpus, 1.0))
+    price = np.asarray(data.usd_per_gpu_hour, dtype=float)
+    affordable = np.where(price > 0, data.budget_usd_hour / np.where(price > 0, price, 1.0), np.inf)
+    gpus = np.minimum(np.asarray(data.inventory_gpus, dtype=float), affordable)
+    bought = float((per_gpu * gpus).sum()) if np.isfinite(gpus).all() else np.inf
+    if np.isfinite(bought):
+        return bought + float(np.max(dec, initial=0.0))
     rows = slot_rows(data)
     need = (serve_cap(data) * data.output_tokens + float(rows["pool_k"])) / max(float(rows["pool_s"]), 1e-9)
-    return FAN_ROOM * max(need, 1.0) + float(np.max(data.decode_tok_s, initial=0.0))
+    return FAN_ROOM * max(need, 1.0) + float(np.max(dec, initial=0.0))
 
 
 def fan_carry(data: PlacementData, x: np.ndarray) -> list[tuple[float, float]]:
@@ -67,6 +81,8 @@ def fan_carry(data: PlacementData, x: np.ndarray) -> list[tuple[float, float]]:
 
 
 def fan_set(data: PlacementData, x: np.ndarray) -> np.ndarray:
-    """Each level's binary at the instance counts ``x``: 1 where its wide expert units carry any
-    decode (the root start's rounding, and the LPs that fix a design's counts)."""
-    return np.array([float(wide > 0.0) for wide, _ in fan_carry(data, x)])
+    """Each level's binary at the instance counts ``x``: 1 where one of its wide expert units runs
+    an instance (half of one or more: a solver's leftover below that is none), for the root
+    start's rounding and the LPs that fix a design's counts."""
+    x = np.asarray(x, dtype=float)
+    return np.array([float((x[wide] > 0.5).any()) for wide, _ in fan_members(data)])

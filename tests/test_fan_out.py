@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from dse.catalog import Catalog
 from dse.perf.afd import SIDE_SHARE, afd_bytes_per_token, afd_transfer_latency_s
@@ -125,3 +126,28 @@ def test_the_fan_out_rows_solve_alike_every_way(catalog: Catalog) -> None:
     assert result.solution is not None
     assert duals.keys() == residuals(data, first.solution).keys()
     assert duals["afd_fan_out"].shape == (2,)
+
+
+def test_the_rows_bound_no_goodput_placement_below_its_reach(catalog: Catalog) -> None:
+    """The most traffic $3,000 an hour of B200 serves at 0.5 requests/s of demand: thousands of
+    times the demand its slot rows are first sized for. The levels' bound comes from what the
+    budget buys, so the first round reaches what it reaches without the rows (5,036.8 times the
+    demand); bounded by the demand, the narrow attention units' 1.9 million tokens/s had been held
+    to 0.33 million, and the round reached 4,895 times it."""
+    from dse.placement.request import Limits
+    from formulations.fan_out import fan_cap
+    from formulations.placement_data import Objective
+
+    req = replace(
+        REQ, objective=Objective.GOODPUT, limits=Limits(budget_usd_hour=3000.0),
+        workload=replace(REQ.workload, requests_per_s=0.5), options=UnitOptions(tighter_paces=False),
+    )  # fmt: skip
+    data = build_candidates(req, Topology.AFD, catalog, load_params()).data
+    assert fan_members(data)
+    ruled, free = PlacementSolver().solve(data), PlacementSolver().solve(replace(data, afd_fan_level=None))
+    assert ruled.solution is not None and free.solution is not None
+    assert (
+        ruled.solution.scale == pytest.approx(free.solution.scale, rel=1e-9) and ruled.solution.scale > 5000.0
+    )
+    carried = max(max(pair) for pair in fan_carry(data, ruled.solution.instances))
+    assert 1e6 < carried < fan_cap(data)

@@ -47,7 +47,7 @@ from dse.perf.stages import nvlink_a2a_latency_us
 
 DOMAIN_UNIT = "/nvlink"
 """The name's part that marks an attention or FFN unit the placement keeps in one scale-up domain
-with its partner (``dse.placement.candidates``' domain units): its hidden states cross NVLink."""
+with its partner (``dse.placement.afd_units``' domain units): its hidden states cross NVLink."""
 
 
 def domain_unit(name: str) -> bool:
