@@ -116,6 +116,10 @@ def add_afd(b: _Builder, pace: float | None = None) -> None:
     ``.../nvlink``) whose hidden states cross NVLink: such an FFN unit's tokens count in no
     NIC budget, and the placement keeps the pair in its domain (:mod:`formulations.domains`).
     The units that cross the NICs stay as they were, so a design is never dearer for them.
+    Across the NICs an attention shape comes once per fan-out level of the expert shapes there
+    (:func:`_fan_levels`), at the batch its own NICs send in time to expert instances of that
+    level, and the MILP keeps each within reach of the expert units bought
+    (:mod:`formulations.fan_out`).
 
     Built at the target (in ``dse place``), it also finds the tighter paces worth a design
     of their own (``afd_paces``): each unit's own, its step over the side's share. An
