@@ -7,7 +7,8 @@ feasible topology's design is run through the engine-level simulation (`dse plac
 Poisson arrivals at the mean traffic). Prints how many of the MILP's designs, and of its
 cheapest ones, hold their TTFT at the percentile and their TPOT on the mean, how many miss their
 TPOT alone, how many attention-FFN designs send hidden states across the NICs to expert pools
-that fan out wider than the attention's own shape (which the MILP's attention NIC cap counts), and
+that fan out wider than the attention's own shape (which the MILP's attention NIC cap counted
+until session 58, when each attention unit came to be sized for the expert units it feeds), and
 the time. To compare with an older commit,
 run it with ``PYTHONPATH`` at that commit's checkout, each run saving every request's outcome
 (``--save FILE.json``: per topology, its $/hour and its simulated TTFT, or none where it cannot
@@ -116,8 +117,8 @@ def main(save: str | None = None) -> None:
 def _tpot_and_fan_out(req: PlacementRequest, checks: list[EngineCheck], ctx: Context) -> np.ndarray:
     """(designs that hold their TTFT and miss their TPOT, attention-FFN designs one of whose
     attention pools sends hidden states across the NICs to an expert pool whose tokens fan out to
-    more bytes than the attention's own shape's, which the MILP's attention NIC cap counts; those
-    of them that miss their TPOT)."""
+    more bytes than the attention's own shape's, which the MILP's attention NIC cap counted until
+    session 58; those of them that miss their TPOT)."""
     out = np.zeros(3, dtype=int)
     for c in checks:
         out[0] += c.ttft_holds and not c.tpot_holds

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from formulations.placement_data import PlacementData, Role
-from formulations.slots import serve_cap, slot_rows
+from formulations.slots import serve_cap
 
 # the decode tokens/s either side of a level's rows may carry (the binary's bound), as a multiple
 # of what the decode rows need at the most traffic they are sized for, where no budget or
@@ -51,14 +51,18 @@ def fan_members(data: PlacementData) -> list[tuple[list[int], list[int]]]:
     return out
 
 
-def fan_cap(data: PlacementData) -> float:
-    """Decode tokens/s a level's units may carry on either side: the most every unit bought with
+def fan_cap(data: PlacementData, slots: dict[str, np.ndarray]) -> float:
+    """Decode tokens/s a level's units may carry on either side (0 where ``data`` has no level's
+    rows: every placement's parameters are loaded, so the others pay nothing; ``slots``: the slot
+    rows' coefficients, :func:`~formulations.slots.slot_rows`): the most every unit bought with
     the budget or held in the inventory could carry, where they bound it; else :data:`FAN_ROOM`
     times what the decode pool's slot row needs at the most traffic it is sized for, and one
     instance more. A goodput placement's reach (bounded by its budget or inventory) may be
     thousands of times the demand the slot rows are first sized for: with the demand's bound, a
     0.5 requests/s DeepSeek-V3 design on B200 under $3,000 an hour had reached 4,895 times the
     demand in its first round, where it reaches 5,037."""
+    if not fan_members(data):
+        return 0.0
     dec = np.asarray(data.decode_tok_s, dtype=float)
     per_gpu = np.zeros(data.n_hw)  # the most decode tokens/s a GPU of each hardware carries
     np.maximum.at(per_gpu, data.unit_hw, dec / np.maximum(data.unit_gpus, 1.0))
@@ -68,8 +72,7 @@ def fan_cap(data: PlacementData) -> float:
     bought = float((per_gpu * gpus).sum()) if np.isfinite(gpus).all() else np.inf
     if np.isfinite(bought):
         return bought + float(np.max(dec, initial=0.0))
-    rows = slot_rows(data)
-    need = (serve_cap(data) * data.output_tokens + float(rows["pool_k"])) / max(float(rows["pool_s"]), 1e-9)
+    need = (serve_cap(data) * data.output_tokens + float(slots["pool_k"])) / max(float(slots["pool_s"]), 1e-9)
     return FAN_ROOM * max(need, 1.0) + float(np.max(dec, initial=0.0))
 
 

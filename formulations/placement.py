@@ -385,6 +385,7 @@ def param_values(data: PlacementData) -> dict[str, np.ndarray]:
     what :meth:`formulations.direct.DirectModel.lp_from` reads without it."""
     fresh_ok, mid_ok = np.isfinite(data.fresh_s), np.isfinite(data.mid_s)
     energy = data.energy_usd_per_gpu_hour
+    slots = slot_rows(data)
     out = {
         "sale": data.sale_gpus,
         "price": np.where(np.isfinite(data.usd_per_gpu_hour), data.usd_per_gpu_hour, 0.0),  # counts only
@@ -397,7 +398,7 @@ def param_values(data: PlacementData) -> dict[str, np.ndarray]:
         "dec": data.decode_tok_s,
         "hbm_idle": np.maximum(data.hbm_idle_gb, 0.0),
         "nic": data.nic_gb_s,
-        **slot_rows(data),
+        **slots,
         "fresh_s": np.where(fresh_ok, data.fresh_s, 0.0),
         "mid_s": np.where(mid_ok, data.mid_s, 0.0),
         "reload_s": np.where(mid_ok, data.reload_s, 0.0),
@@ -410,7 +411,7 @@ def param_values(data: PlacementData) -> dict[str, np.ndarray]:
         "fresh_handoff": data.fresh_handoff_gb,
         "afd_gb": np.broadcast_to(np.asarray(data.afd_gb_per_token, dtype=float), (len(data.unit_names),)),
         **{k: np.where(np.isfinite(v), v, INF_BOUND) for k, v in afd_domain_rows(data).items()},
-        "fan_cap": fan_cap(data),
+        "fan_cap": fan_cap(data, slots),
         "budget": _finite(data.budget_usd_hour),
         "power": _finite(data.power_w),
         "net_cap": _finite(data.network_capacity_gb),

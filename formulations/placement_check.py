@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formulations.fan_out import fan_carry, fan_members
+from formulations.fan_out import fan_carry
 from formulations.placement_data import (
     CAPACITY_TIERS,
     LINK_TIERS,
@@ -156,8 +156,9 @@ def residuals(data: PlacementData, sol: PlacementSolution) -> dict[str, Array]:
         g["afd_ffn"] = np.array([traffic - (data.nic_gb_s * x)[ffn].sum()])
         if data.afd_partner is not None:
             g.update(_domain_residuals(data, x, n, osl * handed))
-        if fan_members(data):  # no attention unit across the NICs feeds expert units beyond its reach
-            g["afd_fan_out"] = np.array([min(wide, narrow) for wide, narrow in fan_carry(data, x)])
+        carried = fan_carry(data, x)  # no attention unit across the NICs feeds expert units beyond its reach
+        if carried:
+            g["afd_fan_out"] = np.array([min(wide, narrow) for wide, narrow in carried])
     links = []
     caps = []
     for t in LINK_TIERS:

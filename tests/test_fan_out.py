@@ -137,6 +137,7 @@ def test_the_rows_bound_no_goodput_placement_below_its_reach(catalog: Catalog) -
     from dse.placement.request import Limits
     from formulations.fan_out import fan_cap
     from formulations.placement_data import Objective
+    from formulations.slots import slot_rows
 
     req = replace(
         REQ, objective=Objective.GOODPUT, limits=Limits(budget_usd_hour=3000.0),
@@ -150,4 +151,4 @@ def test_the_rows_bound_no_goodput_placement_below_its_reach(catalog: Catalog) -
         ruled.solution.scale == pytest.approx(free.solution.scale, rel=1e-9) and ruled.solution.scale > 5000.0
     )
     carried = max(max(pair) for pair in fan_carry(data, ruled.solution.instances))
-    assert 1e6 < carried < fan_cap(data)
+    assert 1e6 < carried < fan_cap(data, slot_rows(data))
