@@ -29,6 +29,9 @@ INF_BOUND = 1e20
 TIE_BREAK = (
     1e-3  # $/h per request-second/s of reload wait: prefers faster tiers at equal cost, far below a node
 )
+# the cost's weight where the objective is the GPUs or the goodput: a tie-break (a goodput
+# placement also takes the cheapest design of its reach afterwards, dse.placement.plan)
+COST_TIE = 1e-6
 ELASTIC = ("fresh_demand", "returning_demand", "inventory", "power", "budget", "network_capacity")
 _T = {t: i for i, t in enumerate(TIERS)}
 
@@ -169,6 +172,10 @@ def _add_variables(m: pyo.ConcreteModel) -> None:
     m.r = pyo.Var(m.U, m.C, m.T, domain=pyo.NonNegativeReals)
     m.scale = pyo.Var(domain=pyo.NonNegativeReals, bounds=(1.0, 1.0))
     m.slack = pyo.Var(list(ELASTIC), domain=pyo.NonNegativeReals, bounds=(0.0, 0.0))
+    # each hardware's GPUs past its inventory, together within the inventory's slack (closed but
+    # in the elastic solve): one slack for every row had been each row's largest overshoot, so
+    # the elastic solve spread the need over the hardware and the sum it reported overstated it
+    m.inv_over = pyo.Var(m.H, domain=pyo.NonNegativeReals)
     m.used = pyo.Var(m.U, domain=pyo.Binary)  # whether a mixed unit serves at all (others: unused)
     m.fan = pyo.Var(m.F, domain=pyo.Binary)  # whether expert units of the level or wider are bought
 
@@ -205,8 +212,9 @@ def _add_purchase_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
         m.H, rule=lambda m, h: sum(m.gpus[u] * m.x[u] for u in ix.U if ix.hw[u] == h) <= m.sale[h] * m.n[h]
     )
     m.inventory_c = pyo.Constraint(
-        m.H, rule=lambda m, h: m.sale[h] * m.n[h] <= m.inventory[h] + m.slack["inventory"]
+        m.H, rule=lambda m, h: m.sale[h] * m.n[h] <= m.inventory[h] + m.inv_over[h]
     )
+    m.inventory_over = pyo.Constraint(expr=sum(m.inv_over[h] for h in ix.H) <= m.slack["inventory"])
 
 
 def _add_demand_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
@@ -438,6 +446,7 @@ def var_bounds(data: PlacementData) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         "r": (np.zeros(data.mid_s.shape), np.where(np.isfinite(data.mid_s), inf, 0.0)),
         "scale": (np.array(0.0 if goodput else 1.0), np.array(inf if goodput else 1.0)),
         "slack": (np.zeros(len(ELASTIC)), np.zeros(len(ELASTIC))),
+        "inv_over": (np.zeros(data.n_hw), np.full(data.n_hw, inf)),
         "used": (np.zeros(data.n_units), np.ones(data.n_units)),
         "fan": (np.zeros(levels), np.ones(levels)),
     }
@@ -466,7 +475,7 @@ def _weights(objective: Objective, elastic: dict[str, float] | None) -> dict[str
         return {"w_cost": 0.0, "w_gpus": 0.0, "w_scale": 0.0, "w_slack": slack}
     goodput = objective is Objective.GOODPUT
     return {
-        "w_cost": {Objective.COST: 1.0, Objective.GPUS: 1e-6, Objective.GOODPUT: 1e-6}[objective],
+        "w_cost": {Objective.COST: 1.0, Objective.GPUS: COST_TIE, Objective.GOODPUT: COST_TIE}[objective],
         "w_gpus": 1.0 if objective is Objective.GPUS else 0.0,
         "w_scale": 1.0 if goodput else 0.0,
         "w_slack": slack,

@@ -292,6 +292,29 @@ def test_an_inventory_of_none_says_the_gpus_the_demand_needs(cli: Cli) -> None:
     assert f"needs {more} GPUs more" in cli_.err
 
 
+
+def test_an_inventory_short_on_two_hardware_says_the_fewest_gpus_more(cli: Cli) -> None:
+    """One slack had served every hardware's inventory row, so the elastic solve minimised the
+    largest overshoot: against no B200 or H200 it answered 16 of each, "32 GPUs more", where a
+    24-GPU design serves the demand; and two topologies both 8 GPUs past their largest row tied,
+    so the last line quoted the first (aggregated, 16 more) rather than the nearest (8 more)."""
+    two = [a.replace("b200", "b200,h200") for a in ONE]
+    at_40 = [a.replace("20", "40") if a == "20" else a for a in two]
+    free = cli(*at_40, "--topology", "disaggregated", "--json")
+    assert free.code == 0, free.err
+    gpus = json.loads(free.out)["best"]["gpus"]
+    out = cli(*at_40, "--topology", "disaggregated", "--inventory", "b200=0,h200=0")
+    assert out.code == 3
+    more = re.search(r"needs (\d+) GPUs more", out.err)
+    assert more is not None and int(more[1]) <= gpus, (gpus, out.err)
+    auto = cli(*two, "--inventory", "b200=8,h200=0")
+    assert auto.code == 3
+    per_topology = dict(re.findall(r"  (\w+): inventory: serving the demand needs (\d+) GPUs more", auto.out))
+    assert set(per_topology) >= {"aggregated", "disaggregated"}, auto.out
+    fewest = min(int(v) for v in per_topology.values())
+    last = auto.err.splitlines()[-1]
+    assert last.startswith(f"dse: error: no feasible design: inventory: serving the demand needs {fewest} ")
+
 def test_a_solver_stopped_by_its_time_limit_says_so(cli: Cli) -> None:
     out = cli(*ONE, "--topology", "four-stage", "--returning-share", "0.5", "--prefix", "20000",
               "--suffix", "500", "--think", "0.6:30,0.3:600,0.1:3600", "--time-limit", "0.001")  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -800,6 +801,52 @@ def test_a_request_built_in_python_of_the_wrong_type_is_one_line(over: dict[str,
     Python is too, before any candidate is built."""
     with pytest.raises(InputError, match=match):
         request(**over)
+
+
+@pytest.mark.parametrize(
+    "options,match",
+    [
+        # a ZeroDivisionError in the prefill curve; -5 was taken (and bought 24 GPUs where 16 do)
+        ({"prefill_chunk_tokens": 0}, r"options\.prefill_chunk_tokens = 0: must be a whole number, >= 1$"),
+        ({"prefill_chunk_tokens": -5}, r"options\.prefill_chunk_tokens = -5: must be a whole number"),
+        ({"prefill_chunk_tokens": 0.5}, r"options\.prefill_chunk_tokens = 0\.5: must be a whole number"),
+        # "at batch 1 a token takes 7.64 ms" against a 50 ms target, said as why it cannot be met
+        ({"decode_max_batch": 0}, r"options\.decode_max_batch = 0: must be None or a number >= 1$"),
+        # an IndexError in the attention-FFN builder, a numpy shape mismatch in the aggregated one
+        ({"ffn_tokens_per_gpu": ()}, r"options\.ffn_tokens_per_gpu = \(\): must be a non-empty tuple"),
+        ({"agg_prefill_shares": ()}, r"options\.agg_prefill_shares = \(\): must be a non-empty tuple"),
+        # "a token takes -60.6 ms (a 30.3 ms step in the -50% of the time it decodes)"
+        ({"agg_prefill_shares": (1.5,)}, r"options\.agg_prefill_shares = 1\.5: each must be a number in"),
+        ({"ffn_tokens_per_gpu": (16.0, float("nan"))}, r"options\.ffn_tokens_per_gpu = nan: each must be"),
+    ],
+)
+def test_unit_options_out_of_their_range_are_one_line(options: dict[str, Any], match: str) -> None:
+    with pytest.raises(InputError, match=r"^placement request: " + match):
+        UnitOptions(**options)
+
+
+def test_a_request_names_hardware_by_alias_in_its_inventory_and_roles(catalog: Catalog) -> None:
+    """``hardware=("h200",)`` is read as ``h200-sxm``, and its inventory and roles are too: an
+    inventory of ``h200`` had been refused ("not a candidate; candidates: h200-sxm") where the
+    command line's ``--inventory h200=64`` was not; a role's hardware outside the candidates had
+    answered "no candidate shapes", not bad input."""
+    params = load_params()
+    by_alias = request(hardware=("h200",), limits=Limits(inventory_gpus={"h200": 8}),
+                       options=UnitOptions(decode_hardware=("h200",)),
+                       topology=Topology.AGGREGATED)  # fmt: skip
+    by_id = request(hardware=("h200-sxm",), limits=Limits(inventory_gpus={"h200-sxm": 8}),
+                    topology=Topology.AGGREGATED)  # fmt: skip
+    alias, ids = (place(r, catalog=catalog, params=params, with_shadow_prices=False)
+                  for r in (by_alias, by_id))  # fmt: skip
+    assert alias.outcomes[0].infeasibility is not None and ids.outcomes[0].infeasibility is not None
+    assert alias.outcomes[0].infeasibility.detail == ids.outcomes[0].infeasibility.detail
+    assert "h200-sxm" in alias.outcomes[0].infeasibility.detail
+    stray = request(hardware=("b200",), options=UnitOptions(prefill_hardware=("h200-sxm",)))
+    with pytest.raises(InputError, match=r"options\.prefill_hardware = 'h200-sxm': names hardware that"):
+        place(stray, catalog=catalog, params=params, with_shadow_prices=False)
+    twice = request(hardware=("h200",), limits=Limits(inventory_gpus={"h200": 8, "h200-sxm": 8}))
+    with pytest.raises(InputError, match=r"limits\.inventory_gpus = .*: names one hardware twice$"):
+        place(twice, catalog=catalog, params=params, with_shadow_prices=False)
 
 
 def test_place_refuses_arguments_of_the_wrong_type_by_name() -> None:

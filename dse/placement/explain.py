@@ -154,7 +154,7 @@ def _slack_texts(data: PlacementData, sol: PlacementSolution, s: dict[str, float
             for i, h in enumerate(data.hw_names)
             if capped[i]
         ]
-        # one slack serves every hardware's row: what is missing is the sum of their overshoots
+        # the slack is the sum of the hardware's overshoots (formulations.placement.inv_over)
         more = float(np.maximum(need[capped] - data.inventory_gpus[capped], 0.0).sum())
         texts.append(
             (

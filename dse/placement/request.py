@@ -107,6 +107,13 @@ KV_POLICIES = {
 }
 
 
+SRC = "placement request"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class UnitOptions:
     """Which unit shapes and operating points the candidate builder may use (a search trial
@@ -139,6 +146,26 @@ class UnitOptions:
                 f"must be one of {', '.join(KV_POLICIES)}",
                 self.kv_policy,
             )
+        self._check_numbers()
+
+    def _check_numbers(self) -> None:
+        """The operating points by their rules: a chunk of 0 tokens had ended in a
+        ZeroDivisionError, one of -5 was taken, an empty list of prefill shares or FFN batches in
+        a numpy or index traceback, and a prefill share of 1.5 had said a token takes -60.6 ms."""
+        chunk, cap = self.prefill_chunk_tokens, self.decode_max_batch
+        if not (_is_number(chunk) and math.isfinite(chunk) and float(chunk).is_integer() and chunk >= 1):
+            raise InputError(SRC, "options.prefill_chunk_tokens", "must be a whole number, >= 1", chunk)
+        if cap is not None and not (_is_number(cap) and math.isfinite(cap) and cap >= 1):
+            raise InputError(SRC, "options.decode_max_batch", "must be None or a number >= 1", cap)
+        for key, values, rule, ok in (
+            ("agg_prefill_shares", self.agg_prefill_shares, "in (0, 1)", lambda v: 0 < v < 1),
+            ("ffn_tokens_per_gpu", self.ffn_tokens_per_gpu, "> 0", lambda v: math.isfinite(v) and v > 0),
+        ):
+            if not isinstance(values, tuple) or not values:
+                raise InputError(SRC, f"options.{key}", f"must be a non-empty tuple, each {rule}", values)
+            for v in values:
+                if not (_is_number(v) and ok(v)):
+                    raise InputError(SRC, f"options.{key}", f"each must be a number {rule}", v)
 
     @property
     def tiers(self) -> tuple[str, ...]:
@@ -201,7 +228,6 @@ class PlacementRequest:
             )
 
 
-SRC = "placement request"
 
 # the fields a request built in Python must hold as typed objects, not their names or dicts (a
 # string topology had failed in the solver with ``AttributeError: 'str' object has no attribute
@@ -244,10 +270,6 @@ OPTIONAL = frozenset(
      "limits.network_kv_capacity_tb")
 )  # fmt: skip
 """The keys of :data:`NUMBER_RULES` whose None means "none": the engine profile's, no cap."""
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _check_types(req: PlacementRequest) -> None:
