@@ -258,6 +258,8 @@ def test_an_open_loop_beyond_capacity_is_said_overloaded_with_what_arrives_and_w
         tables, Load(kind, rate=1000.0, burstiness=0.5), lengths, requests=20_000, seed=1
     )
     assert flooded.overloaded and flooded.offered_requests_per_s > 500, flooded.warning
+    # what it serves is the deployment's capacity, whatever arrives (tests/test_cli_simulate.py)
+    assert flooded.requests_per_s == pytest.approx(lat.requests_per_s, rel=0.1)
     closed = simulate_latency(tables, Load("closed", concurrency=2048), lengths, seed=1)
     assert not closed.overloaded and math.isnan(closed.offered_requests_per_s)
     # two requests a second apart, none finished inside the second: it had read 0 requests/s arriving
