@@ -27,7 +27,12 @@ METRICS = {
         "minimize",
         "cost per million prompt + output tokens: GPU-hours, and energy where the study prices it ([energy])",
     ),
-    "usd_per_hour": Metric("$/h", "minimize", "GPUs bought, at the study's price tier"),
+    "usd_per_hour": Metric(
+        "$/h",
+        "minimize",
+        "GPUs bought, at the study's price tier, and the host DRAM, NVMe and network store the resting KV"
+        " fills where [storage] prices them",
+    ),
     "gpus": Metric("GPUs", "minimize", "GPUs bought, in whole nodes or racks", whole=True),
     "tokens_per_s_per_gpu": Metric("tokens/s/GPU", "maximize", "prompt + output tokens per GPU bought"),
     "tokens_per_s_per_user": Metric("tokens/s", "maximize", "decode speed one user sees (1 / mean TPOT)"),

@@ -292,7 +292,6 @@ def test_an_inventory_of_none_says_the_gpus_the_demand_needs(cli: Cli) -> None:
     assert f"needs {more} GPUs more" in cli_.err
 
 
-
 def test_an_inventory_short_on_two_hardware_says_the_fewest_gpus_more(cli: Cli) -> None:
     """One slack had served every hardware's inventory row, so the elastic solve minimised the
     largest overshoot: against no B200 or H200 it answered 16 of each, "32 GPUs more", where a
@@ -314,6 +313,7 @@ def test_an_inventory_short_on_two_hardware_says_the_fewest_gpus_more(cli: Cli) 
     fewest = min(int(v) for v in per_topology.values())
     last = auto.err.splitlines()[-1]
     assert last.startswith(f"dse: error: no feasible design: inventory: serving the demand needs {fewest} ")
+
 
 def test_a_solver_stopped_by_its_time_limit_says_so(cli: Cli) -> None:
     out = cli(*ONE, "--topology", "four-stage", "--returning-share", "0.5", "--prefix", "20000",
@@ -850,3 +850,18 @@ def test_confirm_holds_a_design_to_its_tpot_target_on_the_mean(catalog: Catalog)
     assert judged.sized_ttft_s is None  # not solved again
     said = f"mean {judged.tpot_mean_s * 1e3:.3g} ms against 45 ms (misses)"
     assert judged.describe().endswith(said), judged.describe()
+
+
+def test_a_unit_sent_no_request_is_idle_gpus_not_a_pool(cli: Cli) -> None:
+    """A GB200 rack is bought whole, so the MILP may leave an instance in it that no request is
+    sent to: a 4-GPU prefill instance of no traffic had been listed as a pool (with a MILP TTFT)
+    beside the one that carried all 40 requests/s. Its GPUs are idle GPUs."""
+    out = cli("place", "--hardware", "b200,gb200", "--rate", "40", "--isl", "4000", "--osl", "1000", "--ttft",
+              "1", "--tpot", "0.05", "--topology", "afd", "--no-shadow-prices", "--json")  # fmt: skip
+    assert out.code == 0, out.err
+    best = json.loads(out.out)["best"]
+    takes = [p for p in best["pools"] if p["unit"]["role"] in ("prefill", "midfill", "mixed")]
+    assert takes and all(p["requests_per_s"] > 0 for p in takes), takes
+    assert sum(p["requests_per_s"] for p in takes) == pytest.approx(40.0)
+    pools = sum(p["gpus"] for p in best["pools"]) + sum(i["gpus"] for i in best["idle"])
+    assert pools == best["gpus"] and sum(i["gpus"] for i in best["idle"]) == 8, best["idle"]

@@ -455,6 +455,10 @@ def test_points_that_place_alike_are_held_and_priced_at_their_own_traffic() -> N
     assert {k: v for k, v in spare.metrics.items() if k != timed} == {
         k: v for k, v in alone.metrics.items() if k != timed
     }
+    # its pools are sent the 40 it serves (the placements table had read the 50 they are sized for)
+    sent = sum(p["requests_per_s"] for p in spare.pools if p["role"] == "prefill")
+    assert sent == pytest.approx(40.0)
+    assert sum(p["requests_per_s"] for p in full.pools if p["role"] == "prefill") == pytest.approx(50.0)
 
 
 def test_a_topology_is_solved_again_only_while_a_check_is_left(monkeypatch: pytest.MonkeyPatch) -> None:

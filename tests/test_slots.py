@@ -205,8 +205,12 @@ def test_a_goodput_design_is_the_cheapest_of_its_reach_at_any_rate(catalog: Cata
             model="deepseek-v3",
             hardware=("b200", "h200-sxm"),
             workload=Workload(
-                requests_per_s=rate, input_tokens=4000.0, output_tokens=1000.0, returning_share=0.5,
-                cached_prefix_tokens=20000.0, suffix_tokens=500.0,
+                requests_per_s=rate,
+                input_tokens=4000.0,
+                output_tokens=1000.0,
+                returning_share=0.5,
+                cached_prefix_tokens=20000.0,
+                suffix_tokens=500.0,
                 think=(ThinkBin(0.6, 30.0), ThinkBin(0.3, 600.0), ThinkBin(0.1, 3600.0)),
             ),  # fmt: skip
             slo=Slo(ttft_s=1.0, tpot_s=0.05),

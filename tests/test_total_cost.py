@@ -4,6 +4,7 @@ MILP's objective, from `dse place` flags and a study's [storage] and [energy] ta
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -139,3 +140,22 @@ def test_a_study_reads_its_storage_table(tmp_path: Path, cli: Cli) -> None:
     )
     proc = cli("study", "show", str(bad))
     assert proc.code == 2 and "storage.years = -1" in proc.err
+
+
+def test_a_study_says_what_of_its_cost_is_the_resting_kv_s_storage(tmp_path: Path, cli: Cli) -> None:
+    """A study that prices [storage] counts the resting KV's host DRAM, NVMe and network store in
+    its usd_per_hour, which the best design's line had given as the price tier's alone beside pools
+    that sum to less (24 B200 at $46.80 an hour, and $48.45: $1.65 of NVMe)."""
+    shipped = Path(__file__).parent.parent / "studies" / "deepseek-v3-blackwell.toml"
+    spec = tmp_path / "priced-storage.toml"
+    spec.write_text(shipped.read_text().replace('name = "deepseek-v3-blackwell"', 'name = "priced-storage"')
+                    + "\n[storage]\nnvme_usd_per_tb = 20000.0\ndram_usd_per_tb = 30000.0\n"
+                    "network_usd_per_tb = 50000.0\nyears = 1\n")  # fmt: skip
+    run = cli("study", "run", str(spec), "--trials", "6", "--out", tmp_path / "runs", "--no-export")
+    assert run.code == 0, run.err
+    line = next(x for x in run.out.splitlines() if x.startswith("best design, trial "))
+    said = re.search(r"\$([\d,.]+)/hour \(own_hyperscaler; \$([\d.]+) of it the resting KV's storage\)", line)
+    assert said is not None, line
+    total, storage = (float(x.replace(",", "")) for x in said.groups())
+    pools = re.findall(r"^(?:prefill|decode|mixed|idle)\s.*\s([\d.]+)$", run.out, flags=re.M)
+    assert storage > 0 and total - storage == pytest.approx(sum(float(p) for p in pools), abs=0.02), run.out

@@ -21,9 +21,11 @@ from dse.errors import DseError, InputError, NoFeasibleDesign, UnknownIdError
 from dse.study.timeouts import STALE_AFTER_S
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from dse.study.api import StudyResults
     from dse.study.report_figures import Drawer
-    from dse.study.spec import StudySpec
+    from dse.study.spec import StudySpec, StudyStorage
 
 ALIASES = ("export", "report", "worker", "deploy")
 """Commands of `dse study` that also stand at the top level (`dse export` is `dse study export`)."""
@@ -386,16 +388,35 @@ def _whole(n: int | None) -> float | None:
     return None if n is None else float(n)
 
 
-def _price(r: dict[str, Any], tier: str) -> str:
+def _price(r: dict[str, Any], tier: str, storage: float = 0.0) -> str:
     """What the design costs, or that the catalog has no price for its hardware at ``tier``; where
-    the study prices energy, its $/hour beside the hardware's (the $ per million tokens holds both)."""
+    the study prices energy, its $/hour beside the hardware's (the $ per million tokens holds both);
+    where it prices the resting KV's storage (``storage``, $/hour), that part of the cost said."""
     if r["usd_per_hour"] is None or r["usd_per_million_tokens"] is None:
         return f"no {tier} price in the catalog"
     energy = r.get("energy_usd_per_hour") or 0.0
-    per_hour = f"${r['usd_per_hour']:,.2f}/hour ({tier})"
+    # the cost had read as the GPUs' alone beside pools that sum to less (24 B200 at $46.80 and
+    # $48.45/hour: $1.65 of NVMe for the resting KV)
+    held = f"; ${storage:,.2f} of it the resting KV's storage" if storage > 0.005 else ""
+    per_hour = f"${r['usd_per_hour']:,.2f}/hour ({tier}{held})"
     if energy > 0:
         per_hour += f" + ${energy:,.2f}/hour of energy"
     return f"{per_hour}, ${r['usd_per_million_tokens']:.4f} per million tokens"
+
+
+def _storage_usd_hour(tiers: pl.DataFrame, storage: StudyStorage) -> float:
+    """$/hour of the host DRAM, NVMe and network store the resting KV of ``tiers`` (the design's
+    rows of the kv_tiers table) fills, at the study's ``[storage]`` capex."""
+    import polars as pl
+
+    from dse.placement.request import Storage
+
+    if tiers.is_empty():
+        return 0.0
+    s = storage
+    price = Storage(s.dram_usd_per_tb, s.nvme_usd_per_tb, s.network_usd_per_tb, s.years)
+    held = tiers.filter(pl.col("tier").is_in(["dram", "nvme", "network"]))
+    return float(sum(gb * price.usd_per_gb_hour(t) for t, gb in held.select("tier", "stored_gb").iter_rows()))
 
 
 DECODE_SIDES = (("decode", "mixed", "attention"), ("ffn",))
@@ -462,7 +483,7 @@ def best_block(res: StudyResults) -> str | None:
     head = ["pool", "hardware", "shape", "inst", "GPUs", "req/s", "batch cap", "batch run", "out tok/s cap"]
     lines = [
         f"best design, trial {number}: {r['p_topology']}, {int(r['gpus'])} GPUs, "
-        + _price(r, res.spec.price_tier),
+        + _price(r, res.spec.price_tier, _storage_usd_hour(of_best(res.kv_tiers), res.spec.storage)),
         format_table([*head, "HBM GB/GPU", "$/hour"], pools),
     ]
     tiers = of_best(res.kv_tiers)

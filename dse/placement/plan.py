@@ -467,8 +467,8 @@ def without_noise(returning: np.ndarray) -> np.ndarray:
 
 
 def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ...], tuple[TierPlan, ...]]:
-    """Pools with at least one instance, and the tier plan per KV class (the solver's round-off
-    left out: :func:`without_noise`)."""
+    """Pools with at least one instance (a unit that takes requests, sent some), and the tier
+    plan per KV class (the solver's round-off left out: :func:`without_noise`)."""
     d = c.data
     pools = []
     ret = without_noise(sol.returning)
@@ -480,7 +480,11 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
     t_hbm = TIERS.index("hbm")
     resting_hbm = ret[:, :, t_hbm] @ (d.class_dwell_s * d.class_gb) if d.n_classes else np.zeros(d.n_units)
     busy = fresh_busy + mid_busy
-    for u in np.flatnonzero(sol.instances > 0.5):
+    # a unit that takes requests and is sent none runs no pool: its GPUs are idle (a rack bought
+    # whole had shown a 4-GPU prefill instance of no traffic beside the one that carried it all)
+    takes = np.isin(d.unit_role, [int(Role.PREFILL), int(Role.MIDFILL), int(Role.MIXED)])
+    unsent = takes & (served <= RETURNING_NOISE * max(float(served.sum()), 1e-12))
+    for u in np.flatnonzero((sol.instances > 0.5) & ~unsent):
         k = int(round(sol.instances[u]))
         g = int(k * d.unit_gpus[u])
         pools.append(

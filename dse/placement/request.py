@@ -228,7 +228,6 @@ class PlacementRequest:
             )
 
 
-
 # the fields a request built in Python must hold as typed objects, not their names or dicts (a
 # string topology had failed in the solver with ``AttributeError: 'str' object has no attribute
 # 'concrete'``, a dict workload with ``TypeError: unhashable type``)
