@@ -7,6 +7,8 @@ Three kinds, as the style guide asks:
   the rule it broke.
 * :class:`NoFeasibleDesign` - an expected outcome: no design satisfies the constraints. One line
   naming the binding constraint with its numbers; exit code 3.
+* :class:`NoBestDesign` - feasible designs, none of them with a value for the objective the best
+  is picked by (an objective function that gave None for each): one line saying so; exit code 3.
 * :class:`StorageFault` - the disk or database a run writes to refused (full, read-only,
   locked): one line naming the cause and the path; exit code 1. What was stored is kept.
 * :class:`Interrupted` - Ctrl-C (or SIGTERM) with what it left: one line, exit code 130 (143).
@@ -114,6 +116,18 @@ class NoFeasibleDesign(DseError):
         self.binding = binding
         self.detail = detail
         super().__init__(_printable(_LINE_BREAKS.sub(" ", f"no feasible design: {binding}: {detail}")))
+
+
+class NoBestDesign(DseError):
+    """Feasible designs, but none to pick as the best: none has a value for the objective that
+    ranks them (it had been said as no feasible design, beside a count of feasible trials)."""
+
+    exit_code = 3
+
+    def __init__(self, subject: str, detail: str) -> None:
+        self.subject = subject
+        self.detail = detail
+        super().__init__(_printable(_LINE_BREAKS.sub(" ", f"no best design: {subject}: {detail}")))
 
 
 class StorageFault(DseError):

@@ -41,6 +41,21 @@ def grid_run(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyp
     [
         (("input_tokens = [2000, 8000]", "input_tokens = [2000, 2000]"), "sweep.input_tokens"),
         (("input_tokens = [2000, 8000]", "input_tokens = [2000, -1]"), "sweep.input_tokens"),
+        # below a token, as [workload] refuses it: it had passed `show` and failed the run
+        (
+            ("input_tokens = [2000, 8000]", "input_tokens = [0.5, 2000]"),
+            "sweep.input_tokens = [0.5, 2000]: must list numbers of tokens >= 1",
+        ),
+        (
+            ("input_tokens = [2000, 8000]", "output_tokens = [0.5, 800]"),
+            "sweep.output_tokens = [0.5, 800]: must list numbers of tokens >= 1",
+        ),
+        # a margin on the traffic: 1e9 had sized a fleet no simulator holds (a MemoryError)
+        (
+            ("input_tokens = [2000, 8000]", "headroom = [0.25, 10.5]"),
+            "sweep.headroom = [0.25, 10.5]: must list numbers from 0 to 10",
+        ),
+        (("input_tokens = [2000, 8000]", "headroom = [-0.1]"), "sweep.headroom = [-0.1]: must list numbers"),
         (("[sweep]\n", '[sweep]\noutput_tail = ["fat"]\n'), "sweep.output_tail = 'fat': must be among"),
         (("[sweep]\n", "[sweep]\nplanner_period_s = [30.0]\n"), "sweep.planner_period_s: needs the planner"),
         (("[sweep]\n", '[sweep]\nkv_policy = ["anywhere"]\n'), "sweep.kv_policy = 'anywhere'"),
@@ -91,6 +106,31 @@ def test_bad_grid_files_name_the_field(tmp_path: Path, edit: tuple[str, str], me
     with pytest.raises(InputError) as err:
         load_study(bad)
     assert str(bad) in str(err.value) and message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "axis,said",
+    [
+        ("input_tokens = [0.5, 2000]", "sweep.input_tokens = [0.5, 2000]: must list numbers of tokens >= 1"),
+        (
+            "headroom = [1e9]",
+            "sweep.headroom = [1000000000.0]: must list numbers from 0 to 10 (a margin on the traffic: "
+            "10 is 11 times it)",
+        ),
+    ],
+)
+def test_a_bad_axis_exits_2_before_a_run_writes_anything(
+    tmp_path: Path, cli: Cli, axis: str, said: str
+) -> None:
+    """Each had passed `study show`, and the run wrote study.db and spec.json before it failed:
+    prompts of half a token (a line naming neither the file nor the axis), a headroom of 1e9 (22
+    GB allocated, then a MemoryError)."""
+    bad = tmp_path / "tiny-grid.toml"
+    bad.write_text(GRID.read_text().replace("input_tokens = [2000, 8000]", axis))
+    assert cli("study", "show", bad).code == 2
+    out = cli("study", "run", bad, "--out", tmp_path / "runs")
+    assert out.code == 2 and out.err == f"dse: error: {bad}: {said}\n", out.err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_sampler_key_in_a_grid_exits_2_before_a_run(tmp_path: Path, cli: Cli) -> None:

@@ -175,6 +175,42 @@ def test_a_study_summary_without_a_feasible_design_names_the_commonest_reason() 
     assert summary(SimpleNamespace(trials=none)) == unsaid  # type: ignore[arg-type]
 
 
+def test_a_study_without_a_feasible_design_counts_the_reason_it_prints() -> None:
+    """The exit-3 line printed one trial's reason with the count of its whole family: "(7 of 10
+    trials)" for a unit and a time only 3 trials gave, the 7 being every "no decode unit". It
+    prints the family's commonest reason with its own count, and the family's beside it."""
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from dse.cli.study_cmd import summary
+
+    unmet = "TPOT 2 ms cannot be met: at batch 1 a token takes"
+    slow = f"no decode unit: gb200-nvl72 16gpu-dpa-ep16: {unmet} 10.6 ms"
+    other = f"no decode unit: b200 8gpu-dpa-ep8: {unmet} 8.3 ms"
+    said = [
+        other,
+        slow,
+        "ttft: 3 s > 2 s",
+        slow,
+        other,
+        "ttft: 4 s > 2 s",
+        slow,
+        other,
+        "ttft: 5 s > 2 s",
+        slow,
+    ]
+    t = pl.DataFrame({"feasible": [False] * 10, "binding": said})
+    head = slow.removeprefix("no decode unit: ")
+    want = f"no feasible design: no decode unit: {head} (4 of 10 trials; 7 of 10 gave no decode unit)"
+    assert summary(SimpleNamespace(trials=t)) == want  # type: ignore[arg-type]
+    alike = pl.DataFrame({"feasible": [False] * 2, "binding": [slow, slow]})
+    assert (
+        summary(SimpleNamespace(trials=alike))
+        == f"no feasible design: no decode unit: {head} (2 of 2 trials)"
+    )  # type: ignore[arg-type]
+
+
 def test_the_help_says_what_a_worker_and_goodput_need(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker's --storage has no default (it is required, and a SQLite URL serves workers on one
     machine); goodput takes a --budget, a --power-kw or an --inventory of every --hardware."""

@@ -177,6 +177,7 @@ def test_a_split_decode_trials_batch_cap_is_its_attention_instances(tmp_path: Pa
     for old, new in [
         ('name = "kimi-k3-blackwell"', 'name = "afd-batch"'),
         ('topologies = ["aggregated", "disaggregated", "afd"]', 'topologies = ["afd"]'),
+        ("[search.aggregated]\nprefill_share = [0.05, 0.5]\n", ""),  # no aggregated designs
         ('sampler = "nsga2"\npopulation = 60\n', ""),
         ("horizon_s = 1200.0\nwarmup_s = 300.0", "horizon_s = 600.0\nwarmup_s = 120.0"),
     ]:

@@ -139,6 +139,28 @@ def test_shipped_studies_load() -> None:
             ("[search]\n", '[search]\nsampler = "random"\npopulation = 60\n'),
             'search.population = 60: needs sampler = "nsga2": random sampling has no population',
         ),
+        # a repeated FFN batch had been searched as one twice as likely, where a chunk is refused
+        (
+            ("dt_s = 2.0", "dt_s = 2.0\n\n[search.afd]\nffn_tokens_per_gpu = [8, 8]"),
+            "search.afd.ffn_tokens_per_gpu = [8, 8]: must not repeat a value (8 twice)",
+        ),
+        # a topology's own settings without it had been kept, and read by no trial
+        (
+            (
+                'topologies = ["aggregated", "disaggregated"]\nkv_policies = ["tiered", "recompute"]\n',
+                'topologies = ["disaggregated"]\nkv_policies = ["tiered", "recompute"]\n\n'
+                "[search.aggregated]\nprefill_share = [0.1, 0.5]\n",
+            ),
+            "search.aggregated.prefill_share = [0.1, 0.5]: needs 'aggregated' in search.topologies",
+        ),
+        (
+            ("dt_s = 2.0", "dt_s = 2.0\n\n[search.afd]\nffn_tokens_per_gpu = [8, 16]"),
+            "search.afd.ffn_tokens_per_gpu = [8, 16]: needs 'afd' or 'four-stage' in search.topologies",
+        ),
+        (
+            ("dt_s = 2.0", 'dt_s = 2.0\n\n[search.midfill]\nshapes = ["8gpu-dpa-ep8"]'),
+            "search.midfill.shapes = ['8gpu-dpa-ep8']: needs 'four-stage' in search.topologies",
+        ),
     ],
 )
 def test_bad_study_files_name_file_key_and_rule(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
@@ -166,6 +188,23 @@ def test_a_study_file_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
     marked = tmp_path / "tiny-study.toml"
     marked.write_bytes(b"\xef\xbb\xbf" + TINY.read_bytes())
     assert load_study(marked) == load_study(TINY)
+
+
+def test_a_topologys_setting_without_it_exits_2_before_a_run(tmp_path: Path, cli: Cli) -> None:
+    """FFN batches in a study with no attention-FFN topology: refused by `run` in one line, nothing
+    written (they had been kept and read by no trial); `show` prints the file with a warning."""
+    bad = tmp_path / "tiny-study.toml"
+    bad.write_text(TINY.read_text() + "\n[search.afd]\nffn_tokens_per_gpu = [8, 16]\n")
+    said = f"{bad}: search.afd.ffn_tokens_per_gpu = [8, 16]: needs 'afd' or 'four-stage' in search.topologies"
+    out = cli("study", "run", bad, "--out", tmp_path / "runs")
+    assert out.code == 2 and out.err.count("\n") == 1 and said in out.err, out.err
+    assert not (tmp_path / "runs").exists()
+    shown = cli("study", "show", bad)
+    assert shown.code == 0 and shown.err.startswith(f"dse: warning: {said}"), shown.err
+    ok = tmp_path / "ok" / "tiny-study.toml"
+    ok.parent.mkdir()
+    ok.write_text(bad.read_text().replace('"disaggregated"]', '"disaggregated", "afd"]'))
+    assert load_study(ok).search.afd.ffn_tokens_per_gpu == (8.0, 16.0)
 
 
 def test_bad_study_exits_2_from_the_cli(tmp_path: Path, cli: Cli) -> None:
@@ -1074,7 +1113,8 @@ def test_a_study_stored_before_a_no_effect_rule_is_still_read(tmp_path: Path, cl
 def test_a_midfill_shape_no_hardware_runs_is_refused_before_trials(tmp_path: Path, cli: Cli) -> None:
     """`[search.midfill] shapes` (a four-stage study's midfill pool) is checked as the prefill and
     decode shapes are, naming its own field."""
-    text = TINY.read_text() + '\n[search.midfill]\nshapes = ["8gpu-tp8-ep9"]\n'
+    text = TINY.read_text().replace('"disaggregated"]', '"disaggregated", "four-stage"]')
+    text += '\n[search.midfill]\nshapes = ["8gpu-tp8-ep9"]\n'
     bad = tmp_path / "tiny-study.toml"
     bad.write_text(text)
     out = cli("study", "run", bad, "--out", tmp_path / "runs")

@@ -13,6 +13,7 @@ import numpy as np
 import optuna
 import polars as pl
 import pytest
+from conftest import Cli
 
 from dse.errors import InputError
 from dse.study import Study
@@ -99,6 +100,30 @@ def test_a_run_keeps_trials_whose_objective_gives_no_value_off_the_front(tmp_pat
     assert Path(said[0].filename) == Path(__file__)  # the user's line, not one of dse's
     assert res.trials["feasible"].any() and res.trials["objective_o"].null_count() == res.trials.height
     assert res.pareto.is_empty() and res.best_trial() is None
+
+
+def test_a_run_whose_objective_never_has_a_value_says_so_not_that_no_design_is_feasible(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """An objective function that gives None for every trial: the report had said "No Pareto
+    front: there are no feasible designs." and "No best design to detail." beside its count of
+    feasible trials, and `dse study deploy` that the study had no feasible trial (exit 3). They
+    say which objective no feasible trial has a value for; deploy still exits 3, naming --trial."""
+    res = Study.load(TINY).with_objective("o", lambda m: None).run(trials=4, out=tmp_path)
+    feasible = res.trials.filter(pl.col("feasible"))["trial"].to_list()
+    assert len(feasible) > 1 and res.best_trial() is None  # the case is met
+    said = f"none of the {len(feasible)} feasible trials has a value for o"
+    assert cli("study", "report", TINY, "--out", tmp_path).code == 0
+    text = (tmp_path / "tiny-study" / "report" / "report.md").read_text()
+    assert f"No Pareto front: {said}." in text and f"No best design to detail: {said}." in text
+    assert f"But {said}: they are ordered by the rest alone." in text  # the best designs' table
+    assert "no feasible design" not in text.lower()
+    deploy = cli("study", "deploy", TINY, "--out", tmp_path, "--engine", "sglang")
+    assert deploy.code == 3 and deploy.err == (
+        f"dse: error: no best design: study tiny-study: {said}, by which the best is picked; name one "
+        f"with --trial (as --trial {feasible[0]})\n"
+    ), deploy.err
+    assert not (tmp_path / "tiny-study" / "deploy").exists()
 
 
 def test_an_objective_that_cannot_take_the_metrics_is_refused_before_a_run(tmp_path: Path) -> None:

@@ -314,7 +314,9 @@ def _run_drawing(args: argparse.Namespace, catalog: Catalog, drawer: Drawer) -> 
 
 
 def _no_feasible(res: StudyResults) -> NoFeasibleDesign:
-    """The most frequent reason the trials failed, with the numbers of its first trial."""
+    """The most frequent reason the trials failed, as the commonest reason of it one trial gave
+    whole, each with its count: that count had been the family's (every "no decode unit"), beside
+    one trial's figures that fewer trials gave."""
     t = res.trials
     if t.is_empty():
         return NoFeasibleDesign("budget", "no trial completed")
@@ -324,8 +326,11 @@ def _no_feasible(res: StudyResults) -> NoFeasibleDesign:
         return NoFeasibleDesign("unknown", f"no trial recorded why ({t.height} of {t.height} trials)")
     family = said.str.split(": ").list.first()
     common = family.mode().sort()[0]
-    detail = str(said.filter(family == common)[0])
-    share = f"{int((family == common).sum())} of {t.height} trials"
+    of_it = said.filter(family == common).to_list()
+    detail = max(of_it, key=of_it.count)  # (the first among equals)
+    share = f"{of_it.count(detail)} of {t.height} trials"
+    if len(of_it) > of_it.count(detail):
+        share += f"; {len(of_it)} of {t.height} gave {common}"
     return NoFeasibleDesign(common, f"{detail.partition(': ')[2] or detail} ({share})")
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dse.catalog import Catalog
-from dse.errors import InputError, NoFeasibleDesign
+from dse.errors import DseError, InputError, NoBestDesign, NoFeasibleDesign
 from dse.perf.params import PerfParams
 from dse.study.api import StudyResults
 from dse.study.best import running_cap
@@ -135,7 +135,7 @@ def design_of_run(res: StudyResults, trial: int | None, params: PerfParams) -> D
 
     number = res.best_trial() if trial is None else trial
     if number is None:
-        raise NoFeasibleDesign("study", f"{res.spec.name} has no feasible trial to deploy")
+        raise _no_best(res)
     found = next((t for t in res.study.get_trials(deepcopy=False) if t.number == number), None)
     record = None if found is None else found.user_attrs.get("record")
     if found is None or not record or not record.get("pools"):
@@ -154,6 +154,23 @@ def design_of_run(res: StudyResults, trial: int | None, params: PerfParams) -> D
         field_name = "--trial" if trial is not None else "best trial"
         raise InputError(SRC, field_name, _what_if_rule(res.spec, *variant) + hint, number)
     return design_of(res.spec, number, record, catalog, params)
+
+
+def _no_best(res: StudyResults) -> DseError:
+    """Why a run has no best trial to deploy: none is feasible, or none of the feasible ones has a
+    value for the first objective (an objective function that gave None each time: that had been
+    said as no feasible trial)."""
+    from dse.study.report import feasible_trials, unvalued
+
+    feasible = feasible_trials(res.trials)
+    why = unvalued(feasible, res.ranking[:1]) if res.ranking and not feasible.is_empty() else None
+    if why is None:
+        return NoFeasibleDesign("study", f"{res.spec.name} has no feasible trial to deploy")
+    first = int(feasible["trial"][0])
+    return NoBestDesign(
+        f"study {res.spec.name}",
+        f"{why}, by which the best is picked; name one with --trial (as --trial {first})",
+    )
 
 
 def _what_if(spec: StudySpec, record: dict[str, Any], catalog: Catalog) -> tuple[str, str] | None:

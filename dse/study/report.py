@@ -170,7 +170,7 @@ def _write(
         sections = [
             _overview(spec, objectives, trials, feasible, unfinished),
             _best_designs(spec, objectives, feasible, pools),
-            _pareto_section(spec, objectives, pareto, pools),
+            _pareto_section(spec, objectives, pareto, pools, feasible),
             _binding_section(trials),
             _detail_section(best, spec, objectives, trials),
             _hbm_section(feasible, pareto),
@@ -363,6 +363,8 @@ def _best_designs(
         f"The {top.height} best of {designs.height} distinct design{_s(designs.height)} ({feasible.height}"
         f" feasible trial{_s(feasible.height)}) by {name} ({direction}){_equals_by(objectives)}. {_ALIKE}"
     )
+    if (why := unvalued(feasible, objectives[:1])) is not None:  # (it had claimed a ranking by it)
+        intro += f" But {why}: they are ordered by the rest alone."
     intro += _warm_start_verdict(feasible, objectives)
     return f"{head}\n\n{intro}\n\n{_design_table(top, _trial_columns(spec), pools)}"
 
@@ -405,10 +407,35 @@ def _warm_start_verdict(feasible: pl.DataFrame, objectives: list[tuple[str, str]
     )
 
 
+def unvalued(feasible: pl.DataFrame, objectives: list[tuple[str, str]]) -> str | None:
+    """The objectives none of the feasible trials has a value for (a function's None, nan or
+    infinity), in words; None when each has one somewhere."""
+
+    def valued(name: str) -> bool:
+        col = f"objective_{name}"
+        return col in feasible.columns and bool(feasible[col].cast(pl.Float64).is_finite().any())
+
+    missing = " or ".join(n for n, _ in objectives if not valued(n))
+    if not missing:
+        return None
+    if feasible.height == 1:
+        return f"the feasible trial has no value for {missing}"
+    return f"none of the {feasible.height} feasible trials has a value for {missing}"
+
+
 def _pareto_section(
-    spec: StudySpec, objectives: list[tuple[str, str]], pareto: pl.DataFrame, pools: dict[int, list[Side]]
+    spec: StudySpec,
+    objectives: list[tuple[str, str]],
+    pareto: pl.DataFrame,
+    pools: dict[int, list[Side]],
+    feasible: pl.DataFrame,
 ) -> str:
     head = "## Pareto front"
+    if pareto.is_empty() and not feasible.is_empty() and objectives:
+        # (it had said there were no feasible designs, beside a count of them)
+        each = ", ".join(n for n, _ in objectives)
+        why = unvalued(feasible, objectives) or f"no feasible trial has a value for every objective ({each})"
+        return f"{head}\n\nNo Pareto front: {why}."
     if pareto.is_empty():
         return f"{head}\n\nNo Pareto front: there are no feasible designs."
     gpus = _trial_columns(spec)[0]
@@ -641,6 +668,11 @@ def _detail_section(
     best: BestDesign | None, spec: StudySpec, objectives: list[tuple[str, str]], trials: pl.DataFrame
 ) -> str:
     head = "## Best design detail"
+    feasible = feasible_trials(trials)
+    if best is None and objectives and not feasible.is_empty():
+        # the best is best on the first objective (it had said nothing of why, as with no feasible trial)
+        if (why := unvalued(feasible, objectives[:1])) is not None:
+            return f"{head}\n\nNo best design to detail: {why}."
     if best is None:
         return f"{head}\n\nNo best design to detail."
     parts = [head, best_sentence(best, spec, objectives, trials)]

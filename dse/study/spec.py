@@ -146,6 +146,12 @@ def _repeated(value: tuple[Any, ...]) -> str | None:
     return f"must not repeat a value ({f'{twice:g}' if isinstance(twice, float) else repr(twice)} twice)"
 
 
+def _positive_choices(value: tuple[float, ...]) -> str | None:
+    """Positive values to choose among, each once (``ffn_tokens_per_gpu = [8, 8]`` had passed,
+    where ``chunk_tokens`` refused a repeat)."""
+    return _positive_list(value) or _repeated(value)
+
+
 def _choices(value: tuple[Any, ...]) -> str | None:
     return non_empty(value) or _repeated(value)
 
@@ -166,6 +172,26 @@ def _gpu_cap(value: float) -> str | None:
 
 def _non_negatives(value: tuple[float, ...]) -> str | None:
     return "must list numbers >= 0" if any(v < 0 for v in value) else None
+
+
+def _token_lengths(value: tuple[float, ...]) -> str | None:
+    """Mean prompt or output lengths: at least 1 token each, as ``[workload]`` has them (0.5 had
+    passed ``study show`` and failed the run, naming neither the file nor the axis)."""
+    return "must list numbers of tokens >= 1" if any(v < 1 for v in value) else None
+
+
+MAX_HEADROOM = 10.0
+"""The most ``headroom`` a grid may size pools with: a fractional margin on the point's traffic
+(0.25: pools for 25% more), so 10 is pools for 11 times the traffic, far past any burst a study
+simulates; the fleet grows with it, and ``1e9`` had sized one the simulators cannot hold (22 GB
+allocated, then a MemoryError, with the run's study.db left behind)."""
+
+
+def _headrooms(value: tuple[float, ...]) -> str | None:
+    if any(not 0 <= v <= MAX_HEADROOM for v in value):
+        times = f"{MAX_HEADROOM:g} is {1 + MAX_HEADROOM:g} times it"
+        return f"must list numbers from 0 to {MAX_HEADROOM:g} (a margin on the traffic: {times})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -207,7 +233,9 @@ class AggregatedSearch:
 
 @dataclass(frozen=True)
 class AfdSearch:
-    ffn_tokens_per_gpu: tuple[float, ...] = field(default=(16.0, 64.0, 256.0), metadata=rule(_positive_list))
+    ffn_tokens_per_gpu: tuple[float, ...] = field(
+        default=(16.0, 64.0, 256.0), metadata=rule(_positive_choices)
+    )
 
 
 @dataclass(frozen=True)
@@ -352,12 +380,12 @@ class Sweep:
     model: tuple[str, ...] = ()
     hardware: tuple[str, ...] = ()
     requests_per_s: tuple[float, ...] = field(default=(), metadata=rule(_rates))
-    input_tokens: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
-    output_tokens: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
+    input_tokens: tuple[float, ...] = field(default=(), metadata=rule(_token_lengths))
+    output_tokens: tuple[float, ...] = field(default=(), metadata=rule(_token_lengths))
     cached_prefix_tokens: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
     ttft_s: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
     tpot_s: tuple[float, ...] = field(default=(), metadata=rule(_tpot_targets))
-    headroom: tuple[float, ...] = field(default=(), metadata=rule(_non_negatives))
+    headroom: tuple[float, ...] = field(default=(), metadata=rule(_headrooms))
     burst_factor: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
     output_tail: tuple[str, ...] = ()
     planner: tuple[str, ...] = ()
@@ -524,9 +552,10 @@ def idle_settings(spec: StudySpec, data: dict[str, Any], source: str) -> list[In
     """The settings of a study file that no trial would use, each as the refusal that names it:
     returning turns' keys without returning turns, a burst's keys without a burst, MTP's without
     MTP, several KV policies or prefill chunks in a grid, the sampler's keys in a grid, a
-    population without NSGA-II. (A ``[[variants]]`` entry no trial runs on needs the catalog:
-    :func:`dse.study.variants.unused_variant`.) They guard new trials, not the reading of stored
-    ones: a run made before a rule was added is still read, the setting named in a warning."""
+    population without NSGA-II, a topology's own keys without that topology. (A ``[[variants]]``
+    entry no trial runs on needs the catalog: :func:`dse.study.variants.unused_variant`.) They
+    guard new trials, not the reading of stored ones: a run made before a rule was added is still
+    read, the setting named in a warning."""
     found = [
         spec._idle_returning_turns(),
         spec._grid_kv_policies(),
@@ -535,6 +564,7 @@ def idle_settings(spec: StudySpec, data: dict[str, Any], source: str) -> list[In
         _grid_chunks(spec, data),
         _grid_search_keys(spec, data),
         _idle_population(spec, data),
+        _idle_topology_keys(spec, data),
     ]
     return [InputError(source, key, rule_, value) for key, rule_, value in filter(None, found)]
 
@@ -594,6 +624,29 @@ def _idle_population(spec: StudySpec, data: dict[str, Any]) -> tuple[str, str, A
         return None
     rule_ = f'needs sampler = "nsga2": {spec.search.sampler} sampling has no population, so it is ignored'
     return ("search.population", rule_, written["population"])
+
+
+TOPOLOGY_KEYS = (  # [search] table, its key, the topologies that read it
+    ("aggregated", "prefill_share", (Topology.AGGREGATED,)),
+    ("afd", "ffn_tokens_per_gpu", (Topology.AFD, Topology.FOUR_STAGE)),
+    ("midfill", "shapes", (Topology.FOUR_STAGE,)),
+)
+
+
+def _idle_topology_keys(spec: StudySpec, data: dict[str, Any]) -> tuple[str, str, Any] | None:
+    """A topology's own settings in a study that searches none of the topologies reading them are
+    refused, not ignored: a ``prefill_share`` with only disaggregated designs, FFN batches without
+    attention-FFN ones, midfill shapes without four-stage ones had been kept and never read."""
+    search = _written_search(data)
+    for table, key, readers in TOPOLOGY_KEYS:
+        written = search.get(table)
+        if not isinstance(written, dict) or key not in written:
+            continue
+        if not any(t.value in spec.search.topologies for t in readers):
+            names = " or ".join(repr(t.value) for t in readers)
+            rule_ = f"needs {names} in search.topologies: no other topology reads it, so it is ignored"
+            return (f"search.{table}.{key}", rule_, written[key])
+    return None
 
 
 def study_files(extra: Path | None = None) -> dict[str, Path]:
