@@ -313,6 +313,25 @@ def test_an_aggregated_row_may_write_its_one_shape_two_ways(catalog: Catalog) ->
     )
 
 
+def test_an_aggregated_rows_prefill_cell_no_parser_takes_states_its_own_rule(catalog: Catalog) -> None:
+    """A prefill cell of an aggregated row that is no value of its kind is refused by its kind's
+    rule, as in a disaggregated row: `banana` had been told to equal decode_dp_attention (True),
+    and `x` to equal decode_tp (8)."""
+    from dse.perf.benchmark_rows import predict_rows
+
+    base = dict(AFD, disagg="False", num_ffn_gpu="", ffn_num_workers="", ffn_ep="",
+                prefill_dp_attention="True", decode_dp_attention="True", num_decode_gpu="8",
+                num_prefill_gpu="8")  # fmt: skip
+    rows = [{**base, "prefill_dp_attention": "banana"}, {**base, "prefill_tp": "x"},
+            {**base, "disagg": "True", "prefill_dp_attention": "banana"}]  # fmt: skip
+    out = predict_rows(rows, catalog, load_params(), source="runs.csv")
+    assert [r["pred_error"] for r in out] == [
+        "runs.csv row 1: prefill_dp_attention = 'banana': must be True or False",
+        "runs.csv row 2: prefill_tp = 'x': must be a number",
+        "runs.csv row 3: prefill_dp_attention = 'banana': must be True or False",
+    ]
+
+
 def test_a_batch_rows_conc_states_the_rule_it_breaks(tmp_path: Path, cli: Cli) -> None:
     """Zero, negative, NaN and infinite clients break one rule, said alike (-4 had been told
     "must be a finite number >= 0", which 0 meets, and 0 then "must be > 0")."""
