@@ -662,6 +662,29 @@ def test_a_prediction_on_hardware_a_calibration_without_cross_validation_never_s
     assert "unknown" not in seen.out + seen.err
 
 
+def test_a_calibration_of_few_runs_says_so_on_hardware_it_did_not_see(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A calibration fitted on 2 runs of one GPU type stores no leave-one-hardware-out error: on
+    other hardware the prediction's one trust line had said only that the fit did not see it,
+    dropping the "fitted 2 runs, fewer than the 25" it says on the hardware it saw."""
+    doc = json.loads(CALIBRATION_FILE.read_text())
+    doc["provenance"] = {k: v for k, v in doc["provenance"].items() if not k.startswith("loho_")}
+    doc["provenance"]["latency"]["loho_median_ape"] = None
+    doc["provenance"]["rows_fitted"] = 2
+    path = tmp_path / "two-runs.json"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("DSE_CALIBRATION", str(path))
+    few = "the calibration fitted 2 runs, fewer than the 25 or so values it sets: a poorly determined fit"
+    for hardware in ("b300", "b200"):  # unseen, seen
+        res = cli("predict", "--hardware", hardware, "--conc", "64")
+        assert res.code == 0, res.err
+        last = res.out.strip().splitlines()[-1]
+        assert last.startswith("expected error against measured runs") and few in last, (hardware, last)
+    js = cli("predict", "--hardware", "b300", "--conc", "64", "--json")
+    assert "dse: warning: expected error against measured runs: unknown" in js.err and few in js.err
+
+
 def _reference_rows(n: int) -> list[dict[str, str]]:
     with open(MEASURED_RUNS, newline="") as fh:
         return list(csv.DictReader(fh))[:n]
