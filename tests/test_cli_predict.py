@@ -313,6 +313,25 @@ def test_an_aggregated_row_may_write_its_one_shape_two_ways(catalog: Catalog) ->
     )
 
 
+def test_an_aggregated_rows_prefill_cell_no_parser_takes_states_its_own_rule(catalog: Catalog) -> None:
+    """A prefill cell of an aggregated row that is no value of its kind is refused by its kind's
+    rule, as in a disaggregated row: `banana` had been told to equal decode_dp_attention (True),
+    and `x` to equal decode_tp (8)."""
+    from dse.perf.benchmark_rows import predict_rows
+
+    base = dict(AFD, disagg="False", num_ffn_gpu="", ffn_num_workers="", ffn_ep="",
+                prefill_dp_attention="True", decode_dp_attention="True", num_decode_gpu="8",
+                num_prefill_gpu="8")  # fmt: skip
+    rows = [{**base, "prefill_dp_attention": "banana"}, {**base, "prefill_tp": "x"},
+            {**base, "disagg": "True", "prefill_dp_attention": "banana"}]  # fmt: skip
+    out = predict_rows(rows, catalog, load_params(), source="runs.csv")
+    assert [r["pred_error"] for r in out] == [
+        "runs.csv row 1: prefill_dp_attention = 'banana': must be True or False",
+        "runs.csv row 2: prefill_tp = 'x': must be a number",
+        "runs.csv row 3: prefill_dp_attention = 'banana': must be True or False",
+    ]
+
+
 def test_a_batch_rows_conc_states_the_rule_it_breaks(tmp_path: Path, cli: Cli) -> None:
     """Zero, negative, NaN and infinite clients break one rule, said alike (-4 had been told
     "must be a finite number >= 0", which 0 meets, and 0 then "must be > 0")."""
@@ -641,6 +660,29 @@ def test_a_prediction_on_hardware_a_calibration_without_cross_validation_never_s
     seen = cli("predict", "--hardware", "b200", "--conc", "64")
     assert "(datasheet kernels, in-sample: the calibration saw this hardware)" in seen.out
     assert "unknown" not in seen.out + seen.err
+
+
+def test_a_calibration_of_few_runs_says_so_on_hardware_it_did_not_see(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A calibration fitted on 2 runs of one GPU type stores no leave-one-hardware-out error: on
+    other hardware the prediction's one trust line had said only that the fit did not see it,
+    dropping the "fitted 2 runs, fewer than the 25" it says on the hardware it saw."""
+    doc = json.loads(CALIBRATION_FILE.read_text())
+    doc["provenance"] = {k: v for k, v in doc["provenance"].items() if not k.startswith("loho_")}
+    doc["provenance"]["latency"]["loho_median_ape"] = None
+    doc["provenance"]["rows_fitted"] = 2
+    path = tmp_path / "two-runs.json"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("DSE_CALIBRATION", str(path))
+    few = "the calibration fitted 2 runs, fewer than the 25 or so values it sets: a poorly determined fit"
+    for hardware in ("b300", "b200"):  # unseen, seen
+        res = cli("predict", "--hardware", hardware, "--conc", "64")
+        assert res.code == 0, res.err
+        last = res.out.strip().splitlines()[-1]
+        assert last.startswith("expected error against measured runs") and few in last, (hardware, last)
+    js = cli("predict", "--hardware", "b300", "--conc", "64", "--json")
+    assert "dse: warning: expected error against measured runs: unknown" in js.err and few in js.err
 
 
 def _reference_rows(n: int) -> list[dict[str, str]]:

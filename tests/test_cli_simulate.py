@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -654,6 +655,93 @@ def test_a_hand_edited_placement_is_refused_by_the_field_it_breaks(tmp_path: Pat
         run = cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60")
         assert run.code == 2 and run.err.count("\n") == 1, (message, run.err)
         assert f"{plan}: {message}" in run.err, run.err
+
+
+def test_a_hand_edited_placement_of_a_unit_no_hardware_runs_is_refused(tmp_path: Path, cli: Cli) -> None:
+    """A placement file whose units were edited into shapes `dse place` would never build, by the
+    rules it builds them with: DeepSeek-V3's 671 GB on one B200, attention TP 16 in an 8-GPU
+    domain, 1,000 or 3 expert groups, 3 pipeline stages on 4 GPUs, a pipelined decode unit, a
+    unit's GPUs apart from its pool's, a made-up topology or role, another schema version. Each had
+    simulated with exit 0 (the role's pool left out, the name printed for another shape)."""
+    placed = cli(*PLACE)
+    assert placed.code == 0, placed.err
+    doc = json.loads(placed.out)
+    roles = [p["unit"]["role"] for p in doc["best"]["pools"]]
+    pre, dec = roles.index("prefill"), roles.index("decode")
+    k, g = doc["best"]["pools"][dec]["instances"], doc["best"]["pools"][dec]["unit"]["parallel"]["gpus"]
+    assert doc["best"]["pools"][dec]["unit"]["parallel"] == {"gpus": g, "attn_tp": 1, "ep": g, "pp": 1}
+
+    def par(pool: int, **values: object) -> None:
+        doc["best"]["pools"][pool]["unit"]["parallel"].update(values)
+
+    def gpus(pool: int, n: int) -> None:  # the instance's GPUs and the pool's alike
+        par(pool, gpus=n)
+        doc["best"]["pools"][pool]["gpus"] = doc["best"]["pools"][pool]["instances"] * n
+
+    d = f"best.pools[{dec}].unit"
+    cases = [
+        (lambda: (gpus(dec, 1), par(dec, ep=1)),
+         f"{d}.parallel = '1gpu-dpa-ep1': weights need 6"),  # (the GB are the model's)
+        (lambda: par(dec, attn_tp=16),
+         f"{d}.parallel = '{g}gpu-tp16-ep{g}': attention TP 16 leaves b200's 8-GPU scale-up domain"),
+        (lambda: par(dec, ep=1000), f"{d}.parallel = '{g}gpu-dpa-ep1000': EP 1000 exceeds deepseek-v3's 256"),
+        (lambda: par(dec, ep=3), f"{d}.parallel = '{g}gpu-dpa-ep3': EP 3 must divide the {g} GPUs"),
+        (lambda: par(pre, pp=3), f"best.pools[{pre}].unit.parallel = "),
+        (lambda: par(dec, pp=2, ep=g // 2),
+         f"{d}.parallel = '{g}gpu-pp2-dpa-ep{g // 2}': pipeline stages run prefill only"),
+        (lambda: par(dec, pp=1.5), f"{d}.parallel.pp = 1.5: must be a whole number > 0"),
+        (lambda: par(dec, gpus=1000),
+         f"{d}.parallel.gpus = 1000: must agree with the pool's gpus ({k * g}) over its instances ({k})"),
+        (lambda: gpus(dec, 2 * g),
+         f"{d}.name = 'b200/decode/{g}gpu-dpa-ep{g}': must name the shape its parallel holds, "
+         f"{2 * g}gpu-dpa-ep{g}"),
+        (lambda: doc["best"]["pools"][dec]["unit"].update(role="magic"),
+         f"{d}.role = 'magic': must be one of prefill, decode, mixed, attention, ffn, midfill"),
+        (lambda: doc["best"].update(topology="made-up"),
+         "best.topology = 'made-up': must be one of aggregated, disaggregated, afd, four-stage"),
+        (lambda: doc.update(schema_version=99), "schema_version = 99: must be 1, the version this dse reads"),
+    ]  # fmt: skip
+    original = json.dumps(doc)
+    for i, (change, message) in enumerate(cases):
+        doc = json.loads(original)
+        change()
+        err = _refused(tmp_path / f"edited{i}.json", doc, cli, message)
+        assert i != 4 or "3 pipeline stages must divide the 4 GPUs" in err, err
+
+
+def test_an_id_a_placement_names_wrongly_is_refused_naming_the_file(tmp_path: Path, cli: Cli) -> None:
+    """Hardware, a model (in a file without its catalog record), an engine or a weight precision
+    no catalog or engine profile has: the hardware and the model had been refused as the
+    catalog's ('catalog: hardware = ...'), the engine as the performance model's, naming neither
+    the placement file nor its field."""
+    placed = cli(*PLACE)
+    assert placed.code == 0, placed.err
+    doc = json.loads(placed.out)
+    cases = [
+        (lambda: doc["best"]["pools"][0]["unit"].update(hardware="nosuch"),
+         "best.pools[0].unit.hardware = 'nosuch': unknown hardware id; valid ids: a800-sxm, b200, "),
+        (lambda: (doc["request"].update(model="nosuch"), doc.pop("catalog")),
+         "request.model = 'nosuch': unknown model id; valid ids: "),
+        (lambda: doc["request"].update(engine="nosuch"),
+         "request.engine = 'nosuch': unknown engine; valid engines: "),
+        (lambda: doc["request"].update(weight_precision="fp3"),
+         "request.weight_precision = 'fp3': must be one of bf16, fp8, fp4"),
+    ]  # fmt: skip
+    original = json.dumps(doc)
+    for i, (change, message) in enumerate(cases):
+        doc = json.loads(original)
+        change()
+        _refused(tmp_path / f"edited{i}.json", doc, cli, message)
+
+
+def _refused(plan: Path, doc: dict[str, Any], cli: Cli, message: str) -> str:
+    """`dse simulate` of ``doc`` written to ``plan``: refused in one line that names the file and
+    holds ``message``; that line."""
+    plan.write_text(json.dumps(doc))
+    run = cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60")
+    assert run.code == 2 and run.err.count("\n") == 1 and run.out == "", (message, run.err)
+    assert f"{plan}: {message}" in run.err, run.err
+    return run.err
 
 
 AGG3 = [

@@ -13,9 +13,10 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dse import interrupt
 from dse.atomic import atomic_path, write_text
@@ -23,11 +24,12 @@ from dse.catalog import Catalog
 from dse.cli.flags import number, path_arg
 from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args, say_calibration
 from dse.cli.table import format_table
-from dse.errors import InputError, NoFeasibleDesign, output_error
+from dse.errors import InputError, NoFeasibleDesign, UnknownIdError, output_error
 from dse.sim.kinds import MAX_SUBSTEP_S, MIN_MEASURED_STEPS, ArrivalKind, PlannerKind, substeps
 from dse.typed_data import Rule, check_number, fraction, non_negative, positive, read_csv, row_shape_problem
 
 if TYPE_CHECKING:
+    from dse.perf.params import PerfParams
     from dse.sim.engine_latency import DesignLatency
     from dse.sim.from_placement import SimDesign, SimPool
     from dse.sim.kv_cache import KvCacheReport
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from dse.workload import Slo
 
 SRC = "dse simulate"
+T = TypeVar("T")
 MAX_STEPS = 1e6
 """Fluid time steps one run may take (--horizon / --dt): a week at one step a second."""
 MAX_DES_REQUESTS = 2e6
@@ -206,9 +209,61 @@ def _same_catalog(doc: dict[str, Any], catalog: Catalog, source: str) -> None:
         raise InputError(source, f"catalog.{entry}", rule, f"{number} {then!r}")
 
 
-def _design(args: argparse.Namespace, catalog: Catalog) -> SimDesign:
+def _runnable(
+    doc: dict[str, Any], design: SimDesign, catalog: Catalog, params: PerfParams, source: str
+) -> None:
+    """The placement's topology, model, engine and precision are ones dse knows, and each pool's
+    unit one its hardware can run, by the rules ``dse place`` builds units with
+    (:func:`~dse.placement.shapes.unit_problem`), its name the shape it runs: a hand-edited 671 GB
+    model on one B200, attention TP 16 in an 8-GPU domain or a made-up topology had simulated with
+    exit 0, and an unknown hardware id had been refused as the catalog's, naming no file."""
+    from dse.placement.parallel import Parallel, canonical_shape
+    from dse.placement.request import Topology
+    from dse.placement.shapes import unit_problem
+    from dse.units import Precision
+
+    known = [t.value for t in Topology if t is not Topology.AUTO]
+    if design.topology not in known:
+        raise InputError(source, "best.topology", f"must be one of {', '.join(known)}", design.topology)
+    model = _entry(catalog.model, design.model, source, "request.model")
+    try:
+        kv = design.engine_of(params).kv_precision
+    except InputError as exc:  # had named the performance model, not the file
+        raise InputError(source, "request.engine", exc.rule, exc.value) from None
+    precisions = [p.value for p in Precision]
+    if design.weight_precision not in precisions:
+        rule = f"must be one of {', '.join(precisions)}"
+        raise InputError(source, "request.weight_precision", rule, design.weight_precision)
+    precision = (Precision(design.weight_precision), kv)
+    for i, pool in enumerate(doc["best"]["pools"]):  # (their numbers read by design_from_doc)
+        where, unit = f"best.pools[{i}].unit", pool["unit"]
+        hw = _entry(catalog.hardware, str(unit["hardware"]), source, f"{where}.hardware")
+        par = unit["parallel"]
+        shape = Parallel(*(int(float(par.get(k, 1))) for k in ("gpus", "attn_tp", "ep", "pp")))
+        if (why := unit_problem(shape, str(unit["role"]), hw, model, precision, params)) is not None:
+            raise InputError(source, f"{where}.parallel", why, shape.label())
+        parts = str(unit.get("name", "")).split("/")
+        try:
+            named = canonical_shape(parts[2]) if len(parts) > 2 else None
+        except InputError:  # a name of the user's own
+            named = None
+        if named not in (None, shape.label()):
+            rule = f"must name the shape its parallel holds, {shape.label()}"
+            raise InputError(source, f"{where}.name", rule, unit["name"])
+
+
+def _entry(lookup: Callable[[str], T], wanted: str, source: str, field: str) -> T:
+    """``lookup(wanted)``, a catalog entry; an unknown id names the placement file and its field."""
+    try:
+        return lookup(wanted)
+    except UnknownIdError as exc:
+        raise InputError(source, field, exc.rule, wanted) from None
+
+
+def _design(args: argparse.Namespace, catalog: Catalog, params: PerfParams) -> SimDesign:
     """The design to simulate: from ``--placement`` (validated at this edge), or solved here."""
     from dse.evaluation import design_of
+    from dse.placement.serialize import SCHEMA_VERSION
     from dse.sim.from_placement import design_from_doc
 
     if args.placement is not None:
@@ -236,8 +291,14 @@ def _design(args: argparse.Namespace, catalog: Catalog) -> SimDesign:
             raise InputError(str(args.placement), "", f"is not JSON ({str(exc).split(';')[0]})") from None
         if not isinstance(doc, dict):
             raise InputError(str(args.placement), "", "must hold a JSON object from `dse place --json`")
+        # another version's file had been read as this one's (left out: read as this one's)
+        version = doc.get("schema_version", SCHEMA_VERSION)
+        if type(version) is not int or version != SCHEMA_VERSION:
+            rule = f"must be {SCHEMA_VERSION}, the version this dse reads (write it with `dse place --json`)"
+            raise InputError(str(args.placement), "schema_version", rule, version)
         design = design_from_doc(doc, str(args.placement))
         _same_catalog(doc, catalog, str(args.placement))
+        _runnable(doc, design, catalog, params, str(args.placement))
         return design
     needed = ["hardware", "rate", "ttft", "tpot"]
     if args.objective == "goodput":  # the rate only sets the mix, default 1, as `dse place` has it
@@ -481,7 +542,7 @@ def _run_drawing(args: argparse.Namespace, catalog: Catalog, drawer: Drawer) -> 
             scenario_from_args(args, args.rate, args.osl, flags)  # (--des's cap on requests)
     if args.out is not None:
         _refuse_taken(args.out)
-    design = _design(args, catalog)
+    design = _design(args, catalog, params)
     _refuse_planner(args, design.topology)  # (--topology auto may pick an aggregated design)
     source = str(args.placement) if args.placement else SRC
     pipe, kv_gb = pipeline_of(design, catalog, params, buffer_max=args.buffer, source=source)

@@ -312,6 +312,8 @@ def parse_row(
     if not disagg:  # one instance prefills and decodes: the prefill columns must describe it too
         for col in ("tp", "ep", "dp_attention"):
             pre, dec = str(row.get(f"prefill_{col}", "")).strip(), str(row.get(f"decode_{col}", "")).strip()
+            if pre:  # a cell no parser takes is said so first (banana had been told to equal True)
+                (_flag if col == "dp_attention" else _num)(row, f"prefill_{col}", source)
             if pre and _cell_value(pre) != _cell_value(dec):
                 raise InputError(
                     source,

@@ -67,17 +67,24 @@ class ExpectedError:
                 f"; engine profile {self.assumed_engine} has no measured runs: its speed and MTP "
                 "acceptance are the calibrated engines' mean, an assumption"
             )
-        if self.rows_fitted is not None and self.rows_fitted < FEW_ROWS:
-            model += (
-                f"; the calibration fitted {self.rows_fitted} runs, fewer than the {FEW_ROWS} or so values "
-                "it sets: a poorly determined fit, whose errors say little"
-            )
+        model += _few_rows(self.rows_fitted)
         return (
             f"expected error against measured runs ({self.kernels} kernels, {self.basis}: {seen}), "
             "median / p75: "
             f"tokens/s/GPU {self.tput_median_ape:.0%} / {self.tput_p75_ape:.0%}, "
             f"tokens/s/user {self.intvty_median_ape:.0%} / {self.intvty_p75_ape:.0%}{ttft}{model}"
         )
+
+
+def _few_rows(rows: int | None) -> str:
+    """What a trust line adds of a calibration of fewer than :data:`FEW_ROWS` measured runs ("":
+    enough, or not recorded)."""
+    if rows is None or rows >= FEW_ROWS:
+        return ""
+    return (
+        f"; the calibration fitted {rows} runs, fewer than the {FEW_ROWS} or so values it sets: a "
+        "poorly determined fit, whose errors say little"
+    )
 
 
 def _pct(value: float | None) -> str:
@@ -132,7 +139,9 @@ def unmeasured_reason(params: PerfParams, hardware: str, edited: frozenset[str] 
     """Why :func:`expected_error` has no figures for ``hardware``, where the calibration file has
     in-sample figures but none for hardware it did not see (a fit with ``--no-cross-validation``,
     or of runs on one GPU type): the prediction had printed no trust line at all, as though the
-    question did not arise. None where :func:`expected_error` answers, or the file has no figures."""
+    question did not arise; and, as there, that it fitted fewer runs than it sets values (it had
+    been said on hardware the calibration saw only). None where :func:`expected_error` answers, or
+    the file has no figures."""
     prov = params.provenance
     if "in_sample_tput_median_ape" not in prov or expected_error(params, hardware, "", None, edited):
         return None
@@ -140,7 +149,7 @@ def unmeasured_reason(params: PerfParams, hardware: str, edited: frozenset[str] 
     return (
         "expected error against measured runs: unknown: the calibration did not see this hardware "
         f"(it measured {seen}) and stores no leave-one-hardware-out error (fitted with "
-        "--no-cross-validation, or on runs of one GPU type)"
+        "--no-cross-validation, or on runs of one GPU type)" + _few_rows(prov.get("rows_fitted"))
     )
 
 

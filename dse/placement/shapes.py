@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from dse.catalog import Hardware, Model
+from dse.perf.afd import attention_side, ffn_side
 from dse.perf.latency_tables import ENGINE_RULES
 from dse.perf.memo import Memo
 from dse.perf.params import PerfParams, with_mtp
@@ -69,6 +70,44 @@ def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
         return f"EP {par.ep} exceeds {model.id}'s {experts} experts"
     if par.gpus % par.ep:  # an instance holds its experts: EP spans its GPUs (a stage's), or a part
         return f"EP {par.ep} must divide the {par.gpus} GPUs of {'a stage' if staged else 'the instance'}"
+    return None
+
+
+def unit_problem(
+    par: Parallel,
+    role: str,
+    hw: Hardware,
+    model: Model,
+    precision: tuple[Precision, Precision],
+    params: PerfParams,
+) -> str | None:
+    """Why ``hw`` cannot run a ``role`` unit (``prefill``, ``decode``, ... as a placement names it)
+    of ``model`` in shape ``par`` at ``precision`` (weights, KV) (None: it can), by the rules
+    ``dse place`` builds its units with: the shape's (:func:`shape_problem`), pipeline stages for
+    prefill alone, and the weights a GPU holds (an attention-FFN unit its side's, each stage its
+    layers') within its HBM after the runtime reserve (:class:`Shapes`' ``weights_gb`` and
+    ``usable_gb``). What ``dse simulate --placement`` holds a hand-edited file's units to."""
+    if (why := shape_problem(par, hw, model)) is not None:
+        return why
+    if par.pp > 1 and role not in ("prefill", "midfill"):
+        return "pipeline stages run prefill only"
+    pool = build_pool(
+        model,
+        [hw],
+        gpus=[par.stage_gpus],
+        attn_tp=[par.attn_tp],
+        ep=[par.ep],
+        weight_precision=[precision[0]],
+        kv_precision=[precision[1]],
+    )
+    side = attention_side(pool) if role == "attention" else ffn_side(pool) if role == "ffn" else pool
+    need = float(weight_bytes_per_gpu(side)[0]) / GB / par.pp
+    usable = float(pool.hbm_bytes[0]) * (1.0 - params.hbm_reserve_fraction) / GB
+    if need > usable:
+        return (
+            f"weights need {need:.1f} GB per GPU but {hw.id} offers {usable:.1f} GB after the "
+            f"{params.hbm_reserve_fraction:.0%} runtime reserve"
+        )
     return None
 
 

@@ -45,8 +45,11 @@ from dse.sim.scenario import Pipeline, pooled_decode
 from dse.typed_data import build
 from dse.units import GB, Precision
 from dse.workload import Slo, Workload
+from formulations.placement_data import Role
 
 SOURCE = "placement"
+ROLES = tuple(r.name.lower() for r in Role)
+"""A unit's roles as ``dse place --json`` writes them."""
 
 
 @dataclass(frozen=True)
@@ -146,8 +149,8 @@ def _number(value: Any, key: str, source: str, *, positive: bool) -> float:
 
 
 def _whole(value: Any, key: str, source: str) -> float:
-    """A count of instances or GPUs: a whole number > 0 (0.5 instances had been simulated as half
-    an instance's capacity, silently)."""
+    """A count of instances, GPUs or stages: a whole number > 0 (0.5 instances had been simulated
+    as half an instance's capacity, silently)."""
     x = _number(value, key, source, positive=True)
     if not x.is_integer():
         raise InputError(source, key, "must be a whole number > 0", value)
@@ -196,6 +199,14 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
         for k in ("gpus", "attn_tp", "ep")
     }
     role = _need(unit, "role", f"{where}.unit.", source)
+    if role not in ROLES:  # another role's pool had been left out of the pipeline, silently
+        raise InputError(source, f"{where}.unit.role", f"must be one of {', '.join(ROLES)}", role)
+    pp = _whole(par.get("pp", 1), f"{where}.unit.parallel.pp", source)  # 1.5 stages had been run
+    total = p.get("gpus")
+    if total is not None and _whole(total, f"{where}.gpus", source) != instances * size["gpus"]:
+        # an instance's GPUs edited apart from the pool's had simulated the shape the pool cannot hold
+        rule = f"must agree with the pool's gpus ({float(total):g}) over its instances ({instances:g})"
+        raise InputError(source, f"{where}.unit.parallel.gpus", rule, par["gpus"])
     out_tok = 0.0
     if role in ("decode", "mixed", "attention"):
         key = "output_tokens_per_s"
@@ -213,7 +224,6 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
         share = _number(unit["prefill_share"], f"{where}.unit.prefill_share", source, positive=False)
         if share > 1:
             raise InputError(source, f"{where}.unit.prefill_share", "must be between 0 and 1", share)
-    pp = _number(par.get("pp", 1), f"{where}.unit.parallel.pp", source, positive=True)
     # counts the pipeline takes as they are (a decode_batch of -5 had run as one slot, silently)
     counts = {
         k: 0.0 if unit.get(k) is None else _number(unit[k], f"{where}.unit.{k}", source, positive=False)
@@ -221,7 +231,7 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
     }
     sim = SimPool(
         role=str(role),
-        hardware=str(unit["hardware"]),
+        hardware=str(_need(unit, "hardware", f"{where}.unit.", source)),
         name=str(unit.get("name", "")),
         gpus=size["gpus"],
         attn_tp=size["attn_tp"],
@@ -244,7 +254,8 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
 
 def design_from_doc(doc: dict[str, Any], source: str = SOURCE) -> SimDesign:
     """The best design of a ``dse place --json`` document, validated once: a broken file is bad
-    input naming its key."""
+    input naming its key. What the catalog says of it (ids, shapes, weights) ``dse simulate``
+    checks next, where the placement's rules are at hand (``_runnable`` of :mod:`dse.cli.simulate_cmd`)."""
     try:
         req = _need(doc, "request", "", source)
         best = doc.get("best")
