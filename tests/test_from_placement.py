@@ -169,3 +169,38 @@ def test_a_returning_turn_hands_off_its_whole_context(catalog: Catalog) -> None:
     pipe, _ = pipeline_of(replace(_design(pre, B200), workload=w), catalog, load_params())
     fresh, back = float(pipe.handoff_s[0]), float(pipe.arrays("midfill_handoff_s")[0])
     assert fresh > 0 and back / fresh == pytest.approx(20_500.0 / 3000.0, rel=1e-9)
+
+
+def test_a_placement_file_keeps_its_own_mtp_draft_depth_and_acceptance(catalog: Catalog) -> None:
+    """A request placed with its own MTP draft depth and acceptance rate writes them in its JSON;
+    ``dse simulate --placement`` had read the design at the engine profile's, the step it was
+    sized at not the one simulated. A value outside its rule is bad input naming the field."""
+    import json
+
+    from dse.errors import InputError
+    from dse.placement import PlacementRequest, Topology, place
+    from dse.placement.serialize import report_to_dict
+    from dse.sim.from_placement import design_from_doc
+
+    req = PlacementRequest(
+        model="deepseek-v3",
+        hardware=("b200",),
+        workload=Workload(requests_per_s=20.0, input_tokens=4000.0, output_tokens=1000.0),
+        slo=Slo(ttft_s=2.0, tpot_s=0.05),
+        topology=Topology.DISAGGREGATED,
+        mtp=True,
+        mtp_draft_tokens=3,
+        mtp_accept_rate=0.5,
+    )
+    doc = json.loads(json.dumps(report_to_dict(place(req, catalog=catalog, with_shadow_prices=False))))
+    design = design_from_doc(doc)
+    assert (design.mtp, design.mtp_draft_tokens, design.mtp_accept_rate) == (True, 3, 0.5)
+    params = load_params()
+    own = design.engine_of(params)
+    assert (own.mtp_draft_tokens, own.mtp_accept_tokens) != (
+        params.engine("trt").mtp_draft_tokens,
+        params.engine("trt").mtp_accept_tokens,
+    )
+    doc["request"]["mtp_accept_rate"] = 1.5
+    with pytest.raises(InputError, match=r"request\.mtp_accept_rate = 1\.5: must be between 0 and 1"):
+        design_from_doc(doc, "place.json")

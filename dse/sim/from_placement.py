@@ -42,7 +42,7 @@ from dse.perf.pool import build_pool
 from dse.perf.serving import Deployment, dealt_over_pools, decode_step_seconds, decode_tpot
 from dse.sim.kv_tiers import RestingClass
 from dse.sim.scenario import Pipeline, pooled_decode
-from dse.typed_data import build
+from dse.typed_data import Rule, acceptance, build, check_number, draft_depth
 from dse.units import GB, Precision
 from dse.workload import Slo, Workload
 from formulations.placement_data import Role
@@ -252,6 +252,17 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
     return stage_replicas(sim, pp)
 
 
+def _optional(req: dict[str, Any], key: str, check: Rule, source: str) -> Any:
+    """``req[key]`` held to ``check``, or None where it is absent or null."""
+    value = req.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(source, f"request.{key}", "must be a number", value)
+    check_number(value, source=source, key=f"request.{key}", check=check)
+    return value
+
+
 def design_from_doc(doc: dict[str, Any], source: str = SOURCE) -> SimDesign:
     """The best design of a ``dse place --json`` document, validated once: a broken file is bad
     input naming its key. What the catalog says of it (ids, shapes, weights) ``dse simulate``
@@ -299,6 +310,10 @@ def design_from_doc(doc: dict[str, Any], source: str = SOURCE) -> SimDesign:
             slo=slo,
             pools=pools,
             resting=resting,
+            # the request's own draft depth and acceptance (a design placed with them had been
+            # simulated at the engine profile's)
+            mtp_draft_tokens=_optional(req, "mtp_draft_tokens", draft_depth, source),
+            mtp_accept_rate=_optional(req, "mtp_accept_rate", acceptance, source),
         )
     except KeyError as exc:
         raise InputError(
