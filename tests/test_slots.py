@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_placement import SESSIONS
 
 import dse.placement.candidates as candidates
 from dse.catalog import Catalog
@@ -19,7 +20,7 @@ from dse.perf.params import load_params
 from dse.placement import Limits, Objective, PlacementRequest, Topology, place
 from dse.sim.engine_latency import _slice, design_latency
 from dse.sim.from_placement import SimDesign, SimPool
-from dse.workload import Slo, ThinkBin, Workload
+from dse.workload import Slo, Workload
 from formulations.slots import carried, tangent, wait_beta
 
 
@@ -204,15 +205,7 @@ def test_a_goodput_design_is_the_cheapest_of_its_reach_at_any_rate(catalog: Cata
         return PlacementRequest(
             model="deepseek-v3",
             hardware=("b200", "h200-sxm"),
-            workload=Workload(
-                requests_per_s=rate,
-                input_tokens=4000.0,
-                output_tokens=1000.0,
-                returning_share=0.5,
-                cached_prefix_tokens=20000.0,
-                suffix_tokens=500.0,
-                think=(ThinkBin(0.6, 30.0), ThinkBin(0.3, 600.0), ThinkBin(0.1, 3600.0)),
-            ),  # fmt: skip
+            workload=replace(SESSIONS, requests_per_s=rate),
             slo=Slo(ttft_s=1.0, tpot_s=0.05),
             topology=Topology.DISAGGREGATED,
             objective=objective,
