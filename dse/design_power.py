@@ -32,7 +32,8 @@ def power_metrics(
     """Power at load and energy per token (:mod:`dse.perf.power`): each pool's GPUs draw by the
     share of the time their kernels run: a decode or aggregated instance steps all the time, its
     kernels the step's share of it (``stages``); a prefill instance's kernels run its busy share
-    of each second (none where its pool serves nothing: it idles). Where the request prices
+    of each second (none where its pool serves nothing: it idles), and GPUs bought that no pool
+    runs on idle (a rack's leftover GPUs had drawn nothing). Where the request prices
     energy, its cost is added to the cost per token. ``served_per_s``: the traffic the design
     serves where its pools were sized for more (a grid's headroom; default the request's): the
     prefill pools' busy shares, the energy and the cost per token are at that traffic."""
@@ -47,6 +48,9 @@ def power_metrics(
             busy *= min(share * p.requests_per_s * p.prefill_busy_s / p.instances, 1.0) if known else 0.0
         tdp = ctx.catalog.hardware(p.unit.hardware).tdp_w
         watts += p.gpus * float(gpu_power_w(tdp, busy, ctx.params.power))
+    for idle in outcome.idle:  # bought with a node or rack, no pool on them: they idle, and draw
+        tdp = ctx.catalog.hardware(idle.hardware).tdp_w
+        watts += idle.gpus * float(gpu_power_w(tdp, 0.0, ctx.params.power))
     kw = watts * req.energy.pue / 1e3
     energy_usd_hour = kw * req.energy.usd_per_kwh
     out: dict[str, float | None] = {

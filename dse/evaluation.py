@@ -48,8 +48,6 @@ class Evaluation:
     buffer_max: float = np.inf
     resolves: int = 0  # times its topology was solved again before this design (:func:`held`)
     topology_rank: int = 0  # its topology's place in the MILP's ranking (:func:`held`; 0: the cheapest)
-    # the traffic served over what the pools were sized for (below 1 under a grid's headroom)
-    served_share: float = 1.0
 
     @property
     def feasible(self) -> bool:
@@ -279,11 +277,9 @@ def check(
     binding = _binding(req, constraints, metrics, max_gpus)
     stages = stage_split(req, outcome.pools, ctx)
     metrics |= power_metrics(req, outcome, stages, ctx, served_per_s)
-    share = 1.0 if served_per_s is None else served_per_s / req.workload.requests_per_s
     return Evaluation(
-        req, outcome, design, sim, metrics, constraints, binding, stages, scenario, dt_s, buffer_max,
-        served_share=share,
-    )  # fmt: skip
+        req, outcome, design, sim, metrics, constraints, binding, stages, scenario, dt_s, buffer_max
+    )
 
 
 def _metrics(

@@ -96,8 +96,13 @@ def energy_usd_hour(data: PlacementData, sol: PlacementSolution) -> float:
     return float((sol.sale_units * data.sale_gpus * data.energy_usd_per_gpu_hour).sum())
 
 
+def reload_wait(data: PlacementData, sol: PlacementSolution) -> float:
+    """Request-seconds of reload wait per second, over every unit, class and tier."""
+    return float(_times(data.reload_s, sol.returning).sum())
+
+
 def latency_usd_hour(data: PlacementData, sol: PlacementSolution) -> float:
-    return float(3600.0 * data.latency_usd_per_s * _times(data.reload_s, sol.returning).sum())
+    return 3600.0 * data.latency_usd_per_s * reload_wait(data, sol)
 
 
 def objective_value(data: PlacementData, sol: PlacementSolution) -> float:

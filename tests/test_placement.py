@@ -859,3 +859,23 @@ def test_place_refuses_arguments_of_the_wrong_type_by_name() -> None:
         place(request(), params={})  # type: ignore[arg-type]
     with pytest.raises(InputError, match=r"^with_shadow_prices = 'no': must be a bool, not str$"):
         place(request(), with_shadow_prices="no")  # type: ignore[arg-type]  # it had priced them
+
+
+def test_read_back_leaves_out_a_unit_that_takes_requests_and_is_sent_none(catalog: Catalog) -> None:
+    """A bought instance of a prefill unit the MILP sends no request to is no pool (its GPUs are
+    idle GPUs), however the solver left it; a decode unit's instances are pools as ever."""
+    from dse.placement.plan import read_back
+
+    req = request(topology=Topology.DISAGGREGATED, workload=replace(SESSIONS, returning_share=0.0, think=()))
+    c = build_candidates(req, Topology.DISAGGREGATED, catalog, load_params())
+    sol = PlacementSolver().solve(c.data).solution
+    assert sol is not None
+    unbought = [u for u in range(c.data.n_units) if sol.instances[u] < 0.5]
+    spare = next(u for u in unbought if c.data.unit_role[u] == int(Role.PREFILL))
+    idle_decode = next(u for u in unbought if c.data.unit_role[u] == int(Role.DECODE))
+    more = sol.instances.copy()
+    more[[spare, idle_decode]] += 1.0
+    pools, _ = read_back(c, replace(sol, instances=more))
+    names = {p.unit.name for p in pools}
+    assert c.data.unit_names[spare] not in names and c.data.unit_names[idle_decode] in names
+    assert names - {c.data.unit_names[idle_decode]} == {p.unit.name for p in read_back(c, sol)[0]}

@@ -82,6 +82,7 @@ def test_a_prefill_pool_that_serves_nothing_draws_its_idle_power(catalog: Catalo
     from dse.context import Context
     from dse.design_power import power_metrics, stage_split
     from dse.placement import PlacementRequest, Topology, place
+    from dse.placement.plan import IdleGpus
     from dse.workload import Slo, Workload
     from formulations.solve import PlacementSolver
 
@@ -112,3 +113,8 @@ def test_a_prefill_pool_that_serves_nothing_draws_its_idle_power(catalog: Catalo
     idle_kw = pre.gpus * ctx.catalog.hardware(pre.unit.hardware).tdp_w * params.power.idle / 1e3
     assert without is not None and nothing - without == pytest.approx(idle_kw, rel=1e-9)
     assert power_with(pre) > nothing  # serving, it draws more than idling
+    # the same GPUs as idle GPUs (bought, no pool on them: what read_back makes of a unit sent no
+    # request) draw the same; they had drawn nothing
+    spare = (IdleGpus(pre.unit.hardware, pre.gpus, pre.usd_per_hour, 8),)
+    as_idle = power_metrics(req, replace(best, pools=others, idle=spare), stages, ctx)["power_kw"]
+    assert as_idle == pytest.approx(nothing, rel=1e-12)

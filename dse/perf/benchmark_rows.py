@@ -315,12 +315,8 @@ def parse_row(
             if pre:  # a cell no parser takes is said so first (banana had been told to equal True)
                 (_flag if col == "dp_attention" else _num)(row, f"prefill_{col}", source)
             if pre and _cell_value(pre) != _cell_value(dec):
-                raise InputError(
-                    source,
-                    f"prefill_{col}",
-                    f"must equal decode_{col} ({dec}) in an aggregated row",
-                    Written(pre),
-                )
+                same = f"must equal decode_{col} ({dec}) in an aggregated row"
+                raise InputError(source, f"prefill_{col}", same, Written(pre))
     decode = _pool(row, "decode", disagg, source, ep_as_given)
     prefill = _pool(row, "prefill", disagg, source, ep_as_given) if disagg else None
     for side, pool in (("decode", decode), ("prefill", prefill)):

@@ -435,9 +435,12 @@ POOL_ROLE_FIGURES = {
 
 
 def placements_frame(study: TrialsRead) -> pl.DataFrame:
-    """One row per trial and pool."""
+    """One row per trial and pool; a pool's requests/s the traffic it is sent, where a grid point's
+    headroom sized it for more (its record keeps what it was sized for, which ``deploy`` sizes the
+    router by: a prefill pool sized for 50 requests/s with headroom 0.25 had read 50 here, where
+    it serves 40)."""
     rows = [
-        {"study": study.study_name, "trial": t.number, "pool": i, **p}
+        {"study": study.study_name, "trial": t.number, "pool": i, **p, **_sent(p, rec)}
         for t, rec in _records(study)
         for i, p in enumerate(rec.get("pools", []))
     ]
@@ -452,6 +455,13 @@ def placements_frame(study: TrialsRead) -> pl.DataFrame:
             if c in df.columns
         )
     )
+
+
+def _sent(pool: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
+    """The pool's requests/s at its grid point's own traffic (pools sized for 1 + headroom times it)."""
+    sized = pool.get("requests_per_s")
+    headroom = float((rec.get("point") or {}).get("headroom") or 0.0)
+    return {} if sized is None or headroom == 0.0 else {"requests_per_s": float(sized) / (1.0 + headroom)}
 
 
 def without_nan(df: pl.DataFrame) -> pl.DataFrame:

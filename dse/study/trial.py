@@ -218,9 +218,7 @@ def record_of(ev: Evaluation) -> TrialRecord:
             "hbm_gb_per_gpu": p.hbm_gb_per_gpu,
             "working_gb_per_gpu": p.unit.hbm_gb_per_gpu,  # without the KV resting between turns
             "weights_gb_per_gpu": p.unit.weights_gb_per_gpu,
-            # the traffic the pool is sent, not what it was sized for under a grid's headroom (a
-            # prefill pool sized for 50 requests/s with headroom 0.25 had read 50 where it serves 40)
-            "requests_per_s": p.requests_per_s * ev.served_share,
+            "requests_per_s": p.requests_per_s,  # what the pool is sized for (a grid's headroom in it)
             "output_tokens_per_s": p.output_tokens_per_s,
             "usd_per_hour": p.usd_per_hour,
         }
