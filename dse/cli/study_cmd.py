@@ -11,6 +11,7 @@ import json
 import math
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -327,9 +328,9 @@ def _no_feasible(res: StudyResults) -> NoFeasibleDesign:
     family = said.str.split(": ").list.first()
     common = family.mode().sort()[0]
     of_it = said.filter(family == common).to_list()
-    detail = max(of_it, key=of_it.count)  # (the first among equals)
-    share = f"{of_it.count(detail)} of {t.height} trials"
-    if len(of_it) > of_it.count(detail):
+    detail, times = Counter(of_it).most_common(1)[0]  # (the first among equals)
+    share = f"{times} of {t.height} trials"
+    if len(of_it) > times:
         share += f"; {len(of_it)} of {t.height} gave {common}"
     return NoFeasibleDesign(common, f"{detail.partition(': ')[2] or detail} ({share})")
 
