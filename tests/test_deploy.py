@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -868,8 +869,14 @@ def test_vllm_and_sglang_capture_cuda_graphs_up_to_a_ranks_running_batch() -> No
     mtp = _command(launch_files(replace(big, mtp_drafts=2), "vllm")["instance.sh"])  # 3000 tokens a step
     assert (_arg(mtp, v["chunk"]), _arg(mtp, v["cuda_graph_max"])) == ("4096", "3008")
     over = replace(big, mtp_drafts=3, pools=(replace(tp8, max_running=2101, chunk_tokens=None),))
-    wide = _command(launch_files(over, "vllm")["instance.sh"])  # 8404 tokens a step, its budget
-    assert (_arg(wide, v["chunk"]), _arg(wide, v["cuda_graph_max"])) == ("8404", "8404")
+    wide = _command(launch_files(over, "vllm")["instance.sh"])  # 8404 tokens a step: the grid's 8416
+    assert (_arg(wide, v["chunk"]), _arg(wide, v["cuda_graph_max"])) == ("8416", "8416")
+    # 2,246 over 8 ranks, 280 a rank, chunk 2048 (256 a rank): the budget had held the 280 and the
+    # graphs been cut to it, off the grid, where vLLM stops them at 272; both are 288 now
+    dpa = PoolLaunch("mixed", "b200", 8, 1, 8, 1, 8, max_running=2246, chunk_tokens=2048)
+    shared = replace(big, profile="sglang", chunk_per_instance=True, pools=(dpa,))
+    grid = _command(launch_files(shared, "vllm")["instance.sh"])
+    assert (_arg(grid, v["chunk"]), _arg(grid, v["cuda_graph_max"])) == ("288", "288")
     agg = launch_files(_design("aggregated"), "vllm")  # 256 over 8 DP ranks, 2 drafts: 96 tokens
     assert _arg(_command(agg["instance.sh"]), v["cuda_graph_max"]) == "96"
     sglang = _command(launch_files(_design("aggregated"), "sglang")["instance.sh"])
@@ -967,8 +974,13 @@ def test_vllm_and_trtllm_token_budgets_hold_a_step_of_the_running_batch() -> Non
     agg = _design("aggregated", drafts=0)
     design = replace(agg, profile="sglang", chunk_per_instance=True, pools=(pool,))
     v, t, d = FLAGS["vllm"], FLAGS["trtllm"], FLAGS["dynamo"]
-    words = _command(launch_files(design, "vllm")["instance.sh"])
-    assert (_arg(words, v["max_running"]), _arg(words, v["chunk"])) == ("318", "318")
+    vllm = launch_files(design, "vllm")  # (vLLM's: its graphs' grid's 320)
+    words = _command(vllm["instance.sh"])
+    assert (_arg(words, v["max_running"]), _arg(words, v["chunk"])) == ("318", "320")
+    assert (
+        "is 320, one step of its 318 running requests up to vLLM's grid of CUDA graph sizes"
+        in vllm["README.md"]
+    )
     files = launch_files(replace(design, mtp_drafts=2), "trtllm")
     words = _command(files["instance.sh"])
     assert (_arg(words, t["max_running"]), _arg(words, t["chunk"])) == ("318", "954")
@@ -1430,3 +1442,52 @@ def test_the_dynamo_readme_names_the_scripts_etcd_and_only_the_options_files_the
         assert ("read their options files" in readme) == has_options, profile
     for engine in ("sglang", "vllm", "trtllm"):
         assert etcd not in launch_files(_design("aggregated"), engine)["README.md"], engine
+
+
+def test_an_attention_ffn_best_design_is_refused_naming_the_best_trial(tmp_path: Path, cli: Cli) -> None:
+    """No engine here launches an attention-FFN design: without --trial the refusal names the best
+    trial, as the what-if refusal does (it had named a --trial the user never gave)."""
+    spec = tmp_path / "afd-only.toml"
+    spec.write_text(
+        'name = "afd-only"\nmodel = "deepseek-v3"\nhardware = ["b200"]\nseed = 3\n'
+        "[workload]\nrequests_per_s = 20.0\ninput_tokens = 3000.0\noutput_tokens = 800.0\n"
+        "[slo]\nttft_s = 2.0\ntpot_s = 0.05\n"
+        '[search]\ntopologies = ["afd"]\n'
+        '[search.prefill]\nshapes = ["8gpu-dpa-ep8"]\nchunk_tokens = [8192]\n'
+        '[search.decode]\nshapes = ["8gpu-dpa-ep8", "16gpu-dpa-ep16"]\nmax_batch = [16, 4096]\n'
+    )
+    run = cli("study", "run", spec, "--trials", "3", "--out", tmp_path, "--no-export")
+    assert run.code == 0, run.err
+    best = re.search(r"best design, trial (\d+): afd", run.out)
+    assert best is not None, run.out
+    proc = cli("deploy", spec, "--out", tmp_path, "--engine", "sglang")
+    assert proc.code == 2 and proc.err.count("\n") == 1, proc.err
+    assert f"best trial = {best[1]}: is an attention-FFN disaggregated design" in proc.err
+    named = cli("deploy", spec, "--out", tmp_path, "--engine", "sglang", "--trial", best[1])
+    assert named.code == 2 and f"--trial = {best[1]}: is an attention-FFN" in named.err
+
+
+def test_a_dynamo_graph_of_a_model_without_a_checkpoint_says_to_name_it() -> None:
+    """A model with no checkpoint (kimi-k3) leaves `MODEL` in graph.yaml, which Kubernetes does not
+    expand like the scripts' variable: the README says to replace it there (it had said only "set
+    MODEL")."""
+    bare = replace(_design(), model_repo="")
+    files = launch_files(bare, "dynamo")
+    assert '"MODEL"' in files["graph.yaml"] or "- MODEL" in files["graph.yaml"]
+    assert (
+        "`graph.yaml` names it `MODEL` too, which Kubernetes does not expand: replace it there"
+        in files["README.md"]
+    )
+    assert "Kubernetes does not expand" not in launch_files(_design(), "dynamo")["README.md"]
+    assert "Kubernetes does not expand" not in launch_files(bare, "sglang")["README.md"]
+
+
+def test_a_deploy_over_a_file_in_its_folder_s_place_leaves_nothing_beside_it(tmp_path: Path) -> None:
+    """A file where the deployment folder goes is replaced by the folder, with no
+    `.deploy.<pid>.old.tmp` left beside it (rmtree had left the file there)."""
+    from dse.deploy.files import write_deploy
+
+    folder = tmp_path / "deploy"
+    folder.write_text("not a folder\n")
+    write_deploy({"instance.sh": "echo one\n"}, folder)
+    assert folder.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["deploy"]

@@ -36,6 +36,15 @@ def _trials(values: list[float | None], feasible: list[bool] | None = None) -> p
     )
 
 
+def test_a_design_ahead_only_by_rounding_is_beaten() -> None:
+    """A design 16% cheaper than another, behind it by 5e-10 in tokens/s per user (negated here,
+    as a maximised objective is), beats it: it had left it on the front, two designs where one
+    is; designs a real margin apart on each objective both stay."""
+    cheap, dear = [0.1462, -23.9253573767], [0.1748, -23.9253573878]
+    assert non_dominated(np.array([cheap, dear])).tolist() == [True, False]
+    assert non_dominated(np.array([cheap, [0.1748, -23.93]])).tolist() == [True, True]
+
+
 def test_a_trial_without_a_value_is_on_no_front_and_never_best() -> None:
     """Null (None, nan) compared false both ways: such a trial was never beaten, so it sat on
     the front, and with every value missing best_trial() gave the first trial."""

@@ -252,3 +252,32 @@ def test_a_trial_and_the_warm_start_build_aggregated_units_at_their_targets_batc
     assert aggregated
     for c in aggregated:
         assert paced(request_for(spec, c, catalog)) == []
+
+
+def test_a_four_stage_warm_start_without_a_midfill_pool_enqueues_a_listed_shape(tmp_path: Path) -> None:
+    """A four-stage design whose MILP answer has no midfill pool takes its prefill pool's place
+    for the midfill; where that shape is not among the search's midfill shapes, the warm start had
+    enqueued it and the run ended in Optuna's ValueError ('16gpu-dpa-ep16' not in (...)). It now
+    takes a listed one, and every enqueued choice is one the search could suggest."""
+    text = (
+        'name = "fs-mid"\nmodel = "deepseek-v3"\nhardware = ["b200", "gb200-nvl72", "h200-sxm"]\nseed = 3\n'
+        "[workload]\nrequests_per_s = 40.0\ninput_tokens = 3000.0\noutput_tokens = 800.0\n"
+        "returning_share = 0.4\n"
+        "cached_prefix_tokens = 12000.0\nsuffix_tokens = 400.0\n"
+        "think = [{ share = 0.7, dwell_s = 60.0 }, { share = 0.3, dwell_s = 900.0 }]\n"
+        "[slo]\nttft_s = 2.0\ntpot_s = 0.05\npercentile = 90.0\n"
+        '[search]\ntopologies = ["afd", "four-stage", "disaggregated"]\nkv_policies = ["tiered"]\n'
+        '[search.prefill]\nshapes = ["8gpu-dpa-ep8", "16gpu-dpa-ep16"]\nchunk_tokens = [4096, 8192]\n'
+        '[search.midfill]\nshapes = ["8gpu-dpa-ep8", "8gpu-tp8-ep8"]\n'
+        '[search.decode]\nshapes = ["8gpu-dpa-ep8", "16gpu-dpa-ep16", "32gpu-dpa-ep32"]\n'
+        "max_batch = [16, 4096]\n"
+        "[search.afd]\nffn_tokens_per_gpu = [32, 128, 512]\n"
+        "[simulate]\nhorizon_s = 900.0\nwarmup_s = 300.0\ndt_s = 2.0\n"
+    )
+    path = tmp_path / "fs-mid.toml"
+    path.write_text(text)
+    spec = load_study(str(path))
+    warm = [p for p in _warm(spec) if p["topology"] == "four-stage"]
+    assert warm, "no four-stage warm start"
+    assert all(p["midfill_shape"] in spec.search.midfill.shapes for p in warm), warm
+    Study.load(str(path)).run(trials=len(_warm(spec)) + 1, out=tmp_path / "runs")

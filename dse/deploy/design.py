@@ -143,6 +143,7 @@ def design_of_run(res: StudyResults, trial: int | None, params: PerfParams) -> D
     # a grid trial's point, as its record or else its parameters hold it
     record = {**record, "point": {**point_of(found.params), **(record.get("point") or {})}}
     catalog = res._cat()
+    named = "--trial" if trial is not None else "best trial"  # (no --trial given: the best one)
     variant = _what_if(res.spec, record, catalog)
     if variant is not None:
         other = _best_launchable(res, catalog)
@@ -151,9 +152,8 @@ def design_of_run(res: StudyResults, trial: int | None, params: PerfParams) -> D
             if other is not None
             else "; no feasible trial of the study runs on hardware that exists"
         )
-        field_name = "--trial" if trial is not None else "best trial"
-        raise InputError(SRC, field_name, _what_if_rule(res.spec, *variant) + hint, number)
-    return design_of(res.spec, number, record, catalog, params)
+        raise InputError(SRC, named, _what_if_rule(res.spec, *variant) + hint, number)
+    return design_of(res.spec, number, record, catalog, params, named)
 
 
 def _no_best(res: StudyResults) -> DseError:
@@ -221,10 +221,16 @@ def _best_launchable(res: StudyResults, catalog: Catalog) -> int | None:
 
 
 def design_of(
-    spec: StudySpec, trial: int, record: dict[str, Any], catalog: Catalog, params: PerfParams
+    spec: StudySpec,
+    trial: int,
+    record: dict[str, Any],
+    catalog: Catalog,
+    params: PerfParams,
+    named: str = "--trial",
 ) -> Design:
     """The design a trial's record holds (pools, shapes, the engine settings it was priced with);
-    a grid trial's at its own point (``record["point"]``: its model)."""
+    a grid trial's at its own point (``record["point"]``: its model). ``named``: how a refusal
+    names the trial (``best trial`` where no ``--trial`` was given: it had named the flag)."""
     from dse.placement.shapes import parse_shape
     from dse.study.grid import spec_at
 
@@ -232,11 +238,11 @@ def design_of(
     topology = str(choice.get("topology", ""))
     if topology in ("afd", "four-stage"):
         raise InputError(
-            SRC, "--trial", "is an attention-FFN disaggregated design, which no engine here launches", trial
+            SRC, named, "is an attention-FFN disaggregated design, which no engine here launches", trial
         )
     variant = _what_if(spec, record, catalog)
     if variant is not None:
-        raise InputError(SRC, "--trial", _what_if_rule(spec, *variant), trial)
+        raise InputError(SRC, named, _what_if_rule(spec, *variant), trial)
     point = dict(record.get("point") or {})
     spec = spec_at(spec, point) if point else spec
     engine = params.engine(spec.engine)

@@ -200,14 +200,17 @@ def per_rank_cap(pool: PoolLaunch, dp: int) -> int | None:
     return None if pool.max_running is None else max(1, pool.max_running // dp)
 
 
-def _per_rank_caps(pool: PoolLaunch, design: Design, dp: int, cap_flag: str, chunk_flag: str) -> list[str]:
+def _per_rank_caps(
+    pool: PoolLaunch, design: Design, dp: int, cap_flag: str, chunk_flag: str, graphs: bool = False
+) -> list[str]:
     """The running-request cap as an engine that caps each of its ``dp`` data-parallel ranks takes
-    it (the instance's split), and its token budget (:func:`token_budget`), where they are set."""
+    it (the instance's split), and its token budget (:func:`token_budget`; ``graphs``: vLLM's,
+    holding its CUDA graphs' largest size), where they are set."""
     out = []
     cap = per_rank_cap(pool, dp)
     if cap is not None:
         out += [cap_flag, str(cap)]
-    budget = token_budget(pool, design, dp)
+    budget = token_budget(pool, design, dp, graphs)
     if budget is not None:
         out += [chunk_flag, str(budget)]
     return out
@@ -226,15 +229,19 @@ def batch_tokens(pool: PoolLaunch, design: Design, dp: int) -> int:
     return (per_rank_cap(pool, dp) or 0) * (1 + design.mtp_drafts)
 
 
-def token_budget(pool: PoolLaunch, design: Design, dp: int) -> int | None:
+def token_budget(pool: PoolLaunch, design: Design, dp: int, graphs: bool = False) -> int | None:
     """The token budget per step of each of ``dp`` ranks of an engine whose budget the running
     requests' decode tokens share with prefill chunks (vLLM's --max-num-batched-tokens, TRT-LLM's
     max_num_tokens): the design's chunk (:func:`per_rank_chunk`), raised where it would not hold
     one step of the rank's whole running batch (:func:`batch_tokens`): vLLM refuses to start with
     a budget below --max-num-seqs (vllm/config/scheduler.py: ``verify_max_model_len``), and
-    either engine would run fewer requests a step than the batch the study sized. A pool without a
-    chunk keeps the engine's default (None) unless that is too small for its batch."""
+    either engine would run fewer requests a step than the batch the study sized. ``graphs``
+    (vLLM): that step as its CUDA graphs' grid rounds it (:func:`vllm_graph_tokens`), so the graphs
+    reach the whole batch. A pool without a chunk keeps the engine's default (None) unless that is
+    too small for its batch."""
     need = batch_tokens(pool, design, dp)
+    if graphs and need:
+        need = _on_graph_grid(need)
     if pool.chunk_tokens is None:
         return need if need > DEFAULT_TOKEN_BUDGET else None
     return max(per_rank_chunk(pool, design, dp), need)
@@ -251,9 +258,16 @@ def vllm_graph_tokens(pool: PoolLaunch, design: Design) -> int | None:
     need = batch_tokens(pool, design, pool.dp)
     if not need:
         return None
-    step = 8 if need < 256 else 16
-    budget = token_budget(pool, design, pool.dp) or DEFAULT_TOKEN_BUDGET
-    return min(-(-need // step) * step, budget)  # the budget holds the step: token_budget
+    budget = token_budget(pool, design, pool.dp, graphs=True) or DEFAULT_TOKEN_BUDGET
+    # the budget holds the rounded step (token_budget): it had been cut to the budget, off the
+    # grid (280 tokens a step: vLLM's graphs then stopped at 272, the batch's top stepping eagerly)
+    return min(_on_graph_grid(need), budget)
+
+
+def _on_graph_grid(tokens: int) -> int:
+    """``tokens`` rounded up to vLLM's grid of CUDA graph sizes (8 apart below 256, 16 from there)."""
+    step = 8 if tokens < 256 else 16
+    return -(-tokens // step) * step
 
 
 def sglang_graph_batch(pool: PoolLaunch) -> int | None:
@@ -356,7 +370,7 @@ def vllm_args(pool: PoolLaunch, design: Design, f: dict[str, str]) -> list[str]:
     args = [*f["launch"].split(), "$MODEL", f["tp"], str(pool.attn_tp), f["dp"], str(pool.dp)]
     if pool.ep > 1:
         args.append(f["ep"])
-    args += _per_rank_caps(pool, design, pool.dp, f["max_running"], f["chunk"])
+    args += _per_rank_caps(pool, design, pool.dp, f["max_running"], f["chunk"], graphs=True)
     graphs = vllm_graph_tokens(pool, design)
     if graphs is not None:
         args += [f["cuda_graph_max"], str(graphs)]

@@ -157,6 +157,17 @@ def _scalar(v: Any) -> str:
     return json.dumps(str(v))
 
 
+def _remove(path: Path) -> None:
+    """``path`` gone, a folder or a file (a file in the deployment folder's place had been left
+    beside it as ``.deploy.<pid>.old.tmp``: ``rmtree`` removes folders only)."""
+    import shutil
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def write_deploy(files: dict[str, str], folder: Path) -> list[Path]:
     """The files under ``folder``, replaced whole: written in a sibling folder first and swapped
     in, so an earlier deployment's files never mix with these and a failed write leaves the
@@ -186,7 +197,7 @@ def write_deploy(files: dict[str, str], folder: Path) -> list[Path]:
                 if old.exists():
                     old.rename(folder)
                 raise
-            shutil.rmtree(old, ignore_errors=True)
+            _remove(old)
     finally:
         with interrupt.deferred():
             shutil.rmtree(fresh, ignore_errors=True)

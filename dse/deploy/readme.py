@@ -9,6 +9,7 @@ from dse.deploy.engines import (
     DEFAULT_TOKEN_BUDGET,
     SGLANG_UNSET_PER_WORKER,
     backend_of,
+    batch_tokens,
     per_rank_cap,
     per_rank_chunk,
     router_admits,
@@ -68,7 +69,13 @@ def readme(
         ),
         "",
         "What it assumed:",
-        f"- the checkpoint: `MODEL` (default `{design.model_repo or 'none: set MODEL'}`), "
+        f"- the checkpoint: `MODEL` (default `{design.model_repo or 'none: set MODEL'}`"
+        + (
+            "; `graph.yaml` names it `MODEL` too, which Kubernetes does not expand: replace it there"
+            if engine == "dynamo" and not design.model_repo
+            else ""
+        )
+        + "), "
         f"{design.precision} routed experts as the study priced them"
         + (
             f" (the default checkpoint's are {design.native_precision}: "
@@ -386,15 +393,16 @@ def _budget_notes(design: Design, engine: str, flags: dict[str, dict[str, str]])
     out = []
     for p in design.pools:
         dp = p.dp if backend == "vllm" else trtllm_dp(p)
-        budget = token_budget(p, design, dp)
+        budget = token_budget(p, design, dp, graphs=backend == "vllm")
         was = per_rank_chunk(p, design, dp) if p.chunk_tokens is not None else DEFAULT_TOKEN_BUDGET
         if budget is None or budget == was:
             continue
         what = "the trial's chunk" if p.chunk_tokens is not None else f"{backend}'s default"
         drafts = f" with {design.mtp_drafts} MTP drafts each" if design.mtp_drafts else ""
+        grid = " up to vLLM's grid of CUDA graph sizes" if budget != batch_tokens(p, design, dp) else ""
         out.append(
             f"- the {p.name} pool: each rank's token budget (`{flag}`) is {budget:,}, one step of its "
-            f"{per_rank_cap(p, dp)} running requests{drafts}, not {what} ({was:,}): the running "
+            f"{per_rank_cap(p, dp)} running requests{drafts}{grid}, not {what} ({was:,}): the running "
             "requests' decode tokens share that budget with prefill "
             "chunks, vLLM refuses one below `--max-num-seqs`, and a smaller one could not step the "
             "whole batch the study sized;"

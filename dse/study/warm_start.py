@@ -104,15 +104,25 @@ def designs(
             max_batch=int(spec.search.decode.max_batch[1]),
             prefill_share=float(p.unit.prefill_share) if p.unit.role is Role.MIXED else 0.0,
             ffn_tokens_per_gpu=ffn,
-            **_midfill(outcome.topology, (mid or [p])[0], listed),
+            **_midfill(
+                outcome.topology,
+                (mid or [p])[0],
+                listed,
+                spec.search.midfill.shapes or spec.search.prefill.shapes,
+            ),
         )
         for p, d in pairs
     ]
 
 
-def _midfill(topology: Topology, pool: PoolPlan, listed: dict[str, str]) -> dict[str, str]:
-    """A four-stage choice's midfill hardware and shape, from ``pool``."""
+def _midfill(
+    topology: Topology, pool: PoolPlan, listed: dict[str, str], shapes: tuple[str, ...]
+) -> dict[str, str]:
+    """A four-stage choice's midfill hardware and shape, from ``pool``, its shape one of the
+    search's midfill ``shapes`` (the first where the pool is a prefill pool of another shape: a
+    design with no midfill pool had enqueued its prefill shape, which the search does not list,
+    and the run ended in Optuna's ValueError)."""
     if topology is not Topology.FOUR_STAGE:
         return {}
-    hw = pool.unit.hardware
-    return {"midfill_hardware": listed.get(hw, hw), "midfill_shape": pool.unit.parallel.label()}
+    hw, shape = pool.unit.hardware, pool.unit.parallel.label()
+    return {"midfill_hardware": listed.get(hw, hw), "midfill_shape": shape if shape in shapes else shapes[0]}
