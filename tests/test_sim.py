@@ -718,3 +718,15 @@ def test_a_coarse_step_reports_the_peaks_between_its_rows() -> None:
         assert coarse.buffer_peak_requests[0] == fine.buffer_peak_requests[0], dt
         if dt >= 60.0:  # the burst starts and drains between two rows
             assert rows.prefill_queue.max() < 1.0 and rows.buffer.max() < 1.0, dt
+
+
+def test_the_fluid_end_to_end_p99_is_never_below_its_ttft_p99() -> None:
+    """A fluid run's E2E p99 had been its mean TTFT plus a p99 answer's decode: under a burst's
+    queue 10.4 + 460.5 x 0.0448 = 31.0 s, beside a TTFT p99 of 51.6 s (the discrete-event
+    reference: 58.7 s). It is now the larger of the two parts' tails, each with the other at its
+    mean: 51.6 + 100 x 0.0448 = 56.1 s; where the decode dominates, as before."""
+    from dse.sim.outputs import e2e_p99
+
+    tpot = 0.0448
+    assert e2e_p99(10.39, 51.61, 100.0 * tpot, 460.5 * tpot) == pytest.approx(51.61 + 100.0 * tpot)
+    assert e2e_p99(0.3, 1.0, 100.0 * tpot, 460.5 * tpot) == pytest.approx(0.3 + 460.5 * tpot)

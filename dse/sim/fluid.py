@@ -23,7 +23,7 @@ import numpy as np
 
 from dse.sim.fluid_kernel import OUT, advance
 from dse.sim.kinds import substeps
-from dse.sim.outputs import Summary, Trajectories, swings, verdicts
+from dse.sim.outputs import Summary, Trajectories, e2e_p99, swings, verdicts
 from dse.sim.planner import PlannerState
 from dse.sim.scenario import Array, Pipeline, Scenario
 from dse.sim.statistics import weighted_quantile
@@ -188,15 +188,21 @@ def _summarise(
     w_done, w_lam = done + 1e-12, lam + 1e-12
     tpot_mean = (tau_a * w_done).sum(axis=1) / w_done.sum(axis=1)
     ttft_mean = (r["ttft"][:, after] * w_lam).sum(axis=1) / w_lam.sum(axis=1)
+    ttft_p99 = weighted_quantile(r["ttft_p99"][:, after], lam, 0.99)
     return Summary(
         requests_per_s=done.mean(axis=1),
         output_tokens_per_s=r["tok"][:, after].mean(axis=1),
         ttft_mean_s=ttft_mean,
-        ttft_p99_s=weighted_quantile(r["ttft_p99"][:, after], lam, 0.99),
+        ttft_p99_s=ttft_p99,
         tpot_mean_s=tpot_mean,
         tpot_p99_s=weighted_quantile(tau_a, done, 0.99),
         e2e_mean_s=ttft_mean + lengths.mean * tpot_mean,
-        e2e_p99_s=ttft_mean + lengths.quantile(0.99) * tpot_mean,
+        e2e_p99_s=np.array(
+            [
+                e2e_p99(m, q, lengths.mean * t, lengths.quantile(0.99) * t)
+                for m, q, t in zip(ttft_mean, ttft_p99, tpot_mean, strict=True)
+            ]
+        ),
         stable=stable,
         backlog_growth_per_s=growth,
         growth_window_s=judged_s,
