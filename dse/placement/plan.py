@@ -297,7 +297,7 @@ def _cheapest_at_reach(
     noise of the settled reach, so the same traffic had come at $147.36 an hour at ``--rate 1``
     and $140.40 at ``--rate 10``. Solved as the cost objective at the demand scaled to the reach
     (the rates enter the MILP only as scale x rate, and the slot rows as rate x slot scale); the
-    answer is read back at ``data``'s rates, its objective moved as goodput weighs the change."""
+    answer is read back at ``data``'s rates, with the goodput MILP's objective of that design."""
     sol = None if result is None else result.solution
     if result is None or sol is None or sol.scale <= 0.0:
         return result
