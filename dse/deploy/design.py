@@ -144,9 +144,6 @@ def design_of_run(res: StudyResults, trial: int | None, params: PerfParams) -> D
     record = {**record, "point": {**point_of(found.params), **(record.get("point") or {})}}
     catalog = res._cat()
     named = "--trial" if trial is not None else "best trial"  # (it had named a --trial never given)
-    if str(record.get("choice", {}).get("topology", "")) in ("afd", "four-stage"):
-        rule = "is an attention-FFN disaggregated design, which no engine here launches"
-        raise InputError(SRC, named, rule, number)
     variant = _what_if(res.spec, record, catalog)
     if variant is not None:
         other = _best_launchable(res, catalog)
@@ -156,7 +153,7 @@ def design_of_run(res: StudyResults, trial: int | None, params: PerfParams) -> D
             else "; no feasible trial of the study runs on hardware that exists"
         )
         raise InputError(SRC, named, _what_if_rule(res.spec, *variant) + hint, number)
-    return design_of(res.spec, number, record, catalog, params)
+    return design_of(res.spec, number, record, catalog, params, named)
 
 
 def _no_best(res: StudyResults) -> DseError:
@@ -224,16 +221,25 @@ def _best_launchable(res: StudyResults, catalog: Catalog) -> int | None:
 
 
 def design_of(
-    spec: StudySpec, trial: int, record: dict[str, Any], catalog: Catalog, params: PerfParams
+    spec: StudySpec,
+    trial: int,
+    record: dict[str, Any],
+    catalog: Catalog,
+    params: PerfParams,
+    named: str = "--trial",
 ) -> Design:
     """The design a trial's record holds (pools, shapes, the engine settings it was priced with);
-    a grid trial's at its own point (``record["point"]``: its model). One an engine here
-    launches: :func:`design_of_run` refuses the others."""
+    a grid trial's at its own point (``record["point"]``: its model); an attention-FFN one is
+    refused naming the trial as ``named`` (``best trial`` where no ``--trial`` was given)."""
     from dse.placement.shapes import parse_shape
     from dse.study.grid import spec_at
 
     choice = record.get("choice", {})
     topology = str(choice.get("topology", ""))
+    if topology in ("afd", "four-stage"):
+        raise InputError(
+            SRC, named, "is an attention-FFN disaggregated design, which no engine here launches", trial
+        )
     point = dict(record.get("point") or {})
     spec = spec_at(spec, point) if point else spec
     engine = params.engine(spec.engine)
