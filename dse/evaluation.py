@@ -525,6 +525,7 @@ def _sim_pool(p: PoolPlan) -> SimPool:
         fresh_busy_s=_or_none(p.fresh_busy_s),
         midfill_busy_s=_or_none(p.midfill_busy_s),
         reload_s=_or_none(p.reload_s),
+        recompute_per_s=float(p.recompute_per_s),
     )
     return stage_replicas(pool, float(u.parallel.pp))
 

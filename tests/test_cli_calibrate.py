@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import Cli
 
-from dse.paths import CALIBRATION_FILE
+from dse.paths import CALIBRATION_FILE, PUBLISHED_POINTS
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -54,6 +54,16 @@ def test_bad_runs_files_are_one_line_before_any_fit(cli: Cli, tmp_path: Path, tw
     assert unwritable.code == 2 and len(unwritable.err.strip().splitlines()) == 1, unwritable.err
     assert "--out = " in unwritable.err and "cannot be written (not a folder)" in unwritable.err
     assert not out.exists()
+    # --out naming the runs read (or the points) had written the fit over them, exit 0
+    points = tmp_path / "points.csv"
+    points.write_bytes(PUBLISHED_POINTS.read_bytes())
+    runs = two_gpu_runs.read_bytes()
+    for flag, read in (("--data", two_gpu_runs), ("--points", points)):
+        args = ["--data", str(two_gpu_runs), "--points", str(points)]
+        res = cli("calibrate", *args, "--out", str(read), "--no-cross-validation")
+        assert res.code == 2 and len(res.err.strip().splitlines()) == 1, res.err
+        assert f"--out: must not be the {flag} file ({read})" in res.err, res.err
+    assert two_gpu_runs.read_bytes() == runs and points.read_bytes() == PUBLISHED_POINTS.read_bytes()
     # a fit of runs of one's own without --out would have replaced the shipped calibration
     shipped = CALIBRATION_FILE.read_bytes()
     for own in (["--data", str(two_gpu_runs)], ["--points", str(tmp_path / "no.csv")]):

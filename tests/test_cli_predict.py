@@ -126,6 +126,12 @@ def test_a_trace_too_short_for_a_percentile_is_not_told_to_use_requests(cli: Cli
     assert proc.code == 0, proc.err
     said = "dse: warning: p99 of 3 requests is no more than their slowest: 100 requests or more resolve it"
     assert f"{said} (a longer trace)" in proc.err.splitlines(), proc.err
+    # its served rate is every request over the window, not the one completion in the middle half
+    # of its arrivals (two requests 0.5 s apart had "served 4 requests/s")
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,4000,10\n0.5,1000,300\n")
+    lat = json.loads(cli("predict", "--hardware", "b200", "--load", "trace", "--trace", trace, "--json").out)
+    served = lat["latency"]["requests_per_s"]
+    assert 0 < served < 2.0, lat["latency"]  # two requests over more than a second
 
 
 def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_path: Path) -> None:
@@ -276,7 +282,7 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
 
     base = dict(AFD, disagg="False", num_ffn_gpu="", ffn_num_workers="", ffn_ep="",
                 prefill_dp_attention="False", decode_dp_attention="False", num_decode_gpu="8",
-                num_prefill_gpu="8")  # fmt: skip
+                num_prefill_gpu="8", decode_num_workers="1")  # fmt: skip
     seven = {"decode_tp": "7", "prefill_tp": "7", "num_decode_gpu": "7"}
     rows = [base, {**base, "isl": "200000"}, {**base, **seven}, {**base, "prefill_tp": "4"}]
     out = predict_rows([*rows, {**base, "osl": "0.5"}], catalog, load_params(), source="runs.csv")
@@ -294,6 +300,31 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
     )
 
 
+def test_an_aggregated_rows_gpus_and_workers_are_its_instances_replicas(catalog: Catalog) -> None:
+    """An aggregated row's num_decode_gpu are whole replicas of its TP8 instance (64 as the
+    measured runs have them, predicted as 8), and a decode_num_workers other than 0 counts them:
+    0 GPUs, 3 workers on 8 and 1 worker on 24 had all been predicted at the one instance's
+    figure without a word."""
+    from dse.perf.benchmark_rows import predict_rows
+
+    base = dict(AFD, disagg="False", num_ffn_gpu="", ffn_num_workers="", ffn_ep="",
+                prefill_dp_attention="False", decode_dp_attention="False", num_decode_gpu="8",
+                num_prefill_gpu="8", decode_num_workers="0")  # fmt: skip
+    cells = [("0", "8"), ("1", "8"), ("8", "64"), ("3", "8"), ("1", "24"), ("0", "0"), ("0", "12")]
+    rows = [{**base, "decode_num_workers": w, "num_decode_gpu": g} for w, g in cells]
+    out = predict_rows(rows, catalog, load_params(), source="runs.csv")
+    assert [r["pred_error"] for r in out[:3]] == ["", "", ""]
+    assert out[0]["pred_tput_per_gpu"] == out[1]["pred_tput_per_gpu"] == out[2]["pred_tput_per_gpu"]
+    workers = "must be 0 or the replicas of the instance ({}) in an aggregated row"
+    whole = "must be a whole multiple of the instance's 8 GPUs (decode_tp) in an aggregated row"
+    assert [r["pred_error"] for r in out[3:]] == [
+        f"runs.csv row 4: decode_num_workers = 3: {workers.format(1)}",
+        f"runs.csv row 5: decode_num_workers = 1: {workers.format(3)}",
+        f"runs.csv row 6: num_decode_gpu = 0: {whole}",
+        f"runs.csv row 7: num_decode_gpu = 12: {whole}",
+    ]
+
+
 def test_an_aggregated_row_may_write_its_one_shape_two_ways(catalog: Catalog) -> None:
     """The prefill columns of an aggregated row are compared with the decode ones by what they say:
     `8.0` against `8` had been refused as "prefill_tp = 8.0: must equal decode_tp (8)", and `1`
@@ -302,7 +333,7 @@ def test_an_aggregated_row_may_write_its_one_shape_two_ways(catalog: Catalog) ->
 
     base = dict(AFD, disagg="False", num_ffn_gpu="", ffn_num_workers="", ffn_ep="",
                 prefill_dp_attention="True", decode_dp_attention="True", num_decode_gpu="8",
-                num_prefill_gpu="8")  # fmt: skip
+                num_prefill_gpu="8", decode_num_workers="1")  # fmt: skip
     rows = [base, {**base, "prefill_tp": "8.0"}, {**base, "prefill_dp_attention": "1"},
             {**base, "prefill_dp_attention": "0"}]  # fmt: skip
     out = predict_rows(rows, catalog, load_params(), source="runs.csv")

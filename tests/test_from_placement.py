@@ -204,3 +204,75 @@ def test_a_placement_file_keeps_its_own_mtp_draft_depth_and_acceptance(catalog: 
     doc["request"]["mtp_accept_rate"] = 1.5
     with pytest.raises(InputError, match=r"request\.mtp_accept_rate = 1\.5: must be between 0 and 1"):
         design_from_doc(doc, "place.json")
+
+
+def test_a_placement_that_drops_kv_recomputes_it_in_both_simulations(catalog: Catalog) -> None:
+    """DeepSeek-V3 on B200, 80% returning turns of 60,000-token prefixes, storage priced so that
+    the placement drops some KV (a real HiGHS solve): its pools say how many turns they recompute
+    (the class tiers' dropped turns, all of them), their reload seconds are the reloaded turns'
+    alone, the engine-level check draws that share of recomputes, and the fluid model counts the
+    prefill pool's servers in fresh prompts' worth of a forward. A dropped turn's recompute had
+    been a reload delay in the check (TTFT p99 0.38 s where recomputes through the queue give
+    0.78), and 128 servers of a 6-s forward in the fluid model (TTFT 2.5 s beside 0.32 s at p50)."""
+    from dse.evaluation import design_of
+    from dse.placement import PlacementRequest, Topology, place
+    from dse.placement.request import Storage
+    from dse.sim.engine_latency import _recompute_share, _reload_s
+    from dse.workload import ThinkBin
+
+    w = Workload(
+        requests_per_s=40.0, input_tokens=2000.0, output_tokens=500.0, returning_share=0.8,
+        cached_prefix_tokens=60_000.0, suffix_tokens=300.0, think=(ThinkBin(0.7, 20.0), ThinkBin(0.3, 300.0)),
+    )  # fmt: skip
+    req = PlacementRequest(
+        model="deepseek-v3", hardware=("b200",), workload=w, slo=Slo(ttft_s=1.0, tpot_s=0.05),
+        topology=Topology.DISAGGREGATED, network_kv_usd_per_tb_hour=1000.0,
+        storage=Storage(dram_usd_per_tb=1e6, nvme_usd_per_tb=1e6),
+    )  # fmt: skip
+    report = place(req, catalog=catalog, with_shadow_prices=False)
+    best = report.best
+    assert best is not None
+    dropped = sum(t.returning_per_s * t.share["drop"] for t in best.tiers)
+    recomputing = [p for p in best.pools if p.recompute_per_s > 0]
+    assert dropped > 1.0 and sum(p.recompute_per_s for p in best.pools) == pytest.approx(dropped, rel=1e-6)
+    design = design_of(req, report.outcomes[0])
+    assert _recompute_share(design) == pytest.approx(dropped / (0.8 * 40.0), rel=1e-6)
+    # a pool that recomputes everything it takes back reloads nothing; the reloaded turns' mean
+    assert all(np.isnan(p.reload_s) or p.recompute_per_s < p.returning_per_s for p in recomputing)
+    assert _reload_s(design) < 0.1
+    pipe, _ = pipeline_of(design, catalog, load_params())
+    one = next(p for p in design.pools if p.recompute_per_s > 0)
+    assert one.prefill_busy_s is not None and one.fresh_busy_s is not None
+    assert one.prefill_busy_s > 2.0 * one.fresh_busy_s  # its recomputes cost more than fresh prompts
+    assert float(pipe.arrays("midfill_s")[0]) < 1.5  # a forward at its load, not 128 prompts' worth
+    import json
+
+    from dse.errors import InputError
+    from dse.placement.serialize import report_to_dict
+    from dse.sim.from_placement import design_from_doc
+
+    doc = json.loads(json.dumps(report_to_dict(report)))
+    assert design_from_doc(doc).pools == design.pools  # the file carries what the check reads
+    k = next(i for i, p in enumerate(doc["best"]["pools"]) if p["recompute_per_s"] > 0)
+    doc["best"]["pools"][k]["recompute_per_s"] = doc["best"]["pools"][k]["returning_per_s"] * 2
+    with pytest.raises(InputError, match=rf"best.pools\[{k}\].recompute_per_s = .*: must be at most"):
+        design_from_doc(doc)
+
+
+def test_prefill_pools_join_for_the_check_by_their_speed_not_their_mix() -> None:
+    """The engine-level check joins prefill pools as the busiest one's shape. Pools of that shape
+    count instance for instance, whatever their mix: 11 H200 TP8 instances recomputing dropped
+    12,000-token prefixes (0.27 s a turn) beside 4 taking fresh prompts (0.04 s) are 15, not the
+    4 + 11 x 0.04 / 0.27 = 6 of the headline study's trial that the check had queued to a TTFT
+    p90 of 102 s. A pool of another shape counts by its busy seconds per fresh prompt."""
+    from dse.sim.engine_latency import _one_prefill_pool
+
+    fresh = _pool(
+        "prefill", "h200-sxm", instances=4.0, requests_per_s=23.9, prefill_busy_s=0.04, fresh_busy_s=0.04
+    )
+    again = replace(fresh, instances=11.0, requests_per_s=16.1, returning_per_s=16.1, recompute_per_s=16.1,
+                    prefill_busy_s=0.27, midfill_busy_s=0.27)  # fmt: skip
+    one = _one_prefill_pool([fresh, again])
+    assert (one.instances, one.requests_per_s, one.recompute_per_s) == (15.0, pytest.approx(40.0), 16.1)
+    twice = replace(again, gpus=16.0, ep=16.0, fresh_busy_s=0.02)  # twice as fast a fresh prompt
+    assert _one_prefill_pool([fresh, twice]).instances == 4.0 + 22.0

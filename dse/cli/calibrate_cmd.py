@@ -15,6 +15,7 @@ from dse.paths import CALIBRATION_FILE, MEASURED_RUNS, PUBLISHED_POINTS, calibra
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from pathlib import Path
 
     from dse.calibration.fit import Measured
     from dse.calibration.latency import LatencyFit
@@ -94,10 +95,19 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise InputError(str(args.points), "--points", "must be an existing CSV file (or --no-points)")
     if args.out.is_dir():  # found before the fit, not after it
         raise InputError(str(args.out), "--out", "must be a file to write, not a folder")
+    for flag, read in (("--data", args.data), ("--points", None if args.no_points else args.points)):
+        if read is not None and (args.out.resolve() == read.resolve() or _same_file(args.out, read)):
+            # the fit had written its JSON over the runs it read (exit 0, the runs gone)
+            rule = f"must not be the {flag} file ({read}): the input would be overwritten"
+            raise InputError("dse calibrate", "--out", rule)
     try:
         probe_writable(args.out)
     except OSError as exc:
         raise output_error(exc, "dse calibrate", "--out", args.out) from None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.exists() and b.exists() and a.samefile(b)
 
 
 def _own(args: argparse.Namespace) -> bool:

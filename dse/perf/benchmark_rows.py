@@ -318,6 +318,8 @@ def parse_row(
                 same = f"must equal decode_{col} ({dec}) in an aggregated row"
                 raise InputError(source, f"prefill_{col}", same, Written(pre))
     decode = _pool(row, "decode", disagg, source, ep_as_given)
+    if not disagg:
+        _check_replicas(row, decode.gpus, source)
     prefill = _pool(row, "prefill", disagg, source, ep_as_given) if disagg else None
     for side, pool in (("decode", decode), ("prefill", prefill)):
         if pool is not None and (rule := model.tp_problem(pool.attn_tp)) is not None:
@@ -563,6 +565,25 @@ def _running_cap(
             Written(raw),
         )
     return value
+
+
+def _check_replicas(row: Mapping[str, str], gpus: float, source: str) -> None:
+    """An aggregated row's GPUs (``num_decode_gpu``, where given) are whole replicas of its
+    ``gpus``-GPU instance (the measured runs have 8, 16 and 64 of 4- and 8-GPU instances), and
+    its ``decode_num_workers``, where not 0 (the runs' own), count those replicas: a row of 0
+    GPUs, or 3 workers on one TP8 instance's 8, had been predicted as if neither were written."""
+    cell = str(row.get("num_decode_gpu", "")).strip()
+    if not cell:
+        return
+    total = _num(row, "num_decode_gpu", source)
+    if total < gpus or total % gpus:
+        rule = f"must be a whole multiple of the instance's {gpus:g} GPUs (decode_tp) in an aggregated row"
+        raise InputError(source, "num_decode_gpu", rule, _cell(row, "num_decode_gpu"))
+    if str(row.get("decode_num_workers", "")).strip():
+        workers = _num(row, "decode_num_workers", source)
+        if workers and workers * gpus != total:
+            rule = f"must be 0 or the replicas of the instance ({total / gpus:g}) in an aggregated row"
+            raise InputError(source, "decode_num_workers", rule, _cell(row, "decode_num_workers"))
 
 
 def _instances(row: Mapping[str, str], side: str, no_workers: str, source: str) -> tuple[float, float]:

@@ -350,6 +350,11 @@ def _decode_instances(t: EngineTables) -> _Instances:
     )
 
 
+FEW_TO_COUNT = 20
+"""Completions in the middle half of an open loop's arrivals below which its served rate is
+counted over the whole window instead (one completion in a quarter-second had made a rate)."""
+
+
 def _latency(
     t: EngineTables,
     arrive: Array,
@@ -370,12 +375,13 @@ def _latency(
     if load.kind != "closed" and ok.any():
         # what the deployment serves while the load lasts: completions in the middle half of the
         # arrivals (the first quarter fills the batches; after the last arrival they drain); a
-        # window too short to have one (the steady-state warning says so) counts them all
+        # window too short to have a few (the steady-state warning says so) counts them all (a
+        # two-request trace had served "4 requests/s": one completion in its middle 0.25 s)
         lo, hi = (float(x) for x in np.quantile(arrive, [0.25, 0.75]))
         middle = ok & (done >= lo) & (done < hi)
         if hi > lo:  # half the arrivals lie between the quartiles
             offered = 0.5 * len(arrive) / (hi - lo)
-        if hi > lo and middle.any():
+        if hi > lo and middle.sum() >= FEW_TO_COUNT:
             counted, span = middle, hi - lo
     rps = float(counted.sum() / span) if span > 0 else math.nan
     out_tps = float(osl[counted].sum()) / span / t.gpus if span > 0 else math.nan

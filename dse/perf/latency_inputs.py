@@ -39,6 +39,35 @@ class Trace:
     isl: Array
     osl: Array
 
+    def __post_init__(self) -> None:
+        """A trace no replay can run is refused as :func:`read_trace` refuses a file's rows, each
+        bad request named by its index: unsorted, negative or NaN arrivals had run as given, a
+        request of no output tokens had been simulated, and arrays of two lengths had raised
+        numpy's own broadcast error."""
+        cols = {"arrival_s": self.arrival_s, "isl": self.isl, "osl": self.osl}
+        for key, col in cols.items():
+            if np.ndim(col) != 1:
+                raise InputError("Trace", key, "must be a one-dimensional array")
+        n = {len(col) for col in cols.values()}
+        if len(n) > 1:
+            raise InputError("Trace", "arrival_s, isl, osl", "must have the same length", sorted(n))
+        if n == {0}:
+            raise InputError("Trace", "arrival_s", "has no requests")
+        rules = {"arrival_s": (0.0, "must be a finite number >= 0 (seconds)"),
+                 "isl": (1.0, "must be a whole number >= 1 (tokens)"),
+                 "osl": (1.0, "must be a whole number >= 1 (tokens)")}  # fmt: skip
+        for key, (least, rule) in rules.items():
+            col = np.asarray(cols[key], dtype=float)
+            bad = ~(np.isfinite(col) & (col >= least) & ((col == np.round(col)) | (key == "arrival_s")))
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise InputError("Trace", f"{key}[{i}]", rule, float(col[i]))
+        later = np.flatnonzero(np.diff(np.asarray(self.arrival_s, dtype=float)) < 0)
+        if len(later):
+            i = int(later[0]) + 1
+            rule = "must not be earlier than the request before"
+            raise InputError("Trace", f"arrival_s[{i}]", rule, float(self.arrival_s[i]))
+
 
 @dataclass(frozen=True)
 class Load:
@@ -61,6 +90,7 @@ class Load:
         if self.kind == "closed":
             c = self.concurrency
             _bad("Load", "concurrency", c, "must be a finite number > 0", 0 < c < math.inf)
+            _bad("Load", "concurrency", c, "must be a whole number of clients", float(c).is_integer())
         elif self.kind == "trace":
             if self.trace is None:
                 raise InputError("Load", "trace", "is required for a trace replay")
@@ -87,7 +117,9 @@ class Lengths:
     cached prefix, prompt and output) is capped at ``limit``, the model's. A
     share ``returning_share`` of the requests are returning turns: ``prefix`` tokens of context
     already cached, and a new ``suffix`` (nominal, drawn as the prompts are) to prefill, once the
-    prefix has come back from where it rested (``reload_s``: open loop only). With ``output_mix``,
+    prefix has come back from where it rested (``reload_s``: open loop only); a share
+    ``recompute_share`` of the returning turns had their KV dropped and prefill their prefix and
+    suffix whole, reloading nothing. With ``output_mix``,
     ``((share, mean tokens), ...)``, output lengths are instead a mixture of exponentials, as
     ``dse simulate --lengths`` gives its fluid model and reference (at least one token each), and
     ``osl`` is not read."""
@@ -102,6 +134,7 @@ class Lengths:
     suffix: float = 0.0
     reload_s: float = 0.0
     output_mix: tuple[tuple[float, float], ...] = ()
+    recompute_share: float = 0.0
 
     def __post_init__(self) -> None:
         """Lengths no draw can take are refused here (a NaN prompt had raised numpy's own error,
@@ -115,6 +148,8 @@ class Lengths:
         _bad("Lengths", "limit", self.limit, "must be > 0 (tokens; inf: no limit)", self.limit > 0)
         r = self.returning_share
         _bad("Lengths", "returning_share", r, "must be between 0 and 1", 0 <= r <= 1)
+        d = self.recompute_share
+        _bad("Lengths", "recompute_share", d, "must be between 0 and 1 (of the returning turns)", 0 <= d <= 1)
         for key in ("prefix", "suffix", "reload_s"):
             value = getattr(self, key)
             _bad("Lengths", key, value, "must be a finite number >= 0", 0 <= value < math.inf)
@@ -125,14 +160,15 @@ class Lengths:
 
     @property
     def mean_isl(self) -> float:
-        """New tokens a request prefills, on average."""
+        """New tokens a request prefills, on average (a recomputed turn's prefix among them)."""
         r = self.returning_share
-        return ((1.0 - r) * self.isl + r * self.suffix) * (1.0 + self.low) / 2.0
+        drawn = ((1.0 - r) * self.isl + r * self.suffix) * (1.0 + self.low) / 2.0
+        return drawn + r * self.recompute_share * self.prefix
 
     @property
     def mean_context(self) -> float:
         """Tokens of context a request holds once prefilled, on average (cached prefix included)."""
-        return self.mean_isl + self.returning_share * self.prefix
+        return self.mean_isl + self.returning_share * (1.0 - self.recompute_share) * self.prefix
 
     @property
     def mean_osl(self) -> float:
@@ -198,6 +234,9 @@ def draw_requests(
         back = rng.random(requests) < lengths.returning_share
         isl = np.where(back, _lengths(lengths.suffix, lengths, requests, rng), isl)
         cached = np.where(back, lengths.prefix, 0.0)
+        if lengths.recompute_share > 0:  # a dropped prefix is prefilled again, with the suffix
+            again = back & (rng.random(requests) < lengths.recompute_share)
+            isl, cached = np.where(again, isl + lengths.prefix, isl), np.where(again, 0.0, cached)
     if math.isfinite(lengths.limit):  # a request's whole context within the model's (a long tail's)
         isl = np.minimum(isl, np.maximum(lengths.limit - cached - 1.0, 1.0))
         osl = np.minimum(osl, np.maximum(lengths.limit - cached - isl, 1.0))

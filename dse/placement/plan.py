@@ -41,7 +41,8 @@ class PoolPlan:
     prefill_busy_s: float  # busy seconds of one instance per request it prefills (mean of its mix)
     fresh_busy_s: float  # ... per fresh prompt (nan for decode-only pools)
     midfill_busy_s: float  # ... per returning turn, over the tiers its KV comes from (nan if none)
-    reload_s: float  # mean seconds a returning turn's KV takes to come back (nan if none)
+    reload_s: float  # mean seconds a returning turn's KV takes to come back, of those that rest (nan if none)
+    recompute_per_s: float = 0.0  # returning turns whose KV was dropped, prefilled whole again here
 
 
 @dataclass(frozen=True)
@@ -477,9 +478,13 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
     served = sol.fresh + ret.sum(axis=(1, 2))
     fresh_busy = np.multiply(sol.fresh, d.fresh_s, out=np.zeros_like(sol.fresh), where=sol.fresh > 0)
     mid_busy = np.multiply(ret, d.mid_s, out=np.zeros_like(ret), where=ret > 0).sum(axis=(1, 2))
-    reload = (ret * d.reload_s).sum(axis=(1, 2))
-    ret_total = ret.sum(axis=(1, 2))
-    t_hbm = TIERS.index("hbm")
+    t_hbm, t_drop = TIERS.index("hbm"), TIERS.index("drop")
+    # a dropped KV comes back from nowhere: its turn is prefilled whole (the MILP's reload
+    # seconds for it are its recompute's time beyond a midfill, a forward, not a transfer)
+    kept = ret.copy()
+    kept[:, :, t_drop] = 0.0
+    reload = (kept * d.reload_s).sum(axis=(1, 2))
+    ret_total, kept_total = ret.sum(axis=(1, 2)), kept.sum(axis=(1, 2))
     resting_hbm = ret[:, :, t_hbm] @ (d.class_dwell_s * d.class_gb) if d.n_classes else np.zeros(d.n_units)
     busy = fresh_busy + mid_busy
     # a unit that takes requests and is sent none runs no pool: its GPUs are idle (a rack bought
@@ -502,7 +507,8 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
                 prefill_busy_s=float(busy[u] / served[u]) if served[u] > 0 else float("nan"),
                 fresh_busy_s=float(d.fresh_s[u]) if np.isfinite(d.fresh_s[u]) else float("nan"),
                 midfill_busy_s=float(mid_busy[u] / ret_total[u]) if ret_total[u] > 0 else float("nan"),
-                reload_s=float(reload[u] / ret_total[u]) if ret_total[u] > 0 else float("nan"),
+                reload_s=float(reload[u] / kept_total[u]) if kept_total[u] > 0 else float("nan"),
+                recompute_per_s=float(ret[u, :, t_drop].sum()),
             )
         )
     tiers = []

@@ -25,7 +25,10 @@ of the 152 attention-FFN designs that ``benchmarks/engine_agreement.py`` places.
 
 * Returning turns wait for their prefix to come back (the placement's mean reload seconds, a
   pure delay), then prefill only their suffix and hold the prefix in the KV cache, which their
-  decode steps read.
+  decode steps read. Those whose KV the placement dropped (its pools' ``recompute_per_s``)
+  prefill prefix and suffix whole, as one long prompt through the chunks; until 2026-12-07 they
+  prefilled only their suffix after a delay of the recompute's time, which took no forward from
+  the prompts queued behind it.
 * A prefill forward takes the placement's chunk (the fresh prompts it batches,
   ``prefill_batch_requests``, times their length) of new tokens; each decode instance runs at
   most the batch the placement sized it for, as the fluid model does.
@@ -170,6 +173,7 @@ def _design_latency(
         suffix=w.suffix_tokens / mean,
         reload_s=_reload_s(design),
         output_mix=output_mix,
+        recompute_share=_recompute_share(design),
     )
     runs: list[_Steady] = []
     for d, rate, batch_requests in groups:
@@ -257,10 +261,21 @@ def _table_key(tables: EngineTables) -> Hashable:
 
 def _reload_s(design: SimDesign) -> float:
     """Seconds a returning turn's prefix takes to come back, the placement's mean over the pools
-    that prefill returning turns (weighted by how many each takes)."""
+    that prefill returning turns (weighted by how many each reloads)."""
     pools = [p for p in design.pools if p.returning_per_s > 0 and p.reload_s is not None]
-    total = sum(p.returning_per_s for p in pools)
-    return sum(p.returning_per_s * float(p.reload_s or 0.0) for p in pools) / total if total > 0 else 0.0
+    weight = [max(p.returning_per_s - p.recompute_per_s, 0.0) for p in pools]
+    total = sum(weight)
+    return (
+        sum(w * float(p.reload_s or 0.0) for w, p in zip(weight, pools, strict=True)) / total
+        if total > 0
+        else 0.0
+    )
+
+
+def _recompute_share(design: SimDesign) -> float:
+    """The share of the returning turns whose KV the placement dropped, over its pools."""
+    back = sum(p.returning_per_s for p in design.pools)
+    return min(sum(p.recompute_per_s for p in design.pools) / back, 1.0) if back > 0 else 0.0
 
 
 def new_tokens(w: Workload) -> float:
@@ -330,17 +345,33 @@ def unsimulated(design: SimDesign) -> str:
 
 
 def _one_prefill_pool(pools: list[SimPool]) -> SimPool:
-    """Prefill pools of several shapes as one: the busiest one's shape, with as many instances
-    as give the same prompts per second in all (each instance at its busy seconds per prompt)."""
+    """Prefill pools of several shapes as one: the busiest one's shape, each pool's instances
+    counted as that shape's by their speed (:func:`_as_top`), their traffic summed."""
     top = max(pools, key=lambda p: p.requests_per_s)
-    per_s = sum(p.instances / p.prefill_busy_s for p in pools if p.prefill_busy_s)
-    if not top.prefill_busy_s or per_s <= 0:
+    worth = sum(p.instances * _as_top(p, top) for p in pools if p.prefill_busy_s)
+    if not top.prefill_busy_s or worth <= 0:
         return top
     return replace(
         top,
-        instances=max(1.0, math.ceil(per_s * top.prefill_busy_s - 1e-9)),
+        instances=max(1.0, math.ceil(worth - 1e-9)),
         requests_per_s=sum(p.requests_per_s for p in pools),
+        returning_per_s=sum(p.returning_per_s for p in pools),
+        recompute_per_s=sum(p.recompute_per_s for p in pools),
     )
+
+
+def _as_top(p: SimPool, top: SimPool) -> float:
+    """How many of ``top``'s instances one of ``p``'s is worth: one where they are the same
+    shape, else by their busy seconds per fresh prompt (per prompt of their own mixes where
+    either takes none). Until 2026-12-07 every pool was counted by its own mix's busy seconds:
+    a pool recomputing dropped 12,000-token prefixes (11 H200 TP8 instances) counted as 1.5 of
+    the fresh-prompt pool of its shape beside it, and the check queued its prompts to 102 s."""
+    same = ("hardware", "gpus", "attn_tp", "ep")
+    if all(getattr(p, k) == getattr(top, k) for k in same):
+        return 1.0
+    if p.fresh_busy_s and top.fresh_busy_s:
+        return top.fresh_busy_s / p.fresh_busy_s
+    return (top.prefill_busy_s or 0.0) / (p.prefill_busy_s or math.inf)
 
 
 def _slice(pools: tuple[SimPool, ...], rate: float, e2e_s: float) -> tuple[tuple[SimPool, ...], float]:

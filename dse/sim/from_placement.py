@@ -74,6 +74,9 @@ class SimPool:
     midfill_busy_s: float | None
     reload_s: float | None
     prefill_forward_requests: float = 0.0  # prompts a forward batches at its load (0: at most)
+    # returning turns of ``returning_per_s`` whose KV was dropped: prefilled whole, no reload
+    # (``reload_s`` is then the others' mean; a record from before 2026-12-07 has none)
+    recompute_per_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,8 @@ def at_rate(design: SimDesign, rate: float) -> SimDesign:
     k = rate / design.workload.requests_per_s
     if math.isclose(k, 1.0, rel_tol=1e-9):  # a constant rate's mean over a grid of times: round-off
         return design
-    pools = tuple(replace(p, requests_per_s=p.requests_per_s * k, returning_per_s=p.returning_per_s * k)
+    pools = tuple(replace(p, requests_per_s=p.requests_per_s * k, returning_per_s=p.returning_per_s * k,
+                          recompute_per_s=p.recompute_per_s * k)
                   for p in design.pools)  # fmt: skip
     return replace(design, pools=pools, workload=replace(design.workload, requests_per_s=rate))
 
@@ -164,6 +168,7 @@ OPTIONAL = (
     "reload_s",
     "requests_per_s",
     "returning_per_s",
+    "recompute_per_s",
 )
 """Numbers of a pool that a placement may leave out (a decode pool prefills nothing)."""
 
@@ -219,6 +224,9 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
     if role in ("prefill", "mixed", "midfill") and opt["prefill_busy_s"] == 0:
         # a pool that prefills in no time: it had been dropped, and the file told it has no such pool
         raise InputError(source, f"{where}.prefill_busy_s", f"must be > 0 for a {role} pool", 0)
+    if (opt["recompute_per_s"] or 0.0) > (opt["returning_per_s"] or 0.0) * (1 + 1e-9):
+        rule = f"must be at most the pool's returning_per_s ({opt['returning_per_s'] or 0.0:g})"
+        raise InputError(source, f"{where}.recompute_per_s", rule, opt["recompute_per_s"])
     share = 0.0
     if unit.get("prefill_share") is not None:
         share = _number(unit["prefill_share"], f"{where}.unit.prefill_share", source, positive=False)
@@ -248,6 +256,7 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
         fresh_busy_s=opt["fresh_busy_s"],
         midfill_busy_s=opt["midfill_busy_s"],
         reload_s=opt["reload_s"],
+        recompute_per_s=opt["recompute_per_s"] or 0.0,
     )
     return stage_replicas(sim, pp)
 
@@ -375,8 +384,14 @@ class _Prefill:
             return
         # an aggregated instance prefills the prompts that wait, forward after forward: at its
         # prefill share that is mostly one, so one server at the busy time per prompt; a prefill
-        # pool's instance as many servers as prompts its forwards batch at its load
+        # pool's instance as many servers as prompts its forwards batch at its load, counted in
+        # fresh prompts' worth: where its mix costs more a request than a fresh prompt (returning
+        # turns recomputed from nothing), a forward holds fewer (a 32-GPU B200 prefill whose dropped
+        # 60,000-token prefixes took 78% of its time had been 128 servers of 6 s, TTFT 2.5 s in the
+        # fluid model against 0.32 s at p50 through the schedulers; 23 servers of a 1.1-s forward)
         forward = p.prefill_forward_requests or p.prefill_batch_requests or 1.0
+        if p.role == "prefill" and p.fresh_busy_s and busy > p.fresh_busy_s:
+            forward *= p.fresh_busy_s / busy
         m = 1.0 if p.role == "mixed" else max(1.0, round(forward))
         self.servers += x * m
         self.instances += x
@@ -388,7 +403,7 @@ class _Prefill:
             self.fresh_n += fresh
         if ret > 0 and p.midfill_busy_s:
             self.mid_w += ret * p.midfill_busy_s * m
-            self.reload_w += ret * (p.reload_s or 0.0)
+            self.reload_w += (ret - p.recompute_per_s) * (p.reload_s or 0.0)  # a recompute reloads nothing
             self.mid_n += ret
 
     def service_s(self, returning_share: float) -> tuple[float, float]:
