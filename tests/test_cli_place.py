@@ -206,6 +206,40 @@ def test_confirm_answers_with_the_cheapest_design_the_engine_simulation_holds(cl
     assert none.err.startswith("dse: error: no feasible design: engine-level TTFT: disaggregated: TTFT p99 ")
 
 
+def test_two_paced_units_of_one_shape_are_told_apart_before_their_pace(cli: Cli) -> None:
+    """Two FFN pools of one shape at one pace (with MTP, B200, attention-FFN) are told apart by
+    the rest of their names, their pace said once after it: the table had shown
+    ``4gpu-dpa-ep2 @167.1ms/b1024/tpot167.1ms``, the pace twice and the internal tag."""
+    flags = ("place", "--hardware", "b200", "--rate", "10", "--isl", "8000", "--osl", "1000", "--ttft", "0.5",
+             "--tpot", "0.3", "--topology", "afd", "--no-shadow-prices", "--mtp")  # fmt: skip
+    out = cli(*flags).out
+    ffn = [line.split()[2:4] for line in out.splitlines() if line.startswith("ffn ")]
+    assert ffn == [["4gpu-dpa-ep2/b1024", "@167.1ms"], ["4gpu-dpa-ep2/b1024/nvlink", "@167.1ms"]], out
+    assert "tpot" not in out
+
+
+def test_no_design_after_the_engine_check_is_named_for_what_missed() -> None:
+    """Exit 3 after the engine-level check names what missed: a four-stage design whose TTFT held
+    (0.31 s against 1 s) and whose mean TPOT missed (50.2 ms against 50) had been reported as
+    "engine-level TTFT", in the message and in --json's infeasibility.binding."""
+    from types import SimpleNamespace
+
+    from dse.cli.place_cmd import _no_design
+    from dse.evaluation import EngineCheck
+    from dse.placement import Topology
+
+    none = SimpleNamespace(best=None)
+    slow = EngineCheck(Topology.FOUR_STAGE, 0.31, 0.0507, 1.0, 50.0, tpot_mean_s=0.0502, tpot_target_s=0.05)
+    late = EngineCheck(Topology.AFD, 5.52, 0.049, 1.0, 50.0, tpot_mean_s=0.049, tpot_target_s=0.05)
+    named = {k: _no_design(none, c).binding for k, c in  # type: ignore[arg-type, union-attr]
+             (("tpot", (slow,)), ("ttft", (late,)), ("both", (slow, late)))}  # fmt: skip
+    assert named == {
+        "tpot": "engine-level TPOT",
+        "ttft": "engine-level TTFT",
+        "both": "engine-level TTFT and TPOT",
+    }
+
+
 def test_confirm_solves_a_design_that_misses_again_for_a_tighter_ttft(cli: Cli) -> None:
     """DeepSeek-V3 on H200 at 100 requests/s of 2,000-token prompts (TensorRT-LLM, TTFT 0.3 s at
     p99, TPOT 50 ms): the MILP's disaggregated design ($270.72/hour), priced at 0.2945 s,

@@ -645,7 +645,25 @@ def test_a_hand_edited_placement_is_refused_by_the_field_it_breaks(tmp_path: Pat
         # half an instance had simulated as half an instance's capacity
         (lambda: edit(dec, "instances", 0.5, unit=False),
          f"best.pools[{dec}].instances = 0.5: must be a whole number > 0"),
+        # the KV classes (each had simulated as written: a negative dwell rested 59 million TB)
+        (lambda: tier(dwell_s=-30), "best.tiers[0].dwell_s = -30: must be a finite number > 0"),
+        (lambda: tier(share={"hbm": 1.5, "dram": -0.5}),
+         "best.tiers[0].share.hbm = 1.5: must be between 0 and 1"),
+        (lambda: tier(share={"hbm": 1, "dram": 1, "nvme": 1}), "best.tiers[0].share = 3.0: must sum to 1"),
+        (lambda: tier(share={"moon": 1}), "best.tiers[0].share.moon: is no tier: one of hbm, dram, nvme,"),
+        (lambda: tier(gb_per_session=-1), "best.tiers[0].gb_per_session = -1: must be finite and >= 0"),
+        (lambda: tier(returning_per_s=1000), "best.tiers = 1000.0: returning_per_s must sum to at most the"),
+        # an afd design relabelled, or this one, had simulated pools its topology has not
+        (lambda: doc["best"].update(topology="afd"),
+         f"best.pools[{dec}].unit.role = 'decode': must be one of prefill, attention, ffn "
+         "(best.topology is afd)"),
     ]  # fmt: skip
+
+    def tier(**values: object) -> None:
+        one = {"kv_class": "think60s", "returning_per_s": 1.0, "dwell_s": 60.0, "gb_per_session": 1.0,
+               "share": {"hbm": 1.0}}  # fmt: skip
+        doc["best"]["tiers"] = [{**one, **values}]
+
     original = json.dumps(doc)
     for i, (change, message) in enumerate(cases):
         doc = json.loads(original)

@@ -195,6 +195,9 @@ def test_a_placement_file_keeps_its_own_mtp_draft_depth_and_acceptance(catalog: 
     doc = json.loads(json.dumps(report_to_dict(place(req, catalog=catalog, with_shadow_prices=False))))
     design = design_from_doc(doc)
     assert (design.mtp, design.mtp_draft_tokens, design.mtp_accept_rate) == (True, 3, 0.5)
+    for text in ("false", "no", 0):  # "false" had been read as true: MTP simulated unasked
+        with pytest.raises(InputError, match="request.mtp = .*: must be true or false"):
+            design_from_doc({**doc, "request": {**doc["request"], "mtp": text}})
     params = load_params()
     own = design.engine_of(params)
     assert (own.mtp_draft_tokens, own.mtp_accept_tokens) != (
@@ -276,3 +279,18 @@ def test_prefill_pools_join_for_the_check_by_their_speed_not_their_mix() -> None
     assert (one.instances, one.requests_per_s, one.recompute_per_s) == (15.0, pytest.approx(40.0), 16.1)
     twice = replace(again, gpus=16.0, ep=16.0, fresh_busy_s=0.02)  # twice as fast a fresh prompt
     assert _one_prefill_pool([fresh, twice]).instances == 4.0 + 22.0
+
+
+def test_the_simulate_line_counts_a_pipelined_pools_instances_as_placed() -> None:
+    """A 16-GPU prefill instance of two pipeline stages runs in the simulators as two 8-GPU
+    instances; ``dse simulate``'s first line says the one placed (it had said "prefill 2 x
+    h100-sxm/16gpu-pp2-dpa-ep8", 32 GPUs where the placement has 16)."""
+    from dse.cli.simulate_cmd import _design_line
+    from dse.sim.from_placement import stage_replicas
+
+    pp2 = stage_replicas(
+        replace(PREFILL, name="h100-sxm/prefill/16gpu-pp2-dpa-ep8", instances=1.0, gpus=16.0), 2
+    )
+    assert (pp2.instances, pp2.gpus, pp2.stages) == (2.0, 8.0, 2.0)
+    line = _design_line(_design(pp2, B200))
+    assert "prefill 1 x b200/16gpu-pp2-dpa-ep8, decode 1 x b200/8gpu" in line, line

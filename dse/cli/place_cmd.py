@@ -466,8 +466,11 @@ def _no_design(report: PlacementReport, checks: tuple[EngineCheck, ...]) -> NoFe
     the topology nearest to feasible says why."""
     if report.best is not None:
         return None
-    if checks:
-        return NoFeasibleDesign("engine-level TTFT", "; ".join(c.describe() for c in checks))
+    if checks:  # named for what missed (a TPOT alone had been called a TTFT miss)
+        missed = [k for k, held in (("TTFT", "ttft_holds"), ("TPOT", "tpot_holds"))
+                  if any(not getattr(c, held) for c in checks)]  # fmt: skip
+        binding = f"engine-level {' and '.join(missed) or 'check'}"
+        return NoFeasibleDesign(binding, "; ".join(c.describe() for c in checks))
     why = report.why_none()
     if why is None:
         return NoFeasibleDesign("solver", "no topology returned a solution")
@@ -641,16 +644,23 @@ def _pools_table(best: TopologyOutcome, slo: Slo) -> str:
     unit sized for a pace tighter than the TPOT target says it after its shape (``@126.5ms``; a
     decode unit's TPOT is its batch's own step, not a pace it was sized for)."""
 
-    def shape(u: UnitInfo) -> str:
+    def pace(u: UnitInfo) -> str:
         paced = u.role in PACED and u.tpot_s == u.tpot_s and u.tpot_s < slo.tpot_s * (1.0 - 1e-9)
-        return u.parallel.label() + (f" @{u.tpot_s * 1e3:g}ms" if paced else "")
+        return f" @{u.tpot_s * 1e3:g}ms" if paced else ""
 
-    shown = [(p.unit.role, p.unit.hardware, shape(p.unit)) for p in best.pools]
+    def label(u: UnitInfo, told_apart: bool) -> str:
+        """The shape, what tells the unit apart where another of its role, hardware and shape is
+        shown (its pace's own part left to the pace after it: ``4gpu-dpa-ep2
+        @167.1ms/b1024/tpot167.1ms`` had said it twice), then its pace."""
+        rest = "/".join(part for part in _variant(u).split("/") if part and not part.startswith("tpot"))
+        return u.parallel.label() + (f"/{rest}" if told_apart and rest else "") + pace(u)
+
+    shown = [(p.unit.role, p.unit.hardware, label(p.unit, False)) for p in best.pools]
     rows = [
         [
             p.unit.role.name.lower(),
             p.unit.hardware,
-            label + (_variant(p.unit) if shown.count((p.unit.role, p.unit.hardware, label)) > 1 else ""),
+            label(p.unit, shown.count((p.unit.role, p.unit.hardware, plain)) > 1),
             p.instances,
             p.gpus,
             p.unit.decode_batch or None,
@@ -661,7 +671,7 @@ def _pools_table(best: TopologyOutcome, slo: Slo) -> str:
             p.unit.ttft_s if p.unit.ttft_s == p.unit.ttft_s else None,
             p.usd_per_hour,
         ]
-        for p, (_, _, label) in zip(best.pools, shown, strict=True)
+        for p, (_, _, plain) in zip(best.pools, shown, strict=True)
     ]
     # the GPUs of whole nodes or racks bought that no pool runs on: in the design's $/hour too
     rows += [["idle", i.hardware, None, None, i.gpus, *[None] * 6, i.usd_per_hour] for i in best.idle]

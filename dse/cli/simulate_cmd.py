@@ -209,6 +209,15 @@ def _same_catalog(doc: dict[str, Any], catalog: Catalog, source: str) -> None:
         raise InputError(source, f"catalog.{entry}", rule, f"{number} {then!r}")
 
 
+TOPOLOGY_ROLES = {
+    "aggregated": ("mixed",),
+    "disaggregated": ("prefill", "decode"),
+    "afd": ("prefill", "attention", "ffn"),
+    "four-stage": ("prefill", "midfill", "attention", "ffn"),
+}
+"""The pools' roles each topology's designs have (:func:`dse.placement.candidates.build_candidates`)."""
+
+
 def _runnable(
     doc: dict[str, Any], design: SimDesign, catalog: Catalog, params: PerfParams, source: str
 ) -> None:
@@ -235,8 +244,12 @@ def _runnable(
         rule = f"must be one of {', '.join(precisions)}"
         raise InputError(source, "request.weight_precision", rule, design.weight_precision)
     precision = (Precision(design.weight_precision), kv)
+    roles = TOPOLOGY_ROLES[design.topology]
     for i, pool in enumerate(doc["best"]["pools"]):  # (their numbers read by design_from_doc)
         where, unit = f"best.pools[{i}].unit", pool["unit"]
+        if unit["role"] not in roles:  # an afd design relabelled disaggregated had simulated
+            rule = f"must be one of {', '.join(roles)} (best.topology is {design.topology})"
+            raise InputError(source, f"{where}.role", rule, unit["role"])
         hw = _entry(catalog.hardware, str(unit["hardware"]), source, f"{where}.hardware")
         par = unit["parallel"]
         shape = Parallel(*(int(float(par.get(k, 1))) for k in ("gpus", "attn_tp", "ep", "pp")))
@@ -830,7 +843,8 @@ def _design_line(design: SimDesign) -> str:
         parts = p.name.split("/")
         return parts[2] if len(parts) > 2 else f"{p.gpus:g}gpu"
 
-    pools = ", ".join(f"{p.role} {p.instances:g} x {p.hardware}/{shape(p)}" for p in design.pools)
+    # a pipelined pool as placed: its instances, not the stages the simulators run as instances
+    pools = ", ".join(f"{p.role} {p.instances / p.stages:g} x {p.hardware}/{shape(p)}" for p in design.pools)
     return f"{design.model}, {design.topology}: {pools}"
 
 

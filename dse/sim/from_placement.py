@@ -45,7 +45,7 @@ from dse.sim.scenario import Pipeline, pooled_decode
 from dse.typed_data import Rule, acceptance, build, check_number, draft_depth
 from dse.units import GB, Precision
 from dse.workload import Slo, Workload
-from formulations.placement_data import Role
+from formulations.placement_data import TIERS, Role
 
 SOURCE = "placement"
 ROLES = tuple(r.name.lower() for r in Role)
@@ -77,6 +77,7 @@ class SimPool:
     # returning turns of ``returning_per_s`` whose KV was dropped: prefilled whole, no reload
     # (``reload_s`` is then the others' mean; a record from before 2026-12-07 has none)
     recompute_per_s: float = 0.0
+    stages: float = 1.0  # a pipelined instance's stages, each one of ``instances`` here
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,7 @@ def stage_replicas(p: SimPool, pp: float) -> SimPool:
         p,
         gpus=p.gpus / pp,
         instances=p.instances * pp,
+        stages=pp,
         prefill_batch_requests=p.prefill_batch_requests / pp,  # its count was a pipeline's
         **busy,
     )
@@ -261,6 +263,49 @@ def _pool_from_doc(p: Any, i: int, source: str) -> SimPool:
     return stage_replicas(sim, pp)
 
 
+def _resting(tiers: Any, total: float, source: str) -> tuple[RestingClass, ...]:
+    """``best.tiers`` of a placement file, checked: each KV class's returns, dwell and KV, and its
+    shares over known tiers summing to one; all classes' returns within the traffic. A negative
+    dwell had rested 59 million TB in HBM, shares of 3 in all and returns of 1,000 a second at 20
+    requests/s had simulated, and an unknown tier had been left out, silently."""
+    out = []
+    for i, t in enumerate(tiers):
+        where = f"best.tiers[{i}]."
+        back = _number(
+            _need(t, "returning_per_s", where, source), f"{where}returning_per_s", source, positive=False
+        )
+        dwell = _number(_need(t, "dwell_s", where, source), f"{where}dwell_s", source, positive=True)
+        gb = _number(
+            _need(t, "gb_per_session", where, source), f"{where}gb_per_session", source, positive=False
+        )
+        share = _need(t, "share", where, source)
+        if not isinstance(share, dict):
+            raise InputError(source, f"{where}share", "must map tiers to shares", share)
+        for k, v in share.items():
+            if k not in TIERS:
+                raise InputError(source, f"{where}share.{k}", f"is no tier: one of {', '.join(TIERS)}")
+            if _number(v, f"{where}share.{k}", source, positive=False) > 1:
+                raise InputError(source, f"{where}share.{k}", "must be between 0 and 1", v)
+        if share and not math.isclose(sum(float(v) for v in share.values()), 1.0, abs_tol=1e-6):
+            rule = "must sum to 1 over the tiers (the class rests somewhere, or is dropped)"
+            raise InputError(source, f"{where}share", rule, round(sum(float(v) for v in share.values()), 6))
+        out.append(RestingClass(back / total, dwell, gb, {k: float(v) for k, v in share.items()}))
+    returns = sum(c.share_of_arrivals for c in out) * total
+    if returns > total * (1 + 1e-9):
+        rule = f"returning_per_s must sum to at most the traffic ({total:g} requests/s)"
+        raise InputError(source, "best.tiers", rule, round(returns, 6))
+    return tuple(out)
+
+
+def _flag(req: dict[str, Any], key: str, source: str) -> bool:
+    """``req[key]``, a JSON true or false (absent: false); the string "false" had been read as
+    true, and a design placed without MTP simulated with it."""
+    value = req.get(key, False)
+    if not isinstance(value, bool):
+        raise InputError(source, f"request.{key}", "must be true or false", value)
+    return value
+
+
 def _optional(req: dict[str, Any], key: str, check: Rule, source: str) -> Any:
     """``req[key]`` held to ``check``, or None where it is absent or null."""
     value = req.get(key)
@@ -299,21 +344,12 @@ def design_from_doc(doc: dict[str, Any], source: str = SOURCE) -> SimDesign:
         pools = tuple(
             _pool_from_doc(p, i, source) for i, p in enumerate(_need(best, "pools", "best.", source))
         )
-        total = workload.requests_per_s
-        resting = tuple(
-            RestingClass(
-                share_of_arrivals=float(t["returning_per_s"]) / total,
-                dwell_s=float(t["dwell_s"]),
-                gb=float(t["gb_per_session"]),
-                tiers={k: float(v) for k, v in t["share"].items()},
-            )
-            for t in best.get("tiers", [])
-        )
+        resting = _resting(best.get("tiers") or [], workload.requests_per_s, source)
         return SimDesign(
             model=str(_need(req, "model", "request.", source)),
             engine=str(req.get("engine", "trt")),
             weight_precision=str(req.get("weight_precision", "fp8")),
-            mtp=bool(req.get("mtp", False)),
+            mtp=_flag(req, "mtp", source),
             topology=str(best.get("topology", "")),
             workload=workload,
             slo=slo,
