@@ -149,6 +149,15 @@ def test_a_power_cap_explains_itself_with_numbers(catalog: Catalog) -> None:
     assert "but the cap is 10.0 kW" in why.detail
     needed = float(why.detail.split("needs ")[1].split(" kW")[0].replace(",", ""))
     assert needed > 10.0
+    # a cap too small for the figure's decimals is said as set (it had read "the cap is 0.0 kW")
+    for kw, said in ((0.001, "0.001"), (0.05, "0.05")):
+        tiny = place(request(topology=Topology.DISAGGREGATED, limits=Limits(power_kw=kw)), catalog=catalog)
+        detail = tiny.outcomes[0].infeasibility.detail  # type: ignore[union-attr]
+        assert f"but the cap is {said} kW" in detail, detail
+    cheap = place(
+        request(topology=Topology.DISAGGREGATED, limits=Limits(budget_usd_hour=0.004)), catalog=catalog
+    )
+    assert "but the budget is $0.004/h" in cheap.outcomes[0].infeasibility.detail  # type: ignore[union-attr]
 
 
 def test_weights_that_fit_nowhere_name_the_sizes(tmp_path: Path) -> None:

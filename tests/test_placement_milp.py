@@ -557,3 +557,37 @@ def test_a_second_ctrl_c_interrupts_a_solve_at_once() -> None:
     finally:
         signal.signal(signal.SIGINT, outer)
     assert went_on == [1]
+
+
+def test_an_interrupt_while_pyomo_builds_a_model_prints_nothing_of_pyomos(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ctrl-C during a model's construction: pyomo logs the component that failed and raises;
+    the interrupt's log line (``ERROR: Constructing component ... KeyboardInterrupt`` on stdout,
+    beside a study's own one line) is left out, any other error's kept."""
+    import logging
+
+    from formulations.pyomo_layer import pyo
+
+    def fail(exc: BaseException) -> object:
+        raise exc
+
+    m = pyo.ConcreteModel()
+    with pytest.raises(KeyboardInterrupt):
+        m.c = pyo.Constraint(rule=lambda _: fail(KeyboardInterrupt()))
+    logged: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = logged.append  # type: ignore[method-assign]
+    logging.getLogger("pyomo.core").addHandler(handler)
+    try:
+        with pytest.raises(ValueError):
+            m.d = pyo.Constraint(rule=lambda _: fail(ValueError("x")))
+        with pytest.raises(KeyboardInterrupt):
+            m.e = pyo.Constraint(rule=lambda _: fail(KeyboardInterrupt()))
+    finally:
+        logging.getLogger("pyomo.core").removeHandler(handler)
+    assert "KeyboardInterrupt" not in capsys.readouterr().out
+    said = [r.getMessage() for r in logged]
+    assert any("'d'" in s and "ValueError" in s for s in said) and not any("Interrupt" in s for s in said), (
+        said
+    )

@@ -944,12 +944,32 @@ def test_hardware_aliases_are_the_catalog_ids_in_every_table(tmp_path: Path) -> 
     assert named <= {"b200", "h200-sxm"} and set(res.placements["hardware"]) <= {"b200", "h200-sxm"}
 
 
+def test_a_study_of_no_trials_says_so_not_that_a_budget_binds() -> None:
+    """A study with no completed trial (interrupted before its first) is no feasible design of
+    reason "trials"; it had been "budget", the $/hour cap's reason, in a study with no budget."""
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from dse.cli.study_cmd import _no_feasible
+
+    none = _no_feasible(SimpleNamespace(trials=pl.DataFrame()))  # type: ignore[arg-type]
+    assert (none.binding, none.detail) == ("trials", "no trial completed")
+
+
 def test_an_objective_that_is_no_metric_or_gives_no_number_is_bad_input(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="name = 'nope': must be a metric with a direction: e2e_s, gpus"):
         Study.load(TINY).with_objective("nope")
     words = Study.load(TINY).with_objective("words", lambda m: "cheap")
     with pytest.raises(InputError, match="objective: words = 'cheap': must return a number"):
         words.run(trials=2, out=tmp_path)
+    # an int past float's range had raised a bare OverflowError and left the study's folder
+    huge = Study.load(TINY).with_objective("huge", lambda m: 10**400)
+    with pytest.raises(
+        InputError, match="objective: huge = 'an int near 10\\^400': must return a number within"
+    ):
+        huge.run(trials=2, out=tmp_path / "huge")
+    assert not (tmp_path / "huge" / "tiny-study").exists()
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # a heartbeat without optimize(): the worker here

@@ -89,6 +89,14 @@ def test_a_run_resumed_under_other_catalog_numbers_is_refused(tmp_path: Path, cl
         "Python)\n"
     )
     assert optuna_trials(db) == before  # nothing ran
+    # and so they do: the shadow prices are solved again at $1.00, not read as stored at $1.95
+    md = out / "own-study" / "report" / "report.md"
+    cheap = [line for line in md.read_text().splitlines() if "| hbm_bandwidth |" in line]
+    assert cli("--catalog-dir", first, "study", "report", study, "--out", out).code == 0
+    stored = [line for line in md.read_text().splitlines() if "| hbm_bandwidth |" in line]
+    assert cheap and stored and cheap != stored, (cheap, stored)
+    fleet = [float(row.split("|")[4]) for row in (cheap[0], stored[0])]
+    assert fleet[0] < fleet[1]  # a GPU-hour cheaper saves less
     # an entry's words (its notes, sources, name) are not what the trials computed with
     reworded = _own_part(
         tmp_path / "reworded", **{'notes = "hbm_tb_per_s': 'notes = "my own copy; hbm_tb_per_s'}

@@ -320,7 +320,9 @@ def _no_feasible(res: StudyResults) -> NoFeasibleDesign:
     one trial's figures that fewer trials gave."""
     t = res.trials
     if t.is_empty():
-        return NoFeasibleDesign("budget", "no trial completed")
+        # (named "budget" until 2026-12-07, which is the $/hour cap's reason: a study of none read
+        # as over its budget)
+        return NoFeasibleDesign("trials", "no trial completed")
     said = t["binding"].drop_nulls()  # (null: a trial that recorded no reason)
     said = said.filter(said != "")
     if said.is_empty():

@@ -58,6 +58,12 @@ class Infeasibility:
     overshoot: float = math.inf
 
 
+def _cap(value: float, places: int) -> str:
+    """A cap as the user set it: ``places`` decimals, or three significant figures where those
+    would show none (a 0.001-kW cap had read "the cap is 0.0 kW")."""
+    return f"{value:,.{places}f}" if value == 0 or abs(value) >= 10.0 ** (1 - places) else f"{value:.3g}"
+
+
 def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
     """What keeps ``c`` from a feasible placement: a role no candidate unit fills, a returning turn
     no unit can serve in time, or else what the elastic solve had to give."""
@@ -168,7 +174,7 @@ def _slack_texts(data: PlacementData, sol: PlacementSolution, s: dict[str, float
             (
                 "power",
                 f"serving the demand needs {(data.power_w + s['power']) / 1e3:,.1f} kW "
-                f"but the cap is {data.power_w / 1e3:,.1f} kW",
+                f"but the cap is {_cap(data.power_w / 1e3, 1)} kW",
             )
         )
     if s.get("budget", 0.0) > 1e-6:
@@ -176,7 +182,7 @@ def _slack_texts(data: PlacementData, sol: PlacementSolution, s: dict[str, float
             (
                 "budget",
                 f"serving the demand costs ${data.budget_usd_hour + s['budget']:,.2f}/h "
-                f"but the budget is ${data.budget_usd_hour:,.2f}/h",
+                f"but the budget is ${_cap(data.budget_usd_hour, 2)}/h",
             )
         )
     if s.get("network_capacity", 0.0) > 1e-6:

@@ -1,6 +1,8 @@
 """The best design of a study, in full, from what its trials stored: the pools, metrics and stage
 split of the best trial's record, the shadow prices the run stored (:mod:`dse.study.prices`), and
-the simulator's verdicts from its stored design simulated again (milliseconds; nothing is solved).
+the simulator's verdicts from its stored design simulated again (milliseconds; nothing is solved,
+unless the results are read with another catalog than the trials ran with: its shadow prices are
+then solved again under it, about a second).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def best_design(res: StudyResults) -> BestDesign | None:
     }
     stored = res.study.user_attrs.get(PRICES_ATTR)
     prices = list(stored["prices"]) if stored is not None and stored.get("trial") == number else []
+    if res.catalog_note is not None:  # read with another catalog: its prices, as the note says
+        prices = _repriced(res, number, params)
     return BestDesign(
         trial=number,
         pools=list(record.get("pools", [])),
@@ -55,6 +59,18 @@ def best_design(res: StudyResults) -> BestDesign | None:
         tiers=list(record.get("tiers", [])),
         kv_cache=kv_cache_check(record.get("simulation")),
     )
+
+
+def _repriced(res: StudyResults, number: int, params: PerfParams) -> list[dict[str, Any]]:
+    """The best trial's shadow prices under the catalog the results are read with (the stored
+    ones are the catalog's the trials ran with: a B200 priced at $1.50 where they ran at $1.95 had
+    shown the stored $1.69 an hour beside a note saying it used the new price; it gives $1.30)."""
+    from dse.context import Context
+    from dse.study.prices import best_prices  # (it imports this module)
+    from dse.study.runner import TRIAL_SOLVE
+    from formulations.solve import PlacementSolver
+
+    return best_prices(res, number, Context(res._cat(), params, PlacementSolver(TRIAL_SOLVE)))
 
 
 CACHE_SESSIONS = 100_000  # sessions the live-cache check runs at most (about 0.02 s)

@@ -30,6 +30,12 @@ def store_best_prices(res: StudyResults, ctx: Context) -> None:
     stored = res.study.user_attrs.get(PRICES_ATTR)
     if stored is not None and stored.get("trial") == number:
         return
+    res.study.set_user_attr(PRICES_ATTR, {"trial": number, "prices": best_prices(res, number, ctx)})
+
+
+def best_prices(res: StudyResults, number: int, ctx: Context) -> list[dict[str, Any]]:
+    """Trial ``number``'s placement solved again under ``ctx``'s catalog, and its shadow prices
+    (what a run stores; a report read with another catalog than the trials ran with, its own)."""
     trial = next(t for t in res.read.get_trials() if t.number == number)
     spec = res.spec
     if spec.is_grid:
@@ -41,5 +47,4 @@ def store_best_prices(res: StudyResults, ctx: Context) -> None:
         choice = choice_from_params(trial.params, spec)
         req, topologies = request_for(spec, choice, ctx.catalog), [Topology(choice.topology)]
     placed = place_best(req, topologies, ctx)
-    prices: list[dict[str, Any]] = [plain(p) for p in placed.shadow_prices]
-    res.study.set_user_attr(PRICES_ATTR, {"trial": number, "prices": prices})
+    return [plain(p) for p in placed.shadow_prices]

@@ -291,7 +291,14 @@ def objective_values(
         if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
             rule = f"must return a number (or None: no value); it returned this for {at(trial)}"
             raise ObjectiveError(name, trial, rule, v)
-        x = float(v) if v is not None else math.nan
+        try:
+            x = float(v) if v is not None else math.nan
+        except OverflowError:  # an int past float's range (10**400) had raised its bare OverflowError
+            rule = f"must return a number within float's range; it returned this for {at(trial)}"
+            said = (
+                f"an int near 10^{math.log10(abs(v)):.0f}" if isinstance(v, int) else f"a {type(v).__name__}"
+            )
+            raise ObjectiveError(name, trial, rule, said) from None
         if fn is not None and v is not None and not math.isfinite(x) and name not in warned:
             warned.add(name)
             warnings.warn(
