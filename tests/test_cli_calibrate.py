@@ -5,6 +5,7 @@ measurement: tests/test_kernels.py, in the measured tier's fit.)"""
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,8 @@ def test_a_fit_of_few_rows_without_cross_validation_says_to_run_it(
     assert said in res.err, res.err
     n = len(cells)
     assert f"skipped: few.csv line 12: has 15 of {n} fields: the row is short (decode_tp and after" in res.out
+    seen = json.loads((tmp_path / "f.json").read_text())["provenance"]["catalog"]  # the entries it fitted
+    assert set(seen["hardware"]) == {"h200-sxm", "mi355x"} and seen["hardware"]["mi355x"]["hbm"]
     assert f"skipped: few.csv line 13: has {n + 2} fields, 2 more than the header's {n}" in res.out
 
 
@@ -298,6 +301,39 @@ def test_a_prediction_with_a_calibration_of_few_runs_says_so(
         assert (few in res.out) is said, res.out
         js = cli("predict", "--hardware", "h200", "--conc", "4", "--requests", "20", "--json")
         assert json.loads(js.out)["expected_error"]["rows_fitted"] == rows
+
+
+def test_a_prediction_calls_hardware_in_sample_only_at_the_numbers_the_fit_saw(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A calibration records the numbers of the catalog entries it fitted. One fitted with H200 at
+    5.8 TB/s (a catalog folder's), read with the shipped 4.8, had said "in-sample: the calibration
+    saw this hardware"; with the folder's entry it is in-sample again. A file that records none
+    (the shipped one) is held to the shipped catalog, as before."""
+    from dse.catalog import load_catalog
+    from dse.paths import CALIBRATION_FILE, SHIPPED_HARDWARE
+    from dse.perf.expected_error import fitted_entries
+
+    faster = tmp_path / "cat" / "hardware"
+    faster.mkdir(parents=True)
+    text = (SHIPPED_HARDWARE / "h200-sxm.toml").read_text()
+    assert "bandwidth_tb_per_s = 4.8" in text
+    (faster / "h200-sxm.toml").write_text(
+        text.replace("bandwidth_tb_per_s = 4.8", "bandwidth_tb_per_s = 5.8")
+    )
+    doc = json.loads(CALIBRATION_FILE.read_text())
+    doc["provenance"]["catalog"] = fitted_entries(
+        load_catalog([faster.parent]), ["h200-sxm"], ["deepseek-v3"]
+    )
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("DSE_CALIBRATION", str(path))
+    asked = ("predict", "--hardware", "h200", "--conc", "4", "--requests", "20")
+    shipped, own = cli(*asked), cli("--catalog-dir", faster.parent, *asked)
+    assert shipped.code == own.code == 0, (shipped.err, own.err)
+    assert "(datasheet kernels, leave-one-hardware-out: the calibration did not see this hardware; " \
+           "your catalog changes h200-sxm from the entry it saw)" in shipped.out, shipped.out  # fmt: skip
+    assert "in-sample: the calibration saw this hardware" in own.out, own.out
 
 
 @pytest.mark.e2e  # two calibrations of one GPU type (about 11 s under `make test`)

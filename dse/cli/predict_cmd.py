@@ -243,7 +243,7 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.cli.predict_batch import run_batch
     from dse.perf.benchmark_rows import engine_cap_words, evaluate, kernel_sources, latency_of, settings_of
-    from dse.perf.expected_error import expected_error, unmeasured_reason
+    from dse.perf.expected_error import changed_since_fit, expected_error, unmeasured_reason
     from dse.perf.kernel_data import problems
     from dse.perf.params import load_params
 
@@ -268,8 +268,9 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         # requests a decode instance runs at once; null: only the KV cache caps them
         "decode_max_running_requests": int(cap) if math.isfinite(cap := bench.decode_max_running) else None,
     }
-    error = expected_error(params, bench.hardware, bench.model, bench.engine, catalog.edited)
-    unknown = unmeasured_reason(params, bench.hardware, catalog.edited) if error is None else None
+    changed = changed_since_fit(params, catalog)
+    error = expected_error(params, bench.hardware, bench.model, bench.engine, changed)
+    unknown = unmeasured_reason(params, bench.hardware, changed) if error is None else None
     fresh = not args.warm_server
     lat = latency_of(bench, catalog, params, load, lengths, args.requests or 0, args.seed, fresh=fresh)
     pools = kernel_sources(bench, catalog, params)

@@ -3,8 +3,12 @@ provenance (``dse calibrate`` writes them), told to the user with each predictio
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
+from dse.catalog import Catalog
+from dse.errors import InputError
 from dse.perf.params import PerfParams
 
 FEW_ROWS = 25
@@ -135,6 +139,45 @@ def expected_error(
     )
 
 
+def fitted_entries(catalog: Catalog, hardware: list[str], models: list[str]) -> dict[str, Any]:
+    """The numbers of the catalog entries a fit saw, as its provenance records them (``catalog``),
+    so that a prediction can tell whether its catalog still has them (:func:`changed_since_fit`)."""
+    from dse.catalog.loader import entry_numbers
+
+    return _plain({
+        "hardware": {h: entry_numbers(catalog.hardware(h)) for h in hardware},
+        "models": {m: entry_numbers(catalog.model(m)) for m in models},
+    })  # fmt: skip
+
+
+def changed_since_fit(params: PerfParams, catalog: Catalog) -> frozenset[str]:
+    """Ids whose entry in ``catalog`` has other numbers than the calibration saw: against the
+    entries its provenance records (a fit of a catalog with B200 at 9 TB/s, read with the shipped
+    8 TB/s, had called B200 in-sample; read with its own 9 TB/s it is), or, for a file that records
+    none (before 2026-12-07), against the shipped catalog it was fitted with."""
+    from dse.catalog.loader import entry_numbers
+
+    seen = params.provenance.get("catalog")
+    if not isinstance(seen, dict):
+        return catalog.edited
+    out = set()
+    for kind, lookup in (("hardware", catalog.hardware), ("models", catalog.model)):
+        for key, numbers in dict(seen.get(kind, {})).items():
+            try:
+                entry = lookup(key)
+            except InputError:  # an id the catalog no longer has: not the entry the fit saw
+                out.add(key)
+                continue
+            if _plain(entry_numbers(entry)) != numbers:
+                out.add(entry.id)
+    return frozenset(out)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON reads it back (tuples as lists), so that recorded and current numbers compare."""
+    return json.loads(json.dumps(value))
+
+
 def unmeasured_reason(params: PerfParams, hardware: str, edited: frozenset[str] = frozenset()) -> str | None:
     """Why :func:`expected_error` has no figures for ``hardware``, where the calibration file has
     in-sample figures but none for hardware it did not see (a fit with ``--no-cross-validation``,
@@ -146,8 +189,10 @@ def unmeasured_reason(params: PerfParams, hardware: str, edited: frozenset[str] 
     if "in_sample_tput_median_ape" not in prov or expected_error(params, hardware, "", None, edited):
         return None
     seen = ", ".join(str(h) for h in prov.get("hardware_fitted", ()) if h not in edited) or "none"
+    other = hardware in prov.get("hardware_fitted", ()) and hardware in edited
+    saw = f"fitted other numbers for {hardware} than this catalog's" if other else "did not see this hardware"
     return (
-        "expected error against measured runs: unknown: the calibration did not see this hardware "
+        f"expected error against measured runs: unknown: the calibration {saw} "
         f"(it measured {seen}) and stores no leave-one-hardware-out error (fitted with "
         "--no-cross-validation, or on runs of one GPU type)" + _few_rows(prov.get("rows_fitted"))
     )
