@@ -120,6 +120,34 @@ def test_ctrl_c_just_after_a_trial_is_handed_over_counts_it(
     assert "interrupted after 3 of 20 trials; all 3 are stored in" in str(caught.value)
 
 
+def test_ctrl_c_while_a_first_run_opens_its_storage_says_so_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli
+) -> None:
+    """Ctrl-C as a first run creates its SQLite file: the one line says what is stored (none)
+    and how to go on, and the run's folder is gone; it had said "dse: interrupted" alone and left
+    a study.db without its spec.json. The same command then runs."""
+    from dse.study import runner
+
+    real = runner.open_stored
+
+    def opened_then_ctrl_c(*args: Any, **kw: Any) -> Any:
+        real(*args, **kw)  # the file and its tables are there
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "open_stored", opened_then_ctrl_c)
+    res = cli("study", "run", TINY, "--out", tmp_path, "--trials", "4", "--no-export")
+    assert res.code == 130, res.err
+    db = tmp_path / "tiny-study" / "study.db"
+    assert res.err == (
+        f"dse: error: interrupted after 0 of 4 trials; all 0 are stored in sqlite:///{db}. Run the same "
+        "command again to resume.\n"
+    )
+    assert not (tmp_path / "tiny-study").exists()
+    monkeypatch.undo()
+    again = cli("study", "run", TINY, "--out", tmp_path, "--trials", "2", "--no-export")
+    assert again.code == 0 and "2 trials run" in again.out, again.err
+
+
 def test_ctrl_c_while_the_best_design_is_priced_says_what_is_stored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli
 ) -> None:

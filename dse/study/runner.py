@@ -165,9 +165,9 @@ def run(
     with optuna_quiet():
         entries = catalog_entries(spec, catalog)  # the numbers its trials run with, checked on resume
         new = [] if shared else _not_there(out, spec, url)  # what a lone run's first failure removes
-        stored = open_stored(
+        stored = _opened(new, budget, url, lambda: open_stored(
             spec, url, objectives, seed, stream=stream, stale_after_s=stale_s, catalog=entries
-        )
+        ))  # fmt: skip
         # one lone run per study at a time; Ctrl-C and storage faults become one line from here on
         with _guarded(stored, budget, shared), _undone_if_empty(stored, new, shared):
             _still_there(stored)
@@ -372,6 +372,17 @@ def _not_there(out: Path, spec: StudySpec, url: str) -> list[Path]:
     return [p for p in dict.fromkeys(paths) if not p.exists()]
 
 
+def _opened(new: list[Path], budget: int, url: str, open_it: Callable[[], StoredStudy]) -> StoredStudy:
+    """The storage ``open_it`` opens; Ctrl-C while it does (creating a SQLite file's tables takes
+    a second or two) says what is stored, as it does later, and removes what the run had created
+    (``new``): it had said "dse: interrupted" alone and left a study.db without its spec.json."""
+    try:
+        return open_it()
+    except KeyboardInterrupt:
+        _remove(new)
+        raise StudyInterrupted(0, budget, redact(url)) from None
+
+
 def _db_file(url: str) -> Path | None:
     """The SQLite file of ``url`` as SQLite opens it (without the URL's options); None for a
     server or an in-memory database."""
@@ -432,13 +443,18 @@ def _discard(stored: StoredStudy, new: list[Path]) -> bool:
         stored.storage.remove_session()
     with contextlib.suppress(Exception):
         stored.storage.engine.dispose()  # its connections closed: SQLite folds the log back in
-    for p in sorted(new, key=lambda p: len(p.parts), reverse=True):  # files, then their folders
+    _remove(new)
+    return db is None or not created or not db.exists()
+
+
+def _remove(new: list[Path]) -> None:
+    """The files and empty folders of ``new`` that are there now, removed (files, then folders)."""
+    for p in sorted(new, key=lambda p: len(p.parts), reverse=True):
         with contextlib.suppress(OSError):
             if p.is_dir():
                 p.rmdir()  # only if empty: anything else in it is not the run's
             else:
                 p.unlink(missing_ok=True)
-    return db is None or not created or not db.exists()
 
 
 @contextlib.contextmanager
