@@ -197,12 +197,7 @@ def _summarise(
         tpot_mean_s=tpot_mean,
         tpot_p99_s=weighted_quantile(tau_a, done, 0.99),
         e2e_mean_s=ttft_mean + lengths.mean * tpot_mean,
-        e2e_p99_s=np.array(
-            [
-                e2e_p99(m, q, lengths.mean * t, lengths.quantile(0.99) * t)
-                for m, q, t in zip(ttft_mean, ttft_p99, tpot_mean, strict=True)
-            ]
-        ),
+        e2e_p99_s=e2e_p99(ttft_mean, ttft_p99, lengths.mean * tpot_mean, lengths.quantile(0.99) * tpot_mean),
         stable=stable,
         backlog_growth_per_s=growth,
         growth_window_s=judged_s,

@@ -20,14 +20,15 @@ from dse.sim.statistics import (
 )
 
 
-def e2e_p99(ttft_mean: float, ttft_p99: float, decode_mean_s: float, decode_p99_s: float) -> float:
+def e2e_p99(ttft_mean: Array, ttft_p99: Array, decode_mean_s: Array, decode_p99_s: Array) -> Array:
     """A fluid run's 99th percentile of end-to-end time: the larger of its two parts' tails, each
     with the other at its mean (the TTFT p99 with a mean answer's decode, a p99 answer's decode
     with the mean TTFT). The second alone had given 31.0 s beside a TTFT p99 of 51.6 s under a
     burst's queue (the discrete-event reference: 58.7 s; now 56.1 s); where the decode dominates it
     is the figure, within 1-3% of the reference (docs/accuracy.md). Drawing the two apart as a
-    shift plus an exponential tail of the TTFT came 8-26% off the reference there."""
-    return max(ttft_mean + decode_p99_s, ttft_p99 + decode_mean_s)
+    shift plus an exponential tail of the TTFT came 8-26% off the reference there. Per config,
+    arrays in and out."""
+    return np.maximum(ttft_mean + decode_p99_s, ttft_p99 + decode_mean_s)
 
 
 @dataclass(frozen=True)
