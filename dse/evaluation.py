@@ -294,6 +294,7 @@ def _metrics(
     metrics = {
         "usd_per_million_tokens": outcome.usd_per_million_tokens / share,  # the served tokens'
         "usd_per_hour": outcome.usd_per_hour,
+        "storage_usd_per_hour": outcome.storage_usd_per_hour,
         "gpus": float(outcome.gpus),
         "tokens_per_s_per_gpu": share * outcome.tokens_per_s / max(outcome.gpus, 1),
         "tokens_per_s_per_user": 1.0 / tpot if tpot > 0 else None,  # no decode step: no speed

@@ -33,6 +33,12 @@ METRICS = {
         "GPUs bought, at the study's price tier, and the host DRAM, NVMe and network store the resting KV"
         " fills where [storage] prices them",
     ),
+    "storage_usd_per_hour": Metric(
+        "$/h",
+        None,
+        "of usd_per_hour, the host DRAM, NVMe and network store the resting KV fills where [storage]"
+        " prices them (0 where it prices none)",
+    ),
     "gpus": Metric("GPUs", "minimize", "GPUs bought, in whole nodes or racks", whole=True),
     "tokens_per_s_per_gpu": Metric("tokens/s/GPU", "maximize", "prompt + output tokens per GPU bought"),
     "tokens_per_s_per_user": Metric("tokens/s", "maximize", "decode speed one user sees (1 / mean TPOT)"),

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from conftest import Cli
 from test_placement import SESSIONS
@@ -159,3 +160,10 @@ def test_a_study_says_what_of_its_cost_is_the_resting_kv_s_storage(tmp_path: Pat
     total, storage = (float(x.replace(",", "")) for x in said.groups())
     pools = re.findall(r"^(?:prefill|decode|mixed|idle)\s.*\s([\d.]+)$", run.out, flags=re.M)
     assert storage > 0 and total - storage == pytest.approx(sum(float(p) for p in pools), abs=0.02), run.out
+    # each trial's storage is a column of its own (BI tools had only usd_per_hour, storage inside)
+    from dse.study import Study
+
+    trials = Study.load(str(spec)).results(out=tmp_path / "runs").trials
+    assert trials["storage_usd_per_hour"].drop_nulls().min() >= 0  # type: ignore[operator]
+    best = trials.filter(pl.col("trial") == int(line.split("trial ")[1].split(":")[0]))
+    assert best["storage_usd_per_hour"][0] == pytest.approx(storage, abs=0.005)

@@ -554,7 +554,7 @@ def _rows_note(best: TopologyOutcome) -> str | None:
     fills where it is priced); None when the pools are the whole of it."""
     rows = sum(p.usd_per_hour for p in best.pools) + sum(i.usd_per_hour for i in best.idle)
     known = math.isfinite(rows) and math.isfinite(best.usd_per_hour)  # else a price the catalog lacks
-    rest = best.usd_per_hour - rows if known else 0.0
+    rest = best.storage_usd_per_hour if known else 0.0
     parts = []
     if best.idle:
         units = "; ".join(f"{i.hardware}: {i.sale_unit_gpus} GPUs" for i in best.idle)

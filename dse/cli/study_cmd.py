@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from dse.study.api import StudyResults
     from dse.study.report_figures import Drawer
-    from dse.study.spec import StudySpec, StudyStorage
+    from dse.study.spec import StudySpec
 
 ALIASES = ("export", "report", "worker", "deploy")
 """Commands of `dse study` that also stand at the top level (`dse export` is `dse study export`)."""
@@ -412,21 +412,6 @@ def _price(r: dict[str, Any], tier: str, storage: float = 0.0) -> str:
     return f"{per_hour}, ${r['usd_per_million_tokens']:.4f} per million tokens"
 
 
-def _storage_usd_hour(tiers: pl.DataFrame, storage: StudyStorage) -> float:
-    """$/hour of the host DRAM, NVMe and network store the resting KV of ``tiers`` (the design's
-    rows of the kv_tiers table) fills, at the study's ``[storage]`` capex."""
-    import polars as pl
-
-    from dse.placement.request import Storage
-
-    if tiers.is_empty():
-        return 0.0
-    s = storage
-    price = Storage(s.dram_usd_per_tb, s.nvme_usd_per_tb, s.network_usd_per_tb, s.years)
-    held = tiers.filter(pl.col("tier").is_in(["dram", "nvme", "network"]))
-    return float(sum(gb * price.usd_per_gb_hour(t) for t, gb in held.select("tier", "stored_gb").iter_rows()))
-
-
 DECODE_SIDES = (("decode", "mixed", "attention"), ("ffn",))
 """Roles whose pools run the decoding sequences between them: the pools that hold them, and the
 expert pools of an attention-FFN design, every sequence's tokens passing through one of each."""
@@ -491,7 +476,7 @@ def best_block(res: StudyResults) -> str | None:
     head = ["pool", "hardware", "shape", "inst", "GPUs", "req/s", "batch cap", "batch run", "out tok/s cap"]
     lines = [
         f"best design, trial {number}: {r['p_topology']}, {int(r['gpus'])} GPUs, "
-        + _price(r, res.spec.price_tier, _storage_usd_hour(of_best(res.kv_tiers), res.spec.storage)),
+        + _price(r, res.spec.price_tier, r.get("storage_usd_per_hour") or 0.0),
         format_table([*head, "HBM GB/GPU", "$/hour"], pools),
     ]
     tiers = of_best(res.kv_tiers)

@@ -91,6 +91,17 @@ class TopologyOutcome:
     def feasible(self) -> bool:
         return self.result.has_solution and self.infeasibility is None
 
+    @property
+    def storage_usd_per_hour(self) -> float:
+        """$/hour of the host DRAM, NVMe and network store the resting KV fills where they are
+        priced: what the design costs beyond its pools and idle GPUs (nan where the catalog lacks a
+        price; 0 for round-off)."""
+        rows = sum(p.usd_per_hour for p in self.pools) + sum(i.usd_per_hour for i in self.idle)
+        rest = self.usd_per_hour - rows
+        if not math.isfinite(rest):
+            return math.nan
+        return rest if rest > 1e-9 * max(abs(self.usd_per_hour), 1.0) else 0.0
+
 
 @dataclass(frozen=True)
 class PlacementReport:
