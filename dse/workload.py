@@ -34,8 +34,16 @@ MIN_REQUESTS_PER_S = 1e-3
 was once "served" by zero GPUs); one instance serves any rate below it anyway."""
 
 
+MAX_REQUESTS_PER_S = 1e6
+"""Above this rate no question is a deployment's: a million requests a second of 4,000 prompt and
+1,000 output tokens takes half a million B200s (dse places it in a second); 1e12 had died in the
+MILP's start (an int64 cast) or allocated 55 GiB in the engine-level check, with a traceback."""
+
+
 def at_least_min_rate(value: float) -> str | None:
-    return None if value >= MIN_REQUESTS_PER_S else f"must be at least {MIN_REQUESTS_PER_S:g} requests/s"
+    if value < MIN_REQUESTS_PER_S:
+        return f"must be at least {MIN_REQUESTS_PER_S:g} requests/s"
+    return None if value <= MAX_REQUESTS_PER_S else f"must be at most {MAX_REQUESTS_PER_S:g} requests/s"
 
 
 @dataclass(frozen=True)

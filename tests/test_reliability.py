@@ -293,6 +293,23 @@ def test_a_rate_too_small_for_the_solver_is_refused() -> None:
         build(Workload, {"requests_per_s": 1e-6, "input_tokens": 2000.0, "output_tokens": 500.0}, source="w")
 
 
+def test_a_rate_no_deployment_serves_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """Above a million requests a second (half a million B200s) a rate is bad input, in place and
+    in a study file: 1e12 had died in the MILP's start with an int64 cast's TypeError, and a
+    study's engine-level check had tried to allocate 55 GiB, each a traceback."""
+    with pytest.raises(
+        InputError, match="requests_per_s = 1000000000000.0: must be at most 1e\\+06 requests/s"
+    ):
+        build(Workload, {"requests_per_s": 1e12, "input_tokens": 2000.0, "output_tokens": 500.0}, source="w")
+    placed = cli("place", "--hardware", "b200", "--rate", "1e12", "--ttft", "1", "--tpot", "0.05")
+    assert placed.code == 2 and "--rate = 1000000000000.0: must be at most 1e+06 requests/s" in placed.err
+    huge = tmp_path / "huge.toml"
+    huge.write_text(TINY.read_text().replace("requests_per_s = ", "requests_per_s = 1e12 #", 1))
+    run = cli("study", "run", huge, "--trials", "2", "--out", tmp_path / "runs")
+    assert run.code == 2 and "workload.requests_per_s = 1000000000000.0: must be at most" in run.err, run.err
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("rate", [1e-3, 1e6])
 def test_extreme_requests_get_an_answer_or_the_binding_constraint(rate: float) -> None:
     req = PlacementRequest(
