@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from dse.calibration.fit import Measured
+    from dse.calibration.fit import ErrorStats, Measured
     from dse.calibration.latency import LatencyFit
+    from dse.calibration.power import PowerFit
     from dse.calibration.published import StagePoint
     from dse.perf.params import PerfParams
 
@@ -217,8 +218,27 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         write_text(args.out, params_to_json(fitted) + "\n")
     except OSError as exc:
         raise output_error(exc, "dse calibrate", "--out", args.out) from None
+    _say_fit(args, data, skipped, len(points), (stats, loho), latency, known_median(ttft), power)
+    return 0
+
+
+def _say_fit(
+    args: argparse.Namespace,
+    data: Sequence[Measured],
+    skipped: Sequence[str],
+    n_points: int,
+    errors: tuple[ErrorStats, ErrorStats | None],
+    latency: LatencyFit,
+    ttft_median: float | None,
+    power: PowerFit | None,
+) -> None:
+    """What the fit wrote: its rows and file, the rows skipped and the figures not measured, its
+    in-sample and leave-one-hardware-out errors, its latency and power fits."""
+    from dse.calibration import fit as cal
+
+    stats, loho = errors
     print(
-        f"fitted {len(data)} rows ({len(skipped)} skipped) and {len(points)} stage points, "
+        f"fitted {len(data)} rows ({len(skipped)} skipped) and {n_points} stage points, "
         f"{args.kernels} kernels -> {args.out}"
     )
     unmeasured = [f"not a measurement: {m}" for m in cal.unmeasured_figures(data)]
@@ -230,7 +250,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
                 f"{label} abs error, median / p75: tokens/s/GPU {s.tput_median_ape:.1%} / "
                 f"{s.tput_p75_ape:.1%}, tokens/s/user {s.intvty_median_ape:.1%} / {s.intvty_p75_ape:.1%}"
             )
-    print(_latency_line(latency, known_median(ttft)))
+    print(_latency_line(latency, ttft_median))
     if power is not None:
         print(
             f"power: {power.params.idle:.0%} of TDP idle, {power.params.full:.0%} with kernels running all "
@@ -242,7 +262,6 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
             shown = ", ".join(f"{k.replace('_', ' ')} {'not measured' if v is None else f'{v:.0%}'}"
                               for k, v in errs.items())  # fmt: skip
             print(f"{label} abs error of the simulated percentiles, median: {shown}")
-    return 0
 
 
 def _latency_line(latency: LatencyFit, closed_form: float | None) -> str:
