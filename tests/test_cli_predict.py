@@ -246,6 +246,12 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
         (("--prefill-gpus", "8"), "--prefill-gpus = 8: needs --disagg"),
         (("--decode-workers", "1"), "--decode-workers = 1: needs --disagg"),
         (("--disagg", "--ffn-gpus", "8"), "--ffn-gpus = 8: needs --afd"),
+        # the attention pool holds no experts: --ep had been echoed in the JSON and not read
+        (
+            ("--afd", "--ep", "4"),
+            "--ep = 4: does not apply with --afd: its attention pool holds no experts (--ffn-ep sets "
+            "the expert pool's)",
+        ),
         (
             ("--mtp-draft-tokens", "0"),
             "--mtp-draft-tokens = 0: needs --mtp (the drafts of its speculative steps)",
@@ -298,6 +304,27 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
         out[3]["pred_error"]
         == "runs.csv row 4: prefill_tp = 4: must equal decode_tp (8) in an aggregated row"
     )
+
+
+def test_a_framework_is_predicted_only_on_the_gpus_it_runs_on(cli: Cli, catalog: Catalog) -> None:
+    """TensorRT-LLM runs on NVIDIA GPUs, ATOM and SGLang over MoRI on AMD ones: TensorRT-LLM on an
+    MI355X had been predicted (601.9 tokens/s/GPU, above the engines that run there), and ATOM
+    on a B200. A flag is one line and exit 2, a batch row its pred_error."""
+    from dse.perf.benchmark_rows import predict_rows
+
+    cases = {("mi355x", "trt"): "NVIDIA", ("mi300x", "dynamo-trt"): "NVIDIA", ("b200", "atom"): "AMD",
+             ("b200", "mori-sglang"): "AMD"}  # fmt: skip
+    for (hw, fw), vendor in cases.items():
+        res = cli("predict", "--hardware", hw, "--framework", fw)
+        assert res.code == 2 and res.err.count("\n") == 1, res.err
+        assert f"--framework = '{fw}': runs on {vendor} GPUs only, not {catalog.hardware(hw).id}" in res.err
+    row = dict(AFD, disagg="False", num_ffn_gpu="", ffn_num_workers="", ffn_ep="", hardware="mi355x",
+               framework="trt", num_decode_gpu="8", num_prefill_gpu="8", decode_num_workers="1")  # fmt: skip
+    (out,) = predict_rows([row], catalog, load_params(), source="runs.csv")
+    assert (
+        out["pred_error"] == "runs.csv row 1: framework = 'trt': runs on NVIDIA GPUs only, not mi355x (amd)"
+    )
+    assert cli("predict", "--hardware", "mi355x", "--framework", "atom", "--requests", "40").code == 0
 
 
 def test_an_aggregated_rows_gpus_and_workers_are_its_instances_replicas(catalog: Catalog) -> None:

@@ -1491,3 +1491,18 @@ def test_a_deploy_over_a_file_in_its_folder_s_place_leaves_nothing_beside_it(tmp
     folder.write_text("not a folder\n")
     write_deploy({"instance.sh": "echo one\n"}, folder)
     assert folder.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["deploy"]
+
+
+def test_an_infeasible_trial_is_not_deployed(tmp_path: Path, cli: Cli) -> None:
+    """A trial whose design was placed and then failed its checks (decode-variability's first grid
+    point: a burst's TTFT p99 of minutes against 2 s) had been deployed with exit 0, its README
+    calling it the design the study chose; it is refused with the reason, as a trial never placed is."""
+    ran = cli("study", "run", "decode-variability", "--trials", "1", "--out", tmp_path, "--no-export")
+    assert ran.code == 0 or ran.code == 3, ran.err  # (3: a run of no feasible trial)
+    proc = cli("deploy", "decode-variability", "--out", tmp_path, "--engine", "sglang", "--trial", "0")
+    assert proc.code == 2 and proc.err.count("\n") == 1, proc.err
+    assert (
+        "--trial = 0: must name a feasible trial of decode-variability: trial 0 is infeasible (ttft_s: "
+        in proc.err
+    )
+    assert not (tmp_path / "decode-variability" / "deploy").exists()

@@ -104,7 +104,7 @@ def _add_pools(p: argparse.ArgumentParser) -> None:
         "instance's GPUs up to 8)",
     )
     p.add_argument(
-        "--ep", type=int, default=0, help="expert parallel (0: each GPU of the instance; fewer split experts)"
+        "--ep", type=int, help="expert parallel (default 0: each GPU of the instance; fewer split experts)"
     )
     p.add_argument("--dp-attention", action="store_true", help="data-parallel attention")
     p.add_argument("--disagg", action="store_true", help="separate prefill and decode pools")
@@ -392,6 +392,11 @@ def _pool_flags(args: argparse.Namespace) -> None:
         for flag in ("ffn_gpus", "ffn_workers", "ffn_ep"):
             if getattr(args, flag) is not None:
                 raise InputError(SRC, "--" + flag.replace("_", "-"), "needs --afd", getattr(args, flag))
+    if args.afd and args.ep is not None:  # the attention pool holds no experts: it had been echoed, unread
+        rule = (
+            "does not apply with --afd: its attention pool holds no experts (--ffn-ep sets the expert pool's)"
+        )
+        raise InputError(SRC, "--ep", rule, args.ep)
     if not (args.disagg or args.afd):  # nor the separate pools' flags without them
         for flag, unset in DISAGG_FLAGS.items():
             if getattr(args, flag) != unset:
@@ -451,7 +456,7 @@ DISAGG_FLAGS: dict[str, int | bool | None] = {
 }  # fmt: skip
 # the pools' flags left out (--prefill-tp and --tp: :func:`_tensor_parallel`)
 POOL_DEFAULTS: dict[str, int] = {
-    "prefill_ep": 0, "prefill_workers": 1, "prefill_gpus": 8, "decode_workers": 1, "decode_gpus": 8,
+    "ep": 0, "prefill_ep": 0, "prefill_workers": 1, "prefill_gpus": 8, "decode_workers": 1, "decode_gpus": 8,
     "ffn_gpus": 8, "ffn_workers": 1, "ffn_ep": 0,
 }  # fmt: skip
 

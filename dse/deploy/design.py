@@ -140,6 +140,11 @@ def design_of_run(res: StudyResults, trial: int | None, params: PerfParams) -> D
     record = None if found is None else found.user_attrs.get("record")
     if found is None or not record or not record.get("pools"):
         raise InputError(SRC, "--trial", f"must name a feasible trial of {res.spec.name}", number)
+    missed = [k for k, v in (record.get("constraints") or {}).items() if v is not None and v > 0]
+    if missed:  # a placed design that failed its checks had been deployed, its README calling it chosen
+        why = record.get("binding") or ", ".join(missed)
+        rule = f"must name a feasible trial of {res.spec.name}: trial {number} is infeasible ({why})"
+        raise InputError(SRC, "--trial", rule, number)
     # a grid trial's point, as its record or else its parameters hold it
     record = {**record, "point": {**point_of(found.params), **(record.get("point") or {})}}
     catalog = res._cat()

@@ -79,6 +79,7 @@ from dse.perf.afd import attention_side, ffn_side
 from dse.perf.frameworks import (
     ATOM_MAX_NUM_SEQS,
     FRAMEWORK_ENGINE,
+    FRAMEWORK_VENDORS,
     SGLANG_SPECULATIVE_RUNNING,
     TRTLLM_MAX_BATCH_SIZE,
     VLLM_LARGE_GPU_GIB,
@@ -286,6 +287,10 @@ def parse_row(
     fw = str(row.get("framework", "")).strip().lower()
     if fw not in FRAMEWORK_ENGINE:
         raise InputError(source, "framework", f"must be one of {', '.join(sorted(FRAMEWORK_ENGINE))}", fw)
+    vendors = FRAMEWORK_VENDORS.get(fw)
+    if vendors is not None and hw.vendor not in vendors:
+        names = " or ".join({"nvidia": "NVIDIA", "amd": "AMD"}.get(v, v) for v in vendors)
+        raise InputError(source, "framework", f"runs on {names} GPUs only, not {hw.id} ({hw.vendor})", fw)
     _check_date(row, source)
     prec_raw = str(row.get("precision", "")).strip().lower() or model.serving_precision.value
     if prec_raw not in ("fp4", "fp8", "bf16"):

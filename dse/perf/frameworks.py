@@ -17,6 +17,15 @@ FRAMEWORK_ENGINE: dict[str, str] = {
 }
 """Framework name (a measured run's ``framework`` column, ``dse predict --framework``) to engine profile."""
 
+FRAMEWORK_VENDORS: dict[str, tuple[str, ...]] = {
+    "trt": ("nvidia",),  # TensorRT-LLM: CUDA only
+    "dynamo-trt": ("nvidia",),
+    "atom": ("amd",),  # ATOM: AMD's ROCm engine
+    "mori-sglang": ("amd",),  # SGLang over MoRI, AMD's ROCm RDMA library
+}
+"""The GPU vendors a framework runs on, where not every one (the measured runs have each only on
+these): TensorRT-LLM on an MI355X had been predicted, and ranked above the engines that run there."""
+
 ENGINES: tuple[str, ...] = tuple(dict.fromkeys(FRAMEWORK_ENGINE.values()))
 """The engine profiles, in first-seen order: ``dse place --engine`` and study files name these."""
 
