@@ -1506,3 +1506,18 @@ def test_an_infeasible_trial_is_not_deployed(tmp_path: Path, cli: Cli) -> None:
         in proc.err
     )
     assert not (tmp_path / "decode-variability" / "deploy").exists()
+
+
+def test_an_out_that_is_a_file_is_named_as_such_by_the_readers(tmp_path: Path, cli: Cli) -> None:
+    """``--out`` naming a file: deploy, report and export said "study.db: does not exist: run the
+    study first", naming no flag; they say what a run says."""
+    out = tmp_path / "afile"
+    out.write_text("")
+    for command in (
+        ["deploy", TINY, "--engine", "sglang"],
+        ["study", "report", TINY],
+        ["study", "export", TINY],
+    ):
+        proc = cli(*command, "--out", out)
+        assert proc.code == 2 and proc.err.count("\n") == 1, (command, proc.err)
+        assert f"--out = '{out}': must be a folder ({out} is a file)" in proc.err, (command, proc.err)

@@ -232,6 +232,9 @@ class Study:
             if storage:  # the file the user named, not the run folder's, which is not read
                 rule = f"names a SQLite file that does not exist ({db}): run the study first"
                 raise InputError("--storage", "url", rule, redact(url))
+            blocked = next((d for d in (out, *out.parents) if d.exists() and not d.is_dir()), None)
+            if blocked is not None:  # it had said "study.db: does not exist", naming no flag
+                raise InputError("out", "", f"must be a folder ({blocked} is a file)", str(out))
             raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
         held = optuna.study.get_all_study_names(storage=open_storage(url))
         if self.spec.name not in held:  # reading must not create an empty study in someone's database
