@@ -273,6 +273,18 @@ def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str, ep_as_gi
     return PoolSpec(gpus=gpus, attn_tp=attn_tp, ep=ep, instances=instances)
 
 
+def _framework(row: Mapping[str, str], hw: Hardware, source: str) -> str:
+    """The row's framework, one dse knows that runs on ``hw``'s GPU vendor (:data:`FRAMEWORK_VENDORS`)."""
+    fw = str(row.get("framework", "")).strip().lower()
+    if fw not in FRAMEWORK_ENGINE:
+        raise InputError(source, "framework", f"must be one of {', '.join(sorted(FRAMEWORK_ENGINE))}", fw)
+    vendors = FRAMEWORK_VENDORS.get(fw)
+    if vendors is not None and hw.vendor not in vendors:
+        names = " or ".join({"nvidia": "NVIDIA", "amd": "AMD"}.get(v, v) for v in vendors)
+        raise InputError(source, "framework", f"runs on {names} GPUs only, not {hw.id} ({hw.vendor})", fw)
+    return fw
+
+
 def parse_row(
     row: Mapping[str, str], catalog: Catalog, source: str = "row", *, ep_as_given: bool = False
 ) -> BenchRow:
@@ -284,13 +296,7 @@ def parse_row(
         model = catalog.model(str(row.get("model", "")))
     except UnknownIdError as exc:  # the row names the id: say so, not just "catalog"
         raise UnknownIdError(exc.field, str(exc.value), exc.valid, source=source) from None
-    fw = str(row.get("framework", "")).strip().lower()
-    if fw not in FRAMEWORK_ENGINE:
-        raise InputError(source, "framework", f"must be one of {', '.join(sorted(FRAMEWORK_ENGINE))}", fw)
-    vendors = FRAMEWORK_VENDORS.get(fw)
-    if vendors is not None and hw.vendor not in vendors:
-        names = " or ".join({"nvidia": "NVIDIA", "amd": "AMD"}.get(v, v) for v in vendors)
-        raise InputError(source, "framework", f"runs on {names} GPUs only, not {hw.id} ({hw.vendor})", fw)
+    fw = _framework(row, hw, source)
     _check_date(row, source)
     prec_raw = str(row.get("precision", "")).strip().lower() or model.serving_precision.value
     if prec_raw not in ("fp4", "fp8", "bf16"):
