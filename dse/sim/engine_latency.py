@@ -364,7 +364,7 @@ def _as_top(p: SimPool, top: SimPool) -> float:
     """How many of ``top``'s instances one of ``p``'s is worth: one where they are the same
     shape, else by their busy seconds per fresh prompt (per prompt of their own mixes where
     either takes none). Until 2026-12-07 every pool was counted by its own mix's busy seconds:
-    a pool recomputing dropped 12,000-token prefixes (11 H200 TP8 instances) counted as 1.5 of
+    a pool recomputing dropped 12,000-token prefixes (11 H200 TP8 instances) counted as 1.6 of
     the fresh-prompt pool of its shape beside it, and the check queued its prompts to 102 s."""
     same = ("hardware", "gpus", "attn_tp", "ep")
     if all(getattr(p, k) == getattr(top, k) for k in same):
