@@ -167,6 +167,12 @@ def test_deploy_writes_the_best_design_of_a_run(cli: Cli, tiny_cli_run: Result, 
     assert "--engine dynamo --image reg.example/dyn:1`" in (folder / "README.md").read_text()
     proc = cli("deploy", TINY, "--out", tmp_path, "--engine", "sglang", "--image", "reg.example/dyn:1")
     assert proc.code == 2 and proc.err.count("\n") == 1 and "--image" in proc.err, proc.err
+    for bad in ("reg.example/Dyn:1", "reg.example/dyn:1\x07", "dyn:", "/dyn"):  # had reached graph.yaml
+        proc = cli("deploy", TINY, "--out", tmp_path, "--engine", "dynamo", "--image", bad)
+        assert (
+            proc.code == 2 and "--image = " in proc.err and "must be a container image reference" in proc.err
+        )
+    assert 'image: "reg.example/dyn:1"' in (folder / "graph.yaml").read_text()  # left as it was
     proc = cli("deploy", TINY, "--out", tmp_path, "--engine", "sglang")
     assert proc.code == 0, proc.err
     assert not (folder / "graph.yaml").exists() and not (folder / "frontend.sh").exists()
@@ -625,6 +631,19 @@ def _run_head(script: str, **env: str) -> dict[str, str]:
     assert ran.returncode == 0, ran.stderr
     gpus, port, boot = ran.stdout.strip().split("|")
     return {"gpus": gpus, "port": port, "bootstrap": boot}
+
+
+def test_a_lone_instance_on_a_host_it_could_share_runs_without_instance() -> None:
+    """One 4-GPU prefill instance on an 8-GPU host: its script sets its ports and runs as written;
+    it had asked for ``INSTANCE (0..0)`` and stopped unless one was set."""
+    import os
+
+    design = _shared_host()
+    lone = replace(design, pools=(replace(design.pools[0], instances=1), design.pools[1]))
+    assert lone.pools[0].per_host == 1 and design.pools[0].per_host == 2
+    script = launch_files(lone, "sglang")["prefill.sh"]
+    assert "INSTANCE" not in script
+    assert _run_head(script, PATH=os.environ["PATH"])["port"].isdigit()
 
 
 def test_instances_sharing_a_host_get_their_own_gpus_and_ports() -> None:

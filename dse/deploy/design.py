@@ -68,8 +68,9 @@ class PoolLaunch:
 
     @property
     def per_host(self) -> int:
-        """Instances that share one host (1 where an instance fills a host or more)."""
-        return max(1, self.gpus_per_host // self.gpus)
+        """Instances that share one host (1 where an instance fills a host or more, or the pool
+        has one: a lone 4-GPU instance's script had asked for an ``INSTANCE`` of 0..0)."""
+        return max(1, min(self.gpus_per_host // self.gpus, self.instances))
 
 
 def named_pools(pools: tuple[PoolLaunch, ...]) -> tuple[PoolLaunch, ...]:

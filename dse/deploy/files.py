@@ -5,6 +5,7 @@ wrote them."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,15 @@ from dse.deploy.scripts import (
     router_script,
 )
 from dse.errors import InputError
+
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REFERENCE = re.compile(
+    rf"(?:(?:[a-zA-Z0-9-]+\.[a-zA-Z0-9.-]+|localhost|[a-zA-Z0-9-]+:[0-9]+)(?::[0-9]+)?/)?{_PATH}(?:/{_PATH})*"
+    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+"""A container image reference as the registries' grammar has it (distribution/reference,
+``reference.go``): an optional host (a dot or a port in it, or ``localhost``), lower-case path
+components, an optional tag and digest."""
 
 
 def deploy_command(
@@ -81,6 +91,10 @@ def launch_files(
         raise InputError(SRC, "--image", why, image)
     if image is not None and (not image.strip() or any(c.isspace() for c in image)):
         raise InputError(SRC, "--image", "must be one container image reference, without spaces", image)
+    if image is not None and IMAGE_REFERENCE.fullmatch(image) is None:  # (control characters and
+        # upper-case repositories had reached graph.yaml)
+        rule = "must be a container image reference: [host[:port]/]lower-case/path[:tag][@digest]"
+        raise InputError(SRC, "--image", rule, image)
     other = next((p for p in design.pools if p.vendor != "nvidia"), None)
     if engine == "dynamo" and image is None and other is not None:
         # NVIDIA's Dynamo runtime images are CUDA builds (ai-dynamo/dynamo:container/Dockerfile.vllm,
