@@ -22,6 +22,7 @@ from dse.metrics import METRICS
 from dse.perf.params import PerfParams, load_params
 from dse.plain import plain
 from dse.study.export import export_all
+from dse.study.faults import file_in_the_way
 from dse.study.objectives import MetricFn, ObjectiveDef
 from dse.study.results import (
     TrialsRead,
@@ -232,7 +233,7 @@ class Study:
             if storage:  # the file the user named, not the run folder's, which is not read
                 rule = f"names a SQLite file that does not exist ({db}): run the study first"
                 raise InputError("--storage", "url", rule, redact(url))
-            blocked = next((d for d in (out, *out.parents) if d.exists() and not d.is_dir()), None)
+            blocked = file_in_the_way(out)
             if blocked is not None:  # it had said "study.db: does not exist", naming no flag
                 raise InputError("out", "", f"must be a folder ({blocked} is a file)", str(out))
             raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
@@ -319,14 +320,11 @@ def priced(res: StudyResults, params: PerfParams | None = None, *, where: str) -
     """Shadow prices of the best trial, stored with the study (what a run ends with: a lone run,
     and each worker once the study holds its budget). Ctrl-C here is the run's interruption,
     which says what ``where`` (the storage, as the run names it) holds."""
-    from dse.context import Context
     from dse.study.faults import StudyInterrupted
-    from dse.study.prices import store_best_prices  # the solver: only a run imports it
-    from dse.study.runner import TRIAL_SOLVE
-    from formulations.solve import PlacementSolver
+    from dse.study.prices import pricing_context, store_best_prices  # the solver: only a run imports it
 
     try:
-        store_best_prices(res, Context(res._cat(), params or load_params(), PlacementSolver(TRIAL_SOLVE)))
+        store_best_prices(res, pricing_context(res, params or load_params()))
     except KeyboardInterrupt:
         done = len(res.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
         raise StudyInterrupted(done, done, where, "best design's shadow prices") from None

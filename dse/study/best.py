@@ -65,12 +65,9 @@ def _repriced(res: StudyResults, number: int, params: PerfParams) -> list[dict[s
     """The best trial's shadow prices under the catalog the results are read with (the stored
     ones are the catalog's the trials ran with: a B200 priced at $1.50 where they ran at $1.95 had
     shown the stored $1.69 an hour beside a note saying it used the new price; it gives $1.30)."""
-    from dse.context import Context
-    from dse.study.prices import best_prices  # (it imports this module)
-    from dse.study.runner import TRIAL_SOLVE
-    from formulations.solve import PlacementSolver
+    from dse.study.prices import best_prices, pricing_context  # (it imports this module)
 
-    return best_prices(res, number, Context(res._cat(), params, PlacementSolver(TRIAL_SOLVE)))
+    return best_prices(res, number, pricing_context(res, params))
 
 
 CACHE_SESSIONS = 100_000  # sessions the live-cache check runs at most (about 0.02 s)

@@ -168,6 +168,11 @@ def storage_fault(exc: BaseException, where: str, path: Path | None = None) -> S
     return None
 
 
+def file_in_the_way(path: Path) -> Path | None:
+    """The first of ``path`` and its parents that is a file, where a folder must go; None if none is."""
+    return next((d for d in (path, *path.parents) if d.exists() and not d.is_dir()), None)
+
+
 @contextlib.contextmanager
 def writing(folder: Path) -> Iterator[None]:
     """Files written in the block that the disk refuses (full, read-only) end the command with one
@@ -176,7 +181,7 @@ def writing(folder: Path) -> Iterator[None]:
         yield
     except (NotADirectoryError, FileExistsError) as exc:  # a file where a folder must go: bad input
         at = Path(exc.filename or folder)
-        blocked = next((d for d in (at, *at.parents) if d.exists() and not d.is_dir()), at)
+        blocked = file_in_the_way(at) or at
         raise InputError(str(blocked), "", "must be a folder: a file has its name") from None
     except Exception as exc:  # noqa: BLE001 - re-raised unless a storage cause explains it
         fault = storage_fault(exc, str(folder), folder / "_")

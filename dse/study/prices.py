@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from dse.context import Context
+from dse.perf.params import PerfParams
 from dse.placement.plan import place_best
 from dse.placement.request import Topology
 from dse.plain import plain
@@ -20,6 +21,14 @@ from dse.study.choice import choice_from_params
 from dse.study.grid import point_of, spec_at
 from dse.study.sweep import request_at
 from dse.study.trial import request_for
+
+
+def pricing_context(res: StudyResults, params: PerfParams) -> Context:
+    """What a best design is priced with: the results' catalog, ``params`` and a trial's solver."""
+    from dse.study.runner import TRIAL_SOLVE  # (it imports the study's modules)
+    from formulations.solve import PlacementSolver
+
+    return Context(res._cat(), params, PlacementSolver(TRIAL_SOLVE))
 
 
 def store_best_prices(res: StudyResults, ctx: Context) -> None:

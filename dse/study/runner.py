@@ -42,6 +42,7 @@ from dse.study.faults import (
     STORAGE_ERRORS,
     StudyInterrupted,
     TrialTimeout,
+    file_in_the_way,
     holds_no_files,
     storage_fault,
     wall_clock,
@@ -211,7 +212,7 @@ def _budget(spec: StudySpec, trials: int | None, out: Path, seed: int | None) ->
         raise InputError("trials", "", "must be at least 1", budget)
     if spec.is_grid and budget > spec.sweep.size():
         raise InputError("trials", "", f"must be at most the grid's {spec.sweep.size()} points", budget)
-    blocked = next((d for d in (out, *out.parents) if d.exists() and not d.is_dir()), None)
+    blocked = file_in_the_way(out)
     if blocked is not None:
         raise InputError("out", "", f"must be a folder ({blocked} is a file)", str(out))
     virtual = holds_no_files(out)
