@@ -116,6 +116,7 @@ def _add_params(m: pyo.ConcreteModel) -> None:
     m.tier_bw = pyo.Param(m.H, m.T, **mut)
     # units
     m.gpus = pyo.Param(m.U, **mut)
+    m.kv_gpus = pyo.Param(m.U, **mut)  # those holding distinct shares of the KV (PlacementData.kv_gpus)
     m.share = pyo.Param(m.U, **mut)
     m.fresh_s = pyo.Param(m.U, **mut)
     m.dec = pyo.Param(m.U, **mut)
@@ -344,7 +345,7 @@ def _add_transfer_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
         [(t, u) for t in LINK_TIERS for u in ix.U],
         rule=lambda m, t, u: (
             sum(m.r[u, c, _T[t]] * m.class_gb[c] for c in ix.C)
-            <= m.tier_bw[ix.hw[u], _T[t]] * m.gpus[u] * m.x[u]
+            <= m.tier_bw[ix.hw[u], _T[t]] * m.kv_gpus[u] * m.x[u]
         ),
     )
 
@@ -354,7 +355,7 @@ def _add_storage_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
 
     def capacity(m: pyo.ConcreteModel, t: str, u: int) -> pyo.Expression:
         stored = sum(m.r[u, c, _T[t]] * m.dwell[c] * m.class_gb[c] for c in ix.C)
-        room = m.hbm_idle[u] * m.x[u] if t == "hbm" else m.tier_gb[ix.hw[u], _T[t]] * m.gpus[u] * m.x[u]
+        room = m.hbm_idle[u] * m.x[u] if t == "hbm" else m.tier_gb[ix.hw[u], _T[t]] * m.kv_gpus[u] * m.x[u]
         return stored <= room
 
     m.tier_capacity = pyo.Constraint([(t, u) for t in CAPACITY_TIERS for u in ix.U], rule=capacity)
@@ -402,6 +403,7 @@ def param_values(data: PlacementData) -> dict[str, np.ndarray]:
         "tier_gb": data.tier_gb_per_gpu,
         "tier_bw": data.tier_gb_s_per_gpu,
         "gpus": data.unit_gpus,
+        "kv_gpus": data.kv_gpus,
         "share": data.prefill_share,
         "dec": data.decode_tok_s,
         "hbm_idle": np.maximum(data.hbm_idle_gb, 0.0),

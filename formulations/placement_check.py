@@ -168,15 +168,13 @@ def residuals(data: PlacementData, sol: PlacementSolution) -> dict[str, Array]:
     caps = []
     for t in LINK_TIERS:
         ti = _T[t]
-        bw = data.tier_gb_s_per_gpu[data.unit_hw, ti] * data.unit_gpus * x
+        bw = data.tier_gb_s_per_gpu[data.unit_hw, ti] * data.kv_gpus * x
         links.append(r[:, :, ti] @ data.class_gb - bw)
     for t in CAPACITY_TIERS:
         ti = _T[t]
         stored = r[:, :, ti] @ (data.class_dwell_s * data.class_gb)
         room = (
-            data.hbm_idle_gb * x
-            if t == "hbm"
-            else data.tier_gb_per_gpu[data.unit_hw, ti] * data.unit_gpus * x
+            data.hbm_idle_gb * x if t == "hbm" else data.tier_gb_per_gpu[data.unit_hw, ti] * data.kv_gpus * x
         )
         caps.append(stored - room)
     g["tier_link"] = np.concatenate(links)

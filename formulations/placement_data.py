@@ -66,6 +66,8 @@ class PlacementData:
     inventory_gpus: Array  # inf when unlimited
     tier_gb_per_gpu: Array  # (H, T) capacity to rest idle KV per GPU (hbm column unused)
     tier_gb_s_per_gpu: Array  # (H, T) reload bandwidth per GPU (hbm and drop columns unused)
+    # (a unit's DRAM and NVMe room and its reload links count its GPUs that hold distinct shares
+    # of the resting KV, ``unit_kv_gpus``: a GPU holding a copy holds it in its host tiers too)
     # units, shape (U,)
     unit_names: tuple[str, ...]
     unit_hw: Array  # int index into hardware
@@ -132,6 +134,17 @@ class PlacementData:
     # the multiple of the demand the slot rows are sized for: 1, or a goodput placement's reach
     # (dse.placement.plan settles it on the scale the placement reaches)
     slot_scale: float = 1.0
+    # (U,) GPUs of one instance that hold distinct shares of the KV (its attention-DP ranks times
+    # the useful head split, every pipeline stage's: dse.placement.rows.UnitInfo.kv_shard). The
+    # others hold copies, in their hosts' DRAM and NVMe as in HBM: the engines keep a host tier
+    # per GPU rank, so a unit rests in DRAM and NVMe, and reloads over its links, what these GPUs'
+    # shares hold. None: every GPU holds a share of its own.
+    unit_kv_gpus: Array | None = None
+
+    @property
+    def kv_gpus(self) -> Array:
+        """:attr:`unit_kv_gpus`, or every GPU of a unit where it is None."""
+        return self.unit_gpus if self.unit_kv_gpus is None else self.unit_kv_gpus
 
     @property
     def n_hw(self) -> int:

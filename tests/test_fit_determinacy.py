@@ -27,8 +27,9 @@ def test_the_fit_does_not_depend_on_the_order_of_the_runs(catalog: Catalog) -> N
     # at most); its values to 1e-3, the shipped fit's reproducibility (test_calibration_is_reproducible):
     # where the runs pin a value weakly its stop moves along the valley (the NIC's all-to-all
     # latency by 1.4e-4 on one machine, under 1e-4 on another), and no prediction with it
-    for got, want in zip(cal.predict_measured(data, catalog, behind), cal.predict_measured(data, catalog, ahead)):
-        assert got == pytest.approx(want, rel=1e-4)
+    got, want = cal.predict_measured(data, catalog, behind), cal.predict_measured(data, catalog, ahead)
+    for g, w in zip(got, want, strict=True):
+        assert g == pytest.approx(w, rel=1e-4)
     for name in FITTED_SCALARS:
         assert getattr(behind, name) == pytest.approx(getattr(ahead, name), rel=1e-3), name
     for name, eng in ahead.engines.items():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import Cli
 
+from dse.catalog import Catalog
 from dse.sim.kv_cache import MIN_ENTRIES, OUTCOMES, class_names, planned_capacity_gb, simulate_kv_cache
 from dse.sim.kv_tiers import TIER_NAMES, RestingClass
 
@@ -205,3 +206,34 @@ def test_the_cache_is_the_event_by_event_one() -> None:
         for i, name in enumerate(class_names(classes)):
             got = np.array([rep.simulated[name][o] for o in OUTCOMES])
             np.testing.assert_allclose(got, want[i] / max(want[i].sum(), 1), rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("model", "shape", "split"),
+    [
+        ("deepseek-v3", "8gpu-tp8-ep8", 1),  # MLA: every GPU of the TP group holds the latent KV whole
+        ("deepseek-v3", "8gpu-dpa-ep8", 1),  # a session on one attention-DP rank: one GPU's link
+        ("qwen3-235b-a22b", "8gpu-tp8-ep8", 4),  # 4 KV heads over 8 GPUs: 4 shares, each twice
+    ],
+)
+def test_a_session_reloads_over_the_links_of_the_gpus_that_split_its_kv(
+    catalog: Catalog, model: str, shape: str, split: int
+) -> None:
+    """A resting session's KV comes back over the host links of the GPUs that split it, each
+    reading its share: a GPU holding a copy reads all of it, as the engines keep a host tier per
+    rank. The reload had been spread over all of an instance's GPUs (8x too fast for MLA)."""
+    from dse.perf.params import load_params
+    from dse.placement import PlacementRequest
+    from dse.placement.request import UnitOptions
+    from dse.placement.shapes import Shapes
+    from dse.workload import Slo, ThinkBin, Workload
+
+    w = Workload(10.0, 2000.0, 500.0, returning_share=0.5, cached_prefix_tokens=20000.0,
+                 suffix_tokens=500.0, think=(ThinkBin(1.0, 60.0),))  # fmt: skip
+    opts = UnitOptions(prefill_shapes=(shape,), decode_shapes=(shape,))
+    req = PlacementRequest(model, ("b200",), w, Slo(2.0, 0.1, 90.0), options=opts)
+    hw = catalog.hardware("b200")
+    s = Shapes(req, catalog.model(model), [hw], load_params())
+    i = [p.label() for p in s.par].index(shape)
+    link = hw.host.link_gb_per_s_per_dir
+    assert s.reload_s(i, "dram") == pytest.approx(s.resting_gb / (link * split), rel=1e-9)

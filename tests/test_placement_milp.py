@@ -257,6 +257,33 @@ def test_kv_rests_where_the_tie_break_prefers_and_follows_littles_law() -> None:
     assert r.sum() == pytest.approx(4.0)
 
 
+def test_copies_of_the_kv_rest_in_every_gpus_host_tier() -> None:
+    # the same class on a unit whose 8 GPUs hold one copy each (MLA's latent KV under attention TP):
+    # its DRAM room is one GPU's, 100 GB an instance, and its reload link one GPU's, 50 GB/s
+    mid = np.full((2, 1, NT), np.inf)
+    mid[0, 0, :] = [0.05, 0.05, 0.05, 0.05, 0.5]
+    reload = np.zeros((2, 1, NT))
+    reload[0, 0, :] = [0.0, 0.04, 0.4, 0.05, 0.3]
+    fields = dict(
+        classes=1,
+        mid_s=mid,
+        reload_s=reload,
+        class_per_s=np.array([4.0]),
+        class_dwell_s=np.array([100.0]),
+        class_gb=np.array([2.0]),
+        class_handoff_gb=np.array([2.5]),
+    )
+    shared = PlacementSolver().solve(instance(**fields)).solution
+    data = instance(**fields, unit_kv_gpus=np.array([1.0, 8.0]))
+    res = PlacementSolver().solve(data)
+    assert shared is not None and res.solution is not None and check(data, res.solution).ok
+    r = res.solution.returning[0, 0, :]
+    assert r[TI["dram"]] * 100.0 * 2.0 == pytest.approx(100.0 * res.solution.instances[0])
+    assert r[TI["dram"]] < shared.returning[0, 0, TI["dram"]]
+    # the checker holds the MILP's rows: the split solution overfills the copies' DRAM
+    assert not check(data, shared).ok
+
+
 def test_dropping_kv_costs_prefill_time() -> None:
     # only recompute is allowed; recompute takes 0.5 s of prefill per return: 10*0.1 + 4*0.5 = 3 s/s
     mid = np.full((2, 1, NT), np.inf)

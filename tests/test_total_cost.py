@@ -48,7 +48,7 @@ def test_priced_dram_is_paid_for_and_moves_kv_elsewhere(catalog: Catalog) -> Non
     assert priced is not None and priced.check is not None and priced.check.ok
     dram = sum(t.stored_gb.get("dram", 0.0) for t in priced.tiers)
     assert dram < dram_free
-    gpu_usd = sum(p.usd_per_hour for p in priced.pools)
+    gpu_usd = sum(p.usd_per_hour for p in priced.pools) + sum(i.usd_per_hour for i in priced.idle)
     dram_usd = dram * priced_req.storage.usd_per_gb_hour("dram")
     assert priced.usd_per_hour == pytest.approx(gpu_usd + dram_usd, rel=1e-6)
     assert priced.usd_per_hour >= free.usd_per_hour - 1e-9

@@ -144,9 +144,15 @@ class Pool:
         return self.gpus / self.attn_tp
 
     @property
+    def seq_shard(self) -> Array:
+        """GPUs that split one sequence's KV: the useful head split of the attention rank it runs
+        on (1 for MLA's latent KV, which every GPU of the rank holds whole)."""
+        return np.minimum(self.attn_tp, self.model.kv_heads)
+
+    @property
     def kv_shard(self) -> Array:
         """GPUs that split one copy of the KV cache: DP ranks times the useful head split."""
-        return self.attn_dp * np.minimum(self.attn_tp, self.model.kv_heads)
+        return self.attn_dp * self.seq_shard
 
     @property
     def state_shard(self) -> Array:

@@ -877,6 +877,7 @@ def _assemble(
         unit_hw=np.array([s.hw_of[r.shape] for r in rows], dtype=int),
         unit_role=np.array([int(r.info.role) for r in rows], dtype=int),
         unit_gpus=np.array([float(s.par[r.shape].gpus) for r in rows]),
+        unit_kv_gpus=np.array([float(r.info.kv_shard) for r in rows]),
         prefill_share=np.array([r.share for r in rows]),
         fresh_s=np.array([r.fresh_s for r in rows]),
         decode_tok_s=np.array([r.dec for r in rows]),

@@ -490,10 +490,17 @@ class Shapes:
         return self.hws[self.hw_of[i]]
 
     def reload_s(self, i: int, tier: str) -> float:
-        """Seconds to bring one resting session's KV back from ``tier`` into shape ``i``."""
+        """Seconds to bring one resting session's KV back from ``tier`` into shape ``i``: each GPU
+        that holds a share of it (:attr:`~dse.perf.pool.Pool.seq_shard`, every stage's) reads its
+        share over its own link, and a GPU that holds a copy (MLA's latent KV on every GPU of an
+        attention TP group; each attention-DP rank's sessions on its own GPUs) reads all of it:
+        the engines keep a host tier per rank (SGLang's ``HostKVCache`` in each scheduler
+        process, vLLM's CPU offloading and TensorRT-LLM's ``host_cache_size`` per worker), so a
+        session's reload is not spread over the instance's other GPUs."""
         if tier in ("hbm", "drop"):
             return 0.0
-        bw = self.tier_gb_s[self.hw_of[i], TIERS.index(tier)] * self.instance_gpus[i]
+        split = float(self.pool.seq_shard[i] * self.pp[i])
+        bw = self.tier_gb_s[self.hw_of[i], TIERS.index(tier)] * split
         return float(self.resting_gb / bw)
 
 
