@@ -19,6 +19,7 @@ from typing import Any
 from dse.catalog import Catalog
 from dse.errors import DseError, InputError, NoBestDesign, NoFeasibleDesign
 from dse.perf.params import PerfParams
+from dse.perf.pool import ModelTerms
 from dse.study.api import StudyResults
 from dse.study.best import running_cap
 from dse.study.spec import StudySpec
@@ -47,6 +48,18 @@ class PoolLaunch:
     pp: int = 1  # pipeline stages (prefill), each of gpus / pp GPUs with attn_tp and ep inside
     label: str = ""  # its files' name; "": the role's (Design gives pools sharing one their own)
     vendor: str = "nvidia"  # the GPU's maker, as the hardware catalog names it
+    # the KV one instance rests between turns below HBM, GB: in its hosts' DRAM, on their NVMe, in
+    # the network store (the trial's pool figures over its instances; 0: none there)
+    kv_dram_gb: float = 0.0
+    kv_nvme_gb: float = 0.0
+    kv_network_gb: float = 0.0
+    # the GPUs of an instance that hold distinct shares of its KV (attention-DP ranks times the
+    # useful head split, stages too); each of the others holds a copy (0: every GPU a share)
+    kv_gpus: int = 0
+    # GB of a GPU's HBM its engine's KV pool may take at most (its HBM less the weights): what a
+    # host tier that mirrors the GPU's pool must hold beside the resting KV (0: not known)
+    hbm_kv_gb: float = 0.0
+    host_gb_per_gpu: float = 0.0  # the DRAM a GPU's host has for it (the hardware catalog's; 0: not known)
 
     @property
     def tp(self) -> int:
@@ -65,6 +78,18 @@ class PoolLaunch:
     @property
     def name(self) -> str:
         return self.label or {"mixed": "instance"}.get(self.role, self.role)
+
+    @property
+    def dram_gb_per_gpu(self) -> float:
+        """GB of resting KV each GPU's host tier holds: an instance's over the GPUs holding
+        distinct shares, since a GPU holding a copy holds it in its host tier too (the engines
+        keep one per rank)."""
+        return self.kv_dram_gb / (self.kv_gpus or self.gpus)
+
+    @property
+    def tiered(self) -> bool:
+        """Whether the pool rests KV below HBM between turns."""
+        return self.kv_dram_gb > 0 or self.kv_nvme_gb > 0 or self.kv_network_gb > 0
 
     @property
     def per_host(self) -> int:
@@ -253,10 +278,14 @@ def design_of(
     if spec.mtp:
         drafts = int(spec.mtp_draft_tokens if spec.mtp_draft_tokens is not None else engine.mtp_draft_tokens)
     pools = []
-    for p in record.get("pools", []):
+    model = catalog.model(spec.model)
+    kv_heads = int(ModelTerms.of(model).kv_heads)  # 1 for MLA's latent KV
+    for p, rest in zip(record.get("pools", []), resting_by_pool(record), strict=True):
         par = parse_shape(str(p["shape"]))
         hw = catalog.hardware(str(p["hardware"]))
         role = str(p["role"])
+        instances = max(int(p["instances"]), 1)
+        stage = par.gpus // par.pp
         pools.append(
             PoolLaunch(
                 role=role,
@@ -273,9 +302,14 @@ def design_of(
                 chunk_tokens=int(choice["chunk_tokens"])
                 if role != "decode" and choice.get("chunk_tokens")
                 else None,
+                kv_dram_gb=rest["dram"] / instances,
+                kv_nvme_gb=rest["nvme"] / instances,
+                kv_network_gb=rest["network"] / instances,
+                kv_gpus=stage // par.attn_tp * min(par.attn_tp, kv_heads) * par.pp,
+                hbm_kv_gb=max(hw.hbm.capacity_gb - float(p.get("weights_gb_per_gpu") or 0.0), 0.0),
+                host_gb_per_gpu=float(hw.host.dram_gb_per_gpu),
             )
         )
-    model = catalog.model(spec.model)
     if drafts and model.no_mtp() is not None:  # (a run stored before studies refused it)
         why = (
             f"prices MTP ({spec.name}'s mtp = true, {drafts} draft tokens) on {model.id}, whose "
@@ -305,6 +339,25 @@ def design_of(
         requests_per_s=sized_rate(record, spec),
         before_decode_s=before_decode_s(record, spec),
     )
+
+
+RESTING_TIERS = ("dram", "nvme", "network")
+
+
+def resting_by_pool(record: dict[str, Any]) -> list[dict[str, float]]:
+    """GB of KV each pool of a trial's record rests between turns in DRAM, on NVMe and in the
+    network store: its ``resting_<tier>_gb``; a record stored before pools had them splits its
+    KV classes' ``stored_<tier>_gb`` over the pools that prefill (those its returning turns come
+    back to) by the requests each prefills."""
+    pools = record.get("pools", [])
+    if any(f"resting_{t}_gb" in p for p in pools for t in RESTING_TIERS):
+        return [{t: float(p.get(f"resting_{t}_gb") or 0.0) for t in RESTING_TIERS} for p in pools]
+    total = {
+        t: sum(float(c.get(f"stored_{t}_gb") or 0.0) for c in record.get("tiers", [])) for t in RESTING_TIERS
+    }
+    rates = [float(p.get("requests_per_s") or 0.0) if p.get("role") != "decode" else 0.0 for p in pools]
+    whole = sum(rates)
+    return [{t: total[t] * r / whole if whole > 0 else 0.0 for t in RESTING_TIERS} for r in rates]
 
 
 def sized_rate(record: dict[str, Any], spec: StudySpec) -> float:

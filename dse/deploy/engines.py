@@ -13,6 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from dse.deploy.design import SRC, Design, PoolLaunch
+from dse.deploy.host_cache import (
+    check_tiers,
+    sglang_hicache_gb,
+    sglang_storage,
+    trtllm_host_cache_bytes,
+    vllm_offload_gib,
+)
 from dse.deploy.scripts import check_ports
 from dse.errors import InputError
 from dse.placement.parallel import Parallel
@@ -84,6 +91,7 @@ def check_launchable(design: Design, engine: str) -> None:
                 f"all {p.tp} GPUs of an instance (DP x TP), not EP{p.ep}"
             )
             raise InputError(SRC, "--engine", why, engine)
+    check_tiers(design, engine, backend)
 
 
 def _kv(design: Design, table: dict[str, str]) -> str:
@@ -349,6 +357,11 @@ def _sglang_body(pool: PoolLaunch, design: Design, f: dict[str, str], mode: str 
     if prefill is not None:
         args += [f["max_prefill"], str(prefill)]
     args += [f["kv_dtype"], _kv(design, f)]
+    host = sglang_hicache_gb(pool)
+    if host is not None:
+        args += [f["hicache"], f["hicache_size"], str(host)]
+        if sglang_storage(pool):
+            args += [f["hicache_storage"], f["hicache_storage_file"]]
     if design.mtp_drafts:
         d = design.mtp_drafts
         args += [f["spec_algorithm"], f["spec_algorithm_mtp"], f["spec_steps"], str(d), f["spec_topk"], "1"]
@@ -375,6 +388,9 @@ def vllm_args(pool: PoolLaunch, design: Design, f: dict[str, str]) -> list[str]:
     if graphs is not None:
         args += [f["cuda_graph_max"], str(graphs)]
     args += [f["kv_dtype"], _kv(design, f)]
+    offload = vllm_offload_gib(pool)
+    if offload is not None:
+        args += [f["kv_offload_size"], f"{offload:g}", f["kv_offload_backend"], f["kv_offload_backend_value"]]
     if design.mtp_drafts:
         spec = json.dumps({"method": f["spec_method"], "num_speculative_tokens": design.mtp_drafts})
         args += [f["spec_config"], spec]
@@ -399,10 +415,11 @@ def trtllm_options(
     sequence the workload reaches; CUDA graphs up to a rank's running cap (its default stops at 128
     sequences, above which a step runs eagerly); and, for a disaggregated worker (``mode``), the KV cache
     transceiver (the prefill worker without the overlap scheduler), as Dynamo's examples have them."""
-    out: dict[str, Any] = {
-        f["yaml_dp_attention"]: pool.attn_tp == 1 and pool.gpus > 1,
-        f["yaml_kv"]: {f["yaml_kv_dtype"]: _kv(design, f)},
-    }
+    kv: dict[str, Any] = {f["yaml_kv_dtype"]: _kv(design, f)}
+    host = trtllm_host_cache_bytes(pool)
+    if host is not None:  # the KV the study rests in the hosts' DRAM, each rank's share
+        kv[f["yaml_host_cache"]] = host
+    out: dict[str, Any] = {f["yaml_dp_attention"]: pool.attn_tp == 1 and pool.gpus > 1, f["yaml_kv"]: kv}
     if pool.chunk_tokens is not None:
         out[f["yaml_chunked_prefill"]] = True
     if design.context_tokens:

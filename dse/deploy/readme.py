@@ -21,6 +21,7 @@ from dse.deploy.engines import (
     trtllm_dp,
     vllm_graph_tokens,
 )
+from dse.deploy.host_cache import host_cache_notes, vllm_offload_gib
 from dse.deploy.scripts import (
     BOOTSTRAP_OFFSET,
     DIST_INIT_OFFSET,
@@ -104,6 +105,7 @@ def readme(
         *_spec_reset_notes(design, engine),
         *_budget_notes(design, engine, flags),
         *_buffer_note(design, engine),
+        *host_cache_notes(design, backend_of(design, engine), flags[backend_of(design, engine)]),
         f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
         "(`dse/deploy/engine_flags.toml`): check them against the version you run;",
         *_minimum_versions(design, engine, flags),
@@ -224,6 +226,9 @@ def _minimum_versions(design: Design, engine: str, flags: dict[str, dict[str, st
     graphs = backend == "vllm" and any(vllm_graph_tokens(p, design) is not None for p in design.pools)
     if graphs and "minimum_cuda_graph" in flags["vllm"]:
         out.append(f"- it needs {flags['vllm']['minimum_cuda_graph']};")
+    offload = backend == "vllm" and any(vllm_offload_gib(p) is not None for p in design.pools)
+    if offload and "minimum_offload" in flags["vllm"]:
+        out.append(f"- it needs {flags['vllm']['minimum_offload']};")
     if engine == "dynamo" and backend == "vllm" and disaggregated(design) and "minimum" in flags["dynamo"]:
         out.append(f"- it needs {flags['dynamo']['minimum']};")
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from dse.placement.explain import Infeasibility, ShadowPrice, explain, shadow_pr
 from dse.placement.request import PlacementRequest, Topology
 from formulations.placement import COST_TIE, TIE_BREAK
 from formulations.placement_check import CheckReport, check, cost_usd_hour, objective_value, reload_wait
-from formulations.placement_data import TIERS, Objective, PlacementData, PlacementSolution, Role
+from formulations.placement_data import LINK_TIERS, TIERS, Objective, PlacementData, PlacementSolution, Role
 from formulations.solve import PlacementSolver, SolutionStatus, SolveOptions, SolveResult, Termination
 
 
@@ -43,6 +43,10 @@ class PoolPlan:
     midfill_busy_s: float  # ... per returning turn, over the tiers its KV comes from (nan if none)
     reload_s: float  # mean seconds a returning turn's KV takes to come back, of those that rest (nan if none)
     recompute_per_s: float = 0.0  # returning turns whose KV was dropped, prefilled whole again here
+    # GB of KV resting between turns in the tiers below HBM that this pool's returning turns reload
+    # from, over all its instances (Little's law): "dram" in its hosts' memory, "nvme" on their
+    # drives, "network" in the shared store; the tiers it uses only
+    resting_gb: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -497,6 +501,8 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
     reload = (kept * d.reload_s).sum(axis=(1, 2))
     ret_total, kept_total = ret.sum(axis=(1, 2)), kept.sum(axis=(1, 2))
     resting_hbm = ret[:, :, t_hbm] @ (d.class_dwell_s * d.class_gb) if d.n_classes else np.zeros(d.n_units)
+    # (U, T) GB each unit rests in each tier
+    resting = np.einsum("uct,c->ut", ret, d.class_dwell_s * d.class_gb)
     busy = fresh_busy + mid_busy
     # a unit that takes requests and is sent none runs no pool: its GPUs are idle (a rack bought
     # whole had shown a 4-GPU prefill instance of no traffic beside the one that carried it all)
@@ -520,6 +526,11 @@ def read_back(c: Candidates, sol: PlacementSolution) -> tuple[tuple[PoolPlan, ..
                 midfill_busy_s=float(mid_busy[u] / ret_total[u]) if ret_total[u] > 0 else float("nan"),
                 reload_s=float(reload[u] / kept_total[u]) if kept_total[u] > 0 else float("nan"),
                 recompute_per_s=float(ret[u, :, t_drop].sum()),
+                resting_gb={
+                    t: float(resting[u, i])
+                    for i, t in enumerate(TIERS)
+                    if t in LINK_TIERS and resting[u, i] > 0
+                },
             )
         )
     tiers = []

@@ -33,7 +33,7 @@ from dse.study.objectives import NO_VALUE, MissingMetric, ObjectiveError, Object
 from dse.study.spec import StudySpec
 from dse.units import Precision
 from dse.workload import Workload
-from formulations.placement_data import Objective
+from formulations.placement_data import LINK_TIERS, Objective
 from formulations.solve import PlacementSolver
 
 # values recorded for a trial without a design, so samplers can still rank it (constraints mark
@@ -221,6 +221,9 @@ def record_of(ev: Evaluation) -> TrialRecord:
             "requests_per_s": p.requests_per_s,  # what the pool is sized for (a grid's headroom in it)
             "output_tokens_per_s": p.output_tokens_per_s,
             "usd_per_hour": p.usd_per_hour,
+            # the KV its returning turns reload, resting between turns in its hosts' DRAM, on their
+            # NVMe and in the network store (GB over the pool): what deploy gives each instance
+            **{f"resting_{t}_gb": p.resting_gb.get(t, 0.0) for t in LINK_TIERS},
         }
         for p in ev.outcome.pools
     ]
