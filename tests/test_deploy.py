@@ -15,10 +15,12 @@ import pytest
 from conftest import Cli, Result
 
 from dse.catalog import Catalog
-from dse.deploy.design import Design, PoolLaunch
+from dse.deploy.design import Design, PoolLaunch, resting_by_pool
 from dse.deploy.engines import engine_flags
 from dse.deploy.files import launch_files
+from dse.deploy.host_cache import sglang_hicache_gb
 from dse.deploy.scripts import ROUTER_PORT
+from dse.errors import InputError
 from dse.units import Precision
 
 TINY = str(Path(__file__).parent / "data" / "tiny-study.toml")
@@ -1540,3 +1542,103 @@ def test_an_out_that_is_a_file_is_named_as_such_by_the_readers(tmp_path: Path, c
         proc = cli(*command, "--out", out)
         assert proc.code == 2 and proc.err.count("\n") == 1, (command, proc.err)
         assert f"--out = '{out}': must be a folder ({out} is a file)" in proc.err, (command, proc.err)
+
+
+def _tiered_record(shape: str = "8gpu-tp8-ep8", role: str = "prefill", **resting: float) -> dict[str, Any]:
+    """A trial whose prefill (or aggregated) pool of two instances rests KV below HBM between turns:
+    ``resting`` GB over the pool by tier (``dram``, ``nvme``, ``network``), its weights 60 GB a GPU."""
+    first = {"role": role, "hardware": "b200", "shape": shape, "instances": 2, "weights_gb_per_gpu": 60.0,
+             **{f"resting_{t}_gb": resting.get(t, 0.0) for t in ("dram", "nvme", "network")}}  # fmt: skip
+    decode = {
+        "role": "decode",
+        "hardware": "b200",
+        "shape": "8gpu-dpa-ep8",
+        "instances": 1,
+        "decode_batch": 512.0,
+    }
+    topology = "aggregated" if role == "mixed" else "disaggregated"
+    return {
+        "pools": [first] if role == "mixed" else [first, decode],
+        "choice": {"topology": topology, "chunk_tokens": 8192, "max_batch": 512},
+        "metrics": {"usd_per_million_tokens": 0.05},
+    }
+
+
+def _tiered(catalog: Catalog, **kw: Any) -> Design:
+    from dse.deploy.design import design_of
+    from dse.perf.params import load_params
+    from dse.study.api import Study
+
+    return design_of(Study.load(TINY).spec, 0, _tiered_record(**kw), catalog, load_params())
+
+
+def test_kv_resting_in_host_dram_gets_each_engines_host_tier_per_gpu(catalog: Catalog) -> None:
+    """800 GB of DeepSeek's KV in the DRAM of a prefill pool of two TP8 instances: 400 GB an
+    instance, and, the latent KV whole on each of its 8 GPUs, 400 GB a GPU's host (the engines keep
+    a host tier per rank). SGLang's host pool mirrors its GPU's (which holds at most B200's 180 GB
+    less 60 GB of weights), so --hicache-size is 520 GB a rank; TRT-LLM's host cache takes 4e11
+    bytes a rank. Under attention DP the 8 GPUs hold distinct shares: 50 GB a GPU."""
+    tp = _tiered(catalog, dram=800.0)
+    p = tp.pools[0]
+    assert (p.kv_dram_gb, p.kv_gpus, p.dram_gb_per_gpu, p.hbm_kv_gb) == (400.0, 1, 400.0, 120.0)
+    assert not tp.pools[1].tiered  # the decode pool rests none
+    files = launch_files(tp, "sglang")
+    f = FLAGS["sglang"]
+    words = _command(files["prefill.sh"])
+    assert f["hicache"] in words and _arg(words, f["hicache_size"]) == "520"
+    assert f["hicache"] not in _command(files["decode.sh"])
+    assert f["hicache_storage"] not in words
+    assert "`--hicache-size 520` GB a rank" in files["README.md"]
+    assert "more than the 256 GB of DRAM a GPU of b200 has" in files["README.md"]
+    dynamo = launch_files(tp, "dynamo")  # the study's profile is trt: TRT-LLM workers, bytes a rank
+    assert "host_cache_size: 400000000000" in dynamo["prefill.yaml"]
+    assert "host_cache_size" not in dynamo["decode.yaml"]
+    dpa = _tiered(catalog, shape="8gpu-dpa-ep8", dram=800.0).pools[0]
+    assert (dpa.kv_gpus, dpa.dram_gb_per_gpu, sglang_hicache_gb(dpa)) == (8, 50.0, 170)
+
+
+def test_an_aggregated_pools_host_dram_on_vllm_and_trtllm(catalog: Catalog) -> None:
+    """An aggregated TP8 pool resting 200 GB an instance in DRAM: vLLM's CPU offloading is sized
+    per engine over its TP ranks, 8 x 200 GB = 1490.12 GiB, and the README names the release it
+    needs; TRT-LLM's options give each rank 2e11 bytes."""
+    design = _tiered(catalog, role="mixed", dram=400.0)
+    v = FLAGS["vllm"]
+    files = launch_files(design, "vllm")
+    words = _command(files["instance.sh"])
+    assert _arg(words, v["kv_offload_size"]) == "1490.12"
+    assert _arg(words, v["kv_offload_backend"]) == v["kv_offload_backend_value"]
+    assert v["minimum_offload"] in files["README.md"]
+    assert "host_cache_size: 200000000000" in launch_files(design, "trtllm")["instance.yaml"]
+
+
+def test_kv_resting_on_nvme_or_the_network_store_is_sglangs_file_tier_or_refused(catalog: Catalog) -> None:
+    f = FLAGS["sglang"]
+    on_nvme = _tiered(catalog, dram=100.0, nvme=2000.0)
+    files = launch_files(on_nvme, "sglang")
+    words = _command(files["prefill.sh"])
+    assert _arg(words, f["hicache_storage"]) == f["hicache_storage_file"]
+    assert f["hicache_dir_env"] in files["README.md"]
+    with pytest.raises(
+        InputError, match=r"no tier for the prefill pool's KV resting on NVMe .*1 TB an instance"
+    ):
+        launch_files(on_nvme, "dynamo")  # TRT-LLM workers
+    both = _tiered(catalog, nvme=100.0, network=100.0)
+    with pytest.raises(InputError, match="one storage tier"):
+        launch_files(both, "sglang")
+    vllm_study = replace(_tiered(catalog, dram=100.0), profile="vllm")
+    with pytest.raises(InputError, match="Dynamo's vLLM workers"):
+        launch_files(vllm_study, "dynamo")
+
+
+def test_a_record_without_pool_figures_splits_its_classes_over_the_prefilling_pools() -> None:
+    """A run stored before pools recorded their resting KV: its classes' stored GB go to the pools
+    that prefill, by the requests each prefills; none to decode."""
+    record = {
+        "pools": [{"role": "prefill", "requests_per_s": 30.0}, {"role": "prefill", "requests_per_s": 10.0},
+                  {"role": "decode", "requests_per_s": 0.0}],
+        "tiers": [{"stored_dram_gb": 300.0, "stored_nvme_gb": 0.0},
+                  {"stored_dram_gb": 100.0, "stored_network_gb": 40.0}],
+    }  # fmt: skip
+    split = resting_by_pool(record)
+    assert [s["dram"] for s in split] == [300.0, 100.0, 0.0]
+    assert [s["network"] for s in split] == [30.0, 10.0, 0.0]

@@ -54,6 +54,22 @@ def test_priced_dram_is_paid_for_and_moves_kv_elsewhere(catalog: Catalog) -> Non
     assert priced.usd_per_hour >= free.usd_per_hour - 1e-9
 
 
+def test_each_pool_carries_the_kv_it_rests_below_hbm(catalog: Catalog) -> None:
+    """The pools that take returning turns carry the KV they rest in DRAM (and NVMe, the network
+    store), which adds up to the KV classes' (what deploy sizes each instance's host tier by, and
+    the placements table's resting_<tier>_gb); decode pools rest none."""
+    req = PlacementRequest(model="deepseek-v3", hardware=("b200",), workload=SESSIONS, slo=Slo(2.0, 0.05))
+    best = place(req, catalog=catalog, with_shadow_prices=False).best
+    assert best is not None
+    for tier in ("dram", "nvme", "network"):
+        classes = sum(t.stored_gb.get(tier, 0.0) for t in best.tiers)
+        assert sum(p.resting_gb.get(tier, 0.0) for p in best.pools) == pytest.approx(
+            classes, rel=1e-9, abs=1e-9
+        )
+    assert sum(p.resting_gb.get("dram", 0.0) for p in best.pools) > 100.0  # the case: KV in DRAM
+    assert all(not p.resting_gb for p in best.pools if p.unit.role is Role.DECODE)
+
+
 def two_hardware(energy: np.ndarray | None) -> object:
     """The same units on two hardware: B costs a little more per GPU-hour, draws far less."""
     one = instance(rate=10.0)

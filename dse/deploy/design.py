@@ -262,7 +262,6 @@ def design_of(
     """The design a trial's record holds (pools, shapes, the engine settings it was priced with);
     a grid trial's at its own point (``record["point"]``: its model); an attention-FFN one is
     refused naming the trial as ``named`` (``best trial`` where no ``--trial`` was given)."""
-    from dse.placement.shapes import parse_shape
     from dse.study.grid import spec_at
 
     choice = record.get("choice", {})
@@ -277,39 +276,12 @@ def design_of(
     drafts = 0
     if spec.mtp:
         drafts = int(spec.mtp_draft_tokens if spec.mtp_draft_tokens is not None else engine.mtp_draft_tokens)
-    pools = []
     model = catalog.model(spec.model)
     kv_heads = int(ModelTerms.of(model).kv_heads)  # 1 for MLA's latent KV
-    for p, rest in zip(record.get("pools", []), resting_by_pool(record), strict=True):
-        par = parse_shape(str(p["shape"]))
-        hw = catalog.hardware(str(p["hardware"]))
-        role = str(p["role"])
-        instances = max(int(p["instances"]), 1)
-        stage = par.gpus // par.pp
-        pools.append(
-            PoolLaunch(
-                role=role,
-                hardware=hw.id,
-                gpus=par.gpus,
-                attn_tp=par.attn_tp,
-                ep=par.ep,
-                pp=par.pp,
-                instances=int(p["instances"]),
-                gpus_per_host=hw.gpus_per_host,
-                vendor=hw.vendor,
-                max_running=running_cap(role, p, choice),
-                # the prefill chunk budget; a decode pool keeps its engine's default
-                chunk_tokens=int(choice["chunk_tokens"])
-                if role != "decode" and choice.get("chunk_tokens")
-                else None,
-                kv_dram_gb=rest["dram"] / instances,
-                kv_nvme_gb=rest["nvme"] / instances,
-                kv_network_gb=rest["network"] / instances,
-                kv_gpus=stage // par.attn_tp * min(par.attn_tp, kv_heads) * par.pp,
-                hbm_kv_gb=max(hw.hbm.capacity_gb - float(p.get("weights_gb_per_gpu") or 0.0), 0.0),
-                host_gb_per_gpu=float(hw.host.dram_gb_per_gpu),
-            )
-        )
+    pools = [
+        _pool_launch(p, rest, choice, catalog, kv_heads)
+        for p, rest in zip(record.get("pools", []), resting_by_pool(record), strict=True)
+    ]
     if drafts and model.no_mtp() is not None:  # (a run stored before studies refused it)
         why = (
             f"prices MTP ({spec.name}'s mtp = true, {drafts} draft tokens) on {model.id}, whose "
@@ -338,6 +310,40 @@ def design_of(
         context_tokens=model.max_context,
         requests_per_s=sized_rate(record, spec),
         before_decode_s=before_decode_s(record, spec),
+    )
+
+
+def _pool_launch(
+    p: dict[str, Any], rest: dict[str, float], choice: dict[str, Any], catalog: Catalog, kv_heads: int
+) -> PoolLaunch:
+    """One pool of a trial's record as engines launch it; ``rest``: the GB it rests below HBM by
+    tier (:func:`resting_by_pool`), ``kv_heads``: the model's KV heads (1 for MLA)."""
+    from dse.placement.shapes import parse_shape
+
+    par = parse_shape(str(p["shape"]))
+    hw = catalog.hardware(str(p["hardware"]))
+    role = str(p["role"])
+    instances = max(int(p["instances"]), 1)
+    stage = par.gpus // par.pp
+    return PoolLaunch(
+        role=role,
+        hardware=hw.id,
+        gpus=par.gpus,
+        attn_tp=par.attn_tp,
+        ep=par.ep,
+        pp=par.pp,
+        instances=int(p["instances"]),
+        gpus_per_host=hw.gpus_per_host,
+        vendor=hw.vendor,
+        max_running=running_cap(role, p, choice),
+        # the prefill chunk budget; a decode pool keeps its engine's default
+        chunk_tokens=int(choice["chunk_tokens"]) if role != "decode" and choice.get("chunk_tokens") else None,
+        kv_dram_gb=rest["dram"] / instances,
+        kv_nvme_gb=rest["nvme"] / instances,
+        kv_network_gb=rest["network"] / instances,
+        kv_gpus=stage // par.attn_tp * min(par.attn_tp, kv_heads) * par.pp,
+        hbm_kv_gb=max(hw.hbm.capacity_gb - float(p.get("weights_gb_per_gpu") or 0.0), 0.0),
+        host_gb_per_gpu=float(hw.host.dram_gb_per_gpu),
     )
 
 

@@ -101,11 +101,7 @@ def readme(
             else "priced per attention-DP rank: SGLang, which divides `--chunked-prefill-size` by "
             "`--dp-size`, gets it times the ranks;"
         ),
-        *_cap_notes(design, engine),
-        *_spec_reset_notes(design, engine),
-        *_budget_notes(design, engine, flags),
-        *_buffer_note(design, engine),
-        *host_cache_notes(design, backend_of(design, engine), flags[backend_of(design, engine)]),
+        *_setting_notes(design, engine, flags),
         f"- the flags of {engine} {table['version']} as read from `{table['source']}` "
         "(`dse/deploy/engine_flags.toml`): check them against the version you run;",
         *_minimum_versions(design, engine, flags),
@@ -310,6 +306,20 @@ def _rpc_note(design: Design, engine: str) -> list[str]:
         "where data-parallel engines run on other hosts (one host's ranks talk over local IPC, their "
         "process group on free ports vLLM picks), so these single-host instances would not collide on "
         "it today; it is set so that none does where vLLM uses it;"
+    ]
+
+
+def _setting_notes(design: Design, engine: str, flags: dict[str, dict[str, str]]) -> list[str]:
+    """The README lines on the engine settings that differ from what the study priced, or that it
+    chose for the engine: running caps, speculative-decoding resets, token budgets, the KV
+    transfer buffer and the host tiers of resting KV."""
+    backend = backend_of(design, engine)
+    return [
+        *_cap_notes(design, engine),
+        *_spec_reset_notes(design, engine),
+        *_budget_notes(design, engine, flags),
+        *_buffer_note(design, engine),
+        *host_cache_notes(design, backend, flags[backend]),
     ]
 
 
