@@ -743,8 +743,10 @@ def _host_ports(design: Design, engine: str) -> list[int]:
     ports: list[int] = [ROUTER_PORT] if "router.sh" in files else []
     for pool in design.pools:
         script = files[f"{pool.name}.sh"]
+        if pool.hosts > 1 and "deploy graph.yaml" in script:  # graph.yaml alone launches it
+            continue
         head = script[: script.index("\nexec ")]
-        show = 'printf "%s|%s|%s %s\\n" "${PORT:-}" "${DIST_INIT_PORT:-}" '
+        show = 'printf "%s|%s|%s|%s %s\\n" "${PORT:-}" "${DIST_INIT_PORT:-}" "${NIXL_SIDE_PORT:-}" '
         show += '"${BOOTSTRAP_PORT:-}" "${DP_RPC_PORT:-}"'
         loop = f"for INSTANCE in $(seq 0 {pool.per_host - 1}); do ( {head}\n{show} ); done"
         env = {"PATH": os.environ["PATH"], "NODE_RANK": "0", "HEAD_HOST": "h"}
@@ -753,7 +755,10 @@ def _host_ports(design: Design, engine: str) -> list[int]:
         lines = ran.stdout.splitlines()
         assert len(lines) == pool.per_host
         for line in lines:
-            first, second, rest = line.split("|")
+            first, second, nixl, rest = line.split("|")
+            if nixl:  # a vLLM worker's NIXL side channel: its base and an offset by rank, up to 2 a GPU
+                assert "NIXL_SIDE_CHANNEL_PORT" in script, pool.name
+                ports += range(int(nixl), int(nixl) + 2 * pool.gpus)
             server, dist_init = (int(first) if first else None), (int(second) if second else None)
             others = [int(w) for w in rest.split()]
             assert server is not None or engine == "dynamo", (pool.name, line)
@@ -788,12 +793,16 @@ def _pool(role: str, gpus: int, per_host_gpus: int, label: str = "", attn_tp: in
     ],
     ids=["72-gpu-host", "16-gpu-host", "three-pools", "catalog"],
 )
-@pytest.mark.parametrize("engine", ["sglang", "dynamo", "vllm"])
-def test_no_two_instances_on_a_host_bind_the_same_port(pools: tuple[PoolLaunch, ...], engine: str) -> None:
+@pytest.mark.parametrize(("engine", "profile"), [("sglang", "sglang"), ("dynamo", "sglang"), ("vllm", "vllm"),
+                                                ("dynamo", "atom")])  # fmt: skip
+def test_no_two_instances_on_a_host_bind_the_same_port(
+    pools: tuple[PoolLaunch, ...], engine: str, profile: str
+) -> None:
     """Every port every instance that can share a host binds there (its server's, its KV bootstrap
-    port, its vLLM data-parallel RPC port, SGLang's under data-parallel attention), and the
-    router's: no two are the same, however many instances a host holds, in every pool."""
-    design = replace(_design(), profile="sglang", pools=pools)
+    port, its vLLM data-parallel RPC port, SGLang's under data-parallel attention, a disaggregated
+    vLLM worker's NIXL side channel), and the router's: no two are the same, however many
+    instances a host holds, in every pool. (Dynamo's vLLM workers had all bound NIXL's 5600.)"""
+    design = replace(_design(), profile=profile, pools=pools)
     if engine == "vllm":  # vLLM launches aggregated designs: the same pools, mixed
         design = replace(design, topology="aggregated", profile="vllm",
                          pools=tuple(replace(p, role="mixed", label=p.label or f"instance-{k}")
@@ -803,6 +812,12 @@ def test_no_two_instances_on_a_host_bind_the_same_port(pools: tuple[PoolLaunch, 
     assert not shared, f"ports bound twice on a host: {shared[:10]}"
     assert len(ports) >= sum(p.per_host for p in design.pools)
     assert max(ports) <= 65535
+    if engine == "dynamo" and profile == "atom":  # the case: workers sharing a host under NIXL
+        files = launch_files(design, engine)
+        shared = [p for p in design.pools if p.per_host > 1]
+        assert shared and all("VLLM_NIXL_SIDE_CHANNEL_PORT=" in files[f"{p.name}.sh"] for p in shared)
+        assert "NIXL" not in files["graph.yaml"] and "env" not in _graph(files)["spec"]["services"][
+            shared[0].name]["extraPodSpec"]["mainContainer"]["command"]  # fmt: skip
 
 
 def test_a_design_whose_instances_ports_would_reach_the_routers_is_refused() -> None:

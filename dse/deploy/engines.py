@@ -471,7 +471,10 @@ def dynamo_args(
         body = v[len(flags["vllm"]["launch"].split()) + 1 : v.index(flags["vllm"]["host"])]
         # a prefill or decode worker's role and its KV connector (NIXL, set by no default)
         role = [d["vllm_mode"], mode, d["vllm_kv_transfer"], d["vllm_kv_transfer_value"]] if mode else []
-        return [*d["vllm_worker"].split(), d["vllm_model"], "$MODEL", *role, *body], {}
+        words = [*d["vllm_worker"].split(), d["vllm_model"], "$MODEL", *role, *body]
+        if mode and pool.per_host > 1:  # its NIXL side channel's ports, its own on a shared host
+            words = ["env", f"{d['vllm_nixl_port_env']}=$NIXL_SIDE_PORT", *words]
+        return words, {}
     options = f"{pool.name}.yaml"
     args = [*d["trtllm_worker"].split(), d["trtllm_model"], "$MODEL"]
     args += [d["trtllm_mode"], mode] if mode else []

@@ -26,6 +26,7 @@ from dse.deploy.scripts import (
     BOOTSTRAP_OFFSET,
     DIST_INIT_OFFSET,
     DP_RPC_OFFSET,
+    NIXL_OFFSET,
     PORT,
     ROUTER_PORT,
     SLOT_STRIDE,
@@ -206,7 +207,9 @@ def _ports_note() -> str:
         f"- ports: each instance on a host owns the {SLOT_STRIDE} ports from its server port P = {PORT} + "
         f"{SLOT_STRIDE} times its slot (a pool's slots on a host follow the previous pools'), which hold "
         f"every port it binds: SGLang prefill servers' KV bootstrap port P + {BOOTSTRAP_OFFSET}, and "
-        "SGLang under data-parallel attention P + 13 and P + 233 to P + 239; where instances share a "
+        "SGLang under data-parallel attention P + 13 and P + 233 to P + 239, and Dynamo's disaggregated "
+        f"vLLM workers sharing a host their NIXL side channel from P + {NIXL_OFFSET} "
+        "(`VLLM_NIXL_SIDE_CHANNEL_PORT`, 5600 for every worker by default); where instances share a "
         "host each script takes `INSTANCE` (its number in the pool, 0..n-1), which picks its GPUs "
         "(`CUDA_VISIBLE_DEVICES`) and ports; a disaggregated design's KV moves over NIXL."
     )

@@ -36,6 +36,14 @@ DP_RPC_OFFSET = 2
 DIST_INIT_OFFSET = 3
 SGLANG_DIST_INIT_DERIVED = (*range(7), 13)
 
+# A disaggregated vLLM worker's NIXL side channel (VLLM_NIXL_SIDE_CHANNEL_PORT, default 5600 for
+# every worker) binds its base plus an offset by data-parallel rank (dp_rank x tp_size in 2025's
+# vLLM, the rank itself later; ``engine_flags.toml``): instances sharing a host each get a base at
+# this offset from their server port, and the NIXL_SPAN ports from it, room for two ports a GPU of
+# any instance that shares a host (32 GPUs at most), clear of SGLang's derived ports.
+NIXL_OFFSET = 100
+NIXL_SPAN = 64
+
 
 # Instances sharing a host take ports this far apart, each the SLOT_STRIDE ports from its server
 # port: no port one instance binds is another's, however many share a host. Each pool's instances
@@ -47,6 +55,7 @@ SLOT_STRIDE = (
         BOOTSTRAP_OFFSET,
         DP_RPC_OFFSET,
         *(DIST_INIT_OFFSET + d for d in SGLANG_DIST_INIT_DERIVED),
+        NIXL_OFFSET + NIXL_SPAN - 1,
     )
     + 1
 )
@@ -69,7 +78,7 @@ def dynamo_graph(
     for pool in design.pools:
         line = _command_line(files[f"{pool.name}.sh"])
         words = shlex.split(line.replace("$MODEL", design.model_repo or "MODEL").replace("$HERE/", ""))
-        words = _without_node_wiring(words, flags["sglang"])
+        words = _without_node_wiring(_without_env(words), flags["sglang"])
         ports = {"$BOOTSTRAP_PORT": str(PORT + BOOTSTRAP_OFFSET), "$PORT": str(PORT)}
         words = [ports.get(w, w) for w in words]  # a pod's own
         service: dict[str, Any] = {
@@ -90,6 +99,17 @@ def dynamo_graph(
         "metadata": {"name": f"{design.study}-trial-{design.trial}"},
         "spec": {"services": services},
     }
+
+
+def _without_env(words: list[str]) -> list[str]:
+    """A command's words without a leading ``env NAME=VALUE ...``: the scripts give instances
+    sharing a host ports of their own that way, which a pod, alone in its network, needs not."""
+    if not words or words[0] != "env":
+        return words
+    rest = words[1:]
+    while rest and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", rest[0]):
+        rest = rest[1:]
+    return rest
 
 
 def _without_node_wiring(words: list[str], f: dict[str, str]) -> list[str]:
@@ -179,6 +199,7 @@ def _placement(pool: PoolLaunch | None, first: int, used: set[str]) -> list[str]
         "BOOTSTRAP_PORT": BOOTSTRAP_OFFSET,
         "DP_RPC_PORT": DP_RPC_OFFSET,
         "DIST_INIT_PORT": DIST_INIT_OFFSET,
+        "NIXL_SIDE_PORT": NIXL_OFFSET,
     }
     ports = [(name, base + offset) for name, offset in offsets.items() if name in used]
     if pool.per_host == 1:
@@ -290,8 +311,9 @@ def _port(design: Design, k: int, i: int) -> int:
 
 
 def _quote(arg: str) -> str:
-    """Shell words; the script's own variables stay expandable."""
-    return f'"{arg}"' if arg.startswith("$") else shlex.quote(arg)
+    """Shell words; the script's own variables stay expandable (``$PORT``, and an environment
+    assignment of one, ``NAME=$PORT``)."""
+    return f'"{arg}"' if arg.startswith("$") or re.fullmatch(r"[A-Z_]+=\$[A-Z_]+", arg) else shlex.quote(arg)
 
 
 def _pool_text(pool: PoolLaunch) -> str:
