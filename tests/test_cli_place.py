@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Cli, Result
+from conftest import REPO, TINY, Cli, Result
 
 from dse.catalog import Catalog
 
@@ -640,21 +640,23 @@ def test_a_think_time_given_twice_is_refused(cli: Cli) -> None:
 
 
 def test_pools_of_one_shape_are_told_apart_as_json_names_them(cli: Cli) -> None:
-    """DeepSeek-V3 on MI355X with returning turns, prefilling on 4gpu-dpa-ep4: the best design
-    prefills on two pools of it, one at the load that lets a returning turn recomputed meet TTFT
-    (``.../to-drop``). The table had shown two rows reading the same shape, at different loads
-    and TTFTs; the second now says ``4gpu-dpa-ep4/to-drop``, the rest of its --json name."""
-    flags = ["--model", "deepseek-v3", "--hardware", "mi355x", "--rate", "20", "--isl", "8000"]
+    """DeepSeek-V3 on MI355X (SGLang) with returning turns: the best design runs two aggregated
+    pools of 8gpu-dpa-ep8 at different prefill shares (``.../phi0.2``, ``.../phi0.35``); a
+    prefill pool at the load that lets a returning turn recomputed meet TTFT is another such
+    (``.../to-drop``). The table had shown two rows reading the same shape, at different loads and
+    TTFTs; each now says the rest of its --json name."""
+    flags = ["--model", "deepseek-v3", "--hardware", "mi355x", "--rate", "10", "--isl", "8000"]
     turns = ["--returning-share", "0.4", "--prefix", "30000", "--suffix", "300", "--think", "0.5:60,0.5:1800"]
     args = ["place", *flags, "--osl", "1000", *turns, "--ttft", "3", "--tpot", "0.05", "--no-shadow-prices",
-            "--prefill-shapes", "4gpu-dpa-ep4"]  # fmt: skip
+            "--prefill-shapes", "8gpu-dpa-ep8"]  # fmt: skip
     text, doc = cli(*args), cli(*args, "--json")
     assert text.code == 0 and doc.code == 0, text.err
     best = json.loads(doc.out)["best"]
     names = [p["unit"]["name"] for p in best["pools"]]
-    shapes = [n.split("/")[2] for n in names if "/prefill/" in n]
-    assert len(shapes) > len(set(shapes)), names  # the case: two prefill pools of one shape
-    rows = [line.split()[:3] for line in text.out.splitlines() if line.startswith(("prefill ", "decode "))]
+    shapes = [n.split("/")[2] for n in names]
+    assert len(shapes) > len(set(shapes)), names  # the case: two pools of one shape
+    roles = ("prefill ", "decode ", "mixed ")
+    rows = [line.split()[:3] for line in text.out.splitlines() if line.startswith(roles)]
     assert [f"{hw}/{role}/{shape}" for role, hw, shape in rows] == names, (rows, names)
 
 
@@ -900,3 +902,31 @@ def test_a_unit_sent_no_request_is_idle_gpus_not_a_pool(cli: Cli) -> None:
     assert sum(p["requests_per_s"] for p in takes) == pytest.approx(40.0)
     pools = sum(p["gpus"] for p in best["pools"]) + sum(i["gpus"] for i in best["idle"])
     assert pools == best["gpus"] and sum(i["gpus"] for i in best["idle"]) == 8, best["idle"]
+
+
+def test_the_engine_follows_the_hardware_and_one_that_cannot_run_on_it_is_refused(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """TensorRT-LLM runs on NVIDIA GPUs only and ATOM on AMD's: `dse place` on an MI355X had
+    priced the default engine, TensorRT-LLM, without a word. Now its default is SGLang there (the
+    first line names the engine), `--engine trt` is refused in one line, as is a study on it."""
+    flags = ["place", "--rate", "5", "--isl", "2000", "--osl", "500", "--ttft", "2", "--tpot", "0.05",
+             "--no-shadow-prices"]  # fmt: skip
+    amd = cli(*flags, "--hardware", "mi355x")
+    assert amd.code == 0, amd.err
+    assert "hardware mi355x; engine sglang; objective" in amd.out.splitlines()[0]
+    assert "hardware b200; engine trt; objective" in cli(*flags, "--hardware", "b200").out.splitlines()[0]
+    for hw, engine, name in (("mi355x", "trt", "TensorRT-LLM"), ("b200,mi355x", "atom", "ATOM")):
+        out = cli(*flags, "--hardware", hw, "--engine", engine)
+        assert out.code == 2 and out.err.count("\n") == 1, out.err
+        assert f"--engine = '{engine}': cannot price this hardware: {name} runs on" in out.err
+    study = tmp_path / "tiny-study.toml"
+    study.write_text(
+        TINY.read_text().replace('hardware = ["b200", "h200-sxm"]', 'hardware = ["b200", "mi355x"]')
+    )
+    out = cli("study", "run", study, "--out", tmp_path / "runs")
+    assert out.code == 2 and out.err.count("\n") == 1, out.err
+    assert (
+        f"{study}: engine = 'trt': must run on the study's hardware: TensorRT-LLM runs on NVIDIA" in out.err
+    )
+    assert not (tmp_path / "runs" / "tiny-study" / "study.db").exists()

@@ -105,7 +105,13 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     p.add_argument(
         "--price-tier", default="own_hyperscaler", choices=PRICE_TIERS, help="cost basis of a GPU-hour"
     )
-    p.add_argument("--engine", default="trt", metavar="NAME", help="engine profile: " + ", ".join(ENGINES))
+    p.add_argument(
+        "--engine",
+        metavar="NAME",
+        help="engine profile: "
+        + ", ".join(ENGINES)
+        + " (default: trt on NVIDIA GPUs, sglang where any is AMD's)",
+    )
     add_precision(p)
     p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative decoding)")
     p.add_argument(
@@ -313,6 +319,23 @@ def _think_of(args: argparse.Namespace, src: str) -> list[dict[str, float]]:
     return think
 
 
+def _engine_of(named: str | None, hardware: tuple[str, ...], catalog: Catalog, src: str) -> str:
+    """The engine profile ``--engine`` names, or the one that runs on the GPUs of ``hardware``
+    (:func:`~dse.perf.frameworks.default_engine`); one that cannot run on them is refused (TensorRT-LLM
+    on an MI355X had been priced without a word)."""
+    from dse.perf.frameworks import default_engine, engine_vendor_problem
+    from dse.perf.params import load_params
+
+    vendors = {h: catalog.hardware(h).vendor for h in hardware}
+    if named is None:
+        return default_engine(set(vendors.values()))
+    _by_flag(src, "--engine", load_params().engine, named)
+    why = engine_vendor_problem(named, vendors)
+    if why is not None:
+        raise InputError(src, "--engine", f"cannot price this hardware: {why}", named)
+    return named
+
+
 def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "dse place") -> PlacementRequest:
     for name, check in OPTIONAL_NUMBERS.items():
         if getattr(args, name) is not None:
@@ -324,10 +347,9 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
     )
     if not hardware:
         raise InputError(src, "--hardware", "must name at least one hardware id", args.hardware)
-    from dse.perf.params import load_params
 
     model = _by_flag(src, "--model", catalog.model, args.model).id
-    _by_flag(src, "--engine", load_params().engine, args.engine)
+    engine = _engine_of(args.engine, hardware, catalog, src)
     think = _think_of(args, src)
     workload = _built(
         Workload,
@@ -373,7 +395,7 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
         topology=Topology(args.topology),
         objective=Objective(args.objective),
         price_tier=args.price_tier,
-        engine=args.engine,
+        engine=engine,
         weight_precision=Precision(args.precision) if args.precision else m.serving_precision,
         mtp=args.mtp,
         limits=limits,
@@ -600,7 +622,8 @@ def _request_line(req: PlacementRequest) -> str:
     return (
         f"{req.model}: {traffic} ({w.returning_share:.0%} returning), "
         f"TTFT <= {slo.ttft_s:g} s (p{slo.percentile:g}), TPOT <= {slo.tpot_s * 1e3:g} ms; "
-        f"hardware {', '.join(req.hardware)}; objective {req.objective.value} ({req.price_tier})"
+        f"hardware {', '.join(req.hardware)}; engine {req.engine}; objective {req.objective.value} "
+        f"({req.price_tier})"
     )
 
 

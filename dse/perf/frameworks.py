@@ -29,6 +29,35 @@ these): TensorRT-LLM on an MI355X had been predicted, and ranked above the engin
 ENGINES: tuple[str, ...] = tuple(dict.fromkeys(FRAMEWORK_ENGINE.values()))
 """The engine profiles, in first-seen order: ``dse place --engine`` and study files name these."""
 
+ENGINE_VENDORS: dict[str, tuple[str, ...]] = {"trt": ("nvidia",), "atom": ("amd",)}
+"""The GPU vendors an engine profile's engine runs on, where not every one: TensorRT-LLM on NVIDIA
+only, ATOM on AMD only (:data:`FRAMEWORK_VENDORS`); SGLang and vLLM on both."""
+
+ENGINE_NAMES: dict[str, str] = {"trt": "TensorRT-LLM", "atom": "ATOM", "sglang": "SGLang", "vllm": "vLLM"}
+
+
+def default_engine(vendors: set[str]) -> str:
+    """The engine profile a placement on GPUs of ``vendors`` is priced with where none is named:
+    TensorRT-LLM's (``trt``) on NVIDIA alone, else SGLang's, which runs on every vendor."""
+    return "trt" if vendors <= {"nvidia"} else "sglang"
+
+
+def engine_vendor_problem(engine: str, hardware: dict[str, str]) -> str | None:
+    """Why ``engine`` cannot run on the GPUs ``hardware`` (id -> vendor) names, or None."""
+    vendors = ENGINE_VENDORS.get(engine)
+    other = next((h for h, v in hardware.items() if vendors is not None and v not in vendors), None)
+    if vendors is None or other is None:
+        return None
+    runs = [e for e in ENGINES if all(v in ENGINE_VENDORS.get(e, (v,)) for v in hardware.values())]
+    return (
+        f"{ENGINE_NAMES[engine]} runs on {' and '.join(_VENDOR_NAMES.get(v, v) for v in vendors)} GPUs "
+        f"only, and {other}'s are {_VENDOR_NAMES.get(hardware[other], hardware[other])} "
+        f"({', '.join(runs)} run on every GPU named)"
+    )
+
+
+_VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD"}
+
 SGLANG_SPECULATIVE_RUNNING = 48
 """SGLang's ``--max-running-requests`` where speculative decoding (MTP runs as its EAGLE family)
 is on and the flag is not given: "Max running requests is reset to 48 for speculative decoding"

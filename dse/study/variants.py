@@ -64,6 +64,7 @@ def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) 
     for i, h in enumerate(spec.sweep.hardware):
         _known(out.hardware, h, source, f"sweep.hardware[{i}]")
     _fits_context(spec, out, source)
+    _runs_on(spec, out, source)
     _priced(spec, out, source)
     return out
 
@@ -82,6 +83,19 @@ def unused_variant(spec: StudySpec, catalog: Catalog, source: str | None = None)
             rule = f"must be named in {where}: no trial runs on it otherwise"
             return InputError(source, f"variants[{i}].id", rule, v.id)
     return None
+
+
+def _runs_on(spec: StudySpec, catalog: Catalog, source: str) -> None:
+    """The study's engine profile runs on every GPU it may place (TensorRT-LLM on NVIDIA's, ATOM on
+    AMD's): a study on MI355X had been priced as TensorRT-LLM by the default ``engine = "trt"``."""
+    from dse.perf.frameworks import engine_vendor_problem
+
+    hardware = {
+        catalog.hardware(h).id: catalog.hardware(h).vendor for h in (*spec.hardware, *spec.sweep.hardware)
+    }
+    why = engine_vendor_problem(spec.engine, hardware)
+    if why is not None:
+        raise InputError(source, "engine", f"must run on the study's hardware: {why}", spec.engine)
 
 
 def _priced(spec: StudySpec, catalog: Catalog, source: str) -> None:
