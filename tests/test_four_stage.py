@@ -114,7 +114,10 @@ def test_prefill_units_may_run_slower_to_reload_from_dram_in_time(catalog: Catal
     refit of c3e51c0 put it at 100 ms and the front end at 75; 0.665 s until session 54's refit put
     it at 85 ms, where only 8gpu-dpa-ep8 split: of the targets 0.6-0.8 s by 5 ms, 0.605-0.61, 0.63,
     0.645-0.66, 0.675, 0.695-0.7, 0.725-0.735, 0.76, 0.77 and 0.785 s show all three in two shapes
-    or more now, and 0.645-0.655 and 0.725-0.73 s in 4-GPU shapes only, tensor-parallel and DP.)"""
+    or more now, and 0.645-0.655 and 0.725-0.73 s in 4-GPU shapes only, tensor-parallel and DP.
+    Since session 61 a session reloads over the links of the GPUs that split its KV, not all the
+    instance's: more shapes split, not each with a fresh unit of its own; at 0.65 s six show all
+    three, 4-GPU tensor-parallel and DP among them.)"""
     c = build_candidates(request(Topology.AFD, slo=Slo(0.65, 0.05)), Topology.AFD, catalog, load_params())
     d = c.data
     by_shape: dict[str, list[int]] = {}
@@ -122,12 +125,16 @@ def test_prefill_units_may_run_slower_to_reload_from_dram_in_time(catalog: Catal
         if info.role is Role.PREFILL:
             by_shape.setdefault(f"{info.hardware}/{info.parallel.label()}", []).append(u)
     split = [us for us in by_shape.values() if not np.isfinite(d.mid_s[us[0], 0, DRAM])]
-    assert len(split) >= 2
+    shown = []
     for us in split:
         slower = [u for u in us[1:] if np.isfinite(d.mid_s[u, 0, DRAM])]
-        assert slower and all(d.prefill_share[u] < d.prefill_share[us[0]] for u in slower)
-        (fresh,) = [u for u in us if c.units[u].name.endswith("/fresh")]
-        assert np.isinf(d.mid_s[fresh]).all() and d.prefill_share[fresh] > d.prefill_share[us[0]]
+        first = d.prefill_share[us[0]]
+        assert all(d.prefill_share[u] <= first for u in slower)  # slower, never faster (shares cap at 1)
+        fresh = [u for u in us if c.units[u].name.endswith("/fresh")]
+        assert all(np.isinf(d.mid_s[f]).all() and d.prefill_share[f] >= first for f in fresh)
+        if any(d.prefill_share[u] < first for u in slower) and any(d.prefill_share[f] > first for f in fresh):
+            shown.append(c.units[us[0]].parallel.label())
+    assert len(shown) >= 2 and {"4gpu-tp4-ep4", "4gpu-dpa-ep4"} <= set(shown), shown
 
 
 def test_without_returning_turns_four_stage_is_attention_ffn(catalog: Catalog) -> None:

@@ -54,6 +54,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+ENGINE_HELP = "engine profile: " + ", ".join(ENGINES) + " (default: trt on NVIDIA GPUs, else sglang)"
+
+
 def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None:
     """The flags that describe a placement request (shared with `dse simulate`)."""
     p.add_argument("--model", default="deepseek-v3", help="model id or alias (dse catalog list models)")
@@ -105,13 +108,7 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
     p.add_argument(
         "--price-tier", default="own_hyperscaler", choices=PRICE_TIERS, help="cost basis of a GPU-hour"
     )
-    p.add_argument(
-        "--engine",
-        metavar="NAME",
-        help="engine profile: "
-        + ", ".join(ENGINES)
-        + " (default: trt on NVIDIA GPUs, sglang where any is AMD's)",
-    )
+    p.add_argument("--engine", metavar="NAME", help=ENGINE_HELP)
     add_precision(p)
     p.add_argument("--mtp", action="store_true", help="multi-token prediction (speculative decoding)")
     p.add_argument(
