@@ -117,6 +117,7 @@ def _add_params(m: pyo.ConcreteModel) -> None:
     # units
     m.gpus = pyo.Param(m.U, **mut)
     m.kv_gpus = pyo.Param(m.U, **mut)  # those holding distinct shares of the KV (PlacementData.kv_gpus)
+    m.dram_room = pyo.Param(m.U, **mut)  # a GPU's host DRAM for resting KV (PlacementData.dram_room_gb)
     m.share = pyo.Param(m.U, **mut)
     m.fresh_s = pyo.Param(m.U, **mut)
     m.dec = pyo.Param(m.U, **mut)
@@ -355,7 +356,11 @@ def _add_storage_rows(m: pyo.ConcreteModel, ix: _Index) -> None:
 
     def capacity(m: pyo.ConcreteModel, t: str, u: int) -> pyo.Expression:
         stored = sum(m.r[u, c, _T[t]] * m.dwell[c] * m.class_gb[c] for c in ix.C)
-        room = m.hbm_idle[u] * m.x[u] if t == "hbm" else m.tier_gb[ix.hw[u], _T[t]] * m.kv_gpus[u] * m.x[u]
+        if t == "hbm":
+            room = m.hbm_idle[u] * m.x[u]
+        else:
+            per_gpu = m.dram_room[u] if t == "dram" else m.tier_gb[ix.hw[u], _T[t]]
+            room = per_gpu * m.kv_gpus[u] * m.x[u]
         return stored <= room
 
     m.tier_capacity = pyo.Constraint([(t, u) for t in CAPACITY_TIERS for u in ix.U], rule=capacity)
@@ -404,6 +409,7 @@ def param_values(data: PlacementData) -> dict[str, np.ndarray]:
         "tier_bw": data.tier_gb_s_per_gpu,
         "gpus": data.unit_gpus,
         "kv_gpus": data.kv_gpus,
+        "dram_room": data.dram_room_gb,
         "share": data.prefill_share,
         "dec": data.decode_tok_s,
         "hbm_idle": np.maximum(data.hbm_idle_gb, 0.0),

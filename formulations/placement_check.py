@@ -173,9 +173,8 @@ def residuals(data: PlacementData, sol: PlacementSolution) -> dict[str, Array]:
     for t in CAPACITY_TIERS:
         ti = _T[t]
         stored = r[:, :, ti] @ (data.class_dwell_s * data.class_gb)
-        room = (
-            data.hbm_idle_gb * x if t == "hbm" else data.tier_gb_per_gpu[data.unit_hw, ti] * data.kv_gpus * x
-        )
+        per_gpu = data.dram_room_gb if t == "dram" else data.tier_gb_per_gpu[data.unit_hw, ti]
+        room = data.hbm_idle_gb * x if t == "hbm" else per_gpu * data.kv_gpus * x
         caps.append(stored - room)
     g["tier_link"] = np.concatenate(links)
     g["tier_capacity"] = np.concatenate(caps)

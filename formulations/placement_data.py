@@ -140,11 +140,26 @@ class PlacementData:
     # per GPU rank, so a unit rests in DRAM and NVMe, and reloads over its links, what these GPUs'
     # shares hold. None: every GPU holds a share of its own.
     unit_kv_gpus: Array | None = None
+    # (U,) GB of each GPU's host DRAM its engine keeps as a copy of the GPU's own KV pool (SGLang's
+    # hierarchical cache writes the GPU's KV through to a host pool that must be larger than it):
+    # the DRAM tier's room a GPU is the rest (``dram_room_gb``). None: no such copy.
+    unit_host_mirror_gb: Array | None = None
 
     @property
     def kv_gpus(self) -> Array:
         """:attr:`unit_kv_gpus`, or every GPU of a unit where it is None."""
         return self.unit_gpus if self.unit_kv_gpus is None else self.unit_kv_gpus
+
+    @property
+    def dram_room_gb(self) -> Array:
+        """(U,) GB of host DRAM a GPU of each unit has for resting KV: its hardware's DRAM tier less
+        :attr:`unit_host_mirror_gb`, at least 0."""
+        import numpy as np  # not at import: the CLI reads this module's enums at start-up
+
+        room = self.tier_gb_per_gpu[self.unit_hw, TIERS.index("dram")]
+        if self.unit_host_mirror_gb is None:
+            return room
+        return np.maximum(room - self.unit_host_mirror_gb, 0.0)
 
     @property
     def n_hw(self) -> int:

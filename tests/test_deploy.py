@@ -1590,26 +1590,28 @@ def _tiered(catalog: Catalog, **kw: Any) -> Design:
 def test_kv_resting_in_host_dram_gets_each_engines_host_tier_per_gpu(catalog: Catalog) -> None:
     """800 GB of DeepSeek's KV in the DRAM of a prefill pool of two TP8 instances: 400 GB an
     instance, and, the latent KV whole on each of its 8 GPUs, 400 GB a GPU's host (the engines keep
-    a host tier per rank). SGLang's host pool mirrors its GPU's (which holds at most B200's 180 GB
-    less 60 GB of weights), so --hicache-size is 520 GB a rank; TRT-LLM's host cache takes 4e11
-    bytes a rank. Under attention DP the 8 GPUs hold distinct shares: 50 GB a GPU."""
+    a host tier per rank). SGLang's host pool mirrors its GPU's (which holds at most B200's 180 GiB
+    less the runtime's 4% and 60 GB of weights, 125.5 GB), so --hicache-size is 526 GB a rank;
+    TRT-LLM's host cache takes 4e11 bytes a rank. Under attention DP the 8 GPUs hold distinct
+    shares: 50 GB a GPU."""
     tp = _tiered(catalog, dram=800.0)
     p = tp.pools[0]
-    assert (p.kv_dram_gb, p.kv_gpus, p.dram_gb_per_gpu, p.hbm_kv_gb) == (400.0, 1, 400.0, 120.0)
+    assert (p.kv_dram_gb, p.kv_gpus, p.dram_gb_per_gpu) == (400.0, 1, 400.0)
+    assert p.hbm_kv_gb == pytest.approx(180 * 2**30 / 1e9 * 0.96 - 60.0)
     assert not tp.pools[1].tiered  # the decode pool rests none
     files = launch_files(tp, "sglang")
     f = FLAGS["sglang"]
     words = _command(files["prefill.sh"])
-    assert f["hicache"] in words and _arg(words, f["hicache_size"]) == "520"
+    assert f["hicache"] in words and _arg(words, f["hicache_size"]) == "526"
     assert f["hicache"] not in _command(files["decode.sh"])
     assert f["hicache_storage"] not in words
-    assert "`--hicache-size 520` GB a rank" in files["README.md"]
+    assert "`--hicache-size 526` GB a rank" in files["README.md"]
     assert "more than the 256 GB of DRAM a GPU of b200 has" in files["README.md"]
     dynamo = launch_files(tp, "dynamo")  # the study's profile is trt: TRT-LLM workers, bytes a rank
     assert "host_cache_size: 400000000000" in dynamo["prefill.yaml"]
     assert "host_cache_size" not in dynamo["decode.yaml"]
     dpa = _tiered(catalog, shape="8gpu-dpa-ep8", dram=800.0).pools[0]
-    assert (dpa.kv_gpus, dpa.dram_gb_per_gpu, sglang_hicache_gb(dpa)) == (8, 50.0, 170)
+    assert (dpa.kv_gpus, dpa.dram_gb_per_gpu, sglang_hicache_gb(dpa)) == (8, 50.0, 176)
 
 
 def test_an_aggregated_pools_host_dram_on_vllm_and_trtllm(catalog: Catalog) -> None:

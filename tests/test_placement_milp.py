@@ -284,6 +284,26 @@ def test_copies_of_the_kv_rest_in_every_gpus_host_tier() -> None:
     assert not check(data, shared).ok
 
 
+def test_a_host_tier_that_mirrors_the_gpus_pool_rests_only_the_rest() -> None:
+    # SGLang's host pool copies the GPU's KV pool (60 GB a GPU here): of 100 GB of DRAM a GPU, 40
+    # rest KV, 320 GB an 8-GPU instance
+    mid = np.full((2, 1, NT), np.inf)
+    mid[0, 0, :] = [0.05, 0.05, 0.05, 0.05, 0.5]
+    reload = np.zeros((2, 1, NT))
+    reload[0, 0, :] = [0.0, 0.04, 0.4, 0.05, 0.3]
+    data = instance(
+        classes=1, mid_s=mid, reload_s=reload, class_per_s=np.array([4.0]), class_dwell_s=np.array([100.0]),
+        class_gb=np.array([2.0]), class_handoff_gb=np.array([2.5]),
+        unit_host_mirror_gb=np.array([60.0, 60.0]),
+    )  # fmt: skip
+    assert data.dram_room_gb.tolist() == [40.0, 40.0]
+    res = PlacementSolver().solve(data)
+    assert res.solution is not None and check(data, res.solution).ok
+    r = res.solution.returning[0, 0, :]
+    assert r[TI["dram"]] * 100.0 * 2.0 == pytest.approx(320.0 * res.solution.instances[0])
+    assert replace(data, unit_host_mirror_gb=np.array([150.0, 0.0])).dram_room_gb.tolist() == [0.0, 100.0]
+
+
 def test_dropping_kv_costs_prefill_time() -> None:
     # only recompute is allowed; recompute takes 0.5 s of prefill per return: 10*0.1 + 4*0.5 = 3 s/s
     mid = np.full((2, 1, NT), np.inf)

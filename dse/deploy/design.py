@@ -27,6 +27,8 @@ from dse.units import Precision
 
 SRC = "dse deploy"
 
+GIB = 2**30
+
 # the KV transfer buffer holds prompts up to this many times the workload's longest mean prompt
 # (the study knows means only: the README says so, and where to raise it for longer prompts)
 PROMPT_ROOM = 2.0
@@ -279,7 +281,7 @@ def design_of(
     model = catalog.model(spec.model)
     kv_heads = int(ModelTerms.of(model).kv_heads)  # 1 for MLA's latent KV
     pools = [
-        _pool_launch(p, rest, choice, catalog, kv_heads)
+        _pool_launch(p, rest, choice, catalog, kv_heads, params.hbm_reserve_fraction)
         for p, rest in zip(record.get("pools", []), resting_by_pool(record), strict=True)
     ]
     if drafts and model.no_mtp() is not None:  # (a run stored before studies refused it)
@@ -314,10 +316,16 @@ def design_of(
 
 
 def _pool_launch(
-    p: dict[str, Any], rest: dict[str, float], choice: dict[str, Any], catalog: Catalog, kv_heads: int
+    p: dict[str, Any],
+    rest: dict[str, float],
+    choice: dict[str, Any],
+    catalog: Catalog,
+    kv_heads: int,
+    reserve: float,
 ) -> PoolLaunch:
     """One pool of a trial's record as engines launch it; ``rest``: the GB it rests below HBM by
-    tier (:func:`resting_by_pool`), ``kv_heads``: the model's KV heads (1 for MLA)."""
+    tier (:func:`resting_by_pool`), ``kv_heads``: the model's KV heads (1 for MLA), ``reserve``:
+    the share of HBM the runtime keeps (:attr:`~dse.perf.params.PerfParams.hbm_reserve_fraction`)."""
     from dse.placement.shapes import parse_shape
 
     par = parse_shape(str(p["shape"]))
@@ -342,7 +350,11 @@ def _pool_launch(
         kv_nvme_gb=rest["nvme"] / instances,
         kv_network_gb=rest["network"] / instances,
         kv_gpus=stage // par.attn_tp * min(par.attn_tp, kv_heads) * par.pp,
-        hbm_kv_gb=max(hw.hbm.capacity_gb - float(p.get("weights_gb_per_gpu") or 0.0), 0.0),
+        # the HBM an engine sizes against (GiB), less the runtime's reserve and the weights, as the
+        # placement priced it (dse.placement.shapes.Shapes.usable_gb)
+        hbm_kv_gb=max(
+            hw.hbm.usable_gib * GIB / 1e9 * (1.0 - reserve) - float(p.get("weights_gb_per_gpu") or 0.0), 0.0
+        ),
         host_gb_per_gpu=float(hw.host.dram_gb_per_gpu),
     )
 

@@ -114,9 +114,9 @@ def host_cache_notes(design: Design, backend: str, f: dict[str, str]) -> list[st
                 line += (
                     f". That is more than the {_gb(p.host_gb_per_gpu)} of DRAM a GPU of {p.hardware} has "
                     "(the hardware catalog's), and SGLang refuses to start a host pool larger than the "
-                    "memory free: the study priced its DRAM tier without SGLang's mirror of the GPU's "
-                    "pool, so run it on an engine without one (TensorRT-LLM's host cache, vLLM's CPU "
-                    "offloading) or on hosts with more memory"
+                    f"memory free: the study's engine profile `{design.profile}` priced its DRAM tier "
+                    "without SGLang's copy of the GPU's pool, so run it on an engine that keeps none "
+                    "(TensorRT-LLM's host cache, vLLM's CPU offloading) or on hosts with more memory"
                 )
             if sglang_storage(p):
                 line += (

@@ -48,13 +48,19 @@ class EngineRules:
     batch from that rank's own queue and synchronises the ranks' batch shapes before every
     forward, ``prepare_mlp_sync_batch``). Every run that fitted it ran SGLang's default budget
     of :data:`SLOWED_UP_TO_TOKENS` a forward; a forward of more tokens is slowed by what one of
-    that many is (:func:`slowed_forward`)."""
+    that many is (:func:`slowed_forward`). ``host_mirror``: whether its host tier of resting KV
+    holds a copy of the GPU's whole KV pool besides (SGLang's hierarchical cache writes the GPU's
+    KV through to a host pool that "should be larger than the device memory with the current
+    protocol": ``HostKVCache.__init__``, python/sglang/srt/mem_cache/memory_pool_host.py), so that
+    a GPU's host DRAM rests only what is left (``PlacementData.unit_host_mirror_gb``); vLLM's CPU
+    offloading and TensorRT-LLM's host cache take the blocks the GPU evicts, no copy."""
 
     mixed: bool
     reserve: float
     bootstrap: bool = False
     decode_reserve_tokens: float = 0.0
     dp_prefill_slowed: bool = False
+    host_mirror: bool = False
 
 
 # Tokens up to which an attention-DP prefill forward of a slowed engine takes the fitted
@@ -77,7 +83,12 @@ def slowed_forward(base_s: Array, base_at_budget_s: float | Array, slowdown: flo
 
 ENGINE_RULES = {
     "sglang": EngineRules(
-        mixed=False, reserve=0.1, bootstrap=True, decode_reserve_tokens=512.0, dp_prefill_slowed=True
+        mixed=False,
+        reserve=0.1,
+        bootstrap=True,
+        decode_reserve_tokens=512.0,
+        dp_prefill_slowed=True,
+        host_mirror=True,
     ),
     "trt": EngineRules(mixed=True, reserve=1.0),
     "atom": EngineRules(mixed=True, reserve=0.0),  # ATOM schedules as vLLM v1 does

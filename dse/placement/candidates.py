@@ -791,6 +791,15 @@ def build_candidates(
     )
 
 
+def _host_mirror(req: PlacementRequest, s: Shapes, rows: list[Row]) -> Array | None:
+    """(U,) GB of each unit's GPUs' host DRAM their engine keeps as a copy of the GPU's KV pool, at
+    most what the GPU's HBM holds past its weights (:attr:`EngineRules.host_mirror`); None for an
+    engine that keeps no such copy."""
+    if not ENGINE_RULES[req.engine].host_mirror:
+        return None
+    return np.array([max(float(s.usable_gb[r.shape] - s.weights_gb[r.shape]), 0.0) for r in rows])
+
+
 def _domain_pairs(rows: list[Row]) -> tuple[Array, Array, Array, Array] | None:
     """The placement's attention-FFN pairs (:class:`~formulations.placement_data.PlacementData`'s
     ``afd_partner``, ``afd_attention_per_ffn``, ``afd_ffn_per_attention`` and
@@ -878,6 +887,7 @@ def _assemble(
         unit_role=np.array([int(r.info.role) for r in rows], dtype=int),
         unit_gpus=np.array([float(s.par[r.shape].gpus) for r in rows]),
         unit_kv_gpus=np.array([float(r.info.kv_shard) for r in rows]),
+        unit_host_mirror_gb=_host_mirror(req, s, rows),
         prefill_share=np.array([r.share for r in rows]),
         fresh_s=np.array([r.fresh_s for r in rows]),
         decode_tok_s=np.array([r.dec for r in rows]),
