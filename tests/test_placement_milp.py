@@ -232,13 +232,15 @@ def test_checker_catches_a_tampered_solution() -> None:
     assert "instances_integral" in {v.family for v in check(data, half).violations}
 
 
-def test_kv_rests_where_the_tie_break_prefers_and_follows_littles_law() -> None:
-    # one class: 4 returns/s, resting 100 s, 2 GB each -> 800 GB resting; HBM room 0, DRAM 800 GB/unit
+def one_class(**over: object) -> PlacementData:
+    """:func:`instance` with one class of returning turns: 4 returns/s, resting 100 s, 2 GB each
+    (800 GB resting); its prefill unit reloads from any tier, recomputing takes ten times the
+    suffix's prefill and adds the most to TTFT; the decode unit takes none."""
     mid = np.full((2, 1, NT), np.inf)
-    mid[0, 0, :] = [0.05, 0.05, 0.05, 0.05, 0.5]  # recompute takes ten times the suffix prefill
+    mid[0, 0, :] = [0.05, 0.05, 0.05, 0.05, 0.5]
     reload = np.zeros((2, 1, NT))
-    reload[0, 0, :] = [0.0, 0.04, 0.4, 0.05, 0.3]  # recomputing adds the most to TTFT
-    data = instance(
+    reload[0, 0, :] = [0.0, 0.04, 0.4, 0.05, 0.3]
+    fields: dict[str, object] = dict(
         classes=1,
         mid_s=mid,
         reload_s=reload,
@@ -247,6 +249,12 @@ def test_kv_rests_where_the_tie_break_prefers_and_follows_littles_law() -> None:
         class_gb=np.array([2.0]),
         class_handoff_gb=np.array([2.5]),
     )
+    return instance(**{**fields, **over})  # type: ignore[arg-type]
+
+
+def test_kv_rests_where_the_tie_break_prefers_and_follows_littles_law() -> None:
+    # HBM room 0, DRAM 800 GB a unit (100 GB a GPU)
+    data = one_class()
     res = PlacementSolver().solve(data)
     assert res.solution is not None and check(data, res.solution).ok
     r = res.solution.returning[:, 0, :].sum(axis=0)
@@ -260,21 +268,8 @@ def test_kv_rests_where_the_tie_break_prefers_and_follows_littles_law() -> None:
 def test_copies_of_the_kv_rest_in_every_gpus_host_tier() -> None:
     # the same class on a unit whose 8 GPUs hold one copy each (MLA's latent KV under attention TP):
     # its DRAM room is one GPU's, 100 GB an instance, and its reload link one GPU's, 50 GB/s
-    mid = np.full((2, 1, NT), np.inf)
-    mid[0, 0, :] = [0.05, 0.05, 0.05, 0.05, 0.5]
-    reload = np.zeros((2, 1, NT))
-    reload[0, 0, :] = [0.0, 0.04, 0.4, 0.05, 0.3]
-    fields = dict(
-        classes=1,
-        mid_s=mid,
-        reload_s=reload,
-        class_per_s=np.array([4.0]),
-        class_dwell_s=np.array([100.0]),
-        class_gb=np.array([2.0]),
-        class_handoff_gb=np.array([2.5]),
-    )
-    shared = PlacementSolver().solve(instance(**fields)).solution
-    data = instance(**fields, unit_kv_gpus=np.array([1.0, 8.0]))
+    shared = PlacementSolver().solve(one_class()).solution
+    data = one_class(unit_kv_gpus=np.array([1.0, 8.0]))
     res = PlacementSolver().solve(data)
     assert shared is not None and res.solution is not None and check(data, res.solution).ok
     r = res.solution.returning[0, 0, :]
@@ -287,15 +282,7 @@ def test_copies_of_the_kv_rest_in_every_gpus_host_tier() -> None:
 def test_a_host_tier_that_mirrors_the_gpus_pool_rests_only_the_rest() -> None:
     # SGLang's host pool copies the GPU's KV pool (60 GB a GPU here): of 100 GB of DRAM a GPU, 40
     # rest KV, 320 GB an 8-GPU instance
-    mid = np.full((2, 1, NT), np.inf)
-    mid[0, 0, :] = [0.05, 0.05, 0.05, 0.05, 0.5]
-    reload = np.zeros((2, 1, NT))
-    reload[0, 0, :] = [0.0, 0.04, 0.4, 0.05, 0.3]
-    data = instance(
-        classes=1, mid_s=mid, reload_s=reload, class_per_s=np.array([4.0]), class_dwell_s=np.array([100.0]),
-        class_gb=np.array([2.0]), class_handoff_gb=np.array([2.5]),
-        unit_host_mirror_gb=np.array([60.0, 60.0]),
-    )  # fmt: skip
+    data = one_class(unit_host_mirror_gb=np.array([60.0, 60.0]))
     assert data.dram_room_gb.tolist() == [40.0, 40.0]
     res = PlacementSolver().solve(data)
     assert res.solution is not None and check(data, res.solution).ok

@@ -23,11 +23,9 @@ from dse.perf.pool import ModelTerms
 from dse.study.api import StudyResults
 from dse.study.best import running_cap
 from dse.study.spec import StudySpec
-from dse.units import Precision
+from dse.units import GB, GIB, Precision
 
 SRC = "dse deploy"
-
-GIB = 2**30
 
 # the KV transfer buffer holds prompts up to this many times the workload's longest mean prompt
 # (the study knows means only: the README says so, and where to raise it for longer prompts)
@@ -353,7 +351,7 @@ def _pool_launch(
         # the HBM an engine sizes against (GiB), less the runtime's reserve and the weights, as the
         # placement priced it (dse.placement.shapes.Shapes.usable_gb)
         hbm_kv_gb=max(
-            hw.hbm.usable_gib * GIB / 1e9 * (1.0 - reserve) - float(p.get("weights_gb_per_gpu") or 0.0), 0.0
+            hw.hbm.usable_gib * GIB / GB * (1.0 - reserve) - float(p.get("weights_gb_per_gpu") or 0.0), 0.0
         ),
         host_gb_per_gpu=float(hw.host.dram_gb_per_gpu),
     )

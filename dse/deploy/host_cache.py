@@ -14,8 +14,7 @@ import math
 
 from dse.deploy.design import SRC, Design, PoolLaunch
 from dse.errors import InputError
-
-GIB = 2**30
+from dse.units import GB, GIB
 
 
 def sglang_hicache_gb(pool: PoolLaunch) -> int | None:
@@ -38,7 +37,7 @@ def vllm_offload_gib(pool: PoolLaunch) -> float | None:
     attention TP ranks, in GiB (up to a hundredth). None: no KV in DRAM."""
     if pool.kv_dram_gb <= 0:
         return None
-    return math.ceil(pool.dram_gb_per_gpu * pool.attn_tp * 1e9 / GIB * 100) / 100
+    return math.ceil(pool.dram_gb_per_gpu * pool.attn_tp * GB / GIB * 100) / 100
 
 
 def trtllm_host_cache_bytes(pool: PoolLaunch) -> int | None:
@@ -46,7 +45,7 @@ def trtllm_host_cache_bytes(pool: PoolLaunch) -> int | None:
     KV in DRAM."""
     if pool.kv_dram_gb <= 0:
         return None
-    return math.ceil(pool.dram_gb_per_gpu * 1e9)
+    return math.ceil(pool.dram_gb_per_gpu * GB)
 
 
 def check_tiers(design: Design, engine: str, backend: str) -> None:
@@ -110,7 +109,9 @@ def host_cache_notes(design: Design, backend: str, f: dict[str, str]) -> list[st
                 f"that and the {_gb(p.hbm_kv_gb)} its GPU's KV pool can hold at most, which it mirrors"
             )
             host = sglang_hicache_gb(p) or 0
-            if p.host_gb_per_gpu and host > p.host_gb_per_gpu:
+            # (a study priced on SGLang's profile rests only what the copy leaves: the placement's
+            # PlacementData.unit_host_mirror_gb)
+            if p.host_gb_per_gpu and host > p.host_gb_per_gpu and design.profile != "sglang":
                 line += (
                     f". That is more than the {_gb(p.host_gb_per_gpu)} of DRAM a GPU of {p.hardware} has "
                     "(the hardware catalog's), and SGLang refuses to start a host pool larger than the "
