@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import shutil
@@ -1659,3 +1660,35 @@ def test_a_record_without_pool_figures_splits_its_classes_over_the_prefilling_po
     split = resting_by_pool(record)
     assert [s["dram"] for s in split] == [300.0, 100.0, 0.0]
     assert [s["network"] for s in split] == [30.0, 10.0, 0.0]
+
+
+def test_a_runs_kv_in_host_dram_is_launched_as_it_was_priced(cli: Cli, tmp_path: Path) -> None:
+    """End to end: the tiny study with half its sessions resting an hour rests part of their KV in
+    its aggregated pool's DRAM; its run records that per pool, and `dse deploy` gives each engine
+    its host tier at that size a GPU (8gpu-dpa-ep8: each GPU its share) as the study priced it."""
+    from dse.study.api import Study
+
+    folder = tmp_path / "tiered"
+    folder.mkdir()
+    study = folder / "tiny-study.toml"
+    hour = "think = [{ share = 0.5, dwell_s = 120.0 }, { share = 0.5, dwell_s = 3600.0 }]"
+    study.write_text(Path(TINY).read_text().replace("think = [{ share = 1.0, dwell_s = 120.0 }]", hour))
+    out = tmp_path / "runs"
+    ran = cli("study", "run", study, "--out", out, "--trials", "4")
+    assert ran.code == 0, ran.err
+    res = Study.load(study).results(out=out)
+    best = next(t for t in res.study.get_trials() if t.number == res.best_trial())
+    (pool,) = best.user_attrs["record"]["pools"]  # the case: one aggregated pool, KV in its DRAM
+    assert pool["role"] == "mixed" and pool["shape"] == "8gpu-dpa-ep8" and pool["resting_dram_gb"] > 100
+    per_gpu = pool["resting_dram_gb"] / pool["instances"] / 8
+    deployed = out / "tiny-study" / "deploy"
+    assert cli("deploy", study, "--out", out, "--engine", "trtllm").code == 0
+    assert f"host_cache_size: {math.ceil(per_gpu * 1e9)}" in (deployed / "instance.yaml").read_text()
+    assert cli("deploy", study, "--out", out, "--engine", "vllm").code == 0
+    words = _command((deployed / "instance.sh").read_text())
+    assert float(_arg(words, FLAGS["vllm"]["kv_offload_size"])) == pytest.approx(
+        per_gpu * 1e9 / 2**30, abs=0.01
+    )
+    assert cli("deploy", study, "--out", out, "--engine", "sglang").code == 0
+    words = _command((deployed / "instance.sh").read_text())
+    assert int(_arg(words, FLAGS["sglang"]["hicache_size"])) > per_gpu
