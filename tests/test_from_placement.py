@@ -294,3 +294,31 @@ def test_the_simulate_line_counts_a_pipelined_pools_instances_as_placed() -> Non
     assert (pp2.instances, pp2.gpus, pp2.stages) == (2.0, 8.0, 2.0)
     line = _design_line(_design(pp2, B200))
     assert "prefill 1 x b200/16gpu-pp2-dpa-ep8, decode 1 x b200/8gpu" in line, line
+
+
+def test_each_attention_dp_rank_reloads_its_own_sessions_at_once(catalog: Catalog) -> None:
+    """A session's KV comes back over the links of the GPUs that split it: one GPU's for DeepSeek
+    on an attention-DP instance, whose ranks each reload their own sessions at once. 100 requests/s,
+    95% returning with 100,000-token prefixes: the placed design holds in the fluid model, as its
+    link rows priced it. With one reload at a time an instance, as before 2026-12-07, the reload
+    stage took 9.6 times its capacity and the fluid model served 14.9 requests/s of 100."""
+    from dse.evaluation import design_of
+    from dse.placement import PlacementRequest, Topology, place
+    from dse.workload import ThinkBin
+
+    w = Workload(requests_per_s=100.0, input_tokens=2000.0, output_tokens=200.0, returning_share=0.95,
+                 cached_prefix_tokens=100_000.0, suffix_tokens=64.0,
+                 think=(ThinkBin(1.0, 600.0),))  # fmt: skip
+    req = PlacementRequest(model="deepseek-v3", hardware=("b200",), workload=w,
+                           slo=Slo(ttft_s=5.0, tpot_s=0.1), topology=Topology.DISAGGREGATED)  # fmt: skip
+    report = place(req, catalog=catalog, with_shadow_prices=False)
+    assert report.best is not None
+    design = design_of(req, report.best)
+    pipe, _ = pipeline_of(design, catalog, load_params())
+    ranks = sum(p.instances / p.stages * p.gpus / p.attn_tp for p in design.pools if p.role == "prefill")
+    assert float(pipe.arrays("reload_servers")[0]) == pytest.approx(ranks)
+    assert ranks > sum(p.instances for p in design.pools if p.role == "prefill")  # the case: DP ranks
+    sc = Scenario(Arrivals(ArrivalKind.CONSTANT, 100.0), OutputLengths((1.0,), (200.0,)), horizon_s=600.0,
+                  warmup_s=200.0)  # fmt: skip
+    fluid, _ = simulate_fluid(pipe, sc)
+    assert bool(fluid.stable[0]) and float(fluid.requests_per_s[0]) == pytest.approx(100.0, rel=0.02)

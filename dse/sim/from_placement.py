@@ -413,6 +413,10 @@ class _Prefill:
     mid_w: float = 0.0
     mid_n: float = 0.0
     reload_w: float = 0.0
+    # sessions whose KV comes back at once: each attention-DP rank of an instance reloads its own
+    # sessions over its own GPUs' links (a session's reload takes the links of the GPUs that split
+    # it: dse.placement.shapes.Shapes.reload_s), a pipelined instance's stages together
+    reload_links: float = 0.0
 
     def add(self, p: SimPool) -> None:
         x, busy = p.instances, p.prefill_busy_s
@@ -431,6 +435,7 @@ class _Prefill:
         m = 1.0 if p.role == "mixed" else max(1.0, round(forward))
         self.servers += x * m
         self.instances += x
+        self.reload_links += x / p.stages * max(p.gpus / p.attn_tp, 1.0)
         self.rate += x / busy
         ret = p.returning_per_s
         fresh = p.requests_per_s - ret
@@ -500,9 +505,12 @@ def _pipeline(
         midfill_share=np.array([share]),
         midfill_s=np.array([midfill_s]),
         reload_s=np.array([prefill.reload_w / prefill.mid_n if prefill.mid_n > 0 else 0.0]),
-        # each prefill instance brings back one session's KV at a time over all its links, and
-        # hands one request's KV to decode at a time over the NICs that hold its shards
-        reload_servers=np.array([prefill.instances]),
+        # each attention-DP rank of a prefill instance brings back one session's KV at a time
+        # (until 2026-12-07 an instance one at a time: a 32-GPU attention-DP pool reloaded at a
+        # 32nd of the rate the placement's links carry once a session's reload took one GPU's
+        # link), and each instance hands one request's KV to decode at a time over the NICs that
+        # hold its shards
+        reload_servers=np.array([prefill.reload_links]),
         handoff_servers=np.array([prefill.instances if handoff > 0 else np.inf]),
         # a returning turn hands its cached prefix with its suffix, as the placement's NIC rows
         # count it (until 2026-12-05 every turn handed a fresh prompt's KV: 4,000 tokens where a
