@@ -19,7 +19,7 @@ from dse.catalog import Catalog
 from dse.deploy.design import Design, PoolLaunch, resting_by_pool
 from dse.deploy.engines import engine_flags
 from dse.deploy.files import launch_files
-from dse.deploy.host_cache import sglang_hicache_gb
+from dse.deploy.host_cache import sglang_hicache_gb, vllm_offload_gib
 from dse.deploy.scripts import ROUTER_PORT
 from dse.errors import InputError
 from dse.units import Precision
@@ -1637,15 +1637,20 @@ def test_kv_resting_on_nvme_or_the_network_store_is_sglangs_file_tier_or_refused
     assert _arg(words, f["hicache_storage"]) == f["hicache_storage_file"]
     assert f["hicache_dir_env"] in files["README.md"]
     with pytest.raises(
-        InputError, match=r"no tier for the prefill pool's KV resting on NVMe .*1 TB an instance"
+        InputError,
+        match=r"no tier for the prefill pool's KV resting on NVMe .*1 TB an instance.*profile `trt`",
     ):
         launch_files(on_nvme, "dynamo")  # TRT-LLM workers
     both = _tiered(catalog, nvme=100.0, network=100.0)
-    with pytest.raises(InputError, match="one storage tier"):
+    with pytest.raises(InputError, match="both on NVMe and in the network store: no engine here does"):
         launch_files(both, "sglang")
     vllm_study = replace(_tiered(catalog, dram=100.0), profile="vllm")
-    with pytest.raises(InputError, match="Dynamo's vLLM workers"):
+    with pytest.raises(InputError, match="Dynamo's disaggregated vLLM workers"):
         launch_files(vllm_study, "dynamo")
+    # an aggregated one runs no NIXL connector: vLLM's CPU offloading passes through its flags
+    aggregated = replace(_tiered(catalog, role="mixed", dram=100.0), profile="vllm")
+    words = _command(launch_files(aggregated, "dynamo")["instance.sh"])
+    assert _arg(words, FLAGS["vllm"]["kv_offload_size"]) == f"{vllm_offload_gib(aggregated.pools[0]):g}"
 
 
 def test_a_record_without_pool_figures_splits_its_classes_over_the_prefilling_pools() -> None:
@@ -1660,6 +1665,24 @@ def test_a_record_without_pool_figures_splits_its_classes_over_the_prefilling_po
     split = resting_by_pool(record)
     assert [s["dram"] for s in split] == [300.0, 100.0, 0.0]
     assert [s["network"] for s in split] == [30.0, 10.0, 0.0]
+
+
+def test_a_run_stored_before_pools_recorded_their_kv_is_launched_as_it_was_priced(catalog: Catalog) -> None:
+    """Such a run priced its DRAM over every GPU of an instance: deploy sizes each GPU's host tier
+    so (400 GB of a TP8 instance's, 50 GB a GPU), not as if one GPU held it all (400 GB a GPU,
+    beyond the host's 256)."""
+    from dse.deploy.design import design_of
+    from dse.perf.params import load_params
+    from dse.study.api import Study
+
+    old = _tiered_record(dram=800.0)
+    for p in old["pools"]:
+        for t in ("dram", "nvme", "network"):
+            p.pop(f"resting_{t}_gb", None)
+    old["tiers"] = [{"stored_dram_gb": 800.0}]
+    old["pools"][0]["requests_per_s"] = 10.0
+    pool = design_of(Study.load(TINY).spec, 0, old, catalog, load_params()).pools[0]
+    assert (pool.kv_dram_gb, pool.kv_gpus, pool.dram_gb_per_gpu) == (400.0, 0, 50.0)
 
 
 def test_a_runs_kv_in_host_dram_is_launched_as_it_was_priced(cli: Cli, tmp_path: Path) -> None:

@@ -347,7 +347,11 @@ def _pool_launch(
         kv_dram_gb=rest["dram"] / instances,
         kv_nvme_gb=rest["nvme"] / instances,
         kv_network_gb=rest["network"] / instances,
-        kv_gpus=stage // par.attn_tp * min(par.attn_tp, kv_heads) * par.pp,
+        # the GPUs holding distinct shares (dse.perf.pool.Pool.kv_shard, every stage's); a run
+        # stored before pools recorded their resting KV priced it over every GPU (0)
+        kv_gpus=stage // par.attn_tp * min(par.attn_tp, kv_heads) * par.pp
+        if any(f"resting_{t}_gb" in p for t in RESTING_TIERS)
+        else 0,
         # the HBM an engine sizes against (GiB), less the runtime's reserve and the weights, as the
         # placement priced it (dse.placement.shapes.Shapes.usable_gb)
         hbm_kv_gb=max(

@@ -14,6 +14,7 @@ import math
 
 from dse.deploy.design import SRC, Design, PoolLaunch
 from dse.errors import InputError
+from dse.perf.latency_tables import SGLANG_HOST_RESERVE_GB
 from dse.units import GB, GIB
 
 
@@ -50,29 +51,33 @@ def trtllm_host_cache_bytes(pool: PoolLaunch) -> int | None:
 
 def check_tiers(design: Design, engine: str, backend: str) -> None:
     """Refuses, in one line, a design whose resting KV ``engine`` (running ``backend``) has no
-    tier for as the study priced it: NVMe or the network store on anything but SGLang (its file
-    tier), both at once (SGLang has one), and DRAM on Dynamo's vLLM workers (KVBM, not written
-    here)."""
+    tier for as the study priced it: NVMe and the network store at once (SGLang's cache, the one
+    with a storage tier, has one), either on anything but SGLang (its file tier), and DRAM on
+    Dynamo's disaggregated vLLM workers (their NIXL connector and vLLM's CPU offloading would each
+    take the KV connector; KVBM is not written here)."""
     for p in design.pools:
         where = [t for t, gb in (("NVMe", p.kv_nvme_gb), ("the network store", p.kv_network_gb)) if gb > 0]
-        if where and backend != "sglang":
-            why = (
-                f"has no tier for the {p.name} pool's KV resting on {' and '.join(where)} between turns "
-                f"({_gb(p.kv_nvme_gb + p.kv_network_gb)} an instance), which the study priced: "
-                "--engine sglang (its hierarchical cache's file tier), or dynamo on SGLang"
-            )
-            raise InputError(SRC, "--engine", why, engine)
         if len(where) > 1:
             why = (
-                f"cannot rest the {p.name} pool's KV both on NVMe and in the network store: SGLang's "
-                "hierarchical cache has one storage tier"
+                f"cannot rest the {p.name} pool's KV both on NVMe and in the network store: no engine here "
+                "does (SGLang's hierarchical cache, the one with a storage tier, has one)"
             )
             raise InputError(SRC, "--engine", why, engine)
-        if p.kv_dram_gb > 0 and engine == "dynamo" and backend == "vllm":
+        if where and backend != "sglang":
+            how = (
+                f"Dynamo runs the study's profile `{design.profile}` as {backend}, which has none here"
+                if engine == "dynamo"
+                else "--engine sglang launches it as its hierarchical cache's file tier"
+            )
             why = (
-                f"writes no host tier for Dynamo's vLLM workers (KVBM): the {p.name} pool rests "
-                f"{_gb(p.kv_dram_gb)} of KV an instance in its hosts' DRAM, which the study priced "
-                "(--engine vllm for an aggregated design, or sglang)"
+                f"has no tier for the {p.name} pool's KV resting on {where[0]} between turns "
+                f"({_gb(p.kv_nvme_gb + p.kv_network_gb)} an instance), which the study priced: {how}"
+            )
+            raise InputError(SRC, "--engine", why, engine)
+        if p.kv_dram_gb > 0 and engine == "dynamo" and backend == "vllm" and p.role != "mixed":
+            why = (
+                f"writes no host tier for Dynamo's disaggregated vLLM workers (KVBM): the {p.name} pool "
+                f"rests {_gb(p.kv_dram_gb)} of KV an instance in its hosts' DRAM, which the study priced"
             )
             raise InputError(SRC, "--engine", why, engine)
 
@@ -108,16 +113,19 @@ def host_cache_notes(design: Design, backend: str, f: dict[str, str]) -> list[st
                 f"SGLang's hierarchical cache gets `{f['hicache_size']} {sglang_hicache_gb(p)}` GB a rank, "
                 f"that and the {_gb(p.hbm_kv_gb)} its GPU's KV pool can hold at most, which it mirrors"
             )
-            host = sglang_hicache_gb(p) or 0
-            # (a study priced on SGLang's profile rests only what the copy leaves: the placement's
-            # PlacementData.unit_host_mirror_gb)
-            if p.host_gb_per_gpu and host > p.host_gb_per_gpu and design.profile != "sglang":
+            need = (sglang_hicache_gb(p) or 0) + SGLANG_HOST_RESERVE_GB
+            if p.host_gb_per_gpu and need > p.host_gb_per_gpu:
+                why = (
+                    f"the study's engine profile `{design.profile}` priced its DRAM tier without SGLang's "
+                    "copy of the GPU's pool: run it on an engine that keeps none (TensorRT-LLM's host "
+                    "cache, vLLM's CPU offloading) or on hosts with more memory"
+                    if design.profile != "sglang"
+                    else "give the hosts more memory"
+                )
                 line += (
-                    f". That is more than the {_gb(p.host_gb_per_gpu)} of DRAM a GPU of {p.hardware} has "
-                    "(the hardware catalog's), and SGLang refuses to start a host pool larger than the "
-                    f"memory free: the study's engine profile `{design.profile}` priced its DRAM tier "
-                    "without SGLang's copy of the GPU's pool, so run it on an engine that keeps none "
-                    "(TensorRT-LLM's host cache, vLLM's CPU offloading) or on hosts with more memory"
+                    f". That and the {_gb(SGLANG_HOST_RESERVE_GB)} SGLang leaves free come to more than the "
+                    f"{_gb(p.host_gb_per_gpu)} of DRAM a GPU of {p.hardware} has (the hardware "
+                    f"catalog's), and SGLang refuses a host pool larger than the memory free: {why}"
                 )
             if sglang_storage(p):
                 line += (
@@ -133,6 +141,11 @@ def host_cache_notes(design: Design, backend: str, f: dict[str, str]) -> list[st
             line += (
                 f"TensorRT-LLM's host cache gets `{f['yaml_host_cache']}` {trtllm_host_cache_bytes(p):,} "
                 "bytes a rank in the options files"
+            )
+        if backend != "sglang" and p.host_gb_per_gpu and p.dram_gb_per_gpu > p.host_gb_per_gpu:
+            line += (
+                f". That is more than the {_gb(p.host_gb_per_gpu)} of DRAM a GPU of {p.hardware} has (the "
+                "hardware catalog's): give the hosts more memory"
             )
         out.append(line + ";")
     return out

@@ -81,6 +81,12 @@ def slowed_forward(base_s: Array, base_at_budget_s: float | Array, slowdown: flo
     return np.asarray(base_s) + (slowdown - 1.0) * np.minimum(base_s, base_at_budget_s)
 
 
+SGLANG_HOST_RESERVE_GB = 10 * 2**30 / 1e9
+"""Host memory SGLang leaves free beside a rank's host KV pool: it refuses a pool of more than
+the memory available less 10 GiB (``HostKVCache.__init__``, HICACHE_HOST_MEMORY_RESERVE_BYTES,
+python/sglang/srt/mem_cache/memory_pool_host.py). Taken for each GPU: each rank's scheduler process
+holds host memory of its own besides, and the ranks of a host allocate one after another."""
+
 ENGINE_RULES = {
     "sglang": EngineRules(
         mixed=False,

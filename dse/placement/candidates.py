@@ -60,7 +60,7 @@ from dse.perf.afd import SIDE_SHARE as AFD_SIDE_SHARE
 from dse.perf.afd import (
     afd_bytes_per_token,
 )
-from dse.perf.latency_tables import ENGINE_RULES
+from dse.perf.latency_tables import ENGINE_RULES, SGLANG_HOST_RESERVE_GB
 from dse.perf.memo import Memo
 from dse.perf.params import PerfParams
 from dse.perf.pool import Array, Pool
@@ -793,11 +793,13 @@ def build_candidates(
 
 def _host_mirror(req: PlacementRequest, s: Shapes, rows: list[Row]) -> Array | None:
     """(U,) GB of each unit's GPUs' host DRAM their engine keeps as a copy of the GPU's KV pool, at
-    most what the GPU's HBM holds past its weights (:attr:`EngineRules.host_mirror`); None for an
+    most what the GPU's HBM holds past its weights (:attr:`EngineRules.host_mirror`), and the host
+    memory it leaves free (:data:`~dse.perf.latency_tables.SGLANG_HOST_RESERVE_GB`); None for an
     engine that keeps no such copy."""
     if not ENGINE_RULES[req.engine].host_mirror:
         return None
-    return np.array([max(float(s.usable_gb[r.shape] - s.weights_gb[r.shape]), 0.0) for r in rows])
+    reserve = SGLANG_HOST_RESERVE_GB
+    return np.array([max(float(s.usable_gb[r.shape] - s.weights_gb[r.shape]), 0.0) + reserve for r in rows])
 
 
 def _domain_pairs(rows: list[Row]) -> tuple[Array, Array, Array, Array] | None:
