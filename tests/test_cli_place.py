@@ -640,15 +640,15 @@ def test_a_think_time_given_twice_is_refused(cli: Cli) -> None:
 
 
 def test_pools_of_one_shape_are_told_apart_as_json_names_them(cli: Cli) -> None:
-    """DeepSeek-V3 on MI355X (SGLang) with returning turns: the best design runs two aggregated
-    pools of 8gpu-dpa-ep8 at different prefill shares (``.../phi0.2``, ``.../phi0.35``); a
-    prefill pool at the load that lets a returning turn recomputed meet TTFT is another such
-    (``.../to-drop``). The table had shown two rows reading the same shape, at different loads and
-    TTFTs; each now says the rest of its --json name."""
-    flags = ["--model", "deepseek-v3", "--hardware", "mi355x", "--rate", "10", "--isl", "8000"]
-    turns = ["--returning-share", "0.4", "--prefix", "30000", "--suffix", "300", "--think", "0.5:60,0.5:1800"]
+    """DeepSeek-V3 on MI355X (SGLang) with returning turns, prefilling on 4gpu-dpa-ep4: the best
+    design prefills on two pools of it, one at the load that lets a returning turn recomputed meet
+    TTFT (``.../to-drop``). The table had shown two rows reading the same shape, at different loads
+    and TTFTs; the second now says ``4gpu-dpa-ep4/to-drop``, the rest of its --json name (as two
+    aggregated pools say ``/phi0.2`` and ``/phi0.35``)."""
+    flags = ["--model", "deepseek-v3", "--hardware", "mi355x", "--rate", "15", "--isl", "8000"]
+    turns = ["--returning-share", "0.4", "--prefix", "30000", "--suffix", "300", "--think", "0.3:30,0.7:3600"]
     args = ["place", *flags, "--osl", "1000", *turns, "--ttft", "3", "--tpot", "0.05", "--no-shadow-prices",
-            "--prefill-shapes", "8gpu-dpa-ep8"]  # fmt: skip
+            "--prefill-shapes", "4gpu-dpa-ep4"]  # fmt: skip
     text, doc = cli(*args), cli(*args, "--json")
     assert text.code == 0 and doc.code == 0, text.err
     best = json.loads(doc.out)["best"]
