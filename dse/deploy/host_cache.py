@@ -114,7 +114,7 @@ def host_cache_notes(design: Design, backend: str, f: dict[str, str]) -> list[st
                 f"that and the {_gb(p.hbm_kv_gb)} its GPU's KV pool can hold at most, which it mirrors"
             )
             need = (sglang_hicache_gb(p) or 0) + SGLANG_HOST_RESERVE_GB
-            if p.host_gb_per_gpu and need > p.host_gb_per_gpu:
+            if p.host_gb_per_gpu and need > p.host_gb_per_gpu + 1.0:  # (--hicache-size is whole GB up)
                 why = (
                     f"the study's engine profile `{design.profile}` priced its DRAM tier without SGLang's "
                     "copy of the GPU's pool: run it on an engine that keeps none (TensorRT-LLM's host "
