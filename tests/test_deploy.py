@@ -1562,8 +1562,11 @@ def test_an_out_that_is_a_file_is_named_as_such_by_the_readers(tmp_path: Path, c
 
 def _tiered_record(shape: str = "8gpu-tp8-ep8", role: str = "prefill", **resting: float) -> dict[str, Any]:
     """A trial whose prefill (or aggregated) pool of two instances rests KV below HBM between turns:
-    ``resting`` GB over the pool by tier (``dram``, ``nvme``, ``network``), its weights 60 GB a GPU."""
+    ``resting`` GB over the pool by tier (``dram``, ``nvme``, ``network``), its weights 60 GB a GPU;
+    the GPUs holding distinct shares of DeepSeek's latent KV as the placement records them (8 under
+    attention DP, 1 under attention TP)."""
     first = {"role": role, "hardware": "b200", "shape": shape, "instances": 2, "weights_gb_per_gpu": 60.0,
+             "kv_gpus": 8 if "dpa" in shape else 1,
              **{f"resting_{t}_gb": resting.get(t, 0.0) for t in ("dram", "nvme", "network")}}  # fmt: skip
     decode = {
         "role": "decode",
@@ -1679,6 +1682,7 @@ def test_a_run_stored_before_pools_recorded_their_kv_is_launched_as_it_was_price
     for p in old["pools"]:
         for t in ("dram", "nvme", "network"):
             p.pop(f"resting_{t}_gb", None)
+        p.pop("kv_gpus", None)
     old["tiers"] = [{"stored_dram_gb": 800.0}]
     old["pools"][0]["requests_per_s"] = 10.0
     pool = design_of(Study.load(TINY).spec, 0, old, catalog, load_params()).pools[0]
@@ -1703,6 +1707,7 @@ def test_a_runs_kv_in_host_dram_is_launched_as_it_was_priced(cli: Cli, tmp_path:
     best = next(t for t in res.study.get_trials() if t.number == res.best_trial())
     (pool,) = best.user_attrs["record"]["pools"]  # the case: one aggregated pool, KV in its DRAM
     assert pool["role"] == "mixed" and pool["shape"] == "8gpu-dpa-ep8" and pool["resting_dram_gb"] > 100
+    assert pool["kv_gpus"] == 8  # each attention-DP rank its own sessions' KV
     per_gpu = pool["resting_dram_gb"] / pool["instances"] / 8
     deployed = out / "tiny-study" / "deploy"
     assert cli("deploy", study, "--out", out, "--engine", "trtllm").code == 0

@@ -19,7 +19,6 @@ from typing import Any
 from dse.catalog import Catalog
 from dse.errors import DseError, InputError, NoBestDesign, NoFeasibleDesign
 from dse.perf.params import PerfParams
-from dse.perf.pool import ModelTerms
 from dse.study.api import StudyResults
 from dse.study.best import running_cap
 from dse.study.spec import StudySpec
@@ -277,9 +276,8 @@ def design_of(
     if spec.mtp:
         drafts = int(spec.mtp_draft_tokens if spec.mtp_draft_tokens is not None else engine.mtp_draft_tokens)
     model = catalog.model(spec.model)
-    kv_heads = int(ModelTerms.of(model).kv_heads)  # 1 for MLA's latent KV
     pools = [
-        _pool_launch(p, rest, choice, catalog, kv_heads, params.hbm_reserve_fraction)
+        _pool_launch(p, rest, choice, catalog, params.hbm_reserve_fraction)
         for p, rest in zip(record.get("pools", []), resting_by_pool(record), strict=True)
     ]
     if drafts and model.no_mtp() is not None:  # (a run stored before studies refused it)
@@ -318,11 +316,10 @@ def _pool_launch(
     rest: dict[str, float],
     choice: dict[str, Any],
     catalog: Catalog,
-    kv_heads: int,
     reserve: float,
 ) -> PoolLaunch:
     """One pool of a trial's record as engines launch it; ``rest``: the GB it rests below HBM by
-    tier (:func:`resting_by_pool`), ``kv_heads``: the model's KV heads (1 for MLA), ``reserve``:
+    tier (:func:`resting_by_pool`), ``reserve``:
     the share of HBM the runtime keeps (:attr:`~dse.perf.params.PerfParams.hbm_reserve_fraction`)."""
     from dse.placement.shapes import parse_shape
 
@@ -330,7 +327,6 @@ def _pool_launch(
     hw = catalog.hardware(str(p["hardware"]))
     role = str(p["role"])
     instances = max(int(p["instances"]), 1)
-    stage = par.gpus // par.pp
     return PoolLaunch(
         role=role,
         hardware=hw.id,
@@ -347,11 +343,9 @@ def _pool_launch(
         kv_dram_gb=rest["dram"] / instances,
         kv_nvme_gb=rest["nvme"] / instances,
         kv_network_gb=rest["network"] / instances,
-        # the GPUs holding distinct shares (dse.perf.pool.Pool.kv_shard, every stage's); a run
-        # stored before pools recorded their resting KV priced it over every GPU (0)
-        kv_gpus=stage // par.attn_tp * min(par.attn_tp, kv_heads) * par.pp
-        if any(f"resting_{t}_gb" in p for t in RESTING_TIERS)
-        else 0,
+        # the GPUs holding distinct shares, as the placement counted them; a run stored before
+        # pools recorded them priced its host tiers over every GPU (0)
+        kv_gpus=int(p.get("kv_gpus") or 0),
         # the HBM an engine sizes against (GiB), less the runtime's reserve and the weights, as the
         # placement priced it (dse.placement.shapes.Shapes.usable_gb)
         hbm_kv_gb=max(

@@ -95,7 +95,7 @@ PLACEMENTS_SCHEMA: dict[str, Any] = {
     "prefill_share": pl.Float64, "hbm_gb_per_gpu": pl.Float64, "working_gb_per_gpu": pl.Float64,
     "weights_gb_per_gpu": pl.Float64, "requests_per_s": pl.Float64, "output_tokens_per_s": pl.Float64,
     "usd_per_hour": pl.Float64, "resting_dram_gb": pl.Float64, "resting_nvme_gb": pl.Float64,
-    "resting_network_gb": pl.Float64,
+    "resting_network_gb": pl.Float64, "kv_gpus": pl.Int64,
 }  # fmt: skip
 KV_TIERS_SCHEMA: dict[str, Any] = {
     "study": pl.String, "trial": pl.Int64, "kv_class": pl.String, "returning_per_s": pl.Float64,

@@ -224,6 +224,8 @@ def record_of(ev: Evaluation) -> TrialRecord:
             # the KV its returning turns reload, resting between turns in its hosts' DRAM, on their
             # NVMe and in the network store (GB over the pool): what deploy gives each instance
             **{f"resting_{t}_gb": p.resting_gb.get(t, 0.0) for t in LINK_TIERS},
+            # the GPUs of an instance that hold distinct shares of its KV (each other one a copy)
+            "kv_gpus": int(round(p.unit.kv_shard)),
         }
         for p in ev.outcome.pools
     ]
