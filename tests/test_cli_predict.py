@@ -799,6 +799,25 @@ def _predicted(cli: Cli, flags: str = AFD_FLAGS) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.parametrize(
+    "flags, pool",
+    [
+        ("--hardware b200 --framework trt --mtp", "decode"),
+        ("--hardware h200 --mtp", "decode"),
+        ("--hardware gb200 --afd --mtp", "expert"),
+    ],
+)
+def test_the_decode_step_parts_add_up_to_the_step_with_mtp(cli: Cli, flags: str, pool: str) -> None:
+    """The step is broken into GEMM, attention, communication and overhead; with MTP the draft
+    layers' passes are in each part. They had been in none: B200 TensorRT-LLM's parts added up
+    to 29.20 ms of a 30.64 ms step (1 + drafts / 61 layers short)."""
+    proc = cli("predict", *flags.split(), "--json")
+    assert proc.code == 0, proc.err
+    pred = json.loads(proc.out)["prediction"]
+    names = ("gemm", "attention", "comm", "overhead") if pool == "decode" else ("gemm", "comm", "overhead")
+    assert sum(pred[f"{pool}_{k}_ms"] for k in names) == pytest.approx(pred["decode_step_ms"], rel=1e-9)
+
+
 def test_predict_attention_ffn_disaggregated_from_flags_and_rows(tmp_path: Path, cli: Cli, catalog) -> None:  # type: ignore[no-untyped-def]
     from dse.perf.benchmark_rows import predict_rows
 
@@ -1336,6 +1355,20 @@ def test_long_tailed_lengths_stay_within_the_context() -> None:
     _, isl, osl, _ = draw_requests(Load("poisson", rate=1.0), lengths, 20_000, np.random.default_rng(0))
     assert (isl + osl).max() <= 163_840 and isl.min() >= 1 and osl.min() >= 1
     assert isl.max() > 20_000  # the tail is there, up to the cap
+
+
+@pytest.mark.parametrize("nominal, sigma", [(8000.0, 3.0), (1024.0, 3.0), (1024.0, 2.0)])
+def test_long_tailed_lengths_keep_their_mean_within_the_context(nominal: float, sigma: float) -> None:
+    """--long-tail promises log-normal lengths of the same mean, each within the model's context.
+    The cap had cut a wide tail's mean: 8,000-token prompts and answers at sigma 3 in 163,840
+    tokens drew 3,232 and 3,222 on average for 7,200 (the uniform lengths' mean, 0.9 of nominal)."""
+    from dse.perf.latency_inputs import Lengths, Load, draw_requests
+
+    lengths = Lengths(nominal, nominal, tail_sigma=sigma, limit=163_840.0)
+    _, isl, osl, _ = draw_requests(Load("closed", concurrency=16), lengths, 400_000, np.random.default_rng(0))
+    assert (isl + osl).max() <= 163_840
+    assert isl.mean() == pytest.approx(0.9 * nominal, rel=0.02)
+    assert osl.mean() == pytest.approx(0.9 * nominal, rel=0.02)
 
 
 def test_a_trace_longer_than_a_window_is_refused(cli: Cli, tmp_path: Path) -> None:

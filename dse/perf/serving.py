@@ -22,7 +22,7 @@ import numpy as np
 
 from dse.perf.afd import SIDE_SHARE, afd_bytes_per_token, afd_in_domain, afd_transfer_s
 from dse.perf.params import PerfParams
-from dse.perf.pool import Array, Pool
+from dse.perf.pool import Array, ModelTerms, Pool
 from dse.perf.stages import (
     AfdSplit,
     PoolTerms,
@@ -162,9 +162,13 @@ def _decode_step(
     if d.ffn is not None:
         assert ffn is not None
         cost = _afd_step(d, p, batch, cost, ffn)
-    m = d.decode.model
-    draft = 1.0 + d.draft_tokens * max(m.mtp_layers, 1.0) / m.layers
-    return cost, cost.total_s * draft
+    return cost, cost.total_s * draft_passes(d.decode.model, d.draft_tokens)
+
+
+def draft_passes(m: ModelTerms, draft_tokens: Array) -> Array:
+    """A verification step's forwards over the model's own: MTP's draft layers run once per draft
+    token beside the model's layers (1 without MTP)."""
+    return 1.0 + draft_tokens * max(m.mtp_layers, 1.0) / m.layers
 
 
 def _afd_step(
@@ -395,6 +399,9 @@ def _result(
         regime = np.where(ffn_over, "ffn-weights-do-not-fit", regime)
         unfit = unfit | ffn_over
     nan = np.where((cap <= 0) | unfit, np.nan, 1.0)
+    parts = cost.times(
+        draft_passes(d.decode.model, d.draft_tokens)
+    )  # MTP's draft passes: they add up to the step
     return ServingResult(
         requests_per_s=x * nan,
         tput_per_gpu=x * (d.isl + d.osl) / g_total * nan,
@@ -407,14 +414,14 @@ def _result(
         hbm_peak_bytes_per_gpu=np.maximum(np.maximum(hbm, pf_hbm), ffn_hbm),
         prefill_hbm_bytes_per_gpu=pf_hbm,
         decode_step_s=s["step"],
-        decode_gemm_s=cost.gemm_s,
-        decode_attention_s=cost.attention_s,
-        decode_comm_s=cost.comm_s,
-        decode_overhead_s=cost.overhead_s,
+        decode_gemm_s=parts.gemm_s,
+        decode_attention_s=parts.attention_s,
+        decode_comm_s=parts.comm_s,
+        decode_overhead_s=parts.overhead_s,
         prefill_s=load.one,
         prefill_utilization=s["rho"],
         regime=regime,
-        afd=cost.afd,
+        afd=parts.afd,
     )
 
 
@@ -439,8 +446,7 @@ def decode_tpot(
 ) -> Array:
     """Seconds per output token of one decode instance running ``batch`` sequences (``pool``
     may be its :func:`~dse.perf.stages.pool_terms` under ``p``)."""
-    m = (pool.pool if isinstance(pool, PoolTerms) else pool).model
-    draft = 1.0 + draft_tokens * max(m.mtp_layers, 1.0) / m.layers
+    draft = draft_passes((pool.pool if isinstance(pool, PoolTerms) else pool).model, draft_tokens)
     b = np.maximum(batch, 1e-9)
     cost = forward_cost(
         pool, p, tokens=b * (1.0 + draft_tokens), sequences=b, context=context, prefill=False, speed=speed

@@ -14,7 +14,7 @@ Decode attention under data parallelism waits for its busiest rank the same way
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -41,6 +41,14 @@ class StepCost:
     @property
     def total_s(self) -> Array:
         return self.gemm_s + self.attention_s + self.comm_s + self.overhead_s
+
+    def times(self, f: Array) -> StepCost:
+        """Every part, and each pool's of an attention-FFN split, ``f`` times as long."""
+        afd = self.afd
+        if afd is not None:
+            afd = AfdSplit(afd.attention.times(f), afd.experts.times(f), afd.transfer_s * f, afd.in_domain)
+        return replace(self, gemm_s=self.gemm_s * f, attention_s=self.attention_s * f,
+                       comm_s=self.comm_s * f, overhead_s=self.overhead_s * f, afd=afd)  # fmt: skip
 
 
 @dataclass(frozen=True)
