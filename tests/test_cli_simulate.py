@@ -718,6 +718,12 @@ def test_a_hand_edited_placement_of_a_unit_no_hardware_runs_is_refused(tmp_path:
         (lambda: doc["best"].update(topology="made-up"),
          "best.topology = 'made-up': must be one of aggregated, disaggregated, afd, four-stage"),
         (lambda: doc.update(schema_version=99), "schema_version = 99: must be 1, the version this dse reads"),
+        # a batch no KV cache holds had hung the simulation (a table of a billion slots)
+        (lambda: doc["best"]["pools"][dec]["unit"].update(decode_batch=1e9),
+         f"{d}.decode_batch = 1000000000.0: must be at most the "),
+        # hardware the request never named: priced, and its HBM figured, as another's
+        (lambda: doc["best"]["pools"][dec]["unit"].update(hardware="h200-sxm"),
+         f"{d}.hardware = 'h200-sxm': must be one of the request's hardware (b200)"),
     ]  # fmt: skip
     original = json.dumps(doc)
     for i, (change, message) in enumerate(cases):
@@ -725,6 +731,7 @@ def test_a_hand_edited_placement_of_a_unit_no_hardware_runs_is_refused(tmp_path:
         change()
         err = _refused(tmp_path / f"edited{i}.json", doc, cli, message)
         assert i != 4 or "3 pipeline stages must divide the 4 GPUs" in err, err
+        assert i != 12 or "must be at most the 525 sequences of 2,000 tokens its KV cache holds" in err, err
 
 
 def test_an_id_a_placement_names_wrongly_is_refused_naming_the_file(tmp_path: Path, cli: Cli) -> None:
@@ -773,9 +780,8 @@ def test_a_target_is_met_by_every_pools_requests_not_their_mix(tmp_path: Path, c
     """An aggregated design of three pools: its H200 pool, a tenth of the traffic, queues without
     bound in the engine-level simulation (TTFT p50 about 6 s) while the B200 pools keep the mix's
     p50 at 0.18 s. The target had read as met; every pool's requests must meet it, so `dse
-    simulate` says it is missed and by which pool, and `dse place --confirm` finds no design that
-    holds (exit 3, the worst pool's figure beside the mix's). At 20 requests/s, the example before
-    the refit at c3e51c0, the MILP splits the same $58.08/hour among four pools, one B200 pool the
+    simulate` says it is missed and by which pool, and `dse place --confirm` solves it again. At 20
+    requests/s, the example before the refit at c3e51c0, the MILP splits the same $58.08/hour among four pools, one B200 pool the
     one that queues (TTFT p50 3.4 s), and solved again for a tighter TTFT it holds on a GB200
     rack at $159.12/hour."""
     placed = cli(*AGG3, "--json")
@@ -793,9 +799,12 @@ def test_a_target_is_met_by_every_pools_requests_not_their_mix(tmp_path: Path, c
     line = next(x for x in text.splitlines() if x.startswith("engine-level ("))
     worst = engine["ttft_p50_worst_pool_s"]
     assert line.endswith(f"MISSED (the worst pool's requests: p50 {worst:.3g} s)"), line
-    confirm = cli(*AGG3, "--confirm")
-    assert confirm.code == 3, confirm.err
-    assert "(misses) in its worst pool (all its requests: p50 0.1" in confirm.err, confirm.err
+    # solved again a third of the way to the tighter target first, it holds at 0.15 s in its worst
+    # pool (until session 62 the whole ratio at once: no design held, exit 3)
+    confirm = cli(*AGG3, "--confirm", "--json")
+    assert confirm.code == 0, confirm.err
+    (check,) = json.loads(confirm.out)["engine_check"]
+    assert check["holds"] and check["first_ttft_pct_s"] > 2.0 > check["ttft_pct_s"], check
 
 
 def test_the_summary_says_at_which_percentile_its_ttft_target_holds(tmp_path: Path, cli: Cli) -> None:

@@ -245,16 +245,23 @@ def _runnable(
         raise InputError(source, "request.weight_precision", rule, design.weight_precision)
     precision = (Precision(design.weight_precision), kv)
     roles = TOPOLOGY_ROLES[design.topology]
+    asked = [
+        _entry(catalog.hardware, str(h), source, "request.hardware").id for h in doc["request"]["hardware"]
+    ]
     for i, pool in enumerate(doc["best"]["pools"]):  # (their numbers read by design_from_doc)
         where, unit = f"best.pools[{i}].unit", pool["unit"]
         if unit["role"] not in roles:  # an afd design relabelled disaggregated had simulated
             rule = f"must be one of {', '.join(roles)} (best.topology is {design.topology})"
             raise InputError(source, f"{where}.role", rule, unit["role"])
         hw = _entry(catalog.hardware, str(unit["hardware"]), source, f"{where}.hardware")
+        if hw.id not in asked:  # its prices and HBM figures are the hardware's it was placed on
+            rule = f"must be one of the request's hardware ({', '.join(asked)})"
+            raise InputError(source, f"{where}.hardware", rule, unit["hardware"])
         par = unit["parallel"]
         shape = Parallel(*(int(float(par.get(k, 1))) for k in ("gpus", "attn_tp", "ep", "pp")))
         if (why := unit_problem(shape, str(unit["role"]), hw, model, precision, params)) is not None:
             raise InputError(source, f"{where}.parallel", why, shape.label())
+        _batch_fits(design, unit, shape, hw, model, precision, params, source, where)
         parts = str(unit.get("name", "")).split("/")
         try:
             named = canonical_shape(parts[2]) if len(parts) > 2 else None
@@ -263,6 +270,33 @@ def _runnable(
         if named not in (None, shape.label()):
             rule = f"must name the shape its parallel holds, {shape.label()}"
             raise InputError(source, f"{where}.name", rule, unit["name"])
+
+
+def _batch_fits(
+    design: SimDesign, unit: dict[str, Any], shape: Any, hw: Any, model: Any, precision: Any,
+    params: PerfParams, source: str, where: str,
+) -> None:  # fmt: skip
+    """A unit's decode batch within what its instance's KV cache holds of sequences as long as
+    the mean prompt (fewer than ``dse place`` sizes it for, which counts their output too): a
+    hand-edited batch of 1e9 had hung the simulation building a table of a billion slots."""
+    import numpy as np
+
+    from dse.perf.pool import build_pool
+    from dse.perf.stages import kv_capacity_sequences
+
+    batch = unit.get("decode_batch")
+    if batch is None or not batch or shape.pp > 1 or unit["role"] not in ("decode", "mixed"):
+        return  # (an attention unit holds no experts: the whole model's pool would undercount it)
+    pool = build_pool(
+        model, [hw], gpus=[shape.gpus], attn_tp=[shape.attn_tp], ep=[shape.ep],
+        weight_precision=[precision[0]], kv_precision=[precision[1]],
+        engines=params.kernel_engines([design.engine]),
+    )  # fmt: skip
+    prompt = max(design.workload.mean_prompt_tokens(), 1.0)
+    most = float(kv_capacity_sequences(pool, params, np.array([prompt]))[0])
+    if float(batch) > max(most, 1.0):
+        rule = f"must be at most the {most:,.0f} sequences of {prompt:,.0f} tokens its KV cache holds"
+        raise InputError(source, f"{where}.decode_batch", rule, batch)
 
 
 def _entry(lookup: Callable[[str], T], wanted: str, source: str, field: str) -> T:
