@@ -781,9 +781,9 @@ def test_a_target_is_met_by_every_pools_requests_not_their_mix(tmp_path: Path, c
     bound in the engine-level simulation (TTFT p50 about 6 s) while the B200 pools keep the mix's
     p50 at 0.18 s. The target had read as met; every pool's requests must meet it, so `dse
     simulate` says it is missed and by which pool, and `dse place --confirm` solves it again. At 20
-    requests/s, the example before the refit at c3e51c0, the MILP splits the same $58.08/hour among four pools, one B200 pool the
-    one that queues (TTFT p50 3.4 s), and solved again for a tighter TTFT it holds on a GB200
-    rack at $159.12/hour."""
+    requests/s, the example before the refit at c3e51c0, the MILP splits the same $58.08/hour
+    among four pools, one B200 pool the one that queues (TTFT p50 3.4 s), and solved again for a
+    tighter TTFT it holds on a GB200 rack at $159.12/hour."""
     placed = cli(*AGG3, "--json")
     assert placed.code == 0, placed.err
     pools = json.loads(placed.out)["best"]["pools"]
