@@ -289,7 +289,7 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
     base = dict(AFD, disagg="False", num_ffn_gpu="", ffn_num_workers="", ffn_ep="",
                 prefill_dp_attention="False", decode_dp_attention="False", num_decode_gpu="8",
                 num_prefill_gpu="8", decode_num_workers="1")  # fmt: skip
-    seven = {"decode_tp": "7", "prefill_tp": "7", "num_decode_gpu": "7"}
+    seven = {"decode_tp": "7", "prefill_tp": "7", "num_decode_gpu": "7", "decode_ep": "7", "prefill_ep": "7"}
     rows = [base, {**base, "isl": "200000"}, {**base, **seven}, {**base, "prefill_tp": "4"}]
     out = predict_rows([*rows, {**base, "osl": "0.5"}], catalog, load_params(), source="runs.csv")
     assert out[4]["pred_error"] == "runs.csv row 5: osl = 0.5: must be at least 1 (tokens)"
@@ -304,6 +304,40 @@ def test_limits_a_batch_row_cannot_pass(catalog: Catalog) -> None:
         out[3]["pred_error"]
         == "runs.csv row 4: prefill_tp = 4: must equal decode_tp (8) in an aggregated row"
     )
+
+
+def test_tp_below_a_disaggregated_instances_gpus_says_its_attention_groups(cli: Cli) -> None:
+    """`--tp 4` on a 16-GPU decode instance without --dp-attention runs attention TP 4 in four
+    data-parallel groups (as the measured runs' rows are read); the first line had not said so."""
+    proc = cli(
+        "predict", "--hardware", "h200", "--disagg", "--decode-gpus", "16", "--tp", "4", "--conc", "64"
+    )
+    assert proc.code == 0, proc.err
+    head = proc.out.splitlines()[0]
+    assert ", decode attention TP 4 in 4 data-parallel groups of its 16 GPUs)" in head, head
+    plain = cli("predict", "--hardware", "h200", "--disagg", "--conc", "64").out.splitlines()[0]
+    assert "data-parallel groups" not in plain
+
+
+def test_a_batch_row_wider_than_its_instance_is_refused_as_the_flags_are(catalog: Catalog) -> None:
+    """A disaggregated row whose decode TP or EP is more than its instance's GPUs: the flags are
+    refused (`--tp 8` on a 4-GPU instance), the rows had been predicted as if the instance's GPUs
+    were written (tp 8 / ep 8, tp 4 / ep 4 and tp 4 / ep 64 on 4 GPUs: the same 254.7 tokens/s/GPU)."""
+    from dse.perf.benchmark_rows import predict_rows
+
+    base = dict(AFD, num_ffn_gpu="", ffn_num_workers="", ffn_ep="", prefill_dp_attention="False",
+                decode_dp_attention="False", decode_num_workers="1", num_decode_gpu="4",
+                prefill_num_workers="1", num_prefill_gpu="8", conc="64")  # fmt: skip
+    rows = [{**base, "decode_tp": "4", "decode_ep": "4"}, {**base, "decode_tp": "8", "decode_ep": "4"},
+            {**base, "decode_tp": "4", "decode_ep": "64"},
+            {**base, "decode_tp": "4", "decode_ep": "4", "prefill_tp": "16"}]  # fmt: skip
+    out = predict_rows(rows, catalog, load_params(), source="runs.csv")
+    assert out[0]["pred_error"] == ""
+    assert [r["pred_error"] for r in out[1:]] == [
+        "runs.csv row 2: decode_tp = 8: must be at most the instance's 4 GPUs",
+        "runs.csv row 3: decode_ep = 64: must be at most the instance's 4 GPUs",
+        "runs.csv row 4: prefill_tp = 16: must be at most the instance's 8 GPUs",
+    ]
 
 
 def test_a_framework_is_predicted_only_on_the_gpus_it_runs_on(cli: Cli, catalog: Catalog) -> None:
@@ -379,7 +413,7 @@ def test_an_aggregated_rows_prefill_cell_no_parser_takes_states_its_own_rule(cat
 
     base = dict(AFD, disagg="False", num_ffn_gpu="", ffn_num_workers="", ffn_ep="",
                 prefill_dp_attention="True", decode_dp_attention="True", num_decode_gpu="8",
-                num_prefill_gpu="8")  # fmt: skip
+                num_prefill_gpu="8", decode_num_workers="1", prefill_num_workers="1")  # fmt: skip
     rows = [{**base, "prefill_dp_attention": "banana"}, {**base, "prefill_tp": "x"},
             {**base, "disagg": "True", "prefill_dp_attention": "banana"}]  # fmt: skip
     out = predict_rows(rows, catalog, load_params(), source="runs.csv")

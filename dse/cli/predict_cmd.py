@@ -242,7 +242,7 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.cli.predict_batch import run_batch
-    from dse.perf.benchmark_rows import engine_cap_words, evaluate, kernel_sources, latency_of, settings_of
+    from dse.perf.benchmark_rows import evaluate, kernel_sources, latency_of, settings_of
     from dse.perf.expected_error import changed_since_fit, expected_error, unmeasured_reason
     from dse.perf.kernel_data import problems
     from dse.perf.params import load_params
@@ -292,14 +292,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     per_step = assumed["mtp_tokens_per_step"]
     plural = "" if drafts == 1 else "s"
     mtp = f", MTP {drafts:g} draft{plural} ({per_step:.2f} tokens per step)" if bench.mtp else ""
-    every = bench.recv_interval
-    looks = f", new requests looked for every {every:g} decode steps" if every > 1 else ""
-    if bench.adp_balance:
-        looks += f", context requests held up to {bench.adp_balance:g} iterations for every attention-DP rank"
-    # the engine's own cap, where the clients reach it (--json's ``assumed`` has it always)
-    per_instance = float(row["conc"]) / max(bench.decode.instances, 1.0)
-    if not row["decode_max_running_requests"] and bench.decode_max_running < per_instance:
-        looks += f", {bench.decode_max_running:g} running at most ({engine_cap_words(bench)})"
+    looks = _settings_words(bench, row)
     # the lengths and clients as numbers (a default had shown as 1024.0), one client in the singular
     isl, osl, conc = (float(row[k]) for k in ("isl", "osl", "conc"))
     print(
@@ -319,6 +312,26 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     elif unknown is not None:
         print(unknown)
     return 0
+
+
+def _settings_words(bench: BenchRow, row: dict[str, str]) -> str:
+    """What the first line adds to the deployment's engine settings: the scheduler's looks, the
+    attention groups of a --tp below the instance's GPUs, the engine's own cap where it binds."""
+    from dse.perf.benchmark_rows import engine_cap_words
+
+    every = bench.recv_interval
+    looks = f", new requests looked for every {every:g} decode steps" if every > 1 else ""
+    if bench.adp_balance:
+        looks += f", context requests held up to {bench.adp_balance:g} iterations for every attention-DP rank"
+    for side, pool in (("prefill", bench.prefill), ("decode", bench.decode)):
+        if pool is not None and 1 < pool.attn_tp < pool.gpus:  # --tp below the instance's GPUs
+            looks += (f", {side} attention TP {pool.attn_tp:g} in {pool.gpus / pool.attn_tp:g} "
+                      f"data-parallel groups of its {pool.gpus:g} GPUs")  # fmt: skip
+    # the engine's own cap, where the clients reach it (--json's ``assumed`` has it always)
+    per_instance = float(row["conc"]) / max(bench.decode.instances, 1.0)
+    if not row["decode_max_running_requests"] and bench.decode_max_running < per_instance:
+        looks += f", {bench.decode_max_running:g} running at most ({engine_cap_words(bench)})"
+    return looks
 
 
 def _closed_form(res: ServingResult) -> dict[str, float | str]:
