@@ -108,6 +108,24 @@ def test_bad_grid_files_name_the_field(tmp_path: Path, edit: tuple[str, str], me
     assert str(bad) in str(err.value) and message in str(err.value)
 
 
+def test_a_swept_length_no_point_fits_is_refused_before_the_grid_runs(tmp_path: Path, cli: Cli) -> None:
+    """A swept length that fits the model's context at no point of the grid is bad input, one line
+    and exit 2 with nothing written: the grid had run, been stored and reported, and ended in
+    exit 3 naming workload.input_tokens. A value that fits at some point keeps its infeasible
+    points (a model swept beside it may have the longer context)."""
+    bad = tmp_path / "tiny-grid.toml"
+    bad.write_text(
+        GRID.read_text().replace("input_tokens = [2000, 8000]", "input_tokens = [2000, 400000]", 1)
+    )
+    out = cli("study", "run", bad, "--out", tmp_path / "runs")
+    assert out.code == 2, out.err
+    assert out.err == (
+        f"dse: error: {bad}: sweep.input_tokens = 400000.0: with the other lengths and the output (400,800 "
+        "tokens) must fit deepseek-v3's context of 163,840 tokens at some point of the grid\n"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize(
     "axis,said",
     [
