@@ -279,6 +279,8 @@ def test_report_sections_numbers_and_pngs(tmp_path: Path, spec: StudySpec) -> No
     assert hbm[0][:3] == ["feasible trials", "3", "67% (2 of 3)"]  # 70 and 75 of 70, 75, 90
     assert hbm[0][3:] == ["75.0", "90.0"]
     assert hbm[1][:3] == ["Pareto front designs", "2", "50% (1 of 2)"]  # 75 of 75, 90
+    # the line is the brief's 80 GB, not an H100's capacity (80 GiB): it had read "(an H100's HBM)"
+    assert 'not an H100\'s capacity: its "80 GB" is 80 GiB, 85.9 GB' in _section(md, "## Peak HBM residency")
 
     assert "Simulated trajectory of trial 2" in md
     for name in ("pareto.png", "stage_breakdown.png", "hbm_residency.png", "sim_trajectory.png"):
@@ -670,6 +672,25 @@ def test_a_whatif_without_a_price_shows_no_shadow_price(tmp_path: Path) -> None:
     whatif = _section(_grid_md(tmp_path, trials), "## What-if hardware")
     (row,) = _rows(whatif)
     assert row[:2] == ["1", "h200-bw150"] and row[-2:] == ["-", "-"]
+
+
+def test_a_grid_without_variants_says_it_has_none(tmp_path: Path) -> None:
+    """A grid with no `[[variants]]` had said "No feasible pair of a variant and its base at the
+    same point", as if variants had run and failed."""
+    text = GRID_STUDY.format(
+        name="g", sweep='burst_factor = [1.0, 2.0]\n\n[objectives]\nnames = ["ttft_p99_s"]'
+    )
+    (tmp_path / "g.toml").write_text(text)
+    tables = {k: pl.DataFrame() for k in ("pareto", "placements", "kv_tiers", "sim_timeseries")}
+    md = write_report(
+        tmp_path / "report", spec=load_study(tmp_path / "g.toml"), objectives=[("ttft_p99_s", "minimize")],
+        tables={**tables, "trials": _grid_trials()}, best=None,
+    ).read_text()  # fmt: skip
+    assert (
+        _section(md, "## What-if hardware")
+        .strip()
+        .endswith("The study has no what-if variants (`[[variants]]`).")
+    )
 
 
 def test_a_whatif_shows_a_small_shadow_price_to_its_digits(tmp_path: Path) -> None:

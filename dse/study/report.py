@@ -24,6 +24,7 @@ from dse.metrics import METRIC_COLUMNS, METRICS, unit_label
 from dse.study.faults import writing
 from dse.study.markdown import fmt, md_table
 from dse.study.report_figures import (
+    H100_GB,
     HBM_LINE_GB,
     HERE,
     Drawer,
@@ -720,7 +721,8 @@ def _hbm_section(feasible: pl.DataFrame, pareto: pl.DataFrame) -> str:
     intro = (
         f"Largest HBM residency of any pool of a design, in GB per GPU: over the feasible trials (a "
         f"design found by several trials counts each time) and over the Pareto front's designs, and "
-        f"the share below {HBM_LINE_GB:g} GB (an H100's HBM)."
+        f"the share below {HBM_LINE_GB:g} GB, the design brief's line (not an H100's capacity: its "
+        f'"80 GB" is 80 GiB, {H100_GB:.1f} GB).'
     )
     table = md_table(
         ["of", "count", f"below {HBM_LINE_GB:g} GB", "median (GB/GPU)", "max (GB/GPU)"],

@@ -17,11 +17,16 @@ import polars as pl
 from dse.atomic import atomic_path
 from dse.sim.plot import PNG_DPI  # one resolution for every PNG dse draws
 from dse.study.results import speed_front
+from dse.units import GB, GIB
 
 if TYPE_CHECKING:
     from dse.study.report import BestDesign
 
-HBM_LINE_GB = 80.0  # the HBM of an H100 (an H200 has 141 GB): designs below it fit more hardware
+HBM_LINE_GB = 80.0
+"""The design brief's line for peak HBM residency per GPU ("stays below 80 GB"), in GB of 10^9
+bytes: not an H100's capacity, which is 80 GiB (:data:`H100_GB`)."""
+H100_GB = 80.0 * GIB / GB
+"""An H100's HBM in GB: its datasheet's "80 GB" is 80 GiB (nvidia-smi: 81,559 MiB)."""
 STAGES = ("gemm", "attention", "communication", "overhead")
 
 

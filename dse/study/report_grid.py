@@ -250,6 +250,8 @@ def _prices(trials: pl.DataFrame) -> list[str]:
 
 def whatif_section(spec: StudySpec, trials: pl.DataFrame) -> str:
     head = "## What-if hardware"
+    if not spec.variants:  # (it had said no feasible pair was found, as if variants had run)
+        return f"{head}\n\nThe study has no what-if variants (`[[variants]]`)."
     wf = whatif_frame(spec, trials)
     if wf.is_empty():
         return f"{head}\n\nNo feasible pair of a variant and its base at the same point."
