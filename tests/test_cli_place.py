@@ -130,6 +130,8 @@ def test_bad_flags_exit_2_with_one_line(cli: Cli) -> None:
         ("--percentile", "100"): "--percentile = 100: must be in (0, 100)",
         # 50 ms typed as 50: a target of 50 s a token, met by any design
         ("--tpot", "50"): "--tpot = 50: must be at most 2 s per output token (seconds: 50 ms is 0.05)",
+        # 2 s typed as 2000 ms: a target of 33 minutes, met by a design sized for no latency
+        ("--ttft", "2000"): "--ttft = 2000: must be at most 600 s (seconds: 500 ms is 0.5)",
     }
     for flags, message in cases.items():
         out = run(cli, *flags)

@@ -83,6 +83,14 @@ def test_shipped_studies_load() -> None:
         # and on a grid's axis alike
         (("tpot_s = 0.06", "tpot_s = 50"), "slo.tpot_s = 50: must be at most 2 s per output token"),
         (
+            ("ttft_s = 2.0", "ttft_s = 2000"),
+            "slo.ttft_s = 2000: must be at most 600 s (seconds: 500 ms is 0.5)",
+        ),
+        (
+            ("dt_s = 2.0", "dt_s = 2.0\n\n[sweep]\nttft_s = [1, 1500]"),
+            "sweep.ttft_s = [1, 1500]: must be at most 600 s (seconds: 500 ms is 0.5)",
+        ),
+        (
             ("dt_s = 2.0", "dt_s = 2.0\n\n[sweep]\ntpot_s = [0.05, 40]"),
             "sweep.tpot_s = [0.05, 40]: must be at most 2 s per output token (seconds: 50 ms is 0.05)",
         ),

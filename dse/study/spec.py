@@ -55,7 +55,7 @@ from dse.typed_data import (
     read_toml,
     rule,
 )
-from dse.workload import Slo, Workload, at_least_min_rate, tpot_target
+from dse.workload import Slo, Workload, at_least_min_rate, tpot_target, ttft_target
 
 
 def _shapes(value: tuple[str, ...]) -> str | None:
@@ -128,6 +128,7 @@ def _each(check: Rule) -> Rule:
 
 
 _tpot_targets = _each(tpot_target)
+_ttft_targets = _each(ttft_target)
 _rates = _each(at_least_min_rate)
 
 
@@ -383,7 +384,7 @@ class Sweep:
     input_tokens: tuple[float, ...] = field(default=(), metadata=rule(_token_lengths))
     output_tokens: tuple[float, ...] = field(default=(), metadata=rule(_token_lengths))
     cached_prefix_tokens: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
-    ttft_s: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
+    ttft_s: tuple[float, ...] = field(default=(), metadata=rule(_ttft_targets))
     tpot_s: tuple[float, ...] = field(default=(), metadata=rule(_tpot_targets))
     headroom: tuple[float, ...] = field(default=(), metadata=rule(_headrooms))
     burst_factor: tuple[float, ...] = field(default=(), metadata=rule(_optional_positives))
