@@ -276,6 +276,25 @@ def test_confirm_solves_a_design_that_misses_again_for_a_tighter_ttft(cli: Cli) 
     assert "best: disaggregated" in text and "$338.40/hour" in text
 
 
+def test_the_nearest_topology_is_measured_on_its_roles_own_shapes(cli: Cli) -> None:
+    """H100 at TPOT 30 ms: no topology is feasible. A shape no role runs (8gpu-tp8-ep8's weights,
+    1.7% over the HBM) had tied every topology at the same overshoot, so the first, aggregated
+    (its nearest shape 25% past the target), was quoted where disaggregated misses by 12%."""
+    args = ["place", "--hardware", "h100", "--rate", "20", "--isl", "4000", "--osl", "1000", "--ttft", "2",
+            "--tpot", "0.03", "--no-shadow-prices"]  # fmt: skip
+    out = cli(*args)
+    assert out.code == 3
+    assert out.err.startswith(
+        "dse: error: no feasible design: no decode unit: h100-sxm 32gpu-dpa-ep32: TPOT 30 ms"
+    )
+    over = {
+        o["topology"]: o["infeasibility"]["overshoot"]
+        for o in json.loads(cli(*args, "--json").out)["outcomes"]
+    }
+    assert over["disaggregated"] == pytest.approx(0.121, abs=0.001)
+    assert over["disaggregated"] < over["aggregated"] < over["afd"]
+
+
 def test_confirm_goes_part_of_the_way_to_a_tighter_ttft_first(cli: Cli) -> None:
     """MI355X at 10 requests/s, 60% returning with 50,000-token prefixes (TTFT 1 s at p90): the
     MILP's disaggregated design, priced at 0.83 s, misses at 2.54 s in its worst pool (its decode

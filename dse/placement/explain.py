@@ -116,8 +116,10 @@ def _missing_role(c: Candidates) -> Infeasibility | None:
         # target: 0.5), so that the topology nearest to feasible is the one quoted: every such
         # answer had been infinitely far, and the first topology's was quoted, whatever it missed by.
         # A role no shape can fill (no routed experts to split off) is as far as ever
+        # measured on the role's own shapes where it has any: a shape no role runs (weights over
+        # the HBM) is as near for every topology, and had tied them all, the first one quoted
         whole_role = any(e.parallel == "any shape" for e in reasons)
-        nearest = math.inf if whole_role else min((e.over for e in reasons), default=math.inf)
+        nearest = math.inf if whole_role else min((e.over for e in (own or reasons)), default=math.inf)
         return Infeasibility(
             f"no {role.name.lower()} unit", shown or "no candidate shapes", max(nearest - 1.0, 0.0)
         )
