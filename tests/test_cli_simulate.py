@@ -92,6 +92,12 @@ def test_a_step_that_leaves_too_few_measured_is_refused(tmp_path: Path, cli: Cli
         ("--dt", "300", "--horizon", "1800"): "--dt = 300: must be at most --horizon less --warmup over 10",
         ("--dt", "1", "--horizon", "10", "--warmup", "5"): "--dt = 1: must be at most --horizon less "
         "--warmup over 10 (steps measured): 0.5 s",
+        # a horizon within the default warm-up names the flag given (it had blamed --warmup = 300.0)
+        (
+            "--horizon",
+            "200",
+        ): "--horizon = 200: must be longer than --warmup's default of 300 s (or give --warmup)",
+        ("--horizon", "200", "--warmup", "300"): "--warmup = 300: must be at least 0 and below --horizon",
     }
     for flags, message in cases.items():
         out = tmp_path / "never"

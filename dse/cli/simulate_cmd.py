@@ -148,7 +148,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     _add_kind_flags(g, planner=True)
     g.add_argument("--horizon", type=number, default=3600.0, help="simulated seconds")
-    g.add_argument("--warmup", type=number, default=300.0, help="seconds left out of the statistics")
+    _note_given(
+        g.add_argument("--warmup", type=number, default=300.0, help="seconds left out of the statistics")
+    )
     step = f"the trajectories' time step, seconds (integrated in steps of at most {MAX_SUBSTEP_S:g} s)"
     g.add_argument("--dt", type=number, default=1.0, help=step)
     g.add_argument("--des", action="store_true", help="also run the discrete-event reference")
@@ -455,6 +457,9 @@ def scenario_flags(args: argparse.Namespace) -> ScenarioFlags:
         if getattr(args, flag) < 0:
             raise InputError(SRC, f"--{flag.replace('_', '-')}", "must not be negative", getattr(args, flag))
     if not 0 <= args.warmup < args.horizon:
+        if "warmup" not in getattr(args, "given", frozenset()):  # the default's: the horizon broke it
+            rule = f"must be longer than --warmup's default of {args.warmup:g} s (or give --warmup)"
+            raise InputError(SRC, "--horizon", rule, args.horizon)
         raise InputError(SRC, "--warmup", "must be at least 0 and below --horizon", args.warmup)
     measured = args.horizon - args.warmup
     if args.dt > measured / MIN_MEASURED_STEPS:
