@@ -1380,6 +1380,9 @@ def test_percentiles_keep_the_digits_they_were_given(cli: Cli) -> None:
                "--json")  # fmt: skip
     assert proc.code == 0, proc.err
     assert list(json.loads(proc.out)["latency"]["percentiles"]) == ["p50", "p99.99999", "p99.999999"]
+    # in ascending order, each once, however typed (99,50,50 had printed p99 above p50)
+    text = cli("predict", "--hardware", "b200", "--conc", "4", "--percentiles", "99,50,50").out
+    assert [line.split()[0] for line in text.splitlines() if re.match(r"p[0-9]", line)] == ["p50", "p99"]
 
 
 def test_long_tailed_lengths_stay_within_the_context() -> None:
