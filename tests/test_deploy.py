@@ -1517,6 +1517,15 @@ def test_a_dynamo_graph_of_a_model_without_a_checkpoint_says_to_name_it() -> Non
     )
     assert "Kubernetes does not expand" not in launch_files(_design(), "dynamo")["README.md"]
     assert "Kubernetes does not expand" not in launch_files(bare, "sglang")["README.md"]
+    # (it had read "(default `none: set MODEL`)", a default that is none)
+    assert (
+        "- the checkpoint: `MODEL` (no default: the catalog names none; set it)"
+        in launch_files(bare, "sglang")["README.md"]
+    )
+    assert (
+        "- the checkpoint: `MODEL` (default `deepseek-ai/DeepSeek-V3`)"
+        in launch_files(_design(), "sglang")["README.md"]
+    )
 
 
 def test_a_deploy_over_a_file_in_its_folder_s_place_leaves_nothing_beside_it(tmp_path: Path) -> None:

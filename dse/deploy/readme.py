@@ -71,7 +71,12 @@ def readme(
         ),
         "",
         "What it assumed:",
-        f"- the checkpoint: `MODEL` (default `{design.model_repo or 'none: set MODEL'}`"
+        "- the checkpoint: `MODEL` ("
+        + (
+            f"default `{design.model_repo}`"
+            if design.model_repo
+            else "no default: the catalog names none; set it"
+        )
         + (
             "; `graph.yaml` names it `MODEL` too, which Kubernetes does not expand: replace it there"
             if engine == "dynamo" and not design.model_repo
