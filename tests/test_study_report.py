@@ -705,6 +705,18 @@ def test_a_whatif_shows_a_small_shadow_price_to_its_digits(tmp_path: Path) -> No
     assert row[-2:] == ["0.000123", "4.27e-05"]
 
 
+def test_the_grid_figures_labels_write_values_as_the_tables_do() -> None:
+    """The legend and the ticks had read `input_tokens=64000.0, tpot_s=0.2` where the report's
+    tables write 64,000."""
+    from dse.study.report_grid import grid_figure
+
+    line = pl.DataFrame({"x_input_tokens": [8000.0, 64000.0], "usd": [1.0, 2.0]})
+    fig = grid_figure("input_tokens", ["x_tpot_s"], [(0.2,)], [line], [8000.0, 64000.0], "usd", "usd")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["tpot_s=0.2"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["8,000", "64,000"]
+
+
 def test_the_grid_figure_says_which_lines_it_leaves_out(tmp_path: Path) -> None:
     """The figure drew 12 lines of however many combinations there were, in trial order, and its
     caption did not say so; its y axis had no unit."""

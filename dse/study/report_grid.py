@@ -453,9 +453,9 @@ def grid_figure(
     for i, (key, g) in enumerate(zip(keys, shown, strict=True)):
         g = g.sort("x_" + x_axis)
         pos = [xs.index(v) for v in g["x_" + x_axis].to_list()]
-        label = ", ".join(f"{a[2:]}={k}" for a, k in zip(rest, key, strict=True)) or "all"
+        label = ", ".join(f"{a[2:]}={fmt(k)}" for a, k in zip(rest, key, strict=True)) or "all"
         ax.plot(pos, g[col].to_numpy(), marker="o", lw=1.0, label=label, color=plt.get_cmap("tab20")(i % 20))
-    ax.set_xticks(range(len(xs)), [str(v) for v in xs], fontsize=8)
+    ax.set_xticks(range(len(xs)), [fmt(v) for v in xs], fontsize=8)  # as the tables write them (64,000)
     ax.set_xlabel(x_axis)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
