@@ -326,6 +326,18 @@ def test_a_shape_with_a_zero_degree_is_one_line_and_exit_2(cli: Cli) -> None:
         assert f"--shapes = '{shape}': GPUs, TP, EP and pipeline stages must each be at least 1" in out.err
 
 
+def test_shapes_that_are_all_pipelined_are_bad_input(cli: Cli) -> None:
+    """Decode units take --shapes, and pipeline stages run prefill only: shapes that are all
+    pipelined had ended in exit 3 ("no feasible design"), as if the traffic could not be served."""
+    out = cli(*ONE, "--shapes", "16gpu-pp2-dpa-ep8")
+    assert out.code == 2 and out.out == ""
+    assert out.err == (
+        "dse: error: dse place: --shapes = '16gpu-pp2-dpa-ep8': must name a shape without pipeline "
+        "stages for decode (pipeline stages run prefill only)\n"
+    )
+    assert cli(*ONE, "--shapes", "16gpu-pp2-dpa-ep8,8gpu-dpa-ep8").code == 0
+
+
 def test_a_shape_written_another_way_is_the_same_shape(cli: Cli) -> None:
     """tp1 is data-parallel attention and pp1 no pipeline: the shapes dse writes dpa and without
     pp (an IndexError once, the shape matched nowhere)."""

@@ -379,7 +379,12 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
         rule = f"names hardware that is not a candidate (--hardware {','.join(dict.fromkeys(hardware))})"
         raise InputError(src, "--inventory", rule, stray)
     hws = [catalog.hardware(h) for h in hardware]
+    from dse.placement.shapes import parse_shape
+
     shapes = _shapes_of(args.shapes, src, m, hws)
+    if shapes is not None and all(parse_shape(s).pp > 1 for s in shapes):  # decode takes --shapes
+        rule = "must name a shape without pipeline stages for decode (pipeline stages run prefill only)"
+        raise InputError(src, "--shapes", rule, args.shapes)
     prefill = _shapes_of(args.prefill_shapes, src, m, hws, "--prefill-shapes") or shapes
     midfill = _shapes_of(args.midfill_shapes, src, m, hws, "--midfill-shapes") or shapes
     _topology_refusals(args, src, m)
