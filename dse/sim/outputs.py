@@ -144,3 +144,13 @@ def swings(osc: list[Oscillation]) -> dict[str, Array]:
         "swing_prefill_servers": np.where(on, amp, np.nan),
         "swing_prefill_queue_requests": np.where(on, np.nan, amp),
     }
+
+
+def row_times(tr: Trajectories, simulator: str, horizon_s: float) -> Array:
+    """The time each row's queues hold at: a fluid row's step's end (its rates are the step's
+    means), a discrete-event sample's own instant. The fluid's rows had been labelled with their
+    step's start, a whole step ahead of the reference's samples at the same label."""
+    if simulator != "fluid":
+        return tr.t
+    step = float(tr.t[1] - tr.t[0]) if len(tr.t) > 1 else horizon_s
+    return tr.t + step

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from dse.atomic import atomic_path
-from dse.sim.outputs import Trajectories
+from dse.sim.outputs import Trajectories, row_times
 
 PNG_DPI = 110
 
@@ -59,18 +59,20 @@ def trajectories_figure(
         for name, tr in runs.items():
             for values, label in series(tr):
                 ax.plot(
-                    tr.t / 60.0, values, label=f"{label} ({name})", lw=1.0, ls="-" if name == "fluid" else ":"
-                )
+                    row_times(tr, name, 0.0) / 60.0, values, label=f"{label} ({name})", lw=1.0,
+                    ls="-" if name == "fluid" else ":",
+                )  # fmt: skip
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper right")
     kv = axes[4]
     if "fluid" in runs:
         tr = runs["fluid"]
-        kv.plot(tr.t / 60.0, tr.kv_active_gb[0] / 1e3, label="decoding (HBM)", lw=1.0)
+        at = row_times(tr, "fluid", 0.0) / 60.0
+        kv.plot(at, tr.kv_active_gb[0] / 1e3, label="decoding (HBM)", lw=1.0)
         for tier, values in (resting_kv_gb or {}).items():
             if values.max() > 0:
-                kv.plot(tr.t / 60.0, values / 1e3, label=f"resting in {tier}", lw=1.0)
+                kv.plot(at, values / 1e3, label=f"resting in {tier}", lw=1.0)
     kv.set_ylabel("KV, TB")
     kv.grid(alpha=0.3)
     kv.legend(fontsize=7, loc="upper right")

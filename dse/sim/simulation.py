@@ -13,7 +13,7 @@ from dse.perf.memo import Memo, frozen
 from dse.sim.des import simulate_des
 from dse.sim.fluid import simulate_fluid
 from dse.sim.kv_tiers import TIER_NAMES, RestingClass, resting_kv_gb
-from dse.sim.outputs import Summary, Trajectories
+from dse.sim.outputs import Summary, Trajectories, row_times
 from dse.sim.scenario import Array, Pipeline, Scenario
 
 
@@ -105,14 +105,16 @@ TRAJECTORY_COLUMNS = {
 
 
 def trajectories_frame(report: SimulationReport) -> pl.DataFrame:
-    """One row per simulator, configuration and sample; units in the column names."""
+    """One row per simulator, configuration and sample; units in the column names; ``t_s`` the
+    time its queues hold at (:func:`row_times`)."""
     frames = []
     runs = [("fluid", report.fluid_trajectories)]
     if report.reference_trajectories is not None:
         runs.append(("des", report.reference_trajectories))
     for name, tr in runs:
         n, m = tr.prefill_queue.shape
-        cols = {"simulator": [name] * (n * m), "config": np.repeat(np.arange(n), m), "t_s": np.tile(tr.t, n)}
+        t = row_times(tr, name, report.scenario.horizon_s)
+        cols = {"simulator": [name] * (n * m), "config": np.repeat(np.arange(n), m), "t_s": np.tile(t, n)}
         for attr, col in TRAJECTORY_COLUMNS.items():
             cols[col] = np.asarray(getattr(tr, attr), dtype=float).reshape(-1)
         for tier in TIER_NAMES:  # resting KV is a fluid quantity; the reference leaves it empty
