@@ -86,9 +86,10 @@ def test_a_fluid_row_is_labelled_with_the_time_its_queues_hold_at(tmp_path: Path
     from 600 s showed 1,214 queued at 600 s in the fluid against 21 in the reference. Now the two
     agree row by row through the burst."""
     out = tmp_path / "sim"
-    run = cli("simulate", "--hardware", "b200", "--rate", "20", "--isl", "4000", "--osl", "1000", "--ttft", "2",
-              "--tpot", "0.05", "--arrivals", "burst", "--burst-factor", "2", "--burst-start", "600",
-              "--burst-s", "300", "--horizon", "1200", "--warmup", "60", "--dt", "60", "--des", "--out", out)  # fmt: skip
+    flags = ["--hardware", "b200", "--rate", "20", "--isl", "4000", "--osl", "1000", "--ttft", "2",
+             "--tpot", "0.05", "--arrivals", "burst", "--burst-factor", "2", "--burst-start", "600",
+             "--burst-s", "300", "--horizon", "1200", "--warmup", "60", "--dt", "60", "--des"]  # fmt: skip
+    run = cli("simulate", *flags, "--out", out)
     assert run.code == 0, run.err
     df = pl.read_parquet(out / "trajectories.parquet")
     fluid = df.filter(pl.col("simulator") == "fluid")
