@@ -364,6 +364,21 @@ def test_hardware_named_twice_is_one_candidate_with_one_inventory(cli: Cli) -> N
         assert "b200 16 of 8" in out.err and "needs 8 GPUs more" in out.err
 
 
+def test_the_api_takes_hardware_named_by_id_and_alias_as_one_candidate() -> None:
+    """`place()` in Python with ("h200", "h200-sxm"): two candidates, each with the inventory's cap,
+    had bought 40 GPUs against an inventory of 24 (the command line's names were made ids first)."""
+    from dse.placement import Limits, PlacementRequest, Topology, place
+    from dse.workload import Slo, Workload
+
+    w, slo = Workload(requests_per_s=20, input_tokens=4000, output_tokens=1000), Slo(ttft_s=2.0, tpot_s=0.05)
+    for hardware in (("h200",), ("h200", "h200-sxm")):
+        limits = Limits(inventory_gpus={"h200": 24})
+        req = PlacementRequest(model="deepseek-v3", hardware=hardware, workload=w, slo=slo,
+                               topology=Topology.DISAGGREGATED, limits=limits)  # fmt: skip
+        report = place(req, with_shadow_prices=False)
+        assert report.best is None and report.request.hardware == ("h200-sxm",), hardware
+
+
 def test_an_inventory_of_none_says_the_gpus_the_demand_needs(cli: Cli) -> None:
     """Against an inventory of 0 the explanation once served a sliver less of the demand to buy
     fewer GPUs ("16 of 0"; "only 20 of 20 requests/s")."""

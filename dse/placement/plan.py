@@ -173,8 +173,9 @@ def place(
 
 
 def _by_catalog_id(req: PlacementRequest, catalog: Catalog) -> PlacementRequest:
-    """``req`` with the hardware its inventory and its roles name by catalog id, as its candidate
-    hardware is read (``h200`` is ``h200-sxm``), each among the candidates: an inventory of
+    """``req`` with its candidate hardware, and the hardware its inventory and its roles name, by
+    catalog id (``h200`` is ``h200-sxm``), the candidates each once, the others each among them:
+    an inventory of
     ``h200`` had been refused beside ``hardware=("h200",)``, which ``--inventory h200=64`` is not,
     and a role's hardware outside the candidates had answered "no candidate shapes"."""
     ids = [catalog.hardware(h).id for h in req.hardware]
@@ -208,7 +209,9 @@ def _by_catalog_id(req: PlacementRequest, catalog: Catalog) -> PlacementRequest:
         midfill_hardware=role(o.midfill_hardware, "midfill_hardware"),
     )
     limits = replace(req.limits, inventory_gpus=dict(zip(keys, inventory.values(), strict=True)))
-    return replace(req, limits=limits, options=options)
+    # one candidate per hardware however it is named (h200 and h200-sxm had been two, each with the
+    # inventory's cap: 40 GPUs bought against an inventory of 24)
+    return replace(req, hardware=tuple(dict.fromkeys(ids)), limits=limits, options=options)
 
 
 def place_best(
