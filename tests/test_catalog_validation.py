@@ -158,6 +158,14 @@ def test_upper_case_id_is_refused(tmp_path: Path) -> None:
     assert "must be lower case" in str(err)
 
 
+def test_a_vendor_dse_prices_no_engine_for_is_refused(tmp_path: Path) -> None:
+    """`Nvidia` had read as no NVIDIA GPU: TensorRT-LLM refused on it ("runs on NVIDIA GPUs only,
+    not b200 (Nvidia)"), SGLang its default in `dse place`, its cold start dropped."""
+    for spelled in ("Nvidia", "intel"):
+        err = _load_broken_hardware(tmp_path, _b200(**{'vendor = "nvidia"': f'vendor = "{spelled}"'}))
+        assert str(err).endswith(f"vendor = '{spelled}': must be one of amd, nvidia (lowercase)"), err
+
+
 def test_an_upper_case_file_name_is_told_to_be_renamed(tmp_path: Path) -> None:
     """A file `B200x.toml` holding `id = "b200x"` had been told its id must equal 'B200x', an id
     the next load refuses as upper case: the message names the file to rename instead."""

@@ -121,13 +121,25 @@ class Prices:
     usd_per_gpu_hour_rent_3yr: float | None = field(default=None, metadata=rule(positive))
 
 
+VENDORS = ("amd", "nvidia")
+"""The GPU vendors whose engines dse prices: an engine runs on its vendor's GPUs, and a fresh
+server's cold start is fitted per engine and vendor."""
+
+
+def known_vendor(value: str) -> str | None:
+    """A vendor of :data:`VENDORS`, spelled as there: ``Nvidia`` had read as no NVIDIA GPU, which
+    refused TensorRT-LLM on it ("runs on NVIDIA GPUs only, not b200 (Nvidia)") and dropped its
+    cold start."""
+    return None if value in VENDORS else f"must be one of {', '.join(VENDORS)} (lowercase)"
+
+
 @dataclass(frozen=True)
 class Hardware:
     """One accelerator as the engine sees it. Units live in the field names."""
 
     id: str = field(metadata=rule(lower_id))
     name: str = field(metadata=rule(non_empty))
-    vendor: str = field(metadata=rule(non_empty))
+    vendor: str = field(metadata=rule(known_vendor))
     status: Status
     compute: Compute
     hbm: Hbm
