@@ -301,6 +301,19 @@ def test_a_figure_in_another_unit_is_warned_of_and_still_runs(tmp_path: Path, cl
             "storage.local_nvme.capacity_tb_per_gpu = 3840",
         ),
         (("dram_gb_per_gpu = 256", "dram_gb_per_gpu = 0.256"), "host.dram_gb_per_gpu = 0.256"),
+        # the links and the prices had no range: 400,000 Gb/s of NIC or $2,400 a GPU-hour loaded silently
+        (
+            ("nic_gbit_per_s_per_gpu = 400", "nic_gbit_per_s_per_gpu = 400000"),
+            "scale_out.nic_gbit_per_s_per_gpu = 400000",
+        ),
+        (
+            ("link_gb_per_s_per_dir = 64", "link_gb_per_s_per_dir = 64000"),
+            "host.link_gb_per_s_per_dir = 64000",
+        ),
+        (
+            ("usd_per_gpu_hour_own_hyperscaler = 1.95", "usd_per_gpu_hour_own_hyperscaler = 2400"),
+            "prices.usd_per_gpu_hour_own_hyperscaler = 2400",
+        ),
     ],
 )
 def test_a_kv_tier_in_another_unit_is_warned_of(

@@ -197,6 +197,19 @@ UNIT_RANGES = (
     ("compute.bf16_dense_tflops", 1.0, 1_000_000.0, "a GFLOPS figure in a TFLOPS key?"),
     ("compute.fp8_dense_tflops", 1.0, 1_000_000.0, "a GFLOPS figure in a TFLOPS key?"),
     ("compute.fp4_dense_tflops", 1.0, 1_000_000.0, "a GFLOPS figure in a TFLOPS key?"),
+    # the links resting KV comes back over, and the prices every $/M-token figure is made of
+    ("scale_out.nic_gbit_per_s_per_gpu", 10.0, 20_000.0, "a Mb/s figure in a Gb/s key?"),
+    ("host.link_gb_per_s_per_dir", 1.0, 10_000.0, "a Gb/s or MB/s figure in a GB/s key?"),
+    ("storage.local_nvme.read_gb_per_s_per_gpu", 0.1, 1_000.0, "a Gb/s or MB/s figure in a GB/s key?"),
+    ("storage.network_kv.read_gb_per_s_per_gpu", 0.1, 1_000.0, "a Gb/s or MB/s figure in a GB/s key?"),
+    (
+        "prices.usd_per_gpu_hour_own_hyperscaler",
+        0.05,
+        100.0,
+        "a node's or a month's price in a GPU-hour key?",
+    ),
+    ("prices.usd_per_gpu_hour_own_neocloud", 0.05, 100.0, "a node's or a month's price in a GPU-hour key?"),
+    ("prices.usd_per_gpu_hour_rent_3yr", 0.05, 100.0, "a node's or a month's price in a GPU-hour key?"),
 )
 
 
