@@ -234,6 +234,7 @@ def test_flags_the_run_would_ignore_are_refused(tmp_path: Path, cli: Cli) -> Non
         ("--arrivals", "burst", "--burst-start", "5000", "--horizon", "1000"): (
             "--burst-start = 5000: must be below --horizon (1000 s)"
         ),
+        ("--arrivals", "burst", "--burst-s", "0"): "--burst-s = 0: must be positive",  # a burst of none
     }
     for flags, want in cases.items():
         res = cli("simulate", "--placement", plan, *flags)

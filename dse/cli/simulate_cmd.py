@@ -450,10 +450,19 @@ def scenario_flags(args: argparse.Namespace) -> ScenarioFlags:
         raise InputError(
             SRC, "--lengths", "shares must be positive and sum to 1, means positive", args.lengths
         )
-    for flag in ("horizon", "dt", "rate_scale", "burst_factor", "buffer", "period", "planner_period"):
+    for flag in (
+        "horizon",
+        "dt",
+        "rate_scale",
+        "burst_factor",
+        "burst_s",
+        "buffer",
+        "period",
+        "planner_period",
+    ):
         if getattr(args, flag) <= 0:
             raise InputError(SRC, f"--{flag.replace('_', '-')}", "must be positive", getattr(args, flag))
-    for flag in ("burst_start", "burst_s", "planner_delay", "switch_s"):
+    for flag in ("burst_start", "planner_delay", "switch_s"):  # (a burst of 0 s had run as none)
         if getattr(args, flag) < 0:
             raise InputError(SRC, f"--{flag.replace('_', '-')}", "must not be negative", getattr(args, flag))
     if not 0 <= args.warmup < args.horizon:
