@@ -103,6 +103,25 @@ def test_a_fluid_row_is_labelled_with_the_time_its_queues_hold_at(tmp_path: Path
         assert queued[("fluid", t)] == pytest.approx(queued[("des", t)], rel=0.1)
 
 
+def test_a_window_shorter_than_the_longest_answers_is_warned_of(tmp_path: Path, cli: Cli) -> None:
+    """--lengths 0.9:300,0.1:7000: the long class decodes for about 5 minutes, longer than the
+    default 300 s warm-up, and the requests still decoding at either end are left out: the fluid
+    and the reference had read 12% apart on throughput with no word. A window long enough says
+    nothing."""
+    plan = tmp_path / "place.json"
+    plan.write_text(cli(*PLACE).out)
+    short = cli(
+        "simulate", "--placement", plan, "--horizon", "1800", "--lengths", "0.9:300,0.1:7000", "--json"
+    )
+    assert short.code == 0, short.err
+    warning = json.loads(short.out)["window_warning"]
+    assert warning.startswith("the longest answers (7,000 tokens on average) decode for about ")
+    assert "longer than the 300 s warm-up:" in warning and f"dse: warning: {warning}" in short.err
+    long = cli("simulate", "--placement", plan, "--horizon", "7200", "--warmup", "1800", "--lengths",
+               "0.9:300,0.1:7000", "--json")  # fmt: skip
+    assert long.code == 0 and json.loads(long.out)["window_warning"] is None and long.err == ""
+
+
 def test_a_step_that_leaves_too_few_measured_is_refused(tmp_path: Path, cli: Cli) -> None:
     """--dt 1800 over --horizon 1800 had left the fluid no sample after the warm-up (a traceback,
     exit 1), and --dt 300 too few for the stability verdict's slope, which then reads stable: 1.5
