@@ -388,6 +388,12 @@ def _broken_model(tmp_path: Path, name: str, **replace: str) -> str:
         ),
         ("qwen3-235b-a22b", {"kv_heads = 4\n": ""}, r"attention\.kv_heads: is required when kind = 'gqa'"),
         ("deepseek-v3", {'kind = "mla"': 'kind = "mla"\nq_heads_extra = 1'}, r"unknown key"),
+        # experts in no layer: the table had been read and ignored, and --ep taken for a MoE model
+        (
+            "deepseek-v3",
+            {"dense_layers = 3": "dense_layers = 61"},
+            r"moe: must be left out where every layer is dense",
+        ),
     ],
     ids=[
         "k>E",
@@ -398,6 +404,7 @@ def _broken_model(tmp_path: Path, name: str, **replace: str) -> str:
         "no-full-layer",
         "gqa-kv-heads-missing",
         "unknown-attention-key",
+        "moe-in-no-layer",
     ],
 )
 def test_cross_field_model_rules(tmp_path: Path, name: str, replace: dict[str, str], message: str) -> None:

@@ -162,6 +162,9 @@ class Model:
             return ("dense_ffn_dim", "is required when dense_layers > 0", ...)
         if self.moe is None and self.dense_layers != self.layers:
             return ("moe", "is required unless every layer is dense", ...)
+        if self.moe is not None and self.dense_layers == self.layers:  # (it had been read and ignored)
+            rule = "must be left out where every layer is dense (its experts would sit in no layer)"
+            return ("moe", rule, ...)
         if self.linear_layers + self.sliding_layers >= self.layers:
             return (
                 "attention",
