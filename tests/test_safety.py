@@ -152,15 +152,20 @@ def test_a_python_expression_in_a_data_file_stays_a_string(
     hw = (REPO / "hardware_catalog" / "b200.toml").read_text()
     catalog = tmp_path / "catalog"
     (catalog / "hardware").mkdir(parents=True)
+    # (the name, free text; the vendor is one of a list since session 62, and such a value is refused)
     text = hw.replace('notes = "', f"notes = {json.dumps(payload)}\n# ", 1).replace(
-        'vendor = "nvidia"', 'vendor = "{{7*7}} ${7*7} `id` $(id)"', 1
+        'name = "NVIDIA B200 (HGX/DGX B200)"', 'name = "{{7*7}} ${7*7} `id` $(id)"', 1
     )
     (catalog / "hardware" / "b200.toml").write_text(text)
     code, out, err = _cli(["--catalog-dir", catalog, "catalog", "show", "b200", "--json"])
     assert code == 0, err
     shown = json.loads(out)
-    assert shown["notes"] == payload and shown["vendor"] == "{{7*7}} ${7*7} `id` $(id)"
+    assert shown["notes"] == payload and shown["name"] == "{{7*7}} ${7*7} `id` $(id)"
     assert not marker.exists()
+    vendor = hw.replace('vendor = "nvidia"', 'vendor = "{{7*7}} $(id)"', 1)
+    (catalog / "hardware" / "b200.toml").write_text(vendor)
+    code, out, err = _cli(["--catalog-dir", catalog, "catalog", "show", "b200", "--json"])
+    assert code == 2 and "vendor = '{{7*7}} $(id)': must be one of amd, nvidia" in err
 
     # an expression where a number belongs is refused, not computed
     (catalog / "hardware" / "b200.toml").write_text(hw.replace("tdp_w = 1000", 'tdp_w = "999 + 1"'))

@@ -71,18 +71,7 @@ def readme(
         ),
         "",
         "What it assumed:",
-        "- the checkpoint: `MODEL` ("
-        + (
-            f"default `{design.model_repo}`"
-            if design.model_repo
-            else "no default: the catalog names none; set it"
-        )
-        + (
-            "; `graph.yaml` names it `MODEL` too, which Kubernetes does not expand: replace it there"
-            if engine == "dynamo" and not design.model_repo
-            else ""
-        )
-        + "), "
+        f"- the checkpoint: `MODEL` ({_checkpoint_words(design, engine)}), "
         f"{design.precision} routed experts as the study priced them"
         + (
             f" (the default checkpoint's are {design.native_precision}: "
@@ -120,6 +109,15 @@ def readme(
     if usd is not None:
         lines += ["", f"The study priced this design at ${usd:.4f} per million tokens."]
     return "\n".join(lines) + "\n"
+
+
+def _checkpoint_words(design: Design, engine: str) -> str:
+    """What `MODEL` defaults to: the catalog's checkpoint, or none (it had read "default `none: set
+    MODEL`"), and where a Dynamo graph names it too."""
+    if design.model_repo:
+        return f"default `{design.model_repo}`"
+    graph = "; `graph.yaml` names it `MODEL` too, which Kubernetes does not expand: replace it there"
+    return "no default: the catalog names none; set it" + (graph if engine == "dynamo" else "")
 
 
 def _dynamo_notes(
