@@ -783,6 +783,24 @@ def test_a_hand_edited_placement_of_a_unit_no_hardware_runs_is_refused(tmp_path:
         assert i != 12 or "must be at most the 525 sequences of 2,000 tokens its KV cache holds" in err, err
 
 
+def test_an_attention_units_hand_edited_batch_is_bounded_too(tmp_path: Path, cli: Cli) -> None:
+    """An attention-FFN design's attention unit holds no experts, so its bound is the KV its whole
+    HBM holds: a batch of 1e9 had run out of memory (the decode and mixed units' bound had left
+    it out)."""
+    flags = ["--hardware", "b200", "--rate", "20", "--isl", "4000", "--osl", "1000", "--ttft", "2"]
+    placed = cli("place", *flags, "--tpot", "0.05", "--no-shadow-prices", "--topology", "afd", "--json")
+    assert placed.code == 0, placed.err
+    doc = json.loads(placed.out)
+    i = next(i for i, p in enumerate(doc["best"]["pools"]) if p["unit"]["role"] == "attention")
+    plan = tmp_path / "afd.json"
+    plan.write_text(placed.out)
+    assert cli("simulate", "--placement", plan, "--horizon", "300", "--warmup", "60").code == 0
+    doc["best"]["pools"][i]["unit"]["decode_batch"] = 1e9
+    _refused(
+        tmp_path / "big.json", doc, cli, f"best.pools[{i}].unit.decode_batch = 1000000000.0: must be at most"
+    )
+
+
 def test_an_id_a_placement_names_wrongly_is_refused_naming_the_file(tmp_path: Path, cli: Cli) -> None:
     """Hardware, a model (in a file without its catalog record), an engine or a weight precision
     no catalog or engine profile has: the hardware and the model had been refused as the

@@ -332,6 +332,10 @@ def test_resting_kv_settles_at_littles_law() -> None:
     assert kv["network"][-1] == pytest.approx(0.25 * level, rel=1e-6)
     assert kv["hbm"].max() == 0.0
     assert kv["dram"][60] == pytest.approx(0.75 * level * (1 - np.exp(-1.0)), rel=0.02)  # one dwell in
+    # read at the ends of 60-s steps (the fluid's rows since session 62), the stock starts empty at
+    # 0 s: one dwell in at 60 s (it had read 0 there, a step late)
+    ends = resting_kv_gb((c,), Arrivals(ArrivalKind.CONSTANT, 10.0), np.arange(60.0, 600.0, 60.0))
+    assert ends["dram"][0] == pytest.approx(0.75 * level * (1 - np.exp(-1.0)), rel=1e-9)
 
 
 def _in_flight(tr: object, warmup_s: float) -> float:

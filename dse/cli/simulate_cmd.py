@@ -287,15 +287,19 @@ def _batch_fits(
     from dse.perf.stages import kv_capacity_sequences
 
     batch = unit.get("decode_batch")
-    if batch is None or not batch or shape.pp > 1 or unit["role"] not in ("decode", "mixed"):
-        return  # (an attention unit holds no experts: the whole model's pool would undercount it)
+    if batch is None or not batch or shape.pp > 1 or unit["role"] not in ("decode", "mixed", "attention"):
+        return
     pool = build_pool(
         model, [hw], gpus=[shape.gpus], attn_tp=[shape.attn_tp], ep=[shape.ep],
         weight_precision=[precision[0]], kv_precision=[precision[1]],
         engines=params.kernel_engines([design.engine]),
     )  # fmt: skip
     prompt = max(design.workload.mean_prompt_tokens(), 1.0)
-    most = float(kv_capacity_sequences(pool, params, np.array([prompt]))[0])
+    if unit["role"] == "attention":  # no experts on it: bounded by its HBM with no weights at all
+        room = pool.hbm_bytes * (1.0 - params.hbm_reserve_fraction)
+        most = float((room / pool.seq_bytes_per_gpu(np.array([prompt])))[0])
+    else:
+        most = float(kv_capacity_sequences(pool, params, np.array([prompt]))[0])
     if float(batch) > max(most, 1.0):
         rule = f"must be at most the {most:,.0f} sequences of {prompt:,.0f} tokens its KV cache holds"
         raise InputError(source, f"{where}.decode_batch", rule, batch)

@@ -28,13 +28,15 @@ class RestingClass:
 
 
 def resting_kv_gb(classes: tuple[RestingClass, ...], arrivals: Arrivals, t: Arrays) -> dict[str, Arrays]:
-    """GB resting in each tier at the times ``t`` (starting empty)."""
+    """GB resting in each tier at the times ``t`` (starting empty at 0, or at ``t[0]`` where that
+    is earlier), each step toward the level of the arrivals at its start."""
     t = np.asarray(t, dtype=float)
     out = {tier: np.zeros_like(t) for tier in TIER_NAMES}
     if not len(t):
         return out
-    rate = np.asarray(arrivals.rate(t), dtype=float)
-    dt = np.diff(t, prepend=t[0])
+    starts = np.concatenate(([min(0.0, float(t[0]))], t[:-1]))
+    rate = np.asarray(arrivals.rate(starts), dtype=float)
+    dt = t - starts
     for c in classes:
         series = _relax(rate * (c.share_of_arrivals * c.dwell_s * c.gb), dt, float(c.dwell_s))
         for tier in TIER_NAMES:

@@ -27,7 +27,7 @@ class SimulationReport:
     reference: Summary | None = None  # discrete-event run of configuration 0
     reference_trajectories: Trajectories | None = None
     reference_s: float = float("nan")
-    resting_kv_gb: dict[str, Array] = field(default_factory=dict)  # tier -> GB over the fluid's t
+    resting_kv_gb: dict[str, Array] = field(default_factory=dict)  # tier -> GB at the fluid's row times
 
 
 def simulate(
@@ -44,7 +44,9 @@ def simulate(
     request by request (seeded). ``resting`` classes give the KV resting per tier over time."""
     t0 = time.perf_counter()
     fluid, ftraj = _fluid(pipe, scenario, dt, kv_gb_per_seq)
-    tiers = resting_kv_gb(resting, scenario.arrivals, ftraj.t) if resting else {}
+    # read where the fluid's rows hold their queues, at each step's end (row_times)
+    at = row_times(ftraj, "fluid", scenario.horizon_s)
+    tiers = resting_kv_gb(resting, scenario.arrivals, at) if resting else {}
     t_fluid = time.perf_counter() - t0
     if not reference:
         return SimulationReport(pipe, scenario, fluid, ftraj, t_fluid, resting_kv_gb=tiers)
