@@ -13,9 +13,10 @@ import numpy as np
 
 from dse.context import Context
 from dse.perf.afd import attention_side, ffn_side
+from dse.perf.params import with_mtp
 from dse.perf.pool import build_pool
 from dse.perf.power import gpu_power_w, kwh_per_million_tokens, step_busy
-from dse.perf.serving import prefill_batch_tokens
+from dse.perf.serving import draft_passes, prefill_batch_tokens
 from dse.perf.stages import forward_cost
 from dse.placement.plan import PoolPlan, TopologyOutcome
 from dse.placement.request import PlacementRequest
@@ -77,6 +78,8 @@ def stage_split(
     attention, communication and fixed overhead. Attention and FFN pools run their half of the
     model; an aggregated pool's step is shown without the prefill chunks interleaved with it."""
     model, engine, w = ctx.catalog.model(req.model), ctx.params.engine(req.engine), req.workload
+    engine = with_mtp(engine, req.mtp_draft_tokens, req.mtp_accept_rate)
+    drafts = float(engine.mtp_draft_tokens if req.mtp else 0)  # a decode step verifies them too
     out: dict[str, dict[str, float]] = {}
     for p in pools:
         par = p.unit.parallel
@@ -101,8 +104,8 @@ def stage_split(
             tokens_, seqs, ctx_len, prefill = tokens, tokens / new, np.array([new]), True
             step_pool = pool
         else:
-            tokens_ = np.array([max(float(p.unit.decode_batch), 1.0)])
-            seqs, prefill = tokens_, False
+            seqs = np.array([max(float(p.unit.decode_batch), 1.0)])
+            tokens_, prefill = seqs * (1.0 + drafts), False
             ctx_len = np.array([w.mean_prompt_tokens() + 0.5 * w.output_tokens])
             half = {Role.ATTENTION: attention_side, Role.FFN: ffn_side}.get(p.unit.role)
             step_pool = half(pool) if half is not None else pool
@@ -110,6 +113,9 @@ def stage_split(
             step_pool, ctx.params, tokens=tokens_, sequences=seqs, context=ctx_len, prefill=prefill,
             speed=np.array([engine.speed]), cached=cached,
         )  # fmt: skip
+        if not prefill:  # MTP's draft layers run once per draft token beside the model's (it had
+            # left them out, and priced the step's tokens as the batch alone)
+            cost = cost.times(draft_passes(pool.model, np.array([drafts])))
         out[stage_label(p)] = {
             "gemm": 1e3 * float(cost.gemm_s[0]),
             "attention": 1e3 * float(cost.attention_s[0]),

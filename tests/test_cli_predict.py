@@ -330,13 +330,15 @@ def test_a_batch_row_wider_than_its_instance_is_refused_as_the_flags_are(catalog
                 prefill_num_workers="1", num_prefill_gpu="8", conc="64")  # fmt: skip
     rows = [{**base, "decode_tp": "4", "decode_ep": "4"}, {**base, "decode_tp": "8", "decode_ep": "4"},
             {**base, "decode_tp": "4", "decode_ep": "64"},
-            {**base, "decode_tp": "4", "decode_ep": "4", "prefill_tp": "16"}]  # fmt: skip
+            {**base, "decode_tp": "4", "decode_ep": "4", "prefill_tp": "16"},
+            {**base, "decode_tp": "64", "decode_ep": "4", "decode_dp_attention": "True"}]  # fmt: skip
     out = predict_rows(rows, catalog, load_params(), source="runs.csv")
     assert out[0]["pred_error"] == ""
     assert [r["pred_error"] for r in out[1:]] == [
         "runs.csv row 2: decode_tp = 8: must be at most the instance's 4 GPUs",
         "runs.csv row 3: decode_ep = 64: must be at most the instance's 4 GPUs",
         "runs.csv row 4: prefill_tp = 16: must be at most the instance's 8 GPUs",
+        "runs.csv row 5: decode_tp = 64: must be at most the instance's 4 GPUs",  # under DP attention too
     ]
 
 

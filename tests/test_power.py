@@ -118,3 +118,34 @@ def test_a_prefill_pool_that_serves_nothing_draws_its_idle_power(catalog: Catalo
     spare = (IdleGpus(pre.unit.hardware, pre.gpus, pre.usd_per_hour, 8),)
     as_idle = power_metrics(req, replace(best, pools=others, idle=spare), stages, ctx)["power_kw"]
     assert as_idle == pytest.approx(nothing, rel=1e-12)
+
+
+def test_a_decode_pools_stage_split_with_mtp_is_the_step_it_was_priced_at(catalog: Catalog) -> None:
+    """With MTP a decode step verifies the drafts too (batch x (1 + drafts) tokens) and runs the
+    draft layers: the split had priced the batch alone without them, 46.9 ms of a step the pool
+    was sized at 113.5 ms (TPOT 49.97 ms x 2.27 tokens a step), in study trials' stage columns and
+    stage_breakdown.png."""
+    from dse.context import Context
+    from dse.design_power import stage_split
+    from dse.perf.params import with_mtp
+    from dse.placement import PlacementRequest, Topology, place
+    from dse.workload import Slo, Workload
+    from formulations.solve import PlacementSolver
+
+    params = load_params()
+    req = PlacementRequest(
+        model="deepseek-v3",
+        hardware=("b200",),
+        workload=Workload(requests_per_s=20.0, input_tokens=4000.0, output_tokens=1000.0),
+        slo=Slo(ttft_s=2.0, tpot_s=0.05),
+        topology=Topology.DISAGGREGATED,
+        mtp=True,
+    )
+    ctx = Context(catalog, params, PlacementSolver())
+    best = place(req, catalog=catalog, params=params, with_shadow_prices=False).best
+    assert best is not None
+    dec = next(p for p in best.pools if not p.unit.role.hands_off)
+    split = stage_split(req, best.pools, ctx)
+    step_ms = sum(next(v for k, v in split.items() if k.startswith("decode")).values())
+    per_step = with_mtp(params.engine(req.engine), None, None).mtp_accept_tokens
+    assert step_ms == pytest.approx(1e3 * float(dec.unit.tpot_s) * per_step, rel=0.01)

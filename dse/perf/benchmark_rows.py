@@ -251,7 +251,7 @@ def _pool(row: Mapping[str, str], side: str, disagg: bool, source: str, ep_as_gi
         # 0 workers: such rows' per-pool figures do not add up to their total under any split
         why = "must be >= 1 in a disaggregated row (the GPU split between pools is unknown)"
         gpus, instances = _instances(row, side, why, source)
-    if tp > gpus and not dpa:  # (had been read as the instance's GPUs, where the flag is refused)
+    if tp > gpus:  # (had been read as the instance's GPUs, where the flag is refused)
         raise InputError(
             source, f"{side}_tp", f"must be at most the instance's {gpus:g} GPUs", _cell(row, f"{side}_tp")
         )
