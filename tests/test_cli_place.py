@@ -983,14 +983,14 @@ def test_the_engine_follows_the_hardware_and_one_that_cannot_run_on_it_is_refuse
              "--no-shadow-prices"]  # fmt: skip
     amd = cli(*flags, "--hardware", "mi355x")
     assert amd.code == 0, amd.err
-    assert "hardware mi355x; engine sglang, fp8 experts; objective" in amd.out.splitlines()[0]
+    assert "hardware mi355x; engine sglang, precision fp8; objective" in amd.out.splitlines()[0]
     assert (
-        "hardware b200; engine trt, fp8 experts; objective"
+        "hardware b200; engine trt, precision fp8; objective"
         in cli(*flags, "--hardware", "b200").out.splitlines()[0]
     )
     # the routed experts' precision and MTP are said too (they had been left out of the line)
     mtp = cli(*flags, "--hardware", "b200", "--precision", "fp4", "--mtp").out.splitlines()[0]
-    assert "; engine trt, fp4 experts, MTP; objective" in mtp
+    assert "; engine trt, precision fp4, MTP; objective" in mtp
     for hw, engine, name in (("mi355x", "trt", "TensorRT-LLM"), ("b200,mi355x", "atom", "ATOM")):
         out = cli(*flags, "--hardware", hw, "--engine", engine)
         assert out.code == 2 and out.err.count("\n") == 1, out.err

@@ -624,7 +624,7 @@ def _request_line(req: PlacementRequest) -> str:
     return (
         f"{req.model}: {traffic} ({w.returning_share:.0%} returning), "
         f"TTFT <= {slo.ttft_s:g} s (p{slo.percentile:g}), TPOT <= {slo.tpot_s * 1e3:g} ms; "
-        f"hardware {', '.join(req.hardware)}; engine {req.engine}, {req.weight_precision.value} experts"
+        f"hardware {', '.join(req.hardware)}; engine {req.engine}, precision {req.weight_precision.value}"
         f"{', MTP' if req.mtp else ''}; objective {req.objective.value} "
         f"({req.price_tier})"
     )
