@@ -140,13 +140,17 @@ target in milliseconds typed as seconds (50 for 50 ms) had been taken as 50 s a 
 by any design."""
 
 
-def tpot_target(value: float) -> str | None:
-    """A TPOT target: seconds per output token, > 0 and at most :data:`TPOT_MAX_S`."""
+def _seconds_target(value: float, most: float, unit: str) -> str | None:
+    """A latency target in seconds: > 0 and at most ``most`` (``unit`` names what a second is of
+    and how a millisecond figure is written)."""
     if positive(value) is not None:
         return positive(value)
-    if value > TPOT_MAX_S:
-        return f"must be at most {TPOT_MAX_S:g} s per output token (seconds: 50 ms is 0.05)"
-    return None
+    return f"must be at most {most:g} s{unit}" if value > most else None
+
+
+def tpot_target(value: float) -> str | None:
+    """A TPOT target: seconds per output token, > 0 and at most :data:`TPOT_MAX_S`."""
+    return _seconds_target(value, TPOT_MAX_S, " per output token (seconds: 50 ms is 0.05)")
 
 
 TTFT_MAX_S = 600.0
@@ -157,11 +161,7 @@ sized for no latency at all."""
 
 def ttft_target(value: float) -> str | None:
     """A TTFT target: seconds, > 0 and at most :data:`TTFT_MAX_S`."""
-    if positive(value) is not None:
-        return positive(value)
-    if value > TTFT_MAX_S:
-        return f"must be at most {TTFT_MAX_S:g} s (seconds: 500 ms is 0.5)"
-    return None
+    return _seconds_target(value, TTFT_MAX_S, " (seconds: 500 ms is 0.5)")
 
 
 @dataclass(frozen=True)
