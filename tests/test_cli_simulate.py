@@ -120,6 +120,9 @@ def test_a_window_shorter_than_the_longest_answers_is_warned_of(tmp_path: Path, 
     long = cli("simulate", "--placement", plan, "--horizon", "7200", "--warmup", "1800", "--lengths",
                "0.9:300,0.1:7000", "--json")  # fmt: skip
     assert long.code == 0 and json.loads(long.out)["window_warning"] is None and long.err == ""
+    # no warm-up leaves nothing out at the start (make install's warm-up run had been warned of)
+    cold = cli("simulate", "--placement", plan, "--horizon", "120", "--warmup", "0", "--json")
+    assert cold.code == 0 and json.loads(cold.out)["window_warning"] is None and cold.err == "", cold.err
 
 
 def test_a_step_that_leaves_too_few_measured_is_refused(tmp_path: Path, cli: Cli) -> None:

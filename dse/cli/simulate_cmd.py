@@ -675,7 +675,7 @@ def _window_warning(scenario: Scenario, report: SimulationReport) -> str | None:
     longest = max(scenario.lengths.means)
     lasts = longest * tpot
     warmup, measured = scenario.warmup_s, scenario.horizon_s - scenario.warmup_s
-    over = [f"the {warmup:g} s warm-up"] if lasts > warmup else []
+    over = [f"the {warmup:g} s warm-up"] if 0 < warmup < lasts else []  # (none: nothing left out)
     over += [f"a third of the {measured:g} s measured"] if lasts > measured / 3.0 else []
     if not math.isfinite(lasts) or not over:
         return None
