@@ -29,7 +29,9 @@ from dse.sim.kinds import MAX_SUBSTEP_S, MIN_MEASURED_STEPS, ArrivalKind, Planne
 from dse.typed_data import Rule, check_number, fraction, non_negative, positive, read_csv, row_shape_problem
 
 if TYPE_CHECKING:
+    from dse.catalog import Hardware, Model
     from dse.perf.params import PerfParams
+    from dse.placement.parallel import Parallel
     from dse.sim.engine_latency import DesignLatency
     from dse.sim.from_placement import SimDesign, SimPool
     from dse.sim.kv_cache import KvCacheReport
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from dse.sim.scenario import Pipeline, Scenario
     from dse.sim.simulation import SimulationReport
     from dse.study.report_figures import Drawer
+    from dse.units import Precision
     from dse.workload import Slo
 
 SRC = "dse simulate"
@@ -275,8 +278,8 @@ def _runnable(
 
 
 def _batch_fits(
-    design: SimDesign, unit: dict[str, Any], shape: Any, hw: Any, model: Any, precision: Any,
-    params: PerfParams, source: str, where: str,
+    design: SimDesign, unit: dict[str, Any], shape: Parallel, hw: Hardware, model: Model,
+    precision: tuple[Precision, Precision], params: PerfParams, source: str, where: str,
 ) -> None:  # fmt: skip
     """A unit's decode batch within what its instance's KV cache holds of sequences as long as
     the mean prompt (fewer than ``dse place`` sizes it for, which counts their output too): a
