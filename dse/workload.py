@@ -21,11 +21,16 @@ def think_class_name(dwell_s: float) -> str:
     return f"think{dwell_s:g}s"
 
 
+def share_of_returns(value: float) -> str | None:
+    """A think bin's share: a bin of none is no bin (it had been a KV class of no returns)."""
+    return None if 0 < value <= 1 else "must be above 0 and at most 1"
+
+
 @dataclass(frozen=True)
 class ThinkBin:
     """A share of returning turns that come back after about ``dwell_s`` seconds."""
 
-    share: float = field(metadata=rule(fraction))
+    share: float = field(metadata=rule(share_of_returns))
     dwell_s: float = field(metadata=rule(positive))
 
 
@@ -67,6 +72,10 @@ class Workload:
                     "must be positive when returning_share > 0",
                     self.cached_prefix_tokens,
                 )
+            if (
+                self.suffix_tokens < 1
+            ):  # a turn comes back with a message: an engine prefills one token at least
+                return ("suffix_tokens", "must be at least 1 when returning_share > 0", self.suffix_tokens)
             if not self.think:
                 return ("think", "needs at least one think-time bin when returning_share > 0", ...)
             total = sum(b.share for b in self.think)

@@ -114,9 +114,18 @@ def test_bad_flags_exit_2_with_one_line(cli: Cli) -> None:
             "0.5",
             "--prefix",
             "100",
+            "--suffix",
+            "50",
             "--think",
             "0.5:10",
         ): "think = 0.5: shares must sum to 1",
+        # a turn that returns with no new token, and a think bin of no returns, had been taken
+        ("--returning-share", "0.5", "--prefix", "100", "--think", "1:10"): (
+            "--suffix = 0.0: must be at least 1 when returning_share > 0"
+        ),
+        ("--returning-share", "0.5", "--prefix", "100", "--suffix", "50", "--think", "0:5,1:10"): (
+            "--think = 0.0: must be above 0 and at most 1"
+        ),
         ("--objective", "goodput"): "--budget: is required by --objective goodput",
         # a returning turn's flags without returning turns had been ignored: a design for none
         ("--prefix", "20000"): "--prefix = 20000: needs --returning-share above 0 (no request returns)",

@@ -65,6 +65,11 @@ def test_shipped_studies_load() -> None:
             "simulate.dt_s = 60.0: must be at most horizon_s less warmup_s over 10",
         ),
         (("dt_s = 2.0", "dt_s = 10.0"), "simulate.dt_s = 10.0: must be at most the TTFT target (2 s) or 2 s"),
+        # a horizon below the default warm-up had been told as a warm-up the file never gave
+        (
+            ("horizon_s = 600.0\nwarmup_s = 120.0", "horizon_s = 200.0"),
+            "simulate.horizon_s = 200.0: must be longer than warmup_s's default of 300 s (or give warmup_s)",
+        ),
         (
             ("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_s = 0.0'),
             "simulate.burst_s = 0.0: must be > 0",

@@ -314,10 +314,13 @@ finer one (the headline study, TTFT 2 s: 30 trials alike at steps of 0.5, 2 and 
 infeasible at 8 s and eight at 20 s; TTFT 0.4 s: 40 trials alike at 0.4 and 2 s, 2026-12-05)."""
 
 
+WARMUP_S = 300.0  # a study's default warm-up, left out of its trials' measured window
+
+
 @dataclass(frozen=True)
 class SimulateSpec:
     horizon_s: float = field(default=1800.0, metadata=rule(positive))
-    warmup_s: float = 300.0
+    warmup_s: float = WARMUP_S
     dt_s: float = field(default=2.0, metadata=rule(positive))
     arrivals: str = "constant"
     burst_factor: float = field(default=1.5, metadata=rule(positive))
@@ -328,6 +331,9 @@ class SimulateSpec:
     def problem(self) -> tuple[str, str, Any] | None:
         if self.arrivals not in ("constant", "burst"):
             return ("arrivals", "must be constant or burst", self.arrivals)
+        if self.warmup_s == WARMUP_S and self.horizon_s <= WARMUP_S:  # the default's: the horizon broke it
+            rule_ = f"must be longer than warmup_s's default of {WARMUP_S:g} s (or give warmup_s)"
+            return ("horizon_s", rule_, self.horizon_s)
         if not 0 <= self.warmup_s < self.horizon_s:
             return ("warmup_s", "must be at least 0 and below horizon_s", self.warmup_s)
         if self.dt_s > (self.horizon_s - self.warmup_s) / MIN_MEASURED_STEPS:
