@@ -521,6 +521,22 @@ def test_study_commands_end_to_end(tmp_path: Path, cli: Cli, tiny_cli_run: Resul
     assert no_storage.code == 2 and "--storage: is required" in no_storage.err
 
 
+def test_study_db_alone_holds_every_trial(tmp_path: Path, cli: Cli, tiny_cli_run: Result) -> None:
+    """The file to copy or share is the whole study: a CLI run had left every trial in study.db-wal
+    (its process ends without closing SQLite), and a copied study.db held none."""
+    assert tiny_cli_run.code == 0, tiny_cli_run.err
+    shared = tmp_path / "shared" / "tiny-study"
+    shared.mkdir(parents=True)
+    for name in ("study.db", "spec.json"):
+        shutil.copy(tmp_path / "tiny-study" / name, shared / name)
+    with contextlib.closing(sqlite3.connect(shared / "study.db")) as con:
+        assert con.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0] == 8
+    exported = cli("export", TINY, "--out", tmp_path / "shared")
+    assert exported.code == 0, exported.err
+    trials = pl.read_parquet(shared / "exports" / "trials" / "*" / "*.parquet")
+    assert trials.height == 8
+
+
 @pytest.mark.e2e
 def test_a_terminal_shows_a_progress_bar(tmp_path: Path, clean_env: dict[str, str], cli: Cli) -> None:
     import pty

@@ -60,6 +60,7 @@ from dse.study.storage import (
     default_storage,
     fail_dead,
     fail_stale,
+    fold_log,
     lone_writer,
     open_stored,
     optuna_quiet,
@@ -480,6 +481,8 @@ def _guarded(stored: StoredStudy, budget: int, shared: bool) -> Iterator[None]:
             if fault is None:
                 raise
             raise fault from None
+        finally:  # stopped or done, study.db alone is the study, to copy or share
+            fold_log(url)
 
 
 class _Evaluation:

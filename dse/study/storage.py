@@ -320,6 +320,19 @@ def _scrub(text: str, url: str) -> str:
     return text
 
 
+def fold_log(url: str) -> None:
+    """Fold a SQLite storage's write-ahead log back into its file, so that ``study.db`` alone holds
+    every trial: SQLite does so when its last connection closes, which a process that ends without
+    tearing its objects down (the CLI's) never does, and a copied ``study.db`` had held none of a
+    run's trials (all in ``study.db-wal``). A storage another process is writing keeps what it
+    cannot fold yet in the log, as SQLite does; nothing is lost either way."""
+    db = sqlite_path(url)
+    if db is None or not Path(f"{db}-wal").exists():
+        return
+    with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(db, timeout=5)) as con:
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+
 def sqlite_path(url: str) -> Path | None:
     """The database file of a ``sqlite:///`` URL as SQLAlchemy opens it, its escapes decoded
     (``a%20b.db`` is ``a b.db``: the locks, the folder and ``spec.json`` had gone beside a file
