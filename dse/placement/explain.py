@@ -58,6 +58,15 @@ class Infeasibility:
     overshoot: float = math.inf
 
 
+def nearness(why: Infeasibility) -> tuple[bool, float]:
+    """How near a topology is to feasible, to compare topologies' reasons (least first): one whose
+    roles all have units, missing only its caps, before one with a role no unit fills, whose
+    overshoot is its nearest shape's alone and says nothing of the caps it would meet past that
+    (an H100 attention-FFN design's FFN unit 1.4% past its pace had been quoted over a
+    disaggregated design 72 GPUs short of an inventory of 8, which the FFN design is short of too)."""
+    return (why.binding.startswith("no ") and why.binding.endswith(" unit"), why.overshoot)
+
+
 def _cap(value: float, places: int) -> str:
     """A cap as the user set it: ``places`` decimals, or three significant figures where those
     would show none (a 0.001-kW cap had read "the cap is 0.0 kW")."""

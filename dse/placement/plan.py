@@ -18,7 +18,7 @@ from dse.context import Context
 from dse.errors import InputError, typed_arg
 from dse.perf.params import PerfParams, load_params
 from dse.placement.candidates import Candidates, Exclusion, UnitInfo, build_candidates
-from dse.placement.explain import Infeasibility, ShadowPrice, explain, shadow_prices
+from dse.placement.explain import Infeasibility, ShadowPrice, explain, nearness, shadow_prices
 from dse.placement.request import PlacementRequest, Topology
 from formulations.placement import COST_TIE, TIE_BREAK
 from formulations.placement_check import CheckReport, check, cost_usd_hour, objective_value, reload_wait
@@ -125,7 +125,7 @@ class PlacementReport:
         if self.best is not None:
             return None
         whys = [o.infeasibility for o in self.outcomes if o.infeasibility is not None]
-        return min(whys, key=lambda why: why.overshoot, default=None)
+        return min(whys, key=nearness, default=None)
 
 
 def place(
