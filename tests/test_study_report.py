@@ -375,6 +375,34 @@ def test_the_warm_start_sentence_copes_with_zero_negative_and_missing_values(
     assert said in _section(md, "## Best designs")
 
 
+def test_a_sampled_trial_level_with_the_warm_start_and_first_by_the_next_objective_is_said_best(
+    tmp_path: Path, spec: StudySpec
+) -> None:
+    """Trial 2 (sampled) ties the warm start's trial 0 on the first objective and is cheaper: the
+    study's best. The report had said the best is the warm-start trial, beside its own table's
+    trial 2; and a lead of 0.04% read "by 0.0%"."""
+    tables = _tables()
+    objectives = [("tokens_per_s_per_gpu", "maximize"), ("usd_per_million_tokens", "minimize")]
+    tables["trials"] = (
+        tables["trials"]
+        .with_columns(warm_start=pl.col("trial") == 0, feasible=pl.lit(True))
+        .with_columns(objective_tokens_per_s_per_gpu=pl.Series([2.0, None, 2.0, None, None, None]))
+    )
+    md = write_report(tmp_path, spec=spec, objectives=objectives, tables=tables, best=None).read_text("utf-8")
+    best = _section(md, "## Best designs")
+    assert _rows(best)[0][0] == "2"
+    assert (
+        "The best is a sampled trial (trial 2), level on tokens_per_s_per_gpu with the best warm-start "
+        "trial (the full placement's design, trial 0: 2) and first of the equals by usd_per_million_tokens "
+        "(minimize)"
+    ) in best
+    tables["trials"] = tables["trials"].with_columns(
+        objective_tokens_per_s_per_gpu=pl.Series([2.0, None, 2.0008, None, None, None])
+    )
+    md = write_report(tmp_path, spec=spec, objectives=objectives, tables=tables, best=None).read_text("utf-8")
+    assert "trial 0: 2) by 0.04%." in _section(md, "## Best designs")
+
+
 def _alike(trials: pl.DataFrame, first: int, new: int, **changes: object) -> pl.DataFrame:
     """``trials`` with a trial ``new``: a copy of trial ``first`` with ``changes``."""
     row = trials.filter(pl.col("trial") == first).with_columns(trial=pl.lit(new, pl.Int64))

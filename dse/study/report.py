@@ -394,14 +394,22 @@ def _warm_start_verdict(feasible: pl.DataFrame, objectives: list[tuple[str, str]
     if warm.is_empty():
         return ""
     w, trial = float(warm[col][0]), warm["trial"][0]
-    s = float(searched[col][0]) if not searched.is_empty() else None
-    if s is None or not (s > w if objective[1] == "maximize" else s < w):
+    best = ranked(valid, *objectives)  # as the study's best is chosen: equals by its later objectives
+    if bool(best["warm_start"][0]):
         return (
             f" The best is a warm-start trial (the full placement's design, trial {trial}); "
             "no sampled trial beat it."
         )
+    s = float(searched[col][0])
+    if s == w:  # level on the first objective: a sampled trial is the best by what orders equals
+        return (
+            f" The best is a sampled trial (trial {best['trial'][0]}), level on {objective[0]} with the "
+            f"best warm-start trial (the full placement's design, trial {trial}: {w:.4g}) and first of "
+            f"the equals by {', then '.join(order_of_equals(objectives))}."
+        )
     # a ratio where both are of one sign and the warm one is not zero, else the difference
-    by = f"{abs(s / w - 1):.1%}" if w * s > 0 else f"{abs(s - w):.4g}"
+    pct = abs(s / w - 1) * 100 if w * s > 0 else math.nan  # "0.0%" for 0.02398 against 0.02399
+    by = (f"{pct:.1f}%" if pct >= 0.1 else f"{pct:.2g}%") if w * s > 0 else f"{abs(s - w):.4g}"
     return (
         f" The sampled trials beat the best warm-start trial (the full placement's design, trial "
         f"{trial}: {w:.4g}) by {by}."
