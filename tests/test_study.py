@@ -4,6 +4,7 @@ with a custom objective, Parquet exports read back with DuckDB."""
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import os
 import re
@@ -519,6 +520,32 @@ def test_study_commands_end_to_end(tmp_path: Path, cli: Cli, tiny_cli_run: Resul
     assert rep.code == 0 and rep.out.strip().endswith("report.md")
     no_storage = cli("worker", TINY)
     assert no_storage.code == 2 and "--storage: is required" in no_storage.err
+
+
+def test_a_dense_model_s_study_searches_the_shapes_it_runs_and_a_model_alias_resumes(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """A study that writes no shapes searches the default ones its model runs: a dense model's had
+    been refused for a default shape it never wrote ("EP 8 exceeds llama-3.1-70b's 1 experts"),
+    and now gets the tensor-parallel shapes `dse place` tries. A model's alias is the model, as a
+    hardware alias is the hardware: it had made a resumed run another study."""
+    dense = tmp_path / "dense.toml"
+    dense.write_text(
+        'name = "dense"\nmodel = "llama3-70b"\nhardware = ["b200"]\ntrials = 2\n\n'
+        "[workload]\nrequests_per_s = 10.0\ninput_tokens = 2000.0\noutput_tokens = 400.0\n\n"
+        "[slo]\nttft_s = 2.0\ntpot_s = 0.06\n\n[simulate]\nhorizon_s = 600.0\nwarmup_s = 120.0\n"
+    )
+    shown = cli("study", "show", dense)
+    assert shown.code == 0, shown.err
+    spec = json.loads(shown.out)
+    assert spec["model"] == "llama-3.1-70b"
+    search = spec["search"]
+    assert search["prefill"]["shapes"] == search["decode"]["shapes"] == ["4gpu-tp4-ep1", "8gpu-tp8-ep1"]
+    ran = cli("study", "run", dense, "--out", tmp_path, "--no-export")
+    assert ran.code == 0, ran.err
+    dense.write_text(dense.read_text().replace('"llama3-70b"', '"llama-3.1-70b"'))
+    by_id = cli("study", "run", dense, "--out", tmp_path, "--trials", "3", "--no-export")
+    assert by_id.code == 0 and "(2 before)" in by_id.out, by_id.err
 
 
 def test_study_db_alone_holds_every_trial(tmp_path: Path, cli: Cli, tiny_cli_run: Result) -> None:

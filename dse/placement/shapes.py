@@ -66,6 +66,8 @@ def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
         )
     if (why := model.tp_problem(par.attn_tp)) is not None:  # the KV heads (or linear-attention ones)
         return f"attention TP {par.attn_tp} {why}"
+    if par.ep > 1 and model.moe is None:  # ("exceeds llama-3.1-70b's 1 experts")
+        return f"EP {par.ep} needs routed experts, and {model.id} has none (a dense model: EP 1)"
     if par.ep > max(experts, 1):
         return f"EP {par.ep} exceeds {model.id}'s {experts} experts"
     if par.gpus % par.ep:  # an instance holds its experts: EP spans its GPUs (a stage's), or a part

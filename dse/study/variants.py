@@ -15,8 +15,8 @@ from dse.catalog.loader import entry_numbers
 from dse.errors import InputError
 from dse.placement.parallel import parse_shape
 from dse.placement.request import Topology
-from dse.placement.shapes import shape_problem
-from dse.study.spec import StudySpec, Variant
+from dse.placement.shapes import parallel_grid, shape_problem
+from dse.study.spec import DecodeSearch, PrefillSearch, StudySpec, Variant
 
 T = TypeVar("T")
 
@@ -129,12 +129,47 @@ def catalog_entries(spec: StudySpec, catalog: Catalog) -> dict[str, dict[str, An
 
 
 def with_catalog_ids(spec: StudySpec, catalog: Catalog) -> StudySpec:
-    """``spec`` with its hardware named by ``catalog``'s ids (a study catalog: variants are their
-    own ids). An alias, or an id in another case, is the same hardware, and the trials' parameters
-    name it as the placements do (``dgx-b200`` in one table and ``b200`` in the other once)."""
+    """``spec`` as a run stores it: its model and hardware named by ``catalog``'s ids (a study
+    catalog: variants are their own ids), and its default shapes those its model runs
+    (:func:`model_shapes`). An alias, or an id in another case, is the same entry, and the trials'
+    parameters name it as the placements do (``dgx-b200`` in one table and ``b200`` in the other
+    once; a model's alias had made a resumed run another study)."""
     hardware = tuple(dict.fromkeys(catalog.hardware(h).id for h in spec.hardware))
-    swept = tuple(catalog.hardware(h).id for h in spec.sweep.hardware)
-    return replace(spec, hardware=hardware, sweep=replace(spec.sweep, hardware=swept))
+    swept = replace(
+        spec.sweep,
+        hardware=tuple(catalog.hardware(h).id for h in spec.sweep.hardware),
+        model=tuple(catalog.model(m).id for m in spec.sweep.model),
+    )
+    named = replace(spec, model=catalog.model(spec.model).id, hardware=hardware, sweep=swept)
+    return model_shapes(named, catalog)
+
+
+def model_shapes(spec: StudySpec, catalog: Catalog) -> StudySpec:
+    """A side whose shapes are the default list keeps those its model runs on some hardware of
+    the study; where it runs none of them (a dense model: each has expert parallelism), the shapes
+    ``dse place`` tries on that hardware. A dense model's study had been refused for a default
+    shape it never wrote (EP 8 on a model without experts). A grid that sweeps the model keeps
+    the list (each point says what its model cannot run)."""
+    if spec.is_grid and spec.sweep.model:
+        return spec
+    model = catalog.model(spec.model)
+    hardware = [catalog.hardware(h) for h in dict.fromkeys((*spec.hardware, *spec.sweep.hardware))]
+
+    def fitted(shapes: tuple[str, ...], default: tuple[str, ...]) -> tuple[str, ...]:
+        if shapes != default:
+            return shapes
+        kept = tuple(
+            s for s in shapes if any(shape_problem(parse_shape(s), h, model) is None for h in hardware)
+        )
+        return kept or tuple(dict.fromkeys(p.label() for h in hardware for p in parallel_grid(h, model)))
+
+    s = spec.search
+    search = replace(
+        s,
+        prefill=replace(s.prefill, shapes=fitted(s.prefill.shapes, PrefillSearch().shapes)),
+        decode=replace(s.decode, shapes=fitted(s.decode.shapes, DecodeSearch().shapes)),
+    )
+    return replace(spec, search=search)
 
 
 def _resolves(lookup: Callable[[str], object], name: str) -> bool:
@@ -187,6 +222,7 @@ def runnable_shapes(spec: StudySpec, catalog: Catalog, source: str | None = None
     source = source or f"study {spec.name}"
     if spec.is_grid and spec.sweep.model:
         return
+    spec = model_shapes(spec, catalog)
     model = catalog.model(spec.model)
     hardware = [catalog.hardware(h) for h in dict.fromkeys((*spec.hardware, *spec.sweep.hardware))]
     s = spec.search
