@@ -48,7 +48,9 @@ def test_every_option_has_help_and_shows_its_default() -> None:
         # the help of each option: its entry in the options list, which starts "  --flag"
         entries = re.split(r"\n(?=  -)", parser.format_help().split("options:", 1)[1])
         for action in parser._actions:
-            if action.option_strings and action.default not in (None, False, argparse.SUPPRESS, [], ""):
+            # (0 == False: "not in (None, False, ...)" had passed every default of 0 unshown)
+            shown = action.default is not None and action.default is not False
+            if action.option_strings and shown and action.default not in (argparse.SUPPRESS, [], ""):
                 flag = action.option_strings[-1]
                 entry = next(
                     e for e in entries if e.split() and e.split()[0].rstrip(",") in action.option_strings

@@ -127,6 +127,8 @@ def test_bad_flags_exit_2_with_one_line(cli: Cli) -> None:
             "--think = 0.0: must be above 0 and at most 1"
         ),
         ("--objective", "goodput"): "--budget: is required by --objective goodput",
+        # a number echoes as typed (it had read "--rate = 2000000000000.0")
+        ("--rate", "2e12"): "--rate = 2e12: must be",
         # a returning turn's flags without returning turns had been ignored: a design for none
         ("--prefix", "20000"): "--prefix = 20000: needs --returning-share above 0 (no request returns)",
         ("--suffix", "500"): "--suffix = 500: needs --returning-share above 0",
@@ -177,6 +179,9 @@ def test_shapes_restrict_or_widen_the_instances_tried(cli: Cli) -> None:
     over = cli(*flags, "--shapes", "8gpu-tp8-ep16")
     assert over.code == 2 and over.err.count("\n") == 1, over.err
     assert "no candidate hardware can run it: EP 16 must divide the 8 GPUs of the instance" in over.err
+    # a dense model has no experts to spread ("EP 8 exceeds llama-3.1-70b's 1 experts")
+    dense = cli(*flags[:2], "llama-3.1-70b", *flags[3:], "--shapes", "8gpu-tp8-ep8")
+    assert dense.code == 2 and "EP 8 needs routed experts, and llama-3.1-70b has none (a dense" in dense.err
 
 
 DSV3_H200 = ["place", "--model", "deepseek-v3", "--hardware", "h200-sxm", "--rate", "50", "--isl", "500",
@@ -302,6 +307,21 @@ def test_the_nearest_topology_is_measured_on_its_roles_own_shapes(cli: Cli) -> N
     }
     assert over["disaggregated"] == pytest.approx(0.121, abs=0.001)
     assert over["disaggregated"] < over["aggregated"] < over["afd"]
+
+
+def test_a_topology_short_of_its_caps_is_nearer_than_one_with_a_role_no_unit_fills(cli: Cli) -> None:
+    """H100 against an inventory of 8: every topology is short of GPUs, and attention-FFN has no
+    FFN unit within its pace (1.4% over). Its overshoot, its nearest shape's alone, had been
+    quoted as the nearest where disaggregated, 72 GPUs short, is what binds."""
+    args = ["place", "--hardware", "h100", "--rate", "20", "--isl", "4000", "--osl", "1000", "--ttft", "2",
+            "--tpot", "0.05", "--inventory", "h100=8", "--no-shadow-prices"]  # fmt: skip
+    out = cli(*args)
+    assert out.code == 3
+    assert "  afd: no ffn unit: " in out.out
+    assert out.err == (
+        "dse: error: no feasible design: inventory: serving the demand needs 72 GPUs more than the "
+        "inventory holds (GPUs needed of available: h100-sxm 80 of 8)\n"
+    )
 
 
 def test_confirm_goes_part_of_the_way_to_a_tighter_ttft_first(cli: Cli) -> None:

@@ -23,14 +23,16 @@ if TYPE_CHECKING:
 
 class HelpFormatter(argparse.HelpFormatter):
     """Shows each option's default after its help, when it has one worth showing (not an empty
-    string or list: `--think` and `--inventory` had read "(default: )")."""
+    string or list: `--think` and `--inventory` had read "(default: )"; a 0 is worth showing)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         default = action.default
         if (
             "default" in text
-            or default in (None, False, argparse.SUPPRESS, "")
+            or default is None
+            or default is False  # (a flag's; "default in (False, ...)" had hidden every default of 0)
+            or default in (argparse.SUPPRESS, "")
             or not action.option_strings
             or (isinstance(default, list) and not default)
         ):

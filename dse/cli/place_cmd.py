@@ -231,7 +231,7 @@ def _by_flag(src: str, flag_name: str, lookup: Callable[[str], T], name: str) ->
 def _rate_of(args: argparse.Namespace, src: str) -> float:
     """The traffic, in requests/s; under goodput only the unit its multiples are counted in."""
     if args.rate is not None:
-        return float(args.rate)
+        return args.rate  # a number as typed: "--rate = 2e12" in a refusal, not 2000000000000.0
     if args.objective == Objective.GOODPUT.value:
         return 1.0
     raise InputError(src, "--rate", "is required (requests per second), unless --objective goodput")
