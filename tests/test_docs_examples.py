@@ -320,6 +320,20 @@ def test_the_files_the_pages_name_exist() -> None:
     assert missing == []
 
 
+def test_the_fitted_figures_the_pages_quote_are_the_shipped_calibration_s() -> None:
+    """Figures quoted from the fit move with each refit: engine.md had the collective latency at
+    0.72 us (0.76 shipped) and the aggregated prefill factor at 0.8 (0.75), catalogs.md NVLink at
+    11% of its rate (10%), each the value of a refit some sessions before."""
+    from dse.perf.params import load_params
+
+    p = load_params()
+    engine = (REPO / "docs" / "engine.md").read_text(encoding="utf-8")
+    catalogs = (REPO / "docs" / "catalogs.md").read_text(encoding="utf-8")
+    assert f"collective latency once per peer, {p.collective_latency_us:.2f} us)" in engine
+    assert f"aggregated prefill factor ({p.latency.agg_prefill_factor:g})" in engine
+    assert f"NVLink at {p.link_eff:.0%} of its datasheet rate" in catalogs
+
+
 def test_the_make_targets_are_documented_as_the_makefile_has_them() -> None:
     """Each target of the Makefile's .PHONY is shown as `make TARGET` in the README or
     docs/development.md (`make clean` was not), and development.md's line for `make lint` names each
