@@ -144,6 +144,15 @@ def test_shipped_studies_load() -> None:
             ("returning_share = 0.3\ncached_prefix_tokens = 8000.0\nsuffix_tokens = 300.0", ""),
             "workload.think = [(1.0, 120.0)]: needs returning_share > 0",
         ),
+        # a KV policy places the KV resting between turns: without any, two had been one design twice
+        (
+            (
+                "returning_share = 0.3\ncached_prefix_tokens = 8000.0\nsuffix_tokens = 300.0\n"
+                "think = [{ share = 1.0, dwell_s = 120.0 }]",
+                "",
+            ),
+            "search.kv_policies = ['tiered', 'recompute']: must list one policy without returning turns",
+        ),
         # a population is NSGA-II's: with TPE (the default) or random sampling it had been ignored
         (
             ("[search]\n", "[search]\npopulation = 60\n"),

@@ -512,10 +512,26 @@ class StudySpec:
             return ("sweep.cached_prefix_tokens", rule_, list(self.sweep.cached_prefix_tokens))
         written = {"cached_prefix_tokens": w.cached_prefix_tokens, "suffix_tokens": w.suffix_tokens}
         key = next((k for k, v in written.items() if v > 0), "think" if w.think else None)
-        if key is None:
-            return None
-        value = written.get(key, [(b.share, b.dwell_s) for b in w.think])
-        return (f"workload.{key}", "needs returning_share > 0: without returning turns it is ignored", value)
+        if key is not None:
+            value = written.get(key, [(b.share, b.dwell_s) for b in w.think])
+            return (
+                f"workload.{key}",
+                "needs returning_share > 0: without returning turns it is ignored",
+                value,
+            )
+        # a KV policy places the KV that rests between turns: without any, every policy is the
+        # same design (two had spent the warm start's trials and two of the best rows on one)
+        why = "a policy places the KV that rests between turns, and none does"
+        if len(self.search.kv_policies) > 1:
+            rule_ = f"must list one policy without returning turns (workload.returning_share = 0): {why}"
+            return ("search.kv_policies", rule_, list(self.search.kv_policies))
+        if self.sweep.kv_policy:
+            return (
+                "sweep.kv_policy",
+                f"needs workload.returning_share > 0: {why}",
+                list(self.sweep.kv_policy),
+            )
+        return None
 
     def _grid_kv_policies(self) -> tuple[str, str, Any] | None:
         """A grid point is placed with one KV policy (the ``kv_policy`` axis's, else the search's
