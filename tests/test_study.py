@@ -942,6 +942,24 @@ def test_a_study_with_no_design_exports_typed_tables_duckdb_reads(tmp_path: Path
     assert duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall() == [(0,)]
 
 
+def test_a_resumed_study_warns_when_its_objective_function_is_other_code(tmp_path: Path) -> None:
+    """A function of the same name but other code had resumed in silence: its values (-24,000 and
+    below) ranked beside the stored ones (1.4-6.1). The same code resumes without a word."""
+    import warnings as w
+
+    def per_user(m):  # type: ignore[no-untyped-def]
+        return m["usd_per_hour"] / m["tokens_per_s_per_user"]
+
+    Study.load(TINY).with_objective("speed_cost", per_user).run(trials=2, out=tmp_path)
+    with w.catch_warnings():
+        w.simplefilter("error", ObjectiveWarning)
+        Study.load(TINY).with_objective("speed_cost", per_user).run(trials=3, out=tmp_path)
+    with pytest.warns(ObjectiveWarning, match="objective speed_cost: its function's code is not the one"):
+        Study.load(TINY).with_objective("speed_cost", lambda m: -1000.0 * m["gpus"]).run(
+            trials=4, out=tmp_path
+        )
+
+
 def test_a_maximised_objective_without_a_value_ranks_last(tmp_path: Path) -> None:
     """An objective that gives nan once stored 0, which beat every negative value it is maximised
     over: the trial came out best."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import re
 from collections.abc import Callable, Mapping
@@ -50,7 +51,31 @@ def at(trial: int | None) -> str:
 
 
 class ObjectiveWarning(UserWarning):
-    """A custom objective returned nan or an infinity: the trial is stored without a value."""
+    """A custom objective returned nan or an infinity: the trial is stored without a value; or a
+    resumed study's function is not the one its stored trials were valued by."""
+
+
+def code_digest(fn: Any) -> str | None:
+    """A digest of a function's code (its bytecode, constants and names, nested functions'
+    too), to tell whether a resumed study's objective is the function its trials were valued
+    by; None for a callable without Python code (a builtin). The same source under another
+    Python may digest otherwise, and values a closure captures are not in it."""
+    code = getattr(fn, "__code__", None) or getattr(type(fn).__call__, "__code__", None)
+    if code is None:
+        return None
+    h = hashlib.sha256()
+
+    def add(c: Any) -> None:
+        h.update(c.co_code)
+        h.update(repr(c.co_names).encode())
+        for const in c.co_consts:
+            if hasattr(const, "co_code"):
+                add(const)
+            else:
+                h.update(repr(const).encode())
+
+    add(code)
+    return h.hexdigest()[:16]
 
 
 @dataclass(frozen=True)

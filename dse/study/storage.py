@@ -37,7 +37,7 @@ from dse.errors import InputError, StorageFault
 from dse.metrics import METRICS
 from dse.plain import plain
 from dse.study.faults import STORAGE_ERRORS, driver_line, storage_fault, storage_unreachable
-from dse.study.objectives import ObjectiveDef
+from dse.study.objectives import ObjectiveDef, ObjectiveWarning, code_digest
 from dse.study.optuna_compat import (
     SCHEMA_VERSION,
     FastReadRDBStorage,
@@ -708,6 +708,7 @@ def _loaded(
             f"objectives{_empty_note(study)}{_function_note(stored)}",
             names,
         )
+    _same_functions(study, objectives)
     wanted = [o.direction for o in objectives]
     held = [d.name.lower() for d in study.directions]
     if held != wanted:  # Optuna loads a stored study whatever directions it is asked for
@@ -729,6 +730,26 @@ def _loaded(
     if catalog is not None:
         _same_catalog(study, catalog, url)
     return StoredStudy.of(study, store, url)
+
+
+def _same_functions(study: optuna.Study, objectives: list[ObjectiveDef]) -> None:
+    """Warn where an objective function is not the code the stored trials were valued by (one of
+    the same name had resumed in silence, its values ranked beside the others'): a warning, not a
+    refusal, since the same function under another Python may digest otherwise."""
+    codes = {o.name: code_digest(o.fn) for o in objectives if o.fn is not None}
+    if not codes:
+        return
+    held, _ = claim_study_attr(study, "objective_code", codes)
+    for name, code in codes.items():
+        was = held.get(name) if isinstance(held, dict) else None
+        if was is not None and code is not None and was != code:
+            warnings.warn(
+                ObjectiveWarning(
+                    f"objective {name}: its function's code is not the one the stored trials were valued "
+                    "by; their values and this run's may not compare (another out= keeps them apart)"
+                ),
+                stacklevel=2,
+            )
 
 
 def _same_catalog(study: optuna.Study, catalog: dict[str, Any], url: str) -> None:
