@@ -87,6 +87,16 @@ CASES = [
         {"gpus_per_link = 1": "gpus_per_link = 16"},
         r"host\.gpus_per_link = 16: must divide gpus_per_host \(8\)",
     ),
+    (  # 6 on an 8-GPU host had priced a TP8 instance's all-reduce across the network
+        "scale-up domain of no whole host",
+        {"domain_gpus = 8": "domain_gpus = 6"},
+        r"scale_up\.domain_gpus = 6: must be whole hosts of gpus_per_host \(8\) GPUs, or divide it",
+    ),
+    (  # read only with measured kernels: it had loaded and done nothing
+        "measured bandwidth without measured kernels",
+        {'measured_kernels = "b200_sxm"': "measured_hbm_tb_per_s = 8.0"},
+        r"measured_hbm_tb_per_s = 8\.0: is read only with measured_kernels",
+    ),
     (
         "unknown key",
         {"tdp_w = 1000": "tdp_w = 1000\ntdp_watts = 1000"},
@@ -324,6 +334,37 @@ def test_a_kv_tier_in_another_unit_is_warned_of(
     _user_dir(tmp_path, "hardware", "b200", _b200(**{edit[0]: edit[1]}))
     proc = cli("--catalog-dir", tmp_path, "catalog", "show", "b200")
     assert proc.code == 0 and f"b200.toml: {doubt}: outside" in proc.err, proc.err
+
+
+def test_a_narrower_format_slower_than_a_wider_one_is_warned_of(tmp_path: Path, cli: Cli) -> None:
+    """fp8 typed below bf16 (450 for 4,500) loaded silently and priced every fp8 GEMM at a fifth
+    of bf16's speed: no GPU is slower in the narrower format."""
+    _user_dir(tmp_path, "hardware", "b200", _b200(**{"fp8_dense_tflops = 4500": "fp8_dense_tflops = 450"}))
+    proc = cli("--catalog-dir", tmp_path, "catalog", "show", "b200")
+    assert proc.code == 0
+    assert proc.err == (
+        f"dse: warning: {tmp_path / 'hardware' / 'b200.toml'}: compute.fp8_dense_tflops = 450: below "
+        "bf16_dense_tflops (2250), where every GPU is at least as fast in the narrower format; the two "
+        "swapped, or a sparse figure?\n"
+    )
+
+
+def test_a_gpu_without_the_formats_its_ops_fall_back_to_names_the_one_it_needs(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """A GPU of an fp4 figure alone loads (a projected part may publish no other), but its dense
+    layers and attention run in bf16 without an fp8 figure: the refusal had read "is required to
+    serve bf16" under --precision fp4, as though bf16 had been asked for."""
+    text = _b200(**{"bf16_dense_tflops = 2250\nfp8_dense_tflops = 4500\n": ""})
+    _user_dir(tmp_path, "hardware", "b200", text)
+    proc = cli("--catalog-dir", tmp_path, "predict", "--hardware", "b200", "--precision", "fp4", "--tp", "8")
+    assert proc.code == 2 and proc.err.count("\n") == 1, proc.err
+    said = "compute.bf16_dense_tflops: is required: b200 has no figure for bf16, and a format a GPU lacks"
+    assert said in proc.err
+    assert (
+        "(the dense layers and attention run in fp8 where the GPU has an fp8 figure, else in bf16)"
+        in proc.err
+    )
 
 
 def test_cli_bad_catalog_exits_2_with_one_line(tmp_path: Path, cli: Cli) -> None:

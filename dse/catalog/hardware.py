@@ -173,7 +173,14 @@ class Hardware:
         """(key, rule, value) where the counts of GPUs do not fit each other: a link shared by more
         GPUs than a host holds, or a sale unit that is neither whole hosts nor a share of one (a
         placement buys whole sale units: 3 GPUs of an 8-GPU host had been priced as such)."""
+        if self.measured_hbm_tb_per_s is not None and not self.measured_kernels:
+            rule = "is read only with measured_kernels (the bandwidth its kernel tables were measured at)"
+            return "measured_hbm_tb_per_s", rule, self.measured_hbm_tb_per_s
         host = self.gpus_per_host
+        domain = self.scale_up.domain_gpus
+        if domain % host and host % domain:  # 6 on an 8-GPU host had priced TP 8 across the network
+            rule = f"must be whole hosts of gpus_per_host ({host}) GPUs, or divide it"
+            return "scale_up.domain_gpus", rule, domain
         if host % self.host.gpus_per_link:
             rule = f"must divide gpus_per_host ({host}): the GPUs of a host share its links evenly"
             return "host.gpus_per_link", rule, self.host.gpus_per_link
@@ -225,4 +232,12 @@ def unit_doubts(h: Hardware) -> list[str]:
         value = getattr(held, name)
         if value is not None and not least <= value <= most:
             out.append(f"{key} = {value:g}: outside {least:g} to {most:g}, where every GPU sits; {slip}")
+    c = h.compute
+    for narrow, wide in (("fp8", "bf16"), ("fp4", "fp8")):  # a narrower format is as fast or faster
+        n, w = getattr(c, f"{narrow}_dense_tflops"), getattr(c, f"{wide}_dense_tflops")
+        if n is not None and w is not None and n < w:
+            out.append(
+                f"compute.{narrow}_dense_tflops = {n:g}: below {wide}_dense_tflops ({w:g}), where every "
+                "GPU is at least as fast in the narrower format; the two swapped, or a sparse figure?"
+            )
     return out

@@ -185,14 +185,20 @@ class Pool:
         return (context * self.kv_bytes_per_token + self.state_in_kv_shards) / self.kv_shard
 
 
-def _peak(hw: Hardware, p: Precision) -> float:
+def _peak(hw: Hardware, p: Precision, asked: Precision | None = None) -> float:
     v = hw.compute.tflops(p)
     if v is None:
         # refuse to extrapolate: a precision the hardware lacks falls back to the next wider one
         wider = {Precision.FP4: Precision.FP8, Precision.FP8: Precision.BF16}.get(p)
-        if wider is None:
-            raise InputError(hw.id, "compute.bf16_dense_tflops", "is required to serve bf16")
-        return _peak(hw, wider)
+        if wider is None:  # (a GPU of fp4 alone had read "is required to serve bf16", no more)
+            rule = (
+                f"is required: {hw.id} has no figure for {(asked or p).value}"
+                + ("" if asked in (None, p) else " or a wider format")
+                + ", and a format a GPU lacks runs in the next wider one (the dense layers and "
+                "attention run in fp8 where the GPU has an fp8 figure, else in bf16)"
+            )
+            raise InputError(hw.id, "compute.bf16_dense_tflops", rule)
+        return _peak(hw, wider, asked or p)
     return v
 
 
