@@ -233,6 +233,35 @@ def test_a_gqa_model_whose_kv_heads_do_not_divide_its_query_heads_is_refused(tmp
         load_catalog([root], use_env=False)
 
 
+@pytest.mark.parametrize(
+    "name,edit,said",
+    [
+        (  # MLA's table on a GQA model: read by nothing
+            "glm-4.6",
+            (
+                "[attention]\n",
+                "[attention.mla]\nkv_lora_rank = 512\nqk_rope_dim = 64\nqk_nope_dim = 128\n"
+                "v_head_dim = 128\n\n[attention]\n",
+            ),
+            r"attention\.mla: is read only when kind = 'mla' \(this attention is gqa\)",
+        ),
+        (  # GQA's KV heads on an MLA model: read by nothing, yet checked against the query heads
+            "deepseek-v3",
+            ('kind = "mla"\n', 'kind = "mla"\nkv_heads = 16\n'),
+            r"attention\.kv_heads = 16: is read only when kind = 'gqa'",
+        ),
+    ],
+)
+def test_an_attention_setting_of_the_other_kind_is_refused(
+    tmp_path: Path, name: str, edit: tuple[str, str], said: str
+) -> None:
+    text = (SHIPPED_MODELS / f"{name}.toml").read_text()
+    assert text.count(edit[0]) == 1
+    root = _user_dir(tmp_path, "models", name, text.replace(*edit))
+    with pytest.raises(InputError, match=said):
+        load_catalog([root], use_env=False)
+
+
 def test_unknown_precision_in_model(tmp_path: Path) -> None:
     text = (
         (SHIPPED_MODELS / "kimi-k3.toml")

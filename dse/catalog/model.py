@@ -91,6 +91,12 @@ class Attention:
     def problem(self) -> tuple[str, str, object] | None:
         if self.kind is AttentionKind.MLA and self.mla is None:
             return ("mla", "is required when kind = 'mla'", ...)
+        # a table of the other kind is read by nothing: it had loaded, and moved no figure
+        if self.kind is AttentionKind.GQA and self.mla is not None:
+            return ("mla", "is read only when kind = 'mla' (this attention is gqa)", ...)
+        if self.kind is AttentionKind.MLA and self.kv_heads is not None:
+            rule = "is read only when kind = 'gqa' (an MLA layer caches kv_lora_rank + qk_rope_dim a token)"
+            return ("kv_heads", rule, self.kv_heads)
         if self.kind is AttentionKind.GQA and (self.kv_heads is None or self.head_dim is None):
             missing = "kv_heads" if self.kv_heads is None else "head_dim"
             return (missing, "is required when kind = 'gqa'", ...)
