@@ -79,7 +79,9 @@ RETARGET_ROUNDS = 3
 its design (:func:`held`)."""
 
 
-def retargeted(req: PlacementRequest, solved: PlacementRequest, ev: Evaluation) -> PlacementRequest | None:
+def retargeted(
+    req: PlacementRequest, solved: PlacementRequest, ev: Evaluation, step: float = 1.0
+) -> PlacementRequest | None:
     """The request to re-solve a rejected design's topology with: ``solved`` (the request the MILP
     sized it for) with the target the simulation found it missing tightened by the ratio it missed
     by (a TPOT 30% over its target asks the MILP for 1/1.3 of the target it was given; a TTFT:
@@ -92,7 +94,7 @@ def retargeted(req: PlacementRequest, solved: PlacementRequest, ev: Evaluation) 
     name, m, slo = ev.binding.split(":")[0], ev.metrics, solved.slo
     ttft, tpot = m.get("ttft_pct_s"), m.get("tpot_s")
     if name == "ttft_s" and ttft:
-        return tighter_ttft(req, solved, ev.outcome, float(ttft))
+        return tighter_ttft(req, solved, ev.outcome, float(ttft), step)
     if name == "tpot_s" and tpot:
         return replace(solved, slo=replace(slo, tpot_s=slo.tpot_s * req.slo.tpot_s / float(tpot)))
     if name == "stability":
@@ -179,10 +181,12 @@ def held(
     feasible topology's design by the MILP's objective, checked with ``check_one(sized, outcome)``
     (``sized``: the request the outcome was solved for, with ``req``'s targets). Where
     the simulation rejects a design, its topology is re-solved with the missed target tightened
-    (:func:`retargeted`), up to :data:`RETARGET_ROUNDS` times; a later topology is tried while its
-    MILP objective is below the best design held so far (the design held records its topology's
-    place in the MILP's ranking, ``topology_rank``). None held: the MILP's best design's check
-    (the answer names what binds); nothing placed: the first topology's outcome, checked."""
+    (:func:`retargeted`; a TTFT a third of the way first, then half of what is left, then all of
+    it, as :func:`engine_checks` goes), up to :data:`RETARGET_ROUNDS` times; a later topology is
+    tried while its MILP objective is below the best design held so far (the design held records
+    its topology's place in the MILP's ranking, ``topology_rank``). None held: the MILP's best
+    design's check (the answer names what binds); nothing placed: the first topology's outcome,
+    checked."""
     ranked = placed.ranked()
     if not ranked:
         return check_one(req, placed.outcomes[0])
@@ -191,13 +195,20 @@ def held(
     for rank, outcome in enumerate(ranked):
         if best is not None and not outcome.result.objective < best.outcome.result.objective:
             break
+        left = iter(range(RETARGET_ROUNDS, 0, -1))  # a TTFT a third of the way, half the rest, all
+
+        def tighter(
+            sized: PlacementRequest, ev: Evaluation, left: Iterator[int] = left
+        ) -> PlacementRequest | None:
+            return retargeted(req, sized, ev, 1.0 / next(left, 1))
+
         tried = resolved(
             req,
             outcome,
             ctx,
             lambda sized, o: check_one(replace(sized, slo=req.slo), o),  # the targets are req's
             ok=lambda ev: ev.feasible,
-            tighter=lambda sized, ev: retargeted(req, sized, ev),
+            tighter=tighter,
             rounds=RETARGET_ROUNDS,
         )
         first = first or tried.first
