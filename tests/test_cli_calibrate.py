@@ -280,6 +280,83 @@ def test_runs_of_one_gpu_type_store_no_cross_validation(cli: Cli, tmp_path: Path
     assert "loho_tput_median_ape" not in prov and prov["hardware_fitted"] == ["h200-sxm"]
 
 
+def test_a_run_repeated_cell_for_cell_is_fitted_once_and_listed(tmp_path: Path, two_gpu_runs: Path) -> None:
+    """Five rows pasted twice had been fitted twice (weighing double: a cold start fitted 3.15 s
+    came out 0 s) and counted among the runs fitted."""
+    from dse.calibration.fit import read_measured
+    from dse.catalog import load_catalog
+
+    rows = _rows(two_gpu_runs)
+    data = _write(tmp_path / "twice.csv", rows + rows[:2])
+    catalog = load_catalog(use_env=False)
+    fitted, skipped = read_measured(data, catalog)
+    alone, _ = read_measured(two_gpu_runs, catalog)
+    assert len(fitted) == len(alone)
+    n = len(rows)
+    assert [s for s in skipped if "repeats" in s] == [
+        f"twice.csv line {n + 2}: repeats line 2 cell for cell (fitted once)",
+        f"twice.csv line {n + 3}: repeats line 3 cell for cell (fitted once)",
+    ]
+
+
+def test_a_latency_figure_its_own_row_contradicts_is_left_out_and_listed(
+    tmp_path: Path, two_gpu_runs: Path
+) -> None:
+    """A median TTFT typed in milliseconds (longer than the run's median request) and a median TPOT
+    a thousandth of what the row's tokens/s per user say had been fitted as measured; each is now
+    left out with the reason, the row's other figures fitted."""
+    import math
+
+    from dse.calibration.fit import read_measured, unmeasured_figures
+    from dse.calibration.latency import measured_latency
+    from dse.catalog import load_catalog
+
+    rows = _rows(two_gpu_runs)
+    rows[0] = {**rows[0], "median_ttft_s": str(float(rows[0]["median_ttft_s"]) * 1000)}
+    rows[1] = {**rows[1], "median_tpot_ms": str(float(rows[1]["median_tpot_ms"]) / 1000)}
+    data, _ = read_measured(_write(tmp_path / "units.csv", rows), load_catalog(use_env=False))
+    notes = unmeasured_figures(data)
+    assert len(notes) == 2, notes
+    assert (
+        notes[0].startswith("units.csv line 2: median_ttft_s = ")
+        and "is longer than the run's median_e2el_s" in notes[0]
+    )
+    assert (
+        notes[1].startswith("units.csv line 3: median_tpot_ms = ")
+        and "disagrees with median_intvty_tok_s_user" in notes[1]
+    )
+    lat = measured_latency(data)
+    assert math.isnan(lat[0, 0]) and math.isnan(lat[1, 2]) and not math.isnan(lat[0, 2])
+    assert unmeasured_figures(read_measured(two_gpu_runs, load_catalog(use_env=False))[0]) == []
+
+
+def test_a_calibration_file_that_lacks_values_is_warned_of(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file without `params.hbm_eff` (an older dse's, or edited) had predicted B200 15% faster
+    with the default in the fit's place, and one without `latency` had dropped the first wave's
+    wait, each unsaid. The file still loads (an older dse's files do); the command says what it
+    lacks, and the complete file says nothing."""
+    import json
+
+    from dse.paths import CALIBRATION_FILE
+
+    doc = json.loads(CALIBRATION_FILE.read_text())
+    del doc["params"]["hbm_eff"], doc["latency"]
+    path = tmp_path / "lacking.json"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("DSE_CALIBRATION", str(path))
+    said = f"dse: warning: {path}: lacks params.hbm_eff, latency: the uncalibrated defaults stand in"
+    res = cli("predict", "--hardware", "b200", "--conc", "4", "--requests", "20")
+    assert res.code == 0 and said in res.err, res.err
+    placed = cli(
+        "place", "--hardware", "b200", "--rate", "5", "--ttft", "2", "--tpot", "0.05", "--no-shadow-prices"
+    )
+    assert placed.code == 0 and said in placed.err, placed.err
+    monkeypatch.setenv("DSE_CALIBRATION", str(CALIBRATION_FILE))
+    assert "lacks" not in cli("predict", "--hardware", "b200", "--conc", "4", "--requests", "20").err
+
+
 def test_a_prediction_with_a_calibration_of_few_runs_says_so(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

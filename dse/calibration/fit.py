@@ -113,10 +113,16 @@ def read_measured(
     shapes = [row_shape_problem(raw) for raw in rows]
     if settings is not None:
         rows = with_recipe_settings(rows, settings)
+    seen: dict[tuple[tuple[str, str], ...], int] = {}
     for raw, line, shape in zip(rows, lines, shapes, strict=True):
         source = f"{path.name} line {line}"
         if shape:
             skipped.append(f"{source}: {shape}")
+            continue
+        # a row pasted twice had been fitted twice, weighing double, and counted among the runs
+        first = seen.setdefault(tuple(sorted((k, str(v).strip()) for k, v in raw.items())), line)
+        if first != line:
+            skipped.append(f"{source}: repeats line {first} cell for cell (fitted once)")
             continue
         try:
             row = parse_row(raw, catalog, source=source)
@@ -132,10 +138,33 @@ LATENCY_COLUMNS = ("median_ttft_s", "p99_ttft_s", "median_tpot_ms", "p99_tpot_ms
 POWER_COLUMN = "avg_power_w"  # the average power per GPU a run measured (dse.calibration.power)
 
 
+def contradiction(raw: Mapping[str, str], col: str) -> str | None:
+    """Why a row's latency figure ``col`` cannot be what its run measured, by the row's own other
+    figures (None where they agree or are absent): a median TTFT longer than the median request
+    (seconds typed as milliseconds), a median TPOT that is not 1,000 over the tokens/s per user
+    the throughput fit reads (every measured run's is, to 0.002%), within a factor of 2."""
+
+    def number(c: str) -> float:
+        try:
+            v = float(raw.get(c) or "nan")
+        except ValueError:
+            return math.nan
+        return v if math.isfinite(v) and v > 0 else math.nan
+
+    v = number(col)
+    if col == "median_ttft_s" and v > number("median_e2el_s"):
+        return f"is longer than the run's median_e2el_s ({number('median_e2el_s'):g} s): milliseconds?"
+    per_user = number("median_intvty_tok_s_user")
+    if col == "median_tpot_ms" and math.isfinite(v * per_user) and not 0.5 <= v * per_user / 1000.0 <= 2.0:
+        said = 1000.0 / per_user
+        return f"disagrees with median_intvty_tok_s_user (1,000 over it is {said:.4g} ms): another unit?"
+    return None
+
+
 def unmeasured_figures(data: Sequence[Measured]) -> list[str]:
     """One line per latency or power figure a fitted row gives that is no measurement (not a
-    number > 0 within the data files' range): the fit leaves that figure out and fits the row's
-    others."""
+    number > 0 within the data files' range, or one the row's other figures contradict:
+    :func:`contradiction`): the fit leaves that figure out and fits the row's others."""
     notes = []
     for m in data:
         for col in (*LATENCY_COLUMNS, POWER_COLUMN):
@@ -146,6 +175,11 @@ def unmeasured_figures(data: Sequence[Measured]) -> list[str]:
                 measured_number(cell, m.where, col)
             except InputError as exc:
                 notes.append(f"{exc} (left out; the row's other figures are fitted)")
+                continue
+            if (why := contradiction(m.raw, col)) is not None:
+                notes.append(
+                    f"{m.where}: {col} = {cell}: {why} (left out; the row's other figures are fitted)"
+                )
     return notes
 
 

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.calibration.fit import Measured
+from dse.calibration.fit import Measured, contradiction
 from dse.calibration.folds import map_folds
 from dse.catalog import Catalog
 from dse.perf.benchmark_rows import latency_of, latency_tables_of
@@ -91,7 +91,8 @@ def measured_latency(data: Sequence[Measured]) -> np.ndarray:
                 v = float(m.raw.get(col) or "nan") * unit
             except ValueError:
                 v = float("nan")
-            out[i, j] = v if v > 0 and np.isfinite(v) else np.nan  # "inf" in a CSV is no measurement
+            measured = v > 0 and np.isfinite(v) and contradiction(m.raw, col) is None  # (no "inf")
+            out[i, j] = v if measured else np.nan
     return out
 
 

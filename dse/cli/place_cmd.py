@@ -432,10 +432,12 @@ def _topology_refusals(args: argparse.Namespace, src: str, model: Model) -> None
 def say_calibration(params: PerfParams) -> None:
     """One line on stderr where the command prices with a calibration other than the shipped one
     (:func:`~dse.perf.expected_error.calibration_note`)."""
-    from dse.perf.expected_error import calibration_note
+    from dse.perf.expected_error import calibration_note, defaults_note
 
     if (note := calibration_note(params)) is not None:
         print(f"dse: note: {note}", file=sys.stderr)
+    if (lacks := defaults_note(params)) is not None:
+        print(f"dse: warning: {lacks}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:

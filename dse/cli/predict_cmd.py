@@ -246,11 +246,13 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.cli.predict_batch import run_batch
     from dse.perf.benchmark_rows import evaluate, kernel_sources, latency_of, settings_of
-    from dse.perf.expected_error import changed_since_fit, expected_error, unmeasured_reason
+    from dse.perf.expected_error import changed_since_fit, defaults_note, expected_error, unmeasured_reason
     from dse.perf.kernel_data import problems
     from dse.perf.params import load_params
 
     params = load_params()
+    if (lacks := defaults_note(params)) is not None:  # (the trust line's figures are the fit's)
+        print(f"dse: warning: {lacks}", file=sys.stderr)
     if args.batch is not None or args.recipe_settings:
         _batch_alone(args)
         return run_batch(args.batch, args.out, catalog, params, recipes=args.recipe_settings)

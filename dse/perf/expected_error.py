@@ -198,6 +198,21 @@ def unmeasured_reason(params: PerfParams, hardware: str, edited: frozenset[str] 
     )
 
 
+def defaults_note(params: PerfParams) -> str | None:
+    """What a command says of a calibration file that lacks values (an older dse's, or an edited
+    one): which, and that the uncalibrated defaults stand in for them; None where it lacks none."""
+    from dse.paths import calibration_file
+
+    lacks = params.defaulted
+    if not lacks:
+        return None
+    named = ", ".join(lacks[:4]) + (f" and {len(lacks) - 4} more" if len(lacks) > 4 else "")
+    return (
+        f"{calibration_file()}: lacks {named}: the uncalibrated defaults stand in for them beside "
+        "the fitted values (dse calibrate writes a whole fit)"
+    )
+
+
 def calibration_note(params: PerfParams) -> str | None:
     """What a command that prices with a calibration other than the shipped one says of it (the file
     ``$DSE_CALIBRATION`` names, and how many measured runs it fitted); None with the shipped one."""

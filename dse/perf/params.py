@@ -178,6 +178,9 @@ class PerfParams:
     # figures were fitted with (dse calibrate --kernels); a file from before the tier existed
     # is "datasheet".
     kernels: str = "datasheet"
+    # what the calibration file lacked, which the uncalibrated defaults stand in for (a file of an
+    # older dse, or an edited one): ``params.hbm_eff``, ``latency``, ...
+    defaulted: tuple[str, ...] = ()
 
     def engine(self, name: str) -> EngineProfile:
         try:
@@ -273,7 +276,27 @@ def load_params(path: Path | None = None) -> PerfParams:
         latency=latency,
         power=power,
         kernels=kernels,
+        defaulted=_defaulted(raw),
     )
+
+
+def _defaulted(raw: dict[str, Any]) -> tuple[str, ...]:
+    """The values a calibration file lacks, by section (a whole section once): each takes its
+    uncalibrated default beside the fitted ones, which moved a B200 prediction 15% for a missing
+    ``hbm_eff``, unsaid."""
+    out = [f"params.{k}" for k in sorted(SCALARS - raw["params"].keys())]
+    for section, known in (("latency", {f.name for f in fields(LatencyParams)}), ("power", {"idle", "full"})):
+        held = raw.get(section)
+        if held is None:
+            out.append(section)
+        else:
+            out += [f"{section}.{k}" for k in sorted(known - held.keys())]
+    return tuple(out)
+
+
+SECTIONS = ("engines", "provenance", "latency", "power", "kernels", "defaulted")
+"""PerfParams' fields that are not fitted scalars of a calibration file's ``params``."""
+SCALARS = frozenset(f.name for f in fields(PerfParams)) - set(SECTIONS)
 
 
 def _scalars(
@@ -282,7 +305,7 @@ def _scalars(
     """A section's numbers (the fitted scalars, the power fractions): each a field the model has,
     a finite number >= 0, and a fraction (``*_eff``, of a datasheet peak; power, of the TDP) in
     (0, 1]."""
-    known = known if known is not None else {f.name for f in fields(PerfParams)}
+    known = known if known is not None else set(SCALARS)
     out = {}
     for k, v in raw.items():
         if k not in known:
@@ -434,8 +457,7 @@ def _accept_rate(engine: dict[str, Any]) -> float:
 
 
 def params_to_json(params: PerfParams) -> str:
-    sections = ("engines", "provenance", "latency", "power", "kernels")
-    scalars = {k: v for k, v in asdict(params).items() if k not in sections}
+    scalars = {k: v for k, v in asdict(params).items() if k not in SECTIONS}
     engines = {
         n: {
             "kv_precision": e.kv_precision.value,
