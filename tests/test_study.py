@@ -660,6 +660,18 @@ def test_storage_urls_hide_passwords_and_pick_the_shipped_driver() -> None:
     assert _driver_url("postgresql+psycopg2://bob@db/dse") == "postgresql+psycopg2://bob@db/dse"
 
 
+def test_no_piece_of_a_password_with_an_at_and_a_colon_is_printed(tmp_path: Path, cli: Cli) -> None:
+    """The driver reads 'Ab@Cd:Ef12' unescaped as password 'Ab', host 'Cd' and a port of
+    'Ef12@127.0.0.1:55439', and its error had quoted the tail of the password as that port."""
+    url = "postgresql://dse:Ab@Cd:Ef12@127.0.0.1:55439/study6"
+    for command in ("run", "export"):
+        out = cli("study", command, TINY, "--storage", url, "--out", tmp_path / "out")
+        assert out.code == 2 and out.err.count("\n") == 1, out.err
+        assert "postgresql://dse:***@127.0.0.1:55439/study6" in out.err, out.err
+        assert not any(piece in out.err for piece in ("Ab", "Cd", "Ef12")), out.err
+    assert not (tmp_path / "out").exists()
+
+
 def test_export_of_a_study_never_run_is_bad_input(tmp_path: Path, cli: Cli) -> None:
     out = cli("export", TINY, "--out", tmp_path)
     assert out.code == 2 and "study.db: does not exist: run the study first" in out.err

@@ -17,6 +17,7 @@ import fcntl
 import functools
 import hashlib
 import os
+import re
 import socket
 import sqlite3
 import sys
@@ -309,12 +310,14 @@ def redact(url: str) -> str:
 
 def _scrub(text: str, url: str) -> str:
     """``text`` (a driver's error) without any piece of the URL's password: a driver that parses
-    an unescaped '@' in a password quotes the rest of it as the host."""
+    an unescaped '@' in a password quotes the rest of it as the host, or, past a ':' after it, as
+    the port ("invalid literal for int(): 'Ef12@127.0.0.1'" of the password "Ab@Cd:Ef12")."""
     if "@" not in url or "//" not in url:
         return text
     cred = url.split("//", 1)[1].rsplit("@", 1)[0]
     secret = cred.split(":", 1)[1] if ":" in cred else ""
-    for piece in sorted({secret, *secret.split("@")}, key=len, reverse=True):
+    pieces = {secret, *secret.split("@"), *re.split("[@:]", secret)}
+    for piece in sorted(pieces, key=len, reverse=True):
         if len(piece) >= 2:
             text = text.replace(piece, "***")
     return text
