@@ -162,6 +162,23 @@ def test_a_worker_waiting_for_a_frozen_workers_trial_says_how_many_and_how_old(
     assert _trials(out / "tiny-study" / "study.db", "tiny-study")[frozen.number].state == State.FAIL
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # a heartbeat without optimize(), a worker's
+def test_a_lone_run_refused_for_a_live_worker_writes_nothing(cli: Cli, tmp_path: Path) -> None:
+    """A lone run of a study a worker is running trials of is refused; it had left a run folder
+    with its spec.json behind, written before the refusal."""
+    from dse.study.storage import open_storage
+
+    out = tmp_path / "runs"
+    assert cli("study", "run", TINY, "--trials", "2", "--out", out, "--no-export").code == 0
+    url = f"sqlite:///{out / 'tiny-study' / 'study.db'}"
+    storage = open_storage(url, stale_after_s=120.0)  # as a worker opens it: with heartbeats
+    running = optuna.load_study(study_name="tiny-study", storage=storage).ask()
+    storage.record_heartbeat(running._trial_id)
+    lone = cli("study", "run", TINY, "--storage", url, "--out", tmp_path / "elsewhere", "--no-export")
+    assert lone.code == 2 and "is in use by a worker" in lone.err, lone.err
+    assert not (tmp_path / "elsewhere").exists()
+
+
 def test_a_grid_trial_claims_its_point_before_its_parameters_are_set(cli: Cli, tmp_path: Path) -> None:
     """A trial asked for but not yet given its parameters holds its point: another worker asking
     then took the same one."""

@@ -173,14 +173,14 @@ def run(
         # one lone run per study at a time; Ctrl-C and storage faults become one line from here on
         with _guarded(stored, budget, shared), _undone_if_empty(stored, new, shared):
             _still_there(stored)
-            _write_spec(out, spec, url, shared)
             # a trial some dead process left running: alone on a storage, any; shared, one whose
             # heartbeats stopped (checked again before every trial)
             if shared:  # a worker waits out a database away at start-up as in its trials
                 stale = waited_out(stored, partial(fail_dead, stored))
                 before = waited_out(stored, partial(counted, stored.study, spec))
-            else:  # a lone run: a storage fault is one line
+            else:  # a lone run: a storage fault is one line; one workers hold is refused, writing nothing
                 stale, before = fail_stale(stored, stale_after_s), counted(stored.study, spec)
+            _write_spec(out, spec, url, shared)
             solver = PlacementSolver(TRIAL_SOLVE)
             # the search starts from the full placement's designs (dse.study.warm_start), each unless a
             # trial has run it, is running it or waits with it (a resumed run, another worker)
