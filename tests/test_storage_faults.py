@@ -97,6 +97,8 @@ def test_the_waiting_line_quotes_the_driver_not_optunas_wrapper(
     wait_for_storage(exc, "postgresql://u:secret@h/dse", None)
     err = capsys.readouterr().err
     assert err == "dse: storage unreachable (server closed the connection unexpectedly); retrying\n"
+    # a driver's error of no words ("()") had been quoted as it was: "storage unreachable (())"
+    assert driver_line(_wrapped(psycopg2.OperationalError("()"))) == "OperationalError"
 
 
 def test_a_storage_away_too_long_is_a_storage_fault_not_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -67,7 +67,10 @@ def server_away(exc: BaseException) -> str | None:
 def driver_line(exc: BaseException) -> str:
     """The first line of the innermost error ``exc`` wraps (the driver's own words, not Optuna's
     or SQLAlchemy's wrapper text), or of ``exc`` itself; its type's name if it says nothing."""
-    for e in reversed(_chain(exc)):
+    chain = _chain(exc)
+    if not _first_line(str(chain[-1])):  # the driver's says nothing: its name, not a wrapper's "... ()"
+        return type(chain[-1]).__name__
+    for e in reversed(chain):
         if line := _first_line(str(e)):
             return line
     return type(exc).__name__
@@ -215,8 +218,10 @@ FULL_BELOW_BYTES = 1 << 20
 
 
 def _first_line(text: str) -> str:
+    """The first line of ``text``; "" where it says nothing (no letter or digit: a driver's error
+    whose words are "()" had been quoted as "storage unreachable (())")."""
     line = text.strip().splitlines()[0] if text.strip() else ""
-    return line[:160]
+    return line[:160] if any(c.isalnum() for c in line) else ""
 
 
 @contextlib.contextmanager
