@@ -330,6 +330,33 @@ def test_a_latency_figure_its_own_row_contradicts_is_left_out_and_listed(
     assert unmeasured_figures(read_measured(two_gpu_runs, load_catalog(use_env=False))[0]) == []
 
 
+def test_the_rerun_command_names_the_catalog_folders_the_fit_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fit of a folder's own GPU had recorded a command without --catalog-dir: rerun, it skipped
+    that GPU's runs as unknown hardware and fitted other values."""
+    import argparse
+    import shlex
+
+    from dse.cli.calibrate_cmd import _rerun
+    from dse.paths import MEASURED_RUNS
+
+    env, flag = tmp_path / "env-cat", tmp_path / "my-cat"
+    monkeypatch.setenv("DSE_CATALOG_DIR", str(env))
+    flags = {"no_points": False, "kernels": "datasheet", "no_cross_validation": True}
+    args = argparse.Namespace(data=MEASURED_RUNS, points=PUBLISHED_POINTS, catalog_dir=[str(flag)], **flags)
+    words = shlex.split(str(_rerun(args, (0,))["command"]))
+    assert words[:6] == ["dse", "--catalog-dir", str(env), "--catalog-dir", str(flag), "calibrate"]
+    monkeypatch.delenv("DSE_CATALOG_DIR")
+    args.catalog_dir = None
+    assert shlex.split(str(_rerun(args, (0,))["command"]))[:4] == [
+        "dse",
+        "calibrate",
+        "--data",
+        "reference/inferencex_calibration.csv",
+    ]
+
+
 def test_a_calibration_file_that_lacks_values_is_warned_of(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -621,13 +621,19 @@ def recipe(
     cross_validation: bool,
     seeds: Sequence[int],
     settings_path: Path | None = RECIPE_SETTINGS,
+    catalog_dirs: Sequence[Path] = (),
 ) -> dict[str, object]:
     """What a rerun needs beside the provenance's figures: the command that refits the same values
-    (``--jobs`` and ``--out`` leave them as they are), the SHA-256 of each file it read (the runs,
-    the engine settings the runs are replayed with, the stage points; None for one not read), the
+    (``--jobs`` and ``--out`` leave them as they are; paths in the checkout relative to its root,
+    where it is run; the catalog folders read, ``DSE_CATALOG_DIR``'s first, as flags), the SHA-256
+    of each file it read (the runs, the engine settings the runs are replayed with, the stage
+    points; None for one not read), the
     commit of the code and whether the checkout differed from it, and the seeds of the latency
     replays (the throughput and power fits draw nothing)."""
-    command = ["dse", "calibrate", "--data", _shown(data_path)]
+    # the catalog folders it read (a fit of a folder's GPU had recorded none, and its rerun
+    # skipped that GPU's runs as unknown hardware)
+    command = ["dse", *(w for d in catalog_dirs for w in ("--catalog-dir", _shown(d))), "calibrate"]
+    command += ["--data", _shown(data_path)]
     command += ["--no-points"] if points_path is None else ["--points", _shown(points_path)]
     command += ["--kernels", kernels] + ([] if cross_validation else ["--no-cross-validation"])
     commit, modified = code_commit()

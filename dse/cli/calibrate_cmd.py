@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dse.atomic import probe_writable, write_text
@@ -138,10 +140,13 @@ def _rerun(args: argparse.Namespace, seeds: tuple[int, ...]) -> dict[str, object
     the command, the hashes of the files it read, the commit and the ``seeds`` of the latency
     replays (the throughput and power fits draw nothing; :func:`dse.calibration.fit.recipe`)."""
     from dse.calibration.fit import recipe
+    from dse.catalog.loader import CATALOG_ENV
 
     points = None if args.no_points else args.points
-    return {"stage_points": None if points is None else points.name,
-            **recipe(args.data, points, args.kernels, not args.no_cross_validation, seeds)}  # fmt: skip
+    env = [Path(d) for d in os.environ.get(CATALOG_ENV, "").split(os.pathsep) if d]
+    dirs = [*env, *(Path(d) for d in getattr(args, "catalog_dir", None) or ())]
+    rerun = recipe(args.data, points, args.kernels, not args.no_cross_validation, seeds, catalog_dirs=dirs)
+    return {"stage_points": None if points is None else points.name, **rerun}
 
 
 def _fitted(
