@@ -357,6 +357,28 @@ def test_the_rerun_command_names_the_catalog_folders_the_fit_read(
     ]
 
 
+def test_an_engine_without_measured_runs_is_said_fitted_to_the_stage_points_where_it_was(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fit of TensorRT-LLM's runs alone still fits SGLang's speed to the stage points (it prices
+    them with SGLang's profile): the trust line had called that speed "the calibrated engines'
+    mean, an assumption". Without stage points it is that mean."""
+    import json
+
+    doc = json.loads(CALIBRATION_FILE.read_text())
+    doc["provenance"]["engines_fitted"] = ["trt"]
+    for points, said in (
+        ("published_points.csv", "its speed is fitted to the stage points alone, its MTP acceptance"),
+        (None, "its speed and MTP acceptance are the calibrated engines' mean, an assumption"),
+    ):
+        doc["provenance"]["stage_points"] = points
+        path = tmp_path / f"fit-{points}.json"
+        path.write_text(json.dumps(doc))
+        monkeypatch.setenv("DSE_CALIBRATION", str(path))
+        res = cli("predict", "--hardware", "b200", "--framework", "sglang", "--conc", "4", "--requests", "20")
+        assert res.code == 0 and f"engine profile sglang has no measured runs: {said}" in res.out, res.out
+
+
 def test_a_calibration_file_that_lacks_values_is_warned_of(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -38,7 +38,7 @@ from dse.perf.benchmark_rows import (
     parse_row,
     with_recipe_settings,
 )
-from dse.perf.params import FITTED_SCALARS, PerfParams
+from dse.perf.params import FITTED_SCALARS, POINTS_ENGINE, PerfParams
 from dse.perf.serving import tpot_at_batch
 from dse.quantiles import known_median
 from dse.typed_data import measured_number, read_csv, row_shape_problem
@@ -333,7 +333,7 @@ def fit(
     """Least-squares fit of the efficiencies to ``data`` (log errors, soft-L1 loss), and to
     stage-level ``points`` with their measured tokens/s per GPU. A fit that stops at
     :data:`MAX_EVALS` without converging says so in ``notes``, when given."""
-    engines = sorted(set(_engines_used(data)) | ({"sglang"} if points else set()))
+    engines = sorted(set(_engines_used(data)) | ({POINTS_ENGINE} if points else set()))
     mtp = {m.row.engine for m in data if m.row.mtp}
     x0, lo, hi = _pack(start, engines, mtp)
     meas_t = np.log([m.tput_per_gpu for m in data])

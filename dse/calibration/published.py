@@ -14,7 +14,7 @@ import numpy as np
 
 from dse.catalog import Catalog
 from dse.errors import InputError
-from dse.perf.params import PerfParams
+from dse.perf.params import POINTS_ENGINE, PerfParams
 from dse.perf.pool import build_pool
 from dse.perf.stages import forward_cost
 from dse.typed_data import measured_number, read_csv
@@ -66,7 +66,7 @@ def predict_points(
 ) -> np.ndarray:
     """Predicted tokens/s per GPU of each point (SGLang engine profile, no MTP)."""
     model = catalog.model(POINTS_MODEL)
-    speed = np.array([params.engine("sglang").speed])
+    speed = np.array([params.engine(POINTS_ENGINE).speed])
     out = []
     for pt in points:
         pool = build_pool(
@@ -77,7 +77,7 @@ def predict_points(
             ep=[pt.gpus],
             weight_precision=[pt.expert_precision],
             kv_precision=[pt.kv_precision],
-            engines=params.kernel_engines(["sglang"]),
+            engines=params.kernel_engines([POINTS_ENGINE]),
         )
         if pt.stage == "prefill":
             tokens = np.array([pt.batch_per_gpu * pt.gpus])

@@ -9,7 +9,7 @@ from typing import Any
 
 from dse.catalog import Catalog
 from dse.errors import InputError
-from dse.perf.params import PerfParams
+from dse.perf.params import POINTS_ENGINE, PerfParams
 
 FEW_ROWS = 25
 """About as many values as the throughput fit sets: a calibration of fewer measured runs cannot pin
@@ -40,6 +40,9 @@ class ExpectedError:
     edited: tuple[tuple[str, str], ...] = ()
     # the measured runs the calibration fitted (provenance ``rows_fitted``; None: not recorded)
     rows_fitted: int | None = None
+    # the assumed engine's speed was fitted to the stage points (the fit took them: it prices them
+    # with that engine's profile)
+    engine_by_points: bool = False
 
     def describe(self) -> str:
         if self.basis == "in-sample":
@@ -66,7 +69,12 @@ class ExpectedError:
         elif not self.model_fitted:
             fitted = ", ".join(self.models_fitted)
             model = f"; measured on {fitted} runs only: this model's error is unmeasured"
-        if self.assumed_engine is not None:
+        if self.assumed_engine is not None and self.engine_by_points:
+            model += (
+                f"; engine profile {self.assumed_engine} has no measured runs: its speed is fitted to "
+                "the stage points alone, its MTP acceptance the calibrated engines' mean"
+            )
+        elif self.assumed_engine is not None:
             model += (
                 f"; engine profile {self.assumed_engine} has no measured runs: its speed and MTP "
                 "acceptance are the calibrated engines' mean, an assumption"
@@ -136,6 +144,7 @@ def expected_error(
         else None,
         edited=tuple((kind, e) for kind, e in (("hardware", hardware), ("model", model)) if e in edited),
         rows_fitted=prov.get("rows_fitted"),
+        engine_by_points=engine == POINTS_ENGINE and prov.get("stage_points") is not None,
     )
 
 

@@ -238,6 +238,8 @@ def default_params() -> PerfParams:
 
 
 KERNEL_TIERS = ("datasheet", "measured")
+POINTS_ENGINE = "sglang"
+"""The engine profile the stage points (published_points.csv) are priced with, and fit the speed of."""
 
 
 def load_params(path: Path | None = None) -> PerfParams:
