@@ -150,6 +150,11 @@ def read_csv(path: Path, key: str) -> tuple[list[str], list[dict[str, str]], lis
             if reader.fieldnames is None:  # had been told as its first required column missing
                 raise InputError(str(path), key, "is empty: a CSV needs a header line naming its columns")
             names = list(reader.fieldnames)
+            other = next((sep for sep in ("\t", ";") if len(names) == 1 and sep in names[0]), None)
+            if other is not None:  # had been told as its first required column missing
+                said = "tabs" if other == "\t" else "semicolons"
+                rule = f"must be comma-separated: its header line separates its columns with {said}"
+                raise InputError(str(path), key, rule)
             # (empty names, a spreadsheet's trailing commas, hold no column anything reads)
             twice = next((n for i, n in enumerate(names) if n and n in names[:i]), None)
             if twice is not None:  # the later column would silently win over the earlier

@@ -36,7 +36,10 @@ def test_bad_runs_files_are_one_line_before_any_fit(cli: Cli, tmp_path: Path, tw
     latin.write_bytes(two_gpu_runs.read_bytes() + "caf\xe9\n".encode("latin-1"))
     empty = tmp_path / "empty.csv"
     empty.write_text("")
+    tabs = tmp_path / "tabs.tsv"  # had been told as "hardware: is a required column"
+    tabs.write_text(two_gpu_runs.read_text().replace(",", "\t"))
     cases = {
+        (str(tabs),): "tabs.tsv: --data: must be comma-separated: its header line separates its columns",
         (str(no_tput),): "no_tput.csv: tput_per_gpu_total: is a required column",
         (str(empty),): "empty.csv: --data: is empty: a CSV needs a header line naming its columns",
         (str(latin),): "latin.csv: --data: must be UTF-8 text",
