@@ -266,6 +266,25 @@ def test_a_calibration_file_s_provenance_and_engine_profiles_are_checked(
         assert res.code == 2 and res.err.strip() == f"dse: error: {path}: {want}", res.err
 
 
+@pytest.mark.e2e  # a fit of two GPUs' runs: about 5 s
+def test_a_power_fit_of_one_run_is_said_poorly_determined(
+    cli: Cli, tmp_path: Path, two_gpu_runs: Path
+) -> None:
+    """Two values (idle, full) fitted to the one run that reports its power had printed "in-sample
+    median abs error 0%" and nothing else."""
+    rows = _rows(two_gpu_runs)
+    first = next(i for i, r in enumerate(rows) if r.get("avg_power_w"))
+    rows = [r if i == first else {**r, "avg_power_w": ""} for i, r in enumerate(rows)]
+    out = tmp_path / "fitted.json"
+    res = cli(
+        "calibrate", "--data", _write(tmp_path / "one.csv", rows), "--out", out, "--no-cross-validation"
+    )
+    assert res.code == 0, res.err
+    assert (
+        "dse: warning: power: its two values (idle, full) fitted to 1 run that report it: a poorly" in res.err
+    )
+
+
 @pytest.mark.e2e  # a fit of one GPU's runs: about 5 s
 def test_runs_of_one_gpu_type_store_no_cross_validation(cli: Cli, tmp_path: Path, two_gpu_runs: Path) -> None:
     """Leaving the one GPU type out fits a fold on no measured run: it had stored 78% / 136% as the

@@ -135,6 +135,11 @@ def _few_rows(n: int, no_cross_validation: bool, gpu_types: int) -> str:
     return f"{n} rows to fit {FEW_ROWS} or so values: the fit is poorly determined; {check} before using it"
 
 
+FEW_POWER_RUNS = 5
+"""Below this many runs that report their power, the power fit's two values are said to be poorly
+determined (10 of the shipped runs report it)."""
+
+
 def _rerun(args: argparse.Namespace, seeds: tuple[int, ...]) -> dict[str, object]:
     """The provenance's stage points (what the fit took beside the runs) and how to rerun the fit:
     the command, the hashes of the files it read, the commit and the ``seeds`` of the latency
@@ -211,6 +216,10 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     prov["latency"] = {"in_sample_median_ape": latency.in_sample, "loho_median_ape": latency.loho,
                        "loho_median_ape_by_hardware": latency.loho_by_hardware}  # fmt: skip
     power = fit_power(data, catalog, fitted)
+    if power is not None and power.rows < FEW_POWER_RUNS:  # (one run had read "in-sample error 0%")
+        print(f"dse: warning: power: its two values (idle, full) fitted to {power.rows} run"
+              f"{'' if power.rows == 1 else 's'} that report it: a poorly determined fit, whose in-sample "
+              f"error says little (fewer than {FEW_POWER_RUNS})", file=sys.stderr)  # fmt: skip
     if power is not None:
         prov["power"] = {
             "rows": power.rows,
