@@ -1755,6 +1755,11 @@ def test_expert_parallelism_of_a_dense_model_is_refused(cli: Cli) -> None:
         "(llama-3.1-70b has none)\n"
     )
     assert cli("predict", "--hardware", "h200", "--model", "llama-3.1-70b", "--conc", "8").code == 0
+    # fp4 quantizes routed experts: on a dense model it had been taken, its figures fp8's to the digit
+    for command in (("predict", "--tp", "8"), ("place", "--rate", "2", "--ttft", "2", "--tpot", "0.05")):
+        fp4 = cli(*command, "--hardware", "h200", "--model", "llama-3.1-70b", "--precision", "fp4")
+        assert fp4.code == 2 and fp4.err.count("\n") == 1, fp4.err
+        assert "--precision = 'fp4': quantizes the routed experts, and llama-3.1-70b has none" in fp4.err
 
 
 def test_the_batch_columns_say_which_statistic_each_latency_is(cli: Cli, catalog) -> None:  # type: ignore[no-untyped-def]
