@@ -66,3 +66,19 @@ def test_a_hardware_of_your_own_with_a_shipped_model_id_is_told_so(cli: Cli, tmp
     r = cli("--catalog-dir", tmp_path, "catalog", "list", "hardware")
     rule = f"must not repeat the id of the shipped model 'kimi-k2' ({SHIPPED_MODELS / 'kimi-k2.toml'})"
     assert (r.code, r.out, r.err) == (2, "", f"dse: error: {own}: id = 'kimi-k2': {rule}\n")
+
+
+def test_two_entries_of_yours_with_one_alias_name_both_files(cli: Cli, tmp_path: Path) -> None:
+    """Two models of a folder sharing an alias: the refusal named the other model's id but not its
+    file, where the hardware's names both."""
+    base = _edit(
+        SHIPPED_MODELS / "kimi-k2.toml", 'aliases = ["kimi-k2-instruct", "k2"]', 'aliases = ["mine"]'
+    )
+    first = _write(tmp_path, "models", "kimi-a", base.replace('id = "kimi-k2"', 'id = "kimi-a"'))
+    second = _write(tmp_path, "models", "kimi-b", base.replace('id = "kimi-k2"', 'id = "kimi-b"'))
+    r = cli("--catalog-dir", tmp_path, "catalog", "list", "models")
+    assert r.code == 2 and r.err.count("\n") == 1, r.err
+    assert (
+        f"dse: error: {second}: aliases = 'mine': must not repeat an id or alias of model 'kimi-a' ({first})"
+        in r.err
+    )

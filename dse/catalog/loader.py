@@ -199,7 +199,7 @@ def _check_aliases(kind: str, entries: Mapping[str, E], files: Mapping[str, Path
                 raise InputError(
                     str(files[entry.id]),
                     "aliases",
-                    f"must not repeat an id or alias of {kind} '{owner[alias]}'",
+                    f"must not repeat an id or alias of {kind} '{owner[alias]}' ({files[owner[alias]]})",
                     alias,
                 )
             owner[alias] = entry.id
