@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import optuna
 import polars as pl
 import pytest
 from conftest import Cli, Result, dse_cmd
@@ -670,6 +671,32 @@ def test_no_piece_of_a_password_with_an_at_and_a_colon_is_printed(tmp_path: Path
         assert "postgresql://dse:***@127.0.0.1:55439/study6" in out.err, out.err
         assert not any(piece in out.err for piece in ("Ab", "Cd", "Ef12")), out.err
     assert not (tmp_path / "out").exists()
+
+
+def test_reading_a_study_writes_nothing_to_its_storage(
+    tmp_path: Path, cli: Cli, tiny_cli_run: Result, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Export and report load a stored study; they had created it again (Optuna's create_study,
+    an insert), which a study.db on read-only media refused, so it could not be exported at all.
+    A database without Optuna's tables is left as it was: export had created all eleven in it
+    before saying it held no study."""
+    assert tiny_cli_run.code == 0, tiny_cli_run.err
+
+    def no_create(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a reader created the study")
+
+    monkeypatch.setattr(optuna, "create_study", no_create)
+    for command in ("export", "report"):
+        out = cli(command, TINY, "--out", tmp_path)
+        assert out.code == 0, out.err
+    other = tmp_path / "notes.db"
+    with contextlib.closing(sqlite3.connect(other)) as con:
+        con.execute("create table notes (x)")
+        con.commit()
+    refused = cli("export", TINY, "--out", tmp_path / "o", "--storage", f"sqlite:///{other}")
+    assert refused.code == 2 and "is not stored here (it holds none): run the study first" in refused.err
+    with contextlib.closing(sqlite3.connect(other)) as con:
+        assert [r[0] for r in con.execute("select name from sqlite_master where type = 'table'")] == ["notes"]
 
 
 def test_export_of_a_study_never_run_is_bad_input(tmp_path: Path, cli: Cli) -> None:

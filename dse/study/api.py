@@ -35,7 +35,15 @@ from dse.study.results import (
     trials_frame,
 )
 from dse.study.spec import StudySpec, read_study, study_path
-from dse.study.storage import catalog_change, default_storage, open_storage, open_study, redact, sqlite_path
+from dse.study.storage import (
+    catalog_change,
+    default_storage,
+    open_storage,
+    open_study,
+    redact,
+    sqlite_path,
+    table_names,
+)
 from dse.study.variants import catalog_entries, study_catalog, unused_variant, with_catalog_ids
 
 if TYPE_CHECKING:
@@ -144,6 +152,8 @@ class Study:
         path = sqlite_path(url)
         if path is not None and not path.exists():
             return self  # not created by reading it: results says there is no run
+        if (tables := table_names(url)) is not None and "studies" not in tables:
+            return self  # no Optuna tables, which opening would create: results says there is no run
         store = open_storage(url)
         try:
             study_id = store.get_study_id_from_name(self.spec.name)
@@ -237,7 +247,13 @@ class Study:
             if blocked is not None:  # it had said "study.db: does not exist", naming no flag
                 raise InputError("out", "", f"must be a folder ({blocked} is a file)", str(out))
             raise InputError(str(out / self.spec.name), "study.db", "does not exist: run the study first")
-        held = optuna.study.get_all_study_names(storage=open_storage(url))
+        # a database without Optuna's tables, which opening it creates: a reader leaves it as it was
+        tables = table_names(url)
+        held = (
+            []
+            if tables is not None and "studies" not in tables
+            else optuna.study.get_all_study_names(storage=open_storage(url))
+        )
         if self.spec.name not in held:  # reading must not create an empty study in someone's database
             others = f" (it holds {', '.join(sorted(held))})" if held else " (it holds none)"
             why = f"is not stored here{others}: run the study first"

@@ -152,36 +152,46 @@ def _refuse_foreign(url: str) -> None:
     when it is opened: :func:`_unopened`). A database that cannot be read here is left to the
     opening, which says why."""
     path = sqlite_path(url)
+    if path is not None and path.is_dir():
+        rule = f"must name a SQLite file: {path} is a folder (a file in it: sqlite:///{path}/study.db)"
+        raise InputError("storage", "url", rule, redact(url))
+    names = table_names(url)
+    taken = sorted((names or set()) & OPTUNA_TABLES)
+    if taken and "version_info" not in (names or set()):
+        rule = (
+            f"holds tables of another program under Optuna's names ({', '.join(taken)}) and no Optuna "
+            "version_info: name a database of its own (empty, or one dse or Optuna made)"
+        )
+        raise InputError("storage", "url", rule, redact(url))
+
+
+def table_names(url: str) -> set[str] | None:
+    """The tables of the database ``url`` names, read without writing (an absent or empty SQLite
+    file has none); None where it cannot be read here (a server away, another database kind),
+    which the opening then says."""
+    path = sqlite_path(url)
     if path is not None:
-        if path.is_dir():
-            rule = f"must name a SQLite file: {path} is a folder (a file in it: sqlite:///{path}/study.db)"
-            raise InputError("storage", "url", rule, redact(url))
         try:
             if not path.is_file() or path.stat().st_size == 0:
-                return
+                return set()
             with contextlib.closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as con:
-                names = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+                return {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
         except (OSError, sqlite3.Error):
-            return
-    elif sqlalchemy.engine.make_url(driver_url(url)).get_backend_name() == "postgresql":
+            return None
+    try:
+        if sqlalchemy.engine.make_url(driver_url(url)).get_backend_name() != "postgresql":
+            return None
         engine = sqlalchemy.create_engine(
             driver_url(url), poolclass=sqlalchemy.pool.NullPool, **_server_args(url)
         )
         try:
             with engine.connect() as con:
                 query = "select tablename from pg_tables where schemaname = current_schema()"
-                names = {str(r[0]) for r in con.execute(sqlalchemy.text(query))}
+                return {str(r[0]) for r in con.execute(sqlalchemy.text(query))}
         finally:
             engine.dispose()
-    else:
-        return
-    taken = sorted(names & OPTUNA_TABLES)
-    if taken and "version_info" not in names:
-        rule = (
-            f"holds tables of another program under Optuna's names ({', '.join(taken)}) and no Optuna "
-            "version_info: name a database of its own (empty, or one dse or Optuna made)"
-        )
-        raise InputError("storage", "url", rule, redact(url))
+    except Exception:  # noqa: BLE001 - unreadable here: the opening says why, in its own words
+        return None
 
 
 def _other_schema(exc: Exception, url: str) -> InputError | None:
@@ -685,14 +695,17 @@ def _loaded(
     """The study created or loaded on ``store`` and checked (:func:`open_stored`); safe to repeat
     after a dropped connection (each setting is claimed once, then compared)."""
     names = [o.name for o in objectives]
-    try:
-        study = optuna.create_study(
-            study_name=spec.name,
-            storage=store,
-            sampler=sampler,
-            load_if_exists=True,
-            directions=[o.direction for o in objectives],
-        )
+    try:  # a stored study is loaded, not created again (an insert a read-only file had refused)
+        if spec.name in optuna.study.get_all_study_names(storage=store):
+            study = optuna.load_study(study_name=spec.name, storage=store, sampler=sampler)
+        else:
+            study = optuna.create_study(
+                study_name=spec.name,
+                storage=store,
+                sampler=sampler,
+                load_if_exists=True,
+                directions=[o.direction for o in objectives],
+            )
     except ValueError as exc:
         why = f"differ from the stored study's ({exc})"
         raise InputError(redact(url), "objectives", why, names) from None
