@@ -47,6 +47,19 @@ def _shared_source(study_file: Path, tmp_path: Path) -> tuple[Any, Any, SharedTr
     return spec, stored, SharedTrials(spec, stored, 60.0, 0, 4)
 
 
+def test_a_workers_trial_stores_its_stale_after_as_it_is_asked_for(tmp_path: Path) -> None:
+    """Stored only once the trial's proposal was made, a worker killed while proposing had left a
+    trial judged by the other workers' stale-after (120 s where its own was 6 s)."""
+    from dse.study.optuna_compat import STALE_AFTER_ATTR
+
+    _, stored, source = _shared_source(TINY, tmp_path)
+    job = source.next()
+    assert job is not None
+    trial = stored.storage.get_trial(stored.trial_id(job.number))
+    assert trial.state == State.RUNNING and trial.system_attrs[STALE_AFTER_ATTR] == 60.0
+    source.close()
+
+
 def _points(trials: list[optuna.trial.FrozenTrial]) -> Counter[tuple[tuple[str, object], ...]]:
     return Counter(tuple(sorted(t.params.items())) for t in trials if t.state == State.COMPLETE)
 

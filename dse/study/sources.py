@@ -133,6 +133,7 @@ class SharedTrials(TrialSource):
                     # a signal while the trial is created would leave it running and unknown here
                     with interrupt.deferred():
                         trial = self._trial = self._stored.study.ask()  # a grid claims its point here
+                        self._own_stale_after(trial)
                     break
             self._wait()
         design = self._propose(trial, self._spec)
@@ -149,16 +150,19 @@ class SharedTrials(TrialSource):
             self._waiting = True
         time.sleep(WAIT_S)
 
+    def _own_stale_after(self, trial: optuna.Trial) -> None:
+        """The trial stores this worker's stale-after as it is asked for, which other workers, whose
+        own may differ, judge its silence by (:data:`dse.study.optuna_compat.STALE_AFTER_ATTR`):
+        stored only once its proposal was made, a worker killed while proposing had left a trial
+        judged by the others' (120 s for a worker of 6 s), and a live one's proposal could be
+        judged by a shorter one."""
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # failed already: dropped later
+            self._stored.storage.set_trial_system_attr(trial._trial_id, STALE_AFTER_ATTR, self._stale_after_s)
+
     def evaluating(self, job: Proposal) -> contextlib.AbstractContextManager[Any]:
-        """The trial's heartbeats, from the first moment, so a long trial never looks dead; the
-        trial first stores this worker's stale-after, which other workers, whose own may be
-        shorter, judge its silence by (:data:`dse.study.optuna_compat.STALE_AFTER_ATTR`)."""
-        trial_id = self._stored.trial_id(job.number)
-        with contextlib.suppress(
-            optuna.exceptions.UpdateFinishedTrialError
-        ):  # failed as stale: finish drops it
-            self._stored.storage.set_trial_system_attr(trial_id, STALE_AFTER_ATTR, self._stale_after_s)
-        return heartbeat(self._stored.storage, trial_id, self._beat_s)
+        """The trial's heartbeats, from the first moment of its evaluation, so a long trial never
+        looks dead (its stale-after it stored as it was asked for: :meth:`_own_stale_after`)."""
+        return heartbeat(self._stored.storage, self._stored.trial_id(job.number), self._beat_s)
 
     def finish(self, job: Proposal, values: list[float], violation: float, record: dict[str, Any]) -> bool:
         trial = self._trial
