@@ -514,6 +514,36 @@ def test_the_best_designs_percentile_metrics_name_their_percentile(tmp_path: Pat
     assert what["ttft_mean_s"].startswith("mean time to first token")
 
 
+def test_the_overview_says_what_the_study_prices_beyond_gpu_hours_and_its_caps(
+    tmp_path: Path, spec: StudySpec
+) -> None:
+    """Energy, resting KV's storage and the caps on each design move the figures (energy is in
+    $/M tokens, a cap rules designs out), and the overview, "the spec in words", had left them out."""
+    from dataclasses import replace
+
+    from dse.study.spec import StudyEnergy, StudyLimits, StudyStorage
+
+    priced = replace(
+        spec,
+        energy=StudyEnergy(usd_per_kwh=0.12, pue=1.3),
+        storage=StudyStorage(dram_usd_per_tb=3000.0, network_usd_per_tb=150.0),
+        limits=StudyLimits(budget_usd_hour=500.0, max_gpus=64),
+    )
+    md = write_report(tmp_path, spec=priced, objectives=OBJECTIVES, tables=_tables(), best=None).read_text(
+        "utf-8"
+    )
+    lines = md.splitlines()
+    assert (
+        "- **Priced too:** energy $0.12/kWh at PUE 1.3; resting KV's host DRAM $3,000/TB, network "
+        "$150/TB over 4 years" in lines
+    )
+    assert "- **Caps on each design:** budget $500.00/hour, GPUs 64" in lines
+    plain = write_report(tmp_path, spec=spec, objectives=OBJECTIVES, tables=_tables(), best=None).read_text(
+        "utf-8"
+    )
+    assert "Priced too" not in plain and "Caps on each design" not in plain
+
+
 GRID_STUDY = """\
 name = "{name}"
 model = "deepseek-v3"
@@ -546,7 +576,7 @@ tpot_s = 0.05
                 "- **Model:** deepseek-v3 or kimi-k2 by grid point (fp8, engine trt)",
                 "- **Hardware:** h200-sxm or b200 by grid point (prices: own_hyperscaler)",
                 "- **Traffic:** 10 requests/s; fresh prompts of 4,000 tokens, 1,000 output tokens; 50% "
-                "returning turns reusing 8,000 cached tokens plus 300 new ones",
+                "returning turns reusing 8,000 cached tokens plus 300 new ones (100% after 60 s)",
                 "- **Targets:** TTFT at p50 <= 2 s, TPOT mean <= 50, 100 or 400 ms by grid point",
             ],
         ),
@@ -558,7 +588,7 @@ tpot_s = 0.05
                 "- **Hardware:** h200-sxm, b200 (prices: own_hyperscaler)",
                 "- **Traffic:** 5 requests/s by grid point; fresh prompts of 2,000 or 16,000 tokens by grid "
                 "point, 1,000 output tokens; 50% returning turns reusing 32,000 or 128,000 cached tokens by "
-                "grid point plus 300 new ones",
+                "grid point plus 300 new ones (100% after 60 s)",
                 "- **Targets:** TTFT at p50 <= 2 or 4 s by grid point, TPOT mean <= 50 ms",
             ],
         ),

@@ -306,10 +306,11 @@ def _overview(
         f"{of('output_tokens', w.output_tokens, ',.0f', 'output tokens')}"
     )
     if w.returning_share > 0:
+        think = ", ".join(f"{b.share:.0%} after {b.dwell_s:g} s" for b in w.think)
         traffic += (
             f"; {w.returning_share:.0%} returning turns reusing "
             f"{of('cached_prefix_tokens', w.cached_prefix_tokens, ',.0f', 'cached tokens')} "
-            f"plus {w.suffix_tokens:,.0f} new ones"
+            f"plus {w.suffix_tokens:,.0f} new ones ({think})"
         )
     ttft = of("ttft_s", slo.ttft_s, "g", "s")
     tpot = by_point(spec, "tpot_s", slo.tpot_s, lambda v: f"{v * 1e3:g}", "ms")
@@ -327,6 +328,7 @@ def _overview(
         f"- **Traffic:** {traffic}",
         f"- **Targets:** TTFT at p{slo.percentile:g} <= {ttft}, TPOT mean <= {tpot}",
         f"- **Objectives:** {', '.join(said) or '(none)'}",
+        *_costs_and_caps(spec),
         f"- **Trials:** {n} finished: {ok} feasible, {n - ok} infeasible",
     ]
     warm = int(trials["warm_start"].sum()) if "warm_start" in trials.columns else 0
@@ -335,6 +337,35 @@ def _overview(
     if unfinished is not None:  # workers were still at it: which trials this report holds
         lines.append(f"- **Unfinished:** this report was {unfinished}")
     return "\n".join(lines)
+
+
+def _costs_and_caps(spec: StudySpec) -> list[str]:
+    """The overview's lines for what the study prices beyond the GPU-hour and the caps on each
+    design, where it sets them (each moves the figures: energy is in $/M tokens, a cap makes
+    designs infeasible): they had been left out of "the spec in words"."""
+    e, st, lim = spec.energy, spec.storage, spec.limits
+    priced = []
+    if e.usd_per_kwh > 0:
+        priced.append(f"energy ${e.usd_per_kwh:g}/kWh at PUE {e.pue:g}")
+    tiers = (
+        ("host DRAM", st.dram_usd_per_tb),
+        ("NVMe", st.nvme_usd_per_tb),
+        ("network", st.network_usd_per_tb),
+    )
+    stored = [f"{name} ${usd:,.0f}/TB" for name, usd in tiers if usd > 0]
+    if stored:
+        priced.append(f"resting KV's {', '.join(stored)} over {st.years:g} years")
+    caps = [
+        f"{label} {value}"
+        for label, value in (
+            ("budget", None if lim.budget_usd_hour is None else f"${lim.budget_usd_hour:,.2f}/hour"),
+            ("power", None if lim.power_kw is None else f"{lim.power_kw:g} kW"),
+            ("GPUs", None if lim.max_gpus is None else f"{lim.max_gpus:g}"),
+        )
+        if value is not None
+    ]
+    lines = [f"- **Priced too:** {'; '.join(priced)}"] if priced else []
+    return lines + ([f"- **Caps on each design:** {', '.join(caps)}"] if caps else [])
 
 
 def by_point(spec: StudySpec, axis: str, value: Any, show: Callable[[Any], str], unit: str) -> str:
