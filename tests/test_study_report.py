@@ -973,3 +973,11 @@ def test_a_p50_studys_pareto_front_names_its_latency_objectives_statistic(
     ).read_text()
     header = _section(md, "## Pareto front").split("\n\n")[2].splitlines()[0]
     assert "| ttft_pct_s (TTFT p50, s, minimize) | tpot_s (TPOT mean, s, minimize) |" in header
+
+
+def test_a_live_cache_difference_that_rounds_to_nothing_reads_plus_zero() -> None:
+    """A tier found 0.02 points less often in the live cache than planned had read "-0.0"."""
+    from dse.study.report import _kv_cache_table
+
+    table = _kv_cache_table({"hbm": (0.5, 0.4998), "drop": (0.1, 0.12)})
+    assert "| hbm | 50.0% | 50.0% | +0.0 |" in table and "-0.0" not in table

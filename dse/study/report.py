@@ -566,7 +566,13 @@ KV_CACHE_NOTE = (
 
 def _kv_cache_table(cache: dict[str, tuple[float, float]]) -> str:
     rows = [
-        [outcome, fmt(planned, ".1%"), fmt(simulated, ".1%"), fmt(100.0 * (simulated - planned), "+.1f")]
+        # (rounded first, and + 0.0: a difference of -0.02 points had read "-0.0")
+        [
+            outcome,
+            fmt(planned, ".1%"),
+            fmt(simulated, ".1%"),
+            fmt(round(100.0 * (simulated - planned), 1) + 0.0, "+.1f"),
+        ]
         for outcome, (planned, simulated) in cache.items()
     ]
     return md_table(
