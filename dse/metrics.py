@@ -221,10 +221,13 @@ CONSTRAINTS = {
 
 def markdown_table() -> str:
     """The metric and constraint columns of the trials table, for ``docs/schema.md``: per metric
-    column the objective that names it (the metric's name, with its direction), where it may be one."""
+    column the objective that names it (the metric's name, with its direction), where it may be one,
+    and for a recorded-only metric whose column is named otherwise, the name a function reads it by."""
     rows = ["| column | objective | unit | what |", "|---|---|---|---|"]
     for n, m in METRICS.items():
         objective = f"`{n}` ({m.direction})" if m.direction is not None else "recorded only"
+        if m.direction is None and column(n) != n:  # the name a Python objective reads it by
+            objective += f" (`m[\"{n}\"]`)"
         rows.append(f"| `{column(n)}` | {objective} | {m.unit} | {m.doc} |")
     rows += [f"| `c_{n}` | | {c.unit} | {c.doc} (`<= 0` feasible) |" for n, c in CONSTRAINTS.items()]
     return "\n".join(rows)
