@@ -396,6 +396,30 @@ def test_a_placement_made_with_another_catalog_entry_is_refused(tmp_path: Path, 
     assert "simulate with the --catalog-dir it was placed with" in other.err
 
 
+def test_a_gpu_whose_vendor_is_edited_is_another_entry(tmp_path: Path, cli: Cli) -> None:
+    """vendor decides the engines a GPU runs, the default one and the cold start: a copy of the B200
+    made "amd" had been called the B200 the runs measured, and had simulated a placement made for
+    TensorRT-LLM on the NVIDIA one, both as though only a word had changed."""
+    from dse.paths import SHIPPED_HARDWARE
+
+    (tmp_path / "hardware").mkdir()
+    b200 = (SHIPPED_HARDWARE / "b200.toml").read_text()
+    assert b200.count('vendor = "nvidia"') == 1
+    (tmp_path / "hardware" / "b200.toml").write_text(b200.replace('vendor = "nvidia"', 'vendor = "amd"'))
+    predicted = cli(
+        "--catalog-dir", tmp_path, "predict", "--hardware", "b200", "--conc", "4", "--requests", "20"
+    )
+    assert predicted.code == 0 and "your catalog changes b200 from the entry it saw" in predicted.out
+    placed = cli(*PLACE)
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    other = cli(
+        "--catalog-dir", tmp_path, "simulate", "--placement", plan, "--horizon", "300", "--warmup", "60"
+    )
+    assert other.code == 2 and "was placed with another entry for b200 than this catalog's" in other.err
+
+
 def test_a_placement_made_with_an_entry_this_catalog_lacks_names_the_file_and_the_flag(
     tmp_path: Path, cli: Cli
 ) -> None:

@@ -49,9 +49,11 @@ class Catalog:
         return {e.id: entry_numbers(e) for e in entries}
 
 
-# an entry's words, not its numbers: what a trial computes does not read them
+# an entry's words, not its numbers: what a trial computes does not read them (not ``vendor``: it
+# decides the engines a GPU runs, the default one and the cold start, and a copy of a B200 made
+# "amd" had been called the B200 the runs measured, and simulated a TensorRT-LLM placement)
 DOC_FIELDS = frozenset(
-    {"name", "vendor", "status", "sources", "aliases", "notes", "assumptions", "checkpoint", "published"}
+    {"name", "status", "sources", "aliases", "notes", "assumptions", "checkpoint", "published"}
 )
 
 

@@ -177,8 +177,9 @@ def changed_since_fit(params: PerfParams, catalog: Catalog) -> frozenset[str]:
             except InputError:  # an id the catalog no longer has: not the entry the fit saw
                 out.add(key)
                 continue
-            if _plain(entry_numbers(entry)) != numbers:
-                out.add(entry.id)
+            now = _plain(entry_numbers(entry))
+            if any(now[k] != numbers[k] for k in now.keys() & numbers.keys()):  # (a key a later dse
+                out.add(entry.id)  # records, such as vendor, is no change to a file without it)
     return frozenset(out)
 
 
