@@ -157,7 +157,8 @@ class SharedTrials(TrialSource):
         judged by the others' (120 s for a worker of 6 s), and a live one's proposal could be
         judged by a shorter one."""
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # failed already: dropped later
-            self._stored.storage.set_trial_system_attr(trial._trial_id, STALE_AFTER_ATTR, self._stale_after_s)
+            trial_id = self._stored.trial_id(trial.number)
+            self._stored.storage.set_trial_system_attr(trial_id, STALE_AFTER_ATTR, self._stale_after_s)
 
     def evaluating(self, job: Proposal) -> contextlib.AbstractContextManager[Any]:
         """The trial's heartbeats, from the first moment of its evaluation, so a long trial never

@@ -385,7 +385,7 @@ def lone_writer(study_name: str, url: str, *, worker: bool = False) -> Iterator[
     if path is None:  # an in-memory storage is this process's own
         yield
         return
-    with open(Path(f"{Path(path).resolve()}.run-lock"), "a+") as fh:  # the file's, by any link to it
+    with _run_lock_file(path, url) as fh:
         try:
             fcntl.flock(fh, (fcntl.LOCK_SH if worker else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -404,6 +404,20 @@ def lone_writer(study_name: str, url: str, *, worker: bool = False) -> Iterator[
                 fh.seek(0)
                 fh.truncate()
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _run_lock_file(path: Path, url: str) -> IO[str]:
+    """The lock file beside the SQLite file ``path`` (the file's, by any link to it), opened for
+    the lock; a disk that refuses it (read-only, full) is a storage fault naming ``url``, as the
+    database's own writes are: on read-only media it had been a traceback once the study was
+    loaded without a write."""
+    try:
+        return open(Path(f"{Path(path).resolve()}.run-lock"), "a+")
+    except OSError as exc:
+        fault = storage_fault(exc, redact(url), path)
+        if fault is not None:
+            raise fault from None
+        raise
 
 
 @contextlib.contextmanager
