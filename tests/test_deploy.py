@@ -132,6 +132,12 @@ def test_dynamo_runs_workers_of_the_studys_engine() -> None:
     for profile, worker in (("vllm", "vllm_worker"), ("sglang", "sglang_worker"), ("trt", "trtllm_worker")):
         files = launch_files(replace(_design(), profile=profile), "dynamo")
         assert _command(files["decode.sh"])[:3] == FLAGS["dynamo"][worker].split(), profile
+    # each trusts the checkpoint's code, as the engines' own launches do (Kimi K2's tokenizer is code
+    # of its own): Dynamo's vLLM workers had lost the flag, and its TRT-LLM ones read it from the YAML alone
+    vllm = launch_files(replace(_design(), profile="vllm"), "dynamo")
+    assert FLAGS["vllm"]["trust"] in _command(vllm["decode.sh"])
+    trt = launch_files(replace(_design(), profile="trt"), "dynamo")
+    assert f"{FLAGS['trtllm']['yaml_trust']}: true" in trt["decode.yaml"]
 
 
 def test_dynamo_writes_a_graph_of_its_workers() -> None:
@@ -1603,23 +1609,27 @@ def _tiered(catalog: Catalog, **kw: Any) -> Design:
 def test_kv_resting_in_host_dram_gets_each_engines_host_tier_per_gpu(catalog: Catalog) -> None:
     """800 GB of DeepSeek's KV in the DRAM of a prefill pool of two TP8 instances: 400 GB an
     instance, and, the latent KV whole on each of its 8 GPUs, 400 GB a GPU's host (the engines keep
-    a host tier per rank). SGLang's host pool mirrors its GPU's (which holds at most B200's 180 GiB
-    less the runtime's 4% and 60 GB of weights, 125.5 GB), so --hicache-size is 526 GB a rank;
-    TRT-LLM's host cache takes 4e11 bytes a rank. Under attention DP the 8 GPUs hold distinct
-    shares: 50 GB a GPU."""
+    a host tier per rank). TRT-LLM's host cache takes 4e11 bytes a rank. SGLang's host pool mirrors
+    its GPU's (which holds at most B200's 180 GiB less the runtime's 4% and 60 GB of weights, 125.5
+    GB): 526 GB a rank, more than a B200's 256 GB of DRAM, so it is refused (SGLang refuses it at
+    start-up; the launch had been written, the README alone saying so). At 80 GB a GPU
+    --hicache-size is 206 GB. Under attention DP the 8 GPUs hold distinct shares: 50 GB a GPU."""
     tp = _tiered(catalog, dram=800.0)
     p = tp.pools[0]
     assert (p.kv_dram_gb, p.kv_gpus, p.dram_gb_per_gpu) == (400.0, 1, 400.0)
     assert p.hbm_kv_gb == pytest.approx(180 * 2**30 / 1e9 * 0.96 - 60.0)
     assert not tp.pools[1].tiered  # the decode pool rests none
-    files = launch_files(tp, "sglang")
+    assert sglang_hicache_gb(p) == 526
+    with pytest.raises(InputError, match=r"cannot fit the prefill pool's SGLang host cache: 537 GB a rank"):
+        launch_files(tp, "sglang")
+    fits = _tiered(catalog, dram=160.0)
+    files = launch_files(fits, "sglang")
     f = FLAGS["sglang"]
     words = _command(files["prefill.sh"])
-    assert f["hicache"] in words and _arg(words, f["hicache_size"]) == "526"
+    assert f["hicache"] in words and _arg(words, f["hicache_size"]) == "206"
     assert f["hicache"] not in _command(files["decode.sh"])
     assert f["hicache_storage"] not in words
-    assert "`--hicache-size 526` GB a rank" in files["README.md"]
-    assert "more than the 256 GB of DRAM a GPU of b200 has" in files["README.md"]
+    assert "`--hicache-size 206` GB a rank" in files["README.md"]
     dynamo = launch_files(tp, "dynamo")  # the study's profile is trt: TRT-LLM workers, bytes a rank
     assert "host_cache_size: 400000000000" in dynamo["prefill.yaml"]
     assert "host_cache_size" not in dynamo["decode.yaml"]

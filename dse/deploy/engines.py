@@ -419,7 +419,13 @@ def trtllm_options(
     host = trtllm_host_cache_bytes(pool)
     if host is not None:  # the KV the study rests in the hosts' DRAM, each rank's share
         kv[f["yaml_host_cache"]] = host
-    out: dict[str, Any] = {f["yaml_dp_attention"]: pool.attn_tp == 1 and pool.gpus > 1, f["yaml_kv"]: kv}
+    out: dict[str, Any] = {
+        f[
+            "yaml_trust"
+        ]: True,  # as every launch here trusts the checkpoint's code (Dynamo reads it here alone)
+        f["yaml_dp_attention"]: pool.attn_tp == 1 and pool.gpus > 1,
+        f["yaml_kv"]: kv,
+    }
     if pool.chunk_tokens is not None:
         out[f["yaml_chunked_prefill"]] = True
     if design.context_tokens:
@@ -471,7 +477,8 @@ def dynamo_args(
         body = v[len(flags["vllm"]["launch"].split()) + 1 : v.index(flags["vllm"]["host"])]
         # a prefill or decode worker's role and its KV connector (NIXL, set by no default)
         role = [d["vllm_mode"], mode, d["vllm_kv_transfer"], d["vllm_kv_transfer_value"]] if mode else []
-        words = [*d["vllm_worker"].split(), d["vllm_model"], "$MODEL", *role, *body]
+        # (body stops at --host, before the --trust-remote-code the engine's own launch ends with)
+        words = [*d["vllm_worker"].split(), d["vllm_model"], "$MODEL", *role, *body, flags["vllm"]["trust"]]
         if mode and pool.per_host > 1:  # its NIXL side channel's ports, its own on a shared host
             words = ["env", f"{d['vllm_nixl_port_env']}=$NIXL_SIDE_PORT", *words]
         return words, {}

@@ -74,12 +74,39 @@ def check_tiers(design: Design, engine: str, backend: str) -> None:
                 f"({_gb(p.kv_nvme_gb + p.kv_network_gb)} an instance), which the study priced: {how}"
             )
             raise InputError(SRC, "--engine", why, engine)
+        if backend == "sglang":
+            _sglang_host_fits(design, p, engine)
         if p.kv_dram_gb > 0 and engine == "dynamo" and backend == "vllm" and p.role != "mixed":
             why = (
                 f"writes no host tier for Dynamo's disaggregated vLLM workers (KVBM): the {p.name} pool "
                 f"rests {_gb(p.kv_dram_gb)} of KV an instance in its hosts' DRAM, which the study priced"
             )
             raise InputError(SRC, "--engine", why, engine)
+
+
+def _sglang_host_fits(design: Design, p: PoolLaunch, engine: str) -> None:
+    """Refuse a pool whose SGLang host pool (its share of the resting KV and the copy of the GPU's
+    KV pool it mirrors), with what SGLang leaves free, is more than its GPU's DRAM: SGLang refuses
+    such a pool at start-up ("Not enough host memory available"), and the launch had been written,
+    its README alone saying it would fail."""
+    need = (sglang_hicache_gb(p) or 0) + SGLANG_HOST_RESERVE_GB
+    if not p.host_gb_per_gpu or need <= p.host_gb_per_gpu + 1.0:  # (--hicache-size is whole GB up)
+        return
+    why = (
+        f"the study's engine profile `{design.profile}` priced its DRAM tier without SGLang's copy of "
+        "the GPU's pool: launch it on that engine, or on hosts with more memory (a --catalog-dir "
+        "entry of theirs)"
+        if design.profile != "sglang"
+        else "give the hosts more memory (a --catalog-dir entry of theirs)"
+    )
+    rule = (
+        f"cannot fit the {p.name} pool's SGLang host cache: {need:.0f} GB a rank (its "
+        f"{_gb(p.dram_gb_per_gpu)} of resting KV, the {_gb(p.hbm_kv_gb)} of its GPU's KV pool it "
+        f"mirrors and the {_gb(SGLANG_HOST_RESERVE_GB)} SGLang leaves free) against the "
+        f"{_gb(p.host_gb_per_gpu)} of DRAM "
+        f"a GPU of {p.hardware} has, and SGLang refuses a host pool larger than the memory free: {why}"
+    )
+    raise InputError(SRC, "--engine", rule, engine)
 
 
 def _gb(gb: float) -> str:
@@ -113,20 +140,6 @@ def host_cache_notes(design: Design, backend: str, f: dict[str, str]) -> list[st
                 f"SGLang's hierarchical cache gets `{f['hicache_size']} {sglang_hicache_gb(p)}` GB a rank, "
                 f"that and the {_gb(p.hbm_kv_gb)} its GPU's KV pool can hold at most, which it mirrors"
             )
-            need = (sglang_hicache_gb(p) or 0) + SGLANG_HOST_RESERVE_GB
-            if p.host_gb_per_gpu and need > p.host_gb_per_gpu + 1.0:  # (--hicache-size is whole GB up)
-                why = (
-                    f"the study's engine profile `{design.profile}` priced its DRAM tier without SGLang's "
-                    "copy of the GPU's pool: run it on an engine that keeps none (TensorRT-LLM's host "
-                    "cache, vLLM's CPU offloading) or on hosts with more memory"
-                    if design.profile != "sglang"
-                    else "give the hosts more memory"
-                )
-                line += (
-                    f". That and the {_gb(SGLANG_HOST_RESERVE_GB)} SGLang leaves free come to more than the "
-                    f"{_gb(p.host_gb_per_gpu)} of DRAM a GPU of {p.hardware} has (the hardware "
-                    f"catalog's), and SGLang refuses a host pool larger than the memory free: {why}"
-                )
             if sglang_storage(p):
                 line += (
                     f", and its file tier (`{f['hicache_storage']} {f['hicache_storage_file']}`): mount "
