@@ -558,6 +558,28 @@ def test_a_dense_model_s_study_searches_the_shapes_it_runs_and_a_model_alias_res
     assert by_id.code == 0 and "(2 before)" in by_id.out, by_id.err
 
 
+def test_a_study_stored_with_a_model_alias_resumes_and_reads(tmp_path: Path, cli: Cli) -> None:
+    """A run before 2026-12-07 stored its model as written (an alias); runs now store the id, and
+    that study had become "another study's" to resume and to read."""
+    ran = cli("study", "run", TINY, "--out", tmp_path, "--trials", "2", "--no-export")
+    assert ran.code == 0, ran.err
+    url = f"sqlite:///{tmp_path / 'tiny-study' / 'study.db'}"
+    study = optuna.load_study(study_name="tiny-study", storage=url)
+    spec = study.user_attrs["spec"]
+    assert spec["model"] == "deepseek-v3"
+    with contextlib.closing(sqlite3.connect(tmp_path / "tiny-study" / "study.db")) as con:
+        con.execute(
+            "update study_user_attributes set value_json = ? where key = 'spec'",
+            (json.dumps({**spec, "model": "dsv3"}),),
+        )
+        con.commit()
+    aliased = tmp_path / "tiny-study.toml"
+    aliased.write_text(TINY.read_text().replace('model = "deepseek-v3"', 'model = "dsv3"'))
+    again = cli("study", "run", aliased, "--out", tmp_path, "--trials", "3", "--no-export")
+    assert again.code == 0 and "(2 before)" in again.out, again.err
+    assert cli("export", TINY, "--out", tmp_path).code == 0
+
+
 def test_study_db_alone_holds_every_trial(tmp_path: Path, cli: Cli, tiny_cli_run: Result) -> None:
     """The file to copy or share is the whole study: a CLI run had left every trial in study.db-wal
     (its process ends without closing SQLite), and a copied study.db held none."""

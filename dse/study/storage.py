@@ -747,7 +747,9 @@ def _loaded(
             f"{'/'.join(wanted)} them{_empty_note(study)}"
         )
         raise InputError(redact(url), "objectives", rule, names)
-    changed = spec_change(claim_study_attr(study, "spec", plain(spec))[0], plain(spec))
+    now = plain(spec)
+    held = _models_by_id(claim_study_attr(study, "spec", now)[0], now, study.user_attrs.get("catalog"))
+    changed = spec_change(held, now)
     if changed is not None:
         key, was, now = changed
         raise InputError(
@@ -780,6 +782,25 @@ def _same_functions(study: optuna.Study, objectives: list[ObjectiveDef]) -> None
                 ),
                 stacklevel=2,
             )
+
+
+def _models_by_id(held: Any, now: dict[str, Any], entries: Any) -> Any:
+    """The stored spec with its model named by id where it named an alias of the model ``now``
+    names: a run stores the model by its catalog id, one before 2026-12-07 stored it as written
+    (``qwen3-235b``), and read or resumed as an id it had been another study's. The stored catalog
+    entries (keyed by id) say which model the trials ran with; a study stored without them is
+    compared as it is."""
+    models = entries.get("models") if isinstance(entries, dict) else None
+    if not isinstance(held, dict) or not isinstance(models, dict):
+        return held
+    out = dict(held)
+    if out.get("model") != now.get("model") and now.get("model") in models:
+        out["model"] = now["model"]
+    sweep, swept = out.get("sweep"), now.get("sweep", {}).get("model")
+    if isinstance(sweep, dict) and isinstance(swept, list) and sweep.get("model") != swept:
+        if len(sweep.get("model") or []) == len(swept) and all(m in models for m in swept):
+            out["sweep"] = {**sweep, "model": swept}
+    return out
 
 
 def _same_catalog(study: optuna.Study, catalog: dict[str, Any], url: str) -> None:
