@@ -12,7 +12,7 @@ parsed back. A study trial is one call of :func:`evaluate` or :func:`check`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
@@ -127,6 +127,13 @@ def tighter_ttft(
     return replace(solved, slo=replace(solved.slo, ttft_s=base * (req.slo.ttft_s / missed_s) ** step))
 
 
+def ttft_steps(rounds: int) -> Callable[[], float]:
+    """How far each re-solve for a missed TTFT goes, in log terms, one call a round: a third of
+    the way, then half of what is left, then all of it (:func:`_tighter_engine` says why)."""
+    left = iter(range(rounds, 0, -1))
+    return lambda: 1.0 / next(left, 1)
+
+
 C = TypeVar("C")
 
 
@@ -195,12 +202,12 @@ def held(
     for rank, outcome in enumerate(ranked):
         if best is not None and not outcome.result.objective < best.outcome.result.objective:
             break
-        left = iter(range(RETARGET_ROUNDS, 0, -1))  # a TTFT a third of the way, half the rest, all
+        step = ttft_steps(RETARGET_ROUNDS)
 
         def tighter(
-            sized: PlacementRequest, ev: Evaluation, left: Iterator[int] = left
-        ) -> PlacementRequest | None:
-            return retargeted(req, sized, ev, 1.0 / next(left, 1))
+            sized: PlacementRequest, ev: Evaluation, step: Callable[[], float] = step
+        ) -> PlacementRequest | None:  # (a TPOT or backlog round spends no TTFT step)
+            return retargeted(req, sized, ev, step() if ev.binding.startswith("ttft_s") else 1.0)
 
         tried = resolved(
             req,
@@ -445,12 +452,12 @@ def engine_checks(
     out = []
     cheapest = math.inf  # the MILP objective of the cheapest design held so far
     for o in report.ranked():
-        left = iter(range(rounds, 0, -1))  # rounds left, this one's included
+        step = ttft_steps(rounds)
 
         def tighter(
-            sized: PlacementRequest, c: EngineCheck, left: Iterator[int] = left
+            sized: PlacementRequest, c: EngineCheck, step: Callable[[], float] = step
         ) -> PlacementRequest | None:
-            return _tighter_engine(req, sized, c, 1.0 / next(left, 1))
+            return _tighter_engine(req, sized, c, step())
 
         tried = resolved(
             req,

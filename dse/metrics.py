@@ -227,7 +227,7 @@ def markdown_table() -> str:
     for n, m in METRICS.items():
         objective = f"`{n}` ({m.direction})" if m.direction is not None else "recorded only"
         if m.direction is None and column(n) != n:  # the name a Python objective reads it by
-            objective += f" (`m[\"{n}\"]`)"
+            objective += f' (`m["{n}"]`)'
         rows.append(f"| `{column(n)}` | {objective} | {m.unit} | {m.doc} |")
     rows += [f"| `c_{n}` | | {c.unit} | {c.doc} (`<= 0` feasible) |" for n, c in CONSTRAINTS.items()]
     return "\n".join(rows)

@@ -324,6 +324,17 @@ def test_a_topology_short_of_its_caps_is_nearer_than_one_with_a_role_no_unit_fil
     )
 
 
+def test_a_reason_of_no_measure_is_quoted_last() -> None:
+    """An elastic model that did not solve (or a returning turn no unit reloads in time) says how
+    far from feasible nothing: it had come before a role's nearest shape 1.4% past its limit."""
+    from dse.placement.explain import Infeasibility, nearness
+
+    caps = Infeasibility("inventory", "72 GPUs more", 9.0)
+    unit = Infeasibility("no ffn unit", "1.4% over", 0.014)
+    unknown = Infeasibility("unknown", "the elastic model did not solve")
+    assert sorted([unknown, unit, caps], key=nearness) == [caps, unit, unknown]
+
+
 def test_confirm_goes_part_of_the_way_to_a_tighter_ttft_first(cli: Cli) -> None:
     """MI355X at 10 requests/s, 60% returning with 50,000-token prefixes (TTFT 1 s at p90): the
     MILP's disaggregated design, priced at 0.83 s, misses at 2.54 s in its worst pool (its decode

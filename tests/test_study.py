@@ -70,7 +70,7 @@ def test_shipped_studies_load() -> None:
         # a horizon below the default warm-up had been told as a warm-up the file never gave
         (
             ("horizon_s = 600.0\nwarmup_s = 120.0", "horizon_s = 200.0"),
-            "simulate.horizon_s = 200.0: must be longer than warmup_s's default of 300 s (or give warmup_s)",
+            "simulate.horizon_s = 200.0: must be longer than warmup_s (300 s, its default)",
         ),
         (
             ("dt_s = 2.0", 'dt_s = 2.0\narrivals = "burst"\nburst_s = 0.0'),

@@ -5,6 +5,7 @@ without a value kept off the Pareto front and out of the best trial."""
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
 import warnings
 from pathlib import Path
@@ -246,3 +247,44 @@ def test_trials_equal_on_the_objective_rank_the_cheaper_first_then_the_faster_pe
     cost = t.with_columns(objective_usd_per_million_tokens=pl.col("usd_per_million_tokens"))
     assert best_of(cost, ("usd_per_million_tokens", "minimize")) == 4
     assert best_of(cost.filter(pl.col("trial") < 4), ("usd_per_million_tokens", "minimize")) == 3
+
+
+def test_an_objective_functions_digest_does_not_move_with_the_hash_seed() -> None:
+    """A set literal compiles to a frozenset constant, whose repr's order moves with
+    PYTHONHASHSEED: the same function had digested five ways under five seeds, and a resumed
+    study warned that its unchanged objective was other code."""
+    import subprocess
+    import sys
+
+    code = (
+        "from dse.study.objectives import code_digest\n"
+        "print(code_digest(lambda m: m['engine'] in {'trt', 'sglang', 'vllm', 'atom', 'x', 'y'}))"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+        ).stdout  # fmt: skip
+        for seed in range(1, 6)
+    }
+    assert len(digests) == 1, digests
+
+
+def test_reading_a_study_with_its_objective_function_writes_nothing(tmp_path: Path) -> None:
+    """Reading (results) with a function attached had stored the function's digest in a study
+    stored before the digest existed: a write, which read-only media refuse."""
+
+    def per_user(m):  # type: ignore[no-untyped-def]
+        return m["usd_per_hour"] / m["tokens_per_s_per_user"]
+
+    Study.load(TINY).with_objective("speed_cost", per_user).run(trials=2, out=tmp_path)
+    db = tmp_path / "tiny-study" / "study.db"
+    with sqlite3.connect(db) as con:
+        con.execute("delete from study_user_attributes where key = 'objective_code'")
+    Study.load(TINY).with_objective("speed_cost", per_user).results(out=tmp_path)
+    with sqlite3.connect(db) as con:
+        keys = {r[0] for r in con.execute("select key from study_user_attributes")}
+    assert "objective_code" not in keys

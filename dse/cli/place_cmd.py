@@ -80,7 +80,12 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
         help="fraction of requests that are later turns with a cached prefix",
     )
     p.add_argument("--prefix", type=number, default=0.0, help="cached prefix tokens of a returning turn")
-    p.add_argument("--suffix", type=number, default=0.0, help="new tokens of a returning turn")
+    p.add_argument(
+        "--suffix",
+        type=number,
+        default=0.0,
+        help="new tokens of a returning turn (at least 1 with --returning-share)",
+    )
     p.add_argument(
         "--think",
         default="",

@@ -89,6 +89,8 @@ def _sglang_host_fits(design: Design, p: PoolLaunch, engine: str) -> None:
     KV pool it mirrors), with what SGLang leaves free, is more than its GPU's DRAM: SGLang refuses
     such a pool at start-up ("Not enough host memory available"), and the launch had been written,
     its README alone saying it would fail."""
+    if not p.tiered:  # no host cache is launched
+        return
     need = (sglang_hicache_gb(p) or 0) + SGLANG_HOST_RESERVE_GB
     if not p.host_gb_per_gpu or need <= p.host_gb_per_gpu + 1.0:  # (--hicache-size is whole GB up)
         return

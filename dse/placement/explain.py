@@ -58,13 +58,16 @@ class Infeasibility:
     overshoot: float = math.inf
 
 
-def nearness(why: Infeasibility) -> tuple[bool, float]:
+def nearness(why: Infeasibility) -> tuple[bool, bool, float]:
     """How near a topology is to feasible, to compare topologies' reasons (least first): one whose
     roles all have units, missing only its caps, before one with a role no unit fills, whose
     overshoot is its nearest shape's alone and says nothing of the caps it would meet past that
     (an H100 attention-FFN design's FFN unit 1.4% past its pace had been quoted over a
     disaggregated design 72 GPUs short of an inventory of 8, which the FFN design is short of too)."""
-    return (why.binding.startswith("no ") and why.binding.endswith(" unit"), why.overshoot)
+    # (a reason of no measure, an elastic model that did not solve or a returning turn no unit
+    # reloads in time, after both: it had come before a role's shape 1.4% past its limit)
+    missing = why.binding.startswith("no ") and why.binding.endswith(" unit")
+    return (math.isinf(why.overshoot), missing, why.overshoot)
 
 
 def _cap(value: float, places: int) -> str:

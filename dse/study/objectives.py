@@ -71,6 +71,8 @@ def code_digest(fn: Any) -> str | None:
         for const in c.co_consts:
             if hasattr(const, "co_code"):
                 add(const)
+            elif isinstance(const, frozenset):  # (its repr's order moves with PYTHONHASHSEED)
+                h.update(repr(sorted(map(repr, const))).encode())
             else:
                 h.update(repr(const).encode())
 

@@ -332,7 +332,7 @@ class SimulateSpec:
         if self.arrivals not in ("constant", "burst"):
             return ("arrivals", "must be constant or burst", self.arrivals)
         if self.warmup_s == WARMUP_S and self.horizon_s <= WARMUP_S:  # the default's: the horizon broke it
-            rule_ = f"must be longer than warmup_s's default of {WARMUP_S:g} s (or give warmup_s)"
+            rule_ = f"must be longer than warmup_s ({WARMUP_S:g} s, its default)"
             return ("horizon_s", rule_, self.horizon_s)
         if not 0 <= self.warmup_s < self.horizon_s:
             return ("warmup_s", "must be at least 0 and below horizon_s", self.warmup_s)

@@ -326,7 +326,7 @@ def _scrub(text: str, url: str) -> str:
         return text
     cred = url.split("//", 1)[1].rsplit("@", 1)[0]
     secret = cred.split(":", 1)[1] if ":" in cred else ""
-    pieces = {secret, *secret.split("@"), *re.split("[@:]", secret)}
+    pieces = {secret, *secret.split("@"), *(re.split("[@:]", secret) if "@" in secret else ())}
     for piece in sorted(pieces, key=len, reverse=True):
         if len(piece) >= 2:
             text = text.replace(piece, "***")
@@ -796,10 +796,6 @@ def _models_by_id(held: Any, now: dict[str, Any], entries: Any) -> Any:
     out = dict(held)
     if out.get("model") != now.get("model") and now.get("model") in models:
         out["model"] = now["model"]
-    sweep, swept = out.get("sweep"), now.get("sweep", {}).get("model")
-    if isinstance(sweep, dict) and isinstance(swept, list) and sweep.get("model") != swept:
-        if len(sweep.get("model") or []) == len(swept) and all(m in models for m in swept):
-            out["sweep"] = {**sweep, "model": swept}
     return out
 
 

@@ -135,11 +135,9 @@ def with_catalog_ids(spec: StudySpec, catalog: Catalog) -> StudySpec:
     parameters name it as the placements do (``dgx-b200`` in one table and ``b200`` in the other
     once; a model's alias had made a resumed run another study)."""
     hardware = tuple(dict.fromkeys(catalog.hardware(h).id for h in spec.hardware))
-    swept = replace(
-        spec.sweep,
-        hardware=tuple(catalog.hardware(h).id for h in spec.sweep.hardware),
-        model=tuple(catalog.model(m).id for m in spec.sweep.model),
-    )
+    # (a swept model stays as written: a grid's stored points name it so, and a stored grid read
+    # with the ids would run its points again)
+    swept = replace(spec.sweep, hardware=tuple(catalog.hardware(h).id for h in spec.sweep.hardware))
     named = replace(spec, model=catalog.model(spec.model).id, hardware=hardware, sweep=swept)
     return model_shapes(named, catalog)
 
