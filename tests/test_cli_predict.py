@@ -1755,6 +1755,18 @@ def test_expert_parallelism_of_a_dense_model_is_refused(cli: Cli) -> None:
         "(llama-3.1-70b has none)\n"
     )
     assert cli("predict", "--hardware", "h200", "--model", "llama-3.1-70b", "--conc", "8").code == 0
+    # and so in a --batch row, where it had been predicted as fp8, labelled fp4
+    from dse.perf.benchmark_rows import predict_rows
+
+    row = {"hardware": "h200", "framework": "trt", "model": "llama-3.1-70b", "precision": "fp8",
+           "spec_method": "none", "disagg": "False", "isl": "1024", "osl": "1024", "conc": "8",
+           "decode_tp": "8", "decode_ep": "1", "decode_dp_attention": "False",
+           "num_decode_gpu": "8"}  # fmt: skip
+    from dse.catalog import load_catalog
+    from dse.perf.params import load_params
+
+    (fp4,) = predict_rows([{**row, "precision": "fp4"}], load_catalog(use_env=False), load_params())
+    assert "precision = 'fp4': quantizes the routed experts, and llama-3.1-70b has none" in fp4["pred_error"]
     # fp4 quantizes routed experts: on a dense model it had been taken, its figures fp8's to the digit
     for command in (("predict", "--tp", "8"), ("place", "--rate", "2", "--ttft", "2", "--tpot", "0.05")):
         fp4 = cli(*command, "--hardware", "h200", "--model", "llama-3.1-70b", "--precision", "fp4")

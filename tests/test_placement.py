@@ -4,6 +4,7 @@ GB200, its checker, shadow prices, explanations and objectives."""
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -888,3 +889,30 @@ def test_read_back_leaves_out_a_unit_that_takes_requests_and_is_sent_none(catalo
     names = {p.unit.name for p in pools}
     assert c.data.unit_names[spare] not in names and c.data.unit_names[idle_decode] in names
     assert names - {c.data.unit_names[idle_decode]} == {p.unit.name for p in read_back(c, sol)[0]}
+
+
+def test_a_python_request_is_refused_where_dse_place_refuses_its_flags(catalog: Catalog) -> None:
+    """A request built in Python had been priced where `dse place` refuses its flags: the default
+    TensorRT-LLM profile on an MI355X (a design a third cheaper than SGLang's, which no engine runs),
+    fp4 of a dense model (fp8's figures under an fp4 label), a shape no candidate runs (a
+    traceback). Each is one line naming the field; a model's alias is its id, as hardware's are."""
+    from dse.units import Precision
+
+    fast = {"workload": Workload(5.0, 2000.0, 500.0), "topology": Topology.DISAGGREGATED}
+    amd = place(request(hardware=("mi355x",), model="dsr1", engine="sglang", **fast), catalog=catalog,
+                with_shadow_prices=False)  # fmt: skip
+    assert (amd.request.engine, amd.request.model) == ("sglang", "deepseek-v3")
+    refusals = [
+        (request(hardware=("mi355x",), **fast), "engine = 'trt': cannot price this hardware: TensorRT-LLM"),
+        (
+            request(model="llama-3.1-70b", weight_precision=Precision.FP4, **fast),
+            "weight_precision = 'fp4': quantizes",
+        ),
+        (
+            request(hardware=("b200",), options=UnitOptions(prefill_shapes=("16gpu-tp16-ep16",)), **fast),
+            "options.prefill_shapes = '16gpu-tp16-ep16': no candidate hardware can run it: attention TP 16",
+        ),
+    ]
+    for req, said in refusals:
+        with pytest.raises(InputError, match=re.escape(said)):
+            place(req, catalog=catalog, with_shadow_prices=False)

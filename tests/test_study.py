@@ -556,6 +556,15 @@ def test_a_dense_model_s_study_searches_the_shapes_it_runs_and_a_model_alias_res
     dense.write_text(dense.read_text().replace('"llama3-70b"', '"llama-3.1-70b"'))
     by_id = cli("study", "run", dense, "--out", tmp_path, "--trials", "3", "--no-export")
     assert by_id.code == 0 and "(2 before)" in by_id.out, by_id.err
+    # fp4 quantizes routed experts: a dense model's study had run fp8's figures under an fp4 label
+    fp4 = tmp_path / "fp4" / "dense.toml"
+    fp4.parent.mkdir()
+    fp4.write_text(dense.read_text().replace("trials = 2\n", 'trials = 2\nprecision = "fp4"\n'))
+    refused = cli("study", "show", fp4)
+    assert (
+        refused.code == 2
+        and "precision = 'fp4': quantizes the routed experts, and llama-3.1-70b" in refused.err
+    )
 
 
 def test_a_study_stored_with_a_model_alias_resumes_and_reads(tmp_path: Path, cli: Cli) -> None:

@@ -203,6 +203,17 @@ class Model:
         return None
 
     # ---- layer composition -------------------------------------------------------------
+    def fp4_problem(self) -> str | None:
+        """Why ``fp4`` says nothing of this model (None: it has routed experts): it quantizes the
+        routed experts, and a dense model's layers run in fp8 under fp4 as under fp8 (it had been
+        taken, the figures fp8's under an fp4 label)."""
+        if self.moe is not None:
+            return None
+        return (
+            f"quantizes the routed experts, and {self.id} has none: its dense layers and attention run "
+            "in fp8 under fp4 as under fp8 (use fp8, or bf16)"
+        )
+
     def no_mtp(self) -> str | None:
         """Why multi-token prediction cannot run on this model, or None: every engine's MTP drafts
         with the checkpoint's own MTP layers (SGLang's EAGLE on DeepSeek's NEXTN, vLLM's "mtp",

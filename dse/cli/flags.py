@@ -17,16 +17,6 @@ def add_precision(p: argparse.ArgumentParser) -> None:
     )
 
 
-def dense_fp4_rule(model_id: str) -> str:
-    """Why ``--precision fp4`` is refused for a model without routed experts: it quantizes those,
-    and a dense model's layers run in fp8 under fp4 as under fp8 (it had been taken, and the
-    header said fp4 over fp8's figures)."""
-    return (
-        f"quantizes the routed experts, and {model_id} has none: its dense layers and attention run in "
-        "fp8 under fp4 as under fp8 (use fp8, or bf16)"
-    )
-
-
 def path_arg(text: str) -> Path:
     """The type of a flag that names a file or folder: an empty one (`--out "$UNSET"`) is refused,
     where ``Path("")`` would be the current folder and a command would write its files there."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from dse.catalog import Catalog, Hardware, Model
-from dse.cli.flags import add_precision, dense_fp4_rule, number
+from dse.cli.flags import add_precision, number
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, UnknownIdError
 from dse.perf.frameworks import ENGINES
@@ -393,8 +393,8 @@ def request_from_args(args: argparse.Namespace, catalog: Catalog, src: str = "ds
     prefill = _shapes_of(args.prefill_shapes, src, m, hws, "--prefill-shapes") or shapes
     midfill = _shapes_of(args.midfill_shapes, src, m, hws, "--midfill-shapes") or shapes
     _topology_refusals(args, src, m)
-    if args.precision == "fp4" and m.moe is None:
-        raise InputError(src, "--precision", dense_fp4_rule(m.id), "fp4")
+    if args.precision == "fp4" and (why := m.fp4_problem()) is not None:
+        raise InputError(src, "--precision", why, "fp4")
     return PlacementRequest(
         model=model,
         hardware=hardware,

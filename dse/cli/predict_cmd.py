@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from dse.catalog import Catalog
-from dse.cli.flags import add_precision, dense_fp4_rule, number, path_arg
+from dse.cli.flags import add_precision, number, path_arg
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, Written
 from dse.perf.frameworks import FRAMEWORK_ENGINE
@@ -437,8 +437,8 @@ def _expert_flags(args: argparse.Namespace, catalog: Catalog) -> None:
     if args.afd:
         rule = f"needs a model with routed experts to split from attention ({model.id} has none)"
         raise InputError(SRC, "--afd", rule)
-    if args.precision == "fp4":
-        raise InputError(SRC, "--precision", dense_fp4_rule(model.id), "fp4")
+    if args.precision == "fp4" and (why := model.fp4_problem()) is not None:
+        raise InputError(SRC, "--precision", why, "fp4")
     for flag in ("ep", "prefill_ep", "ffn_ep"):  # 0 (each GPU) and 1 (no expert parallelism) say nothing
         if getattr(args, flag) > 1:
             rule = f"must be 0 or 1 for a model without routed experts ({model.id} has none)"

@@ -305,6 +305,8 @@ def parse_row(
     prec_raw = str(row.get("precision", "")).strip().lower() or model.serving_precision.value
     if prec_raw not in ("fp4", "fp8", "bf16"):
         raise InputError(source, "precision", "must be one of fp4, fp8, bf16", prec_raw)
+    if prec_raw == "fp4" and (why := model.fp4_problem()) is not None:  # as dse predict refuses it
+        raise InputError(source, "precision", why, prec_raw)
     spec = str(row.get("spec_method", "none")).strip().lower() or "none"
     if spec not in ("mtp", "none"):
         raise InputError(source, "spec_method", "must be mtp or none", spec)

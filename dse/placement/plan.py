@@ -19,7 +19,10 @@ from dse.errors import InputError, typed_arg
 from dse.perf.params import PerfParams, load_params
 from dse.placement.candidates import Candidates, Exclusion, UnitInfo, build_candidates
 from dse.placement.explain import Infeasibility, ShadowPrice, explain, nearness, shadow_prices
+from dse.placement.parallel import parse_shape
 from dse.placement.request import PlacementRequest, Topology
+from dse.placement.shapes import shape_problem
+from dse.units import Precision
 from formulations.placement import COST_TIE, TIE_BREAK
 from formulations.placement_check import CheckReport, check, cost_usd_hour, objective_value, reload_wait
 from formulations.placement_data import LINK_TIERS, TIERS, Objective, PlacementData, PlacementSolution, Role
@@ -168,8 +171,34 @@ def place(
         if solver is not None
         else PlacementSolver(SolveOptions(time_limit_s=req.time_limit_s, mip_rel_gap=req.mip_rel_gap)),
     )
-    req = _by_catalog_id(req, ctx.catalog)
+    req = _as_dse_place_takes_it(_by_catalog_id(req, ctx.catalog), ctx.catalog)
     return place_best(req, req.topology.concrete(), ctx, with_shadow_prices=with_shadow_prices)
+
+
+def _as_dse_place_takes_it(req: PlacementRequest, catalog: Catalog) -> PlacementRequest:
+    """``req`` with its model by id (an alias had stayed in the report's request, where hardware
+    aliases are resolved), and refused where ``dse place`` refuses its flags, each as one line
+    naming the field (a Python request had been priced, or ended in a traceback): an engine that
+    does not run on the hardware (the default TensorRT-LLM profile on an MI355X had priced a design
+    a third cheaper than SGLang's, which no engine runs), fp4 of a model without routed experts, a
+    shape no candidate hardware can run."""
+    from dse.perf.frameworks import engine_vendor_problem
+
+    model = catalog.model(req.model)
+    vendors = {h: catalog.hardware(h).vendor for h in req.hardware}
+    req = replace(req, model=model.id)
+    if (why := engine_vendor_problem(req.engine, vendors)) is not None:
+        raise InputError("placement request", "engine", f"cannot price this hardware: {why}", req.engine)
+    if req.weight_precision is Precision.FP4 and (why := model.fp4_problem()) is not None:
+        raise InputError("placement request", "weight_precision", why, "fp4")
+    hws = [catalog.hardware(h) for h in req.hardware]
+    for name in ("prefill_shapes", "decode_shapes", "midfill_shapes"):
+        for label in getattr(req.options, name) or ():
+            problems = [shape_problem(parse_shape(label), h, model) for h in hws]
+            if all(problems):
+                rule = f"no candidate hardware can run it: {problems[0]}"
+                raise InputError("placement request", f"options.{name}", rule, label)
+    return req
 
 
 def _by_catalog_id(req: PlacementRequest, catalog: Catalog) -> PlacementRequest:

@@ -244,6 +244,8 @@ def runnable_topologies(spec: StudySpec, catalog: Catalog, source: str | None = 
     model = catalog.model(spec.model)
     if spec.mtp and (why := model.no_mtp()) is not None:  # its drafts: no engine launches them
         raise InputError(source or f"study {spec.name}", "mtp", why, True)
+    if spec.precision == "fp4" and (why := model.fp4_problem()) is not None:  # fp8's figures, labelled fp4
+        raise InputError(source or f"study {spec.name}", "precision", why, "fp4")
     if model.moe is not None:
         return
     for i, name in enumerate(spec.search.topologies):
