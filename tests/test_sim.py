@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dse.errors import InputError
 from dse.sim import (
     ArrivalKind,
     Arrivals,
@@ -734,3 +736,37 @@ def test_the_fluid_end_to_end_p99_is_never_below_its_ttft_p99() -> None:
     tpot = 0.0448
     assert e2e_p99(10.39, 51.61, 100.0 * tpot, 460.5 * tpot) == pytest.approx(51.61 + 100.0 * tpot)
     assert e2e_p99(0.3, 1.0, 100.0 * tpot, 460.5 * tpot) == pytest.approx(0.3 + 460.5 * tpot)
+
+
+@pytest.mark.parametrize(
+    "scenario_kw,call_kw,said",
+    [
+        (
+            {"arrivals": Arrivals(ArrivalKind.CONSTANT, -5.0)},
+            {},
+            "scenario.arrivals.rate_per_s = -5.0: must be",
+        ),
+        (
+            {"arrivals": Arrivals(ArrivalKind.CONSTANT, float("nan"))},
+            {},
+            "scenario.arrivals.rate_per_s = nan",
+        ),
+        (
+            {"lengths": OutputLengths((0.5,), (1000.0,))},
+            {},
+            "scenario.lengths.shares = (0.5,): must be fractions",
+        ),
+        ({"lengths": OutputLengths((1.0,), (0.0,))}, {}, "scenario.lengths.means = (0.0,): must be finite"),
+        ({"warmup_s": 1200.0}, {}, "scenario.warmup_s = 1200.0: must be at least 0 and below horizon_s"),
+        ({}, {"dt": 0.0}, "dt = 0.0: must be a finite number > 0"),
+        ({}, {"reference": True, "seed": -1}, "seed = -1: must be a whole number >= 0"),
+    ],
+)
+def test_a_python_call_is_held_to_the_rules_of_dse_simulate_s_flags(
+    scenario_kw: dict[str, object], call_kw: dict[str, object], said: str
+) -> None:
+    """A negative rate had simulated a TTFT of -11.7 s and called the design stable, a NaN one the
+    design's capacity; a zero step, a length of mean 0 or a warm-up past the horizon had ended in a
+    numpy traceback. Each is one line naming the field, as `dse simulate` refuses its flags."""
+    with pytest.raises(InputError, match=re.escape(said)):
+        simulate(pipe(), scenario(4.0, **scenario_kw), **call_kw)  # type: ignore[arg-type]

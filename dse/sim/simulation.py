@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field, fields, replace
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import polars as pl
 
+from dse.errors import InputError
 from dse.perf.memo import Memo, frozen
 from dse.sim.des import simulate_des
 from dse.sim.fluid import simulate_fluid
@@ -42,6 +44,7 @@ def simulate(
 ) -> SimulationReport:
     """Simulate every configuration with the fluid model; with ``reference``, configuration 0 also
     request by request (seeded). ``resting`` classes give the KV resting per tier over time."""
+    _check_inputs(scenario, dt, seed)
     t0 = time.perf_counter()
     fluid, ftraj = _fluid(pipe, scenario, dt, kv_gb_per_seq)
     # read where the fluid's rows hold their queues, at each step's end (row_times)
@@ -57,6 +60,36 @@ def simulate(
     return SimulationReport(
         pipe, scenario, fluid, ftraj, t_fluid, des, dtraj, time.perf_counter() - t0, tiers
     )
+
+
+def _check_inputs(scenario: Scenario, dt: float, seed: int) -> None:
+    """The rules `dse simulate` holds its flags to, for a call from Python: a negative rate had
+    simulated a TTFT of -11.7 s and called it stable, a NaN one the design's capacity, and a zero
+    step, a zero-mean length or a warm-up past the horizon had ended in a numpy traceback."""
+    a, lengths = scenario.arrivals, scenario.lengths
+
+    def refuse(field: str, rule: str, value: object) -> None:
+        raise InputError("simulate", field, rule, value)
+
+    if not (math.isfinite(a.rate_per_s) and a.rate_per_s >= 0):
+        refuse("scenario.arrivals.rate_per_s", "must be a finite number >= 0 (requests/s)", a.rate_per_s)
+    shares, means = tuple(lengths.shares), tuple(lengths.means)
+    if not shares or len(shares) != len(means):
+        refuse("scenario.lengths", "must give as many shares as means, one at least", lengths)
+    if any(not (math.isfinite(x) and x >= 0) for x in shares) or not math.isclose(
+        sum(shares), 1.0, abs_tol=1e-6
+    ):
+        refuse("scenario.lengths.shares", "must be fractions >= 0 that sum to 1", shares)
+    if any(not (math.isfinite(m) and m >= 1) for m in means):
+        refuse("scenario.lengths.means", "must be finite and at least 1 token each", means)
+    if not (math.isfinite(scenario.horizon_s) and scenario.horizon_s > 0):
+        refuse("scenario.horizon_s", "must be a finite number > 0 (seconds)", scenario.horizon_s)
+    if not 0 <= scenario.warmup_s < scenario.horizon_s:
+        refuse("scenario.warmup_s", "must be at least 0 and below horizon_s", scenario.warmup_s)
+    if not (math.isfinite(dt) and 0 < dt <= scenario.horizon_s):
+        refuse("dt", "must be a finite number > 0 and at most horizon_s (seconds)", dt)
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        refuse("seed", "must be a whole number >= 0", seed)
 
 
 # A study's trials check the same design again and again (a decode cap past what the KV cache holds
