@@ -80,12 +80,7 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None
         help="fraction of requests that are later turns with a cached prefix",
     )
     p.add_argument("--prefix", type=number, default=0.0, help="cached prefix tokens of a returning turn")
-    p.add_argument(
-        "--suffix",
-        type=number,
-        default=0.0,
-        help="new tokens of a returning turn (at least 1 with --returning-share)",
-    )
+    p.add_argument("--suffix", type=number, default=0.0, help="new tokens of a returning turn (1 at least)")
     p.add_argument(
         "--think",
         default="",
