@@ -916,3 +916,18 @@ def test_a_python_request_is_refused_where_dse_place_refuses_its_flags(catalog: 
     for req, said in refusals:
         with pytest.raises(InputError, match=re.escape(said)):
             place(req, catalog=catalog, with_shadow_prices=False)
+
+
+def test_a_python_request_left_without_a_precision_takes_the_models() -> None:
+    """fp8 had been the default whatever the model: Kimi K3's fp4 checkpoint was priced at 43 times
+    its design's cost. Left out, the precision is the model's serving one, as dse place takes it;
+    given, it is kept; a model no catalog folder the request can see holds must give one."""
+    from dse.units import Precision
+
+    assert request(model="kimi-k3").weight_precision is Precision.FP4
+    assert request(model="deepseek-v3").weight_precision is Precision.FP8
+    assert request(model="kimi-k3", weight_precision=Precision.FP8).weight_precision is Precision.FP8
+    with pytest.raises(InputError, match="weight_precision = 'my-model': must be given for a model outside"):
+        request(model="my-model")
+    with pytest.raises(InputError, match="weight_precision = 'fp4': must be of type Precision"):
+        request(weight_precision="fp4")

@@ -191,7 +191,10 @@ class PlacementRequest:
     objective: Objective = Objective.COST
     price_tier: str = "own_hyperscaler"
     engine: str = "trt"  # engine profile of the calibration (kernel speed, KV precision)
-    weight_precision: Precision = Precision.FP8  # routed-expert weights
+    # routed-expert weights; left out, the model's serving precision (fp4 for checkpoints that ship fp4
+    # experts), as dse place takes it, filled in as the request is made: the field is a Precision
+    # from then on (it had defaulted to fp8, and Kimi K3 was priced at 43 times its fp4 design)
+    weight_precision: Precision = None  # type: ignore[assignment]
     mtp: bool = False
     # the deployment's own draft depth and acceptance rate (None: the engine profile's)
     mtp_draft_tokens: int | None = None
@@ -209,6 +212,12 @@ class PlacementRequest:
 
     def __post_init__(self) -> None:
         _check_types(self)
+        if self.weight_precision is None:
+            object.__setattr__(self, "weight_precision", _serving_precision(self.model))
+        elif not isinstance(self.weight_precision, Precision):
+            members = ", ".join(f"Precision.{m.name}" for m in Precision)
+            rule = f"must be of type Precision (dse.units): one of {members}, or left out (the model's)"
+            raise InputError(SRC, "weight_precision", rule, self.weight_precision)
         if not self.hardware:
             raise InputError("placement request", "hardware", "needs at least one hardware id")
         _check_traffic(self.workload, self.slo)
@@ -236,7 +245,6 @@ TYPED_FIELDS: dict[str, type] = {
     "slo": Slo,
     "topology": Topology,
     "objective": Objective,
-    "weight_precision": Precision,
     "limits": Limits,
     "options": UnitOptions,
     "energy": Energy,
@@ -309,3 +317,18 @@ def _check_types(req: PlacementRequest) -> None:
             raise InputError(
                 SRC, f"limits.inventory_gpus.{hw_id}", "must be a whole number of GPUs, >= 0", gpus
             )
+
+
+def _serving_precision(model: str) -> Precision:
+    """The serving precision of ``model`` in the shipped catalog and ``DSE_CATALOG_DIR``'s folders,
+    for a request that leaves its precision out; a model of another folder must give it."""
+    from dse.catalog import load_catalog
+
+    try:
+        return load_catalog().model(model).serving_precision
+    except InputError:
+        rule = (
+            "must be given for a model outside the shipped catalog and DSE_CATALOG_DIR's folders "
+            "(left out, it is the model's serving precision)"
+        )
+        raise InputError(SRC, "weight_precision", rule, model) from None
