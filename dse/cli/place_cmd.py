@@ -267,7 +267,7 @@ def _shapes_of(
 ) -> tuple[str, ...] | None:
     """``flag`` (``--shapes``) as labels (None, the flag not given: the default shapes), each one
     some candidate can run; given, it names one at least."""
-    from dse.placement.shapes import parse_shape, shape_problem
+    from dse.placement.shapes import parse_shape, unrunnable
 
     if text is None:
         return None
@@ -281,9 +281,8 @@ def _shapes_of(
             par = parse_shape(label)
         except InputError as exc:
             raise InputError(src, flag, exc.rule, label) from None
-        problems = [shape_problem(par, h, model) for h in hardware]
-        if all(problems):
-            raise InputError(src, flag, f"no candidate hardware can run it: {problems[0]}", label)
+        if (why := unrunnable(par, hardware, model)) is not None:
+            raise InputError(src, flag, f"no candidate hardware can run it: {why}", label)
     return labels or None
 
 

@@ -21,7 +21,7 @@ from dse.placement.candidates import Candidates, Exclusion, UnitInfo, build_cand
 from dse.placement.explain import Infeasibility, ShadowPrice, explain, nearness, shadow_prices
 from dse.placement.parallel import parse_shape
 from dse.placement.request import PlacementRequest, Topology
-from dse.placement.shapes import shape_problem
+from dse.placement.shapes import unrunnable
 from dse.units import Precision
 from formulations.placement import COST_TIE, TIE_BREAK
 from formulations.placement_check import CheckReport, check, cost_usd_hour, objective_value, reload_wait
@@ -194,9 +194,8 @@ def _as_dse_place_takes_it(req: PlacementRequest, catalog: Catalog) -> Placement
     hws = [catalog.hardware(h) for h in req.hardware]
     for name in ("prefill_shapes", "decode_shapes", "midfill_shapes"):
         for label in getattr(req.options, name) or ():
-            problems = [shape_problem(parse_shape(label), h, model) for h in hws]
-            if all(problems):
-                rule = f"no candidate hardware can run it: {problems[0]}"
+            if (why := unrunnable(parse_shape(label), hws, model)) is not None:
+                rule = f"no candidate hardware can run it: {why}"
                 raise InputError("placement request", f"options.{name}", rule, label)
     return req
 

@@ -8,6 +8,7 @@ The role builders in :mod:`dse.placement.candidates` turn these into operating p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -73,6 +74,13 @@ def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
     if par.gpus % par.ep:  # an instance holds its experts: EP spans its GPUs (a stage's), or a part
         return f"EP {par.ep} must divide the {par.gpus} GPUs of {'a stage' if staged else 'the instance'}"
     return None
+
+
+def unrunnable(par: Parallel, hardware: Sequence[Hardware], model: Model) -> str | None:
+    """Why no GPU of ``hardware`` can run ``model`` in shape ``par`` (the first one's reason), or
+    None where one can: what ``dse place --shapes``, ``place()`` and a study's shapes are held to."""
+    problems = [shape_problem(par, h, model) for h in hardware]
+    return problems[0] if problems and all(problems) else None
 
 
 def unit_problem(

@@ -15,7 +15,7 @@ from dse.catalog.loader import entry_numbers
 from dse.errors import InputError
 from dse.placement.parallel import parse_shape
 from dse.placement.request import Topology
-from dse.placement.shapes import parallel_grid, shape_problem
+from dse.placement.shapes import parallel_grid, unrunnable
 from dse.study.spec import DecodeSearch, PrefillSearch, StudySpec, Variant
 
 T = TypeVar("T")
@@ -156,9 +156,7 @@ def model_shapes(spec: StudySpec, catalog: Catalog) -> StudySpec:
     def fitted(shapes: tuple[str, ...], default: tuple[str, ...]) -> tuple[str, ...]:
         if shapes != default:
             return shapes
-        kept = tuple(
-            s for s in shapes if any(shape_problem(parse_shape(s), h, model) is None for h in hardware)
-        )
+        kept = tuple(s for s in shapes if unrunnable(parse_shape(s), hardware, model) is None)
         return kept or tuple(dict.fromkeys(p.label() for h in hardware for p in parallel_grid(h, model)))
 
     s = spec.search
@@ -227,9 +225,8 @@ def runnable_shapes(spec: StudySpec, catalog: Catalog, source: str | None = None
     sides = (("prefill", s.prefill.shapes), ("midfill", s.midfill.shapes), ("decode", s.decode.shapes))
     for side, shapes in sides:
         for i, label in enumerate(shapes):
-            problems = [shape_problem(parse_shape(label), h, model) for h in hardware]
-            if all(problems):
-                rule = f"no hardware of the study can run it: {problems[0]}"
+            if (why := unrunnable(parse_shape(label), hardware, model)) is not None:
+                rule = f"no hardware of the study can run it: {why}"
                 raise InputError(source, f"search.{side}.shapes[{i}]", rule, label)
 
 
