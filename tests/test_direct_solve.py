@@ -248,3 +248,38 @@ def test_a_request_answers_the_same_design_whatever_was_priced_before() -> None:
         first = design(solver, prices=True)  # the shadow prices' LP runs after this solve
         assert design(solver, prices=False) == first, direct
         assert design(PlacementSolver(options), prices=False) == first, direct
+
+
+def test_the_same_numbers_solved_again_are_answered_from_the_solver_s_memo(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A study's trials pose the same MILP again and again: a settled answer (optimal or
+    infeasible) is given again without a solve and without time spent, shared read-only; data
+    that differs in one number, another cutoff, or an answer a limit stopped is solved again."""
+    runs = []
+    real = PlacementSolver._solve
+
+    def counted(self: PlacementSolver, data: PlacementData, beat: float) -> SolveResult:
+        runs.append(beat)
+        return real(self, data, beat)
+
+    monkeypatch.setattr(PlacementSolver, "_solve", counted)
+    solver = PlacementSolver()
+    first = solver.solve(instance(rate=30.0))
+    again = solver.solve(instance(rate=30.0))  # equal numbers, another object
+    assert len(runs) == 1 and first.solve_s > 0.0 and again.solve_s == 0.0 and again.build_s == 0.0
+    assert again.solution is first.solution and again.objective == first.objective
+    with pytest.raises(ValueError, match="read-only"):
+        again.solution.instances[0] = 0.0  # type: ignore[union-attr]
+    assert_same(PlacementSolver().solve(instance(rate=30.0)), again)  # what a fresh solver answers
+    assert len(runs) == 2
+    solver.solve(instance(rate=30.0 * (1.0 + 1e-12)))  # one number apart
+    solver.solve(instance(rate=30.0), beat=first.objective)  # another cutoff
+    assert len(runs) == 4
+    for _ in range(2):
+        assert solver.solve(instance(power_w=10_000.0)).termination is Termination.INFEASIBLE
+    assert len(runs) == 5
+    limited = PlacementSolver(SolveOptions(node_limit=1))
+    for _ in range(2):
+        assert limited.solve(hard(7)).termination is Termination.WORK_LIMIT
+    assert len(runs) == 7  # a limit's answer depends on how far the search got: not kept
