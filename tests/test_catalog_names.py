@@ -82,3 +82,18 @@ def test_two_entries_of_yours_with_one_alias_name_both_files(cli: Cli, tmp_path:
         f"dse: error: {second}: aliases = 'mine': must not repeat an id or alias of model 'kimi-a' ({first})"
         in r.err
     )
+
+
+@pytest.mark.parametrize(
+    ("aliases", "said", "name"),
+    [('["mine", "b200"]', "the entry's own id", "b200"), ('["mine", "hgx", "mine"]', "listed twice", "mine")],
+)
+def test_an_alias_of_an_entry_s_own_id_or_listed_twice_is_refused(
+    cli: Cli, tmp_path: Path, aliases: str, said: str, name: str
+) -> None:
+    """Both had been taken in silence: a file that names one thing twice was written in a hurry."""
+    text = _edit(SHIPPED_HARDWARE / "b200.toml", 'aliases = ["b200-hgx", "dgx-b200"]', f"aliases = {aliases}")
+    own = _write(tmp_path, "hardware", "b200", text)
+    r = cli("--catalog-dir", tmp_path, "catalog", "show", "b200")
+    rule = f"must name it otherwise: {said}"
+    assert (r.code, r.out, r.err) == (2, "", f"dse: error: {own}: aliases = '{name}': {rule}\n")

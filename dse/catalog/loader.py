@@ -188,9 +188,12 @@ def _load_folder(folder: Path, cls: type[E]) -> list[tuple[Path, E]]:
 def _check_aliases(kind: str, entries: Mapping[str, E], files: Mapping[str, Path]) -> None:
     owner: dict[str, str] = {i: i for i in entries}
     for entry in entries.values():
-        for alias in entry.aliases:
+        for i, alias in enumerate(entry.aliases):
             if (broken := lower_id(alias)) is not None:
                 raise InputError(str(files[entry.id]), "aliases", broken, alias)
+            if alias == entry.id or alias in entry.aliases[:i]:
+                said = "the entry's own id" if alias == entry.id else "listed twice"
+                raise InputError(str(files[entry.id]), "aliases", f"must name it otherwise: {said}", alias)
             other = owner.get(alias, entry.id)
             if other != entry.id and _shipped(files[entry.id]) and not _shipped(files[other]):
                 # a user's entry takes a shipped entry's alias: the user's file is the one to change
