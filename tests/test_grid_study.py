@@ -640,9 +640,10 @@ def test_a_burst_runs_the_engine_level_check_at_the_scenarios_mean_rate() -> Non
 
 
 def test_a_grid_s_placements_give_the_traffic_a_pool_is_sent_under_headroom(tmp_path: Path) -> None:
-    """Pools sized for 1.25 times 40 requests/s serve 40: the placements table (and the report and
-    the best design's table, which read it) gives each pool the traffic it is sent, 40, where it had
-    given the 50 it is sized for; the record keeps the 50, which deploy sizes its router by."""
+    """Pools sized for 1.25 times 40 requests/s serve 40: the placements table (and the CLI's best
+    design, which reads it) and the report's best design give each pool the traffic it is sent, 40,
+    where they had given the 50 it is sized for; the record keeps the 50, which deploy sizes its
+    router by."""
     spec = tmp_path / "headroom.toml"
     spec.write_text(
         'name = "headroom"\nmodel = "deepseek-v3"\nhardware = ["b200"]\nseed = 3\n'
@@ -663,3 +664,11 @@ def test_a_grid_s_placements_give_the_traffic_a_pool_is_sent_under_headroom(tmp_
         for t in res.study.get_trials(deepcopy=False)
     }
     assert sorted(sized.values()) == pytest.approx([40.0, 50.0]), sized
+    # the report's best design, were it the point with headroom: it had shown the 50
+    from dse.study.best import best_design
+
+    spare = next(t for t, h in heads.items() if h == 0.25)
+    res.best_trial = lambda: spare  # type: ignore[method-assign]
+    best = best_design(res)
+    assert best is not None and best.trial == spare
+    assert sum(p["requests_per_s"] for p in best.pools if p["role"] == "prefill") == pytest.approx(40.0)

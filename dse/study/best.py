@@ -16,7 +16,7 @@ from dse.sim.kv_cache import OUTCOMES, simulate_kv_cache
 from dse.sim.stored import simulate_stored
 from dse.study.api import StudyResults
 from dse.study.report import BestDesign
-from dse.study.results import batch_cap, recorded_metrics
+from dse.study.results import batch_cap, recorded_metrics, sent_load
 from dse.study.spec import StudySpec
 
 PRICES_ATTR = "best_shadow_prices"
@@ -50,7 +50,9 @@ def best_design(res: StudyResults) -> BestDesign | None:
         prices = _repriced(res, number, params)
     return BestDesign(
         trial=number,
-        pools=list(record.get("pools", [])),
+        pools=[
+            {**p, **sent_load(p, record)} for p in record.get("pools", [])
+        ],  # the load served, as exported
         metrics=recorded_metrics(dict(record.get("metrics", {}))),
         shadow_prices=prices,
         sim=verdicts,

@@ -452,7 +452,7 @@ def placements_frame(study: TrialsRead) -> pl.DataFrame:
     router by: a prefill pool sized for 50 requests/s with headroom 0.25 had read 50 here, where
     it serves 40)."""
     rows = [
-        {"study": study.study_name, "trial": t.number, "pool": i, **p, **_sent(p, rec)}
+        {"study": study.study_name, "trial": t.number, "pool": i, **p, **sent_load(p, rec)}
         for t, rec in _records(study)
         for i, p in enumerate(rec.get("pools", []))
     ]
@@ -469,7 +469,7 @@ def placements_frame(study: TrialsRead) -> pl.DataFrame:
     )
 
 
-def _sent(pool: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
+def sent_load(pool: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
     """The pool's requests/s at its grid point's own traffic (pools sized for 1 + headroom times it)."""
     sized = pool.get("requests_per_s")
     headroom = float((rec.get("point") or {}).get("headroom") or 0.0)
