@@ -981,3 +981,25 @@ def test_a_live_cache_difference_that_rounds_to_nothing_reads_plus_zero() -> Non
 
     table = _kv_cache_table({"hbm": (0.5, 0.4998), "drop": (0.1, 0.12)})
     assert "| hbm | 50.0% | 50.0% | +0.0 |" in table and "-0.0" not in table
+
+
+def test_binding_constraints_that_differ_in_hardware_or_shape_are_counted_apart() -> None:
+    """The numbers a name holds (b200 and b300, 16gpu and 32gpu) had been taken out with the
+    measures, so one row had counted another GPU's or shape's failures as its own."""
+    from dse.study.report import _binding_section
+
+    def text(hw: str, shape: str, share: str, ms: str) -> str:
+        return f"no mixed unit: {hw} {shape}: at prefill share {share}: TPOT 40 ms cannot be met: {ms} ms"
+
+    texts = [
+        text("b300", "16gpu-dpa-ep16", "0.58", "73.7"),
+        text("b300", "16gpu-dpa-ep16", "0.49", "61.5"),
+        text("b200", "32gpu-dpa-ep32", "0.35", "46.9"),
+        text("b300", "64gpu-dpa-ep64", "0.31", "1.2e+03"),
+        "ttft_s: TTFT p99 413 s against 2 s",
+        "ttft_s: TTFT p99 1.54e+03 s against 2 s",
+    ]
+    trials = pl.DataFrame({"feasible": [False] * len(texts), "binding": texts})
+    rows = _rows(_section(_binding_section(trials), "## Binding constraints"))
+    assert [r[1] for r in rows] == ["2", "2", "1", "1"]
+    assert {r[0] for r in rows if r[1] == "2"} == {texts[0], texts[4]}

@@ -51,7 +51,8 @@ from dse.study.results import batch_cap, distinct_designs, order_of_equals, rank
 from dse.study.spec import StudySpec
 
 TOP_N = 5  # rows of the best-designs table
-_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")  # binding texts are grouped with their numbers out
+# binding texts are grouped with their numbers out; a number inside a name (b200, 16gpu-dpa-ep16) stays
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w-])")
 
 
 @dataclass(frozen=True)
