@@ -435,6 +435,14 @@ def test_gpus_and_grid_points_part_designs_exactly() -> None:
     assert with_designs(grid.drop("x_requests_per_s"))["design"].to_list() == [0, 0]
 
 
+def test_a_queue_empty_to_the_solver_s_last_digits_is_one_design() -> None:
+    """deepseek-production's trials 35 and 55: the same design to 1e-9 in every figure but the
+    buffer queue's peak, 3.5e-13 against 1.2e-6 requests (both empty), had been two designs."""
+    q = "queue_peak_buffer_requests"
+    t = pl.DataFrame({"trial": [0, 1, 2], q: [3.5e-13, 1.18e-6, 0.5], "usd_per_million_tokens": [1.0] * 3})
+    assert with_designs(t)["design"].to_list() == [0, 0, 2]  # half a request waiting: another design
+
+
 def test_the_front_and_the_report_show_each_design_once(tmp_path: Path, spec: StudySpec) -> None:
     t = _alike(_trials(), 2, 6, ttft_mean_s=0.5 * (1 + 1e-4))  # a tie on cost: the first stands
     t = with_designs(_alike(t, 1, 7, objective_usd_per_million_tokens=0.95 * (1 - 1e-4)))  # cheaper

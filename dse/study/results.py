@@ -71,6 +71,14 @@ SAMPLED_COLUMNS = (
     "power_kw", "kwh_per_million_tokens", "energy_usd_per_hour",
 )  # fmt: skip
 SAMPLED_RTOL = 0.03
+# the fluid simulation's queues and backlog near empty: a thousandth of a request is an empty
+# queue; the solver's last digits had left 1.2e-6 requests where another trial of the same design
+# had 3.5e-13, and counted the two as two designs (deepseek-production's one-design front as two)
+QUEUE_COLUMNS = (
+    "sim_backlog_growth_per_s", "queue_peak_prefill_requests", "queue_peak_buffer_requests",
+    "swing_prefill_queue_requests",
+)  # fmt: skip
+QUEUE_ATOL = 1e-3
 
 
 # each exported table's columns and types where no row says them (a study with no trial, no
@@ -291,8 +299,8 @@ def with_designs(trials: pl.DataFrame) -> pl.DataFrame:
     The same design: the same grid point, topology, KV policy, hardware, shapes, GPUs and
     feasibility, exactly, and the same outcome, every other metric but the decode batch and the
     solve time, and every objective, within :data:`DESIGN_RTOL` of the design's first trial
-    (:data:`SAMPLED_RTOL` for the simulated percentiles; :data:`DESIGN_ATOL` near zero; missing
-    matches missing): the simulator's last digits move
+    (:data:`SAMPLED_RTOL` for the simulated percentiles; :data:`DESIGN_ATOL` near zero,
+    :data:`QUEUE_ATOL` for the simulated queues; missing matches missing): the simulator's last digits move
     with settings that change nothing else. In trial order, a trial joins the first design whose
     first trial it matches, else starts its own. Columns the table lacks are left out."""
     if trials.is_empty() or "design" in trials.columns:
@@ -308,6 +316,7 @@ def with_designs(trials: pl.DataFrame) -> pl.DataFrame:
         else np.zeros((trials.height, 0))
     )
     rtol = np.array([SAMPLED_RTOL if c in SAMPLED_COLUMNS else DESIGN_RTOL for c in values])
+    atol = np.array([QUEUE_ATOL if c in QUEUE_COLUMNS else DESIGN_ATOL for c in values])
     groups: dict[tuple[Any, ...], list[int]] = {}  # choice -> its rows in trial order
     for i in np.argsort(numbers, kind="stable"):
         groups.setdefault(key_rows[i], []).append(int(i))
@@ -316,7 +325,7 @@ def with_designs(trials: pl.DataFrame) -> pl.DataFrame:
         starts = np.empty((len(rows), x.shape[1]))  # the outcome of each design begun so far
         first: list[int] = []  # and its trial
         for i in rows:
-            same = np.isclose(starts[: len(first)], x[i], rtol=rtol, atol=DESIGN_ATOL, equal_nan=True)
+            same = np.isclose(starts[: len(first)], x[i], rtol=rtol, atol=atol, equal_nan=True)
             hit = np.flatnonzero(same.all(axis=1))
             if hit.size:
                 design[i] = first[hit[0]]
