@@ -1501,7 +1501,7 @@ def test_an_attention_ffn_best_design_is_refused_naming_the_best_trial(tmp_path:
     )
     run = cli("study", "run", spec, "--trials", "3", "--out", tmp_path, "--no-export")
     assert run.code == 0, run.err
-    best = re.search(r"best design, trial (\d+): afd", run.out)
+    best = re.search(r"best design by \S+ \(\w+\), trial (\d+): afd", run.out)
     assert best is not None, run.out
     proc = cli("deploy", spec, "--out", tmp_path, "--engine", "sglang")
     assert proc.code == 2 and proc.err.count("\n") == 1, proc.err

@@ -262,3 +262,46 @@ def test_a_run_of_a_study_file_named_by_its_folder_says_to_name_the_file(
     assert "as the run did (dse report path/to/tiny-study.toml --out" in alias.err, alias.err
     elsewhere = cli("study", "export", "tiny-study", "--out", tmp_path / "none")
     assert elsewhere.code == 2 and "unknown study id" in elsewhere.err  # no run there: the ids, as before
+
+
+IDLE = """\
+name = "idle"
+model = "deepseek-v3"
+hardware = ["gb200-nvl72"]
+seed = 3
+trials = 2
+[workload]
+requests_per_s = 10.0
+input_tokens = 2000.0
+output_tokens = 500.0
+[slo]
+ttft_s = 2.0
+tpot_s = 0.05
+[search]
+topologies = ["aggregated"]
+[search.prefill]
+shapes = ["8gpu-dpa-ep8"]
+chunk_tokens = [8192]
+[search.decode]
+shapes = ["64gpu-dpa-ep64"]
+max_batch = [16, 4096]
+"""
+
+
+def test_the_best_design_says_its_objective_and_the_gpus_its_pools_leave_idle(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """One 64-GPU instance in a 72-GPU rack: the line had said 72 GPUs over a pool of 64 and never
+    what the design is best by (decode-variability's best by TTFT p99 is not its cheapest)."""
+    spec = tmp_path / "idle.toml"
+    spec.write_text(IDLE)
+    run = cli("study", "run", spec, "--out", tmp_path, "--no-export")
+    assert run.code == 0, run.err
+    line = next(x for x in run.out.splitlines() if x.startswith("best design "))
+    assert re.match(
+        r"best design by usd_per_million_tokens \(minimize\), trial \d: aggregated, 72 GPUs "
+        r"\(8 of them idle in the nodes or racks bought\), \$",
+        line,
+    ), line
+    pools = re.findall(r"^mixed\s+gb200-nvl72\s+64gpu-dpa-ep64\s+1\s+64\s", run.out, flags=re.M)
+    assert len(pools) == 1, run.out

@@ -199,7 +199,7 @@ def test_a_study_says_what_of_its_cost_is_the_resting_kv_s_storage(tmp_path: Pat
                     "network_usd_per_tb = 50000.0\nyears = 1\n")  # fmt: skip
     run = cli("study", "run", str(spec), "--trials", "6", "--out", tmp_path / "runs", "--no-export")
     assert run.code == 0, run.err
-    line = next(x for x in run.out.splitlines() if x.startswith("best design, trial "))
+    line = next(x for x in run.out.splitlines() if x.startswith("best design by "))
     said = re.search(r"\$([\d,.]+)/hour \(own_hyperscaler; \$([\d.]+) of it the resting KV's storage\)", line)
     assert said is not None, line
     total, storage = (float(x.replace(",", "")) for x in said.groups())

@@ -474,9 +474,14 @@ def best_block(res: StudyResults) -> str | None:
     running = running_per_instance(placed, in_flight)
     pools = [pool_row(p, n) for p, n in zip(placed, running, strict=True)]
     head = ["pool", "hardware", "shape", "inst", "GPUs", "req/s", "batch cap", "batch run", "out tok/s cap"]
+    name, direction = res.ranking[0]
+    # the pools run in fewer GPUs than the nodes or racks bought hold (64 of a 72-GPU rack): said,
+    # where the pools' GPUs and $/hour had been left to add up short of the headline's in silence
+    idle = int(r["gpus"]) - sum(int(p["gpus"]) for p in placed)
+    spare = f" ({idle} of them idle in the nodes or racks bought)" if idle > 0 else ""
     lines = [
-        f"best design, trial {number}: {r['p_topology']}, {int(r['gpus'])} GPUs, "
-        + _price(r, res.spec.price_tier, r.get("storage_usd_per_hour") or 0.0),
+        f"best design by {name} ({direction}), trial {number}: {r['p_topology']}, {int(r['gpus'])} GPUs"
+        f"{spare}, " + _price(r, res.spec.price_tier, r.get("storage_usd_per_hour") or 0.0),
         format_table([*head, "HBM GB/GPU", "$/hour"], pools),
     ]
     tiers = of_best(res.kv_tiers)
