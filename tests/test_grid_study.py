@@ -672,3 +672,91 @@ def test_a_grid_s_placements_give_the_traffic_a_pool_is_sent_under_headroom(tmp_
     best = best_design(res)
     assert best is not None and best.trial == spare
     assert sum(p["requests_per_s"] for p in best.pools if p["role"] == "prefill") == pytest.approx(40.0)
+
+
+ALIASED = """\
+name = "aliased"
+model = "deepseek-v3"
+hardware = ["h200-sxm"]
+seed = 1
+[[variants]]
+id = "h200-bw150"
+base = "h200"
+hbm_bandwidth_scale = 1.5
+[workload]
+requests_per_s = 100.0
+input_tokens = 2000.0
+output_tokens = 800.0
+[slo]
+ttft_s = 3.0
+tpot_s = 0.025
+[search]
+topologies = ["disaggregated"]
+[search.prefill]
+shapes = ["8gpu-dpa-ep8"]
+chunk_tokens = [8192]
+[search.decode]
+shapes = ["8gpu-dpa-ep8"]
+max_batch = [1, 4096]
+[sweep]
+hardware = ["h200-sxm", "h200-bw150"]
+[simulate]
+horizon_s = 600.0
+warmup_s = 120.0
+"""
+
+
+def test_a_grid_that_names_one_hardware_twice_is_refused_before_it_runs(tmp_path: Path, cli: Cli) -> None:
+    """``h200`` is ``h200-sxm``'s alias: the second point had been the first one again, and the
+    run had stopped with a traceback (GridFull) on this and every later run."""
+    spec = tmp_path / "aliased.toml"
+    spec.write_text(
+        ALIASED.replace('hardware = ["h200-sxm", "h200-bw150"]', 'hardware = ["h200-sxm", "h200"]')
+    )
+    r = cli("study", "run", spec, "--out", tmp_path / "runs")
+    rule = "must name each entry once: 'h200-sxm' and 'h200' are both 'h200-sxm'"
+    assert (r.code, r.err) == (2, f"dse: error: {spec}: sweep.hardware[1] = 'h200': {rule}\n")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_variant_based_on_an_alias_keeps_its_what_if_comparison(tmp_path: Path, cli: Cli) -> None:
+    """The report matched the variant's base as written (``h200``) against the points' ids
+    (``h200-sxm``) and said no pair was found; the run's summary and report now read the spec
+    as stored, as a later read does."""
+    spec = tmp_path / "aliased.toml"
+    spec.write_text(ALIASED)
+    r = cli("study", "run", spec, "--out", tmp_path)
+    assert r.code == 0, r.err
+    report = (tmp_path / "aliased" / "report" / "report.md").read_text(encoding="utf-8")
+    assert "- **h200-bw150** (bandwidth x1.5, capacity x1): better at 1 of 1 points" in report
+    assert "No feasible pair" not in report
+
+
+def test_a_grid_stored_with_a_variant_base_alias_resumes(tmp_path: Path, cli: Cli) -> None:
+    """A run before 2026-12-07 stored a variant's base as written (``h200``); runs now store the
+    id, and that study would have been "another study's" to resume."""
+    import contextlib
+    import json
+    import sqlite3
+
+    import optuna
+
+    spec = tmp_path / "aliased.toml"
+    spec.write_text(ALIASED)
+    assert cli("study", "run", spec, "--out", tmp_path, "--trials", "1", "--no-export").code == 0
+    db = tmp_path / "aliased" / "study.db"
+    stored = optuna.load_study(study_name="aliased", storage=f"sqlite:///{db}").user_attrs["spec"]
+    assert [v["base"] for v in stored["variants"]] == ["h200-sxm"]
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        old = {**stored, "variants": [{**v, "base": "h200"} for v in stored["variants"]]}
+        con.execute("update study_user_attributes set value_json = ? where key = 'spec'", (json.dumps(old),))
+        con.commit()
+    again = cli("study", "run", spec, "--out", tmp_path, "--no-export")
+    assert again.code == 0 and "(1 before)" in again.out, again.err
+    # a variant on another base is another study still: its numbers are not the stored ones
+    other = tmp_path / "other" / "aliased.toml"
+    other.parent.mkdir()
+    other.write_text(ALIASED.replace('base = "h200"', 'base = "b200"'))
+    moved = cli("study", "run", other, "--out", tmp_path, "--trials", "2", "--no-export")
+    assert moved.code == 2 and "catalog.hardware.h200-bw150." in moved.err, moved.err
+    assert "so they are another study's" in moved.err

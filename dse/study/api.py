@@ -207,8 +207,10 @@ class Study:
 
         done: list[StudyResults] = []
 
-        def after(study: optuna.Study, stats: RunStats) -> None:
-            res = StudyResults(self.spec, self.objectives, study, stats, catalog)
+        def after(study: optuna.Study, stats: RunStats, spec: StudySpec) -> None:
+            # the spec as the run stored it (ids for aliases), as results() reads it: a variant based
+            # on an alias had lost its what-if comparison in the report a run writes
+            res = StudyResults(spec, self.objectives, study, stats, catalog)
             priced(res, params, where=redact(storage or default_storage(out, self.spec)))
             done.append(res)
             if then is not None:

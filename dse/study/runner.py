@@ -139,7 +139,7 @@ def run(
     params: PerfParams | None = None,
     trial_wall_s: float | None = TRIAL_WALL_S,
     stale_after_s: float = STALE_AFTER_S,
-    then: Callable[[optuna.Study, RunStats], None] | None = None,
+    then: Callable[[optuna.Study, RunStats, StudySpec], None] | None = None,
     study_file: str | None = None,
 ) -> tuple[optuna.Study, RunStats]:
     """Run (or resume) the study until ``trials`` (default: the spec's budget) are complete.
@@ -148,9 +148,10 @@ def run(
     for ``stale_after_s`` is marked failed (and run again by someone), and a storage that goes
     away (a server restart) is waited for. A trial over ``trial_wall_s`` is recorded as
     infeasible with the reason. Ctrl-C raises :class:`StudyInterrupted`. ``study_file`` (its
-    path) is what bad ids and shapes are named by. ``then`` runs once the
-    trials are done, while the run still holds the study (a lone run's exports and report: another
-    run of the study waits for them, or its trials and this run's report would disagree)."""
+    path) is what bad ids and shapes are named by. ``then`` (given the spec as stored: ids for
+    aliases) runs once the trials are done, while the run still holds the study (a lone run's
+    exports and report: another run of the study waits for them, or its trials and this run's
+    report would disagree)."""
     catalog = study_catalog(spec, catalog if catalog is not None else load_catalog(), study_file)
     if (unused := unused_variant(spec, catalog, study_file)) is not None:
         raise unused
@@ -199,7 +200,7 @@ def run(
                 ran = _trials(source, evaluation, objectives, budget, bar)
             stats = RunStats(before, ran, stale + source.stale, time.perf_counter() - t0)
             if then is not None:
-                then(stored.study, stats)
+                then(stored.study, stats, spec)
         return stored.study, stats
 
 
@@ -517,7 +518,11 @@ def _bounded(
     except TrialTimeout:
         why = f"wall clock: the trial ran over its {wall_s:g} s cap"
         grid = any(k.startswith(PREFIX) for k in job.params)
-        extra: dict[str, Any] = {"point": point_of(job.params)} if grid else {"params": job.params}
+        # the design it was given, as a finished trial records it: the exports had shown every
+        # capped trial's choice empty, and counted them all as one design
+        extra: dict[str, Any] = (
+            {"point": point_of(job.params)} if grid else {"choice": choice_record(job.design)}
+        )
         return TrialRecord({}, {"wall_clock": 1.0}, why, [], []), extra, True
 
 

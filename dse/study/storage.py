@@ -748,7 +748,7 @@ def _loaded(
         )
         raise InputError(redact(url), "objectives", rule, names)
     now = plain(spec)
-    held = _models_by_id(claim_study_attr(study, "spec", now)[0], now, study.user_attrs.get("catalog"))
+    held = _named_by_id(claim_study_attr(study, "spec", now)[0], now, study.user_attrs.get("catalog"))
     changed = spec_change(held, now)
     if changed is not None:
         key, was, now = changed
@@ -784,18 +784,39 @@ def _same_functions(study: optuna.Study, objectives: list[ObjectiveDef]) -> None
             )
 
 
-def _models_by_id(held: Any, now: dict[str, Any], entries: Any) -> Any:
-    """The stored spec with its model named by id where it named an alias of the model ``now``
-    names: a run stores the model by its catalog id, one before 2026-12-07 stored it as written
-    (``qwen3-235b``), and read or resumed as an id it had been another study's. The stored catalog
-    entries (keyed by id) say which model the trials ran with; a study stored without them is
-    compared as it is."""
+def _named_by_id(held: Any, now: dict[str, Any], entries: Any) -> Any:
+    """The stored spec with its model and its variants' bases named by id where it named an alias
+    of those ``now`` names: a run stores them by catalog id, one before 2026-12-07 stored them as
+    written (``qwen3-235b``, ``base = "h200"``), and read or resumed as ids it had been another
+    study's. The stored catalog entries (keyed by id) say which model and which variant hardware
+    the trials ran with (a variant's numbers are its base's, scaled: the catalog check compares
+    them); a study stored without them is compared as it is."""
     models = entries.get("models") if isinstance(entries, dict) else None
+    hardware = entries.get("hardware") if isinstance(entries, dict) else None
     if not isinstance(held, dict) or not isinstance(models, dict):
         return held
     out = dict(held)
     if out.get("model") != now.get("model") and now.get("model") in models:
         out["model"] = now["model"]
+    was, new = out.get("variants"), now.get("variants")
+    if (
+        isinstance(was, list)
+        and isinstance(new, list)
+        and len(was) == len(new)
+        and isinstance(hardware, dict)
+    ):
+
+        def same(v: Any, n: Any) -> bool:  # the same variant, whose numbers the catalog check compares
+            return (
+                isinstance(v, dict)
+                and isinstance(n, dict)
+                and v.get("id") == n.get("id")
+                and n["id"] in hardware
+            )
+
+        out["variants"] = [
+            {**v, "base": n["base"]} if same(v, n) else v for v, n in zip(was, new, strict=True)
+        ]
     return out
 
 

@@ -60,14 +60,25 @@ def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) 
     _known(out.model, spec.model, source, "model")
     for i, h in enumerate(spec.hardware):
         _known(out.hardware, h, source, f"hardware[{i}]")
-    for i, m in enumerate(spec.sweep.model):
-        _known(out.model, m, source, f"sweep.model[{i}]")
-    for i, h in enumerate(spec.sweep.hardware):
-        _known(out.hardware, h, source, f"sweep.hardware[{i}]")
+    _once(out.model, spec.sweep.model, source, "sweep.model")
+    _once(out.hardware, spec.sweep.hardware, source, "sweep.hardware")
     _fits_context(spec, out, source)
     _runs_on(spec, out, source)
     _priced(spec, out, source)
     return out
+
+
+def _once(lookup: Callable[[str], Any], names: tuple[str, ...], source: str, field: str) -> None:
+    """Each of a swept axis's ``names`` is known, and no two name one entry (``h200-sxm`` and its
+    alias ``h200``: the grid's second point had been the first one again, and the run stopped with
+    a traceback once no point was left)."""
+    first: dict[str, str] = {}
+    for i, name in enumerate(names):
+        entry = _known(lookup, name, source, f"{field}[{i}]").id
+        if entry in first:
+            rule = f"must name each entry once: {first[entry]!r} and {name!r} are both {entry!r}"
+            raise InputError(source, f"{field}[{i}]", rule, name)
+        first[entry] = name
 
 
 def unused_variant(spec: StudySpec, catalog: Catalog, source: str | None = None) -> InputError | None:
@@ -138,7 +149,12 @@ def with_catalog_ids(spec: StudySpec, catalog: Catalog) -> StudySpec:
     # (a swept model stays as written: a grid's stored points name it so, and a stored grid read
     # with the ids would run its points again)
     swept = replace(spec.sweep, hardware=tuple(catalog.hardware(h).id for h in spec.sweep.hardware))
-    named = replace(spec, model=catalog.model(spec.model).id, hardware=hardware, sweep=swept)
+    # a variant's base by id, as the points name it: one based on an alias had lost its what-if
+    # comparison (the report matched its base against the points' ids)
+    variants = tuple(replace(v, base=catalog.hardware(v.base).id) for v in spec.variants)
+    named = replace(
+        spec, model=catalog.model(spec.model).id, hardware=hardware, sweep=swept, variants=variants
+    )
     return model_shapes(named, catalog)
 
 
