@@ -234,6 +234,14 @@ def test_a_trial_over_its_wall_clock_cap_is_recorded_not_waited_for(
     assert len(records) == 4 and stats.ran == 4
     capped = [r for r in records if "wall clock" in r["binding"]]
     assert len(capped) == 1 and capped[0]["constraints"] == {"wall_clock": 1.0}
+    # its design as a finished trial's: the exports had shown its choice empty
+    second = study.get_trials()[1]
+    assert "wall clock" in second.user_attrs["record"]["binding"]
+    assert second.user_attrs["record"]["choice"]["topology"] == second.params["topology"]
+    from dse.study.results import trials_frame
+
+    row = trials_frame(study, ["usd_per_million_tokens"]).filter(pl.col("trial") == 1).row(0, named=True)
+    assert row["p_topology"] == second.params["topology"] and row["design"] == 1
 
 
 def test_compiling_kernels_is_not_a_trials_wall_time() -> None:

@@ -260,7 +260,8 @@ def trials_frame(
     (it had none: a dashboard of the grid's points broke on its empty table)."""
     rows = []
     for t, rec in _records(study):
-        choice = rec.get("choice", {})
+        # a trial stopped at its wall-clock cap by a run before 2026-12-07 holds its parameters alone
+        choice = rec.get("choice") or rec.get("params") or {}
         metrics = recorded_metrics(rec.get("metrics", {}))
         cons = rec.get("constraints", {})
         row: dict[str, Any] = {
