@@ -208,6 +208,10 @@ def test_predict_prints_the_latency_percentiles_of_the_load_asked(cli: Cli, tmp_
             ("--isl", "300000"),
             "--isl = 300000: with osl (1024) must fit deepseek-v3's context of 163,840 tokens",
         ),
+        (  # the longer names the flag: --isl, at the 1024 not typed, had been named
+            ("--osl", "1e9"),
+            "--osl = 1e9: with isl (1024) must fit deepseek-v3's context of 163,840 tokens",
+        ),
         (("--tp", "7", "--ep", "7"), "--tp = 7: must divide deepseek-v3's 128 attention heads"),
         (("--tp", "1000"), "--tp = 1000: must divide deepseek-v3's 128 attention heads"),
         # whole-number flags as typed: they had been read as floats (`--tp = 7.0`) or text (`'5'`)
@@ -549,12 +553,17 @@ def test_a_batch_refuses_the_flags_of_one_deployment(tmp_path: Path, cli: Cli) -
     src = tmp_path / "in.csv"
     src.write_text("hardware,model\nb200,dsr1\n")
     # a pool's flag at its default value too (--decode-gpus 8 had passed: it was read as left out)
-    given = (("--percentiles", "0"), ("--rate", "0"), ("--seed", "3"), ("--json",), ("--decode-gpus", "8"))
+    # and any flag typed at its default value (--framework trt, --conc 64 had been ignored in
+    # silence), in full, abbreviated or with "="
+    given = (("--percentiles", "0"), ("--rate", "0"), ("--seed", "3"), ("--json",), ("--decode-gpus", "8"),
+             ("--framework", "trt"), ("--conc", "64"), ("--fram", "trt"), ("--load=closed",),
+             ("--model", "dsr1"))  # fmt: skip
     for flags in given:
         proc = cli("predict", "--batch", str(src), "--out", str(tmp_path / "o.csv"), *flags)
         assert proc.code == 2, (flags, proc.err)
         rule = "does not apply to --batch (each row names its deployment)"
-        assert proc.err.strip() == f"dse: error: dse predict: {flags[0]}: {rule}"
+        named = {"--fram": "--framework", "--load=closed": "--load"}.get(flags[0], flags[0])
+        assert proc.err.strip() == f"dse: error: dse predict: {named}: {rule}"
     assert not (tmp_path / "o.csv").exists()
     alone = cli("predict", "--hardware", "b200", "--out", str(tmp_path / "o.csv"))
     assert alone.code == 2 and "--out: needs --batch" in alone.err and not (tmp_path / "o.csv").exists()
@@ -1149,12 +1158,20 @@ def test_scheduler_recv_interval_flag(cli: Cli) -> None:
     assert 10 * step < added < 20 * step, (added, step)
     text = cli("predict", *flags[:-1], "--scheduler-recv-interval", "30").out.splitlines()[0]
     assert "new requests looked for every 30 decode steps" in text, text
-    bad = cli("predict", "--hardware", "b200", "--scheduler-recv-interval", "0")
+    bad = cli("predict", "--hardware", "b200", "--framework", "sglang", "--scheduler-recv-interval", "0")
     assert bad.code == 2
     assert bad.err.strip() == (
         "dse: error: dse predict: --scheduler-recv-interval = 0: must be a whole number from 1 to 1000 "
         "(decode steps)"
     )
+    # TensorRT-LLM (the default), vLLM and ATOM have no such setting: it had slowed their TTFT 3x
+    for fw in ("trt", "vllm"):
+        other = cli("predict", "--hardware", "b200", "--framework", fw, "--scheduler-recv-interval", "30")
+        assert (other.code, other.out) == (2, ""), other.out
+        assert other.err == (
+            "dse: error: dse predict: --scheduler-recv-interval = 30: is SGLang's setting alone: "
+            f"the {fw} engine has none (leave it out)\n"
+        )
 
 
 def test_adp_balance_timeout_iters_flag(cli: Cli) -> None:

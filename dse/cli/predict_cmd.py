@@ -91,7 +91,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         for a in p._actions
         if a.option_strings and a.dest not in batch_own
     }
-    p.set_defaults(one_deployment=one)
+    options = {o: a.dest for a in p._actions for o in a.option_strings}  # every flag: its destination
+    p.set_defaults(one_deployment=one, predict_options=options)
 
 
 def _add_pools(p: argparse.ArgumentParser) -> None:
@@ -484,9 +485,27 @@ POOL_DEFAULTS: dict[str, int] = {
 def _batch_alone(args: argparse.Namespace) -> None:
     """``--batch`` with no flag of one deployment: each row names its own, so a flag given beside
     it would be silently ignored and read as applied."""
-    for dest, (flag, default) in args.one_deployment.items() if args.batch is not None else ():
-        if getattr(args, dest) != default:
+    if args.batch is None:
+        return
+    typed = _flags_given(getattr(args, "argv", ()), args.predict_options)
+    for dest, (flag, default) in args.one_deployment.items():
+        # typed at its default value too: --framework sglang beside --batch had been ignored in silence
+        if getattr(args, dest) != default or dest in typed:
             raise InputError(SRC, flag, "does not apply to --batch (each row names its deployment)")
+
+
+def _flags_given(argv: tuple[str, ...], options: dict[str, str]) -> set[str]:
+    """The destinations of the flags ``argv`` gives, abbreviated as argparse takes them (a unique
+    prefix of one flag)."""
+    out = set()
+    for token in argv:
+        if not token.startswith("--") or token == "--":
+            continue
+        name = token.split("=", 1)[0]
+        hits = {options[name]} if name in options else {d for o, d in options.items() if o.startswith(name)}
+        if len(hits) == 1:
+            out |= hits
+    return out
 
 
 def _kernels_text(kernels: dict[str, Any]) -> str:
