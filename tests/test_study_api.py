@@ -128,6 +128,15 @@ def test_a_study_name_hive_readers_would_misread_reads_back_as_written(tmp_path:
     assert code == 2 and out == "" and not (tmp_path / "o").exists()
     said = "must not hold '=': hive readers of the exports take a folder named key=value as a column"
     assert err.strip() == f"dse: error: {spec}: name = 'a=b': {said}"
+    # the name hive readers take for a null partition: polars, DuckDB and pyarrow had read the
+    # study column as null
+    hive = "__HIVE_DEFAULT_PARTITION__"
+    spec = tmp_path / f"{hive}.toml"
+    spec.write_text(TINY.read_text().replace('name = "tiny-study"', f'name = "{hive}"'))
+    code, out, err = run_dse("study", "run", str(spec), "--out", str(tmp_path / "o"), "--trials", "2")
+    assert code == 2 and out == "" and not (tmp_path / "o").exists()
+    said = "must not be the name hive readers of the exports read as a missing value"
+    assert err.strip() == f"dse: error: {spec}: name = '{hive}': {said}"
 
 
 def test_an_objective_of_1e12_and_more_is_a_value(tmp_path: Path) -> None:

@@ -115,6 +115,8 @@ def folder_name(value: str) -> str | None:
         return "must be a plain folder name (no path separators, not '.' or '..')"
     if "=" in value:  # runs/a=b/exports/...: polars reads the folder as a column a, holding b
         return "must not hold '=': hive readers of the exports take a folder named key=value as a column"
+    if value == "__HIVE_DEFAULT_PARTITION__":  # every reader reads the exports' study column as null
+        return "must not be the name hive readers of the exports read as a missing value"
     return None
 
 
