@@ -123,6 +123,8 @@ class Workload:
         # the larger part names the field: the prompt's (a returning turn's prefix, or the
         # input), or the output
         key = "cached_prefix_tokens" if back else "input_tokens"
+        if back and self.suffix_tokens > self.cached_prefix_tokens:  # (--suffix 1e9 had named --prefix)
+            key = "suffix_tokens"
         key = "output_tokens" if self.output_tokens > prompt else key
         rule = (
             f"with the other lengths and the output ({self.longest_context_tokens():,.0f} tokens) "

@@ -1045,3 +1045,11 @@ def test_the_engine_follows_the_hardware_and_one_that_cannot_run_on_it_is_refuse
         f"{study}: engine = 'trt': must run on the study's hardware: TensorRT-LLM runs on NVIDIA" in out.err
     )
     assert not (tmp_path / "runs" / "tiny-study" / "study.db").exists()
+
+
+def test_a_suffix_past_the_context_is_the_flag_named(cli: Cli) -> None:
+    """A returning turn's 1e9-token suffix after a 100-token prefix: --prefix had been named."""
+    r = cli("place", "--hardware", "b200", "--rate", "10", "--ttft", "2", "--tpot", "0.05",
+            "--returning-share", "0.5", "--prefix", "100", "--suffix", "1e9", "--think", "1:60")  # fmt: skip
+    assert (r.code, r.out) == (2, "")
+    assert r.err.startswith("dse: error: dse place: --suffix = 1e9: with the other lengths and the output (")
