@@ -125,6 +125,19 @@ def test_a_window_shorter_than_the_longest_answers_is_warned_of(tmp_path: Path, 
     assert cold.code == 0 and json.loads(cold.out)["window_warning"] is None and cold.err == "", cold.err
 
 
+def test_answers_past_the_model_s_context_are_refused_as_osl_is(tmp_path: Path, cli: Cli) -> None:
+    """--lengths 1:200000 had run (a TTFT of 106,402 s) where --osl 200000 is refused, and
+    --lengths 1:1e8 for minutes, past SIGTERM and SIGINT."""
+    plan = tmp_path / "place.json"
+    plan.write_text(cli(*PLACE).out)
+    for mix in ("1:200000", "0.5:300,0.5:1e8"):
+        r = cli("simulate", "--placement", plan, "--lengths", mix, "--out", tmp_path / "out")
+        assert r.code == 2 and r.out == "" and r.err.count("\n") == 1, r.err
+        assert r.err.startswith(f"dse: error: dse simulate: --lengths = '{mix}': its longest mean answer ")
+        assert "must fit deepseek-v3's context of 163,840 tokens" in r.err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_step_that_leaves_too_few_measured_is_refused(tmp_path: Path, cli: Cli) -> None:
     """--dt 1800 over --horizon 1800 had left the fluid no sample after the warm-up (a traceback,
     exit 1), and --dt 300 too few for the stability verdict's slope, which then reads stable: 1.5

@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from dse.sim.simulation import SimulationReport
     from dse.study.report_figures import Drawer
     from dse.units import Precision
-    from dse.workload import Slo
+    from dse.workload import Slo, Workload
 
 SRC = "dse simulate"
 T = TypeVar("T")
@@ -441,6 +441,17 @@ class ScenarioFlags:
     pairs: tuple[tuple[float, float], ...]
 
 
+def _lengths_fit(args: argparse.Namespace, flags: ScenarioFlags, workload: Workload, model: Model) -> None:
+    """``--lengths``' longest mean answer fits the model's context after the design's prompts, as
+    ``--osl`` must: ``--lengths 1:200000`` had run for minutes (a TTFT of 106,402 s) and
+    ``1:1e8`` past SIGTERM and SIGINT."""
+    if not flags.pairs:
+        return
+    longest = replace(workload, output_tokens=max(b for _, b in flags.pairs))
+    if (broken := longest.context_problem(model.max_context, model.id)) is not None:
+        raise InputError(SRC, "--lengths", f"its longest mean answer {broken[1]}", args.lengths)
+
+
 def scenario_flags(args: argparse.Namespace) -> ScenarioFlags:
     """Every refusal of the scenario flags that needs no design: run before any placement is
     solved, so a bad flag costs no solve (it had been refused only after the MILP)."""
@@ -612,6 +623,7 @@ def _run_drawing(args: argparse.Namespace, catalog: Catalog, drawer: Drawer) -> 
         _refuse_taken(args.out)
     design = _design(args, catalog, params)
     _refuse_planner(args, design.topology)  # (--topology auto may pick an aggregated design)
+    _lengths_fit(args, flags, design.workload, catalog.model(design.model))
     source = str(args.placement) if args.placement else SRC
     pipe, kv_gb = pipeline_of(design, catalog, params, buffer_max=args.buffer, source=source)
     workload, slo = design.workload, design.slo
