@@ -931,3 +931,39 @@ def test_a_python_request_left_without_a_precision_takes_the_models() -> None:
         request(model="my-model")
     with pytest.raises(InputError, match="weight_precision = 'fp4': must be of type Precision"):
         request(weight_precision="fp4")
+
+
+def _glm_prefill(w: Workload, shapes: tuple[str, ...] | None = None) -> Any:
+    options = UnitOptions() if shapes is None else UnitOptions(prefill_shapes=shapes)
+    req = PlacementRequest("glm-4.6", ("b200",), w, Slo(ttft_s=60.0, tpot_s=0.1), options=options)
+    return build_candidates(req, Topology.DISAGGREGATED, load_catalog(), load_params())
+
+
+def test_a_prefill_instance_that_cannot_hold_its_prompt_s_kv_is_left_out() -> None:
+    """GLM-4.6's 190,000-token prompts on 2 B200: the weights leave 2.9 GB a GPU, the prompt's KV
+    needs more, and the unit had been placed at 200.6 GB per GPU (its room taken as 0)."""
+    c = _glm_prefill(Workload(1.0, 190_000.0, 1000.0))
+    two = [e for e in c.exclusions if e.role == "prefill" and e.parallel == "2gpu-dpa-ep1"]
+    assert len(two) == 1 and two[0].over > 1.0, c.exclusions
+    assert re.fullmatch(
+        r"weights and a prefill forward's KV \([\d,.]+ GB\) need 2\d\d\.\d GB per GPU but b200 offers "
+        r"185\.5 GB after the 4% runtime reserve",
+        two[0].reason,
+    ), two[0].reason
+    usable = 185.5 + 0.05
+    prefill = [u for u in c.units if u.role is Role.PREFILL]
+    assert prefill and all(u.hbm_gb_per_gpu <= usable for u in prefill), [
+        (u.name, u.hbm_gb_per_gpu) for u in prefill
+    ]
+
+
+def test_a_prefill_instance_that_cannot_hold_a_returning_session_takes_fresh_prompts_alone() -> None:
+    """A 190,000-token prefix reloaded onto the same 2 B200: fresh 1,000-token prompts fit, the
+    session's 35.8 GB does not; the unit had been priced taking the returning turns."""
+    w = Workload(1.0, 1000.0, 1000.0, returning_share=0.9, cached_prefix_tokens=190_000.0,
+                 suffix_tokens=1000.0, think=(ThinkBin(1.0, 3600.0),))  # fmt: skip
+    c = _glm_prefill(w, ("2gpu-dpa-ep1",))
+    back = [e for e in c.exclusions if e.role == "returning"]
+    assert len(back) == 1 and "weights and a returning session's KV (" in back[0].reason, c.exclusions
+    prefill = [u for u in c.units if u.role is Role.PREFILL]
+    assert prefill and all(u.name.endswith("/fresh") for u in prefill), [u.name for u in prefill]

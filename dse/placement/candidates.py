@@ -261,6 +261,22 @@ class _Builder:
         (``rec_one``) takes beyond that forward."""
         return max(rec_one - mid_one, 0.0) if tier == "drop" else float(self.s.reload_s(i, tier))
 
+    def _kv_past_hbm(self, i: int, kv_gb: float, what: str) -> tuple[str, float] | None:
+        """Why a prefill instance cannot hold ``kv_gb`` of KV (over the instance) beside its weights,
+        and by how much (the GB per GPU needed over those offered); None where it can. A 190,000-token
+        prompt had been placed on 2 B200 at 200.6 GB per GPU, its room after the weights taken as 0."""
+        s = self.s
+        room = float(s.free_unique_gb[i])
+        if kv_gb <= room:
+            return None
+        shards = float(s.pool.kv_shard[i] * s.pp[i])
+        need, usable = float(s.weights_gb[i]) + kv_gb / shards, float(s.usable_gb[i])
+        reserve = self.p.hbm_reserve_fraction
+        return (
+            f"weights and {what} KV ({kv_gb:,.1f} GB) need {need:.1f} GB per GPU but {s.hw(i).id} offers "
+            f"{usable:.1f} GB after the {reserve:.0%} runtime reserve"
+        ), need / usable
+
     def _no_way_back(self, i: int, scale: float) -> tuple[str, float]:
         """Why a prefill shape takes no returning turn: what the fastest way back takes alone,
         before any wait for a busy server, against the TTFT target (and that time over the target)."""
@@ -346,10 +362,19 @@ class _Builder:
         s, w = self.s, self.req.workload
         case = 1 if self.classes and w.returning_share > 0.5 else 0  # most prompts: fresh or midfills
         for i in self.shapes("prefill"):
+            if (over := self._kv_past_hbm(i, float(s.prefill_ws_gb[i]), "a prefill forward's")) is not None:
+                self.exclude(i, "prefill", *over)
+                continue
             seen: set[tuple[bool, ...]] = set()
             curve = prefill_curve(s, i, self.req.engine, self.p, self.slo.percentile, w.requests_per_s, case)
             scale = curve.scale
             ways = [None, *(t for t in TIERS if t in self.tiers and self.classes)]
+            session = (
+                self._kv_past_hbm(i, float(s.session_gb), "a returning session's") if self.classes else None
+            )
+            if session is not None:  # its KV cannot come back here: fresh prompts alone
+                self.exclude(i, "returning", *session)
+                ways = []
             for tier in ways + ([FRESH_ONLY] if self.classes else []):
                 row = Row(
                     self.info(i, Role.PREFILL, hbm_gb=0.0), i, len(self.classes), nic=float(s.nic_gb_s[i])
@@ -370,7 +395,7 @@ class _Builder:
                 row.info = self.info(i, Role.PREFILL, suffix=suffix, hbm_gb=float(used), ttft=ttft)
                 row.info = replace(row.info, prefill_forward_requests=row.forward_prompts)
                 self.rows.append(row)
-            if seen and self.classes and not any(any(a) for a in seen):
+            if seen and self.classes and session is None and not any(any(a) for a in seen):
                 self.exclude(i, "returning", *self._no_way_back(i, scale))
             if not seen:
                 alone = self._offsets(True) + scale * s.fresh.one_s[i] + s.fresh_handoff_s[i]

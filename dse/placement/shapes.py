@@ -431,6 +431,8 @@ class Shapes:
         kv_nics = pool.nic_bytes_per_s * p.nic_eff * np.minimum(pool.gpus, pool.kv_shard) * pp / GB
         self.fresh_handoff_gb = w.input_tokens * kv_gb + state_gb
         self.resting_gb = w.cached_prefix_tokens * kv_gb + state_gb  # a session between turns
+        # what a prefill instance holds of a returning turn: its prefix back and its suffix
+        self.session_gb = (w.cached_prefix_tokens + w.suffix_tokens) * kv_gb + state_gb
         self.returning_handoff_gb = w.returning_context_tokens * kv_gb + state_gb
         self.fresh_handoff_s = self.fresh_handoff_gb / kv_nics
         self.returning_handoff_s = self.returning_handoff_gb / kv_nics
