@@ -760,3 +760,31 @@ def test_a_grid_stored_with_a_variant_base_alias_resumes(tmp_path: Path, cli: Cl
     moved = cli("study", "run", other, "--out", tmp_path, "--trials", "2", "--no-export")
     assert moved.code == 2 and "catalog.hardware.h200-bw150." in moved.err, moved.err
     assert "so they are another study's" in moved.err
+
+
+def test_bandwidth_is_set_against_capacity_of_the_same_scale() -> None:
+    """+50% bandwidth had been set against the first capacity variant of its base, +25% where the
+    file listed it first, though +50% capacity was there too."""
+    from dse.study.report_grid import _head_to_head
+    from dse.study.spec import Variant
+
+    spec = load_study(GRID)
+    variants = (
+        Variant("h200-cap125", "h200-sxm", hbm_capacity_scale=1.25),
+        Variant("h200-bw150", "h200-sxm", hbm_bandwidth_scale=1.5),
+        Variant("h200-cap150", "h200-sxm", hbm_capacity_scale=1.5),
+        Variant("h200-bw200", "h200-sxm", hbm_bandwidth_scale=2.0),  # no capacity x2: no line
+    )
+    spec = replace(spec, variants=variants)
+    wf = pl.DataFrame(
+        {
+            "x_input_tokens": [1.0, 2.0] * 4,
+            "variant": [v.id for v in variants for _ in range(2)],
+            "change_pct": [-1.0, -1.0, -10.0, -10.0, -20.0, 0.0, -30.0, -30.0],
+        }
+    )
+    lines = _head_to_head(spec, wf, ["input_tokens"])
+    assert lines == [
+        "- **h200-sxm: bandwidth against capacity, each x1.5.** h200-bw150 improves more than h200-cap150 "
+        "at 1 of 2 points, less at 1, the same (within 0.05 points) at 0."
+    ]
