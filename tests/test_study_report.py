@@ -245,7 +245,7 @@ def test_report_sections_numbers_and_pngs(tmp_path: Path, spec: StudySpec) -> No
     best_rows = _rows(_section(md, "## Best designs"))
     assert [r[0] for r in best_rows] == ["2", "1", "0"]  # cheapest first, infeasible left out
     assert best_rows[0][1] == "1"  # trials with its design
-    assert "gb200-nvl72" in best_rows[0][4] and best_rows[0][9] == "0.800"
+    assert "gb200-nvl72" in best_rows[0][4] and best_rows[0][9] == "0.8"  # four significant figures
     # the settings rows of the same pools differ in: the chunk (none in this table) and the
     # decode instance's cap, the batch its pool was sized at (700), as `dse deploy` launches it
     assert best_rows[0][6:8] == ["-", "700"]
@@ -1011,3 +1011,19 @@ def test_binding_constraints_that_differ_in_hardware_or_shape_are_counted_apart(
     rows = _rows(_section(_binding_section(trials), "## Binding constraints"))
     assert [r[1] for r in rows] == ["2", "2", "1", "1"]
     assert {r[0] for r in rows if r[1] == "2"} == {texts[0], texts[4]}
+
+
+def test_a_cost_per_million_tokens_keeps_four_significant_figures(spec: StudySpec) -> None:
+    """$0.01449 and $0.01115 per million tokens had read 0.014 and 0.011 (3% off), five designs
+    that differ by 0.3% all 0.015, beside a sentence saying one beat another by 0.0021%."""
+    from dse.study.markdown import COST_SPEC, fmt
+    from dse.study.report import _trial_columns
+
+    (cost,) = [s for _, key, s, _ in _trial_columns(spec) if key == "usd_per_million_tokens"]
+    assert cost == COST_SPEC  # the grid's table too
+    assert [fmt(x, cost) for x in (0.01449, 0.01115, 1.2086, 38.46)] == [
+        "0.01449",
+        "0.01115",
+        "1.209",
+        "38.46",
+    ]

@@ -22,7 +22,7 @@ import polars as pl
 from dse.atomic import atomic_folder
 from dse.metrics import METRIC_COLUMNS, METRICS, unit_label
 from dse.study.faults import writing
-from dse.study.markdown import fmt, md_table
+from dse.study.markdown import COST_SPEC, fmt, md_table
 from dse.study.report_figures import (
     H100_GB,
     HBM_LINE_GB,
@@ -222,7 +222,7 @@ def _trial_columns(spec: StudySpec) -> list[Column]:
     pct = f"p{spec.slo.percentile:g}"
     return [
         ("GPUs", "gpus", ",.0f", 1.0),
-        ("$/M tokens", "usd_per_million_tokens", ".3f", 1.0),
+        ("$/M tokens", "usd_per_million_tokens", COST_SPEC, 1.0),
         ("tokens/s/GPU", "tokens_per_s_per_gpu", ",.0f", 1.0),
         ("tokens/s/user", "tokens_per_s_per_user", ".1f", 1.0),
         ("TTFT mean (s)", "ttft_mean_s", ".2f", 1.0),
