@@ -16,7 +16,7 @@ from dse.sim.kv_cache import OUTCOMES, simulate_kv_cache
 from dse.sim.stored import simulate_stored
 from dse.study.api import StudyResults
 from dse.study.report import BestDesign
-from dse.study.results import batch_cap, recorded_metrics, sent_load
+from dse.study.results import batch_cap, recorded_metrics, sent_load, served_tiers
 from dse.study.spec import StudySpec
 
 PRICES_ATTR = "best_shadow_prices"
@@ -58,7 +58,7 @@ def best_design(res: StudyResults) -> BestDesign | None:
         sim=verdicts,
         stage_ms=dict(record.get("stage_ms", {})),
         settings=engine_settings(res.spec, dict(record.get("choice", {})), params, record.get("pools", [])),
-        tiers=list(record.get("tiers", [])),
+        tiers=served_tiers(record),  # at the traffic served, as exported
         kv_cache=kv_cache_check(record.get("simulation")),
     )
 

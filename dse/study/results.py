@@ -486,6 +486,17 @@ def sent_load(pool: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
     return {} if sized is None or headroom == 0.0 else {"requests_per_s": float(sized) / (1.0 + headroom)}
 
 
+def served_tiers(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The record's KV classes at its grid point's own traffic: returns/s and the GB stored in each
+    tier scaled from the 1 + headroom times it the pools are sized for."""
+    served = 1.0 / (1.0 + float((rec.get("point") or {}).get("headroom") or 0.0))
+    scaled = ("returning_per_s", *(f"stored_{t}_gb" for t in TIER_NAMES))
+    return [
+        {k: v * served if k in scaled and v is not None else v for k, v in c.items()}
+        for c in rec.get("tiers", [])
+    ]
+
+
 def without_nan(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` with nan in its float columns as null: a value the model could not give (a pool of
     hardware without a price in the study's tier) is missing, as in ``trials``; BI tools and SQL
@@ -503,10 +514,12 @@ def _units_pools() -> dict[str, str]:
 
 
 def kv_tiers_frame(study: TrialsRead) -> pl.DataFrame:
-    """One row per trial, KV class and tier."""
+    """One row per trial, KV class and tier, at the traffic the trial serves: a grid point with
+    headroom is sized for 1 + headroom times it (as :func:`sent_load`; it had read 16.8 returns/s
+    and 2,017 GB resting in DRAM where the point's traffic rests 1,374)."""
     rows = []
     for t, rec in _records(study):
-        for c in rec.get("tiers", []):
+        for c in served_tiers(rec):
             for tier in ("hbm", "dram", "nvme", "network", "drop"):
                 rows.append(
                     {
