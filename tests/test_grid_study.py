@@ -157,6 +157,16 @@ def test_a_sampler_key_in_a_grid_exits_2_before_a_run(tmp_path: Path, cli: Cli) 
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_budget_in_a_grid_file_exits_2_before_a_run(tmp_path: Path, cli: Cli) -> None:
+    """trials = 3 had run every point of the grid in silence."""
+    bad = tmp_path / "tiny-grid.toml"
+    bad.write_text("trials = 3\n" + GRID.read_text())
+    out = cli("study", "run", bad, "--out", tmp_path / "runs")
+    rule = "must be left out of a grid study: a grid runs each of its points once (--trials runs fewer)"
+    assert (out.code, out.err) == (2, f"dse: error: {bad}: trials = 3: {rule}\n")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_grid_stored_with_a_sampler_is_still_read(grid_run, tmp_path: Path, cli: Cli) -> None:  # type: ignore[no-untyped-def]
     """A grid run made before the rule, its file naming a sampler: exported with a warning, not
     resumed (the key edited out, its stored spec would differ: spec.search.sampler)."""
@@ -788,3 +798,35 @@ def test_bandwidth_is_set_against_capacity_of_the_same_scale() -> None:
         "- **h200-sxm: bandwidth against capacity, each x1.5.** h200-bw150 improves more than h200-cap150 "
         "at 1 of 2 points, less at 1, the same (within 0.05 points) at 0."
     ]
+
+
+def test_a_grid_s_kv_tiers_are_at_the_traffic_served_under_headroom(tmp_path: Path) -> None:
+    """16 returns/s of a point at 40 requests/s with headroom 0.5 had read 24, and the GB resting
+    in each tier half as much again, in the kv_tiers table and the report's best design (the
+    placements table gave the pools the 40 they serve)."""
+    from dse.study.best import best_design
+
+    spec = tmp_path / "headroom.toml"
+    spec.write_text(
+        'name = "headroom"\nmodel = "deepseek-v3"\nhardware = ["b200"]\nseed = 3\n'
+        "[workload]\nrequests_per_s = 40.0\ninput_tokens = 3000.0\noutput_tokens = 800.0\n"
+        "returning_share = 0.4\ncached_prefix_tokens = 12000.0\nsuffix_tokens = 400.0\n"
+        "think = [{ share = 1.0, dwell_s = 900.0 }]\n"
+        "[slo]\nttft_s = 2.0\ntpot_s = 0.05\n"
+        '[search]\ntopologies = ["disaggregated"]\n'
+        '[search.prefill]\nshapes = ["8gpu-dpa-ep8"]\nchunk_tokens = [8192]\n'
+        '[search.decode]\nshapes = ["8gpu-dpa-ep8"]\nmax_batch = [1, 4096]\n'
+        "[sweep]\nheadroom = [0.0, 0.5]\n"
+    )
+    res = Study.load(str(spec)).run(out=tmp_path)
+    heads = dict(zip(res.trials["trial"], res.trials["x_headroom"], strict=True))
+    tiers = res.kv_tiers.group_by("trial").agg(pl.col("returning_per_s").first(), pl.col("stored_gb").sum())
+    by = {t: (r, gb) for t, r, gb in tiers.iter_rows()}
+    assert sorted(heads.values()) == [0.0, 0.5] and len(by) == 2
+    (none,), (spare,) = ([t for t, h in heads.items() if h == x] for x in (0.0, 0.5))
+    assert by[none][0] == pytest.approx(16.0) and by[spare][0] == pytest.approx(16.0)
+    res.best_trial = lambda: spare  # type: ignore[method-assign]
+    best = best_design(res)
+    assert best is not None and best.tiers[0]["returning_per_s"] == pytest.approx(16.0)
+    held = sum(best.tiers[0][f"stored_{t}_gb"] for t in ("hbm", "dram", "nvme", "network"))
+    assert held == pytest.approx(by[spare][1])

@@ -576,8 +576,8 @@ def read_study(path: Path, *, idle: list[InputError] | None = None) -> StudySpec
 def idle_settings(spec: StudySpec, data: dict[str, Any], source: str) -> list[InputError]:
     """The settings of a study file that no trial would use, each as the refusal that names it:
     returning turns' keys without returning turns, a burst's keys without a burst, MTP's without
-    MTP, several KV policies or prefill chunks in a grid, the sampler's keys in a grid, a
-    population without NSGA-II, a topology's own keys without that topology. (A ``[[variants]]``
+    MTP, several KV policies or prefill chunks in a grid, the sampler's keys and a budget in a
+    grid, a population without NSGA-II, a topology's own keys without that topology. (A ``[[variants]]``
     entry no trial runs on needs the catalog: :func:`dse.study.variants.unused_variant`.) They
     guard new trials, not the reading of stored ones: a run made before a rule was added is still
     read, the setting named in a warning."""
@@ -588,6 +588,7 @@ def idle_settings(spec: StudySpec, data: dict[str, Any], source: str) -> list[In
         _idle_burst(spec, data),
         _grid_chunks(spec, data),
         _grid_search_keys(spec, data),
+        _grid_trials(spec, data),
         _idle_population(spec, data),
         _idle_topology_keys(spec, data),
     ]
@@ -640,6 +641,15 @@ def _grid_search_keys(spec: StudySpec, data: dict[str, Any]) -> tuple[str, str, 
         return None
     rule_ = "must be left out of a grid study: a grid enumerates its points, no sampler runs"
     return (f"search.{key}", rule_, written[key])
+
+
+def _grid_trials(spec: StudySpec, data: dict[str, Any]) -> tuple[str, str, Any] | None:
+    """A grid runs each of its points once: a ``trials`` budget in its file is not read (3 and 50
+    had both run all 8 points in silence; ``--trials`` runs fewer)."""
+    if not spec.is_grid or "trials" not in data:
+        return None
+    rule_ = "must be left out of a grid study: a grid runs each of its points once (--trials runs fewer)"
+    return ("trials", rule_, data["trials"])
 
 
 def _idle_population(spec: StudySpec, data: dict[str, Any]) -> tuple[str, str, Any] | None:
