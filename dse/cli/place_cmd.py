@@ -54,7 +54,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-ENGINE_HELP = "engine profile: " + ", ".join(ENGINES) + " (default: trt on NVIDIA GPUs, else sglang)"
+ENGINE_HELP = (
+    "engine profile: " + ", ".join(ENGINES) + " (default: trt where every candidate GPU is NVIDIA's, "
+    "else sglang for every pool: one engine prices them all, so listing an AMD GPU beside NVIDIA ones "
+    "prices the NVIDIA pools as SGLang too)"
+)
 
 
 def add_request_arguments(p: argparse.ArgumentParser, *, required: bool) -> None:
