@@ -940,13 +940,14 @@ def _glm_prefill(w: Workload, shapes: tuple[str, ...] | None = None) -> Any:
 
 
 def test_a_prefill_instance_that_cannot_hold_its_prompt_s_kv_is_left_out() -> None:
-    """GLM-4.6's 190,000-token prompts on 2 B200: the weights leave 2.9 GB a GPU, the prompt's KV
-    needs more, and the unit had been placed at 200.6 GB per GPU (its room taken as 0)."""
+    """GLM-4.6's 190,000-token prompts on 2 B200: the weights leave 2.9 GB a GPU, a prompt's 35.8 GB
+    of KV sits on one attention-DP rank's GPU, and the unit had been placed at 200.6 GB per GPU (its
+    room taken as 0)."""
     c = _glm_prefill(Workload(1.0, 190_000.0, 1000.0))
     two = [e for e in c.exclusions if e.role == "prefill" and e.parallel == "2gpu-dpa-ep1"]
     assert len(two) == 1 and two[0].over > 1.0, c.exclusions
     assert re.fullmatch(
-        r"weights and a prefill forward's KV \([\d,.]+ GB\) need 2\d\d\.\d GB per GPU but b200 offers "
+        r"weights and a prompt's KV \(35\.\d GB\) need 21\d\.\d GB per GPU but b200 offers "
         r"185\.5 GB after the 4% runtime reserve",
         two[0].reason,
     ), two[0].reason
@@ -967,3 +968,29 @@ def test_a_prefill_instance_that_cannot_hold_a_returning_session_takes_fresh_pro
     assert len(back) == 1 and "weights and a returning session's KV (" in back[0].reason, c.exclusions
     prefill = [u for u in c.units if u.role is Role.PREFILL]
     assert prefill and all(u.name.endswith("/fresh") for u in prefill), [u.name for u in prefill]
+
+
+@pytest.mark.parametrize(
+    ("topology", "role", "hardware", "shape", "w"),
+    [
+        # one prompt's KV sits on one attention-DP rank's GPU: it had been spread over the 8
+        (Topology.DISAGGREGATED, "prefill", "h100-sxm", "8gpu-dpa-ep8", Workload(1.0, 190_000.0, 1000.0)),
+        # a midfill unit takes returning turns alone, each a 36 GB session
+        (Topology.FOUR_STAGE, "midfill", "b200", "2gpu-dpa-ep1",
+         Workload(1.0, 1000.0, 1000.0, returning_share=0.9, cached_prefix_tokens=190_000.0,
+                  suffix_tokens=1000.0, think=(ThinkBin(1.0, 3600.0),))),
+        # an aggregated unit's prompts: its mean prompt (mostly short returning turns) had been checked
+        (Topology.AGGREGATED, "mixed", "b200", "2gpu-dpa-ep1",
+         Workload(1.0, 190_000.0, 1000.0, returning_share=0.9, cached_prefix_tokens=1000.0,
+                  suffix_tokens=1000.0, think=(ThinkBin(1.0, 3600.0),))),
+    ],
+)  # fmt: skip
+def test_every_unit_that_prefills_holds_one_prompt_s_kv_on_one_rank(
+    topology: Topology, role: str, hardware: str, shape: str, w: Workload
+) -> None:
+    options = UnitOptions(prefill_shapes=(shape,), decode_shapes=(shape,), midfill_shapes=(shape,))
+    req = PlacementRequest("glm-4.6", (hardware,), w, Slo(ttft_s=60.0, tpot_s=0.1), options=options)
+    c = build_candidates(req, topology, load_catalog(), load_params())
+    out = [e for e in c.exclusions if e.role == role and e.parallel == shape]
+    assert out and all(" KV (3" in e.reason and e.over > 1.0 for e in out), c.exclusions
+    assert not [u for u in c.units if u.role.name.lower() == role], [u.name for u in c.units]

@@ -261,16 +261,25 @@ class _Builder:
         (``rec_one``) takes beyond that forward."""
         return max(rec_one - mid_one, 0.0) if tier == "drop" else float(self.s.reload_s(i, tier))
 
-    def _kv_past_hbm(self, i: int, kv_gb: float, what: str) -> tuple[str, float] | None:
-        """Why a prefill instance cannot hold ``kv_gb`` of KV (over the instance) beside its weights,
-        and by how much (the GB per GPU needed over those offered); None where it can. A 190,000-token
-        prompt had been placed on 2 B200 at 200.6 GB per GPU, its room after the weights taken as 0."""
+    def _kv_past_hbm(self, i: int, *, session: bool) -> tuple[str, float] | None:
+        """Why an instance of shape ``i`` cannot hold what its prompts put in HBM beside its
+        weights, and by how much (the GB per GPU needed over those offered); None where it can.
+        A prompt's KV is one attention-DP rank's (split by the ranks' head shards and the stages),
+        a forward's batch spread over the ranks; with ``session``, a returning turn's prefix back
+        and its suffix as well. A 190,000-token prompt had been placed on 2 B200 at 200.6 GB per GPU,
+        its room after the weights taken as 0."""
         s = self.s
-        room = float(s.free_unique_gb[i])
-        if kv_gb <= room:
+        one = float(s.pool.seq_shard[i] * s.pp[i])  # the GPUs one request's KV is split over
+        held = [
+            ("a prompt's", float(s.prompt_gb), one),
+            ("a forward's", float(s.prefill_ws_gb[i]), one * float(s.pool.attn_dp[i])),
+        ]
+        if session:
+            held.append(("a returning session's", float(s.session_gb), one))
+        what, kv_gb, gpus = max(held, key=lambda h: h[1] / h[2])
+        need, usable = float(s.weights_gb[i]) + kv_gb / gpus, float(s.usable_gb[i])
+        if need <= usable:
             return None
-        shards = float(s.pool.kv_shard[i] * s.pp[i])
-        need, usable = float(s.weights_gb[i]) + kv_gb / shards, float(s.usable_gb[i])
         reserve = self.p.hbm_reserve_fraction
         return (
             f"weights and {what} KV ({kv_gb:,.1f} GB) need {need:.1f} GB per GPU but {s.hw(i).id} offers "
@@ -362,16 +371,14 @@ class _Builder:
         s, w = self.s, self.req.workload
         case = 1 if self.classes and w.returning_share > 0.5 else 0  # most prompts: fresh or midfills
         for i in self.shapes("prefill"):
-            if (over := self._kv_past_hbm(i, float(s.prefill_ws_gb[i]), "a prefill forward's")) is not None:
+            if (over := self._kv_past_hbm(i, session=False)) is not None:
                 self.exclude(i, "prefill", *over)
                 continue
             seen: set[tuple[bool, ...]] = set()
             curve = prefill_curve(s, i, self.req.engine, self.p, self.slo.percentile, w.requests_per_s, case)
             scale = curve.scale
             ways = [None, *(t for t in TIERS if t in self.tiers and self.classes)]
-            session = (
-                self._kv_past_hbm(i, float(s.session_gb), "a returning session's") if self.classes else None
-            )
+            session = self._kv_past_hbm(i, session=True) if self.classes else None
             if session is not None:  # its KV cannot come back here: fresh prompts alone
                 self.exclude(i, "returning", *session)
                 ways = []
@@ -439,6 +446,9 @@ class _Builder:
             self.excl.append(Exclusion("all", "midfill", "any shape", "the workload has no returning turns"))
             return
         for i in self.shapes("midfill"):
+            if (over := self._kv_past_hbm(i, session=True)) is not None:  # its every turn is one
+                self.exclude(i, "midfill", *over)
+                continue
             seen: set[tuple[bool, tuple[bool, ...]]] = set()
             # operating points: batched or one turn per forward, and the slowest way back admitted
             for alone, tier in itertools.product((False, True), [t for t in TIERS if t in self.tiers]):
@@ -546,7 +556,9 @@ class _Builder:
                 rate, batch = rates[n * len(paces) + k], batches[n * len(paces) + k]
                 for i in self.shapes("decode", unit="mixed"):
                     key = (i, round(float(batch[i]), 6))
-                    if rate[i] <= 0:
+                    if (full := self._kv_past_hbm(i, session=bool(self.classes))) is not None:
+                        missed.setdefault(i, full)  # its prompts' KV: at any share and pace
+                    elif rate[i] <= 0:
                         alone = self.alone_s(s.pool) if alone is None else alone
                         why, over = _tpot_reason(slo, s.cap_seq[i], float(alone[i]), 1.0 - phi)
                         missed.setdefault(i, (why, math.inf if i in decodes else over))

@@ -433,6 +433,7 @@ class Shapes:
         self.resting_gb = w.cached_prefix_tokens * kv_gb + state_gb  # a session between turns
         # what a prefill instance holds of a returning turn: its prefix back and its suffix
         self.session_gb = (w.cached_prefix_tokens + w.suffix_tokens) * kv_gb + state_gb
+        self.prompt_gb = w.input_tokens * kv_gb + state_gb  # one fresh prompt's
         self.returning_handoff_gb = w.returning_context_tokens * kv_gb + state_gb
         self.fresh_handoff_s = self.fresh_handoff_gb / kv_nics
         self.returning_handoff_s = self.returning_handoff_gb / kv_nics
