@@ -117,7 +117,7 @@ def test_a_run_stores_its_best_designs_shadow_prices_for_the_report(tmp_path: Pa
     stored = res.study.user_attrs[PRICES_ATTR]
     assert stored["trial"] == best and stored["prices"]
     trial = next(t for t in res.study.get_trials() if t.number == best)
-    choice = choice_from_params(trial.params, res.spec)
+    choice = choice_from_params(trial.params)
     ctx = Context(res._cat(), load_params(), PlacementSolver(TRIAL_SOLVE))
     fresh = place_best(request_for(res.spec, choice, ctx.catalog), [Topology(choice.topology)], ctx)
     assert [p["usd_per_hour"] for p in stored["prices"]] == [p.usd_per_hour for p in fresh.shadow_prices]

@@ -5,6 +5,7 @@ solver limits, and runs that repeat across processes and workers."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -242,6 +243,22 @@ def test_a_trial_over_its_wall_clock_cap_is_recorded_not_waited_for(
 
     row = trials_frame(study, ["usd_per_million_tokens"]).filter(pl.col("trial") == 1).row(0, named=True)
     assert row["p_topology"] == second.params["topology"] and row["design"] == 1
+    # a run before 2026-12-07 recorded its parameters alone: read as the same choice
+    old = {k: v for k, v in second.user_attrs["record"].items() if k != "choice"} | {"params": second.params}
+    with contextlib.closing(sqlite3.connect(tmp_path / "tiny-study" / "study.db")) as con:
+        con.execute(
+            "update trial_user_attributes set value_json = ? where key = 'record' and trial_id = "
+            "(select trial_id from trials where number = 1)",
+            (json.dumps(old),),
+        )
+        con.commit()
+    read = optuna.load_study(
+        study_name="tiny-study", storage=f"sqlite:///{tmp_path / 'tiny-study' / 'study.db'}"
+    )
+    again = trials_frame(read, ["usd_per_million_tokens"]).filter(pl.col("trial") == 1).row(0, named=True)
+    assert {k: v for k, v in again.items() if k.startswith("p_")} == {
+        k: v for k, v in row.items() if k.startswith("p_")
+    }
 
 
 def test_compiling_kernels_is_not_a_trials_wall_time() -> None:

@@ -37,7 +37,7 @@ def _params(trials, number: int) -> dict[str, object]:  # type: ignore[no-untype
 
 
 def _choice_columns(params: dict[str, object], spec: StudySpec) -> dict[str, object]:
-    return choice_columns(asdict(choice_from_params(params, spec)))  # as the trials table has them
+    return choice_columns(asdict(choice_from_params(params)))  # as the trials table has them
 
 
 @pytest.mark.parametrize("topologies", [("aggregated", "disaggregated"), ("disaggregated", "afd")])
@@ -50,7 +50,7 @@ def test_suggest_asks_back_the_choice_its_parameters_came_from(topologies: tuple
         again = optuna.create_study()
         again.enqueue_trial(trial_params(c))
         assert suggest(again.ask(), spec) == c
-        assert choice_from_params(trial_params(c), spec) == c
+        assert choice_from_params(trial_params(c)) == c
 
 
 def _answers(spec: StudySpec) -> list[tuple[float, str, str, list[dict[str, object]]]]:
@@ -247,7 +247,7 @@ def test_a_trial_and_the_warm_start_build_aggregated_units_at_their_targets_batc
     kv = spec.search.kv_policies[0]
     assert paced(warm_request(spec, catalog, kv)) == []
     assert paced(request_at(spec, catalog, 0.0, kv))  # the same placement with the paces on
-    trials = [choice_from_params(p, spec) for p in _warm(spec)]
+    trials = [choice_from_params(p) for p in _warm(spec)]
     aggregated = [c for c in trials if c.topology == "aggregated"]
     assert aggregated
     for c in aggregated:

@@ -64,7 +64,7 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> Choice:
     return Choice(topo, kv, ph, dh, ps, ds, chunk, batch, 0.0, ffn, mh, ms)
 
 
-def choice_from_params(params: dict[str, Any], spec: StudySpec) -> Choice:
+def choice_from_params(params: dict[str, Any]) -> Choice:
     """The :class:`Choice` of a finished trial, from its recorded parameters."""
     topo = params["topology"]
     if topo == Topology.AGGREGATED.value:

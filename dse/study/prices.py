@@ -53,7 +53,7 @@ def best_prices(res: StudyResults, number: int, ctx: Context) -> list[dict[str, 
         req = request_at(at, ctx.catalog, float(point.get("headroom", 0.0)), point.get("kv_policy"))
         topologies = [Topology(t) for t in at.search.topologies]
     else:
-        choice = choice_from_params(trial.params, spec)
+        choice = choice_from_params(trial.params)
         req, topologies = request_for(spec, choice, ctx.catalog), [Topology(choice.topology)]
     placed = place_best(req, topologies, ctx)
     return [plain(p) for p in placed.shadow_prices]

@@ -26,7 +26,7 @@ from dse.placement.request import Topology
 from dse.sim.kv_tiers import TIER_NAMES
 from dse.sim.simulation import TRAJECTORY_COLUMNS, trajectories_frame
 from dse.sim.stored import simulate_stored
-from dse.study.choice import SPLIT_DECODE
+from dse.study.choice import SPLIT_DECODE, choice_from_params, choice_record
 from dse.study.objectives import NO_VALUE, NO_VALUE_KEY
 
 SCHEMA_VERSION = 6  # docs/schema.md's version history
@@ -260,8 +260,7 @@ def trials_frame(
     (it had none: a dashboard of the grid's points broke on its empty table)."""
     rows = []
     for t, rec in _records(study):
-        # a trial stopped at its wall-clock cap by a run before 2026-12-07 holds its parameters alone
-        choice = rec.get("choice") or rec.get("params") or {}
+        choice = rec.get("choice") or _capped_choice(rec)
         metrics = recorded_metrics(rec.get("metrics", {}))
         cons = rec.get("constraints", {})
         row: dict[str, Any] = {
@@ -290,6 +289,18 @@ def trials_frame(
         return pl.DataFrame(schema=schema)
     # a column no trial filled (a study whose every trial failed) is still its type, not Null
     return with_designs(without_nan(pl.DataFrame(rows, schema_overrides=schema, infer_schema_length=None)))
+
+
+def _capped_choice(rec: dict[str, Any]) -> dict[str, Any]:
+    """A search trial stopped at its wall-clock cap by a run before 2026-12-07 holds its Optuna
+    parameters alone: its choice from them (none where they do not make one)."""
+    params = rec.get("params")
+    if not isinstance(params, dict):
+        return {}
+    try:
+        return choice_record(choice_from_params(params))
+    except (KeyError, TypeError, ValueError):
+        return {}
 
 
 def with_designs(trials: pl.DataFrame) -> pl.DataFrame:
