@@ -180,9 +180,10 @@ class _Built:
 
 # A study's trials hand the solver the same numbers again and again (a decode cap past what the
 # KV cache holds, a prefill chunk past the prompt, change no unit): 298 of the 976 MILPs of
-# 1,000 headline-study trials. An answer proven optimal or infeasible depends on the numbers alone
-# (every solve starts from the root start in the structure's own HiGHS instance), so it is kept
-# and given again; a time-limited one is not, since it depends on how fast the machine was.
+# 1,000 headline-study trials. An answer proven optimal or infeasible (its polish too) depends on
+# the numbers and the solver's options alone (every solve starts from the root start in the
+# structure's own HiGHS instance), so it is kept and given again, with no solve time; a
+# time-limited one is not, since it depends on how fast the machine was.
 SOLVED_MAX = 512
 _SETTLED = (Termination.OPTIMAL, Termination.INFEASIBLE)
 
@@ -216,7 +217,7 @@ class PlacementSolver:
     def __init__(self, options: SolveOptions | None = None) -> None:
         self.options = options or SolveOptions()
         self._built: dict[tuple[object, ...], _Built] = {}
-        self._solved: dict[tuple[bytes, float], SolveResult] = {}  # (data's digest, beat): a settled answer
+        self._solved: dict[tuple[bytes, float, SolveOptions], SolveResult] = {}  # a settled answer
 
     def _instance(self, data: PlacementData) -> tuple[_Built, float]:
         """The structure's built model with ``data`` loaded, and the seconds a build took (0
@@ -249,29 +250,34 @@ class PlacementSolver:
         below which alone a design is wanted (HiGHS cuts off there, :func:`run_highs`); where
         none lies below it, the answer is no solution or the root start's design, neither below
         it (HiGHS may also return one at the cutoff itself)."""
-        key = (digest(data), beat)
+        key = (digest(data), beat, self.options)
         known = self._solved.get(key)
         if known is not None:  # the same numbers solved before: the same answer, no time spent
             return replace(known, build_s=0.0, solve_s=0.0)
-        result = self._solve(data, beat)
-        if result.termination in _SETTLED:
+        result, settled = self._solve(data, beat)
+        if settled:
             if len(self._solved) >= SOLVED_MAX:
                 self._solved.clear()
             self._solved[key] = _read_only(result)
         return result
 
-    def _solve(self, data: PlacementData, beat: float) -> SolveResult:
+    def _solve(self, data: PlacementData, beat: float) -> tuple[SolveResult, bool]:
+        """The answer, and whether it is settled: proven optimal or infeasible, its polish (where
+        it needs one) too, so that it depends on the numbers alone, not on how far a limit let
+        the search go."""
         b, build, lp = self._loaded(data)
         result = self._run_highs(b, data, lp, beat)
+        settled = result.termination in _SETTLED
         sol = result.solution
         # a MILP proven optimal already has the optimal continuous part; within a gap it may not
         if self.options.polish and sol is not None and not result.gap <= 1e-9:
             assert b.columns is not None
             polished = self._run_highs(b, data, _counts_fixed(lp, b.columns, sol, data))
+            settled = settled and polished.termination is Termination.OPTIMAL
             if polished.solution is not None:
                 total = result.solve_s + polished.solve_s
                 result = replace(result, solution=polished.solution, solve_s=total)
-        return _with_build(result, build)
+        return _with_build(result, build), settled
 
     def _arrays(self, b: _Built, *, fresh: bool) -> highspy.HighsLp:
         """The model as HiGHS arrays. A structure built for this solve, or a solver told not to go

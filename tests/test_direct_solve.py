@@ -259,7 +259,7 @@ def test_the_same_numbers_solved_again_are_answered_from_the_solver_s_memo(
     runs = []
     real = PlacementSolver._solve
 
-    def counted(self: PlacementSolver, data: PlacementData, beat: float) -> SolveResult:
+    def counted(self: PlacementSolver, data: PlacementData, beat: float) -> tuple[SolveResult, bool]:
         runs.append(beat)
         return real(self, data, beat)
 
@@ -283,3 +283,6 @@ def test_the_same_numbers_solved_again_are_answered_from_the_solver_s_memo(
     for _ in range(2):
         assert limited.solve(hard(7)).termination is Termination.WORK_LIMIT
     assert len(runs) == 7  # a limit's answer depends on how far the search got: not kept
+    solver.options = SolveOptions(mip_rel_gap=1e-2)  # other options: solved again under them
+    solver.solve(instance(rate=30.0))
+    assert len(runs) == 8

@@ -71,9 +71,10 @@ SAMPLED_COLUMNS = (
     "power_kw", "kwh_per_million_tokens", "energy_usd_per_hour",
 )  # fmt: skip
 SAMPLED_RTOL = 0.03
-# the fluid simulation's queues and backlog near empty: a thousandth of a request is an empty
-# queue; the solver's last digits had left 1.2e-6 requests where another trial of the same design
-# had 3.5e-13, and counted the two as two designs (deepseek-production's one-design front as two)
+# the fluid simulation's queues (requests) and backlog growth (requests/s) near empty: a thousandth
+# of a request, or of a request per second, is none; the solver's last digits had left 1.2e-6
+# requests where another trial of the same design had 3.5e-13, and counted the two as two designs
+# (deepseek-production's one-design front as two)
 QUEUE_COLUMNS = (
     "sim_backlog_growth_per_s", "queue_peak_prefill_requests", "queue_peak_buffer_requests",
     "swing_prefill_queue_requests",
