@@ -379,3 +379,29 @@ def test_tpe_hooks_filter_the_trials_once_per_trial(monkeypatch: pytest.MonkeyPa
         study.optimize(lambda t: _objective(t)[0], n_trials=40)
         reads.append(filtered[0])
     assert reads[1] <= reads[0] - 40, reads
+
+
+def test_a_trial_across_the_daylight_saving_switch_keeps_its_instants(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """New York's clocks go back at 06:00 UTC on 2026-11-01: a trial from 05:59:30 to 06:00:30 UTC
+    had been exported as finishing at 05:00:30, 3,540 s before it started."""
+    import time
+    from datetime import UTC, datetime
+
+    from dse.study.optuna_compat import _naive_local
+    from dse.study.results import _utc
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        start, end = datetime(2026, 11, 1, 5, 59, 30), datetime(2026, 11, 1, 6, 0, 30)
+        a, b = _naive_local(start), _naive_local(end)
+        assert (a.hour, b.hour) == (1, 1)  # both in the repeated hour, local time
+        assert (_utc(a), _utc(b)) == (start.replace(tzinfo=UTC), end.replace(tzinfo=UTC))
+        assert (_utc(b) - _utc(a)).total_seconds() == 60.0
+        summer = datetime(2026, 7, 1, 12, 0)
+        assert _utc(_naive_local(summer)) == summer.replace(tzinfo=UTC)
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -689,8 +689,15 @@ def _frozen_trial(
 
 
 def _naive_local(t: datetime | None) -> datetime | None:
-    """A stored time (naive UTC) as Optuna's models give it back: naive local time."""
-    return None if t is None else t.replace(tzinfo=UTC).astimezone().replace(tzinfo=None)
+    """A stored time (naive UTC) as Optuna's models give it back: naive local time, its ``fold``
+    set in the hour a daylight-saving switch repeats, so that it reads back as the same instant
+    (a trial run across the switch had finished an hour before it started)."""
+    if t is None:
+        return None
+    local = t.replace(tzinfo=UTC).astimezone().replace(tzinfo=None)
+    if local.astimezone(UTC).replace(tzinfo=None) != t:  # the second of a repeated hour
+        local = local.replace(fold=1)
+    return local
 
 
 def _stored_value(value: float | None, kind: Any) -> float:

@@ -270,7 +270,9 @@ def trials_frame(
             "state": t.state.name.lower(),
             "started_utc": _utc(t.datetime_start),
             "finished_utc": _utc(t.datetime_complete),
-            "duration_s": (t.datetime_complete - t.datetime_start).total_seconds()
+            # between the instants (naive local times differ by the hour a daylight-saving switch
+            # repeats: a 60-s trial across it had lasted -3,540 s)
+            "duration_s": (_utc(t.datetime_complete) - _utc(t.datetime_start)).total_seconds()
             if t.datetime_complete and t.datetime_start
             else None,
             # enqueued from the full placement (dse.study.warm_start) rather than sampled
