@@ -830,3 +830,14 @@ def test_a_grid_s_kv_tiers_are_at_the_traffic_served_under_headroom(tmp_path: Pa
     assert best is not None and best.tiers[0]["returning_per_s"] == pytest.approx(16.0)
     held = sum(best.tiers[0][f"stored_{t}_gb"] for t in ("hbm", "dram", "nvme", "network"))
     assert held == pytest.approx(by[spare][1])
+
+
+def test_a_grid_without_variants_says_so_of_its_what_if_figure(tmp_path: Path, cli: Cli) -> None:
+    """Its figure line had said no variant had a feasible base, as if variants had run."""
+    spec = tmp_path / "aliased.toml"
+    text = ALIASED.replace('[[variants]]\nid = "h200-bw150"\nbase = "h200"\nhbm_bandwidth_scale = 1.5\n', "")
+    spec.write_text(text.replace('hardware = ["h200-sxm", "h200-bw150"]', "input_tokens = [2000]"))
+    assert cli("study", "run", spec, "--out", tmp_path).code == 0
+    md = (tmp_path / "aliased" / "report" / "report.md").read_text(encoding="utf-8")
+    assert "not drawn (the study has no what-if variants)" in md
+    assert "with a feasible base" not in md

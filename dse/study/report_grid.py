@@ -260,7 +260,9 @@ def whatif_section(spec: StudySpec, trials: pl.DataFrame) -> str:
     lines = [
         f"The study's first objective, {col}{_unit(spec)}, of each what-if variant against its base at "
         "the same point (negative change: the variant needs less). Shadow prices are the base design's, per "
-        "GPU-hour: what +1 TB/s or +1 GB of HBM per GPU would save (none without a price)."
+        "GPU-hour: what +1 TB/s or +1 GB of HBM per GPU would save (none without a price, nor where the "
+        "design that held the point is not the MILP's first: a topology it ranked lower, "
+        "`milp_topology_rank` > 0, whose prices are not solved)."
     ]
     for v in spec.variants:
         part = wf.filter(pl.col("variant") == v.id)
@@ -475,7 +477,13 @@ def _series(ok: pl.DataFrame, rest: list[str]) -> dict[tuple[Any, ...], pl.DataF
 def _whatif_png(path: Path, spec: StudySpec, trials: pl.DataFrame, drawer: Drawer) -> Figure:
     wf = whatif_frame(spec, trials)
     others = ["x_" + a for a in axes_of(spec) if a != "hardware"]
-    skipped = "" if not wf.is_empty() else "no what-if variants with a feasible base at the same point"
+    skipped = (
+        ""
+        if not wf.is_empty()
+        else "the study has no what-if variants"
+        if not spec.variants
+        else "no what-if variants with a feasible base at the same point"
+    )
     caption = "Each what-if variant against its base, per point"
     said = statistic(objective_column(spec), spec.slo.percentile)  # a latency's: TTFT p99
     column = objective_column(spec) + (f" ({said})" if said else "")
@@ -485,7 +493,7 @@ def _whatif_png(path: Path, spec: StudySpec, trials: pl.DataFrame, drawer: Drawe
 def whatif_figure(wf: pl.DataFrame, others: list[str], column: str) -> Any:
     plt = _pyplot()
     keys = wf.select(others).unique(maintain_order=True) if others else pl.DataFrame({"k": [0]})
-    labels = [", ".join(str(v) for v in row) for row in keys.iter_rows()]
+    labels = [", ".join(fmt(v) for v in row) for row in keys.iter_rows()]  # as the tables write them: 64,000
     variants = list(dict.fromkeys(wf["variant"].to_list()))
     fig, ax = plt.subplots(figsize=(max(7.0, 0.45 * len(labels) * len(variants) + 2), 5))
     width = 0.8 / max(len(variants), 1)
