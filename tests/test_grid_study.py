@@ -841,3 +841,14 @@ def test_a_grid_without_variants_says_so_of_its_what_if_figure(tmp_path: Path, c
     md = (tmp_path / "aliased" / "report" / "report.md").read_text(encoding="utf-8")
     assert "not drawn (the study has no what-if variants)" in md
     assert "with a feasible base" not in md
+
+
+def test_a_grid_s_hardware_its_sweep_leaves_out_is_refused(tmp_path: Path, cli: Cli) -> None:
+    """Each point runs on the swept hardware alone: a b200 listed beside a sweep of H200s had run
+    nowhere, yet been checked, stored, and an edit of it had refused a resume."""
+    spec = tmp_path / "aliased.toml"
+    spec.write_text(ALIASED.replace('hardware = ["h200-sxm"]\n', 'hardware = ["b200"]\n', 1))
+    r = cli("study", "run", spec, "--out", tmp_path / "runs")
+    rule = "must be named in sweep.hardware: each point runs on the swept hardware alone"
+    assert (r.code, r.err) == (2, f"dse: error: {spec}: hardware[0] = 'b200': {rule}\n")
+    assert not (tmp_path / "runs").exists()

@@ -82,7 +82,8 @@ def _once(lookup: Callable[[str], Any], names: tuple[str, ...], source: str, fie
 
 
 def unused_variant(spec: StudySpec, catalog: Catalog, source: str | None = None) -> InputError | None:
-    """A what-if variant no trial runs on, as the refusal that names it (``catalog``: the study's,
+    """A what-if variant no trial runs on, or a grid's ``hardware`` entry its ``sweep.hardware``
+    leaves out, as the refusal that names it (``catalog``: the study's,
     :func:`study_catalog`): one declared but left out of ``hardware`` (or, in a grid that sweeps
     the hardware, of that axis, which replaces ``hardware`` at each point) had run the study as
     if it were not there. Refused before a run; a stored run is still read (as
@@ -90,6 +91,12 @@ def unused_variant(spec: StudySpec, catalog: Catalog, source: str | None = None)
     source = source or f"study {spec.name}"
     where = "sweep.hardware" if spec.sweep.hardware else "hardware"
     named = {catalog.hardware(h).id for h in (spec.sweep.hardware or spec.hardware)}
+    for i, h in enumerate(spec.hardware if spec.sweep.hardware else ()):
+        # the sweep's hardware replaces the study's at each point: one it does not name is never run,
+        # yet had been checked (its engine, its price) and stored, and an edit of it refused a resume
+        if catalog.hardware(h).id not in named:
+            rule = "must be named in sweep.hardware: each point runs on the swept hardware alone"
+            return InputError(source, f"hardware[{i}]", rule, h)
     for i, v in enumerate(spec.variants):
         if v.id not in named:
             rule = f"must be named in {where}: no trial runs on it otherwise"
