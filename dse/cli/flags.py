@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 
 def add_precision(p: argparse.ArgumentParser) -> None:
@@ -49,3 +50,25 @@ def number(text: str) -> float:
 
 
 number.__name__ = "float"  # argparse names the type in its refusals: "invalid float value: 'abc'"
+
+
+def note_given(action: argparse.Action) -> None:
+    """``action`` as it was, noting in ``args.given`` that its flag was given (in full,
+    abbreviated or with ``=``): a flag of another kind of arrivals, of no planner, or of the
+    request beside ``--placement`` (``dse simulate``), or of one deployment beside ``--batch``
+    (``dse predict``), is refused when given at all, its default value too (``--burst-factor 2``
+    without ``--arrivals burst`` had run a constant rate, and said nothing). Each keeps its own
+    action (``--mtp`` stores True); the parser sets ``given=frozenset()`` as a default."""
+
+    class Noting(type(action)):  # type: ignore[misc]
+        def __call__(
+            self,
+            parser: argparse.ArgumentParser,
+            namespace: argparse.Namespace,
+            values: Any,
+            option_string: str | None = None,
+        ) -> None:
+            super().__call__(parser, namespace, values, option_string)
+            namespace.given = frozenset(getattr(namespace, "given", frozenset())) | {self.dest}
+
+    action.__class__ = Noting

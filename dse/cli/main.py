@@ -219,7 +219,6 @@ def _main(argv: list[str]) -> int:
     parser = build_parser()
     _refuse_dashes_as_value(parser, argv)
     args = parser.parse_args(argv)
-    args.argv = tuple(argv)  # as typed: a command that must tell a flag given from its default
     catalog: Catalog | None = None
     try:
         catalog = load_catalog(args.catalog_dir)

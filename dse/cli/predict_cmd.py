@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from dse.catalog import Catalog
-from dse.cli.flags import add_precision, number, path_arg
+from dse.cli.flags import add_precision, note_given, number, path_arg
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, Written
 from dse.perf.frameworks import FRAMEWORK_ENGINE
@@ -91,8 +91,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         for a in p._actions
         if a.option_strings and a.dest not in batch_own
     }
-    options = {o: a.dest for a in p._actions for o in a.option_strings}  # every flag: its destination
-    p.set_defaults(one_deployment=one, predict_options=options)
+    for a in p._actions:
+        if a.dest in one:
+            note_given(a)  # typed at its default value too: --batch refuses it
+    p.set_defaults(one_deployment=one, given=frozenset())
 
 
 def _add_pools(p: argparse.ArgumentParser) -> None:
@@ -487,25 +489,11 @@ def _batch_alone(args: argparse.Namespace) -> None:
     it would be silently ignored and read as applied."""
     if args.batch is None:
         return
-    typed = _flags_given(getattr(args, "argv", ()), args.predict_options)
+    given: frozenset[str] = getattr(args, "given", frozenset())
     for dest, (flag, default) in args.one_deployment.items():
         # typed at its default value too: --framework sglang beside --batch had been ignored in silence
-        if getattr(args, dest) != default or dest in typed:
+        if getattr(args, dest) != default or dest in given:
             raise InputError(SRC, flag, "does not apply to --batch (each row names its deployment)")
-
-
-def _flags_given(argv: tuple[str, ...], options: dict[str, str]) -> set[str]:
-    """The destinations of the flags ``argv`` gives, abbreviated as argparse takes them (a unique
-    prefix of one flag)."""
-    out = set()
-    for token in argv:
-        if not token.startswith("--") or token == "--":
-            continue
-        name = token.split("=", 1)[0]
-        hits = {options[name]} if name in options else {d for o, d in options.items() if o.startswith(name)}
-        if len(hits) == 1:
-            out |= hits
-    return out
 
 
 def _kernels_text(kernels: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from dse import interrupt
 from dse.atomic import atomic_path, write_text
 from dse.catalog import Catalog
-from dse.cli.flags import number, path_arg
+from dse.cli.flags import note_given, number, path_arg
 from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args, say_calibration
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, UnknownIdError, output_error
@@ -65,29 +65,8 @@ SCENARIO_NUMBERS: dict[str, Rule | None] = {
 }
 
 
-def _note_given(action: argparse.Action) -> None:
-    """``action`` as it was, noting in ``args.given`` that its flag was given: a flag of another
-    kind of arrivals, of no planner, or of the request beside ``--placement`` is refused when given
-    at all, its default value too (``--burst-factor 2`` without ``--arrivals burst`` had run a
-    constant rate, and said nothing). The request's flags are `dse place`'s, whose own actions they
-    keep (``--mtp`` stores True)."""
-
-    class Noting(type(action)):  # type: ignore[misc]
-        def __call__(
-            self,
-            parser: argparse.ArgumentParser,
-            namespace: argparse.Namespace,
-            values: Any,
-            option_string: str | None = None,
-        ) -> None:
-            super().__call__(parser, namespace, values, option_string)
-            namespace.given = frozenset(getattr(namespace, "given", frozenset())) | {self.dest}
-
-    action.__class__ = Noting
-
-
 # each kind of arrivals' and the planner's own flags: (flag, type, default, help); refused without
-# their kind, at any value (_note_given, check_scenario_flags)
+# their kind, at any value (note_given, check_scenario_flags)
 _KIND_ARGS: tuple[tuple[str, Any, float | None, str], ...] = (
     ("--burst-factor", number, 2.0, "rate multiple during the burst"),
     ("--burst-start", number, 600.0, "seconds"),
@@ -106,7 +85,7 @@ _PLANNER_ARGS: tuple[tuple[str, Any, float, str], ...] = (
 def _add_kind_flags(g: argparse._ArgumentGroup, planner: bool = False) -> None:
     for flag, kind, default, text in _PLANNER_ARGS if planner else _KIND_ARGS:
         metavar = "RATES.csv" if flag == "--trace" else None
-        _note_given(g.add_argument(flag, type=kind, default=default, help=text, metavar=metavar))
+        note_given(g.add_argument(flag, type=kind, default=default, help=text, metavar=metavar))
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -123,7 +102,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     # given at any value (each notes that it was given, as the scenario's own flags do)
     added = [a for a in p._actions if id(a) not in before]
     for a in added:
-        _note_given(a)
+        note_given(a)
     p.set_defaults(request_flags={a.dest: (a.option_strings[0], a.default) for a in added})
     g = p.add_argument_group("scenario")
     g.add_argument(
@@ -151,7 +130,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     _add_kind_flags(g, planner=True)
     g.add_argument("--horizon", type=number, default=3600.0, help="simulated seconds")
-    _note_given(
+    note_given(
         g.add_argument("--warmup", type=number, default=300.0, help="seconds left out of the statistics")
     )
     step = f"the trajectories' time step, seconds (integrated in steps of at most {MAX_SUBSTEP_S:g} s)"
