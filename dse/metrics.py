@@ -81,7 +81,9 @@ METRICS = {
         " apart, an attention instance's, not the tokens an expert step takes)",
         "decode_batch_sequences",
     ),
-    "milp_solve_s": Metric("s", None, "MILP solve time"),
+    "milp_solve_s": Metric(
+        "s", None, "MILP solve time (0 where the run had solved the same MILP, the same numbers, before)"
+    ),
     "sim_backlog_growth_per_s": Metric(
         "requests/s",
         None,

@@ -151,6 +151,10 @@ def test_the_schema_page_names_the_columns_a_design_groups_within_3_percent() ->
     engine = {c for c in METRIC_COLUMNS.values() if c.startswith("engine_")}
     listed = (names - {"engine_*"}) | (engine if "engine_*" in names else set())
     assert listed == set(SAMPLED_COLUMNS)
+    from dse.study.results import QUEUE_COLUMNS
+
+    queues = page.split("; in trial order a trial joins the first design it matches; ", 1)[1].split(")", 1)[0]
+    assert set(re.findall(r"`([a-z0-9_]+)`", queues)) == set(QUEUE_COLUMNS), queues
 
 
 def test_a_trial_recorded_before_the_swings_were_split_exports_what_it_can_tell() -> None:
