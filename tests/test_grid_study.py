@@ -649,21 +649,28 @@ def test_a_burst_runs_the_engine_level_check_at_the_scenarios_mean_rate() -> Non
     assert burst.metrics["engine_ttft_p99_s"] > calm.metrics["engine_ttft_p99_s"]
 
 
+def _headroom_study(tmp_path: Path, workload: str, slo: str, max_batch: int, headroom: float) -> Path:
+    """A grid of DeepSeek-V3 at 40 requests/s on B200 (one disaggregated 8-GPU shape), at headroom
+    0 and ``headroom``; ``workload`` and ``slo``: the lines those tables add."""
+    spec = tmp_path / "headroom.toml"
+    spec.write_text(
+        'name = "headroom"\nmodel = "deepseek-v3"\nhardware = ["b200"]\nseed = 3\n'
+        f"[workload]\nrequests_per_s = 40.0\n{workload}[slo]\nttft_s = 2.0\n{slo}"
+        '[search]\ntopologies = ["disaggregated"]\n'
+        '[search.prefill]\nshapes = ["8gpu-dpa-ep8"]\nchunk_tokens = [8192]\n'
+        f'[search.decode]\nshapes = ["8gpu-dpa-ep8"]\nmax_batch = [1, {max_batch}]\n'
+        f"[sweep]\nheadroom = [0.0, {headroom}]\n"
+    )
+    return spec
+
+
 def test_a_grid_s_placements_give_the_traffic_a_pool_is_sent_under_headroom(tmp_path: Path) -> None:
     """Pools sized for 1.25 times 40 requests/s serve 40: the placements table (and the CLI's best
     design, which reads it) and the report's best design give each pool the traffic it is sent, 40,
     where they had given the 50 it is sized for; the record keeps the 50, which deploy sizes its
     router by."""
-    spec = tmp_path / "headroom.toml"
-    spec.write_text(
-        'name = "headroom"\nmodel = "deepseek-v3"\nhardware = ["b200"]\nseed = 3\n'
-        "[workload]\nrequests_per_s = 40.0\ninput_tokens = 4000.0\noutput_tokens = 1000.0\n"
-        "[slo]\nttft_s = 2.0\ntpot_s = 0.04\npercentile = 99.0\n"
-        '[search]\ntopologies = ["disaggregated"]\n'
-        '[search.prefill]\nshapes = ["8gpu-dpa-ep8"]\nchunk_tokens = [8192]\n'
-        '[search.decode]\nshapes = ["8gpu-dpa-ep8"]\nmax_batch = [1, 1024]\n'
-        "[sweep]\nheadroom = [0.0, 0.25]\n"
-    )
+    workload = "input_tokens = 4000.0\noutput_tokens = 1000.0\n"
+    spec = _headroom_study(tmp_path, workload, "tpot_s = 0.04\npercentile = 99.0\n", 1024, 0.25)
     res = Study.load(str(spec)).run(out=tmp_path)
     heads = dict(zip(res.trials["trial"], res.trials["x_headroom"], strict=True))
     prefill = res.placements.filter(pl.col("role") == "prefill")
@@ -806,18 +813,11 @@ def test_a_grid_s_kv_tiers_are_at_the_traffic_served_under_headroom(tmp_path: Pa
     placements table gave the pools the 40 they serve)."""
     from dse.study.best import best_design
 
-    spec = tmp_path / "headroom.toml"
-    spec.write_text(
-        'name = "headroom"\nmodel = "deepseek-v3"\nhardware = ["b200"]\nseed = 3\n'
-        "[workload]\nrequests_per_s = 40.0\ninput_tokens = 3000.0\noutput_tokens = 800.0\n"
-        "returning_share = 0.4\ncached_prefix_tokens = 12000.0\nsuffix_tokens = 400.0\n"
-        "think = [{ share = 1.0, dwell_s = 900.0 }]\n"
-        "[slo]\nttft_s = 2.0\ntpot_s = 0.05\n"
-        '[search]\ntopologies = ["disaggregated"]\n'
-        '[search.prefill]\nshapes = ["8gpu-dpa-ep8"]\nchunk_tokens = [8192]\n'
-        '[search.decode]\nshapes = ["8gpu-dpa-ep8"]\nmax_batch = [1, 4096]\n'
-        "[sweep]\nheadroom = [0.0, 0.5]\n"
+    workload = (
+        "input_tokens = 3000.0\noutput_tokens = 800.0\nreturning_share = 0.4\n"
+        "cached_prefix_tokens = 12000.0\nsuffix_tokens = 400.0\nthink = [{ share = 1.0, dwell_s = 900.0 }]\n"
     )
+    spec = _headroom_study(tmp_path, workload, "tpot_s = 0.05\n", 4096, 0.5)
     res = Study.load(str(spec)).run(out=tmp_path)
     heads = dict(zip(res.trials["trial"], res.trials["x_headroom"], strict=True))
     tiers = res.kv_tiers.group_by("trial").agg(pl.col("returning_per_s").first(), pl.col("stored_gb").sum())
