@@ -1053,3 +1053,16 @@ def test_a_suffix_past_the_context_is_the_flag_named(cli: Cli) -> None:
             "--returning-share", "0.5", "--prefix", "100", "--suffix", "1e9", "--think", "1:60")  # fmt: skip
     assert (r.code, r.out) == (2, "")
     assert r.err.startswith("dse: error: dse place: --suffix = 1e9: with the other lengths and the output (")
+
+
+def test_a_role_that_does_not_pipeline_is_not_told_of_pipelined_shapes(cli: Cli) -> None:
+    """Kimi K3 on H100: decode, attention and aggregated units never run pipeline stages, yet
+    their infeasibility had quoted 16gpu-pp2-tp8-ep8's weights among its reasons."""
+    r = cli("place", "--model", "kimi-k3", "--hardware", "h100", "--rate", "10", "--isl", "4000",
+            "--osl", "1000", "--ttft", "2", "--tpot", "0.05")  # fmt: skip
+    assert r.code == 3, r.err
+    lines = [x for x in r.out.splitlines() if "no decode unit" in x or "no attention unit" in x]
+    lines += [x for x in r.out.splitlines() if "no mixed unit" in x]
+    assert len(lines) == 3 and "weights need" in lines[0], r.out
+    assert not any("-pp2-" in x for x in lines), lines
+    assert "-pp2-" not in r.err

@@ -25,6 +25,7 @@ import numpy as np
 from dse.catalog import Catalog, Hardware
 from dse.perf.params import PerfParams
 from dse.placement.candidates import Candidates, Exclusion, build_candidates
+from dse.placement.parallel import parse_shape
 from dse.placement.request import PlacementRequest, Topology
 from dse.units import GB, GIB
 from formulations.placement_check import residuals
@@ -113,6 +114,14 @@ def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
     return Infeasibility(" and ".join(t[0] for t in texts), "; ".join(t[1] for t in texts), over)
 
 
+PIPELINED = (Role.PREFILL, Role.MIDFILL)  # the roles whose shapes may have pipeline stages
+
+
+def _pipelined(e: Exclusion) -> bool:
+    """Whether the excluded shape has pipeline stages (``any shape`` has none)."""
+    return e.parallel != "any shape" and parse_shape(e.parallel).pp > 1
+
+
 def _missing_role(c: Candidates) -> Infeasibility | None:
     """The first role the topology needs that no candidate unit fills, with up to three reasons
     its shapes were excluded (the role's own first); a role no shape at all can fill (a model
@@ -122,7 +131,10 @@ def _missing_role(c: Candidates) -> Infeasibility | None:
     whole = {e.role for e in c.exclusions if e.parallel == "any shape"}  # (sorted: the rest in order)
     for role in sorted(missing, key=lambda r: r.name.lower() not in whole):
         own = _nearest([e for e in c.exclusions if e.role == role.name.lower()])
-        reasons = own + _nearest([e for e in c.exclusions if e.role == "all"])  # the role's own first
+        # the role's own first; then the shapes no role runs, but not pipelined ones where the role
+        # does not pipeline (a decode unit had been told of 16gpu-pp2-tp8-ep8's weights)
+        shared = [e for e in c.exclusions if e.role == "all" and (role in PIPELINED or not _pipelined(e))]
+        reasons = own + _nearest(shared)
         shown = "; ".join(f"{e.hardware} {e.parallel}: {e.reason}" for e in _distinct(reasons)[:3])
         # how far its nearest shape misses, as a slack in units of its limit (a TPOT 1.5 times the
         # target: 0.5), so that the topology nearest to feasible is the one quoted: every such
