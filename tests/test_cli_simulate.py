@@ -138,6 +138,21 @@ def test_answers_past_the_model_s_context_are_refused_as_osl_is(tmp_path: Path, 
     assert not (tmp_path / "out").exists()
 
 
+def test_answers_past_the_context_are_refused_before_a_placement_is_solved(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --placement the design is solved here: a bad --lengths had cost that solve first."""
+    import dse.placement.plan as plan
+
+    def no_solve(*args: object, **kwargs: object) -> None:
+        raise AssertionError("solved before --lengths was checked")
+
+    monkeypatch.setattr(plan, "place", no_solve)
+    r = cli("simulate", "--hardware", "b200", "--rate", "10", "--isl", "4000", "--osl", "1000",
+            "--ttft", "2", "--tpot", "0.05", "--lengths", "1:200000")  # fmt: skip
+    assert r.code == 2 and "--lengths = '1:200000': its longest mean answer " in r.err, r.err
+
+
 def test_a_step_that_leaves_too_few_measured_is_refused(tmp_path: Path, cli: Cli) -> None:
     """--dt 1800 over --horizon 1800 had left the fluid no sample after the warm-up (a traceback,
     exit 1), and --dt 300 too few for the stability verdict's slope, which then reads stable: 1.5

@@ -295,8 +295,11 @@ def _entry(lookup: Callable[[str], T], wanted: str, source: str, field: str) -> 
         raise InputError(source, field, exc.rule, wanted) from None
 
 
-def _design(args: argparse.Namespace, catalog: Catalog, params: PerfParams) -> SimDesign:
-    """The design to simulate: from ``--placement`` (validated at this edge), or solved here."""
+def _design(
+    args: argparse.Namespace, catalog: Catalog, params: PerfParams, flags: ScenarioFlags
+) -> SimDesign:
+    """The design to simulate: from ``--placement`` (validated at this edge), or solved here
+    (``--lengths`` checked against the request's model before the solve)."""
     from dse.evaluation import design_of
     from dse.placement.serialize import SCHEMA_VERSION
     from dse.sim.from_placement import design_from_doc
@@ -343,7 +346,9 @@ def _design(args: argparse.Namespace, catalog: Catalog, params: PerfParams) -> S
         raise InputError(SRC, f"--{missing[0]}", "is required without --placement")
     from dse.placement.plan import place
 
-    report = place(request_from_args(args, catalog, SRC), catalog=catalog, with_shadow_prices=False)
+    req = request_from_args(args, catalog, SRC)
+    _lengths_fit(args, flags, req.workload, catalog.model(req.model))
+    report = place(req, catalog=catalog, with_shadow_prices=False)
     if report.best is None:
         why = report.why_none()  # the topology nearest to feasible, as `dse place` quotes it
         raise NoFeasibleDesign(why.binding if why else "solver", why.detail if why else "no solution")
@@ -600,7 +605,7 @@ def _run_drawing(args: argparse.Namespace, catalog: Catalog, drawer: Drawer) -> 
             scenario_from_args(args, args.rate, args.osl, flags)  # (--des's cap on requests)
     if args.out is not None:
         _refuse_taken(args.out)
-    design = _design(args, catalog, params)
+    design = _design(args, catalog, params, flags)
     _refuse_planner(args, design.topology)  # (--topology auto may pick an aggregated design)
     _lengths_fit(args, flags, design.workload, catalog.model(design.model))
     source = str(args.placement) if args.placement else SRC
