@@ -546,6 +546,11 @@ class _Builder:
         # shapes that meet the target at some share: a larger share's miss of TPOT is not what
         # keeps them out, and is not counted as how near they come (their TTFT's miss is)
         decodes = set(map(int, np.flatnonzero((rates[:: len(paces)] > 0).any(axis=0))))
+        # shapes whose prompts' KV does not fit beside the weights: at any share and pace
+        held = {
+            i: self._kv_past_hbm(i, session=bool(self.classes)) for i in self.shapes("decode", unit="mixed")
+        }
+        full = {i: over for i, over in held.items() if over is not None}
         for n, phi in enumerate(shares):
             offered: set[tuple[int, float]] = set()  # (shape, batch): a pace at the same batch adds nothing
             placed: set[int] = set()
@@ -556,8 +561,8 @@ class _Builder:
                 rate, batch = rates[n * len(paces) + k], batches[n * len(paces) + k]
                 for i in self.shapes("decode", unit="mixed"):
                     key = (i, round(float(batch[i]), 6))
-                    if (full := self._kv_past_hbm(i, session=bool(self.classes))) is not None:
-                        missed.setdefault(i, full)  # its prompts' KV: at any share and pace
+                    if i in full:
+                        missed.setdefault(i, full[i])
                     elif rate[i] <= 0:
                         alone = self.alone_s(s.pool) if alone is None else alone
                         why, over = _tpot_reason(slo, s.cap_seq[i], float(alone[i]), 1.0 - phi)

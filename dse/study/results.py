@@ -493,17 +493,21 @@ def placements_frame(study: TrialsRead) -> pl.DataFrame:
     )
 
 
+def _served(rec: dict[str, Any]) -> float:
+    """The share of what its pools are sized for that a trial serves: 1 / (1 + its grid point's headroom)."""
+    return 1.0 / (1.0 + float((rec.get("point") or {}).get("headroom") or 0.0))
+
+
 def sent_load(pool: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
     """The pool's requests/s at its grid point's own traffic (pools sized for 1 + headroom times it)."""
-    sized = pool.get("requests_per_s")
-    headroom = float((rec.get("point") or {}).get("headroom") or 0.0)
-    return {} if sized is None or headroom == 0.0 else {"requests_per_s": float(sized) / (1.0 + headroom)}
+    sized, served = pool.get("requests_per_s"), _served(rec)
+    return {} if sized is None or served == 1.0 else {"requests_per_s": float(sized) * served}
 
 
 def served_tiers(rec: dict[str, Any]) -> list[dict[str, Any]]:
     """The record's KV classes at its grid point's own traffic: returns/s and the GB stored in each
     tier scaled from the 1 + headroom times it the pools are sized for."""
-    served = 1.0 / (1.0 + float((rec.get("point") or {}).get("headroom") or 0.0))
+    served = _served(rec)
     scaled = ("returning_per_s", *(f"stored_{t}_gb" for t in TIER_NAMES))
     return [
         {k: v * served if k in scaled and v is not None else v for k, v in c.items()}
