@@ -10,6 +10,11 @@ than that (``dt`` is then the reporting step of the trajectories alone):
   token at the per-instance batch ``n`` (state dependent: a fuller batch steps slower); integrated
   by backward Euler, so any step is stable and the steady state is exact;
 * the buffer admits into free decode slots; when it holds ``buffer_max`` requests, prefill blocks;
+* an aggregated instance (a pipeline with a ``prefill_time_share``) has no buffer: it begins a
+  prefill only for a decode slot free at the step's end, as SGLang's and vLLM's schedulers admit
+  into the running batch's room, so past capacity its queue waits before prefill and its decode
+  keeps the time it needs (prefill had run for every arrival, taking that time: a design of 21.9
+  requests/s served 1.7 at three times that);
 * the planner (:mod:`dse.sim.planner`) moves instances from measurements ``delay_s`` old; a decode
   instance taken away returns its sequences to the buffer.
 

@@ -84,6 +84,67 @@ def _stage(queue: float, inflow: float, servers: float, service_s: float, dt: fl
 
 
 @njit(cache=True)
+def _room(
+    x: float,
+    per_req_s: float,
+    prefill_s: float,
+    planned: float,
+    tau0: float,
+    active: np.ndarray,
+    share: np.ndarray,
+    mean_len: np.ndarray,
+    dt: float,
+    seats: float,
+    ahead: float,
+) -> float:
+    """The decode slots an aggregated instance has free at a step's end for prefills begun in it,
+    when ``x`` requests prefill in it (``per_req_s`` seconds of its ``prefill_s`` each): the more
+    it prefills, the slower its decode steps and the fewer sequences leave. ``ahead`` requests
+    wait for a slot already."""
+    tau = tau0 * shared_slowdown(planned, x * per_req_s / max(prefill_s, 1e-12))
+    kept = 0.0
+    keep_in = 0.0
+    for k in range(active.shape[0]):
+        keep = 1.0 / (1.0 + dt / (mean_len[k] * tau))
+        kept += active[k] * keep
+        keep_in += share[k] * keep
+    return max(seats - kept, 0.0) / keep_in - ahead
+
+
+@njit(cache=True)
+def _admissible(
+    x_max: float,
+    per_req_s: float,
+    prefill_s: float,
+    planned: float,
+    tau0: float,
+    active: np.ndarray,
+    share: np.ndarray,
+    mean_len: np.ndarray,
+    dt: float,
+    seats: float,
+    ahead: float,
+) -> float:
+    """The most of ``x_max`` requests an aggregated instance begins to prefill in a step: only
+    those a decode slot will take once prefilled, as SGLang's and vLLM's schedulers admit a
+    prefill only into the running batch's free room (KV and running-request cap). The largest
+    ``x`` with ``x <= room(x)``, room falling as ``x`` grows (by bisection)."""
+    args = (per_req_s, prefill_s, planned, tau0, active, share, mean_len, dt, seats, ahead)
+    if _room(x_max, *args) >= x_max:
+        return x_max
+    lo, hi = 0.0, x_max
+    if _room(0.0, *args) <= 0.0:
+        return 0.0
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if _room(mid, *args) >= mid:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
 def advance(
     k0: int,
     k1: int,
@@ -131,12 +192,30 @@ def advance(
             work = fresh * s_f + mid * s_m
             theta = 1.0 if work <= cp[i] * dt else cp[i] * dt / work
             out_f, out_m = theta * fresh, theta * mid
-            # handoff, then the buffer (which blocks the handoff when full)
-            hand_in = out_f + out_m
-            out_h = _stage(q[3, i], hand_in, c_h, s_hx, dt)
             n_act = 0.0
             for k in range(kk):
                 n_act += active[i, k]
+            blocked = False  # an aggregated instance's prefill waits for decode room
+            if planned > 0.0 and out_f + out_m > 0.0:
+                x_max = out_f + out_m
+                x = _admissible(
+                    x_max,
+                    (out_f * s_f + out_m * s_m) / x_max,
+                    cp[i] * dt,
+                    planned,
+                    _tpot(table, i, n_act / max(cd[i], 1e-12)),
+                    active[i],
+                    share,
+                    mean_len,
+                    dt,
+                    cd[i] * slots,
+                    q[3, i] + np.sum(qb[i]),
+                )
+                blocked = x < x_max
+                out_f, out_m = out_f * x / x_max, out_m * x / x_max
+            # handoff, then the buffer (which blocks the handoff when full)
+            hand_in = out_f + out_m
+            out_h = _stage(q[3, i], hand_in, c_h, s_hx, dt)
             # an aggregated instance decodes in the time its prefill leaves (its servers' busy share)
             slow = shared_slowdown(planned, (out_f * s_f + out_m * s_m) / max(cp[i] * dt, 1e-12))
             tau = _tpot(table, i, n_act / max(cd[i], 1e-12)) * slow
@@ -188,6 +267,8 @@ def advance(
             wait_p = (q[1, i] * s_f + q[2, i] * s_m) / max(cp[i], 1e-12)
             cap_dec = cd[i] * slots / (tau_full[i] * slow * mean_l)
             wait_b = qb_now / max(cap_dec, 1e-12)
+            if blocked:  # the prefill queue drains as fast as decode frees its slots
+                wait_p = max(wait_p, (q[1, i] + q[2, i]) / max(cap_dec, 1e-12))
             rho_p = lam / max(mu_p, 1e-12)
             rho_b = lam * mean_l * tau / max(cd[i] * slots, 1e-12)
             scv_p = ((1.0 - m) * s_f**2 + m * s_m**2) / max(s_mix**2, 1e-24) - 1.0
@@ -220,7 +301,8 @@ def advance(
             # waits the TTFT adds, so that the queues are the arrivals times the time they wait)
             held_p, held_b = lam * (m * wq_r + wq_p + wq_h), lam * wq_b
             # a bounded buffer holds no more than it can; the rest wait upstream, blocked
-            over = max(qb_now + held_b - bmax, 0.0)
+            # (an aggregated instance's none: a request waits for decode room before prefill)
+            over = max(qb_now + held_b - (bmax if planned <= 0.0 else 0.0), 0.0)
             held_b -= over
             held_p += over
             in_prefill = out_f / dt * s_f + out_m / dt * s_m
