@@ -903,7 +903,10 @@ def test_a_python_request_is_refused_where_dse_place_refuses_its_flags(catalog: 
                 with_shadow_prices=False)  # fmt: skip
     assert (amd.request.engine, amd.request.model) == ("sglang", "deepseek-v3")
     refusals = [
-        (request(hardware=("mi355x",), **fast), "engine = 'trt': cannot price this hardware: TensorRT-LLM"),
+        (
+            request(hardware=("mi355x",), engine="trt", **fast),
+            "engine = 'trt': cannot price this hardware: TensorRT-LLM",
+        ),
         (
             request(model="llama-3.1-70b", weight_precision=Precision.FP4, **fast),
             "weight_precision = 'fp4': quantizes",
@@ -916,6 +919,29 @@ def test_a_python_request_is_refused_where_dse_place_refuses_its_flags(catalog: 
     for req, said in refusals:
         with pytest.raises(InputError, match=re.escape(said)):
             place(req, catalog=catalog, with_shadow_prices=False)
+
+
+def test_a_python_request_left_without_an_engine_takes_the_one_that_runs_on_its_hardware(
+    tmp_path: Path,
+) -> None:
+    """``engine`` had defaulted to TensorRT-LLM's whatever the hardware, so a request on MI355X was
+    refused until it named one, where ``dse place`` takes SGLang's. Left out, it is the engine
+    ``dse place`` takes; given, it is kept; for hardware of a catalog of one's own, ``place``
+    reads the vendor in that catalog."""
+    assert request(hardware=("b200", "h200")).engine == "trt"
+    assert request(hardware=("mi355x",)).engine == "sglang"
+    assert request(hardware=("b200", "mi355x")).engine == "sglang"
+    assert request(hardware=("b200",), engine="vllm").engine == "vllm"
+    # an AMD GPU of one's own catalog: the shipped one does not know it, place() reads its vendor
+    (tmp_path / "hardware").mkdir()
+    src = (Path(__file__).resolve().parents[1] / "hardware_catalog" / "b200.toml").read_text()
+    mine = src.replace('id = "b200"', 'id = "my-gpu"').replace('vendor = "nvidia"', 'vendor = "amd"')
+    mine = "\n".join(line for line in mine.splitlines() if not line.startswith("aliases"))
+    (tmp_path / "hardware" / "my-gpu.toml").write_text(mine)
+    fast = {"workload": Workload(5.0, 2000.0, 500.0), "topology": Topology.AGGREGATED}
+    rep = place(request(hardware=("my-gpu",), **fast), catalog=load_catalog([tmp_path], use_env=False),
+                with_shadow_prices=False)  # fmt: skip
+    assert rep.request.engine == "sglang" and rep.best is not None
 
 
 def test_a_python_request_left_without_a_precision_takes_the_models() -> None:

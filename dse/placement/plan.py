@@ -182,11 +182,11 @@ def _as_dse_place_takes_it(req: PlacementRequest, catalog: Catalog) -> Placement
     does not run on the hardware (the default TensorRT-LLM profile on an MI355X had priced a design
     a third cheaper than SGLang's, which no engine runs), fp4 of a model without routed experts, a
     shape no candidate hardware can run."""
-    from dse.perf.frameworks import engine_vendor_problem
+    from dse.perf.frameworks import default_engine, engine_vendor_problem
 
     model = catalog.model(req.model)
     vendors = {h: catalog.hardware(h).vendor for h in req.hardware}
-    req = replace(req, model=model.id)
+    req = replace(req, model=model.id, engine=req.engine or default_engine(set(vendors.values())))
     if (why := engine_vendor_problem(req.engine, vendors)) is not None:
         raise InputError("placement request", "engine", f"cannot price this hardware: {why}", req.engine)
     if req.weight_precision is Precision.FP4 and (why := model.fp4_problem()) is not None:

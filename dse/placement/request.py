@@ -190,7 +190,10 @@ class PlacementRequest:
     topology: Topology = Topology.AUTO
     objective: Objective = Objective.COST
     price_tier: str = "own_hyperscaler"
-    engine: str = "trt"  # engine profile of the calibration (kernel speed, KV precision)
+    # engine profile of the calibration (kernel speed, KV precision); left out, the one that runs on
+    # the hardware, as dse place takes it: TensorRT-LLM's on NVIDIA's alone, else SGLang's (it had
+    # been "trt" whatever the hardware, and a request on MI355X was refused until it named one)
+    engine: str = None  # type: ignore[assignment]
     # routed-expert weights; left out, the model's serving precision (fp4 for checkpoints that ship fp4
     # experts), as dse place takes it, filled in as the request is made: the field is a Precision
     # from then on (it had defaulted to fp8, and Kimi K3 was priced at 43 times its fp4 design)
@@ -220,6 +223,8 @@ class PlacementRequest:
             raise InputError(SRC, "weight_precision", rule, self.weight_precision)
         if not self.hardware:
             raise InputError("placement request", "hardware", "needs at least one hardware id")
+        if self.engine is None:
+            object.__setattr__(self, "engine", _running_engine(self.hardware))
         _check_traffic(self.workload, self.slo)
         # a hardware named twice (or by two of its names, resolved to one id) is one candidate:
         # each copy would otherwise get the inventory cap of its own
@@ -317,6 +322,21 @@ def _check_types(req: PlacementRequest) -> None:
             raise InputError(
                 SRC, f"limits.inventory_gpus.{hw_id}", "must be a whole number of GPUs, >= 0", gpus
             )
+
+
+def _running_engine(hardware: tuple[str, ...]) -> str | None:
+    """The engine profile that runs on every GPU of ``hardware`` (TensorRT-LLM's on NVIDIA's alone,
+    else SGLang's: :func:`dse.perf.frameworks.default_engine`), as ``dse place`` takes it, read in
+    the shipped catalog and ``DSE_CATALOG_DIR``'s folders; None where those do not hold them all
+    (:func:`dse.placement.plan.place` reads the vendors in the catalog it is given)."""
+    from dse.catalog import load_catalog
+    from dse.perf.frameworks import default_engine
+
+    try:
+        catalog = load_catalog()
+        return default_engine({catalog.hardware(h).vendor for h in hardware})
+    except InputError:
+        return None
 
 
 def _serving_precision(model: str) -> Precision:
