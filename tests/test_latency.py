@@ -259,6 +259,13 @@ def test_an_open_loop_beyond_capacity_is_said_overloaded_with_what_arrives_and_w
         tables, Load(kind, rate=1000.0, burstiness=0.5), lengths, requests=20_000, seed=1
     )
     assert flooded.overloaded and flooded.offered_requests_per_s > 500, flooded.warning
+    # a burst of a few requests is no load: too short a window to call overloaded (three had been
+    # "150 requests/s arrive", from 10 ms between them); the steady-state warning says so
+    three = Trace(np.array([0.0, 0.01, 0.02]), np.full(3, 8000.0), np.full(3, 100.0))
+    burst = simulate_latency(tables, Load("trace", trace=three), lengths)
+    assert not burst.overloaded and burst.warning is not None and burst.warning.startswith("not steady"), (
+        burst
+    )
     # what it serves is the deployment's capacity, whatever arrives (tests/test_cli_simulate.py)
     assert flooded.requests_per_s == pytest.approx(lat.requests_per_s, rel=0.1)
     closed = simulate_latency(tables, Load("closed", concurrency=2048), lengths, seed=1)
