@@ -645,6 +645,9 @@ def test_a_rate_beyond_what_the_deployment_serves_is_said_overloaded_with_both_r
     # a long tail the window cannot show holds more KV than the cache: overloaded all the same
     tail = json.loads(cli(*flags[:-1], "6", "--long-tail", "2", "--json").out)["latency"]
     assert tail["overloaded"] is True and tail["kv_held_share"] > 1.5, tail
+    # ten times the cache and more is said in times (1e12 requests/s had held 7715246377247% of it)
+    flood = cli(*flags[:-1], "1e12")
+    assert "(overloaded: its lengths hold 7.72e+10 times the KV cache)" in flood.out, flood.out
 
 
 def test_batch_rows_cover_the_columns_of_the_reference() -> None:

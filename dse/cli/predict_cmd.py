@@ -17,7 +17,7 @@ from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, Written
 from dse.perf.frameworks import FRAMEWORK_ENGINE
 from dse.typed_data import Rule, check_number, non_negative, positive
-from dse.units import counted, percentile_label
+from dse.units import counted, percentile_label, share_of
 
 if TYPE_CHECKING:
     from dse.perf.benchmark_rows import BenchRow
@@ -677,7 +677,7 @@ def _print_latency(
     if lat.overloaded:
         over = f" of the {lat.offered_requests_per_s:.4g} arriving (overloaded"
         if lat.kv_held_share >= 1.0:
-            over += f": its lengths hold {lat.kv_held_share:.0%} of the KV cache"
+            over += f": its lengths hold {share_of(lat.kv_held_share)} the KV cache"
         over += ")"
     print(
         f"served {lat.requests_per_s:.4g} requests/s{over}, "

@@ -61,7 +61,7 @@ from dse.perf.latency_inputs import Lengths, Load, draw_requests
 from dse.perf.latency_tables import EngineTables
 from dse.perf.pool import Array
 from dse.quantiles import percentile
-from dse.units import counted, percentile_label
+from dse.units import counted, percentile_label, share_of
 
 PERCENTILES = (50.0, 90.0, 99.0)
 MAX_REQUESTS = 200_000  # a simulated window's cap (about 0.3 s and 30 MB)
@@ -220,7 +220,7 @@ def _kv_checked(t: EngineTables, load: Load, lengths: Lengths, lat: Latency) -> 
     figures = (
         f"at {rate:.3g} requests/s these lengths hold {held:.3g} tokens of KV at once on average "
         f"(Little's law: {steps:.3g} token-steps a request x {float(np.mean(per_token)) * 1e3:.3g} ms "
-        f"an output token), {held / cache:.0%} of the {cache:.3g} the deployment's KV cache holds"
+        f"an output token), {share_of(held / cache)} the {cache:.3g} the deployment's KV cache holds"
     )
     if held >= cache:
         words = (
