@@ -1018,7 +1018,8 @@ def test_the_engine_follows_the_hardware_and_one_that_cannot_run_on_it_is_refuse
 ) -> None:
     """TensorRT-LLM runs on NVIDIA GPUs only and ATOM on AMD's: `dse place` on an MI355X had
     priced the default engine, TensorRT-LLM, without a word. Now its default is SGLang there (the
-    first line names the engine), `--engine trt` is refused in one line, as is a study on it."""
+    first line names the engine), `--engine trt` is refused in one line, as is a study on it; a
+    study that names no engine takes SGLang's there too."""
     flags = ["place", "--rate", "5", "--isl", "2000", "--osl", "500", "--ttft", "2", "--tpot", "0.05",
              "--no-shadow-prices"]  # fmt: skip
     amd = cli(*flags, "--hardware", "mi355x")
@@ -1035,10 +1036,15 @@ def test_the_engine_follows_the_hardware_and_one_that_cannot_run_on_it_is_refuse
         out = cli(*flags, "--hardware", hw, "--engine", engine)
         assert out.code == 2 and out.err.count("\n") == 1, out.err
         assert f"--engine = '{engine}': cannot price this hardware: {name} runs on" in out.err
+    # a study that names no engine takes the one dse place takes (it had been trt, and refused)
     study = tmp_path / "tiny-study.toml"
     study.write_text(
         TINY.read_text().replace('hardware = ["b200", "h200-sxm"]', 'hardware = ["b200", "mi355x"]')
     )
+    shown = cli("study", "show", study)
+    assert shown.code == 0 and json.loads(shown.out)["engine"] == "sglang", shown.err
+    assert json.loads(cli("study", "show", TINY).out)["engine"] == "trt"
+    study.write_text(study.read_text().replace("seed = 3\n", 'seed = 3\nengine = "trt"\n'))
     out = cli("study", "run", study, "--out", tmp_path / "runs")
     assert out.code == 2 and out.err.count("\n") == 1, out.err
     assert (

@@ -23,7 +23,7 @@ from dse.study.runner import TRIAL_SOLVE
 from dse.study.spec import StudySpec, load_study
 from dse.study.sweep import evaluate_point, request_at
 from dse.study.trial import scenario_for
-from dse.study.variants import study_catalog
+from dse.study.variants import study_catalog, with_catalog_ids
 from formulations.solve import PlacementSolver
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -179,7 +179,7 @@ def test_a_grid_stored_with_a_sampler_is_still_read(grid_run, tmp_path: Path, cl
     shutil.copytree(grid_run[1], tmp_path, dirs_exist_ok=True)
     old = tmp_path / "tiny-grid.toml"
     old.write_text(GRID.read_text().replace("[search]\n", '[search]\nsampler = "nsga2"\n'))
-    spec = load_study(GRID)
+    spec = with_catalog_ids(load_study(GRID), study_catalog(load_study(GRID), load_catalog()))  # as stored
     db = f"sqlite:///{tmp_path / 'tiny-grid' / 'study.db'}"
     stored = changed(spec, search=changed(spec.search, sampler="nsga2"))  # as a dse before the rule stored it
     optuna.load_study(study_name="tiny-grid", storage=db).set_user_attr("spec", plain(stored))

@@ -23,6 +23,7 @@ import pytest
 from conftest import Cli, Result, dse_cmd
 
 import dse.study.proposer as proposer
+from dse.catalog import load_catalog
 from dse.errors import InputError, UnknownIdError
 from dse.study import Study
 from dse.study.objectives import ObjectiveWarning
@@ -564,6 +565,35 @@ def test_a_dense_model_s_study_searches_the_shapes_it_runs_and_a_model_alias_res
     assert (
         refused.code == 2
         and "precision = 'fp4': quantizes the routed experts, and llama-3.1-70b" in refused.err
+    )
+
+
+def test_a_study_left_without_a_precision_takes_its_models_serving_one(tmp_path: Path, cli: Cli) -> None:
+    """A study file without ``precision`` had been priced at fp8 whatever its model, where dse
+    place and the Python API take the model's serving precision: Kimi K3's fp4 checkpoint at fp8's
+    weights. It now takes the model's; given, it is kept; a grid whose swept models serve at two
+    precisions must say which it prices, in one line."""
+    base = TINY.read_text()
+    kimi = tmp_path / "kimi.toml"
+    kimi.write_text(
+        base.replace('name = "tiny-study"', 'name = "kimi"').replace('"deepseek-v3"', '"kimi-k3"')
+    )
+    shown = cli("study", "show", kimi)
+    assert shown.code == 0, shown.err
+    assert json.loads(shown.out)["precision"] == "fp4"
+    assert json.loads(cli("study", "show", TINY).out)["precision"] == "fp8"
+    kimi.write_text(kimi.read_text().replace("seed = 3\n", 'seed = 3\nprecision = "fp8"\n'))
+    assert json.loads(cli("study", "show", kimi).out)["precision"] == "fp8"
+    both = tmp_path / "both.toml"
+    both.write_text(
+        base.replace('name = "tiny-study"', 'name = "both"').replace("trials = 12\n", "")
+        + '\n[sweep]\nmodel = ["deepseek-v3", "kimi-k3"]\n'
+    )
+    refused = cli("study", "show", both)
+    assert refused.code == 2 and refused.err.count("\n") == 1, refused.err
+    assert (
+        f"{both}: precision: must be given: the swept models serve at different precisions "
+        "(deepseek-v3 fp8, kimi-k3 fp4)" in refused.err
     )
 
 
@@ -1221,7 +1251,9 @@ def test_a_study_stored_before_the_shape_rule_is_still_read(tmp_path: Path, cli:
     old = tmp_path / "tiny-study.toml"
     old.write_text(text.replace('"8gpu-tp8-ep8"', '"8gpu-tp8-ep16"', 1))
     db = f"sqlite:///{tmp_path / 'tiny-study' / 'study.db'}"
-    optuna.load_study(study_name="tiny-study", storage=db).set_user_attr("spec", plain(load_study(old)))
+    optuna.load_study(study_name="tiny-study", storage=db).set_user_attr(
+        "spec", plain(load_study(old).served_by(load_catalog()))
+    )  # as a run stores it
     assert cli("study", "report", old, "--out", tmp_path).code == 0
     refused = cli("study", "run", old, "--out", tmp_path, "--trials", "3")
     assert refused.code == 2 and "search.prefill.shapes[0] = '8gpu-tp8-ep16'" in refused.err
@@ -1255,7 +1287,7 @@ def test_a_study_stored_before_a_no_effect_rule_is_still_read(tmp_path: Path, cl
     variant = '\n[[variants]]\nid = "b200-bw2"\nbase = "b200"\nhbm_bandwidth_scale = 2.0\n'
     old = tmp_path / "tiny-study.toml"
     old.write_text(TINY.read_text().replace("returning_share = 0.3", "returning_share = 0.0") + variant)
-    spec = load_study(TINY)  # the spec as a dse before the rules stored it
+    spec = load_study(TINY).served_by(load_catalog())  # the spec as a dse before the rules stored it
     spec = replace(
         spec,
         workload=replace(spec.workload, returning_share=0.0),

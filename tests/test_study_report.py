@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from dse.catalog import load_catalog
 from dse.study.markdown import fmt
 from dse.study.report import BestDesign, below_share, write_report
 from dse.study.results import distinct_designs, pareto_frame, speed_front, with_designs
@@ -608,7 +609,7 @@ def test_a_grids_report_says_which_targets_and_traffic_vary_by_point(
     """The study's own target (or traffic) holds only where the grid does not sweep it."""
     (tmp_path / "g.toml").write_text(GRID_STUDY.format(name="g", sweep=sweep))
     empty = {k: pl.DataFrame() for k in ("trials", "pareto", "placements", "kv_tiers", "sim_timeseries")}
-    grid = load_study(tmp_path / "g.toml")
+    grid = load_study(tmp_path / "g.toml").served_by(load_catalog())  # its engine and precision as a run's
     md = write_report(
         tmp_path / "report", spec=grid, objectives=OBJECTIVES, tables=empty, best=None
     ).read_text()

@@ -554,11 +554,12 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.study.api import Study, StudyResults, priced, storage_arg
     from dse.study.runner import run as run_trials
     from dse.study.storage import redact
+    from dse.study.variants import with_catalog_ids
 
     storage_arg(args.storage)  # a path, not a URL: said as a run says it
     study = Study.load(args.name)
     study.refuse_idle()
-    _check_ids(study.spec, catalog, args.name)
+    ours = _check_ids(study.spec, catalog, args.name)
     if not (math.isfinite(args.stale_after) and args.stale_after > 0):  # inf had been a traceback
         rule = "must be a finite number of seconds > 0"
         raise InputError("dse worker", "--stale-after", rule, args.stale_after)
@@ -581,7 +582,9 @@ def _worker(args: argparse.Namespace, catalog: Catalog) -> int:
     )
     # the study holds its budget: the best trial's shadow prices, as a lone run stores them (the
     # report had none after workers); each worker that ends tries, the first one stores them
-    priced(StudyResults(study.spec, study.objectives, stored, stats, catalog), where=redact(args.storage))
+    # (with the spec as the run stored it: ids for aliases, its engine and precision filled in)
+    spec = with_catalog_ids(study.spec, ours)
+    priced(StudyResults(spec, study.objectives, stored, stats, catalog), where=redact(args.storage))
     print(
         f"worker: {stats.ran} trials in {stats.seconds:.1f} s"
         + (f"; {stats.stale_failed} stale trials of dead workers marked failed" if stats.stale_failed else "")

@@ -270,7 +270,7 @@ def design_of(
             SRC, named, "is an attention-FFN disaggregated design, which no engine here launches", trial
         )
     point = dict(record.get("point") or {})
-    spec = spec_at(spec, point) if point else spec
+    spec = (spec_at(spec, point) if point else spec).served_by(catalog)  # (a run's is already)
     engine = params.engine(spec.engine)
     drafts = 0
     if spec.mtp:

@@ -31,9 +31,9 @@ by the full placement (every listed shape and topology at once) and checked by t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dse.errors import InputError, UnknownIdError
 from dse.metrics import objective_rule
@@ -56,6 +56,9 @@ from dse.typed_data import (
     rule,
 )
 from dse.workload import Slo, Workload, at_least_min_rate, tpot_target, ttft_target
+
+if TYPE_CHECKING:
+    from dse.catalog import Catalog
 
 
 def _shapes(value: tuple[str, ...]) -> str | None:
@@ -440,8 +443,12 @@ class StudySpec:
     slo: Slo
     description: str = ""
     price_tier: str = "own_hyperscaler"
-    engine: str = "trt"
-    precision: str = "fp8"
+    # left out, what dse place takes: the engine that runs on every hardware the study may place
+    # (trt on NVIDIA's alone, else sglang) and the model's serving precision, filled in by
+    # dse.study.variants.with_catalog_ids as a run stores the spec (they had been trt and fp8
+    # whatever the hardware and the model: a study on MI355X was refused until it named an engine)
+    engine: str = None  # type: ignore[assignment]
+    precision: str = None  # type: ignore[assignment]
     mtp: bool = False
     # the deployment's own draft depth and acceptance rate with MTP (default: the engine profile's)
     mtp_draft_tokens: int | None = field(default=None, metadata=rule(draft_depth))
@@ -468,12 +475,29 @@ class StudySpec:
             return trials
         return self.sweep.size() if self.is_grid else self.trials
 
+    def served_by(self, catalog: Catalog) -> StudySpec:
+        """This spec with the engine and the precision it leaves out filled in as ``dse place``
+        takes them: the engine that runs on every hardware the study may place (TensorRT-LLM's on
+        NVIDIA's alone, else SGLang's) and its models' serving precision (the first model's: a grid
+        whose swept models serve at two is refused, :func:`dse.study.variants.study_catalog`)."""
+        if self.engine is not None and self.precision is not None:
+            return self
+        from dse.perf.frameworks import default_engine
+
+        vendors = {catalog.hardware(h).vendor for h in (*self.hardware, *self.sweep.hardware)}
+        model = catalog.model((self.sweep.model or (self.model,))[0])
+        return replace(
+            self,
+            engine=self.engine or default_engine(vendors),
+            precision=self.precision or model.serving_precision.value,
+        )
+
     def problem(self) -> tuple[str, str, Any] | None:
         if self.price_tier not in PRICE_TIERS:
             return ("price_tier", f"must be one of {', '.join(PRICE_TIERS)}", self.price_tier)
-        if self.precision not in ("fp4", "fp8", "bf16"):
+        if self.precision is not None and self.precision not in ("fp4", "fp8", "bf16"):
             return ("precision", "must be fp4, fp8 or bf16", self.precision)
-        if self.engine not in ENGINES:
+        if self.engine is not None and self.engine not in ENGINES:
             return ("engine", f"must be one of {', '.join(ENGINES)}", self.engine)
         ids = [v.id for v in self.variants]
         if len(set(ids)) != len(ids):

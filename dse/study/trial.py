@@ -79,6 +79,7 @@ def study_request(
 ) -> PlacementRequest:
     """A placement request with the study's model, targets, prices and limits (one place for
     what a search trial and a grid point share)."""
+    spec = spec.served_by(catalog)  # (a run's is already)
     return PlacementRequest(
         model=catalog.model(spec.model).id,
         hardware=tuple(dict.fromkeys(catalog.hardware(h).id for h in hardware)),

@@ -63,6 +63,7 @@ def study_catalog(spec: StudySpec, catalog: Catalog, source: str | None = None) 
     _once(out.model, spec.sweep.model, source, "sweep.model")
     _once(out.hardware, spec.sweep.hardware, source, "sweep.hardware")
     _fits_context(spec, out, source)
+    _one_precision(spec, out, source)
     _runs_on(spec, out, source)
     _priced(spec, out, source)
     return out
@@ -104,6 +105,22 @@ def unused_variant(spec: StudySpec, catalog: Catalog, source: str | None = None)
     return None
 
 
+def _serving_precisions(spec: StudySpec, catalog: Catalog) -> dict[str, str]:
+    """The serving precision of each model the study places, by model id."""
+    models = spec.sweep.model or (spec.model,)
+    return {catalog.model(m).id: catalog.model(m).serving_precision.value for m in models}
+
+
+def _one_precision(spec: StudySpec, catalog: Catalog, source: str) -> None:
+    """A study that leaves ``precision`` out takes its model's serving precision; one whose
+    swept models serve at different ones must say which it prices."""
+    served = _serving_precisions(spec, catalog)
+    if spec.precision is None and len(set(served.values())) > 1:
+        each = ", ".join(f"{m} {p}" for m, p in served.items())
+        rule = f"must be given: the swept models serve at different precisions ({each})"
+        raise InputError(source, "precision", rule)
+
+
 def _runs_on(spec: StudySpec, catalog: Catalog, source: str) -> None:
     """The study's engine profile runs on every GPU it may place (TensorRT-LLM on NVIDIA's, ATOM on
     AMD's): a study on MI355X had been priced as TensorRT-LLM by the default ``engine = "trt"``."""
@@ -112,7 +129,7 @@ def _runs_on(spec: StudySpec, catalog: Catalog, source: str) -> None:
     hardware = {
         catalog.hardware(h).id: catalog.hardware(h).vendor for h in (*spec.hardware, *spec.sweep.hardware)
     }
-    why = engine_vendor_problem(spec.engine, hardware)
+    why = None if spec.engine is None else engine_vendor_problem(spec.engine, hardware)
     if why is not None:
         raise InputError(source, "engine", f"must run on the study's hardware: {why}", spec.engine)
 
@@ -151,7 +168,8 @@ def with_catalog_ids(spec: StudySpec, catalog: Catalog) -> StudySpec:
     catalog: variants are their own ids), and its default shapes those its model runs
     (:func:`model_shapes`). An alias, or an id in another case, is the same entry, and the trials'
     parameters name it as the placements do (``dgx-b200`` in one table and ``b200`` in the other
-    once; a model's alias had made a resumed run another study)."""
+    once; a model's alias had made a resumed run another study); and the engine and precision it
+    leaves out filled in (:meth:`StudySpec.served_by`)."""
     hardware = tuple(dict.fromkeys(catalog.hardware(h).id for h in spec.hardware))
     # (a swept model stays as written: a grid's stored points name it so, and a stored grid read
     # with the ids would run its points again)
@@ -160,9 +178,13 @@ def with_catalog_ids(spec: StudySpec, catalog: Catalog) -> StudySpec:
     # comparison (the report matched its base against the points' ids)
     variants = tuple(replace(v, base=catalog.hardware(v.base).id) for v in spec.variants)
     named = replace(
-        spec, model=catalog.model(spec.model).id, hardware=hardware, sweep=swept, variants=variants
+        spec,
+        model=catalog.model(spec.model).id,
+        hardware=hardware,
+        sweep=swept,
+        variants=variants,
     )
-    return model_shapes(named, catalog)
+    return model_shapes(named.served_by(catalog), catalog)
 
 
 def model_shapes(spec: StudySpec, catalog: Catalog) -> StudySpec:
