@@ -785,6 +785,42 @@ def test_the_fluid_end_to_end_p99_is_never_below_its_ttft_p99() -> None:
         ({"warmup_s": 1200.0}, {}, "scenario.warmup_s = 1200.0: must be at least 0 and below horizon_s"),
         ({}, {"dt": 0.0}, "dt = 0.0: must be a finite number > 0"),
         ({}, {"reference": True, "seed": -1}, "seed = -1: must be a whole number >= 0"),
+        # a kind given as its string had run as constant arrivals; arrivals that go negative had
+        # made a negative TTFT; an empty trace an IndexError; a planner period of 0 never returned
+        (
+            {"arrivals": Arrivals("burst", 4.0)},
+            {},
+            "scenario.arrivals.kind = 'burst': must be an ArrivalKind",
+        ),  # type: ignore[arg-type]
+        (
+            {"arrivals": Arrivals(ArrivalKind.BURST, 4.0, burst_factor=-3.0, burst_s=60.0)},
+            {},
+            "scenario.arrivals.burst_factor = -3.0: must be a finite number > 0",
+        ),
+        (
+            {"arrivals": Arrivals(ArrivalKind.DIURNAL, 4.0, amplitude=3.0)},
+            {},
+            "scenario.arrivals.amplitude = 3.0: must be between 0 and 1",
+        ),
+        (
+            {
+                "arrivals": Arrivals(
+                    ArrivalKind.TRACE, 4.0, trace_times_s=(0.0, 600.0), trace_rates=(4.0, -50.0)
+                )
+            },
+            {},
+            "scenario.arrivals.trace_rates = (4.0, -50.0): must be finite numbers >= 0",
+        ),
+        (
+            {"arrivals": Arrivals(ArrivalKind.TRACE, 4.0)},
+            {},
+            "scenario.arrivals.trace_times_s = (): must give as many interval starts as trace_rates",
+        ),
+        (
+            {"planner": Planner(PlannerKind.REACTIVE, period_s=0.0)},
+            {},
+            "scenario.planner.period_s = 0.0: must be a finite number > 0",
+        ),
     ],
 )
 def test_a_python_call_is_held_to_the_rules_of_dse_simulate_s_flags(

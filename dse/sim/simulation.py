@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
@@ -14,9 +15,10 @@ from dse.errors import InputError
 from dse.perf.memo import Memo, frozen
 from dse.sim.des import simulate_des
 from dse.sim.fluid import simulate_fluid
+from dse.sim.kinds import ArrivalKind, PlannerKind
 from dse.sim.kv_tiers import TIER_NAMES, RestingClass, resting_kv_gb
 from dse.sim.outputs import Summary, Trajectories, row_times
-from dse.sim.scenario import Array, Pipeline, Scenario
+from dse.sim.scenario import Array, Arrivals, Pipeline, Planner, Scenario
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ def _check_inputs(scenario: Scenario, dt: float, seed: int) -> None:
 
     if not (math.isfinite(a.rate_per_s) and a.rate_per_s >= 0):
         refuse("scenario.arrivals.rate_per_s", "must be a finite number >= 0 (requests/s)", a.rate_per_s)
+    _check_arrivals(a, refuse)
+    _check_planner(scenario.planner, refuse)
     shares, means = tuple(lengths.shares), tuple(lengths.means)
     if not shares or len(shares) != len(means):
         refuse("scenario.lengths", "must give as many shares as means, one at least", lengths)
@@ -90,6 +94,57 @@ def _check_inputs(scenario: Scenario, dt: float, seed: int) -> None:
         refuse("dt", "must be a finite number > 0 and at most horizon_s (seconds)", dt)
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         refuse("seed", "must be a whole number >= 0", seed)
+
+
+def _check_arrivals(a: Arrivals, refuse: Callable[[str, str, object], None]) -> None:
+    """The arrivals' own numbers by the rules of `dse simulate`'s flags: a kind given as its
+    string had run as constant arrivals (a burst's TTFT 0.31 s where it is 189 s), a negative
+    factor, a swing past the rate or a negative trace rate had made arrivals negative (TTFT
+    -24.3 s), an empty trace ended in an IndexError."""
+    at = "scenario.arrivals."
+    if not isinstance(a.kind, ArrivalKind):
+        refuse(
+            at + "kind", f"must be an ArrivalKind: one of {', '.join(k.name for k in ArrivalKind)}", a.kind
+        )
+    if a.kind is ArrivalKind.BURST:
+        for key, value, ok, rule in (
+            ("burst_factor", a.burst_factor, a.burst_factor > 0, "> 0 (a multiple of the rate)"),
+            ("burst_s", a.burst_s, a.burst_s > 0, "> 0 (seconds)"),
+            ("burst_start_s", a.burst_start_s, a.burst_start_s >= 0, ">= 0 (seconds)"),
+        ):
+            if not (math.isfinite(value) and ok):
+                refuse(at + key, f"must be a finite number {rule}", value)
+    if a.kind is ArrivalKind.DIURNAL:
+        if not 0 <= a.amplitude <= 1:  # past 1 the rate swings below 0
+            refuse(at + "amplitude", "must be between 0 and 1 (a fraction of the rate)", a.amplitude)
+        if not (math.isfinite(a.period_s) and a.period_s > 0):
+            refuse(at + "period_s", "must be a finite number > 0 (seconds)", a.period_s)
+    if a.kind is ArrivalKind.TRACE:
+        times, rates = tuple(a.trace_times_s), tuple(a.trace_rates)
+        if not times or len(times) != len(rates):
+            refuse(
+                at + "trace_times_s", "must give as many interval starts as trace_rates, one at least", times
+            )
+        if any(not math.isfinite(t) for t in times) or any(b <= t for t, b in itertools.pairwise(times)):
+            refuse(at + "trace_times_s", "must be finite and strictly ascending (seconds)", times)
+        if any(not (math.isfinite(r) and r >= 0) for r in rates):
+            refuse(at + "trace_rates", "must be finite numbers >= 0 (requests/s)", rates)
+
+
+def _check_planner(p: Planner, refuse: Callable[[str, str, object], None]) -> None:
+    """The planner's times by the rules of `dse simulate`'s flags: a period of 0 had never
+    returned (the next decision never came later)."""
+    if not isinstance(p.kind, PlannerKind):
+        refuse(
+            "scenario.planner.kind",
+            f"must be a PlannerKind: one of {', '.join(k.name for k in PlannerKind)}",
+            p.kind,
+        )
+    if not (math.isfinite(p.period_s) and p.period_s > 0):
+        refuse("scenario.planner.period_s", "must be a finite number > 0 (seconds)", p.period_s)
+    for key, value in (("delay_s", p.delay_s), ("switch_s", p.switch_s)):
+        if not (math.isfinite(value) and value >= 0):
+            refuse(f"scenario.planner.{key}", "must be a finite number >= 0 (seconds)", value)
 
 
 # A study's trials check the same design again and again (a decode cap past what the KV cache holds
