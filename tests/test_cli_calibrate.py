@@ -27,7 +27,9 @@ def _write(path: Path, rows: list[dict[str, str]]) -> Path:
     return path
 
 
-def test_bad_runs_files_are_one_line_before_any_fit(cli: Cli, tmp_path: Path, two_gpu_runs: Path) -> None:
+def test_bad_runs_files_are_one_line_before_any_fit(
+    cli: Cli, tmp_path: Path, two_gpu_runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "fitted.json"
     rows = _rows(two_gpu_runs)
     no_tput = _write(tmp_path / "no_tput.csv", [{k: v for k, v in r.items() if k != "tput_per_gpu_total"}
@@ -73,9 +75,25 @@ def test_bad_runs_files_are_one_line_before_any_fit(cli: Cli, tmp_path: Path, tw
     for own in (["--data", str(two_gpu_runs)], ["--points", str(tmp_path / "no.csv")]):
         res = cli("calibrate", *own, "--no-cross-validation")
         assert res.code == 2 and len(res.err.strip().splitlines()) == 1, res.err
-        assert res.err.startswith("dse: error: dse calibrate: --out: is needed where the runs or points"), (
+        assert res.err.startswith("dse: error: dse calibrate: --out: is needed where the runs, points"), (
             res.err
         )
+    # so would a fit of the shipped runs under a catalog folder's edited B200 (9 TB/s), and a fit
+    # whose DSE_CALIBRATION names the shipped file by another path (the paths had been compared as
+    # written)
+    (tmp_path / "cat" / "hardware").mkdir(parents=True)
+    b200 = (CALIBRATION_FILE.parents[2] / "hardware_catalog" / "b200.toml").read_text()
+    assert b200.count("bandwidth_tb_per_s = 8.0") == 1
+    (tmp_path / "cat" / "hardware" / "b200.toml").write_text(
+        b200.replace("bandwidth_tb_per_s = 8.0", "bandwidth_tb_per_s = 9.0")
+    )
+    edited = cli("--catalog-dir", str(tmp_path / "cat"), "calibrate", "--no-cross-validation")
+    assert edited.code == 2 and "--out: is needed where the runs, points or catalog entries" in edited.err
+    monkeypatch.setenv(
+        "DSE_CALIBRATION", str(CALIBRATION_FILE.parent / ".." / "perf" / CALIBRATION_FILE.name)
+    )
+    aliased = cli("calibrate", "--data", str(two_gpu_runs), "--no-cross-validation")
+    assert aliased.code == 2 and "--out: is needed where the runs, points" in aliased.err, aliased.err
     assert CALIBRATION_FILE.read_bytes() == shipped
 
 

@@ -74,15 +74,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
 
 
-def _check_flags(args: argparse.Namespace) -> None:
+def _check_flags(args: argparse.Namespace, catalog: Catalog) -> None:
     """The defaults that depend on the machine, and one line for a flag out of its range."""
     from dse.calibration.folds import default_jobs
 
-    if args.out is None and calibration_file() == CALIBRATION_FILE and _own(args):
+    # (DSE_CALIBRATION may name the shipped file by another path; a catalog folder's edited
+    # entries make the fit another one too: --catalog-dir with a B200 at 9 TB/s had replaced it)
+    shipped = (args.out or calibration_file()).resolve() == CALIBRATION_FILE.resolve()
+    if shipped and (_own(args) or catalog.edited):
         rule = (
-            f"is needed where the runs or points are not the shipped ones: without it the fit would "
-            f"replace the shipped calibration every command loads ({CALIBRATION_FILE.name}); write it "
-            "elsewhere and point DSE_CALIBRATION at it"
+            "is needed where the runs, points or catalog entries are not the shipped ones: without it "
+            f"the fit would replace the shipped calibration every command loads ({CALIBRATION_FILE.name}); "
+            "write it elsewhere and point DSE_CALIBRATION at it"
         )
         raise InputError("dse calibrate", "--out", rule)
     args.out = args.out or calibration_file()
@@ -180,7 +183,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.perf.params import default_params, params_to_json
     from dse.quantiles import known_median
 
-    _check_flags(args)
+    _check_flags(args, catalog)
     data, skipped = cal.read_measured(args.data, catalog)
     if not data:
         first = f" (the first: {skipped[0]})" if skipped else ""
