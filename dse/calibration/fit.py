@@ -253,10 +253,9 @@ def error_sources(
 
 def ttft_errors(data: Sequence[Measured], catalog: Catalog, params: PerfParams) -> np.ndarray:
     """Absolute relative error of the predicted TTFT against each run's measured median TTFT
-    (nan where the run has none, or a non-positive one)."""
+    (nan where the run has none: :func:`_median_ttft_s`)."""
     _, _, ttft = _predict_all(data, catalog, params)
-    measured = np.array([_cell(m, "median_ttft_s") for m in data])
-    measured = np.where(measured > 0.0, measured, np.nan)
+    measured = np.array([_median_ttft_s(m) for m in data])
     return np.abs(ttft / measured - 1.0)
 
 
@@ -415,9 +414,13 @@ def _identifiable(
 
 def _median_ttft_s(m: Measured) -> float:
     """The run's measured median TTFT (at least 1 ms), or nan where the cell is empty, not a
-    number or not > 0: such a row then fits tokens/s only."""
+    number, not > 0 or contradicted by the row's other figures (:func:`contradiction`, which the
+    fit says it leaves out: 37 rows of milliseconds had pinned the prefill queue factor at its
+    bound all the same): such a row then fits tokens/s only."""
     cell = _cell(m, "median_ttft_s")
-    return max(cell, 1e-3) if cell > 0 else math.nan
+    if not cell > 0 or contradiction(m.raw, "median_ttft_s") is not None:
+        return math.nan
+    return max(cell, 1e-3)
 
 
 @dataclass(frozen=True)
