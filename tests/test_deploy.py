@@ -170,6 +170,11 @@ def test_deploy_writes_the_best_design_of_a_run(cli: Cli, tiny_cli_run: Result, 
         assert script.stat().st_mode & 0o111
         assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     assert (folder / "graph.yaml").exists()
+    # a folder no file can be written in is one line, as export and report say it (a traceback)
+    db = f"sqlite:///{tmp_path / 'tiny-study' / 'study.db'}"
+    proc = cli("deploy", TINY, "--storage", db, "--out", "/proc/dse-deploy", "--engine", "dynamo")
+    assert proc.code == 2 and proc.err.count("\n") == 1, proc.err
+    assert "must be a folder files can be written in: /proc is a virtual file system" in proc.err
     proc = cli("deploy", TINY, "--out", tmp_path, "--engine", "dynamo", "--image", "reg.example/dyn:1")
     assert proc.code == 0, proc.err
     assert 'image: "reg.example/dyn:1"' in (folder / "graph.yaml").read_text()
@@ -197,7 +202,7 @@ def test_a_pipelined_prefill_pool_launches_its_stages_on_sglang_only() -> None:
 
     from dse.errors import InputError
 
-    design = _design()
+    design = _design(drafts=0)
     staged = PoolLaunch("prefill", "h100-sxm", 16, 8, 8, 2, 8, max_running=None, chunk_tokens=8192, pp=2)
     design = replace(design, pools=(staged, design.pools[1]), profile="sglang")
     f = FLAGS["sglang"]
@@ -212,6 +217,11 @@ def test_a_pipelined_prefill_pool_launches_its_stages_on_sglang_only() -> None:
     assert dynamo[dynamo.index(f["pp"]) + 1] == "2"
     with pytest.raises(InputError, match="no pipeline-parallel launch here: the prefill pool runs 2 stages"):
         launch_files(replace(design, profile="trt"), "dynamo")
+    # SGLang asserts at start-up that pipeline stages run no speculative decoding: MTP's drafts
+    # had been written beside --pp-size, a server that never starts
+    for engine in ("sglang", "dynamo"):
+        with pytest.raises(InputError, match="runs 2 pipeline stages with MTP's drafts, and SGLang refuses"):
+            launch_files(replace(design, mtp_drafts=3), engine)
 
 
 # A grid of two models on B200 and on a what-if B200 with +50% HBM bandwidth: four one-pool

@@ -645,6 +645,7 @@ def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.deploy.design import design_of_run
     from dse.deploy.files import deploy_command, launch_files, write_deploy
     from dse.perf.params import load_params
+    from dse.study.faults import writing
 
     res = _stored_results(args, catalog)
     design = design_of_run(res, args.trial, load_params())
@@ -653,7 +654,9 @@ def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
         args.name, args.engine, out=args.out, trial=args.trial, storage=args.storage, image=args.image
     )
     files = launch_files(design, args.engine, command=command, image=args.image)
-    for path in write_deploy(files, folder):
+    with writing(folder):  # a folder no file can be written in is one line, as for export and report
+        written = write_deploy(files, folder)
+    for path in written:
         print(path)
     return 0
 

@@ -72,6 +72,12 @@ def check_launchable(design: Design, engine: str) -> None:
                 "(SGLang's --pp-size launches it: --engine sglang, or dynamo on SGLang)"
             )
             raise InputError(SRC, "--engine", why, engine)
+        if p.pp > 1 and design.mtp_drafts > 0:  # SGLang asserts it at start-up (server_args.py)
+            why = (
+                f"cannot launch the {p.name} pool {on}: it runs {p.pp} pipeline stages with MTP's drafts, "
+                "and SGLang refuses speculative decoding under pipeline parallelism"
+            )
+            raise InputError(SRC, "--engine", why, engine)
         if engine in ("vllm", "trtllm") and p.hosts > 1:
             why = (
                 f"cannot launch the {p.name} pool: an instance's {p.gpus} GPUs span {p.hosts} hosts of "
