@@ -64,6 +64,10 @@ class Workload:
     suffix_tokens: float = field(default=0.0, metadata=rule(non_negative))
     think: tuple[ThinkBin, ...] = ()
 
+    def __post_init__(self) -> None:
+        if isinstance(self.think, list):  # (built in Python: the tuple a study file's list makes)
+            object.__setattr__(self, "think", tuple(self.think))
+
     def problem(self) -> tuple[str, str, Any] | None:
         if self.returning_share > 0:
             if self.cached_prefix_tokens <= 0:

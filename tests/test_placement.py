@@ -916,6 +916,10 @@ def test_a_python_request_is_refused_where_dse_place_refuses_its_flags(catalog: 
             "options.prefill_shapes = '16gpu-tp16-ep16': no candidate hardware can run it: attention TP 16",
         ),
     ]
+    # a topology that splits the experts off on a dense model: dse place refuses the flag, place()
+    # had answered an infeasible "no ffn unit"
+    dense = request(model="llama-3.1-70b", topology=Topology.AFD, workload=fast["workload"])
+    refusals.append((dense, "topology = 'afd': needs a model with routed experts to split from attention"))
     for req, said in refusals:
         with pytest.raises(InputError, match=re.escape(said)):
             place(req, catalog=catalog, with_shadow_prices=False)
@@ -944,16 +948,41 @@ def test_a_python_request_left_without_an_engine_takes_the_one_that_runs_on_its_
     assert rep.request.engine == "sglang" and rep.best is not None
 
 
+def test_a_python_request_reads_names_and_numbers_as_dse_place_does() -> None:
+    """A goodput request whose inventory names the hardware by its other name (h200 and
+    h200-sxm) is bounded, as dse place takes it (it had been refused for want of a budget); a list
+    of think bins is the tuple a study file's makes (a bare TypeError); a rate of True is refused
+    however often 1 was asked before (the check's cache had taken True for the 1 it equals)."""
+    from dse.workload import ThinkBin
+
+    inventory = Limits(inventory_gpus={"h200-sxm": 64})
+    for hw in ("h200", "h200-sxm"):
+        assert request(hardware=(hw,), objective=Objective.GOODPUT, limits=inventory).hardware == (hw,)
+    assert request(hardware=("h200",), limits=Limits(inventory_gpus={"h200": 8})).limits.bounds(("h200",))
+    think = [ThinkBin(0.5, 30.0), ThinkBin(0.5, 600.0)]
+    w = Workload(5.0, 2000.0, 500.0, returning_share=0.5, cached_prefix_tokens=8000.0, suffix_tokens=100.0,
+                 think=think)  # fmt: skip
+    assert request(workload=w).workload.think == tuple(think)
+    for rate in (1, True, 1, True):
+        if rate is True:
+            with pytest.raises(InputError, match="workload.requests_per_s = true: must be a number"):
+                request(workload=Workload(rate, 2000.0, 500.0))
+        else:
+            assert request(workload=Workload(rate, 2000.0, 500.0)).workload.requests_per_s == 1
+
+
 def test_a_python_request_left_without_a_precision_takes_the_models() -> None:
     """fp8 had been the default whatever the model: Kimi K3's fp4 checkpoint was priced at 43 times
     its design's cost. Left out, the precision is the model's serving one, as dse place takes it;
-    given, it is kept; a model no catalog folder the request can see holds must give one."""
+    given, it is kept; a model no catalog folder the request can see holds must give one, and is
+    told to check its spelling first (a misspelt model had been asked for a precision)."""
     from dse.units import Precision
 
     assert request(model="kimi-k3").weight_precision is Precision.FP4
     assert request(model="deepseek-v3").weight_precision is Precision.FP8
     assert request(model="kimi-k3", weight_precision=Precision.FP8).weight_precision is Precision.FP8
-    with pytest.raises(InputError, match="weight_precision = 'my-model': must be given for a model outside"):
+    misspelt = r"model = 'my-model': is in neither the shipped catalog nor .* give weight_precision for a"
+    with pytest.raises(InputError, match=misspelt):
         request(model="my-model")
     with pytest.raises(InputError, match="weight_precision = 'fp4': must be of type Precision"):
         request(weight_precision="fp4")

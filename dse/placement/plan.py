@@ -181,7 +181,8 @@ def _as_dse_place_takes_it(req: PlacementRequest, catalog: Catalog) -> Placement
     naming the field (a Python request had been priced, or ended in a traceback): an engine that
     does not run on the hardware (the default TensorRT-LLM profile on an MI355X had priced a design
     a third cheaper than SGLang's, which no engine runs), fp4 of a model without routed experts, a
-    shape no candidate hardware can run."""
+    topology that splits the experts from attention on a model without them, a shape no candidate
+    hardware can run."""
     from dse.perf.frameworks import default_engine, engine_vendor_problem
 
     model = catalog.model(req.model)
@@ -191,6 +192,9 @@ def _as_dse_place_takes_it(req: PlacementRequest, catalog: Catalog) -> Placement
         raise InputError("placement request", "engine", f"cannot price this hardware: {why}", req.engine)
     if req.weight_precision is Precision.FP4 and (why := model.fp4_problem()) is not None:
         raise InputError("placement request", "weight_precision", why, "fp4")
+    if req.topology.splits_experts and model.moe is None:  # (it had answered "no ffn unit")
+        rule = f"needs a model with routed experts to split from attention ({model.id} has none)"
+        raise InputError("placement request", "topology", rule, req.topology.value)
     hws = [catalog.hardware(h) for h in req.hardware]
     for name in ("prefill_shapes", "decode_shapes", "midfill_shapes"):
         for label in getattr(req.options, name) or ():

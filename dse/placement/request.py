@@ -6,7 +6,8 @@ import enum
 import functools
 import math
 import numbers
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dse.errors import InputError
@@ -92,10 +93,11 @@ class Limits:
     inventory_gpus: dict[str, int] = field(default_factory=dict)  # hardware id -> GPUs available
     network_kv_capacity_tb: float | None = None
 
-    def bounds(self, hardware: tuple[str, ...]) -> bool:
+    def bounds(self, hardware: tuple[str, ...], same: Callable[[str], str] = str) -> bool:
         """Whether these caps bound what a design over ``hardware`` may buy: a budget, a power
-        cap, or an inventory of each hardware (what the goodput objective needs to be finite)."""
-        stocked = all(h in self.inventory_gpus for h in hardware)
+        cap, or an inventory of each hardware (what the goodput objective needs to be finite),
+        names compared as ``same`` reads them (a catalog's ids for its aliases)."""
+        stocked = {same(h) for h in hardware} <= {same(h) for h in self.inventory_gpus}
         return self.budget_usd_hour is not None or self.power_kw is not None or stocked
 
 
@@ -172,11 +174,25 @@ class UnitOptions:
         return KV_POLICIES[self.kv_policy]
 
 
-@functools.lru_cache(maxsize=64)
 def _check_traffic(workload: Workload, slo: Slo) -> None:
     """The traffic and the targets by the rules a study file's are built by, for a request built in
     Python too: a rate of 0 had been "served" by no GPU at $0, a percentile of 0 or NaN had ended
-    in a statistics library's traceback. Once per distinct pair (a study's trials share one)."""
+    in a statistics library's traceback. Once per distinct pair (a study's trials share one),
+    told apart by their fields' types as well (``True`` equals 1, and a rate of ``True`` had
+    passed once 1 had), and every time where a field cannot be hashed (a list of think bins had
+    been a bare ``TypeError``, and is refused as a study file's is)."""
+    try:
+        _checked_traffic(workload, slo, _kinds(workload), _kinds(slo))
+    except TypeError:  # unhashable: checked, not kept
+        _checked_traffic.__wrapped__(workload, slo, (), ())
+
+
+def _kinds(obj: object) -> tuple[type, ...]:
+    return tuple(type(getattr(obj, f.name)) for f in fields(obj))  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=64)
+def _checked_traffic(workload: Workload, slo: Slo, *kinds: tuple[type, ...]) -> None:
     build(Workload, to_plain(workload), source="placement request", prefix="workload.")
     build(Slo, to_plain(slo), source="placement request", prefix="slo.")
 
@@ -233,7 +249,8 @@ class PlacementRequest:
             raise InputError(
                 "placement request", "price_tier", f"must be one of {', '.join(PRICE_TIERS)}", self.price_tier
             )
-        if self.objective is Objective.GOODPUT and not self.limits.bounds(self.hardware):
+        # (an inventory of h200-sxm stocks hardware named h200: the same entry, as place() reads it)
+        if self.objective is Objective.GOODPUT and not self.limits.bounds(self.hardware, _hardware_id):
             raise InputError(
                 "placement request",
                 "limits.budget_usd_hour",
@@ -324,6 +341,17 @@ def _check_types(req: PlacementRequest) -> None:
             )
 
 
+def _hardware_id(name: str) -> str:
+    """``name``'s id in the shipped catalog and ``DSE_CATALOG_DIR``'s folders, or ``name`` where
+    those do not hold it."""
+    from dse.catalog import load_catalog
+
+    try:
+        return load_catalog().hardware(name).id
+    except InputError:
+        return name
+
+
 def _running_engine(hardware: tuple[str, ...]) -> str | None:
     """The engine profile that runs on every GPU of ``hardware`` (TensorRT-LLM's on NVIDIA's alone,
     else SGLang's: :func:`dse.perf.frameworks.default_engine`), as ``dse place`` takes it, read in
@@ -344,11 +372,14 @@ def _serving_precision(model: str) -> Precision:
     for a request that leaves its precision out; a model of another folder must give it."""
     from dse.catalog import load_catalog
 
+    catalog = load_catalog()
     try:
-        return load_catalog().model(model).serving_precision
+        return catalog.model(model).serving_precision
     except InputError:
+        # (named as weight_precision's, a misspelt model had been told to give a precision first)
         rule = (
-            "must be given for a model outside the shipped catalog and DSE_CATALOG_DIR's folders "
-            "(left out, it is the model's serving precision)"
+            "is in neither the shipped catalog nor DSE_CATALOG_DIR's folders: check its spelling "
+            f"(valid ids: {', '.join(sorted(catalog.models_by_id))}), or give weight_precision for a "
+            "model of a catalog of one's own (left out, it is the model's serving precision)"
         )
-        raise InputError(SRC, "weight_precision", rule, model) from None
+        raise InputError(SRC, "model", rule, model) from None
