@@ -852,3 +852,17 @@ def test_a_grid_s_hardware_its_sweep_leaves_out_is_refused(tmp_path: Path, cli: 
     rule = "must be named in sweep.hardware: each point runs on the swept hardware alone"
     assert (r.code, r.err) == (2, f"dse: error: {spec}: hardware[0] = 'b200': {rule}\n")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_grid_report_ranks_by_the_objective_the_run_optimised(grid_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A grid run from Python with ``with_objective("gpus")`` keeps the file's objective (cost) in
+    its spec; its report's axis effects, what-if table and figure had gone by cost all the same."""
+    from dse.study.report import write_report
+
+    res, _ = grid_run
+    tables = {"trials": res.trials, "placements": res.placements, "sim_timeseries": pl.DataFrame()}
+    tables |= {k: pl.DataFrame() for k in ("pareto", "kv_tiers")}
+    md = write_report(tmp_path / "r", spec=res.spec, objectives=[("gpus", "minimize")], tables=tables,
+                      best=None).read_text()  # fmt: skip
+    assert "median gpus (GPUs)" in md and "The study's first objective, gpus (GPUs), of each" in md
+    assert "median usd_per_million_tokens" not in md

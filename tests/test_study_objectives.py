@@ -22,6 +22,7 @@ from dse.study.objectives import ObjectiveError, ObjectiveWarning
 from dse.study.results import best_of, non_dominated, pareto_frame
 
 TINY = Path(__file__).resolve().parent / "data" / "tiny-study.toml"
+STUDIES = Path(__file__).resolve().parents[1] / "studies"
 
 
 def _trials(values: list[float | None], feasible: list[bool] | None = None) -> pl.DataFrame:
@@ -288,3 +289,22 @@ def test_reading_a_study_with_its_objective_function_writes_nothing(tmp_path: Pa
     with sqlite3.connect(db) as con:
         keys = {r[0] for r in con.execute("select key from study_user_attributes")}
     assert "objective_code" not in keys
+
+
+def test_an_objective_set_in_python_sizes_the_placements_as_the_files_would(tmp_path: Path) -> None:
+    """``with_objective("gpus")`` had left the study file's first objective (cost) in the spec the
+    trials read, so every trial's MILP, the warm start's too, sized its pools for cost while the
+    study ranked GPUs: 7 of 20 trials differed from the same study with ``names = ["gpus"]`` in its
+    file. They are now the same trials, with the same values."""
+    headline = STUDIES / "deepseek-v3-blackwell.toml"
+    by_python = Study.load(headline).with_objective("gpus").run(trials=10, out=tmp_path / "a")
+    gpus = tmp_path / "deepseek-v3-blackwell.toml"
+    text = headline.read_text()
+    assert text.count('names = ["usd_per_million_tokens"') == 1
+    gpus.write_text(text.replace('names = ["usd_per_million_tokens"', 'names = ["gpus"'))
+    by_file = Study.load(gpus).run(trials=10, out=tmp_path / "b")
+    cols = ["trial", "gpus", "usd_per_hour", "objective_gpus"]
+    assert by_python.trials.select(cols).equals(by_file.trials.select(cols))
+    # the warm start sized for GPUs differs from cost's: the comparison can tell the two apart
+    by_cost = Study.load(headline).run(trials=10, out=tmp_path / "c")
+    assert not by_cost.trials.select(cols[:3]).equals(by_file.trials.select(cols[:3]))

@@ -116,7 +116,7 @@ def write_report(
         try:
             _write(
                 tmp,
-                spec=spec,
+                spec=spec.led_by([name for name, _ in objectives]),  # (a grid's ranks by the first)
                 objectives=objectives,
                 tables=tables,
                 best=best,

@@ -186,7 +186,9 @@ def run(
             # the search starts from the full placement's designs (dse.study.warm_start), each unless a
             # trial has run it, is running it or waits with it (a resumed run, another worker)
             n_first = max(1, budget // 5) if before < budget else 0
-            first = warm_start_params(spec, catalog, params, solver, n_first) if n_first else []
+            # the trials' placements sized for the run's first objective, which Python may set
+            sized = spec.led_by([o.name for o in objectives])
+            first = warm_start_params(sized, catalog, params, solver, n_first) if n_first else []
             t0 = time.perf_counter()
             shown = (objectives[0].name, objectives[0].direction)  # the bar's objective
             bar = _Progress(budget, before, shown) if progress else None
@@ -195,7 +197,7 @@ def run(
                 if shared
                 else _lone(spec, stored, first, budget, before, seed)
             )
-            evaluation = _Evaluation(spec, catalog, params, solver, trial_wall_s)
+            evaluation = _Evaluation(sized, catalog, params, solver, trial_wall_s)
             with _closing(source, bar, stored, budget), _ours_heartbeats():
                 ran = _trials(source, evaluation, objectives, budget, bar)
             stats = RunStats(before, ran, stale + source.stale, time.perf_counter() - t0)

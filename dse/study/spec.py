@@ -31,6 +31,7 @@ by the full placement (every listed shape and topology at once) and checked by t
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -474,6 +475,17 @@ class StudySpec:
         if trials is not None:
             return trials
         return self.sweep.size() if self.is_grid else self.trials
+
+    def led_by(self, names: Sequence[str]) -> StudySpec:
+        """This spec with the objectives a run optimises, ``names``, where the first is a metric:
+        the MILP sizes pools for it and a grid's report ranks by it. A study given its objectives
+        in Python (:meth:`dse.study.Study.with_objective`) keeps the file's in its spec, which the
+        stored study is compared by: ``gpus`` set so had been sized for cost (7 of 20 trials other
+        than the file's ``names = ["gpus"]``). A function first leaves the spec as it is."""
+        metrics = tuple(n for n in names if objective_rule(n) is None)
+        if not names or objective_rule(names[0]) is not None or metrics == self.objectives.names:
+            return self
+        return replace(self, objectives=replace(self.objectives, names=metrics))
 
     def served_by(self, catalog: Catalog) -> StudySpec:
         """This spec with the engine and the precision it leaves out filled in as ``dse place``
