@@ -308,3 +308,24 @@ def test_an_objective_set_in_python_sizes_the_placements_as_the_files_would(tmp_
     # the warm start sized for GPUs differs from cost's: the comparison can tell the two apart
     by_cost = Study.load(headline).run(trials=10, out=tmp_path / "c")
     assert not by_cost.trials.select(cols[:3]).equals(by_file.trials.select(cols[:3]))
+
+
+def test_objectives_no_run_can_value_are_refused_before_it_writes(tmp_path: Path) -> None:
+    """A study read back with ``with_stored_objectives`` holds a function objective's name alone:
+    run again, its trials had been stored without a value, in silence. An objective's direction
+    other than minimize or maximize had failed as "differ from the stored study's" on a new study,
+    leaving its database; one named twice had run a two-objective study of one column."""
+    from dse.study.objectives import ObjectiveDef
+
+    first = Study.load(TINY).with_objective("o", lambda m: m["gpus"]).run(trials=2, out=tmp_path)
+    assert first.trials["objective_o"].null_count() == 0
+    read = Study.load(TINY).with_stored_objectives(out=tmp_path)
+    assert [o.name for o in read.objectives] == ["o"] and read.objectives[0].fn is None
+    with pytest.raises(InputError, match="objectives: o: has no function to value the trials with"):
+        read.run(trials=4, out=tmp_path)
+    assert read.results(out=tmp_path).trials.height == 2  # refused before a trial ran
+    spec = Study.load(TINY).spec
+    with pytest.raises(InputError, match="objectives: gpus.direction = 'sideways': must be minimize or"):
+        Study(spec, (ObjectiveDef("gpus", "sideways"),))  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="objectives: name = 'gpus': must not name an objective twice"):
+        Study(spec, (ObjectiveDef.metric("gpus"),) * 2)

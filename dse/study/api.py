@@ -81,6 +81,14 @@ class Study:
             rule = "must be a tuple of ObjectiveDef (or use Study.with_objective(NAME) for a metric)"
             raise InputError("objectives", "", rule, self.objectives)
         object.__setattr__(self, "objectives", tuple(self.objectives))
+        for o in self.objectives:  # ("sideways" had failed as a stored study's other directions)
+            if o.direction not in ("minimize", "maximize"):
+                raise InputError(
+                    "objectives", f"{o.name}.direction", "must be minimize or maximize", o.direction
+                )
+        names = [o.name for o in self.objectives]
+        if (twice := next((n for n in names if names.count(n) > 1), None)) is not None:
+            raise InputError("objectives", "name", "must not name an objective twice", twice)
         if not self.objectives:
             spec_objectives = tuple(ObjectiveDef.metric(n) for n in self.spec.objectives.names)
             object.__setattr__(self, "objectives", spec_objectives)
@@ -198,6 +206,15 @@ class Study:
         from dse.study.runner import run  # the solver and the simulator: only a run imports them
 
         self.refuse_idle()
+        # an objective without a function that is no metric: its trials had been stored without a
+        # value, in silence (a study read back with with_stored_objectives holds names alone)
+        if named := next((o for o in self.objectives if o.fn is None and o.name not in METRICS), None):
+            rule = (
+                "has no function to value the trials with and is no metric (a study read with "
+                "with_stored_objectives holds its objectives' names alone): give it with "
+                "with_objective(name, fn)"
+            )
+            raise InputError("objectives", named.name, rule)
         out, storage = folder_arg(out), storage_arg(storage)
         typed_arg(catalog, Catalog, "catalog")  # checked before a run writes anything
         typed_arg(params, PerfParams, "params")
