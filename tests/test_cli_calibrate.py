@@ -82,7 +82,7 @@ def test_bad_runs_files_are_one_line_before_any_fit(
     # whose DSE_CALIBRATION names the shipped file by another path (the paths had been compared as
     # written)
     (tmp_path / "cat" / "hardware").mkdir(parents=True)
-    b200 = (CALIBRATION_FILE.parents[2] / "hardware_catalog" / "b200.toml").read_text()
+    b200 = (Path(__file__).resolve().parents[1] / "hardware_catalog" / "b200.toml").read_text()
     assert b200.count("bandwidth_tb_per_s = 8.0") == 1
     (tmp_path / "cat" / "hardware" / "b200.toml").write_text(
         b200.replace("bandwidth_tb_per_s = 8.0", "bandwidth_tb_per_s = 9.0")
