@@ -7,6 +7,7 @@ misread; and the study file's GPU cap and a worker's --stale-after."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import polars as pl
@@ -366,3 +367,29 @@ def test_a_study_built_with_objectives_of_another_kind_is_one_line(tmp_path: Pat
     with pytest.raises(InputError, match=r"^spec = 'tiny': must be a StudySpec, not str$"):
         Study("tiny")  # type: ignore[arg-type]
     assert Study(spec, objectives=[]).objectives == Study(spec).objectives  # a list is taken
+
+
+def test_a_spec_made_in_python_is_held_to_the_rules_of_a_study_file() -> None:
+    """``Study(replace(spec, ...))`` had skipped the study file's rules: a sampler "bogus" ran TPE,
+    a name "a=b" and a seed of -3 ran, a topology "sideways" or a reversed batch range failed with
+    a traceback after the run made its database. Each is now one line naming the key."""
+    from dataclasses import replace
+
+    s = Study.load("deepseek-v3-blackwell").spec
+    decode = replace(s.search.decode, max_batch=(4096, 16))
+    for bad, said in (
+        (replace(s, search=replace(s.search, sampler="bogus")), "spec: search.sampler = 'bogus': must be"),
+        (replace(s, name="a=b"), "spec: name = 'a=b': must not hold '='"),
+        (replace(s, seed=-3), "spec: seed = -3: must be between 0 and"),
+        (
+            replace(s, search=replace(s.search, topologies=("aggregated", "sideways"))),
+            "search.topologies = 'sideways'",
+        ),
+        (
+            replace(s, search=replace(s.search, decode=decode)),
+            "search.decode.max_batch = [4096, 16]: must be",
+        ),
+    ):
+        with pytest.raises(InputError, match=re.escape(said)):
+            Study(bad)
+    assert Study(s).spec == s  # a spec left as the file made it is taken as it is

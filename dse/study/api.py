@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import optuna
 import polars as pl
@@ -55,6 +55,25 @@ Folder = Path | str
 """A folder as the Python API takes it: a path, or a string naming one."""
 
 
+def _checked_spec(spec: StudySpec) -> None:
+    """A spec made in Python (``dataclasses.replace`` of a loaded one) held to the rules of a study
+    file: a sampler "bogus" had run TPE, a name "a=b" had run, a topology "sideways" or a reversed
+    batch range had failed with a traceback after the run made its database."""
+    from dse.plain import plain
+    from dse.typed_data import build
+
+    build(StudySpec, _given(plain(spec)), source="spec")
+
+
+def _given(x: Any) -> Any:
+    """``x`` without the keys of its tables that are None: left out, as a study file leaves them."""
+    if isinstance(x, dict):
+        return {k: _given(v) for k, v in x.items() if v is not None}
+    if isinstance(x, list):
+        return [_given(v) for v in x]
+    return x
+
+
 @dataclass(frozen=True)
 class Study:
     """A study to run or read: its resolved spec and its objectives (the spec's metrics, or
@@ -75,6 +94,7 @@ class Study:
         another kind (a metric's name as a string) are bad input: a run had written its folder
         and failed with ``AttributeError``."""
         typed_arg(self.spec, StudySpec, "spec", optional=False)
+        _checked_spec(self.spec)
         if not isinstance(self.objectives, tuple | list) or not all(
             isinstance(o, ObjectiveDef) for o in self.objectives
         ):
