@@ -149,3 +149,34 @@ def test_a_decode_pools_stage_split_with_mtp_is_the_step_it_was_priced_at(catalo
     step_ms = sum(next(v for k, v in split.items() if k.startswith("decode")).values())
     per_step = with_mtp(params.engine(req.engine), None, None).mtp_accept_tokens
     assert step_ms == pytest.approx(1e3 * float(dec.unit.tpot_s) * per_step, rel=0.01)
+
+
+def test_a_power_that_is_no_gpus_is_left_out_and_the_fit_stays_within_the_tdp(catalog: Catalog) -> None:
+    """MI355X's runs with their power per node (eight GPUs') had been fitted as 185% of the TDP,
+    which no command then loads (the power model's rule: a fraction of the TDP in (0, 1]); in
+    kilowatts, as 5% of it idle and full. Such cells are now left out and said; and a fit whose
+    runs sit at the TDP keeps its full power within it."""
+    from dataclasses import replace
+
+    from dse.calibration import fit as cal
+    from dse.calibration.power import fit_power, per_gpu_power
+    from dse.paths import MEASURED_RUNS
+
+    data, _ = cal.read_measured(MEASURED_RUNS, catalog)
+    params = load_params()
+    powered = [m for m in data if (m.raw.get("avg_power_w") or "").strip()]
+    assert len(per_gpu_power(powered, catalog)[0]) == len(powered) >= 5  # the shipped runs: all a GPU's
+
+    def scaled(k: float) -> list[cal.Measured]:
+        return [
+            replace(m, raw={**m.raw, "avg_power_w": str(float(m.raw["avg_power_w"]) * k)}) for m in powered
+        ]
+
+    for k, said in ((8.0, "a node's or a server's, not a GPU's?"), (1e-3, "kilowatts, not watts?")):
+        runs, notes = per_gpu_power(scaled(k), catalog)
+        assert runs == [] and len(notes) == len(powered) and fit_power(scaled(k), catalog, params) is None
+        assert "avg_power_w = " in notes[0] and said in notes[0] and "(left out;" in notes[0], notes[0]
+    tdp = catalog.hardware(powered[0].row.hardware).tdp_w
+    at_tdp = [replace(m, raw={**m.raw, "avg_power_w": str(1.08 * tdp)}) for m in powered]
+    fitted = fit_power(at_tdp, catalog, params)
+    assert fitted is not None and 0 < fitted.params.idle <= fitted.params.full <= 1.0

@@ -32,6 +32,12 @@ class PowerFit:
     median_ape: float  # in-sample, of the average power per GPU
 
 
+PER_GPU = (0.05, 1.1)
+"""The average power per GPU a run can measure, as shares of the GPU's TDP: above 110% it is a
+node's or a server's (eight GPUs': 185% of a TDP had been fitted, a file no command then loads),
+below 5% kilowatts, not watts (fitted as 5% of TDP idle and full)."""
+
+
 def measured_power(data: Sequence[Measured]) -> list[tuple[Measured, float]]:
     """The runs that measured their average power per GPU, with it: a cell that is no measurement
     (not a number > 0 within the data files' range) is left out, as
@@ -51,7 +57,7 @@ def measured_power(data: Sequence[Measured]) -> list[tuple[Measured, float]]:
 
 def fit_power(data: Sequence[Measured], catalog: Catalog, params: PerfParams) -> PowerFit | None:
     """The fitted shares, or None when no run reports its power."""
-    runs = measured_power(data)
+    runs, _ = per_gpu_power(data, catalog)
     if not runs:
         return None
     tdp = np.array([catalog.hardware(m.row.hardware).tdp_w for m, _ in runs], dtype=float)
@@ -68,7 +74,37 @@ def fit_power(data: Sequence[Measured], catalog: Catalog, params: PerfParams) ->
         return np.log(gpu_power_w(tdp, busy, PowerParams(idle=x[0], full=x[0] + x[1])) / watts)
 
     sol = least_squares(residuals, x0=[0.3, 0.5], bounds=([0.05, 0.0], [0.9, 0.95]))
-    fitted = PowerParams(idle=float(sol.x[0]), full=float(sol.x[0] + sol.x[1]))
+    idle, full = float(sol.x[0]), float(sol.x[0] + sol.x[1])
+    if full > 1.0:  # past the TDP, which the power model's rule refuses: the best within it
+
+        def within(x: np.ndarray) -> PowerParams:  # full as a share of the way from idle to the TDP
+            return PowerParams(idle=x[0], full=x[0] + x[1] * (1.0 - x[0]))
+
+        sol = least_squares(
+            lambda x: np.log(gpu_power_w(tdp, busy, within(x)) / watts), x0=[0.3, 0.5],
+            bounds=([0.05, 0.0], [0.9, 1.0]),
+        )  # fmt: skip
+        idle, full = within(sol.x).idle, within(sol.x).full
+    fitted = PowerParams(idle=float(idle), full=float(full))
     err = np.abs(gpu_power_w(tdp, busy, fitted) / watts - 1.0)
     hardware = tuple(sorted({m.row.hardware for m, _ in runs}))
     return PowerFit(fitted, len(runs), hardware, float(np.median(err)))
+
+
+def per_gpu_power(
+    data: Sequence[Measured], catalog: Catalog
+) -> tuple[list[tuple[Measured, float]], list[str]]:
+    """The runs whose measured power can be a GPU's (:data:`PER_GPU`), with it; and one line per
+    run whose power cannot, which the fit leaves out."""
+    runs, left_out = [], []
+    for m, w in measured_power(data):
+        tdp_w = catalog.hardware(m.row.hardware).tdp_w
+        if PER_GPU[0] * tdp_w <= w <= PER_GPU[1] * tdp_w:
+            runs.append((m, w))
+            continue
+        unit = "a node's or a server's, not a GPU's" if w > tdp_w else "kilowatts, not watts"
+        left_out.append(
+            f"{m.where}: {POWER_COLUMN} = {w:g}: is {w / tdp_w:.0%} of {m.row.hardware}'s TDP ({tdp_w:g} W): "
+            f"{unit}? (left out; the row's other figures are fitted)"
+        )
+    return runs, left_out

@@ -177,7 +177,7 @@ def _fitted(
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.calibration import fit as cal
     from dse.calibration.latency import SEED, fit_latency
-    from dse.calibration.power import fit_power
+    from dse.calibration.power import fit_power, per_gpu_power
     from dse.calibration.published import POINTS, measured_per_gpu
     from dse.perf.expected_error import FEW_ROWS, fitted_entries
     from dse.perf.params import default_params, params_to_json
@@ -235,7 +235,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         write_text(args.out, params_to_json(fitted) + "\n")
     except OSError as exc:
         raise output_error(exc, "dse calibrate", "--out", args.out) from None
-    _say_fit(args, data, skipped, len(points), (stats, loho), latency, known_median(ttft), power)
+    _, power_notes = per_gpu_power(data, catalog)
+    _say_fit(args, data, skipped, len(points), (stats, loho), latency, known_median(ttft), power, power_notes)
     return 0
 
 
@@ -248,9 +249,11 @@ def _say_fit(
     latency: LatencyFit,
     ttft_median: float | None,
     power: PowerFit | None,
+    power_notes: Sequence[str] = (),
 ) -> None:
-    """What the fit wrote: its rows and file, the rows skipped and the figures not measured, its
-    in-sample and leave-one-hardware-out errors, its latency and power fits."""
+    """What the fit wrote: its rows and file, the rows skipped and the figures not measured (and
+    ``power_notes``, the powers no GPU's), its in-sample and leave-one-hardware-out errors, its
+    latency and power fits."""
     from dse.calibration import fit as cal
 
     stats, loho = errors
@@ -258,7 +261,7 @@ def _say_fit(
         f"fitted {len(data)} rows ({len(skipped)} skipped) and {n_points} stage points, "
         f"{args.kernels} kernels -> {args.out}"
     )
-    unmeasured = [f"not a measurement: {m}" for m in cal.unmeasured_figures(data)]
+    unmeasured = [f"not a measurement: {m}" for m in (*cal.unmeasured_figures(data), *power_notes)]
     for msg in [*(f"skipped: {m}" for m in skipped), *unmeasured]:
         print(f"  {msg}")
     for label, s in (("in-sample", stats), ("leave-one-hardware-out", loho)):
