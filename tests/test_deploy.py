@@ -1749,3 +1749,22 @@ def test_a_runs_kv_in_host_dram_is_launched_as_it_was_priced(cli: Cli, tmp_path:
     assert cli("deploy", study, "--out", out, "--engine", "sglang").code == 0
     words = _command((deployed / "instance.sh").read_text())
     assert int(_arg(words, FLAGS["sglang"]["hicache_size"])) > per_gpu
+
+
+def test_a_cap_the_engine_floors_far_below_the_sized_batch_is_said_on_stderr() -> None:
+    """A 64-rank decode pool sized at 122 requests an instance gets SGLang's 64 (one a rank) and
+    TensorRT-LLM's 64: the fleet serves about half the traffic priced, which only a README line
+    had said. A shortfall past a tenth is a warning too (`dse deploy` prints each on stderr); a
+    floor of under 1% is not."""
+    from dataclasses import replace
+
+    from dse.deploy.readme import cap_warnings
+
+    wide = PoolLaunch("decode", "b200", 64, 1, 64, 9, 8, max_running=122, chunk_tokens=None)
+    design = replace(_design(), pools=(_design().pools[0], wide), profile="sglang")
+    (said,) = cap_warnings(design, "sglang")
+    assert said.startswith("the decode pool's instances run at most 64 requests (SGLang floors")
+    assert "48% fewer than the 122 it was sized at" in said
+    assert cap_warnings(_design(), "sglang") == []  # 1000 over 16 ranks: 992, under 1% short
+    (trt,) = cap_warnings(replace(design, profile="trt"), "dynamo")
+    assert "run at most 64 requests (each of its 64 data-parallel ranks is capped at 1" in trt, trt

@@ -644,6 +644,7 @@ def _say_if_none_feasible(res: StudyResults) -> None:
 def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.deploy.design import design_of_run
     from dse.deploy.files import deploy_command, launch_files, write_deploy
+    from dse.deploy.readme import cap_warnings
     from dse.perf.params import load_params
     from dse.study.faults import writing
 
@@ -654,6 +655,8 @@ def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
         args.name, args.engine, out=args.out, trial=args.trial, storage=args.storage, image=args.image
     )
     files = launch_files(design, args.engine, command=command, image=args.image)
+    for said in cap_warnings(design, args.engine):
+        print(f"dse: warning: {said}", file=sys.stderr)
     with writing(folder):  # a folder no file can be written in is one line, as for export and report
         written = write_deploy(files, folder)
     for path in written:

@@ -375,8 +375,9 @@ def _spec_reset_notes(design: Design, engine: str) -> list[str]:
     return out
 
 
-def _cap_notes(design: Design, engine: str) -> list[str]:
-    """A README line per pool whose engine runs another cap than the batch it was sized at."""
+def engine_caps(design: Design, engine: str) -> list[tuple[PoolLaunch, int, int, str]]:
+    """Each pool whose engine runs another cap than the batch it was sized at: the pool, the
+    requests an instance then runs at most, its data-parallel ranks, and how the engine gets there."""
     backend = backend_of(design, engine)
     out = []
     for p in design.pools:
@@ -393,13 +394,40 @@ def _cap_notes(design: Design, engine: str) -> list[str]:
             per = per_rank_cap(p, dp) or 0
             eff = per * dp
             how = f"each of its {dp} data-parallel ranks is capped at {per} ({p.max_running} // {dp}, min 1)"
-        if eff == p.max_running:
-            continue
-        over = f"; its {dp} ranks outnumber that batch, one request each" if dp > p.max_running else ""
+        if eff != p.max_running:
+            out.append((p, eff, dp, how))
+    return out
+
+
+def _cap_notes(design: Design, engine: str) -> list[str]:
+    """A README line per pool whose engine runs another cap than the batch it was sized at."""
+    out = []
+    for p, eff, dp, how in engine_caps(design, engine):
+        over = f"; its {dp} ranks outnumber that batch, one request each" if dp > (p.max_running or 0) else ""
         out.append(
             f"- the {p.name} pool: {how}, so an instance runs at most {eff} requests, "
             f"not the {p.max_running} its pool was sized at{over};"
         )
+    return out
+
+
+CAP_SHORTFALL = 0.1
+"""A cap the engine runs this far below the batch a pool was sized at is said on stderr too: its
+instances serve that much less of the traffic the study priced (SGLang's 64 for a 64-rank pool
+sized at 122: half of it)."""
+
+
+def cap_warnings(design: Design, engine: str) -> list[str]:
+    """One warning per pool whose engine runs a cap over :data:`CAP_SHORTFALL` below its sized batch."""
+    out = []
+    for p, eff, _, how in engine_caps(design, engine):
+        short = 1.0 - eff / (p.max_running or 1)
+        if short > CAP_SHORTFALL:
+            out.append(
+                f"the {p.name} pool's instances run at most {eff} requests ({how.replace('`', '')}), "
+                f"{short:.0%} fewer than the {p.max_running} it was sized at: they serve about that much "
+                "less of the traffic the study priced (README.md: the running-request caps)"
+            )
     return out
 
 
