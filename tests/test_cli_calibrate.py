@@ -500,6 +500,16 @@ def test_a_prediction_calls_hardware_in_sample_only_at_the_numbers_the_fit_saw(
     assert "(datasheet kernels, leave-one-hardware-out: the calibration did not see this hardware; " \
            "your catalog changes h200-sxm from the entry it saw)" in shipped.out, shipped.out  # fmt: skip
     assert "in-sample: the calibration saw this hardware" in own.out, own.out
+    # an entry that changes only its prices is the hardware the runs measured (docs/catalogs.md):
+    # it had lost its in-sample error under any calibration that records its entries
+    priced = tmp_path / "priced" / "hardware"
+    priced.mkdir(parents=True)
+    assert text.count("own_hyperscaler = 1.41") == 1
+    (priced / "h200-sxm.toml").write_text(text.replace("own_hyperscaler = 1.41", "own_hyperscaler = 1.99"))
+    doc["provenance"]["catalog"] = fitted_entries(load_catalog(), ["h200-sxm"], ["deepseek-v3"])
+    path.write_text(json.dumps(doc))
+    mine = cli("--catalog-dir", priced.parent, *asked)
+    assert mine.code == 0 and "in-sample: the calibration saw this hardware" in mine.out, mine.out
 
 
 @pytest.mark.e2e  # two calibrations of one GPU type (about 11 s under `make test`)

@@ -160,11 +160,11 @@ def fitted_entries(catalog: Catalog, hardware: list[str], models: list[str]) -> 
 
 
 def changed_since_fit(params: PerfParams, catalog: Catalog) -> frozenset[str]:
-    """Ids whose entry in ``catalog`` has other numbers than the calibration saw: against the
-    entries its provenance records (a fit of a catalog with B200 at 9 TB/s, read with the shipped
-    8 TB/s, had called B200 in-sample; read with its own 9 TB/s it is), or, for a file that records
-    none (before 2026-12-07), against the shipped catalog it was fitted with."""
-    from dse.catalog.loader import entry_numbers
+    """Ids whose entry in ``catalog`` has other numbers than the calibration saw, prices aside:
+    against the entries its provenance records (a fit of a catalog with B200 at 9 TB/s, read with
+    the shipped 8 TB/s, had called B200 in-sample; read with its own 9 TB/s it is), or, for a file
+    that records none (before 2026-12-07), against the shipped catalog it was fitted with."""
+    from dse.catalog.loader import NOT_MEASURED, entry_numbers
 
     seen = params.provenance.get("catalog")
     if not isinstance(seen, dict):
@@ -178,8 +178,11 @@ def changed_since_fit(params: PerfParams, catalog: Catalog) -> frozenset[str]:
                 out.add(key)
                 continue
             now = _plain(entry_numbers(entry))
-            if any(now[k] != numbers[k] for k in now.keys() & numbers.keys()):  # (a key a later dse
-                out.add(entry.id)  # records, such as vendor, is no change to a file without it)
+            # (a key a later dse records, such as vendor, is no change to a file without it; nor
+            # are the prices, which no run measured: a B200 at one's own price had lost its
+            # in-sample error under any calibration dse calibrate writes)
+            if any(now[k] != numbers[k] for k in (now.keys() & numbers.keys()) - NOT_MEASURED):
+                out.add(entry.id)
     return frozenset(out)
 
 
