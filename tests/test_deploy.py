@@ -1768,3 +1768,36 @@ def test_a_cap_the_engine_floors_far_below_the_sized_batch_is_said_on_stderr() -
     assert cap_warnings(_design(), "sglang") == []  # 1000 over 16 ranks: 992, under 1% short
     (trt,) = cap_warnings(replace(design, profile="trt"), "dynamo")
     assert "run at most 64 requests (each of its 64 data-parallel ranks is capped at 1" in trt, trt
+
+
+def test_names_in_the_launch_files_are_ones_bash_and_kubernetes_take() -> None:
+    """A study named ``My_Study v2`` had named its Dynamo graph ``My_Study v2-trial-7`` (Kubernetes
+    refuses it), and decode pools on a hardware id ``b200.v2`` had made the router's variable
+    ``${DECODE_B200.V2_0}`` (a bad substitution to bash) and a service of that name."""
+    from dataclasses import replace
+
+    import yaml
+
+    from dse.deploy.design import named_pools
+    from dse.deploy.scripts import k8s_name
+
+    pools = named_pools(
+        (
+            PoolLaunch("prefill", "b200", 8, 8, 8, 2, 8, max_running=None, chunk_tokens=8192),
+            PoolLaunch("decode", "b200.v2", 16, 1, 16, 1, 8, max_running=1000, chunk_tokens=None),
+            PoolLaunch("decode", "b200", 16, 1, 16, 1, 8, max_running=1000, chunk_tokens=None),
+        )
+    )
+    design = replace(_design(), study="My_Study v2", pools=pools, profile="sglang")
+    files = launch_files(design, "dynamo")
+    graph = yaml.safe_load(files["graph.yaml"])
+    assert graph["metadata"]["name"] == "my-study-v2-trial-7"
+    # (the services' names become Kubernetes objects' as the operator lowercases them: Frontend)
+    assert {"decode-b200-v2", "decode-b200"} <= set(graph["spec"]["services"])
+    assert all(re.fullmatch(r"[A-Za-z0-9-]+", name) for name in graph["spec"]["services"])
+    sglang = launch_files(design, "sglang")
+    assert {"decode-b200-v2.sh", "decode-b200.sh"} <= set(files) & set(sglang)
+    router = sglang["router.sh"]
+    assert "${DECODE_B200_V2_0:?" in router and "b200.v2" not in re.findall(r"\$\{[^}]*\}", router)
+    assert subprocess.run(["bash", "-n"], input=router, text=True).returncode == 0
+    assert k8s_name("A" * 80 + "-trial-12") == ("a" * 80 + "-trial-12")[-63:]

@@ -12,6 +12,7 @@ bounds it).
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -104,7 +105,10 @@ def named_pools(pools: tuple[PoolLaunch, ...]) -> tuple[PoolLaunch, ...]:
     if len({p.name for p in pools}) == len(pools):
         return pools
     shared = Counter(p.name for p in pools)
-    names = [f"{p.name}-{p.hardware}" if shared[p.name] > 1 else p.name for p in pools]
+    # (the hardware as a file, a bash variable and a Kubernetes service take it: b200.v2 had
+    # named a Dynamo service and a variable neither takes)
+    names = [f"{p.name}-{re.sub(r'[^a-z0-9-]+', '-', p.hardware.lower())}" if shared[p.name] > 1 else p.name
+             for p in pools]  # fmt: skip
     again = Counter(names)
     seen: Counter[str] = Counter()
     for i, n in enumerate(names):

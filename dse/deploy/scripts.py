@@ -96,7 +96,7 @@ def dynamo_graph(
     return {
         "apiVersion": d["api_version"],
         "kind": d["kind"],
-        "metadata": {"name": f"{design.study}-trial-{design.trial}"},
+        "metadata": {"name": k8s_name(f"{design.study}-trial-{design.trial}")},
         "spec": {"services": services},
     }
 
@@ -289,8 +289,17 @@ def _instance_url(design: Design, k: int, i: int) -> str:
 
 
 def host_var(pool: PoolLaunch, i: int) -> str:
-    """The router script's variable for the host of instance ``i`` of ``pool``: ``DECODE_B200_0``."""
-    return f"{pool.name.upper().replace('-', '_')}_{i}"
+    """The router script's variable for the host of instance ``i`` of ``pool``: ``DECODE_B200_0``,
+    a name bash takes (a hardware id ``b200.v2`` had made ``${INSTANCE_B200.V2_1_0}``, which bash
+    refuses as a bad substitution)."""
+    return re.sub(r"[^A-Z0-9_]", "_", f"{pool.name.upper()}_{i}")
+
+
+def k8s_name(text: str) -> str:
+    """``text`` as a Kubernetes object's name takes it (RFC 1123: lowercase letters, digits and
+    '-', a letter or digit at each end, 63 at most): a study ``My_Study v2`` had named its graph
+    ``My_Study v2-trial-0``, which ``kubectl apply`` refuses."""
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower())[-63:].strip("-") or "dse"
 
 
 def _router_file(design: Design, router: str, args: list[str]) -> str:
