@@ -183,6 +183,11 @@ def test_shapes_restrict_or_widen_the_instances_tried(cli: Cli) -> None:
     # a dense model has no experts to spread ("EP 8 exceeds llama-3.1-70b's 1 experts")
     dense = cli(*flags[:2], "llama-3.1-70b", *flags[3:], "--shapes", "8gpu-tp8-ep8")
     assert dense.code == 2 and "EP 8 needs routed experts, and llama-3.1-70b has none (a dense" in dense.err
+    # nor attention DP: its MLP is priced split over the instance, which no engine launches for a
+    # dense model (vLLM and TensorRT-LLM run it whole on every rank: 70.6 GB a GPU, priced 26.7)
+    dpa = cli(*flags[:2], "llama-3.1-70b", *flags[3:], "--shapes", "4gpu-dpa-ep1")
+    assert dpa.code == 2 and dpa.err.count("\n") == 1, dpa.err
+    assert "data-parallel attention needs routed experts, and llama-3.1-70b has none" in dpa.err
 
 
 DSV3_H200 = ["place", "--model", "deepseek-v3", "--hardware", "h200-sxm", "--rate", "50", "--isl", "500",

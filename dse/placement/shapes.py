@@ -69,6 +69,12 @@ def shape_problem(par: Parallel, hw: Hardware, model: Model) -> str | None:
         return f"attention TP {par.attn_tp} {why}"
     if par.ep > 1 and model.moe is None:  # ("exceeds llama-3.1-70b's 1 experts")
         return f"EP {par.ep} needs routed experts, and {model.id} has none (a dense model: EP 1)"
+    if par.attn_tp < par.gpus and model.moe is None:
+        # dse prices the MLP split over the instance; vLLM and TensorRT-LLM run a dense model's
+        # whole on every attention-DP rank, and SGLang's dense models shard attention over the
+        # whole TP size: no engine launches it as priced (4gpu-dpa-ep1 had been priced at 26.7 GB
+        # of Llama 3.1 70B's weights a GPU, where vLLM holds 70.6)
+        return f"data-parallel attention needs routed experts, and {model.id} has none (a dense model: tpN)"
     if par.ep > max(experts, 1):
         return f"EP {par.ep} exceeds {model.id}'s {experts} experts"
     if par.gpus % par.ep:  # an instance holds its experts: EP spans its GPUs (a stage's), or a part
