@@ -84,23 +84,14 @@ def _stage(queue: float, inflow: float, servers: float, service_s: float, dt: fl
 
 
 @njit(cache=True)
-def _room(
-    x: float,
-    per_req_s: float,
-    prefill_s: float,
-    planned: float,
-    tau0: float,
-    active: np.ndarray,
-    share: np.ndarray,
-    mean_len: np.ndarray,
-    dt: float,
-    seats: float,
-    ahead: float,
-) -> float:
+def _room(x: float, step: tuple) -> float:  # type: ignore[type-arg]
     """The decode slots an aggregated instance has free at a step's end for prefills begun in it,
-    when ``x`` requests prefill in it (``per_req_s`` seconds of its ``prefill_s`` each): the more
-    it prefills, the slower its decode steps and the fewer sequences leave. ``ahead`` requests
-    wait for a slot already."""
+    when ``x`` requests prefill in it. ``step``: the seconds of prefill a request takes, the
+    prefill servers' seconds in the step, the planned prefill share, the decode step at the
+    current batch, the requests decoding per class, the classes' shares and mean lengths, the
+    step, the slots, and the requests that wait for a slot already. The more it prefills, the
+    slower its decode steps and the fewer sequences leave."""
+    per_req_s, prefill_s, planned, tau0, active, share, mean_len, dt, seats, ahead = step
     tau = tau0 * shared_slowdown(planned, x * per_req_s / max(prefill_s, 1e-12))
     kept = 0.0
     keep_in = 0.0
@@ -112,32 +103,19 @@ def _room(
 
 
 @njit(cache=True)
-def _admissible(
-    x_max: float,
-    per_req_s: float,
-    prefill_s: float,
-    planned: float,
-    tau0: float,
-    active: np.ndarray,
-    share: np.ndarray,
-    mean_len: np.ndarray,
-    dt: float,
-    seats: float,
-    ahead: float,
-) -> float:
+def _admissible(x_max: float, step: tuple) -> float:  # type: ignore[type-arg]
     """The most of ``x_max`` requests an aggregated instance begins to prefill in a step: only
     those a decode slot will take once prefilled, as SGLang's and vLLM's schedulers admit a
     prefill only into the running batch's free room (KV and running-request cap). The largest
-    ``x`` with ``x <= room(x)``, room falling as ``x`` grows (by bisection)."""
-    args = (per_req_s, prefill_s, planned, tau0, active, share, mean_len, dt, seats, ahead)
-    if _room(x_max, *args) >= x_max:
+    ``x`` with ``x <= room(x)`` (:func:`_room`), room falling as ``x`` grows (by bisection)."""
+    if _room(x_max, step) >= x_max:
         return x_max
     lo, hi = 0.0, x_max
-    if _room(0.0, *args) <= 0.0:
+    if _room(0.0, step) <= 0.0:
         return 0.0
     for _ in range(40):
         mid = 0.5 * (lo + hi)
-        if _room(mid, *args) >= mid:
+        if _room(mid, step) >= mid:
             lo = mid
         else:
             hi = mid
@@ -200,16 +178,18 @@ def advance(
                 x_max = out_f + out_m
                 x = _admissible(
                     x_max,
-                    (out_f * s_f + out_m * s_m) / x_max,
-                    cp[i] * dt,
-                    planned,
-                    _tpot(table, i, n_act / max(cd[i], 1e-12)),
-                    active[i],
-                    share,
-                    mean_len,
-                    dt,
-                    cd[i] * slots,
-                    q[3, i] + np.sum(qb[i]),
+                    (
+                        (out_f * s_f + out_m * s_m) / x_max,
+                        cp[i] * dt,
+                        planned,
+                        _tpot(table, i, n_act / max(cd[i], 1e-12)),
+                        active[i],
+                        share,
+                        mean_len,
+                        dt,
+                        cd[i] * slots,
+                        q[3, i] + np.sum(qb[i]),
+                    ),
                 )
                 blocked = x < x_max
                 out_f, out_m = out_f * x / x_max, out_m * x / x_max
