@@ -72,3 +72,28 @@ def test_a_median_ttft_the_fit_says_it_leaves_out_is_left_out(catalog: Catalog) 
     for name in FITTED_SCALARS:
         assert getattr(a, name) == getattr(b, name), name
     assert all(v != v for v in cal.ttft_errors(said, catalog, a))  # nan: no error against them
+
+
+def test_a_p99_that_is_no_tail_of_its_runs_requests_is_left_out(catalog: Catalog) -> None:
+    """A p99 TPOT typed in seconds (below its median) had been stored as a 91,550% error, and a
+    p99 TTFT in milliseconds had pushed every cold start to the top of its grid: each was fitted,
+    unsaid. They are now no measurement, said as the median's slips are, and out of the latency fit."""
+    from dse.calibration.latency import measured_latency
+
+    data, _ = cal.read_measured(MEASURED_RUNS, catalog)
+    m = next(m for m in data if (m.raw.get("p99_tpot_ms") or "") and (m.raw.get("p99_ttft_s") or ""))
+    bad = replace(
+        m,
+        raw={
+            **m.raw,
+            "p99_tpot_ms": str(float(m.raw["p99_tpot_ms"]) / 1000),
+            "p99_ttft_s": str(float(m.raw["p99_ttft_s"]) * 1000),
+        },
+    )
+    good, off = measured_latency([m])[0], measured_latency([bad])[0]
+    assert all(v == v for v in good)  # the run as measured: all four figures
+    assert off[0] == good[0] and off[2] == good[2] and off[1] != off[1] and off[3] != off[3]
+    said = cal.unmeasured_figures([bad])
+    assert len(said) == 2 and "p99_ttft_s" in said[0] + said[1] and "p99_tpot_ms" in said[0] + said[1]
+    assert any("is below the run's median_tpot_ms" in s for s in said), said
+    assert any("is over ten times the run's median_e2el_s" in s for s in said), said

@@ -142,7 +142,8 @@ def contradiction(raw: Mapping[str, str], col: str) -> str | None:
     """Why a row's latency figure ``col`` cannot be what its run measured, by the row's own other
     figures (None where they agree or are absent): a median TTFT longer than the median request
     (seconds typed as milliseconds), a median TPOT that is not 1,000 over the tokens/s per user
-    the throughput fit reads (every measured run's is, to 0.002%), within a factor of 2."""
+    the throughput fit reads (every measured run's is, to 0.002%), within a factor of 2; a p99
+    TTFT over ten median requests; a p99 TTFT or TPOT below the run's (uncontradicted) median."""
 
     def number(c: str) -> float:
         try:
@@ -154,6 +155,13 @@ def contradiction(raw: Mapping[str, str], col: str) -> str | None:
     v = number(col)
     if col == "median_ttft_s" and v > number("median_e2el_s"):
         return f"is longer than the run's median_e2el_s ({number('median_e2el_s'):g} s): milliseconds?"
+    # a p99 below its median is no percentile of the same requests (ms typed as s, or s as ms:
+    # a p99 TPOT of 0.05 "ms" had been stored as a 91,550% error)
+    if col == "p99_ttft_s" and v > 10.0 * number("median_e2el_s"):  # (a tail, not ten requests)
+        return f"is over ten times the run's median_e2el_s ({number('median_e2el_s'):g} s): milliseconds?"
+    median = {"p99_ttft_s": "median_ttft_s", "p99_tpot_ms": "median_tpot_ms"}.get(col)
+    if median is not None and v < number(median) and contradiction(raw, median) is None:
+        return f"is below the run's {median} ({number(median):g}): another unit?"
     per_user = number("median_intvty_tok_s_user")
     if col == "median_tpot_ms" and math.isfinite(v * per_user) and not 0.5 <= v * per_user / 1000.0 <= 2.0:
         said = 1000.0 / per_user
