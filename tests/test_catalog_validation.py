@@ -353,6 +353,12 @@ def test_a_figure_in_another_unit_is_warned_of_and_still_runs(tmp_path: Path, cl
             ("usd_per_gpu_hour_own_hyperscaler = 1.95", "usd_per_gpu_hour_own_hyperscaler = 2400"),
             "prices.usd_per_gpu_hour_own_hyperscaler = 2400",
         ),
+        # what the driver shows in TB, and a measured-kernel bandwidth in GB/s, had loaded silently
+        (("capacity_gb = 180", "capacity_gb = 180\nvisible_gib = 0.1676"), "hbm.visible_gib = 0.1676"),
+        (
+            ('measured_kernels = "b200_sxm"', 'measured_kernels = "b200_sxm"\nmeasured_hbm_tb_per_s = 8000'),
+            "measured_hbm_tb_per_s = 8000",
+        ),
     ],
 )
 def test_a_kv_tier_in_another_unit_is_warned_of(

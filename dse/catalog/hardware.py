@@ -196,6 +196,10 @@ class Hardware:
 UNIT_RANGES = (
     ("hbm.bandwidth_tb_per_s", 0.1, 100.0, "a GB/s figure in a TB/s key?"),
     ("hbm.capacity_gb", 4.0, 10_000.0, "a TB or MB figure in a GB key?"),
+    # what the driver shows, and the bandwidth a GPU's measured kernels ran at: a slip in either
+    # had priced a measured-tier B200 at a hundredth of its speed, or its HBM at 0.3 GB, unseen
+    ("hbm.visible_gib", 4.0, 10_000.0, "a TB or MB figure in a GiB key?"),
+    ("measured_hbm_tb_per_s", 0.1, 100.0, "a GB/s figure in a TB/s key?"),
     ("scale_up.gb_per_s_per_dir", 1.0, 100_000.0, "a Gb/s or TB/s figure in a GB/s key?"),
     ("tdp_w", 50.0, 20_000.0, "a kW figure in a W key?"),
     # where resting KV fits: a slip here moves the tiers' capacity a thousandfold, unseen
