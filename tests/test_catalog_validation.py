@@ -288,6 +288,16 @@ def test_a_catalog_folder_laid_out_otherwise_is_refused(tmp_path: Path) -> None:
         rule = "catalog folder must hold hardware/*.toml or models/*.toml (none found)"
         with pytest.raises(InputError, match=re.escape(f"{root}: {rule}")):
             load_catalog([root], use_env=False)
+    # beside a folder of the other kind, laid out right, the misspelt or nested one had been ignored
+    model = (Path(__file__).resolve().parents[1] / "model_catalog" / "deepseek-v3.toml").read_text()
+    for where in ("hardwares/b200.toml", "hardware/x/b200.toml", "Hardware/b200.toml"):
+        root = tmp_path / ("beside_" + where.replace("/", "_"))
+        (root / where).parent.mkdir(parents=True)
+        (root / where).write_text(_b200(), encoding="utf-8")
+        (root / "models").mkdir()
+        (root / "models" / "deepseek-v3.toml").write_text(model, encoding="utf-8")
+        with pytest.raises(InputError, match=re.escape(f"{root / where}: is not read: a catalog folder's")):
+            load_catalog([root], use_env=False)
 
 
 def test_unknown_id_lists_valid_ids(catalog) -> None:  # type: ignore[no-untyped-def]

@@ -91,6 +91,12 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
             # (a typo in the layout would otherwise leave the shipped entries in force, silently)
             rule = "catalog folder must hold hardware/*.toml or models/*.toml (none found)"
             raise InputError(str(root), origin, rule)
+        if (stray := _stray_entry(root)) is not None:
+            rule = (
+                "is not read: a catalog folder's entries are hardware/*.toml and models/*.toml, directly "
+                "in them (a misspelt or nested folder would leave the shipped entry in force, silently)"
+            )
+            raise InputError(str(stray), origin, rule)
         dirs.append((root / "hardware", root / "models"))
     hardware: dict[str, Hardware] = {}
     models: dict[str, Model] = {}
@@ -168,6 +174,21 @@ def _measured_at(h: Hardware, measured_at: Mapping[str, float]) -> Hardware:
     if at is None or h.measured_hbm_tb_per_s is not None or at == h.hbm.bandwidth_tb_per_s:
         return h
     return replace(h, measured_hbm_tb_per_s=at)
+
+
+def _stray_entry(root: Path) -> Path | None:
+    """A TOML file of ``root`` in a folder named like an entries' folder but not one (``hardwares/``,
+    ``model/``, ``Hardware/``) or nested in one (``hardware/x/``): it had been ignored beside a
+    correct folder of the other kind."""
+    kinds = (root / "hardware", root / "models")
+    for path in sorted(root.rglob("*.toml")):
+        folder = path.parent
+        if folder in kinds:
+            continue
+        named_so = folder.name.lower().rstrip("s") in ("hardware", "model")
+        if named_so or any(k in folder.parents for k in kinds):
+            return path
+    return None
 
 
 def _load_folder(folder: Path, cls: type[E]) -> list[tuple[Path, E]]:
