@@ -237,3 +237,26 @@ def test_ctrl_c_in_a_run_from_python_passes_a_callers_except_exception(
     with sqlite3.connect(tmp_path / "a" / "tiny-study" / "study.db") as con:
         assert con.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0] == 3
     assert not (tmp_path / "b").exists()
+
+
+def test_a_library_logging_the_ctrl_c_it_was_stopped_by_prints_nothing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLAlchemy's pool, resetting a connection in a finalizer that Ctrl-C interrupted, logs
+    "Exception during reset or similar" with the KeyboardInterrupt's traceback (to stderr, where a
+    program sets no handler): a run stopped 1 s in had printed it beside its one line. Inside the
+    block such a record prints nothing; any other error still does, and outside it all do."""
+    import logging
+
+    monkeypatch.setattr(logging.root, "handlers", [])  # as the command line runs: no handler set
+    pool = logging.getLogger("sqlalchemy.pool.impl.QueuePool")
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        ctrl_c = sys.exc_info()
+    with interrupt.remembered():
+        pool.error("Exception during reset or similar", exc_info=ctrl_c)
+        pool.error("a real error")
+    assert capsys.readouterr().err == "a real error\n"
+    pool.error("Exception during reset or similar", exc_info=ctrl_c)
+    assert "KeyboardInterrupt" in capsys.readouterr().err
