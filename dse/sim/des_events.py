@@ -201,12 +201,15 @@ class DesRun:
         if not d.alive or d.epoch != epoch:
             return
         d.steps += 1
-        for r in d.ends.pop(d.steps, ()):
+        ended = d.ends.pop(d.steps, ())
+        for r in ended:
             del d.seqs[r]
             self.finished[r] = t
             self.done_in_sample += 1
         self.step(t, i)
-        if self.planned > 0:  # slots freed: an aggregated instance's prefill may begin
+        # slots freed: an aggregated instance's prefill may begin (only then: a step that ends no
+        # sequence frees no room, and decode_room counts every instance)
+        if self.planned > 0 and ended and self.queue:
             self.start_prefill(t)
 
     def on_sample(self, t: float, i: int, epoch: int) -> None:
