@@ -614,6 +614,8 @@ def _stored_results(args: argparse.Namespace, catalog: Catalog) -> StudyResults:
     res = study.results(out=args.out, storage=args.storage, catalog=catalog)
     if res.catalog_note:
         print(f"dse: warning: {res.spec.name}: {res.catalog_note}", file=sys.stderr)
+    if res.calibration_note:
+        print(f"dse: note: {res.spec.name}: {res.calibration_note}", file=sys.stderr)
     for idle in res.idle:  # a run made before the rule: read as it is stored
         print(f"dse: warning: {idle}; read as stored (a run refuses it)", file=sys.stderr)
     return res
@@ -645,11 +647,10 @@ def _deploy(args: argparse.Namespace, catalog: Catalog) -> int:
     from dse.deploy.design import design_of_run
     from dse.deploy.files import deploy_command, launch_files, write_deploy
     from dse.deploy.readme import cap_warnings
-    from dse.perf.params import load_params
     from dse.study.faults import writing
 
     res = _stored_results(args, catalog)
-    design = design_of_run(res, args.trial, load_params())
+    design = design_of_run(res, args.trial, res.params)
     folder = args.out / res.spec.name / "deploy"
     command = deploy_command(
         args.name, args.engine, out=args.out, trial=args.trial, storage=args.storage, image=args.image

@@ -253,28 +253,36 @@ def load_params(path: Path | None = None) -> PerfParams:
         return default_params()
     try:
         raw = json.loads(path.read_text())
-        kernels = str(raw.get("kernels", "datasheet"))
-    except (ValueError, AttributeError) as e:
+    except ValueError as e:
         rule = f"must be a calibration file written by dse calibrate ({e})"
         raise InputError(str(path), "", rule) from None
+    return params_from_dict(raw, str(path))
+
+
+def params_from_dict(raw: Any, where: str) -> PerfParams:
+    """The parameters a calibration file's JSON holds (``raw``, as :func:`params_to_dict` writes
+    it); bad values are named by ``where`` (the file, or the study that stored them)."""
+    if not isinstance(raw, dict):
+        raise InputError(where, "", "must be a calibration file written by dse calibrate (not a table)")
+    kernels = str(raw.get("kernels", "datasheet"))
     if kernels not in KERNEL_TIERS:
-        raise InputError(str(path), "kernels", f"must be one of {', '.join(KERNEL_TIERS)}", kernels)
+        raise InputError(where, "kernels", f"must be one of {', '.join(KERNEL_TIERS)}", kernels)
     for section in ("params", "engines", "latency", "power", "provenance"):
         if section in raw and not isinstance(raw[section], dict):
-            raise InputError(str(path), section, "must be a table of values (not a file dse calibrate wrote)")
+            raise InputError(where, section, "must be a table of values (not a file dse calibrate wrote)")
     for section in ("params", "engines"):
         if section not in raw:
-            raise InputError(str(path), section, "is missing (not a file dse calibrate wrote)")
-    engines = {name: _engine(name, e, path) for name, e in raw["engines"].items()}
+            raise InputError(where, section, "is missing (not a file dse calibrate wrote)")
+    engines = {name: _engine(name, e, where) for name, e in raw["engines"].items()}
     for name, profile in DEFAULT_ENGINES.items():  # a profile newer than the file: its defaults
         engines.setdefault(name, profile)
-    scalars = _scalars(raw["params"], path)
-    latency = _latency_params(raw.get("latency", {}), path)
-    power = PowerParams(**_scalars(raw.get("power", {}), path, "power", {"idle", "full"}))
+    scalars = _scalars(raw["params"], where)
+    latency = _latency_params(raw.get("latency", {}), where)
+    power = PowerParams(**_scalars(raw.get("power", {}), where, "power", {"idle", "full"}))
     return PerfParams(
         **scalars,
         engines=engines,
-        provenance=_provenance(raw.get("provenance", {}), path),
+        provenance=_provenance(raw.get("provenance", {}), where),
         latency=latency,
         power=power,
         kernels=kernels,
@@ -302,7 +310,7 @@ SCALARS = frozenset(f.name for f in fields(PerfParams)) - set(SECTIONS)
 
 
 def _scalars(
-    raw: dict[str, Any], path: Path, section: str = "params", known: set[str] | None = None
+    raw: dict[str, Any], path: str, section: str = "params", known: set[str] | None = None
 ) -> dict[str, float]:
     """A section's numbers (the fitted scalars, the power fractions): each a field the model has,
     a finite number >= 0, and a fraction (``*_eff``, of a datasheet peak; power, of the TDP) in
@@ -311,7 +319,7 @@ def _scalars(
     out = {}
     for k, v in raw.items():
         if k not in known:
-            raise InputError(str(path), f"{section}.{k}", "is not a parameter of the performance model")
+            raise InputError(path, f"{section}.{k}", "is not a parameter of the performance model")
         fraction = k.endswith("_eff") or section == "power"
         number = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
         if not number or (fraction and not 0 < v <= 1):
@@ -319,34 +327,32 @@ def _scalars(
             if fraction:
                 of = "the TDP" if section == "power" else "the datasheet peak"
                 rule = f"must be a fraction of {of} in (0, 1]"
-            raise InputError(str(path), f"{section}.{k}", rule, v)
+            raise InputError(path, f"{section}.{k}", rule, v)
         out[k] = float(v)
     return out
 
 
-def _engine(name: str, e: Any, path: Path) -> EngineProfile:
+def _engine(name: str, e: Any, path: str) -> EngineProfile:
     """One engine profile of the file: its KV precision, draft depth, relative speed (> 0) and
     MTP acceptance; a newer file's own keys beside them are ignored."""
     where = f"engines.{name}"
     if not isinstance(e, dict):
-        raise InputError(str(path), where, "must be a table of values (not a file dse calibrate wrote)")
+        raise InputError(path, where, "must be a table of values (not a file dse calibrate wrote)")
     for key in ("kv_precision", "mtp_draft_tokens", "speed"):
         if key not in e:
-            raise InputError(str(path), f"{where}.{key}", "is missing (not a file dse calibrate wrote)")
+            raise InputError(path, f"{where}.{key}", "is missing (not a file dse calibrate wrote)")
     speed = e["speed"]
     number = isinstance(speed, int | float) and not isinstance(speed, bool)
     if not (number and math.isfinite(speed) and speed > 0):
-        raise InputError(str(path), f"{where}.speed", "must be a number > 0", speed)
+        raise InputError(path, f"{where}.speed", "must be a number > 0", speed)
     drafts = e["mtp_draft_tokens"]
     if not (isinstance(drafts, int) and not isinstance(drafts, bool) and 1 <= drafts <= 16):
         rule = "must be a whole number from 1 to 16"  # as a deployment's (MAX_DRAFT_TOKENS)
-        raise InputError(str(path), f"{where}.mtp_draft_tokens", rule, drafts)
+        raise InputError(path, f"{where}.mtp_draft_tokens", rule, drafts)
     default_chunk = name in DEFAULT_ENGINES and DEFAULT_ENGINES[name].prefill_chunk_per_instance
     per_instance = e.get("prefill_chunk_per_instance", default_chunk)
     if not isinstance(per_instance, bool):
-        raise InputError(
-            str(path), f"{where}.prefill_chunk_per_instance", "must be true or false", per_instance
-        )
+        raise InputError(path, f"{where}.prefill_chunk_per_instance", "must be true or false", per_instance)
     try:
         profile = EngineProfile(
             name=name,
@@ -358,10 +364,10 @@ def _engine(name: str, e: Any, path: Path) -> EngineProfile:
         )
     except (KeyError, ValueError, TypeError) as exc:
         rule = f"must be a profile dse calibrate wrote ({exc})"
-        raise InputError(str(path), where, rule) from None
+        raise InputError(path, where, rule) from None
     if not 0.0 <= profile.mtp_accept_rate <= 1.0:  # (NaN too) a chance a draft is accepted
         rule = "must be a chance from 0 to 1"
-        raise InputError(str(path), f"{where}.mtp_accept_rate", rule, e.get("mtp_accept_rate"))
+        raise InputError(path, f"{where}.mtp_accept_rate", rule, e.get("mtp_accept_rate"))
     return profile
 
 
@@ -377,36 +383,36 @@ LATENCY_ERRORS = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99")
 """The simulated percentiles whose median errors the provenance's ``latency`` holds per basis."""
 
 
-def _provenance(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+def _provenance(raw: dict[str, Any], path: str) -> dict[str, Any]:
     """The provenance as :func:`~dse.perf.expected_error.expected_error` reads it: its lists of
     fitted ids lists of strings, each error figure (``*_ape``) a number >= 0 or null (a figure no
     run measured), and ``latency`` a table of such figures per basis. Other keys pass as written."""
     for key in FITTED_IDS:
         ids = raw.get(key, [])
         if not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
-            raise InputError(str(path), f"provenance.{key}", "must be a list of ids", ids)
+            raise InputError(path, f"provenance.{key}", "must be a list of ids", ids)
     for key, value in raw.items():
         if key.endswith("_ape"):
             _error_figure(value, path, f"provenance.{key}", nullable=key not in THROUGHPUT_ERRORS)
     rows = raw.get("rows_fitted")  # a prediction's trust line says when they were few
     if rows is not None and not (isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1):
-        raise InputError(str(path), "provenance.rows_fitted", "must be a whole number >= 1", rows)
+        raise InputError(path, "provenance.rows_fitted", "must be a whole number >= 1", rows)
     latency = raw.get("latency", {})
     if not isinstance(latency, dict):
-        raise InputError(str(path), "provenance.latency", "must be a table of values", latency)
+        raise InputError(path, "provenance.latency", "must be a table of values", latency)
     for basis in ("in_sample_median_ape", "loho_median_ape"):
         figures = latency.get(basis)
         if figures is None:
             continue
         if not (isinstance(figures, dict) and all(k in figures for k in LATENCY_ERRORS)):
             rule = f"must be a table of {', '.join(LATENCY_ERRORS)}"
-            raise InputError(str(path), f"provenance.latency.{basis}", rule, figures)
+            raise InputError(path, f"provenance.latency.{basis}", rule, figures)
         for k, value in figures.items():
             _error_figure(value, path, f"provenance.latency.{basis}.{k}")
     return raw
 
 
-def _error_figure(value: object, path: Path, key: str, nullable: bool = True) -> None:
+def _error_figure(value: object, path: str, key: str, nullable: bool = True) -> None:
     """A median or p75 error of the provenance: a finite number >= 0 (or null where unmeasured,
     where ``nullable``)."""
     if value is None and nullable:
@@ -414,13 +420,13 @@ def _error_figure(value: object, path: Path, key: str, nullable: bool = True) ->
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
         return
     rule = "must be a relative error >= 0" + (", or null where unmeasured" if nullable else "")
-    raise InputError(str(path), key, rule, value)
+    raise InputError(path, key, rule, value)
 
 
 FORWARD_FACTORS = ("dp_prefill_slowdown", "agg_prefill_factor")  # LatencyParams' multiples of a forward
 
 
-def _latency_params(raw: dict[str, Any], path: Path) -> LatencyParams:
+def _latency_params(raw: dict[str, Any], path: str) -> LatencyParams:
     """The file's latency section; a key an older file has and this one lacks is ignored, and a
     file without ``cold_start_s`` (written before there was one) has no first-wave wait."""
     known = {f.name for f in fields(LatencyParams)} - {"cold_start_s"}
@@ -432,7 +438,7 @@ def _latency_params(raw: dict[str, Any], path: Path) -> LatencyParams:
         number = isinstance(v, int | float) and not isinstance(v, bool) and v < float("inf")
         if not (number and (v > 0.0 if factor else v >= 0.0)):
             rule = "must be a number > 0" if factor else "must be seconds >= 0"
-            raise InputError(str(path), f"latency.{k}", rule, json.dumps(v)[:80])
+            raise InputError(path, f"latency.{k}", rule, json.dumps(v)[:80])
         scalars[k] = float(v)
     waits = raw.get("cold_start_s", {})
     ok = isinstance(waits, dict) and all(
@@ -441,7 +447,7 @@ def _latency_params(raw: dict[str, Any], path: Path) -> LatencyParams:
     )
     if not ok:
         rule = "must map engine/vendor/warm-up to seconds >= 0"
-        raise InputError(str(path), "latency.cold_start_s", rule, json.dumps(waits)[:80])
+        raise InputError(path, "latency.cold_start_s", rule, json.dumps(waits)[:80])
     return LatencyParams(**scalars, cold_start_s={str(k): float(v) for k, v in waits.items()})
 
 
@@ -459,6 +465,12 @@ def _accept_rate(engine: dict[str, Any]) -> float:
 
 
 def params_to_json(params: PerfParams) -> str:
+    """The calibration file's text (strict JSON: a figure no run measured is null)."""
+    return json.dumps(params_to_dict(params), indent=2, allow_nan=False)
+
+
+def params_to_dict(params: PerfParams) -> dict[str, Any]:
+    """What a calibration file holds, as JSON values: :func:`params_from_dict` reads it back."""
     scalars = {k: v for k, v in asdict(params).items() if k not in SECTIONS}
     engines = {
         n: {
@@ -479,4 +491,4 @@ def params_to_json(params: PerfParams) -> str:
         "power": asdict(params.power),
         "provenance": params.provenance,
     }
-    return json.dumps(out, indent=2, allow_nan=False)  # strict JSON: a figure no run measured is null
+    return out

@@ -19,7 +19,7 @@ import polars as pl
 from dse.catalog import Catalog, load_catalog
 from dse.errors import InputError, typed_arg
 from dse.metrics import METRICS
-from dse.perf.params import PerfParams, load_params
+from dse.perf.params import PerfParams, load_params, params_from_dict, params_to_dict
 from dse.plain import plain
 from dse.study.export import export_all
 from dse.study.faults import file_in_the_way
@@ -36,6 +36,7 @@ from dse.study.results import (
 )
 from dse.study.spec import StudySpec, read_study, study_path
 from dse.study.storage import (
+    calibration_change,
     catalog_change,
     default_storage,
     open_storage,
@@ -323,6 +324,14 @@ class Study:
                 "shadow prices and launch files use this catalog's numbers (read with the one they "
                 "ran with: --catalog-dir, or catalog= from Python)"
             )
+        changed = calibration_change(study.user_attrs.get("calibration"), params_to_dict(load_params()))
+        if changed is not None:
+            key, was, now = changed
+            res.calibration_note = (
+                f"{key} is {now!r} in the loaded calibration but the trials ran with {was!r}: the "
+                "shadow prices, re-simulated series and launch files use the calibration stored with "
+                "the study, as its trials did"
+            )
         return res
 
 
@@ -382,7 +391,7 @@ def priced(res: StudyResults, params: PerfParams | None = None, *, where: str) -
     from dse.study.prices import pricing_context, store_best_prices  # the solver: only a run imports it
 
     try:
-        store_best_prices(res, pricing_context(res, params or load_params()))
+        store_best_prices(res, pricing_context(res, params or res.params))
     except KeyboardInterrupt:
         done = len(res.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
         raise StudyInterrupted(done, done, where, "best design's shadow prices") from None
@@ -402,6 +411,8 @@ class StudyResults:
     _catalog: Catalog | None = field(default=None, repr=False)
     # read under a catalog whose numbers differ from those the trials ran with: which, in words
     catalog_note: str | None = None
+    # read where the loaded calibration is not the one the trials ran with: which number differs
+    calibration_note: str | None = None
     # settings of the study no trial used, each as the refusal a new run meets (read from a run
     # made before the rule; :attr:`Study.idle`, and a what-if variant no trial ran on)
     idle: tuple[InputError, ...] = ()
@@ -462,7 +473,7 @@ class StudyResults:
         if trials is None:
             return self._front_series
         numbers = _trial_numbers(trials, self.trials["trial"].to_list(), designed_trials(self.read))
-        return sim_timeseries_frame(self.read, numbers, self._cat(), load_params())
+        return sim_timeseries_frame(self.read, numbers, self._cat(), self.params)
 
     @cached_property
     def _front_series(self) -> pl.DataFrame:
@@ -471,7 +482,18 @@ class StudyResults:
             front = [] if best is None else [best]
         else:
             front = self.pareto["trial"].unique(maintain_order=True).to_list()[:5]
-        return sim_timeseries_frame(self.read, front, self._cat(), load_params())
+        return sim_timeseries_frame(self.read, front, self._cat(), self.params)
+
+    @cached_property
+    def params(self) -> PerfParams:
+        """The performance model's parameters the trials ran with, stored with the study by its
+        first run: what its shadow prices, re-simulated series and launch files are computed
+        with. A study stored before a run kept them holds none, and is read with the loaded
+        calibration (``DSE_CALIBRATION``, else the shipped one)."""
+        held = self.study.user_attrs.get("calibration")
+        if held is None:
+            return load_params()
+        return params_from_dict(held, f"study {self.spec.name}: the calibration stored with it")
 
     def _cat(self) -> Catalog:
         """The catalog with the study's what-if variants."""
@@ -496,9 +518,20 @@ class StudyResults:
         """Parquet tables under ``out`` (a path or a string; hive partitions by study), atomically.
         Each file's ``dse.catalog`` metadata holds the catalog numbers its rows were computed
         with: the trials' (as they ran), but ``sim_timeseries``', simulated now with these
-        results' catalog (:attr:`catalog_note` says where the two differ)."""
+        results' catalog (:attr:`catalog_note` says where the two differ). ``dse.calibration``
+        holds the performance model's numbers the trials were priced with (:attr:`params`, which
+        the series is simulated with too; a study stored before runs kept them: the series' alone)."""
         out = folder_arg(out)
         catalog = self.study.user_attrs.get("catalog")  # the numbers the trials ran with
         simulated = catalog_entries(self.spec, self._cat())  # and those the series is simulated with
         tables = self.tables()
-        return export_all(tables, out, self.spec.name, plain(self.spec), catalog, series_catalog=simulated)
+        return export_all(
+            tables,
+            out,
+            self.spec.name,
+            plain(self.spec),
+            catalog,
+            series_catalog=simulated,
+            calibration=self.study.user_attrs.get("calibration"),
+            series_calibration=params_to_dict(self.params),
+        )

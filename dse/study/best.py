@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dse.perf.params import PerfParams, load_params
+from dse.perf.params import PerfParams
 from dse.sim.from_placement import design_from_record
 from dse.sim.kv_cache import OUTCOMES, simulate_kv_cache
 from dse.sim.stored import simulate_stored
@@ -29,7 +29,7 @@ def best_design(res: StudyResults) -> BestDesign | None:
         return None
     trial = next(t for t in res.read.get_trials() if t.number == number)
     record: dict[str, Any] = trial.user_attrs.get("record", {})
-    params = load_params()
+    params = res.params
     sim = simulate_stored(record.get("simulation"), res._cat(), params)
     if sim is None:
         return None

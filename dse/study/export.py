@@ -87,10 +87,11 @@ def _staged(
     table: str,
     study: str,
     spec: dict[str, Any],
-    catalog: Any,
+    numbers: dict[str, Any],
 ) -> Path:
     """Write one table to a temporary file in ``out``, renamed into its folder when ``stack``
-    closes without an error (removed otherwise)."""
+    closes without an error (removed otherwise); ``numbers`` (``dse.catalog``,
+    ``dse.calibration``) go to its metadata as JSON, each that is not None."""
     path = out / table / partition(study) / "part-0.parquet"
     body = df.drop("study") if "study" in df.columns else df
     meta = {
@@ -99,8 +100,7 @@ def _staged(
         "dse.table": table,
         "dse.study_spec": json.dumps(spec),
     }
-    if catalog is not None:
-        meta["dse.catalog"] = json.dumps(catalog)
+    meta.update({key: json.dumps(held) for key, held in numbers.items() if held is not None})
     remove_stale(path)  # left in the table's folder by an export of an earlier version killed mid-write
     remove_stale(path, staging=out)  # and in ``out`` by one of this version
     tmp = stack.enter_context(atomic_path(path, staging=out))
@@ -131,6 +131,8 @@ def export_all(
     catalog: Any = None,
     *,
     series_catalog: Any = None,
+    calibration: Any = None,
+    series_calibration: Any = None,
 ) -> list[Path]:
     """Write every table (empty ones too, so a schema-less study still has its files), once each
     one's place is known to take it: all of them to temporary files first, then each renamed into
@@ -139,15 +141,20 @@ def export_all(
     (:func:`superseded_partitions`), so that a reader of a table's folder sees the study once.
     Each file's ``dse.catalog`` is the catalog numbers its rows were computed with: ``catalog``,
     the trials', but for ``sim_timeseries``, simulated at export time with ``series_catalog``
-    (where given), which differs from the trials' when the study is read under another catalog."""
+    (where given), which differs from the trials' when the study is read under another catalog.
+    Their ``dse.calibration`` is likewise ``calibration``, the performance model's numbers the
+    trials were priced with, and ``series_calibration`` the series'."""
     names = [name for name in TABLES if name in tables]
     with writing(out):
         with contextlib.ExitStack() as stack:
             _check_destinations(out, study, names)
-            catalogs = {name: catalog for name in names}
+            numbers = {name: {"dse.catalog": catalog, "dse.calibration": calibration} for name in names}
+            series = numbers.get("sim_timeseries", {})
             if series_catalog is not None:
-                catalogs["sim_timeseries"] = series_catalog
-            paths = [_staged(stack, tables[n], out, n, study, spec, catalogs[n]) for n in names]
+                series["dse.catalog"] = series_catalog
+            if series_calibration is not None:
+                series["dse.calibration"] = series_calibration
+            paths = [_staged(stack, tables[n], out, n, study, spec, numbers[n]) for n in names]
             renames = stack.pop_all()  # each table renamed into place as it closes
         # a Ctrl-C among the renames waits for the last one: it had left the tables renamed before
         # it new and the rest old (a Ctrl-C while the tables are written removes every new one)

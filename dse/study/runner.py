@@ -34,7 +34,7 @@ from dse.atomic import write_text
 from dse.catalog import Catalog, load_catalog
 from dse.errors import InputError
 from dse.metrics import METRICS
-from dse.perf.params import PerfParams, load_params
+from dse.perf.params import PerfParams, load_params, params_to_dict
 from dse.plain import plain
 from dse.study.choice import Choice, choice_record
 from dse.study.faults import (
@@ -169,7 +169,8 @@ def run(
         entries = catalog_entries(spec, catalog)  # the numbers its trials run with, checked on resume
         new = [] if shared else _not_there(out, spec, url)  # what a lone run's first failure removes
         stored = _opened(new, budget, url, lambda: open_stored(
-            spec, url, objectives, seed, stream=stream, stale_after_s=stale_s, catalog=entries
+            spec, url, objectives, seed, stream=stream, stale_after_s=stale_s, catalog=entries,
+            calibration=params_to_dict(params),
         ))  # fmt: skip
         # one lone run per study at a time; Ctrl-C and storage faults become one line from here on
         with _guarded(stored, budget, shared), _undone_if_empty(stored, new, shared):

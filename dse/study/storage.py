@@ -684,16 +684,19 @@ def open_stored(
     stream: int = 0,
     stale_after_s: float | None = None,
     catalog: dict[str, Any] | None = None,
+    calibration: dict[str, Any] | None = None,
 ) -> StoredStudy:
     """:func:`open_study`, with the storage it opened; with ``catalog`` (the numbers of the
-    entries the trials use, :func:`dse.study.variants.catalog_entries`) refused when they differ
-    from the stored ones, and stored where the study holds none. A worker (``stale_after_s``)
+    entries the trials use, :func:`dse.study.variants.catalog_entries`) and ``calibration`` (the
+    performance model's, :func:`dse.perf.params.params_to_dict`) each refused when it differs
+    from the stored one, and stored where the study holds none. A worker (``stale_after_s``)
     waits out a server that goes away while the study is created or loaded, as it waits when the
     storage is opened (:func:`waited`); for a lone run that is one line (the caller's)."""
     sampler = make_sampler(spec, seed, stream=stream)
     store = open_storage(url, stale_after_s)
     pinned: list[bool] = []  # an attempt stored the objectives: the study is new, a retry pins its version
-    attempt = functools.partial(_loaded, spec, url, store, sampler, objectives, catalog, pinned)
+    held = (catalog, calibration)
+    attempt = functools.partial(_loaded, spec, url, store, sampler, objectives, held, pinned)
     return attempt() if stale_after_s is None else waited(store, url, attempt)
 
 
@@ -703,7 +706,7 @@ def _loaded(
     store: optuna.storages.RDBStorage,
     sampler: optuna.samplers.BaseSampler,
     objectives: list[ObjectiveDef],
-    catalog: dict[str, Any] | None,
+    held_numbers: tuple[dict[str, Any] | None, dict[str, Any] | None],
     pinned: list[bool],
 ) -> StoredStudy:
     """The study created or loaded on ``store`` and checked (:func:`open_stored`); safe to repeat
@@ -759,8 +762,11 @@ def _loaded(
             "out= or storage= for the changed study, or put the file back as it was",
             now,
         )
+    catalog, calibration = held_numbers
     if catalog is not None:
         _same_catalog(study, catalog, url)
+    if calibration is not None:
+        _same_calibration(study, calibration, url)
     return StoredStudy.of(study, store, url)
 
 
@@ -834,6 +840,35 @@ def _same_catalog(study: optuna.Study, catalog: dict[str, Any], url: str) -> Non
         f"the stored study's trials ran with {was!r}, so they are another study's: use another "
         "out= or storage= for the changed catalog, or put the entry back as it was",
         now,
+    )
+
+
+def _same_calibration(study: optuna.Study, calibration: dict[str, Any], url: str) -> None:
+    """Refuse another calibration's numbers than the stored one's (the stored trials were priced
+    with those: a resume after a recalibration, or under another ``DSE_CALIBRATION``, had mixed
+    trials priced two ways); a study that holds none gets this one, unless another run stored
+    its own first."""
+    changed = calibration_change(claim_study_attr(study, "calibration", calibration)[0], calibration)
+    if changed is None:
+        return
+    key, was, now = changed
+    rule = (
+        f"the stored study's trials ran with {was!r}, so they are another study's: use another out= "
+        "or storage= for the changed calibration, or run with the one they ran with (DSE_CALIBRATION, "
+        "or params= from Python)"
+    )
+    raise InputError(redact(url), key, rule, now)
+
+
+def calibration_change(held: Any, calibration: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first number (its dotted key ``calibration....``, the ``held`` value, this one's) in
+    which two calibrations (:func:`dse.perf.params.params_to_dict`) differ, their provenance
+    (how each was fitted) aside; None if none does or nothing (no dict) is held."""
+    if not isinstance(held, dict):
+        return None
+    numbers = {k: v for k, v in held.items() if k != "provenance"}
+    return _first_difference(
+        numbers, {k: v for k, v in calibration.items() if k != "provenance"}, "calibration"
     )
 
 
