@@ -38,6 +38,12 @@ def test_bad_runs_files_are_one_line_before_any_fit(
     latin.write_bytes(two_gpu_runs.read_bytes() + "caf\xe9\n".encode("latin-1"))
     empty = tmp_path / "empty.csv"
     empty.write_text("")
+    # a shipped stage point's id on another setup: only its value was read, fitted as the published
+    # setup's figure
+    other = _rows(PUBLISHED_POINTS)
+    a4 = next(i for i, r in enumerate(other) if r["id"] == "A4")
+    other[a4]["gpus"] = "64"
+    other_setup = _write(tmp_path / "points-64.csv", other)
     tabs = tmp_path / "tabs.tsv"  # had been told as "hardware: is a required column"
     tabs.write_text(two_gpu_runs.read_text().replace(",", "\t"))
     cases = {
@@ -46,6 +52,11 @@ def test_bad_runs_files_are_one_line_before_any_fit(
         (str(empty),): "empty.csv: --data: is empty: a CSV needs a header line naming its columns",
         (str(latin),): "latin.csv: --data: must be UTF-8 text",
         (str(two_gpu_runs), "--points", str(tmp_path / "no.csv")): "no.csv: --points: must be an existing",
+        (str(two_gpu_runs), "--points", str(other_setup)): (
+            f"points-64.csv line {a4 + 2}: gpus = '64': must be 32 for stage point A4: the fit prices it as "
+            "the published setup (deepseek-v3 on 32 h800 GPUs, prefill at 4096 tokens) and reads only "
+            "its value; a run of your own goes to --data"
+        ),
     }
     for args, want in cases.items():
         res = cli("calibrate", "--data", *args, "--out", str(out), "--no-cross-validation")

@@ -52,13 +52,47 @@ def measured_per_gpu(path: Path) -> dict[str, float]:
     if missing:
         raise InputError(str(path), missing[0], "is a required column")
     out = {}
+    structure = {p.id: p for p in POINTS}
     for row, line in zip(rows, lines, strict=True):
         v = measured_number(row["value"], f"{path.name} line {line}", "value")
         out[row["id"]] = v / 8.0 if (row["metric"] or "").endswith("per_node") else v
+        if row["id"] in structure:
+            _same_setup(structure[row["id"]], row, f"{path.name} line {line}")
     absent = [p.id for p in POINTS if p.id not in out]
     if absent:
         raise InputError(str(path), "id", "must list every stage point the fit prices", absent[0])
     return {p.id: out[p.id] for p in POINTS}
+
+
+def _same_setup(point: StagePoint, row: dict[str, str], where: str) -> None:
+    """A row that measures another setup than the one the fit prices its id as (the published
+    one: model, GPU, GPUs, prompt or KV length) is refused: only its value is read, so another GPU
+    or pool size under a shipped id had been fitted as the published setup's figure."""
+    setup: dict[str, str | float] = {
+        "model": POINTS_MODEL,
+        "hardware": point.hardware,
+        "gpus": point.gpus,
+        "isl": point.context,
+    }
+    for column, want in setup.items():
+        held = (row.get(column) or "").strip()
+        if not held:
+            continue
+        same = held.lower() == want if isinstance(want, str) else _number(held) == float(want)
+        if not same:
+            rule = (
+                f"must be {want} for stage point {point.id}: the fit prices it as the published setup "
+                f"({POINTS_MODEL} on {point.gpus} {point.hardware} GPUs, {point.stage} at "
+                f"{point.context:g} tokens) and reads only its value; a run of your own goes to --data"
+            )
+            raise InputError(where, column, rule, held)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def predict_points(
