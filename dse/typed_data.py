@@ -13,6 +13,7 @@ import dataclasses
 import enum
 import functools
 import math
+import numbers
 import re
 import tomllib
 import types
@@ -285,14 +286,16 @@ def _convert(tp: Any, value: Any, *, source: str, key: str) -> Any:
         if not isinstance(value, bool):
             raise InputError(source, key, "must be true or false", value)
         return value
+    # numpy's numbers too (np.int64 is no int, np.float32 no float): a value read from a frame or
+    # an array had been refused from Python as "must be a number"
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise InputError(source, key, "must be an integer", value)
-        return check_number(value, source=source, key=key)
+        return check_number(int(value), source=source, key=key)
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise InputError(source, key, "must be a number", value)
-        return float(check_number(value, source=source, key=key))
+        return float(check_number(float(value), source=source, key=key))
     if tp is str:
         if not isinstance(value, str):
             raise InputError(source, key, "must be a string", value)

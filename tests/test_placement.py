@@ -969,6 +969,12 @@ def test_a_python_request_reads_names_and_numbers_as_dse_place_does() -> None:
                 request(workload=Workload(rate, 2000.0, 500.0))
         else:
             assert request(workload=Workload(rate, 2000.0, 500.0)).workload.requests_per_s == 1
+    # numpy's numbers, as a frame or an array hands them over, are numbers (np.int64 and np.float32
+    # had been refused as "must be a number")
+    w = Workload(np.float32(5.0), np.int64(2000), np.int64(500), suffix_tokens=np.int32(100))
+    assert request(workload=w).workload.input_tokens == 2000
+    with pytest.raises(InputError, match="workload.requests_per_s = np.True_: must be a number"):
+        request(workload=Workload(np.bool_(True), 2000.0, 500.0))
 
 
 def test_a_python_request_left_without_a_precision_takes_the_models() -> None:
