@@ -22,6 +22,23 @@ CALIBRATION_ENV = "DSE_CALIBRATION"
 ``dse calibrate`` to write (one fitted with ``--kernels measured``, say)."""
 
 
+KERNEL_TABLES_MODULE = "aiconfigurator_core"
+"""The package whose per-GPU kernel microbenchmarks price ops in the measured tier
+(:mod:`dse.perf.kernel_data`), under ``systems/data/<GPU folder>``."""
+
+
+def kernel_tables_root() -> Path | None:
+    """``.../aiconfigurator_core/systems/data`` (one folder per GPU), found without importing the
+    package; None when it is not installed or holds no such folder."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(KERNEL_TABLES_MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
+    return root if root.is_dir() else None
+
+
 def calibration_file() -> Path:
     """The calibration file the engine loads: ``$DSE_CALIBRATION`` if set, else the shipped one."""
     import os

@@ -97,6 +97,16 @@ CASES = [
         {'measured_kernels = "b200_sxm"': "measured_hbm_tb_per_s = 8.0"},
         r"measured_hbm_tb_per_s = 8\.0: is read only with measured_kernels",
     ),
+    (  # a slip had priced every op from the datasheet, said only in dse predict --json
+        "measured kernels of no GPU folder",
+        {'measured_kernels = "b200_sxm"': 'measured_kernels = "b200-sxm"'},
+        r"measured_kernels = 'b200-sxm': must name a GPU folder of the measured kernel tables \(.*b200_sxm, ",
+    ),
+    (
+        "measured kernels outside the tables",
+        {'measured_kernels = "b200_sxm"': 'measured_kernels = ".."'},
+        r"measured_kernels = '\.\.': must name a GPU folder",
+    ),
     (
         "unknown key",
         {"tdp_w = 1000": "tdp_w = 1000\ntdp_watts = 1000"},

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from dse.catalog.hardware import Hardware
 from dse.catalog.model import PUBLISHED_RTOL, Model
 from dse.errors import InputError, UnknownIdError
-from dse.paths import SHIPPED_HARDWARE, SHIPPED_MODELS
+from dse.paths import SHIPPED_HARDWARE, SHIPPED_MODELS, kernel_tables_root
 from dse.typed_data import build, lower_id, read_toml
 
 CATALOG_ENV = "DSE_CATALOG_DIR"
@@ -110,6 +110,8 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
         for path, entry in _load_folder(hw_dir, Hardware):
             if hw_dir == SHIPPED_HARDWARE and entry.measured_kernels:
                 measured_at.setdefault(entry.measured_kernels, entry.hbm.bandwidth_tb_per_s)
+            elif entry.measured_kernels:
+                _check_kernel_folder(path, entry.measured_kernels)
             hardware[entry.id] = _measured_at(entry, measured_at)
             files[entry.id] = hw_files[entry.id] = path
             _note_edit(hw_dir == SHIPPED_HARDWARE, entry.id, hardware[entry.id], shipped, edited)
@@ -163,6 +165,19 @@ def _unwritten(entry: Hardware | Model, shipped: object) -> Hardware | Model:
         return entry
     own = {f.name for f in fields(entry)} & NOT_MEASURED
     return replace(entry, **{name: getattr(shipped, name) for name in own})
+
+
+def _check_kernel_folder(path: Path, system: str) -> None:
+    """A user's entry names measured kernels by a GPU folder of the tables: a slip (``b200`` for
+    ``b200_sxm``) had priced every op from the datasheet, said only in ``dse predict --json``. Not
+    checked where the tables are not installed (every op is then priced from the datasheet)."""
+    root = kernel_tables_root()
+    if root is None:
+        return
+    folders = sorted(d.name for d in root.iterdir() if d.is_dir())
+    if system not in folders:
+        rule = f"must name a GPU folder of the measured kernel tables ({', '.join(folders)})"
+        raise InputError(str(path), "measured_kernels", rule, system)
 
 
 def _measured_at(h: Hardware, measured_at: Mapping[str, float]) -> Hardware:

@@ -21,11 +21,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dse.paths import KERNEL_TABLES_MODULE, kernel_tables_root
+
 if TYPE_CHECKING:
     import polars as pl
 
 PACKAGE = "aiconfigurator-core"
-PACKAGE_MODULE = "aiconfigurator_core"
+PACKAGE_MODULE = KERNEL_TABLES_MODULE
 
 ENGINE_DIRS = {"trt": "trtllm", "sglang": "sglang", "vllm": "vllm"}
 """dse engine profile -> the engine folder of the tables (ATOM runs on AMD GPUs, which have none)."""
@@ -35,16 +37,11 @@ _problems: dict[str, str] = {}
 
 def data_root() -> Path | None:
     """``.../aiconfigurator_core/systems/data``, or None when the package is not installed."""
-    spec = importlib.util.find_spec(PACKAGE_MODULE)
-    if spec is None or not spec.submodule_search_locations:
-        note("package", f"{PACKAGE} is not installed: every op is priced from the datasheet")
-        return None
-    root = Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
-    if not root.is_dir():
-        note(
-            str(root), "no kernel data folder in the installed package: every op is priced from the datasheet"
-        )
-        return None
+    root = kernel_tables_root()
+    if root is None:
+        installed = importlib.util.find_spec(PACKAGE_MODULE) is not None
+        why = "holds no kernel data folder" if installed else "is not installed"
+        note("package", f"{PACKAGE} {why}: every op is priced from the datasheet")
     return root
 
 
