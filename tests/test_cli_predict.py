@@ -72,6 +72,8 @@ def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(tmp_path: P
     rows[1]["hardware"] = "tpu-v9"  # unknown hardware
     rows[2]["conc"] = "lots"
     rows[3]["conc"] = "0.4"  # a fraction of a client (the closed form would read it; a benchmark cannot)
+    # ten million clients: the simulated window (its cap of 200,000 requests) is their first wave
+    rows.append({**rows[0], "conc": "10000000"})
     with open(src, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=header)
         w.writeheader()
@@ -83,7 +85,7 @@ def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(tmp_path: P
     assert proc.code == 0, proc.err
     with open(out, newline="") as fh:
         got = list(csv.DictReader(fh))
-    assert len(got) == 5
+    assert len(got) == 6
     assert list(got[0])[: len(header)] == header
     assert set(OUTPUT_COLUMNS) <= set(got[0])
     assert "unknown hardware id" in got[1]["pred_error"] and got[1]["pred_tput_per_gpu"] == ""
@@ -101,6 +103,19 @@ def test_predict_batch_repeats_inputs_and_flags_rows_it_cannot_model(tmp_path: P
         assert float(row["pred_e2el_p50_s"]) > ttft[0]
         assert 0.2 < float(row["pred_tpot_p50_ms"]) / float(row["median_tpot_ms"]) < 5.0
     assert got[1]["pred_ttft_p50_s"] == ""  # a row it cannot model has no percentiles either
+    # a row whose window shows no steady state says so, as dse predict warns of one deployment (its
+    # TTFT of thousands of seconds had been written with nothing said)
+    assert [r["pred_latency_warning"] for r in got[:5]] == [""] * 5
+    unsteady = got[5]["pred_latency_warning"]
+    assert unsteady.startswith("in.csv line 7: not steady: 200000 requests for 10000000 clients"), unsteady
+    assert (
+        proc.err.count("\n") == 2
+        and (
+            f"; 1 simulated no steady state (pred_latency_warning, their percentiles describe none), the "
+            f"first: {unsteady}\n"
+        )
+        in proc.err
+    ), proc.err
 
 
 def test_a_percentile_finer_than_the_window_resolves_is_warned_of(cli: Cli) -> None:
@@ -1807,3 +1822,13 @@ def test_the_batch_columns_say_which_statistic_each_latency_is(cli: Cli, catalog
     row = predict_rows([AFD], catalog, load_params())[0]
     assert float(row["pred_tpot_mean_ms"]) == pytest.approx(pred["tpot_mean_ms"], rel=1e-3)
     assert float(row["pred_ttft_mean_s"]) == pytest.approx(pred["ttft_mean_s"], rel=1e-3)
+
+
+def test_arrivals_bunched_at_an_instant_print_no_rate_they_lack(cli: Cli) -> None:
+    """Gamma gaps of shape 1e-9 put a window's middle half of arrivals at one instant, which has no
+    rate: "served 12.16 requests/s of the nan arriving" had been printed. The overload is said
+    without it."""
+    res = cli("predict", "--hardware", "b200", "--load", "bursty", "--rate", "20", "--burstiness", "1e-9")
+    assert res.code == 0, res.err
+    served = next(line for line in res.out.splitlines() if line.startswith("served "))
+    assert "nan" not in res.out and " requests/s (overloaded: " in served, served

@@ -107,6 +107,43 @@ def b200(catalog: Catalog) -> tuple[EngineTables, Lengths]:
     return tables_of(deployment_of([bench], catalog, params), params, ["sglang"], [lengths])[0], lengths
 
 
+def test_a_closed_loop_that_breaks_little_s_law_is_not_steady(b200: tuple[EngineTables, Lengths]) -> None:
+    """64 clients under a long tail of output lengths (sigma 2): ten requests each, their last ones
+    end far apart, the slowest running on alone, and the window's rate times its mean end-to-end
+    latency holds a third of the clients. It had "served 1.15 requests/s" and said nothing, where
+    64,000 requests serve 1.67; it now says the window is not steady, with Little's law's figures.
+    Without the tail the same window holds its clients within 3%, and says nothing."""
+    tables, lengths = b200
+    tail = simulate_latency(tables, Load("closed", concurrency=64), replace(lengths, tail_sigma=2.0), seed=0)
+    held = tail.requests_per_s * float(np.mean(tail.e2el_s))
+    assert held < 0.5 * 64
+    assert tail.warning == (
+        f"not steady: 64 clients, but the window serves {tail.requests_per_s:.3g} requests/s at "
+        f"{float(np.mean(tail.e2el_s)):.3g} s end to end on average, {held:.3g} in flight by Little's "
+        "law: its clients' last requests end far apart, the slowest running on alone, so its rate and "
+        "percentiles are not a steady load's; simulate more requests (640 now)"
+    )
+    even = simulate_latency(tables, Load("closed", concurrency=64), lengths, seed=0)
+    assert even.warning is None
+    assert even.requests_per_s * float(np.mean(even.e2el_s)) == pytest.approx(64, rel=0.03)
+
+
+def test_a_trace_of_lists_replays_as_arrays(b200: tuple[EngineTables, Lengths]) -> None:
+    """A trace built from Python lists had passed its checks, then failed in the replay (``'list'
+    object has no attribute 'astype'``); two requests a second apart, fewer than one in flight, had
+    been "about 0 requests in flight"."""
+    tables, lengths = b200
+    listed = Trace([0.0, 1.0], [100.0, 100.0], [10.0, 10.0])
+    assert isinstance(listed.arrival_s, np.ndarray) and listed.osl.dtype == float
+    lat = simulate_latency(tables, Load("trace", trace=listed), lengths)
+    assert len(lat.ttft_s) == 2 and np.isfinite(lat.e2el_s).all()
+    assert lat.warning is not None and "about 0." in lat.warning and "about 0 " not in lat.warning, (
+        lat.warning
+    )
+    with pytest.raises(InputError, match=r"Trace: isl = \['a'\]: must be numbers"):
+        Trace([0.0], ["a"], [1.0])
+
+
 @pytest.mark.parametrize("frontend_s", [0.0, 0.08])
 def test_little_law_holds_in_a_closed_loop(b200: tuple[EngineTables, Lengths], frontend_s: float) -> None:
     """Clients that send their next request as the last token reaches them: throughput = clients
@@ -266,6 +303,13 @@ def test_an_open_loop_beyond_capacity_is_said_overloaded_with_what_arrives_and_w
     assert not burst.overloaded and burst.warning is not None and burst.warning.startswith("not steady"), (
         burst
     )
+    # nor do their answers of 1,000 tokens fill the cache: a replay holds at most its own requests'
+    # KV (they had held "825% of the cache" by Little's law at the rate of their 10 ms gaps)
+    answers = Trace(np.array([0.0, 0.01, 0.02]), np.full(3, 8000.0), np.full(3, 1000.0))
+    burst = simulate_latency(tables, Load("trace", trace=answers), lengths)
+    cache = tables.kv_cap * tables.n_decode
+    assert not burst.overloaded and burst.kv_held_share <= 27_000 / cache < 0.05, burst
+    assert burst.warning is not None and burst.warning.startswith("not steady"), burst
     # what it serves is the deployment's capacity, whatever arrives (tests/test_cli_simulate.py)
     assert flooded.requests_per_s == pytest.approx(lat.requests_per_s, rel=0.1)
     closed = simulate_latency(tables, Load("closed", concurrency=2048), lengths, seed=1)

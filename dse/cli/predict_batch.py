@@ -72,6 +72,13 @@ def run_batch(
         raise output_error(exc, SRC, "--out", out) from None
     # the rows it could not model are in the file, each with its pred_error: the first one said here
     failed = f"; {len(errors)} could not be modelled (pred_error), the first: {errors[0]}" if errors else ""
+    # and those whose simulated window shows no steady state, as dse predict warns of one row's
+    unsteady = [str(r["pred_latency_warning"]) for r in result if r.get("pred_latency_warning")]
+    if unsteady:
+        failed += (
+            f"; {len(unsteady)} simulated no steady state (pred_latency_warning, their percentiles "
+            f"describe none), the first: {unsteady[0]}"
+        )
     print(f"wrote {_rows(len(result))} to {out}{failed}", file=sys.stderr)
     what = (
         f"the engine settings of the InferenceX runs they name to {_rows(engine)} "

@@ -675,7 +675,9 @@ def _print_latency(
     # with the KV cache the load's lengths would hold (which may be what says so)
     over = ""
     if lat.overloaded:
-        over = f" of the {lat.offered_requests_per_s:.4g} arriving (overloaded"
+        # (arrivals bunched at one instant have no rate: "of the nan arriving" had been printed)
+        offered = lat.offered_requests_per_s
+        over = f" of the {offered:.4g} arriving (overloaded" if math.isfinite(offered) else " (overloaded"
         if lat.kv_held_share >= 1.0:
             over += f": its lengths hold {share_of(lat.kv_held_share)} the KV cache"
         over += ")"

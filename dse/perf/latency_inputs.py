@@ -48,6 +48,13 @@ class Trace:
         for key, col in cols.items():
             if np.ndim(col) != 1:
                 raise InputError("Trace", key, "must be a one-dimensional array")
+            if not isinstance(col, np.ndarray):  # a list had passed, then failed in the replay
+                try:
+                    col = np.asarray(col, dtype=float)
+                except (TypeError, ValueError):
+                    raise InputError("Trace", key, "must be numbers", col) from None
+                object.__setattr__(self, key, col)
+                cols[key] = col
         n = {len(col) for col in cols.values()}
         if len(n) > 1:
             raise InputError("Trace", "arrival_s, isl, osl", "must have the same length", sorted(n))
