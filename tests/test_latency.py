@@ -142,6 +142,10 @@ def test_a_trace_of_lists_replays_as_arrays(b200: tuple[EngineTables, Lengths]) 
     )
     with pytest.raises(InputError, match=r"Trace: isl = \['a'\]: must be numbers"):
         Trace([0.0], ["a"], [1.0])
+    # nor a count or a seed below 0 (-5 requests had run the default, a seed of -1 raised numpy's error)
+    for key, value in (("requests", -5), ("seed", -1), ("requests", 2.5), ("seed", True)):
+        with pytest.raises(InputError, match=rf"simulate_latency: {key} = .*: must be a whole number >= 0"):
+            simulate_latency(tables, Load("trace", trace=listed), lengths, **{key: value})
 
 
 @pytest.mark.parametrize("frontend_s", [0.0, 0.08])

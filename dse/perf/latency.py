@@ -51,6 +51,7 @@ follows, and from where:
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -167,6 +168,11 @@ def simulate_latency(
 
     An open loop's window shorter than ``windows`` times the requests in flight warns
     (:func:`_steady_warning`): a caller that reads only its steady middle asks for fewer."""
+    for key, value in (("requests", requests), ("seed", seed)):  # (-5 requests had run the default,
+        # a seed of -1 raised numpy's own ValueError)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            rule = "must be a whole number >= 0" + (" (0: the load's own count)" if key == "requests" else "")
+            raise InputError("simulate_latency", key, rule, value)
     grow = requests <= 0 and load.kind in ("poisson", "bursty")
     if requests <= 0:
         requests = (
