@@ -242,8 +242,8 @@ def build(cls: type[T], data: Mapping[str, Any], *, source: str, prefix: str = "
     obj = cls(**kwargs)
     problem = obj.problem() if hasattr(obj, "problem") else None
     if problem is not None:
-        key, rule_text, value = problem
-        raise InputError(source, prefix + key, rule_text, value)
+        key, rule_text, value = problem  # "" names the table itself ("sweep", not "sweep.")
+        raise InputError(source, prefix + key if key else prefix.rstrip("."), rule_text, value)
     return obj
 
 

@@ -132,8 +132,14 @@ def test_a_study_of_hardware_without_a_price_fails_before_its_folder(cli: Cli, t
         said = "hardware[1] = 'h800-sxm': has no own_hyperscaler price in the catalog; choose another"
         assert code == 2 and err.strip().endswith(f"{said} price_tier or count GPUs"), err
     assert not (tmp_path / "o").exists()
-    spec.write_text(spec.read_text() + '\n[objectives]\nnames = ["gpus"]\n')
+    counted = spec.read_text()
+    spec.write_text(counted + '\n[objectives]\nnames = ["gpus"]\n')
     assert cli("study", "show", str(spec))[0] == 0
+    # counting GPUs first and pricing them after still needs the price: the price-less GPU's
+    # designs had been the best design, without a cost, and on no front of the two
+    spec.write_text(counted + '\n[objectives]\nnames = ["gpus", "usd_per_million_tokens"]\n')
+    code, _, err = cli("study", "show", str(spec))
+    assert code == 2 and "hardware[1] = 'h800-sxm': has no own_hyperscaler price" in err, err
 
 
 def test_python_m_dse_is_the_dse_command() -> None:

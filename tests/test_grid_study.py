@@ -62,7 +62,8 @@ def grid_run(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyp
         (("[sweep]\n", '[sweep]\nkv_policy = ["anywhere"]\n'), "sweep.kv_policy = 'anywhere'"),
         (
             ("[sweep]\n", "[sweep]\nrequests_per_s = [" + ", ".join(str(i + 1) for i in range(3000)) + "]\n"),
-            "a grid study may have at most 5000",
+            # the table named, not "sweep.: has 6000 points"
+            "tiny-grid.toml: sweep: has 18000 points; a grid study may have at most 5000",
         ),
         (("hbm_bandwidth_scale = 1.5", "hbm_bandwidth_scale = 0"), "variants[0].hbm_bandwidth_scale"),
         (
@@ -851,6 +852,12 @@ def test_a_grid_s_hardware_its_sweep_leaves_out_is_refused(tmp_path: Path, cli: 
     r = cli("study", "run", spec, "--out", tmp_path / "runs")
     rule = "must be named in sweep.hardware: each point runs on the swept hardware alone"
     assert (r.code, r.err) == (2, f"dse: error: {spec}: hardware[0] = 'b200': {rule}\n")
+    assert not (tmp_path / "runs").exists()
+    # so is a model its sweep of models leaves out (it had been stored as the study's, placed nowhere)
+    spec.write_text(ALIASED.replace("[sweep]\n", '[sweep]\nmodel = ["qwen3-235b", "kimi-k2"]\n', 1))
+    r = cli("study", "run", spec, "--out", tmp_path / "runs")
+    rule = "must be named in sweep.model: each point runs the swept model alone"
+    assert (r.code, r.err) == (2, f"dse: error: {spec}: model = 'deepseek-v3': {rule}\n"), r.err
     assert not (tmp_path / "runs").exists()
 
 

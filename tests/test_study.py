@@ -68,6 +68,15 @@ def test_shipped_studies_load() -> None:
             "simulate.dt_s = 60.0: must be at most horizon_s less warmup_s over 10",
         ),
         (("dt_s = 2.0", "dt_s = 10.0"), "simulate.dt_s = 10.0: must be at most the TTFT target (2 s) or 2 s"),
+        # a billion fluid steps had asked numpy for 52 GiB in the first trial, leaving a study of none
+        # that the corrected file could not resume
+        (
+            ("horizon_s = 600.0", "horizon_s = 1e9"),
+            "simulate.dt_s = 2.0: must give at most 1e+06 steps over horizon_s (1e+09 s)",
+        ),
+        (("dt_s = 2.0", "dt_s = 0.000001"), "simulate.dt_s = 1e-06: must give at most 1e+06 steps"),
+        # and the empty [sweep] table of a grid started and left: an ordinary search had run
+        (("dt_s = 2.0", "dt_s = 2.0\n\n[sweep]"), "sweep: must name at least one axis"),
         # a horizon below the default warm-up had been told as a warm-up the file never gave
         (
             ("horizon_s = 600.0\nwarmup_s = 120.0", "horizon_s = 200.0"),

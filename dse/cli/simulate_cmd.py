@@ -25,7 +25,7 @@ from dse.cli.flags import note_given, number, path_arg
 from dse.cli.place_cmd import add_request_arguments, flag_of, request_from_args, say_calibration
 from dse.cli.table import format_table
 from dse.errors import InputError, NoFeasibleDesign, UnknownIdError, output_error
-from dse.sim.kinds import MAX_SUBSTEP_S, MIN_MEASURED_STEPS, ArrivalKind, PlannerKind, substeps
+from dse.sim.kinds import MAX_STEPS, MAX_SUBSTEP_S, MIN_MEASURED_STEPS, ArrivalKind, PlannerKind, substeps
 from dse.typed_data import Rule, check_number, fraction, non_negative, positive, read_csv, row_shape_problem
 
 if TYPE_CHECKING:
@@ -45,8 +45,6 @@ if TYPE_CHECKING:
 
 SRC = "dse simulate"
 T = TypeVar("T")
-MAX_STEPS = 1e6
-"""Fluid time steps one run may take (--horizon / --dt): a week at one step a second."""
 MAX_DES_REQUESTS = 2e6
 """Requests the discrete-event reference may simulate one by one (peak rate x --horizon)."""
 SCENARIO_NUMBERS: dict[str, Rule | None] = {

@@ -42,6 +42,12 @@ one of 60 s was up to 12% off (the TTFT p99 of a diurnal rate; 28% with a planne
 step the shipped studies run, so their answers stay as they were."""
 
 
+MAX_STEPS = 1e6
+"""Fluid time steps one run may take (a horizon over its integrated step, ``dse simulate``'s and a
+study's): a week at one step a second; the kernel keeps every step's state (a study of 1e9 steps
+had asked numpy for 52 GiB in its first trial)."""
+
+
 def substeps(dt: float) -> int:
     """Sub-steps of one reporting step ``dt``: the fewest no longer than :data:`MAX_SUBSTEP_S`
     (one at or below it, so such a run is integrated as it always was)."""

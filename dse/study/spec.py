@@ -42,7 +42,7 @@ from dse.paths import STUDIES_DIR
 from dse.perf.frameworks import ENGINES
 from dse.placement.request import KV_POLICIES, PRICE_TIERS, Topology
 from dse.placement.shapes import parse_shape
-from dse.sim.kinds import MIN_MEASURED_STEPS
+from dse.sim.kinds import MAX_STEPS, MIN_MEASURED_STEPS, substeps
 from dse.typed_data import (
     Rule,
     acceptance,
@@ -345,6 +345,18 @@ class SimulateSpec:
         if self.dt_s > (self.horizon_s - self.warmup_s) / MIN_MEASURED_STEPS:
             rule_ = f"must be at most horizon_s less warmup_s over {MIN_MEASURED_STEPS} (steps measured)"
             return ("dt_s", rule_, self.dt_s)
+        # as dse simulate's --horizon and --dt (a study of 1e9 steps had run out of memory in its
+        # first trial, and left a study of no trial that the corrected file could not resume)
+        if self.horizon_s / self.dt_s > MAX_STEPS:
+            return (
+                "dt_s",
+                f"must give at most {MAX_STEPS:g} steps over horizon_s ({self.horizon_s:g} s)",
+                self.dt_s,
+            )
+        step = self.dt_s / substeps(self.dt_s)  # (a longer dt_s is integrated in sub-steps)
+        if self.horizon_s / step > MAX_STEPS:
+            rule_ = f"must be at most {MAX_STEPS * step:g} s: {MAX_STEPS:g} fluid steps of {step:g} s"
+            return ("horizon_s", rule_, self.horizon_s)
         if self.arrivals == "burst":
             return self.burst_problem()
         return None
@@ -589,6 +601,9 @@ def read_study(path: Path, *, idle: list[InputError] | None = None) -> StudySpec
     settings are added to it instead, for reading a stored run (:meth:`dse.study.Study.load`)."""
     data = read_toml(path)
     sweep = data.get("sweep")
+    if isinstance(sweep, dict) and not sweep:  # a grid meant, none written: it had run as a search
+        rule = "must name at least one axis (leave the table out for a sampled search)"
+        raise InputError(str(path), "sweep", rule)
     if isinstance(sweep, dict):  # an axis left out is not swept; one written empty is a slip
         empty = next((k for k, v in sweep.items() if isinstance(v, list) and not v), None)
         if empty is not None:

@@ -13,6 +13,7 @@ from dse.catalog import Catalog
 from dse.catalog.hardware import Hardware
 from dse.catalog.loader import entry_numbers
 from dse.errors import InputError
+from dse.metrics import METRICS
 from dse.placement.parallel import parse_shape
 from dse.placement.request import Topology
 from dse.placement.shapes import parallel_grid, unrunnable
@@ -83,8 +84,8 @@ def _once(lookup: Callable[[str], Any], names: tuple[str, ...], source: str, fie
 
 
 def unused_variant(spec: StudySpec, catalog: Catalog, source: str | None = None) -> InputError | None:
-    """A what-if variant no trial runs on, or a grid's ``hardware`` entry its ``sweep.hardware``
-    leaves out, as the refusal that names it (``catalog``: the study's,
+    """A what-if variant no trial runs on, or a grid's ``hardware`` entry (or ``model``) its
+    ``sweep.hardware`` (``sweep.model``) leaves out, as the refusal that names it (``catalog``: the study's,
     :func:`study_catalog`): one declared but left out of ``hardware`` (or, in a grid that sweeps
     the hardware, of that axis, which replaces ``hardware`` at each point) had run the study as
     if it were not there. Refused before a run; a stored run is still read (as
@@ -98,6 +99,13 @@ def unused_variant(spec: StudySpec, catalog: Catalog, source: str | None = None)
         if catalog.hardware(h).id not in named:
             rule = "must be named in sweep.hardware: each point runs on the swept hardware alone"
             return InputError(source, f"hardware[{i}]", rule, h)
+    # so with the model (a Llama beside a sweep of DeepSeek and Kimi had been stored and exported
+    # as the study's model, placed nowhere)
+    if spec.sweep.model and catalog.model(spec.model).id not in {
+        catalog.model(m).id for m in spec.sweep.model
+    }:
+        rule = "must be named in sweep.model: each point runs the swept model alone"
+        return InputError(source, "model", rule, spec.model)
     for i, v in enumerate(spec.variants):
         if v.id not in named:
             rule = f"must be named in {where}: no trial runs on it otherwise"
@@ -135,10 +143,13 @@ def _runs_on(spec: StudySpec, catalog: Catalog, source: str) -> None:
 
 
 def _priced(spec: StudySpec, catalog: Catalog, source: str) -> None:
-    """Every hardware the study may place has a price at its tier where the placement needs one
-    (an objective other than GPUs first, or a budget): a hardware without one fails here, before
-    the run makes its folder, not in its first trial."""
-    if spec.objectives.names[0] == "gpus" and spec.limits.budget_usd_hour is None:
+    """Every hardware the study may place has a price at its tier where the placement or an
+    objective needs one (an objective other than GPUs first, a budget, or an objective in dollars
+    after GPUs): a hardware without one fails here, before the run makes its folder, not in its
+    first trial. (GPUs first and $/M tokens second had run: the price-less GPU's designs, without
+    a cost, were the best design but on no front.)"""
+    dollars = [n for n in spec.objectives.names if n in METRICS and METRICS[n].unit.startswith("$")]
+    if spec.objectives.names[0] == "gpus" and spec.limits.budget_usd_hour is None and not dollars:
         return
     field = f"usd_per_gpu_hour_{spec.price_tier}"
     named = [(f"hardware[{i}]", h) for i, h in enumerate(spec.hardware)]
