@@ -185,6 +185,48 @@ def test_weights_that_fit_nowhere_name_the_sizes(tmp_path: Path) -> None:
     assert "GB per GPU but tiny offers 24.7 GB after the 4% runtime reserve" in why.detail
 
 
+def test_a_dense_model_on_nvlink_pairs_gets_shapes_of_the_pair(tmp_path: Path) -> None:
+    """An H100 NVL (NVLink pairs in a PCIe host: a scale-up domain of 2) had given a dense model no
+    shape at all, the tensor-parallel ones starting at 4 GPUs: an IndexError. Its shapes start at
+    the pair: Llama 3.1 70B runs on them, 405B says what its weights need."""
+    (tmp_path / "hardware").mkdir()
+    src = (Path(__file__).resolve().parents[1] / "hardware_catalog" / "h100-sxm.toml").read_text()
+    assert src.count("domain_gpus = 8") == 1
+    nvl = src.replace('id = "h100-sxm"', 'id = "h100-nvl"').replace("domain_gpus = 8", "domain_gpus = 2")
+    keep = ("aliases", "measured_kernels")
+    nvl = "\n".join(line for line in nvl.splitlines() if not line.startswith(keep))
+    (tmp_path / "hardware" / "h100-nvl.toml").write_text(nvl)
+    cat = load_catalog([tmp_path], use_env=False)
+    fast = {"hardware": ("h100-nvl",), "topology": Topology.AGGREGATED, "slo": Slo(ttft_s=3.0, tpot_s=0.1),
+            "workload": Workload(requests_per_s=2.0, input_tokens=1000.0, output_tokens=500.0)}  # fmt: skip
+    small = place(request(model="llama-3.1-70b", **fast), catalog=cat, with_shadow_prices=False)
+    assert small.best is not None
+    assert {p.unit.parallel.gpus for p in small.best.pools} <= {1, 2}, small.best.pools
+    large = place(request(model="llama-3.1-405b", **fast), catalog=cat, with_shadow_prices=False)
+    why = large.outcomes[0].infeasibility
+    assert large.best is None and why is not None and why.binding == "no mixed unit"
+    assert "h100-nvl 2gpu-tp2-ep1: weights need 202.9 GB per GPU" in why.detail, why.detail
+    # a dense model whose 10 heads no tensor-parallel size of 4 or 8 divides: it had no shape either
+    (tmp_path / "models").mkdir()
+    src = (Path(__file__).resolve().parents[1] / "model_catalog" / "llama-3.1-405b.toml").read_text()
+    odd = {'id = "llama-3.1-405b"': 'id = "odd-dense"', 'aliases = ["llama3-405b"]': "aliases = []",
+           "q_heads = 128": "q_heads = 10", "kv_heads = 8": "kv_heads = 2",
+           "params_total_b = 405.8": "params_total_b = 340.3", "params_active_b = 405.8": "params_active_b = 340.3",
+           "kv_bytes_per_token_bf16 = 516096": "kv_bytes_per_token_bf16 = 129024"}  # fmt: skip
+    for old, new in odd.items():
+        assert src.count(old) == 1, old
+        src = src.replace(old, new)
+    (tmp_path / "models" / "odd-dense.toml").write_text(src)
+    cat = load_catalog([tmp_path], use_env=False)
+    from dse.units import Precision
+
+    odd_req = request(model="odd-dense", weight_precision=Precision.FP8, **{**fast, "hardware": ("h200",)})
+    rep = place(odd_req, catalog=cat, with_shadow_prices=False)
+    why = rep.outcomes[0].infeasibility
+    assert rep.best is None and why is not None, rep.outcomes
+    assert "h200-sxm 2gpu-tp2-ep1: weights need 170.2 GB per GPU" in why.detail, why.detail
+
+
 def test_goodput_spends_the_budget_on_more_traffic(catalog: Catalog) -> None:
     rep = place(
         request(

@@ -144,7 +144,9 @@ def _default_grid(hw: Hardware, model: Model, start: int = 4) -> list[Parallel]:
     experts = model.moe.routed_experts if model.moe is not None else 0
     top = min(max(experts, 8), 64 if domain >= 64 else 32) if experts else min(domain, 8)
     out: list[Parallel] = []
-    g = start
+    # a domain below ``start`` (an H100 NVL's NVLink pairs) starts at its own size: a dense model
+    # had been given no shape at all there (an IndexError), and pipelined ones build on these
+    g = start if top >= start else 1 << (max(top, 1).bit_length() - 1)
     while g <= top:
         eps = (g, g // 2) if experts >= g and g > 1 else (1,)
         if g <= min(8, domain):
@@ -262,6 +264,14 @@ def _shape_list(
                 hw_of.append(i)
                 par.append(q)
                 default.append(q.label() in base)
+    if not par and every:  # no shape at all (a dense model whose heads no TP of 4 or 8 divides, its
+        # weights past 1-2 GPUs): those of 1-2 GPUs, whose weights the answer then says it needs
+        # (the empty arrays had been an IndexError)
+        for i, hw in enumerate(hws):
+            small = list({q.label(): q for q in _default_grid(hw, model, start=1) if q.gpus < 4}.values())
+            hw_of += [i] * len(small)
+            par += small
+            default += [True] * len(small)
     return hw_of, par, default
 
 
