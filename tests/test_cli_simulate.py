@@ -982,6 +982,12 @@ def test_an_overloaded_design_says_which_queue_grows_and_by_how_much(tmp_path: P
     assert blocked.endswith(f"the prefill queue +{total:.3g} req/s, the decode buffer +0 req/s)"), blocked
     steady = json.loads(cli(*base[:-2], "--json").out)["fluid"]
     assert steady["stable"] and steady["prefill_queue_growth_per_s"] == steady["buffer_growth_per_s"] == 0.0
+    # a burst at the run's end: the total is the state's own queues' growth, and so are its parts
+    # (they had taken the stationary waits beside them too: +0.218 and +0.0549 of a total +0.186)
+    burst = ["--horizon", "1800", "--arrivals", "burst", "--burst-factor", "2", "--burst-start", "1700"]
+    late = json.loads(cli("simulate", "--placement", plan, *burst, "--burst-s", "300", "--json").out)["fluid"]
+    parts = late["prefill_queue_growth_per_s"] + late["buffer_growth_per_s"]
+    assert not late["stable"] and parts == pytest.approx(late["backlog_growth_per_s"], rel=1e-6), late
 
 
 def test_a_ctrl_c_among_the_renames_of_out_moves_every_file_or_none(

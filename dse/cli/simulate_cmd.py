@@ -803,7 +803,13 @@ def _queue_growth(report: SimulationReport) -> tuple[float, float] | None:
     if math.isfinite(float(report.fluid.growth_window_s[0])):
         return None
     traj = report.fluid_trajectories
-    _, slope, _ = backlog_growth(traj.t, np.stack([traj.prefill_queue[0], traj.buffer[0]]), 1.0)
+    # the state's own queues, as the verdict's growth (traj.queued) is judged on: the stationary
+    # waits beside them had been counted in its parts, which then did not add up to it
+    if traj.queued is not None and traj.queued_buffer is not None:
+        parts = np.stack([traj.queued[0] - traj.queued_buffer[0], traj.queued_buffer[0]])
+    else:
+        parts = np.stack([traj.prefill_queue[0], traj.buffer[0]])
+    _, slope, _ = backlog_growth(traj.t, parts, 1.0)
     prefill, buffer = (float(x) if abs(x) > 1e-9 else 0.0 for x in slope)  # (a fit's rounding: none)
     return prefill, buffer
 

@@ -135,6 +135,7 @@ def _reported(traj: Trajectories, every: int, dt: float) -> Trajectories:
         completions_per_s=mean(traj.completions_per_s),
         kv_active_gb=last(traj.kv_active_gb),
         queued=None if traj.queued is None else last(traj.queued),
+        queued_buffer=None if traj.queued_buffer is None else last(traj.queued_buffer),
     )
 
 
@@ -160,6 +161,7 @@ def _trajectories(t_arr: Array, r: dict[str, Array], kv_gb_per_seq: Array | floa
         completions_per_s=r["done"],
         kv_active_gb=r["batch"] * r["cd"] * np.asarray(kv_gb_per_seq, dtype=float).reshape(-1, 1),
         queued=r["queued"],
+        queued_buffer=r["queued_b"],
     )
 
 

@@ -29,6 +29,7 @@ OUT = {
             "ttft_p99",
             "util",
             "queued",
+            "queued_b",
         )
     )
 }
@@ -301,3 +302,4 @@ def advance(
             out[12, i, step] = max(max(rho_p, rho_b), max(rho_r, rho_h))
             # the state's own queues: empty below capacity, growing by the excess above it
             out[13, i, step] = q[0, i] + q[1, i] + q[2, i] + q[3, i] + qb_now
+            out[14, i, step] = qb_now

@@ -49,6 +49,7 @@ class Trajectories:
     # Little's law), which its state does not: its state's own queues, empty below capacity and
     # growing by the excess above it (None for the reference, whose queues are all real requests)
     queued: Array | None = None
+    queued_buffer: Array | None = None  # of ``queued``, the buffer's (the rest is upstream of it)
 
     def backlog(self) -> Array:
         return self.prefill_queue + self.buffer
