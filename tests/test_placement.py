@@ -211,7 +211,8 @@ def test_a_dense_model_on_nvlink_pairs_gets_shapes_of_the_pair(tmp_path: Path) -
     src = (Path(__file__).resolve().parents[1] / "model_catalog" / "llama-3.1-405b.toml").read_text()
     odd = {'id = "llama-3.1-405b"': 'id = "odd-dense"', 'aliases = ["llama3-405b"]': "aliases = []",
            "q_heads = 128": "q_heads = 10", "kv_heads = 8": "kv_heads = 2",
-           "params_total_b = 405.8": "params_total_b = 340.3", "params_active_b = 405.8": "params_active_b = 340.3",
+           "params_total_b = 405.8": "params_total_b = 340.3",
+           "params_active_b = 405.8": "params_active_b = 340.3",
            "kv_bytes_per_token_bf16 = 516096": "kv_bytes_per_token_bf16 = 129024"}  # fmt: skip
     for old, new in odd.items():
         assert src.count(old) == 1, old
