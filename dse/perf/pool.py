@@ -49,7 +49,6 @@ class ModelTerms:
     decode_v_dim: float
     prefill_qk_dim: float
     prefill_v_dim: float
-    mtp_layers: float
     # heads a request's fixed state splits by: a linear-attention layer's (its recurrent state is
     # one matrix per head, split over tensor-parallel ranks by head: vLLM's KDA layer holds
     # num_heads / tp_size of them), else the KV heads of the sliding-window layers
@@ -103,7 +102,6 @@ class ModelTerms:
             decode_v_dim=dv_dec,
             prefill_qk_dim=dqk_pf,
             prefill_v_dim=dv_pf,
-            mtp_layers=m.mtp_layers,
             state_heads=float(a.linear.heads) if a.linear is not None else kv_heads,
             sparse_top_k=float(ix.top_k_tokens) if ix is not None else math.inf,
             index_bytes_per_token=m.index_bytes_per_token(),
