@@ -475,6 +475,18 @@ def _broken_model(tmp_path: Path, name: str, **replace: str) -> str:
             r"dense_layers = 70: must be <= layers \(61\)",
         ),
         ("deepseek-v3", {"mtp_layers = 1": "mtp_layers = -1"}, r"mtp_layers = -1: must be >= 0"),
+        (  # it had loaded, then every command refused its serving precision, blaming an unused flag
+            "llama-3.1-70b",
+            {'native_weight_precision = "bf16"': 'native_weight_precision = "fp4"'},
+            r"native_weight_precision = 'fp4': must not be fp4 for a model without routed experts",
+        ),
+        (
+            "llama-3.1-70b",
+            {
+                'native_weight_precision = "bf16"': 'native_weight_precision = "bf16"\nexpert_weight_precision = "fp4"'
+            },
+            r"expert_weight_precision = 'fp4': must not be fp4 for a model without routed experts",
+        ),
         ("deepseek-v3", {"dense_ffn_dim = 18432\n": ""}, r"dense_ffn_dim: is required when dense_layers > 0"),
         ("deepseek-v3", {"[attention.mla]": "[attention.unused]"}, r"attention\.unused: unknown key"),
         (
@@ -495,6 +507,8 @@ def _broken_model(tmp_path: Path, name: str, **replace: str) -> str:
         "k>E",
         "dense>layers",
         "negative-mtp",
+        "dense-fp4",
+        "dense-fp4-experts",
         "dense-ffn-missing",
         "mla-table-renamed",
         "no-full-layer",

@@ -171,6 +171,16 @@ class Model:
         if self.moe is not None and self.dense_layers == self.layers:  # (it had been read and ignored)
             rule = "must be left out where every layer is dense (its experts would sit in no layer)"
             return ("moe", rule, ...)
+        # fp4 quantizes routed experts alone (attention and dense layers run in fp8): a dense model
+        # at fp4 had loaded, then every command refused its serving precision, blaming a flag
+        # nobody gave (and weighed its weights at fp8 when fp8 was given)
+        for key in ("native_weight_precision", "expert_weight_precision"):
+            if self.moe is None and getattr(self, key) is Precision.FP4:
+                rule = (
+                    "must not be fp4 for a model without routed experts: dse prices fp4 for routed "
+                    "experts alone, a dense model's layers in fp8 (give fp8, or bf16)"
+                )
+                return (key, rule, "fp4")
         if self.linear_layers + self.sliding_layers >= self.layers:
             return (
                 "attention",
