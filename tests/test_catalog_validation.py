@@ -483,7 +483,9 @@ def _broken_model(tmp_path: Path, name: str, **replace: str) -> str:
         (
             "llama-3.1-70b",
             {
-                'native_weight_precision = "bf16"': 'native_weight_precision = "bf16"\nexpert_weight_precision = "fp4"'
+                'native_weight_precision = "bf16"': (
+                    'native_weight_precision = "bf16"\nexpert_weight_precision = "fp4"'
+                )
             },
             r"expert_weight_precision = 'fp4': must not be fp4 for a model without routed experts",
         ),
