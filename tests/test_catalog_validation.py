@@ -300,7 +300,9 @@ def test_a_catalog_folder_laid_out_otherwise_is_refused(tmp_path: Path) -> None:
             load_catalog([root], use_env=False)
     # beside a folder of the other kind, laid out right, the misspelt or nested one had been ignored
     model = (Path(__file__).resolve().parents[1] / "model_catalog" / "deepseek-v3.toml").read_text()
-    for where in ("hardwares/b200.toml", "hardware/x/b200.toml", "Hardware/b200.toml"):
+    # so had an entry at the folder's root and one whose suffix is not .toml in lower case
+    for where in ("hardwares/b200.toml", "hardware/x/b200.toml", "Hardware/b200.toml", "b200.toml",
+                  "hardware/b200.TOML"):  # fmt: skip
         root = tmp_path / ("beside_" + where.replace("/", "_"))
         (root / where).parent.mkdir(parents=True)
         (root / where).write_text(_b200(), encoding="utf-8")
@@ -308,6 +310,11 @@ def test_a_catalog_folder_laid_out_otherwise_is_refused(tmp_path: Path) -> None:
         (root / "models" / "deepseek-v3.toml").write_text(model, encoding="utf-8")
         with pytest.raises(InputError, match=re.escape(f"{root / where}: is not read: a catalog folder's")):
             load_catalog([root], use_env=False)
+    # a study file kept beside the catalog it runs on is no entry: the folder loads
+    (root / "models" / "deepseek-v3.toml").unlink()
+    (root / "hardware" / "b200.TOML").rename(root / "hardware" / "b200.toml")
+    (root / "my-study.toml").write_text((Path(__file__).parent / "data" / "tiny-study.toml").read_text())
+    assert load_catalog([root], use_env=False).hardware("b200").id == "b200"
 
 
 def test_unknown_id_lists_valid_ids(catalog) -> None:  # type: ignore[no-untyped-def]

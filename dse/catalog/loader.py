@@ -94,7 +94,8 @@ def load_catalog(extra_dirs: Iterable[Path | str] = (), *, use_env: bool = True)
         if (stray := _stray_entry(root)) is not None:
             rule = (
                 "is not read: a catalog folder's entries are hardware/*.toml and models/*.toml, directly "
-                "in them (a misspelt or nested folder would leave the shipped entry in force, silently)"
+                "in them (an entry elsewhere, or named otherwise, would leave the shipped entry in force, "
+                "silently)"
             )
             raise InputError(str(stray), origin, rule)
         dirs.append((root / "hardware", root / "models"))
@@ -193,9 +194,22 @@ def _measured_at(h: Hardware, measured_at: Mapping[str, float]) -> Hardware:
 
 def _stray_entry(root: Path) -> Path | None:
     """A TOML file of ``root`` in a folder named like an entries' folder but not one (``hardwares/``,
-    ``model/``, ``Hardware/``) or nested in one (``hardware/x/``): it had been ignored beside a
-    correct folder of the other kind."""
+    ``model/``, ``Hardware/``) or nested in one (``hardware/x/``), an entries' file whose suffix is
+    not ``.toml`` in lower case (``h200-sxm.TOML``), or an entry (a table with an ``id``) at the
+    folder's root beside them: each had been ignored, the shipped entry left in force. (Another
+    TOML file at the root, a study file kept beside its catalog, is not an entry.)"""
     kinds = (root / "hardware", root / "models")
+    for kind in kinds:
+        cased = [p for p in sorted(kind.glob("*")) if p.suffix.lower() == ".toml" and p.suffix != ".toml"]
+        if cased:
+            return cased[0]
+    for path in sorted(root.glob("*.toml")):
+        try:
+            entry = "id" in read_toml(path)
+        except InputError:  # not TOML: not an entry either
+            entry = False
+        if entry:
+            return path
     for path in sorted(root.rglob("*.toml")):
         folder = path.parent
         if folder in kinds:
