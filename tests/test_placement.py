@@ -150,6 +150,15 @@ def test_a_power_cap_explains_itself_with_numbers(catalog: Catalog) -> None:
     assert "but the cap is 10.0 kW" in why.detail
     needed = float(why.detail.split("needs ")[1].split(" kW")[0].replace(",", ""))
     assert needed > 10.0
+    # a cap a few watts short of the need is said with the digits that tell them apart (15.96 kW
+    # had read "needs 16.0 kW but the cap is 16.0 kW")
+    close = round(needed, 1) - 0.04
+    near = place(request(topology=Topology.DISAGGREGATED, limits=Limits(power_kw=close)), catalog=catalog)
+    detail = near.outcomes[0].infeasibility.detail  # type: ignore[union-attr]
+    need_said, cap_said = (
+        float(x) for x in re.findall(r"needs ([\d.,]+) kW but the cap is ([\d.,]+) kW", detail)[0]
+    )
+    assert need_said > cap_said == pytest.approx(close), detail
     # a cap too small for the figure's decimals is said as set (it had read "the cap is 0.0 kW")
     for kw, said in ((0.001, "0.001"), (0.05, "0.05")):
         tiny = place(request(topology=Topology.DISAGGREGATED, limits=Limits(power_kw=kw)), catalog=catalog)

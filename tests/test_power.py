@@ -53,6 +53,12 @@ def test_place_reports_power_and_prices_energy_on_top(cli: Cli) -> None:
     )
     text = cli(*PLACE[:-1], "--usd-per-kwh", "0.1").out
     assert "power at load: " in text and "at $0.1/kWh" in text
+    # counting the GPUs of hardware without a price: no $/M tokens with the energy ("$nan" had read)
+    unpriced = ["place", "--hardware", "vr200-nvl144", "--rate", "20", "--isl", "4000", "--osl", "1000"]
+    unpriced += ["--ttft", "2", "--tpot", "0.05", "--objective", "gpus", "--usd-per-kwh", "0.1"]
+    said = cli(*unpriced)
+    assert said.code == 0, said.err
+    assert "nan" not in said.out and "(no $/M tokens with it: a GPU has no own_hyperscaler price)" in said.out
     bad = cli(*PLACE, "--pue", "0.9")
     assert bad.code == 2 and "--pue = 0.9: must be at least 1" in bad.err
 

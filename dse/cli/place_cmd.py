@@ -600,9 +600,15 @@ def _energy_line(req: PlacementRequest, e: dict[str, float | None]) -> str:
     kw, kwh = e["power_kw"] or 0.0, e["kwh_per_million_tokens"]
     line = f"power at load: {kw:,.1f} kW (PUE {req.energy.pue:g}), {kwh or float('nan'):.3g} kWh/M tokens"
     if req.energy.usd_per_kwh > 0:
+        # none where a GPU has no price at the tier ("$nan" had been printed)
+        with_it = e["usd_per_million_tokens"]
         line += (
-            f"; energy ${e['energy_usd_per_hour'] or 0.0:,.2f}/hour at ${req.energy.usd_per_kwh:g}/kWh, "
-            f"${e['usd_per_million_tokens'] or float('nan'):.4f} per million tokens with it"
+            f"; energy ${e['energy_usd_per_hour'] or 0.0:,.2f}/hour at ${req.energy.usd_per_kwh:g}/kWh"
+            + (
+                f", ${with_it:.4f} per million tokens with it"
+                if with_it is not None and math.isfinite(with_it)
+                else f" (no $/M tokens with it: a GPU has no {req.price_tier} price)"
+            )
         )
     return line
 

@@ -77,6 +77,18 @@ def _cap(value: float, places: int) -> str:
     return f"{value:,.{places}f}" if value == 0 or abs(value) >= 10.0 ** (1 - places) else f"{value:.3g}"
 
 
+def _apart(need: float, cap: float, places: int) -> tuple[str, str]:
+    """A need past its cap and the cap, each with ``places`` decimals (the cap as :func:`_cap`
+    shows it), or as many more as make them differ: 15.96 kW had read "needs 16.0 kW but the cap
+    is 16.0 kW"."""
+    shown = (f"{need:,.{places}f}", _cap(cap, places))
+    for more in range(places + 1, places + 7):
+        if shown[0] != shown[1]:
+            break
+        shown = (f"{need:,.{more}f}", f"{cap:,.{more}f}")
+    return shown
+
+
 def explain(c: Candidates, solver: PlacementSolver) -> Infeasibility:
     """What keeps ``c`` from a feasible placement: a role no candidate unit fills, a returning turn
     no unit can serve in time, or else what the elastic solve had to give."""
@@ -196,29 +208,15 @@ def _slack_texts(data: PlacementData, sol: PlacementSolution, s: dict[str, float
             )
         )
     if s.get("power", 0.0) > 1e-6:
-        texts.append(
-            (
-                "power",
-                f"serving the demand needs {(data.power_w + s['power']) / 1e3:,.1f} kW "
-                f"but the cap is {_cap(data.power_w / 1e3, 1)} kW",
-            )
-        )
+        need, cap = _apart((data.power_w + s["power"]) / 1e3, data.power_w / 1e3, 1)
+        texts.append(("power", f"serving the demand needs {need} kW but the cap is {cap} kW"))
     if s.get("budget", 0.0) > 1e-6:
-        texts.append(
-            (
-                "budget",
-                f"serving the demand costs ${data.budget_usd_hour + s['budget']:,.2f}/h "
-                f"but the budget is ${_cap(data.budget_usd_hour, 2)}/h",
-            )
-        )
+        need, cap = _apart(data.budget_usd_hour + s["budget"], data.budget_usd_hour, 2)
+        texts.append(("budget", f"serving the demand costs ${need}/h but the budget is ${cap}/h"))
     if s.get("network_capacity", 0.0) > 1e-6:
-        texts.append(
-            (
-                "network KV capacity",
-                f"resting KV needs {(data.network_capacity_gb + s['network_capacity']) / 1e3:,.1f} TB "
-                f"but the store holds {data.network_capacity_gb / 1e3:,.1f} TB",
-            )
-        )
+        gb = data.network_capacity_gb
+        need, cap = _apart((gb + s["network_capacity"]) / 1e3, gb / 1e3, 1)
+        texts.append(("network KV capacity", f"resting KV needs {need} TB but the store holds {cap} TB"))
     for key, total in (
         ("fresh_demand", data.fresh_per_s),
         ("returning_demand", float(data.class_per_s.sum())),
