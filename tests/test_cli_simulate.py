@@ -54,6 +54,9 @@ def test_simulate_a_placement_with_the_reference(tmp_path: Path, cli: Cli) -> No
     )
     assert run.code == 0, run.err
     assert "discrete-event" in run.out and "stable: yes" in run.out
+    # each verdict for both simulators (they had been the fluid's alone, beside the reference's row)
+    assert "; discrete-event: yes" in run.out
+    assert "on average: met (fluid), met (discrete-event)" in run.out, run.out
     df = pl.read_parquet(out / "trajectories.parquet")
     assert set(df["simulator"].unique()) == {"fluid", "des"}
     assert df.filter(pl.col("simulator") == "fluid")["t_s"].max() >= 599.0
