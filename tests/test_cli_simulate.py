@@ -1053,3 +1053,20 @@ def test_an_overloaded_engine_level_run_serves_the_design_s_capacity(tmp_path: P
         served.append((float(said[1]), out["fluid"]["requests_per_s"]))
     for engine, fluid in served:
         assert engine == pytest.approx(fluid, rel=0.1), served
+
+
+def test_an_engine_level_warning_of_a_share_of_the_design_says_so(cli: Cli) -> None:
+    """A goodput design on $100/h serves 86 requests/s; the engine-level simulation runs a slice of
+    its instances at its share of them, whose warning had read as the design's own: "30.2
+    requests/s arrive and the deployment serves 23.8". It now says whose figures they are."""
+    args = ["--hardware", "b200", "--isl", "4000", "--osl", "1000", "--ttft", "2", "--tpot", "0.05"]
+    run = cli("simulate", *args, "--objective", "goodput", "--budget", "100", "--horizon", "900")
+    assert run.code == 0, run.err
+    rate = float(
+        re.search(r"engine-level \(Poisson at the scenario's mean rate, ([\d.]+) requests/s", run.out)[1]
+    )
+    warning = next(line for line in run.out.splitlines() if line.startswith("engine-level warning: "))
+    said = r"engine-level warning: a share of the design simulated alone \(([\d.]+) of its ([\d.]+) "
+    share = re.match(said + r"requests/s, on its instances for them\): overloaded: ", warning)
+    assert share is not None, warning
+    assert float(share[2]) == pytest.approx(rate, rel=1e-3) and float(share[1]) < 0.5 * rate
