@@ -523,7 +523,13 @@ def confirmed(report: PlacementReport, checks: Iterable[EngineCheck]) -> Placeme
     best = min(held, key=lambda o: o.result.objective) if held else None
     if best is report.best:  # the MILP's best holds: its prices stand
         return replace(report, outcomes=outcomes) if again else report
-    return replace(report, outcomes=outcomes, best=best, shadow_prices=())
+    note = None
+    if report.shadow_prices:  # (they had gone without a word, --no-shadow-prices not given)
+        note = (
+            "they price the MILP's best design, which the engine-level check replaced: run without "
+            "--confirm for them"
+        )
+    return replace(report, outcomes=outcomes, best=best, shadow_prices=(), shadow_prices_note=note)
 
 
 def ttft_at_percentile(mean: float, p99: float, percentile: float) -> float:

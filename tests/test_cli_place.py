@@ -222,6 +222,16 @@ def test_confirm_answers_with_the_cheapest_design_the_engine_simulation_holds(cl
     assert doc["best_topology"] == "aggregated"
     assert not checks["disaggregated"]["holds"] and checks["disaggregated"]["ttft_pct_s"] > 0.265
     assert checks["aggregated"]["holds"] and checks["aggregated"]["ttft_pct_s"] <= 0.265
+    # the shadow prices priced the design the check replaced: none, and said why (they had gone
+    # without a word)
+    note = "they price the MILP's best design, which the engine-level check replaced: run without --confirm"
+    assert doc["shadow_prices_note"] is None  # none asked for (--no-shadow-prices): none to explain
+    priced = [a for a in DSV3_H200 if a != "--no-shadow-prices"]
+    doc = json.loads(cli(*priced, "--confirm", "--json").out)
+    assert doc["shadow_prices"] == [] and doc["shadow_prices_note"].startswith(note), doc[
+        "shadow_prices_note"
+    ]
+    assert f"shadow prices: none ({note}" in cli(*priced, "--confirm").out
     # a target no design holds is an answer: exit 3, each topology's figure on one line
     none = cli(*DSV3_H200, "--topology", "disaggregated", "--confirm")
     assert none.code == 3 and none.err.strip().count("\n") == 0, none.err

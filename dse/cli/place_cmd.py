@@ -570,6 +570,8 @@ def render(
             "shadow prices (LP over the chosen units, counts relaxed): $/hour saved",
             _shadow_prices_table(report),
         ]
+    elif report.shadow_prices_note:
+        lines += ["", f"shadow prices: none ({report.shadow_prices_note})"]
     elif priced and not math.isfinite(best.usd_per_hour):  # they are $/hour saved: none without a price
         # the pools' hardware without a price, not every pool's (a priced one beside it has one)
         hw = {p.unit.hardware for p in best.pools}

@@ -116,6 +116,8 @@ class PlacementReport:
     outcomes: tuple[TopologyOutcome, ...]
     best: TopologyOutcome | None
     shadow_prices: tuple[ShadowPrice, ...]
+    # why there are none where they were asked for (the best design is not the one they priced)
+    shadow_prices_note: str | None = None
 
     def ranked(self) -> list[TopologyOutcome]:
         """The feasible outcomes, best first by the MILP objective."""
