@@ -4,6 +4,7 @@ GB200, its checker, shadow prices, explanations and objectives."""
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -1107,3 +1108,23 @@ def test_every_unit_that_prefills_holds_one_prompt_s_kv_on_one_rank(
     out = [e for e in c.exclusions if e.role == role and e.parallel == shape]
     assert out and all(" KV (3" in e.reason and e.over > 1.0 for e in out), c.exclusions
     assert not [u for u in c.units if u.role.name.lower() == role], [u.name for u in c.units]
+
+
+def test_an_attention_ffn_answer_a_solve_s_limit_stopped_is_not_called_optimal(catalog: Catalog) -> None:
+    """An attention-FFN design is solved at its TPOT target and at tighter paces. Where the limit
+    stopped the target's solve (at $170.40, one branch-and-bound node) and a tighter pace's solve
+    proved $159.12, the topology had been reported "optimal", gap 0, though the target's own
+    optimum is $157.92 (found with 50 nodes). It is reported as the limit stopped it."""
+    from formulations.solve import PlacementSolver, SolveOptions, Termination
+
+    think = (ThinkBin(0.6, 30.0), ThinkBin(0.3, 600.0), ThinkBin(0.1, 3600.0))
+    w = Workload(20.0, 4000.0, 1000.0, returning_share=0.5, cached_prefix_tokens=20000.0,
+                 suffix_tokens=500.0, think=think)  # fmt: skip
+    req = request(hardware=("b200", "h200", "gb200"), workload=w, topology=Topology.AFD)
+    answers = {}
+    for nodes in (1, 50):
+        rep = place(req, catalog=catalog, solver=PlacementSolver(SolveOptions(node_limit=nodes)),
+                    with_shadow_prices=False)  # fmt: skip
+        o = rep.outcomes[0]
+        answers[nodes] = (o.result.termination, round(o.usd_per_hour, 2), math.isnan(o.result.gap))
+    assert answers == {1: (Termination.WORK_LIMIT, 159.12, True), 50: (Termination.OPTIMAL, 157.92, False)}

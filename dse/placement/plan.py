@@ -284,6 +284,9 @@ def _solve_topology(
     if goodput:
         cands, settled = settled_reach(cands, ctx.solver)
     best = (solve_candidates(req, cands, ctx.solver, settled), cands)
+    limits = (Termination.TIME_LIMIT, Termination.WORK_LIMIT)
+    # a pace's solve its limit stopped before it proved its answer (the target's first)
+    stopped = best[0].result.termination if best[0].result.termination in limits else None
     for pace in cands.tighter_afd_paces:
         c = build_candidates(req, topo, ctx.catalog, ctx.params, afd_pace=pace)
         beat = best[0].result.objective if best[0].feasible else math.inf
@@ -291,6 +294,8 @@ def _solve_topology(
             c, solved = settled_reach(c, ctx.solver)
         else:
             solved = ctx.solver.solve(c.data, beat=beat)
+        if solved is not None and solved.termination in limits:
+            stopped = solved.termination
         if solved is None or solved.solution is None or solved.solution.scale <= 0.0:
             continue  # nothing placed (a goodput of nothing is no design)
         if not solved.objective < beat:
@@ -298,6 +303,12 @@ def _solve_topology(
         outcome = solve_candidates(req, c, ctx.solver, solved)
         if _better(outcome, best[0]):
             best = (outcome, c)
+    if stopped is not None and best[0].result.termination is Termination.OPTIMAL:
+        # the topology's answer is proven no more where a pace's solve stopped at its limit: a
+        # tighter pace's "optimal" and gap 0 had been reported beside a target's solve the limit
+        # stopped at $170.40 (a $159.12 design at a 0.05 s limit, where 0.2 s found $157.92)
+        result = replace(best[0].result, termination=stopped, bound=math.nan, gap=math.nan)
+        best = (replace(best[0], result=result), best[1])
     return best
 
 
