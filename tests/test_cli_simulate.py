@@ -1070,3 +1070,41 @@ def test_an_engine_level_warning_of_a_share_of_the_design_says_so(cli: Cli) -> N
     share = re.match(said + r"requests/s, on its instances for them\): overloaded: ", warning)
     assert share is not None, warning
     assert float(share[2]) == pytest.approx(rate, rel=1e-3) and float(share[1]) < 0.5 * rate
+
+
+def test_a_planner_moves_gpus_not_servers(tmp_path: Path, cli: Cli) -> None:
+    """A planner moves whole instances between the roles, GPU for GPU: 5 prefill instances of 4
+    GPUs (20 prefill servers) and 2 decode instances of 8. It had moved one prefill server (a
+    prompt slot of a 4-GPU instance) for one 8-GPU decode instance, and ended the hour with 13
+    prefill servers and 9 decode instances, 85 GPUs of a 36-GPU design. Now a move trades 8
+    servers (two 4-GPU instances) for one decode instance, and the GPUs never exceed the design's."""
+    args = [
+        "--hardware",
+        "b200",
+        "--rate",
+        "60",
+        "--isl",
+        "4000",
+        "--osl",
+        "1000",
+        "--ttft",
+        "2",
+        "--tpot",
+        "0.05",
+    ]
+    placed = cli("place", *args, "--topology", "disaggregated", "--json")
+    assert placed.code == 0, placed.err
+    plan = tmp_path / "place.json"
+    plan.write_text(placed.out)
+    pools = {p["unit"]["role"]: (p["instances"], p["gpus"]) for p in json.loads(placed.out)["best"]["pools"]}
+    assert pools == {"prefill": (5, 20), "decode": (2, 16)}, pools
+    out = tmp_path / "sim"
+    reactive = ["--horizon", "1800", "--planner", "reactive", "--arrivals", "burst"]
+    run = cli("simulate", "--placement", plan, *reactive, "--out", out)
+    assert run.code == 0, run.err
+    assert json.loads((out / "summary.json").read_text())["fluid"]["planner_moves"] > 0
+    df = pl.read_parquet(out / "trajectories.parquet").filter(pl.col("simulator") == "fluid")
+    gpus = df["prefill_servers"] * (20 / 20) + df["decode_instances"] * 8  # a server is a GPU here
+    assert gpus.max() <= 36 + 1e-9 and gpus[-1] == 36, df.select("t_s", "prefill_servers", "decode_instances")
+    moved = set(zip(df["prefill_servers"].to_list(), df["decode_instances"].to_list(), strict=True))
+    assert all(p % 4 == 0 and p >= 4 and d >= 1 for p, d in moved), moved  # whole 4-GPU instances

@@ -407,6 +407,7 @@ class _Prefill:
 
     servers: float = 0.0  # an instance batching m prompts per forward is m servers
     instances: float = 0.0
+    gpus: float = 0.0
     rate: float = 0.0  # requests/s the servers prefill when busy
     fresh_w: float = 0.0  # requests/s x seconds, per kind, to weight the mean service times
     fresh_n: float = 0.0
@@ -435,6 +436,7 @@ class _Prefill:
         m = 1.0 if p.role == "mixed" else max(1.0, round(forward))
         self.servers += x * m
         self.instances += x
+        self.gpus += x * p.gpus
         self.reload_links += x / p.stages * max(p.gpus / p.attn_tp, 1.0)
         self.rate += x / busy
         ret = p.returning_per_s
@@ -446,6 +448,17 @@ class _Prefill:
             self.mid_w += ret * p.midfill_busy_s * m
             self.reload_w += (ret - p.recompute_per_s) * (p.reload_s or 0.0)  # a recompute reloads nothing
             self.mid_n += ret
+
+    def planner_steps(self, decode: SimPool) -> tuple[float, float]:
+        """(prefill servers, decode instances) one planner move takes from one role and gives the
+        other: the fewest whole instances of each whose GPUs are equal (an 8-GPU prefill instance
+        for an 8-GPU decode instance, two of 4 GPUs for one of 8), the prefill side counted in
+        its servers (:class:`~dse.sim.scenario.Pipeline`)."""
+        gp, gd, per = self.gpus / self.instances, float(decode.gpus), self.servers / self.instances
+        if gp.is_integer() and gd.is_integer():
+            g = math.lcm(int(gp), int(gd))
+            return g / gp * per, g / gd
+        return gd / gp * per, 1.0
 
     def service_s(self, returning_share: float) -> tuple[float, float]:
         """(fresh, midfill) seconds per request on one server: each kind's mean, scaled so the
@@ -496,8 +509,11 @@ def _pipeline(
     kv_gb = (ctx * float(pool.kv_bytes_per_token[0]) + float(pool.state_bytes[0])) / GB
     share = workload.returning_share
     fresh_s, midfill_s = prefill.service_s(share)
+    steps = prefill.planner_steps(main)
     pipe = Pipeline(
         prefill_instances=np.array([prefill.servers]),
+        planner_prefill_step=np.array([steps[0]]),
+        planner_decode_step=np.array([steps[1]]),
         prefill_s=np.array([fresh_s]),
         handoff_s=np.array([handoff]),
         buffer_max=np.array([buffer_max]),

@@ -58,7 +58,7 @@ class PlannerState:
         self.previous = np.zeros(pipe.n)  # sign of the last reading (hysteresis)
         self.last_move = np.full(pipe.n, -np.inf)
         self.next_tick = planner.period_s if planner.kind is not PlannerKind.NONE else np.inf
-        self.moves = np.zeros(pipe.n)  # instances moved, per configuration
+        self.moves = np.zeros(pipe.n)  # moves made (each a step of each role), per configuration
         # an aggregated instance prefills and decodes both: no pool to move it to
         self.shared = pipe.arrays("prefill_time_share") > 0
 
@@ -76,8 +76,10 @@ class PlannerState:
         return t >= self.next_tick
 
     def tick(self, t: float, log: Measurements, arrival_rate: Array, pipe: Pipeline) -> Array:
-        """Decide moves at time ``t``; returns instances moved toward prefill (negative: toward
-        decode), already removed from their old role and switching."""
+        """Decide moves at time ``t``; returns the moves toward prefill (negative: toward decode),
+        each :attr:`~dse.sim.scenario.Pipeline.planner_prefill_step` servers for
+        :attr:`~dse.sim.scenario.Pipeline.planner_decode_step` decode instances (the same GPUs),
+        already removed from their old role and switching."""
         pl = self.planner
         # on the period's own schedule: a step that does not divide the period ticks at the first
         # step at or after each multiple of it (``t + period`` had drifted a 60 s period to 61.25 s
@@ -85,9 +87,11 @@ class PlannerState:
         while self.next_tick <= t:
             self.next_tick += pl.period_s
         bp, bd = log.at(t - pl.delay_s)
+        ps, ds = pipe.arrays("planner_prefill_step"), pipe.arrays("planner_decode_step")
         if pl.kind is PlannerKind.PREDICTIVE:
             want = np.ceil(arrival_rate * pipe.prefill_s / pl.target_utilisation)
-            move = want - (self.prefill + self.to_prefill)
+            short = (want - (self.prefill + self.to_prefill)) / ps  # in moves: enough toward prefill,
+            move = np.where(short > 0, np.ceil(short), np.trunc(short))  # whole ones of a surplus
         else:
             gap = bp - bd
             move = np.where(
@@ -101,13 +105,16 @@ class PlannerState:
                 settled = t >= self.last_move + pl.delay_s + pl.switch_s
                 move = np.where(agree & settled & (np.abs(gap) > 2.0 * pl.threshold_s), np.sign(move), 0.0)
         move = np.where(self.shared, 0.0, np.clip(move, -pl.max_move, pl.max_move))
-        move = np.clip(move, -(self.prefill - 1.0), self.decode - 1.0)  # keep one of each serving
+        # whole moves each role can give, one of each kept serving
+        give_p = np.maximum(np.floor((self.prefill - 1.0) / ps), 0.0)
+        give_d = np.maximum(np.floor((self.decode - 1.0) / ds), 0.0)
+        move = np.clip(move, -give_p, give_d)
         move = np.where(self.to_prefill + self.to_decode > 0, 0.0, move)  # one switch at a time
         up, down = np.maximum(move, 0.0), np.maximum(-move, 0.0)
-        self.decode -= up
-        self.prefill -= down
-        self.to_prefill += up
-        self.to_decode += down
+        self.decode -= up * ds
+        self.prefill -= down * ps
+        self.to_prefill += up * ps
+        self.to_decode += down * ds
         self.ready_at = np.where(move != 0, t + pl.switch_s, self.ready_at)
         self.last_move = np.where(move != 0, t, self.last_move)
         self.moves += np.abs(move)

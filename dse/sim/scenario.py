@@ -143,6 +143,13 @@ class Pipeline:
     decode_pool_instances: Array | None = None
     decode_pool_slots: Array | None = None
     decode_pool_tables: Array | None = None
+    # what one planner move takes from one role and gives the other: prefill servers and decode
+    # instances of the same GPUs (default 1 and 1: a pipeline of interchangeable instances). A
+    # placed design's prefill instance batching m prompts is m servers, and its GPUs need not be a
+    # decode instance's: moved one for one, 8 servers of an 8-GPU instance had become 8 decode
+    # instances, 64 GPUs (:func:`dse.sim.from_placement.planner_steps`)
+    planner_prefill_step: Array | None = None
+    planner_decode_step: Array | None = None
 
     def __post_init__(self) -> None:
         n = len(self.prefill_instances)
@@ -157,6 +164,8 @@ class Pipeline:
             "decode_pool_instances": np.reshape(self.decode_instances, (n, 1)),
             "decode_pool_slots": np.reshape(self.slots, (n, 1)),
             "decode_pool_tables": np.asarray(self.step_table)[:, None, :],
+            "planner_prefill_step": np.ones(n),
+            "planner_decode_step": np.ones(n),
         }
         for name, value in defaults.items():
             if getattr(self, name) is None:
