@@ -134,6 +134,10 @@ def test_bad_flags_exit_2_with_one_line(cli: Cli) -> None:
         ("--prefix", "20000"): "--prefix = 20000: needs --returning-share above 0 (no request returns)",
         ("--suffix", "500"): "--suffix = 500: needs --returning-share above 0",
         ("--think", "1:600"): "--think = '1:600': needs --returning-share above 0",
+        # and so had the resting KV's store, its prices and a reload's wait
+        ("--network-kv-tb", "5"): "--network-kv-tb = 5: needs --returning-share above 0 (no KV rests",
+        ("--dram-usd-per-tb", "100"): "--dram-usd-per-tb = 100: needs --returning-share above 0",
+        ("--latency-usd-per-s", "0.1"): "--latency-usd-per-s = 0.1: needs --returning-share above 0",
         ("--inventory", "b200=many"): "--inventory = 'b200=many': must be HW=GPUS",
         ("--inventory", "b200=12.5"): "--inventory = 'b200=12.5': must count whole GPUs (12.5 is not)",
         # one rule for every percentile outside (0, 100): 0 and -5 had been told "must be > 0"

@@ -1108,3 +1108,19 @@ def test_a_planner_moves_gpus_not_servers(tmp_path: Path, cli: Cli) -> None:
     assert gpus.max() <= 36 + 1e-9 and gpus[-1] == 36, df.select("t_s", "prefill_servers", "decode_instances")
     moved = set(zip(df["prefill_servers"].to_list(), df["decode_instances"].to_list(), strict=True))
     assert all(p % 4 == 0 and p >= 4 and d >= 1 for p, d in moved), moved  # whole 4-GPU instances
+
+
+def test_flags_a_placed_design_gives_nothing_to_act_on_are_refused(tmp_path: Path, cli: Cli) -> None:
+    """A buffer on an aggregated design (no buffer stands between its prefill and decode) and an
+    eviction policy where no KV rests between turns had run, exit 0, and done nothing."""
+    agg = ["aggregated" if a == "disaggregated" else a for a in PLACE]
+    plan = tmp_path / "agg.json"
+    plan.write_text(cli(*agg).out)
+    run = cli("simulate", "--placement", plan, "--buffer", "5")
+    rule = "--buffer = 5: does not apply to an aggregated design (its instances prefill and decode both"
+    assert run.code == 2 and run.err.count("\n") == 1 and rule in run.err, run.err
+    run = cli("simulate", "--placement", plan, "--kv-eviction", "think")
+    rule = (
+        "--kv-eviction = 'think': needs KV resting between turns to evict (the design has no returning turns)"
+    )
+    assert run.code == 2 and run.err.count("\n") == 1 and rule in run.err, run.err

@@ -316,6 +316,14 @@ def _think_of(args: argparse.Namespace, src: str) -> list[dict[str, float]]:
         for flag, value in (("--prefix", args.prefix), ("--suffix", args.suffix), ("--think", args.think)):
             if value:
                 raise InputError(src, flag, "needs --returning-share above 0 (no request returns)", value)
+        # the resting KV's store, its prices and the value of a reload's wait: none rests (they had
+        # been taken and done nothing)
+        tiers = ("network_kv_tb", "network_kv_usd_per_tb_hour", "latency_usd_per_s",
+                 "dram_usd_per_tb", "nvme_usd_per_tb", "network_usd_per_tb")  # fmt: skip
+        for name in tiers:
+            if getattr(args, name, None):
+                rule = "needs --returning-share above 0 (no KV rests between turns to store or price)"
+                raise InputError(src, flag_of(name), rule, getattr(args, name))
     return think
 
 

@@ -605,6 +605,7 @@ def _run_drawing(args: argparse.Namespace, catalog: Catalog, drawer: Drawer) -> 
         _refuse_taken(args.out)
     design = _design(args, catalog, params, flags)
     _refuse_planner(args, design.topology)  # (--topology auto may pick an aggregated design)
+    _refuse_idle(args, design)
     _lengths_fit(args, flags, design.workload, catalog.model(design.model))
     source = str(args.placement) if args.placement else SRC
     pipe, kv_gb = pipeline_of(design, catalog, params, buffer_max=args.buffer, source=source)
@@ -853,6 +854,21 @@ def _refuse_planner(args: argparse.Namespace, topology: str) -> None:
             "no prefill or decode pool to move them between)"
         )
         raise InputError(SRC, "--planner", rule, args.planner)
+
+
+def _refuse_idle(args: argparse.Namespace, design: SimDesign) -> None:
+    """Flags the design gives nothing to act on, refused as ``--planner`` on an aggregated one is
+    (each had run, exit 0, and done nothing): ``--buffer`` where no buffer stands between prefill
+    and decode (an aggregated instance), ``--kv-eviction`` where no KV rests between turns."""
+    if args.buffer != float("inf") and design.topology == "aggregated":
+        rule = (
+            "does not apply to an aggregated design (its instances prefill and decode both: no buffer "
+            "between)"
+        )
+        raise InputError(SRC, "--buffer", rule, args.buffer)
+    if args.kv_eviction != "lru" and not design.resting:
+        rule = "needs KV resting between turns to evict (the design has no returning turns)"
+        raise InputError(SRC, "--kv-eviction", rule, args.kv_eviction)
 
 
 def _refuse_taken(out: Path) -> None:
