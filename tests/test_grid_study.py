@@ -336,6 +336,15 @@ def test_grid_report_and_exports(grid_run) -> None:  # type: ignore[no-untyped-d
     pareto = pl.read_parquet(folder / "exports" / "pareto" / "study=tiny-grid" / "part-0.parquet")
     assert pareto.is_empty() and pareto.columns == trials.columns
     assert series["trial"].unique().to_list() == [res.best_trial()]
+    # the resolved spec each file records (and spec.json, and study show) gives the grid's budget
+    # and sampler: they had been the search's unused defaults, 100 trials of TPE for 6 points
+    import json
+
+    recorded = json.loads(pl.read_parquet_metadata(folder / "exports" / "trials" / "study=tiny-grid" /
+                                                   "part-0.parquet")["dse.study_spec"])  # fmt: skip
+    for spec in (recorded, json.loads((folder / "spec.json").read_text())):
+        assert spec["trials"] == 6 and spec["search"]["sampler"] == "grid", spec
+        assert spec["search"]["population"] is None and spec["search"]["warm_start"] is None
 
 
 def _bursting(spec: StudySpec) -> StudySpec:

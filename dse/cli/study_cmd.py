@@ -215,8 +215,8 @@ def _show(args: argparse.Namespace, catalog: Catalog) -> int:
     """The spec as a run resolves and checks it, but for the settings a run refuses as having no
     effect (:attr:`Study.idle`, a variant no trial runs on): shown, each named in a warning, as
     reading a stored run names them; `show` is how one inspects the file a run refuses."""
-    from dse.plain import plain
     from dse.study.api import Study
+    from dse.study.spec import spec_record
     from dse.study.variants import with_catalog_ids
 
     study = Study.load(args.name)
@@ -225,7 +225,7 @@ def _show(args: argparse.Namespace, catalog: Catalog) -> int:
     for setting in idle:
         print(f"dse: warning: {setting}; shown as written (a run refuses it)", file=sys.stderr)
     spec = with_catalog_ids(study.spec, ours)  # the hardware as a run stores it
-    json.dump(plain(spec), sys.stdout, indent=2)
+    json.dump(spec_record(spec), sys.stdout, indent=2)
     print()
     return 0
 

@@ -34,7 +34,7 @@ from dse.study.results import (
     sim_timeseries_frame,
     trials_frame,
 )
-from dse.study.spec import StudySpec, read_study, study_path
+from dse.study.spec import StudySpec, read_study, spec_record, study_path
 from dse.study.storage import (
     calibration_change,
     catalog_change,
@@ -60,7 +60,6 @@ def _checked_spec(spec: StudySpec) -> None:
     """A spec made in Python (``dataclasses.replace`` of a loaded one) held to the rules of a study
     file: a sampler "bogus" had run TPE, a name "a=b" had run, a topology "sideways" or a reversed
     batch range had failed with a traceback after the run made its database."""
-    from dse.plain import plain
     from dse.typed_data import build
 
     build(StudySpec, _given(plain(spec)), source="spec")
@@ -529,7 +528,7 @@ class StudyResults:
             tables,
             out,
             self.spec.name,
-            plain(self.spec),
+            spec_record(self.spec),
             catalog,
             series_catalog=simulated,
             calibration=self.study.user_attrs.get("calibration"),

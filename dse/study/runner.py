@@ -35,7 +35,6 @@ from dse.catalog import Catalog, load_catalog
 from dse.errors import InputError
 from dse.metrics import METRICS
 from dse.perf.params import PerfParams, load_params, params_to_dict
-from dse.plain import plain
 from dse.study.choice import Choice, choice_record
 from dse.study.faults import (
     NO_FILES_RULE,
@@ -54,7 +53,7 @@ from dse.study.optuna_compat import storage_of
 from dse.study.proposer import Proposal, Proposer
 from dse.study.samplers import make_sampler
 from dse.study.sources import LoneTrials, SharedTrials, TrialSource, complete, counted, waited_out
-from dse.study.spec import StudySpec, seed_rule
+from dse.study.spec import StudySpec, seed_rule, spec_record
 from dse.study.storage import (
     StoredStudy,
     default_storage,
@@ -242,7 +241,7 @@ def _write_spec(out: Path, spec: StudySpec, url: str, shared: bool) -> None:
         raise InputError(str(path), "", "must be a file: a folder has its name")
     with writing(folder):
         folder.mkdir(parents=True, exist_ok=True)
-        write_text(path, json.dumps(plain(spec), indent=2) + "\n")
+        write_text(path, json.dumps(spec_record(spec), indent=2) + "\n")
 
 
 def spec_path(folder: Path, name: str) -> Path:

@@ -42,6 +42,7 @@ from dse.paths import STUDIES_DIR
 from dse.perf.frameworks import ENGINES
 from dse.placement.request import KV_POLICIES, PRICE_TIERS, Topology
 from dse.placement.shapes import parse_shape
+from dse.plain import plain
 from dse.sim.kinds import MAX_STEPS, MIN_MEASURED_STEPS, substeps
 from dse.typed_data import (
     Rule,
@@ -593,6 +594,19 @@ class StudySpec:
             "sweep them as [sweep] kv_policy"
         )
         return ("search.kv_policies", rule_, list(self.search.kv_policies))
+
+
+def spec_record(spec: StudySpec) -> dict[str, Any]:
+    """The resolved spec as a study shows and records it for people and BI tools (``dse study
+    show``, ``spec.json``, each export's ``dse.study_spec``): a grid study's budget is its points
+    and its sampler the grid, where the search's defaults it never uses had been shown (100 trials
+    of TPE for a grid of 6 points). The stored study keeps every field as the spec holds it (what a
+    resumed run compares)."""
+    out: dict[str, Any] = plain(spec)
+    if spec.is_grid:
+        out["trials"] = spec.sweep.size()
+        out["search"] = {**out["search"], "sampler": "grid", "population": None, "warm_start": None}
+    return out
 
 
 def read_study(path: Path, *, idle: list[InputError] | None = None) -> StudySpec:
