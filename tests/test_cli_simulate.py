@@ -1104,7 +1104,7 @@ def test_a_planner_moves_gpus_not_servers(tmp_path: Path, cli: Cli) -> None:
     assert run.code == 0, run.err
     assert json.loads((out / "summary.json").read_text())["fluid"]["planner_moves"] > 0
     df = pl.read_parquet(out / "trajectories.parquet").filter(pl.col("simulator") == "fluid")
-    gpus = df["prefill_servers"] * (20 / 20) + df["decode_instances"] * 8  # a server is a GPU here
+    gpus = df["prefill_servers"] + df["decode_instances"] * 8  # 20 servers on 20 GPUs: a server is a GPU
     assert gpus.max() <= 36 + 1e-9 and gpus[-1] == 36, df.select("t_s", "prefill_servers", "decode_instances")
     moved = set(zip(df["prefill_servers"].to_list(), df["decode_instances"].to_list(), strict=True))
     assert all(p % 4 == 0 and p >= 4 and d >= 1 for p, d in moved), moved  # whole 4-GPU instances
